@@ -1,0 +1,705 @@
+//! The workflow language: a named DAG of nodes joined by edges.
+//!
+//! [`Workflow::parse`] turns user JSON into a validated, indexed [`Workflow`]
+//! or a [`ValidationError`] that names the node and field at fault. The
+//! engine compiles each definition version once and caches it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::duration;
+
+/// Upper bounds that keep one definition from exhausting the engine.
+pub const MAX_NODES: usize = 10_000;
+pub const MAX_EDGES: usize = 50_000;
+pub const MAX_ID_LEN: usize = 128;
+
+/// A definition as the user writes it. Unknown fields are refused.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    pub edges: Vec<EdgeSpec>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub node_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub config: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_backoff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_backoff: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeSpec {
+    pub from: String,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+}
+
+/// Why a definition was refused: `path` locates the problem
+/// (`nodes[charge].config.url`), `message` says what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ValidationError {
+    pub path: String,
+    pub message: String,
+}
+
+impl ValidationError {
+    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// How a failed attempt is retried: `max_attempts` in all, waiting
+/// `initial_backoff * multiplier^(attempt-1)`, capped at `max_backoff`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub multiplier: f64,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Three attempts, 1 s then 2 s apart: enough to ride out a blip without
+    /// hiding a broken endpoint for long.
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            initial_backoff: Duration::from_secs(1),
+            multiplier: 2.0,
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `failed_attempt + 1`.
+    pub fn backoff(&self, failed_attempt: u32) -> Duration {
+        let exp = failed_attempt.saturating_sub(1).min(64) as i32;
+        let ms = self.initial_backoff.as_millis() as f64 * self.multiplier.powi(exp);
+        let capped = ms.min(self.max_backoff.as_millis() as f64).max(0.0);
+        Duration::from_millis(capped as u64)
+    }
+}
+
+/// What the engine does with a node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeKind {
+    /// An HTTP call, run by a worker.
+    Http,
+    /// A timer held in PostgreSQL; no process waits.
+    Wait { duration: Duration },
+    /// A user-defined type, run by a worker that registered a handler for it.
+    Custom,
+}
+
+/// A validated node with everything the engine needs precomputed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub id: String,
+    pub node_type: String,
+    pub kind: NodeKind,
+    /// The stream family this node is dispatched to (`None` for nodes the
+    /// coordinator resolves itself, such as WAIT).
+    pub queue: Option<String>,
+    pub config: Value,
+    pub retry: RetryPolicy,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edge {
+    pub from: usize,
+    pub to: usize,
+}
+
+/// A parsed and validated definition, indexed for the state machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub spec: WorkflowSpec,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+    /// Incoming edge indices per node.
+    pub incoming: Vec<Vec<usize>>,
+    /// Outgoing edge indices per node.
+    pub outgoing: Vec<Vec<usize>>,
+    /// Node indices in an order where every edge points forward.
+    pub topo_order: Vec<usize>,
+    index: HashMap<String, usize>,
+}
+
+impl Workflow {
+    /// Parses and validates a definition from JSON.
+    pub fn parse(json: &Value) -> Result<Workflow, ValidationError> {
+        Self::new(parse_spec(json)?)
+    }
+
+    /// Validates a spec and indexes it.
+    pub fn new(spec: WorkflowSpec) -> Result<Workflow, ValidationError> {
+        validate_name("name", &spec.name)?;
+        if spec.nodes.is_empty() {
+            return Err(ValidationError::new(
+                "nodes",
+                "a workflow needs at least one node",
+            ));
+        }
+        if spec.nodes.len() > MAX_NODES {
+            return Err(ValidationError::new(
+                "nodes",
+                format!("at most {MAX_NODES} nodes are allowed"),
+            ));
+        }
+        if spec.edges.len() > MAX_EDGES {
+            return Err(ValidationError::new(
+                "edges",
+                format!("at most {MAX_EDGES} edges are allowed"),
+            ));
+        }
+
+        let mut index = HashMap::with_capacity(spec.nodes.len());
+        let mut nodes = Vec::with_capacity(spec.nodes.len());
+        for (i, n) in spec.nodes.iter().enumerate() {
+            let at = node_path(i, &n.id);
+            validate_name(&format!("{at}.id"), &n.id)?;
+            if index.insert(n.id.clone(), i).is_some() {
+                return Err(ValidationError::new(
+                    at,
+                    format!("duplicate node id {:?}", n.id),
+                ));
+            }
+            nodes.push(compile_node(&at, n)?);
+        }
+
+        let mut edges = Vec::with_capacity(spec.edges.len());
+        let mut seen = BTreeSet::new();
+        let mut incoming = vec![Vec::new(); nodes.len()];
+        let mut outgoing = vec![Vec::new(); nodes.len()];
+        for (i, e) in spec.edges.iter().enumerate() {
+            let at = format!("edges[{i}]");
+            let from = *index.get(&e.from).ok_or_else(|| {
+                ValidationError::new(format!("{at}.from"), format!("unknown node {:?}", e.from))
+            })?;
+            let to = *index.get(&e.to).ok_or_else(|| {
+                ValidationError::new(format!("{at}.to"), format!("unknown node {:?}", e.to))
+            })?;
+            if !seen.insert((from, to)) {
+                return Err(ValidationError::new(
+                    at,
+                    format!("duplicate edge {:?} -> {:?}", e.from, e.to),
+                ));
+            }
+            if e.when.is_some() {
+                return Err(ValidationError::new(
+                    format!("{at}.when"),
+                    "edge conditions are not supported by this version of Composer",
+                ));
+            }
+            incoming[to].push(edges.len());
+            outgoing[from].push(edges.len());
+            edges.push(Edge { from, to });
+        }
+
+        let topo_order = topological_order(&spec, &edges, &incoming, &outgoing)?;
+        Ok(Workflow {
+            spec,
+            nodes,
+            edges,
+            incoming,
+            outgoing,
+            topo_order,
+            index,
+        })
+    }
+
+    pub fn node_index(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+
+    /// A leaf has no outgoing edges; the run's output is its leaves' outputs.
+    pub fn is_leaf(&self, node: usize) -> bool {
+        self.outgoing[node].is_empty()
+    }
+}
+
+/// Deserializes a spec, naming the node whose fields are wrong.
+fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
+    let obj = json
+        .as_object()
+        .ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
+    for key in obj.keys() {
+        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges") {
+            return Err(ValidationError::new(
+                key.as_str(),
+                "unknown field (expected name, description, nodes, edges)",
+            ));
+        }
+    }
+    let name = match obj.get("name") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(ValidationError::new("name", "must be a string")),
+        None => return Err(ValidationError::new("name", "is required")),
+    };
+    let description = match obj.get("description") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ValidationError::new("description", "must be a string")),
+    };
+    let raw_nodes = match obj.get("nodes") {
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(ValidationError::new("nodes", "must be an array")),
+        None => return Err(ValidationError::new("nodes", "is required")),
+    };
+    let mut nodes = Vec::with_capacity(raw_nodes.len());
+    for (i, raw) in raw_nodes.iter().enumerate() {
+        let id = raw.get("id").and_then(Value::as_str).unwrap_or("");
+        let node: NodeSpec = serde_json::from_value(raw.clone())
+            .map_err(|e| ValidationError::new(node_path(i, id), e.to_string()))?;
+        nodes.push(node);
+    }
+    let edges = match obj.get("edges") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => {
+            let mut edges = Vec::with_capacity(a.len());
+            for (i, raw) in a.iter().enumerate() {
+                let edge: EdgeSpec = serde_json::from_value(raw.clone())
+                    .map_err(|e| ValidationError::new(format!("edges[{i}]"), e.to_string()))?;
+                edges.push(edge);
+            }
+            edges
+        }
+        Some(_) => return Err(ValidationError::new("edges", "must be an array")),
+    };
+    Ok(WorkflowSpec {
+        name,
+        description,
+        nodes,
+        edges,
+    })
+}
+
+fn node_path(i: usize, id: &str) -> String {
+    if id.is_empty() {
+        format!("nodes[{i}]")
+    } else {
+        format!("nodes[{id}]")
+    }
+}
+
+/// Names and ids end up in stream keys, URLs and logs: keep them plain.
+fn validate_name(path: &str, name: &str) -> Result<(), ValidationError> {
+    if name.is_empty() {
+        return Err(ValidationError::new(path, "must not be empty"));
+    }
+    if name.len() > MAX_ID_LEN {
+        return Err(ValidationError::new(
+            path,
+            format!("must be at most {MAX_ID_LEN} characters"),
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(ValidationError::new(
+            path,
+            format!("{name:?} may contain only letters, digits, '_', '-' and '.'"),
+        ));
+    }
+    Ok(())
+}
+
+fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
+    if n.node_type.is_empty() {
+        return Err(ValidationError::new(
+            format!("{at}.type"),
+            "must not be empty",
+        ));
+    }
+    let config = match &n.config {
+        Value::Null => Value::Object(Map::new()),
+        v @ Value::Object(_) => v.clone(),
+        _ => {
+            return Err(ValidationError::new(
+                format!("{at}.config"),
+                "must be an object",
+            ))
+        }
+    };
+    reject_expressions(&format!("{at}.config"), &config)?;
+    let retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
+    let queue = match &n.queue {
+        Some(q) => {
+            validate_name(&format!("{at}.queue"), q)?;
+            Some(q.clone())
+        }
+        None => Some(n.node_type.to_ascii_lowercase()),
+    };
+    let kind = match n.node_type.as_str() {
+        "HTTP" => {
+            validate_http(at, &config)?;
+            NodeKind::Http
+        }
+        "WAIT" => NodeKind::Wait {
+            duration: compile_wait(at, &config)?,
+        },
+        "WAIT_FOR_EVENT" | "TRANSFORM" => {
+            return Err(ValidationError::new(
+                format!("{at}.type"),
+                format!(
+                    "node type {} is not supported by this version of Composer",
+                    n.node_type
+                ),
+            ))
+        }
+        other => {
+            validate_name(&format!("{at}.type"), other)?;
+            NodeKind::Custom
+        }
+    };
+    let queue = if matches!(kind, NodeKind::Wait { .. }) {
+        None
+    } else {
+        queue
+    };
+    Ok(Node {
+        id: n.id.clone(),
+        node_type: n.node_type.clone(),
+        kind,
+        queue,
+        config,
+        retry,
+    })
+}
+
+/// `${ … }` expressions arrive with the jq evaluator; until then a string that
+/// looks like one is refused rather than sent literally.
+fn reject_expressions(path: &str, v: &Value) -> Result<(), ValidationError> {
+    match v {
+        Value::String(s) if s.contains("${") => Err(ValidationError::new(
+            path,
+            "expressions (${ … }) are not supported by this version of Composer",
+        )),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                reject_expressions(&format!("{path}[{i}]"), item)?;
+            }
+            Ok(())
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                reject_expressions(&format!("{path}.{k}"), item)?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, ValidationError> {
+    let mut policy = RetryPolicy::default();
+    let Some(spec) = spec else { return Ok(policy) };
+    if let Some(n) = spec.max_attempts {
+        if !(1..=1000).contains(&n) {
+            return Err(ValidationError::new(
+                format!("{at}.max_attempts"),
+                "must be between 1 and 1000",
+            ));
+        }
+        policy.max_attempts = n;
+    }
+    if let Some(d) = &spec.initial_backoff {
+        policy.initial_backoff = duration::parse(d)
+            .map_err(|e| ValidationError::new(format!("{at}.initial_backoff"), e))?;
+    }
+    if let Some(m) = spec.multiplier {
+        if !(1.0..=100.0).contains(&m) {
+            return Err(ValidationError::new(
+                format!("{at}.multiplier"),
+                "must be between 1 and 100",
+            ));
+        }
+        policy.multiplier = m;
+    }
+    if let Some(d) = &spec.max_backoff {
+        policy.max_backoff =
+            duration::parse(d).map_err(|e| ValidationError::new(format!("{at}.max_backoff"), e))?;
+    }
+    if policy.max_backoff < policy.initial_backoff {
+        policy.max_backoff = policy.initial_backoff;
+    }
+    Ok(policy)
+}
+
+/// The HTTP methods an HTTP node may use.
+pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+
+fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
+    let field = |name: &str| format!("{at}.config.{name}");
+    for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
+        if !matches!(
+            key.as_str(),
+            "method" | "url" | "headers" | "body" | "timeout" | "accept" | "retry_statuses"
+        ) {
+            return Err(ValidationError::new(
+                field(key),
+                "unknown field (expected method, url, headers, body, timeout, accept, retry_statuses)",
+            ));
+        }
+    }
+    match config.get("url") {
+        Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => {}
+        Some(Value::String(_)) => {
+            return Err(ValidationError::new(
+                field("url"),
+                "must start with http:// or https://",
+            ))
+        }
+        Some(_) => return Err(ValidationError::new(field("url"), "must be a string")),
+        None => return Err(ValidationError::new(field("url"), "is required")),
+    }
+    match config.get("method") {
+        None => {}
+        Some(Value::String(m)) if HTTP_METHODS.contains(&m.to_ascii_uppercase().as_str()) => {}
+        Some(_) => {
+            return Err(ValidationError::new(
+                field("method"),
+                format!("must be one of {}", HTTP_METHODS.join(", ")),
+            ))
+        }
+    }
+    if let Some(h) = config.get("headers") {
+        let ok = h
+            .as_object()
+            .is_some_and(|m| m.values().all(Value::is_string));
+        if !ok {
+            return Err(ValidationError::new(
+                field("headers"),
+                "must be an object of string values",
+            ));
+        }
+    }
+    if let Some(t) = config.get("timeout") {
+        let d = t
+            .as_str()
+            .ok_or_else(|| "must be a duration string such as \"10s\"".to_string())
+            .and_then(duration::parse)
+            .map_err(|e| ValidationError::new(field("timeout"), e))?;
+        if d.is_zero() {
+            return Err(ValidationError::new(
+                field("timeout"),
+                "must be greater than zero",
+            ));
+        }
+    }
+    for key in ["accept", "retry_statuses"] {
+        if let Some(v) = config.get(key) {
+            let ok = v.as_array().is_some_and(|a| {
+                a.iter()
+                    .all(|s| s.as_u64().is_some_and(|c| (100..=599).contains(&c)))
+            });
+            if !ok {
+                return Err(ValidationError::new(
+                    field(key),
+                    "must be an array of HTTP status codes (100-599)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn compile_wait(at: &str, config: &Value) -> Result<Duration, ValidationError> {
+    for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
+        if key != "duration" {
+            return Err(ValidationError::new(
+                format!("{at}.config.{key}"),
+                "unknown field (expected duration)",
+            ));
+        }
+    }
+    match config.get("duration") {
+        Some(Value::String(s)) => {
+            duration::parse(s).map_err(|e| ValidationError::new(format!("{at}.config.duration"), e))
+        }
+        Some(_) => Err(ValidationError::new(
+            format!("{at}.config.duration"),
+            "must be a duration string such as \"1h\"",
+        )),
+        None => Err(ValidationError::new(
+            format!("{at}.config.duration"),
+            "is required",
+        )),
+    }
+}
+
+/// Kahn's algorithm; whatever cannot be ordered lies on a cycle.
+fn topological_order(
+    spec: &WorkflowSpec,
+    edges: &[Edge],
+    incoming: &[Vec<usize>],
+    outgoing: &[Vec<usize>],
+) -> Result<Vec<usize>, ValidationError> {
+    let mut remaining: Vec<usize> = incoming.iter().map(Vec::len).collect();
+    let mut ready: Vec<usize> = (0..remaining.len())
+        .filter(|&n| remaining[n] == 0)
+        .collect();
+    ready.reverse();
+    let mut order = Vec::with_capacity(remaining.len());
+    while let Some(n) = ready.pop() {
+        order.push(n);
+        for &e in &outgoing[n] {
+            let to = edges[e].to;
+            remaining[to] -= 1;
+            if remaining[to] == 0 {
+                ready.push(to);
+            }
+        }
+    }
+    if order.len() == remaining.len() {
+        return Ok(order);
+    }
+    let stuck: Vec<&str> = (0..remaining.len())
+        .filter(|&n| remaining[n] > 0)
+        .map(|n| spec.nodes[n].id.as_str())
+        .collect();
+    Err(ValidationError::new(
+        "edges",
+        format!(
+            "the edges form a cycle; nodes on or after it: {}",
+            stuck.join(", ")
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn http(id: &str) -> Value {
+        json!({"id": id, "type": "HTTP", "config": {"url": "http://127.0.0.1/x"}})
+    }
+
+    fn err(v: Value) -> ValidationError {
+        Workflow::parse(&v).expect_err("should be refused")
+    }
+
+    #[test]
+    fn accepts_a_diamond() {
+        let wf = Workflow::parse(&json!({
+            "name": "diamond",
+            "nodes": [http("a"), http("b"), http("c"), http("d")],
+            "edges": [{"from":"a","to":"b"},{"from":"a","to":"c"},{"from":"b","to":"d"},{"from":"c","to":"d"}]
+        }))
+        .unwrap();
+        assert_eq!(wf.topo_order.first(), Some(&0));
+        assert_eq!(wf.topo_order.last(), Some(&3));
+        assert_eq!(wf.nodes[0].queue.as_deref(), Some("http"));
+        assert!(wf.is_leaf(3) && !wf.is_leaf(0));
+    }
+
+    #[test]
+    fn refuses_cycles_naming_the_nodes() {
+        let e = err(json!({"name":"c","nodes":[http("a"), http("b")],
+            "edges":[{"from":"a","to":"b"},{"from":"b","to":"a"}]}));
+        assert!(
+            e.message.contains("cycle") && e.message.contains('a') && e.message.contains('b'),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn refuses_duplicate_ids_unknown_edges_and_empty_names() {
+        assert!(err(json!({"name":"d","nodes":[http("a"), http("a")]}))
+            .message
+            .contains("duplicate node id"));
+        let e = err(json!({"name":"u","nodes":[http("a")],"edges":[{"from":"a","to":"zz"}]}));
+        assert_eq!(e.path, "edges[0].to");
+        assert!(e.message.contains("zz"));
+        assert_eq!(err(json!({"name":"","nodes":[http("a")]})).path, "name");
+        assert_eq!(err(json!({"name":"x","nodes":[]})).path, "nodes");
+    }
+
+    #[test]
+    fn refuses_unknown_fields_and_bad_config_naming_the_node() {
+        let e = err(
+            json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},"colour":1}]}),
+        );
+        assert_eq!(e.path, "nodes[a]");
+        assert!(e.message.contains("colour"), "{e}");
+        let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{}}]}));
+        assert_eq!(e.path, "nodes[a].config.url");
+        let e = err(
+            json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h","timeout":"ten"}}]}),
+        );
+        assert_eq!(e.path, "nodes[a].config.timeout");
+        let e =
+            err(json!({"name":"x","nodes":[{"id":"w","type":"WAIT","config":{"duration":"5"}}]}));
+        assert_eq!(e.path, "nodes[w].config.duration");
+        let e = err(json!({"name":"x","nodes":[http("a")],"extra":true}));
+        assert_eq!(e.path, "extra");
+        let e = err(
+            json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},
+            "retry":{"max_attempts":0}}]}),
+        );
+        assert_eq!(e.path, "nodes[a].retry.max_attempts");
+    }
+
+    #[test]
+    fn custom_types_go_to_their_lowercase_queue() {
+        let wf = Workflow::parse(&json!({"name":"x","nodes":[
+            {"id":"r","type":"resize-image"},
+            {"id":"q","type":"resize-image","queue":"gpu"},
+            {"id":"w","type":"WAIT","config":{"duration":"1s"}}]}))
+        .unwrap();
+        assert_eq!(wf.nodes[0].kind, NodeKind::Custom);
+        assert_eq!(wf.nodes[0].queue.as_deref(), Some("resize-image"));
+        assert_eq!(wf.nodes[1].queue.as_deref(), Some("gpu"));
+        assert_eq!(wf.nodes[2].queue, None);
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy {
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(100),
+            multiplier: 2.0,
+            max_backoff: Duration::from_millis(500),
+        };
+        let got: Vec<u64> = (1..=5).map(|a| p.backoff(a).as_millis() as u64).collect();
+        assert_eq!(got, vec![100, 200, 400, 500, 500]);
+    }
+}

@@ -1,0 +1,14 @@
+//! The pure core of Composer. Nothing here performs I/O: the state machine is a
+//! function from (run, event, clock) to a transition, so every rule of the
+//! engine can be tested with plain values.
+//!
+//! - [`duration`]: durations written like `500ms`, `30s`, `10m`.
+//! - [`definition`]: the workflow language, parsed and validated into a
+//!   [`definition::Workflow`] that the engine caches per version.
+//! - [`machine`]: runs and tasks, their states, and the rules that move them.
+//! - [`wire`]: the messages that cross process boundaries (dispatches, reports).
+
+pub mod definition;
+pub mod duration;
+pub mod machine;
+pub mod wire;

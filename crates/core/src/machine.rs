@@ -1,0 +1,605 @@
+//! The state machine: a pure function from (workflow, run, event, now) to a
+//! [`Transition`]. The engine calls [`apply`] under the run lock and writes
+//! what it returns; nothing here knows about SQL, Redis or HTTP.
+//!
+//! Rules (DESIGN §4):
+//! - a result must match the task's current `(task_id, attempt)` while the
+//!   task is PENDING or RUNNING; anything else is ignored with a reason, so the
+//!   first matching result is applied exactly once;
+//! - a node becomes ready when all its predecessors are terminal; it runs if
+//!   at least one incoming edge is active (its source COMPLETED), otherwise it
+//!   is SKIPPED and the skip propagates;
+//! - a failed attempt with attempts left and a retryable error waits for its
+//!   backoff (WAITING, `wake_at`), then TimerFired dispatches `attempt + 1`;
+//! - once a task has FAILED no new node starts, and the run FAILS when
+//!   nothing is active any more; it SUCCEEDS when every task is terminal and
+//!   none failed.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use crate::definition::{NodeKind, Workflow};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskState {
+    Pending,
+    Running,
+    Waiting,
+    Completed,
+    Failed,
+    Skipped,
+    Cancelled,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 7] = [
+        TaskState::Pending,
+        TaskState::Running,
+        TaskState::Waiting,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Skipped,
+        TaskState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "PENDING",
+            TaskState::Running => "RUNNING",
+            TaskState::Waiting => "WAITING",
+            TaskState::Completed => "COMPLETED",
+            TaskState::Failed => "FAILED",
+            TaskState::Skipped => "SKIPPED",
+            TaskState::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TaskState> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Completed | TaskState::Failed | TaskState::Skipped | TaskState::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 4] = [
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "RUNNING",
+            RunStatus::Succeeded => "SUCCEEDED",
+            RunStatus::Failed => "FAILED",
+            RunStatus::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != RunStatus::Running
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One node's task within a run. A retry reuses the row with `attempt + 1`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub id: Uuid,
+    /// Index of the node in [`Workflow::nodes`].
+    pub node: usize,
+    pub state: TaskState,
+    pub attempt: i32,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub wake_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// The part of a run the state machine reads and changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub id: Uuid,
+    pub status: RunStatus,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub tasks: Vec<Task>,
+}
+
+impl Run {
+    pub fn new(id: Uuid, input: Value) -> Run {
+        Run {
+            id,
+            status: RunStatus::Running,
+            input,
+            output: None,
+            error: None,
+            tasks: Vec::new(),
+        }
+    }
+
+    pub fn task(&self, id: Uuid) -> Option<&Task> {
+        self.tasks.iter().find(|t| t.id == id)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    RunStarted,
+    TaskCompleted {
+        task_id: Uuid,
+        attempt: i32,
+        output: Value,
+    },
+    TaskFailed {
+        task_id: Uuid,
+        attempt: i32,
+        error: String,
+        retryable: bool,
+    },
+    TimerFired {
+        task_id: Uuid,
+    },
+    CancelRun,
+    RetryRun,
+}
+
+impl Event {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::RunStarted => "RunStarted",
+            Event::TaskCompleted { .. } => "TaskCompleted",
+            Event::TaskFailed { .. } => "TaskFailed",
+            Event::TimerFired { .. } => "TimerFired",
+            Event::CancelRun => "CancelRun",
+            Event::RetryRun => "RetryRun",
+        }
+    }
+
+    fn task_id(&self) -> Option<Uuid> {
+        match self {
+            Event::TaskCompleted { task_id, .. }
+            | Event::TaskFailed { task_id, .. }
+            | Event::TimerFired { task_id } => Some(*task_id),
+            _ => None,
+        }
+    }
+}
+
+/// One line of a run's history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryEntry {
+    pub kind: &'static str,
+    pub payload: Value,
+}
+
+/// What applying one event changed. Indices point into `run.tasks`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Transition {
+    /// Why the event was ignored; nothing else is set when it was.
+    pub ignored: Option<String>,
+    /// Tasks that existed before the event and were changed by it.
+    pub updated: Vec<usize>,
+    /// Tasks created by the event (appended to `run.tasks`).
+    pub created: Vec<usize>,
+    /// Tasks (created or updated) to send to a worker.
+    pub dispatch: Vec<usize>,
+    /// The run's status, output or error changed.
+    pub run_changed: bool,
+    pub history: Vec<HistoryEntry>,
+}
+
+impl Transition {
+    fn ignore(reason: String, event: &Event) -> Transition {
+        let mut payload = json!({"event": event.name(), "reason": reason});
+        if let Some(id) = event.task_id() {
+            payload["task_id"] = json!(id);
+        }
+        if let Event::TaskCompleted { attempt, .. } | Event::TaskFailed { attempt, .. } = event {
+            payload["attempt"] = json!(attempt);
+        }
+        Transition {
+            ignored: Some(reason),
+            history: vec![HistoryEntry {
+                kind: "EventIgnored",
+                payload,
+            }],
+            ..Transition::default()
+        }
+    }
+
+    fn touch(&mut self, task: usize) {
+        if !self.updated.contains(&task) && !self.created.contains(&task) {
+            self.updated.push(task);
+        }
+    }
+
+    fn log(&mut self, kind: &'static str, payload: Value) {
+        self.history.push(HistoryEntry { kind, payload });
+    }
+}
+
+/// Applies `event` to `run` and returns what changed. `new_id` mints task ids
+/// (UUIDv7 in production, so a run's tasks sort by creation).
+pub fn apply(
+    wf: &Workflow,
+    run: &mut Run,
+    event: &Event,
+    now: DateTime<Utc>,
+    new_id: &mut dyn FnMut() -> Uuid,
+) -> Transition {
+    let mut m = Machine {
+        wf,
+        run,
+        now,
+        new_id,
+        tr: Transition::default(),
+    };
+    if let Err(reason) = m.on(event) {
+        return Transition::ignore(reason, event);
+    }
+    m.tr
+}
+
+struct Machine<'a> {
+    wf: &'a Workflow,
+    run: &'a mut Run,
+    now: DateTime<Utc>,
+    new_id: &'a mut dyn FnMut() -> Uuid,
+    tr: Transition,
+}
+
+impl Machine<'_> {
+    fn on(&mut self, event: &Event) -> Result<(), String> {
+        match event {
+            Event::RunStarted => {
+                self.require_running()?;
+                if !self.run.tasks.is_empty() {
+                    return Err("run already started".into());
+                }
+                self.tr.log("RunStarted", json!({}));
+                self.route();
+            }
+            Event::TaskCompleted {
+                task_id,
+                attempt,
+                output,
+            } => {
+                let t = self.reportable(*task_id, *attempt)?;
+                self.finish(t, TaskState::Completed, Some(output.clone()), None);
+                self.route();
+            }
+            Event::TaskFailed {
+                task_id,
+                attempt,
+                error,
+                retryable,
+            } => {
+                let t = self.reportable(*task_id, *attempt)?;
+                let policy = self.wf.nodes[self.run.tasks[t].node].retry;
+                if *retryable && (*attempt as i64) < policy.max_attempts as i64 {
+                    let wait = policy.backoff(*attempt as u32);
+                    let wake_at =
+                        self.now + chrono::Duration::milliseconds(wait.as_millis() as i64);
+                    let task = &mut self.run.tasks[t];
+                    task.state = TaskState::Waiting;
+                    task.error = Some(error.clone());
+                    task.wake_at = Some(wake_at);
+                    self.tr.touch(t);
+                    let payload =
+                        self.task_payload(t, json!({"error": error, "retry_at": wake_at}));
+                    self.tr.log("TaskRetryScheduled", payload);
+                } else {
+                    let reason = if *retryable {
+                        error.clone()
+                    } else {
+                        format!("{error} (not retryable)")
+                    };
+                    self.finish(t, TaskState::Failed, None, Some(reason));
+                    self.route();
+                }
+            }
+            Event::TimerFired { task_id } => {
+                self.require_running()?;
+                let t = self.find(*task_id)?;
+                let task = &self.run.tasks[t];
+                if task.state != TaskState::Waiting {
+                    return Err(format!("task is {}, not WAITING", task.state));
+                }
+                if task.wake_at.is_some_and(|w| w > self.now) {
+                    return Err("timer is not due yet".into());
+                }
+                match self.wf.nodes[task.node].kind {
+                    NodeKind::Wait { .. } => {
+                        self.finish(t, TaskState::Completed, Some(json!({})), None);
+                        self.route();
+                    }
+                    _ => {
+                        let task = &mut self.run.tasks[t];
+                        task.attempt += 1;
+                        task.state = TaskState::Pending;
+                        task.wake_at = None;
+                        self.tr.touch(t);
+                        self.tr.dispatch.push(t);
+                        let payload = self.task_payload(t, json!({}));
+                        self.tr.log("TaskDispatched", payload);
+                    }
+                }
+            }
+            Event::CancelRun => {
+                self.require_running()?;
+                for t in 0..self.run.tasks.len() {
+                    if !self.run.tasks[t].state.is_terminal() {
+                        self.finish(t, TaskState::Cancelled, None, None);
+                    }
+                }
+                self.set_run(RunStatus::Cancelled, None, None);
+            }
+            Event::RetryRun => {
+                if self.run.status != RunStatus::Failed {
+                    return Err(format!(
+                        "run is {}, only a FAILED run can be retried",
+                        self.run.status
+                    ));
+                }
+                self.set_run(RunStatus::Running, None, None);
+                for t in 0..self.run.tasks.len() {
+                    if self.run.tasks[t].state == TaskState::Failed {
+                        self.restart(t);
+                    }
+                }
+                self.route();
+            }
+        }
+        Ok(())
+    }
+
+    fn require_running(&self) -> Result<(), String> {
+        if self.run.status != RunStatus::Running {
+            return Err(format!("run is {}", self.run.status));
+        }
+        Ok(())
+    }
+
+    fn find(&self, task_id: Uuid) -> Result<usize, String> {
+        self.run
+            .tasks
+            .iter()
+            .position(|t| t.id == task_id)
+            .ok_or_else(|| format!("task {task_id} does not belong to run {}", self.run.id))
+    }
+
+    /// The guard on every result: the current attempt of a PENDING or RUNNING task.
+    fn reportable(&self, task_id: Uuid, attempt: i32) -> Result<usize, String> {
+        self.require_running()?;
+        let t = self.find(task_id)?;
+        let task = &self.run.tasks[t];
+        if task.attempt != attempt {
+            return Err(format!(
+                "stale report: attempt {attempt}, task is at attempt {}",
+                task.attempt
+            ));
+        }
+        if !matches!(task.state, TaskState::Pending | TaskState::Running) {
+            return Err(format!("task is already {}", task.state));
+        }
+        Ok(t)
+    }
+
+    fn task_payload(&self, t: usize, mut extra: Value) -> Value {
+        let task = &self.run.tasks[t];
+        let base = json!({
+            "task_id": task.id,
+            "node_id": self.wf.nodes[task.node].id,
+            "attempt": task.attempt,
+            "state": task.state,
+        });
+        if let (Value::Object(b), Value::Object(e)) = (base, &mut extra) {
+            let mut merged: Map<String, Value> = b;
+            merged.extend(std::mem::take(e));
+            return Value::Object(merged);
+        }
+        extra
+    }
+
+    fn finish(&mut self, t: usize, state: TaskState, output: Option<Value>, error: Option<String>) {
+        let task = &mut self.run.tasks[t];
+        task.state = state;
+        task.wake_at = None;
+        task.finished_at = Some(self.now);
+        if output.is_some() {
+            task.output = output;
+        }
+        if error.is_some() {
+            task.error = error;
+        }
+        self.tr.touch(t);
+        let kind = match state {
+            TaskState::Completed => "TaskCompleted",
+            TaskState::Failed => "TaskFailed",
+            TaskState::Skipped => "TaskSkipped",
+            _ => "TaskCancelled",
+        };
+        let detail = match &self.run.tasks[t].error {
+            Some(e) if state == TaskState::Failed => json!({"error": e}),
+            _ => json!({}),
+        };
+        let payload = self.task_payload(t, detail);
+        self.tr.log(kind, payload);
+    }
+
+    fn restart(&mut self, t: usize) {
+        let task = &mut self.run.tasks[t];
+        task.attempt += 1;
+        task.state = TaskState::Pending;
+        task.error = None;
+        task.output = None;
+        task.finished_at = None;
+        task.wake_at = None;
+        self.tr.touch(t);
+        self.tr.dispatch.push(t);
+        let payload = self.task_payload(t, json!({}));
+        self.tr.log("TaskDispatched", payload);
+    }
+
+    /// Creates a task for every node that has become ready, in topological
+    /// order so that a skip reaches its successors in the same pass; then
+    /// ends the run if nothing is left to do.
+    fn route(&mut self) {
+        let n = self.wf.nodes.len();
+        let mut by_node: Vec<Option<usize>> = vec![None; n];
+        let mut any_failed = false;
+        for (i, t) in self.run.tasks.iter().enumerate() {
+            by_node[t.node] = Some(i);
+            any_failed |= t.state == TaskState::Failed;
+        }
+        if !any_failed {
+            for &node in &self.wf.topo_order {
+                if by_node[node].is_some() {
+                    continue;
+                }
+                let mut ready = true;
+                let mut active = self.wf.incoming[node].is_empty();
+                for &e in &self.wf.incoming[node] {
+                    match by_node[self.wf.edges[e].from].map(|t| self.run.tasks[t].state) {
+                        Some(s) if s.is_terminal() => active |= s == TaskState::Completed,
+                        _ => {
+                            ready = false;
+                            break;
+                        }
+                    }
+                }
+                if ready {
+                    by_node[node] = Some(self.create(node, active));
+                }
+            }
+        }
+        self.finish_run_if_done();
+    }
+
+    fn create(&mut self, node: usize, active: bool) -> usize {
+        let spec = &self.wf.nodes[node];
+        let t = self.run.tasks.len();
+        let mut task = Task {
+            id: (self.new_id)(),
+            node,
+            state: TaskState::Pending,
+            attempt: 1,
+            input: spec.config.clone(),
+            output: None,
+            error: None,
+            wake_at: None,
+            finished_at: None,
+        };
+        let kind = if !active {
+            task.state = TaskState::Skipped;
+            task.finished_at = Some(self.now);
+            "TaskSkipped"
+        } else if let NodeKind::Wait { duration } = spec.kind {
+            task.state = TaskState::Waiting;
+            task.wake_at =
+                Some(self.now + chrono::Duration::milliseconds(duration.as_millis() as i64));
+            "TaskWaiting"
+        } else {
+            self.tr.dispatch.push(t);
+            "TaskDispatched"
+        };
+        self.run.tasks.push(task);
+        self.tr.created.push(t);
+        let payload = self.task_payload(t, json!({}));
+        self.tr.log(kind, payload);
+        t
+    }
+
+    fn finish_run_if_done(&mut self) {
+        if self.run.status != RunStatus::Running
+            || self.run.tasks.iter().any(|t| !t.state.is_terminal())
+        {
+            return;
+        }
+        let failed: Vec<&Task> = self
+            .run
+            .tasks
+            .iter()
+            .filter(|t| t.state == TaskState::Failed)
+            .collect();
+        if let Some(first) = failed.first() {
+            let error = format!(
+                "node {:?} failed: {}",
+                self.wf.nodes[first.node].id,
+                first.error.as_deref().unwrap_or("unknown error")
+            );
+            self.set_run(RunStatus::Failed, None, Some(error));
+            return;
+        }
+        let mut output = Map::new();
+        for t in &self.run.tasks {
+            if t.state == TaskState::Completed && self.wf.is_leaf(t.node) {
+                output.insert(
+                    self.wf.nodes[t.node].id.clone(),
+                    t.output.clone().unwrap_or(Value::Null),
+                );
+            }
+        }
+        self.set_run(RunStatus::Succeeded, Some(Value::Object(output)), None);
+    }
+
+    fn set_run(&mut self, status: RunStatus, output: Option<Value>, error: Option<String>) {
+        self.run.status = status;
+        self.run.output = output;
+        self.run.error = error.clone();
+        self.tr.run_changed = true;
+        let kind = match status {
+            RunStatus::Running => "RunRetried",
+            RunStatus::Succeeded => "RunSucceeded",
+            RunStatus::Failed => "RunFailed",
+            RunStatus::Cancelled => "RunCancelled",
+        };
+        let payload = match error {
+            Some(e) => json!({"error": e}),
+            None => json!({}),
+        };
+        self.tr.log(kind, payload);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,385 @@
+use super::*;
+use crate::definition::Workflow;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn wf(nodes: &[&str], edges: &[(&str, &str)], max_attempts: u32) -> Workflow {
+    let nodes: Vec<Value> = nodes
+        .iter()
+        .map(|id| {
+            json!({"id": id, "type": "HTTP", "config": {"url": format!("http://h/{id}")},
+                   "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"}})
+        })
+        .collect();
+    let edges: Vec<Value> = edges
+        .iter()
+        .map(|(f, t)| json!({"from": f, "to": t}))
+        .collect();
+    Workflow::parse(&json!({"name": "t", "nodes": nodes, "edges": edges})).unwrap()
+}
+
+struct Sim {
+    wf: Workflow,
+    run: Run,
+    now: DateTime<Utc>,
+    next: u128,
+}
+
+impl Sim {
+    fn new(wf: Workflow) -> Sim {
+        Sim {
+            wf,
+            run: Run::new(Uuid::from_u128(1), json!({"x": 1})),
+            now: Utc::now(),
+            next: 100,
+        }
+    }
+
+    fn apply(&mut self, e: Event) -> Transition {
+        let next = &mut self.next;
+        let mut ids = || {
+            *next += 1;
+            Uuid::from_u128(*next)
+        };
+        apply(&self.wf, &mut self.run, &e, self.now, &mut ids)
+    }
+
+    fn task(&self, node: &str) -> &Task {
+        let n = self.wf.node_index(node).unwrap();
+        self.run
+            .tasks
+            .iter()
+            .find(|t| t.node == n)
+            .unwrap_or_else(|| panic!("no task for {node}"))
+    }
+
+    fn has_task(&self, node: &str) -> bool {
+        let n = self.wf.node_index(node).unwrap();
+        self.run.tasks.iter().any(|t| t.node == n)
+    }
+
+    fn complete(&mut self, node: &str) -> Transition {
+        let t = self.task(node);
+        let e = Event::TaskCompleted {
+            task_id: t.id,
+            attempt: t.attempt,
+            output: json!({"node": node}),
+        };
+        self.apply(e)
+    }
+
+    fn fail(&mut self, node: &str, retryable: bool) -> Transition {
+        let t = self.task(node);
+        let e = Event::TaskFailed {
+            task_id: t.id,
+            attempt: t.attempt,
+            error: "boom".into(),
+            retryable,
+        };
+        self.apply(e)
+    }
+}
+
+#[test]
+fn start_dispatches_only_roots() {
+    let mut s = Sim::new(wf(&["a", "b", "c"], &[("a", "b"), ("b", "c")], 1));
+    let tr = s.apply(Event::RunStarted);
+    assert_eq!(tr.created, vec![0]);
+    assert_eq!(tr.dispatch, vec![0]);
+    assert_eq!(s.task("a").input, json!({"url": "http://h/a"}));
+    assert!(
+        s.apply(Event::RunStarted).ignored.is_some(),
+        "a second start is ignored"
+    );
+}
+
+#[test]
+fn linear_run_succeeds_with_leaf_output() {
+    let mut s = Sim::new(wf(&["a", "b", "c"], &[("a", "b"), ("b", "c")], 1));
+    s.apply(Event::RunStarted);
+    for n in ["a", "b"] {
+        let tr = s.complete(n);
+        assert_eq!(tr.dispatch.len(), 1);
+        assert_eq!(s.run.status, RunStatus::Running);
+    }
+    let tr = s.complete("c");
+    assert!(tr.run_changed);
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.run.output, Some(json!({"c": {"node": "c"}})));
+}
+
+#[test]
+fn diamond_join_waits_for_both_branches() {
+    let mut s = Sim::new(wf(
+        &["a", "b", "c", "d"],
+        &[("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+        1,
+    ));
+    s.apply(Event::RunStarted);
+    assert_eq!(s.complete("a").dispatch.len(), 2);
+    assert!(s.complete("b").dispatch.is_empty(), "join must wait for c");
+    assert!(!s.has_task("d"));
+    assert_eq!(s.complete("c").dispatch.len(), 1);
+    s.complete("d");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn duplicate_late_and_stale_reports_are_ignored() {
+    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")], 3));
+    s.apply(Event::RunStarted);
+    let a = s.task("a").clone();
+    let done = Event::TaskCompleted {
+        task_id: a.id,
+        attempt: 1,
+        output: json!(1),
+    };
+    assert!(s.apply(done.clone()).ignored.is_none());
+    let again = s.apply(done);
+    assert_eq!(again.ignored.as_deref(), Some("task is already COMPLETED"));
+    assert_eq!(again.history[0].kind, "EventIgnored");
+    let stale = s.apply(Event::TaskCompleted {
+        task_id: a.id,
+        attempt: 7,
+        output: json!(2),
+    });
+    assert!(stale.ignored.unwrap().contains("stale"));
+    let stranger = s.apply(Event::TaskFailed {
+        task_id: Uuid::nil(),
+        attempt: 1,
+        error: "x".into(),
+        retryable: false,
+    });
+    assert!(stranger.ignored.unwrap().contains("does not belong"));
+    assert_eq!(s.task("a").output, Some(json!(1)), "the first result wins");
+}
+
+#[test]
+fn retryable_failure_waits_then_dispatches_the_next_attempt() {
+    let mut s = Sim::new(wf(&["a"], &[], 3));
+    s.apply(Event::RunStarted);
+    let tr = s.fail("a", true);
+    let a = s.task("a").clone();
+    assert_eq!(a.state, TaskState::Waiting);
+    assert_eq!(a.wake_at, Some(s.now + chrono::Duration::seconds(1)));
+    assert!(tr.dispatch.is_empty());
+
+    let early = s.apply(Event::TimerFired { task_id: a.id });
+    assert_eq!(early.ignored.as_deref(), Some("timer is not due yet"));
+    s.now += chrono::Duration::seconds(1);
+    let tr = s.apply(Event::TimerFired { task_id: a.id });
+    assert_eq!(tr.dispatch, vec![0]);
+    assert_eq!(
+        (s.task("a").attempt, s.task("a").state),
+        (2, TaskState::Pending)
+    );
+    let dup = s.apply(Event::TimerFired { task_id: a.id });
+    assert_eq!(dup.ignored.as_deref(), Some("task is PENDING, not WAITING"));
+
+    let late = s.apply(Event::TaskCompleted {
+        task_id: a.id,
+        attempt: 1,
+        output: json!(0),
+    });
+    assert!(
+        late.ignored.is_some(),
+        "a report for attempt 1 is stale once attempt 2 runs"
+    );
+    s.complete("a");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn exhausted_attempts_fail_the_run_and_start_nothing_new() {
+    let mut s = Sim::new(wf(&["a", "b", "x", "y"], &[("a", "b"), ("x", "y")], 2));
+    s.apply(Event::RunStarted);
+    s.fail("a", true);
+    s.now += chrono::Duration::hours(1);
+    let id = s.task("a").id;
+    s.apply(Event::TimerFired { task_id: id });
+    s.fail("a", true);
+    assert_eq!(s.task("a").state, TaskState::Failed);
+    assert_eq!(s.run.status, RunStatus::Running, "x is still running");
+    let tr = s.complete("x");
+    assert!(tr.created.is_empty(), "no new node starts after a failure");
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert!(s.run.error.as_deref().unwrap().contains("\"a\""));
+    assert!(!s.has_task("b") && !s.has_task("y"));
+}
+
+#[test]
+fn non_retryable_failure_fails_at_once() {
+    let mut s = Sim::new(wf(&["a"], &[], 5));
+    s.apply(Event::RunStarted);
+    s.fail("a", false);
+    assert_eq!(s.task("a").state, TaskState::Failed);
+    assert_eq!(s.run.status, RunStatus::Failed);
+}
+
+#[test]
+fn retry_run_restarts_failed_tasks_and_resumes_routing() {
+    let mut s = Sim::new(wf(&["a", "b", "x", "y"], &[("a", "b"), ("x", "y")], 1));
+    s.apply(Event::RunStarted);
+    s.fail("a", false);
+    s.complete("x");
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert!(
+        s.apply(Event::CancelRun).ignored.is_some(),
+        "a finished run cannot be cancelled"
+    );
+
+    let tr = s.apply(Event::RetryRun);
+    assert_eq!(s.run.status, RunStatus::Running);
+    assert_eq!(
+        tr.dispatch.len(),
+        2,
+        "a again, and y which the failure held back"
+    );
+    assert_eq!(s.task("a").attempt, 2);
+    s.complete("a");
+    s.complete("b");
+    s.complete("y");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert!(s.apply(Event::RetryRun).ignored.is_some());
+}
+
+#[test]
+fn cancel_ends_every_open_task() {
+    let mut s = Sim::new(wf(&["a", "b"], &[], 1));
+    s.apply(Event::RunStarted);
+    s.complete("a");
+    let tr = s.apply(Event::CancelRun);
+    assert_eq!(s.run.status, RunStatus::Cancelled);
+    assert_eq!(s.task("b").state, TaskState::Cancelled);
+    assert_eq!(s.task("a").state, TaskState::Completed);
+    assert_eq!(tr.updated, vec![1]);
+    assert!(s.complete("b").ignored.is_some());
+}
+
+#[test]
+fn wait_node_is_a_timer() {
+    let w = Workflow::parse(&json!({"name": "w", "nodes": [
+        {"id": "w", "type": "WAIT", "config": {"duration": "1m"}},
+        {"id": "a", "type": "HTTP", "config": {"url": "http://h/a"}}],
+        "edges": [{"from": "w", "to": "a"}]}))
+    .unwrap();
+    let mut s = Sim::new(w);
+    let tr = s.apply(Event::RunStarted);
+    assert!(tr.dispatch.is_empty());
+    let t = s.task("w").clone();
+    assert_eq!(
+        (t.state, t.wake_at),
+        (
+            TaskState::Waiting,
+            Some(s.now + chrono::Duration::minutes(1))
+        )
+    );
+    s.now += chrono::Duration::minutes(1);
+    let tr = s.apply(Event::TimerFired { task_id: t.id });
+    assert_eq!(s.task("w").state, TaskState::Completed);
+    assert_eq!(tr.dispatch.len(), 1);
+}
+
+/// A tiny deterministic generator so a proptest seed replays a whole schedule.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+fn random_workflow(n: usize, edge_bits: &[bool], max_attempts: u32) -> Workflow {
+    let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+    let mut edges = Vec::new();
+    let mut k = 0;
+    for i in 0..n {
+        for j in i + 1..n {
+            if edge_bits[k % edge_bits.len()] {
+                edges.push((names[i].as_str(), names[j].as_str()));
+            }
+            k += 1;
+        }
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    wf(&refs, &edges, max_attempts)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Whatever order results arrive in, with duplicates, late and stale
+    /// copies: each (task, attempt) is applied at most once, no node starts
+    /// before its predecessors end, and every run ends.
+    #[test]
+    fn every_result_is_applied_once_and_every_run_ends(
+        n in 1usize..10,
+        edge_bits in proptest::collection::vec(any::<bool>(), 1..45),
+        max_attempts in 1u32..4,
+        seed in 1u64..u64::MAX,
+    ) {
+        let mut rng = Rng(seed);
+        let mut s = Sim::new(random_workflow(n, &edge_bits, max_attempts));
+        let mut inbox = vec![Event::RunStarted];
+        let mut applied = std::collections::HashSet::new();
+        let mut steps = 0;
+        while !inbox.is_empty() {
+            steps += 1;
+            prop_assert!(steps < 10_000, "the run did not converge");
+            let event = inbox.swap_remove(rng.below(inbox.len()));
+            s.now += chrono::Duration::hours(1);
+            let before = s.run.tasks.len();
+            let tr = s.apply(event.clone());
+            if tr.ignored.is_some() {
+                prop_assert!(tr.updated.is_empty() && tr.created.is_empty() && tr.dispatch.is_empty());
+                continue;
+            }
+            if let Event::TaskCompleted { task_id, attempt, .. } | Event::TaskFailed { task_id, attempt, .. } = &event {
+                prop_assert!(applied.insert((*task_id, *attempt)), "result applied twice");
+            }
+            for t in &s.run.tasks[before..] {
+                for &e in &s.wf.incoming[t.node] {
+                    let from = s.wf.edges[e].from;
+                    let pred = s.run.tasks.iter().find(|p| p.node == from);
+                    prop_assert!(pred.is_some_and(|p| p.state.is_terminal()), "node started before its predecessor ended");
+                }
+            }
+            for &t in &tr.dispatch {
+                let task = &s.run.tasks[t];
+                let report = if rng.chance(60) {
+                    Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(t) }
+                } else {
+                    Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70) }
+                };
+                if rng.chance(30) {
+                    inbox.push(report.clone());
+                }
+                inbox.push(report);
+            }
+            for t in s.run.tasks.iter().filter(|t| t.state == TaskState::Waiting) {
+                inbox.push(Event::TimerFired { task_id: t.id });
+            }
+            if s.run.status == RunStatus::Failed && rng.chance(20) {
+                inbox.push(Event::RetryRun);
+            }
+        }
+        prop_assert!(s.run.status.is_terminal(), "run left {:?}", s.run.status);
+        prop_assert!(s.run.tasks.iter().all(|t| t.state.is_terminal()));
+        match s.run.status {
+            RunStatus::Succeeded => {
+                prop_assert_eq!(s.run.tasks.len(), s.wf.nodes.len());
+                prop_assert!(s.run.tasks.iter().all(|t| t.state == TaskState::Completed));
+            }
+            RunStatus::Failed => prop_assert!(s.run.tasks.iter().any(|t| t.state == TaskState::Failed)),
+            other => prop_assert!(false, "unexpected status {:?}", other),
+        }
+    }
+}
