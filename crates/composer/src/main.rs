@@ -1,1 +1,57 @@
-fn main() {}
+//! `composer`: the one binary. Server roles (`dev`, `coordinator`, `worker`,
+//! `migrate`) and the client commands that talk to a coordinator's API.
+
+mod cli;
+mod client;
+mod dev;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Dev(args) => dev::dev(&runtime, args),
+        Command::Coordinator(args) => runtime.block_on(dev::coordinator(args)),
+        Command::Worker(args) => runtime.block_on(dev::worker(args)),
+        Command::Migrate(args) => runtime.block_on(dev::migrate(args)),
+        Command::Workflow(cmd) => runtime.block_on(client::workflow(cli.client, cmd)),
+        Command::Run(cmd) => runtime.block_on(client::run(cli.client, cmd)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(log: &cli::LogArgs) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    if log.format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,1 +1,83 @@
+//! PostgreSQL, the source of truth. SQL lives here, one module per table
+//! family, each statement with a note on why it is safe to run from many
+//! coordinators at once.
+//!
+//! - [`migrations`]: versioned schema changes, applied under an advisory lock.
+//! - [`definitions`]: workflow definitions and their versions.
+//! - [`runs`]: runs and tasks — the engine's locked read and its set-based write.
+//! - [`leases`]: the worker's lease on a task ([`leases::LeaseManager`]).
+//! - [`outbox`]: the transactional outbox between commits and Redis.
+//! - [`timers`]: due WAITING tasks.
+//! - [`partitions`]: monthly partitions ahead and retention behind.
 
+pub mod definitions;
+pub mod dispatch;
+pub mod leases;
+pub mod migrations;
+pub mod outbox;
+pub mod partitions;
+pub mod runs;
+pub mod timers;
+
+use std::time::Duration;
+
+pub use deadpool_postgres::{Object as Client, Pool, Transaction};
+pub use tokio_postgres;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("database unavailable: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("invalid database URL: {0}")]
+    Config(String),
+    #[error("inconsistent data: {0}")]
+    Corrupt(String),
+}
+
+impl Error {
+    /// True when the database could not be reached (as opposed to a query
+    /// that failed): callers answer 503 and retry later.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Pool(_) => true,
+            Error::Db(e) => {
+                e.is_closed()
+                    || e.code()
+                        .is_none_or(|c| c.code().starts_with("08") || c.code().starts_with("57P"))
+            }
+            _ => false,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Opens a connection pool. Connecting is lazy; a pool whose database is down
+/// fails each `get` after `timeout` instead of hanging.
+pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
+    let pg: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e: tokio_postgres::Error| Error::Config(e.to_string()))?;
+    let manager = deadpool_postgres::Manager::from_config(
+        pg,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    deadpool_postgres::Pool::builder(manager)
+        .max_size(max_size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(timeout))
+        .create_timeout(Some(timeout))
+        .recycle_timeout(Some(timeout))
+        .build()
+        .map_err(|e| Error::Config(e.to_string()))
+}
+
+/// Checks out a client, or says why the database is unavailable.
+pub async fn client(pool: &Pool) -> Result<Client> {
+    Ok(pool.get().await?)
+}

@@ -1,0 +1,516 @@
+//! The HTTP interface (DESIGN §7). Every error is JSON
+//! `{"error": {"code", "message"}}` with a status that says whose fault it
+//! is: 4xx for the caller's input (naming the field), 503 when a dependency
+//! is down, 500 only for our own bugs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use composer_core::definition::Workflow;
+use composer_core::duration;
+use composer_core::machine::Event;
+use composer_core::wire::{ReportAck, ReportStatus, TaskReport};
+use composer_store::definitions::{self, DefinitionRow, Registered};
+use composer_store::runs::{self, RunRow, TaskRow};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::auth::bearer_matches;
+use crate::engine::EngineError;
+use crate::Shared;
+
+/// Longest `?wait=` a caller may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+const MAX_PAGE: i64 = 1000;
+
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    fn too_large(what: &str, limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("{what} exceeds the limit of {limit} bytes (COMPOSER_MAX_PAYLOAD)"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": self.message}})),
+        )
+            .into_response()
+    }
+}
+
+impl From<composer_store::Error> for ApiError {
+    fn from(e: composer_store::Error) -> ApiError {
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "database unavailable");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the database is unavailable; retry later",
+            )
+        } else {
+            tracing::error!(error = %e, "database error");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            )
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::RunNotFound(id) => ApiError::not_found(format!("run {id} not found")),
+            EngineError::Store(e) => e.into(),
+        }
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// A JSON body, whatever its Content-Type, with errors in our format.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            let status = rejection.status();
+            if status == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    status,
+                    "payload_too_large",
+                    "request body too large (COMPOSER_MAX_PAYLOAD)",
+                )
+            } else {
+                ApiError::new(status, "invalid_request", rejection.body_text())
+            }
+        })?;
+        if bytes.is_empty() {
+            return Err(ApiError::bad_request(
+                "request body is empty; expected JSON",
+            ));
+        }
+        serde_json::from_slice(&bytes)
+            .map(Body)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    }
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    let limit = shared.config.max_payload + 64 * 1024;
+    let public = Router::new()
+        .route("/v1/workflows", post(register_workflow).get(list_workflows))
+        .route("/v1/workflows/{name}", get(get_workflow))
+        .route(
+            "/v1/workflows/{name}/versions/{version}",
+            get(get_workflow_version),
+        )
+        .route("/v1/runs", post(start_run))
+        .route("/v1/runs/{id}", get(get_run))
+        .route("/v1/runs/{id}/events", get(run_events))
+        .route("/v1/runs/{id}/cancel", post(cancel_run))
+        .route("/v1/runs/{id}/retry", post(retry_run))
+        .route_layer(middleware::from_fn_with_state(
+            shared.clone(),
+            require_api_token,
+        ));
+    let internal = Router::new()
+        .route("/internal/v1/tasks/{id}/result", post(report))
+        .route_layer(middleware::from_fn_with_state(
+            shared.clone(),
+            require_worker_token,
+        ));
+    Router::new()
+        .merge(public)
+        .merge(internal)
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this endpoint",
+            )
+        })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(shared)
+}
+
+async fn require_api_token(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    check_token(s.config.api_token.as_deref(), req, next).await
+}
+
+async fn require_worker_token(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    check_token(s.config.worker_token.as_deref(), req, next).await
+}
+
+async fn check_token(expected: Option<&str>, req: Request, next: Next) -> Response {
+    if let Some(expected) = expected {
+        let header = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok());
+        if !bearer_matches(header, expected) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong bearer token",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
+    let db = async {
+        let client = composer_store::client(&s.pool).await?;
+        client.simple_query("SELECT 1").await?;
+        Ok::<_, composer_store::Error>(())
+    };
+    if let Err(e) = tokio::time::timeout(Duration::from_secs(2), db)
+        .await
+        .unwrap_or_else(|_| Err(composer_store::Error::Config("timed out".into())))
+    {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!("PostgreSQL: {e}"),
+        ));
+    }
+    if let Err(e) = s.streams.ping().await {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!("Redis: {e}"),
+        ));
+    }
+    Ok(Json(json!({"status": "ready"})))
+}
+
+fn definition_json(d: &DefinitionRow, with_spec: bool) -> Value {
+    let mut v =
+        json!({"id": d.id, "name": d.name, "version": d.version, "created_at": d.created_at});
+    if with_spec {
+        v["spec"] = d.spec.clone();
+    }
+    v
+}
+
+async fn register_workflow(
+    State(s): State<Arc<Shared>>,
+    Body(spec): Body<Value>,
+) -> ApiResult<Response> {
+    let wf = Workflow::parse(&spec)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_definition", e.to_string()))?;
+    let normalized =
+        serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut client = composer_store::client(&s.pool).await?;
+    let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized).await?
+    {
+        Registered::Created(row) => (StatusCode::CREATED, row),
+        Registered::Unchanged(row) => (StatusCode::OK, row),
+    };
+    tracing::info!(workflow = %row.name, version = row.version, created = status == StatusCode::CREATED, "workflow registered");
+    Ok((status, Json(definition_json(&row, false))).into_response())
+}
+
+async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
+    let client = composer_store::client(&s.pool).await?;
+    let rows = definitions::latest_of_each(&client, MAX_PAGE).await?;
+    Ok(Json(
+        json!({"workflows": rows.iter().map(|d| definition_json(d, false)).collect::<Vec<_>>()}),
+    ))
+}
+
+async fn get_workflow(
+    State(s): State<Arc<Shared>>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let client = composer_store::client(&s.pool).await?;
+    let versions = definitions::versions(&client, &name).await?;
+    let Some(latest) = versions.first() else {
+        return Err(ApiError::not_found(format!("workflow {name:?} not found")));
+    };
+    let mut v = definition_json(latest, true);
+    v["versions"] = json!(versions
+        .iter()
+        .map(|d| definition_json(d, false))
+        .collect::<Vec<_>>());
+    Ok(Json(v))
+}
+
+async fn get_workflow_version(
+    State(s): State<Arc<Shared>>,
+    Path((name, version)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let version: i32 = version.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "version must be a positive integer, got {version:?}"
+        ))
+    })?;
+    let client = composer_store::client(&s.pool).await?;
+    match definitions::by_name(&client, &name, Some(version)).await? {
+        Some(d) => Ok(Json(definition_json(&d, true))),
+        None => Err(ApiError::not_found(format!(
+            "workflow {name:?} version {version} not found"
+        ))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartRun {
+    workflow: String,
+    #[serde(default)]
+    version: Option<i32>,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> ApiResult<Response> {
+    let input = req.input.unwrap_or_else(|| json!({}));
+    if json_size(&input) > s.config.max_payload {
+        return Err(ApiError::too_large("run input", s.config.max_payload));
+    }
+    let def = {
+        let client = composer_store::client(&s.pool).await?;
+        definitions::by_name(&client, &req.workflow, req.version).await?
+    };
+    let def = def.ok_or_else(|| match req.version {
+        Some(v) => {
+            ApiError::not_found(format!("workflow {:?} version {v} not found", req.workflow))
+        }
+        None => ApiError::not_found(format!("workflow {:?} not found", req.workflow)),
+    })?;
+    let row = s.engine.start_run(&def, &input).await?;
+    Ok((StatusCode::CREATED, Json(run_json(&row, None))).into_response())
+}
+
+fn json_size(v: &Value) -> usize {
+    serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)
+}
+
+fn parse_run_id(id: &str) -> ApiResult<Uuid> {
+    id.parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid run id {id:?}: expected a UUID")))
+}
+
+pub fn run_json(r: &RunRow, tasks: Option<&[TaskRow]>) -> Value {
+    let mut v = json!({
+        "id": r.id,
+        "workflow": r.workflow_name,
+        "version": r.workflow_version,
+        "workflow_id": r.workflow_definition_id,
+        "status": r.status,
+        "input": r.input,
+        "output": r.output,
+        "error": r.error,
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+        "finished_at": r.finished_at,
+    });
+    if let Some(tasks) = tasks {
+        v["tasks"] = tasks
+            .iter()
+            .map(|t| {
+                json!({
+                    "id": t.id,
+                    "node_id": t.node_id,
+                    "node_type": t.node_type,
+                    "state": t.state,
+                    "attempt": t.attempt,
+                    "input": t.input,
+                    "output": t.output,
+                    "error": t.error,
+                    "wake_at": t.wake_at,
+                    "started_at": t.started_at,
+                    "finished_at": t.finished_at,
+                })
+            })
+            .collect();
+    }
+    v
+}
+
+async fn get_run(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let run_id = parse_run_id(&id)?;
+    let wait = match q.get("wait") {
+        Some(w) => duration::parse(w)
+            .map_err(|e| ApiError::bad_request(format!("wait: {e}")))?
+            .min(MAX_WAIT),
+        None => Duration::ZERO,
+    };
+    // Subscribe before reading, so an end that commits in between is seen.
+    let mut ended = s.runs.subscribe();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let client = composer_store::client(&s.pool).await?;
+        let Some((run, tasks)) = runs::get(&client, run_id).await? else {
+            return Err(ApiError::not_found(format!("run {run_id} not found")));
+        };
+        drop(client);
+        if run.status.is_terminal() || tokio::time::Instant::now() >= deadline {
+            return Ok(Json(run_json(&run, Some(&tasks))));
+        }
+        loop {
+            match tokio::time::timeout_at(deadline, ended.recv()).await {
+                Err(_) => break,
+                Ok(Ok(id)) if id == run_id || id.is_nil() => break,
+                Ok(Ok(_)) => continue,
+                Ok(Err(_)) => break,
+            }
+        }
+    }
+}
+
+async fn run_events(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let run_id = parse_run_id(&id)?;
+    let after: i64 = match q.get("after") {
+        Some(a) => a
+            .parse()
+            .map_err(|_| ApiError::bad_request("after: expected an integer"))?,
+        None => 0,
+    };
+    let limit: i64 = match q.get("limit") {
+        Some(l) => l
+            .parse::<i64>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| ApiError::bad_request(format!("limit: expected 1..={MAX_PAGE}")))?,
+        None => 100,
+    };
+    let client = composer_store::client(&s.pool).await?;
+    if runs::status(&client, run_id).await?.is_none() {
+        return Err(ApiError::not_found(format!("run {run_id} not found")));
+    }
+    let events = runs::history(&client, run_id, after, limit).await?;
+    let next = if events.len() as i64 == limit {
+        events.last().map(|e| e.seq)
+    } else {
+        None
+    };
+    Ok(Json(json!({
+        "events": events.iter().map(|e| json!({"seq": e.seq, "type": e.kind, "payload": e.payload, "created_at": e.created_at})).collect::<Vec<_>>(),
+        "next_after": next,
+    })))
+}
+
+async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<Value>> {
+    let run_id = parse_run_id(id)?;
+    let handled = s.engine.handle(run_id, event).await?;
+    if let Some(reason) = handled.ignored {
+        return Err(ApiError::new(StatusCode::CONFLICT, "conflict", reason));
+    }
+    let client = composer_store::client(&s.pool).await?;
+    let (run, tasks) = runs::get(&client, run_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
+    Ok(Json(run_json(&run, Some(&tasks))))
+}
+
+async fn cancel_run(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    control(&s, &id, Event::CancelRun).await
+}
+
+async fn retry_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    control(&s, &id, Event::RetryRun).await
+}
+
+async fn report(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Body(r): Body<TaskReport>,
+) -> ApiResult<Json<ReportAck>> {
+    let task_id: Uuid = id
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid task id {id:?}")))?;
+    let event = match r.status {
+        ReportStatus::Completed => {
+            let output = r.output.unwrap_or(Value::Null);
+            if json_size(&output) > s.config.max_payload {
+                Event::TaskFailed {
+                    task_id,
+                    attempt: r.attempt,
+                    error: format!(
+                        "output exceeds the limit of {} bytes (COMPOSER_MAX_PAYLOAD)",
+                        s.config.max_payload
+                    ),
+                    retryable: false,
+                }
+            } else {
+                Event::TaskCompleted {
+                    task_id,
+                    attempt: r.attempt,
+                    output,
+                }
+            }
+        }
+        ReportStatus::Failed => Event::TaskFailed {
+            task_id,
+            attempt: r.attempt,
+            error: r
+                .error
+                .unwrap_or_else(|| "failed without an error message".into()),
+            retryable: r.retryable,
+        },
+    };
+    let handled = s.engine.handle(r.run_id, event).await?;
+    Ok(Json(ReportAck {
+        applied: handled.ignored.is_none(),
+        ignored: handled.ignored,
+    }))
+}

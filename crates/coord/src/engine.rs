@@ -1,0 +1,165 @@
+//! `handle(run_id, event)`: the one way a run changes. One transaction: lock
+//! the run row, load its tasks, apply the pure state machine, write the
+//! changes, outbox rows and history, notify, commit. A crash anywhere rolls
+//! all of it back, and the run lock serializes events of one run across every
+//! coordinator.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
+use composer_core::definition::Workflow;
+use composer_core::machine::{self, Event, RunStatus};
+use composer_store::definitions::DefinitionRow;
+use composer_store::runs::{self, DispatchConfig, NewRun, RunRow};
+use composer_store::Pool;
+use serde_json::Value;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("run {0} not found")]
+    RunNotFound(Uuid),
+    #[error(transparent)]
+    Store(#[from] composer_store::Error),
+}
+
+impl From<tokio_postgres::Error> for EngineError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        EngineError::Store(e.into())
+    }
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// The result of handling one event.
+#[derive(Debug, Clone)]
+pub struct Handled {
+    pub status: RunStatus,
+    /// Why the event changed nothing (duplicate, late, stale …).
+    pub ignored: Option<String>,
+}
+
+pub struct Engine {
+    pool: Pool,
+    dispatch: DispatchConfig,
+    outbox_wake: Arc<Notify>,
+    /// Definition versions are immutable, so a compiled workflow is cached
+    /// for the life of the process.
+    workflows: Mutex<HashMap<Uuid, Arc<Workflow>>>,
+}
+
+impl Engine {
+    pub fn new(pool: Pool, dispatch: DispatchConfig, outbox_wake: Arc<Notify>) -> Engine {
+        Engine {
+            pool,
+            dispatch,
+            outbox_wake,
+            workflows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The compiled workflow of a stored definition.
+    pub fn compile(&self, def: &DefinitionRow) -> Result<Arc<Workflow>> {
+        if let Some(wf) = self.workflows.lock().expect("workflow cache").get(&def.id) {
+            return Ok(wf.clone());
+        }
+        let wf = Workflow::parse(&def.spec).map_err(|e| {
+            composer_store::Error::Corrupt(format!(
+                "stored definition {} v{} is invalid: {e}",
+                def.name, def.version
+            ))
+        })?;
+        let wf = Arc::new(wf);
+        self.workflows
+            .lock()
+            .expect("workflow cache")
+            .insert(def.id, wf.clone());
+        Ok(wf)
+    }
+
+    async fn workflow(&self, definition_id: Uuid) -> Result<Arc<Workflow>> {
+        if let Some(wf) = self
+            .workflows
+            .lock()
+            .expect("workflow cache")
+            .get(&definition_id)
+        {
+            return Ok(wf.clone());
+        }
+        let client = composer_store::client(&self.pool).await?;
+        let def = composer_store::definitions::by_id(&client, definition_id)
+            .await?
+            .ok_or_else(|| {
+                composer_store::Error::Corrupt(format!(
+                    "definition {definition_id} of a run does not exist"
+                ))
+            })?;
+        self.compile(&def)
+    }
+
+    /// Inserts a run and applies RunStarted in the same commit, so a run
+    /// never exists without its first dispatches.
+    pub async fn start_run(&self, def: &DefinitionRow, input: &Value) -> Result<RunRow> {
+        let wf = self.compile(def)?;
+        let mut client = composer_store::client(&self.pool).await?;
+        let tx = client.transaction().await?;
+        let new = NewRun {
+            id: Uuid::now_v7(),
+            workflow_definition_id: def.id,
+            workflow_name: &def.name,
+            workflow_version: def.version,
+            input,
+            idempotency_key: None,
+        };
+        let mut row = runs::insert_run(&tx, &new).await?;
+        let mut run = machine::Run::new(row.id, input.clone());
+        let tr = machine::apply(
+            &wf,
+            &mut run,
+            &Event::RunStarted,
+            Utc::now(),
+            &mut Uuid::now_v7,
+        );
+        runs::write_transition(&tx, &wf, &row, &run, &tr, &self.dispatch).await?;
+        tx.commit().await?;
+        if !tr.dispatch.is_empty() {
+            self.outbox_wake.notify_one();
+        }
+        row.status = run.status;
+        row.output = run.output;
+        row.error = run.error;
+        tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
+        Ok(row)
+    }
+
+    /// Applies `event` to the run under its lock and commits the result.
+    pub async fn handle(&self, run_id: Uuid, event: Event) -> Result<Handled> {
+        let mut client = composer_store::client(&self.pool).await?;
+        let tx = client.transaction().await?;
+        let (row, tasks) = runs::lock(&tx, run_id)
+            .await?
+            .ok_or(EngineError::RunNotFound(run_id))?;
+        let wf = self.workflow(row.workflow_definition_id).await?;
+        let mut run = runs::to_machine(&wf, &row, &tasks)?;
+        let tr = machine::apply(&wf, &mut run, &event, Utc::now(), &mut Uuid::now_v7);
+        runs::write_transition(&tx, &wf, &row, &run, &tr, &self.dispatch).await?;
+        tx.commit().await?;
+        if !tr.dispatch.is_empty() {
+            self.outbox_wake.notify_one();
+        }
+        match &tr.ignored {
+            Some(reason) => {
+                tracing::debug!(%run_id, event = event.name(), %reason, "event ignored")
+            }
+            None => {
+                tracing::debug!(%run_id, event = event.name(), status = %run.status, "event applied")
+            }
+        }
+        Ok(Handled {
+            status: run.status,
+            ignored: tr.ignored,
+        })
+    }
+}

@@ -1,0 +1,134 @@
+//! Workflow definitions. Versions are immutable: registering a changed spec
+//! adds version + 1, registering the latest spec again returns it.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::{Client, Result};
+
+#[derive(Debug, Clone)]
+pub struct DefinitionRow {
+    pub id: Uuid,
+    pub name: String,
+    pub version: i32,
+    pub spec: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+impl DefinitionRow {
+    fn from_row(r: &Row) -> DefinitionRow {
+        DefinitionRow {
+            id: r.get(0),
+            name: r.get(1),
+            version: r.get(2),
+            spec: r.get(3),
+            created_at: r.get(4),
+        }
+    }
+}
+
+/// The outcome of registering a spec.
+#[derive(Debug, Clone)]
+pub enum Registered {
+    Created(DefinitionRow),
+    /// The spec equals the latest version's; nothing was written.
+    Unchanged(DefinitionRow),
+}
+
+const COLUMNS: &str = "id, name, version, spec, created_at";
+
+/// Registers `spec` (already validated and normalized) under `name`. The
+/// per-name advisory lock serializes concurrent registrations of one name,
+/// so two coordinators cannot both create version N.
+pub async fn register(client: &mut Client, name: &str, spec: &Value) -> Result<Registered> {
+    let tx = client.transaction().await?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('composer_definition:' || $1))",
+        &[&name],
+    )
+    .await?;
+    let latest = tx
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM workflow_definitions WHERE name = $1 ORDER BY version DESC LIMIT 1"),
+            &[&name],
+        )
+        .await?
+        .map(|r| DefinitionRow::from_row(&r));
+    if let Some(latest) = latest {
+        if &latest.spec == spec {
+            return Ok(Registered::Unchanged(latest));
+        }
+    }
+    let row = tx
+        .query_one(
+            &format!(
+                "INSERT INTO workflow_definitions (id, name, version, spec)
+                 SELECT $1, $2, COALESCE(MAX(version), 0) + 1, $3 FROM workflow_definitions WHERE name = $2
+                 RETURNING {COLUMNS}"
+            ),
+            &[&Uuid::now_v7(), &name, spec],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(Registered::Created(DefinitionRow::from_row(&row)))
+}
+
+pub async fn by_id(client: &Client, id: Uuid) -> Result<Option<DefinitionRow>> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM workflow_definitions WHERE id = $1"
+        ))
+        .await?;
+    Ok(client
+        .query_opt(&stmt, &[&id])
+        .await?
+        .map(|r| DefinitionRow::from_row(&r)))
+}
+
+/// The given version of `name`, or its latest when `version` is `None`.
+pub async fn by_name(
+    client: &Client,
+    name: &str,
+    version: Option<i32>,
+) -> Result<Option<DefinitionRow>> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM workflow_definitions
+              WHERE name = $1 AND ($2::int4 IS NULL OR version = $2)
+              ORDER BY version DESC LIMIT 1"
+        ))
+        .await?;
+    Ok(client
+        .query_opt(&stmt, &[&name, &version])
+        .await?
+        .map(|r| DefinitionRow::from_row(&r)))
+}
+
+/// Every version of `name`, newest first.
+pub async fn versions(client: &Client, name: &str) -> Result<Vec<DefinitionRow>> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM workflow_definitions WHERE name = $1 ORDER BY version DESC"
+            ),
+            &[&name],
+        )
+        .await?;
+    Ok(rows.iter().map(DefinitionRow::from_row).collect())
+}
+
+/// The latest version of every workflow, by name, at most `limit`.
+pub async fn latest_of_each(client: &Client, limit: i64) -> Result<Vec<DefinitionRow>> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT DISTINCT ON (name) {COLUMNS} FROM workflow_definitions
+                  ORDER BY name, version DESC LIMIT $1"
+            ),
+            &[&limit],
+        )
+        .await?;
+    Ok(rows.iter().map(DefinitionRow::from_row).collect())
+}

@@ -1,0 +1,81 @@
+//! The worker's lease on a task, held in the task row itself.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::{Pool, Result};
+
+/// Acquires and renews leases. Both are single conditional UPDATEs, so two
+/// workers racing for one task cannot both win: the row lock serializes them
+/// and the loser's WHERE no longer matches.
+#[derive(Clone)]
+pub struct LeaseManager {
+    pool: Pool,
+}
+
+impl LeaseManager {
+    pub fn new(pool: Pool) -> LeaseManager {
+        LeaseManager { pool }
+    }
+
+    /// Takes the lease on attempt `attempt` of a task for `ttl`. Succeeds only
+    /// when the task is PENDING, or RUNNING with an expired lease; an owner
+    /// cannot re-acquire a lease it still holds, so a redelivered message is
+    /// not executed twice by the same worker.
+    pub async fn acquire(
+        &self,
+        run_id: Uuid,
+        task_id: Uuid,
+        owner: &str,
+        ttl: Duration,
+        attempt: i32,
+    ) -> Result<bool> {
+        let client = crate::client(&self.pool).await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE task_instances
+                    SET state = 'RUNNING', lease_owner = $3,
+                        lease_expires_at = now() + make_interval(secs => $4),
+                        started_at = now(), updated_at = now()
+                  WHERE run_id = $1 AND id = $2 AND attempt = $5
+                    AND (state = 'PENDING' OR (state = 'RUNNING' AND lease_expires_at < now()))",
+            )
+            .await?;
+        let n = client
+            .execute(
+                &stmt,
+                &[&run_id, &task_id, &owner, &ttl.as_secs_f64(), &attempt],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Extends a lease `owner` still holds. False means it was lost (expired
+    /// and taken over, or the task was cancelled or finished): the holder must
+    /// stop and discard its result.
+    pub async fn renew(
+        &self,
+        run_id: Uuid,
+        task_id: Uuid,
+        owner: &str,
+        ttl: Duration,
+        attempt: i32,
+    ) -> Result<bool> {
+        let client = crate::client(&self.pool).await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE task_instances
+                    SET lease_expires_at = now() + make_interval(secs => $4), updated_at = now()
+                  WHERE run_id = $1 AND id = $2 AND attempt = $5 AND state = 'RUNNING' AND lease_owner = $3",
+            )
+            .await?;
+        let n = client
+            .execute(
+                &stmt,
+                &[&run_id, &task_id, &owner, &ttl.as_secs_f64(), &attempt],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+}

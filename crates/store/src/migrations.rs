@@ -1,0 +1,42 @@
+//! Versioned migrations, applied in one transaction under an advisory lock so
+//! that coordinators starting together apply each exactly once.
+
+use crate::{Client, Result};
+
+const MIGRATIONS: &[(i32, &str, &str)] =
+    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+
+/// Applies the migrations this build knows and the database lacks; returns
+/// how many it applied.
+pub async fn migrate(client: &mut Client) -> Result<usize> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(
+        "SELECT pg_advisory_xact_lock(hashtext('composer_migrations'));
+         CREATE TABLE IF NOT EXISTS composer_schema_migrations (
+             version integer PRIMARY KEY,
+             name text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await?;
+    let applied: Vec<i32> = tx
+        .query("SELECT version FROM composer_schema_migrations", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut count = 0;
+    for (version, name, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO composer_schema_migrations (version, name) VALUES ($1, $2)",
+            &[version, name],
+        )
+        .await?;
+        count += 1;
+    }
+    tx.commit().await?;
+    Ok(count)
+}

@@ -1,0 +1,492 @@
+//! Runs and tasks: the engine's locked read ([`lock`]) and set-based write
+//! ([`write_transition`]), plus the reads behind the API.
+//!
+//! Every change to a run happens in a transaction that first takes the run
+//! row's lock (`SELECT … FOR UPDATE`), so events for one run apply one after
+//! another on any number of coordinators, while different runs proceed in
+//! parallel.
+
+use chrono::{DateTime, Utc};
+use composer_core::definition::Workflow;
+use composer_core::machine::{self, RunStatus, TaskState, Transition};
+use serde_json::Value;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::dispatch::{dispatch_insert, DispatchParams};
+use crate::{Client, Error, Result, Transaction};
+
+/// Channel notified when a commit adds outbox rows.
+pub const OUTBOX_CHANNEL: &str = "composer_outbox";
+/// Channel notified with a run id when that run reaches a terminal status.
+pub const RUN_DONE_CHANNEL: &str = "composer_run_done";
+
+#[derive(Debug, Clone)]
+pub struct RunRow {
+    pub id: Uuid,
+    pub workflow_definition_id: Uuid,
+    pub workflow_name: String,
+    pub workflow_version: i32,
+    pub status: RunStatus,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+const RUN_COLUMNS: &str =
+    "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
+                           error, idempotency_key, created_at, updated_at, finished_at";
+
+impl RunRow {
+    fn from_row(r: &Row) -> Result<RunRow> {
+        let status: String = r.get(4);
+        Ok(RunRow {
+            id: r.get(0),
+            workflow_definition_id: r.get(1),
+            workflow_name: r.get(2),
+            workflow_version: r.get(3),
+            status: RunStatus::parse(&status)
+                .ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?,
+            input: r.get(5),
+            output: r.get(6),
+            error: r.get(7),
+            idempotency_key: r.get(8),
+            created_at: r.get(9),
+            updated_at: r.get(10),
+            finished_at: r.get(11),
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub run_id: Uuid,
+    pub id: Uuid,
+    pub node_id: String,
+    pub node_type: String,
+    pub queue: Option<String>,
+    pub state: TaskState,
+    pub attempt: i32,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub wake_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const TASK_COLUMNS: &str = "run_id, id, node_id, node_type, queue, state, attempt, input_json, output_json, error, \
+                            lease_owner, lease_expires_at, wake_at, started_at, finished_at, created_at, updated_at";
+
+impl TaskRow {
+    fn from_row(r: &Row) -> Result<TaskRow> {
+        let state: String = r.get(5);
+        Ok(TaskRow {
+            run_id: r.get(0),
+            id: r.get(1),
+            node_id: r.get(2),
+            node_type: r.get(3),
+            queue: r.get(4),
+            state: TaskState::parse(&state)
+                .ok_or_else(|| Error::Corrupt(format!("task state {state:?}")))?,
+            attempt: r.get(6),
+            input: r.get(7),
+            output: r.get(8),
+            error: r.get(9),
+            lease_owner: r.get(10),
+            lease_expires_at: r.get(11),
+            wake_at: r.get(12),
+            started_at: r.get(13),
+            finished_at: r.get(14),
+            created_at: r.get(15),
+            updated_at: r.get(16),
+        })
+    }
+}
+
+/// How dispatches are addressed: `<prefix>tasks:<queue>.<shard>` over `shards`.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    pub prefix: String,
+    pub shards: i64,
+}
+
+/// A run about to be inserted.
+#[derive(Debug, Clone)]
+pub struct NewRun<'a> {
+    pub id: Uuid,
+    pub workflow_definition_id: Uuid,
+    pub workflow_name: &'a str,
+    pub workflow_version: i32,
+    pub input: &'a Value,
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
+pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow> {
+    let stmt = tx
+        .prepare_cached(&format!(
+            "INSERT INTO workflow_runs (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key)
+             VALUES ($1, $2, $3, $4, 'RUNNING', $5, $6) RETURNING {RUN_COLUMNS}"
+        ))
+        .await?;
+    let row = tx
+        .query_one(
+            &stmt,
+            &[
+                &run.id,
+                &run.workflow_definition_id,
+                &run.workflow_name,
+                &run.workflow_version,
+                run.input,
+                &run.idempotency_key,
+            ],
+        )
+        .await?;
+    RunRow::from_row(&row)
+}
+
+/// Locks the run row and loads its tasks, in one round trip: the task query
+/// runs after the lock is granted, so it sees every commit made under it.
+pub async fn lock(tx: &Transaction<'_>, run_id: Uuid) -> Result<Option<(RunRow, Vec<TaskRow>)>> {
+    let lock_stmt = tx
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE"
+        ))
+        .await?;
+    let tasks_stmt = tx
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 ORDER BY id"
+        ))
+        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_id];
+    let (run, tasks) = tokio::try_join!(
+        tx.query_opt(&lock_stmt, &params),
+        tx.query(&tasks_stmt, &params)
+    )?;
+    let Some(run) = run else { return Ok(None) };
+    let tasks = tasks
+        .iter()
+        .map(TaskRow::from_row)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some((RunRow::from_row(&run)?, tasks)))
+}
+
+/// The state machine's view of a run.
+pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<machine::Run> {
+    let tasks = tasks
+        .iter()
+        .map(|t| {
+            let node = wf.node_index(&t.node_id).ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "task {} names node {:?}, unknown to its workflow version",
+                    t.id, t.node_id
+                ))
+            })?;
+            Ok(machine::Task {
+                id: t.id,
+                node,
+                state: t.state,
+                attempt: t.attempt,
+                input: t.input.clone(),
+                output: t.output.clone(),
+                error: t.error.clone(),
+                wake_at: t.wake_at,
+                finished_at: t.finished_at,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(machine::Run {
+        id: run.id,
+        status: run.status,
+        input: run.input.clone(),
+        output: run.output.clone(),
+        error: run.error.clone(),
+        tasks,
+    })
+}
+
+/// Writes what one transition changed: the run, new and changed tasks, outbox
+/// rows for dispatches, history, and the notifications — each set-based, all
+/// pipelined in one round trip. Nothing is visible until the caller commits.
+pub async fn write_transition(
+    tx: &Transaction<'_>,
+    wf: &Workflow,
+    meta: &RunRow,
+    run: &machine::Run,
+    tr: &Transition,
+    dispatch: &DispatchConfig,
+) -> Result<()> {
+    let status = run.status.as_str();
+
+    let new: Vec<&machine::Task> = tr.created.iter().map(|&i| &run.tasks[i]).collect();
+    let new_ids: Vec<Uuid> = new.iter().map(|t| t.id).collect();
+    let new_nodes: Vec<&str> = new.iter().map(|t| wf.nodes[t.node].id.as_str()).collect();
+    let new_types: Vec<&str> = new
+        .iter()
+        .map(|t| wf.nodes[t.node].node_type.as_str())
+        .collect();
+    let new_queues: Vec<Option<&str>> = new
+        .iter()
+        .map(|t| wf.nodes[t.node].queue.as_deref())
+        .collect();
+    let new_states: Vec<&str> = new.iter().map(|t| t.state.as_str()).collect();
+    let new_attempts: Vec<i32> = new.iter().map(|t| t.attempt).collect();
+    let new_inputs: Vec<&Value> = new.iter().map(|t| &t.input).collect();
+    let new_wake: Vec<Option<DateTime<Utc>>> = new.iter().map(|t| t.wake_at).collect();
+    let new_finished: Vec<Option<DateTime<Utc>>> = new.iter().map(|t| t.finished_at).collect();
+
+    let upd: Vec<&machine::Task> = tr.updated.iter().map(|&i| &run.tasks[i]).collect();
+    let upd_ids: Vec<Uuid> = upd.iter().map(|t| t.id).collect();
+    let upd_states: Vec<&str> = upd.iter().map(|t| t.state.as_str()).collect();
+    let upd_attempts: Vec<i32> = upd.iter().map(|t| t.attempt).collect();
+    let upd_outputs: Vec<Option<&Value>> = upd.iter().map(|t| t.output.as_ref()).collect();
+    let upd_errors: Vec<Option<&str>> = upd.iter().map(|t| t.error.as_deref()).collect();
+    let upd_wake: Vec<Option<DateTime<Utc>>> = upd.iter().map(|t| t.wake_at).collect();
+    let upd_finished: Vec<Option<DateTime<Utc>>> = upd.iter().map(|t| t.finished_at).collect();
+
+    let dsp: Vec<&machine::Task> = tr.dispatch.iter().map(|&i| &run.tasks[i]).collect();
+    let dsp_ids: Vec<Uuid> = dsp.iter().map(|t| t.id).collect();
+    let dsp_nodes: Vec<&str> = dsp.iter().map(|t| wf.nodes[t.node].id.as_str()).collect();
+    let dsp_types: Vec<&str> = dsp
+        .iter()
+        .map(|t| wf.nodes[t.node].node_type.as_str())
+        .collect();
+    let dsp_queues: Vec<Option<&str>> = dsp
+        .iter()
+        .map(|t| wf.nodes[t.node].queue.as_deref())
+        .collect();
+    let dsp_attempts: Vec<i32> = dsp.iter().map(|t| t.attempt).collect();
+    let dsp_inputs: Vec<&Value> = dsp.iter().map(|t| &t.input).collect();
+
+    let hist_kinds: Vec<&str> = tr.history.iter().map(|h| h.kind).collect();
+    let hist_payloads: Vec<&Value> = tr.history.iter().map(|h| &h.payload).collect();
+
+    let mut channels: Vec<&str> = Vec::new();
+    let mut payloads: Vec<String> = Vec::new();
+    if !dsp.is_empty() {
+        channels.push(OUTBOX_CHANNEL);
+        payloads.push(String::new());
+    }
+    if tr.run_changed && run.status.is_terminal() {
+        channels.push(RUN_DONE_CHANNEL);
+        payloads.push(run.id.to_string());
+    }
+
+    let update_run = async {
+        if !tr.run_changed {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE workflow_runs SET status = $2, output = $3, error = $4, updated_at = now(),
+                        finished_at = CASE WHEN $2 = 'RUNNING' THEN NULL ELSE now() END
+                  WHERE id = $1",
+            )
+            .await?;
+        tx.execute(&stmt, &[&run.id, &status, &run.output, &run.error])
+            .await
+    };
+    let insert_tasks = async {
+        if new.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO task_instances
+                    (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at)
+                 SELECT $1, * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                          $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[])",
+            )
+            .await?;
+        tx.execute(
+            &stmt,
+            &[
+                &run.id,
+                &new_ids,
+                &new_nodes,
+                &new_types,
+                &new_queues,
+                &new_states,
+                &new_attempts,
+                &new_inputs,
+                &new_wake,
+                &new_finished,
+            ],
+        )
+        .await
+    };
+    // The engine never hands a task to a worker itself, so every change it
+    // writes ends any lease: a terminal task, or a new attempt to dispatch.
+    let update_tasks = async {
+        if upd.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE task_instances t
+                    SET state = u.state, attempt = u.attempt, output_json = u.output, error = u.error,
+                        wake_at = u.wake_at, finished_at = u.finished_at,
+                        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+                   FROM unnest($2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
+                               $7::timestamptz[], $8::timestamptz[])
+                        AS u(id, state, attempt, output, error, wake_at, finished_at)
+                  WHERE t.run_id = $1 AND t.id = u.id",
+            )
+            .await?;
+        tx.execute(
+            &stmt,
+            &[
+                &run.id,
+                &upd_ids,
+                &upd_states,
+                &upd_attempts,
+                &upd_outputs,
+                &upd_errors,
+                &upd_wake,
+                &upd_finished,
+            ],
+        )
+        .await
+    };
+    let insert_outbox = async {
+        if dsp.is_empty() {
+            return Ok(0);
+        }
+        let sql = format!(
+            "{} FROM (SELECT u.*, $3::uuid AS run_id
+                        FROM unnest($6::uuid[], $7::text[], $8::text[], $9::text[], $10::int4[], $11::jsonb[])
+                             AS u(id, node_id, node_type, queue, attempt, input_json)) t
+               CROSS JOIN (SELECT $4::uuid AS workflow_definition_id, $5::int4 AS workflow_version) r",
+            dispatch_insert(&DispatchParams { shards: "$1", prefix: "$2" })
+        );
+        let stmt = tx.prepare_cached(&sql).await?;
+        tx.execute(
+            &stmt,
+            &[
+                &dispatch.shards,
+                &dispatch.prefix,
+                &run.id,
+                &meta.workflow_definition_id,
+                &meta.workflow_version,
+                &dsp_ids,
+                &dsp_nodes,
+                &dsp_types,
+                &dsp_queues,
+                &dsp_attempts,
+                &dsp_inputs,
+            ],
+        )
+        .await
+    };
+    let insert_history = async {
+        if hist_kinds.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached("INSERT INTO run_events (run_id, type, payload) SELECT $1, * FROM unnest($2::text[], $3::jsonb[])")
+            .await?;
+        tx.execute(&stmt, &[&run.id, &hist_kinds, &hist_payloads])
+            .await
+    };
+    let notify = async {
+        if channels.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)")
+            .await?;
+        tx.execute(&stmt, &[&channels, &payloads]).await
+    };
+    tokio::try_join!(
+        update_run,
+        insert_tasks,
+        update_tasks,
+        insert_outbox,
+        insert_history,
+        notify
+    )?;
+    Ok(())
+}
+
+/// A run and its tasks, for the API (no lock).
+pub async fn get(client: &Client, run_id: Uuid) -> Result<Option<(RunRow, Vec<TaskRow>)>> {
+    let run_stmt = client
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1"
+        ))
+        .await?;
+    let tasks_stmt = client
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 ORDER BY id"
+        ))
+        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_id];
+    let (run, tasks) = tokio::try_join!(
+        client.query_opt(&run_stmt, &params),
+        client.query(&tasks_stmt, &params)
+    )?;
+    let Some(run) = run else { return Ok(None) };
+    let tasks = tasks
+        .iter()
+        .map(TaskRow::from_row)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some((RunRow::from_row(&run)?, tasks)))
+}
+
+/// Only the run's status, for cheap polling.
+pub async fn status(client: &Client, run_id: Uuid) -> Result<Option<RunStatus>> {
+    let stmt = client
+        .prepare_cached("SELECT status FROM workflow_runs WHERE id = $1")
+        .await?;
+    match client.query_opt(&stmt, &[&run_id]).await? {
+        Some(r) => {
+            let s: String = r.get(0);
+            Ok(Some(RunStatus::parse(&s).ok_or_else(|| {
+                Error::Corrupt(format!("run status {s:?}"))
+            })?))
+        }
+        None => Ok(None),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HistoryRow {
+    pub seq: i64,
+    pub kind: String,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The run's history after `after_seq`, oldest first, at most `limit` entries.
+pub async fn history(
+    client: &Client,
+    run_id: Uuid,
+    after_seq: i64,
+    limit: i64,
+) -> Result<Vec<HistoryRow>> {
+    let rows = client
+        .query(
+            "SELECT seq, type, payload, created_at FROM run_events
+              WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            &[&run_id, &after_seq, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| HistoryRow {
+            seq: r.get(0),
+            kind: r.get(1),
+            payload: r.get(2),
+            created_at: r.get(3),
+        })
+        .collect())
+}

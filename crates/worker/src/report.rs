@@ -1,0 +1,91 @@
+//! Delivering a result to a coordinator, failing over between them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use composer_core::wire::{ReportAck, TaskReport};
+use uuid::Uuid;
+
+/// What became of a report.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// A coordinator answered (the result was applied or ignored): ack.
+    Delivered,
+    /// The run no longer exists: nothing will ever take the result, ack.
+    Gone,
+    /// No coordinator took it before the deadline: leave the message pending.
+    Failed,
+}
+
+pub struct Reporter {
+    client: reqwest::Client,
+    urls: Vec<String>,
+    token: Option<String>,
+    next: AtomicUsize,
+}
+
+impl Reporter {
+    pub fn new(urls: Vec<String>, token: Option<String>) -> Reporter {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .expect("building the report client");
+        let urls = urls
+            .into_iter()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .collect();
+        Reporter {
+            client,
+            urls,
+            token,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Posts `report`, rotating through coordinators with backoff until one
+    /// answers or `deadline` passes.
+    pub async fn send(&self, task_id: Uuid, report: &TaskReport, deadline: Duration) -> Delivery {
+        let give_up = tokio::time::Instant::now() + deadline;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len().max(1);
+            let Some(base) = self.urls.get(i) else {
+                return Delivery::Failed;
+            };
+            let mut req = self
+                .client
+                .post(format!("{base}/internal/v1/tasks/{task_id}/result"))
+                .json(report);
+            if let Some(t) = &self.token {
+                req = req.bearer_auth(t);
+            }
+            match req.send().await {
+                Ok(resp) if resp.status().is_success() => {
+                    if let Ok(ack) = resp.json::<ReportAck>().await {
+                        if let Some(reason) = ack.ignored {
+                            tracing::debug!(%task_id, %reason, "report ignored by the coordinator");
+                        }
+                    }
+                    return Delivery::Delivered;
+                }
+                Ok(resp) if resp.status() == reqwest::StatusCode::NOT_FOUND => {
+                    return Delivery::Gone
+                }
+                Ok(resp) => {
+                    let status = resp.status();
+                    let body = resp.text().await.unwrap_or_default();
+                    tracing::warn!(%task_id, coordinator = %base, %status, %body, "report refused; trying again");
+                }
+                Err(e) => {
+                    tracing::warn!(%task_id, coordinator = %base, error = %e, "report failed; trying again")
+                }
+            }
+            if tokio::time::Instant::now() + backoff > give_up {
+                return Delivery::Failed;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+}

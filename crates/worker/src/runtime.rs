@@ -1,0 +1,347 @@
+//! The loop behind [`crate::Worker::run`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use composer_core::wire::{Dispatch, ReportStatus, TaskReport};
+use composer_store::leases::LeaseManager;
+use composer_stream::{Keys, Message, Streams};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::report::{Delivery, Reporter};
+use crate::{Error, Handler, TaskContext, Worker};
+
+/// Counters of what a worker did; cheap to clone and read from tests.
+#[derive(Debug, Clone, Default)]
+pub struct Stats(Arc<Counters>);
+
+#[derive(Debug, Default)]
+struct Counters {
+    executed: AtomicU64,
+    lease_denied: AtomicU64,
+    lease_lost: AtomicU64,
+    reported: AtomicU64,
+    report_failed: AtomicU64,
+}
+
+impl Stats {
+    /// Executions started (leases won).
+    pub fn executed(&self) -> u64 {
+        self.0.executed.load(Ordering::Relaxed)
+    }
+    /// Messages dropped because another worker held the task or it had moved on.
+    pub fn lease_denied(&self) -> u64 {
+        self.0.lease_denied.load(Ordering::Relaxed)
+    }
+    /// Executions cancelled because their lease was lost.
+    pub fn lease_lost(&self) -> u64 {
+        self.0.lease_lost.load(Ordering::Relaxed)
+    }
+    pub fn reported(&self) -> u64 {
+        self.0.reported.load(Ordering::Relaxed)
+    }
+    pub fn report_failed(&self) -> u64 {
+        self.0.report_failed.load(Ordering::Relaxed)
+    }
+}
+
+struct Ctx {
+    id: String,
+    lease_ttl: Duration,
+    report_deadline: Duration,
+    leases: LeaseManager,
+    streams: Streams,
+    reporter: Reporter,
+    handlers: HashMap<String, Handler>,
+    stats: Stats,
+}
+
+pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> Result<(), Error> {
+    let Worker { config, handlers } = worker;
+    if config.coordinator_urls.is_empty() {
+        return Err(Error::Config(
+            "no coordinator URLs (COMPOSER_COORDINATOR_URLS)".into(),
+        ));
+    }
+    if config.concurrency == 0 {
+        return Err(Error::Config("concurrency must be at least 1".into()));
+    }
+    let queues: BTreeSet<String> = match &config.queues {
+        Some(q) => q.iter().cloned().collect(),
+        None => handlers.values().map(|r| r.queue.clone()).collect(),
+    };
+    let pool = composer_store::connect(
+        &config.database_url,
+        config.db_pool_size,
+        Duration::from_secs(5),
+    )?;
+    let streams =
+        Streams::connect(&config.redis_url, Keys::new(config.redis_prefix.clone())).await?;
+    let ctx = Arc::new(Ctx {
+        id: config.id.clone(),
+        lease_ttl: config.lease_ttl,
+        report_deadline: config.report_deadline,
+        leases: LeaseManager::new(pool),
+        streams: streams.clone(),
+        reporter: Reporter::new(config.coordinator_urls.clone(), config.worker_token.clone()),
+        handlers: handlers.into_iter().map(|(t, r)| (t, r.handler)).collect(),
+        stats,
+    });
+
+    let Some(shards) = wait_for_shard_count(&streams, &shutdown).await else {
+        return Ok(());
+    };
+    let names: Vec<String> = queues
+        .iter()
+        .flat_map(|q| (0..shards).map(move |s| (q, s)))
+        .map(|(q, s)| streams.keys().stream(q, s))
+        .collect();
+    tracing::info!(worker = %ctx.id, queues = ?queues, shards, concurrency = config.concurrency, "worker started");
+
+    let permits = Arc::new(Semaphore::new(config.concurrency));
+    let mut inflight = JoinSet::new();
+    let mut consumer = None;
+    let mut backoff = Duration::from_millis(100);
+    while !shutdown.is_cancelled() {
+        while inflight.try_join_next().is_some() {}
+        // Hold at least one free slot before reading, and read no more than we can run.
+        let first = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+        };
+        let mut slots = vec![first];
+        while let Ok(p) = permits.clone().try_acquire_owned() {
+            slots.push(p);
+        }
+        if consumer.is_none() {
+            match connect_consumer(&streams, &ctx.id, config.block, &names).await {
+                Ok(c) => consumer = Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read task streams; retrying");
+                    drop(slots);
+                    sleep_or_shutdown(&shutdown, &mut backoff).await;
+                    continue;
+                }
+            }
+        }
+        let reader = consumer.as_mut().expect("consumer connected above");
+        match reader.read(&names, slots.len()).await {
+            Ok(messages) => {
+                backoff = Duration::from_millis(100);
+                for msg in messages {
+                    let slot = slots.pop().expect("never more messages than slots");
+                    inflight.spawn(process(ctx.clone(), msg, slot));
+                }
+            }
+            Err(e) if e.is_no_group() => {
+                tracing::warn!("a consumer group is missing (Redis lost its data?); re-creating");
+                consumer = None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading task streams failed; reconnecting");
+                consumer = None;
+                drop(slots);
+                sleep_or_shutdown(&shutdown, &mut backoff).await;
+            }
+        }
+    }
+    // Graceful: no new reads; let in-flight tasks finish and report, within a lease TTL.
+    let drain = async { while inflight.join_next().await.is_some() {} };
+    if tokio::time::timeout(config.lease_ttl, drain).await.is_err() {
+        tracing::warn!("in-flight tasks did not finish in time; their leases will expire and they will be retried");
+    }
+    tracing::info!(worker = %ctx.id, "worker stopped");
+    Ok(())
+}
+
+async fn wait_for_shard_count(streams: &Streams, shutdown: &CancellationToken) -> Option<u32> {
+    loop {
+        match streams.shard_count().await {
+            Ok(Some(n)) if n > 0 => return Some(n),
+            Ok(_) => tracing::info!("waiting for a coordinator to publish the stream shard count"),
+            Err(e) => tracing::warn!(error = %e, "cannot read the stream shard count"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
+async fn connect_consumer(
+    streams: &Streams,
+    id: &str,
+    block: Duration,
+    names: &[String],
+) -> Result<composer_stream::Consumer, composer_stream::Error> {
+    for name in names {
+        streams.ensure_group(name).await?;
+    }
+    streams.consumer(id, block).await
+}
+
+async fn sleep_or_shutdown(shutdown: &CancellationToken, backoff: &mut Duration) {
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = tokio::time::sleep(*backoff) => {}
+    }
+    *backoff = (*backoff * 2).min(Duration::from_secs(5));
+}
+
+/// One message: lease → execute while renewing → report → ack.
+async fn process(ctx: Arc<Ctx>, msg: Message, _slot: OwnedSemaphorePermit) {
+    let dispatch: Dispatch = match serde_json::from_str(&msg.payload) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(stream = %msg.stream, id = %msg.id, error = %e, "dropping a malformed message");
+            ack(&ctx, &msg).await;
+            return;
+        }
+    };
+    let span = tracing::info_span!("task", run_id = %dispatch.run_id, task_id = %dispatch.task_id, node_id = %dispatch.node_id, attempt = dispatch.attempt);
+    execute(ctx, msg, dispatch).instrument(span).await
+}
+
+async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
+    let Some(handler) = ctx.handlers.get(&dispatch.node_type).cloned() else {
+        // Left pending: a worker that knows this type will get it by redelivery.
+        tracing::warn!(node_type = %dispatch.node_type, "no handler for this node type here; leaving the message");
+        return;
+    };
+    match ctx
+        .leases
+        .acquire(
+            dispatch.run_id,
+            dispatch.task_id,
+            &ctx.id,
+            ctx.lease_ttl,
+            dispatch.attempt,
+        )
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            // Another worker holds it, or it finished or moved to another attempt.
+            ctx.stats.0.lease_denied.fetch_add(1, Ordering::Relaxed);
+            ack(&ctx, &msg).await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot acquire the lease; the message will be redelivered");
+            return;
+        }
+    }
+    ctx.stats.0.executed.fetch_add(1, Ordering::Relaxed);
+
+    let lost = CancellationToken::new();
+    let done = CancellationToken::new();
+    let renewer = tokio::spawn(renew(
+        ctx.clone(),
+        dispatch.clone(),
+        lost.clone(),
+        done.clone(),
+    ));
+    let task_ctx = TaskContext {
+        task_id: dispatch.task_id,
+        run_id: dispatch.run_id,
+        node_id: dispatch.node_id.clone(),
+        node_type: dispatch.node_type.clone(),
+        attempt: dispatch.attempt,
+        cancelled: lost.clone(),
+    };
+    let result = tokio::select! {
+        r = handler(task_ctx, dispatch.input.clone()) => Some(r),
+        _ = lost.cancelled() => None,
+    };
+    let Some(result) = result.filter(|_| !lost.is_cancelled()) else {
+        done.cancel();
+        let _ = renewer.await;
+        ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("lease lost; execution cancelled and its result discarded");
+        ack(&ctx, &msg).await;
+        return;
+    };
+    let report = match result {
+        Ok(output) => TaskReport {
+            run_id: dispatch.run_id,
+            attempt: dispatch.attempt,
+            worker_id: ctx.id.clone(),
+            status: ReportStatus::Completed,
+            output: Some(output),
+            error: None,
+            retryable: false,
+        },
+        Err(e) => TaskReport {
+            run_id: dispatch.run_id,
+            attempt: dispatch.attempt,
+            worker_id: ctx.id.clone(),
+            status: ReportStatus::Failed,
+            output: None,
+            error: Some(e.message),
+            retryable: e.retryable,
+        },
+    };
+    // The lease is renewed until the report lands, so a slow coordinator does
+    // not make the task look abandoned.
+    let delivery = ctx
+        .reporter
+        .send(dispatch.task_id, &report, ctx.report_deadline)
+        .await;
+    done.cancel();
+    let _ = renewer.await;
+    match delivery {
+        Delivery::Delivered | Delivery::Gone => {
+            ctx.stats.0.reported.fetch_add(1, Ordering::Relaxed);
+            ack(&ctx, &msg).await;
+        }
+        Delivery::Failed => {
+            ctx.stats.0.report_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                "no coordinator took the report; the message stays pending for redelivery"
+            );
+        }
+    }
+}
+
+/// Renews the lease every ttl/3 until `done`; cancels `lost` when the lease
+/// is gone, or when no renewal succeeded for a whole TTL (someone else may
+/// hold it by now).
+async fn renew(ctx: Arc<Ctx>, d: Dispatch, lost: CancellationToken, done: CancellationToken) {
+    let every = ctx.lease_ttl / 3;
+    let mut last_ok = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = done.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        match ctx
+            .leases
+            .renew(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt)
+            .await
+        {
+            Ok(true) => last_ok = tokio::time::Instant::now(),
+            Ok(false) => {
+                lost.cancel();
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "lease renewal failed");
+                if last_ok.elapsed() >= ctx.lease_ttl {
+                    lost.cancel();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn ack(ctx: &Ctx, msg: &Message) {
+    if let Err(e) = ctx.streams.ack(&msg.stream, &msg.id).await {
+        tracing::warn!(stream = %msg.stream, id = %msg.id, error = %e, "ack failed; the message may be redelivered");
+    }
+}
