@@ -1,0 +1,7 @@
+//! Integration tests against real PostgreSQL, Redis and HTTP. One binary
+//! (links once); each module is one area.
+
+mod api;
+mod flow;
+mod leases;
+mod processes;

@@ -1,0 +1,272 @@
+//! Composer as real processes: the `composer` binary's server roles.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use composer_testkit::{http_node, services, unique_prefix, FakeHttp, TestDb};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_composer");
+
+/// A child process that is killed if the test ends without stopping it.
+struct Proc(Child);
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Proc {
+        Proc(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawning composer"),
+        )
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        // SAFETY: signalling our own child by pid.
+        unsafe {
+            libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("waiting for composer") {
+                return status;
+            }
+            assert!(
+                Instant::now() < until,
+                "composer did not exit within {timeout:?} of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `composer` command with no COMPOSER_* configuration inherited.
+fn composer(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env("COMPOSER_LOG", "warn");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("COMPOSER_") && k != "COMPOSER_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+async fn wait_for_file(path: &Path, timeout: Duration) -> String {
+    let until = Instant::now() + timeout;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if !s.is_empty() {
+                return s;
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "{} did not appear within {timeout:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Client {
+    fn new(base: &str) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            base: base.trim().to_string(),
+        }
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .expect("POST");
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("GET")
+            .json()
+            .await
+            .expect("JSON")
+    }
+
+    async fn wait_for_run(&self, id: &str, timeout: Duration) -> Value {
+        let until = Instant::now() + timeout;
+        loop {
+            let run = self.get(&format!("/v1/runs/{id}?wait=2s")).await;
+            if run["status"] != "RUNNING" {
+                return run;
+            }
+            assert!(Instant::now() < until, "run {id} did not end: {run}");
+        }
+    }
+}
+
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(raw) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+            if cmdline.contains(needle) {
+                found.push(cmdline);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn two_coordinator_processes_and_one_worker_process_complete_30_runs() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let http = FakeHttp::start().await;
+    let dir: PathBuf = composer_embedded::temp_dir("procs").unwrap();
+
+    let mut coordinators = Vec::new();
+    let mut urls = Vec::new();
+    for i in 0..2 {
+        let addr_file = dir.join(format!("c{i}.addr"));
+        coordinators.push(Proc::spawn(
+            composer(&["coordinator"])
+                .env("COMPOSER_DATABASE_URL", &db.url)
+                .env("COMPOSER_REDIS_URL", &redis)
+                .env("COMPOSER_REDIS_PREFIX", &prefix)
+                .env("COMPOSER_LISTEN", "127.0.0.1:0")
+                .env("COMPOSER_STREAM_SHARDS", "2")
+                .env("COMPOSER_ADDR_FILE", &addr_file),
+        ));
+        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
+    }
+    let mut worker = Proc::spawn(
+        composer(&["worker"])
+            .env("COMPOSER_DATABASE_URL", &db.url)
+            .env("COMPOSER_REDIS_URL", &redis)
+            .env("COMPOSER_REDIS_PREFIX", &prefix)
+            .env("COMPOSER_COORDINATOR_URLS", urls.join(","))
+            .env("COMPOSER_WORKER_CONCURRENCY", "16"),
+    );
+
+    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let spec = json!({"name": "three", "nodes": [
+        http_node("a", &http.url("/ok/a"), 3), http_node("b", &http.url("/ok/b"), 3), http_node("c", &http.url("/ok/c"), 3)],
+        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]});
+    let (status, body) = clients[0].post("/v1/workflows", &spec).await;
+    assert_eq!(status, 201, "{body}");
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let (status, run) = clients[i % 2]
+            .post("/v1/runs", &json!({"workflow": "three"}))
+            .await;
+        assert_eq!(status, 201, "{run}");
+        ids.push(run["id"].as_str().unwrap().to_string());
+    }
+    let mut expected_keys = HashSet::new();
+    for (i, id) in ids.iter().enumerate() {
+        let run = clients[(i + 1) % 2]
+            .wait_for_run(id, Duration::from_secs(60))
+            .await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+        for t in run["tasks"].as_array().unwrap() {
+            assert_eq!(t["attempt"], 1);
+            expected_keys.insert(format!("{}:1", t["id"].as_str().unwrap()));
+        }
+    }
+    let calls = http.all();
+    assert_eq!(
+        calls.len(),
+        90,
+        "30 runs × 3 steps, each called exactly once"
+    );
+    let keys: HashSet<String> = calls
+        .iter()
+        .map(|c| c.idempotency_key.clone().unwrap())
+        .collect();
+    assert_eq!(
+        keys, expected_keys,
+        "every call is one of the runs' tasks, none twice"
+    );
+
+    assert!(worker.terminate(Duration::from_secs(30)).success());
+    for c in &mut coordinators {
+        assert!(c.terminate(Duration::from_secs(30)).success());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
+    let dir: PathBuf = composer_embedded::temp_dir("dev").unwrap();
+    let http = FakeHttp::start().await;
+    let addr_file = dir.join("addr");
+    let mut dev = Proc::spawn(
+        composer(&["dev"])
+            .current_dir(&dir)
+            .env("COMPOSER_LISTEN", "127.0.0.1:0")
+            .env("COMPOSER_ADDR_FILE", &addr_file),
+    );
+    let url = wait_for_file(&addr_file, Duration::from_secs(60)).await;
+    let data_dir = dir.join(".composer");
+    assert!(
+        data_dir.join("postgres").join("PG_VERSION").exists(),
+        "the embedded PostgreSQL lives under ./.composer"
+    );
+    assert!(
+        !processes_mentioning(data_dir.to_str().unwrap()).is_empty(),
+        "embedded services are running"
+    );
+
+    let client = Client::new(&url);
+    let (status, body) = client
+        .post(
+            "/v1/workflows",
+            &json!({"name": "dev", "nodes": [http_node("a", &http.url("/ok/dev"), 1)]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, run) = client.post("/v1/runs", &json!({"workflow": "dev"})).await;
+    assert_eq!(status, 201, "{run}");
+    let run = client
+        .wait_for_run(run["id"].as_str().unwrap(), Duration::from_secs(30))
+        .await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+
+    assert!(
+        dev.terminate(Duration::from_secs(30)).success(),
+        "composer dev exits cleanly on SIGTERM"
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_mentioning(data_dir.to_str().unwrap());
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < until, "processes left behind: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,269 @@
+//! Coordinators and workers in this process, on a test's own database and
+//! key prefix, with helpers that speak the REST API.
+
+use std::time::Duration;
+
+use composer_coord::Running;
+use composer_worker::{Stats, Worker};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::{services, unique_prefix, TestDb};
+
+/// How an [`Engine`] is set up; the defaults suit fast tests.
+pub struct EngineOptions {
+    pub coordinators: usize,
+    pub workers: usize,
+    pub worker_concurrency: usize,
+    pub lease_ttl: Duration,
+    /// Adjusts every coordinator's configuration.
+    pub coordinator: fn(&mut composer_coord::Config),
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            coordinators: 1,
+            workers: 1,
+            worker_concurrency: 8,
+            lease_ttl: Duration::from_secs(3),
+            coordinator: |_| {},
+        }
+    }
+}
+
+/// A running worker of the engine.
+pub struct WorkerHandle {
+    pub id: String,
+    pub stats: Stats,
+    shutdown: CancellationToken,
+    join: tokio::task::JoinHandle<Result<(), composer_worker::Error>>,
+}
+
+impl WorkerHandle {
+    /// Graceful stop: in-flight tasks finish and report.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.join.await;
+    }
+
+    /// Stops at once, like a crash: no report, no ack, leases left to expire.
+    pub fn abort(self) {
+        self.join.abort();
+    }
+}
+
+pub struct Engine {
+    pub db: TestDb,
+    pub prefix: String,
+    pub redis_url: String,
+    pub coordinators: Vec<Running>,
+    pub workers: Vec<WorkerHandle>,
+    opts: EngineOptions,
+    http: reqwest::Client,
+}
+
+impl Engine {
+    pub async fn start() -> Engine {
+        Engine::with(EngineOptions::default()).await
+    }
+
+    pub async fn with(opts: EngineOptions) -> Engine {
+        let db = TestDb::create().await;
+        let redis_url = services().redis_url.clone();
+        Engine::on(db, redis_url, opts).await
+    }
+
+    /// An engine on the given database and Redis (tests that break a service
+    /// bring their own).
+    pub async fn on(db: TestDb, redis_url: String, opts: EngineOptions) -> Engine {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(90))
+            .build()
+            .expect("test HTTP client");
+        let mut e = Engine {
+            db,
+            prefix: unique_prefix(),
+            redis_url,
+            coordinators: Vec::new(),
+            workers: Vec::new(),
+            opts,
+            http,
+        };
+        for _ in 0..e.opts.coordinators {
+            e.start_coordinator().await;
+        }
+        for i in 0..e.opts.workers {
+            e.start_worker(&format!("w{i}"), e.opts.worker_concurrency)
+                .await;
+        }
+        e
+    }
+
+    pub fn coordinator_config(&self) -> composer_coord::Config {
+        let mut c = composer_coord::Config::new(self.db.url.clone(), self.redis_url.clone());
+        c.redis_prefix = self.prefix.clone();
+        c.listen = "127.0.0.1:0".parse().expect("loopback address");
+        c.stream_shards = 2;
+        c.db_pool_size = 8;
+        c.outbox_poll_interval = Duration::from_millis(200);
+        c.timer_interval = Duration::from_millis(100);
+        (self.opts.coordinator)(&mut c);
+        c
+    }
+
+    pub async fn start_coordinator(&mut self) -> &Running {
+        let running = composer_coord::start(self.coordinator_config())
+            .await
+            .expect("starting a coordinator");
+        self.coordinators.push(running);
+        self.coordinators.last().expect("just pushed")
+    }
+
+    pub fn coordinator_urls(&self) -> Vec<String> {
+        self.coordinators
+            .iter()
+            .map(|c| format!("http://{}", c.addr))
+            .collect()
+    }
+
+    pub fn worker_config(&self, id: &str, concurrency: usize) -> composer_worker::Config {
+        let mut c = composer_worker::Config::new(
+            self.db.url.clone(),
+            self.redis_url.clone(),
+            self.coordinator_urls(),
+        );
+        c.id = format!("{id}-{}", &Uuid::now_v7().simple().to_string()[20..]);
+        c.redis_prefix = self.prefix.clone();
+        c.concurrency = concurrency;
+        c.lease_ttl = self.opts.lease_ttl;
+        c.block = Duration::from_millis(500);
+        c.db_pool_size = 4;
+        c.report_deadline = Duration::from_secs(10);
+        c
+    }
+
+    /// Starts a worker with the built-in types.
+    pub async fn start_worker(&mut self, id: &str, concurrency: usize) -> &WorkerHandle {
+        let worker = Worker::new(self.worker_config(id, concurrency));
+        self.spawn_worker(worker)
+    }
+
+    /// Runs a worker the test built (with its own handlers).
+    pub fn spawn_worker(&mut self, worker: Worker) -> &WorkerHandle {
+        let id = worker.id().to_string();
+        let stats = Stats::default();
+        let shutdown = CancellationToken::new();
+        let join = tokio::spawn(worker.run_with_stats(shutdown.clone(), stats.clone()));
+        self.workers.push(WorkerHandle {
+            id,
+            stats,
+            shutdown,
+            join,
+        });
+        self.workers.last().expect("just pushed")
+    }
+
+    /// Base URL of the first coordinator.
+    pub fn url(&self) -> String {
+        self.coordinator_urls()
+            .into_iter()
+            .next()
+            .expect("the engine has a coordinator")
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> (u16, Value) {
+        let resp = req.send().await.expect("request to the coordinator");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("response body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.http.get(format!("{}{path}", self.url())))
+            .await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send(self.http.post(format!("{}{path}", self.url())).json(body))
+            .await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
+        self.send(
+            self.http
+                .post(format!("{}{path}", self.url()))
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+        )
+        .await
+    }
+
+    /// Registers a definition, asserting it was accepted.
+    pub async fn register(&self, spec: &Value) -> Value {
+        let (status, body) = self.post("/v1/workflows", spec).await;
+        assert!(
+            status == 200 || status == 201,
+            "register failed with {status}: {body}"
+        );
+        body
+    }
+
+    /// Starts a run of the latest version of `workflow`.
+    pub async fn start_run(&self, workflow: &str, input: Value) -> Uuid {
+        let (status, body) = self
+            .post("/v1/runs", &json!({"workflow": workflow, "input": input}))
+            .await;
+        assert_eq!(status, 201, "start failed: {body}");
+        body["id"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("run id")
+    }
+
+    /// Registers `spec` and starts a run of it with empty input.
+    pub async fn run(&self, spec: &Value) -> Uuid {
+        self.register(spec).await;
+        self.start_run(spec["name"].as_str().expect("spec name"), json!({}))
+            .await
+    }
+
+    /// Waits until the run ends (long-polling the API) and returns it; fails
+    /// the test with the run's state if it does not end within `timeout`.
+    pub async fn wait_for_run(&self, id: Uuid, timeout: Duration) -> Value {
+        let give_up = tokio::time::Instant::now() + timeout;
+        loop {
+            let (status, run) = self.get(&format!("/v1/runs/{id}?wait=2s")).await;
+            assert_eq!(status, 200, "get run: {run}");
+            if run["status"] != "RUNNING" {
+                return run;
+            }
+            if tokio::time::Instant::now() >= give_up {
+                panic!(
+                    "run {id} did not end within {timeout:?}: {}",
+                    serde_json::to_string_pretty(&run).unwrap_or_default()
+                );
+            }
+        }
+    }
+
+    /// Stops workers, then coordinators.
+    pub async fn stop(mut self) {
+        for w in self.workers.drain(..) {
+            w.stop().await;
+        }
+        for c in self.coordinators.drain(..) {
+            c.stop().await;
+        }
+    }
+}
+
+/// An HTTP node calling `url`, with quick retries for tests.
+pub fn http_node(id: &str, url: &str, max_attempts: u32) -> Value {
+    json!({"id": id, "type": "HTTP", "config": {"url": url},
+           "retry": {"max_attempts": max_attempts, "initial_backoff": "100ms", "max_backoff": "500ms"}})
+}

@@ -1,0 +1,155 @@
+//! A fake HTTP service that records every call. Paths say how it behaves:
+//!
+//! | path | answers |
+//! |---|---|
+//! | `/ok/{name}` | 200 `{"path", "call"}` |
+//! | `/echo/{name}` | 200 `{"body", "call"}` with the request body |
+//! | `/fail/{name}` | 500 |
+//! | `/bad/{name}` | 400 |
+//! | `/flaky/{n}/{name}` | 503 for the first `n` calls, then 200 |
+//! | `/slow/{ms}/{name}` | 200 after `ms` milliseconds |
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// One recorded call.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub method: String,
+    pub idempotency_key: Option<String>,
+    pub headers: HashMap<String, String>,
+    pub body: Value,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct Calls {
+    log: Mutex<Vec<Recorded>>,
+}
+
+pub struct FakeHttp {
+    addr: SocketAddr,
+    calls: Arc<Calls>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl FakeHttp {
+    pub async fn start() -> FakeHttp {
+        let calls = Arc::new(Calls::default());
+        let app = Router::new().fallback(handle).with_state(calls.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the fake HTTP service");
+        let addr = listener.local_addr().expect("fake HTTP address");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeHttp {
+            addr,
+            calls,
+            server,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// How many calls `path` received.
+    pub fn calls(&self, path: &str) -> usize {
+        self.calls
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.path == path)
+            .count()
+    }
+
+    /// Every call to `path`, oldest first.
+    pub fn requests(&self, path: &str) -> Vec<Recorded> {
+        self.calls
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
+    }
+
+    pub fn all(&self) -> Vec<Recorded> {
+        self.calls.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FakeHttp {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let method = req.method().to_string();
+    let headers: HashMap<String, String> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let bytes = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024)
+        .await
+        .unwrap_or_else(|_| Bytes::new());
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let call = {
+        let mut log = calls.log.lock().unwrap();
+        log.push(Recorded {
+            path: path.clone(),
+            method,
+            idempotency_key: headers.get("idempotency-key").cloned(),
+            headers,
+            body: body.clone(),
+            at: Instant::now(),
+        });
+        log.iter().filter(|r| r.path == path).count()
+    };
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["ok", ..] => Json(json!({"path": path, "call": call})).into_response(),
+        ["echo", ..] => Json(json!({"body": body, "call": call})).into_response(),
+        ["fail", ..] => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
+        ["bad", ..] => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "bad request"})),
+        )
+            .into_response(),
+        ["flaky", n, ..] => {
+            let n: usize = n.parse().unwrap_or(0);
+            if call <= n {
+                (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response()
+            } else {
+                Json(json!({"path": path, "call": call})).into_response()
+            }
+        }
+        ["slow", ms, ..] => {
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
+            Json(json!({"path": path, "call": call})).into_response()
+        }
+        _ => (StatusCode::NOT_FOUND, "no such fake").into_response(),
+    }
+}
