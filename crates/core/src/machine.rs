@@ -216,6 +216,9 @@ pub struct HistoryEntry {
 pub struct Transition {
     /// Why the event was ignored; nothing else is set when it was.
     pub ignored: Option<String>,
+    /// A stable name for the reason (`stale_attempt`, `already_finished` …),
+    /// fit for a metric label.
+    pub ignored_kind: Option<&'static str>,
     /// Tasks that existed before the event and were changed by it.
     pub updated: Vec<usize>,
     /// Tasks created by the event (appended to `run.tasks`).
@@ -228,7 +231,7 @@ pub struct Transition {
 }
 
 impl Transition {
-    fn ignore(reason: String, event: &Event) -> Transition {
+    fn ignore(Ignore(kind, reason): Ignore, event: &Event) -> Transition {
         let mut payload = json!({"event": event.name(), "reason": reason});
         if let Some(id) = event.task_id() {
             payload["task_id"] = json!(id);
@@ -238,6 +241,7 @@ impl Transition {
         }
         Transition {
             ignored: Some(reason),
+            ignored_kind: Some(kind),
             history: vec![HistoryEntry {
                 kind: "EventIgnored",
                 payload,
@@ -279,6 +283,9 @@ pub fn apply(
     m.tr
 }
 
+/// Why an event changes nothing: a stable kind and a message for people.
+struct Ignore(&'static str, String);
+
 struct Machine<'a> {
     wf: &'a Workflow,
     run: &'a mut Run,
@@ -288,12 +295,12 @@ struct Machine<'a> {
 }
 
 impl Machine<'_> {
-    fn on(&mut self, event: &Event) -> Result<(), String> {
+    fn on(&mut self, event: &Event) -> Result<(), Ignore> {
         match event {
             Event::RunStarted => {
                 self.require_running()?;
                 if !self.run.tasks.is_empty() {
-                    return Err("run already started".into());
+                    return Err(Ignore("already_started", "run already started".into()));
                 }
                 self.tr.log("RunStarted", json!({}));
                 self.route();
@@ -342,10 +349,13 @@ impl Machine<'_> {
                 let t = self.find(*task_id)?;
                 let task = &self.run.tasks[t];
                 if task.state != TaskState::Waiting {
-                    return Err(format!("task is {}, not WAITING", task.state));
+                    return Err(Ignore(
+                        "not_waiting",
+                        format!("task is {}, not WAITING", task.state),
+                    ));
                 }
                 if task.wake_at.is_some_and(|w| w > self.now) {
-                    return Err("timer is not due yet".into());
+                    return Err(Ignore("not_due", "timer is not due yet".into()));
                 }
                 match self.wf.nodes[task.node].kind {
                     NodeKind::Wait { .. } => {
@@ -375,9 +385,12 @@ impl Machine<'_> {
             }
             Event::RetryRun => {
                 if self.run.status != RunStatus::Failed {
-                    return Err(format!(
-                        "run is {}, only a FAILED run can be retried",
-                        self.run.status
+                    return Err(Ignore(
+                        "not_failed",
+                        format!(
+                            "run is {}, only a FAILED run can be retried",
+                            self.run.status
+                        ),
                     ));
                 }
                 self.set_run(RunStatus::Running, None, None);
@@ -392,34 +405,48 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn require_running(&self) -> Result<(), String> {
+    fn require_running(&self) -> Result<(), Ignore> {
         if self.run.status != RunStatus::Running {
-            return Err(format!("run is {}", self.run.status));
+            return Err(Ignore(
+                "run_finished",
+                format!("run is {}", self.run.status),
+            ));
         }
         Ok(())
     }
 
-    fn find(&self, task_id: Uuid) -> Result<usize, String> {
+    fn find(&self, task_id: Uuid) -> Result<usize, Ignore> {
         self.run
             .tasks
             .iter()
             .position(|t| t.id == task_id)
-            .ok_or_else(|| format!("task {task_id} does not belong to run {}", self.run.id))
+            .ok_or_else(|| {
+                Ignore(
+                    "unknown_task",
+                    format!("task {task_id} does not belong to run {}", self.run.id),
+                )
+            })
     }
 
     /// The guard on every result: the current attempt of a PENDING or RUNNING task.
-    fn reportable(&self, task_id: Uuid, attempt: i32) -> Result<usize, String> {
+    fn reportable(&self, task_id: Uuid, attempt: i32) -> Result<usize, Ignore> {
         self.require_running()?;
         let t = self.find(task_id)?;
         let task = &self.run.tasks[t];
         if task.attempt != attempt {
-            return Err(format!(
-                "stale report: attempt {attempt}, task is at attempt {}",
-                task.attempt
+            return Err(Ignore(
+                "stale_attempt",
+                format!(
+                    "stale report: attempt {attempt}, task is at attempt {}",
+                    task.attempt
+                ),
             ));
         }
         if !matches!(task.state, TaskState::Pending | TaskState::Running) {
-            return Err(format!("task is already {}", task.state));
+            return Err(Ignore(
+                "already_finished",
+                format!("task is already {}", task.state),
+            ));
         }
         Ok(t)
     }

@@ -9,6 +9,7 @@
 //! - [`outbox`]: the transactional outbox between commits and Redis.
 //! - [`timers`]: due WAITING tasks.
 //! - [`partitions`]: monthly partitions ahead and retention behind.
+//! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 
 pub mod definitions;
 pub mod dispatch;
@@ -16,6 +17,7 @@ pub mod leases;
 pub mod migrations;
 pub mod outbox;
 pub mod partitions;
+pub mod recovery;
 pub mod runs;
 pub mod timers;
 
