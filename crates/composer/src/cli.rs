@@ -7,11 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "composer",
-    version,
-    about = "Composer: a distributed workflow engine on PostgreSQL and Redis"
-)]
+#[command(name = "composer", version, about = "Composer: a distributed workflow engine on PostgreSQL and Redis")]
 pub struct Cli {
     #[command(flatten)]
     pub log: LogArgs,
@@ -43,12 +39,7 @@ pub enum Command {
 #[derive(Args)]
 pub struct LogArgs {
     /// Log filter (tracing EnvFilter syntax).
-    #[arg(
-        long = "log",
-        global = true,
-        env = "COMPOSER_LOG",
-        default_value = "info"
-    )]
+    #[arg(long = "log", global = true, env = "COMPOSER_LOG", default_value = "info")]
     pub level: String,
     /// `text` or `json`.
     #[arg(long = "log-format", global = true, env = "COMPOSER_LOG_FORMAT", default_value = "text",
@@ -59,21 +50,20 @@ pub struct LogArgs {
 #[derive(Args, Clone)]
 pub struct ClientArgs {
     /// The coordinator the client commands talk to.
-    #[arg(
-        long = "url",
-        global = true,
-        env = "COMPOSER_URL",
-        default_value = "http://127.0.0.1:8080"
-    )]
+    #[arg(long = "url", global = true, env = "COMPOSER_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
     /// Bearer token for `/v1` (client commands and the coordinator).
-    #[arg(
-        long,
-        global = true,
-        env = "COMPOSER_API_TOKEN",
-        hide_env_values = true
-    )]
+    #[arg(long, global = true, env = "COMPOSER_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+}
+
+/// The `COMPOSER_*` variable behind the flag a parse error is about: every
+/// flag `--some-name` reads `COMPOSER_SOME_NAME`.
+pub fn env_var_of_error(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else { return None };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    Some(format!("COMPOSER_{}", long.to_ascii_uppercase().replace('-', "_")))
 }
 
 /// Parses a duration like `500ms`, `30s`, `10m`.
@@ -83,9 +73,7 @@ fn duration(s: &str) -> Result<Duration, String> {
 
 /// Treats an empty value the same as an unset one.
 pub fn non_empty(v: &Option<String>) -> Option<String> {
-    v.as_ref()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    v.as_ref().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
 #[derive(Args, Clone)]
@@ -131,6 +119,21 @@ pub struct CoordinatorOptions {
     /// How often due timers are fired.
     #[arg(long, env = "COMPOSER_TIMER_INTERVAL", default_value = "1s", value_parser = duration)]
     pub timer_interval: Duration,
+    /// How often the recovery sweeps (expired leases, lost dispatches) run.
+    #[arg(long, env = "COMPOSER_RECOVERY_INTERVAL", default_value = "30s", value_parser = duration)]
+    pub recovery_interval: Duration,
+    /// A PENDING task without an outbox row for this long is dispatched again.
+    #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = duration)]
+    pub lost_dispatch_age: Duration,
+    /// How often partitions are created ahead and expired.
+    #[arg(long, env = "COMPOSER_PARTITION_INTERVAL", default_value = "6h", value_parser = duration)]
+    pub partition_interval: Duration,
+    /// Drop whole months of runs older than this many days (0 keeps everything).
+    #[arg(long, env = "COMPOSER_RETENTION_DAYS", default_value_t = 0)]
+    pub retention_days: u32,
+    /// How often the metrics gauges are sampled.
+    #[arg(long, env = "COMPOSER_METRICS_INTERVAL", default_value = "15s", value_parser = duration)]
+    pub metrics_interval: Duration,
     /// Monthly partitions kept ready ahead.
     #[arg(long, env = "COMPOSER_PARTITION_MONTHS_AHEAD", default_value_t = 3)]
     pub partition_months_ahead: i32,
@@ -156,6 +159,12 @@ pub struct WorkerOptions {
     /// Lease length; renewed every third of it.
     #[arg(long, env = "COMPOSER_LEASE_TTL", default_value = "30s", value_parser = duration)]
     pub lease_ttl: Duration,
+    /// A message delivered more often than this is reported failed.
+    #[arg(long, env = "COMPOSER_MAX_DELIVERIES", default_value_t = 5)]
+    pub max_deliveries: u64,
+    /// How often stalled stream messages are reclaimed.
+    #[arg(long, env = "COMPOSER_RECLAIM_INTERVAL", default_value = "10s", value_parser = duration)]
+    pub reclaim_interval: Duration,
     /// Queues to read, comma-separated (default: those of the built-in types).
     #[arg(long, env = "COMPOSER_QUEUES", value_delimiter = ',')]
     pub queues: Vec<String>,

@@ -16,23 +16,11 @@ struct Api {
 
 impl Api {
     fn new(args: &ClientArgs) -> Api {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(90))
-            .build()
-            .expect("HTTP client");
-        Api {
-            http,
-            base: args.url.trim_end_matches('/').to_string(),
-            token: non_empty(&args.api_token),
-        }
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(90)).build().expect("HTTP client");
+        Api { http, base: args.url.trim_end_matches('/').to_string(), token: non_empty(&args.api_token) }
     }
 
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> anyhow::Result<Value> {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
@@ -40,20 +28,15 @@ impl Api {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.with_context(|| {
-            format!(
-                "cannot reach the coordinator at {} (COMPOSER_URL)",
-                self.base
-            )
-        })?;
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the coordinator at {} (COMPOSER_URL)", self.base))?;
         let status = resp.status();
         let text = resp.text().await?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if !status.is_success() {
-            let msg = value["error"]["message"]
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| value.to_string());
+            let msg = value["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
             bail!("{status}: {msg}");
         }
         Ok(value)
@@ -68,32 +51,19 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
     let api = Api::new(&args);
     match cmd {
         WorkflowCommand::Apply { file } => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
-            let is_yaml = matches!(
-                file.extension().and_then(|e| e.to_str()),
-                Some("yaml" | "yml")
-            );
+            let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let is_yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
             let spec: Value = if is_yaml {
-                serde_yaml::from_str(&text)
-                    .with_context(|| format!("{} is not valid YAML", file.display()))?
+                serde_yaml::from_str(&text).with_context(|| format!("{} is not valid YAML", file.display()))?
             } else {
-                serde_json::from_str(&text)
-                    .with_context(|| format!("{} is not valid JSON", file.display()))?
+                serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", file.display()))?
             };
-            print(
-                &api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec))
-                    .await?,
-            );
+            print(&api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec)).await?);
         }
-        WorkflowCommand::List => print(
-            &api.call(reqwest::Method::GET, "/v1/workflows", None)
-                .await?,
-        ),
-        WorkflowCommand::Get { name } => print(
-            &api.call(reqwest::Method::GET, &format!("/v1/workflows/{name}"), None)
-                .await?,
-        ),
+        WorkflowCommand::List => print(&api.call(reqwest::Method::GET, "/v1/workflows", None).await?),
+        WorkflowCommand::Get { name } => {
+            print(&api.call(reqwest::Method::GET, &format!("/v1/workflows/{name}"), None).await?)
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -101,80 +71,42 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
 pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> {
     let api = Api::new(&args);
     match cmd {
-        RunCommand::Start {
-            workflow,
-            input,
-            version,
-            wait,
-            timeout,
-        } => {
+        RunCommand::Start { workflow, input, version, wait, timeout } => {
             let input: Value = serde_json::from_str(&input).context("--input is not valid JSON")?;
             let mut body = json!({"workflow": workflow, "input": input});
             if let Some(v) = version {
                 body["version"] = json!(v);
             }
-            let run = api
-                .call(reqwest::Method::POST, "/v1/runs", Some(&body))
-                .await?;
+            let run = api.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
             if !wait {
                 print(&run);
                 return Ok(ExitCode::SUCCESS);
             }
-            let id = run["id"]
-                .as_str()
-                .context("the coordinator returned no run id")?
-                .to_string();
+            let id = run["id"].as_str().context("the coordinator returned no run id")?.to_string();
             let give_up = tokio::time::Instant::now() + timeout;
             loop {
-                let run = api
-                    .call(
-                        reqwest::Method::GET,
-                        &format!("/v1/runs/{id}?wait=30s"),
-                        None,
-                    )
-                    .await?;
+                let run = api.call(reqwest::Method::GET, &format!("/v1/runs/{id}?wait=30s"), None).await?;
                 let status = run["status"].as_str().unwrap_or("");
                 if status != "RUNNING" {
                     print(&run);
-                    return Ok(if status == "SUCCEEDED" {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    });
+                    return Ok(if status == "SUCCEEDED" { ExitCode::SUCCESS } else { ExitCode::FAILURE });
                 }
                 if tokio::time::Instant::now() >= give_up {
                     print(&run);
-                    bail!(
-                        "run {id} still RUNNING after {}",
-                        composer_core::duration::format(timeout)
-                    );
+                    bail!("run {id} still RUNNING after {}", composer_core::duration::format(timeout));
                 }
             }
         }
-        RunCommand::Get { id } => print(
-            &api.call(reqwest::Method::GET, &format!("/v1/runs/{id}"), None)
-                .await?,
-        ),
-        RunCommand::Events { id } => print(
-            &api.call(
-                reqwest::Method::GET,
-                &format!("/v1/runs/{id}/events?limit=1000"),
-                None,
-            )
-            .await?,
-        ),
-        RunCommand::Cancel { id } => print(
-            &api.call(
-                reqwest::Method::POST,
-                &format!("/v1/runs/{id}/cancel"),
-                None,
-            )
-            .await?,
-        ),
-        RunCommand::Retry { id } => print(
-            &api.call(reqwest::Method::POST, &format!("/v1/runs/{id}/retry"), None)
-                .await?,
-        ),
+        RunCommand::Get { id } => print(&api.call(reqwest::Method::GET, &format!("/v1/runs/{id}"), None).await?),
+        RunCommand::Events { id } => {
+            print(&api.call(reqwest::Method::GET, &format!("/v1/runs/{id}/events?limit=1000"), None).await?)
+        }
+        RunCommand::Cancel { id } => {
+            print(&api.call(reqwest::Method::POST, &format!("/v1/runs/{id}/cancel"), None).await?)
+        }
+        RunCommand::Retry { id } => {
+            print(&api.call(reqwest::Method::POST, &format!("/v1/runs/{id}/retry"), None).await?)
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

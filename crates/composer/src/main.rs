@@ -12,12 +12,19 @@ use clap::Parser;
 use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let var = cli::env_var_of_error(&e).filter(|v| std::env::var_os(v).is_some());
+            let _ = e.print();
+            if let Some(var) = var {
+                eprintln!("note: the value comes from the environment variable {var}");
+            }
+            return ExitCode::from(2);
+        }
+    };
     init_logging(&cli.log);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

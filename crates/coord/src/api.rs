@@ -42,11 +42,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
+        ApiError { status, code, message: message.into() }
     }
 
     fn bad_request(message: impl Into<String>) -> ApiError {
@@ -68,11 +64,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({"error": {"code": self.code, "message": self.message}})),
-        )
-            .into_response()
+        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
     }
 }
 
@@ -80,18 +72,10 @@ impl From<composer_store::Error> for ApiError {
     fn from(e: composer_store::Error) -> ApiError {
         if e.is_unavailable() {
             tracing::warn!(error = %e, "database unavailable");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "the database is unavailable; retry later",
-            )
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry later")
         } else {
             tracing::error!(error = %e, "database error");
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "internal error",
-            )
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
         }
     }
 }
@@ -117,23 +101,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             let status = rejection.status();
             if status == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    status,
-                    "payload_too_large",
-                    "request body too large (COMPOSER_MAX_PAYLOAD)",
-                )
+                ApiError::new(status, "payload_too_large", "request body too large (COMPOSER_MAX_PAYLOAD)")
             } else {
                 ApiError::new(status, "invalid_request", rejection.body_text())
             }
         })?;
         if bytes.is_empty() {
-            return Err(ApiError::bad_request(
-                "request body is empty; expected JSON",
-            ));
+            return Err(ApiError::bad_request("request body is empty; expected JSON"));
         }
-        serde_json::from_slice(&bytes)
-            .map(Body)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+        serde_json::from_slice(&bytes).map(Body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
     }
 }
 
@@ -142,37 +118,25 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let public = Router::new()
         .route("/v1/workflows", post(register_workflow).get(list_workflows))
         .route("/v1/workflows/{name}", get(get_workflow))
-        .route(
-            "/v1/workflows/{name}/versions/{version}",
-            get(get_workflow_version),
-        )
+        .route("/v1/workflows/{name}/versions/{version}", get(get_workflow_version))
         .route("/v1/runs", post(start_run))
         .route("/v1/runs/{id}", get(get_run))
         .route("/v1/runs/{id}/events", get(run_events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/retry", post(retry_run))
-        .route_layer(middleware::from_fn_with_state(
-            shared.clone(),
-            require_api_token,
-        ));
+        .route_layer(middleware::from_fn_with_state(shared.clone(), require_api_token));
     let internal = Router::new()
         .route("/internal/v1/tasks/{id}/result", post(report))
-        .route_layer(middleware::from_fn_with_state(
-            shared.clone(),
-            require_worker_token,
-        ));
+        .route_layer(middleware::from_fn_with_state(shared.clone(), require_worker_token));
     Router::new()
         .merge(public)
         .merge(internal)
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "method not allowed on this endpoint",
-            )
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this endpoint")
         })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(shared)
@@ -188,20 +152,18 @@ async fn require_worker_token(State(s): State<Arc<Shared>>, req: Request, next: 
 
 async fn check_token(expected: Option<&str>, req: Request, next: Next) -> Response {
     if let Some(expected) = expected {
-        let header = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok());
+        let header = req.headers().get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
         if !bearer_matches(header, expected) {
-            return ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "missing or wrong bearer token",
-            )
-            .into_response();
+            return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
+                .into_response();
         }
     }
     next.run(req).await
+}
+
+/// Prometheus text; unauthenticated like `/healthz` (counts, no data).
+async fn metrics() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], composer_metrics::render())
 }
 
 async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
@@ -214,42 +176,28 @@ async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
         .await
         .unwrap_or_else(|_| Err(composer_store::Error::Config("timed out".into())))
     {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            format!("PostgreSQL: {e}"),
-        ));
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("PostgreSQL: {e}")));
     }
     if let Err(e) = s.streams.ping().await {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            format!("Redis: {e}"),
-        ));
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("Redis: {e}")));
     }
     Ok(Json(json!({"status": "ready"})))
 }
 
 fn definition_json(d: &DefinitionRow, with_spec: bool) -> Value {
-    let mut v =
-        json!({"id": d.id, "name": d.name, "version": d.version, "created_at": d.created_at});
+    let mut v = json!({"id": d.id, "name": d.name, "version": d.version, "created_at": d.created_at});
     if with_spec {
         v["spec"] = d.spec.clone();
     }
     v
 }
 
-async fn register_workflow(
-    State(s): State<Arc<Shared>>,
-    Body(spec): Body<Value>,
-) -> ApiResult<Response> {
+async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
     let wf = Workflow::parse(&spec)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_definition", e.to_string()))?;
-    let normalized =
-        serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let normalized = serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut client = composer_store::client(&s.pool).await?;
-    let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized).await?
-    {
+    let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized).await? {
         Registered::Created(row) => (StatusCode::CREATED, row),
         Registered::Unchanged(row) => (StatusCode::OK, row),
     };
@@ -260,25 +208,17 @@ async fn register_workflow(
 async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
     let client = composer_store::client(&s.pool).await?;
     let rows = definitions::latest_of_each(&client, MAX_PAGE).await?;
-    Ok(Json(
-        json!({"workflows": rows.iter().map(|d| definition_json(d, false)).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(json!({"workflows": rows.iter().map(|d| definition_json(d, false)).collect::<Vec<_>>()})))
 }
 
-async fn get_workflow(
-    State(s): State<Arc<Shared>>,
-    Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn get_workflow(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     let client = composer_store::client(&s.pool).await?;
     let versions = definitions::versions(&client, &name).await?;
     let Some(latest) = versions.first() else {
         return Err(ApiError::not_found(format!("workflow {name:?} not found")));
     };
     let mut v = definition_json(latest, true);
-    v["versions"] = json!(versions
-        .iter()
-        .map(|d| definition_json(d, false))
-        .collect::<Vec<_>>());
+    v["versions"] = json!(versions.iter().map(|d| definition_json(d, false)).collect::<Vec<_>>());
     Ok(Json(v))
 }
 
@@ -286,17 +226,13 @@ async fn get_workflow_version(
     State(s): State<Arc<Shared>>,
     Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let version: i32 = version.parse().map_err(|_| {
-        ApiError::bad_request(format!(
-            "version must be a positive integer, got {version:?}"
-        ))
-    })?;
+    let version: i32 = version
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("version must be a positive integer, got {version:?}")))?;
     let client = composer_store::client(&s.pool).await?;
     match definitions::by_name(&client, &name, Some(version)).await? {
         Some(d) => Ok(Json(definition_json(&d, true))),
-        None => Err(ApiError::not_found(format!(
-            "workflow {name:?} version {version} not found"
-        ))),
+        None => Err(ApiError::not_found(format!("workflow {name:?} version {version} not found"))),
     }
 }
 
@@ -320,9 +256,7 @@ async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> A
         definitions::by_name(&client, &req.workflow, req.version).await?
     };
     let def = def.ok_or_else(|| match req.version {
-        Some(v) => {
-            ApiError::not_found(format!("workflow {:?} version {v} not found", req.workflow))
-        }
+        Some(v) => ApiError::not_found(format!("workflow {:?} version {v} not found", req.workflow)),
         None => ApiError::not_found(format!("workflow {:?} not found", req.workflow)),
     })?;
     let row = s.engine.start_run(&def, &input).await?;
@@ -334,8 +268,7 @@ fn json_size(v: &Value) -> usize {
 }
 
 fn parse_run_id(id: &str) -> ApiResult<Uuid> {
-    id.parse()
-        .map_err(|_| ApiError::bad_request(format!("invalid run id {id:?}: expected a UUID")))
+    id.parse().map_err(|_| ApiError::bad_request(format!("invalid run id {id:?}: expected a UUID")))
 }
 
 pub fn run_json(r: &RunRow, tasks: Option<&[TaskRow]>) -> Value {
@@ -382,9 +315,7 @@ async fn get_run(
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run_id(&id)?;
     let wait = match q.get("wait") {
-        Some(w) => duration::parse(w)
-            .map_err(|e| ApiError::bad_request(format!("wait: {e}")))?
-            .min(MAX_WAIT),
+        Some(w) => duration::parse(w).map_err(|e| ApiError::bad_request(format!("wait: {e}")))?.min(MAX_WAIT),
         None => Duration::ZERO,
     };
     // Subscribe before reading, so an end that commits in between is seen.
@@ -417,9 +348,7 @@ async fn run_events(
 ) -> ApiResult<Json<Value>> {
     let run_id = parse_run_id(&id)?;
     let after: i64 = match q.get("after") {
-        Some(a) => a
-            .parse()
-            .map_err(|_| ApiError::bad_request("after: expected an integer"))?,
+        Some(a) => a.parse().map_err(|_| ApiError::bad_request("after: expected an integer"))?,
         None => 0,
     };
     let limit: i64 = match q.get("limit") {
@@ -435,11 +364,7 @@ async fn run_events(
         return Err(ApiError::not_found(format!("run {run_id} not found")));
     }
     let events = runs::history(&client, run_id, after, limit).await?;
-    let next = if events.len() as i64 == limit {
-        events.last().map(|e| e.seq)
-    } else {
-        None
-    };
+    let next = if events.len() as i64 == limit { events.last().map(|e| e.seq) } else { None };
     Ok(Json(json!({
         "events": events.iter().map(|e| json!({"seq": e.seq, "type": e.kind, "payload": e.payload, "created_at": e.created_at})).collect::<Vec<_>>(),
         "next_after": next,
@@ -453,16 +378,12 @@ async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<Value>> {
         return Err(ApiError::new(StatusCode::CONFLICT, "conflict", reason));
     }
     let client = composer_store::client(&s.pool).await?;
-    let (run, tasks) = runs::get(&client, run_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
+    let (run, tasks) =
+        runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
     Ok(Json(run_json(&run, Some(&tasks))))
 }
 
-async fn cancel_run(
-    State(s): State<Arc<Shared>>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn cancel_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     control(&s, &id, Event::CancelRun).await
 }
 
@@ -475,9 +396,8 @@ async fn report(
     Path(id): Path<String>,
     Body(r): Body<TaskReport>,
 ) -> ApiResult<Json<ReportAck>> {
-    let task_id: Uuid = id
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("invalid task id {id:?}")))?;
+    let started = std::time::Instant::now();
+    let task_id: Uuid = id.parse().map_err(|_| ApiError::bad_request(format!("invalid task id {id:?}")))?;
     let event = match r.status {
         ReportStatus::Completed => {
             let output = r.output.unwrap_or(Value::Null);
@@ -485,32 +405,21 @@ async fn report(
                 Event::TaskFailed {
                     task_id,
                     attempt: r.attempt,
-                    error: format!(
-                        "output exceeds the limit of {} bytes (COMPOSER_MAX_PAYLOAD)",
-                        s.config.max_payload
-                    ),
+                    error: format!("output exceeds the limit of {} bytes (COMPOSER_MAX_PAYLOAD)", s.config.max_payload),
                     retryable: false,
                 }
             } else {
-                Event::TaskCompleted {
-                    task_id,
-                    attempt: r.attempt,
-                    output,
-                }
+                Event::TaskCompleted { task_id, attempt: r.attempt, output }
             }
         }
         ReportStatus::Failed => Event::TaskFailed {
             task_id,
             attempt: r.attempt,
-            error: r
-                .error
-                .unwrap_or_else(|| "failed without an error message".into()),
+            error: r.error.unwrap_or_else(|| "failed without an error message".into()),
             retryable: r.retryable,
         },
     };
     let handled = s.engine.handle(r.run_id, event).await?;
-    Ok(Json(ReportAck {
-        applied: handled.ignored.is_none(),
-        ignored: handled.ignored,
-    }))
+    composer_metrics::observe("composer_report_duration_seconds", &[], started.elapsed());
+    Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
 }

@@ -52,12 +52,11 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(pool: Pool, dispatch: DispatchConfig, outbox_wake: Arc<Notify>) -> Engine {
-        Engine {
-            pool,
-            dispatch,
-            outbox_wake,
-            workflows: Mutex::new(HashMap::new()),
-        }
+        Engine { pool, dispatch, outbox_wake, workflows: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn dispatch_config(&self) -> &DispatchConfig {
+        &self.dispatch
     }
 
     /// The compiled workflow of a stored definition.
@@ -66,36 +65,21 @@ impl Engine {
             return Ok(wf.clone());
         }
         let wf = Workflow::parse(&def.spec).map_err(|e| {
-            composer_store::Error::Corrupt(format!(
-                "stored definition {} v{} is invalid: {e}",
-                def.name, def.version
-            ))
+            composer_store::Error::Corrupt(format!("stored definition {} v{} is invalid: {e}", def.name, def.version))
         })?;
         let wf = Arc::new(wf);
-        self.workflows
-            .lock()
-            .expect("workflow cache")
-            .insert(def.id, wf.clone());
+        self.workflows.lock().expect("workflow cache").insert(def.id, wf.clone());
         Ok(wf)
     }
 
     async fn workflow(&self, definition_id: Uuid) -> Result<Arc<Workflow>> {
-        if let Some(wf) = self
-            .workflows
-            .lock()
-            .expect("workflow cache")
-            .get(&definition_id)
-        {
+        if let Some(wf) = self.workflows.lock().expect("workflow cache").get(&definition_id) {
             return Ok(wf.clone());
         }
         let client = composer_store::client(&self.pool).await?;
-        let def = composer_store::definitions::by_id(&client, definition_id)
-            .await?
-            .ok_or_else(|| {
-                composer_store::Error::Corrupt(format!(
-                    "definition {definition_id} of a run does not exist"
-                ))
-            })?;
+        let def = composer_store::definitions::by_id(&client, definition_id).await?.ok_or_else(|| {
+            composer_store::Error::Corrupt(format!("definition {definition_id} of a run does not exist"))
+        })?;
         self.compile(&def)
     }
 
@@ -115,17 +99,15 @@ impl Engine {
         };
         let mut row = runs::insert_run(&tx, &new).await?;
         let mut run = machine::Run::new(row.id, input.clone());
-        let tr = machine::apply(
-            &wf,
-            &mut run,
-            &Event::RunStarted,
-            Utc::now(),
-            &mut Uuid::now_v7,
-        );
+        let tr = machine::apply(&wf, &mut run, &Event::RunStarted, Utc::now(), &mut Uuid::now_v7);
         runs::write_transition(&tx, &wf, &row, &run, &tr, &self.dispatch).await?;
         tx.commit().await?;
         if !tr.dispatch.is_empty() {
             self.outbox_wake.notify_one();
+        }
+        composer_metrics::inc("composer_runs_started_total", &[], 1);
+        if run.status.is_terminal() {
+            composer_metrics::inc("composer_runs_finished_total", &[("status", run.status.as_str())], 1);
         }
         row.status = run.status;
         row.output = run.output;
@@ -136,11 +118,10 @@ impl Engine {
 
     /// Applies `event` to the run under its lock and commits the result.
     pub async fn handle(&self, run_id: Uuid, event: Event) -> Result<Handled> {
+        let started = std::time::Instant::now();
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
-        let (row, tasks) = runs::lock(&tx, run_id)
-            .await?
-            .ok_or(EngineError::RunNotFound(run_id))?;
+        let (row, tasks) = runs::lock(&tx, run_id).await?.ok_or(EngineError::RunNotFound(run_id))?;
         let wf = self.workflow(row.workflow_definition_id).await?;
         let mut run = runs::to_machine(&wf, &row, &tasks)?;
         let tr = machine::apply(&wf, &mut run, &event, Utc::now(), &mut Uuid::now_v7);
@@ -148,6 +129,12 @@ impl Engine {
         tx.commit().await?;
         if !tr.dispatch.is_empty() {
             self.outbox_wake.notify_one();
+        }
+        let result = tr.ignored_kind.unwrap_or("applied");
+        composer_metrics::inc("composer_events_total", &[("event", event.name()), ("result", result)], 1);
+        composer_metrics::observe("composer_event_duration_seconds", &[], started.elapsed());
+        if tr.run_changed && run.status.is_terminal() {
+            composer_metrics::inc("composer_runs_finished_total", &[("status", run.status.as_str())], 1);
         }
         match &tr.ignored {
             Some(reason) => {
@@ -157,9 +144,6 @@ impl Engine {
                 tracing::debug!(%run_id, event = event.name(), status = %run.status, "event applied")
             }
         }
-        Ok(Handled {
-            status: run.status,
-            ignored: tr.ignored,
-        })
+        Ok(Handled { status: run.status, ignored: tr.ignored })
     }
 }

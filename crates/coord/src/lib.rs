@@ -42,12 +42,23 @@ pub struct Config {
     pub db_pool_size: usize,
     /// How long a request waits for a database connection before a 503.
     pub db_timeout: Duration,
+    /// Whether this coordinator publishes the outbox (an API-only replica may not).
+    pub run_outbox: bool,
     pub outbox_poll_interval: Duration,
     pub outbox_claim_timeout: Duration,
     pub outbox_batch: i64,
     pub timer_interval: Duration,
     pub timer_batch: i64,
+    /// How often the recovery sweeps run.
+    pub recovery_interval: Duration,
+    /// How long a PENDING task may sit without an outbox row before its
+    /// message is assumed lost and it is dispatched again.
+    pub lost_dispatch_age: Duration,
+    pub partition_interval: Duration,
     pub partition_months_ahead: i32,
+    /// Whole months older than this many days are dropped; 0 keeps everything.
+    pub retention_days: u32,
+    pub metrics_interval: Duration,
     pub api_token: Option<String>,
     pub worker_token: Option<String>,
     pub allow_no_auth: bool,
@@ -65,12 +76,18 @@ impl Config {
             stream_shards: 4,
             db_pool_size: 16,
             db_timeout: Duration::from_secs(5),
+            run_outbox: true,
             outbox_poll_interval: Duration::from_secs(1),
             outbox_claim_timeout: Duration::from_secs(120),
             outbox_batch: 256,
             timer_interval: Duration::from_secs(1),
             timer_batch: 512,
+            recovery_interval: Duration::from_secs(30),
+            lost_dispatch_age: Duration::from_secs(600),
+            partition_interval: Duration::from_secs(6 * 3600),
             partition_months_ahead: 3,
+            retention_days: 0,
+            metrics_interval: Duration::from_secs(15),
             api_token: None,
             worker_token: None,
             allow_no_auth: false,
@@ -80,11 +97,24 @@ impl Config {
 
     /// Refuses configurations that would be unsafe or cannot work.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.stream_shards == 0 || self.stream_shards > 1024 {
+        for (name, d) in [
+            ("COMPOSER_OUTBOX_POLL_INTERVAL", self.outbox_poll_interval),
+            ("COMPOSER_TIMER_INTERVAL", self.timer_interval),
+            ("COMPOSER_RECOVERY_INTERVAL", self.recovery_interval),
+            ("COMPOSER_PARTITION_INTERVAL", self.partition_interval),
+        ] {
+            if d.is_zero() {
+                anyhow::bail!("{name} must be greater than zero");
+            }
+        }
+        if !(1..=120).contains(&self.partition_months_ahead) {
             anyhow::bail!(
-                "COMPOSER_STREAM_SHARDS must be between 1 and 1024, got {}",
-                self.stream_shards
+                "COMPOSER_PARTITION_MONTHS_AHEAD must be between 1 and 120, got {}",
+                self.partition_months_ahead
             );
+        }
+        if self.stream_shards == 0 || self.stream_shards > 1024 {
+            anyhow::bail!("COMPOSER_STREAM_SHARDS must be between 1 and 1024, got {}", self.stream_shards);
         }
         let open = !self.listen.ip().is_loopback();
         let no_tokens = self.api_token.is_none() || self.worker_token.is_none();
@@ -136,7 +166,9 @@ impl Running {
 
 /// Prepares storage and starts the coordinator, in the seed's order:
 /// migrations and partitions (no run can be inserted without one), then the
-/// shard count (workers need it), then the outbox, the loops and the API.
+/// shard count (workers need it), then one recovery pass (so whatever was
+/// orphaned while the cluster was down goes out in the outbox's first batch),
+/// then the outbox, the loops and the API.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
     config.validate()?;
     let listener = TcpListener::bind(config.listen)
@@ -145,62 +177,72 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, stream_shards = config.stream_shards, "starting coordinator");
 
-    let pool =
-        composer_store::connect(&config.database_url, config.db_pool_size, config.db_timeout)
-            .context("COMPOSER_DATABASE_URL")?;
+    let pool = composer_store::connect(&config.database_url, config.db_pool_size, config.db_timeout)
+        .context("COMPOSER_DATABASE_URL")?;
     {
-        let mut client = composer_store::client(&pool)
-            .await
-            .context("cannot connect to PostgreSQL")?;
-        let applied = composer_store::migrations::migrate(&mut client)
-            .await
-            .context("applying migrations")?;
+        let mut client = composer_store::client(&pool).await.context("cannot connect to PostgreSQL")?;
+        let applied = composer_store::migrations::migrate(&mut client).await.context("applying migrations")?;
         if applied > 0 {
             tracing::info!(applied, "applied migrations");
         }
-        loops::maintain_partitions(&client, config.partition_months_ahead).await?;
+        loops::maintain_partitions(&client, config.partition_months_ahead, config.retention_days).await?;
     }
     let streams = Streams::connect(&config.redis_url, Keys::new(config.redis_prefix.clone()))
         .await
         .context("cannot connect to Redis (COMPOSER_REDIS_URL)")?;
-    streams
-        .publish_shard_count(config.stream_shards)
-        .await
-        .context("publishing the stream shard count")?;
+    streams.publish_shard_count(config.stream_shards).await.context("publishing the stream shard count")?;
 
     let outbox_wake = Arc::new(Notify::new());
-    let dispatch = DispatchConfig {
-        prefix: config.redis_prefix.clone(),
-        shards: config.stream_shards as i64,
-    };
+    let dispatch = DispatchConfig { prefix: config.redis_prefix.clone(), shards: config.stream_shards as i64 };
     let engine = Engine::new(pool.clone(), dispatch, outbox_wake.clone());
-    let shared = Arc::new(Shared {
-        engine,
-        pool,
-        streams,
-        outbox_wake,
-        runs: RunWatch::new(),
-        config,
-    });
+    let shared = Arc::new(Shared { engine, pool, streams, outbox_wake, runs: RunWatch::new(), config });
+
+    loops::recover_tasks(&shared).await;
 
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(listener::run(shared.clone(), shutdown.clone()));
-    tasks.spawn(outbox::run(shared.clone(), shutdown.clone()));
-    tasks.spawn(loops::run_timers(shared.clone(), shutdown.clone()));
+    if shared.config.run_outbox {
+        tasks.spawn(outbox::run(shared.clone(), shutdown.clone()));
+    }
+    let c = &shared.config;
+    tasks.spawn(loops::every(shutdown.clone(), c.recovery_interval, shared.clone(), |s| {
+        Box::pin(async move {
+            loops::recover_tasks(&s).await;
+        })
+    }));
+    tasks.spawn(loops::every(shutdown.clone(), c.timer_interval, shared.clone(), |s| {
+        Box::pin(async move {
+            if let Err(e) = loops::fire_due_waits(&s).await {
+                tracing::warn!(error = %e, "firing due timers failed");
+            }
+        })
+    }));
+    tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
+        Box::pin(async move {
+            let result = async {
+                let client = composer_store::client(&s.pool).await?;
+                loops::maintain_partitions(&client, s.config.partition_months_ahead, s.config.retention_days).await
+            };
+            if let Err(e) = result.await {
+                tracing::error!(error = %e, "partition maintenance failed");
+            }
+        })
+    }));
+    tasks.spawn(loops::every(shutdown.clone(), c.metrics_interval, shared.clone(), |s| {
+        Box::pin(async move {
+            if let Err(e) = loops::sample_metrics(&s).await {
+                tracing::warn!(error = %e, "sampling metrics failed");
+            }
+        })
+    }));
     let app = api::router(shared.clone());
     let serve_shutdown = shutdown.clone();
     tasks.spawn(async move {
-        let server = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { serve_shutdown.cancelled().await });
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move { serve_shutdown.cancelled().await });
         if let Err(e) = server.await {
             tracing::error!(error = %e, "HTTP server failed");
         }
     });
-    Ok(Running {
-        addr,
-        shared,
-        shutdown,
-        tasks,
-    })
+    Ok(Running { addr, shared, shutdown, tasks })
 }

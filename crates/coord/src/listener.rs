@@ -29,9 +29,7 @@ impl Default for RunWatch {
 
 impl RunWatch {
     pub fn new() -> RunWatch {
-        RunWatch {
-            tx: broadcast::channel(1024).0,
-        }
+        RunWatch { tx: broadcast::channel(1024).0 }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Uuid> {
@@ -63,18 +61,14 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
 }
 
 async fn listen(shared: &Shared) -> anyhow::Result<()> {
-    let (client, mut connection) =
-        tokio_postgres::connect(&shared.config.database_url, tokio_postgres::NoTls).await?;
+    let (client, mut connection) = tokio_postgres::connect(&shared.config.database_url, tokio_postgres::NoTls).await?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(msg) = messages.next().await {
             match msg {
                 Ok(AsyncMessage::Notification(n)) => {
-                    if tx
-                        .send((n.channel().to_string(), n.payload().to_string()))
-                        .is_err()
-                    {
+                    if tx.send((n.channel().to_string(), n.payload().to_string())).is_err() {
                         break;
                     }
                 }
@@ -84,11 +78,7 @@ async fn listen(shared: &Shared) -> anyhow::Result<()> {
         }
         Ok(())
     });
-    client
-        .batch_execute(&format!(
-            "LISTEN {OUTBOX_CHANNEL}; LISTEN {RUN_DONE_CHANNEL}"
-        ))
-        .await?;
+    client.batch_execute(&format!("LISTEN {OUTBOX_CHANNEL}; LISTEN {RUN_DONE_CHANNEL}")).await?;
     // Anything sent while we were not listening is lost: re-check now.
     shared.outbox_wake.notify_one();
     shared.runs.notify(Uuid::nil());

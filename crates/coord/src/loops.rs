@@ -1,58 +1,145 @@
-//! Periodic work every coordinator runs: firing due timers, keeping
-//! partitions ahead. Each is safe on many coordinators at once.
+//! The background loops of every coordinator (seed, Steps 1–5): recovery,
+//! timers, partitions and metrics sampling. Each is safe to run on many
+//! coordinators at once — row locks, `SKIP LOCKED`, advisory locks and the
+//! state machine's idempotent guards replace leader election.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use composer_core::machine::Event;
-use composer_store::{partitions, timers, Client};
+use composer_store::{partitions, recovery, timers, Client};
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
 
-/// Creates the monthly partitions `months_ahead` ahead.
-pub async fn maintain_partitions(client: &Client, months_ahead: i32) -> anyhow::Result<()> {
-    let created = partitions::ensure(client, months_ahead).await?;
-    if created > 0 {
-        tracing::info!(created, "created run partitions");
-    }
-    Ok(())
-}
-
-/// Applies TimerFired to every WAITING task whose time has come (WAIT nodes
-/// and retry backoffs); returns how many fired. Two coordinators may pick the
-/// same timer: the state machine ignores the second firing.
-pub async fn fire_due_waits(shared: &Shared) -> anyhow::Result<usize> {
-    let due = {
-        let client = composer_store::client(&shared.pool).await?;
-        timers::due(&client, shared.config.timer_batch).await?
-    };
-    let mut fired = 0;
-    for w in due {
-        match shared
-            .engine
-            .handle(w.run_id, Event::TimerFired { task_id: w.task_id })
-            .await
-        {
-            Ok(h) if h.ignored.is_none() => fired += 1,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::error!(run_id = %w.run_id, task_id = %w.task_id, error = %e, "failed to fire timer")
-            }
-        }
-    }
-    Ok(fired)
-}
-
-pub async fn run_timers(shared: Arc<Shared>, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(shared.config.timer_interval);
+/// Calls `f` every `interval` until `shutdown`.
+pub async fn every<F>(shutdown: CancellationToken, interval: Duration, shared: Arc<Shared>, f: F)
+where
+    F: Fn(Arc<Shared>) -> Pin<Box<dyn Future<Output = ()> + Send>>,
+{
+    let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if let Err(e) = fire_due_waits(&shared).await {
-            tracing::warn!(error = %e, "firing due timers failed");
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = f(shared.clone()) => {}
         }
     }
+}
+
+/// Creates the monthly partitions `months_ahead` ahead and, with a
+/// retention set, drops whole months past it.
+pub async fn maintain_partitions(client: &Client, months_ahead: i32, retention_days: u32) -> anyhow::Result<()> {
+    let created = partitions::ensure(client, months_ahead).await?;
+    if created > 0 {
+        composer_metrics::inc("composer_partitions_created_total", &[], created as u64);
+        tracing::info!(created, "created run partitions");
+    }
+    if retention_days == 0 {
+        return Ok(());
+    }
+    let before = chrono::Utc::now() - chrono::Duration::days(retention_days as i64);
+    let dropped = partitions::drop_before(client, before).await?;
+    if !dropped.is_empty() {
+        composer_metrics::inc("composer_partitions_dropped_total", &[], dropped.len() as u64);
+        tracing::info!(months = ?dropped, "dropped expired run partitions");
+    }
+    Ok(())
+}
+
+/// Re-dispatches tasks orphaned by a dead worker (expired lease) or a lost
+/// stream message (PENDING with no outbox row for `lost_dispatch_age`).
+/// Every coordinator runs it; the statements are safe to race.
+pub async fn recover_tasks(shared: &Shared) {
+    let client = match composer_store::client(&shared.pool).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "recovery: database unavailable");
+            return;
+        }
+    };
+    let d = shared.engine.dispatch_config();
+    let mut any = false;
+    match recovery::requeue_expired_leases(&client, d).await {
+        Ok(0) => {}
+        Ok(n) => {
+            any = true;
+            composer_metrics::inc("composer_recoveries_total", &[("kind", "expired_lease")], n);
+            tracing::warn!(count = n, "recovery: re-dispatched tasks with expired leases");
+        }
+        Err(e) => tracing::error!(error = %e, "recovery: requeue expired leases failed"),
+    }
+    match recovery::redispatch_pending_tasks(&client, d, shared.config.lost_dispatch_age).await {
+        Ok(0) => {}
+        Ok(n) => {
+            any = true;
+            composer_metrics::inc("composer_recoveries_total", &[("kind", "lost_dispatch")], n);
+            tracing::warn!(count = n, "recovery: re-dispatched pending tasks with lost messages");
+        }
+        Err(e) => tracing::error!(error = %e, "recovery: redispatch pending tasks failed"),
+    }
+    if any {
+        shared.outbox_wake.notify_one();
+    }
+}
+
+/// Applies TimerFired to every WAITING task whose time has come (WAIT nodes
+/// and retry backoffs), in batches; returns how many fired. Two coordinators
+/// may pick the same timer: the state machine ignores the second firing.
+pub async fn fire_due_waits(shared: &Shared) -> anyhow::Result<usize> {
+    let mut fired = 0;
+    loop {
+        let due = {
+            let client = composer_store::client(&shared.pool).await?;
+            timers::due(&client, shared.config.timer_batch).await?
+        };
+        let batch = due.len();
+        for w in due {
+            match shared.engine.handle(w.run_id, Event::TimerFired { task_id: w.task_id }).await {
+                Ok(h) if h.ignored.is_none() => fired += 1,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(run_id = %w.run_id, task_id = %w.task_id, error = %e, "failed to fire timer")
+                }
+            }
+        }
+        if (batch as i64) < shared.config.timer_batch {
+            break;
+        }
+    }
+    if fired > 0 {
+        composer_metrics::inc("composer_timers_fired_total", &[], fired as u64);
+    }
+    Ok(fired)
+}
+
+/// Samples the gauges: outbox backlog and age, open tasks by state, running
+/// runs, due timers. Each query reads only open work (partial indexes), so
+/// its cost does not grow with history.
+pub async fn sample_metrics(shared: &Shared) -> anyhow::Result<()> {
+    let client = composer_store::client(&shared.pool).await?;
+    let row = client
+        .query_one("SELECT count(*), COALESCE(extract(epoch FROM now() - min(created_at))::float8, 0) FROM outbox", &[])
+        .await?;
+    composer_metrics::set("composer_outbox_backlog", &[], row.get::<_, i64>(0) as f64);
+    composer_metrics::set("composer_outbox_oldest_age_seconds", &[], row.get::<_, f64>(1));
+    for state in ["PENDING", "RUNNING", "WAITING"] {
+        let n: i64 = client.query_one("SELECT count(*) FROM task_instances WHERE state = $1", &[&state]).await?.get(0);
+        composer_metrics::set("composer_open_tasks", &[("state", state)], n as f64);
+    }
+    let n: i64 = client.query_one("SELECT count(*) FROM workflow_runs WHERE status = 'RUNNING'", &[]).await?.get(0);
+    composer_metrics::set("composer_running_runs", &[], n as f64);
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM task_instances WHERE state = 'WAITING' AND wake_at <= now()", &[])
+        .await?
+        .get(0);
+    composer_metrics::set("composer_due_timers", &[], n as f64);
+    Ok(())
 }

@@ -42,16 +42,15 @@ pub async fn drain(shared: &Shared) -> anyhow::Result<usize> {
             return Ok(published);
         }
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let batch: Vec<(&str, &str)> = rows
-            .iter()
-            .map(|r| (r.stream.as_str(), r.payload.as_str()))
-            .collect();
+        let batch: Vec<(&str, &str)> = rows.iter().map(|r| (r.stream.as_str(), r.payload.as_str())).collect();
         match shared.streams.publish(&batch).await {
             Ok(()) => {
                 outbox::delete(&client, &ids).await?;
                 published += rows.len();
+                composer_metrics::inc("composer_dispatches_total", &[], rows.len() as u64);
             }
             Err(e) => {
+                composer_metrics::inc("composer_outbox_publish_failures_total", &[], 1);
                 outbox::retry_later(&client, &ids, MAX_RETRY_BACKOFF).await?;
                 return Err(e.into());
             }

@@ -76,10 +76,7 @@ pub struct ValidationError {
 
 impl ValidationError {
     fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
+        Self { path: path.into(), message: message.into() }
     }
 }
 
@@ -171,22 +168,13 @@ impl Workflow {
     pub fn new(spec: WorkflowSpec) -> Result<Workflow, ValidationError> {
         validate_name("name", &spec.name)?;
         if spec.nodes.is_empty() {
-            return Err(ValidationError::new(
-                "nodes",
-                "a workflow needs at least one node",
-            ));
+            return Err(ValidationError::new("nodes", "a workflow needs at least one node"));
         }
         if spec.nodes.len() > MAX_NODES {
-            return Err(ValidationError::new(
-                "nodes",
-                format!("at most {MAX_NODES} nodes are allowed"),
-            ));
+            return Err(ValidationError::new("nodes", format!("at most {MAX_NODES} nodes are allowed")));
         }
         if spec.edges.len() > MAX_EDGES {
-            return Err(ValidationError::new(
-                "edges",
-                format!("at most {MAX_EDGES} edges are allowed"),
-            ));
+            return Err(ValidationError::new("edges", format!("at most {MAX_EDGES} edges are allowed")));
         }
 
         let mut index = HashMap::with_capacity(spec.nodes.len());
@@ -195,10 +183,7 @@ impl Workflow {
             let at = node_path(i, &n.id);
             validate_name(&format!("{at}.id"), &n.id)?;
             if index.insert(n.id.clone(), i).is_some() {
-                return Err(ValidationError::new(
-                    at,
-                    format!("duplicate node id {:?}", n.id),
-                ));
+                return Err(ValidationError::new(at, format!("duplicate node id {:?}", n.id)));
             }
             nodes.push(compile_node(&at, n)?);
         }
@@ -209,17 +194,14 @@ impl Workflow {
         let mut outgoing = vec![Vec::new(); nodes.len()];
         for (i, e) in spec.edges.iter().enumerate() {
             let at = format!("edges[{i}]");
-            let from = *index.get(&e.from).ok_or_else(|| {
-                ValidationError::new(format!("{at}.from"), format!("unknown node {:?}", e.from))
-            })?;
-            let to = *index.get(&e.to).ok_or_else(|| {
-                ValidationError::new(format!("{at}.to"), format!("unknown node {:?}", e.to))
-            })?;
+            let from = *index
+                .get(&e.from)
+                .ok_or_else(|| ValidationError::new(format!("{at}.from"), format!("unknown node {:?}", e.from)))?;
+            let to = *index
+                .get(&e.to)
+                .ok_or_else(|| ValidationError::new(format!("{at}.to"), format!("unknown node {:?}", e.to)))?;
             if !seen.insert((from, to)) {
-                return Err(ValidationError::new(
-                    at,
-                    format!("duplicate edge {:?} -> {:?}", e.from, e.to),
-                ));
+                return Err(ValidationError::new(at, format!("duplicate edge {:?} -> {:?}", e.from, e.to)));
             }
             if e.when.is_some() {
                 return Err(ValidationError::new(
@@ -233,15 +215,7 @@ impl Workflow {
         }
 
         let topo_order = topological_order(&spec, &edges, &incoming, &outgoing)?;
-        Ok(Workflow {
-            spec,
-            nodes,
-            edges,
-            incoming,
-            outgoing,
-            topo_order,
-            index,
-        })
+        Ok(Workflow { spec, nodes, edges, incoming, outgoing, topo_order, index })
     }
 
     pub fn node_index(&self, id: &str) -> Option<usize> {
@@ -256,15 +230,11 @@ impl Workflow {
 
 /// Deserializes a spec, naming the node whose fields are wrong.
 fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
-    let obj = json
-        .as_object()
-        .ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
+    let obj =
+        json.as_object().ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
     for key in obj.keys() {
         if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges") {
-            return Err(ValidationError::new(
-                key.as_str(),
-                "unknown field (expected name, description, nodes, edges)",
-            ));
+            return Err(ValidationError::new(key.as_str(), "unknown field (expected name, description, nodes, edges)"));
         }
     }
     let name = match obj.get("name") {
@@ -285,8 +255,8 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
     let mut nodes = Vec::with_capacity(raw_nodes.len());
     for (i, raw) in raw_nodes.iter().enumerate() {
         let id = raw.get("id").and_then(Value::as_str).unwrap_or("");
-        let node: NodeSpec = serde_json::from_value(raw.clone())
-            .map_err(|e| ValidationError::new(node_path(i, id), e.to_string()))?;
+        let node: NodeSpec =
+            serde_json::from_value(raw.clone()).map_err(|e| ValidationError::new(node_path(i, id), e.to_string()))?;
         nodes.push(node);
     }
     let edges = match obj.get("edges") {
@@ -302,12 +272,7 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
         }
         Some(_) => return Err(ValidationError::new("edges", "must be an array")),
     };
-    Ok(WorkflowSpec {
-        name,
-        description,
-        nodes,
-        edges,
-    })
+    Ok(WorkflowSpec { name, description, nodes, edges })
 }
 
 fn node_path(i: usize, id: &str) -> String {
@@ -324,39 +289,22 @@ fn validate_name(path: &str, name: &str) -> Result<(), ValidationError> {
         return Err(ValidationError::new(path, "must not be empty"));
     }
     if name.len() > MAX_ID_LEN {
-        return Err(ValidationError::new(
-            path,
-            format!("must be at most {MAX_ID_LEN} characters"),
-        ));
+        return Err(ValidationError::new(path, format!("must be at most {MAX_ID_LEN} characters")));
     }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    {
-        return Err(ValidationError::new(
-            path,
-            format!("{name:?} may contain only letters, digits, '_', '-' and '.'"),
-        ));
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+        return Err(ValidationError::new(path, format!("{name:?} may contain only letters, digits, '_', '-' and '.'")));
     }
     Ok(())
 }
 
 fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
     if n.node_type.is_empty() {
-        return Err(ValidationError::new(
-            format!("{at}.type"),
-            "must not be empty",
-        ));
+        return Err(ValidationError::new(format!("{at}.type"), "must not be empty"));
     }
     let config = match &n.config {
         Value::Null => Value::Object(Map::new()),
         v @ Value::Object(_) => v.clone(),
-        _ => {
-            return Err(ValidationError::new(
-                format!("{at}.config"),
-                "must be an object",
-            ))
-        }
+        _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object")),
     };
     reject_expressions(&format!("{at}.config"), &config)?;
     let retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
@@ -372,16 +320,11 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
             validate_http(at, &config)?;
             NodeKind::Http
         }
-        "WAIT" => NodeKind::Wait {
-            duration: compile_wait(at, &config)?,
-        },
+        "WAIT" => NodeKind::Wait { duration: compile_wait(at, &config)? },
         "WAIT_FOR_EVENT" | "TRANSFORM" => {
             return Err(ValidationError::new(
                 format!("{at}.type"),
-                format!(
-                    "node type {} is not supported by this version of Composer",
-                    n.node_type
-                ),
+                format!("node type {} is not supported by this version of Composer", n.node_type),
             ))
         }
         other => {
@@ -389,29 +332,17 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
             NodeKind::Custom
         }
     };
-    let queue = if matches!(kind, NodeKind::Wait { .. }) {
-        None
-    } else {
-        queue
-    };
-    Ok(Node {
-        id: n.id.clone(),
-        node_type: n.node_type.clone(),
-        kind,
-        queue,
-        config,
-        retry,
-    })
+    let queue = if matches!(kind, NodeKind::Wait { .. }) { None } else { queue };
+    Ok(Node { id: n.id.clone(), node_type: n.node_type.clone(), kind, queue, config, retry })
 }
 
 /// `${ … }` expressions arrive with the jq evaluator; until then a string that
 /// looks like one is refused rather than sent literally.
 fn reject_expressions(path: &str, v: &Value) -> Result<(), ValidationError> {
     match v {
-        Value::String(s) if s.contains("${") => Err(ValidationError::new(
-            path,
-            "expressions (${ … }) are not supported by this version of Composer",
-        )),
+        Value::String(s) if s.contains("${") => {
+            Err(ValidationError::new(path, "expressions (${ … }) are not supported by this version of Composer"))
+        }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 reject_expressions(&format!("{path}[{i}]"), item)?;
@@ -433,29 +364,22 @@ fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, Vali
     let Some(spec) = spec else { return Ok(policy) };
     if let Some(n) = spec.max_attempts {
         if !(1..=1000).contains(&n) {
-            return Err(ValidationError::new(
-                format!("{at}.max_attempts"),
-                "must be between 1 and 1000",
-            ));
+            return Err(ValidationError::new(format!("{at}.max_attempts"), "must be between 1 and 1000"));
         }
         policy.max_attempts = n;
     }
     if let Some(d) = &spec.initial_backoff {
-        policy.initial_backoff = duration::parse(d)
-            .map_err(|e| ValidationError::new(format!("{at}.initial_backoff"), e))?;
+        policy.initial_backoff =
+            duration::parse(d).map_err(|e| ValidationError::new(format!("{at}.initial_backoff"), e))?;
     }
     if let Some(m) = spec.multiplier {
         if !(1.0..=100.0).contains(&m) {
-            return Err(ValidationError::new(
-                format!("{at}.multiplier"),
-                "must be between 1 and 100",
-            ));
+            return Err(ValidationError::new(format!("{at}.multiplier"), "must be between 1 and 100"));
         }
         policy.multiplier = m;
     }
     if let Some(d) = &spec.max_backoff {
-        policy.max_backoff =
-            duration::parse(d).map_err(|e| ValidationError::new(format!("{at}.max_backoff"), e))?;
+        policy.max_backoff = duration::parse(d).map_err(|e| ValidationError::new(format!("{at}.max_backoff"), e))?;
     }
     if policy.max_backoff < policy.initial_backoff {
         policy.max_backoff = policy.initial_backoff;
@@ -469,10 +393,7 @@ pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "H
 fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
     let field = |name: &str| format!("{at}.config.{name}");
     for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
-        if !matches!(
-            key.as_str(),
-            "method" | "url" | "headers" | "body" | "timeout" | "accept" | "retry_statuses"
-        ) {
+        if !matches!(key.as_str(), "method" | "url" | "headers" | "body" | "timeout" | "accept" | "retry_statuses") {
             return Err(ValidationError::new(
                 field(key),
                 "unknown field (expected method, url, headers, body, timeout, accept, retry_statuses)",
@@ -482,10 +403,7 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
     match config.get("url") {
         Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => {}
         Some(Value::String(_)) => {
-            return Err(ValidationError::new(
-                field("url"),
-                "must start with http:// or https://",
-            ))
+            return Err(ValidationError::new(field("url"), "must start with http:// or https://"))
         }
         Some(_) => return Err(ValidationError::new(field("url"), "must be a string")),
         None => return Err(ValidationError::new(field("url"), "is required")),
@@ -494,21 +412,13 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
         None => {}
         Some(Value::String(m)) if HTTP_METHODS.contains(&m.to_ascii_uppercase().as_str()) => {}
         Some(_) => {
-            return Err(ValidationError::new(
-                field("method"),
-                format!("must be one of {}", HTTP_METHODS.join(", ")),
-            ))
+            return Err(ValidationError::new(field("method"), format!("must be one of {}", HTTP_METHODS.join(", "))))
         }
     }
     if let Some(h) = config.get("headers") {
-        let ok = h
-            .as_object()
-            .is_some_and(|m| m.values().all(Value::is_string));
+        let ok = h.as_object().is_some_and(|m| m.values().all(Value::is_string));
         if !ok {
-            return Err(ValidationError::new(
-                field("headers"),
-                "must be an object of string values",
-            ));
+            return Err(ValidationError::new(field("headers"), "must be an object of string values"));
         }
     }
     if let Some(t) = config.get("timeout") {
@@ -518,23 +428,15 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
             .and_then(duration::parse)
             .map_err(|e| ValidationError::new(field("timeout"), e))?;
         if d.is_zero() {
-            return Err(ValidationError::new(
-                field("timeout"),
-                "must be greater than zero",
-            ));
+            return Err(ValidationError::new(field("timeout"), "must be greater than zero"));
         }
     }
     for key in ["accept", "retry_statuses"] {
         if let Some(v) = config.get(key) {
-            let ok = v.as_array().is_some_and(|a| {
-                a.iter()
-                    .all(|s| s.as_u64().is_some_and(|c| (100..=599).contains(&c)))
-            });
+            let ok =
+                v.as_array().is_some_and(|a| a.iter().all(|s| s.as_u64().is_some_and(|c| (100..=599).contains(&c))));
             if !ok {
-                return Err(ValidationError::new(
-                    field(key),
-                    "must be an array of HTTP status codes (100-599)",
-                ));
+                return Err(ValidationError::new(field(key), "must be an array of HTTP status codes (100-599)"));
             }
         }
     }
@@ -544,24 +446,17 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
 fn compile_wait(at: &str, config: &Value) -> Result<Duration, ValidationError> {
     for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
         if key != "duration" {
-            return Err(ValidationError::new(
-                format!("{at}.config.{key}"),
-                "unknown field (expected duration)",
-            ));
+            return Err(ValidationError::new(format!("{at}.config.{key}"), "unknown field (expected duration)"));
         }
     }
     match config.get("duration") {
         Some(Value::String(s)) => {
             duration::parse(s).map_err(|e| ValidationError::new(format!("{at}.config.duration"), e))
         }
-        Some(_) => Err(ValidationError::new(
-            format!("{at}.config.duration"),
-            "must be a duration string such as \"1h\"",
-        )),
-        None => Err(ValidationError::new(
-            format!("{at}.config.duration"),
-            "is required",
-        )),
+        Some(_) => {
+            Err(ValidationError::new(format!("{at}.config.duration"), "must be a duration string such as \"1h\""))
+        }
+        None => Err(ValidationError::new(format!("{at}.config.duration"), "is required")),
     }
 }
 
@@ -573,9 +468,7 @@ fn topological_order(
     outgoing: &[Vec<usize>],
 ) -> Result<Vec<usize>, ValidationError> {
     let mut remaining: Vec<usize> = incoming.iter().map(Vec::len).collect();
-    let mut ready: Vec<usize> = (0..remaining.len())
-        .filter(|&n| remaining[n] == 0)
-        .collect();
+    let mut ready: Vec<usize> = (0..remaining.len()).filter(|&n| remaining[n] == 0).collect();
     ready.reverse();
     let mut order = Vec::with_capacity(remaining.len());
     while let Some(n) = ready.pop() {
@@ -591,17 +484,9 @@ fn topological_order(
     if order.len() == remaining.len() {
         return Ok(order);
     }
-    let stuck: Vec<&str> = (0..remaining.len())
-        .filter(|&n| remaining[n] > 0)
-        .map(|n| spec.nodes[n].id.as_str())
-        .collect();
-    Err(ValidationError::new(
-        "edges",
-        format!(
-            "the edges form a cycle; nodes on or after it: {}",
-            stuck.join(", ")
-        ),
-    ))
+    let stuck: Vec<&str> =
+        (0..remaining.len()).filter(|&n| remaining[n] > 0).map(|n| spec.nodes[n].id.as_str()).collect();
+    Err(ValidationError::new("edges", format!("the edges form a cycle; nodes on or after it: {}", stuck.join(", "))))
 }
 
 #[cfg(test)]
@@ -635,17 +520,12 @@ mod tests {
     fn refuses_cycles_naming_the_nodes() {
         let e = err(json!({"name":"c","nodes":[http("a"), http("b")],
             "edges":[{"from":"a","to":"b"},{"from":"b","to":"a"}]}));
-        assert!(
-            e.message.contains("cycle") && e.message.contains('a') && e.message.contains('b'),
-            "{e}"
-        );
+        assert!(e.message.contains("cycle") && e.message.contains('a') && e.message.contains('b'), "{e}");
     }
 
     #[test]
     fn refuses_duplicate_ids_unknown_edges_and_empty_names() {
-        assert!(err(json!({"name":"d","nodes":[http("a"), http("a")]}))
-            .message
-            .contains("duplicate node id"));
+        assert!(err(json!({"name":"d","nodes":[http("a"), http("a")]})).message.contains("duplicate node id"));
         let e = err(json!({"name":"u","nodes":[http("a")],"edges":[{"from":"a","to":"zz"}]}));
         assert_eq!(e.path, "edges[0].to");
         assert!(e.message.contains("zz"));
@@ -655,26 +535,19 @@ mod tests {
 
     #[test]
     fn refuses_unknown_fields_and_bad_config_naming_the_node() {
-        let e = err(
-            json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},"colour":1}]}),
-        );
+        let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},"colour":1}]}));
         assert_eq!(e.path, "nodes[a]");
         assert!(e.message.contains("colour"), "{e}");
         let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{}}]}));
         assert_eq!(e.path, "nodes[a].config.url");
-        let e = err(
-            json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h","timeout":"ten"}}]}),
-        );
+        let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h","timeout":"ten"}}]}));
         assert_eq!(e.path, "nodes[a].config.timeout");
-        let e =
-            err(json!({"name":"x","nodes":[{"id":"w","type":"WAIT","config":{"duration":"5"}}]}));
+        let e = err(json!({"name":"x","nodes":[{"id":"w","type":"WAIT","config":{"duration":"5"}}]}));
         assert_eq!(e.path, "nodes[w].config.duration");
         let e = err(json!({"name":"x","nodes":[http("a")],"extra":true}));
         assert_eq!(e.path, "extra");
-        let e = err(
-            json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},
-            "retry":{"max_attempts":0}}]}),
-        );
+        let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},
+            "retry":{"max_attempts":0}}]}));
         assert_eq!(e.path, "nodes[a].retry.max_attempts");
     }
 

@@ -13,37 +13,21 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let mut total: u128 = 0;
     let mut rest = s;
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!(
-                "invalid duration {text:?} (write e.g. 500ms, 30s, 10m, 1h)"
-            ));
+            return Err(format!("invalid duration {text:?} (write e.g. 500ms, 30s, 10m, 1h)"));
         }
-        let value: u128 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("invalid duration {text:?}: number too large"))?;
+        let value: u128 = rest[..digits].parse().map_err(|_| format!("invalid duration {text:?}: number too large"))?;
         rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let millis_per_unit: u128 = match &rest[..unit_len] {
             "ms" => 1,
             "s" => 1_000,
             "m" => 60_000,
             "h" => 3_600_000,
             "d" => 86_400_000,
-            "" => {
-                return Err(format!(
-                    "invalid duration {text:?}: missing unit (ms, s, m, h or d)"
-                ))
-            }
-            unit => {
-                return Err(format!(
-                    "invalid duration {text:?}: unknown unit {unit:?} (ms, s, m, h or d)"
-                ))
-            }
+            "" => return Err(format!("invalid duration {text:?}: missing unit (ms, s, m, h or d)")),
+            unit => return Err(format!("invalid duration {text:?}: unknown unit {unit:?} (ms, s, m, h or d)")),
         };
         rest = &rest[unit_len..];
         total = total
@@ -60,12 +44,7 @@ pub fn format(d: Duration) -> String {
     if ms == 0 {
         return "0s".into();
     }
-    for (unit, size) in [
-        ("d", 86_400_000u128),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-    ] {
+    for (unit, size) in [("d", 86_400_000u128), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
         if ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
@@ -89,15 +68,7 @@ mod tests {
 
     #[test]
     fn refuses_bad_input_with_a_reason() {
-        for bad in [
-            "",
-            "30",
-            "s",
-            "3x",
-            "1.5s",
-            "-1s",
-            "99999999999999999999999d",
-        ] {
+        for bad in ["", "30", "s", "3x", "1.5s", "-1s", "99999999999999999999999d"] {
             assert!(parse(bad).is_err(), "{bad} should be refused");
         }
         assert!(parse("30").unwrap_err().contains("missing unit"));

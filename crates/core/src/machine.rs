@@ -64,10 +64,7 @@ impl TaskState {
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            TaskState::Completed | TaskState::Failed | TaskState::Skipped | TaskState::Cancelled
-        )
+        matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Skipped | TaskState::Cancelled)
     }
 }
 
@@ -87,12 +84,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 4] = [
-        RunStatus::Running,
-        RunStatus::Succeeded,
-        RunStatus::Failed,
-        RunStatus::Cancelled,
-    ];
+    pub const ALL: [RunStatus; 4] = [RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -146,14 +138,7 @@ pub struct Run {
 
 impl Run {
     pub fn new(id: Uuid, input: Value) -> Run {
-        Run {
-            id,
-            status: RunStatus::Running,
-            input,
-            output: None,
-            error: None,
-            tasks: Vec::new(),
-        }
+        Run { id, status: RunStatus::Running, input, output: None, error: None, tasks: Vec::new() }
     }
 
     pub fn task(&self, id: Uuid) -> Option<&Task> {
@@ -164,20 +149,9 @@ impl Run {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     RunStarted,
-    TaskCompleted {
-        task_id: Uuid,
-        attempt: i32,
-        output: Value,
-    },
-    TaskFailed {
-        task_id: Uuid,
-        attempt: i32,
-        error: String,
-        retryable: bool,
-    },
-    TimerFired {
-        task_id: Uuid,
-    },
+    TaskCompleted { task_id: Uuid, attempt: i32, output: Value },
+    TaskFailed { task_id: Uuid, attempt: i32, error: String, retryable: bool },
+    TimerFired { task_id: Uuid },
     CancelRun,
     RetryRun,
 }
@@ -242,10 +216,7 @@ impl Transition {
         Transition {
             ignored: Some(reason),
             ignored_kind: Some(kind),
-            history: vec![HistoryEntry {
-                kind: "EventIgnored",
-                payload,
-            }],
+            history: vec![HistoryEntry { kind: "EventIgnored", payload }],
             ..Transition::default()
         }
     }
@@ -270,13 +241,7 @@ pub fn apply(
     now: DateTime<Utc>,
     new_id: &mut dyn FnMut() -> Uuid,
 ) -> Transition {
-    let mut m = Machine {
-        wf,
-        run,
-        now,
-        new_id,
-        tr: Transition::default(),
-    };
+    let mut m = Machine { wf, run, now, new_id, tr: Transition::default() };
     if let Err(reason) = m.on(event) {
         return Transition::ignore(reason, event);
     }
@@ -305,41 +270,26 @@ impl Machine<'_> {
                 self.tr.log("RunStarted", json!({}));
                 self.route();
             }
-            Event::TaskCompleted {
-                task_id,
-                attempt,
-                output,
-            } => {
+            Event::TaskCompleted { task_id, attempt, output } => {
                 let t = self.reportable(*task_id, *attempt)?;
                 self.finish(t, TaskState::Completed, Some(output.clone()), None);
                 self.route();
             }
-            Event::TaskFailed {
-                task_id,
-                attempt,
-                error,
-                retryable,
-            } => {
+            Event::TaskFailed { task_id, attempt, error, retryable } => {
                 let t = self.reportable(*task_id, *attempt)?;
                 let policy = self.wf.nodes[self.run.tasks[t].node].retry;
                 if *retryable && (*attempt as i64) < policy.max_attempts as i64 {
                     let wait = policy.backoff(*attempt as u32);
-                    let wake_at =
-                        self.now + chrono::Duration::milliseconds(wait.as_millis() as i64);
+                    let wake_at = self.now + chrono::Duration::milliseconds(wait.as_millis() as i64);
                     let task = &mut self.run.tasks[t];
                     task.state = TaskState::Waiting;
                     task.error = Some(error.clone());
                     task.wake_at = Some(wake_at);
                     self.tr.touch(t);
-                    let payload =
-                        self.task_payload(t, json!({"error": error, "retry_at": wake_at}));
+                    let payload = self.task_payload(t, json!({"error": error, "retry_at": wake_at}));
                     self.tr.log("TaskRetryScheduled", payload);
                 } else {
-                    let reason = if *retryable {
-                        error.clone()
-                    } else {
-                        format!("{error} (not retryable)")
-                    };
+                    let reason = if *retryable { error.clone() } else { format!("{error} (not retryable)") };
                     self.finish(t, TaskState::Failed, None, Some(reason));
                     self.route();
                 }
@@ -349,10 +299,7 @@ impl Machine<'_> {
                 let t = self.find(*task_id)?;
                 let task = &self.run.tasks[t];
                 if task.state != TaskState::Waiting {
-                    return Err(Ignore(
-                        "not_waiting",
-                        format!("task is {}, not WAITING", task.state),
-                    ));
+                    return Err(Ignore("not_waiting", format!("task is {}, not WAITING", task.state)));
                 }
                 if task.wake_at.is_some_and(|w| w > self.now) {
                     return Err(Ignore("not_due", "timer is not due yet".into()));
@@ -387,10 +334,7 @@ impl Machine<'_> {
                 if self.run.status != RunStatus::Failed {
                     return Err(Ignore(
                         "not_failed",
-                        format!(
-                            "run is {}, only a FAILED run can be retried",
-                            self.run.status
-                        ),
+                        format!("run is {}, only a FAILED run can be retried", self.run.status),
                     ));
                 }
                 self.set_run(RunStatus::Running, None, None);
@@ -407,10 +351,7 @@ impl Machine<'_> {
 
     fn require_running(&self) -> Result<(), Ignore> {
         if self.run.status != RunStatus::Running {
-            return Err(Ignore(
-                "run_finished",
-                format!("run is {}", self.run.status),
-            ));
+            return Err(Ignore("run_finished", format!("run is {}", self.run.status)));
         }
         Ok(())
     }
@@ -420,12 +361,7 @@ impl Machine<'_> {
             .tasks
             .iter()
             .position(|t| t.id == task_id)
-            .ok_or_else(|| {
-                Ignore(
-                    "unknown_task",
-                    format!("task {task_id} does not belong to run {}", self.run.id),
-                )
-            })
+            .ok_or_else(|| Ignore("unknown_task", format!("task {task_id} does not belong to run {}", self.run.id)))
     }
 
     /// The guard on every result: the current attempt of a PENDING or RUNNING task.
@@ -436,17 +372,11 @@ impl Machine<'_> {
         if task.attempt != attempt {
             return Err(Ignore(
                 "stale_attempt",
-                format!(
-                    "stale report: attempt {attempt}, task is at attempt {}",
-                    task.attempt
-                ),
+                format!("stale report: attempt {attempt}, task is at attempt {}", task.attempt),
             ));
         }
         if !matches!(task.state, TaskState::Pending | TaskState::Running) {
-            return Err(Ignore(
-                "already_finished",
-                format!("task is already {}", task.state),
-            ));
+            return Err(Ignore("already_finished", format!("task is already {}", task.state)));
         }
         Ok(t)
     }
@@ -562,8 +492,7 @@ impl Machine<'_> {
             "TaskSkipped"
         } else if let NodeKind::Wait { duration } = spec.kind {
             task.state = TaskState::Waiting;
-            task.wake_at =
-                Some(self.now + chrono::Duration::milliseconds(duration.as_millis() as i64));
+            task.wake_at = Some(self.now + chrono::Duration::milliseconds(duration.as_millis() as i64));
             "TaskWaiting"
         } else {
             self.tr.dispatch.push(t);
@@ -577,17 +506,10 @@ impl Machine<'_> {
     }
 
     fn finish_run_if_done(&mut self) {
-        if self.run.status != RunStatus::Running
-            || self.run.tasks.iter().any(|t| !t.state.is_terminal())
-        {
+        if self.run.status != RunStatus::Running || self.run.tasks.iter().any(|t| !t.state.is_terminal()) {
             return;
         }
-        let failed: Vec<&Task> = self
-            .run
-            .tasks
-            .iter()
-            .filter(|t| t.state == TaskState::Failed)
-            .collect();
+        let failed: Vec<&Task> = self.run.tasks.iter().filter(|t| t.state == TaskState::Failed).collect();
         if let Some(first) = failed.first() {
             let error = format!(
                 "node {:?} failed: {}",
@@ -600,10 +522,7 @@ impl Machine<'_> {
         let mut output = Map::new();
         for t in &self.run.tasks {
             if t.state == TaskState::Completed && self.wf.is_leaf(t.node) {
-                output.insert(
-                    self.wf.nodes[t.node].id.clone(),
-                    t.output.clone().unwrap_or(Value::Null),
-                );
+                output.insert(self.wf.nodes[t.node].id.clone(), t.output.clone().unwrap_or(Value::Null));
             }
         }
         self.set_run(RunStatus::Succeeded, Some(Value::Object(output)), None);

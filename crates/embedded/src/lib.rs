@@ -37,14 +37,9 @@ pub fn free_port() -> Result<u16> {
 pub fn temp_dir(label: &str) -> Result<PathBuf> {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!(
-        "composer-{label}-{}-{n}-{nanos}",
-        std::process::id()
-    ));
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("composer-{label}-{}-{n}-{nanos}", std::process::id()));
     fs::create_dir_all(&dir)?;
     Ok(dir)
 }
@@ -91,15 +86,9 @@ fn spawn_bound(mut command: Command, signal: i32) -> std::io::Result<Child> {
     sender
         .lock()
         .expect("spawner lock")
-        .send(SpawnRequest {
-            command,
-            signal,
-            reply,
-        })
+        .send(SpawnRequest { command, signal, reply })
         .map_err(|_| std::io::Error::other("spawner thread is gone"))?;
-    answer
-        .recv()
-        .map_err(|_| std::io::Error::other("spawner thread is gone"))?
+    answer.recv().map_err(|_| std::io::Error::other("spawner thread is gone"))?
 }
 
 fn signal(child: &Child, sig: i32) {
@@ -136,12 +125,8 @@ fn postgres_identity() -> Result<Option<(u32, u32)>> {
     for line in passwd.lines() {
         let f: Vec<&str> = line.split(':').collect();
         if f.len() > 3 && f[0] == "postgres" {
-            let uid = f[2]
-                .parse()
-                .map_err(|_| Error::Missing("bad /etc/passwd entry for postgres".into()))?;
-            let gid = f[3]
-                .parse()
-                .map_err(|_| Error::Missing("bad /etc/passwd entry for postgres".into()))?;
+            let uid = f[2].parse().map_err(|_| Error::Missing("bad /etc/passwd entry for postgres".into()))?;
+            let gid = f[3].parse().map_err(|_| Error::Missing("bad /etc/passwd entry for postgres".into()))?;
             return Ok(Some((uid, gid)));
         }
     }
@@ -219,15 +204,7 @@ impl LocalPostgres {
             initdb
                 .arg("-D")
                 .arg(&opts.data_dir)
-                .args([
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
-                    "--locale=C",
-                    "--no-sync",
-                ])
+                .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
                 .stdin(Stdio::null());
             as_identity(&mut initdb, identity);
             let out = initdb.output()?;
@@ -242,23 +219,14 @@ impl LocalPostgres {
             Some(p) => p,
             None => free_port()?,
         };
-        let mut pg = LocalPostgres {
-            child: None,
-            opts,
-            port,
-            bin,
-            identity,
-        };
+        let mut pg = LocalPostgres { child: None, opts, port, bin, identity };
         pg.spawn()?;
         Ok(pg)
     }
 
     fn spawn(&mut self) -> Result<()> {
         let log_path = self.opts.data_dir.join("postgres.log");
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
+        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
         if let Some((uid, gid)) = self.identity {
             chown(&log_path, uid, gid)?;
         }
@@ -269,24 +237,14 @@ impl LocalPostgres {
             .arg(self.port.to_string())
             .args(["-c", "listen_addresses=127.0.0.1"])
             .arg("-c")
-            .arg(format!(
-                "unix_socket_directories={}",
-                self.opts.data_dir.display()
-            ))
+            .arg(format!("unix_socket_directories={}", self.opts.data_dir.display()))
             .arg("-c")
             .arg(format!("max_connections={}", self.opts.max_connections))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         if !self.opts.fsync {
-            cmd.args([
-                "-c",
-                "fsync=off",
-                "-c",
-                "full_page_writes=off",
-                "-c",
-                "synchronous_commit=off",
-            ]);
+            cmd.args(["-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"]);
         }
         as_identity(&mut cmd, self.identity);
         // SIGQUIT: immediate shutdown, right for a parent that died.
@@ -309,25 +267,14 @@ impl LocalPostgres {
                 }
             }
             let ok = Command::new(self.bin.join("pg_isready"))
-                .args([
-                    "-q",
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &self.port.to_string(),
-                    "-U",
-                    "postgres",
-                ])
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres"])
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
                 return Ok(());
             }
             if Instant::now() > until {
-                return Err(Error::Failed {
-                    what: "postgres".into(),
-                    detail: "not ready after 30 s".into(),
-                });
+                return Err(Error::Failed { what: "postgres".into(), detail: "not ready after 30 s".into() });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -364,10 +311,7 @@ impl Drop for LocalPostgres {
 
 fn as_identity(cmd: &mut Command, identity: Option<(u32, u32)>) {
     if let Some((uid, gid)) = identity {
-        cmd.uid(uid)
-            .gid(gid)
-            .env("HOME", "/tmp")
-            .env_remove("PGDATA");
+        cmd.uid(uid).gid(gid).env("HOME", "/tmp").env_remove("PGDATA");
     }
 }
 
@@ -390,19 +334,13 @@ impl LocalRedis {
             Some(p) => p,
             None => free_port()?,
         };
-        let mut r = LocalRedis {
-            child: None,
-            dir: dir.to_path_buf(),
-            port,
-        };
+        let mut r = LocalRedis { child: None, dir: dir.to_path_buf(), port };
         r.spawn()?;
         Ok(r)
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let bin = std::env::var_os("COMPOSER_REDIS_SERVER")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "redis-server".into());
+        let bin = std::env::var_os("COMPOSER_REDIS_SERVER").map(PathBuf::from).unwrap_or_else(|| "redis-server".into());
         let mut cmd = Command::new(&bin);
         cmd.args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -428,10 +366,7 @@ impl LocalRedis {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(Error::Failed {
-            what: "redis-server".into(),
-            detail: "not answering PING after 10 s".into(),
-        })
+        Err(Error::Failed { what: "redis-server".into(), detail: "not answering PING after 10 s".into() })
     }
 
     pub fn port(&self) -> u16 {

@@ -28,26 +28,10 @@ const DESCRIPTORS: &[(&str, Kind, &str)] = &[
         Kind::Histogram,
         "Time to handle one event: lock, state machine, write, commit.",
     ),
-    (
-        "composer_report_duration_seconds",
-        Kind::Histogram,
-        "Time a coordinator spends on one worker report.",
-    ),
-    (
-        "composer_runs_started_total",
-        Kind::Counter,
-        "Runs started.",
-    ),
-    (
-        "composer_runs_finished_total",
-        Kind::Counter,
-        "Runs that reached a terminal status, by status.",
-    ),
-    (
-        "composer_dispatches_total",
-        Kind::Counter,
-        "Outbox rows published to Redis streams.",
-    ),
+    ("composer_report_duration_seconds", Kind::Histogram, "Time a coordinator spends on one worker report."),
+    ("composer_runs_started_total", Kind::Counter, "Runs started."),
+    ("composer_runs_finished_total", Kind::Counter, "Runs that reached a terminal status, by status."),
+    ("composer_dispatches_total", Kind::Counter, "Outbox rows published to Redis streams."),
     (
         "composer_outbox_publish_failures_total",
         Kind::Counter,
@@ -58,77 +42,23 @@ const DESCRIPTORS: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Tasks re-dispatched by the recovery sweeps, by kind (expired_lease, lost_dispatch).",
     ),
-    (
-        "composer_timers_fired_total",
-        Kind::Counter,
-        "Timers fired (WAIT nodes and retry backoffs).",
-    ),
-    (
-        "composer_partitions_created_total",
-        Kind::Counter,
-        "Monthly partitions created.",
-    ),
-    (
-        "composer_partitions_dropped_total",
-        Kind::Counter,
-        "Months of runs dropped past retention.",
-    ),
-    (
-        "composer_lease_takeovers_total",
-        Kind::Counter,
-        "Leases taken over from a worker whose lease had expired.",
-    ),
-    (
-        "composer_leases_lost_total",
-        Kind::Counter,
-        "Executions cancelled because their lease was lost.",
-    ),
-    (
-        "composer_tasks_executed_total",
-        Kind::Counter,
-        "Task executions started by workers, by node type.",
-    ),
-    (
-        "composer_max_deliveries_exceeded_total",
-        Kind::Counter,
-        "Messages failed after too many deliveries.",
-    ),
-    (
-        "composer_reclaimed_messages_total",
-        Kind::Counter,
-        "Stream messages reclaimed from stalled consumers.",
-    ),
-    (
-        "composer_outbox_backlog",
-        Kind::Gauge,
-        "Outbox rows not yet published (sampled).",
-    ),
-    (
-        "composer_outbox_oldest_age_seconds",
-        Kind::Gauge,
-        "Age of the oldest outbox row (sampled).",
-    ),
-    (
-        "composer_open_tasks",
-        Kind::Gauge,
-        "Tasks in an open state, by state (sampled).",
-    ),
-    (
-        "composer_running_runs",
-        Kind::Gauge,
-        "Runs that are RUNNING (sampled).",
-    ),
-    (
-        "composer_due_timers",
-        Kind::Gauge,
-        "WAITING tasks whose wake-up time has passed (sampled).",
-    ),
+    ("composer_timers_fired_total", Kind::Counter, "Timers fired (WAIT nodes and retry backoffs)."),
+    ("composer_partitions_created_total", Kind::Counter, "Monthly partitions created."),
+    ("composer_partitions_dropped_total", Kind::Counter, "Months of runs dropped past retention."),
+    ("composer_lease_takeovers_total", Kind::Counter, "Leases taken over from a worker whose lease had expired."),
+    ("composer_leases_lost_total", Kind::Counter, "Executions cancelled because their lease was lost."),
+    ("composer_tasks_executed_total", Kind::Counter, "Task executions started by workers, by node type."),
+    ("composer_max_deliveries_exceeded_total", Kind::Counter, "Messages failed after too many deliveries."),
+    ("composer_reclaimed_messages_total", Kind::Counter, "Stream messages reclaimed from stalled consumers."),
+    ("composer_outbox_backlog", Kind::Gauge, "Outbox rows not yet published (sampled)."),
+    ("composer_outbox_oldest_age_seconds", Kind::Gauge, "Age of the oldest outbox row (sampled)."),
+    ("composer_open_tasks", Kind::Gauge, "Tasks in an open state, by state (sampled)."),
+    ("composer_running_runs", Kind::Gauge, "Runs that are RUNNING (sampled)."),
+    ("composer_due_timers", Kind::Gauge, "WAITING tasks whose wake-up time has passed (sampled)."),
 ];
 
 /// Upper bounds of histogram buckets, in seconds.
-const BUCKETS: [f64; 14] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
+const BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -145,10 +75,7 @@ struct Registry {
     histograms: BTreeMap<(&'static str, Labels), Histogram>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    values: BTreeMap::new(),
-    histograms: BTreeMap::new(),
-});
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { values: BTreeMap::new(), histograms: BTreeMap::new() });
 
 fn labels(l: &[(&'static str, &str)]) -> Labels {
     l.iter().map(|(k, v)| (*k, v.to_string())).collect()
@@ -185,10 +112,7 @@ pub fn observe(name: &'static str, l: &[(&'static str, &str)], d: Duration) {
 
 /// The current value of a counter or gauge (for tests).
 pub fn value(name: &'static str, l: &[(&'static str, &str)]) -> f64 {
-    REGISTRY
-        .lock()
-        .map(|r| r.values.get(&(name, labels(l))).copied().unwrap_or(0.0))
-        .unwrap_or(0.0)
+    REGISTRY.lock().map(|r| r.values.get(&(name, labels(l))).copied().unwrap_or(0.0)).unwrap_or(0.0)
 }
 
 fn write_labels(out: &mut String, l: &Labels, extra: Option<(&str, String)>) {
@@ -202,10 +126,7 @@ fn write_labels(out: &mut String, l: &Labels, extra: Option<(&str, String)>) {
             out.push(',');
         }
         first = false;
-        let escaped = v
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n");
+        let escaped = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
         let _ = write!(out, "{k}=\"{escaped}\"");
     }
     out.push('}');
@@ -263,31 +184,14 @@ mod tests {
 
     #[test]
     fn renders_counters_gauges_and_histograms() {
-        inc(
-            "composer_events_total",
-            &[("event", "TaskCompleted"), ("result", "applied")],
-            2,
-        );
+        inc("composer_events_total", &[("event", "TaskCompleted"), ("result", "applied")], 2);
         set("composer_outbox_backlog", &[], 7.0);
-        observe(
-            "composer_event_duration_seconds",
-            &[],
-            Duration::from_millis(3),
-        );
+        observe("composer_event_duration_seconds", &[], Duration::from_millis(3));
         let text = render();
-        assert!(
-            text.contains("composer_events_total{event=\"TaskCompleted\",result=\"applied\"} 2"),
-            "{text}"
-        );
+        assert!(text.contains("composer_events_total{event=\"TaskCompleted\",result=\"applied\"} 2"), "{text}");
         assert!(text.contains("composer_outbox_backlog 7"), "{text}");
-        assert!(
-            text.contains("composer_event_duration_seconds_bucket{le=\"0.005\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("composer_event_duration_seconds_bucket{le=\"0.001\"} 0"),
-            "{text}"
-        );
+        assert!(text.contains("composer_event_duration_seconds_bucket{le=\"0.005\"} 1"), "{text}");
+        assert!(text.contains("composer_event_duration_seconds_bucket{le=\"0.001\"} 0"), "{text}");
         assert!(text.contains("# TYPE composer_event_duration_seconds histogram"));
     }
 }

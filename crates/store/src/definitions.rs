@@ -19,13 +19,7 @@ pub struct DefinitionRow {
 
 impl DefinitionRow {
     fn from_row(r: &Row) -> DefinitionRow {
-        DefinitionRow {
-            id: r.get(0),
-            name: r.get(1),
-            version: r.get(2),
-            spec: r.get(3),
-            created_at: r.get(4),
-        }
+        DefinitionRow { id: r.get(0), name: r.get(1), version: r.get(2), spec: r.get(3), created_at: r.get(4) }
     }
 }
 
@@ -44,11 +38,7 @@ const COLUMNS: &str = "id, name, version, spec, created_at";
 /// so two coordinators cannot both create version N.
 pub async fn register(client: &mut Client, name: &str, spec: &Value) -> Result<Registered> {
     let tx = client.transaction().await?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtext('composer_definition:' || $1))",
-        &[&name],
-    )
-    .await?;
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext('composer_definition:' || $1))", &[&name]).await?;
     let latest = tx
         .query_opt(
             &format!("SELECT {COLUMNS} FROM workflow_definitions WHERE name = $1 ORDER BY version DESC LIMIT 1"),
@@ -76,23 +66,12 @@ pub async fn register(client: &mut Client, name: &str, spec: &Value) -> Result<R
 }
 
 pub async fn by_id(client: &Client, id: Uuid) -> Result<Option<DefinitionRow>> {
-    let stmt = client
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM workflow_definitions WHERE id = $1"
-        ))
-        .await?;
-    Ok(client
-        .query_opt(&stmt, &[&id])
-        .await?
-        .map(|r| DefinitionRow::from_row(&r)))
+    let stmt = client.prepare_cached(&format!("SELECT {COLUMNS} FROM workflow_definitions WHERE id = $1")).await?;
+    Ok(client.query_opt(&stmt, &[&id]).await?.map(|r| DefinitionRow::from_row(&r)))
 }
 
 /// The given version of `name`, or its latest when `version` is `None`.
-pub async fn by_name(
-    client: &Client,
-    name: &str,
-    version: Option<i32>,
-) -> Result<Option<DefinitionRow>> {
+pub async fn by_name(client: &Client, name: &str, version: Option<i32>) -> Result<Option<DefinitionRow>> {
     let stmt = client
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM workflow_definitions
@@ -100,21 +79,13 @@ pub async fn by_name(
               ORDER BY version DESC LIMIT 1"
         ))
         .await?;
-    Ok(client
-        .query_opt(&stmt, &[&name, &version])
-        .await?
-        .map(|r| DefinitionRow::from_row(&r)))
+    Ok(client.query_opt(&stmt, &[&name, &version]).await?.map(|r| DefinitionRow::from_row(&r)))
 }
 
 /// Every version of `name`, newest first.
 pub async fn versions(client: &Client, name: &str) -> Result<Vec<DefinitionRow>> {
     let rows = client
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM workflow_definitions WHERE name = $1 ORDER BY version DESC"
-            ),
-            &[&name],
-        )
+        .query(&format!("SELECT {COLUMNS} FROM workflow_definitions WHERE name = $1 ORDER BY version DESC"), &[&name])
         .await?;
     Ok(rows.iter().map(DefinitionRow::from_row).collect())
 }

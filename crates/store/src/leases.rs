@@ -6,6 +6,23 @@ use uuid::Uuid;
 
 use crate::{Pool, Result};
 
+/// The outcome of [`LeaseManager::acquire`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// The task was PENDING and is now ours.
+    Granted,
+    /// The task was RUNNING under an expired lease and is now ours.
+    TakenOver,
+    /// Someone holds it, or it finished, or it is at another attempt.
+    Denied,
+}
+
+impl Acquired {
+    pub fn is_granted(self) -> bool {
+        self != Acquired::Denied
+    }
+}
+
 /// Acquires and renews leases. Both are single conditional UPDATEs, so two
 /// workers racing for one task cannot both win: the row lock serializes them
 /// and the loser's WHERE no longer matches.
@@ -30,38 +47,34 @@ impl LeaseManager {
         owner: &str,
         ttl: Duration,
         attempt: i32,
-    ) -> Result<bool> {
+    ) -> Result<Acquired> {
         let client = crate::client(&self.pool).await?;
+        // `prev` reads the row as it was before this statement: RUNNING there
+        // means the lease was taken over from a worker that stopped renewing.
         let stmt = client
             .prepare_cached(
-                "UPDATE task_instances
+                "WITH prev AS (SELECT state FROM task_instances WHERE run_id = $1 AND id = $2)
+                 UPDATE task_instances
                     SET state = 'RUNNING', lease_owner = $3,
                         lease_expires_at = now() + make_interval(secs => $4),
                         started_at = now(), updated_at = now()
                   WHERE run_id = $1 AND id = $2 AND attempt = $5
-                    AND (state = 'PENDING' OR (state = 'RUNNING' AND lease_expires_at < now()))",
+                    AND (state = 'PENDING' OR (state = 'RUNNING' AND lease_expires_at < now()))
+              RETURNING (SELECT state FROM prev)",
             )
             .await?;
-        let n = client
-            .execute(
-                &stmt,
-                &[&run_id, &task_id, &owner, &ttl.as_secs_f64(), &attempt],
-            )
-            .await?;
-        Ok(n == 1)
+        let row = client.query_opt(&stmt, &[&run_id, &task_id, &owner, &ttl.as_secs_f64(), &attempt]).await?;
+        Ok(match row {
+            None => Acquired::Denied,
+            Some(r) if r.get::<_, Option<String>>(0).as_deref() == Some("RUNNING") => Acquired::TakenOver,
+            Some(_) => Acquired::Granted,
+        })
     }
 
     /// Extends a lease `owner` still holds. False means it was lost (expired
     /// and taken over, or the task was cancelled or finished): the holder must
     /// stop and discard its result.
-    pub async fn renew(
-        &self,
-        run_id: Uuid,
-        task_id: Uuid,
-        owner: &str,
-        ttl: Duration,
-        attempt: i32,
-    ) -> Result<bool> {
+    pub async fn renew(&self, run_id: Uuid, task_id: Uuid, owner: &str, ttl: Duration, attempt: i32) -> Result<bool> {
         let client = crate::client(&self.pool).await?;
         let stmt = client
             .prepare_cached(
@@ -70,12 +83,7 @@ impl LeaseManager {
                   WHERE run_id = $1 AND id = $2 AND attempt = $5 AND state = 'RUNNING' AND lease_owner = $3",
             )
             .await?;
-        let n = client
-            .execute(
-                &stmt,
-                &[&run_id, &task_id, &owner, &ttl.as_secs_f64(), &attempt],
-            )
-            .await?;
+        let n = client.execute(&stmt, &[&run_id, &task_id, &owner, &ttl.as_secs_f64(), &attempt]).await?;
         Ok(n == 1)
     }
 }

@@ -45,9 +45,7 @@ impl Error {
         match self {
             Error::Pool(_) => true,
             Error::Db(e) => {
-                e.is_closed()
-                    || e.code()
-                        .is_none_or(|c| c.code().starts_with("08") || c.code().starts_with("57P"))
+                e.is_closed() || e.code().is_none_or(|c| c.code().starts_with("08") || c.code().starts_with("57P"))
             }
             _ => false,
         }
@@ -59,15 +57,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Opens a connection pool. Connecting is lazy; a pool whose database is down
 /// fails each `get` after `timeout` instead of hanging.
 pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
-    let pg: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e: tokio_postgres::Error| Error::Config(e.to_string()))?;
+    let pg: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| Error::Config(e.to_string()))?;
     let manager = deadpool_postgres::Manager::from_config(
         pg,
         tokio_postgres::NoTls,
-        deadpool_postgres::ManagerConfig {
-            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-        },
+        deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
     );
     deadpool_postgres::Pool::builder(manager)
         .max_size(max_size)

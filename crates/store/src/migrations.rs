@@ -3,8 +3,7 @@
 
 use crate::{Client, Result};
 
-const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "init", include_str!("../migrations/0001_init.sql"))];
 
 /// Applies the migrations this build knows and the database lacks; returns
 /// how many it applied.
@@ -18,23 +17,15 @@ pub async fn migrate(client: &mut Client) -> Result<usize> {
              applied_at timestamptz NOT NULL DEFAULT now())",
     )
     .await?;
-    let applied: Vec<i32> = tx
-        .query("SELECT version FROM composer_schema_migrations", &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let applied: Vec<i32> =
+        tx.query("SELECT version FROM composer_schema_migrations", &[]).await?.iter().map(|r| r.get(0)).collect();
     let mut count = 0;
     for (version, name, sql) in MIGRATIONS {
         if applied.contains(version) {
             continue;
         }
         tx.batch_execute(sql).await?;
-        tx.execute(
-            "INSERT INTO composer_schema_migrations (version, name) VALUES ($1, $2)",
-            &[version, name],
-        )
-        .await?;
+        tx.execute("INSERT INTO composer_schema_migrations (version, name) VALUES ($1, $2)", &[version, name]).await?;
         count += 1;
     }
     tx.commit().await?;

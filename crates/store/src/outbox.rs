@@ -31,25 +31,16 @@ pub async fn claim(client: &Client, limit: i64, claim_timeout: Duration) -> Resu
           RETURNING o.id, o.stream, o.payload::text, o.attempts",
         )
         .await?;
-    let rows = client
-        .query(&stmt, &[&limit, &claim_timeout.as_secs_f64()])
-        .await?;
+    let rows = client.query(&stmt, &[&limit, &claim_timeout.as_secs_f64()]).await?;
     Ok(rows
         .iter()
-        .map(|r| OutboxRow {
-            id: r.get(0),
-            stream: r.get(1),
-            payload: r.get(2),
-            attempts: r.get(3),
-        })
+        .map(|r| OutboxRow { id: r.get(0), stream: r.get(1), payload: r.get(2), attempts: r.get(3) })
         .collect())
 }
 
 /// Deletes rows whose messages are on their streams.
 pub async fn delete(client: &Client, ids: &[i64]) -> Result<u64> {
-    let stmt = client
-        .prepare_cached("DELETE FROM outbox WHERE id = ANY($1)")
-        .await?;
+    let stmt = client.prepare_cached("DELETE FROM outbox WHERE id = ANY($1)").await?;
     Ok(client.execute(&stmt, &[&ids]).await?)
 }
 
@@ -64,7 +55,5 @@ pub async fn retry_later(client: &Client, ids: &[i64], max_backoff: Duration) ->
               WHERE id = ANY($1)",
         )
         .await?;
-    Ok(client
-        .execute(&stmt, &[&ids, &max_backoff.as_secs_f64()])
-        .await?)
+    Ok(client.execute(&stmt, &[&ids, &max_backoff.as_secs_f64()]).await?)
 }

@@ -14,10 +14,7 @@ use crate::dispatch::{dispatch_insert, DispatchParams};
 use crate::runs::DispatchConfig;
 use crate::{Client, Result};
 
-const PARAMS: DispatchParams = DispatchParams {
-    shards: "$1",
-    prefix: "$2",
-};
+const PARAMS: DispatchParams = DispatchParams { shards: "$1", prefix: "$2" };
 
 /// Resets RUNNING tasks whose lease expired — their worker died or lost
 /// contact — to PENDING and re-dispatches them. Returns how many.
@@ -40,11 +37,7 @@ pub async fn requeue_expired_leases(client: &Client, d: &DispatchConfig) -> Resu
 /// were not touched for `older_than` — their stream message was lost.
 /// Touching `updated_at` limits each task to one re-dispatch per interval; a
 /// task whose message is merely queued may run twice, which the lease stops.
-pub async fn redispatch_pending_tasks(
-    client: &Client,
-    d: &DispatchConfig,
-    older_than: Duration,
-) -> Result<u64> {
+pub async fn redispatch_pending_tasks(client: &Client, d: &DispatchConfig, older_than: Duration) -> Result<u64> {
     let sql = format!(
         "WITH lost AS (
             UPDATE task_instances t
@@ -60,7 +53,5 @@ pub async fn redispatch_pending_tasks(
         dispatch_insert(&PARAMS)
     );
     let stmt = client.prepare_cached(&sql).await?;
-    Ok(client
-        .execute(&stmt, &[&d.shards, &d.prefix, &older_than.as_secs_f64()])
-        .await?)
+    Ok(client.execute(&stmt, &[&d.shards, &d.prefix, &older_than.as_secs_f64()]).await?)
 }

@@ -37,8 +37,7 @@ pub struct RunRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-const RUN_COLUMNS: &str =
-    "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
+const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at";
 
 impl RunRow {
@@ -49,8 +48,7 @@ impl RunRow {
             workflow_definition_id: r.get(1),
             workflow_name: r.get(2),
             workflow_version: r.get(3),
-            status: RunStatus::parse(&status)
-                .ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?,
+            status: RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?,
             input: r.get(5),
             output: r.get(6),
             error: r.get(7),
@@ -95,8 +93,7 @@ impl TaskRow {
             node_id: r.get(2),
             node_type: r.get(3),
             queue: r.get(4),
-            state: TaskState::parse(&state)
-                .ok_or_else(|| Error::Corrupt(format!("task state {state:?}")))?,
+            state: TaskState::parse(&state).ok_or_else(|| Error::Corrupt(format!("task state {state:?}")))?,
             attempt: r.get(6),
             input: r.get(7),
             output: r.get(8),
@@ -157,26 +154,14 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
 /// Locks the run row and loads its tasks, in one round trip: the task query
 /// runs after the lock is granted, so it sees every commit made under it.
 pub async fn lock(tx: &Transaction<'_>, run_id: Uuid) -> Result<Option<(RunRow, Vec<TaskRow>)>> {
-    let lock_stmt = tx
-        .prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE"
-        ))
-        .await?;
-    let tasks_stmt = tx
-        .prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 ORDER BY id"
-        ))
-        .await?;
+    let lock_stmt =
+        tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE")).await?;
+    let tasks_stmt =
+        tx.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 ORDER BY id")).await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_id];
-    let (run, tasks) = tokio::try_join!(
-        tx.query_opt(&lock_stmt, &params),
-        tx.query(&tasks_stmt, &params)
-    )?;
+    let (run, tasks) = tokio::try_join!(tx.query_opt(&lock_stmt, &params), tx.query(&tasks_stmt, &params))?;
     let Some(run) = run else { return Ok(None) };
-    let tasks = tasks
-        .iter()
-        .map(TaskRow::from_row)
-        .collect::<Result<Vec<_>>>()?;
+    let tasks = tasks.iter().map(TaskRow::from_row).collect::<Result<Vec<_>>>()?;
     Ok(Some((RunRow::from_row(&run)?, tasks)))
 }
 
@@ -186,10 +171,7 @@ pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<mach
         .iter()
         .map(|t| {
             let node = wf.node_index(&t.node_id).ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "task {} names node {:?}, unknown to its workflow version",
-                    t.id, t.node_id
-                ))
+                Error::Corrupt(format!("task {} names node {:?}, unknown to its workflow version", t.id, t.node_id))
             })?;
             Ok(machine::Task {
                 id: t.id,
@@ -230,14 +212,8 @@ pub async fn write_transition(
     let new: Vec<&machine::Task> = tr.created.iter().map(|&i| &run.tasks[i]).collect();
     let new_ids: Vec<Uuid> = new.iter().map(|t| t.id).collect();
     let new_nodes: Vec<&str> = new.iter().map(|t| wf.nodes[t.node].id.as_str()).collect();
-    let new_types: Vec<&str> = new
-        .iter()
-        .map(|t| wf.nodes[t.node].node_type.as_str())
-        .collect();
-    let new_queues: Vec<Option<&str>> = new
-        .iter()
-        .map(|t| wf.nodes[t.node].queue.as_deref())
-        .collect();
+    let new_types: Vec<&str> = new.iter().map(|t| wf.nodes[t.node].node_type.as_str()).collect();
+    let new_queues: Vec<Option<&str>> = new.iter().map(|t| wf.nodes[t.node].queue.as_deref()).collect();
     let new_states: Vec<&str> = new.iter().map(|t| t.state.as_str()).collect();
     let new_attempts: Vec<i32> = new.iter().map(|t| t.attempt).collect();
     let new_inputs: Vec<&Value> = new.iter().map(|t| &t.input).collect();
@@ -256,14 +232,8 @@ pub async fn write_transition(
     let dsp: Vec<&machine::Task> = tr.dispatch.iter().map(|&i| &run.tasks[i]).collect();
     let dsp_ids: Vec<Uuid> = dsp.iter().map(|t| t.id).collect();
     let dsp_nodes: Vec<&str> = dsp.iter().map(|t| wf.nodes[t.node].id.as_str()).collect();
-    let dsp_types: Vec<&str> = dsp
-        .iter()
-        .map(|t| wf.nodes[t.node].node_type.as_str())
-        .collect();
-    let dsp_queues: Vec<Option<&str>> = dsp
-        .iter()
-        .map(|t| wf.nodes[t.node].queue.as_deref())
-        .collect();
+    let dsp_types: Vec<&str> = dsp.iter().map(|t| wf.nodes[t.node].node_type.as_str()).collect();
+    let dsp_queues: Vec<Option<&str>> = dsp.iter().map(|t| wf.nodes[t.node].queue.as_deref()).collect();
     let dsp_attempts: Vec<i32> = dsp.iter().map(|t| t.attempt).collect();
     let dsp_inputs: Vec<&Value> = dsp.iter().map(|t| &t.input).collect();
 
@@ -292,8 +262,7 @@ pub async fn write_transition(
                   WHERE id = $1",
             )
             .await?;
-        tx.execute(&stmt, &[&run.id, &status, &run.output, &run.error])
-            .await
+        tx.execute(&stmt, &[&run.id, &status, &run.output, &run.error]).await
     };
     let insert_tasks = async {
         if new.is_empty() {
@@ -344,16 +313,7 @@ pub async fn write_transition(
             .await?;
         tx.execute(
             &stmt,
-            &[
-                &run.id,
-                &upd_ids,
-                &upd_states,
-                &upd_attempts,
-                &upd_outputs,
-                &upd_errors,
-                &upd_wake,
-                &upd_finished,
-            ],
+            &[&run.id, &upd_ids, &upd_states, &upd_attempts, &upd_outputs, &upd_errors, &upd_wake, &upd_finished],
         )
         .await
     };
@@ -392,67 +352,43 @@ pub async fn write_transition(
             return Ok(0);
         }
         let stmt = tx
-            .prepare_cached("INSERT INTO run_events (run_id, type, payload) SELECT $1, * FROM unnest($2::text[], $3::jsonb[])")
+            .prepare_cached(
+                "INSERT INTO run_events (run_id, type, payload) SELECT $1, * FROM unnest($2::text[], $3::jsonb[])",
+            )
             .await?;
-        tx.execute(&stmt, &[&run.id, &hist_kinds, &hist_payloads])
-            .await
+        tx.execute(&stmt, &[&run.id, &hist_kinds, &hist_payloads]).await
     };
     let notify = async {
         if channels.is_empty() {
             return Ok(0);
         }
-        let stmt = tx
-            .prepare_cached("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)")
-            .await?;
+        let stmt = tx.prepare_cached("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)").await?;
         tx.execute(&stmt, &[&channels, &payloads]).await
     };
-    tokio::try_join!(
-        update_run,
-        insert_tasks,
-        update_tasks,
-        insert_outbox,
-        insert_history,
-        notify
-    )?;
+    tokio::try_join!(update_run, insert_tasks, update_tasks, insert_outbox, insert_history, notify)?;
     Ok(())
 }
 
 /// A run and its tasks, for the API (no lock).
 pub async fn get(client: &Client, run_id: Uuid) -> Result<Option<(RunRow, Vec<TaskRow>)>> {
-    let run_stmt = client
-        .prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1"
-        ))
-        .await?;
+    let run_stmt = client.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1")).await?;
     let tasks_stmt = client
-        .prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 ORDER BY id"
-        ))
+        .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 ORDER BY id"))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_id];
-    let (run, tasks) = tokio::try_join!(
-        client.query_opt(&run_stmt, &params),
-        client.query(&tasks_stmt, &params)
-    )?;
+    let (run, tasks) = tokio::try_join!(client.query_opt(&run_stmt, &params), client.query(&tasks_stmt, &params))?;
     let Some(run) = run else { return Ok(None) };
-    let tasks = tasks
-        .iter()
-        .map(TaskRow::from_row)
-        .collect::<Result<Vec<_>>>()?;
+    let tasks = tasks.iter().map(TaskRow::from_row).collect::<Result<Vec<_>>>()?;
     Ok(Some((RunRow::from_row(&run)?, tasks)))
 }
 
 /// Only the run's status, for cheap polling.
 pub async fn status(client: &Client, run_id: Uuid) -> Result<Option<RunStatus>> {
-    let stmt = client
-        .prepare_cached("SELECT status FROM workflow_runs WHERE id = $1")
-        .await?;
+    let stmt = client.prepare_cached("SELECT status FROM workflow_runs WHERE id = $1").await?;
     match client.query_opt(&stmt, &[&run_id]).await? {
         Some(r) => {
             let s: String = r.get(0);
-            Ok(Some(RunStatus::parse(&s).ok_or_else(|| {
-                Error::Corrupt(format!("run status {s:?}"))
-            })?))
+            Ok(Some(RunStatus::parse(&s).ok_or_else(|| Error::Corrupt(format!("run status {s:?}")))?))
         }
         None => Ok(None),
     }
@@ -467,12 +403,7 @@ pub struct HistoryRow {
 }
 
 /// The run's history after `after_seq`, oldest first, at most `limit` entries.
-pub async fn history(
-    client: &Client,
-    run_id: Uuid,
-    after_seq: i64,
-    limit: i64,
-) -> Result<Vec<HistoryRow>> {
+pub async fn history(client: &Client, run_id: Uuid, after_seq: i64, limit: i64) -> Result<Vec<HistoryRow>> {
     let rows = client
         .query(
             "SELECT seq, type, payload, created_at FROM run_events
@@ -482,11 +413,6 @@ pub async fn history(
         .await?;
     Ok(rows
         .iter()
-        .map(|r| HistoryRow {
-            seq: r.get(0),
-            kind: r.get(1),
-            payload: r.get(2),
-            created_at: r.get(3),
-        })
+        .map(|r| HistoryRow { seq: r.get(0), kind: r.get(1), payload: r.get(2), created_at: r.get(3) })
         .collect())
 }

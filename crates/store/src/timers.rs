@@ -21,11 +21,5 @@ pub async fn due(client: &Client, limit: i64) -> Result<Vec<DueWait>> {
         )
         .await?;
     let rows = client.query(&stmt, &[&limit]).await?;
-    Ok(rows
-        .iter()
-        .map(|r| DueWait {
-            run_id: r.get(0),
-            task_id: r.get(1),
-        })
-        .collect())
+    Ok(rows.iter().map(|r| DueWait { run_id: r.get(0), task_id: r.get(1) }).collect())
 }

@@ -8,9 +8,7 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::streams::{
-    StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions, StreamReadReply,
-};
+use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions, StreamReadReply};
 use redis::{AsyncCommands, AsyncConnectionConfig, Value};
 
 /// The consumer group every worker joins.
@@ -23,11 +21,7 @@ pub enum Error {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("invalid message {id} on {stream}: {reason}")]
-    BadMessage {
-        stream: String,
-        id: String,
-        reason: String,
-    },
+    BadMessage { stream: String, id: String, reason: String },
 }
 
 impl Error {
@@ -48,9 +42,7 @@ pub struct Keys {
 
 impl Keys {
     pub fn new(prefix: impl Into<String>) -> Keys {
-        Keys {
-            prefix: prefix.into(),
-        }
+        Keys { prefix: prefix.into() }
     }
 
     pub fn prefix(&self) -> &str {
@@ -123,12 +115,7 @@ impl Streams {
         }
         let mut pipe = redis::pipe();
         for (stream, payload) in batch {
-            pipe.cmd("XADD")
-                .arg(*stream)
-                .arg("*")
-                .arg(FIELD)
-                .arg(*payload)
-                .ignore();
+            pipe.cmd("XADD").arg(*stream).arg("*").arg(FIELD).arg(*payload).ignore();
         }
         let mut c = self.conn.clone();
         let _: () = pipe.query_async(&mut c).await?;
@@ -164,15 +151,8 @@ impl Streams {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(block + Duration::from_secs(5)));
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        Ok(Consumer {
-            conn,
-            name: name.to_string(),
-            block,
-        })
+        let conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
+        Ok(Consumer { conn, name: name.to_string(), block })
     }
 }
 
@@ -188,10 +168,8 @@ impl Consumer {
     /// consumer's block time when there are none.
     pub async fn read(&mut self, streams: &[String], count: usize) -> Result<Vec<Message>> {
         let ids: Vec<&str> = streams.iter().map(|_| ">").collect();
-        let opts = StreamReadOptions::default()
-            .group(GROUP, &self.name)
-            .count(count)
-            .block(self.block.as_millis() as usize);
+        let opts =
+            StreamReadOptions::default().group(GROUP, &self.name).count(count).block(self.block.as_millis() as usize);
         let reply: Option<StreamReadReply> = self.conn.xread_options(streams, &ids, &opts).await?;
         let mut out = Vec::new();
         for key in reply.map(|r| r.keys).unwrap_or_default() {
@@ -204,24 +182,10 @@ impl Consumer {
 
     /// Takes over messages on `stream` idle for longer than `min_idle`
     /// (their consumer died or stalled), with how often each was delivered.
-    pub async fn reclaim(
-        &mut self,
-        stream: &str,
-        min_idle: Duration,
-        count: usize,
-    ) -> Result<Vec<(Message, u64)>> {
+    pub async fn reclaim(&mut self, stream: &str, min_idle: Duration, count: usize) -> Result<Vec<(Message, u64)>> {
         let opts = StreamAutoClaimOptions::default().count(count);
-        let reply: StreamAutoClaimReply = self
-            .conn
-            .xautoclaim_options(
-                stream,
-                GROUP,
-                &self.name,
-                min_idle.as_millis() as u64,
-                "0-0",
-                opts,
-            )
-            .await?;
+        let reply: StreamAutoClaimReply =
+            self.conn.xautoclaim_options(stream, GROUP, &self.name, min_idle.as_millis() as u64, "0-0", opts).await?;
         if reply.claimed.is_empty() {
             return Ok(Vec::new());
         }
@@ -240,44 +204,24 @@ impl Consumer {
         let counts = delivery_counts(&pending);
         let mut out = Vec::new();
         for entry in reply.claimed {
-            let deliveries = counts
-                .iter()
-                .find(|(id, _)| *id == entry.id)
-                .map(|(_, n)| *n)
-                .unwrap_or(1);
+            let deliveries = counts.iter().find(|(id, _)| *id == entry.id).map(|(_, n)| *n).unwrap_or(1);
             out.push((to_message(stream, entry.id, &entry.map)?, deliveries));
         }
         Ok(out)
     }
 }
 
-fn to_message(
-    stream: &str,
-    id: String,
-    map: &std::collections::HashMap<String, Value>,
-) -> Result<Message> {
+fn to_message(stream: &str, id: String, map: &std::collections::HashMap<String, Value>) -> Result<Message> {
     let payload = match map.get(FIELD) {
-        Some(Value::BulkString(b)) => {
-            String::from_utf8(b.clone()).map_err(|_| Error::BadMessage {
-                stream: stream.to_string(),
-                id: id.clone(),
-                reason: "payload is not UTF-8".into(),
-            })?
-        }
+        Some(Value::BulkString(b)) => String::from_utf8(b.clone()).map_err(|_| Error::BadMessage {
+            stream: stream.to_string(),
+            id: id.clone(),
+            reason: "payload is not UTF-8".into(),
+        })?,
         Some(Value::SimpleString(s)) => s.clone(),
-        _ => {
-            return Err(Error::BadMessage {
-                stream: stream.to_string(),
-                id,
-                reason: format!("no {FIELD:?} field"),
-            })
-        }
+        _ => return Err(Error::BadMessage { stream: stream.to_string(), id, reason: format!("no {FIELD:?} field") }),
     };
-    Ok(Message {
-        stream: stream.to_string(),
-        id,
-        payload,
-    })
+    Ok(Message { stream: stream.to_string(), id, payload })
 }
 
 /// Parses XPENDING's extended form: `[[id, consumer, idle, deliveries], …]`.

@@ -19,6 +19,8 @@ pub struct EngineOptions {
     pub lease_ttl: Duration,
     /// Adjusts every coordinator's configuration.
     pub coordinator: fn(&mut composer_coord::Config),
+    /// Adjusts every worker's configuration.
+    pub worker: fn(&mut composer_worker::Config),
 }
 
 impl Default for EngineOptions {
@@ -29,6 +31,7 @@ impl Default for EngineOptions {
             worker_concurrency: 8,
             lease_ttl: Duration::from_secs(3),
             coordinator: |_| {},
+            worker: |_| {},
         }
     }
 }
@@ -78,10 +81,7 @@ impl Engine {
     /// An engine on the given database and Redis (tests that break a service
     /// bring their own).
     pub async fn on(db: TestDb, redis_url: String, opts: EngineOptions) -> Engine {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(90))
-            .build()
-            .expect("test HTTP client");
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(90)).build().expect("test HTTP client");
         let mut e = Engine {
             db,
             prefix: unique_prefix(),
@@ -95,8 +95,7 @@ impl Engine {
             e.start_coordinator().await;
         }
         for i in 0..e.opts.workers {
-            e.start_worker(&format!("w{i}"), e.opts.worker_concurrency)
-                .await;
+            e.start_worker(&format!("w{i}"), e.opts.worker_concurrency).await;
         }
         e
     }
@@ -109,31 +108,24 @@ impl Engine {
         c.db_pool_size = 8;
         c.outbox_poll_interval = Duration::from_millis(200);
         c.timer_interval = Duration::from_millis(100);
+        c.recovery_interval = Duration::from_millis(500);
+        c.metrics_interval = Duration::from_secs(1);
         (self.opts.coordinator)(&mut c);
         c
     }
 
     pub async fn start_coordinator(&mut self) -> &Running {
-        let running = composer_coord::start(self.coordinator_config())
-            .await
-            .expect("starting a coordinator");
+        let running = composer_coord::start(self.coordinator_config()).await.expect("starting a coordinator");
         self.coordinators.push(running);
         self.coordinators.last().expect("just pushed")
     }
 
     pub fn coordinator_urls(&self) -> Vec<String> {
-        self.coordinators
-            .iter()
-            .map(|c| format!("http://{}", c.addr))
-            .collect()
+        self.coordinators.iter().map(|c| format!("http://{}", c.addr)).collect()
     }
 
     pub fn worker_config(&self, id: &str, concurrency: usize) -> composer_worker::Config {
-        let mut c = composer_worker::Config::new(
-            self.db.url.clone(),
-            self.redis_url.clone(),
-            self.coordinator_urls(),
-        );
+        let mut c = composer_worker::Config::new(self.db.url.clone(), self.redis_url.clone(), self.coordinator_urls());
         c.id = format!("{id}-{}", &Uuid::now_v7().simple().to_string()[20..]);
         c.redis_prefix = self.prefix.clone();
         c.concurrency = concurrency;
@@ -141,6 +133,8 @@ impl Engine {
         c.block = Duration::from_millis(500);
         c.db_pool_size = 4;
         c.report_deadline = Duration::from_secs(10);
+        c.reclaim_interval = Duration::from_millis(300);
+        (self.opts.worker)(&mut c);
         c
     }
 
@@ -156,41 +150,28 @@ impl Engine {
         let stats = Stats::default();
         let shutdown = CancellationToken::new();
         let join = tokio::spawn(worker.run_with_stats(shutdown.clone(), stats.clone()));
-        self.workers.push(WorkerHandle {
-            id,
-            stats,
-            shutdown,
-            join,
-        });
+        self.workers.push(WorkerHandle { id, stats, shutdown, join });
         self.workers.last().expect("just pushed")
     }
 
     /// Base URL of the first coordinator.
     pub fn url(&self) -> String {
-        self.coordinator_urls()
-            .into_iter()
-            .next()
-            .expect("the engine has a coordinator")
+        self.coordinator_urls().into_iter().next().expect("the engine has a coordinator")
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> (u16, Value) {
         let resp = req.send().await.expect("request to the coordinator");
         let status = resp.status().as_u16();
         let text = resp.text().await.expect("response body");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        self.send(self.http.get(format!("{}{path}", self.url())))
-            .await
+        self.send(self.http.get(format!("{}{path}", self.url()))).await
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        self.send(self.http.post(format!("{}{path}", self.url())).json(body))
-            .await
+        self.send(self.http.post(format!("{}{path}", self.url())).json(body)).await
     }
 
     pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
@@ -206,30 +187,21 @@ impl Engine {
     /// Registers a definition, asserting it was accepted.
     pub async fn register(&self, spec: &Value) -> Value {
         let (status, body) = self.post("/v1/workflows", spec).await;
-        assert!(
-            status == 200 || status == 201,
-            "register failed with {status}: {body}"
-        );
+        assert!(status == 200 || status == 201, "register failed with {status}: {body}");
         body
     }
 
     /// Starts a run of the latest version of `workflow`.
     pub async fn start_run(&self, workflow: &str, input: Value) -> Uuid {
-        let (status, body) = self
-            .post("/v1/runs", &json!({"workflow": workflow, "input": input}))
-            .await;
+        let (status, body) = self.post("/v1/runs", &json!({"workflow": workflow, "input": input})).await;
         assert_eq!(status, 201, "start failed: {body}");
-        body["id"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .expect("run id")
+        body["id"].as_str().and_then(|s| s.parse().ok()).expect("run id")
     }
 
     /// Registers `spec` and starts a run of it with empty input.
     pub async fn run(&self, spec: &Value) -> Uuid {
         self.register(spec).await;
-        self.start_run(spec["name"].as_str().expect("spec name"), json!({}))
-            .await
+        self.start_run(spec["name"].as_str().expect("spec name"), json!({})).await
     }
 
     /// Waits until the run ends (long-polling the API) and returns it; fails

@@ -47,18 +47,12 @@ impl FakeHttp {
     pub async fn start() -> FakeHttp {
         let calls = Arc::new(Calls::default());
         let app = Router::new().fallback(handle).with_state(calls.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binding the fake HTTP service");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the fake HTTP service");
         let addr = listener.local_addr().expect("fake HTTP address");
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        FakeHttp {
-            addr,
-            calls,
-            server,
-        }
+        FakeHttp { addr, calls, server }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -67,25 +61,12 @@ impl FakeHttp {
 
     /// How many calls `path` received.
     pub fn calls(&self, path: &str) -> usize {
-        self.calls
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|r| r.path == path)
-            .count()
+        self.calls.log.lock().unwrap().iter().filter(|r| r.path == path).count()
     }
 
     /// Every call to `path`, oldest first.
     pub fn requests(&self, path: &str) -> Vec<Recorded> {
-        self.calls
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|r| r.path == path)
-            .cloned()
-            .collect()
+        self.calls.log.lock().unwrap().iter().filter(|r| r.path == path).cloned().collect()
     }
 
     pub fn all(&self) -> Vec<Recorded> {
@@ -105,16 +86,9 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
     let headers: HashMap<String, String> = req
         .headers()
         .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
-    let bytes = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024)
-        .await
-        .unwrap_or_else(|_| Bytes::new());
+    let bytes = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024).await.unwrap_or_else(|_| Bytes::new());
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let call = {
         let mut log = calls.log.lock().unwrap();
@@ -133,11 +107,7 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
         ["ok", ..] => Json(json!({"path": path, "call": call})).into_response(),
         ["echo", ..] => Json(json!({"body": body, "call": call})).into_response(),
         ["fail", ..] => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
-        ["bad", ..] => (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "bad request"})),
-        )
-            .into_response(),
+        ["bad", ..] => (StatusCode::BAD_REQUEST, Json(json!({"error": "bad request"}))).into_response(),
         ["flaky", n, ..] => {
             let n: usize = n.parse().unwrap_or(0);
             if call <= n {

@@ -37,11 +37,7 @@ struct Owned {
     dir: Option<std::path::PathBuf>,
 }
 
-static OWNED: Mutex<Owned> = Mutex::new(Owned {
-    pg: None,
-    redis: None,
-    dir: None,
-});
+static OWNED: Mutex<Owned> = Mutex::new(Owned { pg: None, redis: None, dir: None });
 
 extern "C" fn stop_owned_services() {
     if let Ok(mut owned) = OWNED.lock() {
@@ -83,8 +79,7 @@ pub fn services() -> &'static Services {
         let redis_url = match redis_env {
             Some(url) => url,
             None => {
-                let r = LocalRedis::start(&dir.join("redis"), None)
-                    .expect("starting a throwaway redis-server");
+                let r = LocalRedis::start(&dir.join("redis"), None).expect("starting a throwaway redis-server");
                 let url = r.url();
                 owned.redis = Some(r);
                 url
@@ -96,11 +91,7 @@ pub fn services() -> &'static Services {
         unsafe {
             libc::atexit(stop_owned_services);
         }
-        Services {
-            pg_admin_url,
-            redis_url,
-            throwaway,
-        }
+        Services { pg_admin_url, redis_url, throwaway }
     })
 }
 
@@ -125,22 +116,14 @@ impl TestDb {
     /// Creates a database on the server behind `admin_url`.
     pub async fn create_on(admin_url: &str) -> TestDb {
         let name = format!("composer_t_{}", Uuid::now_v7().simple());
-        let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls)
-            .await
-            .expect("connecting to the test PostgreSQL");
+        let (client, conn) =
+            tokio_postgres::connect(admin_url, tokio_postgres::NoTls).await.expect("connecting to the test PostgreSQL");
         let driver = tokio::spawn(conn);
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .expect("creating the test database");
+        client.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("creating the test database");
         drop(client);
         let _ = driver.await;
         let url = replace_db(admin_url, &name);
-        TestDb {
-            name,
-            url,
-            admin_url: admin_url.to_string(),
-        }
+        TestDb { name, url, admin_url: admin_url.to_string() }
     }
 
     /// A pool on this database.
@@ -155,18 +138,11 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop is synchronous and may run inside a runtime: use a thread of our own.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
             rt.block_on(async {
-                let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-                    .await
-                    .ok()?;
+                let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await.ok()?;
                 let driver = tokio::spawn(conn);
-                let _ = client
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .await;
+                let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
                 drop(client);
                 let _ = driver.await;
                 Some(())
@@ -197,17 +173,8 @@ pub fn replace_db(url: &str, db: &str) -> String {
 mod tests {
     #[test]
     fn replaces_the_database_name() {
-        assert_eq!(
-            super::replace_db("postgres://u@h:5/postgres", "x"),
-            "postgres://u@h:5/x"
-        );
-        assert_eq!(
-            super::replace_db("postgres://u@h:5", "x"),
-            "postgres://u@h:5/x"
-        );
-        assert_eq!(
-            super::replace_db("postgres://u@h/p?sslmode=disable", "x"),
-            "postgres://u@h/x?sslmode=disable"
-        );
+        assert_eq!(super::replace_db("postgres://u@h:5/postgres", "x"), "postgres://u@h:5/x");
+        assert_eq!(super::replace_db("postgres://u@h:5", "x"), "postgres://u@h:5/x");
+        assert_eq!(super::replace_db("postgres://u@h/p?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
     }
 }

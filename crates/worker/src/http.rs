@@ -28,32 +28,23 @@ pub async fn execute(
     config: Value,
     max_body: usize,
 ) -> Result<Value, TaskError> {
-    let url = config["url"]
-        .as_str()
-        .ok_or_else(|| TaskError::fatal("config.url is missing"))?;
-    let method_name = config["method"]
-        .as_str()
-        .unwrap_or("GET")
-        .to_ascii_uppercase();
+    let url = config["url"].as_str().ok_or_else(|| TaskError::fatal("config.url is missing"))?;
+    let method_name = config["method"].as_str().unwrap_or("GET").to_ascii_uppercase();
     let method = reqwest::Method::from_bytes(method_name.as_bytes())
         .map_err(|_| TaskError::fatal(format!("invalid HTTP method {method_name:?}")))?;
     let timeout = match config["timeout"].as_str() {
-        Some(t) => {
-            duration::parse(t).map_err(|e| TaskError::fatal(format!("config.timeout: {e}")))?
-        }
+        Some(t) => duration::parse(t).map_err(|e| TaskError::fatal(format!("config.timeout: {e}")))?,
         None => DEFAULT_TIMEOUT,
     };
 
-    let mut req = client.request(method, url).timeout(timeout).header(
-        "Idempotency-Key",
-        format!("{}:{}", ctx.task_id, ctx.attempt),
-    );
+    let mut req = client
+        .request(method, url)
+        .timeout(timeout)
+        .header("Idempotency-Key", format!("{}:{}", ctx.task_id, ctx.attempt));
     let mut has_content_type = false;
     if let Some(headers) = config["headers"].as_object() {
         for (name, value) in headers {
-            let value = value
-                .as_str()
-                .ok_or_else(|| TaskError::fatal(format!("header {name} is not a string")))?;
+            let value = value.as_str().ok_or_else(|| TaskError::fatal(format!("header {name} is not a string")))?;
             has_content_type |= name.eq_ignore_ascii_case("content-type");
             req = req.header(name.as_str(), value);
         }
@@ -113,10 +104,7 @@ pub async fn execute(
         Value::Null => String::new(),
         other => other.to_string().chars().take(200).collect(),
     };
-    Err(TaskError {
-        message: format!("{method_name} {url} answered {status}: {snippet}"),
-        retryable,
-    })
+    Err(TaskError { message: format!("{method_name} {url} answered {status}: {snippet}"), retryable })
 }
 
 fn transport_error(url: &str, e: reqwest::Error) -> TaskError {

@@ -67,14 +67,15 @@ pub struct Config {
     /// How long a report is retried across coordinators before the message
     /// is left for redelivery.
     pub report_deadline: Duration,
+    /// A message delivered more often than this is reported FAILED ("max
+    /// deliveries exceeded") instead of being run again.
+    pub max_deliveries: u64,
+    /// How often stalled messages (idle longer than the lease TTL) are reclaimed.
+    pub reclaim_interval: Duration,
 }
 
 impl Config {
-    pub fn new(
-        database_url: impl Into<String>,
-        redis_url: impl Into<String>,
-        coordinator_urls: Vec<String>,
-    ) -> Config {
+    pub fn new(database_url: impl Into<String>, redis_url: impl Into<String>, coordinator_urls: Vec<String>) -> Config {
         Config {
             id: default_worker_id(),
             database_url: database_url.into(),
@@ -89,6 +90,8 @@ impl Config {
             db_pool_size: 8,
             max_payload: 1024 * 1024,
             report_deadline: Duration::from_secs(60),
+            max_deliveries: 5,
+            reclaim_interval: Duration::from_secs(10),
         }
     }
 }
@@ -97,12 +100,7 @@ fn default_worker_id() -> String {
     let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
     let host = host.trim();
     let short = Uuid::now_v7().simple().to_string();
-    format!(
-        "{}-{}-{}",
-        if host.is_empty() { "worker" } else { host },
-        std::process::id(),
-        &short[short.len() - 6..]
-    )
+    format!("{}-{}-{}", if host.is_empty() { "worker" } else { host }, std::process::id(), &short[short.len() - 6..])
 }
 
 /// What a handler knows about the task it runs.
@@ -127,22 +125,15 @@ pub struct TaskError {
 
 impl TaskError {
     pub fn retryable(message: impl Into<String>) -> TaskError {
-        TaskError {
-            message: message.into(),
-            retryable: true,
-        }
+        TaskError { message: message.into(), retryable: true }
     }
 
     pub fn fatal(message: impl Into<String>) -> TaskError {
-        TaskError {
-            message: message.into(),
-            retryable: false,
-        }
+        TaskError { message: message.into(), retryable: false }
     }
 }
 
-type Handler =
-    Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
+type Handler = Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
 
 struct Registration {
     queue: String,
@@ -158,15 +149,10 @@ pub struct Worker {
 impl Worker {
     /// A worker with the built-in HTTP executor registered.
     pub fn new(config: Config) -> Worker {
-        let mut w = Worker {
-            config,
-            handlers: HashMap::new(),
-        };
+        let mut w = Worker { config, handlers: HashMap::new() };
         let client = http::client();
         let max = w.config.max_payload;
-        w.handle("HTTP", move |ctx, input| {
-            http::execute(client.clone(), ctx, input, max)
-        });
+        w.handle("HTTP", move |ctx, input| http::execute(client.clone(), ctx, input, max));
         w
     }
 
@@ -182,24 +168,13 @@ impl Worker {
     }
 
     /// Registers `handler` for nodes of `node_type` that name `queue`.
-    pub fn handle_on_queue<F, Fut>(
-        &mut self,
-        node_type: &str,
-        queue: &str,
-        handler: F,
-    ) -> &mut Worker
+    pub fn handle_on_queue<F, Fut>(&mut self, node_type: &str, queue: &str, handler: F) -> &mut Worker
     where
         F: Fn(TaskContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, TaskError>> + Send + 'static,
     {
         let handler: Handler = Arc::new(move |ctx, input| Box::pin(handler(ctx, input)));
-        self.handlers.insert(
-            node_type.to_string(),
-            Registration {
-                queue: queue.to_string(),
-                handler,
-            },
-        );
+        self.handlers.insert(node_type.to_string(), Registration { queue: queue.to_string(), handler });
         self
     }
 
@@ -215,11 +190,7 @@ impl Worker {
 
     /// Like [`Worker::run`], counting what happens in `stats` (for tests and
     /// benchmarks).
-    pub async fn run_with_stats(
-        self,
-        shutdown: CancellationToken,
-        stats: Stats,
-    ) -> Result<(), Error> {
+    pub async fn run_with_stats(self, shutdown: CancellationToken, stats: Stats) -> Result<(), Error> {
         runtime::run(self, shutdown, stats).await
     }
 }

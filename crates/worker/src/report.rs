@@ -31,16 +31,8 @@ impl Reporter {
             .connect_timeout(Duration::from_secs(2))
             .build()
             .expect("building the report client");
-        let urls = urls
-            .into_iter()
-            .map(|u| u.trim_end_matches('/').to_string())
-            .collect();
-        Reporter {
-            client,
-            urls,
-            token,
-            next: AtomicUsize::new(0),
-        }
+        let urls = urls.into_iter().map(|u| u.trim_end_matches('/').to_string()).collect();
+        Reporter { client, urls, token, next: AtomicUsize::new(0) }
     }
 
     /// Posts `report`, rotating through coordinators with backoff until one
@@ -53,10 +45,7 @@ impl Reporter {
             let Some(base) = self.urls.get(i) else {
                 return Delivery::Failed;
             };
-            let mut req = self
-                .client
-                .post(format!("{base}/internal/v1/tasks/{task_id}/result"))
-                .json(report);
+            let mut req = self.client.post(format!("{base}/internal/v1/tasks/{task_id}/result")).json(report);
             if let Some(t) = &self.token {
                 req = req.bearer_auth(t);
             }
@@ -69,9 +58,7 @@ impl Reporter {
                     }
                     return Delivery::Delivered;
                 }
-                Ok(resp) if resp.status() == reqwest::StatusCode::NOT_FOUND => {
-                    return Delivery::Gone
-                }
+                Ok(resp) if resp.status() == reqwest::StatusCode::NOT_FOUND => return Delivery::Gone,
                 Ok(resp) => {
                     let status = resp.status();
                     let body = resp.text().await.unwrap_or_default();

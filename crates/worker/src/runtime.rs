@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use composer_core::wire::{Dispatch, ReportStatus, TaskReport};
-use composer_store::leases::LeaseManager;
+use composer_store::leases::{Acquired, LeaseManager};
 use composer_stream::{Keys, Message, Streams};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::report::{Delivery, Reporter};
@@ -54,19 +54,20 @@ struct Ctx {
     id: String,
     lease_ttl: Duration,
     report_deadline: Duration,
+    max_deliveries: u64,
     leases: LeaseManager,
     streams: Streams,
     reporter: Reporter,
     handlers: HashMap<String, Handler>,
     stats: Stats,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
 }
 
 pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> Result<(), Error> {
     let Worker { config, handlers } = worker;
     if config.coordinator_urls.is_empty() {
-        return Err(Error::Config(
-            "no coordinator URLs (COMPOSER_COORDINATOR_URLS)".into(),
-        ));
+        return Err(Error::Config("no coordinator URLs (COMPOSER_COORDINATOR_URLS)".into()));
     }
     if config.concurrency == 0 {
         return Err(Error::Config("concurrency must be at least 1".into()));
@@ -75,27 +76,23 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         Some(q) => q.iter().cloned().collect(),
         None => handlers.values().map(|r| r.queue.clone()).collect(),
     };
-    let pool = composer_store::connect(
-        &config.database_url,
-        config.db_pool_size,
-        Duration::from_secs(5),
-    )?;
-    let streams =
-        Streams::connect(&config.redis_url, Keys::new(config.redis_prefix.clone())).await?;
+    let pool = composer_store::connect(&config.database_url, config.db_pool_size, Duration::from_secs(5))?;
+    let streams = Streams::connect(&config.redis_url, Keys::new(config.redis_prefix.clone())).await?;
     let ctx = Arc::new(Ctx {
         id: config.id.clone(),
         lease_ttl: config.lease_ttl,
         report_deadline: config.report_deadline,
+        max_deliveries: config.max_deliveries,
         leases: LeaseManager::new(pool),
         streams: streams.clone(),
         reporter: Reporter::new(config.coordinator_urls.clone(), config.worker_token.clone()),
         handlers: handlers.into_iter().map(|(t, r)| (t, r.handler)).collect(),
         stats,
+        permits: Arc::new(Semaphore::new(config.concurrency)),
+        tracker: TaskTracker::new(),
     });
 
-    let Some(shards) = wait_for_shard_count(&streams, &shutdown).await else {
-        return Ok(());
-    };
+    let Some(shards) = wait_for_shard_count(&streams, &shutdown).await else { return Ok(()) };
     let names: Vec<String> = queues
         .iter()
         .flat_map(|q| (0..shards).map(move |s| (q, s)))
@@ -103,19 +100,17 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         .collect();
     tracing::info!(worker = %ctx.id, queues = ?queues, shards, concurrency = config.concurrency, "worker started");
 
-    let permits = Arc::new(Semaphore::new(config.concurrency));
-    let mut inflight = JoinSet::new();
+    let reclaimer = tokio::spawn(reclaim_loop(ctx.clone(), names.clone(), config.reclaim_interval, shutdown.clone()));
     let mut consumer = None;
     let mut backoff = Duration::from_millis(100);
     while !shutdown.is_cancelled() {
-        while inflight.try_join_next().is_some() {}
         // Hold at least one free slot before reading, and read no more than we can run.
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
-            p = permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            p = ctx.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
         };
         let mut slots = vec![first];
-        while let Ok(p) = permits.clone().try_acquire_owned() {
+        while let Ok(p) = ctx.permits.clone().try_acquire_owned() {
             slots.push(p);
         }
         if consumer.is_none() {
@@ -135,7 +130,7 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
                 backoff = Duration::from_millis(100);
                 for msg in messages {
                     let slot = slots.pop().expect("never more messages than slots");
-                    inflight.spawn(process(ctx.clone(), msg, slot));
+                    ctx.tracker.spawn(process(ctx.clone(), msg, slot));
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -150,13 +145,89 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
             }
         }
     }
+    let _ = reclaimer.await;
     // Graceful: no new reads; let in-flight tasks finish and report, within a lease TTL.
-    let drain = async { while inflight.join_next().await.is_some() {} };
-    if tokio::time::timeout(config.lease_ttl, drain).await.is_err() {
+    ctx.tracker.close();
+    if tokio::time::timeout(config.lease_ttl, ctx.tracker.wait()).await.is_err() {
         tracing::warn!("in-flight tasks did not finish in time; their leases will expire and they will be retried");
     }
     tracing::info!(worker = %ctx.id, "worker stopped");
     Ok(())
+}
+
+/// Takes over messages idle for longer than the lease TTL — their consumer
+/// died or stalled — and runs them here. A message delivered more than
+/// `max_deliveries` times is reported FAILED instead, so a message that
+/// keeps crashing workers ends under the node's retry policy.
+async fn reclaim_loop(ctx: Arc<Ctx>, names: Vec<String>, interval: Duration, shutdown: CancellationToken) {
+    let mut consumer = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        if consumer.is_none() {
+            match ctx.streams.consumer(&ctx.id, Duration::from_secs(1)).await {
+                Ok(c) => consumer = Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reclaim: cannot connect to Redis");
+                    continue;
+                }
+            }
+        }
+        let c = consumer.as_mut().expect("connected above");
+        for stream in &names {
+            let free = ctx.permits.available_permits();
+            if free == 0 || shutdown.is_cancelled() {
+                break;
+            }
+            let claimed = match c.reclaim(stream, ctx.lease_ttl, free).await {
+                Ok(m) => m,
+                Err(e) if e.is_no_group() => continue,
+                Err(e) => {
+                    tracing::warn!(%stream, error = %e, "reclaim failed");
+                    consumer = None;
+                    break;
+                }
+            };
+            for (msg, deliveries) in claimed {
+                composer_metrics::inc("composer_reclaimed_messages_total", &[], 1);
+                if deliveries > ctx.max_deliveries {
+                    ctx.tracker.spawn(give_up(ctx.clone(), msg, deliveries));
+                    continue;
+                }
+                let Ok(slot) = ctx.permits.clone().try_acquire_owned() else { break };
+                ctx.tracker.spawn(process(ctx.clone(), msg, slot));
+            }
+        }
+    }
+}
+
+/// Reports a message that was delivered too often as a retryable failure of
+/// its attempt, then acks it.
+async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
+    let Ok(d) = serde_json::from_str::<Dispatch>(&msg.payload) else {
+        ack(&ctx, &msg).await;
+        return;
+    };
+    if !ctx.handlers.contains_key(&d.node_type) {
+        return;
+    }
+    composer_metrics::inc("composer_max_deliveries_exceeded_total", &[], 1);
+    tracing::error!(run_id = %d.run_id, task_id = %d.task_id, deliveries, "max deliveries exceeded; reporting the attempt failed");
+    let report = TaskReport {
+        run_id: d.run_id,
+        attempt: d.attempt,
+        worker_id: ctx.id.clone(),
+        status: ReportStatus::Failed,
+        output: None,
+        error: Some(format!("max deliveries exceeded ({deliveries} deliveries)")),
+        retryable: true,
+    };
+    match ctx.reporter.send(d.task_id, &report, ctx.report_deadline).await {
+        Delivery::Delivered | Delivery::Gone => ack(&ctx, &msg).await,
+        Delivery::Failed => tracing::error!(task_id = %d.task_id, "no coordinator took the max-deliveries report"),
+    }
 }
 
 async fn wait_for_shard_count(streams: &Streams, shutdown: &CancellationToken) -> Option<u32> {
@@ -213,19 +284,13 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         tracing::warn!(node_type = %dispatch.node_type, "no handler for this node type here; leaving the message");
         return;
     };
-    match ctx
-        .leases
-        .acquire(
-            dispatch.run_id,
-            dispatch.task_id,
-            &ctx.id,
-            ctx.lease_ttl,
-            dispatch.attempt,
-        )
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => {
+    match ctx.leases.acquire(dispatch.run_id, dispatch.task_id, &ctx.id, ctx.lease_ttl, dispatch.attempt).await {
+        Ok(Acquired::Granted) => {}
+        Ok(Acquired::TakenOver) => {
+            composer_metrics::inc("composer_lease_takeovers_total", &[], 1);
+            tracing::info!("took over the lease of a worker that stopped renewing");
+        }
+        Ok(Acquired::Denied) => {
             // Another worker holds it, or it finished or moved to another attempt.
             ctx.stats.0.lease_denied.fetch_add(1, Ordering::Relaxed);
             ack(&ctx, &msg).await;
@@ -237,15 +302,11 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         }
     }
     ctx.stats.0.executed.fetch_add(1, Ordering::Relaxed);
+    composer_metrics::inc("composer_tasks_executed_total", &[("node_type", dispatch.node_type.as_str())], 1);
 
     let lost = CancellationToken::new();
     let done = CancellationToken::new();
-    let renewer = tokio::spawn(renew(
-        ctx.clone(),
-        dispatch.clone(),
-        lost.clone(),
-        done.clone(),
-    ));
+    let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone()));
     let task_ctx = TaskContext {
         task_id: dispatch.task_id,
         run_id: dispatch.run_id,
@@ -262,6 +323,7 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         done.cancel();
         let _ = renewer.await;
         ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);
+        composer_metrics::inc("composer_leases_lost_total", &[], 1);
         tracing::warn!("lease lost; execution cancelled and its result discarded");
         ack(&ctx, &msg).await;
         return;
@@ -288,10 +350,7 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
     };
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.
-    let delivery = ctx
-        .reporter
-        .send(dispatch.task_id, &report, ctx.report_deadline)
-        .await;
+    let delivery = ctx.reporter.send(dispatch.task_id, &report, ctx.report_deadline).await;
     done.cancel();
     let _ = renewer.await;
     match delivery {
@@ -301,9 +360,7 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         }
         Delivery::Failed => {
             ctx.stats.0.report_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(
-                "no coordinator took the report; the message stays pending for redelivery"
-            );
+            tracing::error!("no coordinator took the report; the message stays pending for redelivery");
         }
     }
 }
@@ -319,11 +376,7 @@ async fn renew(ctx: Arc<Ctx>, d: Dispatch, lost: CancellationToken, done: Cancel
             _ = done.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        match ctx
-            .leases
-            .renew(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt)
-            .await
-        {
+        match ctx.leases.renew(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
             Ok(true) => last_ok = tokio::time::Instant::now(),
             Ok(false) => {
                 lost.cancel();

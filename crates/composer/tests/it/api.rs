@@ -5,47 +5,23 @@ use serde_json::{json, Value};
 
 fn assert_error(status: u16, body: &Value, want: u16, mentions: &str) {
     assert_eq!(status, want, "{body}");
-    let message = body["error"]["message"]
-        .as_str()
-        .unwrap_or_else(|| panic!("JSON error body expected: {body}"));
+    let message = body["error"]["message"].as_str().unwrap_or_else(|| panic!("JSON error body expected: {body}"));
     assert!(body["error"]["code"].is_string(), "{body}");
-    assert!(
-        message.contains(mentions),
-        "message {message:?} should mention {mentions:?}"
-    );
+    assert!(message.contains(mentions), "message {message:?} should mention {mentions:?}");
 }
 
 #[tokio::test]
 async fn invalid_definitions_are_400s_naming_the_problem() {
-    let e = Engine::with(EngineOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
     let a = http_node("a", "http://127.0.0.1:9/a", 1);
     let b = http_node("b", "http://127.0.0.1:9/b", 1);
     let cases = [
-        (
-            json!({"name": "c", "nodes": [a, b], "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]}),
-            "cycle",
-        ),
-        (
-            json!({"name": "d", "nodes": [a, a]}),
-            "duplicate node id \"a\"",
-        ),
-        (
-            json!({"name": "u", "nodes": [a], "edges": [{"from": "a", "to": "ghost"}]}),
-            "ghost",
-        ),
+        (json!({"name": "c", "nodes": [a, b], "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]}), "cycle"),
+        (json!({"name": "d", "nodes": [a, a]}), "duplicate node id \"a\""),
+        (json!({"name": "u", "nodes": [a], "edges": [{"from": "a", "to": "ghost"}]}), "ghost"),
         (json!({"name": "", "nodes": [a]}), "name"),
-        (
-            json!({"name": "m", "nodes": [{"id": "h", "type": "HTTP", "config": {}}]}),
-            "nodes[h].config.url",
-        ),
-        (
-            json!({"name": "f", "nodes": [a], "colour": "red"}),
-            "colour",
-        ),
+        (json!({"name": "m", "nodes": [{"id": "h", "type": "HTTP", "config": {}}]}), "nodes[h].config.url"),
+        (json!({"name": "f", "nodes": [a], "colour": "red"}), "colour"),
         (
             json!({"name": "t", "nodes": [{"id": "h", "type": "HTTP", "config": {"url": "http://x", "timeout": "soon"}}]}),
             "nodes[h].config.timeout",
@@ -55,15 +31,11 @@ async fn invalid_definitions_are_400s_naming_the_problem() {
         let (status, body) = e.post("/v1/workflows", &spec).await;
         assert_error(status, &body, 400, mentions);
     }
-    let (status, body) = e
-        .post_raw("/v1/workflows", "{\"name\": \"x\", \"nodes\": [")
-        .await;
+    let (status, body) = e.post_raw("/v1/workflows", "{\"name\": \"x\", \"nodes\": [").await;
     assert_error(status, &body, 400, "invalid JSON");
     let (status, body) = e.post_raw("/v1/runs", "not json").await;
     assert_error(status, &body, 400, "invalid JSON");
-    let (status, body) = e
-        .post("/v1/runs", &json!({"workflow": "x", "surprise": 1}))
-        .await;
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "x", "surprise": 1})).await;
     assert_error(status, &body, 400, "surprise");
     let (_, list) = e.get("/v1/workflows").await;
     assert_eq!(list["workflows"], json!([]), "nothing was half-registered");
@@ -72,11 +44,7 @@ async fn invalid_definitions_are_400s_naming_the_problem() {
 
 #[tokio::test]
 async fn unknown_workflows_and_runs_are_404s() {
-    let e = Engine::with(EngineOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
     let (status, body) = e.post("/v1/runs", &json!({"workflow": "nope"})).await;
     assert_error(status, &body, 404, "nope");
     let (status, body) = e.get("/v1/workflows/nope").await;
@@ -86,9 +54,7 @@ async fn unknown_workflows_and_runs_are_404s() {
     let missing = uuid::Uuid::now_v7();
     let (status, body) = e.get(&format!("/v1/runs/{missing}")).await;
     assert_error(status, &body, 404, &missing.to_string());
-    let (status, body) = e
-        .post(&format!("/v1/runs/{missing}/cancel"), &json!({}))
-        .await;
+    let (status, body) = e.post(&format!("/v1/runs/{missing}/cancel"), &json!({})).await;
     assert_error(status, &body, 404, &missing.to_string());
     let (status, body) = e.get("/v1/runs/not-a-uuid").await;
     assert_error(status, &body, 400, "not-a-uuid");
@@ -99,20 +65,13 @@ async fn unknown_workflows_and_runs_are_404s() {
 
 #[tokio::test]
 async fn registered_workflows_can_be_read_back() {
-    let e = Engine::with(EngineOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
     let spec = json!({"name": "readable", "nodes": [http_node("a", "http://127.0.0.1:9/a", 2)]});
     let created = e.register(&spec).await;
     let (status, one) = e.get("/v1/workflows/readable").await;
     assert_eq!(status, 200);
     assert_eq!(one["version"], 1);
-    assert_eq!(
-        one["spec"]["nodes"][0]["config"]["url"],
-        "http://127.0.0.1:9/a"
-    );
+    assert_eq!(one["spec"]["nodes"][0]["config"]["url"], "http://127.0.0.1:9/a");
     assert_eq!(one["versions"].as_array().unwrap().len(), 1);
     let (_, v1) = e.get("/v1/workflows/readable/versions/1").await;
     assert_eq!(v1["id"], created["id"]);
@@ -137,65 +96,15 @@ async fn tokens_guard_the_api_and_the_internal_endpoints() {
     let http = reqwest::Client::new();
     let url = e.url();
     let status = |r: reqwest::Response| r.status().as_u16();
-    assert_eq!(
-        status(
-            http.get(format!("{url}/v1/workflows"))
-                .send()
-                .await
-                .unwrap()
-        ),
-        401
-    );
-    assert_eq!(
-        status(
-            http.get(format!("{url}/v1/workflows"))
-                .bearer_auth("wrong")
-                .send()
-                .await
-                .unwrap()
-        ),
-        401
-    );
-    assert_eq!(
-        status(
-            http.get(format!("{url}/v1/workflows"))
-                .bearer_auth("api-secret")
-                .send()
-                .await
-                .unwrap()
-        ),
-        200
-    );
+    assert_eq!(status(http.get(format!("{url}/v1/workflows")).send().await.unwrap()), 401);
+    assert_eq!(status(http.get(format!("{url}/v1/workflows")).bearer_auth("wrong").send().await.unwrap()), 401);
+    assert_eq!(status(http.get(format!("{url}/v1/workflows")).bearer_auth("api-secret").send().await.unwrap()), 200);
     let task = uuid::Uuid::now_v7();
     let report = json!({"run_id": uuid::Uuid::now_v7(), "attempt": 1, "worker_id": "w", "status": "COMPLETED"});
     let internal = format!("{url}/internal/v1/tasks/{task}/result");
-    assert_eq!(
-        status(
-            http.post(&internal)
-                .bearer_auth("api-secret")
-                .json(&report)
-                .send()
-                .await
-                .unwrap()
-        ),
-        401
-    );
-    assert_eq!(
-        status(
-            http.post(&internal)
-                .bearer_auth("worker-secret")
-                .json(&report)
-                .send()
-                .await
-                .unwrap()
-        ),
-        404
-    );
-    assert_eq!(
-        status(http.get(format!("{url}/healthz")).send().await.unwrap()),
-        200,
-        "health needs no token"
-    );
+    assert_eq!(status(http.post(&internal).bearer_auth("api-secret").json(&report).send().await.unwrap()), 401);
+    assert_eq!(status(http.post(&internal).bearer_auth("worker-secret").json(&report).send().await.unwrap()), 404);
+    assert_eq!(status(http.get(format!("{url}/healthz")).send().await.unwrap()), 200, "health needs no token");
     e.stop().await;
 }
 
@@ -204,30 +113,17 @@ async fn a_coordinator_refuses_to_listen_openly_without_tokens() {
     let mut c = composer_coord::Config::new("postgres://unused", "redis://unused");
     c.listen = "0.0.0.0:0".parse().unwrap();
     let err = c.validate().unwrap_err().to_string();
-    assert!(
-        err.contains("COMPOSER_API_TOKEN") && err.contains("COMPOSER_ALLOW_NO_AUTH"),
-        "{err}"
-    );
+    assert!(err.contains("COMPOSER_API_TOKEN") && err.contains("COMPOSER_ALLOW_NO_AUTH"), "{err}");
     c.allow_no_auth = true;
     assert!(c.validate().is_ok());
 }
 
 #[tokio::test]
 async fn oversized_run_input_is_refused_with_413() {
-    let e = Engine::with(EngineOptions {
-        workers: 0,
-        coordinator: |c| c.max_payload = 1000,
-        ..Default::default()
-    })
-    .await;
-    e.register(&json!({"name": "small", "nodes": [http_node("a", "http://127.0.0.1:9/a", 1)]}))
-        .await;
-    let (status, body) = e
-        .post(
-            "/v1/runs",
-            &json!({"workflow": "small", "input": {"blob": "x".repeat(2000)}}),
-        )
-        .await;
+    let e =
+        Engine::with(EngineOptions { workers: 0, coordinator: |c| c.max_payload = 1000, ..Default::default() }).await;
+    e.register(&json!({"name": "small", "nodes": [http_node("a", "http://127.0.0.1:9/a", 1)]})).await;
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "small", "input": {"blob": "x".repeat(2000)}})).await;
     assert_error(status, &body, 413, "1000 bytes");
     e.stop().await;
 }

@@ -15,12 +15,7 @@ struct Proc(Child);
 
 impl Proc {
     fn spawn(cmd: &mut Command) -> Proc {
-        Proc(
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("spawning composer"),
-        )
+        Proc(cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn().expect("spawning composer"))
     }
 
     /// SIGTERM, then wait for a clean exit.
@@ -34,10 +29,7 @@ impl Proc {
             if let Some(status) = self.0.try_wait().expect("waiting for composer") {
                 return status;
             }
-            assert!(
-                Instant::now() < until,
-                "composer did not exit within {timeout:?} of SIGTERM"
-            );
+            assert!(Instant::now() < until, "composer did not exit within {timeout:?} of SIGTERM");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -70,11 +62,7 @@ async fn wait_for_file(path: &Path, timeout: Duration) -> String {
                 return s;
             }
         }
-        assert!(
-            Instant::now() < until,
-            "{} did not appear within {timeout:?}",
-            path.display()
-        );
+        assert!(Instant::now() < until, "{} did not appear within {timeout:?}", path.display());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -86,32 +74,16 @@ struct Client {
 
 impl Client {
     fn new(base: &str) -> Client {
-        Client {
-            http: reqwest::Client::new(),
-            base: base.trim().to_string(),
-        }
+        Client { http: reqwest::Client::new(), base: base.trim().to_string() }
     }
 
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(body)
-            .send()
-            .await
-            .expect("POST");
+        let r = self.http.post(format!("{}{path}", self.base)).json(body).send().await.expect("POST");
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
     async fn get(&self, path: &str) -> Value {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("GET")
-            .json()
-            .await
-            .expect("JSON")
+        self.http.get(format!("{}{path}", self.base)).send().await.expect("GET").json().await.expect("JSON")
     }
 
     async fn wait_for_run(&self, id: &str, timeout: Duration) -> Value {
@@ -179,17 +151,13 @@ async fn two_coordinator_processes_and_one_worker_process_complete_30_runs() {
     assert_eq!(status, 201, "{body}");
     let mut ids = Vec::new();
     for i in 0..30 {
-        let (status, run) = clients[i % 2]
-            .post("/v1/runs", &json!({"workflow": "three"}))
-            .await;
+        let (status, run) = clients[i % 2].post("/v1/runs", &json!({"workflow": "three"})).await;
         assert_eq!(status, 201, "{run}");
         ids.push(run["id"].as_str().unwrap().to_string());
     }
     let mut expected_keys = HashSet::new();
     for (i, id) in ids.iter().enumerate() {
-        let run = clients[(i + 1) % 2]
-            .wait_for_run(id, Duration::from_secs(60))
-            .await;
+        let run = clients[(i + 1) % 2].wait_for_run(id, Duration::from_secs(60)).await;
         assert_eq!(run["status"], "SUCCEEDED", "{run}");
         for t in run["tasks"].as_array().unwrap() {
             assert_eq!(t["attempt"], 1);
@@ -197,19 +165,9 @@ async fn two_coordinator_processes_and_one_worker_process_complete_30_runs() {
         }
     }
     let calls = http.all();
-    assert_eq!(
-        calls.len(),
-        90,
-        "30 runs × 3 steps, each called exactly once"
-    );
-    let keys: HashSet<String> = calls
-        .iter()
-        .map(|c| c.idempotency_key.clone().unwrap())
-        .collect();
-    assert_eq!(
-        keys, expected_keys,
-        "every call is one of the runs' tasks, none twice"
-    );
+    assert_eq!(calls.len(), 90, "30 runs × 3 steps, each called exactly once");
+    let keys: HashSet<String> = calls.iter().map(|c| c.idempotency_key.clone().unwrap()).collect();
+    assert_eq!(keys, expected_keys, "every call is one of the runs' tasks, none twice");
 
     assert!(worker.terminate(Duration::from_secs(30)).success());
     for c in &mut coordinators {
@@ -231,34 +189,19 @@ async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
     );
     let url = wait_for_file(&addr_file, Duration::from_secs(60)).await;
     let data_dir = dir.join(".composer");
-    assert!(
-        data_dir.join("postgres").join("PG_VERSION").exists(),
-        "the embedded PostgreSQL lives under ./.composer"
-    );
-    assert!(
-        !processes_mentioning(data_dir.to_str().unwrap()).is_empty(),
-        "embedded services are running"
-    );
+    assert!(data_dir.join("postgres").join("PG_VERSION").exists(), "the embedded PostgreSQL lives under ./.composer");
+    assert!(!processes_mentioning(data_dir.to_str().unwrap()).is_empty(), "embedded services are running");
 
     let client = Client::new(&url);
-    let (status, body) = client
-        .post(
-            "/v1/workflows",
-            &json!({"name": "dev", "nodes": [http_node("a", &http.url("/ok/dev"), 1)]}),
-        )
-        .await;
+    let (status, body) =
+        client.post("/v1/workflows", &json!({"name": "dev", "nodes": [http_node("a", &http.url("/ok/dev"), 1)]})).await;
     assert_eq!(status, 201, "{body}");
     let (status, run) = client.post("/v1/runs", &json!({"workflow": "dev"})).await;
     assert_eq!(status, 201, "{run}");
-    let run = client
-        .wait_for_run(run["id"].as_str().unwrap(), Duration::from_secs(30))
-        .await;
+    let run = client.wait_for_run(run["id"].as_str().unwrap(), Duration::from_secs(30)).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
 
-    assert!(
-        dev.terminate(Duration::from_secs(30)).success(),
-        "composer dev exits cleanly on SIGTERM"
-    );
+    assert!(dev.terminate(Duration::from_secs(30)).success(), "composer dev exits cleanly on SIGTERM");
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         let left = processes_mentioning(data_dir.to_str().unwrap());

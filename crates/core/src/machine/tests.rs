@@ -11,10 +11,7 @@ fn wf(nodes: &[&str], edges: &[(&str, &str)], max_attempts: u32) -> Workflow {
                    "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"}})
         })
         .collect();
-    let edges: Vec<Value> = edges
-        .iter()
-        .map(|(f, t)| json!({"from": f, "to": t}))
-        .collect();
+    let edges: Vec<Value> = edges.iter().map(|(f, t)| json!({"from": f, "to": t})).collect();
     Workflow::parse(&json!({"name": "t", "nodes": nodes, "edges": edges})).unwrap()
 }
 
@@ -27,12 +24,7 @@ struct Sim {
 
 impl Sim {
     fn new(wf: Workflow) -> Sim {
-        Sim {
-            wf,
-            run: Run::new(Uuid::from_u128(1), json!({"x": 1})),
-            now: Utc::now(),
-            next: 100,
-        }
+        Sim { wf, run: Run::new(Uuid::from_u128(1), json!({"x": 1})), now: Utc::now(), next: 100 }
     }
 
     fn apply(&mut self, e: Event) -> Transition {
@@ -46,11 +38,7 @@ impl Sim {
 
     fn task(&self, node: &str) -> &Task {
         let n = self.wf.node_index(node).unwrap();
-        self.run
-            .tasks
-            .iter()
-            .find(|t| t.node == n)
-            .unwrap_or_else(|| panic!("no task for {node}"))
+        self.run.tasks.iter().find(|t| t.node == n).unwrap_or_else(|| panic!("no task for {node}"))
     }
 
     fn has_task(&self, node: &str) -> bool {
@@ -60,22 +48,13 @@ impl Sim {
 
     fn complete(&mut self, node: &str) -> Transition {
         let t = self.task(node);
-        let e = Event::TaskCompleted {
-            task_id: t.id,
-            attempt: t.attempt,
-            output: json!({"node": node}),
-        };
+        let e = Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!({"node": node}) };
         self.apply(e)
     }
 
     fn fail(&mut self, node: &str, retryable: bool) -> Transition {
         let t = self.task(node);
-        let e = Event::TaskFailed {
-            task_id: t.id,
-            attempt: t.attempt,
-            error: "boom".into(),
-            retryable,
-        };
+        let e = Event::TaskFailed { task_id: t.id, attempt: t.attempt, error: "boom".into(), retryable };
         self.apply(e)
     }
 }
@@ -87,10 +66,7 @@ fn start_dispatches_only_roots() {
     assert_eq!(tr.created, vec![0]);
     assert_eq!(tr.dispatch, vec![0]);
     assert_eq!(s.task("a").input, json!({"url": "http://h/a"}));
-    assert!(
-        s.apply(Event::RunStarted).ignored.is_some(),
-        "a second start is ignored"
-    );
+    assert!(s.apply(Event::RunStarted).ignored.is_some(), "a second start is ignored");
 }
 
 #[test]
@@ -110,11 +86,7 @@ fn linear_run_succeeds_with_leaf_output() {
 
 #[test]
 fn diamond_join_waits_for_both_branches() {
-    let mut s = Sim::new(wf(
-        &["a", "b", "c", "d"],
-        &[("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
-        1,
-    ));
+    let mut s = Sim::new(wf(&["a", "b", "c", "d"], &[("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")], 1));
     s.apply(Event::RunStarted);
     assert_eq!(s.complete("a").dispatch.len(), 2);
     assert!(s.complete("b").dispatch.is_empty(), "join must wait for c");
@@ -129,27 +101,14 @@ fn duplicate_late_and_stale_reports_are_ignored() {
     let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")], 3));
     s.apply(Event::RunStarted);
     let a = s.task("a").clone();
-    let done = Event::TaskCompleted {
-        task_id: a.id,
-        attempt: 1,
-        output: json!(1),
-    };
+    let done = Event::TaskCompleted { task_id: a.id, attempt: 1, output: json!(1) };
     assert!(s.apply(done.clone()).ignored.is_none());
     let again = s.apply(done);
     assert_eq!(again.ignored.as_deref(), Some("task is already COMPLETED"));
     assert_eq!(again.history[0].kind, "EventIgnored");
-    let stale = s.apply(Event::TaskCompleted {
-        task_id: a.id,
-        attempt: 7,
-        output: json!(2),
-    });
+    let stale = s.apply(Event::TaskCompleted { task_id: a.id, attempt: 7, output: json!(2) });
     assert!(stale.ignored.unwrap().contains("stale"));
-    let stranger = s.apply(Event::TaskFailed {
-        task_id: Uuid::nil(),
-        attempt: 1,
-        error: "x".into(),
-        retryable: false,
-    });
+    let stranger = s.apply(Event::TaskFailed { task_id: Uuid::nil(), attempt: 1, error: "x".into(), retryable: false });
     assert!(stranger.ignored.unwrap().contains("does not belong"));
     assert_eq!(s.task("a").output, Some(json!(1)), "the first result wins");
 }
@@ -169,22 +128,12 @@ fn retryable_failure_waits_then_dispatches_the_next_attempt() {
     s.now += chrono::Duration::seconds(1);
     let tr = s.apply(Event::TimerFired { task_id: a.id });
     assert_eq!(tr.dispatch, vec![0]);
-    assert_eq!(
-        (s.task("a").attempt, s.task("a").state),
-        (2, TaskState::Pending)
-    );
+    assert_eq!((s.task("a").attempt, s.task("a").state), (2, TaskState::Pending));
     let dup = s.apply(Event::TimerFired { task_id: a.id });
     assert_eq!(dup.ignored.as_deref(), Some("task is PENDING, not WAITING"));
 
-    let late = s.apply(Event::TaskCompleted {
-        task_id: a.id,
-        attempt: 1,
-        output: json!(0),
-    });
-    assert!(
-        late.ignored.is_some(),
-        "a report for attempt 1 is stale once attempt 2 runs"
-    );
+    let late = s.apply(Event::TaskCompleted { task_id: a.id, attempt: 1, output: json!(0) });
+    assert!(late.ignored.is_some(), "a report for attempt 1 is stale once attempt 2 runs");
     s.complete("a");
     assert_eq!(s.run.status, RunStatus::Succeeded);
 }
@@ -223,18 +172,11 @@ fn retry_run_restarts_failed_tasks_and_resumes_routing() {
     s.fail("a", false);
     s.complete("x");
     assert_eq!(s.run.status, RunStatus::Failed);
-    assert!(
-        s.apply(Event::CancelRun).ignored.is_some(),
-        "a finished run cannot be cancelled"
-    );
+    assert!(s.apply(Event::CancelRun).ignored.is_some(), "a finished run cannot be cancelled");
 
     let tr = s.apply(Event::RetryRun);
     assert_eq!(s.run.status, RunStatus::Running);
-    assert_eq!(
-        tr.dispatch.len(),
-        2,
-        "a again, and y which the failure held back"
-    );
+    assert_eq!(tr.dispatch.len(), 2, "a again, and y which the failure held back");
     assert_eq!(s.task("a").attempt, 2);
     s.complete("a");
     s.complete("b");
@@ -267,13 +209,7 @@ fn wait_node_is_a_timer() {
     let tr = s.apply(Event::RunStarted);
     assert!(tr.dispatch.is_empty());
     let t = s.task("w").clone();
-    assert_eq!(
-        (t.state, t.wake_at),
-        (
-            TaskState::Waiting,
-            Some(s.now + chrono::Duration::minutes(1))
-        )
-    );
+    assert_eq!((t.state, t.wake_at), (TaskState::Waiting, Some(s.now + chrono::Duration::minutes(1))));
     s.now += chrono::Duration::minutes(1);
     let tr = s.apply(Event::TimerFired { task_id: t.id });
     assert_eq!(s.task("w").state, TaskState::Completed);
