@@ -55,9 +55,15 @@ pub async fn maintain_partitions(client: &Client, months_ahead: i32, retention_d
 }
 
 /// Re-dispatches tasks orphaned by a dead worker (expired lease) or a lost
-/// stream message (PENDING with no outbox row for `lost_dispatch_age`).
+/// stream message (PENDING with no outbox row for `lost_dispatch_age`), and
+/// republishes the stream shard count.
 /// Every coordinator runs it; the statements are safe to race.
 pub async fn recover_tasks(shared: &Shared) {
+    // A Redis restarted without persistence lost the shard count too; workers
+    // starting after that would wait for it forever.
+    if let Err(e) = shared.streams.publish_shard_count(shared.config.stream_shards).await {
+        tracing::warn!(error = %e, "recovery: cannot publish the stream shard count");
+    }
     let client = match composer_store::client(&shared.pool).await {
         Ok(c) => c,
         Err(e) => {

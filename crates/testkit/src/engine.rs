@@ -115,7 +115,11 @@ impl Engine {
     }
 
     pub async fn start_coordinator(&mut self) -> &Running {
-        let running = composer_coord::start(self.coordinator_config()).await.expect("starting a coordinator");
+        self.start_coordinator_with(self.coordinator_config()).await
+    }
+
+    pub async fn start_coordinator_with(&mut self, config: composer_coord::Config) -> &Running {
+        let running = composer_coord::start(config).await.expect("starting a coordinator");
         self.coordinators.push(running);
         self.coordinators.last().expect("just pushed")
     }
@@ -152,6 +156,31 @@ impl Engine {
         let join = tokio::spawn(worker.run_with_stats(shutdown.clone(), stats.clone()));
         self.workers.push(WorkerHandle { id, stats, shutdown, join });
         self.workers.last().expect("just pushed")
+    }
+
+    /// The run's task for `node_id`, as the API shows it.
+    pub async fn task(&self, run: Uuid, node_id: &str) -> Value {
+        let (_, r) = self.get(&format!("/v1/runs/{run}")).await;
+        r["tasks"].as_array().and_then(|t| t.iter().find(|t| t["node_id"] == node_id).cloned()).unwrap_or(Value::Null)
+    }
+
+    /// Polls until `check` holds for the run (as the API shows it).
+    pub async fn wait_until(&self, run: Uuid, timeout: Duration, check: impl Fn(&Value) -> bool) -> Value {
+        let give_up = tokio::time::Instant::now() + timeout;
+        loop {
+            let (_, r) = self.get(&format!("/v1/runs/{run}")).await;
+            if check(&r) {
+                return r;
+            }
+            assert!(tokio::time::Instant::now() < give_up, "condition not reached within {timeout:?}: {r}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The run's history entries of `kind`.
+    pub async fn history(&self, run: Uuid, kind: &str) -> Vec<Value> {
+        let (_, h) = self.get(&format!("/v1/runs/{run}/events?limit=1000")).await;
+        h["events"].as_array().map(|e| e.iter().filter(|e| e["type"] == kind).cloned().collect()).unwrap_or_default()
     }
 
     /// Base URL of the first coordinator.

@@ -8,7 +8,8 @@ use std::time::Duration;
 use composer_core::wire::{Dispatch, ReportStatus, TaskReport};
 use composer_store::leases::{Acquired, LeaseManager};
 use composer_stream::{Keys, Message, Streams};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use futures_util::FutureExt;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -104,33 +105,30 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
     let mut consumer = None;
     let mut backoff = Duration::from_millis(100);
     while !shutdown.is_cancelled() {
-        // Hold at least one free slot before reading, and read no more than we can run.
-        let first = tokio::select! {
+        // Read only when a slot is free, and no more than the free slots. The
+        // slots themselves are taken by the tasks, so the reclaim loop sees
+        // the same capacity while this read blocks.
+        tokio::select! {
             _ = shutdown.cancelled() => break,
-            p = ctx.permits.clone().acquire_owned() => p.expect("semaphore is never closed"),
-        };
-        let mut slots = vec![first];
-        while let Ok(p) = ctx.permits.clone().try_acquire_owned() {
-            slots.push(p);
+            p = ctx.permits.acquire() => drop(p.expect("semaphore is never closed")),
         }
+        let free = ctx.permits.available_permits().max(1);
         if consumer.is_none() {
             match connect_consumer(&streams, &ctx.id, config.block, &names).await {
                 Ok(c) => consumer = Some(c),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read task streams; retrying");
-                    drop(slots);
                     sleep_or_shutdown(&shutdown, &mut backoff).await;
                     continue;
                 }
             }
         }
         let reader = consumer.as_mut().expect("consumer connected above");
-        match reader.read(&names, slots.len()).await {
+        match reader.read(&names, free).await {
             Ok(messages) => {
                 backoff = Duration::from_millis(100);
                 for msg in messages {
-                    let slot = slots.pop().expect("never more messages than slots");
-                    ctx.tracker.spawn(process(ctx.clone(), msg, slot));
+                    ctx.tracker.spawn(process(ctx.clone(), msg));
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -140,7 +138,6 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
             Err(e) => {
                 tracing::warn!(error = %e, "reading task streams failed; reconnecting");
                 consumer = None;
-                drop(slots);
                 sleep_or_shutdown(&shutdown, &mut backoff).await;
             }
         }
@@ -196,8 +193,7 @@ async fn reclaim_loop(ctx: Arc<Ctx>, names: Vec<String>, interval: Duration, shu
                     ctx.tracker.spawn(give_up(ctx.clone(), msg, deliveries));
                     continue;
                 }
-                let Ok(slot) = ctx.permits.clone().try_acquire_owned() else { break };
-                ctx.tracker.spawn(process(ctx.clone(), msg, slot));
+                ctx.tracker.spawn(process(ctx.clone(), msg));
             }
         }
     }
@@ -264,8 +260,10 @@ async fn sleep_or_shutdown(shutdown: &CancellationToken, backoff: &mut Duration)
     *backoff = (*backoff * 2).min(Duration::from_secs(5));
 }
 
-/// One message: lease → execute while renewing → report → ack.
-async fn process(ctx: Arc<Ctx>, msg: Message, _slot: OwnedSemaphorePermit) {
+/// One message: wait for a slot, then lease → execute while renewing →
+/// report → ack.
+async fn process(ctx: Arc<Ctx>, msg: Message) {
+    let Ok(_slot) = ctx.permits.clone().acquire_owned().await else { return };
     let dispatch: Dispatch = match serde_json::from_str(&msg.payload) {
         Ok(d) => d,
         Err(e) => {
@@ -306,6 +304,8 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
 
     let lost = CancellationToken::new();
     let done = CancellationToken::new();
+    // Renewal stops however this function ends, panics included.
+    let _stop_renewing = done.clone().drop_guard();
     let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone()));
     let task_ctx = TaskContext {
         task_id: dispatch.task_id,
@@ -315,8 +315,19 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         attempt: dispatch.attempt,
         cancelled: lost.clone(),
     };
+    // A panicking handler fails its attempt (retryably); it does not take the
+    // worker down or leave the task leased.
+    let guarded = std::panic::AssertUnwindSafe(handler(task_ctx, dispatch.input.clone())).catch_unwind();
     let result = tokio::select! {
-        r = handler(task_ctx, dispatch.input.clone()) => Some(r),
+        r = guarded => Some(r.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(panic = %what, "handler panicked");
+            Err(crate::TaskError::retryable(format!("handler panicked: {what}")))
+        })),
         _ = lost.cancelled() => None,
     };
     let Some(result) = result.filter(|_| !lost.is_cancelled()) else {

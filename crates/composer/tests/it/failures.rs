@@ -1,0 +1,591 @@
+//! The failure table (DESIGN §8, seed Step 6): one test per row, named after
+//! the failure, against real PostgreSQL, Redis and processes. Tests that
+//! break a service get a dedicated instance of it.
+
+use std::time::{Duration, Instant};
+
+use composer_core::machine::Event;
+use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
+use composer_store::leases::{Acquired, LeaseManager};
+use composer_stream::{Keys, Streams};
+use composer_testkit::{http_node, services, Engine, EngineOptions, FakeHttp, TestDb};
+use composer_worker::{TaskError, Worker};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const T: Duration = Duration::from_secs(30);
+
+fn no_workers() -> EngineOptions {
+    EngineOptions { workers: 0, ..Default::default() }
+}
+
+fn task_id(run: &Value, node: &str) -> Uuid {
+    run["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == node).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+async fn outbox_rows(e: &Engine) -> i64 {
+    let pool = e.db.pool();
+    let c = pool.get().await.unwrap();
+    c.query_one("SELECT count(*) FROM outbox", &[]).await.unwrap().get(0)
+}
+
+async fn wait_for_empty_outbox(e: &Engine) {
+    let until = Instant::now() + T;
+    while outbox_rows(e).await > 0 {
+        assert!(Instant::now() < until, "the outbox did not drain");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Seed Step 7, first test: a worker leased the task and died.
+#[tokio::test]
+async fn expired_lease_is_recovered() {
+    let mut e = Engine::with(no_workers()).await;
+    let http = FakeHttp::start().await;
+    let id = e.run(&json!({"name": "orphan", "nodes": [http_node("orphan", &http.url("/ok/orphan"), 1)]})).await;
+    let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
+    let task = task_id(&run, "orphan");
+
+    let leases = LeaseManager::new(e.db.pool());
+    assert!(leases.acquire(id, task, "dead-worker", Duration::from_secs(1), 1).await.unwrap().is_granted());
+    assert!(
+        !leases.acquire(id, task, "dead-worker", Duration::from_secs(1), 1).await.unwrap().is_granted(),
+        "an owner must not re-acquire a lease it still holds"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    composer_coord::loops::recover_tasks(&e.coordinators[0].shared).await;
+    e.start_worker("survivor", 2).await;
+
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(http.calls("/ok/orphan"), 1, "the orphaned task is executed exactly once");
+    assert_eq!(run["tasks"][0]["attempt"], 1, "recovery re-dispatches the same attempt");
+    e.stop().await;
+}
+
+/// Seed Step 7, second test. The API coordinator runs no outbox; the other
+/// polls once a minute, so only NOTIFY from the first one's commits can make
+/// three dispatches happen within seconds.
+#[tokio::test]
+async fn outbox_is_woken_by_notify() {
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut api = e.coordinator_config();
+    api.run_outbox = false;
+    e.start_coordinator_with(api).await;
+    let mut publisher = e.coordinator_config();
+    publisher.outbox_poll_interval = Duration::from_secs(60);
+    e.start_coordinator_with(publisher).await;
+    let mut cfg = e.worker_config("w1", 2);
+    cfg.coordinator_urls = vec![e.url()];
+    e.spawn_worker(Worker::new(cfg));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let http = FakeHttp::start().await;
+    let started = Instant::now();
+    let id = e
+        .run(&json!({"name": "notify", "nodes": [
+            http_node("a", &http.url("/ok/a"), 1), http_node("b", &http.url("/ok/b"), 1), http_node("c", &http.url("/ok/c"), 1)],
+            "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]}))
+        .await;
+    let run = e.wait_for_run(id, Duration::from_secs(20)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(5), "three dispatches took {elapsed:?}; the outbox was not woken by NOTIFY");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn duplicate_and_late_reports_are_ignored() {
+    let e = Engine::with(no_workers()).await;
+    // Two steps, so the run is still RUNNING when the duplicates arrive.
+    let id = e
+        .run(&json!({"name": "dups", "nodes": [http_node("a", "http://127.0.0.1:9/a", 3), http_node("b", "http://127.0.0.1:9/b", 3)],
+                     "edges": [{"from": "a", "to": "b"}]}))
+        .await;
+    let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
+    let task = task_id(&run, "a");
+    let path = format!("/internal/v1/tasks/{task}/result");
+    let report = |attempt: i32, out: i32| json!({"run_id": id, "attempt": attempt, "worker_id": "w", "status": "COMPLETED", "output": {"n": out}});
+
+    let (status, first) = e.post(&path, &report(1, 1)).await;
+    assert_eq!((status, &first["applied"]), (200, &json!(true)), "{first}");
+    let (_, dup) = e.post(&path, &report(1, 2)).await;
+    assert_eq!(dup["applied"], false);
+    assert!(dup["ignored"].as_str().unwrap().contains("already COMPLETED"), "{dup}");
+    let (_, stale) = e.post(&path, &report(0, 3)).await;
+    assert!(stale["ignored"].as_str().unwrap().contains("stale"), "{stale}");
+    let (_, failed_late) = e
+        .post(&path, &json!({"run_id": id, "attempt": 1, "worker_id": "w", "status": "FAILED", "error": "late", "retryable": true}))
+        .await;
+    assert_eq!(failed_late["applied"], false);
+
+    let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run["tasks"][0]["output"]["n"], 1, "the first result wins");
+    assert_eq!(run["tasks"][1]["state"], "PENDING", "and was routed once");
+    assert_eq!(e.history(id, "EventIgnored").await.len(), 3, "ignored reports are in the history");
+    assert_eq!(e.history(id, "TaskCompleted").await.len(), 1);
+    e.stop().await;
+}
+
+/// The worker's own steps of the "worker is slow, not dead" row: its lease is
+/// taken over, its renewal fails, it cancels and its result never lands.
+#[tokio::test]
+async fn a_slow_worker_loses_its_lease_and_its_result_is_discarded() {
+    let mut e =
+        Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_millis(1500), ..Default::default() }).await;
+    let mut worker = Worker::new(e.worker_config("slow", 1));
+    worker.handle("slow-step", |_ctx, _input| async {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        Ok(json!({"from": "slow"}))
+    });
+    let stats = e.spawn_worker(worker).stats.clone();
+    let id = e.run(&json!({"name": "slowpoke", "nodes": [{"id": "s", "type": "slow-step"}]})).await;
+    let run = e.wait_until(id, T, |r| r["tasks"][0]["state"] == "RUNNING").await;
+    let task = task_id(&run, "s");
+
+    // Another worker takes the lease over once it has expired.
+    let pool = e.db.pool();
+    pool.get()
+        .await
+        .unwrap()
+        .execute("UPDATE task_instances SET lease_expires_at = now() - interval '1 second' WHERE id = $1", &[&task])
+        .await
+        .unwrap();
+    let leases = LeaseManager::new(pool);
+    assert_eq!(leases.acquire(id, task, "thief", Duration::from_secs(30), 1).await.unwrap(), Acquired::TakenOver);
+
+    let until = Instant::now() + T;
+    while stats.lease_lost() == 0 {
+        assert!(Instant::now() < until, "the slow worker never noticed it lost its lease");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(stats.reported(), 0, "a worker that lost its lease reports nothing");
+
+    let path = format!("/internal/v1/tasks/{task}/result");
+    let ours =
+        json!({"run_id": id, "attempt": 1, "worker_id": "thief", "status": "COMPLETED", "output": {"from": "thief"}});
+    assert_eq!(e.post(&path, &ours).await.1["applied"], true);
+    let late =
+        json!({"run_id": id, "attempt": 1, "worker_id": "slow", "status": "COMPLETED", "output": {"from": "slow"}});
+    assert_eq!(e.post(&path, &late).await.1["applied"], false, "a late result is ignored");
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["output"]["s"]["from"], "thief");
+    e.stop().await;
+}
+
+/// The enqueuer crashed after XADD and before DELETE: the row comes back
+/// after the claim timeout and is published again; the lease drops the
+/// duplicate.
+#[tokio::test]
+async fn crash_after_xadd_before_delete_publishes_again_and_the_lease_drops_the_duplicate() {
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut api = e.coordinator_config();
+    api.run_outbox = false;
+    e.start_coordinator_with(api).await;
+    let http = FakeHttp::start().await;
+    let id = e.run(&json!({"name": "dup-publish", "nodes": [http_node("a", &http.url("/ok/a"), 1)]})).await;
+
+    // The crashed enqueuer: claim, XADD, and no DELETE.
+    let pool = e.db.pool();
+    let client = pool.get().await.unwrap();
+    let rows = composer_store::outbox::claim(&client, 10, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    let streams = Streams::connect(&e.redis_url, Keys::new(e.prefix.clone())).await.unwrap();
+    streams.publish(&[(rows[0].stream.as_str(), rows[0].payload.as_str())]).await.unwrap();
+
+    let mut publisher = e.coordinator_config();
+    publisher.outbox_claim_timeout = Duration::from_secs(1);
+    e.start_coordinator_with(publisher).await;
+    wait_for_empty_outbox(&e).await;
+    let stats = e.start_worker("w", 4).await.stats.clone();
+
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let until = Instant::now() + T;
+    while stats.lease_denied() == 0 {
+        assert!(Instant::now() < until, "the second message was never seen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(http.calls("/ok/a"), 1, "published twice, executed once");
+    e.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_without_persistence_loses_no_run() {
+    let dir = composer_embedded::temp_dir("redis-restart").unwrap();
+    let mut redis = LocalRedis::start(&dir, None).unwrap();
+    let opts = EngineOptions {
+        workers: 0,
+        coordinator: |c| c.lost_dispatch_age = Duration::from_secs(2),
+        ..Default::default()
+    };
+    let mut e = Engine::on(TestDb::create().await, redis.url(), opts).await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "lost", "nodes": [http_node("a", &http.url("/ok/lost"), 1)]})).await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(e.start_run("lost", json!({})).await);
+    }
+    wait_for_empty_outbox(&e).await;
+
+    tokio::task::block_in_place(|| redis.restart()).unwrap();
+    e.start_worker("after-restart", 4).await;
+    for id in ids {
+        let run = e.wait_for_run(id, T).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    }
+    assert_eq!(http.calls("/ok/lost"), 5);
+    assert!(composer_metrics::value("composer_recoveries_total", &[("kind", "lost_dispatch")]) >= 5.0);
+    e.stop().await;
+    drop(redis);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_accepts_runs_and_dispatch_resumes_when_it_returns() {
+    let dir = composer_embedded::temp_dir("redis-down").unwrap();
+    let mut redis = LocalRedis::start(&dir, None).unwrap();
+    let e = Engine::on(TestDb::create().await, redis.url(), EngineOptions::default()).await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "down", "nodes": [http_node("a", &http.url("/ok/down"), 1)]})).await;
+
+    redis.stop();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(e.start_run("down", json!({})).await);
+    }
+    let pool = e.db.pool();
+    let until = Instant::now() + T;
+    loop {
+        let retrying: i64 = pool
+            .get()
+            .await
+            .unwrap()
+            .query_one("SELECT count(*) FROM outbox WHERE status = 'RETRY'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if retrying == 3 {
+            break;
+        }
+        assert!(Instant::now() < until, "publishes did not go to RETRY while Redis was down");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(http.calls("/ok/down"), 0);
+
+    tokio::task::block_in_place(|| redis.restart()).unwrap();
+    for id in ids {
+        let run = e.wait_for_run(id, Duration::from_secs(60)).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    }
+    assert_eq!(http.calls("/ok/down"), 3);
+    e.stop().await;
+    drop(redis);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_mid_run_and_everyone_reconnects() {
+    let dir = composer_embedded::temp_dir("pg-restart").unwrap();
+    let mut pg =
+        LocalPostgres::start(PgOptions { data_dir: dir.join("pg"), port: None, fsync: false, max_connections: 100 })
+            .unwrap();
+    let db = TestDb::create_on(&pg.url("postgres")).await;
+    let e = Engine::on(db, services().redis_url.clone(), EngineOptions::default()).await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "pg", "nodes": [
+        http_node("a", &http.url("/slow/300/a"), 3), http_node("b", &http.url("/slow/300/b"), 3), http_node("c", &http.url("/ok/c"), 3)],
+        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]}))
+        .await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(e.start_run("pg", json!({})).await);
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::task::block_in_place(|| pg.restart()).unwrap();
+
+    for id in ids {
+        let run = e.wait_for_run(id, Duration::from_secs(90)).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    }
+    assert!(http.calls("/ok/c") >= 5);
+    e.stop().await;
+    drop(pg);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_message_that_keeps_crashing_workers_fails_after_max_deliveries_and_is_retried() {
+    let mut e = Engine::with(EngineOptions {
+        workers: 0,
+        lease_ttl: Duration::from_secs(1),
+        worker: |w| w.max_deliveries = 2,
+        ..Default::default()
+    })
+    .await;
+    let http = FakeHttp::start().await;
+    let id = e.run(&json!({"name": "poison", "nodes": [http_node("p", &http.url("/ok/p"), 2)]})).await;
+    wait_for_empty_outbox(&e).await;
+
+    // Consumers that take the message and crash before acquiring the lease.
+    let client = redis::Client::open(e.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let streams = Streams::connect(&e.redis_url, Keys::new(e.prefix.clone())).await.unwrap();
+    let names: Vec<String> = (0..2).map(|s| streams.keys().stream("http", s)).collect();
+    let mut found = None;
+    for name in &names {
+        streams.ensure_group(name).await.unwrap();
+        let reply: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(composer_stream::GROUP)
+            .arg("crasher")
+            .arg("COUNT")
+            .arg(1)
+            .arg("STREAMS")
+            .arg(name)
+            .arg(">")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if reply != redis::Value::Nil {
+            let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+                .arg(name)
+                .arg(composer_stream::GROUP)
+                .arg("-")
+                .arg("+")
+                .arg(10)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            found = Some((name.clone(), pending[0].0.clone()));
+        }
+    }
+    let (stream, msg) = found.expect("the dispatch is on one of the shards");
+    for crasher in ["crasher2", "crasher3"] {
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(&stream)
+            .arg(composer_stream::GROUP)
+            .arg(crasher)
+            .arg(0)
+            .arg(&msg)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    e.start_worker("careful", 2).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["tasks"][0]["attempt"], 2, "the poisoned attempt failed, the retry policy ran attempt 2");
+    let retries = e.history(id, "TaskRetryScheduled").await;
+    assert_eq!(retries.len(), 1);
+    assert!(retries[0]["payload"]["error"].as_str().unwrap().contains("max deliveries exceeded"), "{retries:?}");
+    assert_eq!(http.calls("/ok/p"), 1, "the poisoned delivery never ran");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn two_coordinators_running_recovery_at_once_claim_disjoint_tasks() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| {
+            c.run_outbox = false;
+            c.recovery_interval = Duration::from_secs(3600);
+        },
+        ..Default::default()
+    })
+    .await;
+    e.register(&json!({"name": "many", "nodes": [http_node("a", "http://127.0.0.1:9/a", 1)]})).await;
+    for _ in 0..40 {
+        e.start_run("many", json!({})).await;
+    }
+    let pool_a = e.db.pool();
+    let pool_b = e.db.pool();
+    {
+        let c = pool_a.get().await.unwrap();
+        c.batch_execute(
+            "DELETE FROM outbox;
+             UPDATE task_instances SET state = 'RUNNING', lease_owner = 'dead', lease_expires_at = now() - interval '1 second'",
+        )
+        .await
+        .unwrap();
+    }
+    let d = e.coordinators[0].shared.engine.dispatch_config().clone();
+    let (ca, cb) = (pool_a.get().await.unwrap(), pool_b.get().await.unwrap());
+    let (a, b) = tokio::join!(
+        composer_store::recovery::requeue_expired_leases(&ca, &d),
+        composer_store::recovery::requeue_expired_leases(&cb, &d)
+    );
+    assert_eq!(a.unwrap() + b.unwrap(), 40, "every expired task is claimed exactly once");
+    let row = ca.query_one("SELECT count(*), count(DISTINCT task_id) FROM outbox", &[]).await.unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (40, 40), "nothing is dispatched twice by the sweep");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_wait_node_fires_on_time_and_a_duplicate_firing_is_ignored() {
+    let e = Engine::with(no_workers()).await;
+    let id = e
+        .run(&json!({"name": "timer", "nodes": [
+            {"id": "w", "type": "WAIT", "config": {"duration": "1s"}},
+            {"id": "hold", "type": "WAIT", "config": {"duration": "1h"}}],
+            "edges": [{"from": "w", "to": "hold"}]}))
+        .await;
+    let waiting = e.task(id, "w").await;
+    assert_eq!(waiting["state"], "WAITING");
+    let run = e.wait_until(id, T, |r| r["tasks"][0]["state"] == "COMPLETED").await;
+    let t = &run["tasks"][0];
+    let wake: chrono::DateTime<chrono::Utc> = waiting["wake_at"].as_str().unwrap().parse().unwrap();
+    let done: chrono::DateTime<chrono::Utc> = t["finished_at"].as_str().unwrap().parse().unwrap();
+    assert!(done >= wake, "a timer never fires early");
+
+    let task = task_id(&run, "w");
+    let again = e.coordinators[0].shared.engine.handle(id, Event::TimerFired { task_id: task }).await.unwrap();
+    assert!(again.ignored.unwrap().contains("not WAITING"));
+    assert_eq!(e.history(id, "TaskCompleted").await.len(), 1);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
+    let e = Engine::with(no_workers()).await;
+    let pool = e.db.pool();
+    let c = pool.get().await.unwrap();
+    let ahead: Vec<String> = c
+        .query(
+            "SELECT to_char(date_trunc('month', now() AT TIME ZONE 'UTC') + make_interval(months => i), 'YYYY_MM')
+               FROM generate_series(0, 3) i",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for month in &ahead {
+        for table in ["workflow_runs", "task_instances", "run_events"] {
+            let name = format!("{table}_p{month}");
+            let exists: bool = c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&name]).await.unwrap().get(0);
+            assert!(exists, "{name} should exist");
+        }
+    }
+
+    // A month four months back, with a run, its task and its history.
+    let old_month: String = c
+        .query_one(
+            "SELECT to_char(date_trunc('month', now() AT TIME ZONE 'UTC') - interval '4 months', 'YYYY_MM')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    c.batch_execute(&format!(
+        "DO $$ DECLARE m timestamp := date_trunc('month', now() AT TIME ZONE 'UTC') - interval '4 months'; t text;
+         BEGIN FOREACH t IN ARRAY ARRAY['workflow_runs','task_instances','run_events'] LOOP
+           EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', t || '_p{old_month}', t,
+             composer_month_uuid(m AT TIME ZONE 'UTC'), composer_month_uuid((m + interval '1 month') AT TIME ZONE 'UTC'));
+         END LOOP; END $$"
+    ))
+    .await
+    .unwrap();
+    let then: f64 = c
+        .query_one(
+            "SELECT extract(epoch FROM (date_trunc('month', now() AT TIME ZONE 'UTC') - interval '4 months' + interval '1 day') AT TIME ZONE 'UTC')::float8",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let old_run = Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, then as u64, 0));
+    let (_, def) =
+        e.post("/v1/workflows", &json!({"name": "old", "nodes": [http_node("a", "http://127.0.0.1:9/a", 1)]})).await;
+    let def_id: Uuid = def["id"].as_str().unwrap().parse().unwrap();
+    c.execute(
+        "INSERT INTO workflow_runs (id, workflow_definition_id, workflow_name, workflow_version, status, input, created_at)
+         VALUES ($1, $2, 'old', 1, 'SUCCEEDED', '{}', now() - interval '120 days')",
+        &[&old_run, &def_id],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "INSERT INTO task_instances (run_id, id, node_id, node_type, queue, state, attempt, input_json)
+         VALUES ($1, $1, 'a', 'HTTP', 'http', 'COMPLETED', 1, '{}')",
+        &[&old_run],
+    )
+    .await
+    .unwrap();
+    c.execute("INSERT INTO run_events (run_id, type, payload) VALUES ($1, 'RunStarted', '{}')", &[&old_run])
+        .await
+        .unwrap();
+    let new_run = e.start_run("old", json!({})).await;
+
+    composer_coord::loops::maintain_partitions(&c, 3, 30).await.unwrap();
+
+    assert_eq!(e.get(&format!("/v1/runs/{old_run}")).await.0, 404, "the old month's run is gone");
+    for table in ["workflow_runs", "task_instances", "run_events"] {
+        let name = format!("{table}_p{old_month}");
+        let exists: bool = c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&name]).await.unwrap().get(0);
+        assert!(!exists, "{name} should be dropped");
+    }
+    let (status, run) = e.get(&format!("/v1/runs/{new_run}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(run["tasks"].as_array().unwrap().len(), 1, "newer runs keep their tasks");
+    assert!(!e.history(new_run, "RunStarted").await.is_empty(), "and their history");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_are_exported_in_prometheus_text() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let id = e.run(&json!({"name": "metered", "nodes": [http_node("a", &http.url("/ok/a"), 1)]})).await;
+    e.wait_for_run(id, T).await;
+    composer_coord::loops::sample_metrics(&e.coordinators[0].shared).await.unwrap();
+    let text = reqwest::get(format!("{}/metrics", e.url())).await.unwrap().text().await.unwrap();
+    for name in [
+        "composer_events_total{event=\"TaskCompleted\",result=\"applied\"}",
+        "composer_event_duration_seconds_bucket",
+        "composer_report_duration_seconds_count",
+        "composer_dispatches_total",
+        "composer_outbox_backlog",
+        "composer_open_tasks{state=\"PENDING\"}",
+        "composer_running_runs",
+        "composer_due_timers",
+        "composer_runs_finished_total{status=\"SUCCEEDED\"}",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics");
+    }
+    e.stop().await;
+}
+
+/// A handler that panics is a crash of the execution, not of the worker: it
+/// must not take the worker down, and the lease expiry brings the task back.
+#[tokio::test]
+async fn a_panicking_handler_does_not_stop_the_worker() {
+    let mut e =
+        Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_secs(1), ..Default::default() }).await;
+    let mut worker = Worker::new(e.worker_config("w", 2));
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    worker.handle("fragile", move |_ctx, _input| {
+        let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                panic!("handler bug");
+            }
+            Ok::<_, TaskError>(json!({"survived": true}))
+        }
+    });
+    e.spawn_worker(worker);
+    let id = e.run(&json!({"name": "fragile", "nodes": [{"id": "f", "type": "fragile"}]})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["output"]["f"]["survived"], true);
+    e.stop().await;
+}
