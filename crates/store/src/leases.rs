@@ -86,4 +86,18 @@ impl LeaseManager {
         let n = client.execute(&stmt, &[&run_id, &task_id, &owner, &ttl.as_secs_f64(), &attempt]).await?;
         Ok(n == 1)
     }
+
+    /// Hands a lease back before its time: the task stays RUNNING at its
+    /// attempt with a lease that has expired, so the next reclaim or recovery
+    /// sweep takes it over at once. Used when a result could not be delivered.
+    pub async fn release(&self, run_id: Uuid, task_id: Uuid, owner: &str, attempt: i32) -> Result<bool> {
+        let client = crate::client(&self.pool).await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE task_instances SET lease_expires_at = now() - interval '1 millisecond', updated_at = now()
+                  WHERE run_id = $1 AND id = $2 AND attempt = $4 AND state = 'RUNNING' AND lease_owner = $3",
+            )
+            .await?;
+        Ok(client.execute(&stmt, &[&run_id, &task_id, &owner, &attempt]).await? == 1)
+    }
 }

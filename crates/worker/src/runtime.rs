@@ -370,8 +370,11 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
             ack(&ctx, &msg).await;
         }
         Delivery::Failed => {
+            tracing::error!("no coordinator took the report; handing the lease back, the message stays pending");
+            if let Err(e) = ctx.leases.release(dispatch.run_id, dispatch.task_id, &ctx.id, dispatch.attempt).await {
+                tracing::warn!(error = %e, "cannot hand the lease back; it will expire");
+            }
             ctx.stats.0.report_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::error!("no coordinator took the report; the message stays pending for redelivery");
         }
     }
 }

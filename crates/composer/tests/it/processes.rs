@@ -213,3 +213,192 @@ async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+fn kill9(p: &mut Proc) {
+    let _ = p.0.kill();
+    let _ = p.0.wait();
+}
+
+fn coordinator_cmd(db: &TestDb, redis: &str, prefix: &str, listen: &str, addr_file: &Path) -> Command {
+    let mut cmd = composer(&["coordinator"]);
+    cmd.env("COMPOSER_DATABASE_URL", &db.url)
+        .env("COMPOSER_REDIS_URL", redis)
+        .env("COMPOSER_REDIS_PREFIX", prefix)
+        .env("COMPOSER_LISTEN", listen)
+        .env("COMPOSER_STREAM_SHARDS", "2")
+        .env("COMPOSER_TIMER_INTERVAL", "100ms")
+        .env("COMPOSER_ADDR_FILE", addr_file);
+    cmd
+}
+
+async fn history_count(client: &Client, run: &str, kind: &str) -> usize {
+    let h = client.get(&format!("/v1/runs/{run}/events?limit=1000")).await;
+    h["events"].as_array().map(|e| e.iter().filter(|e| e["type"] == kind).count()).unwrap_or(0)
+}
+
+/// The coordinator dies while handling a report: its transaction rolls back,
+/// the worker's report fails, the message stays unacknowledged, and after the
+/// lease expires it is reclaimed, run again and applied once.
+#[tokio::test]
+async fn a_coordinator_crash_mid_event_rolls_back_and_the_message_is_reclaimed() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let http = FakeHttp::start().await;
+    let dir = composer_embedded::temp_dir("crash-mid-event").unwrap();
+    let port = composer_embedded::free_port().unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let addr_file = dir.join("a.addr");
+    let mut a =
+        Proc::spawn(coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_RECOVERY_INTERVAL", "1h"));
+    let url = wait_for_file(&addr_file, Duration::from_secs(30)).await;
+    let client = Client::new(&url);
+    let (status, _) =
+        client.post("/v1/workflows", &json!({"name": "crash", "nodes": [http_node("x", &http.url("/ok/x"), 1)]})).await;
+    assert_eq!(status, 201);
+    let (_, run) = client.post("/v1/runs", &json!({"workflow": "crash"})).await;
+    let run_id: uuid::Uuid = run["id"].as_str().unwrap().parse().unwrap();
+
+    // Hold the run lock so the coordinator stalls inside handle().
+    let (locker, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    locker.batch_execute("BEGIN").await.unwrap();
+    locker.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.unwrap();
+
+    let mut cfg = composer_worker::Config::new(db.url.clone(), redis.clone(), vec![url.clone()]);
+    cfg.redis_prefix = prefix.clone();
+    cfg.lease_ttl = Duration::from_secs(2);
+    cfg.report_deadline = Duration::from_secs(1);
+    cfg.reclaim_interval = Duration::from_millis(300);
+    cfg.block = Duration::from_millis(500);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stats = composer_worker::Stats::default();
+    let worker = tokio::spawn(composer_worker::Worker::new(cfg).run_with_stats(shutdown.clone(), stats.clone()));
+
+    let until = Instant::now() + Duration::from_secs(30);
+    while http.calls("/ok/x") == 0 {
+        assert!(Instant::now() < until, "the task never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill9(&mut a);
+    locker.batch_execute("ROLLBACK").await.unwrap();
+
+    let pool = db.pool();
+    let c = pool.get().await.unwrap();
+    let state: String =
+        c.query_one("SELECT state FROM task_instances WHERE run_id = $1", &[&run_id]).await.unwrap().get(0);
+    assert_eq!(state, "RUNNING", "nothing was applied by the crashed coordinator");
+    let completed: i64 = c
+        .query_one("SELECT count(*) FROM run_events WHERE run_id = $1 AND type = 'TaskCompleted'", &[&run_id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(completed, 0);
+
+    // Bring a coordinator back only once the worker gave up on its report, so
+    // the message must come back by reclaim.
+    let until = Instant::now() + Duration::from_secs(30);
+    while stats.report_failed() == 0 {
+        assert!(Instant::now() < until, "the worker never gave up on the report");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::remove_file(&addr_file).unwrap();
+    let mut again =
+        Proc::spawn(coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_RECOVERY_INTERVAL", "1h"));
+    wait_for_file(&addr_file, Duration::from_secs(30)).await;
+    let run = client.wait_for_run(&run_id.to_string(), Duration::from_secs(60)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["tasks"][0]["attempt"], 1);
+    assert_eq!(history_count(&client, &run_id.to_string(), "TaskCompleted").await, 1, "applied exactly once");
+    let keys: HashSet<String> = http.requests("/ok/x").into_iter().map(|r| r.idempotency_key.unwrap()).collect();
+    assert!(http.calls("/ok/x") >= 2, "the reclaimed message ran again");
+    assert_eq!(keys.len(), 1, "with the same Idempotency-Key, so the target can deduplicate");
+
+    shutdown.cancel();
+    let _ = worker.await;
+    assert!(again.terminate(Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_task_is_finished_by_another_at_the_same_attempt() {
+    let mut e =
+        composer_testkit::Engine::with(composer_testkit::EngineOptions { workers: 0, ..Default::default() }).await;
+    let http = FakeHttp::start().await;
+    let mut victim = Proc::spawn(
+        composer(&["worker"])
+            .env("COMPOSER_DATABASE_URL", &e.db.url)
+            .env("COMPOSER_REDIS_URL", &e.redis_url)
+            .env("COMPOSER_REDIS_PREFIX", &e.prefix)
+            .env("COMPOSER_COORDINATOR_URLS", e.url())
+            .env("COMPOSER_LEASE_TTL", "2s"),
+    );
+    let id = e.run(&json!({"name": "victim", "nodes": [http_node("k", &http.url("/slow/2000/k"), 1)]})).await;
+    let until = Instant::now() + Duration::from_secs(30);
+    while http.calls("/slow/2000/k") == 0 {
+        assert!(Instant::now() < until, "the worker process never started the task");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill9(&mut victim);
+
+    e.start_worker("survivor", 2).await;
+    let run = e.wait_for_run(id, Duration::from_secs(60)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["tasks"][0]["attempt"], 1, "finished at the same attempt");
+    assert_eq!(e.history(id, "TaskCompleted").await.len(), 1);
+    let keys: HashSet<String> = http.requests("/slow/2000/k").into_iter().map(|r| r.idempotency_key.unwrap()).collect();
+    assert_eq!((http.calls("/slow/2000/k"), keys.len()), (2, 1), "run again once, under the same Idempotency-Key");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let http = FakeHttp::start().await;
+    let dir = composer_embedded::temp_dir("kill-coordinator").unwrap();
+    let mut coordinators = Vec::new();
+    let mut urls = Vec::new();
+    for i in 0..2 {
+        let addr_file = dir.join(format!("c{i}.addr"));
+        coordinators.push(Proc::spawn(
+            coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
+                .env("COMPOSER_RECOVERY_INTERVAL", "1s")
+                .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s"),
+        ));
+        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
+    }
+    let mut worker = Proc::spawn(
+        composer(&["worker"])
+            .env("COMPOSER_DATABASE_URL", &db.url)
+            .env("COMPOSER_REDIS_URL", &redis)
+            .env("COMPOSER_REDIS_PREFIX", &prefix)
+            .env("COMPOSER_COORDINATOR_URLS", urls.join(","))
+            .env("COMPOSER_LEASE_TTL", "2s")
+            .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
+    );
+    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let spec = json!({"name": "survive", "nodes": [
+        http_node("a", &http.url("/slow/100/a"), 3), http_node("b", &http.url("/ok/b"), 3), http_node("c", &http.url("/ok/c"), 3)],
+        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]});
+    assert_eq!(clients[1].post("/v1/workflows", &spec).await.0, 201);
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let (status, run) = clients[i % 2].post("/v1/runs", &json!({"workflow": "survive"})).await;
+        assert_eq!(status, 201, "{run}");
+        ids.push(run["id"].as_str().unwrap().to_string());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill9(&mut coordinators[0]);
+
+    for id in &ids {
+        let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+        assert_eq!(history_count(&clients[1], id, "TaskCompleted").await, 3, "each step applied once");
+    }
+    assert!(worker.terminate(Duration::from_secs(30)).success());
+    assert!(coordinators[1].terminate(Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
