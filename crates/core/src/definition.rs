@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::duration;
+use crate::expr::{Expr, Template};
 
 /// Upper bounds that keep one definition from exhausting the engine.
 pub const MAX_NODES: usize = 10_000;
@@ -27,6 +28,10 @@ pub struct WorkflowSpec {
     pub nodes: Vec<NodeSpec>,
     #[serde(default)]
     pub edges: Vec<EdgeSpec>,
+    /// The run's output, a template over `{input, nodes, run}`; by default the
+    /// completed leaf nodes' outputs keyed by node id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -119,9 +124,21 @@ pub enum NodeKind {
     /// An HTTP call, run by a worker.
     Http,
     /// A timer held in PostgreSQL; no process waits.
-    Wait { duration: Duration },
+    Wait(WaitFor),
+    /// Waits for an external event `(event, key)`, at most `timeout`.
+    WaitForEvent { event: String, key: Template, timeout: Option<Duration>, default_output: Option<Value> },
+    /// A pure data mapping, evaluated by the coordinator; never dispatched.
+    Transform { output: Template },
     /// A user-defined type, run by a worker that registered a handler for it.
     Custom,
+}
+
+/// How long a WAIT node waits.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WaitFor {
+    Duration(Duration),
+    /// A timestamp (RFC 3339 text, or unix seconds) computed at run time.
+    Until(Template),
 }
 
 /// A validated node with everything the engine needs precomputed.
@@ -134,6 +151,8 @@ pub struct Node {
     /// coordinator resolves itself, such as WAIT).
     pub queue: Option<String>,
     pub config: Value,
+    /// `config` with its `${ … }` expressions compiled.
+    pub template: Template,
     pub retry: RetryPolicy,
 }
 
@@ -141,6 +160,8 @@ pub struct Node {
 pub struct Edge {
     pub from: usize,
     pub to: usize,
+    /// The condition under which the edge is active (its source COMPLETED).
+    pub when: Option<Expr>,
 }
 
 /// A parsed and validated definition, indexed for the state machine.
@@ -155,6 +176,8 @@ pub struct Workflow {
     pub outgoing: Vec<Vec<usize>>,
     /// Node indices in an order where every edge points forward.
     pub topo_order: Vec<usize>,
+    /// The run's output template, when the definition declares one.
+    pub output: Option<Template>,
     index: HashMap<String, usize>,
 }
 
@@ -203,19 +226,24 @@ impl Workflow {
             if !seen.insert((from, to)) {
                 return Err(ValidationError::new(at, format!("duplicate edge {:?} -> {:?}", e.from, e.to)));
             }
-            if e.when.is_some() {
-                return Err(ValidationError::new(
-                    format!("{at}.when"),
-                    "edge conditions are not supported by this version of Composer",
-                ));
-            }
+            let when = match &e.when {
+                Some(src) if src.contains(".secrets") => {
+                    return Err(ValidationError::new(format!("{at}.when"), "conditions cannot read secrets"))
+                }
+                Some(src) => Some(Expr::compile(src).map_err(|m| ValidationError::new(format!("{at}.when"), m))?),
+                None => None,
+            };
             incoming[to].push(edges.len());
             outgoing[from].push(edges.len());
-            edges.push(Edge { from, to });
+            edges.push(Edge { from, to, when });
         }
 
         let topo_order = topological_order(&spec, &edges, &incoming, &outgoing)?;
-        Ok(Workflow { spec, nodes, edges, incoming, outgoing, topo_order, index })
+        let output = match &spec.output {
+            Some(v) => Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("output{p}"), m))?),
+            None => None,
+        };
+        Ok(Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, index })
     }
 
     pub fn node_index(&self, id: &str) -> Option<usize> {
@@ -233,8 +261,8 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
     let obj =
         json.as_object().ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
     for key in obj.keys() {
-        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges") {
-            return Err(ValidationError::new(key.as_str(), "unknown field (expected name, description, nodes, edges)"));
+        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges" | "output") {
+            return Err(ValidationError::new(key.as_str(), "unknown field (expected name, description, nodes, edges, output)"));
         }
     }
     let name = match obj.get("name") {
@@ -272,7 +300,8 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
         }
         Some(_) => return Err(ValidationError::new("edges", "must be an array")),
     };
-    Ok(WorkflowSpec { name, description, nodes, edges })
+    let output = obj.get("output").filter(|v| !v.is_null()).cloned();
+    Ok(WorkflowSpec { name, description, nodes, edges, output })
 }
 
 fn node_path(i: usize, id: &str) -> String {
@@ -306,7 +335,8 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
         v @ Value::Object(_) => v.clone(),
         _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object")),
     };
-    reject_expressions(&format!("{at}.config"), &config)?;
+    let template =
+        Template::compile(&config).map_err(|(p, m)| ValidationError::new(format!("{at}.config{p}"), m))?;
     let retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
     let queue = match &n.queue {
         Some(q) => {
@@ -320,43 +350,64 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
             validate_http(at, &config)?;
             NodeKind::Http
         }
-        "WAIT" => NodeKind::Wait { duration: compile_wait(at, &config)? },
-        "WAIT_FOR_EVENT" | "TRANSFORM" => {
-            return Err(ValidationError::new(
-                format!("{at}.type"),
-                format!("node type {} is not supported by this version of Composer", n.node_type),
-            ))
+        "WAIT" => NodeKind::Wait(compile_wait(at, &config)?),
+        "WAIT_FOR_EVENT" => compile_wait_for_event(at, &config)?,
+        "TRANSFORM" => {
+            only_fields(at, &config, &["output"])?;
+            let output = config
+                .get("output")
+                .ok_or_else(|| ValidationError::new(format!("{at}.config.output"), "is required"))?;
+            let output = Template::compile(output)
+                .map_err(|(p, m)| ValidationError::new(format!("{at}.config.output{p}"), m))?;
+            NodeKind::Transform { output }
         }
         other => {
             validate_name(&format!("{at}.type"), other)?;
             NodeKind::Custom
         }
     };
-    let queue = if matches!(kind, NodeKind::Wait { .. }) { None } else { queue };
-    Ok(Node { id: n.id.clone(), node_type: n.node_type.clone(), kind, queue, config, retry })
+    let queue = if matches!(kind, NodeKind::Http | NodeKind::Custom) { queue } else { None };
+    Ok(Node { id: n.id.clone(), node_type: n.node_type.clone(), kind, queue, config, template, retry })
 }
 
-/// `${ … }` expressions arrive with the jq evaluator; until then a string that
-/// looks like one is refused rather than sent literally.
-fn reject_expressions(path: &str, v: &Value) -> Result<(), ValidationError> {
-    match v {
-        Value::String(s) if s.contains("${") => {
-            Err(ValidationError::new(path, "expressions (${ … }) are not supported by this version of Composer"))
+fn only_fields(at: &str, config: &Value, allowed: &[&str]) -> Result<(), ValidationError> {
+    for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
+        if !allowed.contains(&key.as_str()) {
+            return Err(ValidationError::new(
+                format!("{at}.config.{key}"),
+                format!("unknown field (expected {})", allowed.join(", ")),
+            ));
         }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                reject_expressions(&format!("{path}[{i}]"), item)?;
-            }
-            Ok(())
-        }
-        Value::Object(map) => {
-            for (k, item) in map {
-                reject_expressions(&format!("{path}.{k}"), item)?;
-            }
-            Ok(())
-        }
-        _ => Ok(()),
     }
+    Ok(())
+}
+
+fn is_expression(v: &Value) -> bool {
+    v.as_str().is_some_and(|s| s.contains("${"))
+}
+
+fn compile_wait_for_event(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
+    only_fields(at, config, &["event", "key", "timeout", "default_output"])?;
+    let event = match config.get("event") {
+        Some(Value::String(e)) if !e.is_empty() && !e.contains("${") => e.clone(),
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.event"), "must be a non-empty name")),
+        None => return Err(ValidationError::new(format!("{at}.config.event"), "is required")),
+    };
+    let key = match config.get("key") {
+        Some(k @ (Value::String(_) | Value::Number(_))) => {
+            Template::compile(k).map_err(|(_, m)| ValidationError::new(format!("{at}.config.key"), m))?
+        }
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.key"), "must be a string or an expression")),
+        None => return Err(ValidationError::new(format!("{at}.config.key"), "is required")),
+    };
+    let timeout = match config.get("timeout") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => {
+            Some(duration::parse(t).map_err(|e| ValidationError::new(format!("{at}.config.timeout"), e))?)
+        }
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.timeout"), "must be a duration such as \"7d\"")),
+    };
+    Ok(NodeKind::WaitForEvent { event, key, timeout, default_output: config.get("default_output").cloned() })
 }
 
 fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, ValidationError> {
@@ -401,6 +452,7 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
         }
     }
     match config.get("url") {
+        Some(u) if is_expression(u) => {}
         Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => {}
         Some(Value::String(_)) => {
             return Err(ValidationError::new(field("url"), "must start with http:// or https://"))
@@ -410,18 +462,19 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
     }
     match config.get("method") {
         None => {}
+        Some(m) if is_expression(m) => {}
         Some(Value::String(m)) if HTTP_METHODS.contains(&m.to_ascii_uppercase().as_str()) => {}
         Some(_) => {
             return Err(ValidationError::new(field("method"), format!("must be one of {}", HTTP_METHODS.join(", "))))
         }
     }
-    if let Some(h) = config.get("headers") {
+    if let Some(h) = config.get("headers").filter(|h| !is_expression(h)) {
         let ok = h.as_object().is_some_and(|m| m.values().all(Value::is_string));
         if !ok {
             return Err(ValidationError::new(field("headers"), "must be an object of string values"));
         }
     }
-    if let Some(t) = config.get("timeout") {
+    if let Some(t) = config.get("timeout").filter(|t| !is_expression(t)) {
         let d = t
             .as_str()
             .ok_or_else(|| "must be a duration string such as \"10s\"".to_string())
@@ -443,20 +496,20 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
     Ok(())
 }
 
-fn compile_wait(at: &str, config: &Value) -> Result<Duration, ValidationError> {
-    for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
-        if key != "duration" {
-            return Err(ValidationError::new(format!("{at}.config.{key}"), "unknown field (expected duration)"));
-        }
-    }
-    match config.get("duration") {
-        Some(Value::String(s)) => {
-            duration::parse(s).map_err(|e| ValidationError::new(format!("{at}.config.duration"), e))
-        }
-        Some(_) => {
+fn compile_wait(at: &str, config: &Value) -> Result<WaitFor, ValidationError> {
+    only_fields(at, config, &["duration", "until"])?;
+    match (config.get("duration"), config.get("until")) {
+        (Some(Value::String(s)), None) => duration::parse(s)
+            .map(WaitFor::Duration)
+            .map_err(|e| ValidationError::new(format!("{at}.config.duration"), e)),
+        (Some(_), None) => {
             Err(ValidationError::new(format!("{at}.config.duration"), "must be a duration string such as \"1h\""))
         }
-        None => Err(ValidationError::new(format!("{at}.config.duration"), "is required")),
+        (None, Some(until)) => Template::compile(until)
+            .map(WaitFor::Until)
+            .map_err(|(_, m)| ValidationError::new(format!("{at}.config.until"), m)),
+        (Some(_), Some(_)) => Err(ValidationError::new(format!("{at}.config"), "give duration or until, not both")),
+        (None, None) => Err(ValidationError::new(format!("{at}.config.duration"), "is required (or until)")),
     }
 }
 
@@ -562,6 +615,7 @@ mod tests {
         assert_eq!(wf.nodes[0].queue.as_deref(), Some("resize-image"));
         assert_eq!(wf.nodes[1].queue.as_deref(), Some("gpu"));
         assert_eq!(wf.nodes[2].queue, None);
+        assert_eq!(wf.nodes[2].kind, NodeKind::Wait(WaitFor::Duration(Duration::from_secs(1))));
     }
 
     #[test]

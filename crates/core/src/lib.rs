@@ -3,6 +3,7 @@
 //! engine can be tested with plain values.
 //!
 //! - [`duration`]: durations written like `500ms`, `30s`, `10m`.
+//! - [`expr`]: jq expressions and `${ … }` templates (jaq).
 //! - [`definition`]: the workflow language, parsed and validated into a
 //!   [`definition::Workflow`] that the engine caches per version.
 //! - [`machine`]: runs and tasks, their states, and the rules that move them.
@@ -10,5 +11,6 @@
 
 pub mod definition;
 pub mod duration;
+pub mod expr;
 pub mod machine;
 pub mod wire;

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::definition::{NodeKind, Workflow};
+use crate::definition::{NodeKind, WaitFor, Workflow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -123,6 +123,8 @@ pub struct Task {
     pub error: Option<String>,
     pub wake_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The `(event, key)` a WAIT_FOR_EVENT task waits for.
+    pub event: Option<(String, String)>,
 }
 
 /// The part of a run the state machine reads and changes.
@@ -152,6 +154,8 @@ pub enum Event {
     TaskCompleted { task_id: Uuid, attempt: i32, output: Value },
     TaskFailed { task_id: Uuid, attempt: i32, error: String, retryable: bool },
     TimerFired { task_id: Uuid },
+    /// An external event matched the WAIT_FOR_EVENT task.
+    EventReceived { task_id: Uuid, payload: Value },
     CancelRun,
     RetryRun,
 }
@@ -163,6 +167,7 @@ impl Event {
             Event::TaskCompleted { .. } => "TaskCompleted",
             Event::TaskFailed { .. } => "TaskFailed",
             Event::TimerFired { .. } => "TimerFired",
+            Event::EventReceived { .. } => "EventReceived",
             Event::CancelRun => "CancelRun",
             Event::RetryRun => "RetryRun",
         }
@@ -172,7 +177,8 @@ impl Event {
         match self {
             Event::TaskCompleted { task_id, .. }
             | Event::TaskFailed { task_id, .. }
-            | Event::TimerFired { task_id } => Some(*task_id),
+            | Event::TimerFired { task_id }
+            | Event::EventReceived { task_id, .. } => Some(*task_id),
             _ => None,
         }
     }
@@ -248,6 +254,34 @@ pub fn apply(
     m.tr
 }
 
+/// How a task's attempt begins.
+enum Started {
+    Dispatch(Value),
+    Wait(DateTime<Utc>, Option<(String, String)>),
+    Done(Value),
+}
+
+/// Stands for "no timeout" while a wait is being built.
+const FOREVER: DateTime<Utc> = DateTime::<Utc>::MAX_UTC;
+
+fn to_chrono(d: std::time::Duration) -> chrono::Duration {
+    chrono::Duration::milliseconds(d.as_millis().min(i64::MAX as u128 / 2) as i64)
+}
+
+/// A WAIT `until`: RFC 3339 text or unix seconds.
+fn parse_time(v: &Value) -> Result<DateTime<Utc>, String> {
+    match v {
+        Value::String(s) => DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| format!("{s:?} is not an RFC 3339 timestamp: {e}")),
+        Value::Number(n) => n
+            .as_f64()
+            .and_then(|secs| DateTime::from_timestamp_millis((secs * 1000.0) as i64))
+            .ok_or_else(|| format!("{n} is not a unix time")),
+        other => Err(format!("expected a timestamp, got {other}")),
+    }
+}
+
 /// Why an event changes nothing: a stable kind and a message for people.
 struct Ignore(&'static str, String);
 
@@ -304,9 +338,21 @@ impl Machine<'_> {
                 if task.wake_at.is_some_and(|w| w > self.now) {
                     return Err(Ignore("not_due", "timer is not due yet".into()));
                 }
-                match self.wf.nodes[task.node].kind {
-                    NodeKind::Wait { .. } => {
+                match &self.wf.nodes[task.node].kind {
+                    NodeKind::Wait(_) => {
                         self.finish(t, TaskState::Completed, Some(json!({})), None);
+                        self.route();
+                    }
+                    NodeKind::WaitForEvent { event, timeout, default_output, .. } => {
+                        match default_output {
+                            Some(out) => self.finish(t, TaskState::Completed, Some(out.clone()), None),
+                            None => {
+                                let key = task.event.as_ref().map(|(_, k)| k.as_str()).unwrap_or("");
+                                let after = timeout.map(crate::duration::format).unwrap_or_default();
+                                let error = format!("timed out after {after} waiting for event {event:?} with key {key:?}");
+                                self.finish(t, TaskState::Failed, None, Some(error));
+                            }
+                        }
                         self.route();
                     }
                     _ => {
@@ -320,6 +366,16 @@ impl Machine<'_> {
                         self.tr.log("TaskDispatched", payload);
                     }
                 }
+            }
+            Event::EventReceived { task_id, payload } => {
+                self.require_running()?;
+                let t = self.find(*task_id)?;
+                let task = &self.run.tasks[t];
+                if task.state != TaskState::Waiting || task.event.is_none() {
+                    return Err(Ignore("not_waiting", format!("task is {}, not waiting for an event", task.state)));
+                }
+                self.finish(t, TaskState::Completed, Some(payload.clone()), None);
+                self.route();
             }
             Event::CancelRun => {
                 self.require_running()?;
@@ -426,83 +482,166 @@ impl Machine<'_> {
     fn restart(&mut self, t: usize) {
         let task = &mut self.run.tasks[t];
         task.attempt += 1;
-        task.state = TaskState::Pending;
         task.error = None;
         task.output = None;
         task.finished_at = None;
         task.wake_at = None;
         self.tr.touch(t);
-        self.tr.dispatch.push(t);
-        let payload = self.task_payload(t, json!({}));
-        self.tr.log("TaskDispatched", payload);
+        let mut ctx = None;
+        self.start(t, &mut ctx);
+    }
+
+    /// What expressions see: `{input, nodes: {<id>: {output, state}}, run}`.
+    fn context(&self) -> Value {
+        let mut nodes = Map::new();
+        for t in &self.run.tasks {
+            nodes.insert(self.wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
+        }
+        json!({"input": self.run.input, "nodes": nodes, "run": {"id": self.run.id, "workflow": self.wf.spec.name}})
     }
 
     /// Creates a task for every node that has become ready, in topological
-    /// order so that a skip reaches its successors in the same pass; then
-    /// ends the run if nothing is left to do.
+    /// order so that a skip (or a TRANSFORM's result) reaches its successors
+    /// in the same pass; then ends the run if nothing is left to do.
     fn route(&mut self) {
         let n = self.wf.nodes.len();
         let mut by_node: Vec<Option<usize>> = vec![None; n];
-        let mut any_failed = false;
+        let mut failed = false;
         for (i, t) in self.run.tasks.iter().enumerate() {
             by_node[t.node] = Some(i);
-            any_failed |= t.state == TaskState::Failed;
+            failed |= t.state == TaskState::Failed;
         }
-        if !any_failed {
-            for &node in &self.wf.topo_order {
-                if by_node[node].is_some() {
-                    continue;
-                }
-                let mut ready = true;
-                let mut active = self.wf.incoming[node].is_empty();
-                for &e in &self.wf.incoming[node] {
-                    match by_node[self.wf.edges[e].from].map(|t| self.run.tasks[t].state) {
-                        Some(s) if s.is_terminal() => active |= s == TaskState::Completed,
-                        _ => {
-                            ready = false;
-                            break;
+        let mut ctx: Option<Value> = None;
+        let wf = self.wf;
+        for &node in &wf.topo_order {
+            if failed {
+                break;
+            }
+            if by_node[node].is_some() {
+                continue;
+            }
+            let mut ready = true;
+            let mut active = wf.incoming[node].is_empty();
+            let mut edge_error = None;
+            for &e in &wf.incoming[node] {
+                let edge = &wf.edges[e];
+                match by_node[edge.from].map(|t| self.run.tasks[t].state) {
+                    Some(TaskState::Completed) => match &edge.when {
+                        None => active = true,
+                        Some(when) => {
+                            let c = ctx.get_or_insert_with(|| self.context());
+                            match when.eval_bool(c) {
+                                Ok(b) => active |= b,
+                                Err(m) => {
+                                    edge_error = Some(format!("edge {} -> {}: when: {m}", wf.nodes[edge.from].id, wf.nodes[node].id))
+                                }
+                            }
                         }
+                    },
+                    Some(s) if s.is_terminal() => {}
+                    _ => {
+                        ready = false;
+                        break;
                     }
                 }
-                if ready {
-                    by_node[node] = Some(self.create(node, active));
-                }
             }
+            if !ready {
+                continue;
+            }
+            let t = self.create(node, active, edge_error, &mut ctx);
+            by_node[node] = Some(t);
+            failed = self.run.tasks[t].state == TaskState::Failed;
         }
         self.finish_run_if_done();
     }
 
-    fn create(&mut self, node: usize, active: bool) -> usize {
-        let spec = &self.wf.nodes[node];
+    fn create(&mut self, node: usize, active: bool, edge_error: Option<String>, ctx: &mut Option<Value>) -> usize {
         let t = self.run.tasks.len();
-        let mut task = Task {
+        self.run.tasks.push(Task {
             id: (self.new_id)(),
             node,
             state: TaskState::Pending,
             attempt: 1,
-            input: spec.config.clone(),
+            input: json!({}),
             output: None,
             error: None,
             wake_at: None,
             finished_at: None,
-        };
-        let kind = if !active {
-            task.state = TaskState::Skipped;
-            task.finished_at = Some(self.now);
-            "TaskSkipped"
-        } else if let NodeKind::Wait { duration } = spec.kind {
-            task.state = TaskState::Waiting;
-            task.wake_at = Some(self.now + chrono::Duration::milliseconds(duration.as_millis() as i64));
-            "TaskWaiting"
-        } else {
-            self.tr.dispatch.push(t);
-            "TaskDispatched"
-        };
-        self.run.tasks.push(task);
+            event: None,
+        });
         self.tr.created.push(t);
-        let payload = self.task_payload(t, json!({}));
-        self.tr.log(kind, payload);
+        if let Some(error) = edge_error {
+            self.finish(t, TaskState::Failed, None, Some(error));
+        } else if !active {
+            self.finish(t, TaskState::Skipped, None, None);
+        } else {
+            self.start(t, ctx);
+        }
+        if let Some(c) = ctx.as_mut() {
+            let task = &self.run.tasks[t];
+            c["nodes"][&self.wf.nodes[node].id] = json!({"output": task.output, "state": task.state});
+        }
         t
+    }
+
+    /// Starts a task's current attempt according to its node's kind:
+    /// dispatch, timer, event wait, or (TRANSFORM) complete at once. An
+    /// expression that fails fails the task with its message.
+    fn start(&mut self, t: usize, ctx: &mut Option<Value>) {
+        let node = &self.wf.nodes[self.run.tasks[t].node];
+        let now = self.now;
+        let needs_ctx = !node.template.is_literal() || !matches!(node.kind, NodeKind::Http | NodeKind::Custom);
+        let c = if needs_ctx { Some(&*ctx.get_or_insert_with(|| self.context())) } else { None };
+        let eval = |tpl: &crate::expr::Template| match c {
+            Some(c) => tpl.eval(c),
+            None => tpl.eval(&Value::Null),
+        };
+        let outcome: Result<Started, String> = match &node.kind {
+            NodeKind::Http | NodeKind::Custom => {
+                eval(&node.template).map(Started::Dispatch).map_err(|e| format!("config: {e}"))
+            }
+            NodeKind::Wait(WaitFor::Duration(d)) => Ok(Started::Wait(now + to_chrono(*d), None)),
+            NodeKind::Wait(WaitFor::Until(until)) => eval(until)
+                .and_then(|v| parse_time(&v))
+                .map(|at| Started::Wait(at, None))
+                .map_err(|e| format!("config.until: {e}")),
+            NodeKind::WaitForEvent { event, key, timeout, .. } => match eval(key) {
+                Ok(Value::String(k)) => Ok(Started::Wait(
+                    timeout.map(|d| now + to_chrono(d)).unwrap_or(FOREVER),
+                    Some((event.clone(), k)),
+                )),
+                Ok(Value::Number(n)) => Ok(Started::Wait(
+                    timeout.map(|d| now + to_chrono(d)).unwrap_or(FOREVER),
+                    Some((event.clone(), n.to_string())),
+                )),
+                Ok(other) => Err(format!("config.key: must be a string, got {other}")),
+                Err(e) => Err(format!("config.key: {e}")),
+            },
+            NodeKind::Transform { output } => eval(output).map(Started::Done).map_err(|e| format!("config.output: {e}")),
+        };
+        match outcome {
+            Err(error) => self.finish(t, TaskState::Failed, None, Some(error)),
+            Ok(Started::Done(output)) => self.finish(t, TaskState::Completed, Some(output), None),
+            Ok(Started::Dispatch(input)) => {
+                let task = &mut self.run.tasks[t];
+                task.input = input;
+                task.state = TaskState::Pending;
+                self.tr.dispatch.push(t);
+                let payload = self.task_payload(t, json!({}));
+                self.tr.log("TaskDispatched", payload);
+            }
+            Ok(Started::Wait(wake_at, event)) => {
+                let task = &mut self.run.tasks[t];
+                task.state = TaskState::Waiting;
+                task.wake_at = (wake_at != FOREVER).then_some(wake_at);
+                if let Some((name, key)) = &event {
+                    task.input = json!({"event": name, "key": key});
+                }
+                task.event = event;
+                let payload = self.task_payload(t, json!({"wake_at": self.run.tasks[t].wake_at}));
+                self.tr.log("TaskWaiting", payload);
+            }
+        }
     }
 
     fn finish_run_if_done(&mut self) {
@@ -517,6 +656,13 @@ impl Machine<'_> {
                 first.error.as_deref().unwrap_or("unknown error")
             );
             self.set_run(RunStatus::Failed, None, Some(error));
+            return;
+        }
+        if let Some(template) = &self.wf.output {
+            match template.eval(&self.context()) {
+                Ok(output) => self.set_run(RunStatus::Succeeded, Some(output), None),
+                Err(e) => self.set_run(RunStatus::Failed, None, Some(format!("output: {e}"))),
+            }
             return;
         }
         let mut output = Map::new();

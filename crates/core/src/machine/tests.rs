@@ -319,3 +319,97 @@ proptest! {
         }
     }
 }
+
+fn parse(v: Value) -> Workflow {
+    Workflow::parse(&v).unwrap()
+}
+
+#[test]
+fn data_flows_from_input_and_outputs_into_config() {
+    let mut s = Sim::new(parse(json!({"name": "flow", "nodes": [
+        {"id": "a", "type": "HTTP", "config": {"url": "http://h/a"}},
+        {"id": "b", "type": "HTTP", "config": {"url": "http://h/b",
+            "body": {"x": "${ .input.x }", "from_a": "${ .nodes.a.output.node }", "msg": "a said ${ .nodes.a.output.node }"}}}],
+        "edges": [{"from": "a", "to": "b"}]})));
+    s.apply(Event::RunStarted);
+    s.complete("a");
+    assert_eq!(s.task("b").input["body"], json!({"x": 1, "from_a": "a", "msg": "a said a"}));
+}
+
+#[test]
+fn a_false_branch_is_skipped_and_the_skip_propagates_but_a_join_still_runs() {
+    let mut s = Sim::new(parse(json!({"name": "branch", "nodes": [
+        {"id": "check", "type": "HTTP", "config": {"url": "http://h/c"}},
+        {"id": "yes", "type": "HTTP", "config": {"url": "http://h/y"}},
+        {"id": "no", "type": "HTTP", "config": {"url": "http://h/n"}},
+        {"id": "after_no", "type": "HTTP", "config": {"url": "http://h/an"}},
+        {"id": "join", "type": "HTTP", "config": {"url": "http://h/j"}}],
+        "edges": [
+            {"from": "check", "to": "yes", "when": ".nodes.check.output.node == \"check\""},
+            {"from": "check", "to": "no", "when": ".nodes.check.output.node != \"check\""},
+            {"from": "no", "to": "after_no"},
+            {"from": "yes", "to": "join"}, {"from": "after_no", "to": "join"}]})));
+    s.apply(Event::RunStarted);
+    let tr = s.complete("check");
+    assert_eq!(tr.dispatch.len(), 1);
+    assert_eq!(s.task("yes").state, TaskState::Pending);
+    assert_eq!(s.task("no").state, TaskState::Skipped);
+    assert_eq!(s.task("after_no").state, TaskState::Skipped, "the skip propagates");
+    s.complete("yes");
+    assert_eq!(s.task("join").state, TaskState::Pending, "a join with one active edge runs");
+    s.complete("join");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn transform_is_computed_in_routing_and_feeds_the_output_mapping() {
+    let mut s = Sim::new(parse(json!({"name": "t", "nodes": [
+        {"id": "a", "type": "HTTP", "config": {"url": "http://h/a"}},
+        {"id": "shape", "type": "TRANSFORM", "config": {"output": {"total": "${ .input.x + 41 }", "who": "${ .nodes.a.output.node }"}}}],
+        "edges": [{"from": "a", "to": "shape"}],
+        "output": {"result": "${ .nodes.shape.output }"}})));
+    s.apply(Event::RunStarted);
+    let tr = s.complete("a");
+    assert!(tr.dispatch.is_empty(), "a TRANSFORM is never dispatched");
+    assert_eq!(s.task("shape").output, Some(json!({"total": 42, "who": "a"})));
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.run.output, Some(json!({"result": {"total": 42, "who": "a"}})));
+}
+
+#[test]
+fn an_expression_error_fails_the_node_with_its_message() {
+    let mut s = Sim::new(parse(json!({"name": "e", "nodes": [
+        {"id": "a", "type": "HTTP", "config": {"url": "http://h/a", "body": "${ .input.x | ascii_downcase }"}}]})));
+    let tr = s.apply(Event::RunStarted);
+    assert!(tr.dispatch.is_empty());
+    let a = s.task("a");
+    assert_eq!(a.state, TaskState::Failed);
+    assert!(a.error.as_deref().unwrap().contains("config"), "{:?}", a.error);
+    assert_eq!(s.run.status, RunStatus::Failed);
+}
+
+#[test]
+fn an_event_completes_its_waiter_and_a_timeout_fails_it() {
+    let spec = json!({"name": "ev", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "shipped", "key": "${ .input.x | tostring }", "timeout": "1h"}},
+        {"id": "next", "type": "HTTP", "config": {"url": "http://h/n", "body": "${ .nodes.w.output }"}}],
+        "edges": [{"from": "w", "to": "next"}]});
+    let mut s = Sim::new(parse(spec.clone()));
+    s.apply(Event::RunStarted);
+    let w = s.task("w").clone();
+    assert_eq!((w.state, w.event.clone()), (TaskState::Waiting, Some(("shipped".into(), "1".into()))));
+    assert_eq!(w.wake_at, Some(s.now + chrono::Duration::hours(1)));
+    let tr = s.apply(Event::EventReceived { task_id: w.id, payload: json!({"carrier": "ups"}) });
+    assert_eq!(tr.dispatch.len(), 1);
+    assert_eq!(s.task("next").input["body"], json!({"carrier": "ups"}));
+    assert!(s.apply(Event::EventReceived { task_id: w.id, payload: json!(2) }).ignored.is_some());
+
+    let mut s = Sim::new(parse(spec));
+    s.apply(Event::RunStarted);
+    let w = s.task("w").clone();
+    s.now += chrono::Duration::hours(1);
+    s.apply(Event::TimerFired { task_id: w.id });
+    assert_eq!(s.task("w").state, TaskState::Failed);
+    assert!(s.task("w").error.as_deref().unwrap().contains("timed out"));
+    assert_eq!(s.run.status, RunStatus::Failed);
+}
