@@ -140,6 +140,9 @@ pub struct CoordinatorOptions {
     /// Largest run input, step output or event payload, in bytes.
     #[arg(long, env = "COMPOSER_MAX_PAYLOAD", default_value_t = 1024 * 1024)]
     pub max_payload: usize,
+    /// How long an event nobody waits for yet is kept for a waiter.
+    #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = duration)]
+    pub event_retention: Duration,
     /// PostgreSQL connections per coordinator.
     #[arg(long, env = "COMPOSER_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: usize,

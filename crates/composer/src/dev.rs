@@ -34,6 +34,7 @@ fn coordinator_config(
     c.partition_interval = o.partition_interval;
     c.retention_days = o.retention_days;
     c.metrics_interval = o.metrics_interval;
+    c.event_retention = o.event_retention;
     c.max_payload = o.max_payload;
     c.db_pool_size = o.db_pool_size;
     c

@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use composer_core::definition::Workflow;
 use composer_core::duration;
-use composer_core::machine::Event;
+use composer_core::machine::{Event, RunStatus};
 use composer_core::wire::{ReportAck, ReportStatus, TaskReport};
 use composer_store::definitions::{self, DefinitionRow, Registered};
 use composer_store::runs::{self, RunRow, TaskRow};
@@ -119,7 +119,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/workflows", post(register_workflow).get(list_workflows))
         .route("/v1/workflows/{name}", get(get_workflow))
         .route("/v1/workflows/{name}/versions/{version}", get(get_workflow_version))
-        .route("/v1/runs", post(start_run))
+        .route("/v1/runs", post(start_run).get(list_runs))
+        .route("/v1/events", post(send_event))
         .route("/v1/runs/{id}", get(get_run))
         .route("/v1/runs/{id}/events", get(run_events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
@@ -244,6 +245,8 @@ struct StartRun {
     version: Option<i32>,
     #[serde(default)]
     input: Option<Value>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
 }
 
 async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> ApiResult<Response> {
@@ -259,8 +262,87 @@ async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> A
         Some(v) => ApiError::not_found(format!("workflow {:?} version {v} not found", req.workflow)),
         None => ApiError::not_found(format!("workflow {:?} not found", req.workflow)),
     })?;
-    let row = s.engine.start_run(&def, &input).await?;
-    Ok((StatusCode::CREATED, Json(run_json(&row, None))).into_response())
+    if let Some(key) = &req.idempotency_key {
+        if key.is_empty() || key.len() > 256 {
+            return Err(ApiError::bad_request("idempotency_key must be 1 to 256 characters"));
+        }
+    }
+    let (row, created) = s.engine.start_run(&def, &input, req.idempotency_key.as_deref()).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(run_json(&row, None))).into_response())
+}
+
+async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> ApiResult<Json<Value>> {
+    for key in q.keys() {
+        if !matches!(key.as_str(), "workflow" | "status" | "limit" | "cursor") {
+            return Err(ApiError::bad_request(format!(
+                "unknown query parameter {key:?} (workflow, status, limit, cursor)"
+            )));
+        }
+    }
+    let status = match q.get("status") {
+        Some(v) => Some(RunStatus::parse(&v.to_ascii_uppercase()).ok_or_else(|| {
+            ApiError::bad_request(format!("status: expected RUNNING, SUCCEEDED, FAILED or CANCELLED, got {v:?}"))
+        })?),
+        None => None,
+    };
+    let limit = page_limit(q.get("limit"), 50)?;
+    let cursor = match q.get("cursor") {
+        Some(c) => Some(c.parse::<Uuid>().map_err(|_| ApiError::bad_request(format!("cursor: invalid cursor {c:?}")))?),
+        None => None,
+    };
+    let client = composer_store::client(&s.pool).await?;
+    let rows = runs::list(&client, q.get("workflow").map(String::as_str), status, cursor, limit).await?;
+    let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };
+    Ok(Json(json!({"runs": rows.iter().map(|r| run_json(r, None)).collect::<Vec<_>>(), "next_cursor": next})))
+}
+
+fn page_limit(raw: Option<&String>, default: i64) -> ApiResult<i64> {
+    match raw {
+        Some(l) => l
+            .parse::<i64>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| ApiError::bad_request(format!("limit: expected 1..={MAX_PAGE}, got {l:?}"))),
+        None => Ok(default),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendEvent {
+    name: String,
+    key: String,
+    #[serde(default)]
+    payload: Value,
+}
+
+/// Completes every task waiting for `(name, key)` with the payload; with no
+/// waiter, keeps the event for `COMPOSER_EVENT_RETENTION` for one to come.
+async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> ApiResult<Json<Value>> {
+    if ev.name.is_empty() || ev.name.len() > 256 {
+        return Err(ApiError::bad_request("name must be 1 to 256 characters"));
+    }
+    if ev.key.len() > 1024 {
+        return Err(ApiError::bad_request("key must be at most 1024 characters"));
+    }
+    if json_size(&ev.payload) > s.config.max_payload {
+        return Err(ApiError::too_large("event payload", s.config.max_payload));
+    }
+    let waiters = {
+        let mut client = composer_store::client(&s.pool).await?;
+        composer_store::events::deliver_or_buffer(&mut client, &ev.name, &ev.key, &ev.payload, s.config.event_retention)
+            .await?
+    };
+    let buffered = waiters.is_empty();
+    let mut matched = 0;
+    for w in waiters {
+        let event = Event::EventReceived { task_id: w.task_id, payload: ev.payload.clone() };
+        if s.engine.handle(w.run_id, event).await?.ignored.is_none() {
+            matched += 1;
+        }
+    }
+    Ok(Json(json!({"matched": matched, "buffered": buffered})))
 }
 
 fn json_size(v: &Value) -> usize {
@@ -351,14 +433,7 @@ async fn run_events(
         Some(a) => a.parse().map_err(|_| ApiError::bad_request("after: expected an integer"))?,
         None => 0,
     };
-    let limit: i64 = match q.get("limit") {
-        Some(l) => l
-            .parse::<i64>()
-            .ok()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .ok_or_else(|| ApiError::bad_request(format!("limit: expected 1..={MAX_PAGE}")))?,
-        None => 100,
-    };
+    let limit = page_limit(q.get("limit"), 100)?;
     let client = composer_store::client(&s.pool).await?;
     if runs::status(&client, run_id).await?.is_none() {
         return Err(ApiError::not_found(format!("run {run_id} not found")));

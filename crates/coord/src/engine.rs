@@ -84,22 +84,34 @@ impl Engine {
     }
 
     /// Inserts a run and applies RunStarted in the same commit, so a run
-    /// never exists without its first dispatches.
-    pub async fn start_run(&self, def: &DefinitionRow, input: &Value) -> Result<RunRow> {
+    /// never exists without its first dispatches. With an idempotency key, a
+    /// run already started with that key (for this workflow) is returned
+    /// instead, and `false` says so; concurrent starts with one key make one run.
+    pub async fn start_run(
+        &self,
+        def: &DefinitionRow,
+        input: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<(RunRow, bool)> {
         let wf = self.compile(def)?;
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
+        if let Some(key) = idempotency_key {
+            if let Some(existing) = runs::lock_idempotency_key(&tx, &def.name, key).await? {
+                return Ok((existing, false));
+            }
+        }
         let new = NewRun {
             id: Uuid::now_v7(),
             workflow_definition_id: def.id,
             workflow_name: &def.name,
             workflow_version: def.version,
             input,
-            idempotency_key: None,
+            idempotency_key,
         };
         let mut row = runs::insert_run(&tx, &new).await?;
         let mut run = machine::Run::new(row.id, input.clone());
-        let tr = machine::apply(&wf, &mut run, &Event::RunStarted, Utc::now(), &mut Uuid::now_v7);
+        let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
         runs::write_transition(&tx, &wf, &row, &run, &tr, &self.dispatch).await?;
         tx.commit().await?;
         if !tr.dispatch.is_empty() {
@@ -113,7 +125,49 @@ impl Engine {
         row.output = run.output;
         row.error = run.error;
         tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
-        Ok(row)
+        Ok((row, true))
+    }
+
+    /// Applies `event`, then delivers any buffered external event to the
+    /// WAIT_FOR_EVENT tasks it created, all in the caller's transaction.
+    async fn apply(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        wf: &Workflow,
+        run: &mut machine::Run,
+        event: Event,
+    ) -> Result<machine::Transition> {
+        let mut tr = machine::apply(wf, run, &event, Utc::now(), &mut Uuid::now_v7);
+        let mut checked = 0;
+        loop {
+            let waits: Vec<(Uuid, String, String)> = tr.created[checked..]
+                .iter()
+                .chain(tr.updated.iter())
+                .filter_map(|&t| {
+                    let task = &run.tasks[t];
+                    let (name, key) = task.event.clone()?;
+                    (task.state == machine::TaskState::Waiting).then_some((task.id, name, key))
+                })
+                .collect();
+            checked = tr.created.len();
+            let mut delivered = false;
+            for (task_id, name, key) in waits {
+                if let Some(payload) = composer_store::events::consume_buffered(tx, &name, &key, task_id).await? {
+                    let next = machine::apply(
+                        wf,
+                        run,
+                        &Event::EventReceived { task_id, payload },
+                        Utc::now(),
+                        &mut Uuid::now_v7,
+                    );
+                    tr.merge(next);
+                    delivered = true;
+                }
+            }
+            if !delivered {
+                return Ok(tr);
+            }
+        }
     }
 
     /// Applies `event` to the run under its lock and commits the result.
@@ -124,24 +178,25 @@ impl Engine {
         let (row, tasks) = runs::lock(&tx, run_id).await?.ok_or(EngineError::RunNotFound(run_id))?;
         let wf = self.workflow(row.workflow_definition_id).await?;
         let mut run = runs::to_machine(&wf, &row, &tasks)?;
-        let tr = machine::apply(&wf, &mut run, &event, Utc::now(), &mut Uuid::now_v7);
+        let name = event.name();
+        let tr = self.apply(&tx, &wf, &mut run, event).await?;
         runs::write_transition(&tx, &wf, &row, &run, &tr, &self.dispatch).await?;
         tx.commit().await?;
         if !tr.dispatch.is_empty() {
             self.outbox_wake.notify_one();
         }
         let result = tr.ignored_kind.unwrap_or("applied");
-        composer_metrics::inc("composer_events_total", &[("event", event.name()), ("result", result)], 1);
+        composer_metrics::inc("composer_events_total", &[("event", name), ("result", result)], 1);
         composer_metrics::observe("composer_event_duration_seconds", &[], started.elapsed());
         if tr.run_changed && run.status.is_terminal() {
             composer_metrics::inc("composer_runs_finished_total", &[("status", run.status.as_str())], 1);
         }
         match &tr.ignored {
             Some(reason) => {
-                tracing::debug!(%run_id, event = event.name(), %reason, "event ignored")
+                tracing::debug!(%run_id, event = name, %reason, "event ignored")
             }
             None => {
-                tracing::debug!(%run_id, event = event.name(), status = %run.status, "event applied")
+                tracing::debug!(%run_id, event = name, status = %run.status, "event applied")
             }
         }
         Ok(Handled { status: run.status, ignored: tr.ignored })

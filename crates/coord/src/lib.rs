@@ -64,6 +64,8 @@ pub struct Config {
     pub allow_no_auth: bool,
     /// Largest accepted run input, report output or event payload, in bytes.
     pub max_payload: usize,
+    /// How long an event with no waiter is kept for a waiter to come.
+    pub event_retention: Duration,
 }
 
 impl Config {
@@ -92,6 +94,7 @@ impl Config {
             worker_token: None,
             allow_no_auth: false,
             max_payload: 1024 * 1024,
+            event_retention: Duration::from_secs(24 * 3600),
         }
     }
 

@@ -94,6 +94,9 @@ pub async fn recover_tasks(shared: &Shared) {
     if any {
         shared.outbox_wake.notify_one();
     }
+    if let Err(e) = composer_store::events::cleanup(&client).await {
+        tracing::warn!(error = %e, "recovery: cleaning up expired events failed");
+    }
 }
 
 /// Applies TimerFired to every WAITING task whose time has come (WAIT nodes

@@ -262,7 +262,10 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
         json.as_object().ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
     for key in obj.keys() {
         if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges" | "output") {
-            return Err(ValidationError::new(key.as_str(), "unknown field (expected name, description, nodes, edges, output)"));
+            return Err(ValidationError::new(
+                key.as_str(),
+                "unknown field (expected name, description, nodes, edges, output)",
+            ));
         }
     }
     let name = match obj.get("name") {
@@ -335,8 +338,7 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
         v @ Value::Object(_) => v.clone(),
         _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object")),
     };
-    let template =
-        Template::compile(&config).map_err(|(p, m)| ValidationError::new(format!("{at}.config{p}"), m))?;
+    let template = Template::compile(&config).map_err(|(p, m)| ValidationError::new(format!("{at}.config{p}"), m))?;
     let retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
     let queue = match &n.queue {
         Some(q) => {
@@ -405,7 +407,9 @@ fn compile_wait_for_event(at: &str, config: &Value) -> Result<NodeKind, Validati
         Some(Value::String(t)) => {
             Some(duration::parse(t).map_err(|e| ValidationError::new(format!("{at}.config.timeout"), e))?)
         }
-        Some(_) => return Err(ValidationError::new(format!("{at}.config.timeout"), "must be a duration such as \"7d\"")),
+        Some(_) => {
+            return Err(ValidationError::new(format!("{at}.config.timeout"), "must be a duration such as \"7d\""))
+        }
     };
     Ok(NodeKind::WaitForEvent { event, key, timeout, default_output: config.get("default_output").cloned() })
 }

@@ -68,8 +68,7 @@ impl Expr {
         match out.next() {
             Some(Ok(v)) => {
                 let text = v.to_string();
-                serde_json::from_str(&text)
-                    .map_err(|_| format!("{}: result {text} is not JSON", self.source))
+                serde_json::from_str(&text).map_err(|_| format!("{}: result {text} is not JSON", self.source))
             }
             Some(Err(e)) => Err(format!("{}: {e}", self.source)),
             None => Err(format!("{}: produced no value", self.source)),
@@ -259,7 +258,8 @@ mod tests {
 
     #[test]
     fn whole_expressions_keep_their_type() {
-        let t = Template::compile(&json!({"amount": "${ .input.amount }", "tags": "${ .input.tags }", "n": 1})).unwrap();
+        let t =
+            Template::compile(&json!({"amount": "${ .input.amount }", "tags": "${ .input.tags }", "n": 1})).unwrap();
         assert_eq!(t.eval(&ctx()).unwrap(), json!({"amount": 42, "tags": ["a", "b"], "n": 1}));
     }
 
@@ -274,10 +274,7 @@ mod tests {
     #[test]
     fn secrets_are_left_for_the_worker() {
         let t = Template::compile(&json!({"auth": "Bearer ${ .secrets.PAY_TOKEN }", "raw": "${.secrets.X}"})).unwrap();
-        assert_eq!(
-            t.eval(&ctx()).unwrap(),
-            json!({"auth": "Bearer ${ .secrets.PAY_TOKEN }", "raw": "${.secrets.X}"})
-        );
+        assert_eq!(t.eval(&ctx()).unwrap(), json!({"auth": "Bearer ${ .secrets.PAY_TOKEN }", "raw": "${.secrets.X}"}));
         assert!(Template::compile(&json!("${ .secrets | keys }")).is_err(), "only plain references are allowed");
     }
 

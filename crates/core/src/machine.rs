@@ -151,11 +151,25 @@ impl Run {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     RunStarted,
-    TaskCompleted { task_id: Uuid, attempt: i32, output: Value },
-    TaskFailed { task_id: Uuid, attempt: i32, error: String, retryable: bool },
-    TimerFired { task_id: Uuid },
+    TaskCompleted {
+        task_id: Uuid,
+        attempt: i32,
+        output: Value,
+    },
+    TaskFailed {
+        task_id: Uuid,
+        attempt: i32,
+        error: String,
+        retryable: bool,
+    },
+    TimerFired {
+        task_id: Uuid,
+    },
     /// An external event matched the WAIT_FOR_EVENT task.
-    EventReceived { task_id: Uuid, payload: Value },
+    EventReceived {
+        task_id: Uuid,
+        payload: Value,
+    },
     CancelRun,
     RetryRun,
 }
@@ -225,6 +239,24 @@ impl Transition {
             history: vec![HistoryEntry { kind: "EventIgnored", payload }],
             ..Transition::default()
         }
+    }
+
+    /// Folds a follow-up transition (applied to the same run right after this
+    /// one, in the same commit) into this one.
+    pub fn merge(&mut self, next: Transition) {
+        for t in next.created {
+            self.created.push(t);
+        }
+        for t in next.updated {
+            self.touch(t);
+        }
+        for t in next.dispatch {
+            if !self.dispatch.contains(&t) {
+                self.dispatch.push(t);
+            }
+        }
+        self.run_changed |= next.run_changed;
+        self.history.extend(next.history);
     }
 
     fn touch(&mut self, task: usize) {
@@ -349,7 +381,8 @@ impl Machine<'_> {
                             None => {
                                 let key = task.event.as_ref().map(|(_, k)| k.as_str()).unwrap_or("");
                                 let after = timeout.map(crate::duration::format).unwrap_or_default();
-                                let error = format!("timed out after {after} waiting for event {event:?} with key {key:?}");
+                                let error =
+                                    format!("timed out after {after} waiting for event {event:?} with key {key:?}");
                                 self.finish(t, TaskState::Failed, None, Some(error));
                             }
                         }
@@ -533,7 +566,10 @@ impl Machine<'_> {
                             match when.eval_bool(c) {
                                 Ok(b) => active |= b,
                                 Err(m) => {
-                                    edge_error = Some(format!("edge {} -> {}: when: {m}", wf.nodes[edge.from].id, wf.nodes[node].id))
+                                    edge_error = Some(format!(
+                                        "edge {} -> {}: when: {m}",
+                                        wf.nodes[edge.from].id, wf.nodes[node].id
+                                    ))
                                 }
                             }
                         }
@@ -606,10 +642,9 @@ impl Machine<'_> {
                 .map(|at| Started::Wait(at, None))
                 .map_err(|e| format!("config.until: {e}")),
             NodeKind::WaitForEvent { event, key, timeout, .. } => match eval(key) {
-                Ok(Value::String(k)) => Ok(Started::Wait(
-                    timeout.map(|d| now + to_chrono(d)).unwrap_or(FOREVER),
-                    Some((event.clone(), k)),
-                )),
+                Ok(Value::String(k)) => {
+                    Ok(Started::Wait(timeout.map(|d| now + to_chrono(d)).unwrap_or(FOREVER), Some((event.clone(), k))))
+                }
                 Ok(Value::Number(n)) => Ok(Started::Wait(
                     timeout.map(|d| now + to_chrono(d)).unwrap_or(FOREVER),
                     Some((event.clone(), n.to_string())),
@@ -617,7 +652,9 @@ impl Machine<'_> {
                 Ok(other) => Err(format!("config.key: must be a string, got {other}")),
                 Err(e) => Err(format!("config.key: {e}")),
             },
-            NodeKind::Transform { output } => eval(output).map(Started::Done).map_err(|e| format!("config.output: {e}")),
+            NodeKind::Transform { output } => {
+                eval(output).map(Started::Done).map_err(|e| format!("config.output: {e}"))
+            }
         };
         match outcome {
             Err(error) => self.finish(t, TaskState::Failed, None, Some(error)),

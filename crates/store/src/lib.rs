@@ -8,11 +8,13 @@
 //! - [`leases`]: the worker's lease on a task ([`leases::LeaseManager`]).
 //! - [`outbox`]: the transactional outbox between commits and Redis.
 //! - [`timers`]: due WAITING tasks.
+//! - [`events`]: external events and their buffer.
 //! - [`partitions`]: monthly partitions ahead and retention behind.
 //! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 
 pub mod definitions;
 pub mod dispatch;
+pub mod events;
 pub mod leases;
 pub mod migrations;
 pub mod outbox;

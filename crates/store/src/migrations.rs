@@ -3,7 +3,10 @@
 
 use crate::{Client, Result};
 
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (2, "events", include_str!("../migrations/0002_events.sql")),
+];
 
 /// Applies the migrations this build knows and the database lacks; returns
 /// how many it applied.

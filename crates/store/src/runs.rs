@@ -79,10 +79,13 @@ pub struct TaskRow {
     pub finished_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub event_name: Option<String>,
+    pub event_key: Option<String>,
 }
 
 const TASK_COLUMNS: &str = "run_id, id, node_id, node_type, queue, state, attempt, input_json, output_json, error, \
-                            lease_owner, lease_expires_at, wake_at, started_at, finished_at, created_at, updated_at";
+                            lease_owner, lease_expires_at, wake_at, started_at, finished_at, created_at, updated_at, \
+                            event_name, event_key";
 
 impl TaskRow {
     fn from_row(r: &Row) -> Result<TaskRow> {
@@ -105,6 +108,8 @@ impl TaskRow {
             finished_at: r.get(14),
             created_at: r.get(15),
             updated_at: r.get(16),
+            event_name: r.get(17),
+            event_key: r.get(18),
         })
     }
 }
@@ -183,6 +188,7 @@ pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<mach
                 error: t.error.clone(),
                 wake_at: t.wake_at,
                 finished_at: t.finished_at,
+                event: t.event_name.clone().zip(t.event_key.clone()),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -219,6 +225,10 @@ pub async fn write_transition(
     let new_inputs: Vec<&Value> = new.iter().map(|t| &t.input).collect();
     let new_wake: Vec<Option<DateTime<Utc>>> = new.iter().map(|t| t.wake_at).collect();
     let new_finished: Vec<Option<DateTime<Utc>>> = new.iter().map(|t| t.finished_at).collect();
+    let new_outputs: Vec<Option<&Value>> = new.iter().map(|t| t.output.as_ref()).collect();
+    let new_errors: Vec<Option<&str>> = new.iter().map(|t| t.error.as_deref()).collect();
+    let new_event_names: Vec<Option<&str>> = new.iter().map(|t| t.event.as_ref().map(|e| e.0.as_str())).collect();
+    let new_event_keys: Vec<Option<&str>> = new.iter().map(|t| t.event.as_ref().map(|e| e.1.as_str())).collect();
 
     let upd: Vec<&machine::Task> = tr.updated.iter().map(|&i| &run.tasks[i]).collect();
     let upd_ids: Vec<Uuid> = upd.iter().map(|t| t.id).collect();
@@ -228,6 +238,8 @@ pub async fn write_transition(
     let upd_errors: Vec<Option<&str>> = upd.iter().map(|t| t.error.as_deref()).collect();
     let upd_wake: Vec<Option<DateTime<Utc>>> = upd.iter().map(|t| t.wake_at).collect();
     let upd_finished: Vec<Option<DateTime<Utc>>> = upd.iter().map(|t| t.finished_at).collect();
+    let upd_event_keys: Vec<Option<&str>> = upd.iter().map(|t| t.event.as_ref().map(|e| e.1.as_str())).collect();
+    let upd_inputs: Vec<&Value> = upd.iter().map(|t| &t.input).collect();
 
     let dsp: Vec<&machine::Task> = tr.dispatch.iter().map(|&i| &run.tasks[i]).collect();
     let dsp_ids: Vec<Uuid> = dsp.iter().map(|t| t.id).collect();
@@ -271,9 +283,11 @@ pub async fn write_transition(
         let stmt = tx
             .prepare_cached(
                 "INSERT INTO task_instances
-                    (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at)
+                    (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
+                     output_json, error, event_name, event_key)
                  SELECT $1, * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                          $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[])",
+                                          $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
+                                          $11::jsonb[], $12::text[], $13::text[], $14::text[])",
             )
             .await?;
         tx.execute(
@@ -289,6 +303,10 @@ pub async fn write_transition(
                 &new_inputs,
                 &new_wake,
                 &new_finished,
+                &new_outputs,
+                &new_errors,
+                &new_event_names,
+                &new_event_keys,
             ],
         )
         .await
@@ -303,17 +321,29 @@ pub async fn write_transition(
             .prepare_cached(
                 "UPDATE task_instances t
                     SET state = u.state, attempt = u.attempt, output_json = u.output, error = u.error,
-                        wake_at = u.wake_at, finished_at = u.finished_at,
+                        wake_at = u.wake_at, finished_at = u.finished_at, input_json = u.input,
+                        event_key = u.event_key,
                         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
                    FROM unnest($2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
-                               $7::timestamptz[], $8::timestamptz[])
-                        AS u(id, state, attempt, output, error, wake_at, finished_at)
+                               $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[])
+                        AS u(id, state, attempt, output, error, wake_at, finished_at, input, event_key)
                   WHERE t.run_id = $1 AND t.id = u.id",
             )
             .await?;
         tx.execute(
             &stmt,
-            &[&run.id, &upd_ids, &upd_states, &upd_attempts, &upd_outputs, &upd_errors, &upd_wake, &upd_finished],
+            &[
+                &run.id,
+                &upd_ids,
+                &upd_states,
+                &upd_attempts,
+                &upd_outputs,
+                &upd_errors,
+                &upd_wake,
+                &upd_finished,
+                &upd_inputs,
+                &upd_event_keys,
+            ],
         )
         .await
     };
@@ -415,4 +445,46 @@ pub async fn history(client: &Client, run_id: Uuid, after_seq: i64, limit: i64) 
         .iter()
         .map(|r| HistoryRow { seq: r.get(0), kind: r.get(1), payload: r.get(2), created_at: r.get(3) })
         .collect())
+}
+
+/// A page of runs, newest first. `before` is the last id of the previous page
+/// (keyset pagination: UUIDv7 ids sort by creation).
+pub async fn list(
+    client: &Client,
+    workflow: Option<&str>,
+    status: Option<RunStatus>,
+    before: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<RunRow>> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM workflow_runs
+              WHERE ($1::text IS NULL OR workflow_name = $1)
+                AND ($2::text IS NULL OR status = $2)
+                AND ($3::uuid IS NULL OR id < $3)
+              ORDER BY id DESC LIMIT $4"
+        ))
+        .await?;
+    let status = status.map(|s| s.as_str());
+    let rows = client.query(&stmt, &[&workflow, &status, &before, &limit]).await?;
+    rows.iter().map(RunRow::from_row).collect()
+}
+
+/// Serializes starts that share an idempotency key (per workflow) and returns
+/// the run already started with it, if any. Call inside the start transaction.
+pub async fn lock_idempotency_key(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<Option<RunRow>> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('composer_idempotency:' || $1 || ':' || $2, 0))",
+        &[&workflow, &key],
+    )
+    .await?;
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = $1 AND idempotency_key = $2 LIMIT 1"
+            ),
+            &[&workflow, &key],
+        )
+        .await?;
+    row.as_ref().map(RunRow::from_row).transpose()
 }

@@ -21,6 +21,7 @@
 mod http;
 mod report;
 mod runtime;
+pub mod secrets;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -315,9 +315,15 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         attempt: dispatch.attempt,
         cancelled: lost.clone(),
     };
+    // Secrets are resolved here and nowhere else; an unknown one fails the attempt.
+    let (input, secrets) = match crate::secrets::resolve(&dispatch.input) {
+        Ok((input, used)) => (Ok(input), used),
+        Err(e) => (Err(e), Vec::new()),
+    };
     // A panicking handler fails its attempt (retryably); it does not take the
     // worker down or leave the task leased.
-    let guarded = std::panic::AssertUnwindSafe(handler(task_ctx, dispatch.input.clone())).catch_unwind();
+    let run_handler = async move { handler(task_ctx, input?).await };
+    let guarded = std::panic::AssertUnwindSafe(run_handler).catch_unwind();
     let result = tokio::select! {
         r = guarded => Some(r.unwrap_or_else(|panic| {
             let what = panic
@@ -338,6 +344,17 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         tracing::warn!("lease lost; execution cancelled and its result discarded");
         ack(&ctx, &msg).await;
         return;
+    };
+    let result = match result {
+        Ok(mut output) if !secrets.is_empty() => {
+            crate::secrets::scrub(&mut output, &secrets);
+            Ok(output)
+        }
+        Err(mut e) if !secrets.is_empty() => {
+            e.message = crate::secrets::scrub_str(&e.message, &secrets);
+            Err(e)
+        }
+        other => other,
     };
     let report = match result {
         Ok(output) => TaskReport {

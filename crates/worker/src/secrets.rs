@@ -1,0 +1,106 @@
+//! `${ .secrets.NAME }` in a task's input is resolved here, at execution,
+//! from the worker's own environment (`COMPOSER_SECRET_NAME`). Coordinators
+//! never see the value: it is not in PostgreSQL, on a stream, in the API or
+//! in a log. Whatever the task reports back is scrubbed of the values used,
+//! in case the target echoes them.
+
+use composer_core::expr::secret_name;
+use serde_json::Value;
+
+use crate::TaskError;
+
+/// Where secret NAME comes from.
+pub fn env_var(name: &str) -> String {
+    format!("COMPOSER_SECRET_{name}")
+}
+
+/// Replaces every secret reference in `input`; returns the values used.
+pub fn resolve(input: &Value) -> Result<(Value, Vec<String>), TaskError> {
+    let mut used = Vec::new();
+    let out = walk(input, &mut used)?;
+    Ok((out, used))
+}
+
+fn walk(v: &Value, used: &mut Vec<String>) -> Result<Value, TaskError> {
+    Ok(match v {
+        Value::String(s) if s.contains("${") => Value::String(resolve_str(s, used)?),
+        Value::Array(items) => Value::Array(items.iter().map(|i| walk(i, used)).collect::<Result<_, _>>()?),
+        Value::Object(map) => {
+            let mut out = serde_json::Map::new();
+            for (k, item) in map {
+                out.insert(k.clone(), walk(item, used)?);
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    })
+}
+
+fn resolve_str(s: &str, used: &mut Vec<String>) -> Result<String, TaskError> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start..].find('}') else { break };
+        let inner = &rest[start + 2..start + len];
+        out.push_str(&rest[..start]);
+        match secret_name(inner) {
+            Some(name) => {
+                let value = std::env::var(env_var(name)).map_err(|_| {
+                    TaskError::fatal(format!(
+                        "unknown secret {name}: set {} in the worker's environment",
+                        env_var(name)
+                    ))
+                })?;
+                if !used.contains(&value) {
+                    used.push(value.clone());
+                }
+                out.push_str(&value);
+            }
+            None => out.push_str(&rest[start..start + len + 1]),
+        }
+        rest = &rest[start + len + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Replaces the secret values in `text`.
+pub fn scrub_str(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for s in secrets.iter().filter(|s| s.len() >= 3) {
+        out = out.replace(s.as_str(), "[secret]");
+    }
+    out
+}
+
+/// Replaces the secret values anywhere in `v`.
+pub fn scrub(v: &mut Value, secrets: &[String]) {
+    match v {
+        Value::String(s) => {
+            if secrets.iter().any(|x| x.len() >= 3 && s.contains(x.as_str())) {
+                *s = scrub_str(s, secrets);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| scrub(i, secrets)),
+        Value::Object(map) => map.values_mut().for_each(|i| scrub(i, secrets)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn resolves_from_the_environment_and_scrubs_echoes() {
+        std::env::set_var("COMPOSER_SECRET_UNIT_TOKEN", "tok-123");
+        let (v, used) = resolve(&json!({"h": {"Authorization": "Bearer ${ .secrets.UNIT_TOKEN }"}, "n": 1})).unwrap();
+        assert_eq!(v, json!({"h": {"Authorization": "Bearer tok-123"}, "n": 1}));
+        let mut echoed = json!({"headers": {"authorization": "Bearer tok-123"}});
+        scrub(&mut echoed, &used);
+        assert_eq!(echoed, json!({"headers": {"authorization": "Bearer [secret]"}}));
+        let e = resolve(&json!("${.secrets.NOPE_NOT_SET}")).unwrap_err();
+        assert!(e.message.contains("COMPOSER_SECRET_NOPE_NOT_SET") && !e.retryable, "{e:?}");
+    }
+}
