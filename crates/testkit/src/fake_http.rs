@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `/ok/{name}` | 200 `{"path", "call"}` |
 //! | `/echo/{name}` | 200 `{"body", "call"}` with the request body |
+//! | `/headers/{name}` | 200 `{"headers"}` with the request headers |
 //! | `/fail/{name}` | 500 |
 //! | `/bad/{name}` | 400 |
 //! | `/flaky/{n}/{name}` | 503 for the first `n` calls, then 200 |
@@ -106,6 +107,10 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
     match parts.as_slice() {
         ["ok", ..] => Json(json!({"path": path, "call": call})).into_response(),
         ["echo", ..] => Json(json!({"body": body, "call": call})).into_response(),
+        ["headers", ..] => {
+            let headers = calls.log.lock().unwrap().last().map(|r| r.headers.clone()).unwrap_or_default();
+            Json(json!({"headers": headers})).into_response()
+        }
         ["fail", ..] => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
         ["bad", ..] => (StatusCode::BAD_REQUEST, Json(json!({"error": "bad request"}))).into_response(),
         ["flaky", n, ..] => {

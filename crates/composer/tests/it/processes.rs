@@ -402,3 +402,74 @@ async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
     assert!(coordinators[1].terminate(Duration::from_secs(30)).success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A secret used in a header reaches the target, and nothing else: not the
+/// database, not the API, not a log line (at debug level), not the step's
+/// output even when the target echoes it.
+#[tokio::test]
+async fn a_secret_reaches_the_target_and_nothing_else() {
+    const SECRET: &str = "s3cr3t-Value-9f2c";
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let http = FakeHttp::start().await;
+    let dir = composer_embedded::temp_dir("secrets").unwrap();
+    let addr_file = dir.join("c.addr");
+    let coord_log = std::fs::File::create(dir.join("coordinator.log")).unwrap();
+    let mut coordinator = Proc::spawn(
+        coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file).env("COMPOSER_LOG", "debug").stderr(coord_log),
+    );
+    let url = wait_for_file(&addr_file, Duration::from_secs(30)).await;
+    let worker_log = std::fs::File::create(dir.join("worker.log")).unwrap();
+    let mut worker = Proc::spawn(
+        composer(&["worker"])
+            .env("COMPOSER_DATABASE_URL", &db.url)
+            .env("COMPOSER_REDIS_URL", &redis)
+            .env("COMPOSER_REDIS_PREFIX", &prefix)
+            .env("COMPOSER_COORDINATOR_URLS", &url)
+            .env("COMPOSER_SECRET_PAY_TOKEN", SECRET)
+            .env("COMPOSER_LOG", "debug")
+            .stderr(worker_log),
+    );
+    let client = Client::new(&url);
+    let spec = json!({"name": "pay", "nodes": [
+        {"id": "charge", "type": "HTTP", "config": {"url": http.url("/headers/charge"),
+            "headers": {"Authorization": "Bearer ${ .secrets.PAY_TOKEN }"}}},
+        {"id": "typo", "type": "HTTP", "config": {"url": http.url("/ok/typo"),
+            "headers": {"Authorization": "Bearer ${ .secrets.PAY_TOKN }"}}, "retry": {"max_attempts": 1}}],
+        "edges": [{"from": "charge", "to": "typo"}]});
+    assert_eq!(client.post("/v1/workflows", &spec).await.0, 201);
+    let (_, run) = client.post("/v1/runs", &json!({"workflow": "pay"})).await;
+    let id = run["id"].as_str().unwrap().to_string();
+    let run = client.wait_for_run(&id, Duration::from_secs(30)).await;
+
+    assert_eq!(http.requests("/headers/charge")[0].headers["authorization"], format!("Bearer {SECRET}"));
+    let charge = &run["tasks"][0];
+    assert_eq!(charge["state"], "COMPLETED");
+    assert_eq!(charge["output"]["body"]["headers"]["authorization"], "Bearer [secret]", "echoes are scrubbed");
+    assert_eq!(run["status"], "FAILED", "an unknown secret fails its node");
+    assert!(run["tasks"][1]["error"].as_str().unwrap().contains("unknown secret PAY_TOKN"), "{run}");
+    assert_eq!(http.calls("/ok/typo"), 0);
+
+    let mut api = client.get(&format!("/v1/runs/{id}")).await.to_string();
+    api += &client.get(&format!("/v1/runs/{id}/events?limit=1000")).await.to_string();
+    api += &client.get("/v1/workflows/pay").await.to_string();
+    api += &client.get("/v1/runs?limit=100").await.to_string();
+    assert!(!api.contains(SECRET), "the API never returns the secret");
+
+    let pg_dump = composer_embedded::postgres_bin_dir().unwrap().join("pg_dump");
+    let dump = Command::new(pg_dump).arg("--data-only").arg(&db.url).output().expect("pg_dump");
+    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    assert!(dump.contains("PAY_TOKEN"), "the dump holds the reference");
+    assert!(!dump.contains(SECRET), "but never the secret");
+
+    assert!(worker.terminate(Duration::from_secs(30)).success());
+    assert!(coordinator.terminate(Duration::from_secs(30)).success());
+    for log in ["coordinator.log", "worker.log"] {
+        let text = std::fs::read_to_string(dir.join(log)).unwrap();
+        assert!(text.contains("DEBUG") || text.contains("INFO"), "{log} has log lines");
+        assert!(!text.contains(SECRET), "{log} must not contain the secret");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
