@@ -76,10 +76,8 @@ pub fn scrub_str(text: &str, secrets: &[String]) -> String {
 /// Replaces the secret values anywhere in `v`.
 pub fn scrub(v: &mut Value, secrets: &[String]) {
     match v {
-        Value::String(s) => {
-            if secrets.iter().any(|x| x.len() >= 3 && s.contains(x.as_str())) {
-                *s = scrub_str(s, secrets);
-            }
+        Value::String(s) if secrets.iter().any(|x| x.len() >= 3 && s.contains(x.as_str())) => {
+            *s = scrub_str(s, secrets);
         }
         Value::Array(items) => items.iter_mut().for_each(|i| scrub(i, secrets)),
         Value::Object(map) => map.values_mut().for_each(|i| scrub(i, secrets)),
