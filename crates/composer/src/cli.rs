@@ -34,6 +34,40 @@ pub enum Command {
     /// Start, inspect and control runs.
     #[command(subcommand)]
     Run(RunCommand),
+    /// Measures latency and throughput of K-step workflows against a built-in
+    /// HTTP sink (on embedded services unless --target-url is given).
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Sequential HTTP steps per workflow.
+    #[arg(long, default_value_t = 3)]
+    pub steps: usize,
+    /// Workflows run one after another for the latency figures.
+    #[arg(long, default_value_t = 200)]
+    pub latency_runs: usize,
+    /// Warm-up workflows before measuring.
+    #[arg(long, default_value_t = 20)]
+    pub warmup: usize,
+    /// Workflows in the throughput phase.
+    #[arg(long, default_value_t = 2000)]
+    pub runs: usize,
+    /// Workflows in flight during the throughput phase.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Print one JSON line instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Also run pgbench's equivalent of one task's minimal writes on the same server.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Drive the Composer at this URL instead of starting an embedded one.
+    #[arg(long)]
+    pub target_url: Option<String>,
+    /// Its database, for commits per step and the baseline.
+    #[arg(long, env = "COMPOSER_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
 }
 
 #[derive(Args)]
