@@ -85,6 +85,9 @@ impl From<EngineError> for ApiError {
         match e {
             EngineError::RunNotFound(id) => ApiError::not_found(format!("run {id} not found")),
             EngineError::Store(e) => e.into(),
+            EngineError::Stopped => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the coordinator is shutting down")
+            }
         }
     }
 }

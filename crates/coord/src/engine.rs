@@ -11,10 +11,10 @@ use chrono::Utc;
 use composer_core::definition::Workflow;
 use composer_core::machine::{self, Event, RunStatus};
 use composer_store::definitions::DefinitionRow;
-use composer_store::runs::{self, DispatchConfig, NewRun, RunRow};
+use composer_store::runs::{self, Change, DispatchConfig, NewRun, RunRow};
 use composer_store::Pool;
 use serde_json::Value;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, oneshot, Notify};
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +23,8 @@ pub enum EngineError {
     RunNotFound(Uuid),
     #[error(transparent)]
     Store(#[from] composer_store::Error),
+    #[error("the coordinator is shutting down")]
+    Stopped,
 }
 
 impl From<tokio_postgres::Error> for EngineError {
@@ -45,14 +47,38 @@ pub struct Engine {
     pool: Pool,
     dispatch: DispatchConfig,
     outbox_wake: Arc<Notify>,
+    /// NOTIFY other coordinators of new outbox rows: only needed when this
+    /// one runs no enqueuer of its own (it wakes its own in-process).
+    notify_outbox: bool,
     /// Definition versions are immutable, so a compiled workflow is cached
     /// for the life of the process.
     workflows: Mutex<HashMap<Uuid, Arc<Workflow>>>,
+    queue: mpsc::UnboundedSender<Pending>,
+    inbox: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Pending>>>,
 }
 
+/// An event waiting for a batch.
+struct Pending {
+    run_id: Uuid,
+    event: Event,
+    reply: oneshot::Sender<Result<Handled>>,
+}
+
+/// Most events one transaction applies.
+const MAX_BATCH: usize = 128;
+
 impl Engine {
-    pub fn new(pool: Pool, dispatch: DispatchConfig, outbox_wake: Arc<Notify>) -> Engine {
-        Engine { pool, dispatch, outbox_wake, workflows: Mutex::new(HashMap::new()) }
+    pub fn new(pool: Pool, dispatch: DispatchConfig, outbox_wake: Arc<Notify>, notify_outbox: bool) -> Engine {
+        let (queue, inbox) = mpsc::unbounded_channel();
+        Engine {
+            pool,
+            dispatch,
+            outbox_wake,
+            notify_outbox,
+            workflows: Mutex::new(HashMap::new()),
+            queue,
+            inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
+        }
     }
 
     pub fn dispatch_config(&self) -> &DispatchConfig {
@@ -112,7 +138,8 @@ impl Engine {
         let mut row = runs::insert_run(&tx, &new).await?;
         let mut run = machine::Run::new(row.id, input.clone());
         let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
-        runs::write_transition(&tx, &wf, &row, &run, &tr, &self.dispatch).await?;
+        let change = Change { wf: &wf, meta: &row, run: &run, tr: &tr };
+        runs::write_transitions(&tx, &[change], &self.dispatch, self.notify_outbox).await?;
         tx.commit().await?;
         if !tr.dispatch.is_empty() {
             self.outbox_wake.notify_one();
@@ -171,34 +198,111 @@ impl Engine {
     }
 
     /// Applies `event` to the run under its lock and commits the result.
+    /// Events that arrive together share a transaction (see [`Engine::run_batches`]):
+    /// batching is what keeps PostgreSQL commits per step low under load, and
+    /// adds no wait when there is nothing to batch with.
     pub async fn handle(&self, run_id: Uuid, event: Event) -> Result<Handled> {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send(Pending { run_id, event, reply }).map_err(|_| EngineError::Stopped)?;
+        answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Takes whatever events are queued (up to a batch) and applies them in
+    /// one transaction; several of these loops run so that one batch's commit
+    /// overlaps the next one's work.
+    pub async fn run_batches(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        loop {
+            let batch = {
+                let mut inbox = self.inbox.lock().await;
+                let first = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    p = inbox.recv() => match p { Some(p) => p, None => return },
+                };
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match inbox.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
+                }
+                batch
+            };
+            self.process(batch).await;
+        }
+    }
+
+    async fn process(&self, batch: Vec<Pending>) {
+        let events: Vec<(Uuid, Event)> = batch.iter().map(|p| (p.run_id, p.event.clone())).collect();
+        match self.apply_batch(&events).await {
+            Ok(results) => {
+                for (p, r) in batch.into_iter().zip(results) {
+                    let _ = p.reply.send(r);
+                }
+            }
+            // One bad event must not fail the others: retry each on its own.
+            Err(e) if batch.len() > 1 => {
+                tracing::warn!(error = %e, events = batch.len(), "batch failed; applying its events one by one");
+                for p in batch {
+                    let r = match self.apply_batch(&[(p.run_id, p.event.clone())]).await {
+                        Ok(mut rs) => rs.pop().unwrap_or(Err(EngineError::RunNotFound(p.run_id))),
+                        Err(e) => Err(e),
+                    };
+                    let _ = p.reply.send(r);
+                }
+            }
+            Err(e) => {
+                if let Some(p) = batch.into_iter().next() {
+                    let _ = p.reply.send(Err(e));
+                }
+            }
+        }
+    }
+
+    /// One transaction: lock every run named (in id order), load their tasks,
+    /// apply each event in order, write all changes set-based, commit.
+    async fn apply_batch(&self, events: &[(Uuid, Event)]) -> Result<Vec<Result<Handled>>> {
         let started = std::time::Instant::now();
+        let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
+        run_ids.sort();
+        run_ids.dedup();
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
-        let (row, tasks) = runs::lock(&tx, run_id).await?.ok_or(EngineError::RunNotFound(run_id))?;
-        let wf = self.workflow(row.workflow_definition_id).await?;
-        let mut run = runs::to_machine(&wf, &row, &tasks)?;
-        let name = event.name();
-        let tr = self.apply(&tx, &wf, &mut run, event).await?;
-        runs::write_transition(&tx, &wf, &row, &run, &tr, &self.dispatch).await?;
+        let mut runs = HashMap::new();
+        for (row, tasks) in runs::lock_many(&tx, &run_ids).await? {
+            let wf = self.workflow(row.workflow_definition_id).await?;
+            let run = runs::to_machine(&wf, &row, &tasks)?;
+            runs.insert(row.id, (row, wf, run, machine::Transition::default()));
+        }
+        let mut results = Vec::with_capacity(events.len());
+        for (run_id, event) in events {
+            let Some((_, wf, run, total)) = runs.get_mut(run_id) else {
+                results.push(Err(EngineError::RunNotFound(*run_id)));
+                continue;
+            };
+            let tr = self.apply(&tx, wf, run, event.clone()).await?;
+            let result = tr.ignored_kind.unwrap_or("applied");
+            composer_metrics::inc("composer_events_total", &[("event", event.name()), ("result", result)], 1);
+            match &tr.ignored {
+                Some(reason) => tracing::debug!(%run_id, event = event.name(), %reason, "event ignored"),
+                None => tracing::debug!(%run_id, event = event.name(), status = %run.status, "event applied"),
+            }
+            results.push(Ok(Handled { status: run.status, ignored: tr.ignored.clone() }));
+            total.merge(tr);
+        }
+        let changes: Vec<Change> = runs.values().map(|(meta, wf, run, tr)| Change { wf, meta, run, tr }).collect();
+        runs::write_transitions(&tx, &changes, &self.dispatch, self.notify_outbox).await?;
         tx.commit().await?;
-        if !tr.dispatch.is_empty() {
+        if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
             self.outbox_wake.notify_one();
         }
-        let result = tr.ignored_kind.unwrap_or("applied");
-        composer_metrics::inc("composer_events_total", &[("event", name), ("result", result)], 1);
-        composer_metrics::observe("composer_event_duration_seconds", &[], started.elapsed());
-        if tr.run_changed && run.status.is_terminal() {
-            composer_metrics::inc("composer_runs_finished_total", &[("status", run.status.as_str())], 1);
-        }
-        match &tr.ignored {
-            Some(reason) => {
-                tracing::debug!(%run_id, event = name, %reason, "event ignored")
-            }
-            None => {
-                tracing::debug!(%run_id, event = name, status = %run.status, "event applied")
+        for c in &changes {
+            if c.tr.run_changed && c.run.status.is_terminal() {
+                composer_metrics::inc("composer_runs_finished_total", &[("status", c.run.status.as_str())], 1);
             }
         }
-        Ok(Handled { status: run.status, ignored: tr.ignored })
+        for _ in events {
+            composer_metrics::observe("composer_event_duration_seconds", &[], started.elapsed());
+        }
+        Ok(results)
     }
 }

@@ -66,6 +66,8 @@ pub struct Config {
     pub max_payload: usize,
     /// How long an event with no waiter is kept for a waiter to come.
     pub event_retention: Duration,
+    /// Transactions applying event batches at once.
+    pub engine_workers: usize,
 }
 
 impl Config {
@@ -95,6 +97,7 @@ impl Config {
             allow_no_auth: false,
             max_payload: 1024 * 1024,
             event_retention: Duration::from_secs(24 * 3600),
+            engine_workers: 4,
         }
     }
 
@@ -137,7 +140,7 @@ pub struct Shared {
     pub config: Config,
     pub pool: composer_store::Pool,
     pub streams: Streams,
-    pub engine: Engine,
+    pub engine: Arc<Engine>,
     pub outbox_wake: Arc<Notify>,
     pub runs: RunWatch,
 }
@@ -197,13 +200,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 
     let outbox_wake = Arc::new(Notify::new());
     let dispatch = DispatchConfig { prefix: config.redis_prefix.clone(), shards: config.stream_shards as i64 };
-    let engine = Engine::new(pool.clone(), dispatch, outbox_wake.clone());
-    let shared = Arc::new(Shared { engine, pool, streams, outbox_wake, runs: RunWatch::new(), config });
+    let engine = Engine::new(pool.clone(), dispatch, outbox_wake.clone(), !config.run_outbox);
+    let shared =
+        Arc::new(Shared { engine: Arc::new(engine), pool, streams, outbox_wake, runs: RunWatch::new(), config });
+    let shutdown = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..shared.config.engine_workers.max(1) {
+        tasks.spawn(shared.engine.clone().run_batches(shutdown.clone()));
+    }
 
     loops::recover_tasks(&shared).await;
 
-    let shutdown = CancellationToken::new();
-    let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(listener::run(shared.clone(), shutdown.clone()));
     if shared.config.run_outbox {
         tasks.spawn(outbox::run(shared.clone(), shutdown.clone()));

@@ -100,4 +100,42 @@ impl LeaseManager {
             .await?;
         Ok(client.execute(&stmt, &[&run_id, &task_id, &owner, &attempt]).await? == 1)
     }
+
+    /// [`LeaseManager::acquire`] for many messages in one statement: one
+    /// commit for a whole read. Returns, per granted task, whether it was
+    /// taken over; tasks not in the answer were denied. A task named twice
+    /// is granted at most once.
+    pub async fn acquire_many(
+        &self,
+        tasks: &[(Uuid, Uuid, i32)],
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<std::collections::HashMap<Uuid, Acquired>> {
+        let run_ids: Vec<Uuid> = tasks.iter().map(|t| t.0).collect();
+        let task_ids: Vec<Uuid> = tasks.iter().map(|t| t.1).collect();
+        let attempts: Vec<i32> = tasks.iter().map(|t| t.2).collect();
+        let client = crate::client(&self.pool).await?;
+        let stmt = client
+            .prepare_cached(
+                "WITH req AS (SELECT DISTINCT * FROM unnest($1::uuid[], $2::uuid[], $3::int4[]) AS r(run_id, id, attempt)),
+                      prev AS (SELECT t.id, t.state FROM task_instances t JOIN req ON t.run_id = req.run_id AND t.id = req.id)
+                 UPDATE task_instances t
+                    SET state = 'RUNNING', lease_owner = $4,
+                        lease_expires_at = now() + make_interval(secs => $5),
+                        started_at = now(), updated_at = now()
+                   FROM req
+                  WHERE t.run_id = req.run_id AND t.id = req.id AND t.attempt = req.attempt
+                    AND (t.state = 'PENDING' OR (t.state = 'RUNNING' AND t.lease_expires_at < now()))
+              RETURNING t.id, (SELECT state FROM prev WHERE prev.id = t.id)",
+            )
+            .await?;
+        let rows = client.query(&stmt, &[&run_ids, &task_ids, &attempts, &owner, &ttl.as_secs_f64()]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let prev: Option<String> = r.get(1);
+                (r.get(0), if prev.as_deref() == Some("RUNNING") { Acquired::TakenOver } else { Acquired::Granted })
+            })
+            .collect())
+    }
 }

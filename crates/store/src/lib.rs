@@ -59,7 +59,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Opens a connection pool. Connecting is lazy; a pool whose database is down
 /// fails each `get` after `timeout` instead of hanging.
 pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
-    let pg: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| Error::Config(e.to_string()))?;
+    let mut pg: tokio_postgres::Config =
+        url.parse().map_err(|e: tokio_postgres::Error| Error::Config(e.to_string()))?;
+    // Our statements are prepared once per connection and name a run: with
+    // partitioned tables a custom plan is re-made on every execution, while a
+    // generic plan prunes partitions at executor start for a fraction of it.
+    if pg.get_options().is_none() {
+        pg.options("-c plan_cache_mode=force_generic_plan");
+    }
     let manager = deadpool_postgres::Manager::from_config(
         pg,
         tokio_postgres::NoTls,

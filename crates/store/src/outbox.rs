@@ -19,19 +19,21 @@ pub struct OutboxRow {
     pub attempts: i32,
 }
 
-/// Claims up to `limit` due rows for `claim_timeout`.
-pub async fn claim(client: &Client, limit: i64, claim_timeout: Duration) -> Result<Vec<OutboxRow>> {
+/// Claims up to `limit` due rows for `claim_timeout`, deleting in the same
+/// commit the rows of the previous batch that were published (`published`).
+pub async fn claim(client: &Client, limit: i64, claim_timeout: Duration, published: &[i64]) -> Result<Vec<OutboxRow>> {
     let stmt = client
         .prepare_cached(
-            "UPDATE outbox o
+            "WITH published AS (DELETE FROM outbox WHERE id = ANY($3))
+             UPDATE outbox o
                 SET status = 'CLAIMED', claimed_at = now(), attempts = o.attempts + 1,
                     next_attempt_at = now() + make_interval(secs => $2)
-              WHERE o.id IN (SELECT id FROM outbox WHERE next_attempt_at <= now()
+              WHERE o.id IN (SELECT id FROM outbox WHERE next_attempt_at <= now() AND NOT (id = ANY($3))
                               ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
           RETURNING o.id, o.stream, o.payload::text, o.attempts",
         )
         .await?;
-    let rows = client.query(&stmt, &[&limit, &claim_timeout.as_secs_f64()]).await?;
+    let rows = client.query(&stmt, &[&limit, &claim_timeout.as_secs_f64(), &published]).await?;
     Ok(rows
         .iter()
         .map(|r| OutboxRow { id: r.get(0), stream: r.get(1), payload: r.get(2), attempts: r.get(3) })

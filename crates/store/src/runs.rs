@@ -202,9 +202,15 @@ pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<mach
     })
 }
 
-/// Writes what one transition changed: the run, new and changed tasks, outbox
-/// rows for dispatches, history, and the notifications — each set-based, all
-/// pipelined in one round trip. Nothing is visible until the caller commits.
+/// One run's changes, for [`write_transitions`].
+pub struct Change<'a> {
+    pub wf: &'a Workflow,
+    pub meta: &'a RunRow,
+    pub run: &'a machine::Run,
+    pub tr: &'a Transition,
+}
+
+/// Writes what one transition changed; see [`write_transitions`].
 pub async fn write_transition(
     tx: &Transaction<'_>,
     wf: &Workflow,
@@ -213,71 +219,152 @@ pub async fn write_transition(
     tr: &Transition,
     dispatch: &DispatchConfig,
 ) -> Result<()> {
-    let status = run.status.as_str();
+    write_transitions(tx, &[Change { wf, meta, run, tr }], dispatch, true).await
+}
 
-    let new: Vec<&machine::Task> = tr.created.iter().map(|&i| &run.tasks[i]).collect();
-    let new_ids: Vec<Uuid> = new.iter().map(|t| t.id).collect();
-    let new_nodes: Vec<&str> = new.iter().map(|t| wf.nodes[t.node].id.as_str()).collect();
-    let new_types: Vec<&str> = new.iter().map(|t| wf.nodes[t.node].node_type.as_str()).collect();
-    let new_queues: Vec<Option<&str>> = new.iter().map(|t| wf.nodes[t.node].queue.as_deref()).collect();
-    let new_states: Vec<&str> = new.iter().map(|t| t.state.as_str()).collect();
-    let new_attempts: Vec<i32> = new.iter().map(|t| t.attempt).collect();
-    let new_inputs: Vec<&Value> = new.iter().map(|t| &t.input).collect();
-    let new_wake: Vec<Option<DateTime<Utc>>> = new.iter().map(|t| t.wake_at).collect();
-    let new_finished: Vec<Option<DateTime<Utc>>> = new.iter().map(|t| t.finished_at).collect();
-    let new_outputs: Vec<Option<&Value>> = new.iter().map(|t| t.output.as_ref()).collect();
-    let new_errors: Vec<Option<&str>> = new.iter().map(|t| t.error.as_deref()).collect();
-    let new_event_names: Vec<Option<&str>> = new.iter().map(|t| t.event.as_ref().map(|e| e.0.as_str())).collect();
-    let new_event_keys: Vec<Option<&str>> = new.iter().map(|t| t.event.as_ref().map(|e| e.1.as_str())).collect();
+/// Writes what transitions of any number of runs changed: the runs, new and
+/// changed tasks, outbox rows for dispatches, history, and notifications —
+/// each one set-based statement over all runs, all pipelined in one round
+/// trip. Nothing is visible until the caller commits. `notify_outbox` sends
+/// NOTIFY for new outbox rows (needed when no enqueuer runs in this process).
+pub async fn write_transitions(
+    tx: &Transaction<'_>,
+    changes: &[Change<'_>],
+    dispatch: &DispatchConfig,
+    notify_outbox: bool,
+) -> Result<()> {
+    let mut run_ids = Vec::new();
+    let mut run_statuses = Vec::new();
+    let mut run_outputs = Vec::new();
+    let mut run_errors = Vec::new();
 
-    let upd: Vec<&machine::Task> = tr.updated.iter().map(|&i| &run.tasks[i]).collect();
-    let upd_ids: Vec<Uuid> = upd.iter().map(|t| t.id).collect();
-    let upd_states: Vec<&str> = upd.iter().map(|t| t.state.as_str()).collect();
-    let upd_attempts: Vec<i32> = upd.iter().map(|t| t.attempt).collect();
-    let upd_outputs: Vec<Option<&Value>> = upd.iter().map(|t| t.output.as_ref()).collect();
-    let upd_errors: Vec<Option<&str>> = upd.iter().map(|t| t.error.as_deref()).collect();
-    let upd_wake: Vec<Option<DateTime<Utc>>> = upd.iter().map(|t| t.wake_at).collect();
-    let upd_finished: Vec<Option<DateTime<Utc>>> = upd.iter().map(|t| t.finished_at).collect();
-    let upd_event_keys: Vec<Option<&str>> = upd.iter().map(|t| t.event.as_ref().map(|e| e.1.as_str())).collect();
-    let upd_inputs: Vec<&Value> = upd.iter().map(|t| &t.input).collect();
+    let mut new_runs = Vec::new();
+    let mut new_ids = Vec::new();
+    let mut new_nodes = Vec::new();
+    let mut new_types = Vec::new();
+    let mut new_queues = Vec::new();
+    let mut new_states = Vec::new();
+    let mut new_attempts = Vec::new();
+    let mut new_inputs = Vec::new();
+    let mut new_wake = Vec::new();
+    let mut new_finished = Vec::new();
+    let mut new_outputs = Vec::new();
+    let mut new_errors = Vec::new();
+    let mut new_event_names = Vec::new();
+    let mut new_event_keys = Vec::new();
 
-    let dsp: Vec<&machine::Task> = tr.dispatch.iter().map(|&i| &run.tasks[i]).collect();
-    let dsp_ids: Vec<Uuid> = dsp.iter().map(|t| t.id).collect();
-    let dsp_nodes: Vec<&str> = dsp.iter().map(|t| wf.nodes[t.node].id.as_str()).collect();
-    let dsp_types: Vec<&str> = dsp.iter().map(|t| wf.nodes[t.node].node_type.as_str()).collect();
-    let dsp_queues: Vec<Option<&str>> = dsp.iter().map(|t| wf.nodes[t.node].queue.as_deref()).collect();
-    let dsp_attempts: Vec<i32> = dsp.iter().map(|t| t.attempt).collect();
-    let dsp_inputs: Vec<&Value> = dsp.iter().map(|t| &t.input).collect();
+    let mut upd_runs = Vec::new();
+    let mut upd_ids = Vec::new();
+    let mut upd_states = Vec::new();
+    let mut upd_attempts = Vec::new();
+    let mut upd_outputs = Vec::new();
+    let mut upd_errors = Vec::new();
+    let mut upd_wake = Vec::new();
+    let mut upd_finished = Vec::new();
+    let mut upd_inputs = Vec::new();
+    let mut upd_event_keys = Vec::new();
 
-    let hist_kinds: Vec<&str> = tr.history.iter().map(|h| h.kind).collect();
-    let hist_payloads: Vec<&Value> = tr.history.iter().map(|h| &h.payload).collect();
+    let mut dsp_runs = Vec::new();
+    let mut dsp_defs = Vec::new();
+    let mut dsp_versions = Vec::new();
+    let mut dsp_ids = Vec::new();
+    let mut dsp_nodes = Vec::new();
+    let mut dsp_types = Vec::new();
+    let mut dsp_queues = Vec::new();
+    let mut dsp_attempts = Vec::new();
+    let mut dsp_inputs = Vec::new();
+
+    let mut hist_runs = Vec::new();
+    let mut hist_kinds = Vec::new();
+    let mut hist_payloads = Vec::new();
 
     let mut channels: Vec<&str> = Vec::new();
     let mut payloads: Vec<String> = Vec::new();
-    if !dsp.is_empty() {
+
+    for Change { wf, meta, run, tr } in changes {
+        if tr.run_changed {
+            run_ids.push(run.id);
+            run_statuses.push(run.status.as_str());
+            run_outputs.push(run.output.as_ref());
+            run_errors.push(run.error.as_deref());
+            if run.status.is_terminal() {
+                channels.push(RUN_DONE_CHANNEL);
+                payloads.push(run.id.to_string());
+            }
+        }
+        for &i in &tr.created {
+            let t = &run.tasks[i];
+            let node = &wf.nodes[t.node];
+            new_runs.push(run.id);
+            new_ids.push(t.id);
+            new_nodes.push(node.id.as_str());
+            new_types.push(node.node_type.as_str());
+            new_queues.push(node.queue.as_deref());
+            new_states.push(t.state.as_str());
+            new_attempts.push(t.attempt);
+            new_inputs.push(&t.input);
+            new_wake.push(t.wake_at);
+            new_finished.push(t.finished_at);
+            new_outputs.push(t.output.as_ref());
+            new_errors.push(t.error.as_deref());
+            new_event_names.push(t.event.as_ref().map(|e| e.0.as_str()));
+            new_event_keys.push(t.event.as_ref().map(|e| e.1.as_str()));
+        }
+        for &i in &tr.updated {
+            let t = &run.tasks[i];
+            upd_runs.push(run.id);
+            upd_ids.push(t.id);
+            upd_states.push(t.state.as_str());
+            upd_attempts.push(t.attempt);
+            upd_outputs.push(t.output.as_ref());
+            upd_errors.push(t.error.as_deref());
+            upd_wake.push(t.wake_at);
+            upd_finished.push(t.finished_at);
+            upd_inputs.push(&t.input);
+            upd_event_keys.push(t.event.as_ref().map(|e| e.1.as_str()));
+        }
+        // A task dispatched and finished within one batch is not sent.
+        for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
+            let t = &run.tasks[i];
+            let node = &wf.nodes[t.node];
+            dsp_runs.push(run.id);
+            dsp_defs.push(meta.workflow_definition_id);
+            dsp_versions.push(meta.workflow_version);
+            dsp_ids.push(t.id);
+            dsp_nodes.push(node.id.as_str());
+            dsp_types.push(node.node_type.as_str());
+            dsp_queues.push(node.queue.as_deref());
+            dsp_attempts.push(t.attempt);
+            dsp_inputs.push(&t.input);
+        }
+        for h in &tr.history {
+            hist_runs.push(run.id);
+            hist_kinds.push(h.kind);
+            hist_payloads.push(&h.payload);
+        }
+    }
+    if notify_outbox && !dsp_ids.is_empty() {
         channels.push(OUTBOX_CHANNEL);
         payloads.push(String::new());
     }
-    if tr.run_changed && run.status.is_terminal() {
-        channels.push(RUN_DONE_CHANNEL);
-        payloads.push(run.id.to_string());
-    }
 
-    let update_run = async {
-        if !tr.run_changed {
+    let update_runs = async {
+        if run_ids.is_empty() {
             return Ok(0);
         }
         let stmt = tx
             .prepare_cached(
-                "UPDATE workflow_runs SET status = $2, output = $3, error = $4, updated_at = now(),
-                        finished_at = CASE WHEN $2 = 'RUNNING' THEN NULL ELSE now() END
-                  WHERE id = $1",
+                "UPDATE workflow_runs r
+                    SET status = u.status, output = u.output, error = u.error, updated_at = now(),
+                        finished_at = CASE WHEN u.status = 'RUNNING' THEN NULL ELSE now() END
+                   FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[]) AS u(id, status, output, error)
+                  WHERE r.id = u.id",
             )
             .await?;
-        tx.execute(&stmt, &[&run.id, &status, &run.output, &run.error]).await
+        tx.execute(&stmt, &[&run_ids, &run_statuses, &run_outputs, &run_errors]).await
     };
     let insert_tasks = async {
-        if new.is_empty() {
+        if new_ids.is_empty() {
             return Ok(0);
         }
         let stmt = tx
@@ -285,15 +372,15 @@ pub async fn write_transition(
                 "INSERT INTO task_instances
                     (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
                      output_json, error, event_name, event_key)
-                 SELECT $1, * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                          $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
-                                          $11::jsonb[], $12::text[], $13::text[], $14::text[])",
+                 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                      $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
+                                      $11::jsonb[], $12::text[], $13::text[], $14::text[])",
             )
             .await?;
         tx.execute(
             &stmt,
             &[
-                &run.id,
+                &new_runs,
                 &new_ids,
                 &new_nodes,
                 &new_types,
@@ -314,7 +401,7 @@ pub async fn write_transition(
     // The engine never hands a task to a worker itself, so every change it
     // writes ends any lease: a terminal task, or a new attempt to dispatch.
     let update_tasks = async {
-        if upd.is_empty() {
+        if upd_ids.is_empty() {
             return Ok(0);
         }
         let stmt = tx
@@ -324,16 +411,16 @@ pub async fn write_transition(
                         wake_at = u.wake_at, finished_at = u.finished_at, input_json = u.input,
                         event_key = u.event_key,
                         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-                   FROM unnest($2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
+                   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
                                $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[])
-                        AS u(id, state, attempt, output, error, wake_at, finished_at, input, event_key)
-                  WHERE t.run_id = $1 AND t.id = u.id",
+                        AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key)
+                  WHERE t.run_id = u.run_id AND t.id = u.id",
             )
             .await?;
         tx.execute(
             &stmt,
             &[
-                &run.id,
+                &upd_runs,
                 &upd_ids,
                 &upd_states,
                 &upd_attempts,
@@ -348,14 +435,15 @@ pub async fn write_transition(
         .await
     };
     let insert_outbox = async {
-        if dsp.is_empty() {
+        if dsp_ids.is_empty() {
             return Ok(0);
         }
         let sql = format!(
-            "{} FROM (SELECT u.*, $3::uuid AS run_id
-                        FROM unnest($6::uuid[], $7::text[], $8::text[], $9::text[], $10::int4[], $11::jsonb[])
-                             AS u(id, node_id, node_type, queue, attempt, input_json)) t
-               CROSS JOIN (SELECT $4::uuid AS workflow_definition_id, $5::int4 AS workflow_version) r",
+            "{} FROM unnest($3::uuid[], $4::uuid[], $5::int4[], $6::uuid[], $7::text[], $8::text[], $9::text[],
+                            $10::int4[], $11::jsonb[])
+                     AS t(run_id, workflow_definition_id, workflow_version, id, node_id, node_type, queue,
+                          attempt, input_json),
+                   LATERAL (SELECT t.workflow_definition_id, t.workflow_version) r",
             dispatch_insert(&DispatchParams { shards: "$1", prefix: "$2" })
         );
         let stmt = tx.prepare_cached(&sql).await?;
@@ -364,9 +452,9 @@ pub async fn write_transition(
             &[
                 &dispatch.shards,
                 &dispatch.prefix,
-                &run.id,
-                &meta.workflow_definition_id,
-                &meta.workflow_version,
+                &dsp_runs,
+                &dsp_defs,
+                &dsp_versions,
                 &dsp_ids,
                 &dsp_nodes,
                 &dsp_types,
@@ -383,10 +471,10 @@ pub async fn write_transition(
         }
         let stmt = tx
             .prepare_cached(
-                "INSERT INTO run_events (run_id, type, payload) SELECT $1, * FROM unnest($2::text[], $3::jsonb[])",
+                "INSERT INTO run_events (run_id, type, payload) SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[])",
             )
             .await?;
-        tx.execute(&stmt, &[&run.id, &hist_kinds, &hist_payloads]).await
+        tx.execute(&stmt, &[&hist_runs, &hist_kinds, &hist_payloads]).await
     };
     let notify = async {
         if channels.is_empty() {
@@ -395,8 +483,35 @@ pub async fn write_transition(
         let stmt = tx.prepare_cached("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)").await?;
         tx.execute(&stmt, &[&channels, &payloads]).await
     };
-    tokio::try_join!(update_run, insert_tasks, update_tasks, insert_outbox, insert_history, notify)?;
+    tokio::try_join!(update_runs, insert_tasks, update_tasks, insert_outbox, insert_history, notify)?;
     Ok(())
+}
+
+/// Locks the rows of `run_ids` in id order (so two batches cannot deadlock on
+/// each other) and loads their tasks, in one round trip.
+pub async fn lock_many(tx: &Transaction<'_>, run_ids: &[Uuid]) -> Result<Vec<(RunRow, Vec<TaskRow>)>> {
+    let lock_stmt = tx
+        .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE"))
+        .await?;
+    let tasks_stmt = tx
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = ANY($1) ORDER BY run_id, id"
+        ))
+        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_ids];
+    let (runs, tasks) = tokio::try_join!(tx.query(&lock_stmt, &params), tx.query(&tasks_stmt, &params))?;
+    let mut by_run: std::collections::HashMap<Uuid, Vec<TaskRow>> = std::collections::HashMap::new();
+    for row in &tasks {
+        let t = TaskRow::from_row(row)?;
+        by_run.entry(t.run_id).or_default().push(t);
+    }
+    runs.iter()
+        .map(|r| {
+            let run = RunRow::from_row(r)?;
+            let tasks = by_run.remove(&run.id).unwrap_or_default();
+            Ok((run, tasks))
+        })
+        .collect()
 }
 
 /// A run and its tasks, for the API (no lock).

@@ -127,8 +127,8 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         match reader.read(&names, free).await {
             Ok(messages) => {
                 backoff = Duration::from_millis(100);
-                for msg in messages {
-                    ctx.tracker.spawn(process(ctx.clone(), msg));
+                if !messages.is_empty() {
+                    ctx.tracker.spawn(take(ctx.clone(), messages));
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -260,36 +260,78 @@ async fn sleep_or_shutdown(shutdown: &CancellationToken, backoff: &mut Duration)
     *backoff = (*backoff * 2).min(Duration::from_secs(5));
 }
 
-/// One message: wait for a slot, then lease → execute while renewing →
-/// report → ack.
-async fn process(ctx: Arc<Ctx>, msg: Message) {
-    let Ok(_slot) = ctx.permits.clone().acquire_owned().await else { return };
-    let dispatch: Dispatch = match serde_json::from_str(&msg.payload) {
-        Ok(d) => d,
+/// Parses a message; a malformed one is acked and dropped, one of a type
+/// this worker has no handler for is left pending for a worker that has.
+async fn parse(ctx: &Ctx, msg: &Message) -> Option<Dispatch> {
+    match serde_json::from_str::<Dispatch>(&msg.payload) {
+        Ok(d) if ctx.handlers.contains_key(&d.node_type) => Some(d),
+        Ok(d) => {
+            tracing::warn!(node_type = %d.node_type, "no handler for this node type here; leaving the message");
+            None
+        }
         Err(e) => {
             tracing::error!(stream = %msg.stream, id = %msg.id, error = %e, "dropping a malformed message");
-            ack(&ctx, &msg).await;
+            ack(ctx, msg).await;
+            None
+        }
+    }
+}
+
+/// The messages of one read: their leases are taken in one statement (one
+/// commit for the batch), then each granted task runs on its own.
+async fn take(ctx: Arc<Ctx>, messages: Vec<Message>) {
+    let mut wanted = Vec::with_capacity(messages.len());
+    for msg in messages {
+        if let Some(d) = parse(&ctx, &msg).await {
+            wanted.push((msg, d));
+        }
+    }
+    if wanted.is_empty() {
+        return;
+    }
+    let requests: Vec<(uuid::Uuid, uuid::Uuid, i32)> =
+        wanted.iter().map(|(_, d)| (d.run_id, d.task_id, d.attempt)).collect();
+    let granted = match ctx.leases.acquire_many(&requests, &ctx.id, ctx.lease_ttl).await {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot acquire leases; the messages will be redelivered");
             return;
         }
     };
-    let span = tracing::info_span!("task", run_id = %dispatch.run_id, task_id = %dispatch.task_id, node_id = %dispatch.node_id, attempt = dispatch.attempt);
-    execute(ctx, msg, dispatch).instrument(span).await
+    let mut started = std::collections::HashSet::new();
+    for (msg, d) in wanted {
+        match granted.get(&d.task_id) {
+            Some(how) if started.insert(d.task_id) => {
+                if *how == Acquired::TakenOver {
+                    composer_metrics::inc("composer_lease_takeovers_total", &[], 1);
+                }
+                let span = task_span(&d);
+                ctx.tracker.spawn(execute(ctx.clone(), msg, d).instrument(span));
+            }
+            // Another worker holds it, it finished or moved to another
+            // attempt, or this read carried it twice.
+            _ => {
+                ctx.stats.0.lease_denied.fetch_add(1, Ordering::Relaxed);
+                ack(&ctx, &msg).await;
+            }
+        }
+    }
 }
 
-async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
-    let Some(handler) = ctx.handlers.get(&dispatch.node_type).cloned() else {
-        // Left pending: a worker that knows this type will get it by redelivery.
-        tracing::warn!(node_type = %dispatch.node_type, "no handler for this node type here; leaving the message");
-        return;
-    };
-    match ctx.leases.acquire(dispatch.run_id, dispatch.task_id, &ctx.id, ctx.lease_ttl, dispatch.attempt).await {
+fn task_span(d: &Dispatch) -> tracing::Span {
+    tracing::info_span!("task", run_id = %d.run_id, task_id = %d.task_id, node_id = %d.node_id, attempt = d.attempt)
+}
+
+/// One reclaimed message: lease, then run.
+async fn process(ctx: Arc<Ctx>, msg: Message) {
+    let Some(d) = parse(&ctx, &msg).await else { return };
+    match ctx.leases.acquire(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
         Ok(Acquired::Granted) => {}
         Ok(Acquired::TakenOver) => {
             composer_metrics::inc("composer_lease_takeovers_total", &[], 1);
-            tracing::info!("took over the lease of a worker that stopped renewing");
+            tracing::info!(task_id = %d.task_id, "took over the lease of a worker that stopped renewing");
         }
         Ok(Acquired::Denied) => {
-            // Another worker holds it, or it finished or moved to another attempt.
             ctx.stats.0.lease_denied.fetch_add(1, Ordering::Relaxed);
             ack(&ctx, &msg).await;
             return;
@@ -299,6 +341,14 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
             return;
         }
     }
+    let span = task_span(&d);
+    execute(ctx, msg, d).instrument(span).await
+}
+
+/// A leased task: wait for a slot, execute while renewing, report, ack.
+async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
+    let Ok(_slot) = ctx.permits.clone().acquire_owned().await else { return };
+    let Some(handler) = ctx.handlers.get(&dispatch.node_type).cloned() else { return };
     ctx.stats.0.executed.fetch_add(1, Ordering::Relaxed);
     composer_metrics::inc("composer_tasks_executed_total", &[("node_type", dispatch.node_type.as_str())], 1);
 

@@ -193,7 +193,7 @@ async fn crash_after_xadd_before_delete_publishes_again_and_the_lease_drops_the_
     // The crashed enqueuer: claim, XADD, and no DELETE.
     let pool = e.db.pool();
     let client = pool.get().await.unwrap();
-    let rows = composer_store::outbox::claim(&client, 10, Duration::from_secs(1)).await.unwrap();
+    let rows = composer_store::outbox::claim(&client, 10, Duration::from_secs(1), &[]).await.unwrap();
     assert_eq!(rows.len(), 1);
     let streams = Streams::connect(&e.redis_url, Keys::new(e.prefix.clone())).await.unwrap();
     streams.publish(&[(rows[0].stream.as_str(), rows[0].payload.as_str())]).await.unwrap();
