@@ -153,6 +153,9 @@ pub struct Node {
     pub config: Value,
     /// `config` with its `${ … }` expressions compiled.
     pub template: Template,
+    /// Node indices this node's expressions and incoming conditions read;
+    /// `None` when they may read any node.
+    pub reads: Option<Vec<usize>>,
     pub retry: RetryPolicy,
 }
 
@@ -239,6 +242,27 @@ impl Workflow {
         }
 
         let topo_order = topological_order(&spec, &edges, &incoming, &outgoing)?;
+        for (i, node) in nodes.iter_mut().enumerate() {
+            let mut sources = node.template.sources();
+            match &node.kind {
+                NodeKind::Wait(WaitFor::Until(t)) | NodeKind::Transform { output: t } => sources.extend(t.sources()),
+                NodeKind::WaitForEvent { key, .. } => sources.extend(key.sources()),
+                _ => {}
+            }
+            sources.extend(incoming[i].iter().filter_map(|&e| edges[e].when.as_ref().map(|w| w.source())));
+            let mut reads = Some(Vec::new());
+            for src in sources {
+                match (crate::expr::node_refs(src), reads.as_mut()) {
+                    (Some(ids), Some(r)) => r.extend(ids.iter().filter_map(|id| index.get(id).copied())),
+                    _ => reads = None,
+                }
+            }
+            if let Some(r) = reads.as_mut() {
+                r.sort_unstable();
+                r.dedup();
+            }
+            node.reads = reads;
+        }
         let output = match &spec.output {
             Some(v) => Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("output{p}"), m))?),
             None => None,
@@ -369,7 +393,7 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
         }
     };
     let queue = if matches!(kind, NodeKind::Http | NodeKind::Custom) { queue } else { None };
-    Ok(Node { id: n.id.clone(), node_type: n.node_type.clone(), kind, queue, config, template, retry })
+    Ok(Node { id: n.id.clone(), node_type: n.node_type.clone(), kind, queue, config, template, reads: None, retry })
 }
 
 fn only_fields(at: &str, config: &Value, allowed: &[&str]) -> Result<(), ValidationError> {

@@ -62,9 +62,13 @@ impl Expr {
     /// The expression's first output for `input`; an error names the
     /// expression and what went wrong, and never panics.
     pub fn eval(&self, input: &Value) -> Result<Value, String> {
-        let val: Val = serde_json::from_value(input.clone()).map_err(|e| format!("{}: bad input: {e}", self.source))?;
+        self.eval_in(&Scope::new(input)?)
+    }
+
+    /// Like [`Expr::eval`], on an input converted once for many expressions.
+    pub fn eval_in(&self, scope: &Scope) -> Result<Value, String> {
         let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
-        let mut out = self.filter.id.run((ctx, val)).map(unwrap_valr);
+        let mut out = self.filter.id.run((ctx, scope.0.clone())).map(unwrap_valr);
         match out.next() {
             Some(Ok(v)) => {
                 let text = v.to_string();
@@ -77,11 +81,64 @@ impl Expr {
 
     /// Evaluates a condition, which must yield a boolean.
     pub fn eval_bool(&self, input: &Value) -> Result<bool, String> {
-        match self.eval(input)? {
+        self.eval_bool_in(&Scope::new(input)?)
+    }
+
+    pub fn eval_bool_in(&self, scope: &Scope) -> Result<bool, String> {
+        match self.eval_in(scope)? {
             Value::Bool(b) => Ok(b),
             other => Err(format!("{}: must yield a boolean, got {other}", self.source)),
         }
     }
+}
+
+/// An expression input converted to jaq's values once, so that many
+/// expressions can read it without converting it again (cheap to clone).
+#[derive(Clone)]
+pub struct Scope(Val);
+
+impl Scope {
+    pub fn new(input: &Value) -> Result<Scope, String> {
+        serde_json::from_value(input.clone()).map(Scope).map_err(|e| format!("expression input is not JSON: {e}"))
+    }
+
+    /// `null`, for inputs that could not be converted.
+    pub fn null() -> Scope {
+        Scope(Val::default())
+    }
+}
+
+/// The node ids an expression reads through `.nodes.<id>`, or `None` when it
+/// may read any node (`.nodes[...]`, `.nodes | keys`, …): contexts are built
+/// from just these nodes, so evaluating costs the same in a 3-node workflow
+/// and in a 1,000-node one.
+pub fn node_refs(source: &str) -> Option<Vec<String>> {
+    let mut refs = Vec::new();
+    let mut rest = source;
+    while let Some(i) = rest.find("nodes") {
+        let before = rest[..i].chars().last();
+        let after = &rest[i + 5..];
+        rest = after;
+        let whole_word = !after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        if !whole_word || (before != Some('.') && before != Some('"')) {
+            continue;
+        }
+        if before == Some('"') {
+            return None;
+        }
+        let Some(name) = after.strip_prefix('.') else { return None };
+        if let Some(quoted) = name.strip_prefix('"') {
+            let end = quoted.find('"')?;
+            refs.push(quoted[..end].to_string());
+            continue;
+        }
+        let end = name.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(name.len());
+        if end == 0 {
+            return None;
+        }
+        refs.push(name[..end].to_string());
+    }
+    Some(refs)
 }
 
 /// Whether an expression is a secret reference, `.secrets.NAME`; returns NAME.
@@ -205,6 +262,29 @@ impl Template {
         })
     }
 
+    /// The sources of every expression in the template.
+    pub fn sources(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        self.collect_sources(&mut out);
+        out
+    }
+
+    fn collect_sources<'a>(&'a self, out: &mut Vec<&'a str>) {
+        match self {
+            Template::Literal(_) => {}
+            Template::Whole(e) => out.push(e.source()),
+            Template::Text(pieces) => {
+                for PieceOwned(p) in pieces {
+                    if let Piece::Expr(e) = p {
+                        out.push(e.source());
+                    }
+                }
+            }
+            Template::Array(items) => items.iter().for_each(|t| t.collect_sources(out)),
+            Template::Object(fields) => fields.iter().for_each(|(_, t)| t.collect_sources(out)),
+        }
+    }
+
     /// True when nothing needs evaluating.
     pub fn is_literal(&self) -> bool {
         match self {
@@ -217,15 +297,25 @@ impl Template {
 
     /// Evaluates against `ctx`. The first failing expression's error is returned.
     pub fn eval(&self, ctx: &Value) -> Result<Value, String> {
+        if self.is_literal() {
+            return self.eval_in(None);
+        }
+        self.eval_in(Some(&Scope::new(ctx)?))
+    }
+
+    /// Evaluates against a converted context (`None` when there is nothing
+    /// to evaluate: [`Template::is_literal`]).
+    pub fn eval_in(&self, scope: Option<&Scope>) -> Result<Value, String> {
+        let need = |e: &Expr| scope.ok_or_else(|| format!("{}: no context", e.source));
         Ok(match self {
             Template::Literal(v) => v.clone(),
-            Template::Whole(e) => e.eval(ctx)?,
+            Template::Whole(e) => e.eval_in(need(e)?)?,
             Template::Text(pieces) => {
                 let mut out = String::new();
                 for PieceOwned(p) in pieces {
                     match p {
                         Piece::Text(t) => out.push_str(t),
-                        Piece::Expr(e) => match e.eval(ctx)? {
+                        Piece::Expr(e) => match e.eval_in(need(e)?)? {
                             Value::String(s) => out.push_str(&s),
                             Value::Null => {}
                             other => out.push_str(&other.to_string()),
@@ -234,11 +324,11 @@ impl Template {
                 }
                 Value::String(out)
             }
-            Template::Array(items) => Value::Array(items.iter().map(|t| t.eval(ctx)).collect::<Result<_, _>>()?),
+            Template::Array(items) => Value::Array(items.iter().map(|t| t.eval_in(scope)).collect::<Result<_, _>>()?),
             Template::Object(fields) => {
                 let mut map = Map::new();
                 for (k, t) in fields {
-                    map.insert(k.clone(), t.eval(ctx)?);
+                    map.insert(k.clone(), t.eval_in(scope)?);
                 }
                 Value::Object(map)
             }
@@ -296,6 +386,16 @@ mod tests {
         let e = Expr::compile(".input.amount").unwrap().eval_bool(&ctx()).unwrap_err();
         assert!(e.contains("boolean"), "{e}");
         assert!(Expr::compile(".nodes.charge.output.status == 200").unwrap().eval_bool(&ctx()).unwrap());
+    }
+
+    #[test]
+    fn node_references_are_found_or_declared_unknown() {
+        assert_eq!(node_refs(".nodes.charge.output.status == 200"), Some(vec!["charge".into()]));
+        assert_eq!(node_refs(".nodes.a.output + .nodes.\"b-2\".output"), Some(vec!["a".into(), "b-2".into()]));
+        assert_eq!(node_refs(".input.nodes_count"), Some(vec![]));
+        assert_eq!(node_refs(".nodes | keys"), None);
+        assert_eq!(node_refs(".nodes[\"a\"]"), None);
+        assert_eq!(node_refs(".[\"nodes\"]"), None);
     }
 
     #[test]

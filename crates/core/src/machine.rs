@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use crate::definition::{NodeKind, WaitFor, Workflow};
+use crate::expr::Scope;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -524,10 +525,24 @@ impl Machine<'_> {
         self.start(t, &mut ctx);
     }
 
+    /// What `node`'s expressions see, converted for jaq: the context with
+    /// just the nodes they read (all nodes when that cannot be known).
+    fn scope(&self, node: usize) -> Scope {
+        let ctx = match &self.wf.nodes[node].reads {
+            Some(reads) => self.context_of(reads.iter().filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n))),
+            None => self.context(),
+        };
+        Scope::new(&ctx).unwrap_or_else(|_| Scope::null())
+    }
+
     /// What expressions see: `{input, nodes: {<id>: {output, state}}, run}`.
     fn context(&self) -> Value {
+        self.context_of(self.run.tasks.iter())
+    }
+
+    fn context_of<'t>(&self, tasks: impl Iterator<Item = &'t Task>) -> Value {
         let mut nodes = Map::new();
-        for t in &self.run.tasks {
+        for t in tasks {
             nodes.insert(self.wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
         }
         json!({"input": self.run.input, "nodes": nodes, "run": {"id": self.run.id, "workflow": self.wf.spec.name}})
@@ -544,7 +559,6 @@ impl Machine<'_> {
             by_node[t.node] = Some(i);
             failed |= t.state == TaskState::Failed;
         }
-        let mut ctx: Option<Value> = None;
         let wf = self.wf;
         for &node in &wf.topo_order {
             if failed {
@@ -553,6 +567,7 @@ impl Machine<'_> {
             if by_node[node].is_some() {
                 continue;
             }
+            let mut ctx: Option<Scope> = None;
             let mut ready = true;
             let mut active = wf.incoming[node].is_empty();
             let mut edge_error = None;
@@ -562,8 +577,8 @@ impl Machine<'_> {
                     Some(TaskState::Completed) => match &edge.when {
                         None => active = true,
                         Some(when) => {
-                            let c = ctx.get_or_insert_with(|| self.context());
-                            match when.eval_bool(c) {
+                            let c = ctx.get_or_insert_with(|| self.scope(node));
+                            match when.eval_bool_in(c) {
                                 Ok(b) => active |= b,
                                 Err(m) => {
                                     edge_error = Some(format!(
@@ -591,7 +606,7 @@ impl Machine<'_> {
         self.finish_run_if_done();
     }
 
-    fn create(&mut self, node: usize, active: bool, edge_error: Option<String>, ctx: &mut Option<Value>) -> usize {
+    fn create(&mut self, node: usize, active: bool, edge_error: Option<String>, ctx: &mut Option<Scope>) -> usize {
         let t = self.run.tasks.len();
         self.run.tasks.push(Task {
             id: (self.new_id)(),
@@ -613,25 +628,19 @@ impl Machine<'_> {
         } else {
             self.start(t, ctx);
         }
-        if let Some(c) = ctx.as_mut() {
-            let task = &self.run.tasks[t];
-            c["nodes"][&self.wf.nodes[node].id] = json!({"output": task.output, "state": task.state});
-        }
         t
     }
 
     /// Starts a task's current attempt according to its node's kind:
     /// dispatch, timer, event wait, or (TRANSFORM) complete at once. An
     /// expression that fails fails the task with its message.
-    fn start(&mut self, t: usize, ctx: &mut Option<Value>) {
+    fn start(&mut self, t: usize, ctx: &mut Option<Scope>) {
         let node = &self.wf.nodes[self.run.tasks[t].node];
         let now = self.now;
         let needs_ctx = !node.template.is_literal() || !matches!(node.kind, NodeKind::Http | NodeKind::Custom);
-        let c = if needs_ctx { Some(&*ctx.get_or_insert_with(|| self.context())) } else { None };
-        let eval = |tpl: &crate::expr::Template| match c {
-            Some(c) => tpl.eval(c),
-            None => tpl.eval(&Value::Null),
-        };
+        let scope =
+            if needs_ctx { Some(ctx.get_or_insert_with(|| self.scope(self.run.tasks[t].node)).clone()) } else { None };
+        let eval = |tpl: &crate::expr::Template| tpl.eval_in(scope.as_ref());
         let outcome: Result<Started, String> = match &node.kind {
             NodeKind::Http | NodeKind::Custom => {
                 eval(&node.template).map(Started::Dispatch).map_err(|e| format!("config: {e}"))
