@@ -126,7 +126,7 @@ pub fn node_refs(source: &str) -> Option<Vec<String>> {
         if before == Some('"') {
             return None;
         }
-        let Some(name) = after.strip_prefix('.') else { return None };
+        let name = after.strip_prefix('.')?;
         if let Some(quoted) = name.strip_prefix('"') {
             let end = quoted.find('"')?;
             refs.push(quoted[..end].to_string());
