@@ -63,6 +63,9 @@ async fn start_embedded(concurrency: usize) -> anyhow::Result<Target> {
     let mut cfg = composer_coord::Config::new(database_url.clone(), redis.url());
     cfg.listen = "127.0.0.1:0".parse()?;
     cfg.db_pool_size = 32;
+    if let Some(n) = std::env::var("COMPOSER_ENGINE_WORKERS").ok().and_then(|v| v.parse().ok()) {
+        cfg.engine_workers = n;
+    }
     let coordinator = composer_coord::start(cfg).await?;
     let url = format!("http://{}", coordinator.addr);
     let mut wcfg = composer_worker::Config::new(database_url.clone(), redis.url(), vec![url.clone()]);

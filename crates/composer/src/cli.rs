@@ -177,6 +177,9 @@ pub struct CoordinatorOptions {
     /// How long an event nobody waits for yet is kept for a waiter.
     #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = duration)]
     pub event_retention: Duration,
+    /// Transactions applying batches of events at once, per coordinator.
+    #[arg(long, env = "COMPOSER_ENGINE_WORKERS", default_value_t = 2)]
+    pub engine_workers: usize,
     /// PostgreSQL connections per coordinator.
     #[arg(long, env = "COMPOSER_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: usize,

@@ -35,6 +35,7 @@ fn coordinator_config(
     c.retention_days = o.retention_days;
     c.metrics_interval = o.metrics_interval;
     c.event_retention = o.event_retention;
+    c.engine_workers = o.engine_workers;
     c.max_payload = o.max_payload;
     c.db_pool_size = o.db_pool_size;
     c

@@ -97,7 +97,7 @@ impl Config {
             allow_no_auth: false,
             max_payload: 1024 * 1024,
             event_retention: Duration::from_secs(24 * 3600),
-            engine_workers: 4,
+            engine_workers: 2,
         }
     }
 
