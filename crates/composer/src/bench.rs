@@ -208,6 +208,43 @@ impl Completions {
     }
 }
 
+/// Inserts `n` finished runs of `workflow` with three completed tasks each,
+/// spread over the last `n` milliseconds (so they land in this month's
+/// partition), in batches of 100,000.
+async fn prefill(database_url: &str, workflow: &str, n: u64) -> anyhow::Result<()> {
+    let (client, conn) =
+        composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let def: Uuid = client
+        .query_one("SELECT id FROM workflow_definitions WHERE name = $1 ORDER BY version DESC LIMIT 1", &[&workflow])
+        .await?
+        .get(0);
+    let mut done = 0i64;
+    while (done as u64) < n {
+        let chunk = ((n as i64) - done).min(100_000);
+        client
+            .execute(
+                "WITH runs AS (
+                    INSERT INTO workflow_runs (id, workflow_definition_id, workflow_name, workflow_version, status, input,
+                                               output, created_at, updated_at, finished_at)
+                    SELECT (lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint - 60000 - $3 - g), 12, '0')
+                            || '7' || substr(md5(g::text || $3::text), 1, 19))::uuid,
+                           $1, $2, 1, 'SUCCEEDED', '{}', '{}', now(), now(), now()
+                      FROM generate_series(1, $4::bigint) g
+                    RETURNING id)
+                 INSERT INTO task_instances (run_id, id, node_id, node_type, queue, state, attempt, input_json, output_json,
+                                             started_at, finished_at)
+                 SELECT runs.id, gen_random_uuid(), 's' || s, 'HTTP', 'http', 'COMPLETED', 1, '{}', '{}', now(), now()
+                   FROM runs, generate_series(1, 3) s",
+                &[&def, &workflow, &done, &chunk],
+            )
+            .await?;
+        done += chunk;
+    }
+    client.batch_execute("ANALYZE workflow_runs; ANALYZE task_instances").await?;
+    Ok(())
+}
+
 async fn commits(database_url: &str) -> anyhow::Result<i64> {
     let (client, conn) =
         composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
@@ -290,23 +327,38 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
     api.call(reqwest::Method::POST, "/v1/workflows", Some(&json!({"name": workflow, "nodes": nodes, "edges": edges})))
         .await?;
 
+    if args.history > 0 {
+        let db = target.database_url.as_deref().context("--history needs the database (COMPOSER_DATABASE_URL)")?;
+        let t0 = Instant::now();
+        prefill(db, &workflow, args.history).await?;
+        eprintln!("filled {} finished runs in {:.1} s", args.history, t0.elapsed().as_secs_f64());
+    }
+
     // Latency: one run at a time, after a warm-up.
     for _ in 0..args.warmup {
         let id = api.start(&workflow).await?;
         api.wait(&id).await?;
     }
     let mut e2e = Vec::with_capacity(args.latency_runs);
+    let mut starts = Vec::with_capacity(args.latency_runs);
+    let mut gets = Vec::with_capacity(args.latency_runs);
     let mut steps = Vec::new();
     for _ in 0..args.latency_runs {
         let t0 = Instant::now();
         let id = api.start(&workflow).await?;
+        starts.push(ms(t0.elapsed()));
         let run = api.wait(&id).await?;
         e2e.push(ms(t0.elapsed()));
         if run["status"] != "SUCCEEDED" {
             bail!("a latency run did not succeed: {run}");
         }
         steps.extend(transitions(&run, args.steps));
+        let t1 = Instant::now();
+        api.call(reqwest::Method::GET, &format!("/v1/runs/{id}"), None).await?;
+        gets.push(ms(t1.elapsed()));
     }
+    starts.sort_by(f64::total_cmp);
+    gets.sort_by(f64::total_cmp);
     e2e.sort_by(f64::total_cmp);
     steps.sort_by(f64::total_cmp);
 
@@ -366,6 +418,9 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
         "steps": args.steps,
         "latency_ms": {"p50": round2(percentile(&e2e, 50.0)), "p95": round2(percentile(&e2e, 95.0)), "p99": round2(percentile(&e2e, 99.0))},
         "step_transition_ms": {"p50": round2(percentile(&steps, 50.0)), "p99": round2(percentile(&steps, 99.0))},
+        "start_run_ms": {"p50": round2(percentile(&starts, 50.0)), "p99": round2(percentile(&starts, 99.0))},
+        "get_run_ms": {"p50": round2(percentile(&gets, 50.0)), "p99": round2(percentile(&gets, 99.0))},
+        "history_runs": args.history,
         "throughput": {"workflows": args.runs, "concurrency": args.concurrency, "seconds": round2(wall),
                        "workflows_per_s": round2(workflows_per_s), "steps_per_s": round2(steps_per_s)},
         "commits_per_step": commits_per_step.map(round2),
@@ -383,6 +438,14 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
         println!(
             "step transition (finish → next start): p50 {:.2} ms, p99 {:.2} ms",
             report["step_transition_ms"]["p50"], report["step_transition_ms"]["p99"]
+        );
+        println!(
+            "start run: p50 {:.2} ms, p99 {:.2} ms; get run: p50 {:.2} ms, p99 {:.2} ms (with {} runs of history)",
+            report["start_run_ms"]["p50"],
+            report["start_run_ms"]["p99"],
+            report["get_run_ms"]["p50"],
+            report["get_run_ms"]["p99"],
+            args.history
         );
         println!(
             "throughput: {} workflows, {} in flight, in {:.2} s: {:.1} workflows/s, {:.1} steps/s",

@@ -62,6 +62,10 @@ pub struct BenchArgs {
     /// Also run pgbench's equivalent of one task's minimal writes on the same server.
     #[arg(long)]
     pub baseline: bool,
+    /// Fill the tables with this many finished runs (3 tasks each) first, to
+    /// show what history costs.
+    #[arg(long, default_value_t = 0)]
+    pub history: u64,
     /// Drive the Composer at this URL instead of starting an embedded one.
     #[arg(long)]
     pub target_url: Option<String>,
