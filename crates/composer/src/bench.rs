@@ -245,6 +245,71 @@ async fn prefill(database_url: &str, workflow: &str, n: u64) -> anyhow::Result<(
     Ok(())
 }
 
+/// `n` runs of a one-WAIT workflow, inserted as the engine would leave them;
+/// 1,000 come due over the next 20 s, the rest in an hour. Returns (pending,
+/// fired, sorted lateness in ms of the ones that came due).
+async fn timer_lateness(api: &Api, database_url: &str, n: u64) -> anyhow::Result<(u64, usize, Vec<f64>)> {
+    let spec = json!({"name": "bench-timer", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1h"}}]});
+    let def = api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec)).await?;
+    let def_id: Uuid = def["id"].as_str().context("definition id")?.parse()?;
+    let (client, conn) =
+        composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let due = n.min(1000) as i64;
+    let t0 = Instant::now();
+    client
+        .execute(
+            "WITH gen AS (
+                SELECT g, (lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint - 30000 - g), 12, '0')
+                           || '7' || substr(md5('t' || g::text), 1, 19))::uuid AS id
+                  FROM generate_series(1, $3::bigint) g),
+             runs AS (
+                INSERT INTO workflow_runs (id, workflow_definition_id, workflow_name, workflow_version, status, input)
+                SELECT id, $1, 'bench-timer', $2, 'RUNNING', '{}' FROM gen)
+             INSERT INTO task_instances (run_id, id, node_id, node_type, state, attempt, input_json, wake_at)
+             SELECT id, gen_random_uuid(), 'w', 'WAIT', 'WAITING', 1, jsonb_build_object('due', due), due
+               FROM (SELECT id, CASE WHEN g <= $4 THEN now() + interval '5 seconds' + (g * interval '20 seconds') / $4
+                                     ELSE now() + interval '1 hour' END AS due
+                       FROM gen) d",
+            &[&def_id, &def["version"].as_i64().map(|v| v as i32).unwrap_or(1), &(n as i64), &due],
+        )
+        .await?;
+    client.batch_execute("ANALYZE task_instances").await?;
+    eprintln!(
+        "inserted {n} pending WAITs in {:.1} s; waiting for {due} of them to come due …",
+        t0.elapsed().as_secs_f64()
+    );
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE t.state = 'COMPLETED'),
+                        count(*) FILTER (WHERE t.state = 'WAITING' AND t.wake_at <= now() + interval '25 seconds')
+                   FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+                  WHERE r.workflow_name = 'bench-timer'",
+                &[],
+            )
+            .await?;
+        let (fired, left): (i64, i64) = (row.get(0), row.get(1));
+        if left == 0 || Instant::now() > until {
+            let late: Vec<f64> = client
+                .query(
+                    "SELECT (extract(epoch FROM (t.finished_at - (t.input_json->>'due')::timestamptz)) * 1000)::float8
+                       FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+                      WHERE r.workflow_name = 'bench-timer' AND t.state = 'COMPLETED'
+                      ORDER BY 1",
+                    &[],
+                )
+                .await?
+                .iter()
+                .filter_map(|r| r.try_get::<_, f64>(0).ok())
+                .collect();
+            return Ok((n, fired as usize, late));
+        }
+    }
+}
+
 async fn commits(database_url: &str) -> anyhow::Result<i64> {
     let (client, conn) =
         composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
@@ -410,6 +475,12 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
         _ => None,
     };
 
+    let timers = match (args.timers, &target.database_url) {
+        (0, _) => None,
+        (n, Some(db)) => Some(timer_lateness(&api, db, n).await?),
+        (_, None) => bail!("--timers needs the database (COMPOSER_DATABASE_URL)"),
+    };
+
     let workflows_per_s = args.runs as f64 / wall;
     let steps_per_s = total_steps / wall;
     let report = json!({
@@ -424,6 +495,9 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
         "throughput": {"workflows": args.runs, "concurrency": args.concurrency, "seconds": round2(wall),
                        "workflows_per_s": round2(workflows_per_s), "steps_per_s": round2(steps_per_s)},
         "commits_per_step": commits_per_step.map(round2),
+        "timers": timers.as_ref().map(|(pending, fired, late)| json!({"pending": pending, "fired": fired,
+            "lateness_ms": {"p50": round2(percentile(late, 50.0)), "p99": round2(percentile(late, 99.0)),
+                            "max": round2(late.last().copied().unwrap_or(f64::NAN))}})),
         "baseline": baseline_tps.map(|tps| json!({"what": "pgbench: task row + outbox row per commit",
             "commits_per_s": round2(tps), "steps_per_s_ratio": round2(steps_per_s / tps)})),
     });
@@ -451,6 +525,14 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
             "throughput: {} workflows, {} in flight, in {:.2} s: {:.1} workflows/s, {:.1} steps/s",
             args.runs, args.concurrency, wall, workflows_per_s, steps_per_s
         );
+        if let Some((pending, fired, late)) = &timers {
+            println!(
+                "timers: {fired} of {pending} pending WAITs came due; fired late by p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+                percentile(late, 50.0),
+                percentile(late, 99.0),
+                late.last().copied().unwrap_or(f64::NAN)
+            );
+        }
         if let Some(c) = commits_per_step {
             println!("PostgreSQL commits per step: {c:.2}");
         }

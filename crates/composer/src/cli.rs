@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// show what history costs.
     #[arg(long, default_value_t = 0)]
     pub history: u64,
+    /// Also measure the timer loop with this many pending WAITs (1,000 of
+    /// them come due over 20 s, the rest in an hour).
+    #[arg(long, default_value_t = 0)]
+    pub timers: u64,
     /// Drive the Composer at this URL instead of starting an embedded one.
     #[arg(long)]
     pub target_url: Option<String>,

@@ -110,8 +110,13 @@ pub async fn fire_due_waits(shared: &Shared) -> anyhow::Result<usize> {
             timers::due(&client, shared.config.timer_batch).await?
         };
         let batch = due.len();
-        for w in due {
-            match shared.engine.handle(w.run_id, Event::TimerFired { task_id: w.task_id }).await {
+        // Submitted together, so the engine applies them in shared transactions.
+        let results = futures_util::future::join_all(
+            due.iter().map(|w| shared.engine.handle(w.run_id, Event::TimerFired { task_id: w.task_id })),
+        )
+        .await;
+        for (w, r) in due.iter().zip(results) {
+            match r {
                 Ok(h) if h.ignored.is_none() => fired += 1,
                 Ok(_) => {}
                 Err(e) => {
