@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::cli::{non_empty, BenchArgs};
+use crate::client::Api;
 
 /// What the bench drives: a Composer URL and the database behind it.
 struct Target {
@@ -84,45 +85,6 @@ async fn start_sink() -> anyhow::Result<String> {
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(format!("http://{addr}"))
-}
-
-struct Api {
-    http: reqwest::Client,
-    base: String,
-    token: Option<String>,
-}
-
-impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        let v: Value = resp.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            bail!("{status}: {v}");
-        }
-        Ok(v)
-    }
-
-    async fn start(&self, workflow: &str) -> anyhow::Result<String> {
-        let run = self.call(reqwest::Method::POST, "/v1/runs", Some(&json!({"workflow": workflow}))).await?;
-        Ok(run["id"].as_str().context("run id")?.to_string())
-    }
-
-    async fn wait(&self, id: &str) -> anyhow::Result<Value> {
-        loop {
-            let run = self.call(reqwest::Method::GET, &format!("/v1/runs/{id}?wait=30s"), None).await?;
-            if run["status"] != "RUNNING" {
-                return Ok(run);
-            }
-        }
-    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -378,11 +340,7 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
         }
     };
     let sink = start_sink().await?;
-    let api = Api {
-        http: reqwest::Client::builder().pool_max_idle_per_host(256).build()?,
-        base: target.url.trim_end_matches('/').to_string(),
-        token: api_token,
-    };
+    let api = Api::with(reqwest::Client::builder().pool_max_idle_per_host(256).build()?, &target.url, api_token);
     let workflow = format!("bench-{}", args.steps);
     let nodes: Vec<Value> = (1..=args.steps)
         .map(|i| json!({"id": format!("s{i}"), "type": "HTTP", "config": {"url": format!("{sink}/s{i}")}}))
@@ -402,7 +360,7 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
     // Latency: one run at a time, after a warm-up.
     for _ in 0..args.warmup {
         let id = api.start(&workflow).await?;
-        api.wait(&id).await?;
+        api.wait(&id, Duration::from_secs(600)).await?;
     }
     let mut e2e = Vec::with_capacity(args.latency_runs);
     let mut starts = Vec::with_capacity(args.latency_runs);
@@ -412,7 +370,7 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
         let t0 = Instant::now();
         let id = api.start(&workflow).await?;
         starts.push(ms(t0.elapsed()));
-        let run = api.wait(&id).await?;
+        let run = api.wait(&id, Duration::from_secs(600)).await?;
         e2e.push(ms(t0.elapsed()));
         if run["status"] != "SUCCEEDED" {
             bail!("a latency run did not succeed: {run}");
@@ -453,7 +411,7 @@ pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result
                     let done = completions.expect(id.parse()?);
                     done.await.context("completion watcher stopped")?;
                 } else {
-                    api.wait(&id).await?;
+                    api.wait(&id, Duration::from_secs(600)).await?;
                 }
             }
             Ok::<_, anyhow::Error>(())

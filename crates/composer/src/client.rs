@@ -8,19 +8,42 @@ use serde_json::{json, Value};
 
 use crate::cli::{non_empty, ClientArgs, RunCommand, WorkflowCommand};
 
-struct Api {
+/// A coordinator's REST API, for the client commands and the bench.
+pub struct Api {
     http: reqwest::Client,
-    base: String,
+    pub base: String,
     token: Option<String>,
 }
 
 impl Api {
     fn new(args: &ClientArgs) -> Api {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(90)).build().expect("HTTP client");
-        Api { http, base: args.url.trim_end_matches('/').to_string(), token: non_empty(&args.api_token) }
+        Api::with(http, &args.url, non_empty(&args.api_token))
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+    pub fn with(http: reqwest::Client, base: &str, token: Option<String>) -> Api {
+        Api { http, base: base.trim_end_matches('/').to_string(), token }
+    }
+
+    /// Starts a run of the latest version of `workflow`; returns its id.
+    pub async fn start(&self, workflow: &str) -> anyhow::Result<String> {
+        let run = self.call(reqwest::Method::POST, "/v1/runs", Some(&json!({"workflow": workflow}))).await?;
+        Ok(run["id"].as_str().context("the coordinator returned no run id")?.to_string())
+    }
+
+    /// Long-polls until the run ends, or `timeout` passes (then the run is
+    /// returned still RUNNING).
+    pub async fn wait(&self, id: &str, timeout: Duration) -> anyhow::Result<Value> {
+        let give_up = tokio::time::Instant::now() + timeout;
+        loop {
+            let run = self.call(reqwest::Method::GET, &format!("/v1/runs/{id}?wait=30s"), None).await?;
+            if run["status"] != "RUNNING" || tokio::time::Instant::now() >= give_up {
+                return Ok(run);
+            }
+        }
+    }
+
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
@@ -83,18 +106,12 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
                 return Ok(ExitCode::SUCCESS);
             }
             let id = run["id"].as_str().context("the coordinator returned no run id")?.to_string();
-            let give_up = tokio::time::Instant::now() + timeout;
-            loop {
-                let run = api.call(reqwest::Method::GET, &format!("/v1/runs/{id}?wait=30s"), None).await?;
-                let status = run["status"].as_str().unwrap_or("");
-                if status != "RUNNING" {
-                    print(&run);
-                    return Ok(if status == "SUCCEEDED" { ExitCode::SUCCESS } else { ExitCode::FAILURE });
-                }
-                if tokio::time::Instant::now() >= give_up {
-                    print(&run);
-                    bail!("run {id} still RUNNING after {}", composer_core::duration::format(timeout));
-                }
+            let run = api.wait(&id, timeout).await?;
+            print(&run);
+            match run["status"].as_str() {
+                Some("SUCCEEDED") => return Ok(ExitCode::SUCCESS),
+                Some("RUNNING") => bail!("run {id} still RUNNING after {}", composer_core::duration::format(timeout)),
+                _ => return Ok(ExitCode::FAILURE),
             }
         }
         RunCommand::Get { id } => print(&api.call(reqwest::Method::GET, &format!("/v1/runs/{id}"), None).await?),

@@ -134,14 +134,8 @@ async fn two_coordinator_processes_and_one_worker_process_complete_30_runs() {
         ));
         urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
     }
-    let mut worker = Proc::spawn(
-        composer(&["worker"])
-            .env("COMPOSER_DATABASE_URL", &db.url)
-            .env("COMPOSER_REDIS_URL", &redis)
-            .env("COMPOSER_REDIS_PREFIX", &prefix)
-            .env("COMPOSER_COORDINATOR_URLS", urls.join(","))
-            .env("COMPOSER_WORKER_CONCURRENCY", "16"),
-    );
+    let mut worker =
+        Proc::spawn(worker_cmd(&db, &redis, &prefix, &urls.join(",")).env("COMPOSER_WORKER_CONCURRENCY", "16"));
 
     let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
     let spec = json!({"name": "three", "nodes": [
@@ -228,6 +222,15 @@ fn coordinator_cmd(db: &TestDb, redis: &str, prefix: &str, listen: &str, addr_fi
         .env("COMPOSER_STREAM_SHARDS", "2")
         .env("COMPOSER_TIMER_INTERVAL", "100ms")
         .env("COMPOSER_ADDR_FILE", addr_file);
+    cmd
+}
+
+fn worker_cmd(db: &TestDb, redis: &str, prefix: &str, coordinators: &str) -> Command {
+    let mut cmd = composer(&["worker"]);
+    cmd.env("COMPOSER_DATABASE_URL", &db.url)
+        .env("COMPOSER_REDIS_URL", redis)
+        .env("COMPOSER_REDIS_PREFIX", prefix)
+        .env("COMPOSER_COORDINATOR_URLS", coordinators);
     cmd
 }
 
@@ -371,11 +374,7 @@ async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
         urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
     }
     let mut worker = Proc::spawn(
-        composer(&["worker"])
-            .env("COMPOSER_DATABASE_URL", &db.url)
-            .env("COMPOSER_REDIS_URL", &redis)
-            .env("COMPOSER_REDIS_PREFIX", &prefix)
-            .env("COMPOSER_COORDINATOR_URLS", urls.join(","))
+        worker_cmd(&db, &redis, &prefix, &urls.join(","))
             .env("COMPOSER_LEASE_TTL", "2s")
             .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
     );
@@ -422,11 +421,7 @@ async fn a_secret_reaches_the_target_and_nothing_else() {
     let url = wait_for_file(&addr_file, Duration::from_secs(30)).await;
     let worker_log = std::fs::File::create(dir.join("worker.log")).unwrap();
     let mut worker = Proc::spawn(
-        composer(&["worker"])
-            .env("COMPOSER_DATABASE_URL", &db.url)
-            .env("COMPOSER_REDIS_URL", &redis)
-            .env("COMPOSER_REDIS_PREFIX", &prefix)
-            .env("COMPOSER_COORDINATOR_URLS", &url)
+        worker_cmd(&db, &redis, &prefix, &url)
             .env("COMPOSER_SECRET_PAY_TOKEN", SECRET)
             .env("COMPOSER_LOG", "debug")
             .stderr(worker_log),
