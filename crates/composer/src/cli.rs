@@ -34,6 +34,9 @@ pub enum Command {
     /// Start, inspect and control runs.
     #[command(subcommand)]
     Run(RunCommand),
+    /// Send external events to WAIT_FOR_EVENT steps.
+    #[command(subcommand)]
+    Event(EventCommand),
     /// Measures latency and throughput of K-step workflows against a built-in
     /// HTTP sink (on embedded services unless --target-url is given).
     Bench(BenchArgs),
@@ -291,10 +294,36 @@ pub enum RunCommand {
     },
     /// Shows a run with its tasks.
     Get { id: String },
+    /// Lists runs, newest first.
+    List {
+        #[arg(long)]
+        workflow: Option<String>,
+        /// RUNNING, SUCCEEDED, FAILED or CANCELLED.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// The `next_cursor` of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
     /// Shows a run's history.
     Events { id: String },
     /// Cancels a running run.
     Cancel { id: String },
     /// Retries a failed run's failed steps.
     Retry { id: String },
+}
+
+#[derive(Subcommand)]
+pub enum EventCommand {
+    /// Completes the steps waiting for (NAME, KEY) with the payload, or keeps
+    /// the event for a waiter to come.
+    Send {
+        name: String,
+        key: String,
+        /// The event's payload as JSON.
+        #[arg(long, default_value = "{}")]
+        payload: String,
+    },
 }

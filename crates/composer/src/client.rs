@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::cli::{non_empty, ClientArgs, RunCommand, WorkflowCommand};
+use crate::cli::{non_empty, ClientArgs, EventCommand, RunCommand, WorkflowCommand};
 
 /// A coordinator's REST API, for the client commands and the bench.
 pub struct Api {
@@ -115,6 +115,15 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             }
         }
         RunCommand::Get { id } => print(&api.call(reqwest::Method::GET, &format!("/v1/runs/{id}"), None).await?),
+        RunCommand::List { workflow, status, limit, cursor } => {
+            let mut query = vec![format!("limit={limit}")];
+            for (k, v) in [("workflow", workflow), ("status", status), ("cursor", cursor)] {
+                if let Some(v) = v {
+                    query.push(format!("{k}={}", encode(&v)));
+                }
+            }
+            print(&api.call(reqwest::Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await?)
+        }
         RunCommand::Events { id } => {
             print(&api.call(reqwest::Method::GET, &format!("/v1/runs/{id}/events?limit=1000"), None).await?)
         }
@@ -126,4 +135,26 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+pub async fn event(args: ClientArgs, cmd: EventCommand) -> anyhow::Result<ExitCode> {
+    let api = Api::new(&args);
+    match cmd {
+        EventCommand::Send { name, key, payload } => {
+            let payload: Value = serde_json::from_str(&payload).context("--payload is not valid JSON")?;
+            let body = json!({"name": name, "key": key, "payload": payload});
+            print(&api.call(reqwest::Method::POST, "/v1/events", Some(&body)).await?);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Percent-encodes a query value.
+fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

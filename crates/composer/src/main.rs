@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => runtime.block_on(dev::migrate(args)),
         Command::Workflow(cmd) => runtime.block_on(client::workflow(cli.client, cmd)),
         Command::Run(cmd) => runtime.block_on(client::run(cli.client, cmd)),
+        Command::Event(cmd) => runtime.block_on(client::event(cli.client, cmd)),
         Command::Bench(args) => runtime.block_on(bench::bench(args, cli::non_empty(&cli.client.api_token))),
     };
     match result {

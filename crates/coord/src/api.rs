@@ -29,6 +29,9 @@ use crate::auth::bearer_matches;
 use crate::engine::EngineError;
 use crate::Shared;
 
+/// The API described in OpenAPI 3 (written by hand; a test checks it covers every route).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
 /// Longest `?wait=` a caller may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const MAX_PAGE: i64 = 1000;
@@ -138,6 +141,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this endpoint")
@@ -500,4 +504,21 @@ async fn report(
     let handled = s.engine.handle(r.run_id, event).await?;
     composer_metrics::observe("composer_report_duration_seconds", &[], started.elapsed());
     Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_openapi_document_parses_and_names_every_route() {
+        let doc: serde_json::Value = serde_json::from_str(super::OPENAPI).expect("openapi.json is JSON");
+        let source = include_str!("api.rs");
+        let mut routes = 0;
+        for line in source.lines() {
+            let Some(rest) = line.trim().strip_prefix(".route(\"") else { continue };
+            let path = rest.split('"').next().unwrap();
+            routes += 1;
+            assert!(doc["paths"].get(path).is_some(), "{path} is missing from openapi.json");
+        }
+        assert!(routes >= 14, "found {routes} routes");
+    }
 }
