@@ -215,7 +215,15 @@ impl Engine {
             let batch = {
                 let mut inbox = self.inbox.lock().await;
                 let first = tokio::select! {
-                    _ = shutdown.cancelled() => return,
+                    _ = shutdown.cancelled() => {
+                        // Refuse new events and answer queued ones, so no
+                        // request waits forever while the server drains.
+                        inbox.close();
+                        while let Ok(p) = inbox.try_recv() {
+                            let _ = p.reply.send(Err(EngineError::Stopped));
+                        }
+                        return;
+                    }
                     p = inbox.recv() => match p { Some(p) => p, None => return },
                 };
                 let mut batch = vec![first];
