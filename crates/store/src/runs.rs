@@ -1,5 +1,5 @@
-//! Runs and tasks: the engine's locked read ([`lock`]) and set-based write
-//! ([`write_transition`]), plus the reads behind the API.
+//! Runs and tasks: the engine's locked read ([`lock_many`]) and set-based
+//! write ([`write_transitions`]), plus the reads behind the API.
 //!
 //! Every change to a run happens in a transaction that first takes the run
 //! row's lock (`SELECT … FOR UPDATE`), so events for one run apply one after
@@ -156,20 +156,6 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
     RunRow::from_row(&row)
 }
 
-/// Locks the run row and loads its tasks, in one round trip: the task query
-/// runs after the lock is granted, so it sees every commit made under it.
-pub async fn lock(tx: &Transaction<'_>, run_id: Uuid) -> Result<Option<(RunRow, Vec<TaskRow>)>> {
-    let lock_stmt =
-        tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE")).await?;
-    let tasks_stmt =
-        tx.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 ORDER BY id")).await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_id];
-    let (run, tasks) = tokio::try_join!(tx.query_opt(&lock_stmt, &params), tx.query(&tasks_stmt, &params))?;
-    let Some(run) = run else { return Ok(None) };
-    let tasks = tasks.iter().map(TaskRow::from_row).collect::<Result<Vec<_>>>()?;
-    Ok(Some((RunRow::from_row(&run)?, tasks)))
-}
-
 /// The state machine's view of a run.
 pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<machine::Run> {
     let tasks = tasks
@@ -208,18 +194,6 @@ pub struct Change<'a> {
     pub meta: &'a RunRow,
     pub run: &'a machine::Run,
     pub tr: &'a Transition,
-}
-
-/// Writes what one transition changed; see [`write_transitions`].
-pub async fn write_transition(
-    tx: &Transaction<'_>,
-    wf: &Workflow,
-    meta: &RunRow,
-    run: &machine::Run,
-    tr: &Transition,
-    dispatch: &DispatchConfig,
-) -> Result<()> {
-    write_transitions(tx, &[Change { wf, meta, run, tr }], dispatch, true).await
 }
 
 /// Writes what transitions of any number of runs changed: the runs, new and
