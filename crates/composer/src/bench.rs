@@ -16,7 +16,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::cli::{non_empty, BenchArgs};
+use composer_core::config::non_empty;
+
+use crate::cli::BenchArgs;
 use crate::client::Api;
 
 /// What the bench drives: a Composer URL and the database behind it.
@@ -70,8 +72,8 @@ async fn start_embedded(concurrency: usize) -> anyhow::Result<Target> {
     let coordinator = composer_coord::start(cfg).await?;
     let url = format!("http://{}", coordinator.addr);
     let mut wcfg = composer_worker::Config::new(database_url.clone(), redis.url(), vec![url.clone()]);
-    wcfg.concurrency = concurrency.max(1);
-    wcfg.db_pool_size = 16;
+    wcfg.options.concurrency = concurrency.max(1);
+    wcfg.options.db_pool_size = 16;
     let worker = CancellationToken::new();
     tokio::spawn(composer_worker::Worker::new(wcfg).run(worker.clone()));
     let embedded = Embedded { coordinator: Some(coordinator), worker, _pg: pg, _redis: redis, dir };
@@ -128,25 +130,14 @@ struct Completions {
 
 impl Completions {
     async fn watch(self: Arc<Self>, database_url: String, stop: CancellationToken) -> anyhow::Result<()> {
-        use futures_util::StreamExt;
-        let (client, mut conn) =
-            composer_store::tokio_postgres::connect(&database_url, composer_store::tokio_postgres::NoTls).await?;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
-            while let Some(Ok(m)) = messages.next().await {
-                if let composer_store::tokio_postgres::AsyncMessage::Notification(n) = m {
-                    let _ = tx.send(n.payload().to_string());
-                }
-            }
-        });
-        client.batch_execute(&format!("LISTEN {}", composer_store::runs::RUN_DONE_CHANNEL)).await?;
+        let channel = composer_store::transitions::RUN_DONE_CHANNEL;
+        let mut listener = composer_store::notifications::Listener::connect(&database_url, &[channel]).await?;
         loop {
-            let payload = tokio::select! {
+            let n = tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
-                p = rx.recv() => match p { Some(p) => p, None => bail!("the notification connection closed") },
+                n = listener.recv() => match n { Some(n) => n, None => bail!(listener.closed().await) },
             };
-            let Ok(id) = payload.parse::<Uuid>() else { continue };
+            let Ok(id) = n.payload.parse::<Uuid>() else { continue };
             match self.waiting.lock().expect("completions").remove(&id) {
                 Some(tx) => {
                     let _ = tx.send(());
@@ -325,7 +316,8 @@ async fn baseline(database_url: &str, seconds: u64, clients: usize) -> anyhow::R
         .context("no tps line in pgbench's output")
 }
 
-pub async fn bench(args: BenchArgs, api_token: Option<String>) -> anyhow::Result<ExitCode> {
+pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let api_token = non_empty(&args.api_token);
     if args.steps == 0 || args.steps > 100 {
         bail!("--steps must be between 1 and 100");
     }

@@ -6,7 +6,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::cli::{non_empty, ClientArgs, EventCommand, RunCommand, WorkflowCommand};
+use composer_core::config::non_empty;
+
+use crate::cli::{ClientArgs, EventCommand, RunCommand, WorkflowCommand};
 
 /// A coordinator's REST API, for the client commands and the bench.
 pub struct Api {

@@ -34,13 +34,13 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Dev(args) => dev::dev(&runtime, args),
-        Command::Coordinator(args) => runtime.block_on(dev::coordinator(args)),
-        Command::Worker(args) => runtime.block_on(dev::worker(args)),
+        Command::Coordinator(config) => runtime.block_on(dev::coordinator(config)),
+        Command::Worker(config) => runtime.block_on(dev::worker(config)),
         Command::Migrate(args) => runtime.block_on(dev::migrate(args)),
-        Command::Workflow(cmd) => runtime.block_on(client::workflow(cli.client, cmd)),
-        Command::Run(cmd) => runtime.block_on(client::run(cli.client, cmd)),
-        Command::Event(cmd) => runtime.block_on(client::event(cli.client, cmd)),
-        Command::Bench(args) => runtime.block_on(bench::bench(args, cli::non_empty(&cli.client.api_token))),
+        Command::Workflow(args) => runtime.block_on(client::workflow(args.client, args.command)),
+        Command::Run(args) => runtime.block_on(client::run(args.client, args.command)),
+        Command::Event(args) => runtime.block_on(client::event(args.client, args.command)),
+        Command::Bench(args) => runtime.block_on(bench::bench(args)),
     };
     match result {
         Ok(code) => code,

@@ -502,7 +502,7 @@ async fn report(
         },
     };
     let handled = s.engine.handle(r.run_id, event).await?;
-    composer_metrics::observe("composer_report_duration_seconds", &[], started.elapsed());
+    composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
     Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
 }
 

@@ -11,7 +11,8 @@ use chrono::Utc;
 use composer_core::definition::Workflow;
 use composer_core::machine::{self, Event, RunStatus};
 use composer_store::definitions::DefinitionRow;
-use composer_store::runs::{self, Change, DispatchConfig, NewRun, RunRow};
+use composer_store::runs::{self, NewRun, RunRow};
+use composer_store::transitions::{write_transitions, Change};
 use composer_store::Pool;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -45,7 +46,8 @@ pub struct Handled {
 
 pub struct Engine {
     pool: Pool,
-    dispatch: DispatchConfig,
+    /// Stream shards per queue, for the outbox rows this engine writes.
+    shards: i32,
     outbox_wake: Arc<Notify>,
     /// NOTIFY other coordinators of new outbox rows: only needed when this
     /// one runs no enqueuer of its own (it wakes its own in-process).
@@ -68,11 +70,11 @@ struct Pending {
 const MAX_BATCH: usize = 128;
 
 impl Engine {
-    pub fn new(pool: Pool, dispatch: DispatchConfig, outbox_wake: Arc<Notify>, notify_outbox: bool) -> Engine {
+    pub fn new(pool: Pool, shards: u32, outbox_wake: Arc<Notify>, notify_outbox: bool) -> Engine {
         let (queue, inbox) = mpsc::unbounded_channel();
         Engine {
             pool,
-            dispatch,
+            shards: shards as i32,
             outbox_wake,
             notify_outbox,
             workflows: Mutex::new(HashMap::new()),
@@ -81,8 +83,9 @@ impl Engine {
         }
     }
 
-    pub fn dispatch_config(&self) -> &DispatchConfig {
-        &self.dispatch
+    /// Stream shards per queue.
+    pub fn shards(&self) -> i32 {
+        self.shards
     }
 
     /// The compiled workflow of a stored definition.
@@ -138,15 +141,15 @@ impl Engine {
         let mut row = runs::insert_run(&tx, &new).await?;
         let mut run = machine::Run::new(row.id, input.clone());
         let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
-        let change = Change { wf: &wf, meta: &row, run: &run, tr: &tr };
-        runs::write_transitions(&tx, &[change], &self.dispatch, self.notify_outbox).await?;
+        let change = Change { wf: &wf, run: &run, tr: &tr };
+        write_transitions(&tx, &[change], self.shards, self.notify_outbox).await?;
         tx.commit().await?;
         if !tr.dispatch.is_empty() {
             self.outbox_wake.notify_one();
         }
-        composer_metrics::inc("composer_runs_started_total", &[], 1);
+        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
         if run.status.is_terminal() {
-            composer_metrics::inc("composer_runs_finished_total", &[("status", run.status.as_str())], 1);
+            composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", run.status.as_str())], 1);
         }
         row.status = run.status;
         row.output = run.output;
@@ -270,47 +273,67 @@ impl Engine {
     /// apply each event in order, write all changes set-based, commit.
     async fn apply_batch(&self, events: &[(Uuid, Event)]) -> Result<Vec<Result<Handled>>> {
         let started = std::time::Instant::now();
-        let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
-        run_ids.sort();
-        run_ids.dedup();
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
-        let mut runs = HashMap::new();
-        for (row, tasks) in runs::lock_many(&tx, &run_ids).await? {
-            let wf = self.workflow(row.workflow_definition_id).await?;
-            let run = runs::to_machine(&wf, &row, &tasks)?;
-            runs.insert(row.id, (row, wf, run, machine::Transition::default()));
-        }
+        let mut runs = self.lock_runs(&tx, events).await?;
         let mut results = Vec::with_capacity(events.len());
         for (run_id, event) in events {
-            let Some((_, wf, run, total)) = runs.get_mut(run_id) else {
+            let Some(loaded) = runs.get_mut(run_id) else {
                 results.push(Err(EngineError::RunNotFound(*run_id)));
                 continue;
             };
-            let tr = self.apply(&tx, wf, run, event.clone()).await?;
-            let result = tr.ignored_kind.unwrap_or("applied");
-            composer_metrics::inc("composer_events_total", &[("event", event.name()), ("result", result)], 1);
-            match &tr.ignored {
-                Some(reason) => tracing::debug!(%run_id, event = event.name(), %reason, "event ignored"),
-                None => tracing::debug!(%run_id, event = event.name(), status = %run.status, "event applied"),
-            }
-            results.push(Ok(Handled { status: run.status, ignored: tr.ignored.clone() }));
-            total.merge(tr);
+            let tr = self.apply(&tx, &loaded.wf, &mut loaded.run, event.clone()).await?;
+            count_event(*run_id, event, &tr, loaded.run.status);
+            results.push(Ok(Handled { status: loaded.run.status, ignored: tr.ignored.clone() }));
+            loaded.tr.merge(tr);
         }
-        let changes: Vec<Change> = runs.values().map(|(meta, wf, run, tr)| Change { wf, meta, run, tr }).collect();
-        runs::write_transitions(&tx, &changes, &self.dispatch, self.notify_outbox).await?;
+        let changes: Vec<Change> = runs.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
+        write_transitions(&tx, &changes, self.shards, self.notify_outbox).await?;
         tx.commit().await?;
         if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
             self.outbox_wake.notify_one();
         }
-        for c in &changes {
-            if c.tr.run_changed && c.run.status.is_terminal() {
-                composer_metrics::inc("composer_runs_finished_total", &[("status", c.run.status.as_str())], 1);
-            }
+        for c in changes.iter().filter(|c| c.tr.run_changed && c.run.status.is_terminal()) {
+            composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", c.run.status.as_str())], 1);
         }
         for _ in events {
-            composer_metrics::observe("composer_event_duration_seconds", &[], started.elapsed());
+            composer_metrics::observe(composer_metrics::EVENT_DURATION, &[], started.elapsed());
         }
         Ok(results)
+    }
+
+    /// Locks the runs `events` name, in id order (so two batches cannot
+    /// deadlock), and loads them into the state machine's form.
+    async fn lock_runs(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        events: &[(Uuid, Event)],
+    ) -> Result<HashMap<Uuid, Loaded>> {
+        let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
+        run_ids.sort();
+        run_ids.dedup();
+        let mut runs = HashMap::new();
+        for (row, tasks) in runs::lock_many(tx, &run_ids).await? {
+            let wf = self.workflow(row.workflow_definition_id).await?;
+            let run = runs::to_machine(&wf, &row, &tasks)?;
+            runs.insert(row.id, Loaded { wf, run, tr: machine::Transition::default() });
+        }
+        Ok(runs)
+    }
+}
+
+/// A locked run in a batch, with what the batch's events changed so far.
+struct Loaded {
+    wf: Arc<Workflow>,
+    run: machine::Run,
+    tr: machine::Transition,
+}
+
+fn count_event(run_id: Uuid, event: &Event, tr: &machine::Transition, status: RunStatus) {
+    let result = tr.ignored_kind.map(|k| k.as_str()).unwrap_or("applied");
+    composer_metrics::inc(composer_metrics::EVENTS, &[("event", event.name()), ("result", result)], 1);
+    match &tr.ignored {
+        Some(reason) => tracing::debug!(%run_id, event = event.name(), %reason, "event ignored"),
+        None => tracing::debug!(%run_id, event = event.name(), %status, "event applied"),
     }
 }

@@ -8,9 +8,11 @@
 //! - [`listener`]: LISTEN/NOTIFY wake-ups for the outbox and run waiters.
 //! - [`loops`]: timers (and the other periodic work).
 //! - [`api`]: the HTTP interface.
+//! - [`Config`]: every setting, its flag, variable and default.
 
 pub mod api;
 pub mod auth;
+mod config;
 pub mod engine;
 pub mod listener;
 pub mod loops;
@@ -18,122 +20,15 @@ pub mod outbox;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::Context;
-use composer_store::runs::DispatchConfig;
 use composer_stream::{Keys, Streams};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::config::Config;
 use crate::engine::Engine;
 use crate::listener::RunWatch;
-
-/// Everything a coordinator needs to run. Defaults are the seed's values.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub database_url: String,
-    pub redis_url: String,
-    /// Prefix of every Redis key Composer uses.
-    pub redis_prefix: String,
-    pub listen: SocketAddr,
-    pub stream_shards: u32,
-    pub db_pool_size: usize,
-    /// How long a request waits for a database connection before a 503.
-    pub db_timeout: Duration,
-    /// Whether this coordinator publishes the outbox (an API-only replica may not).
-    pub run_outbox: bool,
-    pub outbox_poll_interval: Duration,
-    pub outbox_claim_timeout: Duration,
-    pub outbox_batch: i64,
-    pub timer_interval: Duration,
-    pub timer_batch: i64,
-    /// How often the recovery sweeps run.
-    pub recovery_interval: Duration,
-    /// How long a PENDING task may sit without an outbox row before its
-    /// message is assumed lost and it is dispatched again.
-    pub lost_dispatch_age: Duration,
-    pub partition_interval: Duration,
-    pub partition_months_ahead: i32,
-    /// Whole months older than this many days are dropped; 0 keeps everything.
-    pub retention_days: u32,
-    pub metrics_interval: Duration,
-    pub api_token: Option<String>,
-    pub worker_token: Option<String>,
-    pub allow_no_auth: bool,
-    /// Largest accepted run input, report output or event payload, in bytes.
-    pub max_payload: usize,
-    /// How long an event with no waiter is kept for a waiter to come.
-    pub event_retention: Duration,
-    /// Transactions applying event batches at once.
-    pub engine_workers: usize,
-}
-
-impl Config {
-    pub fn new(database_url: impl Into<String>, redis_url: impl Into<String>) -> Config {
-        Config {
-            database_url: database_url.into(),
-            redis_url: redis_url.into(),
-            redis_prefix: "composer:".into(),
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            stream_shards: 4,
-            db_pool_size: 16,
-            db_timeout: Duration::from_secs(5),
-            run_outbox: true,
-            outbox_poll_interval: Duration::from_secs(1),
-            outbox_claim_timeout: Duration::from_secs(120),
-            outbox_batch: 256,
-            timer_interval: Duration::from_secs(1),
-            timer_batch: 512,
-            recovery_interval: Duration::from_secs(30),
-            lost_dispatch_age: Duration::from_secs(600),
-            partition_interval: Duration::from_secs(6 * 3600),
-            partition_months_ahead: 3,
-            retention_days: 0,
-            metrics_interval: Duration::from_secs(15),
-            api_token: None,
-            worker_token: None,
-            allow_no_auth: false,
-            max_payload: 1024 * 1024,
-            event_retention: Duration::from_secs(24 * 3600),
-            engine_workers: 2,
-        }
-    }
-
-    /// Refuses configurations that would be unsafe or cannot work.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        for (name, d) in [
-            ("COMPOSER_OUTBOX_POLL_INTERVAL", self.outbox_poll_interval),
-            ("COMPOSER_TIMER_INTERVAL", self.timer_interval),
-            ("COMPOSER_RECOVERY_INTERVAL", self.recovery_interval),
-            ("COMPOSER_PARTITION_INTERVAL", self.partition_interval),
-        ] {
-            if d.is_zero() {
-                anyhow::bail!("{name} must be greater than zero");
-            }
-        }
-        if !(1..=120).contains(&self.partition_months_ahead) {
-            anyhow::bail!(
-                "COMPOSER_PARTITION_MONTHS_AHEAD must be between 1 and 120, got {}",
-                self.partition_months_ahead
-            );
-        }
-        if self.stream_shards == 0 || self.stream_shards > 1024 {
-            anyhow::bail!("COMPOSER_STREAM_SHARDS must be between 1 and 1024, got {}", self.stream_shards);
-        }
-        let open = !self.listen.ip().is_loopback();
-        let no_tokens = self.api_token.is_none() || self.worker_token.is_none();
-        if open && no_tokens && !self.allow_no_auth {
-            anyhow::bail!(
-                "refusing to listen on {} without COMPOSER_API_TOKEN and COMPOSER_WORKER_TOKEN; \
-                 set both, or COMPOSER_ALLOW_NO_AUTH=true to run unauthenticated",
-                self.listen
-            );
-        }
-        Ok(())
-    }
-}
 
 /// Shared by the API, the engine and the loops of one coordinator.
 pub struct Shared {
@@ -164,10 +59,21 @@ impl Running {
     pub fn abort(mut self) {
         self.tasks.abort_all();
     }
+}
 
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
-    }
+/// Why a coordinator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid configuration: {0}")]
+    Config(#[from] composer_core::config::ConfigError),
+    #[error("cannot listen on {addr} (--listen, COMPOSER_LISTEN): {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot write the bound address to {path} (--addr-file, COMPOSER_ADDR_FILE): {source}")]
+    AddrFile { path: std::path::PathBuf, source: std::io::Error },
+    #[error("PostgreSQL (--database-url, COMPOSER_DATABASE_URL): {0}")]
+    Store(#[from] composer_store::Error),
+    #[error("Redis (--redis-url, COMPOSER_REDIS_URL): {0}")]
+    Stream(#[from] composer_stream::Error),
 }
 
 /// Prepares storage and starts the coordinator, in the seed's order:
@@ -175,51 +81,55 @@ impl Running {
 /// shard count (workers need it), then one recovery pass (so whatever was
 /// orphaned while the cluster was down goes out in the outbox's first batch),
 /// then the outbox, the loops and the API.
-pub async fn start(config: Config) -> anyhow::Result<Running> {
-    config.validate()?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (COMPOSER_LISTEN)", config.listen))?;
-    let addr = listener.local_addr()?;
+pub async fn start(config: Config) -> Result<Running, Error> {
+    let config = config.validated()?;
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|source| Error::Listen { addr: config.listen, source })?;
+    let addr = listener.local_addr().map_err(|source| Error::Listen { addr: config.listen, source })?;
     tracing::info!(%addr, stream_shards = config.stream_shards, "starting coordinator");
 
-    let pool = composer_store::connect(&config.database_url, config.db_pool_size, config.db_timeout)
-        .context("COMPOSER_DATABASE_URL")?;
-    {
-        let mut client = composer_store::client(&pool).await.context("cannot connect to PostgreSQL")?;
-        let applied = composer_store::migrations::migrate(&mut client).await.context("applying migrations")?;
-        if applied > 0 {
-            tracing::info!(applied, "applied migrations");
-        }
-        loops::maintain_partitions(&client, config.partition_months_ahead, config.retention_days).await?;
-    }
-    let streams = Streams::connect(&config.redis_url, Keys::new(config.redis_prefix.clone()))
-        .await
-        .context("cannot connect to Redis (COMPOSER_REDIS_URL)")?;
-    streams.publish_shard_count(config.stream_shards).await.context("publishing the stream shard count")?;
+    let pool = prepare_storage(&config).await?;
+    let streams = Streams::connect(&config.redis.url, Keys::new(config.redis.prefix.clone())).await?;
+    streams.publish_shard_count(config.stream_shards).await?;
 
     let outbox_wake = Arc::new(Notify::new());
-    let dispatch = DispatchConfig { prefix: config.redis_prefix.clone(), shards: config.stream_shards as i64 };
-    let engine = Engine::new(pool.clone(), dispatch, outbox_wake.clone(), !config.run_outbox);
+    let engine = Engine::new(pool.clone(), config.stream_shards, outbox_wake.clone(), !config.run_outbox);
     let shared =
         Arc::new(Shared { engine: Arc::new(engine), pool, streams, outbox_wake, runs: RunWatch::new(), config });
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..shared.config.engine_workers.max(1) {
+    for _ in 0..shared.config.engine_workers {
         tasks.spawn(shared.engine.clone().run_batches(shutdown.clone()));
     }
-
     loops::recover_tasks(&shared).await;
+    spawn_loops(&shared, &shutdown, &mut tasks);
+    serve(listener, &shared, &shutdown, &mut tasks);
+    write_addr_file(&shared.config, addr)?;
+    Ok(Running { addr, shared, shutdown, tasks })
+}
 
+/// Migrates, and creates the partitions no run can be inserted without.
+async fn prepare_storage(config: &Config) -> Result<composer_store::Pool, Error> {
+    let pool = composer_store::connect(&config.database.url, config.db_pool_size, config.db_timeout)?;
+    let mut client = composer_store::client(&pool).await?;
+    let applied = composer_store::migrations::migrate(&mut client).await?;
+    if applied > 0 {
+        tracing::info!(applied, "applied migrations");
+    }
+    loops::maintain_partitions(&client, config.partition_months_ahead, config.retention_days).await?;
+    Ok(pool)
+}
+
+/// The periodic work of every coordinator: recovery, timers, partitions,
+/// metrics (and the outbox and its wake-ups, when this one publishes).
+fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut tokio::task::JoinSet<()>) {
     tasks.spawn(listener::run(shared.clone(), shutdown.clone()));
     if shared.config.run_outbox {
         tasks.spawn(outbox::run(shared.clone(), shutdown.clone()));
     }
     let c = &shared.config;
     tasks.spawn(loops::every(shutdown.clone(), c.recovery_interval, shared.clone(), |s| {
-        Box::pin(async move {
-            loops::recover_tasks(&s).await;
-        })
+        Box::pin(async move { loops::recover_tasks(&s).await })
     }));
     tasks.spawn(loops::every(shutdown.clone(), c.timer_interval, shared.clone(), |s| {
         Box::pin(async move {
@@ -246,13 +156,29 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             }
         })
     }));
+}
+
+fn serve(
+    listener: TcpListener,
+    shared: &Arc<Shared>,
+    shutdown: &CancellationToken,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
     let app = api::router(shared.clone());
-    let serve_shutdown = shutdown.clone();
+    let shutdown = shutdown.clone();
     tasks.spawn(async move {
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move { serve_shutdown.cancelled().await });
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
         if let Err(e) = server.await {
             tracing::error!(error = %e, "HTTP server failed");
         }
     });
-    Ok(Running { addr, shared, shutdown, tasks })
+}
+
+/// Writes `http://addr` to `--addr-file`, atomically (scripts poll for it).
+fn write_addr_file(config: &Config, addr: SocketAddr) -> Result<(), Error> {
+    let Some(path) = &config.addr_file else { return Ok(()) };
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("http://{addr}"))
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|source| Error::AddrFile { path: path.clone(), source })
 }

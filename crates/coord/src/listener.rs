@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use composer_store::runs::{OUTBOX_CHANNEL, RUN_DONE_CHANNEL};
-use futures_util::StreamExt;
+use composer_store::notifications::Listener;
+use composer_store::transitions::{OUTBOX_CHANNEL, RUN_DONE_CHANNEL};
 use tokio::sync::broadcast;
-use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -60,39 +59,17 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     }
 }
 
-async fn listen(shared: &Shared) -> anyhow::Result<()> {
-    let (client, mut connection) = tokio_postgres::connect(&shared.config.database_url, tokio_postgres::NoTls).await?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let driver = tokio::spawn(async move {
-        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(msg) = messages.next().await {
-            match msg {
-                Ok(AsyncMessage::Notification(n)) => {
-                    if tx.send((n.channel().to_string(), n.payload().to_string())).is_err() {
-                        break;
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    });
-    client.batch_execute(&format!("LISTEN {OUTBOX_CHANNEL}; LISTEN {RUN_DONE_CHANNEL}")).await?;
+async fn listen(shared: &Shared) -> Result<(), composer_store::Error> {
+    let mut listener = Listener::connect(&shared.config.database.url, &[OUTBOX_CHANNEL, RUN_DONE_CHANNEL]).await?;
     // Anything sent while we were not listening is lost: re-check now.
     shared.outbox_wake.notify_one();
     shared.runs.notify(Uuid::nil());
-    while let Some((channel, payload)) = rx.recv().await {
-        if channel == OUTBOX_CHANNEL {
+    while let Some(n) = listener.recv().await {
+        if n.channel == OUTBOX_CHANNEL {
             shared.outbox_wake.notify_one();
-        } else if let Ok(run_id) = payload.parse::<Uuid>() {
+        } else if let Ok(run_id) = n.payload.parse::<Uuid>() {
             shared.runs.notify(run_id);
         }
     }
-    drop(client);
-    match driver.await {
-        Ok(Ok(())) => anyhow::bail!("connection closed"),
-        Ok(Err(e)) => Err(e.into()),
-        Err(e) => Err(e.into()),
-    }
+    Err(listener.closed().await)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use composer_core::machine::Event;
-use composer_store::{partitions, recovery, timers, Client};
+use composer_store::{partitions, recovery, stats, timers, Client};
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
@@ -36,10 +36,14 @@ where
 
 /// Creates the monthly partitions `months_ahead` ahead and, with a
 /// retention set, drops whole months past it.
-pub async fn maintain_partitions(client: &Client, months_ahead: i32, retention_days: u32) -> anyhow::Result<()> {
+pub async fn maintain_partitions(
+    client: &Client,
+    months_ahead: i32,
+    retention_days: u32,
+) -> Result<(), composer_store::Error> {
     let created = partitions::ensure(client, months_ahead).await?;
     if created > 0 {
-        composer_metrics::inc("composer_partitions_created_total", &[], created as u64);
+        composer_metrics::inc(composer_metrics::PARTITIONS_CREATED, &[], created as u64);
         tracing::info!(created, "created run partitions");
     }
     if retention_days == 0 {
@@ -48,7 +52,7 @@ pub async fn maintain_partitions(client: &Client, months_ahead: i32, retention_d
     let before = chrono::Utc::now() - chrono::Duration::days(retention_days as i64);
     let dropped = partitions::drop_before(client, before).await?;
     if !dropped.is_empty() {
-        composer_metrics::inc("composer_partitions_dropped_total", &[], dropped.len() as u64);
+        composer_metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], dropped.len() as u64);
         tracing::info!(months = ?dropped, "dropped expired run partitions");
     }
     Ok(())
@@ -71,22 +75,22 @@ pub async fn recover_tasks(shared: &Shared) {
             return;
         }
     };
-    let d = shared.engine.dispatch_config();
+    let shards = shared.engine.shards();
     let mut any = false;
-    match recovery::requeue_expired_leases(&client, d).await {
+    match recovery::requeue_expired_leases(&client, shards).await {
         Ok(0) => {}
         Ok(n) => {
             any = true;
-            composer_metrics::inc("composer_recoveries_total", &[("kind", "expired_lease")], n);
+            composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "expired_lease")], n);
             tracing::warn!(count = n, "recovery: re-dispatched tasks with expired leases");
         }
         Err(e) => tracing::error!(error = %e, "recovery: requeue expired leases failed"),
     }
-    match recovery::redispatch_pending_tasks(&client, d, shared.config.lost_dispatch_age).await {
+    match recovery::redispatch_pending_tasks(&client, shards, shared.config.lost_dispatch_age).await {
         Ok(0) => {}
         Ok(n) => {
             any = true;
-            composer_metrics::inc("composer_recoveries_total", &[("kind", "lost_dispatch")], n);
+            composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")], n);
             tracing::warn!(count = n, "recovery: re-dispatched pending tasks with lost messages");
         }
         Err(e) => tracing::error!(error = %e, "recovery: redispatch pending tasks failed"),
@@ -102,7 +106,7 @@ pub async fn recover_tasks(shared: &Shared) {
 /// Applies TimerFired to every WAITING task whose time has come (WAIT nodes
 /// and retry backoffs), in batches; returns how many fired. Two coordinators
 /// may pick the same timer: the state machine ignores the second firing.
-pub async fn fire_due_waits(shared: &Shared) -> anyhow::Result<usize> {
+pub async fn fire_due_waits(shared: &Shared) -> Result<usize, composer_store::Error> {
     let mut fired = 0;
     loop {
         let due = {
@@ -129,31 +133,22 @@ pub async fn fire_due_waits(shared: &Shared) -> anyhow::Result<usize> {
         }
     }
     if fired > 0 {
-        composer_metrics::inc("composer_timers_fired_total", &[], fired as u64);
+        composer_metrics::inc(composer_metrics::TIMERS_FIRED, &[], fired as u64);
     }
     Ok(fired)
 }
 
 /// Samples the gauges: outbox backlog and age, open tasks by state, running
-/// runs, due timers. Each query reads only open work (partial indexes), so
-/// its cost does not grow with history.
-pub async fn sample_metrics(shared: &Shared) -> anyhow::Result<()> {
+/// runs, due timers.
+pub async fn sample_metrics(shared: &Shared) -> Result<(), composer_store::Error> {
     let client = composer_store::client(&shared.pool).await?;
-    let row = client
-        .query_one("SELECT count(*), COALESCE(extract(epoch FROM now() - min(created_at))::float8, 0) FROM outbox", &[])
-        .await?;
-    composer_metrics::set("composer_outbox_backlog", &[], row.get::<_, i64>(0) as f64);
-    composer_metrics::set("composer_outbox_oldest_age_seconds", &[], row.get::<_, f64>(1));
-    for state in ["PENDING", "RUNNING", "WAITING"] {
-        let n: i64 = client.query_one("SELECT count(*) FROM task_instances WHERE state = $1", &[&state]).await?.get(0);
-        composer_metrics::set("composer_open_tasks", &[("state", state)], n as f64);
+    let w = stats::open_work(&client).await?;
+    composer_metrics::set(composer_metrics::OUTBOX_BACKLOG, &[], w.outbox_backlog as f64);
+    composer_metrics::set(composer_metrics::OUTBOX_OLDEST_AGE, &[], w.outbox_oldest_age);
+    for (state, n) in [("PENDING", w.pending_tasks), ("RUNNING", w.running_tasks), ("WAITING", w.waiting_tasks)] {
+        composer_metrics::set(composer_metrics::OPEN_TASKS, &[("state", state)], n as f64);
     }
-    let n: i64 = client.query_one("SELECT count(*) FROM workflow_runs WHERE status = 'RUNNING'", &[]).await?.get(0);
-    composer_metrics::set("composer_running_runs", &[], n as f64);
-    let n: i64 = client
-        .query_one("SELECT count(*) FROM task_instances WHERE state = 'WAITING' AND wake_at <= now()", &[])
-        .await?
-        .get(0);
-    composer_metrics::set("composer_due_timers", &[], n as f64);
+    composer_metrics::set(composer_metrics::RUNNING_RUNS, &[], w.running_runs as f64);
+    composer_metrics::set(composer_metrics::DUE_TIMERS, &[], w.due_timers as f64);
     Ok(())
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use composer_store::outbox;
+use composer_stream::Keys;
 use tokio_util::sync::CancellationToken;
 
 use crate::Shared;
@@ -42,7 +43,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
 /// Publishes due rows until none are left; returns how many went out. Each
 /// batch's DELETE rides on the next claim, so a busy outbox costs one commit
 /// per batch.
-pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> anyhow::Result<usize> {
+pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> Result<usize, Error> {
     let cfg = &shared.config;
     let mut total = 0;
     let client = composer_store::client(&shared.pool).await?;
@@ -53,21 +54,43 @@ pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> anyhow::Result<
             return Ok(total);
         }
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-        let batch: Vec<(&str, &str)> = rows.iter().map(|r| (r.stream.as_str(), r.payload.as_str())).collect();
+        let messages = messages(shared.streams.keys(), &rows)?;
+        let batch: Vec<(&str, &str)> = messages.iter().map(|(s, p)| (s.as_str(), p.as_str())).collect();
         match shared.streams.publish(&batch).await {
             Ok(()) => {
-                total += rows.len();
-                composer_metrics::inc("composer_dispatches_total", &[], rows.len() as u64);
+                total += batch.len();
+                composer_metrics::inc(composer_metrics::DISPATCHES, &[], batch.len() as u64);
                 *published = ids;
                 if (rows.len() as i64) < cfg.outbox_batch {
                     return Ok(total);
                 }
             }
             Err(e) => {
-                composer_metrics::inc("composer_outbox_publish_failures_total", &[], 1);
+                composer_metrics::inc(composer_metrics::OUTBOX_PUBLISH_FAILURES, &[], 1);
                 outbox::retry_later(&client, &ids, MAX_RETRY_BACKOFF).await?;
                 return Err(e.into());
             }
         }
     }
+}
+
+/// The stream and JSON message of each claimed row whose task still exists.
+pub fn messages(keys: &Keys, rows: &[outbox::Claimed]) -> Result<Vec<(String, String)>, Error> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some(dispatch) = &row.dispatch else { continue };
+        let stream = keys.stream(&row.queue, row.shard as u32);
+        out.push((stream, serde_json::to_string(dispatch)?));
+    }
+    Ok(out)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] composer_store::Error),
+    #[error(transparent)]
+    Stream(#[from] composer_stream::Error),
+    #[error("cannot serialize a dispatch: {0}")]
+    Serialize(#[from] serde_json::Error),
 }

@@ -159,6 +159,15 @@ pub struct Node {
     pub retry: RetryPolicy,
 }
 
+impl Node {
+    /// The queue a dispatch of this node goes to. Only HTTP and custom nodes
+    /// are dispatched, and theirs is always resolved at validation; the
+    /// fallback keeps this total.
+    pub fn dispatch_queue(&self) -> &str {
+        self.queue.as_deref().unwrap_or(&self.node_type)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Edge {
     pub from: usize,
@@ -369,7 +378,7 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
             validate_name(&format!("{at}.queue"), q)?;
             Some(q.clone())
         }
-        None => Some(n.node_type.to_ascii_lowercase()),
+        None => Some(crate::wire::default_queue(&n.node_type)),
     };
     let kind = match n.node_type.as_str() {
         "HTTP" => {

@@ -2,6 +2,7 @@
 //! function from (run, event, clock) to a transition, so every rule of the
 //! engine can be tested with plain values.
 //!
+//! - [`config`]: what every role's configuration shares (service URLs, limits).
 //! - [`duration`]: durations written like `500ms`, `30s`, `10m`.
 //! - [`expr`]: jq expressions and `${ … }` templates (jaq).
 //! - [`definition`]: the workflow language, parsed and validated into a
@@ -9,6 +10,7 @@
 //! - [`machine`]: runs and tasks, their states, and the rules that move them.
 //! - [`wire`]: the messages that cross process boundaries (dispatches, reports).
 
+pub mod config;
 pub mod definition;
 pub mod duration;
 pub mod expr;

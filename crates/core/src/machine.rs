@@ -2,7 +2,7 @@
 //! [`Transition`]. The engine calls [`apply`] under the run lock and writes
 //! what it returns; nothing here knows about SQL, Redis or HTTP.
 //!
-//! Rules (DESIGN §4):
+//! Rules:
 //! - a result must match the task's current `(task_id, attempt)` while the
 //!   task is PENDING or RUNNING; anything else is ignored with a reason, so the
 //!   first matching result is applied exactly once;
@@ -202,8 +202,101 @@ impl Event {
 /// One line of a run's history.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HistoryEntry {
-    pub kind: &'static str,
+    pub kind: HistoryKind,
     pub payload: Value,
+}
+
+/// What a line of history records; stored and returned by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HistoryKind {
+    RunStarted,
+    TaskDispatched,
+    TaskWaiting,
+    TaskRetryScheduled,
+    TaskCompleted,
+    TaskFailed,
+    TaskSkipped,
+    TaskCancelled,
+    RunSucceeded,
+    RunFailed,
+    RunCancelled,
+    RunRetried,
+    EventIgnored,
+}
+
+impl HistoryKind {
+    pub const ALL: [HistoryKind; 13] = [
+        HistoryKind::RunStarted,
+        HistoryKind::TaskDispatched,
+        HistoryKind::TaskWaiting,
+        HistoryKind::TaskRetryScheduled,
+        HistoryKind::TaskCompleted,
+        HistoryKind::TaskFailed,
+        HistoryKind::TaskSkipped,
+        HistoryKind::TaskCancelled,
+        HistoryKind::RunSucceeded,
+        HistoryKind::RunFailed,
+        HistoryKind::RunCancelled,
+        HistoryKind::RunRetried,
+        HistoryKind::EventIgnored,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryKind::RunStarted => "RunStarted",
+            HistoryKind::TaskDispatched => "TaskDispatched",
+            HistoryKind::TaskWaiting => "TaskWaiting",
+            HistoryKind::TaskRetryScheduled => "TaskRetryScheduled",
+            HistoryKind::TaskCompleted => "TaskCompleted",
+            HistoryKind::TaskFailed => "TaskFailed",
+            HistoryKind::TaskSkipped => "TaskSkipped",
+            HistoryKind::TaskCancelled => "TaskCancelled",
+            HistoryKind::RunSucceeded => "RunSucceeded",
+            HistoryKind::RunFailed => "RunFailed",
+            HistoryKind::RunCancelled => "RunCancelled",
+            HistoryKind::RunRetried => "RunRetried",
+            HistoryKind::EventIgnored => "EventIgnored",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<HistoryKind> {
+        HistoryKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for HistoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an event changed nothing, as a stable name fit for a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IgnoreKind {
+    AlreadyStarted,
+    RunFinished,
+    UnknownTask,
+    StaleAttempt,
+    AlreadyFinished,
+    NotWaiting,
+    NotDue,
+    NotFailed,
+}
+
+impl IgnoreKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IgnoreKind::AlreadyStarted => "already_started",
+            IgnoreKind::RunFinished => "run_finished",
+            IgnoreKind::UnknownTask => "unknown_task",
+            IgnoreKind::StaleAttempt => "stale_attempt",
+            IgnoreKind::AlreadyFinished => "already_finished",
+            IgnoreKind::NotWaiting => "not_waiting",
+            IgnoreKind::NotDue => "not_due",
+            IgnoreKind::NotFailed => "not_failed",
+        }
+    }
 }
 
 /// What applying one event changed. Indices point into `run.tasks`.
@@ -211,9 +304,8 @@ pub struct HistoryEntry {
 pub struct Transition {
     /// Why the event was ignored; nothing else is set when it was.
     pub ignored: Option<String>,
-    /// A stable name for the reason (`stale_attempt`, `already_finished` …),
-    /// fit for a metric label.
-    pub ignored_kind: Option<&'static str>,
+    /// A stable name for the reason, fit for a metric label.
+    pub ignored_kind: Option<IgnoreKind>,
     /// Tasks that existed before the event and were changed by it.
     pub updated: Vec<usize>,
     /// Tasks created by the event (appended to `run.tasks`).
@@ -237,7 +329,7 @@ impl Transition {
         Transition {
             ignored: Some(reason),
             ignored_kind: Some(kind),
-            history: vec![HistoryEntry { kind: "EventIgnored", payload }],
+            history: vec![HistoryEntry { kind: HistoryKind::EventIgnored, payload }],
             ..Transition::default()
         }
     }
@@ -266,7 +358,7 @@ impl Transition {
         }
     }
 
-    fn log(&mut self, kind: &'static str, payload: Value) {
+    fn log(&mut self, kind: HistoryKind, payload: Value) {
         self.history.push(HistoryEntry { kind, payload });
     }
 }
@@ -316,7 +408,7 @@ fn parse_time(v: &Value) -> Result<DateTime<Utc>, String> {
 }
 
 /// Why an event changes nothing: a stable kind and a message for people.
-struct Ignore(&'static str, String);
+struct Ignore(IgnoreKind, String);
 
 struct Machine<'a> {
     wf: &'a Workflow,
@@ -329,129 +421,142 @@ struct Machine<'a> {
 impl Machine<'_> {
     fn on(&mut self, event: &Event) -> Result<(), Ignore> {
         match event {
-            Event::RunStarted => {
-                self.require_running()?;
-                if !self.run.tasks.is_empty() {
-                    return Err(Ignore("already_started", "run already started".into()));
-                }
-                self.tr.log("RunStarted", json!({}));
-                self.route();
-            }
+            Event::RunStarted => self.on_run_started(),
             Event::TaskCompleted { task_id, attempt, output } => {
                 let t = self.reportable(*task_id, *attempt)?;
                 self.finish(t, TaskState::Completed, Some(output.clone()), None);
                 self.route();
+                Ok(())
             }
             Event::TaskFailed { task_id, attempt, error, retryable } => {
-                let t = self.reportable(*task_id, *attempt)?;
-                let policy = self.wf.nodes[self.run.tasks[t].node].retry;
-                if *retryable && (*attempt as i64) < policy.max_attempts as i64 {
-                    let wait = policy.backoff(*attempt as u32);
-                    let wake_at = self.now + chrono::Duration::milliseconds(wait.as_millis() as i64);
-                    let task = &mut self.run.tasks[t];
-                    task.state = TaskState::Waiting;
-                    task.error = Some(error.clone());
-                    task.wake_at = Some(wake_at);
-                    self.tr.touch(t);
-                    let payload = self.task_payload(t, json!({"error": error, "retry_at": wake_at}));
-                    self.tr.log("TaskRetryScheduled", payload);
-                } else {
-                    let reason = if *retryable { error.clone() } else { format!("{error} (not retryable)") };
-                    self.finish(t, TaskState::Failed, None, Some(reason));
-                    self.route();
-                }
+                self.on_task_failed(*task_id, *attempt, error, *retryable)
             }
-            Event::TimerFired { task_id } => {
-                self.require_running()?;
-                let t = self.find(*task_id)?;
-                let task = &self.run.tasks[t];
-                if task.state != TaskState::Waiting {
-                    return Err(Ignore("not_waiting", format!("task is {}, not WAITING", task.state)));
-                }
-                if task.wake_at.is_some_and(|w| w > self.now) {
-                    return Err(Ignore("not_due", "timer is not due yet".into()));
-                }
-                match &self.wf.nodes[task.node].kind {
-                    NodeKind::Wait(_) => {
-                        self.finish(t, TaskState::Completed, Some(json!({})), None);
-                        self.route();
-                    }
-                    NodeKind::WaitForEvent { event, timeout, default_output, .. } => {
-                        match default_output {
-                            Some(out) => self.finish(t, TaskState::Completed, Some(out.clone()), None),
-                            None => {
-                                let key = task.event.as_ref().map(|(_, k)| k.as_str()).unwrap_or("");
-                                let after = timeout.map(crate::duration::format).unwrap_or_default();
-                                let error =
-                                    format!("timed out after {after} waiting for event {event:?} with key {key:?}");
-                                self.finish(t, TaskState::Failed, None, Some(error));
-                            }
-                        }
-                        self.route();
-                    }
-                    _ => {
-                        let task = &mut self.run.tasks[t];
-                        task.attempt += 1;
-                        task.state = TaskState::Pending;
-                        task.wake_at = None;
-                        self.tr.touch(t);
-                        self.tr.dispatch.push(t);
-                        let payload = self.task_payload(t, json!({}));
-                        self.tr.log("TaskDispatched", payload);
-                    }
-                }
+            Event::TimerFired { task_id } => self.on_timer_fired(*task_id),
+            Event::EventReceived { task_id, payload } => self.on_event_received(*task_id, payload),
+            Event::CancelRun => self.on_cancel(),
+            Event::RetryRun => self.on_retry(),
+        }
+    }
+
+    fn on_run_started(&mut self) -> Result<(), Ignore> {
+        self.require_running()?;
+        if !self.run.tasks.is_empty() {
+            return Err(Ignore(IgnoreKind::AlreadyStarted, "run already started".into()));
+        }
+        self.tr.log(HistoryKind::RunStarted, json!({}));
+        self.route();
+        Ok(())
+    }
+
+    /// A retryable failure with attempts left waits for its backoff; any
+    /// other failure is final for the task.
+    fn on_task_failed(&mut self, task_id: Uuid, attempt: i32, error: &str, retryable: bool) -> Result<(), Ignore> {
+        let t = self.reportable(task_id, attempt)?;
+        let policy = self.wf.nodes[self.run.tasks[t].node].retry;
+        if retryable && (attempt as i64) < policy.max_attempts as i64 {
+            let wake_at = self.now + to_chrono(policy.backoff(attempt as u32));
+            let task = &mut self.run.tasks[t];
+            task.state = TaskState::Waiting;
+            task.error = Some(error.to_string());
+            task.wake_at = Some(wake_at);
+            self.tr.touch(t);
+            let payload = self.task_payload(t, json!({"error": error, "retry_at": wake_at}));
+            self.tr.log(HistoryKind::TaskRetryScheduled, payload);
+        } else {
+            let reason = if retryable { error.to_string() } else { format!("{error} (not retryable)") };
+            self.finish(t, TaskState::Failed, None, Some(reason));
+            self.route();
+        }
+        Ok(())
+    }
+
+    /// A due timer ends a WAIT, times out a WAIT_FOR_EVENT, or ends a retry
+    /// backoff by dispatching the next attempt.
+    fn on_timer_fired(&mut self, task_id: Uuid) -> Result<(), Ignore> {
+        self.require_running()?;
+        let t = self.find(task_id)?;
+        let task = &self.run.tasks[t];
+        if task.state != TaskState::Waiting {
+            return Err(Ignore(IgnoreKind::NotWaiting, format!("task is {}, not WAITING", task.state)));
+        }
+        if task.wake_at.is_some_and(|w| w > self.now) {
+            return Err(Ignore(IgnoreKind::NotDue, "timer is not due yet".into()));
+        }
+        match &self.wf.nodes[task.node].kind {
+            NodeKind::Wait(_) => self.finish(t, TaskState::Completed, Some(json!({})), None),
+            NodeKind::WaitForEvent { default_output: Some(out), .. } => {
+                self.finish(t, TaskState::Completed, Some(out.clone()), None)
             }
-            Event::EventReceived { task_id, payload } => {
-                self.require_running()?;
-                let t = self.find(*task_id)?;
-                let task = &self.run.tasks[t];
-                if task.state != TaskState::Waiting || task.event.is_none() {
-                    return Err(Ignore("not_waiting", format!("task is {}, not waiting for an event", task.state)));
-                }
-                self.finish(t, TaskState::Completed, Some(payload.clone()), None);
-                self.route();
+            NodeKind::WaitForEvent { event, timeout, default_output: None, .. } => {
+                let key = task.event.as_ref().map(|(_, k)| k.as_str()).unwrap_or("");
+                let after = timeout.map(crate::duration::format).unwrap_or_default();
+                let error = format!("timed out after {after} waiting for event {event:?} with key {key:?}");
+                self.finish(t, TaskState::Failed, None, Some(error));
             }
-            Event::CancelRun => {
-                self.require_running()?;
-                for t in 0..self.run.tasks.len() {
-                    if !self.run.tasks[t].state.is_terminal() {
-                        self.finish(t, TaskState::Cancelled, None, None);
-                    }
-                }
-                self.set_run(RunStatus::Cancelled, None, None);
-            }
-            Event::RetryRun => {
-                if self.run.status != RunStatus::Failed {
-                    return Err(Ignore(
-                        "not_failed",
-                        format!("run is {}, only a FAILED run can be retried", self.run.status),
-                    ));
-                }
-                self.set_run(RunStatus::Running, None, None);
-                for t in 0..self.run.tasks.len() {
-                    if self.run.tasks[t].state == TaskState::Failed {
-                        self.restart(t);
-                    }
-                }
-                self.route();
+            NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } => {
+                let task = &mut self.run.tasks[t];
+                task.attempt += 1;
+                task.wake_at = None;
+                self.tr.touch(t);
+                self.dispatch(t);
+                return Ok(());
             }
         }
+        self.route();
+        Ok(())
+    }
+
+    fn on_event_received(&mut self, task_id: Uuid, payload: &Value) -> Result<(), Ignore> {
+        self.require_running()?;
+        let t = self.find(task_id)?;
+        let task = &self.run.tasks[t];
+        if task.state != TaskState::Waiting || task.event.is_none() {
+            return Err(Ignore(IgnoreKind::NotWaiting, format!("task is {}, not waiting for an event", task.state)));
+        }
+        self.finish(t, TaskState::Completed, Some(payload.clone()), None);
+        self.route();
+        Ok(())
+    }
+
+    fn on_cancel(&mut self) -> Result<(), Ignore> {
+        self.require_running()?;
+        for t in 0..self.run.tasks.len() {
+            if !self.run.tasks[t].state.is_terminal() {
+                self.finish(t, TaskState::Cancelled, None, None);
+            }
+        }
+        self.set_run(RunStatus::Cancelled, None, None);
+        Ok(())
+    }
+
+    fn on_retry(&mut self) -> Result<(), Ignore> {
+        if self.run.status != RunStatus::Failed {
+            return Err(Ignore(
+                IgnoreKind::NotFailed,
+                format!("run is {}, only a FAILED run can be retried", self.run.status),
+            ));
+        }
+        self.set_run(RunStatus::Running, None, None);
+        for t in 0..self.run.tasks.len() {
+            if self.run.tasks[t].state == TaskState::Failed {
+                self.restart(t);
+            }
+        }
+        self.route();
         Ok(())
     }
 
     fn require_running(&self) -> Result<(), Ignore> {
         if self.run.status != RunStatus::Running {
-            return Err(Ignore("run_finished", format!("run is {}", self.run.status)));
+            return Err(Ignore(IgnoreKind::RunFinished, format!("run is {}", self.run.status)));
         }
         Ok(())
     }
 
     fn find(&self, task_id: Uuid) -> Result<usize, Ignore> {
-        self.run
-            .tasks
-            .iter()
-            .position(|t| t.id == task_id)
-            .ok_or_else(|| Ignore("unknown_task", format!("task {task_id} does not belong to run {}", self.run.id)))
+        self.run.tasks.iter().position(|t| t.id == task_id).ok_or_else(|| {
+            Ignore(IgnoreKind::UnknownTask, format!("task {task_id} does not belong to run {}", self.run.id))
+        })
     }
 
     /// The guard on every result: the current attempt of a PENDING or RUNNING task.
@@ -461,12 +566,12 @@ impl Machine<'_> {
         let task = &self.run.tasks[t];
         if task.attempt != attempt {
             return Err(Ignore(
-                "stale_attempt",
+                IgnoreKind::StaleAttempt,
                 format!("stale report: attempt {attempt}, task is at attempt {}", task.attempt),
             ));
         }
         if !matches!(task.state, TaskState::Pending | TaskState::Running) {
-            return Err(Ignore("already_finished", format!("task is already {}", task.state)));
+            return Err(Ignore(IgnoreKind::AlreadyFinished, format!("task is already {}", task.state)));
         }
         Ok(t)
     }
@@ -500,10 +605,10 @@ impl Machine<'_> {
         }
         self.tr.touch(t);
         let kind = match state {
-            TaskState::Completed => "TaskCompleted",
-            TaskState::Failed => "TaskFailed",
-            TaskState::Skipped => "TaskSkipped",
-            _ => "TaskCancelled",
+            TaskState::Completed => HistoryKind::TaskCompleted,
+            TaskState::Failed => HistoryKind::TaskFailed,
+            TaskState::Skipped => HistoryKind::TaskSkipped,
+            _ => HistoryKind::TaskCancelled,
         };
         let detail = match &self.run.tasks[t].error {
             Some(e) if state == TaskState::Failed => json!({"error": e}),
@@ -669,12 +774,8 @@ impl Machine<'_> {
             Err(error) => self.finish(t, TaskState::Failed, None, Some(error)),
             Ok(Started::Done(output)) => self.finish(t, TaskState::Completed, Some(output), None),
             Ok(Started::Dispatch(input)) => {
-                let task = &mut self.run.tasks[t];
-                task.input = input;
-                task.state = TaskState::Pending;
-                self.tr.dispatch.push(t);
-                let payload = self.task_payload(t, json!({}));
-                self.tr.log("TaskDispatched", payload);
+                self.run.tasks[t].input = input;
+                self.dispatch(t);
             }
             Ok(Started::Wait(wake_at, event)) => {
                 let task = &mut self.run.tasks[t];
@@ -685,9 +786,17 @@ impl Machine<'_> {
                 }
                 task.event = event;
                 let payload = self.task_payload(t, json!({"wake_at": self.run.tasks[t].wake_at}));
-                self.tr.log("TaskWaiting", payload);
+                self.tr.log(HistoryKind::TaskWaiting, payload);
             }
         }
+    }
+
+    /// Sends the task's current attempt to a worker.
+    fn dispatch(&mut self, t: usize) {
+        self.run.tasks[t].state = TaskState::Pending;
+        self.tr.dispatch.push(t);
+        let payload = self.task_payload(t, json!({}));
+        self.tr.log(HistoryKind::TaskDispatched, payload);
     }
 
     fn finish_run_if_done(&mut self) {
@@ -726,10 +835,10 @@ impl Machine<'_> {
         self.run.error = error.clone();
         self.tr.run_changed = true;
         let kind = match status {
-            RunStatus::Running => "RunRetried",
-            RunStatus::Succeeded => "RunSucceeded",
-            RunStatus::Failed => "RunFailed",
-            RunStatus::Cancelled => "RunCancelled",
+            RunStatus::Running => HistoryKind::RunRetried,
+            RunStatus::Succeeded => HistoryKind::RunSucceeded,
+            RunStatus::Failed => HistoryKind::RunFailed,
+            RunStatus::Cancelled => HistoryKind::RunCancelled,
         };
         let payload = match error {
             Some(e) => json!({"error": e}),

@@ -5,8 +5,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-/// One task to execute, as carried on a Redis stream. Built by SQL in the
-/// outbox insert (the store crate), so field names here are a contract.
+/// The queue of a node type that names none: its name in lower case.
+pub fn default_queue(node_type: &str) -> String {
+    node_type.to_ascii_lowercase()
+}
+
+/// One task to execute, as carried on a Redis stream: built from the task
+/// row when the outbox row is claimed, serialized here and parsed by the
+/// worker. Field names are a contract with workers in other languages.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Dispatch {
     pub task_id: Uuid,

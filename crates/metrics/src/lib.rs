@@ -1,6 +1,7 @@
 //! Process-wide metrics in the Prometheus text format, all named
-//! `composer_*`. Counters, gauges and histograms are keyed by name and label
-//! values; [`render`] writes them with their help text. A mutex-guarded map
+//! `composer_*`, each declared once as a constant ([`EVENTS`], …) with its
+//! type and help text. Counters, gauges and histograms are keyed by metric
+//! and label values; [`render`] writes them with their help text. A mutex-guarded map
 //! is plenty at our rates (thousands of updates per second) and keeps this
 //! crate free of dependencies.
 
@@ -9,53 +10,63 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
     Counter,
     Gauge,
     Histogram,
 }
 
-/// Every metric we export, with its type and help text.
-const DESCRIPTORS: &[(&str, Kind, &str)] = &[
-    (
-        "composer_events_total",
-        Kind::Counter,
-        "Events handled by the engine, by event and result (applied or the reason it was ignored).",
-    ),
-    (
-        "composer_event_duration_seconds",
-        Kind::Histogram,
-        "Time to handle one event: lock, state machine, write, commit.",
-    ),
-    ("composer_report_duration_seconds", Kind::Histogram, "Time a coordinator spends on one worker report."),
-    ("composer_runs_started_total", Kind::Counter, "Runs started."),
-    ("composer_runs_finished_total", Kind::Counter, "Runs that reached a terminal status, by status."),
-    ("composer_dispatches_total", Kind::Counter, "Outbox rows published to Redis streams."),
-    (
-        "composer_outbox_publish_failures_total",
-        Kind::Counter,
-        "Outbox batches that failed to publish (rows went to RETRY).",
-    ),
-    (
-        "composer_recoveries_total",
-        Kind::Counter,
-        "Tasks re-dispatched by the recovery sweeps, by kind (expired_lease, lost_dispatch).",
-    ),
-    ("composer_timers_fired_total", Kind::Counter, "Timers fired (WAIT nodes and retry backoffs)."),
-    ("composer_partitions_created_total", Kind::Counter, "Monthly partitions created."),
-    ("composer_partitions_dropped_total", Kind::Counter, "Months of runs dropped past retention."),
-    ("composer_lease_takeovers_total", Kind::Counter, "Leases taken over from a worker whose lease had expired."),
-    ("composer_leases_lost_total", Kind::Counter, "Executions cancelled because their lease was lost."),
-    ("composer_tasks_executed_total", Kind::Counter, "Task executions started by workers, by node type."),
-    ("composer_max_deliveries_exceeded_total", Kind::Counter, "Messages failed after too many deliveries."),
-    ("composer_reclaimed_messages_total", Kind::Counter, "Stream messages reclaimed from stalled consumers."),
-    ("composer_outbox_backlog", Kind::Gauge, "Outbox rows not yet published (sampled)."),
-    ("composer_outbox_oldest_age_seconds", Kind::Gauge, "Age of the oldest outbox row (sampled)."),
-    ("composer_open_tasks", Kind::Gauge, "Tasks in an open state, by state (sampled)."),
-    ("composer_running_runs", Kind::Gauge, "Runs that are RUNNING (sampled)."),
-    ("composer_due_timers", Kind::Gauge, "WAITING tasks whose wake-up time has passed (sampled)."),
-];
+/// A metric we export: its name, type and help text. Every one is a constant
+/// below, so a call site cannot name a metric that [`render`] does not
+/// describe.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Metric {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+}
+
+/// Declares each metric as a constant, and [`ALL`] as the list of them.
+macro_rules! metrics {
+    ($($(#[$doc:meta])* $id:ident: $kind:ident, $name:literal, $help:literal;)*) => {
+        $($(#[$doc])* pub const $id: &Metric = &Metric { name: $name, kind: Kind::$kind, help: $help };)*
+        /// Every metric, in the order [`render`] writes them.
+        pub const ALL: &[&Metric] = &[$($id),*];
+    };
+}
+
+metrics! {
+    EVENTS: Counter, "composer_events_total",
+        "Events handled by the engine, by event and result (applied or the reason it was ignored).";
+    EVENT_DURATION: Histogram, "composer_event_duration_seconds",
+        "Time to handle one event: lock, state machine, write, commit.";
+    REPORT_DURATION: Histogram, "composer_report_duration_seconds",
+        "Time a coordinator spends on one worker report.";
+    RUNS_STARTED: Counter, "composer_runs_started_total", "Runs started.";
+    RUNS_FINISHED: Counter, "composer_runs_finished_total", "Runs that reached a terminal status, by status.";
+    DISPATCHES: Counter, "composer_dispatches_total", "Outbox rows published to Redis streams.";
+    OUTBOX_PUBLISH_FAILURES: Counter, "composer_outbox_publish_failures_total",
+        "Outbox batches that failed to publish (rows went to RETRY).";
+    RECOVERIES: Counter, "composer_recoveries_total",
+        "Tasks re-dispatched by the recovery sweeps, by kind (expired_lease, lost_dispatch).";
+    TIMERS_FIRED: Counter, "composer_timers_fired_total", "Timers fired (WAIT nodes and retry backoffs).";
+    PARTITIONS_CREATED: Counter, "composer_partitions_created_total", "Monthly partitions created.";
+    PARTITIONS_DROPPED: Counter, "composer_partitions_dropped_total", "Months of runs dropped past retention.";
+    LEASE_TAKEOVERS: Counter, "composer_lease_takeovers_total",
+        "Leases taken over from a worker whose lease had expired.";
+    LEASES_LOST: Counter, "composer_leases_lost_total", "Executions cancelled because their lease was lost.";
+    TASKS_EXECUTED: Counter, "composer_tasks_executed_total", "Task executions started by workers, by node type.";
+    MAX_DELIVERIES_EXCEEDED: Counter, "composer_max_deliveries_exceeded_total",
+        "Messages failed after too many deliveries.";
+    RECLAIMED_MESSAGES: Counter, "composer_reclaimed_messages_total",
+        "Stream messages reclaimed from stalled consumers.";
+    OUTBOX_BACKLOG: Gauge, "composer_outbox_backlog", "Outbox rows not yet published (sampled).";
+    OUTBOX_OLDEST_AGE: Gauge, "composer_outbox_oldest_age_seconds", "Age of the oldest outbox row (sampled).";
+    OPEN_TASKS: Gauge, "composer_open_tasks", "Tasks in an open state, by state (sampled).";
+    RUNNING_RUNS: Gauge, "composer_running_runs", "Runs that are RUNNING (sampled).";
+    DUE_TIMERS: Gauge, "composer_due_timers", "WAITING tasks whose wake-up time has passed (sampled).";
+}
 
 /// Upper bounds of histogram buckets, in seconds.
 const BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -82,24 +93,24 @@ fn labels(l: &[(&'static str, &str)]) -> Labels {
 }
 
 /// Adds `by` to a counter.
-pub fn inc(name: &'static str, l: &[(&'static str, &str)], by: u64) {
+pub fn inc(metric: &Metric, l: &[(&'static str, &str)], by: u64) {
     if let Ok(mut r) = REGISTRY.lock() {
-        *r.values.entry((name, labels(l))).or_insert(0.0) += by as f64;
+        *r.values.entry((metric.name, labels(l))).or_insert(0.0) += by as f64;
     }
 }
 
 /// Sets a gauge.
-pub fn set(name: &'static str, l: &[(&'static str, &str)], value: f64) {
+pub fn set(metric: &Metric, l: &[(&'static str, &str)], value: f64) {
     if let Ok(mut r) = REGISTRY.lock() {
-        r.values.insert((name, labels(l)), value);
+        r.values.insert((metric.name, labels(l)), value);
     }
 }
 
 /// Records one observation of a duration.
-pub fn observe(name: &'static str, l: &[(&'static str, &str)], d: Duration) {
+pub fn observe(metric: &Metric, l: &[(&'static str, &str)], d: Duration) {
     let secs = d.as_secs_f64();
     if let Ok(mut r) = REGISTRY.lock() {
-        let h = r.histograms.entry((name, labels(l))).or_default();
+        let h = r.histograms.entry((metric.name, labels(l))).or_default();
         for (i, bound) in BUCKETS.iter().enumerate() {
             if secs <= *bound {
                 h.counts[i] += 1;
@@ -111,8 +122,8 @@ pub fn observe(name: &'static str, l: &[(&'static str, &str)], d: Duration) {
 }
 
 /// The current value of a counter or gauge (for tests).
-pub fn value(name: &'static str, l: &[(&'static str, &str)]) -> f64 {
-    REGISTRY.lock().map(|r| r.values.get(&(name, labels(l))).copied().unwrap_or(0.0)).unwrap_or(0.0)
+pub fn value(metric: &Metric, l: &[(&'static str, &str)]) -> f64 {
+    REGISTRY.lock().map(|r| r.values.get(&(metric.name, labels(l))).copied().unwrap_or(0.0)).unwrap_or(0.0)
 }
 
 fn write_labels(out: &mut String, l: &Labels, extra: Option<(&str, String)>) {
@@ -136,7 +147,7 @@ fn write_labels(out: &mut String, l: &Labels, extra: Option<(&str, String)>) {
 pub fn render() -> String {
     let mut out = String::new();
     let Ok(r) = REGISTRY.lock() else { return out };
-    for (name, kind, help) in DESCRIPTORS {
+    for Metric { name, kind, help } in ALL.iter().copied() {
         let type_name = match kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
@@ -184,14 +195,29 @@ mod tests {
 
     #[test]
     fn renders_counters_gauges_and_histograms() {
-        inc("composer_events_total", &[("event", "TaskCompleted"), ("result", "applied")], 2);
-        set("composer_outbox_backlog", &[], 7.0);
-        observe("composer_event_duration_seconds", &[], Duration::from_millis(3));
+        inc(EVENTS, &[("event", "TaskCompleted"), ("result", "applied")], 2);
+        set(OUTBOX_BACKLOG, &[], 7.0);
+        observe(EVENT_DURATION, &[], Duration::from_millis(3));
         let text = render();
         assert!(text.contains("composer_events_total{event=\"TaskCompleted\",result=\"applied\"} 2"), "{text}");
         assert!(text.contains("composer_outbox_backlog 7"), "{text}");
         assert!(text.contains("composer_event_duration_seconds_bucket{le=\"0.005\"} 1"), "{text}");
         assert!(text.contains("composer_event_duration_seconds_bucket{le=\"0.001\"} 0"), "{text}");
         assert!(text.contains("# TYPE composer_event_duration_seconds histogram"));
+    }
+
+    #[test]
+    fn every_metric_is_described_once_under_a_composer_name() {
+        let text = render();
+        for m in ALL {
+            assert!(m.name.starts_with("composer_"), "{}", m.name);
+            assert_eq!(text.matches(&format!("# HELP {} ", m.name)).count(), 1, "{}", m.name);
+            let suffix_ok = match m.kind {
+                Kind::Counter => m.name.ends_with("_total"),
+                Kind::Histogram => m.name.ends_with("_seconds"),
+                Kind::Gauge => !m.name.ends_with("_total"),
+            };
+            assert!(suffix_ok, "{} does not follow the naming convention of a {:?}", m.name, m.kind);
+        }
     }
 }

@@ -4,24 +4,29 @@
 //!
 //! - [`migrations`]: versioned schema changes, applied under an advisory lock.
 //! - [`definitions`]: workflow definitions and their versions.
-//! - [`runs`]: runs and tasks — the engine's locked read and its set-based write.
+//! - [`runs`]: runs and tasks — their rows, the engine's locked read, the API's reads.
+//! - [`transitions`]: the engine's set-based write of a batch of transitions.
 //! - [`leases`]: the worker's lease on a task ([`leases::LeaseManager`]).
+//! - [`notifications`]: LISTEN/NOTIFY wake-ups.
 //! - [`outbox`]: the transactional outbox between commits and Redis.
 //! - [`timers`]: due WAITING tasks.
 //! - [`events`]: external events and their buffer.
 //! - [`partitions`]: monthly partitions ahead and retention behind.
+//! - [`stats`]: counts of open work for the metrics gauges.
 //! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 
 pub mod definitions;
-pub mod dispatch;
 pub mod events;
 pub mod leases;
 pub mod migrations;
+pub mod notifications;
 pub mod outbox;
 pub mod partitions;
 pub mod recovery;
 pub mod runs;
+pub mod stats;
 pub mod timers;
+pub mod transitions;
 
 use std::time::Duration;
 
@@ -38,6 +43,8 @@ pub enum Error {
     Config(String),
     #[error("inconsistent data: {0}")]
     Corrupt(String),
+    #[error("{0}")]
+    Closed(String),
 }
 
 impl Error {

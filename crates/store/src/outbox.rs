@@ -1,6 +1,11 @@
 //! The transactional outbox: rows committed with the state change that
 //! dispatched them, published to Redis afterwards.
 //!
+//! A row says which task and attempt to send and where (queue and shard);
+//! the message itself is the [`Dispatch`] built from the task row when the
+//! row is claimed, and the stream is named by the stream crate, so neither
+//! has a second copy here.
+//!
 //! Claiming uses `FOR UPDATE SKIP LOCKED`, so enqueuers on many coordinators
 //! take disjoint rows. A claim does not delete: it moves `next_attempt_at`
 //! forward by the claim timeout, so a row whose publisher crashed between
@@ -9,35 +14,75 @@
 
 use std::time::Duration;
 
-use crate::{Client, Result};
+use composer_core::definition::Node;
+use composer_core::machine;
+use composer_core::wire::Dispatch;
+use tokio_postgres::Row;
+use uuid::Uuid;
 
+use crate::{Client, Result, Transaction};
+
+/// A claimed row: where its message goes, and the message. `dispatch` is
+/// `None` when the task no longer exists (its month was dropped): the row is
+/// deleted like a published one.
 #[derive(Debug, Clone)]
-pub struct OutboxRow {
+pub struct Claimed {
     pub id: i64,
-    pub stream: String,
-    pub payload: String,
+    pub queue: String,
+    pub shard: i32,
     pub attempts: i32,
+    pub dispatch: Option<Dispatch>,
+}
+
+impl Claimed {
+    fn from_row(r: &Row) -> Result<Claimed> {
+        let dispatch = match r.try_get::<_, Option<String>>("node_id")? {
+            None => None,
+            Some(node_id) => Some(Dispatch {
+                task_id: r.try_get("task_id")?,
+                run_id: r.try_get("run_id")?,
+                workflow_id: r.try_get("workflow_definition_id")?,
+                workflow_version: r.try_get("workflow_version")?,
+                node_id,
+                node_type: r.try_get("node_type")?,
+                attempt: r.try_get("attempt")?,
+                input: r.try_get("input_json")?,
+            }),
+        };
+        Ok(Claimed {
+            id: r.try_get("id")?,
+            queue: r.try_get("queue")?,
+            shard: r.try_get("shard")?,
+            attempts: r.try_get("attempts")?,
+            dispatch,
+        })
+    }
 }
 
 /// Claims up to `limit` due rows for `claim_timeout`, deleting in the same
 /// commit the rows of the previous batch that were published (`published`).
-pub async fn claim(client: &Client, limit: i64, claim_timeout: Duration, published: &[i64]) -> Result<Vec<OutboxRow>> {
+/// The message is read from the task row as it is now; a task that moved to
+/// another attempt meanwhile gets a message its lease will refuse.
+pub async fn claim(client: &Client, limit: i64, claim_timeout: Duration, published: &[i64]) -> Result<Vec<Claimed>> {
     let stmt = client
         .prepare_cached(
-            "WITH published AS (DELETE FROM outbox WHERE id = ANY($3))
-             UPDATE outbox o
-                SET status = 'CLAIMED', claimed_at = now(), attempts = o.attempts + 1,
-                    next_attempt_at = now() + make_interval(secs => $2)
-              WHERE o.id IN (SELECT id FROM outbox WHERE next_attempt_at <= now() AND NOT (id = ANY($3))
-                              ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-          RETURNING o.id, o.stream, o.payload::text, o.attempts",
+            "WITH published AS (DELETE FROM outbox WHERE id = ANY($3)),
+                  claimed AS (
+                    UPDATE outbox o
+                       SET status = 'CLAIMED', attempts = o.attempts + 1,
+                           next_attempt_at = now() + make_interval(secs => $2)
+                     WHERE o.id IN (SELECT id FROM outbox WHERE next_attempt_at <= now() AND NOT (id = ANY($3))
+                                     ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+                 RETURNING o.id, o.run_id, o.task_id, o.queue, o.shard, o.attempt, o.attempts)
+             SELECT c.id, c.run_id, c.task_id, c.queue, c.shard, c.attempt, c.attempts,
+                    r.workflow_definition_id, r.workflow_version, t.node_id, t.node_type, t.input_json
+               FROM claimed c
+               LEFT JOIN task_instances t ON t.run_id = c.run_id AND t.id = c.task_id
+               LEFT JOIN workflow_runs r ON r.id = c.run_id",
         )
         .await?;
     let rows = client.query(&stmt, &[&limit, &claim_timeout.as_secs_f64(), &published]).await?;
-    Ok(rows
-        .iter()
-        .map(|r| OutboxRow { id: r.get(0), stream: r.get(1), payload: r.get(2), attempts: r.get(3) })
-        .collect())
+    rows.iter().map(Claimed::from_row).collect()
 }
 
 /// Deletes rows whose messages are on their streams.
@@ -52,10 +97,48 @@ pub async fn retry_later(client: &Client, ids: &[i64], max_backoff: Duration) ->
     let stmt = client
         .prepare_cached(
             "UPDATE outbox
-                SET status = 'RETRY', claimed_at = NULL,
+                SET status = 'RETRY',
                     next_attempt_at = now() + make_interval(secs => least(0.5 * power(2, least(attempts, 20) - 1), $2))
               WHERE id = ANY($1)",
         )
         .await?;
     Ok(client.execute(&stmt, &[&ids, &max_backoff.as_secs_f64()]).await?)
+}
+
+/// `INSERT INTO outbox` for the tasks a batch of transitions dispatches. The
+/// shard comes from `composer_shard`, the one place it is computed (the
+/// recovery sweeps use it too).
+#[derive(Default)]
+pub(crate) struct OutboxInserts<'a> {
+    run_id: Vec<Uuid>,
+    task_id: Vec<Uuid>,
+    queue: Vec<&'a str>,
+    attempt: Vec<i32>,
+}
+
+impl<'a> OutboxInserts<'a> {
+    pub(crate) fn push(&mut self, run_id: Uuid, node: &'a Node, t: &machine::Task) {
+        self.run_id.push(run_id);
+        self.task_id.push(t.id);
+        self.queue.push(node.dispatch_queue());
+        self.attempt.push(t.attempt);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.task_id.is_empty()
+    }
+
+    pub(crate) async fn execute(&self, tx: &Transaction<'_>, shards: i32) -> Result<u64> {
+        if self.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO outbox (run_id, task_id, queue, shard, attempt)
+                 SELECT u.run_id, u.task_id, u.queue, composer_shard(u.task_id, $1), u.attempt
+                   FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[]) AS u(run_id, task_id, queue, attempt)",
+            )
+            .await?;
+        Ok(tx.execute(&stmt, &[&shards, &self.run_id, &self.task_id, &self.queue, &self.attempt]).await?)
+    }
 }

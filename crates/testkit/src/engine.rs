@@ -102,7 +102,7 @@ impl Engine {
 
     pub fn coordinator_config(&self) -> composer_coord::Config {
         let mut c = composer_coord::Config::new(self.db.url.clone(), self.redis_url.clone());
-        c.redis_prefix = self.prefix.clone();
+        c.redis.prefix = self.prefix.clone();
         c.listen = "127.0.0.1:0".parse().expect("loopback address");
         c.stream_shards = 2;
         c.db_pool_size = 8;
@@ -130,14 +130,14 @@ impl Engine {
 
     pub fn worker_config(&self, id: &str, concurrency: usize) -> composer_worker::Config {
         let mut c = composer_worker::Config::new(self.db.url.clone(), self.redis_url.clone(), self.coordinator_urls());
-        c.id = format!("{id}-{}", &Uuid::now_v7().simple().to_string()[20..]);
-        c.redis_prefix = self.prefix.clone();
-        c.concurrency = concurrency;
-        c.lease_ttl = self.opts.lease_ttl;
-        c.block = Duration::from_millis(500);
-        c.db_pool_size = 4;
-        c.report_deadline = Duration::from_secs(10);
-        c.reclaim_interval = Duration::from_millis(300);
+        c.options.id = format!("{id}-{}", &Uuid::now_v7().simple().to_string()[20..]);
+        c.redis.prefix = self.prefix.clone();
+        c.options.concurrency = concurrency;
+        c.options.lease_ttl = self.opts.lease_ttl;
+        c.options.block = Duration::from_millis(500);
+        c.options.db_pool_size = 4;
+        c.options.report_deadline = Duration::from_secs(10);
+        c.options.reclaim_interval = Duration::from_millis(300);
         (self.opts.worker)(&mut c);
         c
     }

@@ -4,7 +4,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), composer_worker::Error> {
 //! use composer_worker::{Config, Worker, TaskError};
-//! let mut worker = Worker::new(Config::new("postgres://…", "redis://…", vec!["http://127.0.0.1:8080".into()]));
+//! let mut worker = Worker::new(Config::from_env()?);
 //! worker.handle("resize-image", |_ctx, input| async move {
 //!     let width = input["width"].as_u64().ok_or_else(|| TaskError::fatal("width is required"))?;
 //!     Ok(serde_json::json!({"resized_to": width / 2}))
@@ -18,6 +18,7 @@
 //! A lost lease cancels the execution and discards its result; a report that
 //! cannot be delivered leaves the message unacknowledged for redelivery.
 
+mod config;
 mod http;
 mod report;
 mod runtime;
@@ -26,13 +27,13 @@ pub mod secrets;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+pub use config::{Config, Options};
 pub use runtime::Stats;
 
 #[derive(Debug, thiserror::Error)]
@@ -42,66 +43,7 @@ pub enum Error {
     #[error(transparent)]
     Stream(#[from] composer_stream::Error),
     #[error("invalid worker configuration: {0}")]
-    Config(String),
-}
-
-/// How a worker connects and behaves.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Lease owner and consumer name; unique per worker process.
-    pub id: String,
-    pub database_url: String,
-    pub redis_url: String,
-    pub redis_prefix: String,
-    pub coordinator_urls: Vec<String>,
-    pub worker_token: Option<String>,
-    /// Queues to read; by default the queues of the registered node types.
-    pub queues: Option<Vec<String>>,
-    /// Tasks executed at once.
-    pub concurrency: usize,
-    pub lease_ttl: Duration,
-    /// How long one XREADGROUP blocks when there is nothing to do.
-    pub block: Duration,
-    pub db_pool_size: usize,
-    /// Largest HTTP response body an HTTP node accepts.
-    pub max_payload: usize,
-    /// How long a report is retried across coordinators before the message
-    /// is left for redelivery.
-    pub report_deadline: Duration,
-    /// A message delivered more often than this is reported FAILED ("max
-    /// deliveries exceeded") instead of being run again.
-    pub max_deliveries: u64,
-    /// How often stalled messages (idle longer than the lease TTL) are reclaimed.
-    pub reclaim_interval: Duration,
-}
-
-impl Config {
-    pub fn new(database_url: impl Into<String>, redis_url: impl Into<String>, coordinator_urls: Vec<String>) -> Config {
-        Config {
-            id: default_worker_id(),
-            database_url: database_url.into(),
-            redis_url: redis_url.into(),
-            redis_prefix: "composer:".into(),
-            coordinator_urls,
-            worker_token: None,
-            queues: None,
-            concurrency: 32,
-            lease_ttl: Duration::from_secs(30),
-            block: Duration::from_secs(2),
-            db_pool_size: 8,
-            max_payload: 1024 * 1024,
-            report_deadline: Duration::from_secs(60),
-            max_deliveries: 5,
-            reclaim_interval: Duration::from_secs(10),
-        }
-    }
-}
-
-fn default_worker_id() -> String {
-    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
-    let host = host.trim();
-    let short = Uuid::now_v7().simple().to_string();
-    format!("{}-{}-{}", if host.is_empty() { "worker" } else { host }, std::process::id(), &short[short.len() - 6..])
+    Config(#[from] composer_core::config::ConfigError),
 }
 
 /// What a handler knows about the task it runs.
@@ -164,7 +106,7 @@ impl Worker {
         F: Fn(TaskContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, TaskError>> + Send + 'static,
     {
-        let queue = node_type.to_ascii_lowercase();
+        let queue = composer_core::wire::default_queue(node_type);
         self.handle_on_queue(node_type, &queue, handler)
     }
 
@@ -180,7 +122,7 @@ impl Worker {
     }
 
     pub fn id(&self) -> &str {
-        &self.config.id
+        &self.config.options.id
     }
 
     /// Runs until `shutdown`, then stops reading, lets in-flight tasks finish

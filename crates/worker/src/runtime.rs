@@ -67,29 +67,25 @@ struct Ctx {
 
 pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> Result<(), Error> {
     let Worker { config, handlers } = worker;
-    if config.coordinator_urls.is_empty() {
-        return Err(Error::Config("no coordinator URLs (COMPOSER_COORDINATOR_URLS)".into()));
-    }
-    if config.concurrency == 0 {
-        return Err(Error::Config("concurrency must be at least 1".into()));
-    }
-    let queues: BTreeSet<String> = match &config.queues {
-        Some(q) => q.iter().cloned().collect(),
-        None => handlers.values().map(|r| r.queue.clone()).collect(),
+    let config = config.validated()?;
+    let o = &config.options;
+    let queues: BTreeSet<String> = match o.queues.is_empty() {
+        false => o.queues.iter().cloned().collect(),
+        true => handlers.values().map(|r| r.queue.clone()).collect(),
     };
-    let pool = composer_store::connect(&config.database_url, config.db_pool_size, Duration::from_secs(5))?;
-    let streams = Streams::connect(&config.redis_url, Keys::new(config.redis_prefix.clone())).await?;
+    let pool = composer_store::connect(&config.database.url, o.db_pool_size, Duration::from_secs(5))?;
+    let streams = Streams::connect(&config.redis.url, Keys::new(config.redis.prefix.clone())).await?;
     let ctx = Arc::new(Ctx {
-        id: config.id.clone(),
-        lease_ttl: config.lease_ttl,
-        report_deadline: config.report_deadline,
-        max_deliveries: config.max_deliveries,
+        id: o.id.clone(),
+        lease_ttl: o.lease_ttl,
+        report_deadline: o.report_deadline,
+        max_deliveries: o.max_deliveries,
         leases: LeaseManager::new(pool),
         streams: streams.clone(),
-        reporter: Reporter::new(config.coordinator_urls.clone(), config.worker_token.clone()),
+        reporter: Reporter::new(o.coordinator_urls.clone(), config.worker_token.clone()),
         handlers: handlers.into_iter().map(|(t, r)| (t, r.handler)).collect(),
         stats,
-        permits: Arc::new(Semaphore::new(config.concurrency)),
+        permits: Arc::new(Semaphore::new(o.concurrency)),
         tracker: TaskTracker::new(),
     });
 
@@ -99,9 +95,23 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         .flat_map(|q| (0..shards).map(move |s| (q, s)))
         .map(|(q, s)| streams.keys().stream(q, s))
         .collect();
-    tracing::info!(worker = %ctx.id, queues = ?queues, shards, concurrency = config.concurrency, "worker started");
+    tracing::info!(worker = %ctx.id, queues = ?queues, shards, concurrency = o.concurrency, "worker started");
 
-    let reclaimer = tokio::spawn(reclaim_loop(ctx.clone(), names.clone(), config.reclaim_interval, shutdown.clone()));
+    let reclaimer = tokio::spawn(reclaim_loop(ctx.clone(), names.clone(), o.reclaim_interval, shutdown.clone()));
+    read_loop(&ctx, &names, o.block, &shutdown).await;
+    let _ = reclaimer.await;
+    // Graceful: no new reads; let in-flight tasks finish and report, within a lease TTL.
+    ctx.tracker.close();
+    if tokio::time::timeout(o.lease_ttl, ctx.tracker.wait()).await.is_err() {
+        tracing::warn!("in-flight tasks did not finish in time; their leases will expire and they will be retried");
+    }
+    tracing::info!(worker = %ctx.id, "worker stopped");
+    Ok(())
+}
+
+/// Reads new messages while a slot is free, until `shutdown`, reconnecting
+/// (and re-creating consumer groups) as needed.
+async fn read_loop(ctx: &Arc<Ctx>, names: &[String], block: Duration, shutdown: &CancellationToken) {
     let mut consumer = None;
     let mut backoff = Duration::from_millis(100);
     while !shutdown.is_cancelled() {
@@ -110,21 +120,21 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         // the same capacity while this read blocks.
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            p = ctx.permits.acquire() => drop(p.expect("semaphore is never closed")),
+            p = ctx.permits.acquire() => drop(p),
         }
         let free = ctx.permits.available_permits().max(1);
-        if consumer.is_none() {
-            match connect_consumer(&streams, &ctx.id, config.block, &names).await {
-                Ok(c) => consumer = Some(c),
+        let reader = match &mut consumer {
+            Some(c) => c,
+            None => match connect_consumer(&ctx.streams, &ctx.id, block, names).await {
+                Ok(c) => consumer.insert(c),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read task streams; retrying");
-                    sleep_or_shutdown(&shutdown, &mut backoff).await;
+                    sleep_or_shutdown(shutdown, &mut backoff).await;
                     continue;
                 }
-            }
-        }
-        let reader = consumer.as_mut().expect("consumer connected above");
-        match reader.read(&names, free).await {
+            },
+        };
+        match reader.read(names, free).await {
             Ok(messages) => {
                 backoff = Duration::from_millis(100);
                 if !messages.is_empty() {
@@ -138,18 +148,10 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
             Err(e) => {
                 tracing::warn!(error = %e, "reading task streams failed; reconnecting");
                 consumer = None;
-                sleep_or_shutdown(&shutdown, &mut backoff).await;
+                sleep_or_shutdown(shutdown, &mut backoff).await;
             }
         }
     }
-    let _ = reclaimer.await;
-    // Graceful: no new reads; let in-flight tasks finish and report, within a lease TTL.
-    ctx.tracker.close();
-    if tokio::time::timeout(config.lease_ttl, ctx.tracker.wait()).await.is_err() {
-        tracing::warn!("in-flight tasks did not finish in time; their leases will expire and they will be retried");
-    }
-    tracing::info!(worker = %ctx.id, "worker stopped");
-    Ok(())
 }
 
 /// Takes over messages idle for longer than the lease TTL — their consumer
@@ -188,7 +190,7 @@ async fn reclaim_loop(ctx: Arc<Ctx>, names: Vec<String>, interval: Duration, shu
                 }
             };
             for (msg, deliveries) in claimed {
-                composer_metrics::inc("composer_reclaimed_messages_total", &[], 1);
+                composer_metrics::inc(composer_metrics::RECLAIMED_MESSAGES, &[], 1);
                 if deliveries > ctx.max_deliveries {
                     ctx.tracker.spawn(give_up(ctx.clone(), msg, deliveries));
                     continue;
@@ -209,7 +211,7 @@ async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
     if !ctx.handlers.contains_key(&d.node_type) {
         return;
     }
-    composer_metrics::inc("composer_max_deliveries_exceeded_total", &[], 1);
+    composer_metrics::inc(composer_metrics::MAX_DELIVERIES_EXCEEDED, &[], 1);
     tracing::error!(run_id = %d.run_id, task_id = %d.task_id, deliveries, "max deliveries exceeded; reporting the attempt failed");
     let report = TaskReport {
         run_id: d.run_id,
@@ -303,7 +305,7 @@ async fn take(ctx: Arc<Ctx>, messages: Vec<Message>) {
         match granted.get(&d.task_id) {
             Some(how) if started.insert(d.task_id) => {
                 if *how == Acquired::TakenOver {
-                    composer_metrics::inc("composer_lease_takeovers_total", &[], 1);
+                    composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
                 }
                 let span = task_span(&d);
                 ctx.tracker.spawn(execute(ctx.clone(), msg, d).instrument(span));
@@ -328,7 +330,7 @@ async fn process(ctx: Arc<Ctx>, msg: Message) {
     match ctx.leases.acquire(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
         Ok(Acquired::Granted) => {}
         Ok(Acquired::TakenOver) => {
-            composer_metrics::inc("composer_lease_takeovers_total", &[], 1);
+            composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
             tracing::info!(task_id = %d.task_id, "took over the lease of a worker that stopped renewing");
         }
         Ok(Acquired::Denied) => {
@@ -350,7 +352,7 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
     let Ok(_slot) = ctx.permits.clone().acquire_owned().await else { return };
     let Some(handler) = ctx.handlers.get(&dispatch.node_type).cloned() else { return };
     ctx.stats.0.executed.fetch_add(1, Ordering::Relaxed);
-    composer_metrics::inc("composer_tasks_executed_total", &[("node_type", dispatch.node_type.as_str())], 1);
+    composer_metrics::inc(composer_metrics::TASKS_EXECUTED, &[("node_type", dispatch.node_type.as_str())], 1);
 
     let lost = CancellationToken::new();
     let done = CancellationToken::new();
@@ -390,7 +392,7 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         done.cancel();
         let _ = renewer.await;
         ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);
-        composer_metrics::inc("composer_leases_lost_total", &[], 1);
+        composer_metrics::inc(composer_metrics::LEASES_LOST, &[], 1);
         tracing::warn!("lease lost; execution cancelled and its result discarded");
         ack(&ctx, &msg).await;
         return;

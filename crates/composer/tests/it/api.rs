@@ -112,10 +112,10 @@ async fn tokens_guard_the_api_and_the_internal_endpoints() {
 async fn a_coordinator_refuses_to_listen_openly_without_tokens() {
     let mut c = composer_coord::Config::new("postgres://unused", "redis://unused");
     c.listen = "0.0.0.0:0".parse().unwrap();
-    let err = c.validate().unwrap_err().to_string();
+    let err = c.clone().validated().unwrap_err().to_string();
     assert!(err.contains("COMPOSER_API_TOKEN") && err.contains("COMPOSER_ALLOW_NO_AUTH"), "{err}");
     c.allow_no_auth = true;
-    assert!(c.validate().is_ok());
+    assert!(c.validated().is_ok());
 }
 
 #[tokio::test]

@@ -81,7 +81,7 @@ async fn outbox_is_woken_by_notify() {
     publisher.outbox_poll_interval = Duration::from_secs(60);
     e.start_coordinator_with(publisher).await;
     let mut cfg = e.worker_config("w1", 2);
-    cfg.coordinator_urls = vec![e.url()];
+    cfg.options.coordinator_urls = vec![e.url()];
     e.spawn_worker(Worker::new(cfg));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -196,7 +196,8 @@ async fn crash_after_xadd_before_delete_publishes_again_and_the_lease_drops_the_
     let rows = composer_store::outbox::claim(&client, 10, Duration::from_secs(1), &[]).await.unwrap();
     assert_eq!(rows.len(), 1);
     let streams = Streams::connect(&e.redis_url, Keys::new(e.prefix.clone())).await.unwrap();
-    streams.publish(&[(rows[0].stream.as_str(), rows[0].payload.as_str())]).await.unwrap();
+    let messages = composer_coord::outbox::messages(streams.keys(), &rows).unwrap();
+    streams.publish(&[(messages[0].0.as_str(), messages[0].1.as_str())]).await.unwrap();
 
     let mut publisher = e.coordinator_config();
     publisher.outbox_claim_timeout = Duration::from_secs(1);
@@ -240,7 +241,7 @@ async fn redis_restarted_without_persistence_loses_no_run() {
         assert_eq!(run["status"], "SUCCEEDED", "{run}");
     }
     assert_eq!(http.calls("/ok/lost"), 5);
-    assert!(composer_metrics::value("composer_recoveries_total", &[("kind", "lost_dispatch")]) >= 5.0);
+    assert!(composer_metrics::value(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")]) >= 5.0);
     e.stop().await;
     drop(redis);
     let _ = std::fs::remove_dir_all(dir);
@@ -324,7 +325,7 @@ async fn a_message_that_keeps_crashing_workers_fails_after_max_deliveries_and_is
     let mut e = Engine::with(EngineOptions {
         workers: 0,
         lease_ttl: Duration::from_secs(1),
-        worker: |w| w.max_deliveries = 2,
+        worker: |w| w.options.max_deliveries = 2,
         ..Default::default()
     })
     .await;
@@ -416,11 +417,11 @@ async fn two_coordinators_running_recovery_at_once_claim_disjoint_tasks() {
         .await
         .unwrap();
     }
-    let d = e.coordinators[0].shared.engine.dispatch_config().clone();
+    let shards = e.coordinators[0].shared.engine.shards();
     let (ca, cb) = (pool_a.get().await.unwrap(), pool_b.get().await.unwrap());
     let (a, b) = tokio::join!(
-        composer_store::recovery::requeue_expired_leases(&ca, &d),
-        composer_store::recovery::requeue_expired_leases(&cb, &d)
+        composer_store::recovery::requeue_expired_leases(&ca, shards),
+        composer_store::recovery::requeue_expired_leases(&cb, shards)
     );
     assert_eq!(a.unwrap() + b.unwrap(), 40, "every expired task is claimed exactly once");
     let row = ca.query_one("SELECT count(*), count(DISTINCT task_id) FROM outbox", &[]).await.unwrap();

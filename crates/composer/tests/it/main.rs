@@ -7,3 +7,4 @@ mod failures;
 mod flow;
 mod leases;
 mod processes;
+mod wire;

@@ -269,11 +269,11 @@ async fn a_coordinator_crash_mid_event_rolls_back_and_the_message_is_reclaimed()
     locker.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.unwrap();
 
     let mut cfg = composer_worker::Config::new(db.url.clone(), redis.clone(), vec![url.clone()]);
-    cfg.redis_prefix = prefix.clone();
-    cfg.lease_ttl = Duration::from_secs(2);
-    cfg.report_deadline = Duration::from_secs(1);
-    cfg.reclaim_interval = Duration::from_millis(300);
-    cfg.block = Duration::from_millis(500);
+    cfg.redis.prefix = prefix.clone();
+    cfg.options.lease_ttl = Duration::from_secs(2);
+    cfg.options.report_deadline = Duration::from_secs(1);
+    cfg.options.reclaim_interval = Duration::from_millis(300);
+    cfg.options.block = Duration::from_millis(500);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let stats = composer_worker::Stats::default();
     let worker = tokio::spawn(composer_worker::Worker::new(cfg).run_with_stats(shutdown.clone(), stats.clone()));
@@ -467,4 +467,63 @@ async fn a_secret_reaches_the_target_and_nothing_else() {
         assert!(!text.contains(SECRET), "{log} must not contain the secret");
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--api-token` on the command line protects the API, for the coordinator
+/// and for `dev` alike (both once read only the environment variable, so an
+/// open listener was refused "without COMPOSER_API_TOKEN" while the flag was
+/// given, and a loopback one ran without a token).
+#[tokio::test]
+async fn the_api_token_flag_protects_the_api_of_coordinator_and_dev() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let dir = composer_embedded::temp_dir("token-flag").expect("temp dir");
+    for role in ["coordinator", "dev"] {
+        let addr_file = dir.join(format!("{role}.addr"));
+        let mut cmd = composer(&[
+            role,
+            "--database-url",
+            &db.url,
+            "--redis-url",
+            &redis,
+            "--redis-prefix",
+            &unique_prefix(),
+            "--listen",
+            "0.0.0.0:0",
+            "--api-token",
+            "api-secret",
+            "--worker-token",
+            "worker-secret",
+            "--addr-file",
+            addr_file.to_str().expect("utf-8 path"),
+        ]);
+        let mut proc = Proc::spawn(&mut cmd);
+        let url = wait_for_file(&addr_file, Duration::from_secs(30)).await.replace("0.0.0.0", "127.0.0.1");
+        let http = reqwest::Client::new();
+        let without = http.get(format!("{url}/v1/workflows")).send().await.expect("GET");
+        assert_eq!(without.status().as_u16(), 401, "{role} without a token");
+        let with = http.get(format!("{url}/v1/workflows")).bearer_auth("api-secret").send().await.expect("GET");
+        assert_eq!(with.status().as_u16(), 200, "{role} with the flag's token");
+        assert!(proc.terminate(Duration::from_secs(20)).success(), "{role} exits cleanly");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A bad value from the environment names the variable it came from, also
+/// when the variable is not the flag's name in upper case.
+#[test]
+fn a_bad_value_from_the_environment_names_its_variable() {
+    let out = composer(&["worker"]).env("COMPOSER_WORKER_CONCURRENCY", "abc").output().expect("running composer");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("COMPOSER_WORKER_CONCURRENCY"), "{stderr}");
+}
+
+/// A missing setting names both the flag and the variable.
+#[test]
+fn a_missing_database_url_names_flag_and_variable() {
+    let out = composer(&["coordinator"]).output().expect("running composer");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--database-url (COMPOSER_DATABASE_URL) is not set"), "{stderr}");
 }

@@ -105,7 +105,7 @@ fn duplicate_late_and_stale_reports_are_ignored() {
     assert!(s.apply(done.clone()).ignored.is_none());
     let again = s.apply(done);
     assert_eq!(again.ignored.as_deref(), Some("task is already COMPLETED"));
-    assert_eq!(again.history[0].kind, "EventIgnored");
+    assert_eq!(again.history[0].kind, HistoryKind::EventIgnored);
     let stale = s.apply(Event::TaskCompleted { task_id: a.id, attempt: 7, output: json!(2) });
     assert!(stale.ignored.unwrap().contains("stale"));
     let stranger = s.apply(Event::TaskFailed { task_id: Uuid::nil(), attempt: 1, error: "x".into(), retryable: false });

@@ -1,0 +1,199 @@
+//! The coordinator's configuration: every flag, its `COMPOSER_*` variable and
+//! its default, written once here and flattened into the `composer
+//! coordinator` and `composer dev` commands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use composer_core::config::{defaults, non_empty, ConfigError, DatabaseArgs, RedisArgs, DEFAULT_MAX_PAYLOAD};
+
+fn duration(s: &str) -> Result<Duration, String> {
+    composer_core::duration::parse(s)
+}
+
+/// Everything a coordinator needs to run. Defaults are the seed's values.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Config {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// Address the API listens on (port 0 picks a free one).
+    #[arg(long, env = "COMPOSER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Write the bound API URL to this file once listening (for scripts and tests).
+    #[arg(long, env = "COMPOSER_ADDR_FILE")]
+    pub addr_file: Option<PathBuf>,
+    /// Bearer token callers must present on `/v1`.
+    #[arg(long, env = "COMPOSER_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+    /// Bearer token workers must present on `/internal`.
+    #[arg(long, env = "COMPOSER_WORKER_TOKEN", hide_env_values = true)]
+    pub worker_token: Option<String>,
+    /// Allow listening beyond loopback without tokens.
+    #[arg(long, env = "COMPOSER_ALLOW_NO_AUTH", default_value_t = false)]
+    pub allow_no_auth: bool,
+    /// Shards per queue stream.
+    #[arg(long, env = "COMPOSER_STREAM_SHARDS", default_value_t = 4)]
+    pub stream_shards: u32,
+    /// PostgreSQL connections per coordinator.
+    #[arg(long, env = "COMPOSER_DB_POOL_SIZE", default_value_t = 16)]
+    pub db_pool_size: usize,
+    /// How long a request waits for a database connection before a 503.
+    #[arg(long, env = "COMPOSER_DB_TIMEOUT", default_value = "5s", value_parser = duration)]
+    pub db_timeout: Duration,
+    /// Whether this coordinator publishes the outbox (an API-only replica may not).
+    #[arg(skip = true)]
+    pub run_outbox: bool,
+    /// Outbox poll interval (the fallback to LISTEN/NOTIFY).
+    #[arg(long, env = "COMPOSER_OUTBOX_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub outbox_poll_interval: Duration,
+    /// How long a claimed outbox row waits before it is published again.
+    #[arg(long, env = "COMPOSER_OUTBOX_CLAIM_TIMEOUT", default_value = "2m", value_parser = duration)]
+    pub outbox_claim_timeout: Duration,
+    #[arg(skip = 256)]
+    pub outbox_batch: i64,
+    /// How often due timers are fired.
+    #[arg(long, env = "COMPOSER_TIMER_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub timer_interval: Duration,
+    #[arg(skip = 512)]
+    pub timer_batch: i64,
+    /// How often the recovery sweeps (expired leases, lost dispatches) run.
+    #[arg(long, env = "COMPOSER_RECOVERY_INTERVAL", default_value = "30s", value_parser = duration)]
+    pub recovery_interval: Duration,
+    /// A PENDING task without an outbox row for this long is dispatched again.
+    #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = duration)]
+    pub lost_dispatch_age: Duration,
+    /// How often partitions are created ahead and expired.
+    #[arg(long, env = "COMPOSER_PARTITION_INTERVAL", default_value = "6h", value_parser = duration)]
+    pub partition_interval: Duration,
+    /// Monthly partitions kept ready ahead.
+    #[arg(long, env = "COMPOSER_PARTITION_MONTHS_AHEAD", default_value_t = 3)]
+    pub partition_months_ahead: i32,
+    /// Drop whole months of runs older than this many days (0 keeps everything).
+    #[arg(long, env = "COMPOSER_RETENTION_DAYS", default_value_t = 0)]
+    pub retention_days: u32,
+    /// How often the metrics gauges are sampled.
+    #[arg(long, env = "COMPOSER_METRICS_INTERVAL", default_value = "15s", value_parser = duration)]
+    pub metrics_interval: Duration,
+    /// Largest run input, step output or event payload, in bytes.
+    #[arg(long, env = "COMPOSER_MAX_PAYLOAD", default_value_t = DEFAULT_MAX_PAYLOAD)]
+    pub max_payload: usize,
+    /// How long an event nobody waits for yet is kept for a waiter.
+    #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = duration)]
+    pub event_retention: Duration,
+    /// Transactions applying batches of events at once, per coordinator.
+    #[arg(long, env = "COMPOSER_ENGINE_WORKERS", default_value_t = 2)]
+    pub engine_workers: usize,
+}
+
+impl Config {
+    /// The defaults, on the given services.
+    pub fn new(database_url: impl Into<String>, redis_url: impl Into<String>) -> Config {
+        let mut c: Config = defaults();
+        c.database.url = database_url.into();
+        c.redis.url = redis_url.into();
+        c
+    }
+
+    /// Checks the configuration and normalizes it (a blank token is no
+    /// token), or names the flag and variable of the first value that is
+    /// unsafe or cannot work.
+    pub fn validated(mut self) -> Result<Config, ConfigError> {
+        self.database.required()?;
+        self.redis.required()?;
+        self.api_token = non_empty(&self.api_token);
+        self.worker_token = non_empty(&self.worker_token);
+        for (flag, env, d) in [
+            ("--outbox-poll-interval", "COMPOSER_OUTBOX_POLL_INTERVAL", self.outbox_poll_interval),
+            ("--timer-interval", "COMPOSER_TIMER_INTERVAL", self.timer_interval),
+            ("--recovery-interval", "COMPOSER_RECOVERY_INTERVAL", self.recovery_interval),
+            ("--partition-interval", "COMPOSER_PARTITION_INTERVAL", self.partition_interval),
+            ("--metrics-interval", "COMPOSER_METRICS_INTERVAL", self.metrics_interval),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::new(flag, env, "must be greater than zero"));
+            }
+        }
+        if !(1..=120).contains(&self.partition_months_ahead) {
+            return Err(ConfigError::new(
+                "--partition-months-ahead",
+                "COMPOSER_PARTITION_MONTHS_AHEAD",
+                format!("must be between 1 and 120, got {}", self.partition_months_ahead),
+            ));
+        }
+        if !(1..=1024).contains(&self.stream_shards) {
+            return Err(ConfigError::new(
+                "--stream-shards",
+                "COMPOSER_STREAM_SHARDS",
+                format!("must be between 1 and 1024, got {}", self.stream_shards),
+            ));
+        }
+        if self.db_pool_size == 0 {
+            return Err(ConfigError::new("--db-pool-size", "COMPOSER_DB_POOL_SIZE", "must be at least 1"));
+        }
+        if self.engine_workers == 0 {
+            return Err(ConfigError::new("--engine-workers", "COMPOSER_ENGINE_WORKERS", "must be at least 1"));
+        }
+        let open = !self.listen.ip().is_loopback();
+        let no_tokens = self.api_token.is_none() || self.worker_token.is_none();
+        if open && no_tokens && !self.allow_no_auth {
+            return Err(ConfigError::new(
+                "--api-token",
+                "COMPOSER_API_TOKEN",
+                format!(
+                    "and --worker-token (COMPOSER_WORKER_TOKEN) must both be set to listen on {}; \
+                     or pass --allow-no-auth (COMPOSER_ALLOW_NO_AUTH=true) to run unauthenticated",
+                    self.listen
+                ),
+            ));
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = Config::new("postgres://db", "redis://r");
+        assert_eq!(c.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(c.redis.prefix, "composer:");
+        assert_eq!(c.stream_shards, 4);
+        assert_eq!(c.recovery_interval, Duration::from_secs(30));
+        assert_eq!(c.lost_dispatch_age, Duration::from_secs(600));
+        assert_eq!(c.max_payload, 1024 * 1024);
+        assert!(c.run_outbox);
+        assert_eq!(c.outbox_batch, 256);
+        assert!(c.api_token.is_none());
+    }
+
+    #[test]
+    fn an_open_listener_without_tokens_is_refused_naming_the_flags() {
+        let mut c = Config::new("postgres://db", "redis://r");
+        c.listen = SocketAddr::from(([0, 0, 0, 0], 8080));
+        c.api_token = Some("a".into());
+        let e = c.clone().validated().unwrap_err();
+        assert!(e.to_string().contains("--worker-token (COMPOSER_WORKER_TOKEN)"), "{e}");
+        c.worker_token = Some("w".into());
+        assert!(c.validated().is_ok());
+    }
+
+    #[test]
+    fn a_blank_token_is_no_token() {
+        let mut c = Config::new("postgres://db", "redis://r");
+        c.api_token = Some("  ".into());
+        assert_eq!(c.validated().unwrap().api_token, None);
+    }
+
+    #[test]
+    fn zero_shards_names_the_flag() {
+        let mut c = Config::new("postgres://db", "redis://r");
+        c.stream_shards = 0;
+        let e = c.validated().unwrap_err();
+        assert_eq!((e.flag, e.env), ("--stream-shards", "COMPOSER_STREAM_SHARDS"));
+    }
+}

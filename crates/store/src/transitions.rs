@@ -1,0 +1,301 @@
+//! The engine's write: what the transitions of a batch of runs changed, as
+//! one set-based statement per table, pipelined in one round trip inside the
+//! caller's transaction (which holds the runs' locks).
+//!
+//! Each statement has a builder that owns its columns: the vectors it binds,
+//! the `push` that fills them from the state machine's types, and its SQL.
+//! Adding a column to a table means changing one builder.
+
+use chrono::{DateTime, Utc};
+use composer_core::definition::{Node, Workflow};
+use composer_core::machine::{self, HistoryEntry, TaskState, Transition};
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use crate::outbox::OutboxInserts;
+use crate::{Result, Transaction};
+
+/// Channel notified when a commit adds outbox rows.
+pub const OUTBOX_CHANNEL: &str = "composer_outbox";
+/// Channel notified with a run id when that run reaches a terminal status.
+pub const RUN_DONE_CHANNEL: &str = "composer_run_done";
+
+/// One run's changes, for [`write_transitions`].
+pub struct Change<'a> {
+    pub wf: &'a Workflow,
+    pub run: &'a machine::Run,
+    pub tr: &'a Transition,
+}
+
+/// Writes what transitions of any number of runs changed: the runs, new and
+/// changed tasks, outbox rows for dispatches, history, and notifications.
+/// Nothing is visible until the caller commits. `shards` is the stream shard
+/// count; `notify_outbox` sends NOTIFY for new outbox rows (needed when no
+/// enqueuer runs in this process).
+pub async fn write_transitions(
+    tx: &Transaction<'_>,
+    changes: &[Change<'_>],
+    shards: i32,
+    notify_outbox: bool,
+) -> Result<()> {
+    let mut runs = RunUpdates::default();
+    let mut new_tasks = TaskInserts::default();
+    let mut changed_tasks = TaskUpdates::default();
+    let mut outbox = OutboxInserts::default();
+    let mut history = HistoryInserts::default();
+    let mut notify = Notifications::default();
+    for Change { wf, run, tr } in changes {
+        if tr.run_changed {
+            runs.push(run);
+            if run.status.is_terminal() {
+                notify.push(RUN_DONE_CHANNEL, run.id.to_string());
+            }
+        }
+        for &i in &tr.created {
+            new_tasks.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
+        }
+        for &i in &tr.updated {
+            changed_tasks.push(run.id, &run.tasks[i]);
+        }
+        // A task dispatched and finished within one batch is not sent.
+        for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
+            outbox.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
+        }
+        for h in &tr.history {
+            history.push(run.id, h);
+        }
+    }
+    if notify_outbox && !outbox.is_empty() {
+        notify.push(OUTBOX_CHANNEL, String::new());
+    }
+    tokio::try_join!(
+        runs.execute(tx),
+        new_tasks.execute(tx),
+        changed_tasks.execute(tx),
+        outbox.execute(tx, shards),
+        history.execute(tx),
+        notify.execute(tx),
+    )?;
+    Ok(())
+}
+
+/// `UPDATE workflow_runs` for runs whose status, output or error changed.
+#[derive(Default)]
+struct RunUpdates<'a> {
+    id: Vec<Uuid>,
+    status: Vec<&'static str>,
+    output: Vec<Option<&'a Value>>,
+    error: Vec<Option<&'a str>>,
+}
+
+impl<'a> RunUpdates<'a> {
+    fn push(&mut self, run: &'a machine::Run) {
+        self.id.push(run.id);
+        self.status.push(run.status.as_str());
+        self.output.push(run.output.as_ref());
+        self.error.push(run.error.as_deref());
+    }
+
+    async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
+        if self.id.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE workflow_runs r
+                    SET status = u.status, output = u.output, error = u.error, updated_at = now(),
+                        finished_at = CASE WHEN u.status = 'RUNNING' THEN NULL ELSE now() END
+                   FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[]) AS u(id, status, output, error)
+                  WHERE r.id = u.id",
+            )
+            .await?;
+        Ok(tx.execute(&stmt, &[&self.id, &self.status, &self.output, &self.error]).await?)
+    }
+}
+
+/// `INSERT INTO task_instances` for tasks a transition created.
+#[derive(Default)]
+struct TaskInserts<'a> {
+    run_id: Vec<Uuid>,
+    id: Vec<Uuid>,
+    node_id: Vec<&'a str>,
+    node_type: Vec<&'a str>,
+    queue: Vec<Option<&'a str>>,
+    state: Vec<&'static str>,
+    attempt: Vec<i32>,
+    input: Vec<&'a Value>,
+    wake_at: Vec<Option<DateTime<Utc>>>,
+    finished_at: Vec<Option<DateTime<Utc>>>,
+    output: Vec<Option<&'a Value>>,
+    error: Vec<Option<&'a str>>,
+    event_name: Vec<Option<&'a str>>,
+    event_key: Vec<Option<&'a str>>,
+}
+
+impl<'a> TaskInserts<'a> {
+    fn push(&mut self, run_id: Uuid, node: &'a Node, t: &'a machine::Task) {
+        self.run_id.push(run_id);
+        self.id.push(t.id);
+        self.node_id.push(&node.id);
+        self.node_type.push(&node.node_type);
+        self.queue.push(node.queue.as_deref());
+        self.state.push(t.state.as_str());
+        self.attempt.push(t.attempt);
+        self.input.push(&t.input);
+        self.wake_at.push(t.wake_at);
+        self.finished_at.push(t.finished_at);
+        self.output.push(t.output.as_ref());
+        self.error.push(t.error.as_deref());
+        self.event_name.push(t.event.as_ref().map(|e| e.0.as_str()));
+        self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
+    }
+
+    async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
+        if self.id.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO task_instances
+                    (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
+                     output_json, error, event_name, event_key)
+                 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                      $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
+                                      $11::jsonb[], $12::text[], $13::text[], $14::text[])",
+            )
+            .await?;
+        let params: [&(dyn ToSql + Sync); 14] = [
+            &self.run_id,
+            &self.id,
+            &self.node_id,
+            &self.node_type,
+            &self.queue,
+            &self.state,
+            &self.attempt,
+            &self.input,
+            &self.wake_at,
+            &self.finished_at,
+            &self.output,
+            &self.error,
+            &self.event_name,
+            &self.event_key,
+        ];
+        Ok(tx.execute(&stmt, &params).await?)
+    }
+}
+
+/// `UPDATE task_instances` for tasks a transition changed. The engine never
+/// hands a task to a worker itself, so every change it writes ends any
+/// lease: a terminal task, or a new attempt to dispatch.
+#[derive(Default)]
+struct TaskUpdates<'a> {
+    run_id: Vec<Uuid>,
+    id: Vec<Uuid>,
+    state: Vec<&'static str>,
+    attempt: Vec<i32>,
+    output: Vec<Option<&'a Value>>,
+    error: Vec<Option<&'a str>>,
+    wake_at: Vec<Option<DateTime<Utc>>>,
+    finished_at: Vec<Option<DateTime<Utc>>>,
+    input: Vec<&'a Value>,
+    event_key: Vec<Option<&'a str>>,
+}
+
+impl<'a> TaskUpdates<'a> {
+    fn push(&mut self, run_id: Uuid, t: &'a machine::Task) {
+        self.run_id.push(run_id);
+        self.id.push(t.id);
+        self.state.push(t.state.as_str());
+        self.attempt.push(t.attempt);
+        self.output.push(t.output.as_ref());
+        self.error.push(t.error.as_deref());
+        self.wake_at.push(t.wake_at);
+        self.finished_at.push(t.finished_at);
+        self.input.push(&t.input);
+        self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
+    }
+
+    async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
+        if self.id.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE task_instances t
+                    SET state = u.state, attempt = u.attempt, output_json = u.output, error = u.error,
+                        wake_at = u.wake_at, finished_at = u.finished_at, input_json = u.input,
+                        event_key = u.event_key,
+                        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+                   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
+                               $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[])
+                        AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key)
+                  WHERE t.run_id = u.run_id AND t.id = u.id",
+            )
+            .await?;
+        let params: [&(dyn ToSql + Sync); 10] = [
+            &self.run_id,
+            &self.id,
+            &self.state,
+            &self.attempt,
+            &self.output,
+            &self.error,
+            &self.wake_at,
+            &self.finished_at,
+            &self.input,
+            &self.event_key,
+        ];
+        Ok(tx.execute(&stmt, &params).await?)
+    }
+}
+
+/// `INSERT INTO run_events`: the history lines of the transitions.
+#[derive(Default)]
+struct HistoryInserts<'a> {
+    run_id: Vec<Uuid>,
+    kind: Vec<&'static str>,
+    payload: Vec<&'a Value>,
+}
+
+impl<'a> HistoryInserts<'a> {
+    fn push(&mut self, run_id: Uuid, h: &'a HistoryEntry) {
+        self.run_id.push(run_id);
+        self.kind.push(h.kind.as_str());
+        self.payload.push(&h.payload);
+    }
+
+    async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
+        if self.run_id.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO run_events (run_id, type, payload)
+                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[])",
+            )
+            .await?;
+        Ok(tx.execute(&stmt, &[&self.run_id, &self.kind, &self.payload]).await?)
+    }
+}
+
+/// `pg_notify` for every channel and payload, delivered at commit.
+#[derive(Default)]
+struct Notifications {
+    channel: Vec<&'static str>,
+    payload: Vec<String>,
+}
+
+impl Notifications {
+    fn push(&mut self, channel: &'static str, payload: String) {
+        self.channel.push(channel);
+        self.payload.push(payload);
+    }
+
+    async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
+        if self.channel.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx.prepare_cached("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)").await?;
+        Ok(tx.execute(&stmt, &[&self.channel, &self.payload]).await?)
+    }
+}
