@@ -16,10 +16,13 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use composer_client::Client;
+use composer_core::api::{DefinitionView, RunView, StartRun};
 use composer_core::config::non_empty;
+use composer_core::machine::RunStatus;
+use composer_store::fixtures;
 
 use crate::cli::BenchArgs;
-use crate::client::Api;
 
 /// What the bench drives: a Composer URL and the database behind it.
 struct Target {
@@ -106,15 +109,11 @@ fn round2(x: f64) -> f64 {
 }
 
 /// Step transitions of a finished run: each step's finish to the next one's start.
-fn transitions(run: &Value, steps: usize) -> Vec<f64> {
-    let tasks = run["tasks"].as_array().cloned().unwrap_or_default();
-    let at = |node: &str, field: &str| -> Option<chrono::DateTime<chrono::Utc>> {
-        tasks.iter().find(|t| t["node_id"] == node)?[field].as_str()?.parse().ok()
-    };
+fn transitions(run: &RunView, steps: usize) -> Vec<f64> {
     (1..steps)
         .filter_map(|i| {
-            let done = at(&format!("s{i}"), "finished_at")?;
-            let next = at(&format!("s{}", i + 1), "started_at")?;
+            let done = run.task(&format!("s{i}"))?.finished_at?;
+            let next = run.task(&format!("s{}", i + 1))?.started_at?;
             Some((next - done).num_microseconds()? as f64 / 1000.0)
         })
         .collect()
@@ -161,37 +160,20 @@ impl Completions {
     }
 }
 
-/// Inserts `n` finished runs of `workflow` with three completed tasks each,
-/// spread over the last `n` milliseconds (so they land in this month's
-/// partition), in batches of 100,000.
-async fn prefill(database_url: &str, workflow: &str, n: u64) -> anyhow::Result<()> {
+async fn connect_db(database_url: &str) -> anyhow::Result<composer_store::tokio_postgres::Client> {
     let (client, conn) =
         composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
-    let def: Uuid = client
-        .query_one("SELECT id FROM workflow_definitions WHERE name = $1 ORDER BY version DESC LIMIT 1", &[&workflow])
-        .await?
-        .get(0);
+    Ok(client)
+}
+
+/// Inserts `n` finished runs of `workflow` (3 tasks each), in batches of 100,000.
+async fn prefill(database_url: &str, definition: Uuid, workflow: &str, n: u64) -> anyhow::Result<()> {
+    let client = connect_db(database_url).await?;
     let mut done = 0i64;
     while (done as u64) < n {
         let chunk = ((n as i64) - done).min(100_000);
-        client
-            .execute(
-                "WITH runs AS (
-                    INSERT INTO workflow_runs (id, workflow_definition_id, workflow_name, workflow_version, status, input,
-                                               output, created_at, updated_at, finished_at)
-                    SELECT (lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint - 60000 - $3 - g), 12, '0')
-                            || '7' || substr(md5(g::text || $3::text), 1, 19))::uuid,
-                           $1, $2, 1, 'SUCCEEDED', '{}', '{}', now(), now(), now()
-                      FROM generate_series(1, $4::bigint) g
-                    RETURNING id)
-                 INSERT INTO task_instances (run_id, id, node_id, node_type, queue, state, attempt, input_json, output_json,
-                                             started_at, finished_at)
-                 SELECT runs.id, gen_random_uuid(), 's' || s, 'HTTP', 'http', 'COMPLETED', 1, '{}', '{}', now(), now()
-                   FROM runs, generate_series(1, 3) s",
-                &[&def, &workflow, &done, &chunk],
-            )
-            .await?;
+        fixtures::insert_finished_runs(&client, definition, workflow, done, chunk).await?;
         done += chunk;
     }
     client.batch_execute("ANALYZE workflow_runs; ANALYZE task_instances").await?;
@@ -201,33 +183,14 @@ async fn prefill(database_url: &str, workflow: &str, n: u64) -> anyhow::Result<(
 /// `n` runs of a one-WAIT workflow, inserted as the engine would leave them;
 /// 1,000 come due over the next 20 s, the rest in an hour. Returns (pending,
 /// fired, sorted lateness in ms of the ones that came due).
-async fn timer_lateness(api: &Api, database_url: &str, n: u64) -> anyhow::Result<(u64, usize, Vec<f64>)> {
-    let spec = json!({"name": "bench-timer", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1h"}}]});
-    let def = api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec)).await?;
-    let def_id: Uuid = def["id"].as_str().context("definition id")?.parse()?;
-    let (client, conn) =
-        composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
+async fn timer_lateness(api: &Client, database_url: &str, n: u64) -> anyhow::Result<(u64, usize, Vec<f64>)> {
+    const WORKFLOW: &str = "bench-timer";
+    let spec = json!({"name": WORKFLOW, "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1h"}}]});
+    let def: DefinitionView = api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec)).await?;
+    let client = connect_db(database_url).await?;
     let due = n.min(1000) as i64;
     let t0 = Instant::now();
-    client
-        .execute(
-            "WITH gen AS (
-                SELECT g, (lpad(to_hex((extract(epoch FROM now()) * 1000)::bigint - 30000 - g), 12, '0')
-                           || '7' || substr(md5('t' || g::text), 1, 19))::uuid AS id
-                  FROM generate_series(1, $3::bigint) g),
-             runs AS (
-                INSERT INTO workflow_runs (id, workflow_definition_id, workflow_name, workflow_version, status, input)
-                SELECT id, $1, 'bench-timer', $2, 'RUNNING', '{}' FROM gen)
-             INSERT INTO task_instances (run_id, id, node_id, node_type, state, attempt, input_json, wake_at)
-             SELECT id, gen_random_uuid(), 'w', 'WAIT', 'WAITING', 1, jsonb_build_object('due', due), due
-               FROM (SELECT id, CASE WHEN g <= $4 THEN now() + interval '5 seconds' + (g * interval '20 seconds') / $4
-                                     ELSE now() + interval '1 hour' END AS due
-                       FROM gen) d",
-            &[&def_id, &def["version"].as_i64().map(|v| v as i32).unwrap_or(1), &(n as i64), &due],
-        )
-        .await?;
-    client.batch_execute("ANALYZE task_instances").await?;
+    fixtures::insert_pending_waits(&client, def.id, WORKFLOW, def.version, n as i64, due).await?;
     eprintln!(
         "inserted {n} pending WAITs in {:.1} s; waiting for {due} of them to come due …",
         t0.elapsed().as_secs_f64()
@@ -235,68 +198,28 @@ async fn timer_lateness(api: &Api, database_url: &str, n: u64) -> anyhow::Result
     let until = Instant::now() + Duration::from_secs(60);
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let row = client
-            .query_one(
-                "SELECT count(*) FILTER (WHERE t.state = 'COMPLETED'),
-                        count(*) FILTER (WHERE t.state = 'WAITING' AND t.wake_at <= now() + interval '25 seconds')
-                   FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
-                  WHERE r.workflow_name = 'bench-timer'",
-                &[],
-            )
-            .await?;
-        let (fired, left): (i64, i64) = (row.get(0), row.get(1));
+        let (fired, left) = fixtures::wait_progress(&client, WORKFLOW).await?;
         if left == 0 || Instant::now() > until {
-            let late: Vec<f64> = client
-                .query(
-                    "SELECT (extract(epoch FROM (t.finished_at - (t.input_json->>'due')::timestamptz)) * 1000)::float8
-                       FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
-                      WHERE r.workflow_name = 'bench-timer' AND t.state = 'COMPLETED'
-                      ORDER BY 1",
-                    &[],
-                )
-                .await?
-                .iter()
-                .filter_map(|r| r.try_get::<_, f64>(0).ok())
-                .collect();
+            let late = fixtures::wait_lateness_ms(&client, WORKFLOW).await?;
             return Ok((n, fired as usize, late));
         }
     }
 }
 
 async fn commits(database_url: &str) -> anyhow::Result<i64> {
-    let (client, conn) =
-        composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
+    let client = connect_db(database_url).await?;
     // Statistics are flushed by each backend at most once a second.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let row =
-        client.query_one("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()", &[]).await?;
-    Ok(row.get(0))
+    Ok(fixtures::commits(&client).await?)
 }
 
 /// pgbench's rate for one task's minimal writes — a task row and an outbox
 /// row in one commit — on the same server, for `seconds`, with `clients`.
 async fn baseline(database_url: &str, seconds: u64, clients: usize) -> anyhow::Result<f64> {
-    let (client, conn) =
-        composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    client
-        .batch_execute(
-            "DROP TABLE IF EXISTS bench_baseline_task, bench_baseline_outbox;
-             CREATE TABLE bench_baseline_task (id uuid PRIMARY KEY, run_id uuid NOT NULL, state text NOT NULL,
-                 attempt int NOT NULL, input_json jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
-             CREATE TABLE bench_baseline_outbox (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, task_id uuid NOT NULL,
-                 stream text NOT NULL, payload jsonb NOT NULL, next_attempt_at timestamptz NOT NULL DEFAULT now());",
-        )
-        .await?;
+    let client = connect_db(database_url).await?;
+    fixtures::create_baseline_tables(&client).await?;
     let script = std::env::temp_dir().join(format!("composer-baseline-{}.sql", std::process::id()));
-    std::fs::write(
-        &script,
-        "BEGIN;\n\
-         INSERT INTO bench_baseline_task (id, run_id, state, attempt, input_json) VALUES (gen_random_uuid(), gen_random_uuid(), 'PENDING', 1, jsonb_build_object('url', 'sink'));\n\
-         INSERT INTO bench_baseline_outbox (task_id, stream, payload) VALUES (gen_random_uuid(), 'tasks.http.0', jsonb_build_object('attempt', 1));\n\
-         END;\n",
-    )?;
+    std::fs::write(&script, fixtures::BASELINE_SCRIPT)?;
     let pgbench = composer_embedded::postgres_bin_dir()?.join("pgbench");
     let out = tokio::process::Command::new(pgbench)
         .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", "2", "-T", &seconds.max(1).to_string(), "-f"])
@@ -306,7 +229,7 @@ async fn baseline(database_url: &str, seconds: u64, clients: usize) -> anyhow::R
         .await
         .context("running pgbench")?;
     let _ = std::fs::remove_file(&script);
-    client.batch_execute("DROP TABLE IF EXISTS bench_baseline_task, bench_baseline_outbox").await?;
+    fixtures::drop_baseline_tables(&client).await?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!("pgbench failed: {}{}", text, String::from_utf8_lossy(&out.stderr));
@@ -316,72 +239,51 @@ async fn baseline(database_url: &str, seconds: u64, clients: usize) -> anyhow::R
         .context("no tps line in pgbench's output")
 }
 
-pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let api_token = non_empty(&args.api_token);
-    if args.steps == 0 || args.steps > 100 {
-        bail!("--steps must be between 1 and 100");
-    }
-    if args.concurrency == 0 {
-        bail!("--concurrency must be at least 1");
-    }
-    let target = match non_empty(&args.target_url) {
-        Some(url) => Target { url, database_url: non_empty(&args.database_url), _embedded: None },
-        None => {
-            eprintln!("starting embedded PostgreSQL (fsync on), Redis, a coordinator and a worker …");
-            start_embedded(args.concurrency).await?
-        }
-    };
-    let sink = start_sink().await?;
-    let api = Api::with(reqwest::Client::builder().pool_max_idle_per_host(256).build()?, &target.url, api_token);
-    let workflow = format!("bench-{}", args.steps);
-    let nodes: Vec<Value> = (1..=args.steps)
-        .map(|i| json!({"id": format!("s{i}"), "type": "HTTP", "config": {"url": format!("{sink}/s{i}")}}))
-        .collect();
-    let edges: Vec<Value> =
-        (1..args.steps).map(|i| json!({"from": format!("s{i}"), "to": format!("s{}", i + 1)})).collect();
-    api.call(reqwest::Method::POST, "/v1/workflows", Some(&json!({"name": workflow, "nodes": nodes, "edges": edges})))
-        .await?;
+async fn start(api: &Client, workflow: &str) -> anyhow::Result<Uuid> {
+    let req = StartRun { workflow: workflow.to_string(), version: None, input: None, idempotency_key: None };
+    Ok(api.start_run(&req).await?.id)
+}
 
-    if args.history > 0 {
-        let db = target.database_url.as_deref().context("--history needs the database (COMPOSER_DATABASE_URL)")?;
-        let t0 = Instant::now();
-        prefill(db, &workflow, args.history).await?;
-        eprintln!("filled {} finished runs in {:.1} s", args.history, t0.elapsed().as_secs_f64());
-    }
+/// Sorted samples of the latency phase, in ms.
+struct Latency {
+    e2e: Vec<f64>,
+    starts: Vec<f64>,
+    gets: Vec<f64>,
+    steps: Vec<f64>,
+}
 
-    // Latency: one run at a time, after a warm-up.
+/// One run at a time, after a warm-up: end-to-end latency, step
+/// transitions, and the start and get calls on their own.
+async fn measure_latency(api: &Client, workflow: &str, args: &BenchArgs) -> anyhow::Result<Latency> {
     for _ in 0..args.warmup {
-        let id = api.start(&workflow).await?;
-        api.wait(&id, Duration::from_secs(600)).await?;
+        let id = start(api, workflow).await?;
+        api.wait_for_run(id, Duration::from_secs(600)).await?;
     }
-    let mut e2e = Vec::with_capacity(args.latency_runs);
-    let mut starts = Vec::with_capacity(args.latency_runs);
-    let mut gets = Vec::with_capacity(args.latency_runs);
-    let mut steps = Vec::new();
+    let mut l = Latency { e2e: Vec::new(), starts: Vec::new(), gets: Vec::new(), steps: Vec::new() };
     for _ in 0..args.latency_runs {
         let t0 = Instant::now();
-        let id = api.start(&workflow).await?;
-        starts.push(ms(t0.elapsed()));
-        let run = api.wait(&id, Duration::from_secs(600)).await?;
-        e2e.push(ms(t0.elapsed()));
-        if run["status"] != "SUCCEEDED" {
-            bail!("a latency run did not succeed: {run}");
+        let id = start(api, workflow).await?;
+        l.starts.push(ms(t0.elapsed()));
+        let run = api.wait_for_run(id, Duration::from_secs(600)).await?;
+        l.e2e.push(ms(t0.elapsed()));
+        if run.status != RunStatus::Succeeded {
+            bail!("a latency run did not succeed: {run:?}");
         }
-        steps.extend(transitions(&run, args.steps));
+        l.steps.extend(transitions(&run, args.steps));
         let t1 = Instant::now();
-        api.call(reqwest::Method::GET, &format!("/v1/runs/{id}"), None).await?;
-        gets.push(ms(t1.elapsed()));
+        api.get_run(id).await?;
+        l.gets.push(ms(t1.elapsed()));
     }
-    starts.sort_by(f64::total_cmp);
-    gets.sort_by(f64::total_cmp);
-    e2e.sort_by(f64::total_cmp);
-    steps.sort_by(f64::total_cmp);
+    for v in [&mut l.e2e, &mut l.starts, &mut l.gets, &mut l.steps] {
+        v.sort_by(f64::total_cmp);
+    }
+    Ok(l)
+}
 
-    // Throughput: `runs` workflows, `concurrency` in flight.
-    let before = match &target.database_url {
-        Some(db) => Some(commits(db).await?),
-        None => None,
-    };
+/// `args.runs` workflows with `args.concurrency` in flight; returns the wall
+/// time in seconds. Completions come from NOTIFY when the database is known,
+/// so the bench adds no polling to what it measures.
+async fn measure_throughput(api: &Client, target: &Target, workflow: &str, args: &BenchArgs) -> anyhow::Result<f64> {
     let stop = CancellationToken::new();
     let completions = Arc::new(Completions { waiting: Mutex::new(HashMap::new()), early: Mutex::default() });
     if let Some(db) = &target.database_url {
@@ -389,21 +291,19 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let next = Arc::new(AtomicUsize::new(0));
-    let api = Arc::new(api);
     let started = Instant::now();
     let mut clients = Vec::new();
     for _ in 0..args.concurrency {
-        let (api, next, completions, workflow) = (api.clone(), next.clone(), completions.clone(), workflow.clone());
+        let (api, next, completions, workflow) = (api.clone(), next.clone(), completions.clone(), workflow.to_string());
         let by_db = target.database_url.is_some();
         let runs = args.runs;
         clients.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < runs {
-                let id = api.start(&workflow).await?;
+                let id = start(&api, &workflow).await?;
                 if by_db {
-                    let done = completions.expect(id.parse()?);
-                    done.await.context("completion watcher stopped")?;
+                    completions.expect(id).await.context("completion watcher stopped")?;
                 } else {
-                    api.wait(&id, Duration::from_secs(600)).await?;
+                    api.wait_for_run(id, Duration::from_secs(600)).await?;
                 }
             }
             Ok::<_, anyhow::Error>(())
@@ -412,8 +312,57 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     for c in clients {
         c.await??;
     }
-    let wall = started.elapsed().as_secs_f64();
     stop.cancel();
+    Ok(started.elapsed().as_secs_f64())
+}
+
+fn validate(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.steps == 0 || args.steps > 100 {
+        bail!("--steps must be between 1 and 100");
+    }
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    Ok(())
+}
+
+/// Registers the K-step workflow against the sink; returns its definition.
+async fn register(api: &Client, sink: &str, workflow: &str, steps: usize) -> anyhow::Result<DefinitionView> {
+    let nodes: Vec<Value> = (1..=steps)
+        .map(|i| json!({"id": format!("s{i}"), "type": "HTTP", "config": {"url": format!("{sink}/s{i}")}}))
+        .collect();
+    let edges: Vec<Value> = (1..steps).map(|i| json!({"from": format!("s{i}"), "to": format!("s{}", i + 1)})).collect();
+    let spec = json!({"name": workflow, "nodes": nodes, "edges": edges});
+    Ok(api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec)).await?)
+}
+
+pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    validate(&args)?;
+    let target = match non_empty(&args.target_url) {
+        Some(url) => Target { url, database_url: non_empty(&args.database_url), _embedded: None },
+        None => {
+            eprintln!("starting embedded PostgreSQL (fsync on), Redis, a coordinator and a worker …");
+            start_embedded(args.concurrency).await?
+        }
+    };
+    let sink = start_sink().await?;
+    let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+    let api = Client::new(http, &target.url, non_empty(&args.api_token));
+    let workflow = format!("bench-{}", args.steps);
+    let def = register(&api, &sink, &workflow, args.steps).await?;
+    if args.history > 0 {
+        let db = target.database_url.as_deref().context("--history needs the database (COMPOSER_DATABASE_URL)")?;
+        let t0 = Instant::now();
+        prefill(db, def.id, &workflow, args.history).await?;
+        eprintln!("filled {} finished runs in {:.1} s", args.history, t0.elapsed().as_secs_f64());
+    }
+
+    let latency = measure_latency(&api, &workflow, &args).await?;
+    let before = match &target.database_url {
+        Some(db) => Some(commits(db).await?),
+        None => None,
+    };
+    let wall = measure_throughput(&api, &target, &workflow, &args).await?;
     let total_steps = (args.runs * args.steps) as f64;
     let commits_per_step = match (&target.database_url, before) {
         (Some(db), Some(b)) => Some((commits(db).await? - b) as f64 / total_steps),
@@ -424,58 +373,92 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         (None, true) => bail!("--baseline needs the database: set COMPOSER_DATABASE_URL with --target-url"),
         _ => None,
     };
-
     let timers = match (args.timers, &target.database_url) {
         (0, _) => None,
         (n, Some(db)) => Some(timer_lateness(&api, db, n).await?),
         (_, None) => bail!("--timers needs the database (COMPOSER_DATABASE_URL)"),
     };
-
-    let workflows_per_s = args.runs as f64 / wall;
-    let steps_per_s = total_steps / wall;
-    let report = json!({
-        "system": "composer",
-        "version": env!("CARGO_PKG_VERSION"),
-        "steps": args.steps,
-        "latency_ms": {"p50": round2(percentile(&e2e, 50.0)), "p95": round2(percentile(&e2e, 95.0)), "p99": round2(percentile(&e2e, 99.0))},
-        "step_transition_ms": {"p50": round2(percentile(&steps, 50.0)), "p99": round2(percentile(&steps, 99.0))},
-        "start_run_ms": {"p50": round2(percentile(&starts, 50.0)), "p99": round2(percentile(&starts, 99.0))},
-        "get_run_ms": {"p50": round2(percentile(&gets, 50.0)), "p99": round2(percentile(&gets, 99.0))},
-        "history_runs": args.history,
-        "throughput": {"workflows": args.runs, "concurrency": args.concurrency, "seconds": round2(wall),
-                       "workflows_per_s": round2(workflows_per_s), "steps_per_s": round2(steps_per_s)},
-        "commits_per_step": commits_per_step.map(round2),
-        "timers": timers.as_ref().map(|(pending, fired, late)| json!({"pending": pending, "fired": fired,
-            "lateness_ms": {"p50": round2(percentile(late, 50.0)), "p99": round2(percentile(late, 99.0)),
-                            "max": round2(late.last().copied().unwrap_or(f64::NAN))}})),
-        "baseline": baseline_tps.map(|tps| json!({"what": "pgbench: task row + outbox row per commit",
-            "commits_per_s": round2(tps), "steps_per_s_ratio": round2(steps_per_s / tps)})),
-    });
+    let results = Results { latency, wall, total_steps, commits_per_step, baseline_tps, timers };
     if args.json {
-        println!("{report}");
+        println!("{}", results.json(&args));
     } else {
-        println!("composer bench — {} sequential HTTP steps per workflow, against {}", args.steps, api.base);
+        results.print(&args, api.base());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Everything measured, for the JSON line or the summary.
+struct Results {
+    latency: Latency,
+    wall: f64,
+    total_steps: f64,
+    commits_per_step: Option<f64>,
+    baseline_tps: Option<f64>,
+    timers: Option<(u64, usize, Vec<f64>)>,
+}
+
+fn p(v: &[f64], pct: f64) -> f64 {
+    round2(percentile(v, pct))
+}
+
+impl Results {
+    fn json(&self, args: &BenchArgs) -> Value {
+        let l = &self.latency;
+        let steps_per_s = self.total_steps / self.wall;
+        json!({
+            "system": "composer",
+            "version": env!("CARGO_PKG_VERSION"),
+            "steps": args.steps,
+            "latency_ms": {"p50": p(&l.e2e, 50.0), "p95": p(&l.e2e, 95.0), "p99": p(&l.e2e, 99.0)},
+            "step_transition_ms": {"p50": p(&l.steps, 50.0), "p99": p(&l.steps, 99.0)},
+            "start_run_ms": {"p50": p(&l.starts, 50.0), "p99": p(&l.starts, 99.0)},
+            "get_run_ms": {"p50": p(&l.gets, 50.0), "p99": p(&l.gets, 99.0)},
+            "history_runs": args.history,
+            "throughput": {"workflows": args.runs, "concurrency": args.concurrency, "seconds": round2(self.wall),
+                           "workflows_per_s": round2(args.runs as f64 / self.wall),
+                           "steps_per_s": round2(steps_per_s)},
+            "commits_per_step": self.commits_per_step.map(round2),
+            "timers": self.timers.as_ref().map(|(pending, fired, late)| json!({"pending": pending, "fired": fired,
+                "lateness_ms": {"p50": p(late, 50.0), "p99": p(late, 99.0),
+                                "max": round2(late.last().copied().unwrap_or(f64::NAN))}})),
+            "baseline": self.baseline_tps.map(|tps| json!({"what": "pgbench: task row + outbox row per commit",
+                "commits_per_s": round2(tps), "steps_per_s_ratio": round2(steps_per_s / tps)})),
+        })
+    }
+
+    fn print(&self, args: &BenchArgs, base: &str) {
+        let l = &self.latency;
+        let steps_per_s = self.total_steps / self.wall;
+        println!("composer bench — {} sequential HTTP steps per workflow, against {base}", args.steps);
         println!(
             "latency ({} runs, one at a time): p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms",
-            args.latency_runs, report["latency_ms"]["p50"], report["latency_ms"]["p95"], report["latency_ms"]["p99"]
+            args.latency_runs,
+            p(&l.e2e, 50.0),
+            p(&l.e2e, 95.0),
+            p(&l.e2e, 99.0)
         );
         println!(
             "step transition (finish → next start): p50 {:.2} ms, p99 {:.2} ms",
-            report["step_transition_ms"]["p50"], report["step_transition_ms"]["p99"]
+            p(&l.steps, 50.0),
+            p(&l.steps, 99.0)
         );
         println!(
             "start run: p50 {:.2} ms, p99 {:.2} ms; get run: p50 {:.2} ms, p99 {:.2} ms (with {} runs of history)",
-            report["start_run_ms"]["p50"],
-            report["start_run_ms"]["p99"],
-            report["get_run_ms"]["p50"],
-            report["get_run_ms"]["p99"],
+            p(&l.starts, 50.0),
+            p(&l.starts, 99.0),
+            p(&l.gets, 50.0),
+            p(&l.gets, 99.0),
             args.history
         );
         println!(
             "throughput: {} workflows, {} in flight, in {:.2} s: {:.1} workflows/s, {:.1} steps/s",
-            args.runs, args.concurrency, wall, workflows_per_s, steps_per_s
+            args.runs,
+            args.concurrency,
+            self.wall,
+            args.runs as f64 / self.wall,
+            steps_per_s
         );
-        if let Some((pending, fired, late)) = &timers {
+        if let Some((pending, fired, late)) = &self.timers {
             println!(
                 "timers: {fired} of {pending} pending WAITs came due; fired late by p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
                 percentile(late, 50.0),
@@ -483,16 +466,15 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 late.last().copied().unwrap_or(f64::NAN)
             );
         }
-        if let Some(c) = commits_per_step {
+        if let Some(c) = self.commits_per_step {
             println!("PostgreSQL commits per step: {c:.2}");
         }
-        if let Some(tps) = baseline_tps {
+        if let Some(tps) = self.baseline_tps {
             println!(
                 "baseline (pgbench, task + outbox row per commit, same server, {:.0} s): {tps:.0} commits/s; ours {:.2}× of it",
-                wall.ceil(),
+                self.wall.ceil(),
                 steps_per_s / tps
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -1,71 +1,30 @@
-//! Client commands: thin wrappers over the REST API that print JSON.
+//! Client commands: thin wrappers over the REST API (through the shared
+//! `composer_client`) that print JSON.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use serde_json::{json, Value};
+use composer_client::Client;
+use composer_core::api::{EventSent, SendEvent, StartRun};
+use composer_core::machine::RunStatus;
+use serde_json::Value;
 
 use composer_core::config::non_empty;
 
 use crate::cli::{ClientArgs, EventCommand, RunCommand, WorkflowCommand};
 
-/// A coordinator's REST API, for the client commands and the bench.
-pub struct Api {
-    http: reqwest::Client,
-    pub base: String,
-    token: Option<String>,
+type Method = reqwest::Method;
+
+fn api(args: &ClientArgs) -> anyhow::Result<Client> {
+    let http =
+        reqwest::Client::builder().timeout(Duration::from_secs(90)).build().context("building the HTTP client")?;
+    Ok(Client::new(http, &args.url, non_empty(&args.api_token)))
 }
 
-impl Api {
-    fn new(args: &ClientArgs) -> Api {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(90)).build().expect("HTTP client");
-        Api::with(http, &args.url, non_empty(&args.api_token))
-    }
-
-    pub fn with(http: reqwest::Client, base: &str, token: Option<String>) -> Api {
-        Api { http, base: base.trim_end_matches('/').to_string(), token }
-    }
-
-    /// Starts a run of the latest version of `workflow`; returns its id.
-    pub async fn start(&self, workflow: &str) -> anyhow::Result<String> {
-        let run = self.call(reqwest::Method::POST, "/v1/runs", Some(&json!({"workflow": workflow}))).await?;
-        Ok(run["id"].as_str().context("the coordinator returned no run id")?.to_string())
-    }
-
-    /// Long-polls until the run ends, or `timeout` passes (then the run is
-    /// returned still RUNNING).
-    pub async fn wait(&self, id: &str, timeout: Duration) -> anyhow::Result<Value> {
-        let give_up = tokio::time::Instant::now() + timeout;
-        loop {
-            let run = self.call(reqwest::Method::GET, &format!("/v1/runs/{id}?wait=30s"), None).await?;
-            if run["status"] != "RUNNING" || tokio::time::Instant::now() >= give_up {
-                return Ok(run);
-            }
-        }
-    }
-
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let resp = req
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the coordinator at {} (COMPOSER_URL)", self.base))?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        if !status.is_success() {
-            let msg = value["error"]["message"].as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
-            bail!("{status}: {msg}");
-        }
-        Ok(value)
-    }
+/// Calls the API and returns its answer as JSON, for printing.
+async fn call(api: &Client, method: Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+    Ok(api.call(method, path, body).await?)
 }
 
 fn print(v: &Value) {
@@ -73,7 +32,7 @@ fn print(v: &Value) {
 }
 
 pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<ExitCode> {
-    let api = Api::new(&args);
+    let api = api(&args)?;
     match cmd {
         WorkflowCommand::Apply { file } => {
             let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
@@ -83,40 +42,36 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
             } else {
                 serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", file.display()))?
             };
-            print(&api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec)).await?);
+            print(&call(&api, Method::POST, "/v1/workflows", Some(&spec)).await?);
         }
-        WorkflowCommand::List => print(&api.call(reqwest::Method::GET, "/v1/workflows", None).await?),
-        WorkflowCommand::Get { name } => {
-            print(&api.call(reqwest::Method::GET, &format!("/v1/workflows/{name}"), None).await?)
-        }
+        WorkflowCommand::List => print(&call(&api, Method::GET, "/v1/workflows", None).await?),
+        WorkflowCommand::Get { name } => print(&call(&api, Method::GET, &format!("/v1/workflows/{name}"), None).await?),
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> {
-    let api = Api::new(&args);
+    let api = api(&args)?;
     match cmd {
         RunCommand::Start { workflow, input, version, wait, timeout } => {
             let input: Value = serde_json::from_str(&input).context("--input is not valid JSON")?;
-            let mut body = json!({"workflow": workflow, "input": input});
-            if let Some(v) = version {
-                body["version"] = json!(v);
-            }
-            let run = api.call(reqwest::Method::POST, "/v1/runs", Some(&body)).await?;
+            let req = StartRun { workflow, version, input: Some(input), idempotency_key: None };
+            let run = api.start_run(&req).await?;
             if !wait {
-                print(&run);
+                print(&serde_json::to_value(&run)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let id = run["id"].as_str().context("the coordinator returned no run id")?.to_string();
-            let run = api.wait(&id, timeout).await?;
-            print(&run);
-            match run["status"].as_str() {
-                Some("SUCCEEDED") => return Ok(ExitCode::SUCCESS),
-                Some("RUNNING") => bail!("run {id} still RUNNING after {}", composer_core::duration::format(timeout)),
+            let run = api.wait_for_run(run.id, timeout).await?;
+            print(&serde_json::to_value(&run)?);
+            match run.status {
+                RunStatus::Succeeded => return Ok(ExitCode::SUCCESS),
+                RunStatus::Running => {
+                    bail!("run {} still RUNNING after {}", run.id, composer_core::duration::format(timeout))
+                }
                 _ => return Ok(ExitCode::FAILURE),
             }
         }
-        RunCommand::Get { id } => print(&api.call(reqwest::Method::GET, &format!("/v1/runs/{id}"), None).await?),
+        RunCommand::Get { id } => print(&call(&api, Method::GET, &format!("/v1/runs/{id}"), None).await?),
         RunCommand::List { workflow, status, limit, cursor } => {
             let mut query = vec![format!("limit={limit}")];
             for (k, v) in [("workflow", workflow), ("status", status), ("cursor", cursor)] {
@@ -124,28 +79,25 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
                     query.push(format!("{k}={}", encode(&v)));
                 }
             }
-            print(&api.call(reqwest::Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await?)
+            print(&call(&api, Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await?)
         }
         RunCommand::Events { id } => {
-            print(&api.call(reqwest::Method::GET, &format!("/v1/runs/{id}/events?limit=1000"), None).await?)
+            print(&call(&api, Method::GET, &format!("/v1/runs/{id}/events?limit=1000"), None).await?)
         }
-        RunCommand::Cancel { id } => {
-            print(&api.call(reqwest::Method::POST, &format!("/v1/runs/{id}/cancel"), None).await?)
-        }
-        RunCommand::Retry { id } => {
-            print(&api.call(reqwest::Method::POST, &format!("/v1/runs/{id}/retry"), None).await?)
-        }
+        RunCommand::Cancel { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/cancel"), None).await?),
+        RunCommand::Retry { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/retry"), None).await?),
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn event(args: ClientArgs, cmd: EventCommand) -> anyhow::Result<ExitCode> {
-    let api = Api::new(&args);
+    let api = api(&args)?;
     match cmd {
         EventCommand::Send { name, key, payload } => {
             let payload: Value = serde_json::from_str(&payload).context("--payload is not valid JSON")?;
-            let body = json!({"name": name, "key": key, "payload": payload});
-            print(&api.call(reqwest::Method::POST, "/v1/events", Some(&body)).await?);
+            let body = SendEvent { name, key, payload };
+            let sent: EventSent = api.call(Method::POST, "/v1/events", Some(&body)).await?;
+            print(&serde_json::to_value(sent)?);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,9 @@
 //! `composer`: the one binary. Server roles (`dev`, `coordinator`, `worker`,
 //! `migrate`) and the client commands that talk to a coordinator's API.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::dbg_macro, clippy::todo)]
+
 mod bench;
 mod cli;
 mod client;

@@ -1,4 +1,4 @@
-//! The HTTP interface (DESIGN §7). Every error is JSON
+//! The HTTP interface (documented in docs/architecture.md and `/openapi.json`). Every error is JSON
 //! `{"error": {"code", "message"}}` with a status that says whose fault it
 //! is: 4xx for the caller's input (naming the field), 503 when a dependency
 //! is down, 500 only for our own bugs.
@@ -14,6 +14,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use composer_core::api::{
+    DefinitionView, ErrorBody, ErrorDetail, EventSent, HistoryEntryView, HistoryPage, RunPage, RunView, SendEvent,
+    StartRun, TaskView, WorkflowList,
+};
 use composer_core::definition::Workflow;
 use composer_core::duration;
 use composer_core::machine::{Event, RunStatus};
@@ -21,7 +25,6 @@ use composer_core::wire::{ReportAck, ReportStatus, TaskReport};
 use composer_store::definitions::{self, DefinitionRow, Registered};
 use composer_store::runs::{self, RunRow, TaskRow};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -67,7 +70,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
+        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message } };
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -192,12 +196,15 @@ async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
     Ok(Json(json!({"status": "ready"})))
 }
 
-fn definition_json(d: &DefinitionRow, with_spec: bool) -> Value {
-    let mut v = json!({"id": d.id, "name": d.name, "version": d.version, "created_at": d.created_at});
-    if with_spec {
-        v["spec"] = d.spec.clone();
+fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
+    DefinitionView {
+        id: d.id,
+        name: d.name.clone(),
+        version: d.version,
+        created_at: d.created_at,
+        spec: with_spec.then(|| d.spec.clone()),
+        versions: None,
     }
-    v
 }
 
 async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
@@ -210,50 +217,38 @@ async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): Body<Value>
         Registered::Unchanged(row) => (StatusCode::OK, row),
     };
     tracing::info!(workflow = %row.name, version = row.version, created = status == StatusCode::CREATED, "workflow registered");
-    Ok((status, Json(definition_json(&row, false))).into_response())
+    Ok((status, Json(definition_view(&row, false))).into_response())
 }
 
-async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
+async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Json<WorkflowList>> {
     let client = composer_store::client(&s.pool).await?;
     let rows = definitions::latest_of_each(&client, MAX_PAGE).await?;
-    Ok(Json(json!({"workflows": rows.iter().map(|d| definition_json(d, false)).collect::<Vec<_>>()})))
+    Ok(Json(WorkflowList { workflows: rows.iter().map(|d| definition_view(d, false)).collect() }))
 }
 
-async fn get_workflow(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+async fn get_workflow(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<DefinitionView>> {
     let client = composer_store::client(&s.pool).await?;
     let versions = definitions::versions(&client, &name).await?;
     let Some(latest) = versions.first() else {
         return Err(ApiError::not_found(format!("workflow {name:?} not found")));
     };
-    let mut v = definition_json(latest, true);
-    v["versions"] = json!(versions.iter().map(|d| definition_json(d, false)).collect::<Vec<_>>());
+    let mut v = definition_view(latest, true);
+    v.versions = Some(versions.iter().map(|d| definition_view(d, false)).collect());
     Ok(Json(v))
 }
 
 async fn get_workflow_version(
     State(s): State<Arc<Shared>>,
     Path((name, version)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<DefinitionView>> {
     let version: i32 = version
         .parse()
         .map_err(|_| ApiError::bad_request(format!("version must be a positive integer, got {version:?}")))?;
     let client = composer_store::client(&s.pool).await?;
     match definitions::by_name(&client, &name, Some(version)).await? {
-        Some(d) => Ok(Json(definition_json(&d, true))),
+        Some(d) => Ok(Json(definition_view(&d, true))),
         None => Err(ApiError::not_found(format!("workflow {name:?} version {version} not found"))),
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StartRun {
-    workflow: String,
-    #[serde(default)]
-    version: Option<i32>,
-    #[serde(default)]
-    input: Option<Value>,
-    #[serde(default)]
-    idempotency_key: Option<String>,
 }
 
 async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> ApiResult<Response> {
@@ -276,10 +271,10 @@ async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> A
     }
     let (row, created) = s.engine.start_run(&def, &input, req.idempotency_key.as_deref()).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(run_json(&row, None))).into_response())
+    Ok((status, Json(run_view(&row, None))).into_response())
 }
 
-async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> ApiResult<Json<Value>> {
+async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> ApiResult<Json<RunPage>> {
     for key in q.keys() {
         if !matches!(key.as_str(), "workflow" | "status" | "limit" | "cursor") {
             return Err(ApiError::bad_request(format!(
@@ -301,7 +296,7 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
     let client = composer_store::client(&s.pool).await?;
     let rows = runs::list(&client, q.get("workflow").map(String::as_str), status, cursor, limit).await?;
     let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };
-    Ok(Json(json!({"runs": rows.iter().map(|r| run_json(r, None)).collect::<Vec<_>>(), "next_cursor": next})))
+    Ok(Json(RunPage { runs: rows.iter().map(|r| run_view(r, None)).collect(), next_cursor: next }))
 }
 
 fn page_limit(raw: Option<&String>, default: i64) -> ApiResult<i64> {
@@ -315,18 +310,9 @@ fn page_limit(raw: Option<&String>, default: i64) -> ApiResult<i64> {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SendEvent {
-    name: String,
-    key: String,
-    #[serde(default)]
-    payload: Value,
-}
-
 /// Completes every task waiting for `(name, key)` with the payload; with no
 /// waiter, keeps the event for `COMPOSER_EVENT_RETENTION` for one to come.
-async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> ApiResult<Json<Value>> {
+async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> ApiResult<Json<EventSent>> {
     if ev.name.is_empty() || ev.name.len() > 256 {
         return Err(ApiError::bad_request("name must be 1 to 256 characters"));
     }
@@ -349,7 +335,7 @@ async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> 
             matched += 1;
         }
     }
-    Ok(Json(json!({"matched": matched, "buffered": buffered})))
+    Ok(Json(EventSent { matched, buffered }))
 }
 
 fn json_size(v: &Value) -> usize {
@@ -360,48 +346,44 @@ fn parse_run_id(id: &str) -> ApiResult<Uuid> {
     id.parse().map_err(|_| ApiError::bad_request(format!("invalid run id {id:?}: expected a UUID")))
 }
 
-pub fn run_json(r: &RunRow, tasks: Option<&[TaskRow]>) -> Value {
-    let mut v = json!({
-        "id": r.id,
-        "workflow": r.workflow_name,
-        "version": r.workflow_version,
-        "workflow_id": r.workflow_definition_id,
-        "status": r.status,
-        "input": r.input,
-        "output": r.output,
-        "error": r.error,
-        "created_at": r.created_at,
-        "updated_at": r.updated_at,
-        "finished_at": r.finished_at,
-    });
-    if let Some(tasks) = tasks {
-        v["tasks"] = tasks
-            .iter()
-            .map(|t| {
-                json!({
-                    "id": t.id,
-                    "node_id": t.node_id,
-                    "node_type": t.node_type,
-                    "state": t.state,
-                    "attempt": t.attempt,
-                    "input": t.input,
-                    "output": t.output,
-                    "error": t.error,
-                    "wake_at": t.wake_at,
-                    "started_at": t.started_at,
-                    "finished_at": t.finished_at,
-                })
-            })
-            .collect();
+pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
+    RunView {
+        id: r.id,
+        workflow: r.workflow_name.clone(),
+        version: r.workflow_version,
+        workflow_id: r.workflow_definition_id,
+        status: r.status,
+        input: r.input.clone(),
+        output: r.output.clone(),
+        error: r.error.clone(),
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+        finished_at: r.finished_at,
+        tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),
     }
-    v
+}
+
+fn task_view(t: &TaskRow) -> TaskView {
+    TaskView {
+        id: t.id,
+        node_id: t.node_id.clone(),
+        node_type: t.node_type.clone(),
+        state: t.state,
+        attempt: t.attempt,
+        input: t.input.clone(),
+        output: t.output.clone(),
+        error: t.error.clone(),
+        wake_at: t.wake_at,
+        started_at: t.started_at,
+        finished_at: t.finished_at,
+    }
 }
 
 async fn get_run(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunView>> {
     let run_id = parse_run_id(&id)?;
     let wait = match q.get("wait") {
         Some(w) => duration::parse(w).map_err(|e| ApiError::bad_request(format!("wait: {e}")))?.min(MAX_WAIT),
@@ -417,7 +399,7 @@ async fn get_run(
         };
         drop(client);
         if run.status.is_terminal() || tokio::time::Instant::now() >= deadline {
-            return Ok(Json(run_json(&run, Some(&tasks))));
+            return Ok(Json(run_view(&run, Some(&tasks))));
         }
         loop {
             match tokio::time::timeout_at(deadline, ended.recv()).await {
@@ -434,7 +416,7 @@ async fn run_events(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<HistoryPage>> {
     let run_id = parse_run_id(&id)?;
     let after: i64 = match q.get("after") {
         Some(a) => a.parse().map_err(|_| ApiError::bad_request("after: expected an integer"))?,
@@ -447,13 +429,14 @@ async fn run_events(
     }
     let events = runs::history(&client, run_id, after, limit).await?;
     let next = if events.len() as i64 == limit { events.last().map(|e| e.seq) } else { None };
-    Ok(Json(json!({
-        "events": events.iter().map(|e| json!({"seq": e.seq, "type": e.kind, "payload": e.payload, "created_at": e.created_at})).collect::<Vec<_>>(),
-        "next_after": next,
-    })))
+    let events = events
+        .into_iter()
+        .map(|e| HistoryEntryView { seq: e.seq, kind: e.kind, payload: e.payload, created_at: e.created_at })
+        .collect();
+    Ok(Json(HistoryPage { events, next_after: next }))
 }
 
-async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<Value>> {
+async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<RunView>> {
     let run_id = parse_run_id(id)?;
     let handled = s.engine.handle(run_id, event).await?;
     if let Some(reason) = handled.ignored {
@@ -462,14 +445,14 @@ async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<Value>> {
     let client = composer_store::client(&s.pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
-    Ok(Json(run_json(&run, Some(&tasks))))
+    Ok(Json(run_view(&run, Some(&tasks))))
 }
 
-async fn cancel_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+async fn cancel_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
     control(&s, &id, Event::CancelRun).await
 }
 
-async fn retry_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+async fn retry_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
     control(&s, &id, Event::RetryRun).await
 }
 

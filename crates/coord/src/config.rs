@@ -12,7 +12,7 @@ fn duration(s: &str) -> Result<Duration, String> {
     composer_core::duration::parse(s)
 }
 
-/// Everything a coordinator needs to run. Defaults are the seed's values.
+/// Everything a coordinator needs to run, with the documented defaults.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Config {
     #[command(flatten)]

@@ -10,6 +10,10 @@
 //! - [`api`]: the HTTP interface.
 //! - [`Config`]: every setting, its flag, variable and default.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::dbg_macro, clippy::todo, clippy::print_stderr)]
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod auth;
 mod config;
@@ -76,7 +80,8 @@ pub enum Error {
     Stream(#[from] composer_stream::Error),
 }
 
-/// Prepares storage and starts the coordinator, in the seed's order:
+/// Prepares storage and starts the coordinator, in the start-up order of
+/// docs/architecture.md:
 /// migrations and partitions (no run can be inserted without one), then the
 /// shard count (workers need it), then one recovery pass (so whatever was
 /// orphaned while the cluster was down goes out in the outbox's first batch),

@@ -1,4 +1,4 @@
-//! The background loops of every coordinator (seed, Steps 1–5): recovery,
+//! The background loops of every coordinator (docs/architecture.md): recovery,
 //! timers, partitions and metrics sampling. Each is safe to run on many
 //! coordinators at once — row locks, `SKIP LOCKED`, advisory locks and the
 //! state machine's idempotent guards replace leader election.

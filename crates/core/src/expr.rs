@@ -172,17 +172,49 @@ pub enum Template {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PieceOwned(Piece);
 
-/// Splits `s` into text and `${ … }` pieces. Secret references stay text.
-fn split(s: &str) -> Result<Vec<Piece>, String> {
-    let mut pieces = Vec::new();
+/// A part of a string as written: plain text, or one `${ … }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment<'a> {
+    Text(&'a str),
+    /// `raw` is the whole `${ … }`; `source` what is between the braces, trimmed.
+    Expr {
+        source: &'a str,
+        raw: &'a str,
+    },
+}
+
+/// Cuts `s` into text and `${ … }` segments: the one place that syntax is
+/// read (templates at compile time, secret references in the worker). A
+/// `}` inside a string literal or nested braces does not close an expression.
+pub fn segments(s: &str) -> Result<Vec<Segment<'_>>, String> {
+    let mut out = Vec::new();
     let mut rest = s;
     while let Some(start) = rest.find("${") {
         let after = &rest[start + 2..];
         let end = find_close(after).ok_or_else(|| format!("unclosed ${{ in {s:?}"))?;
-        let source = after[..end].trim();
         if start > 0 {
-            pieces.push(Piece::Text(rest[..start].to_string()));
+            out.push(Segment::Text(&rest[..start]));
         }
+        out.push(Segment::Expr { source: after[..end].trim(), raw: &rest[start..start + 2 + end + 1] });
+        rest = &after[end + 1..];
+    }
+    if !rest.is_empty() {
+        out.push(Segment::Text(rest));
+    }
+    Ok(out)
+}
+
+/// Splits `s` into text and compiled pieces. Secret references stay text.
+fn split(s: &str) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    for segment in segments(s)? {
+        let source = match segment {
+            Segment::Text(text) => {
+                pieces.push(Piece::Text(text.to_string()));
+                continue;
+            }
+            Segment::Expr { source, .. } => source,
+        };
         if secret_name(source).is_some() {
             pieces.push(Piece::Text(format!("${{ {source} }}")));
         } else if source.contains(".secrets") || source.contains("$__loc__") {
@@ -192,10 +224,6 @@ fn split(s: &str) -> Result<Vec<Piece>, String> {
         } else {
             pieces.push(Piece::Expr(Expr::compile(source)?));
         }
-        rest = &after[end + 1..];
-    }
-    if !rest.is_empty() {
-        pieces.push(Piece::Text(rest.to_string()));
     }
     Ok(pieces)
 }
@@ -339,6 +367,21 @@ impl Template {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segments_close_at_the_right_brace() {
+        let s = r#"a ${ {"k": "}"} | .k } b ${.x}"#;
+        assert_eq!(
+            segments(s).unwrap(),
+            vec![
+                Segment::Text("a "),
+                Segment::Expr { source: r#"{"k": "}"} | .k"#, raw: r#"${ {"k": "}"} | .k }"# },
+                Segment::Text(" b "),
+                Segment::Expr { source: ".x", raw: "${.x}" },
+            ]
+        );
+        assert!(segments("x ${ .a").is_err(), "an unclosed expression is an error");
+    }
     use serde_json::json;
 
     fn ctx() -> Value {

@@ -6,6 +6,9 @@
 //! as long as the process, so a SIGKILLed parent leaves no server behind.
 //! PostgreSQL refuses to run as root; as root, it runs as the `postgres` user.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::dbg_macro, clippy::todo, clippy::print_stderr)]
+
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -280,10 +283,6 @@ impl LocalPostgres {
         }
     }
 
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// A URL for database `db` as the superuser `postgres`.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
@@ -367,10 +366,6 @@ impl LocalRedis {
             std::thread::sleep(Duration::from_millis(20));
         }
         Err(Error::Failed { what: "redis-server".into(), detail: "not answering PING after 10 s".into() })
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
     }
 
     pub fn url(&self) -> String {

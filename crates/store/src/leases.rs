@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use composer_core::machine::TaskState;
 use uuid::Uuid;
 
 use crate::{Pool, Result};
@@ -48,27 +49,8 @@ impl LeaseManager {
         ttl: Duration,
         attempt: i32,
     ) -> Result<Acquired> {
-        let client = crate::client(&self.pool).await?;
-        // `prev` reads the row as it was before this statement: RUNNING there
-        // means the lease was taken over from a worker that stopped renewing.
-        let stmt = client
-            .prepare_cached(
-                "WITH prev AS (SELECT state FROM task_instances WHERE run_id = $1 AND id = $2)
-                 UPDATE task_instances
-                    SET state = 'RUNNING', lease_owner = $3,
-                        lease_expires_at = now() + make_interval(secs => $4),
-                        started_at = now(), updated_at = now()
-                  WHERE run_id = $1 AND id = $2 AND attempt = $5
-                    AND (state = 'PENDING' OR (state = 'RUNNING' AND lease_expires_at < now()))
-              RETURNING (SELECT state FROM prev)",
-            )
-            .await?;
-        let row = client.query_opt(&stmt, &[&run_id, &task_id, &owner, &ttl.as_secs_f64(), &attempt]).await?;
-        Ok(match row {
-            None => Acquired::Denied,
-            Some(r) if r.get::<_, Option<String>>(0).as_deref() == Some("RUNNING") => Acquired::TakenOver,
-            Some(_) => Acquired::Granted,
-        })
+        let granted = self.acquire_many(&[(run_id, task_id, attempt)], owner, ttl).await?;
+        Ok(granted.get(&task_id).copied().unwrap_or(Acquired::Denied))
     }
 
     /// Extends a lease `owner` still holds. False means it was lost (expired
@@ -102,7 +84,9 @@ impl LeaseManager {
     }
 
     /// [`LeaseManager::acquire`] for many messages in one statement: one
-    /// commit for a whole read. Returns, per granted task, whether it was
+    /// commit for a whole read. `prev` reads each row as it was before the
+    /// statement: RUNNING there means the lease was taken over from a worker
+    /// that stopped renewing. Returns, per granted task, whether it was
     /// taken over; tasks not in the answer were denied. A task named twice
     /// is granted at most once.
     pub async fn acquire_many(
@@ -126,16 +110,16 @@ impl LeaseManager {
                    FROM req
                   WHERE t.run_id = req.run_id AND t.id = req.id AND t.attempt = req.attempt
                     AND (t.state = 'PENDING' OR (t.state = 'RUNNING' AND t.lease_expires_at < now()))
-              RETURNING t.id, (SELECT state FROM prev WHERE prev.id = t.id)",
+              RETURNING t.id, (SELECT state FROM prev WHERE prev.id = t.id) AS prev_state",
             )
             .await?;
         let rows = client.query(&stmt, &[&run_ids, &task_ids, &attempts, &owner, &ttl.as_secs_f64()]).await?;
-        Ok(rows
-            .iter()
+        rows.iter()
             .map(|r| {
-                let prev: Option<String> = r.get(1);
-                (r.get(0), if prev.as_deref() == Some("RUNNING") { Acquired::TakenOver } else { Acquired::Granted })
+                let prev: Option<String> = r.try_get("prev_state")?;
+                let taken_over = prev.as_deref() == Some(TaskState::Running.as_str());
+                Ok((r.try_get("id")?, if taken_over { Acquired::TakenOver } else { Acquired::Granted }))
             })
-            .collect())
+            .collect()
     }
 }

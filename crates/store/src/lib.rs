@@ -11,12 +11,18 @@
 //! - [`outbox`]: the transactional outbox between commits and Redis.
 //! - [`timers`]: due WAITING tasks.
 //! - [`events`]: external events and their buffer.
+//! - [`fixtures`]: data and measurements for `composer bench`.
 //! - [`partitions`]: monthly partitions ahead and retention behind.
 //! - [`stats`]: counts of open work for the metrics gauges.
 //! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::dbg_macro, clippy::todo, clippy::print_stderr)]
+#![forbid(unsafe_code)]
+
 pub mod definitions;
 pub mod events;
+pub mod fixtures;
 pub mod leases;
 pub mod migrations;
 pub mod notifications;

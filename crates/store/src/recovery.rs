@@ -1,4 +1,4 @@
-//! The recovery sweeps of the seed (Steps 2 and 3). Each is one statement: an
+//! The recovery sweeps (expired leases, lost dispatches). Each is one statement: an
 //! `UPDATE … RETURNING` in a CTE feeding the outbox `INSERT … SELECT`, so the
 //! reset and the re-dispatch are atomic, and because each UPDATE locks the
 //! rows it changes, coordinators running a sweep at once claim disjoint tasks.

@@ -5,6 +5,10 @@
 //! One consumer group per stream. Redis holds no truth: losing a stream loses
 //! messages, never runs (the coordinators' sweeps re-dispatch from PostgreSQL).
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::dbg_macro, clippy::todo, clippy::print_stderr)]
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -45,10 +49,7 @@ impl Keys {
         Keys { prefix: prefix.into() }
     }
 
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
+    /// The stream a task on `queue` goes to: the one place stream names are made.
     pub fn stream(&self, queue: &str, shard: u32) -> String {
         format!("{}tasks:{queue}.{shard}", self.prefix)
     }

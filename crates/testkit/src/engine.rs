@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use composer_coord::Running;
+use composer_core::api::StartRun;
+use composer_core::machine::RunStatus;
 use composer_worker::{Stats, Worker};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -220,11 +222,15 @@ impl Engine {
         body
     }
 
+    /// The typed API client of the first coordinator.
+    pub fn client(&self) -> composer_client::Client {
+        composer_client::Client::new(self.http.clone(), &self.url(), None)
+    }
+
     /// Starts a run of the latest version of `workflow`.
     pub async fn start_run(&self, workflow: &str, input: Value) -> Uuid {
-        let (status, body) = self.post("/v1/runs", &json!({"workflow": workflow, "input": input})).await;
-        assert_eq!(status, 201, "start failed: {body}");
-        body["id"].as_str().and_then(|s| s.parse().ok()).expect("run id")
+        let req = StartRun { workflow: workflow.to_string(), version: None, input: Some(input), idempotency_key: None };
+        self.client().start_run(&req).await.expect("starting a run").id
     }
 
     /// Registers `spec` and starts a run of it with empty input.
@@ -236,20 +242,15 @@ impl Engine {
     /// Waits until the run ends (long-polling the API) and returns it; fails
     /// the test with the run's state if it does not end within `timeout`.
     pub async fn wait_for_run(&self, id: Uuid, timeout: Duration) -> Value {
-        let give_up = tokio::time::Instant::now() + timeout;
-        loop {
-            let (status, run) = self.get(&format!("/v1/runs/{id}?wait=2s")).await;
-            assert_eq!(status, 200, "get run: {run}");
-            if run["status"] != "RUNNING" {
-                return run;
-            }
-            if tokio::time::Instant::now() >= give_up {
-                panic!(
-                    "run {id} did not end within {timeout:?}: {}",
-                    serde_json::to_string_pretty(&run).unwrap_or_default()
-                );
-            }
+        let run = self.client().wait_for_run(id, timeout).await.expect("reading the run");
+        let json = serde_json::to_value(&run).expect("a run is JSON");
+        if run.status == RunStatus::Running {
+            panic!(
+                "run {id} did not end within {timeout:?}: {}",
+                serde_json::to_string_pretty(&json).unwrap_or_default()
+            );
         }
+        json
     }
 
     /// Stops workers, then coordinators.

@@ -18,6 +18,10 @@
 //! A lost lease cancels the execution and discards its result; a report that
 //! cannot be delivered leaves the message unacknowledged for redelivery.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+#![deny(clippy::dbg_macro, clippy::todo, clippy::print_stderr)]
+#![forbid(unsafe_code)]
+
 mod config;
 mod http;
 mod report;

@@ -4,7 +4,7 @@
 //! in a log. Whatever the task reports back is scrubbed of the values used,
 //! in case the target echoes them.
 
-use composer_core::expr::secret_name;
+use composer_core::expr::{secret_name, segments, Segment};
 use serde_json::Value;
 
 use crate::TaskError;
@@ -37,30 +37,29 @@ fn walk(v: &Value, used: &mut Vec<String>) -> Result<Value, TaskError> {
 }
 
 fn resolve_str(s: &str, used: &mut Vec<String>) -> Result<String, TaskError> {
+    // Text the template compiler accepted always scans; anything else is text.
+    let Ok(segments) = segments(s) else { return Ok(s.to_string()) };
     let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(start) = rest.find("${") {
-        let Some(len) = rest[start..].find('}') else { break };
-        let inner = &rest[start + 2..start + len];
-        out.push_str(&rest[..start]);
-        match secret_name(inner) {
-            Some(name) => {
-                let value = std::env::var(env_var(name)).map_err(|_| {
-                    TaskError::fatal(format!(
-                        "unknown secret {name}: set {} in the worker's environment",
-                        env_var(name)
-                    ))
-                })?;
-                if !used.contains(&value) {
-                    used.push(value.clone());
+    for segment in segments {
+        match segment {
+            Segment::Text(text) => out.push_str(text),
+            Segment::Expr { source, raw } => match secret_name(source) {
+                Some(name) => {
+                    let value = std::env::var(env_var(name)).map_err(|_| {
+                        TaskError::fatal(format!(
+                            "unknown secret {name}: set {} in the worker's environment",
+                            env_var(name)
+                        ))
+                    })?;
+                    if !used.contains(&value) {
+                        used.push(value.clone());
+                    }
+                    out.push_str(&value);
                 }
-                out.push_str(&value);
-            }
-            None => out.push_str(&rest[start..start + len + 1]),
+                None => out.push_str(raw),
+            },
         }
-        rest = &rest[start + len + 1..];
     }
-    out.push_str(rest);
     Ok(out)
 }
 

@@ -1,4 +1,4 @@
-//! The failure table (DESIGN §8, seed Step 6): one test per row, named after
+//! The failure table (docs/architecture.md, "Failures"): one test per row, named after
 //! the failure, against real PostgreSQL, Redis and processes. Tests that
 //! break a service get a dedicated instance of it.
 
@@ -41,7 +41,7 @@ async fn wait_for_empty_outbox(e: &Engine) {
     }
 }
 
-/// Seed Step 7, first test: a worker leased the task and died.
+/// A worker leased the task and died.
 #[tokio::test]
 async fn expired_lease_is_recovered() {
     let mut e = Engine::with(no_workers()).await;
@@ -68,7 +68,7 @@ async fn expired_lease_is_recovered() {
     e.stop().await;
 }
 
-/// Seed Step 7, second test. The API coordinator runs no outbox; the other
+/// The API coordinator runs no outbox; the other
 /// polls once a minute, so only NOTIFY from the first one's commits can make
 /// three dispatches happen within seconds.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The lease on a task, against real PostgreSQL (DESIGN §6, seed Step 7).
+//! The lease on a task, against real PostgreSQL (docs/architecture.md, "Leases").
 
 use std::time::Duration;
 

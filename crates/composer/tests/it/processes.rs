@@ -87,14 +87,10 @@ impl Client {
     }
 
     async fn wait_for_run(&self, id: &str, timeout: Duration) -> Value {
-        let until = Instant::now() + timeout;
-        loop {
-            let run = self.get(&format!("/v1/runs/{id}?wait=2s")).await;
-            if run["status"] != "RUNNING" {
-                return run;
-            }
-            assert!(Instant::now() < until, "run {id} did not end: {run}");
-        }
+        let api = composer_client::Client::new(self.http.clone(), &self.base, None);
+        let run = api.wait_for_run(id.parse().expect("run id"), timeout).await.expect("reading the run");
+        assert_ne!(run.status, composer_core::machine::RunStatus::Running, "run {id} did not end: {run:?}");
+        serde_json::to_value(run).expect("a run is JSON")
     }
 }
 
