@@ -61,10 +61,7 @@ async fn start_embedded(concurrency: usize) -> anyhow::Result<Target> {
         Ok::<_, composer_embedded::Error>((pg, redis))
     })
     .await??;
-    let (client, conn) =
-        composer_store::tokio_postgres::connect(&pg.url("postgres"), composer_store::tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    client.batch_execute("CREATE DATABASE composer").await?;
+    composer_store::ensure_database(&pg.url("postgres"), "composer").await?;
     let database_url = pg.url("composer");
     let mut cfg = composer_coord::Config::new(database_url.clone(), redis.url());
     cfg.listen = "127.0.0.1:0".parse()?;

@@ -70,7 +70,7 @@ pub fn dev(runtime: &tokio::runtime::Runtime, mut args: DevArgs) -> anyhow::Resu
         eprintln!("starting embedded PostgreSQL in {} …", dir.display());
         let server = LocalPostgres::start(PgOptions { data_dir: dir, port: None, fsync: true, max_connections: 100 })
             .context("starting the embedded PostgreSQL (COMPOSER_DATA_DIR)")?;
-        runtime.block_on(ensure_database(&server.url("postgres"), "composer"))?;
+        runtime.block_on(composer_store::ensure_database(&server.url("postgres"), "composer"))?;
         args.coord.database.url = server.url("composer");
         pg = Some(server);
     }
@@ -93,19 +93,6 @@ pub fn dev(runtime: &tokio::runtime::Runtime, mut args: DevArgs) -> anyhow::Resu
 
 fn absolute(p: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
     Ok(if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir()?.join(p) })
-}
-
-async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
-    let (client, conn) =
-        composer_store::tokio_postgres::connect(admin_url, composer_store::tokio_postgres::NoTls).await?;
-    let driver = tokio::spawn(conn);
-    let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
-    if !exists {
-        client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
-    }
-    drop(client);
-    let _ = driver.await;
-    Ok(())
 }
 
 async fn run_dev(args: DevArgs, embedded: bool) -> anyhow::Result<ExitCode> {

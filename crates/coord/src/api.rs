@@ -179,12 +179,7 @@ async fn metrics() -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
-    let db = async {
-        let client = composer_store::client(&s.pool).await?;
-        client.simple_query("SELECT 1").await?;
-        Ok::<_, composer_store::Error>(())
-    };
-    if let Err(e) = tokio::time::timeout(Duration::from_secs(2), db)
+    if let Err(e) = tokio::time::timeout(Duration::from_secs(2), composer_store::ping(&s.pool))
         .await
         .unwrap_or_else(|_| Err(composer_store::Error::Config("timed out".into())))
     {

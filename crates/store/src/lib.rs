@@ -99,3 +99,25 @@ pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
 pub async fn client(pool: &Pool) -> Result<Client> {
     Ok(pool.get().await?)
 }
+
+/// Answers whether the database takes queries (for readiness checks).
+pub async fn ping(pool: &Pool) -> Result<()> {
+    let client = client(pool).await?;
+    client.simple_query("SELECT 1").await?;
+    Ok(())
+}
+
+/// Creates database `name` on the server behind `admin_url` unless it exists
+/// (for `composer dev` and the bench on their embedded server). The name is
+/// quoted as an identifier.
+pub async fn ensure_database(admin_url: &str, name: &str) -> Result<()> {
+    let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls).await?;
+    let driver = tokio::spawn(conn);
+    let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
+    if !exists {
+        client.batch_execute(&format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""))).await?;
+    }
+    drop(client);
+    let _ = driver.await;
+    Ok(())
+}

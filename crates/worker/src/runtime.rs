@@ -9,6 +9,7 @@ use composer_core::wire::{Dispatch, ReportStatus, TaskReport};
 use composer_store::leases::{Acquired, LeaseManager};
 use composer_stream::{Keys, Message, Streams};
 use futures_util::FutureExt;
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -348,6 +349,9 @@ async fn process(ctx: Arc<Ctx>, msg: Message) {
 }
 
 /// A leased task: wait for a slot, execute while renewing, report, ack.
+/// Runs one leased task: take a slot, run the handler while renewing the
+/// lease, report the result, then ack (or hand the lease back when no
+/// coordinator took the report).
 async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
     let Ok(_slot) = ctx.permits.clone().acquire_owned().await else { return };
     let Some(handler) = ctx.handlers.get(&dispatch.node_type).cloned() else { return };
@@ -359,36 +363,7 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
     // Renewal stops however this function ends, panics included.
     let _stop_renewing = done.clone().drop_guard();
     let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone()));
-    let task_ctx = TaskContext {
-        task_id: dispatch.task_id,
-        run_id: dispatch.run_id,
-        node_id: dispatch.node_id.clone(),
-        node_type: dispatch.node_type.clone(),
-        attempt: dispatch.attempt,
-        cancelled: lost.clone(),
-    };
-    // Secrets are resolved here and nowhere else; an unknown one fails the attempt.
-    let (input, secrets) = match crate::secrets::resolve(&dispatch.input) {
-        Ok((input, used)) => (Ok(input), used),
-        Err(e) => (Err(e), Vec::new()),
-    };
-    // A panicking handler fails its attempt (retryably); it does not take the
-    // worker down or leave the task leased.
-    let run_handler = async move { handler(task_ctx, input?).await };
-    let guarded = std::panic::AssertUnwindSafe(run_handler).catch_unwind();
-    let result = tokio::select! {
-        r = guarded => Some(r.unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            tracing::error!(panic = %what, "handler panicked");
-            Err(crate::TaskError::retryable(format!("handler panicked: {what}")))
-        })),
-        _ = lost.cancelled() => None,
-    };
-    let Some(result) = result.filter(|_| !lost.is_cancelled()) else {
+    let Some(result) = run_handler(handler, &dispatch, &lost).await else {
         done.cancel();
         let _ = renewer.await;
         ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);
@@ -397,37 +372,7 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
         ack(&ctx, &msg).await;
         return;
     };
-    let result = match result {
-        Ok(mut output) if !secrets.is_empty() => {
-            crate::secrets::scrub(&mut output, &secrets);
-            Ok(output)
-        }
-        Err(mut e) if !secrets.is_empty() => {
-            e.message = crate::secrets::scrub_str(&e.message, &secrets);
-            Err(e)
-        }
-        other => other,
-    };
-    let report = match result {
-        Ok(output) => TaskReport {
-            run_id: dispatch.run_id,
-            attempt: dispatch.attempt,
-            worker_id: ctx.id.clone(),
-            status: ReportStatus::Completed,
-            output: Some(output),
-            error: None,
-            retryable: false,
-        },
-        Err(e) => TaskReport {
-            run_id: dispatch.run_id,
-            attempt: dispatch.attempt,
-            worker_id: ctx.id.clone(),
-            status: ReportStatus::Failed,
-            output: None,
-            error: Some(e.message),
-            retryable: e.retryable,
-        },
-    };
+    let report = to_report(&ctx.id, &dispatch, result);
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.
     let delivery = ctx.reporter.send(dispatch.task_id, &report, ctx.report_deadline).await;
@@ -445,6 +390,73 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
             }
             ctx.stats.0.report_failed.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// Resolves the task's secrets, runs the handler, and scrubs the secrets'
+/// values from what it returns. `None` when the lease was lost meanwhile
+/// (the result must be discarded). A panicking handler fails its attempt
+/// (retryably); it does not take the worker down or leave the task leased.
+async fn run_handler(
+    handler: Handler,
+    dispatch: &Dispatch,
+    lost: &CancellationToken,
+) -> Option<Result<Value, crate::TaskError>> {
+    let task_ctx = TaskContext {
+        task_id: dispatch.task_id,
+        run_id: dispatch.run_id,
+        node_id: dispatch.node_id.clone(),
+        node_type: dispatch.node_type.clone(),
+        attempt: dispatch.attempt,
+        cancelled: lost.clone(),
+    };
+    // Secrets are resolved here and nowhere else; an unknown one fails the attempt.
+    let (input, secrets) = match crate::secrets::resolve(&dispatch.input) {
+        Ok((input, used)) => (Ok(input), used),
+        Err(e) => (Err(e), Vec::new()),
+    };
+    let guarded = std::panic::AssertUnwindSafe(async move { handler(task_ctx, input?).await }).catch_unwind();
+    let result = tokio::select! {
+        r = guarded => r.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(panic = %what, "handler panicked");
+            Err(crate::TaskError::retryable(format!("handler panicked: {what}")))
+        }),
+        _ = lost.cancelled() => return None,
+    };
+    if lost.is_cancelled() {
+        return None;
+    }
+    Some(match result {
+        Ok(mut output) if !secrets.is_empty() => {
+            crate::secrets::scrub(&mut output, &secrets);
+            Ok(output)
+        }
+        Err(mut e) if !secrets.is_empty() => {
+            e.message = crate::secrets::scrub_str(&e.message, &secrets);
+            Err(e)
+        }
+        other => other,
+    })
+}
+
+fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::TaskError>) -> TaskReport {
+    let (status, output, error, retryable) = match result {
+        Ok(output) => (ReportStatus::Completed, Some(output), None, false),
+        Err(e) => (ReportStatus::Failed, None, Some(e.message), e.retryable),
+    };
+    TaskReport {
+        run_id: dispatch.run_id,
+        attempt: dispatch.attempt,
+        worker_id: worker_id.to_string(),
+        status,
+        output,
+        error,
+        retryable,
     }
 }
 
