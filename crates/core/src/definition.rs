@@ -201,76 +201,12 @@ impl Workflow {
 
     /// Validates a spec and indexes it.
     pub fn new(spec: WorkflowSpec) -> Result<Workflow, ValidationError> {
-        validate_name("name", &spec.name)?;
-        if spec.nodes.is_empty() {
-            return Err(ValidationError::new("nodes", "a workflow needs at least one node"));
-        }
-        if spec.nodes.len() > MAX_NODES {
-            return Err(ValidationError::new("nodes", format!("at most {MAX_NODES} nodes are allowed")));
-        }
-        if spec.edges.len() > MAX_EDGES {
-            return Err(ValidationError::new("edges", format!("at most {MAX_EDGES} edges are allowed")));
-        }
-
-        let mut index = HashMap::with_capacity(spec.nodes.len());
-        let mut nodes = Vec::with_capacity(spec.nodes.len());
-        for (i, n) in spec.nodes.iter().enumerate() {
-            let at = node_path(i, &n.id);
-            validate_name(&format!("{at}.id"), &n.id)?;
-            if index.insert(n.id.clone(), i).is_some() {
-                return Err(ValidationError::new(at, format!("duplicate node id {:?}", n.id)));
-            }
-            nodes.push(compile_node(&at, n)?);
-        }
-
-        let mut edges = Vec::with_capacity(spec.edges.len());
-        let mut seen = BTreeSet::new();
-        let mut incoming = vec![Vec::new(); nodes.len()];
-        let mut outgoing = vec![Vec::new(); nodes.len()];
-        for (i, e) in spec.edges.iter().enumerate() {
-            let at = format!("edges[{i}]");
-            let from = *index
-                .get(&e.from)
-                .ok_or_else(|| ValidationError::new(format!("{at}.from"), format!("unknown node {:?}", e.from)))?;
-            let to = *index
-                .get(&e.to)
-                .ok_or_else(|| ValidationError::new(format!("{at}.to"), format!("unknown node {:?}", e.to)))?;
-            if !seen.insert((from, to)) {
-                return Err(ValidationError::new(at, format!("duplicate edge {:?} -> {:?}", e.from, e.to)));
-            }
-            let when = match &e.when {
-                Some(src) if src.contains(".secrets") => {
-                    return Err(ValidationError::new(format!("{at}.when"), "conditions cannot read secrets"))
-                }
-                Some(src) => Some(Expr::compile(src).map_err(|m| ValidationError::new(format!("{at}.when"), m))?),
-                None => None,
-            };
-            incoming[to].push(edges.len());
-            outgoing[from].push(edges.len());
-            edges.push(Edge { from, to, when });
-        }
-
+        check_sizes(&spec)?;
+        let (mut nodes, index) = compile_nodes(&spec)?;
+        let Graph { edges, incoming, outgoing } = compile_edges(&spec, &index)?;
         let topo_order = topological_order(&spec, &edges, &incoming, &outgoing)?;
         for (i, node) in nodes.iter_mut().enumerate() {
-            let mut sources = node.template.sources();
-            match &node.kind {
-                NodeKind::Wait(WaitFor::Until(t)) | NodeKind::Transform { output: t } => sources.extend(t.sources()),
-                NodeKind::WaitForEvent { key, .. } => sources.extend(key.sources()),
-                _ => {}
-            }
-            sources.extend(incoming[i].iter().filter_map(|&e| edges[e].when.as_ref().map(|w| w.source())));
-            let mut reads = Some(Vec::new());
-            for src in sources {
-                match (crate::expr::node_refs(src), reads.as_mut()) {
-                    (Some(ids), Some(r)) => r.extend(ids.iter().filter_map(|id| index.get(id).copied())),
-                    _ => reads = None,
-                }
-            }
-            if let Some(r) = reads.as_mut() {
-                r.sort_unstable();
-                r.dedup();
-            }
-            node.reads = reads;
+            node.reads = reads_of(node, &incoming[i], &edges, &index);
         }
         let output = match &spec.output {
             Some(v) => Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("output{p}"), m))?),
@@ -403,6 +339,93 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
     };
     let queue = if matches!(kind, NodeKind::Http | NodeKind::Custom) { queue } else { None };
     Ok(Node { id: n.id.clone(), node_type: n.node_type.clone(), kind, queue, config, template, reads: None, retry })
+}
+
+fn check_sizes(spec: &WorkflowSpec) -> Result<(), ValidationError> {
+    validate_name("name", &spec.name)?;
+    if spec.nodes.is_empty() {
+        return Err(ValidationError::new("nodes", "a workflow needs at least one node"));
+    }
+    if spec.nodes.len() > MAX_NODES {
+        return Err(ValidationError::new("nodes", format!("at most {MAX_NODES} nodes are allowed")));
+    }
+    if spec.edges.len() > MAX_EDGES {
+        return Err(ValidationError::new("edges", format!("at most {MAX_EDGES} edges are allowed")));
+    }
+    Ok(())
+}
+
+/// Compiles every node and indexes them by id (ids must be unique).
+fn compile_nodes(spec: &WorkflowSpec) -> Result<(Vec<Node>, HashMap<String, usize>), ValidationError> {
+    let mut index = HashMap::with_capacity(spec.nodes.len());
+    let mut nodes = Vec::with_capacity(spec.nodes.len());
+    for (i, n) in spec.nodes.iter().enumerate() {
+        let at = node_path(i, &n.id);
+        validate_name(&format!("{at}.id"), &n.id)?;
+        if index.insert(n.id.clone(), i).is_some() {
+            return Err(ValidationError::new(at, format!("duplicate node id {:?}", n.id)));
+        }
+        nodes.push(compile_node(&at, n)?);
+    }
+    Ok((nodes, index))
+}
+
+/// The edges with their conditions compiled, and each node's in and out edges.
+struct Graph {
+    edges: Vec<Edge>,
+    incoming: Vec<Vec<usize>>,
+    outgoing: Vec<Vec<usize>>,
+}
+
+fn compile_edges(spec: &WorkflowSpec, index: &HashMap<String, usize>) -> Result<Graph, ValidationError> {
+    let mut g = Graph {
+        edges: Vec::with_capacity(spec.edges.len()),
+        incoming: vec![Vec::new(); spec.nodes.len()],
+        outgoing: vec![Vec::new(); spec.nodes.len()],
+    };
+    let mut seen = BTreeSet::new();
+    for (i, e) in spec.edges.iter().enumerate() {
+        let at = format!("edges[{i}]");
+        let from = *index
+            .get(&e.from)
+            .ok_or_else(|| ValidationError::new(format!("{at}.from"), format!("unknown node {:?}", e.from)))?;
+        let to = *index
+            .get(&e.to)
+            .ok_or_else(|| ValidationError::new(format!("{at}.to"), format!("unknown node {:?}", e.to)))?;
+        if !seen.insert((from, to)) {
+            return Err(ValidationError::new(at, format!("duplicate edge {:?} -> {:?}", e.from, e.to)));
+        }
+        let when = match &e.when {
+            Some(src) if src.contains(".secrets") => {
+                return Err(ValidationError::new(format!("{at}.when"), "conditions cannot read secrets"))
+            }
+            Some(src) => Some(Expr::compile(src).map_err(|m| ValidationError::new(format!("{at}.when"), m))?),
+            None => None,
+        };
+        g.incoming[to].push(g.edges.len());
+        g.outgoing[from].push(g.edges.len());
+        g.edges.push(Edge { from, to, when });
+    }
+    Ok(g)
+}
+
+/// The nodes `node`'s expressions and incoming conditions read, sorted;
+/// `None` when an expression may read any node.
+fn reads_of(node: &Node, incoming: &[usize], edges: &[Edge], index: &HashMap<String, usize>) -> Option<Vec<usize>> {
+    let mut sources = node.template.sources();
+    match &node.kind {
+        NodeKind::Wait(WaitFor::Until(t)) | NodeKind::Transform { output: t } => sources.extend(t.sources()),
+        NodeKind::WaitForEvent { key, .. } => sources.extend(key.sources()),
+        _ => {}
+    }
+    sources.extend(incoming.iter().filter_map(|&e| edges[e].when.as_ref().map(|w| w.source())));
+    let mut reads = Vec::new();
+    for src in sources {
+        reads.extend(crate::expr::node_refs(src)?.iter().filter_map(|id| index.get(id).copied()));
+    }
+    reads.sort_unstable();
+    reads.dedup();
+    Some(reads)
 }
 
 fn only_fields(at: &str, config: &Value, allowed: &[&str]) -> Result<(), ValidationError> {
