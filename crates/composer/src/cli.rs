@@ -153,10 +153,6 @@ fn find_env(command: &clap::Command, long: &str) -> Option<String> {
         .or_else(|| command.get_subcommands().find_map(|sub| find_env(sub, long)))
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
-    composer_core::duration::parse(s)
-}
-
 #[derive(Subcommand)]
 pub enum WorkflowCommand {
     /// Registers a definition from a JSON or YAML file.
@@ -185,7 +181,7 @@ pub enum RunCommand {
         #[arg(long)]
         wait: bool,
         /// Give up waiting after this long.
-        #[arg(long, default_value = "10m", value_parser = duration)]
+        #[arg(long, default_value = "10m", value_parser = composer_core::duration::parse)]
         timeout: Duration,
     },
     /// Shows a run with its tasks.

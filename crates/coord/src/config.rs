@@ -8,10 +8,6 @@ use std::time::Duration;
 
 use composer_core::config::{defaults, non_empty, ConfigError, DatabaseArgs, RedisArgs, DEFAULT_MAX_PAYLOAD};
 
-fn duration(s: &str) -> Result<Duration, String> {
-    composer_core::duration::parse(s)
-}
-
 /// Everything a coordinator needs to run, with the documented defaults.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Config {
@@ -41,32 +37,32 @@ pub struct Config {
     #[arg(long, env = "COMPOSER_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: usize,
     /// How long a request waits for a database connection before a 503.
-    #[arg(long, env = "COMPOSER_DB_TIMEOUT", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_DB_TIMEOUT", default_value = "5s", value_parser = composer_core::duration::parse)]
     pub db_timeout: Duration,
     /// Whether this coordinator publishes the outbox (an API-only replica may not).
     #[arg(skip = true)]
     pub run_outbox: bool,
     /// Outbox poll interval (the fallback to LISTEN/NOTIFY).
-    #[arg(long, env = "COMPOSER_OUTBOX_POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_OUTBOX_POLL_INTERVAL", default_value = "1s", value_parser = composer_core::duration::parse)]
     pub outbox_poll_interval: Duration,
     /// How long a claimed outbox row waits before it is published again.
-    #[arg(long, env = "COMPOSER_OUTBOX_CLAIM_TIMEOUT", default_value = "2m", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_OUTBOX_CLAIM_TIMEOUT", default_value = "2m", value_parser = composer_core::duration::parse)]
     pub outbox_claim_timeout: Duration,
     #[arg(skip = 256)]
     pub outbox_batch: i64,
     /// How often due timers are fired.
-    #[arg(long, env = "COMPOSER_TIMER_INTERVAL", default_value = "1s", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_TIMER_INTERVAL", default_value = "1s", value_parser = composer_core::duration::parse)]
     pub timer_interval: Duration,
     #[arg(skip = 512)]
     pub timer_batch: i64,
     /// How often the recovery sweeps (expired leases, lost dispatches) run.
-    #[arg(long, env = "COMPOSER_RECOVERY_INTERVAL", default_value = "30s", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_RECOVERY_INTERVAL", default_value = "30s", value_parser = composer_core::duration::parse)]
     pub recovery_interval: Duration,
     /// A PENDING task without an outbox row for this long is dispatched again.
-    #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = composer_core::duration::parse)]
     pub lost_dispatch_age: Duration,
     /// How often partitions are created ahead and expired.
-    #[arg(long, env = "COMPOSER_PARTITION_INTERVAL", default_value = "6h", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_PARTITION_INTERVAL", default_value = "6h", value_parser = composer_core::duration::parse)]
     pub partition_interval: Duration,
     /// Monthly partitions kept ready ahead.
     #[arg(long, env = "COMPOSER_PARTITION_MONTHS_AHEAD", default_value_t = 3)]
@@ -75,13 +71,13 @@ pub struct Config {
     #[arg(long, env = "COMPOSER_RETENTION_DAYS", default_value_t = 0)]
     pub retention_days: u32,
     /// How often the metrics gauges are sampled.
-    #[arg(long, env = "COMPOSER_METRICS_INTERVAL", default_value = "15s", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_METRICS_INTERVAL", default_value = "15s", value_parser = composer_core::duration::parse)]
     pub metrics_interval: Duration,
     /// Largest run input, step output or event payload, in bytes.
     #[arg(long, env = "COMPOSER_MAX_PAYLOAD", default_value_t = DEFAULT_MAX_PAYLOAD)]
     pub max_payload: usize,
     /// How long an event nobody waits for yet is kept for a waiter.
-    #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = composer_core::duration::parse)]
     pub event_retention: Duration,
     /// Transactions applying batches of events at once, per coordinator.
     #[arg(long, env = "COMPOSER_ENGINE_WORKERS", default_value_t = 2)]

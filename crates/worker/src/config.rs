@@ -8,10 +8,6 @@ use std::time::Duration;
 use composer_core::config::{defaults, non_empty, ConfigError, DatabaseArgs, RedisArgs, DEFAULT_MAX_PAYLOAD};
 use uuid::Uuid;
 
-fn duration(s: &str) -> Result<Duration, String> {
-    composer_core::duration::parse(s)
-}
-
 /// How a worker connects and behaves.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Config {
@@ -46,14 +42,14 @@ pub struct Options {
     #[arg(long, env = "COMPOSER_WORKER_CONCURRENCY", default_value_t = 32)]
     pub concurrency: usize,
     /// Lease length; renewed every third of it.
-    #[arg(long, env = "COMPOSER_LEASE_TTL", default_value = "30s", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_LEASE_TTL", default_value = "30s", value_parser = composer_core::duration::parse)]
     pub lease_ttl: Duration,
     /// A message delivered more often than this is reported FAILED ("max
     /// deliveries exceeded") instead of being run again.
     #[arg(long, env = "COMPOSER_MAX_DELIVERIES", default_value_t = 5)]
     pub max_deliveries: u64,
     /// How often stalled messages (idle longer than the lease TTL) are reclaimed.
-    #[arg(long, env = "COMPOSER_RECLAIM_INTERVAL", default_value = "10s", value_parser = duration)]
+    #[arg(long, env = "COMPOSER_RECLAIM_INTERVAL", default_value = "10s", value_parser = composer_core::duration::parse)]
     pub reclaim_interval: Duration,
     /// How long one XREADGROUP blocks when there is nothing to do.
     #[arg(skip = Duration::from_secs(2))]
