@@ -55,6 +55,12 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
+    fn internal(message: impl Into<String>) -> ApiError {
+        let message = message.into();
+        tracing::error!(error = %message, "internal error");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+    }
+
     fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
@@ -95,16 +101,23 @@ impl From<EngineError> for ApiError {
             EngineError::Stopped => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the coordinator is shutting down")
             }
+            e @ EngineError::Fault { .. } => {
+                tracing::error!(error = %e, "engine fault");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "engine_fault", e.to_string())
+            }
         }
     }
 }
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// A JSON body, whatever its Content-Type, with errors in our format.
-pub struct Body<T>(pub T);
+/// A JSON body, whatever its Content-Type, with errors in our format. A
+/// string with a NUL character (which PostgreSQL cannot store) is a 400
+/// naming its field, unless `NUL_OK` (a worker's report, whose output the
+/// handler turns into a failed attempt instead).
+pub struct Body<T, const NUL_OK: bool = false>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+impl<S: Send + Sync, T: DeserializeOwned, const NUL_OK: bool> FromRequest<S> for Body<T, NUL_OK> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
@@ -119,8 +132,50 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         if bytes.is_empty() {
             return Err(ApiError::bad_request("request body is empty; expected JSON"));
         }
+        if !NUL_OK && has_nul_escape(&bytes) {
+            if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
+                if let Some(path) = nul_path(&value, String::new()) {
+                    return Err(ApiError::bad_request(format!(
+                        "{} contains a NUL character (\\u0000), which cannot be stored",
+                        if path.is_empty() { "the body".to_string() } else { format!("field {path}") }
+                    )));
+                }
+            }
+        }
         serde_json::from_slice(&bytes).map(Body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
     }
+}
+
+/// Whether JSON text may hold a NUL character: a `\u0000` escape (an odd
+/// number of backslashes before the `u`). Cheap enough for every request;
+/// the exact field is found only when it says yes.
+fn has_nul_escape(json: &[u8]) -> bool {
+    json.windows(6)
+        .enumerate()
+        .any(|(i, w)| w == b"\\u0000" && json[..i].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 0)
+}
+
+/// The path of the first string or key with a NUL in `v`.
+fn nul_path(v: &Value, at: String) -> Option<String> {
+    match v {
+        Value::String(s) => s.contains('\0').then_some(at),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| nul_path(v, format!("{at}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                Some(format!("{at}.{}", k.replace('\0', "\\u0000")))
+            } else {
+                nul_path(v, format!("{at}.{k}"))
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// A name from a path or query string, refused when PostgreSQL could not
+/// compare it (a NUL character).
+fn text_param<'a>(value: &'a str, what: &str) -> ApiResult<&'a str> {
+    composer_core::storable::check_text(value, what).map_err(ApiError::bad_request)?;
+    Ok(value)
 }
 
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -179,6 +234,11 @@ async fn metrics() -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
+    let live = s.engine.live_loops();
+    if live < s.config.engine_workers {
+        let message = format!("{live} of {} engine loops are running", s.config.engine_workers);
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message));
+    }
     if let Err(e) = tokio::time::timeout(Duration::from_secs(2), composer_store::ping(&s.pool))
         .await
         .unwrap_or_else(|_| Err(composer_store::Error::Config("timed out".into())))
@@ -203,7 +263,10 @@ fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
 }
 
 async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
-    let wf = Workflow::parse(&spec)
+    // Compiling a definition's expressions is CPU work: off the async runtime.
+    let wf = tokio::task::spawn_blocking(move || Workflow::parse(&spec))
+        .await
+        .map_err(|e| ApiError::internal(format!("definition compiler stopped: {e}")))?
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_definition", e.to_string()))?;
     let normalized = serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut client = composer_store::client(&s.pool).await?;
@@ -222,6 +285,7 @@ async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Json<Workflow
 }
 
 async fn get_workflow(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<DefinitionView>> {
+    text_param(&name, "workflow name")?;
     let client = composer_store::client(&s.pool).await?;
     let versions = definitions::versions(&client, &name).await?;
     let Some(latest) = versions.first() else {
@@ -239,6 +303,7 @@ async fn get_workflow_version(
     let version: i32 = version
         .parse()
         .map_err(|_| ApiError::bad_request(format!("version must be a positive integer, got {version:?}")))?;
+    text_param(&name, "workflow name")?;
     let client = composer_store::client(&s.pool).await?;
     match definitions::by_name(&client, &name, Some(version)).await? {
         Some(d) => Ok(Json(definition_view(&d, true))),
@@ -251,6 +316,7 @@ async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> A
     if json_size(&input) > s.config.max_payload {
         return Err(ApiError::too_large("run input", s.config.max_payload));
     }
+    composer_core::storable::check(&input, "input", s.config.max_payload).map_err(ApiError::bad_request)?;
     let def = {
         let client = composer_store::client(&s.pool).await?;
         definitions::by_name(&client, &req.workflow, req.version).await?
@@ -284,6 +350,9 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
         None => None,
     };
     let limit = page_limit(q.get("limit"), 50)?;
+    if let Some(w) = q.get("workflow") {
+        text_param(w, "workflow")?;
+    }
     let cursor = match q.get("cursor") {
         Some(c) => Some(c.parse::<Uuid>().map_err(|_| ApiError::bad_request(format!("cursor: invalid cursor {c:?}")))?),
         None => None,
@@ -317,6 +386,7 @@ async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> 
     if json_size(&ev.payload) > s.config.max_payload {
         return Err(ApiError::too_large("event payload", s.config.max_payload));
     }
+    composer_core::storable::check(&ev.payload, "payload", s.config.max_payload).map_err(ApiError::bad_request)?;
     let waiters = {
         let mut client = composer_store::client(&s.pool).await?;
         composer_store::events::deliver_or_buffer(&mut client, &ev.name, &ev.key, &ev.payload, s.config.event_retention)
@@ -454,28 +524,24 @@ async fn retry_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiR
 async fn report(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
-    Body(r): Body<TaskReport>,
+    Body(r): Body<TaskReport, true>,
 ) -> ApiResult<Json<ReportAck>> {
     let started = std::time::Instant::now();
     let task_id: Uuid = id.parse().map_err(|_| ApiError::bad_request(format!("invalid task id {id:?}")))?;
     let event = match r.status {
+        // An output that cannot be stored (too large, too deep, a NUL) ends
+        // the attempt for good, naming why: retrying would get it again.
         ReportStatus::Completed => {
             let output = r.output.unwrap_or(Value::Null);
-            if json_size(&output) > s.config.max_payload {
-                Event::TaskFailed {
-                    task_id,
-                    attempt: r.attempt,
-                    error: format!("output exceeds the limit of {} bytes (COMPOSER_MAX_PAYLOAD)", s.config.max_payload),
-                    retryable: false,
-                }
-            } else {
-                Event::TaskCompleted { task_id, attempt: r.attempt, output }
+            match composer_core::storable::check(&output, "output", s.config.max_payload) {
+                Ok(()) => Event::TaskCompleted { task_id, attempt: r.attempt, output },
+                Err(error) => Event::TaskFailed { task_id, attempt: r.attempt, error, retryable: false },
             }
         }
         ReportStatus::Failed => Event::TaskFailed {
             task_id,
             attempt: r.attempt,
-            error: r.error.unwrap_or_else(|| "failed without an error message".into()),
+            error: r.error.unwrap_or_else(|| "failed without an error message".into()).replace('\0', "\u{FFFD}"),
             retryable: r.retryable,
         },
     };

@@ -26,6 +26,20 @@ pub enum EngineError {
     Store(#[from] composer_store::Error),
     #[error("the coordinator is shutting down")]
     Stopped,
+    /// Applying the event panicked: a bug, contained to this event.
+    #[error("engine fault applying {event} to run {run_id}: {message}")]
+    Fault { run_id: Uuid, event: &'static str, message: String },
+}
+
+impl EngineError {
+    /// True when applying the same event again cannot succeed.
+    fn is_permanent(&self) -> bool {
+        match self {
+            EngineError::Fault { .. } => true,
+            EngineError::Store(e) => e.is_permanent(),
+            _ => false,
+        }
+    }
 }
 
 impl From<tokio_postgres::Error> for EngineError {
@@ -57,6 +71,13 @@ pub struct Engine {
     workflows: Mutex<HashMap<Uuid, Arc<Workflow>>>,
     queue: mpsc::UnboundedSender<Pending>,
     inbox: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Pending>>>,
+    /// Runs whose last event failed permanently, and how often in a row: a
+    /// repeat fails the run, so one poisoned run cannot fail forever.
+    faults: Mutex<HashMap<Uuid, u32>>,
+    /// Batch loops running now (`/readyz` is 503 when one has stopped).
+    live_loops: std::sync::atomic::AtomicUsize,
+    /// `COMPOSER_MAX_PAYLOAD`, for the values the state machine computes.
+    max_payload: usize,
 }
 
 /// An event waiting for a batch.
@@ -70,7 +91,7 @@ struct Pending {
 const MAX_BATCH: usize = 128;
 
 impl Engine {
-    pub fn new(pool: Pool, shards: u32, outbox_wake: Arc<Notify>, notify_outbox: bool) -> Engine {
+    pub fn new(pool: Pool, shards: u32, outbox_wake: Arc<Notify>, notify_outbox: bool, max_payload: usize) -> Engine {
         let (queue, inbox) = mpsc::unbounded_channel();
         Engine {
             pool,
@@ -80,7 +101,15 @@ impl Engine {
             workflows: Mutex::new(HashMap::new()),
             queue,
             inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
+            faults: Mutex::new(HashMap::new()),
+            live_loops: std::sync::atomic::AtomicUsize::new(0),
+            max_payload,
         }
+    }
+
+    /// Batch loops running now.
+    pub fn live_loops(&self) -> usize {
+        self.live_loops.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Stream shards per queue.
@@ -140,6 +169,7 @@ impl Engine {
         };
         let mut row = runs::insert_run(&tx, &new).await?;
         let mut run = machine::Run::new(row.id, input.clone());
+        run.max_payload = self.max_payload;
         let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
         let change = Change { wf: &wf, run: &run, tr: &tr };
         write_transitions(&tx, &[change], self.shards, self.notify_outbox).await?;
@@ -167,7 +197,7 @@ impl Engine {
         run: &mut machine::Run,
         event: Event,
     ) -> Result<machine::Transition> {
-        let mut tr = machine::apply(wf, run, &event, Utc::now(), &mut Uuid::now_v7);
+        let mut tr = apply_contained(wf, run, &event)?;
         let mut checked = 0;
         loop {
             let waits: Vec<(Uuid, String, String)> = tr.created[checked..]
@@ -183,13 +213,7 @@ impl Engine {
             let mut delivered = false;
             for (task_id, name, key) in waits {
                 if let Some(payload) = composer_store::events::consume_buffered(tx, &name, &key, task_id).await? {
-                    let next = machine::apply(
-                        wf,
-                        run,
-                        &Event::EventReceived { task_id, payload },
-                        Utc::now(),
-                        &mut Uuid::now_v7,
-                    );
+                    let next = apply_contained(wf, run, &Event::EventReceived { task_id, payload })?;
                     tr.merge(next);
                     delivered = true;
                 }
@@ -214,6 +238,8 @@ impl Engine {
     /// one transaction; several of these loops run so that one batch's commit
     /// overlaps the next one's work.
     pub async fn run_batches(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        use futures_util::FutureExt;
+        let _live = LiveLoop::enter(&self.live_loops);
         loop {
             let batch = {
                 let mut inbox = self.inbox.lock().await;
@@ -238,7 +264,12 @@ impl Engine {
                 }
                 batch
             };
-            self.process(batch).await;
+            // A panic outside the state machine (which is contained per
+            // event) drops this batch's replies (their callers see the
+            // coordinator stopping) but not the loop.
+            if let Err(panic) = std::panic::AssertUnwindSafe(self.process(batch)).catch_unwind().await {
+                tracing::error!(error = panic_message(&*panic), "engine batch panicked; its events were not applied");
+            }
         }
     }
 
@@ -246,6 +277,7 @@ impl Engine {
         let events: Vec<(Uuid, Event)> = batch.iter().map(|p| (p.run_id, p.event.clone())).collect();
         match self.apply_batch(&events).await {
             Ok(results) => {
+                self.clear_faults(&batch);
                 for (p, r) in batch.into_iter().zip(results) {
                     let _ = p.reply.send(r);
                 }
@@ -256,17 +288,56 @@ impl Engine {
                 for p in batch {
                     let r = match self.apply_batch(&[(p.run_id, p.event.clone())]).await {
                         Ok(mut rs) => rs.pop().unwrap_or(Err(EngineError::RunNotFound(p.run_id))),
-                        Err(e) => Err(e),
+                        Err(e) => self.on_failure(p.run_id, e).await,
                     };
                     let _ = p.reply.send(r);
                 }
             }
             Err(e) => {
                 if let Some(p) = batch.into_iter().next() {
-                    let _ = p.reply.send(Err(e));
+                    let r = self.on_failure(p.run_id, e).await;
+                    let _ = p.reply.send(r);
                 }
             }
         }
+    }
+
+    fn clear_faults(&self, batch: &[Pending]) {
+        let mut faults = self.faults.lock().expect("fault counts");
+        if !faults.is_empty() {
+            for p in batch {
+                faults.remove(&p.run_id);
+            }
+        }
+    }
+
+    /// An event of one run failed on its own. The first permanent failure
+    /// fails the event (its sender may retry); a repeat fails the run with
+    /// the message, so a poisoned run cannot stall a loop, a worker or the
+    /// timer loop forever.
+    async fn on_failure(&self, run_id: Uuid, e: EngineError) -> Result<Handled> {
+        if !e.is_permanent() {
+            return Err(e);
+        }
+        let repeats = {
+            let mut faults = self.faults.lock().expect("fault counts");
+            if faults.len() > 10_000 {
+                faults.clear();
+            }
+            let n = faults.entry(run_id).or_insert(0);
+            *n += 1;
+            *n
+        };
+        tracing::error!(%run_id, error = %e, repeats, "event failed permanently");
+        if repeats < 2 {
+            return Err(e);
+        }
+        let message = format!("run failed: {e}");
+        let mut client = composer_store::client(&self.pool).await?;
+        composer_store::runs::fail_faulted(&mut client, run_id, &message).await?;
+        self.faults.lock().expect("fault counts").remove(&run_id);
+        composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", RunStatus::Failed.as_str())], 1);
+        Ok(Handled { status: RunStatus::Failed, ignored: Some(message) })
     }
 
     /// One transaction: lock every run named (in id order), load their tasks,
@@ -315,10 +386,44 @@ impl Engine {
         let mut runs = HashMap::new();
         for (row, tasks) in runs::lock_many(tx, &run_ids).await? {
             let wf = self.workflow(row.workflow_definition_id).await?;
-            let run = runs::to_machine(&wf, &row, &tasks)?;
+            let mut run = runs::to_machine(&wf, &row, &tasks)?;
+            run.max_payload = self.max_payload;
             runs.insert(row.id, Loaded { wf, run, tr: machine::Transition::default() });
         }
         Ok(runs)
+    }
+}
+
+/// Applies the pure state machine, containing a panic to this event: the
+/// run's in-memory state is then discarded with the failed transaction.
+fn apply_contained(wf: &Workflow, run: &mut machine::Run, event: &Event) -> Result<machine::Transition> {
+    let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
+    }));
+    applied.map_err(|panic| EngineError::Fault { run_id: run.id, event: event.name(), message: panic_message(&*panic) })
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_string())
+}
+
+/// Counts a batch loop as live while it runs, however it ends.
+struct LiveLoop<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> LiveLoop<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> LiveLoop<'a> {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        LiveLoop(count)
+    }
+}
+
+impl Drop for LiveLoop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

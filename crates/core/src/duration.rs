@@ -35,8 +35,14 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             .filter(|t| *t <= u64::MAX as u128)
             .ok_or_else(|| format!("invalid duration {text:?}: too large"))?;
     }
+    if total > MAX.as_millis() {
+        return Err(format!("invalid duration {text:?}: longer than the limit of 3650d (10 years)"));
+    }
     Ok(Duration::from_millis(total as u64))
 }
+
+/// The longest duration anything in Composer may be given: 10 years.
+pub const MAX: Duration = Duration::from_secs(3650 * 86_400);
 
 /// Formats a duration in the same notation [`parse`] accepts.
 pub fn format(d: Duration) -> String {
@@ -55,6 +61,15 @@ pub fn format(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_are_bounded_at_ten_years() {
+        assert_eq!(parse("3650d").unwrap(), MAX);
+        let e = parse("3651d").unwrap_err();
+        assert!(e.contains("10 years"), "{e}");
+        assert!(parse("100000000d").is_err());
+        assert!(parse("99999999999999999999999d").is_err());
+    }
 
     #[test]
     fn parses_units_and_sums() {

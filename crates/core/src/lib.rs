@@ -21,4 +21,5 @@ pub mod definition;
 pub mod duration;
 pub mod expr;
 pub mod machine;
+pub mod storable;
 pub mod wire;

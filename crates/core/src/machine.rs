@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use crate::definition::{NodeKind, WaitFor, Workflow};
 use crate::expr::Scope;
+use crate::storable;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -137,11 +138,23 @@ pub struct Run {
     pub output: Option<Value>,
     pub error: Option<String>,
     pub tasks: Vec<Task>,
+    /// Largest value the engine may compute for this run, as JSON bytes
+    /// (`COMPOSER_MAX_PAYLOAD`): evaluated inputs, TRANSFORM outputs and
+    /// the run's output beyond it fail their node (or the run).
+    pub max_payload: usize,
 }
 
 impl Run {
     pub fn new(id: Uuid, input: Value) -> Run {
-        Run { id, status: RunStatus::Running, input, output: None, error: None, tasks: Vec::new() }
+        Run {
+            id,
+            status: RunStatus::Running,
+            input,
+            output: None,
+            error: None,
+            tasks: Vec::new(),
+            max_payload: crate::config::DEFAULT_MAX_PAYLOAD,
+        }
     }
 
     pub fn task(&self, id: Uuid) -> Option<&Task> {
@@ -389,8 +402,10 @@ enum Started {
 /// Stands for "no timeout" while a wait is being built.
 const FOREVER: DateTime<Utc> = DateTime::<Utc>::MAX_UTC;
 
-fn to_chrono(d: std::time::Duration) -> chrono::Duration {
-    chrono::Duration::milliseconds(d.as_millis().min(i64::MAX as u128 / 2) as i64)
+/// `now + d`, or [`FOREVER`] when that is past what a timestamp can hold
+/// (durations are bounded at validation; backoffs grow with attempts).
+fn later(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d).ok().and_then(|d| now.checked_add_signed(d)).unwrap_or(FOREVER)
 }
 
 /// A WAIT `until`: RFC 3339 text or unix seconds.
@@ -454,7 +469,7 @@ impl Machine<'_> {
         let t = self.reportable(task_id, attempt)?;
         let policy = self.wf.nodes[self.run.tasks[t].node].retry;
         if retryable && (attempt as i64) < policy.max_attempts as i64 {
-            let wake_at = self.now + to_chrono(policy.backoff(attempt as u32));
+            let wake_at = later(self.now, policy.backoff(attempt as u32));
             let task = &mut self.run.tasks[t];
             task.state = TaskState::Waiting;
             task.error = Some(error.to_string());
@@ -748,19 +763,19 @@ impl Machine<'_> {
         let eval = |tpl: &crate::expr::Template| tpl.eval_in(scope.as_ref());
         let outcome: Result<Started, String> = match &node.kind {
             NodeKind::Http | NodeKind::Custom => {
-                eval(&node.template).map(Started::Dispatch).map_err(|e| format!("config: {e}"))
+                node.template.eval_input(scope.as_ref()).map(Started::Dispatch).map_err(|e| format!("config: {e}"))
             }
-            NodeKind::Wait(WaitFor::Duration(d)) => Ok(Started::Wait(now + to_chrono(*d), None)),
+            NodeKind::Wait(WaitFor::Duration(d)) => Ok(Started::Wait(later(now, *d), None)),
             NodeKind::Wait(WaitFor::Until(until)) => eval(until)
                 .and_then(|v| parse_time(&v))
                 .map(|at| Started::Wait(at, None))
                 .map_err(|e| format!("config.until: {e}")),
             NodeKind::WaitForEvent { event, key, timeout, .. } => match eval(key) {
                 Ok(Value::String(k)) => {
-                    Ok(Started::Wait(timeout.map(|d| now + to_chrono(d)).unwrap_or(FOREVER), Some((event.clone(), k))))
+                    Ok(Started::Wait(timeout.map(|d| later(now, d)).unwrap_or(FOREVER), Some((event.clone(), k))))
                 }
                 Ok(Value::Number(n)) => Ok(Started::Wait(
-                    timeout.map(|d| now + to_chrono(d)).unwrap_or(FOREVER),
+                    timeout.map(|d| later(now, d)).unwrap_or(FOREVER),
                     Some((event.clone(), n.to_string())),
                 )),
                 Ok(other) => Err(format!("config.key: must be a string, got {other}")),
@@ -770,6 +785,16 @@ impl Machine<'_> {
                 eval(output).map(Started::Done).map_err(|e| format!("config.output: {e}"))
             }
         };
+        let max = self.run.max_payload;
+        let outcome = outcome.and_then(|started| {
+            match &started {
+                Started::Dispatch(v) => storable::check(v, "config", max)?,
+                Started::Done(v) => storable::check(v, "config.output", max)?,
+                Started::Wait(_, Some((_, key))) => storable::check_text(key, "config.key")?,
+                Started::Wait(_, None) => {}
+            }
+            Ok(started)
+        });
         match outcome {
             Err(error) => self.finish(t, TaskState::Failed, None, Some(error)),
             Ok(Started::Done(output)) => self.finish(t, TaskState::Completed, Some(output), None),
@@ -814,7 +839,8 @@ impl Machine<'_> {
             return;
         }
         if let Some(template) = &self.wf.output {
-            match template.eval(&self.context()) {
+            let max = self.run.max_payload;
+            match template.eval(&self.context()).and_then(|v| storable::check(&v, "output", max).map(|()| v)) {
                 Ok(output) => self.set_run(RunStatus::Succeeded, Some(output), None),
                 Err(e) => self.set_run(RunStatus::Failed, None, Some(format!("output: {e}"))),
             }
@@ -826,7 +852,11 @@ impl Machine<'_> {
                 output.insert(self.wf.nodes[t.node].id.clone(), t.output.clone().unwrap_or(Value::Null));
             }
         }
-        self.set_run(RunStatus::Succeeded, Some(Value::Object(output)), None);
+        let output = Value::Object(output);
+        match storable::check(&output, "output", self.run.max_payload) {
+            Ok(()) => self.set_run(RunStatus::Succeeded, Some(output), None),
+            Err(e) => self.set_run(RunStatus::Failed, None, Some(e)),
+        }
     }
 
     fn set_run(&mut self, status: RunStatus, output: Option<Value>, error: Option<String>) {

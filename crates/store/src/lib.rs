@@ -59,15 +59,45 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
             Error::Pool(_) => true,
-            Error::Db(e) => {
-                e.is_closed() || e.code().is_none_or(|c| c.code().starts_with("08") || c.code().starts_with("57P"))
-            }
+            Error::Db(e) if e.is_closed() => true,
+            Error::Db(e) => match e.code() {
+                Some(c) => c.code().starts_with("08") || c.code().starts_with("57P"),
+                // No SQLSTATE: the connection failed, or a value did not
+                // convert (which is not the database being away).
+                None => std::error::Error::source(e).is_none_or(|s| s.is::<std::io::Error>()),
+            },
+            _ => false,
+        }
+    }
+}
+
+impl Error {
+    /// True when repeating the same work cannot succeed: data PostgreSQL
+    /// refuses (class 22, e.g. a NUL in text), a constraint (23), a program
+    /// limit (54), a stored value we cannot read back, or inconsistent data.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::Corrupt(_) => true,
+            Error::Db(e) if e.is_closed() => false,
+            Error::Db(e) => match e.code() {
+                Some(c) => ["22", "23", "54"].iter().any(|class| c.code().starts_with(class)),
+                None => std::error::Error::source(e).is_some_and(|s| !s.is::<std::io::Error>()),
+            },
             _ => false,
         }
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Settings of every session we open (unless the URL's `options` sets
+/// them): generic plans (see below), and time limits so that one stuck
+/// statement or an abandoned transaction cannot hold run locks for good.
+pub const SESSION_SETTINGS: [(&str, &str); 3] = [
+    ("plan_cache_mode", "force_generic_plan"),
+    ("statement_timeout", "60s"),
+    ("idle_in_transaction_session_timeout", "60s"),
+];
 
 /// Opens a connection pool. Connecting is lazy; a pool whose database is down
 /// fails each `get` after `timeout` instead of hanging.
@@ -77,9 +107,13 @@ pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
     // Our statements are prepared once per connection and name a run: with
     // partitioned tables a custom plan is re-made on every execution, while a
     // generic plan prunes partitions at executor start for a fraction of it.
-    if pg.get_options().is_none() {
-        pg.options("-c plan_cache_mode=force_generic_plan");
+    let mut options = pg.get_options().unwrap_or_default().to_string();
+    for (setting, value) in SESSION_SETTINGS {
+        if !options.contains(setting) {
+            options = format!("{options} -c {setting}={value}");
+        }
     }
+    pg.options(options.trim());
     let manager = deadpool_postgres::Manager::from_config(
         pg,
         tokio_postgres::NoTls,

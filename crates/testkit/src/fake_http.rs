@@ -112,6 +112,10 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
             Json(json!({"headers": headers})).into_response()
         }
         ["fail", ..] => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
+        // A body PostgreSQL cannot store: a NUL character in a string.
+        ["nul", ..] => {
+            ([(axum::http::header::CONTENT_TYPE, "application/json")], r#"{"v": "a\u0000b"}"#).into_response()
+        }
         ["bad", ..] => (StatusCode::BAD_REQUEST, Json(json!({"error": "bad request"}))).into_response(),
         ["flaky", n, ..] => {
             let n: usize = n.parse().unwrap_or(0);

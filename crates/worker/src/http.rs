@@ -99,10 +99,11 @@ pub async fn execute(
         Some(list) => list.iter().any(|c| c.as_u64() == Some(status as u64)),
         None => status >= 500 || status == 429,
     };
+    // Generous here: the runtime scrubs secrets, then cuts the message.
     let snippet: String = match &body {
-        Value::String(s) => s.chars().take(200).collect(),
+        Value::String(s) => s.chars().take(2000).collect(),
         Value::Null => String::new(),
-        other => other.to_string().chars().take(200).collect(),
+        other => other.to_string().chars().take(2000).collect(),
     };
     Err(TaskError { message: format!("{method_name} {url} answered {status}: {snippet}"), retryable })
 }

@@ -436,8 +436,8 @@ async fn run_handler(
             crate::secrets::scrub(&mut output, &secrets);
             Ok(output)
         }
-        Err(mut e) if !secrets.is_empty() => {
-            e.message = crate::secrets::scrub_str(&e.message, &secrets);
+        Err(mut e) => {
+            e.message = crate::secrets::scrub_message(&e.message, &secrets);
             Err(e)
         }
         other => other,

@@ -5,6 +5,7 @@ mod api;
 mod dataflow;
 mod failures;
 mod flow;
+mod hardening;
 mod leases;
 mod processes;
 mod wire;

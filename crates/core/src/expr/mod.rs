@@ -7,17 +7,175 @@
 //! from its own environment, so a secret never reaches PostgreSQL, a stream,
 //! the API or a log.
 
-use std::fmt;
-use std::sync::Arc;
+mod guard;
+mod value;
 
-use jaq_core::load::{Arena, File, Loader};
-use jaq_core::{data, unwrap_valr, Compiler, Ctx, Vars};
-use jaq_json::Val;
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use jaq_core::load::{parse::Def, Arena, File, Loader};
+use jaq_core::{Compiler, Ctx, Vars};
 use serde_json::{Map, Value};
 
-type Filter = jaq_core::Filter<data::JustLut<Val>>;
+pub use guard::{Exceeded, Limits};
+use value::{Lookup, Sandboxed};
 
-/// A compiled jq expression.
+type Filter = jaq_core::Filter<Sandboxed>;
+type Native = jaq_core::native::Fun<Sandboxed>;
+
+/// Natives an expression may call: pure functions of their input. Anything
+/// that reads the environment, the clock, other inputs or writes to stderr,
+/// or exits (`env`, `now`, `input`, `halt`, `debug`, `stderr`, …) is left
+/// out, and so is every definition that needs one of them. A jaq upgrade
+/// that adds a native does not make it callable: it must be listed here.
+const ALLOWED_NATIVES: &[&str] = &[
+    "acos",
+    "acosh",
+    "ascii_downcase",
+    "ascii_upcase",
+    "asin",
+    "asinh",
+    "atan",
+    "atan2",
+    "atanh",
+    "cbrt",
+    "ceil",
+    "copysign",
+    "cos",
+    "cosh",
+    "decode_base64",
+    "decode_uri",
+    "encode_base64",
+    "encode_uri",
+    "endswith",
+    "erf",
+    "erfc",
+    "error_empty",
+    "escape_html",
+    "escape_sh",
+    "exp",
+    "exp10",
+    "exp2",
+    "explode",
+    "expm1",
+    "fabs",
+    "fdim",
+    "first",
+    "floor",
+    "fma",
+    "fmax",
+    "fmin",
+    "fmod",
+    "frexp",
+    "fromdateiso8601",
+    "gmtime",
+    "group_by",
+    "hypot",
+    "ilogb",
+    "implode",
+    "j0",
+    "j1",
+    "jn",
+    "key_values",
+    "keys_unsorted",
+    "last",
+    "ldexp",
+    "lgamma",
+    "limit",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "ltrim",
+    "ltrimstr",
+    "matches",
+    "max_by_or_empty",
+    "min_by_or_empty",
+    "mktime",
+    "modf",
+    "nearbyint",
+    "nextafter",
+    "path",
+    "path_value",
+    "pow",
+    "range",
+    "remainder",
+    "reverse",
+    "rint",
+    "round",
+    "rtrim",
+    "rtrimstr",
+    "scalbln",
+    "sin",
+    "sinh",
+    "skip",
+    "sort",
+    "sort_by",
+    "split_",
+    "split_matches",
+    "sqrt",
+    "startswith",
+    "strftime",
+    "strptime",
+    "tan",
+    "tanh",
+    "tgamma",
+    "todateiso8601",
+    "trim",
+    "trunc",
+    "unescape_html",
+    "utf8bytelength",
+    "y0",
+    "y1",
+    "yn",
+];
+
+/// Natives left out on purpose; every native jaq offers is in one list or
+/// the other (a test checks), so an upgrade cannot slip one in.
+const DENIED_NATIVES: &[&str] = &["env", "halt", "debug_empty", "stderr_empty", "now", "localtime", "strflocaltime"];
+
+/// Definitions that call a denied native.
+const DENIED_DEFS: &[&str] = &["halt", "halt_error", "debug", "stderr", "todate_local", "localtime", "now"];
+
+fn allowed_native(name: &str) -> bool {
+    ALLOWED_NATIVES.contains(&name) && !DENIED_NATIVES.contains(&name)
+}
+
+/// The standard library, parsed once for the whole process.
+static DEFS: LazyLock<Vec<Def<&'static str>>> = LazyLock::new(|| {
+    jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs()).filter(|d| !DENIED_DEFS.contains(&d.name)).collect()
+});
+
+fn natives() -> impl Iterator<Item = Native> {
+    let json = value::json_funs::<Sandboxed>();
+    let json_names: Vec<&str> = value::json_funs::<Sandboxed>().map(|(name, _, _)| name).collect();
+    jaq_core::funs::<Sandboxed>()
+        .chain(jaq_std::funs::<Sandboxed>())
+        .filter(move |(name, _, _)| allowed_native(name) && !json_names.contains(name))
+        .chain(json)
+}
+
+/// Why a name does not compile; names left out of the sandbox say so.
+fn undefined(name: &str, what: jaq_core::compile::Undefined) -> String {
+    use jaq_core::compile::Undefined;
+    let sandboxed = DENIED_NATIVES.contains(&name)
+        || DENIED_DEFS.contains(&name)
+        || ["input", "inputs", "$ENV", "ENV", "input_filename"].contains(&name);
+    if sandboxed {
+        return format!(
+            "{name} is not available: expressions cannot read the environment, the clock or other inputs, \
+             write to stderr or stop the process"
+        );
+    }
+    match what {
+        Undefined::Filter(arity) => format!("{name}/{arity} is not defined"),
+        Undefined::Var => format!("${name} is not defined"),
+        _ => format!("{name} is not defined"),
+    }
+}
+
+/// A compiled jq expression, evaluated in a sandbox: only pure functions,
+/// and a budget ([`Limits`]) on steps, bytes, depth, recursion and time.
 #[derive(Clone)]
 pub struct Expr {
     source: String,
@@ -40,16 +198,15 @@ impl Expr {
     /// Parses and compiles `source`, or says why it is not valid jq.
     pub fn compile(source: &str) -> Result<Expr, String> {
         let program = File { code: source, path: () };
-        let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
-        let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
-        let loader = Loader::new(defs);
+        let loader = Loader::new(DEFS.iter().cloned());
         let arena = Arena::default();
         let modules = loader.load(&arena, program).map_err(|errs| {
             let parts: Vec<String> = errs.into_iter().map(|(_, e)| format!("{e:?}")).collect();
             format!("invalid jq {source:?}: {}", parts.join("; "))
         })?;
-        let filter = Compiler::default().with_funs(funs).compile(modules).map_err(|errs| {
-            let parts: Vec<String> = errs.into_iter().map(|(_, e)| format!("{e:?}")).collect();
+        let filter = Compiler::default().with_funs(natives()).compile(modules).map_err(|errs| {
+            let parts: Vec<String> =
+                errs.into_iter().flat_map(|(_, e)| e).map(|(name, u)| undefined(name, u)).collect();
             format!("invalid jq {source:?}: {}", parts.join("; "))
         })?;
         Ok(Expr { source: source.to_string(), filter: Arc::new(filter) })
@@ -67,16 +224,25 @@ impl Expr {
 
     /// Like [`Expr::eval`], on an input converted once for many expressions.
     pub fn eval_in(&self, scope: &Scope) -> Result<Value, String> {
-        let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
-        let mut out = self.filter.id.run((ctx, scope.0.clone())).map(unwrap_valr);
-        match out.next() {
-            Some(Ok(v)) => {
-                let text = v.to_string();
-                serde_json::from_str(&text).map_err(|_| format!("{}: result {text} is not JSON", self.source))
+        self.eval_limited(scope, Limits::DEFAULT)
+    }
+
+    /// Evaluates under `limits`: whatever the expression does, this returns
+    /// within the time limit, with its first output or an error.
+    pub fn eval_limited(&self, scope: &Scope, limits: Limits) -> Result<Value, String> {
+        let result = guard::run(limits, || {
+            let ctx = Ctx::<Sandboxed>::new(Lookup(&self.filter.lut), Vars::new([]));
+            let mut out = self.filter.id.run((ctx, scope.0.clone()));
+            match out.next() {
+                Some(Ok(v)) => to_json(&v.inner, limits),
+                Some(Err(e)) => match e.get_err() {
+                    Ok(e) => Err(value::describe(&e)),
+                    Err(_) => Err("stopped outside of a label".to_string()),
+                },
+                None => Err("produced no value".to_string()),
             }
-            Some(Err(e)) => Err(format!("{}: {e}", self.source)),
-            None => Err(format!("{}: produced no value", self.source)),
-        }
+        });
+        result.map_err(|e| format!("{}: {e}", self.source))
     }
 
     /// Evaluates a condition, which must yield a boolean.
@@ -92,19 +258,39 @@ impl Expr {
     }
 }
 
+/// A result as JSON: no bigger than the byte limit and no deeper than the
+/// depth limit, so that it can be stored and read back.
+fn to_json(v: &jaq_json::Val, limits: Limits) -> Result<Value, String> {
+    use fmt::Write;
+    let mut text = value::Capped { out: String::new(), limit: limits.output };
+    if write!(text, "{v}").is_err() {
+        return Err(Exceeded::Output(limits.output).to_string());
+    }
+    serde_json::from_str(&text.out).map_err(|e| {
+        if e.to_string().contains("recursion limit") {
+            Exceeded::Depth(limits.depth).to_string()
+        } else {
+            let cut: String = text.out.chars().take(200).collect();
+            format!("result {cut} is not JSON")
+        }
+    })
+}
+
 /// An expression input converted to jaq's values once, so that many
 /// expressions can read it without converting it again (cheap to clone).
 #[derive(Clone)]
-pub struct Scope(Val);
+pub struct Scope(value::Value);
 
 impl Scope {
     pub fn new(input: &Value) -> Result<Scope, String> {
-        serde_json::from_value(input.clone()).map(Scope).map_err(|e| format!("expression input is not JSON: {e}"))
+        serde_json::from_value(input.clone())
+            .map(|v| Scope(value::Value::wrap(v)))
+            .map_err(|e| format!("expression input is not JSON: {e}"))
     }
 
     /// `null`, for inputs that could not be converted.
     pub fn null() -> Scope {
-        Scope(Val::default())
+        Scope(value::Value::default())
     }
 }
 
@@ -172,7 +358,8 @@ pub enum Template {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PieceOwned(Piece);
 
-/// A part of a string as written: plain text, or one `${ … }`.
+/// A part of a string as written: plain text, one `${ … }`, or `$${`, which
+/// stands for the text `${`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Segment<'a> {
     Text(&'a str),
@@ -181,15 +368,26 @@ pub enum Segment<'a> {
         source: &'a str,
         raw: &'a str,
     },
+    /// `$${`: the text `${`, never an expression or a secret reference.
+    Escaped,
 }
 
-/// Cuts `s` into text and `${ … }` segments: the one place that syntax is
-/// read (templates at compile time, secret references in the worker). A
-/// `}` inside a string literal or nested braces does not close an expression.
+/// Cuts `s` into text, `${ … }` and `$${` segments: the one place that
+/// syntax is read (templates at compile time, secret references in the
+/// worker). A `}` inside a string literal or nested braces does not close
+/// an expression.
 pub fn segments(s: &str) -> Result<Vec<Segment<'_>>, String> {
     let mut out = Vec::new();
     let mut rest = s;
     while let Some(start) = rest.find("${") {
+        if start > 0 && rest.as_bytes()[start - 1] == b'$' {
+            if start > 1 {
+                out.push(Segment::Text(&rest[..start - 1]));
+            }
+            out.push(Segment::Escaped);
+            rest = &rest[start + 2..];
+            continue;
+        }
         let after = &rest[start + 2..];
         let end = find_close(after).ok_or_else(|| format!("unclosed ${{ in {s:?}"))?;
         if start > 0 {
@@ -204,6 +402,23 @@ pub fn segments(s: &str) -> Result<Vec<Segment<'_>>, String> {
     Ok(out)
 }
 
+/// Makes data safe to place in a task's input: every `${` becomes `$${`, so
+/// that the worker reads it as text. Only the definition's own text can
+/// hold a secret reference; a run's input, an event's payload or a target's
+/// answer that contains `${ .secrets.X }` is sent as exactly that text.
+pub fn escape_data(v: Value) -> Value {
+    match v {
+        Value::String(s) if s.contains("${") => Value::String(s.replace("${", "$${")),
+        Value::Array(items) => Value::Array(items.into_iter().map(escape_data).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (if k.contains("${") { k.replace("${", "$${") } else { k }, escape_data(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// Splits `s` into text and compiled pieces. Secret references stay text.
 fn split(s: &str) -> Result<Vec<Piece>, String> {
     let mut pieces = Vec::new();
@@ -211,6 +426,11 @@ fn split(s: &str) -> Result<Vec<Piece>, String> {
         let source = match segment {
             Segment::Text(text) => {
                 pieces.push(Piece::Text(text.to_string()));
+                continue;
+            }
+            // Kept escaped: the worker turns it into `${`.
+            Segment::Escaped => {
+                pieces.push(Piece::Text("$${".to_string()));
                 continue;
             }
             Segment::Expr { source, .. } => source,
@@ -334,29 +554,50 @@ impl Template {
     /// Evaluates against a converted context (`None` when there is nothing
     /// to evaluate: [`Template::is_literal`]).
     pub fn eval_in(&self, scope: Option<&Scope>) -> Result<Value, String> {
+        self.eval_as(scope, false)
+    }
+
+    /// Evaluates a task's input: like [`Template::eval_in`], with every
+    /// value that came from data escaped ([`escape_data`]), so that only the
+    /// definition's text can reference a secret.
+    pub fn eval_input(&self, scope: Option<&Scope>) -> Result<Value, String> {
+        self.eval_as(scope, true)
+    }
+
+    fn eval_as(&self, scope: Option<&Scope>, escape: bool) -> Result<Value, String> {
         let need = |e: &Expr| scope.ok_or_else(|| format!("{}: no context", e.source));
+        let data = |v: Value| if escape { escape_data(v) } else { v };
         Ok(match self {
             Template::Literal(v) => v.clone(),
-            Template::Whole(e) => e.eval_in(need(e)?)?,
+            Template::Whole(e) => data(e.eval_in(need(e)?)?),
             Template::Text(pieces) => {
                 let mut out = String::new();
                 for PieceOwned(p) in pieces {
-                    match p {
-                        Piece::Text(t) => out.push_str(t),
+                    let text = match p {
+                        Piece::Text(t) => {
+                            out.push_str(t);
+                            continue;
+                        }
                         Piece::Expr(e) => match e.eval_in(need(e)?)? {
-                            Value::String(s) => out.push_str(&s),
-                            Value::Null => {}
-                            other => out.push_str(&other.to_string()),
+                            Value::String(s) => s,
+                            Value::Null => continue,
+                            other => other.to_string(),
                         },
+                    };
+                    match data(Value::String(text)) {
+                        Value::String(s) => out.push_str(&s),
+                        _ => unreachable!("escaping keeps a string a string"),
                     }
                 }
                 Value::String(out)
             }
-            Template::Array(items) => Value::Array(items.iter().map(|t| t.eval_in(scope)).collect::<Result<_, _>>()?),
+            Template::Array(items) => {
+                Value::Array(items.iter().map(|t| t.eval_as(scope, escape)).collect::<Result<_, _>>()?)
+            }
             Template::Object(fields) => {
                 let mut map = Map::new();
                 for (k, t) in fields {
-                    map.insert(k.clone(), t.eval_in(scope)?);
+                    map.insert(k.clone(), t.eval_as(scope, escape)?);
                 }
                 Value::Object(map)
             }
@@ -446,5 +687,126 @@ mod tests {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<Expr>();
         send_sync::<Template>();
+    }
+
+    /// Fails `source` under the default limits but a generous clock, so that
+    /// a slow (debug) build still meets the limit under test first.
+    fn fails_with(source: &str, limit: &str) {
+        let limits = Limits { time: std::time::Duration::from_secs(120), ..Limits::DEFAULT };
+        let scope = Scope::new(&json!({"input": {"a": 1}})).unwrap();
+        let e = Expr::compile(source).unwrap().eval_limited(&scope, limits).unwrap_err();
+        assert!(e.contains(limit), "{source}: {e}");
+    }
+
+    #[test]
+    fn the_environment_the_process_and_other_inputs_are_out_of_reach() {
+        for source in [
+            "env",
+            "$ENV",
+            "env.HOME",
+            "halt",
+            "halt_error",
+            "halt_error(1)",
+            "input",
+            "inputs",
+            "debug",
+            "debug(1)",
+            "stderr",
+            "now",
+            "localtime",
+            "input_filename",
+            "$__prog_args",
+        ] {
+            let e = Expr::compile(source).unwrap_err();
+            assert!(e.contains("invalid jq"), "{source}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_native_of_jaq_is_allowed_or_denied_by_name() {
+        let natives = jaq_core::funs::<Sandboxed>().chain(jaq_std::funs::<Sandboxed>());
+        for (name, _, _) in natives {
+            assert!(
+                ALLOWED_NATIVES.contains(&name) ^ DENIED_NATIVES.contains(&name),
+                "{name} must be in exactly one of ALLOWED_NATIVES and DENIED_NATIVES"
+            );
+        }
+    }
+
+    #[test]
+    fn endless_loops_run_out_of_steps() {
+        fails_with("def f: f; f", "expr_max_steps");
+        fails_with("last(range(1e15))", "expr_max_steps");
+        fails_with("[repeat(1)]", "expr_max_");
+        fails_with("[range(0; 10; 0)]", "expr_max_steps");
+        fails_with("until(false; .)", "expr_max_steps");
+    }
+
+    #[test]
+    fn building_too_much_runs_out_of_bytes() {
+        fails_with("[range(1e9)]", "expr_max_");
+        fails_with(r#""x" * 1000000000"#, "expr_max_bytes");
+        fails_with(r#""x" * 100000000000000000000000"#, "expr_max_bytes");
+        fails_with(r#"reduce range(64) as $i ("x"; . + .)"#, "expr_max_bytes");
+        fails_with("reduce range(64) as $i ([1]; . + .)", "expr_max_bytes");
+        fails_with("reduce range(64) as $i ({a: 1}; {a: ., b: .}) | tojson", "expr_max_bytes");
+        fails_with("reduce range(64) as $i ([1]; [., .])", "COMPOSER_MAX_PAYLOAD");
+        fails_with(r#""x" * 2000000"#, "COMPOSER_MAX_PAYLOAD");
+        fails_with(r#"reduce range(64) as $i ("x"; "\(.)\(.)")"#, "expr_max_bytes");
+        fails_with("reduce range(200) as $i (100000000000000000000; . * .)", "expr_max_bytes");
+    }
+
+    #[test]
+    fn deep_values_and_deep_recursion_are_refused_not_a_stack_overflow() {
+        fails_with("reduce range(1000000) as $i (0; [.])", "expr_max_depth");
+        fails_with("reduce range(1000000) as $i (0; {a: .})", "expr_max_depth");
+        fails_with("def f: 1 + f; f", "expr_max_stack");
+        fails_with("def f: [f]; f", "expr_max_");
+        fails_with("[1] | .[0] |= reduce range(1000) as $i (.; [.])", "expr_max_depth");
+    }
+
+    #[test]
+    fn time_is_a_backstop_for_work_inside_one_step() {
+        let limits = Limits { steps: u64::MAX, time: std::time::Duration::from_millis(20), ..Limits::DEFAULT };
+        let e = Expr::compile("def f: f; f").unwrap().eval_limited(&Scope::null(), limits).unwrap_err();
+        assert!(e.contains("expr_max_time"), "{e}");
+    }
+
+    #[test]
+    fn a_failed_evaluation_leaves_the_next_one_unharmed() {
+        fails_with("def f: f; f", "expr_max_steps");
+        let ok = Expr::compile("[range(1000)] | add").unwrap().eval(&json!(null)).unwrap();
+        assert_eq!(ok, json!(499500));
+    }
+
+    #[test]
+    fn everyday_jq_still_works_in_the_sandbox() {
+        let cases = [
+            (".input.items | map(. * 2)", json!([2, 4, 6])),
+            (".input.items | add", json!(6)),
+            (".input.who | ascii_upcase", json!("ADA")),
+            ("[.input.items[] | select(. > 1)] | length", json!(2)),
+            (".input | to_entries | map(.key) | sort", json!(["items", "who"])),
+            (".input | has(\"who\")", json!(true)),
+            (".input.items | contains([2])", json!(true)),
+            (".input.items | indices(2)", json!([1])),
+            (".input | tojson | fromjson | .who", json!("ada")),
+            (".input.items | .[1] |= . + 10", json!([1, 12, 3])),
+            (".input.items | .[1:] = [9]", json!([1, 9])),
+            (".input | .who |= \"x\" | .who", json!("x")),
+            (".input | del(.items) | keys", json!(["who"])),
+            ("\"\\(.input.who)-\\(.input.items)\"", json!("ada-[1,2,3]")),
+            (".input.items | [.[] | tostring] | join(\",\")", json!("1,2,3")),
+            ("[paths] | length", json!(6)),
+            ("1700000000 | todate", json!("2023-11-14T22:13:20Z")),
+            (".input.who | test(\"^a\")", json!(true)),
+            (".input | .items += [4] | .items | length", json!(4)),
+            ("{a: {b: 1}} * {a: {c: 2}}", json!({"a": {"b": 1, "c": 2}})),
+            ("try error(\"boom\") catch .", json!("boom")),
+        ];
+        let input = json!({"input": {"items": [1, 2, 3], "who": "ada"}});
+        for (source, want) in cases {
+            assert_eq!(Expr::compile(source).unwrap().eval(&input).unwrap(), want, "{source}");
+        }
     }
 }

@@ -1,0 +1,218 @@
+//! Hostile definitions and input, contained engine faults (issue:
+//! hardening). Each test is named after the attack or failure it stops.
+
+use std::time::Duration;
+
+use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp};
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(60);
+
+fn transform(output: &str) -> Value {
+    json!({"name": "x", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": output}}]})
+}
+
+#[tokio::test]
+async fn a_definition_cannot_read_the_environment_or_stop_the_coordinator() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    for (expr, name) in [
+        ("${ env }", "env"),
+        ("${ $ENV }", "ENV"),
+        ("${ env.COMPOSER_API_TOKEN }", "env"),
+        ("${ halt }", "halt"),
+        ("${ halt_error(0) }", "halt_error"),
+        ("${ input }", "input"),
+        ("${ debug }", "debug"),
+        ("${ now }", "now"),
+    ] {
+        let (status, body) = e.post("/v1/workflows", &transform(expr)).await;
+        assert_eq!(status, 400, "{expr}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_definition", "{expr}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("{name} is not available")) && message.contains("nodes[t].config.output"),
+            "{expr}: {message}"
+        );
+    }
+    let (status, _) = e.get("/readyz").await;
+    assert_eq!(status, 200, "the coordinator is still serving");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn an_endless_or_huge_expression_fails_its_node_and_the_coordinator_carries_on() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    for (i, (expr, limit)) in [
+        // A loop meets the step budget or, on a slow machine, the clock.
+        ("${ def f: f; f }", "expr_max_"),
+        ("${ last(range(1e15)) }", "expr_max_"),
+        ("${ [range(1e9)] }", "expr_max_"),
+        (r#"${ "x" * 1000000000 }"#, "expr_max_bytes"),
+        (r#"${ reduce range(64) as $i ("x"; . + .) }"#, "expr_max_bytes"),
+        ("${ reduce range(1000000) as $i (0; [.]) }", "expr_max_depth"),
+        ("${ def f: 1 + f; f }", "expr_max_stack"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut spec = transform(expr);
+        spec["name"] = json!(format!("hostile{i}"));
+        let id = e.run(&spec).await;
+        let run = e.wait_for_run(id, T).await;
+        assert_eq!(run["status"], "FAILED", "{expr}: {run}");
+        let error = run["error"].as_str().unwrap();
+        assert!(error.contains(limit), "{expr}: {error}");
+    }
+    let id = e.run(&transform("${ [range(10)] | add }")).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["output"], json!({"t": 45}), "other runs are unharmed: {run}");
+    let (status, _) = e.get("/readyz").await;
+    assert_eq!(status, 200, "every engine loop still runs");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_wait_of_a_hundred_million_days_is_refused_at_registration() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let specs = [
+        json!({"name": "w", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "100000000d"}}]}),
+        json!({"name": "w", "nodes": [{"id": "w", "type": "WAIT_FOR_EVENT",
+            "config": {"event": "e", "key": "k", "timeout": "3651d"}}]}),
+        json!({"name": "w", "nodes": [{"id": "w", "type": "HTTP", "config": {"url": "http://x/"},
+            "retry": {"max_attempts": 3, "initial_backoff": "99999999999d"}}]}),
+    ];
+    for spec in specs {
+        let (status, body) = e.post("/v1/workflows", &spec).await;
+        assert_eq!(status, 400, "{spec}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("10 years"), "{body}");
+    }
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_value_the_engine_computes_is_bounded_by_the_payload_limit() {
+    let e =
+        Engine::with(EngineOptions { workers: 0, coordinator: |c| c.max_payload = 1000, ..Default::default() }).await;
+    let id = e.run(&transform(r#"${ "x" * 5000 }"#)).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["error"].as_str().unwrap().contains("COMPOSER_MAX_PAYLOAD"), "{run}");
+    let id = e.run(&transform("${ [0] | implode }")).await;
+    let run = e.wait_for_run(id, T).await;
+    assert!(run["error"].as_str().unwrap().contains("NUL"), "a computed NUL fails the node: {run}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_nul_character_is_a_400_naming_the_field_not_a_500() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&transform("${ .input }")).await;
+    let cases = [
+        ("/v1/runs", r#"{"workflow": "x", "input": {"a": ["ok", "b\u0000"]}}"#, "field .input.a[1]"),
+        ("/v1/runs", r#"{"workflow": "x\u0000"}"#, "field .workflow"),
+        ("/v1/runs", r#"{"workflow": "x", "idempotency_key": "k\u0000"}"#, "field .idempotency_key"),
+        ("/v1/runs", r#"{"workflow": "x", "input": {"k\u0000": 1}}"#, "field .input.k"),
+        ("/v1/events", r#"{"name": "n\u0000", "key": "k"}"#, "field .name"),
+        ("/v1/events", r#"{"name": "n", "key": "k", "payload": "\u0000"}"#, "field .payload"),
+        (
+            "/v1/workflows",
+            r#"{"name": "y", "description": "\u0000", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {}}]}"#,
+            "field .description",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let (status, answer) = e.post_raw(path, body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(field) && message.contains("NUL"), "{body}: {message}");
+    }
+    let (status, _) = e.post_raw("/v1/runs", r#"{"workflow": "x", "input": {"a": "\\u0000"}}"#).await;
+    assert_eq!(status, 201, "an escaped backslash before u0000 is text, not a NUL");
+    for path in ["/v1/workflows/a%00b", "/v1/workflows/a%00b/versions/1", "/v1/runs?workflow=a%00"] {
+        let (status, answer) = e.get(path).await;
+        assert_eq!(status, 400, "{path}: {answer}");
+    }
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_target_answering_a_nul_fails_the_attempt_once_instead_of_looping() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let spec = json!({"name": "nul", "nodes": [http_node("call", &http.url("/nul/call"), 3)]});
+    let id = e.run(&spec).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["error"].as_str().unwrap().contains("NUL"), "{run}");
+    assert_eq!(http.calls("/nul/call"), 1, "an output that cannot be stored is not retried");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_poisoned_run_fails_on_the_repeat_and_the_engine_keeps_going() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let wait = json!({"name": "poison", "nodes": [{"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "e", "key": "k"}}]});
+    let id = e.run(&wait).await;
+    e.wait_until(id, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    // A stored value no JSON reader accepts (written behind our back):
+    // every event of this run fails to load it.
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let client = e.db.pool().get().await.unwrap();
+    client
+        .execute(&format!("UPDATE task_instances SET output_json = '{deep}' WHERE run_id = $1"), &[&id])
+        .await
+        .unwrap();
+
+    let (first, body) = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
+    assert_eq!(first, 500, "the first failure fails the event: {body}");
+    let _ = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
+    let row = client.query_one("SELECT status, error FROM workflow_runs WHERE id = $1", &[&id]).await.unwrap();
+    let (status, error): (String, Option<String>) = (row.get(0), row.get(1));
+    assert_eq!(status, "FAILED", "the repeat fails the run");
+    assert!(error.unwrap_or_default().contains("run failed"));
+    let open: i64 = client
+        .query_one("SELECT count(*) FROM task_instances WHERE run_id = $1 AND state = 'WAITING'", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(open, 0, "its open tasks are cancelled, so no timer re-fires the poison");
+
+    let other = e.run(&transform("${ 1 }")).await;
+    assert_eq!(e.wait_for_run(other, T).await["status"], "SUCCEEDED", "other runs are unharmed");
+    let (ready, _) = e.get("/readyz").await;
+    assert_eq!(ready, 200);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn every_session_has_a_statement_and_idle_transaction_timeout() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let client = e.db.pool().get().await.unwrap();
+    let statement: String = client.query_one("SHOW statement_timeout", &[]).await.unwrap().get(0);
+    let idle: String = client.query_one("SHOW idle_in_transaction_session_timeout", &[]).await.unwrap().get(0);
+    assert_eq!((statement.as_str(), idle.as_str()), ("1min", "1min"));
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn data_cannot_inject_a_secret_reference() {
+    std::env::set_var("COMPOSER_SECRET_HARDENING_PAY", "pay-token-123");
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let spec = json!({"name": "inject", "nodes": [
+        {"id": "call", "type": "HTTP", "config": {"method": "POST", "url": http.url("/echo/call"),
+            "headers": {"Authorization": "Bearer ${ .secrets.HARDENING_PAY }"},
+            "body": {"m": "${ .input.m }", "note": "about ${ .input.m }", "all": "${ .input }"}}}]});
+    e.register(&spec).await;
+    let hostile = "${ .secrets.HARDENING_PAY }";
+    let id = e.start_run("inject", json!({"m": hostile})).await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    let request = &http.requests("/echo/call")[0];
+    assert_eq!(request.headers["authorization"], "Bearer pay-token-123", "the definition's own reference resolves");
+    assert_eq!(
+        request.body,
+        json!({"m": hostile, "note": format!("about {hostile}"), "all": {"m": hostile}}),
+        "a reference arriving as data is sent as text"
+    );
+    e.stop().await;
+}

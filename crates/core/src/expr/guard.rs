@@ -1,0 +1,179 @@
+//! The budget of one evaluation: how many steps it may take, how many bytes
+//! it may build, how deep it may nest values and recurse, and how long it may
+//! run. Exceeding any of them ends the evaluation with an error naming the
+//! limit.
+//!
+//! jaq has no hook for a budget, so the meter lives in a thread-local that
+//! the sandbox's data type ([`super::value`]) charges on every term jaq
+//! evaluates and every value it builds. When a limit is exceeded the charge
+//! unwinds with [`std::panic::resume_unwind`] (which runs no panic hook), and
+//! [`run`] catches it at the evaluation's boundary: no jaq iterator can keep
+//! running past its budget, however it was written.
+
+use std::cell::Cell;
+use std::panic::{self, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+/// The limits of one evaluation. [`Limits::DEFAULT`] is what the engine
+/// uses; every value is named in the error that reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Terms evaluated plus values built (`expr_max_steps`).
+    pub steps: u64,
+    /// Bytes of strings, arrays and objects built, summed over the whole
+    /// evaluation (`expr_max_bytes`).
+    pub bytes: u64,
+    /// How deep values may nest (`expr_max_depth`); a result is stored and
+    /// read back as JSON, whose readers stop at 128 levels.
+    pub depth: u32,
+    /// Stack the evaluation may use, which bounds recursion (`expr_max_stack`).
+    pub stack: usize,
+    /// Wall-clock time (`expr_max_time`), a backstop for natives that do
+    /// much work in one step (sorting, regular expressions).
+    pub time: Duration,
+    /// Bytes of the result as JSON (`COMPOSER_MAX_PAYLOAD`): what an
+    /// expression returns is stored, dispatched and returned by the API.
+    pub output: usize,
+}
+
+impl Limits {
+    pub const DEFAULT: Limits = Limits {
+        steps: 1_000_000,
+        bytes: 64 << 20,
+        depth: 100,
+        stack: 512 << 10,
+        time: Duration::from_millis(500),
+        output: crate::config::DEFAULT_MAX_PAYLOAD,
+    };
+}
+
+/// Which limit an evaluation exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exceeded {
+    Steps(u64),
+    Bytes(u64),
+    Depth(u32),
+    Stack(usize),
+    Time(Duration),
+    Output(usize),
+}
+
+impl std::fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exceeded::Steps(n) => write!(f, "expression exceeded expr_max_steps ({n} steps)"),
+            Exceeded::Bytes(n) => write!(f, "expression exceeded expr_max_bytes ({n} bytes built)"),
+            Exceeded::Depth(n) => write!(f, "expression exceeded expr_max_depth (values nested {n} deep)"),
+            Exceeded::Stack(n) => write!(f, "expression exceeded expr_max_stack (recursion used {} KiB)", n >> 10),
+            Exceeded::Time(t) => write!(f, "expression exceeded expr_max_time ({} ms)", t.as_millis()),
+            Exceeded::Output(n) => write!(f, "result exceeds the limit of {n} bytes (COMPOSER_MAX_PAYLOAD)"),
+        }
+    }
+}
+
+struct Meter {
+    limits: Limits,
+    steps: u64,
+    bytes: u64,
+    deadline: Instant,
+    stack_base: usize,
+}
+
+thread_local! {
+    static METER: Cell<Option<Meter>> = const { Cell::new(None) };
+}
+
+/// How often (in steps) the clock is read.
+const CLOCK_EVERY: u64 = 1024;
+
+/// Runs `f` under `limits`. A limit exceeded anywhere inside `f` becomes
+/// `Err`; so does a panic inside jaq, which never reaches the caller.
+pub fn run<T>(limits: Limits, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let marker = 0u8;
+    let meter = Meter {
+        limits,
+        steps: 0,
+        bytes: 0,
+        deadline: Instant::now() + limits.time,
+        stack_base: std::ptr::addr_of!(marker) as usize,
+    };
+    // Evaluations do not nest; a stale meter (from a caller's unwinding) is
+    // replaced and restored.
+    let outer = METER.with(|m| m.replace(Some(meter)));
+    let result = panic::catch_unwind(AssertUnwindSafe(f));
+    METER.with(|m| m.set(outer));
+    match result {
+        Ok(r) => r,
+        Err(payload) => match payload.downcast::<Exceeded>() {
+            Ok(exceeded) => Err(exceeded.to_string()),
+            Err(payload) => {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(format!("expression evaluation failed inside jq: {what}"))
+            }
+        },
+    }
+}
+
+fn with_meter(f: impl FnOnce(&mut Meter) -> Option<Exceeded>) {
+    let exceeded = METER.with(|cell| {
+        let mut meter = cell.take()?;
+        let exceeded = f(&mut meter);
+        cell.set(Some(meter));
+        exceeded
+    });
+    if let Some(e) = exceeded {
+        panic::resume_unwind(Box::new(e));
+    }
+}
+
+/// One step: a term evaluated or a value built. Checks the step budget, the
+/// stack and, now and then, the clock.
+pub fn step() {
+    let marker = 0u8;
+    let here = std::ptr::addr_of!(marker) as usize;
+    with_meter(|m| {
+        m.steps += 1;
+        if m.steps > m.limits.steps {
+            return Some(Exceeded::Steps(m.limits.steps));
+        }
+        let used = m.stack_base.saturating_sub(here);
+        if used > m.limits.stack {
+            return Some(Exceeded::Stack(used));
+        }
+        if m.steps % CLOCK_EVERY == 0 && Instant::now() > m.deadline {
+            return Some(Exceeded::Time(m.limits.time));
+        }
+        None
+    });
+}
+
+/// One step that builds `bytes`, charged before they are allocated.
+pub fn build(bytes: u64) {
+    with_meter(|m| {
+        m.steps += 1;
+        m.bytes = m.bytes.saturating_add(bytes);
+        if m.bytes > m.limits.bytes {
+            return Some(Exceeded::Bytes(m.limits.bytes));
+        }
+        (m.steps > m.limits.steps).then_some(Exceeded::Steps(m.limits.steps))
+    });
+}
+
+/// Checks the nesting depth of a value about to be built.
+pub fn nest(depth: u32) {
+    with_meter(|m| (depth > m.limits.depth).then_some(Exceeded::Depth(m.limits.depth)));
+}
+
+/// Bytes the evaluation running on this thread may still build.
+pub fn bytes_left() -> u64 {
+    METER.with(|cell| {
+        let Some(meter) = cell.take() else { return u64::MAX };
+        let left = meter.limits.bytes.saturating_sub(meter.bytes);
+        cell.set(Some(meter));
+        left
+    })
+}
