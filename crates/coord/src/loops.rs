@@ -50,10 +50,14 @@ pub async fn maintain_partitions(
         return Ok(());
     }
     let before = chrono::Utc::now() - chrono::Duration::days(retention_days as i64);
-    let dropped = partitions::drop_before(client, before).await?;
-    if !dropped.is_empty() {
-        composer_metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], dropped.len() as u64);
-        tracing::info!(months = ?dropped, "dropped expired run partitions");
+    let expired = partitions::drop_before(client, before).await?;
+    if !expired.dropped.is_empty() {
+        composer_metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], expired.dropped.len() as u64);
+        tracing::info!(months = ?expired.dropped, "dropped expired run partitions");
+    }
+    composer_metrics::set(composer_metrics::PARTITIONS_KEPT_OPEN, &[], expired.kept_open.len() as f64);
+    if !expired.kept_open.is_empty() {
+        tracing::info!(months = ?expired.kept_open, "kept expired months that still hold open runs");
     }
     Ok(())
 }

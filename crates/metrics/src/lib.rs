@@ -57,6 +57,8 @@ metrics! {
     TIMERS_FIRED: Counter, "composer_timers_fired_total", "Timers fired (WAIT nodes and retry backoffs).";
     PARTITIONS_CREATED: Counter, "composer_partitions_created_total", "Monthly partitions created.";
     PARTITIONS_DROPPED: Counter, "composer_partitions_dropped_total", "Months of runs dropped past retention.";
+    PARTITIONS_KEPT_OPEN: Gauge, "composer_partitions_kept_open",
+        "Months past retention kept because they still hold a RUNNING run.";
     LEASE_TAKEOVERS: Counter, "composer_lease_takeovers_total",
         "Leases taken over from a worker whose lease had expired.";
     LEASES_LOST: Counter, "composer_leases_lost_total", "Executions cancelled because their lease was lost.";

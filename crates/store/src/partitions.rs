@@ -12,8 +12,27 @@ pub async fn ensure(client: &Client, months_ahead: i32) -> Result<i32> {
     Ok(row.get(0))
 }
 
-/// Drops whole months that ended before `before`; returns them as `YYYY_MM`.
-pub async fn drop_before(client: &Client, before: DateTime<Utc>) -> Result<Vec<String>> {
-    let rows = client.query("SELECT composer_drop_partitions($1)", &[&before]).await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+/// What retention did with the months that ended before its cut-off.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Months dropped, as `YYYY_MM`.
+    pub dropped: Vec<String>,
+    /// Months kept because they still hold a RUNNING run.
+    pub kept_open: Vec<String>,
+}
+
+/// Drops whole months that ended before `before`, except a month that still
+/// holds an open run: it is kept until that run ends.
+pub async fn drop_before(client: &Client, before: DateTime<Utc>) -> Result<Expired> {
+    let rows = client.query("SELECT month, dropped FROM composer_drop_partitions($1)", &[&before]).await?;
+    let mut out = Expired::default();
+    for r in rows {
+        let month: String = r.try_get("month")?;
+        if r.try_get("dropped")? {
+            out.dropped.push(month);
+        } else {
+            out.kept_open.push(month);
+        }
+    }
+    Ok(out)
 }

@@ -509,7 +509,7 @@ async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
     let def_id: Uuid = def["id"].as_str().unwrap().parse().unwrap();
     c.execute(
         "INSERT INTO workflow_runs (id, workflow_definition_id, workflow_name, workflow_version, status, input, created_at)
-         VALUES ($1, $2, 'old', 1, 'SUCCEEDED', '{}', now() - interval '120 days')",
+         VALUES ($1, $2, 'old', 1, 'RUNNING', '{}', now() - interval '120 days')",
         &[&old_run, &def_id],
     )
     .await
@@ -526,9 +526,15 @@ async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
         .unwrap();
     let new_run = e.start_run("old", json!({})).await;
 
-    composer_coord::loops::maintain_partitions(&c, 3, 30).await.unwrap();
+    // The old run is still open (waiting on an event, say): its month stays.
+    let cutoff = chrono::Utc::now() - chrono::Duration::days(30);
+    let expired = composer_store::partitions::drop_before(&c, cutoff).await.unwrap();
+    assert_eq!(expired.kept_open, vec![old_month.clone()], "a month with an open run is kept (and reported)");
+    assert_eq!(e.get(&format!("/v1/runs/{old_run}")).await.0, 200, "its open run is still there");
 
-    assert_eq!(e.get(&format!("/v1/runs/{old_run}")).await.0, 404, "the old month's run is gone");
+    c.execute("UPDATE workflow_runs SET status = 'SUCCEEDED' WHERE id = $1", &[&old_run]).await.unwrap();
+    composer_coord::loops::maintain_partitions(&c, 3, 30).await.unwrap();
+    assert_eq!(e.get(&format!("/v1/runs/{old_run}")).await.0, 404, "once it ends, the old month goes");
     for table in ["workflow_runs", "task_instances", "run_events"] {
         let name = format!("{table}_p{old_month}");
         let exists: bool = c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&name]).await.unwrap().get(0);
