@@ -39,6 +39,9 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const MAX_PAGE: i64 = 1000;
 
+/// The error code of a 404 that means the run is gone.
+pub use composer_core::api::RUN_NOT_FOUND;
+
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
@@ -96,7 +99,11 @@ impl From<composer_store::Error> for ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         match e {
-            EngineError::RunNotFound(id) => ApiError::not_found(format!("run {id} not found")),
+            // A distinct code: a worker drops its report only on this one,
+            // never on a 404 from a proxy or a wrong path.
+            EngineError::RunNotFound(id) => {
+                ApiError::new(StatusCode::NOT_FOUND, RUN_NOT_FOUND, format!("run {id} not found"))
+            }
             EngineError::Store(e) => e.into(),
             EngineError::Stopped => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the coordinator is shutting down")
@@ -387,20 +394,25 @@ async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> 
         return Err(ApiError::too_large("event payload", s.config.max_payload));
     }
     composer_core::storable::check(&ev.payload, "payload", s.config.max_payload).map_err(ApiError::bad_request)?;
-    let waiters = {
-        let mut client = composer_store::client(&s.pool).await?;
-        composer_store::events::deliver_or_buffer(&mut client, &ev.name, &ev.key, &ev.payload, s.config.event_retention)
-            .await?
-    };
-    let buffered = waiters.is_empty();
+    let mut client = composer_store::client(&s.pool).await?;
+    let (event_id, waiters) =
+        composer_store::events::record(&mut client, &ev.name, &ev.key, &ev.payload, s.config.event_retention).await?;
+    // Recorded first: an error below leaves the event buffered, for the
+    // recovery sweep to deliver to these waiters, or for a later waiter.
+    // It is marked consumed only once every waiter has it.
+    let mut taken_by = None;
     let mut matched = 0;
     for w in waiters {
         let event = Event::EventReceived { task_id: w.task_id, payload: ev.payload.clone() };
         if s.engine.handle(w.run_id, event).await?.ignored.is_none() {
+            taken_by.get_or_insert(w.task_id);
             matched += 1;
         }
     }
-    Ok(Json(EventSent { matched, buffered }))
+    if let Some(task_id) = taken_by {
+        composer_store::events::mark_consumed(&client, event_id, task_id).await?;
+    }
+    Ok(Json(EventSent { matched, buffered: matched == 0 }))
 }
 
 fn json_size(v: &Value) -> usize {

@@ -62,6 +62,37 @@ pub async fn maintain_partitions(
     Ok(())
 }
 
+/// Delivers events whose sender failed half way (or died) to the tasks still
+/// waiting for them. Applying an event twice is harmless: the state machine
+/// ignores it for a task that no longer waits.
+async fn deliver_stranded_events(shared: &Shared, client: &composer_store::Client) {
+    let stranded = match composer_store::events::stranded(client, STRANDED_EVENT_AGE, 1000).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "recovery: finding undelivered events failed");
+            return;
+        }
+    };
+    for s in stranded {
+        let event = composer_core::machine::Event::EventReceived { task_id: s.waiter.task_id, payload: s.payload };
+        match shared.engine.handle(s.waiter.run_id, event).await {
+            Ok(h) if h.ignored.is_none() => {
+                composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "stranded_event")], 1);
+                tracing::warn!(event_id = s.event_id, task_id = %s.waiter.task_id, "recovery: delivered a stranded event");
+                if let Err(e) = composer_store::events::mark_consumed(client, s.event_id, s.waiter.task_id).await {
+                    tracing::warn!(error = %e, "recovery: cannot mark a delivered event consumed");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "recovery: delivering a stranded event failed; will retry"),
+        }
+    }
+}
+
+/// How old an undelivered event must be before the sweep delivers it (its
+/// sender may still be at it).
+const STRANDED_EVENT_AGE: Duration = Duration::from_secs(5);
+
 /// Re-dispatches tasks orphaned by a dead worker (expired lease) or a lost
 /// stream message (PENDING with no outbox row for `lost_dispatch_age`), and
 /// republishes the stream shard count.
@@ -102,6 +133,7 @@ pub async fn recover_tasks(shared: &Shared) {
     if any {
         shared.outbox_wake.notify_one();
     }
+    deliver_stranded_events(shared, &client).await;
     if let Err(e) = composer_store::events::cleanup(&client).await {
         tracing::warn!(error = %e, "recovery: cleaning up expired events failed");
     }

@@ -139,3 +139,7 @@ pub struct ErrorDetail {
     /// For people: names the field or the thing concerned.
     pub message: String,
 }
+
+/// The error code of a 404 that means the run (and so its task) does not
+/// exist: a worker drops a report only on this code.
+pub const RUN_NOT_FOUND: &str = "run_not_found";

@@ -22,15 +22,19 @@ pub struct Waiter {
     pub task_id: Uuid,
 }
 
-/// Finds the tasks waiting for `(name, key)`, or — when there are none —
-/// keeps the event for `retention` so that a waiter created later gets it.
-pub async fn deliver_or_buffer(
+/// Records an event and finds the tasks waiting for `(name, key)`, in one
+/// transaction under the pair's lock. The event is always stored (as
+/// buffered) before anyone is told: if delivering it to the waiters fails
+/// half way, or every waiter timed out meanwhile, it is still there — for
+/// [`stranded`] to deliver, or for a waiter created later — until
+/// [`mark_consumed`] says a waiter took it, or it expires after `retention`.
+pub async fn record(
     client: &mut Client,
     name: &str,
     key: &str,
     payload: &Value,
     retention: Duration,
-) -> Result<Vec<Waiter>> {
+) -> Result<(i64, Vec<Waiter>)> {
     let tx = client.transaction().await?;
     tx.execute(LOCK, &[&name, &key]).await?;
     let waiters: Vec<Waiter> = tx
@@ -41,17 +45,61 @@ pub async fn deliver_or_buffer(
         )
         .await?
         .iter()
-        .map(|r| Waiter { run_id: r.get(0), task_id: r.get(1) })
-        .collect();
-    if waiters.is_empty() {
-        tx.execute(
-            "INSERT INTO events (name, key, payload, expires_at) VALUES ($1, $2, $3, now() + make_interval(secs => $4))",
+        .map(|r| Ok(Waiter { run_id: r.try_get(0)?, task_id: r.try_get(1)? }))
+        .collect::<Result<_>>()?;
+    let id: i64 = tx
+        .query_one(
+            "INSERT INTO events (name, key, payload, expires_at) VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+             RETURNING id",
             &[&name, &key, payload, &retention.as_secs_f64()],
         )
-        .await?;
-    }
+        .await?
+        .try_get(0)?;
     tx.commit().await?;
-    Ok(waiters)
+    Ok((id, waiters))
+}
+
+/// Marks a recorded event as taken by `task_id`, so no later waiter gets it.
+pub async fn mark_consumed(client: &Client, event_id: i64, task_id: Uuid) -> Result<()> {
+    client
+        .execute("UPDATE events SET consumed_by = $2 WHERE id = $1 AND consumed_by IS NULL", &[&event_id, &task_id])
+        .await?;
+    Ok(())
+}
+
+/// A recorded event and a task that was waiting for it when it was last
+/// looked at, but has not received it: its sender failed half way or died.
+#[derive(Debug, Clone)]
+pub struct Stranded {
+    pub event_id: i64,
+    pub waiter: Waiter,
+    pub payload: Value,
+}
+
+/// Events older than `min_age`, neither consumed nor expired, that a task
+/// is waiting for: what a sender that failed half way left undelivered.
+pub async fn stranded(client: &Client, min_age: Duration, limit: i64) -> Result<Vec<Stranded>> {
+    let rows = client
+        .query(
+            "SELECT e.id, t.run_id, t.id, e.payload
+               FROM events e
+               JOIN task_instances t ON t.state = 'WAITING' AND t.event_name = e.name AND t.event_key = e.key
+              WHERE e.consumed_by IS NULL AND e.expires_at > now()
+                AND e.created_at < now() - make_interval(secs => $1)
+              ORDER BY e.id
+              LIMIT $2",
+            &[&min_age.as_secs_f64(), &limit],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Stranded {
+                event_id: r.try_get(0)?,
+                waiter: Waiter { run_id: r.try_get(1)?, task_id: r.try_get(2)? },
+                payload: r.try_get(3)?,
+            })
+        })
+        .collect()
 }
 
 /// Inside the transaction creating a waiting task: consumes the oldest

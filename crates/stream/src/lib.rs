@@ -54,6 +54,12 @@ impl Keys {
         format!("{}tasks:{queue}.{shard}", self.prefix)
     }
 
+    /// The queue of a stream named by [`Keys::stream`].
+    pub fn queue_of<'a>(&self, stream: &'a str) -> Option<&'a str> {
+        let rest = stream.strip_prefix(&self.prefix)?.strip_prefix("tasks:")?;
+        rest.rsplit_once('.').map(|(queue, _)| queue)
+    }
+
     pub fn shard_count(&self) -> String {
         format!("{}stream_shards", self.prefix)
     }
@@ -145,6 +151,20 @@ impl Streams {
         Ok(())
     }
 
+    /// Puts a message this consumer read but cannot start back at the end
+    /// of its stream: a copy is added, then the original acknowledged. A
+    /// crash in between leaves two copies, which the task's lease makes
+    /// harmless (only one lease per attempt is granted).
+    pub async fn requeue(&self, msg: &Message) -> Result<()> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("XADD").arg(&msg.stream).arg("*").arg(FIELD).arg(&msg.payload).ignore();
+        pipe.cmd("XACK").arg(&msg.stream).arg(GROUP).arg(&msg.id).ignore();
+        pipe.cmd("XDEL").arg(&msg.stream).arg(&msg.id).ignore();
+        let mut c = self.conn.clone();
+        let _: () = pipe.query_async(&mut c).await?;
+        Ok(())
+    }
+
     /// Opens a dedicated connection for blocking reads: a blocking XREADGROUP
     /// must not share the multiplexed connection, whose response timeout is
     /// shorter than the block.
@@ -153,7 +173,7 @@ impl Streams {
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(block + Duration::from_secs(5)));
         let conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
-        Ok(Consumer { conn, name: name.to_string(), block })
+        Ok(Consumer { conn, name: name.to_string(), block, cursors: std::collections::HashMap::new() })
     }
 }
 
@@ -162,6 +182,10 @@ pub struct Consumer {
     conn: MultiplexedConnection,
     name: String,
     block: Duration,
+    /// Where the next XAUTOCLAIM of each stream starts: a pass goes through
+    /// the whole pending list before it starts over, so a message that is
+    /// reclaimed and put back does not stay ahead of the rest.
+    cursors: std::collections::HashMap<String, String>,
 }
 
 impl Consumer {
@@ -185,8 +209,10 @@ impl Consumer {
     /// (their consumer died or stalled), with how often each was delivered.
     pub async fn reclaim(&mut self, stream: &str, min_idle: Duration, count: usize) -> Result<Vec<(Message, u64)>> {
         let opts = StreamAutoClaimOptions::default().count(count);
+        let start = self.cursors.get(stream).map_or("0-0", String::as_str).to_string();
         let reply: StreamAutoClaimReply =
-            self.conn.xautoclaim_options(stream, GROUP, &self.name, min_idle.as_millis() as u64, "0-0", opts).await?;
+            self.conn.xautoclaim_options(stream, GROUP, &self.name, min_idle.as_millis() as u64, start, opts).await?;
+        self.cursors.insert(stream.to_string(), reply.next_stream_id.clone());
         if reply.claimed.is_empty() {
             return Ok(Vec::new());
         }

@@ -58,10 +58,17 @@ impl Reporter {
                     }
                     return Delivery::Delivered;
                 }
-                Ok(resp) if resp.status() == reqwest::StatusCode::NOT_FOUND => return Delivery::Gone,
                 Ok(resp) => {
                     let status = resp.status();
                     let body = resp.text().await.unwrap_or_default();
+                    // Only the coordinator saying so means the run is gone; a
+                    // 404 from a proxy or a wrong URL must not drop a result.
+                    let code = serde_json::from_str::<composer_core::api::ErrorBody>(&body).ok().map(|b| b.error.code);
+                    if status == reqwest::StatusCode::NOT_FOUND
+                        && code.as_deref() == Some(composer_core::api::RUN_NOT_FOUND)
+                    {
+                        return Delivery::Gone;
+                    }
                     tracing::warn!(%task_id, coordinator = %base, %status, %body, "report refused; trying again");
                 }
                 Err(e) => {

@@ -10,7 +10,7 @@ use composer_store::leases::{Acquired, LeaseManager};
 use composer_stream::{Keys, Message, Streams};
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -98,9 +98,7 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         .collect();
     tracing::info!(worker = %ctx.id, queues = ?queues, shards, concurrency = o.concurrency, "worker started");
 
-    let reclaimer = tokio::spawn(reclaim_loop(ctx.clone(), names.clone(), o.reclaim_interval, shutdown.clone()));
-    read_loop(&ctx, &names, o.block, &shutdown).await;
-    let _ = reclaimer.await;
+    read_loop(&ctx, &names, o.block, o.reclaim_interval, &shutdown).await;
     // Graceful: no new reads; let in-flight tasks finish and report, within a lease TTL.
     ctx.tracker.close();
     if tokio::time::timeout(o.lease_ttl, ctx.tracker.wait()).await.is_err() {
@@ -110,20 +108,34 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
     Ok(())
 }
 
-/// Reads new messages while a slot is free, until `shutdown`, reconnecting
+/// Reads messages while a slot is free, until `shutdown`, reconnecting
 /// (and re-creating consumer groups) as needed.
-async fn read_loop(ctx: &Arc<Ctx>, names: &[String], block: Duration, shutdown: &CancellationToken) {
+///
+/// Slots are taken before reading and each message read is given one: a
+/// worker leases only what it can start now, so no lease waits (unrenewed)
+/// for a slot. Every `reclaim_interval` the slots first go to messages idle
+/// for longer than a lease TTL (their consumer died or stalled), then the
+/// rest to new messages. XREADGROUP's COUNT applies per stream; a read that
+/// brings more messages than free slots puts the extra ones back.
+async fn read_loop(
+    ctx: &Arc<Ctx>,
+    names: &[String],
+    block: Duration,
+    reclaim_interval: Duration,
+    shutdown: &CancellationToken,
+) {
     let mut consumer = None;
     let mut backoff = Duration::from_millis(100);
+    let mut last_reclaim = tokio::time::Instant::now();
     while !shutdown.is_cancelled() {
-        // Read only when a slot is free, and no more than the free slots. The
-        // slots themselves are taken by the tasks, so the reclaim loop sees
-        // the same capacity while this read blocks.
-        tokio::select! {
+        let first = tokio::select! {
             _ = shutdown.cancelled() => break,
-            p = ctx.permits.acquire() => drop(p),
+            p = ctx.permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        let mut slots = vec![first];
+        while let Ok(p) = ctx.permits.clone().try_acquire_owned() {
+            slots.push(p);
         }
-        let free = ctx.permits.available_permits().max(1);
         let reader = match &mut consumer {
             Some(c) => c,
             None => match connect_consumer(&ctx.streams, &ctx.id, block, names).await {
@@ -135,11 +147,23 @@ async fn read_loop(ctx: &Arc<Ctx>, names: &[String], block: Duration, shutdown: 
                 }
             },
         };
-        match reader.read(names, free).await {
+        if last_reclaim.elapsed() >= reclaim_interval {
+            last_reclaim = tokio::time::Instant::now();
+            if let Err(e) = reclaim(ctx, reader, names, &mut slots).await {
+                tracing::warn!(error = %e, "reclaiming stalled messages failed; reconnecting");
+                consumer = None;
+                continue;
+            }
+            if slots.is_empty() {
+                continue;
+            }
+        }
+        let per_stream = (slots.len() / names.len().max(1)).max(1);
+        match reader.read(names, per_stream).await {
             Ok(messages) => {
                 backoff = Duration::from_millis(100);
                 if !messages.is_empty() {
-                    ctx.tracker.spawn(take(ctx.clone(), messages));
+                    ctx.tracker.spawn(take(ctx.clone(), messages, slots));
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -156,50 +180,36 @@ async fn read_loop(ctx: &Arc<Ctx>, names: &[String], block: Duration, shutdown: 
 }
 
 /// Takes over messages idle for longer than the lease TTL — their consumer
-/// died or stalled — and runs them here. A message delivered more than
-/// `max_deliveries` times is reported FAILED instead, so a message that
-/// keeps crashing workers ends under the node's retry policy.
-async fn reclaim_loop(ctx: Arc<Ctx>, names: Vec<String>, interval: Duration, shutdown: CancellationToken) {
-    let mut consumer = None;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+/// died or stalled — and runs them on the slots given, as many as there
+/// are. A message delivered more than `max_deliveries` times is reported
+/// FAILED instead, so a message that keeps crashing workers ends under the
+/// node's retry policy.
+async fn reclaim(
+    ctx: &Arc<Ctx>,
+    consumer: &mut composer_stream::Consumer,
+    names: &[String],
+    slots: &mut Vec<OwnedSemaphorePermit>,
+) -> Result<(), composer_stream::Error> {
+    for stream in names {
+        if slots.is_empty() {
+            break;
         }
-        if consumer.is_none() {
-            match ctx.streams.consumer(&ctx.id, Duration::from_secs(1)).await {
-                Ok(c) => consumer = Some(c),
-                Err(e) => {
-                    tracing::warn!(error = %e, "reclaim: cannot connect to Redis");
-                    continue;
-                }
+        let claimed = match consumer.reclaim(stream, ctx.lease_ttl, slots.len()).await {
+            Ok(m) => m,
+            Err(e) if e.is_no_group() => continue,
+            Err(e) => return Err(e),
+        };
+        for (msg, deliveries) in claimed {
+            composer_metrics::inc(composer_metrics::RECLAIMED_MESSAGES, &[], 1);
+            if deliveries > ctx.max_deliveries {
+                ctx.tracker.spawn(give_up(ctx.clone(), msg, deliveries));
+                continue;
             }
-        }
-        let c = consumer.as_mut().expect("connected above");
-        for stream in &names {
-            let free = ctx.permits.available_permits();
-            if free == 0 || shutdown.is_cancelled() {
-                break;
-            }
-            let claimed = match c.reclaim(stream, ctx.lease_ttl, free).await {
-                Ok(m) => m,
-                Err(e) if e.is_no_group() => continue,
-                Err(e) => {
-                    tracing::warn!(%stream, error = %e, "reclaim failed");
-                    consumer = None;
-                    break;
-                }
-            };
-            for (msg, deliveries) in claimed {
-                composer_metrics::inc(composer_metrics::RECLAIMED_MESSAGES, &[], 1);
-                if deliveries > ctx.max_deliveries {
-                    ctx.tracker.spawn(give_up(ctx.clone(), msg, deliveries));
-                    continue;
-                }
-                ctx.tracker.spawn(process(ctx.clone(), msg));
-            }
+            let Some(slot) = slots.pop() else { break };
+            ctx.tracker.spawn(process(ctx.clone(), msg, slot));
         }
     }
+    Ok(())
 }
 
 /// Reports a message that was delivered too often as a retryable failure of
@@ -209,9 +219,6 @@ async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
         ack(&ctx, &msg).await;
         return;
     };
-    if !ctx.handlers.contains_key(&d.node_type) {
-        return;
-    }
     composer_metrics::inc(composer_metrics::MAX_DELIVERIES_EXCEEDED, &[], 1);
     tracing::error!(run_id = %d.run_id, task_id = %d.task_id, deliveries, "max deliveries exceeded; reporting the attempt failed");
     let report = TaskReport {
@@ -263,15 +270,10 @@ async fn sleep_or_shutdown(shutdown: &CancellationToken, backoff: &mut Duration)
     *backoff = (*backoff * 2).min(Duration::from_secs(5));
 }
 
-/// Parses a message; a malformed one is acked and dropped, one of a type
-/// this worker has no handler for is left pending for a worker that has.
+/// Parses a message; a malformed one is acked and dropped.
 async fn parse(ctx: &Ctx, msg: &Message) -> Option<Dispatch> {
     match serde_json::from_str::<Dispatch>(&msg.payload) {
-        Ok(d) if ctx.handlers.contains_key(&d.node_type) => Some(d),
-        Ok(d) => {
-            tracing::warn!(node_type = %d.node_type, "no handler for this node type here; leaving the message");
-            None
-        }
+        Ok(d) => Some(d),
         Err(e) => {
             tracing::error!(stream = %msg.stream, id = %msg.id, error = %e, "dropping a malformed message");
             ack(ctx, msg).await;
@@ -280,20 +282,29 @@ async fn parse(ctx: &Ctx, msg: &Message) -> Option<Dispatch> {
     }
 }
 
-/// The messages of one read: their leases are taken in one statement (one
-/// commit for the batch), then each granted task runs on its own.
-async fn take(ctx: Arc<Ctx>, messages: Vec<Message>) {
+/// The messages of one read, with the slots taken for them: each message
+/// gets a slot or goes back to its stream; the leases of the rest are taken
+/// in one statement (one commit for the batch), then each granted task runs
+/// on its own slot.
+async fn take(ctx: Arc<Ctx>, messages: Vec<Message>, mut slots: Vec<OwnedSemaphorePermit>) {
     let mut wanted = Vec::with_capacity(messages.len());
     for msg in messages {
-        if let Some(d) = parse(&ctx, &msg).await {
-            wanted.push((msg, d));
+        let Some(d) = parse(&ctx, &msg).await else { continue };
+        match slots.pop() {
+            Some(slot) => wanted.push((msg, d, slot)),
+            None => {
+                if let Err(e) = ctx.streams.requeue(&msg).await {
+                    tracing::warn!(error = %e, "cannot put back a message read beyond the free slots; it will be reclaimed");
+                }
+            }
         }
     }
+    drop(slots);
     if wanted.is_empty() {
         return;
     }
     let requests: Vec<(uuid::Uuid, uuid::Uuid, i32)> =
-        wanted.iter().map(|(_, d)| (d.run_id, d.task_id, d.attempt)).collect();
+        wanted.iter().map(|(_, d, _)| (d.run_id, d.task_id, d.attempt)).collect();
     let granted = match ctx.leases.acquire_many(&requests, &ctx.id, ctx.lease_ttl).await {
         Ok(g) => g,
         Err(e) => {
@@ -302,14 +313,14 @@ async fn take(ctx: Arc<Ctx>, messages: Vec<Message>) {
         }
     };
     let mut started = std::collections::HashSet::new();
-    for (msg, d) in wanted {
+    for (msg, d, slot) in wanted {
         match granted.get(&d.task_id) {
             Some(how) if started.insert(d.task_id) => {
                 if *how == Acquired::TakenOver {
                     composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
                 }
                 let span = task_span(&d);
-                ctx.tracker.spawn(execute(ctx.clone(), msg, d).instrument(span));
+                ctx.tracker.spawn(execute(ctx.clone(), msg, d, slot).instrument(span));
             }
             // Another worker holds it, it finished or moved to another
             // attempt, or this read carried it twice.
@@ -325,8 +336,8 @@ fn task_span(d: &Dispatch) -> tracing::Span {
     tracing::info_span!("task", run_id = %d.run_id, task_id = %d.task_id, node_id = %d.node_id, attempt = d.attempt)
 }
 
-/// One reclaimed message: lease, then run.
-async fn process(ctx: Arc<Ctx>, msg: Message) {
+/// One reclaimed message, with its slot: lease, then run.
+async fn process(ctx: Arc<Ctx>, msg: Message, slot: OwnedSemaphorePermit) {
     let Some(d) = parse(&ctx, &msg).await else { return };
     match ctx.leases.acquire(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
         Ok(Acquired::Granted) => {}
@@ -345,16 +356,16 @@ async fn process(ctx: Arc<Ctx>, msg: Message) {
         }
     }
     let span = task_span(&d);
-    execute(ctx, msg, d).instrument(span).await
+    execute(ctx, msg, d, slot).instrument(span).await
 }
 
-/// A leased task: wait for a slot, execute while renewing, report, ack.
-/// Runs one leased task: take a slot, run the handler while renewing the
+/// Runs one leased task on its slot: run the handler while renewing the
 /// lease, report the result, then ack (or hand the lease back when no
-/// coordinator took the report).
-async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
-    let Ok(_slot) = ctx.permits.clone().acquire_owned().await else { return };
-    let Some(handler) = ctx.handlers.get(&dispatch.node_type).cloned() else { return };
+/// coordinator took the report). A type this worker has no handler for
+/// fails its attempt at once, for good: every worker that serves a queue
+/// must handle every type routed to it.
+async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch, _slot: OwnedSemaphorePermit) {
+    let handler = ctx.handlers.get(&dispatch.node_type).cloned();
     ctx.stats.0.executed.fetch_add(1, Ordering::Relaxed);
     composer_metrics::inc(composer_metrics::TASKS_EXECUTED, &[("node_type", dispatch.node_type.as_str())], 1);
 
@@ -363,7 +374,16 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch) {
     // Renewal stops however this function ends, panics included.
     let _stop_renewing = done.clone().drop_guard();
     let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone()));
-    let Some(result) = run_handler(handler, &dispatch, &lost).await else {
+    let outcome = match handler {
+        Some(handler) => run_handler(handler, &dispatch, &lost).await,
+        None => {
+            let queue = ctx.streams.keys().queue_of(&msg.stream).unwrap_or(&msg.stream);
+            let message = format!("no handler for type {} on queue {queue} (worker {})", dispatch.node_type, ctx.id);
+            tracing::error!(node_type = %dispatch.node_type, %queue, "no handler for this type; failing the attempt");
+            Some(Err(crate::TaskError::fatal(message)))
+        }
+    };
+    let Some(result) = outcome else {
         done.cancel();
         let _ = renewer.await;
         ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);

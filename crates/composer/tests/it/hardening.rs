@@ -216,3 +216,116 @@ async fn data_cannot_inject_a_secret_reference() {
     );
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_worker_leases_only_what_it_can_start_so_slow_steps_run_once() {
+    let e = Engine::with(EngineOptions {
+        worker_concurrency: 1,
+        lease_ttl: Duration::from_secs(1),
+        coordinator: |c| {
+            c.stream_shards = 4;
+            c.recovery_interval = Duration::from_millis(200);
+        },
+        ..Default::default()
+    })
+    .await;
+    let http = FakeHttp::start().await;
+    let mut runs = Vec::new();
+    for i in 0..5 {
+        let spec =
+            json!({"name": format!("slow{i}"), "nodes": [http_node("call", &http.url(&format!("/slow/1500/{i}")), 1)]});
+        runs.push(e.run(&spec).await);
+    }
+    for id in runs {
+        assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    }
+    for i in 0..5 {
+        assert_eq!(http.calls(&format!("/slow/1500/{i}")), 1, "step {i}: a task waiting for a slot was not leased");
+    }
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_type_no_handler_serves_on_a_served_queue_fails_at_once() {
+    let e = Engine::start().await;
+    let spec =
+        json!({"name": "orphan", "nodes": [{"id": "c", "type": "nobody-handles", "queue": "http", "config": {}}]});
+    let id = e.run(&spec).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(error.contains("no handler for type nobody-handles on queue http"), "{error}");
+    e.stop().await;
+}
+
+fn waits_for(name: &str, key: &str) -> Value {
+    json!({"name": format!("waits-{key}"), "nodes": [{"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": name, "key": key}}]})
+}
+
+#[tokio::test]
+async fn an_event_whose_waiter_ignores_it_stays_buffered_for_the_next() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let first = e.run(&waits_for("paid", "o-1")).await;
+    e.wait_until(first, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    // The waiter's run ended between the match and the delivery (a timeout,
+    // say): it ignores the event.
+    let client = e.db.pool().get().await.unwrap();
+    client.execute("UPDATE workflow_runs SET status = 'CANCELLED' WHERE id = $1", &[&first]).await.unwrap();
+    let (status, sent) = e.post("/v1/events", &json!({"name": "paid", "key": "o-1", "payload": {"n": 1}})).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent, json!({"matched": 0, "buffered": true}), "no waiter took it, so it is kept");
+    let second = e.run(&waits_for("paid", "o-1")).await;
+    let run = e.wait_for_run(second, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "the next waiter gets it: {run}");
+    assert_eq!(run["output"]["w"], json!({"n": 1}));
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_whose_sender_died_before_delivery_is_delivered_by_recovery() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let id = e.run(&waits_for("shipped", "o-2")).await;
+    e.wait_until(id, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    // What a sender leaves when it dies after recording the event.
+    let client = e.db.pool().get().await.unwrap();
+    client
+        .execute(
+            "INSERT INTO events (name, key, payload, created_at, expires_at)
+             VALUES ('shipped', 'o-2', '{\"n\": 2}', now() - interval '1 minute', now() + interval '1 hour')",
+            &[],
+        )
+        .await
+        .unwrap();
+    composer_coord::loops::recover_tasks(&e.coordinators[0].shared).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["output"]["w"], json!({"n": 2}));
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_404_from_a_proxy_does_not_make_a_worker_drop_its_result() {
+    let mut e =
+        Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_secs(1), ..Default::default() }).await;
+    let proxy = FakeHttp::start().await;
+    let http = FakeHttp::start().await;
+    let mut misrouted = e.worker_config("misrouted", 1);
+    misrouted.options.coordinator_urls = vec![proxy.url("/wrong-path")];
+    misrouted.options.report_deadline = Duration::from_millis(300);
+    e.spawn_worker(composer_worker::Worker::new(misrouted));
+    let id = e.run(&json!({"name": "proxied", "nodes": [http_node("a", &http.url("/ok/a"), 1)]})).await;
+    let deadline = std::time::Instant::now() + T;
+    while http.calls("/ok/a") == 0 || proxy.all().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the misrouted worker never ran the task");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stats = &e.workers[0].stats;
+    assert_eq!(stats.reported(), 0, "a 404 without the coordinator's run_not_found code is not a delivery");
+    // The message was not acked: a worker that reaches a coordinator takes it
+    // over once it has been idle for a lease TTL, and the run finishes.
+    e.start_worker("right", 2).await;
+    let run = e.wait_for_run(id, Duration::from_secs(15)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    e.stop().await;
+}
