@@ -104,7 +104,8 @@ async fn run_dev(args: DevArgs, embedded: bool) -> anyhow::Result<ExitCode> {
         composer_worker::Config {
             database: coord.database.clone(),
             redis: coord.redis.clone(),
-            worker_token: coord.worker_token.clone(),
+            // With only an API token, `/internal` takes that token.
+            worker_token: coord.worker_token.clone().or_else(|| coord.api_token.clone()),
             max_payload: coord.max_payload,
             options,
         }

@@ -118,7 +118,8 @@ impl From<EngineError> for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// A JSON body, whatever its Content-Type, with errors in our format. A
+/// A JSON body (its Content-Type is checked by `refuse_foreign_pages`), with
+/// errors in our format. A
 /// string with a NUL character (which PostgreSQL cannot store) is a 400
 /// naming its field, unless `NUL_OK` (a worker's report, whose output the
 /// handler turns into a failed attempt instead).
@@ -201,6 +202,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let internal = Router::new()
         .route("/internal/v1/tasks/{id}/result", post(report))
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_worker_token));
+    let public = public.route_layer(middleware::from_fn_with_state(shared.clone(), refuse_foreign_pages));
+    let internal = internal.route_layer(middleware::from_fn_with_state(shared.clone(), refuse_foreign_pages));
     Router::new()
         .merge(public)
         .merge(internal)
@@ -220,8 +223,45 @@ async fn require_api_token(State(s): State<Arc<Shared>>, req: Request, next: Nex
     check_token(s.config.api_token.as_deref(), req, next).await
 }
 
+/// `/internal` is closed whenever any token is set: with only an API token,
+/// it takes that token (a worker in `composer dev` is given one).
 async fn require_worker_token(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    check_token(s.config.worker_token.as_deref(), req, next).await
+    check_token(s.config.worker_token.as_deref().or(s.config.api_token.as_deref()), req, next).await
+}
+
+/// Browsers cannot drive the API behind the user's back: a request from a
+/// web page of another origin (its `Origin` header) is refused unless that
+/// origin is allowed (`COMPOSER_ALLOWED_ORIGINS`), and a body a page can
+/// send without a CORS preflight (a form, `text/plain`) is refused as not
+/// JSON. Without a token, the API on loopback would otherwise be open to
+/// any page the user visits.
+async fn refuse_foreign_pages(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default().trim_end_matches('/');
+        let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        let own = !host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}"));
+        if !own && !s.config.allowed_origins.iter().any(|o| o == origin) {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "origin_not_allowed",
+                format!("requests from web pages of {origin:?} are not allowed (COMPOSER_ALLOWED_ORIGINS)"),
+            )
+            .into_response();
+        }
+    }
+    if let Some(kind) = req.headers().get(header::CONTENT_TYPE) {
+        let kind = kind.to_str().unwrap_or_default().to_ascii_lowercase();
+        let essence = kind.split(';').next().unwrap_or_default().trim();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("request bodies must be application/json, got {essence:?}"),
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
 }
 
 async fn check_token(expected: Option<&str>, req: Request, next: Next) -> Response {

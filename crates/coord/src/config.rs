@@ -27,6 +27,10 @@ pub struct Config {
     /// Bearer token workers must present on `/internal`.
     #[arg(long, env = "COMPOSER_WORKER_TOKEN", hide_env_values = true)]
     pub worker_token: Option<String>,
+    /// Origins (scheme://host[:port]) whose web pages may call the API, comma-separated. A request with any
+    /// other `Origin` header is refused; the coordinator's own origin is always allowed.
+    #[arg(long, env = "COMPOSER_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
     /// Allow listening beyond loopback without tokens.
     #[arg(long, env = "COMPOSER_ALLOW_NO_AUTH", default_value_t = false)]
     pub allow_no_auth: bool,
@@ -132,6 +136,16 @@ impl Config {
         if self.engine_workers == 0 {
             return Err(ConfigError::new("--engine-workers", "COMPOSER_ENGINE_WORKERS", "must be at least 1"));
         }
+        if self.api_token.is_some() && self.api_token == self.worker_token {
+            return Err(ConfigError::new(
+                "--worker-token",
+                "COMPOSER_WORKER_TOKEN",
+                "must differ from the API token: a worker must not be able to call the API, nor a user report results",
+            ));
+        }
+        self.allowed_origins =
+            self.allowed_origins.iter().map(|o| o.trim().trim_end_matches('/').to_string()).collect();
+        self.allowed_origins.retain(|o| !o.is_empty());
         let open = !self.listen.ip().is_loopback();
         let no_tokens = self.api_token.is_none() || self.worker_token.is_none();
         if open && no_tokens && !self.allow_no_auth {

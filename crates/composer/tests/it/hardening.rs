@@ -329,3 +329,67 @@ async fn a_404_from_a_proxy_does_not_make_a_worker_drop_its_result() {
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_web_page_of_another_origin_cannot_drive_the_tokenless_api() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.allowed_origins = vec!["https://ops.example".into()],
+        ..Default::default()
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let spec = transform("${ 1 }").to_string();
+    let url = format!("{}/v1/workflows", e.url());
+    // What a page on evil.example can send without a CORS preflight.
+    for (origin, kind) in [
+        (Some("http://evil.example"), "application/json"),
+        (Some("http://evil.example"), "text/plain"),
+        (None, "text/plain"),
+        (None, "application/x-www-form-urlencoded"),
+    ] {
+        let mut req = http.post(&url).header("content-type", kind).body(spec.clone());
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        let status = req.send().await.unwrap().status().as_u16();
+        assert!(status == 403 || status == 415, "{origin:?} {kind}: {status}");
+    }
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let cancel = format!("{}/v1/runs/{}/cancel", e.url(), uuid::Uuid::now_v7());
+    let r = http.post(&cancel).header("origin", "http://evil.example").send().await.unwrap();
+    assert_eq!(status(r), 403, "a bodiless POST from a foreign page is refused too");
+    let (_, workflows) = e.get("/v1/workflows").await;
+    assert_eq!(workflows["workflows"], json!([]), "nothing was registered");
+
+    let allowed = http.post(&url).header("origin", "https://ops.example").header("content-type", "application/json");
+    assert_eq!(status(allowed.body(spec.clone()).send().await.unwrap()), 201, "an allowed origin may");
+    let own = format!("http://{}", e.coordinators[0].addr);
+    let same = http.post(&url).header("origin", own).header("content-type", "application/json; charset=utf-8");
+    assert_eq!(status(same.body(spec).send().await.unwrap()), 200, "the coordinator's own origin may");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn internal_needs_a_token_whenever_one_is_set_and_tokens_must_differ() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.api_token = Some("only-the-api-token".into()),
+        ..Default::default()
+    })
+    .await;
+    let report = json!({"run_id": uuid::Uuid::now_v7(), "attempt": 1, "worker_id": "w", "status": "COMPLETED"});
+    let url = format!("{}/internal/v1/tasks/{}/result", e.url(), uuid::Uuid::now_v7());
+    let http = reqwest::Client::new();
+    let open = http.post(&url).json(&report).send().await.unwrap();
+    assert_eq!(open.status().as_u16(), 401, "no token, no /internal");
+    let with = http.post(&url).bearer_auth("only-the-api-token").json(&report).send().await.unwrap();
+    assert_ne!(with.status().as_u16(), 401, "the only token set opens it");
+
+    let mut same = e.coordinator_config();
+    same.worker_token = Some("same".into());
+    same.api_token = Some("same".into());
+    let err = same.validated().unwrap_err().to_string();
+    assert!(err.contains("COMPOSER_WORKER_TOKEN") && err.contains("differ"), "{err}");
+    e.stop().await;
+}
