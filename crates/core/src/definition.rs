@@ -504,11 +504,9 @@ pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "H
 fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
     let field = |name: &str| format!("{at}.config.{name}");
     for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
-        if !matches!(key.as_str(), "method" | "url" | "headers" | "body" | "timeout" | "accept" | "retry_statuses") {
-            return Err(ValidationError::new(
-                field(key),
-                "unknown field (expected method, url, headers, body, timeout, accept, retry_statuses)",
-            ));
+        let known = ["method", "url", "headers", "body", "timeout", "accept", "retry_statuses", "follow_redirects"];
+        if !known.contains(&key.as_str()) {
+            return Err(ValidationError::new(field(key), format!("unknown field (expected {})", known.join(", "))));
         }
     }
     match config.get("url") {
@@ -542,6 +540,11 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
             .map_err(|e| ValidationError::new(field("timeout"), e))?;
         if d.is_zero() {
             return Err(ValidationError::new(field("timeout"), "must be greater than zero"));
+        }
+    }
+    if let Some(f) = config.get("follow_redirects").filter(|f| !is_expression(f)) {
+        if !f.is_boolean() {
+            return Err(ValidationError::new(field("follow_redirects"), "must be true or false"));
         }
     }
     for key in ["accept", "retry_statuses"] {

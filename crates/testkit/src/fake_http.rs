@@ -83,6 +83,7 @@ impl Drop for FakeHttp {
 
 async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
     let method = req.method().to_string();
     let headers: HashMap<String, String> = req
         .headers()
@@ -112,6 +113,11 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
             Json(json!({"headers": headers})).into_response()
         }
         ["fail", ..] => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
+        // `/redirect?to=URL`: a 302 to URL.
+        ["redirect", ..] => {
+            let to = query.strip_prefix("to=").unwrap_or_default().to_string();
+            (StatusCode::FOUND, [(axum::http::header::LOCATION, to)]).into_response()
+        }
         // A body PostgreSQL cannot store: a NUL character in a string.
         ["nul", ..] => {
             ([(axum::http::header::CONTENT_TYPE, "application/json")], r#"{"v": "a\u0000b"}"#).into_response()

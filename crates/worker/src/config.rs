@@ -51,6 +51,16 @@ pub struct Options {
     /// How often stalled messages (idle longer than the lease TTL) are reclaimed.
     #[arg(long, env = "COMPOSER_RECLAIM_INTERVAL", default_value = "10s", value_parser = composer_core::duration::parse)]
     pub reclaim_interval: Duration,
+    /// Address ranges the HTTP node may never connect to (CIDRs, comma-separated), checked on the resolved
+    /// address of every connection and redirect.
+    #[arg(long, env = "COMPOSER_HTTP_DENY", value_delimiter = ',', default_value = crate::egress::DEFAULT_DENY)]
+    pub http_deny: Vec<String>,
+    /// When set, the only address ranges the HTTP node may connect to (CIDRs, comma-separated).
+    #[arg(long, env = "COMPOSER_HTTP_ALLOW", value_delimiter = ',')]
+    pub http_allow: Vec<String>,
+    /// Longest request timeout an HTTP node may ask for.
+    #[arg(long, env = "COMPOSER_HTTP_MAX_TIMEOUT", default_value = "5m", value_parser = composer_core::duration::parse)]
+    pub http_max_timeout: Duration,
     /// How long one XREADGROUP blocks when there is nothing to do.
     #[arg(skip = Duration::from_secs(2))]
     pub block: Duration,
@@ -124,7 +134,24 @@ impl Config {
         if o.max_deliveries == 0 {
             return Err(ConfigError::new("--max-deliveries", "COMPOSER_MAX_DELIVERIES", "must be at least 1"));
         }
+        self.egress()?;
+        if self.options.http_max_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "--http-max-timeout",
+                "COMPOSER_HTTP_MAX_TIMEOUT",
+                "must be greater than zero",
+            ));
+        }
         Ok(self)
+    }
+
+    /// The HTTP node's egress policy, or which list is malformed.
+    pub fn egress(&self) -> Result<crate::egress::Policy, ConfigError> {
+        let deny = crate::egress::parse_list(&self.options.http_deny)
+            .map_err(|e| ConfigError::new("--http-deny", "COMPOSER_HTTP_DENY", e))?;
+        let allow = crate::egress::parse_list(&self.options.http_allow)
+            .map_err(|e| ConfigError::new("--http-allow", "COMPOSER_HTTP_ALLOW", e))?;
+        Ok(crate::egress::Policy { deny, allow })
     }
 }
 

@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+pub mod egress;
 mod http;
 mod report;
 mod runtime;
@@ -97,9 +98,10 @@ impl Worker {
     /// A worker with the built-in HTTP executor registered.
     pub fn new(config: Config) -> Worker {
         let mut w = Worker { config, handlers: HashMap::new() };
-        let client = http::client();
-        let max = w.config.max_payload;
-        w.handle("HTTP", move |ctx, input| http::execute(client.clone(), ctx, input, max));
+        // A malformed list fails `run` (validation) before any task runs.
+        let policy = w.config.egress().unwrap_or_default();
+        let http = http::Http::new(policy, w.config.max_payload, w.config.options.http_max_timeout);
+        w.handle("HTTP", move |ctx, input| http.clone().execute(ctx, input));
         w
     }
 

@@ -393,3 +393,70 @@ async fn internal_needs_a_token_whenever_one_is_set_and_tokens_must_differ() {
     assert!(err.contains("COMPOSER_WORKER_TOKEN") && err.contains("differ"), "{err}");
     e.stop().await;
 }
+
+fn call(url: &str, extra: Value) -> Value {
+    let mut config = json!({"url": url});
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    json!({"name": "egress", "nodes": [{"id": "call", "type": "HTTP", "config": config,
+        "retry": {"max_attempts": 3, "initial_backoff": "10ms"}}]})
+}
+
+async fn fails_at_once(e: &Engine, spec: &Value, reason: &str) {
+    let id = e.run(spec).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["error"].as_str().unwrap().contains(reason), "{run}");
+    assert_eq!(run["tasks"][0]["attempt"], 1, "a refused connection is not retried: {run}");
+}
+
+#[tokio::test]
+async fn the_http_node_cannot_reach_the_metadata_service_directly_or_by_redirect() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    fails_at_once(&e, &call("http://169.254.169.254/latest/meta-data/", json!({})), "COMPOSER_HTTP_DENY").await;
+    fails_at_once(&e, &call("http://[fe80::1]/", json!({})), "COMPOSER_HTTP_DENY").await;
+    let bounce = http.url("/redirect/a?to=http://169.254.169.254/latest/meta-data/");
+    fails_at_once(&e, &call(&bounce, json!({"follow_redirects": true})), "COMPOSER_HTTP_DENY").await;
+    // Without follow_redirects, a redirect is an answer, not a new request.
+    let id = e.run(&call(&http.url("/redirect/b?to=http://169.254.169.254/"), json!({}))).await;
+    let run = e.wait_for_run(id, T).await;
+    assert!(run["error"].as_str().unwrap().contains("answered 302"), "{run}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_hostname_resolving_to_a_denied_range_is_refused_after_dns() {
+    let e = Engine::with(EngineOptions {
+        worker: |w| w.options.http_deny = vec!["127.0.0.0/8".into(), "::1/128".into()],
+        ..Default::default()
+    })
+    .await;
+    let http = FakeHttp::start().await;
+    let by_name = http.url("/ok/a").replace("127.0.0.1", "localhost");
+    fails_at_once(&e, &call(&by_name, json!({})), "COMPOSER_HTTP_DENY").await;
+    assert_eq!(http.calls("/ok/a"), 0);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn custom_headers_are_never_carried_to_another_host_and_timeouts_are_capped() {
+    let e = Engine::with(EngineOptions {
+        worker: |w| w.options.http_max_timeout = Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await;
+    let here = FakeHttp::start().await;
+    let there = FakeHttp::start().await;
+    let away = here.url(&format!("/redirect/x?to={}", there.url("/headers/x")));
+    let with_key = json!({"follow_redirects": true, "headers": {"X-Api-Key": "k-123"}});
+    fails_at_once(&e, &call(&away, with_key), "never sent to another host").await;
+    assert_eq!(there.calls("/headers/x"), 0, "the other host never saw the key");
+    let id = e.run(&call(&away, json!({"follow_redirects": true}))).await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED", "without custom headers it is followed");
+
+    let slow = call(&here.url("/slow/3000/t"), json!({"timeout": "1h"}));
+    let id = e.run(&slow).await;
+    let run = e.wait_for_run(id, T).await;
+    assert!(run["error"].as_str().unwrap().contains("timed out"), "1h is capped by COMPOSER_HTTP_MAX_TIMEOUT: {run}");
+    e.stop().await;
+}
