@@ -20,11 +20,11 @@ pub struct Cli {
 pub enum Command {
     /// Coordinator and worker in one process; starts its own PostgreSQL and
     /// Redis when no URLs are configured.
-    Dev(DevArgs),
+    Dev(Box<DevArgs>),
     /// The coordinator: REST API, engine, outbox and background loops.
-    Coordinator(composer_coord::Config),
+    Coordinator(Box<composer_coord::Config>),
     /// A worker running the built-in node types (HTTP).
-    Worker(composer_worker::Config),
+    Worker(Box<composer_worker::Config>),
     /// Applies database migrations and exits.
     Migrate(DatabaseArgs),
     /// Register and read workflow definitions.

@@ -36,9 +36,9 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Dev(args) => dev::dev(&runtime, args),
-        Command::Coordinator(config) => runtime.block_on(dev::coordinator(config)),
-        Command::Worker(config) => runtime.block_on(dev::worker(config)),
+        Command::Dev(args) => dev::dev(&runtime, *args),
+        Command::Coordinator(config) => runtime.block_on(dev::coordinator(*config)),
+        Command::Worker(config) => runtime.block_on(dev::worker(*config)),
         Command::Migrate(args) => runtime.block_on(dev::migrate(args)),
         Command::Workflow(args) => runtime.block_on(client::workflow(args.client, args.command)),
         Command::Run(args) => runtime.block_on(client::run(args.client, args.command)),
