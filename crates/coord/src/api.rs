@@ -47,21 +47,29 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// Seconds for a `Retry-After` header (503s the caller should retry).
+    retry_after: Option<u64>,
+    /// What went wrong underneath, for the log (never in the response).
+    cause: Option<String>,
 }
+
+/// The cause of an error response, for `observe_errors` to log.
+#[derive(Clone)]
+struct ErrorCause(String);
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), retry_after: None, cause: None }
     }
 
     fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
-    fn internal(message: impl Into<String>) -> ApiError {
-        let message = message.into();
-        tracing::error!(error = %message, "internal error");
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+    fn internal(cause: impl Into<String>) -> ApiError {
+        let mut e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error");
+        e.cause = Some(cause.into());
+        e
     }
 
     fn not_found(message: impl Into<String>) -> ApiError {
@@ -79,8 +87,17 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message } };
-        (self.status, Json(body)).into_response()
+        let detail = ErrorDetail { code: self.code.to_string(), message: self.message };
+        let mut resp = (self.status, Json(ErrorBody { error: detail.clone() })).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        // For the log of errors (`observe_errors`).
+        resp.extensions_mut().insert(detail);
+        if let Some(cause) = self.cause {
+            resp.extensions_mut().insert(ErrorCause(cause));
+        }
+        resp
     }
 }
 
@@ -90,8 +107,7 @@ impl From<composer_store::Error> for ApiError {
             tracing::warn!(error = %e, "database unavailable");
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable; retry later")
         } else {
-            tracing::error!(error = %e, "database error");
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            ApiError::internal(format!("database error: {e}"))
         }
     }
 }
@@ -108,9 +124,15 @@ impl From<EngineError> for ApiError {
             EngineError::Stopped => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the coordinator is shutting down")
             }
+            EngineError::Busy => {
+                let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "the engine is busy; retry shortly");
+                e.retry_after = Some(1);
+                e
+            }
             e @ EngineError::Fault { .. } => {
-                tracing::error!(error = %e, "engine fault");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "engine_fault", e.to_string())
+                let mut err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "engine_fault", e.to_string());
+                err.cause = Some(e.to_string());
+                err
             }
         }
     }
@@ -216,11 +238,29 @@ pub fn router(shared: Arc<Shared>) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this endpoint")
         })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn(observe_errors))
         .with_state(shared)
 }
 
 async fn require_api_token(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     check_token(s.config.api_token.as_deref(), req, next).await
+}
+
+/// Counts error responses by status, and logs every 5xx with its method,
+/// path and cause.
+async fn observe_errors(req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if status.is_client_error() || status.is_server_error() {
+        composer_metrics::inc(composer_metrics::API_ERRORS, &[("status", status.as_str())], 1);
+    }
+    if status.is_server_error() {
+        let message = resp.extensions().get::<ErrorDetail>().map(|d| d.message.clone()).unwrap_or_default();
+        let cause = resp.extensions().get::<ErrorCause>().map(|c| c.0.clone()).unwrap_or_default();
+        tracing::error!(%method, %path, status = status.as_u16(), %message, %cause, "request failed");
+    }
+    resp
 }
 
 /// `/internal` is closed whenever any token is set: with only an API token,
@@ -306,6 +346,7 @@ fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
         created_at: d.created_at,
         spec: with_spec.then(|| d.spec.clone()),
         versions: None,
+        versions_next: None,
     }
 }
 
@@ -331,14 +372,28 @@ async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Json<Workflow
     Ok(Json(WorkflowList { workflows: rows.iter().map(|d| definition_view(d, false)).collect() }))
 }
 
-async fn get_workflow(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<DefinitionView>> {
+/// The latest version with its spec, and a page of versions (metadata only;
+/// `?limit=`, `?before=`).
+async fn get_workflow(
+    State(s): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Json<DefinitionView>> {
     text_param(&name, "workflow name")?;
+    let limit = page_limit(q.get("limit"), 50)?;
+    let before = match q.get("before") {
+        Some(b) => Some(
+            b.parse::<i32>().map_err(|_| ApiError::bad_request(format!("before: expected a version, got {b:?}")))?,
+        ),
+        None => None,
+    };
     let client = composer_store::client(&s.pool).await?;
-    let versions = definitions::versions(&client, &name).await?;
-    let Some(latest) = versions.first() else {
+    let Some(latest) = definitions::by_name(&client, &name, None).await? else {
         return Err(ApiError::not_found(format!("workflow {name:?} not found")));
     };
-    let mut v = definition_view(latest, true);
+    let versions = definitions::versions(&client, &name, before, limit).await?;
+    let mut v = definition_view(&latest, true);
+    v.versions_next = if versions.len() as i64 == limit { versions.last().map(|d| d.version) } else { None };
     v.versions = Some(versions.iter().map(|d| definition_view(d, false)).collect());
     Ok(Json(v))
 }
@@ -463,15 +518,18 @@ fn parse_run_id(id: &str) -> ApiResult<Uuid> {
     id.parse().map_err(|_| ApiError::bad_request(format!("invalid run id {id:?}: expected a UUID")))
 }
 
+/// A run as the API shows it; `tasks` is `None` in lists, which carry no
+/// input or output either.
 pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
+    let full = tasks.is_some();
     RunView {
         id: r.id,
         workflow: r.workflow_name.clone(),
         version: r.workflow_version,
         workflow_id: r.workflow_definition_id,
         status: r.status,
-        input: r.input.clone(),
-        output: r.output.clone(),
+        input: full.then(|| r.input.clone()),
+        output: if full { r.output.clone() } else { None },
         error: r.error.clone(),
         created_at: r.created_at,
         updated_at: r.updated_at,

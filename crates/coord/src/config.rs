@@ -83,6 +83,9 @@ pub struct Config {
     /// How long an event nobody waits for yet is kept for a waiter.
     #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = composer_core::duration::parse)]
     pub event_retention: Duration,
+    /// Events waiting for the engine, at most; beyond it requests get a 503 with Retry-After.
+    #[arg(long, env = "COMPOSER_ENGINE_QUEUE", default_value_t = 10_000)]
+    pub engine_queue: usize,
     /// Transactions applying batches of events at once, per coordinator.
     #[arg(long, env = "COMPOSER_ENGINE_WORKERS", default_value_t = 2)]
     pub engine_workers: usize,
@@ -132,6 +135,9 @@ impl Config {
         }
         if self.db_pool_size == 0 {
             return Err(ConfigError::new("--db-pool-size", "COMPOSER_DB_POOL_SIZE", "must be at least 1"));
+        }
+        if self.engine_queue == 0 {
+            return Err(ConfigError::new("--engine-queue", "COMPOSER_ENGINE_QUEUE", "must be at least 1"));
         }
         if self.engine_workers == 0 {
             return Err(ConfigError::new("--engine-workers", "COMPOSER_ENGINE_WORKERS", "must be at least 1"));

@@ -26,6 +26,9 @@ pub enum EngineError {
     Store(#[from] composer_store::Error),
     #[error("the coordinator is shutting down")]
     Stopped,
+    /// The engine's queue is full (`COMPOSER_ENGINE_QUEUE`).
+    #[error("the engine is busy; retry shortly")]
+    Busy,
     /// Applying the event panicked: a bug, contained to this event.
     #[error("engine fault applying {event} to run {run_id}: {message}")]
     Fault { run_id: Uuid, event: &'static str, message: String },
@@ -69,8 +72,10 @@ pub struct Engine {
     /// Definition versions are immutable, so a compiled workflow is cached
     /// for the life of the process.
     workflows: Mutex<HashMap<Uuid, Arc<Workflow>>>,
-    queue: mpsc::UnboundedSender<Pending>,
-    inbox: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Pending>>>,
+    /// Bounded (`COMPOSER_ENGINE_QUEUE`): when full, callers are told to come
+    /// back later rather than queue without end.
+    queue: mpsc::Sender<Pending>,
+    inbox: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
     /// Runs whose last event failed permanently, and how often in a row: a
     /// repeat fails the run, so one poisoned run cannot fail forever.
     faults: Mutex<HashMap<Uuid, u32>>,
@@ -91,8 +96,15 @@ struct Pending {
 const MAX_BATCH: usize = 128;
 
 impl Engine {
-    pub fn new(pool: Pool, shards: u32, outbox_wake: Arc<Notify>, notify_outbox: bool, max_payload: usize) -> Engine {
-        let (queue, inbox) = mpsc::unbounded_channel();
+    pub fn new(
+        pool: Pool,
+        shards: u32,
+        outbox_wake: Arc<Notify>,
+        notify_outbox: bool,
+        max_payload: usize,
+        queue_capacity: usize,
+    ) -> Engine {
+        let (queue, inbox) = mpsc::channel(queue_capacity.max(1));
         Engine {
             pool,
             shards: shards as i32,
@@ -230,7 +242,10 @@ impl Engine {
     /// adds no wait when there is nothing to batch with.
     pub async fn handle(&self, run_id: Uuid, event: Event) -> Result<Handled> {
         let (reply, answer) = oneshot::channel();
-        self.queue.send(Pending { run_id, event, reply }).map_err(|_| EngineError::Stopped)?;
+        self.queue.try_send(Pending { run_id, event, reply }).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => EngineError::Busy,
+            mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
+        })?;
         answer.await.map_err(|_| EngineError::Stopped)?
     }
 
@@ -440,5 +455,27 @@ fn count_event(run_id: Uuid, event: &Event, tr: &machine::Transition, status: Ru
     match &tr.ignored {
         Some(reason) => tracing::debug!(%run_id, event = event.name(), %reason, "event ignored"),
         None => tracing::debug!(%run_id, event = event.name(), %status, "event applied"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_is_refused_at_once_not_queued_without_end() {
+        // No database is reached: nothing runs the queue.
+        let pool = composer_store::connect("postgres://nobody@127.0.0.1:9/none", 1, std::time::Duration::from_secs(1))
+            .expect("a lazy pool");
+        let engine = Arc::new(Engine::new(pool, 1, Arc::new(Notify::new()), false, 1024, 1));
+        let waiting = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.handle(Uuid::now_v7(), Event::CancelRun).await }
+        });
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let second = engine.handle(Uuid::now_v7(), Event::CancelRun).await;
+        assert!(matches!(second, Err(EngineError::Busy)), "{second:?}");
+        waiting.abort();
     }
 }

@@ -98,8 +98,14 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     streams.publish_shard_count(config.stream_shards).await?;
 
     let outbox_wake = Arc::new(Notify::new());
-    let engine =
-        Engine::new(pool.clone(), config.stream_shards, outbox_wake.clone(), !config.run_outbox, config.max_payload);
+    let engine = Engine::new(
+        pool.clone(),
+        config.stream_shards,
+        outbox_wake.clone(),
+        !config.run_outbox,
+        config.max_payload,
+        config.engine_queue,
+    );
     let shared =
         Arc::new(Shared { engine: Arc::new(engine), pool, streams, outbox_wake, runs: RunWatch::new(), config });
     let shutdown = CancellationToken::new();

@@ -49,7 +49,10 @@ pub struct RunView {
     pub version: i32,
     pub workflow_id: Uuid,
     pub status: RunStatus,
-    pub input: Value,
+    /// Absent in lists: read the run for its input and output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     pub error: Option<String>,
     pub created_at: DateTime<Utc>,
@@ -118,6 +121,9 @@ pub struct DefinitionView {
     pub spec: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versions: Option<Vec<DefinitionView>>,
+    /// More versions: pass it as `?before=` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions_next: Option<i32>,
 }
 
 /// `GET /v1/workflows`: the latest version of each.

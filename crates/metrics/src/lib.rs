@@ -47,6 +47,7 @@ metrics! {
         "Time to handle one event: lock, state machine, write, commit.";
     REPORT_DURATION: Histogram, "composer_report_duration_seconds",
         "Time a coordinator spends on one worker report.";
+    API_ERRORS: Counter, "composer_api_errors_total", "API responses with an error status, by status.";
     RUNS_STARTED: Counter, "composer_runs_started_total", "Runs started.";
     RUNS_FINISHED: Counter, "composer_runs_finished_total", "Runs that reached a terminal status, by status.";
     DISPATCHES: Counter, "composer_dispatches_total", "Outbox rows published to Redis streams.";
@@ -182,6 +183,12 @@ pub fn render() -> String {
                 let _ = writeln!(out, " {}", h.count);
             }
         } else {
+            // A counter nobody has counted yet reads 0 rather than being
+            // absent, so that rates and alerts work from the start.
+            let counted = r.values.range((*name, Vec::new())..).next().is_some_and(|((n, _), _)| n == name);
+            if *kind == Kind::Counter && !counted {
+                let _ = writeln!(out, "{name} 0");
+            }
             for ((n, l), v) in r.values.range((*name, Vec::new())..) {
                 if n != name {
                     break;
@@ -210,6 +217,12 @@ mod tests {
         assert!(text.contains("composer_event_duration_seconds_bucket{le=\"0.005\"} 1"), "{text}");
         assert!(text.contains("composer_event_duration_seconds_bucket{le=\"0.001\"} 0"), "{text}");
         assert!(text.contains("# TYPE composer_event_duration_seconds histogram"));
+    }
+
+    #[test]
+    fn a_counter_nobody_counted_yet_reads_zero() {
+        let text = render();
+        assert!(text.contains("\ncomposer_partitions_created_total 0\n"), "{text}");
     }
 
     #[test]

@@ -83,9 +83,17 @@ pub async fn by_name(client: &Client, name: &str, version: Option<i32>) -> Resul
 }
 
 /// Every version of `name`, newest first.
-pub async fn versions(client: &Client, name: &str) -> Result<Vec<DefinitionRow>> {
+/// A page of `name`'s versions, newest first, before version `before`,
+/// without their specs.
+pub async fn versions(client: &Client, name: &str, before: Option<i32>, limit: i64) -> Result<Vec<DefinitionRow>> {
+    // Metadata only: a page of versions must not load every spec.
     let rows = client
-        .query(&format!("SELECT {COLUMNS} FROM workflow_definitions WHERE name = $1 ORDER BY version DESC"), &[&name])
+        .query(
+            "SELECT id, name, version, 'null'::jsonb AS spec, created_at FROM workflow_definitions
+              WHERE name = $1 AND ($2::int IS NULL OR version < $2)
+              ORDER BY version DESC LIMIT $3",
+            &[&name, &before, &limit],
+        )
         .await?;
     Ok(rows.iter().map(DefinitionRow::from_row).collect())
 }

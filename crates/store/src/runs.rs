@@ -31,6 +31,12 @@ pub struct RunRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// A list's columns: the same, without the input and output (a page of
+/// runs must not carry their data; read one run for that).
+const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, \
+                               'null'::jsonb AS input, NULL::jsonb AS output, \
+                               error, idempotency_key, created_at, updated_at, finished_at";
+
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at";
@@ -262,6 +268,7 @@ pub async fn history(client: &Client, run_id: Uuid, after_seq: i64, limit: i64) 
 
 /// A page of runs, newest first. `before` is the last id of the previous page
 /// (keyset pagination: UUIDv7 ids sort by creation).
+/// A page of runs, newest first, without their input and output.
 pub async fn list(
     client: &Client,
     workflow: Option<&str>,
@@ -271,7 +278,7 @@ pub async fn list(
 ) -> Result<Vec<RunRow>> {
     let stmt = client
         .prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS} FROM workflow_runs
+            "SELECT {SUMMARY_COLUMNS} FROM workflow_runs
               WHERE ($1::text IS NULL OR workflow_name = $1)
                 AND ($2::text IS NULL OR status = $2)
                 AND ($3::uuid IS NULL OR id < $3)

@@ -460,3 +460,46 @@ async fn custom_headers_are_never_carried_to_another_host_and_timeouts_are_cappe
     assert!(run["error"].as_str().unwrap().contains("timed out"), "1h is capped by COMPOSER_HTTP_MAX_TIMEOUT: {run}");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn lists_carry_no_data_and_versions_come_in_pages_of_metadata() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let id = e.run(&transform("${ .input }")).await;
+    e.wait_for_run(id, T).await;
+    let (_, page) = e.get("/v1/runs").await;
+    let listed = &page["runs"][0];
+    assert_eq!(listed["id"], json!(id.to_string()));
+    assert!(listed.get("input").is_none() && listed.get("output").is_none(), "a list is summaries: {listed}");
+    let (_, one) = e.get(&format!("/v1/runs/{id}")).await;
+    assert!(one.get("input").is_some(), "one run carries its data: {one}");
+
+    for n in 1..=3 {
+        let mut spec = transform("${ 1 }");
+        spec["description"] = json!(format!("v{n}"));
+        e.register(&spec).await;
+    }
+    let (_, wf) = e.get("/v1/workflows/x?limit=2").await;
+    assert_eq!(wf["version"], 4, "the run's version and three more");
+    assert!(wf["spec"].is_object(), "the latest carries its spec");
+    let versions: Vec<i64> =
+        wf["versions"].as_array().unwrap().iter().map(|v| v["version"].as_i64().unwrap()).collect();
+    assert_eq!(versions, vec![4, 3]);
+    assert!(wf["versions"][0].get("spec").is_none(), "versions are metadata");
+    assert_eq!(wf["versions_next"], 3);
+    let (_, next) = e.get("/v1/workflows/x?limit=3&before=3").await;
+    let versions: Vec<i64> =
+        next["versions"].as_array().unwrap().iter().map(|v| v["version"].as_i64().unwrap()).collect();
+    assert_eq!(versions, vec![2, 1]);
+    assert!(next.get("versions_next").is_none(), "the last page says so");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn api_errors_are_counted_by_status() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let (status, _) = e.get("/v1/runs/not-a-uuid").await;
+    assert_eq!(status, 400);
+    let text = reqwest::get(format!("{}/metrics", e.url())).await.unwrap().text().await.unwrap();
+    assert!(text.contains("composer_api_errors_total{status=\"400\"}"), "{text}");
+    e.stop().await;
+}
