@@ -65,6 +65,9 @@ pub struct Config {
     /// A PENDING task without an outbox row for this long is dispatched again.
     #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = composer_core::duration::parse)]
     pub lost_dispatch_age: Duration,
+    /// Times recovery dispatches one attempt again (expired lease, lost message) before failing it.
+    #[arg(long, env = "COMPOSER_MAX_DISPATCHES", default_value_t = 5)]
+    pub max_dispatches: i32,
     /// How often partitions are created ahead and expired.
     #[arg(long, env = "COMPOSER_PARTITION_INTERVAL", default_value = "6h", value_parser = composer_core::duration::parse)]
     pub partition_interval: Duration,
@@ -135,6 +138,9 @@ impl Config {
         }
         if self.db_pool_size == 0 {
             return Err(ConfigError::new("--db-pool-size", "COMPOSER_DB_POOL_SIZE", "must be at least 1"));
+        }
+        if self.max_dispatches < 1 {
+            return Err(ConfigError::new("--max-dispatches", "COMPOSER_MAX_DISPATCHES", "must be at least 1"));
         }
         if self.engine_queue == 0 {
             return Err(ConfigError::new("--engine-queue", "COMPOSER_ENGINE_QUEUE", "must be at least 1"));

@@ -62,6 +62,32 @@ pub async fn maintain_partitions(
     Ok(())
 }
 
+/// Fails the attempts recovery has dispatched `COMPOSER_MAX_DISPATCHES`
+/// times without a result, whatever their stream messages say: the node's
+/// retry policy decides what happens next.
+async fn fail_exhausted(shared: &Shared, client: &composer_store::Client) {
+    let max = shared.config.max_dispatches;
+    let exhausted = match recovery::exhausted(client, shared.config.lost_dispatch_age, max, 1000).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(error = %e, "recovery: finding exhausted tasks failed");
+            return;
+        }
+    };
+    for t in exhausted {
+        let error =
+            format!("dispatched {} times without a result (COMPOSER_MAX_DISPATCHES is {max})", t.recoveries + 1);
+        let event = Event::TaskFailed { task_id: t.task_id, attempt: t.attempt, error, retryable: true };
+        match shared.engine.handle(t.run_id, event).await {
+            Ok(_) => {
+                composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "max_dispatches")], 1);
+                tracing::error!(task_id = %t.task_id, attempt = t.attempt, "recovery: failed an attempt dispatched too often");
+            }
+            Err(e) => tracing::warn!(error = %e, "recovery: failing an exhausted task failed; will retry"),
+        }
+    }
+}
+
 /// Delivers events whose sender failed half way (or died) to the tasks still
 /// waiting for them. Applying an event twice is harmless: the state machine
 /// ignores it for a task that no longer waits.
@@ -112,7 +138,8 @@ pub async fn recover_tasks(shared: &Shared) {
     };
     let shards = shared.engine.shards();
     let mut any = false;
-    match recovery::requeue_expired_leases(&client, shards).await {
+    let max = shared.config.max_dispatches;
+    match recovery::requeue_expired_leases(&client, shards, max).await {
         Ok(0) => {}
         Ok(n) => {
             any = true;
@@ -121,7 +148,7 @@ pub async fn recover_tasks(shared: &Shared) {
         }
         Err(e) => tracing::error!(error = %e, "recovery: requeue expired leases failed"),
     }
-    match recovery::redispatch_pending_tasks(&client, shards, shared.config.lost_dispatch_age).await {
+    match recovery::redispatch_pending_tasks(&client, shards, shared.config.lost_dispatch_age, max).await {
         Ok(0) => {}
         Ok(n) => {
             any = true;
@@ -133,6 +160,7 @@ pub async fn recover_tasks(shared: &Shared) {
     if any {
         shared.outbox_wake.notify_one();
     }
+    fail_exhausted(shared, &client).await;
     deliver_stranded_events(shared, &client).await;
     if let Err(e) = composer_store::events::cleanup(&client).await {
         tracing::warn!(error = %e, "recovery: cleaning up expired events failed");

@@ -8,6 +8,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (2, "events", include_str!("../migrations/0002_events.sql")),
     (3, "outbox_queue_and_checks", include_str!("../migrations/0003_outbox_queue_and_checks.sql")),
     (4, "retention_keeps_open_runs", include_str!("../migrations/0004_retention_keeps_open_runs.sql")),
+    (5, "recoveries", include_str!("../migrations/0005_recoveries.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -420,8 +420,8 @@ async fn two_coordinators_running_recovery_at_once_claim_disjoint_tasks() {
     let shards = e.coordinators[0].shared.engine.shards();
     let (ca, cb) = (pool_a.get().await.unwrap(), pool_b.get().await.unwrap());
     let (a, b) = tokio::join!(
-        composer_store::recovery::requeue_expired_leases(&ca, shards),
-        composer_store::recovery::requeue_expired_leases(&cb, shards)
+        composer_store::recovery::requeue_expired_leases(&ca, shards, 5),
+        composer_store::recovery::requeue_expired_leases(&cb, shards, 5)
     );
     assert_eq!(a.unwrap() + b.unwrap(), 40, "every expired task is claimed exactly once");
     let row = ca.query_one("SELECT count(*), count(DISTINCT task_id) FROM outbox", &[]).await.unwrap();

@@ -503,3 +503,26 @@ async fn api_errors_are_counted_by_status() {
     assert!(text.contains("composer_api_errors_total{status=\"400\"}"), "{text}");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn an_attempt_recovery_keeps_dispatching_is_failed_after_max_dispatches() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| {
+            c.recovery_interval = Duration::from_millis(100);
+            c.lost_dispatch_age = Duration::from_millis(100);
+            c.max_dispatches = 2;
+        },
+        ..Default::default()
+    })
+    .await;
+    // Nobody reads this queue: every dispatch looks lost, and is redone.
+    let spec = json!({"name": "unread", "nodes": [{"id": "c", "type": "lonely", "config": {},
+        "retry": {"max_attempts": 2, "initial_backoff": "10ms"}}]});
+    let id = e.run(&spec).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["error"].as_str().unwrap().contains("COMPOSER_MAX_DISPATCHES"), "{run}");
+    assert_eq!(run["tasks"][0]["attempt"], 2, "the retry policy applied to the exhausted attempt: {run}");
+    e.stop().await;
+}
