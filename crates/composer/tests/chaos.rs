@@ -293,4 +293,7 @@ async fn chaos_soak() {
         calls.iter().filter(|(p, _)| p.starts_with("/ok/")).count(),
     );
     drop(servers);
+    drop(pg);
+    drop(redis);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -151,20 +151,6 @@ impl Streams {
         Ok(())
     }
 
-    /// Puts a message this consumer read but cannot start back at the end
-    /// of its stream: a copy is added, then the original acknowledged. A
-    /// crash in between leaves two copies, which the task's lease makes
-    /// harmless (only one lease per attempt is granted).
-    pub async fn requeue(&self, msg: &Message) -> Result<()> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("XADD").arg(&msg.stream).arg("*").arg(FIELD).arg(&msg.payload).ignore();
-        pipe.cmd("XACK").arg(&msg.stream).arg(GROUP).arg(&msg.id).ignore();
-        pipe.cmd("XDEL").arg(&msg.stream).arg(&msg.id).ignore();
-        let mut c = self.conn.clone();
-        let _: () = pipe.query_async(&mut c).await?;
-        Ok(())
-    }
-
     /// Opens a dedicated connection for blocking reads: a blocking XREADGROUP
     /// must not share the multiplexed connection, whose response timeout is
     /// shorter than the block.

@@ -1,6 +1,6 @@
 //! The loop behind [`crate::Worker::run`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,12 +111,15 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
 /// Reads messages while a slot is free, until `shutdown`, reconnecting
 /// (and re-creating consumer groups) as needed.
 ///
-/// Slots are taken before reading and each message read is given one: a
+/// Slots are taken before reading and each message leased is given one: a
 /// worker leases only what it can start now, so no lease waits (unrenewed)
 /// for a slot. Every `reclaim_interval` the slots first go to messages idle
 /// for longer than a lease TTL (their consumer died or stalled), then the
-/// rest to new messages. XREADGROUP's COUNT applies per stream; a read that
-/// brings more messages than free slots puts the extra ones back.
+/// rest to new messages. XREADGROUP's COUNT applies per stream, so a read
+/// can bring more messages than free slots: the extra ones are held, not
+/// leased, and get the next slots (if this worker dies they are reclaimed
+/// like any pending message; if another worker reclaims one meanwhile, the
+/// lease lets only one of them run it).
 async fn read_loop(
     ctx: &Arc<Ctx>,
     names: &[String],
@@ -127,6 +130,9 @@ async fn read_loop(
     let mut consumer = None;
     let mut backoff = Duration::from_millis(100);
     let mut last_reclaim = tokio::time::Instant::now();
+    // Read beyond the free slots: pending on this consumer, not leased,
+    // first to get the next slots.
+    let mut held: VecDeque<Message> = VecDeque::new();
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -135,6 +141,14 @@ async fn read_loop(
         let mut slots = vec![first];
         while let Ok(p) = ctx.permits.clone().try_acquire_owned() {
             slots.push(p);
+        }
+        if !held.is_empty() {
+            let n = held.len().min(slots.len());
+            let given = slots.split_off(slots.len() - n);
+            ctx.tracker.spawn(take(ctx.clone(), held.drain(..n).collect(), given));
+            if slots.is_empty() {
+                continue;
+            }
         }
         let reader = match &mut consumer {
             Some(c) => c,
@@ -160,8 +174,11 @@ async fn read_loop(
         }
         let per_stream = (slots.len() / names.len().max(1)).max(1);
         match reader.read(names, per_stream).await {
-            Ok(messages) => {
+            Ok(mut messages) => {
                 backoff = Duration::from_millis(100);
+                if messages.len() > slots.len() {
+                    held.extend(messages.split_off(slots.len()));
+                }
                 if !messages.is_empty() {
                     ctx.tracker.spawn(take(ctx.clone(), messages, slots));
                 }
@@ -282,22 +299,16 @@ async fn parse(ctx: &Ctx, msg: &Message) -> Option<Dispatch> {
     }
 }
 
-/// The messages of one read, with the slots taken for them: each message
-/// gets a slot or goes back to its stream; the leases of the rest are taken
-/// in one statement (one commit for the batch), then each granted task runs
-/// on its own slot.
+/// The messages of one read, with a slot taken for each: their leases are
+/// taken in one statement (one commit for the batch), then each granted task
+/// runs on its own slot.
 async fn take(ctx: Arc<Ctx>, messages: Vec<Message>, mut slots: Vec<OwnedSemaphorePermit>) {
     let mut wanted = Vec::with_capacity(messages.len());
     for msg in messages {
         let Some(d) = parse(&ctx, &msg).await else { continue };
-        match slots.pop() {
-            Some(slot) => wanted.push((msg, d, slot)),
-            None => {
-                if let Err(e) = ctx.streams.requeue(&msg).await {
-                    tracing::warn!(error = %e, "cannot put back a message read beyond the free slots; it will be reclaimed");
-                }
-            }
-        }
+        // The read loop gives as many slots as messages.
+        let Some(slot) = slots.pop() else { break };
+        wanted.push((msg, d, slot));
     }
     drop(slots);
     if wanted.is_empty() {
