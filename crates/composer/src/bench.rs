@@ -158,9 +158,7 @@ impl Completions {
 }
 
 async fn connect_db(database_url: &str) -> anyhow::Result<composer_store::tokio_postgres::Client> {
-    let (client, conn) =
-        composer_store::tokio_postgres::connect(database_url, composer_store::tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
+    let (client, _driver) = composer_store::open(database_url).await?;
     Ok(client)
 }
 

@@ -94,7 +94,12 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     tracing::info!(%addr, stream_shards = config.stream_shards, "starting coordinator");
 
     let pool = prepare_storage(&config).await?;
-    let streams = Streams::connect(&config.redis.url, Keys::new(config.redis.prefix.clone())).await?;
+    let streams = Streams::connect_with(
+        &config.redis.url,
+        Keys::new(config.redis.prefix.clone()),
+        config.redis.ca_file.as_deref(),
+    )
+    .await?;
     streams.publish_shard_count(config.stream_shards).await?;
 
     let outbox_wake = Arc::new(Notify::new());

@@ -42,6 +42,10 @@ pub struct RedisArgs {
     /// Prefix of every Redis key Composer uses (one cluster per prefix).
     #[arg(id = "redis_prefix", long = "redis-prefix", env = "COMPOSER_REDIS_PREFIX", default_value = "composer:")]
     pub prefix: String,
+    /// PEM file of the CA that signed the Redis server's certificate, for a `rediss://` URL (default: the
+    /// system's roots).
+    #[arg(id = "redis_ca_file", long = "redis-ca-file", env = "COMPOSER_REDIS_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl DatabaseArgs {

@@ -32,6 +32,7 @@ pub mod recovery;
 pub mod runs;
 pub mod stats;
 pub mod timers;
+pub mod tls;
 pub mod transitions;
 
 use std::time::Duration;
@@ -102,8 +103,7 @@ pub const SESSION_SETTINGS: [(&str, &str); 3] = [
 /// Opens a connection pool. Connecting is lazy; a pool whose database is down
 /// fails each `get` after `timeout` instead of hanging.
 pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
-    let mut pg: tokio_postgres::Config =
-        url.parse().map_err(|e: tokio_postgres::Error| Error::Config(e.to_string()))?;
+    let tls::Target { config: mut pg, tls } = tls::parse(url)?;
     // Our statements are prepared once per connection and name a run: with
     // partitioned tables a custom plan is re-made on every execution, while a
     // generic plan prunes partitions at executor start for a fraction of it.
@@ -116,7 +116,7 @@ pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
     pg.options(options.trim());
     let manager = deadpool_postgres::Manager::from_config(
         pg,
-        tokio_postgres::NoTls,
+        tls,
         deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
     );
     deadpool_postgres::Pool::builder(manager)
@@ -141,12 +141,22 @@ pub async fn ping(pool: &Pool) -> Result<()> {
     Ok(())
 }
 
+/// One connection of our own (outside a pool), TLS as the URL says, and the
+/// task that drives it.
+pub async fn open(url: &str) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+    let tls::Target { config, tls } = tls::parse(url)?;
+    let (client, conn) = config.connect(tls).await?;
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((client, driver))
+}
+
 /// Creates database `name` on the server behind `admin_url` unless it exists
 /// (for `composer dev` and the bench on their embedded server). The name is
 /// quoted as an identifier.
 pub async fn ensure_database(admin_url: &str, name: &str) -> Result<()> {
-    let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls).await?;
-    let driver = tokio::spawn(conn);
+    let (client, driver) = open(admin_url).await?;
     let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
     if !exists {
         client.batch_execute(&format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""))).await?;

@@ -29,7 +29,8 @@ impl Listener {
     /// Connects to `url` and listens on `channels` (our own constants, never
     /// user input: LISTEN takes no parameters).
     pub async fn connect(url: &str, channels: &[&str]) -> Result<Listener> {
-        let (client, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        let crate::tls::Target { config, tls } = crate::tls::parse(url)?;
+        let (client, mut connection) = config.connect(tls).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let driver = tokio::spawn(async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -26,6 +26,8 @@ pub enum Error {
     Redis(#[from] redis::RedisError),
     #[error("invalid message {id} on {stream}: {reason}")]
     BadMessage { stream: String, id: String, reason: String },
+    #[error("Redis CA file {0}")]
+    Tls(String),
 }
 
 impl Error {
@@ -85,7 +87,22 @@ impl Streams {
     /// Connects, retrying in the background on loss. Fails only when the URL
     /// is invalid or Redis cannot be reached at all now.
     pub async fn connect(url: &str, keys: Keys) -> Result<Streams> {
-        let client = redis::Client::open(url)?;
+        Streams::connect_with(url, keys, None).await
+    }
+
+    /// Like [`Streams::connect`]; a `rediss://` URL is checked against the
+    /// CA in `ca_file` (PEM) instead of the system's roots.
+    pub async fn connect_with(url: &str, keys: Keys, ca_file: Option<&std::path::Path>) -> Result<Streams> {
+        let client = match ca_file {
+            Some(path) => {
+                let root_cert = std::fs::read(path).map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?;
+                redis::Client::build_with_tls(
+                    url,
+                    redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) },
+                )?
+            }
+            None => redis::Client::open(url)?,
+        };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)))

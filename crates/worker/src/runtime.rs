@@ -75,7 +75,12 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         true => handlers.values().map(|r| r.queue.clone()).collect(),
     };
     let pool = composer_store::connect(&config.database.url, o.db_pool_size, Duration::from_secs(5))?;
-    let streams = Streams::connect(&config.redis.url, Keys::new(config.redis.prefix.clone())).await?;
+    let streams = Streams::connect_with(
+        &config.redis.url,
+        Keys::new(config.redis.prefix.clone()),
+        config.redis.ca_file.as_deref(),
+    )
+    .await?;
     let ctx = Arc::new(Ctx {
         id: o.id.clone(),
         lease_ttl: o.lease_ttl,

@@ -8,4 +8,5 @@ mod flow;
 mod hardening;
 mod leases;
 mod processes;
+mod tls;
 mod wire;
