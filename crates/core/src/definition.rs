@@ -193,6 +193,17 @@ pub struct Workflow {
     index: HashMap<String, usize>,
 }
 
+/// A compiled definition before it takes ownership of its spec.
+struct Parts {
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+    incoming: Vec<Vec<usize>>,
+    outgoing: Vec<Vec<usize>>,
+    topo_order: Vec<usize>,
+    output: Option<Template>,
+    index: HashMap<String, usize>,
+}
+
 impl Workflow {
     /// Parses and validates a definition from JSON.
     pub fn parse(json: &Value) -> Result<Workflow, ValidationError> {
@@ -202,9 +213,25 @@ impl Workflow {
     /// Validates a spec and indexes it.
     pub fn new(spec: WorkflowSpec) -> Result<Workflow, ValidationError> {
         check_sizes(&spec)?;
-        let (mut nodes, index) = compile_nodes(&spec)?;
-        let Graph { edges, incoming, outgoing } = compile_edges(&spec, &index)?;
-        let topo_order = topological_order(&spec, &edges, &incoming, &outgoing)?;
+        // Every expression of the definition in one jq program (the standard
+        // library compiled once); when that fails, compiling them one by one
+        // names the expression that does.
+        match crate::expr::together(|| Workflow::build(&spec)) {
+            Ok(Ok(parts)) => Ok(Workflow::assemble(spec, parts)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Workflow::build(&spec).map(|parts| Workflow::assemble(spec, parts)),
+        }
+    }
+
+    fn assemble(spec: WorkflowSpec, parts: Parts) -> Workflow {
+        let Parts { nodes, edges, incoming, outgoing, topo_order, output, index } = parts;
+        Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, index }
+    }
+
+    fn build(spec: &WorkflowSpec) -> Result<Parts, ValidationError> {
+        let (mut nodes, index) = compile_nodes(spec)?;
+        let Graph { edges, incoming, outgoing } = compile_edges(spec, &index)?;
+        let topo_order = topological_order(spec, &edges, &incoming, &outgoing)?;
         for (i, node) in nodes.iter_mut().enumerate() {
             node.reads = reads_of(node, &incoming[i], &edges, &index);
         }
@@ -212,7 +239,7 @@ impl Workflow {
             Some(v) => Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("output{p}"), m))?),
             None => None,
         };
-        Ok(Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, index })
+        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, index })
     }
 
     pub fn node_index(&self, id: &str) -> Option<usize> {
@@ -647,6 +674,14 @@ mod tests {
         assert!(e.message.contains("zz"));
         assert_eq!(err(json!({"name":"","nodes":[http("a")]})).path, "name");
         assert_eq!(err(json!({"name":"x","nodes":[]})).path, "nodes");
+    }
+
+    #[test]
+    fn an_unknown_function_is_named_with_its_node_and_field() {
+        let e = err(json!({"name": "x", "nodes": [http("a"),
+            {"id": "t", "type": "TRANSFORM", "config": {"output": {"v": "${ nope_not_here }"}}}]}));
+        assert_eq!(e.path, "nodes[t].config.output.v", "{e}");
+        assert!(e.message.contains("nope_not_here"), "{e}");
     }
 
     #[test]

@@ -10,8 +10,9 @@
 mod guard;
 mod value;
 
+use std::cell::RefCell;
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use jaq_core::load::{parse::Def, Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars};
@@ -179,7 +180,14 @@ fn undefined(name: &str, what: jaq_core::compile::Undefined) -> String {
 #[derive(Clone)]
 pub struct Expr {
     source: String,
+    linked: Arc<OnceLock<Linked>>,
+}
+
+/// The compiled program an expression belongs to: its own, or one shared by
+/// every expression of a definition ([`together`]), where `index` picks it.
+struct Linked {
     filter: Arc<Filter>,
+    index: Option<usize>,
 }
 
 impl fmt::Debug for Expr {
@@ -194,22 +202,110 @@ impl PartialEq for Expr {
     }
 }
 
-impl Expr {
-    /// Parses and compiles `source`, or says why it is not valid jq.
-    pub fn compile(source: &str) -> Result<Expr, String> {
-        let program = File { code: source, path: () };
-        let loader = Loader::new(DEFS.iter().cloned());
-        let arena = Arena::default();
-        let modules = loader.load(&arena, program).map_err(|errs| {
-            let parts: Vec<String> = errs.into_iter().map(|(_, e)| format!("{e:?}")).collect();
-            format!("invalid jq {source:?}: {}", parts.join("; "))
-        })?;
-        let filter = Compiler::default().with_funs(natives()).compile(modules).map_err(|errs| {
+/// Expressions waiting to be compiled together: each source and the slot
+/// its [`Expr`] reads the compiled program from.
+type Batch = Vec<(String, Arc<OnceLock<Linked>>)>;
+
+thread_local! {
+    /// The expressions met while [`together`] runs, compiled when it ends.
+    static BATCH: RefCell<Option<Batch>> = const { RefCell::new(None) };
+}
+
+/// The variable that picks an expression in a shared program.
+const PICK: &str = "$__composer_expr";
+
+/// Runs `build` (which compiles expressions with [`Expr::compile`]) so that
+/// all its expressions are compiled as one program, with jaq's standard
+/// library compiled once for them all instead of once each. `Err` when that
+/// program does not compile: run `build` again outside `together` to learn
+/// which expression fails and why.
+pub fn together<T, E>(build: impl FnOnce() -> Result<T, E>) -> Result<Result<T, E>, String> {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            BATCH.with(|b| b.borrow_mut().take());
+        }
+    }
+    let _reset = Reset;
+    BATCH.with(|b| *b.borrow_mut() = Some(Vec::new()));
+    let built = build();
+    let batch = BATCH.with(|b| b.borrow_mut().take()).unwrap_or_default();
+    if built.is_ok() && !batch.is_empty() {
+        link(batch)?;
+    }
+    Ok(built)
+}
+
+/// Compiles the expressions of a batch as one program: each a definition,
+/// and a main filter that calls the one [`PICK`] names (by halving, so it
+/// costs a few steps however many there are).
+fn link(batch: Batch) -> Result<(), String> {
+    fn pick(lo: usize, hi: usize) -> String {
+        if hi - lo == 1 {
+            return format!("__composer_{lo}");
+        }
+        let mid = (lo + hi) / 2;
+        format!("if {PICK} < {mid} then {} else {} end", pick(lo, mid), pick(mid, hi))
+    }
+    let mut program = String::new();
+    for (i, (source, _)) in batch.iter().enumerate() {
+        // A newline ends a trailing comment inside the expression.
+        program.push_str(&format!("def __composer_{i}: (\n{source}\n);\n"));
+    }
+    program.push_str(&pick(0, batch.len()));
+    let filter = Arc::new(compile_program(&program, true)?);
+    for (i, (_, slot)) in batch.into_iter().enumerate() {
+        let _ = slot.set(Linked { filter: filter.clone(), index: Some(i) });
+    }
+    Ok(())
+}
+
+/// Parses and compiles a jq program with the sandbox's library.
+fn compile_program(code: &str, with_pick: bool) -> Result<Filter, String> {
+    let loader = Loader::new(DEFS.iter().cloned());
+    let arena = Arena::default();
+    let modules = loader.load(&arena, File { code, path: () }).map_err(|errs| {
+        let parts: Vec<String> = errs.into_iter().map(|(_, e)| format!("{e:?}")).collect();
+        format!("invalid jq {code:?}: {}", parts.join("; "))
+    })?;
+    let globals: &[&str] = if with_pick { &[PICK] } else { &[] };
+    Compiler::default().with_funs(natives()).with_global_vars(globals.iter().copied()).compile(modules).map_err(
+        |errs| {
             let parts: Vec<String> =
                 errs.into_iter().flat_map(|(_, e)| e).map(|(name, u)| undefined(name, u)).collect();
-            format!("invalid jq {source:?}: {}", parts.join("; "))
-        })?;
-        Ok(Expr { source: source.to_string(), filter: Arc::new(filter) })
+            format!("invalid jq {code:?}: {}", parts.join("; "))
+        },
+    )
+}
+
+/// Whether `source` parses (names are checked when the batch is linked).
+fn check_syntax(source: &str) -> Result<(), String> {
+    let loader = Loader::new([]);
+    let arena = Arena::default();
+    loader.load(&arena, File { code: source, path: () }).map(|_| ()).map_err(|errs| {
+        let parts: Vec<String> = errs.into_iter().map(|(_, e)| format!("{e:?}")).collect();
+        format!("invalid jq {source:?}: {}", parts.join("; "))
+    })
+}
+
+impl Expr {
+    /// Parses and compiles `source`, or says why it is not valid jq. Inside
+    /// [`together`], only parses it; the batch compiles it.
+    pub fn compile(source: &str) -> Result<Expr, String> {
+        let linked = Arc::new(OnceLock::new());
+        let batched = BATCH.with(|b| b.borrow().is_some());
+        if batched {
+            check_syntax(source)?;
+            BATCH.with(|b| {
+                if let Some(batch) = b.borrow_mut().as_mut() {
+                    batch.push((source.to_string(), linked.clone()));
+                }
+            });
+        } else {
+            let filter = Arc::new(compile_program(source, false)?);
+            let _ = linked.set(Linked { filter, index: None });
+        }
+        Ok(Expr { source: source.to_string(), linked })
     }
 
     pub fn source(&self) -> &str {
@@ -230,9 +326,16 @@ impl Expr {
     /// Evaluates under `limits`: whatever the expression does, this returns
     /// within the time limit, with its first output or an error.
     pub fn eval_limited(&self, scope: &Scope, limits: Limits) -> Result<Value, String> {
+        let Some(linked) = self.linked.get() else {
+            return Err(format!("{}: expression was never compiled", self.source));
+        };
         let result = guard::run(limits, || {
-            let ctx = Ctx::<Sandboxed>::new(Lookup(&self.filter.lut), Vars::new([]));
-            let mut out = self.filter.id.run((ctx, scope.0.clone()));
+            let vars = match linked.index {
+                Some(i) => Vars::new([value::Value::from(i)]),
+                None => Vars::new([]),
+            };
+            let ctx = Ctx::<Sandboxed>::new(Lookup(&linked.filter.lut), vars);
+            let mut out = linked.filter.id.run((ctx, scope.0.clone()));
             match out.next() {
                 Some(Ok(v)) => to_json(&v.inner, limits),
                 Some(Err(e)) => match e.get_err() {
@@ -808,5 +911,30 @@ mod tests {
         for (source, want) in cases {
             assert_eq!(Expr::compile(source).unwrap().eval(&input).unwrap(), want, "{source}");
         }
+    }
+
+    #[test]
+    fn a_definition_compiles_its_expressions_as_one_program() {
+        let built = together(|| {
+            Ok::<_, String>((
+                Expr::compile(".input.a + 1")?,
+                Expr::compile("# a comment\n.input.b")?,
+                Expr::compile("1")?,
+            ))
+        });
+        let (a, b, one) = built.unwrap().unwrap();
+        let (la, lb) = (a.linked.get().unwrap(), b.linked.get().unwrap());
+        assert!(Arc::ptr_eq(&la.filter, &lb.filter), "one program, the library compiled once");
+        let input = json!({"input": {"a": 41, "b": "x"}});
+        assert_eq!(
+            (a.eval(&input).unwrap(), b.eval(&input).unwrap(), one.eval(&input).unwrap()),
+            (json!(42), json!("x"), json!(1))
+        );
+        let failed = together(|| Expr::compile("no_such_function"));
+        assert!(
+            failed.is_err(),
+            "a name that does not exist fails the batch (then compiled one by one for the message)"
+        );
+        assert!(together(|| Expr::compile(".a |")).unwrap().is_err(), "syntax is checked at once");
     }
 }
