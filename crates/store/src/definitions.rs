@@ -18,8 +18,14 @@ pub struct DefinitionRow {
 }
 
 impl DefinitionRow {
-    fn from_row(r: &Row) -> DefinitionRow {
-        DefinitionRow { id: r.get(0), name: r.get(1), version: r.get(2), spec: r.get(3), created_at: r.get(4) }
+    fn from_row(r: &Row) -> Result<DefinitionRow> {
+        Ok(DefinitionRow {
+            id: r.try_get("id")?,
+            name: r.try_get("name")?,
+            version: r.try_get("version")?,
+            spec: r.try_get("spec")?,
+            created_at: r.try_get("created_at")?,
+        })
     }
 }
 
@@ -45,7 +51,8 @@ pub async fn register(client: &mut Client, name: &str, spec: &Value) -> Result<R
             &[&name],
         )
         .await?
-        .map(|r| DefinitionRow::from_row(&r));
+        .map(|r| DefinitionRow::from_row(&r))
+        .transpose()?;
     if let Some(latest) = latest {
         if &latest.spec == spec {
             return Ok(Registered::Unchanged(latest));
@@ -62,12 +69,12 @@ pub async fn register(client: &mut Client, name: &str, spec: &Value) -> Result<R
         )
         .await?;
     tx.commit().await?;
-    Ok(Registered::Created(DefinitionRow::from_row(&row)))
+    Ok(Registered::Created(DefinitionRow::from_row(&row)?))
 }
 
 pub async fn by_id(client: &Client, id: Uuid) -> Result<Option<DefinitionRow>> {
     let stmt = client.prepare_cached(&format!("SELECT {COLUMNS} FROM workflow_definitions WHERE id = $1")).await?;
-    Ok(client.query_opt(&stmt, &[&id]).await?.map(|r| DefinitionRow::from_row(&r)))
+    client.query_opt(&stmt, &[&id]).await?.map(|r| DefinitionRow::from_row(&r)).transpose()
 }
 
 /// The given version of `name`, or its latest when `version` is `None`.
@@ -79,7 +86,7 @@ pub async fn by_name(client: &Client, name: &str, version: Option<i32>) -> Resul
               ORDER BY version DESC LIMIT 1"
         ))
         .await?;
-    Ok(client.query_opt(&stmt, &[&name, &version]).await?.map(|r| DefinitionRow::from_row(&r)))
+    client.query_opt(&stmt, &[&name, &version]).await?.map(|r| DefinitionRow::from_row(&r)).transpose()
 }
 
 /// Every version of `name`, newest first.
@@ -95,7 +102,7 @@ pub async fn versions(client: &Client, name: &str, before: Option<i32>, limit: i
             &[&name, &before, &limit],
         )
         .await?;
-    Ok(rows.iter().map(DefinitionRow::from_row).collect())
+    rows.iter().map(DefinitionRow::from_row).collect()
 }
 
 /// The latest version of every workflow, by name, at most `limit`.
@@ -109,5 +116,5 @@ pub async fn latest_of_each(client: &Client, limit: i64) -> Result<Vec<Definitio
             &[&limit],
         )
         .await?;
-    Ok(rows.iter().map(DefinitionRow::from_row).collect())
+    rows.iter().map(DefinitionRow::from_row).collect()
 }

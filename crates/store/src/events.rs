@@ -116,7 +116,7 @@ pub async fn consume_buffered(tx: &Transaction<'_>, name: &str, key: &str, task_
           RETURNING payload",
         )
         .await?;
-    Ok(tx.query_opt(&stmt, &[&name, &key, &task_id]).await?.map(|r| r.get(0)))
+    Ok(tx.query_opt(&stmt, &[&name, &key, &task_id]).await?.map(|r| r.try_get(0)).transpose()?)
 }
 
 /// Deletes expired and consumed events; returns how many.
