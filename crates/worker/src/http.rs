@@ -45,7 +45,7 @@ impl Http {
         let follow = |same_host_only: bool| {
             let policy = policy.clone();
             reqwest::redirect::Policy::custom(move |attempt| {
-                if attempt.previous().len() >= MAX_REDIRECTS {
+                if attempt.previous().len() > MAX_REDIRECTS {
                     return attempt.error(Denied(format!("more than {MAX_REDIRECTS} redirects")));
                 }
                 if let Err(denied) = policy.check_url(attempt.url()) {

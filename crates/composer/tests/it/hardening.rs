@@ -454,6 +454,15 @@ async fn custom_headers_are_never_carried_to_another_host_and_timeouts_are_cappe
     let id = e.run(&call(&away, json!({"follow_redirects": true}))).await;
     assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED", "without custom headers it is followed");
 
+    let looping = here.url("/redirect/loop?to=/redirect/loop");
+    fails_at_once(
+        &e,
+        &call(&here.url("/redirect/loop?to=/redirect/loop"), json!({"follow_redirects": true})),
+        "more than 10 redirects",
+    )
+    .await;
+    assert_eq!(here.calls("/redirect/loop"), 11, "{looping}: the first call and 10 redirects");
+
     let slow = call(&here.url("/slow/3000/t"), json!({"timeout": "1h"}));
     let id = e.run(&slow).await;
     let run = e.wait_for_run(id, T).await;
