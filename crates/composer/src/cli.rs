@@ -164,6 +164,29 @@ pub enum WorkflowCommand {
     List,
     /// Shows a workflow's latest definition and its versions.
     Get { name: String },
+    /// Runs a definition through the state machine offline (no server): worker-run nodes take mocked outputs,
+    /// events mocked payloads, timers fire at once. Prints each node's state, evaluated input and output, the
+    /// edges taken, and the run's status and output. Exit status: 0 the run succeeded, 1 it failed, 2 the
+    /// definition or an argument is invalid.
+    Simulate {
+        /// The definition, a JSON or YAML file.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// The run's input: JSON, or @FILE.
+        #[arg(long, default_value = "{}")]
+        input: String,
+        /// NODE=JSON or NODE=@FILE: the output of an HTTP or custom node, or the payload of a WAIT_FOR_EVENT's
+        /// event (default {}). Repeatable.
+        #[arg(long = "mock", value_name = "NODE=JSON")]
+        mocks: Vec<String>,
+        /// NODE or NODE=MESSAGE: every attempt of the node fails (its retry policy applies); a WAIT_FOR_EVENT
+        /// times out instead. Repeatable.
+        #[arg(long = "fail", value_name = "NODE[=MESSAGE]")]
+        failures: Vec<String>,
+        /// `text` for people, `json` for tools.
+        #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+        output: String,
+    },
 }
 
 #[derive(Subcommand)]

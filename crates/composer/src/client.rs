@@ -35,19 +35,27 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
     let api = api(&args)?;
     match cmd {
         WorkflowCommand::Apply { file } => {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            let is_yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
-            let spec: Value = if is_yaml {
-                serde_yaml::from_str(&text).with_context(|| format!("{} is not valid YAML", file.display()))?
-            } else {
-                serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", file.display()))?
-            };
+            let spec = read_spec(&file)?;
             print(&call(&api, Method::POST, "/v1/workflows", Some(&spec)).await?);
         }
         WorkflowCommand::List => print(&call(&api, Method::GET, "/v1/workflows", None).await?),
         WorkflowCommand::Get { name } => print(&call(&api, Method::GET, &format!("/v1/workflows/{name}"), None).await?),
+        WorkflowCommand::Simulate { file, input, mocks, failures, output } => {
+            return Ok(crate::simulate::run(&file, &input, &mocks, &failures, output == "json"));
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A definition from a JSON or YAML file (by its extension).
+pub fn read_spec(file: &std::path::Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let is_yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+    Ok(if is_yaml {
+        serde_yaml::from_str(&text).with_context(|| format!("{} is not valid YAML", file.display()))?
+    } else {
+        serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", file.display()))?
+    })
 }
 
 pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> {

@@ -8,6 +8,7 @@ mod bench;
 mod cli;
 mod client;
 mod dev;
+mod simulate;
 
 use std::process::ExitCode;
 

@@ -21,5 +21,6 @@ pub mod definition;
 pub mod duration;
 pub mod expr;
 pub mod machine;
+pub mod simulate;
 pub mod storable;
 pub mod wire;

@@ -523,3 +523,52 @@ fn a_missing_database_url_names_flag_and_variable() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--database-url (COMPOSER_DATABASE_URL) is not set"), "{stderr}");
 }
+
+/// `composer workflow simulate`: no server, exit status by the run's end.
+#[test]
+fn simulate_runs_a_definition_offline_and_exits_by_its_outcome() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let simulate = |args: &[&str]| {
+        let out = composer(&["workflow", "simulate"]).args(args).output().expect("composer");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let branching = examples.join("branching.yaml");
+    let file = branching.to_str().unwrap();
+    let (code, out, _) = simulate(&["-f", file, "--input", r#"{"amount": 500}"#, "-o", "json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["status"], "SUCCEEDED");
+    assert_eq!(report["output"]["done"], json!({"amount": 500, "reviewed": true}), "{report}");
+    let taken: Vec<&str> = report["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["taken"] == true)
+        .map(|e| e["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(taken, vec!["review", "done"], "the big branch, through the WAIT that fired at once");
+
+    let hello = examples.join("hello.json");
+    let (code, out, _) = simulate(&["-f", hello.to_str().unwrap(), "--fail", "check=down for maintenance"]);
+    assert_eq!(code, Some(1), "a failed run exits 1: {out}");
+    assert!(out.contains("run FAILED") && out.contains("down for maintenance"), "{out}");
+    let (code, _, err) = simulate(&["-f", hello.to_str().unwrap(), "--mock", "check={not json"]);
+    assert_eq!(code, Some(2), "a bad argument exits 2");
+    assert!(err.contains("--mock check"), "{err}");
+
+    let dir = composer_embedded::temp_dir("simulate").unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"name": "bad", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": "${ env }"}}]}"#,
+    )
+    .unwrap();
+    let (code, _, err) = simulate(&["-f", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "an invalid definition exits 2");
+    assert!(err.contains("nodes[t].config.output") && err.contains("env is not available"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,104 @@
+//! `composer workflow simulate`: a definition through the state machine,
+//! offline (`composer_core::simulate`), printed for people or tools.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context};
+use composer_core::definition::Workflow;
+use composer_core::machine::RunStatus;
+use composer_core::simulate::{simulate, Options, Report};
+use serde_json::Value;
+
+/// Exit status: 0 the simulated run succeeded, 1 it failed, 2 the definition
+/// or an argument is invalid (the message on stderr).
+pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], json: bool) -> ExitCode {
+    let prepared = prepare(file, input, mocks, failures);
+    let (wf, opts) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = simulate(&wf, &opts);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        print!("{}", text(&report));
+    }
+    match report.status {
+        RunStatus::Succeeded => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    }
+}
+
+fn prepare(file: &Path, input: &str, mocks: &[String], failures: &[String]) -> anyhow::Result<(Workflow, Options)> {
+    let spec = crate::client::read_spec(file)?;
+    let wf = Workflow::parse(&spec).map_err(|e| anyhow!("{} is not a valid definition: {e}", file.display()))?;
+    let input = json_arg(input).context("--input")?;
+    let mut opts = Options { input, ..Default::default() };
+    for m in mocks {
+        let (node, value) =
+            m.split_once('=').ok_or_else(|| anyhow!("--mock {m:?}: expected NODE=JSON or NODE=@FILE"))?;
+        known(&wf, node, "--mock")?;
+        opts.mocks.insert(node.to_string(), json_arg(value).with_context(|| format!("--mock {node}"))?);
+    }
+    for f in failures {
+        let (node, message) = f.split_once('=').unwrap_or((f, "failed (simulated)"));
+        known(&wf, node, "--fail")?;
+        opts.failures.insert(node.to_string(), message.to_string());
+    }
+    Ok((wf, opts))
+}
+
+fn known(wf: &Workflow, node: &str, flag: &str) -> anyhow::Result<()> {
+    match wf.node_index(node) {
+        Some(_) => Ok(()),
+        None => Err(anyhow!("{flag} {node}: the definition has no node {node:?}")),
+    }
+}
+
+/// JSON, or `@FILE` holding JSON.
+fn json_arg(arg: &str) -> anyhow::Result<Value> {
+    let text = match arg.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?,
+        None => arg.to_string(),
+    };
+    serde_json::from_str(&text).context("not valid JSON")
+}
+
+fn text(r: &Report) -> String {
+    let mut out = format!("run {}\n", r.status);
+    let width = r.nodes.iter().map(|n| n.id.len()).max().unwrap_or(0);
+    let type_width = r.nodes.iter().map(|n| n.node_type.len()).max().unwrap_or(0);
+    for n in &r.nodes {
+        let mut line = format!("  {:width$}  {:type_width$}  {}", n.id, n.node_type, n.state);
+        if n.attempts > 1 {
+            line.push_str(&format!(" after {} attempts", n.attempts));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+        for (label, v) in [("input", &n.input), ("output", &n.output)] {
+            let empty = v.as_ref().is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()));
+            if let Some(v) = v.as_ref().filter(|_| !empty || label == "output") {
+                out.push_str(&format!("  {:width$}    {label}: {v}\n", ""));
+            }
+        }
+        if let Some(e) = &n.error {
+            out.push_str(&format!("  {:width$}    error: {e}\n", ""));
+        }
+    }
+    if !r.edges.is_empty() {
+        out.push_str("edges\n");
+        for e in &r.edges {
+            out.push_str(&format!("  {} -> {}  {}\n", e.from, e.to, if e.taken { "taken" } else { "not taken" }));
+        }
+    }
+    match (&r.output, &r.error) {
+        (Some(o), _) => out.push_str(&format!("output {o}\n")),
+        (None, Some(e)) => out.push_str(&format!("error {e}\n")),
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,226 @@
+//! A run of a workflow through the pure state machine, with nothing real
+//! behind it: worker-run nodes (HTTP, custom types) take a mocked output,
+//! events arrive with a mocked payload, timers fire at once (the simulated
+//! clock jumps to them). A user tests a workflow's logic — branches, data
+//! flow, retries, the run's output — in CI without PostgreSQL, Redis or a
+//! network. `composer workflow simulate` prints what this returns.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::definition::{NodeKind, Workflow};
+use crate::machine::{self, Event, Run, RunStatus, TaskState};
+
+/// What the simulated world answers.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub input: Value,
+    /// A node's output (an HTTP or custom node) or its event's payload (a
+    /// WAIT_FOR_EVENT); `{}` when not given.
+    pub mocks: HashMap<String, Value>,
+    /// Nodes whose every attempt fails, with this message (a WAIT_FOR_EVENT
+    /// times out instead). The node's retry policy applies.
+    pub failures: HashMap<String, String>,
+}
+
+/// How the simulated run went.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub status: RunStatus,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    /// Every node, in the definition's order.
+    pub nodes: Vec<NodeReport>,
+    pub edges: Vec<EdgeReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeReport {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub node_type: String,
+    /// `NOT_REACHED` for a node no task was created for.
+    pub state: String,
+    pub attempts: i32,
+    /// What the node was started with: the evaluated config of a worker-run
+    /// node, the event and key of a WAIT_FOR_EVENT.
+    pub input: Option<Value>,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EdgeReport {
+    pub from: String,
+    pub to: String,
+    /// Its source completed and its `when` (if any) held, evaluated against
+    /// the run as it ended (a source's output does not change once it has
+    /// completed).
+    pub taken: bool,
+}
+
+/// Most events one simulation applies: a guard against a definition whose
+/// retry policy and mocks would loop for long.
+const MAX_EVENTS: usize = 100_000;
+
+/// Runs `wf` to the end in the simulated world of `opts`.
+pub fn simulate(wf: &Workflow, opts: &Options) -> Report {
+    let mut ids = 0u128;
+    let mut new_id = move || {
+        ids += 1;
+        Uuid::from_u128(ids)
+    };
+    let mut now: DateTime<Utc> = DateTime::<Utc>::UNIX_EPOCH;
+    let mut run = Run::new(new_id(), opts.input.clone());
+    machine::apply(wf, &mut run, &Event::RunStarted, now, &mut new_id);
+    for _ in 0..MAX_EVENTS {
+        if run.status != RunStatus::Running {
+            break;
+        }
+        let Some(event) = next_event(wf, &run, opts, &mut now) else { break };
+        machine::apply(wf, &mut run, &event, now, &mut new_id);
+    }
+    report(wf, &run)
+}
+
+/// What the world does next: the oldest open task gets its answer.
+fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>) -> Option<Event> {
+    let task = run.tasks.iter().find(|t| !t.state.is_terminal())?;
+    let node = &wf.nodes[task.node];
+    let mock = || opts.mocks.get(&node.id).cloned().unwrap_or_else(|| json!({}));
+    Some(match (task.state, &node.kind) {
+        (TaskState::Pending | TaskState::Running, _) => match opts.failures.get(&node.id) {
+            Some(message) => {
+                Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: message.clone(), retryable: true }
+            }
+            None => Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: mock() },
+        },
+        (TaskState::Waiting, NodeKind::WaitForEvent { .. }) if !opts.failures.contains_key(&node.id) => {
+            Event::EventReceived { task_id: task.id, payload: mock() }
+        }
+        // A timer (WAIT, a retry's backoff, an event's timeout): the clock
+        // jumps to it.
+        (TaskState::Waiting, _) => {
+            if let Some(at) = task.wake_at {
+                *now = (*now).max(at);
+            }
+            Event::TimerFired { task_id: task.id }
+        }
+        _ => return None,
+    })
+}
+
+fn report(wf: &Workflow, run: &Run) -> Report {
+    let nodes = wf
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let task = run.tasks.iter().find(|t| t.node == i);
+            NodeReport {
+                id: node.id.clone(),
+                node_type: node.node_type.clone(),
+                state: task.map_or("NOT_REACHED".to_string(), |t| t.state.to_string()),
+                attempts: task.map_or(0, |t| t.attempt),
+                input: task.map(|t| t.input.clone()).filter(|v| !v.is_null()),
+                output: task.and_then(|t| t.output.clone()),
+                error: task.and_then(|t| t.error.clone()),
+            }
+        })
+        .collect();
+    let context = context(wf, run);
+    let edges = wf
+        .edges
+        .iter()
+        .map(|e| {
+            let completed = run.tasks.iter().any(|t| t.node == e.from && t.state == TaskState::Completed);
+            let holds = match &e.when {
+                Some(when) => when.eval_bool(&context).unwrap_or(false),
+                None => true,
+            };
+            EdgeReport { from: wf.nodes[e.from].id.clone(), to: wf.nodes[e.to].id.clone(), taken: completed && holds }
+        })
+        .collect();
+    Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges }
+}
+
+/// What expressions see, as the run ended.
+fn context(wf: &Workflow, run: &Run) -> Value {
+    let mut nodes = serde_json::Map::new();
+    for t in &run.tasks {
+        nodes.insert(wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
+    }
+    json!({"input": run.input, "nodes": nodes, "run": {"id": run.id, "workflow": wf.spec.name}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wf(v: Value) -> Workflow {
+        Workflow::parse(&v).unwrap()
+    }
+
+    fn http(id: &str) -> Value {
+        json!({"id": id, "type": "HTTP", "config": {"url": "http://x/${ .input.who }"}})
+    }
+
+    #[test]
+    fn a_branch_follows_the_mocked_output_and_the_output_is_computed() {
+        let w = wf(json!({"name": "order", "nodes": [http("check"), http("big"), http("small"),
+            {"id": "sum", "type": "TRANSFORM", "config": {"output": "${ .nodes.check.output.amount * 2 }"}}],
+            "edges": [{"from": "check", "to": "big", "when": ".nodes.check.output.amount > 100"},
+                      {"from": "check", "to": "small", "when": ".nodes.check.output.amount <= 100"},
+                      {"from": "check", "to": "sum"}],
+            "output": {"doubled": "${ .nodes.sum.output }"}}));
+        let opts = Options {
+            input: json!({"who": "ada"}),
+            mocks: HashMap::from([("check".into(), json!({"amount": 500}))]),
+            ..Default::default()
+        };
+        let r = simulate(&w, &opts);
+        assert_eq!(r.status, RunStatus::Succeeded);
+        assert_eq!(r.output, Some(json!({"doubled": 1000})));
+        let state = |id: &str| r.nodes.iter().find(|n| n.id == id).unwrap().state.clone();
+        assert_eq!((state("big"), state("small")), ("COMPLETED".into(), "SKIPPED".into()));
+        assert_eq!(r.nodes[0].input, Some(json!({"url": "http://x/ada"})), "the evaluated config");
+        let taken: Vec<(String, bool)> = r.edges.iter().map(|e| (e.to.clone(), e.taken)).collect();
+        assert_eq!(taken, vec![("big".into(), true), ("small".into(), false), ("sum".into(), true)]);
+    }
+
+    #[test]
+    fn a_failing_node_uses_its_retries_then_fails_the_run() {
+        let mut node = http("pay");
+        node["retry"] = json!({"max_attempts": 3, "initial_backoff": "1h"});
+        let w = wf(json!({"name": "pay", "nodes": [node]}));
+        let opts = Options { failures: HashMap::from([("pay".into(), "card declined".into())]), ..Default::default() };
+        let r = simulate(&w, &opts);
+        assert_eq!(r.status, RunStatus::Failed);
+        assert_eq!(r.nodes[0].attempts, 3, "timers fire at once, so every retry runs");
+        assert!(r.error.unwrap().contains("card declined"));
+    }
+
+    #[test]
+    fn waits_fire_and_events_arrive_with_their_mocked_payload() {
+        let w = wf(json!({"name": "w", "nodes": [
+            {"id": "cool", "type": "WAIT", "config": {"duration": "3650d"}},
+            {"id": "paid", "type": "WAIT_FOR_EVENT", "config": {"event": "paid", "key": "${ .input.order }"}},
+            {"id": "late", "type": "WAIT_FOR_EVENT", "config": {"event": "x", "key": "k", "timeout": "1h",
+                "default_output": {"late": true}}}],
+            "edges": [{"from": "cool", "to": "paid"}, {"from": "paid", "to": "late"}]}));
+        let opts = Options {
+            input: json!({"order": "o-1"}),
+            mocks: HashMap::from([("paid".into(), json!({"amount": 5}))]),
+            failures: HashMap::from([("late".into(), String::new())]),
+        };
+        let r = simulate(&w, &opts);
+        assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+        assert_eq!(r.nodes[1].output, Some(json!({"amount": 5})));
+        assert_eq!(r.nodes[1].input, Some(json!({"event": "paid", "key": "o-1"})));
+        assert_eq!(r.nodes[2].output, Some(json!({"late": true})), "a failed event wait times out");
+    }
+}
