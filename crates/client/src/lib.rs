@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use composer_core::api::{ErrorBody, RunView, StartRun};
-use composer_core::machine::RunStatus;
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -95,7 +94,7 @@ impl Client {
     }
 
     /// Long-polls until the run ends or `timeout` passes; returns the run as
-    /// last seen (still RUNNING when the time ran out).
+    /// last seen (still RUNNING or PAUSED when the time ran out).
     pub async fn wait_for_run(&self, id: Uuid, timeout: Duration) -> Result<RunView> {
         let give_up = tokio::time::Instant::now() + timeout;
         loop {
@@ -103,7 +102,7 @@ impl Client {
             let wait = left.clamp(Duration::from_millis(1), Duration::from_secs(30));
             let run: RunView =
                 self.call(Method::GET, &format!("/v1/runs/{id}?wait={}ms", wait.as_millis()), None::<&()>).await?;
-            if run.status != RunStatus::Running || tokio::time::Instant::now() >= give_up {
+            if run.status.is_terminal() || tokio::time::Instant::now() >= give_up {
                 return Ok(run);
             }
         }

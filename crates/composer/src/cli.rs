@@ -228,6 +228,10 @@ pub enum RunCommand {
     Cancel { id: String },
     /// Retries a failed run's failed steps.
     Retry { id: String },
+    /// Pauses a running run: tasks already started finish, nothing new starts until it is resumed.
+    Pause { id: String },
+    /// Resumes a paused run.
+    Resume { id: String },
 }
 
 #[derive(Subcommand)]

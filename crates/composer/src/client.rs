@@ -73,8 +73,8 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             print(&serde_json::to_value(&run)?);
             match run.status {
                 RunStatus::Succeeded => return Ok(ExitCode::SUCCESS),
-                RunStatus::Running => {
-                    bail!("run {} still RUNNING after {}", run.id, composer_core::duration::format(timeout))
+                RunStatus::Running | RunStatus::Paused => {
+                    bail!("run {} still {} after {}", run.id, run.status, composer_core::duration::format(timeout))
                 }
                 _ => return Ok(ExitCode::FAILURE),
             }
@@ -94,6 +94,8 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
         }
         RunCommand::Cancel { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/cancel"), None).await?),
         RunCommand::Retry { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/retry"), None).await?),
+        RunCommand::Pause { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/pause"), None).await?),
+        RunCommand::Resume { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/resume"), None).await?),
     }
     Ok(ExitCode::SUCCESS)
 }

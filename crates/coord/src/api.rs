@@ -220,6 +220,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/runs/{id}/events", get(run_events))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/retry", post(retry_run))
+        .route("/v1/runs/{id}/pause", post(pause_run))
+        .route("/v1/runs/{id}/resume", post(resume_run))
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_api_token));
     let internal = Router::new()
         .route("/internal/v1/tasks/{id}/result", post(report))
@@ -447,7 +449,9 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
     }
     let status = match q.get("status") {
         Some(v) => Some(RunStatus::parse(&v.to_ascii_uppercase()).ok_or_else(|| {
-            ApiError::bad_request(format!("status: expected RUNNING, SUCCEEDED, FAILED or CANCELLED, got {v:?}"))
+            ApiError::bad_request(format!(
+                "status: expected RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED, got {v:?}"
+            ))
         })?),
         None => None,
     };
@@ -629,6 +633,14 @@ async fn cancel_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Api
 
 async fn retry_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
     control(&s, &id, Event::RetryRun).await
+}
+
+async fn pause_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::PauseRun).await
+}
+
+async fn resume_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::ResumeRun).await
 }
 
 async fn report(

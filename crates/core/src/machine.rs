@@ -80,17 +80,21 @@ impl fmt::Display for TaskState {
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RunStatus {
     Running,
+    /// Tasks already started finish; nothing new starts until it resumes.
+    Paused,
     Succeeded,
     Failed,
     Cancelled,
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 4] = [RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled];
+    pub const ALL: [RunStatus; 5] =
+        [RunStatus::Running, RunStatus::Paused, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled];
 
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "RUNNING",
+            RunStatus::Paused => "PAUSED",
             RunStatus::Succeeded => "SUCCEEDED",
             RunStatus::Failed => "FAILED",
             RunStatus::Cancelled => "CANCELLED",
@@ -102,7 +106,7 @@ impl RunStatus {
     }
 
     pub fn is_terminal(self) -> bool {
-        self != RunStatus::Running
+        !matches!(self, RunStatus::Running | RunStatus::Paused)
     }
 }
 
@@ -186,6 +190,8 @@ pub enum Event {
     },
     CancelRun,
     RetryRun,
+    PauseRun,
+    ResumeRun,
 }
 
 impl Event {
@@ -198,6 +204,8 @@ impl Event {
             Event::EventReceived { .. } => "EventReceived",
             Event::CancelRun => "CancelRun",
             Event::RetryRun => "RetryRun",
+            Event::PauseRun => "PauseRun",
+            Event::ResumeRun => "ResumeRun",
         }
     }
 
@@ -234,11 +242,13 @@ pub enum HistoryKind {
     RunFailed,
     RunCancelled,
     RunRetried,
+    RunPaused,
+    RunResumed,
     EventIgnored,
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 13] = [
+    pub const ALL: [HistoryKind; 15] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -251,6 +261,8 @@ impl HistoryKind {
         HistoryKind::RunFailed,
         HistoryKind::RunCancelled,
         HistoryKind::RunRetried,
+        HistoryKind::RunPaused,
+        HistoryKind::RunResumed,
         HistoryKind::EventIgnored,
     ];
 
@@ -268,6 +280,8 @@ impl HistoryKind {
             HistoryKind::RunFailed => "RunFailed",
             HistoryKind::RunCancelled => "RunCancelled",
             HistoryKind::RunRetried => "RunRetried",
+            HistoryKind::RunPaused => "RunPaused",
+            HistoryKind::RunResumed => "RunResumed",
             HistoryKind::EventIgnored => "EventIgnored",
         }
     }
@@ -295,6 +309,7 @@ pub enum IgnoreKind {
     NotWaiting,
     NotDue,
     NotFailed,
+    NotPaused,
 }
 
 impl IgnoreKind {
@@ -308,6 +323,7 @@ impl IgnoreKind {
             IgnoreKind::NotWaiting => "not_waiting",
             IgnoreKind::NotDue => "not_due",
             IgnoreKind::NotFailed => "not_failed",
+            IgnoreKind::NotPaused => "not_paused",
         }
     }
 }
@@ -450,6 +466,8 @@ impl Machine<'_> {
             Event::EventReceived { task_id, payload } => self.on_event_received(*task_id, payload),
             Event::CancelRun => self.on_cancel(),
             Event::RetryRun => self.on_retry(),
+            Event::PauseRun => self.on_pause(),
+            Event::ResumeRun => self.on_resume(),
         }
     }
 
@@ -488,7 +506,7 @@ impl Machine<'_> {
     /// A due timer ends a WAIT, times out a WAIT_FOR_EVENT, or ends a retry
     /// backoff by dispatching the next attempt.
     fn on_timer_fired(&mut self, task_id: Uuid) -> Result<(), Ignore> {
-        self.require_running()?;
+        self.require_active()?;
         let t = self.find(task_id)?;
         let task = &self.run.tasks[t];
         if task.state != TaskState::Waiting {
@@ -508,6 +526,13 @@ impl Machine<'_> {
                 let error = format!("timed out after {after} waiting for event {event:?} with key {key:?}");
                 self.finish(t, TaskState::Failed, None, Some(error));
             }
+            // A retry's backoff ran out while the run is paused: the retry
+            // is held (no timer left, so none fires again) until it resumes.
+            NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } if self.run.status == RunStatus::Paused => {
+                self.run.tasks[t].wake_at = None;
+                self.tr.touch(t);
+                return Ok(());
+            }
             NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } => {
                 let task = &mut self.run.tasks[t];
                 task.attempt += 1;
@@ -522,7 +547,7 @@ impl Machine<'_> {
     }
 
     fn on_event_received(&mut self, task_id: Uuid, payload: &Value) -> Result<(), Ignore> {
-        self.require_running()?;
+        self.require_active()?;
         let t = self.find(task_id)?;
         let task = &self.run.tasks[t];
         if task.state != TaskState::Waiting || task.event.is_none() {
@@ -534,7 +559,7 @@ impl Machine<'_> {
     }
 
     fn on_cancel(&mut self) -> Result<(), Ignore> {
-        self.require_running()?;
+        self.require_active()?;
         for t in 0..self.run.tasks.len() {
             if !self.run.tasks[t].state.is_terminal() {
                 self.finish(t, TaskState::Cancelled, None, None);
@@ -568,6 +593,49 @@ impl Machine<'_> {
         Ok(())
     }
 
+    /// Running or paused: what has started may still finish.
+    fn require_active(&self) -> Result<(), Ignore> {
+        if self.run.status.is_terminal() {
+            return Err(Ignore(IgnoreKind::RunFinished, format!("run is {}", self.run.status)));
+        }
+        Ok(())
+    }
+
+    fn on_pause(&mut self) -> Result<(), Ignore> {
+        self.require_running()?;
+        self.run.status = RunStatus::Paused;
+        self.tr.run_changed = true;
+        self.tr.log(HistoryKind::RunPaused, json!({}));
+        Ok(())
+    }
+
+    /// Starts what the pause held back: retries whose backoff ran out while
+    /// paused, and nodes that became ready.
+    fn on_resume(&mut self) -> Result<(), Ignore> {
+        if self.run.status != RunStatus::Paused {
+            return Err(Ignore(
+                IgnoreKind::NotPaused,
+                format!("run is {}, only a PAUSED run can be resumed", self.run.status),
+            ));
+        }
+        self.run.status = RunStatus::Running;
+        self.tr.run_changed = true;
+        self.tr.log(HistoryKind::RunResumed, json!({}));
+        for t in 0..self.run.tasks.len() {
+            let task = &self.run.tasks[t];
+            let held = task.state == TaskState::Waiting
+                && task.wake_at.is_none()
+                && matches!(self.wf.nodes[task.node].kind, NodeKind::Http | NodeKind::Custom);
+            if held {
+                self.run.tasks[t].attempt += 1;
+                self.tr.touch(t);
+                self.dispatch(t);
+            }
+        }
+        self.route();
+        Ok(())
+    }
+
     fn find(&self, task_id: Uuid) -> Result<usize, Ignore> {
         self.run.tasks.iter().position(|t| t.id == task_id).ok_or_else(|| {
             Ignore(IgnoreKind::UnknownTask, format!("task {task_id} does not belong to run {}", self.run.id))
@@ -576,7 +644,7 @@ impl Machine<'_> {
 
     /// The guard on every result: the current attempt of a PENDING or RUNNING task.
     fn reportable(&self, task_id: Uuid, attempt: i32) -> Result<usize, Ignore> {
-        self.require_running()?;
+        self.require_active()?;
         let t = self.find(task_id)?;
         let task = &self.run.tasks[t];
         if task.attempt != attempt {
@@ -672,6 +740,11 @@ impl Machine<'_> {
     /// order so that a skip (or a TRANSFORM's result) reaches its successors
     /// in the same pass; then ends the run if nothing is left to do.
     fn route(&mut self) {
+        // Paused: what finished is recorded, nothing new starts, the run
+        // does not end; resuming routes again.
+        if self.run.status == RunStatus::Paused {
+            return;
+        }
         let n = self.wf.nodes.len();
         let mut by_node: Vec<Option<usize>> = vec![None; n];
         let mut failed = false;
@@ -866,6 +939,7 @@ impl Machine<'_> {
         self.tr.run_changed = true;
         let kind = match status {
             RunStatus::Running => HistoryKind::RunRetried,
+            RunStatus::Paused => HistoryKind::RunPaused,
             RunStatus::Succeeded => HistoryKind::RunSucceeded,
             RunStatus::Failed => HistoryKind::RunFailed,
             RunStatus::Cancelled => HistoryKind::RunCancelled,

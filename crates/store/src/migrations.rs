@@ -9,6 +9,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "outbox_queue_and_checks", include_str!("../migrations/0003_outbox_queue_and_checks.sql")),
     (4, "retention_keeps_open_runs", include_str!("../migrations/0004_retention_keeps_open_runs.sql")),
     (5, "recoveries", include_str!("../migrations/0005_recoveries.sql")),
+    (6, "paused_runs", include_str!("../migrations/0006_paused_runs.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -60,7 +60,7 @@ pub async fn redispatch_pending_tasks(client: &Client, shards: i32, older_than: 
                        recovered_attempt = t.attempt
                   FROM workflow_runs r
                  WHERE r.id = t.run_id
-                   AND r.status = 'RUNNING'
+                   AND r.status IN ('RUNNING', 'PAUSED')
                    AND t.state = 'PENDING'
                    AND t.queue IS NOT NULL
                    AND t.updated_at < now() - make_interval(secs => $2)
@@ -92,7 +92,7 @@ pub async fn exhausted(client: &Client, older_than: Duration, max: i32, limit: i
         .query(
             "SELECT t.run_id, t.id, t.attempt, t.recoveries
                FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
-              WHERE r.status = 'RUNNING'
+              WHERE r.status IN ('RUNNING', 'PAUSED')
                 AND t.recovered_attempt = t.attempt AND t.recoveries >= $2
                 AND ((t.state = 'RUNNING' AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now()))
                   OR (t.state = 'PENDING' AND t.updated_at < now() - make_interval(secs => $1)

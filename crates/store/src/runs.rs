@@ -320,7 +320,7 @@ pub async fn fail_faulted(client: &mut Client, run_id: Uuid, error: &str) -> Res
     let failed = tx
         .execute(
             "UPDATE workflow_runs SET status = 'FAILED', error = $2, updated_at = now(), finished_at = now()
-             WHERE id = $1 AND status = 'RUNNING'",
+             WHERE id = $1 AND status IN ('RUNNING', 'PAUSED')",
             &[&run_id, &error],
         )
         .await?;

@@ -253,3 +253,39 @@ async fn too_large_payloads_are_refused_with_413() {
     assert_eq!(status, 413, "a body past the limit is refused before parsing");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_paused_run_finishes_what_started_starts_nothing_new_and_resumes() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let spec = json!({"name": "pausable", "nodes": [
+        http_node("a", &http.url("/slow/800/a"), 1), http_node("b", &http.url("/ok/b"), 1)],
+        "edges": [{"from": "a", "to": "b"}]});
+    let id = e.run(&spec).await;
+    let (status, paused) = e.post(&format!("/v1/runs/{id}/pause"), &json!({})).await;
+    assert_eq!((status, paused["status"].as_str()), (200, Some("PAUSED")), "{paused}");
+    let run = e.wait_until(id, T, |r| r["tasks"][0]["state"] == "COMPLETED").await;
+    assert_eq!(run["status"], "PAUSED", "the step that had started finished: {run}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run["tasks"].as_array().unwrap().len(), 1, "nothing new started: {run}");
+    assert_eq!(http.calls("/ok/b"), 0);
+    let (_, listed) = e.get("/v1/runs?status=PAUSED").await;
+    assert_eq!(listed["runs"][0]["id"], json!(id.to_string()));
+
+    let (status, _) = e.post(&format!("/v1/runs/{id}/resume"), &json!({})).await;
+    assert_eq!(status, 200);
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(http.calls("/ok/b"), 1);
+    let (status, body) = e.post(&format!("/v1/runs/{id}/pause"), &json!({})).await;
+    assert_eq!(status, 409, "a finished run cannot be paused: {body}");
+    assert_eq!(e.history(id, "RunPaused").await.len(), 1);
+    assert_eq!(e.history(id, "RunResumed").await.len(), 1);
+
+    let other = e.run(&spec).await;
+    e.post(&format!("/v1/runs/{other}/pause"), &json!({})).await;
+    let (status, cancelled) = e.post(&format!("/v1/runs/{other}/cancel"), &json!({})).await;
+    assert_eq!((status, cancelled["status"].as_str()), (200, Some("CANCELLED")), "a paused run can be cancelled");
+    e.stop().await;
+}

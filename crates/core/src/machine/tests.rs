@@ -413,3 +413,48 @@ fn an_event_completes_its_waiter_and_a_timeout_fails_it() {
     assert!(s.task("w").error.as_deref().unwrap().contains("timed out"));
     assert_eq!(s.run.status, RunStatus::Failed);
 }
+
+#[test]
+fn a_paused_run_lets_started_tasks_finish_and_starts_nothing_new_until_resumed() {
+    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")], 1));
+    s.apply(Event::RunStarted);
+    assert!(s.apply(Event::PauseRun).ignored.is_none());
+    assert_eq!(s.run.status, RunStatus::Paused);
+    let tr = s.complete("a");
+    assert!(tr.ignored.is_none(), "a started task's result is applied while paused");
+    assert_eq!(s.task("a").state, TaskState::Completed);
+    assert!(!s.has_task("b") && tr.dispatch.is_empty(), "its successor waits for the resume");
+    assert_eq!(s.run.status, RunStatus::Paused, "and the run does not end while paused");
+    assert!(s.apply(Event::PauseRun).ignored.is_some(), "pausing twice changes nothing");
+    let tr = s.apply(Event::ResumeRun);
+    assert_eq!((s.run.status, tr.dispatch.len()), (RunStatus::Running, 1), "resuming starts b");
+    assert!(s.apply(Event::ResumeRun).ignored.is_some(), "only a paused run resumes");
+    s.complete("b");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert!(s.apply(Event::PauseRun).ignored.is_some(), "a finished run cannot be paused");
+}
+
+#[test]
+fn a_retry_due_while_paused_is_held_until_the_resume() {
+    let mut s = Sim::new(wf(&["a"], &[], 3));
+    s.apply(Event::RunStarted);
+    s.fail("a", true);
+    s.apply(Event::PauseRun);
+    s.now += chrono::Duration::hours(1);
+    let id = s.task("a").id;
+    let tr = s.apply(Event::TimerFired { task_id: id });
+    assert!(tr.dispatch.is_empty(), "no new attempt while paused");
+    assert_eq!((s.task("a").state, s.task("a").wake_at), (TaskState::Waiting, None), "held, no timer left to refire");
+    let tr = s.apply(Event::ResumeRun);
+    assert_eq!(tr.dispatch, vec![0]);
+    assert_eq!(s.task("a").attempt, 2);
+}
+
+#[test]
+fn a_paused_run_can_be_cancelled() {
+    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")], 1));
+    s.apply(Event::RunStarted);
+    s.apply(Event::PauseRun);
+    assert!(s.apply(Event::CancelRun).ignored.is_none());
+    assert_eq!((s.run.status, s.task("a").state), (RunStatus::Cancelled, TaskState::Cancelled));
+}
