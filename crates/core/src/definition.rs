@@ -46,6 +46,10 @@ pub struct NodeSpec {
     pub config: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySpec>,
+    /// How long one attempt of a dispatched node (HTTP, custom) may take,
+    /// from its dispatch; enforced by the coordinator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -157,6 +161,8 @@ pub struct Node {
     /// `None` when they may read any node.
     pub reads: Option<Vec<usize>>,
     pub retry: RetryPolicy,
+    /// The longest one attempt may take (dispatched nodes only).
+    pub timeout: Option<Duration>,
 }
 
 impl Node {
@@ -364,8 +370,35 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
             NodeKind::Custom
         }
     };
-    let queue = if matches!(kind, NodeKind::Http | NodeKind::Custom) { queue } else { None };
-    Ok(Node { id: n.id.clone(), node_type: n.node_type.clone(), kind, queue, config, template, reads: None, retry })
+    let dispatched = matches!(kind, NodeKind::Http | NodeKind::Custom);
+    let queue = if dispatched { queue } else { None };
+    let timeout = match &n.timeout {
+        None => None,
+        Some(_) if !dispatched => {
+            return Err(ValidationError::new(
+                format!("{at}.timeout"),
+                "only HTTP and custom nodes take a timeout (WAIT_FOR_EVENT has config.timeout)",
+            ))
+        }
+        Some(t) => match duration::parse(t) {
+            Ok(d) if d.is_zero() => {
+                return Err(ValidationError::new(format!("{at}.timeout"), "must be greater than zero"))
+            }
+            Ok(d) => Some(d),
+            Err(e) => return Err(ValidationError::new(format!("{at}.timeout"), e)),
+        },
+    };
+    Ok(Node {
+        id: n.id.clone(),
+        node_type: n.node_type.clone(),
+        kind,
+        queue,
+        config,
+        template,
+        reads: None,
+        retry,
+        timeout,
+    })
 }
 
 fn check_sizes(spec: &WorkflowSpec) -> Result<(), ValidationError> {
@@ -674,6 +707,22 @@ mod tests {
         assert!(e.message.contains("zz"));
         assert_eq!(err(json!({"name":"","nodes":[http("a")]})).path, "name");
         assert_eq!(err(json!({"name":"x","nodes":[]})).path, "nodes");
+    }
+
+    #[test]
+    fn a_node_timeout_is_for_dispatched_nodes_and_a_duration() {
+        let ok = Workflow::parse(&json!({"name": "x", "nodes": [{"id": "a", "type": "HTTP",
+            "config": {"url": "http://h"}, "timeout": "30s"}]}))
+        .unwrap();
+        assert_eq!(ok.nodes[0].timeout, Some(Duration::from_secs(30)));
+        let e = err(
+            json!({"name": "x", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}, "timeout": "5s"}]}),
+        );
+        assert_eq!(e.path, "nodes[w].timeout");
+        let e = err(
+            json!({"name": "x", "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}, "timeout": "soon"}]}),
+        );
+        assert_eq!(e.path, "nodes[a].timeout");
     }
 
     #[test]

@@ -509,6 +509,23 @@ impl Machine<'_> {
         self.require_active()?;
         let t = self.find(task_id)?;
         let task = &self.run.tasks[t];
+        // A dispatched attempt past its node's timeout fails (retryably);
+        // the worker holding it loses its lease at the next renewal.
+        if matches!(task.state, TaskState::Pending | TaskState::Running) {
+            let node = &self.wf.nodes[task.node];
+            let (Some(limit), Some(deadline)) = (node.timeout, task.wake_at) else {
+                return Err(Ignore(IgnoreKind::NotWaiting, format!("task is {}, not WAITING", task.state)));
+            };
+            if deadline > self.now {
+                return Err(Ignore(IgnoreKind::NotDue, "the attempt's deadline has not passed".into()));
+            }
+            let error = format!(
+                "attempt {} timed out after {} (the node's timeout)",
+                task.attempt,
+                crate::duration::format(limit)
+            );
+            return self.on_task_failed(task_id, task.attempt, &error, true);
+        }
         if task.state != TaskState::Waiting {
             return Err(Ignore(IgnoreKind::NotWaiting, format!("task is {}, not WAITING", task.state)));
         }
@@ -890,7 +907,11 @@ impl Machine<'_> {
     }
 
     /// Sends the task's current attempt to a worker.
+    /// Sends the attempt to a worker; a node with a `timeout` gets its
+    /// deadline in `wake_at`, which the timer loop fires like any timer.
     fn dispatch(&mut self, t: usize) {
+        let deadline = self.wf.nodes[self.run.tasks[t].node].timeout.map(|d| later(self.now, d));
+        self.run.tasks[t].wake_at = deadline;
         self.run.tasks[t].state = TaskState::Pending;
         self.tr.dispatch.push(t);
         let payload = self.task_payload(t, json!({}));

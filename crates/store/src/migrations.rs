@@ -10,6 +10,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (4, "retention_keeps_open_runs", include_str!("../migrations/0004_retention_keeps_open_runs.sql")),
     (5, "recoveries", include_str!("../migrations/0005_recoveries.sql")),
     (6, "paused_runs", include_str!("../migrations/0006_paused_runs.sql")),
+    (7, "attempt_deadlines", include_str!("../migrations/0007_attempt_deadlines.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

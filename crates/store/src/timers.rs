@@ -1,4 +1,6 @@
-//! WAITING tasks whose wake-up time has passed: WAIT nodes and retry backoffs.
+//! Tasks whose wake-up time has passed: WAITING ones (WAIT nodes, retry
+//! backoffs, event timeouts) and dispatched attempts past their node's
+//! timeout.
 
 use uuid::Uuid;
 
@@ -16,10 +18,15 @@ pub struct DueWait {
 pub async fn due(client: &Client, limit: i64) -> Result<Vec<DueWait>> {
     let stmt = client
         .prepare_cached(
-            "SELECT run_id, id FROM task_instances
-              WHERE state = 'WAITING' AND wake_at <= now() ORDER BY wake_at LIMIT $1",
+            "(SELECT run_id, id, wake_at FROM task_instances
+               WHERE state = 'WAITING' AND wake_at <= now() ORDER BY wake_at LIMIT $1)
+             UNION ALL
+             (SELECT run_id, id, wake_at FROM task_instances
+               WHERE state IN ('PENDING', 'RUNNING') AND wake_at IS NOT NULL AND wake_at <= now()
+               ORDER BY wake_at LIMIT $1)
+             ORDER BY wake_at LIMIT $1",
         )
         .await?;
     let rows = client.query(&stmt, &[&limit]).await?;
-    Ok(rows.iter().map(|r| DueWait { run_id: r.get(0), task_id: r.get(1) }).collect())
+    rows.iter().map(|r| Ok(DueWait { run_id: r.try_get(0)?, task_id: r.try_get(1)? })).collect()
 }

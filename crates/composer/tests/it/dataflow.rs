@@ -289,3 +289,23 @@ async fn a_paused_run_finishes_what_started_starts_nothing_new_and_resumes() {
     assert_eq!((status, cancelled["status"].as_str()), (200, Some("CANCELLED")), "a paused run can be cancelled");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_node_timeout_fails_a_slow_attempt_and_the_retry_policy_applies() {
+    let e = Engine::with(EngineOptions {
+        coordinator: |c| c.timer_interval = Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let http = FakeHttp::start().await;
+    let spec = json!({"name": "bounded", "nodes": [{"id": "slow", "type": "HTTP",
+        "config": {"url": http.url("/slow/5000/s")}, "timeout": "500ms",
+        "retry": {"max_attempts": 2, "initial_backoff": "10ms"}}]});
+    let id = e.run(&spec).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["error"].as_str().unwrap().contains("timed out after 500ms"), "{run}");
+    assert_eq!(run["tasks"][0]["attempt"], 2, "each attempt has its own deadline");
+    assert_eq!(e.history(id, "TaskRetryScheduled").await.len(), 1);
+    e.stop().await;
+}

@@ -458,3 +458,28 @@ fn a_paused_run_can_be_cancelled() {
     assert!(s.apply(Event::CancelRun).ignored.is_none());
     assert_eq!((s.run.status, s.task("a").state), (RunStatus::Cancelled, TaskState::Cancelled));
 }
+
+#[test]
+fn an_attempt_past_its_node_timeout_fails_retryably_and_the_next_gets_a_new_deadline() {
+    let w =
+        Workflow::parse(&json!({"name": "t", "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h/a"},
+        "timeout": "30s", "retry": {"max_attempts": 2, "initial_backoff": "1s"}}]}))
+        .unwrap();
+    let mut s = Sim::new(w);
+    s.apply(Event::RunStarted);
+    let first_deadline = s.task("a").wake_at.expect("a deadline");
+    assert_eq!(first_deadline, s.now + chrono::Duration::seconds(30));
+    let id = s.task("a").id;
+    assert!(s.apply(Event::TimerFired { task_id: id }).ignored.is_some(), "not before its deadline");
+    s.now += chrono::Duration::seconds(31);
+    let tr = s.apply(Event::TimerFired { task_id: id });
+    assert!(tr.ignored.is_none());
+    assert_eq!(s.task("a").state, TaskState::Waiting, "the retry policy applies");
+    assert!(s.task("a").error.as_deref().unwrap_or_default().contains("timed out after 30s"));
+    s.now += chrono::Duration::seconds(2);
+    s.apply(Event::TimerFired { task_id: id });
+    assert_eq!((s.task("a").state, s.task("a").attempt), (TaskState::Pending, 2));
+    assert_eq!(s.task("a").wake_at, Some(s.now + chrono::Duration::seconds(30)), "a new deadline per attempt");
+    s.complete("a");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
