@@ -171,6 +171,8 @@ impl Engine {
                 return Ok((existing, false));
             }
         }
+        let deadline =
+            wf.timeout.and_then(|d| chrono::Duration::from_std(d).ok()).and_then(|d| Utc::now().checked_add_signed(d));
         let new = NewRun {
             id: Uuid::now_v7(),
             workflow_definition_id: def.id,
@@ -178,10 +180,12 @@ impl Engine {
             workflow_version: def.version,
             input,
             idempotency_key,
+            deadline,
         };
         let mut row = runs::insert_run(&tx, &new).await?;
         let mut run = machine::Run::new(row.id, input.clone());
         run.max_payload = self.max_payload;
+        run.deadline = deadline;
         let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
         let change = Change { wf: &wf, run: &run, tr: &tr };
         write_transitions(&tx, &[change], self.shards, self.notify_outbox).await?;

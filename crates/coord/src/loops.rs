@@ -196,10 +196,30 @@ pub async fn fire_due_waits(shared: &Shared) -> Result<usize, composer_store::Er
             break;
         }
     }
+    fired += time_out_runs(shared).await?;
     if fired > 0 {
         composer_metrics::inc(composer_metrics::TIMERS_FIRED, &[], fired as u64);
     }
     Ok(fired)
+}
+
+/// Fails the open runs past their definition's `timeout`.
+async fn time_out_runs(shared: &Shared) -> Result<usize, composer_store::Error> {
+    let overdue = {
+        let client = composer_store::client(&shared.pool).await?;
+        timers::overdue_runs(&client, shared.config.timer_batch).await?
+    };
+    let results =
+        futures_util::future::join_all(overdue.iter().map(|id| shared.engine.handle(*id, Event::RunTimedOut))).await;
+    let mut timed_out = 0;
+    for (id, r) in overdue.iter().zip(results) {
+        match r {
+            Ok(h) if h.ignored.is_none() => timed_out += 1,
+            Ok(_) => {}
+            Err(e) => tracing::error!(run_id = %id, error = %e, "failed to time out a run"),
+        }
+    }
+    Ok(timed_out)
 }
 
 /// Samples the gauges: outbox backlog and age, open tasks by state, running

@@ -32,6 +32,10 @@ pub struct WorkflowSpec {
     /// completed leaf nodes' outputs keyed by node id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+    /// How long a whole run may take, from its start; past it the run fails
+    /// and its open tasks are cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -196,6 +200,8 @@ pub struct Workflow {
     pub topo_order: Vec<usize>,
     /// The run's output template, when the definition declares one.
     pub output: Option<Template>,
+    /// The longest a run may take.
+    pub timeout: Option<Duration>,
     index: HashMap<String, usize>,
 }
 
@@ -207,6 +213,7 @@ struct Parts {
     outgoing: Vec<Vec<usize>>,
     topo_order: Vec<usize>,
     output: Option<Template>,
+    timeout: Option<Duration>,
     index: HashMap<String, usize>,
 }
 
@@ -230,8 +237,8 @@ impl Workflow {
     }
 
     fn assemble(spec: WorkflowSpec, parts: Parts) -> Workflow {
-        let Parts { nodes, edges, incoming, outgoing, topo_order, output, index } = parts;
-        Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, index }
+        let Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, index } = parts;
+        Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, timeout, index }
     }
 
     fn build(spec: &WorkflowSpec) -> Result<Parts, ValidationError> {
@@ -245,7 +252,15 @@ impl Workflow {
             Some(v) => Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("output{p}"), m))?),
             None => None,
         };
-        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, index })
+        let timeout = match &spec.timeout {
+            None => None,
+            Some(t) => match duration::parse(t) {
+                Ok(d) if d.is_zero() => return Err(ValidationError::new("timeout", "must be greater than zero")),
+                Ok(d) => Some(d),
+                Err(e) => return Err(ValidationError::new("timeout", e)),
+            },
+        };
+        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, index })
     }
 
     pub fn node_index(&self, id: &str) -> Option<usize> {
@@ -263,10 +278,10 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
     let obj =
         json.as_object().ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
     for key in obj.keys() {
-        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges" | "output") {
+        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges" | "output" | "timeout") {
             return Err(ValidationError::new(
                 key.as_str(),
-                "unknown field (expected name, description, nodes, edges, output)",
+                "unknown field (expected name, description, nodes, edges, output, timeout)",
             ));
         }
     }
@@ -306,7 +321,12 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
         Some(_) => return Err(ValidationError::new("edges", "must be an array")),
     };
     let output = obj.get("output").filter(|v| !v.is_null()).cloned();
-    Ok(WorkflowSpec { name, description, nodes, edges, output })
+    let timeout = match obj.get("timeout") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ValidationError::new("timeout", "must be a duration string such as \"1h\"")),
+    };
+    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout })
 }
 
 fn node_path(i: usize, id: &str) -> String {

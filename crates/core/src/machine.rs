@@ -146,6 +146,8 @@ pub struct Run {
     /// (`COMPOSER_MAX_PAYLOAD`): evaluated inputs, TRANSFORM outputs and
     /// the run's output beyond it fail their node (or the run).
     pub max_payload: usize,
+    /// When the run times out (the definition's `timeout` after its start).
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 impl Run {
@@ -158,6 +160,7 @@ impl Run {
             error: None,
             tasks: Vec::new(),
             max_payload: crate::config::DEFAULT_MAX_PAYLOAD,
+            deadline: None,
         }
     }
 
@@ -192,6 +195,8 @@ pub enum Event {
     RetryRun,
     PauseRun,
     ResumeRun,
+    /// The run's deadline passed.
+    RunTimedOut,
 }
 
 impl Event {
@@ -206,6 +211,7 @@ impl Event {
             Event::RetryRun => "RetryRun",
             Event::PauseRun => "PauseRun",
             Event::ResumeRun => "ResumeRun",
+            Event::RunTimedOut => "RunTimedOut",
         }
     }
 
@@ -468,13 +474,35 @@ impl Machine<'_> {
             Event::RetryRun => self.on_retry(),
             Event::PauseRun => self.on_pause(),
             Event::ResumeRun => self.on_resume(),
+            Event::RunTimedOut => self.on_run_timed_out(),
         }
+    }
+
+    /// Past the definition's `timeout`: open tasks are cancelled (a worker
+    /// holding one stops at its next renewal) and the run fails.
+    fn on_run_timed_out(&mut self) -> Result<(), Ignore> {
+        self.require_active()?;
+        match self.run.deadline {
+            Some(d) if d <= self.now => {}
+            _ => return Err(Ignore(IgnoreKind::NotDue, "the run's deadline has not passed".into())),
+        }
+        for t in 0..self.run.tasks.len() {
+            if !self.run.tasks[t].state.is_terminal() {
+                self.finish(t, TaskState::Cancelled, None, None);
+            }
+        }
+        let after = self.wf.timeout.map(crate::duration::format).unwrap_or_default();
+        self.set_run(RunStatus::Failed, None, Some(format!("run timed out after {after}")));
+        Ok(())
     }
 
     fn on_run_started(&mut self) -> Result<(), Ignore> {
         self.require_running()?;
         if !self.run.tasks.is_empty() {
             return Err(Ignore(IgnoreKind::AlreadyStarted, "run already started".into()));
+        }
+        if let (Some(limit), None) = (self.wf.timeout, self.run.deadline) {
+            self.run.deadline = Some(later(self.now, limit));
         }
         self.tr.log(HistoryKind::RunStarted, json!({}));
         self.route();

@@ -11,6 +11,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (5, "recoveries", include_str!("../migrations/0005_recoveries.sql")),
     (6, "paused_runs", include_str!("../migrations/0006_paused_runs.sql")),
     (7, "attempt_deadlines", include_str!("../migrations/0007_attempt_deadlines.sql")),
+    (8, "run_deadlines", include_str!("../migrations/0008_run_deadlines.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -29,17 +29,18 @@ pub struct RunRow {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 /// A list's columns: the same, without the input and output (a page of
 /// runs must not carry their data; read one run for that).
 const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, \
                                'null'::jsonb AS input, NULL::jsonb AS output, \
-                               error, idempotency_key, created_at, updated_at, finished_at";
+                               error, idempotency_key, created_at, updated_at, finished_at, deadline";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
-                           error, idempotency_key, created_at, updated_at, finished_at";
+                           error, idempotency_key, created_at, updated_at, finished_at, deadline";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -57,6 +58,7 @@ impl RunRow {
             created_at: r.try_get("created_at")?,
             updated_at: r.try_get("updated_at")?,
             finished_at: r.try_get("finished_at")?,
+            deadline: r.try_get("deadline")?,
         })
     }
 }
@@ -125,14 +127,17 @@ pub struct NewRun<'a> {
     pub workflow_version: i32,
     pub input: &'a Value,
     pub idempotency_key: Option<&'a str>,
+    /// When the run times out, if its definition has a `timeout`.
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
 pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow> {
     let stmt = tx
         .prepare_cached(&format!(
-            "INSERT INTO workflow_runs (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key)
-             VALUES ($1, $2, $3, $4, 'RUNNING', $5, $6) RETURNING {RUN_COLUMNS}"
+            "INSERT INTO workflow_runs
+                    (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline)
+             VALUES ($1, $2, $3, $4, 'RUNNING', $5, $6, $7) RETURNING {RUN_COLUMNS}"
         ))
         .await?;
     let row = tx
@@ -145,6 +150,7 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &run.workflow_version,
                 run.input,
                 &run.idempotency_key,
+                &run.deadline,
             ],
         )
         .await?;
@@ -181,6 +187,7 @@ pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<mach
         error: run.error.clone(),
         tasks,
         max_payload: composer_core::config::DEFAULT_MAX_PAYLOAD,
+        deadline: run.deadline,
     })
 }
 

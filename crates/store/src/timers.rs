@@ -30,3 +30,15 @@ pub async fn due(client: &Client, limit: i64) -> Result<Vec<DueWait>> {
     let rows = client.query(&stmt, &[&limit]).await?;
     rows.iter().map(|r| Ok(DueWait { run_id: r.try_get(0)?, task_id: r.try_get(1)? })).collect()
 }
+
+/// Open runs past their deadline (the definition's `timeout`), oldest first.
+pub async fn overdue_runs(client: &Client, limit: i64) -> Result<Vec<Uuid>> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT id FROM workflow_runs
+              WHERE status IN ('RUNNING', 'PAUSED') AND deadline IS NOT NULL AND deadline <= now()
+              ORDER BY deadline LIMIT $1",
+        )
+        .await?;
+    client.query(&stmt, &[&limit]).await?.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}

@@ -105,7 +105,10 @@ impl<'a> RunUpdates<'a> {
             .prepare_cached(
                 "UPDATE workflow_runs r
                     SET status = u.status, output = u.output, error = u.error, updated_at = now(),
-                        finished_at = CASE WHEN u.status IN ('RUNNING', 'PAUSED') THEN NULL ELSE now() END
+                        finished_at = CASE WHEN u.status IN ('RUNNING', 'PAUSED') THEN NULL ELSE now() END,
+                        -- A retried run gets its whole timeout again.
+                        deadline = CASE WHEN r.status = 'FAILED' AND u.status = 'RUNNING'
+                                        THEN now() + (r.deadline - r.created_at) ELSE r.deadline END
                    FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[]) AS u(id, status, output, error)
                   WHERE r.id = u.id",
             )

@@ -309,3 +309,29 @@ async fn a_node_timeout_fails_a_slow_attempt_and_the_retry_policy_applies() {
     assert_eq!(e.history(id, "TaskRetryScheduled").await.len(), 1);
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_run_past_its_definition_timeout_fails_with_its_open_steps_cancelled() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.timer_interval = Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let spec = json!({"name": "bounded_run", "timeout": "1s", "nodes": [
+        {"id": "long", "type": "WAIT", "config": {"duration": "1h"}}]});
+    let id = e.run(&spec).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert_eq!(run["error"], "run timed out after 1s");
+    assert_eq!(run["tasks"][0]["state"], "CANCELLED");
+    let (status, body) = e
+        .post(
+            "/v1/workflows",
+            &json!({"name": "bad_timeout", "timeout": "0s",
+        "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    e.stop().await;
+}

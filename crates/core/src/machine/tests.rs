@@ -483,3 +483,19 @@ fn an_attempt_past_its_node_timeout_fails_retryably_and_the_next_gets_a_new_dead
     s.complete("a");
     assert_eq!(s.run.status, RunStatus::Succeeded);
 }
+
+#[test]
+fn a_run_past_its_timeout_fails_and_its_open_tasks_are_cancelled() {
+    let w = Workflow::parse(&json!({"name": "t", "timeout": "1m", "nodes": [
+        {"id": "w", "type": "WAIT", "config": {"duration": "1h"}}]}))
+    .unwrap();
+    let mut s = Sim::new(w);
+    s.apply(Event::RunStarted);
+    assert_eq!(s.run.deadline, Some(s.now + chrono::Duration::minutes(1)));
+    assert!(s.apply(Event::RunTimedOut).ignored.is_some(), "not before the deadline");
+    s.now += chrono::Duration::seconds(61);
+    assert!(s.apply(Event::RunTimedOut).ignored.is_none());
+    assert_eq!((s.run.status, s.task("w").state), (RunStatus::Failed, TaskState::Cancelled));
+    assert_eq!(s.run.error.as_deref(), Some("run timed out after 1m"));
+    assert!(s.apply(Event::RunTimedOut).ignored.is_some(), "once");
+}
