@@ -499,3 +499,124 @@ fn a_run_past_its_timeout_fails_and_its_open_tasks_are_cancelled() {
     assert_eq!(s.run.error.as_deref(), Some("run timed out after 1m"));
     assert!(s.apply(Event::RunTimedOut).ignored.is_some(), "once");
 }
+
+/// A random DAG whose nodes have a timeout per attempt, and (sometimes) a
+/// timeout for the whole run.
+fn random_bounded_workflow(n: usize, edge_bits: &[bool], max_attempts: u32, run_timeout: bool) -> Workflow {
+    let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+    let nodes: Vec<Value> = names
+        .iter()
+        .map(|id| {
+            json!({"id": id, "type": "HTTP", "config": {"url": "http://h/x"}, "timeout": "30m",
+                   "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"}})
+        })
+        .collect();
+    let mut edges = Vec::new();
+    let mut k = 0;
+    for i in 0..n {
+        for j in i + 1..n {
+            if edge_bits[k % edge_bits.len()] {
+                edges.push(json!({"from": names[i], "to": names[j]}));
+            }
+            k += 1;
+        }
+    }
+    let mut spec = json!({"name": "t", "nodes": nodes, "edges": edges});
+    if run_timeout {
+        spec["timeout"] = json!("20h");
+    }
+    Workflow::parse(&spec).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// With attempt deadlines firing, pauses and resumes at random and a run
+    /// timeout: still each (task, attempt) ends once — by its report or by
+    /// its timeout, never both — and every run ends.
+    #[test]
+    fn with_timeouts_and_pauses_every_attempt_ends_once_and_every_run_ends(
+        n in 1usize..8,
+        edge_bits in proptest::collection::vec(any::<bool>(), 1..30),
+        max_attempts in 1u32..4,
+        run_timeout in any::<bool>(),
+        seed in 1u64..u64::MAX,
+    ) {
+        let mut rng = Rng(seed);
+        let mut s = Sim::new(random_bounded_workflow(n, &edge_bits, max_attempts, run_timeout));
+        let mut inbox = vec![Event::RunStarted];
+        let mut ended = std::collections::HashSet::new();
+        let mut steps = 0;
+        loop {
+            if inbox.is_empty() {
+                // The world goes on: the timer loop keeps firing what is
+                // due, and someone resumes a paused run.
+                if s.run.status.is_terminal() {
+                    break;
+                }
+                if s.run.status == RunStatus::Paused {
+                    inbox.push(Event::ResumeRun);
+                }
+                for t in s.run.tasks.iter().filter(|t| t.wake_at.is_some() || t.state == TaskState::Waiting) {
+                    inbox.push(Event::TimerFired { task_id: t.id });
+                }
+                prop_assert!(!inbox.is_empty(), "an open run with nothing that can move it: {:?}", s.run.tasks);
+            }
+            steps += 1;
+            prop_assert!(steps < 20_000, "the run did not converge");
+            let event = inbox.swap_remove(rng.below(inbox.len()));
+            s.now += chrono::Duration::minutes(20);
+            let attempt_of = |s: &Sim, id: Uuid| s.run.tasks.iter().find(|t| t.id == id).map(|t| (t.state, t.attempt));
+            let before = match &event {
+                Event::TimerFired { task_id } => attempt_of(&s, *task_id),
+                _ => None,
+            };
+            let tr = s.apply(event.clone());
+            if tr.ignored.is_some() {
+                prop_assert!(tr.updated.is_empty() && tr.created.is_empty() && tr.dispatch.is_empty());
+                continue;
+            }
+            match &event {
+                Event::TaskCompleted { task_id, attempt, .. } | Event::TaskFailed { task_id, attempt, .. } => {
+                    prop_assert!(ended.insert((*task_id, *attempt)), "an attempt ended twice");
+                }
+                Event::TimerFired { task_id } => {
+                    if let Some((TaskState::Pending | TaskState::Running, attempt)) = before {
+                        prop_assert!(ended.insert((*task_id, attempt)), "a timed-out attempt ended twice");
+                    }
+                }
+                _ => {}
+            }
+            for &t in &tr.dispatch {
+                let task = &s.run.tasks[t];
+                // Some results never come: the attempt's deadline ends it.
+                if rng.chance(80) {
+                    let report = if rng.chance(60) {
+                        Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(t) }
+                    } else {
+                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70) }
+                    };
+                    inbox.push(report);
+                }
+            }
+            for t in s.run.tasks.iter().filter(|t| t.wake_at.is_some() || t.state == TaskState::Waiting) {
+                inbox.push(Event::TimerFired { task_id: t.id });
+            }
+            if s.run.status == RunStatus::Running && rng.chance(10) {
+                inbox.push(Event::PauseRun);
+            }
+            if s.run.status == RunStatus::Paused && rng.chance(30) {
+                inbox.push(Event::ResumeRun);
+            }
+            if !s.run.status.is_terminal() && s.run.deadline.is_some() {
+                inbox.push(Event::RunTimedOut);
+            }
+        }
+        prop_assert!(s.run.status.is_terminal(), "run left {:?}", s.run.status);
+        prop_assert!(s.run.tasks.iter().all(|t| t.state.is_terminal()));
+        if s.run.status == RunStatus::Failed {
+            let timed_out = s.run.error.as_deref().is_some_and(|e| e.starts_with("run timed out"));
+            prop_assert!(timed_out || s.run.tasks.iter().any(|t| t.state == TaskState::Failed));
+        }
+    }
+}
