@@ -572,3 +572,18 @@ fn simulate_runs_a_definition_offline_and_exits_by_its_outcome() {
     assert!(err.contains("nodes[t].config.output") && err.contains("env is not available"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Every file in examples/ is a definition Composer accepts (and its logic
+/// runs offline to an end).
+#[test]
+fn every_example_is_a_valid_definition() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&examples).unwrap().flatten() {
+        let path = entry.path();
+        let out = composer(&["workflow", "simulate", "-f", path.to_str().unwrap(), "-o", "json"]).output().unwrap();
+        assert_ne!(out.status.code(), Some(2), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        seen += 1;
+    }
+    assert!(seen >= 4, "examples/ holds {seen} files");
+}
