@@ -1,5 +1,5 @@
 -- Retention never deletes an open run: a month whose partition still holds a
--- RUNNING run (waiting on an event or a long timer) is kept, and reported as
+-- RUNNING or PAUSED run (waiting on an event or a long timer) is kept, and reported as
 -- kept, until its last run ends. The function now says, per expired month,
 -- whether it was dropped.
 DROP FUNCTION composer_drop_partitions(timestamptz);
@@ -22,7 +22,8 @@ BEGIN
         month := right(part.name, 7);
         month_end := (to_date(month, 'YYYY_MM') + interval '1 month')::timestamp AT TIME ZONE 'UTC';
         CONTINUE WHEN month_end > before;
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE status = %L)', part.name, 'RUNNING') INTO open_runs;
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE status IN (%L, %L))', part.name, 'RUNNING', 'PAUSED')
+            INTO open_runs;
         IF open_runs THEN
             dropped := false;
         ELSE
