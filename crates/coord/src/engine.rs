@@ -287,7 +287,10 @@ impl Engine {
             // event) drops this batch's replies (their callers see the
             // coordinator stopping) but not the loop.
             if let Err(panic) = std::panic::AssertUnwindSafe(self.process(batch)).catch_unwind().await {
-                tracing::error!(error = panic_message(&*panic), "engine batch panicked; its events were not applied");
+                tracing::error!(
+                    error = composer_core::panic_message(&*panic),
+                    "engine batch panicked; its events were not applied"
+                );
             }
         }
     }
@@ -419,15 +422,11 @@ fn apply_contained(wf: &Workflow, run: &mut machine::Run, event: &Event) -> Resu
     let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
     }));
-    applied.map_err(|panic| EngineError::Fault { run_id: run.id, event: event.name(), message: panic_message(&*panic) })
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic".to_string())
+    applied.map_err(|panic| EngineError::Fault {
+        run_id: run.id,
+        event: event.name(),
+        message: composer_core::panic_message(&*panic),
+    })
 }
 
 /// Counts a batch loop as live while it runs, however it ends.

@@ -9,6 +9,8 @@
 //! - [`definition`]: the workflow language, parsed and validated into a
 //!   [`definition::Workflow`] that the engine caches per version.
 //! - [`machine`]: runs and tasks, their states, and the rules that move them.
+//! - [`simulate`]: a run through the state machine with a mocked world.
+//! - [`storable`]: what PostgreSQL and JSON readers accept back.
 //! - [`wire`]: the messages that cross process boundaries (dispatches, reports).
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -24,3 +26,13 @@ pub mod machine;
 pub mod simulate;
 pub mod storable;
 pub mod wire;
+
+/// The message a caught panic carried (`panic!("…")` gives a `&str` or a
+/// `String`), for the error that replaces it.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}

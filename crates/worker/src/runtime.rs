@@ -454,11 +454,7 @@ async fn run_handler(
     let guarded = std::panic::AssertUnwindSafe(async move { handler(task_ctx, input?).await }).catch_unwind();
     let result = tokio::select! {
         r = guarded => r.unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let what = composer_core::panic_message(&*panic);
             tracing::error!(panic = %what, "handler panicked");
             Err(crate::TaskError::retryable(format!("handler panicked: {what}")))
         }),

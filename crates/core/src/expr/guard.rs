@@ -106,14 +106,7 @@ pub fn run<T>(limits: Limits, f: impl FnOnce() -> Result<T, String>) -> Result<T
         Ok(r) => r,
         Err(payload) => match payload.downcast::<Exceeded>() {
             Ok(exceeded) => Err(exceeded.to_string()),
-            Err(payload) => {
-                let what = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                Err(format!("expression evaluation failed inside jq: {what}"))
-            }
+            Err(payload) => Err(format!("expression evaluation failed inside jq: {}", crate::panic_message(&*payload))),
         },
     }
 }
