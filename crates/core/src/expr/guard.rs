@@ -31,8 +31,10 @@ pub struct Limits {
     /// Wall-clock time (`expr_max_time`), a backstop for natives that do
     /// much work in one step (sorting, regular expressions).
     pub time: Duration,
-    /// Bytes of the result as JSON (`COMPOSER_MAX_PAYLOAD`): what an
-    /// expression returns is stored, dispatched and returned by the API.
+    /// Bytes of the result as JSON (`expr_max_bytes` too): a value that
+    /// shares structure is small in memory but not as text. What is then
+    /// stored is held to `COMPOSER_MAX_PAYLOAD` by the engine
+    /// (`storable::check`), which knows the configured value.
     pub output: usize,
 }
 
@@ -43,7 +45,7 @@ impl Limits {
         depth: 100,
         stack: 512 << 10,
         time: Duration::from_millis(500),
-        output: crate::config::DEFAULT_MAX_PAYLOAD,
+        output: 64 << 20,
     };
 }
 
@@ -66,7 +68,7 @@ impl std::fmt::Display for Exceeded {
             Exceeded::Depth(n) => write!(f, "expression exceeded expr_max_depth (values nested {n} deep)"),
             Exceeded::Stack(n) => write!(f, "expression exceeded expr_max_stack (recursion used {} KiB)", n >> 10),
             Exceeded::Time(t) => write!(f, "expression exceeded expr_max_time ({} ms)", t.as_millis()),
-            Exceeded::Output(n) => write!(f, "result exceeds the limit of {n} bytes (COMPOSER_MAX_PAYLOAD)"),
+            Exceeded::Output(n) => write!(f, "expression exceeded expr_max_bytes (a result of more than {n} bytes)"),
         }
     }
 }
