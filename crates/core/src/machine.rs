@@ -414,6 +414,21 @@ pub fn apply(
     m.tr
 }
 
+/// What expressions see, for the whole run:
+/// `{input, nodes: {<id>: {output, state}}, run: {id, workflow}}`.
+pub fn context(wf: &Workflow, run: &Run) -> Value {
+    context_of(wf, run, run.tasks.iter())
+}
+
+/// The same, with just the nodes of `tasks`.
+fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item = &'t Task>) -> Value {
+    let mut nodes = Map::new();
+    for t in tasks {
+        nodes.insert(wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
+    }
+    json!({"input": run.input, "nodes": nodes, "run": {"id": run.id, "workflow": wf.spec.name}})
+}
+
 /// How a task's attempt begins.
 enum Started {
     Dispatch(Value),
@@ -770,15 +785,11 @@ impl Machine<'_> {
 
     /// What expressions see: `{input, nodes: {<id>: {output, state}}, run}`.
     fn context(&self) -> Value {
-        self.context_of(self.run.tasks.iter())
+        context(self.wf, self.run)
     }
 
     fn context_of<'t>(&self, tasks: impl Iterator<Item = &'t Task>) -> Value {
-        let mut nodes = Map::new();
-        for t in tasks {
-            nodes.insert(self.wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
-        }
-        json!({"input": self.run.input, "nodes": nodes, "run": {"id": self.run.id, "workflow": self.wf.spec.name}})
+        context_of(self.wf, self.run, tasks)
     }
 
     /// Creates a task for every node that has become ready, in topological

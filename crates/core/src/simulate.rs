@@ -132,7 +132,7 @@ fn report(wf: &Workflow, run: &Run) -> Report {
             }
         })
         .collect();
-    let context = context(wf, run);
+    let context = machine::context(wf, run);
     let edges = wf
         .edges
         .iter()
@@ -146,15 +146,6 @@ fn report(wf: &Workflow, run: &Run) -> Report {
         })
         .collect();
     Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges }
-}
-
-/// What expressions see, as the run ended.
-fn context(wf: &Workflow, run: &Run) -> Value {
-    let mut nodes = serde_json::Map::new();
-    for t in &run.tasks {
-        nodes.insert(wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
-    }
-    json!({"input": run.input, "nodes": nodes, "run": {"id": run.id, "workflow": wf.spec.name}})
 }
 
 #[cfg(test)]
