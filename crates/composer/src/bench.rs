@@ -318,6 +318,69 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
+    if let Some(n) = args.map {
+        if n == 0 || n > composer_core::definition::MAP_MAX_ITEMS {
+            bail!("--map must be between 1 and {}", composer_core::definition::MAP_MAX_ITEMS);
+        }
+    }
+    Ok(())
+}
+
+/// `--map N`: one run of a MAP of N HTTP items to the sink, after a warm-up
+/// run of 100 items; prints items per second and commits per item.
+async fn bench_map(api: &Client, target: &Target, sink: &str, args: &BenchArgs, n: usize) -> anyhow::Result<()> {
+    let mut config = json!({"items": "${ [range(.input.n)] }",
+        "node": {"type": "HTTP", "config": {"method": "POST", "url": format!("{sink}/item"), "body": {"i": "${ .index }"}}}});
+    if let Some(c) = args.map_concurrency {
+        config["max_concurrency"] = json!(c);
+    }
+    let workflow = "bench-map";
+    let spec = json!({"name": workflow, "nodes": [{"id": "each", "type": "MAP", "config": config}]});
+    let _: DefinitionView = api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec)).await?;
+    let run_map = |items: usize| async move {
+        let req = StartRun {
+            workflow: workflow.to_string(),
+            version: None,
+            input: Some(json!({"n": items})),
+            idempotency_key: None,
+        };
+        let t0 = Instant::now();
+        let id = api.start_run(&req).await?.id;
+        let run = api.wait_for_run(id, Duration::from_secs(3600)).await?;
+        if run.status != RunStatus::Succeeded {
+            bail!("the MAP run did not succeed: {:?}", run.error);
+        }
+        Ok::<_, anyhow::Error>(t0.elapsed().as_secs_f64())
+    };
+    run_map(100).await?;
+    let before = match &target.database_url {
+        Some(db) => Some(commits(db).await?),
+        None => None,
+    };
+    let wall = run_map(n).await?;
+    let commits_per_item = match (&target.database_url, before) {
+        (Some(db), Some(b)) => Some(round2((commits(db).await? - b) as f64 / n as f64)),
+        _ => None,
+    };
+    let items_per_s = round2(n as f64 / wall);
+    if args.json {
+        let concurrency = args.map_concurrency;
+        println!(
+            "{}",
+            json!({"map": {"items": n, "max_concurrency": concurrency, "wall_s": round2(wall),
+                   "items_per_s": items_per_s, "commits_per_item": commits_per_item}})
+        );
+    } else {
+        let concurrency = args.map_concurrency.map_or("all".to_string(), |c| c.to_string());
+        println!(
+            "composer bench --map — one MAP of {n} HTTP items (max_concurrency {concurrency}), against {}",
+            api.base()
+        );
+        println!("  {n} items in {wall:.2} s: {items_per_s:.1} items/s");
+        if let Some(c) = commits_per_item {
+            println!("  PostgreSQL commits per item: {c:.2}");
+        }
+    }
     Ok(())
 }
 
@@ -343,6 +406,10 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let sink = start_sink().await?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
     let api = Client::new(http, &target.url, non_empty(&args.api_token));
+    if let Some(n) = args.map {
+        bench_map(&api, &target, &sink, &args, n).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let workflow = format!("bench-{}", args.steps);
     let def = register(&api, &sink, &workflow, args.steps).await?;
     if args.history > 0 {

@@ -104,6 +104,13 @@ pub struct BenchArgs {
     /// them come due over 20 s, the rest in an hour).
     #[arg(long, default_value_t = 0)]
     pub timers: u64,
+    /// Instead of K-step workflows: one run of a MAP of this many HTTP items
+    /// to the sink; reports items per second and commits per item.
+    #[arg(long)]
+    pub map: Option<usize>,
+    /// The MAP's max_concurrency (default: every item at once).
+    #[arg(long)]
+    pub map_concurrency: Option<u32>,
     /// Drive the Composer at this URL instead of starting an embedded one.
     #[arg(long)]
     pub target_url: Option<String>,

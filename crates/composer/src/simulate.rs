@@ -52,10 +52,18 @@ fn prepare(file: &Path, input: &str, mocks: &[String], failures: &[String]) -> a
     Ok((wf, opts))
 }
 
+/// A node of the definition, or one item of a MAP (`ship_each[3]`).
 fn known(wf: &Workflow, node: &str, flag: &str) -> anyhow::Result<()> {
-    match wf.node_index(node) {
-        Some(_) => Ok(()),
-        None => Err(anyhow!("{flag} {node}: the definition has no node {node:?}")),
+    if wf.node_index(node).is_some() {
+        return Ok(());
+    }
+    let item = node.strip_suffix(']').and_then(|n| n.split_once('['));
+    match item {
+        Some((map, index)) if wf.map_template(map).is_some() && index.parse::<u32>().is_ok() => Ok(()),
+        Some((map, _)) if wf.map_template(map).is_some() => {
+            Err(anyhow!("{flag} {node}: an item is named by its index, such as {map}[0]"))
+        }
+        _ => Err(anyhow!("{flag} {node}: the definition has no node {node:?}")),
     }
 }
 

@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use composer_core::api::{
-    DefinitionView, ErrorBody, ErrorDetail, EventSent, HistoryEntryView, HistoryPage, RunPage, RunView, SendEvent,
-    StartRun, TaskView, WorkflowList,
+    DefinitionView, ErrorBody, ErrorDetail, EventSent, HistoryEntryView, HistoryPage, ItemPage, RunPage, RunView,
+    SendEvent, StartRun, TaskView, WorkflowList,
 };
 use composer_core::definition::Workflow;
 use composer_core::duration;
@@ -218,6 +218,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/events", post(send_event))
         .route("/v1/runs/{id}", get(get_run))
         .route("/v1/runs/{id}/events", get(run_events))
+        .route("/v1/runs/{id}/items", get(run_items))
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/retry", post(retry_run))
         .route("/v1/runs/{id}/pause", post(pause_run))
@@ -555,6 +556,9 @@ fn task_view(t: &TaskRow) -> TaskView {
         wake_at: t.wake_at,
         started_at: t.started_at,
         finished_at: t.finished_at,
+        parent_task_id: t.parent_task_id,
+        item_index: t.item_index,
+        progress: t.progress.as_ref().and_then(|p| serde_json::from_value(p.clone()).ok()),
     }
 }
 
@@ -613,6 +617,37 @@ async fn run_events(
         .map(|e| HistoryEntryView { seq: e.seq, kind: e.kind, payload: e.payload, created_at: e.created_at })
         .collect();
     Ok(Json(HistoryPage { events, next_after: next }))
+}
+
+/// `GET /v1/runs/{id}/items?node=ship_each&after=N&limit=M`: a MAP's items
+/// by index (the run view lists node tasks only, so a MAP of 10,000 items
+/// does not make every read of its run 10,000 tasks long).
+async fn run_items(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Json<ItemPage>> {
+    let run_id = parse_run_id(&id)?;
+    let node = q.get("node").ok_or_else(|| ApiError::bad_request("node: required (the MAP node's id)"))?;
+    text_param(node, "node")?;
+    let after: i32 = match q.get("after") {
+        Some(a) => a.parse().map_err(|_| ApiError::bad_request("after: expected an item index"))?,
+        None => -1,
+    };
+    let limit = page_limit(q.get("limit"), 100)?;
+    let client = composer_store::client(&s.pool).await?;
+    let (_, tasks) =
+        runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
+    let map = tasks
+        .iter()
+        .find(|t| &t.node_id == node)
+        .ok_or_else(|| ApiError::not_found(format!("run {run_id} has no task for node {node:?} (yet)")))?;
+    if map.progress.is_none() && map.node_type != "MAP" {
+        return Err(ApiError::bad_request(format!("node {node:?} is a {}, not a MAP", map.node_type)));
+    }
+    let items = runs::items(&client, run_id, map.id, after, limit).await?;
+    let next = if items.len() as i64 == limit { items.last().and_then(|t| t.item_index) } else { None };
+    Ok(Json(ItemPage { items: items.iter().map(task_view).collect(), next_after: next }))
 }
 
 async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<RunView>> {

@@ -204,8 +204,9 @@ impl Engine {
         Ok((row, true))
     }
 
-    /// Applies `event`, then delivers any buffered external event to the
-    /// WAIT_FOR_EVENT tasks it created, all in the caller's transaction.
+    /// Applies `event`, then loads the MAP items the state machine asked for
+    /// and delivers any buffered external event to the WAIT_FOR_EVENT tasks
+    /// it created, all in the caller's transaction.
     async fn apply(
         &self,
         tx: &composer_store::Transaction<'_>,
@@ -216,6 +217,24 @@ impl Engine {
         let mut tr = apply_contained(wf, run, &event)?;
         let mut checked = 0;
         loop {
+            let needs = std::mem::take(&mut tr.needs);
+            if !needs.is_empty() {
+                for need in needs {
+                    let (map, which) = match need {
+                        machine::Need::Queued { map, count } => (map, runs::Items::Queued(count)),
+                        machine::Need::All { map } => (map, runs::Items::All),
+                    };
+                    if load_items(tx, wf, run, Some(map), which).await? == 0 {
+                        return Err(composer_store::Error::Corrupt(format!(
+                            "MAP task {map} of run {} counts items that are not stored",
+                            run.id
+                        ))
+                        .into());
+                    }
+                    tr.merge(apply_contained(wf, run, &Event::ItemsLoaded { task_id: map })?);
+                }
+                continue;
+            }
             let waits: Vec<(Uuid, String, String)> = tr.created[checked..]
                 .iter()
                 .chain(tr.updated.iter())
@@ -405,15 +424,47 @@ impl Engine {
         let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
         run_ids.sort();
         run_ids.dedup();
+        // Of MAP items, only those the events name are loaded.
+        let item_ids: Vec<Uuid> = events.iter().filter_map(|(_, e)| e.task_id()).collect();
         let mut runs = HashMap::new();
-        for (row, tasks) in runs::lock_many(tx, &run_ids).await? {
+        for (row, tasks) in runs::lock_many(tx, &run_ids, &item_ids).await? {
             let wf = self.workflow(row.workflow_definition_id).await?;
             let mut run = runs::to_machine(&wf, &row, &tasks)?;
             run.max_payload = self.max_payload;
+            // A retry may run a MAP's items again: it needs them all. A
+            // resume starts items whose retry the pause held.
+            let of_run = || events.iter().filter(|(id, _)| *id == row.id).map(|(_, e)| e);
+            if of_run().any(|e| matches!(e, Event::RetryRun)) {
+                let maps: Vec<Uuid> = run.tasks.iter().filter(|t| t.progress.is_some()).map(|t| t.id).collect();
+                for map in maps {
+                    load_items(tx, &wf, &mut run, Some(map), runs::Items::All).await?;
+                }
+            }
+            if of_run().any(|e| matches!(e, Event::ResumeRun)) {
+                load_items(tx, &wf, &mut run, None, runs::Items::Held).await?;
+            }
             runs.insert(row.id, Loaded { wf, run, tr: machine::Transition::default() });
         }
         Ok(runs)
     }
+}
+
+/// Adds items of a MAP (or of the run, for held ones) that `run` does not
+/// hold yet; returns how many.
+async fn load_items(
+    tx: &composer_store::Transaction<'_>,
+    wf: &Workflow,
+    run: &mut machine::Run,
+    map: Option<Uuid>,
+    which: runs::Items,
+) -> Result<usize> {
+    let held: Vec<Uuid> =
+        run.tasks.iter().filter(|t| t.item.is_some_and(|i| map.is_none_or(|m| i.map == m))).map(|t| t.id).collect();
+    let rows = runs::load_items(tx, run.id, map, which, &held).await?;
+    for row in &rows {
+        run.tasks.push(runs::to_machine_task(wf, row)?);
+    }
+    Ok(rows.len())
 }
 
 /// Applies the pure state machine, containing a panic to this event: the

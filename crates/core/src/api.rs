@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::machine::{HistoryKind, RunStatus, TaskState};
+use crate::machine::{HistoryKind, MapProgress, RunStatus, TaskState};
 
 /// `POST /v1/runs`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -83,6 +83,22 @@ pub struct TaskView {
     pub wake_at: Option<DateTime<Utc>>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// A MAP item's MAP task and position (`node_id` is `ship_each[3]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_index: Option<i32>,
+    /// A MAP task's item counts: `{total, queued, open, completed, failed}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<MapProgress>,
+}
+
+/// `GET /v1/runs/{id}/items?node=…`: a MAP's items by index; `next_after`
+/// fetches the next page.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ItemPage {
+    pub items: Vec<TaskView>,
+    pub next_after: Option<i32>,
 }
 
 /// `GET /v1/runs`: newest first; `next_cursor` fetches the next page.

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::duration;
 use crate::expr::{Expr, Template};
@@ -139,6 +139,26 @@ pub enum NodeKind {
     Transform { output: Template },
     /// A user-defined type, run by a worker that registered a handler for it.
     Custom,
+    /// One task per element of a list computed at run time.
+    Map(MapConfig),
+}
+
+/// Most items one MAP may have (`map_max_items`): a MAP's items are created
+/// in one transaction, so this bounds that transaction.
+pub const MAP_MAX_ITEMS: usize = 100_000;
+
+/// A MAP node: `items` evaluates to a list; each element runs the node
+/// template (`wf.nodes[template]`) with `.item` and `.index` bound.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapConfig {
+    pub items: Template,
+    /// Items in flight at once; `None` is all of them.
+    pub max_concurrency: Option<u32>,
+    /// `on_item_failure: "continue"`: a failed item's entry is
+    /// `{"error": …}` and the MAP still completes.
+    pub continue_on_failure: bool,
+    /// The index in [`Workflow::nodes`] of the node each item runs.
+    pub template: usize,
 }
 
 /// How long a WAIT node waits.
@@ -167,6 +187,9 @@ pub struct Node {
     pub retry: RetryPolicy,
     /// The longest one attempt may take (dispatched nodes only).
     pub timeout: Option<Duration>,
+    /// For a MAP's item template, the index of its MAP node. Templates come
+    /// after the user's nodes in [`Workflow::nodes`], with no edges.
+    pub item_of: Option<usize>,
 }
 
 impl Node {
@@ -242,11 +265,32 @@ impl Workflow {
     }
 
     fn build(spec: &WorkflowSpec) -> Result<Parts, ValidationError> {
-        let (mut nodes, index) = compile_nodes(spec)?;
-        let Graph { edges, incoming, outgoing } = compile_edges(spec, &index)?;
+        let (mut nodes, templates, index) = compile_nodes(spec)?;
+        let Graph { edges, mut incoming, mut outgoing } = compile_edges(spec, &index)?;
         let topo_order = topological_order(spec, &edges, &incoming, &outgoing)?;
         for (i, node) in nodes.iter_mut().enumerate() {
             node.reads = reads_of(node, &incoming[i], &edges, &index);
+        }
+        // Item templates go after the user's nodes; a MAP reads what its
+        // template reads (the items' inputs are evaluated in its scope).
+        for (map, template) in templates {
+            let reads = reads_of(&template, &[], &edges, &index);
+            let at = nodes.len();
+            if let NodeKind::Map(m) = &mut nodes[map].kind {
+                m.template = at;
+            }
+            nodes[map].reads = match (nodes[map].reads.take(), reads) {
+                (Some(mut a), Some(b)) => {
+                    a.extend(b);
+                    a.sort_unstable();
+                    a.dedup();
+                    Some(a)
+                }
+                _ => None,
+            };
+            nodes.push(Node { item_of: Some(map), ..template });
+            incoming.push(Vec::new());
+            outgoing.push(Vec::new());
         }
         let output = match &spec.output {
             Some(v) => Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("output{p}"), m))?),
@@ -268,8 +312,17 @@ impl Workflow {
     }
 
     /// A leaf has no outgoing edges; the run's output is its leaves' outputs.
+    /// (A MAP's item template is no leaf: it is not a node of the graph.)
     pub fn is_leaf(&self, node: usize) -> bool {
-        self.outgoing[node].is_empty()
+        self.outgoing[node].is_empty() && self.nodes[node].item_of.is_none()
+    }
+
+    /// The MAP node `id` names and its item template's index.
+    pub fn map_template(&self, map_id: &str) -> Option<usize> {
+        match &self.nodes[self.node_index(map_id)?].kind {
+            NodeKind::Map(m) => Some(m.template),
+            _ => None,
+        }
     }
 }
 
@@ -351,9 +404,14 @@ fn validate_name(path: &str, name: &str) -> Result<(), ValidationError> {
     Ok(())
 }
 
-fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
+/// Compiles a node; a MAP also returns its item template, compiled as a
+/// node of its own.
+fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>), ValidationError> {
     if n.node_type.is_empty() {
         return Err(ValidationError::new(format!("{at}.type"), "must not be empty"));
+    }
+    if n.node_type == "MAP" {
+        return compile_map(at, n);
     }
     let config = match &n.config {
         Value::Null => Value::Object(Map::new()),
@@ -408,7 +466,7 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
             Err(e) => return Err(ValidationError::new(format!("{at}.timeout"), e)),
         },
     };
-    Ok(Node {
+    let node = Node {
         id: n.id.clone(),
         node_type: n.node_type.clone(),
         kind,
@@ -418,7 +476,103 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<Node, ValidationError> {
         reads: None,
         retry,
         timeout,
-    })
+        item_of: None,
+    };
+    Ok((node, None))
+}
+
+/// A MAP: `items`, `max_concurrency`, `on_item_failure` and the item
+/// template `node` (`type`, `config`, `queue`, `retry`, `timeout`).
+fn compile_map(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>), ValidationError> {
+    let field = |name: &str| format!("{at}.config.{name}");
+    for (name, set) in [("retry", n.retry.is_some()), ("timeout", n.timeout.is_some()), ("queue", n.queue.is_some())] {
+        if set {
+            return Err(ValidationError::new(
+                format!("{at}.{name}"),
+                format!("a MAP has no {name} of its own: set it on config.node, which each item runs"),
+            ));
+        }
+    }
+    let config = match &n.config {
+        Value::Object(m) => m,
+        _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object with items and node")),
+    };
+    only_fields(at, &n.config, &["items", "max_concurrency", "on_item_failure", "node"])?;
+    let items = match config.get("items") {
+        Some(v) if v.is_array() || is_expression(v) => {
+            Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{}{p}", field("items")), m))?
+        }
+        Some(_) => {
+            return Err(ValidationError::new(
+                field("items"),
+                "must be a list or an expression such as \"${ .input.orders }\"",
+            ))
+        }
+        None => return Err(ValidationError::new(field("items"), "is required")),
+    };
+    let max_concurrency = match config.get("max_concurrency") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(c) if (1..=MAP_MAX_ITEMS as u64).contains(&c) => Some(c as u32),
+            _ => {
+                return Err(ValidationError::new(
+                    field("max_concurrency"),
+                    format!("must be a whole number from 1 to {MAP_MAX_ITEMS}"),
+                ))
+            }
+        },
+    };
+    let continue_on_failure = match config.get("on_item_failure") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) if s == "fail" => false,
+        Some(Value::String(s)) if s == "continue" => true,
+        Some(_) => return Err(ValidationError::new(field("on_item_failure"), "must be \"fail\" or \"continue\"")),
+    };
+    let raw = match config.get("node") {
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(ValidationError::new(field("node"), "must be an object (the node each item runs)")),
+        None => return Err(ValidationError::new(field("node"), "is required")),
+    };
+    if raw.contains_key("id") {
+        return Err(ValidationError::new(
+            field("node.id"),
+            format!("an item has no id of its own: items are {}[0], {}[1], …", n.id, n.id),
+        ));
+    }
+    let mut with_id = raw.clone();
+    with_id.insert("id".into(), Value::String(n.id.clone()));
+    let spec: NodeSpec = serde_json::from_value(Value::Object(with_id))
+        .map_err(|e| ValidationError::new(field("node"), e.to_string()))?;
+    let node_at = field("node");
+    let (template, _) = match spec.node_type.as_str() {
+        "MAP" => {
+            return Err(ValidationError::new(
+                format!("{node_at}.type"),
+                "a MAP cannot run a MAP per item; call a workflow that maps instead (SUB_WORKFLOW)",
+            ))
+        }
+        "WAIT" | "WAIT_FOR_EVENT" => {
+            return Err(ValidationError::new(
+                format!("{node_at}.type"),
+                format!("{} is not supported per item: an item is HTTP, TRANSFORM or a custom type", spec.node_type),
+            ))
+        }
+        _ => compile_node(&node_at, &spec)?,
+    };
+    let kind = NodeKind::Map(MapConfig { items, max_concurrency, continue_on_failure, template: usize::MAX });
+    let node = Node {
+        id: n.id.clone(),
+        node_type: n.node_type.clone(),
+        kind,
+        queue: None,
+        config: n.config.clone(),
+        template: Template::compile(&json!({})).expect("an empty template compiles"),
+        reads: None,
+        retry: RetryPolicy::default(),
+        timeout: None,
+        item_of: None,
+    };
+    Ok((node, Some(template)))
 }
 
 fn check_sizes(spec: &WorkflowSpec) -> Result<(), ValidationError> {
@@ -435,19 +589,27 @@ fn check_sizes(spec: &WorkflowSpec) -> Result<(), ValidationError> {
     Ok(())
 }
 
-/// Compiles every node and indexes them by id (ids must be unique).
-fn compile_nodes(spec: &WorkflowSpec) -> Result<(Vec<Node>, HashMap<String, usize>), ValidationError> {
+/// The compiled nodes, each MAP's item template with its MAP's index, and
+/// the nodes indexed by id (ids must be unique).
+type CompiledNodes = (Vec<Node>, Vec<(usize, Node)>, HashMap<String, usize>);
+
+fn compile_nodes(spec: &WorkflowSpec) -> Result<CompiledNodes, ValidationError> {
     let mut index = HashMap::with_capacity(spec.nodes.len());
     let mut nodes = Vec::with_capacity(spec.nodes.len());
+    let mut templates = Vec::new();
     for (i, n) in spec.nodes.iter().enumerate() {
         let at = node_path(i, &n.id);
         validate_name(&format!("{at}.id"), &n.id)?;
         if index.insert(n.id.clone(), i).is_some() {
             return Err(ValidationError::new(at, format!("duplicate node id {:?}", n.id)));
         }
-        nodes.push(compile_node(&at, n)?);
+        let (node, template) = compile_node(&at, n)?;
+        nodes.push(node);
+        if let Some(t) = template {
+            templates.push((i, t));
+        }
     }
-    Ok((nodes, index))
+    Ok((nodes, templates, index))
 }
 
 /// The edges with their conditions compiled, and each node's in and out edges.
@@ -496,6 +658,7 @@ fn reads_of(node: &Node, incoming: &[usize], edges: &[Edge], index: &HashMap<Str
     match &node.kind {
         NodeKind::Wait(WaitFor::Until(t)) | NodeKind::Transform { output: t } => sources.extend(t.sources()),
         NodeKind::WaitForEvent { key, .. } => sources.extend(key.sources()),
+        NodeKind::Map(m) => sources.extend(m.items.sources()),
         _ => {}
     }
     sources.extend(incoming.iter().filter_map(|&e| edges[e].when.as_ref().map(|w| w.source())));
@@ -696,6 +859,82 @@ mod tests {
 
     fn err(v: Value) -> ValidationError {
         Workflow::parse(&v).expect_err("should be refused")
+    }
+
+    fn map(config: Value) -> Value {
+        json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": config}]})
+    }
+
+    #[test]
+    fn a_map_compiles_its_item_template_as_a_node_outside_the_graph() {
+        let wf = Workflow::parse(&json!({"name": "m", "nodes": [
+            http("a"),
+            {"id": "each", "type": "MAP", "config": {"items": "${ .nodes.a.output.list }", "max_concurrency": 5,
+             "node": {"type": "HTTP", "retry": {"max_attempts": 7}, "timeout": "10s",
+                      "config": {"url": "http://h/${ .item.id }?from=${ .nodes.a.output.x }"}}}}
+        ], "edges": [{"from": "a", "to": "each"}]}))
+        .unwrap();
+        let each = wf.node_index("each").unwrap();
+        let NodeKind::Map(m) = &wf.nodes[each].kind else { panic!("not a MAP") };
+        assert_eq!(m.max_concurrency, Some(5));
+        assert!(!m.continue_on_failure);
+        let template = &wf.nodes[m.template];
+        assert_eq!((template.item_of, template.retry.max_attempts), (Some(each), 7));
+        assert_eq!(template.timeout, Some(Duration::from_secs(10)));
+        assert_eq!(template.queue.as_deref(), Some("http"));
+        assert_eq!(wf.nodes[each].reads, Some(vec![0]), "the MAP reads what its items read");
+        assert!(wf.is_leaf(each) && !wf.is_leaf(m.template));
+        assert!(!wf.topo_order.contains(&m.template));
+        assert_eq!(wf.node_index("each[]"), None);
+    }
+
+    #[test]
+    fn a_bad_map_is_refused_naming_the_field() {
+        let node = json!({"type": "HTTP", "config": {"url": "http://h/x"}});
+        let cases = [
+            (map(json!({"node": node})), "nodes[each].config.items", "is required"),
+            (map(json!({"items": "plain", "node": node})), "nodes[each].config.items", "must be a list"),
+            (
+                map(json!({"items": [], "node": node, "max_concurrency": 0})),
+                "nodes[each].config.max_concurrency",
+                "from 1",
+            ),
+            (
+                map(json!({"items": [], "node": node, "on_item_failure": "ignore"})),
+                "nodes[each].config.on_item_failure",
+                "\"fail\" or \"continue\"",
+            ),
+            (map(json!({"items": []})), "nodes[each].config.node", "is required"),
+            (map(json!({"items": [], "node": node, "extra": 1})), "nodes[each].config.extra", "unknown field"),
+            (
+                map(json!({"items": [], "node": {"type": "MAP", "config": {}}})),
+                "nodes[each].config.node.type",
+                "SUB_WORKFLOW",
+            ),
+            (
+                map(json!({"items": [], "node": {"type": "WAIT", "config": {"duration": "1s"}}})),
+                "nodes[each].config.node.type",
+                "not supported per item",
+            ),
+            (
+                map(json!({"items": [], "node": {"type": "HTTP", "config": {}}})),
+                "nodes[each].config.node.config.url",
+                "is required",
+            ),
+            (
+                map(json!({"items": [], "node": {"id": "x", "type": "HTTP", "config": {"url": "http://h"}}})),
+                "nodes[each].config.node.id",
+                "no id",
+            ),
+        ];
+        for (spec, path, message) in cases {
+            let e = err(spec.clone());
+            assert_eq!(e.path, path, "{spec}");
+            assert!(e.message.contains(message), "{spec}: {}", e.message);
+        }
+        let mut retry_on_map = map(json!({"items": [], "node": node}));
+        retry_on_map["nodes"][0]["retry"] = json!({"max_attempts": 2});
+        assert_eq!(err(retry_on_map).path, "nodes[each].retry");
     }
 
     #[test]

@@ -29,6 +29,8 @@ use crate::storable;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TaskState {
+    /// A MAP item waiting for a slot under its MAP's `max_concurrency`.
+    Queued,
     Pending,
     Running,
     Waiting,
@@ -39,7 +41,8 @@ pub enum TaskState {
 }
 
 impl TaskState {
-    pub const ALL: [TaskState; 7] = [
+    pub const ALL: [TaskState; 8] = [
+        TaskState::Queued,
         TaskState::Pending,
         TaskState::Running,
         TaskState::Waiting,
@@ -51,6 +54,7 @@ impl TaskState {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            TaskState::Queued => "QUEUED",
             TaskState::Pending => "PENDING",
             TaskState::Running => "RUNNING",
             TaskState::Waiting => "WAITING",
@@ -131,6 +135,52 @@ pub struct Task {
     pub finished_at: Option<DateTime<Utc>>,
     /// The `(event, key)` a WAIT_FOR_EVENT task waits for.
     pub event: Option<(String, String)>,
+    /// For a MAP's item: its MAP's task and its position in the items.
+    pub item: Option<Item>,
+    /// For a MAP's task: how its items stand.
+    pub progress: Option<MapProgress>,
+}
+
+impl Task {
+    /// A new task of `node` at its first attempt, not yet started.
+    fn new(id: Uuid, node: usize, item: Option<Item>) -> Task {
+        Task {
+            id,
+            node,
+            state: TaskState::Pending,
+            attempt: 1,
+            input: json!({}),
+            output: None,
+            error: None,
+            wake_at: None,
+            finished_at: None,
+            event: None,
+            item,
+            progress: None,
+        }
+    }
+}
+
+/// Where an item belongs: its MAP's task, and its index in the items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Item {
+    pub map: Uuid,
+    pub index: u32,
+}
+
+/// A MAP task's item counts. Kept on the MAP's task so that an item's result
+/// is applied without reading the other items: `queued + open + completed +
+/// failed == total`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapProgress {
+    pub total: u32,
+    /// Waiting for a slot.
+    pub queued: u32,
+    /// Started and not finished (dispatched, running, or waiting to retry).
+    pub open: u32,
+    pub completed: u32,
+    /// Failed for good, or cancelled.
+    pub failed: u32,
 }
 
 /// The part of a run the state machine reads and changes.
@@ -197,6 +247,23 @@ pub enum Event {
     ResumeRun,
     /// The run's deadline passed.
     RunTimedOut,
+    /// The engine loaded the items a MAP asked for ([`Need`]); the MAP
+    /// carries on with them.
+    ItemsLoaded {
+        task_id: Uuid,
+    },
+}
+
+/// Items of a MAP the state machine needs and the run does not hold: the
+/// engine loads only the items an event names, so that an item's result
+/// costs the same with ten items or ten thousand. It loads these, then
+/// applies [`Event::ItemsLoaded`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Up to `count` QUEUED items, lowest index first, to start.
+    Queued { map: Uuid, count: u32 },
+    /// Every item, to gather the MAP's output.
+    All { map: Uuid },
 }
 
 impl Event {
@@ -212,10 +279,12 @@ impl Event {
             Event::PauseRun => "PauseRun",
             Event::ResumeRun => "ResumeRun",
             Event::RunTimedOut => "RunTimedOut",
+            Event::ItemsLoaded { .. } => "ItemsLoaded",
         }
     }
 
-    fn task_id(&self) -> Option<Uuid> {
+    /// The task the event reports on, if it names one.
+    pub fn task_id(&self) -> Option<Uuid> {
         match self {
             Event::TaskCompleted { task_id, .. }
             | Event::TaskFailed { task_id, .. }
@@ -251,10 +320,11 @@ pub enum HistoryKind {
     RunPaused,
     RunResumed,
     EventIgnored,
+    MapStarted,
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 15] = [
+    pub const ALL: [HistoryKind; 16] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -270,6 +340,7 @@ impl HistoryKind {
         HistoryKind::RunPaused,
         HistoryKind::RunResumed,
         HistoryKind::EventIgnored,
+        HistoryKind::MapStarted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -289,6 +360,7 @@ impl HistoryKind {
             HistoryKind::RunPaused => "RunPaused",
             HistoryKind::RunResumed => "RunResumed",
             HistoryKind::EventIgnored => "EventIgnored",
+            HistoryKind::MapStarted => "MapStarted",
         }
     }
 
@@ -316,6 +388,7 @@ pub enum IgnoreKind {
     NotDue,
     NotFailed,
     NotPaused,
+    NotDispatched,
 }
 
 impl IgnoreKind {
@@ -330,6 +403,7 @@ impl IgnoreKind {
             IgnoreKind::NotDue => "not_due",
             IgnoreKind::NotFailed => "not_failed",
             IgnoreKind::NotPaused => "not_paused",
+            IgnoreKind::NotDispatched => "not_dispatched",
         }
     }
 }
@@ -350,6 +424,11 @@ pub struct Transition {
     /// The run's status, output or error changed.
     pub run_changed: bool,
     pub history: Vec<HistoryEntry>,
+    /// MAP tasks that ended with items still queued or open, some of them
+    /// maybe not in `run.tasks`: storage cancels those.
+    pub cancel_items: Vec<usize>,
+    /// Items to load before the run can go on (see [`Need`]).
+    pub needs: Vec<Need>,
 }
 
 impl Transition {
@@ -385,6 +464,12 @@ impl Transition {
         }
         self.run_changed |= next.run_changed;
         self.history.extend(next.history);
+        for t in next.cancel_items {
+            if !self.cancel_items.contains(&t) {
+                self.cancel_items.push(t);
+            }
+        }
+        self.needs.extend(next.needs);
     }
 
     fn touch(&mut self, task: usize) {
@@ -407,7 +492,7 @@ pub fn apply(
     now: DateTime<Utc>,
     new_id: &mut dyn FnMut() -> Uuid,
 ) -> Transition {
-    let mut m = Machine { wf, run, now, new_id, tr: Transition::default() };
+    let mut m = Machine { wf, run, now, new_id, tr: Transition::default(), maps: map::Maps::default() };
     if let Err(reason) = m.on(event) {
         return Transition::ignore(reason, event);
     }
@@ -423,7 +508,7 @@ pub fn context(wf: &Workflow, run: &Run) -> Value {
 /// The same, with just the nodes of `tasks`.
 fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item = &'t Task>) -> Value {
     let mut nodes = Map::new();
-    for t in tasks {
+    for t in tasks.filter(|t| t.item.is_none()) {
         nodes.insert(wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
     }
     json!({"input": run.input, "nodes": nodes, "run": {"id": run.id, "workflow": wf.spec.name}})
@@ -434,6 +519,7 @@ enum Started {
     Dispatch(Value),
     Wait(DateTime<Utc>, Option<(String, String)>),
     Done(Value),
+    Map(Vec<Value>),
 }
 
 /// Stands for "no timeout" while a wait is being built.
@@ -468,6 +554,8 @@ struct Machine<'a> {
     now: DateTime<Utc>,
     new_id: &'a mut dyn FnMut() -> Uuid,
     tr: Transition,
+    /// MAP bookkeeping for this event.
+    maps: map::Maps,
 }
 
 impl Machine<'_> {
@@ -490,6 +578,7 @@ impl Machine<'_> {
             Event::PauseRun => self.on_pause(),
             Event::ResumeRun => self.on_resume(),
             Event::RunTimedOut => self.on_run_timed_out(),
+            Event::ItemsLoaded { task_id } => self.on_items_loaded(*task_id),
         }
     }
 
@@ -593,6 +682,9 @@ impl Machine<'_> {
                 self.tr.touch(t);
                 return Ok(());
             }
+            NodeKind::Map(_) => {
+                return Err(Ignore(IgnoreKind::NotWaiting, "a MAP's task has no timer".into()));
+            }
             NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } => {
                 let task = &mut self.run.tasks[t];
                 task.attempt += 1;
@@ -638,7 +730,8 @@ impl Machine<'_> {
         }
         self.set_run(RunStatus::Running, None, None);
         for t in 0..self.run.tasks.len() {
-            if self.run.tasks[t].state == TaskState::Failed {
+            let task = &self.run.tasks[t];
+            if task.state == TaskState::Failed && task.item.is_none() {
                 self.restart(t);
             }
         }
@@ -692,6 +785,7 @@ impl Machine<'_> {
                 self.dispatch(t);
             }
         }
+        self.mark_open_maps();
         self.route();
         Ok(())
     }
@@ -716,17 +810,25 @@ impl Machine<'_> {
         if !matches!(task.state, TaskState::Pending | TaskState::Running) {
             return Err(Ignore(IgnoreKind::AlreadyFinished, format!("task is already {}", task.state)));
         }
+        // A MAP's own task is RUNNING while its items run; no worker holds it.
+        if task.progress.is_some() {
+            return Err(Ignore(IgnoreKind::NotDispatched, "a MAP's task is not run by a worker".into()));
+        }
         Ok(t)
     }
 
     fn task_payload(&self, t: usize, mut extra: Value) -> Value {
         let task = &self.run.tasks[t];
-        let base = json!({
+        let mut base = json!({
             "task_id": task.id,
             "node_id": self.wf.nodes[task.node].id,
             "attempt": task.attempt,
             "state": task.state,
         });
+        if let Some(item) = task.item {
+            base["node_id"] = json!(format!("{}[{}]", self.wf.nodes[task.node].id, item.index));
+            base["item_index"] = json!(item.index);
+        }
         if let (Value::Object(b), Value::Object(e)) = (base, &mut extra) {
             let mut merged: Map<String, Value> = b;
             merged.extend(std::mem::take(e));
@@ -736,6 +838,7 @@ impl Machine<'_> {
     }
 
     fn finish(&mut self, t: usize, state: TaskState, output: Option<Value>, error: Option<String>) {
+        self.item_finishing(t, state);
         let task = &mut self.run.tasks[t];
         task.state = state;
         task.wake_at = None;
@@ -762,6 +865,10 @@ impl Machine<'_> {
     }
 
     fn restart(&mut self, t: usize) {
+        if self.run.tasks[t].progress.is_some() {
+            self.restart_map(t);
+            return;
+        }
         let task = &mut self.run.tasks[t];
         task.attempt += 1;
         task.error = None;
@@ -796,6 +903,7 @@ impl Machine<'_> {
     /// order so that a skip (or a TRANSFORM's result) reaches its successors
     /// in the same pass; then ends the run if nothing is left to do.
     fn route(&mut self) {
+        self.advance_maps();
         // Paused: what finished is recorded, nothing new starts, the run
         // does not end; resuming routes again.
         if self.run.status == RunStatus::Paused {
@@ -804,7 +912,7 @@ impl Machine<'_> {
         let n = self.wf.nodes.len();
         let mut by_node: Vec<Option<usize>> = vec![None; n];
         let mut failed = false;
-        for (i, t) in self.run.tasks.iter().enumerate() {
+        for (i, t) in self.run.tasks.iter().enumerate().filter(|(_, t)| t.item.is_none()) {
             by_node[t.node] = Some(i);
             failed |= t.state == TaskState::Failed;
         }
@@ -857,18 +965,7 @@ impl Machine<'_> {
 
     fn create(&mut self, node: usize, active: bool, edge_error: Option<String>, ctx: &mut Option<Scope>) -> usize {
         let t = self.run.tasks.len();
-        self.run.tasks.push(Task {
-            id: (self.new_id)(),
-            node,
-            state: TaskState::Pending,
-            attempt: 1,
-            input: json!({}),
-            output: None,
-            error: None,
-            wake_at: None,
-            finished_at: None,
-            event: None,
-        });
+        self.run.tasks.push(Task::new((self.new_id)(), node, None));
         self.tr.created.push(t);
         if let Some(error) = edge_error {
             self.finish(t, TaskState::Failed, None, Some(error));
@@ -913,6 +1010,9 @@ impl Machine<'_> {
             NodeKind::Transform { output } => {
                 eval(output).map(Started::Done).map_err(|e| format!("config.output: {e}"))
             }
+            NodeKind::Map(m) => {
+                eval(&m.items).and_then(map::items).map(Started::Map).map_err(|e| format!("config.items: {e}"))
+            }
         };
         let max = self.run.max_payload;
         let outcome = outcome.and_then(|started| {
@@ -920,13 +1020,14 @@ impl Machine<'_> {
                 Started::Dispatch(v) => storable::check(v, "config", max)?,
                 Started::Done(v) => storable::check(v, "config.output", max)?,
                 Started::Wait(_, Some((_, key))) => storable::check_text(key, "config.key")?,
-                Started::Wait(_, None) => {}
+                Started::Wait(_, None) | Started::Map(_) => {}
             }
             Ok(started)
         });
         match outcome {
             Err(error) => self.finish(t, TaskState::Failed, None, Some(error)),
             Ok(Started::Done(output)) => self.finish(t, TaskState::Completed, Some(output), None),
+            Ok(Started::Map(items)) => self.start_map(t, items, scope.unwrap_or_else(Scope::null)),
             Ok(Started::Dispatch(input)) => {
                 self.run.tasks[t].input = input;
                 self.dispatch(t);
@@ -945,7 +1046,6 @@ impl Machine<'_> {
         }
     }
 
-    /// Sends the task's current attempt to a worker.
     /// Sends the attempt to a worker; a node with a `timeout` gets its
     /// deadline in `wake_at`, which the timer loop fires like any timer.
     fn dispatch(&mut self, t: usize) {
@@ -961,7 +1061,8 @@ impl Machine<'_> {
         if self.run.status != RunStatus::Running || self.run.tasks.iter().any(|t| !t.state.is_terminal()) {
             return;
         }
-        let failed: Vec<&Task> = self.run.tasks.iter().filter(|t| t.state == TaskState::Failed).collect();
+        let failed: Vec<&Task> =
+            self.run.tasks.iter().filter(|t| t.state == TaskState::Failed && t.item.is_none()).collect();
         if let Some(first) = failed.first() {
             let error = format!(
                 "node {:?} failed: {}",
@@ -1012,5 +1113,6 @@ impl Machine<'_> {
     }
 }
 
+mod map;
 #[cfg(test)]
 mod tests;

@@ -20,7 +20,8 @@ use crate::machine::{self, Event, Run, RunStatus, TaskState};
 pub struct Options {
     pub input: Value,
     /// A node's output (an HTTP or custom node) or its event's payload (a
-    /// WAIT_FOR_EVENT); `{}` when not given.
+    /// WAIT_FOR_EVENT); `{}` when not given. A MAP's items take their MAP's
+    /// (`ship_each`), or their own (`ship_each[3]`).
     pub mocks: HashMap<String, Value>,
     /// Nodes whose every attempt fails, with this message (a WAIT_FOR_EVENT
     /// times out instead). The node's retry policy applies.
@@ -87,19 +88,23 @@ pub fn simulate(wf: &Workflow, opts: &Options) -> Report {
     report(wf, &run)
 }
 
-/// What the world does next: the oldest open task gets its answer.
+/// What the world does next: the oldest open task gets its answer (a MAP's
+/// own task and its queued items wait for the items in flight).
 fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>) -> Option<Event> {
-    let task = run.tasks.iter().find(|t| !t.state.is_terminal())?;
+    let task =
+        run.tasks.iter().find(|t| !t.state.is_terminal() && t.progress.is_none() && t.state != TaskState::Queued)?;
     let node = &wf.nodes[task.node];
-    let mock = || opts.mocks.get(&node.id).cloned().unwrap_or_else(|| json!({}));
+    let own = task.item.map(|i| format!("{}[{}]", node.id, i.index));
+    let mock = || lookup(&opts.mocks, own.as_deref(), &node.id).cloned().unwrap_or_else(|| json!({}));
+    let failure = lookup(&opts.failures, own.as_deref(), &node.id).cloned();
     Some(match (task.state, &node.kind) {
-        (TaskState::Pending | TaskState::Running, _) => match opts.failures.get(&node.id) {
+        (TaskState::Pending | TaskState::Running, _) => match failure {
             Some(message) => {
-                Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: message.clone(), retryable: true }
+                Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: message, retryable: true }
             }
             None => Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: mock() },
         },
-        (TaskState::Waiting, NodeKind::WaitForEvent { .. }) if !opts.failures.contains_key(&node.id) => {
+        (TaskState::Waiting, NodeKind::WaitForEvent { .. }) if failure.is_none() => {
             Event::EventReceived { task_id: task.id, payload: mock() }
         }
         // A timer (WAIT, a retry's backoff, an event's timeout): the clock
@@ -114,11 +119,17 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
     })
 }
 
+/// An item's own entry (`ship_each[3]`), else its node's.
+fn lookup<'m, V>(m: &'m HashMap<String, V>, own: Option<&str>, node: &str) -> Option<&'m V> {
+    own.and_then(|id| m.get(id)).or_else(|| m.get(node))
+}
+
 fn report(wf: &Workflow, run: &Run) -> Report {
     let nodes = wf
         .nodes
         .iter()
         .enumerate()
+        .filter(|(_, node)| node.item_of.is_none())
         .map(|(i, node)| {
             let task = run.tasks.iter().find(|t| t.node == i);
             NodeReport {
@@ -181,6 +192,22 @@ mod tests {
         assert_eq!(r.nodes[0].input, Some(json!({"url": "http://x/ada"})), "the evaluated config");
         let taken: Vec<(String, bool)> = r.edges.iter().map(|e| (e.to.clone(), e.taken)).collect();
         assert_eq!(taken, vec![("big".into(), true), ("small".into(), false), ("sum".into(), true)]);
+    }
+
+    #[test]
+    fn a_map_takes_its_items_mock_or_each_item_its_own() {
+        let w = wf(json!({"name": "each", "nodes": [{"id": "ship", "type": "MAP", "config": {
+            "items": "${ .input.orders }", "max_concurrency": 2, "on_item_failure": "continue",
+            "node": {"type": "HTTP", "retry": {"max_attempts": 1}, "config": {"url": "http://x/${ .item }"}}}}]}));
+        let opts = Options {
+            input: json!({"orders": ["a", "b", "c"]}),
+            mocks: HashMap::from([("ship".into(), json!("sent")), ("ship[2]".into(), json!("sent late"))]),
+            failures: HashMap::from([("ship[1]".into(), "no stock".into())]),
+        };
+        let r = simulate(&w, &opts);
+        assert_eq!(r.status, RunStatus::Succeeded);
+        assert_eq!(r.output, Some(json!({"ship": ["sent", {"error": "no stock"}, "sent late"]})));
+        assert_eq!(r.nodes.len(), 1, "the item template is not a node of its own");
     }
 
     #[test]

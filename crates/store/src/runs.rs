@@ -84,12 +84,17 @@ pub struct TaskRow {
     pub updated_at: DateTime<Utc>,
     pub event_name: Option<String>,
     pub event_key: Option<String>,
+    /// A MAP item's MAP task and index.
+    pub parent_task_id: Option<Uuid>,
+    pub item_index: Option<i32>,
+    /// A MAP task's item counts.
+    pub progress: Option<Value>,
 }
 
 /// The columns [`TaskRow::from_row`] reads, for every `SELECT` of tasks.
 const TASK_COLUMNS: &str = "run_id, id, node_id, node_type, queue, state, attempt, input_json, output_json, error, \
                             lease_owner, lease_expires_at, wake_at, started_at, finished_at, created_at, updated_at, \
-                            event_name, event_key";
+                            event_name, event_key, parent_task_id, item_index, progress";
 
 impl TaskRow {
     fn from_row(r: &Row) -> Result<TaskRow> {
@@ -114,6 +119,9 @@ impl TaskRow {
             updated_at: r.try_get("updated_at")?,
             event_name: r.try_get("event_name")?,
             event_key: r.try_get("event_key")?,
+            parent_task_id: r.try_get("parent_task_id")?,
+            item_index: r.try_get("item_index")?,
+            progress: r.try_get("progress")?,
         })
     }
 }
@@ -159,26 +167,7 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
 
 /// The state machine's view of a run.
 pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<machine::Run> {
-    let tasks = tasks
-        .iter()
-        .map(|t| {
-            let node = wf.node_index(&t.node_id).ok_or_else(|| {
-                Error::Corrupt(format!("task {} names node {:?}, unknown to its workflow version", t.id, t.node_id))
-            })?;
-            Ok(machine::Task {
-                id: t.id,
-                node,
-                state: t.state,
-                attempt: t.attempt,
-                input: t.input.clone(),
-                output: t.output.clone(),
-                error: t.error.clone(),
-                wake_at: t.wake_at,
-                finished_at: t.finished_at,
-                event: t.event_name.clone().zip(t.event_key.clone()),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let tasks = tasks.iter().map(|t| to_machine_task(wf, t)).collect::<Result<Vec<_>>>()?;
     Ok(machine::Run {
         id: run.id,
         status: run.status,
@@ -191,19 +180,65 @@ pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<mach
     })
 }
 
+/// A task row in the state machine's form. An item (`ship_each[3]`) runs
+/// its MAP's template node.
+pub fn to_machine_task(wf: &Workflow, t: &TaskRow) -> Result<machine::Task> {
+    let unknown =
+        || Error::Corrupt(format!("task {} names node {:?}, unknown to its workflow version", t.id, t.node_id));
+    let (node, item) = match (t.parent_task_id, t.item_index) {
+        (Some(map), Some(index)) => {
+            let map_id = t.node_id.rsplit_once('[').map(|(id, _)| id).ok_or_else(unknown)?;
+            let item = machine::Item { map, index: u32::try_from(index).map_err(|_| unknown())? };
+            (wf.map_template(map_id).ok_or_else(unknown)?, Some(item))
+        }
+        _ => (wf.node_index(&t.node_id).ok_or_else(unknown)?, None),
+    };
+    let progress = match &t.progress {
+        Some(p) => Some(
+            serde_json::from_value(p.clone())
+                .map_err(|e| Error::Corrupt(format!("task {} has unreadable MAP progress: {e}", t.id)))?,
+        ),
+        None => None,
+    };
+    Ok(machine::Task {
+        id: t.id,
+        node,
+        state: t.state,
+        attempt: t.attempt,
+        input: t.input.clone(),
+        output: t.output.clone(),
+        error: t.error.clone(),
+        wake_at: t.wake_at,
+        finished_at: t.finished_at,
+        event: t.event_name.clone().zip(t.event_key.clone()),
+        item,
+        progress,
+    })
+}
+
 /// Locks the rows of `run_ids` in id order (so two batches cannot deadlock on
-/// each other) and loads their tasks, in one round trip.
-pub async fn lock_many(tx: &Transaction<'_>, run_ids: &[Uuid]) -> Result<Vec<(RunRow, Vec<TaskRow>)>> {
+/// each other) and loads their node tasks and, of MAP items, only those in
+/// `item_ids` (the ones the events name), in one round trip.
+pub async fn lock_many(
+    tx: &Transaction<'_>,
+    run_ids: &[Uuid],
+    item_ids: &[Uuid],
+) -> Result<Vec<(RunRow, Vec<TaskRow>)>> {
     let lock_stmt = tx
         .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE"))
         .await?;
     let tasks_stmt = tx
         .prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = ANY($1) ORDER BY run_id, id"
+            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = ANY($1) AND parent_task_id IS NULL
+             UNION ALL
+             SELECT {TASK_COLUMNS} FROM task_instances
+              WHERE run_id = ANY($1) AND id = ANY($2) AND parent_task_id IS NOT NULL
+             ORDER BY run_id, id"
         ))
         .await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_ids];
-    let (runs, tasks) = tokio::try_join!(tx.query(&lock_stmt, &params), tx.query(&tasks_stmt, &params))?;
+    let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_ids];
+    let task_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&run_ids, &item_ids];
+    let (runs, tasks) = tokio::try_join!(tx.query(&lock_stmt, &lock_params), tx.query(&tasks_stmt, &task_params))?;
     let mut by_run: std::collections::HashMap<Uuid, Vec<TaskRow>> = std::collections::HashMap::new();
     for row in &tasks {
         let t = TaskRow::from_row(row)?;
@@ -218,17 +253,88 @@ pub async fn lock_many(tx: &Transaction<'_>, run_ids: &[Uuid]) -> Result<Vec<(Ru
         .collect()
 }
 
-/// A run and its tasks, for the API (no lock).
+/// Which items of a MAP to load for the state machine.
+#[derive(Debug, Clone, Copy)]
+pub enum Items {
+    /// The `count` QUEUED items with the lowest index, skipping the ids the
+    /// caller holds already.
+    Queued(u32),
+    /// Every item.
+    All,
+    /// Items whose retry the run's pause held (WAITING with no wake-up).
+    Held,
+}
+
+/// Items of MAP task `map` (of every MAP of the run for [`Items::Held`]),
+/// inside the transaction that holds the run's lock. `held_ids` are items the
+/// caller already has (their rows may be older than its copy).
+pub async fn load_items(
+    tx: &Transaction<'_>,
+    run_id: Uuid,
+    map: Option<Uuid>,
+    which: Items,
+    held_ids: &[Uuid],
+) -> Result<Vec<TaskRow>> {
+    let rows = match which {
+        Items::Queued(count) => {
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM task_instances
+                      WHERE run_id = $1 AND parent_task_id = $2 AND state = 'QUEUED' AND NOT (id = ANY($3))
+                      ORDER BY item_index LIMIT $4"
+                ))
+                .await?;
+            tx.query(&stmt, &[&run_id, &map, &held_ids, &(count as i64)]).await?
+        }
+        Items::All => {
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM task_instances
+                      WHERE run_id = $1 AND parent_task_id = $2 AND NOT (id = ANY($3))"
+                ))
+                .await?;
+            tx.query(&stmt, &[&run_id, &map, &held_ids]).await?
+        }
+        Items::Held => {
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM task_instances
+                      WHERE run_id = $1 AND state = 'WAITING' AND wake_at IS NULL AND parent_task_id IS NOT NULL
+                        AND NOT (id = ANY($2))"
+                ))
+                .await?;
+            tx.query(&stmt, &[&run_id, &held_ids]).await?
+        }
+    };
+    rows.iter().map(TaskRow::from_row).collect()
+}
+
+/// A run and its node tasks (a MAP's items are read with [`items`]), for
+/// the API (no lock).
 pub async fn get(client: &Client, run_id: Uuid) -> Result<Option<(RunRow, Vec<TaskRow>)>> {
     let run_stmt = client.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1")).await?;
     let tasks_stmt = client
-        .prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 ORDER BY id"))
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = $1 AND parent_task_id IS NULL ORDER BY id"
+        ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_id];
     let (run, tasks) = tokio::try_join!(client.query_opt(&run_stmt, &params), client.query(&tasks_stmt, &params))?;
     let Some(run) = run else { return Ok(None) };
     let tasks = tasks.iter().map(TaskRow::from_row).collect::<Result<Vec<_>>>()?;
     Ok(Some((RunRow::from_row(&run)?, tasks)))
+}
+
+/// A page of the items of the MAP task `map`, by index after `after`.
+pub async fn items(client: &Client, run_id: Uuid, map: Uuid, after: i32, limit: i64) -> Result<Vec<TaskRow>> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM task_instances
+              WHERE run_id = $1 AND parent_task_id = $2 AND item_index > $3
+              ORDER BY item_index LIMIT $4"
+        ))
+        .await?;
+    client.query(&stmt, &[&run_id, &map, &after, &limit]).await?.iter().map(TaskRow::from_row).collect()
 }
 
 /// Only the run's status, for cheap polling.

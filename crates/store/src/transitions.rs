@@ -45,6 +45,7 @@ pub async fn write_transitions(
     let mut outbox = OutboxInserts::default();
     let mut history = HistoryInserts::default();
     let mut notify = Notifications::default();
+    let mut cancels = ItemCancels::default();
     for Change { wf, run, tr } in changes {
         if tr.run_changed {
             runs.push(run);
@@ -58,6 +59,9 @@ pub async fn write_transitions(
         for &i in &tr.updated {
             changed_tasks.push(run.id, &run.tasks[i]);
         }
+        for &i in &tr.cancel_items {
+            cancels.push(run.id, run.tasks[i].id);
+        }
         // A task dispatched and finished within one batch is not sent.
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             outbox.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
@@ -69,6 +73,9 @@ pub async fn write_transitions(
     if notify_outbox && !outbox.is_empty() {
         notify.push(OUTBOX_CHANNEL, String::new());
     }
+    // Items the state machine did not hold when their MAP ended: cancelled
+    // here, before the changes to the ones it did hold are written.
+    cancels.execute(tx, &changed_tasks.id).await?;
     tokio::try_join!(
         runs.execute(tx),
         new_tasks.execute(tx),
@@ -122,7 +129,7 @@ impl<'a> RunUpdates<'a> {
 struct TaskInserts<'a> {
     run_id: Vec<Uuid>,
     id: Vec<Uuid>,
-    node_id: Vec<&'a str>,
+    node_id: Vec<std::borrow::Cow<'a, str>>,
     node_type: Vec<&'a str>,
     queue: Vec<Option<&'a str>>,
     state: Vec<&'static str>,
@@ -134,13 +141,22 @@ struct TaskInserts<'a> {
     error: Vec<Option<&'a str>>,
     event_name: Vec<Option<&'a str>>,
     event_key: Vec<Option<&'a str>>,
+    parent_task_id: Vec<Option<Uuid>>,
+    item_index: Vec<Option<i32>>,
+    progress: Vec<Option<Value>>,
 }
 
 impl<'a> TaskInserts<'a> {
     fn push(&mut self, run_id: Uuid, node: &'a Node, t: &'a machine::Task) {
         self.run_id.push(run_id);
         self.id.push(t.id);
-        self.node_id.push(&node.id);
+        self.node_id.push(match t.item {
+            Some(item) => format!("{}[{}]", node.id, item.index).into(),
+            None => node.id.as_str().into(),
+        });
+        self.parent_task_id.push(t.item.map(|i| i.map));
+        self.item_index.push(t.item.map(|i| i.index as i32));
+        self.progress.push(progress_json(t));
         self.node_type.push(&node.node_type);
         self.queue.push(node.queue.as_deref());
         self.state.push(t.state.as_str());
@@ -162,13 +178,14 @@ impl<'a> TaskInserts<'a> {
             .prepare_cached(
                 "INSERT INTO task_instances
                     (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
-                     output_json, error, event_name, event_key)
+                     output_json, error, event_name, event_key, parent_task_id, item_index, progress)
                  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
                                       $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
-                                      $11::jsonb[], $12::text[], $13::text[], $14::text[])",
+                                      $11::jsonb[], $12::text[], $13::text[], $14::text[], $15::uuid[],
+                                      $16::int4[], $17::jsonb[])",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 14] = [
+        let params: [&(dyn ToSql + Sync); 17] = [
             &self.run_id,
             &self.id,
             &self.node_id,
@@ -183,9 +200,17 @@ impl<'a> TaskInserts<'a> {
             &self.error,
             &self.event_name,
             &self.event_key,
+            &self.parent_task_id,
+            &self.item_index,
+            &self.progress,
         ];
         Ok(tx.execute(&stmt, &params).await?)
     }
+}
+
+/// A MAP task's item counts as stored.
+fn progress_json(t: &machine::Task) -> Option<Value> {
+    t.progress.map(|p| serde_json::to_value(p).expect("counts serialize"))
 }
 
 /// `UPDATE task_instances` for tasks a transition changed. The engine never
@@ -203,6 +228,7 @@ struct TaskUpdates<'a> {
     finished_at: Vec<Option<DateTime<Utc>>>,
     input: Vec<&'a Value>,
     event_key: Vec<Option<&'a str>>,
+    progress: Vec<Option<Value>>,
 }
 
 impl<'a> TaskUpdates<'a> {
@@ -217,6 +243,7 @@ impl<'a> TaskUpdates<'a> {
         self.finished_at.push(t.finished_at);
         self.input.push(&t.input);
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
+        self.progress.push(progress_json(t));
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -228,15 +255,16 @@ impl<'a> TaskUpdates<'a> {
                 "UPDATE task_instances t
                     SET state = u.state, attempt = u.attempt, output_json = u.output, error = u.error,
                         wake_at = u.wake_at, finished_at = u.finished_at, input_json = u.input,
-                        event_key = u.event_key,
+                        event_key = u.event_key, progress = u.progress,
                         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
-                               $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[])
-                        AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key)
+                               $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[], $11::jsonb[])
+                        AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key,
+                             progress)
                   WHERE t.run_id = u.run_id AND t.id = u.id",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 10] = [
+        let params: [&(dyn ToSql + Sync); 11] = [
             &self.run_id,
             &self.id,
             &self.state,
@@ -247,8 +275,43 @@ impl<'a> TaskUpdates<'a> {
             &self.finished_at,
             &self.input,
             &self.event_key,
+            &self.progress,
         ];
         Ok(tx.execute(&stmt, &params).await?)
+    }
+}
+
+/// Cancels the open items of MAPs that ended, other than the ones the
+/// transitions changed themselves (`written`). Their workers lose the lease
+/// at the next renewal, as when a run is cancelled.
+#[derive(Default)]
+struct ItemCancels {
+    run_id: Vec<Uuid>,
+    map: Vec<Uuid>,
+}
+
+impl ItemCancels {
+    fn push(&mut self, run_id: Uuid, map: Uuid) {
+        self.run_id.push(run_id);
+        self.map.push(map);
+    }
+
+    async fn execute(&self, tx: &Transaction<'_>, written: &[Uuid]) -> Result<u64> {
+        if self.map.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE task_instances t
+                    SET state = 'CANCELLED', wake_at = NULL, finished_at = now(),
+                        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+                   FROM unnest($1::uuid[], $2::uuid[]) AS m(run_id, map)
+                  WHERE t.run_id = m.run_id AND t.parent_task_id = m.map
+                    AND t.state IN ('QUEUED', 'PENDING', 'RUNNING', 'WAITING')
+                    AND NOT (t.id = ANY($3))",
+            )
+            .await?;
+        Ok(tx.execute(&stmt, &[&self.run_id, &self.map, &written]).await?)
     }
 }
 

@@ -36,6 +36,29 @@ pub struct Recorded {
 #[derive(Default)]
 struct Calls {
     log: Mutex<Vec<Recorded>>,
+    /// Per path: calls being answered now, and the most there ever were.
+    in_flight: Mutex<HashMap<String, (usize, usize)>>,
+}
+
+/// Counts a call as in flight on its path until dropped.
+struct InFlight<'a>(&'a Calls, String);
+
+impl<'a> InFlight<'a> {
+    fn enter(calls: &'a Calls, path: &str) -> InFlight<'a> {
+        let mut m = calls.in_flight.lock().unwrap();
+        let e = m.entry(path.to_string()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(e.0);
+        InFlight(calls, path.to_string())
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(e) = self.0.in_flight.lock().unwrap().get_mut(&self.1) {
+            e.0 -= 1;
+        }
+    }
 }
 
 pub struct FakeHttp {
@@ -66,6 +89,11 @@ impl FakeHttp {
     }
 
     /// Every call to `path`, oldest first.
+    /// The most calls to `path` that were ever answered at once.
+    pub fn max_in_flight(&self, path: &str) -> usize {
+        self.calls.in_flight.lock().unwrap().get(path).map_or(0, |e| e.1)
+    }
+
     pub fn requests(&self, path: &str) -> Vec<Recorded> {
         self.calls.log.lock().unwrap().iter().filter(|r| r.path == path).cloned().collect()
     }
@@ -104,6 +132,7 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
         });
         log.iter().filter(|r| r.path == path).count()
     };
+    let _in_flight = InFlight::enter(&calls, &path);
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
         ["ok", ..] => Json(json!({"path": path, "call": call})).into_response(),

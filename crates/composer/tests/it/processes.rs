@@ -398,6 +398,74 @@ async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A coordinator is SIGKILLed while a MAP is half done: the other finishes
+/// it, every item's result is applied once, and the output has every item in
+/// order.
+#[tokio::test]
+async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_applied_once() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let http = FakeHttp::start().await;
+    let dir = composer_embedded::temp_dir("kill-mid-map").unwrap();
+    let mut coordinators = Vec::new();
+    let mut urls = Vec::new();
+    for i in 0..2 {
+        let addr_file = dir.join(format!("c{i}.addr"));
+        coordinators.push(Proc::spawn(
+            coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
+                .env("COMPOSER_RECOVERY_INTERVAL", "1s")
+                .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s"),
+        ));
+        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
+    }
+    let mut worker = Proc::spawn(
+        worker_cmd(&db, &redis, &prefix, &urls.join(","))
+            .env("COMPOSER_LEASE_TTL", "2s")
+            .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
+    );
+    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let url = format!("{}/${{ .index }}", http.url("/slow/10/item"));
+    let spec = json!({"name": "map_survives", "nodes": [
+        {"id": "each", "type": "MAP", "config": {"items": "${ [range(300)] }", "max_concurrency": 8,
+         "node": {"type": "HTTP", "retry": {"max_attempts": 3}, "config": {"url": url}}}}]});
+    assert_eq!(clients[0].post("/v1/workflows", &spec).await.0, 201);
+    let (status, run) = clients[0].post("/v1/runs", &json!({"workflow": "map_survives"})).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = clients[1].get(&format!("/v1/runs/{id}")).await;
+        if run["tasks"][0]["progress"]["completed"].as_u64().unwrap_or(0) >= 60 {
+            break;
+        }
+        assert!(Instant::now() < until, "the MAP did not get going: {run}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill9(&mut coordinators[0]);
+
+    let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let output = run["output"]["each"].as_array().unwrap();
+    assert_eq!(output.len(), 300);
+    for (i, o) in output.iter().enumerate() {
+        assert_eq!(o["body"]["path"], json!(format!("/slow/10/item/{i}")), "item {i} in its place");
+    }
+    let h = clients[1].get(&format!("/v1/runs/{id}/events?limit=1000")).await;
+    let mut applied: Vec<u64> = h["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "TaskCompleted")
+        .filter_map(|e| e["payload"]["item_index"].as_u64())
+        .collect();
+    applied.sort_unstable();
+    assert_eq!(applied, (0..300).collect::<Vec<u64>>(), "each item's result applied once");
+    assert!(worker.terminate(Duration::from_secs(30)).success());
+    assert!(coordinators[1].terminate(Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A secret used in a header reaches the target, and nothing else: not the
 /// database, not the API, not a log line (at debug level), not the step's
 /// output even when the target echoes it.

@@ -395,6 +395,14 @@ impl Scope {
     pub fn null() -> Scope {
         Scope(value::Value::default())
     }
+
+    /// This scope (an object) with `.item` and `.index` bound, for one item
+    /// of a MAP. The rest is shared, not converted again, so binding costs
+    /// the item's size, not the run's.
+    pub fn with_item(&self, item: &Value, index: usize) -> Result<Scope, String> {
+        let item = serde_json::from_value(item.clone()).map_err(|e| format!("item is not JSON: {e}"))?;
+        Ok(Scope(self.0.with_fields([("item", item), ("index", jaq_json::Val::from(index))])))
+    }
 }
 
 /// The node ids an expression reads through `.nodes.<id>`, or `None` when it

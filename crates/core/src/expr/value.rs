@@ -45,6 +45,21 @@ impl Value {
         Value { inner, depth }
     }
 
+    /// This object with `fields` set (a non-object is taken as `{}`); its
+    /// depth is updated from the new fields alone.
+    pub(crate) fn with_fields<const N: usize>(&self, fields: [(&str, Val); N]) -> Value {
+        let mut map = match &self.inner {
+            Val::Obj(o) => (**o).clone(),
+            _ => jaq_json::Map::default(),
+        };
+        let mut depth = self.depth.max(1);
+        for (key, v) in fields {
+            depth = depth.max(depth_of(&v) + 1);
+            map.insert(Val::from(key.to_string()), v);
+        }
+        Value { inner: Val::obj(map), depth }
+    }
+
     /// A child of this value: no deeper than one level less.
     fn child(&self, inner: Val) -> Value {
         Value { inner, depth: self.depth.saturating_sub(1) }

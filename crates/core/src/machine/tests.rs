@@ -620,3 +620,463 @@ proptest! {
         }
     }
 }
+
+// ---- MAP ----
+
+fn map_wf(max_concurrency: Option<u32>, on_item_failure: &str, max_attempts: u32) -> Workflow {
+    let mut config = json!({
+        "items": "${ .input.orders }",
+        "on_item_failure": on_item_failure,
+        "node": {"type": "HTTP", "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"},
+                 "config": {"url": "http://h/ship", "body": {"order": "${ .item }", "at": "${ .index }"}}}
+    });
+    if let Some(c) = max_concurrency {
+        config["max_concurrency"] = json!(c);
+    }
+    parse(json!({
+        "name": "m",
+        "nodes": [
+            {"id": "each", "type": "MAP", "config": config},
+            {"id": "after", "type": "TRANSFORM", "config": {"output": "${ .nodes.each.output | length }"}}
+        ],
+        "edges": [{"from": "each", "to": "after"}],
+        "output": {"shipped": "${ .nodes.each.output }", "count": "${ .nodes.after.output }"}
+    }))
+}
+
+impl Sim {
+    fn with_input(wf: Workflow, input: Value) -> Sim {
+        let mut s = Sim::new(wf);
+        s.run.input = input;
+        s
+    }
+
+    fn item(&self, index: u32) -> &Task {
+        self.run.tasks.iter().find(|t| t.item.is_some_and(|i| i.index == index)).expect("item")
+    }
+
+    fn items_in(&self, state: TaskState) -> Vec<u32> {
+        let mut v: Vec<u32> =
+            self.run.tasks.iter().filter(|t| t.state == state).filter_map(|t| t.item.map(|i| i.index)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn report_item(&mut self, index: u32, ok: bool) -> Transition {
+        let t = self.item(index);
+        let e = if ok {
+            Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!(format!("shipped {index}")) }
+        } else {
+            Event::TaskFailed {
+                task_id: t.id,
+                attempt: t.attempt,
+                error: format!("no stock {index}"),
+                retryable: false,
+            }
+        };
+        self.apply(e)
+    }
+}
+
+#[test]
+fn a_map_runs_each_item_under_its_concurrency_and_gathers_outputs_in_item_order() {
+    let mut s = Sim::with_input(map_wf(Some(2), "fail", 1), json!({"orders": ["a", "b", "c", "d", "e"]}));
+    let tr = s.apply(Event::RunStarted);
+    assert_eq!(tr.created.len(), 6, "the MAP's task and one per item");
+    assert_eq!(tr.dispatch.len(), 2, "max_concurrency");
+    assert_eq!(s.items_in(TaskState::Pending), vec![0, 1]);
+    assert_eq!(s.items_in(TaskState::Queued), vec![2, 3, 4]);
+    assert_eq!(s.item(3).input, json!({"url": "http://h/ship", "body": {"order": "d", "at": 3}}));
+    assert_eq!(s.task("each").state, TaskState::Running);
+    // Out of order: each result frees one slot, lowest queued index first.
+    s.report_item(1, true);
+    assert_eq!(s.items_in(TaskState::Pending), vec![0, 2]);
+    for i in [2, 0, 3, 4] {
+        s.report_item(i, true);
+        let p = s.task("each").progress.unwrap();
+        assert!(p.open <= 2, "{p:?}");
+        assert_eq!(p.queued + p.open + p.completed + p.failed, 5);
+    }
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    let shipped: Vec<Value> = (0..5).map(|i| json!(format!("shipped {i}"))).collect();
+    assert_eq!(s.run.output, Some(json!({"shipped": shipped, "count": 5})));
+}
+
+#[test]
+fn an_empty_list_completes_at_once_with_an_empty_output() {
+    let mut s = Sim::with_input(map_wf(None, "fail", 1), json!({"orders": []}));
+    s.apply(Event::RunStarted);
+    assert_eq!(s.task("each").output, Some(json!([])));
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.run.output, Some(json!({"shipped": [], "count": 0})));
+}
+
+#[test]
+fn items_that_are_not_a_list_fail_the_map_naming_the_field() {
+    let mut s = Sim::with_input(map_wf(None, "fail", 1), json!({"orders": {"a": 1}}));
+    s.apply(Event::RunStarted);
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert_eq!(s.task("each").error.as_deref(), Some("config.items: must be a list, got an object"));
+}
+
+#[test]
+fn the_first_failed_item_fails_the_map_and_cancels_the_rest() {
+    let mut s = Sim::with_input(map_wf(Some(2), "fail", 1), json!({"orders": [1, 2, 3, 4]}));
+    s.apply(Event::RunStarted);
+    let tr = s.report_item(1, false);
+    assert!(tr.dispatch.is_empty(), "no more items start");
+    assert_eq!(s.task("each").state, TaskState::Failed);
+    assert_eq!(s.task("each").error.as_deref(), Some("item 1 failed: no stock 1 (not retryable)"));
+    assert_eq!(s.items_in(TaskState::Cancelled), vec![0, 2, 3]);
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert!(s.run.error.as_deref().unwrap().contains("item 1 failed"));
+    assert_eq!(tr.cancel_items.len(), 1, "storage cancels what the machine did not hold");
+    assert!(s.report_item(0, true).ignored.is_some(), "a late item result is ignored");
+}
+
+#[test]
+fn with_on_item_failure_continue_every_item_runs_and_a_failure_is_an_error_entry() {
+    let mut s = Sim::with_input(map_wf(Some(1), "continue", 1), json!({"orders": [1, 2, 3]}));
+    s.apply(Event::RunStarted);
+    s.report_item(0, true);
+    s.report_item(1, false);
+    s.report_item(2, true);
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.task("each").output, Some(json!(["shipped 0", {"error": "no stock 1 (not retryable)"}, "shipped 2"])));
+}
+
+#[test]
+fn an_item_retries_under_the_template_policy() {
+    let mut s = Sim::with_input(map_wf(None, "fail", 2), json!({"orders": [1]}));
+    s.apply(Event::RunStarted);
+    let t = s.item(0).clone();
+    s.apply(Event::TaskFailed { task_id: t.id, attempt: 1, error: "503".into(), retryable: true });
+    assert_eq!(s.item(0).state, TaskState::Waiting);
+    s.now += chrono::Duration::seconds(2);
+    let tr = s.apply(Event::TimerFired { task_id: t.id });
+    assert_eq!(tr.dispatch.len(), 1);
+    assert_eq!(s.item(0).attempt, 2);
+    s.report_item(0, true);
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn a_report_for_the_map_task_itself_is_ignored() {
+    let mut s = Sim::with_input(map_wf(None, "fail", 1), json!({"orders": [1]}));
+    s.apply(Event::RunStarted);
+    let map = s.task("each").clone();
+    let tr = s.apply(Event::TaskCompleted { task_id: map.id, attempt: 1, output: json!("forged") });
+    assert_eq!(tr.ignored_kind, Some(IgnoreKind::NotDispatched));
+    assert_eq!(s.task("each").state, TaskState::Running);
+}
+
+#[test]
+fn transform_items_complete_when_the_map_starts() {
+    let wf = parse(json!({"name": "m", "nodes": [{"id": "sq", "type": "MAP", "config": {
+        "items": [1, 2, 3], "node": {"type": "TRANSFORM", "config": {"output": "${ .item * .item + .index }"}}}}]}));
+    let mut s = Sim::new(wf);
+    s.apply(Event::RunStarted);
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.run.output, Some(json!({"sq": [1, 5, 11]})));
+}
+
+#[test]
+fn a_paused_map_starts_no_item_until_resumed() {
+    let mut s = Sim::with_input(map_wf(Some(1), "fail", 1), json!({"orders": [1, 2]}));
+    s.apply(Event::RunStarted);
+    s.apply(Event::PauseRun);
+    let tr = s.report_item(0, true);
+    assert!(tr.dispatch.is_empty(), "the running item's result is applied; the next waits");
+    assert_eq!(s.items_in(TaskState::Queued), vec![1]);
+    let tr = s.apply(Event::ResumeRun);
+    assert_eq!(tr.dispatch.len(), 1);
+    s.report_item(1, true);
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn retrying_a_run_reruns_the_items_that_did_not_complete_and_keeps_the_others() {
+    let mut s = Sim::with_input(map_wf(Some(1), "fail", 1), json!({"orders": [1, 2, 3]}));
+    s.apply(Event::RunStarted);
+    s.report_item(0, true);
+    s.report_item(1, false);
+    assert_eq!(s.run.status, RunStatus::Failed);
+    let tr = s.apply(Event::RetryRun);
+    assert!(tr.ignored.is_none());
+    assert_eq!(s.items_in(TaskState::Pending), vec![1]);
+    assert_eq!(s.item(1).attempt, 2);
+    s.report_item(1, true);
+    s.report_item(2, true);
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.task("each").output, Some(json!(["shipped 0", "shipped 1", "shipped 2"])));
+}
+
+#[test]
+fn cancelling_a_run_ends_its_map_and_items() {
+    let mut s = Sim::with_input(map_wf(Some(1), "fail", 1), json!({"orders": [1, 2]}));
+    s.apply(Event::RunStarted);
+    let tr = s.apply(Event::CancelRun);
+    assert_eq!(s.task("each").state, TaskState::Cancelled);
+    assert!(s.run.tasks.iter().all(|t| t.state.is_terminal()));
+    assert_eq!(tr.cancel_items.len(), 1);
+}
+
+/// The engine's view of a run: it holds node tasks and only the items an
+/// event names, and loads more when the machine asks ([`Need`]). This model
+/// keeps the whole run as "storage" and hands the machine what the engine
+/// would, then writes back what the transition says it changed, and cancels
+/// in storage as the writer does.
+struct Engine {
+    wf: Workflow,
+    stored: Run,
+    now: DateTime<Utc>,
+    next: u128,
+}
+
+impl Engine {
+    fn view(&self, named: Option<Uuid>, event: &Event) -> Run {
+        let mut run = self.stored.clone();
+        let maps_of_retry = matches!(event, Event::RetryRun);
+        run.tasks.retain(|t| {
+            t.item.is_none()
+                || Some(t.id) == named
+                || maps_of_retry
+                || (matches!(event, Event::ResumeRun) && t.state == TaskState::Waiting && t.wake_at.is_none())
+        });
+        run
+    }
+
+    fn load(&self, run: &mut Run, need: Need) -> usize {
+        let held: std::collections::HashSet<Uuid> = run.tasks.iter().map(|t| t.id).collect();
+        let (map, count) = match need {
+            Need::Queued { map, count } => (map, count as usize),
+            Need::All { map } => (map, usize::MAX),
+        };
+        let mut rows: Vec<Task> = self
+            .stored
+            .tasks
+            .iter()
+            .filter(|t| t.item.is_some_and(|i| i.map == map) && !held.contains(&t.id))
+            .filter(|t| matches!(need, Need::All { .. }) || t.state == TaskState::Queued)
+            .cloned()
+            .collect();
+        rows.sort_by_key(|t| t.item.map(|i| i.index));
+        rows.truncate(count);
+        let n = rows.len();
+        run.tasks.extend(rows);
+        n
+    }
+
+    fn apply(&mut self, event: Event) -> (Transition, Run) {
+        let mut run = self.view(event.task_id(), &event);
+        let next = std::cell::Cell::new(self.next);
+        let mut ids = || {
+            next.set(next.get() + 1);
+            Uuid::from_u128(next.get())
+        };
+        let mut tr = apply(&self.wf, &mut run, &event, self.now, &mut ids);
+        loop {
+            let needs = std::mem::take(&mut tr.needs);
+            if needs.is_empty() {
+                break;
+            }
+            for need in needs {
+                let map = match need {
+                    Need::Queued { map, .. } | Need::All { map } => map,
+                };
+                assert!(self.load(&mut run, need) > 0, "a need storage cannot meet: {need:?}");
+                tr.merge(apply(&self.wf, &mut run, &Event::ItemsLoaded { task_id: map }, self.now, &mut ids));
+            }
+        }
+        self.next = next.get();
+        // Write back: the writer's bulk cancel first, then the changes.
+        let written: std::collections::HashSet<Uuid> =
+            tr.updated.iter().chain(&tr.created).map(|&i| run.tasks[i].id).collect();
+        for &m in &tr.cancel_items {
+            let map = run.tasks[m].id;
+            for t in self.stored.tasks.iter_mut() {
+                if t.item.is_some_and(|i| i.map == map) && !t.state.is_terminal() && !written.contains(&t.id) {
+                    t.state = TaskState::Cancelled;
+                    t.wake_at = None;
+                }
+            }
+        }
+        for &i in tr.updated.iter().chain(&tr.created) {
+            let task = run.tasks[i].clone();
+            match self.stored.tasks.iter_mut().find(|t| t.id == task.id) {
+                Some(t) => *t = task,
+                None => self.stored.tasks.push(task),
+            }
+        }
+        self.stored.status = run.status;
+        self.stored.output = run.output.clone();
+        self.stored.error = run.error.clone();
+        self.stored.deadline = run.deadline;
+        (tr, run)
+    }
+}
+
+fn random_map_workflow(max_concurrency: Option<u32>, continue_on_failure: bool, max_attempts: u32) -> Workflow {
+    let mut config = json!({
+        "items": "${ .input.items }",
+        "on_item_failure": if continue_on_failure { "continue" } else { "fail" },
+        "node": {"type": "HTTP", "timeout": "30m", "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"},
+                 "config": {"url": "http://h/${ .item }"}}
+    });
+    if let Some(c) = max_concurrency {
+        config["max_concurrency"] = json!(c);
+    }
+    parse(json!({
+        "name": "pm",
+        "nodes": [
+            {"id": "first", "type": "HTTP", "config": {"url": "http://h/first"}, "timeout": "30m",
+             "retry": {"max_attempts": 2}},
+            {"id": "each", "type": "MAP", "config": config},
+            {"id": "last", "type": "HTTP", "config": {"url": "http://h/last"}, "timeout": "30m"}
+        ],
+        "edges": [{"from": "first", "to": "each"}, {"from": "each", "to": "last"}],
+    }))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// A MAP driven the way the engine drives it (partial loads, needs,
+    /// bulk cancels) under random results, timeouts, pauses, cancels and
+    /// retries: every (task, attempt) ends once, the concurrency holds, the
+    /// counts match the stored items, the output has one entry per item in
+    /// item order, and every run ends.
+    #[test]
+    fn a_map_driven_like_the_engine_applies_each_item_result_once_and_ends(
+        items in 0usize..12,
+        max_concurrency in proptest::option::of(1u32..5),
+        continue_on_failure in any::<bool>(),
+        max_attempts in 1u32..3,
+        seed in 1u64..u64::MAX,
+    ) {
+        let mut rng = Rng(seed);
+        let wf = random_map_workflow(max_concurrency, continue_on_failure, max_attempts);
+        let input = json!({"items": (0..items).collect::<Vec<_>>()});
+        let mut e = Engine { wf, stored: Run::new(Uuid::from_u128(1), input), now: Utc::now(), next: 100 };
+        let mut inbox = vec![Event::RunStarted];
+        let mut ended = std::collections::HashSet::new();
+        let mut retried = false;
+        let mut steps = 0;
+        loop {
+            if inbox.is_empty() {
+                match e.stored.status {
+                    RunStatus::Failed if !retried && rng.chance(50) => {
+                        retried = true;
+                        inbox.push(Event::RetryRun);
+                    }
+                    s if s.is_terminal() => break,
+                    RunStatus::Paused => inbox.push(Event::ResumeRun),
+                    _ => {}
+                }
+                for t in e.stored.tasks.iter().filter(|t| t.wake_at.is_some() || t.state == TaskState::Waiting) {
+                    inbox.push(Event::TimerFired { task_id: t.id });
+                }
+                prop_assert!(!inbox.is_empty(), "an open run that nothing can move: {:?}", e.stored.tasks);
+            }
+            steps += 1;
+            prop_assert!(steps < 20_000, "the run did not converge");
+            let event = inbox.swap_remove(rng.below(inbox.len()));
+            e.now += chrono::Duration::minutes(20);
+            let before = event.task_id().and_then(|id| e.stored.tasks.iter().find(|t| t.id == id)).map(|t| (t.state, t.attempt));
+            let (tr, run) = e.apply(event.clone());
+            if tr.ignored.is_some() {
+                prop_assert!(tr.updated.is_empty() && tr.created.is_empty() && tr.dispatch.is_empty());
+                continue;
+            }
+            match &event {
+                Event::TaskCompleted { task_id, attempt, .. } | Event::TaskFailed { task_id, attempt, .. } => {
+                    prop_assert!(ended.insert((*task_id, *attempt)), "an attempt ended twice");
+                }
+                Event::TimerFired { task_id } => {
+                    if let Some((TaskState::Pending | TaskState::Running, attempt)) = before {
+                        prop_assert!(ended.insert((*task_id, attempt)), "a timed-out attempt ended twice");
+                    }
+                }
+                _ => {}
+            }
+            for &t in &tr.dispatch {
+                let task = &run.tasks[t];
+                if rng.chance(85) {
+                    inbox.push(if rng.chance(70) {
+                        Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(task.item.map(|i| i.index)) }
+                    } else {
+                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(60) }
+                    });
+                }
+            }
+            // What storage says must agree with the MAP's counts.
+            if let Some(map) = e.stored.tasks.iter().find(|t| t.progress.is_some()) {
+                let p = map.progress.unwrap();
+                let of = |f: &dyn Fn(TaskState) -> bool| {
+                    e.stored.tasks.iter().filter(|t| t.item.is_some_and(|i| i.map == map.id) && f(t.state)).count() as u32
+                };
+                prop_assert_eq!(p.total as usize, items);
+                if !map.state.is_terminal() {
+                    prop_assert_eq!(of(&|s| s == TaskState::Queued), p.queued);
+                    prop_assert_eq!(of(&|s| matches!(s, TaskState::Pending | TaskState::Running | TaskState::Waiting)), p.open);
+                    prop_assert_eq!(of(&|s| s == TaskState::Completed), p.completed);
+                    prop_assert!(p.open <= max_concurrency.unwrap_or(u32::MAX));
+                }
+            }
+            if e.stored.status == RunStatus::Running && rng.chance(8) {
+                inbox.push(Event::PauseRun);
+            }
+            if e.stored.status == RunStatus::Paused && rng.chance(30) {
+                inbox.push(Event::ResumeRun);
+            }
+            if !e.stored.status.is_terminal() && rng.chance(1) {
+                inbox.push(Event::CancelRun);
+            }
+        }
+        prop_assert!(e.stored.status.is_terminal());
+        prop_assert!(e.stored.tasks.iter().all(|t| t.state.is_terminal()), "open: {:?}", e.stored.tasks);
+        let map = e.wf.node_index("each").unwrap();
+        if let Some(m) = e.stored.tasks.iter().find(|t| t.node == map && t.state == TaskState::Completed) {
+            let out = m.output.as_ref().and_then(Value::as_array).unwrap();
+            prop_assert_eq!(out.len(), items);
+            for (i, entry) in out.iter().enumerate() {
+                prop_assert!(entry == &json!(i) || entry.get("error").is_some(), "entry {} is {}", i, entry);
+                if !continue_on_failure {
+                    prop_assert_eq!(entry, &json!(i));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_item_result_needs_only_that_item_until_the_next_must_start_or_the_output_gathers() {
+    let wf = map_wf(Some(1), "fail", 1);
+    let input = json!({"orders": ["a", "b", "c"]});
+    let mut e = Engine { wf, stored: Run::new(Uuid::from_u128(1), input), now: Utc::now(), next: 100 };
+    e.apply(Event::RunStarted);
+    let item =
+        |e: &Engine, i: u32| e.stored.tasks.iter().find(|t| t.item.is_some_and(|x| x.index == i)).unwrap().clone();
+    // Without storage behind it, the machine asks for the next item.
+    let first = item(&e, 0);
+    let mut bare = e.view(Some(first.id), &Event::RunStarted);
+    let done = Event::TaskCompleted { task_id: first.id, attempt: 1, output: json!(0) };
+    let tr = apply(&e.wf, &mut bare, &done, e.now, &mut || Uuid::from_u128(999));
+    let map = e.stored.tasks.iter().find(|t| t.progress.is_some()).unwrap().id;
+    assert_eq!(tr.needs, vec![Need::Queued { map, count: 1 }]);
+    assert_eq!(bare.tasks.len(), 2, "the MAP's task and the one item named");
+    // Driven like the engine, the same result starts item 1.
+    let (tr, _) = e.apply(done);
+    assert_eq!(tr.dispatch.len(), 1);
+    assert_eq!(item(&e, 1).state, TaskState::Pending);
+    e.apply(Event::TaskCompleted { task_id: item(&e, 1).id, attempt: 1, output: json!(1) });
+    // The last result needs every item, to gather the output in order.
+    let last = item(&e, 2);
+    let mut bare = e.view(Some(last.id), &Event::RunStarted);
+    let done = Event::TaskCompleted { task_id: last.id, attempt: 1, output: json!(2) };
+    let tr = apply(&e.wf, &mut bare, &done, e.now, &mut || Uuid::from_u128(998));
+    assert_eq!(tr.needs, vec![Need::All { map }]);
+    e.apply(done);
+    assert_eq!(e.stored.status, RunStatus::Succeeded);
+    assert_eq!(e.stored.output, Some(json!({"shipped": [0, 1, 2], "count": 3})));
+}

@@ -1,0 +1,159 @@
+//! Control flow beyond a fixed DAG: MAP over a list computed at run time.
+
+use std::time::Duration;
+
+use composer_testkit::{Engine, FakeHttp};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const T: Duration = Duration::from_secs(60);
+
+fn map_spec(name: &str, url: &str, max_concurrency: u32, on_item_failure: &str) -> Value {
+    json!({"name": name, "nodes": [
+        {"id": "ship", "type": "MAP", "config": {
+            "items": "${ .input.orders }", "max_concurrency": max_concurrency, "on_item_failure": on_item_failure,
+            "node": {"type": "HTTP", "retry": {"max_attempts": 1},
+                     "config": {"method": "POST", "url": url, "body": {"order": "${ .item }", "at": "${ .index }"}}}}},
+        {"id": "count", "type": "TRANSFORM", "config": {"output": "${ .nodes.ship.output | length }"}}],
+        "edges": [{"from": "ship", "to": "count"}]})
+}
+
+/// Every item of a MAP, through the items API's pages.
+async fn all_items(e: &Engine, run: Uuid, page: usize) -> Vec<Value> {
+    let mut items = Vec::new();
+    let mut after = -1i64;
+    loop {
+        let (status, body) = e.get(&format!("/v1/runs/{run}/items?node=ship&after={after}&limit={page}")).await;
+        assert_eq!(status, 200, "{body}");
+        items.extend(body["items"].as_array().unwrap().iter().cloned());
+        match body["next_after"].as_i64() {
+            Some(n) => after = n,
+            None => return items,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_map_calls_each_item_under_its_concurrency_and_outputs_in_item_order() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&map_spec("ship_all", &http.url("/slow/20/ship"), 4, "fail")).await;
+    let orders: Vec<String> = (0..30).map(|i| format!("o-{i}")).collect();
+    let id = e.start_run("ship_all", json!({"orders": orders})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(http.calls("/slow/20/ship"), 30, "each item called once");
+    assert!(http.max_in_flight("/slow/20/ship") <= 4, "max_concurrency: {}", http.max_in_flight("/slow/20/ship"));
+    let ship = e.task(id, "ship").await;
+    assert_eq!(ship["progress"], json!({"total": 30, "queued": 0, "open": 0, "completed": 30, "failed": 0}));
+    let echoed: Vec<i64> = ship["output"].as_array().unwrap().iter().map(|o| o["status"].as_i64().unwrap()).collect();
+    assert_eq!(echoed, vec![200; 30]);
+    assert_eq!(e.task(id, "count").await["output"], json!(30));
+    assert_eq!(run["tasks"].as_array().unwrap().len(), 2, "the run view lists node tasks; items are paged");
+
+    let items = all_items(&e, id, 7).await;
+    assert_eq!(items.len(), 30);
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!(item["node_id"], json!(format!("ship[{i}]")));
+        assert_eq!(item["item_index"], json!(i));
+        assert_eq!(item["parent_task_id"], ship["id"]);
+        assert_eq!(item["state"], "COMPLETED");
+        assert_eq!(item["input"]["body"], json!({"order": format!("o-{i}"), "at": i}));
+    }
+    let mut bodies: Vec<Value> = http.requests("/slow/20/ship").into_iter().map(|r| r.body["order"].clone()).collect();
+    bodies.sort_by_key(|b| b.as_str().unwrap()[2..].parse::<u32>().unwrap());
+    assert_eq!(bodies, orders.iter().map(|o| json!(o)).collect::<Vec<_>>());
+    let completed = e.history(id, "TaskCompleted").await;
+    assert_eq!(completed.iter().filter(|h| h["payload"]["item_index"].is_number()).count(), 30, "once per item");
+    assert_eq!(e.history(id, "MapStarted").await.len(), 1);
+
+    let (status, body) = e.get(&format!("/v1/runs/{id}/items?node=count")).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = e.get(&format!("/v1/runs/{id}/items")).await;
+    assert_eq!(status, 400, "{body}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn the_first_failed_item_fails_the_map_and_a_retry_reruns_only_what_did_not_complete() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    // Item 2 answers 503 once: it fails (one attempt), the MAP fails, the
+    // items after it never start; a retry of the run calls it again.
+    let url = format!("{}/${{ if .index == 2 then \"flaky/1\" else \"ok\" end }}/item-${{ .index }}", http.url(""));
+    let url = url.replace("//$", "/$");
+    e.register(&map_spec("fragile", &url, 1, "fail")).await;
+    let id = e.start_run("fragile", json!({"orders": [10, 11, 12, 13, 14]})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["error"].as_str().unwrap().contains("item 2 failed"), "{run}");
+    let states: Vec<Value> = all_items(&e, id, 100).await.into_iter().map(|i| i["state"].clone()).collect();
+    assert_eq!(
+        states,
+        vec![json!("COMPLETED"), json!("COMPLETED"), json!("FAILED"), json!("CANCELLED"), json!("CANCELLED")]
+    );
+    assert_eq!((http.calls("/ok/item-3"), http.calls("/ok/item-4")), (0, 0), "no item after the failure started");
+
+    let (status, body) = e.post(&format!("/v1/runs/{id}/retry"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!((http.calls("/ok/item-0"), http.calls("/ok/item-1")), (1, 1), "completed items are not called again");
+    assert_eq!((http.calls("/flaky/1/item-2"), http.calls("/ok/item-3"), http.calls("/ok/item-4")), (2, 1, 1));
+    assert_eq!(e.task(id, "ship").await["output"].as_array().unwrap().len(), 5);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn with_continue_a_failed_item_is_an_error_entry_and_the_map_completes() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let url =
+        format!("{}/${{ if .item == \"bad\" then \"bad\" else \"ok\" end }}/x", http.url("")).replace("//$", "/$");
+    e.register(&map_spec("tolerant", &url, 2, "continue")).await;
+    let id = e.start_run("tolerant", json!({"orders": ["a", "bad", "c"]})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let out = e.task(id, "ship").await["output"].clone();
+    assert_eq!(out[0]["status"], 200);
+    assert!(out[1]["error"].as_str().unwrap().contains("400"), "{out}");
+    assert_eq!(out[2]["status"], 200);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_run_cancels_every_queued_and_running_item_at_once() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&map_spec("big", &http.url("/slow/300/ship"), 2, "fail")).await;
+    let id = e.start_run("big", json!({"orders": (0..2000).collect::<Vec<_>>()})).await;
+    e.wait_until(id, T, |r| r["tasks"][0]["progress"]["completed"].as_u64().unwrap_or(0) >= 2).await;
+    let (status, run) = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
+    assert_eq!((status, run["status"].as_str()), (200, Some("CANCELLED")), "{run}");
+    let items = all_items(&e, id, 1000).await;
+    assert_eq!(items.len(), 2000);
+    let open = items.iter().filter(|i| !["COMPLETED", "CANCELLED"].contains(&i["state"].as_str().unwrap())).count();
+    assert_eq!(open, 0, "no item is left open");
+    let calls = http.calls("/slow/300/ship");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(http.calls("/slow/300/ship") <= calls + 2, "no new item starts after the cancel");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_map_definition_is_a_400_naming_node_and_field() {
+    let e = Engine::start().await;
+    let spec = json!({"name": "bad_map", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ .input.x }", "max_concurrency": -1, "node": {"type": "HTTP", "config": {"url": "http://h/x"}}}}]});
+    let (status, body) = e.post("/v1/workflows", &spec).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("nodes[each].config.max_concurrency"), "{body}");
+    // Items past map_max_items fail the node when the list is known.
+    let ok = json!({"name": "many", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(100001)] }", "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}]});
+    let id = e.run(&ok).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED");
+    assert!(run["error"].as_str().unwrap().contains("more than map_max_items (100000)"), "{run}");
+    e.stop().await;
+}
