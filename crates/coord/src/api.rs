@@ -442,9 +442,9 @@ async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> A
 
 async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> ApiResult<Json<RunPage>> {
     for key in q.keys() {
-        if !matches!(key.as_str(), "workflow" | "status" | "limit" | "cursor") {
+        if !matches!(key.as_str(), "workflow" | "status" | "parent_run_id" | "limit" | "cursor") {
             return Err(ApiError::bad_request(format!(
-                "unknown query parameter {key:?} (workflow, status, limit, cursor)"
+                "unknown query parameter {key:?} (workflow, status, parent_run_id, limit, cursor)"
             )));
         }
     }
@@ -464,8 +464,15 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
         Some(c) => Some(c.parse::<Uuid>().map_err(|_| ApiError::bad_request(format!("cursor: invalid cursor {c:?}")))?),
         None => None,
     };
+    let parent = match q.get("parent_run_id") {
+        Some(p) => {
+            Some(p.parse::<Uuid>().map_err(|_| ApiError::bad_request(format!("parent_run_id: {p:?} is not a UUID")))?)
+        }
+        None => None,
+    };
     let client = composer_store::client(&s.pool).await?;
-    let rows = runs::list(&client, q.get("workflow").map(String::as_str), status, cursor, limit).await?;
+    let filter = runs::RunFilter { workflow: q.get("workflow").map(String::as_str), status, parent };
+    let rows = runs::list(&client, &filter, cursor, limit).await?;
     let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };
     Ok(Json(RunPage { runs: rows.iter().map(|r| run_view(r, None)).collect(), next_cursor: next }))
 }
@@ -539,6 +546,8 @@ pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
         created_at: r.created_at,
         updated_at: r.updated_at,
         finished_at: r.finished_at,
+        parent_run_id: r.parent.map(|p| p.run_id),
+        parent_task_id: r.parent.map(|p| p.task_id),
         tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use composer_core::definition::Workflow;
+use composer_core::definition::{NodeKind, Workflow, SUB_WORKFLOW_MAX_DEPTH};
 use composer_core::machine::{self, Event, RunStatus};
 use composer_store::definitions::DefinitionRow;
 use composer_store::runs::{self, NewRun, RunRow};
@@ -181,25 +181,30 @@ impl Engine {
             input,
             idempotency_key,
             deadline,
+            parent: None,
+            depth: 0,
         };
         let mut row = runs::insert_run(&tx, &new).await?;
         let mut run = machine::Run::new(row.id, input.clone());
         run.max_payload = self.max_payload;
         run.deadline = deadline;
         let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
-        let change = Change { wf: &wf, run: &run, tr: &tr };
-        write_transitions(&tx, &[change], self.shards, self.notify_outbox).await?;
+        let mut batch = HashMap::from([(row.id, Loaded::new(wf, run, tr, None, 0))]);
+        self.start_children(&tx, &mut batch).await?;
+        let changes: Vec<Change> = batch.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
+        write_transitions(&tx, &changes, self.shards, self.notify_outbox).await?;
         tx.commit().await?;
-        if !tr.dispatch.is_empty() {
+        if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
             self.outbox_wake.notify_one();
         }
-        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
-        if run.status.is_terminal() {
-            composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", run.status.as_str())], 1);
+        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], batch.len() as u64);
+        for c in changes.iter().filter(|c| c.run.status.is_terminal()) {
+            composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", c.run.status.as_str())], 1);
         }
+        let run = &batch[&row.id].run;
         row.status = run.status;
-        row.output = run.output;
-        row.error = run.error;
+        row.output = run.output.clone();
+        row.error = run.error.clone();
         tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
         Ok((row, true))
     }
@@ -259,6 +264,107 @@ impl Engine {
         }
     }
 
+    /// Starts the child runs the batch's SUB_WORKFLOW attempts asked for, in
+    /// its transaction: one per (task, attempt), committed with the attempt
+    /// or not at all. A child that ends at once (or cannot start) is
+    /// reported to its parent here too; children may start children.
+    async fn start_children(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        batch: &mut HashMap<Uuid, Loaded>,
+    ) -> Result<()> {
+        let mut started = std::collections::HashSet::new();
+        loop {
+            let mut asks = Vec::new();
+            for l in batch.values_mut() {
+                for &t in &l.tr.children[l.children_seen..] {
+                    let task = &l.run.tasks[t];
+                    let waits = task.state == machine::TaskState::Running
+                        && matches!(l.wf.nodes[task.node].kind, NodeKind::SubWorkflow { .. });
+                    if waits && started.insert((task.id, task.attempt)) {
+                        let parent = runs::Parent { run_id: l.run.id, task_id: task.id, attempt: task.attempt };
+                        asks.push((parent, task.input.clone(), l.depth));
+                    }
+                }
+                l.children_seen = l.tr.children.len();
+            }
+            if asks.is_empty() {
+                return Ok(());
+            }
+            for (parent, spec, depth) in asks {
+                let report = match self.start_child(tx, parent, &spec, depth).await? {
+                    Ok(child) => {
+                        let report = child.run.status.is_terminal().then(|| child_finished(parent, &child.run));
+                        let mut child = child;
+                        child.reported = report.is_some();
+                        batch.insert(child.run.id, child);
+                        report
+                    }
+                    Err(error) => Some(Event::ChildFinished {
+                        task_id: parent.task_id,
+                        attempt: parent.attempt,
+                        child: None,
+                        status: RunStatus::Failed,
+                        output: None,
+                        error: Some(error),
+                    }),
+                };
+                if let (Some(event), Some(p)) = (report, batch.get_mut(&parent.run_id)) {
+                    let tr = self.apply(tx, &p.wf, &mut p.run, event).await?;
+                    p.tr.merge(tr);
+                }
+            }
+        }
+    }
+
+    /// Inserts and starts one child run; `Err` says why it cannot start.
+    async fn start_child(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        parent: runs::Parent,
+        spec: &Value,
+        parent_depth: i32,
+    ) -> Result<std::result::Result<Loaded, String>> {
+        let depth = parent_depth + 1;
+        if depth > SUB_WORKFLOW_MAX_DEPTH {
+            return Ok(Err(format!(
+                "SUB_WORKFLOW nesting deeper than {SUB_WORKFLOW_MAX_DEPTH} levels ({})",
+                machine::DEPTH_LIMIT
+            )));
+        }
+        let name = spec["workflow"].as_str().unwrap_or_default();
+        let version = spec["version"].as_i64().and_then(|v| i32::try_from(v).ok());
+        let Some(def) = composer_store::definitions::by_name_in(tx, name, version).await? else {
+            let which = version.map(|v| format!(" version {v}")).unwrap_or_default();
+            return Ok(Err(format!("workflow {name:?}{which} is not registered")));
+        };
+        let wf = self.compile(&def)?;
+        let input = match spec.get("input") {
+            None | Some(Value::Null) => serde_json::json!({}),
+            Some(v) => v.clone(),
+        };
+        let deadline =
+            wf.timeout.and_then(|d| chrono::Duration::from_std(d).ok()).and_then(|d| Utc::now().checked_add_signed(d));
+        let new = NewRun {
+            id: Uuid::now_v7(),
+            workflow_definition_id: def.id,
+            workflow_name: &def.name,
+            workflow_version: def.version,
+            input: &input,
+            idempotency_key: None,
+            deadline,
+            parent: Some(parent),
+            depth,
+        };
+        let row = runs::insert_run(tx, &new).await?;
+        let mut run = machine::Run::new(row.id, input);
+        run.max_payload = self.max_payload;
+        run.deadline = deadline;
+        let tr = self.apply(tx, &wf, &mut run, Event::RunStarted).await?;
+        tracing::debug!(child = %row.id, parent = %parent.run_id, workflow = %def.name, "child run started");
+        Ok(Ok(Loaded::new(wf, run, tr, Some(parent), depth)))
+    }
+
     /// Applies `event` to the run under its lock and commits the result.
     /// Events that arrive together share a transaction (see [`Engine::run_batches`]):
     /// batching is what keeps PostgreSQL commits per step low under load, and
@@ -305,7 +411,7 @@ impl Engine {
             // A panic outside the state machine (which is contained per
             // event) drops this batch's replies (their callers see the
             // coordinator stopping) but not the loop.
-            if let Err(panic) = std::panic::AssertUnwindSafe(self.process(batch)).catch_unwind().await {
+            if let Err(panic) = std::panic::AssertUnwindSafe(self.clone().process(batch)).catch_unwind().await {
                 tracing::error!(
                     error = composer_core::panic_message(&*panic),
                     "engine batch panicked; its events were not applied"
@@ -314,10 +420,11 @@ impl Engine {
         }
     }
 
-    async fn process(&self, batch: Vec<Pending>) {
+    async fn process(self: Arc<Self>, batch: Vec<Pending>) {
         let events: Vec<(Uuid, Event)> = batch.iter().map(|p| (p.run_id, p.event.clone())).collect();
         match self.apply_batch(&events).await {
-            Ok(results) => {
+            Ok((results, followups)) => {
+                self.follow_up(followups);
                 self.clear_faults(&batch);
                 for (p, r) in batch.into_iter().zip(results) {
                     let _ = p.reply.send(r);
@@ -328,7 +435,10 @@ impl Engine {
                 tracing::warn!(error = %e, events = batch.len(), "batch failed; applying its events one by one");
                 for p in batch {
                     let r = match self.apply_batch(&[(p.run_id, p.event.clone())]).await {
-                        Ok(mut rs) => rs.pop().unwrap_or(Err(EngineError::RunNotFound(p.run_id))),
+                        Ok((mut rs, followups)) => {
+                            self.follow_up(followups);
+                            rs.pop().unwrap_or(Err(EngineError::RunNotFound(p.run_id)))
+                        }
                         Err(e) => self.on_failure(p.run_id, e).await,
                     };
                     let _ = p.reply.send(r);
@@ -341,6 +451,40 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Sends what a committed batch owes other runs: a finished child's
+    /// result to its parent, a cancel to a child its parent no longer waits
+    /// for. A crash before this is covered by the recovery sweep.
+    fn follow_up(self: &Arc<Self>, followups: FollowUps) {
+        if followups.reports.is_empty() && followups.holders.is_empty() {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            for (run_id, event) in followups.reports {
+                if let Err(e) = engine.handle(run_id, event).await {
+                    tracing::warn!(%run_id, error = %e, "reporting a child run to its parent failed; recovery will");
+                }
+            }
+            if followups.holders.is_empty() {
+                return;
+            }
+            let stale = match composer_store::client(&engine.pool).await {
+                Ok(client) => runs::stale_children(&client, &followups.holders).await,
+                Err(e) => Err(e),
+            };
+            match stale {
+                Ok(children) => {
+                    for child in children {
+                        if let Err(e) = engine.handle(child, Event::CancelRun).await {
+                            tracing::warn!(%child, error = %e, "cancelling a child run failed; recovery will");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "finding child runs to cancel failed; recovery will"),
+            }
+        });
     }
 
     fn clear_faults(&self, batch: &[Pending]) {
@@ -383,7 +527,7 @@ impl Engine {
 
     /// One transaction: lock every run named (in id order), load their tasks,
     /// apply each event in order, write all changes set-based, commit.
-    async fn apply_batch(&self, events: &[(Uuid, Event)]) -> Result<Vec<Result<Handled>>> {
+    async fn apply_batch(&self, events: &[(Uuid, Event)]) -> Result<(Vec<Result<Handled>>, FollowUps)> {
         let started = std::time::Instant::now();
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
@@ -399,9 +543,11 @@ impl Engine {
             results.push(Ok(Handled { status: loaded.run.status, ignored: tr.ignored.clone() }));
             loaded.tr.merge(tr);
         }
+        self.start_children(&tx, &mut runs).await?;
         let changes: Vec<Change> = runs.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
         write_transitions(&tx, &changes, self.shards, self.notify_outbox).await?;
         tx.commit().await?;
+        let followups = FollowUps::of(runs.values());
         if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
             self.outbox_wake.notify_one();
         }
@@ -411,7 +557,7 @@ impl Engine {
         for _ in events {
             composer_metrics::observe(composer_metrics::EVENT_DURATION, &[], started.elapsed());
         }
-        Ok(results)
+        Ok((results, followups))
     }
 
     /// Locks the runs `events` name, in id order (so two batches cannot
@@ -443,7 +589,7 @@ impl Engine {
             if of_run().any(|e| matches!(e, Event::ResumeRun)) {
                 load_items(tx, &wf, &mut run, None, runs::Items::Held).await?;
             }
-            runs.insert(row.id, Loaded { wf, run, tr: machine::Transition::default() });
+            runs.insert(row.id, Loaded::new(wf, run, machine::Transition::default(), row.parent, row.depth));
         }
         Ok(runs)
     }
@@ -501,6 +647,71 @@ struct Loaded {
     wf: Arc<Workflow>,
     run: machine::Run,
     tr: machine::Transition,
+    /// The SUB_WORKFLOW attempt this run reports to, if it is a child.
+    parent: Option<runs::Parent>,
+    depth: i32,
+    /// How many of `tr.children` were looked at.
+    children_seen: usize,
+    /// Its end was reported to its parent inside the batch.
+    reported: bool,
+}
+
+impl Loaded {
+    fn new(
+        wf: Arc<Workflow>,
+        run: machine::Run,
+        tr: machine::Transition,
+        parent: Option<runs::Parent>,
+        depth: i32,
+    ) -> Loaded {
+        Loaded { wf, run, tr, parent, depth, children_seen: 0, reported: false }
+    }
+}
+
+/// What a committed batch owes other runs (see [`Engine::follow_up`]).
+#[derive(Default)]
+struct FollowUps {
+    /// Children that ended: their result, for their parent.
+    reports: Vec<(Uuid, Event)>,
+    /// SUB_WORKFLOW tasks that changed: their open children that they no
+    /// longer wait for are cancelled.
+    holders: Vec<runs::ChildHolder>,
+}
+
+impl FollowUps {
+    fn of<'a>(batch: impl Iterator<Item = &'a Loaded>) -> FollowUps {
+        let mut f = FollowUps::default();
+        for l in batch {
+            if let Some(parent) = l.parent {
+                if l.tr.run_changed && l.run.status.is_terminal() && !l.reported {
+                    f.reports.push((parent.run_id, child_finished(parent, &l.run)));
+                }
+            }
+            for &t in &l.tr.updated {
+                let task = &l.run.tasks[t];
+                if matches!(l.wf.nodes[task.node].kind, NodeKind::SubWorkflow { .. }) {
+                    let waiting = task.state == machine::TaskState::Running;
+                    // A first attempt that just started has no other child.
+                    if !waiting || task.attempt > 1 {
+                        f.holders.push(runs::ChildHolder { task_id: task.id, attempt: task.attempt, waiting });
+                    }
+                }
+            }
+        }
+        f
+    }
+}
+
+/// The event that tells `parent` how its child run ended.
+fn child_finished(parent: runs::Parent, child: &machine::Run) -> Event {
+    Event::ChildFinished {
+        task_id: parent.task_id,
+        attempt: parent.attempt,
+        child: Some(child.id),
+        status: child.status,
+        output: child.output.clone(),
+        error: child.error.clone(),
+    }
 }
 
 fn count_event(run_id: Uuid, event: &Event, tr: &machine::Transition, status: RunStatus) {

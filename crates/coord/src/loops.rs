@@ -115,6 +115,52 @@ async fn deliver_stranded_events(shared: &Shared, client: &composer_store::Clien
     }
 }
 
+/// What a coordinator that died after committing a child's end (or its
+/// parent's move) did not get to send: the child's result to its parent, a
+/// cancel to a child its parent no longer waits for. Both are no-ops when
+/// they arrive twice.
+async fn settle_children(shared: &Shared, client: &composer_store::Client) {
+    use composer_core::machine::Event;
+    match composer_store::runs::unreported_children(client, STRANDED_EVENT_AGE, 1000).await {
+        Ok(children) => {
+            for c in children {
+                let event = Event::ChildFinished {
+                    task_id: c.parent.task_id,
+                    attempt: c.parent.attempt,
+                    child: Some(c.id),
+                    status: c.status,
+                    output: c.output,
+                    error: c.error,
+                };
+                match shared.engine.handle(c.parent.run_id, event).await {
+                    Ok(h) if h.ignored.is_none() => {
+                        composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "child_result")], 1);
+                        tracing::warn!(child = %c.id, parent = %c.parent.run_id, "recovery: reported a child run's end");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "recovery: reporting a child run failed; will retry"),
+                }
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "recovery: finding unreported child runs failed"),
+    }
+    match composer_store::runs::orphaned_children(client, STRANDED_EVENT_AGE, 1000).await {
+        Ok(children) => {
+            for child in children {
+                match shared.engine.handle(child, Event::CancelRun).await {
+                    Ok(h) if h.ignored.is_none() => {
+                        composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "orphaned_child")], 1);
+                        tracing::warn!(%child, "recovery: cancelled a child run its parent no longer waits for");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "recovery: cancelling an orphaned child failed; will retry"),
+                }
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "recovery: finding orphaned child runs failed"),
+    }
+}
+
 /// How old an undelivered event must be before the sweep delivers it (its
 /// sender may still be at it).
 const STRANDED_EVENT_AGE: Duration = Duration::from_secs(5);
@@ -162,6 +208,7 @@ pub async fn recover_tasks(shared: &Shared) {
     }
     fail_exhausted(shared, &client).await;
     deliver_stranded_events(shared, &client).await;
+    settle_children(shared, &client).await;
     if let Err(e) = composer_store::events::cleanup(&client).await {
         tracing::warn!(error = %e, "recovery: cleaning up expired events failed");
     }

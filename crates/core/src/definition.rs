@@ -141,7 +141,14 @@ pub enum NodeKind {
     Custom,
     /// One task per element of a list computed at run time.
     Map(MapConfig),
+    /// A child run of another workflow (or this one); its output is the
+    /// node's output. `version: None` is the latest when the node starts.
+    SubWorkflow { workflow: String, version: Option<i32> },
 }
+
+/// How deep SUB_WORKFLOWs may nest (`sub_workflow_max_depth`): a run at this
+/// depth cannot start a child.
+pub const SUB_WORKFLOW_MAX_DEPTH: i32 = 32;
 
 /// Most items one MAP may have (`map_max_items`): a MAP's items are created
 /// in one transaction, so this bounds that transaction.
@@ -434,6 +441,7 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>), Validati
         }
         "WAIT" => NodeKind::Wait(compile_wait(at, &config)?),
         "WAIT_FOR_EVENT" => compile_wait_for_event(at, &config)?,
+        "SUB_WORKFLOW" => compile_sub_workflow(at, &config)?,
         "TRANSFORM" => {
             only_fields(at, &config, &["output"])?;
             let output = config
@@ -452,10 +460,10 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>), Validati
     let queue = if dispatched { queue } else { None };
     let timeout = match &n.timeout {
         None => None,
-        Some(_) if !dispatched => {
+        Some(_) if !dispatched && !matches!(kind, NodeKind::SubWorkflow { .. }) => {
             return Err(ValidationError::new(
                 format!("{at}.timeout"),
-                "only HTTP and custom nodes take a timeout (WAIT_FOR_EVENT has config.timeout)",
+                "only HTTP, custom and SUB_WORKFLOW nodes take a timeout (WAIT_FOR_EVENT has config.timeout)",
             ))
         }
         Some(t) => match duration::parse(t) {
@@ -554,7 +562,10 @@ fn compile_map(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>), Validatio
         "WAIT" | "WAIT_FOR_EVENT" => {
             return Err(ValidationError::new(
                 format!("{node_at}.type"),
-                format!("{} is not supported per item: an item is HTTP, TRANSFORM or a custom type", spec.node_type),
+                format!(
+                    "{} is not supported per item: an item is HTTP, TRANSFORM, SUB_WORKFLOW or a custom type",
+                    spec.node_type
+                ),
             ))
         }
         _ => compile_node(&node_at, &spec)?,
@@ -711,6 +722,33 @@ fn compile_wait_for_event(at: &str, config: &Value) -> Result<NodeKind, Validati
         }
     };
     Ok(NodeKind::WaitForEvent { event, key, timeout, default_output: config.get("default_output").cloned() })
+}
+
+/// `{workflow, version?, input?}`: the workflow is named, not computed, so
+/// that a definition says what it calls.
+fn compile_sub_workflow(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
+    only_fields(at, config, &["workflow", "version", "input"])?;
+    let workflow = match config.get("workflow") {
+        Some(Value::String(w)) => {
+            validate_name(&format!("{at}.config.workflow"), w)?;
+            w.clone()
+        }
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.workflow"), "must be a workflow's name")),
+        None => return Err(ValidationError::new(format!("{at}.config.workflow"), "is required")),
+    };
+    let version = match config.get("version") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_i64() {
+            Some(n) if (1..=i32::MAX as i64).contains(&n) => Some(n as i32),
+            _ => {
+                return Err(ValidationError::new(
+                    format!("{at}.config.version"),
+                    "must be a version number (1 or more)",
+                ))
+            }
+        },
+    };
+    Ok(NodeKind::SubWorkflow { workflow, version })
 }
 
 fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, ValidationError> {
@@ -886,6 +924,27 @@ mod tests {
         assert!(wf.is_leaf(each) && !wf.is_leaf(m.template));
         assert!(!wf.topo_order.contains(&m.template));
         assert_eq!(wf.node_index("each[]"), None);
+    }
+
+    #[test]
+    fn a_sub_workflow_names_its_workflow_and_may_have_a_version_and_a_timeout() {
+        let sub =
+            |config: Value| json!({"name": "p", "nodes": [{"id": "c", "type": "SUB_WORKFLOW", "config": config}]});
+        let wf = Workflow::parse(&sub(json!({"workflow": "billing", "version": 2, "input": {"a": "${ .input.a }"}})))
+            .unwrap();
+        assert_eq!(wf.nodes[0].kind, NodeKind::SubWorkflow { workflow: "billing".into(), version: Some(2) });
+        assert_eq!(wf.nodes[0].queue, None, "not dispatched to workers");
+        let mut timed = sub(json!({"workflow": "billing"}));
+        timed["nodes"][0]["timeout"] = json!("1h");
+        assert_eq!(Workflow::parse(&timed).unwrap().nodes[0].timeout, Some(Duration::from_secs(3600)));
+        for (config, path) in [
+            (json!({}), "nodes[c].config.workflow"),
+            (json!({"workflow": "${ .input.w }"}), "nodes[c].config.workflow"),
+            (json!({"workflow": "b", "version": 0}), "nodes[c].config.version"),
+            (json!({"workflow": "b", "extra": 1}), "nodes[c].config.extra"),
+        ] {
+            assert_eq!(err(sub(config.clone())).path, path, "{config}");
+        }
     }
 
     #[test]

@@ -252,6 +252,16 @@ pub enum Event {
     ItemsLoaded {
         task_id: Uuid,
     },
+    /// The child run a SUB_WORKFLOW attempt started has ended, or (`child:
+    /// None`) could not be started, for the reason in `error`.
+    ChildFinished {
+        task_id: Uuid,
+        attempt: i32,
+        child: Option<Uuid>,
+        status: RunStatus,
+        output: Option<Value>,
+        error: Option<String>,
+    },
 }
 
 /// Items of a MAP the state machine needs and the run does not hold: the
@@ -280,6 +290,7 @@ impl Event {
             Event::ResumeRun => "ResumeRun",
             Event::RunTimedOut => "RunTimedOut",
             Event::ItemsLoaded { .. } => "ItemsLoaded",
+            Event::ChildFinished { .. } => "ChildFinished",
         }
     }
 
@@ -289,7 +300,8 @@ impl Event {
             Event::TaskCompleted { task_id, .. }
             | Event::TaskFailed { task_id, .. }
             | Event::TimerFired { task_id }
-            | Event::EventReceived { task_id, .. } => Some(*task_id),
+            | Event::EventReceived { task_id, .. }
+            | Event::ChildFinished { task_id, .. } => Some(*task_id),
             _ => None,
         }
     }
@@ -429,6 +441,8 @@ pub struct Transition {
     pub cancel_items: Vec<usize>,
     /// Items to load before the run can go on (see [`Need`]).
     pub needs: Vec<Need>,
+    /// SUB_WORKFLOW tasks whose current attempt needs its child run started.
+    pub children: Vec<usize>,
 }
 
 impl Transition {
@@ -437,7 +451,10 @@ impl Transition {
         if let Some(id) = event.task_id() {
             payload["task_id"] = json!(id);
         }
-        if let Event::TaskCompleted { attempt, .. } | Event::TaskFailed { attempt, .. } = event {
+        if let Event::TaskCompleted { attempt, .. }
+        | Event::TaskFailed { attempt, .. }
+        | Event::ChildFinished { attempt, .. } = event
+        {
             payload["attempt"] = json!(attempt);
         }
         Transition {
@@ -470,6 +487,8 @@ impl Transition {
             }
         }
         self.needs.extend(next.needs);
+        // The engine starts a child only for a task's current attempt, once.
+        self.children.extend(next.children);
     }
 
     fn touch(&mut self, task: usize) {
@@ -520,6 +539,8 @@ enum Started {
     Wait(DateTime<Utc>, Option<(String, String)>),
     Done(Value),
     Map(Vec<Value>),
+    /// A child run, with the evaluated `{workflow, version, input}`.
+    Child(Value),
 }
 
 /// Stands for "no timeout" while a wait is being built.
@@ -545,6 +566,9 @@ fn parse_time(v: &Value) -> Result<DateTime<Utc>, String> {
     }
 }
 
+/// Names the nesting limit in the error of a SUB_WORKFLOW that hit it.
+pub const DEPTH_LIMIT: &str = "sub_workflow_max_depth";
+
 /// Why an event changes nothing: a stable kind and a message for people.
 struct Ignore(IgnoreKind, String);
 
@@ -564,6 +588,7 @@ impl Machine<'_> {
             Event::RunStarted => self.on_run_started(),
             Event::TaskCompleted { task_id, attempt, output } => {
                 let t = self.reportable(*task_id, *attempt)?;
+                self.worker_runs(t)?;
                 self.finish(t, TaskState::Completed, Some(output.clone()), None);
                 self.route();
                 Ok(())
@@ -579,6 +604,9 @@ impl Machine<'_> {
             Event::ResumeRun => self.on_resume(),
             Event::RunTimedOut => self.on_run_timed_out(),
             Event::ItemsLoaded { task_id } => self.on_items_loaded(*task_id),
+            Event::ChildFinished { task_id, attempt, child, status, output, error } => {
+                self.on_child_finished(*task_id, *attempt, *child, *status, output, error.as_deref())
+            }
         }
     }
 
@@ -617,6 +645,15 @@ impl Machine<'_> {
     /// other failure is final for the task.
     fn on_task_failed(&mut self, task_id: Uuid, attempt: i32, error: &str, retryable: bool) -> Result<(), Ignore> {
         let t = self.reportable(task_id, attempt)?;
+        self.worker_runs(t)?;
+        self.fail_attempt(t, error, retryable);
+        Ok(())
+    }
+
+    /// The task's current attempt failed (by its worker, its child run or
+    /// its timeout).
+    fn fail_attempt(&mut self, t: usize, error: &str, retryable: bool) {
+        let attempt = self.run.tasks[t].attempt;
         let policy = self.wf.nodes[self.run.tasks[t].node].retry;
         if retryable && (attempt as i64) < policy.max_attempts as i64 {
             let wake_at = later(self.now, policy.backoff(attempt as u32));
@@ -632,7 +669,6 @@ impl Machine<'_> {
             self.finish(t, TaskState::Failed, None, Some(reason));
             self.route();
         }
-        Ok(())
     }
 
     /// A due timer ends a WAIT, times out a WAIT_FOR_EVENT, or ends a retry
@@ -656,7 +692,8 @@ impl Machine<'_> {
                 task.attempt,
                 crate::duration::format(limit)
             );
-            return self.on_task_failed(task_id, task.attempt, &error, true);
+            self.fail_attempt(t, &error, true);
+            return Ok(());
         }
         if task.state != TaskState::Waiting {
             return Err(Ignore(IgnoreKind::NotWaiting, format!("task is {}, not WAITING", task.state)));
@@ -677,7 +714,9 @@ impl Machine<'_> {
             }
             // A retry's backoff ran out while the run is paused: the retry
             // is held (no timer left, so none fires again) until it resumes.
-            NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } if self.run.status == RunStatus::Paused => {
+            NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } | NodeKind::SubWorkflow { .. }
+                if self.run.status == RunStatus::Paused =>
+            {
                 self.run.tasks[t].wake_at = None;
                 self.tr.touch(t);
                 return Ok(());
@@ -685,7 +724,7 @@ impl Machine<'_> {
             NodeKind::Map(_) => {
                 return Err(Ignore(IgnoreKind::NotWaiting, "a MAP's task has no timer".into()));
             }
-            NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } => {
+            NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } | NodeKind::SubWorkflow { .. } => {
                 let task = &mut self.run.tasks[t];
                 task.attempt += 1;
                 task.wake_at = None;
@@ -778,7 +817,10 @@ impl Machine<'_> {
             let task = &self.run.tasks[t];
             let held = task.state == TaskState::Waiting
                 && task.wake_at.is_none()
-                && matches!(self.wf.nodes[task.node].kind, NodeKind::Http | NodeKind::Custom);
+                && matches!(
+                    self.wf.nodes[task.node].kind,
+                    NodeKind::Http | NodeKind::Custom | NodeKind::SubWorkflow { .. }
+                );
             if held {
                 self.run.tasks[t].attempt += 1;
                 self.tr.touch(t);
@@ -810,11 +852,58 @@ impl Machine<'_> {
         if !matches!(task.state, TaskState::Pending | TaskState::Running) {
             return Err(Ignore(IgnoreKind::AlreadyFinished, format!("task is already {}", task.state)));
         }
-        // A MAP's own task is RUNNING while its items run; no worker holds it.
-        if task.progress.is_some() {
-            return Err(Ignore(IgnoreKind::NotDispatched, "a MAP's task is not run by a worker".into()));
-        }
         Ok(t)
+    }
+
+    /// A worker's report must be for a task a worker runs: a MAP's own task
+    /// or a SUB_WORKFLOW's is RUNNING too, but ends only through its items
+    /// or its child run.
+    fn worker_runs(&self, t: usize) -> Result<(), Ignore> {
+        let node = &self.wf.nodes[self.run.tasks[t].node];
+        if matches!(node.kind, NodeKind::Http | NodeKind::Custom) {
+            return Ok(());
+        }
+        Err(Ignore(IgnoreKind::NotDispatched, format!("a {} task is not run by a worker", node.node_type)))
+    }
+
+    /// A SUB_WORKFLOW attempt ends with its child: the child's output, or a
+    /// failure naming the child (retryable: the retry policy starts a new
+    /// child). A child that could not start fails the node for good.
+    fn on_child_finished(
+        &mut self,
+        task_id: Uuid,
+        attempt: i32,
+        child: Option<Uuid>,
+        status: RunStatus,
+        output: &Option<Value>,
+        error: Option<&str>,
+    ) -> Result<(), Ignore> {
+        let t = self.reportable(task_id, attempt)?;
+        if !matches!(self.wf.nodes[self.run.tasks[t].node].kind, NodeKind::SubWorkflow { .. }) {
+            return Err(Ignore(IgnoreKind::NotDispatched, "not a SUB_WORKFLOW task".into()));
+        }
+        match (child, status) {
+            (_, RunStatus::Running | RunStatus::Paused) => {
+                Err(Ignore(IgnoreKind::NotDue, format!("the child run is {status}, not finished")))
+            }
+            (Some(_), RunStatus::Succeeded) => {
+                self.finish(t, TaskState::Completed, Some(output.clone().unwrap_or(Value::Null)), None);
+                self.route();
+                Ok(())
+            }
+            (Some(child), _) => {
+                let why = error.map(|e| format!(": {e}")).unwrap_or_default();
+                // A child that failed on the nesting limit would fail again:
+                // retrying it at every level would multiply the runs.
+                let retryable = !error.is_some_and(|e| e.contains(DEPTH_LIMIT));
+                self.fail_attempt(t, &format!("child run {child} {status}{why}"), retryable);
+                Ok(())
+            }
+            (None, _) => {
+                self.fail_attempt(t, error.unwrap_or("the child run could not start"), false);
+                Ok(())
+            }
+        }
     }
 
     fn task_payload(&self, t: usize, mut extra: Value) -> Value {
@@ -1013,11 +1102,14 @@ impl Machine<'_> {
             NodeKind::Map(m) => {
                 eval(&m.items).and_then(map::items).map(Started::Map).map_err(|e| format!("config.items: {e}"))
             }
+            NodeKind::SubWorkflow { .. } => {
+                eval(&node.template).map(Started::Child).map_err(|e| format!("config: {e}"))
+            }
         };
         let max = self.run.max_payload;
         let outcome = outcome.and_then(|started| {
             match &started {
-                Started::Dispatch(v) => storable::check(v, "config", max)?,
+                Started::Dispatch(v) | Started::Child(v) => storable::check(v, "config", max)?,
                 Started::Done(v) => storable::check(v, "config.output", max)?,
                 Started::Wait(_, Some((_, key))) => storable::check_text(key, "config.key")?,
                 Started::Wait(_, None) | Started::Map(_) => {}
@@ -1028,7 +1120,7 @@ impl Machine<'_> {
             Err(error) => self.finish(t, TaskState::Failed, None, Some(error)),
             Ok(Started::Done(output)) => self.finish(t, TaskState::Completed, Some(output), None),
             Ok(Started::Map(items)) => self.start_map(t, items, scope.unwrap_or_else(Scope::null)),
-            Ok(Started::Dispatch(input)) => {
+            Ok(Started::Dispatch(input) | Started::Child(input)) => {
                 self.run.tasks[t].input = input;
                 self.dispatch(t);
             }
@@ -1048,11 +1140,18 @@ impl Machine<'_> {
 
     /// Sends the attempt to a worker; a node with a `timeout` gets its
     /// deadline in `wake_at`, which the timer loop fires like any timer.
+    /// A SUB_WORKFLOW's attempt instead asks the engine for its child run
+    /// (RUNNING: no worker will lease it).
     fn dispatch(&mut self, t: usize) {
         let deadline = self.wf.nodes[self.run.tasks[t].node].timeout.map(|d| later(self.now, d));
         self.run.tasks[t].wake_at = deadline;
-        self.run.tasks[t].state = TaskState::Pending;
-        self.tr.dispatch.push(t);
+        if matches!(self.wf.nodes[self.run.tasks[t].node].kind, NodeKind::SubWorkflow { .. }) {
+            self.run.tasks[t].state = TaskState::Running;
+            self.tr.children.push(t);
+        } else {
+            self.run.tasks[t].state = TaskState::Pending;
+            self.tr.dispatch.push(t);
+        }
         let payload = self.task_payload(t, json!({}));
         self.tr.log(HistoryKind::TaskDispatched, payload);
     }

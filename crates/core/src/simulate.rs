@@ -15,7 +15,8 @@ use uuid::Uuid;
 use crate::definition::{NodeKind, Workflow};
 use crate::machine::{self, Event, Run, RunStatus, TaskState};
 
-/// What the simulated world answers.
+/// What the simulated world answers. A SUB_WORKFLOW's child run is not
+/// simulated: its mock is the child's output (or `--fail` fails the child).
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub input: Value,
@@ -98,6 +99,15 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
     let mock = || lookup(&opts.mocks, own.as_deref(), &node.id).cloned().unwrap_or_else(|| json!({}));
     let failure = lookup(&opts.failures, own.as_deref(), &node.id).cloned();
     Some(match (task.state, &node.kind) {
+        // A child run is not simulated: it "ends" with the mock, or fails.
+        (TaskState::Running, NodeKind::SubWorkflow { .. }) => Event::ChildFinished {
+            task_id: task.id,
+            attempt: task.attempt,
+            child: Some(Uuid::nil()),
+            status: if failure.is_some() { RunStatus::Failed } else { RunStatus::Succeeded },
+            output: failure.is_none().then(mock),
+            error: failure,
+        },
         (TaskState::Pending | TaskState::Running, _) => match failure {
             Some(message) => {
                 Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: message, retryable: true }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::{Client, Result};
+use crate::{Client, Result, Transaction};
 
 #[derive(Debug, Clone)]
 pub struct DefinitionRow {
@@ -87,6 +87,18 @@ pub async fn by_name(client: &Client, name: &str, version: Option<i32>) -> Resul
         ))
         .await?;
     client.query_opt(&stmt, &[&name, &version]).await?.map(|r| DefinitionRow::from_row(&r)).transpose()
+}
+
+/// [`by_name`], inside a transaction.
+pub async fn by_name_in(tx: &Transaction<'_>, name: &str, version: Option<i32>) -> Result<Option<DefinitionRow>> {
+    let stmt = tx
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM workflow_definitions
+              WHERE name = $1 AND ($2::int4 IS NULL OR version = $2)
+              ORDER BY version DESC LIMIT 1"
+        ))
+        .await?;
+    tx.query_opt(&stmt, &[&name, &version]).await?.map(|r| DefinitionRow::from_row(&r)).transpose()
 }
 
 /// Every version of `name`, newest first.

@@ -13,6 +13,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (7, "attempt_deadlines", include_str!("../migrations/0007_attempt_deadlines.sql")),
     (8, "run_deadlines", include_str!("../migrations/0008_run_deadlines.sql")),
     (9, "map_items", include_str!("../migrations/0009_map_items.sql")),
+    (10, "sub_workflows", include_str!("../migrations/0010_sub_workflows.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

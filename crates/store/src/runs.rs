@@ -30,17 +30,31 @@ pub struct RunRow {
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     pub deadline: Option<DateTime<Utc>>,
+    /// For a SUB_WORKFLOW's child: the task (and its attempt) that started it.
+    pub parent: Option<Parent>,
+    /// How many parents it has.
+    pub depth: i32,
+}
+
+/// The SUB_WORKFLOW attempt a child run reports to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parent {
+    pub run_id: Uuid,
+    pub task_id: Uuid,
+    pub attempt: i32,
 }
 
 /// A list's columns: the same, without the input and output (a page of
 /// runs must not carry their data; read one run for that).
 const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, \
                                'null'::jsonb AS input, NULL::jsonb AS output, \
-                               error, idempotency_key, created_at, updated_at, finished_at, deadline";
+                               error, idempotency_key, created_at, updated_at, finished_at, deadline, \
+                               parent_run_id, parent_task_id, parent_attempt, depth";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
-                           error, idempotency_key, created_at, updated_at, finished_at, deadline";
+                           error, idempotency_key, created_at, updated_at, finished_at, deadline, \
+                           parent_run_id, parent_task_id, parent_attempt, depth";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -59,6 +73,11 @@ impl RunRow {
             updated_at: r.try_get("updated_at")?,
             finished_at: r.try_get("finished_at")?,
             deadline: r.try_get("deadline")?,
+            parent: match (r.try_get("parent_run_id")?, r.try_get("parent_task_id")?, r.try_get("parent_attempt")?) {
+                (Some(run_id), Some(task_id), Some(attempt)) => Some(Parent { run_id, task_id, attempt }),
+                _ => None,
+            },
+            depth: r.try_get("depth")?,
         })
     }
 }
@@ -137,6 +156,8 @@ pub struct NewRun<'a> {
     pub idempotency_key: Option<&'a str>,
     /// When the run times out, if its definition has a `timeout`.
     pub deadline: Option<DateTime<Utc>>,
+    pub parent: Option<Parent>,
+    pub depth: i32,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
@@ -144,10 +165,12 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
     let stmt = tx
         .prepare_cached(&format!(
             "INSERT INTO workflow_runs
-                    (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline)
-             VALUES ($1, $2, $3, $4, 'RUNNING', $5, $6, $7) RETURNING {RUN_COLUMNS}"
+                    (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
+                     parent_run_id, parent_task_id, parent_attempt, depth)
+             VALUES ($1, $2, $3, $4, 'RUNNING', $5, $6, $7, $8, $9, $10, $11) RETURNING {RUN_COLUMNS}"
         ))
         .await?;
+    let parent = run.parent;
     let row = tx
         .query_one(
             &stmt,
@@ -159,6 +182,10 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 run.input,
                 &run.idempotency_key,
                 &run.deadline,
+                &parent.map(|p| p.run_id),
+                &parent.map(|p| p.task_id),
+                &parent.map(|p| p.attempt),
+                &run.depth,
             ],
         )
         .await?;
@@ -337,6 +364,96 @@ pub async fn items(client: &Client, run_id: Uuid, map: Uuid, after: i32, limit: 
     client.query(&stmt, &[&run_id, &map, &after, &limit]).await?.iter().map(TaskRow::from_row).collect()
 }
 
+/// A SUB_WORKFLOW task as it now stands, for [`stale_children`].
+#[derive(Debug, Clone, Copy)]
+pub struct ChildHolder {
+    pub task_id: Uuid,
+    pub attempt: i32,
+    /// Still waiting for its child (RUNNING).
+    pub waiting: bool,
+}
+
+/// Open child runs of `tasks` that their task no longer waits for: it ended,
+/// or a newer attempt started.
+pub async fn stale_children(client: &Client, tasks: &[ChildHolder]) -> Result<Vec<Uuid>> {
+    let ids: Vec<Uuid> = tasks.iter().map(|t| t.task_id).collect();
+    let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
+    let waiting: Vec<bool> = tasks.iter().map(|t| t.waiting).collect();
+    let rows = client
+        .query(
+            "SELECT c.id FROM workflow_runs c
+               JOIN unnest($1::uuid[], $2::int4[], $3::bool[]) AS u(task_id, attempt, waiting)
+                 ON c.parent_task_id = u.task_id
+              WHERE c.status IN ('RUNNING', 'PAUSED') AND NOT (u.waiting AND c.parent_attempt = u.attempt)",
+            &[&ids, &attempts, &waiting],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// A child run that ended, and the attempt it reports to.
+#[derive(Debug, Clone)]
+pub struct FinishedChild {
+    pub id: Uuid,
+    pub parent: Parent,
+    pub status: RunStatus,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+}
+
+/// For the recovery sweep: SUB_WORKFLOW attempts still waiting (untouched
+/// for `older_than`) whose child run has ended — the coordinator that ended
+/// it died before telling the parent.
+pub async fn unreported_children(
+    client: &Client,
+    older_than: std::time::Duration,
+    limit: i64,
+) -> Result<Vec<FinishedChild>> {
+    let rows = client
+        .query(
+            "SELECT c.id, c.parent_run_id, c.parent_task_id, c.parent_attempt, c.status, c.output, c.error
+               FROM task_instances t
+               JOIN workflow_runs c ON c.parent_task_id = t.id AND c.parent_attempt = t.attempt
+              WHERE t.state = 'RUNNING' AND t.node_type = 'SUB_WORKFLOW'
+                AND t.updated_at < now() - make_interval(secs => $1)
+                AND c.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+              LIMIT $2",
+            &[&older_than.as_secs_f64(), &limit],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let status: String = r.try_get(4)?;
+            Ok(FinishedChild {
+                id: r.try_get(0)?,
+                parent: Parent { run_id: r.try_get(1)?, task_id: r.try_get(2)?, attempt: r.try_get(3)? },
+                status: RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?,
+                output: r.try_get(5)?,
+                error: r.try_get(6)?,
+            })
+        })
+        .collect()
+}
+
+/// For the recovery sweep: open child runs whose parent attempt has moved
+/// on (it ended, or a newer attempt started) — the coordinator that moved it
+/// died before cancelling them.
+pub async fn orphaned_children(client: &Client, older_than: std::time::Duration, limit: i64) -> Result<Vec<Uuid>> {
+    let rows = client
+        .query(
+            "SELECT c.id
+               FROM workflow_runs c
+               JOIN task_instances t ON t.run_id = c.parent_run_id AND t.id = c.parent_task_id
+              WHERE c.parent_run_id IS NOT NULL AND c.status IN ('RUNNING', 'PAUSED')
+                AND (t.state <> 'RUNNING' OR t.attempt <> c.parent_attempt)
+                AND t.updated_at < now() - make_interval(secs => $1)
+              LIMIT $2",
+            &[&older_than.as_secs_f64(), &limit],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
 /// Only the run's status, for cheap polling.
 pub async fn status(client: &Client, run_id: Uuid) -> Result<Option<RunStatus>> {
     let stmt = client.prepare_cached("SELECT status FROM workflow_runs WHERE id = $1").await?;
@@ -382,24 +499,28 @@ pub async fn history(client: &Client, run_id: Uuid, after_seq: i64, limit: i64) 
 /// A page of runs, newest first. `before` is the last id of the previous page
 /// (keyset pagination: UUIDv7 ids sort by creation).
 /// A page of runs, newest first, without their input and output.
-pub async fn list(
-    client: &Client,
-    workflow: Option<&str>,
-    status: Option<RunStatus>,
-    before: Option<Uuid>,
-    limit: i64,
-) -> Result<Vec<RunRow>> {
+/// Which runs a list shows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunFilter<'a> {
+    pub workflow: Option<&'a str>,
+    pub status: Option<RunStatus>,
+    /// Child runs of this run.
+    pub parent: Option<Uuid>,
+}
+
+pub async fn list(client: &Client, filter: &RunFilter<'_>, before: Option<Uuid>, limit: i64) -> Result<Vec<RunRow>> {
     let stmt = client
         .prepare_cached(&format!(
             "SELECT {SUMMARY_COLUMNS} FROM workflow_runs
               WHERE ($1::text IS NULL OR workflow_name = $1)
                 AND ($2::text IS NULL OR status = $2)
                 AND ($3::uuid IS NULL OR id < $3)
+                AND ($5::uuid IS NULL OR parent_run_id = $5)
               ORDER BY id DESC LIMIT $4"
         ))
         .await?;
-    let status = status.map(|s| s.as_str());
-    let rows = client.query(&stmt, &[&workflow, &status, &before, &limit]).await?;
+    let status = filter.status.map(|s| s.as_str());
+    let rows = client.query(&stmt, &[&filter.workflow, &status, &before, &limit, &filter.parent]).await?;
     rows.iter().map(RunRow::from_row).collect()
 }
 

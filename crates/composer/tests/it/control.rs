@@ -1,4 +1,5 @@
-//! Control flow beyond a fixed DAG: MAP over a list computed at run time.
+//! Control flow beyond a fixed DAG: MAP over a list computed at run time,
+//! SUB_WORKFLOW.
 
 use std::time::Duration;
 
@@ -155,5 +156,173 @@ async fn a_bad_map_definition_is_a_400_naming_node_and_field() {
     let run = e.wait_for_run(id, T).await;
     assert_eq!(run["status"], "FAILED");
     assert!(run["error"].as_str().unwrap().contains("more than map_max_items (100000)"), "{run}");
+    e.stop().await;
+}
+
+/// The runs a run started (its SUB_WORKFLOW children), oldest first.
+async fn children(e: &Engine, parent: Uuid) -> Vec<Value> {
+    let (status, page) = e.get(&format!("/v1/runs?parent_run_id={parent}&limit=1000")).await;
+    assert_eq!(status, 200, "{page}");
+    let mut runs = page["runs"].as_array().unwrap().clone();
+    runs.reverse();
+    runs
+}
+
+#[tokio::test]
+async fn a_sub_workflow_runs_a_child_whose_output_is_the_node_output() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "quote", "nodes": [
+        {"id": "price", "type": "TRANSFORM", "config": {"output": {"total": "${ .input.qty * 3 }"}}}],
+        "output": "${ .nodes.price.output }"}))
+        .await;
+    e.register(&json!({"name": "notify", "nodes": [
+        {"id": "send", "type": "HTTP", "config": {"method": "POST", "url": http.url("/echo/notify"), "body": "${ .input }"}}],
+        "output": "${ .nodes.send.output.body.body }"})).await;
+    e.register(&json!({"name": "order", "nodes": [
+        {"id": "quote", "type": "SUB_WORKFLOW", "config": {"workflow": "quote", "input": {"qty": "${ .input.qty }"}}},
+        {"id": "notify", "type": "SUB_WORKFLOW", "config": {"workflow": "notify", "version": 1,
+            "input": {"total": "${ .nodes.quote.output.total }"}}}],
+        "edges": [{"from": "quote", "to": "notify"}]}))
+        .await;
+    let id = e.start_run("order", json!({"qty": 4})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(e.task(id, "quote").await["output"], json!({"total": 12}), "a child that ends as it starts");
+    assert_eq!(run["output"], json!({"notify": {"total": 12}}), "a child that calls a worker");
+    let kids = children(&e, id).await;
+    assert_eq!(kids.len(), 2, "{kids:?}");
+    let (quote, notify) = (e.task(id, "quote").await, e.task(id, "notify").await);
+    assert_eq!((kids[0]["workflow"].clone(), kids[0]["parent_task_id"].clone()), (json!("quote"), quote["id"].clone()));
+    assert_eq!(
+        (kids[1]["workflow"].clone(), kids[1]["parent_task_id"].clone()),
+        (json!("notify"), notify["id"].clone())
+    );
+    let (_, child) = e.get(&format!("/v1/runs/{}", kids[1]["id"].as_str().unwrap())).await;
+    assert_eq!(child["parent_run_id"], json!(id.to_string()));
+    assert_eq!(child["input"], json!({"total": 12}));
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_child_fails_the_attempt_and_the_retry_starts_one_new_child() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    // The child's only step answers 503 once: the first child fails, the
+    // parent's retry starts a second, which succeeds.
+    e.register(&json!({"name": "charge", "nodes": [
+        {"id": "pay", "type": "HTTP", "retry": {"max_attempts": 1}, "config": {"url": http.url("/flaky/1/pay")}}]}))
+        .await;
+    e.register(&json!({"name": "checkout", "nodes": [
+        {"id": "charge", "type": "SUB_WORKFLOW", "retry": {"max_attempts": 2, "initial_backoff": "100ms"},
+         "config": {"workflow": "charge"}}]}))
+        .await;
+    let id = e.start_run("checkout", json!({})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let kids = children(&e, id).await;
+    let statuses: Vec<&str> = kids.iter().map(|k| k["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, vec!["FAILED", "SUCCEEDED"], "one child per attempt");
+    let retry = e.history(id, "TaskRetryScheduled").await;
+    assert!(retry[0]["payload"]["error"].as_str().unwrap().contains("FAILED"), "{retry:?}");
+    assert_eq!(e.task(id, "charge").await["attempt"], 2);
+
+    // A workflow that is not registered fails the node for good.
+    e.register(&json!({"name": "dangling", "nodes": [
+        {"id": "x", "type": "SUB_WORKFLOW", "config": {"workflow": "nowhere"}}]}))
+        .await;
+    let id = e.start_run("dangling", json!({})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED");
+    assert!(run["error"].as_str().unwrap().contains("workflow \"nowhere\" is not registered"), "{run}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_parent_cancels_its_open_children_and_theirs() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "forever", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "never", "key": "k"}}]}))
+        .await;
+    e.register(&json!({"name": "middle", "nodes": [
+        {"id": "down", "type": "SUB_WORKFLOW", "config": {"workflow": "forever"}}]}))
+        .await;
+    e.register(&json!({"name": "top", "nodes": [
+        {"id": "down", "type": "SUB_WORKFLOW", "config": {"workflow": "middle"}}]}))
+        .await;
+    let id = e.start_run("top", json!({})).await;
+    let kids = children(&e, id).await;
+    assert_eq!(kids.len(), 1);
+    let middle: Uuid = kids[0]["id"].as_str().unwrap().parse().unwrap();
+    let grandkids = children(&e, middle).await;
+    assert_eq!(grandkids.len(), 1, "started in the same commit as its parent");
+    let grandchild: Uuid = grandkids[0]["id"].as_str().unwrap().parse().unwrap();
+    let (status, _) = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
+    assert_eq!(status, 200);
+    for run in [middle, grandchild] {
+        let r = e.wait_for_run(run, T).await;
+        assert_eq!(r["status"], "CANCELLED", "{r}");
+    }
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_workflow_calling_itself_stops_at_the_nesting_limit_without_retrying_it() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "recurse", "nodes": [
+        {"id": "again", "type": "SUB_WORKFLOW", "config": {"workflow": "recurse"}}]}))
+        .await;
+    let id = e.start_run("recurse", json!({})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["error"].as_str().unwrap().contains("sub_workflow_max_depth"), "{run}");
+    let (_, all) = e.get("/v1/runs?workflow=recurse&limit=1000").await;
+    assert_eq!(all["runs"].as_array().unwrap().len(), 33, "the run and 32 levels of children, each started once");
+    e.stop().await;
+}
+
+/// A coordinator that commits a child's end, or its parent's move, and dies
+/// before telling the other run: the recovery sweep tells it.
+#[tokio::test]
+async fn what_a_dead_coordinator_did_not_tell_parent_or_child_the_recovery_sweep_does() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "held", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "never", "key": "k"}}]}))
+        .await;
+    e.register(&json!({"name": "holder", "nodes": [
+        {"id": "call", "type": "SUB_WORKFLOW", "config": {"workflow": "held"}}]}))
+        .await;
+    let pool = e.db.pool();
+    let db = pool.get().await.unwrap();
+
+    // The child ended; its parent never heard.
+    let parent = e.start_run("holder", json!({})).await;
+    let child: Uuid = children(&e, parent).await[0]["id"].as_str().unwrap().parse().unwrap();
+    db.execute(
+        "UPDATE workflow_runs SET status = 'SUCCEEDED', output = '{\"v\": 1}', finished_at = now() WHERE id = $1",
+        &[&child],
+    )
+    .await
+    .unwrap();
+    db.execute("UPDATE task_instances SET updated_at = now() - interval '1 minute' WHERE run_id = $1", &[&parent])
+        .await
+        .unwrap();
+    let run = e.wait_for_run(parent, T).await;
+    assert_eq!((run["status"].as_str(), run["output"].clone()), (Some("SUCCEEDED"), json!({"call": {"v": 1}})));
+
+    // The parent moved on (here: cancelled); its child was never told.
+    let parent = e.start_run("holder", json!({})).await;
+    let child: Uuid = children(&e, parent).await[0]["id"].as_str().unwrap().parse().unwrap();
+    db.execute("UPDATE workflow_runs SET status = 'CANCELLED', finished_at = now() WHERE id = $1", &[&parent])
+        .await
+        .unwrap();
+    db.execute(
+        "UPDATE task_instances SET state = 'CANCELLED', updated_at = now() - interval '1 minute' WHERE run_id = $1",
+        &[&parent],
+    )
+    .await
+    .unwrap();
+    let run = e.wait_for_run(child, T).await;
+    assert_eq!(run["status"], "CANCELLED", "{run}");
     e.stop().await;
 }

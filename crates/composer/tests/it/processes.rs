@@ -466,6 +466,69 @@ async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_ap
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A coordinator is SIGKILLed while child runs are starting and ending: the
+/// other finishes the parent, and each (task, attempt) has one child.
+#[tokio::test]
+async fn children_starting_when_a_coordinator_is_killed_are_started_once_and_finish() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let http = FakeHttp::start().await;
+    let dir = composer_embedded::temp_dir("kill-mid-children").unwrap();
+    let mut coordinators = Vec::new();
+    let mut urls = Vec::new();
+    for i in 0..2 {
+        let addr_file = dir.join(format!("c{i}.addr"));
+        coordinators.push(Proc::spawn(
+            coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
+                .env("COMPOSER_RECOVERY_INTERVAL", "1s")
+                .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s"),
+        ));
+        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
+    }
+    let mut worker = Proc::spawn(
+        worker_cmd(&db, &redis, &prefix, &urls.join(","))
+            .env("COMPOSER_LEASE_TTL", "2s")
+            .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
+    );
+    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let child = json!({"name": "one_call", "nodes": [
+        {"id": "call", "type": "HTTP", "config": {"url": format!("{}/${{ .input.i }}", http.url("/slow/30/child"))}}],
+        "output": "${ .input.i }"});
+    let parent = json!({"name": "fan_out", "nodes": [
+        {"id": "each", "type": "MAP", "config": {"items": "${ [range(40)] }", "max_concurrency": 8,
+         "node": {"type": "SUB_WORKFLOW", "config": {"workflow": "one_call", "input": {"i": "${ .item }"}}}}}]});
+    assert_eq!(clients[0].post("/v1/workflows", &child).await.0, 201);
+    assert_eq!(clients[0].post("/v1/workflows", &parent).await.0, 201);
+    let (status, run) = clients[0].post("/v1/runs", &json!({"workflow": "fan_out"})).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = clients[1].get(&format!("/v1/runs/{id}")).await;
+        if run["tasks"][0]["progress"]["completed"].as_u64().unwrap_or(0) >= 10 {
+            break;
+        }
+        assert!(Instant::now() < until, "the children did not get going: {run}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill9(&mut coordinators[0]);
+
+    let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["output"]["each"], json!((0..40).collect::<Vec<_>>()), "each child's output in its item's place");
+    let kids = clients[1].get(&format!("/v1/runs?parent_run_id={id}&limit=1000")).await;
+    let kids = kids["runs"].as_array().unwrap();
+    let holders: HashSet<&str> = kids.iter().map(|k| k["parent_task_id"].as_str().unwrap()).collect();
+    assert_eq!((kids.len(), holders.len()), (40, 40), "one child per item (every item at attempt 1)");
+    assert!(kids.iter().all(|k| k["status"] == "SUCCEEDED"));
+    let items = clients[1].get(&format!("/v1/runs/{id}/items?node=each&limit=1000")).await;
+    assert!(items["items"].as_array().unwrap().iter().all(|i| i["attempt"] == 1), "{items}");
+    assert!(worker.terminate(Duration::from_secs(30)).success());
+    assert!(coordinators[1].terminate(Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A secret used in a header reaches the target, and nothing else: not the
 /// database, not the API, not a log line (at debug level), not the step's
 /// output even when the target echoes it.

@@ -95,6 +95,13 @@ impl Machine<'_> {
                     .eval_in(Some(&scope))
                     .and_then(|v| storable::check(&v, "config.output", max).map(|()| v))
                     .map_err(|e| format!("config.output: {e}")),
+                // A child's input is data for a run, not a request a worker
+                // resolves secrets in: nothing to escape.
+                NodeKind::SubWorkflow { .. } => template
+                    .template
+                    .eval_in(Some(&scope))
+                    .and_then(|v| storable::check(&v, "config", max).map(|()| v))
+                    .map_err(|e| format!("config: {e}")),
                 _ => template
                     .template
                     .eval_input(Some(&scope))

@@ -500,14 +500,26 @@ fn a_run_past_its_timeout_fails_and_its_open_tasks_are_cancelled() {
     assert!(s.apply(Event::RunTimedOut).ignored.is_some(), "once");
 }
 
-/// A random DAG whose nodes have a timeout per attempt, and (sometimes) a
-/// timeout for the whole run.
-fn random_bounded_workflow(n: usize, edge_bits: &[bool], max_attempts: u32, run_timeout: bool) -> Workflow {
+/// A random DAG whose nodes (HTTP, or SUB_WORKFLOW where `sub_bits` says)
+/// have a timeout per attempt, and (sometimes) a timeout for the whole run.
+fn random_bounded_workflow(
+    n: usize,
+    edge_bits: &[bool],
+    sub_bits: &[bool],
+    max_attempts: u32,
+    run_timeout: bool,
+) -> Workflow {
     let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
     let nodes: Vec<Value> = names
         .iter()
-        .map(|id| {
-            json!({"id": id, "type": "HTTP", "config": {"url": "http://h/x"}, "timeout": "30m",
+        .enumerate()
+        .map(|(i, id)| {
+            let (kind, config) = if sub_bits[i % sub_bits.len()] {
+                ("SUB_WORKFLOW", json!({"workflow": "child", "input": {"n": i}}))
+            } else {
+                ("HTTP", json!({"url": "http://h/x"}))
+            };
+            json!({"id": id, "type": kind, "config": config, "timeout": "30m",
                    "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"}})
         })
         .collect();
@@ -531,19 +543,23 @@ fn random_bounded_workflow(n: usize, edge_bits: &[bool], max_attempts: u32, run_
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
-    /// With attempt deadlines firing, pauses and resumes at random and a run
-    /// timeout: still each (task, attempt) ends once — by its report or by
-    /// its timeout, never both — and every run ends.
+    /// With SUB_WORKFLOW nodes whose children end (or never do) at random,
+    /// attempt deadlines firing, pauses and resumes at random and a run
+    /// timeout: still each (task, attempt) ends once — by its report, its
+    /// child or its timeout, never two of them — each attempt of a
+    /// SUB_WORKFLOW asks for one child, and every run ends.
     #[test]
     fn with_timeouts_and_pauses_every_attempt_ends_once_and_every_run_ends(
         n in 1usize..8,
         edge_bits in proptest::collection::vec(any::<bool>(), 1..30),
+        sub_bits in proptest::collection::vec(any::<bool>(), 1..8),
         max_attempts in 1u32..4,
         run_timeout in any::<bool>(),
         seed in 1u64..u64::MAX,
     ) {
         let mut rng = Rng(seed);
-        let mut s = Sim::new(random_bounded_workflow(n, &edge_bits, max_attempts, run_timeout));
+        let mut s = Sim::new(random_bounded_workflow(n, &edge_bits, &sub_bits, max_attempts, run_timeout));
+        let mut asked = std::collections::HashSet::new();
         let mut inbox = vec![Event::RunStarted];
         let mut ended = std::collections::HashSet::new();
         let mut steps = 0;
@@ -577,7 +593,9 @@ proptest! {
                 continue;
             }
             match &event {
-                Event::TaskCompleted { task_id, attempt, .. } | Event::TaskFailed { task_id, attempt, .. } => {
+                Event::TaskCompleted { task_id, attempt, .. }
+                | Event::TaskFailed { task_id, attempt, .. }
+                | Event::ChildFinished { task_id, attempt, .. } => {
                     prop_assert!(ended.insert((*task_id, *attempt)), "an attempt ended twice");
                 }
                 Event::TimerFired { task_id } => {
@@ -586,6 +604,26 @@ proptest! {
                     }
                 }
                 _ => {}
+            }
+            for &t in &tr.children {
+                let task = &s.run.tasks[t];
+                prop_assert!(asked.insert((task.id, task.attempt)), "two children for one attempt");
+                // Some children never end: the attempt's deadline ends it.
+                if rng.chance(80) {
+                    let status = [RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled][rng.below(3)];
+                    inbox.push(Event::ChildFinished {
+                        task_id: task.id,
+                        attempt: task.attempt,
+                        child: Some(Uuid::from_u128(rng.next() as u128)),
+                        status,
+                        output: Some(json!(t)),
+                        error: None,
+                    });
+                }
+                // A worker may try to report for it too; it is refused.
+                if rng.chance(10) {
+                    inbox.push(Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!("forged") });
+                }
             }
             for &t in &tr.dispatch {
                 let task = &s.run.tasks[t];
@@ -1079,4 +1117,113 @@ fn an_item_result_needs_only_that_item_until_the_next_must_start_or_the_output_g
     e.apply(done);
     assert_eq!(e.stored.status, RunStatus::Succeeded);
     assert_eq!(e.stored.output, Some(json!({"shipped": [0, 1, 2], "count": 3})));
+}
+
+// ---- SUB_WORKFLOW ----
+
+fn sub_wf(max_attempts: u32) -> Workflow {
+    parse(json!({"name": "parent", "nodes": [
+        {"id": "bill", "type": "SUB_WORKFLOW", "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"},
+         "config": {"workflow": "billing", "version": 3, "input": {"customer": "${ .input.x }"}}}]}))
+}
+
+fn child_done(s: &Sim, node: &str, status: RunStatus, output: Option<Value>) -> Event {
+    let t = s.task(node);
+    Event::ChildFinished {
+        task_id: t.id,
+        attempt: t.attempt,
+        child: Some(Uuid::from_u128(77)),
+        status,
+        output,
+        error: (status != RunStatus::Succeeded).then(|| "card declined".to_string()),
+    }
+}
+
+#[test]
+fn a_sub_workflow_asks_for_its_child_and_takes_the_child_output() {
+    let mut s = Sim::new(sub_wf(1));
+    let tr = s.apply(Event::RunStarted);
+    assert_eq!(tr.children, vec![0], "one child for the attempt");
+    assert!(tr.dispatch.is_empty(), "no worker runs it");
+    assert_eq!(s.task("bill").state, TaskState::Running);
+    assert_eq!(s.task("bill").input, json!({"workflow": "billing", "version": 3, "input": {"customer": 1}}));
+    s.apply(child_done(&s, "bill", RunStatus::Succeeded, Some(json!({"paid": true}))));
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.run.output, Some(json!({"bill": {"paid": true}})));
+}
+
+#[test]
+fn a_failed_child_fails_the_attempt_and_the_retry_asks_for_a_new_child() {
+    let mut s = Sim::new(sub_wf(2));
+    s.apply(Event::RunStarted);
+    s.apply(child_done(&s, "bill", RunStatus::Failed, None));
+    let bill = s.task("bill").clone();
+    assert_eq!(bill.state, TaskState::Waiting);
+    assert!(bill.error.as_deref().unwrap().contains("FAILED: card declined"), "{:?}", bill.error);
+    s.now += chrono::Duration::seconds(2);
+    let tr = s.apply(Event::TimerFired { task_id: bill.id });
+    assert_eq!(tr.children, vec![0]);
+    assert_eq!(s.task("bill").attempt, 2);
+    let stale = Event::ChildFinished {
+        task_id: bill.id,
+        attempt: 1,
+        child: Some(Uuid::from_u128(77)),
+        status: RunStatus::Succeeded,
+        output: None,
+        error: None,
+    };
+    assert_eq!(s.apply(stale).ignored_kind, Some(IgnoreKind::StaleAttempt), "the first child's late end");
+    s.apply(child_done(&s, "bill", RunStatus::Cancelled, None));
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert!(s.run.error.as_deref().unwrap().contains("CANCELLED"));
+}
+
+#[test]
+fn a_child_that_cannot_start_fails_the_node_for_good() {
+    let mut s = Sim::new(sub_wf(5));
+    s.apply(Event::RunStarted);
+    let t = s.task("bill").clone();
+    s.apply(Event::ChildFinished {
+        task_id: t.id,
+        attempt: 1,
+        child: None,
+        status: RunStatus::Failed,
+        output: None,
+        error: Some("workflow \"billing\" version 3 is not registered".into()),
+    });
+    assert_eq!(s.task("bill").state, TaskState::Failed);
+    assert_eq!(s.run.status, RunStatus::Failed);
+}
+
+#[test]
+fn a_worker_cannot_report_for_a_sub_workflow_task() {
+    let mut s = Sim::new(sub_wf(1));
+    s.apply(Event::RunStarted);
+    let t = s.task("bill").clone();
+    let forged = s.apply(Event::TaskCompleted { task_id: t.id, attempt: 1, output: json!("forged") });
+    assert_eq!(forged.ignored_kind, Some(IgnoreKind::NotDispatched));
+    let forged = s.apply(Event::TaskFailed { task_id: t.id, attempt: 1, error: "x".into(), retryable: false });
+    assert_eq!(forged.ignored_kind, Some(IgnoreKind::NotDispatched));
+    assert_eq!(s.task("bill").state, TaskState::Running);
+}
+
+#[test]
+fn a_map_of_sub_workflows_asks_for_a_child_per_started_item() {
+    let wf = parse(json!({"name": "fan", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": [1, 2, 3], "max_concurrency": 2,
+        "node": {"type": "SUB_WORKFLOW", "config": {"workflow": "one", "input": {"n": "${ .item }"}}}}}]}));
+    let mut s = Sim::new(wf);
+    let tr = s.apply(Event::RunStarted);
+    assert_eq!(tr.children.len(), 2);
+    assert_eq!(s.item(1).input, json!({"workflow": "one", "input": {"n": 2}}));
+    let first = s.item(0).clone();
+    let tr = s.apply(Event::ChildFinished {
+        task_id: first.id,
+        attempt: 1,
+        child: Some(Uuid::from_u128(5)),
+        status: RunStatus::Succeeded,
+        output: Some(json!("ok")),
+        error: None,
+    });
+    assert_eq!(tr.children.len(), 1, "the next item's child");
 }
