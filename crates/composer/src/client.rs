@@ -73,7 +73,7 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             print(&serde_json::to_value(&run)?);
             match run.status {
                 RunStatus::Succeeded => return Ok(ExitCode::SUCCESS),
-                RunStatus::Running | RunStatus::Paused => {
+                RunStatus::Queued | RunStatus::Running | RunStatus::Paused => {
                     bail!("run {} still {} after {}", run.id, run.status, composer_core::duration::format(timeout))
                 }
                 _ => return Ok(ExitCode::FAILURE),

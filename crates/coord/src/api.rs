@@ -129,6 +129,7 @@ impl From<EngineError> for ApiError {
                 e.retry_after = Some(1);
                 e
             }
+            EngineError::Rejected(message) => ApiError::bad_request(message),
             e @ EngineError::Fault { .. } => {
                 let mut err = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "engine_fault", e.to_string());
                 err.cause = Some(e.to_string());
@@ -451,7 +452,7 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
     let status = match q.get("status") {
         Some(v) => Some(RunStatus::parse(&v.to_ascii_uppercase()).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "status: expected RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED, got {v:?}"
+                "status: expected QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED, got {v:?}"
             ))
         })?),
         None => None,

@@ -32,6 +32,10 @@ pub enum EngineError {
     /// Applying the event panicked: a bug, contained to this event.
     #[error("engine fault applying {event} to run {run_id}: {message}")]
     Fault { run_id: Uuid, event: &'static str, message: String },
+    /// The request cannot be served as given (a run input whose
+    /// concurrency key does not evaluate).
+    #[error("{0}")]
+    Rejected(String),
 }
 
 impl EngineError {
@@ -171,8 +175,11 @@ impl Engine {
                 return Ok((existing, false));
             }
         }
-        let deadline =
-            wf.timeout.and_then(|d| chrono::Duration::from_std(d).ok()).and_then(|d| Utc::now().checked_add_signed(d));
+        let (key, status) = match self.admit(&tx, &wf, &def.name, input).await? {
+            Ok(admitted) => admitted,
+            Err(e) => return Err(EngineError::Rejected(e)),
+        };
+        let deadline = (status == RunStatus::Running).then(|| deadline_of(&wf)).flatten();
         let new = NewRun {
             id: Uuid::now_v7(),
             workflow_definition_id: def.id,
@@ -183,13 +190,21 @@ impl Engine {
             deadline,
             parent: None,
             depth: 0,
+            status,
+            concurrency_key: key.as_deref(),
         };
         let mut row = runs::insert_run(&tx, &new).await?;
+        if status == RunStatus::Queued {
+            tx.commit().await?;
+            composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
+            tracing::debug!(run_id = %row.id, workflow = %def.name, "run queued by its concurrency limit");
+            return Ok((row, true));
+        }
         let mut run = machine::Run::new(row.id, input.clone());
         run.max_payload = self.max_payload;
         run.deadline = deadline;
         let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
-        let mut batch = HashMap::from([(row.id, Loaded::new(wf, run, tr, None, 0))]);
+        let mut batch = HashMap::from([(row.id, Loaded::new(wf, run, tr, &row))]);
         self.start_children(&tx, &mut batch).await?;
         let changes: Vec<Change> = batch.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
         write_transitions(&tx, &changes, self.shards, self.notify_outbox).await?;
@@ -343,8 +358,11 @@ impl Engine {
             None | Some(Value::Null) => serde_json::json!({}),
             Some(v) => v.clone(),
         };
-        let deadline =
-            wf.timeout.and_then(|d| chrono::Duration::from_std(d).ok()).and_then(|d| Utc::now().checked_add_signed(d));
+        let (key, status) = match self.admit(tx, &wf, &def.name, &input).await? {
+            Ok(admitted) => admitted,
+            Err(e) => return Ok(Err(e)),
+        };
+        let deadline = (status == RunStatus::Running).then(|| deadline_of(&wf)).flatten();
         let new = NewRun {
             id: Uuid::now_v7(),
             workflow_definition_id: def.id,
@@ -355,14 +373,79 @@ impl Engine {
             deadline,
             parent: Some(parent),
             depth,
+            status,
+            concurrency_key: key.as_deref(),
         };
         let row = runs::insert_run(tx, &new).await?;
-        let mut run = machine::Run::new(row.id, input);
+        let mut run = runs::to_machine(&wf, &row, &[])?;
         run.max_payload = self.max_payload;
-        run.deadline = deadline;
-        let tr = self.apply(tx, &wf, &mut run, Event::RunStarted).await?;
-        tracing::debug!(child = %row.id, parent = %parent.run_id, workflow = %def.name, "child run started");
-        Ok(Ok(Loaded::new(wf, run, tr, Some(parent), depth)))
+        let tr = match status {
+            RunStatus::Queued => machine::Transition::default(),
+            _ => self.apply(tx, &wf, &mut run, Event::RunStarted).await?,
+        };
+        tracing::debug!(child = %row.id, parent = %parent.run_id, workflow = %def.name, %status, "child run created");
+        Ok(Ok(Loaded::new(wf, run, tr, &row)))
+    }
+
+    /// Whether a new run of `wf` may start or must wait QUEUED, and its
+    /// concurrency key. Under the key's lock (held to the commit) every
+    /// coordinator sees the same count; a run queues behind any already
+    /// queued, so the queue is first come, first served. `Err` says why the
+    /// key could not be computed from the input.
+    async fn admit(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        wf: &Workflow,
+        workflow: &str,
+        input: &Value,
+    ) -> Result<std::result::Result<(Option<String>, RunStatus), String>> {
+        let Some(limit) = &wf.concurrency else { return Ok(Ok((None, RunStatus::Running))) };
+        let key = match limit.key_of(input) {
+            Ok(k) => k,
+            Err(e) => return Ok(Err(e)),
+        };
+        runs::lock_concurrency_key(tx, workflow, &key).await?;
+        let (open, queued) = runs::concurrency_usage(tx, workflow, &key).await?;
+        let status = if queued || open >= limit.max as i64 { RunStatus::Queued } else { RunStatus::Running };
+        Ok(Ok((Some(key), status)))
+    }
+
+    /// Starts the oldest QUEUED runs of a concurrency key while it has free
+    /// slots (by the limit of the oldest run's definition); returns how many.
+    pub async fn promote(self: &Arc<Self>, workflow: &str, key: &str) -> Result<usize> {
+        let mut client = composer_store::client(&self.pool).await?;
+        let tx = client.transaction().await?;
+        runs::lock_concurrency_key(&tx, workflow, key).await?;
+        let Some(oldest) = runs::lock_queued(&tx, workflow, key, 1).await?.pop() else { return Ok(0) };
+        let wf = self.workflow(oldest.workflow_definition_id).await?;
+        let max = wf.concurrency.as_ref().map_or(i64::MAX, |c| c.max as i64);
+        let (open, _) = runs::concurrency_usage(&tx, workflow, key).await?;
+        if open >= max {
+            return Ok(0);
+        }
+        let mut batch = HashMap::new();
+        for row in runs::lock_queued(&tx, workflow, key, max - open).await? {
+            let wf = self.workflow(row.workflow_definition_id).await?;
+            let deadline = deadline_of(&wf);
+            runs::set_running(&tx, row.id, deadline).await?;
+            let mut run = runs::to_machine(&wf, &row, &[])?;
+            run.status = RunStatus::Running;
+            run.deadline = deadline;
+            run.max_payload = self.max_payload;
+            let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
+            batch.insert(row.id, Loaded::new(wf, run, tr, &row));
+        }
+        let promoted = batch.len();
+        self.start_children(&tx, &mut batch).await?;
+        let changes: Vec<Change> = batch.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
+        write_transitions(&tx, &changes, self.shards, self.notify_outbox).await?;
+        tx.commit().await?;
+        if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
+            self.outbox_wake.notify_one();
+        }
+        self.follow_up(FollowUps::of(batch.values()));
+        tracing::debug!(workflow, key, promoted, "queued runs started");
+        Ok(promoted)
     }
 
     /// Applies `event` to the run under its lock and commits the result.
@@ -457,11 +540,16 @@ impl Engine {
     /// result to its parent, a cancel to a child its parent no longer waits
     /// for. A crash before this is covered by the recovery sweep.
     fn follow_up(self: &Arc<Self>, followups: FollowUps) {
-        if followups.reports.is_empty() && followups.holders.is_empty() {
+        if followups.reports.is_empty() && followups.holders.is_empty() && followups.freed.is_empty() {
             return;
         }
         let engine = self.clone();
         tokio::spawn(async move {
+            for (workflow, key) in followups.freed {
+                if let Err(e) = Box::pin(engine.promote(&workflow, &key)).await {
+                    tracing::warn!(workflow, key, error = %e, "starting queued runs failed; the timer loop will");
+                }
+            }
             for (run_id, event) in followups.reports {
                 if let Err(e) = engine.handle(run_id, event).await {
                     tracing::warn!(%run_id, error = %e, "reporting a child run to its parent failed; recovery will");
@@ -589,7 +677,7 @@ impl Engine {
             if of_run().any(|e| matches!(e, Event::ResumeRun)) {
                 load_items(tx, &wf, &mut run, None, runs::Items::Held).await?;
             }
-            runs.insert(row.id, Loaded::new(wf, run, machine::Transition::default(), row.parent, row.depth));
+            runs.insert(row.id, Loaded::new(wf, run, machine::Transition::default(), &row));
         }
         Ok(runs)
     }
@@ -650,6 +738,8 @@ struct Loaded {
     /// The SUB_WORKFLOW attempt this run reports to, if it is a child.
     parent: Option<runs::Parent>,
     depth: i32,
+    /// `(workflow, key)` of a run under a concurrency limit.
+    limit: Option<(String, String)>,
     /// How many of `tr.children` were looked at.
     children_seen: usize,
     /// Its end was reported to its parent inside the batch.
@@ -657,14 +747,9 @@ struct Loaded {
 }
 
 impl Loaded {
-    fn new(
-        wf: Arc<Workflow>,
-        run: machine::Run,
-        tr: machine::Transition,
-        parent: Option<runs::Parent>,
-        depth: i32,
-    ) -> Loaded {
-        Loaded { wf, run, tr, parent, depth, children_seen: 0, reported: false }
+    fn new(wf: Arc<Workflow>, run: machine::Run, tr: machine::Transition, row: &RunRow) -> Loaded {
+        let limit = row.concurrency_key.clone().map(|k| (row.workflow_name.clone(), k));
+        Loaded { wf, run, tr, parent: row.parent, depth: row.depth, limit, children_seen: 0, reported: false }
     }
 }
 
@@ -676,12 +761,19 @@ struct FollowUps {
     /// SUB_WORKFLOW tasks that changed: their open children that they no
     /// longer wait for are cancelled.
     holders: Vec<runs::ChildHolder>,
+    /// Concurrency keys a run ended in: their queued runs may start.
+    freed: Vec<(String, String)>,
 }
 
 impl FollowUps {
     fn of<'a>(batch: impl Iterator<Item = &'a Loaded>) -> FollowUps {
         let mut f = FollowUps::default();
         for l in batch {
+            if let Some(limit) = &l.limit {
+                if l.tr.run_changed && l.run.status.is_terminal() && !f.freed.contains(limit) {
+                    f.freed.push(limit.clone());
+                }
+            }
             if let Some(parent) = l.parent {
                 if l.tr.run_changed && l.run.status.is_terminal() && !l.reported {
                     f.reports.push((parent.run_id, child_finished(parent, &l.run)));
@@ -700,6 +792,11 @@ impl FollowUps {
         }
         f
     }
+}
+
+/// When a run of `wf` starting now times out.
+fn deadline_of(wf: &Workflow) -> Option<chrono::DateTime<Utc>> {
+    wf.timeout.and_then(|d| chrono::Duration::from_std(d).ok()).and_then(|d| Utc::now().checked_add_signed(d))
 }
 
 /// The event that tells `parent` how its child run ended.

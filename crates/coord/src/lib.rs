@@ -153,6 +153,9 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
             if let Err(e) = loops::fire_due_waits(&s).await {
                 tracing::warn!(error = %e, "firing due timers failed");
             }
+            if let Err(e) = loops::start_queued_runs(&s).await {
+                tracing::warn!(error = %e, "starting queued runs failed");
+            }
         })
     }));
     tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {

@@ -251,6 +251,21 @@ pub async fn fire_due_waits(shared: &Shared) -> Result<usize, composer_store::Er
 }
 
 /// Fails the open runs past their definition's `timeout`.
+/// Starts QUEUED runs whose key has a free slot. Runs are started at once
+/// when a run of their key ends; this catches what a coordinator that died
+/// just then left behind. Cheap when nothing is queued (a partial index).
+pub async fn start_queued_runs(shared: &Shared) -> Result<usize, crate::engine::EngineError> {
+    let keys = {
+        let client = composer_store::client(&shared.pool).await?;
+        composer_store::runs::queued_keys(&client, 1000).await?
+    };
+    let mut started = 0;
+    for (workflow, key) in keys {
+        started += shared.engine.promote(&workflow, &key).await?;
+    }
+    Ok(started)
+}
+
 async fn time_out_runs(shared: &Shared) -> Result<usize, composer_store::Error> {
     let overdue = {
         let client = composer_store::client(&shared.pool).await?;

@@ -36,7 +36,48 @@ pub struct WorkflowSpec {
     /// and its open tasks are cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// At most `max` runs open at once (per value of `key`, an expression
+    /// over `{input}`); the others wait QUEUED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<ConcurrencySpec>,
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub max: u32,
+}
+
+/// Most runs a concurrency limit may allow at once (`concurrency_max`).
+pub const CONCURRENCY_MAX: u32 = 100_000;
+
+/// A definition's limit on its open runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Concurrency {
+    /// What the limit is per (`${ .input.customer_id }`); one limit for the
+    /// whole workflow without it.
+    pub key: Option<Template>,
+    pub max: u32,
+}
+
+impl Concurrency {
+    /// The key of a run with `input`: text, `""` without a key template.
+    pub fn key_of(&self, input: &Value) -> Result<String, String> {
+        let Some(key) = &self.key else { return Ok(String::new()) };
+        match key.eval(&json!({"input": input})) {
+            Ok(Value::String(s)) if s.len() <= MAX_CONCURRENCY_KEY => Ok(s),
+            Ok(Value::String(_)) => Err(format!("concurrency.key: longer than {MAX_CONCURRENCY_KEY} bytes")),
+            Ok(Value::Number(n)) => Ok(n.to_string()),
+            Ok(other) => Err(format!("concurrency.key: must be a string or a number, got {other}")),
+            Err(e) => Err(format!("concurrency.key: {e}")),
+        }
+    }
+}
+
+/// Longest concurrency key, in bytes.
+pub const MAX_CONCURRENCY_KEY: usize = 512;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -232,6 +273,8 @@ pub struct Workflow {
     pub output: Option<Template>,
     /// The longest a run may take.
     pub timeout: Option<Duration>,
+    /// The limit on open runs.
+    pub concurrency: Option<Concurrency>,
     index: HashMap<String, usize>,
 }
 
@@ -244,6 +287,7 @@ struct Parts {
     topo_order: Vec<usize>,
     output: Option<Template>,
     timeout: Option<Duration>,
+    concurrency: Option<Concurrency>,
     index: HashMap<String, usize>,
 }
 
@@ -267,8 +311,8 @@ impl Workflow {
     }
 
     fn assemble(spec: WorkflowSpec, parts: Parts) -> Workflow {
-        let Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, index } = parts;
-        Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, timeout, index }
+        let Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index } = parts;
+        Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index }
     }
 
     fn build(spec: &WorkflowSpec) -> Result<Parts, ValidationError> {
@@ -311,7 +355,32 @@ impl Workflow {
                 Err(e) => return Err(ValidationError::new("timeout", e)),
             },
         };
-        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, index })
+        let concurrency = match &spec.concurrency {
+            None => None,
+            Some(c) => {
+                if !(1..=CONCURRENCY_MAX).contains(&c.max) {
+                    return Err(ValidationError::new(
+                        "concurrency.max",
+                        format!("must be a whole number from 1 to {CONCURRENCY_MAX}"),
+                    ));
+                }
+                let key = match &c.key {
+                    None => None,
+                    Some(k) if k.contains(".nodes") || k.contains(".secrets") => {
+                        return Err(ValidationError::new(
+                            "concurrency.key",
+                            "is computed when the run is created: it can read .input only",
+                        ))
+                    }
+                    Some(k) => Some(
+                        Template::compile(&Value::String(k.clone()))
+                            .map_err(|(_, m)| ValidationError::new("concurrency.key", m))?,
+                    ),
+                };
+                Some(Concurrency { key, max: c.max })
+            }
+        };
+        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index })
     }
 
     pub fn node_index(&self, id: &str) -> Option<usize> {
@@ -338,10 +407,10 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
     let obj =
         json.as_object().ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
     for key in obj.keys() {
-        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges" | "output" | "timeout") {
+        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges" | "output" | "timeout" | "concurrency") {
             return Err(ValidationError::new(
                 key.as_str(),
-                "unknown field (expected name, description, nodes, edges, output, timeout)",
+                "unknown field (expected name, description, nodes, edges, output, timeout, concurrency)",
             ));
         }
     }
@@ -386,7 +455,14 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err(ValidationError::new("timeout", "must be a duration string such as \"1h\"")),
     };
-    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout })
+    let concurrency = match obj.get("concurrency") {
+        None | Some(Value::Null) => None,
+        Some(c) => Some(
+            serde_json::from_value(c.clone())
+                .map_err(|e| ValidationError::new("concurrency", format!("{e} (expected {{key?, max}})")))?,
+        ),
+    };
+    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency })
 }
 
 fn node_path(i: usize, id: &str) -> String {
@@ -944,6 +1020,29 @@ mod tests {
             (json!({"workflow": "b", "extra": 1}), "nodes[c].config.extra"),
         ] {
             assert_eq!(err(sub(config.clone())).path, path, "{config}");
+        }
+    }
+
+    #[test]
+    fn a_concurrency_limit_has_a_max_and_a_key_computed_from_the_input_alone() {
+        let spec = |c: Value| json!({"name": "c", "concurrency": c, "nodes": [http("a")]});
+        let wf = Workflow::parse(&spec(json!({"key": "${ .input.customer.id }", "max": 2}))).unwrap();
+        let limit = wf.concurrency.as_ref().unwrap();
+        assert_eq!(limit.max, 2);
+        assert_eq!(limit.key_of(&json!({"customer": {"id": "c-1"}})), Ok("c-1".into()));
+        assert_eq!(limit.key_of(&json!({"customer": {"id": 7}})), Ok("7".into()));
+        assert!(limit.key_of(&json!({"customer": {}})).unwrap_err().contains("must be a string or a number"));
+        assert!(limit.key_of(&json!({"customer": {"id": "k".repeat(600)}})).unwrap_err().contains("512"));
+        let whole = Workflow::parse(&spec(json!({"max": 1}))).unwrap();
+        assert_eq!(whole.concurrency.unwrap().key_of(&json!({})), Ok(String::new()), "one limit for the workflow");
+        for (c, path) in [
+            (json!({"max": 0}), "concurrency.max"),
+            (json!({"key": "${ .nodes.a.output }", "max": 1}), "concurrency.key"),
+            (json!({"key": "${ .input.x", "max": 1}), "concurrency.key"),
+            (json!({"max": 1, "per": "x"}), "concurrency"),
+            (json!({"key": "x"}), "concurrency"),
+        ] {
+            assert_eq!(err(spec(c.clone())).path, path, "{c}");
         }
     }
 

@@ -83,6 +83,8 @@ impl fmt::Display for TaskState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RunStatus {
+    /// Over its workflow's concurrency limit: waits for a slot, not started.
+    Queued,
     Running,
     /// Tasks already started finish; nothing new starts until it resumes.
     Paused,
@@ -92,11 +94,18 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 5] =
-        [RunStatus::Running, RunStatus::Paused, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Cancelled];
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Paused,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "QUEUED",
             RunStatus::Running => "RUNNING",
             RunStatus::Paused => "PAUSED",
             RunStatus::Succeeded => "SUCCEEDED",
@@ -110,7 +119,7 @@ impl RunStatus {
     }
 
     pub fn is_terminal(self) -> bool {
-        !matches!(self, RunStatus::Running | RunStatus::Paused)
+        !matches!(self, RunStatus::Queued | RunStatus::Running | RunStatus::Paused)
     }
 }
 
@@ -883,7 +892,7 @@ impl Machine<'_> {
             return Err(Ignore(IgnoreKind::NotDispatched, "not a SUB_WORKFLOW task".into()));
         }
         match (child, status) {
-            (_, RunStatus::Running | RunStatus::Paused) => {
+            (_, RunStatus::Queued | RunStatus::Running | RunStatus::Paused) => {
                 Err(Ignore(IgnoreKind::NotDue, format!("the child run is {status}, not finished")))
             }
             (Some(_), RunStatus::Succeeded) => {
@@ -1198,7 +1207,7 @@ impl Machine<'_> {
         self.run.error = error.clone();
         self.tr.run_changed = true;
         let kind = match status {
-            RunStatus::Running => HistoryKind::RunRetried,
+            RunStatus::Running | RunStatus::Queued => HistoryKind::RunRetried,
             RunStatus::Paused => HistoryKind::RunPaused,
             RunStatus::Succeeded => HistoryKind::RunSucceeded,
             RunStatus::Failed => HistoryKind::RunFailed,

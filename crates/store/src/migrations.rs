@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (8, "run_deadlines", include_str!("../migrations/0008_run_deadlines.sql")),
     (9, "map_items", include_str!("../migrations/0009_map_items.sql")),
     (10, "sub_workflows", include_str!("../migrations/0010_sub_workflows.sql")),
+    (11, "concurrency_limits", include_str!("../migrations/0011_concurrency_limits.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -34,6 +34,8 @@ pub struct RunRow {
     pub parent: Option<Parent>,
     /// How many parents it has.
     pub depth: i32,
+    /// A run of a workflow with a concurrency limit: the limit's key.
+    pub concurrency_key: Option<String>,
 }
 
 /// The SUB_WORKFLOW attempt a child run reports to.
@@ -49,12 +51,12 @@ pub struct Parent {
 const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, \
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                               parent_run_id, parent_task_id, parent_attempt, depth";
+                               parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                           parent_run_id, parent_task_id, parent_attempt, depth";
+                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -78,6 +80,7 @@ impl RunRow {
                 _ => None,
             },
             depth: r.try_get("depth")?,
+            concurrency_key: r.try_get("concurrency_key")?,
         })
     }
 }
@@ -158,6 +161,9 @@ pub struct NewRun<'a> {
     pub deadline: Option<DateTime<Utc>>,
     pub parent: Option<Parent>,
     pub depth: i32,
+    /// QUEUED (over its concurrency limit) or RUNNING.
+    pub status: RunStatus,
+    pub concurrency_key: Option<&'a str>,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
@@ -166,8 +172,8 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
         .prepare_cached(&format!(
             "INSERT INTO workflow_runs
                     (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
-                     parent_run_id, parent_task_id, parent_attempt, depth)
-             VALUES ($1, $2, $3, $4, 'RUNNING', $5, $6, $7, $8, $9, $10, $11) RETURNING {RUN_COLUMNS}"
+                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key)
+             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13) RETURNING {RUN_COLUMNS}"
         ))
         .await?;
     let parent = run.parent;
@@ -186,6 +192,8 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &parent.map(|p| p.task_id),
                 &parent.map(|p| p.attempt),
                 &run.depth,
+                &run.status.as_str(),
+                &run.concurrency_key,
             ],
         )
         .await?;
@@ -362,6 +370,69 @@ pub async fn items(client: &Client, run_id: Uuid, map: Uuid, after: i32, limit: 
         ))
         .await?;
     client.query(&stmt, &[&run_id, &map, &after, &limit]).await?.iter().map(TaskRow::from_row).collect()
+}
+
+/// Serializes admission to one concurrency key of a workflow; held to the
+/// end of the transaction.
+pub async fn lock_concurrency_key(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<()> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('composer_concurrency:' || $1 || ':' || $2, 0))",
+        &[&workflow, &key],
+    )
+    .await?;
+    Ok(())
+}
+
+/// How a concurrency key stands: its open (RUNNING or PAUSED) runs, and
+/// whether any run waits QUEUED. Call under [`lock_concurrency_key`].
+pub async fn concurrency_usage(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<(i64, bool)> {
+    let row = tx
+        .query_one(
+            "SELECT (SELECT count(*) FROM workflow_runs
+                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status IN ('RUNNING', 'PAUSED')),
+                    EXISTS (SELECT 1 FROM workflow_runs
+                             WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED')",
+            &[&workflow, &key],
+        )
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// The oldest `limit` QUEUED runs of a key, locked; call under
+/// [`lock_concurrency_key`].
+pub async fn lock_queued(tx: &Transaction<'_>, workflow: &str, key: &str, limit: i64) -> Result<Vec<RunRow>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {RUN_COLUMNS} FROM workflow_runs
+                  WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED'
+                  ORDER BY id LIMIT $3 FOR UPDATE"
+            ),
+            &[&workflow, &key, &limit],
+        )
+        .await?;
+    rows.iter().map(RunRow::from_row).collect()
+}
+
+/// A QUEUED run leaves the queue: RUNNING, with its deadline from now.
+pub async fn set_running(tx: &Transaction<'_>, id: Uuid, deadline: Option<DateTime<Utc>>) -> Result<()> {
+    tx.execute(
+        "UPDATE workflow_runs SET status = 'RUNNING', deadline = $2, updated_at = now() WHERE id = $1",
+        &[&id, &deadline],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Keys with QUEUED runs: `(workflow, key)`, for the sweep that starts them.
+pub async fn queued_keys(client: &Client, limit: i64) -> Result<Vec<(String, String)>> {
+    let rows = client
+        .query(
+            "SELECT DISTINCT workflow_name, concurrency_key FROM workflow_runs WHERE status = 'QUEUED' LIMIT $1",
+            &[&limit],
+        )
+        .await?;
+    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get::<_, Option<String>>(1)?.unwrap_or_default()))).collect()
 }
 
 /// A SUB_WORKFLOW task as it now stands, for [`stale_children`].

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use composer_coord::Running;
 use composer_core::api::StartRun;
-use composer_core::machine::RunStatus;
 use composer_worker::{Stats, Worker};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -244,7 +243,7 @@ impl Engine {
     pub async fn wait_for_run(&self, id: Uuid, timeout: Duration) -> Value {
         let run = self.client().wait_for_run(id, timeout).await.expect("reading the run");
         let json = serde_json::to_value(&run).expect("a run is JSON");
-        if run.status == RunStatus::Running {
+        if !run.status.is_terminal() {
             panic!(
                 "run {id} did not end within {timeout:?}: {}",
                 serde_json::to_string_pretty(&json).unwrap_or_default()

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use composer_testkit::{Engine, FakeHttp};
+use composer_testkit::{Engine, EngineOptions, FakeHttp};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -324,5 +324,102 @@ async fn what_a_dead_coordinator_did_not_tell_parent_or_child_the_recovery_sweep
     .unwrap();
     let run = e.wait_for_run(child, T).await;
     assert_eq!(run["status"], "CANCELLED", "{run}");
+    e.stop().await;
+}
+
+fn limited(name: &str, http: &FakeHttp, key: Option<&str>, max: u32) -> Value {
+    let mut concurrency = json!({"max": max});
+    if let Some(k) = key {
+        concurrency["key"] = json!(k);
+    }
+    json!({"name": name, "concurrency": concurrency, "nodes": [
+        {"id": "work", "type": "HTTP", "config": {"method": "POST",
+         "url": format!("{}/${{ .input.customer }}", http.url("/slow/150")), "body": {"n": "${ .input.n }"}}}]})
+}
+
+#[tokio::test]
+async fn runs_over_a_per_key_limit_queue_and_start_oldest_first_as_runs_of_their_key_end() {
+    let e = Engine::with(EngineOptions { coordinators: 2, ..Default::default() }).await;
+    let http = FakeHttp::start().await;
+    e.register(&limited("per_customer", &http, Some("${ .input.customer }"), 1)).await;
+    let mut a = Vec::new();
+    for n in 0..4 {
+        a.push(e.start_run("per_customer", json!({"customer": "a", "n": n})).await);
+    }
+    let b = e.start_run("per_customer", json!({"customer": "b", "n": 9})).await;
+    let status = |r: &Value| r["status"].as_str().unwrap().to_string();
+    let (_, first) = e.get(&format!("/v1/runs/{}", a[0])).await;
+    let (_, second) = e.get(&format!("/v1/runs/{}", a[1])).await;
+    assert_eq!(status(&second), "QUEUED", "over the limit: {second}");
+    assert!(["RUNNING", "SUCCEEDED"].contains(&status(&first).as_str()), "{first}");
+    let (_, listed) = e.get("/v1/runs?status=QUEUED").await;
+    assert!(!listed["runs"].as_array().unwrap().is_empty(), "{listed}");
+    for id in a.iter().chain([&b]) {
+        let run = e.wait_for_run(*id, T).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    }
+    assert_eq!(http.max_in_flight("/slow/150/a"), 1, "one run of customer a at a time");
+    let order: Vec<Value> = http.requests("/slow/150/a").into_iter().map(|r| r.body["n"].clone()).collect();
+    assert_eq!(order, vec![json!(0), json!(1), json!(2), json!(3)], "oldest first");
+    assert_eq!(http.calls("/slow/150/b"), 1, "another key is not held up");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_queued_run_takes_it_out_of_the_queue() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&limited("one_at_a_time", &http, None, 1)).await;
+    let first = e.start_run("one_at_a_time", json!({"customer": "x", "n": 1})).await;
+    let queued = e.start_run("one_at_a_time", json!({"customer": "x", "n": 2})).await;
+    let last = e.start_run("one_at_a_time", json!({"customer": "x", "n": 3})).await;
+    let (status, run) = e.post(&format!("/v1/runs/{queued}/cancel"), &json!({})).await;
+    assert_eq!((status, run["status"].as_str()), (200, Some("CANCELLED")), "{run}");
+    let (status, body) = e.post(&format!("/v1/runs/{last}/pause"), &json!({})).await;
+    assert_eq!(status, 409, "a queued run has not started: {body}");
+    for id in [first, last] {
+        assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    }
+    let bodies: Vec<Value> = http.requests("/slow/150/x").into_iter().map(|r| r.body["n"].clone()).collect();
+    assert_eq!(bodies, vec![json!(1), json!(3)], "the cancelled run never ran");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_concurrency_key_the_input_cannot_give_is_a_400_and_a_bad_limit_is_refused() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&limited("keyed", &http, Some("${ .input.customer }"), 2)).await;
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "keyed", "input": {"customer": {"a": 1}}})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("concurrency.key"), "{body}");
+    let mut bad = limited("bad_limit", &http, None, 0);
+    let (status, body) = e.post("/v1/workflows", &bad).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("concurrency.max"), "{body}");
+    bad["concurrency"] = json!({"max": 1, "key": "${ .nodes.work.output }"});
+    let (status, body) = e.post("/v1/workflows", &bad).await;
+    assert_eq!(status, 400, "{body}");
+    e.stop().await;
+}
+
+/// The coordinator that ended a run died before starting the next queued
+/// one: the timer loop starts it.
+#[tokio::test]
+async fn a_queued_run_left_behind_by_a_dead_coordinator_is_started_by_the_timer_loop() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "solo", "concurrency": {"max": 1}, "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "${ .input.k }"}}]}))
+        .await;
+    let first = e.start_run("solo", json!({"k": "1"})).await;
+    let second = e.start_run("solo", json!({"k": "2"})).await;
+    let (_, run) = e.get(&format!("/v1/runs/{second}")).await;
+    assert_eq!(run["status"], "QUEUED");
+    let db = e.db.pool().get().await.unwrap();
+    db.execute("UPDATE workflow_runs SET status = 'SUCCEEDED', finished_at = now() WHERE id = $1", &[&first])
+        .await
+        .unwrap();
+    let run = e.wait_until(second, T, |r| r["status"] == "RUNNING").await;
+    assert_eq!(run["tasks"][0]["state"], "WAITING", "started like any run: {run}");
     e.stop().await;
 }

@@ -1227,3 +1227,15 @@ fn a_map_of_sub_workflows_asks_for_a_child_per_started_item() {
     });
     assert_eq!(tr.children.len(), 1, "the next item's child");
 }
+
+#[test]
+fn a_queued_run_does_not_start_until_the_engine_makes_it_running_and_can_be_cancelled() {
+    let mut s = Sim::new(wf(&["a"], &[], 1));
+    s.run.status = RunStatus::Queued;
+    assert!(!RunStatus::Queued.is_terminal());
+    assert!(s.apply(Event::RunStarted).ignored.is_some(), "started only once promoted");
+    assert!(s.apply(Event::PauseRun).ignored.is_some(), "nothing to pause");
+    let tr = s.apply(Event::CancelRun);
+    assert!(tr.run_changed);
+    assert_eq!(s.run.status, RunStatus::Cancelled);
+}
