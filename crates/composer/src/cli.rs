@@ -33,6 +33,8 @@ pub enum Command {
     Run(RunArgs),
     /// Send external events to WAIT_FOR_EVENT steps.
     Event(EventArgs),
+    /// Create and control schedules (cron-triggered runs).
+    Schedule(ScheduleArgs),
     /// Measures latency and throughput of K-step workflows against a built-in
     /// HTTP sink (on embedded services unless --target-url is given).
     Bench(BenchArgs),
@@ -63,6 +65,66 @@ pub struct RunArgs {
     pub client: ClientArgs,
     #[command(subcommand)]
     pub command: RunCommand,
+}
+
+#[derive(Args)]
+pub struct ScheduleArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: ScheduleCommand,
+}
+
+#[derive(Subcommand)]
+pub enum ScheduleCommand {
+    /// Creates (or replaces) a schedule, from a JSON or YAML file or from flags.
+    Create {
+        /// The schedule: {id, workflow, version?, cron, timezone?, input?, overlap?, catchup_window?, paused?}.
+        #[arg(short = 'f', long = "file", conflicts_with_all = ["id", "workflow", "cron"])]
+        file: Option<PathBuf>,
+        #[arg(long, required_unless_present = "file")]
+        id: Option<String>,
+        #[arg(long, required_unless_present = "file")]
+        workflow: Option<String>,
+        /// Five fields (minute hour day month weekday), or six with seconds first.
+        #[arg(long, required_unless_present = "file")]
+        cron: Option<String>,
+        #[arg(long)]
+        version: Option<i32>,
+        /// An IANA time zone (default UTC).
+        #[arg(long)]
+        timezone: Option<String>,
+        /// Each run's input, as JSON.
+        #[arg(long)]
+        input: Option<String>,
+        /// skip (default), allow or buffer_one.
+        #[arg(long)]
+        overlap: Option<String>,
+        /// How far back missed fire times still fire after downtime (default 1m).
+        #[arg(long)]
+        catchup_window: Option<String>,
+        /// Create it paused.
+        #[arg(long)]
+        paused: bool,
+    },
+    /// Lists schedules by id.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// The `next_after` of the previous page.
+        #[arg(long)]
+        after: Option<String>,
+    },
+    /// Shows a schedule with its next fire times.
+    Get { id: String },
+    /// Deletes a schedule (its runs stay).
+    Delete { id: String },
+    /// Stops a schedule firing.
+    Pause { id: String },
+    /// Fires again from the next fire time.
+    Resume { id: String },
+    /// Starts one run now.
+    Trigger { id: String },
 }
 
 #[derive(Args)]
@@ -220,7 +282,7 @@ pub enum RunCommand {
     List {
         #[arg(long)]
         workflow: Option<String>,
-        /// RUNNING, SUCCEEDED, FAILED or CANCELLED.
+        /// QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED.
         #[arg(long)]
         status: Option<String>,
         #[arg(long, default_value_t = 20)]

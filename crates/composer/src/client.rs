@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use composer_core::config::non_empty;
 
-use crate::cli::{ClientArgs, EventCommand, RunCommand, WorkflowCommand};
+use crate::cli::{ClientArgs, EventCommand, RunCommand, ScheduleCommand, WorkflowCommand};
 
 type Method = reqwest::Method;
 
@@ -110,6 +110,65 @@ pub async fn event(args: ClientArgs, cmd: EventCommand) -> anyhow::Result<ExitCo
             print(&serde_json::to_value(sent)?);
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn schedule(args: ClientArgs, cmd: ScheduleCommand) -> anyhow::Result<ExitCode> {
+    let api = api(&args)?;
+    let path = |id: &str, action: &str| format!("/v1/schedules/{}{action}", encode(id));
+    let answer = match cmd {
+        ScheduleCommand::Create {
+            file,
+            id,
+            workflow,
+            cron,
+            version,
+            timezone,
+            input,
+            overlap,
+            catchup_window,
+            paused,
+        } => {
+            let spec = match file {
+                Some(file) => read_spec(&file)?,
+                None => {
+                    let mut spec = serde_json::json!({"id": id, "workflow": workflow, "cron": cron});
+                    let input = match input {
+                        Some(i) => Some(serde_json::from_str::<Value>(&i).context("--input is not valid JSON")?),
+                        None => None,
+                    };
+                    let optional = [
+                        ("version", version.map(Value::from)),
+                        ("timezone", timezone.map(Value::from)),
+                        ("input", input),
+                        ("overlap", overlap.map(Value::from)),
+                        ("catchup_window", catchup_window.map(Value::from)),
+                        ("paused", paused.then_some(Value::Bool(true))),
+                    ];
+                    for (k, v) in optional {
+                        if let Some(v) = v {
+                            spec[k] = v;
+                        }
+                    }
+                    spec
+                }
+            };
+            call(&api, Method::POST, "/v1/schedules", Some(&spec)).await?
+        }
+        ScheduleCommand::List { limit, after } => {
+            let mut query = format!("/v1/schedules?limit={limit}");
+            if let Some(a) = after {
+                query.push_str(&format!("&after={}", encode(&a)));
+            }
+            call(&api, Method::GET, &query, None).await?
+        }
+        ScheduleCommand::Get { id } => call(&api, Method::GET, &path(&id, ""), None).await?,
+        ScheduleCommand::Delete { id } => call(&api, Method::DELETE, &path(&id, ""), None).await?,
+        ScheduleCommand::Pause { id } => call(&api, Method::POST, &path(&id, "/pause"), None).await?,
+        ScheduleCommand::Resume { id } => call(&api, Method::POST, &path(&id, "/resume"), None).await?,
+        ScheduleCommand::Trigger { id } => call(&api, Method::POST, &path(&id, "/trigger"), None).await?,
+    };
+    print(&answer);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         Command::Workflow(args) => runtime.block_on(client::workflow(args.client, args.command)),
         Command::Run(args) => runtime.block_on(client::run(args.client, args.command)),
         Command::Event(args) => runtime.block_on(client::event(args.client, args.command)),
+        Command::Schedule(args) => runtime.block_on(client::schedule(args.client, args.command)),
         Command::Bench(args) => runtime.block_on(bench::bench(args)),
     };
     match result {

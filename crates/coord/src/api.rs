@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use crate::auth::bearer_matches;
 use crate::engine::EngineError;
-use crate::Shared;
+use crate::{schedules, Shared};
 
 /// The API described in OpenAPI 3 (written by hand; a test checks it covers every route).
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -62,7 +62,7 @@ impl ApiError {
         ApiError { status, code, message: message.into(), retry_after: None, cause: None }
     }
 
-    fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
@@ -72,7 +72,7 @@ impl ApiError {
         e
     }
 
-    fn not_found(message: impl Into<String>) -> ApiError {
+    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
@@ -139,7 +139,7 @@ impl From<EngineError> for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// A JSON body (its Content-Type is checked by `refuse_foreign_pages`), with
 /// errors in our format. A
@@ -204,7 +204,7 @@ fn nul_path(v: &Value, at: String) -> Option<String> {
 
 /// A name from a path or query string, refused when PostgreSQL could not
 /// compare it (a NUL character).
-fn text_param<'a>(value: &'a str, what: &str) -> ApiResult<&'a str> {
+pub(crate) fn text_param<'a>(value: &'a str, what: &str) -> ApiResult<&'a str> {
     composer_core::storable::check_text(value, what).map_err(ApiError::bad_request)?;
     Ok(value)
 }
@@ -224,6 +224,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/runs/{id}/retry", post(retry_run))
         .route("/v1/runs/{id}/pause", post(pause_run))
         .route("/v1/runs/{id}/resume", post(resume_run))
+        .route("/v1/schedules", post(schedules::create).get(schedules::list))
+        .route("/v1/schedules/{id}", get(schedules::get).delete(schedules::delete))
+        .route("/v1/schedules/{id}/pause", post(schedules::pause))
+        .route("/v1/schedules/{id}/resume", post(schedules::resume))
+        .route("/v1/schedules/{id}/trigger", post(schedules::trigger))
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_api_token));
     let internal = Router::new()
         .route("/internal/v1/tasks/{id}/result", post(report))
@@ -478,7 +483,7 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
     Ok(Json(RunPage { runs: rows.iter().map(|r| run_view(r, None)).collect(), next_cursor: next }))
 }
 
-fn page_limit(raw: Option<&String>, default: i64) -> ApiResult<i64> {
+pub(crate) fn page_limit(raw: Option<&String>, default: i64) -> ApiResult<i64> {
     match raw {
         Some(l) => l
             .parse::<i64>()
@@ -547,6 +552,7 @@ pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
         created_at: r.created_at,
         updated_at: r.updated_at,
         finished_at: r.finished_at,
+        trigger: r.trigger.clone(),
         parent_run_id: r.parent.map(|p| p.run_id),
         parent_task_id: r.parent.map(|p| p.task_id),
         tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),

@@ -167,15 +167,31 @@ impl Engine {
         input: &Value,
         idempotency_key: Option<&str>,
     ) -> Result<(RunRow, bool)> {
-        let wf = self.compile(def)?;
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
+        let started = self.start_run_in(&tx, def, input, idempotency_key, None).await?;
+        tx.commit().await?;
+        Ok(self.started(started))
+    }
+
+    /// [`Engine::start_run`] inside the caller's transaction (a schedule's
+    /// fire: the run and the schedule's move commit together). The caller
+    /// commits, then hands the result to [`Engine::started`].
+    pub async fn start_run_in(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        def: &DefinitionRow,
+        input: &Value,
+        idempotency_key: Option<&str>,
+        trigger: Option<&Value>,
+    ) -> Result<Started> {
+        let wf = self.compile(def)?;
         if let Some(key) = idempotency_key {
-            if let Some(existing) = runs::lock_idempotency_key(&tx, &def.name, key).await? {
-                return Ok((existing, false));
+            if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
+                return Ok(Started { row: existing, new: false, batch: HashMap::new() });
             }
         }
-        let (key, status) = match self.admit(&tx, &wf, &def.name, input).await? {
+        let (key, status) = match self.admit(tx, &wf, &def.name, input).await? {
             Ok(admitted) => admitted,
             Err(e) => return Err(EngineError::Rejected(e)),
         };
@@ -192,36 +208,45 @@ impl Engine {
             depth: 0,
             status,
             concurrency_key: key.as_deref(),
+            trigger,
         };
-        let mut row = runs::insert_run(&tx, &new).await?;
+        let row = runs::insert_run(tx, &new).await?;
         if status == RunStatus::Queued {
-            tx.commit().await?;
-            composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
             tracing::debug!(run_id = %row.id, workflow = %def.name, "run queued by its concurrency limit");
-            return Ok((row, true));
+            return Ok(Started { row, new: true, batch: HashMap::new() });
         }
         let mut run = machine::Run::new(row.id, input.clone());
         run.max_payload = self.max_payload;
         run.deadline = deadline;
-        let tr = self.apply(&tx, &wf, &mut run, Event::RunStarted).await?;
+        let tr = self.apply(tx, &wf, &mut run, Event::RunStarted).await?;
         let mut batch = HashMap::from([(row.id, Loaded::new(wf, run, tr, &row))]);
-        self.start_children(&tx, &mut batch).await?;
+        self.start_children(tx, &mut batch).await?;
         let changes: Vec<Change> = batch.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
-        write_transitions(&tx, &changes, self.shards, self.notify_outbox).await?;
-        tx.commit().await?;
-        if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
+        write_transitions(tx, &changes, self.shards, self.notify_outbox).await?;
+        tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
+        Ok(Started { row, new: true, batch })
+    }
+
+    /// After the commit of [`Engine::start_run_in`]: wakes the outbox,
+    /// counts, and returns the run as it now stands (and whether it is new).
+    pub fn started(&self, started: Started) -> (RunRow, bool) {
+        let Started { mut row, new, batch } = started;
+        if !new {
+            return (row, false);
+        }
+        if batch.values().any(|l| !l.tr.dispatch.is_empty()) {
             self.outbox_wake.notify_one();
         }
-        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], batch.len() as u64);
-        for c in changes.iter().filter(|c| c.run.status.is_terminal()) {
-            composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", c.run.status.as_str())], 1);
+        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], batch.len().max(1) as u64);
+        for l in batch.values().filter(|l| l.run.status.is_terminal()) {
+            composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", l.run.status.as_str())], 1);
         }
-        let run = &batch[&row.id].run;
-        row.status = run.status;
-        row.output = run.output.clone();
-        row.error = run.error.clone();
-        tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
-        Ok((row, true))
+        if let Some(l) = batch.get(&row.id) {
+            row.status = l.run.status;
+            row.output = l.run.output.clone();
+            row.error = l.run.error.clone();
+        }
+        (row, true)
     }
 
     /// Applies `event`, then loads the MAP items the state machine asked for
@@ -375,6 +400,7 @@ impl Engine {
             depth,
             status,
             concurrency_key: key.as_deref(),
+            trigger: None,
         };
         let row = runs::insert_run(tx, &new).await?;
         let mut run = runs::to_machine(&wf, &row, &[])?;
@@ -728,6 +754,15 @@ impl Drop for LiveLoop<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// A run [`Engine::start_run_in`] created (or found by its idempotency key),
+/// with the runs started with it, for [`Engine::started`].
+pub struct Started {
+    pub row: RunRow,
+    /// False when an idempotency key found an existing run.
+    pub new: bool,
+    batch: HashMap<Uuid, Loaded>,
 }
 
 /// A locked run in a batch, with what the batch's events changed so far.

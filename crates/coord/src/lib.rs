@@ -21,6 +21,7 @@ pub mod engine;
 pub mod listener;
 pub mod loops;
 pub mod outbox;
+pub mod schedules;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -156,12 +157,18 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
             if let Err(e) = loops::start_queued_runs(&s).await {
                 tracing::warn!(error = %e, "starting queued runs failed");
             }
+            if let Err(e) = schedules::fire_due(&s).await {
+                tracing::warn!(error = %e, "firing schedules failed");
+            }
         })
     }));
     tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
         Box::pin(async move {
             let result = async {
                 let client = composer_store::client(&s.pool).await?;
+                if let Err(e) = schedules::forget_old_fires(&client).await {
+                    tracing::warn!(error = %e, "forgetting old schedule fires failed");
+                }
                 loops::maintain_partitions(&client, s.config.partition_months_ahead, s.config.retention_days).await
             };
             if let Err(e) = result.await {

@@ -58,6 +58,9 @@ pub struct RunView {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// What started the run when not an API call: `{"schedule", "fire_time"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<Value>,
     /// A SUB_WORKFLOW's child run: the run and task that started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_run_id: Option<Uuid>,
@@ -104,6 +107,26 @@ pub struct TaskView {
 pub struct ItemPage {
     pub items: Vec<TaskView>,
     pub next_after: Option<i32>,
+}
+
+/// A schedule as the API shows it: its spec, and where it stands.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScheduleView {
+    #[serde(flatten)]
+    pub spec: crate::schedule::ScheduleSpec,
+    pub paused: bool,
+    /// The next five fire times (none while paused).
+    pub next_fire_times: Vec<DateTime<Utc>>,
+    pub last_run_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `GET /v1/schedules`: by id; `next_after` fetches the next page.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SchedulePage {
+    pub schedules: Vec<ScheduleView>,
+    pub next_after: Option<String>,
 }
 
 /// `GET /v1/runs`: newest first; `next_cursor` fetches the next page.

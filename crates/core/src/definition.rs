@@ -129,7 +129,7 @@ pub struct ValidationError {
 }
 
 impl ValidationError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self { path: path.into(), message: message.into() }
     }
 }
@@ -474,7 +474,7 @@ fn node_path(i: usize, id: &str) -> String {
 }
 
 /// Names and ids end up in stream keys, URLs and logs: keep them plain.
-fn validate_name(path: &str, name: &str) -> Result<(), ValidationError> {
+pub(crate) fn validate_name(path: &str, name: &str) -> Result<(), ValidationError> {
     if name.is_empty() {
         return Err(ValidationError::new(path, "must not be empty"));
     }

@@ -23,6 +23,7 @@ pub mod definition;
 pub mod duration;
 pub mod expr;
 pub mod machine;
+pub mod schedule;
 pub mod simulate;
 pub mod storable;
 pub mod wire;

@@ -56,6 +56,8 @@ metrics! {
     RECOVERIES: Counter, "composer_recoveries_total",
         "Tasks re-dispatched by the recovery sweeps, by kind (expired_lease, lost_dispatch).";
     TIMERS_FIRED: Counter, "composer_timers_fired_total", "Timers fired (WAIT nodes and retry backoffs).";
+    SCHEDULE_FIRES: Counter, "composer_schedule_fires_total",
+        "Schedule fire times by outcome: started, skipped (overlap), buffered, missed (past the catch-up window), failed (the run could not start).";
     PARTITIONS_CREATED: Counter, "composer_partitions_created_total", "Monthly partitions created.";
     PARTITIONS_DROPPED: Counter, "composer_partitions_dropped_total", "Months of runs dropped past retention.";
     PARTITIONS_KEPT_OPEN: Gauge, "composer_partitions_kept_open",

@@ -30,6 +30,7 @@ pub mod outbox;
 pub mod partitions;
 pub mod recovery;
 pub mod runs;
+pub mod schedules;
 pub mod stats;
 pub mod timers;
 pub mod tls;

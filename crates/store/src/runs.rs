@@ -36,6 +36,8 @@ pub struct RunRow {
     pub depth: i32,
     /// A run of a workflow with a concurrency limit: the limit's key.
     pub concurrency_key: Option<String>,
+    /// What started it, when not an API call: `{"schedule", "fire_time"}`.
+    pub trigger: Option<Value>,
 }
 
 /// The SUB_WORKFLOW attempt a child run reports to.
@@ -51,12 +53,12 @@ pub struct Parent {
 const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, \
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                               parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key";
+                               parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key";
+                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -81,6 +83,7 @@ impl RunRow {
             },
             depth: r.try_get("depth")?,
             concurrency_key: r.try_get("concurrency_key")?,
+            trigger: r.try_get("trigger")?,
         })
     }
 }
@@ -164,6 +167,7 @@ pub struct NewRun<'a> {
     /// QUEUED (over its concurrency limit) or RUNNING.
     pub status: RunStatus,
     pub concurrency_key: Option<&'a str>,
+    pub trigger: Option<&'a Value>,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
@@ -172,8 +176,8 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
         .prepare_cached(&format!(
             "INSERT INTO workflow_runs
                     (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
-                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key)
-             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13) RETURNING {RUN_COLUMNS}"
+                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger)
+             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14) RETURNING {RUN_COLUMNS}"
         ))
         .await?;
     let parent = run.parent;
@@ -194,6 +198,7 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &run.depth,
                 &run.status.as_str(),
                 &run.concurrency_key,
+                &run.trigger,
             ],
         )
         .await?;

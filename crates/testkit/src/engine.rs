@@ -200,6 +200,10 @@ impl Engine {
         self.send(self.http.get(format!("{}{path}", self.url()))).await
     }
 
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(self.http.delete(format!("{}{path}", self.url()))).await
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         self.send(self.http.post(format!("{}{path}", self.url())).json(body)).await
     }

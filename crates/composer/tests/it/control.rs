@@ -423,3 +423,174 @@ async fn a_queued_run_left_behind_by_a_dead_coordinator_is_started_by_the_timer_
     assert_eq!(run["tasks"][0]["state"], "WAITING", "started like any run: {run}");
     e.stop().await;
 }
+
+// ---- schedules ----
+
+fn fast_timers() -> EngineOptions {
+    EngineOptions {
+        coordinators: 2,
+        coordinator: |c| c.timer_interval = Duration::from_millis(100),
+        ..Default::default()
+    }
+}
+
+/// The runs a schedule started, oldest first, with their fire times.
+async fn scheduled_runs(e: &Engine, workflow: &str) -> Vec<(String, Value)> {
+    let (_, page) = e.get(&format!("/v1/runs?workflow={workflow}&limit=1000")).await;
+    let mut runs: Vec<(String, Value)> = Vec::new();
+    for r in page["runs"].as_array().unwrap() {
+        let (_, run) = e.get(&format!("/v1/runs/{}", r["id"].as_str().unwrap())).await;
+        runs.push((run["trigger"]["fire_time"].as_str().unwrap_or("").to_string(), run));
+    }
+    runs.sort_by(|a, b| a.0.cmp(&b.0));
+    runs
+}
+
+#[tokio::test]
+async fn a_schedule_is_created_read_paused_resumed_triggered_and_deleted() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "report", "nodes": [
+        {"id": "t", "type": "TRANSFORM", "config": {"output": "${ .input }"}}]}))
+        .await;
+    let spec = json!({"id": "nightly", "workflow": "report", "cron": "0 2 * * *", "timezone": "Europe/Paris",
+                      "input": {"kind": "daily"}});
+    let (status, created) = e.post("/v1/schedules", &spec).await;
+    assert_eq!(status, 201, "{created}");
+    let times = created["next_fire_times"].as_array().unwrap();
+    assert_eq!(times.len(), 5);
+    assert!(times.windows(2).all(|w| w[0].as_str() < w[1].as_str()), "{times:?}");
+    assert_eq!(created["overlap"], json!(null), "defaults are not written back: {created}");
+    let (status, _) = e.post("/v1/schedules", &spec).await;
+    assert_eq!(status, 200, "the same schedule again");
+    let (status, got) = e.get("/v1/schedules/nightly").await;
+    assert_eq!((status, got["cron"].clone()), (200, json!("0 2 * * *")));
+    let (_, listed) = e.get("/v1/schedules").await;
+    assert_eq!(listed["schedules"].as_array().unwrap().len(), 1);
+
+    let (status, paused) = e.post("/v1/schedules/nightly/pause", &json!({})).await;
+    assert_eq!((status, paused["paused"].clone(), paused["next_fire_times"].clone()), (200, json!(true), json!([])));
+    let (_, resumed) = e.post("/v1/schedules/nightly/resume", &json!({})).await;
+    assert_eq!(resumed["next_fire_times"].as_array().unwrap().len(), 5);
+
+    let (status, run) = e.post("/v1/schedules/nightly/trigger", &json!({})).await;
+    assert_eq!(status, 201, "{run}");
+    assert_eq!(run["trigger"]["schedule"], "nightly");
+    let id: Uuid = run["id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(e.wait_for_run(id, T).await["output"], json!({"t": {"kind": "daily"}}));
+    let (_, got) = e.get("/v1/schedules/nightly").await;
+    assert_eq!(got["last_run_id"], run["id"]);
+
+    for (bad, path) in [
+        (json!({"id": "x", "workflow": "report", "cron": "* *"}), "cron"),
+        (json!({"id": "x", "workflow": "report", "cron": "* * * * *", "timezone": "Nowhere/City"}), "timezone"),
+        (json!({"id": "x", "workflow": "missing", "cron": "* * * * *"}), "workflow"),
+        (json!({"id": "x", "workflow": "report", "cron": "* * * * *", "overlap": "maybe"}), "$"),
+    ] {
+        let (status, body) = e.post("/v1/schedules", &bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().starts_with(path), "{bad}: {body}");
+    }
+    let (status, _) = e.delete("/v1/schedules/nightly").await;
+    assert_eq!(status, 200);
+    let (status, _) = e.get("/v1/schedules/nightly").await;
+    assert_eq!(status, 404);
+    let (_, still) = e.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(still["status"], "SUCCEEDED", "its runs stay");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn every_fire_time_starts_one_run_with_two_coordinators_firing() {
+    let e = Engine::with(fast_timers()).await;
+    e.register(&json!({"name": "tick", "nodes": [
+        {"id": "t", "type": "TRANSFORM", "config": {"output": "${ .input }"}}]}))
+        .await;
+    let (status, body) = e
+        .post(
+            "/v1/schedules",
+            &json!({"id": "every_second", "workflow": "tick", "cron": "* * * * * *", "overlap": "allow"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    e.post("/v1/schedules/every_second/pause", &json!({})).await;
+    let runs = scheduled_runs(&e, "tick").await;
+    assert!(runs.len() >= 2, "{runs:?}");
+    let times: std::collections::HashSet<&String> = runs.iter().map(|(t, _)| t).collect();
+    assert_eq!(times.len(), runs.len(), "one run per fire time: {runs:?}");
+    for (t, run) in &runs {
+        let at = chrono::DateTime::parse_from_rfc3339(t).unwrap();
+        assert_eq!(chrono::Timelike::nanosecond(&at), 0, "a whole-second fire time: {t}");
+        assert_eq!(run["trigger"]["schedule"], "every_second");
+    }
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn overlap_skip_starts_nothing_while_a_run_is_open_and_buffer_one_starts_one_after() {
+    let e = Engine::with(fast_timers()).await;
+    e.register(&json!({"name": "slow", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "2500ms"}}]}))
+        .await;
+    e.register(&json!({"name": "slow_too", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "2500ms"}}]}))
+        .await;
+    for (id, workflow, overlap) in [("skipper", "slow", "skip"), ("buffer", "slow_too", "buffer_one")] {
+        let spec = json!({"id": id, "workflow": workflow, "cron": "* * * * * *", "overlap": overlap});
+        assert_eq!(e.post("/v1/schedules", &spec).await.0, 201);
+    }
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    for id in ["skipper", "buffer"] {
+        e.post(&format!("/v1/schedules/{id}/pause"), &json!({})).await;
+    }
+    for workflow in ["slow", "slow_too"] {
+        let runs = scheduled_runs(&e, workflow).await;
+        assert!(!runs.is_empty() && runs.len() <= 2, "{workflow}: {runs:?}");
+        for pair in runs.windows(2) {
+            let (ended, next) = (pair[0].1["finished_at"].as_str(), pair[1].1["created_at"].as_str().unwrap());
+            assert!(ended.is_some_and(|f| f <= next), "{workflow}: a run started while one was open: {runs:?}");
+        }
+    }
+    // buffer_one: the run after the first one is for a fire time from while it ran.
+    let buffered = scheduled_runs(&e, "slow_too").await;
+    if buffered.len() == 2 {
+        assert!(buffered[1].0.as_str() < buffered[0].1["finished_at"].as_str().unwrap(), "{buffered:?}");
+    }
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn after_downtime_fire_times_within_the_catchup_window_fire_and_older_ones_are_missed() {
+    let e = Engine::with(fast_timers()).await;
+    e.register(&json!({"name": "catch", "nodes": [
+        {"id": "t", "type": "TRANSFORM", "config": {"output": "${ .input }"}}]}))
+        .await;
+    let spec = json!({"id": "minutely", "workflow": "catch", "cron": "* * * * *", "overlap": "allow",
+                      "catchup_window": "3m", "paused": true});
+    assert_eq!(e.post("/v1/schedules", &spec).await.0, 201);
+    // As if every coordinator had been down for ten minutes.
+    let db = e.db.pool().get().await.unwrap();
+    db.execute(
+        "UPDATE schedules SET paused = false, next_fire_at = date_trunc('minute', now()) - interval '10 minutes'
+          WHERE id = 'minutely'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let until = std::time::Instant::now() + T;
+    let runs = loop {
+        let runs = scheduled_runs(&e, "catch").await;
+        if runs.len() >= 3 || std::time::Instant::now() > until {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!((3..=4).contains(&runs.len()), "the 3-minute window (and maybe this minute): {runs:?}");
+    let (_, metrics) = e.get("/metrics").await;
+    let metrics = metrics.as_str().unwrap().to_string();
+    let missed = metrics
+        .lines()
+        .find(|l| l.starts_with("composer_schedule_fires_total{outcome=\"missed\"}"))
+        .unwrap_or_else(|| panic!("no missed fires counted: {metrics}"));
+    let missed: u64 = missed.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((7..=8).contains(&missed), "{missed}");
+    e.stop().await;
+}

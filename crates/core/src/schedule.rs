@@ -1,0 +1,280 @@
+//! Schedules: a workflow started on a cron, in a time zone, with a policy for
+//! overlapping runs and a catch-up window after downtime. This module is the
+//! pure part — parsing, validation, and which fire times are due — so that it
+//! can be tested without a clock or a database; the coordinator's timer loop
+//! fires what [`Schedule::due`] returns.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::definition::ValidationError;
+use crate::duration;
+
+/// A schedule as the user writes it (`POST /v1/schedules`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    pub id: String,
+    pub workflow: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i32>,
+    /// Five fields (minute hour day month weekday), or six with seconds first.
+    pub cron: String,
+    /// An IANA time zone name; UTC by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<Overlap>,
+    /// How far back missed fire times still fire after downtime (`"1m"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catchup_window: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+/// What a fire time does while the schedule's previous run is still open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// No new run (the fire time is skipped).
+    #[default]
+    Skip,
+    /// A new run regardless.
+    Allow,
+    /// One run waits and starts when the open one ends; more are skipped.
+    BufferOne,
+}
+
+/// Most fire times one pass of the timer loop fires for one schedule: a
+/// per-second cron with a day-long catch-up window cannot start 86,400 runs
+/// in one transaction (`schedule_max_catchup`).
+pub const MAX_CATCHUP_FIRES: usize = 100;
+
+/// Missed fire times counted one by one before the rest of an outage is
+/// skipped at once.
+const MAX_MISSED_WALK: u64 = 100_000;
+
+/// Longest catch-up window.
+pub const MAX_CATCHUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A validated schedule.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub spec: ScheduleSpec,
+    cron: croner::Cron,
+    tz: chrono_tz::Tz,
+    pub overlap: Overlap,
+    pub catchup_window: Duration,
+}
+
+/// The fire times due at a moment, and what comes after them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Due {
+    /// Oldest first; each starts a run under the overlap policy.
+    pub fire: Vec<DateTime<Utc>>,
+    /// Fire times older than the catch-up window (or past
+    /// [`MAX_CATCHUP_FIRES`]): not run, counted.
+    pub missed: u64,
+    /// The next fire time after now (`None`: the cron never fires again).
+    pub next: Option<DateTime<Utc>>,
+}
+
+impl Schedule {
+    /// Parses and validates; errors name the field.
+    pub fn parse(json: &Value) -> Result<Schedule, ValidationError> {
+        let spec: ScheduleSpec =
+            serde_json::from_value(json.clone()).map_err(|e| ValidationError::new("$", e.to_string()))?;
+        Schedule::new(spec)
+    }
+
+    pub fn new(spec: ScheduleSpec) -> Result<Schedule, ValidationError> {
+        crate::definition::validate_name("id", &spec.id)?;
+        crate::definition::validate_name("workflow", &spec.workflow)?;
+        if spec.version.is_some_and(|v| v < 1) {
+            return Err(ValidationError::new("version", "must be a version number (1 or more)"));
+        }
+        let cron = parse_cron(&spec.cron).map_err(|m| ValidationError::new("cron", m))?;
+        let tz = match spec.timezone.as_deref() {
+            None => chrono_tz::Tz::UTC,
+            Some(name) => name.parse().map_err(|_| {
+                ValidationError::new("timezone", format!("{name:?} is not an IANA time zone (such as Europe/Paris)"))
+            })?,
+        };
+        let catchup_window = match spec.catchup_window.as_deref() {
+            None => Duration::from_secs(60),
+            Some(w) => {
+                let d = duration::parse(w).map_err(|e| ValidationError::new("catchup_window", e))?;
+                if d > MAX_CATCHUP_WINDOW {
+                    return Err(ValidationError::new("catchup_window", "must be at most 7d"));
+                }
+                d
+            }
+        };
+        if let Some(input) = &spec.input {
+            crate::storable::check(input, "input", crate::config::DEFAULT_MAX_PAYLOAD)
+                .map_err(|m| ValidationError::new("input", m))?;
+        }
+        let overlap = spec.overlap.unwrap_or_default();
+        Ok(Schedule { spec, cron, tz, overlap, catchup_window })
+    }
+
+    /// The first fire time strictly after `t`. Fire times are whole seconds
+    /// (the cron library would carry `t`'s fraction into its answer).
+    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let local = t.trunc_subsecs(0).with_timezone(&self.tz);
+        self.cron.find_next_occurrence(&local, false).ok().map(|n| n.with_timezone(&Utc))
+    }
+
+    /// The next `n` fire times after `t`.
+    pub fn upcoming(&self, t: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::with_capacity(n);
+        let mut at = t;
+        while out.len() < n {
+            match self.next_after(at) {
+                Some(next) => {
+                    out.push(next);
+                    at = next;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// What is due at `now` for a schedule whose next fire time was `from`:
+    /// every fire time in `[from, now]`, those within the catch-up window to
+    /// fire (oldest first, at most [`MAX_CATCHUP_FIRES`]) and the older ones
+    /// missed.
+    pub fn due(&self, from: DateTime<Utc>, now: DateTime<Utc>) -> Due {
+        let window = chrono::Duration::from_std(self.catchup_window).unwrap_or(chrono::Duration::MAX);
+        let oldest = now.checked_sub_signed(window).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let mut due = Due { fire: Vec::new(), missed: 0, next: None };
+        let mut at = Some(from);
+        // Before the window: missed. After a long outage this walk stops at
+        // a bound and jumps to the window (the count is then a floor).
+        while let Some(t) = at.filter(|t| *t < oldest) {
+            due.missed += 1;
+            at = if due.missed < MAX_MISSED_WALK {
+                self.next_after(t)
+            } else {
+                self.next_after(oldest - chrono::Duration::milliseconds(1))
+            };
+        }
+        while let Some(t) = at.filter(|t| *t <= now) {
+            if due.fire.len() < MAX_CATCHUP_FIRES {
+                due.fire.push(t);
+            } else {
+                due.missed += 1;
+            }
+            at = self.next_after(t);
+        }
+        due.next = at;
+        due
+    }
+}
+
+/// Five fields, or six with seconds first (`@hourly` and friends too).
+fn parse_cron(text: &str) -> Result<croner::Cron, String> {
+    let fields = text.split_whitespace().count();
+    if !text.trim_start().starts_with('@') && !(5..=6).contains(&fields) {
+        return Err(format!(
+            "{text:?} has {fields} fields: a cron has 5 (minute hour day month weekday) or 6 (seconds first)"
+        ));
+    }
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Optional)
+        .build()
+        .parse(text)
+        .map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn schedule(extra: Value) -> Schedule {
+        let mut spec = json!({"id": "nightly", "workflow": "report", "cron": "0 2 * * *"});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        Schedule::parse(&spec).unwrap()
+    }
+
+    #[test]
+    fn five_fields_fire_on_the_minute_and_six_take_seconds_first() {
+        let s = schedule(json!({"cron": "*/15 * * * *"}));
+        assert_eq!(s.next_after(at("2026-01-01T10:07:30Z")), Some(at("2026-01-01T10:15:00Z")));
+        let s = schedule(json!({"cron": "30 * * * * *"}));
+        assert_eq!(s.next_after(at("2026-01-01T10:07:30Z")), Some(at("2026-01-01T10:08:30Z")));
+        assert_eq!(
+            s.upcoming(at("2026-01-01T10:07:30Z"), 2),
+            vec![at("2026-01-01T10:08:30Z"), at("2026-01-01T10:09:30Z")]
+        );
+    }
+
+    #[test]
+    fn a_time_zone_keeps_the_local_hour_across_daylight_saving() {
+        let s = schedule(json!({"timezone": "Europe/Paris"}));
+        // 02:00 in Paris is 01:00 UTC in winter and 00:00 UTC in summer.
+        assert_eq!(s.next_after(at("2026-01-10T12:00:00Z")), Some(at("2026-01-11T01:00:00Z")));
+        assert_eq!(s.next_after(at("2026-07-10T12:00:00Z")), Some(at("2026-07-11T00:00:00Z")));
+    }
+
+    #[test]
+    fn after_downtime_fire_times_within_the_window_fire_oldest_first_and_older_ones_are_missed() {
+        let s = schedule(json!({"cron": "* * * * *", "catchup_window": "3m"}));
+        let due = s.due(at("2026-01-01T10:00:00Z"), at("2026-01-01T10:10:30Z"));
+        assert_eq!(due.fire, vec![at("2026-01-01T10:08:00Z"), at("2026-01-01T10:09:00Z"), at("2026-01-01T10:10:00Z")]);
+        assert_eq!(due.missed, 8, "10:00 to 10:07");
+        assert_eq!(due.next, Some(at("2026-01-01T10:11:00Z")));
+        let on_time = s.due(at("2026-01-01T10:11:00Z"), at("2026-01-01T10:11:00.2Z"));
+        assert_eq!((on_time.fire.len(), on_time.missed), (1, 0));
+        let early = s.due(at("2026-01-01T10:12:00Z"), at("2026-01-01T10:11:30Z"));
+        assert_eq!((early.fire.len(), early.next), (0, Some(at("2026-01-01T10:12:00Z"))));
+    }
+
+    #[test]
+    fn a_long_outage_is_counted_without_walking_every_second_of_it() {
+        let s = schedule(json!({"cron": "* * * * * *", "catchup_window": "7d"}));
+        let due = s.due(at("2026-01-01T00:00:00Z"), at("2026-01-01T01:00:00Z"));
+        assert_eq!(due.fire.len(), MAX_CATCHUP_FIRES, "bounded per pass");
+        assert_eq!(due.missed, 3601 - MAX_CATCHUP_FIRES as u64);
+        let s = schedule(json!({"cron": "* * * * * *", "catchup_window": "1s"}));
+        let due = s.due(at("2026-01-01T00:00:00Z"), at("2026-01-03T00:00:00Z"));
+        assert_eq!(due.missed, MAX_MISSED_WALK, "a floor, reached at once");
+        assert_eq!(due.fire, vec![at("2026-01-02T23:59:59Z"), at("2026-01-03T00:00:00Z")]);
+    }
+
+    #[test]
+    fn a_bad_schedule_is_refused_naming_the_field() {
+        let base = json!({"id": "s", "workflow": "w", "cron": "* * * * *"});
+        for (field, value, path) in [
+            ("cron", json!("* * *"), "cron"),
+            ("cron", json!("61 * * * *"), "cron"),
+            ("timezone", json!("Mars/Olympus"), "timezone"),
+            ("catchup_window", json!("30d"), "catchup_window"),
+            ("catchup_window", json!("soon"), "catchup_window"),
+            ("overlap", json!("queue"), "$"),
+            ("id", json!("a b"), "id"),
+            ("version", json!(0), "version"),
+            ("extra", json!(1), "$"),
+        ] {
+            let mut spec = base.clone();
+            spec[field] = value;
+            let e = Schedule::parse(&spec).expect_err(&spec.to_string());
+            assert_eq!(e.path, path, "{spec}: {e}");
+        }
+        assert_eq!(schedule(json!({})).overlap, Overlap::Skip, "the default");
+        assert_eq!(schedule(json!({"overlap": "buffer_one"})).overlap, Overlap::BufferOne);
+    }
+}

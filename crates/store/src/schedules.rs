@@ -1,0 +1,228 @@
+//! Schedules and their fires. The timer loop takes a due schedule with
+//! `FOR UPDATE SKIP LOCKED` ([`lock_due`]), starts its runs and moves
+//! `next_fire_at` forward ([`advance`]) in one transaction, so any number of
+//! coordinators start each fire time once; [`record_fire`]'s primary key on
+//! `(schedule, fire time)` refuses a second start outright.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::{Client, Result, Transaction};
+
+#[derive(Debug, Clone)]
+pub struct ScheduleRow {
+    pub id: String,
+    /// The schedule as its author wrote it.
+    pub spec: Value,
+    pub workflow: String,
+    pub paused: bool,
+    pub next_fire_at: Option<DateTime<Utc>>,
+    pub buffered_fire_at: Option<DateTime<Utc>>,
+    pub last_run_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str = "id, spec, workflow, paused, next_fire_at, buffered_fire_at, last_run_id, created_at, updated_at";
+
+impl ScheduleRow {
+    fn from_row(r: &Row) -> Result<ScheduleRow> {
+        Ok(ScheduleRow {
+            id: r.try_get("id")?,
+            spec: r.try_get("spec")?,
+            workflow: r.try_get("workflow")?,
+            paused: r.try_get("paused")?,
+            next_fire_at: r.try_get("next_fire_at")?,
+            buffered_fire_at: r.try_get("buffered_fire_at")?,
+            last_run_id: r.try_get("last_run_id")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+        })
+    }
+}
+
+/// What [`upsert`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upsert {
+    Created,
+    Updated,
+    /// The same spec was already there.
+    Unchanged,
+}
+
+/// Creates or replaces schedule `id`; a replaced schedule starts afresh from
+/// `next_fire_at` (its buffered fire is dropped).
+pub async fn upsert(
+    client: &mut Client,
+    id: &str,
+    spec: &Value,
+    workflow: &str,
+    paused: bool,
+    next_fire_at: Option<DateTime<Utc>>,
+) -> Result<(ScheduleRow, Upsert)> {
+    let tx = client.transaction().await?;
+    let existing = tx.query_opt(&format!("SELECT {COLUMNS} FROM schedules WHERE id = $1 FOR UPDATE"), &[&id]).await?;
+    if let Some(row) = existing {
+        let row = ScheduleRow::from_row(&row)?;
+        if &row.spec == spec {
+            return Ok((row, Upsert::Unchanged));
+        }
+        let row = tx
+            .query_one(
+                &format!(
+                    "UPDATE schedules SET spec = $2, workflow = $3, paused = $4, next_fire_at = $5,
+                            buffered_fire_at = NULL, updated_at = now()
+                      WHERE id = $1 RETURNING {COLUMNS}"
+                ),
+                &[&id, spec, &workflow, &paused, &next_fire_at],
+            )
+            .await?;
+        tx.commit().await?;
+        return Ok((ScheduleRow::from_row(&row)?, Upsert::Updated));
+    }
+    let row = tx
+        .query_one(
+            &format!(
+                "INSERT INTO schedules (id, spec, workflow, paused, next_fire_at) VALUES ($1, $2, $3, $4, $5)
+                 RETURNING {COLUMNS}"
+            ),
+            &[&id, spec, &workflow, &paused, &next_fire_at],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok((ScheduleRow::from_row(&row)?, Upsert::Created))
+}
+
+pub async fn get(client: &Client, id: &str) -> Result<Option<ScheduleRow>> {
+    let row = client.query_opt(&format!("SELECT {COLUMNS} FROM schedules WHERE id = $1"), &[&id]).await?;
+    row.map(|r| ScheduleRow::from_row(&r)).transpose()
+}
+
+/// A page of schedules by id, after `after`.
+pub async fn list(client: &Client, after: Option<&str>, limit: i64) -> Result<Vec<ScheduleRow>> {
+    let rows = client
+        .query(
+            &format!("SELECT {COLUMNS} FROM schedules WHERE ($1::text IS NULL OR id > $1) ORDER BY id LIMIT $2"),
+            &[&after, &limit],
+        )
+        .await?;
+    rows.iter().map(ScheduleRow::from_row).collect()
+}
+
+/// Removes a schedule (its runs stay); false when there was none.
+pub async fn delete(client: &Client, id: &str) -> Result<bool> {
+    Ok(client.execute("DELETE FROM schedules WHERE id = $1", &[&id]).await? > 0)
+}
+
+/// Pauses, or resumes from `next_fire_at` (the fire times of the pause are
+/// not caught up); `None` when there is no such schedule.
+pub async fn set_paused(
+    client: &Client,
+    id: &str,
+    paused: bool,
+    next_fire_at: Option<DateTime<Utc>>,
+) -> Result<Option<ScheduleRow>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "UPDATE schedules
+                    SET paused = $2, updated_at = now(),
+                        next_fire_at = CASE WHEN $2 THEN next_fire_at ELSE $3 END,
+                        buffered_fire_at = CASE WHEN $2 THEN buffered_fire_at ELSE NULL END
+                  WHERE id = $1 RETURNING {COLUMNS}"
+            ),
+            &[&id, &paused, &next_fire_at],
+        )
+        .await?;
+    row.map(|r| ScheduleRow::from_row(&r)).transpose()
+}
+
+/// A schedule with work to do — a fire time that has come, or a buffered
+/// fire whose blocking run has ended — locked, skipping ones another
+/// coordinator holds.
+pub async fn lock_due(tx: &Transaction<'_>) -> Result<Option<ScheduleRow>> {
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {COLUMNS} FROM schedules s
+                  WHERE NOT s.paused
+                    AND (s.next_fire_at <= now()
+                         OR (s.buffered_fire_at IS NOT NULL AND NOT EXISTS (
+                               SELECT 1 FROM workflow_runs r
+                                WHERE r.id = s.last_run_id AND r.status IN ('QUEUED', 'RUNNING', 'PAUSED'))))
+                  ORDER BY s.next_fire_at NULLS LAST
+                  LIMIT 1 FOR UPDATE SKIP LOCKED"
+            ),
+            &[],
+        )
+        .await?;
+    row.map(|r| ScheduleRow::from_row(&r)).transpose()
+}
+
+/// Locks schedule `id` (for a manual trigger).
+pub async fn lock(tx: &Transaction<'_>, id: &str) -> Result<Option<ScheduleRow>> {
+    let row = tx.query_opt(&format!("SELECT {COLUMNS} FROM schedules WHERE id = $1 FOR UPDATE"), &[&id]).await?;
+    row.map(|r| ScheduleRow::from_row(&r)).transpose()
+}
+
+/// Whether run `id` is still open (QUEUED, RUNNING or PAUSED).
+pub async fn run_is_open(tx: &Transaction<'_>, id: Uuid) -> Result<bool> {
+    let row = tx
+        .query_opt("SELECT 1 FROM workflow_runs WHERE id = $1 AND status IN ('QUEUED', 'RUNNING', 'PAUSED')", &[&id])
+        .await?;
+    Ok(row.is_some())
+}
+
+/// Records what a fire time did; false when it was recorded already (the
+/// fire time was handled, and must not start another run).
+pub async fn record_fire(
+    tx: &Transaction<'_>,
+    id: &str,
+    fire_time: DateTime<Utc>,
+    outcome: &str,
+    run_id: Option<Uuid>,
+) -> Result<bool> {
+    let n = tx
+        .execute(
+            "INSERT INTO schedule_fires (schedule_id, fire_time, outcome, run_id) VALUES ($1, $2, $3, $4)
+             ON CONFLICT DO NOTHING",
+            &[&id, &fire_time, &outcome, &run_id],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Sets the run a fire started.
+pub async fn set_fire_run(tx: &Transaction<'_>, id: &str, fire_time: DateTime<Utc>, run_id: Uuid) -> Result<()> {
+    tx.execute(
+        "UPDATE schedule_fires SET run_id = $3, outcome = 'started' WHERE schedule_id = $1 AND fire_time = $2",
+        &[&id, &fire_time, &run_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Where the schedule stands after a pass of the timer loop.
+pub async fn advance(
+    tx: &Transaction<'_>,
+    id: &str,
+    next_fire_at: Option<DateTime<Utc>>,
+    buffered_fire_at: Option<DateTime<Utc>>,
+    last_run_id: Option<Uuid>,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE schedules SET next_fire_at = $2, buffered_fire_at = $3, last_run_id = $4, updated_at = now()
+          WHERE id = $1",
+        &[&id, &next_fire_at, &buffered_fire_at, &last_run_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Forgets fires recorded before `before` (the key only needs to cover fire
+/// times a coordinator could still be handling); returns how many.
+pub async fn forget_fires(client: &Client, before: DateTime<Utc>) -> Result<u64> {
+    Ok(client.execute("DELETE FROM schedule_fires WHERE created_at < $1", &[&before]).await?)
+}
