@@ -191,35 +191,13 @@ impl Engine {
                 return Ok(Started { row: existing, new: false, batch: HashMap::new() });
             }
         }
-        let (key, status) = match self.admit(tx, &wf, &def.name, input).await? {
-            Ok(admitted) => admitted,
+        let how = NewRunOf { def, input, idempotency_key, parent: None, depth: 0, trigger };
+        let (row, loaded) = match self.create_run(tx, wf, how).await? {
+            Ok(created) => created,
             Err(e) => return Err(EngineError::Rejected(e)),
         };
-        let deadline = (status == RunStatus::Running).then(|| deadline_of(&wf)).flatten();
-        let new = NewRun {
-            id: Uuid::now_v7(),
-            workflow_definition_id: def.id,
-            workflow_name: &def.name,
-            workflow_version: def.version,
-            input,
-            idempotency_key,
-            deadline,
-            parent: None,
-            depth: 0,
-            status,
-            concurrency_key: key.as_deref(),
-            trigger,
-        };
-        let row = runs::insert_run(tx, &new).await?;
-        if status == RunStatus::Queued {
-            tracing::debug!(run_id = %row.id, workflow = %def.name, "run queued by its concurrency limit");
-            return Ok(Started { row, new: true, batch: HashMap::new() });
-        }
-        let mut run = machine::Run::new(row.id, input.clone());
-        run.max_payload = self.max_payload;
-        run.deadline = deadline;
-        let tr = self.apply(tx, &wf, &mut run, Event::RunStarted).await?;
-        let mut batch = HashMap::from([(row.id, Loaded::new(wf, run, tr, &row))]);
+        let Some(loaded) = loaded else { return Ok(Started { row, new: true, batch: HashMap::new() }) };
+        let mut batch = HashMap::from([(row.id, loaded)]);
         self.start_children(tx, &mut batch).await?;
         let changes: Vec<Change> = batch.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
         write_transitions(tx, &changes, self.shards, self.notify_outbox).await?;
@@ -374,7 +352,7 @@ impl Engine {
         }
         let name = spec["workflow"].as_str().unwrap_or_default();
         let version = spec["version"].as_i64().and_then(|v| i32::try_from(v).ok());
-        let Some(def) = composer_store::definitions::by_name_in(tx, name, version).await? else {
+        let Some(def) = composer_store::definitions::by_name(tx, name, version).await? else {
             let which = version.map(|v| format!(" version {v}")).unwrap_or_default();
             return Ok(Err(format!("workflow {name:?}{which} is not registered")));
         };
@@ -383,7 +361,29 @@ impl Engine {
             None | Some(Value::Null) => serde_json::json!({}),
             Some(v) => v.clone(),
         };
-        let (key, status) = match self.admit(tx, &wf, &def.name, &input).await? {
+        let how =
+            NewRunOf { def: &def, input: &input, idempotency_key: None, parent: Some(parent), depth, trigger: None };
+        let (row, loaded) = match self.create_run(tx, wf.clone(), how).await? {
+            Ok(created) => created,
+            Err(e) => return Ok(Err(e)),
+        };
+        tracing::debug!(child = %row.id, parent = %parent.run_id, workflow = %def.name, status = %row.status, "child run created");
+        let mut run = runs::to_machine(&wf, &row, &[])?;
+        run.max_payload = self.max_payload;
+        Ok(Ok(loaded.unwrap_or_else(|| Loaded::new(wf, run, machine::Transition::default(), &row))))
+    }
+
+    /// Inserts a run — QUEUED when its concurrency limit says so, else
+    /// RUNNING with `RunStarted` applied (returned as loaded, to write) —
+    /// in the caller's transaction. `Err` says why its input is refused.
+    async fn create_run(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        wf: Arc<Workflow>,
+        how: NewRunOf<'_>,
+    ) -> Result<std::result::Result<(RunRow, Option<Loaded>), String>> {
+        let def = how.def;
+        let (key, status) = match self.admit(tx, &wf, &def.name, how.input).await? {
             Ok(admitted) => admitted,
             Err(e) => return Ok(Err(e)),
         };
@@ -393,24 +393,25 @@ impl Engine {
             workflow_definition_id: def.id,
             workflow_name: &def.name,
             workflow_version: def.version,
-            input: &input,
-            idempotency_key: None,
+            input: how.input,
+            idempotency_key: how.idempotency_key,
             deadline,
-            parent: Some(parent),
-            depth,
+            parent: how.parent,
+            depth: how.depth,
             status,
             concurrency_key: key.as_deref(),
-            trigger: None,
+            trigger: how.trigger,
         };
         let row = runs::insert_run(tx, &new).await?;
+        if status == RunStatus::Queued {
+            tracing::debug!(run_id = %row.id, workflow = %def.name, "run queued by its concurrency limit");
+            return Ok(Ok((row, None)));
+        }
         let mut run = runs::to_machine(&wf, &row, &[])?;
         run.max_payload = self.max_payload;
-        let tr = match status {
-            RunStatus::Queued => machine::Transition::default(),
-            _ => self.apply(tx, &wf, &mut run, Event::RunStarted).await?,
-        };
-        tracing::debug!(child = %row.id, parent = %parent.run_id, workflow = %def.name, %status, "child run created");
-        Ok(Ok(Loaded::new(wf, run, tr, &row)))
+        let tr = self.apply(tx, &wf, &mut run, Event::RunStarted).await?;
+        let loaded = Loaded::new(wf, run, tr, &row);
+        Ok(Ok((row, Some(loaded))))
     }
 
     /// Whether a new run of `wf` may start or must wait QUEUED, and its
@@ -754,6 +755,16 @@ impl Drop for LiveLoop<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// What [`Engine::create_run`] inserts besides the workflow.
+struct NewRunOf<'a> {
+    def: &'a DefinitionRow,
+    input: &'a Value,
+    idempotency_key: Option<&'a str>,
+    parent: Option<runs::Parent>,
+    depth: i32,
+    trigger: Option<&'a Value>,
 }
 
 /// A run [`Engine::start_run_in`] created (or found by its idempotency key),

@@ -159,7 +159,7 @@ async fn definition(
     tx: &composer_store::Transaction<'_>,
     schedule: &Schedule,
 ) -> Result<Option<composer_store::definitions::DefinitionRow>, composer_store::Error> {
-    composer_store::definitions::by_name_in(tx, &schedule.spec.workflow, schedule.spec.version).await
+    composer_store::definitions::by_name(tx, &schedule.spec.workflow, schedule.spec.version).await
 }
 
 /// Handles every schedule with work to do, one transaction each; returns

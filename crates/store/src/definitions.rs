@@ -6,7 +6,7 @@ use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::{Client, Result, Transaction};
+use crate::{Client, Result};
 
 #[derive(Debug, Clone)]
 pub struct DefinitionRow {
@@ -77,8 +77,13 @@ pub async fn by_id(client: &Client, id: Uuid) -> Result<Option<DefinitionRow>> {
     client.query_opt(&stmt, &[&id]).await?.map(|r| DefinitionRow::from_row(&r)).transpose()
 }
 
-/// The given version of `name`, or its latest when `version` is `None`.
-pub async fn by_name(client: &Client, name: &str, version: Option<i32>) -> Result<Option<DefinitionRow>> {
+/// The given version of `name`, or its latest when `version` is `None`
+/// (on a connection, or inside a transaction).
+pub async fn by_name(
+    client: &impl deadpool_postgres::GenericClient,
+    name: &str,
+    version: Option<i32>,
+) -> Result<Option<DefinitionRow>> {
     let stmt = client
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM workflow_definitions
@@ -87,18 +92,6 @@ pub async fn by_name(client: &Client, name: &str, version: Option<i32>) -> Resul
         ))
         .await?;
     client.query_opt(&stmt, &[&name, &version]).await?.map(|r| DefinitionRow::from_row(&r)).transpose()
-}
-
-/// [`by_name`], inside a transaction.
-pub async fn by_name_in(tx: &Transaction<'_>, name: &str, version: Option<i32>) -> Result<Option<DefinitionRow>> {
-    let stmt = tx
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM workflow_definitions
-              WHERE name = $1 AND ($2::int4 IS NULL OR version = $2)
-              ORDER BY version DESC LIMIT 1"
-        ))
-        .await?;
-    tx.query_opt(&stmt, &[&name, &version]).await?.map(|r| DefinitionRow::from_row(&r)).transpose()
 }
 
 /// Every version of `name`, newest first.

@@ -246,6 +246,57 @@ async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Two coordinator processes (and a worker) on a test's own database and
+/// prefix, with fast recovery, for the tests that SIGKILL one of them.
+struct TwoCoordinators {
+    coordinators: Vec<Proc>,
+    worker: Option<Proc>,
+    urls: Vec<String>,
+    dir: PathBuf,
+    _db: TestDb,
+}
+
+impl TwoCoordinators {
+    async fn start(name: &str, with_worker: bool) -> TwoCoordinators {
+        let db = TestDb::create().await;
+        let redis = services().redis_url.clone();
+        let prefix = unique_prefix();
+        let dir = composer_embedded::temp_dir(name).unwrap();
+        let mut coordinators = Vec::new();
+        let mut urls = Vec::new();
+        for i in 0..2 {
+            let addr_file = dir.join(format!("c{i}.addr"));
+            coordinators.push(Proc::spawn(
+                coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
+                    .env("COMPOSER_RECOVERY_INTERVAL", "1s")
+                    .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s"),
+            ));
+            urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
+        }
+        let worker = with_worker.then(|| {
+            Proc::spawn(
+                worker_cmd(&db, &redis, &prefix, &urls.join(","))
+                    .env("COMPOSER_LEASE_TTL", "2s")
+                    .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
+            )
+        });
+        TwoCoordinators { coordinators, worker, urls, dir, _db: db }
+    }
+
+    fn clients(&self) -> Vec<Client> {
+        self.urls.iter().map(|u| Client::new(u)).collect()
+    }
+
+    /// Stops the worker and the surviving coordinator cleanly (SIGTERM).
+    fn stop(mut self) {
+        if let Some(w) = &mut self.worker {
+            assert!(w.terminate(Duration::from_secs(30)).success());
+        }
+        assert!(self.coordinators[1].terminate(Duration::from_secs(30)).success());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn kill9(p: &mut Proc) {
     let _ = p.0.kill();
     let _ = p.0.wait();
@@ -395,28 +446,9 @@ async fn a_worker_killed_mid_task_is_finished_by_another_at_the_same_attempt() {
 
 #[tokio::test]
 async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
-    let db = TestDb::create().await;
-    let redis = services().redis_url.clone();
-    let prefix = unique_prefix();
     let http = FakeHttp::start().await;
-    let dir = composer_embedded::temp_dir("kill-coordinator").unwrap();
-    let mut coordinators = Vec::new();
-    let mut urls = Vec::new();
-    for i in 0..2 {
-        let addr_file = dir.join(format!("c{i}.addr"));
-        coordinators.push(Proc::spawn(
-            coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
-                .env("COMPOSER_RECOVERY_INTERVAL", "1s")
-                .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s"),
-        ));
-        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
-    }
-    let mut worker = Proc::spawn(
-        worker_cmd(&db, &redis, &prefix, &urls.join(","))
-            .env("COMPOSER_LEASE_TTL", "2s")
-            .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
-    );
-    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let mut c = TwoCoordinators::start("kill-coordinator", true).await;
+    let clients = c.clients();
     let spec = json!({"name": "survive", "nodes": [
         http_node("a", &http.url("/slow/100/a"), 3), http_node("b", &http.url("/ok/b"), 3), http_node("c", &http.url("/ok/c"), 3)],
         "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]});
@@ -428,16 +460,14 @@ async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
         ids.push(run["id"].as_str().unwrap().to_string());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    kill9(&mut coordinators[0]);
+    kill9(&mut c.coordinators[0]);
 
     for id in &ids {
         let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
         assert_eq!(run["status"], "SUCCEEDED", "{run}");
         assert_eq!(history_count(&clients[1], id, "TaskCompleted").await, 3, "each step applied once");
     }
-    assert!(worker.terminate(Duration::from_secs(30)).success());
-    assert!(coordinators[1].terminate(Duration::from_secs(30)).success());
-    let _ = std::fs::remove_dir_all(dir);
+    c.stop();
 }
 
 /// A coordinator is SIGKILLed while a MAP is half done: the other finishes
@@ -445,28 +475,9 @@ async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
 /// order.
 #[tokio::test]
 async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_applied_once() {
-    let db = TestDb::create().await;
-    let redis = services().redis_url.clone();
-    let prefix = unique_prefix();
     let http = FakeHttp::start().await;
-    let dir = composer_embedded::temp_dir("kill-mid-map").unwrap();
-    let mut coordinators = Vec::new();
-    let mut urls = Vec::new();
-    for i in 0..2 {
-        let addr_file = dir.join(format!("c{i}.addr"));
-        coordinators.push(Proc::spawn(
-            coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
-                .env("COMPOSER_RECOVERY_INTERVAL", "1s")
-                .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s"),
-        ));
-        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
-    }
-    let mut worker = Proc::spawn(
-        worker_cmd(&db, &redis, &prefix, &urls.join(","))
-            .env("COMPOSER_LEASE_TTL", "2s")
-            .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
-    );
-    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let mut c = TwoCoordinators::start("kill-mid-map", true).await;
+    let clients = c.clients();
     let url = format!("{}/${{ .index }}", http.url("/slow/10/item"));
     let spec = json!({"name": "map_survives", "nodes": [
         {"id": "each", "type": "MAP", "config": {"items": "${ [range(300)] }", "max_concurrency": 8,
@@ -484,7 +495,7 @@ async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_ap
         assert!(Instant::now() < until, "the MAP did not get going: {run}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    kill9(&mut coordinators[0]);
+    kill9(&mut c.coordinators[0]);
 
     let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
@@ -503,37 +514,16 @@ async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_ap
         .collect();
     applied.sort_unstable();
     assert_eq!(applied, (0..300).collect::<Vec<u64>>(), "each item's result applied once");
-    assert!(worker.terminate(Duration::from_secs(30)).success());
-    assert!(coordinators[1].terminate(Duration::from_secs(30)).success());
-    let _ = std::fs::remove_dir_all(dir);
+    c.stop();
 }
 
 /// A coordinator is SIGKILLed while child runs are starting and ending: the
 /// other finishes the parent, and each (task, attempt) has one child.
 #[tokio::test]
 async fn children_starting_when_a_coordinator_is_killed_are_started_once_and_finish() {
-    let db = TestDb::create().await;
-    let redis = services().redis_url.clone();
-    let prefix = unique_prefix();
     let http = FakeHttp::start().await;
-    let dir = composer_embedded::temp_dir("kill-mid-children").unwrap();
-    let mut coordinators = Vec::new();
-    let mut urls = Vec::new();
-    for i in 0..2 {
-        let addr_file = dir.join(format!("c{i}.addr"));
-        coordinators.push(Proc::spawn(
-            coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
-                .env("COMPOSER_RECOVERY_INTERVAL", "1s")
-                .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s"),
-        ));
-        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
-    }
-    let mut worker = Proc::spawn(
-        worker_cmd(&db, &redis, &prefix, &urls.join(","))
-            .env("COMPOSER_LEASE_TTL", "2s")
-            .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
-    );
-    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let mut c = TwoCoordinators::start("kill-mid-children", true).await;
+    let clients = c.clients();
     let child = json!({"name": "one_call", "nodes": [
         {"id": "call", "type": "HTTP", "config": {"url": format!("{}/${{ .input.i }}", http.url("/slow/30/child"))}}],
         "output": "${ .input.i }"});
@@ -554,7 +544,7 @@ async fn children_starting_when_a_coordinator_is_killed_are_started_once_and_fin
         assert!(Instant::now() < until, "the children did not get going: {run}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    kill9(&mut coordinators[0]);
+    kill9(&mut c.coordinators[0]);
 
     let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
@@ -566,33 +556,21 @@ async fn children_starting_when_a_coordinator_is_killed_are_started_once_and_fin
     assert!(kids.iter().all(|k| k["status"] == "SUCCEEDED"));
     let items = clients[1].get(&format!("/v1/runs/{id}/items?node=each&limit=1000")).await;
     assert!(items["items"].as_array().unwrap().iter().all(|i| i["attempt"] == 1), "{items}");
-    assert!(worker.terminate(Duration::from_secs(30)).success());
-    assert!(coordinators[1].terminate(Duration::from_secs(30)).success());
-    let _ = std::fs::remove_dir_all(dir);
+    c.stop();
 }
 
 /// A coordinator is SIGKILLed while schedules fire every second: the other
 /// carries on, every fire time has one run, and none is lost.
 #[tokio::test]
 async fn a_schedule_firing_when_a_coordinator_is_killed_starts_one_run_per_fire_time() {
-    let db = TestDb::create().await;
-    let redis = services().redis_url.clone();
-    let prefix = unique_prefix();
-    let dir = composer_embedded::temp_dir("kill-mid-schedule").unwrap();
-    let mut coordinators = Vec::new();
-    let mut urls = Vec::new();
-    for i in 0..2 {
-        let addr_file = dir.join(format!("c{i}.addr"));
-        coordinators.push(Proc::spawn(&mut coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)));
-        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
-    }
-    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let mut c = TwoCoordinators::start("kill-mid-schedule", false).await;
+    let clients = c.clients();
     let wf = json!({"name": "tick", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
     assert_eq!(clients[0].post("/v1/workflows", &wf).await.0, 201);
     let spec = json!({"id": "tick", "workflow": "tick", "cron": "* * * * * *", "overlap": "allow"});
     assert_eq!(clients[0].post("/v1/schedules", &spec).await.0, 201);
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    kill9(&mut coordinators[0]);
+    kill9(&mut c.coordinators[0]);
     tokio::time::sleep(Duration::from_millis(3000)).await;
     assert_eq!(clients[1].post("/v1/schedules/tick/pause", &json!({})).await.0, 200);
 
@@ -609,8 +587,7 @@ async fn a_schedule_firing_when_a_coordinator_is_killed_starts_one_run_per_fire_
     assert_eq!(distinct.len(), fire_times.len(), "one run per fire time: {fire_times:?}");
     let (first, last) = (fire_times[0], fire_times[fire_times.len() - 1]);
     assert_eq!(fire_times, (first..=last).collect::<Vec<_>>(), "no fire time lost across the kill");
-    assert!(coordinators[1].terminate(Duration::from_secs(30)).success());
-    let _ = std::fs::remove_dir_all(dir);
+    c.stop();
 }
 
 /// A secret used in a header reaches the target, and nothing else: not the
