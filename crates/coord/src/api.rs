@@ -238,6 +238,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .merge(public)
         .merge(internal)
+        .merge(crate::ui::router(shared.clone()))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -477,7 +478,8 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
         None => None,
     };
     let client = composer_store::client(&s.pool).await?;
-    let filter = runs::RunFilter { workflow: q.get("workflow").map(String::as_str), status, parent };
+    let filter =
+        runs::RunFilter { workflow: q.get("workflow").map(String::as_str), status, parent, ..Default::default() };
     let rows = runs::list(&client, &filter, cursor, limit).await?;
     let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };
     Ok(Json(RunPage { runs: rows.iter().map(|r| run_view(r, None)).collect(), next_cursor: next }))

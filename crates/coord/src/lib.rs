@@ -22,6 +22,7 @@ pub mod listener;
 pub mod loops;
 pub mod outbox;
 pub mod schedules;
+mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -582,6 +582,10 @@ pub struct RunFilter<'a> {
     pub status: Option<RunStatus>,
     /// Child runs of this run.
     pub parent: Option<Uuid>,
+    /// Runs created at or after the moment of this UUIDv7 …
+    pub since: Option<Uuid>,
+    /// … and before the moment of this one.
+    pub until: Option<Uuid>,
 }
 
 pub async fn list(client: &Client, filter: &RunFilter<'_>, before: Option<Uuid>, limit: i64) -> Result<Vec<RunRow>> {
@@ -592,11 +596,15 @@ pub async fn list(client: &Client, filter: &RunFilter<'_>, before: Option<Uuid>,
                 AND ($2::text IS NULL OR status = $2)
                 AND ($3::uuid IS NULL OR id < $3)
                 AND ($5::uuid IS NULL OR parent_run_id = $5)
+                AND ($6::uuid IS NULL OR id >= $6)
+                AND ($7::uuid IS NULL OR id < $7)
               ORDER BY id DESC LIMIT $4"
         ))
         .await?;
     let status = filter.status.map(|s| s.as_str());
-    let rows = client.query(&stmt, &[&filter.workflow, &status, &before, &limit, &filter.parent]).await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+        [&filter.workflow, &status, &before, &limit, &filter.parent, &filter.since, &filter.until];
+    let rows = client.query(&stmt, &params).await?;
     rows.iter().map(RunRow::from_row).collect()
 }
 

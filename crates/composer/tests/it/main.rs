@@ -10,4 +10,5 @@ mod hardening;
 mod leases;
 mod processes;
 mod tls;
+mod ui;
 mod wire;

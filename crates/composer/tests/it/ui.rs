@@ -1,0 +1,99 @@
+//! The web UI's pages over real services (the browser test, in
+//! `tests/ui/browser_test.py`, clicks through them in Chromium): what they
+//! show, and what they refuse.
+
+use std::time::Duration;
+
+use composer_testkit::{Engine, EngineOptions, FakeHttp};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(30);
+const TOKEN: &str = "ui-token";
+
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+fn cookie() -> String {
+    let hex: String = TOKEN.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("composer_token={hex}")
+}
+
+#[tokio::test]
+async fn pages_need_the_token_login_sets_an_httponly_strict_cookie_and_a_wrong_token_is_refused() {
+    let e =
+        Engine::with(EngineOptions { coordinator: |c| c.api_token = Some(TOKEN.to_string()), ..Default::default() })
+            .await;
+    let b = browser();
+    let resp = b.get(format!("{}/ui/runs?status=FAILED", e.url())).send().await.unwrap();
+    assert_eq!(resp.status(), 303);
+    assert_eq!(resp.headers()["location"], "/ui/login?next=%2Fui%2Fruns%3Fstatus%3DFAILED");
+    let wrong =
+        b.post(format!("{}/ui/login", e.url())).form(&[("token", "nope"), ("next", "/ui/runs")]).send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let ok = b
+        .post(format!("{}/ui/login", e.url()))
+        .form(&[("token", TOKEN), ("next", "https://evil.example/")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 303);
+    assert_eq!(ok.headers()["location"], "/ui/runs", "never sent to another site");
+    let set = ok.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/ui"), "{set}");
+    assert_eq!(set.split(';').next().unwrap(), cookie());
+    let page = b.get(format!("{}/ui/runs", e.url())).header("cookie", cookie()).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    let forged = b.get(format!("{}/ui/runs", e.url())).header("cookie", "composer_token=00").send().await.unwrap();
+    assert_eq!(forged.status(), 303);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_runs_data_is_shown_as_text_and_a_form_from_another_site_changes_nothing() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    // The run's data (here, the step's input) carries markup.
+    let spec = json!({"name": "shows", "nodes": [
+        {"id": "call", "type": "HTTP", "retry": {"max_attempts": 1},
+         "config": {"method": "POST", "url": http.url("/bad/x"), "body": {"note": "<img src=x onerror=alert(1)>"}}}]});
+    let id = e.run(&spec).await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "FAILED");
+    let b = browser();
+    let page = b.get(format!("{}/ui/runs/{id}", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("class=\"node failed\" data-node=\"call\""), "the failed node is drawn failed");
+    assert!(!page.contains("<img src=x") && page.contains("&lt;img src=x onerror=alert(1)&gt;"), "escaped");
+    assert!(page.contains("button type=\"submit\" class=\"retry\""));
+
+    let cancel = b
+        .post(format!("{}/ui/runs/{id}/retry", e.url()))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 403);
+    let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run["status"], "FAILED", "nothing changed");
+    let retried = b.post(format!("{}/ui/runs/{id}/retry", e.url())).send().await.unwrap();
+    assert_eq!(retried.status(), 303);
+    assert!(retried.headers()["location"].to_str().unwrap().contains("msg=retry"));
+    for path in
+        ["/ui/workflows", "/ui/workflows/shows", "/ui/schedules", "/ui/runs?status=FAILED&since=2020-01-01T00:00"]
+    {
+        let resp = b.get(format!("{}{path}", e.url())).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+    }
+    for (path, status) in [
+        ("/ui/runs/not-a-uuid", 400),
+        ("/ui/runs/00000000-0000-7000-8000-000000000000", 404),
+        ("/ui/runs?status=NOPE", 400),
+        ("/ui/runs?since=yesterday", 400),
+        ("/ui/workflows/none", 404),
+    ] {
+        let resp = b.get(format!("{}{path}", e.url())).send().await.unwrap();
+        assert_eq!(resp.status(), status, "{path}");
+    }
+    e.stop().await;
+}

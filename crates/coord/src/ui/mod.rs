@@ -1,0 +1,669 @@
+//! The web UI at `/ui`: server-rendered pages over the same store and engine
+//! as the REST API, no JavaScript build step (one small script refreshes what
+//! is live). With an API token set, a person logs in with it: it is kept in
+//! an HttpOnly, SameSite=Strict cookie and checked like a bearer token; forms
+//! that change a run also check the request's Origin.
+
+mod dag;
+mod html;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::extract::{Form, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use chrono::{DateTime, Utc};
+use composer_core::definition::NodeKind;
+use composer_core::machine::{Event, RunStatus};
+use composer_store::runs::{self, RunFilter, RunRow, TaskRow};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use self::html::{badge, esc, json_details, page, url_enc};
+use crate::auth::constant_time_eq;
+use crate::Shared;
+
+/// The cookie that carries the API token (hex) of a logged-in browser.
+const COOKIE: &str = "composer_token";
+
+/// Runs on one page of the list.
+const PAGE: i64 = 50;
+
+/// History lines shown on a run's page.
+const HISTORY_SHOWN: i64 = 500;
+
+pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
+    let pages = Router::new()
+        .route("/ui", get(|| async { Redirect::to("/ui/runs") }))
+        .route("/ui/runs", get(runs_page))
+        .route("/ui/runs/{id}", get(run_page))
+        .route("/ui/runs/{id}/items", get(items_page))
+        .route("/ui/runs/{id}/{action}", post(run_action))
+        .route("/ui/workflows", get(workflows_page))
+        .route("/ui/workflows/{name}", get(workflow_page))
+        .route("/ui/schedules", get(schedules_page))
+        .route_layer(middleware::from_fn_with_state(shared.clone(), require_login));
+    Router::new()
+        .merge(pages)
+        .route("/ui/login", get(login_page).post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/static/app.css", get(|| async { static_file("text/css", include_str!("app.css")) }))
+        .route("/ui/static/app.js", get(|| async { static_file("text/javascript", include_str!("app.js")) }))
+        .layer(middleware::from_fn(page_headers))
+}
+
+fn static_file(kind: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "max-age=300")], body).into_response()
+}
+
+/// What every UI response carries: no framing by other sites, no inline
+/// script beyond our own file, no sniffing.
+async fn page_headers(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+        ),
+    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, header::HeaderValue::from_static("same-origin"));
+    resp
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    let cookies = headers.get(header::COOKIE)?.to_str().ok()?;
+    cookies.split(';').find_map(|c| c.trim().strip_prefix(COOKIE).and_then(|v| v.strip_prefix('=')).map(str::to_string))
+}
+
+/// Pages need the API token's cookie when a token is set.
+async fn require_login(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if let Some(expected) = s.config.api_token.as_deref() {
+        let ok = cookie_token(req.headers())
+            .is_some_and(|given| constant_time_eq(given.as_bytes(), hex(expected.as_bytes()).as_bytes()));
+        if !ok {
+            let next_page = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/ui/runs");
+            return Redirect::to(&format!("/ui/login?next={}", url_enc(next_page))).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// A form that changes something must come from our own pages.
+fn same_origin(s: &Shared, headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else { return true };
+    let origin = origin.trim_end_matches('/');
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    (!host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}")))
+        || s.config.allowed_origins.iter().any(|o| o == origin)
+}
+
+/// Where to go after logging in: one of our pages, never another site.
+fn safe_next(next: Option<&String>) -> String {
+    match next {
+        Some(n) if n.starts_with("/ui") && !n.starts_with("//") && !n.contains('\\') => n.clone(),
+        _ => "/ui/runs".to_string(),
+    }
+}
+
+async fn login_page(Query(q): Query<HashMap<String, String>>) -> Html<String> {
+    Html(login_form(&safe_next(q.get("next")), None))
+}
+
+fn login_form(next: &str, error: Option<&str>) -> String {
+    let error = error.map(|e| format!("<p class=\"error\">{}</p>", esc(e))).unwrap_or_default();
+    page(
+        "Log in",
+        &format!(
+            "<h1>Log in</h1>{error}<form method=\"post\" action=\"/ui/login\" class=\"login\">\
+             <input type=\"hidden\" name=\"next\" value=\"{}\"><label>API token \
+             <input type=\"password\" name=\"token\" autocomplete=\"current-password\" autofocus></label>\
+             <button type=\"submit\">Log in</button></form>",
+            esc(next)
+        ),
+    )
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+    next: Option<String>,
+}
+
+async fn login(State(s): State<Arc<Shared>>, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+    let next = safe_next(f.next.as_ref());
+    if !same_origin(&s, &headers) {
+        return (StatusCode::FORBIDDEN, Html(login_form(&next, Some("a login from another site is refused"))))
+            .into_response();
+    }
+    let Some(expected) = s.config.api_token.as_deref() else { return Redirect::to(&next).into_response() };
+    if !constant_time_eq(f.token.as_bytes(), expected.as_bytes()) {
+        return (StatusCode::UNAUTHORIZED, Html(login_form(&next, Some("wrong token")))).into_response();
+    }
+    let cookie = format!("{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict", hex(expected.as_bytes()));
+    ([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response()
+}
+
+async fn logout() -> Response {
+    let cookie = format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/login")).into_response()
+}
+
+/// A page that could not be made: the status and the reason, in the frame.
+pub struct UiError(StatusCode, String);
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        let body = page("Error", &format!("<h1>{}</h1><p class=\"error\">{}</p>", self.0, esc(&self.1)));
+        (self.0, Html(body)).into_response()
+    }
+}
+
+impl From<composer_store::Error> for UiError {
+    fn from(e: composer_store::Error) -> UiError {
+        tracing::warn!(error = %e, "ui: database error");
+        UiError(StatusCode::SERVICE_UNAVAILABLE, "the database is unavailable; retry shortly".into())
+    }
+}
+
+impl From<crate::engine::EngineError> for UiError {
+    fn from(e: crate::engine::EngineError) -> UiError {
+        UiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    }
+}
+
+type Page = Result<Response, UiError>;
+
+fn not_found(what: &str) -> UiError {
+    UiError(StatusCode::NOT_FOUND, format!("{what} not found"))
+}
+
+fn bad(message: impl Into<String>) -> UiError {
+    UiError(StatusCode::BAD_REQUEST, message.into())
+}
+
+fn time(t: Option<DateTime<Utc>>) -> String {
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string()).unwrap_or_default()
+}
+
+/// The smallest UUIDv7 of a moment: run ids sort by creation, so a time
+/// range is an id range.
+fn id_at(t: DateTime<Utc>) -> Uuid {
+    Uuid::from_u128((t.timestamp_millis().max(0) as u128) << 80)
+}
+
+/// `2026-11-29T18:30` (a `datetime-local` input), read as UTC.
+fn parse_local(v: &str) -> Result<Option<DateTime<Utc>>, UiError> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M")
+        .or_else(|_| chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S"))
+        .map(|t| Some(t.and_utc()))
+        .map_err(|_| bad(format!("{v:?} is not a time such as 2026-11-29T18:30")))
+}
+
+fn text<'a>(q: &'a HashMap<String, String>, key: &str) -> Result<&'a str, UiError> {
+    let v = q.get(key).map(String::as_str).unwrap_or("").trim();
+    composer_core::storable::check_text(v, key).map_err(bad)?;
+    Ok(v)
+}
+
+/// `/ui/runs`: filters (workflow, status, time range), newest first, keyset
+/// pages; the table refreshes itself while the page is open.
+async fn runs_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> Page {
+    let workflow = text(&q, "workflow")?;
+    let status = text(&q, "status")?;
+    let status = match status {
+        "" => None,
+        s => Some(RunStatus::parse(s).ok_or_else(|| bad(format!("unknown status {s:?}")))?),
+    };
+    let (since, until) = (parse_local(text(&q, "since")?)?, parse_local(text(&q, "until")?)?);
+    let cursor = match text(&q, "cursor")? {
+        "" => None,
+        c => Some(c.parse::<Uuid>().map_err(|_| bad("cursor: not a run id"))?),
+    };
+    let filter = RunFilter {
+        workflow: (!workflow.is_empty()).then_some(workflow),
+        status,
+        parent: None,
+        since: since.map(id_at),
+        until: until.map(id_at),
+    };
+    let client = composer_store::client(&s.pool).await?;
+    let rows = runs::list(&client, &filter, cursor, PAGE).await?;
+    let mut body = String::new();
+    for r in &rows {
+        let _ = write!(
+            body,
+            "<tr data-status=\"{}\"><td><a href=\"/ui/runs/{}\">{}</a></td><td><a href=\"/ui/workflows/{}\">{}</a> v{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
+            r.status,
+            r.id,
+            short(&r.id),
+            url_enc(&r.workflow_name),
+            esc(&r.workflow_name),
+            r.workflow_version,
+            badge(r.status.as_str()),
+            time(Some(r.created_at)),
+            time(r.finished_at),
+            esc(&clip(r.error.as_deref().unwrap_or(""), 120)),
+        );
+    }
+    if rows.is_empty() {
+        body.push_str("<tr><td colspan=\"6\" class=\"empty\">No runs match.</td></tr>");
+    }
+    if q.contains_key("fragment") {
+        return Ok(Html(body).into_response());
+    }
+    let keep = |k: &str| q.get(k).map(|v| format!("&{k}={}", url_enc(v))).unwrap_or_default();
+    let filters = format!("{}{}{}{}", keep("workflow"), keep("status"), keep("since"), keep("until"));
+    let next = match rows.last() {
+        Some(last) if rows.len() as i64 == PAGE => {
+            format!("<a class=\"next\" href=\"/ui/runs?cursor={}{filters}\">Older runs →</a>", last.id)
+        }
+        _ => String::new(),
+    };
+    let options: String = std::iter::once(("", "any status"))
+        .chain(RunStatus::ALL.iter().map(|s| (s.as_str(), s.as_str())))
+        .map(|(v, label)| {
+            let selected = if q.get("status").map(String::as_str) == Some(v) { " selected" } else { "" };
+            format!("<option value=\"{v}\"{selected}>{label}</option>")
+        })
+        .collect();
+    let field = |k: &str| esc(q.get(k).map(String::as_str).unwrap_or(""));
+    let live_src = format!("/ui/runs?fragment=1{filters}{}", keep("cursor"));
+    let html = format!(
+        "<h1>Runs</h1><form class=\"filters\" method=\"get\" action=\"/ui/runs\">\
+         <label>Workflow <input name=\"workflow\" value=\"{}\"></label>\
+         <label>Status <select name=\"status\">{options}</select></label>\
+         <label>From (UTC) <input type=\"datetime-local\" name=\"since\" value=\"{}\"></label>\
+         <label>To (UTC) <input type=\"datetime-local\" name=\"until\" value=\"{}\"></label>\
+         <button type=\"submit\">Filter</button> <a href=\"/ui/runs\">Clear</a></form>\
+         <table class=\"runs\"><thead><tr><th>Run</th><th>Workflow</th><th>Status</th><th>Started</th>\
+         <th>Finished</th><th>Error</th></tr></thead><tbody data-live=\"{}\">{body}</tbody></table>{next}",
+        field("workflow"),
+        field("since"),
+        field("until"),
+        esc(&live_src),
+    );
+    Ok(Html(page("Runs", &html)).into_response())
+}
+
+fn short(id: &Uuid) -> String {
+    let s = id.to_string();
+    format!("<code title=\"{s}\">{}</code>", &s[s.len() - 12..])
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
+fn parse_id(id: &str) -> Result<Uuid, UiError> {
+    id.parse().map_err(|_| bad(format!("{id:?} is not a run id")))
+}
+
+/// `/ui/runs/{id}`: the run, its graph, its tasks, its children and its
+/// history, with the buttons its status allows.
+async fn run_page(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Page {
+    let run_id = parse_id(&id)?;
+    let client = composer_store::client(&s.pool).await?;
+    let (run, tasks) = runs::get(&client, run_id).await?.ok_or_else(|| not_found("run"))?;
+    let children = runs::list(&client, &RunFilter { parent: Some(run_id), ..Default::default() }, None, 1000).await?;
+    let live = live_part(&s, &client, &run, &tasks, &children).await?;
+    if q.contains_key("fragment") {
+        return Ok(Html(live).into_response());
+    }
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<h1>Run <code>{}</code></h1><p class=\"meta\">Workflow <a href=\"/ui/workflows/{}\">{}</a> v{}",
+        run.id,
+        url_enc(&run.workflow_name),
+        esc(&run.workflow_name),
+        run.workflow_version
+    );
+    if let Some(p) = run.parent {
+        let _ = write!(html, " · child of <a href=\"/ui/runs/{}\">{}</a>", p.run_id, short(&p.run_id));
+    }
+    if let Some(t) = run.trigger.as_ref().and_then(|t| t["schedule"].as_str()) {
+        let _ = write!(html, " · started by schedule <a href=\"/ui/schedules\">{}</a>", esc(t));
+    }
+    html.push_str("</p>");
+    if let Some(msg) = q.get("msg") {
+        let _ = write!(html, "<p class=\"notice\">{}</p>", esc(&clip(msg, 300)));
+    }
+    let open = !run.status.is_terminal();
+    let live_src = format!("/ui/runs/{}?fragment=1", run.id);
+    let live_attr = if open { format!(" data-live=\"{}\"", esc(&live_src)) } else { String::new() };
+    let _ = write!(html, "<div{live_attr}>{live}</div>");
+    html.push_str(&json_details("Input", &run.input));
+    let history = runs::history(&client, run_id, 0, HISTORY_SHOWN).await?;
+    html.push_str("<h2>History</h2><table class=\"history\"><thead><tr><th>#</th><th>When</th><th>What</th><th></th></tr></thead><tbody>");
+    for h in &history {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            h.seq,
+            time(Some(h.created_at)),
+            esc(h.kind.as_str()),
+            json_details("details", &h.payload)
+        );
+    }
+    html.push_str("</tbody></table>");
+    if history.len() as i64 == HISTORY_SHOWN {
+        let _ = write!(
+            html,
+            "<p>The first {HISTORY_SHOWN} lines; the rest at <code>/v1/runs/{}/events?after={}</code>.</p>",
+            run.id,
+            history.last().map(|h| h.seq).unwrap_or(0)
+        );
+    }
+    Ok(Html(page(&format!("Run {}", run.id), &html)).into_response())
+}
+
+/// The part of a run's page that changes while it runs: status, graph, tasks.
+async fn live_part(
+    s: &Shared,
+    client: &composer_store::Client,
+    run: &RunRow,
+    tasks: &[TaskRow],
+    children: &[RunRow],
+) -> Result<String, UiError> {
+    let mut html = String::from("<div class=\"actions\">");
+    for (action, label, shown) in [
+        ("retry", "Retry", run.status == RunStatus::Failed),
+        ("pause", "Pause", run.status == RunStatus::Running),
+        ("resume", "Resume", run.status == RunStatus::Paused),
+        ("cancel", "Cancel", !run.status.is_terminal()),
+    ] {
+        if shown {
+            let _ = write!(
+                html,
+                "<form method=\"post\" action=\"/ui/runs/{}/{action}\"><button type=\"submit\" class=\"{action}\">{label}</button></form>",
+                run.id
+            );
+        }
+    }
+    html.push_str("</div>");
+    let _ = write!(
+        html,
+        "<p class=\"status\">{} · started {} · finished {}</p>",
+        badge(run.status.as_str()),
+        time(Some(run.created_at)),
+        time(run.finished_at)
+    );
+    if let Some(e) = &run.error {
+        let _ = write!(html, "<p class=\"error run-error\">{}</p>", esc(e));
+    }
+    if let Some(out) = &run.output {
+        html.push_str(&json_details("Output", out));
+    }
+    let child_of: HashMap<Uuid, &RunRow> =
+        children.iter().filter_map(|c| c.parent.map(|p| (p.task_id, c))).rev().collect();
+    if let Some(def) = composer_store::definitions::by_id(client, run.workflow_definition_id).await? {
+        if let Ok(wf) = s.engine.compile(&def) {
+            let mut states = HashMap::new();
+            for t in tasks {
+                let mut state = dag::NodeState { state: t.state.as_str().to_string(), ..Default::default() };
+                let node = wf.node_index(&t.node_id).map(|n| &wf.nodes[n].kind);
+                if let Some(p) = progress(t) {
+                    state.note = Some(format!("{}/{} done", p.completed + p.failed, p.total));
+                } else if matches!(node, Some(NodeKind::SubWorkflow { .. })) {
+                    state.link = child_of.get(&t.id).map(|c| format!("/ui/runs/{}", c.id));
+                } else if t.attempt > 1 {
+                    state.note = Some(format!("attempt {}", t.attempt));
+                }
+                states.insert(t.node_id.clone(), state);
+            }
+            let _ = write!(html, "<div class=\"graph\">{}</div>", dag::svg(&wf, &states));
+        }
+    }
+    html.push_str(
+        "<h2>Steps</h2><table class=\"tasks\"><thead><tr><th>Node</th><th>Type</th><th>State</th><th>Attempt</th>\
+         <th>Started</th><th>Finished</th><th>Error</th><th>Data</th></tr></thead><tbody>",
+    );
+    for t in tasks {
+        let mut extra = String::new();
+        if let Some(p) = progress(t) {
+            let _ = write!(
+                extra,
+                "<div class=\"items\">{} items: {} done, {} failed, {} running, {} queued · \
+                 <a href=\"/ui/runs/{}/items?node={}\">items</a></div>",
+                p.total,
+                p.completed,
+                p.failed,
+                p.open,
+                p.queued,
+                run.id,
+                url_enc(&t.node_id)
+            );
+        }
+        if let Some(c) = child_of.get(&t.id) {
+            let _ = write!(
+                extra,
+                "<div>child run <a href=\"/ui/runs/{}\">{}</a> {}</div>",
+                c.id,
+                short(&c.id),
+                badge(c.status.as_str())
+            );
+        }
+        let _ = write!(
+            html,
+            "<tr class=\"task {}\" data-node=\"{}\"><td>{}{extra}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"error\">{}</td><td>{}{}</td></tr>",
+            html::state_class(t.state.as_str()),
+            esc(&t.node_id),
+            esc(&t.node_id),
+            esc(&t.node_type),
+            badge(t.state.as_str()),
+            t.attempt,
+            time(t.started_at),
+            time(t.finished_at),
+            esc(t.error.as_deref().unwrap_or("")),
+            json_details("input", &t.input),
+            t.output.as_ref().map(|o| json_details("output", o)).unwrap_or_default(),
+        );
+    }
+    html.push_str("</tbody></table>");
+    if !children.is_empty() {
+        html.push_str("<h2>Child runs</h2><ul class=\"children\">");
+        for c in children {
+            let _ = write!(
+                html,
+                "<li><a href=\"/ui/runs/{}\">{}</a> {} {}</li>",
+                c.id,
+                short(&c.id),
+                esc(&c.workflow_name),
+                badge(c.status.as_str())
+            );
+        }
+        html.push_str("</ul>");
+    }
+    Ok(html)
+}
+
+fn progress(t: &TaskRow) -> Option<composer_core::machine::MapProgress> {
+    t.progress.as_ref().and_then(|p| serde_json::from_value(p.clone()).ok())
+}
+
+/// `/ui/runs/{id}/items?node=`: a MAP's items by index.
+async fn items_page(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Page {
+    let run_id = parse_id(&id)?;
+    let node = text(&q, "node")?;
+    let after: i32 = text(&q, "after")?.parse().unwrap_or(-1);
+    let client = composer_store::client(&s.pool).await?;
+    let (_, tasks) = runs::get(&client, run_id).await?.ok_or_else(|| not_found("run"))?;
+    let map = tasks.iter().find(|t| t.node_id == node && t.progress.is_some()).ok_or_else(|| not_found("MAP node"))?;
+    let items = runs::items(&client, run_id, map.id, after, 200).await?;
+    let mut html = format!(
+        "<h1>Items of <code>{}</code></h1><p><a href=\"/ui/runs/{run_id}\">← run</a></p><table class=\"tasks\"><thead>\
+         <tr><th>Item</th><th>State</th><th>Attempt</th><th>Finished</th><th>Error</th><th>Data</th></tr></thead><tbody>",
+        esc(node)
+    );
+    for t in &items {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"error\">{}</td><td>{}{}</td></tr>",
+            esc(&t.node_id),
+            badge(t.state.as_str()),
+            t.attempt,
+            time(t.finished_at),
+            esc(t.error.as_deref().unwrap_or("")),
+            json_details("input", &t.input),
+            t.output.as_ref().map(|o| json_details("output", o)).unwrap_or_default()
+        );
+    }
+    html.push_str("</tbody></table>");
+    if let (200, Some(last)) = (items.len(), items.last().and_then(|t| t.item_index)) {
+        let _ = write!(
+            html,
+            "<a class=\"next\" href=\"/ui/runs/{run_id}/items?node={}&after={last}\">More →</a>",
+            url_enc(node)
+        );
+    }
+    Ok(Html(page("Items", &html)).into_response())
+}
+
+/// The buttons of a run's page: the same events as the API's.
+async fn run_action(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let run_id = parse_id(&id)?;
+    let event = match action.as_str() {
+        "cancel" => Event::CancelRun,
+        "retry" => Event::RetryRun,
+        "pause" => Event::PauseRun,
+        "resume" => Event::ResumeRun,
+        _ => return Err(not_found("action")),
+    };
+    let msg = match s.engine.handle(run_id, event).await {
+        Ok(h) => match h.ignored {
+            Some(why) => format!("{action} refused: {why}"),
+            None => format!("{action}: done, the run is {}", h.status),
+        },
+        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg={}", url_enc(&msg))).into_response())
+}
+
+async fn workflows_page(State(s): State<Arc<Shared>>) -> Page {
+    let client = composer_store::client(&s.pool).await?;
+    let rows = composer_store::definitions::latest_of_each(&client, 1000).await?;
+    let mut html = String::from(
+        "<h1>Workflows</h1><table><thead><tr><th>Name</th><th>Latest version</th><th>Registered</th><th></th></tr></thead><tbody>",
+    );
+    for d in &rows {
+        let _ = write!(
+            html,
+            "<tr><td><a href=\"/ui/workflows/{}\">{}</a></td><td>v{}</td><td>{}</td><td><a href=\"/ui/runs?workflow={}\">runs</a></td></tr>",
+            url_enc(&d.name),
+            esc(&d.name),
+            d.version,
+            time(Some(d.created_at)),
+            url_enc(&d.name)
+        );
+    }
+    html.push_str("</tbody></table>");
+    Ok(Html(page("Workflows", &html)).into_response())
+}
+
+async fn workflow_page(
+    State(s): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Page {
+    composer_core::storable::check_text(&name, "workflow").map_err(bad)?;
+    let version = match text(&q, "version")? {
+        "" => None,
+        v => Some(v.parse::<i32>().map_err(|_| bad("version: not a number"))?),
+    };
+    let client = composer_store::client(&s.pool).await?;
+    let def =
+        composer_store::definitions::by_name(&client, &name, version).await?.ok_or_else(|| not_found("workflow"))?;
+    let versions = composer_store::definitions::versions(&client, &name, None, 100).await?;
+    let mut html = format!(
+        "<h1>{} <small>v{}</small></h1><p><a href=\"/ui/runs?workflow={}\">Its runs</a></p>",
+        esc(&def.name),
+        def.version,
+        url_enc(&def.name)
+    );
+    if let Ok(wf) = s.engine.compile(&def) {
+        let _ = write!(html, "<div class=\"graph\">{}</div>", dag::svg(&wf, &HashMap::new()));
+    }
+    html.push_str("<h2>Versions</h2><ul class=\"versions\">");
+    for v in &versions {
+        let _ = write!(
+            html,
+            "<li><a href=\"/ui/workflows/{}?version={}\">v{}</a> {}</li>",
+            url_enc(&v.name),
+            v.version,
+            v.version,
+            time(Some(v.created_at))
+        );
+    }
+    html.push_str("</ul>");
+    let spec = serde_json::to_string_pretty(&def.spec).unwrap_or_default();
+    let _ = write!(html, "<h2>Definition</h2><pre class=\"spec\">{}</pre>", esc(&spec));
+    Ok(Html(page(&def.name, &html)).into_response())
+}
+
+async fn schedules_page(State(s): State<Arc<Shared>>) -> Page {
+    let client = composer_store::client(&s.pool).await?;
+    let rows = composer_store::schedules::list(&client, None, 1000).await?;
+    let mut html = String::from(
+        "<h1>Schedules</h1><table><thead><tr><th>Id</th><th>Workflow</th><th>Cron</th><th>Time zone</th>\
+         <th>Overlap</th><th>State</th><th>Next fire</th><th>Last run</th></tr></thead><tbody>",
+    );
+    for r in &rows {
+        let spec = &r.spec;
+        let last = r.last_run_id.map(|id| format!("<a href=\"/ui/runs/{id}\">{}</a>", short(&id))).unwrap_or_default();
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td><a href=\"/ui/workflows/{}\">{}</a></td><td><code>{}</code></td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{last}</td></tr>",
+            esc(&r.id),
+            url_enc(&r.workflow),
+            esc(&r.workflow),
+            esc(spec["cron"].as_str().unwrap_or("")),
+            esc(spec["timezone"].as_str().unwrap_or("UTC")),
+            esc(spec["overlap"].as_str().unwrap_or("skip")),
+            if r.paused { "paused" } else { "active" },
+            if r.paused { String::new() } else { time(r.next_fire_at) },
+        );
+    }
+    if rows.is_empty() {
+        html.push_str("<tr><td colspan=\"8\" class=\"empty\">No schedules.</td></tr>");
+    }
+    html.push_str("</tbody></table>");
+    Ok(Html(page("Schedules", &html)).into_response())
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""The web UI in a real browser (Debian's chromium, driven by Playwright).
+
+Starts `composer dev` with an API token and a fake payment service, makes a
+run fail, then does what a person would: logs in, opens the runs list,
+filters it to FAILED runs, opens the failed run, sees the failed step in the
+failure colour with its error, presses Retry, and sees the run succeed.
+
+Usage: browser_test.py COMPOSER_BINARY [SCREENSHOT_DIR]
+Screenshots go to SCREENSHOT_DIR when given (docs/ keeps the ones the README
+shows), else to a temporary directory.
+"""
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from playwright.sync_api import expect, sync_playwright
+
+TOKEN = "ui-test-token-7f3a"
+CHROMIUM = os.environ.get("COMPOSER_CHROMIUM", "/usr/bin/chromium")
+
+
+class Payments(http.server.BaseHTTPRequestHandler):
+    """Declines while `failing` is set, then accepts."""
+
+    failing = True
+
+    def do_POST(self):
+        length = int(self.headers.get("content-length") or 0)
+        self.rfile.read(length)
+        if Payments.failing:
+            self.send_response(402)
+            body = b'{"error": "card declined"}'
+        else:
+            self.send_response(200)
+            body = b'{"id": "ch_1"}'
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def api(base, method, path, body=None):
+    req = urllib.request.Request(
+        base + path,
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"authorization": "Bearer " + TOKEN, "content-type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def wait_for_run(base, run_id, status, timeout=60):
+    until = time.time() + timeout
+    while time.time() < until:
+        run = api(base, "GET", f"/v1/runs/{run_id}")
+        if run["status"] == status:
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} is {run['status']}, not {status}: {run}")
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    shots = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="composer-ui-shots-")
+    os.makedirs(shots, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="composer-ui-")
+    os.chmod(work, 0o755)  # run as root, the embedded PostgreSQL runs as postgres
+    payments = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Payments)
+    threading.Thread(target=payments.serve_forever, daemon=True).start()
+    pay_url = f"http://127.0.0.1:{payments.server_address[1]}/charge"
+
+    addr_file = os.path.join(work, "addr")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")}
+    env.update(COMPOSER_LISTEN="127.0.0.1:0", COMPOSER_ADDR_FILE=addr_file, COMPOSER_API_TOKEN=TOKEN,
+               COMPOSER_LOG="warn")
+    dev = subprocess.Popen([binary, "dev"], cwd=work, env=env, stdin=subprocess.DEVNULL)
+    try:
+        until = time.time() + 90
+        while not (os.path.exists(addr_file) and open(addr_file).read().strip()):
+            assert time.time() < until, "composer dev did not start"
+            assert dev.poll() is None, "composer dev exited"
+            time.sleep(0.2)
+        base = open(addr_file).read().strip()
+        if not base.startswith("http"):
+            base = "http://" + base
+
+        api(base, "POST", "/v1/workflows", {"name": "greet", "nodes": [
+            {"id": "hello", "type": "TRANSFORM", "config": {"output": "hello ${ .input.who }"}}]})
+        api(base, "POST", "/v1/workflows", {"name": "checkout", "nodes": [
+            {"id": "price", "type": "TRANSFORM", "config": {"output": {"amount": "${ .input.amount }"}}},
+            {"id": "pay", "type": "HTTP", "retry": {"max_attempts": 1},
+             "config": {"method": "POST", "url": pay_url, "body": "${ .nodes.price.output }"}},
+            {"id": "receipt", "type": "TRANSFORM", "config": {"output": {"paid": "${ .nodes.pay.output.body.id }"}}}],
+            "edges": [{"from": "price", "to": "pay"}, {"from": "pay", "to": "receipt"}]})
+        for who in ["ada", "grace"]:
+            api(base, "POST", "/v1/runs", {"workflow": "greet", "input": {"who": who}})
+        failed = api(base, "POST", "/v1/runs", {"workflow": "checkout", "input": {"amount": 42}})
+        wait_for_run(base, failed["id"], "FAILED")
+
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 860})
+
+            # Not logged in: the login page, then the runs list.
+            page.goto(base + "/ui/runs")
+            expect(page).to_have_url(base + "/ui/login?next=%2Fui%2Fruns")
+            page.fill("input[name=token]", "wrong")
+            page.click("form.login button[type=submit]")
+            expect(page.locator(".error")).to_contain_text("wrong token")
+            page.fill("input[name=token]", TOKEN)
+            page.click("form.login button[type=submit]")
+            expect(page).to_have_url(base + "/ui/runs")
+            expect(page.locator("table.runs tbody tr")).to_have_count(3)
+            page.screenshot(path=os.path.join(shots, "ui-runs.png"), full_page=True)
+
+            # Filter to the failed runs and open the one there is.
+            page.select_option("select[name=status]", "FAILED")
+            page.click(".filters button[type=submit]")
+            rows = page.locator("table.runs tbody tr")
+            expect(rows).to_have_count(1)
+            expect(rows.first).to_have_attribute("data-status", "FAILED")
+            rows.first.locator("a").first.click()
+            expect(page).to_have_url(base + f"/ui/runs/{failed['id']}")
+
+            # The failed step, in the failure colour, and why.
+            pay = page.locator("svg.dag g[data-node=pay]")
+            expect(pay).to_have_class("node failed")
+            fill = pay.locator("rect").evaluate("r => getComputedStyle(r).fill")
+            assert fill == "rgb(255, 235, 233)", f"the failed node is drawn in {fill}"
+            expect(page.locator("svg.dag g[data-node=price]")).to_have_class("node ok")
+            expect(page.locator(".run-error")).to_contain_text('node "pay" failed')
+            expect(page.locator("tr[data-node=pay] td.error")).to_contain_text("402")
+            page.screenshot(path=os.path.join(shots, "ui-run-failed.png"), full_page=True)
+
+            # The card works now: retry from the page, and watch it succeed.
+            Payments.failing = False
+            page.click("button.retry")
+            expect(page.locator(".notice")).to_contain_text("retry: done")
+            expect(page.locator("svg.dag g[data-node=receipt]")).to_have_class("node ok", timeout=30_000)
+            expect(page.locator("p.status .badge")).to_have_text("SUCCEEDED", timeout=30_000)
+            expect(page.locator("svg.dag g[data-node=pay]")).to_have_class("node ok")
+            expect(page.locator("button.retry")).to_have_count(0)
+            page.screenshot(path=os.path.join(shots, "ui-run-retried.png"), full_page=True)
+
+            # Logging out ends the session.
+            page.click("header button.logout")
+            expect(page).to_have_url(base + "/ui/login")
+            page.goto(base + "/ui/runs")
+            expect(page).to_have_url(base + "/ui/login?next=%2Fui%2Fruns")
+            browser.close()
+        run = api(base, "GET", f"/v1/runs/{failed['id']}")
+        assert run["status"] == "SUCCEEDED", run
+        print(f"ui: browser test passed; screenshots in {shots}")
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        try:
+            dev.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            dev.kill()
+        payments.shutdown()
+
+
+if __name__ == "__main__":
+    main()
