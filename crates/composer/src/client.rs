@@ -52,7 +52,7 @@ pub fn read_spec(file: &std::path::Path) -> anyhow::Result<Value> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let is_yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
     Ok(if is_yaml {
-        serde_yaml::from_str(&text).with_context(|| format!("{} is not valid YAML", file.display()))?
+        yaml_serde::from_str(&text).with_context(|| format!("{} is not valid YAML", file.display()))?
     } else {
         serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", file.display()))?
     })

@@ -260,8 +260,26 @@ async fn require_api_token(State(s): State<Arc<Shared>>, req: Request, next: Nex
 /// path and cause.
 async fn observe_errors(req: Request, next: Next) -> Response {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    // The route's pattern, not the path: a run id must not become a label.
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let started = std::time::Instant::now();
     let resp = next.run(req).await;
     let status = resp.status();
+    let class = match status.as_u16() / 100 {
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        _ => "5xx",
+    };
+    composer_metrics::observe(
+        composer_metrics::API_REQUEST_DURATION,
+        &[("method", method.as_str()), ("route", &route), ("status", class)],
+        started.elapsed(),
+    );
     if status.is_client_error() || status.is_server_error() {
         composer_metrics::inc(composer_metrics::API_ERRORS, &[("status", status.as_str())], 1);
     }
@@ -331,6 +349,9 @@ async fn metrics() -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
+    if s.draining.is_cancelled() {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "draining", "the coordinator is shutting down"));
+    }
     let live = s.engine.live_loops();
     if live < s.config.engine_workers {
         let message = format!("{live} of {} engine loops are running", s.config.engine_workers);
@@ -599,11 +620,16 @@ async fn get_run(
             return Err(ApiError::not_found(format!("run {run_id} not found")));
         };
         drop(client);
-        if run.status.is_terminal() || tokio::time::Instant::now() >= deadline {
+        if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
             return Ok(Json(run_view(&run, Some(&tasks))));
         }
         loop {
-            match tokio::time::timeout_at(deadline, ended.recv()).await {
+            let ended = tokio::select! {
+                // Stopping: answer now with the run as it is.
+                _ = s.draining.cancelled() => break,
+                r = tokio::time::timeout_at(deadline, ended.recv()) => r,
+            };
+            match ended {
                 Err(_) => break,
                 Ok(Ok(id)) if id == run_id || id.is_nil() => break,
                 Ok(Ok(_)) => continue,

@@ -217,7 +217,7 @@ impl Engine {
         }
         composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], batch.len().max(1) as u64);
         for l in batch.values().filter(|l| l.run.status.is_terminal()) {
-            composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", l.run.status.as_str())], 1);
+            run_finished(&l.wf, &l.run);
         }
         if let Some(l) = batch.get(&row.id) {
             row.status = l.run.status;
@@ -667,7 +667,7 @@ impl Engine {
             self.outbox_wake.notify_one();
         }
         for c in changes.iter().filter(|c| c.tr.run_changed && c.run.status.is_terminal()) {
-            composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", c.run.status.as_str())], 1);
+            run_finished(c.wf, c.run);
         }
         for _ in events {
             composer_metrics::observe(composer_metrics::EVENT_DURATION, &[], started.elapsed());
@@ -837,6 +837,23 @@ impl FollowUps {
             }
         }
         f
+    }
+}
+
+/// Counts a run that ended, and its time from creation (its UUIDv7 id
+/// carries the millisecond it was created) to now.
+fn run_finished(wf: &Workflow, run: &machine::Run) {
+    let status = run.status.as_str();
+    composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", status)], 1);
+    if let Some((secs, nanos)) = run.id.get_timestamp().map(|t| t.to_unix()) {
+        let created = std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos);
+        if let Ok(took) = std::time::SystemTime::now().duration_since(created) {
+            composer_metrics::observe(
+                composer_metrics::RUN_DURATION,
+                &[("workflow", &wf.spec.name), ("status", status)],
+                took,
+            );
+        }
     }
 }
 

@@ -44,6 +44,10 @@ pub struct Shared {
     pub engine: Arc<Engine>,
     pub outbox_wake: Arc<Notify>,
     pub runs: RunWatch,
+    /// Set when the coordinator begins to stop: `/readyz` answers 503 and
+    /// long-polls answer at once, so a load balancer moves on and no request
+    /// holds the stop up.
+    pub draining: CancellationToken,
 }
 
 /// A started coordinator. Dropping it does not stop it; call [`Running::stop`].
@@ -55,8 +59,15 @@ pub struct Running {
 }
 
 impl Running {
+    /// Marks the coordinator as going away while it still serves:
+    /// `/readyz` answers 503 and long-polls return what they have.
+    pub fn drain(&self) {
+        self.shared.draining.cancel();
+    }
+
     /// Stops serving and the loops, and waits for them to end.
     pub async fn stop(mut self) {
+        self.drain();
         self.shutdown.cancel();
         while self.tasks.join_next().await.is_some() {}
     }
@@ -113,8 +124,15 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config.max_payload,
         config.engine_queue,
     );
-    let shared =
-        Arc::new(Shared { engine: Arc::new(engine), pool, streams, outbox_wake, runs: RunWatch::new(), config });
+    let shared = Arc::new(Shared {
+        engine: Arc::new(engine),
+        pool,
+        streams,
+        outbox_wake,
+        runs: RunWatch::new(),
+        config,
+        draining: CancellationToken::new(),
+    });
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..shared.config.engine_workers {
@@ -124,6 +142,11 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     spawn_loops(&shared, &shutdown, &mut tasks);
     serve(listener, &shared, &shutdown, &mut tasks);
     write_addr_file(&shared.config, addr)?;
+    composer_metrics::set(
+        composer_metrics::BUILD_INFO,
+        &[("version", env!("CARGO_PKG_VERSION")), ("role", "coordinator")],
+        1.0,
+    );
     Ok(Running { addr, shared, shutdown, tasks })
 }
 

@@ -286,6 +286,10 @@ async fn time_out_runs(shared: &Shared) -> Result<usize, composer_store::Error> 
 
 /// Samples the gauges: outbox backlog and age, open tasks by state, running
 /// runs, due timers.
+/// Queues the metrics loop has reported a backlog for.
+static SAMPLED_QUEUES: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 pub async fn sample_metrics(shared: &Shared) -> Result<(), composer_store::Error> {
     let client = composer_store::client(&shared.pool).await?;
     let w = stats::open_work(&client).await?;
@@ -296,5 +300,21 @@ pub async fn sample_metrics(shared: &Shared) -> Result<(), composer_store::Error
     }
     composer_metrics::set(composer_metrics::RUNNING_RUNS, &[], w.running_runs as f64);
     composer_metrics::set(composer_metrics::DUE_TIMERS, &[], w.due_timers as f64);
+    let backlogs = stats::queue_backlogs(&client).await?;
+    // A queue that drained since the last sample reads 0, not its last value.
+    let mut seen = SAMPLED_QUEUES.lock().expect("sampled queues");
+    for queue in seen.iter() {
+        if !backlogs.iter().any(|b| &b.queue == queue) {
+            composer_metrics::set(composer_metrics::QUEUE_BACKLOG, &[("queue", queue)], 0.0);
+            composer_metrics::set(composer_metrics::QUEUE_LAG, &[("queue", queue)], 0.0);
+        }
+    }
+    for b in backlogs {
+        composer_metrics::set(composer_metrics::QUEUE_BACKLOG, &[("queue", &b.queue)], b.tasks as f64);
+        composer_metrics::set(composer_metrics::QUEUE_LAG, &[("queue", &b.queue)], b.oldest_age);
+        if seen.len() < 1000 {
+            seen.insert(b.queue);
+        }
+    }
     Ok(())
 }

@@ -50,6 +50,17 @@ metrics! {
     API_ERRORS: Counter, "composer_api_errors_total", "API responses with an error status, by status.";
     RUNS_STARTED: Counter, "composer_runs_started_total", "Runs started.";
     RUNS_FINISHED: Counter, "composer_runs_finished_total", "Runs that reached a terminal status, by status.";
+    RUN_DURATION: Histogram, "composer_run_duration_seconds",
+        "A run's time from its creation to its end, by workflow and status.";
+    API_REQUEST_DURATION: Histogram, "composer_api_request_duration_seconds",
+        "Time to answer an API request, by method, route and status class.";
+    TASK_DURATION: Histogram, "composer_task_duration_seconds",
+        "Time a worker's handler took for one attempt, by node type and outcome.";
+    QUEUE_BACKLOG: Gauge, "composer_queue_backlog",
+        "Dispatched tasks no worker has started yet, by queue.";
+    QUEUE_LAG: Gauge, "composer_queue_lag_seconds",
+        "How long the oldest dispatched, unstarted task of a queue has waited, by queue.";
+    BUILD_INFO: Gauge, "composer_build_info", "1, labelled with the version of the running binary and its role.";
     DISPATCHES: Counter, "composer_dispatches_total", "Outbox rows published to Redis streams.";
     OUTBOX_PUBLISH_FAILURES: Counter, "composer_outbox_publish_failures_total",
         "Outbox batches that failed to publish (rows went to RETRY).";
@@ -207,6 +218,21 @@ pub fn render() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_grafana_dashboard_names_only_metrics_that_exist() {
+        let dashboard = include_str!("../../../docs/grafana-dashboard.json");
+        let mut named = 0;
+        for word in dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !word.starts_with("composer_") {
+                continue;
+            }
+            let base = word.trim_end_matches("_bucket");
+            assert!(ALL.iter().any(|m| m.name == base), "the dashboard names {word}, which no metric is");
+            named += 1;
+        }
+        assert!(named >= 15, "{named}");
+    }
 
     #[test]
     fn renders_counters_gauges_and_histograms() {

@@ -17,6 +17,29 @@ pub struct OpenWork {
     pub due_timers: i64,
 }
 
+/// A queue's dispatched tasks no worker has started: how many, and how long
+/// the oldest has waited (seconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueBacklog {
+    pub queue: String,
+    pub tasks: i64,
+    pub oldest_age: f64,
+}
+
+/// Per queue, through the partial index of PENDING tasks (open work only).
+pub async fn queue_backlogs(client: &Client) -> Result<Vec<QueueBacklog>> {
+    let rows = client
+        .query(
+            "SELECT queue, count(*), COALESCE(extract(epoch FROM now() - min(updated_at))::float8, 0)
+               FROM task_instances WHERE state = 'PENDING' AND queue IS NOT NULL GROUP BY queue",
+            &[],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| Ok(QueueBacklog { queue: r.try_get(0)?, tasks: r.try_get(1)?, oldest_age: r.try_get(2)? }))
+        .collect()
+}
+
 /// One statement, so the figures are of one snapshot.
 pub async fn open_work(client: &Client) -> Result<OpenWork> {
     let row = client

@@ -62,6 +62,9 @@ pub struct Options {
     #[arg(long, env = "COMPOSER_HTTP_MAX_TIMEOUT", default_value = "5m", value_parser = composer_core::duration::parse)]
     pub http_max_timeout: Duration,
     /// How long one XREADGROUP blocks when there is nothing to do.
+    /// Serve `/metrics` and `/healthz` here (off when unset).
+    #[arg(long = "worker-listen", env = "COMPOSER_WORKER_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
     #[arg(skip = Duration::from_secs(2))]
     pub block: Duration,
     #[arg(skip = 8usize)]

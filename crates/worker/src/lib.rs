@@ -25,12 +25,14 @@
 mod config;
 pub mod egress;
 mod http;
+mod listen;
 mod report;
 mod runtime;
 pub mod secrets;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -49,6 +51,8 @@ pub enum Error {
     Stream(#[from] composer_stream::Error),
     #[error("invalid worker configuration: {0}")]
     Config(#[from] composer_core::config::ConfigError),
+    #[error("cannot listen on {addr} (COMPOSER_WORKER_LISTEN): {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
 }
 
 /// What a handler knows about the task it runs.

@@ -102,6 +102,14 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         .map(|(q, s)| streams.keys().stream(q, s))
         .collect();
     tracing::info!(worker = %ctx.id, queues = ?queues, shards, concurrency = o.concurrency, "worker started");
+    composer_metrics::set(
+        composer_metrics::BUILD_INFO,
+        &[("version", env!("CARGO_PKG_VERSION")), ("role", "worker")],
+        1.0,
+    );
+    if let Some(addr) = o.listen {
+        crate::listen::serve(addr, ctx.id.clone(), shutdown.clone()).await?;
+    }
 
     read_loop(&ctx, &names, o.block, o.reclaim_interval, &shutdown).await;
     // Graceful: no new reads; let in-flight tasks finish and report, within a lease TTL.
@@ -390,6 +398,7 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch, _slot: OwnedSe
     // Renewal stops however this function ends, panics included.
     let _stop_renewing = done.clone().drop_guard();
     let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone()));
+    let started = std::time::Instant::now();
     let outcome = match handler {
         Some(handler) => run_handler(handler, &dispatch, &lost).await,
         None => {
@@ -408,6 +417,12 @@ async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch, _slot: OwnedSe
         ack(&ctx, &msg).await;
         return;
     };
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    composer_metrics::observe(
+        composer_metrics::TASK_DURATION,
+        &[("node_type", dispatch.node_type.as_str()), ("outcome", outcome)],
+        started.elapsed(),
+    );
     let report = to_report(&ctx.id, &dispatch, result);
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.

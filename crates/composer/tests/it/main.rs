@@ -8,6 +8,7 @@ mod failures;
 mod flow;
 mod hardening;
 mod leases;
+mod ops;
 mod processes;
 mod tls;
 mod ui;

@@ -1,0 +1,70 @@
+//! What an operator relies on: a stopping coordinator leaves at once and
+//! says so, a worker can be scraped.
+
+use std::time::Duration;
+
+use composer_testkit::Engine;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_draining_coordinator_is_unready_and_answers_long_polls_at_once() {
+    let e = Engine::start().await;
+    let spec = json!({"name": "waits", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "never", "key": "k"}}]});
+    let id = e.run(&spec).await;
+    let (status, _) = e.get("/readyz").await;
+    assert_eq!(status, 200);
+    let url = format!("{}/v1/runs/{id}?wait=60s", e.url());
+    let poll = tokio::spawn(async move { reqwest::get(url).await.unwrap().json::<serde_json::Value>().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    e.coordinators[0].drain();
+    let (status, body) = e.get("/readyz").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("draining")), "{body}");
+    // The long-poll asked for 60 s; a stop must not wait for it.
+    let run = tokio::time::timeout(Duration::from_secs(20), poll).await.expect("the long-poll answered").unwrap();
+    assert_eq!(run["status"], "RUNNING", "{run}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_worker_serves_metrics_and_health_and_the_new_metrics_are_scraped() {
+    let mut e =
+        composer_testkit::Engine::with(composer_testkit::EngineOptions { workers: 0, ..Default::default() }).await;
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut config = e.worker_config("scraped", 4);
+    config.options.listen = Some(addr);
+    e.spawn_worker(composer_worker::Worker::new(config));
+    let http = composer_testkit::FakeHttp::start().await;
+    let spec = json!({"name": "scrape_me", "nodes": [composer_testkit::http_node("a", &http.url("/ok/a"), 1)]});
+    let id = e.run(&spec).await;
+    assert_eq!(e.wait_for_run(id, Duration::from_secs(30)).await["status"], "SUCCEEDED");
+
+    let get = |path: &str| reqwest::get(format!("http://{addr}{path}"));
+    let mut health = None;
+    for _ in 0..100 {
+        if let Ok(r) = get("/healthz").await {
+            health = Some(r.json::<serde_json::Value>().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let health = health.expect("the worker's /healthz answers");
+    assert!(health["worker"].as_str().unwrap().starts_with("scraped"), "{health}");
+    let worker = get("/metrics").await.unwrap().text().await.unwrap();
+    for line in ["composer_task_duration_seconds_count{node_type=\"HTTP\",outcome=\"ok\"}", "role=\"worker\"} 1"] {
+        assert!(worker.contains(line), "the worker's metrics lack {line}:\n{worker}");
+    }
+    let (_, coord) = e.get("/metrics").await;
+    let coord = coord.as_str().unwrap().to_string();
+    for line in [
+        "composer_api_request_duration_seconds_count{method=\"POST\",route=\"/v1/runs\",status=\"2xx\"}",
+        "composer_run_duration_seconds_count{workflow=\"scrape_me\",status=\"SUCCEEDED\"}",
+        "role=\"coordinator\"} 1",
+    ] {
+        assert!(coord.contains(line), "the coordinator's metrics lack {line}");
+    }
+    e.stop().await;
+}
