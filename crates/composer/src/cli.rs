@@ -8,13 +8,23 @@ use clap::{Args, Parser, Subcommand};
 pub use composer_core::config::DatabaseArgs;
 
 #[derive(Parser)]
-#[command(name = "composer", version, about = "Composer: a distributed workflow engine on PostgreSQL and Redis")]
+#[command(
+    name = "composer",
+    version,
+    about = "Composer: a distributed workflow engine on PostgreSQL and Redis",
+    after_help = EXIT_STATUS
+)]
 pub struct Cli {
     #[command(flatten)]
     pub log: LogArgs,
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The exit statuses, for every `--help`.
+pub const EXIT_STATUS: &str = "Exit status: 0 done (a waited-for run SUCCEEDED), 1 the run FAILED or was CANCELLED \
+(or a server role stopped on an error), 2 a usage error (a bad flag or argument, or a request the server refused \
+as invalid), 3 not found, 4 the server is unreachable or answered 5xx, 5 a --wait timed out.";
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -35,6 +45,11 @@ pub enum Command {
     Event(EventArgs),
     /// Create and control schedules (cron-triggered runs).
     Schedule(ScheduleArgs),
+    /// Prints a shell completion script: `composer completions bash > /etc/bash_completion.d/composer`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Measures latency and throughput of K-step workflows against a built-in
     /// HTTP sink (on embedded services unless --target-url is given).
     Bench(BenchArgs),
@@ -82,8 +97,10 @@ pub enum ScheduleCommand {
         /// The schedule: {id, workflow, version?, cron, timezone?, input?, overlap?, catchup_window?, paused?}.
         #[arg(short = 'f', long = "file", conflicts_with_all = ["id", "workflow", "cron"])]
         file: Option<PathBuf>,
+        /// The schedule's id (letters, digits, '_', '-', '.').
         #[arg(long, required_unless_present = "file")]
         id: Option<String>,
+        /// The workflow it starts.
         #[arg(long, required_unless_present = "file")]
         workflow: Option<String>,
         /// Five fields (minute hour day month weekday), or six with seconds first.
@@ -109,6 +126,7 @@ pub enum ScheduleCommand {
     },
     /// Lists schedules by id.
     List {
+        /// Schedules per page (at most 1000).
         #[arg(long, default_value_t = 50)]
         limit: u32,
         /// The `next_after` of the previous page.
@@ -116,15 +134,30 @@ pub enum ScheduleCommand {
         after: Option<String>,
     },
     /// Shows a schedule with its next fire times.
-    Get { id: String },
+    Get {
+        /// The schedule's id.
+        id: String,
+    },
     /// Deletes a schedule (its runs stay).
-    Delete { id: String },
+    Delete {
+        /// The schedule's id.
+        id: String,
+    },
     /// Stops a schedule firing.
-    Pause { id: String },
+    Pause {
+        /// The schedule's id.
+        id: String,
+    },
     /// Fires again from the next fire time.
-    Resume { id: String },
+    Resume {
+        /// The schedule's id.
+        id: String,
+    },
     /// Starts one run now.
-    Trigger { id: String },
+    Trigger {
+        /// The schedule's id.
+        id: String,
+    },
 }
 
 #[derive(Args)]
@@ -204,6 +237,9 @@ pub struct ClientArgs {
     /// Bearer token for the coordinator's `/v1` API.
     #[arg(long, global = true, env = "COMPOSER_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// table, json or jsonl (one object per line). Default: a table on a terminal, JSON otherwise.
+    #[arg(short = 'o', long = "output", global = true, value_parser = ["table", "json", "jsonl"])]
+    pub output: Option<String>,
 }
 
 /// The `COMPOSER_*` variable behind the flag a parse error is about, found
@@ -226,13 +262,17 @@ fn find_env(command: &clap::Command, long: &str) -> Option<String> {
 pub enum WorkflowCommand {
     /// Registers a definition from a JSON or YAML file.
     Apply {
+        /// The definition: a .json, .yaml or .yml file, or - for standard input (JSON or YAML).
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
     },
     /// Lists workflows (latest version of each).
     List,
     /// Shows a workflow's latest definition and its versions.
-    Get { name: String },
+    Get {
+        /// The workflow's name.
+        name: String,
+    },
     /// Runs a definition through the state machine offline (no server): worker-run nodes take mocked outputs,
     /// events mocked payloads, timers fire at once. Prints each node's state, evaluated input and output, the
     /// edges taken, and the run's status and output. Exit status: 0 the run succeeded, 1 it failed, 2 the
@@ -262,14 +302,18 @@ pub enum WorkflowCommand {
 pub enum RunCommand {
     /// Starts a run.
     Start {
+        /// The workflow's name.
         workflow: String,
-        /// Run input as JSON.
+        /// The run's input: JSON, or @FILE holding JSON.
         #[arg(long, default_value = "{}")]
         input: String,
+        /// Starting again with the same key (for this workflow) returns the run it started.
+        #[arg(long)]
+        idempotency_key: Option<String>,
         /// Pin a definition version (default: latest).
         #[arg(long)]
         version: Option<i32>,
-        /// Wait for the run to end; exit non-zero unless it SUCCEEDED.
+        /// Wait for the run to end, showing the step running now on stderr; exit non-zero unless it SUCCEEDED.
         #[arg(long)]
         wait: bool,
         /// Give up waiting after this long.
@@ -277,30 +321,50 @@ pub enum RunCommand {
         timeout: Duration,
     },
     /// Shows a run with its tasks.
-    Get { id: String },
+    Get {
+        /// The run's id.
+        id: String,
+    },
     /// Lists runs, newest first.
     List {
+        /// Only runs of this workflow.
         #[arg(long)]
         workflow: Option<String>,
         /// QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED.
         #[arg(long)]
         status: Option<String>,
+        /// Runs per page (at most 1000).
         #[arg(long, default_value_t = 20)]
         limit: u32,
         /// The `next_cursor` of the previous page.
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// Shows a run's history.
-    Events { id: String },
+    /// Shows a run's whole history (every page).
+    Events {
+        /// The run's id.
+        id: String,
+    },
     /// Cancels a running run.
-    Cancel { id: String },
+    Cancel {
+        /// The run's id.
+        id: String,
+    },
     /// Retries a failed run's failed steps.
-    Retry { id: String },
+    Retry {
+        /// The run's id.
+        id: String,
+    },
     /// Pauses a running run: tasks already started finish, nothing new starts until it is resumed.
-    Pause { id: String },
+    Pause {
+        /// The run's id.
+        id: String,
+    },
     /// Resumes a paused run.
-    Resume { id: String },
+    Resume {
+        /// The run's id.
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -308,10 +372,50 @@ pub enum EventCommand {
     /// Completes the steps waiting for (NAME, KEY) with the payload, or keeps
     /// the event for a waiter to come.
     Send {
+        /// The event's name (a WAIT_FOR_EVENT's `event`).
         name: String,
+        /// The key it is for (a WAIT_FOR_EVENT's evaluated `key`).
         key: String,
         /// The event's payload as JSON.
         #[arg(long, default_value = "{}")]
         payload: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_tree_is_well_formed_and_every_argument_is_described() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&cmd, "composer", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
+    }
+
+    #[test]
+    fn client_flags_are_on_client_commands_only() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        for role in ["dev", "coordinator", "worker", "migrate", "bench"] {
+            let sub = cmd.find_subcommand(role).unwrap();
+            for flag in ["url", "output"] {
+                assert!(sub.get_arguments().all(|a| a.get_id().as_str() != flag), "{role} shows --{flag}");
+            }
+        }
+    }
 }

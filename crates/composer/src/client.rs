@@ -4,15 +4,17 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use composer_client::Client;
-use composer_core::api::{EventSent, SendEvent, StartRun};
+use composer_core::api::{EventSent, RunView, SendEvent, StartRun};
+use composer_core::duration;
 use composer_core::machine::RunStatus;
 use serde_json::Value;
 
 use composer_core::config::non_empty;
 
 use crate::cli::{ClientArgs, EventCommand, RunCommand, ScheduleCommand, WorkflowCommand};
+use crate::output::{self, Format};
 
 type Method = reqwest::Method;
 
@@ -22,24 +24,67 @@ fn api(args: &ClientArgs) -> anyhow::Result<Client> {
     Ok(Client::new(http, &args.url, non_empty(&args.api_token)))
 }
 
+/// Why a client command stopped, with its exit status (`cli::EXIT_STATUS`).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+pub const RUN_FAILED: u8 = 1;
+pub const USAGE: u8 = 2;
+pub const NOT_FOUND: u8 = 3;
+pub const UNAVAILABLE: u8 = 4;
+pub const WAIT_TIMED_OUT: u8 = 5;
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    Failure { code: USAGE, message: message.into() }.into()
+}
+
+/// The exit status of an error from a client command.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if let Some(f) = e.downcast_ref::<Failure>() {
+        return f.code;
+    }
+    match e.downcast_ref::<composer_client::Error>() {
+        Some(composer_client::Error::Unreachable { .. } | composer_client::Error::Decode(_)) => UNAVAILABLE,
+        Some(composer_client::Error::Api { status: 404, .. }) => NOT_FOUND,
+        Some(composer_client::Error::Api { status, .. }) if *status >= 500 => UNAVAILABLE,
+        Some(composer_client::Error::Api { .. }) => USAGE,
+        None => 1,
+    }
+}
+
 /// Calls the API and returns its answer as JSON, for printing.
 async fn call(api: &Client, method: Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
     Ok(api.call(method, path, body).await?)
 }
 
-fn print(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+/// JSON from an argument, or from the file `@FILE` names.
+fn json_arg(flag: &str, arg: &str) -> anyhow::Result<Value> {
+    let (text, from) = match arg.strip_prefix('@') {
+        Some(path) => (std::fs::read_to_string(path).map_err(|e| usage(format!("{flag} {arg}: {e}")))?, path),
+        None => (arg.to_string(), "the argument"),
+    };
+    serde_json::from_str(&text).map_err(|e| usage(format!("{flag}: {from} is not valid JSON: {e}")))
 }
 
 pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<ExitCode> {
     let api = api(&args)?;
+    let format = Format::resolve(args.output.as_deref());
     match cmd {
         WorkflowCommand::Apply { file } => {
             let spec = read_spec(&file)?;
-            print(&call(&api, Method::POST, "/v1/workflows", Some(&spec)).await?);
+            output::one(format, &call(&api, Method::POST, "/v1/workflows", Some(&spec)).await?);
         }
-        WorkflowCommand::List => print(&call(&api, Method::GET, "/v1/workflows", None).await?),
-        WorkflowCommand::Get { name } => print(&call(&api, Method::GET, &format!("/v1/workflows/{name}"), None).await?),
+        WorkflowCommand::List => {
+            let answer = call(&api, Method::GET, "/v1/workflows", None).await?;
+            output::list(format, &answer, "workflows", output::WORKFLOW_COLUMNS);
+        }
+        WorkflowCommand::Get { name } => {
+            output::one(format, &call(&api, Method::GET, &format!("/v1/workflows/{}", encode(&name)), None).await?)
+        }
         WorkflowCommand::Simulate { file, input, mocks, failures, output } => {
             return Ok(crate::simulate::run(&file, &input, &mocks, &failures, output == "json"));
         }
@@ -47,39 +92,52 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-/// A definition from a JSON or YAML file (by its extension).
+/// A definition from a JSON or YAML file (by its extension), or from
+/// standard input for `-` (JSON or YAML: YAML reads JSON too).
 pub fn read_spec(file: &std::path::Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let is_yaml = matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
-    Ok(if is_yaml {
-        yaml_serde::from_str(&text).with_context(|| format!("{} is not valid YAML", file.display()))?
+    let stdin = file.as_os_str() == "-";
+    let text = if stdin {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| usage(format!("standard input: {e}")))?;
+        text
     } else {
-        serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", file.display()))?
+        std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?
+    };
+    let is_yaml = stdin || matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+    Ok(if is_yaml {
+        yaml_serde::from_str(&text).map_err(|e| usage(format!("{} is not valid YAML: {e}", file.display())))?
+    } else {
+        serde_json::from_str(&text).map_err(|e| usage(format!("{} is not valid JSON: {e}", file.display())))?
     })
 }
 
 pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> {
     let api = api(&args)?;
+    let format = Format::resolve(args.output.as_deref());
+    let run_path = |id: &str, action: &str| format!("/v1/runs/{}{action}", encode(id));
     match cmd {
-        RunCommand::Start { workflow, input, version, wait, timeout } => {
-            let input: Value = serde_json::from_str(&input).context("--input is not valid JSON")?;
-            let req = StartRun { workflow, version, input: Some(input), idempotency_key: None };
+        RunCommand::Start { workflow, input, idempotency_key, version, wait, timeout } => {
+            let input = json_arg("--input", &input)?;
+            let req = StartRun { workflow, version, input: Some(input), idempotency_key };
             let run = api.start_run(&req).await?;
             if !wait {
-                print(&serde_json::to_value(&run)?);
+                output::one(format, &serde_json::to_value(&run)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let run = api.wait_for_run(run.id, timeout).await?;
-            print(&serde_json::to_value(&run)?);
-            match run.status {
-                RunStatus::Succeeded => return Ok(ExitCode::SUCCESS),
-                RunStatus::Queued | RunStatus::Running | RunStatus::Paused => {
-                    bail!("run {} still {} after {}", run.id, run.status, composer_core::duration::format(timeout))
+            let run = wait_showing_progress(&api, run.id, timeout).await?;
+            output::one(format, &serde_json::to_value(&run)?);
+            return match run.status {
+                RunStatus::Succeeded => Ok(ExitCode::SUCCESS),
+                RunStatus::Queued | RunStatus::Running | RunStatus::Paused => Err(Failure {
+                    code: WAIT_TIMED_OUT,
+                    message: format!("run {} still {} after {}", run.id, run.status, duration::format(timeout)),
                 }
-                _ => return Ok(ExitCode::FAILURE),
-            }
+                .into()),
+                _ => Ok(ExitCode::from(RUN_FAILED)),
+            };
         }
-        RunCommand::Get { id } => print(&call(&api, Method::GET, &format!("/v1/runs/{id}"), None).await?),
+        RunCommand::Get { id } => output::one(format, &call(&api, Method::GET, &run_path(&id, ""), None).await?),
         RunCommand::List { workflow, status, limit, cursor } => {
             let mut query = vec![format!("limit={limit}")];
             for (k, v) in [("workflow", workflow), ("status", status), ("cursor", cursor)] {
@@ -87,27 +145,78 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
                     query.push(format!("{k}={}", encode(&v)));
                 }
             }
-            print(&call(&api, Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await?)
+            let answer = call(&api, Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await?;
+            output::list(format, &answer, "runs", output::RUN_COLUMNS);
         }
         RunCommand::Events { id } => {
-            print(&call(&api, Method::GET, &format!("/v1/runs/{id}/events?limit=1000"), None).await?)
+            // Every page, to the end.
+            let mut events = Vec::new();
+            let mut after = 0i64;
+            loop {
+                let path = format!("{}?after={after}&limit=1000", run_path(&id, "/events"));
+                let page = call(&api, Method::GET, &path, None).await?;
+                events.extend(page["events"].as_array().cloned().unwrap_or_default());
+                match page["next_after"].as_i64() {
+                    Some(next) => after = next,
+                    None => break,
+                }
+            }
+            output::all(format, &events, output::EVENT_COLUMNS);
         }
-        RunCommand::Cancel { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/cancel"), None).await?),
-        RunCommand::Retry { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/retry"), None).await?),
-        RunCommand::Pause { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/pause"), None).await?),
-        RunCommand::Resume { id } => print(&call(&api, Method::POST, &format!("/v1/runs/{id}/resume"), None).await?),
+        RunCommand::Cancel { id } => {
+            output::one(format, &call(&api, Method::POST, &run_path(&id, "/cancel"), None).await?)
+        }
+        RunCommand::Retry { id } => {
+            output::one(format, &call(&api, Method::POST, &run_path(&id, "/retry"), None).await?)
+        }
+        RunCommand::Pause { id } => {
+            output::one(format, &call(&api, Method::POST, &run_path(&id, "/pause"), None).await?)
+        }
+        RunCommand::Resume { id } => {
+            output::one(format, &call(&api, Method::POST, &run_path(&id, "/resume"), None).await?)
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Waits for the run to end, writing to stderr what it is doing whenever
+/// that changes (`running: charge (attempt 2)`); returns the run as last seen.
+async fn wait_showing_progress(api: &Client, id: uuid::Uuid, timeout: Duration) -> anyhow::Result<RunView> {
+    let give_up = tokio::time::Instant::now() + timeout;
+    let mut shown = String::new();
+    loop {
+        let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+        let run = api.wait_for_run(id, left.min(Duration::from_secs(1))).await?;
+        let now: Vec<String> = run
+            .tasks
+            .iter()
+            .flatten()
+            .filter(|t| !t.state.is_terminal())
+            .map(|t| match t.attempt {
+                1 => format!("{} {}", t.node_id, t.state.as_str().to_lowercase()),
+                n => format!("{} {} (attempt {n})", t.node_id, t.state.as_str().to_lowercase()),
+            })
+            .collect();
+        let line = format!("{}: {}", run.status.as_str().to_lowercase(), now.join(", "));
+        if line != shown && !run.status.is_terminal() {
+            eprintln!("{line}");
+            shown = line;
+        }
+        if run.status.is_terminal() || tokio::time::Instant::now() >= give_up {
+            return Ok(run);
+        }
+    }
+}
+
 pub async fn event(args: ClientArgs, cmd: EventCommand) -> anyhow::Result<ExitCode> {
     let api = api(&args)?;
+    let format = Format::resolve(args.output.as_deref());
     match cmd {
         EventCommand::Send { name, key, payload } => {
-            let payload: Value = serde_json::from_str(&payload).context("--payload is not valid JSON")?;
+            let payload = json_arg("--payload", &payload)?;
             let body = SendEvent { name, key, payload };
             let sent: EventSent = api.call(Method::POST, "/v1/events", Some(&body)).await?;
-            print(&serde_json::to_value(sent)?);
+            output::one(format, &serde_json::to_value(sent)?);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -115,6 +224,7 @@ pub async fn event(args: ClientArgs, cmd: EventCommand) -> anyhow::Result<ExitCo
 
 pub async fn schedule(args: ClientArgs, cmd: ScheduleCommand) -> anyhow::Result<ExitCode> {
     let api = api(&args)?;
+    let format = Format::resolve(args.output.as_deref());
     let path = |id: &str, action: &str| format!("/v1/schedules/{}{action}", encode(id));
     let answer = match cmd {
         ScheduleCommand::Create {
@@ -134,7 +244,7 @@ pub async fn schedule(args: ClientArgs, cmd: ScheduleCommand) -> anyhow::Result<
                 None => {
                     let mut spec = serde_json::json!({"id": id, "workflow": workflow, "cron": cron});
                     let input = match input {
-                        Some(i) => Some(serde_json::from_str::<Value>(&i).context("--input is not valid JSON")?),
+                        Some(i) => Some(json_arg("--input", &i)?),
                         None => None,
                     };
                     let optional = [
@@ -160,7 +270,9 @@ pub async fn schedule(args: ClientArgs, cmd: ScheduleCommand) -> anyhow::Result<
             if let Some(a) = after {
                 query.push_str(&format!("&after={}", encode(&a)));
             }
-            call(&api, Method::GET, &query, None).await?
+            let answer = call(&api, Method::GET, &query, None).await?;
+            output::list(format, &answer, "schedules", output::SCHEDULE_COLUMNS);
+            return Ok(ExitCode::SUCCESS);
         }
         ScheduleCommand::Get { id } => call(&api, Method::GET, &path(&id, ""), None).await?,
         ScheduleCommand::Delete { id } => call(&api, Method::DELETE, &path(&id, ""), None).await?,
@@ -168,7 +280,7 @@ pub async fn schedule(args: ClientArgs, cmd: ScheduleCommand) -> anyhow::Result<
         ScheduleCommand::Resume { id } => call(&api, Method::POST, &path(&id, "/resume"), None).await?,
         ScheduleCommand::Trigger { id } => call(&api, Method::POST, &path(&id, "/trigger"), None).await?,
     };
-    print(&answer);
+    output::one(format, &answer);
     Ok(ExitCode::SUCCESS)
 }
 

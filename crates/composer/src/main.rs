@@ -8,6 +8,7 @@ mod bench;
 mod cli;
 mod client;
 mod dev;
+mod output;
 mod simulate;
 
 use std::process::ExitCode;
@@ -45,13 +46,21 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(client::run(args.client, args.command)),
         Command::Event(args) => runtime.block_on(client::event(args.client, args.command)),
         Command::Schedule(args) => runtime.block_on(client::schedule(args.client, args.command)),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "composer", &mut script);
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench(args) => runtime.block_on(bench::bench(args)),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(client::exit_code(&e))
         }
     }
 }

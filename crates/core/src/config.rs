@@ -16,7 +16,7 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// Where PostgreSQL is.
 #[derive(Args, Debug, Clone, Default)]
 pub struct DatabaseArgs {
-    /// PostgreSQL URL. Empty under `dev`: an embedded server is started.
+    /// PostgreSQL URL (`composer dev` starts an embedded server when it is empty).
     #[arg(
         id = "database_url",
         long = "database-url",

@@ -63,7 +63,7 @@ pub struct Options {
     pub http_max_timeout: Duration,
     /// How long one XREADGROUP blocks when there is nothing to do.
     /// Serve `/metrics` and `/healthz` here (off when unset).
-    #[arg(long = "worker-listen", env = "COMPOSER_WORKER_LISTEN")]
+    #[arg(id = "worker_listen", long = "worker-listen", value_name = "ADDR", env = "COMPOSER_WORKER_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
     #[arg(skip = Duration::from_secs(2))]
     pub block: Duration,

@@ -2,6 +2,7 @@
 //! (links once); each module is one area.
 
 mod api;
+mod cli;
 mod control;
 mod dataflow;
 mod failures;

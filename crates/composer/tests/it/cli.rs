@@ -1,0 +1,129 @@
+//! The client commands as a person or a script uses them: output formats,
+//! exit statuses, input from files and stdin, whole histories.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use composer_testkit::{Engine, FakeHttp};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_composer");
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the CLI against `url` off the async runtime (the coordinator under
+/// test shares it).
+async fn cli(url: &str, args: &[&str], stdin: Option<&str>) -> Out {
+    let (url, args, stdin) =
+        (url.to_string(), args.iter().map(|a| a.to_string()).collect::<Vec<_>>(), stdin.map(str::to_string));
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = Command::new(BIN);
+        cmd.args(&args).env("COMPOSER_URL", &url).env("COMPOSER_LOG", "warn").env_remove("COMPOSER_API_TOKEN");
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        if let Some(text) = stdin {
+            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        Out {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_outcome_has_its_exit_status() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let url = e.url();
+    e.register(&json!({"name": "ok", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]})).await;
+    e.register(&json!({"name": "fails", "nodes": [
+        {"id": "call", "type": "HTTP", "retry": {"max_attempts": 1}, "config": {"url": http.url("/bad/x")}}]}))
+        .await;
+    e.register(&json!({"name": "waits", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "never", "key": "k"}}]}))
+        .await;
+
+    assert_eq!(cli(&url, &["run", "start", "ok", "--wait", "-o", "json"], None).await.code, 0);
+    let failed = cli(&url, &["run", "start", "fails", "--wait", "-o", "json"], None).await;
+    assert_eq!(failed.code, 1, "{}", failed.stderr);
+    let slow = cli(&url, &["run", "start", "waits", "--wait", "--timeout", "1500ms"], None).await;
+    assert_eq!(slow.code, 5, "{}", slow.stderr);
+    assert!(slow.stderr.contains("running: w waiting"), "progress on stderr: {}", slow.stderr);
+    let missing = cli(&url, &["run", "get", "01a2e0a0-0000-7000-8000-000000000000"], None).await;
+    assert_eq!(missing.code, 3, "{}", missing.stderr);
+    let no_workflow = cli(&url, &["run", "start", "nowhere"], None).await;
+    assert_eq!(no_workflow.code, 3, "{}", no_workflow.stderr);
+    let unreachable = cli("http://127.0.0.1:9", &["run", "list"], None).await;
+    assert_eq!(unreachable.code, 4, "{}", unreachable.stderr);
+    assert_eq!(cli(&url, &["run", "list", "--bogus"], None).await.code, 2);
+    let bad_input = cli(&url, &["run", "start", "ok", "--input", "{not json"], None).await;
+    assert_eq!(bad_input.code, 2, "{}", bad_input.stderr);
+    assert!(bad_input.stderr.contains("--input"), "{}", bad_input.stderr);
+    let refused = cli(&url, &["run", "list", "--status", "SIDEWAYS"], None).await;
+    assert_eq!(refused.code, 2, "a request the server refuses as invalid: {}", refused.stderr);
+    e.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_inputs_and_whole_histories() {
+    let e = Engine::start().await;
+    let url = e.url();
+    // A definition from stdin, in YAML.
+    let yaml = "name: many\nnodes:\n  - id: each\n    type: MAP\n    config:\n      items: \"${ [range(1100)] }\"\n      node: {type: TRANSFORM, config: {output: \"${ .item }\"}}\n";
+    let applied = cli(&url, &["workflow", "apply", "-f", "-", "-o", "json"], Some(yaml)).await;
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert_eq!(serde_json::from_str::<Value>(&applied.stdout).unwrap()["name"], "many");
+
+    // Input from a file, and an idempotency key that returns the same run.
+    let dir = composer_embedded::temp_dir("cli-input").unwrap();
+    let input = dir.join("input.json");
+    std::fs::write(&input, r#"{"from": "file"}"#).unwrap();
+    let at_file = format!("@{}", input.display());
+    let start = |key: &'static str| {
+        let (url, at_file) = (url.clone(), at_file.clone());
+        async move {
+            cli(&url, &["run", "start", "many", "--input", &at_file, "--idempotency-key", key, "-o", "json"], None)
+                .await
+        }
+    };
+    let first: Value = serde_json::from_str(&start("k-1").await.stdout).unwrap();
+    let again: Value = serde_json::from_str(&start("k-1").await.stdout).unwrap();
+    assert_eq!(first["id"], again["id"], "the same key, the same run");
+    let id: uuid::Uuid = first["id"].as_str().unwrap().parse().unwrap();
+    let run = e.wait_for_run(id, Duration::from_secs(60)).await;
+    assert_eq!(run["input"], json!({"from": "file"}));
+
+    // The whole history, past the API's page of 1,000, one event per line.
+    let events = cli(&url, &["run", "events", &id.to_string(), "-o", "jsonl"], None).await;
+    assert_eq!(events.code, 0, "{}", events.stderr);
+    let lines: Vec<Value> = events.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.len() > 1100, "{} events", lines.len());
+    let seqs: Vec<i64> = lines.iter().map(|l| l["seq"].as_i64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order, no page twice");
+
+    let table = cli(&url, &["run", "list", "-o", "table"], None).await;
+    let header = table.stdout.lines().next().unwrap_or_default().to_string();
+    assert!(header.starts_with("ID") && header.contains("WORKFLOW") && header.contains("STATUS"), "{header}");
+    assert!(table.stdout.contains("SUCCEEDED"), "{}", table.stdout);
+    let jsonl = cli(&url, &["run", "list", "-o", "jsonl"], None).await;
+    assert_eq!(jsonl.stdout.lines().count(), 1);
+    let piped = cli(&url, &["run", "get", &id.to_string()], None).await;
+    assert!(serde_json::from_str::<Value>(&piped.stdout).is_ok(), "JSON when not on a terminal");
+
+    let completions = cli(&url, &["completions", "bash"], None).await;
+    assert!(completions.code == 0 && completions.stdout.contains("_composer"), "{}", completions.stderr);
+    let _ = std::fs::remove_dir_all(dir);
+    e.stop().await;
+}
