@@ -459,7 +459,7 @@ async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> A
         None => ApiError::not_found(format!("workflow {:?} not found", req.workflow)),
     })?;
     if let Some(key) = &req.idempotency_key {
-        if key.is_empty() || key.len() > 256 {
+        if key.is_empty() || key.chars().count() > 256 {
             return Err(ApiError::bad_request("idempotency_key must be 1 to 256 characters"));
         }
     }
@@ -520,10 +520,11 @@ pub(crate) fn page_limit(raw: Option<&String>, default: i64) -> ApiResult<i64> {
 /// Completes every task waiting for `(name, key)` with the payload; with no
 /// waiter, keeps the event for `COMPOSER_EVENT_RETENTION` for one to come.
 async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> ApiResult<Json<EventSent>> {
-    if ev.name.is_empty() || ev.name.len() > 256 {
+    // Characters, as an OpenAPI maxLength counts them, not bytes.
+    if ev.name.is_empty() || ev.name.chars().count() > 256 {
         return Err(ApiError::bad_request("name must be 1 to 256 characters"));
     }
-    if ev.key.len() > 1024 {
+    if ev.key.chars().count() > 1024 {
         return Err(ApiError::bad_request("key must be at most 1024 characters"));
     }
     if json_size(&ev.payload) > s.config.max_payload {
