@@ -272,8 +272,7 @@ pub async fn lock_many(
             "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = ANY($1) AND parent_task_id IS NULL
              UNION ALL
              SELECT {TASK_COLUMNS} FROM task_instances
-              WHERE run_id = ANY($1) AND id = ANY($2) AND parent_task_id IS NOT NULL
-             ORDER BY run_id, id"
+              WHERE run_id = ANY($1) AND id = ANY($2) AND parent_task_id IS NOT NULL"
         ))
         .await?;
     let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_ids];
@@ -287,7 +286,10 @@ pub async fn lock_many(
     runs.iter()
         .map(|r| {
             let run = RunRow::from_row(r)?;
-            let tasks = by_run.remove(&run.id).unwrap_or_default();
+            let mut tasks = by_run.remove(&run.id).unwrap_or_default();
+            // In creation order (UUIDv7), sorted here: an ORDER BY over the
+            // UNION made PostgreSQL sort every row of every event's read.
+            tasks.sort_unstable_by_key(|t| t.id);
             Ok((run, tasks))
         })
         .collect()
