@@ -598,7 +598,7 @@ fn task_view(t: &TaskRow) -> TaskView {
         finished_at: t.finished_at,
         parent_task_id: t.parent_task_id,
         item_index: t.item_index,
-        progress: t.progress.as_ref().and_then(|p| serde_json::from_value(p.clone()).ok()),
+        progress: t.map_progress(),
     }
 }
 

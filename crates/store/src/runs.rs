@@ -151,6 +151,13 @@ impl TaskRow {
     }
 }
 
+impl TaskRow {
+    /// A MAP task's item counts.
+    pub fn map_progress(&self) -> Option<machine::MapProgress> {
+        self.progress.as_ref().and_then(|p| serde_json::from_value(p.clone()).ok())
+    }
+}
+
 /// A run about to be inserted.
 #[derive(Debug, Clone)]
 pub struct NewRun<'a> {

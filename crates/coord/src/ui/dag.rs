@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use composer_core::definition::Workflow;
 
-use super::html::{esc, state_class};
+use super::html::{clip, esc, state_class};
 
 const W: usize = 170;
 const H: usize = 46;
@@ -110,15 +110,6 @@ pub fn svg(wf: &Workflow, states: &HashMap<String, NodeState>) -> String {
         }
     }
     out.push_str("</svg>");
-    out
-}
-
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(max - 1).collect();
-    out.push('…');
     out
 }
 

@@ -19,6 +19,16 @@ pub fn esc(s: &str) -> String {
     out
 }
 
+/// At most `max` characters of `s`, with `…` when cut.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// A query value.
 pub fn url_enc(s: &str) -> String {
     s.bytes()

@@ -24,7 +24,7 @@ use composer_store::runs::{self, RunFilter, RunRow, TaskRow};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use self::html::{badge, esc, json_details, page, url_enc};
+use self::html::{badge, clip, esc, json_details, page, url_enc};
 use crate::auth::constant_time_eq;
 use crate::Shared;
 
@@ -305,15 +305,6 @@ fn short(id: &Uuid) -> String {
     format!("<code title=\"{s}\">{}</code>", &s[s.len() - 12..])
 }
 
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(max - 1).collect();
-    out.push('…');
-    out
-}
-
 fn parse_id(id: &str) -> Result<Uuid, UiError> {
     id.parse().map_err(|_| bad(format!("{id:?} is not a run id")))
 }
@@ -426,7 +417,7 @@ async fn live_part(
             for t in tasks {
                 let mut state = dag::NodeState { state: t.state.as_str().to_string(), ..Default::default() };
                 let node = wf.node_index(&t.node_id).map(|n| &wf.nodes[n].kind);
-                if let Some(p) = progress(t) {
+                if let Some(p) = t.map_progress() {
                     state.note = Some(format!("{}/{} done", p.completed + p.failed, p.total));
                 } else if matches!(node, Some(NodeKind::SubWorkflow { .. })) {
                     state.link = child_of.get(&t.id).map(|c| format!("/ui/runs/{}", c.id));
@@ -444,7 +435,7 @@ async fn live_part(
     );
     for t in tasks {
         let mut extra = String::new();
-        if let Some(p) = progress(t) {
+        if let Some(p) = t.map_progress() {
             let _ = write!(
                 extra,
                 "<div class=\"items\">{} items: {} done, {} failed, {} running, {} queued · \
@@ -500,10 +491,6 @@ async fn live_part(
         html.push_str("</ul>");
     }
     Ok(html)
-}
-
-fn progress(t: &TaskRow) -> Option<composer_core::machine::MapProgress> {
-    t.progress.as_ref().and_then(|p| serde_json::from_value(p.clone()).ok())
 }
 
 /// `/ui/runs/{id}/items?node=`: a MAP's items by index.
