@@ -486,7 +486,7 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
     };
     let limit = page_limit(q.get("limit"), 50)?;
     if let Some(w) = q.get("workflow") {
-        text_param(w, "workflow")?;
+        composer_core::definition::check_name("workflow", w).map_err(ApiError::bad_request)?;
     }
     let cursor = match q.get("cursor") {
         Some(c) => Some(c.parse::<Uuid>().map_err(|_| ApiError::bad_request(format!("cursor: invalid cursor {c:?}")))?),
@@ -688,7 +688,8 @@ async fn run_items(
         .find(|t| &t.node_id == node)
         .ok_or_else(|| ApiError::not_found(format!("run {run_id} has no task for node {node:?} (yet)")))?;
     if map.progress.is_none() && map.node_type != "MAP" {
-        return Err(ApiError::bad_request(format!("node {node:?} is a {}, not a MAP", map.node_type)));
+        // A node that is not a MAP has no items: nothing found here.
+        return Err(ApiError::not_found(format!("node {node:?} is a {}, not a MAP: it has no items", map.node_type)));
     }
     let items = runs::items(&client, run_id, map.id, after, limit).await?;
     let next = if items.len() as i64 == limit { items.last().and_then(|t| t.item_index) } else { None };

@@ -78,7 +78,7 @@ pub async fn list(
 ) -> ApiResult<Json<SchedulePage>> {
     let limit = page_limit(q.get("limit"), 50)?;
     if let Some(a) = q.get("after") {
-        text_param(a, "after")?;
+        composer_core::definition::check_name("after", a).map_err(ApiError::bad_request)?;
     }
     let client = composer_store::client(&s.pool).await?;
     let rows = schedules::list(&client, q.get("after").map(String::as_str), limit).await?;

@@ -432,6 +432,10 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
     let mut nodes = Vec::with_capacity(raw_nodes.len());
     for (i, raw) in raw_nodes.iter().enumerate() {
         let id = raw.get("id").and_then(Value::as_str).unwrap_or("");
+        object_or_null(raw, &node_path(i, id))?;
+        if let Some(retry) = raw.get("retry") {
+            object_or_null(retry, &format!("{}.retry", node_path(i, id)))?;
+        }
         let node: NodeSpec =
             serde_json::from_value(raw.clone()).map_err(|e| ValidationError::new(node_path(i, id), e.to_string()))?;
         nodes.push(node);
@@ -441,6 +445,7 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
         Some(Value::Array(a)) => {
             let mut edges = Vec::with_capacity(a.len());
             for (i, raw) in a.iter().enumerate() {
+                object_or_null(raw, &format!("edges[{i}]"))?;
                 let edge: EdgeSpec = serde_json::from_value(raw.clone())
                     .map_err(|e| ValidationError::new(format!("edges[{i}]"), e.to_string()))?;
                 edges.push(edge);
@@ -457,12 +462,21 @@ fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
     };
     let concurrency = match obj.get("concurrency") {
         None | Some(Value::Null) => None,
-        Some(c) => Some(
+        Some(c) => Some(object_or_null(c, "concurrency").and_then(|()| {
             serde_json::from_value(c.clone())
-                .map_err(|e| ValidationError::new("concurrency", format!("{e} (expected {{key?, max}})")))?,
-        ),
+                .map_err(|e| ValidationError::new("concurrency", format!("{e} (expected {{key?, max}})")))
+        })?),
     };
     Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency })
+}
+
+/// Serde reads a struct from an array of its fields too (`"retry": []`):
+/// a definition's objects must be written as objects.
+fn object_or_null(v: &Value, path: &str) -> Result<(), ValidationError> {
+    match v {
+        Value::Object(_) | Value::Null => Ok(()),
+        _ => Err(ValidationError::new(path, "must be an object")),
+    }
 }
 
 fn node_path(i: usize, id: &str) -> String {
@@ -471,6 +485,12 @@ fn node_path(i: usize, id: &str) -> String {
     } else {
         format!("nodes[{id}]")
     }
+}
+
+/// Whether `name` is a valid workflow, node, queue or schedule name (the
+/// API refuses filters that could name nothing).
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    validate_name(what, name).map_err(|e| e.to_string())
 }
 
 /// Names and ids end up in stream keys, URLs and logs: keep them plain.
@@ -1044,6 +1064,18 @@ mod tests {
         ] {
             assert_eq!(err(spec(c.clone())).path, path, "{c}");
         }
+    }
+
+    #[test]
+    fn objects_written_as_arrays_are_refused() {
+        // Serde would read `[]` as a struct of absent fields.
+        let mut node = http("a");
+        node["retry"] = json!([]);
+        assert_eq!(err(json!({"name": "w", "nodes": [node]})).path, "nodes[a].retry");
+        let e = err(json!({"name": "w", "nodes": [http("a"), http("b")], "edges": [["a", "b"]]}));
+        assert_eq!(e.path, "edges[0]");
+        assert_eq!(err(json!({"name": "w", "nodes": [http("a")], "concurrency": [1]})).path, "concurrency");
+        assert_eq!(err(json!({"name": "w", "nodes": [["a", "HTTP"]]})).path, "nodes[0]");
     }
 
     #[test]

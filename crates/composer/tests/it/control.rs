@@ -69,7 +69,7 @@ async fn a_map_calls_each_item_under_its_concurrency_and_outputs_in_item_order()
     assert_eq!(e.history(id, "MapStarted").await.len(), 1);
 
     let (status, body) = e.get(&format!("/v1/runs/{id}/items?node=count")).await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 404, "a TRANSFORM has no items: {body}");
     let (status, body) = e.get(&format!("/v1/runs/{id}/items")).await;
     assert_eq!(status, 400, "{body}");
     e.stop().await;
