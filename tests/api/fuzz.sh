@@ -11,7 +11,8 @@ bin=$(realpath "$1")
 work=$(mktemp -d)
 chmod 755 "$work"  # run as root, the embedded PostgreSQL runs as postgres
 trap 'kill "$dev" 2>/dev/null; wait "$dev" 2>/dev/null; rm -rf "$work"' EXIT
-(cd "$work" && env -u COMPOSER_API_TOKEN COMPOSER_LISTEN=127.0.0.1:0 COMPOSER_ADDR_FILE="$work/addr" \
+# `exec`: $! is then composer itself, whose SIGTERM stops its embedded services.
+(cd "$work" && exec env -u COMPOSER_API_TOKEN COMPOSER_LISTEN=127.0.0.1:0 COMPOSER_ADDR_FILE="$work/addr" \
   COMPOSER_LOG=error "$bin" dev >"$work/dev.log" 2>&1) &
 dev=$!
 for _ in $(seq 1 300); do [ -s "$work/addr" ] && break; sleep 0.2; done
