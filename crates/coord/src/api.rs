@@ -768,4 +768,33 @@ mod tests {
         }
         assert!(routes >= 14, "found {routes} routes");
     }
+
+    #[test]
+    fn every_operation_has_an_id_and_its_security_and_the_statuses_are_the_codes() {
+        let doc: serde_json::Value = serde_json::from_str(super::OPENAPI).expect("openapi.json is JSON");
+        let mut ids = std::collections::HashSet::new();
+        for (path, ops) in doc["paths"].as_object().unwrap() {
+            for (method, op) in ops.as_object().unwrap() {
+                let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+                assert!(ids.insert(id.to_string()), "operationId {id} twice");
+                assert!(op["security"].is_array(), "{method} {path} does not say its security");
+            }
+        }
+        let statuses: Vec<&str> = composer_core::machine::RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+        let listed: Vec<&str> = doc["components"]["schemas"]["Run"]["properties"]["status"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, statuses, "the document's run statuses are the code's");
+        let tasks: Vec<&str> = composer_core::machine::TaskState::ALL.iter().map(|s| s.as_str()).collect();
+        let listed: Vec<&str> = doc["components"]["schemas"]["Task"]["properties"]["state"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(listed, tasks, "the document's task states are the code's");
+    }
 }
