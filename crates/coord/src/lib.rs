@@ -20,6 +20,7 @@ mod config;
 pub mod engine;
 pub mod listener;
 pub mod loops;
+pub mod openapi;
 pub mod outbox;
 pub mod schedules;
 mod ui;

@@ -12,14 +12,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
-use composer_core::api::{SchedulePage, ScheduleView};
-use composer_core::schedule::{Overlap, Schedule};
+use composer_core::api::schema::Name;
+use composer_core::api::{ErrorBody, RunView, SchedulePage, ScheduleView};
+use composer_core::schedule::{Overlap, Schedule, ScheduleSpec};
 use composer_store::schedules::{self, ScheduleRow, Upsert};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::api::{page_limit, run_view, text_param, ApiError, ApiResult, Body};
 use crate::engine::{EngineError, Started};
+use crate::openapi::Deleted;
 use crate::Shared;
 
 /// Fire times this many past are forgotten by the fires table (the key
@@ -49,7 +51,15 @@ fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
     })
 }
 
-/// `POST /v1/schedules`: 201 created, 200 unchanged or replaced.
+/// Create or replace a schedule.
+#[utoipa::path(
+    post, path = "/v1/schedules", operation_id = "createSchedule", tag = "schedules",
+    request_body = ScheduleSpec,
+    responses(
+        (status = 201, description = "created", body = ScheduleView),
+        (status = 200, description = "unchanged, or replaced", body = ScheduleView),
+    )
+)]
 pub async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
     let schedule = Schedule::parse(&spec)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_schedule", e.to_string()))?;
@@ -72,6 +82,15 @@ pub async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> Ap
     Ok((status, Json(view(&row)?)).into_response())
 }
 
+/// Schedules by id.
+#[utoipa::path(
+    get, path = "/v1/schedules", operation_id = "listSchedules", tag = "schedules",
+    params(
+        ("after" = Option<Name>, Query, description = "the previous page's next_after"),
+        ("limit" = Option<i32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 50)"),
+    ),
+    responses((status = 200, description = "a page of schedules, by id", body = SchedulePage))
+)]
 pub async fn list(
     State(s): State<Arc<Shared>>,
     Query(q): Query<HashMap<String, String>>,
@@ -93,10 +112,22 @@ async fn found(s: &Shared, id: &str) -> ApiResult<ScheduleRow> {
     schedules::get(&client, id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))
 }
 
+/// A schedule with its next fire times.
+#[utoipa::path(
+    get, path = "/v1/schedules/{id}", operation_id = "getSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses((status = 200, description = "the schedule with its next fire times", body = ScheduleView))
+)]
 pub async fn get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
     Ok(Json(view(&found(&s, &id).await?)?))
 }
 
+/// Delete a schedule; its runs stay.
+#[utoipa::path(
+    delete, path = "/v1/schedules/{id}", operation_id = "deleteSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses((status = 200, description = "deleted (its runs stay)", body = Deleted))
+)]
 pub async fn delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     text_param(&id, "schedule id")?;
     let client = composer_store::client(&s.pool).await?;
@@ -106,12 +137,23 @@ pub async fn delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Api
     Ok(Json(json!({"deleted": id})))
 }
 
+/// Stop a schedule firing.
+#[utoipa::path(
+    post, path = "/v1/schedules/{id}/pause", operation_id = "pauseSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses((status = 200, description = "paused: it fires no more until resumed", body = ScheduleView))
+)]
 pub async fn pause(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
     set_paused(&s, &id, true).await
 }
 
 /// Resuming starts from the next fire time: what fell due while paused is
 /// not caught up.
+#[utoipa::path(
+    post, path = "/v1/schedules/{id}/resume", operation_id = "resumeSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses((status = 200, description = "firing again from its next fire time", body = ScheduleView))
+)]
 pub async fn resume(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
     set_paused(&s, &id, false).await
 }
@@ -128,6 +170,14 @@ async fn set_paused(s: &Shared, id: &str, paused: bool) -> ApiResult<Json<Schedu
 
 /// `POST /v1/schedules/{id}/trigger`: one run now, whatever the overlap
 /// policy (a person asked for it); 201 with the run.
+#[utoipa::path(
+    post, path = "/v1/schedules/{id}/trigger", operation_id = "triggerSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses(
+        (status = 201, description = "the run it started", body = RunView),
+        (status = 409, description = "its workflow is no longer registered", body = ErrorBody),
+    )
+)]
 pub async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Response> {
     text_param(&id, "schedule id")?;
     let mut client = composer_store::client(&s.pool).await?;

@@ -19,22 +19,32 @@ pub const MAX_EDGES: usize = 50_000;
 pub const MAX_ID_LEN: usize = 128;
 
 /// A definition as the user writes it. Unknown fields are refused.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "name": "example",
+    "nodes": [{"id": "greet", "type": "TRANSFORM", "config": {"output": {"greeting": "hello ${ .input.name }"}}}]
+}))]
 pub struct WorkflowSpec {
+    #[schema(value_type = crate::api::schema::Name)]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub description: Option<String>,
+    #[schema(min_items = 1, max_items = 10_000)]
     pub nodes: Vec<NodeSpec>,
     #[serde(default)]
+    #[schema(value_type = Option<Vec<EdgeSpec>>)]
     pub edges: Vec<EdgeSpec>,
     /// The run's output, a template over `{input, nodes, run}`; by default the
     /// completed leaf nodes' outputs keyed by node id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::api::schema::JsonValue>)]
     pub output: Option<Value>,
     /// How long a whole run may take, from its start; past it the run fails
     /// and its open tasks are cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$", example = "1h")]
     pub timeout: Option<String>,
     /// At most `max` runs open at once (per value of `key`, an expression
     /// over `{input}`); the others wait QUEUED.
@@ -42,11 +52,16 @@ pub struct WorkflowSpec {
     pub concurrency: Option<ConcurrencySpec>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConcurrencySpec {
+    /// An expression over `{input}`: one limit per value (one for the
+    /// whole workflow without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub key: Option<String>,
+    #[serde(deserialize_with = "crate::api::whole::int")]
+    #[schema(minimum = 1, maximum = 100_000)]
     pub max: u32,
 }
 
@@ -79,43 +94,62 @@ impl Concurrency {
 /// Longest concurrency key, in bytes.
 pub const MAX_CONCURRENCY_KEY: usize = 512;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
+    #[schema(value_type = crate::api::schema::Name)]
     pub id: String,
+    /// HTTP, WAIT, WAIT_FOR_EVENT, TRANSFORM, MAP, SUB_WORKFLOW, or a custom
+    /// type. A MAP's config is `{items, max_concurrency?, on_item_failure?
+    /// (fail|continue), node}`: `items` a list or an expression yielding one,
+    /// `node` the node each item runs (HTTP, TRANSFORM, SUB_WORKFLOW or a
+    /// custom type, with `.item` and `.index` bound). A SUB_WORKFLOW's config
+    /// is `{workflow, version?, input?}`: a child run whose output is the
+    /// node's output.
     #[serde(rename = "type")]
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,128}$")]
     pub node_type: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::api::schema::Name>)]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[schema(value_type = Option<crate::api::schema::JsonObject>)]
     pub config: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySpec>,
-    /// How long one attempt of a dispatched node (HTTP, custom) may take,
-    /// from its dispatch; enforced by the coordinator.
+    /// How long one attempt of a dispatched node (HTTP, custom) or a
+    /// SUB_WORKFLOW may take, from its start (`"30s"`); the attempt then
+    /// fails retryably.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub timeout: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetrySpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::api::whole::opt_int")]
     pub max_attempts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$", example = "1s")]
     pub initial_backoff: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multiplier: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$", example = "1m")]
     pub max_backoff: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EdgeSpec {
+    #[schema(value_type = crate::api::schema::Name)]
     pub from: String,
+    #[schema(value_type = crate::api::schema::Name)]
     pub to: String,
+    /// A jq expression yielding a boolean: the edge is taken when true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub when: Option<String>,
 }
 

@@ -14,31 +14,39 @@ use crate::definition::ValidationError;
 use crate::duration;
 
 /// A schedule as the user writes it (`POST /v1/schedules`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
+    #[schema(value_type = crate::api::schema::Name)]
     pub id: String,
+    #[schema(value_type = crate::api::schema::Name)]
     pub workflow: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The version each run starts; the latest at each fire without it.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::api::whole::opt_int")]
+    #[schema(minimum = 1)]
     pub version: Option<i32>,
     /// Five fields (minute hour day month weekday), or six with seconds first.
+    #[schema(pattern = "^[^\\u0000]*$", example = "*/5 * * * *")]
     pub cron: String,
     /// An IANA time zone name; UTC by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\u0000]*$", example = "Europe/Paris")]
     pub timezone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::api::schema::JsonValue>)]
     pub input: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<Overlap>,
     /// How far back missed fire times still fire after downtime (`"1m"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9]{1,9}(ms|s|m|h|d)$")]
     pub catchup_window: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
 }
 
 /// What a fire time does while the schedule's previous run is still open.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     /// No new run (the fire time is skipped).

@@ -26,7 +26,7 @@ pub struct Dispatch {
 }
 
 /// The outcome a worker reports for one attempt of a task.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ReportStatus {
     Completed,
@@ -34,13 +34,16 @@ pub enum ReportStatus {
 }
 
 /// `POST /internal/v1/tasks/{id}/result`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskReport {
     pub run_id: Uuid,
+    #[serde(deserialize_with = "crate::api::whole::int")]
     pub attempt: i32,
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub worker_id: String,
     pub status: ReportStatus,
+    /// The attempt's output; a NUL character in it fails the attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,7 +54,7 @@ pub struct TaskReport {
 
 /// The coordinator's answer to a report. An ignored report (duplicate, late,
 /// stale) is still a success for the worker: it acks the message.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ReportAck {
     pub applied: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,3 @@
+fn main() {
+    print!("{}", composer_coord::openapi::json());
+}

@@ -1,0 +1,330 @@
+//! The API's OpenAPI 3.1 document, generated from the handlers'
+//! `#[utoipa::path]` attributes and the request and response types, so it
+//! cannot drift from what the server does. What applies to many operations
+//! at once is added here, by rule: the error answers every operation may
+//! give, the bearer schemes, and the links from an answer to the operations
+//! that use its ids.
+
+use std::sync::OnceLock;
+
+use composer_core::api::schema::{JsonObject, JsonValue, Name};
+use composer_core::api::ErrorBody;
+use serde::Serialize;
+use utoipa::openapi::link::LinkBuilder;
+use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::schema::{AllOf, Object, Schema};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+
+/// `{"status": "ok"}` and the like.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Status {
+    pub status: String,
+}
+
+/// What `DELETE /v1/schedules/{id}` answers: the id it deleted.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Deleted {
+    pub deleted: String,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Composer",
+        description = "A workflow engine: register versioned workflows, start runs, watch and control them. \
+            Every error is JSON `{\"error\": {\"code\", \"message\"}}`: 4xx for the caller's input \
+            (naming the field), 503 while a dependency is down (retry later), 500 only for a bug. \
+            Without a token set on the coordinator, no bearer token is needed.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    paths(
+        crate::api::register_workflow,
+        crate::api::list_workflows,
+        crate::api::get_workflow,
+        crate::api::get_workflow_version,
+        crate::api::start_run,
+        crate::api::list_runs,
+        crate::api::send_event,
+        crate::api::get_run,
+        crate::api::run_events,
+        crate::api::run_items,
+        crate::api::cancel_run,
+        crate::api::retry_run,
+        crate::api::pause_run,
+        crate::api::resume_run,
+        crate::schedules::create,
+        crate::schedules::list,
+        crate::schedules::get,
+        crate::schedules::delete,
+        crate::schedules::pause,
+        crate::schedules::resume,
+        crate::schedules::trigger,
+        crate::api::report,
+        crate::api::health,
+        crate::api::readyz,
+        crate::api::metrics,
+        crate::api::openapi_json,
+    ),
+    components(schemas(Name, JsonValue, JsonObject, ErrorBody)),
+    modifiers(&Rules),
+    tags(
+        (name = "workflows", description = "Versioned workflow definitions"),
+        (name = "runs", description = "Runs of workflows: start, watch, control"),
+        (name = "schedules", description = "Runs started on a cron schedule"),
+        (name = "workers", description = "What workers call (the worker token)"),
+        (name = "operations", description = "Health, readiness, metrics and this document"),
+    ),
+)]
+struct Document;
+
+/// The document as JSON, built once.
+pub fn json() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| Document::openapi().to_pretty_json().expect("the OpenAPI document serializes"))
+}
+
+/// The document as a value, for tests and tools.
+pub fn document() -> utoipa::openapi::OpenApi {
+    Document::openapi()
+}
+
+/// The error answers and security of every operation, and the links.
+struct Rules;
+
+/// The error answers, by status: when each applies, and what it means.
+const ERRORS: &[(&str, &str)] = &[
+    ("400", "the request is invalid: the message names the field"),
+    ("401", "the bearer token is missing or wrong"),
+    ("403", "a request from a web page of another origin (COMPOSER_ALLOWED_ORIGINS)"),
+    ("404", "not found: the message says what"),
+    ("413", "the body, or a JSON value in it, is over COMPOSER_MAX_PAYLOAD"),
+    ("414", "the URI is longer than 8 KiB"),
+    ("415", "the body is not application/json"),
+    ("503", "PostgreSQL or Redis is down, the engine is busy or the coordinator is stopping: retry (see Retry-After)"),
+];
+
+/// A link from an answer to what can be done next with it: (operation,
+/// status, link name, target operation, parameters from the answer).
+type Link = (&'static str, &'static str, &'static str, &'static str, &'static [(&'static str, &'static str)]);
+
+const LINKS: &[Link] = &[
+    ("startRun", "201", "GetRun", "getRun", &[("id", "$response.body#/id")]),
+    ("startRun", "200", "GetRun", "getRun", &[("id", "$response.body#/id")]),
+    ("startRun", "201", "GetRunHistory", "getRunHistory", &[("id", "$response.body#/id")]),
+    ("startRun", "201", "CancelRun", "cancelRun", &[("id", "$response.body#/id")]),
+    ("startRun", "201", "PauseRun", "pauseRun", &[("id", "$response.body#/id")]),
+    ("startRun", "201", "ListChildRuns", "listRuns", &[("parent_run_id", "$response.body#/id")]),
+    ("getRun", "200", "RetryRun", "retryRun", &[("id", "$response.body#/id")]),
+    ("getRun", "200", "ResumeRun", "resumeRun", &[("id", "$response.body#/id")]),
+    ("pauseRun", "200", "ResumeRun", "resumeRun", &[("id", "$response.body#/id")]),
+    ("registerWorkflow", "201", "GetWorkflow", "getWorkflow", &[("name", "$response.body#/name")]),
+    (
+        "registerWorkflow",
+        "201",
+        "GetWorkflowVersion",
+        "getWorkflowVersion",
+        &[("name", "$response.body#/name"), ("version", "$response.body#/version")],
+    ),
+    ("registerWorkflow", "200", "GetWorkflow", "getWorkflow", &[("name", "$response.body#/name")]),
+    ("registerWorkflow", "201", "ListRuns", "listRuns", &[("workflow", "$response.body#/name")]),
+    ("createSchedule", "201", "GetSchedule", "getSchedule", &[("id", "$response.body#/id")]),
+    ("createSchedule", "201", "TriggerSchedule", "triggerSchedule", &[("id", "$response.body#/id")]),
+    ("createSchedule", "201", "PauseSchedule", "pauseSchedule", &[("id", "$response.body#/id")]),
+    ("createSchedule", "201", "DeleteSchedule", "deleteSchedule", &[("id", "$response.body#/id")]),
+    ("pauseSchedule", "200", "ResumeSchedule", "resumeSchedule", &[("id", "$response.body#/id")]),
+    ("triggerSchedule", "201", "GetRun", "getRun", &[("id", "$response.body#/id")]),
+];
+
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [&mut item.get, &mut item.post, &mut item.put, &mut item.delete].into_iter().flatten()
+}
+
+/// One object with every property of the `allOf`'s parts, when each part
+/// is an object written out (not a reference).
+fn merge_objects(all: &AllOf) -> Option<Object> {
+    let mut merged = Object::new();
+    for part in &all.items {
+        let RefOr::T(Schema::Object(part)) = part else { return None };
+        merged.properties.extend(part.properties.clone());
+        merged
+            .required
+            .extend(part.required.iter().filter(|r| !merged.required.contains(r)).cloned().collect::<Vec<_>>());
+    }
+    merged.description = all.description.clone();
+    Some(merged)
+}
+
+impl Modify for Rules {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        let bearer = |what: &str| {
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some(what)).build())
+        };
+        components.add_security_scheme("apiToken", bearer("COMPOSER_API_TOKEN, when the coordinator has one"));
+        components.add_security_scheme(
+            "workerToken",
+            bearer("COMPOSER_WORKER_TOKEN (or the API token when only that is set)"),
+        );
+        let error = ResponseBuilder::new()
+            .description("an error")
+            .content("application/json", ContentBuilder::new().schema(Some(ErrorBody::schema())).build())
+            .build();
+        components.responses.insert("Error".into(), RefOr::T(error));
+
+        // A flattened struct is an `allOf`; one whose part refuses unknown
+        // properties would refuse the other parts' too: merge them.
+        for schema in components.schemas.values_mut() {
+            if let RefOr::T(Schema::AllOf(all)) = schema {
+                if let Some(merged) = merge_objects(all) {
+                    *schema = RefOr::T(Schema::Object(merged));
+                }
+            }
+        }
+
+        for (path, item) in doc.paths.paths.iter_mut() {
+            let guarded = path.starts_with("/v1/") || path.starts_with("/internal/");
+            for op in operations(item) {
+                let answers = &mut op.responses.responses;
+                for &(status, meaning) in ERRORS {
+                    let applies = match status {
+                        "413" | "415" => op.request_body.is_some(),
+                        "414" => true,
+                        _ => guarded,
+                    };
+                    if applies && !answers.contains_key(status) {
+                        let mut r = Response::new(meaning);
+                        r.content.insert(
+                            "application/json".into(),
+                            RefOr::T(ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build()),
+                        );
+                        answers.insert(status.into(), RefOr::T(r));
+                    }
+                }
+                if guarded {
+                    // A coordinator may run without a token (`composer dev`):
+                    // the empty requirement says none is needed then.
+                    let scheme = if path.starts_with("/internal/") { "workerToken" } else { "apiToken" };
+                    op.security = Some(vec![SecurityRequirement::new::<_, _, &str>(scheme, []), Default::default()]);
+                }
+            }
+        }
+
+        for (from, status, name, to, params) in LINKS {
+            let Some(op) =
+                doc.paths.paths.values_mut().flat_map(operations).find(|op| op.operation_id.as_deref() == Some(from))
+            else {
+                continue; // a test checks every link resolves
+            };
+            if let Some(RefOr::T(resp)) = op.responses.responses.get_mut(*status) {
+                let mut link = LinkBuilder::new().operation_id(*to);
+                for (param, value) in *params {
+                    link = link.parameter(*param, *value);
+                }
+                resp.links.insert((*name).into(), RefOr::T(link.build()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    fn doc() -> Value {
+        serde_json::from_str(super::json()).expect("the document is JSON")
+    }
+
+    fn ops(doc: &Value) -> Vec<(String, String, Value)> {
+        let mut all = vec![];
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                all.push((method.clone(), path.clone(), op.clone()));
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_route_of_the_router_is_documented_with_its_methods() {
+        let doc = doc();
+        let mut routes = 0;
+        for source in [include_str!("api.rs")] {
+            for line in source.lines() {
+                let Some(rest) = line.trim().strip_prefix(".route(\"") else { continue };
+                let path = rest.split('"').next().unwrap();
+                routes += 1;
+                let item = doc["paths"].get(path).unwrap_or_else(|| panic!("{path} is not documented"));
+                for method in ["get", "post", "delete", "put"] {
+                    let routed = rest.contains(&format!(" {method}(")) || rest.contains(&format!(".{method}("));
+                    assert_eq!(routed, item.get(method).is_some(), "{method} {path}: routed vs documented");
+                }
+            }
+        }
+        assert_eq!(routes, doc["paths"].as_object().unwrap().len(), "a documented path that is not routed");
+    }
+
+    #[test]
+    fn every_operation_has_an_id_its_security_and_json_errors() {
+        let doc = doc();
+        let mut ids = std::collections::HashSet::new();
+        for (method, path, op) in ops(&doc) {
+            let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+            assert!(ids.insert(id.to_string()), "operationId {id} twice");
+            assert!(op["responses"]["414"].is_object(), "{method} {path}: no 414");
+            if path.starts_with("/v1/") || path.starts_with("/internal/") {
+                assert_eq!(op["security"].as_array().map(Vec::len), Some(2), "{method} {path}: security");
+                for status in ["400", "401", "403", "503"] {
+                    let schema = &op["responses"][status]["content"]["application/json"]["schema"]["$ref"];
+                    assert_eq!(schema, "#/components/schemas/ErrorBody", "{method} {path}: {status}");
+                }
+            }
+            if op.get("requestBody").is_some() {
+                assert!(op["responses"]["413"].is_object() && op["responses"]["415"].is_object(), "{method} {path}");
+            }
+        }
+        assert_eq!(ids.len(), 26);
+    }
+
+    #[test]
+    fn every_link_names_an_operation_and_its_parameters() {
+        let doc = doc();
+        let all = ops(&doc);
+        let mut links = 0;
+        for (_, _, op) in &all {
+            for resp in op["responses"].as_object().unwrap().values() {
+                for link in resp.get("links").and_then(Value::as_object).into_iter().flat_map(|l| l.values()) {
+                    links += 1;
+                    let target = link["operationId"].as_str().unwrap();
+                    let (_, _, to) = all.iter().find(|(_, _, o)| o["operationId"] == target).expect(target);
+                    for param in link["parameters"].as_object().unwrap().keys() {
+                        let known = to["parameters"].as_array().into_iter().flatten().any(|p| p["name"] == **param);
+                        assert!(known, "link to {target}: no parameter {param}");
+                    }
+                }
+            }
+        }
+        assert_eq!(links, super::LINKS.len(), "a link whose operation or status does not exist");
+    }
+
+    #[test]
+    fn the_states_are_the_codes_and_request_bodies_refuse_unknown_fields() {
+        let doc = doc();
+        let schemas = &doc["components"]["schemas"];
+        let names = |v: &Value| -> Vec<String> {
+            v["enum"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+        };
+        let statuses: Vec<String> =
+            composer_core::machine::RunStatus::ALL.iter().map(|s| s.as_str().to_string()).collect();
+        assert_eq!(names(&schemas["RunStatus"]), statuses);
+        let states: Vec<String> =
+            composer_core::machine::TaskState::ALL.iter().map(|s| s.as_str().to_string()).collect();
+        assert_eq!(names(&schemas["TaskState"]), states);
+        for body in ["StartRun", "SendEvent", "WorkflowSpec", "NodeSpec", "EdgeSpec", "ScheduleSpec", "TaskReport"] {
+            assert_eq!(schemas[body]["additionalProperties"], false, "{body}");
+        }
+        assert_eq!(schemas["Name"]["pattern"], composer_core::api::schema::NAME_PATTERN);
+    }
+}
