@@ -234,6 +234,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_api_token));
     let internal = Router::new()
         .route("/internal/v1/tasks/{id}/result", post(report))
+        .route("/v1/tasks/poll", post(crate::tasks::poll))
+        .route("/v1/tasks/{id}/heartbeat", post(crate::tasks::heartbeat))
+        .route("/v1/tasks/{id}/complete", post(crate::tasks::complete))
+        .route("/v1/tasks/{id}/fail", post(crate::tasks::fail))
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_worker_token));
     let public = public.route_layer(middleware::from_fn_with_state(shared.clone(), refuse_foreign_pages));
     let internal = internal.route_layer(middleware::from_fn_with_state(shared.clone(), refuse_foreign_pages));

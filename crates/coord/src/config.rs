@@ -65,6 +65,10 @@ pub struct Config {
     /// A PENDING task without an outbox row for this long is dispatched again.
     #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = composer_core::duration::parse)]
     pub lost_dispatch_age: Duration,
+    /// The lease a worker of the task API (`/v1/tasks/poll`) gets: without a
+    /// heartbeat for this long, its task goes to the next poller.
+    #[arg(long, env = "COMPOSER_TASK_LEASE_TTL", default_value = "30s", value_parser = composer_core::duration::parse)]
+    pub task_lease_ttl: Duration,
     /// Times recovery dispatches one attempt again (expired lease, lost message) before failing it.
     #[arg(long, env = "COMPOSER_MAX_DISPATCHES", default_value_t = 5)]
     pub max_dispatches: i32,
@@ -121,6 +125,9 @@ impl Config {
             if d.is_zero() {
                 return Err(ConfigError::new(flag, env, "must be greater than zero"));
             }
+        }
+        if self.task_lease_ttl < Duration::from_millis(300) {
+            return Err(ConfigError::new("--task-lease-ttl", "COMPOSER_TASK_LEASE_TTL", "must be at least 300ms"));
         }
         if !(1..=120).contains(&self.partition_months_ahead) {
             return Err(ConfigError::new(

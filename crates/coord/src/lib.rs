@@ -23,6 +23,7 @@ pub mod loops;
 pub mod openapi;
 pub mod outbox;
 pub mod schedules;
+pub mod tasks;
 mod ui;
 
 use std::net::SocketAddr;
@@ -49,6 +50,8 @@ pub struct Shared {
     /// long-polls answer at once, so a load balancer moves on and no request
     /// holds the stop up.
     pub draining: CancellationToken,
+    /// The streams whose consumer group the task API made sure of.
+    pub task_api_groups: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// A started coordinator. Dropping it does not stop it; call [`Running::stop`].
@@ -133,6 +136,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         runs: RunWatch::new(),
         config,
         draining: CancellationToken::new(),
+        task_api_groups: Default::default(),
     });
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();

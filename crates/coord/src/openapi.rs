@@ -62,6 +62,10 @@ pub(crate) struct Deleted {
         crate::schedules::pause,
         crate::schedules::resume,
         crate::schedules::trigger,
+        crate::tasks::poll,
+        crate::tasks::heartbeat,
+        crate::tasks::complete,
+        crate::tasks::fail,
         crate::api::report,
         crate::api::health,
         crate::api::readyz,
@@ -206,7 +210,8 @@ impl Modify for Rules {
                 if guarded {
                     // A coordinator may run without a token (`composer dev`):
                     // the empty requirement says none is needed then.
-                    let scheme = if path.starts_with("/internal/") { "workerToken" } else { "apiToken" };
+                    let for_workers = path.starts_with("/internal/") || path.starts_with("/v1/tasks/");
+                    let scheme = if for_workers { "workerToken" } else { "apiToken" };
                     op.security = Some(vec![SecurityRequirement::new::<_, _, &str>(scheme, []), Default::default()]);
                 }
             }
@@ -285,7 +290,7 @@ mod tests {
                 assert!(op["responses"]["413"].is_object() && op["responses"]["415"].is_object(), "{method} {path}");
             }
         }
-        assert_eq!(ids.len(), 26);
+        assert_eq!(ids.len(), 30);
     }
 
     #[test]
@@ -322,7 +327,19 @@ mod tests {
         let states: Vec<String> =
             composer_core::machine::TaskState::ALL.iter().map(|s| s.as_str().to_string()).collect();
         assert_eq!(names(&schemas["TaskState"]), states);
-        for body in ["StartRun", "SendEvent", "WorkflowSpec", "NodeSpec", "EdgeSpec", "ScheduleSpec", "TaskReport"] {
+        for body in [
+            "StartRun",
+            "SendEvent",
+            "WorkflowSpec",
+            "NodeSpec",
+            "EdgeSpec",
+            "ScheduleSpec",
+            "TaskReport",
+            "PollTasks",
+            "TaskHeartbeat",
+            "CompleteTask",
+            "FailTask",
+        ] {
             assert_eq!(schemas[body]["additionalProperties"], false, "{body}");
         }
         assert_eq!(schemas["Name"]["pattern"], composer_core::api::schema::NAME_PATTERN);

@@ -191,6 +191,101 @@ pub struct WorkflowList {
     pub workflows: Vec<DefinitionView>,
 }
 
+/// `POST /v1/tasks/poll`: lease up to `max` tasks of `queues` to
+/// `worker_id`, waiting up to `wait` for one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"worker_id": "resizer-1", "queues": ["images"], "max": 4, "wait": "20s"}))]
+pub struct PollTasks {
+    /// Who holds the leases: heartbeats, completions and failures name it.
+    #[schema(value_type = schema::Name)]
+    pub worker_id: String,
+    #[schema(value_type = Vec<schema::Name>, min_items = 1, max_items = 32)]
+    pub queues: Vec<String>,
+    /// At most this many tasks (1 to 100, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
+    #[schema(minimum = 1, maximum = 100)]
+    pub max: Option<u32>,
+    /// Wait up to this long for a task (e.g. `"20s"`, at most 60s; default 0: answer at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9]{1,5}(ms|s)$")]
+    pub wait: Option<String>,
+}
+
+/// Tasks leased to a worker by `POST /v1/tasks/poll` (none when none came in time).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct TaskBatch {
+    pub tasks: Vec<LeasedTask>,
+}
+
+/// A task leased to a worker: run it, heartbeat while it runs, then
+/// complete or fail it, each time naming its `run_id` and `attempt`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct LeasedTask {
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub attempt: i32,
+    pub node_id: String,
+    pub node_type: String,
+    pub queue: String,
+    /// The node's evaluated input. Secret references (`${ .secrets.NAME }`)
+    /// are left for the worker to resolve from its own environment.
+    pub input: Value,
+    /// The lease lasts this long from now: heartbeat well within it.
+    pub lease_ttl_ms: u64,
+}
+
+/// `POST /v1/tasks/{id}/heartbeat`: extend the lease.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskHeartbeat {
+    #[schema(value_type = schema::Name)]
+    pub worker_id: String,
+    pub run_id: Uuid,
+    #[serde(deserialize_with = "whole::int")]
+    pub attempt: i32,
+}
+
+/// The lease was extended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct LeaseExtended {
+    pub lease_ttl_ms: u64,
+}
+
+/// `POST /v1/tasks/{id}/complete`: the attempt's output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteTask {
+    #[schema(value_type = schema::Name)]
+    pub worker_id: String,
+    pub run_id: Uuid,
+    #[serde(deserialize_with = "whole::int")]
+    pub attempt: i32,
+    #[serde(default)]
+    #[schema(value_type = Option<schema::JsonValue>)]
+    pub output: Value,
+}
+
+/// `POST /v1/tasks/{id}/fail`: why the attempt failed, and whether a retry may help.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailTask {
+    #[schema(value_type = schema::Name)]
+    pub worker_id: String,
+    pub run_id: Uuid,
+    #[serde(deserialize_with = "whole::int")]
+    pub attempt: i32,
+    #[schema(max_length = 65536, pattern = "^[^\\u0000]*$")]
+    pub error: String,
+    /// Retry under the node's policy (default); false fails the step for good.
+    #[serde(default = "yes")]
+    pub retryable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// Every error: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ErrorBody {

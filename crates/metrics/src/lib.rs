@@ -76,6 +76,7 @@ metrics! {
     LEASE_TAKEOVERS: Counter, "composer_lease_takeovers_total",
         "Leases taken over from a worker whose lease had expired.";
     LEASES_LOST: Counter, "composer_leases_lost_total", "Executions cancelled because their lease was lost.";
+    TASK_API_LEASED: Counter, "composer_task_api_leased_total", "Tasks leased to workers of the task API (/v1/tasks/poll).";
     TASKS_EXECUTED: Counter, "composer_tasks_executed_total", "Task executions started by workers, by node type.";
     MAX_DELIVERIES_EXCEEDED: Counter, "composer_max_deliveries_exceeded_total",
         "Messages failed after too many deliveries.";

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use composer_core::machine::TaskState;
+use composer_core::wire::Dispatch;
 use uuid::Uuid;
 
 use crate::{Pool, Result};
@@ -121,5 +122,70 @@ impl LeaseManager {
                 Ok((r.try_get("id")?, if taken_over { Acquired::TakenOver } else { Acquired::Granted }))
             })
             .collect()
+    }
+
+    /// Takes over, for `owner`, up to `max` tasks of `queues` whose lease
+    /// expired (their worker stopped heartbeating), at the same attempt,
+    /// without waiting for the recovery sweep to dispatch them again. Each
+    /// takeover counts as a recovery of the attempt; an attempt recovered
+    /// `max_recoveries` times is left to the sweep, which fails it. Locked
+    /// rows are skipped, so pollers take disjoint tasks.
+    pub async fn take_over_expired(
+        &self,
+        queues: &[String],
+        owner: &str,
+        ttl: Duration,
+        max: i64,
+        max_recoveries: i32,
+    ) -> Result<Vec<(Dispatch, String)>> {
+        let client = crate::client(&self.pool).await?;
+        let stmt = client
+            .prepare_cached(
+                "WITH cand AS (
+                    SELECT run_id, id FROM task_instances
+                     WHERE state = 'RUNNING' AND lease_expires_at < now() AND queue = ANY($1)
+                       AND NOT (recovered_attempt IS NOT DISTINCT FROM attempt AND recoveries >= $5)
+                     ORDER BY lease_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+                 UPDATE task_instances t
+                    SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
+                        started_at = now(), updated_at = now(),
+                        recoveries = CASE WHEN t.recovered_attempt = t.attempt THEN t.recoveries + 1 ELSE 1 END,
+                        recovered_attempt = t.attempt
+                   FROM cand, workflow_runs r
+                  WHERE t.run_id = cand.run_id AND t.id = cand.id AND r.id = t.run_id
+              RETURNING t.id, t.run_id, r.workflow_definition_id, r.workflow_version, t.node_id, t.node_type,
+                        t.attempt, t.input_json, t.queue",
+            )
+            .await?;
+        let rows = client.query(&stmt, &[&queues, &owner, &ttl.as_secs_f64(), &max, &max_recoveries]).await?;
+        rows.iter()
+            .map(|r| {
+                let d = Dispatch {
+                    task_id: r.try_get("id")?,
+                    run_id: r.try_get("run_id")?,
+                    workflow_id: r.try_get("workflow_definition_id")?,
+                    workflow_version: r.try_get("workflow_version")?,
+                    node_id: r.try_get("node_id")?,
+                    node_type: r.try_get("node_type")?,
+                    attempt: r.try_get("attempt")?,
+                    input: r.try_get("input_json")?,
+                };
+                Ok((d, r.try_get("queue")?))
+            })
+            .collect()
+    }
+
+    /// Whether `owner` holds the lease of attempt `attempt` of a task: it is
+    /// RUNNING at that attempt under `owner` (expired or not, as long as
+    /// nobody took it over).
+    pub async fn holds(&self, run_id: Uuid, task_id: Uuid, owner: &str, attempt: i32) -> Result<bool> {
+        let client = crate::client(&self.pool).await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT 1 FROM task_instances
+                  WHERE run_id = $1 AND id = $2 AND attempt = $4 AND state = 'RUNNING' AND lease_owner = $3",
+            )
+            .await?;
+        Ok(client.query_opt(&stmt, &[&run_id, &task_id, &owner, &attempt]).await?.is_some())
     }
 }

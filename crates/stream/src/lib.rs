@@ -168,6 +168,37 @@ impl Streams {
         Ok(())
     }
 
+    /// Reads up to `count` new messages of one stream for consumer `name`,
+    /// without blocking, on the shared connection (the task API's
+    /// long-poll waits between reads instead).
+    pub async fn read_now(&self, name: &str, stream: &str, count: usize) -> Result<Vec<Message>> {
+        let opts = StreamReadOptions::default().group(GROUP, name).count(count);
+        let mut c = self.conn.clone();
+        let reply: Option<StreamReadReply> = c.xread_options(&[stream], &[">"], &opts).await?;
+        let mut out = Vec::new();
+        for key in reply.map(|r| r.keys).unwrap_or_default() {
+            for entry in key.ids {
+                out.push(to_message(&key.key, entry.id, &entry.map)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Streams::ack`] for many messages, in one pipeline.
+    pub async fn ack_many(&self, messages: &[(&str, &str)]) -> Result<()> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (stream, id) in messages {
+            pipe.cmd("XACK").arg(*stream).arg(GROUP).arg(*id).ignore();
+            pipe.cmd("XDEL").arg(*stream).arg(*id).ignore();
+        }
+        let mut c = self.conn.clone();
+        let _: () = pipe.query_async(&mut c).await?;
+        Ok(())
+    }
+
     /// Opens a dedicated connection for blocking reads: a blocking XREADGROUP
     /// must not share the multiplexed connection, whose response timeout is
     /// shorter than the block.

@@ -176,7 +176,9 @@ async fn cancel_stops_a_run_and_retry_resumes_a_failed_one() {
     let id = e.run(&json!({"name": "retry-me", "nodes": [http_node("f", &http.url("/flaky/1/r"), 1)]})).await;
     assert_eq!(e.wait_for_run(id, T).await["status"], "FAILED");
     let (status, run) = e.post(&format!("/v1/runs/{id}/retry"), &json!({})).await;
-    assert_eq!((status, &run["status"]), (200, &json!("RUNNING")), "{run}");
+    // The answer is the run as read after the retry: its step may have run by then.
+    assert_eq!(status, 200, "{run}");
+    assert!(run["status"] == "RUNNING" || run["status"] == "SUCCEEDED", "{run}");
     let run = e.wait_for_run(id, T).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
     assert_eq!(run["tasks"][0]["attempt"], 2);

@@ -11,6 +11,7 @@ mod hardening;
 mod leases;
 mod ops;
 mod processes;
+mod task_api;
 mod tls;
 mod ui;
 mod wire;

@@ -1,0 +1,144 @@
+//! The task API (`/v1/tasks/*`): a worker with only a URL leases, heartbeats,
+//! completes and fails tasks of a custom type; a worker that stops
+//! heartbeating loses its task to the next poller, and its late result is
+//! refused.
+
+use std::time::Duration;
+
+use composer_testkit::{Engine, EngineOptions};
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(30);
+
+fn three_steps() -> Value {
+    let node = |id: &str| {
+        json!({"id": id, "type": "resize", "queue": "py", "config": {"size": id},
+        "retry": {"max_attempts": 3, "initial_backoff": "10ms"}})
+    };
+    json!({"name": "pipeline", "nodes": [node("a"), node("b"), node("c")],
+        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]})
+}
+
+async fn poll(e: &Engine, worker: &str, wait: &str) -> Vec<Value> {
+    let (status, body) =
+        e.post("/v1/tasks/poll", &json!({"worker_id": worker, "queues": ["py"], "max": 10, "wait": wait})).await;
+    assert_eq!(status, 200, "{body}");
+    body["tasks"].as_array().unwrap().clone()
+}
+
+async fn poll_one(e: &Engine, worker: &str) -> Value {
+    let tasks = poll(e, worker, "10s").await;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    tasks[0].clone()
+}
+
+fn finish(worker: &str, task: &Value) -> Value {
+    json!({"worker_id": worker, "run_id": task["run_id"], "attempt": task["attempt"]})
+}
+
+#[tokio::test]
+async fn a_worker_with_only_a_url_runs_a_workflow_of_custom_steps() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&three_steps()).await;
+    let run = e.start_run("pipeline", json!({"photo": "cat.png"})).await;
+    let mut failed_once = false;
+    for node in ["a", "b", "c"] {
+        let task = poll_one(&e, "py-1").await;
+        assert_eq!((task["node_id"].as_str(), task["node_type"].as_str()), (Some(node), Some("resize")), "{task}");
+        assert_eq!(task["queue"], "py");
+        assert_eq!(task["input"], json!({"size": node}));
+        assert!(task["lease_ttl_ms"].as_u64().unwrap() > 0);
+        let id = task["id"].as_str().unwrap();
+        let (status, body) = e.post(&format!("/v1/tasks/{id}/heartbeat"), &finish("py-1", &task)).await;
+        assert_eq!(status, 200, "{body}");
+        if node == "b" && !failed_once {
+            // A retryable failure: the same step comes back at attempt 2.
+            failed_once = true;
+            let mut fail = finish("py-1", &task);
+            fail["error"] = json!("disk full");
+            let (status, body) = e.post(&format!("/v1/tasks/{id}/fail"), &fail).await;
+            assert_eq!((status, &body["applied"]), (200, &json!(true)), "{body}");
+            let again = poll_one(&e, "py-1").await;
+            assert_eq!((again["id"].as_str(), again["attempt"].as_i64()), (Some(id), Some(2)), "{again}");
+            let mut done = finish("py-1", &again);
+            done["output"] = json!({"resized": node});
+            let (status, body) = e.post(&format!("/v1/tasks/{id}/complete"), &done).await;
+            assert_eq!((status, &body["applied"]), (200, &json!(true)), "{body}");
+            continue;
+        }
+        let mut done = finish("py-1", &task);
+        done["output"] = json!({"resized": node});
+        let (status, body) = e.post(&format!("/v1/tasks/{id}/complete"), &done).await;
+        assert_eq!((status, &body["applied"]), (200, &json!(true)), "{body}");
+    }
+    let run = e.wait_for_run(run, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["output"]["c"], json!({"resized": "c"}), "{run}");
+    // Nothing is left to lease: an empty answer, after the wait.
+    assert!(poll(&e, "py-1", "100ms").await.is_empty());
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_worker_that_stops_heartbeating_loses_its_task_and_its_late_result() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.task_lease_ttl = Duration::from_millis(800),
+        ..Default::default()
+    })
+    .await;
+    e.register(&three_steps()).await;
+    let run = e.start_run("pipeline", json!({})).await;
+    let first = poll_one(&e, "dies").await;
+    let id = first["id"].as_str().unwrap().to_string();
+    // Within the lease nobody else gets it.
+    assert!(poll(&e, "lives", "300ms").await.is_empty());
+    // Past it, the next poll takes it over, at the same attempt.
+    let second = poll_one(&e, "lives").await;
+    assert_eq!((second["id"].as_str(), &second["attempt"]), (Some(id.as_str()), &first["attempt"]), "{second}");
+    // The first worker's heartbeat and late result are refused.
+    let (status, body) = e.post(&format!("/v1/tasks/{id}/heartbeat"), &finish("dies", &first)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("lease_lost")), "{body}");
+    let mut late = finish("dies", &first);
+    late["output"] = json!({"from": "dies"});
+    let (status, body) = e.post(&format!("/v1/tasks/{id}/complete"), &late).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("lease_lost")), "{body}");
+    let mut done = finish("lives", &second);
+    done["output"] = json!({"from": "lives"});
+    let (status, body) = e.post(&format!("/v1/tasks/{id}/complete"), &done).await;
+    assert_eq!((status, &body["applied"]), (200, &json!(true)), "{body}");
+    let a = e.task(run, "a").await;
+    assert_eq!(a["output"], json!({"from": "lives"}), "{a}");
+    assert_eq!(e.history(run, "TaskCompleted").await.len(), 1, "one applied result");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn bad_polls_and_foreign_tasks_are_refused_by_name() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let cases = [
+        (json!({"worker_id": "w", "queues": []}), "queues"),
+        (json!({"worker_id": "w", "queues": ["py"], "max": 0}), "max"),
+        (json!({"worker_id": "w", "queues": ["py"], "max": 101}), "max"),
+        (json!({"worker_id": "w", "queues": ["py"], "wait": "2m"}), "wait"),
+        (json!({"worker_id": "w w", "queues": ["py"]}), "worker_id"),
+        (json!({"worker_id": "w", "queues": ["no/slash"]}), "queues"),
+        (json!({"worker_id": "w", "queues": ["py"], "extra": 1}), "extra"),
+    ];
+    for (body, mentions) in cases {
+        let (status, answer) = e.post("/v1/tasks/poll", &body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(mentions), "{body}: {answer}");
+    }
+    let ghost = uuid::Uuid::now_v7();
+    let lease = json!({"worker_id": "w", "run_id": uuid::Uuid::now_v7(), "attempt": 1});
+    let (status, _) = e.post(&format!("/v1/tasks/{ghost}/heartbeat"), &lease).await;
+    assert_eq!(status, 409);
+    let mut fail = lease.clone();
+    fail["error"] = json!("x");
+    let (status, _) = e.post(&format!("/v1/tasks/{ghost}/fail"), &fail).await;
+    assert_eq!(status, 409);
+    let (status, _) = e.post("/v1/tasks/not-a-uuid/heartbeat", &lease).await;
+    assert_eq!(status, 400);
+    e.stop().await;
+}
