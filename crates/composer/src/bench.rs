@@ -325,6 +325,14 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
     }
+    if let Some(n) = args.task_api {
+        if n == 0 || n > 64 {
+            bail!("--task-api must be between 1 and 64 pollers");
+        }
+        if args.map.is_some() {
+            bail!("--task-api and --map are separate benches");
+        }
+    }
     if let Some(n) = args.map {
         if n == 0 || n > composer_core::definition::MAP_MAX_ITEMS {
             bail!("--map must be between 1 and {}", composer_core::definition::MAP_MAX_ITEMS);
@@ -392,10 +400,24 @@ async fn bench_map(api: &Client, target: &Target, sink: &str, args: &BenchArgs, 
     Ok(())
 }
 
-/// Registers the K-step workflow against the sink; returns its definition.
-async fn register(api: &Client, sink: &str, workflow: &str, steps: usize) -> anyhow::Result<DefinitionView> {
+/// The queue and type of `--task-api` steps.
+const TASK_API_QUEUE: &str = "bench-task-api";
+const TASK_API_TYPE: &str = "bench-echo";
+
+/// Registers the K-step workflow (HTTP steps against the sink, or custom
+/// steps for the task API); returns its definition.
+async fn register(
+    api: &Client,
+    sink: &str,
+    workflow: &str,
+    steps: usize,
+    task_api: bool,
+) -> anyhow::Result<DefinitionView> {
     let nodes: Vec<Value> = (1..=steps)
-        .map(|i| json!({"id": format!("s{i}"), "type": "HTTP", "config": {"url": format!("{sink}/s{i}")}}))
+        .map(|i| match task_api {
+            false => json!({"id": format!("s{i}"), "type": "HTTP", "config": {"url": format!("{sink}/s{i}")}}),
+            true => json!({"id": format!("s{i}"), "type": TASK_API_TYPE, "queue": TASK_API_QUEUE, "config": {"i": i}}),
+        })
         .collect();
     let edges: Vec<Value> = (1..steps).map(|i| json!({"from": format!("s{i}"), "to": format!("s{}", i + 1)})).collect();
     let spec = json!({"name": workflow, "nodes": nodes, "edges": edges});
@@ -413,13 +435,22 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let sink = start_sink().await?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
-    let api = Client::new(http, &target.url, non_empty(&args.api_token));
+    let api = Client::new(http.clone(), &target.url, non_empty(&args.api_token));
     if let Some(n) = args.map {
         bench_map(&api, &target, &sink, &args, n).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    let workflow = format!("bench-{}", args.steps);
-    let def = register(&api, &sink, &workflow, args.steps).await?;
+    let workflow = match args.task_api {
+        Some(_) => format!("bench-task-api-{}", args.steps),
+        None => format!("bench-{}", args.steps),
+    };
+    let def = register(&api, &sink, &workflow, args.steps, args.task_api.is_some()).await?;
+    let pollers = CancellationToken::new();
+    let _stop_pollers = pollers.clone().drop_guard();
+    for i in 0..args.task_api.unwrap_or(0) {
+        let (http, url, token) = (http.clone(), target.url.clone(), non_empty(&args.api_token));
+        tokio::spawn(poll_worker(http, url, token, format!("bench-poller-{i}"), pollers.clone()));
+    }
     if args.history > 0 {
         let db = target.database_url.as_deref().context("--history needs the database (COMPOSER_DATABASE_URL)")?;
         let t0 = Instant::now();
@@ -457,6 +488,38 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One task-API worker: polls for up to 32 tasks and completes each at
+/// once with its input as output, until `stop`.
+async fn poll_worker(http: reqwest::Client, url: String, token: Option<String>, id: String, stop: CancellationToken) {
+    let post = |path: String, body: Value| {
+        let mut req = http.post(format!("{url}{path}")).json(&body);
+        if let Some(t) = &token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    while !stop.is_cancelled() {
+        let poll = json!({"worker_id": id, "queues": [TASK_API_QUEUE], "max": 32, "wait": "1s"});
+        let batch: Value = match post("/v1/tasks/poll".into(), poll).await {
+            Ok(r) if r.status().is_success() => r.json().await.unwrap_or(Value::Null),
+            _ => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let tasks = batch["tasks"].as_array().cloned().unwrap_or_default();
+        let done = tasks.iter().map(|t| {
+            let body = json!({"worker_id": id, "run_id": t["run_id"], "attempt": t["attempt"], "output": t["input"]});
+            post(format!("/v1/tasks/{}/complete", t["id"].as_str().unwrap_or_default()), body)
+        });
+        for r in futures_util::future::join_all(done).await {
+            if let Err(e) = r {
+                eprintln!("task API bench worker: complete failed: {e}");
+            }
+        }
+    }
+}
+
 /// Everything measured, for the JSON line or the summary.
 struct Results {
     latency: Latency,
@@ -479,6 +542,7 @@ impl Results {
             "system": "composer",
             "version": env!("CARGO_PKG_VERSION"),
             "steps": args.steps,
+            "task_api_pollers": args.task_api,
             "latency_ms": {"p50": p(&l.e2e, 50.0), "p95": p(&l.e2e, 95.0), "p99": p(&l.e2e, 99.0)},
             "step_transition_ms": {"p50": p(&l.steps, 50.0), "p99": p(&l.steps, 99.0)},
             "start_run_ms": {"p50": p(&l.starts, 50.0), "p99": p(&l.starts, 99.0)},
@@ -499,7 +563,13 @@ impl Results {
     fn print(&self, args: &BenchArgs, base: &str) {
         let l = &self.latency;
         let steps_per_s = self.total_steps / self.wall;
-        println!("composer bench — {} sequential HTTP steps per workflow, against {base}", args.steps);
+        match args.task_api {
+            Some(n) => println!(
+                "composer bench — {} sequential custom steps per workflow, served by {n} task-API pollers, against {base}",
+                args.steps
+            ),
+            None => println!("composer bench — {} sequential HTTP steps per workflow, against {base}", args.steps),
+        }
         println!(
             "latency ({} runs, one at a time): p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms",
             args.latency_runs,

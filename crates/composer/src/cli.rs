@@ -206,6 +206,10 @@ pub struct BenchArgs {
     /// The MAP's max_concurrency (default: every item at once).
     #[arg(long)]
     pub map_concurrency: Option<u32>,
+    /// Steps of a custom type served by this many task-API pollers
+    /// (`/v1/tasks/poll`, in this process over HTTP) instead of HTTP steps.
+    #[arg(long)]
+    pub task_api: Option<usize>,
     /// Drive the Composer at this URL instead of starting an embedded one.
     #[arg(long)]
     pub target_url: Option<String>,

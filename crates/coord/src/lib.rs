@@ -50,6 +50,9 @@ pub struct Shared {
     /// long-polls answer at once, so a load balancer moves on and no request
     /// holds the stop up.
     pub draining: CancellationToken,
+    /// Woken after the outbox published: task-API long-polls read then
+    /// rather than at their next idle read.
+    pub published: Notify,
     /// The streams whose consumer group the task API made sure of.
     pub task_api_groups: std::sync::Mutex<std::collections::HashSet<String>>,
 }
@@ -137,6 +140,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config,
         draining: CancellationToken::new(),
         task_api_groups: Default::default(),
+        published: Notify::new(),
     });
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();

@@ -60,6 +60,8 @@ pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> Result<usize, E
             Ok(()) => {
                 total += batch.len();
                 composer_metrics::inc(composer_metrics::DISPATCHES, &[], batch.len() as u64);
+                // Task-API long-polls on this coordinator read at once.
+                shared.published.notify_waiters();
                 *published = ids;
                 if (rows.len() as i64) < cfg.outbox_batch {
                     return Ok(total);

@@ -43,7 +43,8 @@ pub const MAX_POLL_TASKS: u32 = 100;
 pub const MAX_POLL_QUEUES: usize = 32;
 /// Longest `wait` of a poll.
 pub const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
-/// Longest time between two reads of an idle long-poll.
+/// Longest time between two reads of an idle long-poll (another
+/// coordinator's publishes are seen by reading; this one's wake it).
 const IDLE_READ_EVERY: Duration = Duration::from_millis(200);
 
 fn lease_lost(task_id: Uuid) -> ApiError {
@@ -107,6 +108,10 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
     // Where the next read starts, so no shard is always read last.
     let mut start = 0usize;
     loop {
+        // Registered before reading, so a publish during the read is not missed.
+        let published = s.published.notified();
+        tokio::pin!(published);
+        published.as_mut().enable();
         let tasks = lease(&s, &req.worker_id, &queues, &streams, start, max as usize).await?;
         start = start.wrapping_add(1);
         if !tasks.is_empty() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
@@ -118,6 +123,7 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
         let nap = idle.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
         tokio::select! {
             _ = s.draining.cancelled() => {}
+            _ = &mut published => {}
             _ = tokio::time::sleep(nap) => {}
         }
         idle = (idle * 2).min(IDLE_READ_EVERY);
