@@ -30,7 +30,8 @@ pub struct DatabaseArgs {
 /// Where Redis is, and the prefix of every key Composer uses there.
 #[derive(Args, Debug, Clone, Default)]
 pub struct RedisArgs {
-    /// Redis URL. Empty under `dev`: an embedded server is started.
+    /// Redis URL (`redis://`, `rediss://`; a Redis Cluster as `redis+cluster://host:port,host:port` or
+    /// `rediss+cluster://…`). Empty under `dev`: an embedded server is started.
     #[arg(
         id = "redis_url",
         long = "redis-url",

@@ -324,6 +324,8 @@ pub struct LocalRedis {
     child: Option<Child>,
     dir: PathBuf,
     port: u16,
+    /// Extra arguments (a cluster node's).
+    extra: Vec<String>,
 }
 
 impl LocalRedis {
@@ -333,7 +335,7 @@ impl LocalRedis {
             Some(p) => p,
             None => free_port()?,
         };
-        let mut r = LocalRedis { child: None, dir: dir.to_path_buf(), port };
+        let mut r = LocalRedis { child: None, dir: dir.to_path_buf(), port, extra: Vec::new() };
         r.spawn()?;
         Ok(r)
     }
@@ -347,6 +349,7 @@ impl LocalRedis {
             .arg(&self.dir)
             .arg("--logfile")
             .arg(self.dir.join("redis.log"))
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -389,6 +392,128 @@ impl LocalRedis {
 impl Drop for LocalRedis {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A free port whose cluster bus port (itself + 10000) is free too.
+fn free_cluster_port() -> Result<u16> {
+    loop {
+        let port = free_port()?;
+        if port <= 55_535 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return Ok(port);
+        }
+    }
+}
+
+/// A Redis Cluster of redis-servers we started: `masters` primaries (at
+/// least three), each with `replicas` replicas, joined by
+/// `redis-cli --cluster create`. Nodes fail over after one second.
+pub struct LocalRedisCluster {
+    nodes: Vec<LocalRedis>,
+}
+
+impl LocalRedisCluster {
+    pub fn start(dir: &Path, masters: usize, replicas: usize) -> Result<LocalRedisCluster> {
+        let mut nodes = Vec::new();
+        for i in 0..masters * (1 + replicas) {
+            let node_dir = dir.join(format!("node{i}"));
+            fs::create_dir_all(&node_dir)?;
+            let mut r = LocalRedis { child: None, dir: node_dir, port: free_cluster_port()?, extra: Vec::new() };
+            // A replica may take over however long ago it last heard from
+            // its primary (an idle primary is heard from every 10 s).
+            r.extra = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-replica-validity-factor",
+                "0",
+            ]
+            .map(String::from)
+            .to_vec();
+            r.spawn()?;
+            nodes.push(r);
+        }
+        let cli = std::env::var_os("COMPOSER_REDIS_CLI").map(PathBuf::from).unwrap_or_else(|| "redis-cli".into());
+        let out = Command::new(&cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Error::Missing(format!("cannot run {} ({e}): install redis-tools", cli.display())))?;
+        if !out.status.success() {
+            let detail = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+            return Err(Error::Failed { what: "redis-cli --cluster create".into(), detail });
+        }
+        let cluster = LocalRedisCluster { nodes };
+        cluster.wait_until_ok(Duration::from_secs(30))?;
+        Ok(cluster)
+    }
+
+    /// `redis+cluster://` with every node, the form Composer takes.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    fn cli(&self, port: u16, args: &[&str]) -> Option<String> {
+        let cli = std::env::var_os("COMPOSER_REDIS_CLI").map(PathBuf::from).unwrap_or_else(|| "redis-cli".into());
+        let out = Command::new(cli).args(["-p", &port.to_string()]).args(args).stdin(Stdio::null()).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Waits until every running node says the cluster is ok.
+    pub fn wait_until_ok(&self, timeout: Duration) -> Result<()> {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            let ok = self
+                .nodes
+                .iter()
+                .filter(|n| n.child.is_some())
+                .all(|n| self.cli(n.port, &["cluster", "info"]).is_some_and(|i| i.contains("cluster_state:ok")));
+            if ok {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(Error::Failed { what: "redis cluster".into(), detail: "cluster_state is not ok".into() })
+    }
+
+    /// Waits until the node on `port` is marked failed and its slots are
+    /// served again (a replica took over).
+    pub fn wait_for_failover(&self, port: u16, timeout: Duration) -> Result<()> {
+        let until = Instant::now() + timeout;
+        let live = self.nodes.iter().find(|n| n.child.is_some()).map(|n| n.port).unwrap_or(port);
+        while Instant::now() < until {
+            let failed = self.cli(live, &["cluster", "nodes"]).is_some_and(|nodes| {
+                nodes.lines().any(|l| l.contains(&format!(":{port}@")) && l.contains("fail") && !l.contains("fail?"))
+            });
+            if failed && self.cli(live, &["cluster", "info"]).is_some_and(|i| i.contains("cluster_state:ok")) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(Error::Failed { what: "redis cluster".into(), detail: format!("no failover of :{port}") })
+    }
+
+    /// Kills (SIGKILL) one primary that has a replica; returns its port.
+    pub fn kill_a_master(&mut self) -> Result<u16> {
+        let port = self
+            .nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .map(|n| n.port)
+            .find(|&p| self.cli(p, &["role"]).is_some_and(|r| r.starts_with("master")))
+            .ok_or_else(|| Error::Failed { what: "redis cluster".into(), detail: "no master".into() })?;
+        let node = self.nodes.iter_mut().find(|n| n.port == port).expect("the node was found above");
+        if let Some(mut child) = node.child.take() {
+            stop_child(&mut child, libc::SIGKILL, Duration::from_secs(5));
+        }
+        Ok(port)
     }
 }
 

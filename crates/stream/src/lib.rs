@@ -4,6 +4,12 @@
 //! `<prefix>stream_shards`, published by coordinators and read by workers.
 //! One consumer group per stream. Redis holds no truth: losing a stream loses
 //! messages, never runs (the coordinators' sweeps re-dispatch from PostgreSQL).
+//!
+//! A Redis Cluster works too (`redis+cluster://host:port,host:port`, or
+//! `rediss+cluster://` over TLS): every command names one stream, so it goes
+//! to the node of that stream's slot; batches are split per stream; and a
+//! consumer reads each stream with a blocking call of its own, since one
+//! XREADGROUP cannot name streams of different slots.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(clippy::dbg_macro, clippy::todo, clippy::print_stderr)]
@@ -11,7 +17,11 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions, StreamReadReply};
 use redis::{AsyncCommands, AsyncConnectionConfig, Value};
 
@@ -78,9 +88,81 @@ pub struct Message {
 /// The shared, self-reconnecting connection: publishing, acks, metadata.
 #[derive(Clone)]
 pub struct Streams {
-    client: redis::Client,
-    conn: ConnectionManager,
+    client: Client,
+    conn: Conn,
     keys: Keys,
+}
+
+/// What `Streams` was connected to (one or two per process: size is no concern).
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
+enum Client {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A connection to one server or to a cluster (which routes each command
+/// by its key and follows the cluster through failovers and migrations).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    /// A consumer's own connection to a single server.
+    Direct(MultiplexedConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Direct(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Direct(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+            Conn::Direct(c) => c.get_db(),
+        }
+    }
+}
+
+/// The nodes of a `redis+cluster://a:1,b:2` (or `rediss+cluster://`) URL,
+/// as node URLs; `None` for any other URL.
+pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let node_scheme = match scheme {
+        "redis+cluster" => "redis",
+        "rediss+cluster" => "rediss",
+        _ => return None,
+    };
+    // Credentials, when given, are for every node: `redis+cluster://:pw@a:1,b:2`.
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let nodes: Vec<String> = hosts
+        .trim_end_matches('/')
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{node_scheme}://{auth}{h}"))
+        .collect();
+    Some(nodes)
 }
 
 impl Streams {
@@ -93,6 +175,27 @@ impl Streams {
     /// Like [`Streams::connect`]; a `rediss://` URL is checked against the
     /// CA in `ca_file` (PEM) instead of the system's roots.
     pub async fn connect_with(url: &str, keys: Keys, ca_file: Option<&std::path::Path>) -> Result<Streams> {
+        let root_cert = match ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?),
+            None => None,
+        };
+        if let Some(nodes) = cluster_nodes(url) {
+            if nodes.is_empty() {
+                return Err(Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "a redis+cluster:// URL names no node",
+                ))));
+            }
+            let mut builder = ClusterClientBuilder::new(nodes)
+                .connection_timeout(Duration::from_secs(2))
+                .response_timeout(Duration::from_secs(5));
+            if let Some(root_cert) = root_cert {
+                builder = builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) });
+            }
+            let client = builder.build()?;
+            let conn = client.get_async_connection().await?;
+            return Ok(Streams { client: Client::Cluster(client), conn: Conn::Cluster(conn), keys });
+        }
         let client = match ca_file {
             Some(path) => {
                 let root_cert = std::fs::read(path).map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?;
@@ -108,7 +211,7 @@ impl Streams {
             .set_response_timeout(Some(Duration::from_secs(5)))
             .set_number_of_retries(2);
         let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
-        Ok(Streams { client, conn, keys })
+        Ok(Streams { client: Client::Single(client), conn: Conn::Single(conn), keys })
     }
 
     pub fn keys(&self) -> &Keys {
@@ -132,17 +235,44 @@ impl Streams {
         Ok(c.get(self.keys.shard_count()).await?)
     }
 
-    /// XADDs every `(stream, payload)` in one pipeline; all or error.
+    /// XADDs every `(stream, payload)`: one pipeline, or on a cluster one
+    /// per stream, all at once; all or error.
     pub async fn publish(&self, batch: &[(&str, &str)]) -> Result<()> {
-        if batch.is_empty() {
+        self.per_stream(batch, |pipe, stream, payload| {
+            pipe.cmd("XADD").arg(stream).arg("*").arg(FIELD).arg(payload).ignore();
+        })
+        .await
+    }
+
+    /// Sends one command per `(stream, arg)` built by `add`: in one pipeline
+    /// on a single server; on a cluster, where a pipeline must stay within
+    /// one slot, in one pipeline per stream, concurrently.
+    async fn per_stream(&self, items: &[(&str, &str)], add: impl Fn(&mut redis::Pipeline, &str, &str)) -> Result<()> {
+        if items.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for (stream, payload) in batch {
-            pipe.cmd("XADD").arg(*stream).arg("*").arg(FIELD).arg(*payload).ignore();
+        match &self.conn {
+            Conn::Single(_) | Conn::Direct(_) => {
+                let mut pipe = redis::pipe();
+                for (stream, arg) in items {
+                    add(&mut pipe, stream, arg);
+                }
+                let _: () = pipe.query_async(&mut self.conn.clone()).await?;
+            }
+            Conn::Cluster(_) => {
+                let mut by_stream: std::collections::BTreeMap<&str, redis::Pipeline> = Default::default();
+                for (stream, arg) in items {
+                    add(by_stream.entry(stream).or_insert_with(redis::pipe), stream, arg);
+                }
+                let sends = by_stream.into_values().map(|pipe| {
+                    let mut c = self.conn.clone();
+                    async move { pipe.query_async::<()>(&mut c).await }
+                });
+                for r in futures_util::future::join_all(sends).await {
+                    r?;
+                }
+            }
         }
-        let mut c = self.conn.clone();
-        let _: () = pipe.query_async(&mut c).await?;
         Ok(())
     }
 
@@ -184,36 +314,102 @@ impl Streams {
         Ok(out)
     }
 
-    /// [`Streams::ack`] for many messages, in one pipeline.
+    /// [`Streams::ack`] for many messages, pipelined.
     pub async fn ack_many(&self, messages: &[(&str, &str)]) -> Result<()> {
-        if messages.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        for (stream, id) in messages {
-            pipe.cmd("XACK").arg(*stream).arg(GROUP).arg(*id).ignore();
-            pipe.cmd("XDEL").arg(*stream).arg(*id).ignore();
-        }
-        let mut c = self.conn.clone();
-        let _: () = pipe.query_async(&mut c).await?;
-        Ok(())
+        self.per_stream(messages, |pipe, stream, id| {
+            pipe.cmd("XACK").arg(stream).arg(GROUP).arg(id).ignore();
+            pipe.cmd("XDEL").arg(stream).arg(id).ignore();
+        })
+        .await
     }
 
     /// Opens a dedicated connection for blocking reads: a blocking XREADGROUP
     /// must not share the multiplexed connection, whose response timeout is
     /// shorter than the block.
     pub async fn consumer(&self, name: &str, block: Duration) -> Result<Consumer> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(block + Duration::from_secs(5)));
-        let conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
-        Ok(Consumer { conn, name: name.to_string(), block, cursors: std::collections::HashMap::new() })
+        let reader = match &self.client {
+            Client::Single(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(block + Duration::from_secs(5)));
+                Reader::Single(client.get_multiplexed_async_connection_with_config(&config).await?)
+            }
+            Client::Cluster(client) => Reader::Cluster(Box::new(ClusterReader {
+                client: client.clone(),
+                shared: self.conn.clone(),
+                idle: Default::default(),
+                inflight: FuturesUnordered::new(),
+                busy: Default::default(),
+            })),
+        };
+        Ok(Consumer { reader, name: name.to_string(), block, cursors: std::collections::HashMap::new() })
+    }
+}
+
+/// A blocking read of one stream, in flight on its own connection.
+type StreamRead = BoxFuture<'static, (String, ClusterConnection, redis::RedisResult<Option<StreamReadReply>>)>;
+
+/// How a consumer reads.
+enum Reader {
+    /// One blocking XREADGROUP over every stream.
+    Single(MultiplexedConnection),
+    /// On a cluster: one blocking XREADGROUP per stream, each on a
+    /// connection of its own (a blocking command holds its connection). A
+    /// read not answered when `read` returns stays in flight for the next
+    /// call: dropping it could lose the messages it was delivered.
+    Cluster(Box<ClusterReader>),
+}
+
+struct ClusterReader {
+    client: ClusterClient,
+    /// For XAUTOCLAIM and XPENDING, which do not block.
+    shared: Conn,
+    idle: std::collections::HashMap<String, ClusterConnection>,
+    inflight: FuturesUnordered<StreamRead>,
+    busy: std::collections::HashSet<String>,
+}
+
+impl ClusterReader {
+    async fn read(&mut self, streams: &[String], count: usize, block: Duration, name: &str) -> Result<Vec<Message>> {
+        for stream in streams {
+            if self.busy.contains(stream) {
+                continue;
+            }
+            let mut conn = match self.idle.remove(stream) {
+                Some(c) => c,
+                None => {
+                    let config = ClusterConfig::new()
+                        .set_connection_timeout(Duration::from_secs(2))
+                        .set_response_timeout(block + Duration::from_secs(5));
+                    self.client.get_async_connection_with_config(config).await?
+                }
+            };
+            let opts = StreamReadOptions::default().group(GROUP, name).count(count).block(block.as_millis() as usize);
+            let key = stream.clone();
+            self.busy.insert(key.clone());
+            self.inflight.push(Box::pin(async move {
+                let r = conn.xread_options(&[key.as_str()], &[">"], &opts).await;
+                (key, conn, r)
+            }));
+        }
+        let Some((stream, conn, reply)) = self.inflight.next().await else { return Ok(Vec::new()) };
+        self.busy.remove(&stream);
+        // A connection that failed is dropped; the next read makes another.
+        let reply = reply?;
+        self.idle.insert(stream, conn);
+        let mut out = Vec::new();
+        for key in reply.map(|r| r.keys).unwrap_or_default() {
+            for entry in key.ids {
+                out.push(to_message(&key.key, entry.id, &entry.map)?);
+            }
+        }
+        Ok(out)
     }
 }
 
 /// One worker's reading end.
 pub struct Consumer {
-    conn: MultiplexedConnection,
+    reader: Reader,
     name: String,
     block: Duration,
     /// Where the next XAUTOCLAIM of each stream starts: a pass goes through
@@ -226,10 +422,14 @@ impl Consumer {
     /// Reads up to `count` new messages across `streams`, blocking up to the
     /// consumer's block time when there are none.
     pub async fn read(&mut self, streams: &[String], count: usize) -> Result<Vec<Message>> {
+        let conn = match &mut self.reader {
+            Reader::Single(c) => c,
+            Reader::Cluster(r) => return r.read(streams, count, self.block, &self.name).await,
+        };
         let ids: Vec<&str> = streams.iter().map(|_| ">").collect();
         let opts =
             StreamReadOptions::default().group(GROUP, &self.name).count(count).block(self.block.as_millis() as usize);
-        let reply: Option<StreamReadReply> = self.conn.xread_options(streams, &ids, &opts).await?;
+        let reply: Option<StreamReadReply> = conn.xread_options(streams, &ids, &opts).await?;
         let mut out = Vec::new();
         for key in reply.map(|r| r.keys).unwrap_or_default() {
             for entry in key.ids {
@@ -244,8 +444,12 @@ impl Consumer {
     pub async fn reclaim(&mut self, stream: &str, min_idle: Duration, count: usize) -> Result<Vec<(Message, u64)>> {
         let opts = StreamAutoClaimOptions::default().count(count);
         let start = self.cursors.get(stream).map_or("0-0", String::as_str).to_string();
+        let mut conn = match &self.reader {
+            Reader::Single(c) => Conn::Direct(c.clone()),
+            Reader::Cluster(r) => r.shared.clone(),
+        };
         let reply: StreamAutoClaimReply =
-            self.conn.xautoclaim_options(stream, GROUP, &self.name, min_idle.as_millis() as u64, start, opts).await?;
+            conn.xautoclaim_options(stream, GROUP, &self.name, min_idle.as_millis() as u64, start, opts).await?;
         self.cursors.insert(stream.to_string(), reply.next_stream_id.clone());
         if reply.claimed.is_empty() {
             return Ok(Vec::new());
@@ -260,7 +464,7 @@ impl Consumer {
             .arg(last)
             .arg(reply.claimed.len())
             .arg(&self.name)
-            .query_async(&mut self.conn)
+            .query_async(&mut conn)
             .await?;
         let counts = delivery_counts(&pending);
         let mut out = Vec::new();
@@ -308,4 +512,24 @@ fn delivery_counts(v: &Value) -> Vec<(String, u64)> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_nodes;
+
+    #[test]
+    fn cluster_urls_name_their_nodes_and_other_urls_are_not_clusters() {
+        assert_eq!(
+            cluster_nodes("redis+cluster://10.0.0.1:7000,10.0.0.2:7001/"),
+            Some(vec!["redis://10.0.0.1:7000".to_string(), "redis://10.0.0.2:7001".to_string()])
+        );
+        assert_eq!(
+            cluster_nodes("rediss+cluster://:pw@a:1,b:2"),
+            Some(vec!["rediss://:pw@a:1".to_string(), "rediss://:pw@b:2".to_string()])
+        );
+        assert_eq!(cluster_nodes("redis+cluster://"), Some(vec![]));
+        assert_eq!(cluster_nodes("redis://127.0.0.1:6379/"), None);
+        assert_eq!(cluster_nodes("rediss://h:1"), None);
+    }
 }
