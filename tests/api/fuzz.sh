@@ -6,6 +6,8 @@
 # answer 5xx. Definitions and schedules have rules JSON Schema cannot say (an
 # edge names a node, a cron is a grammar), so for those two operations a
 # valid-looking request may be refused; every other check still applies.
+# Task-API polls wait at most 50 ms here (COMPOSER_TASK_POLL_MAX_WAIT), so
+# the many polls the fuzzer sends do not each wait a minute for a task.
 # Usage: tests/api/fuzz.sh COMPOSER_BINARY
 set -euo pipefail
 bin=$(realpath "$1")
@@ -14,7 +16,7 @@ chmod 755 "$work"  # run as root, the embedded PostgreSQL runs as postgres
 trap 'kill "$dev" 2>/dev/null; wait "$dev" 2>/dev/null; rm -rf "$work"' EXIT
 # `exec`: $! is then composer itself, whose SIGTERM stops its embedded services.
 (cd "$work" && exec env -u COMPOSER_API_TOKEN COMPOSER_LISTEN=127.0.0.1:0 COMPOSER_ADDR_FILE="$work/addr" \
-  COMPOSER_LOG=error "$bin" dev >"$work/dev.log" 2>&1) &
+  COMPOSER_LOG=error COMPOSER_TASK_POLL_MAX_WAIT=50ms "$bin" dev >"$work/dev.log" 2>&1) &
 dev=$!
 for _ in $(seq 1 300); do [ -s "$work/addr" ] && break; sleep 0.2; done
 url=$(cat "$work/addr")

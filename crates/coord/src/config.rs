@@ -69,6 +69,9 @@ pub struct Config {
     /// heartbeat for this long, its task goes to the next poller.
     #[arg(long, env = "COMPOSER_TASK_LEASE_TTL", default_value = "30s", value_parser = composer_core::duration::parse)]
     pub task_lease_ttl: Duration,
+    /// The longest a task-API poll waits for a task (a longer `wait` is cut to it).
+    #[arg(long, env = "COMPOSER_TASK_POLL_MAX_WAIT", default_value = "60s", value_parser = composer_core::duration::parse)]
+    pub task_poll_max_wait: Duration,
     /// Times recovery dispatches one attempt again (expired lease, lost message) before failing it.
     #[arg(long, env = "COMPOSER_MAX_DISPATCHES", default_value_t = 5)]
     pub max_dispatches: i32,

@@ -41,8 +41,6 @@ use crate::Shared;
 pub const MAX_POLL_TASKS: u32 = 100;
 /// Most queues one poll may name.
 pub const MAX_POLL_QUEUES: usize = 32;
-/// Longest `wait` of a poll.
-pub const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
 /// Longest time between two reads of an idle long-poll (another
 /// coordinator's publishes are seen by reading; this one's wake it).
 const IDLE_READ_EVERY: Duration = Duration::from_millis(200);
@@ -86,13 +84,12 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
     if !(1..=MAX_POLL_TASKS).contains(&max) {
         return Err(ApiError::bad_request(format!("max: expected 1 to {MAX_POLL_TASKS}, got {max}")));
     }
+    // Longer waits are cut to the limit, as `?wait=` on a run is.
     let wait = match &req.wait {
         Some(w) => composer_core::duration::parse(w).map_err(|e| ApiError::bad_request(format!("wait: {e}")))?,
         None => Duration::ZERO,
-    };
-    if wait > MAX_POLL_WAIT {
-        return Err(ApiError::bad_request(format!("wait: at most {}s", MAX_POLL_WAIT.as_secs())));
     }
+    .min(s.config.task_poll_max_wait);
     let mut queues = req.queues.clone();
     queues.sort();
     queues.dedup();

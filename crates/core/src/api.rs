@@ -206,7 +206,8 @@ pub struct PollTasks {
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
     #[schema(minimum = 1, maximum = 100)]
     pub max: Option<u32>,
-    /// Wait up to this long for a task (e.g. `"20s"`, at most 60s; default 0: answer at once).
+    /// Wait up to this long for a task (e.g. `"20s"`; at most `COMPOSER_TASK_POLL_MAX_WAIT`, 60 s by
+    /// default, longer is cut to it; default 0: answer at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[0-9]{1,5}(ms|s)$")]
     pub wait: Option<String>,

@@ -115,12 +115,20 @@ async fn a_worker_that_stops_heartbeating_loses_its_task_and_its_late_result() {
 
 #[tokio::test]
 async fn bad_polls_and_foreign_tasks_are_refused_by_name() {
-    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.task_poll_max_wait = Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    // A wait beyond the limit is cut to it (an hour would outlast the test).
+    let (status, body) = e.post("/v1/tasks/poll", &json!({"worker_id": "w", "queues": ["py"], "wait": "3600s"})).await;
+    assert_eq!((status, &body["tasks"]), (200, &json!([])), "{body}");
     let cases = [
         (json!({"worker_id": "w", "queues": []}), "queues"),
         (json!({"worker_id": "w", "queues": ["py"], "max": 0}), "max"),
         (json!({"worker_id": "w", "queues": ["py"], "max": 101}), "max"),
-        (json!({"worker_id": "w", "queues": ["py"], "wait": "2m"}), "wait"),
+        (json!({"worker_id": "w", "queues": ["py"], "wait": "soon"}), "wait"),
         (json!({"worker_id": "w w", "queues": ["py"]}), "worker_id"),
         (json!({"worker_id": "w", "queues": ["no/slash"]}), "queues"),
         (json!({"worker_id": "w", "queues": ["py"], "extra": 1}), "extra"),
