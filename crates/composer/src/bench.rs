@@ -209,10 +209,60 @@ async fn timer_lateness(api: &Client, database_url: &str, n: u64) -> anyhow::Res
 }
 
 async fn commits(database_url: &str) -> anyhow::Result<i64> {
+    Ok(work(database_url).await?.commits)
+}
+
+/// What PostgreSQL has done so far: commits, row writes, and the CPU time
+/// of its server processes (when it runs on this machine: read from /proc).
+/// A busy backend reports its statistics at most once a second, so the last
+/// second of a phase may be counted in the next reading.
+#[derive(Debug, Clone, Copy)]
+struct Work {
+    commits: i64,
+    /// Inserts, updates, HOT updates, deletes.
+    rows: [i64; 4],
+    cpu_s: Option<f64>,
+}
+
+async fn work(database_url: &str) -> anyhow::Result<Work> {
     let client = connect_db(database_url).await?;
     // Statistics are flushed by each backend at most once a second.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    Ok(fixtures::commits(&client).await?)
+    let pid = fixtures::backend_pid(&client).await?;
+    Ok(Work {
+        commits: fixtures::commits(&client).await?,
+        rows: fixtures::row_writes(&client).await?,
+        cpu_s: server_cpu_seconds(pid),
+    })
+}
+
+/// CPU seconds (user + system) of the PostgreSQL server that runs backend
+/// `pid`: its postmaster and every child of it. A backend that exited is
+/// not counted, so pooled connections (which stay) give the truest figure.
+fn server_cpu_seconds(backend: i32) -> Option<f64> {
+    // Fields after the command (which is in parentheses and may hold spaces).
+    let stat = |pid: &str| -> Option<Vec<String>> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(text.rsplit_once(')')?.1.split_whitespace().map(str::to_string).collect())
+    };
+    // After the command: state, ppid, …; utime and stime are the 12th and 13th.
+    let postmaster = stat(&backend.to_string())?.get(1)?.clone();
+    let ticks = |f: &[String]| -> f64 { f[11].parse::<f64>().unwrap_or(0.0) + f[12].parse::<f64>().unwrap_or(0.0) };
+    let mut total = ticks(&stat(&postmaster)?);
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Some(f) = stat(&name) {
+            if f.len() > 12 && f[1] == postmaster {
+                total += ticks(&f);
+            }
+        }
+    }
+    // SAFETY: sysconf has no preconditions; it reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| total / hz as f64)
 }
 
 /// pgbench's rate for one task's minimal writes — a task row and an outbox
@@ -460,15 +510,23 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
     let latency = measure_latency(&api, &workflow, &args).await?;
     let before = match &target.database_url {
-        Some(db) => Some(commits(db).await?),
+        Some(db) => Some(work(db).await?),
         None => None,
     };
     let wall = measure_throughput(&api, &target, &workflow, &args).await?;
     let total_steps = (args.runs * args.steps) as f64;
-    let commits_per_step = match (&target.database_url, before) {
-        (Some(db), Some(b)) => Some((commits(db).await? - b) as f64 / total_steps),
+    let per_step = match (&target.database_url, before) {
+        (Some(db), Some(b)) => {
+            let a = work(db).await?;
+            Some(PerStep {
+                commits: (a.commits - b.commits) as f64 / total_steps,
+                rows: std::array::from_fn(|i| (a.rows[i] - b.rows[i]) as f64 / total_steps),
+                cpu_ms: a.cpu_s.zip(b.cpu_s).map(|(a, b)| (a - b) * 1000.0 / total_steps),
+            })
+        }
         _ => None,
     };
+    let commits_per_step = per_step.map(|p| p.commits);
     let baseline_tps = match (&target.database_url, args.baseline) {
         (Some(db), true) => Some(baseline(db, wall.ceil() as u64, args.concurrency.min(32)).await?),
         (None, true) => bail!("--baseline needs the database: set COMPOSER_DATABASE_URL with --target-url"),
@@ -479,7 +537,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         (n, Some(db)) => Some(timer_lateness(&api, db, n).await?),
         (_, None) => bail!("--timers needs the database (COMPOSER_DATABASE_URL)"),
     };
-    let results = Results { latency, wall, total_steps, commits_per_step, baseline_tps, timers };
+    let results = Results { latency, wall, total_steps, commits_per_step, per_step, baseline_tps, timers };
     if args.json {
         println!("{}", results.json(&args));
     } else {
@@ -520,12 +578,23 @@ async fn poll_worker(http: reqwest::Client, url: String, token: Option<String>, 
     }
 }
 
+/// PostgreSQL's work per step over the throughput phase.
+#[derive(Debug, Clone, Copy)]
+struct PerStep {
+    commits: f64,
+    /// Inserts, updates, HOT updates (of the updates), deletes.
+    rows: [f64; 4],
+    /// CPU of the server's processes; `None` when it is not on this machine.
+    cpu_ms: Option<f64>,
+}
+
 /// Everything measured, for the JSON line or the summary.
 struct Results {
     latency: Latency,
     wall: f64,
     total_steps: f64,
     commits_per_step: Option<f64>,
+    per_step: Option<PerStep>,
     baseline_tps: Option<f64>,
     timers: Option<(u64, usize, Vec<f64>)>,
 }
@@ -552,6 +621,10 @@ impl Results {
                            "workflows_per_s": round2(args.runs as f64 / self.wall),
                            "steps_per_s": round2(steps_per_s)},
             "commits_per_step": self.commits_per_step.map(round2),
+            "postgres_per_step": self.per_step.map(|p| json!({
+                "cpu_ms": p.cpu_ms.map(|c| (c * 1000.0).round() / 1000.0),
+                "rows": {"inserted": round2(p.rows[0]), "updated": round2(p.rows[1]),
+                         "hot_updated": round2(p.rows[2]), "deleted": round2(p.rows[3])}})),
             "timers": self.timers.as_ref().map(|(pending, fired, late)| json!({"pending": pending, "fired": fired,
                 "lateness_ms": {"p50": p(late, 50.0), "p99": p(late, 99.0),
                                 "max": round2(late.last().copied().unwrap_or(f64::NAN))}})),
@@ -609,6 +682,13 @@ impl Results {
         if let Some(c) = self.commits_per_step {
             println!("PostgreSQL commits per step: {c:.2}");
         }
+        if let Some(p) = self.per_step {
+            let cpu = p.cpu_ms.map_or("not on this machine".to_string(), |c| format!("{c:.3} ms"));
+            println!(
+                "PostgreSQL per step: CPU {cpu}; rows inserted {:.2}, updated {:.2} ({:.2} HOT), deleted {:.2}",
+                p.rows[0], p.rows[1], p.rows[2], p.rows[3]
+            );
+        }
         if let Some(tps) = self.baseline_tps {
             println!(
                 "baseline (pgbench, task + outbox row per commit, same server, {:.0} s): {tps:.0} commits/s; ours {:.2}× of it",
@@ -616,5 +696,25 @@ impl Results {
                 steps_per_s / tps
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn the_work_of_a_local_postgres_is_read_from_its_statistics_and_proc() {
+        let db = composer_testkit::TestDb::create().await;
+        let before = super::work(&db.url).await.unwrap();
+        let client = super::connect_db(&db.url).await.unwrap();
+        client.batch_execute("CREATE TABLE w (n int); INSERT INTO w SELECT generate_series(1, 100); UPDATE w SET n = n + 1; DELETE FROM w WHERE n > 50").await.unwrap();
+        // A backend flushes its statistics when it ends (or at most once a second while busy).
+        drop(client);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let after = super::work(&db.url).await.unwrap();
+        let rows: Vec<i64> = (0..4).map(|i| after.rows[i] - before.rows[i]).collect();
+        assert_eq!(rows, vec![100, 100, 100, 51], "inserted, updated, HOT (no index), deleted");
+        assert!(after.commits > before.commits);
+        let (a, b) = (after.cpu_s.expect("a local server's CPU"), before.cpu_s.unwrap());
+        assert!(a >= b && a > 0.0, "{b} → {a}");
     }
 }

@@ -107,6 +107,25 @@ pub async fn commits(client: &Client) -> Result<i64> {
     Ok(row.try_get("xact_commit")?)
 }
 
+/// Row writes to this database's tables so far: inserts, updates (of which
+/// HOT, changing no index), deletes.
+pub async fn row_writes(client: &Client) -> Result<[i64; 4]> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(n_tup_ins), 0)::int8, coalesce(sum(n_tup_upd), 0)::int8,
+                    coalesce(sum(n_tup_hot_upd), 0)::int8, coalesce(sum(n_tup_del), 0)::int8
+               FROM pg_stat_user_tables",
+            &[],
+        )
+        .await?;
+    Ok([row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?])
+}
+
+/// The PID of the server process serving this session.
+pub async fn backend_pid(client: &Client) -> Result<i32> {
+    Ok(client.query_one("SELECT pg_backend_pid()", &[]).await?.try_get(0)?)
+}
+
 /// The pgbench script of one task's minimal writes: a task row and an
 /// outbox row in one commit, into the tables [`create_baseline_tables`] makes.
 pub const BASELINE_SCRIPT: &str = "BEGIN;
