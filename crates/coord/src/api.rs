@@ -890,6 +890,16 @@ pub(crate) async fn resume_run(State(s): State<Arc<Shared>>, Path(id): Path<Stri
     control(&s, &id, Event::ResumeRun).await
 }
 
+/// The event of an attempt that completed with `output`: an output that
+/// cannot be stored (too large, too deep, a NUL) fails the attempt for good,
+/// naming why, since a retry would produce it again.
+pub(crate) fn completed(task_id: Uuid, attempt: i32, output: Value, max_payload: usize) -> Event {
+    match composer_core::storable::check(&output, "output", max_payload) {
+        Ok(()) => Event::TaskCompleted { task_id, attempt, output },
+        Err(error) => Event::TaskFailed { task_id, attempt, error, retryable: false },
+    }
+}
+
 /// A worker's report of one attempt of a task.
 #[utoipa::path(
     post, path = "/internal/v1/tasks/{id}/result", operation_id = "reportTaskResult", tag = "workers",
@@ -907,13 +917,7 @@ pub(crate) async fn report(
     let event = match r.status {
         // An output that cannot be stored (too large, too deep, a NUL) ends
         // the attempt for good, naming why: retrying would get it again.
-        ReportStatus::Completed => {
-            let output = r.output.unwrap_or(Value::Null);
-            match composer_core::storable::check(&output, "output", s.config.max_payload) {
-                Ok(()) => Event::TaskCompleted { task_id, attempt: r.attempt, output },
-                Err(error) => Event::TaskFailed { task_id, attempt: r.attempt, error, retryable: false },
-            }
-        }
+        ReportStatus::Completed => completed(task_id, r.attempt, r.output.unwrap_or(Value::Null), s.config.max_payload),
         ReportStatus::Failed => Event::TaskFailed {
             task_id,
             attempt: r.attempt,

@@ -267,11 +267,7 @@ pub(crate) async fn complete(
 ) -> ApiResult<Json<ReportAck>> {
     let id = task_id(&id)?;
     check_worker(&req.worker_id)?;
-    // An output that cannot be stored ends the attempt for good, naming why.
-    let event = match composer_core::storable::check(&req.output, "output", s.config.max_payload) {
-        Ok(()) => Event::TaskCompleted { task_id: id, attempt: req.attempt, output: req.output },
-        Err(error) => Event::TaskFailed { task_id: id, attempt: req.attempt, error, retryable: false },
-    };
+    let event = crate::api::completed(id, req.attempt, req.output, s.config.max_payload);
     finish(&s, id, &req.worker_id, req.run_id, req.attempt, event).await
 }
 
