@@ -112,6 +112,59 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Observations and their sum in seconds, per stage of
+/// `composer_step_stage_seconds`, read from Prometheus text.
+type StageSums = HashMap<String, (f64, f64)>;
+
+fn parse_stages(text: &str, into: &mut StageSums) {
+    const NAME: &str = "composer_step_stage_seconds_";
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(NAME) else { continue };
+        let (which, rest) = match rest.split_once("{stage=\"") {
+            Some((which @ ("sum" | "count"), rest)) => (which, rest),
+            _ => continue,
+        };
+        let Some((stage, value)) = rest.split_once("\"} ") else { continue };
+        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        let entry = into.entry(stage.to_string()).or_insert((0.0, 0.0));
+        match which {
+            "count" => entry.0 += value,
+            _ => entry.1 += value,
+        }
+    }
+}
+
+/// The stages as the coordinators and workers at `urls` count them now; a
+/// URL that does not answer adds nothing.
+async fn read_stages(http: &reqwest::Client, urls: &[String]) -> StageSums {
+    let mut sums = StageSums::new();
+    for url in urls {
+        let text = match http.get(url).timeout(Duration::from_secs(5)).send().await {
+            Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+            _ => continue,
+        };
+        parse_stages(&text, &mut sums);
+    }
+    sums
+}
+
+/// Mean milliseconds per stage between two readings, in the order a step
+/// passes them; stages nobody observed are left out.
+fn stage_means(before: &StageSums, after: &StageSums) -> Vec<(&'static str, f64)> {
+    composer_metrics::STAGES
+        .iter()
+        .filter_map(|&stage| {
+            let (n1, s1) = after.get(stage).copied()?;
+            let (n0, s0) = before.get(stage).copied().unwrap_or((0.0, 0.0));
+            (n1 > n0).then(|| (stage, (s1 - s0) * 1000.0 / (n1 - n0)))
+        })
+        .collect()
+}
+
 /// Step transitions of a finished run: each step's finish to the next one's start.
 fn transitions(run: &RunView, steps: usize) -> Vec<f64> {
     (1..steps)
@@ -508,7 +561,11 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         eprintln!("filled {} finished runs in {:.1} s", args.history, t0.elapsed().as_secs_f64());
     }
 
+    let mut metrics_urls = vec![format!("{}/metrics", target.url.trim_end_matches('/'))];
+    metrics_urls.extend(args.metrics_urls.iter().cloned());
+    let stages_before = read_stages(&http, &metrics_urls).await;
     let latency = measure_latency(&api, &workflow, &args).await?;
+    let stages = stage_means(&stages_before, &read_stages(&http, &metrics_urls).await);
     let before = match &target.database_url {
         Some(db) => Some(work(db).await?),
         None => None,
@@ -537,7 +594,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         (n, Some(db)) => Some(timer_lateness(&api, db, n).await?),
         (_, None) => bail!("--timers needs the database (COMPOSER_DATABASE_URL)"),
     };
-    let results = Results { latency, wall, total_steps, commits_per_step, per_step, baseline_tps, timers };
+    let results = Results { latency, stages, wall, total_steps, commits_per_step, per_step, baseline_tps, timers };
     if args.json {
         println!("{}", results.json(&args));
     } else {
@@ -591,6 +648,8 @@ struct PerStep {
 /// Everything measured, for the JSON line or the summary.
 struct Results {
     latency: Latency,
+    /// Mean ms per stage of a step over the latency phase.
+    stages: Vec<(&'static str, f64)>,
     wall: f64,
     total_steps: f64,
     commits_per_step: Option<f64>,
@@ -614,6 +673,8 @@ impl Results {
             "task_api_pollers": args.task_api,
             "latency_ms": {"p50": p(&l.e2e, 50.0), "p95": p(&l.e2e, 95.0), "p99": p(&l.e2e, 99.0)},
             "step_transition_ms": {"p50": p(&l.steps, 50.0), "p99": p(&l.steps, 99.0)},
+            "step_stages_mean_ms": self.stages.iter().map(|(s, ms)| (s.to_string(), json!(round3(*ms))))
+                .collect::<serde_json::Map<_, _>>(),
             "start_run_ms": {"p50": p(&l.starts, 50.0), "p99": p(&l.starts, 99.0)},
             "get_run_ms": {"p50": p(&l.gets, 50.0), "p99": p(&l.gets, 99.0)},
             "history_runs": args.history,
@@ -622,7 +683,7 @@ impl Results {
                            "steps_per_s": round2(steps_per_s)},
             "commits_per_step": self.commits_per_step.map(round2),
             "postgres_per_step": self.per_step.map(|p| json!({
-                "cpu_ms": p.cpu_ms.map(|c| (c * 1000.0).round() / 1000.0),
+                "cpu_ms": p.cpu_ms.map(round3),
                 "rows": {"inserted": round2(p.rows[0]), "updated": round2(p.rows[1]),
                          "hot_updated": round2(p.rows[2]), "deleted": round2(p.rows[3])}})),
             "timers": self.timers.as_ref().map(|(pending, fired, late)| json!({"pending": pending, "fired": fired,
@@ -655,6 +716,11 @@ impl Results {
             p(&l.steps, 50.0),
             p(&l.steps, 99.0)
         );
+        if !self.stages.is_empty() {
+            let parts: Vec<String> =
+                self.stages.iter().map(|(s, ms)| format!("{} {ms:.3}", s.replace('_', " "))).collect();
+            println!("step stages (mean ms, one run at a time): {}", parts.join(", "));
+        }
         println!(
             "start run: p50 {:.2} ms, p99 {:.2} ms; get run: p50 {:.2} ms, p99 {:.2} ms (with {} runs of history)",
             p(&l.starts, 50.0),
@@ -701,6 +767,32 @@ impl Results {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stage_means_come_from_the_histograms_of_every_process_read() {
+        let text = |n: u32, secs: f64| {
+            format!(
+                "# TYPE composer_step_stage_seconds histogram\n\
+                 composer_step_stage_seconds_bucket{{stage=\"read_to_lease\",le=\"0.001\"}} {n}\n\
+                 composer_step_stage_seconds_sum{{stage=\"read_to_lease\"}} {secs}\n\
+                 composer_step_stage_seconds_count{{stage=\"read_to_lease\"}} {n}\n\
+                 composer_step_stage_seconds_sum{{stage=\"report_to_commit\"}} 0.5\n\
+                 composer_step_stage_seconds_count{{stage=\"report_to_commit\"}} 100\n\
+                 composer_report_duration_seconds_sum 9\n"
+            )
+        };
+        let (mut before, mut after) = (super::StageSums::new(), super::StageSums::new());
+        super::parse_stages(&text(10, 0.01), &mut before);
+        // Two workers' /metrics add up.
+        super::parse_stages(&text(20, 0.03), &mut after);
+        super::parse_stages(&text(10, 0.02), &mut after);
+        let means = super::stage_means(&before, &after);
+        assert_eq!(means.len(), 2, "{means:?}");
+        assert_eq!(means[0].0, "report_to_commit");
+        assert!((means[0].1 - 5.0).abs() < 1e-9, "{means:?}: 100 more observations, 0.5 s more");
+        assert_eq!(means[1].0, "read_to_lease");
+        assert!((means[1].1 - 2.0).abs() < 1e-9, "{means:?}: 20 more observations, 0.04 s more");
+    }
+
     #[tokio::test]
     async fn the_work_of_a_local_postgres_is_read_from_its_statistics_and_proc() {
         let db = composer_testkit::TestDb::create().await;

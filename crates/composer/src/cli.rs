@@ -213,6 +213,20 @@ pub struct BenchArgs {
     /// Drive the Composer at this URL instead of starting an embedded one.
     #[arg(long)]
     pub target_url: Option<String>,
+    /// More `/metrics` to read the step's stages from (a worker's
+    /// `--worker-listen` address, as http://host:port/metrics), beside the
+    /// target's own.
+    #[arg(long = "metrics-url")]
+    pub metrics_urls: Vec<String>,
+    /// A/B: run this other `composer` binary and this one alternately
+    /// (--ab-rounds each) on one PostgreSQL and Redis, each as a separate
+    /// coordinator and worker process on a fresh database, and print both
+    /// sides' medians and their ratios.
+    #[arg(long, value_name = "OTHER_BINARY", conflicts_with_all = ["target_url", "map", "task_api"])]
+    pub ab: Option<std::path::PathBuf>,
+    /// Runs of each side under --ab.
+    #[arg(long, default_value_t = 3)]
+    pub ab_rounds: usize,
     /// Its database, for commits per step and the baseline.
     #[arg(long, env = "COMPOSER_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,

@@ -927,5 +927,6 @@ pub(crate) async fn report(
     };
     let handled = s.engine.handle(r.run_id, event).await?;
     composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
+    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
     Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
 }

@@ -87,6 +87,9 @@ pub struct Engine {
     live_loops: std::sync::atomic::AtomicUsize,
     /// `COMPOSER_MAX_PAYLOAD`, for the values the state machine computes.
     max_payload: usize,
+    /// When the latest commit that dispatched a task ended, for the
+    /// enqueuer's measure of commit → publish.
+    dispatch_commit: Mutex<Option<std::time::Instant>>,
 }
 
 /// An event waiting for a batch.
@@ -120,7 +123,13 @@ impl Engine {
             faults: Mutex::new(HashMap::new()),
             live_loops: std::sync::atomic::AtomicUsize::new(0),
             max_payload,
+            dispatch_commit: Mutex::new(None),
         }
+    }
+
+    /// When the latest commit that dispatched ended, once.
+    pub fn take_dispatch_commit(&self) -> Option<std::time::Instant> {
+        self.dispatch_commit.lock().expect("dispatch commit").take()
     }
 
     /// Batch loops running now.
@@ -664,6 +673,7 @@ impl Engine {
         tx.commit().await?;
         let followups = FollowUps::of(runs.values());
         if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
+            *self.dispatch_commit.lock().expect("dispatch commit") = Some(std::time::Instant::now());
             self.outbox_wake.notify_one();
         }
         for c in changes.iter().filter(|c| c.tr.run_changed && c.run.status.is_terminal()) {

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use composer_core::wire::Dispatch;
 use composer_store::outbox;
 use composer_stream::Keys;
 use tokio_util::sync::CancellationToken;
@@ -59,6 +60,10 @@ pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> Result<usize, E
         match shared.streams.publish(&batch).await {
             Ok(()) => {
                 total += batch.len();
+                if let Some(committed) = shared.engine.take_dispatch_commit() {
+                    let took = committed.elapsed();
+                    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "commit_to_publish")], took);
+                }
                 composer_metrics::inc(composer_metrics::DISPATCHES, &[], batch.len() as u64);
                 // Task-API long-polls on this coordinator read at once.
                 shared.published.notify_waiters();
@@ -82,7 +87,8 @@ pub fn messages(keys: &Keys, rows: &[outbox::Claimed]) -> Result<Vec<(String, St
     for row in rows {
         let Some(dispatch) = &row.dispatch else { continue };
         let stream = keys.stream(&row.queue, row.shard as u32);
-        out.push((stream, serde_json::to_string(dispatch)?));
+        let dispatch = Dispatch { published_at_us: Some(composer_core::wire::now_us()), ..dispatch.clone() };
+        out.push((stream, serde_json::to_string(&dispatch)?));
     }
     Ok(out)
 }

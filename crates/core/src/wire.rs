@@ -23,6 +23,17 @@ pub struct Dispatch {
     pub node_type: String,
     pub attempt: i32,
     pub input: Value,
+    /// When the coordinator put the message on its stream, in microseconds
+    /// since the Unix epoch: the worker measures the message's time in
+    /// transit from it (`composer_step_stage_seconds`). Absent from messages
+    /// of older coordinators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at_us: Option<i64>,
+}
+
+/// Microseconds since the Unix epoch, now.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
 /// The outcome a worker reports for one attempt of a task.

@@ -87,7 +87,13 @@ metrics! {
     OPEN_TASKS: Gauge, "composer_open_tasks", "Tasks in an open state, by state (sampled).";
     RUNNING_RUNS: Gauge, "composer_running_runs", "Runs that are RUNNING (sampled).";
     DUE_TIMERS: Gauge, "composer_due_timers", "WAITING tasks whose wake-up time has passed (sampled).";
+    STEP_STAGE: Histogram, "composer_step_stage_seconds",
+        "One step's way from a worker's report to the next task's start, by stage: report_to_commit (coordinator), commit_to_publish (coordinator), publish_to_read, read_to_lease, lease_to_start (worker).";
 }
+
+/// The stages of [`STEP_STAGE`], in the order a step passes them.
+pub const STAGES: [&str; 5] =
+    ["report_to_commit", "commit_to_publish", "publish_to_read", "read_to_lease", "lease_to_start"];
 
 /// Upper bounds of histogram buckets, in seconds.
 const BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -140,6 +146,14 @@ pub fn observe(metric: &Metric, l: &[(&'static str, &str)], d: Duration) {
         h.count += 1;
         h.sum += secs;
     }
+}
+
+/// How many observations a histogram has and their sum in seconds (for tests).
+pub fn histogram(metric: &Metric, l: &[(&'static str, &str)]) -> (u64, f64) {
+    REGISTRY
+        .lock()
+        .map(|r| r.histograms.get(&(metric.name, labels(l))).map_or((0, 0.0), |h| (h.count, h.sum)))
+        .unwrap_or((0, 0.0))
 }
 
 /// The current value of a counter or gauge (for tests).

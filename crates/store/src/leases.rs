@@ -169,6 +169,7 @@ impl LeaseManager {
                     node_type: r.try_get("node_type")?,
                     attempt: r.try_get("attempt")?,
                     input: r.try_get("input_json")?,
+                    published_at_us: None,
                 };
                 Ok((d, r.try_get("queue")?))
             })

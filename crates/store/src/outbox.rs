@@ -47,6 +47,7 @@ impl Claimed {
                 node_type: r.try_get("node_type")?,
                 attempt: r.try_get("attempt")?,
                 input: r.try_get("input_json")?,
+                published_at_us: None,
             }),
         };
         Ok(Claimed {

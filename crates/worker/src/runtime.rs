@@ -316,9 +316,15 @@ async fn parse(ctx: &Ctx, msg: &Message) -> Option<Dispatch> {
 /// taken in one statement (one commit for the batch), then each granted task
 /// runs on its own slot.
 async fn take(ctx: Arc<Ctx>, messages: Vec<Message>, mut slots: Vec<OwnedSemaphorePermit>) {
+    let read_at = std::time::Instant::now();
+    let read_at_us = composer_core::wire::now_us();
     let mut wanted = Vec::with_capacity(messages.len());
     for msg in messages {
         let Some(d) = parse(&ctx, &msg).await else { continue };
+        if let Some(published) = d.published_at_us {
+            let transit = Duration::from_micros(read_at_us.saturating_sub(published).max(0) as u64);
+            stage("publish_to_read", transit);
+        }
         // The read loop gives as many slots as messages.
         let Some(slot) = slots.pop() else { break };
         wanted.push((msg, d, slot));
@@ -336,6 +342,7 @@ async fn take(ctx: Arc<Ctx>, messages: Vec<Message>, mut slots: Vec<OwnedSemapho
             return;
         }
     };
+    let leased_at = std::time::Instant::now();
     let mut started = std::collections::HashSet::new();
     for (msg, d, slot) in wanted {
         match granted.get(&d.task_id) {
@@ -343,8 +350,9 @@ async fn take(ctx: Arc<Ctx>, messages: Vec<Message>, mut slots: Vec<OwnedSemapho
                 if *how == Acquired::TakenOver {
                     composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
                 }
+                stage("read_to_lease", leased_at - read_at);
                 let span = task_span(&d);
-                ctx.tracker.spawn(execute(ctx.clone(), msg, d, slot).instrument(span));
+                ctx.tracker.spawn(execute(ctx.clone(), msg, d, slot, Some(leased_at)).instrument(span));
             }
             // Another worker holds it, it finished or moved to another
             // attempt, or this read carried it twice.
@@ -380,7 +388,12 @@ async fn process(ctx: Arc<Ctx>, msg: Message, slot: OwnedSemaphorePermit) {
         }
     }
     let span = task_span(&d);
-    execute(ctx, msg, d, slot).instrument(span).await
+    execute(ctx, msg, d, slot, None).instrument(span).await
+}
+
+/// One stage of a step's way to its next task (`composer_step_stage_seconds`).
+fn stage(name: &'static str, took: Duration) {
+    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", name)], took);
 }
 
 /// Runs one leased task on its slot: run the handler while renewing the
@@ -388,7 +401,17 @@ async fn process(ctx: Arc<Ctx>, msg: Message, slot: OwnedSemaphorePermit) {
 /// coordinator took the report). A type this worker has no handler for
 /// fails its attempt at once, for good: every worker that serves a queue
 /// must handle every type routed to it.
-async fn execute(ctx: Arc<Ctx>, msg: Message, dispatch: Dispatch, _slot: OwnedSemaphorePermit) {
+/// `leased_at` is when a read's lease was granted, for the step's stages.
+async fn execute(
+    ctx: Arc<Ctx>,
+    msg: Message,
+    dispatch: Dispatch,
+    _slot: OwnedSemaphorePermit,
+    leased_at: Option<std::time::Instant>,
+) {
+    if let Some(at) = leased_at {
+        stage("lease_to_start", at.elapsed());
+    }
     let handler = ctx.handlers.get(&dispatch.node_type).cloned();
     ctx.stats.0.executed.fetch_add(1, Ordering::Relaxed);
     composer_metrics::inc(composer_metrics::TASKS_EXECUTED, &[("node_type", dispatch.node_type.as_str())], 1);
