@@ -52,6 +52,11 @@ pub struct Config {
     /// How long a claimed outbox row waits before it is published again.
     #[arg(long, env = "COMPOSER_OUTBOX_CLAIM_TIMEOUT", default_value = "2m", value_parser = composer_core::duration::parse)]
     pub outbox_claim_timeout: Duration,
+    /// How long an outbox row waits for the coordinator that committed it to
+    /// publish it before any enqueuer does (the net for a coordinator that
+    /// dies between commit and publish).
+    #[arg(long, env = "COMPOSER_OUTBOX_PUBLISH_GRACE", default_value = "5s", value_parser = composer_core::duration::parse)]
+    pub outbox_publish_grace: Duration,
     #[arg(skip = 256)]
     pub outbox_batch: i64,
     /// How often due timers are fired.
@@ -155,6 +160,15 @@ impl Config {
         if self.engine_queue == 0 {
             return Err(ConfigError::new("--engine-queue", "COMPOSER_ENGINE_QUEUE", "must be at least 1"));
         }
+        // Below a second, rows the publisher deletes when the engine is idle
+        // (once a second) would fall due first and go out twice.
+        if self.outbox_publish_grace < Duration::from_secs(1) {
+            return Err(ConfigError::new(
+                "--outbox-publish-grace",
+                "COMPOSER_OUTBOX_PUBLISH_GRACE",
+                format!("must be at least 1s, got {:?}", self.outbox_publish_grace),
+            ));
+        }
         if self.engine_workers == 0 {
             return Err(ConfigError::new("--engine-workers", "COMPOSER_ENGINE_WORKERS", "must be at least 1"));
         }
@@ -200,6 +214,7 @@ mod tests {
         assert_eq!(c.max_payload, 1024 * 1024);
         assert!(c.run_outbox);
         assert_eq!(c.outbox_batch, 256);
+        assert_eq!(c.outbox_publish_grace, Duration::from_secs(5));
         assert!(c.api_token.is_none());
     }
 
@@ -219,6 +234,16 @@ mod tests {
         let mut c = Config::new("postgres://db", "redis://r");
         c.api_token = Some("  ".into());
         assert_eq!(c.validated().unwrap().api_token, None);
+    }
+
+    #[test]
+    fn a_publish_grace_under_a_second_names_the_flag() {
+        let mut c = Config::new("postgres://db", "redis://r");
+        c.outbox_publish_grace = Duration::from_millis(500);
+        let e = c.clone().validated().unwrap_err();
+        assert_eq!((e.flag, e.env), ("--outbox-publish-grace", "COMPOSER_OUTBOX_PUBLISH_GRACE"));
+        c.outbox_publish_grace = Duration::from_secs(1);
+        assert!(c.validated().is_ok());
     }
 
     #[test]

@@ -11,11 +11,14 @@ use chrono::Utc;
 use composer_core::definition::{NodeKind, Workflow, SUB_WORKFLOW_MAX_DEPTH};
 use composer_core::machine::{self, Event, RunStatus};
 use composer_store::definitions::DefinitionRow;
+use composer_store::outbox::Outbound;
 use composer_store::runs::{self, NewRun, RunRow};
-use composer_store::transitions::{write_transitions, Change};
+use composer_store::transitions::{write_transitions, Change, Publish};
 use composer_store::Pool;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::publish::Publisher;
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -70,9 +73,11 @@ pub struct Engine {
     /// Stream shards per queue, for the outbox rows this engine writes.
     shards: i32,
     outbox_wake: Arc<Notify>,
-    /// NOTIFY other coordinators of new outbox rows: only needed when this
-    /// one runs no enqueuer of its own (it wakes its own in-process).
-    notify_outbox: bool,
+    /// Publishes what a commit dispatched right after it, the outbox rows
+    /// falling due for the enqueuers only after the grace. `None` on a
+    /// coordinator that runs no enqueuer: its rows are due at once and
+    /// NOTIFY wakes the other coordinators' enqueuers.
+    publisher: Option<(Arc<Publisher>, std::time::Duration)>,
     /// Definition versions are immutable, so a compiled workflow is cached
     /// for the life of the process.
     workflows: Mutex<HashMap<Uuid, Arc<Workflow>>>,
@@ -87,9 +92,6 @@ pub struct Engine {
     live_loops: std::sync::atomic::AtomicUsize,
     /// `COMPOSER_MAX_PAYLOAD`, for the values the state machine computes.
     max_payload: usize,
-    /// When the latest commit that dispatched a task ended, for the
-    /// enqueuer's measure of commit → publish.
-    dispatch_commit: Mutex<Option<std::time::Instant>>,
 }
 
 /// An event waiting for a batch.
@@ -107,7 +109,7 @@ impl Engine {
         pool: Pool,
         shards: u32,
         outbox_wake: Arc<Notify>,
-        notify_outbox: bool,
+        publisher: Option<(Arc<Publisher>, std::time::Duration)>,
         max_payload: usize,
         queue_capacity: usize,
     ) -> Engine {
@@ -116,20 +118,31 @@ impl Engine {
             pool,
             shards: shards as i32,
             outbox_wake,
-            notify_outbox,
+            publisher,
             workflows: Mutex::new(HashMap::new()),
             queue,
             inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
             faults: Mutex::new(HashMap::new()),
             live_loops: std::sync::atomic::AtomicUsize::new(0),
             max_payload,
-            dispatch_commit: Mutex::new(None),
         }
     }
 
-    /// When the latest commit that dispatched ended, once.
-    pub fn take_dispatch_commit(&self) -> Option<std::time::Instant> {
-        self.dispatch_commit.lock().expect("dispatch commit").take()
+    /// How this engine's writes have their outbox rows published.
+    fn publish_mode(&self) -> Publish {
+        match &self.publisher {
+            Some((_, grace)) => Publish::ByWriter { grace: *grace },
+            None => Publish::ByEnqueuer { notify: true },
+        }
+    }
+
+    /// After a commit: publishes what it dispatched, or wakes the enqueuer.
+    fn dispatched(&self, outbound: Vec<Outbound>, any: bool) {
+        match &self.publisher {
+            Some((publisher, _)) => publisher.send(outbound),
+            None if any => self.outbox_wake.notify_one(),
+            None => {}
+        }
     }
 
     /// Batch loops running now.
@@ -197,7 +210,7 @@ impl Engine {
         let wf = self.compile(def)?;
         if let Some(key) = idempotency_key {
             if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
-                return Ok(Started { row: existing, new: false, batch: HashMap::new() });
+                return Ok(Started { row: existing, new: false, batch: HashMap::new(), outbound: Vec::new() });
             }
         }
         let how = NewRunOf { def, input, idempotency_key, parent: None, depth: 0, trigger };
@@ -205,25 +218,25 @@ impl Engine {
             Ok(created) => created,
             Err(e) => return Err(EngineError::Rejected(e)),
         };
-        let Some(loaded) = loaded else { return Ok(Started { row, new: true, batch: HashMap::new() }) };
+        let Some(loaded) = loaded else {
+            return Ok(Started { row, new: true, batch: HashMap::new(), outbound: Vec::new() });
+        };
         let mut batch = HashMap::from([(row.id, loaded)]);
         self.start_children(tx, &mut batch).await?;
-        let changes: Vec<Change> = batch.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
-        write_transitions(tx, &changes, self.shards, self.notify_outbox).await?;
+        let changes: Vec<Change> = batch.values().map(Loaded::change).collect();
+        let outbound = write_transitions(tx, &changes, self.shards, self.publish_mode(), &[]).await?;
         tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
-        Ok(Started { row, new: true, batch })
+        Ok(Started { row, new: true, batch, outbound })
     }
 
     /// After the commit of [`Engine::start_run_in`]: wakes the outbox,
     /// counts, and returns the run as it now stands (and whether it is new).
     pub fn started(&self, started: Started) -> (RunRow, bool) {
-        let Started { mut row, new, batch } = started;
+        let Started { mut row, new, batch, outbound } = started;
         if !new {
             return (row, false);
         }
-        if batch.values().any(|l| !l.tr.dispatch.is_empty()) {
-            self.outbox_wake.notify_one();
-        }
+        self.dispatched(outbound, batch.values().any(|l| !l.tr.dispatch.is_empty()));
         composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], batch.len().max(1) as u64);
         for l in batch.values().filter(|l| l.run.status.is_terminal()) {
             run_finished(&l.wf, &l.run);
@@ -473,12 +486,10 @@ impl Engine {
         }
         let promoted = batch.len();
         self.start_children(&tx, &mut batch).await?;
-        let changes: Vec<Change> = batch.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
-        write_transitions(&tx, &changes, self.shards, self.notify_outbox).await?;
+        let changes: Vec<Change> = batch.values().map(Loaded::change).collect();
+        let outbound = write_transitions(&tx, &changes, self.shards, self.publish_mode(), &[]).await?;
         tx.commit().await?;
-        if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
-            self.outbox_wake.notify_one();
-        }
+        self.dispatched(outbound, changes.iter().any(|c| !c.tr.dispatch.is_empty()));
         self.follow_up(FollowUps::of(batch.values()));
         tracing::debug!(workflow, key, promoted, "queued runs started");
         Ok(promoted)
@@ -652,6 +663,23 @@ impl Engine {
     /// One transaction: lock every run named (in id order), load their tasks,
     /// apply each event in order, write all changes set-based, commit.
     async fn apply_batch(&self, events: &[(Uuid, Event)]) -> Result<(Vec<Result<Handled>>, FollowUps)> {
+        // Rows this coordinator published since its last write are deleted
+        // in this one's transaction: no commit of their own.
+        let published = self.publisher.as_ref().map(|(p, _)| p.take_published()).unwrap_or_default();
+        let applied = self.apply_batch_deleting(events, &published).await;
+        if applied.is_err() {
+            if let Some((p, _)) = &self.publisher {
+                p.give_back(published);
+            }
+        }
+        applied
+    }
+
+    async fn apply_batch_deleting(
+        &self,
+        events: &[(Uuid, Event)],
+        published: &[i64],
+    ) -> Result<(Vec<Result<Handled>>, FollowUps)> {
         let started = std::time::Instant::now();
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
@@ -668,14 +696,11 @@ impl Engine {
             loaded.tr.merge(tr);
         }
         self.start_children(&tx, &mut runs).await?;
-        let changes: Vec<Change> = runs.values().map(|l| Change { wf: &l.wf, run: &l.run, tr: &l.tr }).collect();
-        write_transitions(&tx, &changes, self.shards, self.notify_outbox).await?;
+        let changes: Vec<Change> = runs.values().map(Loaded::change).collect();
+        let outbound = write_transitions(&tx, &changes, self.shards, self.publish_mode(), published).await?;
         tx.commit().await?;
         let followups = FollowUps::of(runs.values());
-        if changes.iter().any(|c| !c.tr.dispatch.is_empty()) {
-            *self.dispatch_commit.lock().expect("dispatch commit") = Some(std::time::Instant::now());
-            self.outbox_wake.notify_one();
-        }
+        self.dispatched(outbound, changes.iter().any(|c| !c.tr.dispatch.is_empty()));
         for c in changes.iter().filter(|c| c.tr.run_changed && c.run.status.is_terminal()) {
             run_finished(c.wf, c.run);
         }
@@ -784,6 +809,8 @@ pub struct Started {
     /// False when an idempotency key found an existing run.
     pub new: bool,
     batch: HashMap<Uuid, Loaded>,
+    /// What its commit dispatched, for the publisher.
+    outbound: Vec<Outbound>,
 }
 
 /// A locked run in a batch, with what the batch's events changed so far.
@@ -800,12 +827,29 @@ struct Loaded {
     children_seen: usize,
     /// Its end was reported to its parent inside the batch.
     reported: bool,
+    /// Its definition's id and version.
+    definition: (Uuid, i32),
 }
 
 impl Loaded {
     fn new(wf: Arc<Workflow>, run: machine::Run, tr: machine::Transition, row: &RunRow) -> Loaded {
         let limit = row.concurrency_key.clone().map(|k| (row.workflow_name.clone(), k));
-        Loaded { wf, run, tr, parent: row.parent, depth: row.depth, limit, children_seen: 0, reported: false }
+        let definition = (row.workflow_definition_id, row.workflow_version);
+        Loaded {
+            wf,
+            run,
+            tr,
+            parent: row.parent,
+            depth: row.depth,
+            limit,
+            children_seen: 0,
+            reported: false,
+            definition,
+        }
+    }
+
+    fn change(&self) -> Change<'_> {
+        Change { wf: &self.wf, run: &self.run, tr: &self.tr, definition: self.definition }
     }
 }
 
@@ -902,7 +946,7 @@ mod tests {
         // No database is reached: nothing runs the queue.
         let pool = composer_store::connect("postgres://nobody@127.0.0.1:9/none", 1, std::time::Duration::from_secs(1))
             .expect("a lazy pool");
-        let engine = Arc::new(Engine::new(pool, 1, Arc::new(Notify::new()), false, 1024, 1));
+        let engine = Arc::new(Engine::new(pool, 1, Arc::new(Notify::new()), None, 1024, 1));
         let waiting = tokio::spawn({
             let engine = engine.clone();
             async move { engine.handle(Uuid::now_v7(), Event::CancelRun).await }

@@ -4,7 +4,8 @@
 //! loop is safe to run on all of them at once.
 //!
 //! - [`engine`]: `handle(run_id, event)` — one transaction per event.
-//! - [`outbox`]: publishes committed dispatches to Redis Streams.
+//! - [`publish`]: puts a commit's dispatches on their streams right after it.
+//! - [`outbox`]: publishes the outbox rows nobody published after commit.
 //! - [`listener`]: LISTEN/NOTIFY wake-ups for the outbox and run waiters.
 //! - [`loops`]: timers (and the other periodic work).
 //! - [`api`]: the HTTP interface.
@@ -22,6 +23,7 @@ pub mod listener;
 pub mod loops;
 pub mod openapi;
 pub mod outbox;
+pub mod publish;
 pub mod schedules;
 pub mod tasks;
 mod ui;
@@ -123,11 +125,20 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     streams.publish_shard_count(config.stream_shards).await?;
 
     let outbox_wake = Arc::new(Notify::new());
+    // A coordinator that runs no enqueuer publishes nothing itself either:
+    // its rows are due at once, for the others.
+    let (publisher, publish_inbox) = match config.run_outbox {
+        true => {
+            let (p, inbox) = publish::Publisher::new();
+            (Some(Arc::new(p)), Some(inbox))
+        }
+        false => (None, None),
+    };
     let engine = Engine::new(
         pool.clone(),
         config.stream_shards,
         outbox_wake.clone(),
-        !config.run_outbox,
+        publisher.clone().map(|p| (p, config.outbox_publish_grace)),
         config.max_payload,
         config.engine_queue,
     );
@@ -144,6 +155,9 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     });
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
+    if let (Some(publisher), Some(inbox)) = (publisher, publish_inbox) {
+        tasks.spawn(publish::run(shared.clone(), publisher, inbox, shutdown.clone()));
+    }
     for _ in 0..shared.config.engine_workers {
         tasks.spawn(shared.engine.clone().run_batches(shutdown.clone()));
     }

@@ -60,10 +60,6 @@ pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> Result<usize, E
         match shared.streams.publish(&batch).await {
             Ok(()) => {
                 total += batch.len();
-                if let Some(committed) = shared.engine.take_dispatch_commit() {
-                    let took = committed.elapsed();
-                    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "commit_to_publish")], took);
-                }
                 composer_metrics::inc(composer_metrics::DISPATCHES, &[], batch.len() as u64);
                 // Task-API long-polls on this coordinator read at once.
                 shared.published.notify_waiters();

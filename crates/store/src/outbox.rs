@@ -92,6 +92,16 @@ pub async fn delete(client: &Client, ids: &[i64]) -> Result<u64> {
     Ok(client.execute(&stmt, &[&ids]).await?)
 }
 
+/// [`delete`] inside the caller's transaction (the engine's write carries
+/// the deletes of the rows its coordinator published since the last one).
+pub(crate) async fn delete_in(tx: &Transaction<'_>, ids: &[i64]) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let stmt = tx.prepare_cached("DELETE FROM outbox WHERE id = ANY($1)").await?;
+    Ok(tx.execute(&stmt, &[&ids]).await?)
+}
+
 /// Puts rows whose publish failed into RETRY with exponential backoff
 /// (0.5 s doubling per attempt, at most `max_backoff`).
 pub async fn retry_later(client: &Client, ids: &[i64], max_backoff: Duration) -> Result<u64> {
@@ -106,6 +116,17 @@ pub async fn retry_later(client: &Client, ids: &[i64], max_backoff: Duration) ->
     Ok(client.execute(&stmt, &[&ids, &max_backoff.as_secs_f64()]).await?)
 }
 
+/// An outbox row a writer publishes itself after its commit: the row's id
+/// (to delete once the message is on its stream), where it goes, and the
+/// message.
+#[derive(Debug, Clone)]
+pub struct Outbound {
+    pub id: i64,
+    pub queue: String,
+    pub shard: i32,
+    pub dispatch: Dispatch,
+}
+
 /// `INSERT INTO outbox` for the tasks a batch of transitions dispatches. The
 /// shard comes from `composer_shard`, the one place it is computed (the
 /// recovery sweeps use it too).
@@ -115,31 +136,72 @@ pub(crate) struct OutboxInserts<'a> {
     task_id: Vec<Uuid>,
     queue: Vec<&'a str>,
     attempt: Vec<i32>,
+    /// The message of each row, for a writer that publishes it.
+    dispatch: Vec<Dispatch>,
 }
 
 impl<'a> OutboxInserts<'a> {
-    pub(crate) fn push(&mut self, run_id: Uuid, node: &'a Node, t: &machine::Task) {
+    pub(crate) fn push(&mut self, run_id: Uuid, definition: (Uuid, i32), node: &'a Node, t: &machine::Task) {
         self.run_id.push(run_id);
         self.task_id.push(t.id);
         self.queue.push(node.dispatch_queue());
         self.attempt.push(t.attempt);
+        let node_id = match t.item {
+            Some(item) => format!("{}[{}]", node.id, item.index),
+            None => node.id.clone(),
+        };
+        self.dispatch.push(Dispatch {
+            task_id: t.id,
+            run_id,
+            workflow_id: definition.0,
+            workflow_version: definition.1,
+            node_id,
+            node_type: node.node_type.clone(),
+            attempt: t.attempt,
+            input: t.input.clone(),
+            published_at_us: None,
+        });
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.task_id.is_empty()
     }
 
-    pub(crate) async fn execute(&self, tx: &Transaction<'_>, shards: i32) -> Result<u64> {
+    /// Inserts the rows, due `due_in` from now; returns them with their
+    /// messages unless they are due at once (for the enqueuers).
+    pub(crate) async fn execute(&self, tx: &Transaction<'_>, shards: i32, due_in: Duration) -> Result<Vec<Outbound>> {
         if self.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let stmt = tx
             .prepare_cached(
-                "INSERT INTO outbox (run_id, task_id, queue, shard, attempt)
-                 SELECT u.run_id, u.task_id, u.queue, composer_shard(u.task_id, $1), u.attempt
-                   FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[]) AS u(run_id, task_id, queue, attempt)",
+                "INSERT INTO outbox (run_id, task_id, queue, shard, attempt, next_attempt_at)
+                 SELECT u.run_id, u.task_id, u.queue, composer_shard(u.task_id, $1), u.attempt,
+                        now() + make_interval(secs => $6)
+                   FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[]) AS u(run_id, task_id, queue, attempt)
+              RETURNING id, task_id, shard",
             )
             .await?;
-        Ok(tx.execute(&stmt, &[&shards, &self.run_id, &self.task_id, &self.queue, &self.attempt]).await?)
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&shards, &self.run_id, &self.task_id, &self.queue, &self.attempt, &due_in.as_secs_f64()];
+        let rows = tx.query(&stmt, &params).await?;
+        if due_in.is_zero() {
+            // The enqueuers publish these.
+            return Ok(Vec::new());
+        }
+        let index: std::collections::HashMap<Uuid, usize> =
+            self.task_id.iter().enumerate().map(|(i, &t)| (t, i)).collect();
+        let mut written = Vec::with_capacity(rows.len());
+        for row in rows {
+            let task_id: Uuid = row.try_get("task_id")?;
+            let Some(&i) = index.get(&task_id) else { continue };
+            written.push(Outbound {
+                id: row.try_get("id")?,
+                queue: self.queue[i].to_string(),
+                shard: row.try_get("shard")?,
+                dispatch: self.dispatch[i].clone(),
+            });
+        }
+        Ok(written)
     }
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::outbox::OutboxInserts;
+use crate::outbox::{Outbound, OutboxInserts};
 use crate::{Result, Transaction};
 
 /// Channel notified when a commit adds outbox rows.
@@ -26,19 +26,36 @@ pub struct Change<'a> {
     pub wf: &'a Workflow,
     pub run: &'a machine::Run,
     pub tr: &'a Transition,
+    /// The run's definition id and version, for its dispatch messages.
+    pub definition: (Uuid, i32),
+}
+
+/// How a write's outbox rows go out, for [`write_transitions`].
+#[derive(Debug, Clone, Copy)]
+pub enum Publish {
+    /// The outbox enqueuers publish them: the rows are due at once, and
+    /// `notify` sends NOTIFY for them (needed when no enqueuer runs in the
+    /// writing process).
+    ByEnqueuer { notify: bool },
+    /// The writer publishes them right after its commit (see
+    /// [`write_transitions`]'s answer); the rows fall due for the enqueuers
+    /// only after `grace`, the safety net for a writer that dies first.
+    ByWriter { grace: std::time::Duration },
 }
 
 /// Writes what transitions of any number of runs changed: the runs, new and
-/// changed tasks, outbox rows for dispatches, history, and notifications.
-/// Nothing is visible until the caller commits. `shards` is the stream shard
-/// count; `notify_outbox` sends NOTIFY for new outbox rows (needed when no
-/// enqueuer runs in this process).
+/// changed tasks, outbox rows for dispatches, history, and notifications,
+/// and deletes the outbox rows `published` names (their messages are on
+/// their streams). Nothing is visible until the caller commits. `shards` is
+/// the stream shard count. Returns the outbox rows written, with their
+/// messages, for a writer that publishes them itself.
 pub async fn write_transitions(
     tx: &Transaction<'_>,
     changes: &[Change<'_>],
     shards: i32,
-    notify_outbox: bool,
-) -> Result<()> {
+    publish: Publish,
+    published: &[i64],
+) -> Result<Vec<Outbound>> {
     let mut runs = RunUpdates::default();
     let mut new_tasks = TaskInserts::default();
     let mut changed_tasks = TaskUpdates::default();
@@ -46,7 +63,7 @@ pub async fn write_transitions(
     let mut history = HistoryInserts::default();
     let mut notify = Notifications::default();
     let mut cancels = ItemCancels::default();
-    for Change { wf, run, tr } in changes {
+    for Change { wf, run, tr, definition } in changes {
         if tr.run_changed {
             runs.push(run);
             if run.status.is_terminal() {
@@ -64,27 +81,32 @@ pub async fn write_transitions(
         }
         // A task dispatched and finished within one batch is not sent.
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
-            outbox.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
+            outbox.push(run.id, *definition, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
         }
         for h in &tr.history {
             history.push(run.id, h);
         }
     }
-    if notify_outbox && !outbox.is_empty() {
+    if matches!(publish, Publish::ByEnqueuer { notify: true }) && !outbox.is_empty() {
         notify.push(OUTBOX_CHANNEL, String::new());
     }
+    let due_in = match publish {
+        Publish::ByEnqueuer { .. } => std::time::Duration::ZERO,
+        Publish::ByWriter { grace } => grace,
+    };
     // Items the state machine did not hold when their MAP ended: cancelled
     // here, before the changes to the ones it did hold are written.
     cancels.execute(tx, &changed_tasks.id).await?;
-    tokio::try_join!(
+    let (_, _, _, outbound, _, _, _) = tokio::try_join!(
         runs.execute(tx),
         new_tasks.execute(tx),
         changed_tasks.execute(tx),
-        outbox.execute(tx, shards),
+        outbox.execute(tx, shards, due_in),
         history.execute(tx),
         notify.execute(tx),
+        crate::outbox::delete_in(tx, published),
     )?;
-    Ok(())
+    Ok(outbound)
 }
 
 /// `UPDATE workflow_runs` for runs whose status, output or error changed.

@@ -596,3 +596,79 @@ async fn a_panicking_handler_does_not_stop_the_worker() {
     assert_eq!(run["output"]["f"]["survived"], true);
     e.stop().await;
 }
+
+/// The coordinator that committed a dispatch died before it published it:
+/// the outbox row, due only after the publish grace, goes out through
+/// another coordinator's enqueuer, once.
+#[tokio::test]
+async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_the_grace() {
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut other = e.coordinator_config();
+    other.outbox_claim_timeout = Duration::from_secs(1);
+    let shards = other.stream_shards;
+    e.start_coordinator_with(other).await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "unpublished", "nodes": [http_node("a", &http.url("/ok/a"), 1)]})).await;
+
+    // The dying coordinator's engine: it commits, and its publisher is gone.
+    let grace = Duration::from_secs(2);
+    let (publisher, inbox) = composer_coord::publish::Publisher::new();
+    drop(inbox);
+    let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+    let pool = e.db.pool();
+    let engine = composer_coord::engine::Engine::new(
+        pool.clone(),
+        shards,
+        notify,
+        Some((std::sync::Arc::new(publisher), grace)),
+        1 << 20,
+        16,
+    );
+    let client = pool.get().await.unwrap();
+    let def = composer_store::definitions::by_name(&client, "unpublished", None).await.unwrap().unwrap();
+    let committed = Instant::now();
+    let (run, _) = engine.start_run(&def, &json!({}), None).await.unwrap();
+    let due: bool = client
+        .query_one("SELECT bool_and(next_attempt_at > now()) FROM outbox WHERE run_id = $1", &[&run.id])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(due, "the committing coordinator's row waits for it first");
+
+    let stats = e.start_worker("w", 4).await.stats.clone();
+    let done = e.wait_for_run(run.id, T).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert!(committed.elapsed() >= grace, "published before the grace: {:?}", committed.elapsed());
+    wait_for_empty_outbox(&e).await;
+    assert_eq!(http.calls("/ok/a"), 1);
+    assert_eq!(stats.lease_denied(), 0, "one message");
+    e.stop().await;
+}
+
+/// The usual way: the committing coordinator publishes at once and deletes
+/// the rows afterwards, in a later write or on its own when idle, before
+/// the grace: no message goes out twice.
+#[tokio::test]
+async fn a_committing_coordinator_publishes_its_dispatches_and_deletes_their_rows_before_the_grace() {
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut c = e.coordinator_config();
+    // A long poll interval: the enqueuer would not publish these in time.
+    c.outbox_poll_interval = Duration::from_secs(60);
+    e.start_coordinator_with(c).await;
+    let stats = e.start_worker("w", 8).await.stats.clone();
+    let http = FakeHttp::start().await;
+    let nodes = json!([http_node("a", &http.url("/ok/a"), 1), http_node("b", &http.url("/ok/b"), 1)]);
+    e.register(&json!({"name": "direct", "nodes": nodes, "edges": [{"from": "a", "to": "b"}]})).await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(e.start_run("direct", json!({})).await);
+    }
+    for id in ids {
+        let run = e.wait_for_run(id, Duration::from_secs(4)).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    }
+    wait_for_empty_outbox(&e).await;
+    assert_eq!((http.calls("/ok/a"), http.calls("/ok/b")), (20, 20));
+    assert_eq!(stats.lease_denied(), 0, "a row was published twice");
+    e.stop().await;
+}

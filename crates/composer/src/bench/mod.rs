@@ -24,6 +24,8 @@ use composer_store::fixtures;
 
 use crate::cli::BenchArgs;
 
+mod ab;
+
 /// What the bench drives: a Composer URL and the database behind it.
 struct Target {
     url: String,
@@ -262,13 +264,16 @@ async fn timer_lateness(api: &Client, database_url: &str, n: u64) -> anyhow::Res
 }
 
 async fn commits(database_url: &str) -> anyhow::Result<i64> {
-    Ok(work(database_url).await?.commits)
+    Ok(work(database_url, CpuAt::End).await?.commits)
 }
+
+/// How long a backend may hold statistics it has not reported: one that
+/// went idle less than a second after its last report sends the rest only
+/// after PostgreSQL's idle interval (PGSTAT_IDLE_INTERVAL, 10 s).
+const STATS_SETTLE: Duration = Duration::from_secs(11);
 
 /// What PostgreSQL has done so far: commits, row writes, and the CPU time
 /// of its server processes (when it runs on this machine: read from /proc).
-/// A busy backend reports its statistics at most once a second, so the last
-/// second of a phase may be counted in the next reading.
 #[derive(Debug, Clone, Copy)]
 struct Work {
     commits: i64,
@@ -277,15 +282,24 @@ struct Work {
     cpu_s: Option<f64>,
 }
 
-async fn work(database_url: &str) -> anyhow::Result<Work> {
+/// When [`work`] reads the CPU: at the start of its wait for the statistics
+/// (the end of a phase) or at its end (just before a phase starts).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum CpuAt {
+    Start,
+    End,
+}
+
+/// Reads [`Work`] once every backend has reported what came before the call.
+async fn work(database_url: &str, cpu_at: CpuAt) -> anyhow::Result<Work> {
     let client = connect_db(database_url).await?;
-    // Statistics are flushed by each backend at most once a second.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
     let pid = fixtures::backend_pid(&client).await?;
+    let cpu_start = server_cpu_seconds(pid);
+    tokio::time::sleep(STATS_SETTLE).await;
     Ok(Work {
         commits: fixtures::commits(&client).await?,
         rows: fixtures::row_writes(&client).await?,
-        cpu_s: server_cpu_seconds(pid),
+        cpu_s: if cpu_at == CpuAt::Start { cpu_start } else { server_cpu_seconds(pid) },
     })
 }
 
@@ -529,6 +543,9 @@ async fn register(
 
 pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     validate(&args)?;
+    if let Some(other) = &args.ab {
+        return ab::run(&args, other).await;
+    }
     let target = match non_empty(&args.target_url) {
         Some(url) => Target { url, database_url: non_empty(&args.database_url), _embedded: None },
         None => {
@@ -538,16 +555,36 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let sink = start_sink().await?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
-    let api = Client::new(http.clone(), &target.url, non_empty(&args.api_token));
     if let Some(n) = args.map {
+        let api = Client::new(http.clone(), &target.url, non_empty(&args.api_token));
         bench_map(&api, &target, &sink, &args, n).await?;
         return Ok(ExitCode::SUCCESS);
     }
+    let results = measure(&args, &target, &http, &sink, &args.metrics_urls).await?;
+    if args.json {
+        println!("{}", results.json(&args));
+    } else {
+        results.print(&args, &target.url);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every phase against one target: latency (with the step's stages, read
+/// from the target's /metrics and `metrics_urls`), throughput with
+/// PostgreSQL's work, and the optional baseline and timers.
+async fn measure(
+    args: &BenchArgs,
+    target: &Target,
+    http: &reqwest::Client,
+    sink: &str,
+    metrics_urls: &[String],
+) -> anyhow::Result<Results> {
+    let api = Client::new(http.clone(), &target.url, non_empty(&args.api_token));
     let workflow = match args.task_api {
         Some(_) => format!("bench-task-api-{}", args.steps),
         None => format!("bench-{}", args.steps),
     };
-    let def = register(&api, &sink, &workflow, args.steps, args.task_api.is_some()).await?;
+    let def = register(&api, sink, &workflow, args.steps, args.task_api.is_some()).await?;
     let pollers = CancellationToken::new();
     let _stop_pollers = pollers.clone().drop_guard();
     for i in 0..args.task_api.unwrap_or(0) {
@@ -561,20 +598,20 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         eprintln!("filled {} finished runs in {:.1} s", args.history, t0.elapsed().as_secs_f64());
     }
 
-    let mut metrics_urls = vec![format!("{}/metrics", target.url.trim_end_matches('/'))];
-    metrics_urls.extend(args.metrics_urls.iter().cloned());
-    let stages_before = read_stages(&http, &metrics_urls).await;
-    let latency = measure_latency(&api, &workflow, &args).await?;
-    let stages = stage_means(&stages_before, &read_stages(&http, &metrics_urls).await);
+    let mut urls = vec![format!("{}/metrics", target.url.trim_end_matches('/'))];
+    urls.extend(metrics_urls.iter().cloned());
+    let stages_before = read_stages(http, &urls).await;
+    let latency = measure_latency(&api, &workflow, args).await?;
+    let stages = stage_means(&stages_before, &read_stages(http, &urls).await);
     let before = match &target.database_url {
-        Some(db) => Some(work(db).await?),
+        Some(db) => Some(work(db, CpuAt::End).await?),
         None => None,
     };
-    let wall = measure_throughput(&api, &target, &workflow, &args).await?;
+    let wall = measure_throughput(&api, target, &workflow, args).await?;
     let total_steps = (args.runs * args.steps) as f64;
     let per_step = match (&target.database_url, before) {
         (Some(db), Some(b)) => {
-            let a = work(db).await?;
+            let a = work(db, CpuAt::Start).await?;
             Some(PerStep {
                 commits: (a.commits - b.commits) as f64 / total_steps,
                 rows: std::array::from_fn(|i| (a.rows[i] - b.rows[i]) as f64 / total_steps),
@@ -594,13 +631,17 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         (n, Some(db)) => Some(timer_lateness(&api, db, n).await?),
         (_, None) => bail!("--timers needs the database (COMPOSER_DATABASE_URL)"),
     };
-    let results = Results { latency, stages, wall, total_steps, commits_per_step, per_step, baseline_tps, timers };
-    if args.json {
-        println!("{}", results.json(&args));
-    } else {
-        results.print(&args, api.base());
+    Ok(Results { latency, stages, wall, total_steps, commits_per_step, per_step, baseline_tps, timers })
+}
+
+/// The median of some samples; `None` for none.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
     }
-    Ok(ExitCode::SUCCESS)
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
 /// One task-API worker: polls for up to 32 tasks and completes each at
@@ -663,6 +704,22 @@ fn p(v: &[f64], pct: f64) -> f64 {
 }
 
 impl Results {
+    fn steps_per_s(&self) -> f64 {
+        self.total_steps / self.wall
+    }
+
+    fn latency_p50(&self) -> f64 {
+        percentile(&self.latency.e2e, 50.0)
+    }
+
+    fn transition_p50(&self) -> f64 {
+        percentile(&self.latency.steps, 50.0)
+    }
+
+    fn timer_p99(&self) -> Option<f64> {
+        self.timers.as_ref().map(|(_, _, late)| percentile(late, 99.0))
+    }
+
     fn json(&self, args: &BenchArgs) -> Value {
         let l = &self.latency;
         let steps_per_s = self.total_steps / self.wall;
@@ -796,13 +853,13 @@ mod tests {
     #[tokio::test]
     async fn the_work_of_a_local_postgres_is_read_from_its_statistics_and_proc() {
         let db = composer_testkit::TestDb::create().await;
-        let before = super::work(&db.url).await.unwrap();
+        let before = super::work(&db.url, super::CpuAt::End).await.unwrap();
         let client = super::connect_db(&db.url).await.unwrap();
         client.batch_execute("CREATE TABLE w (n int); INSERT INTO w SELECT generate_series(1, 100); UPDATE w SET n = n + 1; DELETE FROM w WHERE n > 50").await.unwrap();
         // A backend flushes its statistics when it ends (or at most once a second while busy).
         drop(client);
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        let after = super::work(&db.url).await.unwrap();
+        let after = super::work(&db.url, super::CpuAt::End).await.unwrap();
         let rows: Vec<i64> = (0..4).map(|i| after.rows[i] - before.rows[i]).collect();
         assert_eq!(rows, vec![100, 100, 100, 51], "inserted, updated, HOT (no index), deleted");
         assert!(after.commits > before.commits);
