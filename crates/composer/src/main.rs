@@ -26,7 +26,8 @@ fn main() -> ExitCode {
             if let Some(var) = var {
                 eprintln!("note: the value comes from the environment variable {var}");
             }
-            return ExitCode::from(2);
+            // --help and --version are answers, not usage errors.
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
     init_logging(&cli.log);

@@ -42,6 +42,17 @@ async fn cli(url: &str, args: &[&str], stdin: Option<&str>) -> Out {
     .unwrap()
 }
 
+#[tokio::test]
+async fn help_and_version_answer_with_status_0_and_a_bad_flag_with_2() {
+    let version = cli("http://127.0.0.1:9", &["--version"], None).await;
+    assert_eq!((version.code, version.stdout.starts_with("composer ")), (0, true), "{}", version.stdout);
+    let help = cli("http://127.0.0.1:9", &["run", "--help"], None).await;
+    assert_eq!(help.code, 0, "{}", help.stderr);
+    assert!(help.stdout.contains("Usage"), "{}", help.stdout);
+    let bad = cli("http://127.0.0.1:9", &["run", "--no-such-flag"], None).await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_outcome_has_its_exit_status() {
     let e = Engine::start().await;
