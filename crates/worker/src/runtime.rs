@@ -64,7 +64,30 @@ struct Ctx {
     stats: Stats,
     permits: Arc<Semaphore>,
     tracker: TaskTracker,
+    /// Reads waiting for their leases (see [`lease_loop`]).
+    leasing: tokio::sync::mpsc::UnboundedSender<Read>,
 }
+
+/// Messages of a read, a slot for each, and when they were read.
+struct Read {
+    messages: Vec<Message>,
+    slots: Vec<OwnedSemaphorePermit>,
+    at: std::time::Instant,
+    at_us: i64,
+}
+
+impl Ctx {
+    /// Queues a read for its leases.
+    fn lease(&self, messages: Vec<Message>, slots: Vec<OwnedSemaphorePermit>) {
+        let read = Read { messages, slots, at: std::time::Instant::now(), at_us: composer_core::wire::now_us() };
+        // The lease loops run as long as the read loop: the queue is open.
+        let _ = self.leasing.send(read);
+    }
+}
+
+/// Lease statements in flight at once: one collects reads while the other
+/// waits for PostgreSQL.
+const LEASE_LOOPS: usize = 2;
 
 pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> Result<(), Error> {
     let Worker { config, handlers } = worker;
@@ -81,6 +104,7 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         config.redis.ca_file.as_deref(),
     )
     .await?;
+    let (leasing, lease_queue) = tokio::sync::mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
         id: o.id.clone(),
         lease_ttl: o.lease_ttl,
@@ -93,6 +117,7 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         stats,
         permits: Arc::new(Semaphore::new(o.concurrency)),
         tracker: TaskTracker::new(),
+        leasing,
     });
 
     let Some(shards) = wait_for_shard_count(&streams, &shutdown).await else { return Ok(()) };
@@ -111,6 +136,10 @@ pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> R
         crate::listen::serve(addr, ctx.id.clone(), shutdown.clone()).await?;
     }
 
+    let lease_queue = Arc::new(tokio::sync::Mutex::new(lease_queue));
+    for _ in 0..LEASE_LOOPS {
+        ctx.tracker.spawn(lease_loop(ctx.clone(), lease_queue.clone(), shutdown.clone()));
+    }
     read_loop(&ctx, &names, o.block, o.reclaim_interval, &shutdown).await;
     // Graceful: no new reads; let in-flight tasks finish and report, within a lease TTL.
     ctx.tracker.close();
@@ -158,7 +187,7 @@ async fn read_loop(
         if !held.is_empty() {
             let n = held.len().min(slots.len());
             let given = slots.split_off(slots.len() - n);
-            ctx.tracker.spawn(take(ctx.clone(), held.drain(..n).collect(), given));
+            ctx.lease(held.drain(..n).collect(), given);
             if slots.is_empty() {
                 continue;
             }
@@ -193,7 +222,7 @@ async fn read_loop(
                     held.extend(messages.split_off(slots.len()));
                 }
                 if !messages.is_empty() {
-                    ctx.tracker.spawn(take(ctx.clone(), messages, slots));
+                    ctx.lease(messages, slots);
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -312,29 +341,55 @@ async fn parse(ctx: &Ctx, msg: &Message) -> Option<Dispatch> {
     }
 }
 
-/// The messages of one read, with a slot taken for each: their leases are
+/// Takes every read queued and leases their messages in one statement,
+/// until `shutdown` (then what is queued still gets its leases). Like the
+/// engine's batches: one statement (and commit) for whatever arrived while
+/// the last one ran, and no wait when nothing else is queued.
+async fn lease_loop(
+    ctx: Arc<Ctx>,
+    queue: Arc<tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Read>>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let reads = {
+            let mut queue = queue.lock().await;
+            let first = tokio::select! {
+                r = queue.recv() => r,
+                _ = shutdown.cancelled() => queue.try_recv().ok(),
+            };
+            let Some(first) = first else { return };
+            let mut reads = vec![first];
+            while let Ok(more) = queue.try_recv() {
+                reads.push(more);
+            }
+            reads
+        };
+        take(ctx.clone(), reads).await;
+    }
+}
+
+/// The messages of some reads, with a slot taken for each: their leases are
 /// taken in one statement (one commit for the batch), then each granted task
 /// runs on its own slot.
-async fn take(ctx: Arc<Ctx>, messages: Vec<Message>, mut slots: Vec<OwnedSemaphorePermit>) {
-    let read_at = std::time::Instant::now();
-    let read_at_us = composer_core::wire::now_us();
-    let mut wanted = Vec::with_capacity(messages.len());
-    for msg in messages {
-        let Some(d) = parse(&ctx, &msg).await else { continue };
-        if let Some(published) = d.published_at_us {
-            let transit = Duration::from_micros(read_at_us.saturating_sub(published).max(0) as u64);
-            stage("publish_to_read", transit);
+async fn take(ctx: Arc<Ctx>, reads: Vec<Read>) {
+    let mut wanted = Vec::new();
+    for Read { messages, mut slots, at, at_us } in reads {
+        for msg in messages {
+            let Some(d) = parse(&ctx, &msg).await else { continue };
+            if let Some(published) = d.published_at_us {
+                let transit = Duration::from_micros(at_us.saturating_sub(published).max(0) as u64);
+                stage("publish_to_read", transit);
+            }
+            // The read loop gives as many slots as messages.
+            let Some(slot) = slots.pop() else { break };
+            wanted.push((msg, d, slot, at));
         }
-        // The read loop gives as many slots as messages.
-        let Some(slot) = slots.pop() else { break };
-        wanted.push((msg, d, slot));
     }
-    drop(slots);
     if wanted.is_empty() {
         return;
     }
     let requests: Vec<(uuid::Uuid, uuid::Uuid, i32)> =
-        wanted.iter().map(|(_, d, _)| (d.run_id, d.task_id, d.attempt)).collect();
+        wanted.iter().map(|(_, d, _, _)| (d.run_id, d.task_id, d.attempt)).collect();
     let granted = match ctx.leases.acquire_many(&requests, &ctx.id, ctx.lease_ttl).await {
         Ok(g) => g,
         Err(e) => {
@@ -344,7 +399,7 @@ async fn take(ctx: Arc<Ctx>, messages: Vec<Message>, mut slots: Vec<OwnedSemapho
     };
     let leased_at = std::time::Instant::now();
     let mut started = std::collections::HashSet::new();
-    for (msg, d, slot) in wanted {
+    for (msg, d, slot, read_at) in wanted {
         match granted.get(&d.task_id) {
             Some(how) if started.insert(d.task_id) => {
                 if *how == Acquired::TakenOver {
