@@ -94,11 +94,30 @@ pub struct Engine {
     max_payload: usize,
 }
 
-/// An event waiting for a batch.
-struct Pending {
-    run_id: Uuid,
-    event: Event,
-    reply: oneshot::Sender<Result<Handled>>,
+/// Work waiting for a batch: an event for a run, or a new run to start.
+enum Pending {
+    Event {
+        run_id: Uuid,
+        event: Event,
+        reply: oneshot::Sender<Result<Handled>>,
+    },
+    /// A run without an idempotency key or a concurrency limit (whose
+    /// locks could make two batches wait for each other).
+    Start {
+        def: DefinitionRow,
+        input: Value,
+        reply: oneshot::Sender<Result<RunRow>>,
+    },
+}
+
+/// A new run for [`Engine::apply_batch`]: its definition and input.
+type NewStart<'a> = (&'a DefinitionRow, &'a Value);
+
+/// What one batch's work came to, in the order it was given.
+struct Applied {
+    events: Vec<Result<Handled>>,
+    starts: Vec<RunRow>,
+    followups: FollowUps,
 }
 
 /// Most events one transaction applies.
@@ -183,12 +202,21 @@ impl Engine {
     /// never exists without its first dispatches. With an idempotency key, a
     /// run already started with that key (for this workflow) is returned
     /// instead, and `false` says so; concurrent starts with one key make one run.
+    ///
+    /// A start without a key, of a workflow without a concurrency limit, is
+    /// queued for the engine's batches like an event: starts that arrive
+    /// together share one transaction and one set-based write.
     pub async fn start_run(
         &self,
         def: &DefinitionRow,
         input: &Value,
         idempotency_key: Option<&str>,
     ) -> Result<(RunRow, bool)> {
+        if idempotency_key.is_none() && self.compile(def)?.concurrency.is_none() {
+            let (reply, answer) = oneshot::channel();
+            self.enqueue(Pending::Start { def: def.clone(), input: input.clone(), reply })?;
+            return Ok((answer.await.map_err(|_| EngineError::Stopped)??, true));
+        }
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
         let started = self.start_run_in(&tx, def, input, idempotency_key, None).await?;
@@ -501,11 +529,15 @@ impl Engine {
     /// adds no wait when there is nothing to batch with.
     pub async fn handle(&self, run_id: Uuid, event: Event) -> Result<Handled> {
         let (reply, answer) = oneshot::channel();
-        self.queue.try_send(Pending { run_id, event, reply }).map_err(|e| match e {
+        self.enqueue(Pending::Event { run_id, event, reply })?;
+        answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    fn enqueue(&self, work: Pending) -> Result<()> {
+        self.queue.try_send(work).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => EngineError::Busy,
             mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
-        })?;
-        answer.await.map_err(|_| EngineError::Stopped)?
+        })
     }
 
     /// Takes whatever events are queued (up to a batch) and applies them in
@@ -523,7 +555,10 @@ impl Engine {
                         // request waits forever while the server drains.
                         inbox.close();
                         while let Ok(p) = inbox.try_recv() {
-                            let _ = p.reply.send(Err(EngineError::Stopped));
+                            match p {
+                                Pending::Event { reply, .. } => { let _ = reply.send(Err(EngineError::Stopped)); }
+                                Pending::Start { reply, .. } => { let _ = reply.send(Err(EngineError::Stopped)); }
+                            }
                         }
                         return;
                     }
@@ -551,35 +586,65 @@ impl Engine {
     }
 
     async fn process(self: Arc<Self>, batch: Vec<Pending>) {
-        let events: Vec<(Uuid, Event)> = batch.iter().map(|p| (p.run_id, p.event.clone())).collect();
-        match self.apply_batch(&events).await {
-            Ok((results, followups)) => {
-                self.follow_up(followups);
-                self.clear_faults(&batch);
-                for (p, r) in batch.into_iter().zip(results) {
-                    let _ = p.reply.send(r);
+        let mut events = Vec::new();
+        let mut starts = Vec::new();
+        for p in &batch {
+            match p {
+                Pending::Event { run_id, event, .. } => events.push((*run_id, event.clone())),
+                Pending::Start { def, input, .. } => starts.push((def, input)),
+            }
+        }
+        match self.apply_batch(&events, &starts).await {
+            Ok(applied) => {
+                self.follow_up(applied.followups);
+                self.clear_faults(&events);
+                let (mut events, mut starts) = (applied.events.into_iter(), applied.starts.into_iter());
+                for p in batch {
+                    match p {
+                        Pending::Event { run_id, reply, .. } => {
+                            let _ = reply.send(events.next().unwrap_or(Err(EngineError::RunNotFound(run_id))));
+                        }
+                        Pending::Start { reply, .. } => {
+                            let _ = reply.send(starts.next().ok_or(EngineError::Stopped));
+                        }
+                    }
                 }
             }
             // One bad event must not fail the others: retry each on its own.
             Err(e) if batch.len() > 1 => {
-                tracing::warn!(error = %e, events = batch.len(), "batch failed; applying its events one by one");
+                tracing::warn!(error = %e, work = batch.len(), "batch failed; applying its work one by one");
                 for p in batch {
-                    let r = match self.apply_batch(&[(p.run_id, p.event.clone())]).await {
-                        Ok((mut rs, followups)) => {
-                            self.follow_up(followups);
-                            rs.pop().unwrap_or(Err(EngineError::RunNotFound(p.run_id)))
+                    match p {
+                        Pending::Event { run_id, event, reply } => {
+                            let r = match self.apply_batch(&[(run_id, event)], &[]).await {
+                                Ok(mut applied) => {
+                                    self.follow_up(applied.followups);
+                                    applied.events.pop().unwrap_or(Err(EngineError::RunNotFound(run_id)))
+                                }
+                                Err(e) => self.on_failure(run_id, e).await,
+                            };
+                            let _ = reply.send(r);
                         }
-                        Err(e) => self.on_failure(p.run_id, e).await,
-                    };
-                    let _ = p.reply.send(r);
+                        Pending::Start { def, input, reply } => {
+                            let r = self.apply_batch(&[], &[(&def, &input)]).await.and_then(|mut applied| {
+                                self.follow_up(applied.followups);
+                                applied.starts.pop().ok_or(EngineError::Stopped)
+                            });
+                            let _ = reply.send(r);
+                        }
+                    }
                 }
             }
-            Err(e) => {
-                if let Some(p) = batch.into_iter().next() {
-                    let r = self.on_failure(p.run_id, e).await;
-                    let _ = p.reply.send(r);
+            Err(e) => match batch.into_iter().next() {
+                Some(Pending::Event { run_id, reply, .. }) => {
+                    let r = self.on_failure(run_id, e).await;
+                    let _ = reply.send(r);
                 }
-            }
+                Some(Pending::Start { reply, .. }) => {
+                    let _ = reply.send(Err(e));
+                }
+                None => {}
+            },
         }
     }
 
@@ -622,11 +687,11 @@ impl Engine {
         });
     }
 
-    fn clear_faults(&self, batch: &[Pending]) {
+    fn clear_faults(&self, events: &[(Uuid, Event)]) {
         let mut faults = self.faults.lock().expect("fault counts");
         if !faults.is_empty() {
-            for p in batch {
-                faults.remove(&p.run_id);
+            for (run_id, _) in events {
+                faults.remove(run_id);
             }
         }
     }
@@ -662,11 +727,11 @@ impl Engine {
 
     /// One transaction: lock every run named (in id order), load their tasks,
     /// apply each event in order, write all changes set-based, commit.
-    async fn apply_batch(&self, events: &[(Uuid, Event)]) -> Result<(Vec<Result<Handled>>, FollowUps)> {
+    async fn apply_batch(&self, events: &[(Uuid, Event)], starts: &[NewStart<'_>]) -> Result<Applied> {
         // Rows this coordinator published since its last write are deleted
         // in this one's transaction: no commit of their own.
         let published = self.publisher.as_ref().map(|(p, _)| p.take_published()).unwrap_or_default();
-        let applied = self.apply_batch_deleting(events, &published).await;
+        let applied = self.apply_batch_deleting(events, starts, &published).await;
         if applied.is_err() {
             if let Some((p, _)) = &self.publisher {
                 p.give_back(published);
@@ -678,8 +743,9 @@ impl Engine {
     async fn apply_batch_deleting(
         &self,
         events: &[(Uuid, Event)],
+        starts: &[NewStart<'_>],
         published: &[i64],
-    ) -> Result<(Vec<Result<Handled>>, FollowUps)> {
+    ) -> Result<Applied> {
         let started = std::time::Instant::now();
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
@@ -695,6 +761,19 @@ impl Engine {
             results.push(Ok(Handled { status: loaded.run.status, ignored: tr.ignored.clone() }));
             loaded.tr.merge(tr);
         }
+        let mut created = Vec::with_capacity(starts.len());
+        for &(def, input) in starts {
+            let wf = self.compile(def)?;
+            let how = NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None };
+            match self.create_run(&tx, wf, how).await? {
+                Ok((row, Some(loaded))) => {
+                    runs.insert(row.id, loaded);
+                    created.push(row);
+                }
+                Ok((row, None)) => created.push(row),
+                Err(e) => return Err(EngineError::Rejected(e)),
+            }
+        }
         self.start_children(&tx, &mut runs).await?;
         let changes: Vec<Change> = runs.values().map(Loaded::change).collect();
         let outbound = write_transitions(&tx, &changes, self.shards, self.publish_mode(), published).await?;
@@ -707,7 +786,18 @@ impl Engine {
         for _ in events {
             composer_metrics::observe(composer_metrics::EVENT_DURATION, &[], started.elapsed());
         }
-        Ok((results, followups))
+        if !created.is_empty() {
+            composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], created.len() as u64);
+        }
+        // Each new run as its first transitions left it.
+        for row in &mut created {
+            if let Some(l) = runs.get(&row.id) {
+                row.status = l.run.status;
+                row.output = l.run.output.clone();
+                row.error = l.run.error.clone();
+            }
+        }
+        Ok(Applied { events: results, starts: created, followups })
     }
 
     /// Locks the runs `events` name, in id order (so two batches cannot
@@ -717,6 +807,9 @@ impl Engine {
         tx: &composer_store::Transaction<'_>,
         events: &[(Uuid, Event)],
     ) -> Result<HashMap<Uuid, Loaded>> {
+        if events.is_empty() {
+            return Ok(HashMap::new());
+        }
         let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
         run_ids.sort();
         run_ids.dedup();

@@ -616,14 +616,16 @@ async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_
     drop(inbox);
     let notify = std::sync::Arc::new(tokio::sync::Notify::new());
     let pool = e.db.pool();
-    let engine = composer_coord::engine::Engine::new(
+    let engine = std::sync::Arc::new(composer_coord::engine::Engine::new(
         pool.clone(),
         shards,
         notify,
         Some((std::sync::Arc::new(publisher), grace)),
         1 << 20,
         16,
-    );
+    ));
+    let stop_engine = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(engine.clone().run_batches(stop_engine.clone()));
     let client = pool.get().await.unwrap();
     let def = composer_store::definitions::by_name(&client, "unpublished", None).await.unwrap().unwrap();
     let committed = Instant::now();
@@ -642,6 +644,7 @@ async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_
     wait_for_empty_outbox(&e).await;
     assert_eq!(http.calls("/ok/a"), 1);
     assert_eq!(stats.lease_denied(), 0, "one message");
+    stop_engine.cancel();
     e.stop().await;
 }
 
