@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use composer_core::machine::TaskState;
 use composer_core::wire::Dispatch;
 use uuid::Uuid;
 
@@ -84,44 +83,30 @@ impl LeaseManager {
         Ok(client.execute(&stmt, &[&run_id, &task_id, &owner, &attempt]).await? == 1)
     }
 
-    /// [`LeaseManager::acquire`] for many messages in one statement: one
-    /// commit for a whole read. `prev` reads each row as it was before the
-    /// statement: RUNNING there means the lease was taken over from a worker
-    /// that stopped renewing. Returns, per granted task, whether it was
-    /// taken over; tasks not in the answer were denied. A task named twice
-    /// is granted at most once.
+    /// [`LeaseManager::acquire`] for many messages: one statement (one
+    /// commit) for a whole read when its tasks are PENDING, as they are but
+    /// for redeliveries; a second one takes over, of the tasks the first did
+    /// not grant, those RUNNING under an expired lease (their worker stopped
+    /// renewing). Returns, per granted task, whether it was taken over;
+    /// tasks not in the answer were denied. A task named twice is granted at
+    /// most once (an UPDATE changes a row once, whatever it joins).
     pub async fn acquire_many(
         &self,
         tasks: &[(Uuid, Uuid, i32)],
         owner: &str,
         ttl: Duration,
     ) -> Result<std::collections::HashMap<Uuid, Acquired>> {
-        let run_ids: Vec<Uuid> = tasks.iter().map(|t| t.0).collect();
-        let task_ids: Vec<Uuid> = tasks.iter().map(|t| t.1).collect();
-        let attempts: Vec<i32> = tasks.iter().map(|t| t.2).collect();
         let client = crate::client(&self.pool).await?;
-        let stmt = client
-            .prepare_cached(
-                "WITH req AS (SELECT DISTINCT * FROM unnest($1::uuid[], $2::uuid[], $3::int4[]) AS r(run_id, id, attempt)),
-                      prev AS (SELECT t.id, t.state FROM task_instances t JOIN req ON t.run_id = req.run_id AND t.id = req.id)
-                 UPDATE task_instances t
-                    SET state = 'RUNNING', lease_owner = $4,
-                        lease_expires_at = now() + make_interval(secs => $5),
-                        started_at = now(), updated_at = now()
-                   FROM req
-                  WHERE t.run_id = req.run_id AND t.id = req.id AND t.attempt = req.attempt
-                    AND (t.state = 'PENDING' OR (t.state = 'RUNNING' AND t.lease_expires_at < now()))
-              RETURNING t.id, (SELECT state FROM prev WHERE prev.id = t.id) AS prev_state",
-            )
-            .await?;
-        let rows = client.query(&stmt, &[&run_ids, &task_ids, &attempts, &owner, &ttl.as_secs_f64()]).await?;
-        rows.iter()
-            .map(|r| {
-                let prev: Option<String> = r.try_get("prev_state")?;
-                let taken_over = prev.as_deref() == Some(TaskState::Running.as_str());
-                Ok((r.try_get("id")?, if taken_over { Acquired::TakenOver } else { Acquired::Granted }))
-            })
-            .collect()
+        let granted = lease(&client, tasks, owner, ttl, LeaseFrom::Pending).await?;
+        let mut answer: std::collections::HashMap<Uuid, Acquired> =
+            granted.into_iter().map(|id| (id, Acquired::Granted)).collect();
+        let rest: Vec<(Uuid, Uuid, i32)> = tasks.iter().filter(|t| !answer.contains_key(&t.1)).copied().collect();
+        if !rest.is_empty() {
+            for id in lease(&client, &rest, owner, ttl, LeaseFrom::Expired).await? {
+                answer.insert(id, Acquired::TakenOver);
+            }
+        }
+        Ok(answer)
     }
 
     /// Takes over, for `owner`, up to `max` tasks of `queues` whose lease
@@ -189,4 +174,44 @@ impl LeaseManager {
             .await?;
         Ok(client.query_opt(&stmt, &[&run_id, &task_id, &owner, &attempt]).await?.is_some())
     }
+}
+
+/// Which tasks [`lease`] may take: PENDING ones, or RUNNING ones whose lease
+/// expired.
+#[derive(Debug, Clone, Copy)]
+enum LeaseFrom {
+    Pending,
+    Expired,
+}
+
+/// Leases to `owner`, for `ttl`, the tasks of `tasks` (run, task, attempt)
+/// at that attempt that `from` allows; returns their ids. One conditional
+/// UPDATE: two workers racing for a task are serialized by its row lock and
+/// the loser's WHERE no longer matches.
+async fn lease(
+    client: &crate::Client,
+    tasks: &[(Uuid, Uuid, i32)],
+    owner: &str,
+    ttl: Duration,
+    from: LeaseFrom,
+) -> Result<Vec<Uuid>> {
+    let run_ids: Vec<Uuid> = tasks.iter().map(|t| t.0).collect();
+    let task_ids: Vec<Uuid> = tasks.iter().map(|t| t.1).collect();
+    let attempts: Vec<i32> = tasks.iter().map(|t| t.2).collect();
+    let condition = match from {
+        LeaseFrom::Pending => "t.state = 'PENDING'",
+        LeaseFrom::Expired => "t.state = 'RUNNING' AND t.lease_expires_at < now()",
+    };
+    let stmt = client
+        .prepare_cached(&format!(
+            "UPDATE task_instances t
+                SET state = 'RUNNING', lease_owner = $4, lease_expires_at = now() + make_interval(secs => $5),
+                    started_at = now(), updated_at = now()
+               FROM unnest($1::uuid[], $2::uuid[], $3::int4[]) AS req(run_id, id, attempt)
+              WHERE t.run_id = req.run_id AND t.id = req.id AND t.attempt = req.attempt AND {condition}
+          RETURNING t.id"
+        ))
+        .await?;
+    let rows = client.query(&stmt, &[&run_ids, &task_ids, &attempts, &owner, &ttl.as_secs_f64()]).await?;
+    rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
 }
