@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
 use serde_json::{json, Value};
 
-use super::{measure, median, round2, round3, start_sink, Results, Target};
+use super::{measure, median, percentile, round2, round3, start_sink, Results, Target};
 use crate::cli::BenchArgs;
 
 /// One binary under test.
@@ -195,10 +195,14 @@ impl Drop for RemoveOnDrop {
 /// side does not have it.
 type Figure = (&'static str, fn(&Results) -> Option<f64>);
 
-const FIGURES: [Figure; 10] = [
+const FIGURES: [Figure; 14] = [
     ("steps/s", |r| Some(r.steps_per_s())),
     ("latency p50 ms", |r| Some(r.latency_p50())),
     ("step transition p50 ms", |r| Some(r.transition_p50())),
+    ("start run p50 ms", |r| Some(percentile(&r.latency.starts, 50.0))),
+    ("start run p99 ms", |r| Some(percentile(&r.latency.starts, 99.0))),
+    ("get run p50 ms", |r| Some(percentile(&r.latency.gets, 50.0))),
+    ("get run p99 ms", |r| Some(percentile(&r.latency.gets, 99.0))),
     ("commits/step", |r| r.per_step.map(|p| p.commits)),
     ("PostgreSQL CPU ms/step", |r| r.per_step.and_then(|p| p.cpu_ms)),
     ("rows inserted/step", |r| r.per_step.map(|p| p.rows[0])),
@@ -244,11 +248,10 @@ fn print(args: &BenchArgs, sides: &[Side; 2], results: &[Vec<Results>; 2]) {
         let each: Vec<String> = results[i].iter().map(|r| format!("{:.0}", r.steps_per_s())).collect();
         println!("  {} steps/s by run: {}", s.name, each.join(", "));
     }
-    if let Some(last) = results[1].last() {
-        if !last.stages.is_empty() {
-            let parts: Vec<String> =
-                last.stages.iter().map(|(s, ms)| format!("{} {ms:.3}", s.replace('_', " "))).collect();
-            println!("  this side's step stages (mean ms, last run): {}", parts.join(", "));
-        }
+    for (i, s) in sides.iter().enumerate() {
+        // Binaries before the stages were measured have none.
+        let Some(last) = results[i].last().filter(|r| !r.stages.is_empty()) else { continue };
+        let parts: Vec<String> = last.stages.iter().map(|(s, ms)| format!("{} {ms:.3}", s.replace('_', " "))).collect();
+        println!("  {} step stages (mean ms, last run): {}", s.name, parts.join(", "));
     }
 }
