@@ -138,3 +138,44 @@ async fn outputs_inputs_and_whole_histories() {
     let _ = std::fs::remove_dir_all(dir);
     e.stop().await;
 }
+
+/// `composer bench --ab` runs both binaries (here this one twice) as
+/// processes on one PostgreSQL and Redis and prints both sides' medians.
+#[tokio::test]
+async fn bench_ab_runs_two_binaries_alternately_and_prints_both_sides() {
+    let args = [
+        "bench",
+        "--ab",
+        BIN,
+        "--ab-rounds",
+        "1",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--latency-runs",
+        "3",
+        "--runs",
+        "20",
+        "--concurrency",
+        "4",
+        "--json",
+    ];
+    let out = cli("http://127.0.0.1:9", &args, None).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let line: Value = serde_json::from_str(out.stdout.trim()).expect(&out.stdout);
+    let ab = &line["ab"];
+    for side in ["other", "this"] {
+        let runs = ab[side]["runs"].as_array().expect("runs of each side");
+        assert_eq!(runs.len(), 1, "{side}: one round");
+        assert!(runs[0]["throughput"]["steps_per_s"].as_f64().unwrap() > 0.0, "{side}");
+        assert!(runs[0]["postgres_per_step"]["cpu_ms"].as_f64().is_some(), "{side}: {}", runs[0]);
+        // The worker's /metrics are read too: its stages are there.
+        assert!(runs[0]["step_stages_mean_ms"]["read_to_lease"].as_f64().is_some(), "{side}: {}", runs[0]);
+    }
+    let steps = &ab["medians"]["steps/s"];
+    assert!(steps["ratio"].as_f64().is_some(), "{steps}");
+    let bad = cli("http://127.0.0.1:9", &["bench", "--ab", "/nonexistent/composer"], None).await;
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    assert!(bad.stderr.contains("cannot run /nonexistent/composer"), "{}", bad.stderr);
+}
