@@ -98,7 +98,7 @@ pub struct Config {
     /// How long an event nobody waits for yet is kept for a waiter.
     #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = composer_core::duration::parse)]
     pub event_retention: Duration,
-    /// Events waiting for the engine, at most; beyond it requests get a 503 with Retry-After.
+    /// Events and run starts waiting for the engine, at most; beyond it requests get a 503 with Retry-After.
     #[arg(long, env = "COMPOSER_ENGINE_QUEUE", default_value_t = 10_000)]
     pub engine_queue: usize,
     /// Transactions applying batches of events at once, per coordinator.
