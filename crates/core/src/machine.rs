@@ -152,6 +152,15 @@ pub struct Task {
 
 impl Task {
     /// A new task of `node` at its first attempt, not yet started.
+    /// The id its row and messages carry: its node's, and for a MAP's item
+    /// the item's position too (`resize[3]`).
+    pub fn node_id<'a>(&self, node: &'a crate::definition::Node) -> std::borrow::Cow<'a, str> {
+        match self.item {
+            Some(item) => format!("{}[{}]", node.id, item.index).into(),
+            None => node.id.as_str().into(),
+        }
+    }
+
     fn new(id: Uuid, node: usize, item: Option<Item>) -> Task {
         Task {
             id,
@@ -924,7 +933,7 @@ impl Machine<'_> {
             "state": task.state,
         });
         if let Some(item) = task.item {
-            base["node_id"] = json!(format!("{}[{}]", self.wf.nodes[task.node].id, item.index));
+            base["node_id"] = json!(task.node_id(&self.wf.nodes[task.node]));
             base["item_index"] = json!(item.index);
         }
         if let (Value::Object(b), Value::Object(e)) = (base, &mut extra) {

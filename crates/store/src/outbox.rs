@@ -86,20 +86,15 @@ pub async fn claim(client: &Client, limit: i64, claim_timeout: Duration, publish
     rows.iter().map(Claimed::from_row).collect()
 }
 
-/// Deletes rows whose messages are on their streams.
-pub async fn delete(client: &Client, ids: &[i64]) -> Result<u64> {
-    let stmt = client.prepare_cached("DELETE FROM outbox WHERE id = ANY($1)").await?;
-    Ok(client.execute(&stmt, &[&ids]).await?)
-}
-
-/// [`delete`] inside the caller's transaction (the engine's write carries
-/// the deletes of the rows its coordinator published since the last one).
-pub(crate) async fn delete_in(tx: &Transaction<'_>, ids: &[i64]) -> Result<u64> {
+/// Deletes rows whose messages are on their streams, on a connection or in
+/// a transaction (the engine's write carries the deletes of the rows its
+/// coordinator published since the last one).
+pub async fn delete(client: &impl deadpool_postgres::GenericClient, ids: &[i64]) -> Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }
-    let stmt = tx.prepare_cached("DELETE FROM outbox WHERE id = ANY($1)").await?;
-    Ok(tx.execute(&stmt, &[&ids]).await?)
+    let stmt = client.prepare_cached("DELETE FROM outbox WHERE id = ANY($1)").await?;
+    Ok(client.execute(&stmt, &[&ids]).await?)
 }
 
 /// Puts rows whose publish failed into RETRY with exponential backoff
@@ -146,16 +141,12 @@ impl<'a> OutboxInserts<'a> {
         self.task_id.push(t.id);
         self.queue.push(node.dispatch_queue());
         self.attempt.push(t.attempt);
-        let node_id = match t.item {
-            Some(item) => format!("{}[{}]", node.id, item.index),
-            None => node.id.clone(),
-        };
         self.dispatch.push(Dispatch {
             task_id: t.id,
             run_id,
             workflow_id: definition.0,
             workflow_version: definition.1,
-            node_id,
+            node_id: t.node_id(node).into_owned(),
             node_type: node.node_type.clone(),
             attempt: t.attempt,
             input: t.input.clone(),

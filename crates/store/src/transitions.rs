@@ -104,7 +104,7 @@ pub async fn write_transitions(
         outbox.execute(tx, shards, due_in),
         history.execute(tx),
         notify.execute(tx),
-        crate::outbox::delete_in(tx, published),
+        crate::outbox::delete(tx, published),
     )?;
     Ok(outbound)
 }
@@ -172,10 +172,7 @@ impl<'a> TaskInserts<'a> {
     fn push(&mut self, run_id: Uuid, node: &'a Node, t: &'a machine::Task) {
         self.run_id.push(run_id);
         self.id.push(t.id);
-        self.node_id.push(match t.item {
-            Some(item) => format!("{}[{}]", node.id, item.index).into(),
-            None => node.id.as_str().into(),
-        });
+        self.node_id.push(t.node_id(node));
         self.parent_task_id.push(t.item.map(|i| i.map));
         self.item_index.push(t.item.map(|i| i.index as i32));
         self.progress.push(progress_json(t));

@@ -120,7 +120,7 @@ async fn one(
     common(&mut coordinator);
     let mut coordinator = coordinator.spawn().context("cannot start the coordinator")?;
     let url = wait_for_addr(&addr_file, &mut coordinator).await?;
-    let worker_addr = free_addr()?;
+    let worker_addr = format!("127.0.0.1:{}", composer_embedded::free_port()?);
     let mut worker = tokio::process::Command::new(&side.bin);
     worker
         .arg("worker")
@@ -169,12 +169,6 @@ async fn wait_for_ready(http: &reqwest::Client, url: &str) -> anyhow::Result<()>
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     bail!("{url}/readyz did not answer 200 within 60 s")
-}
-
-/// A loopback address nothing listens on now.
-fn free_addr() -> anyhow::Result<String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.to_string())
 }
 
 async fn drop_database(admin_url: &str, db: &str) -> anyhow::Result<()> {
