@@ -1,8 +1,7 @@
 //! `composer`: the one binary. Server roles (`dev`, `coordinator`, `worker`,
 //! `migrate`) and the client commands that talk to a coordinator's API.
 
-#![cfg_attr(not(test), deny(clippy::unwrap_used))]
-#![deny(clippy::dbg_macro, clippy::todo)]
+#![allow(clippy::print_stderr)] // a command-line tool: its errors and progress go to stderr
 
 mod bench;
 mod cli;

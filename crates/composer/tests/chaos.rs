@@ -9,6 +9,8 @@
 //! `cargo test` runs a short soak; `scripts/chaos` a long one
 //! (`CHAOS_RUNS`, `CHAOS_KILLS`, `CHAOS_SEED`).
 
+#![allow(clippy::unwrap_used)] // a test fails by panicking
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

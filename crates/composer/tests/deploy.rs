@@ -1,6 +1,8 @@
 //! The deployment files name only settings that exist, and the compose file
 //! has the topology docs/deploy.md describes.
 
+#![allow(clippy::unwrap_used)] // a test fails by panicking
+
 use std::collections::BTreeSet;
 
 fn read(path: &str) -> String {

@@ -2,6 +2,8 @@
 //! expression evaluation, and definition validation.
 //! Run with `cargo bench -p composer-core`.
 
+#![allow(clippy::unwrap_used)] // a test fails by panicking
+
 use std::hint::black_box;
 
 use chrono::Utc;

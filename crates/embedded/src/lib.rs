@@ -6,9 +6,6 @@
 //! as long as the process, so a SIGKILLed parent leaves no server behind.
 //! PostgreSQL refuses to run as root; as root, it runs as the `postgres` user.
 
-#![cfg_attr(not(test), deny(clippy::unwrap_used))]
-#![deny(clippy::dbg_macro, clippy::todo, clippy::print_stderr)]
-
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -66,6 +63,7 @@ fn spawn_bound(mut command: Command, signal: i32) -> std::io::Result<Child> {
                 for mut req in rx {
                     let signal = req.signal;
                     // SAFETY: prctl is async-signal-safe and touches only this process.
+                    #[allow(unsafe_code)]
                     unsafe {
                         req.command.pre_exec(move || {
                             if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong) != 0 {
@@ -96,6 +94,7 @@ fn spawn_bound(mut command: Command, signal: i32) -> std::io::Result<Child> {
 
 fn signal(child: &Child, sig: i32) {
     // SAFETY: sending a signal to our own child by pid.
+    #[allow(unsafe_code)]
     unsafe {
         libc::kill(child.id() as libc::pid_t, sig);
     }
@@ -119,6 +118,7 @@ fn stop_child(child: &mut Child, sig: i32, timeout: Duration) {
 }
 
 /// The uid and gid to run PostgreSQL as: ours, or `postgres`'s when we are root.
+#[allow(unsafe_code)] // geteuid, which has no preconditions.
 fn postgres_identity() -> Result<Option<(u32, u32)>> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

@@ -11,10 +11,6 @@
 //! consumer reads each stream with a blocking call of its own, since one
 //! XREADGROUP cannot name streams of different slots.
 
-#![cfg_attr(not(test), deny(clippy::unwrap_used))]
-#![deny(clippy::dbg_macro, clippy::todo, clippy::print_stderr)]
-#![forbid(unsafe_code)]
-
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;

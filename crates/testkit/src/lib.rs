@@ -10,6 +10,9 @@
 //! - [`Engine`]: coordinators and workers in-process, with API helpers and
 //!   [`Engine::wait_for_run`].
 
+// Test support: a harness that cannot start panics, as a test would.
+#![allow(clippy::unwrap_used)]
+
 mod engine;
 mod fake_http;
 
@@ -88,6 +91,7 @@ pub fn services() -> &'static Services {
         let throwaway = owned.pg.is_some();
         owned.dir = Some(dir);
         // SAFETY: registering a plain extern "C" function to run at exit.
+        #[allow(unsafe_code)]
         unsafe {
             libc::atexit(stop_owned_services);
         }

@@ -328,6 +328,7 @@ fn server_cpu_seconds(backend: i32) -> Option<f64> {
         }
     }
     // SAFETY: sysconf has no preconditions; it reads a constant of the system.
+    #[allow(unsafe_code)]
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     (hz > 0).then(|| total / hz as f64)
 }

@@ -1,6 +1,8 @@
 //! Integration tests against real PostgreSQL, Redis and HTTP. One binary
 //! (links once); each module is one area.
 
+#![allow(clippy::unwrap_used)] // a test fails by panicking
+
 mod api;
 mod cli;
 mod cluster;

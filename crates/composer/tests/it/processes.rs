@@ -21,6 +21,7 @@ impl Proc {
     /// SIGTERM, then wait for a clean exit.
     fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
         // SAFETY: signalling our own child by pid.
+        #[allow(unsafe_code)]
         unsafe {
             libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM);
         }
