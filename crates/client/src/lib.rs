@@ -1,10 +1,10 @@
 //! A client of Composer's REST API, typed by the bodies in
-//! `composer_core::api`: the one client the CLI, the bench and the test kit
+//! `composer_api`: the one client the CLI, the bench and the test kit
 //! share.
 
 use std::time::Duration;
 
-use composer_core::api::{ErrorBody, RunView, StartRun};
+use composer_api::{ErrorBody, RunView, StartRun};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

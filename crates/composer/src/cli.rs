@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-pub use composer_core::config::DatabaseArgs;
+pub use composer_config::DatabaseArgs;
 
 #[derive(Parser)]
 #[command(

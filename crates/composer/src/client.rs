@@ -5,13 +5,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use composer_api::{EventSent, RunView, SendEvent, StartRun};
 use composer_client::Client;
-use composer_core::api::{EventSent, RunView, SendEvent, StartRun};
 use composer_core::duration;
 use composer_core::machine::RunStatus;
 use serde_json::Value;
 
-use composer_core::config::non_empty;
+use composer_config::non_empty;
 
 use crate::cli::{ClientArgs, EventCommand, RunCommand, ScheduleCommand, WorkflowCommand};
 use crate::output::{self, Format};

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use composer_core::config::DatabaseArgs;
+use composer_config::DatabaseArgs;
 use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
 use tokio_util::sync::CancellationToken;
 

@@ -30,7 +30,12 @@ fn main() -> ExitCode {
         }
     };
     init_logging(&cli.log);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        // Expressions evaluated on these threads get `expr_max_time`.
+        .on_thread_start(|| composer_core::expr::use_clock(std::time::Instant::now))
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

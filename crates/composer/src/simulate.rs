@@ -21,6 +21,7 @@ pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], json
             return ExitCode::from(2);
         }
     };
+    composer_core::expr::use_clock(std::time::Instant::now);
     let report = simulate(&wf, &opts);
     if json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());

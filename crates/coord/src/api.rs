@@ -14,15 +14,15 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use composer_core::api::schema::Name;
-use composer_core::api::{
+use composer_api::schema::Name;
+use composer_api::wire::{ReportAck, ReportStatus, TaskReport};
+use composer_api::{
     DefinitionView, ErrorBody, ErrorDetail, EventSent, HistoryEntryView, HistoryPage, ItemPage, RunPage, RunView,
     SendEvent, StartRun, TaskView, WorkflowList,
 };
 use composer_core::definition::{Workflow, WorkflowSpec};
 use composer_core::duration;
 use composer_core::machine::{Event, RunStatus};
-use composer_core::wire::{ReportAck, ReportStatus, TaskReport};
 use composer_store::definitions::{self, DefinitionRow, Registered};
 use composer_store::runs::{self, RunRow, TaskRow};
 use serde::de::DeserializeOwned;
@@ -42,7 +42,7 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 const MAX_PAGE: i64 = 1000;
 
 /// The error code of a 404 that means the run is gone.
-pub use composer_core::api::RUN_NOT_FOUND;
+pub use composer_api::RUN_NOT_FOUND;
 
 #[derive(Debug)]
 pub struct ApiError {

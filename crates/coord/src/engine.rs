@@ -859,6 +859,7 @@ async fn load_items(
 /// Applies the pure state machine, containing a panic to this event: the
 /// run's in-memory state is then discarded with the failed transaction.
 fn apply_contained(wf: &Workflow, run: &mut machine::Run, event: &Event) -> Result<machine::Transition> {
+    composer_core::expr::use_clock(std::time::Instant::now);
     let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
     }));

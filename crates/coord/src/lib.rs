@@ -87,7 +87,7 @@ impl Running {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid configuration: {0}")]
-    Config(#[from] composer_core::config::ConfigError),
+    Config(#[from] composer_config::ConfigError),
     #[error("cannot listen on {addr} (--listen, COMPOSER_LISTEN): {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
     #[error("cannot write the bound address to {path} (--addr-file, COMPOSER_ADDR_FILE): {source}")]

@@ -7,8 +7,8 @@
 
 use std::sync::OnceLock;
 
-use composer_core::api::schema::{JsonObject, JsonValue, Name};
-use composer_core::api::ErrorBody;
+use composer_api::schema::{JsonObject, JsonValue, Name};
+use composer_api::ErrorBody;
 use serde::Serialize;
 use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::{Operation, PathItem};
@@ -342,6 +342,6 @@ mod tests {
         ] {
             assert_eq!(schemas[body]["additionalProperties"], false, "{body}");
         }
-        assert_eq!(schemas["Name"]["pattern"], composer_core::api::schema::NAME_PATTERN);
+        assert_eq!(schemas["Name"]["pattern"], composer_api::schema::NAME_PATTERN);
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use composer_core::wire::Dispatch;
+use composer_api::wire::Dispatch;
 use composer_store::outbox;
 use composer_stream::Keys;
 use tokio_util::sync::CancellationToken;
@@ -83,7 +83,7 @@ pub fn messages(keys: &Keys, rows: &[outbox::Claimed]) -> Result<Vec<(String, St
     for row in rows {
         let Some(dispatch) = &row.dispatch else { continue };
         let stream = keys.stream(&row.queue, row.shard as u32);
-        let dispatch = Dispatch { published_at_us: Some(composer_core::wire::now_us()), ..dispatch.clone() };
+        let dispatch = Dispatch { published_at_us: Some(composer_api::wire::now_us()), ..dispatch.clone() };
         out.push((stream, serde_json::to_string(&dispatch)?));
     }
     Ok(out)

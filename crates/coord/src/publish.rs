@@ -125,7 +125,7 @@ async fn publish(shared: &Shared, publisher: &Publisher, batch: Vec<Committed>) 
     let mut ids = Vec::new();
     for row in batch.iter().flat_map(|c| &c.rows) {
         let mut dispatch = row.dispatch.clone();
-        dispatch.published_at_us = Some(composer_core::wire::now_us());
+        dispatch.published_at_us = Some(composer_api::wire::now_us());
         match serde_json::to_string(&dispatch) {
             Ok(payload) => {
                 messages.push((keys.stream(&row.queue, row.shard as u32), payload));
@@ -182,7 +182,7 @@ async fn delete_published(shared: &Shared, publisher: &Publisher) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use composer_core::wire::Dispatch;
+    use composer_api::wire::Dispatch;
     use uuid::Uuid;
 
     fn row(id: i64) -> Outbound {

@@ -26,11 +26,9 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use composer_core::api::{
-    CompleteTask, ErrorBody, FailTask, LeaseExtended, LeasedTask, PollTasks, TaskBatch, TaskHeartbeat,
-};
+use composer_api::wire::{Dispatch, ReportAck};
+use composer_api::{CompleteTask, ErrorBody, FailTask, LeaseExtended, LeasedTask, PollTasks, TaskBatch, TaskHeartbeat};
 use composer_core::machine::Event;
-use composer_core::wire::{Dispatch, ReportAck};
 use composer_store::leases::LeaseManager;
 use uuid::Uuid;
 

@@ -14,37 +14,43 @@ use crate::duration;
 use crate::expr::{Expr, Template};
 
 /// Upper bounds that keep one definition from exhausting the engine.
+/// The queue of a node type that names none: its name in lower case.
+pub fn default_queue(node_type: &str) -> String {
+    node_type.to_ascii_lowercase()
+}
+
 pub const MAX_NODES: usize = 10_000;
 pub const MAX_EDGES: usize = 50_000;
 pub const MAX_ID_LEN: usize = 128;
 
 /// A definition as the user writes it. Unknown fields are refused.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({
+#[cfg_attr(feature = "openapi", schema(example = json!({
     "name": "example",
     "nodes": [{"id": "greet", "type": "TRANSFORM", "config": {"output": {"greeting": "hello ${ .input.name }"}}}]
-}))]
+})))]
 pub struct WorkflowSpec {
-    #[schema(value_type = crate::api::schema::Name)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
     pub description: Option<String>,
-    #[schema(min_items = 1, max_items = 10_000)]
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 10_000))]
     pub nodes: Vec<NodeSpec>,
     #[serde(default)]
-    #[schema(value_type = Option<Vec<EdgeSpec>>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<EdgeSpec>>))]
     pub edges: Vec<EdgeSpec>,
     /// The run's output, a template over `{input, nodes, run}`; by default the
     /// completed leaf nodes' outputs keyed by node id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<crate::api::schema::JsonValue>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
     pub output: Option<Value>,
     /// How long a whole run may take, from its start; past it the run fails
     /// and its open tasks are cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$", example = "1h")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1h"))]
     pub timeout: Option<String>,
     /// At most `max` runs open at once (per value of `key`, an expression
     /// over `{input}`); the others wait QUEUED.
@@ -52,16 +58,17 @@ pub struct WorkflowSpec {
     pub concurrency: Option<ConcurrencySpec>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ConcurrencySpec {
     /// An expression over `{input}`: one limit per value (one for the
     /// whole workflow without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
     pub key: Option<String>,
-    #[serde(deserialize_with = "crate::api::whole::int")]
-    #[schema(minimum = 1, maximum = 100_000)]
+    #[serde(deserialize_with = "crate::whole::int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100_000))]
     pub max: u32,
 }
 
@@ -94,10 +101,11 @@ impl Concurrency {
 /// Longest concurrency key, in bytes.
 pub const MAX_CONCURRENCY_KEY: usize = 512;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
-    #[schema(value_type = crate::api::schema::Name)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub id: String,
     /// HTTP, WAIT, WAIT_FOR_EVENT, TRANSFORM, MAP, SUB_WORKFLOW, or a custom
     /// type. A MAP's config is `{items, max_concurrency?, on_item_failure?
@@ -107,13 +115,13 @@ pub struct NodeSpec {
     /// is `{workflow, version?, input?}`: a child run whose output is the
     /// node's output.
     #[serde(rename = "type")]
-    #[schema(pattern = "^[A-Za-z0-9_.-]{1,128}$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.-]{1,128}$"))]
     pub node_type: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<crate::api::schema::Name>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::Name>))]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Value::is_null")]
-    #[schema(value_type = Option<crate::api::schema::JsonObject>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonObject>))]
     pub config: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySpec>,
@@ -121,35 +129,37 @@ pub struct NodeSpec {
     /// SUB_WORKFLOW may take, from its start (`"30s"`); the attempt then
     /// fails retryably.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
     pub timeout: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RetrySpec {
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::api::whole::opt_int")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::opt_int")]
     pub max_attempts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$", example = "1s")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1s"))]
     pub initial_backoff: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multiplier: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$", example = "1m")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1m"))]
     pub max_backoff: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EdgeSpec {
-    #[schema(value_type = crate::api::schema::Name)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub from: String,
-    #[schema(value_type = crate::api::schema::Name)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub to: String,
     /// A jq expression yielding a boolean: the edge is taken when true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
     pub when: Option<String>,
 }
 
@@ -562,7 +572,7 @@ fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>), Validati
             validate_name(&format!("{at}.queue"), q)?;
             Some(q.clone())
         }
-        None => Some(crate::wire::default_queue(&n.node_type)),
+        None => Some(default_queue(&n.node_type)),
     };
     let kind = match n.node_type.as_str() {
         "HTTP" => {

@@ -2,8 +2,6 @@
 //! function from (run, event, clock) to a transition, so every rule of the
 //! engine can be tested with plain values.
 //!
-//! - [`api`]: the REST API's request and response bodies.
-//! - [`config`]: what every role's configuration shares (service URLs, limits).
 //! - [`duration`]: durations written like `500ms`, `30s`, `10m`.
 //! - [`expr`]: jq expressions and `${ … }` templates (jaq).
 //! - [`definition`]: the workflow language, parsed and validated into a
@@ -11,18 +9,20 @@
 //! - [`machine`]: runs and tasks, their states, and the rules that move them.
 //! - [`simulate`]: a run through the state machine with a mocked world.
 //! - [`storable`]: what PostgreSQL and JSON readers accept back.
-//! - [`wire`]: the messages that cross process boundaries (dispatches, reports).
+//! - [`schedule`]: cron schedules: their spec, validation and fire times.
+//! - [`schema`]: OpenAPI schemas the Rust types cannot say (`openapi` feature).
+//! - [`whole`]: integers that JSON writes as `2.0`.
 
-pub mod api;
-pub mod config;
 pub mod definition;
 pub mod duration;
 pub mod expr;
 pub mod machine;
 pub mod schedule;
+#[cfg(feature = "openapi")]
+pub mod schema;
 pub mod simulate;
 pub mod storable;
-pub mod wire;
+pub mod whole;
 
 /// The message a caught panic carried (`panic!("…")` gives a `&str` or a
 /// `String`), for the error that replaces it.

@@ -26,7 +26,8 @@ use crate::definition::{NodeKind, WaitFor, Workflow};
 use crate::expr::Scope;
 use crate::storable;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TaskState {
     /// A MAP item waiting for a slot under its MAP's `max_concurrency`.
@@ -80,7 +81,8 @@ impl fmt::Display for TaskState {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RunStatus {
     /// Over its workflow's concurrency limit: waits for a slot, not started.
@@ -189,7 +191,8 @@ pub struct Item {
 /// A MAP task's item counts. Kept on the MAP's task so that an item's result
 /// is applied without reading the other items: `queued + open + completed +
 /// failed == total`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MapProgress {
     pub total: u32,
     /// Waiting for a slot.
@@ -227,7 +230,7 @@ impl Run {
             output: None,
             error: None,
             tasks: Vec::new(),
-            max_payload: crate::config::DEFAULT_MAX_PAYLOAD,
+            max_payload: crate::storable::DEFAULT_MAX_PAYLOAD,
             deadline: None,
         }
     }
@@ -333,7 +336,8 @@ pub struct HistoryEntry {
 }
 
 /// What a line of history records; stored and returned by its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum HistoryKind {
     RunStarted,
     TaskDispatched,

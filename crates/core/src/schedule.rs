@@ -14,39 +14,41 @@ use crate::definition::ValidationError;
 use crate::duration;
 
 /// A schedule as the user writes it (`POST /v1/schedules`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
-    #[schema(value_type = crate::api::schema::Name)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub id: String,
-    #[schema(value_type = crate::api::schema::Name)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
     pub workflow: String,
     /// The version each run starts; the latest at each fire without it.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::api::whole::opt_int")]
-    #[schema(minimum = 1)]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub version: Option<i32>,
     /// Five fields (minute hour day month weekday), or six with seconds first.
-    #[schema(pattern = "^[^\\u0000]*$", example = "*/5 * * * *")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "*/5 * * * *"))]
     pub cron: String,
     /// An IANA time zone name; UTC by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[^\\u0000]*$", example = "Europe/Paris")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "Europe/Paris"))]
     pub timezone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<crate::api::schema::JsonValue>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
     pub input: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<Overlap>,
     /// How far back missed fire times still fire after downtime (`"1m"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[0-9]{1,9}(ms|s|m|h|d)$")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9]{1,9}(ms|s|m|h|d)$"))]
     pub catchup_window: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
 }
 
 /// What a fire time does while the schedule's previous run is still open.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     /// No new run (the fire time is skipped).
@@ -124,7 +126,7 @@ impl Schedule {
             }
         };
         if let Some(input) = &spec.input {
-            crate::storable::check(input, "input", crate::config::DEFAULT_MAX_PAYLOAD)
+            crate::storable::check(input, "input", crate::storable::DEFAULT_MAX_PAYLOAD)
                 .map_err(|m| ValidationError::new("input", m))?;
         }
         let overlap = spec.overlap.unwrap_or_default();

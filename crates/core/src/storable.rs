@@ -7,6 +7,10 @@
 
 use serde_json::Value;
 
+/// Largest run input, step output, event payload or HTTP response, in bytes
+/// (`COMPOSER_MAX_PAYLOAD`'s default).
+pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
 /// Deepest nesting of a stored value (`max_depth`). Expressions see stored
 /// values inside a context three levels deep, well within what JSON readers
 /// accept (128).

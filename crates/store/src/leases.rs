@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use composer_core::wire::Dispatch;
+use composer_api::wire::Dispatch;
 use uuid::Uuid;
 
 use crate::{Pool, Result};

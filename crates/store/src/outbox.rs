@@ -14,9 +14,9 @@
 
 use std::time::Duration;
 
+use composer_api::wire::Dispatch;
 use composer_core::definition::Node;
 use composer_core::machine;
-use composer_core::wire::Dispatch;
 use tokio_postgres::Row;
 use uuid::Uuid;
 

@@ -222,7 +222,7 @@ pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<mach
         output: run.output.clone(),
         error: run.error.clone(),
         tasks,
-        max_payload: composer_core::config::DEFAULT_MAX_PAYLOAD,
+        max_payload: composer_core::storable::DEFAULT_MAX_PAYLOAD,
         deadline: run.deadline,
     })
 }

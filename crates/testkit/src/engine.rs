@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use composer_api::StartRun;
 use composer_coord::Running;
-use composer_core::api::StartRun;
 use composer_worker::{Stats, Worker};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;

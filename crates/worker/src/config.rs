@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use composer_core::config::{defaults, non_empty, ConfigError, DatabaseArgs, RedisArgs, DEFAULT_MAX_PAYLOAD};
+use composer_config::{defaults, non_empty, ConfigError, DatabaseArgs, RedisArgs, DEFAULT_MAX_PAYLOAD};
 use uuid::Uuid;
 
 /// How a worker connects and behaves.

@@ -46,7 +46,7 @@ pub enum Error {
     #[error(transparent)]
     Stream(#[from] composer_stream::Error),
     #[error("invalid worker configuration: {0}")]
-    Config(#[from] composer_core::config::ConfigError),
+    Config(#[from] composer_config::ConfigError),
     #[error("cannot listen on {addr} (COMPOSER_WORKER_LISTEN): {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
 }
@@ -112,7 +112,7 @@ impl Worker {
         F: Fn(TaskContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, TaskError>> + Send + 'static,
     {
-        let queue = composer_core::wire::default_queue(node_type);
+        let queue = composer_core::definition::default_queue(node_type);
         self.handle_on_queue(node_type, &queue, handler)
     }
 

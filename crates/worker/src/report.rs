@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use composer_core::wire::{ReportAck, TaskReport};
+use composer_api::wire::{ReportAck, TaskReport};
 use uuid::Uuid;
 
 /// What became of a report.
@@ -63,9 +63,8 @@ impl Reporter {
                     let body = resp.text().await.unwrap_or_default();
                     // Only the coordinator saying so means the run is gone; a
                     // 404 from a proxy or a wrong URL must not drop a result.
-                    let code = serde_json::from_str::<composer_core::api::ErrorBody>(&body).ok().map(|b| b.error.code);
-                    if status == reqwest::StatusCode::NOT_FOUND
-                        && code.as_deref() == Some(composer_core::api::RUN_NOT_FOUND)
+                    let code = serde_json::from_str::<composer_api::ErrorBody>(&body).ok().map(|b| b.error.code);
+                    if status == reqwest::StatusCode::NOT_FOUND && code.as_deref() == Some(composer_api::RUN_NOT_FOUND)
                     {
                         return Delivery::Gone;
                     }

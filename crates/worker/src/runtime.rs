@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use composer_core::wire::{Dispatch, ReportStatus, TaskReport};
+use composer_api::wire::{Dispatch, ReportStatus, TaskReport};
 use composer_store::leases::{Acquired, LeaseManager};
 use composer_stream::{Keys, Message, Streams};
 use futures_util::FutureExt;
@@ -79,7 +79,7 @@ struct Read {
 impl Ctx {
     /// Queues a read for its leases.
     fn lease(&self, messages: Vec<Message>, slots: Vec<OwnedSemaphorePermit>) {
-        let read = Read { messages, slots, at: std::time::Instant::now(), at_us: composer_core::wire::now_us() };
+        let read = Read { messages, slots, at: std::time::Instant::now(), at_us: composer_api::wire::now_us() };
         // The lease loops run as long as the read loop: the queue is open.
         let _ = self.leasing.send(read);
     }

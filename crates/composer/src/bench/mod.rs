@@ -16,9 +16,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use composer_api::{DefinitionView, RunView, StartRun};
 use composer_client::Client;
-use composer_core::api::{DefinitionView, RunView, StartRun};
-use composer_core::config::non_empty;
+use composer_config::non_empty;
 use composer_core::machine::RunStatus;
 use composer_store::fixtures;
 

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use composer_core::wire::Dispatch;
+use composer_api::wire::Dispatch;
 use composer_stream::{Keys, Streams};
 use composer_testkit::{Engine, EngineOptions};
 use serde_json::json;

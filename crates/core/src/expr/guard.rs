@@ -77,12 +77,24 @@ struct Meter {
     limits: Limits,
     steps: u64,
     bytes: u64,
-    deadline: Instant,
+    /// The clock and when the time runs out, if this thread has a clock.
+    deadline: Option<(Clock, Instant)>,
     stack_base: usize,
 }
 
 thread_local! {
     static METER: Cell<Option<Meter>> = const { Cell::new(None) };
+    /// The clock of this thread's evaluations ([`use_clock`]); none: no time limit.
+    static CLOCK: Cell<Option<Clock>> = const { Cell::new(None) };
+}
+
+/// Where an evaluation reads the time. The core reads no clock of its own:
+/// the thread that evaluates is given one.
+pub type Clock = fn() -> Instant;
+
+/// Gives this thread's evaluations a clock, and so `expr_max_time`.
+pub fn use_clock(clock: Clock) {
+    CLOCK.with(|c| c.set(Some(clock)));
 }
 
 /// How often (in steps) the clock is read.
@@ -96,7 +108,7 @@ pub fn run<T>(limits: Limits, f: impl FnOnce() -> Result<T, String>) -> Result<T
         limits,
         steps: 0,
         bytes: 0,
-        deadline: Instant::now() + limits.time,
+        deadline: CLOCK.with(Cell::get).map(|clock| (clock, clock() + limits.time)),
         stack_base: std::ptr::addr_of!(marker) as usize,
     };
     // Evaluations do not nest; a stale meter (from a caller's unwinding) is
@@ -139,8 +151,12 @@ pub fn step() {
         if used > m.limits.stack {
             return Some(Exceeded::Stack(used));
         }
-        if m.steps % CLOCK_EVERY == 0 && Instant::now() > m.deadline {
-            return Some(Exceeded::Time(m.limits.time));
+        if m.steps % CLOCK_EVERY == 0 {
+            if let Some((clock, deadline)) = m.deadline {
+                if clock() > deadline {
+                    return Some(Exceeded::Time(m.limits.time));
+                }
+            }
         }
         None
     });

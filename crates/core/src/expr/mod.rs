@@ -18,7 +18,7 @@ use jaq_core::load::{parse::Def, Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars};
 use serde_json::{Map, Value};
 
-pub use guard::{Exceeded, Limits};
+pub use guard::{use_clock, Clock, Exceeded, Limits};
 use value::{Lookup, Sandboxed};
 
 type Filter = jaq_core::Filter<Sandboxed>;
@@ -803,6 +803,7 @@ mod tests {
     /// Fails `source` under the default limits but a generous clock, so that
     /// a slow (debug) build still meets the limit under test first.
     fn fails_with(source: &str, limit: &str) {
+        use_clock(std::time::Instant::now);
         let limits = Limits { time: std::time::Duration::from_secs(120), ..Limits::DEFAULT };
         let scope = Scope::new(&json!({"input": {"a": 1}})).unwrap();
         let e = Expr::compile(source).unwrap().eval_limited(&scope, limits).unwrap_err();
@@ -877,6 +878,7 @@ mod tests {
 
     #[test]
     fn time_is_a_backstop_for_work_inside_one_step() {
+        use_clock(std::time::Instant::now);
         let limits = Limits { steps: u64::MAX, time: std::time::Duration::from_millis(20), ..Limits::DEFAULT };
         let e = Expr::compile("def f: f; f").unwrap().eval_limited(&Scope::null(), limits).unwrap_err();
         assert!(e.contains("expr_max_time"), "{e}");

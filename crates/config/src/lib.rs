@@ -10,8 +10,7 @@
 
 use clap::{Args, Command, FromArgMatches};
 
-/// Largest run input, step output, event payload or HTTP response, in bytes.
-pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+pub use composer_core::storable::DEFAULT_MAX_PAYLOAD;
 
 /// Where PostgreSQL is.
 #[derive(Args, Debug, Clone, Default)]

@@ -5,11 +5,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-/// The queue of a node type that names none: its name in lower case.
-pub fn default_queue(node_type: &str) -> String {
-    node_type.to_ascii_lowercase()
-}
-
 /// One task to execute, as carried on a Redis stream: built from the task
 /// row when the outbox row is claimed, serialized here and parsed by the
 /// worker. Field names are a contract with workers in other languages.
@@ -49,7 +44,7 @@ pub enum ReportStatus {
 #[serde(deny_unknown_fields)]
 pub struct TaskReport {
     pub run_id: Uuid,
-    #[serde(deserialize_with = "crate::api::whole::int")]
+    #[serde(deserialize_with = "composer_core::whole::int")]
     pub attempt: i32,
     #[schema(pattern = "^[^\\u0000]*$")]
     pub worker_id: String,

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::machine::{HistoryKind, MapProgress, RunStatus, TaskState};
+use composer_core::machine::{HistoryKind, MapProgress, RunStatus, TaskState};
+use composer_core::{schedule, schema, whole};
 
 /// `POST /v1/runs`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
@@ -126,7 +127,7 @@ pub struct ItemPage {
 pub struct ScheduleView {
     #[serde(flatten)]
     #[schema(inline)]
-    pub spec: crate::schedule::ScheduleSpec,
+    pub spec: schedule::ScheduleSpec,
     pub paused: bool,
     /// The next five fire times (none while paused).
     pub next_fire_times: Vec<DateTime<Utc>>,
@@ -175,7 +176,7 @@ pub struct DefinitionView {
     pub version: i32,
     pub created_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<crate::definition::WorkflowSpec>)]
+    #[schema(value_type = Option<composer_core::definition::WorkflowSpec>)]
     pub spec: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(no_recursion)]
@@ -304,183 +305,3 @@ pub struct ErrorDetail {
 /// The error code of a 404 that means the run (and so its task) does not
 /// exist: a worker drops a report only on this code.
 pub const RUN_NOT_FOUND: &str = "run_not_found";
-
-/// Schemas for the OpenAPI document where the Rust type says less than the
-/// server checks: a field declared `String` or `Value` here is refused
-/// unless it matches. A field names one with `#[schema(value_type = …)]`.
-pub mod schema {
-    use std::borrow::Cow;
-
-    use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
-    use utoipa::openapi::{Ref, RefOr};
-
-    /// What a name of a workflow, node, queue or schedule may be.
-    pub const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]{1,128}$";
-    /// A string PostgreSQL can store: no NUL character.
-    pub const NO_NUL: &str = "^[^\\u0000]*$";
-
-    /// A workflow, node, queue or schedule name.
-    pub struct Name;
-
-    impl utoipa::PartialSchema for Name {
-        fn schema() -> RefOr<Schema> {
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .pattern(Some(NAME_PATTERN))
-                .min_length(Some(1))
-                .max_length(Some(128))
-                .into()
-        }
-    }
-
-    impl utoipa::ToSchema for Name {}
-
-    /// Any JSON value without a NUL character in a string or a key.
-    pub struct JsonValue;
-
-    fn no_nul_string() -> ObjectBuilder {
-        ObjectBuilder::new().schema_type(Type::String).pattern(Some(NO_NUL))
-    }
-
-    /// A `JsonValue` or null: an array's item or an object's value.
-    fn or_null() -> OneOfBuilder {
-        OneOfBuilder::new().item(Ref::from_schema_name("JsonValue")).item(ObjectBuilder::new().schema_type(Type::Null))
-    }
-
-    impl utoipa::PartialSchema for JsonValue {
-        fn schema() -> RefOr<Schema> {
-            // Null is not among the alternatives, so that an optional field
-            // (`JsonValue` or null) has exactly one schema for each value.
-            AnyOfBuilder::new()
-                .description(Some(
-                    "any JSON value but null, without a NUL character in a string or a key (PostgreSQL cannot store one)",
-                ))
-                .item(no_nul_string())
-                .item(ObjectBuilder::new().schema_type(Type::Number))
-                .item(ObjectBuilder::new().schema_type(Type::Boolean))
-                .item(ArrayBuilder::new().items(or_null()))
-                .item(
-                    ObjectBuilder::new()
-                        .schema_type(Type::Object)
-                        .additional_properties(Some(Schema::OneOf(or_null().build())))
-                        .property_names(Some(no_nul_string())),
-                )
-                .into()
-        }
-    }
-
-    impl utoipa::ToSchema for JsonValue {
-        fn name() -> Cow<'static, str> {
-            Cow::Borrowed("JsonValue")
-        }
-    }
-
-    /// A JSON object without a NUL character in a string or a key.
-    pub struct JsonObject;
-
-    impl utoipa::PartialSchema for JsonObject {
-        fn schema() -> RefOr<Schema> {
-            ObjectBuilder::new()
-                .schema_type(Type::Object)
-                .description(Some("a JSON object without a NUL character in a string or a key"))
-                .additional_properties(Some(Schema::OneOf(or_null().build())))
-                .property_names(Some(no_nul_string()))
-                .into()
-        }
-    }
-
-    impl utoipa::ToSchema for JsonObject {
-        fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-            schemas.push(("JsonValue".into(), <JsonValue as utoipa::PartialSchema>::schema()));
-        }
-    }
-}
-
-/// Integer fields of request bodies: JSON Schema counts `2.0` as the
-/// integer 2, and so does the API (serde alone refuses it for an `i32`).
-/// For `#[serde(deserialize_with = "…")]`.
-pub mod whole {
-    use serde::de::{Deserializer, Error, Visitor};
-    use std::fmt;
-    use std::marker::PhantomData;
-
-    struct Whole<T>(PhantomData<T>);
-
-    impl<T: TryFrom<i64>> Visitor<'_> for Whole<T> {
-        type Value = T;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("an integer")
-        }
-
-        fn visit_i64<E: Error>(self, v: i64) -> Result<T, E> {
-            T::try_from(v).map_err(|_| E::custom(format!("{v} is out of range")))
-        }
-
-        fn visit_u64<E: Error>(self, v: u64) -> Result<T, E> {
-            i64::try_from(v).map_err(|_| E::custom(format!("{v} is out of range"))).and_then(|v| self.visit_i64(v))
-        }
-
-        fn visit_f64<E: Error>(self, v: f64) -> Result<T, E> {
-            if v.fract() != 0.0 || !(i64::MIN as f64..=i64::MAX as f64).contains(&v) {
-                return Err(E::custom(format!("expected an integer, got {v}")));
-            }
-            self.visit_i64(v as i64)
-        }
-    }
-
-    /// An integer, also when written `2.0`.
-    pub fn int<'de, D: Deserializer<'de>, T: TryFrom<i64>>(d: D) -> Result<T, D::Error> {
-        d.deserialize_any(Whole(PhantomData))
-    }
-
-    /// An optional integer, also when written `2.0`; null is none.
-    pub fn opt_int<'de, D: Deserializer<'de>, T: TryFrom<i64>>(d: D) -> Result<Option<T>, D::Error> {
-        struct Opt<T>(PhantomData<T>);
-        impl<'de, T: TryFrom<i64>> Visitor<'de> for Opt<T> {
-            type Value = Option<T>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an integer or null")
-            }
-            fn visit_none<E: Error>(self) -> Result<Option<T>, E> {
-                Ok(None)
-            }
-            fn visit_unit<E: Error>(self) -> Result<Option<T>, E> {
-                Ok(None)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
-                int(d).map(Some)
-            }
-        }
-        d.deserialize_option(Opt(PhantomData))
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use serde::Deserialize;
-
-        #[derive(Deserialize, Debug, PartialEq)]
-        struct Body {
-            #[serde(deserialize_with = "super::int")]
-            n: i32,
-            #[serde(default, deserialize_with = "super::opt_int")]
-            m: Option<u32>,
-        }
-
-        fn parse(s: &str) -> Result<Body, String> {
-            serde_json::from_str(s).map_err(|e| e.to_string())
-        }
-
-        #[test]
-        fn whole_floats_are_integers_and_the_rest_is_refused() {
-            assert_eq!(parse(r#"{"n": 2.0, "m": 3.0}"#), Ok(Body { n: 2, m: Some(3) }));
-            assert_eq!(parse(r#"{"n": -7}"#), Ok(Body { n: -7, m: None }));
-            assert_eq!(parse(r#"{"n": 1, "m": null}"#), Ok(Body { n: 1, m: None }));
-            for bad in
-                [r#"{"n": 2.5}"#, r#"{"n": 1e300}"#, r#"{"n": 3000000000}"#, r#"{"n": 1, "m": -1}"#, r#"{"n": "1"}"#]
-            {
-                assert!(parse(bad).is_err(), "{bad} was accepted");
-            }
-        }
-    }
-}

@@ -1,0 +1,13 @@
+//! What crosses a process boundary, defined once for the server that
+//! serves it and every client that sends it (the CLI, the bench, the test
+//! kit, the workers), with the OpenAPI schema the document is built from.
+//!
+//! - [`rest`]: the REST API's request and response bodies (re-exported here).
+//! - [`wire`]: the dispatch a worker reads from a stream and the report it
+//!   sends back.
+
+pub mod rest;
+pub mod wire;
+
+pub use composer_core::schema;
+pub use rest::*;
