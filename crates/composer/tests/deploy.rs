@@ -24,7 +24,8 @@ fn every_setting_the_deployment_files_use_is_a_documented_one() {
     for file in [
         "deploy/compose.yaml",
         "deploy/Dockerfile",
-        "deploy/systemd/composer.env",
+        "deploy/systemd/coordinator.env",
+        "deploy/systemd/worker.env",
         "deploy/systemd/composer-coordinator.service",
         "deploy/systemd/composer-worker@.service",
         "scripts/cluster",
