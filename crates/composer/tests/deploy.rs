@@ -28,6 +28,14 @@ fn every_setting_the_deployment_files_use_is_a_documented_one() {
         "deploy/systemd/worker.env",
         "deploy/systemd/composer-coordinator.service",
         "deploy/systemd/composer-worker@.service",
+        "deploy/gen-secrets",
+        "deploy/healthcheck",
+        "deploy/helm/composer/values.yaml",
+        "deploy/helm/composer/templates/_helpers.tpl",
+        "deploy/helm/composer/templates/configmap.yaml",
+        "deploy/helm/composer/templates/coordinator-deployment.yaml",
+        "deploy/helm/composer/templates/worker-deployment.yaml",
+        "deploy/helm/composer/templates/NOTES.txt",
         "scripts/cluster",
     ] {
         for name in variables(&read(file)) {
