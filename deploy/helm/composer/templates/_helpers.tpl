@@ -53,7 +53,11 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
 {{- define "composer.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/*
