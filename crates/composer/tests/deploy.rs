@@ -26,9 +26,18 @@ fn every_setting_the_deployment_files_use_is_a_documented_one() {
     for file in [
         "deploy/compose.yaml",
         "deploy/Dockerfile",
-        "deploy/systemd/composer.env",
+        "deploy/systemd/coordinator.env",
+        "deploy/systemd/worker.env",
         "deploy/systemd/composer-coordinator.service",
         "deploy/systemd/composer-worker@.service",
+        "deploy/gen-secrets",
+        "deploy/healthcheck",
+        "deploy/helm/composer/values.yaml",
+        "deploy/helm/composer/templates/_helpers.tpl",
+        "deploy/helm/composer/templates/configmap.yaml",
+        "deploy/helm/composer/templates/coordinator-deployment.yaml",
+        "deploy/helm/composer/templates/worker-deployment.yaml",
+        "deploy/helm/composer/templates/NOTES.txt",
         "scripts/cluster",
     ] {
         for name in variables(&read(file)) {
