@@ -1,3 +1,3 @@
 fn main() {
-    print!("{}", composer_coord::openapi::json());
+    print!("{}", composer_coord::http::doc::json());
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use composer_core::definition::{NodeKind, Workflow, SUB_WORKFLOW_MAX_DEPTH};
+use composer_core::definition::{Workflow, SUB_WORKFLOW_MAX_DEPTH};
 use composer_core::machine::{self, Event, RunStatus};
 use composer_store::definitions::DefinitionRow;
 use composer_store::outbox::Outbound;
@@ -347,8 +347,8 @@ impl Engine {
             for l in batch.values_mut() {
                 for &t in &l.tr.children[l.children_seen..] {
                     let task = &l.run.tasks[t];
-                    let waits = task.state == machine::TaskState::Running
-                        && matches!(l.wf.nodes[task.node].kind, NodeKind::SubWorkflow { .. });
+                    let waits =
+                        task.state == machine::TaskState::Running && l.wf.nodes[task.node].kind.traits().has_child;
                     if waits && started.insert((task.id, task.attempt)) {
                         let parent = runs::Parent { run_id: l.run.id, task_id: task.id, attempt: task.attempt };
                         asks.push((parent, task.input.clone(), l.depth));
@@ -975,7 +975,7 @@ impl FollowUps {
             }
             for &t in &l.tr.updated {
                 let task = &l.run.tasks[t];
-                if matches!(l.wf.nodes[task.node].kind, NodeKind::SubWorkflow { .. }) {
+                if l.wf.nodes[task.node].kind.traits().has_child {
                     let waiting = task.state == machine::TaskState::Running;
                     // A first attempt that just started has no other child.
                     if !waiting || task.attempt > 1 {

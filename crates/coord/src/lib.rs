@@ -8,16 +8,15 @@
 //! - [`outbox`]: publishes the outbox rows nobody published after commit.
 //! - [`listener`]: LISTEN/NOTIFY wake-ups for the outbox and run waiters.
 //! - [`loops`]: timers (and the other periodic work).
-//! - [`api`]: the HTTP interface.
+//! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
 //! - [`Config`]: every setting, its flag, variable and default.
 
-pub mod api;
 pub mod auth;
 mod config;
 pub mod engine;
+pub mod http;
 pub mod listener;
 pub mod loops;
-pub mod openapi;
 pub mod outbox;
 pub mod publish;
 pub mod schedules;
@@ -234,7 +233,7 @@ fn serve(
     shutdown: &CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
 ) {
-    let app = api::router(shared.clone());
+    let app = http::router(shared.clone());
     let shutdown = shutdown.clone();
     tasks.spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });

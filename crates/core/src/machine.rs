@@ -736,23 +736,22 @@ impl Machine<'_> {
             }
             // A retry's backoff ran out while the run is paused: the retry
             // is held (no timer left, so none fires again) until it resumes.
-            NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } | NodeKind::SubWorkflow { .. }
-                if self.run.status == RunStatus::Paused =>
-            {
+            kind if kind.traits().retried && self.run.status == RunStatus::Paused => {
                 self.run.tasks[t].wake_at = None;
                 self.tr.touch(t);
                 return Ok(());
             }
-            NodeKind::Map(_) => {
-                return Err(Ignore(IgnoreKind::NotWaiting, "a MAP's task has no timer".into()));
-            }
-            NodeKind::Http | NodeKind::Custom | NodeKind::Transform { .. } | NodeKind::SubWorkflow { .. } => {
+            kind if kind.traits().retried => {
                 let task = &mut self.run.tasks[t];
                 task.attempt += 1;
                 task.wake_at = None;
                 self.tr.touch(t);
                 self.dispatch(t);
                 return Ok(());
+            }
+            _ => {
+                let node_type = &self.wf.nodes[task.node].node_type;
+                return Err(Ignore(IgnoreKind::NotWaiting, format!("a {node_type} task has no timer")));
             }
         }
         self.route();
@@ -839,10 +838,7 @@ impl Machine<'_> {
             let task = &self.run.tasks[t];
             let held = task.state == TaskState::Waiting
                 && task.wake_at.is_none()
-                && matches!(
-                    self.wf.nodes[task.node].kind,
-                    NodeKind::Http | NodeKind::Custom | NodeKind::SubWorkflow { .. }
-                );
+                && self.wf.nodes[task.node].kind.traits().retried;
             if held {
                 self.run.tasks[t].attempt += 1;
                 self.tr.touch(t);
@@ -882,7 +878,7 @@ impl Machine<'_> {
     /// or its child run.
     fn worker_runs(&self, t: usize) -> Result<(), Ignore> {
         let node = &self.wf.nodes[self.run.tasks[t].node];
-        if matches!(node.kind, NodeKind::Http | NodeKind::Custom) {
+        if node.kind.traits().dispatched {
             return Ok(());
         }
         Err(Ignore(IgnoreKind::NotDispatched, format!("a {} task is not run by a worker", node.node_type)))
@@ -901,7 +897,7 @@ impl Machine<'_> {
         error: Option<&str>,
     ) -> Result<(), Ignore> {
         let t = self.reportable(task_id, attempt)?;
-        if !matches!(self.wf.nodes[self.run.tasks[t].node].kind, NodeKind::SubWorkflow { .. }) {
+        if !self.wf.nodes[self.run.tasks[t].node].kind.traits().has_child {
             return Err(Ignore(IgnoreKind::NotDispatched, "not a SUB_WORKFLOW task".into()));
         }
         match (child, status) {
@@ -1094,7 +1090,7 @@ impl Machine<'_> {
     fn start(&mut self, t: usize, ctx: &mut Option<Scope>) {
         let node = &self.wf.nodes[self.run.tasks[t].node];
         let now = self.now;
-        let needs_ctx = !node.template.is_literal() || !matches!(node.kind, NodeKind::Http | NodeKind::Custom);
+        let needs_ctx = !node.template.is_literal() || !node.kind.traits().dispatched;
         let scope =
             if needs_ctx { Some(ctx.get_or_insert_with(|| self.scope(self.run.tasks[t].node)).clone()) } else { None };
         let eval = |tpl: &crate::expr::Template| tpl.eval_in(scope.as_ref());
@@ -1167,7 +1163,7 @@ impl Machine<'_> {
     fn dispatch(&mut self, t: usize) {
         let deadline = self.wf.nodes[self.run.tasks[t].node].timeout.map(|d| later(self.now, d));
         self.run.tasks[t].wake_at = deadline;
-        if matches!(self.wf.nodes[self.run.tasks[t].node].kind, NodeKind::SubWorkflow { .. }) {
+        if self.wf.nodes[self.run.tasks[t].node].kind.traits().has_child {
             self.run.tasks[t].state = TaskState::Running;
             self.tr.children.push(t);
         } else {

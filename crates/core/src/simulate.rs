@@ -100,7 +100,7 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
     let failure = lookup(&opts.failures, own.as_deref(), &node.id).cloned();
     Some(match (task.state, &node.kind) {
         // A child run is not simulated: it "ends" with the mock, or fails.
-        (TaskState::Running, NodeKind::SubWorkflow { .. }) => Event::ChildFinished {
+        (TaskState::Running, kind) if kind.traits().has_child => Event::ChildFinished {
             task_id: task.id,
             attempt: task.attempt,
             child: Some(Uuid::nil()),

@@ -66,11 +66,11 @@ async fn unknown_workflows_and_runs_are_404s() {
 #[tokio::test]
 async fn long_uris_and_wrong_methods_get_json_errors() {
     let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
-    let long = format!("/v1/runs?workflow={}", "w".repeat(composer_coord::api::MAX_URI_BYTES));
+    let long = format!("/v1/runs?workflow={}", "w".repeat(composer_coord::http::MAX_URI_BYTES));
     let (status, body) = e.get(&long).await;
     assert_error(status, &body, 414, "URI");
     // Just under the limit the request reaches its handler (a name that long is refused there).
-    let under = format!("/v1/runs?workflow={}", "w".repeat(composer_coord::api::MAX_URI_BYTES - 40));
+    let under = format!("/v1/runs?workflow={}", "w".repeat(composer_coord::http::MAX_URI_BYTES - 40));
     let (status, body) = e.get(&under).await;
     assert_error(status, &body, 400, "workflow");
     let (status, body) = e.delete("/v1/runs").await;

@@ -18,7 +18,6 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use chrono::{DateTime, Utc};
-use composer_core::definition::NodeKind;
 use composer_core::machine::{Event, RunStatus};
 use composer_store::runs::{self, RunFilter, RunRow, TaskRow};
 use serde::Deserialize;
@@ -419,7 +418,7 @@ async fn live_part(
                 let node = wf.node_index(&t.node_id).map(|n| &wf.nodes[n].kind);
                 if let Some(p) = t.map_progress() {
                     state.note = Some(format!("{}/{} done", p.completed + p.failed, p.total));
-                } else if matches!(node, Some(NodeKind::SubWorkflow { .. })) {
+                } else if node.is_some_and(|k| k.traits().has_child) {
                     state.link = child_of.get(&t.id).map(|c| format!("/ui/runs/{}", c.id));
                 } else if t.attempt > 1 {
                     state.note = Some(format!("attempt {}", t.attempt));

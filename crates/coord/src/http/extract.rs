@@ -1,0 +1,151 @@
+//! What handlers take from a request, with errors in the API's format: a
+//! JSON body ([`Body`]), a typed query ([`Query`]), and the values a path
+//! or query carries (ids, names, page limits), each checked in one place.
+
+use std::fmt;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::error::{ApiError, ApiResult};
+
+/// Most items one page of a list may hold (`limit`).
+pub const MAX_PAGE: i64 = 1000;
+
+/// A JSON body (its Content-Type is checked by `guard::refuse_foreign_pages`).
+/// A string with a NUL character (which PostgreSQL cannot store) is a 400
+/// naming its field, unless `NUL_OK` (a worker's completion, whose output
+/// the handler turns into a failed attempt instead).
+pub struct Body<T, const NUL_OK: bool = false>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned, const NUL_OK: bool> FromRequest<S> for Body<T, NUL_OK> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::BodyTooLarge
+            } else {
+                ApiError::bad_request(rejection.body_text())
+            }
+        })?;
+        if bytes.is_empty() {
+            return Err(ApiError::bad_request("request body is empty; expected JSON"));
+        }
+        if !NUL_OK && has_nul_escape(&bytes) {
+            if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
+                if let Some(path) = nul_path(&value, String::new()) {
+                    return Err(ApiError::bad_request(format!(
+                        "{} contains a NUL character (\\u0000), which cannot be stored",
+                        if path.is_empty() { "the body".to_string() } else { format!("field {path}") }
+                    )));
+                }
+            }
+        }
+        serde_json::from_slice(&bytes).map(Body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    }
+}
+
+/// Whether JSON text may hold a NUL character: a `\u0000` escape (an odd
+/// number of backslashes before the `u`). Cheap enough for every request;
+/// the exact field is found only when it says yes.
+fn has_nul_escape(json: &[u8]) -> bool {
+    json.windows(6)
+        .enumerate()
+        .any(|(i, w)| w == b"\\u0000" && json[..i].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 0)
+}
+
+/// The path of the first string or key with a NUL in `v`.
+fn nul_path(v: &Value, at: String) -> Option<String> {
+    match v {
+        Value::String(s) => s.contains('\0').then_some(at),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| nul_path(v, format!("{at}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                Some(format!("{at}.{}", k.replace('\0', "\\u0000")))
+            } else {
+                nul_path(v, format!("{at}.{k}"))
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// A query string read into `T` (a struct that says which parameters it
+/// takes, refusing others), or a 400 that names the parameter at fault.
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        serde_urlencoded::from_str(query).map(Query).map_err(|e| ApiError::bad_request(format!("query: {e}")))
+    }
+}
+
+/// `limit`: how many items a page holds, 1 to [`MAX_PAGE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit(pub i64);
+
+impl Limit {
+    /// The limit asked for, or `default`.
+    pub fn or(limit: Option<Limit>, default: i64) -> i64 {
+        limit.map_or(default, |l| l.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Limit, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse::<i64>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .map(Limit)
+            .ok_or_else(|| serde::de::Error::custom(format!("limit: expected 1..={MAX_PAGE}, got {text:?}")))
+    }
+}
+
+/// A value parsed from its text in a query (`after=12`), the error naming it.
+pub fn parsed<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: fmt::Display,
+{
+    let text = String::deserialize(d)?;
+    text.parse().map(Some).map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+}
+
+/// A run id from a path.
+pub fn run_id(id: &str) -> ApiResult<Uuid> {
+    id.parse().map_err(|_| ApiError::bad_request(format!("invalid run id {id:?}: expected a UUID")))
+}
+
+/// A task id from a path.
+pub fn task_id(id: &str) -> ApiResult<Uuid> {
+    id.parse().map_err(|_| ApiError::bad_request(format!("invalid task id {id:?}: expected a UUID")))
+}
+
+/// A name from a path or query string, refused when PostgreSQL could not
+/// compare it (a NUL character).
+pub fn text_param<'a>(value: &'a str, what: &str) -> ApiResult<&'a str> {
+    composer_core::storable::check_text(value, what).map_err(ApiError::bad_request)?;
+    Ok(value)
+}
+
+/// A name that could name something (a workflow, queue, worker, schedule).
+pub fn name_param(what: &str, value: &str) -> ApiResult<()> {
+    composer_core::definition::check_name(what, value).map_err(ApiError::bad_request)
+}
+
+/// The size of a value as JSON text.
+pub fn json_size(v: &Value) -> usize {
+    serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)
+}

@@ -1,0 +1,72 @@
+//! The operator's endpoints: liveness, readiness, metrics and the API's
+//! own document.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use composer_api::ErrorBody;
+use serde_json::{json, Value};
+
+use super::doc::Status;
+use super::error::{ApiError, ApiResult};
+use crate::Shared;
+
+/// Liveness: the process answers.
+#[utoipa::path(
+    get, path = "/healthz", operation_id = "health", tag = "operations",
+    responses((status = 200, description = "alive", body = Status))
+)]
+pub(crate) async fn health() -> Json<Status> {
+    Json(Status { status: "ok".into() })
+}
+
+/// This document: the API in OpenAPI 3.1.
+#[utoipa::path(
+    get, path = "/openapi.json", operation_id = "openapi", tag = "operations",
+    responses((status = 200, description = "the OpenAPI document", body = Object))
+)]
+pub(crate) async fn openapi_json() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], super::doc::json()).into_response()
+}
+
+/// Prometheus metrics; unauthenticated like `/healthz` (counts, no data).
+#[utoipa::path(
+    get, path = "/metrics", operation_id = "metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"))
+)]
+pub(crate) async fn metrics() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], composer_metrics::render())
+}
+
+/// Readiness: answers 503 while a dependency is down or the coordinator drains.
+#[utoipa::path(
+    get, path = "/readyz", operation_id = "readiness", tag = "operations",
+    responses(
+        (status = 200, description = "PostgreSQL, Redis and every engine loop are up", body = Status),
+        (status = 503, description = "not ready, or draining to stop", body = ErrorBody),
+    )
+)]
+pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
+    if s.draining.is_cancelled() {
+        return Err(ApiError::Draining);
+    }
+    let live = s.engine.live_loops();
+    if live < s.config.engine_workers {
+        let message = format!("{live} of {} engine loops are running", s.config.engine_workers);
+        return Err(ApiError::Unavailable(message));
+    }
+    if let Err(e) = tokio::time::timeout(Duration::from_secs(2), composer_store::ping(&s.pool))
+        .await
+        .unwrap_or_else(|_| Err(composer_store::Error::Config("timed out".into())))
+    {
+        return Err(ApiError::Unavailable(format!("PostgreSQL: {e}")));
+    }
+    if let Err(e) = s.streams.ping().await {
+        return Err(ApiError::Unavailable(format!("Redis: {e}")));
+    }
+    Ok(Json(json!({"status": "ready"})))
+}

@@ -1,0 +1,382 @@
+//! Runs: start, list, read (with a long-poll for the end), history, a
+//! MAP's items, and the control actions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use composer_api::schema::Name;
+use composer_api::{ErrorBody, HistoryEntryView, HistoryPage, ItemPage, RunPage, RunView, StartRun, TaskView};
+use composer_core::duration;
+use composer_core::machine::{Event, RunStatus};
+use composer_store::definitions;
+use composer_store::runs::{self, RunRow, TaskRow};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use utoipa::IntoParams;
+use uuid::Uuid;
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, Query};
+use crate::Shared;
+
+/// Longest `?wait=` a caller may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// Longest idempotency key, in characters.
+pub const MAX_IDEMPOTENCY_KEY: usize = 256;
+
+/// `GET /v1/runs`'s query.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Only runs of this workflow.
+    #[param(value_type = Option<Name>)]
+    workflow: Option<String>,
+    /// Only runs in this status.
+    #[serde(default, deserialize_with = "status")]
+    #[param(value_type = Option<RunStatus>)]
+    status: Option<RunStatus>,
+    /// 1 to 1000 (default 50).
+    #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
+    limit: Option<Limit>,
+    /// The previous page's next_cursor.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<Uuid>)]
+    cursor: Option<Uuid>,
+    /// Only the child runs of this run.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<Uuid>)]
+    parent_run_id: Option<Uuid>,
+}
+
+/// A run status, in any case.
+fn status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RunStatus>, D::Error> {
+    let v = String::deserialize(d)?;
+    RunStatus::parse(&v.to_ascii_uppercase()).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "status: expected QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED, got {v:?}"
+        ))
+    })
+}
+
+/// `GET /v1/runs/{id}`'s query.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct WaitQuery {
+    /// Long-poll up to this long (e.g. 30s, at most 60s) for the run to end.
+    #[param(pattern = "^[0-9]{1,3}(ms|s)$")]
+    wait: Option<String>,
+}
+
+/// `GET /v1/runs/{id}/events`'s query.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct HistoryQuery {
+    /// The seq to start after (the previous page's next_after).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<i64>)]
+    after: Option<i64>,
+    /// 1 to 1000 (default 100).
+    #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
+    limit: Option<Limit>,
+}
+
+/// `GET /v1/runs/{id}/items`'s query.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ItemsQuery {
+    /// The MAP node's id.
+    #[param(value_type = Name)]
+    node: String,
+    /// The item index to start after.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<i32>, minimum = -1)]
+    after: Option<i32>,
+    /// 1 to 1000 (default 100).
+    #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
+    limit: Option<Limit>,
+}
+
+/// Start a run of a workflow.
+#[utoipa::path(
+    post, path = "/v1/runs", operation_id = "startRun", tag = "runs",
+    request_body = StartRun,
+    responses(
+        (status = 201, description = "started", body = RunView),
+        (status = 200, description = "the run already started with this idempotency key", body = RunView),
+    )
+)]
+pub(crate) async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> ApiResult<Response> {
+    let input = req.input.unwrap_or_else(|| json!({}));
+    if json_size(&input) > s.config.max_payload {
+        return Err(ApiError::too_large("run input", s.config.max_payload));
+    }
+    composer_core::storable::check(&input, "input", s.config.max_payload).map_err(ApiError::bad_request)?;
+    let def = {
+        let client = composer_store::client(&s.pool).await?;
+        definitions::by_name(&client, &req.workflow, req.version).await?
+    };
+    let def = def.ok_or_else(|| match req.version {
+        Some(v) => ApiError::not_found(format!("workflow {:?} version {v} not found", req.workflow)),
+        None => ApiError::not_found(format!("workflow {:?} not found", req.workflow)),
+    })?;
+    if let Some(key) = &req.idempotency_key {
+        if key.is_empty() || key.chars().count() > MAX_IDEMPOTENCY_KEY {
+            return Err(ApiError::bad_request(format!(
+                "idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY} characters"
+            )));
+        }
+    }
+    let (row, created) = s.engine.start_run(&def, &input, req.idempotency_key.as_deref()).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(run_view(&row, None))).into_response())
+}
+
+/// Runs, newest first, keyset-paginated.
+#[utoipa::path(
+    get, path = "/v1/runs", operation_id = "listRuns", tag = "runs",
+    params(ListQuery),
+    responses((status = 200, description = "a page of runs, newest first", body = RunPage))
+)]
+pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> ApiResult<Json<RunPage>> {
+    let limit = Limit::or(q.limit, 50);
+    if let Some(w) = &q.workflow {
+        name_param("workflow", w)?;
+    }
+    let client = composer_store::client(&s.pool).await?;
+    let filter = runs::RunFilter {
+        workflow: q.workflow.as_deref(),
+        status: q.status,
+        parent: q.parent_run_id,
+        ..Default::default()
+    };
+    let rows = runs::list(&client, &filter, q.cursor, limit).await?;
+    let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };
+    Ok(Json(RunPage { runs: rows.iter().map(|r| run_view(r, None)).collect(), next_cursor: next }))
+}
+
+/// A run as the API shows it; `tasks` is `None` in lists, which carry no
+/// input or output either.
+pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
+    let full = tasks.is_some();
+    RunView {
+        id: r.id,
+        workflow: r.workflow_name.clone(),
+        version: r.workflow_version,
+        workflow_id: r.workflow_definition_id,
+        status: r.status,
+        input: full.then(|| r.input.clone()),
+        output: if full { r.output.clone() } else { None },
+        error: r.error.clone(),
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+        finished_at: r.finished_at,
+        trigger: r.trigger.clone(),
+        parent_run_id: r.parent.map(|p| p.run_id),
+        parent_task_id: r.parent.map(|p| p.task_id),
+        tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),
+    }
+}
+
+fn task_view(t: &TaskRow) -> TaskView {
+    TaskView {
+        id: t.id,
+        node_id: t.node_id.clone(),
+        node_type: t.node_type.clone(),
+        state: t.state,
+        attempt: t.attempt,
+        input: t.input.clone(),
+        output: t.output.clone(),
+        error: t.error.clone(),
+        wake_at: t.wake_at,
+        started_at: t.started_at,
+        finished_at: t.finished_at,
+        parent_task_id: t.parent_task_id,
+        item_index: t.item_index,
+        progress: t.map_progress(),
+    }
+}
+
+/// A run with its tasks; `?wait=` long-polls for its end.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}", operation_id = "getRun", tag = "runs",
+    params(
+        ("id" = Uuid, Path, description = "the run"),
+        WaitQuery,
+    ),
+    responses((status = 200, description = "the run with its tasks (a MAP's items: listMapItems)", body = RunView))
+)]
+pub(crate) async fn get_run(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<Json<RunView>> {
+    let run_id = run_id(&id)?;
+    let wait = match &q.wait {
+        Some(w) => duration::parse(w).map_err(|e| ApiError::bad_request(format!("wait: {e}")))?.min(MAX_WAIT),
+        None => Duration::ZERO,
+    };
+    // Subscribe before reading, so an end that commits in between is seen.
+    let mut ended = s.runs.subscribe();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let client = composer_store::client(&s.pool).await?;
+        let Some((run, tasks)) = runs::get(&client, run_id).await? else {
+            return Err(ApiError::not_found(format!("run {run_id} not found")));
+        };
+        drop(client);
+        if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
+            return Ok(Json(run_view(&run, Some(&tasks))));
+        }
+        loop {
+            let ended = tokio::select! {
+                // Stopping: answer now with the run as it is.
+                _ = s.draining.cancelled() => break,
+                r = tokio::time::timeout_at(deadline, ended.recv()) => r,
+            };
+            match ended {
+                Err(_) => break,
+                Ok(Ok(id)) if id == run_id || id.is_nil() => break,
+                Ok(Ok(_)) => continue,
+                Ok(Err(_)) => break,
+            }
+        }
+    }
+}
+
+/// A run's history, oldest first.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/events", operation_id = "getRunHistory", tag = "runs",
+    params(
+        ("id" = Uuid, Path, description = "the run"),
+        HistoryQuery,
+    ),
+    responses((status = 200, description = "a page of the run's history, oldest first", body = HistoryPage))
+)]
+pub(crate) async fn run_events(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HistoryQuery>,
+) -> ApiResult<Json<HistoryPage>> {
+    let run_id = run_id(&id)?;
+    let after = q.after.unwrap_or(0);
+    let limit = Limit::or(q.limit, 100);
+    let client = composer_store::client(&s.pool).await?;
+    if runs::status(&client, run_id).await?.is_none() {
+        return Err(ApiError::not_found(format!("run {run_id} not found")));
+    }
+    let events = runs::history(&client, run_id, after, limit).await?;
+    let next = if events.len() as i64 == limit { events.last().map(|e| e.seq) } else { None };
+    let events = events
+        .into_iter()
+        .map(|e| HistoryEntryView { seq: e.seq, kind: e.kind, payload: e.payload, created_at: e.created_at })
+        .collect();
+    Ok(Json(HistoryPage { events, next_after: next }))
+}
+
+/// `GET /v1/runs/{id}/items?node=ship_each&after=N&limit=M`: a MAP's items
+/// by index (the run view lists node tasks only, so a MAP of 10,000 items
+/// does not make every read of its run 10,000 tasks long).
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/items", operation_id = "listMapItems", tag = "runs",
+    params(
+        ("id" = Uuid, Path, description = "the run"),
+        ItemsQuery,
+    ),
+    responses((status = 200, description = "a page of the MAP's items, by index", body = ItemPage))
+)]
+pub(crate) async fn run_items(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<ItemsQuery>,
+) -> ApiResult<Json<ItemPage>> {
+    let run_id = run_id(&id)?;
+    let node = &q.node;
+    text_param(node, "node")?;
+    let after = q.after.unwrap_or(-1);
+    let limit = Limit::or(q.limit, 100);
+    let client = composer_store::client(&s.pool).await?;
+    let (_, tasks) =
+        runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
+    let map = tasks
+        .iter()
+        .find(|t| &t.node_id == node)
+        .ok_or_else(|| ApiError::not_found(format!("run {run_id} has no task for node {node:?} (yet)")))?;
+    if map.progress.is_none() && !composer_core::definition::traits_of(&map.node_type).has_items {
+        // A node that is not a MAP has no items: nothing found here.
+        return Err(ApiError::not_found(format!("node {node:?} is a {}, not a MAP: it has no items", map.node_type)));
+    }
+    let items = runs::items(&client, run_id, map.id, after, limit).await?;
+    let next = if items.len() as i64 == limit { items.last().and_then(|t| t.item_index) } else { None };
+    Ok(Json(ItemPage { items: items.iter().map(task_view).collect(), next_after: next }))
+}
+
+async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<RunView>> {
+    let run_id = run_id(id)?;
+    let handled = s.engine.handle(run_id, event).await?;
+    if let Some(reason) = handled.ignored {
+        return Err(ApiError::Conflict(reason));
+    }
+    let client = composer_store::client(&s.pool).await?;
+    let (run, tasks) =
+        runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
+    Ok(Json(run_view(&run, Some(&tasks))))
+}
+
+/// Cancel an open run: its open steps are cancelled.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/cancel", operation_id = "cancelRun", tag = "runs",
+    params(("id" = Uuid, Path, description = "the run")),
+    responses((status = 200, description = "cancelled", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
+)]
+pub(crate) async fn cancel_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::CancelRun).await
+}
+
+/// Retry a failed or cancelled run from its failed steps.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/retry", operation_id = "retryRun", tag = "runs",
+    params(("id" = Uuid, Path, description = "the run")),
+    responses((status = 200, description = "running again from its failed steps", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
+)]
+pub(crate) async fn retry_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::RetryRun).await
+}
+
+/// Pause a RUNNING run: steps already started finish, nothing new starts until it is resumed.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/pause", operation_id = "pauseRun", tag = "runs",
+    params(("id" = Uuid, Path, description = "the run")),
+    responses((status = 200, description = "paused", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
+)]
+pub(crate) async fn pause_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::PauseRun).await
+}
+
+/// Resume a PAUSED run.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/resume", operation_id = "resumeRun", tag = "runs",
+    params(("id" = Uuid, Path, description = "the run")),
+    responses((status = 200, description = "running again", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
+)]
+pub(crate) async fn resume_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::ResumeRun).await
+}
+
+/// The event of an attempt that completed with `output`: an output that
+/// cannot be stored (too large, too deep, a NUL) fails the attempt for good,
+/// naming why, since a retry would produce it again.
+pub(crate) fn completed(task_id: Uuid, attempt: i32, output: Value, max_payload: usize) -> Event {
+    match composer_core::storable::check(&output, "output", max_payload) {
+        Ok(()) => Event::TaskCompleted { task_id, attempt, output },
+        Err(error) => Event::TaskFailed { task_id, attempt, error, retryable: false },
+    }
+}

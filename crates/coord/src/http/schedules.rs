@@ -1,0 +1,199 @@
+//! Schedules: create, read, pause, resume, delete, and trigger one run now.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::Utc;
+use composer_api::schema::Name;
+use composer_api::{ErrorBody, RunView, SchedulePage, ScheduleView};
+use composer_core::schedule::{Schedule, ScheduleSpec};
+use composer_store::schedules::{self, ScheduleRow, Upsert};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use utoipa::IntoParams;
+
+use super::doc::Deleted;
+use super::error::{ApiError, ApiResult};
+use super::extract::{name_param, text_param, Body, Limit, Query};
+use super::runs::run_view;
+use crate::Shared;
+
+/// `GET /v1/schedules`'s query.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// The previous page's next_after.
+    #[param(value_type = Option<Name>)]
+    after: Option<String>,
+    /// 1 to 1000 (default 50).
+    #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
+    limit: Option<Limit>,
+}
+
+fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
+    let schedule = Schedule::parse(&row.spec)
+        .map_err(|e| ApiError::bad_request(format!("stored schedule {} is invalid: {e}", row.id)))?;
+    let next_fire_times = match (row.paused, row.next_fire_at) {
+        (false, Some(next)) => {
+            let mut times = vec![next];
+            times.extend(schedule.upcoming(next, 4));
+            times
+        }
+        _ => Vec::new(),
+    };
+    let mut spec = schedule.spec;
+    spec.paused = None;
+    Ok(ScheduleView {
+        spec,
+        paused: row.paused,
+        next_fire_times,
+        last_run_id: row.last_run_id,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+/// Create or replace a schedule.
+#[utoipa::path(
+    post, path = "/v1/schedules", operation_id = "createSchedule", tag = "schedules",
+    request_body = ScheduleSpec,
+    responses(
+        (status = 201, description = "created", body = ScheduleView),
+        (status = 200, description = "unchanged, or replaced", body = ScheduleView),
+    )
+)]
+pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
+    let schedule = Schedule::parse(&spec).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
+    let mut client = composer_store::client(&s.pool).await?;
+    let wf = &schedule.spec.workflow;
+    if composer_store::definitions::by_name(&client, wf, schedule.spec.version).await?.is_none() {
+        let which = schedule.spec.version.map(|v| format!(" version {v}")).unwrap_or_default();
+        return Err(ApiError::InvalidSchedule(format!("workflow: {wf:?}{which} is not registered")));
+    }
+    let normalized = serde_json::to_value(&schedule.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let paused = schedule.spec.paused.unwrap_or(false);
+    let next = schedule.next_after(Utc::now());
+    let (row, what) = schedules::upsert(&mut client, &schedule.spec.id, &normalized, wf, paused, next).await?;
+    let status = if what == Upsert::Created { StatusCode::CREATED } else { StatusCode::OK };
+    tracing::info!(schedule = %row.id, workflow = %row.workflow, ?what, "schedule saved");
+    Ok((status, Json(view(&row)?)).into_response())
+}
+
+/// Schedules by id.
+#[utoipa::path(
+    get, path = "/v1/schedules", operation_id = "listSchedules", tag = "schedules",
+    params(
+        ListQuery,
+    ),
+    responses((status = 200, description = "a page of schedules, by id", body = SchedulePage))
+)]
+pub(crate) async fn list(State(s): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> ApiResult<Json<SchedulePage>> {
+    let limit = Limit::or(q.limit, 50);
+    if let Some(a) = &q.after {
+        name_param("after", a)?;
+    }
+    let client = composer_store::client(&s.pool).await?;
+    let rows = schedules::list(&client, q.after.as_deref(), limit).await?;
+    let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.clone()) } else { None };
+    let views = rows.iter().map(view).collect::<ApiResult<Vec<_>>>()?;
+    Ok(Json(SchedulePage { schedules: views, next_after: next }))
+}
+
+async fn found(s: &Shared, id: &str) -> ApiResult<ScheduleRow> {
+    text_param(id, "schedule id")?;
+    let client = composer_store::client(&s.pool).await?;
+    schedules::get(&client, id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))
+}
+
+/// A schedule with its next fire times.
+#[utoipa::path(
+    get, path = "/v1/schedules/{id}", operation_id = "getSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses((status = 200, description = "the schedule with its next fire times", body = ScheduleView))
+)]
+pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
+    Ok(Json(view(&found(&s, &id).await?)?))
+}
+
+/// Delete a schedule; its runs stay.
+#[utoipa::path(
+    delete, path = "/v1/schedules/{id}", operation_id = "deleteSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses((status = 200, description = "deleted (its runs stay)", body = Deleted))
+)]
+pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    text_param(&id, "schedule id")?;
+    let client = composer_store::client(&s.pool).await?;
+    if !schedules::delete(&client, &id).await? {
+        return Err(ApiError::not_found(format!("schedule {id:?} not found")));
+    }
+    Ok(Json(json!({"deleted": id})))
+}
+
+/// Stop a schedule firing.
+#[utoipa::path(
+    post, path = "/v1/schedules/{id}/pause", operation_id = "pauseSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses((status = 200, description = "paused: it fires no more until resumed", body = ScheduleView))
+)]
+pub(crate) async fn pause(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
+    set_paused(&s, &id, true).await
+}
+
+/// Resuming starts from the next fire time: what fell due while paused is
+/// not caught up.
+#[utoipa::path(
+    post, path = "/v1/schedules/{id}/resume", operation_id = "resumeSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses((status = 200, description = "firing again from its next fire time", body = ScheduleView))
+)]
+pub(crate) async fn resume(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
+    set_paused(&s, &id, false).await
+}
+
+async fn set_paused(s: &Shared, id: &str, paused: bool) -> ApiResult<Json<ScheduleView>> {
+    let row = found(s, id).await?;
+    let schedule = Schedule::parse(&row.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let client = composer_store::client(&s.pool).await?;
+    let row = schedules::set_paused(&client, id, paused, schedule.next_after(Utc::now()))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))?;
+    Ok(Json(view(&row)?))
+}
+
+/// `POST /v1/schedules/{id}/trigger`: one run now, whatever the overlap
+/// policy (a person asked for it); 201 with the run.
+#[utoipa::path(
+    post, path = "/v1/schedules/{id}/trigger", operation_id = "triggerSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    responses(
+        (status = 201, description = "the run it started", body = RunView),
+        (status = 409, description = "its workflow is no longer registered", body = ErrorBody),
+    )
+)]
+pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Response> {
+    text_param(&id, "schedule id")?;
+    let mut client = composer_store::client(&s.pool).await?;
+    let tx = client.transaction().await.map_err(composer_store::Error::from)?;
+    let row =
+        schedules::lock(&tx, &id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))?;
+    let schedule = Schedule::parse(&row.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let now = Utc::now();
+    let def = crate::schedules::definition(&tx, &schedule)
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("workflow {:?} is not registered", schedule.spec.workflow)))?;
+    schedules::record_fire(&tx, &id, now, "triggered", None).await?;
+    let trigger = json!({"schedule": id, "fire_time": now, "manual": true});
+    let input = schedule.spec.input.clone().unwrap_or_else(|| json!({}));
+    let started = s.engine.start_run_in(&tx, &def, &input, None, Some(&trigger)).await?;
+    schedules::set_fire_run(&tx, &id, now, started.row.id).await?;
+    schedules::advance(&tx, &id, row.next_fire_at, row.buffered_fire_at, Some(started.row.id)).await?;
+    tx.commit().await.map_err(composer_store::Error::from)?;
+    let (run, _) = s.engine.started(started);
+    composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "started")], 1);
+    Ok((StatusCode::CREATED, Json(run_view(&run, None))).into_response())
+}

@@ -1,0 +1,133 @@
+//! Workflow definitions: register a version, read them.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use composer_api::schema::Name;
+use composer_api::{DefinitionView, WorkflowList};
+use composer_core::definition::{Workflow, WorkflowSpec};
+use composer_store::definitions::{self, DefinitionRow, Registered};
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::IntoParams;
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{parsed, text_param, Body, Limit, Query, MAX_PAGE};
+use crate::Shared;
+
+/// `GET /v1/workflows/{name}`'s query.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct VersionsQuery {
+    /// 1 to 1000 (default 50).
+    #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
+    limit: Option<Limit>,
+    /// Versions older than this one (the previous page's versions_next).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<i32>)]
+    before: Option<i32>,
+}
+
+fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
+    DefinitionView {
+        id: d.id,
+        name: d.name.clone(),
+        version: d.version,
+        created_at: d.created_at,
+        spec: with_spec.then(|| d.spec.clone()),
+        versions: None,
+        versions_next: None,
+    }
+}
+
+/// Register a definition: a new version when it changed.
+#[utoipa::path(
+    post, path = "/v1/workflows", operation_id = "registerWorkflow", tag = "workflows",
+    request_body = WorkflowSpec,
+    responses(
+        (status = 201, description = "a new version", body = DefinitionView),
+        (status = 200, description = "identical to the latest version", body = DefinitionView),
+    )
+)]
+pub(crate) async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
+    // Compiling a definition's expressions is CPU work: off the async runtime.
+    let wf = tokio::task::spawn_blocking(move || Workflow::parse(&spec))
+        .await
+        .map_err(|e| ApiError::internal(format!("definition compiler stopped: {e}")))?
+        .map_err(|e| ApiError::InvalidDefinition(e.to_string()))?;
+    let normalized = serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut client = composer_store::client(&s.pool).await?;
+    let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized).await? {
+        Registered::Created(row) => (StatusCode::CREATED, row),
+        Registered::Unchanged(row) => (StatusCode::OK, row),
+    };
+    tracing::info!(workflow = %row.name, version = row.version, created = status == StatusCode::CREATED, "workflow registered");
+    Ok((status, Json(definition_view(&row, false))).into_response())
+}
+
+/// The latest version of every workflow.
+#[utoipa::path(
+    get, path = "/v1/workflows", operation_id = "listWorkflows", tag = "workflows",
+    responses((status = 200, description = "the latest version of each workflow", body = WorkflowList))
+)]
+pub(crate) async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Json<WorkflowList>> {
+    let client = composer_store::client(&s.pool).await?;
+    let rows = definitions::latest_of_each(&client, MAX_PAGE).await?;
+    Ok(Json(WorkflowList { workflows: rows.iter().map(|d| definition_view(d, false)).collect() }))
+}
+
+/// The latest version with its spec, and a page of versions (metadata only;
+/// `?limit=`, `?before=`).
+#[utoipa::path(
+    get, path = "/v1/workflows/{name}", operation_id = "getWorkflow", tag = "workflows",
+    params(
+        ("name" = Name, Path, description = "the workflow"),
+        VersionsQuery,
+    ),
+    responses((status = 200, description = "the latest version with its spec, and a page of versions", body = DefinitionView))
+)]
+pub(crate) async fn get_workflow(
+    State(s): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    Query(q): Query<VersionsQuery>,
+) -> ApiResult<Json<DefinitionView>> {
+    text_param(&name, "workflow name")?;
+    let limit = Limit::or(q.limit, 50);
+    let before = q.before;
+    let client = composer_store::client(&s.pool).await?;
+    let Some(latest) = definitions::by_name(&client, &name, None).await? else {
+        return Err(ApiError::not_found(format!("workflow {name:?} not found")));
+    };
+    let versions = definitions::versions(&client, &name, before, limit).await?;
+    let mut v = definition_view(&latest, true);
+    v.versions_next = if versions.len() as i64 == limit { versions.last().map(|d| d.version) } else { None };
+    v.versions = Some(versions.iter().map(|d| definition_view(d, false)).collect());
+    Ok(Json(v))
+}
+
+#[utoipa::path(
+    get, path = "/v1/workflows/{name}/versions/{version}", operation_id = "getWorkflowVersion", tag = "workflows",
+    params(
+        ("name" = Name, Path, description = "the workflow"),
+        ("version" = i32, Path, minimum = 1, description = "the version"),
+    ),
+    responses((status = 200, description = "the version with its spec", body = DefinitionView))
+)]
+pub(crate) async fn get_workflow_version(
+    State(s): State<Arc<Shared>>,
+    Path((name, version)): Path<(String, String)>,
+) -> ApiResult<Json<DefinitionView>> {
+    let version: i32 = version
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("version must be a positive integer, got {version:?}")))?;
+    text_param(&name, "workflow name")?;
+    let client = composer_store::client(&s.pool).await?;
+    match definitions::by_name(&client, &name, Some(version)).await? {
+        Some(d) => Ok(Json(definition_view(&d, true))),
+        None => Err(ApiError::not_found(format!("workflow {name:?} version {version} not found"))),
+    }
+}

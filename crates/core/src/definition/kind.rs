@@ -1,0 +1,395 @@
+//! What each node type is and what the engine may do with it. A new kind
+//! is added here (its [`Traits`] and how its config is read), in the state
+//! machine's handler that starts it, and in the docs.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::check::{is_expression, only_fields, validate_name, ValidationError};
+use super::spec::NodeSpec;
+use crate::duration;
+use crate::expr::Template;
+
+/// What the engine does with a node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeKind {
+    /// An HTTP call, run by a worker.
+    Http,
+    /// A timer held in PostgreSQL; no process waits.
+    Wait(WaitFor),
+    /// Waits for an external event `(event, key)`, at most `timeout`.
+    WaitForEvent { event: String, key: Template, timeout: Option<Duration>, default_output: Option<Value> },
+    /// A pure data mapping, evaluated by the coordinator; never dispatched.
+    Transform { output: Template },
+    /// A user-defined type, run by a worker that registered a handler for it.
+    Custom,
+    /// One task per element of a list computed at run time.
+    Map(MapConfig),
+    /// A child run of another workflow (or this one); its output is the
+    /// node's output. `version: None` is the latest when the node starts.
+    SubWorkflow { workflow: String, version: Option<i32> },
+}
+
+/// What the engine may do with a node of one kind: the one place that says
+/// it, so that the validator, the state machine, the engine and the API agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Traits {
+    /// Sent to a worker on the node's queue; a worker reports its result.
+    pub dispatched: bool,
+    /// An attempt may fail and be tried again: after its backoff a timer
+    /// starts the next attempt (held while the run is paused, started by
+    /// the resume).
+    pub retried: bool,
+    /// `timeout` bounds one attempt (its timer fails the attempt).
+    pub timed: bool,
+    /// Has items, one task each (MAP).
+    pub has_items: bool,
+    /// Its attempt is a child run (SUB_WORKFLOW).
+    pub has_child: bool,
+    /// Waits for a timer or an event, held in PostgreSQL.
+    pub waits: bool,
+    /// May be the node a MAP runs per item.
+    pub per_item: bool,
+}
+
+const NO_TRAITS: Traits = Traits {
+    dispatched: false,
+    retried: false,
+    timed: false,
+    has_items: false,
+    has_child: false,
+    waits: false,
+    per_item: false,
+};
+
+/// A worker's node: HTTP, and every custom type.
+const DISPATCHED: Traits = Traits { dispatched: true, retried: true, timed: true, per_item: true, ..NO_TRAITS };
+
+/// The built-in types by name, with their traits; any other valid name is a
+/// custom type, run by a worker.
+pub const BUILT_IN: [(&str, Traits); 6] = [
+    ("HTTP", DISPATCHED),
+    ("WAIT", Traits { waits: true, ..NO_TRAITS }),
+    ("WAIT_FOR_EVENT", Traits { waits: true, ..NO_TRAITS }),
+    ("TRANSFORM", Traits { per_item: true, ..NO_TRAITS }),
+    ("MAP", Traits { has_items: true, ..NO_TRAITS }),
+    ("SUB_WORKFLOW", Traits { retried: true, timed: true, has_child: true, per_item: true, ..NO_TRAITS }),
+];
+
+/// The traits of a node type by name.
+pub fn traits_of(node_type: &str) -> Traits {
+    BUILT_IN.iter().find(|(name, _)| *name == node_type).map_or(DISPATCHED, |(_, t)| *t)
+}
+
+impl NodeKind {
+    /// What the engine may do with this kind of node.
+    pub fn traits(&self) -> Traits {
+        match self.built_in() {
+            Some(name) => traits_of(name),
+            None => DISPATCHED,
+        }
+    }
+
+    /// The type name of a built-in kind; `None` for a custom type.
+    pub fn built_in(&self) -> Option<&'static str> {
+        Some(match self {
+            NodeKind::Http => "HTTP",
+            NodeKind::Wait(_) => "WAIT",
+            NodeKind::WaitForEvent { .. } => "WAIT_FOR_EVENT",
+            NodeKind::Transform { .. } => "TRANSFORM",
+            NodeKind::Map(_) => "MAP",
+            NodeKind::SubWorkflow { .. } => "SUB_WORKFLOW",
+            NodeKind::Custom => return None,
+        })
+    }
+
+    /// Reads a node's config into its kind. A MAP also gives back the node
+    /// its items run, for the caller to compile as a node of its own.
+    pub(super) fn compile(
+        at: &str,
+        n: &NodeSpec,
+        config: &Value,
+    ) -> Result<(NodeKind, Option<NodeSpec>), ValidationError> {
+        let kind = match n.node_type.as_str() {
+            "HTTP" => {
+                validate_http(at, config)?;
+                NodeKind::Http
+            }
+            "WAIT" => NodeKind::Wait(compile_wait(at, config)?),
+            "WAIT_FOR_EVENT" => compile_wait_for_event(at, config)?,
+            "SUB_WORKFLOW" => compile_sub_workflow(at, config)?,
+            "TRANSFORM" => compile_transform(at, config)?,
+            "MAP" => return compile_map(at, n),
+            other => {
+                validate_name(&format!("{at}.type"), other)?;
+                NodeKind::Custom
+            }
+        };
+        Ok((kind, None))
+    }
+
+    /// The expressions of its config that the kind itself evaluates (beyond
+    /// the node's templated config), for what the node reads.
+    pub(super) fn sources(&self) -> Vec<&str> {
+        match self {
+            NodeKind::Wait(WaitFor::Until(t)) | NodeKind::Transform { output: t } => t.sources(),
+            NodeKind::WaitForEvent { key, .. } => key.sources(),
+            NodeKind::Map(m) => m.items.sources(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// How deep SUB_WORKFLOWs may nest (`sub_workflow_max_depth`): a run at this
+/// depth cannot start a child.
+pub const SUB_WORKFLOW_MAX_DEPTH: i32 = 32;
+
+/// Most items one MAP may have (`map_max_items`): a MAP's items are created
+/// in one transaction, so this bounds that transaction.
+pub const MAP_MAX_ITEMS: usize = 100_000;
+
+/// A MAP node: `items` evaluates to a list; each element runs the node
+/// template (`wf.nodes[template]`) with `.item` and `.index` bound.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapConfig {
+    pub items: Template,
+    /// Items in flight at once; `None` is all of them.
+    pub max_concurrency: Option<u32>,
+    /// `on_item_failure: "continue"`: a failed item's entry is
+    /// `{"error": …}` and the MAP still completes.
+    pub continue_on_failure: bool,
+    /// The index in [`Workflow::nodes`] of the node each item runs.
+    pub template: usize,
+}
+
+/// How long a WAIT node waits.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WaitFor {
+    Duration(Duration),
+    /// A timestamp (RFC 3339 text, or unix seconds) computed at run time.
+    Until(Template),
+}
+
+/// A MAP: `items`, `max_concurrency`, `on_item_failure` and the item
+/// template `node` (`type`, `config`, `queue`, `retry`, `timeout`).
+fn compile_map(at: &str, n: &NodeSpec) -> Result<(NodeKind, Option<NodeSpec>), ValidationError> {
+    let field = |name: &str| format!("{at}.config.{name}");
+    for (name, set) in [("retry", n.retry.is_some()), ("timeout", n.timeout.is_some()), ("queue", n.queue.is_some())] {
+        if set {
+            return Err(ValidationError::new(
+                format!("{at}.{name}"),
+                format!("a MAP has no {name} of its own: set it on config.node, which each item runs"),
+            ));
+        }
+    }
+    let config = match &n.config {
+        Value::Object(m) => m,
+        _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object with items and node")),
+    };
+    only_fields(at, &n.config, &["items", "max_concurrency", "on_item_failure", "node"])?;
+    let items = match config.get("items") {
+        Some(v) if v.is_array() || is_expression(v) => {
+            Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{}{p}", field("items")), m))?
+        }
+        Some(_) => {
+            return Err(ValidationError::new(
+                field("items"),
+                "must be a list or an expression such as \"${ .input.orders }\"",
+            ))
+        }
+        None => return Err(ValidationError::new(field("items"), "is required")),
+    };
+    let max_concurrency = match config.get("max_concurrency") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(c) if (1..=MAP_MAX_ITEMS as u64).contains(&c) => Some(c as u32),
+            _ => {
+                return Err(ValidationError::new(
+                    field("max_concurrency"),
+                    format!("must be a whole number from 1 to {MAP_MAX_ITEMS}"),
+                ))
+            }
+        },
+    };
+    let continue_on_failure = match config.get("on_item_failure") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) if s == "fail" => false,
+        Some(Value::String(s)) if s == "continue" => true,
+        Some(_) => return Err(ValidationError::new(field("on_item_failure"), "must be \"fail\" or \"continue\"")),
+    };
+    let raw = match config.get("node") {
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(ValidationError::new(field("node"), "must be an object (the node each item runs)")),
+        None => return Err(ValidationError::new(field("node"), "is required")),
+    };
+    if raw.contains_key("id") {
+        return Err(ValidationError::new(
+            field("node.id"),
+            format!("an item has no id of its own: items are {}[0], {}[1], …", n.id, n.id),
+        ));
+    }
+    let mut with_id = raw.clone();
+    with_id.insert("id".into(), Value::String(n.id.clone()));
+    let spec: NodeSpec = serde_json::from_value(Value::Object(with_id))
+        .map_err(|e| ValidationError::new(field("node"), e.to_string()))?;
+    let node_at = field("node");
+    let per_item = traits_of(&spec.node_type);
+    match spec.node_type.as_str() {
+        _ if per_item.has_items => Err(ValidationError::new(
+            format!("{node_at}.type"),
+            "a MAP cannot run a MAP per item; call a workflow that maps instead (SUB_WORKFLOW)",
+        )),
+        _ if !per_item.per_item => Err(ValidationError::new(
+            format!("{node_at}.type"),
+            format!(
+                "{} is not supported per item: an item is HTTP, TRANSFORM, SUB_WORKFLOW or a custom type",
+                spec.node_type
+            ),
+        )),
+        _ => {
+            let kind = NodeKind::Map(MapConfig { items, max_concurrency, continue_on_failure, template: usize::MAX });
+            Ok((kind, Some(spec)))
+        }
+    }
+}
+
+fn compile_transform(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
+    only_fields(at, config, &["output"])?;
+    let output =
+        config.get("output").ok_or_else(|| ValidationError::new(format!("{at}.config.output"), "is required"))?;
+    let output =
+        Template::compile(output).map_err(|(p, m)| ValidationError::new(format!("{at}.config.output{p}"), m))?;
+    Ok(NodeKind::Transform { output })
+}
+
+fn compile_wait(at: &str, config: &Value) -> Result<WaitFor, ValidationError> {
+    only_fields(at, config, &["duration", "until"])?;
+    match (config.get("duration"), config.get("until")) {
+        (Some(Value::String(s)), None) => duration::parse(s)
+            .map(WaitFor::Duration)
+            .map_err(|e| ValidationError::new(format!("{at}.config.duration"), e)),
+        (Some(_), None) => {
+            Err(ValidationError::new(format!("{at}.config.duration"), "must be a duration string such as \"1h\""))
+        }
+        (None, Some(until)) => Template::compile(until)
+            .map(WaitFor::Until)
+            .map_err(|(_, m)| ValidationError::new(format!("{at}.config.until"), m)),
+        (Some(_), Some(_)) => Err(ValidationError::new(format!("{at}.config"), "give duration or until, not both")),
+        (None, None) => Err(ValidationError::new(format!("{at}.config.duration"), "is required (or until)")),
+    }
+}
+
+fn compile_wait_for_event(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
+    only_fields(at, config, &["event", "key", "timeout", "default_output"])?;
+    let event = match config.get("event") {
+        Some(Value::String(e)) if !e.is_empty() && !e.contains("${") => e.clone(),
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.event"), "must be a non-empty name")),
+        None => return Err(ValidationError::new(format!("{at}.config.event"), "is required")),
+    };
+    let key = match config.get("key") {
+        Some(k @ (Value::String(_) | Value::Number(_))) => {
+            Template::compile(k).map_err(|(_, m)| ValidationError::new(format!("{at}.config.key"), m))?
+        }
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.key"), "must be a string or an expression")),
+        None => return Err(ValidationError::new(format!("{at}.config.key"), "is required")),
+    };
+    let timeout = match config.get("timeout") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => {
+            Some(duration::parse(t).map_err(|e| ValidationError::new(format!("{at}.config.timeout"), e))?)
+        }
+        Some(_) => {
+            return Err(ValidationError::new(format!("{at}.config.timeout"), "must be a duration such as \"7d\""))
+        }
+    };
+    Ok(NodeKind::WaitForEvent { event, key, timeout, default_output: config.get("default_output").cloned() })
+}
+
+/// `{workflow, version?, input?}`: the workflow is named, not computed, so
+/// that a definition says what it calls.
+fn compile_sub_workflow(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
+    only_fields(at, config, &["workflow", "version", "input"])?;
+    let workflow = match config.get("workflow") {
+        Some(Value::String(w)) => {
+            validate_name(&format!("{at}.config.workflow"), w)?;
+            w.clone()
+        }
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.workflow"), "must be a workflow's name")),
+        None => return Err(ValidationError::new(format!("{at}.config.workflow"), "is required")),
+    };
+    let version = match config.get("version") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_i64() {
+            Some(n) if (1..=i32::MAX as i64).contains(&n) => Some(n as i32),
+            _ => {
+                return Err(ValidationError::new(
+                    format!("{at}.config.version"),
+                    "must be a version number (1 or more)",
+                ))
+            }
+        },
+    };
+    Ok(NodeKind::SubWorkflow { workflow, version })
+}
+
+/// The HTTP methods an HTTP node may use.
+pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+
+fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
+    let field = |name: &str| format!("{at}.config.{name}");
+    for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
+        let known = ["method", "url", "headers", "body", "timeout", "accept", "retry_statuses", "follow_redirects"];
+        if !known.contains(&key.as_str()) {
+            return Err(ValidationError::new(field(key), format!("unknown field (expected {})", known.join(", "))));
+        }
+    }
+    match config.get("url") {
+        Some(u) if is_expression(u) => {}
+        Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => {}
+        Some(Value::String(_)) => {
+            return Err(ValidationError::new(field("url"), "must start with http:// or https://"))
+        }
+        Some(_) => return Err(ValidationError::new(field("url"), "must be a string")),
+        None => return Err(ValidationError::new(field("url"), "is required")),
+    }
+    match config.get("method") {
+        None => {}
+        Some(m) if is_expression(m) => {}
+        Some(Value::String(m)) if HTTP_METHODS.contains(&m.to_ascii_uppercase().as_str()) => {}
+        Some(_) => {
+            return Err(ValidationError::new(field("method"), format!("must be one of {}", HTTP_METHODS.join(", "))))
+        }
+    }
+    if let Some(h) = config.get("headers").filter(|h| !is_expression(h)) {
+        let ok = h.as_object().is_some_and(|m| m.values().all(Value::is_string));
+        if !ok {
+            return Err(ValidationError::new(field("headers"), "must be an object of string values"));
+        }
+    }
+    if let Some(t) = config.get("timeout").filter(|t| !is_expression(t)) {
+        let d = t
+            .as_str()
+            .ok_or_else(|| "must be a duration string such as \"10s\"".to_string())
+            .and_then(duration::parse)
+            .map_err(|e| ValidationError::new(field("timeout"), e))?;
+        if d.is_zero() {
+            return Err(ValidationError::new(field("timeout"), "must be greater than zero"));
+        }
+    }
+    if let Some(f) = config.get("follow_redirects").filter(|f| !is_expression(f)) {
+        if !f.is_boolean() {
+            return Err(ValidationError::new(field("follow_redirects"), "must be true or false"));
+        }
+    }
+    for key in ["accept", "retry_statuses"] {
+        if let Some(v) = config.get(key) {
+            let ok =
+                v.as_array().is_some_and(|a| a.iter().all(|s| s.as_u64().is_some_and(|c| (100..=599).contains(&c))));
+            if !ok {
+                return Err(ValidationError::new(field(key), "must be an array of HTTP status codes (100-599)"));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,582 @@
+//! The workflow language: a named DAG of nodes joined by edges.
+//!
+//! - [`spec`]: the definition as written (JSON), before validation.
+//! - [`check`]: [`ValidationError`] and the checks every part shares.
+//! - [`kind`]: what each node type is and may do: the one place that
+//!   describes a kind ([`NodeKind::traits`]) and reads its config.
+//! - [`node`]: a validated node: its kind, queue, retry policy, timeout.
+//!
+//! [`Workflow::parse`] turns user JSON into a validated, indexed [`Workflow`]
+//! or a [`ValidationError`] that names the node and field at fault. The
+//! engine compiles each definition version once and caches it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::expr::{Expr, Template};
+
+mod check;
+mod kind;
+mod node;
+mod spec;
+
+pub use check::{check_name, ValidationError, MAX_ID_LEN};
+pub use kind::{
+    traits_of, MapConfig, NodeKind, Traits, WaitFor, BUILT_IN, HTTP_METHODS, MAP_MAX_ITEMS, SUB_WORKFLOW_MAX_DEPTH,
+};
+pub use node::{default_queue, Node, RetryPolicy};
+pub use spec::{ConcurrencySpec, EdgeSpec, NodeSpec, RetrySpec, WorkflowSpec};
+
+use check::positive_duration;
+pub(crate) use check::validate_name;
+use node::compile_node;
+use spec::{node_path, parse_spec};
+
+/// Upper bounds that keep one definition from exhausting the engine.
+pub const MAX_NODES: usize = 10_000;
+pub const MAX_EDGES: usize = 50_000;
+
+/// Most runs a concurrency limit may allow at once (`concurrency_max`).
+pub const CONCURRENCY_MAX: u32 = 100_000;
+
+/// A definition's limit on its open runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Concurrency {
+    /// What the limit is per (`${ .input.customer_id }`); one limit for the
+    /// whole workflow without it.
+    pub key: Option<Template>,
+    pub max: u32,
+}
+
+impl Concurrency {
+    /// The key of a run with `input`: text, `""` without a key template.
+    pub fn key_of(&self, input: &Value) -> Result<String, String> {
+        let Some(key) = &self.key else { return Ok(String::new()) };
+        match key.eval(&json!({"input": input})) {
+            Ok(Value::String(s)) if s.len() <= MAX_CONCURRENCY_KEY => Ok(s),
+            Ok(Value::String(_)) => Err(format!("concurrency.key: longer than {MAX_CONCURRENCY_KEY} bytes")),
+            Ok(Value::Number(n)) => Ok(n.to_string()),
+            Ok(other) => Err(format!("concurrency.key: must be a string or a number, got {other}")),
+            Err(e) => Err(format!("concurrency.key: {e}")),
+        }
+    }
+}
+
+/// Longest concurrency key, in bytes.
+pub const MAX_CONCURRENCY_KEY: usize = 512;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edge {
+    pub from: usize,
+    pub to: usize,
+    /// The condition under which the edge is active (its source COMPLETED).
+    pub when: Option<Expr>,
+}
+
+/// A parsed and validated definition, indexed for the state machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub spec: WorkflowSpec,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+    /// Incoming edge indices per node.
+    pub incoming: Vec<Vec<usize>>,
+    /// Outgoing edge indices per node.
+    pub outgoing: Vec<Vec<usize>>,
+    /// Node indices in an order where every edge points forward.
+    pub topo_order: Vec<usize>,
+    /// The run's output template, when the definition declares one.
+    pub output: Option<Template>,
+    /// The longest a run may take.
+    pub timeout: Option<Duration>,
+    /// The limit on open runs.
+    pub concurrency: Option<Concurrency>,
+    index: HashMap<String, usize>,
+}
+
+/// A compiled definition before it takes ownership of its spec.
+struct Parts {
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+    incoming: Vec<Vec<usize>>,
+    outgoing: Vec<Vec<usize>>,
+    topo_order: Vec<usize>,
+    output: Option<Template>,
+    timeout: Option<Duration>,
+    concurrency: Option<Concurrency>,
+    index: HashMap<String, usize>,
+}
+
+impl Workflow {
+    /// Parses and validates a definition from JSON.
+    pub fn parse(json: &Value) -> Result<Workflow, ValidationError> {
+        Self::new(parse_spec(json)?)
+    }
+
+    /// Validates a spec and indexes it.
+    pub fn new(spec: WorkflowSpec) -> Result<Workflow, ValidationError> {
+        check_sizes(&spec)?;
+        // Every expression of the definition in one jq program (the standard
+        // library compiled once); when that fails, compiling them one by one
+        // names the expression that does.
+        match crate::expr::together(|| Workflow::build(&spec)) {
+            Ok(Ok(parts)) => Ok(Workflow::assemble(spec, parts)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Workflow::build(&spec).map(|parts| Workflow::assemble(spec, parts)),
+        }
+    }
+
+    fn assemble(spec: WorkflowSpec, parts: Parts) -> Workflow {
+        let Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index } = parts;
+        Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index }
+    }
+
+    fn build(spec: &WorkflowSpec) -> Result<Parts, ValidationError> {
+        let (mut nodes, templates, index) = compile_nodes(spec)?;
+        let Graph { edges, mut incoming, mut outgoing } = compile_edges(spec, &index)?;
+        let topo_order = topological_order(spec, &edges, &incoming, &outgoing)?;
+        for (i, node) in nodes.iter_mut().enumerate() {
+            node.reads = reads_of(node, &incoming[i], &edges, &index);
+        }
+        // Item templates go after the user's nodes; a MAP reads what its
+        // template reads (the items' inputs are evaluated in its scope).
+        for (map, template) in templates {
+            let reads = reads_of(&template, &[], &edges, &index);
+            let at = nodes.len();
+            if let NodeKind::Map(m) = &mut nodes[map].kind {
+                m.template = at;
+            }
+            nodes[map].reads = match (nodes[map].reads.take(), reads) {
+                (Some(mut a), Some(b)) => {
+                    a.extend(b);
+                    a.sort_unstable();
+                    a.dedup();
+                    Some(a)
+                }
+                _ => None,
+            };
+            nodes.push(Node { item_of: Some(map), ..template });
+            incoming.push(Vec::new());
+            outgoing.push(Vec::new());
+        }
+        let output = match &spec.output {
+            Some(v) => Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("output{p}"), m))?),
+            None => None,
+        };
+        let timeout = match &spec.timeout {
+            None => None,
+            Some(t) => Some(positive_duration("timeout", t)?),
+        };
+        let concurrency = match &spec.concurrency {
+            None => None,
+            Some(c) => {
+                if !(1..=CONCURRENCY_MAX).contains(&c.max) {
+                    return Err(ValidationError::new(
+                        "concurrency.max",
+                        format!("must be a whole number from 1 to {CONCURRENCY_MAX}"),
+                    ));
+                }
+                let key = match &c.key {
+                    None => None,
+                    Some(k) if k.contains(".nodes") || k.contains(".secrets") => {
+                        return Err(ValidationError::new(
+                            "concurrency.key",
+                            "is computed when the run is created: it can read .input only",
+                        ))
+                    }
+                    Some(k) => Some(
+                        Template::compile(&Value::String(k.clone()))
+                            .map_err(|(_, m)| ValidationError::new("concurrency.key", m))?,
+                    ),
+                };
+                Some(Concurrency { key, max: c.max })
+            }
+        };
+        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index })
+    }
+
+    pub fn node_index(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+
+    /// A leaf has no outgoing edges; the run's output is its leaves' outputs.
+    /// (A MAP's item template is no leaf: it is not a node of the graph.)
+    pub fn is_leaf(&self, node: usize) -> bool {
+        self.outgoing[node].is_empty() && self.nodes[node].item_of.is_none()
+    }
+
+    /// The MAP node `id` names and its item template's index.
+    pub fn map_template(&self, map_id: &str) -> Option<usize> {
+        match &self.nodes[self.node_index(map_id)?].kind {
+            NodeKind::Map(m) => Some(m.template),
+            _ => None,
+        }
+    }
+}
+
+fn check_sizes(spec: &WorkflowSpec) -> Result<(), ValidationError> {
+    validate_name("name", &spec.name)?;
+    if spec.nodes.is_empty() {
+        return Err(ValidationError::new("nodes", "a workflow needs at least one node"));
+    }
+    if spec.nodes.len() > MAX_NODES {
+        return Err(ValidationError::new("nodes", format!("at most {MAX_NODES} nodes are allowed")));
+    }
+    if spec.edges.len() > MAX_EDGES {
+        return Err(ValidationError::new("edges", format!("at most {MAX_EDGES} edges are allowed")));
+    }
+    Ok(())
+}
+
+/// The compiled nodes, each MAP's item template with its MAP's index, and
+/// the nodes indexed by id (ids must be unique).
+type CompiledNodes = (Vec<Node>, Vec<(usize, Node)>, HashMap<String, usize>);
+
+fn compile_nodes(spec: &WorkflowSpec) -> Result<CompiledNodes, ValidationError> {
+    let mut index = HashMap::with_capacity(spec.nodes.len());
+    let mut nodes = Vec::with_capacity(spec.nodes.len());
+    let mut templates = Vec::new();
+    for (i, n) in spec.nodes.iter().enumerate() {
+        let at = node_path(i, &n.id);
+        validate_name(&format!("{at}.id"), &n.id)?;
+        if index.insert(n.id.clone(), i).is_some() {
+            return Err(ValidationError::new(at, format!("duplicate node id {:?}", n.id)));
+        }
+        let (node, template) = compile_node(&at, n)?;
+        nodes.push(node);
+        if let Some(t) = template {
+            templates.push((i, t));
+        }
+    }
+    Ok((nodes, templates, index))
+}
+
+/// The edges with their conditions compiled, and each node's in and out edges.
+struct Graph {
+    edges: Vec<Edge>,
+    incoming: Vec<Vec<usize>>,
+    outgoing: Vec<Vec<usize>>,
+}
+
+fn compile_edges(spec: &WorkflowSpec, index: &HashMap<String, usize>) -> Result<Graph, ValidationError> {
+    let mut g = Graph {
+        edges: Vec::with_capacity(spec.edges.len()),
+        incoming: vec![Vec::new(); spec.nodes.len()],
+        outgoing: vec![Vec::new(); spec.nodes.len()],
+    };
+    let mut seen = BTreeSet::new();
+    for (i, e) in spec.edges.iter().enumerate() {
+        let at = format!("edges[{i}]");
+        let from = *index
+            .get(&e.from)
+            .ok_or_else(|| ValidationError::new(format!("{at}.from"), format!("unknown node {:?}", e.from)))?;
+        let to = *index
+            .get(&e.to)
+            .ok_or_else(|| ValidationError::new(format!("{at}.to"), format!("unknown node {:?}", e.to)))?;
+        if !seen.insert((from, to)) {
+            return Err(ValidationError::new(at, format!("duplicate edge {:?} -> {:?}", e.from, e.to)));
+        }
+        let when = match &e.when {
+            Some(src) if src.contains(".secrets") => {
+                return Err(ValidationError::new(format!("{at}.when"), "conditions cannot read secrets"))
+            }
+            Some(src) => Some(Expr::compile(src).map_err(|m| ValidationError::new(format!("{at}.when"), m))?),
+            None => None,
+        };
+        g.incoming[to].push(g.edges.len());
+        g.outgoing[from].push(g.edges.len());
+        g.edges.push(Edge { from, to, when });
+    }
+    Ok(g)
+}
+
+/// The nodes `node`'s expressions and incoming conditions read, sorted;
+/// `None` when an expression may read any node.
+fn reads_of(node: &Node, incoming: &[usize], edges: &[Edge], index: &HashMap<String, usize>) -> Option<Vec<usize>> {
+    let mut sources = node.template.sources();
+    sources.extend(node.kind.sources());
+    sources.extend(incoming.iter().filter_map(|&e| edges[e].when.as_ref().map(|w| w.source())));
+    let mut reads = Vec::new();
+    for src in sources {
+        reads.extend(crate::expr::node_refs(src)?.iter().filter_map(|id| index.get(id).copied()));
+    }
+    reads.sort_unstable();
+    reads.dedup();
+    Some(reads)
+}
+
+/// Kahn's algorithm; whatever cannot be ordered lies on a cycle.
+fn topological_order(
+    spec: &WorkflowSpec,
+    edges: &[Edge],
+    incoming: &[Vec<usize>],
+    outgoing: &[Vec<usize>],
+) -> Result<Vec<usize>, ValidationError> {
+    let mut remaining: Vec<usize> = incoming.iter().map(Vec::len).collect();
+    let mut ready: Vec<usize> = (0..remaining.len()).filter(|&n| remaining[n] == 0).collect();
+    ready.reverse();
+    let mut order = Vec::with_capacity(remaining.len());
+    while let Some(n) = ready.pop() {
+        order.push(n);
+        for &e in &outgoing[n] {
+            let to = edges[e].to;
+            remaining[to] -= 1;
+            if remaining[to] == 0 {
+                ready.push(to);
+            }
+        }
+    }
+    if order.len() == remaining.len() {
+        return Ok(order);
+    }
+    let stuck: Vec<&str> =
+        (0..remaining.len()).filter(|&n| remaining[n] > 0).map(|n| spec.nodes[n].id.as_str()).collect();
+    Err(ValidationError::new("edges", format!("the edges form a cycle; nodes on or after it: {}", stuck.join(", "))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn http(id: &str) -> Value {
+        json!({"id": id, "type": "HTTP", "config": {"url": "http://127.0.0.1/x"}})
+    }
+
+    fn err(v: Value) -> ValidationError {
+        Workflow::parse(&v).expect_err("should be refused")
+    }
+
+    fn map(config: Value) -> Value {
+        json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": config}]})
+    }
+
+    #[test]
+    fn a_map_compiles_its_item_template_as_a_node_outside_the_graph() {
+        let wf = Workflow::parse(&json!({"name": "m", "nodes": [
+            http("a"),
+            {"id": "each", "type": "MAP", "config": {"items": "${ .nodes.a.output.list }", "max_concurrency": 5,
+             "node": {"type": "HTTP", "retry": {"max_attempts": 7}, "timeout": "10s",
+                      "config": {"url": "http://h/${ .item.id }?from=${ .nodes.a.output.x }"}}}}
+        ], "edges": [{"from": "a", "to": "each"}]}))
+        .unwrap();
+        let each = wf.node_index("each").unwrap();
+        let NodeKind::Map(m) = &wf.nodes[each].kind else { panic!("not a MAP") };
+        assert_eq!(m.max_concurrency, Some(5));
+        assert!(!m.continue_on_failure);
+        let template = &wf.nodes[m.template];
+        assert_eq!((template.item_of, template.retry.max_attempts), (Some(each), 7));
+        assert_eq!(template.timeout, Some(Duration::from_secs(10)));
+        assert_eq!(template.queue.as_deref(), Some("http"));
+        assert_eq!(wf.nodes[each].reads, Some(vec![0]), "the MAP reads what its items read");
+        assert!(wf.is_leaf(each) && !wf.is_leaf(m.template));
+        assert!(!wf.topo_order.contains(&m.template));
+        assert_eq!(wf.node_index("each[]"), None);
+    }
+
+    #[test]
+    fn a_sub_workflow_names_its_workflow_and_may_have_a_version_and_a_timeout() {
+        let sub =
+            |config: Value| json!({"name": "p", "nodes": [{"id": "c", "type": "SUB_WORKFLOW", "config": config}]});
+        let wf = Workflow::parse(&sub(json!({"workflow": "billing", "version": 2, "input": {"a": "${ .input.a }"}})))
+            .unwrap();
+        assert_eq!(wf.nodes[0].kind, NodeKind::SubWorkflow { workflow: "billing".into(), version: Some(2) });
+        assert_eq!(wf.nodes[0].queue, None, "not dispatched to workers");
+        let mut timed = sub(json!({"workflow": "billing"}));
+        timed["nodes"][0]["timeout"] = json!("1h");
+        assert_eq!(Workflow::parse(&timed).unwrap().nodes[0].timeout, Some(Duration::from_secs(3600)));
+        for (config, path) in [
+            (json!({}), "nodes[c].config.workflow"),
+            (json!({"workflow": "${ .input.w }"}), "nodes[c].config.workflow"),
+            (json!({"workflow": "b", "version": 0}), "nodes[c].config.version"),
+            (json!({"workflow": "b", "extra": 1}), "nodes[c].config.extra"),
+        ] {
+            assert_eq!(err(sub(config.clone())).path, path, "{config}");
+        }
+    }
+
+    #[test]
+    fn a_concurrency_limit_has_a_max_and_a_key_computed_from_the_input_alone() {
+        let spec = |c: Value| json!({"name": "c", "concurrency": c, "nodes": [http("a")]});
+        let wf = Workflow::parse(&spec(json!({"key": "${ .input.customer.id }", "max": 2}))).unwrap();
+        let limit = wf.concurrency.as_ref().unwrap();
+        assert_eq!(limit.max, 2);
+        assert_eq!(limit.key_of(&json!({"customer": {"id": "c-1"}})), Ok("c-1".into()));
+        assert_eq!(limit.key_of(&json!({"customer": {"id": 7}})), Ok("7".into()));
+        assert!(limit.key_of(&json!({"customer": {}})).unwrap_err().contains("must be a string or a number"));
+        assert!(limit.key_of(&json!({"customer": {"id": "k".repeat(600)}})).unwrap_err().contains("512"));
+        let whole = Workflow::parse(&spec(json!({"max": 1}))).unwrap();
+        assert_eq!(whole.concurrency.unwrap().key_of(&json!({})), Ok(String::new()), "one limit for the workflow");
+        for (c, path) in [
+            (json!({"max": 0}), "concurrency.max"),
+            (json!({"key": "${ .nodes.a.output }", "max": 1}), "concurrency.key"),
+            (json!({"key": "${ .input.x", "max": 1}), "concurrency.key"),
+            (json!({"max": 1, "per": "x"}), "concurrency"),
+            (json!({"key": "x"}), "concurrency"),
+        ] {
+            assert_eq!(err(spec(c.clone())).path, path, "{c}");
+        }
+    }
+
+    #[test]
+    fn objects_written_as_arrays_are_refused() {
+        // Serde would read `[]` as a struct of absent fields.
+        let mut node = http("a");
+        node["retry"] = json!([]);
+        assert_eq!(err(json!({"name": "w", "nodes": [node]})).path, "nodes[a].retry");
+        let e = err(json!({"name": "w", "nodes": [http("a"), http("b")], "edges": [["a", "b"]]}));
+        assert_eq!(e.path, "edges[0]");
+        assert_eq!(err(json!({"name": "w", "nodes": [http("a")], "concurrency": [1]})).path, "concurrency");
+        assert_eq!(err(json!({"name": "w", "nodes": [["a", "HTTP"]]})).path, "nodes[0]");
+    }
+
+    #[test]
+    fn a_bad_map_is_refused_naming_the_field() {
+        let node = json!({"type": "HTTP", "config": {"url": "http://h/x"}});
+        let cases = [
+            (map(json!({"node": node})), "nodes[each].config.items", "is required"),
+            (map(json!({"items": "plain", "node": node})), "nodes[each].config.items", "must be a list"),
+            (
+                map(json!({"items": [], "node": node, "max_concurrency": 0})),
+                "nodes[each].config.max_concurrency",
+                "from 1",
+            ),
+            (
+                map(json!({"items": [], "node": node, "on_item_failure": "ignore"})),
+                "nodes[each].config.on_item_failure",
+                "\"fail\" or \"continue\"",
+            ),
+            (map(json!({"items": []})), "nodes[each].config.node", "is required"),
+            (map(json!({"items": [], "node": node, "extra": 1})), "nodes[each].config.extra", "unknown field"),
+            (
+                map(json!({"items": [], "node": {"type": "MAP", "config": {}}})),
+                "nodes[each].config.node.type",
+                "SUB_WORKFLOW",
+            ),
+            (
+                map(json!({"items": [], "node": {"type": "WAIT", "config": {"duration": "1s"}}})),
+                "nodes[each].config.node.type",
+                "not supported per item",
+            ),
+            (
+                map(json!({"items": [], "node": {"type": "HTTP", "config": {}}})),
+                "nodes[each].config.node.config.url",
+                "is required",
+            ),
+            (
+                map(json!({"items": [], "node": {"id": "x", "type": "HTTP", "config": {"url": "http://h"}}})),
+                "nodes[each].config.node.id",
+                "no id",
+            ),
+        ];
+        for (spec, path, message) in cases {
+            let e = err(spec.clone());
+            assert_eq!(e.path, path, "{spec}");
+            assert!(e.message.contains(message), "{spec}: {}", e.message);
+        }
+        let mut retry_on_map = map(json!({"items": [], "node": node}));
+        retry_on_map["nodes"][0]["retry"] = json!({"max_attempts": 2});
+        assert_eq!(err(retry_on_map).path, "nodes[each].retry");
+    }
+
+    #[test]
+    fn accepts_a_diamond() {
+        let wf = Workflow::parse(&json!({
+            "name": "diamond",
+            "nodes": [http("a"), http("b"), http("c"), http("d")],
+            "edges": [{"from":"a","to":"b"},{"from":"a","to":"c"},{"from":"b","to":"d"},{"from":"c","to":"d"}]
+        }))
+        .unwrap();
+        assert_eq!(wf.topo_order.first(), Some(&0));
+        assert_eq!(wf.topo_order.last(), Some(&3));
+        assert_eq!(wf.nodes[0].queue.as_deref(), Some("http"));
+        assert!(wf.is_leaf(3) && !wf.is_leaf(0));
+    }
+
+    #[test]
+    fn refuses_cycles_naming_the_nodes() {
+        let e = err(json!({"name":"c","nodes":[http("a"), http("b")],
+            "edges":[{"from":"a","to":"b"},{"from":"b","to":"a"}]}));
+        assert!(e.message.contains("cycle") && e.message.contains('a') && e.message.contains('b'), "{e}");
+    }
+
+    #[test]
+    fn refuses_duplicate_ids_unknown_edges_and_empty_names() {
+        assert!(err(json!({"name":"d","nodes":[http("a"), http("a")]})).message.contains("duplicate node id"));
+        let e = err(json!({"name":"u","nodes":[http("a")],"edges":[{"from":"a","to":"zz"}]}));
+        assert_eq!(e.path, "edges[0].to");
+        assert!(e.message.contains("zz"));
+        assert_eq!(err(json!({"name":"","nodes":[http("a")]})).path, "name");
+        assert_eq!(err(json!({"name":"x","nodes":[]})).path, "nodes");
+    }
+
+    #[test]
+    fn a_node_timeout_is_for_dispatched_nodes_and_a_duration() {
+        let ok = Workflow::parse(&json!({"name": "x", "nodes": [{"id": "a", "type": "HTTP",
+            "config": {"url": "http://h"}, "timeout": "30s"}]}))
+        .unwrap();
+        assert_eq!(ok.nodes[0].timeout, Some(Duration::from_secs(30)));
+        let e = err(
+            json!({"name": "x", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}, "timeout": "5s"}]}),
+        );
+        assert_eq!(e.path, "nodes[w].timeout");
+        let e = err(
+            json!({"name": "x", "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}, "timeout": "soon"}]}),
+        );
+        assert_eq!(e.path, "nodes[a].timeout");
+    }
+
+    #[test]
+    fn an_unknown_function_is_named_with_its_node_and_field() {
+        let e = err(json!({"name": "x", "nodes": [http("a"),
+            {"id": "t", "type": "TRANSFORM", "config": {"output": {"v": "${ nope_not_here }"}}}]}));
+        assert_eq!(e.path, "nodes[t].config.output.v", "{e}");
+        assert!(e.message.contains("nope_not_here"), "{e}");
+    }
+
+    #[test]
+    fn refuses_unknown_fields_and_bad_config_naming_the_node() {
+        let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},"colour":1}]}));
+        assert_eq!(e.path, "nodes[a]");
+        assert!(e.message.contains("colour"), "{e}");
+        let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{}}]}));
+        assert_eq!(e.path, "nodes[a].config.url");
+        let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h","timeout":"ten"}}]}));
+        assert_eq!(e.path, "nodes[a].config.timeout");
+        let e = err(json!({"name":"x","nodes":[{"id":"w","type":"WAIT","config":{"duration":"5"}}]}));
+        assert_eq!(e.path, "nodes[w].config.duration");
+        let e = err(json!({"name":"x","nodes":[http("a")],"extra":true}));
+        assert_eq!(e.path, "extra");
+        let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},
+            "retry":{"max_attempts":0}}]}));
+        assert_eq!(e.path, "nodes[a].retry.max_attempts");
+    }
+
+    #[test]
+    fn custom_types_go_to_their_lowercase_queue() {
+        let wf = Workflow::parse(&json!({"name":"x","nodes":[
+            {"id":"r","type":"resize-image"},
+            {"id":"q","type":"resize-image","queue":"gpu"},
+            {"id":"w","type":"WAIT","config":{"duration":"1s"}}]}))
+        .unwrap();
+        assert_eq!(wf.nodes[0].kind, NodeKind::Custom);
+        assert_eq!(wf.nodes[0].queue.as_deref(), Some("resize-image"));
+        assert_eq!(wf.nodes[1].queue.as_deref(), Some("gpu"));
+        assert_eq!(wf.nodes[2].queue, None);
+        assert_eq!(wf.nodes[2].kind, NodeKind::Wait(WaitFor::Duration(Duration::from_secs(1))));
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy {
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(100),
+            multiplier: 2.0,
+            max_backoff: Duration::from_millis(500),
+        };
+        let got: Vec<u64> = (1..=5).map(|a| p.backoff(a).as_millis() as u64).collect();
+        assert_eq!(got, vec![100, 200, 400, 500, 500]);
+    }
+}

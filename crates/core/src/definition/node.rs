@@ -1,0 +1,182 @@
+//! A validated node: its kind, where it is dispatched, how it is retried
+//! and how long one attempt may take.
+
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::check::{positive_duration, validate_name, ValidationError};
+use super::kind::NodeKind;
+use super::spec::{NodeSpec, RetrySpec};
+use crate::duration;
+use crate::expr::Template;
+
+/// Upper bounds that keep one definition from exhausting the engine.
+/// The queue of a node type that names none: its name in lower case.
+pub fn default_queue(node_type: &str) -> String {
+    node_type.to_ascii_lowercase()
+}
+
+/// A validated node with everything the engine needs precomputed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub id: String,
+    pub node_type: String,
+    pub kind: NodeKind,
+    /// The stream family this node is dispatched to (`None` for nodes the
+    /// coordinator resolves itself, such as WAIT).
+    pub queue: Option<String>,
+    pub config: Value,
+    /// `config` with its `${ … }` expressions compiled.
+    pub template: Template,
+    /// Node indices this node's expressions and incoming conditions read;
+    /// `None` when they may read any node.
+    pub reads: Option<Vec<usize>>,
+    pub retry: RetryPolicy,
+    /// The longest one attempt may take (dispatched nodes only).
+    pub timeout: Option<Duration>,
+    /// For a MAP's item template, the index of its MAP node. Templates come
+    /// after the user's nodes in [`Workflow::nodes`], with no edges.
+    pub item_of: Option<usize>,
+}
+
+impl Node {
+    /// The queue a dispatch of this node goes to. Only HTTP and custom nodes
+    /// are dispatched, and theirs is always resolved at validation; the
+    /// fallback keeps this total.
+    pub fn dispatch_queue(&self) -> &str {
+        self.queue.as_deref().unwrap_or(&self.node_type)
+    }
+}
+
+/// How a failed attempt is retried: `max_attempts` in all, waiting
+/// `initial_backoff * multiplier^(attempt-1)`, capped at `max_backoff`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub multiplier: f64,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Three attempts, 1 s then 2 s apart: enough to ride out a blip without
+    /// hiding a broken endpoint for long.
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            initial_backoff: Duration::from_secs(1),
+            multiplier: 2.0,
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `failed_attempt + 1`.
+    pub fn backoff(&self, failed_attempt: u32) -> Duration {
+        let exp = failed_attempt.saturating_sub(1).min(64) as i32;
+        let ms = self.initial_backoff.as_millis() as f64 * self.multiplier.powi(exp);
+        let capped = ms.min(self.max_backoff.as_millis() as f64).max(0.0);
+        Duration::from_millis(capped as u64)
+    }
+}
+
+/// Compiles a node; a MAP also returns the node its items run, compiled as
+/// a node of its own.
+pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>), ValidationError> {
+    if n.node_type.is_empty() {
+        return Err(ValidationError::new(format!("{at}.type"), "must not be empty"));
+    }
+    let config = match &n.config {
+        Value::Null => Value::Object(Map::new()),
+        v @ Value::Object(_) => v.clone(),
+        _ if n.node_type == "MAP" => {
+            return Err(ValidationError::new(format!("{at}.config"), "must be an object with items and node"))
+        }
+        _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object")),
+    };
+    let (kind, per_item) = NodeKind::compile(at, n, &config)?;
+    let traits = kind.traits();
+    if traits.has_items {
+        for (name, set) in
+            [("retry", n.retry.is_some()), ("timeout", n.timeout.is_some()), ("queue", n.queue.is_some())]
+        {
+            if set {
+                return Err(ValidationError::new(
+                    format!("{at}.{name}"),
+                    format!("a MAP has no {name} of its own: set it on config.node, which each item runs"),
+                ));
+            }
+        }
+    }
+    let template = match traits.has_items {
+        // A MAP's config is read by its kind; each item evaluates its node's.
+        true => Template::compile(&json!({})).expect("an empty template compiles"),
+        false => Template::compile(&config).map_err(|(p, m)| ValidationError::new(format!("{at}.config{p}"), m))?,
+    };
+    let retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
+    let queue = match (&n.queue, traits.dispatched) {
+        (Some(q), _) => {
+            validate_name(&format!("{at}.queue"), q)?;
+            traits.dispatched.then(|| q.clone())
+        }
+        (None, true) => Some(default_queue(&n.node_type)),
+        (None, false) => None,
+    };
+    let timeout = match &n.timeout {
+        None => None,
+        Some(_) if !traits.timed => {
+            return Err(ValidationError::new(
+                format!("{at}.timeout"),
+                "only HTTP, custom and SUB_WORKFLOW nodes take a timeout (WAIT_FOR_EVENT has config.timeout)",
+            ))
+        }
+        Some(t) => Some(positive_duration(&format!("{at}.timeout"), t)?),
+    };
+    let node = Node {
+        id: n.id.clone(),
+        node_type: n.node_type.clone(),
+        kind,
+        queue,
+        config: if traits.has_items { n.config.clone() } else { config },
+        template,
+        reads: None,
+        retry,
+        timeout,
+        item_of: None,
+    };
+    let item = match per_item {
+        Some(spec) => Some(compile_node(&format!("{at}.config.node"), &spec)?.0),
+        None => None,
+    };
+    Ok((node, item))
+}
+
+fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, ValidationError> {
+    let mut policy = RetryPolicy::default();
+    let Some(spec) = spec else { return Ok(policy) };
+    if let Some(n) = spec.max_attempts {
+        if !(1..=1000).contains(&n) {
+            return Err(ValidationError::new(format!("{at}.max_attempts"), "must be between 1 and 1000"));
+        }
+        policy.max_attempts = n;
+    }
+    if let Some(d) = &spec.initial_backoff {
+        policy.initial_backoff =
+            duration::parse(d).map_err(|e| ValidationError::new(format!("{at}.initial_backoff"), e))?;
+    }
+    if let Some(m) = spec.multiplier {
+        if !(1.0..=100.0).contains(&m) {
+            return Err(ValidationError::new(format!("{at}.multiplier"), "must be between 1 and 100"));
+        }
+        policy.multiplier = m;
+    }
+    if let Some(d) = &spec.max_backoff {
+        policy.max_backoff = duration::parse(d).map_err(|e| ValidationError::new(format!("{at}.max_backoff"), e))?;
+    }
+    if policy.max_backoff < policy.initial_backoff {
+        policy.max_backoff = policy.initial_backoff;
+    }
+    Ok(policy)
+}

@@ -1,0 +1,203 @@
+//! A definition as the user writes it, read from JSON: unknown fields are
+//! refused, and an object written as an array is refused too.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::check::ValidationError;
+
+/// A definition as the user writes it. Unknown fields are refused.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", schema(example = json!({
+    "name": "example",
+    "nodes": [{"id": "greet", "type": "TRANSFORM", "config": {"output": {"greeting": "hello ${ .input.name }"}}}]
+})))]
+pub struct WorkflowSpec {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub description: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 10_000))]
+    pub nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<EdgeSpec>>))]
+    pub edges: Vec<EdgeSpec>,
+    /// The run's output, a template over `{input, nodes, run}`; by default the
+    /// completed leaf nodes' outputs keyed by node id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
+    pub output: Option<Value>,
+    /// How long a whole run may take, from its start; past it the run fails
+    /// and its open tasks are cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1h"))]
+    pub timeout: Option<String>,
+    /// At most `max` runs open at once (per value of `key`, an expression
+    /// over `{input}`); the others wait QUEUED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<ConcurrencySpec>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencySpec {
+    /// An expression over `{input}`: one limit per value (one for the
+    /// whole workflow without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub key: Option<String>,
+    #[serde(deserialize_with = "crate::whole::int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100_000))]
+    pub max: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
+    pub id: String,
+    /// HTTP, WAIT, WAIT_FOR_EVENT, TRANSFORM, MAP, SUB_WORKFLOW, or a custom
+    /// type. A MAP's config is `{items, max_concurrency?, on_item_failure?
+    /// (fail|continue), node}`: `items` a list or an expression yielding one,
+    /// `node` the node each item runs (HTTP, TRANSFORM, SUB_WORKFLOW or a
+    /// custom type, with `.item` and `.index` bound). A SUB_WORKFLOW's config
+    /// is `{workflow, version?, input?}`: a child run whose output is the
+    /// node's output.
+    #[serde(rename = "type")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.-]{1,128}$"))]
+    pub node_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::Name>))]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonObject>))]
+    pub config: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
+    /// How long one attempt of a dispatched node (HTTP, custom) or a
+    /// SUB_WORKFLOW may take, from its start (`"30s"`); the attempt then
+    /// fails retryably.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub timeout: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::opt_int")]
+    pub max_attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1s"))]
+    pub initial_backoff: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1m"))]
+    pub max_backoff: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct EdgeSpec {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
+    pub from: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
+    pub to: String,
+    /// A jq expression yielding a boolean: the edge is taken when true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub when: Option<String>,
+}
+
+/// Deserializes a spec, naming the node whose fields are wrong.
+pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
+    let obj =
+        json.as_object().ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
+    for key in obj.keys() {
+        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges" | "output" | "timeout" | "concurrency") {
+            return Err(ValidationError::new(
+                key.as_str(),
+                "unknown field (expected name, description, nodes, edges, output, timeout, concurrency)",
+            ));
+        }
+    }
+    let name = match obj.get("name") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(ValidationError::new("name", "must be a string")),
+        None => return Err(ValidationError::new("name", "is required")),
+    };
+    let description = match obj.get("description") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ValidationError::new("description", "must be a string")),
+    };
+    let raw_nodes = match obj.get("nodes") {
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(ValidationError::new("nodes", "must be an array")),
+        None => return Err(ValidationError::new("nodes", "is required")),
+    };
+    let mut nodes = Vec::with_capacity(raw_nodes.len());
+    for (i, raw) in raw_nodes.iter().enumerate() {
+        let id = raw.get("id").and_then(Value::as_str).unwrap_or("");
+        object_or_null(raw, &node_path(i, id))?;
+        if let Some(retry) = raw.get("retry") {
+            object_or_null(retry, &format!("{}.retry", node_path(i, id)))?;
+        }
+        let node: NodeSpec =
+            serde_json::from_value(raw.clone()).map_err(|e| ValidationError::new(node_path(i, id), e.to_string()))?;
+        nodes.push(node);
+    }
+    let edges = match obj.get("edges") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => {
+            let mut edges = Vec::with_capacity(a.len());
+            for (i, raw) in a.iter().enumerate() {
+                object_or_null(raw, &format!("edges[{i}]"))?;
+                let edge: EdgeSpec = serde_json::from_value(raw.clone())
+                    .map_err(|e| ValidationError::new(format!("edges[{i}]"), e.to_string()))?;
+                edges.push(edge);
+            }
+            edges
+        }
+        Some(_) => return Err(ValidationError::new("edges", "must be an array")),
+    };
+    let output = obj.get("output").filter(|v| !v.is_null()).cloned();
+    let timeout = match obj.get("timeout") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ValidationError::new("timeout", "must be a duration string such as \"1h\"")),
+    };
+    let concurrency = match obj.get("concurrency") {
+        None | Some(Value::Null) => None,
+        Some(c) => Some(object_or_null(c, "concurrency").and_then(|()| {
+            serde_json::from_value(c.clone())
+                .map_err(|e| ValidationError::new("concurrency", format!("{e} (expected {{key?, max}})")))
+        })?),
+    };
+    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency })
+}
+
+/// Serde reads a struct from an array of its fields too (`"retry": []`):
+/// a definition's objects must be written as objects.
+fn object_or_null(v: &Value, path: &str) -> Result<(), ValidationError> {
+    match v {
+        Value::Object(_) | Value::Null => Ok(()),
+        _ => Err(ValidationError::new(path, "must be an object")),
+    }
+}
+
+pub(crate) fn node_path(i: usize, id: &str) -> String {
+    if id.is_empty() {
+        format!("nodes[{i}]")
+    } else {
+        format!("nodes[{id}]")
+    }
+}
