@@ -14,6 +14,7 @@ use serde_json::Value;
 use composer_config::non_empty;
 
 use crate::cli::{ClientArgs, EventCommand, RunCommand, ScheduleCommand, WorkflowCommand};
+use crate::input::{read_spec, usage, Failure, NOT_FOUND, RUN_FAILED, UNAVAILABLE, USAGE, WAIT_TIMED_OUT};
 use crate::output::{self, Format};
 
 type Method = reqwest::Method;
@@ -22,24 +23,6 @@ fn api(args: &ClientArgs) -> anyhow::Result<Client> {
     let http =
         reqwest::Client::builder().timeout(Duration::from_secs(90)).build().context("building the HTTP client")?;
     Ok(Client::new(http, &args.url, non_empty(&args.api_token)))
-}
-
-/// Why a client command stopped, with its exit status (`cli::EXIT_STATUS`).
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct Failure {
-    pub code: u8,
-    pub message: String,
-}
-
-pub const RUN_FAILED: u8 = 1;
-pub const USAGE: u8 = 2;
-pub const NOT_FOUND: u8 = 3;
-pub const UNAVAILABLE: u8 = 4;
-pub const WAIT_TIMED_OUT: u8 = 5;
-
-fn usage(message: impl Into<String>) -> anyhow::Error {
-    Failure { code: USAGE, message: message.into() }.into()
 }
 
 /// The exit status of an error from a client command.
@@ -90,26 +73,6 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A definition from a JSON or YAML file (by its extension), or from
-/// standard input for `-` (JSON or YAML: YAML reads JSON too).
-pub fn read_spec(file: &std::path::Path) -> anyhow::Result<Value> {
-    let stdin = file.as_os_str() == "-";
-    let text = if stdin {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| usage(format!("standard input: {e}")))?;
-        text
-    } else {
-        std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read {}: {e}", file.display())))?
-    };
-    let is_yaml = stdin || matches!(file.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
-    Ok(if is_yaml {
-        yaml_serde::from_str(&text).map_err(|e| usage(format!("{} is not valid YAML: {e}", file.display())))?
-    } else {
-        serde_json::from_str(&text).map_err(|e| usage(format!("{} is not valid JSON: {e}", file.display())))?
-    })
 }
 
 pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> {

@@ -1,5 +1,10 @@
 //! `composer`: the one binary. Server roles (`dev`, `coordinator`, `worker`,
 //! `migrate`) and the client commands that talk to a coordinator's API.
+//!
+//! - `cli`: the commands and their flags; `dev`: the server roles and the
+//!   embedded services; `client`: the commands that call the API, `output`
+//!   how they print, `input` the files they read; `simulate`: a definition
+//!   offline; `bench`: `composer bench`.
 
 #![allow(clippy::print_stderr)] // a command-line tool: its errors and progress go to stderr
 
@@ -7,6 +12,7 @@ mod bench;
 mod cli;
 mod client;
 mod dev;
+mod input;
 mod output;
 mod simulate;
 

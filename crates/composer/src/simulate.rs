@@ -35,7 +35,7 @@ pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], json
 }
 
 fn prepare(file: &Path, input: &str, mocks: &[String], failures: &[String]) -> anyhow::Result<(Workflow, Options)> {
-    let spec = crate::client::read_spec(file)?;
+    let spec = crate::input::read_spec(file)?;
     let wf = Workflow::parse(&spec).map_err(|e| anyhow!("{} is not a valid definition: {e}", file.display()))?;
     let input = json_arg(input).context("--input")?;
     let mut opts = Options { input, ..Default::default() };

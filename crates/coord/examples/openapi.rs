@@ -1,3 +1,3 @@
 fn main() {
-    print!("{}", composer_coord::http::doc::json());
+    print!("{}", composer_coord::http::json());
 }

@@ -9,10 +9,17 @@
 //! - [`listener`]: LISTEN/NOTIFY wake-ups for the outbox and run waiters.
 //! - [`loops`]: timers (and the other periodic work).
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
-//! - [`Config`]: every setting, its flag, variable and default.
+//! - [`tasks`]: how the coordinator leases tasks for the task API's workers.
+//! - [`schedules`]: the timer loop's pass that fires schedules.
+//! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
+//!   start (in order) and stop.
+//! - [`auth`]: bearer tokens compared in constant time.
+//! - `ui`: the web UI at `/ui`.
+//! - [`Config`] (`config`): every setting, its flag, variable and default.
 
 pub mod auth;
 mod config;
+pub mod coordinator;
 pub mod engine;
 pub mod http;
 pub mod listener;
@@ -20,234 +27,10 @@ pub mod loops;
 pub mod outbox;
 pub mod publish;
 pub mod schedules;
+pub mod shared;
 pub mod tasks;
 mod ui;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use composer_stream::{Keys, Streams};
-use tokio::net::TcpListener;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
-
 pub use crate::config::Config;
-use crate::engine::Engine;
-use crate::listener::RunWatch;
-
-/// Shared by the API, the engine and the loops of one coordinator.
-pub struct Shared {
-    pub config: Config,
-    pub pool: composer_store::Pool,
-    pub streams: Streams,
-    pub engine: Arc<Engine>,
-    pub outbox_wake: Arc<Notify>,
-    pub runs: RunWatch,
-    /// Set when the coordinator begins to stop: `/readyz` answers 503 and
-    /// long-polls answer at once, so a load balancer moves on and no request
-    /// holds the stop up.
-    pub draining: CancellationToken,
-    /// Woken after the outbox published: task-API long-polls read then
-    /// rather than at their next idle read.
-    pub published: Notify,
-    /// The streams whose consumer group the task API made sure of.
-    pub task_api_groups: std::sync::Mutex<std::collections::HashSet<String>>,
-}
-
-/// A started coordinator. Dropping it does not stop it; call [`Running::stop`].
-pub struct Running {
-    pub addr: SocketAddr,
-    pub shared: Arc<Shared>,
-    shutdown: CancellationToken,
-    tasks: tokio::task::JoinSet<()>,
-}
-
-impl Running {
-    /// Marks the coordinator as going away while it still serves:
-    /// `/readyz` answers 503 and long-polls return what they have.
-    pub fn drain(&self) {
-        self.shared.draining.cancel();
-    }
-
-    /// Stops serving and the loops, and waits for them to end.
-    pub async fn stop(mut self) {
-        self.drain();
-        self.shutdown.cancel();
-        while self.tasks.join_next().await.is_some() {}
-    }
-
-    /// Stops at once, without waiting: what a crash looks like to the others.
-    pub fn abort(mut self) {
-        self.tasks.abort_all();
-    }
-}
-
-/// Why a coordinator could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("invalid configuration: {0}")]
-    Config(#[from] composer_config::ConfigError),
-    #[error("cannot listen on {addr} (--listen, COMPOSER_LISTEN): {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
-    #[error("cannot write the bound address to {path} (--addr-file, COMPOSER_ADDR_FILE): {source}")]
-    AddrFile { path: std::path::PathBuf, source: std::io::Error },
-    #[error("PostgreSQL (--database-url, COMPOSER_DATABASE_URL): {0}")]
-    Store(#[from] composer_store::Error),
-    #[error("Redis (--redis-url, COMPOSER_REDIS_URL): {0}")]
-    Stream(#[from] composer_stream::Error),
-}
-
-/// Prepares storage and starts the coordinator, in the start-up order of
-/// docs/architecture.md:
-/// migrations and partitions (no run can be inserted without one), then the
-/// shard count (workers need it), then one recovery pass (so whatever was
-/// orphaned while the cluster was down goes out in the outbox's first batch),
-/// then the outbox, the loops and the API.
-pub async fn start(config: Config) -> Result<Running, Error> {
-    let config = config.validated()?;
-    let listener =
-        TcpListener::bind(config.listen).await.map_err(|source| Error::Listen { addr: config.listen, source })?;
-    let addr = listener.local_addr().map_err(|source| Error::Listen { addr: config.listen, source })?;
-    tracing::info!(%addr, stream_shards = config.stream_shards, "starting coordinator");
-
-    let pool = prepare_storage(&config).await?;
-    let streams = Streams::connect_with(
-        &config.redis.url,
-        Keys::new(config.redis.prefix.clone()),
-        config.redis.ca_file.as_deref(),
-    )
-    .await?;
-    streams.publish_shard_count(config.stream_shards).await?;
-
-    let outbox_wake = Arc::new(Notify::new());
-    // A coordinator that runs no enqueuer publishes nothing itself either:
-    // its rows are due at once, for the others.
-    let (publisher, publish_inbox) = match config.run_outbox {
-        true => {
-            let (p, inbox) = publish::Publisher::new();
-            (Some(Arc::new(p)), Some(inbox))
-        }
-        false => (None, None),
-    };
-    let engine = Engine::new(
-        pool.clone(),
-        config.stream_shards,
-        outbox_wake.clone(),
-        publisher.clone().map(|p| (p, config.outbox_publish_grace)),
-        config.max_payload,
-        config.engine_queue,
-    );
-    let shared = Arc::new(Shared {
-        engine: Arc::new(engine),
-        pool,
-        streams,
-        outbox_wake,
-        runs: RunWatch::new(),
-        config,
-        draining: CancellationToken::new(),
-        task_api_groups: Default::default(),
-        published: Notify::new(),
-    });
-    let shutdown = CancellationToken::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    if let (Some(publisher), Some(inbox)) = (publisher, publish_inbox) {
-        tasks.spawn(publish::run(shared.clone(), publisher, inbox, shutdown.clone()));
-    }
-    for _ in 0..shared.config.engine_workers {
-        tasks.spawn(shared.engine.clone().run_batches(shutdown.clone()));
-    }
-    loops::recover_tasks(&shared).await;
-    spawn_loops(&shared, &shutdown, &mut tasks);
-    serve(listener, &shared, &shutdown, &mut tasks);
-    write_addr_file(&shared.config, addr)?;
-    composer_metrics::set(
-        composer_metrics::BUILD_INFO,
-        &[("version", env!("CARGO_PKG_VERSION")), ("role", "coordinator")],
-        1.0,
-    );
-    Ok(Running { addr, shared, shutdown, tasks })
-}
-
-/// Migrates, and creates the partitions no run can be inserted without.
-async fn prepare_storage(config: &Config) -> Result<composer_store::Pool, Error> {
-    let pool = composer_store::connect(&config.database.url, config.db_pool_size, config.db_timeout)?;
-    let mut client = composer_store::client(&pool).await?;
-    let applied = composer_store::migrations::migrate(&mut client).await?;
-    if applied > 0 {
-        tracing::info!(applied, "applied migrations");
-    }
-    loops::maintain_partitions(&client, config.partition_months_ahead, config.retention_days).await?;
-    Ok(pool)
-}
-
-/// The periodic work of every coordinator: recovery, timers, partitions,
-/// metrics (and the outbox and its wake-ups, when this one publishes).
-fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut tokio::task::JoinSet<()>) {
-    tasks.spawn(listener::run(shared.clone(), shutdown.clone()));
-    if shared.config.run_outbox {
-        tasks.spawn(outbox::run(shared.clone(), shutdown.clone()));
-    }
-    let c = &shared.config;
-    tasks.spawn(loops::every(shutdown.clone(), c.recovery_interval, shared.clone(), |s| {
-        Box::pin(async move { loops::recover_tasks(&s).await })
-    }));
-    tasks.spawn(loops::every(shutdown.clone(), c.timer_interval, shared.clone(), |s| {
-        Box::pin(async move {
-            if let Err(e) = loops::fire_due_waits(&s).await {
-                tracing::warn!(error = %e, "firing due timers failed");
-            }
-            if let Err(e) = loops::start_queued_runs(&s).await {
-                tracing::warn!(error = %e, "starting queued runs failed");
-            }
-            if let Err(e) = schedules::fire_due(&s).await {
-                tracing::warn!(error = %e, "firing schedules failed");
-            }
-        })
-    }));
-    tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
-        Box::pin(async move {
-            let result = async {
-                let client = composer_store::client(&s.pool).await?;
-                if let Err(e) = schedules::forget_old_fires(&client).await {
-                    tracing::warn!(error = %e, "forgetting old schedule fires failed");
-                }
-                loops::maintain_partitions(&client, s.config.partition_months_ahead, s.config.retention_days).await
-            };
-            if let Err(e) = result.await {
-                tracing::error!(error = %e, "partition maintenance failed");
-            }
-        })
-    }));
-    tasks.spawn(loops::every(shutdown.clone(), c.metrics_interval, shared.clone(), |s| {
-        Box::pin(async move {
-            if let Err(e) = loops::sample_metrics(&s).await {
-                tracing::warn!(error = %e, "sampling metrics failed");
-            }
-        })
-    }));
-}
-
-fn serve(
-    listener: TcpListener,
-    shared: &Arc<Shared>,
-    shutdown: &CancellationToken,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
-    let app = http::router(shared.clone());
-    let shutdown = shutdown.clone();
-    tasks.spawn(async move {
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
-        if let Err(e) = server.await {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    });
-}
-
-/// Writes `http://addr` to `--addr-file`, atomically (scripts poll for it).
-fn write_addr_file(config: &Config, addr: SocketAddr) -> Result<(), Error> {
-    let Some(path) = &config.addr_file else { return Ok(()) };
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("http://{addr}"))
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|source| Error::AddrFile { path: path.clone(), source })
-}
+pub use crate::coordinator::{start, Error, Running};
+pub use crate::shared::Shared;

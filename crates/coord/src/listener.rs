@@ -7,38 +7,10 @@ use std::time::Duration;
 
 use composer_store::notifications::Listener;
 use composer_store::transitions::{OUTBOX_CHANNEL, RUN_DONE_CHANNEL};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::Shared;
-
-/// Tells long-polling requests that a run ended. `Uuid::nil()` means "the
-/// listener reconnected: re-check whatever you wait for".
-#[derive(Clone)]
-pub struct RunWatch {
-    tx: broadcast::Sender<Uuid>,
-}
-
-impl Default for RunWatch {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl RunWatch {
-    pub fn new() -> RunWatch {
-        RunWatch { tx: broadcast::channel(1024).0 }
-    }
-
-    pub fn subscribe(&self) -> broadcast::Receiver<Uuid> {
-        self.tx.subscribe()
-    }
-
-    pub fn notify(&self, run_id: Uuid) {
-        let _ = self.tx.send(run_id);
-    }
-}
+use crate::shared::Shared;
 
 pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut backoff = Duration::from_millis(100);

@@ -12,7 +12,7 @@ use composer_core::machine::Event;
 use composer_store::{partitions, recovery, stats, timers, Client};
 use tokio_util::sync::CancellationToken;
 
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Calls `f` every `interval` until `shutdown`.
 pub async fn every<F>(shutdown: CancellationToken, interval: Duration, shared: Arc<Shared>, f: F)
@@ -143,6 +143,20 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
             }
         }
         Err(e) => tracing::error!(error = %e, "recovery: finding unreported child runs failed"),
+    }
+    match composer_store::runs::childless_attempts(client, STRANDED_EVENT_AGE, 1000).await {
+        Ok(attempts) => {
+            for (run_id, task_id, attempt) in attempts {
+                match shared.engine.start_child(run_id, task_id, attempt).await {
+                    Ok(()) => {
+                        composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "child_start")], 1);
+                        tracing::warn!(%run_id, %task_id, attempt, "recovery: started a child run its coordinator did not");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "recovery: starting a child run failed; will retry"),
+                }
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "recovery: finding attempts without their child run failed"),
     }
     match composer_store::runs::orphaned_children(client, STRANDED_EVENT_AGE, 1000).await {
         Ok(children) => {

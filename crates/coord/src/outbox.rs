@@ -13,7 +13,7 @@ use composer_store::outbox;
 use composer_stream::Keys;
 use tokio_util::sync::CancellationToken;
 
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Longest wait between publish retries of one row while Redis is down.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);

@@ -10,7 +10,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::engine::{EngineError, Started};
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Fire times this many past are forgotten by the fires table (the key
 /// there only guards fire times still being handled).

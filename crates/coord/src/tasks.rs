@@ -27,7 +27,7 @@ use composer_api::LeasedTask;
 use composer_store::leases::LeaseManager;
 use uuid::Uuid;
 
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Why a poll could not lease: the store or Redis is down.
 #[derive(Debug, thiserror::Error)]

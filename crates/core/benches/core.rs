@@ -46,12 +46,12 @@ fn run_all(wf: &Workflow) -> usize {
         Uuid::from_u128(n)
     };
     let now = Utc::now();
-    let mut pending: Vec<usize> = apply(wf, &mut run, &Event::RunStarted, now, &mut ids).dispatch;
+    let mut pending: Vec<usize> = apply(wf, &mut run, Event::RunStarted, now, &mut ids).dispatch;
     let mut events = 1;
     while let Some(t) = pending.pop() {
         let task = &run.tasks[t];
         let e = Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!({"ok": true}) };
-        pending.extend(apply(wf, &mut run, &e, now, &mut ids).dispatch);
+        pending.extend(apply(wf, &mut run, e, now, &mut ids).dispatch);
         events += 1;
     }
     assert!(run.tasks.iter().all(|t| t.state == TaskState::Completed));

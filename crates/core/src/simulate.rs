@@ -78,13 +78,13 @@ pub fn simulate(wf: &Workflow, opts: &Options) -> Report {
     };
     let mut now: DateTime<Utc> = DateTime::<Utc>::UNIX_EPOCH;
     let mut run = Run::new(new_id(), opts.input.clone());
-    machine::apply(wf, &mut run, &Event::RunStarted, now, &mut new_id);
+    machine::apply(wf, &mut run, Event::RunStarted, now, &mut new_id);
     for _ in 0..MAX_EVENTS {
         if run.status != RunStatus::Running {
             break;
         }
         let Some(event) = next_event(wf, &run, opts, &mut now) else { break };
-        machine::apply(wf, &mut run, &event, now, &mut new_id);
+        machine::apply(wf, &mut run, event, now, &mut new_id);
     }
     report(wf, &run)
 }

@@ -61,7 +61,7 @@ metrics! {
     OUTBOX_PUBLISH_FAILURES: Counter, "composer_outbox_publish_failures_total",
         "Outbox batches that failed to publish (rows went to RETRY).";
     RECOVERIES: Counter, "composer_recoveries_total",
-        "Tasks re-dispatched by the recovery sweeps, by kind (expired_lease, lost_dispatch).";
+        "What the recovery sweeps repaired, by kind (expired_lease, lost_dispatch, max_dispatches, stranded_event, child_result, child_start, orphaned_child).";
     TIMERS_FIRED: Counter, "composer_timers_fired_total", "Timers fired (WAIT nodes and retry backoffs).";
     SCHEDULE_FIRES: Counter, "composer_schedule_fires_total",
         "Schedule fire times by outcome: started, skipped (overlap), buffered, missed (past the catch-up window), failed (the run could not start).";

@@ -212,24 +212,28 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
     RunRow::from_row(&row)
 }
 
-/// The state machine's view of a run.
-pub fn to_machine(wf: &Workflow, run: &RunRow, tasks: &[TaskRow]) -> Result<machine::Run> {
-    let tasks = tasks.iter().map(|t| to_machine_task(wf, t)).collect::<Result<Vec<_>>>()?;
+/// The state machine's view of a run. The run's data (input, output,
+/// error) and the tasks' are moved out of the rows, not copied: the row is
+/// left with its metadata only.
+pub fn into_machine(wf: &Workflow, run: &mut RunRow, tasks: Vec<TaskRow>) -> Result<machine::Run> {
+    let tasks = tasks.into_iter().map(|t| to_machine_task(wf, t)).collect::<Result<Vec<_>>>()?;
     Ok(machine::Run {
         id: run.id,
         status: run.status,
-        input: run.input.clone(),
-        output: run.output.clone(),
-        error: run.error.clone(),
+        input: std::mem::take(&mut run.input),
+        output: run.output.take(),
+        error: run.error.take(),
         tasks,
         max_payload: composer_core::storable::DEFAULT_MAX_PAYLOAD,
         deadline: run.deadline,
+        parent: run.parent.map(|p| machine::ParentRef { run_id: p.run_id, task_id: p.task_id, attempt: p.attempt }),
+        concurrency_key: run.concurrency_key.clone(),
     })
 }
 
 /// A task row in the state machine's form. An item (`ship_each[3]`) runs
 /// its MAP's template node.
-pub fn to_machine_task(wf: &Workflow, t: &TaskRow) -> Result<machine::Task> {
+pub fn to_machine_task(wf: &Workflow, t: TaskRow) -> Result<machine::Task> {
     let unknown =
         || Error::Corrupt(format!("task {} names node {:?}, unknown to its workflow version", t.id, t.node_id));
     let (node, item) = match (t.parent_task_id, t.item_index) {
@@ -242,7 +246,7 @@ pub fn to_machine_task(wf: &Workflow, t: &TaskRow) -> Result<machine::Task> {
     };
     let progress = match &t.progress {
         Some(p) => Some(
-            serde_json::from_value(p.clone())
+            <machine::MapProgress as serde::Deserialize>::deserialize(p)
                 .map_err(|e| Error::Corrupt(format!("task {} has unreadable MAP progress: {e}", t.id)))?,
         ),
         None => None,
@@ -252,12 +256,12 @@ pub fn to_machine_task(wf: &Workflow, t: &TaskRow) -> Result<machine::Task> {
         node,
         state: t.state,
         attempt: t.attempt,
-        input: t.input.clone(),
-        output: t.output.clone(),
-        error: t.error.clone(),
+        input: t.input,
+        output: t.output,
+        error: t.error,
         wake_at: t.wake_at,
         finished_at: t.finished_at,
-        event: t.event_name.clone().zip(t.event_key.clone()),
+        event: t.event_name.zip(t.event_key),
         item,
         progress,
     })
@@ -474,6 +478,68 @@ pub async fn stale_children(client: &Client, tasks: &[ChildHolder]) -> Result<Ve
         )
         .await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// A SUB_WORKFLOW attempt whose child run may be started: its run's depth
+/// and the evaluated `{workflow, version, input}` of its config.
+#[derive(Debug, Clone)]
+pub struct ChildSlot {
+    pub parent_depth: i32,
+    pub spec: Value,
+}
+
+/// Claims the right to start the child run of `(task, attempt)`, for the
+/// rest of the caller's transaction: `None` when the attempt no longer waits
+/// (it ended, a newer attempt started, its run ended) or has its child
+/// already. Safe on many coordinators at once: the transaction-scoped
+/// advisory lock on the attempt makes a second claimer wait for the first
+/// to commit, and then it sees the child the first one inserted.
+pub async fn claim_child_slot(
+    tx: &Transaction<'_>,
+    run_id: Uuid,
+    task_id: Uuid,
+    attempt: i32,
+) -> Result<Option<ChildSlot>> {
+    let lock = tx
+        .prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || ':' || $2::int4::text, 7))")
+        .await?;
+    tx.execute(&lock, &[&task_id, &attempt]).await?;
+    let stmt = tx
+        .prepare_cached(
+            "SELECT r.depth, t.input_json
+               FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+              WHERE t.run_id = $1 AND t.id = $2 AND t.attempt = $3 AND t.state = 'RUNNING'
+                AND r.status IN ('RUNNING', 'PAUSED')
+                AND NOT EXISTS (SELECT 1 FROM workflow_runs c WHERE c.parent_task_id = $2 AND c.parent_attempt = $3)",
+        )
+        .await?;
+    match tx.query_opt(&stmt, &[&run_id, &task_id, &attempt]).await? {
+        Some(row) => Ok(Some(ChildSlot { parent_depth: row.try_get(0)?, spec: row.try_get(1)? })),
+        None => Ok(None),
+    }
+}
+
+/// For the recovery sweep: SUB_WORKFLOW attempts waiting (untouched for
+/// `older_than`) for a child that was never started — the coordinator that
+/// committed the attempt died before starting it. `(run, task, attempt)`.
+pub async fn childless_attempts(
+    client: &Client,
+    older_than: std::time::Duration,
+    limit: i64,
+) -> Result<Vec<(Uuid, Uuid, i32)>> {
+    let rows = client
+        .query(
+            "SELECT t.run_id, t.id, t.attempt
+               FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+              WHERE t.state = 'RUNNING' AND t.node_type = 'SUB_WORKFLOW'
+                AND t.updated_at < now() - make_interval(secs => $1)
+                AND r.status IN ('RUNNING', 'PAUSED')
+                AND NOT EXISTS (SELECT 1 FROM workflow_runs c WHERE c.parent_task_id = t.id AND c.parent_attempt = t.attempt)
+              LIMIT $2",
+            &[&older_than.as_secs_f64(), &limit],
+        )
+        .await?;
+    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
 }
 
 /// A child run that ended, and the attempt it reports to.

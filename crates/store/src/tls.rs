@@ -24,7 +24,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A PostgreSQL URL (or `key=value` string) read for its TLS settings.
 pub struct Target {

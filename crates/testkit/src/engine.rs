@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::{services, unique_prefix, TestDb};
+use crate::services::{services, unique_prefix, TestDb};
 
 /// How an [`Engine`] is set up; the defaults suit fast tests.
 pub struct EngineOptions {

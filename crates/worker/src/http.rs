@@ -8,7 +8,7 @@ use composer_core::duration;
 use serde_json::{json, Value};
 
 use crate::egress::{Denied, Policy, Resolver};
-use crate::{TaskContext, TaskError};
+use crate::task::{TaskContext, TaskError};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 

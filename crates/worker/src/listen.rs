@@ -9,7 +9,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
+use crate::error::Error;
 
 /// Binds `addr` (so a bad address fails the start) and serves until `shutdown`.
 pub async fn serve(addr: SocketAddr, worker: String, shutdown: CancellationToken) -> Result<(), Error> {

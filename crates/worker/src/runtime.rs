@@ -1,4 +1,4 @@
-//! The loop behind [`crate::Worker::run`].
+//! The loop behind `Worker::run`.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,8 +15,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::config::Config;
+use crate::error::Error;
 use crate::report::{Delivery, Reporter};
-use crate::{Error, Handler, TaskContext, Worker};
+use crate::task::{Handler, Registration, TaskContext};
 
 /// Counters of what a worker did; cheap to clone and read from tests.
 #[derive(Debug, Clone, Default)]
@@ -89,8 +91,12 @@ impl Ctx {
 /// waits for PostgreSQL.
 const LEASE_LOOPS: usize = 2;
 
-pub async fn run(worker: Worker, shutdown: CancellationToken, stats: Stats) -> Result<(), Error> {
-    let Worker { config, handlers } = worker;
+pub async fn run(
+    config: Config,
+    handlers: HashMap<String, Registration>,
+    shutdown: CancellationToken,
+    stats: Stats,
+) -> Result<(), Error> {
     let config = config.validated()?;
     let o = &config.options;
     let queues: BTreeSet<String> = match o.queues.is_empty() {
@@ -483,7 +489,7 @@ async fn execute(
             let queue = ctx.streams.keys().queue_of(&msg.stream).unwrap_or(&msg.stream);
             let message = format!("no handler for type {} on queue {queue} (worker {})", dispatch.node_type, ctx.id);
             tracing::error!(node_type = %dispatch.node_type, %queue, "no handler for this type; failing the attempt");
-            Some(Err(crate::TaskError::fatal(message)))
+            Some(Err(crate::task::TaskError::fatal(message)))
         }
     };
     let Some(result) = outcome else {
@@ -530,7 +536,7 @@ async fn run_handler(
     handler: Handler,
     dispatch: &Dispatch,
     lost: &CancellationToken,
-) -> Option<Result<Value, crate::TaskError>> {
+) -> Option<Result<Value, crate::task::TaskError>> {
     let task_ctx = TaskContext {
         task_id: dispatch.task_id,
         run_id: dispatch.run_id,
@@ -549,7 +555,7 @@ async fn run_handler(
         r = guarded => r.unwrap_or_else(|panic| {
             let what = composer_core::panic_message(&*panic);
             tracing::error!(panic = %what, "handler panicked");
-            Err(crate::TaskError::retryable(format!("handler panicked: {what}")))
+            Err(crate::task::TaskError::retryable(format!("handler panicked: {what}")))
         }),
         _ = lost.cancelled() => return None,
     };
@@ -569,7 +575,7 @@ async fn run_handler(
     })
 }
 
-fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::TaskError>) -> TaskReport {
+fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::task::TaskError>) -> TaskReport {
     let (status, output, error, retryable) = match result {
         Ok(output) => (ReportStatus::Completed, Some(output), None, false),
         Err(e) => (ReportStatus::Failed, None, Some(e.message), e.retryable),

@@ -7,7 +7,7 @@
 use composer_core::expr::{secret_name, segments, Segment};
 use serde_json::Value;
 
-use crate::TaskError;
+use crate::task::TaskError;
 
 /// Where secret NAME comes from.
 pub fn env_var(name: &str) -> String {

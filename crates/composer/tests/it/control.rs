@@ -168,6 +168,19 @@ async fn children(e: &Engine, parent: Uuid) -> Vec<Value> {
     runs
 }
 
+/// The children of `parent` once there are `n` of them: a child starts
+/// right after its parent's commit, in a transaction of its own.
+async fn children_when(e: &Engine, parent: Uuid, n: usize) -> Vec<Value> {
+    let until = std::time::Instant::now() + T;
+    loop {
+        let runs = children(e, parent).await;
+        if runs.len() >= n || std::time::Instant::now() > until {
+            return runs;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_sub_workflow_runs_a_child_whose_output_is_the_node_output() {
     let e = Engine::start().await;
@@ -251,11 +264,11 @@ async fn cancelling_a_parent_cancels_its_open_children_and_theirs() {
         {"id": "down", "type": "SUB_WORKFLOW", "config": {"workflow": "middle"}}]}))
         .await;
     let id = e.start_run("top", json!({})).await;
-    let kids = children(&e, id).await;
+    let kids = children_when(&e, id, 1).await;
     assert_eq!(kids.len(), 1);
     let middle: Uuid = kids[0]["id"].as_str().unwrap().parse().unwrap();
-    let grandkids = children(&e, middle).await;
-    assert_eq!(grandkids.len(), 1, "started in the same commit as its parent");
+    let grandkids = children_when(&e, middle, 1).await;
+    assert_eq!(grandkids.len(), 1, "started right after its parent's commit");
     let grandchild: Uuid = grandkids[0]["id"].as_str().unwrap().parse().unwrap();
     let (status, _) = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
     assert_eq!(status, 200);
@@ -297,7 +310,7 @@ async fn what_a_dead_coordinator_did_not_tell_parent_or_child_the_recovery_sweep
 
     // The child ended; its parent never heard.
     let parent = e.start_run("holder", json!({})).await;
-    let child: Uuid = children(&e, parent).await[0]["id"].as_str().unwrap().parse().unwrap();
+    let child: Uuid = children_when(&e, parent, 1).await[0]["id"].as_str().unwrap().parse().unwrap();
     db.execute(
         "UPDATE workflow_runs SET status = 'SUCCEEDED', output = '{\"v\": 1}', finished_at = now() WHERE id = $1",
         &[&child],
@@ -312,7 +325,7 @@ async fn what_a_dead_coordinator_did_not_tell_parent_or_child_the_recovery_sweep
 
     // The parent moved on (here: cancelled); its child was never told.
     let parent = e.start_run("holder", json!({})).await;
-    let child: Uuid = children(&e, parent).await[0]["id"].as_str().unwrap().parse().unwrap();
+    let child: Uuid = children_when(&e, parent, 1).await[0]["id"].as_str().unwrap().parse().unwrap();
     db.execute("UPDATE workflow_runs SET status = 'CANCELLED', finished_at = now() WHERE id = $1", &[&parent])
         .await
         .unwrap();
@@ -324,6 +337,38 @@ async fn what_a_dead_coordinator_did_not_tell_parent_or_child_the_recovery_sweep
     .unwrap();
     let run = e.wait_for_run(child, T).await;
     assert_eq!(run["status"], "CANCELLED", "{run}");
+    e.stop().await;
+}
+
+/// A coordinator that commits a SUB_WORKFLOW attempt and dies before it
+/// starts the child (children start after the commit, in their own
+/// transaction): the recovery sweep starts it, once.
+#[tokio::test]
+async fn a_child_its_coordinator_died_before_starting_is_started_by_the_recovery_sweep() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "leaf", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "${ .input.k }"}}]}))
+        .await;
+    e.register(&json!({"name": "holder", "nodes": [
+        {"id": "call", "type": "SUB_WORKFLOW", "config": {"workflow": "leaf", "input": {"k": "${ .input.k }"}}}]}))
+        .await;
+    let parent = e.start_run("holder", json!({"k": "one"})).await;
+    let first: Uuid = children_when(&e, parent, 1).await[0]["id"].as_str().unwrap().parse().unwrap();
+    // As if the child had never been started: no child row, the attempt waiting.
+    let db = e.db.pool().get().await.unwrap();
+    db.execute("DELETE FROM task_instances WHERE run_id = $1", &[&first]).await.unwrap();
+    db.execute("DELETE FROM workflow_runs WHERE id = $1", &[&first]).await.unwrap();
+    db.execute("UPDATE task_instances SET updated_at = now() - interval '1 minute' WHERE run_id = $1", &[&parent])
+        .await
+        .unwrap();
+    let kids = children_when(&e, parent, 1).await;
+    assert_eq!(kids.len(), 1, "the sweep started the child");
+    assert_ne!(kids[0]["id"], json!(first.to_string()));
+    let (status, _) = e.post("/v1/events", &json!({"name": "go", "key": "one", "payload": {"v": 2}})).await;
+    assert_eq!(status, 200);
+    let run = e.wait_for_run(parent, T).await;
+    assert_eq!((run["status"].as_str(), run["output"].clone()), (Some("SUCCEEDED"), json!({"call": {"w": {"v": 2}}})));
+    assert_eq!(children(&e, parent).await.len(), 1, "started once");
     e.stop().await;
 }
 

@@ -612,7 +612,7 @@ async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_
 
     // The dying coordinator's engine: it commits, and its publisher is gone.
     let grace = Duration::from_secs(2);
-    let (publisher, inbox) = composer_coord::publish::Publisher::new();
+    let (publisher, inbox) = composer_coord::engine::publisher::Publisher::new();
     drop(inbox);
     let notify = std::sync::Arc::new(tokio::sync::Notify::new());
     let pool = e.db.pool();

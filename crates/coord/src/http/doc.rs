@@ -1,6 +1,6 @@
 //! The API's OpenAPI 3.1 document. Its operations come from the routes
 //! themselves (each handler's `#[utoipa::path]`, registered once in
-//! [`super::routes`]), so the document cannot drift from what the server
+//! `super::routes`), so the document cannot drift from what the server
 //! answers. What applies to many operations at once is added here, by rule:
 //! the error answers every operation may give, the bearer schemes, and the
 //! links from an answer to the operations that use its ids.
@@ -57,21 +57,20 @@ pub(super) fn frame() -> utoipa::openapi::OpenApi {
     Document::openapi()
 }
 
-/// The whole document: the routes' operations, then the rules.
-pub fn document() -> utoipa::openapi::OpenApi {
-    let mut doc = super::routes().into_openapi();
-    Rules.modify(&mut doc);
-    doc
+/// The document as `/openapi.json` serves it, given when the router is built.
+static PUBLISHED: OnceLock<&'static str> = OnceLock::new();
+
+pub(super) fn publish(json: &'static str) {
+    let _ = PUBLISHED.set(json);
 }
 
-/// The document as JSON, built once.
-pub fn json() -> &'static str {
-    static DOC: OnceLock<String> = OnceLock::new();
-    DOC.get_or_init(|| document().to_pretty_json().expect("the OpenAPI document serializes"))
+/// The document the router was built with.
+pub(super) fn published() -> &'static str {
+    PUBLISHED.get().copied().unwrap_or("{}")
 }
 
 /// The error answers and security of every operation, and the links.
-struct Rules;
+pub(super) struct Rules;
 
 /// The error answers, by status: when each applies, and what it means.
 const ERRORS: &[(&str, &str)] = &[
@@ -214,7 +213,7 @@ mod tests {
     use serde_json::Value;
 
     fn doc() -> Value {
-        serde_json::from_str(super::json()).expect("the document is JSON")
+        serde_json::from_str(super::super::json()).expect("the document is JSON")
     }
 
     fn ops(doc: &Value) -> Vec<(String, String, Value)> {

@@ -166,7 +166,7 @@ impl From<EngineError> for ApiError {
             EngineError::Store(e) => e.into(),
             EngineError::Stopped => ApiError::Unavailable("the coordinator is shutting down".into()),
             EngineError::Busy => ApiError::Busy,
-            EngineError::Rejected(message) => ApiError::BadRequest(message),
+            EngineError::Rejected(why) => ApiError::BadRequest(why.to_string()),
             e @ EngineError::Fault { .. } => ApiError::EngineFault(e.to_string()),
         }
     }

@@ -10,7 +10,7 @@ use composer_core::machine::Event;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{json_size, Body};
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Longest event name, in characters.
 pub const MAX_EVENT_NAME: usize = 256;

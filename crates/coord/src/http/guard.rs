@@ -12,7 +12,7 @@ use composer_api::ErrorDetail;
 
 use super::error::{ApiError, ErrorCause};
 use crate::auth::bearer_matches;
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Longest request URI (path and query) answered; longer is a 414.
 pub const MAX_URI_BYTES: usize = 8 * 1024;

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::error::ApiResult;
 use super::extract::{task_id, Body};
 use super::runs::completed;
-use crate::Shared;
+use crate::shared::Shared;
 
 /// A worker's report of one attempt of a task.
 #[utoipa::path(

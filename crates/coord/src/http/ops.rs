@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::doc::Status;
 use super::error::{ApiError, ApiResult};
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Liveness: the process answers.
 #[utoipa::path(
@@ -30,7 +30,7 @@ pub(crate) async fn health() -> Json<Status> {
     responses((status = 200, description = "the OpenAPI document", body = Object))
 )]
 pub(crate) async fn openapi_json() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], super::doc::json()).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], super::doc::published()).into_response()
 }
 
 /// Prometheus metrics; unauthenticated like `/healthz` (counts, no data).

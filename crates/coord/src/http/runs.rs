@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, Query};
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Longest `?wait=` a caller may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(60);

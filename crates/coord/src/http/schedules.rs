@@ -19,7 +19,7 @@ use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, text_param, Body, Limit, Query};
 use super::runs::run_view;
-use crate::Shared;
+use crate::shared::Shared;
 
 /// `GET /v1/schedules`'s query.
 #[derive(Deserialize, IntoParams)]

@@ -15,8 +15,8 @@ use uuid::Uuid;
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body};
 use super::runs::completed;
+use crate::shared::Shared;
 use crate::tasks::{ensure_groups, lease, LeaseError, IDLE_READ_EVERY};
-use crate::Shared;
 
 /// Most tasks one poll may lease (`max`).
 pub const MAX_POLL_TASKS: u32 = 100;

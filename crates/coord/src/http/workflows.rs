@@ -16,7 +16,7 @@ use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{parsed, text_param, Body, Limit, Query, MAX_PAGE};
-use crate::Shared;
+use crate::shared::Shared;
 
 /// `GET /v1/workflows/{name}`'s query.
 #[derive(Deserialize, IntoParams)]

@@ -3,6 +3,8 @@
 //! is live). With an API token set, a person logs in with it: it is kept in
 //! an HttpOnly, SameSite=Strict cookie and checked like a bearer token; forms
 //! that change a run also check the request's Origin.
+//!
+//! - `html`: escaping and the page frame; `dag`: the graph drawn as SVG.
 
 mod dag;
 mod html;
@@ -25,7 +27,7 @@ use uuid::Uuid;
 
 use self::html::{badge, clip, esc, json_details, page, url_enc};
 use crate::auth::constant_time_eq;
-use crate::Shared;
+use crate::shared::Shared;
 
 /// The cookie that carries the API token (hex) of a logged-in browser.
 const COOKIE: &str = "composer_token";

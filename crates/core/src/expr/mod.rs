@@ -6,6 +6,9 @@
 //! is never evaluated here: it is kept as written, for the worker to resolve
 //! from its own environment, so a secret never reaches PostgreSQL, a stream,
 //! the API or a log.
+//!
+//! - `value`: the sandbox's data type, which charges every value it builds.
+//! - `guard`: the budget of one evaluation (steps, bytes, depth, stack, time).
 
 mod guard;
 mod value;

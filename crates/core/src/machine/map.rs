@@ -7,53 +7,21 @@
 //! like any node. An item's result changes the item and the MAP's counts and
 //! nothing else; the engine loads only the items an event names, and when the
 //! state machine needs others (the next to start, all of them to gather the
-//! output) it says so in [`Transition::needs`].
+//! output) it says so in [`Transition::effects`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{HistoryKind, Item, Machine, MapProgress, Need, RunStatus, Task, TaskState};
-use crate::definition::{MapConfig, NodeKind, MAP_MAX_ITEMS};
+use super::state::Machine;
+use super::types::{Effect, HistoryKind, Ignore, Item, MapProgress, Need, RunStatus, Task, TaskState};
+use crate::definition::{MapConfig, NodeKind};
 use crate::expr::Scope;
 use crate::storable;
 
-/// Indexes built on first use within one event.
-#[derive(Default)]
-pub(super) struct Maps {
-    /// Loaded QUEUED items by (MAP task, index) → task.
-    queued: Option<BTreeMap<(usize, u32), usize>>,
-    /// MAP tasks by id → task.
-    by_id: Option<HashMap<Uuid, usize>>,
-    /// MAP tasks whose items changed since they were last looked at.
-    dirty: Vec<usize>,
-}
-
-/// The list `items` evaluated to.
-pub(super) fn items(v: Value) -> Result<Vec<Value>, String> {
-    match v {
-        Value::Array(items) if items.len() > MAP_MAX_ITEMS => {
-            Err(format!("{} items, more than map_max_items ({MAP_MAX_ITEMS})", items.len()))
-        }
-        Value::Array(items) => Ok(items),
-        other => Err(format!("must be a list, got {}", kind_of(&other))),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
 impl Machine<'_> {
-    fn map_config(&self, t: usize) -> &MapConfig {
+    pub(super) fn map_config(&self, t: usize) -> &MapConfig {
         match &self.wf.nodes[self.run.tasks[t].node].kind {
             NodeKind::Map(m) => m,
             _ => unreachable!("a task with progress is a MAP's"),
@@ -175,7 +143,7 @@ impl Machine<'_> {
         }
     }
 
-    pub(super) fn on_items_loaded(&mut self, task_id: Uuid) -> Result<(), super::Ignore> {
+    pub(super) fn on_items_loaded(&mut self, task_id: Uuid) -> Result<(), Ignore> {
         self.require_active()?;
         let m = self.find(task_id)?;
         self.maps.dirty.push(m);
@@ -186,7 +154,7 @@ impl Machine<'_> {
     /// A MAP fails with its first failed item (`on_item_failure: fail`),
     /// starts queued items while slots are free (not while the run is
     /// paused), and completes when every item has finished.
-    fn advance(&mut self, m: usize) {
+    pub(super) fn advance(&mut self, m: usize) {
         let (Some(p), false) = (self.run.tasks[m].progress, self.run.tasks[m].state.is_terminal()) else { return };
         let config = self.map_config(m).clone();
         if p.failed > 0 && !config.continue_on_failure {
@@ -202,7 +170,7 @@ impl Machine<'_> {
         }
     }
 
-    fn fill(&mut self, m: usize, config: &MapConfig) {
+    pub(super) fn fill(&mut self, m: usize, config: &MapConfig) {
         let max = config.max_concurrency.unwrap_or(u32::MAX);
         loop {
             let p = self.run.tasks[m].progress.unwrap_or_default();
@@ -212,8 +180,8 @@ impl Machine<'_> {
             let Some(t) = self.next_queued(m) else {
                 let map = self.run.tasks[m].id;
                 let count = (max - p.open).min(p.queued);
-                self.tr.needs.retain(|n| !matches!(n, Need::Queued { map: id, .. } if *id == map));
-                self.tr.needs.push(Need::Queued { map, count });
+                self.tr.effects.retain(|e| !matches!(e, Effect::LoadItems(Need::Queued { map: id, .. }) if *id == map));
+                self.tr.effects.push(Effect::LoadItems(Need::Queued { map, count }));
                 return;
             };
             if let Some(p) = &mut self.run.tasks[m].progress {
@@ -227,7 +195,7 @@ impl Machine<'_> {
     }
 
     /// The loaded QUEUED item of MAP `m` with the lowest index, taken off the index.
-    fn next_queued(&mut self, m: usize) -> Option<usize> {
+    pub(super) fn next_queued(&mut self, m: usize) -> Option<usize> {
         let tasks = &self.run.tasks;
         let queued = self.maps.queued.get_or_insert_with(|| {
             tasks
@@ -245,7 +213,7 @@ impl Machine<'_> {
         queued.remove(&key)
     }
 
-    fn map_task(&mut self, id: Uuid) -> Option<usize> {
+    pub(super) fn map_task(&mut self, id: Uuid) -> Option<usize> {
         let tasks = &self.run.tasks;
         let by_id = self.maps.by_id.get_or_insert_with(|| {
             tasks.iter().enumerate().filter(|(_, t)| t.progress.is_some()).map(|(at, t)| (t.id, at)).collect()
@@ -253,7 +221,7 @@ impl Machine<'_> {
         by_id.get(&id).copied()
     }
 
-    fn index_map(&mut self, m: usize) {
+    pub(super) fn index_map(&mut self, m: usize) {
         let id = self.run.tasks[m].id;
         if let Some(by_id) = &mut self.maps.by_id {
             by_id.insert(id, m);
@@ -261,7 +229,7 @@ impl Machine<'_> {
     }
 
     /// The loaded items of MAP `m`, by index.
-    fn items_of(&self, m: usize) -> BTreeMap<u32, usize> {
+    pub(super) fn items_of(&self, m: usize) -> BTreeMap<u32, usize> {
         let id = self.run.tasks[m].id;
         self.run
             .tasks
@@ -273,13 +241,14 @@ impl Machine<'_> {
 
     /// Every item finished: the output is their outputs in item order (a
     /// failed item's is `{"error": …}`). Needs every item loaded.
-    fn complete_map(&mut self, m: usize) {
+    pub(super) fn complete_map(&mut self, m: usize) {
         let p = self.run.tasks[m].progress.unwrap_or_default();
         let items = self.items_of(m);
         if items.len() < p.total as usize {
             let map = self.run.tasks[m].id;
-            if !self.tr.needs.contains(&Need::All { map }) {
-                self.tr.needs.push(Need::All { map });
+            let need = Effect::LoadItems(Need::All { map });
+            if !self.tr.effects.contains(&need) {
+                self.tr.effects.push(need);
             }
             return;
         }
@@ -302,7 +271,7 @@ impl Machine<'_> {
 
     /// `on_item_failure: fail`: the MAP fails naming its first failed item;
     /// no more items start, and the open ones are cancelled.
-    fn fail_map(&mut self, m: usize) {
+    pub(super) fn fail_map(&mut self, m: usize) {
         let items = self.items_of(m);
         let first = items.iter().find(|(_, &at)| self.run.tasks[at].state == TaskState::Failed);
         let error = match first {

@@ -33,7 +33,7 @@ impl Sim {
             *next += 1;
             Uuid::from_u128(*next)
         };
-        apply(&self.wf, &mut self.run, &e, self.now, &mut ids)
+        apply(&self.wf, &mut self.run, e, self.now, &mut ids)
     }
 
     fn task(&self, node: &str) -> &Task {
@@ -912,9 +912,15 @@ impl Engine {
             next.set(next.get() + 1);
             Uuid::from_u128(next.get())
         };
-        let mut tr = apply(&self.wf, &mut run, &event, self.now, &mut ids);
+        let mut tr = apply(&self.wf, &mut run, event.clone(), self.now, &mut ids);
         loop {
-            let needs = std::mem::take(&mut tr.needs);
+            let needs: Vec<Need> = std::mem::take(&mut tr.effects)
+                .into_iter()
+                .filter_map(|e| match e {
+                    Effect::LoadItems(need) => Some(need),
+                    Effect::TakeBufferedEvent { .. } => None,
+                })
+                .collect();
             if needs.is_empty() {
                 break;
             }
@@ -923,7 +929,7 @@ impl Engine {
                     Need::Queued { map, .. } | Need::All { map } => map,
                 };
                 assert!(self.load(&mut run, need) > 0, "a need storage cannot meet: {need:?}");
-                tr.merge(apply(&self.wf, &mut run, &Event::ItemsLoaded { task_id: map }, self.now, &mut ids));
+                tr.merge(apply(&self.wf, &mut run, Event::ItemsLoaded { task_id: map }, self.now, &mut ids));
             }
         }
         self.next = next.get();
@@ -1099,9 +1105,9 @@ fn an_item_result_needs_only_that_item_until_the_next_must_start_or_the_output_g
     let first = item(&e, 0);
     let mut bare = e.view(Some(first.id), &Event::RunStarted);
     let done = Event::TaskCompleted { task_id: first.id, attempt: 1, output: json!(0) };
-    let tr = apply(&e.wf, &mut bare, &done, e.now, &mut || Uuid::from_u128(999));
+    let tr = apply(&e.wf, &mut bare, done.clone(), e.now, &mut || Uuid::from_u128(999));
     let map = e.stored.tasks.iter().find(|t| t.progress.is_some()).unwrap().id;
-    assert_eq!(tr.needs, vec![Need::Queued { map, count: 1 }]);
+    assert_eq!(tr.effects, vec![Effect::LoadItems(Need::Queued { map, count: 1 })]);
     assert_eq!(bare.tasks.len(), 2, "the MAP's task and the one item named");
     // Driven like the engine, the same result starts item 1.
     let (tr, _) = e.apply(done);
@@ -1112,8 +1118,8 @@ fn an_item_result_needs_only_that_item_until_the_next_must_start_or_the_output_g
     let last = item(&e, 2);
     let mut bare = e.view(Some(last.id), &Event::RunStarted);
     let done = Event::TaskCompleted { task_id: last.id, attempt: 1, output: json!(2) };
-    let tr = apply(&e.wf, &mut bare, &done, e.now, &mut || Uuid::from_u128(998));
-    assert_eq!(tr.needs, vec![Need::All { map }]);
+    let tr = apply(&e.wf, &mut bare, done.clone(), e.now, &mut || Uuid::from_u128(998));
+    assert_eq!(tr.effects, vec![Effect::LoadItems(Need::All { map })]);
     e.apply(done);
     assert_eq!(e.stored.status, RunStatus::Succeeded);
     assert_eq!(e.stored.output, Some(json!({"shipped": [0, 1, 2], "count": 3})));
@@ -1238,4 +1244,48 @@ fn a_queued_run_does_not_start_until_the_engine_makes_it_running_and_can_be_canc
     let tr = s.apply(Event::CancelRun);
     assert!(tr.run_changed);
     assert_eq!(s.run.status, RunStatus::Cancelled);
+}
+
+#[test]
+fn what_a_commit_owes_other_runs_is_computed_from_the_run_as_it_then_stands() {
+    let mut s = Sim::new(sub_wf(2));
+    let tr = s.apply(Event::RunStarted);
+    let bill = s.task("bill").clone();
+    assert_eq!(
+        after_commit(&s.wf, &s.run, &tr),
+        vec![AfterCommit::StartChild { task_id: bill.id, attempt: 1 }],
+        "a first attempt: its child, and no older child to cancel"
+    );
+    // The child failed: the attempt waits for its retry and cancels what
+    // the failed attempt left open.
+    let tr = s.apply(child_done(&s, "bill", RunStatus::Failed, None));
+    assert_eq!(
+        after_commit(&s.wf, &s.run, &tr),
+        vec![AfterCommit::CancelChildren { task_id: bill.id, attempt: 1, waiting: false }]
+    );
+
+    // A child run tells its parent how it ended, and frees its slot.
+    let mut child = Sim::new(wf(&["a"], &[], 1));
+    let parent = ParentRef { run_id: Uuid::from_u128(9), task_id: bill.id, attempt: 1 };
+    child.run.parent = Some(parent);
+    child.run.concurrency_key = Some("k".into());
+    child.apply(Event::RunStarted);
+    let tr = child.complete("a");
+    let owed = after_commit(&child.wf, &child.run, &tr);
+    assert!(
+        matches!(&owed[0], AfterCommit::NotifyParent { parent_run, event: Event::ChildFinished { status: RunStatus::Succeeded, .. } } if *parent_run == parent.run_id),
+        "{owed:?}"
+    );
+    assert_eq!(owed[1], AfterCommit::FreeSlot { workflow: "t".into(), key: "k".into() });
+}
+
+#[test]
+fn a_task_that_begins_to_wait_for_an_event_asks_for_one_that_came_first() {
+    let wf = Workflow::parse(&json!({"name": "e", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "paid", "key": "${ .input.x }"}}]}))
+    .unwrap();
+    let mut s = Sim::new(wf);
+    let tr = s.apply(Event::RunStarted);
+    let w = s.task("w").id;
+    assert_eq!(tr.effects, vec![Effect::TakeBufferedEvent { task_id: w, event: "paid".into(), key: "1".into() }]);
 }

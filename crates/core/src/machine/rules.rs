@@ -1,640 +1,47 @@
-//! The state machine: a pure function from (workflow, run, event, now) to a
-//! [`Transition`]. The engine calls [`apply`] under the run lock and writes
-//! what it returns; nothing here knows about SQL, Redis or HTTP.
-//!
-//! Rules:
-//! - a result must match the task's current `(task_id, attempt)` while the
-//!   task is PENDING or RUNNING; anything else is ignored with a reason, so the
-//!   first matching result is applied exactly once;
-//! - a node becomes ready when all its predecessors are terminal; it runs if
-//!   at least one incoming edge is active (its source COMPLETED), otherwise it
-//!   is SKIPPED and the skip propagates;
-//! - a failed attempt with attempts left and a retryable error waits for its
-//!   backoff (WAITING, `wake_at`), then TimerFired dispatches `attempt + 1`;
-//! - once a task has FAILED no new node starts, and the run FAILS when
-//!   nothing is active any more; it SUCCEEDS when every task is terminal and
-//!   none failed.
+//! The rules: how each event moves a run's tasks, how a node that became
+//! ready starts, and when the run ends.
 
-use std::fmt;
-
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::definition::{NodeKind, WaitFor, Workflow};
+use super::state::{items, later, parse_time, Machine, Started, FOREVER};
+use super::types::{Effect, Event, HistoryKind, Ignore, IgnoreKind, RunStatus, Task, TaskState};
+use super::{context, context_of, DEPTH_LIMIT};
+use crate::definition::{NodeKind, WaitFor};
 use crate::expr::Scope;
 use crate::storable;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum TaskState {
-    /// A MAP item waiting for a slot under its MAP's `max_concurrency`.
-    Queued,
-    Pending,
-    Running,
-    Waiting,
-    Completed,
-    Failed,
-    Skipped,
-    Cancelled,
-}
-
-impl TaskState {
-    pub const ALL: [TaskState; 8] = [
-        TaskState::Queued,
-        TaskState::Pending,
-        TaskState::Running,
-        TaskState::Waiting,
-        TaskState::Completed,
-        TaskState::Failed,
-        TaskState::Skipped,
-        TaskState::Cancelled,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Queued => "QUEUED",
-            TaskState::Pending => "PENDING",
-            TaskState::Running => "RUNNING",
-            TaskState::Waiting => "WAITING",
-            TaskState::Completed => "COMPLETED",
-            TaskState::Failed => "FAILED",
-            TaskState::Skipped => "SKIPPED",
-            TaskState::Cancelled => "CANCELLED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<TaskState> {
-        Self::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-
-    pub fn is_terminal(self) -> bool {
-        matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Skipped | TaskState::Cancelled)
-    }
-}
-
-impl fmt::Display for TaskState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum RunStatus {
-    /// Over its workflow's concurrency limit: waits for a slot, not started.
-    Queued,
-    Running,
-    /// Tasks already started finish; nothing new starts until it resumes.
-    Paused,
-    Succeeded,
-    Failed,
-    Cancelled,
-}
-
-impl RunStatus {
-    pub const ALL: [RunStatus; 6] = [
-        RunStatus::Queued,
-        RunStatus::Running,
-        RunStatus::Paused,
-        RunStatus::Succeeded,
-        RunStatus::Failed,
-        RunStatus::Cancelled,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Queued => "QUEUED",
-            RunStatus::Running => "RUNNING",
-            RunStatus::Paused => "PAUSED",
-            RunStatus::Succeeded => "SUCCEEDED",
-            RunStatus::Failed => "FAILED",
-            RunStatus::Cancelled => "CANCELLED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<RunStatus> {
-        Self::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, RunStatus::Queued | RunStatus::Running | RunStatus::Paused)
-    }
-}
-
-impl fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One node's task within a run. A retry reuses the row with `attempt + 1`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Task {
-    pub id: Uuid,
-    /// Index of the node in [`Workflow::nodes`].
-    pub node: usize,
-    pub state: TaskState,
-    pub attempt: i32,
-    pub input: Value,
-    pub output: Option<Value>,
-    pub error: Option<String>,
-    pub wake_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// The `(event, key)` a WAIT_FOR_EVENT task waits for.
-    pub event: Option<(String, String)>,
-    /// For a MAP's item: its MAP's task and its position in the items.
-    pub item: Option<Item>,
-    /// For a MAP's task: how its items stand.
-    pub progress: Option<MapProgress>,
-}
-
-impl Task {
-    /// A new task of `node` at its first attempt, not yet started.
-    /// The id its row and messages carry: its node's, and for a MAP's item
-    /// the item's position too (`resize[3]`).
-    pub fn node_id<'a>(&self, node: &'a crate::definition::Node) -> std::borrow::Cow<'a, str> {
-        match self.item {
-            Some(item) => format!("{}[{}]", node.id, item.index).into(),
-            None => node.id.as_str().into(),
-        }
-    }
-
-    fn new(id: Uuid, node: usize, item: Option<Item>) -> Task {
-        Task {
-            id,
-            node,
-            state: TaskState::Pending,
-            attempt: 1,
-            input: json!({}),
-            output: None,
-            error: None,
-            wake_at: None,
-            finished_at: None,
-            event: None,
-            item,
-            progress: None,
-        }
-    }
-}
-
-/// Where an item belongs: its MAP's task, and its index in the items.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Item {
-    pub map: Uuid,
-    pub index: u32,
-}
-
-/// A MAP task's item counts. Kept on the MAP's task so that an item's result
-/// is applied without reading the other items: `queued + open + completed +
-/// failed == total`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct MapProgress {
-    pub total: u32,
-    /// Waiting for a slot.
-    pub queued: u32,
-    /// Started and not finished (dispatched, running, or waiting to retry).
-    pub open: u32,
-    pub completed: u32,
-    /// Failed for good, or cancelled.
-    pub failed: u32,
-}
-
-/// The part of a run the state machine reads and changes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Run {
-    pub id: Uuid,
-    pub status: RunStatus,
-    pub input: Value,
-    pub output: Option<Value>,
-    pub error: Option<String>,
-    pub tasks: Vec<Task>,
-    /// Largest value the engine may compute for this run, as JSON bytes
-    /// (`COMPOSER_MAX_PAYLOAD`): evaluated inputs, TRANSFORM outputs and
-    /// the run's output beyond it fail their node (or the run).
-    pub max_payload: usize,
-    /// When the run times out (the definition's `timeout` after its start).
-    pub deadline: Option<DateTime<Utc>>,
-}
-
-impl Run {
-    pub fn new(id: Uuid, input: Value) -> Run {
-        Run {
-            id,
-            status: RunStatus::Running,
-            input,
-            output: None,
-            error: None,
-            tasks: Vec::new(),
-            max_payload: crate::storable::DEFAULT_MAX_PAYLOAD,
-            deadline: None,
-        }
-    }
-
-    pub fn task(&self, id: Uuid) -> Option<&Task> {
-        self.tasks.iter().find(|t| t.id == id)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    RunStarted,
-    TaskCompleted {
-        task_id: Uuid,
-        attempt: i32,
-        output: Value,
-    },
-    TaskFailed {
-        task_id: Uuid,
-        attempt: i32,
-        error: String,
-        retryable: bool,
-    },
-    TimerFired {
-        task_id: Uuid,
-    },
-    /// An external event matched the WAIT_FOR_EVENT task.
-    EventReceived {
-        task_id: Uuid,
-        payload: Value,
-    },
-    CancelRun,
-    RetryRun,
-    PauseRun,
-    ResumeRun,
-    /// The run's deadline passed.
-    RunTimedOut,
-    /// The engine loaded the items a MAP asked for ([`Need`]); the MAP
-    /// carries on with them.
-    ItemsLoaded {
-        task_id: Uuid,
-    },
-    /// The child run a SUB_WORKFLOW attempt started has ended, or (`child:
-    /// None`) could not be started, for the reason in `error`.
-    ChildFinished {
-        task_id: Uuid,
-        attempt: i32,
-        child: Option<Uuid>,
-        status: RunStatus,
-        output: Option<Value>,
-        error: Option<String>,
-    },
-}
-
-/// Items of a MAP the state machine needs and the run does not hold: the
-/// engine loads only the items an event names, so that an item's result
-/// costs the same with ten items or ten thousand. It loads these, then
-/// applies [`Event::ItemsLoaded`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
-    /// Up to `count` QUEUED items, lowest index first, to start.
-    Queued { map: Uuid, count: u32 },
-    /// Every item, to gather the MAP's output.
-    All { map: Uuid },
-}
-
-impl Event {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Event::RunStarted => "RunStarted",
-            Event::TaskCompleted { .. } => "TaskCompleted",
-            Event::TaskFailed { .. } => "TaskFailed",
-            Event::TimerFired { .. } => "TimerFired",
-            Event::EventReceived { .. } => "EventReceived",
-            Event::CancelRun => "CancelRun",
-            Event::RetryRun => "RetryRun",
-            Event::PauseRun => "PauseRun",
-            Event::ResumeRun => "ResumeRun",
-            Event::RunTimedOut => "RunTimedOut",
-            Event::ItemsLoaded { .. } => "ItemsLoaded",
-            Event::ChildFinished { .. } => "ChildFinished",
-        }
-    }
-
-    /// The task the event reports on, if it names one.
-    pub fn task_id(&self) -> Option<Uuid> {
-        match self {
-            Event::TaskCompleted { task_id, .. }
-            | Event::TaskFailed { task_id, .. }
-            | Event::TimerFired { task_id }
-            | Event::EventReceived { task_id, .. }
-            | Event::ChildFinished { task_id, .. } => Some(*task_id),
-            _ => None,
-        }
-    }
-}
-
-/// One line of a run's history.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HistoryEntry {
-    pub kind: HistoryKind,
-    pub payload: Value,
-}
-
-/// What a line of history records; stored and returned by its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub enum HistoryKind {
-    RunStarted,
-    TaskDispatched,
-    TaskWaiting,
-    TaskRetryScheduled,
-    TaskCompleted,
-    TaskFailed,
-    TaskSkipped,
-    TaskCancelled,
-    RunSucceeded,
-    RunFailed,
-    RunCancelled,
-    RunRetried,
-    RunPaused,
-    RunResumed,
-    EventIgnored,
-    MapStarted,
-}
-
-impl HistoryKind {
-    pub const ALL: [HistoryKind; 16] = [
-        HistoryKind::RunStarted,
-        HistoryKind::TaskDispatched,
-        HistoryKind::TaskWaiting,
-        HistoryKind::TaskRetryScheduled,
-        HistoryKind::TaskCompleted,
-        HistoryKind::TaskFailed,
-        HistoryKind::TaskSkipped,
-        HistoryKind::TaskCancelled,
-        HistoryKind::RunSucceeded,
-        HistoryKind::RunFailed,
-        HistoryKind::RunCancelled,
-        HistoryKind::RunRetried,
-        HistoryKind::RunPaused,
-        HistoryKind::RunResumed,
-        HistoryKind::EventIgnored,
-        HistoryKind::MapStarted,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HistoryKind::RunStarted => "RunStarted",
-            HistoryKind::TaskDispatched => "TaskDispatched",
-            HistoryKind::TaskWaiting => "TaskWaiting",
-            HistoryKind::TaskRetryScheduled => "TaskRetryScheduled",
-            HistoryKind::TaskCompleted => "TaskCompleted",
-            HistoryKind::TaskFailed => "TaskFailed",
-            HistoryKind::TaskSkipped => "TaskSkipped",
-            HistoryKind::TaskCancelled => "TaskCancelled",
-            HistoryKind::RunSucceeded => "RunSucceeded",
-            HistoryKind::RunFailed => "RunFailed",
-            HistoryKind::RunCancelled => "RunCancelled",
-            HistoryKind::RunRetried => "RunRetried",
-            HistoryKind::RunPaused => "RunPaused",
-            HistoryKind::RunResumed => "RunResumed",
-            HistoryKind::EventIgnored => "EventIgnored",
-            HistoryKind::MapStarted => "MapStarted",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<HistoryKind> {
-        HistoryKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-}
-
-impl fmt::Display for HistoryKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why an event changed nothing, as a stable name fit for a metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IgnoreKind {
-    AlreadyStarted,
-    RunFinished,
-    UnknownTask,
-    StaleAttempt,
-    AlreadyFinished,
-    NotWaiting,
-    NotDue,
-    NotFailed,
-    NotPaused,
-    NotDispatched,
-}
-
-impl IgnoreKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IgnoreKind::AlreadyStarted => "already_started",
-            IgnoreKind::RunFinished => "run_finished",
-            IgnoreKind::UnknownTask => "unknown_task",
-            IgnoreKind::StaleAttempt => "stale_attempt",
-            IgnoreKind::AlreadyFinished => "already_finished",
-            IgnoreKind::NotWaiting => "not_waiting",
-            IgnoreKind::NotDue => "not_due",
-            IgnoreKind::NotFailed => "not_failed",
-            IgnoreKind::NotPaused => "not_paused",
-            IgnoreKind::NotDispatched => "not_dispatched",
-        }
-    }
-}
-
-/// What applying one event changed. Indices point into `run.tasks`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Transition {
-    /// Why the event was ignored; nothing else is set when it was.
-    pub ignored: Option<String>,
-    /// A stable name for the reason, fit for a metric label.
-    pub ignored_kind: Option<IgnoreKind>,
-    /// Tasks that existed before the event and were changed by it.
-    pub updated: Vec<usize>,
-    /// Tasks created by the event (appended to `run.tasks`).
-    pub created: Vec<usize>,
-    /// Tasks (created or updated) to send to a worker.
-    pub dispatch: Vec<usize>,
-    /// The run's status, output or error changed.
-    pub run_changed: bool,
-    pub history: Vec<HistoryEntry>,
-    /// MAP tasks that ended with items still queued or open, some of them
-    /// maybe not in `run.tasks`: storage cancels those.
-    pub cancel_items: Vec<usize>,
-    /// Items to load before the run can go on (see [`Need`]).
-    pub needs: Vec<Need>,
-    /// SUB_WORKFLOW tasks whose current attempt needs its child run started.
-    pub children: Vec<usize>,
-}
-
-impl Transition {
-    fn ignore(Ignore(kind, reason): Ignore, event: &Event) -> Transition {
-        let mut payload = json!({"event": event.name(), "reason": reason});
-        if let Some(id) = event.task_id() {
-            payload["task_id"] = json!(id);
-        }
-        if let Event::TaskCompleted { attempt, .. }
-        | Event::TaskFailed { attempt, .. }
-        | Event::ChildFinished { attempt, .. } = event
-        {
-            payload["attempt"] = json!(attempt);
-        }
-        Transition {
-            ignored: Some(reason),
-            ignored_kind: Some(kind),
-            history: vec![HistoryEntry { kind: HistoryKind::EventIgnored, payload }],
-            ..Transition::default()
-        }
-    }
-
-    /// Folds a follow-up transition (applied to the same run right after this
-    /// one, in the same commit) into this one.
-    pub fn merge(&mut self, next: Transition) {
-        for t in next.created {
-            self.created.push(t);
-        }
-        for t in next.updated {
-            self.touch(t);
-        }
-        for t in next.dispatch {
-            if !self.dispatch.contains(&t) {
-                self.dispatch.push(t);
-            }
-        }
-        self.run_changed |= next.run_changed;
-        self.history.extend(next.history);
-        for t in next.cancel_items {
-            if !self.cancel_items.contains(&t) {
-                self.cancel_items.push(t);
-            }
-        }
-        self.needs.extend(next.needs);
-        // The engine starts a child only for a task's current attempt, once.
-        self.children.extend(next.children);
-    }
-
-    fn touch(&mut self, task: usize) {
-        if !self.updated.contains(&task) && !self.created.contains(&task) {
-            self.updated.push(task);
-        }
-    }
-
-    fn log(&mut self, kind: HistoryKind, payload: Value) {
-        self.history.push(HistoryEntry { kind, payload });
-    }
-}
-
-/// Applies `event` to `run` and returns what changed. `new_id` mints task ids
-/// (UUIDv7 in production, so a run's tasks sort by creation).
-pub fn apply(
-    wf: &Workflow,
-    run: &mut Run,
-    event: &Event,
-    now: DateTime<Utc>,
-    new_id: &mut dyn FnMut() -> Uuid,
-) -> Transition {
-    let mut m = Machine { wf, run, now, new_id, tr: Transition::default(), maps: map::Maps::default() };
-    if let Err(reason) = m.on(event) {
-        return Transition::ignore(reason, event);
-    }
-    m.tr
-}
-
-/// What expressions see, for the whole run:
-/// `{input, nodes: {<id>: {output, state}}, run: {id, workflow}}`.
-pub fn context(wf: &Workflow, run: &Run) -> Value {
-    context_of(wf, run, run.tasks.iter())
-}
-
-/// The same, with just the nodes of `tasks`.
-fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item = &'t Task>) -> Value {
-    let mut nodes = Map::new();
-    for t in tasks.filter(|t| t.item.is_none()) {
-        nodes.insert(wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
-    }
-    json!({"input": run.input, "nodes": nodes, "run": {"id": run.id, "workflow": wf.spec.name}})
-}
-
-/// How a task's attempt begins.
-enum Started {
-    Dispatch(Value),
-    Wait(DateTime<Utc>, Option<(String, String)>),
-    Done(Value),
-    Map(Vec<Value>),
-    /// A child run, with the evaluated `{workflow, version, input}`.
-    Child(Value),
-}
-
-/// Stands for "no timeout" while a wait is being built.
-const FOREVER: DateTime<Utc> = DateTime::<Utc>::MAX_UTC;
-
-/// `now + d`, or [`FOREVER`] when that is past what a timestamp can hold
-/// (durations are bounded at validation; backoffs grow with attempts).
-fn later(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
-    chrono::Duration::from_std(d).ok().and_then(|d| now.checked_add_signed(d)).unwrap_or(FOREVER)
-}
-
-/// A WAIT `until`: RFC 3339 text or unix seconds.
-fn parse_time(v: &Value) -> Result<DateTime<Utc>, String> {
-    match v {
-        Value::String(s) => DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| format!("{s:?} is not an RFC 3339 timestamp: {e}")),
-        Value::Number(n) => n
-            .as_f64()
-            .and_then(|secs| DateTime::from_timestamp_millis((secs * 1000.0) as i64))
-            .ok_or_else(|| format!("{n} is not a unix time")),
-        other => Err(format!("expected a timestamp, got {other}")),
-    }
-}
-
-/// Names the nesting limit in the error of a SUB_WORKFLOW that hit it.
-pub const DEPTH_LIMIT: &str = "sub_workflow_max_depth";
-
-/// Why an event changes nothing: a stable kind and a message for people.
-struct Ignore(IgnoreKind, String);
-
-struct Machine<'a> {
-    wf: &'a Workflow,
-    run: &'a mut Run,
-    now: DateTime<Utc>,
-    new_id: &'a mut dyn FnMut() -> Uuid,
-    tr: Transition,
-    /// MAP bookkeeping for this event.
-    maps: map::Maps,
-}
-
 impl Machine<'_> {
-    fn on(&mut self, event: &Event) -> Result<(), Ignore> {
+    pub(super) fn on(&mut self, event: Event) -> Result<(), Ignore> {
         match event {
             Event::RunStarted => self.on_run_started(),
             Event::TaskCompleted { task_id, attempt, output } => {
-                let t = self.reportable(*task_id, *attempt)?;
+                let t = self.reportable(task_id, attempt)?;
                 self.worker_runs(t)?;
-                self.finish(t, TaskState::Completed, Some(output.clone()), None);
+                self.finish(t, TaskState::Completed, Some(output), None);
                 self.route();
                 Ok(())
             }
             Event::TaskFailed { task_id, attempt, error, retryable } => {
-                self.on_task_failed(*task_id, *attempt, error, *retryable)
+                self.on_task_failed(task_id, attempt, &error, retryable)
             }
-            Event::TimerFired { task_id } => self.on_timer_fired(*task_id),
-            Event::EventReceived { task_id, payload } => self.on_event_received(*task_id, payload),
+            Event::TimerFired { task_id } => self.on_timer_fired(task_id),
+            Event::EventReceived { task_id, payload } => self.on_event_received(task_id, payload),
             Event::CancelRun => self.on_cancel(),
             Event::RetryRun => self.on_retry(),
             Event::PauseRun => self.on_pause(),
             Event::ResumeRun => self.on_resume(),
             Event::RunTimedOut => self.on_run_timed_out(),
-            Event::ItemsLoaded { task_id } => self.on_items_loaded(*task_id),
+            Event::ItemsLoaded { task_id } => self.on_items_loaded(task_id),
             Event::ChildFinished { task_id, attempt, child, status, output, error } => {
-                self.on_child_finished(*task_id, *attempt, *child, *status, output, error.as_deref())
+                self.on_child_finished(task_id, attempt, child, status, output, error.as_deref())
             }
         }
     }
 
     /// Past the definition's `timeout`: open tasks are cancelled (a worker
     /// holding one stops at its next renewal) and the run fails.
-    fn on_run_timed_out(&mut self) -> Result<(), Ignore> {
+    pub(super) fn on_run_timed_out(&mut self) -> Result<(), Ignore> {
         self.require_active()?;
         match self.run.deadline {
             Some(d) if d <= self.now => {}
@@ -650,7 +57,7 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn on_run_started(&mut self) -> Result<(), Ignore> {
+    pub(super) fn on_run_started(&mut self) -> Result<(), Ignore> {
         self.require_running()?;
         if !self.run.tasks.is_empty() {
             return Err(Ignore(IgnoreKind::AlreadyStarted, "run already started".into()));
@@ -665,7 +72,13 @@ impl Machine<'_> {
 
     /// A retryable failure with attempts left waits for its backoff; any
     /// other failure is final for the task.
-    fn on_task_failed(&mut self, task_id: Uuid, attempt: i32, error: &str, retryable: bool) -> Result<(), Ignore> {
+    pub(super) fn on_task_failed(
+        &mut self,
+        task_id: Uuid,
+        attempt: i32,
+        error: &str,
+        retryable: bool,
+    ) -> Result<(), Ignore> {
         let t = self.reportable(task_id, attempt)?;
         self.worker_runs(t)?;
         self.fail_attempt(t, error, retryable);
@@ -674,7 +87,7 @@ impl Machine<'_> {
 
     /// The task's current attempt failed (by its worker, its child run or
     /// its timeout).
-    fn fail_attempt(&mut self, t: usize, error: &str, retryable: bool) {
+    pub(super) fn fail_attempt(&mut self, t: usize, error: &str, retryable: bool) {
         let attempt = self.run.tasks[t].attempt;
         let policy = self.wf.nodes[self.run.tasks[t].node].retry;
         if retryable && (attempt as i64) < policy.max_attempts as i64 {
@@ -695,7 +108,7 @@ impl Machine<'_> {
 
     /// A due timer ends a WAIT, times out a WAIT_FOR_EVENT, or ends a retry
     /// backoff by dispatching the next attempt.
-    fn on_timer_fired(&mut self, task_id: Uuid) -> Result<(), Ignore> {
+    pub(super) fn on_timer_fired(&mut self, task_id: Uuid) -> Result<(), Ignore> {
         self.require_active()?;
         let t = self.find(task_id)?;
         let task = &self.run.tasks[t];
@@ -758,19 +171,19 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn on_event_received(&mut self, task_id: Uuid, payload: &Value) -> Result<(), Ignore> {
+    pub(super) fn on_event_received(&mut self, task_id: Uuid, payload: Value) -> Result<(), Ignore> {
         self.require_active()?;
         let t = self.find(task_id)?;
         let task = &self.run.tasks[t];
         if task.state != TaskState::Waiting || task.event.is_none() {
             return Err(Ignore(IgnoreKind::NotWaiting, format!("task is {}, not waiting for an event", task.state)));
         }
-        self.finish(t, TaskState::Completed, Some(payload.clone()), None);
+        self.finish(t, TaskState::Completed, Some(payload), None);
         self.route();
         Ok(())
     }
 
-    fn on_cancel(&mut self) -> Result<(), Ignore> {
+    pub(super) fn on_cancel(&mut self) -> Result<(), Ignore> {
         self.require_active()?;
         for t in 0..self.run.tasks.len() {
             if !self.run.tasks[t].state.is_terminal() {
@@ -781,7 +194,7 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn on_retry(&mut self) -> Result<(), Ignore> {
+    pub(super) fn on_retry(&mut self) -> Result<(), Ignore> {
         if self.run.status != RunStatus::Failed {
             return Err(Ignore(
                 IgnoreKind::NotFailed,
@@ -799,7 +212,7 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn require_running(&self) -> Result<(), Ignore> {
+    pub(super) fn require_running(&self) -> Result<(), Ignore> {
         if self.run.status != RunStatus::Running {
             return Err(Ignore(IgnoreKind::RunFinished, format!("run is {}", self.run.status)));
         }
@@ -807,14 +220,14 @@ impl Machine<'_> {
     }
 
     /// Running or paused: what has started may still finish.
-    fn require_active(&self) -> Result<(), Ignore> {
+    pub(super) fn require_active(&self) -> Result<(), Ignore> {
         if self.run.status.is_terminal() {
             return Err(Ignore(IgnoreKind::RunFinished, format!("run is {}", self.run.status)));
         }
         Ok(())
     }
 
-    fn on_pause(&mut self) -> Result<(), Ignore> {
+    pub(super) fn on_pause(&mut self) -> Result<(), Ignore> {
         self.require_running()?;
         self.run.status = RunStatus::Paused;
         self.tr.run_changed = true;
@@ -824,7 +237,7 @@ impl Machine<'_> {
 
     /// Starts what the pause held back: retries whose backoff ran out while
     /// paused, and nodes that became ready.
-    fn on_resume(&mut self) -> Result<(), Ignore> {
+    pub(super) fn on_resume(&mut self) -> Result<(), Ignore> {
         if self.run.status != RunStatus::Paused {
             return Err(Ignore(
                 IgnoreKind::NotPaused,
@@ -850,14 +263,14 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn find(&self, task_id: Uuid) -> Result<usize, Ignore> {
+    pub(super) fn find(&self, task_id: Uuid) -> Result<usize, Ignore> {
         self.run.tasks.iter().position(|t| t.id == task_id).ok_or_else(|| {
             Ignore(IgnoreKind::UnknownTask, format!("task {task_id} does not belong to run {}", self.run.id))
         })
     }
 
     /// The guard on every result: the current attempt of a PENDING or RUNNING task.
-    fn reportable(&self, task_id: Uuid, attempt: i32) -> Result<usize, Ignore> {
+    pub(super) fn reportable(&self, task_id: Uuid, attempt: i32) -> Result<usize, Ignore> {
         self.require_active()?;
         let t = self.find(task_id)?;
         let task = &self.run.tasks[t];
@@ -876,7 +289,7 @@ impl Machine<'_> {
     /// A worker's report must be for a task a worker runs: a MAP's own task
     /// or a SUB_WORKFLOW's is RUNNING too, but ends only through its items
     /// or its child run.
-    fn worker_runs(&self, t: usize) -> Result<(), Ignore> {
+    pub(super) fn worker_runs(&self, t: usize) -> Result<(), Ignore> {
         let node = &self.wf.nodes[self.run.tasks[t].node];
         if node.kind.traits().dispatched {
             return Ok(());
@@ -887,13 +300,13 @@ impl Machine<'_> {
     /// A SUB_WORKFLOW attempt ends with its child: the child's output, or a
     /// failure naming the child (retryable: the retry policy starts a new
     /// child). A child that could not start fails the node for good.
-    fn on_child_finished(
+    pub(super) fn on_child_finished(
         &mut self,
         task_id: Uuid,
         attempt: i32,
         child: Option<Uuid>,
         status: RunStatus,
-        output: &Option<Value>,
+        output: Option<Value>,
         error: Option<&str>,
     ) -> Result<(), Ignore> {
         let t = self.reportable(task_id, attempt)?;
@@ -905,7 +318,7 @@ impl Machine<'_> {
                 Err(Ignore(IgnoreKind::NotDue, format!("the child run is {status}, not finished")))
             }
             (Some(_), RunStatus::Succeeded) => {
-                self.finish(t, TaskState::Completed, Some(output.clone().unwrap_or(Value::Null)), None);
+                self.finish(t, TaskState::Completed, Some(output.unwrap_or(Value::Null)), None);
                 self.route();
                 Ok(())
             }
@@ -924,7 +337,7 @@ impl Machine<'_> {
         }
     }
 
-    fn task_payload(&self, t: usize, mut extra: Value) -> Value {
+    pub(super) fn task_payload(&self, t: usize, mut extra: Value) -> Value {
         let task = &self.run.tasks[t];
         let mut base = json!({
             "task_id": task.id,
@@ -944,7 +357,7 @@ impl Machine<'_> {
         extra
     }
 
-    fn finish(&mut self, t: usize, state: TaskState, output: Option<Value>, error: Option<String>) {
+    pub(super) fn finish(&mut self, t: usize, state: TaskState, output: Option<Value>, error: Option<String>) {
         self.item_finishing(t, state);
         let task = &mut self.run.tasks[t];
         task.state = state;
@@ -971,7 +384,7 @@ impl Machine<'_> {
         self.tr.log(kind, payload);
     }
 
-    fn restart(&mut self, t: usize) {
+    pub(super) fn restart(&mut self, t: usize) {
         if self.run.tasks[t].progress.is_some() {
             self.restart_map(t);
             return;
@@ -989,7 +402,7 @@ impl Machine<'_> {
 
     /// What `node`'s expressions see, converted for jaq: the context with
     /// just the nodes they read (all nodes when that cannot be known).
-    fn scope(&self, node: usize) -> Scope {
+    pub(super) fn scope(&self, node: usize) -> Scope {
         let ctx = match &self.wf.nodes[node].reads {
             Some(reads) => self.context_of(reads.iter().filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n))),
             None => self.context(),
@@ -998,18 +411,18 @@ impl Machine<'_> {
     }
 
     /// What expressions see: `{input, nodes: {<id>: {output, state}}, run}`.
-    fn context(&self) -> Value {
+    pub(super) fn context(&self) -> Value {
         context(self.wf, self.run)
     }
 
-    fn context_of<'t>(&self, tasks: impl Iterator<Item = &'t Task>) -> Value {
+    pub(super) fn context_of<'t>(&self, tasks: impl Iterator<Item = &'t Task>) -> Value {
         context_of(self.wf, self.run, tasks)
     }
 
     /// Creates a task for every node that has become ready, in topological
     /// order so that a skip (or a TRANSFORM's result) reaches its successors
     /// in the same pass; then ends the run if nothing is left to do.
-    fn route(&mut self) {
+    pub(super) fn route(&mut self) {
         self.advance_maps();
         // Paused: what finished is recorded, nothing new starts, the run
         // does not end; resuming routes again.
@@ -1070,7 +483,13 @@ impl Machine<'_> {
         self.finish_run_if_done();
     }
 
-    fn create(&mut self, node: usize, active: bool, edge_error: Option<String>, ctx: &mut Option<Scope>) -> usize {
+    pub(super) fn create(
+        &mut self,
+        node: usize,
+        active: bool,
+        edge_error: Option<String>,
+        ctx: &mut Option<Scope>,
+    ) -> usize {
         let t = self.run.tasks.len();
         self.run.tasks.push(Task::new((self.new_id)(), node, None));
         self.tr.created.push(t);
@@ -1087,7 +506,7 @@ impl Machine<'_> {
     /// Starts a task's current attempt according to its node's kind:
     /// dispatch, timer, event wait, or (TRANSFORM) complete at once. An
     /// expression that fails fails the task with its message.
-    fn start(&mut self, t: usize, ctx: &mut Option<Scope>) {
+    pub(super) fn start(&mut self, t: usize, ctx: &mut Option<Scope>) {
         let node = &self.wf.nodes[self.run.tasks[t].node];
         let now = self.now;
         let needs_ctx = !node.template.is_literal() || !node.kind.traits().dispatched;
@@ -1118,7 +537,7 @@ impl Machine<'_> {
                 eval(output).map(Started::Done).map_err(|e| format!("config.output: {e}"))
             }
             NodeKind::Map(m) => {
-                eval(&m.items).and_then(map::items).map(Started::Map).map_err(|e| format!("config.items: {e}"))
+                eval(&m.items).and_then(items).map(Started::Map).map_err(|e| format!("config.items: {e}"))
             }
             NodeKind::SubWorkflow { .. } => {
                 eval(&node.template).map(Started::Child).map_err(|e| format!("config: {e}"))
@@ -1148,6 +567,8 @@ impl Machine<'_> {
                 task.wake_at = (wake_at != FOREVER).then_some(wake_at);
                 if let Some((name, key)) = &event {
                     task.input = json!({"event": name, "key": key});
+                    let take = Effect::TakeBufferedEvent { task_id: task.id, event: name.clone(), key: key.clone() };
+                    self.tr.effects.push(take);
                 }
                 task.event = event;
                 let payload = self.task_payload(t, json!({"wake_at": self.run.tasks[t].wake_at}));
@@ -1160,7 +581,7 @@ impl Machine<'_> {
     /// deadline in `wake_at`, which the timer loop fires like any timer.
     /// A SUB_WORKFLOW's attempt instead asks the engine for its child run
     /// (RUNNING: no worker will lease it).
-    fn dispatch(&mut self, t: usize) {
+    pub(super) fn dispatch(&mut self, t: usize) {
         let deadline = self.wf.nodes[self.run.tasks[t].node].timeout.map(|d| later(self.now, d));
         self.run.tasks[t].wake_at = deadline;
         if self.wf.nodes[self.run.tasks[t].node].kind.traits().has_child {
@@ -1174,7 +595,7 @@ impl Machine<'_> {
         self.tr.log(HistoryKind::TaskDispatched, payload);
     }
 
-    fn finish_run_if_done(&mut self) {
+    pub(super) fn finish_run_if_done(&mut self) {
         if self.run.status != RunStatus::Running || self.run.tasks.iter().any(|t| !t.state.is_terminal()) {
             return;
         }
@@ -1210,7 +631,7 @@ impl Machine<'_> {
         }
     }
 
-    fn set_run(&mut self, status: RunStatus, output: Option<Value>, error: Option<String>) {
+    pub(super) fn set_run(&mut self, status: RunStatus, output: Option<Value>, error: Option<String>) {
         self.run.status = status;
         self.run.output = output;
         self.run.error = error.clone();
@@ -1229,7 +650,3 @@ impl Machine<'_> {
         self.tr.log(kind, payload);
     }
 }
-
-mod map;
-#[cfg(test)]
-mod tests;

@@ -1,0 +1,91 @@
+//! The engine's queue: work waits here for a batch loop, which takes
+//! whatever is queued (up to a batch) into one transaction.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use composer_core::machine::Event;
+use composer_store::definitions::DefinitionRow;
+use composer_store::runs::RunRow;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::error::{EngineError, Result};
+
+/// Most events and starts one transaction applies.
+pub const MAX_BATCH: usize = 128;
+
+/// The result of handling one event.
+#[derive(Debug, Clone)]
+pub struct Handled {
+    pub status: composer_core::machine::RunStatus,
+    /// Why the event changed nothing (duplicate, late, stale …).
+    pub ignored: Option<String>,
+}
+
+/// Work waiting for a batch: an event for a run, or a new run to start.
+pub enum Pending {
+    Event {
+        run_id: Uuid,
+        event: Event,
+        reply: oneshot::Sender<Result<Handled>>,
+    },
+    /// A run without an idempotency key or a concurrency limit (whose
+    /// locks could make two batches wait for each other).
+    Start {
+        def: DefinitionRow,
+        input: Value,
+        reply: oneshot::Sender<Result<RunRow>>,
+    },
+}
+
+impl Pending {
+    /// Answers that the engine is stopping.
+    pub fn refuse(self) {
+        match self {
+            Pending::Event { reply, .. } => {
+                let _ = reply.send(Err(EngineError::Stopped));
+            }
+            Pending::Start { reply, .. } => {
+                let _ = reply.send(Err(EngineError::Stopped));
+            }
+        }
+    }
+}
+
+/// Takes what is queued after `first`, up to a batch.
+pub fn fill(first: Pending, inbox: &mut mpsc::Receiver<Pending>) -> Vec<Pending> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match inbox.try_recv() {
+            Ok(p) => batch.push(p),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// Refuses new work and answers what is queued, so no request waits forever
+/// while the server drains.
+pub fn drain(inbox: &mut mpsc::Receiver<Pending>) {
+    inbox.close();
+    while let Ok(p) = inbox.try_recv() {
+        p.refuse();
+    }
+}
+
+/// Counts a batch loop as live while it runs, however it ends.
+pub struct LiveLoop<'a>(&'a AtomicUsize);
+
+impl<'a> LiveLoop<'a> {
+    pub fn enter(count: &'a AtomicUsize) -> LiveLoop<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        LiveLoop(count)
+    }
+}
+
+impl Drop for LiveLoop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}

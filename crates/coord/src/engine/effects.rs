@@ -1,0 +1,291 @@
+//! The effect runner: applies an event to a run, then does what the state
+//! machine asked of storage within the same transaction (load MAP items it
+//! needs, take an event that came before its waiter) and applies each
+//! result, until it asks nothing more.
+
+use chrono::Utc;
+use composer_core::definition::Workflow;
+use composer_core::machine::{self, Effect, Event, Need, Run, Transition};
+use composer_store::runs::Items;
+use uuid::Uuid;
+
+use super::error::{EngineError, Result};
+use super::store::RunStore;
+
+/// Applies `event` and every effect it leads to; the merged transition.
+pub async fn apply<S: RunStore>(store: &S, wf: &Workflow, run: &mut Run, event: Event) -> Result<Transition> {
+    let mut tr = apply_contained(wf, run, event)?;
+    loop {
+        let effects = std::mem::take(&mut tr.effects);
+        if effects.is_empty() {
+            return Ok(tr);
+        }
+        for effect in effects {
+            match effect {
+                Effect::LoadItems(need) => {
+                    let (map, which) = match need {
+                        Need::Queued { map, count } => (map, Items::Queued(count)),
+                        Need::All { map } => (map, Items::All),
+                    };
+                    if load_items(store, wf, run, Some(map), which).await? == 0 {
+                        return Err(composer_store::Error::Corrupt(format!(
+                            "MAP task {map} of run {} counts items that are not stored",
+                            run.id
+                        ))
+                        .into());
+                    }
+                    tr.merge(apply_contained(wf, run, Event::ItemsLoaded { task_id: map })?);
+                }
+                Effect::TakeBufferedEvent { task_id, event, key } => {
+                    if let Some(payload) = store.take_buffered_event(&event, &key, task_id).await? {
+                        tr.merge(apply_contained(wf, run, Event::EventReceived { task_id, payload })?);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the items of a MAP (or of the run, for held ones) that `run` does
+/// not hold yet; returns how many.
+pub async fn load_items<S: RunStore>(
+    store: &S,
+    wf: &Workflow,
+    run: &mut Run,
+    map: Option<Uuid>,
+    which: Items,
+) -> Result<usize> {
+    let held: Vec<Uuid> =
+        run.tasks.iter().filter(|t| t.item.is_some_and(|i| map.is_none_or(|m| i.map == m))).map(|t| t.id).collect();
+    let items = store.load_items(wf, run.id, map, which, &held).await?;
+    let n = items.len();
+    run.tasks.extend(items);
+    Ok(n)
+}
+
+/// Applies the pure state machine, containing a panic to this event: the
+/// run's in-memory state is then discarded with the failed transaction.
+pub fn apply_contained(wf: &Workflow, run: &mut Run, event: Event) -> Result<Transition> {
+    composer_core::expr::use_clock(std::time::Instant::now);
+    let name = event.name();
+    let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
+    }));
+    applied.map_err(|panic| EngineError::Fault {
+        run_id: run.id,
+        event: name,
+        message: composer_core::panic_message(&*panic),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A store in memory for the engine's unit tests.
+
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use composer_core::definition::Workflow;
+    use composer_core::machine::{self, RunStatus, TaskState};
+    use composer_store::definitions::DefinitionRow;
+    use composer_store::runs::{Items, NewRun, RunRow};
+    use serde_json::Value;
+    use uuid::Uuid;
+
+    use crate::engine::store::RunStore;
+
+    #[derive(Default)]
+    pub struct FakeStore {
+        /// MAP items not held by the run in memory, by their MAP.
+        pub items: Mutex<Vec<machine::Task>>,
+        /// Events kept for a waiter: `(name, key)` → payloads, oldest first.
+        pub buffered: Mutex<HashMap<(String, String), Vec<Value>>>,
+        /// Open and queued runs per `(workflow, key)`.
+        pub usage: Mutex<HashMap<(String, String), (i64, bool)>>,
+        pub locked_keys: Mutex<Vec<(String, String)>>,
+        pub inserted: Mutex<Vec<RunRow>>,
+        pub definitions: Vec<DefinitionRow>,
+    }
+
+    impl RunStore for FakeStore {
+        async fn load_items(
+            &self,
+            _wf: &Workflow,
+            _run_id: Uuid,
+            map: Option<Uuid>,
+            which: Items,
+            held: &[Uuid],
+        ) -> Result<Vec<machine::Task>, composer_store::Error> {
+            let items = self.items.lock().unwrap();
+            let mut of_map: Vec<machine::Task> = items
+                .iter()
+                .filter(|t| t.item.is_some_and(|i| map.is_none_or(|m| i.map == m)) && !held.contains(&t.id))
+                .cloned()
+                .collect();
+            of_map.sort_by_key(|t| t.item.map(|i| i.index));
+            Ok(match which {
+                Items::Queued(n) => {
+                    of_map.into_iter().filter(|t| t.state == TaskState::Queued).take(n as usize).collect()
+                }
+                Items::All => of_map,
+                Items::Held => {
+                    of_map.into_iter().filter(|t| t.state == TaskState::Waiting && t.wake_at.is_none()).collect()
+                }
+            })
+        }
+
+        async fn take_buffered_event(
+            &self,
+            name: &str,
+            key: &str,
+            _task_id: Uuid,
+        ) -> Result<Option<Value>, composer_store::Error> {
+            let mut buffered = self.buffered.lock().unwrap();
+            let waiting = buffered.get_mut(&(name.to_string(), key.to_string()));
+            Ok(waiting.and_then(|events| (!events.is_empty()).then(|| events.remove(0))))
+        }
+
+        async fn lock_concurrency_key(&self, workflow: &str, key: &str) -> Result<(), composer_store::Error> {
+            self.locked_keys.lock().unwrap().push((workflow.into(), key.into()));
+            Ok(())
+        }
+
+        async fn concurrency_usage(&self, workflow: &str, key: &str) -> Result<(i64, bool), composer_store::Error> {
+            Ok(self.usage.lock().unwrap().get(&(workflow.into(), key.into())).copied().unwrap_or((0, false)))
+        }
+
+        async fn insert_run(&self, run: &NewRun<'_>) -> Result<RunRow, composer_store::Error> {
+            let now = chrono::Utc::now();
+            let row = RunRow {
+                id: run.id,
+                workflow_definition_id: run.workflow_definition_id,
+                workflow_name: run.workflow_name.to_string(),
+                workflow_version: run.workflow_version,
+                status: run.status,
+                input: run.input.clone(),
+                output: None,
+                error: None,
+                idempotency_key: run.idempotency_key.map(str::to_string),
+                created_at: now,
+                updated_at: now,
+                finished_at: None,
+                deadline: run.deadline,
+                parent: run.parent,
+                depth: run.depth,
+                concurrency_key: run.concurrency_key.map(str::to_string),
+                trigger: run.trigger.cloned(),
+            };
+            if run.status == RunStatus::Running || run.status == RunStatus::Queued {
+                let key = (run.workflow_name.to_string(), run.concurrency_key.unwrap_or_default().to_string());
+                let mut usage = self.usage.lock().unwrap();
+                let entry = usage.entry(key).or_insert((0, false));
+                match run.status {
+                    RunStatus::Running => entry.0 += 1,
+                    _ => entry.1 = true,
+                }
+            }
+            self.inserted.lock().unwrap().push(row.clone());
+            Ok(row)
+        }
+
+        async fn definition(
+            &self,
+            name: &str,
+            version: Option<i32>,
+        ) -> Result<Option<DefinitionRow>, composer_store::Error> {
+            Ok(self
+                .definitions
+                .iter()
+                .filter(|d| d.name == name && version.is_none_or(|v| d.version == v))
+                .max_by_key(|d| d.version)
+                .cloned())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use composer_core::machine::{Event, Run, RunStatus, TaskState};
+    use serde_json::json;
+
+    use super::fake::FakeStore;
+    use super::*;
+
+    fn workflow(spec: serde_json::Value) -> Workflow {
+        Workflow::parse(&spec).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_event_that_came_before_its_waiter_completes_it_in_the_same_transaction() {
+        let wf = workflow(json!({"name": "w", "nodes": [
+            {"id": "wait", "type": "WAIT_FOR_EVENT", "config": {"event": "paid", "key": "${ .input.order }"}},
+            {"id": "done", "type": "TRANSFORM", "config": {"output": "${ .nodes.wait.output.amount }"}}],
+            "edges": [{"from": "wait", "to": "done"}]}));
+        let store = FakeStore::default();
+        store.buffered.lock().unwrap().insert(("paid".into(), "o-7".into()), vec![json!({"amount": 12})]);
+        let mut run = Run::new(Uuid::now_v7(), json!({"order": "o-7"}));
+        let tr = apply(&store, &wf, &mut run, Event::RunStarted).await.unwrap();
+        assert_eq!(run.status, RunStatus::Succeeded, "{tr:?}");
+        assert_eq!(run.output, Some(json!({"done": 12})));
+        assert!(store.buffered.lock().unwrap()[&("paid".into(), "o-7".into())].is_empty(), "the event was taken");
+    }
+
+    #[tokio::test]
+    async fn without_a_buffered_event_the_task_waits() {
+        let wf = workflow(json!({"name": "w", "nodes": [
+            {"id": "wait", "type": "WAIT_FOR_EVENT", "config": {"event": "paid", "key": "k"}}]}));
+        let store = FakeStore::default();
+        let mut run = Run::new(Uuid::now_v7(), json!({}));
+        let tr = apply(&store, &wf, &mut run, Event::RunStarted).await.unwrap();
+        assert_eq!(run.tasks[0].state, TaskState::Waiting);
+        assert!(tr.effects.is_empty(), "every effect was run");
+    }
+
+    /// A MAP whose items the run does not hold (as after a reload) asks for
+    /// the next queued ones and then for all of them; the runner loads each.
+    #[tokio::test]
+    async fn a_map_gets_the_items_it_asks_for_and_gathers_its_output() {
+        let wf = workflow(json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": {
+            "items": [1, 2, 3], "max_concurrency": 1,
+            "node": {"type": "HTTP", "config": {"url": "http://h/${ .item }"}}}}]}));
+        let store = FakeStore::default();
+        let mut run = Run::new(Uuid::now_v7(), json!({}));
+        apply(&store, &wf, &mut run, Event::RunStarted).await.unwrap();
+        // Storage keeps the items; memory keeps the MAP's own task only.
+        let map = run.tasks.iter().find(|t| t.progress.is_some()).unwrap().id;
+        let mut items: Vec<_> = run.tasks.iter().filter(|t| t.item.is_some()).cloned().collect();
+        run.tasks.retain(|t| t.item.is_none());
+        for round in 0..3 {
+            let running = items.iter().position(|t| t.state == TaskState::Pending).expect("one item runs");
+            let item = items.remove(running);
+            *store.items.lock().unwrap() = items.clone();
+            run.tasks.push(item.clone());
+            let done = Event::TaskCompleted { task_id: item.id, attempt: 1, output: json!(round) };
+            apply(&store, &wf, &mut run, done).await.unwrap();
+            // Keep what changed in storage, and memory to the MAP again.
+            items = run.tasks.iter().filter(|t| t.item.is_some()).cloned().chain(items.clone()).collect();
+            items.sort_by_key(|t| t.item.map(|i| i.index));
+            items.dedup_by_key(|t| t.id);
+            run.tasks.retain(|t| t.item.is_none());
+        }
+        assert_eq!(run.status, RunStatus::Succeeded);
+        assert_eq!(run.output, Some(json!({"each": [0, 1, 2]})));
+        assert!(run.tasks.iter().any(|t| t.id == map));
+    }
+
+    #[tokio::test]
+    async fn items_a_map_counts_but_storage_lacks_are_an_error_not_a_loop() {
+        let wf = workflow(json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": {
+            "items": [1, 2], "max_concurrency": 1,
+            "node": {"type": "HTTP", "config": {"url": "http://h/${ .item }"}}}}]}));
+        let store = FakeStore::default();
+        let mut run = Run::new(Uuid::now_v7(), json!({}));
+        apply(&store, &wf, &mut run, Event::RunStarted).await.unwrap();
+        let first = run.tasks.iter().find(|t| t.state == TaskState::Pending).unwrap().clone();
+        run.tasks.retain(|t| t.item.is_none());
+        run.tasks.push(first.clone());
+        let done = Event::TaskCompleted { task_id: first.id, attempt: 1, output: json!(0) };
+        let e = apply(&store, &wf, &mut run, done).await.unwrap_err();
+        assert!(e.to_string().contains("counts items that are not stored"), "{e}");
+    }
+}

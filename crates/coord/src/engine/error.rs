@@ -1,0 +1,57 @@
+//! How handling an event or starting a run can fail: the engine's own
+//! errors, and the typed reasons a request is refused.
+
+use uuid::Uuid;
+
+/// Why a run cannot be started as asked. The caller's fault (a 400 at the
+/// API; the failure of the SUB_WORKFLOW attempt that asked for a child).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// The workflow's concurrency key does not evaluate over this input.
+    #[error("{0}")]
+    ConcurrencyKey(String),
+    /// A child names a workflow (or version) that is not registered.
+    #[error("workflow {name:?}{} is not registered", version.map(|v| format!(" version {v}")).unwrap_or_default())]
+    UnknownWorkflow { name: String, version: Option<i32> },
+    /// A child would nest deeper than `sub_workflow_max_depth`.
+    #[error("SUB_WORKFLOW nesting deeper than {max} levels ({limit})")]
+    TooDeep { max: i32, limit: &'static str },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("run {0} not found")]
+    RunNotFound(Uuid),
+    #[error(transparent)]
+    Store(#[from] composer_store::Error),
+    #[error("the coordinator is shutting down")]
+    Stopped,
+    /// The engine's queue is full (`COMPOSER_ENGINE_QUEUE`).
+    #[error("the engine is busy; retry shortly")]
+    Busy,
+    /// Applying the event panicked: a bug, contained to this event.
+    #[error("engine fault applying {event} to run {run_id}: {message}")]
+    Fault { run_id: Uuid, event: &'static str, message: String },
+    /// The request cannot be served as given.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+}
+
+impl EngineError {
+    /// True when applying the same event again cannot succeed.
+    pub(crate) fn is_permanent(&self) -> bool {
+        match self {
+            EngineError::Fault { .. } => true,
+            EngineError::Store(e) => e.is_permanent(),
+            _ => false,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for EngineError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        EngineError::Store(e.into())
+    }
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,37 @@
+//! A run as a transaction holds it: locked (or just created), in the state
+//! machine's form, with what the transaction's events changed so far.
+
+use std::sync::Arc;
+
+use composer_core::definition::Workflow;
+use composer_core::machine::{self, AfterCommit};
+use composer_store::runs::RunRow;
+use composer_store::transitions::Change;
+use uuid::Uuid;
+
+#[derive(Debug)]
+pub struct Loaded {
+    pub wf: Arc<Workflow>,
+    pub run: machine::Run,
+    pub tr: machine::Transition,
+    /// How many parents it has.
+    pub depth: i32,
+    /// Its definition's id and version.
+    pub definition: (Uuid, i32),
+}
+
+impl Loaded {
+    pub fn new(wf: Arc<Workflow>, run: machine::Run, tr: machine::Transition, row: &RunRow) -> Loaded {
+        Loaded { wf, run, tr, depth: row.depth, definition: (row.workflow_definition_id, row.workflow_version) }
+    }
+
+    /// What storage writes for it.
+    pub fn change(&self) -> Change<'_> {
+        Change { wf: &self.wf, run: &self.run, tr: &self.tr, definition: self.definition }
+    }
+
+    /// What its commit owes other runs, each with the run it comes from.
+    pub fn after_commit(&self) -> impl Iterator<Item = (Uuid, AfterCommit)> + '_ {
+        machine::after_commit(&self.wf, &self.run, &self.tr).into_iter().map(|e| (self.run.id, e))
+    }
+}

@@ -1,0 +1,728 @@
+//! The [`Engine`]: its queue and batch loops, the transaction each batch is
+//! applied in, and what it runs after a commit.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use composer_core::definition::{Workflow, SUB_WORKFLOW_MAX_DEPTH};
+use composer_core::machine::{self, AfterCommit, Event, RunStatus};
+use composer_store::definitions::DefinitionRow;
+use composer_store::outbox::Outbound;
+use composer_store::runs::{self, Parent, RunRow};
+use composer_store::transitions::{write_transitions, Change, Publish};
+use composer_store::Pool;
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, Notify};
+use uuid::Uuid;
+
+use super::admission::{self, NewRunOf};
+use super::batch::{self, Handled, LiveLoop, Pending};
+use super::effects;
+use super::error::{EngineError, Rejection, Result};
+use super::loaded::Loaded;
+use super::publisher::Publisher;
+use super::store::Tx;
+
+/// Children started at once after a commit (each in its own transaction).
+const CHILD_STARTS_AT_ONCE: usize = 8;
+
+pub struct Engine {
+    pool: Pool,
+    /// Stream shards per queue, for the outbox rows this engine writes.
+    shards: i32,
+    outbox_wake: Arc<Notify>,
+    /// Publishes what a commit dispatched right after it, the outbox rows
+    /// falling due for the enqueuers only after the grace. `None` on a
+    /// coordinator that runs no enqueuer: its rows are due at once and
+    /// NOTIFY wakes the other coordinators' enqueuers.
+    publisher: Option<(Arc<Publisher>, std::time::Duration)>,
+    /// Definition versions are immutable, so a compiled workflow is cached
+    /// for the life of the process.
+    workflows: Mutex<HashMap<Uuid, Arc<Workflow>>>,
+    /// Bounded (`COMPOSER_ENGINE_QUEUE`): when full, callers are told to come
+    /// back later rather than queue without end.
+    queue: mpsc::Sender<Pending>,
+    inbox: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
+    /// Runs whose last event failed permanently, and how often in a row: a
+    /// repeat fails the run, so one poisoned run cannot fail forever.
+    faults: Mutex<HashMap<Uuid, u32>>,
+    /// Batch loops running now (`/readyz` is 503 when one has stopped).
+    live_loops: AtomicUsize,
+    /// `COMPOSER_MAX_PAYLOAD`, for the values the state machine computes.
+    max_payload: usize,
+}
+
+/// A run [`Engine::start_run_in`] created (or found by its idempotency key),
+/// for [`Engine::started`] once the caller committed.
+pub struct Started {
+    pub row: RunRow,
+    /// False when an idempotency key found an existing run.
+    pub new: bool,
+    loaded: Option<Loaded>,
+    /// What its commit dispatched, for the publisher.
+    outbound: Vec<Outbound>,
+}
+
+/// Where the answer to one piece of a batch's work goes.
+enum Reply {
+    Event(Uuid, oneshot::Sender<Result<Handled>>),
+    Start(oneshot::Sender<Result<RunRow>>),
+}
+
+/// What one batch's work came to, in the order it was given.
+struct Applied {
+    events: Vec<Result<Handled>>,
+    starts: Vec<RunRow>,
+    after_commit: Vec<(Uuid, AfterCommit)>,
+}
+
+impl Engine {
+    pub fn new(
+        pool: Pool,
+        shards: u32,
+        outbox_wake: Arc<Notify>,
+        publisher: Option<(Arc<Publisher>, std::time::Duration)>,
+        max_payload: usize,
+        queue_capacity: usize,
+    ) -> Engine {
+        let (queue, inbox) = mpsc::channel(queue_capacity.max(1));
+        Engine {
+            pool,
+            shards: shards as i32,
+            outbox_wake,
+            publisher,
+            workflows: Mutex::new(HashMap::new()),
+            queue,
+            inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
+            faults: Mutex::new(HashMap::new()),
+            live_loops: AtomicUsize::new(0),
+            max_payload,
+        }
+    }
+
+    /// How this engine's writes have their outbox rows published.
+    fn publish_mode(&self) -> Publish {
+        match &self.publisher {
+            Some((_, grace)) => Publish::ByWriter { grace: *grace },
+            None => Publish::ByEnqueuer { notify: true },
+        }
+    }
+
+    /// After a commit: publishes what it dispatched, or wakes the enqueuer.
+    fn dispatched(&self, outbound: Vec<Outbound>, any: bool) {
+        match &self.publisher {
+            Some((publisher, _)) => publisher.send(outbound),
+            None if any => self.outbox_wake.notify_one(),
+            None => {}
+        }
+    }
+
+    /// Writes what the runs' events changed, in the caller's transaction.
+    async fn write<'l>(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        loaded: impl Iterator<Item = &'l Loaded>,
+        published: &[i64],
+    ) -> Result<(Vec<Outbound>, bool)> {
+        let changes: Vec<Change> = loaded.map(Loaded::change).collect();
+        let any = changes.iter().any(|c| !c.tr.dispatch.is_empty());
+        let outbound = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;
+        Ok((outbound, any))
+    }
+
+    /// Batch loops running now.
+    pub fn live_loops(&self) -> usize {
+        self.live_loops.load(Ordering::Relaxed)
+    }
+
+    /// Stream shards per queue.
+    pub fn shards(&self) -> i32 {
+        self.shards
+    }
+
+    /// The compiled workflow of a stored definition.
+    pub fn compile(&self, def: &DefinitionRow) -> Result<Arc<Workflow>> {
+        if let Some(wf) = self.workflows.lock().expect("workflow cache").get(&def.id) {
+            return Ok(wf.clone());
+        }
+        let wf = Workflow::parse(&def.spec).map_err(|e| {
+            composer_store::Error::Corrupt(format!("stored definition {} v{} is invalid: {e}", def.name, def.version))
+        })?;
+        let wf = Arc::new(wf);
+        self.workflows.lock().expect("workflow cache").insert(def.id, wf.clone());
+        Ok(wf)
+    }
+
+    async fn workflow(&self, definition_id: Uuid) -> Result<Arc<Workflow>> {
+        if let Some(wf) = self.workflows.lock().expect("workflow cache").get(&definition_id) {
+            return Ok(wf.clone());
+        }
+        let client = composer_store::client(&self.pool).await?;
+        let def = composer_store::definitions::by_id(&client, definition_id).await?.ok_or_else(|| {
+            composer_store::Error::Corrupt(format!("definition {definition_id} of a run does not exist"))
+        })?;
+        self.compile(&def)
+    }
+
+    /// Inserts a run and applies RunStarted in the same commit, so a run
+    /// never exists without its first dispatches. With an idempotency key, a
+    /// run already started with that key (for this workflow) is returned
+    /// instead, and `false` says so; concurrent starts with one key make one run.
+    ///
+    /// A start without a key, of a workflow without a concurrency limit, is
+    /// queued for the engine's batches like an event: starts that arrive
+    /// together share one transaction and one set-based write.
+    pub async fn start_run(
+        self: &Arc<Self>,
+        def: &DefinitionRow,
+        input: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<(RunRow, bool)> {
+        if idempotency_key.is_none() && self.compile(def)?.concurrency.is_none() {
+            let (reply, answer) = oneshot::channel();
+            self.enqueue(Pending::Start { def: def.clone(), input: input.clone(), reply })?;
+            return Ok((answer.await.map_err(|_| EngineError::Stopped)??, true));
+        }
+        let mut client = composer_store::client(&self.pool).await?;
+        let tx = client.transaction().await?;
+        let started = self.start_run_in(&tx, def, input, idempotency_key, None).await?;
+        tx.commit().await?;
+        Ok(self.started(started))
+    }
+
+    /// [`Engine::start_run`] inside the caller's transaction (a schedule's
+    /// fire: the run and the schedule's move commit together). The caller
+    /// commits, then hands the result to [`Engine::started`].
+    pub async fn start_run_in(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        def: &DefinitionRow,
+        input: &Value,
+        idempotency_key: Option<&str>,
+        trigger: Option<&Value>,
+    ) -> Result<Started> {
+        let wf = self.compile(def)?;
+        if let Some(key) = idempotency_key {
+            if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
+                return Ok(Started { row: existing, new: false, loaded: None, outbound: Vec::new() });
+            }
+        }
+        let how = NewRunOf { def, input, idempotency_key, parent: None, depth: 0, trigger };
+        let (row, loaded) = admission::create_run(&Tx(tx), wf, how, self.max_payload).await?;
+        let (outbound, _) = self.write(tx, loaded.iter(), &[]).await?;
+        tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
+        Ok(Started { row, new: true, loaded, outbound })
+    }
+
+    /// After the commit of [`Engine::start_run_in`]: publishes, counts, runs
+    /// what the commit owes, and returns the run as it now stands (and
+    /// whether it is new).
+    pub fn started(self: &Arc<Self>, started: Started) -> (RunRow, bool) {
+        let Started { mut row, new, loaded, outbound } = started;
+        if !new {
+            return (row, false);
+        }
+        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
+        if let Some(l) = loaded {
+            self.dispatched(outbound, !l.tr.dispatch.is_empty());
+            if l.run.status.is_terminal() {
+                run_finished(&l.wf, &l.run);
+            }
+            row.status = l.run.status;
+            row.output = l.run.output.clone();
+            row.error = l.run.error.clone();
+            self.follow_up(l.after_commit().collect());
+        }
+        (row, true)
+    }
+
+    /// Applies `event` to the run under its lock and commits the result.
+    /// Events that arrive together share a transaction (see [`Engine::run_batches`]):
+    /// batching is what keeps PostgreSQL commits per step low under load, and
+    /// adds no wait when there is nothing to batch with.
+    pub async fn handle(&self, run_id: Uuid, event: Event) -> Result<Handled> {
+        let (reply, answer) = oneshot::channel();
+        self.enqueue(Pending::Event { run_id, event, reply })?;
+        answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    fn enqueue(&self, work: Pending) -> Result<()> {
+        self.queue.try_send(work).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => EngineError::Busy,
+            mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
+        })
+    }
+
+    /// Takes whatever work is queued (up to a batch) and applies it in one
+    /// transaction; several of these loops run so that one batch's commit
+    /// overlaps the next one's work.
+    pub async fn run_batches(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        use futures_util::FutureExt;
+        let _live = LiveLoop::enter(&self.live_loops);
+        loop {
+            let work = {
+                let mut inbox = self.inbox.lock().await;
+                let first = tokio::select! {
+                    _ = shutdown.cancelled() => {
+                        batch::drain(&mut inbox);
+                        return;
+                    }
+                    p = inbox.recv() => match p { Some(p) => p, None => return },
+                };
+                batch::fill(first, &mut inbox)
+            };
+            // A panic outside the state machine (which is contained per
+            // event) drops this batch's replies (their callers see the
+            // coordinator stopping) but not the loop.
+            if let Err(panic) = std::panic::AssertUnwindSafe(self.clone().process(work)).catch_unwind().await {
+                tracing::error!(
+                    error = composer_core::panic_message(&*panic),
+                    "engine batch panicked; its events were not applied"
+                );
+            }
+        }
+    }
+
+    async fn process(self: Arc<Self>, work: Vec<Pending>) {
+        let mut events = Vec::new();
+        let mut starts = Vec::new();
+        let mut replies = Vec::with_capacity(work.len());
+        for p in work {
+            match p {
+                Pending::Event { run_id, event, reply } => {
+                    events.push((run_id, event));
+                    replies.push(Reply::Event(run_id, reply));
+                }
+                Pending::Start { def, input, reply } => {
+                    starts.push((def, input));
+                    replies.push(Reply::Start(reply));
+                }
+            }
+        }
+        // Kept to apply the events one by one should the batch fail; a
+        // batch of one has nothing to isolate, and costs no copy.
+        let backup = (replies.len() > 1).then(|| events.clone());
+        let run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
+        match self.apply_batch(events, &starts).await {
+            Ok(applied) => {
+                self.follow_up(applied.after_commit);
+                self.clear_faults(&run_ids);
+                let (mut events, mut starts) = (applied.events.into_iter(), applied.starts.into_iter());
+                for reply in replies {
+                    match reply {
+                        Reply::Event(run_id, reply) => {
+                            let _ = reply.send(events.next().unwrap_or(Err(EngineError::RunNotFound(run_id))));
+                        }
+                        Reply::Start(reply) => {
+                            let _ = reply.send(starts.next().ok_or(EngineError::Stopped));
+                        }
+                    }
+                }
+            }
+            // One bad event must not fail the others: apply each on its own.
+            Err(e) if backup.is_some() => {
+                tracing::warn!(error = %e, work = replies.len(), "batch failed; applying its work one by one");
+                let mut events = backup.unwrap_or_default().into_iter();
+                let mut starts = starts.iter();
+                for reply in replies {
+                    match reply {
+                        Reply::Event(run_id, reply) => {
+                            let Some(event) = events.next() else { break };
+                            let r = match self.apply_batch(vec![event], &[]).await {
+                                Ok(mut applied) => {
+                                    self.follow_up(std::mem::take(&mut applied.after_commit));
+                                    applied.events.pop().unwrap_or(Err(EngineError::RunNotFound(run_id)))
+                                }
+                                Err(e) => self.on_failure(run_id, e).await,
+                            };
+                            let _ = reply.send(r);
+                        }
+                        Reply::Start(reply) => {
+                            let Some(start) = starts.next() else { break };
+                            let r = self.apply_batch(Vec::new(), std::slice::from_ref(start)).await.and_then(
+                                |mut applied| {
+                                    self.follow_up(std::mem::take(&mut applied.after_commit));
+                                    applied.starts.pop().ok_or(EngineError::Stopped)
+                                },
+                            );
+                            let _ = reply.send(r);
+                        }
+                    }
+                }
+            }
+            Err(e) => match replies.into_iter().next() {
+                Some(Reply::Event(run_id, reply)) => {
+                    let r = self.on_failure(run_id, e).await;
+                    let _ = reply.send(r);
+                }
+                Some(Reply::Start(reply)) => {
+                    let _ = reply.send(Err(e));
+                }
+                None => {}
+            },
+        }
+    }
+
+    fn clear_faults(&self, runs: &[Uuid]) {
+        let mut faults = self.faults.lock().expect("fault counts");
+        if !faults.is_empty() {
+            for run_id in runs {
+                faults.remove(run_id);
+            }
+        }
+    }
+
+    /// An event of one run failed on its own. The first permanent failure
+    /// fails the event (its sender may retry); a repeat fails the run with
+    /// the message, so a poisoned run cannot stall a loop, a worker or the
+    /// timer loop forever.
+    async fn on_failure(&self, run_id: Uuid, e: EngineError) -> Result<Handled> {
+        if !e.is_permanent() {
+            return Err(e);
+        }
+        let repeats = {
+            let mut faults = self.faults.lock().expect("fault counts");
+            if faults.len() > 10_000 {
+                faults.clear();
+            }
+            let n = faults.entry(run_id).or_insert(0);
+            *n += 1;
+            *n
+        };
+        tracing::error!(%run_id, error = %e, repeats, "event failed permanently");
+        if repeats < 2 {
+            return Err(e);
+        }
+        let message = format!("run failed: {e}");
+        let mut client = composer_store::client(&self.pool).await?;
+        runs::fail_faulted(&mut client, run_id, &message).await?;
+        self.faults.lock().expect("fault counts").remove(&run_id);
+        composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", RunStatus::Failed.as_str())], 1);
+        Ok(Handled { status: RunStatus::Failed, ignored: Some(message) })
+    }
+
+    /// One transaction: lock every run named (in id order), load their tasks,
+    /// apply each event in order, create the new runs, write all changes
+    /// set-based, commit.
+    async fn apply_batch(&self, events: Vec<(Uuid, Event)>, starts: &[(DefinitionRow, Value)]) -> Result<Applied> {
+        // Rows this coordinator published since its last write are deleted
+        // in this one's transaction: no commit of their own.
+        let published = self.publisher.as_ref().map(|(p, _)| p.take_published()).unwrap_or_default();
+        let applied = self.apply_batch_deleting(events, starts, &published).await;
+        if applied.is_err() {
+            if let Some((p, _)) = &self.publisher {
+                p.give_back(published);
+            }
+        }
+        applied
+    }
+
+    async fn apply_batch_deleting(
+        &self,
+        events: Vec<(Uuid, Event)>,
+        starts: &[(DefinitionRow, Value)],
+        published: &[i64],
+    ) -> Result<Applied> {
+        let started = std::time::Instant::now();
+        let mut client = composer_store::client(&self.pool).await?;
+        let tx = client.transaction().await?;
+        let store = Tx(&tx);
+        let mut runs = self.lock_runs(&tx, &events).await?;
+        let mut results = Vec::with_capacity(events.len());
+        let applied = events.len();
+        for (run_id, event) in events {
+            let Some(loaded) = runs.get_mut(&run_id) else {
+                results.push(Err(EngineError::RunNotFound(run_id)));
+                continue;
+            };
+            let name = event.name();
+            let tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
+            count_event(run_id, name, &tr, loaded.run.status);
+            results.push(Ok(Handled { status: loaded.run.status, ignored: tr.ignored.clone() }));
+            loaded.tr.merge(tr);
+        }
+        let mut created = Vec::with_capacity(starts.len());
+        for (def, input) in starts {
+            let wf = self.compile(def)?;
+            let how = NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None };
+            let (row, loaded) = admission::create_run(&store, wf, how, self.max_payload).await?;
+            if let Some(loaded) = loaded {
+                runs.insert(row.id, loaded);
+            }
+            created.push(row);
+        }
+        let (outbound, any) = self.write(&tx, runs.values(), published).await?;
+        tx.commit().await?;
+        self.dispatched(outbound, any);
+        for l in runs.values().filter(|l| l.tr.run_changed && l.run.status.is_terminal()) {
+            run_finished(&l.wf, &l.run);
+        }
+        for _ in 0..applied {
+            composer_metrics::observe(composer_metrics::EVENT_DURATION, &[], started.elapsed());
+        }
+        if !created.is_empty() {
+            composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], created.len() as u64);
+        }
+        // Each new run as its first transitions left it.
+        for row in &mut created {
+            if let Some(l) = runs.get(&row.id) {
+                row.status = l.run.status;
+                row.output = l.run.output.clone();
+                row.error = l.run.error.clone();
+            }
+        }
+        let after_commit = runs.values().flat_map(Loaded::after_commit).collect();
+        Ok(Applied { events: results, starts: created, after_commit })
+    }
+
+    /// Locks the runs `events` name, in id order (so two batches cannot
+    /// deadlock), and loads them into the state machine's form.
+    async fn lock_runs(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        events: &[(Uuid, Event)],
+    ) -> Result<HashMap<Uuid, Loaded>> {
+        if events.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
+        run_ids.sort();
+        run_ids.dedup();
+        // Of MAP items, only those the events name are loaded.
+        let item_ids: Vec<Uuid> = events.iter().filter_map(|(_, e)| e.task_id()).collect();
+        let store = Tx(tx);
+        let mut runs = HashMap::new();
+        for (mut row, tasks) in runs::lock_many(tx, &run_ids, &item_ids).await? {
+            let wf = self.workflow(row.workflow_definition_id).await?;
+            let mut run = runs::into_machine(&wf, &mut row, tasks)?;
+            run.max_payload = self.max_payload;
+            // A retry may run a MAP's items again: it needs them all. A
+            // resume starts items whose retry the pause held.
+            let of_run = || events.iter().filter(|(id, _)| *id == row.id).map(|(_, e)| e);
+            if of_run().any(|e| matches!(e, Event::RetryRun)) {
+                let maps: Vec<Uuid> = run.tasks.iter().filter(|t| t.progress.is_some()).map(|t| t.id).collect();
+                for map in maps {
+                    effects::load_items(&store, &wf, &mut run, Some(map), runs::Items::All).await?;
+                }
+            }
+            if of_run().any(|e| matches!(e, Event::ResumeRun)) {
+                effects::load_items(&store, &wf, &mut run, None, runs::Items::Held).await?;
+            }
+            runs.insert(row.id, Loaded::new(wf, run, machine::Transition::default(), &row));
+        }
+        Ok(runs)
+    }
+
+    /// Starts the oldest QUEUED runs of a concurrency key while it has free
+    /// slots (by the limit of the oldest run's definition); returns how many.
+    pub async fn promote(self: &Arc<Self>, workflow: &str, key: &str) -> Result<usize> {
+        let mut client = composer_store::client(&self.pool).await?;
+        let tx = client.transaction().await?;
+        runs::lock_concurrency_key(&tx, workflow, key).await?;
+        let Some(oldest) = runs::lock_queued(&tx, workflow, key, 1).await?.pop() else { return Ok(0) };
+        let wf = self.workflow(oldest.workflow_definition_id).await?;
+        let max = wf.concurrency.as_ref().map_or(i64::MAX, |c| c.max as i64);
+        let (open, _) = runs::concurrency_usage(&tx, workflow, key).await?;
+        if open >= max {
+            return Ok(0);
+        }
+        let store = Tx(&tx);
+        let mut batch = Vec::new();
+        for mut row in runs::lock_queued(&tx, workflow, key, max - open).await? {
+            let wf = self.workflow(row.workflow_definition_id).await?;
+            let deadline = admission::deadline_of(&wf);
+            runs::set_running(&tx, row.id, deadline).await?;
+            let mut run = runs::into_machine(&wf, &mut row, Vec::new())?;
+            run.status = RunStatus::Running;
+            run.deadline = deadline;
+            run.max_payload = self.max_payload;
+            let tr = effects::apply(&store, &wf, &mut run, Event::RunStarted).await?;
+            batch.push(Loaded::new(wf, run, tr, &row));
+        }
+        let (outbound, any) = self.write(&tx, batch.iter(), &[]).await?;
+        tx.commit().await?;
+        self.dispatched(outbound, any);
+        self.follow_up(batch.iter().flat_map(Loaded::after_commit).collect());
+        tracing::debug!(workflow, key, promoted = batch.len(), "queued runs started");
+        Ok(batch.len())
+    }
+
+    /// Starts the child run of a SUB_WORKFLOW attempt in a transaction of its
+    /// own, unless the attempt no longer waits or has its child already (so
+    /// it is safe to call again: the recovery sweep does, for attempts whose
+    /// coordinator died before starting their child). A child that cannot
+    /// start fails the attempt, naming why.
+    pub async fn start_child(self: &Arc<Self>, run_id: Uuid, task_id: Uuid, attempt: i32) -> Result<()> {
+        let parent = Parent { run_id, task_id, attempt };
+        let mut client = composer_store::client(&self.pool).await?;
+        let tx = client.transaction().await?;
+        let Some(slot) = runs::claim_child_slot(&tx, run_id, task_id, attempt).await? else { return Ok(()) };
+        let created = self.create_child(&tx, parent, &slot).await;
+        let child = match created {
+            Ok(child) => child,
+            Err(EngineError::Rejected(why)) => {
+                drop(tx);
+                let event = Event::ChildFinished {
+                    task_id,
+                    attempt,
+                    child: None,
+                    status: RunStatus::Failed,
+                    output: None,
+                    error: Some(why.to_string()),
+                };
+                self.handle(run_id, event).await?;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let (outbound, any) = self.write(&tx, child.1.iter(), &[]).await?;
+        tx.commit().await?;
+        self.dispatched(outbound, any);
+        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
+        tracing::debug!(child = %child.0.id, parent = %run_id, status = %child.0.status, "child run started");
+        if let Some(l) = child.1 {
+            if l.run.status.is_terminal() {
+                run_finished(&l.wf, &l.run);
+            }
+            self.follow_up(l.after_commit().collect());
+        }
+        Ok(())
+    }
+
+    /// Inserts (and starts, unless its concurrency limit queues it) the
+    /// child run a claimed slot asks for.
+    async fn create_child(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        parent: Parent,
+        slot: &runs::ChildSlot,
+    ) -> Result<(RunRow, Option<Loaded>)> {
+        let depth = slot.parent_depth + 1;
+        if depth > SUB_WORKFLOW_MAX_DEPTH {
+            return Err(Rejection::TooDeep { max: SUB_WORKFLOW_MAX_DEPTH, limit: machine::DEPTH_LIMIT }.into());
+        }
+        let name = slot.spec["workflow"].as_str().unwrap_or_default();
+        let version = slot.spec["version"].as_i64().and_then(|v| i32::try_from(v).ok());
+        let def = composer_store::definitions::by_name(tx, name, version)
+            .await?
+            .ok_or_else(|| Rejection::UnknownWorkflow { name: name.to_string(), version })?;
+        let wf = self.compile(&def)?;
+        let input = match slot.spec.get("input") {
+            None | Some(Value::Null) => serde_json::json!({}),
+            Some(v) => v.clone(),
+        };
+        let how =
+            NewRunOf { def: &def, input: &input, idempotency_key: None, parent: Some(parent), depth, trigger: None };
+        admission::create_run(&Tx(tx), wf, how, self.max_payload).await
+    }
+
+    /// Runs what committed transitions owe other runs: children to start, a
+    /// finished child's result for its parent, children a parent no longer
+    /// waits for, queued runs a freed slot lets start. A crash before this
+    /// is covered by the recovery sweep.
+    fn follow_up(self: &Arc<Self>, owed: Vec<(Uuid, AfterCommit)>) {
+        if owed.is_empty() {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let mut children = Vec::new();
+            let mut holders = Vec::new();
+            for (run_id, effect) in owed {
+                match effect {
+                    AfterCommit::FreeSlot { workflow, key } => {
+                        if let Err(e) = Box::pin(engine.promote(&workflow, &key)).await {
+                            tracing::warn!(workflow, key, error = %e, "starting queued runs failed; the timer loop will");
+                        }
+                    }
+                    AfterCommit::NotifyParent { parent_run, event } => {
+                        if let Err(e) = engine.handle(parent_run, event).await {
+                            tracing::warn!(%run_id, error = %e, "reporting a child run to its parent failed; recovery will");
+                        }
+                    }
+                    AfterCommit::StartChild { task_id, attempt } => children.push((run_id, task_id, attempt)),
+                    AfterCommit::CancelChildren { task_id, attempt, waiting } => {
+                        holders.push(runs::ChildHolder { task_id, attempt, waiting })
+                    }
+                }
+            }
+            futures_util::stream::iter(children)
+                .for_each_concurrent(CHILD_STARTS_AT_ONCE, |(run_id, task_id, attempt)| {
+                    let engine = engine.clone();
+                    async move {
+                        if let Err(e) = Box::pin(engine.start_child(run_id, task_id, attempt)).await {
+                            tracing::warn!(%run_id, %task_id, error = %e, "starting a child run failed; recovery will");
+                        }
+                    }
+                })
+                .await;
+            if holders.is_empty() {
+                return;
+            }
+            let stale = match composer_store::client(&engine.pool).await {
+                Ok(client) => runs::stale_children(&client, &holders).await,
+                Err(e) => Err(e),
+            };
+            match stale {
+                Ok(children) => {
+                    for child in children {
+                        if let Err(e) = engine.handle(child, Event::CancelRun).await {
+                            tracing::warn!(%child, error = %e, "cancelling a child run failed; recovery will");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "finding child runs to cancel failed; recovery will"),
+            }
+        });
+    }
+}
+
+/// Counts a run that ended, and its time from creation (its UUIDv7 id
+/// carries the millisecond it was created) to now.
+fn run_finished(wf: &Workflow, run: &machine::Run) {
+    let status = run.status.as_str();
+    composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", status)], 1);
+    if let Some((secs, nanos)) = run.id.get_timestamp().map(|t| t.to_unix()) {
+        let created = std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos);
+        if let Ok(took) = std::time::SystemTime::now().duration_since(created) {
+            composer_metrics::observe(
+                composer_metrics::RUN_DURATION,
+                &[("workflow", &wf.spec.name), ("status", status)],
+                took,
+            );
+        }
+    }
+}
+
+fn count_event(run_id: Uuid, event: &'static str, tr: &machine::Transition, status: RunStatus) {
+    let result = tr.ignored_kind.map(|k| k.as_str()).unwrap_or("applied");
+    composer_metrics::inc(composer_metrics::EVENTS, &[("event", event), ("result", result)], 1);
+    match &tr.ignored {
+        Some(reason) => tracing::debug!(%run_id, event, %reason, "event ignored"),
+        None => tracing::debug!(%run_id, event, %status, "event applied"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_is_refused_at_once_not_queued_without_end() {
+        // No database is reached: nothing runs the queue.
+        let pool = composer_store::connect("postgres://nobody@127.0.0.1:9/none", 1, std::time::Duration::from_secs(1))
+            .expect("a lazy pool");
+        let engine = Arc::new(Engine::new(pool, 1, Arc::new(Notify::new()), None, 1024, 1));
+        let waiting = tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.handle(Uuid::now_v7(), Event::CancelRun).await }
+        });
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let second = engine.handle(Uuid::now_v7(), Event::CancelRun).await;
+        assert!(matches!(second, Err(EngineError::Busy)), "{second:?}");
+        waiting.abort();
+    }
+}

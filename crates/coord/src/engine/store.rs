@@ -1,0 +1,92 @@
+//! The engine's seam with storage: what its logic asks of the transaction
+//! an event (or a new run) is applied in. PostgreSQL's transaction serves it
+//! in production ([`Tx`]); the unit tests give a store in memory, so the
+//! engine's logic is tested without a database (and against one by the
+//! integration tests).
+
+use std::future::Future;
+
+use composer_core::definition::Workflow;
+use composer_core::machine;
+use composer_store::definitions::DefinitionRow;
+use composer_store::runs::{self, Items, NewRun, RunRow};
+use composer_store::Transaction;
+use serde_json::Value;
+use uuid::Uuid;
+
+type StoreResult<T> = Result<T, composer_store::Error>;
+
+/// What the engine's logic needs from one transaction.
+pub trait RunStore: Sync {
+    /// Items of MAP `map` (of every MAP of the run for [`Items::Held`]) that
+    /// are not in `held`, in the state machine's form.
+    fn load_items(
+        &self,
+        wf: &Workflow,
+        run_id: Uuid,
+        map: Option<Uuid>,
+        which: Items,
+        held: &[Uuid],
+    ) -> impl Future<Output = StoreResult<Vec<machine::Task>>> + Send;
+
+    /// Takes an event `(name, key)` that arrived before its waiter, for
+    /// `task_id`: at most one waiter gets each event.
+    fn take_buffered_event(
+        &self,
+        name: &str,
+        key: &str,
+        task_id: Uuid,
+    ) -> impl Future<Output = StoreResult<Option<Value>>> + Send;
+
+    /// Serializes admissions under one concurrency key until the commit.
+    fn lock_concurrency_key(&self, workflow: &str, key: &str) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Open runs under the key, and whether any waits QUEUED.
+    fn concurrency_usage(&self, workflow: &str, key: &str) -> impl Future<Output = StoreResult<(i64, bool)>> + Send;
+
+    fn insert_run(&self, run: &NewRun<'_>) -> impl Future<Output = StoreResult<RunRow>> + Send;
+
+    /// A definition by name: `version`, or the latest.
+    fn definition(
+        &self,
+        name: &str,
+        version: Option<i32>,
+    ) -> impl Future<Output = StoreResult<Option<DefinitionRow>>> + Send;
+}
+
+/// A PostgreSQL transaction as the engine's store.
+pub struct Tx<'a, 'b>(pub &'a Transaction<'b>);
+
+impl RunStore for Tx<'_, '_> {
+    async fn load_items(
+        &self,
+        wf: &Workflow,
+        run_id: Uuid,
+        map: Option<Uuid>,
+        which: Items,
+        held: &[Uuid],
+    ) -> StoreResult<Vec<machine::Task>> {
+        let rows = runs::load_items(self.0, run_id, map, which, held).await?;
+        rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
+    }
+
+    async fn take_buffered_event(&self, name: &str, key: &str, task_id: Uuid) -> StoreResult<Option<Value>> {
+        composer_store::events::consume_buffered(self.0, name, key, task_id).await
+    }
+
+    async fn lock_concurrency_key(&self, workflow: &str, key: &str) -> StoreResult<()> {
+        runs::lock_concurrency_key(self.0, workflow, key).await
+    }
+
+    async fn concurrency_usage(&self, workflow: &str, key: &str) -> StoreResult<(i64, bool)> {
+        runs::concurrency_usage(self.0, workflow, key).await
+    }
+
+    async fn insert_run(&self, run: &NewRun<'_>) -> StoreResult<RunRow> {
+        runs::insert_run(self.0, run).await
+    }
+
+    async fn definition(&self, name: &str, version: Option<i32>) -> StoreResult<Option<DefinitionRow>> {
+        composer_store::definitions::by_name(self.0, name, version).await
+    }
+}

@@ -1,0 +1,64 @@
+//! Every documented route, registered once: the handler and its
+//! `#[utoipa::path]` give both the router's route and the document's
+//! operation.
+
+use std::sync::Arc;
+
+use utoipa::Modify;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::{doc, events, internal, ops, runs, schedules, tasks, workflows};
+use crate::shared::Shared;
+
+/// The documented routes, once each, in the groups their guards apply to.
+pub(super) struct Groups {
+    /// `/v1` for people and programs: the API token.
+    pub(super) public: OpenApiRouter<Arc<Shared>>,
+    /// What workers call: the worker token.
+    pub(super) workers: OpenApiRouter<Arc<Shared>>,
+    /// Health, readiness, metrics and the document: no token.
+    pub(super) operations: OpenApiRouter<Arc<Shared>>,
+}
+
+pub(super) fn groups() -> Groups {
+    let public = OpenApiRouter::new()
+        .routes(routes!(workflows::register_workflow, workflows::list_workflows))
+        .routes(routes!(workflows::get_workflow))
+        .routes(routes!(workflows::get_workflow_version))
+        .routes(routes!(runs::start_run, runs::list_runs))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::run_events))
+        .routes(routes!(runs::run_items))
+        .routes(routes!(runs::cancel_run))
+        .routes(routes!(runs::retry_run))
+        .routes(routes!(runs::pause_run))
+        .routes(routes!(runs::resume_run))
+        .routes(routes!(events::send_event))
+        .routes(routes!(schedules::create, schedules::list))
+        .routes(routes!(schedules::get, schedules::delete))
+        .routes(routes!(schedules::pause))
+        .routes(routes!(schedules::resume))
+        .routes(routes!(schedules::trigger));
+    let workers = OpenApiRouter::new()
+        .routes(routes!(internal::report))
+        .routes(routes!(tasks::poll))
+        .routes(routes!(tasks::heartbeat))
+        .routes(routes!(tasks::complete))
+        .routes(routes!(tasks::fail));
+    let operations = OpenApiRouter::new()
+        .routes(routes!(ops::health))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(ops::openapi_json));
+    Groups { public, workers, operations }
+}
+
+/// The whole document: every route's operation, then the rules.
+pub fn document() -> utoipa::openapi::OpenApi {
+    let Groups { public, workers, operations } = groups();
+    let mut doc =
+        OpenApiRouter::with_openapi(doc::frame()).merge(public).merge(workers).merge(operations).into_openapi();
+    doc::Rules.modify(&mut doc);
+    doc
+}

@@ -1,0 +1,120 @@
+//! The state machine: a pure function from (workflow, run, event, now) to a
+//! [`Transition`]. The engine calls [`apply`] under the run lock and writes
+//! what it returns; nothing here knows about SQL, Redis or HTTP.
+//!
+//! Rules:
+//! - a result must match the task's current `(task_id, attempt)` while the
+//!   task is PENDING or RUNNING; anything else is ignored with a reason, so the
+//!   first matching result is applied exactly once;
+//! - a node becomes ready when all its predecessors are terminal; it runs if
+//!   at least one incoming edge is active (its source COMPLETED), otherwise it
+//!   is SKIPPED and the skip propagates;
+//! - a failed attempt with attempts left and a retryable error waits for its
+//!   backoff (WAITING, `wake_at`), then TimerFired dispatches `attempt + 1`;
+//! - once a task has FAILED no new node starts, and the run FAILS when
+//!   nothing is active any more; it SUCCEEDS when every task is terminal and
+//!   none failed.
+
+//!
+//! - [`types`]: runs, tasks, states, events, effects, transitions (re-exported here).
+//! - `state`, `rules`, `map`: one event's application, the rules, and MAP's.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use crate::definition::Workflow;
+
+mod map;
+mod rules;
+mod state;
+pub mod types;
+
+pub use types::*;
+
+use state::Machine;
+
+/// Names the nesting limit in the error of a SUB_WORKFLOW that hit it.
+pub const DEPTH_LIMIT: &str = "sub_workflow_max_depth";
+
+/// Applies `event` to `run` and returns what changed. `new_id` mints task ids
+/// (UUIDv7 in production, so a run's tasks sort by creation).
+pub fn apply(
+    wf: &Workflow,
+    run: &mut Run,
+    event: Event,
+    now: DateTime<Utc>,
+    new_id: &mut dyn FnMut() -> Uuid,
+) -> Transition {
+    let about = types::Probe::of(&event);
+    let mut m = Machine { wf, run, now, new_id, tr: Transition::default(), maps: state::Maps::default() };
+    if let Err(reason) = m.on(event) {
+        return Transition::ignore(reason, about);
+    }
+    m.tr
+}
+
+/// What expressions see, for the whole run:
+/// `{input, nodes: {<id>: {output, state}}, run: {id, workflow}}`.
+pub fn context(wf: &Workflow, run: &Run) -> Value {
+    context_of(wf, run, run.tasks.iter())
+}
+
+/// The same, with just the nodes of `tasks`.
+pub(super) fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item = &'t Task>) -> Value {
+    let mut nodes = Map::new();
+    for t in tasks.filter(|t| t.item.is_none()) {
+        nodes.insert(wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
+    }
+    json!({"input": run.input, "nodes": nodes, "run": {"id": run.id, "workflow": wf.spec.name}})
+}
+
+/// What a committed transition owes other runs: the children its
+/// SUB_WORKFLOW attempts start, the children they stop waiting for, and,
+/// when the run ended, its parent and its concurrency slot. Computed once
+/// per commit from the run as it stands then, so that events applied
+/// together (a run that ended and was retried in one batch) owe only what
+/// their last state owes.
+pub fn after_commit(wf: &Workflow, run: &Run, tr: &Transition) -> Vec<AfterCommit> {
+    let mut out = Vec::new();
+    let mut asked = HashSet::new();
+    for &t in &tr.children {
+        let task = &run.tasks[t];
+        let waits = task.state == TaskState::Running && wf.nodes[task.node].kind.traits().has_child;
+        if waits && asked.insert((task.id, task.attempt)) {
+            out.push(AfterCommit::StartChild { task_id: task.id, attempt: task.attempt });
+        }
+    }
+    for &t in &tr.updated {
+        let task = &run.tasks[t];
+        if wf.nodes[task.node].kind.traits().has_child {
+            let waiting = task.state == TaskState::Running;
+            // A first attempt that just started has no other child.
+            if !waiting || task.attempt > 1 {
+                out.push(AfterCommit::CancelChildren { task_id: task.id, attempt: task.attempt, waiting });
+            }
+        }
+    }
+    if tr.run_changed && run.status.is_terminal() {
+        if let Some(parent) = run.parent {
+            let event = Event::ChildFinished {
+                task_id: parent.task_id,
+                attempt: parent.attempt,
+                child: Some(run.id),
+                status: run.status,
+                output: run.output.clone(),
+                error: run.error.clone(),
+            };
+            out.push(AfterCommit::NotifyParent { parent_run: parent.run_id, event });
+        }
+        if let Some(key) = &run.concurrency_key {
+            out.push(AfterCommit::FreeSlot { workflow: wf.spec.name.clone(), key: key.clone() });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,88 @@
+//! The state of one event's application: the [`Machine`] the rules run on,
+//! and the small pieces they share.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::types::{Run, Transition};
+use crate::definition::{Workflow, MAP_MAX_ITEMS};
+
+/// How a task's attempt begins.
+pub(super) enum Started {
+    Dispatch(Value),
+    Wait(DateTime<Utc>, Option<(String, String)>),
+    Done(Value),
+    Map(Vec<Value>),
+    /// A child run, with the evaluated `{workflow, version, input}`.
+    Child(Value),
+}
+
+/// Stands for "no timeout" while a wait is being built.
+pub(super) const FOREVER: DateTime<Utc> = DateTime::<Utc>::MAX_UTC;
+
+/// `now + d`, or [`FOREVER`] when that is past what a timestamp can hold
+/// (durations are bounded at validation; backoffs grow with attempts).
+pub(super) fn later(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d).ok().and_then(|d| now.checked_add_signed(d)).unwrap_or(FOREVER)
+}
+
+/// A WAIT `until`: RFC 3339 text or unix seconds.
+pub(super) fn parse_time(v: &Value) -> Result<DateTime<Utc>, String> {
+    match v {
+        Value::String(s) => DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| format!("{s:?} is not an RFC 3339 timestamp: {e}")),
+        Value::Number(n) => n
+            .as_f64()
+            .and_then(|secs| DateTime::from_timestamp_millis((secs * 1000.0) as i64))
+            .ok_or_else(|| format!("{n} is not a unix time")),
+        other => Err(format!("expected a timestamp, got {other}")),
+    }
+}
+
+/// One event being applied: the run it changes and what changed so far.
+pub(super) struct Machine<'a> {
+    pub(super) wf: &'a Workflow,
+    pub(super) run: &'a mut Run,
+    pub(super) now: DateTime<Utc>,
+    pub(super) new_id: &'a mut dyn FnMut() -> Uuid,
+    pub(super) tr: Transition,
+    /// MAP bookkeeping for this event.
+    pub(super) maps: Maps,
+}
+
+/// Indexes built on first use within one event.
+#[derive(Default)]
+pub(super) struct Maps {
+    /// Loaded QUEUED items by (MAP task, index) → task.
+    pub(super) queued: Option<BTreeMap<(usize, u32), usize>>,
+    /// MAP tasks by id → task.
+    pub(super) by_id: Option<HashMap<Uuid, usize>>,
+    /// MAP tasks whose items changed since they were last looked at.
+    pub(super) dirty: Vec<usize>,
+}
+
+/// The list `items` evaluated to.
+pub(super) fn items(v: Value) -> Result<Vec<Value>, String> {
+    match v {
+        Value::Array(items) if items.len() > MAP_MAX_ITEMS => {
+            Err(format!("{} items, more than map_max_items ({MAP_MAX_ITEMS})", items.len()))
+        }
+        Value::Array(items) => Ok(items),
+        other => Err(format!("must be a list, got {}", kind_of(&other))),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}

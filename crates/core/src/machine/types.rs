@@ -1,0 +1,578 @@
+//! Runs and tasks, their states, the events that move them and what a
+//! transition records.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskState {
+    /// A MAP item waiting for a slot under its MAP's `max_concurrency`.
+    Queued,
+    Pending,
+    Running,
+    Waiting,
+    Completed,
+    Failed,
+    Skipped,
+    Cancelled,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 8] = [
+        TaskState::Queued,
+        TaskState::Pending,
+        TaskState::Running,
+        TaskState::Waiting,
+        TaskState::Completed,
+        TaskState::Failed,
+        TaskState::Skipped,
+        TaskState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Queued => "QUEUED",
+            TaskState::Pending => "PENDING",
+            TaskState::Running => "RUNNING",
+            TaskState::Waiting => "WAITING",
+            TaskState::Completed => "COMPLETED",
+            TaskState::Failed => "FAILED",
+            TaskState::Skipped => "SKIPPED",
+            TaskState::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TaskState> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Skipped | TaskState::Cancelled)
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RunStatus {
+    /// Over its workflow's concurrency limit: waits for a slot, not started.
+    Queued,
+    Running,
+    /// Tasks already started finish; nothing new starts until it resumes.
+    Paused,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Paused,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "QUEUED",
+            RunStatus::Running => "RUNNING",
+            RunStatus::Paused => "PAUSED",
+            RunStatus::Succeeded => "SUCCEEDED",
+            RunStatus::Failed => "FAILED",
+            RunStatus::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Queued | RunStatus::Running | RunStatus::Paused)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One node's task within a run. A retry reuses the row with `attempt + 1`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub id: Uuid,
+    /// Index of the node in [`Workflow::nodes`].
+    pub node: usize,
+    pub state: TaskState,
+    pub attempt: i32,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub wake_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The `(event, key)` a WAIT_FOR_EVENT task waits for.
+    pub event: Option<(String, String)>,
+    /// For a MAP's item: its MAP's task and its position in the items.
+    pub item: Option<Item>,
+    /// For a MAP's task: how its items stand.
+    pub progress: Option<MapProgress>,
+}
+
+impl Task {
+    /// A new task of `node` at its first attempt, not yet started.
+    /// The id its row and messages carry: its node's, and for a MAP's item
+    /// the item's position too (`resize[3]`).
+    pub fn node_id<'a>(&self, node: &'a crate::definition::Node) -> std::borrow::Cow<'a, str> {
+        match self.item {
+            Some(item) => format!("{}[{}]", node.id, item.index).into(),
+            None => node.id.as_str().into(),
+        }
+    }
+
+    pub(super) fn new(id: Uuid, node: usize, item: Option<Item>) -> Task {
+        Task {
+            id,
+            node,
+            state: TaskState::Pending,
+            attempt: 1,
+            input: json!({}),
+            output: None,
+            error: None,
+            wake_at: None,
+            finished_at: None,
+            event: None,
+            item,
+            progress: None,
+        }
+    }
+}
+
+/// Where an item belongs: its MAP's task, and its index in the items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Item {
+    pub map: Uuid,
+    pub index: u32,
+}
+
+/// A MAP task's item counts. Kept on the MAP's task so that an item's result
+/// is applied without reading the other items: `queued + open + completed +
+/// failed == total`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MapProgress {
+    pub total: u32,
+    /// Waiting for a slot.
+    pub queued: u32,
+    /// Started and not finished (dispatched, running, or waiting to retry).
+    pub open: u32,
+    pub completed: u32,
+    /// Failed for good, or cancelled.
+    pub failed: u32,
+}
+
+/// The part of a run the state machine reads and changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub id: Uuid,
+    pub status: RunStatus,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub tasks: Vec<Task>,
+    /// Largest value the engine may compute for this run, as JSON bytes
+    /// (`COMPOSER_MAX_PAYLOAD`): evaluated inputs, TRANSFORM outputs and
+    /// the run's output beyond it fail their node (or the run).
+    pub max_payload: usize,
+    /// When the run times out (the definition's `timeout` after its start).
+    pub deadline: Option<DateTime<Utc>>,
+    /// For a child run: the SUB_WORKFLOW attempt it reports its end to.
+    pub parent: Option<ParentRef>,
+    /// For a run under a concurrency limit: the limit's key.
+    pub concurrency_key: Option<String>,
+}
+
+impl Run {
+    pub fn new(id: Uuid, input: Value) -> Run {
+        Run {
+            id,
+            status: RunStatus::Running,
+            input,
+            output: None,
+            error: None,
+            tasks: Vec::new(),
+            max_payload: crate::storable::DEFAULT_MAX_PAYLOAD,
+            deadline: None,
+            parent: None,
+            concurrency_key: None,
+        }
+    }
+
+    pub fn task(&self, id: Uuid) -> Option<&Task> {
+        self.tasks.iter().find(|t| t.id == id)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    RunStarted,
+    TaskCompleted {
+        task_id: Uuid,
+        attempt: i32,
+        output: Value,
+    },
+    TaskFailed {
+        task_id: Uuid,
+        attempt: i32,
+        error: String,
+        retryable: bool,
+    },
+    TimerFired {
+        task_id: Uuid,
+    },
+    /// An external event matched the WAIT_FOR_EVENT task.
+    EventReceived {
+        task_id: Uuid,
+        payload: Value,
+    },
+    CancelRun,
+    RetryRun,
+    PauseRun,
+    ResumeRun,
+    /// The run's deadline passed.
+    RunTimedOut,
+    /// The engine loaded the items a MAP asked for ([`Need`]); the MAP
+    /// carries on with them.
+    ItemsLoaded {
+        task_id: Uuid,
+    },
+    /// The child run a SUB_WORKFLOW attempt started has ended, or (`child:
+    /// None`) could not be started, for the reason in `error`.
+    ChildFinished {
+        task_id: Uuid,
+        attempt: i32,
+        child: Option<Uuid>,
+        status: RunStatus,
+        output: Option<Value>,
+        error: Option<String>,
+    },
+}
+
+/// Items of a MAP the state machine needs and the run does not hold: the
+/// engine loads only the items an event names, so that an item's result
+/// costs the same with ten items or ten thousand. It loads these
+/// ([`Effect::LoadItems`]), then applies [`Event::ItemsLoaded`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Up to `count` QUEUED items, lowest index first, to start.
+    Queued { map: Uuid, count: u32 },
+    /// Every item, to gather the MAP's output.
+    All { map: Uuid },
+}
+
+impl Event {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::RunStarted => "RunStarted",
+            Event::TaskCompleted { .. } => "TaskCompleted",
+            Event::TaskFailed { .. } => "TaskFailed",
+            Event::TimerFired { .. } => "TimerFired",
+            Event::EventReceived { .. } => "EventReceived",
+            Event::CancelRun => "CancelRun",
+            Event::RetryRun => "RetryRun",
+            Event::PauseRun => "PauseRun",
+            Event::ResumeRun => "ResumeRun",
+            Event::RunTimedOut => "RunTimedOut",
+            Event::ItemsLoaded { .. } => "ItemsLoaded",
+            Event::ChildFinished { .. } => "ChildFinished",
+        }
+    }
+
+    /// The task the event reports on, if it names one.
+    pub fn task_id(&self) -> Option<Uuid> {
+        match self {
+            Event::TaskCompleted { task_id, .. }
+            | Event::TaskFailed { task_id, .. }
+            | Event::TimerFired { task_id }
+            | Event::EventReceived { task_id, .. }
+            | Event::ChildFinished { task_id, .. } => Some(*task_id),
+            _ => None,
+        }
+    }
+}
+
+/// One line of a run's history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryEntry {
+    pub kind: HistoryKind,
+    pub payload: Value,
+}
+
+/// What a line of history records; stored and returned by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum HistoryKind {
+    RunStarted,
+    TaskDispatched,
+    TaskWaiting,
+    TaskRetryScheduled,
+    TaskCompleted,
+    TaskFailed,
+    TaskSkipped,
+    TaskCancelled,
+    RunSucceeded,
+    RunFailed,
+    RunCancelled,
+    RunRetried,
+    RunPaused,
+    RunResumed,
+    EventIgnored,
+    MapStarted,
+}
+
+impl HistoryKind {
+    pub const ALL: [HistoryKind; 16] = [
+        HistoryKind::RunStarted,
+        HistoryKind::TaskDispatched,
+        HistoryKind::TaskWaiting,
+        HistoryKind::TaskRetryScheduled,
+        HistoryKind::TaskCompleted,
+        HistoryKind::TaskFailed,
+        HistoryKind::TaskSkipped,
+        HistoryKind::TaskCancelled,
+        HistoryKind::RunSucceeded,
+        HistoryKind::RunFailed,
+        HistoryKind::RunCancelled,
+        HistoryKind::RunRetried,
+        HistoryKind::RunPaused,
+        HistoryKind::RunResumed,
+        HistoryKind::EventIgnored,
+        HistoryKind::MapStarted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryKind::RunStarted => "RunStarted",
+            HistoryKind::TaskDispatched => "TaskDispatched",
+            HistoryKind::TaskWaiting => "TaskWaiting",
+            HistoryKind::TaskRetryScheduled => "TaskRetryScheduled",
+            HistoryKind::TaskCompleted => "TaskCompleted",
+            HistoryKind::TaskFailed => "TaskFailed",
+            HistoryKind::TaskSkipped => "TaskSkipped",
+            HistoryKind::TaskCancelled => "TaskCancelled",
+            HistoryKind::RunSucceeded => "RunSucceeded",
+            HistoryKind::RunFailed => "RunFailed",
+            HistoryKind::RunCancelled => "RunCancelled",
+            HistoryKind::RunRetried => "RunRetried",
+            HistoryKind::RunPaused => "RunPaused",
+            HistoryKind::RunResumed => "RunResumed",
+            HistoryKind::EventIgnored => "EventIgnored",
+            HistoryKind::MapStarted => "MapStarted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<HistoryKind> {
+        HistoryKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for HistoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an event changed nothing, as a stable name fit for a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IgnoreKind {
+    AlreadyStarted,
+    RunFinished,
+    UnknownTask,
+    StaleAttempt,
+    AlreadyFinished,
+    NotWaiting,
+    NotDue,
+    NotFailed,
+    NotPaused,
+    NotDispatched,
+}
+
+impl IgnoreKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IgnoreKind::AlreadyStarted => "already_started",
+            IgnoreKind::RunFinished => "run_finished",
+            IgnoreKind::UnknownTask => "unknown_task",
+            IgnoreKind::StaleAttempt => "stale_attempt",
+            IgnoreKind::AlreadyFinished => "already_finished",
+            IgnoreKind::NotWaiting => "not_waiting",
+            IgnoreKind::NotDue => "not_due",
+            IgnoreKind::NotFailed => "not_failed",
+            IgnoreKind::NotPaused => "not_paused",
+            IgnoreKind::NotDispatched => "not_dispatched",
+        }
+    }
+}
+
+/// What applying one event changed. Indices point into `run.tasks`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Transition {
+    /// Why the event was ignored; nothing else is set when it was.
+    pub ignored: Option<String>,
+    /// A stable name for the reason, fit for a metric label.
+    pub ignored_kind: Option<IgnoreKind>,
+    /// Tasks that existed before the event and were changed by it.
+    pub updated: Vec<usize>,
+    /// Tasks created by the event (appended to `run.tasks`).
+    pub created: Vec<usize>,
+    /// Tasks (created or updated) to send to a worker.
+    pub dispatch: Vec<usize>,
+    /// The run's status, output or error changed.
+    pub run_changed: bool,
+    pub history: Vec<HistoryEntry>,
+    /// MAP tasks that ended with items still queued or open, some of them
+    /// maybe not in `run.tasks`: storage cancels those.
+    pub cancel_items: Vec<usize>,
+    /// What the engine must do, in the event's transaction, before the
+    /// run can go on; each result comes back as an event.
+    pub effects: Vec<Effect>,
+    /// SUB_WORKFLOW tasks whose current attempt needs its child run started.
+    pub children: Vec<usize>,
+}
+
+impl Transition {
+    pub(super) fn ignore(Ignore(kind, reason): Ignore, about: Probe) -> Transition {
+        let mut payload = json!({"event": about.name, "reason": reason});
+        if let Some(id) = about.task_id {
+            payload["task_id"] = json!(id);
+        }
+        if let Some(attempt) = about.attempt {
+            payload["attempt"] = json!(attempt);
+        }
+        Transition {
+            ignored: Some(reason),
+            ignored_kind: Some(kind),
+            history: vec![HistoryEntry { kind: HistoryKind::EventIgnored, payload }],
+            ..Transition::default()
+        }
+    }
+
+    /// Folds a follow-up transition (applied to the same run right after this
+    /// one, in the same commit) into this one.
+    pub fn merge(&mut self, next: Transition) {
+        for t in next.created {
+            self.created.push(t);
+        }
+        for t in next.updated {
+            self.touch(t);
+        }
+        for t in next.dispatch {
+            if !self.dispatch.contains(&t) {
+                self.dispatch.push(t);
+            }
+        }
+        self.run_changed |= next.run_changed;
+        self.history.extend(next.history);
+        for t in next.cancel_items {
+            if !self.cancel_items.contains(&t) {
+                self.cancel_items.push(t);
+            }
+        }
+        for e in next.effects {
+            if !self.effects.contains(&e) {
+                self.effects.push(e);
+            }
+        }
+        // The engine starts a child only for a task's current attempt, once.
+        self.children.extend(next.children);
+    }
+
+    pub(super) fn touch(&mut self, task: usize) {
+        if !self.updated.contains(&task) && !self.created.contains(&task) {
+            self.updated.push(task);
+        }
+    }
+
+    pub(super) fn log(&mut self, kind: HistoryKind, payload: Value) {
+        self.history.push(HistoryEntry { kind, payload });
+    }
+}
+
+/// The SUB_WORKFLOW attempt a child run belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ParentRef {
+    pub run_id: Uuid,
+    pub task_id: Uuid,
+    pub attempt: i32,
+}
+
+/// What the state machine asks of the engine within the event's
+/// transaction: work that needs storage. The engine does it and applies
+/// the result as an event ([`Event::ItemsLoaded`], [`Event::EventReceived`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Load MAP items the run does not hold.
+    LoadItems(Need),
+    /// A task began to wait for `(event, key)`: deliver an event that came
+    /// before it, if one is kept.
+    TakeBufferedEvent { task_id: Uuid, event: String, key: String },
+}
+
+/// What a committed transition owes other runs, run by the engine after the
+/// commit (and by the recovery sweeps when a coordinator dies first). See
+/// [`super::after_commit`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum AfterCommit {
+    /// Start the child run of a SUB_WORKFLOW attempt, in a transaction of
+    /// its own.
+    StartChild { task_id: Uuid, attempt: i32 },
+    /// Cancel the open children of a SUB_WORKFLOW task that it no longer
+    /// waits for: those of older attempts, or all once it is no longer
+    /// `waiting` for one.
+    CancelChildren { task_id: Uuid, attempt: i32, waiting: bool },
+    /// The run ended: its parent run's attempt ends with it (`event` is the
+    /// parent's [`Event::ChildFinished`]).
+    NotifyParent { parent_run: Uuid, event: Event },
+    /// A run under a concurrency limit ended: the next queued run of
+    /// `(workflow, key)` may start.
+    FreeSlot { workflow: String, key: String },
+}
+
+/// What the history says of an event that was ignored: taken before the
+/// event is applied (and consumed).
+pub(super) struct Probe {
+    name: &'static str,
+    task_id: Option<Uuid>,
+    attempt: Option<i32>,
+}
+
+impl Probe {
+    pub(super) fn of(event: &Event) -> Probe {
+        let attempt = match event {
+            Event::TaskCompleted { attempt, .. }
+            | Event::TaskFailed { attempt, .. }
+            | Event::ChildFinished { attempt, .. } => Some(*attempt),
+            _ => None,
+        };
+        Probe { name: event.name(), task_id: event.task_id(), attempt }
+    }
+}
+
+/// Why an event changes nothing: a stable kind and a message for people.
+pub(super) struct Ignore(pub(super) IgnoreKind, pub(super) String);

@@ -1,0 +1,53 @@
+//! The store's one error type: what failed, and whether retrying later
+//! can help.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("database unavailable: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("invalid database URL: {0}")]
+    Config(String),
+    #[error("inconsistent data: {0}")]
+    Corrupt(String),
+    #[error("{0}")]
+    Closed(String),
+}
+
+impl Error {
+    /// True when the database could not be reached (as opposed to a query
+    /// that failed): callers answer 503 and retry later.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Pool(_) => true,
+            Error::Db(e) if e.is_closed() => true,
+            Error::Db(e) => match e.code() {
+                Some(c) => c.code().starts_with("08") || c.code().starts_with("57P"),
+                // No SQLSTATE: the connection failed, or a value did not
+                // convert (which is not the database being away).
+                None => std::error::Error::source(e).is_none_or(|s| s.is::<std::io::Error>()),
+            },
+            _ => false,
+        }
+    }
+}
+
+impl Error {
+    /// True when repeating the same work cannot succeed: data PostgreSQL
+    /// refuses (class 22, e.g. a NUL in text), a constraint (23), a program
+    /// limit (54), a stored value we cannot read back, or inconsistent data.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::Corrupt(_) => true,
+            Error::Db(e) if e.is_closed() => false,
+            Error::Db(e) => match e.code() {
+                Some(c) => ["22", "23", "54"].iter().any(|class| c.code().starts_with(class)),
+                None => std::error::Error::source(e).is_some_and(|s| !s.is::<std::io::Error>()),
+            },
+            _ => false,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

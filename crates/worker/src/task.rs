@@ -1,0 +1,46 @@
+//! What a handler is given and what it answers: the task's context, a
+//! failure, and a registered handler.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// What a handler knows about the task it runs.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    pub task_id: Uuid,
+    pub run_id: Uuid,
+    pub node_id: String,
+    pub node_type: String,
+    pub attempt: i32,
+    /// Cancelled when the lease is lost (taken over, or the run cancelled):
+    /// a long handler should stop early; its result is discarded anyway.
+    pub cancelled: CancellationToken,
+}
+
+/// A failed attempt. Retryable failures are retried by the node's policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskError {
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl TaskError {
+    pub fn retryable(message: impl Into<String>) -> TaskError {
+        TaskError { message: message.into(), retryable: true }
+    }
+
+    pub fn fatal(message: impl Into<String>) -> TaskError {
+        TaskError { message: message.into(), retryable: false }
+    }
+}
+
+pub(crate) type Handler = Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
+
+pub(crate) struct Registration {
+    pub(crate) queue: String,
+    pub(crate) handler: Handler,
+}
