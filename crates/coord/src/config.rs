@@ -67,6 +67,16 @@ pub struct Config {
     /// How often the recovery sweeps (expired leases, lost dispatches) run.
     #[arg(long, env = "COMPOSER_RECOVERY_INTERVAL", default_value = "30s", value_parser = composer_core::duration::parse)]
     pub recovery_interval: Duration,
+    /// The flight recorder: a file naming the runs being evaluated now, so
+    /// that a run whose expressions killed this coordinator is failed at its
+    /// next start instead of killing it again. Default: one per listen
+    /// address in the temporary directory (none when the port is 0).
+    #[arg(long, env = "COMPOSER_FLIGHT_FILE")]
+    pub flight_file: Option<std::path::PathBuf>,
+    /// How long applying one event (every expression it evaluates) may take
+    /// before the engine stops waiting and fails it as a fault.
+    #[arg(long, env = "COMPOSER_EVAL_BACKSTOP", default_value = "30s", value_parser = composer_core::duration::parse)]
+    pub eval_backstop: Duration,
     /// A PENDING task without an outbox row for this long is dispatched again.
     #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = composer_core::duration::parse)]
     pub lost_dispatch_age: Duration,

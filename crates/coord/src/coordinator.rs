@@ -55,6 +55,29 @@ pub enum Error {
     Store(#[from] composer_store::Error),
     #[error("Redis (--redis-url, COMPOSER_REDIS_URL): {0}")]
     Stream(#[from] composer_stream::Error),
+    #[error("cannot use the flight file {path} (--flight-file, COMPOSER_FLIGHT_FILE): {source}")]
+    Flight { path: std::path::PathBuf, source: std::io::Error },
+}
+
+/// Starts the evaluation pool with its flight recorder, and fails the runs
+/// whose evaluation killed this coordinator last time.
+async fn fail_crashed_runs(config: &Config, pool: &composer_store::Pool) -> Result<(), Error> {
+    use crate::engine::evaluator;
+    let path = config
+        .flight_file
+        .clone()
+        .or_else(|| (config.listen.port() != 0).then(|| evaluator::default_path(&config.listen.to_string())));
+    let crashed = evaluator::start(path.as_deref(), config.eval_backstop)
+        .map_err(|source| Error::Flight { path: path.unwrap_or_default(), source })?;
+    if crashed.is_empty() {
+        return Ok(());
+    }
+    let mut client = composer_store::client(pool).await?;
+    for run_id in crashed {
+        tracing::error!(%run_id, "this coordinator died evaluating the run's expressions; failing the run");
+        composer_store::runs::fail_faulted(&mut client, run_id, evaluator::CRASHED_MESSAGE).await?;
+    }
+    Ok(())
 }
 
 /// Prepares storage and starts the coordinator, in the start-up order of
@@ -71,6 +94,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     tracing::info!(%addr, stream_shards = config.stream_shards, "starting coordinator");
 
     let pool = prepare_storage(&config).await?;
+    fail_crashed_runs(&config, &pool).await?;
     let streams = Streams::connect_with(
         &config.redis.url,
         Keys::new(config.redis.prefix.clone()),

@@ -787,3 +787,67 @@ fn every_example_is_a_valid_definition() {
         composer_core::schedule::Schedule::parse(&spec).unwrap_or_else(|e| panic!("{}: {e}", entry.path().display()));
     }
 }
+
+/// The attack that aborted every coordinator (a closure-passing recursion
+/// overflowed a tokio worker's stack while jaq dropped it) now fails its
+/// node; and a run whose evaluation still kills a coordinator (here: the
+/// SIGABRT is sent by hand, the run written into the flight recorder's slot
+/// as a dying pool thread leaves it) is failed at the restart instead of
+/// killing the coordinator again.
+#[tokio::test]
+async fn an_expression_cannot_abort_a_coordinator_and_a_run_that_did_is_failed_not_run_again() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let dir = composer_embedded::temp_dir("flight").unwrap();
+    let listen = format!("127.0.0.1:{}", composer_embedded::free_port().unwrap());
+    let (addr_file, flight) = (dir.join("a.addr"), dir.join("flight"));
+    let start =
+        || Proc::spawn(coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_FLIGHT_FILE", &flight));
+    let mut a = start();
+    let client = Client::new(&wait_for_file(&addr_file, Duration::from_secs(30)).await);
+    let after_wait = |name: &str, output: &str| {
+        json!({"name": name, "nodes": [
+            {"id": "pause", "type": "WAIT", "config": {"duration": "1s"}},
+            {"id": "t", "type": "TRANSFORM", "config": {"output": output}}],
+            "edges": [{"from": "pause", "to": "t"}]})
+    };
+    for (name, output) in
+        [("bomb", "${ def f(x): f(x); f(0) }"), ("bomb2", "${ def f(g): f(1); f(0) }"), ("fine", "${ 1 }")]
+    {
+        assert_eq!(client.post("/v1/workflows", &after_wait(name, output)).await.0, 201);
+    }
+    for bomb in ["bomb", "bomb2"] {
+        let (_, run) = client.post("/v1/runs", &json!({"workflow": bomb})).await;
+        let run = client.wait_for_run(run["id"].as_str().unwrap(), Duration::from_secs(60)).await;
+        assert_eq!(run["status"], "FAILED", "{run}");
+        assert!(run["error"].as_str().unwrap().contains("expr_max_"), "{run}");
+    }
+    assert!(a.0.try_wait().unwrap().is_none(), "the coordinator is still up");
+
+    let (_, held) = client.post("/v1/runs", &json!({"workflow": "fine"})).await;
+    let held = held["id"].as_str().unwrap().to_string();
+    // SAFETY: signalling our own child by pid.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(a.0.id() as libc::pid_t, libc::SIGABRT);
+    }
+    let _ = a.0.wait();
+    let mut recorded = std::fs::read(&flight).unwrap();
+    assert_eq!(recorded[0], b'!', "the abort marked the flight file");
+    let id: uuid::Uuid = held.parse().unwrap();
+    recorded[16..32].copy_from_slice(id.as_bytes());
+    std::fs::write(&flight, recorded).unwrap();
+
+    std::fs::remove_file(&addr_file).unwrap();
+    let mut again = start();
+    wait_for_file(&addr_file, Duration::from_secs(30)).await;
+    let run = client.wait_for_run(&held, Duration::from_secs(30)).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    assert!(run["error"].as_str().unwrap().contains("expr_crash"), "{run}");
+    let (_, other) = client.post("/v1/runs", &json!({"workflow": "fine"})).await;
+    let other = client.wait_for_run(other["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    assert_eq!(other["status"], "SUCCEEDED", "other runs are unaffected: {other}");
+    assert!(again.terminate(Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}

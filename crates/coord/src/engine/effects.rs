@@ -3,6 +3,8 @@
 //! needs, take an event that came before its waiter) and applies each
 //! result, until it asks nothing more.
 
+use std::sync::Arc;
+
 use chrono::Utc;
 use composer_core::definition::Workflow;
 use composer_core::machine::{self, Effect, Event, Need, Run, Transition};
@@ -13,8 +15,8 @@ use super::error::{EngineError, Result};
 use super::store::RunStore;
 
 /// Applies `event` and every effect it leads to; the merged transition.
-pub async fn apply<S: RunStore>(store: &S, wf: &Workflow, run: &mut Run, event: Event) -> Result<Transition> {
-    let mut tr = apply_contained(wf, run, event)?;
+pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
+    let mut tr = apply_contained(wf, run, event).await?;
     loop {
         let effects = std::mem::take(&mut tr.effects);
         if effects.is_empty() {
@@ -34,11 +36,11 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Workflow, run: &mut Run, event: 
                         ))
                         .into());
                     }
-                    tr.merge(apply_contained(wf, run, Event::ItemsLoaded { task_id: map })?);
+                    tr.merge(apply_contained(wf, run, Event::ItemsLoaded { task_id: map }).await?);
                 }
                 Effect::TakeBufferedEvent { task_id, event, key } => {
                     if let Some(payload) = store.take_buffered_event(&event, &key, task_id).await? {
-                        tr.merge(apply_contained(wf, run, Event::EventReceived { task_id, payload })?);
+                        tr.merge(apply_contained(wf, run, Event::EventReceived { task_id, payload }).await?);
                     }
                 }
             }
@@ -63,19 +65,26 @@ pub async fn load_items<S: RunStore>(
     Ok(n)
 }
 
-/// Applies the pure state machine, containing a panic to this event: the
-/// run's in-memory state is then discarded with the failed transaction.
-pub fn apply_contained(wf: &Workflow, run: &mut Run, event: Event) -> Result<Transition> {
-    composer_core::expr::use_clock(std::time::Instant::now);
+/// Applies the pure state machine on the evaluation pool
+/// ([`super::evaluator`]), containing a panic to this event: the run's
+/// in-memory state is then discarded with the failed transaction.
+pub async fn apply_contained(wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
     let name = event.name();
-    let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
-    }));
-    applied.map_err(|panic| EngineError::Fault {
-        run_id: run.id,
-        event: name,
-        message: composer_core::panic_message(&*panic),
-    })
+    let run_id = run.id;
+    let mut owned = std::mem::replace(run, Run::new(run_id, serde_json::Value::Null));
+    let wf = wf.clone();
+    let applied = super::evaluator::pool()
+        .run(run_id, move || {
+            let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                machine::apply(&wf, &mut owned, event, Utc::now(), &mut Uuid::now_v7)
+            }));
+            (owned, applied)
+        })
+        .await;
+    let fault = |message: String| EngineError::Fault { run_id, event: name, message };
+    let (owned, applied) = applied.map_err(|lost| fault(lost.to_string()))?;
+    *run = owned;
+    applied.map_err(|panic| fault(composer_core::panic_message(&*panic)))
 }
 
 #[cfg(test)]
@@ -211,8 +220,8 @@ mod tests {
     use super::fake::FakeStore;
     use super::*;
 
-    fn workflow(spec: serde_json::Value) -> Workflow {
-        Workflow::parse(&spec).unwrap()
+    fn workflow(spec: serde_json::Value) -> Arc<Workflow> {
+        Arc::new(Workflow::parse(&spec).unwrap())
     }
 
     #[tokio::test]

@@ -10,6 +10,8 @@
 //!   transaction, the work after a commit.
 //! - [`batch`]: the queue and what a batch is.
 //! - [`effects`]: applies an event and the effects it asks for.
+//! - [`evaluator`]: the threads the state machine (and so every expression)
+//!   runs on, off the async runtime, and the flight recorder.
 //! - [`admission`]: creating a run under its concurrency limit.
 //! - [`loaded`]: a run as a transaction holds it.
 //! - [`publisher`]: what a commit hands to the publishing loop.
@@ -20,6 +22,7 @@ pub mod admission;
 pub mod batch;
 pub mod effects;
 pub mod error;
+pub mod evaluator;
 pub mod loaded;
 pub mod publisher;
 pub mod runner;

@@ -80,12 +80,31 @@ struct Meter {
     /// The clock and when the time runs out, if this thread has a clock.
     deadline: Option<(Clock, Instant)>,
     stack_base: usize,
+    /// Small pieces of work ([`tick`]) since the start.
+    ticks: u64,
+}
+
+impl Meter {
+    fn past_deadline(&self) -> Option<Exceeded> {
+        let (clock, deadline) = self.deadline?;
+        (clock() > deadline).then_some(Exceeded::Time(self.limits.time))
+    }
 }
 
 thread_local! {
     static METER: Cell<Option<Meter>> = const { Cell::new(None) };
     /// The clock of this thread's evaluations ([`use_clock`]); none: no time limit.
     static CLOCK: Cell<Option<Clock>> = const { Cell::new(None) };
+    /// Whether an evaluation on this thread exceeded a limit since
+    /// [`take_exceeded`] last asked.
+    static EXCEEDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True when an evaluation on this thread exceeded a limit since the last
+/// call: such an evaluation may have used much of the thread's stack (jaq
+/// drops what it built recursively), which a caller may want to give back.
+pub fn take_exceeded() -> bool {
+    EXCEEDED.with(|e| e.replace(false))
 }
 
 /// Where an evaluation reads the time. The core reads no clock of its own:
@@ -110,6 +129,7 @@ pub fn run<T>(limits: Limits, f: impl FnOnce() -> Result<T, String>) -> Result<T
         bytes: 0,
         deadline: CLOCK.with(Cell::get).map(|clock| (clock, clock() + limits.time)),
         stack_base: std::ptr::addr_of!(marker) as usize,
+        ticks: 0,
     };
     // Evaluations do not nest; a stale meter (from a caller's unwinding) is
     // replaced and restored.
@@ -119,7 +139,10 @@ pub fn run<T>(limits: Limits, f: impl FnOnce() -> Result<T, String>) -> Result<T
     match result {
         Ok(r) => r,
         Err(payload) => match payload.downcast::<Exceeded>() {
-            Ok(exceeded) => Err(exceeded.to_string()),
+            Ok(exceeded) => {
+                EXCEEDED.with(|e| e.set(true));
+                Err(exceeded.to_string())
+            }
             Err(payload) => Err(format!("expression evaluation failed inside jq: {}", crate::panic_message(&*payload))),
         },
     }
@@ -152,11 +175,32 @@ pub fn step() {
             return Some(Exceeded::Stack(used));
         }
         if m.steps % CLOCK_EVERY == 0 {
-            if let Some((clock, deadline)) = m.deadline {
-                if clock() > deadline {
-                    return Some(Exceeded::Time(m.limits.time));
-                }
-            }
+            return m.past_deadline();
+        }
+        None
+    });
+}
+
+/// `units` steps of work a native does in one call (comparisons, bytes
+/// scanned, regex instructions times input), charged before it is done so
+/// that a single call cannot outrun the budget; checks the clock too.
+pub fn work(units: u64) {
+    with_meter(|m| {
+        m.steps = m.steps.saturating_add(units);
+        if m.steps > m.limits.steps {
+            return Some(Exceeded::Steps(m.limits.steps));
+        }
+        m.past_deadline()
+    });
+}
+
+/// A unit of work too small to charge (a piece of text written), counted
+/// only so that the clock is read now and then during a long write.
+pub fn tick() {
+    with_meter(|m| {
+        m.ticks += 1;
+        if m.ticks % CLOCK_EVERY == 0 {
+            return m.past_deadline();
         }
         None
     });

@@ -21,7 +21,16 @@ use jaq_core::load::{parse::Def, Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars};
 use serde_json::{Map, Value};
 
-pub use guard::{use_clock, Clock, Exceeded, Limits};
+/// The stack a thread evaluating expressions needs. Recursion is bounded
+/// far below it (`expr_max_stack`); the rest is for jaq dropping what an
+/// evaluation built when it is stopped, which it does recursively: a
+/// function that passes itself a closure (`def f(x): f(x)`) builds a chain
+/// of bindings as long as its steps, and a 2 MiB stack (a tokio worker's)
+/// overflows while dropping it. Reserved, not used: pages are touched only
+/// by what an evaluation needs.
+pub const EVAL_STACK: usize = 256 << 20;
+
+pub use guard::{take_exceeded, use_clock, Clock, Exceeded, Limits};
 use value::{Lookup, Sandboxed};
 
 type Filter = jaq_core::Filter<Sandboxed>;
@@ -877,6 +886,62 @@ mod tests {
         fails_with("def f: 1 + f; f", "expr_max_stack");
         fails_with("def f: [f]; f", "expr_max_");
         fails_with("[1] | .[0] |= reduce range(1000) as $i (.; [.])", "expr_max_depth");
+    }
+
+    /// Runs `source` on a thread with the stack evaluations are given
+    /// ([`EVAL_STACK`]) and expects an error naming `limit`; a stack overflow
+    /// aborts the test binary, which is how these attacks failed on a
+    /// tokio worker's 2 MiB.
+    fn fails_on_an_evaluation_thread(source: &'static str, limit: &'static str) {
+        let evaluated = std::thread::Builder::new()
+            .stack_size(EVAL_STACK)
+            .spawn(move || {
+                use_clock(std::time::Instant::now);
+                let limits = Limits { time: std::time::Duration::from_secs(5), ..Limits::DEFAULT };
+                Expr::compile(source).unwrap().eval_limited(&Scope::null(), limits)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let e = evaluated.unwrap_err();
+        assert!(e.contains(limit), "{source}: {e}");
+    }
+
+    #[test]
+    fn recursion_through_closures_is_bounded_and_unwinds_within_the_evaluation_stack() {
+        fails_on_an_evaluation_thread("def f(x): f(x); f(0)", "expr_max_");
+        fails_on_an_evaluation_thread("def f(g): f(1); f(0)", "expr_max_");
+        fails_on_an_evaluation_thread("def f(g): f(g | g); f(.)", "expr_max_");
+    }
+
+    #[test]
+    fn a_slow_builtin_is_charged_for_its_work_and_stops_within_the_budget() {
+        let cases = [
+            (r#"("a" * 200000) | indices("a" * 1000) | length"#, "expr_max_"),
+            ("[range(2) | reduce range(30) as $i (0; [., .])] | sort | length", "expr_max_steps"),
+            ("[range(2) | reduce range(30) as $i (0; [., .])] | .[0] == .[1]", "expr_max_steps"),
+            ("[range(20000) | 1] | indices([range(10000) | 1]) | length", "expr_max_steps"),
+        ];
+        for (source, limit) in cases {
+            let started = std::time::Instant::now();
+            fails_with(source, limit);
+            assert!(started.elapsed() < std::time::Duration::from_secs(30), "{source} took {:?}", started.elapsed());
+        }
+        // Text of a value that shares structure is written piece by piece,
+        // the clock read as it goes: the time limit stops it.
+        let started = std::time::Instant::now();
+        let text = Expr::compile("reduce range(40) as $i (0; [., .]) | tojson | length").unwrap();
+        let e = text.eval_limited(&Scope::null(), Limits::DEFAULT).unwrap_err();
+        assert!(e.contains("expr_max_"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "tojson took {:?}", started.elapsed());
+        let started = std::time::Instant::now();
+        let search = Expr::compile(r#"("a" * 1600000) | contains(("a" * 800000) + "b")"#).unwrap();
+        assert_eq!(search.eval(&json!(null)).unwrap(), json!(false), "a substring is searched in linear time");
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
+        let shared = Expr::compile("reduce range(30) as $i (0; [., .]) | [., .] | sort | length").unwrap();
+        assert_eq!(shared.eval(&json!(null)).unwrap(), json!(2), "values that share structure compare at once");
+        let found = Expr::compile(r#""aaaa" | indices("aa")"#).unwrap().eval(&json!(null)).unwrap();
+        assert_eq!(found, json!([0, 1, 2]), "overlapping matches, as jq finds them");
     }
 
     #[test]

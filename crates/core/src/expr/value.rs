@@ -125,6 +125,7 @@ pub(crate) struct Capped {
 
 impl fmt::Write for Capped {
     fn write_str(&mut self, s: &str) -> fmt::Result {
+        guard::tick();
         if self.out.len() + s.len() > self.limit {
             return Err(fmt::Error);
         }
@@ -149,9 +150,79 @@ fn to_json(v: &Val) -> String {
 
 impl PartialEq for Value {
     fn eq(&self, other: &Self) -> bool {
-        self.inner == other.inner
+        equal(&self.inner, &other.inner)
     }
 }
+
+/// `a == b` as jaq defines it, one step charged per pair of values
+/// visited; values that share structure compare equal without a visit.
+fn equal(a: &Val, b: &Val) -> bool {
+    guard::step();
+    match (a, b) {
+        (Val::Arr(x), Val::Arr(y)) => {
+            Rc::ptr_eq(x, y) || (x.len() == y.len() && x.iter().zip(y.iter()).all(|(x, y)| equal(x, y)))
+        }
+        (Val::Obj(x), Val::Obj(y)) => {
+            Rc::ptr_eq(x, y) || (x.len() == y.len() && x.iter().all(|(k, x)| y.get(k).is_some_and(|y| equal(x, y))))
+        }
+        (Val::Arr(_) | Val::Obj(_), _) | (_, Val::Arr(_) | Val::Obj(_)) => false,
+        _ => a == b,
+    }
+}
+
+/// jq's order (jaq's), one step charged per pair of values visited:
+/// sorting values that share structure (`[., .]` nested 30 times) costs
+/// what it visits, not what it would print.
+fn order(a: &Val, b: &Val) -> Ordering {
+    guard::step();
+    match (a, b) {
+        (Val::Arr(x), Val::Arr(y)) => {
+            if Rc::ptr_eq(x, y) {
+                return Ordering::Equal;
+            }
+            for (x, y) in x.iter().zip(y.iter()) {
+                match order(x, y) {
+                    Ordering::Equal => {}
+                    other => return other,
+                }
+            }
+            x.len().cmp(&y.len())
+        }
+        (Val::Obj(x), Val::Obj(y)) if !x.is_empty() && !y.is_empty() => {
+            if Rc::ptr_eq(x, y) {
+                return Ordering::Equal;
+            }
+            guard::work((x.len() + y.len()) as u64);
+            let mut l: Vec<_> = x.iter().collect();
+            let mut r: Vec<_> = y.iter().collect();
+            l.sort_by(|(k, _), (j, _)| order(k, j));
+            r.sort_by(|(k, _), (j, _)| order(k, j));
+            let keys = l.iter().map(|(k, _)| *k).cmp_with(r.iter().map(|(k, _)| *k), order);
+            keys.then_with(|| l.iter().map(|(_, v)| *v).cmp_with(r.iter().map(|(_, v)| *v), order))
+        }
+        // Scalars, and containers against anything else, by kind: no visit.
+        _ => a.cmp(b),
+    }
+}
+
+/// `Iterator::cmp_by`, which is not stable yet.
+trait CmpBy<'a>: Iterator<Item = &'a Val> + Sized {
+    fn cmp_with(mut self, mut other: impl Iterator<Item = &'a Val>, f: fn(&Val, &Val) -> Ordering) -> Ordering {
+        loop {
+            match (self.next(), other.next()) {
+                (None, None) => return Ordering::Equal,
+                (None, Some(_)) => return Ordering::Less,
+                (Some(_), None) => return Ordering::Greater,
+                (Some(x), Some(y)) => match f(x, y) {
+                    Ordering::Equal => {}
+                    other => return other,
+                },
+            }
+        }
+    }
+}
+
+impl<'a, I: Iterator<Item = &'a Val>> CmpBy<'a> for I {}
 
 impl Eq for Value {}
 
@@ -163,7 +234,7 @@ impl PartialOrd for Value {
 
 impl Ord for Value {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.inner.cmp(&other.inner)
+        order(&self.inner, &other.inner)
     }
 }
 
@@ -565,27 +636,56 @@ fn has(v: &Val, k: &Val) -> Result<bool, Error<Value>> {
     }
 }
 
+/// Bytes scanned per step charged when searching text.
+const SCAN_PER_STEP: u64 = 64;
+
+/// jq's `contains`: substrings found in linear time, every pair of values
+/// compared charged a step.
 fn contains(a: &Val, b: &Val) -> bool {
+    guard::step();
     match (a, b) {
         (Val::TStr(x) | Val::BStr(x), Val::TStr(y) | Val::BStr(y)) => {
-            y.is_empty() || x.windows(y.len()).any(|w| w == y.as_ref())
+            guard::work((x.len() + y.len()) as u64 / SCAN_PER_STEP);
+            memchr::memmem::find(x, y).is_some()
         }
         (Val::Arr(x), Val::Arr(y)) => y.iter().all(|y| x.iter().any(|x| contains(x, y))),
         (Val::Obj(x), Val::Obj(y)) => y.iter().all(|(k, y)| x.get(k).is_some_and(|x| contains(x, y))),
-        _ => a == b,
+        _ => equal(a, b),
+    }
+}
+
+/// Where `y` starts in `x`, overlapping matches included; each search
+/// charged by the bytes it may scan.
+fn find_all(x: &[u8], y: &[u8]) -> Vec<usize> {
+    let finder = memchr::memmem::Finder::new(y);
+    let mut found = Vec::new();
+    let mut from = 0;
+    loop {
+        guard::work((x.len() - from + y.len()).min(2 * y.len() + SCAN_PER_STEP as usize) as u64 / SCAN_PER_STEP + 1);
+        match finder.find(&x[from..]) {
+            Some(i) => {
+                found.push(from + i);
+                from += i + 1;
+                if from > x.len() {
+                    return found;
+                }
+            }
+            None => return found,
+        }
     }
 }
 
 fn indices(a: &Val, b: &Val) -> ValR<Value> {
     let found: Vec<usize> = match (a, b) {
-        (Val::TStr(x) | Val::BStr(x), Val::TStr(y) | Val::BStr(y)) if !y.is_empty() => {
-            x.windows(y.len()).enumerate().filter(|(_, w)| *w == y.as_ref()).map(|(i, _)| i).collect()
-        }
-        (Val::Arr(x), Val::Arr(y)) if !y.is_empty() => {
-            x.windows(y.len()).enumerate().filter(|(_, w)| *w == y.as_slice()).map(|(i, _)| i).collect()
-        }
+        (Val::TStr(x) | Val::BStr(x), Val::TStr(y) | Val::BStr(y)) if !y.is_empty() => find_all(x, y),
+        (Val::Arr(x), Val::Arr(y)) if !y.is_empty() => x
+            .windows(y.len())
+            .enumerate()
+            .filter(|(_, w)| w.iter().zip(y.iter()).all(|(a, b)| equal(a, b)))
+            .map(|(i, _)| i)
+            .collect(),
         (Val::Arr(x), y) if !matches!(y, Val::Arr(_)) => {
-            x.iter().enumerate().filter(|(_, x)| *x == y).map(|(i, _)| i).collect()
+            x.iter().enumerate().filter(|(_, x)| equal(x, y)).map(|(i, _)| i).collect()
         }
         (Val::Null, _) => return Ok(Value::default()),
         (_, Val::TStr(_) | Val::BStr(_) | Val::Arr(_)) => Vec::new(),
