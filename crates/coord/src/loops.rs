@@ -247,7 +247,9 @@ pub async fn recover_tasks(shared: &Shared) {
 async fn redis_lost_its_messages(shared: &Shared) -> bool {
     match shared.streams.claim_new_epoch(&uuid::Uuid::now_v7().to_string()).await {
         Ok(true) => {
-            tracing::warn!("recovery: Redis holds no epoch (new, flushed or restarted without its data): re-dispatching every pending task now");
+            // Normal for a new Redis (every start of `composer dev`): what
+            // was lost is counted by the warning of the re-dispatch.
+            tracing::info!("recovery: Redis holds no epoch (new, flushed or restarted without its data): re-dispatching every pending task now");
             true
         }
         Ok(false) => false,
