@@ -36,9 +36,19 @@ pub struct Scrubber {
 
 impl Scrubber {
     pub fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Scrubber {
+        Scrubber::with_min(values, MIN_ENCODED_CHARS)
+    }
+
+    /// Finds short secrets in every form too: for deciding whether a value
+    /// may be quoted, where finding too much only hides a value.
+    pub fn detector<'a>(values: impl IntoIterator<Item = &'a str>) -> Scrubber {
+        Scrubber::with_min(values, 1)
+    }
+
+    fn with_min<'a>(values: impl IntoIterator<Item = &'a str>, min_encoded: usize) -> Scrubber {
         let mut patterns = Vec::new();
         for value in values.into_iter().filter(|v| !v.is_empty()) {
-            if value.chars().count() < MIN_ENCODED_CHARS {
+            if value.chars().count() < min_encoded {
                 patterns.push(Pattern { chars: value.chars().collect(), fold_case: false, decode: false });
                 continue;
             }
@@ -336,6 +346,7 @@ mod tests {
         assert_eq!(s.scrub("xab1y AB1 ab%31"), format!("x{REDACTED}y AB1 ab%31"));
         assert!(s.finds("ab1") && !s.finds("AB1"));
         assert!(Scrubber::new([""]).is_empty(), "an empty value matches nothing");
+        assert!(Scrubber::detector(["ab1"]).finds("x AB%31 y"), "whether a value may be quoted: every form");
         assert_eq!(Scrubber::new(["x"]).scrub("a x b"), format!("a {REDACTED} b"), "one character too");
     }
 

@@ -95,6 +95,8 @@ impl std::fmt::Display for Refusal {
 pub struct Secrets {
     used: Vec<Secret>,
     scrubber: Scrubber,
+    /// Finds short secrets in every form too (see [`Secrets::holds`]).
+    detector: Scrubber,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -108,10 +110,11 @@ impl Secrets {
         self.used.is_empty()
     }
 
-    /// Whether `text` holds one of the values, in any form scrubbing finds:
-    /// such text is never quoted in an error.
+    /// Whether `text` holds one of the values, in any form scrubbing finds
+    /// (for a short secret too, in any case or encoding): such text is
+    /// never quoted in an error.
     pub fn holds(&self, text: &str) -> bool {
-        !self.scrubber.is_empty() && self.scrubber.finds(text)
+        !self.detector.is_empty() && self.detector.finds(text)
     }
 
     /// Names of the secrets bound to hosts.
@@ -178,8 +181,9 @@ impl Secrets {
 pub fn resolve(input: &Value) -> Result<(Value, Secrets), String> {
     let mut used = Vec::new();
     let out = walk(input, &mut used)?;
-    let scrubber = Scrubber::new(used.iter().map(|s: &Secret| s.value.as_str()));
-    Ok((out, Secrets { used, scrubber }))
+    let values = || used.iter().map(|s: &Secret| s.value.as_str());
+    let (scrubber, detector) = (Scrubber::new(values()), Scrubber::detector(values()));
+    Ok((out, Secrets { used, scrubber, detector }))
 }
 
 fn walk(v: &Value, used: &mut Vec<Secret>) -> Result<Value, String> {
