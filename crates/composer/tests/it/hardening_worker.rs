@@ -195,7 +195,7 @@ async fn queued(e: &Engine, queue: &str) -> usize {
     let mut redis =
         redis::Client::open(e.redis_url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let mut n = 0;
-    for shard in 0..2 {
+    for shard in 0..e.coordinator_config().stream_shards {
         let len: usize =
             redis::cmd("XLEN").arg(format!("{}tasks:{queue}.{shard}", e.prefix)).query_async(&mut redis).await.unwrap();
         n += len;
