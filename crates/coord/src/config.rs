@@ -77,7 +77,8 @@ pub struct Config {
     /// before the engine stops waiting and fails it as a fault.
     #[arg(long, env = "COMPOSER_EVAL_BACKSTOP", default_value = "30s", value_parser = composer_core::duration::parse)]
     pub eval_backstop: Duration,
-    /// A PENDING task without an outbox row for this long is dispatched again.
+    /// A PENDING task without an outbox row for this long is dispatched again
+    /// (at once when Redis is found to have lost everything: see `loops`).
     #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = composer_core::duration::parse)]
     pub lost_dispatch_age: Duration,
     /// The lease a worker of the task API (`/v1/tasks/poll`) gets: without a

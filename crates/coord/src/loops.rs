@@ -208,14 +208,24 @@ pub async fn recover_tasks(shared: &Shared) {
         }
         Err(e) => tracing::error!(error = %e, "recovery: requeue expired leases failed"),
     }
-    match recovery::redispatch_pending_tasks(&client, shards, shared.config.lost_dispatch_age, max).await {
+    let redis_lost_all = redis_lost_its_messages(shared).await;
+    let age = if redis_lost_all { Duration::ZERO } else { shared.config.lost_dispatch_age };
+    match recovery::redispatch_pending_tasks(&client, shards, age, max).await {
         Ok(0) => {}
         Ok(n) => {
             any = true;
             composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")], n);
             tracing::warn!(count = n, "recovery: re-dispatched pending tasks with lost messages");
         }
-        Err(e) => tracing::error!(error = %e, "recovery: redispatch pending tasks failed"),
+        Err(e) => {
+            tracing::error!(error = %e, "recovery: redispatch pending tasks failed");
+            if redis_lost_all {
+                // Let the next pass (of any coordinator) find Redis new again.
+                if let Err(e) = shared.streams.forget_epoch().await {
+                    tracing::warn!(error = %e, "recovery: cannot reset the Redis epoch");
+                }
+            }
+        }
     }
     if any {
         shared.outbox_wake.notify_one();
@@ -225,6 +235,28 @@ pub async fn recover_tasks(shared: &Shared) {
     settle_children(shared, &client).await;
     if let Err(e) = composer_store::events::cleanup(&client).await {
         tracing::warn!(error = %e, "recovery: cleaning up expired events failed");
+    }
+}
+
+/// Whether Redis lost every message since a coordinator last looked: its
+/// epoch key is gone (a Redis restarted without persistence, as under
+/// `composer dev` after a crash, or flushed). Then every PENDING task is
+/// re-dispatched at once instead of after the lost-dispatch age. One
+/// coordinator claims the new epoch; a task whose message was in fact kept
+/// runs once all the same, since a lease is taken per (task, attempt).
+async fn redis_lost_its_messages(shared: &Shared) -> bool {
+    match shared.streams.claim_new_epoch(&uuid::Uuid::now_v7().to_string()).await {
+        Ok(true) => {
+            // Normal for a new Redis (every start of `composer dev`): what
+            // was lost is counted by the warning of the re-dispatch.
+            tracing::info!("recovery: Redis holds no epoch (new, flushed or restarted without its data): re-dispatching every pending task now");
+            true
+        }
+        Ok(false) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "recovery: cannot read the Redis epoch");
+            false
+        }
     }
 }
 

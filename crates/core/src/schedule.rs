@@ -72,6 +72,14 @@ const MAX_MISSED_WALK: u64 = 100_000;
 /// Longest catch-up window.
 pub const MAX_CATCHUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The longest a new schedule may wait for its next fire time
+/// (`schedule_max_fire_wait`, 8 years): a cron of 29 February waits at most
+/// eight years (from 2096 to 2104, since 2100 is not a leap year), so a cron
+/// whose days and months name a real date always fires within it. A cron
+/// that does not (30 February, or 31 April) never fires and is refused, as
+/// is one whose weekday rule pushes every fire time further away.
+pub const MAX_FIRE_WAIT: chrono::TimeDelta = chrono::TimeDelta::days(8 * 366);
+
 /// A validated schedule.
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -138,6 +146,21 @@ impl Schedule {
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let local = t.trunc_subsecs(0).with_timezone(&self.tz);
         self.cron.find_next_occurrence(&local, false).ok().map(|n| n.with_timezone(&Utc))
+    }
+
+    /// The first fire time after `now`; a cron that never fires (or not
+    /// within [`MAX_FIRE_WAIT`]) is an error naming it. A schedule is
+    /// refused when this fails, so none is stored that would never start a run.
+    pub fn first_fire(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>, ValidationError> {
+        let cron = &self.spec.cron;
+        match self.next_after(now) {
+            Some(next) if next - now <= MAX_FIRE_WAIT => Ok(next),
+            Some(next) => Err(ValidationError::new(
+                "cron",
+                format!("{cron:?} never fires within 8 years (schedule_max_fire_wait): its next fire time is {next}"),
+            )),
+            None => Err(ValidationError::new("cron", format!("{cron:?} never fires: no date matches it"))),
+        }
     }
 
     /// The next `n` fire times after `t`.
@@ -286,5 +309,55 @@ mod tests {
         }
         assert_eq!(schedule(json!({})).overlap, Overlap::Skip, "the default");
         assert_eq!(schedule(json!({"overlap": "buffer_one"})).overlap, Overlap::BufferOne);
+    }
+
+    #[test]
+    fn a_cron_that_never_fires_is_refused_naming_it() {
+        let now = at("2026-12-01T04:00:00Z");
+        for cron in ["0 0 30 2 *", "0 0 31 2,4,6,9,11 *", "0 0 0 31 4 *"] {
+            let s = schedule(json!({"cron": cron}));
+            let started = std::time::Instant::now();
+            let e = s.first_fire(now).expect_err(cron);
+            assert!(started.elapsed() < Duration::from_secs(5), "{cron}: {:?}", started.elapsed());
+            assert_eq!(e.path, "cron");
+            assert!(e.message.contains(cron) && e.message.contains("never fires"), "{e}");
+        }
+        let leap = schedule(json!({"cron": "0 0 29 2 *"}));
+        assert_eq!(leap.first_fire(now), Ok(at("2028-02-29T00:00:00Z")));
+        assert_eq!(leap.first_fire(at("2097-03-01T00:00:00Z")), Ok(at("2104-02-29T00:00:00Z")), "2100 is no leap year");
+    }
+
+    fn days_in(month: u32) -> u32 {
+        match month {
+            2 => 29,
+            4 | 6 | 9 | 11 => 30,
+            _ => 31,
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// A cron of days and months is accepted exactly when one of its
+        /// days exists in one of its months (29 February included), at any
+        /// time, and its first fire time is then within the bound.
+        #[test]
+        fn a_cron_is_accepted_exactly_when_it_names_a_real_date(
+            days in proptest::collection::btree_set(1u32..=31, 1..4),
+            months in proptest::collection::btree_set(1u32..=12, 1..3),
+            minute in 0u32..60,
+            hour in 0u32..24,
+            now in 946_684_800i64..13_569_465_600, // 2000 to 2400
+        ) {
+            let list = |set: &std::collections::BTreeSet<u32>| set.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            let cron = format!("{minute} {hour} {} {} *", list(&days), list(&months));
+            let now = DateTime::from_timestamp(now, 0).unwrap();
+            let real = months.iter().any(|m| days.iter().any(|d| *d <= days_in(*m)));
+            let first = schedule(json!({"cron": cron})).first_fire(now);
+            proptest::prop_assert_eq!(first.is_ok(), real, "{} at {}: {:?}", cron, now, first);
+            if let Ok(next) = first {
+                proptest::prop_assert!(next > now && next - now <= MAX_FIRE_WAIT);
+            }
+        }
     }
 }

@@ -71,6 +71,13 @@ impl Keys {
     pub fn shard_count(&self) -> String {
         format!("{}stream_shards", self.prefix)
     }
+
+    /// A key a coordinator sets and nothing deletes: when it is missing,
+    /// Redis lost what it held (restarted without persistence, flushed) or
+    /// is new, and with it any message not yet read.
+    pub fn epoch(&self) -> String {
+        format!("{}epoch", self.prefix)
+    }
 }
 
 /// A message read from a stream.
@@ -229,6 +236,24 @@ impl Streams {
     pub async fn shard_count(&self) -> Result<Option<u32>> {
         let mut c = self.conn.clone();
         Ok(c.get(self.keys.shard_count()).await?)
+    }
+
+    /// Sets the [`Keys::epoch`] key when it is missing: true when this call
+    /// set it, that is when Redis lost its messages since a coordinator
+    /// last did (or is new). One caller of many gets true (`SET NX`).
+    pub async fn claim_new_epoch(&self, id: &str) -> Result<bool> {
+        let mut c = self.conn.clone();
+        let set: Option<String> =
+            redis::cmd("SET").arg(self.keys.epoch()).arg(id).arg("NX").query_async(&mut c).await?;
+        Ok(set.is_some())
+    }
+
+    /// Deletes the epoch key this caller set, when it could not do what a new
+    /// epoch asks (the next caller then will).
+    pub async fn forget_epoch(&self) -> Result<()> {
+        let mut c = self.conn.clone();
+        let _: () = c.del(self.keys.epoch()).await?;
+        Ok(())
     }
 
     /// XADDs every `(stream, payload)`: one pipeline, or on a cluster one

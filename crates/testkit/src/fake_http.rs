@@ -9,6 +9,9 @@
 //! | `/bad/{name}` | 400 |
 //! | `/flaky/{n}/{name}` | 503 for the first `n` calls, then 200 |
 //! | `/slow/{ms}/{name}` | 200 after `ms` milliseconds |
+//! | `/redirect/{name}?to=URL` | 302 to URL |
+//! | `/moved/{status}/{name}?to=URL` | `status` (301, 307, …) to URL |
+//! | `/mirror/{name}` | 400 `{"method", "uri", "headers", "body", "shout"}`: the request as received, its body as text and in capitals |
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -118,6 +121,7 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
         .iter()
         .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
+    let uri = req.uri().to_string();
     let bytes = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024).await.unwrap_or_else(|_| Bytes::new());
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let call = {
@@ -150,6 +154,18 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
         // A body PostgreSQL cannot store: a NUL character in a string.
         ["nul", ..] => {
             ([(axum::http::header::CONTENT_TYPE, "application/json")], r#"{"v": "a\u0000b"}"#).into_response()
+        }
+        ["moved", status, ..] => {
+            let to = query.strip_prefix("to=").unwrap_or_default().to_string();
+            let status = status.parse().ok().and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::FOUND);
+            (status, [(axum::http::header::LOCATION, to)]).into_response()
+        }
+        ["mirror", ..] => {
+            let recorded = calls.log.lock().unwrap().last().cloned();
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let answer = json!({"method": recorded.as_ref().map(|r| r.method.clone()), "uri": uri,
+                "headers": recorded.map(|r| r.headers).unwrap_or_default(), "shout": text.to_uppercase(), "body": text});
+            (StatusCode::BAD_REQUEST, Json(answer)).into_response()
         }
         ["bad", ..] => (StatusCode::BAD_REQUEST, Json(json!({"error": "bad request"}))).into_response(),
         ["flaky", n, ..] => {

@@ -21,17 +21,21 @@
 //! - [`Worker`] (`worker`): handlers, registered by node type; `task`: what a
 //!   handler is given and answers; `runtime`: the read → lease → execute →
 //!   report loop; `report`: reports to coordinators with failover; `http`:
-//!   the built-in HTTP executor behind [`egress`]'s policy; [`secrets`]:
-//!   `${ .secrets.NAME }` resolved and scrubbed; `listen`: `/metrics` and
-//!   `/healthz`; `config`: the settings; `error`: why it stops.
+//!   the built-in HTTP executor behind [`egress`]'s policy, following the
+//!   redirects `redirect` allows; [`secrets`]: `${ .secrets.NAME }`
+//!   resolved, bound to hosts and scrubbed, in every encoding [`scrub`]
+//!   finds; `listen`: `/metrics` and `/healthz`; `config`: the settings;
+//!   `error`: why it stops.
 
 mod config;
 pub mod egress;
 mod error;
 mod http;
 mod listen;
+mod redirect;
 mod report;
 mod runtime;
+pub mod scrub;
 pub mod secrets;
 mod task;
 mod worker;

@@ -537,6 +537,11 @@ async fn run_handler(
     dispatch: &Dispatch,
     lost: &CancellationToken,
 ) -> Option<Result<Value, crate::task::TaskError>> {
+    // Secrets are resolved here and nowhere else; an unknown one fails the attempt.
+    let (input, secrets) = match crate::secrets::resolve(&dispatch.input) {
+        Ok((input, secrets)) => (keep_bound_secrets_to_http(dispatch, input, &secrets), secrets),
+        Err(message) => (Err(crate::task::TaskError::fatal(message)), Default::default()),
+    };
     let task_ctx = TaskContext {
         task_id: dispatch.task_id,
         run_id: dispatch.run_id,
@@ -544,11 +549,7 @@ async fn run_handler(
         node_type: dispatch.node_type.clone(),
         attempt: dispatch.attempt,
         cancelled: lost.clone(),
-    };
-    // Secrets are resolved here and nowhere else; an unknown one fails the attempt.
-    let (input, secrets) = match crate::secrets::resolve(&dispatch.input) {
-        Ok((input, used)) => (Ok(input), used),
-        Err(e) => (Err(e), Vec::new()),
+        secrets: secrets.clone(),
     };
     let guarded = std::panic::AssertUnwindSafe(async move { handler(task_ctx, input?).await }).catch_unwind();
     let result = tokio::select! {
@@ -563,16 +564,33 @@ async fn run_handler(
         return None;
     }
     Some(match result {
-        Ok(mut output) if !secrets.is_empty() => {
-            crate::secrets::scrub(&mut output, &secrets);
+        Ok(mut output) => {
+            secrets.scrub(&mut output);
             Ok(output)
         }
         Err(mut e) => {
-            e.message = crate::secrets::scrub_message(&e.message, &secrets);
+            e.message = secrets.scrub_message(&e.message);
             Err(e)
         }
-        other => other,
     })
+}
+
+/// A secret bound to hosts goes only to the HTTP node, which checks every
+/// host its request goes to; a handler of another type could send it
+/// anywhere.
+fn keep_bound_secrets_to_http(
+    dispatch: &Dispatch,
+    input: Value,
+    secrets: &crate::secrets::Secrets,
+) -> Result<Value, crate::task::TaskError> {
+    match secrets.bound().next() {
+        Some(name) if dispatch.node_type != crate::http::NODE_TYPE => Err(crate::task::TaskError::fatal(format!(
+            "secret {name} is bound to hosts ({}), which only the HTTP node enforces: a {} node cannot use it",
+            crate::secrets::hosts_var(name),
+            dispatch.node_type
+        ))),
+        _ => Ok(input),
+    }
 }
 
 fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::task::TaskError>) -> TaskReport {

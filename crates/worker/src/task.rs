@@ -8,6 +8,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::secrets::Secrets;
+
 /// What a handler knows about the task it runs.
 #[derive(Debug, Clone)]
 pub struct TaskContext {
@@ -19,6 +21,9 @@ pub struct TaskContext {
     /// Cancelled when the lease is lost (taken over, or the run cancelled):
     /// a long handler should stop early; its result is discarded anyway.
     pub cancelled: CancellationToken,
+    /// The secrets the input holds: an error should not quote a value that
+    /// holds one ([`Secrets::holds`]). The result is scrubbed of them anyway.
+    pub secrets: Secrets,
 }
 
 /// A failed attempt. Retryable failures are retried by the node's policy.

@@ -26,7 +26,7 @@ impl Worker {
         // A malformed list fails `run` (validation) before any task runs.
         let policy = w.config.egress().unwrap_or_default();
         let http = http::Http::new(policy, w.config.max_payload, w.config.options.http_max_timeout);
-        w.handle("HTTP", move |ctx, input| http.clone().execute(ctx, input));
+        w.handle(http::NODE_TYPE, move |ctx, input| http.clone().execute(ctx, input));
         w
     }
 

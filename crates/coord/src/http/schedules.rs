@@ -68,6 +68,8 @@ fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
 )]
 pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
     let schedule = Schedule::parse(&spec).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
+    // A cron that never fires (30 February) is refused, not stored without a next fire time.
+    let next = schedule.first_fire(Utc::now()).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
     let mut client = composer_store::client(&s.pool).await?;
     let wf = &schedule.spec.workflow;
     if composer_store::definitions::by_name(&client, wf, schedule.spec.version).await?.is_none() {
@@ -76,8 +78,7 @@ pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>
     }
     let normalized = serde_json::to_value(&schedule.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let paused = schedule.spec.paused.unwrap_or(false);
-    let next = schedule.next_after(Utc::now());
-    let (row, what) = schedules::upsert(&mut client, &schedule.spec.id, &normalized, wf, paused, next).await?;
+    let (row, what) = schedules::upsert(&mut client, &schedule.spec.id, &normalized, wf, paused, Some(next)).await?;
     let status = if what == Upsert::Created { StatusCode::CREATED } else { StatusCode::OK };
     tracing::info!(schedule = %row.id, workflow = %row.workflow, ?what, "schedule saved");
     Ok((status, Json(view(&row)?)).into_response())
