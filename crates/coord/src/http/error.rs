@@ -7,7 +7,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use composer_api::{ErrorBody, ErrorDetail, RUN_NOT_FOUND};
+use composer_api::{ErrorBody, ErrorDetail, LEASE_LOST, RUN_NOT_FOUND};
 use uuid::Uuid;
 
 use crate::engine::EngineError;
@@ -100,7 +100,7 @@ impl ApiError {
             ApiError::NotFound(_) | ApiError::NoSuchEndpoint => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::RunNotFound(_) => (StatusCode::NOT_FOUND, RUN_NOT_FOUND),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            ApiError::LeaseLost(_) => (StatusCode::CONFLICT, "lease_lost"),
+            ApiError::LeaseLost(_) => (StatusCode::CONFLICT, LEASE_LOST),
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),

