@@ -79,3 +79,59 @@ async fn an_800_kb_error_on_the_report_path_is_cut_to_the_task_apis_cap() {
     assert!(error.starts_with("EEEE") && tail.contains("[cut]"), "{tail}");
     e.stop().await;
 }
+
+/// `POST /v1/runs` as a page of `origin` would send it to the name `host`.
+async fn start_from_page(e: &Engine, origin: &str, host: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/runs", e.url()))
+        .header("origin", origin)
+        .header("host", host)
+        .json(&json!({"workflow": "rebound", "input": {}}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn rebound() -> Value {
+    json!({"name": "rebound", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]})
+}
+
+#[tokio::test]
+async fn a_page_of_a_rebound_dns_name_cannot_drive_the_tokenless_api() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&rebound()).await;
+    let (status, body) = start_from_page(&e, "http://evil.example:18933", "evil.example:18933").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (421, Some("host_not_allowed")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("evil.example"), "{body}");
+    let (_, runs) = e.get("/v1/runs").await;
+    assert_eq!(runs["runs"], json!([]), "nothing started");
+
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    for (path, want) in [("/v1/runs", 421), ("/ui/runs", 421), ("/metrics", 421), ("/healthz", 200), ("/readyz", 200)] {
+        let resp = http.get(format!("{}{path}", e.url())).header("host", "evil.example:18933").send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), want, "{path}");
+    }
+    let (status, body) = start_from_page(&e, "http://localhost:18933", "localhost:18933").await;
+    assert_eq!(status, 201, "a loopback name is this coordinator's: {body}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_host_name_the_operator_allowed_is_served_with_its_own_origin() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.allowed_hosts = vec!["evil.example:18933".into()],
+        ..Default::default()
+    })
+    .await;
+    e.register(&rebound()).await;
+    let (status, body) = start_from_page(&e, "http://evil.example:18933", "evil.example:18933").await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = start_from_page(&e, "http://evil.example:18933", "evil.example:9999").await;
+    assert_eq!(status, 421, "another port of an allowed name: {body}");
+    let (status, body) = start_from_page(&e, "http://other.example:18933", "evil.example:18933").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("origin_not_allowed")), "{body}");
+    e.stop().await;
+}

@@ -8,7 +8,7 @@ use composer_testkit::{Engine, EngineOptions, FakeHttp};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
-const TOKEN: &str = "ui-token";
+const TOKEN: &str = "ui-token-0123456789";
 
 fn browser() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()

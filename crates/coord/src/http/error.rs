@@ -51,6 +51,9 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("missing or wrong bearer token")]
     Unauthorized,
+    /// A `Host` that is not this coordinator's: maybe a rebound DNS name.
+    #[error("this coordinator does not answer to the host {0:?} (COMPOSER_ALLOWED_HOSTS)")]
+    HostNotAllowed(String),
     #[error("requests from web pages of {0:?} are not allowed (COMPOSER_ALLOWED_ORIGINS)")]
     OriginNotAllowed(String),
     #[error("no such endpoint")]
@@ -105,6 +108,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::HostNotAllowed(_) => (StatusCode::MISDIRECTED_REQUEST, "host_not_allowed"),
             ApiError::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, "origin_not_allowed"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
@@ -192,6 +196,7 @@ mod tests {
             ApiError::UriTooLong { len: 2, limit: 1 },
             ApiError::UnsupportedMediaType("text/plain".into()),
             ApiError::Unauthorized,
+            ApiError::HostNotAllowed("evil.example".into()),
             ApiError::OriginNotAllowed("http://evil".into()),
             ApiError::NoSuchEndpoint,
             ApiError::MethodNotAllowed,

@@ -5,7 +5,8 @@
 //!
 //! - [`error`]: [`ApiError`], the one error type, mapped to status and code.
 //! - [`extract`]: the JSON body, typed queries, ids, names and page limits.
-//! - [`guard`]: tokens, other sites' pages, URI length, the error log.
+//! - [`guard`]: allowed hosts, tokens, other sites' pages, URI length, the
+//!   error log.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`events`], [`schedules`], [`tasks`],
 //!   [`internal`], [`ops`]: one file per resource.
@@ -58,6 +59,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn(guard::refuse_long_uris))
+        .layer(middleware::from_fn_with_state(shared.clone(), guard::refuse_unknown_hosts))
         .layer(middleware::from_fn(guard::observe_errors))
         .with_state(shared)
 }

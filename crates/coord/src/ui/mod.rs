@@ -102,11 +102,7 @@ async fn require_login(State(s): State<Arc<Shared>>, req: Request, next: Next) -
 
 /// A form that changes something must come from our own pages.
 fn same_origin(s: &Shared, headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else { return true };
-    let origin = origin.trim_end_matches('/');
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-    (!host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}")))
-        || s.config.allowed_origins.iter().any(|o| o == origin)
+    crate::http::guard::origin_allowed(s, headers)
 }
 
 /// Where to go after logging in: one of our pages, never another site.
