@@ -135,3 +135,20 @@ async fn a_host_name_the_operator_allowed_is_served_with_its_own_origin() {
     assert_eq!((status, body["error"]["code"].as_str()), (403, Some("origin_not_allowed")), "{body}");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn an_idempotency_key_reused_with_another_input_is_refused_not_answered_with_the_first_run() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&rebound()).await;
+    let start = |input: &str| format!(r#"{{"workflow": "rebound", "idempotency_key": "order-1", "input": {input}}}"#);
+    let (status, first) = e.post_raw("/v1/runs", &start(r#"{"amount": 100, "to": "alice"}"#)).await;
+    assert_eq!(status, 201, "{first}");
+    let (status, again) = e.post_raw("/v1/runs", &start(r#"{"to": "alice", "amount": 1e2}"#)).await;
+    assert_eq!((status, &again["id"]), (200, &first["id"]), "the same input, written otherwise: {again}");
+    let (status, body) = e.post_raw("/v1/runs", &start(r#"{"amount": 100000, "to": "mallory"}"#)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (422, Some("idempotency_key_reused")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("order-1"), "{body}");
+    let (_, runs) = e.get("/v1/runs").await;
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1), "{runs}");
+    e.stop().await;
+}

@@ -35,6 +35,10 @@ pub enum ApiError {
     /// Not possible in the current state; the message says why.
     #[error("{0}")]
     Conflict(String),
+    /// An idempotency key sent again with another input: a mistake to
+    /// report, not the first run to return.
+    #[error("idempotency_key {key:?} was used for run {run} with another input; use a new key for a new run")]
+    IdempotencyKeyReused { key: String, run: Uuid },
     /// A worker's lease on the task is gone: it must stop and drop its result.
     #[error("task {0}: this worker no longer holds its lease (it expired and was taken over, or the task ended)")]
     LeaseLost(Uuid),
@@ -104,6 +108,7 @@ impl ApiError {
             ApiError::RunNotFound(_) => (StatusCode::NOT_FOUND, RUN_NOT_FOUND),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::LeaseLost(_) => (StatusCode::CONFLICT, LEASE_LOST),
+            ApiError::IdempotencyKeyReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
@@ -191,6 +196,7 @@ mod tests {
             ApiError::RunNotFound(id),
             ApiError::Conflict("x".into()),
             ApiError::LeaseLost(id),
+            ApiError::IdempotencyKeyReused { key: "k".into(), run: id },
             ApiError::too_large("body", 1),
             ApiError::BodyTooLarge,
             ApiError::UriTooLong { len: 2, limit: 1 },
