@@ -152,3 +152,60 @@ async fn an_idempotency_key_reused_with_another_input_is_refused_not_answered_wi
     assert_eq!(runs["runs"].as_array().map(Vec::len), Some(1), "{runs}");
     e.stop().await;
 }
+
+/// A browser that shows redirects instead of following them.
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+const UI_TOKEN: &str = "ui-token-of-the-operator";
+
+fn with_ui_token(c: &mut composer_coord::Config) {
+    c.api_token = Some(UI_TOKEN.to_string());
+}
+
+#[tokio::test]
+async fn a_login_whose_next_carries_a_header_is_sent_to_the_runs_not_a_500() {
+    let e = Engine::with(EngineOptions { workers: 0, coordinator: with_ui_token, ..Default::default() }).await;
+    let b = browser();
+    for next in ["/ui\r\nSet-Cookie:x=1", "/ui/r\u{e9}sum\u{e9}", "/ui/../v1/runs"] {
+        for token in [UI_TOKEN, "a-wrong-token-entirely"] {
+            let resp =
+                b.post(format!("{}/ui/login", e.url())).form(&[("token", token), ("next", next)]).send().await.unwrap();
+            let status = resp.status().as_u16();
+            let cookies: Vec<String> =
+                resp.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_string()).collect();
+            assert!(!cookies.iter().any(|c| c.starts_with("x=")), "{next:?}: {cookies:?}");
+            if token == UI_TOKEN {
+                assert_eq!(status, 303, "{next:?}");
+                assert_eq!(resp.headers()["location"], "/ui/runs", "{next:?}");
+            } else {
+                assert_eq!(status, 401, "{next:?}");
+                assert!(!resp.text().await.unwrap().contains("Set-Cookie:x=1"), "{next:?}");
+            }
+        }
+    }
+    let page = b.get(format!("{}/ui/login?next=%2Fui%0d%0aSet-Cookie:x=1", e.url())).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("value=\"/ui/runs\""));
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_link_cannot_put_its_own_words_on_a_runs_page() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let id = e.run(&rebound()).await;
+    e.wait_for_run(id, T).await;
+    let b = browser();
+    let page = |msg: &'static str| {
+        let url = format!("{}/ui/runs/{id}?msg={msg}", e.url());
+        let b = b.clone();
+        async move { b.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let forged = page("Your+session+expired%3A+log+in+at+evil.example").await;
+    assert!(!forged.contains("evil.example") && !forged.contains("class=\"notice\""), "free text is not shown");
+    assert!(page("retry-refused").await.contains("retry refused: the run&#39;s status does not allow it"));
+    let done = b.post(format!("{}/ui/runs/{id}/cancel", e.url())).send().await.unwrap();
+    assert_eq!(done.headers()["location"].to_str().unwrap(), format!("/ui/runs/{id}?msg=cancel-refused"));
+    e.stop().await;
+}

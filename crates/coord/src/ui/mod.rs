@@ -105,12 +105,39 @@ fn same_origin(s: &Shared, headers: &HeaderMap) -> bool {
     crate::http::guard::origin_allowed(s, headers)
 }
 
-/// Where to go after logging in: one of our pages, never another site.
+/// Where to go after logging in: one of our pages, never another site, and
+/// nothing that is not a path of visible ASCII (a CR or LF would end the
+/// `Location` header and start another).
 fn safe_next(next: Option<&String>) -> String {
     match next {
-        Some(n) if n.starts_with("/ui") && !n.starts_with("//") && !n.contains('\\') => n.clone(),
+        Some(n) if is_ui_path(n) => n.clone(),
         _ => "/ui/runs".to_string(),
     }
+}
+
+fn is_ui_path(n: &str) -> bool {
+    (n == "/ui" || n.starts_with("/ui/") || n.starts_with("/ui?"))
+        && n.bytes().all(|b| b.is_ascii_graphic())
+        && !n.contains("//")
+        && !n.contains('\\')
+        && !n.contains("..")
+}
+
+/// What a run's page says after one of its buttons, by the code in its
+/// `?msg=`: fixed texts, so a link cannot put its own words on our page.
+const NOTICES: &[(&str, &str)] = &[
+    ("retry-done", "retry: done"),
+    ("retry-refused", "retry refused: the run's status does not allow it"),
+    ("pause-done", "pause: done"),
+    ("pause-refused", "pause refused: the run's status does not allow it"),
+    ("resume-done", "resume: done"),
+    ("resume-refused", "resume refused: the run's status does not allow it"),
+    ("cancel-done", "cancel: done"),
+    ("cancel-refused", "cancel refused: the run's status does not allow it"),
+];
+
+fn notice(code: &str) -> Option<&'static str> {
+    NOTICES.iter().find(|(c, _)| *c == code).map(|(_, text)| *text)
 }
 
 async fn login_page(Query(q): Query<HashMap<String, String>>) -> Html<String> {
@@ -337,8 +364,8 @@ async fn run_page(
         let _ = write!(html, " · started by schedule <a href=\"/ui/schedules\">{}</a>", esc(t));
     }
     html.push_str("</p>");
-    if let Some(msg) = q.get("msg") {
-        let _ = write!(html, "<p class=\"notice\">{}</p>", esc(&clip(msg, 300)));
+    if let Some(text) = q.get("msg").and_then(|m| notice(m)) {
+        let _ = write!(html, "<p class=\"notice\">{}</p>", esc(text));
     }
     let open = !run.status.is_terminal();
     let live_src = format!("/ui/runs/{}?fragment=1", run.id);
@@ -549,15 +576,13 @@ async fn run_action(
         "resume" => Event::ResumeRun,
         _ => return Err(not_found("action")),
     };
-    let msg = match s.engine.handle(run_id, event).await {
-        Ok(h) => match h.ignored {
-            Some(why) => format!("{action} refused: {why}"),
-            None => format!("{action}: done, the run is {}", h.status),
-        },
+    let outcome = match s.engine.handle(run_id, event).await {
+        Ok(h) if h.ignored.is_some() => "refused",
+        Ok(_) => "done",
         Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
         Err(e) => return Err(e.into()),
     };
-    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg={}", url_enc(&msg))).into_response())
+    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg={action}-{outcome}")).into_response())
 }
 
 async fn workflows_page(State(s): State<Arc<Shared>>) -> Page {
@@ -650,4 +675,37 @@ async fn schedules_page(State(s): State<Arc<Shared>>) -> Page {
     }
     html.push_str("</tbody></table>");
     Ok(Html(page("Schedules", &html)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_is_one_of_our_paths_in_visible_ascii() {
+        for ok in ["/ui", "/ui/runs?status=FAILED", "/ui/runs/0193?msg=retry-done"] {
+            assert_eq!(safe_next(Some(&ok.to_string())), ok);
+        }
+        for bad in [
+            "/ui\r\nSet-Cookie:x=1",
+            "/ui/runs\u{0}",
+            "/ui/runs é",
+            "//evil.example/ui",
+            "/ui//evil.example",
+            "/ui\\evil",
+            "/ui/../v1/runs",
+            "/uifoo",
+            "https://evil.example/ui",
+        ] {
+            assert_eq!(safe_next(Some(&bad.to_string())), "/ui/runs", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_button_has_its_notices_and_nothing_else_is_shown() {
+        for action in ["retry", "pause", "resume", "cancel"] {
+            assert!(notice(&format!("{action}-done")).is_some() && notice(&format!("{action}-refused")).is_some());
+        }
+        assert_eq!(notice("Your account is locked: call +1 555"), None);
+    }
 }
