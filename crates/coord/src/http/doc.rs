@@ -147,6 +147,10 @@ impl Modify for Rules {
             "workerToken",
             bearer("COMPOSER_WORKER_TOKEN (or the API token when only that is set)"),
         );
+        components.add_security_scheme(
+            "metricsToken",
+            bearer("COMPOSER_METRICS_TOKEN, else COMPOSER_API_TOKEN, when the coordinator has either"),
+        );
         let error = ResponseBuilder::new()
             .description("an error")
             .content("application/json", ContentBuilder::new().schema(Some(ErrorBody::schema())).build())
