@@ -289,3 +289,99 @@ async fn a_thousand_workflow_names_do_not_grow_metrics_past_a_bound() {
     assert!(text.len() < 1_500_000, "/metrics is {} bytes", text.len());
     e.stop().await;
 }
+
+/// Logs in to the UI and returns the `Set-Cookie` of the session.
+async fn log_in(e: &Engine, extra: &[(&str, &str)]) -> String {
+    let mut req = browser().post(format!("{}/ui/login", e.url())).form(&[("token", UI_TOKEN), ("next", "/ui/runs")]);
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 303);
+    resp.headers()["set-cookie"].to_str().unwrap().to_string()
+}
+
+/// The status of `/ui/runs` for a browser sending `cookie`.
+async fn runs_page_status(e: &Engine, cookie: &str) -> u16 {
+    browser().get(format!("{}/ui/runs", e.url())).header("cookie", cookie).send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn a_stolen_ui_cookie_is_a_session_that_logout_revokes_and_time_ends_not_the_token() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| {
+            with_ui_token(c);
+            c.ui_session_ttl = Duration::from_secs(2);
+        },
+        ..Default::default()
+    })
+    .await;
+    let set = log_in(&e, &[]).await;
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/ui", "Max-Age=2"] {
+        assert!(set.contains(flag), "{flag}: {set}");
+    }
+    assert!(!set.contains("Secure"), "plain HTTP: {set}");
+    let cookie = set.split(';').next().unwrap().to_string();
+    let id = cookie.strip_prefix("composer_session=").unwrap();
+    assert_eq!(id.len(), 64, "256 random bits");
+    let token_hex: String = UI_TOKEN.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(!id.contains(&token_hex) && !id.contains(UI_TOKEN));
+    assert_eq!(runs_page_status(&e, &format!("composer_token={token_hex}")).await, 303, "the old cookie is nothing");
+
+    let page = browser().get(format!("{}/ui/runs", e.url())).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["cache-control"], "no-store");
+    let logout = browser().post(format!("{}/ui/logout", e.url())).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(logout.status(), 303);
+    assert_eq!(runs_page_status(&e, &cookie).await, 303, "revoked by logout");
+
+    let cookie = log_in(&e, &[]).await.split(';').next().unwrap().to_string();
+    assert_eq!(runs_page_status(&e, &cookie).await, 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while runs_page_status(&e, &cookie).await != 303 {
+        assert!(tokio::time::Instant::now() < deadline, "the session outlived its 2s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let behind_tls = log_in(&e, &[("x-forwarded-proto", "https")]).await;
+    assert!(behind_tls.contains("; Secure"), "{behind_tls}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn guessing_the_ui_token_is_slowed_to_ten_tries_a_minute() {
+    let e = Engine::with(EngineOptions { workers: 0, coordinator: with_ui_token, ..Default::default() }).await;
+    let guess = |token: &'static str| {
+        let url = format!("{}/ui/login", e.url());
+        async move { browser().post(url).form(&[("token", token), ("next", "/ui/runs")]).send().await.unwrap() }
+    };
+    for _ in 0..10 {
+        assert_eq!(guess("a-wrong-guess-of-the-token").await.status(), 401);
+    }
+    let slowed = guess("a-wrong-guess-of-the-token").await;
+    assert_eq!(slowed.status(), 429);
+    let wait: u64 = slowed.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert!(slowed.text().await.unwrap().contains("LOGIN_FAILURES_PER_ADDRESS"));
+    assert_eq!(guess(UI_TOKEN).await.status(), 429, "not even checked until the minute is over");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn run_data_in_api_answers_is_not_kept_by_caches() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let id = e.run(&rebound()).await;
+    for path in [format!("/v1/runs/{id}"), "/v1/runs".to_string(), format!("/ui/runs/{id}")] {
+        let resp = reqwest::get(format!("{}{path}", e.url())).await.unwrap();
+        assert_eq!(resp.headers()["cache-control"], "no-store", "{path}");
+    }
+    e.stop().await;
+}
+
+#[test]
+fn a_token_shorter_than_sixteen_characters_is_refused_at_start_naming_it() {
+    let mut c = composer_coord::Config::new("postgres://unused", "redis://unused");
+    c.api_token = Some("hunter2".into());
+    let err = c.validated().unwrap_err().to_string();
+    assert!(err.contains("COMPOSER_API_TOKEN") && err.contains("at least 16 characters"), "{err}");
+}

@@ -70,6 +70,13 @@ pub fn origin_allowed(s: &Shared, headers: &axum::http::HeaderMap) -> bool {
     own || s.config.allowed_origins.iter().any(|o| o == origin)
 }
 
+/// Answers of `/v1` and `/internal` carry runs' inputs, outputs and
+/// errors: no browser or proxy cache may keep them.
+pub(super) async fn no_store(mut resp: Response) -> Response {
+    resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    resp
+}
+
 /// Longest request URI (path and query) answered; longer is a 414.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 

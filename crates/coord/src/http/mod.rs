@@ -46,6 +46,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         router
             .route_layer(middleware::from_fn_with_state((shared.clone(), token), guard::require_token))
             .route_layer(middleware::from_fn_with_state(shared.clone(), guard::refuse_foreign_pages))
+            .route_layer(middleware::map_response(guard::no_store))
     };
     doc::publish(json());
     let Groups { public, workers, operations } = routes::groups();
