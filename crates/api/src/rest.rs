@@ -305,3 +305,8 @@ pub struct ErrorDetail {
 /// The error code of a 404 that means the run (and so its task) does not
 /// exist: a worker drops a report only on this code.
 pub const RUN_NOT_FOUND: &str = "run_not_found";
+
+/// The error code of a 409 that means the reporting worker does not hold
+/// the task's lease (it expired and was taken over, or the task ended): the
+/// result will never be applied, so the worker drops it.
+pub const LEASE_LOST: &str = "lease_lost";

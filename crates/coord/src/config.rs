@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use composer_config::{defaults, non_empty, ConfigError, DatabaseArgs, RedisArgs, DEFAULT_MAX_PAYLOAD};
 
+/// The shortest token (API, worker or metrics) a coordinator accepts: a
+/// short one can be guessed.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
 /// Everything a coordinator needs to run, with the documented defaults.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Config {
@@ -31,6 +35,18 @@ pub struct Config {
     /// other `Origin` header is refused; the coordinator's own origin is always allowed.
     #[arg(long, env = "COMPOSER_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
+    /// Host names this coordinator answers to, comma-separated, each `name` (any port) or `name:port`. A
+    /// request to `/v1`, `/internal`, `/ui`, `/metrics` or `/openapi.json` with another `Host` is refused (421),
+    /// so a web page whose own name was made to point at this address (DNS rebinding) gets nothing.
+    /// `localhost`, IP addresses (the listen address's among them) are always allowed; `*` allows any name.
+    #[arg(long, env = "COMPOSER_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// How long a login to the web UI lasts.
+    #[arg(long, env = "COMPOSER_UI_SESSION_TTL", default_value = "12h", value_parser = composer_core::duration::parse)]
+    pub ui_session_ttl: Duration,
+    /// Bearer token `/metrics` takes; without it, the API token (when one is set).
+    #[arg(long, env = "COMPOSER_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
     /// Allow listening beyond loopback without tokens.
     #[arg(long, env = "COMPOSER_ALLOW_NO_AUTH", default_value_t = false)]
     pub allow_no_auth: bool,
@@ -134,12 +150,14 @@ impl Config {
         self.redis.required()?;
         self.api_token = non_empty(&self.api_token);
         self.worker_token = non_empty(&self.worker_token);
+        self.metrics_token = non_empty(&self.metrics_token);
         for (flag, env, d) in [
             ("--outbox-poll-interval", "COMPOSER_OUTBOX_POLL_INTERVAL", self.outbox_poll_interval),
             ("--timer-interval", "COMPOSER_TIMER_INTERVAL", self.timer_interval),
             ("--recovery-interval", "COMPOSER_RECOVERY_INTERVAL", self.recovery_interval),
             ("--partition-interval", "COMPOSER_PARTITION_INTERVAL", self.partition_interval),
             ("--metrics-interval", "COMPOSER_METRICS_INTERVAL", self.metrics_interval),
+            ("--ui-session-ttl", "COMPOSER_UI_SESSION_TTL", self.ui_session_ttl),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::new(flag, env, "must be greater than zero"));
@@ -190,6 +208,35 @@ impl Config {
                 "must differ from the API token: a worker must not be able to call the API, nor a user report results",
             ));
         }
+        for (flag, env, token) in [
+            ("--api-token", "COMPOSER_API_TOKEN", &self.api_token),
+            ("--worker-token", "COMPOSER_WORKER_TOKEN", &self.worker_token),
+            ("--metrics-token", "COMPOSER_METRICS_TOKEN", &self.metrics_token),
+        ] {
+            let len = token.as_deref().map_or(MIN_TOKEN_CHARS, |t| t.chars().count());
+            if len < MIN_TOKEN_CHARS {
+                return Err(ConfigError::new(
+                    flag,
+                    env,
+                    format!(
+                        "must be at least {MIN_TOKEN_CHARS} characters (MIN_TOKEN_CHARS), got {len}: \
+                         make one with `openssl rand -hex 32`"
+                    ),
+                ));
+            }
+        }
+        self.allowed_hosts = self.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect();
+        self.allowed_hosts.retain(|h| !h.is_empty());
+        for host in &self.allowed_hosts {
+            let plain = host == "*" || host.parse::<axum::http::uri::Authority>().is_ok_and(|a| a.as_str() == host);
+            if !plain || host.contains('@') {
+                return Err(ConfigError::new(
+                    "--allowed-hosts",
+                    "COMPOSER_ALLOWED_HOSTS",
+                    format!("{host:?} is not a host name with an optional port (such as composer.example:8080)"),
+                ));
+            }
+        }
         self.allowed_origins =
             self.allowed_origins.iter().map(|o| o.trim().trim_end_matches('/').to_string()).collect();
         self.allowed_origins.retain(|o| !o.is_empty());
@@ -227,16 +274,18 @@ mod tests {
         assert_eq!(c.outbox_batch, 256);
         assert_eq!(c.outbox_publish_grace, Duration::from_secs(5));
         assert!(c.api_token.is_none());
+        assert_eq!(c.ui_session_ttl, Duration::from_secs(12 * 3600));
+        assert!(c.allowed_hosts.is_empty() && c.metrics_token.is_none());
     }
 
     #[test]
     fn an_open_listener_without_tokens_is_refused_naming_the_flags() {
         let mut c = Config::new("postgres://db", "redis://r");
         c.listen = SocketAddr::from(([0, 0, 0, 0], 8080));
-        c.api_token = Some("a".into());
+        c.api_token = Some("a".repeat(MIN_TOKEN_CHARS));
         let e = c.clone().validated().unwrap_err();
         assert!(e.to_string().contains("--worker-token (COMPOSER_WORKER_TOKEN)"), "{e}");
-        c.worker_token = Some("w".into());
+        c.worker_token = Some("w".repeat(MIN_TOKEN_CHARS));
         assert!(c.validated().is_ok());
     }
 
@@ -255,6 +304,36 @@ mod tests {
         assert_eq!((e.flag, e.env), ("--outbox-publish-grace", "COMPOSER_OUTBOX_PUBLISH_GRACE"));
         c.outbox_publish_grace = Duration::from_secs(1);
         assert!(c.validated().is_ok());
+    }
+
+    #[test]
+    fn a_token_shorter_than_sixteen_characters_is_refused_naming_it() {
+        for (flag, set) in [
+            ("--api-token", (|c: &mut Config| c.api_token = Some("short-token".into())) as fn(&mut Config)),
+            ("--worker-token", |c| c.worker_token = Some("short-token".into())),
+            ("--metrics-token", |c| c.metrics_token = Some("short-token".into())),
+        ] {
+            let mut c = Config::new("postgres://db", "redis://r");
+            set(&mut c);
+            let e = c.validated().unwrap_err();
+            assert_eq!(e.flag, flag);
+            assert!(e.to_string().contains("at least 16 characters"), "{e}");
+        }
+        let mut c = Config::new("postgres://db", "redis://r");
+        c.api_token = Some("x".repeat(MIN_TOKEN_CHARS));
+        assert!(c.validated().is_ok());
+    }
+
+    #[test]
+    fn allowed_hosts_are_host_names_with_an_optional_port() {
+        let mut c = Config::new("postgres://db", "redis://r");
+        c.allowed_hosts = vec![" Composer.Example:8080".into(), "ops.example".into(), "*".into(), "".into()];
+        assert_eq!(c.clone().validated().unwrap().allowed_hosts, ["composer.example:8080", "ops.example", "*"]);
+        for bad in ["http://composer.example", "composer.example/ui", "user@composer.example"] {
+            c.allowed_hosts = vec![bad.into()];
+            let e = c.clone().validated().unwrap_err();
+            assert_eq!(e.env, "COMPOSER_ALLOWED_HOSTS", "{bad}");
+        }
     }
 
     #[test]

@@ -220,6 +220,8 @@ fn serve(
     let app = http::router(shared.clone());
     let shutdown = shutdown.clone();
     tasks.spawn(async move {
+        // The client's address is the UI's login throttle's key.
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let server = axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await });
         if let Err(e) = server.await {
             tracing::error!(error = %e, "HTTP server failed");

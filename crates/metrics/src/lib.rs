@@ -4,8 +4,13 @@
 //! and label values; [`render`] writes them with their help text. A mutex-guarded map
 //! is plenty at our rates (thousands of updates per second) and keeps this
 //! crate free of dependencies.
+//!
+//! Labels whose values users choose ([`BOUNDED_LABELS`]: workflow and queue
+//! names, node types) keep at most [`MAX_LABEL_VALUES`] values per metric;
+//! later ones are counted under [`OTHER`], so the text stays bounded however
+//! many workflows are registered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -96,6 +101,17 @@ const BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 
 type Labels = Vec<(&'static str, String)>;
 
+/// Labels whose values come from what users register (workflow and queue
+/// names, node types), so their number has no bound of its own.
+pub const BOUNDED_LABELS: [&str; 3] = ["workflow", "queue", "node_type"];
+
+/// Distinct values one metric keeps of each of [`BOUNDED_LABELS`]; the
+/// values first seen after these are folded into [`OTHER`].
+pub const MAX_LABEL_VALUES: usize = 200;
+
+/// The value a label beyond [`MAX_LABEL_VALUES`] is counted under.
+pub const OTHER: &str = "other";
+
 #[derive(Default)]
 struct Histogram {
     counts: [u64; BUCKETS.len()],
@@ -107,25 +123,53 @@ struct Histogram {
 struct Registry {
     values: BTreeMap<(&'static str, Labels), f64>,
     histograms: BTreeMap<(&'static str, Labels), Histogram>,
+    /// The values kept of each bounded label, per metric.
+    kept: BTreeMap<(&'static str, &'static str), BTreeSet<String>>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { values: BTreeMap::new(), histograms: BTreeMap::new() });
+static REGISTRY: Mutex<Registry> =
+    Mutex::new(Registry { values: BTreeMap::new(), histograms: BTreeMap::new(), kept: BTreeMap::new() });
 
-fn labels(l: &[(&'static str, &str)]) -> Labels {
-    l.iter().map(|(k, v)| (*k, v.to_string())).collect()
+impl Registry {
+    /// The labels as recorded: a bounded label's value past the limit is
+    /// [`OTHER`]. `keep` records a new value while there is room (a read
+    /// does not).
+    fn labels(&mut self, metric: &'static str, l: &[(&'static str, &str)], keep: bool) -> Labels {
+        l.iter()
+            .map(|&(k, v)| {
+                if !BOUNDED_LABELS.contains(&k) {
+                    return (k, v.to_string());
+                }
+                let kept = self.kept.entry((metric, k)).or_default();
+                if kept.contains(v) {
+                    (k, v.to_string())
+                } else if kept.len() < MAX_LABEL_VALUES {
+                    if keep {
+                        kept.insert(v.to_string());
+                    }
+                    (k, v.to_string())
+                } else {
+                    (k, OTHER.to_string())
+                }
+            })
+            .collect()
+    }
 }
 
 /// Adds `by` to a counter.
 pub fn inc(metric: &Metric, l: &[(&'static str, &str)], by: u64) {
     if let Ok(mut r) = REGISTRY.lock() {
-        *r.values.entry((metric.name, labels(l))).or_insert(0.0) += by as f64;
+        let key = (metric.name, r.labels(metric.name, l, true));
+        *r.values.entry(key).or_insert(0.0) += by as f64;
     }
 }
 
-/// Sets a gauge.
+/// Sets a gauge. (A gauge's [`OTHER`] holds the last value set of any of
+/// the values folded into it.)
 pub fn set(metric: &Metric, l: &[(&'static str, &str)], value: f64) {
     if let Ok(mut r) = REGISTRY.lock() {
-        r.values.insert((metric.name, labels(l)), value);
+        let key = (metric.name, r.labels(metric.name, l, true));
+        r.values.insert(key, value);
     }
 }
 
@@ -133,7 +177,8 @@ pub fn set(metric: &Metric, l: &[(&'static str, &str)], value: f64) {
 pub fn observe(metric: &Metric, l: &[(&'static str, &str)], d: Duration) {
     let secs = d.as_secs_f64();
     if let Ok(mut r) = REGISTRY.lock() {
-        let h = r.histograms.entry((metric.name, labels(l))).or_default();
+        let key = (metric.name, r.labels(metric.name, l, true));
+        let h = r.histograms.entry(key).or_default();
         for (i, bound) in BUCKETS.iter().enumerate() {
             if secs <= *bound {
                 h.counts[i] += 1;
@@ -146,15 +191,16 @@ pub fn observe(metric: &Metric, l: &[(&'static str, &str)], d: Duration) {
 
 /// How many observations a histogram has and their sum in seconds (for tests).
 pub fn histogram(metric: &Metric, l: &[(&'static str, &str)]) -> (u64, f64) {
-    REGISTRY
-        .lock()
-        .map(|r| r.histograms.get(&(metric.name, labels(l))).map_or((0, 0.0), |h| (h.count, h.sum)))
-        .unwrap_or((0, 0.0))
+    let Ok(mut r) = REGISTRY.lock() else { return (0, 0.0) };
+    let key = (metric.name, r.labels(metric.name, l, false));
+    r.histograms.get(&key).map_or((0, 0.0), |h| (h.count, h.sum))
 }
 
 /// The current value of a counter or gauge (for tests).
 pub fn value(metric: &Metric, l: &[(&'static str, &str)]) -> f64 {
-    REGISTRY.lock().map(|r| r.values.get(&(metric.name, labels(l))).copied().unwrap_or(0.0)).unwrap_or(0.0)
+    let Ok(mut r) = REGISTRY.lock() else { return 0.0 };
+    let key = (metric.name, r.labels(metric.name, l, false));
+    r.values.get(&key).copied().unwrap_or(0.0)
 }
 
 fn write_labels(out: &mut String, l: &Labels, extra: Option<(&str, String)>) {
@@ -256,6 +302,22 @@ mod tests {
         assert!(text.contains("composer_event_duration_seconds_bucket{le=\"0.005\"} 1"), "{text}");
         assert!(text.contains("composer_event_duration_seconds_bucket{le=\"0.001\"} 0"), "{text}");
         assert!(text.contains("# TYPE composer_event_duration_seconds histogram"));
+    }
+
+    #[test]
+    fn values_of_a_user_chosen_label_past_the_limit_are_counted_as_other() {
+        for i in 0..MAX_LABEL_VALUES + 100 {
+            inc(TASKS_EXECUTED, &[("node_type", &format!("type-{i}"))], 1);
+        }
+        inc(TASKS_EXECUTED, &[("node_type", "type-0")], 1);
+        let text = render();
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("composer_tasks_executed_total{")).collect();
+        assert!(lines.len() <= MAX_LABEL_VALUES + 1, "{} series", lines.len());
+        assert!(lines.contains(&"composer_tasks_executed_total{node_type=\"type-0\"} 2"), "a kept value still counts");
+        assert!(lines.contains(&"composer_tasks_executed_total{node_type=\"other\"} 100"), "{lines:?}");
+        assert_eq!(value(TASKS_EXECUTED, &[("node_type", "type-250")]), 100.0, "read as other too");
+        inc(EVENTS, &[("event", "TaskCompleted"), ("result", "a-label-we-choose")], 1);
+        assert_eq!(value(EVENTS, &[("event", "TaskCompleted"), ("result", "a-label-we-choose")]), 1.0);
     }
 
     #[test]

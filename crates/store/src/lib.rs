@@ -16,6 +16,7 @@
 //! - [`stats`]: counts of open work for the metrics gauges.
 //! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 //! - [`schedules`]: cron schedules and the fires they made.
+//! - [`sessions`]: logins to the web UI, by the hash of their id.
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
 //! - [`pool`]: connection pools and connections; [`error`]: the one error type.
 
@@ -32,6 +33,7 @@ pub mod pool;
 pub mod recovery;
 pub mod runs;
 pub mod schedules;
+pub mod sessions;
 pub mod stats;
 pub mod timers;
 pub mod tls;

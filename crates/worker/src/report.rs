@@ -11,7 +11,8 @@ use uuid::Uuid;
 pub enum Delivery {
     /// A coordinator answered (the result was applied or ignored): ack.
     Delivered,
-    /// The run no longer exists: nothing will ever take the result, ack.
+    /// The run no longer exists, or this worker no longer holds the task's
+    /// lease: nothing will ever take the result, ack.
     Gone,
     /// No coordinator took it before the deadline: leave the message pending.
     Failed,
@@ -66,6 +67,10 @@ impl Reporter {
                     let code = serde_json::from_str::<composer_api::ErrorBody>(&body).ok().map(|b| b.error.code);
                     if status == reqwest::StatusCode::NOT_FOUND && code.as_deref() == Some(composer_api::RUN_NOT_FOUND)
                     {
+                        return Delivery::Gone;
+                    }
+                    if status == reqwest::StatusCode::CONFLICT && code.as_deref() == Some(composer_api::LEASE_LOST) {
+                        tracing::warn!(%task_id, "report refused: this worker no longer holds the lease; dropping it");
                         return Delivery::Gone;
                     }
                     tracing::warn!(%task_id, coordinator = %base, %status, %body, "report refused; trying again");

@@ -278,12 +278,25 @@ async fn reclaim(
 }
 
 /// Reports a message that was delivered too often as a retryable failure of
-/// its attempt, then acks it.
+/// its attempt, then acks it. The lease comes first (a report is applied
+/// only for its holder); when another worker holds it, or the task moved
+/// on, the message is only acked.
 async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
     let Ok(d) = serde_json::from_str::<Dispatch>(&msg.payload) else {
         ack(&ctx, &msg).await;
         return;
     };
+    match ctx.leases.acquire(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
+        Ok(a) if a.is_granted() => {}
+        Ok(_) => {
+            ack(&ctx, &msg).await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot acquire the lease; the message will be redelivered");
+            return;
+        }
+    }
     composer_metrics::inc(composer_metrics::MAX_DELIVERIES_EXCEEDED, &[], 1);
     tracing::error!(run_id = %d.run_id, task_id = %d.task_id, deliveries, "max deliveries exceeded; reporting the attempt failed");
     let report = TaskReport {

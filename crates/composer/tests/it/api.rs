@@ -102,8 +102,8 @@ async fn tokens_guard_the_api_and_the_internal_endpoints() {
     let e = Engine::with(EngineOptions {
         workers: 0,
         coordinator: |c| {
-            c.api_token = Some("api-secret".into());
-            c.worker_token = Some("worker-secret".into());
+            c.api_token = Some("api-secret-0123456789".into());
+            c.worker_token = Some("worker-secret-0123456789".into());
         },
         ..Default::default()
     })
@@ -113,12 +113,21 @@ async fn tokens_guard_the_api_and_the_internal_endpoints() {
     let status = |r: reqwest::Response| r.status().as_u16();
     assert_eq!(status(http.get(format!("{url}/v1/workflows")).send().await.unwrap()), 401);
     assert_eq!(status(http.get(format!("{url}/v1/workflows")).bearer_auth("wrong").send().await.unwrap()), 401);
-    assert_eq!(status(http.get(format!("{url}/v1/workflows")).bearer_auth("api-secret").send().await.unwrap()), 200);
+    assert_eq!(
+        status(http.get(format!("{url}/v1/workflows")).bearer_auth("api-secret-0123456789").send().await.unwrap()),
+        200
+    );
     let task = uuid::Uuid::now_v7();
     let report = json!({"run_id": uuid::Uuid::now_v7(), "attempt": 1, "worker_id": "w", "status": "COMPLETED"});
     let internal = format!("{url}/internal/v1/tasks/{task}/result");
-    assert_eq!(status(http.post(&internal).bearer_auth("api-secret").json(&report).send().await.unwrap()), 401);
-    assert_eq!(status(http.post(&internal).bearer_auth("worker-secret").json(&report).send().await.unwrap()), 404);
+    assert_eq!(
+        status(http.post(&internal).bearer_auth("api-secret-0123456789").json(&report).send().await.unwrap()),
+        401
+    );
+    assert_eq!(
+        status(http.post(&internal).bearer_auth("worker-secret-0123456789").json(&report).send().await.unwrap()),
+        404
+    );
     assert_eq!(status(http.get(format!("{url}/healthz")).send().await.unwrap()), 200, "health needs no token");
     e.stop().await;
 }

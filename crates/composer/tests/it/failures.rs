@@ -112,17 +112,23 @@ async fn duplicate_and_late_reports_are_ignored() {
     let path = format!("/internal/v1/tasks/{task}/result");
     let report = |attempt: i32, out: i32| json!({"run_id": id, "attempt": attempt, "worker_id": "w", "status": "COMPLETED", "output": {"n": out}});
 
+    // Worker "w" holds the lease: only the holder's report is applied.
+    let leases = LeaseManager::new(e.db.pool());
+    assert!(leases.acquire(id, task, "w", Duration::from_secs(30), 1).await.unwrap().is_granted());
     let (status, first) = e.post(&path, &report(1, 1)).await;
     assert_eq!((status, &first["applied"]), (200, &json!(true)), "{first}");
-    let (_, dup) = e.post(&path, &report(1, 2)).await;
-    assert_eq!(dup["applied"], false);
-    assert!(dup["ignored"].as_str().unwrap().contains("already COMPLETED"), "{dup}");
-    let (_, stale) = e.post(&path, &report(0, 3)).await;
-    assert!(stale["ignored"].as_str().unwrap().contains("stale"), "{stale}");
-    let (_, failed_late) = e
-        .post(&path, &json!({"run_id": id, "attempt": 1, "worker_id": "w", "status": "FAILED", "error": "late", "retryable": true}))
-        .await;
-    assert_eq!(failed_late["applied"], false);
+    let (status, dup) = e.post(&path, &report(1, 2)).await;
+    assert_eq!((status, &dup["error"]["code"]), (409, &json!("lease_lost")), "the task ended: nobody holds it");
+    // What gets past the lease check (a repeat racing the first report) the
+    // engine ignores, saying why.
+    let engine = &e.coordinators[0].shared.engine;
+    let completed = |attempt: i32, n: i32| Event::TaskCompleted { task_id: task, attempt, output: json!({"n": n}) };
+    let dup = engine.handle(id, completed(1, 2)).await.unwrap().ignored.unwrap();
+    assert!(dup.contains("already COMPLETED"), "{dup}");
+    let stale = engine.handle(id, completed(0, 3)).await.unwrap().ignored.unwrap();
+    assert!(stale.contains("stale"), "{stale}");
+    let late = Event::TaskFailed { task_id: task, attempt: 1, error: "late".into(), retryable: true };
+    assert!(engine.handle(id, late).await.unwrap().ignored.is_some());
 
     let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["tasks"][0]["output"]["n"], 1, "the first result wins");
@@ -172,7 +178,8 @@ async fn a_slow_worker_loses_its_lease_and_its_result_is_discarded() {
     assert_eq!(e.post(&path, &ours).await.1["applied"], true);
     let late =
         json!({"run_id": id, "attempt": 1, "worker_id": "slow", "status": "COMPLETED", "output": {"from": "slow"}});
-    assert_eq!(e.post(&path, &late).await.1["applied"], false, "a late result is ignored");
+    let (status, refused) = e.post(&path, &late).await;
+    assert_eq!((status, &refused["error"]["code"]), (409, &json!("lease_lost")), "a late result is refused");
     let run = e.wait_for_run(id, T).await;
     assert_eq!(run["output"]["s"]["from"], "thief");
     e.stop().await;

@@ -11,6 +11,7 @@ mod dataflow;
 mod failures;
 mod flow;
 mod hardening;
+mod hardening_http;
 mod hardening_worker;
 mod leases;
 mod ops;

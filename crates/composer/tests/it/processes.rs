@@ -680,9 +680,9 @@ async fn the_api_token_flag_protects_the_api_of_coordinator_and_dev() {
             "--listen",
             "0.0.0.0:0",
             "--api-token",
-            "api-secret",
+            "api-secret-0123456789",
             "--worker-token",
-            "worker-secret",
+            "worker-secret-0123456789",
             "--addr-file",
             addr_file.to_str().expect("utf-8 path"),
         ]);
@@ -691,7 +691,8 @@ async fn the_api_token_flag_protects_the_api_of_coordinator_and_dev() {
         let http = reqwest::Client::new();
         let without = http.get(format!("{url}/v1/workflows")).send().await.expect("GET");
         assert_eq!(without.status().as_u16(), 401, "{role} without a token");
-        let with = http.get(format!("{url}/v1/workflows")).bearer_auth("api-secret").send().await.expect("GET");
+        let with =
+            http.get(format!("{url}/v1/workflows")).bearer_auth("api-secret-0123456789").send().await.expect("GET");
         assert_eq!(with.status().as_u16(), 200, "{role} with the flag's token");
         assert!(proc.terminate(Duration::from_secs(20)).success(), "{role} exits cleanly");
     }

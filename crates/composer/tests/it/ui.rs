@@ -8,15 +8,10 @@ use composer_testkit::{Engine, EngineOptions, FakeHttp};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
-const TOKEN: &str = "ui-token";
+const TOKEN: &str = "ui-token-0123456789";
 
 fn browser() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
-}
-
-fn cookie() -> String {
-    let hex: String = TOKEN.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("composer_token={hex}")
 }
 
 #[tokio::test]
@@ -41,12 +36,13 @@ async fn pages_need_the_token_login_sets_an_httponly_strict_cookie_and_a_wrong_t
     assert_eq!(ok.headers()["location"], "/ui/runs", "never sent to another site");
     let set = ok.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/ui"), "{set}");
-    assert_eq!(set.split(';').next().unwrap(), cookie());
-    let page = b.get(format!("{}/ui/runs", e.url())).header("cookie", cookie()).send().await.unwrap();
+    let cookie = set.split(';').next().unwrap().to_string();
+    assert!(cookie.starts_with("composer_session=") && !cookie.contains(TOKEN), "a session, not the token: {set}");
+    let page = b.get(format!("{}/ui/runs", e.url())).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(page.status(), 200);
     let csp = page.headers()["content-security-policy"].to_str().unwrap().to_string();
     assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
-    let forged = b.get(format!("{}/ui/runs", e.url())).header("cookie", "composer_token=00").send().await.unwrap();
+    let forged = b.get(format!("{}/ui/runs", e.url())).header("cookie", "composer_session=00").send().await.unwrap();
     assert_eq!(forged.status(), 303);
     e.stop().await;
 }

@@ -80,6 +80,7 @@ const ERRORS: &[(&str, &str)] = &[
     ("404", "not found: the message says what"),
     ("413", "the body, or a JSON value in it, is over COMPOSER_MAX_PAYLOAD"),
     ("414", "the URI is longer than 8 KiB"),
+    ("421", "the Host header is not a name of this coordinator (COMPOSER_ALLOWED_HOSTS)"),
     ("415", "the body is not application/json"),
     ("503", "PostgreSQL or Redis is down, the engine is busy or the coordinator is stopping: retry (see Retry-After)"),
 ];
@@ -146,6 +147,10 @@ impl Modify for Rules {
             "workerToken",
             bearer("COMPOSER_WORKER_TOKEN (or the API token when only that is set)"),
         );
+        components.add_security_scheme(
+            "metricsToken",
+            bearer("COMPOSER_METRICS_TOKEN, else COMPOSER_API_TOKEN, when the coordinator has either"),
+        );
         let error = ResponseBuilder::new()
             .description("an error")
             .content("application/json", ContentBuilder::new().schema(Some(ErrorBody::schema())).build())
@@ -170,6 +175,7 @@ impl Modify for Rules {
                     let applies = match status {
                         "413" | "415" => op.request_body.is_some(),
                         "414" => true,
+                        "421" => !super::guard::ANY_HOST_PATHS.contains(&path.as_str()),
                         _ => guarded,
                     };
                     if applies && !answers.contains_key(status) {

@@ -7,7 +7,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use composer_api::{ErrorBody, ErrorDetail, RUN_NOT_FOUND};
+use composer_api::{ErrorBody, ErrorDetail, LEASE_LOST, RUN_NOT_FOUND};
 use uuid::Uuid;
 
 use crate::engine::EngineError;
@@ -35,6 +35,10 @@ pub enum ApiError {
     /// Not possible in the current state; the message says why.
     #[error("{0}")]
     Conflict(String),
+    /// An idempotency key sent again with another input: a mistake to
+    /// report, not the first run to return.
+    #[error("idempotency_key {key:?} was used for run {run} with another input; use a new key for a new run")]
+    IdempotencyKeyReused { key: String, run: Uuid },
     /// A worker's lease on the task is gone: it must stop and drop its result.
     #[error("task {0}: this worker no longer holds its lease (it expired and was taken over, or the task ended)")]
     LeaseLost(Uuid),
@@ -51,6 +55,9 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("missing or wrong bearer token")]
     Unauthorized,
+    /// A `Host` that is not this coordinator's: maybe a rebound DNS name.
+    #[error("this coordinator does not answer to the host {0:?} (COMPOSER_ALLOWED_HOSTS)")]
+    HostNotAllowed(String),
     #[error("requests from web pages of {0:?} are not allowed (COMPOSER_ALLOWED_ORIGINS)")]
     OriginNotAllowed(String),
     #[error("no such endpoint")]
@@ -100,11 +107,13 @@ impl ApiError {
             ApiError::NotFound(_) | ApiError::NoSuchEndpoint => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::RunNotFound(_) => (StatusCode::NOT_FOUND, RUN_NOT_FOUND),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            ApiError::LeaseLost(_) => (StatusCode::CONFLICT, "lease_lost"),
+            ApiError::LeaseLost(_) => (StatusCode::CONFLICT, LEASE_LOST),
+            ApiError::IdempotencyKeyReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::HostNotAllowed(_) => (StatusCode::MISDIRECTED_REQUEST, "host_not_allowed"),
             ApiError::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, "origin_not_allowed"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
@@ -187,11 +196,13 @@ mod tests {
             ApiError::RunNotFound(id),
             ApiError::Conflict("x".into()),
             ApiError::LeaseLost(id),
+            ApiError::IdempotencyKeyReused { key: "k".into(), run: id },
             ApiError::too_large("body", 1),
             ApiError::BodyTooLarge,
             ApiError::UriTooLong { len: 2, limit: 1 },
             ApiError::UnsupportedMediaType("text/plain".into()),
             ApiError::Unauthorized,
+            ApiError::HostNotAllowed("evil.example".into()),
             ApiError::OriginNotAllowed("http://evil".into()),
             ApiError::NoSuchEndpoint,
             ApiError::MethodNotAllowed,

@@ -1,6 +1,6 @@
 //! What every request passes through before (and after) its handler: the
-//! bearer tokens, the refusal of other sites' pages, the URI length limit,
-//! and the count and log of error answers.
+//! Host allow-list, the bearer tokens, the refusal of other sites' pages,
+//! the URI length limit, and the count and log of error answers.
 
 use std::sync::Arc;
 
@@ -13,6 +13,69 @@ use composer_api::ErrorDetail;
 use super::error::{ApiError, ErrorCause};
 use crate::auth::bearer_matches;
 use crate::shared::Shared;
+
+/// Paths any `Host` may ask for: probes come with the pod's address or a
+/// name nobody configured, and the answers carry no data.
+pub(super) const ANY_HOST_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+
+/// Whether a `Host` (or a URI's authority) names this coordinator: an IP
+/// address (a browser sends one only to a page loaded from that address,
+/// so it cannot be a rebound name), `localhost`, or one of
+/// `COMPOSER_ALLOWED_HOSTS` (`name` for any port, `name:port` for one).
+pub fn host_allowed(allowed: &[String], host: &str) -> bool {
+    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else { return false };
+    if authority.as_str().contains('@') {
+        return false;
+    }
+    let name = authority.host().trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let with_port = authority.port_u16().map(|p| format!("{name}:{p}"));
+    allowed.iter().any(|a| a == "*" || *a == name || Some(a) == with_port.as_ref())
+}
+
+/// The hosts a request names: its `Host` header and, in the absolute form,
+/// its URI's authority (which wins over `Host`). A request without either
+/// (not a browser's) names none.
+fn named_hosts(req: &Request) -> impl Iterator<Item = &str> {
+    let header = req.headers().get(header::HOST).map(|h| h.to_str().unwrap_or(""));
+    header.into_iter().chain(req.uri().authority().map(|a| a.as_str()))
+}
+
+/// A request to another name than this coordinator's is refused (421)
+/// before anything else: a page of another site whose name was rebound to
+/// this address (DNS rebinding) would otherwise be same-origin with the
+/// API, past the Origin check. `ANY_HOST_PATHS` are open to any name.
+pub(super) async fn refuse_unknown_hosts(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if !ANY_HOST_PATHS.contains(&req.uri().path()) {
+        if let Some(host) = named_hosts(&req).find(|h| !host_allowed(&s.config.allowed_hosts, h)) {
+            return ApiError::HostNotAllowed(host.to_string()).into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Whether `headers` come from a page of this coordinator's own origin, or
+/// of one of `COMPOSER_ALLOWED_ORIGINS`. Its own origin is the `Host` the
+/// request was sent to, and only when that host is allowed (a rebound
+/// name's page is same-origin with whatever it sends).
+pub fn origin_allowed(s: &Shared, headers: &axum::http::HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else { return true };
+    let origin = origin.to_str().unwrap_or_default().trim_end_matches('/');
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let own = !host.is_empty()
+        && host_allowed(&s.config.allowed_hosts, host)
+        && (origin == format!("http://{host}") || origin == format!("https://{host}"));
+    own || s.config.allowed_origins.iter().any(|o| o == origin)
+}
+
+/// Answers of `/v1` and `/internal` carry runs' inputs, outputs and
+/// errors: no browser or proxy cache may keep them.
+pub(super) async fn no_store(mut resp: Response) -> Response {
+    resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    resp
+}
 
 /// Longest request URI (path and query) answered; longer is a 414.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -92,13 +155,9 @@ pub(super) async fn require_token(
 /// JSON. Without a token, the API on loopback would otherwise be open to
 /// any page the user visits.
 pub(super) async fn refuse_foreign_pages(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    if let Some(origin) = req.headers().get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or_default().trim_end_matches('/');
-        let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-        let own = !host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}"));
-        if !own && !s.config.allowed_origins.iter().any(|o| o == origin) {
-            return ApiError::OriginNotAllowed(origin.to_string()).into_response();
-        }
+    if !origin_allowed(&s, req.headers()) {
+        let origin = req.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok()).unwrap_or_default();
+        return ApiError::OriginNotAllowed(origin.to_string()).into_response();
     }
     if let Some(kind) = req.headers().get(header::CONTENT_TYPE) {
         let kind = kind.to_str().unwrap_or_default().to_ascii_lowercase();
@@ -118,4 +177,26 @@ async fn check_token(expected: Option<&str>, req: Request, next: Next) -> Respon
         }
     }
     next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_addresses_localhost_and_the_listed_names_are_allowed_hosts() {
+        let allowed = ["composer.example".to_string(), "ops.example:8443".to_string()];
+        for host in ["localhost", "localhost:8080", "127.0.0.1:8080", "[::1]:8080", "10.1.2.3", "LocalHost."] {
+            assert!(host_allowed(&[], host), "{host}");
+        }
+        for host in ["composer.example", "Composer.Example:8080", "ops.example:8443"] {
+            assert!(host_allowed(&allowed, host), "{host}");
+        }
+        for host in
+            ["evil.example:18933", "ops.example:8080", "ops.example", "composer.example.evil", "a@localhost", ""]
+        {
+            assert!(!host_allowed(&allowed, host), "{host}");
+        }
+        assert!(host_allowed(&["*".to_string()], "evil.example"));
+    }
 }

@@ -1,24 +1,36 @@
-//! The Rust worker's report path (`/internal`): a result for one attempt.
+//! The Rust worker's report path (`/internal`): a result for one attempt,
+//! applied only while the reporting worker holds the task's lease, as the
+//! task API's `/complete` and `/fail` are.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::Json;
 use composer_api::wire::{ReportAck, ReportStatus, TaskReport};
+use composer_api::ErrorBody;
 use composer_core::machine::Event;
+use composer_store::leases::{Holder, LeaseManager};
 use serde_json::Value;
 
-use super::error::ApiResult;
+use super::error::{ApiError, ApiResult};
 use super::extract::{task_id, Body};
 use super::runs::completed;
+use super::tasks::MAX_ERROR_CHARS;
 use crate::shared::Shared;
 
 /// A worker's report of one attempt of a task.
+///
+/// Applied only while `worker_id` holds the lease of `attempt`: a report
+/// of a worker that lost its lease, or of one that never held it, is a 409.
+/// An error longer than 65,536 characters is cut to that length.
 #[utoipa::path(
     post, path = "/internal/v1/tasks/{id}/result", operation_id = "reportTaskResult", tag = "workers",
     params(("id" = Uuid, Path, description = "the task")),
     request_body = TaskReport,
-    responses((status = 200, description = "applied, or ignored with the reason (a duplicate, late or stale report)", body = ReportAck))
+    responses(
+        (status = 200, description = "applied, or ignored with the reason (a duplicate, late or stale report)", body = ReportAck),
+        (status = 409, description = "this worker does not hold the task's lease: the result was dropped", body = ErrorBody),
+    )
 )]
 pub(crate) async fn report(
     State(s): State<Arc<Shared>>,
@@ -27,6 +39,11 @@ pub(crate) async fn report(
 ) -> ApiResult<Json<ReportAck>> {
     let started = std::time::Instant::now();
     let task_id = task_id(&id)?;
+    match LeaseManager::new(s.pool.clone()).holder(r.run_id, task_id, &r.worker_id, r.attempt).await? {
+        Holder::Owner => {}
+        Holder::NotOwner => return Err(ApiError::LeaseLost(task_id)),
+        Holder::NoRun => return Err(ApiError::RunNotFound(r.run_id)),
+    }
     let event = match r.status {
         // An output that cannot be stored (too large, too deep, a NUL) ends
         // the attempt for good, naming why: retrying would get it again.
@@ -34,7 +51,8 @@ pub(crate) async fn report(
         ReportStatus::Failed => Event::TaskFailed {
             task_id,
             attempt: r.attempt,
-            error: r.error.unwrap_or_else(|| "failed without an error message".into()).replace('\0', "\u{FFFD}"),
+            error: capped(r.error.unwrap_or_else(|| "failed without an error message".into()))
+                .replace('\0', "\u{FFFD}"),
             retryable: r.retryable,
         },
     };
@@ -42,4 +60,32 @@ pub(crate) async fn report(
     composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
     composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
     Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
+}
+
+/// An error cut to [`MAX_ERROR_CHARS`], saying so. Cut rather than refused:
+/// a worker whose report is refused sends it again, and would for ever.
+fn capped(error: String) -> String {
+    match error.char_indices().nth(MAX_ERROR_CHARS) {
+        None => error,
+        Some((end, _)) => {
+            const MARK: &str = " [cut]";
+            let keep = error[..end].char_indices().nth_back(MARK.chars().count() - 1).map_or(0, |(i, _)| i);
+            format!("{}{MARK}", &error[..keep])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_over_the_cap_is_cut_to_it_and_says_so() {
+        let short = "x".repeat(MAX_ERROR_CHARS);
+        assert_eq!(capped(short.clone()), short);
+        let long = "é".repeat(MAX_ERROR_CHARS + 1);
+        let cut = capped(long);
+        assert_eq!(cut.chars().count(), MAX_ERROR_CHARS);
+        assert!(cut.ends_with(" [cut]"), "{}", &cut[cut.len() - 20..]);
+    }
 }

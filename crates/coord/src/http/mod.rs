@@ -5,7 +5,8 @@
 //!
 //! - [`error`]: [`ApiError`], the one error type, mapped to status and code.
 //! - [`extract`]: the JSON body, typed queries, ids, names and page limits.
-//! - [`guard`]: tokens, other sites' pages, URI length, the error log.
+//! - [`guard`]: allowed hosts, tokens, other sites' pages, URI length, the
+//!   error log.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`events`], [`schedules`], [`tasks`],
 //!   [`internal`], [`ops`]: one file per resource.
@@ -45,6 +46,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         router
             .route_layer(middleware::from_fn_with_state((shared.clone(), token), guard::require_token))
             .route_layer(middleware::from_fn_with_state(shared.clone(), guard::refuse_foreign_pages))
+            .route_layer(middleware::map_response(guard::no_store))
     };
     doc::publish(json());
     let Groups { public, workers, operations } = routes::groups();
@@ -58,6 +60,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn(guard::refuse_long_uris))
+        .layer(middleware::from_fn_with_state(shared.clone(), guard::refuse_unknown_hosts))
         .layer(middleware::from_fn(guard::observe_errors))
         .with_state(shared)
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use composer_api::ErrorBody;
@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::doc::Status;
 use super::error::{ApiError, ApiResult};
+use crate::auth::bearer_matches;
 use crate::shared::Shared;
 
 /// Liveness: the process answers.
@@ -33,13 +34,25 @@ pub(crate) async fn openapi_json() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], super::doc::published()).into_response()
 }
 
-/// Prometheus metrics; unauthenticated like `/healthz` (counts, no data).
+/// Prometheus metrics. They name workflows and queues, so they take a
+/// token when the coordinator has one: `COMPOSER_METRICS_TOKEN`, else the
+/// API token; with neither, they are open.
 #[utoipa::path(
     get, path = "/metrics", operation_id = "metrics", tag = "operations",
-    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"))
+    security(("metricsToken" = []), ()),
+    responses(
+        (status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
+        (status = 401, description = "the bearer token is missing or wrong", body = ErrorBody),
+    )
 )]
-pub(crate) async fn metrics() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], composer_metrics::render())
+pub(crate) async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Response> {
+    if let Some(expected) = s.config.metrics_token.as_deref().or(s.config.api_token.as_deref()) {
+        let given = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
+        if !bearer_matches(given, expected) {
+            return Err(ApiError::Unauthorized);
+        }
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], composer_metrics::render()).into_response())
 }
 
 /// Readiness: answers 503 while a dependency is down or the coordinator drains.

@@ -112,6 +112,7 @@ pub(crate) struct ItemsQuery {
     responses(
         (status = 201, description = "started", body = RunView),
         (status = 200, description = "the run already started with this idempotency key", body = RunView),
+        (status = 422, description = "the idempotency key was used for a run with another input (idempotency_key_reused)", body = ErrorBody),
     )
 )]
 pub(crate) async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> ApiResult<Response> {
@@ -136,6 +137,11 @@ pub(crate) async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<Star
         }
     }
     let (row, created) = s.engine.start_run(&def, &input, req.idempotency_key.as_deref()).await?;
+    if let (false, Some(key)) = (created, &req.idempotency_key) {
+        if !same_json(&row.input, &input) {
+            return Err(ApiError::IdempotencyKeyReused { key: key.clone(), run: row.id });
+        }
+    }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(run_view(&row, None))).into_response())
 }
@@ -371,6 +377,20 @@ pub(crate) async fn resume_run(State(s): State<Arc<Shared>>, Path(id): Path<Stri
     control(&s, &id, Event::ResumeRun).await
 }
 
+/// Whether two JSON values hold the same data: objects whatever the order
+/// of their keys, and numbers by value where one is not an integer (a run's
+/// input comes back from PostgreSQL with `1e2` written `100`).
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
 /// The event of an attempt that completed with `output`: an output that
 /// cannot be stored (too large, too deep, a NUL) fails the attempt for good,
 /// naming why, since a retry would produce it again.
@@ -378,5 +398,22 @@ pub(crate) fn completed(task_id: Uuid, attempt: i32, output: Value, max_payload:
     match composer_core::storable::check(&output, "output", max_payload) {
         Ok(()) => Event::TaskCompleted { task_id, attempt, output },
         Err(error) => Event::TaskFailed { task_id, attempt, error, retryable: false },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_input_is_the_same_whatever_its_key_order_or_number_spelling() {
+        let stored: Value = serde_json::from_str(r#"{"b": [1, 100, 0.5], "a": {"x": null}}"#).unwrap();
+        let sent: Value = serde_json::from_str(r#"{"a": {"x": null}, "b": [1, 1e2, 5e-1]}"#).unwrap();
+        assert!(same_json(&stored, &sent));
+        for other in [r#"{"a": {"x": null}, "b": [1, 100]}"#, r#"{"a": {"x": 0}, "b": [1, 100, 0.5]}"#, r#"{"a": {}}"#]
+        {
+            assert!(!same_json(&stored, &serde_json::from_str(other).unwrap()), "{other}");
+        }
+        assert!(!same_json(&json!(9007199254740993u64), &json!(9007199254740992u64)), "integers exactly");
     }
 }

@@ -1,24 +1,30 @@
 //! The web UI at `/ui`: server-rendered pages over the same store and engine
 //! as the REST API, no JavaScript build step (one small script refreshes what
-//! is live). With an API token set, a person logs in with it: it is kept in
-//! an HttpOnly, SameSite=Strict cookie and checked like a bearer token; forms
-//! that change a run also check the request's Origin.
+//! is live). With an API token set, a person logs in with it and gets a
+//! session: a random id in an HttpOnly, SameSite=Strict cookie, which
+//! expires (`COMPOSER_UI_SESSION_TTL`) and which logout revokes. Wrong
+//! tokens are throttled; forms that change a run also check the request's
+//! Origin. No page is cached: they show inputs, outputs and errors.
 //!
 //! - `html`: escaping and the page frame; `dag`: the graph drawn as SVG.
+//! - `session`: session ids, their cookie, and the login throttle.
 
 mod dag;
 mod html;
+mod session;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use axum::extract::{Form, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, Form, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use chrono::{DateTime, Utc};
 use composer_core::machine::{Event, RunStatus};
 use composer_store::runs::{self, RunFilter, RunRow, TaskRow};
@@ -26,11 +32,14 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use self::html::{badge, clip, esc, json_details, page, url_enc};
-use crate::auth::constant_time_eq;
+use self::session::LoginThrottle;
+use crate::auth::tokens_match;
 use crate::shared::Shared;
 
-/// The cookie that carries the API token (hex) of a logged-in browser.
-const COOKIE: &str = "composer_token";
+/// What the UI of one coordinator keeps in memory.
+struct UiState {
+    throttle: std::sync::Mutex<LoginThrottle>,
+}
 
 /// Runs on one page of the list.
 const PAGE: i64 = 50;
@@ -55,6 +64,7 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/ui/logout", post(logout))
         .route("/ui/static/app.css", get(|| async { static_file("text/css", include_str!("app.css")) }))
         .route("/ui/static/app.js", get(|| async { static_file("text/javascript", include_str!("app.js")) }))
+        .layer(Extension(Arc::new(UiState { throttle: std::sync::Mutex::new(LoginThrottle::new(Instant::now())) })))
         .layer(middleware::from_fn(page_headers))
 }
 
@@ -63,10 +73,14 @@ fn static_file(kind: &'static str, body: &'static str) -> Response {
 }
 
 /// What every UI response carries: no framing by other sites, no inline
-/// script beyond our own file, no sniffing.
+/// script beyond our own file, no sniffing, and no copy in any cache (but
+/// the static files, which say otherwise).
 async fn page_headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    }
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         header::HeaderValue::from_static(
@@ -78,20 +92,19 @@ async fn page_headers(req: Request, next: Next) -> Response {
     resp
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    let cookies = headers.get(header::COOKIE)?.to_str().ok()?;
-    cookies.split(';').find_map(|c| c.trim().strip_prefix(COOKIE).and_then(|v| v.strip_prefix('=')).map(str::to_string))
-}
-
-/// Pages need the API token's cookie when a token is set.
+/// Pages need a live session when a token is set.
 async fn require_login(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    if let Some(expected) = s.config.api_token.as_deref() {
-        let ok = cookie_token(req.headers())
-            .is_some_and(|given| constant_time_eq(given.as_bytes(), hex(expected.as_bytes()).as_bytes()));
+    if s.config.api_token.is_some() {
+        let ok = match session::from_cookie(req.headers()) {
+            None => false,
+            Some(id) => match composer_store::client(&s.pool).await {
+                Ok(client) => match composer_store::sessions::live(&client, &session::hash(&id)).await {
+                    Ok(live) => live,
+                    Err(e) => return UiError::from(e).into_response(),
+                },
+                Err(e) => return UiError::from(e).into_response(),
+            },
+        };
         if !ok {
             let next_page = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/ui/runs");
             return Redirect::to(&format!("/ui/login?next={}", url_enc(next_page))).into_response();
@@ -102,19 +115,42 @@ async fn require_login(State(s): State<Arc<Shared>>, req: Request, next: Next) -
 
 /// A form that changes something must come from our own pages.
 fn same_origin(s: &Shared, headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else { return true };
-    let origin = origin.trim_end_matches('/');
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-    (!host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}")))
-        || s.config.allowed_origins.iter().any(|o| o == origin)
+    crate::http::guard::origin_allowed(s, headers)
 }
 
-/// Where to go after logging in: one of our pages, never another site.
+/// Where to go after logging in: one of our pages, never another site, and
+/// nothing that is not a path of visible ASCII (a CR or LF would end the
+/// `Location` header and start another).
 fn safe_next(next: Option<&String>) -> String {
     match next {
-        Some(n) if n.starts_with("/ui") && !n.starts_with("//") && !n.contains('\\') => n.clone(),
+        Some(n) if is_ui_path(n) => n.clone(),
         _ => "/ui/runs".to_string(),
     }
+}
+
+fn is_ui_path(n: &str) -> bool {
+    (n == "/ui" || n.starts_with("/ui/") || n.starts_with("/ui?"))
+        && n.bytes().all(|b| b.is_ascii_graphic())
+        && !n.contains("//")
+        && !n.contains('\\')
+        && !n.contains("..")
+}
+
+/// What a run's page says after one of its buttons, by the code in its
+/// `?msg=`: fixed texts, so a link cannot put its own words on our page.
+const NOTICES: &[(&str, &str)] = &[
+    ("retry-done", "retry: done"),
+    ("retry-refused", "retry refused: the run's status does not allow it"),
+    ("pause-done", "pause: done"),
+    ("pause-refused", "pause refused: the run's status does not allow it"),
+    ("resume-done", "resume: done"),
+    ("resume-refused", "resume refused: the run's status does not allow it"),
+    ("cancel-done", "cancel: done"),
+    ("cancel-refused", "cancel refused: the run's status does not allow it"),
+];
+
+fn notice(code: &str) -> Option<&'static str> {
+    NOTICES.iter().find(|(c, _)| *c == code).map(|(_, text)| *text)
 }
 
 async fn login_page(Query(q): Query<HashMap<String, String>>) -> Html<String> {
@@ -141,22 +177,69 @@ struct LoginForm {
     next: Option<String>,
 }
 
-async fn login(State(s): State<Arc<Shared>>, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+/// The client's address, for the login throttle (behind a proxy, the
+/// proxy's: then the limit per address is one for all).
+type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
+
+fn address(peer: &Peer) -> IpAddr {
+    peer.as_ref().map_or(IpAddr::from([0, 0, 0, 0]), |Extension(ConnectInfo(a))| a.ip())
+}
+
+/// Checks the token (unless this address, or everyone, sent too many wrong
+/// ones this minute: 429 with Retry-After, the token unchecked), then
+/// starts a session.
+async fn login(
+    State(s): State<Arc<Shared>>,
+    Extension(ui): Extension<Arc<UiState>>,
+    peer: Peer,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
     let next = safe_next(f.next.as_ref());
     if !same_origin(&s, &headers) {
         return (StatusCode::FORBIDDEN, Html(login_form(&next, Some("a login from another site is refused"))))
             .into_response();
     }
     let Some(expected) = s.config.api_token.as_deref() else { return Redirect::to(&next).into_response() };
-    if !constant_time_eq(f.token.as_bytes(), expected.as_bytes()) {
+    let addr = address(&peer);
+    let wait = ui.throttle.lock().unwrap_or_else(|p| p.into_inner()).wait(Instant::now(), addr);
+    if let Some(wait) = wait {
+        let message = "too many wrong tokens: wait a minute (LOGIN_FAILURES_PER_ADDRESS, LOGIN_FAILURES_PER_MINUTE)";
+        let retry_after = (header::RETRY_AFTER, wait.as_secs().to_string());
+        return (StatusCode::TOO_MANY_REQUESTS, [retry_after], Html(login_form(&next, Some(message)))).into_response();
+    }
+    if !tokens_match(f.token.as_bytes(), expected.as_bytes()) {
+        ui.throttle.lock().unwrap_or_else(|p| p.into_inner()).failed(Instant::now(), addr);
         return (StatusCode::UNAUTHORIZED, Html(login_form(&next, Some("wrong token")))).into_response();
     }
-    let cookie = format!("{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict", hex(expected.as_bytes()));
+    let Some(id) = session::new_id() else {
+        return UiError(StatusCode::SERVICE_UNAVAILABLE, "no random numbers for a session id".into()).into_response();
+    };
+    let ttl = s.config.ui_session_ttl;
+    let created = match composer_store::client(&s.pool).await {
+        Ok(client) => composer_store::sessions::create(&client, &session::hash(&id), ttl).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = created {
+        return UiError::from(e).into_response();
+    }
+    let cookie = session::set_cookie(Some(&id), ttl, session::over_https(&headers));
     ([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response()
 }
 
-async fn logout() -> Response {
-    let cookie = format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0");
+/// Ends the session: revoked in the store, so its cookie is worth nothing
+/// even if the browser kept a copy.
+async fn logout(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(id) = session::from_cookie(&headers) {
+        let revoked = match composer_store::client(&s.pool).await {
+            Ok(client) => composer_store::sessions::revoke(&client, &session::hash(&id)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = revoked {
+            return UiError::from(e).into_response();
+        }
+    }
+    let cookie = session::set_cookie(None, Duration::ZERO, session::over_https(&headers));
     ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/login")).into_response()
 }
 
@@ -341,8 +424,8 @@ async fn run_page(
         let _ = write!(html, " · started by schedule <a href=\"/ui/schedules\">{}</a>", esc(t));
     }
     html.push_str("</p>");
-    if let Some(msg) = q.get("msg") {
-        let _ = write!(html, "<p class=\"notice\">{}</p>", esc(&clip(msg, 300)));
+    if let Some(text) = q.get("msg").and_then(|m| notice(m)) {
+        let _ = write!(html, "<p class=\"notice\">{}</p>", esc(text));
     }
     let open = !run.status.is_terminal();
     let live_src = format!("/ui/runs/{}?fragment=1", run.id);
@@ -553,15 +636,13 @@ async fn run_action(
         "resume" => Event::ResumeRun,
         _ => return Err(not_found("action")),
     };
-    let msg = match s.engine.handle(run_id, event).await {
-        Ok(h) => match h.ignored {
-            Some(why) => format!("{action} refused: {why}"),
-            None => format!("{action}: done, the run is {}", h.status),
-        },
+    let outcome = match s.engine.handle(run_id, event).await {
+        Ok(h) if h.ignored.is_some() => "refused",
+        Ok(_) => "done",
         Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
         Err(e) => return Err(e.into()),
     };
-    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg={}", url_enc(&msg))).into_response())
+    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg={action}-{outcome}")).into_response())
 }
 
 async fn workflows_page(State(s): State<Arc<Shared>>) -> Page {
@@ -654,4 +735,37 @@ async fn schedules_page(State(s): State<Arc<Shared>>) -> Page {
     }
     html.push_str("</tbody></table>");
     Ok(Html(page("Schedules", &html)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_is_one_of_our_paths_in_visible_ascii() {
+        for ok in ["/ui", "/ui/runs?status=FAILED", "/ui/runs/0193?msg=retry-done"] {
+            assert_eq!(safe_next(Some(&ok.to_string())), ok);
+        }
+        for bad in [
+            "/ui\r\nSet-Cookie:x=1",
+            "/ui/runs\u{0}",
+            "/ui/runs é",
+            "//evil.example/ui",
+            "/ui//evil.example",
+            "/ui\\evil",
+            "/ui/../v1/runs",
+            "/uifoo",
+            "https://evil.example/ui",
+        ] {
+            assert_eq!(safe_next(Some(&bad.to_string())), "/ui/runs", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_button_has_its_notices_and_nothing_else_is_shown() {
+        for action in ["retry", "pause", "resume", "cancel"] {
+            assert!(notice(&format!("{action}-done")).is_some() && notice(&format!("{action}-refused")).is_some());
+        }
+        assert_eq!(notice("Your account is locked: call +1 555"), None);
+    }
 }
