@@ -122,6 +122,13 @@ pub struct Config {
     /// Largest run input, step output or event payload, in bytes.
     #[arg(long, env = "COMPOSER_MAX_PAYLOAD", default_value_t = DEFAULT_MAX_PAYLOAD)]
     pub max_payload: usize,
+    /// Most runs one run tree (a root run and every SUB_WORKFLOW child under
+    /// it, at any depth) may hold; a child past it fails its SUB_WORKFLOW.
+    #[arg(long, env = "COMPOSER_MAX_TREE_RUNS", default_value_t = 100_000, value_parser = clap::value_parser!(i64).range(1..))]
+    pub max_tree_runs: i64,
+    /// Most MAP items one run tree may create; a MAP past it fails.
+    #[arg(long, env = "COMPOSER_MAX_TREE_ITEMS", default_value_t = 1_000_000, value_parser = clap::value_parser!(i64).range(1..))]
+    pub max_tree_items: i64,
     /// How long an event nobody waits for yet is kept for a waiter.
     #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = composer_core::duration::parse)]
     pub event_retention: Duration,
@@ -270,6 +277,7 @@ mod tests {
         assert_eq!(c.recovery_interval, Duration::from_secs(30));
         assert_eq!(c.lost_dispatch_age, Duration::from_secs(600));
         assert_eq!(c.max_payload, 1024 * 1024);
+        assert_eq!((c.max_tree_runs, c.max_tree_items), (100_000, 1_000_000));
         assert!(c.run_outbox);
         assert_eq!(c.outbox_batch, 256);
         assert_eq!(c.outbox_publish_grace, Duration::from_secs(5));

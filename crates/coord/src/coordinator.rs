@@ -118,7 +118,10 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config.stream_shards,
         outbox_wake.clone(),
         publisher.clone().map(|p| (p, config.outbox_publish_grace)),
-        config.max_payload,
+        crate::engine::Limits {
+            max_payload: config.max_payload,
+            tree: crate::engine::TreeBudget { runs: config.max_tree_runs, items: config.max_tree_items },
+        },
         config.engine_queue,
     );
     let shared = Arc::new(Shared {

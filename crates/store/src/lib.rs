@@ -17,6 +17,7 @@
 //! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 //! - [`schedules`]: cron schedules and the fires they made.
 //! - [`sessions`]: logins to the web UI, by the hash of their id.
+//! - [`trees`]: what a run tree (a root and its child runs) has created, against its fan-out budget.
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
 //! - [`pool`]: connection pools and connections; [`error`]: the one error type.
 
@@ -38,6 +39,7 @@ pub mod stats;
 pub mod timers;
 pub mod tls;
 pub mod transitions;
+pub mod trees;
 
 pub use deadpool_postgres::{Object as Client, Pool, Transaction};
 pub use tokio_postgres;

@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (11, "concurrency_limits", include_str!("../migrations/0011_concurrency_limits.sql")),
     (12, "schedules", include_str!("../migrations/0012_schedules.sql")),
     (13, "ui_sessions", include_str!("../migrations/0013_ui_sessions.sql")),
+    (14, "run_trees", include_str!("../migrations/0014_run_trees.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

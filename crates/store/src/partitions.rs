@@ -34,5 +34,13 @@ pub async fn drop_before(client: &Client, before: DateTime<Utc>) -> Result<Expir
             out.kept_open.push(month);
         }
     }
+    // The budgets of trees whose root went with its month.
+    client
+        .execute(
+            "DELETE FROM run_trees t WHERE t.created_at < $1
+                AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = t.root_run_id)",
+            &[&before],
+        )
+        .await?;
     Ok(out)
 }

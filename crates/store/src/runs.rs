@@ -38,6 +38,15 @@ pub struct RunRow {
     pub concurrency_key: Option<String>,
     /// What started it, when not an API call: `{"schedule", "fire_time"}`.
     pub trigger: Option<Value>,
+    /// For a child run: the run at the top of its tree (none: it is a root).
+    pub root_run_id: Option<Uuid>,
+}
+
+impl RunRow {
+    /// The root of its run tree: itself, or the root its parent names.
+    pub fn root(&self) -> Uuid {
+        self.root_run_id.unwrap_or(self.id)
+    }
 }
 
 /// The SUB_WORKFLOW attempt a child run reports to.
@@ -53,12 +62,12 @@ pub struct Parent {
 const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, \
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                               parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger";
+                               parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger";
+                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -84,6 +93,7 @@ impl RunRow {
             depth: r.try_get("depth")?,
             concurrency_key: r.try_get("concurrency_key")?,
             trigger: r.try_get("trigger")?,
+            root_run_id: r.try_get("root_run_id")?,
         })
     }
 }
@@ -175,6 +185,8 @@ pub struct NewRun<'a> {
     pub status: RunStatus,
     pub concurrency_key: Option<&'a str>,
     pub trigger: Option<&'a Value>,
+    /// The root of its run tree, for a child run.
+    pub root_run_id: Option<Uuid>,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
@@ -183,8 +195,8 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
         .prepare_cached(&format!(
             "INSERT INTO workflow_runs
                     (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
-                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger)
-             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14) RETURNING {RUN_COLUMNS}"
+                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id)
+             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15) RETURNING {RUN_COLUMNS}"
         ))
         .await?;
     let parent = run.parent;
@@ -206,6 +218,7 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &run.status.as_str(),
                 &run.concurrency_key,
                 &run.trigger,
+                &run.root_run_id,
             ],
         )
         .await?;
@@ -225,6 +238,8 @@ pub fn into_machine(wf: &Workflow, run: &mut RunRow, tasks: Vec<TaskRow>) -> Res
         error: run.error.take(),
         tasks,
         max_payload: composer_core::storable::DEFAULT_MAX_PAYLOAD,
+        // The engine gives what the tree's budget has left.
+        items_left: u64::MAX,
         deadline: run.deadline,
         parent: run.parent.map(|p| machine::ParentRef { run_id: p.run_id, task_id: p.task_id, attempt: p.attempt }),
         concurrency_key: run.concurrency_key.clone(),
@@ -486,6 +501,8 @@ pub async fn stale_children(client: &Client, tasks: &[ChildHolder]) -> Result<Ve
 pub struct ChildSlot {
     pub parent_depth: i32,
     pub spec: Value,
+    /// The root of the parent's run tree, which the child joins.
+    pub root: Uuid,
 }
 
 /// Claims the right to start the child run of `(task, attempt)`, for the
@@ -506,7 +523,7 @@ pub async fn claim_child_slot(
     tx.execute(&lock, &[&task_id, &attempt]).await?;
     let stmt = tx
         .prepare_cached(
-            "SELECT r.depth, t.input_json
+            "SELECT r.depth, t.input_json, coalesce(r.root_run_id, r.id)
                FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
               WHERE t.run_id = $1 AND t.id = $2 AND t.attempt = $3 AND t.state = 'RUNNING'
                 AND r.status IN ('RUNNING', 'PAUSED')
@@ -514,7 +531,9 @@ pub async fn claim_child_slot(
         )
         .await?;
     match tx.query_opt(&stmt, &[&run_id, &task_id, &attempt]).await? {
-        Some(row) => Ok(Some(ChildSlot { parent_depth: row.try_get(0)?, spec: row.try_get(1)? })),
+        Some(row) => {
+            Ok(Some(ChildSlot { parent_depth: row.try_get(0)?, spec: row.try_get(1)?, root: row.try_get(2)? }))
+        }
         None => Ok(None),
     }
 }

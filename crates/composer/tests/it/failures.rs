@@ -628,7 +628,7 @@ async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_
         shards,
         notify,
         Some((std::sync::Arc::new(publisher), grace)),
-        1 << 20,
+        composer_coord::engine::Limits::DEFAULT,
         16,
     ));
     let stop_engine = tokio_util::sync::CancellationToken::new();

@@ -535,3 +535,62 @@ async fn an_attempt_recovery_keeps_dispatching_is_failed_after_max_dispatches() 
     assert_eq!(run["tasks"][0]["attempt"], 2, "the retry policy applied to the exhausted attempt: {run}");
     e.stop().await;
 }
+
+async fn count(e: &Engine, sql: &str) -> i64 {
+    let client = e.db.pool().get().await.unwrap();
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn a_workflow_that_calls_itself_twice_stops_at_its_trees_run_budget() {
+    let e =
+        Engine::with(EngineOptions { workers: 0, coordinator: |c| c.max_tree_runs = 20, ..Default::default() }).await;
+    let call = json!({"type": "SUB_WORKFLOW", "config": {"workflow": "again", "input": {}}});
+    let mut a = call.clone();
+    a["id"] = json!("a");
+    let mut b = call;
+    b["id"] = json!("b");
+    e.register(&json!({"name": "again", "nodes": [a, b]})).await;
+    let root = e.start_run("again", json!({})).await;
+    let run = e.wait_for_run(root, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    let runs = count(&e, "SELECT count(*) FROM workflow_runs").await;
+    assert!(runs <= 20, "{runs} runs in a tree whose budget is 20");
+    let (_, events) = e.get(&format!("/v1/runs/{root}/events?limit=1000")).await;
+    assert!(events.to_string().contains("COMPOSER_MAX_TREE_RUNS"), "the failure names the budget: {events}");
+    let (status, _) = e.get("/healthz").await;
+    assert_eq!(status, 200);
+    let other = e.run(&transform("${ 1 }")).await;
+    assert_eq!(e.wait_for_run(other, T).await["status"], "SUCCEEDED", "other runs are unaffected");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_map_of_children_that_each_map_stops_at_its_trees_item_budget() {
+    let e =
+        Engine::with(EngineOptions { workers: 0, coordinator: |c| c.max_tree_items = 50, ..Default::default() }).await;
+    e.register(&json!({"name": "inner", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(.input.n)] }",
+        "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}]}))
+        .await;
+    e.register(&json!({"name": "outer", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(10)] }", "max_concurrency": 10,
+        "node": {"type": "SUB_WORKFLOW", "config": {"workflow": "inner", "input": {"n": 20}}}}}]}))
+        .await;
+    let root = e.start_run("outer", json!({})).await;
+    let run = e.wait_for_run(root, T).await;
+    assert_eq!(run["status"], "FAILED", "10 + 10 x 20 items do not fit in 50: {run}");
+    let items = count(&e, "SELECT count(*) FROM task_instances WHERE parent_task_id IS NOT NULL").await;
+    assert!(items <= 50, "{items} MAP items in a tree whose budget is 50");
+    let children = count(&e, "SELECT count(*) FROM workflow_runs WHERE parent_run_id IS NOT NULL").await;
+    let failed = count(
+        &e,
+        "SELECT count(*) FROM task_instances WHERE error LIKE '%COMPOSER_MAX_TREE_ITEMS%' AND node_id = 'each'",
+    )
+    .await;
+    assert!(children >= 1 && failed >= 1, "a child's MAP failed naming the budget ({children} children, {failed})");
+
+    let fits = e.start_run("inner", json!({"n": 40})).await;
+    assert_eq!(e.wait_for_run(fits, T).await["status"], "SUCCEEDED", "another tree has its own budget");
+    e.stop().await;
+}

@@ -24,6 +24,41 @@ pub struct NewRunOf<'a> {
     pub parent: Option<Parent>,
     pub depth: i32,
     pub trigger: Option<&'a Value>,
+    /// For a child: the root of the tree it joins.
+    pub root: Option<Uuid>,
+}
+
+/// What the engine holds every run to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `COMPOSER_MAX_PAYLOAD`, for the values the state machine computes.
+    pub max_payload: usize,
+    /// The fan-out budget of a run tree (`COMPOSER_MAX_TREE_RUNS`,
+    /// `COMPOSER_MAX_TREE_ITEMS`).
+    pub tree: TreeBudget,
+}
+
+/// Most runs and MAP items one run tree (a root run and every child run
+/// under it, at any depth) may create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeBudget {
+    pub runs: i64,
+    pub items: i64,
+}
+
+impl TreeBudget {
+    pub const DEFAULT: TreeBudget = TreeBudget { runs: 100_000, items: 1_000_000 };
+}
+
+impl Limits {
+    pub const DEFAULT: Limits =
+        Limits { max_payload: composer_core::storable::DEFAULT_MAX_PAYLOAD, tree: TreeBudget::DEFAULT };
+}
+
+/// MAP items a run of the tree of `root` may still create.
+pub async fn items_left<S: RunStore>(store: &S, root: Uuid, limits: Limits) -> Result<u64> {
+    let used = store.tree_items_used(root).await?;
+    Ok(u64::try_from(limits.tree.items.saturating_sub(used)).unwrap_or(0))
 }
 
 /// Inserts a run — QUEUED when its concurrency limit says so, else RUNNING
@@ -33,7 +68,7 @@ pub async fn create_run<S: RunStore>(
     store: &S,
     wf: Arc<Workflow>,
     how: NewRunOf<'_>,
-    max_payload: usize,
+    limits: Limits,
 ) -> Result<(RunRow, Option<Loaded>)> {
     let def = how.def;
     let (key, status) = admit(store, &wf, &def.name, how.input).await?;
@@ -51,6 +86,7 @@ pub async fn create_run<S: RunStore>(
         status,
         concurrency_key: key.as_deref(),
         trigger: how.trigger,
+        root_run_id: how.root,
     };
     let row = store.insert_run(&new).await?;
     if status == RunStatus::Queued {
@@ -59,7 +95,11 @@ pub async fn create_run<S: RunStore>(
     }
     // The row goes back to the caller with its data; the run gets a copy.
     let mut run = runs::into_machine(&wf, &mut row.clone(), Vec::new())?;
-    run.max_payload = max_payload;
+    run.max_payload = limits.max_payload;
+    run.items_left = match how.root {
+        Some(root) if wf.has_items() => items_left(store, root, limits).await?,
+        _ => limits.tree.items as u64,
+    };
     let tr = effects::apply(store, &wf, &mut run, Event::RunStarted).await?;
     let loaded = Loaded::new(wf, run, tr, &row);
     Ok((row, Some(loaded)))
@@ -112,7 +152,7 @@ mod tests {
     }
 
     fn how<'a>(def: &'a DefinitionRow, input: &'a Value) -> NewRunOf<'a> {
-        NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None }
+        NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None, root: None }
     }
 
     #[test]
@@ -127,12 +167,29 @@ mod tests {
         let (wf, def) = definition(json!({"name": "per", "concurrency": {"key": "${ .input.c }", "max": 1},
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let (a, first) = create_run(&store, wf.clone(), how(&def, &json!({"c": "x"})), 1024).await.unwrap();
+        let (a, first) = create_run(
+            &store,
+            wf.clone(),
+            how(&def, &json!({"c": "x"})),
+            Limits { max_payload: 1024, ..Limits::DEFAULT },
+        )
+        .await
+        .unwrap();
         assert_eq!(a.status, RunStatus::Running);
         assert_eq!(first.unwrap().tr.dispatch.len(), 1, "started: its first step dispatched");
-        let (b, loaded) = create_run(&store, wf.clone(), how(&def, &json!({"c": "x"})), 1024).await.unwrap();
+        let (b, loaded) = create_run(
+            &store,
+            wf.clone(),
+            how(&def, &json!({"c": "x"})),
+            Limits { max_payload: 1024, ..Limits::DEFAULT },
+        )
+        .await
+        .unwrap();
         assert_eq!((b.status, loaded.is_none()), (RunStatus::Queued, true));
-        let (c, _) = create_run(&store, wf, how(&def, &json!({"c": 7})), 1024).await.unwrap();
+        let (c, _) =
+            create_run(&store, wf, how(&def, &json!({"c": 7})), Limits { max_payload: 1024, ..Limits::DEFAULT })
+                .await
+                .unwrap();
         assert_eq!((c.status, c.concurrency_key.as_deref()), (RunStatus::Running, Some("7")));
         assert_eq!(store.locked_keys.lock().unwrap().len(), 3, "every admission under its key's lock");
     }
@@ -142,7 +199,9 @@ mod tests {
         let (wf, def) = definition(json!({"name": "per", "concurrency": {"key": "${ .input.c.d }", "max": 1},
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let e = create_run(&store, wf, how(&def, &json!({"c": [1]})), 1024).await.unwrap_err();
+        let e = create_run(&store, wf, how(&def, &json!({"c": [1]})), Limits { max_payload: 1024, ..Limits::DEFAULT })
+            .await
+            .unwrap_err();
         assert!(matches!(e, EngineError::Rejected(Rejection::ConcurrencyKey(_))), "{e:?}");
         assert!(store.inserted.lock().unwrap().is_empty());
     }
@@ -152,7 +211,9 @@ mod tests {
         let (wf, def) = definition(json!({"name": "t", "timeout": "1h",
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let (row, _) = create_run(&store, wf, how(&def, &json!({})), 1024).await.unwrap();
+        let (row, _) = create_run(&store, wf, how(&def, &json!({})), Limits { max_payload: 1024, ..Limits::DEFAULT })
+            .await
+            .unwrap();
         let left = row.deadline.unwrap() - Utc::now();
         assert!(left > chrono::Duration::minutes(59) && left <= chrono::Duration::hours(1), "{left}");
     }

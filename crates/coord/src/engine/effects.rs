@@ -154,6 +154,10 @@ pub(crate) mod fake {
             Ok(waiting.and_then(|events| (!events.is_empty()).then(|| events.remove(0))))
         }
 
+        async fn tree_items_used(&self, _root: Uuid) -> Result<i64, composer_store::Error> {
+            Ok(0)
+        }
+
         async fn lock_concurrency_key(&self, workflow: &str, key: &str) -> Result<(), composer_store::Error> {
             self.locked_keys.lock().unwrap().push((workflow.into(), key.into()));
             Ok(())
@@ -183,6 +187,7 @@ pub(crate) mod fake {
                 depth: run.depth,
                 concurrency_key: run.concurrency_key.map(str::to_string),
                 trigger: run.trigger.cloned(),
+                root_run_id: run.root_run_id,
             };
             if run.status == RunStatus::Running || run.status == RunStatus::Queued {
                 let key = (run.workflow_name.to_string(), run.concurrency_key.unwrap_or_default().to_string());

@@ -16,6 +16,9 @@ pub enum Rejection {
     /// A child would nest deeper than `sub_workflow_max_depth`.
     #[error("SUB_WORKFLOW nesting deeper than {max} levels ({limit})")]
     TooDeep { max: i32, limit: &'static str },
+    /// A child would take its run tree past its fan-out budget.
+    #[error("the run tree already has the most {what} its fan-out budget allows ({max}, COMPOSER_MAX_TREE_{})", what.to_uppercase())]
+    TreeTooBig { what: &'static str, max: i64 },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +35,10 @@ pub enum EngineError {
     /// Applying the event panicked: a bug, contained to this event.
     #[error("engine fault applying {event} to run {run_id}: {message}")]
     Fault { run_id: Uuid, event: &'static str, message: String },
+    /// Another run of the tree spent its fan-out budget while this batch
+    /// applied: applying again sees what is left.
+    #[error("run {run_id}: its run tree's fan-out budget changed meanwhile; retry")]
+    BudgetRace { run_id: Uuid },
     /// The request cannot be served as given.
     #[error(transparent)]
     Rejected(#[from] Rejection),

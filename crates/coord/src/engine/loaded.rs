@@ -18,11 +18,20 @@ pub struct Loaded {
     pub depth: i32,
     /// Its definition's id and version.
     pub definition: (Uuid, i32),
+    /// The root of its run tree, which its MAP items are charged to.
+    pub root: Uuid,
 }
 
 impl Loaded {
     pub fn new(wf: Arc<Workflow>, run: machine::Run, tr: machine::Transition, row: &RunRow) -> Loaded {
-        Loaded { wf, run, tr, depth: row.depth, definition: (row.workflow_definition_id, row.workflow_version) }
+        Loaded {
+            wf,
+            run,
+            tr,
+            depth: row.depth,
+            definition: (row.workflow_definition_id, row.workflow_version),
+            root: row.root(),
+        }
     }
 
     /// What storage writes for it.

@@ -28,6 +28,7 @@ pub mod publisher;
 pub mod runner;
 pub mod store;
 
+pub use admission::{Limits, TreeBudget};
 pub use batch::Handled;
 pub use error::{EngineError, Rejection, Result};
 pub use runner::{Engine, Started};

@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, Notify};
 use uuid::Uuid;
 
-use super::admission::{self, NewRunOf};
+use super::admission::{self, Limits, NewRunOf};
 use super::batch::{self, Handled, LiveLoop, Pending};
 use super::effects;
 use super::error::{EngineError, Rejection, Result};
@@ -50,8 +50,8 @@ pub struct Engine {
     faults: Mutex<HashMap<Uuid, u32>>,
     /// Batch loops running now (`/readyz` is 503 when one has stopped).
     live_loops: AtomicUsize,
-    /// `COMPOSER_MAX_PAYLOAD`, for the values the state machine computes.
-    max_payload: usize,
+    /// The payload limit and the fan-out budget.
+    limits: Limits,
 }
 
 /// A run [`Engine::start_run_in`] created (or found by its idempotency key),
@@ -84,7 +84,7 @@ impl Engine {
         shards: u32,
         outbox_wake: Arc<Notify>,
         publisher: Option<(Arc<Publisher>, std::time::Duration)>,
-        max_payload: usize,
+        limits: Limits,
         queue_capacity: usize,
     ) -> Engine {
         let (queue, inbox) = mpsc::channel(queue_capacity.max(1));
@@ -98,7 +98,7 @@ impl Engine {
             inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
             faults: Mutex::new(HashMap::new()),
             live_loops: AtomicUsize::new(0),
-            max_payload,
+            limits,
         }
     }
 
@@ -126,10 +126,36 @@ impl Engine {
         loaded: impl Iterator<Item = &'l Loaded>,
         published: &[i64],
     ) -> Result<(Vec<Outbound>, bool)> {
-        let changes: Vec<Change> = loaded.map(Loaded::change).collect();
+        let loaded: Vec<&Loaded> = loaded.collect();
+        for l in &loaded {
+            let items = l.tr.created.iter().filter(|&&t| l.run.tasks[t].item.is_some()).count() as i64;
+            if items > 0 && !composer_store::trees::charge_items(tx, l.root, items, self.limits.tree.items).await? {
+                // Another run of the tree spent the budget since this one read
+                // it: applied again, the MAP sees what is left.
+                return Err(EngineError::BudgetRace { run_id: l.run.id });
+            }
+        }
+        let changes: Vec<Change> = loaded.into_iter().map(Loaded::change).collect();
         let any = changes.iter().any(|c| !c.tr.dispatch.is_empty());
         let outbound = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;
         Ok((outbound, any))
+    }
+
+    /// Gives a loaded run the payload limit and what its tree's fan-out
+    /// budget has left (read only for a workflow with a MAP).
+    async fn hold_to_limits(
+        &self,
+        store: &Tx<'_, '_>,
+        wf: &Workflow,
+        run: &mut machine::Run,
+        row: &RunRow,
+    ) -> Result<()> {
+        run.max_payload = self.limits.max_payload;
+        run.items_left = match wf.has_items() {
+            true => admission::items_left(store, row.root(), self.limits).await?,
+            false => self.limits.tree.items as u64,
+        };
+        Ok(())
     }
 
     /// Batch loops running now.
@@ -209,8 +235,8 @@ impl Engine {
                 return Ok(Started { row: existing, new: false, loaded: None, outbound: Vec::new() });
             }
         }
-        let how = NewRunOf { def, input, idempotency_key, parent: None, depth: 0, trigger };
-        let (row, loaded) = admission::create_run(&Tx(tx), wf, how, self.max_payload).await?;
+        let how = NewRunOf { def, input, idempotency_key, parent: None, depth: 0, trigger, root: None };
+        let (row, loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
         let (outbound, _) = self.write(tx, loaded.iter(), &[]).await?;
         tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
         Ok(Started { row, new: true, loaded, outbound })
@@ -446,8 +472,8 @@ impl Engine {
         let mut created = Vec::with_capacity(starts.len());
         for (def, input) in starts {
             let wf = self.compile(def)?;
-            let how = NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None };
-            let (row, loaded) = admission::create_run(&store, wf, how, self.max_payload).await?;
+            let how = NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None, root: None };
+            let (row, loaded) = admission::create_run(&store, wf, how, self.limits).await?;
             if let Some(loaded) = loaded {
                 runs.insert(row.id, loaded);
             }
@@ -497,7 +523,7 @@ impl Engine {
         for (mut row, tasks) in runs::lock_many(tx, &run_ids, &item_ids).await? {
             let wf = self.workflow(row.workflow_definition_id).await?;
             let mut run = runs::into_machine(&wf, &mut row, tasks)?;
-            run.max_payload = self.max_payload;
+            self.hold_to_limits(&store, &wf, &mut run, &row).await?;
             // A retry may run a MAP's items again: it needs them all. A
             // resume starts items whose retry the pause held.
             let of_run = || events.iter().filter(|(id, _)| *id == row.id).map(|(_, e)| e);
@@ -537,7 +563,7 @@ impl Engine {
             let mut run = runs::into_machine(&wf, &mut row, Vec::new())?;
             run.status = RunStatus::Running;
             run.deadline = deadline;
-            run.max_payload = self.max_payload;
+            self.hold_to_limits(&store, &wf, &mut run, &row).await?;
             let tr = effects::apply(&store, &wf, &mut run, Event::RunStarted).await?;
             batch.push(Loaded::new(wf, run, tr, &row));
         }
@@ -613,9 +639,19 @@ impl Engine {
             None | Some(Value::Null) => serde_json::json!({}),
             Some(v) => v.clone(),
         };
-        let how =
-            NewRunOf { def: &def, input: &input, idempotency_key: None, parent: Some(parent), depth, trigger: None };
-        admission::create_run(&Tx(tx), wf, how, self.max_payload).await
+        if !composer_store::trees::charge_run(tx, slot.root, self.limits.tree.runs).await? {
+            return Err(Rejection::TreeTooBig { what: "runs", max: self.limits.tree.runs }.into());
+        }
+        let how = NewRunOf {
+            def: &def,
+            input: &input,
+            idempotency_key: None,
+            parent: Some(parent),
+            depth,
+            trigger: None,
+            root: Some(slot.root),
+        };
+        admission::create_run(&Tx(tx), wf, how, self.limits).await
     }
 
     /// Runs what committed transitions owe other runs: children to start, a
@@ -714,7 +750,14 @@ mod tests {
         // No database is reached: nothing runs the queue.
         let pool = composer_store::connect("postgres://nobody@127.0.0.1:9/none", 1, std::time::Duration::from_secs(1))
             .expect("a lazy pool");
-        let engine = Arc::new(Engine::new(pool, 1, Arc::new(Notify::new()), None, 1024, 1));
+        let engine = Arc::new(Engine::new(
+            pool,
+            1,
+            Arc::new(Notify::new()),
+            None,
+            Limits { max_payload: 1024, ..Limits::DEFAULT },
+            1,
+        ));
         let waiting = tokio::spawn({
             let engine = engine.clone();
             async move { engine.handle(Uuid::now_v7(), Event::CancelRun).await }

@@ -46,6 +46,9 @@ pub trait RunStore: Sync {
 
     fn insert_run(&self, run: &NewRun<'_>) -> impl Future<Output = StoreResult<RunRow>> + Send;
 
+    /// MAP items the run tree of `root` has created so far.
+    fn tree_items_used(&self, root: Uuid) -> impl Future<Output = StoreResult<i64>> + Send;
+
     /// A definition by name: `version`, or the latest.
     fn definition(
         &self,
@@ -80,6 +83,10 @@ impl RunStore for Tx<'_, '_> {
 
     async fn concurrency_usage(&self, workflow: &str, key: &str) -> StoreResult<(i64, bool)> {
         runs::concurrency_usage(self.0, workflow, key).await
+    }
+
+    async fn tree_items_used(&self, root: Uuid) -> StoreResult<i64> {
+        composer_store::trees::items_used(self.0, root).await
     }
 
     async fn insert_run(&self, run: &NewRun<'_>) -> StoreResult<RunRow> {

@@ -174,7 +174,7 @@ impl From<EngineError> for ApiError {
             EngineError::RunNotFound(id) => ApiError::RunNotFound(id),
             EngineError::Store(e) => e.into(),
             EngineError::Stopped => ApiError::Unavailable("the coordinator is shutting down".into()),
-            EngineError::Busy => ApiError::Busy,
+            EngineError::Busy | EngineError::BudgetRace { .. } => ApiError::Busy,
             EngineError::Rejected(why) => ApiError::BadRequest(why.to_string()),
             e @ EngineError::Fault { .. } => ApiError::EngineFault(e.to_string()),
         }

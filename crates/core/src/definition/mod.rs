@@ -201,6 +201,11 @@ impl Workflow {
         self.index.get(id).copied()
     }
 
+    /// Whether a run of it can create MAP items (it has a MAP node).
+    pub fn has_items(&self) -> bool {
+        self.nodes.iter().any(|n| n.kind.traits().has_items)
+    }
+
     /// A leaf has no outgoing edges; the run's output is its leaves' outputs.
     /// (A MAP's item template is no leaf: it is not a node of the graph.)
     pub fn is_leaf(&self, node: usize) -> bool {

@@ -537,7 +537,17 @@ impl Machine<'_> {
                 eval(output).map(Started::Done).map_err(|e| format!("config.output: {e}"))
             }
             NodeKind::Map(m) => {
-                eval(&m.items).and_then(items).map(Started::Map).map_err(|e| format!("config.items: {e}"))
+                let left = self.run.items_left;
+                eval(&m.items)
+                    .and_then(items)
+                    .and_then(|items| match items.len() as u64 {
+                        n if n > left => Err(format!(
+                            "{n} items, more than the {left} its run tree may still create \
+                             (the fan-out budget, COMPOSER_MAX_TREE_ITEMS)"
+                        )),
+                        _ => Ok(Started::Map(items)),
+                    })
+                    .map_err(|e| format!("config.items: {e}"))
             }
             NodeKind::SubWorkflow { .. } => {
                 eval(&node.template).map(Started::Child).map_err(|e| format!("config: {e}"))

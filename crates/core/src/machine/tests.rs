@@ -750,6 +750,23 @@ fn an_empty_list_completes_at_once_with_an_empty_output() {
 }
 
 #[test]
+fn a_map_past_its_trees_fan_out_budget_fails_before_creating_an_item() {
+    let mut s = Sim::with_input(map_wf(None, "fail", 1), json!({"orders": ["a", "b", "c"]}));
+    s.run.items_left = 2;
+    let tr = s.apply(Event::RunStarted);
+    assert_eq!(s.run.status, RunStatus::Failed);
+    let error = s.task("each").error.clone().unwrap();
+    assert!(error.contains("3 items") && error.contains("COMPOSER_MAX_TREE_ITEMS"), "{error}");
+    assert!(s.run.tasks.iter().all(|t| t.item.is_none()), "no item was created");
+    assert_eq!(tr.dispatch.len(), 0);
+
+    let mut s = Sim::with_input(map_wf(None, "fail", 1), json!({"orders": ["a", "b", "c"]}));
+    s.run.items_left = 3;
+    s.apply(Event::RunStarted);
+    assert_eq!(s.items_in(TaskState::Pending), vec![0, 1, 2], "a budget met exactly is enough");
+}
+
+#[test]
 fn items_that_are_not_a_list_fail_the_map_naming_the_field() {
     let mut s = Sim::with_input(map_wf(None, "fail", 1), json!({"orders": {"a": 1}}));
     s.apply(Event::RunStarted);

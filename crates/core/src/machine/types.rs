@@ -199,6 +199,9 @@ pub struct Run {
     /// (`COMPOSER_MAX_PAYLOAD`): evaluated inputs, TRANSFORM outputs and
     /// the run's output beyond it fail their node (or the run).
     pub max_payload: usize,
+    /// MAP items the run's tree (its root and every child run under it) may
+    /// still create: its fan-out budget. A MAP with more items fails.
+    pub items_left: u64,
     /// When the run times out (the definition's `timeout` after its start).
     pub deadline: Option<DateTime<Utc>>,
     /// For a child run: the SUB_WORKFLOW attempt it reports its end to.
@@ -217,6 +220,7 @@ impl Run {
             error: None,
             tasks: Vec::new(),
             max_payload: crate::storable::DEFAULT_MAX_PAYLOAD,
+            items_left: u64::MAX,
             deadline: None,
             parent: None,
             concurrency_key: None,
