@@ -21,8 +21,29 @@ pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], json
             return ExitCode::from(2);
         }
     };
-    composer_core::expr::use_clock(std::time::Instant::now);
-    let report = simulate(&wf, &opts);
+    // Expressions run where the coordinator runs them: on a thread with the
+    // stack an evaluation needs, so a hostile definition fails its node here
+    // too instead of overflowing the main thread's stack.
+    let simulated = std::thread::scope(|s| {
+        let thread = std::thread::Builder::new().stack_size(composer_core::expr::EVAL_STACK);
+        thread
+            .spawn_scoped(s, || {
+                composer_core::expr::use_clock(std::time::Instant::now);
+                simulate(&wf, &opts)
+            })
+            .map(|t| t.join())
+    });
+    let report = match simulated {
+        Ok(Ok(report)) => report,
+        Ok(Err(panic)) => {
+            eprintln!("error: the simulation failed: {}", composer_core::panic_message(&*panic));
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: cannot start the simulation's thread: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {

@@ -852,3 +852,19 @@ async fn an_expression_cannot_abort_a_coordinator_and_a_run_that_did_is_failed_n
     assert!(again.terminate(Duration::from_secs(30)).success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The closure-passing recursion that aborted coordinators aborted
+/// `workflow simulate` too (8 MiB main thread): it fails its node instead.
+#[test]
+fn simulate_fails_a_hostile_expressions_node_instead_of_overflowing_its_stack() {
+    let dir = composer_embedded::temp_dir("simulate-bomb").unwrap();
+    let file = dir.join("bomb.json");
+    let spec = json!({"name": "bomb", "nodes": [
+        {"id": "t", "type": "TRANSFORM", "config": {"output": "${ def f(x): f(x); f(0) }"}}]});
+    std::fs::write(&file, spec.to_string()).unwrap();
+    let out = composer(&["workflow", "simulate", "-f", file.to_str().unwrap()]).output().expect("composer");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "a failed run exits 1: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("expr_max_"), "{stdout}");
+    let _ = std::fs::remove_dir_all(dir);
+}
