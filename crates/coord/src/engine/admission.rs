@@ -144,6 +144,9 @@ mod tests {
     use super::super::error::EngineError;
     use super::*;
 
+    /// A payload limit small enough to reach in a test.
+    const SMALL: Limits = Limits { max_payload: 1024, ..Limits::DEFAULT };
+
     fn definition(spec: Value) -> (Arc<Workflow>, DefinitionRow) {
         let wf = Workflow::parse(&spec).unwrap();
         let row =
@@ -167,29 +170,12 @@ mod tests {
         let (wf, def) = definition(json!({"name": "per", "concurrency": {"key": "${ .input.c }", "max": 1},
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let (a, first) = create_run(
-            &store,
-            wf.clone(),
-            how(&def, &json!({"c": "x"})),
-            Limits { max_payload: 1024, ..Limits::DEFAULT },
-        )
-        .await
-        .unwrap();
+        let (a, first) = create_run(&store, wf.clone(), how(&def, &json!({"c": "x"})), SMALL).await.unwrap();
         assert_eq!(a.status, RunStatus::Running);
         assert_eq!(first.unwrap().tr.dispatch.len(), 1, "started: its first step dispatched");
-        let (b, loaded) = create_run(
-            &store,
-            wf.clone(),
-            how(&def, &json!({"c": "x"})),
-            Limits { max_payload: 1024, ..Limits::DEFAULT },
-        )
-        .await
-        .unwrap();
+        let (b, loaded) = create_run(&store, wf.clone(), how(&def, &json!({"c": "x"})), SMALL).await.unwrap();
         assert_eq!((b.status, loaded.is_none()), (RunStatus::Queued, true));
-        let (c, _) =
-            create_run(&store, wf, how(&def, &json!({"c": 7})), Limits { max_payload: 1024, ..Limits::DEFAULT })
-                .await
-                .unwrap();
+        let (c, _) = create_run(&store, wf, how(&def, &json!({"c": 7})), SMALL).await.unwrap();
         assert_eq!((c.status, c.concurrency_key.as_deref()), (RunStatus::Running, Some("7")));
         assert_eq!(store.locked_keys.lock().unwrap().len(), 3, "every admission under its key's lock");
     }
@@ -199,9 +185,7 @@ mod tests {
         let (wf, def) = definition(json!({"name": "per", "concurrency": {"key": "${ .input.c.d }", "max": 1},
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let e = create_run(&store, wf, how(&def, &json!({"c": [1]})), Limits { max_payload: 1024, ..Limits::DEFAULT })
-            .await
-            .unwrap_err();
+        let e = create_run(&store, wf, how(&def, &json!({"c": [1]})), SMALL).await.unwrap_err();
         assert!(matches!(e, EngineError::Rejected(Rejection::ConcurrencyKey(_))), "{e:?}");
         assert!(store.inserted.lock().unwrap().is_empty());
     }
@@ -211,9 +195,7 @@ mod tests {
         let (wf, def) = definition(json!({"name": "t", "timeout": "1h",
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let (row, _) = create_run(&store, wf, how(&def, &json!({})), Limits { max_payload: 1024, ..Limits::DEFAULT })
-            .await
-            .unwrap();
+        let (row, _) = create_run(&store, wf, how(&def, &json!({})), SMALL).await.unwrap();
         let left = row.deadline.unwrap() - Utc::now();
         assert!(left > chrono::Duration::minutes(59) && left <= chrono::Duration::hours(1), "{left}");
     }
