@@ -154,9 +154,37 @@ fn allowed_native(name: &str) -> bool {
     ALLOWED_NATIVES.contains(&name) && !DENIED_NATIVES.contains(&name)
 }
 
-/// The standard library, parsed once for the whole process.
+/// The regex natives of jaq, which the sandbox renames (to
+/// [`RESERVED`]-prefixed names no expression may write) and calls only
+/// through definitions of its own that charge their work first.
+const REGEX_NATIVES: &[(&str, &str)] = &[
+    ("matches", "__composer_matches"),
+    ("split_matches", "__composer_split_matches"),
+    ("split_", "__composer_split_"),
+];
+
+/// The prefix of names only the sandbox's own definitions may call.
+const RESERVED: &str = "__composer_";
+
+/// `matches`, `split_matches` and `split_` as every regex filter of jq's
+/// library (`test`, `match`, `capture`, `scan`, `splits`, `sub`, `gsub`)
+/// reaches them: charged by [`value::regex_cost`] before they run.
+const METERED_REGEX: &str = "
+def matches($re; $flags): __composer_regex_cost($re; $flags) | __composer_matches($re; $flags);
+def split_matches($re; $flags): __composer_regex_cost($re; $flags) | __composer_split_matches($re; $flags);
+def split_($re; $flags): __composer_regex_cost($re; $flags) | __composer_split_($re; $flags);
+";
+
+/// The standard library, parsed once for the whole process; the metered
+/// regex definitions come before the library's definitions that use them.
 static DEFS: LazyLock<Vec<Def<&'static str>>> = LazyLock::new(|| {
-    jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs()).filter(|d| !DENIED_DEFS.contains(&d.name)).collect()
+    let metered = jaq_core::load::parse(METERED_REGEX, |p| p.defs()).unwrap_or_default();
+    jaq_core::defs()
+        .chain(metered)
+        .chain(jaq_std::defs())
+        .chain(jaq_json::defs())
+        .filter(|d| !DENIED_DEFS.contains(&d.name))
+        .collect()
 });
 
 fn natives() -> impl Iterator<Item = Native> {
@@ -165,7 +193,12 @@ fn natives() -> impl Iterator<Item = Native> {
     jaq_core::funs::<Sandboxed>()
         .chain(jaq_std::funs::<Sandboxed>())
         .filter(move |(name, _, _)| allowed_native(name) && !json_names.contains(name))
+        .map(|(name, args, native)| {
+            let renamed = REGEX_NATIVES.iter().find(|(from, _)| *from == name).map_or(name, |(_, to)| *to);
+            (renamed, args, native)
+        })
         .chain(json)
+        .chain(value::regex_cost_fun::<Sandboxed>())
 }
 
 /// Why a name does not compile; names left out of the sandbox say so.
@@ -304,6 +337,9 @@ impl Expr {
     /// Parses and compiles `source`, or says why it is not valid jq. Inside
     /// [`together`], only parses it; the batch compiles it.
     pub fn compile(source: &str) -> Result<Expr, String> {
+        if source.contains(RESERVED) {
+            return Err(format!("invalid jq: names starting with {RESERVED} are reserved"));
+        }
         let linked = Arc::new(OnceLock::new());
         let batched = BATCH.with(|b| b.borrow().is_some());
         if batched {
@@ -921,6 +957,9 @@ mod tests {
             ("[range(2) | reduce range(30) as $i (0; [., .])] | sort | length", "expr_max_steps"),
             ("[range(2) | reduce range(30) as $i (0; [., .])] | .[0] == .[1]", "expr_max_steps"),
             ("[range(20000) | 1] | indices([range(10000) | 1]) | length", "expr_max_steps"),
+            (r#"("a" * 1000) | test("(\\w{1,250}){1,250}b")"#, "expr_max_steps"),
+            (r#"("a" * 1000) | [match("(\\w{1,250}){1,250}b"; "g")] | length"#, "expr_max_steps"),
+            (r#"("a" * 1000) | sub("(a{1,200}){1,200}b"; "x")"#, "expr_max_steps"),
         ];
         for (source, limit) in cases {
             let started = std::time::Instant::now();
@@ -950,6 +989,20 @@ mod tests {
         let limits = Limits { steps: u64::MAX, time: std::time::Duration::from_millis(20), ..Limits::DEFAULT };
         let e = Expr::compile("def f: f; f").unwrap().eval_limited(&Scope::null(), limits).unwrap_err();
         assert!(e.contains("expr_max_time"), "{e}");
+    }
+
+    #[test]
+    fn regexes_are_charged_by_program_size_times_input_and_their_natives_are_out_of_reach() {
+        assert_eq!(value::regex_size("abc"), 3);
+        assert!(value::regex_size("(\\w{1,250}){1,250}b") > 60_000);
+        assert!(value::regex_size("[a-z]{2}-\\d{4}") < 20);
+        let everyday =
+            Expr::compile(r#""2026-12-01" | [test("^\\d{4}-\\d{2}"), (split("-") | length), sub("-"; "/")]"#);
+        assert_eq!(everyday.unwrap().eval(&json!(null)).unwrap(), json!([true, 3, "2026/12-01"]));
+        for source in ["__composer_matches(\"a\"; null)", "\"a\" | __composer_split_(\"a\"; null)"] {
+            let e = Expr::compile(source).unwrap_err();
+            assert!(e.contains("reserved"), "{source}: {e}");
+        }
     }
 
     #[test]
