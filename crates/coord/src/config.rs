@@ -93,6 +93,10 @@ pub struct Config {
     /// before the engine stops waiting and fails it as a fault.
     #[arg(long, env = "COMPOSER_EVAL_BACKSTOP", default_value = "30s", value_parser = composer_core::duration::parse)]
     pub eval_backstop: Duration,
+    /// How long a stopping coordinator (SIGTERM) waits for its loops and
+    /// transactions to finish before it aborts them.
+    #[arg(long, env = "COMPOSER_SHUTDOWN_GRACE", default_value = "20s", value_parser = composer_core::duration::parse)]
+    pub shutdown_grace: Duration,
     /// A PENDING task without an outbox row for this long is dispatched again
     /// (at once when Redis is found to have lost everything: see `loops`).
     #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = composer_core::duration::parse)]
@@ -278,6 +282,7 @@ mod tests {
         assert_eq!(c.lost_dispatch_age, Duration::from_secs(600));
         assert_eq!(c.max_payload, 1024 * 1024);
         assert_eq!((c.max_tree_runs, c.max_tree_items), (100_000, 1_000_000));
+        assert_eq!(c.shutdown_grace, Duration::from_secs(20));
         assert!(c.run_outbox);
         assert_eq!(c.outbox_batch, 256);
         assert_eq!(c.outbox_publish_grace, Duration::from_secs(5));

@@ -29,11 +29,20 @@ impl Running {
         self.shared.draining.cancel();
     }
 
-    /// Stops serving and the loops, and waits for them to end.
+    /// Stops serving and the loops, and waits for them to end — at most
+    /// `COMPOSER_SHUTDOWN_GRACE`, whatever they are doing: past it the rest
+    /// are aborted, and a transaction they held rolls back (as after a crash,
+    /// which every step survives).
     pub async fn stop(mut self) {
         self.drain();
         self.shutdown.cancel();
-        while self.tasks.join_next().await.is_some() {}
+        let grace = self.shared.config.shutdown_grace;
+        let joined = tokio::time::timeout(grace, async { while self.tasks.join_next().await.is_some() {} }).await;
+        if joined.is_err() {
+            tracing::warn!(grace = ?grace, "stopping past COMPOSER_SHUTDOWN_GRACE: aborting what is still running");
+            self.tasks.abort_all();
+            while self.tasks.join_next().await.is_some() {}
+        }
     }
 
     /// Stops at once, without waiting: what a crash looks like to the others.

@@ -868,3 +868,34 @@ fn simulate_fails_a_hostile_expressions_node_instead_of_overflowing_its_stack() 
     assert!(stdout.contains("expr_max_"), "{stdout}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// SIGTERM stops a coordinator within COMPOSER_SHUTDOWN_GRACE even while
+/// its engine is inside a long application (a MAP whose 300 items each run
+/// an expression to its time limit: minutes of evaluation in one event).
+#[tokio::test]
+async fn sigterm_stops_a_coordinator_within_its_grace_whatever_it_is_doing() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let dir = composer_embedded::temp_dir("grace").unwrap();
+    let listen = format!("127.0.0.1:{}", composer_embedded::free_port().unwrap());
+    let addr_file = dir.join("a.addr");
+    let mut a = Proc::spawn(
+        coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file)
+            .env("COMPOSER_SHUTDOWN_GRACE", "1s")
+            .env("COMPOSER_EVAL_BACKSTOP", "10m"),
+    );
+    let url = wait_for_file(&addr_file, Duration::from_secs(30)).await;
+    let client = Client::new(&url);
+    let slow = json!({"name": "slow", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(300)] }",
+        "node": {"type": "TRANSFORM", "config": {"output": "${ last(range(1e15)) }"}}}}]});
+    assert_eq!(client.post("/v1/workflows", &slow).await.0, 201);
+    let starting = tokio::spawn(async move { client.post("/v1/runs", &json!({"workflow": "slow"})).await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!starting.is_finished(), "the run's first event is still being applied");
+    let status = a.terminate(Duration::from_secs(15));
+    assert!(status.code().is_some(), "it exited on its own, not by a signal: {status:?}");
+    starting.abort();
+    let _ = std::fs::remove_dir_all(dir);
+}

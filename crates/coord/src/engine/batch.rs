@@ -23,20 +23,22 @@ pub struct Handled {
     pub ignored: Option<String>,
 }
 
+/// An event to apply to a run, and the worker whose lease it needs.
+pub type Applying = (Uuid, Event, Option<String>);
+
 /// Work waiting for a batch: an event for a run, or a new run to start.
 pub enum Pending {
     Event {
         run_id: Uuid,
         event: Event,
+        /// The worker that reported it, which must hold the task's lease at
+        /// the event's attempt (checked in the batch's transaction).
+        reporter: Option<String>,
         reply: oneshot::Sender<Result<Handled>>,
     },
     /// A run without an idempotency key or a concurrency limit (whose
     /// locks could make two batches wait for each other).
-    Start {
-        def: DefinitionRow,
-        input: Value,
-        reply: oneshot::Sender<Result<RunRow>>,
-    },
+    Start { def: DefinitionRow, input: Value, reply: oneshot::Sender<Result<RunRow>> },
 }
 
 impl Pending {

@@ -25,6 +25,9 @@ pub enum Rejection {
 pub enum EngineError {
     #[error("run {0} not found")]
     RunNotFound(Uuid),
+    /// The worker that reported a task's attempt does not hold its lease.
+    #[error("task {0}: the reporting worker does not hold its lease")]
+    LeaseLost(Uuid),
     #[error(transparent)]
     Store(#[from] composer_store::Error),
     #[error("the coordinator is shutting down")]

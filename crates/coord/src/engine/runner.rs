@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use uuid::Uuid;
 
 use super::admission::{self, Limits, NewRunOf};
-use super::batch::{self, Handled, LiveLoop, Pending};
+use super::batch::{self, Applying, Handled, LiveLoop, Pending};
 use super::effects;
 use super::error::{EngineError, Rejection, Result};
 use super::loaded::Loaded;
@@ -270,7 +270,16 @@ impl Engine {
     /// adds no wait when there is nothing to batch with.
     pub async fn handle(&self, run_id: Uuid, event: Event) -> Result<Handled> {
         let (reply, answer) = oneshot::channel();
-        self.enqueue(Pending::Event { run_id, event, reply })?;
+        self.enqueue(Pending::Event { run_id, event, reporter: None, reply })?;
+        answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Applies a worker's report of a task's attempt, only while `worker`
+    /// holds that attempt's lease ([`EngineError::LeaseLost`] otherwise),
+    /// checked on the rows the batch's transaction locked: no read of its own.
+    pub async fn handle_reported(&self, run_id: Uuid, event: Event, worker: String) -> Result<Handled> {
+        let (reply, answer) = oneshot::channel();
+        self.enqueue(Pending::Event { run_id, event, reporter: Some(worker), reply })?;
         answer.await.map_err(|_| EngineError::Stopped)?
     }
 
@@ -317,8 +326,8 @@ impl Engine {
         let mut replies = Vec::with_capacity(work.len());
         for p in work {
             match p {
-                Pending::Event { run_id, event, reply } => {
-                    events.push((run_id, event));
+                Pending::Event { run_id, event, reporter, reply } => {
+                    events.push((run_id, event, reporter));
                     replies.push(Reply::Event(run_id, reply));
                 }
                 Pending::Start { def, input, reply } => {
@@ -330,7 +339,7 @@ impl Engine {
         // Kept to apply the events one by one should the batch fail; a
         // batch of one has nothing to isolate, and costs no copy.
         let backup = (replies.len() > 1).then(|| events.clone());
-        let run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
+        let run_ids: Vec<Uuid> = events.iter().map(|(id, _, _)| *id).collect();
         match self.apply_batch(events, &starts).await {
             Ok(applied) => {
                 self.follow_up(applied.after_commit);
@@ -432,7 +441,7 @@ impl Engine {
     /// One transaction: lock every run named (in id order), load their tasks,
     /// apply each event in order, create the new runs, write all changes
     /// set-based, commit.
-    async fn apply_batch(&self, events: Vec<(Uuid, Event)>, starts: &[(DefinitionRow, Value)]) -> Result<Applied> {
+    async fn apply_batch(&self, events: Vec<Applying>, starts: &[(DefinitionRow, Value)]) -> Result<Applied> {
         // Rows this coordinator published since its last write are deleted
         // in this one's transaction: no commit of their own.
         let published = self.publisher.as_ref().map(|(p, _)| p.take_published()).unwrap_or_default();
@@ -447,7 +456,7 @@ impl Engine {
 
     async fn apply_batch_deleting(
         &self,
-        events: Vec<(Uuid, Event)>,
+        events: Vec<Applying>,
         starts: &[(DefinitionRow, Value)],
         published: &[i64],
     ) -> Result<Applied> {
@@ -455,14 +464,20 @@ impl Engine {
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
         let store = Tx(&tx);
-        let mut runs = self.lock_runs(&tx, &events).await?;
+        let (mut runs, leases) = self.lock_runs(&tx, &events).await?;
         let mut results = Vec::with_capacity(events.len());
         let applied = events.len();
-        for (run_id, event) in events {
+        for (run_id, event, reporter) in events {
             let Some(loaded) = runs.get_mut(&run_id) else {
                 results.push(Err(EngineError::RunNotFound(run_id)));
                 continue;
             };
+            if let Some(worker) = reporter {
+                if let Some(task_id) = lease_lost(&event, &worker, &leases) {
+                    results.push(Err(EngineError::LeaseLost(task_id)));
+                    continue;
+                }
+            }
             let name = event.name();
             let tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
             count_event(run_id, name, &tr, loaded.run.status);
@@ -508,25 +523,31 @@ impl Engine {
     async fn lock_runs(
         &self,
         tx: &composer_store::Transaction<'_>,
-        events: &[(Uuid, Event)],
-    ) -> Result<HashMap<Uuid, Loaded>> {
+        events: &[Applying],
+    ) -> Result<(HashMap<Uuid, Loaded>, Leases)> {
+        let mut leases = Leases::new();
         if events.is_empty() {
-            return Ok(HashMap::new());
+            return Ok((HashMap::new(), leases));
         }
-        let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
+        let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _, _)| *id).collect();
         run_ids.sort();
         run_ids.dedup();
         // Of MAP items, only those the events name are loaded.
-        let item_ids: Vec<Uuid> = events.iter().filter_map(|(_, e)| e.task_id()).collect();
+        let item_ids: Vec<Uuid> = events.iter().filter_map(|(_, e, _)| e.task_id()).collect();
+        let reported: Vec<Uuid> =
+            events.iter().filter(|(_, _, w)| w.is_some()).filter_map(|(_, e, _)| e.task_id()).collect();
         let store = Tx(tx);
         let mut runs = HashMap::new();
         for (mut row, tasks) in runs::lock_many(tx, &run_ids, &item_ids).await? {
+            for t in tasks.iter().filter(|t| reported.contains(&t.id)) {
+                leases.insert(t.id, (t.lease_owner.clone(), t.attempt, t.state == machine::TaskState::Running));
+            }
             let wf = self.workflow(row.workflow_definition_id).await?;
             let mut run = runs::into_machine(&wf, &mut row, tasks)?;
             self.hold_to_limits(&store, &wf, &mut run, &row).await?;
             // A retry may run a MAP's items again: it needs them all. A
             // resume starts items whose retry the pause held.
-            let of_run = || events.iter().filter(|(id, _)| *id == row.id).map(|(_, e)| e);
+            let of_run = || events.iter().filter(|(id, _, _)| *id == row.id).map(|(_, e, _)| e);
             if of_run().any(|e| matches!(e, Event::RetryRun)) {
                 let maps: Vec<Uuid> = run.tasks.iter().filter(|t| t.progress.is_some()).map(|t| t.id).collect();
                 for map in maps {
@@ -538,7 +559,7 @@ impl Engine {
             }
             runs.insert(row.id, Loaded::new(wf, run, machine::Transition::default(), &row));
         }
-        Ok(runs)
+        Ok((runs, leases))
     }
 
     /// Starts the oldest QUEUED runs of a concurrency key while it has free
@@ -717,6 +738,25 @@ impl Engine {
 
 /// Counts a run that ended, and its time from creation (its UUIDv7 id
 /// carries the millisecond it was created) to now.
+/// Who holds the lease of each reported task, at which attempt, and
+/// whether it is RUNNING, as the batch's transaction locked it.
+type Leases = HashMap<Uuid, (Option<String>, i32, bool)>;
+
+/// The task a report names when `worker` does not hold its lease at the
+/// report's attempt; `None` when it does.
+fn lease_lost(event: &Event, worker: &str, leases: &Leases) -> Option<Uuid> {
+    let (task_id, attempt) = match event {
+        Event::TaskCompleted { task_id, attempt, .. } | Event::TaskFailed { task_id, attempt, .. } => {
+            (*task_id, *attempt)
+        }
+        _ => return None,
+    };
+    let held = leases
+        .get(&task_id)
+        .is_some_and(|(owner, at, running)| *running && *at == attempt && owner.as_deref() == Some(worker));
+    (!held).then_some(task_id)
+}
+
 fn run_finished(wf: &Workflow, run: &machine::Run) {
     let status = run.status.as_str();
     composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", status)], 1);

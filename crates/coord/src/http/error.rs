@@ -172,6 +172,7 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         match e {
             EngineError::RunNotFound(id) => ApiError::RunNotFound(id),
+            EngineError::LeaseLost(id) => ApiError::LeaseLost(id),
             EngineError::Store(e) => e.into(),
             EngineError::Stopped => ApiError::Unavailable("the coordinator is shutting down".into()),
             EngineError::Busy | EngineError::BudgetRace { .. } => ApiError::Busy,

@@ -9,10 +9,9 @@ use axum::Json;
 use composer_api::wire::{ReportAck, ReportStatus, TaskReport};
 use composer_api::ErrorBody;
 use composer_core::machine::Event;
-use composer_store::leases::{Holder, LeaseManager};
 use serde_json::Value;
 
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::extract::{task_id, Body};
 use super::runs::completed;
 use super::tasks::MAX_ERROR_CHARS;
@@ -39,11 +38,6 @@ pub(crate) async fn report(
 ) -> ApiResult<Json<ReportAck>> {
     let started = std::time::Instant::now();
     let task_id = task_id(&id)?;
-    match LeaseManager::new(s.pool.clone()).holder(r.run_id, task_id, &r.worker_id, r.attempt).await? {
-        Holder::Owner => {}
-        Holder::NotOwner => return Err(ApiError::LeaseLost(task_id)),
-        Holder::NoRun => return Err(ApiError::RunNotFound(r.run_id)),
-    }
     let event = match r.status {
         // An output that cannot be stored (too large, too deep, a NUL) ends
         // the attempt for good, naming why: retrying would get it again.
@@ -56,7 +50,7 @@ pub(crate) async fn report(
             retryable: r.retryable,
         },
     };
-    let handled = s.engine.handle(r.run_id, event).await?;
+    let handled = s.engine.handle_reported(r.run_id, event, r.worker_id).await?;
     composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
     composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
     Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
