@@ -65,12 +65,26 @@ pub async fn load_items<S: RunStore>(
     Ok(n)
 }
 
-/// Applies the pure state machine on the evaluation pool
-/// ([`super::evaluator`]), containing a panic to this event: the run's
-/// in-memory state is then discarded with the failed transaction.
+/// Applies the pure state machine, containing a panic to this event (the
+/// run's in-memory state is then discarded with the failed transaction):
+/// on the evaluation pool ([`super::evaluator`]) unless every expression of
+/// the workflow is simple (`Workflow::simple`).
 pub async fn apply_contained(wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
     let name = event.name();
     let run_id = run.id;
+    if wf.simple {
+        // Every expression is bounded by its input and recursion-free (or
+        // there are none): the hop to the pool would cost more than it saves.
+        composer_core::expr::use_clock(std::time::Instant::now);
+        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
+        }));
+        return applied.map_err(|panic| EngineError::Fault {
+            run_id,
+            event: name,
+            message: composer_core::panic_message(&*panic),
+        });
+    }
     let mut owned = std::mem::replace(run, Run::new(run_id, serde_json::Value::Null));
     let wf = wf.clone();
     let applied = super::evaluator::pool()

@@ -93,6 +93,11 @@ pub struct Workflow {
     pub timeout: Option<Duration>,
     /// The limit on open runs.
     pub concurrency: Option<Concurrency>,
+    /// Whether every expression it has is simple ([`crate::expr::is_simple`]:
+    /// no recursion, loop or costly native, so its time is bounded by its
+    /// input's size): applying its events may then skip the evaluation
+    /// threads a hostile expression needs.
+    pub simple: bool,
     index: HashMap<String, usize>,
 }
 
@@ -121,16 +126,30 @@ impl Workflow {
         // Every expression of the definition in one jq program (the standard
         // library compiled once); when that fails, compiling them one by one
         // names the expression that does.
-        match crate::expr::together(|| Workflow::build(&spec)) {
-            Ok(Ok(parts)) => Ok(Workflow::assemble(spec, parts)),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Workflow::build(&spec).map(|parts| Workflow::assemble(spec, parts)),
-        }
+        let (built, simple) =
+            crate::expr::noting_simplicity(|| match crate::expr::together(|| Workflow::build(&spec)) {
+                Ok(Ok(parts)) => Ok(parts),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Workflow::build(&spec),
+            });
+        built.map(|parts| Workflow { simple, ..Workflow::assemble(spec, parts) })
     }
 
     fn assemble(spec: WorkflowSpec, parts: Parts) -> Workflow {
         let Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index } = parts;
-        Workflow { spec, nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index }
+        Workflow {
+            spec,
+            nodes,
+            edges,
+            incoming,
+            outgoing,
+            topo_order,
+            output,
+            timeout,
+            concurrency,
+            simple: false,
+            index,
+        }
     }
 
     fn build(spec: &WorkflowSpec) -> Result<Parts, ValidationError> {

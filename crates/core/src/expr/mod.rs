@@ -340,6 +340,11 @@ impl Expr {
         if source.contains(RESERVED) {
             return Err(format!("invalid jq: names starting with {RESERVED} are reserved"));
         }
+        SIMPLE.with(|s| {
+            if let Some(all) = s.get() {
+                s.set(Some(all && is_simple(source)));
+            }
+        });
         let linked = Arc::new(OnceLock::new());
         let batched = BATCH.with(|b| b.borrow().is_some());
         if batched {
@@ -451,6 +456,134 @@ impl Scope {
         let item = serde_json::from_value(item.clone()).map_err(|e| format!("item is not JSON: {e}"))?;
         Ok(Scope(self.0.with_fields([("item", item), ("index", jaq_json::Val::from(index))])))
     }
+}
+
+thread_local! {
+    /// Whether every expression compiled since [`noting_simplicity`] began
+    /// is simple; none: nobody is asking.
+    static SIMPLE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `build`, noting whether every expression it compiles is simple.
+pub fn noting_simplicity<T>(build: impl FnOnce() -> T) -> (T, bool) {
+    let outer = SIMPLE.with(|s| s.replace(Some(true)));
+    let built = build();
+    let simple = SIMPLE.with(|s| s.replace(outer)).unwrap_or(true);
+    if let Some(outer) = outer {
+        SIMPLE.with(|s| s.set(Some(outer && simple)));
+    }
+    (built, simple)
+}
+
+/// Names a simple expression may use: paths, literals, operators,
+/// conditionals, and functions whose work is linear in their input.
+const SIMPLE_NAMES: &[&str] = &[
+    "if",
+    "then",
+    "elif",
+    "else",
+    "end",
+    "and",
+    "or",
+    "not",
+    "null",
+    "true",
+    "false",
+    "length",
+    "keys",
+    "keys_unsorted",
+    "has",
+    "tostring",
+    "tonumber",
+    "ascii_downcase",
+    "ascii_upcase",
+    "type",
+    "select",
+    "map",
+    "map_values",
+    "add",
+    "join",
+    "first",
+    "last",
+    "to_entries",
+    "from_entries",
+    "with_entries",
+    "floor",
+    "ceil",
+    "round",
+    "empty",
+    "error",
+    "values",
+    "nulls",
+    "strings",
+    "numbers",
+    "arrays",
+    "objects",
+    "booleans",
+    "iterables",
+    "scalars",
+    "any",
+    "all",
+    "startswith",
+    "endswith",
+    "ltrimstr",
+    "rtrimstr",
+    "utf8bytelength",
+];
+
+/// Whether `source` is simple: written only of paths (not `..`), literals,
+/// operators, `if`, and the functions of [`SIMPLE_NAMES`] — no definitions,
+/// variables, reductions, loops, recursion, formats or costly natives. Its
+/// time is then bounded by its input's size, and its recursion by the
+/// source's nesting. Conservative: anything unsure is not simple.
+pub fn is_simple(source: &str) -> bool {
+    let bytes = source.as_bytes();
+    let mut i = 0;
+    let mut after_dot = false;
+    while i < bytes.len() {
+        let c = bytes[i];
+        match c {
+            b'.' if bytes.get(i + 1) == Some(&b'.') => return false,
+            b'.' => {
+                after_dot = true;
+                i += 1;
+                continue;
+            }
+            b'$' | b'@' | b'#' => return false,
+            b'0'..=b'9' => {
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                let key = source[i..].trim_start().starts_with(':');
+                if !after_dot && !key && !SIMPLE_NAMES.contains(&&source[start..i]) {
+                    return false;
+                }
+            }
+            // A string literal is data; one that interpolates is not simple.
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    if bytes[i] == b'\\' {
+                        if bytes.get(i + 1) == Some(&b'(') {
+                            return false;
+                        }
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+        after_dot = false;
+    }
+    true
 }
 
 /// The node ids an expression reads through `.nodes.<id>`, or `None` when it
@@ -1003,6 +1136,40 @@ mod tests {
             let e = Expr::compile(source).unwrap_err();
             assert!(e.contains("reserved"), "{source}: {e}");
         }
+    }
+
+    #[test]
+    fn simple_expressions_are_paths_literals_operators_and_linear_functions() {
+        for simple in [
+            ".input.amount > 100",
+            ".nodes.charge.output.status == 200 and .input.retry != true",
+            "{id: .input.id, total: (.input.items | map(.price) | add)}",
+            "if .input.a then \"yes\" else .nodes[\"b-2\"].output end",
+            ".input.items[] | select(.qty >= 1e3)",
+            "1.5e10 + .x",
+        ] {
+            assert!(is_simple(simple), "{simple}");
+        }
+        for costly in [
+            "def f(x): f(x); f(0)",
+            "reduce .[] as $i (0; . + $i)",
+            "[range(1e9)]",
+            "..",
+            ".input | tojson",
+            ".input.s | test(\"a+\")",
+            ".input | sort",
+            "[limit(3; repeat(1))]",
+            "@base64",
+            "env",
+            ".a as $x | $x",
+            "\"x\" | recurse",
+        ] {
+            assert!(!is_simple(costly), "{costly}");
+        }
+        let (_, all) = noting_simplicity(|| (Expr::compile(".a"), Expr::compile(".b + 1")));
+        assert!(all);
+        let (_, all) = noting_simplicity(|| (Expr::compile(".a"), Expr::compile("[range(3)]")));
+        assert!(!all);
     }
 
     #[test]
