@@ -174,42 +174,6 @@ impl LeaseManager {
             .await?;
         Ok(client.query_opt(&stmt, &[&run_id, &task_id, &owner, &attempt]).await?.is_some())
     }
-
-    /// [`LeaseManager::holds`], and when not, whether the run exists at all
-    /// (a report for a run that is gone is dropped by the worker, one whose
-    /// lease is lost is refused): one read of two primary keys, taking no
-    /// lock, so it is safe anywhere; the engine checks the attempt again
-    /// under the run's lock.
-    pub async fn holder(&self, run_id: Uuid, task_id: Uuid, owner: &str, attempt: i32) -> Result<Holder> {
-        let client = crate::client(&self.pool).await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM task_instances
-                                 WHERE run_id = $1 AND id = $2 AND attempt = $4 AND state = 'RUNNING'
-                                   AND lease_owner = $3) AS held,
-                        EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1) AS run",
-            )
-            .await?;
-        let row = client.query_one(&stmt, &[&run_id, &task_id, &owner, &attempt]).await?;
-        Ok(match (row.try_get("held")?, row.try_get("run")?) {
-            (true, _) => Holder::Owner,
-            (false, true) => Holder::NotOwner,
-            (false, false) => Holder::NoRun,
-        })
-    }
-}
-
-/// Whether a worker holds a task's lease, as [`LeaseManager::holder`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Holder {
-    /// `owner` holds the lease of that attempt.
-    Owner,
-    /// The run exists, but `owner` does not hold the lease of that attempt
-    /// (another worker does, nobody does, or the task is at another
-    /// attempt or ended).
-    NotOwner,
-    /// There is no such run.
-    NoRun,
 }
 
 /// Which tasks [`lease`] may take: PENDING ones, or RUNNING ones whose lease
