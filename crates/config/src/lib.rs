@@ -7,6 +7,10 @@
 //! and the binary flattens them into its subcommands. [`defaults`] builds the
 //! same struct from those attributes alone, so a library user or a test gets
 //! exactly the defaults the binary has.
+//!
+//! - [`auth`]: bearer tokens compared in constant time.
+
+pub mod auth;
 
 use clap::{Args, Command, FromArgMatches};
 

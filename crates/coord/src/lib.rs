@@ -13,11 +13,9 @@
 //! - [`schedules`]: the timer loop's pass that fires schedules.
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop.
-//! - [`auth`]: bearer tokens compared in constant time.
 //! - `ui`: the web UI at `/ui`.
 //! - [`Config`] (`config`): every setting, its flag, variable and default.
 
-pub mod auth;
 mod config;
 pub mod coordinator;
 pub mod engine;

@@ -65,6 +65,15 @@ pub struct Options {
     /// Serve `/metrics` and `/healthz` here (off when unset).
     #[arg(id = "worker_listen", long = "worker-listen", value_name = "ADDR", env = "COMPOSER_WORKER_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
+    /// The bearer token `/metrics` takes when set (it names workflows and
+    /// queues); `/healthz` stays open for a liveness probe.
+    #[arg(
+        id = "worker_metrics_token",
+        long = "worker-metrics-token",
+        env = "COMPOSER_METRICS_TOKEN",
+        hide_env_values = true
+    )]
+    pub metrics_token: Option<String>,
     #[arg(skip = Duration::from_secs(2))]
     pub block: Duration,
     #[arg(skip = 8usize)]

@@ -1,9 +1,10 @@
 //! The worker's own HTTP endpoint (`COMPOSER_WORKER_LISTEN`): `/metrics` for
-//! a scraper and `/healthz` for a liveness probe. Off unless configured.
+//! a scraper (behind `COMPOSER_METRICS_TOKEN` when it is set) and `/healthz`
+//! for a liveness probe. Off unless configured.
 
 use std::net::SocketAddr;
 
-use axum::http::header;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -12,17 +13,28 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 
 /// Binds `addr` (so a bad address fails the start) and serves until `shutdown`.
-pub async fn serve(addr: SocketAddr, worker: String, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn serve(
+    addr: SocketAddr,
+    worker: String,
+    token: Option<String>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
-    let app = Router::new()
-        .route(
-            "/metrics",
-            get(|| async { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], composer_metrics::render()) }),
-        )
-        .route(
-            "/healthz",
-            get(move || async move { Json(serde_json::json!({"status": "ok", "worker": worker})).into_response() }),
-        );
+    let metrics = move |headers: HeaderMap| async move {
+        if let Some(expected) = token.as_deref().filter(|t| !t.is_empty()) {
+            let given = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
+            if !composer_config::auth::bearer_matches(given, expected) {
+                let body = serde_json::json!({"error": {"code": "unauthorized",
+                    "message": "/metrics needs the bearer token COMPOSER_METRICS_TOKEN"}});
+                return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+            }
+        }
+        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], composer_metrics::render()).into_response()
+    };
+    let app = Router::new().route("/metrics", get(metrics)).route(
+        "/healthz",
+        get(move || async move { Json(serde_json::json!({"status": "ok", "worker": worker})).into_response() }),
+    );
     tracing::info!(%addr, "worker serving /metrics and /healthz");
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {

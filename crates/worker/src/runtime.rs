@@ -139,7 +139,7 @@ pub async fn run(
         1.0,
     );
     if let Some(addr) = o.listen {
-        crate::listen::serve(addr, ctx.id.clone(), shutdown.clone()).await?;
+        crate::listen::serve(addr, ctx.id.clone(), o.metrics_token.clone(), shutdown.clone()).await?;
     }
 
     let lease_queue = Arc::new(tokio::sync::Mutex::new(lease_queue));

@@ -72,3 +72,38 @@ async fn a_worker_serves_metrics_and_health_and_the_new_metrics_are_scraped() {
     assert!(coord.contains(named) || coord.contains(folded), "the coordinator's metrics lack {named}");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_workers_metrics_are_closed_to_a_caller_without_the_token_when_one_is_set() {
+    let mut e =
+        composer_testkit::Engine::with(composer_testkit::EngineOptions { workers: 0, ..Default::default() }).await;
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut config = e.worker_config("guarded", 1);
+    config.options.listen = Some(addr);
+    config.options.metrics_token = Some("a-token-for-prometheus".into());
+    e.spawn_worker(composer_worker::Worker::new(config));
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("http://{addr}{path}");
+    let mut health = None;
+    for _ in 0..100 {
+        if let Ok(r) = http.get(url("/healthz")).send().await {
+            health = Some(r.status().as_u16());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(health, Some(200), "a liveness probe needs no token");
+    let open = http.get(url("/metrics")).send().await.unwrap();
+    assert_eq!(open.status().as_u16(), 401);
+    let body: serde_json::Value = open.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+    let wrong = http.get(url("/metrics")).bearer_auth("a-token-for-prometheux").send().await.unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let right = http.get(url("/metrics")).bearer_auth("a-token-for-prometheus").send().await.unwrap();
+    assert_eq!(right.status().as_u16(), 200);
+    assert!(right.text().await.unwrap().contains("role=\"worker\""));
+    e.stop().await;
+}

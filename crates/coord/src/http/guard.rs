@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Response};
 use composer_api::ErrorDetail;
 
 use super::error::{ApiError, ErrorCause};
-use crate::auth::bearer_matches;
 use crate::shared::Shared;
+use composer_config::auth::bearer_matches;
 
 /// Paths any `Host` may ask for: probes come with the pod's address or a
 /// name nobody configured, and the answers carry no data.

@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::doc::Status;
 use super::error::{ApiError, ApiResult};
-use crate::auth::bearer_matches;
 use crate::shared::Shared;
+use composer_config::auth::bearer_matches;
 
 /// Liveness: the process answers.
 #[utoipa::path(

@@ -33,8 +33,8 @@ use uuid::Uuid;
 
 use self::html::{badge, clip, esc, json_details, page, url_enc};
 use self::session::LoginThrottle;
-use crate::auth::tokens_match;
 use crate::shared::Shared;
+use composer_config::auth::tokens_match;
 
 /// What the UI of one coordinator keeps in memory.
 struct UiState {

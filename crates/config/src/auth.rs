@@ -1,5 +1,5 @@
-//! Bearer tokens for `/v1` (users), `/internal` (workers) and `/metrics`,
-//! and the UI's login.
+//! Comparing bearer tokens: the coordinator's `/v1` (users), `/internal`
+//! (workers), `/metrics` and UI login, and the worker's own `/metrics`.
 
 use ring::digest::{digest, SHA256};
 
