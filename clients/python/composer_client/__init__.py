@@ -1,0 +1,79 @@
+"""A Python client of Composer, the distributed workflow engine: the API
+client (:class:`Client`) and a worker for custom node types
+(:mod:`composer_client.worker`). Standard library only.
+
+    from composer_client import Client, NotFound
+
+    client = Client("http://127.0.0.1:8080", token=None)
+    run = client.start_run("hello", input={"name": "Ada"})
+    print(client.wait(run["id"], timeout=60)["status"])
+
+Log records go to loggers under ``composer_client`` (``composer_client.worker``,
+``composer_client.http``); the package adds no handler of its own beyond a
+``NullHandler``.
+"""
+
+import logging
+
+from ._version import __version__
+from .client import Client, RunId
+from .errors import (
+    ComposerError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+    WaitTimeout,
+)
+from .types import (
+    TERMINAL,
+    EventSent,
+    HistoryEntry,
+    HistoryKind,
+    HistoryPage,
+    ItemPage,
+    MapProgress,
+    Registered,
+    Run,
+    RunPage,
+    RunStatus,
+    RunSummary,
+    RunTask,
+    TaskState,
+    Workflow,
+    WorkflowVersion,
+    parse_time,
+)
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+__all__ = [
+    "TERMINAL",
+    "Client",
+    "ComposerError",
+    "Conflict",
+    "EventSent",
+    "HistoryEntry",
+    "HistoryKind",
+    "HistoryPage",
+    "InvalidRequest",
+    "ItemPage",
+    "MapProgress",
+    "NotFound",
+    "Registered",
+    "Run",
+    "RunId",
+    "RunPage",
+    "RunStatus",
+    "RunSummary",
+    "RunTask",
+    "TaskState",
+    "Unauthorized",
+    "Unavailable",
+    "WaitTimeout",
+    "Workflow",
+    "WorkflowVersion",
+    "__version__",
+    "parse_time",
+]

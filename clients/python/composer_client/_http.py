@@ -1,0 +1,113 @@
+"""JSON over HTTP with urllib: one request, its answer decoded, an error
+answer (or none) turned into the exception of its status."""
+
+import http.client
+import json
+import logging
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from .errors import ComposerError, Unavailable, error_for_status
+
+__all__ = ["Transport"]
+
+log = logging.getLogger("composer_client.http")
+
+_NO_BODY = object()
+
+
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: not worth parsing here
+
+
+def _error_of(status: int, reason: str, body: bytes, retry_after: Optional[str]) -> ComposerError:
+    """The exception of an error answer: its ``{"error": {"code", "message"}}``,
+    or, for an answer that is not the API's (a proxy's page), its reason."""
+    code, message = "http_error", reason or f"HTTP {status}"
+    try:
+        detail = json.loads(body)["error"]
+        if isinstance(detail.get("code"), str) and isinstance(detail.get("message"), str):
+            code, message = detail["code"], detail["message"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        text = body[:200].decode("utf-8", "replace").strip()
+        if text:
+            message = f"{message}: {text}"
+    return error_for_status(status, code, message, _retry_after(retry_after))
+
+
+class Transport:
+    """Sends requests to one server. A token is sent as ``Authorization:
+    Bearer`` and never appears in an error or a log line."""
+
+    def __init__(self, url: str, token: Optional[str], timeout: float, user_agent: str) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"url must be http:// or https:// with a host, got {url!r}")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.user_agent = user_agent
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = _NO_BODY,
+        query: Optional[Mapping[str, Any]] = None,
+        timeout: Optional[float] = None,
+    ) -> tuple[int, Any]:
+        """Sends one request; returns the status and the decoded answer, or
+        raises the ``ComposerError`` of an error answer (``Unavailable`` when
+        none came)."""
+        url = self.url + path
+        if query:
+            pairs = [(k, str(v)) for k, v in query.items() if v is not None]
+            if pairs:
+                url += "?" + urllib.parse.urlencode(pairs)
+        data = None if body is _NO_BODY else json.dumps(body, allow_nan=False).encode("utf-8")
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        req.add_header("User-Agent", self.user_agent)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", "Bearer " + self.token)
+        began = time.monotonic()
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            with e:
+                raw = e.read()
+            error = _error_of(e.code, str(e.reason), raw, e.headers.get("Retry-After"))
+            log.debug("%s %s -> %d %s in %.0fms", method, path, e.code, error.code, (time.monotonic() - began) * 1000)
+            raise error from None
+        except urllib.error.URLError as e:
+            reason = e.reason
+            code = "timeout" if isinstance(reason, (socket.timeout, TimeoutError)) else "unreachable"
+            raise Unavailable(None, code, f"{method} {path}: {reason}") from None
+        except (socket.timeout, TimeoutError):
+            waited = timeout or self.timeout
+            raise Unavailable(None, "timeout", f"{method} {path}: no answer within {waited:g}s") from None
+        except (OSError, http.client.HTTPException) as e:
+            # A connection reset mid-answer, a malformed status line …
+            raise Unavailable(None, "unreachable", f"{method} {path}: {type(e).__name__}: {e}") from None
+        log.debug("%s %s -> %d in %.0fms", method, path, status, (time.monotonic() - began) * 1000)
+        if not raw:
+            return status, None
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            message = f"{method} {path}: the answer is not JSON: {raw[:200]!r}"
+            raise ComposerError(status, "http_error", message) from None

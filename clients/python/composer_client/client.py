@@ -1,0 +1,270 @@
+"""The API client: workflows, runs, events and run control.
+
+Usage::
+
+    from composer_client import Client
+
+    client = Client("http://127.0.0.1:8080", token)
+    client.register_workflow({"name": "hello", "nodes": [...]})
+    run = client.start_run("hello", input={"name": "Ada"})
+    done = client.wait(run["id"], timeout=60)
+    print(done["status"], done.get("output"))
+"""
+
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any, Optional, Union, cast
+
+from ._http import Transport
+from ._version import __version__
+from .errors import Unavailable, WaitTimeout
+from .types import (
+    TERMINAL,
+    EventSent,
+    HistoryEntry,
+    HistoryPage,
+    ItemPage,
+    Registered,
+    Run,
+    RunPage,
+    RunSummary,
+    RunTask,
+    Workflow,
+    WorkflowVersion,
+)
+
+__all__ = ["Client", "RunId"]
+
+RunId = Union[str, uuid.UUID]
+"""A run's id: its UUID, as a string or a ``uuid.UUID``."""
+
+_LONG_POLL = 30.0
+"""How long each ``GET /v1/runs/{id}?wait=`` of ``wait`` asks for (the
+server answers at most 60 s later)."""
+
+
+def _seg(value: Union[str, int, uuid.UUID]) -> str:
+    """One path segment, quoted: a name or id can never reach another route."""
+    return urllib.parse.quote(str(value), safe="")
+
+
+def _wait_param(seconds: float) -> str:
+    """A ``?wait=`` the server takes: ``1s`` to ``60s``, or ``1ms`` to ``999ms``."""
+    if seconds >= 1:
+        return f"{min(int(seconds), 60)}s"
+    return f"{max(1, int(seconds * 1000))}ms"
+
+
+class Client:
+    """A client of one Composer API (a coordinator, or several behind one URL).
+
+    ``token`` is the API token (``COMPOSER_API_TOKEN``), sent as a bearer
+    token; ``timeout`` bounds each request in seconds (a long-poll gets its
+    wait on top). Every method raises a ``ComposerError`` subclass when the
+    server refuses or does not answer: ``NotFound``, ``Conflict``,
+    ``InvalidRequest``, ``Unauthorized``, ``Unavailable``.
+
+    A client holds no connection and no state but its settings: one may be
+    shared by threads.
+    """
+
+    def __init__(self, url: str, token: Optional[str] = None, *, timeout: float = 30.0) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self._http = Transport(url, token, timeout, f"composer-client-python/{__version__}")
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        return self._http.url
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    # -- workflows ---------------------------------------------------------
+
+    def register_workflow(self, definition: Mapping[str, Any]) -> Registered:
+        """Registers a definition (``{"name", "nodes", "edges"?, "output"?, …}``):
+        a new version when it differs from the latest (``created`` true), the
+        latest otherwise. An invalid definition raises ``InvalidRequest``
+        (code ``invalid_definition``) naming the node and field."""
+        status, body = self._http.request("POST", "/v1/workflows", dict(definition))
+        registered = cast(Registered, body)
+        registered["created"] = status == 201
+        return registered
+
+    def get_workflow(self, name: str, version: Optional[int] = None) -> Workflow:
+        """A workflow's latest version (or ``version``) with its definition;
+        the latest also lists its newest versions."""
+        path = f"/v1/workflows/{_seg(name)}"
+        if version is not None:
+            path += f"/versions/{_seg(version)}"
+        return cast(Workflow, self._http.request("GET", path)[1])
+
+    def list_workflows(self) -> list[WorkflowVersion]:
+        """The latest version of every workflow."""
+        return cast(list[WorkflowVersion], self._http.request("GET", "/v1/workflows")[1]["workflows"])
+
+    # -- runs ----------------------------------------------------------------
+
+    def start_run(
+        self,
+        workflow: str,
+        input: Any = None,
+        version: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> RunSummary:
+        """Starts a run of ``workflow`` (its latest version, or ``version``)
+        with ``input`` (any JSON value; ``{}`` when ``None``). With
+        ``idempotency_key``, a second start with the same key returns the
+        first run; the same key with another input raises
+        ``InvalidRequest`` (422, ``idempotency_key_reused``)."""
+        body: dict[str, Any] = {"workflow": workflow}
+        if input is not None:
+            body["input"] = input
+        if version is not None:
+            body["version"] = version
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        return cast(RunSummary, self._http.request("POST", "/v1/runs", body)[1])
+
+    def get_run(self, run_id: RunId, wait: Optional[float] = None) -> Run:
+        """A run with its input, output and tasks. With ``wait`` (seconds, at
+        most 60), the server holds the answer until the run ends or ``wait``
+        passes."""
+        query = None
+        timeout = None
+        if wait is not None and wait > 0:
+            query = {"wait": _wait_param(wait)}
+            timeout = self._http.timeout + min(wait, 60.0)
+        return cast(Run, self._http.request("GET", f"/v1/runs/{_seg(run_id)}", query=query, timeout=timeout)[1])
+
+    def wait(self, run_id: RunId, timeout: Optional[float] = None) -> Run:
+        """Waits for the run to end (SUCCEEDED, FAILED or CANCELLED) and
+        returns it; raises ``WaitTimeout`` (a ``TimeoutError``, carrying the
+        run as last seen) after ``timeout`` seconds, or never when it is
+        ``None``. It long-polls ``GET /v1/runs/{id}?wait=30s``, so an end is
+        seen at once, and rides out a server that is briefly unavailable
+        (503, a restart) until the timeout."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        backoff = 0.25
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            step = _LONG_POLL if remaining is None else max(0.0, min(_LONG_POLL, remaining))
+            asked = time.monotonic()
+            try:
+                run = self.get_run(run_id, wait=step)
+            except Unavailable as e:
+                pause = max(backoff, e.retry_after or 0.0)
+                if deadline is not None and time.monotonic() + pause >= deadline:
+                    raise
+                time.sleep(pause)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.25
+            if run["status"] in TERMINAL:
+                return run
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(str(run_id), timeout or 0.0, run)
+            if time.monotonic() - asked < min(step, 1.0) / 2:
+                # Answered early without an end (a server stopping): not a hot loop.
+                time.sleep(0.2)
+
+    def list_runs(
+        self,
+        workflow: Optional[str] = None,
+        status: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+        parent_run_id: Optional[RunId] = None,
+    ) -> RunPage:
+        """A page of runs, newest first (summaries: no input, output or
+        tasks), of ``workflow`` and in ``status`` when given; ``limit`` is 1
+        to 1000 (default 50). Pass the page's ``next_cursor`` as ``cursor``
+        for the next one; it is ``None`` on the last page."""
+        query = {
+            "workflow": workflow,
+            "status": status,
+            "limit": limit,
+            "cursor": cursor,
+            "parent_run_id": None if parent_run_id is None else str(parent_run_id),
+        }
+        return cast(RunPage, self._http.request("GET", "/v1/runs", query=query)[1])
+
+    def iter_runs(
+        self,
+        workflow: Optional[str] = None,
+        status: Optional[str] = None,
+        page_size: Optional[int] = None,
+        parent_run_id: Optional[RunId] = None,
+    ) -> Iterator[RunSummary]:
+        """Every run that ``list_runs`` would list, newest first, fetching
+        the pages as it goes."""
+        cursor: Optional[str] = None
+        while True:
+            page = self.list_runs(workflow, status, page_size, cursor, parent_run_id)
+            yield from page["runs"]
+            cursor = page["next_cursor"]
+            if not cursor or not page["runs"]:
+                return
+
+    def iter_run_events(
+        self, run_id: RunId, after: Optional[int] = None, page_size: Optional[int] = None
+    ) -> Iterator[HistoryEntry]:
+        """A run's history, oldest first (after the line ``after``), fetching
+        its pages as it goes."""
+        while True:
+            query = {"after": after, "limit": page_size}
+            page = cast(HistoryPage, self._http.request("GET", f"/v1/runs/{_seg(run_id)}/events", query=query)[1])
+            yield from page["events"]
+            after = page["next_after"]
+            if after is None or not page["events"]:
+                return
+
+    def run_events(self, run_id: RunId) -> list[HistoryEntry]:
+        """A run's whole history, oldest first: every page."""
+        return list(self.iter_run_events(run_id))
+
+    def iter_map_items(self, run_id: RunId, node: str, page_size: Optional[int] = None) -> Iterator[RunTask]:
+        """The items of the run's MAP node ``node``, by index."""
+        after: Optional[int] = None
+        while True:
+            query = {"node": node, "after": after, "limit": page_size}
+            page = cast(ItemPage, self._http.request("GET", f"/v1/runs/{_seg(run_id)}/items", query=query)[1])
+            yield from page["items"]
+            after = page["next_after"]
+            if after is None or not page["items"]:
+                return
+
+    # -- events and control -------------------------------------------------
+
+    def send_event(self, name: str, key: str, payload: Any = None) -> EventSent:
+        """Sends the event ``name`` for the steps waiting on ``key``
+        (WAIT_FOR_EVENT): ``payload`` becomes their output. With none
+        waiting it is kept for one to come (``buffered``)."""
+        body = {"name": name, "key": key, "payload": payload}
+        return cast(EventSent, self._http.request("POST", "/v1/events", body)[1])
+
+    def _control(self, run_id: RunId, action: str) -> Run:
+        return cast(Run, self._http.request("POST", f"/v1/runs/{_seg(run_id)}/{action}")[1])
+
+    def cancel(self, run_id: RunId) -> Run:
+        """Cancels a running, paused or queued run: its open steps are
+        cancelled. ``Conflict`` when it already ended."""
+        return self._control(run_id, "cancel")
+
+    def retry(self, run_id: RunId) -> Run:
+        """Runs a FAILED (or CANCELLED) run again from its failed steps, on
+        the same version. ``Conflict`` otherwise."""
+        return self._control(run_id, "retry")
+
+    def pause(self, run_id: RunId) -> Run:
+        """Pauses a RUNNING run: steps already started finish, nothing new
+        starts until ``resume``. ``Conflict`` in any other status."""
+        return self._control(run_id, "pause")
+
+    def resume(self, run_id: RunId) -> Run:
+        """Resumes a PAUSED run. ``Conflict`` in any other status."""
+        return self._control(run_id, "resume")

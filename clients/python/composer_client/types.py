@@ -1,0 +1,208 @@
+"""What the API answers, as ``TypedDict`` s: the server's JSON as it came,
+checked by a type checker, with nothing converted at run time.
+
+Keys the server always sends are required (a nullable one is
+``Optional``); keys it leaves out when they have no value (``output``,
+``trigger``, ``parent_run_id`` …) are not. Timestamps are RFC 3339 strings
+in UTC (``parse_time`` makes a ``datetime`` of one); ids are UUID strings.
+"""
+
+from datetime import datetime, timezone
+from typing import Any, Literal, Optional, TypedDict
+
+__all__ = [
+    "TERMINAL",
+    "EventSent",
+    "HistoryEntry",
+    "HistoryKind",
+    "HistoryPage",
+    "ItemPage",
+    "MapProgress",
+    "Registered",
+    "Run",
+    "RunPage",
+    "RunStatus",
+    "RunSummary",
+    "RunTask",
+    "TaskState",
+    "Workflow",
+    "WorkflowVersion",
+    "parse_time",
+]
+
+RunStatus = Literal["QUEUED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED"]
+"""A run's status; it ends SUCCEEDED, FAILED or CANCELLED (``TERMINAL``)."""
+
+TERMINAL: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+"""The statuses a run ends in."""
+
+TaskState = Literal["QUEUED", "PENDING", "RUNNING", "WAITING", "COMPLETED", "FAILED", "SKIPPED", "CANCELLED"]
+"""A task's state."""
+
+HistoryKind = Literal[
+    "RunStarted",
+    "TaskDispatched",
+    "TaskWaiting",
+    "TaskRetryScheduled",
+    "TaskCompleted",
+    "TaskFailed",
+    "TaskSkipped",
+    "TaskCancelled",
+    "RunSucceeded",
+    "RunFailed",
+    "RunCancelled",
+    "RunRetried",
+    "RunPaused",
+    "RunResumed",
+    "EventIgnored",
+    "MapStarted",
+]
+"""What a line of a run's history records."""
+
+
+class MapProgress(TypedDict):
+    """A MAP task's item counts: ``queued + open + completed + failed == total``."""
+
+    total: int
+    queued: int
+    open: int
+    completed: int
+    failed: int
+
+
+class _RunTaskRequired(TypedDict):
+    id: str
+    node_id: str
+    node_type: str
+    state: TaskState
+    attempt: int
+    input: Any
+    output: Any
+    error: Optional[str]
+    wake_at: Optional[str]
+    started_at: Optional[str]
+    finished_at: Optional[str]
+
+
+class RunTask(_RunTaskRequired, total=False):
+    """One task of a run (a node's, or a MAP item's: ``ship_each[3]``)."""
+
+    parent_task_id: str
+    item_index: int
+    progress: MapProgress
+
+
+class _RunSummaryRequired(TypedDict):
+    id: str
+    workflow: str
+    version: int
+    workflow_id: str
+    status: RunStatus
+    error: Optional[str]
+    created_at: str
+    updated_at: str
+    finished_at: Optional[str]
+
+
+class RunSummary(_RunSummaryRequired, total=False):
+    """A run as lists show it: no input, output or tasks."""
+
+    trigger: Any
+    """What started it when not an API call: ``{"schedule", "fire_time"}``."""
+    parent_run_id: str
+    parent_task_id: str
+
+
+class _RunRequired(RunSummary):
+    input: Any
+    tasks: list[RunTask]
+
+
+class Run(_RunRequired, total=False):
+    """A run with its input, its tasks and (once it has one) its output."""
+
+    output: Any
+
+
+class RunPage(TypedDict):
+    """A page of ``GET /v1/runs``, newest first."""
+
+    runs: list[RunSummary]
+    next_cursor: Optional[str]
+
+
+class ItemPage(TypedDict):
+    """A page of a MAP's items, by index."""
+
+    items: list[RunTask]
+    next_after: Optional[int]
+
+
+class HistoryEntry(TypedDict):
+    """One line of a run's history."""
+
+    seq: int
+    type: HistoryKind
+    payload: Any
+    created_at: str
+
+
+class HistoryPage(TypedDict):
+    """A page of a run's history, oldest first."""
+
+    events: list[HistoryEntry]
+    next_after: Optional[int]
+
+
+class WorkflowVersion(TypedDict):
+    """A version of a workflow definition, without the definition."""
+
+    id: str
+    name: str
+    version: int
+    created_at: str
+
+
+class Registered(WorkflowVersion):
+    """What registering a definition did: ``created`` is true for a new
+    version (201) and false when it was identical to the latest (200)."""
+
+    created: bool
+
+
+class _WorkflowRequired(WorkflowVersion):
+    spec: dict[str, Any]
+
+
+class Workflow(_WorkflowRequired, total=False):
+    """A version with its definition (``spec``, as the server normalised
+    it); the latest one also lists a page of ``versions``, newest first, and
+    ``versions_next`` when there are more."""
+
+    versions: list[WorkflowVersion]
+    versions_next: Optional[int]
+
+
+class EventSent(TypedDict):
+    """What sending an event did: ``matched`` waiting tasks completed, or
+    ``buffered`` when none waited (it is kept for one to come)."""
+
+    matched: int
+    buffered: bool
+
+
+def parse_time(value: str) -> datetime:
+    """A timestamp of the API (``2026-01-02T03:04:05.123456789Z``) as an
+    aware ``datetime`` in UTC (to the microsecond)."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    # datetime before 3.11 takes at most 6 digits of fraction.
+    head, dot, rest = text.partition(".")
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = head + "." + (rest[:digits][:6]).ljust(6, "0") + rest[digits:]
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)

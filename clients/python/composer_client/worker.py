@@ -1,0 +1,422 @@
+"""A Composer worker in Python: runs steps of custom node types with only the
+coordinator's URL and the worker token (no database, no Redis).
+
+    from composer_client.worker import Worker, TaskError
+
+    def resize(task):
+        if task.input["size"] > 4096:
+            raise TaskError("too large", retryable=False)
+        return {"resized": task.input["size"]}
+
+    Worker("http://127.0.0.1:8080", token).handle("resize-image", resize).run()
+
+The worker long-polls ``POST /v1/tasks/poll`` for the queues it serves,
+runs each task on a thread of its own while a heartbeat keeps the lease,
+and completes or fails it. A handler's return value is the step's output
+(any JSON value); an exception fails the attempt (retried under the node's
+retry policy unless it is a ``TaskError`` with ``retryable=False``). When
+the lease is lost (the worker stalled past the lease and another worker took
+the task, or the run was cancelled), ``task.cancelled`` is set and the result
+is dropped.
+
+``run()`` stops on SIGINT/SIGTERM (or ``stop()``): no new polls, running
+tasks finish and report, then it returns. Secret references in an input
+(``${ .secrets.NAME }``) are resolved from ``COMPOSER_SECRET_NAME`` in the
+worker's environment, as the Rust worker does, and scrubbed from outputs and
+error messages.
+
+It logs to ``composer_client.worker``: INFO when it starts and stops,
+DEBUG when each task starts and ends, WARNING for a lost lease, a report
+being retried and a failed poll, ERROR for a result no coordinator took.
+No record carries a task's input or a secret's value.
+"""
+
+import json
+import logging
+import os
+import random
+import re
+import signal
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Callable, Optional
+
+from ._http import Transport
+from ._version import __version__
+from .errors import ComposerError, Conflict, NotFound, Unavailable
+
+__all__ = ["Handler", "LeaseLost", "Task", "TaskError", "Worker"]
+
+JSON = Any
+Handler = Callable[["Task"], JSON]
+"""A task handler: takes the task, returns its output (any JSON value)."""
+
+log = logging.getLogger("composer_client.worker")
+
+_RUN_NOT_FOUND = "run_not_found"
+
+
+class TaskError(Exception):
+    """Fails the attempt; ``retryable=False`` fails the step for good."""
+
+    def __init__(self, message: str, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
+class LeaseLost(Exception):
+    """The worker no longer holds the task's lease: drop the result. A
+    handler may raise it (after seeing ``task.cancelled``) to stop early."""
+
+
+@dataclass
+class Task:
+    """A leased task. ``input`` is the node's evaluated config, its secret
+    references resolved. ``cancelled`` is set when the lease is lost: the
+    result will be dropped, so a long handler may stop early."""
+
+    id: str
+    run_id: str
+    attempt: int
+    node_id: str
+    node_type: str
+    queue: str
+    input: JSON = field(repr=False)
+    lease_ttl_ms: int
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    @classmethod
+    def _of(cls, leased: dict[str, Any]) -> "Task":
+        """A task from the poll's answer (fields it does not know are left)."""
+        return cls(
+            id=str(leased["id"]),
+            run_id=str(leased["run_id"]),
+            attempt=int(leased["attempt"]),
+            node_id=str(leased["node_id"]),
+            node_type=str(leased["node_type"]),
+            queue=str(leased["queue"]),
+            input=leased.get("input"),
+            lease_ttl_ms=int(leased["lease_ttl_ms"]),
+        )
+
+
+_SECRET = re.compile(r"\$\$\{|\$\{\s*\.secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
+
+
+def _resolve(value: JSON, used: list[str]) -> JSON:
+    """Replaces secret references in strings; ``$${`` is the text ``${``."""
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+
+        def sub(m: "re.Match[str]") -> str:
+            if m.group(0) == "$${":
+                return "${"
+            name = m.group(1)
+            secret = os.environ.get("COMPOSER_SECRET_" + name)
+            if secret is None:
+                raise TaskError(
+                    f"unknown secret {name}: set COMPOSER_SECRET_{name} in the worker's environment",
+                    retryable=False,
+                )
+            if secret not in used:
+                used.append(secret)
+            return secret
+
+        return _SECRET.sub(sub, value)
+    if isinstance(value, list):
+        return [_resolve(v, used) for v in value]
+    if isinstance(value, dict):
+        return {k.replace("$${", "${"): _resolve(v, used) for k, v in value.items()}
+    return value
+
+
+def _scrub(value: JSON, secrets: list[str]) -> JSON:
+    """Replaces the secret values used anywhere in ``value``."""
+    secrets = [s for s in secrets if len(s) >= 3]
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for s in secrets:
+            value = value.replace(s, "[secret]")
+        return value
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class _Outcome:
+    """A handler's result: an output to complete with, or an error to fail with."""
+
+    output: JSON = None
+    error: Optional[str] = None
+    retryable: bool = True
+    kind_of_error: str = "TaskError"
+    """What to log instead of ``error``, whose text may hold input."""
+    frames: Optional[str] = field(default=None, repr=False)
+    """Where a handler's exception was raised: files, lines and code, no values."""
+
+    @property
+    def kind(self) -> str:
+        return "complete" if self.error is None else "fail"
+
+
+class Worker:
+    """Serves node types on queues of one Composer coordinator (or several
+    behind one URL)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: Optional[str] = None,
+        *,
+        worker_id: Optional[str] = None,
+        queues: Optional[list[str]] = None,
+        concurrency: int = 4,
+        poll_wait: float = 20.0,
+        request_timeout: float = 10.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if concurrency > 100:
+            raise ValueError("concurrency must be at most 100 (the most one poll leases)")
+        self._http = Transport(url, token, request_timeout, f"composer-client-python/{__version__} (worker)")
+        self.url = self._http.url
+        self.worker_id = worker_id or f"py-{socket.gethostname()}-{os.getpid()}"[:128]
+        self.queues = list(queues or ["default"])
+        self.concurrency = concurrency
+        self.poll_wait = max(0.0, min(poll_wait, 60.0))
+        self.request_timeout = request_timeout
+        self._handlers: dict[str, Handler] = {}
+        self._stop = threading.Event()
+        self._slots = threading.Semaphore(concurrency)
+        self._threads: list[threading.Thread] = []
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Worker({self.url!r}, worker_id={self.worker_id!r}, queues={self.queues!r})"
+
+    def handle(self, node_type: str, fn: Handler) -> "Worker":
+        """Runs ``fn(task)`` for tasks of ``node_type``; returns self."""
+        self._handlers[node_type] = fn
+        return self
+
+    def stop(self) -> None:
+        """Stops polling; ``run()`` returns once running tasks reported."""
+        self._stop.set()
+
+    # -- HTTP ---------------------------------------------------------------
+
+    def _post(self, path: str, body: JSON, timeout: Optional[float] = None) -> JSON:
+        return self._http.request("POST", path, body, timeout=timeout)[1]
+
+    def _retrying(self, task: Task, kind: str, body: JSON, give_up_at: float) -> JSON:
+        """POSTs a report until it lands: no answer and 5xx are retried with
+        backoff until ``give_up_at``; any other refusal is final."""
+        delay = 0.1
+        tries = 1
+        while True:
+            try:
+                return self._post(f"/v1/tasks/{task.id}/{kind}", body)
+            except Unavailable as e:
+                if time.monotonic() >= give_up_at:
+                    raise
+                pause = delay * (0.5 + random.random())
+                log.warning(
+                    "task %s: reporting %s failed (try %d: %s); retrying in %.1fs", task.id, kind, tries, e, pause
+                )
+                time.sleep(pause)
+                delay = min(delay * 2, 2.0)
+                tries += 1
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self) -> None:
+        """Polls and runs tasks until ``stop()``, SIGINT or SIGTERM."""
+        if not self._handlers:
+            raise ValueError("no handlers: call handle(node_type, fn) first")
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        self._stop.clear()
+        log.info(
+            "worker %s started: serving %s on queues %s of %s, %d at once",
+            self.worker_id, ", ".join(sorted(self._handlers)), ", ".join(self.queues), self.url, self.concurrency,
+        )  # fmt: skip
+        try:
+            self._loop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("worker %s stopped", self.worker_id)
+
+    def _on_signal(self, signum: int, _frame: Optional[FrameType]) -> None:
+        log.info(
+            "worker %s: %s received; stopping once its %d running tasks reported",
+            self.worker_id, signal.Signals(signum).name, self._running,
+        )  # fmt: skip
+        self.stop()
+
+    def _loop(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            self._slots.acquire()
+            free = 1
+            while free < self.concurrency and self._slots.acquire(blocking=False):
+                free += 1
+            if self._stop.is_set():
+                for _ in range(free):
+                    self._slots.release()
+                break
+            try:
+                # Short waits while stopping is possible, so a stop is seen soon.
+                wait = f"{int(min(self.poll_wait, 5.0) * 1000)}ms"
+                batch = self._post(
+                    "/v1/tasks/poll",
+                    {"worker_id": self.worker_id, "queues": self.queues, "max": free, "wait": wait},
+                    timeout=self.request_timeout + 5.0,
+                )
+                backoff = 0.1
+            except ComposerError as e:
+                log.warning("worker %s: poll failed (%s); retrying", self.worker_id, e)
+                for _ in range(free):
+                    self._slots.release()
+                self._stop.wait(backoff * (0.5 + random.random()))
+                backoff = min(backoff * 2, 5.0)
+                continue
+            tasks = [Task._of(t) for t in (batch or {}).get("tasks", [])]
+            for _ in range(free - len(tasks)):
+                self._slots.release()
+            for task in tasks:
+                t = threading.Thread(target=self._execute, args=(task,), name=f"task-{task.id}", daemon=True)
+                self._threads.append(t)
+                t.start()
+            self._threads = [t for t in self._threads if t.is_alive()]
+        if self._threads:
+            log.info("worker %s stopping: waiting for %d running tasks to report", self.worker_id, self._running)
+        for t in self._threads:
+            t.join()
+        self._threads = []
+
+    def _execute(self, task: Task) -> None:
+        with self._lock:
+            self._running += 1
+        try:
+            log.debug(
+                "task %s started: %s (node %s, attempt %d) of run %s",
+                task.id, task.node_type, task.node_id, task.attempt, task.run_id,
+            )  # fmt: skip
+            began = time.monotonic()
+            done = threading.Event()
+            beat = threading.Thread(target=self._heartbeat, args=(task, done), name=f"heartbeat-{task.id}", daemon=True)
+            beat.start()
+            try:
+                outcome = self._call(task)
+            finally:
+                done.set()
+                beat.join()
+            took = time.monotonic() - began
+            if outcome.error is None:
+                log.debug("task %s completed in %.3fs", task.id, took)
+            else:
+                # The error's text goes to the run (scrubbed), not here: it may quote the input.
+                log.debug(
+                    "task %s failed in %.3fs (%s, retryable: %s)%s",
+                    task.id, took, outcome.kind_of_error, outcome.retryable,
+                    "\n" + outcome.frames if outcome.frames else "",
+                )  # fmt: skip
+            if task.cancelled.is_set():
+                log.warning("task %s: the lease was lost while it ran; its result is dropped", task.id)
+                return
+            self._report(task, outcome)
+        finally:
+            with self._lock:
+                self._running -= 1
+            self._slots.release()
+
+    def _call(self, task: Task) -> _Outcome:
+        handler = self._handlers.get(task.node_type)
+        if handler is None:
+            return _Outcome(
+                error=f"no handler for type {task.node_type} on queue {task.queue} (worker {self.worker_id})",
+                retryable=False,
+                kind_of_error="no handler",
+            )
+        used: list[str] = []
+        try:
+            task.input = _resolve(task.input, used)
+            output = handler(task)
+            json.dumps(output, allow_nan=False)  # fails here, not at the report, if not JSON
+            return _Outcome(output=_scrub(output, used))
+        except TaskError as e:
+            return _Outcome(error=_scrub(e.message, used), retryable=e.retryable)
+        except LeaseLost:
+            task.cancelled.set()
+            return _Outcome(error="lease lost", retryable=True, kind_of_error="LeaseLost")
+        except Exception as e:  # noqa: BLE001 - any error of a handler fails its attempt
+            frames = "Traceback (most recent call last):\n" + "".join(traceback.format_tb(e.__traceback__))
+            return _Outcome(
+                error=_scrub(f"{type(e).__name__}: {e}", used),
+                retryable=True,
+                kind_of_error=type(e).__name__,
+                frames=_scrub(frames, used),
+            )
+
+    def _lease(self, task: Task) -> dict[str, JSON]:
+        return {"worker_id": self.worker_id, "run_id": task.run_id, "attempt": task.attempt}
+
+    def _heartbeat(self, task: Task, done: threading.Event) -> None:
+        """Renews the lease every third of its length; a 409 (or no renewal
+        for a whole lease) means it is lost."""
+        ttl = task.lease_ttl_ms / 1000.0
+        last_ok = time.monotonic()
+        while not done.wait(ttl / 3):
+            try:
+                self._post(f"/v1/tasks/{task.id}/heartbeat", self._lease(task))
+                last_ok = time.monotonic()
+            except Conflict as e:
+                log.warning("task %s: lease lost (%s); its result will be dropped", task.id, e.message)
+                task.cancelled.set()
+                return
+            except ComposerError as e:
+                log.warning("task %s: heartbeat failed (%s)", task.id, e)
+            if time.monotonic() - last_ok >= ttl:
+                log.warning("task %s: lease lost (no renewal for %.1fs); its result will be dropped", task.id, ttl)
+                task.cancelled.set()
+                return
+
+    def _report(self, task: Task, outcome: _Outcome) -> None:
+        body = self._lease(task)
+        if outcome.error is None:
+            body["output"] = outcome.output
+        else:
+            body["error"], body["retryable"] = outcome.error, outcome.retryable
+        # Retried for a lease's length: past it the task belongs to another worker.
+        give_up_at = time.monotonic() + task.lease_ttl_ms / 1000.0
+        try:
+            ack = self._retrying(task, outcome.kind, body, give_up_at)
+        except Conflict as e:
+            log.warning("task %s: lease lost before the result landed (%s); dropped", task.id, e.message)
+        except NotFound as e:
+            if e.code == _RUN_NOT_FOUND:
+                log.warning("task %s: its run is gone; result dropped", task.id)
+            else:
+                log.error("task %s: the coordinator refused the result: %s", task.id, e)
+        except Unavailable as e:
+            # The lease expires and the task goes to another worker.
+            log.error("task %s: no coordinator took the result: %s", task.id, e)
+        except ComposerError as e:
+            log.error("task %s: the coordinator refused the result: %s", task.id, e)
+        else:
+            if isinstance(ack, dict) and ack.get("applied") is False:
+                log.debug("task %s: the result was ignored: %s", task.id, ack.get("ignored"))
