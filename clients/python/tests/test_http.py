@@ -1,0 +1,204 @@
+"""The client against a stub server (no composer needed): every error status
+maps to its exception with the server's code and message, the token is sent
+and never shown, requests are what the API expects, and wait rides out a
+server that is briefly unavailable."""
+
+import time
+import unittest
+import urllib.parse
+from datetime import datetime, timezone
+
+from composer_client import (
+    Client,
+    ComposerError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+    parse_time,
+)
+
+from .support import Answer, Request, StubServer, answer
+
+RUN_ID = "01a23095-67fc-760e-a848-aa9556f1060d"
+
+
+def run_view(status: str) -> dict[str, object]:
+    return {
+        "id": RUN_ID, "workflow": "w", "version": 1, "workflow_id": RUN_ID, "status": status, "input": {},
+        "error": None, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+        "finished_at": None, "tasks": [],
+    }  # fmt: skip
+
+
+def error(status: int, code: str, message: str) -> Answer:
+    return answer(status, {"error": {"code": code, "message": message}})
+
+
+class ErrorMappingTest(unittest.TestCase):
+    def test_each_status_raises_its_exception_with_the_servers_code_and_message(self) -> None:
+        cases: list[tuple[int, type[ComposerError]]] = [
+            (400, InvalidRequest), (401, Unauthorized), (403, Unauthorized), (404, NotFound), (405, InvalidRequest),
+            (409, Conflict), (413, InvalidRequest), (414, InvalidRequest), (415, InvalidRequest),
+            (422, InvalidRequest), (429, Unavailable), (500, Unavailable), (503, Unavailable),
+        ]  # fmt: skip
+        for status, kind in cases:
+            refusal = error(status, f"code_{status}", f"because {status}")
+            with self.subTest(status=status), StubServer(lambda _r, a=refusal: a) as stub:  # type: ignore[misc]
+                with self.assertRaises(kind) as e:
+                    Client(stub.url).get_run(RUN_ID)
+                self.assertIs(type(e.exception), kind)
+                self.assertEqual((e.exception.status, e.exception.code), (status, f"code_{status}"))
+                self.assertEqual(e.exception.message, f"because {status}")
+                self.assertEqual(str(e.exception), f"{status} code_{status}: because {status}")
+        # A status no class names is still a ComposerError, and none of the others.
+        with StubServer(lambda _r: error(418, "teapot", "short and stout")) as stub:
+            with self.assertRaises(ComposerError) as e:
+                Client(stub.url).get_run(RUN_ID)
+            self.assertIs(type(e.exception), ComposerError)
+
+    def test_an_answer_that_is_not_the_apis_keeps_its_status_and_reason(self) -> None:
+        page = (502, {"Content-Type": "text/html"}, b"<html>upstream down</html>")
+        with StubServer(lambda _r: page) as stub, self.assertRaises(Unavailable) as e:
+            Client(stub.url).list_workflows()
+        self.assertEqual((e.exception.status, e.exception.code), (502, "http_error"))
+        self.assertIn("Bad Gateway", e.exception.message)
+        self.assertIn("upstream down", e.exception.message)
+
+    def test_retry_after_is_kept(self) -> None:
+        busy = error(503, "busy", "the engine is busy; retry shortly")
+        with StubServer(lambda _r: (busy[0], {**busy[1], "Retry-After": "2"}, busy[2])) as stub:
+            with self.assertRaises(Unavailable) as e:
+                Client(stub.url).start_run("w")
+            self.assertEqual(len(stub.requests), 1, "the client itself does not retry")
+        self.assertEqual((e.exception.code, e.exception.retry_after), ("busy", 2.0))
+
+    def test_a_slow_server_is_unavailable_after_the_timeout(self) -> None:
+        def slow(_r: Request) -> Answer:
+            time.sleep(1.5)
+            return answer(200, {"workflows": []})
+
+        with StubServer(slow) as stub:
+            began = time.monotonic()
+            with self.assertRaises(Unavailable) as e:
+                Client(stub.url, timeout=0.3).list_workflows()
+            self.assertLess(time.monotonic() - began, 1.4)
+        self.assertEqual((e.exception.status, e.exception.code), (None, "timeout"))
+
+    def test_a_url_without_a_scheme_is_refused_at_once(self) -> None:
+        with self.assertRaises(ValueError):
+            Client("127.0.0.1:8080")
+        with self.assertRaises(ValueError):
+            Client("http://x", timeout=0)
+
+
+class RequestTest(unittest.TestCase):
+    def test_the_token_is_sent_as_a_bearer_and_never_shown(self) -> None:
+        with StubServer(lambda _r: error(401, "unauthorized", "missing or wrong bearer token")) as stub:
+            secret = "tok-very-secret"
+            client = Client(stub.url, secret)
+            with self.assertRaises(Unauthorized) as e:
+                client.list_workflows()
+            with self.assertRaises(Unauthorized):
+                Client(stub.url).list_workflows()
+        self.assertEqual(stub.requests[0].headers.get("Authorization"), f"Bearer {secret}")
+        self.assertNotIn("Authorization", stub.requests[1].headers)
+        self.assertNotIn(secret, str(e.exception) + repr(e.exception) + repr(client))
+
+    def test_requests_are_the_apis(self) -> None:
+        def respond(r: Request) -> Answer:
+            if r.route == "/v1/runs" and r.method == "GET":
+                return answer(200, {"runs": [], "next_cursor": None})
+            if r.route.startswith("/v1/workflows"):
+                return answer(201 if r.method == "POST" else 200, {"id": RUN_ID, "name": "w", "version": 1})
+            if r.route == "/v1/events":
+                return answer(200, {"matched": 0, "buffered": True})
+            return answer(200 if "/v1/runs/" in r.route else 201, run_view("RUNNING"))
+
+        with StubServer(respond) as stub:
+            client = Client(stub.url + "/")
+            self.assertTrue(client.register_workflow({"name": "w", "nodes": []})["created"])
+            client.get_workflow("a b/c")
+            client.get_workflow("w", version=3)
+            client.start_run("w")
+            client.start_run("w", input={"x": 1}, version=2, idempotency_key="k")
+            client.list_runs(workflow="w", status="FAILED", limit=5, cursor="c", parent_run_id=RUN_ID)
+            client.get_run(RUN_ID, wait=2.5)
+            client.get_run(RUN_ID, wait=0.25)
+            client.send_event("e", "k")
+            client.pause(RUN_ID)
+            with self.assertRaises(ValueError):
+                client.start_run("w", input=float("nan"))  # not JSON: refused before it is sent
+        got = [(r.method, r.path, r.body) for r in stub.requests]
+        self.assertEqual(
+            got,
+            [
+                ("POST", "/v1/workflows", {"name": "w", "nodes": []}),
+                ("GET", "/v1/workflows/a%20b%2Fc", None),
+                ("GET", "/v1/workflows/w/versions/3", None),
+                ("POST", "/v1/runs", {"workflow": "w"}),
+                ("POST", "/v1/runs", {"workflow": "w", "input": {"x": 1}, "version": 2, "idempotency_key": "k"}),
+                ("GET", f"/v1/runs?workflow=w&status=FAILED&limit=5&cursor=c&parent_run_id={RUN_ID}", None),
+                ("GET", f"/v1/runs/{RUN_ID}?wait=2s", None),
+                ("GET", f"/v1/runs/{RUN_ID}?wait=250ms", None),
+                ("POST", "/v1/events", {"name": "e", "key": "k", "payload": None}),
+                ("POST", f"/v1/runs/{RUN_ID}/pause", None),
+            ],
+        )
+        posts = [r for r in stub.requests if r.body is not None]
+        self.assertTrue(all(r.headers.get("Content-Type") == "application/json" for r in posts))
+        self.assertTrue(all(r.headers.get("User-Agent", "").startswith("composer-client-python/") for r in posts))
+
+    def test_wait_rides_out_a_server_that_is_briefly_unavailable(self) -> None:
+        answers = [error(503, "unavailable", "the database is unavailable; retry later")] * 2
+        answers += [answer(200, run_view("RUNNING")), answer(200, run_view("SUCCEEDED"))]
+
+        def respond(_r: Request) -> Answer:
+            return answers.pop(0)
+
+        with StubServer(respond) as stub:
+            run = Client(stub.url).wait(RUN_ID, timeout=20)
+        self.assertEqual(run["status"], "SUCCEEDED")
+        self.assertEqual(len(stub.requests), 4)
+        waits = [urllib.parse.parse_qs(urllib.parse.urlsplit(r.path).query)["wait"][0] for r in stub.requests]
+        self.assertTrue(all(w.endswith("s") and w != "0s" for w in waits), waits)
+        self.assertIn(waits[0], ("19s", "20s"), "the timeout is the first wait")
+
+    def test_wait_gives_up_when_unavailable_past_its_timeout(self) -> None:
+        with StubServer(lambda _r: error(503, "unavailable", "down")) as stub:
+            began = time.monotonic()
+            with self.assertRaises(Unavailable):
+                Client(stub.url).wait(RUN_ID, timeout=1)
+            self.assertLess(time.monotonic() - began, 3)
+
+    def test_pages_are_followed_until_the_last(self) -> None:
+        pages = {
+            None: {"runs": [{"id": "3"}, {"id": "2"}], "next_cursor": "2"},
+            "2": {"runs": [{"id": "1"}], "next_cursor": None},
+        }
+
+        def respond(r: Request) -> Answer:
+            cursor = urllib.parse.parse_qs(urllib.parse.urlsplit(r.path).query).get("cursor", [None])[0]
+            return answer(200, pages[cursor])
+
+        with StubServer(respond) as stub:
+            ids = [r["id"] for r in Client(stub.url).iter_runs(page_size=2)]
+        self.assertEqual(ids, ["3", "2", "1"])
+        self.assertEqual(len(stub.requests), 2)
+
+
+class ParseTimeTest(unittest.TestCase):
+    def test_api_timestamps_become_aware_utc_datetimes(self) -> None:
+        want = datetime(2026, 12, 1, 7, 50, 27, 570874, tzinfo=timezone.utc)
+        self.assertEqual(parse_time("2026-12-01T07:50:27.570874Z"), want)
+        self.assertEqual(parse_time("2026-12-01T07:50:27.570874123Z"), want)
+        self.assertEqual(parse_time("2026-12-01T08:50:27.570874+01:00"), want)
+        self.assertEqual(parse_time("2026-12-01T07:50:27Z"), want.replace(microsecond=0))
+        self.assertEqual(parse_time("2026-12-01T07:50:27.5Z").microsecond, 500000)
+        with self.assertRaises(ValueError):
+            parse_time("yesterday")
+
+
+if __name__ == "__main__":
+    unittest.main()

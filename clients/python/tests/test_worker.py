@@ -1,0 +1,322 @@
+"""The worker against a real `composer dev` (a lease of 2 s, so takeovers
+are quick): steps run with only a URL, task errors, a worker killed
+mid-task, a graceful stop, a lost lease, logging; and against a stub
+coordinator, reports that are retried. Secrets are resolved and scrubbed."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from typing import Any
+from unittest import mock
+
+import composer_worker
+from composer_client import Client, Run, worker
+from composer_client.worker import LeaseLost, Task, TaskError, Worker
+
+from .support import (
+    PACKAGE_ROOT,
+    Answer,
+    DevServer,
+    InBackground,
+    Request,
+    StubServer,
+    answer,
+    definition,
+    node,
+    unique,
+)
+
+DEV = DevServer(COMPOSER_TASK_LEASE_TTL="2s")
+client = Client("http://127.0.0.1:9")  # replaced in setUpModule
+
+
+def setUpModule() -> None:
+    global client
+    DEV.start()
+    client = Client(DEV.url, timeout=30)
+
+
+def tearDownModule() -> None:
+    DEV.stop()
+
+
+def start(workflow: str, nodes: list[dict[str, Any]], edges: Any = (), input: Any = None) -> str:
+    client.register_workflow(definition(workflow, nodes, list(edges)))
+    return client.start_run(workflow, input=input or {})["id"]
+
+
+def until_state(run_id: str, state: str, timeout: float = 30) -> Run:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.get_run(run_id)
+        if run["tasks"] and run["tasks"][0]["state"] == state:
+            return run
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the task never reached {state}: {run}")
+        time.sleep(0.05)
+
+
+class Records(logging.Handler):
+    """Keeps every record of the `composer_client` loggers, formatted."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.logger = logging.getLogger("composer_client")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> "Records":
+        self.level_was = self.logger.level
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.level_was)
+
+    def text(self) -> str:
+        return "\n".join(f"{r.levelname} {r.name} {r.getMessage()}" for r in self.records)
+
+    def at(self, level: int) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno == level]
+
+
+class SecretsTest(unittest.TestCase):
+    def test_references_are_resolved_escapes_unescaped_and_values_scrubbed(self) -> None:
+        with mock.patch.dict(os.environ, {"COMPOSER_SECRET_API_KEY": "s3cr3t-value"}):
+            used: list[str] = []
+            refs = {"h": "Bearer ${ .secrets.API_KEY }", "data": "$${ .input.x }", "n": 1}
+            refs["$${k}"] = ["${.secrets.API_KEY}"]
+            got = worker._resolve(refs, used)
+            self.assertEqual(
+                got, {"h": "Bearer s3cr3t-value", "data": "${ .input.x }", "n": 1, "${k}": ["s3cr3t-value"]}
+            )
+            self.assertEqual(used, ["s3cr3t-value"])
+            self.assertEqual(worker._scrub({"echo": "got s3cr3t-value"}, used), {"echo": "got [secret]"})
+            with self.assertRaises(TaskError) as e:
+                worker._resolve("${ .secrets.MISSING }", [])
+            self.assertFalse(e.exception.retryable)
+            self.assertNotIn("s3cr3t-value", repr(Task("t", "r", 1, "n", "x", "q", got, 1000)), "repr leaves input out")
+
+    def test_the_old_module_name_still_imports_the_worker(self) -> None:
+        self.assertIs(composer_worker.Worker, Worker)
+        self.assertIs(composer_worker.Task, Task)
+        self.assertIs(composer_worker.TaskError, TaskError)
+        self.assertIs(composer_worker.LeaseLost, LeaseLost)
+        self.assertIs(composer_worker._resolve, worker._resolve)
+
+
+class WorkerTest(unittest.TestCase):
+    def test_a_workflow_of_python_steps_runs_with_only_a_url(self) -> None:
+        attempts: dict[str, int] = {}
+
+        def double(task: Task) -> Any:
+            attempts[task.node_id] = attempts.get(task.node_id, 0) + 1
+            if task.node_id == "b" and attempts["b"] == 1:
+                raise RuntimeError("flaky once")
+            return {"n": task.input["n"] * 2}
+
+        nodes = [
+            node("a", "double", "py1", n="${ .input.n }"),
+            node("b", "double", "py1", n="${ .nodes.a.output.n }"),
+            node("c", "double", "py1", n="${ .nodes.b.output.n }"),
+        ]
+        run_id = start(unique("py-double"), nodes, [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}], {"n": 3})
+        with InBackground(Worker(DEV.url, queues=["py1"], poll_wait=1).handle("double", double)):
+            run = client.wait(run_id, 60)
+        self.assertEqual(run["status"], "SUCCEEDED", run)
+        self.assertEqual(run["output"]["c"], {"n": 24}, run)
+        self.assertEqual(attempts, {"a": 1, "b": 2, "c": 1})
+
+    def test_a_task_error_that_is_not_retryable_fails_the_run_with_its_message(self) -> None:
+        def refuse(task: Task) -> Any:
+            raise TaskError("width must be positive", retryable=False)
+
+        run_id = start(unique("py-refuse"), [node("r", "refuse", "py2")])
+        with InBackground(Worker(DEV.url, queues=["py2"], poll_wait=1).handle("refuse", refuse)):
+            run = client.wait(run_id, 60)
+        self.assertEqual(run["status"], "FAILED", run)
+        self.assertIn("width must be positive", run["tasks"][0]["error"] or "")
+        self.assertEqual(run["tasks"][0]["attempt"], 1, "not retried")
+
+    def test_a_worker_killed_mid_task_loses_it_to_another_that_finishes_it(self) -> None:
+        run_id = start(unique("py-resize"), [node("thumb", "resize-image", "images", width=64)])
+        env = dict(os.environ, COMPOSER_URL=DEV.url, RESIZE_SECONDS="600", PYTHONPATH=PACKAGE_ROOT, LOG_LEVEL="ERROR")
+        example = os.path.join(PACKAGE_ROOT, "examples", "resize_worker.py")
+        doomed = subprocess.Popen([sys.executable, example], env=env)
+        try:
+            until_state(run_id, "RUNNING")
+        finally:
+            doomed.kill()  # SIGKILL: no goodbye, the lease just stops being renewed
+            doomed.wait()
+
+        def resize(task: Task) -> Any:
+            return {"width": task.input["width"], "by": "survivor"}
+
+        with InBackground(Worker(DEV.url, queues=["images"], poll_wait=1).handle("resize-image", resize)):
+            run = client.wait(run_id, 60)
+        self.assertEqual(run["status"], "SUCCEEDED", run)
+        self.assertEqual(run["output"]["thumb"], {"width": 64, "by": "survivor"})
+        self.assertEqual(run["tasks"][0]["attempt"], 1, "taken over at the same attempt")
+
+    def test_stop_lets_the_running_task_finish_and_report(self) -> None:
+        started = threading.Event()
+
+        def slow(task: Task) -> Any:
+            started.set()
+            time.sleep(1.5)
+            return "done"
+
+        run_id = start(unique("py-slow"), [node("s", "slow", "py3")])
+        bg = InBackground(Worker(DEV.url, queues=["py3"], poll_wait=1).handle("slow", slow))
+        bg.__enter__()
+        self.assertTrue(started.wait(30))
+        bg.__exit__(None, None, None)  # stop() while the task runs
+        run = client.wait(run_id, timeout=10)
+        self.assertEqual(run["status"], "SUCCEEDED", run)
+        self.assertEqual(run["output"]["s"], "done")
+
+    def test_sigterm_stops_a_worker_process_after_its_task_reported(self) -> None:
+        run_id = start(unique("py-term"), [node("thumb", "resize-image", "images-term", width=8)])
+        env = dict(os.environ, COMPOSER_URL=DEV.url, RESIZE_SECONDS="2", PYTHONPATH=PACKAGE_ROOT, LOG_LEVEL="INFO")
+        env["QUEUE"] = "images-term"
+        example = os.path.join(PACKAGE_ROOT, "examples", "resize_worker.py")
+        proc = subprocess.Popen([sys.executable, example], env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            until_state(run_id, "RUNNING")
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.assertEqual(proc.returncode, 0, stderr)
+        self.assertIn("SIGTERM received", stderr)
+        self.assertIn("stopped", stderr)
+        run = client.wait(run_id, timeout=10)
+        self.assertEqual(run["status"], "SUCCEEDED", run)
+        self.assertEqual(run["output"]["thumb"]["width"], 8)
+
+    def test_a_task_longer_than_its_lease_keeps_it_by_heartbeating(self) -> None:
+        calls: list[str] = []
+
+        def long(task: Task) -> Any:
+            calls.append(task.id)
+            time.sleep(3.5)  # the lease is 2 s
+            return {"cancelled": task.cancelled.is_set()}
+
+        run_id = start(unique("py-long"), [node("l", "long", "py6")])
+        with InBackground(Worker(DEV.url, queues=["py6"], poll_wait=1, concurrency=2).handle("long", long)):
+            run = client.wait(run_id, 30)
+        self.assertEqual(run["status"], "SUCCEEDED", run)
+        self.assertEqual(run["output"]["l"], {"cancelled": False})
+        self.assertEqual(len(calls), 1, "never taken over, not even by this worker's next poll")
+        self.assertEqual(run["tasks"][0]["attempt"], 1)
+
+    def test_a_lost_lease_drops_the_result_and_is_logged(self) -> None:
+        started = threading.Event()
+        saw_cancel = threading.Event()
+
+        def hang(task: Task) -> Any:
+            started.set()
+            if task.cancelled.wait(20):
+                saw_cancel.set()
+            return {"late": True}
+
+        run_id = start(unique("py-lost"), [node("h", "hang", "py4")])
+        with Records() as logs, InBackground(Worker(DEV.url, queues=["py4"], poll_wait=1).handle("hang", hang)):
+            self.assertTrue(started.wait(30))
+            client.cancel(run_id)  # the lease goes with the run: the next heartbeat gets 409
+            self.assertTrue(saw_cancel.wait(10), "task.cancelled was set")
+            time.sleep(0.2)
+        run = client.get_run(run_id)
+        self.assertEqual((run["status"], run["tasks"][0]["state"]), ("CANCELLED", "CANCELLED"))
+        self.assertNotIn("output", run, "the late result was dropped")
+        warnings = logs.at(logging.WARNING)
+        self.assertTrue(any("lease lost" in w for w in warnings), logs.text())
+        self.assertTrue(any("result is dropped" in w for w in warnings), logs.text())
+
+    def test_it_logs_start_stop_and_each_task_without_inputs_or_secrets(self) -> None:
+        def leak(task: Task) -> Any:
+            if task.input["fail"]:
+                raise ValueError(f"could not use {task.input['token']} for {task.input['private']}")
+            return {"echo": task.input["token"]}
+
+        name = unique("py-logs")
+        nodes = [node("ok", "leak", "py5", token="${ .secrets.LOG_TOKEN }", private="${ .input.private }", fail=False)]
+        nodes.append(node("bad", "leak", "py5", token="${ .secrets.LOG_TOKEN }", private="${ .input.private }",
+                          fail=True))  # fmt: skip
+        client.register_workflow(definition(name, nodes, [{"from": "ok", "to": "bad"}]))
+        secret = "tok-9f8e7d6c"
+        with mock.patch.dict(os.environ, {"COMPOSER_SECRET_LOG_TOKEN": secret}), Records() as logs:
+            run_id = client.start_run(name, input={"private": "card-4242"})["id"]
+            with InBackground(Worker(DEV.url, queues=["py5"], poll_wait=1, worker_id="py-logger").handle("leak", leak)):
+                run = client.wait(run_id, 60)
+        self.assertEqual(run["status"], "FAILED", run)
+        ok_task = next(t for t in run["tasks"] if t["node_id"] == "ok")
+        self.assertEqual(ok_task["output"], {"echo": "[secret]"})
+        bad_task = next(t for t in run["tasks"] if t["node_id"] == "bad")
+        self.assertIn("could not use [secret]", bad_task["error"] or "")
+
+        text = logs.text()
+        self.assertNotIn(secret, text)
+        self.assertNotIn("card-4242", text, "no input in the log")
+        info = logs.at(logging.INFO)
+        self.assertTrue(any("py-logger started" in m and "py5" in m for m in info), text)
+        self.assertTrue(any("py-logger stopped" in m for m in info), text)
+        debug = logs.at(logging.DEBUG)
+        self.assertTrue(any(f"task {ok_task['id']} started" in m for m in debug), text)
+        self.assertTrue(any(f"task {ok_task['id']} completed" in m for m in debug), text)
+        failed = [m for m in debug if f"task {bad_task['id']} failed" in m]
+        self.assertEqual(len(failed), 3, text)
+        self.assertIn("ValueError", failed[0])
+        self.assertIn("in leak", failed[0], "where it was raised")
+        self.assertTrue(all(r.name.startswith("composer_client") for r in logs.records))
+
+
+class ReportRetryTest(unittest.TestCase):
+    """A stub coordinator: one task, and a completion refused with 503 twice."""
+
+    def test_a_report_is_retried_through_5xx_and_each_retry_is_logged(self) -> None:
+        leased = {
+            "id": "t-1", "run_id": "r-1", "attempt": 1, "node_id": "n", "node_type": "echo", "queue": "q",
+            "input": {"x": 1}, "lease_ttl_ms": 10000, "a_field_of_a_newer_server": True,
+        }  # fmt: skip
+        polls: list[int] = []
+        completes: list[Any] = []
+
+        def respond(r: Request) -> Answer:
+            if r.route == "/v1/tasks/poll":
+                polls.append(1)
+                return answer(200, {"tasks": [leased] if len(polls) == 1 else []})
+            if r.route == "/v1/tasks/t-1/complete":
+                completes.append(r.body)
+                if len(completes) <= 2:
+                    return answer(503, {"error": {"code": "busy", "message": "the engine is busy; retry shortly"}})
+                return answer(200, {"applied": True})
+            return answer(404, {"error": {"code": "not_found", "message": "no such endpoint"}})
+
+        with StubServer(respond) as stub, Records() as logs:
+            w = Worker(stub.url, queues=["q"], poll_wait=0.1, worker_id="py-stub").handle("echo", lambda t: t.input)
+            with InBackground(w):
+                deadline = time.monotonic() + 20
+                while len(completes) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        self.assertEqual(len(completes), 3, logs.text())
+        self.assertEqual(completes[-1], {"worker_id": "py-stub", "run_id": "r-1", "attempt": 1, "output": {"x": 1}})
+        retries = [m for m in logs.at(logging.WARNING) if "reporting complete failed" in m]
+        self.assertEqual(len(retries), 2, logs.text())
+        self.assertIn("busy", retries[0])
+        self.assertEqual(logs.at(logging.ERROR), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
