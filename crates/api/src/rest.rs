@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use composer_core::machine::{HistoryKind, MapProgress, RunStatus, TaskState};
+use composer_core::machine::{ErrorInfo, HistoryKind, MapProgress, RunStatus, TaskState};
 use composer_core::{schedule, schema, whole};
 
 /// `POST /v1/runs`.
@@ -79,6 +79,13 @@ pub struct RunView {
     pub parent_run_id: Option<Uuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_task_id: Option<Uuid>,
+    /// A failure handler's run: the run whose end started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handles_run_id: Option<Uuid>,
+    /// The failure handler runs this run's ends started (where one run is
+    /// asked for), oldest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_handler_run_ids: Option<Vec<Uuid>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<TaskView>>,
 }
@@ -101,6 +108,9 @@ pub struct TaskView {
     pub input: Value,
     pub output: Option<Value>,
     pub error: Option<String>,
+    /// What a failure edge can test of its failure (`.nodes.X.error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_info: Option<ErrorInfo>,
     pub wake_at: Option<DateTime<Utc>>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -282,6 +292,15 @@ pub struct FailTask {
     /// Retry under the node's policy (default); false fails the step for good.
     #[serde(default = "yes")]
     pub retryable: bool,
+    /// A stable name for what went wrong, for failure edges to test
+    /// (`.nodes.X.error.code`); `task_failed` without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
+    pub code: Option<String>,
+    /// The HTTP status a target answered with, if the failure is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 100, maximum = 599)]
+    pub status: Option<u16>,
 }
 
 fn yes() -> bool {

@@ -56,6 +56,14 @@ pub struct TaskReport {
     pub error: Option<String>,
     #[serde(default)]
     pub retryable: bool,
+    /// A failure's code (`.nodes.X.error.code`); `task_failed` without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
+    pub code: Option<String>,
+    /// The HTTP status of a failure that is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 100, maximum = 599)]
+    pub http_status: Option<u16>,
 }
 
 /// The coordinator's answer to a report. An ignored report (duplicate, late,

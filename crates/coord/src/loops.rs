@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use composer_core::machine::Event;
+use composer_core::machine::{codes, Event};
 use composer_store::{partitions, recovery, stats, timers, Client};
 use tokio_util::sync::CancellationToken;
 
@@ -77,7 +77,14 @@ async fn fail_exhausted(shared: &Shared, client: &composer_store::Client) {
     for t in exhausted {
         let error =
             format!("dispatched {} times without a result (COMPOSER_MAX_DISPATCHES is {max})", t.recoveries + 1);
-        let event = Event::TaskFailed { task_id: t.task_id, attempt: t.attempt, error, retryable: true };
+        let event = Event::TaskFailed {
+            task_id: t.task_id,
+            attempt: t.attempt,
+            error,
+            retryable: true,
+            code: Some(codes::MAX_DISPATCHES.into()),
+            status: None,
+        };
         match shared.engine.handle(t.run_id, event).await {
             Ok(_) => {
                 composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "max_dispatches")], 1);

@@ -5,7 +5,7 @@
 //! flow, retries, the run's output — in CI without PostgreSQL, Redis or a
 //! network. `composer workflow simulate` prints what this returns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::definition::{NodeKind, Workflow};
-use crate::machine::{self, Event, Run, RunStatus, TaskState};
+use crate::http;
+use crate::machine::{self, codes, Event, HistoryKind, Run, RunStatus, TaskState, Transition};
 
 /// What the simulated world answers. A SUB_WORKFLOW's child run is not
 /// simulated: its mock is the child's output (or `--fail` fails the child).
@@ -59,9 +60,10 @@ pub struct NodeReport {
 pub struct EdgeReport {
     pub from: String,
     pub to: String,
-    /// Its source completed and its `when` (if any) held, evaluated against
-    /// the run as it ended (a source's output does not change once it has
-    /// completed).
+    /// Which end of its source it follows: `success`, `failure`, `always`.
+    pub on: &'static str,
+    /// The state machine took it: its target started by it (as the run's
+    /// history records, in production too).
     pub taken: bool,
 }
 
@@ -78,15 +80,31 @@ pub fn simulate(wf: &Workflow, opts: &Options) -> Report {
     };
     let mut now: DateTime<Utc> = DateTime::<Utc>::UNIX_EPOCH;
     let mut run = Run::new(new_id(), opts.input.clone());
-    machine::apply(wf, &mut run, Event::RunStarted, now, &mut new_id);
+    let mut taken = HashSet::new();
+    let tr = machine::apply(wf, &mut run, Event::RunStarted, now, &mut new_id);
+    note_taken(&tr, &mut taken);
     for _ in 0..MAX_EVENTS {
         if run.status != RunStatus::Running {
             break;
         }
         let Some(event) = next_event(wf, &run, opts, &mut now) else { break };
-        machine::apply(wf, &mut run, event, now, &mut new_id);
+        let tr = machine::apply(wf, &mut run, event, now, &mut new_id);
+        note_taken(&tr, &mut taken);
     }
-    report(wf, &run)
+    report(wf, &run, &taken)
+}
+
+/// The edges a transition took, from its history: `(from, to)` node ids.
+pub fn note_taken(tr: &Transition, taken: &mut HashSet<(String, String)>) {
+    for h in &tr.history {
+        if h.kind == HistoryKind::TaskReset {
+            continue;
+        }
+        let (Some(to), Some(via)) = (h.payload["node_id"].as_str(), h.payload["via"].as_array()) else { continue };
+        for from in via.iter().filter_map(|v| v["from"].as_str()) {
+            taken.insert((from.to_string(), to.to_string()));
+        }
+    }
 }
 
 /// What the world does next: the oldest open task gets its answer (a MAP's
@@ -108,11 +126,36 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
             output: failure.is_none().then(mock),
             error: failure,
         },
-        (TaskState::Pending | TaskState::Running, _) => match failure {
-            Some(message) => {
-                Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: message, retryable: true }
+        (TaskState::Pending | TaskState::Running, kind) => match failure {
+            Some(message) => Event::TaskFailed {
+                task_id: task.id,
+                attempt: task.attempt,
+                error: message,
+                retryable: true,
+                code: None,
+                status: None,
+            },
+            None => {
+                let output = mock();
+                // A mocked answer of an HTTP node is judged as a real one
+                // is: a status the node does not accept fails the attempt.
+                let status = output["status"].as_u64().and_then(|s| u16::try_from(s).ok());
+                match status.filter(|_| *kind == NodeKind::Http).and_then(|s| Some((s, http::refusal(&task.input, s)?)))
+                {
+                    Some((status, retryable)) => Event::TaskFailed {
+                        task_id: task.id,
+                        attempt: task.attempt,
+                        error: format!(
+                            "{} answered {status} (mocked)",
+                            task.input["url"].as_str().unwrap_or("the target")
+                        ),
+                        retryable,
+                        code: Some(codes::HTTP_STATUS.to_string()),
+                        status: Some(status),
+                    },
+                    None => Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output },
+                }
             }
-            None => Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: mock() },
         },
         (TaskState::Waiting, NodeKind::WaitForEvent { .. }) if failure.is_none() => {
             Event::EventReceived { task_id: task.id, payload: mock() }
@@ -134,14 +177,14 @@ fn lookup<'m, V>(m: &'m HashMap<String, V>, own: Option<&str>, node: &str) -> Op
     own.and_then(|id| m.get(id)).or_else(|| m.get(node))
 }
 
-fn report(wf: &Workflow, run: &Run) -> Report {
+fn report(wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report {
     let nodes = wf
         .nodes
         .iter()
         .enumerate()
         .filter(|(_, node)| node.item_of.is_none())
         .map(|(i, node)| {
-            let task = run.tasks.iter().find(|t| t.node == i);
+            let task = run.tasks.iter().find(|t| t.node == i && t.item.is_none() && !t.removed);
             NodeReport {
                 id: node.id.clone(),
                 node_type: node.node_type.clone(),
@@ -153,17 +196,13 @@ fn report(wf: &Workflow, run: &Run) -> Report {
             }
         })
         .collect();
-    let context = machine::context(wf, run);
     let edges = wf
         .edges
         .iter()
         .map(|e| {
-            let completed = run.tasks.iter().any(|t| t.node == e.from && t.state == TaskState::Completed);
-            let holds = match &e.when {
-                Some(when) => when.eval_bool(&context).unwrap_or(false),
-                None => true,
-            };
-            EdgeReport { from: wf.nodes[e.from].id.clone(), to: wf.nodes[e.to].id.clone(), taken: completed && holds }
+            let (from, to) = (wf.nodes[e.from].id.clone(), wf.nodes[e.to].id.clone());
+            let taken = taken.contains(&(from.clone(), to.clone()));
+            EdgeReport { from, to, on: e.on.as_str(), taken }
         })
         .collect();
     Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges }

@@ -18,6 +18,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (12, "schedules", include_str!("../migrations/0012_schedules.sql")),
     (13, "ui_sessions", include_str!("../migrations/0013_ui_sessions.sql")),
     (14, "run_trees", include_str!("../migrations/0014_run_trees.sql")),
+    (15, "failure_handling", include_str!("../migrations/0015_failure_handling.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -40,6 +40,8 @@ pub struct RunRow {
     pub trigger: Option<Value>,
     /// For a child run: the run at the top of its tree (none: it is a root).
     pub root_run_id: Option<Uuid>,
+    /// For a failure handler's run: the run whose end started it.
+    pub handles_run_id: Option<Uuid>,
 }
 
 impl RunRow {
@@ -62,12 +64,14 @@ pub struct Parent {
 const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, \
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                               parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id";
+                               parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
+                               handles_run_id";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id";
+                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
+                           handles_run_id";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -94,6 +98,7 @@ impl RunRow {
             concurrency_key: r.try_get("concurrency_key")?,
             trigger: r.try_get("trigger")?,
             root_run_id: r.try_get("root_run_id")?,
+            handles_run_id: r.try_get("handles_run_id")?,
         })
     }
 }
@@ -124,12 +129,14 @@ pub struct TaskRow {
     pub item_index: Option<i32>,
     /// A MAP task's item counts.
     pub progress: Option<Value>,
+    /// What a failure edge can test of its failure: `{code, retryable, status?}`.
+    pub error_info: Option<Value>,
 }
 
 /// The columns [`TaskRow::from_row`] reads, for every `SELECT` of tasks.
 const TASK_COLUMNS: &str = "run_id, id, node_id, node_type, queue, state, attempt, input_json, output_json, error, \
                             lease_owner, lease_expires_at, wake_at, started_at, finished_at, created_at, updated_at, \
-                            event_name, event_key, parent_task_id, item_index, progress";
+                            event_name, event_key, parent_task_id, item_index, progress, error_info";
 
 impl TaskRow {
     fn from_row(r: &Row) -> Result<TaskRow> {
@@ -157,6 +164,7 @@ impl TaskRow {
             parent_task_id: r.try_get("parent_task_id")?,
             item_index: r.try_get("item_index")?,
             progress: r.try_get("progress")?,
+            error_info: r.try_get("error_info")?,
         })
     }
 }
@@ -187,6 +195,8 @@ pub struct NewRun<'a> {
     pub trigger: Option<&'a Value>,
     /// The root of its run tree, for a child run.
     pub root_run_id: Option<Uuid>,
+    /// For a failure handler: the run whose end started it.
+    pub handles_run_id: Option<Uuid>,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
@@ -195,8 +205,9 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
         .prepare_cached(&format!(
             "INSERT INTO workflow_runs
                     (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
-                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id)
-             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15) RETURNING {RUN_COLUMNS}"
+                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
+                     handles_run_id)
+             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16) RETURNING {RUN_COLUMNS}"
         ))
         .await?;
     let parent = run.parent;
@@ -219,6 +230,7 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &run.concurrency_key,
                 &run.trigger,
                 &run.root_run_id,
+                &run.handles_run_id,
             ],
         )
         .await?;
@@ -266,6 +278,8 @@ pub fn to_machine_task(wf: &Workflow, t: TaskRow) -> Result<machine::Task> {
         ),
         None => None,
     };
+    // An unreadable one (of a newer version, say) leaves the code unknown.
+    let error_info = t.error_info.and_then(|v| serde_json::from_value(v).ok());
     Ok(machine::Task {
         id: t.id,
         node,
@@ -279,6 +293,8 @@ pub fn to_machine_task(wf: &Workflow, t: TaskRow) -> Result<machine::Task> {
         event: t.event_name.zip(t.event_key),
         item,
         progress,
+        error_info,
+        removed: false,
     })
 }
 
@@ -613,15 +629,26 @@ pub async fn orphaned_children(client: &Client, older_than: std::time::Duration,
         .query(
             "SELECT c.id
                FROM workflow_runs c
-               JOIN task_instances t ON t.run_id = c.parent_run_id AND t.id = c.parent_task_id
+               LEFT JOIN task_instances t ON t.run_id = c.parent_run_id AND t.id = c.parent_task_id
               WHERE c.parent_run_id IS NOT NULL AND c.status IN ('RUNNING', 'PAUSED')
-                AND (t.state <> 'RUNNING' OR t.attempt <> c.parent_attempt)
-                AND t.updated_at < now() - make_interval(secs => $1)
+                AND c.created_at < now() - make_interval(secs => $1)
+                -- its task was reset (a retry went back before it) ...
+                AND (t.id IS NULL
+                     -- ... or has moved on
+                     OR ((t.state <> 'RUNNING' OR t.attempt <> c.parent_attempt)
+                         AND t.updated_at < now() - make_interval(secs => $1)))
               LIMIT $2",
             &[&older_than.as_secs_f64(), &limit],
         )
         .await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// The failure handler runs `run_id`'s ends started, oldest first.
+pub async fn handlers_of(client: &Client, run_id: Uuid) -> Result<Vec<Uuid>> {
+    let stmt =
+        client.prepare_cached("SELECT id FROM workflow_runs WHERE handles_run_id = $1 ORDER BY id LIMIT 100").await?;
+    client.query(&stmt, &[&run_id]).await?.iter().map(|r| Ok(r.try_get(0)?)).collect()
 }
 
 /// Only the run's status, for cheap polling.

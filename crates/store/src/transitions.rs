@@ -63,6 +63,7 @@ pub async fn write_transitions(
     let mut history = HistoryInserts::default();
     let mut notify = Notifications::default();
     let mut cancels = ItemCancels::default();
+    let mut removed = TaskDeletes::default();
     for Change { wf, run, tr, definition } in changes {
         if tr.run_changed {
             runs.push(run);
@@ -70,14 +71,20 @@ pub async fn write_transitions(
                 notify.push(RUN_DONE_CHANNEL, run.id.to_string());
             }
         }
-        for &i in &tr.created {
+        for &i in tr.created.iter().filter(|&&i| !run.tasks[i].removed) {
             new_tasks.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
         }
         for &i in &tr.updated {
-            changed_tasks.push(run.id, &run.tasks[i]);
+            match run.tasks[i].removed {
+                true => removed.push(run.id, run.tasks[i].id),
+                false => changed_tasks.push(run.id, &run.tasks[i]),
+            }
         }
         for &i in &tr.cancel_items {
-            cancels.push(run.id, run.tasks[i].id);
+            match run.tasks[i].removed {
+                true => removed.push_items_of(run.id, run.tasks[i].id),
+                false => cancels.push(run.id, run.tasks[i].id),
+            }
         }
         // A task dispatched and finished within one batch is not sent.
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
@@ -97,6 +104,7 @@ pub async fn write_transitions(
     // Items the state machine did not hold when their MAP ended: cancelled
     // here, before the changes to the ones it did hold are written.
     cancels.execute(tx, &changed_tasks.id).await?;
+    removed.execute(tx).await?;
     let (_, _, _, outbound, _, _, _) = tokio::try_join!(
         runs.execute(tx),
         new_tasks.execute(tx),
@@ -166,6 +174,7 @@ struct TaskInserts<'a> {
     parent_task_id: Vec<Option<Uuid>>,
     item_index: Vec<Option<i32>>,
     progress: Vec<Option<Value>>,
+    error_info: Vec<Option<Value>>,
 }
 
 impl<'a> TaskInserts<'a> {
@@ -187,6 +196,7 @@ impl<'a> TaskInserts<'a> {
         self.error.push(t.error.as_deref());
         self.event_name.push(t.event.as_ref().map(|e| e.0.as_str()));
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
+        self.error_info.push(error_info_json(t));
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -197,14 +207,14 @@ impl<'a> TaskInserts<'a> {
             .prepare_cached(
                 "INSERT INTO task_instances
                     (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
-                     output_json, error, event_name, event_key, parent_task_id, item_index, progress)
+                     output_json, error, event_name, event_key, parent_task_id, item_index, progress, error_info)
                  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
                                       $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
                                       $11::jsonb[], $12::text[], $13::text[], $14::text[], $15::uuid[],
-                                      $16::int4[], $17::jsonb[])",
+                                      $16::int4[], $17::jsonb[], $18::jsonb[])",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 17] = [
+        let params: [&(dyn ToSql + Sync); 18] = [
             &self.run_id,
             &self.id,
             &self.node_id,
@@ -222,6 +232,7 @@ impl<'a> TaskInserts<'a> {
             &self.parent_task_id,
             &self.item_index,
             &self.progress,
+            &self.error_info,
         ];
         Ok(tx.execute(&stmt, &params).await?)
     }
@@ -230,6 +241,11 @@ impl<'a> TaskInserts<'a> {
 /// A MAP task's item counts as stored.
 fn progress_json(t: &machine::Task) -> Option<Value> {
     t.progress.map(|p| serde_json::to_value(p).expect("counts serialize"))
+}
+
+/// What is known of a task's failure besides its message, as stored.
+fn error_info_json(t: &machine::Task) -> Option<Value> {
+    t.error_info.as_ref().map(|i| serde_json::to_value(i).expect("an error's info serializes"))
 }
 
 /// `UPDATE task_instances` for tasks a transition changed. The engine never
@@ -248,6 +264,7 @@ struct TaskUpdates<'a> {
     input: Vec<&'a Value>,
     event_key: Vec<Option<&'a str>>,
     progress: Vec<Option<Value>>,
+    error_info: Vec<Option<Value>>,
 }
 
 impl<'a> TaskUpdates<'a> {
@@ -263,6 +280,7 @@ impl<'a> TaskUpdates<'a> {
         self.input.push(&t.input);
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
         self.progress.push(progress_json(t));
+        self.error_info.push(error_info_json(t));
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -274,16 +292,17 @@ impl<'a> TaskUpdates<'a> {
                 "UPDATE task_instances t
                     SET state = u.state, attempt = u.attempt, output_json = u.output, error = u.error,
                         wake_at = u.wake_at, finished_at = u.finished_at, input_json = u.input,
-                        event_key = u.event_key, progress = u.progress,
+                        event_key = u.event_key, progress = u.progress, error_info = u.error_info,
                         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
-                               $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[], $11::jsonb[])
+                               $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[], $11::jsonb[],
+                               $12::jsonb[])
                         AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key,
-                             progress)
+                             progress, error_info)
                   WHERE t.run_id = u.run_id AND t.id = u.id",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 11] = [
+        let params: [&(dyn ToSql + Sync); 12] = [
             &self.run_id,
             &self.id,
             &self.state,
@@ -295,8 +314,52 @@ impl<'a> TaskUpdates<'a> {
             &self.input,
             &self.event_key,
             &self.progress,
+            &self.error_info,
         ];
         Ok(tx.execute(&stmt, &params).await?)
+    }
+}
+
+/// Deletes tasks a retry reset (they run again as new tasks when they
+/// become ready), and the items of reset MAPs. Their history stays; a
+/// worker holding one loses its lease (the row is gone), and a dispatch
+/// still on its way is dropped by the lease.
+#[derive(Default)]
+struct TaskDeletes {
+    run_id: Vec<Uuid>,
+    id: Vec<Uuid>,
+    items_run_id: Vec<Uuid>,
+    map: Vec<Uuid>,
+}
+
+impl TaskDeletes {
+    fn push(&mut self, run_id: Uuid, id: Uuid) {
+        self.run_id.push(run_id);
+        self.id.push(id);
+    }
+
+    fn push_items_of(&mut self, run_id: Uuid, map: Uuid) {
+        self.items_run_id.push(run_id);
+        self.map.push(map);
+    }
+
+    async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
+        if self.id.is_empty() && self.map.is_empty() {
+            return Ok(0);
+        }
+        let stmt = tx
+            .prepare_cached(
+                "WITH tasks AS (
+                    DELETE FROM task_instances t USING unnest($1::uuid[], $2::uuid[]) AS d(run_id, id)
+                     WHERE t.run_id = d.run_id AND t.id = d.id RETURNING 1),
+                 items AS (
+                    DELETE FROM task_instances t USING unnest($3::uuid[], $4::uuid[]) AS m(run_id, map)
+                     WHERE t.run_id = m.run_id AND t.parent_task_id = m.map RETURNING 1)
+                 SELECT (SELECT count(*) FROM tasks) + (SELECT count(*) FROM items)",
+            )
+            .await?;
+        let row = tx.query_one(&stmt, &[&self.run_id, &self.id, &self.items_run_id, &self.map]).await?;
+        Ok(row.try_get::<_, i64>(0)? as u64)
     }
 }
 

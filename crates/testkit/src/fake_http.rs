@@ -7,6 +7,7 @@
 //! | `/headers/{name}` | 200 `{"headers"}` with the request headers |
 //! | `/fail/{name}` | 500 |
 //! | `/bad/{name}` | 400 |
+//! | `/status/{code}/{name}` | `code` `{"path", "call"}` |
 //! | `/flaky/{n}/{name}` | 503 for the first `n` calls, then 200 |
 //! | `/slow/{ms}/{name}` | 200 after `ms` milliseconds |
 //! | `/redirect/{name}?to=URL` | 302 to URL |
@@ -168,6 +169,10 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
             (StatusCode::BAD_REQUEST, Json(answer)).into_response()
         }
         ["bad", ..] => (StatusCode::BAD_REQUEST, Json(json!({"error": "bad request"}))).into_response(),
+        ["status", code, ..] => {
+            let status = code.parse().ok().and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::OK);
+            (status, Json(json!({"path": path, "call": call}))).into_response()
+        }
         ["flaky", n, ..] => {
             let n: usize = n.parse().unwrap_or(0);
             if call <= n {

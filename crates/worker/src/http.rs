@@ -13,6 +13,7 @@ use crate::egress::{Policy, Resolver};
 use crate::redirect::{Body, Clients, Follow, OtherHost};
 use crate::secrets::Secrets;
 use crate::task::{TaskContext, TaskError};
+use composer_core::machine::codes;
 
 /// The node type the built-in executor runs.
 pub(crate) const NODE_TYPE: &str = "HTTP";
@@ -73,16 +74,8 @@ impl Http {
         let request = self.prepare(&ctx, &config)?;
         let (method, url) = (request.method.clone(), request.url.clone());
         let (status, headers, body) = self.send(request, &ctx.secrets).await?;
-        let accepted = match config["accept"].as_array() {
-            Some(list) => list.iter().any(|c| c.as_u64() == Some(status as u64)),
-            None => (200..300).contains(&status),
-        };
-        if accepted {
+        let Some(retryable) = composer_core::http::refusal(&config, status) else {
             return Ok(json!({"status": status, "headers": headers, "body": body}));
-        }
-        let retryable = match config["retry_statuses"].as_array() {
-            Some(list) => list.iter().any(|c| c.as_u64() == Some(status as u64)),
-            None => status >= 500 || status == 429,
         };
         // Generous here: the runtime scrubs secrets, then cuts the message.
         let snippet: String = match &body {
@@ -90,27 +83,34 @@ impl Http {
             Value::Null => String::new(),
             other => other.to_string().chars().take(2000).collect(),
         };
-        Err(TaskError { message: format!("{method} {url} answered {status}: {snippet}"), retryable })
+        Err(TaskError {
+            message: format!("{method} {url} answered {status}: {snippet}"),
+            retryable,
+            code: Some(codes::HTTP_STATUS.into()),
+            status: Some(status),
+        })
     }
 
     /// Reads and checks the config into a request, refusing what may not
     /// be sent: a denied address, a bound secret for another host.
     fn prepare(&self, ctx: &TaskContext, config: &Value) -> Result<Request, TaskError> {
         let secrets = &ctx.secrets;
-        let url = config["url"].as_str().ok_or_else(|| TaskError::fatal("config.url is missing"))?;
+        let config_error = |m: String| TaskError::fatal(m).with_code(codes::CONFIG);
+        let refused = |m: String| TaskError::fatal(m).with_code(codes::REFUSED);
+        let url = config["url"].as_str().ok_or_else(|| config_error("config.url is missing".into()))?;
         let shown_url = show_url(url, secrets);
         let parsed = reqwest::Url::parse(url).map_err(|e| {
-            TaskError::fatal(match secrets.holds(url) {
+            config_error(match secrets.holds(url) {
                 true => format!("config.url (which holds a secret) is not a valid URL: {e}"),
                 false => format!("config.url {url:?}: {e}"),
             })
         })?;
         if let Err(denied) = self.policy.check_url(&parsed) {
-            return Err(TaskError::fatal(format!("request to {shown_url} refused: {denied}")));
+            return Err(refused(format!("request to {shown_url} refused: {denied}")));
         }
         let host = parsed.host_str().unwrap_or_default().to_string();
         if let Some(refusal) = secrets.refused_for(&host) {
-            return Err(TaskError::fatal(format!("{refusal}, not to {host}: the request was not sent")));
+            return Err(refused(format!("{refusal}, not to {host}: the request was not sent")));
         }
         // The methods registration accepts, whatever an expression yields.
         let method_name = config["method"].as_str().unwrap_or("GET").to_ascii_uppercase();
@@ -119,13 +119,13 @@ impl Http {
             .then(|| reqwest::Method::from_bytes(method_name.as_bytes()).ok())
             .flatten()
             .ok_or_else(|| {
-                TaskError::fatal(match secrets.holds(&method_name) {
+                config_error(match secrets.holds(&method_name) {
                     true => "the method (which holds a secret) is not a valid HTTP method".to_string(),
                     false => format!("the method {method_name:?} is not one of {}", HTTP_METHODS.join(", ")),
                 })
             })?;
         let timeout = match config["timeout"].as_str() {
-            Some(t) => duration::parse(t).map_err(|e| TaskError::fatal(format!("config.timeout: {e}")))?,
+            Some(t) => duration::parse(t).map_err(|e| config_error(format!("config.timeout: {e}")))?,
             None => DEFAULT_TIMEOUT,
         }
         .min(self.max_timeout);
@@ -136,7 +136,7 @@ impl Http {
             .get(follow)
             .request(method, parsed)
             .timeout(timeout)
-            .header("Idempotency-Key", format!("{}:{}", ctx.task_id, ctx.attempt));
+            .header("Idempotency-Key", idempotency_key(ctx, config)?);
         let mut has_content_type = false;
         for (name, value) in headers.into_iter().flatten() {
             let (name, value) = header(name, value, secrets)?;
@@ -150,7 +150,7 @@ impl Http {
                 if !has_content_type {
                     req = req.header("Content-Type", "application/json");
                 }
-                req = req.body(serde_json::to_vec(body).map_err(|e| TaskError::fatal(e.to_string()))?);
+                req = req.body(serde_json::to_vec(body).map_err(|e| config_error(e.to_string()))?);
             }
         }
         Ok(Request { req, method: method_name, url: shown_url, stays })
@@ -183,7 +183,8 @@ impl Http {
             if bytes.len() + chunk.len() > max_body {
                 return Err(TaskError::fatal(format!(
                     "response body from {url} exceeds the limit of {max_body} bytes (COMPOSER_MAX_PAYLOAD)"
-                )));
+                ))
+                .with_code(codes::PAYLOAD));
             }
             bytes.extend_from_slice(&chunk);
         }
@@ -234,11 +235,12 @@ fn show_url(url: &str, secrets: &Secrets) -> String {
 /// A custom header, checked; an invalid value is not quoted when it holds
 /// a secret.
 fn header(name: &str, value: &Value, secrets: &Secrets) -> Result<(HeaderName, HeaderValue), TaskError> {
+    let config_error = |m: String| TaskError::fatal(m).with_code(codes::CONFIG);
     let name_ok = HeaderName::from_bytes(name.as_bytes())
-        .map_err(|_| TaskError::fatal(format!("header name {name:?} is not a valid HTTP header name")))?;
-    let value = value.as_str().ok_or_else(|| TaskError::fatal(format!("header {name} is not a string")))?;
+        .map_err(|_| config_error(format!("header name {name:?} is not a valid HTTP header name")))?;
+    let value = value.as_str().ok_or_else(|| config_error(format!("header {name} is not a string")))?;
     let value_ok = HeaderValue::from_str(value).map_err(|_| {
-        TaskError::fatal(match secrets.holds(value) {
+        config_error(match secrets.holds(value) {
             true => format!("header {name}: its value (which holds a secret) is not a valid header value"),
             false => format!("header {name}: {value:?} is not a valid header value"),
         })
@@ -246,15 +248,41 @@ fn header(name: &str, value: &Value, secrets: &Secrets) -> Result<(HeaderName, H
     Ok((name_ok, value_ok))
 }
 
+/// Longest `Idempotency-Key` a node may send (Stripe's limit).
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The `Idempotency-Key` of a request: the node's `idempotency_key` as the
+/// coordinator evaluated it (by default `<task id>:<attempt>` of the attempt
+/// that began this execution, so that retries and reclaims send the same
+/// key), or, with `"per_attempt"` or from an older coordinator, the
+/// attempt's own.
+fn idempotency_key(ctx: &TaskContext, config: &Value) -> Result<String, TaskError> {
+    match &config["idempotency_key"] {
+        Value::Null => Ok(format!("{}:{}", ctx.task_id, ctx.attempt)),
+        Value::String(k) if k == "per_attempt" => Ok(format!("{}:{}", ctx.task_id, ctx.attempt)),
+        Value::String(k) if !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY && HeaderValue::from_str(k).is_ok() => {
+            Ok(k.clone())
+        }
+        other => Err(TaskError::fatal(format!(
+            "config.idempotency_key must be text of 1 to {MAX_IDEMPOTENCY_KEY} visible characters, got {}",
+            match ctx.secrets.holds(&other.to_string()) {
+                true => "a value that holds a secret".to_string(),
+                false => other.to_string().chars().take(80).collect::<String>(),
+            }
+        ))
+        .with_code(codes::CONFIG)),
+    }
+}
+
 /// A transport error: a refusal (egress policy, a redirect to another host)
 /// fails for good; anything else is retryable. reqwest's own message
 /// carries the URL, which is left out: `url` is the URL as it may be shown.
 fn transport_error(url: &str, stays: Option<&Stay>, secrets: &Secrets, e: reqwest::Error) -> TaskError {
     if let Some(denied) = crate::egress::denied_in(&e) {
-        return TaskError::fatal(format!("request to {url} refused: {denied}"));
+        return TaskError::fatal(format!("request to {url} refused: {denied}")).with_code(codes::REFUSED);
     }
     if let Some(other) = cause::<OtherHost>(&e) {
-        return TaskError::fatal(refused_redirect(other, stays, secrets));
+        return TaskError::fatal(refused_redirect(other, stays, secrets)).with_code(codes::REFUSED);
     }
     let what = if e.is_timeout() {
         "timed out"
@@ -263,7 +291,8 @@ fn transport_error(url: &str, stays: Option<&Stay>, secrets: &Secrets, e: reqwes
     } else {
         "failed"
     };
-    TaskError::retryable(format!("request to {url} {what}: {}", e.without_url()))
+    let code = if e.is_timeout() { codes::TIMEOUT } else { codes::TRANSPORT };
+    TaskError::retryable(format!("request to {url} {what}: {}", e.without_url())).with_code(code)
 }
 
 /// Why a redirect to another host was not followed.

@@ -307,6 +307,8 @@ async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
         output: None,
         error: Some(format!("max deliveries exceeded ({deliveries} deliveries)")),
         retryable: true,
+        code: Some(composer_core::machine::codes::MAX_DISPATCHES.into()),
+        http_status: None,
     };
     match ctx.reporter.send(d.task_id, &report, ctx.report_deadline).await {
         Delivery::Delivered | Delivery::Gone => ack(&ctx, &msg).await,
@@ -502,7 +504,7 @@ async fn execute(
             let queue = ctx.streams.keys().queue_of(&msg.stream).unwrap_or(&msg.stream);
             let message = format!("no handler for type {} on queue {queue} (worker {})", dispatch.node_type, ctx.id);
             tracing::error!(node_type = %dispatch.node_type, %queue, "no handler for this type; failing the attempt");
-            Some(Err(crate::task::TaskError::fatal(message)))
+            Some(Err(crate::task::TaskError::fatal(message).with_code(composer_core::machine::codes::NO_HANDLER)))
         }
     };
     let Some(result) = outcome else {
@@ -607,9 +609,9 @@ fn keep_bound_secrets_to_http(
 }
 
 fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::task::TaskError>) -> TaskReport {
-    let (status, output, error, retryable) = match result {
-        Ok(output) => (ReportStatus::Completed, Some(output), None, false),
-        Err(e) => (ReportStatus::Failed, None, Some(e.message), e.retryable),
+    let (status, output, error) = match result {
+        Ok(output) => (ReportStatus::Completed, Some(output), None),
+        Err(e) => (ReportStatus::Failed, None, Some(e)),
     };
     TaskReport {
         run_id: dispatch.run_id,
@@ -617,8 +619,10 @@ fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::
         worker_id: worker_id.to_string(),
         status,
         output,
-        error,
-        retryable,
+        retryable: error.as_ref().is_some_and(|e| e.retryable),
+        code: error.as_ref().and_then(|e| e.code.clone()),
+        http_status: error.as_ref().and_then(|e| e.status),
+        error: error.map(|e| e.message),
     }
 }
 

@@ -26,20 +26,32 @@ pub struct TaskContext {
     pub secrets: Secrets,
 }
 
-/// A failed attempt. Retryable failures are retried by the node's policy.
+/// A failed attempt. Retryable failures are retried by the node's policy;
+/// `code` (and, for an HTTP answer, `status`) is what a failure edge can
+/// test of it (`.nodes.X.error.code`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskError {
     pub message: String,
     pub retryable: bool,
+    /// A stable name for what went wrong (1 to 64 of `a-z`, `0-9`, `_.-`);
+    /// `task_failed` when none is given.
+    pub code: Option<String>,
+    pub status: Option<u16>,
 }
 
 impl TaskError {
     pub fn retryable(message: impl Into<String>) -> TaskError {
-        TaskError { message: message.into(), retryable: true }
+        TaskError { message: message.into(), retryable: true, code: None, status: None }
     }
 
     pub fn fatal(message: impl Into<String>) -> TaskError {
-        TaskError { message: message.into(), retryable: false }
+        TaskError { message: message.into(), retryable: false, code: None, status: None }
+    }
+
+    /// The same failure, with a code for failure edges to test.
+    pub fn with_code(mut self, code: impl Into<String>) -> TaskError {
+        self.code = Some(code.into());
+        self
     }
 }
 

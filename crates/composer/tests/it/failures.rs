@@ -127,7 +127,14 @@ async fn duplicate_and_late_reports_are_ignored() {
     assert!(dup.contains("already COMPLETED"), "{dup}");
     let stale = engine.handle(id, completed(0, 3)).await.unwrap().ignored.unwrap();
     assert!(stale.contains("stale"), "{stale}");
-    let late = Event::TaskFailed { task_id: task, attempt: 1, error: "late".into(), retryable: true };
+    let late = Event::TaskFailed {
+        task_id: task,
+        attempt: 1,
+        error: "late".into(),
+        retryable: true,
+        code: None,
+        status: None,
+    };
     assert!(engine.handle(id, late).await.unwrap().ignored.is_some());
 
     let (_, run) = e.get(&format!("/v1/runs/{id}")).await;

@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod control;
 mod dataflow;
+mod failure_handling;
 mod failures;
 mod flow;
 mod hardening;

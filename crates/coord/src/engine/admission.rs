@@ -26,6 +26,8 @@ pub struct NewRunOf<'a> {
     pub trigger: Option<&'a Value>,
     /// For a child: the root of the tree it joins.
     pub root: Option<Uuid>,
+    /// For a failure handler: the run whose end started it.
+    pub handles: Option<Uuid>,
 }
 
 /// What the engine holds every run to.
@@ -87,6 +89,7 @@ pub async fn create_run<S: RunStore>(
         concurrency_key: key.as_deref(),
         trigger: how.trigger,
         root_run_id: how.root,
+        handles_run_id: how.handles,
     };
     let row = store.insert_run(&new).await?;
     if status == RunStatus::Queued {
@@ -155,7 +158,7 @@ mod tests {
     }
 
     fn how<'a>(def: &'a DefinitionRow, input: &'a Value) -> NewRunOf<'a> {
-        NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None, root: None }
+        NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None, root: None, handles: None }
     }
 
     #[test]

@@ -202,6 +202,7 @@ pub(crate) mod fake {
                 concurrency_key: run.concurrency_key.map(str::to_string),
                 trigger: run.trigger.cloned(),
                 root_run_id: run.root_run_id,
+                handles_run_id: run.handles_run_id,
             };
             if run.status == RunStatus::Running || run.status == RunStatus::Queued {
                 let key = (run.workflow_name.to_string(), run.concurrency_key.unwrap_or_default().to_string());

@@ -19,6 +19,9 @@ pub enum Rejection {
     /// A child would take its run tree past its fan-out budget.
     #[error("the run tree already has the most {what} its fan-out budget allows ({max}, COMPOSER_MAX_TREE_{})", what.to_uppercase())]
     TreeTooBig { what: &'static str, max: i64 },
+    /// A failure handler's input does not evaluate, or is too large.
+    #[error("{0}")]
+    HandlerInput(String),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,8 @@ pub struct Loaded {
     pub definition: (Uuid, i32),
     /// The root of its run tree, which its MAP items are charged to.
     pub root: Uuid,
+    /// For a failure handler's run: the run whose end started it.
+    pub handles: Option<Uuid>,
 }
 
 impl Loaded {
@@ -31,6 +33,7 @@ impl Loaded {
             depth: row.depth,
             definition: (row.workflow_definition_id, row.workflow_version),
             root: row.root(),
+            handles: row.handles_run_id,
         }
     }
 

@@ -13,6 +13,7 @@
 //! - [`evaluator`]: the threads the state machine (and so every expression)
 //!   runs on, off the async runtime, and the flight recorder.
 //! - [`admission`]: creating a run under its concurrency limit.
+//! - [`handler`]: the failure handler a run's end starts, in its commit.
 //! - [`loaded`]: a run as a transaction holds it.
 //! - [`publisher`]: what a commit hands to the publishing loop.
 //! - [`store`]: the seam with storage ([`store::RunStore`]).
@@ -23,6 +24,7 @@ pub mod batch;
 pub mod effects;
 pub mod error;
 pub mod evaluator;
+pub mod handler;
 pub mod loaded;
 pub mod publisher;
 pub mod runner;

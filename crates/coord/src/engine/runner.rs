@@ -21,6 +21,7 @@ use super::admission::{self, Limits, NewRunOf};
 use super::batch::{self, Applying, Handled, LiveLoop, Pending};
 use super::effects;
 use super::error::{EngineError, Rejection, Result};
+use super::handler;
 use super::loaded::Loaded;
 use super::publisher::Publisher;
 use super::store::Tx;
@@ -61,8 +62,16 @@ pub struct Started {
     /// False when an idempotency key found an existing run.
     pub new: bool,
     loaded: Option<Loaded>,
-    /// What its commit dispatched, for the publisher.
+    /// What its commit wrote, for the publisher (and the handlers it started).
+    written: Option<Written>,
+}
+
+/// What a write did: the outbox rows it wrote (with their messages),
+/// whether any, and the failure handlers it started.
+struct Written {
     outbound: Vec<Outbound>,
+    any: bool,
+    handlers: Vec<Loaded>,
 }
 
 /// Where the answer to one piece of a batch's work goes.
@@ -119,15 +128,25 @@ impl Engine {
         }
     }
 
-    /// Writes what the runs' events changed, in the caller's transaction.
+    /// Writes what the runs' events changed, in the caller's transaction,
+    /// with the failure handlers their ends start (returned, for the caller
+    /// to follow up after its commit).
     async fn write<'l>(
         &self,
         tx: &composer_store::Transaction<'_>,
-        loaded: impl Iterator<Item = &'l Loaded>,
+        loaded: impl Iterator<Item = &'l mut Loaded>,
         published: &[i64],
-    ) -> Result<(Vec<Outbound>, bool)> {
-        let loaded: Vec<&Loaded> = loaded.collect();
-        for l in &loaded {
+    ) -> Result<Written> {
+        let mut loaded: Vec<&mut Loaded> = loaded.collect();
+        let mut handlers = Vec::new();
+        let compile = |def: &DefinitionRow| self.compile(def);
+        for l in loaded.iter_mut().filter(|l| handler::owes_handler(l)) {
+            if let Some(h) = handler::start(&Tx(tx), &compile, l, self.limits).await? {
+                handlers.push(h);
+            }
+        }
+        let all: Vec<&Loaded> = loaded.iter().map(|l| &**l).chain(handlers.iter()).collect();
+        for l in &all {
             let items = l.tr.created.iter().filter(|&&t| l.run.tasks[t].item.is_some()).count() as i64;
             if items > 0 && !composer_store::trees::charge_items(tx, l.root, items, self.limits.tree.items).await? {
                 // Another run of the tree spent the budget since this one read
@@ -135,10 +154,24 @@ impl Engine {
                 return Err(EngineError::BudgetRace { run_id: l.run.id });
             }
         }
-        let changes: Vec<Change> = loaded.into_iter().map(Loaded::change).collect();
+        let changes: Vec<Change> = all.into_iter().map(Loaded::change).collect();
         let any = changes.iter().any(|c| !c.tr.dispatch.is_empty());
         let outbound = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;
-        Ok((outbound, any))
+        Ok(Written { outbound, any, handlers })
+    }
+
+    /// After the commit of a write: publishes it, counts the failure
+    /// handlers it started, and returns what their commit owes.
+    fn written(&self, w: Written) -> Vec<(Uuid, AfterCommit)> {
+        self.dispatched(w.outbound, w.any);
+        if w.handlers.is_empty() {
+            return Vec::new();
+        }
+        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], w.handlers.len() as u64);
+        for h in w.handlers.iter().filter(|h| h.run.status.is_terminal()) {
+            run_finished(&h.wf, &h.run);
+        }
+        w.handlers.iter().flat_map(Loaded::after_commit).collect()
     }
 
     /// Gives a loaded run the payload limit and what its tree's fan-out
@@ -232,27 +265,30 @@ impl Engine {
         let wf = self.compile(def)?;
         if let Some(key) = idempotency_key {
             if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
-                return Ok(Started { row: existing, new: false, loaded: None, outbound: Vec::new() });
+                return Ok(Started { row: existing, new: false, loaded: None, written: None });
             }
         }
-        let how = NewRunOf { def, input, idempotency_key, parent: None, depth: 0, trigger, root: None };
-        let (row, loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
-        let (outbound, _) = self.write(tx, loaded.iter(), &[]).await?;
+        let how = NewRunOf { def, input, idempotency_key, parent: None, depth: 0, trigger, root: None, handles: None };
+        let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
+        let written = self.write(tx, loaded.iter_mut(), &[]).await?;
         tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
-        Ok(Started { row, new: true, loaded, outbound })
+        Ok(Started { row, new: true, loaded, written: Some(written) })
     }
 
     /// After the commit of [`Engine::start_run_in`]: publishes, counts, runs
     /// what the commit owes, and returns the run as it now stands (and
     /// whether it is new).
     pub fn started(self: &Arc<Self>, started: Started) -> (RunRow, bool) {
-        let Started { mut row, new, loaded, outbound } = started;
+        let Started { mut row, new, loaded, written } = started;
         if !new {
             return (row, false);
         }
         composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
+        if let Some(w) = written {
+            let owed = self.written(w);
+            self.follow_up(owed);
+        }
         if let Some(l) = loaded {
-            self.dispatched(outbound, !l.tr.dispatch.is_empty());
             if l.run.status.is_terminal() {
                 run_finished(&l.wf, &l.run);
             }
@@ -487,16 +523,25 @@ impl Engine {
         let mut created = Vec::with_capacity(starts.len());
         for (def, input) in starts {
             let wf = self.compile(def)?;
-            let how = NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None, root: None };
+            let how = NewRunOf {
+                def,
+                input,
+                idempotency_key: None,
+                parent: None,
+                depth: 0,
+                trigger: None,
+                root: None,
+                handles: None,
+            };
             let (row, loaded) = admission::create_run(&store, wf, how, self.limits).await?;
             if let Some(loaded) = loaded {
                 runs.insert(row.id, loaded);
             }
             created.push(row);
         }
-        let (outbound, any) = self.write(&tx, runs.values(), published).await?;
+        let written = self.write(&tx, runs.values_mut(), published).await?;
         tx.commit().await?;
-        self.dispatched(outbound, any);
+        let handlers_owe = self.written(written);
         for l in runs.values().filter(|l| l.tr.run_changed && l.run.status.is_terminal()) {
             run_finished(&l.wf, &l.run);
         }
@@ -514,7 +559,7 @@ impl Engine {
                 row.error = l.run.error.clone();
             }
         }
-        let after_commit = runs.values().flat_map(Loaded::after_commit).collect();
+        let after_commit = runs.values().flat_map(Loaded::after_commit).chain(handlers_owe).collect();
         Ok(Applied { events: results, starts: created, after_commit })
     }
 
@@ -588,9 +633,10 @@ impl Engine {
             let tr = effects::apply(&store, &wf, &mut run, Event::RunStarted).await?;
             batch.push(Loaded::new(wf, run, tr, &row));
         }
-        let (outbound, any) = self.write(&tx, batch.iter(), &[]).await?;
+        let written = self.write(&tx, batch.iter_mut(), &[]).await?;
         tx.commit().await?;
-        self.dispatched(outbound, any);
+        let owed = self.written(written);
+        self.follow_up(owed);
         self.follow_up(batch.iter().flat_map(Loaded::after_commit).collect());
         tracing::debug!(workflow, key, promoted = batch.len(), "queued runs started");
         Ok(batch.len())
@@ -624,9 +670,11 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        let (outbound, any) = self.write(&tx, child.1.iter(), &[]).await?;
+        let mut child = child;
+        let written = self.write(&tx, child.1.iter_mut(), &[]).await?;
         tx.commit().await?;
-        self.dispatched(outbound, any);
+        let owed = self.written(written);
+        self.follow_up(owed);
         composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
         tracing::debug!(child = %child.0.id, parent = %run_id, status = %child.0.status, "child run started");
         if let Some(l) = child.1 {
@@ -671,6 +719,7 @@ impl Engine {
             depth,
             trigger: None,
             root: Some(slot.root),
+            handles: None,
         };
         admission::create_run(&Tx(tx), wf, how, self.limits).await
     }

@@ -48,6 +48,8 @@ pub(crate) async fn report(
             error: capped(r.error.unwrap_or_else(|| "failed without an error message".into()))
                 .replace('\0', "\u{FFFD}"),
             retryable: r.retryable,
+            code: r.code,
+            status: r.http_status.filter(|s| (100..=599).contains(s)),
         },
     };
     let handled = s.engine.handle_reported(r.run_id, event, r.worker_id).await?;

@@ -188,6 +188,8 @@ pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
         trigger: r.trigger.clone(),
         parent_run_id: r.parent.map(|p| p.run_id),
         parent_task_id: r.parent.map(|p| p.task_id),
+        handles_run_id: r.handles_run_id,
+        failure_handler_run_ids: None,
         tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),
     }
 }
@@ -202,6 +204,7 @@ fn task_view(t: &TaskRow) -> TaskView {
         input: t.input.clone(),
         output: t.output.clone(),
         error: t.error.clone(),
+        error_info: t.error_info.as_ref().and_then(|v| serde_json::from_value(v.clone()).ok()),
         wake_at: t.wake_at,
         started_at: t.started_at,
         finished_at: t.finished_at,
@@ -238,10 +241,14 @@ pub(crate) async fn get_run(
         let Some((run, tasks)) = runs::get(&client, run_id).await? else {
             return Err(ApiError::not_found(format!("run {run_id} not found")));
         };
-        drop(client);
         if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
-            return Ok(Json(run_view(&run, Some(&tasks))));
+            let mut view = run_view(&run, Some(&tasks));
+            if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
+                view.failure_handler_run_ids = Some(runs::handlers_of(&client, run_id).await?);
+            }
+            return Ok(Json(view));
         }
+        drop(client);
         loop {
             let ended = tokio::select! {
                 // Stopping: answer now with the run as it is.
@@ -397,7 +404,14 @@ fn same_json(a: &Value, b: &Value) -> bool {
 pub(crate) fn completed(task_id: Uuid, attempt: i32, output: Value, max_payload: usize) -> Event {
     match composer_core::storable::check(&output, "output", max_payload) {
         Ok(()) => Event::TaskCompleted { task_id, attempt, output },
-        Err(error) => Event::TaskFailed { task_id, attempt, error, retryable: false },
+        Err(error) => Event::TaskFailed {
+            task_id,
+            attempt,
+            error,
+            retryable: false,
+            code: Some(composer_core::machine::codes::PAYLOAD.into()),
+            status: None,
+        },
     }
 }
 

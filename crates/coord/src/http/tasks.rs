@@ -170,7 +170,22 @@ pub(crate) async fn fail(
     if req.error.chars().count() > MAX_ERROR_CHARS {
         return Err(ApiError::bad_request(format!("error: at most {MAX_ERROR_CHARS} characters")));
     }
-    let event = Event::TaskFailed { task_id: id, attempt: req.attempt, error: req.error, retryable: req.retryable };
+    if let Some(code) = req.code.as_deref().filter(|c| !composer_core::definition::is_error_code(c)) {
+        return Err(ApiError::bad_request(format!(
+            "code: {code:?} is not an error code (1 to 64 of a-z, 0-9, '_', '.' and '-')"
+        )));
+    }
+    if let Some(status) = req.status.filter(|s| !(100..=599).contains(s)) {
+        return Err(ApiError::bad_request(format!("status: {status} is not an HTTP status (100-599)")));
+    }
+    let event = Event::TaskFailed {
+        task_id: id,
+        attempt: req.attempt,
+        error: req.error,
+        retryable: req.retryable,
+        code: req.code,
+        status: req.status,
+    };
     finish(&s, id, &req.worker_id, req.run_id, req.attempt, event).await
 }
 

@@ -29,6 +29,8 @@ pub enum NodeKind {
     /// A child run of another workflow (or this one); its output is the
     /// node's output. `version: None` is the latest when the node starts.
     SubWorkflow { workflow: String, version: Option<i32> },
+    /// Fails the run with its message (an unhandled failure of its own).
+    Fail { message: Template, code: String },
 }
 
 /// What the engine may do with a node of one kind: the one place that says
@@ -68,13 +70,14 @@ const DISPATCHED: Traits = Traits { dispatched: true, retried: true, timed: true
 
 /// The built-in types by name, with their traits; any other valid name is a
 /// custom type, run by a worker.
-pub const BUILT_IN: [(&str, Traits); 6] = [
+pub const BUILT_IN: [(&str, Traits); 7] = [
     ("HTTP", DISPATCHED),
     ("WAIT", Traits { waits: true, ..NO_TRAITS }),
     ("WAIT_FOR_EVENT", Traits { waits: true, ..NO_TRAITS }),
     ("TRANSFORM", Traits { per_item: true, ..NO_TRAITS }),
     ("MAP", Traits { has_items: true, ..NO_TRAITS }),
     ("SUB_WORKFLOW", Traits { retried: true, timed: true, has_child: true, per_item: true, ..NO_TRAITS }),
+    ("FAIL", NO_TRAITS),
 ];
 
 /// The traits of a node type by name.
@@ -100,6 +103,7 @@ impl NodeKind {
             NodeKind::Transform { .. } => "TRANSFORM",
             NodeKind::Map(_) => "MAP",
             NodeKind::SubWorkflow { .. } => "SUB_WORKFLOW",
+            NodeKind::Fail { .. } => "FAIL",
             NodeKind::Custom => return None,
         })
     }
@@ -120,6 +124,7 @@ impl NodeKind {
             "WAIT_FOR_EVENT" => compile_wait_for_event(at, config)?,
             "SUB_WORKFLOW" => compile_sub_workflow(at, config)?,
             "TRANSFORM" => compile_transform(at, config)?,
+            "FAIL" => compile_fail(at, &n.id, config)?,
             "MAP" => return compile_map(at, n),
             other => {
                 validate_name(&format!("{at}.type"), other)?;
@@ -133,7 +138,9 @@ impl NodeKind {
     /// the node's templated config), for what the node reads.
     pub(super) fn sources(&self) -> Vec<&str> {
         match self {
-            NodeKind::Wait(WaitFor::Until(t)) | NodeKind::Transform { output: t } => t.sources(),
+            NodeKind::Wait(WaitFor::Until(t))
+            | NodeKind::Transform { output: t }
+            | NodeKind::Fail { message: t, .. } => t.sources(),
             NodeKind::WaitForEvent { key, .. } => key.sources(),
             NodeKind::Map(m) => m.items.sources(),
             _ => Vec::new(),
@@ -254,6 +261,39 @@ fn compile_map(at: &str, n: &NodeSpec) -> Result<(NodeKind, Option<NodeSpec>), V
     }
 }
 
+/// Longest error code (a FAIL node's `code`, a worker's report).
+pub const MAX_ERROR_CODE_LEN: usize = 64;
+
+/// Whether `code` is a plain error code: 1 to 64 of `a-z`, `0-9`, `_`, `.`, `-`.
+pub fn is_error_code(code: &str) -> bool {
+    !code.is_empty()
+        && code.len() <= MAX_ERROR_CODE_LEN
+        && code.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// `{message?, code?}`: the run's error and the node's error code.
+fn compile_fail(at: &str, id: &str, config: &Value) -> Result<NodeKind, ValidationError> {
+    only_fields(at, config, &["message", "code"])?;
+    let message = match config.get("message") {
+        None | Some(Value::Null) => Value::String(format!("the run failed at node {id}")),
+        Some(m @ Value::String(_)) => m.clone(),
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.message"), "must be text or an expression")),
+    };
+    let message =
+        Template::compile(&message).map_err(|(_, m)| ValidationError::new(format!("{at}.config.message"), m))?;
+    let code = match config.get("code") {
+        None | Some(Value::Null) => "fail".to_string(),
+        Some(Value::String(c)) if is_error_code(c) => c.clone(),
+        Some(_) => {
+            return Err(ValidationError::new(
+                format!("{at}.config.code"),
+                format!("must be 1 to {MAX_ERROR_CODE_LEN} of a-z, 0-9, '_', '.' and '-'"),
+            ))
+        }
+    };
+    Ok(NodeKind::Fail { message, code })
+}
+
 fn compile_transform(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
     only_fields(at, config, &["output"])?;
     let output =
@@ -339,7 +379,17 @@ pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "H
 fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
     let field = |name: &str| format!("{at}.config.{name}");
     for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
-        let known = ["method", "url", "headers", "body", "timeout", "accept", "retry_statuses", "follow_redirects"];
+        let known = [
+            "method",
+            "url",
+            "headers",
+            "body",
+            "timeout",
+            "accept",
+            "retry_statuses",
+            "follow_redirects",
+            "idempotency_key",
+        ];
         if !known.contains(&key.as_str()) {
             return Err(ValidationError::new(field(key), format!("unknown field (expected {})", known.join(", "))));
         }
@@ -375,6 +425,17 @@ fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
             .map_err(|e| ValidationError::new(field("timeout"), e))?;
         if d.is_zero() {
             return Err(ValidationError::new(field("timeout"), "must be greater than zero"));
+        }
+    }
+    match config.get("idempotency_key") {
+        None => {}
+        Some(k) if is_expression(k) => {}
+        Some(Value::String(k)) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| (0x20..0x7f).contains(&b)) => {}
+        Some(_) => {
+            return Err(ValidationError::new(
+                field("idempotency_key"),
+                "must be \"per_attempt\", an expression, or text of 1 to 255 visible characters",
+            ))
         }
     }
     if let Some(f) = config.get("follow_redirects").filter(|f| !is_expression(f)) {

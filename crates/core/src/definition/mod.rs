@@ -24,10 +24,11 @@ mod spec;
 
 pub use check::{check_name, ValidationError, MAX_ID_LEN};
 pub use kind::{
-    traits_of, MapConfig, NodeKind, Traits, WaitFor, BUILT_IN, HTTP_METHODS, MAP_MAX_ITEMS, SUB_WORKFLOW_MAX_DEPTH,
+    is_error_code, traits_of, MapConfig, NodeKind, Traits, WaitFor, BUILT_IN, HTTP_METHODS, MAP_MAX_ITEMS,
+    MAX_ERROR_CODE_LEN, SUB_WORKFLOW_MAX_DEPTH,
 };
 pub use node::{default_queue, Node, RetryPolicy};
-pub use spec::{ConcurrencySpec, EdgeSpec, NodeSpec, RetrySpec, WorkflowSpec};
+pub use spec::{ConcurrencySpec, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, WorkflowSpec};
 
 use check::positive_duration;
 pub(crate) use check::validate_name;
@@ -71,8 +72,45 @@ pub const MAX_CONCURRENCY_KEY: usize = 512;
 pub struct Edge {
     pub from: usize,
     pub to: usize,
-    /// The condition under which the edge is active (its source COMPLETED).
+    /// The condition under which the edge is active (its source ended as
+    /// `on` says).
     pub when: Option<Expr>,
+    /// Which end of its source the edge follows.
+    pub on: EdgeOn,
+}
+
+impl EdgeOn {
+    /// Whether an edge that follows this end is taken from a source in `state`
+    /// (its `when` aside).
+    pub fn follows(self, state: crate::machine::TaskState) -> bool {
+        use crate::machine::TaskState::{Completed, Failed};
+        matches!(
+            (self, state),
+            (EdgeOn::Success | EdgeOn::Always, Completed) | (EdgeOn::Failure | EdgeOn::Always, Failed)
+        )
+    }
+}
+
+/// A definition's failure handler: the run it starts when one of its runs
+/// ends FAILED (or CANCELLED, with `on_cancelled`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnFailure {
+    pub workflow: String,
+    pub version: Option<i32>,
+    /// The handler run's input, over `{failed_run, input}`; `None` gives
+    /// `{"failed_run": …}`.
+    pub input: Option<Template>,
+    /// The ends that start it (by default FAILED only).
+    pub on_failed: bool,
+    pub on_cancelled: bool,
+}
+
+impl OnFailure {
+    /// Whether a run that ended in `status` starts the handler.
+    pub fn starts_on(&self, status: crate::machine::RunStatus) -> bool {
+        use crate::machine::RunStatus::{Cancelled, Failed};
+        (status == Failed && self.on_failed) || (status == Cancelled && self.on_cancelled)
+    }
 }
 
 /// A parsed and validated definition, indexed for the state machine.
@@ -93,6 +131,8 @@ pub struct Workflow {
     pub timeout: Option<Duration>,
     /// The limit on open runs.
     pub concurrency: Option<Concurrency>,
+    /// The run a failed run starts.
+    pub on_failure: Option<OnFailure>,
     /// Whether every expression it has is simple ([`crate::expr::is_simple`]:
     /// no recursion, loop or costly native, so its time is bounded by its
     /// input's size): applying its events may then skip the evaluation
@@ -111,6 +151,7 @@ struct Parts {
     output: Option<Template>,
     timeout: Option<Duration>,
     concurrency: Option<Concurrency>,
+    on_failure: Option<OnFailure>,
     index: HashMap<String, usize>,
 }
 
@@ -136,7 +177,8 @@ impl Workflow {
     }
 
     fn assemble(spec: WorkflowSpec, parts: Parts) -> Workflow {
-        let Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index } = parts;
+        let Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, on_failure, index } =
+            parts;
         Workflow {
             spec,
             nodes,
@@ -147,6 +189,7 @@ impl Workflow {
             output,
             timeout,
             concurrency,
+            on_failure,
             simple: false,
             index,
         }
@@ -213,11 +256,30 @@ impl Workflow {
                 Some(Concurrency { key, max: c.max })
             }
         };
-        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, index })
+        let on_failure = spec.on_failure.as_ref().map(compile_on_failure).transpose()?;
+        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, on_failure, index })
     }
 
     pub fn node_index(&self, id: &str) -> Option<usize> {
         self.index.get(id).copied()
+    }
+
+    /// Whether a failure of `node` is handled: it has a `failure` or
+    /// `always` edge, so it does not fail the run.
+    pub fn handles_failure(&self, node: usize) -> bool {
+        self.outgoing[node].iter().any(|&e| self.edges[e].on != EdgeOn::Success)
+    }
+
+    /// Every node reachable from `node` by its outgoing edges, not itself.
+    pub fn downstream(&self, node: usize) -> Vec<bool> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack: Vec<usize> = self.outgoing[node].iter().map(|&e| self.edges[e].to).collect();
+        while let Some(n) = stack.pop() {
+            if !std::mem::replace(&mut seen[n], true) {
+                stack.extend(self.outgoing[n].iter().map(|&e| self.edges[e].to));
+            }
+        }
+        seen
     }
 
     /// Whether a run of it can create MAP items (it has a MAP node).
@@ -302,6 +364,12 @@ fn compile_edges(spec: &WorkflowSpec, index: &HashMap<String, usize>) -> Result<
         if !seen.insert((from, to)) {
             return Err(ValidationError::new(at, format!("duplicate edge {:?} -> {:?}", e.from, e.to)));
         }
+        if matches!(spec.nodes[from].node_type.as_str(), "FAIL") {
+            return Err(ValidationError::new(
+                format!("{at}.from"),
+                format!("{:?} is a FAIL node, which ends the run: it has no outgoing edges", e.from),
+            ));
+        }
         let when = match &e.when {
             Some(src) if src.contains(".secrets") => {
                 return Err(ValidationError::new(format!("{at}.when"), "conditions cannot read secrets"))
@@ -311,9 +379,49 @@ fn compile_edges(spec: &WorkflowSpec, index: &HashMap<String, usize>) -> Result<
         };
         g.incoming[to].push(g.edges.len());
         g.outgoing[from].push(g.edges.len());
-        g.edges.push(Edge { from, to, when });
+        g.edges.push(Edge { from, to, when, on: e.on.unwrap_or_default() });
     }
     Ok(g)
+}
+
+/// `on_failure`: a named workflow, an input template that reads no secret,
+/// and the ends it is for.
+fn compile_on_failure(h: &OnFailureSpec) -> Result<OnFailure, ValidationError> {
+    validate_name("on_failure.workflow", &h.workflow)?;
+    if h.version.is_some_and(|v| v < 1) {
+        return Err(ValidationError::new("on_failure.version", "must be a version number (1 or more)"));
+    }
+    let input = match &h.input {
+        None => None,
+        Some(v) if v.to_string().contains(".secrets") => {
+            return Err(ValidationError::new("on_failure.input", "a handler's input cannot read secrets"))
+        }
+        Some(v) => {
+            Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("on_failure.input{p}"), m))?)
+        }
+    };
+    let (mut on_failed, mut on_cancelled) = (h.on.is_none(), false);
+    match &h.on {
+        None => {}
+        Some(ends) if ends.is_empty() => {
+            return Err(ValidationError::new("on_failure.on", "must name FAILED, CANCELLED or both"))
+        }
+        Some(ends) => {
+            for end in ends {
+                match end.as_str() {
+                    "FAILED" => on_failed = true,
+                    "CANCELLED" => on_cancelled = true,
+                    other => {
+                        return Err(ValidationError::new(
+                            "on_failure.on",
+                            format!("{other:?} is not an end a handler can start on (FAILED, CANCELLED)"),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+    Ok(OnFailure { workflow: h.workflow.clone(), version: h.version, input, on_failed, on_cancelled })
 }
 
 /// The nodes `node`'s expressions and incoming conditions read, sorted;

@@ -39,6 +39,33 @@ pub struct WorkflowSpec {
     /// over `{input}`); the others wait QUEUED.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<ConcurrencySpec>,
+    /// A run of another workflow started when a run of this one ends FAILED
+    /// (and, if `on` says so, CANCELLED), in the same commit as that end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailureSpec>,
+}
+
+/// `on_failure`: the handler run a failed run starts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct OnFailureSpec {
+    /// The handler's workflow (the latest version when it starts, unless
+    /// `version` is given).
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
+    pub workflow: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub version: Option<i32>,
+    /// The handler run's input, a template over `{failed_run: {id, workflow,
+    /// status, error, nodes}, input}`; by default `{"failed_run": …}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
+    pub input: Option<Value>,
+    /// The ends that start the handler: `["FAILED"]` (the default), or
+    /// `["FAILED", "CANCELLED"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -115,18 +142,43 @@ pub struct EdgeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
     pub when: Option<String>,
+    /// What of its source the edge follows: `success` (the default: the
+    /// source COMPLETED), `failure` (it FAILED for good) or `always` (either).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<EdgeOn>,
 }
+
+/// Which end of its source an edge follows.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum EdgeOn {
+    #[default]
+    Success,
+    Failure,
+    Always,
+}
+
+impl EdgeOn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EdgeOn::Success => "success",
+            EdgeOn::Failure => "failure",
+            EdgeOn::Always => "always",
+        }
+    }
+}
+
+/// The fields a definition may have.
+const FIELDS: [&str; 8] = ["name", "description", "nodes", "edges", "output", "timeout", "concurrency", "on_failure"];
 
 /// Deserializes a spec, naming the node whose fields are wrong.
 pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
     let obj =
         json.as_object().ok_or_else(|| ValidationError::new("$", "a workflow definition must be a JSON object"))?;
     for key in obj.keys() {
-        if !matches!(key.as_str(), "name" | "description" | "nodes" | "edges" | "output" | "timeout" | "concurrency") {
-            return Err(ValidationError::new(
-                key.as_str(),
-                "unknown field (expected name, description, nodes, edges, output, timeout, concurrency)",
-            ));
+        if !FIELDS.contains(&key.as_str()) {
+            return Err(ValidationError::new(key.as_str(), format!("unknown field (expected {})", FIELDS.join(", "))));
         }
     }
     let name = match obj.get("name") {
@@ -182,7 +234,15 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
                 .map_err(|e| ValidationError::new("concurrency", format!("{e} (expected {{key?, max}})")))
         })?),
     };
-    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency })
+    let on_failure = match obj.get("on_failure") {
+        None | Some(Value::Null) => None,
+        Some(h) => Some(object_or_null(h, "on_failure").and_then(|()| {
+            serde_json::from_value(h.clone()).map_err(|e| {
+                ValidationError::new("on_failure", format!("{e} (expected {{workflow, version?, input?, on?}})"))
+            })
+        })?),
+    };
+    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency, on_failure })
 }
 
 /// Serde reads a struct from an array of its fields too (`"retry": []`):

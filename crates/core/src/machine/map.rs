@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::state::Machine;
-use super::types::{Effect, HistoryKind, Ignore, Item, MapProgress, Need, RunStatus, Task, TaskState};
+use super::types::{codes, Effect, Failure, HistoryKind, Ignore, Item, MapProgress, Need, RunStatus, Task, TaskState};
 use crate::definition::{MapConfig, NodeKind};
 use crate::expr::Scope;
 use crate::storable;
@@ -77,10 +77,13 @@ impl Machine<'_> {
                     .map_err(|e| format!("config: {e}")),
             });
             match (evaluated, &template.kind) {
-                (Err(error), _) => self.finish(at, TaskState::Failed, None, Some(error)),
+                (Err(error), _) => {
+                    self.finish(at, TaskState::Failed, None, Some(Failure::fatal(storable::code_of(&error), error)))
+                }
                 (Ok(output), NodeKind::Transform { .. }) => self.finish(at, TaskState::Completed, Some(output), None),
-                (Ok(input), _) => {
-                    self.run.tasks[at].input = input;
+                (Ok(input), kind) => {
+                    let id = self.run.tasks[at].id;
+                    self.run.tasks[at].input = super::rules::with_idempotency_key(kind, input, id, 1);
                     if let Some(queued) = &mut self.maps.queued {
                         queued.insert((t, index as u32), at);
                     }
@@ -265,7 +268,7 @@ impl Machine<'_> {
         let output = Value::Array(output);
         match storable::check(&output, "output", self.run.max_payload) {
             Ok(()) => self.finish(m, TaskState::Completed, Some(output), None),
-            Err(e) => self.finish(m, TaskState::Failed, None, Some(e)),
+            Err(e) => self.finish(m, TaskState::Failed, None, Some(Failure::fatal(codes::PAYLOAD, e))),
         }
     }
 
@@ -280,7 +283,7 @@ impl Machine<'_> {
             }
             None => "an item failed".to_string(),
         };
-        self.finish(m, TaskState::Failed, None, Some(error));
+        self.finish(m, TaskState::Failed, None, Some(Failure::fatal(codes::ITEM_FAILED, error)));
         for (_, at) in items {
             if !self.run.tasks[at].state.is_terminal() {
                 self.finish(at, TaskState::Cancelled, None, None);
@@ -300,6 +303,7 @@ impl Machine<'_> {
             task.progress = None;
             task.attempt += 1;
             task.error = None;
+            task.error_info = None;
             task.finished_at = None;
             self.tr.touch(m);
             let mut ctx = None;
@@ -315,7 +319,13 @@ impl Machine<'_> {
             }
             item.state = TaskState::Queued;
             item.attempt += 1;
+            // A new execution of the item: a new default idempotency key.
+            let default_key = format!("{}:", item.id);
+            if item.input["idempotency_key"].as_str().is_some_and(|k| k.starts_with(&default_key)) {
+                item.input["idempotency_key"] = json!(format!("{default_key}{}", item.attempt));
+            }
             item.error = None;
+            item.error_info = None;
             item.output = None;
             item.finished_at = None;
             item.wake_at = None;
@@ -327,6 +337,7 @@ impl Machine<'_> {
         task.state = TaskState::Running;
         task.attempt += 1;
         task.error = None;
+        task.error_info = None;
         task.finished_at = None;
         task.progress = Some(progress);
         self.tr.touch(m);

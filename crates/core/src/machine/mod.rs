@@ -57,7 +57,8 @@ pub fn apply(
 }
 
 /// What expressions see, for the whole run:
-/// `{input, nodes: {<id>: {output, state}}, run: {id, workflow}}`.
+/// `{input, nodes: {<id>: {output, state, error?}}, run: {id, workflow}}`
+/// (`error` for a FAILED node: `{message, code, retryable, attempts, status?}`).
 pub fn context(wf: &Workflow, run: &Run) -> Value {
     context_of(wf, run, run.tasks.iter())
 }
@@ -65,8 +66,12 @@ pub fn context(wf: &Workflow, run: &Run) -> Value {
 /// The same, with just the nodes of `tasks`.
 pub(super) fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item = &'t Task>) -> Value {
     let mut nodes = Map::new();
-    for t in tasks.filter(|t| t.item.is_none()) {
-        nodes.insert(wf.nodes[t.node].id.clone(), json!({"output": t.output, "state": t.state}));
+    for t in tasks.filter(|t| t.item.is_none() && !t.removed) {
+        let mut node = json!({"output": t.output, "state": t.state});
+        if let Some(error) = t.error_json() {
+            node["error"] = error;
+        }
+        nodes.insert(wf.nodes[t.node].id.clone(), node);
     }
     json!({"input": run.input, "nodes": nodes, "run": {"id": run.id, "workflow": wf.spec.name}})
 }

@@ -5,7 +5,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::state::{items, later, parse_time, Machine, Started, FOREVER};
-use super::types::{Effect, Event, HistoryKind, Ignore, IgnoreKind, RunStatus, Task, TaskState};
+use super::types::{codes, Effect, Event, Failure, HistoryKind, Ignore, IgnoreKind, RunStatus, Task, TaskState};
 use super::{context, context_of, DEPTH_LIMIT};
 use crate::definition::{NodeKind, WaitFor};
 use crate::expr::Scope;
@@ -22,8 +22,12 @@ impl Machine<'_> {
                 self.route();
                 Ok(())
             }
-            Event::TaskFailed { task_id, attempt, error, retryable } => {
-                self.on_task_failed(task_id, attempt, &error, retryable)
+            Event::TaskFailed { task_id, attempt, error, retryable, code, status } => {
+                let code = code.filter(|c| crate::definition::is_error_code(c));
+                let mut failure = Failure::fatal(code.as_deref().unwrap_or(codes::TASK_FAILED), error);
+                failure.info.retryable = retryable;
+                failure.info.status = status;
+                self.on_task_failed(task_id, attempt, failure)
             }
             Event::TimerFired { task_id } => self.on_timer_fired(task_id),
             Event::EventReceived { task_id, payload } => self.on_event_received(task_id, payload),
@@ -72,36 +76,34 @@ impl Machine<'_> {
 
     /// A retryable failure with attempts left waits for its backoff; any
     /// other failure is final for the task.
-    pub(super) fn on_task_failed(
-        &mut self,
-        task_id: Uuid,
-        attempt: i32,
-        error: &str,
-        retryable: bool,
-    ) -> Result<(), Ignore> {
+    pub(super) fn on_task_failed(&mut self, task_id: Uuid, attempt: i32, failure: Failure) -> Result<(), Ignore> {
         let t = self.reportable(task_id, attempt)?;
         self.worker_runs(t)?;
-        self.fail_attempt(t, error, retryable);
+        self.fail_attempt(t, failure);
         Ok(())
     }
 
     /// The task's current attempt failed (by its worker, its child run or
     /// its timeout).
-    pub(super) fn fail_attempt(&mut self, t: usize, error: &str, retryable: bool) {
+    pub(super) fn fail_attempt(&mut self, t: usize, mut failure: Failure) {
         let attempt = self.run.tasks[t].attempt;
         let policy = self.wf.nodes[self.run.tasks[t].node].retry;
-        if retryable && (attempt as i64) < policy.max_attempts as i64 {
+        if failure.info.retryable && (attempt as i64) < policy.max_attempts as i64 {
             let wake_at = later(self.now, policy.backoff(attempt as u32));
             let task = &mut self.run.tasks[t];
             task.state = TaskState::Waiting;
-            task.error = Some(error.to_string());
             task.wake_at = Some(wake_at);
+            let payload = json!({"error": failure.message, "code": failure.info.code, "retry_at": wake_at});
+            task.error = Some(failure.message);
+            task.error_info = Some(failure.info);
             self.tr.touch(t);
-            let payload = self.task_payload(t, json!({"error": error, "retry_at": wake_at}));
+            let payload = self.task_payload(t, payload);
             self.tr.log(HistoryKind::TaskRetryScheduled, payload);
         } else {
-            let reason = if retryable { error.to_string() } else { format!("{error} (not retryable)") };
-            self.finish(t, TaskState::Failed, None, Some(reason));
+            if !failure.info.retryable {
+                failure.message.push_str(" (not retryable)");
+            }
+            self.finish(t, TaskState::Failed, None, Some(failure));
             self.route();
         }
     }
@@ -127,7 +129,7 @@ impl Machine<'_> {
                 task.attempt,
                 crate::duration::format(limit)
             );
-            self.fail_attempt(t, &error, true);
+            self.fail_attempt(t, Failure::retryable(codes::TIMEOUT, error));
             return Ok(());
         }
         if task.state != TaskState::Waiting {
@@ -145,7 +147,7 @@ impl Machine<'_> {
                 let key = task.event.as_ref().map(|(_, k)| k.as_str()).unwrap_or("");
                 let after = timeout.map(crate::duration::format).unwrap_or_default();
                 let error = format!("timed out after {after} waiting for event {event:?} with key {key:?}");
-                self.finish(t, TaskState::Failed, None, Some(error));
+                self.finish(t, TaskState::Failed, None, Some(Failure::fatal(codes::EVENT_TIMEOUT, error)));
             }
             // A retry's backoff ran out while the run is paused: the retry
             // is held (no timer left, so none fires again) until it resumes.
@@ -202,14 +204,60 @@ impl Machine<'_> {
             ));
         }
         self.set_run(RunStatus::Running, None, None);
+        let failed: Vec<usize> = (0..self.run.tasks.len())
+            .filter(|&t| {
+                let task = &self.run.tasks[t];
+                task.state == TaskState::Failed && task.item.is_none() && !task.removed
+            })
+            .collect();
+        // A handled failure's branch is reset: it runs again, from the
+        // failed node, as the new attempt's outcome decides.
+        let mut reset = vec![false; self.wf.nodes.len()];
+        for &t in &failed {
+            let node = self.run.tasks[t].node;
+            if self.wf.handles_failure(node) {
+                for (n, below) in self.wf.downstream(node).into_iter().enumerate() {
+                    reset[n] |= below;
+                }
+            }
+        }
         for t in 0..self.run.tasks.len() {
             let task = &self.run.tasks[t];
-            if task.state == TaskState::Failed && task.item.is_none() {
+            if task.item.is_none() && !task.removed && reset[task.node] {
+                self.remove(t);
+            }
+        }
+        for t in failed {
+            if !reset[self.run.tasks[t].node] {
                 self.restart(t);
             }
         }
         self.route();
         Ok(())
+    }
+
+    /// Takes a task out of the run (its node runs again when it becomes
+    /// ready): a MAP's items with it, and a child run is cancelled (after the
+    /// commit). Its row is deleted; its history stays.
+    pub(super) fn remove(&mut self, t: usize) {
+        let id = self.run.tasks[t].id;
+        let payload = self.task_payload(t, json!({}));
+        for i in 0..self.run.tasks.len() {
+            if self.run.tasks[i].item.is_some_and(|item| item.map == id) {
+                self.run.tasks[i].removed = true;
+                self.run.tasks[i].state = TaskState::Cancelled;
+            }
+        }
+        if self.run.tasks[t].progress.is_some() && !self.tr.cancel_items.contains(&t) {
+            self.tr.cancel_items.push(t);
+        }
+        let task = &mut self.run.tasks[t];
+        task.removed = true;
+        task.state = TaskState::Cancelled;
+        task.wake_at = None;
+        self.tr.touch(t);
+        self.maps = super::state::Maps::default();
+        self.tr.log(HistoryKind::TaskReset, payload);
     }
 
     pub(super) fn require_running(&self) -> Result<(), Ignore> {
@@ -264,7 +312,7 @@ impl Machine<'_> {
     }
 
     pub(super) fn find(&self, task_id: Uuid) -> Result<usize, Ignore> {
-        self.run.tasks.iter().position(|t| t.id == task_id).ok_or_else(|| {
+        self.run.tasks.iter().position(|t| t.id == task_id && !t.removed).ok_or_else(|| {
             Ignore(IgnoreKind::UnknownTask, format!("task {task_id} does not belong to run {}", self.run.id))
         })
     }
@@ -327,11 +375,14 @@ impl Machine<'_> {
                 // A child that failed on the nesting limit would fail again:
                 // retrying it at every level would multiply the runs.
                 let retryable = !error.is_some_and(|e| e.contains(DEPTH_LIMIT));
-                self.fail_attempt(t, &format!("child run {child} {status}{why}"), retryable);
+                let mut failure = Failure::fatal(codes::CHILD_FAILED, format!("child run {child} {status}{why}"));
+                failure.info.retryable = retryable;
+                self.fail_attempt(t, failure);
                 Ok(())
             }
             (None, _) => {
-                self.fail_attempt(t, error.unwrap_or("the child run could not start"), false);
+                let why = error.unwrap_or("the child run could not start");
+                self.fail_attempt(t, Failure::fatal(codes::CHILD_FAILED, why));
                 Ok(())
             }
         }
@@ -357,7 +408,7 @@ impl Machine<'_> {
         extra
     }
 
-    pub(super) fn finish(&mut self, t: usize, state: TaskState, output: Option<Value>, error: Option<String>) {
+    pub(super) fn finish(&mut self, t: usize, state: TaskState, output: Option<Value>, error: Option<Failure>) {
         self.item_finishing(t, state);
         let task = &mut self.run.tasks[t];
         task.state = state;
@@ -366,8 +417,9 @@ impl Machine<'_> {
         if output.is_some() {
             task.output = output;
         }
-        if error.is_some() {
-            task.error = error;
+        if let Some(failure) = error {
+            task.error = Some(failure.message);
+            task.error_info = Some(failure.info);
         }
         self.tr.touch(t);
         let kind = match state {
@@ -376,8 +428,10 @@ impl Machine<'_> {
             TaskState::Skipped => HistoryKind::TaskSkipped,
             _ => HistoryKind::TaskCancelled,
         };
-        let detail = match &self.run.tasks[t].error {
-            Some(e) if state == TaskState::Failed => json!({"error": e}),
+        let task = &self.run.tasks[t];
+        let detail = match (&task.error, &task.error_info) {
+            (Some(e), Some(info)) if state == TaskState::Failed => json!({"error": e, "code": info.code}),
+            (Some(e), None) if state == TaskState::Failed => json!({"error": e}),
             _ => json!({}),
         };
         let payload = self.task_payload(t, detail);
@@ -392,6 +446,7 @@ impl Machine<'_> {
         let task = &mut self.run.tasks[t];
         task.attempt += 1;
         task.error = None;
+        task.error_info = None;
         task.output = None;
         task.finished_at = None;
         task.wake_at = None;
@@ -404,7 +459,11 @@ impl Machine<'_> {
     /// just the nodes they read (all nodes when that cannot be known).
     pub(super) fn scope(&self, node: usize) -> Scope {
         let ctx = match &self.wf.nodes[node].reads {
-            Some(reads) => self.context_of(reads.iter().filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n))),
+            Some(reads) => self.context_of(
+                reads
+                    .iter()
+                    .filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n && t.item.is_none() && !t.removed)),
+            ),
             None => self.context(),
         };
         Scope::new(&ctx).unwrap_or_else(|_| Scope::null())
@@ -431,14 +490,15 @@ impl Machine<'_> {
         }
         let n = self.wf.nodes.len();
         let mut by_node: Vec<Option<usize>> = vec![None; n];
-        let mut failed = false;
-        for (i, t) in self.run.tasks.iter().enumerate().filter(|(_, t)| t.item.is_none()) {
+        let mut unhandled = false;
+        for (i, t) in self.run.tasks.iter().enumerate().filter(|(_, t)| t.item.is_none() && !t.removed) {
             by_node[t.node] = Some(i);
-            failed |= t.state == TaskState::Failed;
+            unhandled |= t.state == TaskState::Failed && !self.wf.handles_failure(t.node);
         }
         let wf = self.wf;
         for &node in &wf.topo_order {
-            if failed {
+            // An unhandled failure fails the run: nothing new starts.
+            if unhandled {
                 break;
             }
             if by_node[node].is_some() {
@@ -447,25 +507,33 @@ impl Machine<'_> {
             let mut ctx: Option<Scope> = None;
             let mut ready = true;
             let mut active = wf.incoming[node].is_empty();
+            let mut via = Vec::new();
             let mut edge_error = None;
             for &e in &wf.incoming[node] {
                 let edge = &wf.edges[e];
                 match by_node[edge.from].map(|t| self.run.tasks[t].state) {
-                    Some(TaskState::Completed) => match &edge.when {
-                        None => active = true,
-                        Some(when) => {
-                            let c = ctx.get_or_insert_with(|| self.scope(node));
-                            match when.eval_bool_in(c) {
-                                Ok(b) => active |= b,
-                                Err(m) => {
-                                    edge_error = Some(format!(
-                                        "edge {} -> {}: when: {m}",
-                                        wf.nodes[edge.from].id, wf.nodes[node].id
-                                    ))
+                    Some(s) if edge.on.follows(s) => {
+                        let taken = match &edge.when {
+                            None => true,
+                            Some(when) => {
+                                let c = ctx.get_or_insert_with(|| self.scope(node));
+                                match when.eval_bool_in(c) {
+                                    Ok(b) => b,
+                                    Err(m) => {
+                                        edge_error = Some(format!(
+                                            "edge {} -> {}: when: {m}",
+                                            wf.nodes[edge.from].id, wf.nodes[node].id
+                                        ));
+                                        false
+                                    }
                                 }
                             }
+                        };
+                        if taken {
+                            active = true;
+                            via.push(json!({"from": wf.nodes[edge.from].id, "on": edge.on.as_str()}));
                         }
-                    },
+                    }
                     Some(s) if s.is_terminal() => {}
                     _ => {
                         ready = false;
@@ -476,9 +544,14 @@ impl Machine<'_> {
             if !ready {
                 continue;
             }
+            let logged = self.tr.history.len();
             let t = self.create(node, active, edge_error, &mut ctx);
+            // The task's first line of history says which edges it came by.
+            if let (Some(first), false) = (self.tr.history.get_mut(logged), via.is_empty()) {
+                first.payload["via"] = Value::Array(via);
+            }
             by_node[node] = Some(t);
-            failed = self.run.tasks[t].state == TaskState::Failed;
+            unhandled = self.run.tasks[t].state == TaskState::Failed && !wf.handles_failure(node);
         }
         self.finish_run_if_done();
     }
@@ -494,7 +567,7 @@ impl Machine<'_> {
         self.run.tasks.push(Task::new((self.new_id)(), node, None));
         self.tr.created.push(t);
         if let Some(error) = edge_error {
-            self.finish(t, TaskState::Failed, None, Some(error));
+            self.finish(t, TaskState::Failed, None, Some(Failure::fatal(codes::EXPRESSION, error)));
         } else if !active {
             self.finish(t, TaskState::Skipped, None, None);
         } else {
@@ -552,23 +625,35 @@ impl Machine<'_> {
             NodeKind::SubWorkflow { .. } => {
                 eval(&node.template).map(Started::Child).map_err(|e| format!("config: {e}"))
             }
+            NodeKind::Fail { message, code } => match eval(message) {
+                Ok(Value::String(m)) => Ok(Started::Fail(m, code.clone())),
+                Ok(other) => Ok(Started::Fail(other.to_string(), code.clone())),
+                Err(e) => Err(format!("config.message: {e}")),
+            },
         };
+        let outcome = outcome.map_err(|e| Failure::fatal(codes::EXPRESSION, e));
         let max = self.run.max_payload;
         let outcome = outcome.and_then(|started| {
+            let unstorable = |e| Failure::fatal(codes::PAYLOAD, e);
             match &started {
-                Started::Dispatch(v) | Started::Child(v) => storable::check(v, "config", max)?,
-                Started::Done(v) => storable::check(v, "config.output", max)?,
-                Started::Wait(_, Some((_, key))) => storable::check_text(key, "config.key")?,
+                Started::Dispatch(v) | Started::Child(v) => storable::check(v, "config", max).map_err(unstorable)?,
+                Started::Done(v) => storable::check(v, "config.output", max).map_err(unstorable)?,
+                Started::Wait(_, Some((_, key))) => storable::check_text(key, "config.key").map_err(unstorable)?,
+                Started::Fail(m, _) => storable::check_text(m, "config.message").map_err(unstorable)?,
                 Started::Wait(_, None) | Started::Map(_) => {}
             }
             Ok(started)
         });
         match outcome {
             Err(error) => self.finish(t, TaskState::Failed, None, Some(error)),
+            Ok(Started::Fail(message, code)) => {
+                self.finish(t, TaskState::Failed, None, Some(Failure::fatal(&code, message)))
+            }
             Ok(Started::Done(output)) => self.finish(t, TaskState::Completed, Some(output), None),
             Ok(Started::Map(items)) => self.start_map(t, items, scope.unwrap_or_else(Scope::null)),
             Ok(Started::Dispatch(input) | Started::Child(input)) => {
-                self.run.tasks[t].input = input;
+                let task = &mut self.run.tasks[t];
+                task.input = with_idempotency_key(&self.wf.nodes[task.node].kind, input, task.id, task.attempt);
                 self.dispatch(t);
             }
             Ok(Started::Wait(wake_at, event)) => {
@@ -609,14 +694,17 @@ impl Machine<'_> {
         if self.run.status != RunStatus::Running || self.run.tasks.iter().any(|t| !t.state.is_terminal()) {
             return;
         }
-        let failed: Vec<&Task> =
-            self.run.tasks.iter().filter(|t| t.state == TaskState::Failed && t.item.is_none()).collect();
-        if let Some(first) = failed.first() {
-            let error = format!(
-                "node {:?} failed: {}",
-                self.wf.nodes[first.node].id,
-                first.error.as_deref().unwrap_or("unknown error")
-            );
+        // A failure with a failure or always edge out of it was handled.
+        let unhandled = self.run.tasks.iter().find(|t| {
+            t.state == TaskState::Failed && t.item.is_none() && !t.removed && !self.wf.handles_failure(t.node)
+        });
+        if let Some(first) = unhandled {
+            let node = &self.wf.nodes[first.node];
+            let message = first.error.as_deref().unwrap_or("unknown error");
+            let error = match node.kind {
+                NodeKind::Fail { .. } => message.to_string(),
+                _ => format!("node {:?} failed: {message}", node.id),
+            };
             self.set_run(RunStatus::Failed, None, Some(error));
             return;
         }
@@ -630,7 +718,7 @@ impl Machine<'_> {
         }
         let mut output = Map::new();
         for t in &self.run.tasks {
-            if t.state == TaskState::Completed && self.wf.is_leaf(t.node) {
+            if t.state == TaskState::Completed && self.wf.is_leaf(t.node) && !t.removed {
                 output.insert(self.wf.nodes[t.node].id.clone(), t.output.clone().unwrap_or(Value::Null));
             }
         }
@@ -659,4 +747,16 @@ impl Machine<'_> {
         };
         self.tr.log(kind, payload);
     }
+}
+
+/// An HTTP node's evaluated config with its `idempotency_key`: by default
+/// `<task id>:<attempt>` of the attempt this execution began with, so that
+/// its retries and reclaims send the same key (a new one comes only with a
+/// new execution: an operator's retry or rerun); the node's own key, or
+/// `"per_attempt"`, as written.
+pub(super) fn with_idempotency_key(kind: &NodeKind, mut input: Value, task_id: Uuid, attempt: i32) -> Value {
+    if let (NodeKind::Http, Value::Object(config)) = (kind, &mut input) {
+        config.entry("idempotency_key").or_insert_with(|| json!(format!("{task_id}:{attempt}")));
+    }
+    input
 }

@@ -18,6 +18,8 @@ pub(super) enum Started {
     Map(Vec<Value>),
     /// A child run, with the evaluated `{workflow, version, input}`.
     Child(Value),
+    /// A FAIL node: its message and code.
+    Fail(String, String),
 }
 
 /// Stands for "no timeout" while a wait is being built.

@@ -38,12 +38,12 @@ impl Sim {
 
     fn task(&self, node: &str) -> &Task {
         let n = self.wf.node_index(node).unwrap();
-        self.run.tasks.iter().find(|t| t.node == n).unwrap_or_else(|| panic!("no task for {node}"))
+        self.run.tasks.iter().find(|t| t.node == n && !t.removed).unwrap_or_else(|| panic!("no task for {node}"))
     }
 
     fn has_task(&self, node: &str) -> bool {
         let n = self.wf.node_index(node).unwrap();
-        self.run.tasks.iter().any(|t| t.node == n)
+        self.run.tasks.iter().any(|t| t.node == n && !t.removed)
     }
 
     fn complete(&mut self, node: &str) -> Transition {
@@ -54,7 +54,14 @@ impl Sim {
 
     fn fail(&mut self, node: &str, retryable: bool) -> Transition {
         let t = self.task(node);
-        let e = Event::TaskFailed { task_id: t.id, attempt: t.attempt, error: "boom".into(), retryable };
+        let e = Event::TaskFailed {
+            task_id: t.id,
+            attempt: t.attempt,
+            error: "boom".into(),
+            retryable,
+            code: None,
+            status: None,
+        };
         self.apply(e)
     }
 }
@@ -108,7 +115,14 @@ fn duplicate_late_and_stale_reports_are_ignored() {
     assert_eq!(again.history[0].kind, HistoryKind::EventIgnored);
     let stale = s.apply(Event::TaskCompleted { task_id: a.id, attempt: 7, output: json!(2) });
     assert!(stale.ignored.unwrap().contains("stale"));
-    let stranger = s.apply(Event::TaskFailed { task_id: Uuid::nil(), attempt: 1, error: "x".into(), retryable: false });
+    let stranger = s.apply(Event::TaskFailed {
+        task_id: Uuid::nil(),
+        attempt: 1,
+        error: "x".into(),
+        retryable: false,
+        code: None,
+        status: None,
+    });
     assert!(stranger.ignored.unwrap().contains("does not belong"));
     assert_eq!(s.task("a").output, Some(json!(1)), "the first result wins");
 }
@@ -293,7 +307,7 @@ proptest! {
                 let report = if rng.chance(60) {
                     Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(t) }
                 } else {
-                    Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70) }
+                    Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70), code: None, status: None }
                 };
                 if rng.chance(30) {
                     inbox.push(report.clone());
@@ -632,7 +646,7 @@ proptest! {
                     let report = if rng.chance(60) {
                         Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(t) }
                     } else {
-                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70) }
+                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70), code: None, status: None }
                     };
                     inbox.push(report);
                 }
@@ -710,6 +724,8 @@ impl Sim {
                 attempt: t.attempt,
                 error: format!("no stock {index}"),
                 retryable: false,
+                code: None,
+                status: None,
             }
         };
         self.apply(e)
@@ -805,7 +821,14 @@ fn an_item_retries_under_the_template_policy() {
     let mut s = Sim::with_input(map_wf(None, "fail", 2), json!({"orders": [1]}));
     s.apply(Event::RunStarted);
     let t = s.item(0).clone();
-    s.apply(Event::TaskFailed { task_id: t.id, attempt: 1, error: "503".into(), retryable: true });
+    s.apply(Event::TaskFailed {
+        task_id: t.id,
+        attempt: 1,
+        error: "503".into(),
+        retryable: true,
+        code: None,
+        status: None,
+    });
     assert_eq!(s.item(0).state, TaskState::Waiting);
     s.now += chrono::Duration::seconds(2);
     let tr = s.apply(Event::TimerFired { task_id: t.id });
@@ -1066,7 +1089,7 @@ proptest! {
                     inbox.push(if rng.chance(70) {
                         Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(task.item.map(|i| i.index)) }
                     } else {
-                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(60) }
+                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(60), code: None, status: None }
                     });
                 }
             }
@@ -1225,7 +1248,14 @@ fn a_worker_cannot_report_for_a_sub_workflow_task() {
     let t = s.task("bill").clone();
     let forged = s.apply(Event::TaskCompleted { task_id: t.id, attempt: 1, output: json!("forged") });
     assert_eq!(forged.ignored_kind, Some(IgnoreKind::NotDispatched));
-    let forged = s.apply(Event::TaskFailed { task_id: t.id, attempt: 1, error: "x".into(), retryable: false });
+    let forged = s.apply(Event::TaskFailed {
+        task_id: t.id,
+        attempt: 1,
+        error: "x".into(),
+        retryable: false,
+        code: None,
+        status: None,
+    });
     assert_eq!(forged.ignored_kind, Some(IgnoreKind::NotDispatched));
     assert_eq!(s.task("bill").state, TaskState::Running);
 }
@@ -1305,4 +1335,259 @@ fn a_task_that_begins_to_wait_for_an_event_asks_for_one_that_came_first() {
     let tr = s.apply(Event::RunStarted);
     let w = s.task("w").id;
     assert_eq!(tr.effects, vec![Effect::TakeBufferedEvent { task_id: w, event: "paid".into(), key: "1".into() }]);
+}
+
+/// `charge` fails for good unless told otherwise; `refund` follows its
+/// failure, `ship` its success, `note` always runs after it.
+fn order_wf(extra: Value) -> Workflow {
+    let http = |id: &str| {
+        json!({"id": id, "type": "HTTP", "config": {"url": format!("http://h/{id}")},
+                                 "retry": {"max_attempts": 1}})
+    };
+    let mut spec = json!({"name": "order", "nodes": [http("charge"), http("ship"), http("refund"), http("note"),
+        {"id": "failed", "type": "FAIL", "config": {"message": "refunded ${ .nodes.charge.error.status }", "code": "refunded"}}],
+        "edges": [{"from": "charge", "to": "ship"},
+                  {"from": "charge", "to": "refund", "on": "failure"},
+                  {"from": "charge", "to": "note", "on": "always"},
+                  {"from": "refund", "to": "failed"}]});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    parse(spec)
+}
+
+fn http_failure(s: &mut Sim, node: &str, status: u16) -> Transition {
+    let t = s.task(node);
+    let e = Event::TaskFailed {
+        task_id: t.id,
+        attempt: t.attempt,
+        error: format!("POST answered {status}"),
+        retryable: false,
+        code: Some(codes::HTTP_STATUS.into()),
+        status: Some(status),
+    };
+    s.apply(e)
+}
+
+#[test]
+fn a_failure_edge_takes_a_failed_node_to_its_handler_which_sees_the_error() {
+    let mut s = Sim::new(order_wf(json!({"nodes": [
+        {"id": "charge", "type": "HTTP", "config": {"url": "http://h/c"}, "retry": {"max_attempts": 1}},
+        {"id": "ship", "type": "HTTP", "config": {"url": "http://h/s"}},
+        {"id": "refund", "type": "HTTP", "config": {"url": "http://h/r", "body": {"why": "${ .nodes.charge.error }"}}},
+        {"id": "note", "type": "HTTP", "config": {"url": "http://h/n", "body": "${ .nodes.charge.state }"}}],
+        "edges": [{"from": "charge", "to": "ship"}, {"from": "charge", "to": "refund", "on": "failure"},
+                  {"from": "charge", "to": "note", "on": "always"}]})));
+    s.apply(Event::RunStarted);
+    let tr = http_failure(&mut s, "charge", 402);
+    assert_eq!(s.task("ship").state, TaskState::Skipped, "a success edge out of a failed node is not taken");
+    assert_eq!(
+        s.task("refund").input["body"]["why"],
+        json!({"message": "POST answered 402 (not retryable)", "code": "http_status", "retryable": false,
+               "attempts": 1, "status": 402})
+    );
+    assert_eq!(s.task("note").input["body"], json!("FAILED"), "an always edge runs after a failure too");
+    let refund = s.task("refund").id;
+    let line = tr.history.iter().find(|h| h.payload["task_id"] == json!(refund)).unwrap();
+    assert_eq!(line.payload["via"], json!([{"from": "charge", "on": "failure"}]), "the history says which edge");
+    assert_eq!(s.run.status, RunStatus::Running);
+    s.complete("refund");
+    s.complete("note");
+    assert_eq!(s.run.status, RunStatus::Succeeded, "a handled failure does not fail the run: {:?}", s.run.error);
+    assert_eq!(s.run.output, Some(json!({"refund": {"node": "refund"}, "note": {"node": "note"}})));
+}
+
+#[test]
+fn a_fail_node_ends_the_run_failed_with_its_message() {
+    let mut s = Sim::new(order_wf(json!({})));
+    s.apply(Event::RunStarted);
+    http_failure(&mut s, "charge", 402);
+    s.complete("note");
+    s.complete("refund");
+    assert_eq!(s.task("failed").state, TaskState::Failed);
+    assert_eq!(s.task("failed").error_info.as_ref().map(|i| i.code.as_str()), Some("refunded"));
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert_eq!(s.run.error.as_deref(), Some("refunded 402"));
+}
+
+#[test]
+fn the_success_path_skips_the_failure_branch() {
+    let mut s = Sim::new(order_wf(json!({})));
+    s.apply(Event::RunStarted);
+    s.complete("charge");
+    assert_eq!(s.task("refund").state, TaskState::Skipped);
+    assert_eq!(s.task("failed").state, TaskState::Skipped, "the skip propagates");
+    s.complete("ship");
+    s.complete("note");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn a_failure_without_a_failure_edge_still_fails_the_run_and_starts_nothing_new() {
+    let mut s = Sim::new(order_wf(json!({})));
+    s.apply(Event::RunStarted);
+    http_failure(&mut s, "charge", 402);
+    s.complete("note");
+    let refund = s.task("refund").clone();
+    s.apply(Event::TaskFailed {
+        task_id: refund.id,
+        attempt: refund.attempt,
+        error: "bank down".into(),
+        retryable: false,
+        code: None,
+        status: None,
+    });
+    assert!(!s.has_task("failed"), "an unhandled failure starts nothing new");
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert!(s.run.error.as_deref().unwrap().contains("\"refund\" failed: bank down"), "{:?}", s.run.error);
+}
+
+#[test]
+fn a_failure_edges_condition_can_test_the_error() {
+    let wf = parse(json!({"name": "c", "nodes": [
+        {"id": "charge", "type": "HTTP", "config": {"url": "http://h/c"}, "retry": {"max_attempts": 1}},
+        {"id": "declined", "type": "HTTP", "config": {"url": "http://h/d"}},
+        {"id": "other", "type": "HTTP", "config": {"url": "http://h/o"}}],
+        "edges": [{"from": "charge", "to": "declined", "on": "failure", "when": ".nodes.charge.error.status == 402"},
+                  {"from": "charge", "to": "other", "on": "failure", "when": ".nodes.charge.error.status != 402"}]}));
+    let mut s = Sim::new(wf);
+    s.apply(Event::RunStarted);
+    http_failure(&mut s, "charge", 500);
+    assert_eq!(s.task("declined").state, TaskState::Skipped);
+    assert_eq!(s.task("other").state, TaskState::Pending);
+}
+
+#[test]
+fn retrying_a_run_reruns_a_handled_failure_and_resets_the_branch_it_took() {
+    let mut s = Sim::new(order_wf(json!({})));
+    s.apply(Event::RunStarted);
+    http_failure(&mut s, "charge", 402);
+    s.complete("note");
+    s.complete("refund");
+    assert_eq!(s.run.status, RunStatus::Failed);
+    let (old_refund, old_failed) = (s.task("refund").id, s.task("failed").id);
+    let tr = s.apply(Event::RetryRun);
+    assert_eq!(s.task("charge").attempt, 2, "the failed node runs again");
+    assert_eq!(s.task("charge").state, TaskState::Pending);
+    assert!(!s.has_task("refund") && !s.has_task("failed") && !s.has_task("note"), "its branch is reset");
+    let reset: Vec<&Value> =
+        tr.history.iter().filter(|h| h.kind == HistoryKind::TaskReset).map(|h| &h.payload["node_id"]).collect();
+    assert_eq!(reset.len(), 4, "ship, skipped, is reset too: {reset:?}");
+    assert!(tr.updated.iter().any(|&t| s.run.tasks[t].id == old_refund && s.run.tasks[t].removed));
+    // A late report for a reset task changes nothing.
+    let late = s.apply(Event::TaskCompleted { task_id: old_failed, attempt: 1, output: json!({}) });
+    assert_eq!(late.ignored_kind, Some(IgnoreKind::UnknownTask));
+    s.complete("charge");
+    assert_eq!(s.task("refund").state, TaskState::Skipped, "the new attempt took the success path");
+    assert_ne!(s.task("refund").id, old_refund, "a new task");
+    s.complete("ship");
+    s.complete("note");
+    assert_eq!(s.run.status, RunStatus::Succeeded, "{:?}", s.run.error);
+}
+
+/// Each pair of nodes `i < j` has no edge, or one of these kinds.
+fn edge_kind(bits: u8) -> Option<(&'static str, bool)> {
+    match bits % 8 {
+        3 => Some(("success", true)),
+        4 => Some(("failure", true)),
+        5 => Some(("always", true)),
+        6 => Some(("success", false)),
+        7 => Some(("failure", false)),
+        _ => None,
+    }
+}
+
+fn random_failure_workflow(n: usize, kinds: &[u8]) -> Workflow {
+    let nodes: Vec<Value> = (0..n)
+        .map(|i| json!({"id": format!("n{i}"), "type": "HTTP", "config": {"url": "http://h"}, "retry": {"max_attempts": 1}}))
+        .collect();
+    let mut edges = Vec::new();
+    let mut k = 0;
+    for i in 0..n {
+        for j in i + 1..n {
+            if let Some((on, when)) = edge_kind(kinds[k % kinds.len()]) {
+                edges.push(json!({"from": format!("n{i}"), "to": format!("n{j}"), "on": on, "when": when.to_string()}));
+            }
+            k += 1;
+        }
+    }
+    parse(json!({"name": "f", "nodes": nodes, "edges": edges}))
+}
+
+/// The states every node ends in when nothing stops early: the rules
+/// written out again, one node at a time, in index order.
+fn expected_states(wf: &Workflow, fails: &[bool]) -> Vec<TaskState> {
+    let mut state = vec![TaskState::Skipped; wf.nodes.len()];
+    for &n in &wf.topo_order {
+        let active = wf.incoming[n].is_empty()
+            || wf.incoming[n].iter().any(|&e| {
+                let edge = &wf.edges[e];
+                edge.on.follows(state[edge.from]) && edge.when.as_ref().is_none_or(|w| w.source() == "true")
+            });
+        state[n] = match (active, fails[n]) {
+            (false, _) => TaskState::Skipped,
+            (true, true) => TaskState::Failed,
+            (true, false) => TaskState::Completed,
+        };
+    }
+    state
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Random DAGs with success, failure and always edges, each node's
+    /// outcome fixed, its results arriving in any order with duplicates:
+    /// every run ends; it fails exactly when a failure without a failure or
+    /// always edge out of it happened; a run that succeeds ends every node
+    /// as the rules say; and simulate agrees with it.
+    #[test]
+    fn failure_edges_end_every_run_and_only_unhandled_failures_fail_it(
+        n in 1usize..9,
+        kinds in proptest::collection::vec(any::<u8>(), 1..40),
+        fails in proptest::collection::vec(proptest::bool::weighted(0.3), 9),
+        seed in 1u64..u64::MAX,
+    ) {
+        let wf = random_failure_workflow(n, &kinds);
+        let mut rng = Rng(seed);
+        let mut s = Sim::new(wf.clone());
+        let mut inbox = vec![Event::RunStarted];
+        let mut steps = 0;
+        while !inbox.is_empty() {
+            steps += 1;
+            prop_assert!(steps < 10_000, "the run did not converge");
+            let event = inbox.swap_remove(rng.below(inbox.len()));
+            let tr = s.apply(event);
+            for &t in &tr.dispatch {
+                let task = &s.run.tasks[t];
+                let report = if fails[task.node] {
+                    Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "no".into(), retryable: false,
+                                        code: None, status: None }
+                } else {
+                    Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(t) }
+                };
+                if rng.chance(30) {
+                    inbox.push(report.clone());
+                }
+                inbox.push(report);
+            }
+        }
+        prop_assert!(s.run.status.is_terminal(), "run left {:?}", s.run.status);
+        prop_assert!(s.run.tasks.iter().all(|t| t.state.is_terminal()));
+        let expected = expected_states(&wf, &fails);
+        let unhandled = (0..n).any(|i| expected[i] == TaskState::Failed && !wf.handles_failure(i));
+        prop_assert_eq!(s.run.status, if unhandled { RunStatus::Failed } else { RunStatus::Succeeded });
+        let failures = (0..n).filter(|&i| fails[i]).map(|i| (format!("n{i}"), "no".to_string())).collect();
+        let simulated = crate::simulate::simulate(&wf, &crate::simulate::Options { failures, ..Default::default() });
+        prop_assert_eq!(simulated.status, s.run.status);
+        if !unhandled {
+            for (i, want) in expected.iter().enumerate() {
+                prop_assert_eq!(s.task(&format!("n{i}")).state, *want, "node n{}", i);
+                prop_assert_eq!(&simulated.nodes[i].state, want.as_str(), "simulated node n{}", i);
+            }
+        }
+        for t in s.run.tasks.iter().filter(|t| t.state == TaskState::Failed) {
+            prop_assert!(fails[t.node], "n{} failed without being made to", t.node);
+        }
+    }
 }

@@ -132,6 +132,78 @@ pub struct Task {
     pub item: Option<Item>,
     /// For a MAP's task: how its items stand.
     pub progress: Option<MapProgress>,
+    /// What is known of its failure besides the message in `error`.
+    pub error_info: Option<ErrorInfo>,
+    /// Reset (a retry went back to before it): no longer part of the run,
+    /// and deleted by the writer. Kept in place only so that indices into
+    /// `run.tasks` stay valid for the rest of the transition.
+    pub removed: bool,
+}
+
+/// What a failure edge can test of a failure besides its message
+/// (`.nodes.X.error`: `{message, code, retryable, attempts, status?}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ErrorInfo {
+    /// A stable name for what went wrong ([`codes`], or a worker's own).
+    pub code: String,
+    /// Whether the last error could have been retried (its retries ran out).
+    pub retryable: bool,
+    /// The HTTP status a target answered with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+}
+
+/// Why an attempt failed: the message people read, and the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub message: String,
+    pub info: ErrorInfo,
+}
+
+impl Failure {
+    /// A failure that retrying would not change.
+    pub fn fatal(code: &str, message: impl Into<String>) -> Failure {
+        Failure { message: message.into(), info: ErrorInfo { code: code.to_string(), retryable: false, status: None } }
+    }
+
+    pub fn retryable(code: &str, message: impl Into<String>) -> Failure {
+        Failure { message: message.into(), info: ErrorInfo { code: code.to_string(), retryable: true, status: None } }
+    }
+}
+
+/// The error codes the engine gives; a worker may report codes of its own.
+pub mod codes {
+    /// A worker's failure that named no code.
+    pub const TASK_FAILED: &str = "task_failed";
+    /// The target answered with a status the node does not accept (`status` says which).
+    pub const HTTP_STATUS: &str = "http_status";
+    /// The request could not be made or its answer read (connection, TLS, DNS).
+    pub const TRANSPORT: &str = "transport";
+    /// The request, or the attempt (the node's `timeout`), ran out of time.
+    pub const TIMEOUT: &str = "timeout";
+    /// The request was refused before it was sent (egress rules, a secret's hosts, a redirect).
+    pub const REFUSED: &str = "refused";
+    /// The node's evaluated config cannot be used (a bad header, URL or method).
+    pub const CONFIG: &str = "config";
+    /// An expression failed when the node started (its config, a MAP's items, an edge's `when`).
+    pub const EXPRESSION: &str = "expression";
+    /// A value was too large, too deep or unstorable (`COMPOSER_MAX_PAYLOAD`).
+    pub const PAYLOAD: &str = "payload";
+    /// A SUB_WORKFLOW's or LOOP's child run failed, was cancelled or could not start.
+    pub const CHILD_FAILED: &str = "child_failed";
+    /// A WAIT_FOR_EVENT timed out.
+    pub const EVENT_TIMEOUT: &str = "event_timeout";
+    /// A MAP's item failed (or more than it tolerates).
+    pub const ITEM_FAILED: &str = "item_failed";
+    /// The attempt was dispatched more often than `COMPOSER_MAX_DISPATCHES`.
+    pub const MAX_DISPATCHES: &str = "max_dispatches";
+    /// No worker has a handler for the node's type on its queue.
+    pub const NO_HANDLER: &str = "no_handler";
+    /// A LOOP ran `max_iterations` without its `until` holding.
+    pub const MAX_ITERATIONS: &str = "max_iterations";
+    /// An operator resolved an in-doubt attempt as failed.
+    pub const RESOLVED: &str = "resolved";
 }
 
 impl Task {
@@ -159,7 +231,27 @@ impl Task {
             event: None,
             item,
             progress: None,
+            error_info: None,
+            removed: false,
         }
+    }
+
+    /// `.nodes.X.error` of a FAILED task.
+    pub fn error_json(&self) -> Option<Value> {
+        if self.state != TaskState::Failed {
+            return None;
+        }
+        let info = self.error_info.as_ref();
+        let mut e = json!({
+            "message": self.error.as_deref().unwrap_or(""),
+            "code": info.map_or(codes::TASK_FAILED, |i| i.code.as_str()),
+            "retryable": info.is_some_and(|i| i.retryable),
+            "attempts": self.attempt,
+        });
+        if let Some(status) = info.and_then(|i| i.status) {
+            e["status"] = json!(status);
+        }
+        Some(e)
     }
 }
 
@@ -228,7 +320,7 @@ impl Run {
     }
 
     pub fn task(&self, id: Uuid) -> Option<&Task> {
-        self.tasks.iter().find(|t| t.id == id)
+        self.tasks.iter().find(|t| t.id == id && !t.removed)
     }
 }
 
@@ -245,6 +337,10 @@ pub enum Event {
         attempt: i32,
         error: String,
         retryable: bool,
+        /// The worker's code for the failure ([`codes::TASK_FAILED`] without one).
+        code: Option<String>,
+        /// The HTTP status the target answered with.
+        status: Option<u16>,
     },
     TimerFired {
         task_id: Uuid,
@@ -347,10 +443,16 @@ pub enum HistoryKind {
     RunResumed,
     EventIgnored,
     MapStarted,
+    /// A task was reset: a retry went back before it, and it runs again
+    /// when it becomes ready.
+    TaskReset,
+    /// The run's end started its failure handler (`run_id`), or could not
+    /// (`error`).
+    HandlerStarted,
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 16] = [
+    pub const ALL: [HistoryKind; 18] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -367,6 +469,8 @@ impl HistoryKind {
         HistoryKind::RunResumed,
         HistoryKind::EventIgnored,
         HistoryKind::MapStarted,
+        HistoryKind::TaskReset,
+        HistoryKind::HandlerStarted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -387,6 +491,8 @@ impl HistoryKind {
             HistoryKind::RunResumed => "RunResumed",
             HistoryKind::EventIgnored => "EventIgnored",
             HistoryKind::MapStarted => "MapStarted",
+            HistoryKind::TaskReset => "TaskReset",
+            HistoryKind::HandlerStarted => "HandlerStarted",
         }
     }
 
@@ -513,7 +619,7 @@ impl Transition {
         }
     }
 
-    pub(super) fn log(&mut self, kind: HistoryKind, payload: Value) {
+    pub fn log(&mut self, kind: HistoryKind, payload: Value) {
         self.history.push(HistoryEntry { kind, payload });
     }
 }

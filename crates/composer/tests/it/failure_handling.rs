@@ -1,0 +1,184 @@
+//! When things go wrong: failure edges, FAIL nodes, a run's failure
+//! handler, loops, safe retries of side effects — through the engine on
+//! real PostgreSQL, Redis and HTTP, and against simulate.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use composer_core::definition::Workflow;
+use composer_core::simulate::{self, Options};
+use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const T: Duration = Duration::from_secs(30);
+
+/// Each node's state in a run as the API shows it, by node id.
+fn states(run: &Value) -> BTreeMap<String, String> {
+    run["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["node_id"].as_str().unwrap().to_string(), t["state"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// The same of a simulated run (nodes it never reached left out).
+fn simulated_states(report: &simulate::Report) -> BTreeMap<String, String> {
+    report.nodes.iter().filter(|n| n.state != "NOT_REACHED").map(|n| (n.id.clone(), n.state.clone())).collect()
+}
+
+fn id_of(v: &Value) -> Uuid {
+    v.as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn the_order_example_refunds_a_declined_charge_in_production_as_simulate_says() {
+    let e = Engine::with(EngineOptions {
+        worker: |c| c.options.queues = vec!["http".into(), "payments".into()],
+        ..Default::default()
+    })
+    .await;
+    let http = FakeHttp::start().await;
+    std::env::set_var("COMPOSER_SECRET_PAY_TOKEN", "pay-token-for-the-order-test");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/order.json")).unwrap();
+    let example: Value = serde_json::from_str(&text).unwrap();
+    let live = text
+        .replace("https://pay.example/charge", &http.url("/status/402/charge"))
+        .replace("https://pay.example/refund", &http.url("/ok/refund"));
+    e.register(&serde_json::from_str(&live).unwrap()).await;
+    let input = json!({"amount": 500, "order_id": "o-17"});
+    let id = e.start_run("order", input.clone()).await;
+    let run = e.wait_for_run(id, T).await;
+
+    assert_eq!(run["status"], "FAILED", "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(error.starts_with("order o-17 was not charged (") && error.ends_with("; it was refunded"), "{error}");
+    assert_eq!(http.calls("/status/402/charge"), 1, "a 402 is not retried");
+    let refund = http.requests("/ok/refund");
+    assert_eq!(refund.len(), 1, "the refund runs once");
+    assert_eq!(refund[0].body, json!({"order": "o-17", "reason": "http_status", "status": 402}));
+    let charge = run["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "charge").unwrap();
+    assert_eq!(charge["error_info"], json!({"code": "http_status", "retryable": false, "status": 402}));
+    let refund_task = run["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "refund").unwrap().clone();
+    let dispatched = e.history(id, "TaskDispatched").await;
+    let line = dispatched.iter().find(|h| h["payload"]["task_id"] == refund_task["id"]).unwrap();
+    assert_eq!(line["payload"]["via"], json!([{"from": "charge", "on": "failure"}]), "the history names the edge");
+
+    // Simulate takes the same path from a mocked 402.
+    let wf = Workflow::parse(&example).unwrap();
+    let opts = Options {
+        input,
+        mocks: [("charge".to_string(), json!({"status": 402}))].into_iter().collect(),
+        ..Default::default()
+    };
+    let report = simulate::simulate(&wf, &opts);
+    assert_eq!(report.status.as_str(), "FAILED");
+    assert_eq!(simulated_states(&report), states(&run), "simulate and production agree node by node");
+    let taken: Vec<(String, String)> =
+        report.edges.iter().filter(|e| e.taken).map(|e| (e.from.clone(), e.to.clone())).collect();
+    assert_eq!(taken, vec![("charge".into(), "refund".into()), ("refund".into(), "order_failed".into())]);
+    e.stop().await;
+}
+
+/// A workflow whose one step fails for good, with a handler.
+fn failing(name: &str, http: &FakeHttp, on_failure: Value) -> Value {
+    json!({"name": name, "on_failure": on_failure, "nodes": [http_node("pay", &http.url(&format!("/bad/{name}")), 1)]})
+}
+
+#[tokio::test]
+async fn a_failed_run_starts_its_handler_once_and_the_two_link_to_each_other() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "cleanup", "nodes": [{"id": "note", "type": "TRANSFORM",
+        "config": {"output": {"saw": "${ .input }"}}}]}))
+        .await;
+    let spec = failing(
+        "charges",
+        &http,
+        json!({"workflow": "cleanup", "input": {"run": "${ .failed_run.id }", "error": "${ .failed_run.error }",
+               "pay": "${ .failed_run.nodes.pay.error.code }", "amount": "${ .input.amount }"}}),
+    );
+    e.register(&spec).await;
+    let id = e.start_run("charges", json!({"amount": 3})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    let handlers = run["failure_handler_run_ids"].as_array().unwrap().clone();
+    assert_eq!(handlers.len(), 1, "{run}");
+    let handler = e.wait_for_run(id_of(&handlers[0]), T).await;
+    assert_eq!(handler["status"], "SUCCEEDED", "{handler}");
+    assert_eq!(handler["handles_run_id"], json!(id.to_string()));
+    assert_eq!(handler["trigger"], json!({"failure_of": id.to_string()}));
+    assert_eq!(
+        handler["input"],
+        json!({"run": id.to_string(), "error": run["error"], "pay": "http_status", "amount": 3}),
+        "{handler}"
+    );
+    let started = e.history(id, "HandlerStarted").await;
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0]["payload"]["run_id"], handlers[0]);
+
+    // A retried run that fails again starts a handler for that end too.
+    let (status, _) = e.post(&format!("/v1/runs/{id}/retry"), &json!({})).await;
+    assert_eq!(status, 200);
+    let again = e
+        .wait_until(id, T, |r| {
+            r["status"] == "FAILED" && r["failure_handler_run_ids"].as_array().is_some_and(|h| h.len() == 2)
+        })
+        .await;
+    assert_eq!(again["failure_handler_run_ids"][0], handlers[0]);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_handler_starts_on_a_cancel_or_a_timeout_only_as_its_definition_says_and_never_for_a_handler() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    // The handler fails too, and names itself as its own handler: it must
+    // not start another.
+    e.register(&json!({"name": "cleanup", "on_failure": {"workflow": "cleanup"},
+        "nodes": [http_node("fails", &http.url("/bad/cleanup"), 1)]}))
+        .await;
+    let slow = |name: &str, on: Value| {
+        json!({"name": name, "timeout": "1s", "on_failure": {"workflow": "cleanup", "on": on},
+               "nodes": [http_node("wait", &http.url(&format!("/slow/20000/{name}")), 1)]})
+    };
+    e.register(&slow("only_failed", json!(["FAILED"]))).await;
+    e.register(&slow("also_cancelled", json!(["FAILED", "CANCELLED"]))).await;
+    let timed_out = e.start_run("only_failed", json!({})).await;
+    let cancelled_quietly = e.start_run("only_failed", json!({})).await;
+    let cancelled_loudly = e.start_run("also_cancelled", json!({})).await;
+    for run in [cancelled_quietly, cancelled_loudly] {
+        e.wait_until(run, T, |r| r["tasks"][0]["state"] == "RUNNING" || r["tasks"][0]["state"] == "PENDING").await;
+        let (status, body) = e.post(&format!("/v1/runs/{run}/cancel"), &json!({})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let run = e.wait_for_run(timed_out, T).await;
+    assert_eq!(run["error"], "run timed out after 1s");
+    let handler = e.wait_for_run(id_of(&run["failure_handler_run_ids"][0]), T).await;
+    assert_eq!(handler["status"], "FAILED", "the handler itself fails …");
+    assert_eq!(handler["failure_handler_run_ids"], json!([]), "… and starts no handler of its own");
+    let quiet = e.wait_for_run(cancelled_quietly, T).await;
+    assert_eq!(
+        (quiet["status"].as_str(), quiet["failure_handler_run_ids"].as_array().map(Vec::len)),
+        (Some("CANCELLED"), Some(0))
+    );
+    let loud = e.wait_for_run(cancelled_loudly, T).await;
+    assert_eq!(loud["failure_handler_run_ids"].as_array().map(Vec::len), Some(1), "{loud}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_handler_that_cannot_start_leaves_the_failure_written_and_says_why() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&failing("orphaned", &http, json!({"workflow": "not_registered_anywhere"}))).await;
+    let id = e.start_run("orphaned", json!({})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED");
+    assert_eq!(run["failure_handler_run_ids"], json!([]));
+    let started = e.history(id, "HandlerStarted").await;
+    assert_eq!(started.len(), 1);
+    assert!(started[0]["payload"]["error"].as_str().unwrap().contains("not_registered_anywhere"), "{started:?}");
+    e.stop().await;
+}

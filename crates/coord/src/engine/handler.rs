@@ -1,0 +1,111 @@
+//! A run's failure handler (`on_failure`): the run another workflow starts
+//! when one of this workflow's runs ends FAILED (or CANCELLED, if it says
+//! so). It is created in the transaction that writes the end, so a handler
+//! starts exactly once for each end, whichever coordinator commits it and
+//! whatever crashes: the end and the handler commit together or not at all.
+
+use std::sync::Arc;
+
+use composer_core::definition::Workflow;
+use composer_core::machine::{HistoryKind, TaskState};
+use composer_store::definitions::DefinitionRow;
+use serde_json::{json, Map, Value};
+
+use super::admission::{self, Limits, NewRunOf};
+use super::error::{EngineError, Rejection, Result};
+use super::loaded::Loaded;
+use super::store::RunStore;
+
+/// Whether the run's transition ends it in a way its definition's handler
+/// is for. A handler's own run never starts another.
+pub fn owes_handler(l: &Loaded) -> bool {
+    l.tr.run_changed
+        && l.handles.is_none()
+        && l.wf.on_failure.as_ref().is_some_and(|h| h.starts_on(l.run.status))
+        && !l.tr.history.iter().any(|h| h.kind == HistoryKind::HandlerStarted)
+}
+
+/// What a handler run's input sees of the run that failed: `{id, workflow,
+/// status, error, nodes}`, each node's state, output and error.
+fn failed_run(l: &Loaded, with_outputs: bool) -> Value {
+    let mut nodes = Map::new();
+    for t in l.run.tasks.iter().filter(|t| t.item.is_none() && !t.removed) {
+        let mut node = json!({"state": t.state});
+        if with_outputs && t.state == TaskState::Completed {
+            node["output"] = t.output.clone().unwrap_or(Value::Null);
+        }
+        if let Some(error) = t.error_json() {
+            node["error"] = error;
+        }
+        nodes.insert(l.wf.nodes[t.node].id.clone(), node);
+    }
+    json!({"id": l.run.id, "workflow": l.wf.spec.name, "status": l.run.status, "error": l.run.error, "nodes": nodes})
+}
+
+/// The handler's input: the definition's `on_failure.input` over
+/// `{failed_run, input}`, or `{"failed_run": …}`. The nodes' outputs are
+/// left out when the input would be larger than the payload limit with them.
+fn handler_input(l: &Loaded, limits: Limits) -> std::result::Result<Value, String> {
+    let h = l.wf.on_failure.as_ref().ok_or("no handler")?;
+    let mut last = String::new();
+    for with_outputs in [true, false] {
+        let ctx = json!({"failed_run": failed_run(l, with_outputs), "input": l.run.input});
+        let input = match &h.input {
+            Some(template) => template.eval(&ctx).map_err(|e| format!("on_failure.input: {e}"))?,
+            None => json!({"failed_run": ctx["failed_run"]}),
+        };
+        match composer_core::storable::check(&input, "on_failure.input", limits.max_payload) {
+            Ok(()) => return Ok(input),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Creates the handler run a failed run owes, in the store's transaction,
+/// and notes in the failed run's history which run it started (or why none
+/// could start: a handler workflow that is not registered, an input that
+/// does not evaluate; the failed run's end is written either way).
+pub async fn start<S: RunStore>(
+    store: &S,
+    compile: &(dyn Fn(&DefinitionRow) -> Result<Arc<Workflow>> + Sync),
+    l: &mut Loaded,
+    limits: Limits,
+) -> Result<Option<Loaded>> {
+    let Some(h) = l.wf.on_failure.clone() else { return Ok(None) };
+    let started = async {
+        let def = store
+            .definition(&h.workflow, h.version)
+            .await?
+            .ok_or_else(|| Rejection::UnknownWorkflow { name: h.workflow.clone(), version: h.version })?;
+        let input = handler_input(l, limits).map_err(Rejection::HandlerInput)?;
+        let wf = compile(&def)?;
+        let trigger = json!({"failure_of": l.run.id});
+        let how = NewRunOf {
+            def: &def,
+            input: &input,
+            idempotency_key: None,
+            parent: None,
+            depth: 0,
+            trigger: Some(&trigger),
+            root: None,
+            handles: Some(l.run.id),
+        };
+        admission::create_run(store, wf, how, limits).await
+    }
+    .await;
+    match started {
+        Ok((row, loaded)) => {
+            tracing::info!(run_id = %l.run.id, handler = %row.id, workflow = %h.workflow, "failure handler started");
+            l.tr.log(HistoryKind::HandlerStarted, json!({"run_id": row.id, "workflow": h.workflow}));
+            Ok(loaded)
+        }
+        Err(EngineError::Rejected(why)) => {
+            tracing::warn!(run_id = %l.run.id, workflow = %h.workflow, error = %why, "failure handler not started");
+            let reason = why.to_string();
+            l.tr.log(HistoryKind::HandlerStarted, json!({"run_id": null, "workflow": h.workflow, "error": reason}));
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}

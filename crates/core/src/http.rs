@@ -1,0 +1,39 @@
+//! What an HTTP node makes of its target's answer: shared by the worker
+//! that calls the target and by simulate, so that a mocked answer takes the
+//! path a real one would.
+
+use serde_json::Value;
+
+/// How an HTTP node's attempt ends with an answer of `status`, by its
+/// evaluated `config`: `None` when the status is accepted (`accept`, by
+/// default any 2xx), else `Some(retryable)` (`retry_statuses`, by default
+/// 5xx and 429).
+pub fn refusal(config: &Value, status: u16) -> Option<bool> {
+    let listed = |key: &str| config[key].as_array().map(|list| list.iter().any(|c| c.as_u64() == Some(status as u64)));
+    let accepted = listed("accept").unwrap_or((200..300).contains(&status));
+    if accepted {
+        return None;
+    }
+    Some(listed("retry_statuses").unwrap_or(status >= 500 || status == 429))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn statuses_are_accepted_retried_or_final_as_the_config_says() {
+        let plain = json!({"url": "http://h"});
+        assert_eq!(refusal(&plain, 200), None);
+        assert_eq!(refusal(&plain, 204), None);
+        assert_eq!(refusal(&plain, 402), Some(false));
+        assert_eq!(refusal(&plain, 429), Some(true));
+        assert_eq!(refusal(&plain, 503), Some(true));
+        let listed = json!({"url": "http://h", "accept": [200, 402], "retry_statuses": [409]});
+        assert_eq!(refusal(&listed, 402), None);
+        assert_eq!(refusal(&listed, 201), Some(false));
+        assert_eq!(refusal(&listed, 409), Some(true));
+        assert_eq!(refusal(&listed, 503), Some(false), "retry_statuses replaces the default");
+    }
+}
