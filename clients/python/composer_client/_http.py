@@ -10,7 +10,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import IO, Any, Optional
 
 from .errors import ComposerError, Unavailable, error_for_status
 
@@ -19,6 +19,22 @@ __all__ = ["Transport"]
 log = logging.getLogger("composer_client.http")
 
 _NO_BODY = object()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """The API never redirects: a redirect is answered as the error it is,
+    and the token is never sent on to wherever it points."""
+
+    def redirect_request(  # noqa: PLR0917 - urllib's signature
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> Optional[urllib.request.Request]:
+        return None
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:
@@ -57,6 +73,7 @@ class Transport:
         self.token = token
         self.timeout = timeout
         self.user_agent = user_agent
+        self._opener = urllib.request.build_opener(_NoRedirect)
 
     def request(
         self,
@@ -84,7 +101,7 @@ class Transport:
             req.add_header("Authorization", "Bearer " + self.token)
         began = time.monotonic()
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+            with self._opener.open(req, timeout=timeout or self.timeout) as resp:
                 raw = resp.read()
                 status = resp.status
         except urllib.error.HTTPError as e:

@@ -58,6 +58,8 @@ Handler = Callable[["Task"], JSON]
 log = logging.getLogger("composer_client.worker")
 
 _RUN_NOT_FOUND = "run_not_found"
+_MAX_POLL = 100
+"""The most tasks one poll may lease."""
 
 
 class TaskError(Exception):
@@ -186,8 +188,6 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if concurrency > 100:
-            raise ValueError("concurrency must be at most 100 (the most one poll leases)")
         self._http = Transport(url, token, request_timeout, f"composer-client-python/{__version__} (worker)")
         self.url = self._http.url
         self.worker_id = worker_id or f"py-{socket.gethostname()}-{os.getpid()}"[:128]
@@ -248,7 +248,6 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, self._on_signal)
-        self._stop.clear()
         log.info(
             "worker %s started: serving %s on queues %s of %s, %d at once",
             self.worker_id, ", ".join(sorted(self._handlers)), ", ".join(self.queues), self.url, self.concurrency,
@@ -257,7 +256,8 @@ class Worker:
             self._loop()
         finally:
             for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                if handler is not None:  # None: not set from Python, nothing to put back
+                    signal.signal(sig, handler)
         log.info("worker %s stopped", self.worker_id)
 
     def _on_signal(self, signum: int, _frame: Optional[FrameType]) -> None:
@@ -272,7 +272,7 @@ class Worker:
         while not self._stop.is_set():
             self._slots.acquire()
             free = 1
-            while free < self.concurrency and self._slots.acquire(blocking=False):
+            while free < min(self.concurrency, _MAX_POLL) and self._slots.acquire(blocking=False):
                 free += 1
             if self._stop.is_set():
                 for _ in range(free):

@@ -66,6 +66,18 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertIn("Bad Gateway", e.exception.message)
         self.assertIn("upstream down", e.exception.message)
 
+    def test_a_redirect_is_not_followed(self) -> None:
+        def respond(r: Request) -> Answer:
+            if r.route == "/elsewhere":
+                return answer(200, {"workflows": []})
+            return 302, {"Location": "/elsewhere"}, b""
+
+        with StubServer(respond) as stub:
+            with self.assertRaises(ComposerError) as e:
+                Client(stub.url, "tok").list_workflows()
+            self.assertEqual(e.exception.status, 302)
+            self.assertEqual([r.route for r in stub.requests], ["/v1/workflows"], "the token went nowhere else")
+
     def test_retry_after_is_kept(self) -> None:
         busy = error(503, "busy", "the engine is busy; retry shortly")
         with StubServer(lambda _r: (busy[0], {**busy[1], "Retry-After": "2"}, busy[2])) as stub:
