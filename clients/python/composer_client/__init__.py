@@ -28,6 +28,7 @@ from .errors import (
 )
 from .types import (
     TERMINAL,
+    ErrorInfo,
     EventSent,
     HistoryEntry,
     HistoryKind,
@@ -53,6 +54,7 @@ __all__ = [
     "Client",
     "ComposerError",
     "Conflict",
+    "ErrorInfo",
     "EventSent",
     "HistoryEntry",
     "HistoryKind",

@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional, TypedDict
 
 __all__ = [
     "TERMINAL",
+    "ErrorInfo",
     "EventSent",
     "HistoryEntry",
     "HistoryKind",
@@ -56,6 +57,8 @@ HistoryKind = Literal[
     "RunResumed",
     "EventIgnored",
     "MapStarted",
+    "TaskReset",
+    "HandlerStarted",
 ]
 """What a line of a run's history records."""
 
@@ -68,6 +71,20 @@ class MapProgress(TypedDict):
     open: int
     completed: int
     failed: int
+
+
+class _ErrorInfoRequired(TypedDict):
+    code: str
+    retryable: bool
+
+
+class ErrorInfo(_ErrorInfoRequired, total=False):
+    """What is known of a task's failure besides its message (what a failure
+    edge tests as ``.nodes.X.error``): a stable ``code`` (``task_failed``,
+    ``http_status``, ``timeout``, ``event_timeout`` …), whether it could have
+    been retried, and the HTTP ``status`` when it is one."""
+
+    status: int
 
 
 class _RunTaskRequired(TypedDict):
@@ -90,6 +107,8 @@ class RunTask(_RunTaskRequired, total=False):
     parent_task_id: str
     item_index: int
     progress: MapProgress
+    error_info: ErrorInfo
+    """Of a failed task, on servers with failure edges."""
 
 
 class _RunSummaryRequired(TypedDict):
@@ -111,6 +130,8 @@ class RunSummary(_RunSummaryRequired, total=False):
     """What started it when not an API call: ``{"schedule", "fire_time"}``."""
     parent_run_id: str
     parent_task_id: str
+    handles_run_id: str
+    """A failure handler's run: the run whose end started it."""
 
 
 class _RunRequired(RunSummary):
@@ -122,6 +143,8 @@ class Run(_RunRequired, total=False):
     """A run with its input, its tasks and (once it has one) its output."""
 
     output: Any
+    failure_handler_run_ids: list[str]
+    """The failure handler runs its end started (a FAILED or CANCELLED run)."""
 
 
 class RunPage(TypedDict):
