@@ -1,0 +1,239 @@
+import { WaitTimeoutError } from "./errors.js";
+import { call, query, segment, sleep, transport, type CallOptions, type Fetch, type Transport } from "./http.js";
+import {
+  isTerminal,
+  type EventSent,
+  type HistoryEntry,
+  type HistoryPage,
+  type ItemPage,
+  type JsonValue,
+  type Run,
+  type RunList,
+  type RunStatus,
+  type SendEvent,
+  type StartRun,
+  type Workflow,
+  type WorkflowDefinition,
+  type WorkflowList,
+} from "./types.js";
+
+export interface ClientOptions {
+  /** The coordinator's URL: `http://127.0.0.1:8080`. */
+  url: string;
+  /** `COMPOSER_API_TOKEN`, when the coordinator has one. */
+  token?: string | undefined;
+  /** Each call's timeout (default 30 s); a long-poll gets its wait on top. */
+  timeoutMs?: number | undefined;
+  /** The fetch to call with (default: the global one). */
+  fetch?: Fetch | undefined;
+}
+
+/** `startRun`'s arguments. */
+export interface StartRunOptions {
+  workflow: string;
+  /** The run's input (default `{}`). */
+  input?: JsonValue | undefined;
+  /** A version of the workflow (default: the latest). */
+  version?: number | undefined;
+  /** A second start with the same key returns the first run (`created` false). */
+  idempotencyKey?: string | undefined;
+}
+
+/** A registered workflow version; `created` is false when it was identical to the latest. */
+export type RegisteredWorkflow = Workflow & { created: boolean };
+
+/** A started run (a summary); `created` is false for a known idempotency key. */
+export type StartedRun = Run & { created: boolean };
+
+/** `listRuns`' filter and page. */
+export interface ListRunsOptions {
+  workflow?: string | undefined;
+  /** One status (any case). */
+  status?: RunStatus | Lowercase<RunStatus> | undefined;
+  /** The child runs of this run. */
+  parentRunId?: string | undefined;
+  /** 1 to 1000 (default 50). */
+  limit?: number | undefined;
+  /** The previous page's `next_cursor`. */
+  cursor?: string | null | undefined;
+}
+
+export interface WaitOptions {
+  /** Give up after this long (default: wait as long as it takes), throwing a `WaitTimeoutError`. */
+  timeoutMs?: number | undefined;
+  /** Stop waiting: rejects with the signal's reason. */
+  signal?: AbortSignal | undefined;
+}
+
+/** Longest wait of one `GET /v1/runs/{id}?wait=`. */
+const MAX_WAIT_MS = 30_000;
+
+/**
+ * Composer's REST API: workflows, runs, events. Every method rejects with a
+ * `ComposerError` (`NotFoundError`, `InvalidRequestError`, `ConflictError`,
+ * `UnauthorizedError`, `UnavailableError`) when the server refuses or no
+ * answer comes.
+ */
+export class Client {
+  readonly #t: Transport;
+
+  constructor(options: ClientOptions) {
+    this.#t = transport(options, 30_000);
+  }
+
+  /** The coordinator's URL. */
+  get url(): string {
+    return this.#t.base;
+  }
+
+  #get<T>(path: string, options?: CallOptions): Promise<T> {
+    return call<T>(this.#t, "GET", path, undefined, options).then((a) => a.body);
+  }
+
+  #post<T>(path: string, body?: unknown): Promise<T> {
+    return call<T>(this.#t, "POST", path, body).then((a) => a.body);
+  }
+
+  // -- workflows ------------------------------------------------------------
+
+  /** Registers a definition: a new version when it changed (`created`), else the latest. */
+  async registerWorkflow(definition: WorkflowDefinition): Promise<RegisteredWorkflow> {
+    const { status, body } = await call<Workflow>(this.#t, "POST", "/v1/workflows", definition);
+    return { ...body, created: status === 201 };
+  }
+
+  /** The latest version with its spec, and a page of its versions (newest first). */
+  getWorkflow(name: string, page: { limit?: number | undefined; before?: number | undefined } = {}): Promise<Workflow> {
+    return this.#get(`/v1/workflows/${segment(name)}${query({ limit: page.limit, before: page.before })}`);
+  }
+
+  /** One version with its spec. */
+  getWorkflowVersion(name: string, version: number): Promise<Workflow> {
+    return this.#get(`/v1/workflows/${segment(name)}/versions/${segment(version)}`);
+  }
+
+  /** The latest version of every workflow (no specs). */
+  async listWorkflows(): Promise<Workflow[]> {
+    const list = await this.#get<WorkflowList>("/v1/workflows");
+    return list.workflows;
+  }
+
+  // -- runs -----------------------------------------------------------------
+
+  /** Starts a run; answers its summary (`getRun` for its tasks). */
+  async startRun(options: StartRunOptions): Promise<StartedRun> {
+    const body: StartRun = { workflow: options.workflow };
+    if (options.version !== undefined) body.version = options.version;
+    if (options.input !== undefined) body.input = options.input;
+    if (options.idempotencyKey !== undefined) body.idempotency_key = options.idempotencyKey;
+    const { status, body: run } = await call<Run>(this.#t, "POST", "/v1/runs", body);
+    return { ...run, created: status === 201 };
+  }
+
+  /** A run with its input, output and tasks. */
+  getRun(id: string): Promise<Run> {
+    return this.#get(`/v1/runs/${segment(id)}`);
+  }
+
+  /**
+   * The run once it has ended (SUCCEEDED, FAILED or CANCELLED), whatever
+   * its status: long-polls `GET /v1/runs/{id}?wait=30s` until then. Past
+   * `timeoutMs` it throws a `WaitTimeoutError` holding the run as last seen.
+   */
+  async waitForRun(id: string, options: WaitOptions = {}): Promise<Run> {
+    const deadline = options.timeoutMs === undefined ? Infinity : Date.now() + options.timeoutMs;
+    for (;;) {
+      const left = deadline - Date.now();
+      const waitMs = Math.max(1, Math.min(MAX_WAIT_MS, left));
+      // Whole seconds when there are some; the server reads both.
+      const wait = waitMs >= 1000 ? `${Math.floor(waitMs / 1000)}s` : `${Math.ceil(waitMs)}ms`;
+      const began = Date.now();
+      const run = await this.#get<Run>(`/v1/runs/${segment(id)}?wait=${wait}`, {
+        timeoutMs: this.#t.timeoutMs + waitMs,
+        signal: options.signal,
+      });
+      if (isTerminal(run.status)) return run;
+      if (Date.now() >= deadline) {
+        throw new WaitTimeoutError(`run ${id} is still ${run.status} after ${options.timeoutMs} ms`, run);
+      }
+      // Back before its wait without an end: the coordinator is stopping. Not in a busy loop.
+      if (Date.now() - began < waitMs / 2) await sleep(Math.min(200, deadline - Date.now()), options.signal);
+    }
+  }
+
+  /** A page of runs, newest first (summaries: no input, output or tasks). */
+  listRuns(options: ListRunsOptions = {}): Promise<RunList> {
+    const q = query({
+      workflow: options.workflow,
+      status: options.status,
+      parent_run_id: options.parentRunId,
+      limit: options.limit,
+      cursor: options.cursor,
+    });
+    return this.#get(`/v1/runs${q}`);
+  }
+
+  /** Every run that matches, newest first, fetching page after page (`limit` is the page size). */
+  async *iterateRuns(options: Omit<ListRunsOptions, "cursor"> = {}): AsyncGenerator<Run, void, undefined> {
+    let cursor: string | null = null;
+    do {
+      const page: RunList = await this.listRuns({ ...options, cursor });
+      yield* page.runs;
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+  }
+
+  /** A run's whole history, oldest first (every page). */
+  async runEvents(id: string): Promise<HistoryEntry[]> {
+    const events: HistoryEntry[] = [];
+    let after: number | null = null;
+    do {
+      const page: HistoryPage = await this.runEventsPage(id, { after: after ?? undefined, limit: 1000 });
+      events.push(...page.events);
+      after = page.next_after;
+    } while (after !== null);
+    return events;
+  }
+
+  /** A page of a run's history: the entries after `after` (a seq). */
+  runEventsPage(id: string, page: { after?: number | undefined; limit?: number | undefined } = {}): Promise<HistoryPage> {
+    return this.#get(`/v1/runs/${segment(id)}/events${query({ after: page.after, limit: page.limit })}`);
+  }
+
+  /** A page of a MAP node's items, by index. */
+  mapItems(
+    id: string,
+    node: string,
+    page: { after?: number | undefined; limit?: number | undefined } = {},
+  ): Promise<ItemPage> {
+    return this.#get(`/v1/runs/${segment(id)}/items${query({ node, after: page.after, limit: page.limit })}`);
+  }
+
+  /** Cancels a RUNNING, PAUSED or QUEUED run (a `ConflictError` once it has ended). */
+  cancelRun(id: string): Promise<Run> {
+    return this.#post(`/v1/runs/${segment(id)}/cancel`);
+  }
+
+  /** Runs a FAILED run again from its failed steps. */
+  retryRun(id: string): Promise<Run> {
+    return this.#post(`/v1/runs/${segment(id)}/retry`);
+  }
+
+  /** Pauses a RUNNING run: started steps finish, nothing new starts. */
+  pauseRun(id: string): Promise<Run> {
+    return this.#post(`/v1/runs/${segment(id)}/pause`);
+  }
+
+  /** Resumes a PAUSED run. */
+  resumeRun(id: string): Promise<Run> {
+    return this.#post(`/v1/runs/${segment(id)}/resume`);
+  }
+
+  // -- events ---------------------------------------------------------------
+
+  /** Delivers an event to the steps waiting for `(name, key)`, or keeps it for one to come. */
+  sendEvent(name: string, key: string, payload: JsonValue = null): Promise<EventSent> {
+    const body: SendEvent = { name, key, payload };
+    return this.#post("/v1/events", body);
+  }
+}

@@ -1,0 +1,191 @@
+/** The one HTTP call of the client and the worker: JSON in and out, the
+ * bearer token, a timeout, and errors as `ComposerError`s. */
+
+import { errorClassFor, UnavailableError } from "./errors.js";
+import type { JsonValue } from "./types.js";
+
+export type Fetch = typeof globalThis.fetch;
+
+/** Where and how to call. */
+export interface Transport {
+  /** The coordinator's URL, without a trailing slash. */
+  readonly base: string;
+  readonly token: string | undefined;
+  /** Per call, unless the call says otherwise. */
+  readonly timeoutMs: number;
+  readonly fetch: Fetch;
+}
+
+export interface CallOptions {
+  /** This call's timeout (a long-poll's wait plus a margin). */
+  timeoutMs?: number | undefined;
+  /** Aborts the call; it then rejects with the signal's reason. */
+  signal?: AbortSignal | undefined;
+}
+
+/** What a successful call answered. */
+export interface Answer<T> {
+  status: number;
+  body: T;
+}
+
+/** A transport for `url`; throws a TypeError for a URL that is not http(s). */
+export function transport(options: {
+  url: string;
+  token?: string | undefined;
+  timeoutMs?: number | undefined;
+  fetch?: Fetch | undefined;
+}, defaultTimeoutMs: number): Transport {
+  const base = String(options.url ?? "").trim().replace(/\/+$/, "");
+  let parsed: URL;
+  try {
+    parsed = new URL(base);
+  } catch {
+    throw new TypeError(`url: expected the coordinator's http(s) URL, got ${JSON.stringify(options.url)}`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+    throw new TypeError(`url: expected an http or https URL, got ${JSON.stringify(options.url)}`);
+  }
+  const timeoutMs = options.timeoutMs ?? defaultTimeoutMs;
+  if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs: expected a positive number, got ${timeoutMs}`);
+  const fetch = options.fetch ?? globalThis.fetch;
+  if (typeof fetch !== "function") throw new TypeError("no fetch: Node 20 or later is needed");
+  const token = options.token === undefined || options.token === "" ? undefined : options.token;
+  return { base, token, timeoutMs, fetch };
+}
+
+/** Encodes one path segment (a run id, a workflow name). */
+export function segment(value: string | number): string {
+  return encodeURIComponent(String(value));
+}
+
+/** A query string (with its `?`) of the parameters that are set. */
+export function query(params: Record<string, string | number | undefined | null>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null) q.set(k, String(v));
+  }
+  const text = q.toString();
+  return text === "" ? "" : `?${text}`;
+}
+
+/** The reason a call's own timer aborted it. */
+class CallTimeout extends Error {}
+
+/** Calls `method path` with `body` as JSON; an error answer (or none) throws a `ComposerError`. */
+export async function call<T>(
+  t: Transport,
+  method: "GET" | "POST" | "DELETE",
+  path: string,
+  body?: unknown,
+  options: CallOptions = {},
+): Promise<Answer<T>> {
+  const headers: Record<string, string> = { accept: "application/json" };
+  let payload: string | undefined;
+  if (body !== undefined) {
+    headers["content-type"] = "application/json";
+    payload = JSON.stringify(body);
+  }
+  if (t.token !== undefined) headers["authorization"] = `Bearer ${t.token}`;
+
+  const timeoutMs = options.timeoutMs ?? t.timeoutMs;
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new CallTimeout()), timeoutMs);
+  const outer = options.signal;
+  const onAbort = () => controller.abort(outer?.reason);
+  if (outer?.aborted) onAbort();
+  else outer?.addEventListener("abort", onAbort, { once: true });
+
+  const what = `${method} ${path}`;
+  let status: number;
+  let text: string;
+  let retryAfter: string | null;
+  try {
+    const init: RequestInit = { method, headers, signal: controller.signal };
+    if (payload !== undefined) init.body = payload;
+    const resp = await t.fetch(t.base + path, init);
+    status = resp.status;
+    retryAfter = resp.headers.get("retry-after");
+    text = await resp.text();
+  } catch (e) {
+    if (outer?.aborted) throw outer.reason;
+    if (controller.signal.reason instanceof CallTimeout) {
+      throw new UnavailableError(`${what}: no answer from ${t.base} within ${timeoutMs} ms`, {
+        status: 0,
+        code: "timeout",
+        cause: e,
+      });
+    }
+    throw new UnavailableError(`${what}: cannot reach the coordinator at ${t.base}: ${describeCause(e)}`, {
+      status: 0,
+      code: "unreachable",
+      cause: e,
+    });
+  } finally {
+    clearTimeout(timer);
+    outer?.removeEventListener("abort", onAbort);
+  }
+
+  if (status < 200 || status > 299) {
+    let code = "unknown";
+    let message = text.trim().slice(0, 1000) || `HTTP ${status}`;
+    try {
+      const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
+      if (parsed && typeof parsed.error === "object" && parsed.error !== null) {
+        if (typeof parsed.error.code === "string") code = parsed.error.code;
+        if (typeof parsed.error.message === "string") message = parsed.error.message;
+      }
+    } catch {
+      // not the API's error body (a proxy's page): keep the text
+    }
+    const seconds = retryAfter === null ? NaN : Number(retryAfter);
+    const Class = errorClassFor(status);
+    throw new Class(message, {
+      status,
+      code,
+      retryAfterMs: Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : undefined,
+    });
+  }
+  let parsed: JsonValue;
+  try {
+    parsed = JSON.parse(text) as JsonValue;
+  } catch (e) {
+    throw new UnavailableError(`${what}: the answer (${status}) is not JSON: ${text.slice(0, 200)}`, {
+      status,
+      code: "invalid_answer",
+      cause: e,
+    });
+  }
+  return { status, body: parsed as T };
+}
+
+/** A fetch failure's reason: undici hides it in `cause` (ECONNREFUSED ...). */
+function describeCause(e: unknown): string {
+  const parts: string[] = [];
+  let cur: unknown = e;
+  for (let i = 0; i < 4 && cur !== undefined && cur !== null; i++) {
+    if (cur instanceof Error) {
+      const code = (cur as { code?: unknown }).code;
+      parts.push(typeof code === "string" && !cur.message.includes(code) ? `${cur.message} (${code})` : cur.message);
+      cur = cur.cause;
+    } else {
+      parts.push(String(cur));
+      break;
+    }
+  }
+  return parts.join(": ") || "unknown error";
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts (never rejects). */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, Math.max(0, ms));
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

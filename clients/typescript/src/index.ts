@@ -1,0 +1,26 @@
+/**
+ * `@composer/client`: a client of Composer's REST API and a worker of its
+ * task API, for Node 20 or later, with no runtime dependencies.
+ */
+
+export { Client } from "./client.js";
+export type {
+  ClientOptions,
+  ListRunsOptions,
+  RegisteredWorkflow,
+  StartedRun,
+  StartRunOptions,
+  WaitOptions,
+} from "./client.js";
+export {
+  ComposerError,
+  ConflictError,
+  InvalidRequestError,
+  NotFoundError,
+  UnauthorizedError,
+  UnavailableError,
+  WaitTimeoutError,
+} from "./errors.js";
+export type { ComposerErrorOptions } from "./errors.js";
+export { isTerminal, RUN_STATUSES, TERMINAL_STATUSES } from "./types.js";
+export type * from "./types.js";

@@ -1,0 +1,333 @@
+/**
+ * The bodies of Composer's REST API and task API, as the coordinator sends
+ * and takes them (`crates/api/src/rest.rs`; `GET /openapi.json`). Field
+ * names are the wire's (snake_case); times are RFC 3339 strings in UTC.
+ *
+ * A field the server always sends, `null` when empty, is typed `T | null`; a
+ * field it leaves out when empty is optional (`?:`).
+ */
+
+/** Any JSON value. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/** A JSON object. */
+export type JsonObject = { [key: string]: JsonValue };
+
+/** A run's status. QUEUED waits for a slot under its workflow's concurrency limit. */
+export type RunStatus = "QUEUED" | "RUNNING" | "PAUSED" | "SUCCEEDED" | "FAILED" | "CANCELLED";
+
+/** Every run status, in the server's order. */
+export const RUN_STATUSES: readonly RunStatus[] = ["QUEUED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED"];
+
+/** The statuses a run ends in. */
+export const TERMINAL_STATUSES: readonly RunStatus[] = ["SUCCEEDED", "FAILED", "CANCELLED"];
+
+/** Whether a run in `status` has ended (SUCCEEDED, FAILED or CANCELLED). */
+export function isTerminal(status: RunStatus): boolean {
+  return TERMINAL_STATUSES.includes(status);
+}
+
+/** A task's state. QUEUED is a MAP item waiting for a slot. */
+export type TaskState = "QUEUED" | "PENDING" | "RUNNING" | "WAITING" | "COMPLETED" | "FAILED" | "SKIPPED" | "CANCELLED";
+
+/** What a line of a run's history records. */
+export type HistoryKind =
+  | "RunStarted"
+  | "TaskDispatched"
+  | "TaskWaiting"
+  | "TaskRetryScheduled"
+  | "TaskCompleted"
+  | "TaskFailed"
+  | "TaskSkipped"
+  | "TaskCancelled"
+  | "RunSucceeded"
+  | "RunFailed"
+  | "RunCancelled"
+  | "RunRetried"
+  | "RunPaused"
+  | "RunResumed"
+  | "EventIgnored"
+  | "MapStarted";
+
+// -- workflow definitions ---------------------------------------------------
+
+/** The built-in node types; any other name is a custom type run by a worker. */
+export type BuiltinNodeType = "HTTP" | "WAIT" | "WAIT_FOR_EVENT" | "TRANSFORM" | "MAP" | "SUB_WORKFLOW";
+
+/** A node's type: a built-in one, or a custom type (`resize-image`) a worker handles. */
+export type NodeType = BuiltinNodeType | (string & {});
+
+/** A node's retry policy. Durations are text: `"1s"`, `"500ms"`, `"1m"`. */
+export interface RetryPolicy {
+  max_attempts?: number | null;
+  initial_backoff?: string | null;
+  multiplier?: number | null;
+  max_backoff?: string | null;
+}
+
+/** One node of a definition. */
+export interface NodeDefinition {
+  /** Unique in the definition: `[A-Za-z0-9_.-]{1,128}`. */
+  id: string;
+  type: NodeType;
+  /** The queue a dispatched node goes to (default: its type in lower case). */
+  queue?: string | null;
+  /** The node's configuration; strings `${ jq }` are evaluated when it starts. */
+  config?: JsonObject | null;
+  retry?: RetryPolicy | null;
+  /** How long one attempt may take (`"30s"`). */
+  timeout?: string | null;
+}
+
+/** An edge; `when` is a jq expression that must yield a boolean. */
+export interface EdgeDefinition {
+  from: string;
+  to: string;
+  when?: string | null;
+}
+
+/** At most `max` runs open at once, per value of `key` (an expression over `{input}`). */
+export interface ConcurrencyLimit {
+  max: number;
+  key?: string | null;
+}
+
+/** A workflow definition as it is registered (`POST /v1/workflows`). */
+export interface WorkflowDefinition {
+  name: string;
+  nodes: NodeDefinition[];
+  edges?: EdgeDefinition[] | null;
+  /** The run's output, a template over `{input, nodes, run}`. */
+  output?: JsonValue;
+  /** How long a whole run may take (`"1h"`). */
+  timeout?: string | null;
+  concurrency?: ConcurrencyLimit | null;
+  description?: string | null;
+}
+
+/**
+ * A version of a workflow. `spec` and `versions` come only where one
+ * workflow is asked for (`getWorkflow`, `getWorkflowVersion`).
+ */
+export interface Workflow {
+  id: string;
+  name: string;
+  version: number;
+  created_at: string;
+  /** The definition, as the server normalized it. */
+  spec?: WorkflowDefinition;
+  /** A page of versions, newest first (metadata only). */
+  versions?: Workflow[];
+  /** More versions: pass it as `before` for the next page. */
+  versions_next?: number;
+}
+
+/** `GET /v1/workflows`: the latest version of each workflow. */
+export interface WorkflowList {
+  workflows: Workflow[];
+}
+
+// -- runs -------------------------------------------------------------------
+
+/** A MAP task's item counts: `queued + open + completed + failed == total`. */
+export interface MapProgress {
+  total: number;
+  queued: number;
+  open: number;
+  completed: number;
+  failed: number;
+}
+
+/** One task of a run: a node's step (or a MAP's item). */
+export interface Task {
+  id: string;
+  node_id: string;
+  node_type: string;
+  state: TaskState;
+  attempt: number;
+  /** The node's evaluated config (`{}` until it starts). */
+  input: JsonValue;
+  output: JsonValue;
+  error: string | null;
+  wake_at: string | null;
+  started_at: string | null;
+  finished_at: string | null;
+  /** A MAP item's MAP task. */
+  parent_task_id?: string;
+  /** A MAP item's position (its `node_id` is `ship_each[3]`). */
+  item_index?: number;
+  /** A MAP task's item counts. */
+  progress?: MapProgress;
+}
+
+/**
+ * A run. Lists (and `startRun`) give summaries: no `input`, `output` or
+ * `tasks`; `getRun` gives all of it (`output` once there is one).
+ */
+export interface Run {
+  id: string;
+  workflow: string;
+  version: number;
+  workflow_id: string;
+  status: RunStatus;
+  input?: JsonValue;
+  output?: JsonValue;
+  error: string | null;
+  created_at: string;
+  updated_at: string;
+  finished_at: string | null;
+  /** What started the run when not an API call: `{schedule, fire_time}`. */
+  trigger?: JsonValue;
+  /** A SUB_WORKFLOW's child run: the run and task that started it. */
+  parent_run_id?: string;
+  parent_task_id?: string;
+  tasks?: Task[];
+}
+
+/** `GET /v1/runs`: a page of runs, newest first; `next_cursor` fetches the next. */
+export interface RunList {
+  runs: Run[];
+  next_cursor: string | null;
+}
+
+/** `POST /v1/runs`, as sent. */
+export interface StartRun {
+  workflow: string;
+  version?: number;
+  input?: JsonValue;
+  idempotency_key?: string;
+}
+
+/** One line of a run's history. */
+export interface HistoryEntry {
+  seq: number;
+  type: HistoryKind;
+  payload: JsonValue;
+  created_at: string;
+}
+
+/** `GET /v1/runs/{id}/events`: oldest first; `next_after` fetches the next page. */
+export interface HistoryPage {
+  events: HistoryEntry[];
+  next_after: number | null;
+}
+
+/** `GET /v1/runs/{id}/items?node=`: a MAP's items by index. */
+export interface ItemPage {
+  items: Task[];
+  next_after: number | null;
+}
+
+/** `POST /v1/events`, as sent. */
+export interface SendEvent {
+  name: string;
+  key: string;
+  payload?: JsonValue;
+}
+
+/** What `POST /v1/events` did. */
+export interface EventSent {
+  /** Waiting tasks the event completed. */
+  matched: number;
+  /** No task waited: the event is kept for one to come. */
+  buffered: boolean;
+}
+
+// -- the task API (workers) ------------------------------------------------
+
+/** `POST /v1/tasks/poll`, as sent. */
+export interface PollTasks {
+  worker_id: string;
+  queues: string[];
+  /** 1 to 100 (default 1). */
+  max?: number;
+  /** `"20s"`, `"500ms"`: at most the server's limit (60 s by default). */
+  wait?: string;
+}
+
+/** A task leased to a worker. */
+export interface LeasedTask {
+  id: string;
+  run_id: string;
+  attempt: number;
+  node_id: string;
+  node_type: string;
+  queue: string;
+  /** The node's evaluated config; `${ .secrets.NAME }` references are left for the worker. */
+  input: JsonValue;
+  /** The lease lasts this long from now: heartbeat well within it. */
+  lease_ttl_ms: number;
+}
+
+/** `POST /v1/tasks/poll`'s answer (no tasks when none came in time). */
+export interface TaskBatch {
+  tasks: LeasedTask[];
+}
+
+/** What heartbeats, completions and failures name: whose lease, on which attempt. */
+export interface TaskHeartbeat {
+  worker_id: string;
+  run_id: string;
+  attempt: number;
+}
+
+/** `POST /v1/tasks/{id}/heartbeat`'s answer. */
+export interface LeaseExtended {
+  lease_ttl_ms: number;
+}
+
+/** `POST /v1/tasks/{id}/complete`, as sent. */
+export interface CompleteTask extends TaskHeartbeat {
+  output?: JsonValue;
+}
+
+/** `POST /v1/tasks/{id}/fail`, as sent. */
+export interface FailTask extends TaskHeartbeat {
+  /** At most 65,536 characters. */
+  error: string;
+  /** Retry under the node's policy (default true); false fails the step for good. */
+  retryable?: boolean;
+}
+
+/** The answer to a completion or a failure: `ignored` says why one was not applied. */
+export interface ReportAck {
+  applied: boolean;
+  ignored?: string;
+}
+
+// -- errors -----------------------------------------------------------------
+
+/** The stable error codes the server sends (others may come). */
+export type ErrorCode =
+  | "invalid_request"
+  | "invalid_definition"
+  | "invalid_schedule"
+  | "not_found"
+  | "run_not_found"
+  | "conflict"
+  | "lease_lost"
+  | "idempotency_key_reused"
+  | "payload_too_large"
+  | "uri_too_long"
+  | "unsupported_media_type"
+  | "unauthorized"
+  | "host_not_allowed"
+  | "origin_not_allowed"
+  | "method_not_allowed"
+  | "unavailable"
+  | "draining"
+  | "busy"
+  | "engine_fault"
+  | "internal"
+  | (string & {});
+
+/** An error answer's detail. */
+export interface ErrorDetail {
+  code: ErrorCode;
+  message: string;
+}
+
+/** Every error answer: `{"error": {"code", "message"}}`. */
+export interface ErrorBody {
+  error: ErrorDetail;
+}
