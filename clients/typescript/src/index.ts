@@ -22,5 +22,8 @@ export {
   WaitTimeoutError,
 } from "./errors.js";
 export type { ComposerErrorOptions } from "./errors.js";
+export { LeaseLostError, TaskError } from "./task-error.js";
+export { Worker } from "./worker.js";
+export type { Handler, RunOptions, WorkerLogger, WorkerOptions, WorkerTask } from "./worker.js";
 export { isTerminal, RUN_STATUSES, TERMINAL_STATUSES } from "./types.js";
 export type * from "./types.js";

@@ -1,0 +1,384 @@
+import { hostname } from "node:os";
+
+import { ComposerError } from "./errors.js";
+import { call, segment, sleep, transport, type Fetch, type Transport } from "./http.js";
+import { resolveSecrets, scrubSecrets } from "./secrets.js";
+import { LeaseLostError, TaskError } from "./task-error.js";
+import type { CompleteTask, FailTask, JsonValue, LeasedTask, PollTasks, TaskBatch, TaskHeartbeat } from "./types.js";
+
+/** A task as a handler gets it: its `input` with secret references resolved, and `signal`. */
+export interface WorkerTask<I = JsonValue> {
+  readonly id: string;
+  readonly run_id: string;
+  readonly attempt: number;
+  readonly node_id: string;
+  readonly node_type: string;
+  readonly queue: string;
+  /** The node's evaluated config, `${ .secrets.NAME }` resolved. */
+  readonly input: I;
+  readonly lease_ttl_ms: number;
+  /**
+   * Aborted (with a `LeaseLostError`) when the worker lost the task's lease:
+   * another worker has it, or the run was cancelled. Stop: the result is dropped.
+   */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * Runs a task: its answer (any JSON value; `undefined` is `null`) is the
+ * step's output. Throwing fails the attempt: retried under the node's retry
+ * policy, unless it is a `TaskError` with `retryable: false`.
+ */
+export type Handler<I = JsonValue> = (task: WorkerTask<I>) => unknown;
+
+/** Where the worker writes what went wrong (default: the console). */
+export interface WorkerLogger {
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+export interface WorkerOptions {
+  /** The coordinator's URL: `http://127.0.0.1:8080`. */
+  url: string;
+  /** `COMPOSER_WORKER_TOKEN` (or the API token when the coordinator has only that). */
+  token?: string | undefined;
+  /** Who holds the leases (default `ts-<host>-<pid>`): `[A-Za-z0-9_.-]{1,128}`. */
+  workerId?: string | undefined;
+  /** The queues to lease tasks from (a custom node's queue is its type in lower case unless it names one). */
+  queues: readonly string[];
+  /** Most tasks run at once (default 4). */
+  concurrency?: number | undefined;
+  /**
+   * How long one poll waits for a task (default 5 s, at most 60 s). A
+   * `stop()` lets the poll in flight finish, so this bounds how soon it
+   * takes effect.
+   */
+  pollWaitMs?: number | undefined;
+  /** Each call's timeout (default 10 s; a poll gets its wait on top). */
+  requestTimeoutMs?: number | undefined;
+  logger?: WorkerLogger | undefined;
+  /** The fetch to call with (default: the global one). */
+  fetch?: Fetch | undefined;
+  /** Where `COMPOSER_SECRET_NAME` is read (default `process.env`). */
+  env?: Record<string, string | undefined> | undefined;
+}
+
+export interface RunOptions {
+  /**
+   * Stop gracefully on SIGTERM and SIGINT: no new polls, running tasks
+   * finish and report, then `run()` resolves. A second signal ends the
+   * process at once.
+   */
+  handleSignals?: boolean | undefined;
+}
+
+type Outcome = { kind: "complete"; output: JsonValue } | { kind: "fail"; error: string; retryable: boolean };
+
+/** A name the server takes: a worker id, a queue. */
+const NAME = /^[A-Za-z0-9_.-]{1,128}$/;
+/** Most tasks one poll may lease. */
+const MAX_POLL = 100;
+/** Longest error the server takes, in characters. */
+const MAX_ERROR_CHARS = 65_536;
+
+const consoleLogger: WorkerLogger = {
+  warn: (m) => console.warn(`composer worker: ${m}`),
+  error: (m) => console.error(`composer worker: ${m}`),
+};
+
+/**
+ * Serves node types on queues of a Composer coordinator through the task
+ * API (`POST /v1/tasks/poll`, `heartbeat`, `complete`, `fail`): with only the
+ * coordinator's URL and the worker token.
+ *
+ * ```ts
+ * const worker = new Worker({ url, token, queues: ["images"], concurrency: 4 })
+ *   .handle("resize-image", async (task) => ({ width: task.input.width }));
+ * await worker.run({ handleSignals: true });
+ * ```
+ */
+export class Worker {
+  readonly workerId: string;
+  readonly queues: readonly string[];
+  readonly concurrency: number;
+  readonly #t: Transport;
+  readonly #pollWaitMs: number;
+  readonly #log: WorkerLogger;
+  readonly #env: Record<string, string | undefined>;
+  readonly #handlers = new Map<string, Handler<any>>();
+  readonly #inFlight = new Set<Promise<void>>();
+  #wakers: Array<() => void> = [];
+  #stopping = false;
+  #stopped = new AbortController();
+  #running: Promise<void> | undefined;
+
+  constructor(options: WorkerOptions) {
+    this.#t = transport({ ...options, timeoutMs: options.requestTimeoutMs }, 10_000);
+    const concurrency = options.concurrency ?? 4;
+    if (!Number.isInteger(concurrency) || concurrency < 1) {
+      throw new RangeError(`concurrency: expected a whole number of at least 1, got ${concurrency}`);
+    }
+    this.concurrency = concurrency;
+    const queues = [...(options.queues ?? [])];
+    if (queues.length < 1 || queues.length > 32) throw new RangeError("queues: name 1 to 32 queues");
+    for (const q of queues) {
+      if (typeof q !== "string" || !NAME.test(q)) {
+        throw new TypeError(`queues: ${JSON.stringify(q)} is not a queue name ([A-Za-z0-9_.-]{1,128})`);
+      }
+    }
+    this.queues = queues;
+    const id = options.workerId ?? `ts-${hostname()}-${process.pid}`.replace(/[^A-Za-z0-9_.-]/g, "-").slice(0, 128);
+    if (!NAME.test(id)) throw new TypeError(`workerId: ${JSON.stringify(id)} is not a name ([A-Za-z0-9_.-]{1,128})`);
+    this.workerId = id;
+    const pollWaitMs = options.pollWaitMs ?? 5_000;
+    if (!(pollWaitMs >= 0)) throw new RangeError(`pollWaitMs: expected 0 or more, got ${pollWaitMs}`);
+    this.#pollWaitMs = Math.min(Math.floor(pollWaitMs), 60_000);
+    this.#log = options.logger ?? consoleLogger;
+    this.#env = options.env ?? process.env;
+  }
+
+  /** Runs `handler` for tasks of `nodeType`; returns the worker. `I` is the input's type (not checked). */
+  handle<I = JsonValue>(nodeType: string, handler: Handler<I>): this {
+    if (typeof handler !== "function") throw new TypeError(`handle(${JSON.stringify(nodeType)}): not a function`);
+    this.#handlers.set(nodeType, handler);
+    return this;
+  }
+
+  /** How many tasks are running now. */
+  get activeTasks(): number {
+    return this.#inFlight.size;
+  }
+
+  /**
+   * Polls and runs tasks until `stop()` (or SIGTERM/SIGINT with
+   * `handleSignals`); then resolves once the running tasks have reported.
+   */
+  run(options: RunOptions = {}): Promise<void> {
+    if (this.#running !== undefined) return Promise.reject(new Error("this worker is already running"));
+    if (this.#handlers.size === 0) {
+      return Promise.reject(new Error("no handlers: call handle(nodeType, handler) first"));
+    }
+    const running = this.#loop(options).finally(() => {
+      this.#running = undefined;
+      this.#stopping = false;
+      this.#stopped = new AbortController();
+    });
+    this.#running = running;
+    return running;
+  }
+
+  /**
+   * Stops polling: the poll in flight ends (its tasks still run), running
+   * tasks finish and report, then `run()` resolves, and so does this.
+   */
+  stop(): Promise<void> {
+    this.#stopping = true;
+    this.#stopped.abort();
+    this.#wake();
+    return this.#running ?? Promise.resolve();
+  }
+
+  async #loop(options: RunOptions): Promise<void> {
+    const unlisten = options.handleSignals ? this.#listenForSignals() : () => {};
+    try {
+      let backoff = 100;
+      while (!this.#stopping) {
+        await this.#freeSlot();
+        if (this.#stopping) break;
+        const free = Math.min(this.concurrency - this.#inFlight.size, MAX_POLL);
+        let tasks: LeasedTask[];
+        try {
+          const body: PollTasks = {
+            worker_id: this.workerId,
+            queues: [...this.queues],
+            max: free,
+            wait: `${this.#pollWaitMs}ms`,
+          };
+          const answer = await call<TaskBatch>(this.#t, "POST", "/v1/tasks/poll", body, {
+            timeoutMs: this.#t.timeoutMs + this.#pollWaitMs,
+          });
+          tasks = answer.body.tasks ?? [];
+          backoff = 100;
+        } catch (e) {
+          this.#log.warn(`poll failed (${describe(e)}); retrying`);
+          await sleep(backoff * (0.5 + Math.random()), this.#stopped.signal);
+          backoff = Math.min(backoff * 2, 5_000);
+          continue;
+        }
+        for (const task of tasks) this.#start(task);
+      }
+      while (this.#inFlight.size > 0) await Promise.all([...this.#inFlight]);
+    } finally {
+      unlisten();
+    }
+  }
+
+  /** Resolves when fewer than `concurrency` tasks run, or on stop. */
+  #freeSlot(): Promise<void> {
+    if (this.#stopping || this.#inFlight.size < this.concurrency) return Promise.resolve();
+    return new Promise((resolve) => this.#wakers.push(resolve));
+  }
+
+  #wake(): void {
+    const wakers = this.#wakers;
+    this.#wakers = [];
+    for (const w of wakers) w();
+  }
+
+  #listenForSignals(): () => void {
+    const signals = ["SIGTERM", "SIGINT"] as const;
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (this.#stopping) {
+        // A second signal: the default action (the process ends).
+        unlisten();
+        process.kill(process.pid, signal);
+        return;
+      }
+      this.#log.warn(`${signal}: stopping; ${this.#inFlight.size} running task(s) will finish first`);
+      void this.stop();
+    };
+    const unlisten = () => {
+      for (const s of signals) process.off(s, onSignal);
+    };
+    for (const s of signals) process.on(s, onSignal);
+    return unlisten;
+  }
+
+  #start(leased: LeasedTask): void {
+    const done: Promise<void> = this.#execute(leased)
+      .catch((e: unknown) => this.#log.error(`task ${leased.id}: ${describe(e)}`))
+      .finally(() => {
+        this.#inFlight.delete(done);
+        this.#wake();
+      });
+    this.#inFlight.add(done);
+  }
+
+  async #execute(leased: LeasedTask): Promise<void> {
+    const lease = new AbortController();
+    const finished = new AbortController();
+    let lost = false;
+    const beat = this.#heartbeat(leased, finished.signal, (why) => {
+      lost = true;
+      lease.abort(new LeaseLostError(leased.id, why));
+    });
+    let outcome: Outcome;
+    try {
+      outcome = await this.#call(leased, lease.signal);
+    } finally {
+      finished.abort();
+      await beat;
+    }
+    if (lost) {
+      this.#log.warn(`task ${leased.id}: the lease was lost; the result is dropped`);
+      return;
+    }
+    await this.#report(leased, outcome);
+  }
+
+  async #call(leased: LeasedTask, signal: AbortSignal): Promise<Outcome> {
+    const handler = this.#handlers.get(leased.node_type);
+    if (handler === undefined) {
+      return {
+        kind: "fail",
+        error: `no handler for type ${leased.node_type} on queue ${leased.queue} (worker ${this.workerId})`,
+        retryable: false,
+      };
+    }
+    const used: string[] = [];
+    try {
+      const input = resolveSecrets(leased.input, used, this.#env);
+      const task: WorkerTask = { ...leased, input, signal };
+      const result: unknown = await handler(task);
+      // Fails here, not at the report, if it is not JSON.
+      const text = JSON.stringify(result === undefined ? null : result);
+      if (text === undefined) throw new TypeError(`the handler's answer is not JSON (a ${typeof result})`);
+      return { kind: "complete", output: scrubSecrets(JSON.parse(text) as JsonValue, used) };
+    } catch (e) {
+      if (e instanceof TaskError) return { kind: "fail", error: scrubSecrets(e.message, used), retryable: e.retryable };
+      return { kind: "fail", error: scrubSecrets(describe(e), used), retryable: true };
+    }
+  }
+
+  #lease(leased: LeasedTask): TaskHeartbeat {
+    return { worker_id: this.workerId, run_id: leased.run_id, attempt: leased.attempt };
+  }
+
+  /** Renews the lease every third of its length until `finished`; a 409 (or no renewal for a whole lease) loses it. */
+  async #heartbeat(leased: LeasedTask, finished: AbortSignal, lose: (why: string) => void): Promise<void> {
+    const ttl = leased.lease_ttl_ms;
+    let lastOk = performance.now();
+    for (;;) {
+      await sleep(Math.max(ttl / 3, 10), finished);
+      if (finished.aborted) return;
+      try {
+        await call(this.#t, "POST", `/v1/tasks/${segment(leased.id)}/heartbeat`, this.#lease(leased), {
+          timeoutMs: Math.min(this.#t.timeoutMs, Math.max(ttl, 100)),
+        });
+        lastOk = performance.now();
+      } catch (e) {
+        if (e instanceof ComposerError && e.status === 409) {
+          lose(`task ${leased.id}: ${e.message}`);
+          return;
+        }
+      }
+      if (performance.now() - lastOk >= ttl) {
+        lose(`task ${leased.id}: the lease was not renewed for ${ttl} ms`);
+        return;
+      }
+    }
+  }
+
+  /** Completes or fails the task, retrying connection errors and 5xx for a lease's length. */
+  async #report(leased: LeasedTask, outcome: Outcome): Promise<void> {
+    const id = segment(leased.id);
+    let path: string;
+    let body: CompleteTask | FailTask;
+    if (outcome.kind === "complete") {
+      path = `/v1/tasks/${id}/complete`;
+      body = { ...this.#lease(leased), output: outcome.output };
+    } else {
+      path = `/v1/tasks/${id}/fail`;
+      body = { ...this.#lease(leased), error: fit(outcome.error), retryable: outcome.retryable };
+    }
+    // Past the lease the task belongs to another worker.
+    const giveUpAt = performance.now() + leased.lease_ttl_ms;
+    let delay = 100;
+    for (;;) {
+      try {
+        await call(this.#t, "POST", path, body);
+        return;
+      } catch (e) {
+        const status = e instanceof ComposerError ? e.status : 0;
+        if (status === 409) {
+          this.#log.warn(`task ${leased.id}: the lease was lost before the result landed; dropped`);
+          return;
+        }
+        if (status > 0 && status < 500) {
+          this.#log.error(`task ${leased.id}: the coordinator refused the result: ${describe(e)}`);
+          return;
+        }
+        if (performance.now() >= giveUpAt) {
+          // The lease expires and the task goes to another worker.
+          this.#log.error(`task ${leased.id}: no coordinator took the result: ${describe(e)}`);
+          return;
+        }
+      }
+      await sleep(delay * (0.5 + Math.random()));
+      delay = Math.min(delay * 2, 2_000);
+    }
+  }
+}
+
+/** A thrown value as a failed attempt's error: `TypeError: x is not a function`. */
+function describe(e: unknown): string {
+  if (e instanceof Error) return `${e.name}: ${e.message}`;
+  return String(e);
+}
+
+/** An error as the server takes it: no NUL character, at most 65,536 characters. */
+function fit(error: string): string {
+  const clean = error.replaceAll("\u0000", "\ufffd");
+  const chars = [...clean];
+  return chars.length <= MAX_ERROR_CHARS ? clean : chars.slice(0, MAX_ERROR_CHARS).join("");
+}
