@@ -1,0 +1,791 @@
+/**
+ * The client and the worker against a real `composer dev` (its embedded
+ * PostgreSQL and Redis), started once for this file with an API token and a
+ * 2 s task lease. COMPOSER_BIN names the binary (default
+ * ../../target/debug/composer from the package).
+ */
+
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { join } from "node:path";
+import { setTimeout as delay } from "node:timers/promises";
+import { after, before, describe, it } from "node:test";
+
+import {
+  Client,
+  ComposerError,
+  ConflictError,
+  InvalidRequestError,
+  LeaseLostError,
+  NotFoundError,
+  RUN_STATUSES,
+  TaskError,
+  UnauthorizedError,
+  WaitTimeoutError,
+  Worker,
+  type JsonValue,
+  type NodeDefinition,
+  type Run,
+  type WorkerOptions,
+  type WorkflowDefinition,
+} from "../src/index.js";
+import { PACKAGE_DIR, startDev, type Dev } from "./dev.js";
+import { eventually, memoryLogger, spyFetch } from "./helpers.js";
+import {
+  answers,
+  checkHistory,
+  checkRun,
+  checkTask,
+  checkWorkflow,
+  conforms,
+  errorBodyShape,
+  eventSentShape,
+  historyKinds,
+  itemPageShape,
+  leasedTaskShape,
+  leaseExtendedShape,
+  reportAckShape,
+  requests,
+  runListShape,
+  runStatuses,
+  taskBatchShape,
+  taskStates,
+  type AnyShape,
+} from "./shapes.js";
+
+let dev: Dev;
+let client: Client;
+
+/** A node of a custom type on `queue`, retried fast. */
+function custom(id: string, type: string, queue: string, config: Record<string, JsonValue> = {}): NodeDefinition {
+  return { id, type, queue, config, retry: { max_attempts: 3, initial_backoff: "50ms" } };
+}
+
+/** Registers `definition` and starts a run of it with `input`. */
+async function start(definition: WorkflowDefinition, input: JsonValue = {}): Promise<string> {
+  await client.registerWorkflow(definition);
+  const run = await client.startRun({ workflow: definition.name, input });
+  assert.equal(run.created, true);
+  return run.id;
+}
+
+function waitFor(id: string, timeoutMs = 60_000): Promise<Run> {
+  return client.waitForRun(id, { timeoutMs });
+}
+
+/** A worker of the test server with quick polls and a logger the test can read. */
+function worker(options: Partial<WorkerOptions> & Pick<WorkerOptions, "queues">) {
+  const logger = memoryLogger();
+  const w = new Worker({ url: dev.url, token: dev.token, pollWaitMs: 500, logger, ...options });
+  return Object.assign(w, { logger });
+}
+
+/** Runs `body` while `w` runs; then stops it, which must take less than 30 s. */
+async function whileRunning<T>(w: Worker, body: () => Promise<T>): Promise<T> {
+  const running = w.run();
+  let failed: unknown;
+  running.catch((e: unknown) => (failed = e));
+  try {
+    return await body();
+  } finally {
+    const stopped = await Promise.race([w.stop().then(() => true), delay(30_000).then(() => false)]);
+    assert.ok(stopped, "the worker did not stop");
+    assert.equal(failed, undefined, `run() failed: ${String(failed)}`);
+  }
+}
+
+/** The run once its task of `node` is in `state`. */
+function taskState(id: string, node: string, state: string): Promise<Run> {
+  return eventually(`${node} ${state}`, async () => {
+    const run = await client.getRun(id);
+    return run.tasks?.find((t) => t.node_id === node)?.state === state ? run : undefined;
+  });
+}
+
+/** A deferred promise. */
+function signal<T = void>() {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** The example worker in a child process (build/examples/resize_worker.js). */
+function exampleWorker(env: Record<string, string>): { child: ChildProcess; stderr: () => string; exit: Promise<number | null> } {
+  let stderr = "";
+  const child = spawn(process.execPath, [join(PACKAGE_DIR, "build", "examples", "resize_worker.js")], {
+    env: { ...process.env, COMPOSER_URL: dev.url, COMPOSER_WORKER_TOKEN: dev.token, ...env },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  child.stderr?.setEncoding("utf8").on("data", (c: string) => (stderr += c));
+  const exit = new Promise<number | null>((res) => child.once("exit", (code) => res(code)));
+  return { child, stderr: () => stderr, exit };
+}
+
+async function rejection(p: Promise<unknown>): Promise<ComposerError> {
+  const e = await p.then(
+    () => assert.fail("expected an error"),
+    (e: unknown) => e,
+  );
+  assert.ok(e instanceof ComposerError, `not a ComposerError: ${String(e)}`);
+  return e;
+}
+
+const waitForEvent = (name: string, timeout?: string): WorkflowDefinition => ({
+  name,
+  nodes: [
+    { id: "w", type: "WAIT_FOR_EVENT", config: { event: `${name}.go`, key: "${ .input.key }", ...(timeout ? { timeout } : {}) } },
+    { id: "t", type: "TRANSFORM", config: { output: { got: "${ .nodes.w.output }" } } },
+  ],
+  edges: [{ from: "w", to: "t" }],
+});
+
+describe("against composer dev", { timeout: 600_000 }, () => {
+  before(async () => {
+    dev = await startDev();
+    client = new Client({ url: dev.url, token: dev.token });
+  });
+  after(async () => {
+    await dev?.stop();
+  });
+
+  describe("Client", () => {
+    it("registers a workflow: a new version when it changed, the latest when identical", async () => {
+      const def: WorkflowDefinition = {
+        name: "ts-register",
+        nodes: [{ id: "greet", type: "TRANSFORM", config: { output: { hello: "${ .input.name }" } } }],
+      };
+      const v1 = await client.registerWorkflow(def);
+      checkWorkflow(v1);
+      assert.equal(v1.created, true);
+      assert.equal(v1.version, 1);
+      const again = await client.registerWorkflow(def);
+      assert.equal(again.created, false);
+      assert.equal(again.id, v1.id);
+      const v2 = await client.registerWorkflow({ ...def, description: "now described" });
+      assert.equal(v2.created, true);
+      assert.equal(v2.version, 2);
+
+      const got = await client.getWorkflow("ts-register");
+      checkWorkflow(got);
+      assert.equal(got.version, 2);
+      assert.equal(got.spec?.description, "now described");
+      assert.deepEqual(got.spec?.nodes, def.nodes);
+      assert.deepEqual(got.versions?.map((v) => v.version), [2, 1]);
+      const paged = await client.getWorkflow("ts-register", { limit: 1 });
+      assert.deepEqual(paged.versions?.map((v) => v.version), [2]);
+      assert.equal(paged.versions_next, 2);
+      const older = await client.getWorkflow("ts-register", { limit: 1, before: 2 });
+      assert.deepEqual(older.versions?.map((v) => v.version), [1]);
+      const first = await client.getWorkflowVersion("ts-register", 1);
+      assert.equal(first.spec?.description, undefined);
+      const all = await client.listWorkflows();
+      all.forEach((w) => checkWorkflow(w));
+      assert.equal(all.find((w) => w.name === "ts-register")?.version, 2);
+
+      const bad = await rejection(client.registerWorkflow({ name: "ts-bad", nodes: [] }));
+      assert.ok(bad instanceof InvalidRequestError);
+      assert.equal(bad.status, 400);
+      assert.equal(bad.code, "invalid_definition");
+      assert.match(bad.message, /at least one node/);
+    });
+
+    it("starts a run with its input (which arrives), pinned to a version, once per idempotency key", async () => {
+      const def: WorkflowDefinition = {
+        name: "ts-echo",
+        nodes: [{ id: "echo", type: "TRANSFORM", config: { output: { got: "${ .input }", v: 1 } } }],
+      };
+      await client.registerWorkflow(def);
+      const input = { order: 42, items: ["a", "b"], nested: { ok: true, none: null }, text: "ünïcode ✓" };
+      const started = await client.startRun({ workflow: "ts-echo", input });
+      checkRun(started);
+      assert.equal(started.created, true);
+      assert.equal(started.workflow, "ts-echo");
+      assert.equal(started.input, undefined, "a summary");
+      const run = await waitFor(started.id);
+      checkRun(run);
+      assert.equal(run.status, "SUCCEEDED");
+      assert.deepEqual(run.input, input);
+      assert.deepEqual(run.output, { echo: { got: input, v: 1 } });
+      assert.deepEqual((await client.getRun(started.id)).input, input);
+
+      await client.registerWorkflow({ ...def, nodes: [{ ...def.nodes[0]!, config: { output: { v: 2 } } }] });
+      const pinned = await waitFor((await client.startRun({ workflow: "ts-echo", input, version: 1 })).id);
+      assert.equal(pinned.version, 1);
+      assert.deepEqual(pinned.output, { echo: { got: input, v: 1 } });
+      const latest = await waitFor((await client.startRun({ workflow: "ts-echo" })).id);
+      assert.equal(latest.version, 2);
+      assert.deepEqual(latest.input, {}, "the input defaults to {}");
+
+      const once = await client.startRun({ workflow: "ts-echo", input: { n: 1 }, idempotencyKey: "ts-key-1" });
+      const twice = await client.startRun({ workflow: "ts-echo", input: { n: 1 }, idempotencyKey: "ts-key-1" });
+      assert.equal(once.created, true);
+      assert.equal(twice.created, false);
+      assert.equal(twice.id, once.id);
+      const reused = await rejection(client.startRun({ workflow: "ts-echo", input: { n: 2 }, idempotencyKey: "ts-key-1" }));
+      assert.ok(reused instanceof ConflictError);
+      assert.equal(reused.status, 422);
+      assert.equal(reused.code, "idempotency_key_reused");
+    });
+
+    it("waits for a run to end, and gives up at its timeout with the run as last seen", async () => {
+      const id = await start({ name: "ts-wait", nodes: [{ id: "nap", type: "WAIT", config: { duration: "1s" } }] });
+      const began = Date.now();
+      const run = await waitFor(id);
+      assert.equal(run.status, "SUCCEEDED");
+      assert.ok(Date.now() - began >= 500, "it waited for the timer");
+      assert.equal(run.tasks?.[0]?.state, "COMPLETED");
+
+      const waiting = await start(waitForEvent("ts-wait-event"), { key: "never" });
+      const t0 = Date.now();
+      const e = await rejection(client.waitForRun(waiting, { timeoutMs: 1500 }));
+      assert.ok(e instanceof WaitTimeoutError);
+      assert.equal(e.run.id, waiting);
+      assert.equal(e.run.status, "RUNNING");
+      assert.ok(Date.now() - t0 >= 1400 && Date.now() - t0 < 10_000, `${Date.now() - t0} ms`);
+      await client.cancelRun(waiting);
+    });
+
+    it("lists runs newest first, page by page, filtered, and iterates over every page", async () => {
+      await client.registerWorkflow({ name: "ts-list", nodes: [{ id: "x", type: "TRANSFORM", config: { output: 1 } }] });
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const run = await client.startRun({ workflow: "ts-list", input: { i } });
+        ids.push(run.id);
+        await waitFor(run.id);
+      }
+      const newestFirst = [...ids].reverse();
+      const p1 = await client.listRuns({ workflow: "ts-list", limit: 2 });
+      conforms(p1, runListShape, "run list");
+      p1.runs.forEach((r) => checkRun(r, "listed run"));
+      assert.deepEqual(p1.runs.map((r) => r.id), newestFirst.slice(0, 2));
+      assert.ok(p1.runs.every((r) => r.input === undefined && r.output === undefined && r.tasks === undefined), "summaries");
+      assert.ok(p1.next_cursor);
+      const p2 = await client.listRuns({ workflow: "ts-list", limit: 2, cursor: p1.next_cursor });
+      assert.deepEqual(p2.runs.map((r) => r.id), newestFirst.slice(2, 4));
+      const p3 = await client.listRuns({ workflow: "ts-list", limit: 2, cursor: p2.next_cursor });
+      assert.deepEqual(p3.runs.map((r) => r.id), newestFirst.slice(4));
+      assert.equal(p3.next_cursor, null);
+
+      const iterated: string[] = [];
+      for await (const run of client.iterateRuns({ workflow: "ts-list", limit: 2 })) iterated.push(run.id);
+      assert.deepEqual(iterated, newestFirst);
+      const exact: string[] = [];
+      for await (const run of client.iterateRuns({ workflow: "ts-list", limit: 5 })) exact.push(run.id);
+      assert.deepEqual(exact, newestFirst, "a last page that is full, then an empty one");
+
+      assert.equal((await client.listRuns({ workflow: "ts-list", status: "succeeded" })).runs.length, 5);
+      assert.deepEqual((await client.listRuns({ workflow: "ts-list", status: "FAILED" })).runs, []);
+      assert.ok((await client.listRuns()).runs.length >= 5);
+    });
+
+    it("reads a run's history, whole or by page", async () => {
+      const run = await waitFor((await client.startRun({ workflow: "ts-list" })).id);
+      const events = await client.runEvents(run.id);
+      events.forEach((e) => checkHistory(e));
+      assert.deepEqual(events.map((e) => e.type), ["RunStarted", "TaskCompleted", "RunSucceeded"]);
+      const first = await client.runEventsPage(run.id, { limit: 1 });
+      assert.deepEqual(first.events, events.slice(0, 1));
+      assert.equal(first.next_after, events[0]?.seq);
+      const second = await client.runEventsPage(run.id, { after: first.next_after ?? undefined, limit: 1 });
+      assert.deepEqual(second.events, events.slice(1, 2));
+    });
+
+    it("sends an event that completes a WAIT_FOR_EVENT run with its payload", async () => {
+      const id = await start(waitForEvent("ts-event"), { key: "order-7" });
+      await taskState(id, "w", "WAITING");
+      const sent = await client.sendEvent("ts-event.go", "order-7", { carrier: "ups", n: 1 });
+      conforms(sent, eventSentShape, "event sent");
+      assert.deepEqual(sent, { matched: 1, buffered: false });
+      const run = await waitFor(id);
+      assert.equal(run.status, "SUCCEEDED");
+      assert.deepEqual(run.output, { t: { got: { carrier: "ups", n: 1 } } });
+      assert.deepEqual(await client.sendEvent("ts-event.go", "nobody-waits"), { matched: 0, buffered: true });
+    });
+
+    it("cancels a run, and refuses to cancel it again", async () => {
+      const id = await start(waitForEvent("ts-cancel"), { key: "c" });
+      await taskState(id, "w", "WAITING");
+      const cancelled = await client.cancelRun(id);
+      checkRun(cancelled);
+      assert.equal(cancelled.status, "CANCELLED");
+      assert.equal(cancelled.tasks?.[0]?.state, "CANCELLED");
+      assert.equal((await waitFor(id)).status, "CANCELLED");
+      const again = await rejection(client.cancelRun(id));
+      assert.ok(again instanceof ConflictError);
+      assert.equal(again.status, 409);
+      assert.equal(again.code, "conflict");
+    });
+
+    it("retries a failed run from its failed step", async () => {
+      const id = await start(waitForEvent("ts-retry", "1s"), { key: "r" });
+      const failed = await waitFor(id);
+      assert.equal(failed.status, "FAILED");
+      assert.match(failed.error ?? "", /timed out after 1s/);
+      const retried = await client.retryRun(id);
+      checkRun(retried);
+      assert.equal(retried.status, "RUNNING");
+      assert.equal(retried.tasks?.find((t) => t.node_id === "w")?.attempt, 2);
+      await taskState(id, "w", "WAITING");
+      assert.equal((await client.sendEvent("ts-retry.go", "r", "late but welcome")).matched, 1);
+      const run = await waitFor(id);
+      assert.equal(run.status, "SUCCEEDED");
+      assert.deepEqual(run.output, { t: { got: "late but welcome" } });
+      assert.ok((await client.runEvents(id)).some((e) => e.type === "RunRetried"));
+      assert.ok((await rejection(client.retryRun(id))) instanceof ConflictError, "a succeeded run is not retried");
+    });
+
+    it("pauses a run (nothing new starts) and resumes it", async () => {
+      const id = await start(waitForEvent("ts-pause"), { key: "p" });
+      await taskState(id, "w", "WAITING");
+      const paused = await client.pauseRun(id);
+      assert.equal(paused.status, "PAUSED");
+      assert.equal((await client.sendEvent("ts-pause.go", "p", { ok: 1 })).matched, 1);
+      const held = await taskState(id, "w", "COMPLETED");
+      await delay(500);
+      const still = await client.getRun(id);
+      assert.equal(still.status, "PAUSED");
+      assert.equal(still.tasks?.find((t) => t.node_id === "t"), undefined, "the next step waits for resume");
+      assert.equal(held.status, "PAUSED");
+      assert.ok((await rejection(client.pauseRun(id))) instanceof ConflictError, "already paused");
+      const resumed = await client.resumeRun(id);
+      assert.ok(["RUNNING", "SUCCEEDED"].includes(resumed.status));
+      const run = await waitFor(id);
+      assert.equal(run.status, "SUCCEEDED");
+      assert.deepEqual(run.output, { t: { got: { ok: 1 } } });
+      const again = await rejection(client.resumeRun(id));
+      assert.ok(again instanceof ConflictError);
+      assert.match(again.message, /only a PAUSED run can be resumed/);
+    });
+
+    it("maps 404, 400 and 401 answers to their errors", async () => {
+      const missing = await rejection(client.getRun("00000000-0000-0000-0000-000000000000"));
+      assert.ok(missing instanceof NotFoundError);
+      assert.deepEqual([missing.status, missing.code], [404, "not_found"]);
+      assert.match(missing.message, /run 00000000-0000-0000-0000-000000000000 not found/);
+      const notUuid = await rejection(client.getRun("not-a-uuid"));
+      assert.ok(notUuid instanceof InvalidRequestError);
+      assert.deepEqual([notUuid.status, notUuid.code], [400, "invalid_request"]);
+      assert.match(notUuid.message, /expected a UUID/);
+      assert.ok((await rejection(client.getWorkflow("ts-no-such"))) instanceof NotFoundError);
+      assert.ok((await rejection(client.getWorkflowVersion("ts-list", 99))) instanceof NotFoundError);
+      const noWorkflow = await rejection(client.startRun({ workflow: "ts-no-such" }));
+      assert.ok(noWorkflow instanceof NotFoundError);
+      assert.match(noWorkflow.message, /workflow "ts-no-such" not found/);
+      assert.ok((await rejection(client.runEvents("00000000-0000-0000-0000-000000000000"))) instanceof NotFoundError);
+      const badStatus = await rejection(client.listRuns({ status: "bogus" as "FAILED" }));
+      assert.ok(badStatus instanceof InvalidRequestError);
+      assert.match(badStatus.message, /status/);
+      assert.ok((await rejection(client.listRuns({ limit: 5000 }))) instanceof InvalidRequestError);
+      assert.ok((await rejection(client.sendEvent("", "k"))) instanceof InvalidRequestError);
+      for (const token of ["wrong", undefined]) {
+        const denied = await rejection(new Client({ url: dev.url, token }).listWorkflows());
+        assert.ok(denied instanceof UnauthorizedError);
+        assert.deepEqual([denied.status, denied.code], [401, "unauthorized"]);
+      }
+    });
+  });
+
+  describe("types", () => {
+    it("have the fields of the OpenAPI document's schemas, and its enumerations", async () => {
+      const resp = await fetch(`${dev.url}/openapi.json`);
+      const doc = (await resp.json()) as { components: { schemas: Record<string, Schema> } };
+      const schemas = doc.components.schemas;
+      const compare = (name: string, shape: AnyShape, exactRequired: boolean) => {
+        const schema = schemas[name];
+        assert.ok(schema?.properties, `no schema ${name}`);
+        assert.deepEqual(Object.keys(shape).sort(), Object.keys(schema.properties).sort(), `${name}: the fields`);
+        const required = new Set(schema.required ?? []);
+        for (const [key, presence] of Object.entries(shape)) {
+          if (required.has(key)) assert.equal(presence, "required", `${name}.${key} is required`);
+          else if (exactRequired) assert.equal(presence, "optional", `${name}.${key} is optional`);
+          else if (presence === "required") {
+            // Always sent, maybe null: the document has it optional and nullable.
+            assert.ok(allowsNull(schema.properties[key]!), `${name}.${key}: the document neither requires it nor allows null`);
+          }
+        }
+      };
+      for (const [name, shape] of Object.entries(answers)) compare(name, shape, false);
+      for (const [name, shape] of Object.entries(requests)) compare(name, shape, true);
+      const sorted = (xs: readonly string[] | undefined) => [...(xs ?? [])].sort();
+      assert.deepEqual(sorted(Object.keys(runStatuses)), sorted(schemas["RunStatus"]?.enum));
+      assert.deepEqual(sorted(RUN_STATUSES), sorted(schemas["RunStatus"]?.enum));
+      assert.deepEqual(sorted(Object.keys(taskStates)), sorted(schemas["TaskState"]?.enum));
+      assert.deepEqual(sorted(Object.keys(historyKinds)), sorted(schemas["HistoryKind"]?.enum));
+    });
+
+    it("match what the server answers: runs, tasks, MAP items, child runs, history, the task API, errors", async () => {
+      await client.registerWorkflow({ name: "ts-child", nodes: [{ id: "c", type: "TRANSFORM", config: { output: "${ .input }" } }] });
+      const id = await start(
+        {
+          name: "ts-shapes",
+          nodes: [
+            { id: "m", type: "MAP", config: { items: "${ .input.xs }", node: { type: "TRANSFORM", config: { output: { x: "${ .item }" } } } } },
+            { id: "sub", type: "SUB_WORKFLOW", config: { workflow: "ts-child", input: { from: "parent" } } },
+            custom("own", "ts-shape-type", "ts-shapes"),
+          ],
+          edges: [{ from: "m", to: "sub" }, { from: "sub", to: "own" }],
+        },
+        { xs: [1, 2, 3] },
+      );
+      // The task API by hand: poll, heartbeat, complete, as its types say.
+      const call = async (path: string, body: unknown) => {
+        const r = await fetch(`${dev.url}${path}`, {
+          method: "POST",
+          headers: { "content-type": "application/json", authorization: `Bearer ${dev.token}` },
+          body: JSON.stringify(body),
+        });
+        return { status: r.status, body: (await r.json()) as Record<string, unknown> };
+      };
+      const batch = await eventually("a leased task", async () => {
+        const b = await call("/v1/tasks/poll", { worker_id: "ts-shapes-1", queues: ["ts-shapes"], max: 1, wait: "1s" });
+        return (b.body["tasks"] as unknown[]).length > 0 ? b : undefined;
+      });
+      conforms(batch.body, taskBatchShape, "task batch");
+      const leased = (batch.body["tasks"] as Array<Record<string, unknown>>)[0]!;
+      conforms(leased, leasedTaskShape, "leased task");
+      const lease = { worker_id: "ts-shapes-1", run_id: leased["run_id"], attempt: leased["attempt"] };
+      const beat = await call(`/v1/tasks/${String(leased["id"])}/heartbeat`, lease);
+      conforms(beat.body, leaseExtendedShape, "lease extended");
+      const lost = await call(`/v1/tasks/${String(leased["id"])}/heartbeat`, { ...lease, worker_id: "someone-else" });
+      assert.equal(lost.status, 409);
+      conforms(lost.body, errorBodyShape, "error body");
+      assert.equal((lost.body["error"] as { code: string }).code, "lease_lost");
+      const done = await call(`/v1/tasks/${String(leased["id"])}/complete`, { ...lease, output: { by: "hand" } });
+      conforms(done.body, reportAckShape, "report ack");
+      assert.equal(done.body["applied"], true);
+
+      const run = await waitFor(id);
+      assert.equal(run.status, "SUCCEEDED", JSON.stringify(run));
+      checkRun(run);
+      const map = run.tasks?.find((t) => t.node_id === "m");
+      assert.deepEqual(map?.progress, { total: 3, queued: 0, open: 0, completed: 3, failed: 0 });
+      assert.deepEqual(run.output, { own: { by: "hand" } });
+      const items = await client.mapItems(id, "m");
+      conforms(items, itemPageShape, "item page");
+      items.items.forEach((t) => checkTask(t, "item"));
+      assert.deepEqual(items.items.map((t) => [t.item_index, t.parent_task_id, t.output]), [
+        [0, map?.id, { x: 1 }],
+        [1, map?.id, { x: 2 }],
+        [2, map?.id, { x: 3 }],
+      ]);
+      const children = await client.listRuns({ parentRunId: id });
+      assert.equal(children.runs.length, 1);
+      const child = children.runs[0]!;
+      checkRun(child, "child run");
+      assert.equal(child.parent_run_id, id);
+      assert.equal(child.parent_task_id, run.tasks?.find((t) => t.node_id === "sub")?.id);
+      checkRun(await client.getRun(child.id), "child run in full");
+      (await client.runEvents(id)).forEach((e) => checkHistory(e));
+      assert.ok((await client.runEvents(id)).some((e) => e.type === "MapStarted"));
+    });
+  });
+
+  describe("Worker", () => {
+    it("runs a workflow of custom-type steps end to end; a thrown error is retried", async () => {
+      const attempts: Record<string, number> = {};
+      const inputs: JsonValue[] = [];
+      const w = worker({ queues: ["ts-double"] }).handle<{ n: number }>("double", async (task) => {
+        attempts[task.node_id] = (attempts[task.node_id] ?? 0) + 1;
+        inputs.push(task.input);
+        if (task.node_id === "b" && attempts["b"] === 1) throw new Error("flaky once");
+        return { n: task.input.n * 2 };
+      });
+      const id = await start(
+        {
+          name: "ts-double",
+          nodes: [
+            custom("a", "double", "ts-double", { n: "${ .input.n }" }),
+            custom("b", "double", "ts-double", { n: "${ .nodes.a.output.n }" }),
+            custom("c", "double", "ts-double", { n: "${ .nodes.b.output.n }" }),
+          ],
+          edges: [{ from: "a", to: "b" }, { from: "b", to: "c" }],
+        },
+        { n: 3 },
+      );
+      const run = await whileRunning(w, () => waitFor(id));
+      assert.equal(run.status, "SUCCEEDED", JSON.stringify(run));
+      assert.deepEqual(run.output, { c: { n: 24 } });
+      assert.deepEqual(attempts, { a: 1, b: 2, c: 1 });
+      assert.deepEqual(inputs, [{ n: 3 }, { n: 6 }, { n: 6 }, { n: 12 }], "each step's input arrived");
+      assert.equal(run.tasks?.find((t) => t.node_id === "b")?.attempt, 2);
+      const retry = (await client.runEvents(id)).find((e) => e.type === "TaskRetryScheduled");
+      assert.equal((retry?.payload as { error?: string } | undefined)?.error, "Error: flaky once");
+      assert.deepEqual(w.logger.lines, []);
+    });
+
+    it("fails the run for good on a TaskError that is not retryable, with its message", async () => {
+      let calls = 0;
+      const w = worker({ queues: ["ts-refuse"] }).handle("refuse", () => {
+        calls++;
+        throw new TaskError("width must be positive", { retryable: false });
+      });
+      const id = await start({ name: "ts-refuse", nodes: [custom("r", "refuse", "ts-refuse")] });
+      const run = await whileRunning(w, () => waitFor(id));
+      assert.equal(run.status, "FAILED");
+      assert.equal(run.tasks?.[0]?.error, "width must be positive (not retryable)");
+      assert.equal(run.tasks?.[0]?.attempt, 1, "not retried");
+      assert.equal(calls, 1);
+    });
+
+    it("retries a handler that throws until the policy's last attempt", async () => {
+      const seen: number[] = [];
+      const w = worker({ queues: ["ts-throws"] }).handle("throws", async (task) => {
+        seen.push(task.attempt);
+        throw new RangeError(`attempt ${task.attempt} broke`);
+      });
+      const id = await start({ name: "ts-throws", nodes: [custom("x", "throws", "ts-throws")] });
+      const run = await whileRunning(w, () => waitFor(id));
+      assert.equal(run.status, "FAILED");
+      assert.deepEqual(seen, [1, 2, 3]);
+      assert.equal(run.tasks?.[0]?.error, "RangeError: attempt 3 broke");
+    });
+
+    it("fails a task of a type it has no handler for, and an answer that is not JSON", async () => {
+      const w = worker({ queues: ["ts-misc"] })
+        .handle("known", () => ({ fine: true }))
+        .handle("bigint", () => ({ n: 1n }));
+      const unknown = await start({ name: "ts-unknown-type", nodes: [custom("u", "unknown-type", "ts-misc")] });
+      const bigint = await start({ name: "ts-bigint", nodes: [custom("b", "bigint", "ts-misc")] });
+      const [u, b] = await whileRunning(w, () => Promise.all([waitFor(unknown), waitFor(bigint)]));
+      assert.equal(u.status, "FAILED");
+      assert.match(u.tasks?.[0]?.error ?? "", new RegExp(`^no handler for type unknown-type on queue ts-misc \\(worker ${w.workerId}\\) \\(not retryable\\)$`));
+      assert.equal(u.tasks?.[0]?.attempt, 1, "not retried");
+      assert.equal(b.status, "FAILED");
+      assert.match(b.tasks?.[0]?.error ?? "", /^TypeError: .*BigInt/);
+      assert.equal(b.tasks?.[0]?.attempt, 3, "retried");
+    });
+
+    it("resolves ${ .secrets.NAME } from COMPOSER_SECRET_NAME and scrubs the value from outputs and errors", async () => {
+      const secret = "s3cr3t-value";
+      const seen: JsonValue[] = [];
+      const w = worker({ queues: ["ts-secrets"], env: { COMPOSER_SECRET_TS_KEY: secret } })
+        .handle<{ auth: string }>("echo", (task) => {
+          seen.push(task.input);
+          return { echoed: task.input, [`key ${task.input.auth}`]: task.input.auth.toUpperCase() };
+        })
+        .handle<{ auth: string }>("leak", (task) => {
+          throw new TaskError(`denied for ${task.input.auth}`, { retryable: false });
+        });
+      const id = await start(
+        {
+          name: "ts-secrets",
+          nodes: [
+            custom("echo", "echo", "ts-secrets", { auth: "Bearer ${ .secrets.TS_KEY }", literal: "$${ .input.x }", n: "${ .input.n }" }),
+            custom("leak", "leak", "ts-secrets", { auth: "${.secrets.TS_KEY}" }),
+          ],
+          edges: [{ from: "echo", to: "leak" }],
+        },
+        { n: 7 },
+      );
+      const missing = await start({ name: "ts-no-secret", nodes: [custom("m", "echo", "ts-secrets", { auth: "${ .secrets.TS_MISSING }" })] });
+      const [run, without] = await whileRunning(w, () => Promise.all([waitFor(id), waitFor(missing)]));
+
+      assert.deepEqual(seen, [{ auth: `Bearer ${secret}`, literal: "${ .input.x }", n: 7 }], "the handler saw the value");
+      const echo = run.tasks?.find((t) => t.node_id === "echo");
+      assert.deepEqual(echo?.output, {
+        echoed: { auth: "Bearer [secret]", literal: "${ .input.x }", n: 7 },
+        "key Bearer [secret]": `BEARER ${secret.toUpperCase()}`,
+      }, "values scrubbed, keys too (another letter case is not: the Python rules)");
+      assert.deepEqual(echo?.input, { auth: "Bearer ${ .secrets.TS_KEY }", literal: "$${ .input.x }", n: 7 }, "the server keeps the reference");
+      assert.equal(run.status, "FAILED");
+      assert.equal(run.tasks?.find((t) => t.node_id === "leak")?.error, "denied for [secret] (not retryable)");
+      const everything = JSON.stringify([run, await client.runEvents(id)]);
+      assert.ok(!everything.includes(secret), "the value never reached the server");
+
+      assert.equal(without.status, "FAILED");
+      assert.match(without.tasks?.[0]?.error ?? "", /^unknown secret TS_MISSING: set COMPOSER_SECRET_TS_MISSING/);
+      assert.equal(without.tasks?.[0]?.attempt, 1, "not retried");
+    });
+
+    it("runs up to `concurrency` tasks at once", async () => {
+      let now = 0;
+      let most = 0;
+      const spy = spyFetch();
+      const w = worker({ queues: ["ts-conc"], concurrency: 2, fetch: spy.fetch }).handle("slow", async () => {
+        now++;
+        most = Math.max(most, now);
+        await delay(400);
+        now--;
+        return "ok";
+      });
+      await client.registerWorkflow({ name: "ts-conc", nodes: [custom("s", "slow", "ts-conc")] });
+      const ids = await Promise.all([0, 1, 2, 3, 4].map(async () => (await client.startRun({ workflow: "ts-conc" })).id));
+      const runs = await whileRunning(w, () => Promise.all(ids.map((id) => waitFor(id))));
+      assert.deepEqual(runs.map((r) => r.status), Array(5).fill("SUCCEEDED"));
+      assert.equal(most, 2);
+      const polls = spy.calls.filter((c) => c.url.endsWith("/v1/tasks/poll")).map((c) => (c.body as { max: number }).max);
+      assert.ok(polls.every((m) => m >= 1 && m <= 2), polls.join(","));
+      assert.ok(polls.includes(2));
+    });
+
+    it("heartbeats a task that runs longer than its lease, so no other worker takes it", async () => {
+      const spy = spyFetch();
+      const first = worker({ queues: ["ts-long"], fetch: spy.fetch }).handle("long", async () => {
+        await delay(2.5 * dev.leaseTtlMs);
+        return { by: "first" };
+      });
+      let stolen = 0;
+      const second = worker({ queues: ["ts-long"] }).handle("long", () => {
+        stolen++;
+        return { by: "second" };
+      });
+      const id = await start({ name: "ts-long", nodes: [custom("l", "long", "ts-long")] });
+      const run = await whileRunning(first, async () => {
+        await taskState(id, "l", "RUNNING");
+        return whileRunning(second, () => waitFor(id));
+      });
+      assert.equal(run.status, "SUCCEEDED");
+      assert.deepEqual(run.output, { l: { by: "first" } });
+      assert.equal(stolen, 0);
+      assert.equal(run.tasks?.[0]?.attempt, 1);
+      const beats = spy.calls.filter((c) => c.url.endsWith("/heartbeat")).length;
+      assert.ok(beats >= 5, `${beats} heartbeats in 2.5 leases`);
+    });
+
+    it("aborts task.signal when the lease is lost (the run was cancelled) and drops the result", async () => {
+      const spy = spyFetch();
+      const started = signal<string>();
+      let reason: unknown;
+      const w = worker({ queues: ["ts-lost"], fetch: spy.fetch }).handle("hang", async (task) => {
+        started.resolve(task.id);
+        await Promise.race([new Promise((res) => task.signal.addEventListener("abort", res)), delay(15_000)]);
+        reason = task.signal.reason;
+        return "too late";
+      });
+      const id = await start({ name: "ts-lost", nodes: [custom("h", "hang", "ts-lost")] });
+      await whileRunning(w, async () => {
+        const taskId = await started.promise;
+        await client.cancelRun(id);
+        await eventually("the abort", () => (reason !== undefined ? true : undefined), 10_000);
+        await eventually("the task's end", () => (w.activeTasks === 0 ? true : undefined), 10_000);
+        assert.ok(reason instanceof LeaseLostError, String(reason));
+        assert.equal(reason.taskId, taskId);
+        const reports = spy.calls.filter((c) => c.url.includes(taskId) && /\/(complete|fail)$/.test(c.url));
+        assert.deepEqual(reports, [], "the result was dropped");
+      });
+      const run = await client.getRun(id);
+      assert.equal(run.status, "CANCELLED");
+      assert.equal(run.tasks?.[0]?.output, null);
+      assert.ok(w.logger.lines.some((l) => /the lease was lost; the result is dropped/.test(l)), w.logger.lines.join("\n"));
+    });
+
+    it("retries its report across connection errors and 5xx", async () => {
+      let completes = 0;
+      const spy = spyFetch((url) => {
+        if (!url.endsWith("/complete")) return undefined;
+        completes++;
+        if (completes === 1) throw new TypeError("fetch failed", { cause: new Error("ECONNRESET") });
+        if (completes === 2) {
+          return new Response(JSON.stringify({ error: { code: "busy", message: "the engine is busy" } }), {
+            status: 503,
+            headers: { "content-type": "application/json", "retry-after": "1" },
+          });
+        }
+        return undefined;
+      });
+      let calls = 0;
+      const w = worker({ queues: ["ts-flaky-net"], fetch: spy.fetch }).handle("x", () => (calls++, "landed"));
+      const id = await start({ name: "ts-flaky-net", nodes: [custom("x", "x", "ts-flaky-net")] });
+      const run = await whileRunning(w, () => waitFor(id));
+      assert.equal(run.status, "SUCCEEDED");
+      assert.deepEqual(run.output, { x: "landed" });
+      assert.equal(completes, 3);
+      assert.equal(calls, 1, "the same result was sent again, not the task run again after its lease expired");
+      assert.equal(run.tasks?.[0]?.attempt, 1);
+    });
+
+    it("keeps polling through refused polls (a wrong token), logging them, and stops at once", async () => {
+      const w = worker({ queues: ["ts-denied"], token: "wrong" }).handle("x", () => 1);
+      const running = w.run();
+      await eventually("a logged poll failure", () =>
+        w.logger.lines.filter((l) => /poll failed \(UnauthorizedError: missing or wrong bearer token\); retrying/.test(l)).length >= 2
+          ? true
+          : undefined,
+      );
+      const t0 = Date.now();
+      await w.stop();
+      await running;
+      assert.ok(Date.now() - t0 < 2_000, "a stop cuts the backoff short");
+    });
+
+    it("loses a task to another worker when it dies mid-task (killed, no more heartbeats)", async () => {
+      const id = await start({ name: "ts-resize", nodes: [custom("thumb", "resize-image", "images", { width: 64 })] });
+      const doomed = exampleWorker({ RESIZE_MS: "600000" });
+      try {
+        await taskState(id, "thumb", "RUNNING");
+      } finally {
+        doomed.child.kill("SIGKILL"); // no goodbye: the lease just stops being renewed
+        await doomed.exit;
+      }
+      const killedAt = Date.now();
+      const w = worker({ queues: ["images"] }).handle<{ width: number }>("resize-image", (task) => ({ width: task.input.width, by: "survivor" }));
+      const run = await whileRunning(w, () => waitFor(id));
+      assert.equal(run.status, "SUCCEEDED", JSON.stringify(run));
+      assert.deepEqual(run.output, { thumb: { width: 64, by: "survivor" } });
+      assert.equal(run.tasks?.[0]?.attempt, 1, "taken over at the same attempt");
+      assert.ok(Date.now() - killedAt >= dev.leaseTtlMs / 2, "not before the lease ran out");
+    });
+
+    it("stops gracefully: no new polls, the running task finishes and reports, then run() resolves", async () => {
+      const spy = spyFetch();
+      const started = signal();
+      const w = worker({ queues: ["ts-slow"], fetch: spy.fetch }).handle("slow", async () => {
+        started.resolve();
+        await delay(1500);
+        return "done";
+      });
+      const id = await start({ name: "ts-slow", nodes: [custom("s", "slow", "ts-slow")] });
+      const running = w.run();
+      await started.promise;
+      const stopAt = Date.now();
+      await w.stop();
+      await running;
+      const run = await client.getRun(id);
+      assert.equal(run.status, "SUCCEEDED", "reported before stop() resolved");
+      assert.deepEqual(run.output, { s: "done" });
+      const polls = spy.calls.filter((c) => c.url.endsWith("/v1/tasks/poll"));
+      assert.ok(polls.every((c) => c.at <= stopAt), "no poll after stop()");
+
+      // A task queued after the stop waits for another worker.
+      const later = await client.startRun({ workflow: "ts-slow" });
+      await delay(1000);
+      assert.equal((await client.getRun(later.id)).tasks?.[0]?.state, "PENDING");
+      await whileRunning(w, () => waitFor(later.id)); // and run() works again
+    });
+
+    it("stops on SIGTERM with handleSignals: the running task reports, then the process exits 0", async () => {
+      const id = await start({ name: "ts-resize-term", nodes: [custom("thumb", "resize-image", "images", { width: 32 })] });
+      const proc = exampleWorker({ RESIZE_MS: "2000" });
+      try {
+        await taskState(id, "thumb", "RUNNING");
+        proc.child.kill("SIGTERM");
+        const code = await Promise.race([proc.exit, delay(30_000).then(() => "still running")]);
+        assert.equal(code, 0, proc.stderr());
+      } finally {
+        proc.child.kill("SIGKILL");
+        await proc.exit;
+      }
+      const run = await client.getRun(id);
+      assert.equal(run.status, "SUCCEEDED", "it reported before exiting");
+      assert.deepEqual(run.output, { thumb: { width: 32, resized_by: proc.child.pid } });
+      assert.match(proc.stderr(), /SIGTERM: stopping; 1 running task\(s\) will finish first/);
+    });
+  });
+});
+
+interface Schema {
+  type?: string | string[];
+  properties?: Record<string, Schema>;
+  required?: string[];
+  enum?: string[];
+  oneOf?: Schema[];
+  anyOf?: Schema[];
+  $ref?: string;
+}
+
+/** Whether a property's schema takes null: `["string", "null"]`, a oneOf with null, or any value at all. */
+function allowsNull(s: Schema): boolean {
+  if (Array.isArray(s.type)) return s.type.includes("null");
+  if (s.oneOf || s.anyOf) return (s.oneOf ?? s.anyOf ?? []).some((x) => x.type === "null");
+  return s.type === undefined && s.$ref === undefined;
+}

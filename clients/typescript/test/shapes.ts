@@ -1,0 +1,278 @@
+/**
+ * The fields of each type, checked by the compiler against the types
+ * (`satisfies Shape<T>`: every field, none more, and which are optional), so
+ * that the tests can compare the types with the OpenAPI document and with
+ * what a live server answers.
+ */
+
+import assert from "node:assert/strict";
+
+import type {
+  CompleteTask,
+  ConcurrencyLimit,
+  EdgeDefinition,
+  ErrorBody,
+  ErrorDetail,
+  EventSent,
+  FailTask,
+  HistoryEntry,
+  HistoryKind,
+  HistoryPage,
+  ItemPage,
+  LeasedTask,
+  LeaseExtended,
+  MapProgress,
+  NodeDefinition,
+  PollTasks,
+  ReportAck,
+  RetryPolicy,
+  Run,
+  RunList,
+  RunStatus,
+  SendEvent,
+  StartRun,
+  Task,
+  TaskBatch,
+  TaskHeartbeat,
+  TaskState,
+  Workflow,
+  WorkflowDefinition,
+  WorkflowList,
+} from "../src/index.js";
+
+type Presence = "required" | "optional";
+type IsOptional<T, K extends keyof T> = {} extends Pick<T, K> ? true : false;
+/** Each field of `T`, and whether it may be missing. */
+export type Shape<T> = { readonly [K in keyof T]-?: IsOptional<T, K> extends true ? "optional" : "required" };
+export type AnyShape = Readonly<Record<string, Presence>>;
+
+export const runShape = {
+  id: "required",
+  workflow: "required",
+  version: "required",
+  workflow_id: "required",
+  status: "required",
+  input: "optional",
+  output: "optional",
+  error: "required",
+  created_at: "required",
+  updated_at: "required",
+  finished_at: "required",
+  trigger: "optional",
+  parent_run_id: "optional",
+  parent_task_id: "optional",
+  tasks: "optional",
+} as const satisfies Shape<Run>;
+
+export const taskShape = {
+  id: "required",
+  node_id: "required",
+  node_type: "required",
+  state: "required",
+  attempt: "required",
+  input: "required",
+  output: "required",
+  error: "required",
+  wake_at: "required",
+  started_at: "required",
+  finished_at: "required",
+  parent_task_id: "optional",
+  item_index: "optional",
+  progress: "optional",
+} as const satisfies Shape<Task>;
+
+export const mapProgressShape = {
+  total: "required",
+  queued: "required",
+  open: "required",
+  completed: "required",
+  failed: "required",
+} as const satisfies Shape<MapProgress>;
+
+export const runListShape = { runs: "required", next_cursor: "required" } as const satisfies Shape<RunList>;
+export const historyEntryShape = {
+  seq: "required",
+  type: "required",
+  payload: "required",
+  created_at: "required",
+} as const satisfies Shape<HistoryEntry>;
+export const historyPageShape = { events: "required", next_after: "required" } as const satisfies Shape<HistoryPage>;
+export const itemPageShape = { items: "required", next_after: "required" } as const satisfies Shape<ItemPage>;
+export const workflowShape = {
+  id: "required",
+  name: "required",
+  version: "required",
+  created_at: "required",
+  spec: "optional",
+  versions: "optional",
+  versions_next: "optional",
+} as const satisfies Shape<Workflow>;
+export const workflowListShape = { workflows: "required" } as const satisfies Shape<WorkflowList>;
+export const eventSentShape = { matched: "required", buffered: "required" } as const satisfies Shape<EventSent>;
+export const leasedTaskShape = {
+  id: "required",
+  run_id: "required",
+  attempt: "required",
+  node_id: "required",
+  node_type: "required",
+  queue: "required",
+  input: "required",
+  lease_ttl_ms: "required",
+} as const satisfies Shape<LeasedTask>;
+export const taskBatchShape = { tasks: "required" } as const satisfies Shape<TaskBatch>;
+export const leaseExtendedShape = { lease_ttl_ms: "required" } as const satisfies Shape<LeaseExtended>;
+export const reportAckShape = { applied: "required", ignored: "optional" } as const satisfies Shape<ReportAck>;
+export const errorBodyShape = { error: "required" } as const satisfies Shape<ErrorBody>;
+export const errorDetailShape = { code: "required", message: "required" } as const satisfies Shape<ErrorDetail>;
+
+// What the client sends.
+export const startRunShape = {
+  workflow: "required",
+  version: "optional",
+  input: "optional",
+  idempotency_key: "optional",
+} as const satisfies Shape<StartRun>;
+export const sendEventShape = { name: "required", key: "required", payload: "optional" } as const satisfies Shape<SendEvent>;
+export const pollTasksShape = {
+  worker_id: "required",
+  queues: "required",
+  max: "optional",
+  wait: "optional",
+} as const satisfies Shape<PollTasks>;
+export const heartbeatShape = { worker_id: "required", run_id: "required", attempt: "required" } as const satisfies Shape<TaskHeartbeat>;
+export const completeShape = { ...heartbeatShape, output: "optional" } as const satisfies Shape<CompleteTask>;
+export const failShape = { ...heartbeatShape, error: "required", retryable: "optional" } as const satisfies Shape<FailTask>;
+export const definitionShape = {
+  name: "required",
+  nodes: "required",
+  edges: "optional",
+  output: "optional",
+  timeout: "optional",
+  concurrency: "optional",
+  description: "optional",
+} as const satisfies Shape<WorkflowDefinition>;
+export const nodeShape = {
+  id: "required",
+  type: "required",
+  queue: "optional",
+  config: "optional",
+  retry: "optional",
+  timeout: "optional",
+} as const satisfies Shape<NodeDefinition>;
+export const edgeShape = { from: "required", to: "required", when: "optional" } as const satisfies Shape<EdgeDefinition>;
+export const retryShape = {
+  max_attempts: "optional",
+  initial_backoff: "optional",
+  multiplier: "optional",
+  max_backoff: "optional",
+} as const satisfies Shape<RetryPolicy>;
+export const concurrencyShape = { max: "required", key: "optional" } as const satisfies Shape<ConcurrencyLimit>;
+
+/** The OpenAPI schema each answer's type stands for. */
+export const answers: Record<string, AnyShape> = {
+  RunView: runShape,
+  TaskView: taskShape,
+  MapProgress: mapProgressShape,
+  RunPage: runListShape,
+  HistoryEntryView: historyEntryShape,
+  HistoryPage: historyPageShape,
+  ItemPage: itemPageShape,
+  DefinitionView: workflowShape,
+  WorkflowList: workflowListShape,
+  EventSent: eventSentShape,
+  LeasedTask: leasedTaskShape,
+  TaskBatch: taskBatchShape,
+  LeaseExtended: leaseExtendedShape,
+  ReportAck: reportAckShape,
+  ErrorBody: errorBodyShape,
+  ErrorDetail: errorDetailShape,
+};
+
+/** The OpenAPI schema each request's type stands for. */
+export const requests: Record<string, AnyShape> = {
+  StartRun: startRunShape,
+  SendEvent: sendEventShape,
+  PollTasks: pollTasksShape,
+  TaskHeartbeat: heartbeatShape,
+  CompleteTask: completeShape,
+  FailTask: failShape,
+  WorkflowSpec: definitionShape,
+  NodeSpec: nodeShape,
+  EdgeSpec: edgeShape,
+  RetrySpec: retryShape,
+  ConcurrencySpec: concurrencyShape,
+};
+
+/** Every value of each enumeration (the compiler checks there are all and no more). */
+export const runStatuses: Record<RunStatus, true> = {
+  QUEUED: true,
+  RUNNING: true,
+  PAUSED: true,
+  SUCCEEDED: true,
+  FAILED: true,
+  CANCELLED: true,
+};
+export const taskStates: Record<TaskState, true> = {
+  QUEUED: true,
+  PENDING: true,
+  RUNNING: true,
+  WAITING: true,
+  COMPLETED: true,
+  FAILED: true,
+  SKIPPED: true,
+  CANCELLED: true,
+};
+export const historyKinds: Record<HistoryKind, true> = {
+  RunStarted: true,
+  TaskDispatched: true,
+  TaskWaiting: true,
+  TaskRetryScheduled: true,
+  TaskCompleted: true,
+  TaskFailed: true,
+  TaskSkipped: true,
+  TaskCancelled: true,
+  RunSucceeded: true,
+  RunFailed: true,
+  RunCancelled: true,
+  RunRetried: true,
+  RunPaused: true,
+  RunResumed: true,
+  EventIgnored: true,
+  MapStarted: true,
+};
+
+/** Asserts `value` has every required field of `shape` and no field it lacks. */
+export function conforms(value: unknown, shape: AnyShape, what: string): void {
+  assert.ok(value !== null && typeof value === "object" && !Array.isArray(value), `${what}: not an object`);
+  for (const key of Object.keys(value)) {
+    assert.ok(key in shape, `${what}: the server sent ${JSON.stringify(key)}, which the type lacks`);
+  }
+  for (const [key, presence] of Object.entries(shape)) {
+    if (presence === "required") assert.ok(key in value, `${what}: the server left out the required ${key}`);
+  }
+}
+
+/** A run as the server sent it, its tasks included. */
+export function checkRun(run: unknown, what = "run"): void {
+  const { created: _, ...raw } = run as Run & { created?: boolean };
+  conforms(raw, runShape, what);
+  assert.ok(raw.status in runStatuses, `${what}: unknown status ${raw.status}`);
+  for (const t of raw.tasks ?? []) checkTask(t, `${what}.tasks[${t.node_id}]`);
+}
+
+export function checkTask(task: Task, what = "task"): void {
+  conforms(task, taskShape, what);
+  assert.ok(task.state in taskStates, `${what}: unknown state ${task.state}`);
+  if (task.progress !== undefined) conforms(task.progress, mapProgressShape, `${what}.progress`);
+}
+
+export function checkWorkflow(wf: unknown, what = "workflow"): void {
+  const { created: _, ...raw } = wf as Workflow & { created?: boolean };
+  conforms(raw, workflowShape, what);
+  for (const v of raw.versions ?? []) conforms(v, workflowShape, `${what}.versions[]`);
+}
+
+export function checkHistory(entry: HistoryEntry, what = "history entry"): void {
+  conforms(entry, historyEntryShape, what);
+  assert.ok(entry.type in historyKinds, `${what}: unknown type ${entry.type}`);
+}

@@ -1,0 +1,321 @@
+/** Tests that need no server: the secret rules (against the Python worker's own), error mapping, timeouts, paging loops. */
+
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+
+import {
+  Client,
+  ComposerError,
+  ConflictError,
+  InvalidRequestError,
+  NotFoundError,
+  TaskError,
+  UnauthorizedError,
+  UnavailableError,
+  Worker,
+  type JsonValue,
+} from "../src/index.js";
+import { resolveSecrets, scrubSecrets } from "../src/secrets.js";
+import { PACKAGE_DIR } from "./dev.js";
+import { fakeServer, json } from "./helpers.js";
+
+const ENV = { COMPOSER_SECRET_API_KEY: "s3cr3t-value", COMPOSER_SECRET_A: "alpha", COMPOSER_SECRET_B: "bravo-2", COMPOSER_SECRET_EMPTY: "", COMPOSER_SECRET_SHORT: "ab", COMPOSER_SECRET_SAME: "alpha" };
+
+type Resolved = { ok: JsonValue; used: string[] } | { error: string; retryable: boolean };
+
+function resolveJs(input: JsonValue): Resolved {
+  const used: string[] = [];
+  try {
+    return { ok: resolveSecrets(input, used, ENV), used };
+  } catch (e) {
+    assert.ok(e instanceof TaskError);
+    return { error: e.message, retryable: e.retryable };
+  }
+}
+
+const RESOLVE_CASES: JsonValue[] = [
+  { h: "Bearer ${ .secrets.API_KEY }", data: "$${ .input.x }", n: 1, "$${k}": ["${.secrets.API_KEY}"] },
+  "${.secrets.A}${ .secrets.B }-${  .secrets.A  }",
+  "${\t.secrets.A\n}",
+  "${ \u3000.secrets.A\u00a0}",
+  "${ \u001c.secrets.A \u0085}",
+  "${ \ufeff.secrets.A }",
+  "${ .secrets.A.b }",
+  "${ .secrets.1A }",
+  "${ .secrets.A | ascii }",
+  "${ .secrets. A }",
+  "${ .secret.A }",
+  "$$${ .secrets.A }",
+  "$${{ .secrets.A }}",
+  "no reference: $ { .secrets.A } and $A",
+  { "${ .secrets.A }": "key stays", "$${x}": "${ .secrets.B }", nested: [[{ deep: "${ .secrets.A }" }], true, null, 2.5] },
+  { empty: "${ .secrets.EMPTY }", same: "${ .secrets.SAME } ${ .secrets.A }" },
+  "${ .secrets.MISSING }",
+  ["ok", "${ .secrets.A }", "${ .secrets.NOPE_2 }"],
+  [],
+  {},
+  42,
+  null,
+];
+
+const SCRUB_CASES: Array<{ value: JsonValue; secrets: string[] }> = [
+  { value: { echo: "got s3cr3t-value" }, secrets: ["s3cr3t-value"] },
+  { value: "ab and abc", secrets: ["ab"] },
+  { value: "ab and abc", secrets: ["abc"] },
+  { value: { "key alpha": ["alpha", "alphaalpha", { alpha: 1 }], n: 3, t: true, z: null }, secrets: ["alpha"] },
+  { value: "xabcdefx", secrets: ["abcdef", "cde"] },
+  { value: "xabcdefx", secrets: ["cde", "abcdef"] },
+  { value: "a.b*c$& and $$ a.b*c$&", secrets: ["a.b*c$&"] },
+  { value: "пароль: пароль", secrets: ["пароль"] },
+  { value: "\u{1F600}\u{1F600} and \u{1F600}\u{1F600}\u{1F600}", secrets: ["\u{1F600}\u{1F600}", "\u{1F600}\u{1F600}\u{1F600}"] },
+  { value: "nothing to hide", secrets: [] },
+  { value: "empty", secrets: [""] },
+];
+
+describe("secrets", () => {
+  it("resolves references, unescapes $${, and scrubs the values used (the Python worker's own test)", () => {
+    const used: string[] = [];
+    const got = resolveSecrets(
+      { h: "Bearer ${ .secrets.API_KEY }", data: "$${ .input.x }", n: 1, "$${k}": ["${.secrets.API_KEY}"] },
+      used,
+      ENV,
+    );
+    assert.deepEqual(got, { h: "Bearer s3cr3t-value", data: "${ .input.x }", n: 1, "${k}": ["s3cr3t-value"] });
+    assert.deepEqual(used, ["s3cr3t-value"]);
+    assert.deepEqual(scrubSecrets({ echo: "got s3cr3t-value" }, used), { echo: "got [secret]" });
+    assert.throws(
+      () => resolveSecrets("${ .secrets.MISSING }", [], ENV),
+      (e: unknown) => e instanceof TaskError && !e.retryable && /unknown secret MISSING: set COMPOSER_SECRET_MISSING/.test(e.message),
+    );
+  });
+
+  it("reads process.env by default and leaves text without a reference alone", () => {
+    process.env["COMPOSER_SECRET_TS_UNIT"] = "from-the-env";
+    try {
+      const used: string[] = [];
+      assert.equal(resolveSecrets("x ${ .secrets.TS_UNIT }", used), "x from-the-env");
+      assert.deepEqual(used, ["from-the-env"]);
+      const plain = { a: "$ {", b: ["no"] };
+      assert.deepEqual(resolveSecrets(plain, []), plain);
+    } finally {
+      delete process.env["COMPOSER_SECRET_TS_UNIT"];
+    }
+  });
+
+  it("keeps a __proto__ key as data", () => {
+    const input = JSON.parse('{"__proto__": {"x": "${ .secrets.A }"}}') as JsonValue;
+    const used: string[] = [];
+    const got = resolveSecrets(input, used, ENV) as Record<string, JsonValue>;
+    assert.deepEqual(Object.getPrototypeOf(got), Object.prototype);
+    assert.equal(JSON.stringify(got), '{"__proto__":{"x":"alpha"}}');
+    assert.equal(JSON.stringify(scrubSecrets(got, used)), '{"__proto__":{"x":"[secret]"}}');
+  });
+
+  it("follows the Python worker's rules exactly, case by case", (t) => {
+    const module = join(PACKAGE_DIR, "..", "python", "composer_worker.py");
+    const python = spawnSync("python3", ["--version"]);
+    if (!existsSync(module) || python.status !== 0) {
+      t.skip("python3 or clients/python/composer_worker.py is missing");
+      return;
+    }
+    const script = `
+import json, os, sys
+sys.path.insert(0, ${JSON.stringify(join(PACKAGE_DIR, "..", "python"))})
+import composer_worker as w
+cases = json.load(sys.stdin)
+os.environ.update(cases["env"])
+out = {"resolve": [], "scrub": []}
+for c in cases["resolve"]:
+    used = []
+    try:
+        out["resolve"].append({"ok": w._resolve(c, used), "used": used})
+    except w.TaskError as e:
+        out["resolve"].append({"error": e.message, "retryable": e.retryable})
+for c in cases["scrub"]:
+    out["scrub"].append(w._scrub(c["value"], c["secrets"]))
+json.dump(out, sys.stdout)
+`;
+    const run = spawnSync("python3", ["-c", script], {
+      input: JSON.stringify({ env: ENV, resolve: RESOLVE_CASES, scrub: SCRUB_CASES }),
+      encoding: "utf8",
+    });
+    assert.equal(run.status, 0, run.stderr);
+    const py = JSON.parse(run.stdout) as { resolve: Resolved[]; scrub: JsonValue[] };
+    RESOLVE_CASES.forEach((c, i) => assert.deepEqual(resolveJs(c), py.resolve[i], `resolve ${JSON.stringify(c)}`));
+    SCRUB_CASES.forEach((c, i) =>
+      assert.deepEqual(scrubSecrets(c.value, c.secrets), py.scrub[i], `scrub ${JSON.stringify(c)}`),
+    );
+  });
+});
+
+describe("errors", () => {
+  it("maps each error answer to its class, with the server's status, code and message", async () => {
+    const server = await fakeServer((req, _body, res) => {
+      const status = Number(req.url?.split("/")[3]);
+      if (status === 502) {
+        res.writeHead(502, { "content-type": "text/html" });
+        res.end("<html>bad gateway</html>");
+      } else {
+        json(res, status, { error: { code: `code_${status}`, message: `message ${status}` } }, status === 503 ? { "retry-after": "2" } : {});
+      }
+    });
+    try {
+      const client = new Client({ url: server.url });
+      const cases: Array<[number, typeof ComposerError]> = [
+        [400, InvalidRequestError],
+        [413, InvalidRequestError],
+        [415, InvalidRequestError],
+        [401, UnauthorizedError],
+        [403, UnauthorizedError],
+        [404, NotFoundError],
+        [409, ConflictError],
+        [422, ConflictError],
+        [421, ComposerError],
+        [500, UnavailableError],
+        [503, UnavailableError],
+      ];
+      for (const [status, Class] of cases) {
+        const err = await client.getRun(`${status}`).then(
+          () => assert.fail(`${status} did not throw`),
+          (e: unknown) => e,
+        );
+        assert.ok(err instanceof Class, `${status}: ${String(err)}`);
+        assert.ok(err instanceof ComposerError && err instanceof Error);
+        assert.equal(err.constructor, Class, `${status} is exactly ${Class.name}`);
+        assert.equal(err.name, Class.name);
+        assert.equal(err.status, status);
+        assert.equal(err.code, `code_${status}`);
+        assert.equal(err.message, `message ${status}`);
+        assert.equal(err.retryAfterMs, status === 503 ? 2000 : undefined);
+      }
+      const html = await client.getRun("502").catch((e: unknown) => e);
+      assert.ok(html instanceof UnavailableError);
+      assert.equal(html.status, 502);
+      assert.equal(html.code, "unknown");
+      assert.match(html.message, /bad gateway/);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("sends the token and JSON, and refuses an answer that is not JSON", async () => {
+    const server = await fakeServer((_req, _body, res) => {
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.end("hello");
+    });
+    try {
+      const client = new Client({ url: `${server.url}///`, token: "tok-1" });
+      const err = await client.sendEvent("e", "k", { a: 1 }).catch((e: unknown) => e);
+      assert.ok(err instanceof UnavailableError, String(err));
+      assert.equal(err.code, "invalid_answer");
+      const [req] = server.requests;
+      assert.ok(req);
+      assert.equal(req.method, "POST");
+      assert.equal(req.url, "/v1/events");
+      assert.equal(req.headers["authorization"], "Bearer tok-1");
+      assert.equal(req.headers["content-type"], "application/json");
+      assert.deepEqual(JSON.parse(req.body), { name: "e", key: "k", payload: { a: 1 } });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("is an UnavailableError when nothing listens or nothing answers in time", async () => {
+    const closed = await fakeServer(() => {});
+    await closed.close();
+    const refused = await new Client({ url: closed.url }).listWorkflows().catch((e: unknown) => e);
+    assert.ok(refused instanceof UnavailableError, String(refused));
+    assert.equal(refused.status, 0);
+    assert.equal(refused.code, "unreachable");
+    assert.match(refused.message, /ECONNREFUSED/);
+
+    const silent = await fakeServer(() => {}); // never answers
+    try {
+      const started = Date.now();
+      const late = await new Client({ url: silent.url, timeoutMs: 300 }).getRun("x").catch((e: unknown) => e);
+      assert.ok(late instanceof UnavailableError, String(late));
+      assert.equal(late.code, "timeout");
+      assert.ok(Date.now() - started < 5_000);
+    } finally {
+      await silent.close();
+    }
+  });
+
+  it("refuses a URL that is not http(s), and bad worker options", () => {
+    assert.throws(() => new Client({ url: "not a url" }), TypeError);
+    assert.throws(() => new Client({ url: "ftp://example.com" }), TypeError);
+    const url = "http://127.0.0.1:1";
+    assert.throws(() => new Worker({ url, queues: [] }), RangeError);
+    assert.throws(() => new Worker({ url, queues: ["has space"] }), TypeError);
+    assert.throws(() => new Worker({ url, queues: ["q"], concurrency: 0 }), RangeError);
+    assert.throws(() => new Worker({ url, queues: ["q"], workerId: "a/b" }), TypeError);
+    assert.match(new Worker({ url, queues: ["q"] }).workerId, /^ts-[A-Za-z0-9_.-]+-\d+$/);
+  });
+});
+
+describe("paging and waiting loops", () => {
+  it("waitForRun long-polls with ?wait= until the run ends, and stops at its timeout or signal", async () => {
+    let calls = 0;
+    const server = await fakeServer((req, _body, res) => {
+      calls++;
+      const ended = req.url?.startsWith("/v1/runs/done") && calls >= 3;
+      json(res, 200, { id: "r", status: ended ? "SUCCEEDED" : "RUNNING" });
+    });
+    try {
+      const client = new Client({ url: server.url });
+      const run = await client.waitForRun("done");
+      assert.equal(run.status, "SUCCEEDED");
+      assert.deepEqual(
+        server.requests.map((r) => r.url),
+        ["/v1/runs/done?wait=30s", "/v1/runs/done?wait=30s", "/v1/runs/done?wait=30s"],
+      );
+      const started = Date.now();
+      const err = await client.waitForRun("never", { timeoutMs: 1200 }).catch((e: unknown) => e);
+      assert.ok(err instanceof ComposerError && err.code === "wait_timeout", String(err));
+      assert.ok(Date.now() - started >= 1100);
+      const waits = server.requests.slice(3).map((r) => r.url);
+      assert.equal(waits[0], "/v1/runs/never?wait=1s");
+      assert.ok(waits.every((u) => /^\/v1\/runs\/never\?wait=(1s|\d{1,3}ms)$/.test(u)), waits.join(" "));
+      assert.ok(waits.length >= 3 && waits.length <= 10, `paced, not a busy loop: ${waits.length} polls`);
+      const aborted = new AbortController();
+      aborted.abort(new Error("enough"));
+      await assert.rejects(client.waitForRun("never", { signal: aborted.signal }), /enough/);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("runEvents and iterateRuns fetch every page", async () => {
+    const server = await fakeServer((req, _body, res) => {
+      const u = new URL(req.url ?? "", "http://x");
+      if (u.pathname === "/v1/runs/r/events") {
+        const after = Number(u.searchParams.get("after") ?? 0);
+        const events = after < 2000 ? [{ seq: after + 1 }, { seq: after + 1000 }] : [{ seq: after + 1 }];
+        json(res, 200, { events, next_after: after < 2000 ? after + 1000 : null });
+      } else {
+        const cursor = u.searchParams.get("cursor");
+        const page = cursor === null ? 1 : Number(cursor);
+        json(res, 200, { runs: [{ id: `p${page}` }], next_cursor: page < 3 ? String(page + 1) : null });
+      }
+    });
+    try {
+      const client = new Client({ url: server.url });
+      const events = await client.runEvents("r");
+      assert.deepEqual(events.map((e) => e.seq), [1, 1000, 1001, 2000, 2001]);
+      const ids: string[] = [];
+      for await (const run of client.iterateRuns({ workflow: "w", status: "FAILED", limit: 1 })) ids.push(run.id);
+      assert.deepEqual(ids, ["p1", "p2", "p3"]);
+      const lists = server.requests.filter((r) => r.url.startsWith("/v1/runs?"));
+      assert.deepEqual(lists.map((r) => r.url), [
+        "/v1/runs?workflow=w&status=FAILED&limit=1",
+        "/v1/runs?workflow=w&status=FAILED&limit=1&cursor=2",
+        "/v1/runs?workflow=w&status=FAILED&limit=1&cursor=3",
+      ]);
+    } finally {
+      await server.close();
+    }
+  });
+});
