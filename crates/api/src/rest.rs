@@ -79,6 +79,9 @@ pub struct RunView {
     pub parent_run_id: Option<Uuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_task_id: Option<Uuid>,
+    /// A LOOP's child run: the iteration it is (from 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_iteration: Option<i32>,
     /// A failure handler's run: the run whose end started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handles_run_id: Option<Uuid>,

@@ -134,6 +134,7 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
                 let event = Event::ChildFinished {
                     task_id: c.parent.task_id,
                     attempt: c.parent.attempt,
+                    iteration: u32::try_from(c.parent.iteration).unwrap_or(0),
                     child: Some(c.id),
                     status: c.status,
                     output: c.output,
@@ -153,8 +154,9 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
     }
     match composer_store::runs::childless_attempts(client, STRANDED_EVENT_AGE, 1000).await {
         Ok(attempts) => {
-            for (run_id, task_id, attempt) in attempts {
-                match shared.engine.start_child(run_id, task_id, attempt).await {
+            for (run_id, task_id, attempt, iteration) in attempts {
+                let iteration = u32::try_from(iteration).unwrap_or(0);
+                match shared.engine.start_child(run_id, task_id, attempt, iteration).await {
                     Ok(()) => {
                         composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "child_start")], 1);
                         tracing::warn!(%run_id, %task_id, attempt, "recovery: started a child run its coordinator did not");

@@ -17,7 +17,8 @@ use crate::http;
 use crate::machine::{self, codes, Event, HistoryKind, Run, RunStatus, TaskState, Transition};
 
 /// What the simulated world answers. A SUB_WORKFLOW's child run is not
-/// simulated: its mock is the child's output (or `--fail` fails the child).
+/// simulated: its mock is the child's output (or `--fail` fails the child);
+/// a LOOP's iterations take the node's mock, or their own (`poll[2]`).
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub input: Value,
@@ -113,7 +114,12 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
     let task =
         run.tasks.iter().find(|t| !t.state.is_terminal() && t.progress.is_none() && t.state != TaskState::Queued)?;
     let node = &wf.nodes[task.node];
-    let own = task.item.map(|i| format!("{}[{}]", node.id, i.index));
+    // A MAP's item, or a LOOP's iteration, may have a mock of its own.
+    let own = match (task.item, task.iteration) {
+        (Some(i), _) => Some(format!("{}[{}]", node.id, i.index)),
+        (None, Some(i)) => Some(format!("{}[{i}]", node.id)),
+        (None, None) => None,
+    };
     let mock = || lookup(&opts.mocks, own.as_deref(), &node.id).cloned().unwrap_or_else(|| json!({}));
     let failure = lookup(&opts.failures, own.as_deref(), &node.id).cloned();
     Some(match (task.state, &node.kind) {
@@ -121,6 +127,7 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
         (TaskState::Running, kind) if kind.traits().has_child => Event::ChildFinished {
             task_id: task.id,
             attempt: task.attempt,
+            iteration: task.iteration.unwrap_or(0),
             child: Some(Uuid::nil()),
             status: if failure.is_some() { RunStatus::Failed } else { RunStatus::Succeeded },
             output: failure.is_none().then(mock),
@@ -238,7 +245,7 @@ mod tests {
         assert_eq!(r.output, Some(json!({"doubled": 1000})));
         let state = |id: &str| r.nodes.iter().find(|n| n.id == id).unwrap().state.clone();
         assert_eq!((state("big"), state("small")), ("COMPLETED".into(), "SKIPPED".into()));
-        assert_eq!(r.nodes[0].input, Some(json!({"url": "http://x/ada"})), "the evaluated config");
+        assert_eq!(r.nodes[0].input.as_ref().map(|i| &i["url"]), Some(&json!("http://x/ada")), "the evaluated config");
         let taken: Vec<(String, bool)> = r.edges.iter().map(|e| (e.to.clone(), e.taken)).collect();
         assert_eq!(taken, vec![("big".into(), true), ("small".into(), false), ("sum".into(), true)]);
     }

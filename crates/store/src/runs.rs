@@ -51,12 +51,14 @@ impl RunRow {
     }
 }
 
-/// The SUB_WORKFLOW attempt a child run reports to.
+/// The SUB_WORKFLOW (or LOOP) attempt a child run reports to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Parent {
     pub run_id: Uuid,
     pub task_id: Uuid,
     pub attempt: i32,
+    /// The LOOP iteration the child is (0 for a SUB_WORKFLOW's).
+    pub iteration: i32,
 }
 
 /// A list's columns: the same, without the input and output (a page of
@@ -65,13 +67,13 @@ const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workfl
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                                parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                               handles_run_id";
+                               handles_run_id, parent_iteration";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                            parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                           handles_run_id";
+                           handles_run_id, parent_iteration";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -91,7 +93,9 @@ impl RunRow {
             finished_at: r.try_get("finished_at")?,
             deadline: r.try_get("deadline")?,
             parent: match (r.try_get("parent_run_id")?, r.try_get("parent_task_id")?, r.try_get("parent_attempt")?) {
-                (Some(run_id), Some(task_id), Some(attempt)) => Some(Parent { run_id, task_id, attempt }),
+                (Some(run_id), Some(task_id), Some(attempt)) => {
+                    Some(Parent { run_id, task_id, attempt, iteration: r.try_get("parent_iteration")? })
+                }
                 _ => None,
             },
             depth: r.try_get("depth")?,
@@ -131,12 +135,14 @@ pub struct TaskRow {
     pub progress: Option<Value>,
     /// What a failure edge can test of its failure: `{code, retryable, status?}`.
     pub error_info: Option<Value>,
+    /// A LOOP task's current iteration.
+    pub iteration: Option<i32>,
 }
 
 /// The columns [`TaskRow::from_row`] reads, for every `SELECT` of tasks.
 const TASK_COLUMNS: &str = "run_id, id, node_id, node_type, queue, state, attempt, input_json, output_json, error, \
                             lease_owner, lease_expires_at, wake_at, started_at, finished_at, created_at, updated_at, \
-                            event_name, event_key, parent_task_id, item_index, progress, error_info";
+                            event_name, event_key, parent_task_id, item_index, progress, error_info, iteration";
 
 impl TaskRow {
     fn from_row(r: &Row) -> Result<TaskRow> {
@@ -165,6 +171,7 @@ impl TaskRow {
             item_index: r.try_get("item_index")?,
             progress: r.try_get("progress")?,
             error_info: r.try_get("error_info")?,
+            iteration: r.try_get("iteration")?,
         })
     }
 }
@@ -197,6 +204,8 @@ pub struct NewRun<'a> {
     pub root_run_id: Option<Uuid>,
     /// For a failure handler: the run whose end started it.
     pub handles_run_id: Option<Uuid>,
+    /// A child its parent never cancels (`on_parent_close: "abandon"`).
+    pub abandoned: bool,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
@@ -206,8 +215,9 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
             "INSERT INTO workflow_runs
                     (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
                      parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
-                     handles_run_id)
-             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16) RETURNING {RUN_COLUMNS}"
+                     handles_run_id, parent_iteration, abandoned)
+             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18)
+             RETURNING {RUN_COLUMNS}"
         ))
         .await?;
     let parent = run.parent;
@@ -231,6 +241,8 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &run.trigger,
                 &run.root_run_id,
                 &run.handles_run_id,
+                &parent.map_or(0, |p| p.iteration),
+                &run.abandoned,
             ],
         )
         .await?;
@@ -253,7 +265,12 @@ pub fn into_machine(wf: &Workflow, run: &mut RunRow, tasks: Vec<TaskRow>) -> Res
         // The engine gives what the tree's budget has left.
         items_left: u64::MAX,
         deadline: run.deadline,
-        parent: run.parent.map(|p| machine::ParentRef { run_id: p.run_id, task_id: p.task_id, attempt: p.attempt }),
+        parent: run.parent.map(|p| machine::ParentRef {
+            run_id: p.run_id,
+            task_id: p.task_id,
+            attempt: p.attempt,
+            iteration: u32::try_from(p.iteration).unwrap_or(0),
+        }),
         concurrency_key: run.concurrency_key.clone(),
     })
 }
@@ -294,6 +311,7 @@ pub fn to_machine_task(wf: &Workflow, t: TaskRow) -> Result<machine::Task> {
         item,
         progress,
         error_info,
+        iteration: t.iteration.and_then(|i| u32::try_from(i).ok()),
         removed: false,
     })
 }
@@ -484,28 +502,32 @@ pub async fn queued_keys(client: &Client, limit: i64) -> Result<Vec<(String, Str
     rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get::<_, Option<String>>(1)?.unwrap_or_default()))).collect()
 }
 
-/// A SUB_WORKFLOW task as it now stands, for [`stale_children`].
+/// A SUB_WORKFLOW or LOOP task as it now stands, for [`stale_children`].
 #[derive(Debug, Clone, Copy)]
 pub struct ChildHolder {
     pub task_id: Uuid,
     pub attempt: i32,
+    pub iteration: i32,
     /// Still waiting for its child (RUNNING).
     pub waiting: bool,
 }
 
 /// Open child runs of `tasks` that their task no longer waits for: it ended,
-/// or a newer attempt started.
+/// or a newer attempt (or iteration) started. A child whose node said
+/// `on_parent_close: "abandon"` is left to run.
 pub async fn stale_children(client: &Client, tasks: &[ChildHolder]) -> Result<Vec<Uuid>> {
     let ids: Vec<Uuid> = tasks.iter().map(|t| t.task_id).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
+    let iterations: Vec<i32> = tasks.iter().map(|t| t.iteration).collect();
     let waiting: Vec<bool> = tasks.iter().map(|t| t.waiting).collect();
     let rows = client
         .query(
             "SELECT c.id FROM workflow_runs c
-               JOIN unnest($1::uuid[], $2::int4[], $3::bool[]) AS u(task_id, attempt, waiting)
+               JOIN unnest($1::uuid[], $2::int4[], $3::bool[], $4::int4[]) AS u(task_id, attempt, waiting, iteration)
                  ON c.parent_task_id = u.task_id
-              WHERE c.status IN ('RUNNING', 'PAUSED') AND NOT (u.waiting AND c.parent_attempt = u.attempt)",
-            &[&ids, &attempts, &waiting],
+              WHERE c.status IN ('RUNNING', 'PAUSED') AND NOT c.abandoned
+                AND NOT (u.waiting AND c.parent_attempt = u.attempt AND c.parent_iteration = u.iteration)",
+            &[&ids, &attempts, &waiting, &iterations],
         )
         .await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
@@ -521,32 +543,39 @@ pub struct ChildSlot {
     pub root: Uuid,
 }
 
-/// Claims the right to start the child run of `(task, attempt)`, for the
-/// rest of the caller's transaction: `None` when the attempt no longer waits
-/// (it ended, a newer attempt started, its run ended) or has its child
-/// already. Safe on many coordinators at once: the transaction-scoped
-/// advisory lock on the attempt makes a second claimer wait for the first
-/// to commit, and then it sees the child the first one inserted.
+/// Claims the right to start the child run of `(task, attempt, iteration)`,
+/// for the rest of the caller's transaction: `None` when the attempt no
+/// longer waits (it ended, a newer attempt or iteration started, its run
+/// ended) or has its child already. Safe on many coordinators at once: the
+/// transaction-scoped advisory lock on the attempt makes a second claimer
+/// wait for the first to commit, and then it sees the child the first one
+/// inserted.
 pub async fn claim_child_slot(
     tx: &Transaction<'_>,
     run_id: Uuid,
     task_id: Uuid,
     attempt: i32,
+    iteration: i32,
 ) -> Result<Option<ChildSlot>> {
     let lock = tx
-        .prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || ':' || $2::int4::text, 7))")
+        .prepare_cached(
+            "SELECT pg_advisory_xact_lock(
+                 hashtextextended($1::uuid::text || ':' || $2::int4::text || ':' || $3::int4::text, 7))",
+        )
         .await?;
-    tx.execute(&lock, &[&task_id, &attempt]).await?;
+    tx.execute(&lock, &[&task_id, &attempt, &iteration]).await?;
     let stmt = tx
         .prepare_cached(
             "SELECT r.depth, t.input_json, coalesce(r.root_run_id, r.id)
                FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
               WHERE t.run_id = $1 AND t.id = $2 AND t.attempt = $3 AND t.state = 'RUNNING'
+                AND coalesce(t.iteration, 0) = $4
                 AND r.status IN ('RUNNING', 'PAUSED')
-                AND NOT EXISTS (SELECT 1 FROM workflow_runs c WHERE c.parent_task_id = $2 AND c.parent_attempt = $3)",
+                AND NOT EXISTS (SELECT 1 FROM workflow_runs c
+                                 WHERE c.parent_task_id = $2 AND c.parent_attempt = $3 AND c.parent_iteration = $4)",
         )
         .await?;
-    match tx.query_opt(&stmt, &[&run_id, &task_id, &attempt]).await? {
+    match tx.query_opt(&stmt, &[&run_id, &task_id, &attempt, &iteration]).await? {
         Some(row) => {
             Ok(Some(ChildSlot { parent_depth: row.try_get(0)?, spec: row.try_get(1)?, root: row.try_get(2)? }))
         }
@@ -554,27 +583,30 @@ pub async fn claim_child_slot(
     }
 }
 
-/// For the recovery sweep: SUB_WORKFLOW attempts waiting (untouched for
-/// `older_than`) for a child that was never started — the coordinator that
-/// committed the attempt died before starting it. `(run, task, attempt)`.
+/// For the recovery sweep: SUB_WORKFLOW and LOOP attempts waiting
+/// (untouched for `older_than`) for a child that was never started — the
+/// coordinator that committed the attempt died before starting it.
+/// `(run, task, attempt, iteration)`.
 pub async fn childless_attempts(
     client: &Client,
     older_than: std::time::Duration,
     limit: i64,
-) -> Result<Vec<(Uuid, Uuid, i32)>> {
+) -> Result<Vec<(Uuid, Uuid, i32, i32)>> {
     let rows = client
         .query(
-            "SELECT t.run_id, t.id, t.attempt
+            "SELECT t.run_id, t.id, t.attempt, coalesce(t.iteration, 0)
                FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
-              WHERE t.state = 'RUNNING' AND t.node_type = 'SUB_WORKFLOW'
+              WHERE t.state = 'RUNNING' AND t.node_type IN ('SUB_WORKFLOW', 'LOOP')
                 AND t.updated_at < now() - make_interval(secs => $1)
                 AND r.status IN ('RUNNING', 'PAUSED')
-                AND NOT EXISTS (SELECT 1 FROM workflow_runs c WHERE c.parent_task_id = t.id AND c.parent_attempt = t.attempt)
+                AND NOT EXISTS (SELECT 1 FROM workflow_runs c
+                                 WHERE c.parent_task_id = t.id AND c.parent_attempt = t.attempt
+                                   AND c.parent_iteration = coalesce(t.iteration, 0))
               LIMIT $2",
             &[&older_than.as_secs_f64(), &limit],
         )
         .await?;
-    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))).collect()
 }
 
 /// A child run that ended, and the attempt it reports to.
@@ -597,10 +629,12 @@ pub async fn unreported_children(
 ) -> Result<Vec<FinishedChild>> {
     let rows = client
         .query(
-            "SELECT c.id, c.parent_run_id, c.parent_task_id, c.parent_attempt, c.status, c.output, c.error
+            "SELECT c.id, c.parent_run_id, c.parent_task_id, c.parent_attempt, c.status, c.output, c.error,
+                    c.parent_iteration
                FROM task_instances t
                JOIN workflow_runs c ON c.parent_task_id = t.id AND c.parent_attempt = t.attempt
-              WHERE t.state = 'RUNNING' AND t.node_type = 'SUB_WORKFLOW'
+                                   AND c.parent_iteration = coalesce(t.iteration, 0)
+              WHERE t.state = 'RUNNING' AND t.node_type IN ('SUB_WORKFLOW', 'LOOP')
                 AND t.updated_at < now() - make_interval(secs => $1)
                 AND c.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
               LIMIT $2",
@@ -612,7 +646,12 @@ pub async fn unreported_children(
             let status: String = r.try_get(4)?;
             Ok(FinishedChild {
                 id: r.try_get(0)?,
-                parent: Parent { run_id: r.try_get(1)?, task_id: r.try_get(2)?, attempt: r.try_get(3)? },
+                parent: Parent {
+                    run_id: r.try_get(1)?,
+                    task_id: r.try_get(2)?,
+                    attempt: r.try_get(3)?,
+                    iteration: r.try_get(7)?,
+                },
                 status: RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?,
                 output: r.try_get(5)?,
                 error: r.try_get(6)?,
@@ -630,12 +669,13 @@ pub async fn orphaned_children(client: &Client, older_than: std::time::Duration,
             "SELECT c.id
                FROM workflow_runs c
                LEFT JOIN task_instances t ON t.run_id = c.parent_run_id AND t.id = c.parent_task_id
-              WHERE c.parent_run_id IS NOT NULL AND c.status IN ('RUNNING', 'PAUSED')
+              WHERE c.parent_run_id IS NOT NULL AND c.status IN ('RUNNING', 'PAUSED') AND NOT c.abandoned
                 AND c.created_at < now() - make_interval(secs => $1)
                 -- its task was reset (a retry went back before it) ...
                 AND (t.id IS NULL
                      -- ... or has moved on
-                     OR ((t.state <> 'RUNNING' OR t.attempt <> c.parent_attempt)
+                     OR ((t.state <> 'RUNNING' OR t.attempt <> c.parent_attempt
+                          OR coalesce(t.iteration, 0) <> c.parent_iteration)
                          AND t.updated_at < now() - make_interval(secs => $1)))
               LIMIT $2",
             &[&older_than.as_secs_f64(), &limit],

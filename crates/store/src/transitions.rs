@@ -175,6 +175,7 @@ struct TaskInserts<'a> {
     item_index: Vec<Option<i32>>,
     progress: Vec<Option<Value>>,
     error_info: Vec<Option<Value>>,
+    iteration: Vec<Option<i32>>,
 }
 
 impl<'a> TaskInserts<'a> {
@@ -197,6 +198,7 @@ impl<'a> TaskInserts<'a> {
         self.event_name.push(t.event.as_ref().map(|e| e.0.as_str()));
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
         self.error_info.push(error_info_json(t));
+        self.iteration.push(iteration(t));
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -207,14 +209,15 @@ impl<'a> TaskInserts<'a> {
             .prepare_cached(
                 "INSERT INTO task_instances
                     (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
-                     output_json, error, event_name, event_key, parent_task_id, item_index, progress, error_info)
+                     output_json, error, event_name, event_key, parent_task_id, item_index, progress, error_info,
+                     iteration)
                  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
                                       $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
                                       $11::jsonb[], $12::text[], $13::text[], $14::text[], $15::uuid[],
-                                      $16::int4[], $17::jsonb[], $18::jsonb[])",
+                                      $16::int4[], $17::jsonb[], $18::jsonb[], $19::int4[])",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 18] = [
+        let params: [&(dyn ToSql + Sync); 19] = [
             &self.run_id,
             &self.id,
             &self.node_id,
@@ -233,9 +236,15 @@ impl<'a> TaskInserts<'a> {
             &self.item_index,
             &self.progress,
             &self.error_info,
+            &self.iteration,
         ];
         Ok(tx.execute(&stmt, &params).await?)
     }
+}
+
+/// A LOOP task's iteration as stored.
+fn iteration(t: &machine::Task) -> Option<i32> {
+    t.iteration.and_then(|i| i32::try_from(i).ok())
 }
 
 /// A MAP task's item counts as stored.
@@ -265,6 +274,7 @@ struct TaskUpdates<'a> {
     event_key: Vec<Option<&'a str>>,
     progress: Vec<Option<Value>>,
     error_info: Vec<Option<Value>>,
+    iteration: Vec<Option<i32>>,
 }
 
 impl<'a> TaskUpdates<'a> {
@@ -281,6 +291,7 @@ impl<'a> TaskUpdates<'a> {
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
         self.progress.push(progress_json(t));
         self.error_info.push(error_info_json(t));
+        self.iteration.push(iteration(t));
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -293,16 +304,17 @@ impl<'a> TaskUpdates<'a> {
                     SET state = u.state, attempt = u.attempt, output_json = u.output, error = u.error,
                         wake_at = u.wake_at, finished_at = u.finished_at, input_json = u.input,
                         event_key = u.event_key, progress = u.progress, error_info = u.error_info,
+                        iteration = u.iteration,
                         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
                                $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[], $11::jsonb[],
-                               $12::jsonb[])
+                               $12::jsonb[], $13::int4[])
                         AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key,
-                             progress, error_info)
+                             progress, error_info, iteration)
                   WHERE t.run_id = u.run_id AND t.id = u.id",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 12] = [
+        let params: [&(dyn ToSql + Sync); 13] = [
             &self.run_id,
             &self.id,
             &self.state,
@@ -315,6 +327,7 @@ impl<'a> TaskUpdates<'a> {
             &self.event_key,
             &self.progress,
             &self.error_info,
+            &self.iteration,
         ];
         Ok(tx.execute(&stmt, &params).await?)
     }

@@ -182,3 +182,91 @@ async fn a_handler_that_cannot_start_leaves_the_failure_written_and_says_why() {
     assert!(started[0]["payload"]["error"].as_str().unwrap().contains("not_registered_anywhere"), "{started:?}");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_loop_runs_a_child_per_iteration_until_its_condition_and_keeps_only_the_last_output() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "step", "output": "${ .nodes.next.output }", "nodes": [{"id": "next",
+        "type": "TRANSFORM", "config": {"output": {"n": "${ .input.n + 1 }", "seen": "${ .input.at }"}}}]}))
+        .await;
+    let spec = json!({"name": "counter", "nodes": [{"id": "count", "type": "LOOP", "config": {
+        "workflow": "step", "input": {"n": "${ .previous.n // .input.from }", "at": "${ .iteration.index }"},
+        "until": ".iteration.output.n >= 5", "max_iterations": 10}}]});
+    e.register(&spec).await;
+    let id = e.start_run("counter", json!({"from": 1})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["output"]["count"], json!({"output": {"n": 5, "seen": 3}, "iterations": 4}));
+    let (_, children) = e.get(&format!("/v1/runs?parent_run_id={id}&limit=100")).await;
+    let mut iterations: Vec<i64> =
+        children["runs"].as_array().unwrap().iter().map(|c| c["parent_iteration"].as_i64().unwrap()).collect();
+    iterations.sort();
+    assert_eq!(iterations, vec![0, 1, 2, 3], "one child per iteration: {children}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_parent_cancels_its_loops_child_unless_told_to_abandon_it() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "slow_step", "nodes": [http_node("s", &http.url("/slow/3000/step"), 1)]})).await;
+    let looping = |name: &str, close: &str| {
+        json!({"name": name, "nodes": [{"id": "l", "type": "LOOP", "config": {"workflow": "slow_step",
+            "until": "false", "max_iterations": 3, "on_parent_close": close}}]})
+    };
+    e.register(&looping("cancels", "cancel")).await;
+    e.register(&looping("abandons", "abandon")).await;
+    let mut children = Vec::new();
+    for name in ["cancels", "abandons"] {
+        let id = e.start_run(name, json!({})).await;
+        let child = loop {
+            let (_, c) = e.get(&format!("/v1/runs?parent_run_id={id}")).await;
+            if let Some(first) = c["runs"].as_array().and_then(|r| r.first()) {
+                break id_of(&first["id"]);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let (status, _) = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
+        assert_eq!(status, 200);
+        children.push(child);
+    }
+    let cancelled = e.wait_for_run(children[0], T).await;
+    assert_eq!(cancelled["status"], "CANCELLED");
+    let abandoned = e.wait_for_run(children[1], T).await;
+    assert_eq!(abandoned["status"], "SUCCEEDED", "an abandoned child runs to its end");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn the_retries_of_one_execution_send_one_idempotency_key_unless_the_node_says_otherwise() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let node = |id: &str, key: Option<&str>| {
+        let mut n = http_node(id, &http.url(&format!("/flaky/2/{id}")), 3);
+        if let Some(k) = key {
+            n["config"]["idempotency_key"] = json!(k);
+        }
+        n
+    };
+    let spec = json!({"name": "keys", "nodes": [node("stable", None), node("each", Some("per_attempt")),
+        node("own", Some("order-${ .input.order }"))]});
+    e.register(&spec).await;
+    let id = e.start_run("keys", json!({"order": 42})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let keys = |id: &str| -> Vec<String> {
+        http.requests(&format!("/flaky/2/{id}")).into_iter().filter_map(|r| r.idempotency_key).collect()
+    };
+    let task =
+        |node: &str| run["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == node).unwrap()["id"].clone();
+    let stable = task("stable");
+    assert_eq!(keys("stable"), vec![format!("{}:1", stable.as_str().unwrap()); 3], "one key for the 3 attempts");
+    let each = task("each");
+    assert_eq!(
+        keys("each"),
+        (1..=3).map(|a| format!("{}:{a}", each.as_str().unwrap())).collect::<Vec<_>>(),
+        "per_attempt"
+    );
+    assert_eq!(keys("own"), vec!["order-42".to_string(); 3], "the node's own key");
+    e.stop().await;
+}

@@ -28,6 +28,8 @@ pub struct NewRunOf<'a> {
     pub root: Option<Uuid>,
     /// For a failure handler: the run whose end started it.
     pub handles: Option<Uuid>,
+    /// A child its parent never cancels (`on_parent_close: "abandon"`).
+    pub abandoned: bool,
 }
 
 /// What the engine holds every run to.
@@ -90,6 +92,7 @@ pub async fn create_run<S: RunStore>(
         trigger: how.trigger,
         root_run_id: how.root,
         handles_run_id: how.handles,
+        abandoned: how.abandoned,
     };
     let row = store.insert_run(&new).await?;
     if status == RunStatus::Queued {
@@ -158,7 +161,17 @@ mod tests {
     }
 
     fn how<'a>(def: &'a DefinitionRow, input: &'a Value) -> NewRunOf<'a> {
-        NewRunOf { def, input, idempotency_key: None, parent: None, depth: 0, trigger: None, root: None, handles: None }
+        NewRunOf {
+            def,
+            input,
+            idempotency_key: None,
+            parent: None,
+            depth: 0,
+            trigger: None,
+            root: None,
+            handles: None,
+            abandoned: false,
+        }
     }
 
     #[test]

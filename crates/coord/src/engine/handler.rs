@@ -90,6 +90,7 @@ pub async fn start<S: RunStore>(
             trigger: Some(&trigger),
             root: None,
             handles: Some(l.run.id),
+            abandoned: false,
         };
         admission::create_run(store, wf, how, limits).await
     }

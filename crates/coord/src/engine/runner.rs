@@ -268,7 +268,17 @@ impl Engine {
                 return Ok(Started { row: existing, new: false, loaded: None, written: None });
             }
         }
-        let how = NewRunOf { def, input, idempotency_key, parent: None, depth: 0, trigger, root: None, handles: None };
+        let how = NewRunOf {
+            def,
+            input,
+            idempotency_key,
+            parent: None,
+            depth: 0,
+            trigger,
+            root: None,
+            handles: None,
+            abandoned: false,
+        };
         let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
         let written = self.write(tx, loaded.iter_mut(), &[]).await?;
         tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
@@ -532,6 +542,7 @@ impl Engine {
                 trigger: None,
                 root: None,
                 handles: None,
+                abandoned: false,
             };
             let (row, loaded) = admission::create_run(&store, wf, how, self.limits).await?;
             if let Some(loaded) = loaded {
@@ -647,11 +658,18 @@ impl Engine {
     /// it is safe to call again: the recovery sweep does, for attempts whose
     /// coordinator died before starting their child). A child that cannot
     /// start fails the attempt, naming why.
-    pub async fn start_child(self: &Arc<Self>, run_id: Uuid, task_id: Uuid, attempt: i32) -> Result<()> {
-        let parent = Parent { run_id, task_id, attempt };
+    pub async fn start_child(
+        self: &Arc<Self>,
+        run_id: Uuid,
+        task_id: Uuid,
+        attempt: i32,
+        iteration: u32,
+    ) -> Result<()> {
+        let at = i32::try_from(iteration).unwrap_or(i32::MAX);
+        let parent = Parent { run_id, task_id, attempt, iteration: at };
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
-        let Some(slot) = runs::claim_child_slot(&tx, run_id, task_id, attempt).await? else { return Ok(()) };
+        let Some(slot) = runs::claim_child_slot(&tx, run_id, task_id, attempt, at).await? else { return Ok(()) };
         let created = self.create_child(&tx, parent, &slot).await;
         let child = match created {
             Ok(child) => child,
@@ -660,6 +678,7 @@ impl Engine {
                 let event = Event::ChildFinished {
                     task_id,
                     attempt,
+                    iteration,
                     child: None,
                     status: RunStatus::Failed,
                     output: None,
@@ -720,6 +739,7 @@ impl Engine {
             trigger: None,
             root: Some(slot.root),
             handles: None,
+            abandoned: slot.spec["on_parent_close"] == "abandon",
         };
         admission::create_run(&Tx(tx), wf, how, self.limits).await
     }
@@ -748,17 +768,20 @@ impl Engine {
                             tracing::warn!(%run_id, error = %e, "reporting a child run to its parent failed; recovery will");
                         }
                     }
-                    AfterCommit::StartChild { task_id, attempt } => children.push((run_id, task_id, attempt)),
-                    AfterCommit::CancelChildren { task_id, attempt, waiting } => {
-                        holders.push(runs::ChildHolder { task_id, attempt, waiting })
+                    AfterCommit::StartChild { task_id, attempt, iteration } => {
+                        children.push((run_id, task_id, attempt, iteration))
+                    }
+                    AfterCommit::CancelChildren { task_id, attempt, iteration, waiting } => {
+                        let iteration = i32::try_from(iteration).unwrap_or(i32::MAX);
+                        holders.push(runs::ChildHolder { task_id, attempt, iteration, waiting })
                     }
                 }
             }
             futures_util::stream::iter(children)
-                .for_each_concurrent(CHILD_STARTS_AT_ONCE, |(run_id, task_id, attempt)| {
+                .for_each_concurrent(CHILD_STARTS_AT_ONCE, |(run_id, task_id, attempt, iteration)| {
                     let engine = engine.clone();
                     async move {
-                        if let Err(e) = Box::pin(engine.start_child(run_id, task_id, attempt)).await {
+                        if let Err(e) = Box::pin(engine.start_child(run_id, task_id, attempt, iteration)).await {
                             tracing::warn!(%run_id, %task_id, error = %e, "starting a child run failed; recovery will");
                         }
                     }

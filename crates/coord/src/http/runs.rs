@@ -188,6 +188,7 @@ pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
         trigger: r.trigger.clone(),
         parent_run_id: r.parent.map(|p| p.run_id),
         parent_task_id: r.parent.map(|p| p.task_id),
+        parent_iteration: r.parent.map(|p| p.iteration),
         handles_run_id: r.handles_run_id,
         failure_handler_run_ids: None,
         tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),

@@ -31,7 +31,23 @@ pub enum NodeKind {
     SubWorkflow { workflow: String, version: Option<i32> },
     /// Fails the run with its message (an unhandled failure of its own).
     Fail { message: Template, code: String },
+    /// A child run of a workflow, again and again, until a condition holds.
+    Loop(LoopConfig),
 }
+
+/// A LOOP node: a child run of `workflow` per iteration (its input
+/// evaluated with `.iteration.index` and `.previous` bound), until `until`
+/// (over `.iteration: {index, output}`) is true, at most `max_iterations`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopConfig {
+    pub until: crate::expr::Expr,
+    pub max_iterations: u32,
+    /// Between an iteration's end and the next one's start.
+    pub delay: Option<Duration>,
+}
+
+/// Most iterations a LOOP may have (`loop_max_iterations`).
+pub const LOOP_MAX_ITERATIONS: u32 = 100_000;
 
 /// What the engine may do with a node of one kind: the one place that says
 /// it, so that the validator, the state machine, the engine and the API agree.
@@ -70,7 +86,7 @@ const DISPATCHED: Traits = Traits { dispatched: true, retried: true, timed: true
 
 /// The built-in types by name, with their traits; any other valid name is a
 /// custom type, run by a worker.
-pub const BUILT_IN: [(&str, Traits); 7] = [
+pub const BUILT_IN: [(&str, Traits); 8] = [
     ("HTTP", DISPATCHED),
     ("WAIT", Traits { waits: true, ..NO_TRAITS }),
     ("WAIT_FOR_EVENT", Traits { waits: true, ..NO_TRAITS }),
@@ -78,6 +94,7 @@ pub const BUILT_IN: [(&str, Traits); 7] = [
     ("MAP", Traits { has_items: true, ..NO_TRAITS }),
     ("SUB_WORKFLOW", Traits { retried: true, timed: true, has_child: true, per_item: true, ..NO_TRAITS }),
     ("FAIL", NO_TRAITS),
+    ("LOOP", Traits { retried: true, has_child: true, ..NO_TRAITS }),
 ];
 
 /// The traits of a node type by name.
@@ -104,6 +121,7 @@ impl NodeKind {
             NodeKind::Map(_) => "MAP",
             NodeKind::SubWorkflow { .. } => "SUB_WORKFLOW",
             NodeKind::Fail { .. } => "FAIL",
+            NodeKind::Loop(_) => "LOOP",
             NodeKind::Custom => return None,
         })
     }
@@ -125,6 +143,7 @@ impl NodeKind {
             "SUB_WORKFLOW" => compile_sub_workflow(at, config)?,
             "TRANSFORM" => compile_transform(at, config)?,
             "FAIL" => compile_fail(at, &n.id, config)?,
+            "LOOP" => compile_loop(at, config)?,
             "MAP" => return compile_map(at, n),
             other => {
                 validate_name(&format!("{at}.type"), other)?;
@@ -143,6 +162,7 @@ impl NodeKind {
             | NodeKind::Fail { message: t, .. } => t.sources(),
             NodeKind::WaitForEvent { key, .. } => key.sources(),
             NodeKind::Map(m) => m.items.sources(),
+            NodeKind::Loop(l) => vec![l.until.source()],
             _ => Vec::new(),
         }
     }
@@ -346,10 +366,68 @@ fn compile_wait_for_event(at: &str, config: &Value) -> Result<NodeKind, Validati
     Ok(NodeKind::WaitForEvent { event, key, timeout, default_output: config.get("default_output").cloned() })
 }
 
-/// `{workflow, version?, input?}`: the workflow is named, not computed, so
-/// that a definition says what it calls.
+/// `{workflow, version?, input?, on_parent_close?}`: the workflow is named,
+/// not computed, so that a definition says what it calls.
 fn compile_sub_workflow(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
-    only_fields(at, config, &["workflow", "version", "input"])?;
+    only_fields(at, config, &["workflow", "version", "input", "on_parent_close"])?;
+    let (workflow, version) = child_workflow(at, config)?;
+    Ok(NodeKind::SubWorkflow { workflow, version })
+}
+
+/// `{workflow, version?, input?, until, max_iterations, delay?, on_parent_close?}`.
+fn compile_loop(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
+    only_fields(at, config, &["workflow", "version", "input", "until", "max_iterations", "delay", "on_parent_close"])?;
+    child_workflow(at, config)?;
+    let until = match config.get("until") {
+        Some(Value::String(src)) if src.contains("${") => {
+            return Err(ValidationError::new(
+                format!("{at}.config.until"),
+                "is a bare jq condition over .iteration (no ${ }), such as \".iteration.output.done\"",
+            ))
+        }
+        Some(Value::String(src)) if src.contains(".secrets") => {
+            return Err(ValidationError::new(format!("{at}.config.until"), "conditions cannot read secrets"))
+        }
+        Some(Value::String(src)) => {
+            crate::expr::Expr::compile(src).map_err(|m| ValidationError::new(format!("{at}.config.until"), m))?
+        }
+        Some(_) => return Err(ValidationError::new(format!("{at}.config.until"), "must be a jq condition")),
+        None => return Err(ValidationError::new(format!("{at}.config.until"), "is required")),
+    };
+    let max_iterations = match config.get("max_iterations").and_then(Value::as_u64) {
+        Some(n) if (1..=LOOP_MAX_ITERATIONS as u64).contains(&n) => n as u32,
+        _ => {
+            return Err(ValidationError::new(
+                format!("{at}.config.max_iterations"),
+                format!("is required: a whole number from 1 to {LOOP_MAX_ITERATIONS} (loop_max_iterations)"),
+            ))
+        }
+    };
+    let delay = match config.get("delay") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(d)) => {
+            Some(duration::parse(d).map_err(|e| ValidationError::new(format!("{at}.config.delay"), e))?)
+        }
+        Some(_) => {
+            return Err(ValidationError::new(format!("{at}.config.delay"), "must be a duration such as \"10s\""))
+        }
+    };
+    Ok(NodeKind::Loop(LoopConfig { until, max_iterations, delay }))
+}
+
+/// The workflow (and version) a SUB_WORKFLOW or LOOP calls, and what
+/// becomes of its child when the parent stops waiting for it.
+fn child_workflow(at: &str, config: &Value) -> Result<(String, Option<i32>), ValidationError> {
+    match config.get("on_parent_close") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(p)) if p == "cancel" || p == "abandon" => {}
+        Some(_) => {
+            return Err(ValidationError::new(
+                format!("{at}.config.on_parent_close"),
+                "must be \"cancel\" (the default) or \"abandon\"",
+            ))
+        }
+    }
     let workflow = match config.get("workflow") {
         Some(Value::String(w)) => {
             validate_name(&format!("{at}.config.workflow"), w)?;
@@ -370,7 +448,7 @@ fn compile_sub_workflow(at: &str, config: &Value) -> Result<NodeKind, Validation
             }
         },
     };
-    Ok(NodeKind::SubWorkflow { workflow, version })
+    Ok((workflow, version))
 }
 
 /// The HTTP methods an HTTP node may use.

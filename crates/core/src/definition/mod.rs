@@ -24,8 +24,8 @@ mod spec;
 
 pub use check::{check_name, ValidationError, MAX_ID_LEN};
 pub use kind::{
-    is_error_code, traits_of, MapConfig, NodeKind, Traits, WaitFor, BUILT_IN, HTTP_METHODS, MAP_MAX_ITEMS,
-    MAX_ERROR_CODE_LEN, SUB_WORKFLOW_MAX_DEPTH,
+    is_error_code, traits_of, LoopConfig, MapConfig, NodeKind, Traits, WaitFor, BUILT_IN, HTTP_METHODS,
+    LOOP_MAX_ITERATIONS, MAP_MAX_ITEMS, MAX_ERROR_CODE_LEN, SUB_WORKFLOW_MAX_DEPTH,
 };
 pub use node::{default_queue, Node, RetryPolicy};
 pub use spec::{ConcurrencySpec, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, WorkflowSpec};

@@ -449,6 +449,17 @@ impl Scope {
         Scope(value::Value::default())
     }
 
+    /// This scope (an object) with more top-level keys bound (a LOOP's
+    /// `.iteration` and `.previous`), the rest shared.
+    pub fn with(&self, fields: &[(&'static str, &Value)]) -> Result<Scope, String> {
+        let mut bound = Vec::with_capacity(fields.len());
+        for (name, value) in fields {
+            let v = serde_json::from_value((*value).clone()).map_err(|e| format!("{name} is not JSON: {e}"))?;
+            bound.push((*name, v));
+        }
+        Ok(Scope(self.0.with_fields(bound)))
+    }
+
     /// This scope (an object) with `.item` and `.index` bound, for one item
     /// of a MAP. The rest is shared, not converted again, so binding costs
     /// the item's size, not the run's.

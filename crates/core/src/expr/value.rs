@@ -47,7 +47,7 @@ impl Value {
 
     /// This object with `fields` set (a non-object is taken as `{}`); its
     /// depth is updated from the new fields alone.
-    pub(crate) fn with_fields<const N: usize>(&self, fields: [(&str, Val); N]) -> Value {
+    pub(crate) fn with_fields<'k>(&self, fields: impl IntoIterator<Item = (&'k str, Val)>) -> Value {
         let mut map = match &self.inner {
             Val::Obj(o) => (**o).clone(),
             _ => jaq_json::Map::default(),

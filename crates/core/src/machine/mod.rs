@@ -88,17 +88,19 @@ pub fn after_commit(wf: &Workflow, run: &Run, tr: &Transition) -> Vec<AfterCommi
     for &t in &tr.children {
         let task = &run.tasks[t];
         let waits = task.state == TaskState::Running && wf.nodes[task.node].kind.traits().has_child;
-        if waits && asked.insert((task.id, task.attempt)) {
-            out.push(AfterCommit::StartChild { task_id: task.id, attempt: task.attempt });
+        let iteration = task.iteration.unwrap_or(0);
+        if waits && !task.removed && asked.insert((task.id, task.attempt, iteration)) {
+            out.push(AfterCommit::StartChild { task_id: task.id, attempt: task.attempt, iteration });
         }
     }
     for &t in &tr.updated {
         let task = &run.tasks[t];
         if wf.nodes[task.node].kind.traits().has_child {
-            let waiting = task.state == TaskState::Running;
-            // A first attempt that just started has no other child.
-            if !waiting || task.attempt > 1 {
-                out.push(AfterCommit::CancelChildren { task_id: task.id, attempt: task.attempt, waiting });
+            let waiting = task.state == TaskState::Running && !task.removed;
+            let iteration = task.iteration.unwrap_or(0);
+            // A first attempt's first iteration that just started has no other child.
+            if !waiting || task.attempt > 1 || iteration > 0 {
+                out.push(AfterCommit::CancelChildren { task_id: task.id, attempt: task.attempt, iteration, waiting });
             }
         }
     }
@@ -107,6 +109,7 @@ pub fn after_commit(wf: &Workflow, run: &Run, tr: &Transition) -> Vec<AfterCommi
             let event = Event::ChildFinished {
                 task_id: parent.task_id,
                 attempt: parent.attempt,
+                iteration: parent.iteration,
                 child: Some(run.id),
                 status: run.status,
                 output: run.output.clone(),

@@ -37,8 +37,18 @@ impl Machine<'_> {
             Event::ResumeRun => self.on_resume(),
             Event::RunTimedOut => self.on_run_timed_out(),
             Event::ItemsLoaded { task_id } => self.on_items_loaded(task_id),
-            Event::ChildFinished { task_id, attempt, child, status, output, error } => {
-                self.on_child_finished(task_id, attempt, child, status, output, error.as_deref())
+            Event::ChildFinished { task_id, attempt, iteration, child, status, output, error } => {
+                let t = self.reportable(task_id, attempt)?;
+                if self.run.tasks[t].iteration.unwrap_or(0) != iteration {
+                    return Err(Ignore(
+                        IgnoreKind::StaleAttempt,
+                        format!(
+                            "stale child: iteration {iteration}, the loop is at {}",
+                            self.run.tasks[t].iteration.unwrap_or(0)
+                        ),
+                    ));
+                }
+                self.on_child_finished(t, child, status, output, error.as_deref())
             }
         }
     }
@@ -148,6 +158,17 @@ impl Machine<'_> {
                 let after = timeout.map(crate::duration::format).unwrap_or_default();
                 let error = format!("timed out after {after} waiting for event {event:?} with key {key:?}");
                 self.finish(t, TaskState::Failed, None, Some(Failure::fatal(codes::EVENT_TIMEOUT, error)));
+            }
+            // A LOOP's delay ran out: its next iteration starts (held while
+            // the run is paused, like a retry).
+            NodeKind::Loop(_) if task.error.is_none() && self.run.status == RunStatus::Paused => {
+                self.run.tasks[t].wake_at = None;
+                self.tr.touch(t);
+                return Ok(());
+            }
+            NodeKind::Loop(_) if task.error.is_none() => {
+                self.start_iteration(t);
+                return Ok(());
             }
             // A retry's backoff ran out while the run is paused: the retry
             // is held (no timer left, so none fires again) until it resumes.
@@ -300,7 +321,10 @@ impl Machine<'_> {
             let held = task.state == TaskState::Waiting
                 && task.wake_at.is_none()
                 && self.wf.nodes[task.node].kind.traits().retried;
-            if held {
+            let next_iteration = matches!(self.wf.nodes[task.node].kind, NodeKind::Loop(_)) && task.error.is_none();
+            if held && next_iteration {
+                self.start_iteration(t);
+            } else if held {
                 self.run.tasks[t].attempt += 1;
                 self.tr.touch(t);
                 self.dispatch(t);
@@ -350,20 +374,24 @@ impl Machine<'_> {
     /// child). A child that could not start fails the node for good.
     pub(super) fn on_child_finished(
         &mut self,
-        task_id: Uuid,
-        attempt: i32,
+        t: usize,
         child: Option<Uuid>,
         status: RunStatus,
         output: Option<Value>,
         error: Option<&str>,
     ) -> Result<(), Ignore> {
-        let t = self.reportable(task_id, attempt)?;
         if !self.wf.nodes[self.run.tasks[t].node].kind.traits().has_child {
             return Err(Ignore(IgnoreKind::NotDispatched, "not a SUB_WORKFLOW task".into()));
         }
         match (child, status) {
             (_, RunStatus::Queued | RunStatus::Running | RunStatus::Paused) => {
                 Err(Ignore(IgnoreKind::NotDue, format!("the child run is {status}, not finished")))
+            }
+            (Some(_), RunStatus::Succeeded)
+                if matches!(self.wf.nodes[self.run.tasks[t].node].kind, NodeKind::Loop(_)) =>
+            {
+                self.iteration_done(t, output.unwrap_or(Value::Null));
+                Ok(())
             }
             (Some(_), RunStatus::Succeeded) => {
                 self.finish(t, TaskState::Completed, Some(output.unwrap_or(Value::Null)), None);
@@ -450,6 +478,8 @@ impl Machine<'_> {
         task.output = None;
         task.finished_at = None;
         task.wake_at = None;
+        // A loop's new execution starts from its first iteration.
+        task.iteration = None;
         self.tr.touch(t);
         let mut ctx = None;
         self.start(t, &mut ctx);
@@ -625,6 +655,18 @@ impl Machine<'_> {
             NodeKind::SubWorkflow { .. } => {
                 eval(&node.template).map(Started::Child).map_err(|e| format!("config: {e}"))
             }
+            NodeKind::Loop(_) => {
+                let task = &self.run.tasks[t];
+                let index = task.iteration.unwrap_or(0);
+                let previous = task.output.clone().unwrap_or(Value::Null);
+                scope
+                    .as_ref()
+                    .ok_or_else(|| "no scope".to_string())
+                    .and_then(|s| s.with(&[("iteration", &json!({"index": index})), ("previous", &previous)]))
+                    .and_then(|s| node.template.eval_in(Some(&s)))
+                    .map(Started::Child)
+                    .map_err(|e| format!("config: {e}"))
+            }
             NodeKind::Fail { message, code } => match eval(message) {
                 Ok(Value::String(m)) => Ok(Started::Fail(m, code.clone())),
                 Ok(other) => Ok(Started::Fail(other.to_string(), code.clone())),
@@ -653,6 +695,9 @@ impl Machine<'_> {
             Ok(Started::Map(items)) => self.start_map(t, items, scope.unwrap_or_else(Scope::null)),
             Ok(Started::Dispatch(input) | Started::Child(input)) => {
                 let task = &mut self.run.tasks[t];
+                if matches!(self.wf.nodes[task.node].kind, NodeKind::Loop(_)) {
+                    task.iteration.get_or_insert(0);
+                }
                 task.input = with_idempotency_key(&self.wf.nodes[task.node].kind, input, task.id, task.attempt);
                 self.dispatch(t);
             }
@@ -759,4 +804,72 @@ pub(super) fn with_idempotency_key(kind: &NodeKind, mut input: Value, task_id: U
         config.entry("idempotency_key").or_insert_with(|| json!(format!("{task_id}:{attempt}")));
     }
     input
+}
+
+impl Machine<'_> {
+    /// A LOOP's iteration ended with `output`: the loop completes when its
+    /// `until` holds over `.iteration: {index, output}` (its output
+    /// `{output, iterations}`), fails after `max_iterations`, or starts the
+    /// next iteration (after its `delay`; held while the run is paused).
+    /// Only the last output is kept, so iteration 10,000 costs what the
+    /// tenth does.
+    pub(super) fn iteration_done(&mut self, t: usize, output: Value) {
+        let NodeKind::Loop(config) = &self.wf.nodes[self.run.tasks[t].node].kind else { return };
+        let index = self.run.tasks[t].iteration.unwrap_or(0);
+        let ctx = json!({"input": self.run.input, "iteration": {"index": index, "output": output}});
+        match config.until.eval_bool(&ctx) {
+            Err(e) => {
+                let failure = Failure::fatal(codes::EXPRESSION, format!("config.until: {e}"));
+                self.finish(t, TaskState::Failed, None, Some(failure));
+                self.route();
+            }
+            Ok(true) => {
+                let done = json!({"output": output, "iterations": index + 1});
+                self.finish(t, TaskState::Completed, Some(done), None);
+                self.route();
+            }
+            Ok(false) if index + 1 >= config.max_iterations => {
+                let failure = Failure::fatal(
+                    codes::MAX_ITERATIONS,
+                    format!("until did not hold after {} iterations (max_iterations)", index + 1),
+                );
+                self.finish(t, TaskState::Failed, None, Some(failure));
+                self.route();
+            }
+            Ok(false) => {
+                let delay = config.delay;
+                let task = &mut self.run.tasks[t];
+                task.iteration = Some(index + 1);
+                task.output = Some(output);
+                task.error = None;
+                task.error_info = None;
+                self.tr.touch(t);
+                match (delay, self.run.status) {
+                    (None, RunStatus::Running) => self.start_iteration(t),
+                    (delay, status) => {
+                        let task = &mut self.run.tasks[t];
+                        task.state = TaskState::Waiting;
+                        // No timer while paused: the resume starts it.
+                        task.wake_at = match status {
+                            RunStatus::Running => delay.map(|d| later(self.now, d)),
+                            _ => None,
+                        };
+                        let wake_at = task.wake_at;
+                        let payload = self.task_payload(t, json!({"wake_at": wake_at, "iteration": index + 1}));
+                        self.tr.log(HistoryKind::TaskWaiting, payload);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts the LOOP's current iteration: its child's input evaluated
+    /// with `.iteration.index` and `.previous`, then a child run (after the
+    /// commit, like a SUB_WORKFLOW's).
+    pub(super) fn start_iteration(&mut self, t: usize) {
+        self.run.tasks[t].wake_at = None;
+        self.tr.touch(t);
+        let mut ctx = None;
+        self.start(t, &mut ctx);
+    }
 }

@@ -72,7 +72,8 @@ fn start_dispatches_only_roots() {
     let tr = s.apply(Event::RunStarted);
     assert_eq!(tr.created, vec![0]);
     assert_eq!(tr.dispatch, vec![0]);
-    assert_eq!(s.task("a").input, json!({"url": "http://h/a"}));
+    let a = s.task("a");
+    assert_eq!(a.input, json!({"url": "http://h/a", "idempotency_key": format!("{}:1", a.id)}));
     assert!(s.apply(Event::RunStarted).ignored.is_some(), "a second start is ignored");
 }
 
@@ -628,6 +629,7 @@ proptest! {
                     inbox.push(Event::ChildFinished {
                         task_id: task.id,
                         attempt: task.attempt,
+                        iteration: 0,
                         child: Some(Uuid::from_u128(rng.next() as u128)),
                         status,
                         output: Some(json!(t)),
@@ -740,7 +742,11 @@ fn a_map_runs_each_item_under_its_concurrency_and_gathers_outputs_in_item_order(
     assert_eq!(tr.dispatch.len(), 2, "max_concurrency");
     assert_eq!(s.items_in(TaskState::Pending), vec![0, 1]);
     assert_eq!(s.items_in(TaskState::Queued), vec![2, 3, 4]);
-    assert_eq!(s.item(3).input, json!({"url": "http://h/ship", "body": {"order": "d", "at": 3}}));
+    let key = format!("{}:1", s.item(3).id);
+    assert_eq!(
+        s.item(3).input,
+        json!({"url": "http://h/ship", "body": {"order": "d", "at": 3}, "idempotency_key": key})
+    );
     assert_eq!(s.task("each").state, TaskState::Running);
     // Out of order: each result frees one slot, lowest queued index first.
     s.report_item(1, true);
@@ -1178,6 +1184,7 @@ fn child_done(s: &Sim, node: &str, status: RunStatus, output: Option<Value>) -> 
     Event::ChildFinished {
         task_id: t.id,
         attempt: t.attempt,
+        iteration: 0,
         child: Some(Uuid::from_u128(77)),
         status,
         output,
@@ -1213,6 +1220,7 @@ fn a_failed_child_fails_the_attempt_and_the_retry_asks_for_a_new_child() {
     let stale = Event::ChildFinished {
         task_id: bill.id,
         attempt: 1,
+        iteration: 0,
         child: Some(Uuid::from_u128(77)),
         status: RunStatus::Succeeded,
         output: None,
@@ -1232,6 +1240,7 @@ fn a_child_that_cannot_start_fails_the_node_for_good() {
     s.apply(Event::ChildFinished {
         task_id: t.id,
         attempt: 1,
+        iteration: 0,
         child: None,
         status: RunStatus::Failed,
         output: None,
@@ -1273,6 +1282,7 @@ fn a_map_of_sub_workflows_asks_for_a_child_per_started_item() {
     let tr = s.apply(Event::ChildFinished {
         task_id: first.id,
         attempt: 1,
+        iteration: 0,
         child: Some(Uuid::from_u128(5)),
         status: RunStatus::Succeeded,
         output: Some(json!("ok")),
@@ -1300,7 +1310,7 @@ fn what_a_commit_owes_other_runs_is_computed_from_the_run_as_it_then_stands() {
     let bill = s.task("bill").clone();
     assert_eq!(
         after_commit(&s.wf, &s.run, &tr),
-        vec![AfterCommit::StartChild { task_id: bill.id, attempt: 1 }],
+        vec![AfterCommit::StartChild { task_id: bill.id, attempt: 1, iteration: 0 }],
         "a first attempt: its child, and no older child to cancel"
     );
     // The child failed: the attempt waits for its retry and cancels what
@@ -1308,12 +1318,12 @@ fn what_a_commit_owes_other_runs_is_computed_from_the_run_as_it_then_stands() {
     let tr = s.apply(child_done(&s, "bill", RunStatus::Failed, None));
     assert_eq!(
         after_commit(&s.wf, &s.run, &tr),
-        vec![AfterCommit::CancelChildren { task_id: bill.id, attempt: 1, waiting: false }]
+        vec![AfterCommit::CancelChildren { task_id: bill.id, attempt: 1, iteration: 0, waiting: false }]
     );
 
     // A child run tells its parent how it ended, and frees its slot.
     let mut child = Sim::new(wf(&["a"], &[], 1));
-    let parent = ParentRef { run_id: Uuid::from_u128(9), task_id: bill.id, attempt: 1 };
+    let parent = ParentRef { run_id: Uuid::from_u128(9), task_id: bill.id, attempt: 1, iteration: 0 };
     child.run.parent = Some(parent);
     child.run.concurrency_key = Some("k".into());
     child.apply(Event::RunStarted);
@@ -1590,4 +1600,136 @@ proptest! {
             prop_assert!(fails[t.node], "n{} failed without being made to", t.node);
         }
     }
+}
+
+fn loop_wf(config: Value) -> Workflow {
+    let mut c = json!({"workflow": "step", "input": {"n": "${ (.previous.n // 0) }", "at": "${ .iteration.index }"},
+                       "until": ".iteration.output.n >= 3", "max_iterations": 5});
+    if let (Some(c), Some(extra)) = (c.as_object_mut(), config.as_object()) {
+        c.extend(extra.clone());
+    }
+    parse(json!({"name": "l", "nodes": [{"id": "poll", "type": "LOOP", "config": c, "retry": {"max_attempts": 2}}]}))
+}
+
+fn iteration_done(s: &mut Sim, status: RunStatus, output: Value) -> Transition {
+    let t = s.task("poll").clone();
+    s.apply(Event::ChildFinished {
+        task_id: t.id,
+        attempt: t.attempt,
+        iteration: t.iteration.unwrap(),
+        child: Some(Uuid::from_u128(7)),
+        status,
+        output: Some(output),
+        error: None,
+    })
+}
+
+#[test]
+fn a_loop_starts_a_child_per_iteration_with_the_previous_output_until_its_condition_holds() {
+    let mut s = Sim::new(loop_wf(json!({})));
+    let tr = s.apply(Event::RunStarted);
+    let poll = s.task("poll").clone();
+    assert_eq!((poll.state, poll.iteration), (TaskState::Running, Some(0)));
+    assert_eq!(poll.input["input"], json!({"n": 0, "at": 0}));
+    assert_eq!(
+        after_commit(&s.wf, &s.run, &tr),
+        vec![AfterCommit::StartChild { task_id: poll.id, attempt: 1, iteration: 0 }]
+    );
+    for n in 1..3 {
+        let tr = iteration_done(&mut s, RunStatus::Succeeded, json!({"n": n}));
+        let poll = s.task("poll").clone();
+        assert_eq!(poll.iteration, Some(n as u32));
+        assert_eq!(poll.input["input"], json!({"n": n, "at": n}), "the next input sees .previous and .iteration");
+        assert!(after_commit(&s.wf, &s.run, &tr).contains(&AfterCommit::StartChild {
+            task_id: poll.id,
+            attempt: 1,
+            iteration: n as u32
+        }));
+    }
+    // A late report of an older iteration changes nothing.
+    let poll = s.task("poll").clone();
+    let stale = s.apply(Event::ChildFinished {
+        task_id: poll.id,
+        attempt: 1,
+        iteration: 0,
+        child: None,
+        status: RunStatus::Succeeded,
+        output: Some(json!({"n": 99})),
+        error: None,
+    });
+    assert_eq!(stale.ignored_kind, Some(IgnoreKind::StaleAttempt));
+    iteration_done(&mut s, RunStatus::Succeeded, json!({"n": 3}));
+    assert_eq!(s.task("poll").state, TaskState::Completed);
+    assert_eq!(s.task("poll").output, Some(json!({"output": {"n": 3}, "iterations": 3})));
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn a_loop_fails_after_max_iterations_and_a_failed_iteration_is_retried_as_itself() {
+    let mut s = Sim::new(loop_wf(json!({"max_iterations": 2})));
+    s.apply(Event::RunStarted);
+    iteration_done(&mut s, RunStatus::Succeeded, json!({"n": 1}));
+    // The second iteration's child fails: the retry policy runs it again.
+    let t = s.task("poll").clone();
+    s.apply(Event::ChildFinished {
+        task_id: t.id,
+        attempt: 1,
+        iteration: 1,
+        child: Some(Uuid::from_u128(8)),
+        status: RunStatus::Failed,
+        output: None,
+        error: Some("boom".into()),
+    });
+    assert_eq!(s.task("poll").state, TaskState::Waiting);
+    s.now += chrono::Duration::hours(1);
+    let poll = s.task("poll").id;
+    s.apply(Event::TimerFired { task_id: poll });
+    let poll = s.task("poll").clone();
+    assert_eq!((poll.attempt, poll.iteration, poll.state), (2, Some(1), TaskState::Running), "the same iteration");
+    iteration_done(&mut s, RunStatus::Succeeded, json!({"n": 2}));
+    let poll = s.task("poll");
+    assert_eq!(poll.state, TaskState::Failed);
+    assert_eq!(poll.error_info.as_ref().unwrap().code, codes::MAX_ITERATIONS);
+    assert_eq!(s.run.status, RunStatus::Failed);
+}
+
+#[test]
+fn a_loops_delay_is_a_timer_and_a_pause_holds_the_next_iteration() {
+    let mut s = Sim::new(loop_wf(json!({"delay": "10s"})));
+    s.apply(Event::RunStarted);
+    iteration_done(&mut s, RunStatus::Succeeded, json!({"n": 1}));
+    let poll = s.task("poll").clone();
+    assert_eq!(poll.state, TaskState::Waiting);
+    assert_eq!(poll.wake_at, Some(s.now + chrono::Duration::seconds(10)));
+    s.apply(Event::PauseRun);
+    s.now += chrono::Duration::seconds(11);
+    s.apply(Event::TimerFired { task_id: poll.id });
+    assert_eq!(s.task("poll").state, TaskState::Waiting, "held while paused");
+    let tr = s.apply(Event::ResumeRun);
+    let poll = s.task("poll").clone();
+    assert_eq!((poll.state, poll.iteration, poll.attempt), (TaskState::Running, Some(1), 1));
+    assert!(after_commit(&s.wf, &s.run, &tr).contains(&AfterCommit::StartChild {
+        task_id: poll.id,
+        attempt: 1,
+        iteration: 1
+    }));
+}
+
+#[test]
+fn a_loop_is_refused_without_a_condition_or_a_bound() {
+    let bad = |c: Value| {
+        Workflow::parse(&json!({"name": "l", "nodes": [{"id": "p", "type": "LOOP", "config": c}]})).unwrap_err()
+    };
+    assert_eq!(bad(json!({"workflow": "w", "max_iterations": 3})).path, "nodes[p].config.until");
+    assert_eq!(bad(json!({"workflow": "w", "until": "true"})).path, "nodes[p].config.max_iterations");
+    assert_eq!(
+        bad(json!({"workflow": "w", "until": "true", "max_iterations": 200000})).path,
+        "nodes[p].config.max_iterations"
+    );
+    assert_eq!(bad(json!({"workflow": "w", "until": "${ .x }", "max_iterations": 3})).path, "nodes[p].config.until");
+    assert_eq!(
+        bad(json!({"workflow": "w", "until": "true", "max_iterations": 3, "on_parent_close": "x"})).path,
+        "nodes[p].config.on_parent_close"
+    );
+    assert_eq!(bad(json!({"until": "true", "max_iterations": 3})).path, "nodes[p].config.workflow");
 }

@@ -134,6 +134,9 @@ pub struct Task {
     pub progress: Option<MapProgress>,
     /// What is known of its failure besides the message in `error`.
     pub error_info: Option<ErrorInfo>,
+    /// A LOOP task's current iteration (from 0); while it runs, `output`
+    /// holds the last iteration's output (`.previous`).
+    pub iteration: Option<u32>,
     /// Reset (a retry went back to before it): no longer part of the run,
     /// and deleted by the writer. Kept in place only so that indices into
     /// `run.tasks` stay valid for the rest of the transition.
@@ -232,6 +235,7 @@ impl Task {
             item,
             progress: None,
             error_info: None,
+            iteration: None,
             removed: false,
         }
     }
@@ -366,6 +370,8 @@ pub enum Event {
     ChildFinished {
         task_id: Uuid,
         attempt: i32,
+        /// The LOOP iteration the child was (0 for a SUB_WORKFLOW's).
+        iteration: u32,
         child: Option<Uuid>,
         status: RunStatus,
         output: Option<Value>,
@@ -624,12 +630,14 @@ impl Transition {
     }
 }
 
-/// The SUB_WORKFLOW attempt a child run belongs to.
+/// The SUB_WORKFLOW (or LOOP) attempt a child run belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ParentRef {
     pub run_id: Uuid,
     pub task_id: Uuid,
     pub attempt: i32,
+    /// The LOOP iteration it is (0 for a SUB_WORKFLOW's child).
+    pub iteration: u32,
 }
 
 /// What the state machine asks of the engine within the event's
@@ -651,11 +659,11 @@ pub enum Effect {
 pub enum AfterCommit {
     /// Start the child run of a SUB_WORKFLOW attempt, in a transaction of
     /// its own.
-    StartChild { task_id: Uuid, attempt: i32 },
+    StartChild { task_id: Uuid, attempt: i32, iteration: u32 },
     /// Cancel the open children of a SUB_WORKFLOW task that it no longer
     /// waits for: those of older attempts, or all once it is no longer
     /// `waiting` for one.
-    CancelChildren { task_id: Uuid, attempt: i32, waiting: bool },
+    CancelChildren { task_id: Uuid, attempt: i32, iteration: u32, waiting: bool },
     /// The run ended: its parent run's attempt ends with it (`event` is the
     /// parent's [`Event::ChildFinished`]).
     NotifyParent { parent_run: Uuid, event: Event },
