@@ -30,6 +30,34 @@ pub struct StartRun {
     pub idempotency_key: Option<String>,
 }
 
+/// `POST /v1/runs/{id}/tasks/{node}/resolve`: how an IN_DOUBT attempt ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"outcome": "completed", "output": {"charge_id": "ch_1"}}))]
+pub struct ResolveTask {
+    pub outcome: ResolveOutcome,
+    /// With `completed`: the step's output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schema::JsonValue>)]
+    pub output: Option<Value>,
+    /// With `failed`: the step's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 65536, pattern = "^[^\\u0000]*$")]
+    pub error: Option<String>,
+}
+
+/// What became of an IN_DOUBT attempt.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ResolveOutcome {
+    /// It took effect: the step completes with `output`.
+    Completed,
+    /// It did not, for good: the step fails with `error`.
+    Failed,
+    /// Send it again: a new attempt, under the same idempotency key.
+    Retry,
+}
+
 /// `POST /v1/events`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -95,6 +95,30 @@ async fn fail_exhausted(shared: &Shared, client: &composer_store::Client) {
     }
 }
 
+/// Puts IN_DOUBT the at-most-once attempts whose lease expired: their
+/// worker may have sent the request before it died, so no worker gets the
+/// attempt again; an operator resolves it.
+async fn put_in_doubt(shared: &Shared, client: &composer_store::Client) {
+    let attempts = match recovery::in_doubt(client, 1000).await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(error = %e, "recovery: finding at-most-once attempts in doubt failed");
+            return;
+        }
+    };
+    for (run_id, task_id, attempt) in attempts {
+        let reason = "its worker's lease expired: the attempt may or may not have taken effect".to_string();
+        match shared.engine.handle(run_id, Event::TaskInDoubt { task_id, attempt, reason }).await {
+            Ok(h) if h.ignored.is_none() => {
+                composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "in_doubt")], 1);
+                tracing::warn!(%run_id, %task_id, attempt, "recovery: an at-most-once attempt is in doubt");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "recovery: putting an attempt in doubt failed; will retry"),
+        }
+    }
+}
+
 /// Delivers events whose sender failed half way (or died) to the tasks still
 /// waiting for them. Applying an event twice is harmless: the state machine
 /// ignores it for a task that no longer waits.
@@ -240,6 +264,7 @@ pub async fn recover_tasks(shared: &Shared) {
         shared.outbox_wake.notify_one();
     }
     fail_exhausted(shared, &client).await;
+    put_in_doubt(shared, &client).await;
     deliver_stranded_events(shared, &client).await;
     settle_children(shared, &client).await;
     if let Err(e) = composer_store::events::cleanup(&client).await {

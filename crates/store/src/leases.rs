@@ -128,7 +128,7 @@ impl LeaseManager {
             .prepare_cached(
                 "WITH cand AS (
                     SELECT run_id, id FROM task_instances
-                     WHERE state = 'RUNNING' AND lease_expires_at < now() AND queue = ANY($1)
+                     WHERE state = 'RUNNING' AND lease_expires_at < now() AND queue = ANY($1) AND NOT at_most_once
                        AND NOT (recovered_attempt IS NOT DISTINCT FROM attempt AND recoveries >= $5)
                      ORDER BY lease_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED)
                  UPDATE task_instances t
@@ -200,7 +200,9 @@ async fn lease(
     let attempts: Vec<i32> = tasks.iter().map(|t| t.2).collect();
     let condition = match from {
         LeaseFrom::Pending => "t.state = 'PENDING'",
-        LeaseFrom::Expired => "t.state = 'RUNNING' AND t.lease_expires_at < now()",
+        // An at-most-once attempt whose lease expired may have been sent:
+        // it goes IN_DOUBT (recovery), never to another worker.
+        LeaseFrom::Expired => "t.state = 'RUNNING' AND t.lease_expires_at < now() AND NOT t.at_most_once",
     };
     let stmt = client
         .prepare_cached(&format!(

@@ -35,7 +35,7 @@ pub async fn requeue_expired_leases(client: &Client, shards: i32, max: i32) -> R
                        recoveries = CASE WHEN recovered_attempt = attempt THEN recoveries + 1 ELSE 1 END,
                        recovered_attempt = attempt
                  WHERE state = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < now())
-                   AND queue IS NOT NULL
+                   AND queue IS NOT NULL AND NOT at_most_once
                    AND NOT (recovered_attempt IS NOT DISTINCT FROM attempt AND recoveries >= $2)
                 RETURNING run_id, id, queue, attempt
              )
@@ -94,7 +94,8 @@ pub async fn exhausted(client: &Client, older_than: Duration, max: i32, limit: i
                FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
               WHERE r.status IN ('RUNNING', 'PAUSED')
                 AND t.recovered_attempt = t.attempt AND t.recoveries >= $2
-                AND ((t.state = 'RUNNING' AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now()))
+                AND ((t.state = 'RUNNING' AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now())
+                      AND NOT t.at_most_once)
                   OR (t.state = 'PENDING' AND t.updated_at < now() - make_interval(secs => $1)
                       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id)))
               LIMIT $3",
@@ -111,4 +112,22 @@ pub async fn exhausted(client: &Client, older_than: Duration, max: i32, limit: i
             })
         })
         .collect()
+}
+
+/// RUNNING attempts of at-most-once nodes whose lease expired (their worker
+/// died or lost the lease, maybe after sending the request): `(run, task,
+/// attempt)`, for the caller to put IN_DOUBT. Not dispatched again.
+pub async fn in_doubt(client: &Client, limit: i64) -> Result<Vec<(Uuid, Uuid, i32)>> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT t.run_id, t.id, t.attempt
+               FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+              WHERE t.state = 'RUNNING' AND t.at_most_once
+                AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now())
+                AND r.status IN ('RUNNING', 'PAUSED')
+              LIMIT $1",
+        )
+        .await?;
+    let rows = client.query(&stmt, &[&limit]).await?;
+    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
 }

@@ -684,6 +684,39 @@ pub async fn orphaned_children(client: &Client, older_than: std::time::Duration,
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
 }
 
+/// The task of `node_id` in a run — a node's (`charge`), or a MAP item's
+/// (`ship_each[3]`, found by its MAP and index) — read without a lock.
+pub async fn task_of_node(client: &Client, run_id: Uuid, node_id: &str) -> Result<Option<TaskRow>> {
+    let item = node_id
+        .strip_suffix(']')
+        .and_then(|n| n.rsplit_once('['))
+        .and_then(|(map, i)| Some((map, i.parse::<i32>().ok()?)));
+    let stmt = match item {
+        None => {
+            client
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM task_instances
+                      WHERE run_id = $1 AND parent_task_id IS NULL AND node_id = $2"
+                ))
+                .await?
+        }
+        Some(_) => {
+            client
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM task_instances
+                      WHERE run_id = $1 AND item_index = $3 AND parent_task_id =
+                            (SELECT id FROM task_instances WHERE run_id = $1 AND parent_task_id IS NULL AND node_id = $2)"
+                ))
+                .await?
+        }
+    };
+    let row = match item {
+        None => client.query_opt(&stmt, &[&run_id, &node_id]).await?,
+        Some((map, index)) => client.query_opt(&stmt, &[&run_id, &map, &index]).await?,
+    };
+    row.as_ref().map(TaskRow::from_row).transpose()
+}
+
 /// The failure handler runs `run_id`'s ends started, oldest first.
 pub async fn handlers_of(client: &Client, run_id: Uuid) -> Result<Vec<Uuid>> {
     let stmt =

@@ -176,6 +176,7 @@ struct TaskInserts<'a> {
     progress: Vec<Option<Value>>,
     error_info: Vec<Option<Value>>,
     iteration: Vec<Option<i32>>,
+    at_most_once: Vec<bool>,
 }
 
 impl<'a> TaskInserts<'a> {
@@ -199,6 +200,7 @@ impl<'a> TaskInserts<'a> {
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
         self.error_info.push(error_info_json(t));
         self.iteration.push(iteration(t));
+        self.at_most_once.push(node.at_most_once);
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -210,14 +212,14 @@ impl<'a> TaskInserts<'a> {
                 "INSERT INTO task_instances
                     (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
                      output_json, error, event_name, event_key, parent_task_id, item_index, progress, error_info,
-                     iteration)
+                     iteration, at_most_once)
                  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
                                       $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
                                       $11::jsonb[], $12::text[], $13::text[], $14::text[], $15::uuid[],
-                                      $16::int4[], $17::jsonb[], $18::jsonb[], $19::int4[])",
+                                      $16::int4[], $17::jsonb[], $18::jsonb[], $19::int4[], $20::bool[])",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 19] = [
+        let params: [&(dyn ToSql + Sync); 20] = [
             &self.run_id,
             &self.id,
             &self.node_id,
@@ -237,6 +239,7 @@ impl<'a> TaskInserts<'a> {
             &self.progress,
             &self.error_info,
             &self.iteration,
+            &self.at_most_once,
         ];
         Ok(tx.execute(&stmt, &params).await?)
     }

@@ -92,6 +92,11 @@ impl FakeHttp {
         self.calls.log.lock().unwrap().iter().filter(|r| r.path == path).count()
     }
 
+    /// Calls to every path under `prefix`.
+    pub fn calls_prefix(&self, prefix: &str) -> usize {
+        self.calls.log.lock().unwrap().iter().filter(|r| r.path.starts_with(prefix)).count()
+    }
+
     /// Every call to `path`, oldest first.
     /// The most calls to `path` that were ever answered at once.
     pub fn max_in_flight(&self, path: &str) -> usize {

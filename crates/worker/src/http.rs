@@ -291,7 +291,15 @@ fn transport_error(url: &str, stays: Option<&Stay>, secrets: &Secrets, e: reqwes
     } else {
         "failed"
     };
-    let code = if e.is_timeout() { codes::TIMEOUT } else { codes::TRANSPORT };
+    // Whether the request may have reached the target: an at-most-once
+    // node's attempt is not sent again when it may have.
+    let code = if e.is_timeout() {
+        codes::TIMEOUT
+    } else if e.is_connect() {
+        codes::CONNECT
+    } else {
+        codes::TRANSPORT
+    };
     TaskError::retryable(format!("request to {url} {what}: {}", e.without_url())).with_code(code)
 }
 

@@ -270,3 +270,101 @@ async fn the_retries_of_one_execution_send_one_idempotency_key_unless_the_node_s
     assert_eq!(keys("own"), vec!["order-42".to_string(); 3], "the node's own key");
     e.stop().await;
 }
+
+fn at_most_once(name: &str, url: &str, config: Value) -> Value {
+    let mut node = http_node("pay", url, 3);
+    node["delivery"] = json!("at_most_once");
+    if let (Some(c), Some(extra)) = (node["config"].as_object_mut(), config.as_object()) {
+        c.extend(extra.clone());
+    }
+    json!({"name": name, "nodes": [node]})
+}
+
+#[tokio::test]
+async fn an_at_most_once_attempt_whose_worker_died_waits_in_doubt_and_is_never_sent_again_by_itself() {
+    let mut e =
+        Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_secs(1), ..Default::default() }).await;
+    let http = FakeHttp::start().await;
+    e.register(&at_most_once("pay_once", &http.url("/ok/pay"), json!({}))).await;
+    let leases = composer_store::leases::LeaseManager::new(e.db.pool());
+    let mut doubted = Vec::new();
+    for _ in 0..4 {
+        let id = e.start_run("pay_once", json!({})).await;
+        let run = e.wait_until(id, T, |r| r["tasks"][0]["state"] == "PENDING").await;
+        let task = id_of(&run["tasks"][0]["id"]);
+        // A worker leases the attempt (and, maybe, sends the request), then dies.
+        let ghost = leases.acquire(id, task, "ghost", Duration::from_millis(300), 1).await.unwrap();
+        assert!(ghost.is_granted());
+        doubted.push((id, task));
+    }
+    for (id, task) in &doubted {
+        let run = e.wait_until(*id, T, |r| r["tasks"][0]["state"] == "IN_DOUBT").await;
+        assert_eq!(run["status"], "RUNNING", "the run waits");
+        assert_eq!(run["tasks"][0]["error_info"]["code"], "in_doubt");
+        let thief = leases.acquire(*id, *task, "thief", Duration::from_secs(5), 1).await.unwrap();
+        assert!(!thief.is_granted(), "nobody takes an in-doubt attempt over");
+    }
+    e.start_worker("live", 4).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(http.calls("/ok/pay"), 0, "never sent again by itself");
+    assert_eq!(e.history(doubted[0].0, "TaskInDoubt").await.len(), 1);
+
+    let resolve = |id: Uuid, body: Value| {
+        let e = &e;
+        async move { e.post(&format!("/v1/runs/{id}/tasks/pay/resolve"), &body).await }
+    };
+    // It took effect: the run goes on with the operator's output.
+    let (status, run) = resolve(doubted[0].0, json!({"outcome": "completed", "output": {"charge": "ch_1"}})).await;
+    assert_eq!(status, 200, "{run}");
+    let done = e.wait_for_run(doubted[0].0, T).await;
+    assert_eq!((done["status"].as_str(), &done["output"]["pay"]), (Some("SUCCEEDED"), &json!({"charge": "ch_1"})));
+    // It did not: the step fails for good.
+    let (status, _) = resolve(doubted[1].0, json!({"outcome": "failed", "error": "the bank says no"})).await;
+    assert_eq!(status, 200);
+    let failed = e.wait_for_run(doubted[1].0, T).await;
+    assert_eq!(failed["status"], "FAILED");
+    assert_eq!(failed["tasks"][0]["error_info"]["code"], "resolved");
+    // Send it again: once more, under the same key.
+    let (status, _) = resolve(doubted[2].0, json!({"outcome": "retry"})).await;
+    assert_eq!(status, 200);
+    let retried = e.wait_for_run(doubted[2].0, T).await;
+    assert_eq!((retried["status"].as_str(), retried["tasks"][0]["attempt"].as_i64()), (Some("SUCCEEDED"), Some(2)));
+    let keys: Vec<String> = http.requests("/ok/pay").into_iter().filter_map(|r| r.idempotency_key).collect();
+    assert_eq!(keys, vec![format!("{}:1", doubted[2].1)], "one call, with the execution's key");
+    // Cancel still works on a run that waits in doubt.
+    let (status, _) = e.post(&format!("/v1/runs/{}/cancel", doubted[3].0), &json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(e.wait_for_run(doubted[3].0, T).await["tasks"][0]["state"], "CANCELLED");
+
+    // Only an IN_DOUBT step can be resolved, and only sensibly.
+    let (status, body) = resolve(doubted[0].0, json!({"outcome": "retry"})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("conflict")), "{body}");
+    let (status, _) = resolve(doubted[0].0, json!({"outcome": "failed"})).await;
+    assert_eq!(status, 400);
+    let (status, _) = resolve(doubted[0].0, json!({"outcome": "completed", "error": "x"})).await;
+    assert_eq!(status, 400);
+    let (status, _) =
+        e.post(&format!("/v1/runs/{}/tasks/nope/resolve", doubted[0].0), &json!({"outcome": "retry"})).await;
+    assert_eq!(status, 404);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn an_at_most_once_request_that_timed_out_is_in_doubt_not_retried() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&at_most_once("slow_pay", &http.url("/slow/2000/pay"), json!({"timeout": "300ms"}))).await;
+    e.register(&at_most_once("down_pay", "http://127.0.0.1:9/refused", json!({}))).await;
+    let slow = e.start_run("slow_pay", json!({})).await;
+    let down = e.start_run("down_pay", json!({})).await;
+    let run = e.wait_until(slow, T, |r| r["tasks"][0]["state"] == "IN_DOUBT").await;
+    assert!(run["tasks"][0]["error"].as_str().unwrap().contains("timed out"), "{run}");
+    assert_eq!(run["tasks"][0]["attempt"], 1, "not retried");
+    // A connection that was refused sent nothing: that is retried as usual.
+    let run = e.wait_for_run(down, T).await;
+    assert_eq!((run["status"].as_str(), run["tasks"][0]["attempt"].as_i64()), (Some("FAILED"), Some(3)), "{run}");
+    assert_eq!(run["tasks"][0]["error_info"]["code"], "connect");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(http.calls("/slow/2000/pay"), 1);
+    e.stop().await;
+}

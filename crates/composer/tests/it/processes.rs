@@ -560,6 +560,106 @@ async fn children_starting_when_a_coordinator_is_killed_are_started_once_and_fin
     c.stop();
 }
 
+/// A coordinator is SIGKILLed while runs fail and their failure handlers
+/// start: each failed run has exactly one handler, whichever coordinator
+/// committed its end.
+#[tokio::test]
+async fn failure_handlers_starting_when_a_coordinator_is_killed_start_once_per_failed_run() {
+    let http = FakeHttp::start().await;
+    let mut c = TwoCoordinators::start("kill-mid-handlers", true).await;
+    let clients = c.clients();
+    let handler = json!({"name": "note_failure", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input }"}}]});
+    let failing = json!({"name": "fails_loudly", "on_failure": {"workflow": "note_failure"},
+        "nodes": [http_node("a", &http.url("/slow/50/a"), 1), http_node("b", &http.url("/bad/b"), 1)],
+        "edges": [{"from": "a", "to": "b"}]});
+    assert_eq!(clients[0].post("/v1/workflows", &handler).await.0, 201);
+    assert_eq!(clients[0].post("/v1/workflows", &failing).await.0, 201);
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let (status, run) = clients[i % 2].post("/v1/runs", &json!({"workflow": "fails_loudly"})).await;
+        assert_eq!(status, 201, "{run}");
+        ids.push(run["id"].as_str().unwrap().to_string());
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    kill9(&mut c.coordinators[0]);
+    for id in &ids {
+        let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
+        assert_eq!(run["status"], "FAILED", "{run}");
+        let handlers = run["failure_handler_run_ids"].as_array().unwrap();
+        assert_eq!(handlers.len(), 1, "one handler per failed run: {run}");
+        let h = clients[1].wait_for_run(handlers[0].as_str().unwrap(), Duration::from_secs(60)).await;
+        assert_eq!((h["status"].as_str(), h["handles_run_id"].as_str()), (Some("SUCCEEDED"), Some(id.as_str())));
+    }
+    let all = clients[1].get("/v1/runs?workflow=note_failure&limit=1000").await;
+    assert_eq!(all["runs"].as_array().unwrap().len(), 40, "no handler started twice");
+    c.stop();
+}
+
+/// A coordinator is SIGKILLed while a LOOP iterates: the other finishes it,
+/// and each iteration had one child run.
+#[tokio::test]
+async fn a_loop_mid_way_when_a_coordinator_is_killed_starts_each_iteration_once() {
+    let http = FakeHttp::start().await;
+    let mut c = TwoCoordinators::start("kill-mid-loop", true).await;
+    let clients = c.clients();
+    let step = json!({"name": "one_step", "output": "${ .input.i }",
+        "nodes": [http_node("call", &format!("{}/${{ .input.i }}", http.url("/slow/40/step")), 3)]});
+    let looping = json!({"name": "iterate", "nodes": [{"id": "l", "type": "LOOP", "config": {"workflow": "one_step",
+        "input": {"i": "${ .iteration.index }"}, "until": ".iteration.output >= 29", "max_iterations": 100}}]});
+    assert_eq!(clients[0].post("/v1/workflows", &step).await.0, 201);
+    assert_eq!(clients[0].post("/v1/workflows", &looping).await.0, 201);
+    let (status, run) = clients[0].post("/v1/runs", &json!({"workflow": "iterate"})).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let until = Instant::now() + Duration::from_secs(60);
+    while http.calls_prefix("/slow/40/step/") < 8 {
+        assert!(Instant::now() < until, "the loop did not get going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill9(&mut c.coordinators[0]);
+    let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["output"]["l"], json!({"output": 29, "iterations": 30}));
+    let kids = clients[1].get(&format!("/v1/runs?parent_run_id={id}&limit=1000")).await;
+    let mut iterations: Vec<i64> =
+        kids["runs"].as_array().unwrap().iter().map(|k| k["parent_iteration"].as_i64().unwrap()).collect();
+    iterations.sort_unstable();
+    assert_eq!(iterations, (0..30).collect::<Vec<i64>>(), "each iteration started once");
+    c.stop();
+}
+
+/// A coordinator is SIGKILLed while at-most-once requests are in flight:
+/// the worker's reports reach the other coordinator, and no request is
+/// sent twice.
+#[tokio::test]
+async fn at_most_once_attempts_in_flight_when_a_coordinator_is_killed_are_applied_once_and_never_sent_twice() {
+    let http = FakeHttp::start().await;
+    let mut c = TwoCoordinators::start("kill-at-most-once", true).await;
+    let clients = c.clients();
+    let url = format!("{}/${{ .input.i }}", http.url("/slow/1500/pay"));
+    let spec = json!({"name": "pay_once", "nodes": [{"id": "pay", "type": "HTTP", "delivery": "at_most_once",
+        "config": {"url": url}, "retry": {"max_attempts": 3}}]});
+    assert_eq!(clients[0].post("/v1/workflows", &spec).await.0, 201);
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let (status, run) = clients[0].post("/v1/runs", &json!({"workflow": "pay_once", "input": {"i": i}})).await;
+        assert_eq!(status, 201, "{run}");
+        ids.push(run["id"].as_str().unwrap().to_string());
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while http.calls_prefix("/slow/1500/pay/") < 10 {
+        assert!(Instant::now() < until, "the requests did not go out");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill9(&mut c.coordinators[0]);
+    for id in &ids {
+        let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    }
+    assert_eq!(http.calls_prefix("/slow/1500/pay/"), 10, "each request sent once");
+    c.stop();
+}
+
 /// A coordinator is SIGKILLed while schedules fire every second: the other
 /// carries on, every fire time has one run, and none is lost.
 #[tokio::test]

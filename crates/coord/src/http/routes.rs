@@ -34,6 +34,7 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(runs::retry_run))
         .routes(routes!(runs::pause_run))
         .routes(routes!(runs::resume_run))
+        .routes(routes!(runs::resolve_task))
         .routes(routes!(events::send_event))
         .routes(routes!(schedules::create, schedules::list))
         .routes(routes!(schedules::get, schedules::delete))

@@ -9,9 +9,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use composer_api::schema::Name;
-use composer_api::{ErrorBody, HistoryEntryView, HistoryPage, ItemPage, RunPage, RunView, StartRun, TaskView};
+use composer_api::{
+    ErrorBody, HistoryEntryView, HistoryPage, ItemPage, ResolveOutcome, ResolveTask, RunPage, RunView, StartRun,
+    TaskView,
+};
 use composer_core::duration;
-use composer_core::machine::{Event, RunStatus};
+use composer_core::machine::{Event, Resolution, RunStatus};
 use composer_store::definitions;
 use composer_store::runs::{self, RunRow, TaskRow};
 use serde::Deserialize;
@@ -383,6 +386,63 @@ pub(crate) async fn pause_run(State(s): State<Arc<Shared>>, Path(id): Path<Strin
 )]
 pub(crate) async fn resume_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
     control(&s, &id, Event::ResumeRun).await
+}
+
+/// Resolve an IN_DOUBT step (`delivery: "at_most_once"` whose attempt may
+/// or may not have taken effect): it completed with an output, failed for
+/// good, or is to be sent again.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/tasks/{node}/resolve", operation_id = "resolveTask", tag = "runs",
+    params(
+        ("id" = Uuid, Path, description = "the run"),
+        ("node" = String, Path, description = "the step's node id (a MAP item: `ship_each[3]`)"),
+    ),
+    request_body = ResolveTask,
+    responses(
+        (status = 200, description = "resolved: the run as it now stands", body = RunView),
+        (status = 404, description = "no such run or step", body = ErrorBody),
+        (status = 409, description = "the step is not IN_DOUBT", body = ErrorBody),
+    )
+)]
+pub(crate) async fn resolve_task(
+    State(s): State<Arc<Shared>>,
+    Path((id, node)): Path<(String, String)>,
+    Body(req): Body<ResolveTask>,
+) -> ApiResult<Json<RunView>> {
+    let run = run_id(&id)?;
+    text_param(&node, "node")?;
+    let resolution = match (req.outcome, req.output, req.error) {
+        (ResolveOutcome::Completed, output, None) => {
+            let output = output.unwrap_or(Value::Null);
+            composer_core::storable::check(&output, "output", s.config.max_payload).map_err(ApiError::bad_request)?;
+            Resolution::Completed(output)
+        }
+        (ResolveOutcome::Failed, None, Some(error)) if !error.trim().is_empty() => {
+            if error.chars().count() > super::tasks::MAX_ERROR_CHARS {
+                return Err(ApiError::bad_request(format!(
+                    "error: at most {} characters",
+                    super::tasks::MAX_ERROR_CHARS
+                )));
+            }
+            Resolution::Failed(error)
+        }
+        (ResolveOutcome::Retry, None, None) => Resolution::Retry,
+        (ResolveOutcome::Completed, _, Some(_)) => {
+            return Err(ApiError::bad_request("error: a completed step has an output, not an error"))
+        }
+        (ResolveOutcome::Failed, _, _) => {
+            return Err(ApiError::bad_request("error: a failed step needs an error (and no output)"))
+        }
+        (ResolveOutcome::Retry, _, _) => {
+            return Err(ApiError::bad_request("a retry takes neither an output nor an error"))
+        }
+    };
+    let client = composer_store::client(&s.pool).await?;
+    let task = runs::task_of_node(&client, run, &node)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
+    drop(client);
+    control(&s, &id, Event::ResolveTask { task_id: task.id, resolution }).await
 }
 
 /// Whether two JSON values hold the same data: objects whatever the order

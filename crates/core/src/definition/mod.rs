@@ -28,7 +28,7 @@ pub use kind::{
     LOOP_MAX_ITERATIONS, MAP_MAX_ITEMS, MAX_ERROR_CODE_LEN, SUB_WORKFLOW_MAX_DEPTH,
 };
 pub use node::{default_queue, Node, RetryPolicy};
-pub use spec::{ConcurrencySpec, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, WorkflowSpec};
+pub use spec::{ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, WorkflowSpec};
 
 use check::positive_duration;
 pub(crate) use check::validate_name;

@@ -38,6 +38,9 @@ pub struct Node {
     /// For a MAP's item template, the index of its MAP node. Templates come
     /// after the user's nodes in [`Workflow::nodes`], with no edges.
     pub item_of: Option<usize>,
+    /// `delivery: "at_most_once"`: an attempt whose outcome is unknown goes
+    /// IN_DOUBT instead of being sent again.
+    pub at_most_once: bool,
 }
 
 impl Node {
@@ -134,6 +137,16 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         }
         Some(t) => Some(positive_duration(&format!("{at}.timeout"), t)?),
     };
+    let at_most_once = match n.delivery {
+        Some(super::spec::Delivery::AtMostOnce) if !traits.dispatched => {
+            return Err(ValidationError::new(
+                format!("{at}.delivery"),
+                "only HTTP and custom nodes, which a worker runs, have a delivery",
+            ))
+        }
+        Some(super::spec::Delivery::AtMostOnce) => true,
+        _ => false,
+    };
     let node = Node {
         id: n.id.clone(),
         node_type: n.node_type.clone(),
@@ -145,6 +158,7 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         retry,
         timeout,
         item_of: None,
+        at_most_once,
     };
     let item = match per_item {
         Some(spec) => Some(compile_node(&format!("{at}.config.node"), &spec)?.0),

@@ -112,6 +112,22 @@ pub struct NodeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
     pub timeout: Option<String>,
+    /// `at_least_once` (the default: an attempt whose worker died is run
+    /// again) or `at_most_once` (HTTP and custom nodes: an attempt whose
+    /// outcome is unknown is never sent again by itself; it waits IN_DOUBT
+    /// for an operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+}
+
+/// Whether an attempt may be sent again when its outcome is unknown.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    #[default]
+    AtLeastOnce,
+    AtMostOnce,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

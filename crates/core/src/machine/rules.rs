@@ -36,6 +36,16 @@ impl Machine<'_> {
             Event::PauseRun => self.on_pause(),
             Event::ResumeRun => self.on_resume(),
             Event::RunTimedOut => self.on_run_timed_out(),
+            Event::TaskInDoubt { task_id, attempt, reason } => {
+                let t = self.reportable(task_id, attempt)?;
+                if !self.wf.nodes[self.run.tasks[t].node].at_most_once || self.run.tasks[t].state != TaskState::Running
+                {
+                    return Err(Ignore(IgnoreKind::NotDispatched, "not a running at-most-once attempt".into()));
+                }
+                self.in_doubt(t, reason);
+                Ok(())
+            }
+            Event::ResolveTask { task_id, resolution } => self.on_resolve(task_id, resolution),
             Event::ItemsLoaded { task_id } => self.on_items_loaded(task_id),
             Event::ChildFinished { task_id, attempt, iteration, child, status, output, error } => {
                 let t = self.reportable(task_id, attempt)?;
@@ -97,7 +107,15 @@ impl Machine<'_> {
     /// its timeout).
     pub(super) fn fail_attempt(&mut self, t: usize, mut failure: Failure) {
         let attempt = self.run.tasks[t].attempt;
-        let policy = self.wf.nodes[self.run.tasks[t].node].retry;
+        let node = &self.wf.nodes[self.run.tasks[t].node];
+        // A leased at-most-once attempt that timed out, or whose request
+        // broke off, may have taken effect: it is not sent again.
+        let unknown = [codes::TIMEOUT, codes::TRANSPORT, codes::IN_DOUBT].contains(&failure.info.code.as_str());
+        if node.at_most_once && unknown && self.run.tasks[t].state == TaskState::Running {
+            self.in_doubt(t, failure.message);
+            return;
+        }
+        let policy = node.retry;
         if failure.info.retryable && (attempt as i64) < policy.max_attempts as i64 {
             let wake_at = later(self.now, policy.backoff(attempt as u32));
             let task = &mut self.run.tasks[t];
@@ -871,5 +889,72 @@ impl Machine<'_> {
         self.tr.touch(t);
         let mut ctx = None;
         self.start(t, &mut ctx);
+    }
+}
+
+impl Machine<'_> {
+    /// An at-most-once attempt whose outcome is unknown: it waits IN_DOUBT
+    /// (the run with it) until an operator resolves it; pause and cancel
+    /// still work.
+    pub(super) fn in_doubt(&mut self, t: usize, reason: String) {
+        let task = &mut self.run.tasks[t];
+        task.state = TaskState::InDoubt;
+        task.wake_at = None;
+        let payload = json!({"reason": reason});
+        task.error = Some(reason);
+        task.error_info =
+            Some(super::types::ErrorInfo { code: codes::IN_DOUBT.into(), retryable: false, status: None });
+        self.tr.touch(t);
+        let payload = self.task_payload(t, payload);
+        self.tr.log(HistoryKind::TaskInDoubt, payload);
+    }
+
+    /// An operator's word on an IN_DOUBT attempt: it completed (with an
+    /// output), failed for good, or is to be sent again (a new attempt; held
+    /// while the run is paused).
+    pub(super) fn on_resolve(&mut self, task_id: Uuid, resolution: super::types::Resolution) -> Result<(), Ignore> {
+        use super::types::Resolution;
+        self.require_active()?;
+        let t = self.find(task_id)?;
+        if self.run.tasks[t].state != TaskState::InDoubt {
+            return Err(Ignore(
+                IgnoreKind::NotInDoubt,
+                format!("task is {}, only an IN_DOUBT task can be resolved", self.run.tasks[t].state),
+            ));
+        }
+        let (what, detail) = match &resolution {
+            Resolution::Completed(_) => ("completed", Value::Null),
+            Resolution::Failed(e) => ("failed", json!(e)),
+            Resolution::Retry => ("retry", Value::Null),
+        };
+        let payload = self.task_payload(t, json!({"outcome": what, "error": detail}));
+        self.tr.log(HistoryKind::TaskResolved, payload);
+        match resolution {
+            Resolution::Completed(output) => {
+                self.run.tasks[t].error = None;
+                self.run.tasks[t].error_info = None;
+                self.finish(t, TaskState::Completed, Some(output), None);
+                self.route();
+            }
+            Resolution::Failed(error) => {
+                self.finish(t, TaskState::Failed, None, Some(Failure::fatal(codes::RESOLVED, error)));
+                self.route();
+            }
+            Resolution::Retry if self.run.status == RunStatus::Paused => {
+                let task = &mut self.run.tasks[t];
+                task.state = TaskState::Waiting;
+                task.wake_at = None;
+                self.tr.touch(t);
+            }
+            Resolution::Retry => {
+                let task = &mut self.run.tasks[t];
+                task.attempt += 1;
+                task.error = None;
+                task.error_info = None;
+                self.tr.touch(t);
+                self.dispatch(t);
+            }
+        }
+        Ok(())
     }
 }

@@ -17,6 +17,10 @@ pub enum TaskState {
     Pending,
     Running,
     Waiting,
+    /// An at-most-once attempt whose outcome is unknown (its worker died,
+    /// its request timed out): never sent again by itself; an operator
+    /// resolves it.
+    InDoubt,
     Completed,
     Failed,
     Skipped,
@@ -24,11 +28,12 @@ pub enum TaskState {
 }
 
 impl TaskState {
-    pub const ALL: [TaskState; 8] = [
+    pub const ALL: [TaskState; 9] = [
         TaskState::Queued,
         TaskState::Pending,
         TaskState::Running,
         TaskState::Waiting,
+        TaskState::InDoubt,
         TaskState::Completed,
         TaskState::Failed,
         TaskState::Skipped,
@@ -41,6 +46,7 @@ impl TaskState {
             TaskState::Pending => "PENDING",
             TaskState::Running => "RUNNING",
             TaskState::Waiting => "WAITING",
+            TaskState::InDoubt => "IN_DOUBT",
             TaskState::Completed => "COMPLETED",
             TaskState::Failed => "FAILED",
             TaskState::Skipped => "SKIPPED",
@@ -207,6 +213,11 @@ pub mod codes {
     pub const MAX_ITERATIONS: &str = "max_iterations";
     /// An operator resolved an in-doubt attempt as failed.
     pub const RESOLVED: &str = "resolved";
+    /// An at-most-once attempt whose outcome is unknown; also what a custom
+    /// handler reports when it cannot tell whether its effect happened.
+    pub const IN_DOUBT: &str = "in_doubt";
+    /// The request could not connect: it was not sent.
+    pub const CONNECT: &str = "connect";
 }
 
 impl Task {
@@ -360,6 +371,18 @@ pub enum Event {
     ResumeRun,
     /// The run's deadline passed.
     RunTimedOut,
+    /// An at-most-once attempt's outcome became unknown (its lease expired
+    /// while it ran): it goes IN_DOUBT.
+    TaskInDoubt {
+        task_id: Uuid,
+        attempt: i32,
+        reason: String,
+    },
+    /// An operator says how an IN_DOUBT attempt ended.
+    ResolveTask {
+        task_id: Uuid,
+        resolution: Resolution,
+    },
     /// The engine loaded the items a MAP asked for ([`Need`]); the MAP
     /// carries on with them.
     ItemsLoaded {
@@ -377,6 +400,17 @@ pub enum Event {
         output: Option<Value>,
         error: Option<String>,
     },
+}
+
+/// How an operator resolves an IN_DOUBT attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    /// It took effect, with this output.
+    Completed(Value),
+    /// It did not, for good: the node fails with this error.
+    Failed(String),
+    /// Send it again (a new attempt, under the same idempotency key).
+    Retry,
 }
 
 /// Items of a MAP the state machine needs and the run does not hold: the
@@ -404,6 +438,8 @@ impl Event {
             Event::PauseRun => "PauseRun",
             Event::ResumeRun => "ResumeRun",
             Event::RunTimedOut => "RunTimedOut",
+            Event::TaskInDoubt { .. } => "TaskInDoubt",
+            Event::ResolveTask { .. } => "ResolveTask",
             Event::ItemsLoaded { .. } => "ItemsLoaded",
             Event::ChildFinished { .. } => "ChildFinished",
         }
@@ -416,6 +452,8 @@ impl Event {
             | Event::TaskFailed { task_id, .. }
             | Event::TimerFired { task_id }
             | Event::EventReceived { task_id, .. }
+            | Event::TaskInDoubt { task_id, .. }
+            | Event::ResolveTask { task_id, .. }
             | Event::ChildFinished { task_id, .. } => Some(*task_id),
             _ => None,
         }
@@ -449,6 +487,10 @@ pub enum HistoryKind {
     RunResumed,
     EventIgnored,
     MapStarted,
+    /// An at-most-once attempt's outcome is unknown.
+    TaskInDoubt,
+    /// An operator resolved an IN_DOUBT attempt.
+    TaskResolved,
     /// A task was reset: a retry went back before it, and it runs again
     /// when it becomes ready.
     TaskReset,
@@ -458,7 +500,7 @@ pub enum HistoryKind {
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 18] = [
+    pub const ALL: [HistoryKind; 20] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -475,6 +517,8 @@ impl HistoryKind {
         HistoryKind::RunResumed,
         HistoryKind::EventIgnored,
         HistoryKind::MapStarted,
+        HistoryKind::TaskInDoubt,
+        HistoryKind::TaskResolved,
         HistoryKind::TaskReset,
         HistoryKind::HandlerStarted,
     ];
@@ -497,6 +541,8 @@ impl HistoryKind {
             HistoryKind::RunResumed => "RunResumed",
             HistoryKind::EventIgnored => "EventIgnored",
             HistoryKind::MapStarted => "MapStarted",
+            HistoryKind::TaskInDoubt => "TaskInDoubt",
+            HistoryKind::TaskResolved => "TaskResolved",
             HistoryKind::TaskReset => "TaskReset",
             HistoryKind::HandlerStarted => "HandlerStarted",
         }
@@ -527,6 +573,7 @@ pub enum IgnoreKind {
     NotFailed,
     NotPaused,
     NotDispatched,
+    NotInDoubt,
 }
 
 impl IgnoreKind {
@@ -542,6 +589,7 @@ impl IgnoreKind {
             IgnoreKind::NotFailed => "not_failed",
             IgnoreKind::NotPaused => "not_paused",
             IgnoreKind::NotDispatched => "not_dispatched",
+            IgnoreKind::NotInDoubt => "not_in_doubt",
         }
     }
 }
@@ -685,6 +733,7 @@ impl Probe {
         let attempt = match event {
             Event::TaskCompleted { attempt, .. }
             | Event::TaskFailed { attempt, .. }
+            | Event::TaskInDoubt { attempt, .. }
             | Event::ChildFinished { attempt, .. } => Some(*attempt),
             _ => None,
         };
