@@ -383,6 +383,23 @@ pub enum RunCommand {
         /// The run's id.
         id: String,
     },
+    /// Says how an IN_DOUBT step (delivery: at_most_once) ended: it
+    /// completed (--output), failed (--error) or is to be sent again (retry).
+    Resolve {
+        /// The run's id.
+        id: String,
+        /// The step's node id (a MAP item: ship_each[3]).
+        node: String,
+        /// completed, failed or retry.
+        #[arg(long, value_parser = ["completed", "failed", "retry"])]
+        outcome: String,
+        /// With completed: the step's output as JSON (or @FILE).
+        #[arg(long)]
+        output: Option<String>,
+        /// With failed: the step's error.
+        #[arg(long)]
+        error: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]

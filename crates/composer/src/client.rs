@@ -138,6 +138,17 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
         RunCommand::Resume { id } => {
             output::one(format, &call(&api, Method::POST, &run_path(&id, "/resume"), None).await?)
         }
+        RunCommand::Resolve { id, node, outcome, output: step_output, error } => {
+            let mut body = serde_json::json!({"outcome": outcome});
+            if let Some(o) = step_output {
+                body["output"] = json_arg("--output", &o)?;
+            }
+            if let Some(e) = error {
+                body["error"] = Value::String(e);
+            }
+            let path = run_path(&id, &format!("/tasks/{}/resolve", encode(&node)));
+            output::one(format, &call(&api, Method::POST, &path, Some(&body)).await?)
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

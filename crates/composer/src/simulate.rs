@@ -80,10 +80,15 @@ fn known(wf: &Workflow, node: &str, flag: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let item = node.strip_suffix(']').and_then(|n| n.split_once('['));
+    // A MAP's items and a LOOP's iterations are named by their index.
+    let indexed = |id: &str| {
+        wf.map_template(id).is_some()
+            || wf.node_index(id).is_some_and(|n| matches!(wf.nodes[n].kind, composer_core::definition::NodeKind::Loop(_)))
+    };
     match item {
-        Some((map, index)) if wf.map_template(map).is_some() && index.parse::<u32>().is_ok() => Ok(()),
-        Some((map, _)) if wf.map_template(map).is_some() => {
-            Err(anyhow!("{flag} {node}: an item is named by its index, such as {map}[0]"))
+        Some((parent, index)) if indexed(parent) && index.parse::<u32>().is_ok() => Ok(()),
+        Some((parent, _)) if indexed(parent) => {
+            Err(anyhow!("{flag} {node}: an item or iteration is named by its index, such as {parent}[0]"))
         }
         _ => Err(anyhow!("{flag} {node}: the definition has no node {node:?}")),
     }
@@ -122,7 +127,12 @@ fn text(r: &Report) -> String {
     if !r.edges.is_empty() {
         out.push_str("edges\n");
         for e in &r.edges {
-            out.push_str(&format!("  {} -> {}  {}\n", e.from, e.to, if e.taken { "taken" } else { "not taken" }));
+            let on = match e.on {
+                "success" => String::new(),
+                other => format!(" (on {other})"),
+            };
+            let taken = if e.taken { "taken" } else { "not taken" };
+            out.push_str(&format!("  {} -> {}{on}  {taken}\n", e.from, e.to));
         }
     }
     match (&r.output, &r.error) {

@@ -17,6 +17,17 @@ pub fn refusal(config: &Value, status: u16) -> Option<bool> {
     Some(listed("retry_statuses").unwrap_or(status >= 500 || status == 429))
 }
 
+/// The error of an attempt whose answer was refused: the request and the
+/// status, and the start of the body (the worker scrubs secrets from it).
+pub fn refused_answer(method: &str, url: &str, status: u16, body: &Value) -> String {
+    let snippet: String = match body {
+        Value::String(s) => s.chars().take(2000).collect(),
+        Value::Null => String::new(),
+        other => other.to_string().chars().take(2000).collect(),
+    };
+    format!("{method} {url} answered {status}: {snippet}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -152,9 +152,11 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
                     Some((status, retryable)) => Event::TaskFailed {
                         task_id: task.id,
                         attempt: task.attempt,
-                        error: format!(
-                            "{} answered {status} (mocked)",
-                            task.input["url"].as_str().unwrap_or("the target")
+                        error: http::refused_answer(
+                            &task.input["method"].as_str().unwrap_or("GET").to_ascii_uppercase(),
+                            task.input["url"].as_str().unwrap_or("the target"),
+                            status,
+                            &output["body"],
                         ),
                         retryable,
                         code: Some(codes::HTTP_STATUS.to_string()),

@@ -78,13 +78,8 @@ impl Http {
             return Ok(json!({"status": status, "headers": headers, "body": body}));
         };
         // Generous here: the runtime scrubs secrets, then cuts the message.
-        let snippet: String = match &body {
-            Value::String(s) => s.chars().take(2000).collect(),
-            Value::Null => String::new(),
-            other => other.to_string().chars().take(2000).collect(),
-        };
         Err(TaskError {
-            message: format!("{method} {url} answered {status}: {snippet}"),
+            message: composer_core::http::refused_answer(&method, &url, status, &body),
             retryable,
             code: Some(codes::HTTP_STATUS.into()),
             status: Some(status),

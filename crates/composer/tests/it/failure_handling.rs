@@ -65,16 +65,21 @@ async fn the_order_example_refunds_a_declined_charge_in_production_as_simulate_s
     let line = dispatched.iter().find(|h| h["payload"]["task_id"] == refund_task["id"]).unwrap();
     assert_eq!(line["payload"]["via"], json!([{"from": "charge", "on": "failure"}]), "the history names the edge");
 
-    // Simulate takes the same path from a mocked 402.
+    // Simulate takes the same path from a mocked 402 …
     let wf = Workflow::parse(&example).unwrap();
     let opts = Options {
-        input,
+        input: input.clone(),
         mocks: [("charge".to_string(), json!({"status": 402}))].into_iter().collect(),
         ..Default::default()
     };
     let report = simulate::simulate(&wf, &opts);
     assert_eq!(report.status.as_str(), "FAILED");
     assert_eq!(simulated_states(&report), states(&run), "simulate and production agree node by node");
+    // … and, mocked with what the target answered, ends with the same error.
+    let answered = json!({"status": 402, "body": {"path": "/status/402/charge", "call": 1}});
+    let opts = Options { input, mocks: [("charge".to_string(), answered)].into_iter().collect(), ..Default::default() };
+    let same = simulate::simulate(&Workflow::parse(&serde_json::from_str(&live).unwrap()).unwrap(), &opts);
+    assert_eq!(same.error.as_deref(), Some(error), "the same words");
     let taken: Vec<(String, String)> =
         report.edges.iter().filter(|e| e.taken).map(|e| (e.from.clone(), e.to.clone())).collect();
     assert_eq!(taken, vec![("charge".into(), "refund".into()), ("refund".into(), "order_failed".into())]);
