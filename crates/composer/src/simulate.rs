@@ -83,7 +83,9 @@ fn known(wf: &Workflow, node: &str, flag: &str) -> anyhow::Result<()> {
     // A MAP's items and a LOOP's iterations are named by their index.
     let indexed = |id: &str| {
         wf.map_template(id).is_some()
-            || wf.node_index(id).is_some_and(|n| matches!(wf.nodes[n].kind, composer_core::definition::NodeKind::Loop(_)))
+            || wf
+                .node_index(id)
+                .is_some_and(|n| matches!(wf.nodes[n].kind, composer_core::definition::NodeKind::Loop(_)))
     };
     match item {
         Some((parent, index)) if indexed(parent) && index.parse::<u32>().is_ok() => Ok(()),

@@ -717,6 +717,22 @@ pub async fn task_of_node(client: &Client, run_id: Uuid, node_id: &str) -> Resul
     row.as_ref().map(TaskRow::from_row).transpose()
 }
 
+/// The edges the engine took in a run, as its history records them (the
+/// first line of a task says which edges it came by): `(task, from, to)`
+/// by node id.
+pub async fn taken_edges(client: &Client, run_id: Uuid) -> Result<Vec<(Uuid, String, String)>> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT (payload ->> 'task_id')::uuid, v ->> 'from', payload ->> 'node_id'
+               FROM run_events, jsonb_array_elements(payload -> 'via') AS v
+              WHERE run_id = $1 AND payload ? 'via' AND jsonb_typeof(payload -> 'via') = 'array'
+              LIMIT 100000",
+        )
+        .await?;
+    let rows = client.query(&stmt, &[&run_id]).await?;
+    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
+}
+
 /// The failure handler runs `run_id`'s ends started, oldest first.
 pub async fn handlers_of(client: &Client, run_id: Uuid) -> Result<Vec<Uuid>> {
     let stmt =

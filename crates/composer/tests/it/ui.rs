@@ -93,3 +93,59 @@ async fn a_runs_data_is_shown_as_text_and_a_form_from_another_site_changes_nothi
     }
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_run_page_draws_the_edges_taken_links_its_failure_handler_and_resolves_a_step_in_doubt() {
+    let mut e =
+        Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_secs(1), ..Default::default() }).await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "tell", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]})).await;
+    let spec = json!({"name": "declined", "on_failure": {"workflow": "tell"}, "nodes": [
+        {"id": "charge", "type": "HTTP", "config": {"url": http.url("/status/402/c")}, "retry": {"max_attempts": 1}},
+        {"id": "refund", "type": "HTTP", "config": {"url": http.url("/ok/r")}},
+        {"id": "stop", "type": "FAIL", "config": {"message": "refunded"}}],
+        "edges": [{"from": "charge", "to": "refund", "on": "failure"}, {"from": "refund", "to": "stop"}]});
+    e.register(&spec).await;
+    e.start_worker("w", 2).await;
+    let id = e.start_run("declined", json!({})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    let handler = run["failure_handler_run_ids"][0].as_str().unwrap().to_string();
+    let b = browser();
+    let page = b.get(format!("{}/ui/runs/{id}", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("class=\"edge failure taken\""), "the failure edge taken is drawn so");
+    assert!(page.contains(&format!("its failure handler: <a href=\"/ui/runs/{handler}\"")), "links its handler");
+    let handler_page = b.get(format!("{}/ui/runs/{handler}", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(handler_page.contains(&format!("failure handler of <a href=\"/ui/runs/{id}\"")), "and back");
+
+    // An at-most-once step whose worker died waits IN_DOUBT with its forms.
+    let mut once = composer_testkit::http_node("pay", &http.url("/ok/pay"), 1);
+    once["delivery"] = json!("at_most_once");
+    e.register(&json!({"name": "once", "nodes": [once]})).await;
+    e.workers.pop().unwrap().stop().await;
+    let id = e.start_run("once", json!({})).await;
+    let run = e.wait_until(id, T, |r| r["tasks"][0]["state"] == "PENDING").await;
+    let task = run["tasks"][0]["id"].as_str().unwrap().parse().unwrap();
+    let leases = composer_store::leases::LeaseManager::new(e.db.pool());
+    assert!(leases.acquire(id, task, "gone", Duration::from_millis(200), 1).await.unwrap().is_granted());
+    e.wait_until(id, T, |r| r["tasks"][0]["state"] == "IN_DOUBT").await;
+    let page = b.get(format!("{}/ui/runs/{id}", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("class=\"badge doubt\">IN_DOUBT") && page.contains("class=\"resolve-completed\""), "{page}");
+    let bad = b
+        .post(format!("{}/ui/runs/{id}/tasks/pay/resolve", e.url()))
+        .form(&[("outcome", "completed"), ("output", "{not json")])
+        .send()
+        .await
+        .unwrap();
+    assert!(bad.headers()["location"].to_str().unwrap().ends_with("msg=resolve-invalid"));
+    let done = b
+        .post(format!("{}/ui/runs/{id}/tasks/pay/resolve", e.url()))
+        .form(&[("outcome", "completed"), ("output", "{\"by\": \"hand\"}")])
+        .send()
+        .await
+        .unwrap();
+    assert!(done.headers()["location"].to_str().unwrap().ends_with("msg=resolve-done"));
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!((run["status"].as_str(), &run["output"]["pay"]), (Some("SUCCEEDED"), &json!({"by": "hand"})));
+    e.stop().await;
+}

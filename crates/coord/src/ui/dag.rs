@@ -1,10 +1,10 @@
 //! A run's graph as SVG: nodes in layers by their longest path from a root
 //! (so every edge points right), coloured by their task's state.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-use composer_core::definition::Workflow;
+use composer_core::definition::{EdgeOn, Workflow};
 
 use super::html::{clip, esc, state_class};
 
@@ -38,8 +38,9 @@ pub fn layers(wf: &Workflow) -> Vec<usize> {
 }
 
 /// The SVG of `wf`, each node coloured by `states` (by node id; a node
-/// without one was not reached).
-pub fn svg(wf: &Workflow, states: &HashMap<String, NodeState>) -> String {
+/// without one was not reached), the edges the run took (`taken`, `(from,
+/// to)` node ids) drawn bold; failure and always edges have their own look.
+pub fn svg(wf: &Workflow, states: &HashMap<String, NodeState>, taken: &HashSet<(String, String)>) -> String {
     let layer = layers(wf);
     let graph: Vec<usize> = (0..wf.nodes.len()).filter(|&n| wf.nodes[n].item_of.is_none()).collect();
     let mut row = vec![0; wf.nodes.len()];
@@ -66,8 +67,27 @@ pub fn svg(wf: &Workflow, states: &HashMap<String, NodeState>) -> String {
         let ((x1, y1), (x2, y2)) = (at(e.from), at(e.to));
         let (sx, sy, tx, ty) = (x1 + W, y1 + H / 2, x2, y2 + H / 2);
         let mid = (sx + tx) / 2;
-        let class = if e.when.is_some() { "edge when" } else { "edge" };
-        let title = e.when.as_ref().map(|w| format!("<title>when {}</title>", esc(w.source()))).unwrap_or_default();
+        let mut class = String::from("edge");
+        if e.when.is_some() {
+            class.push_str(" when");
+        }
+        if e.on != EdgeOn::Success {
+            class.push(' ');
+            class.push_str(e.on.as_str());
+        }
+        if taken.contains(&(wf.nodes[e.from].id.clone(), wf.nodes[e.to].id.clone())) {
+            class.push_str(" taken");
+        }
+        let on = match e.on {
+            EdgeOn::Success => String::new(),
+            other => format!("on {}", other.as_str()),
+        };
+        let when = e.when.as_ref().map(|w| format!("when {}", w.source())).unwrap_or_default();
+        let title = match (on.is_empty(), when.is_empty()) {
+            (true, true) => String::new(),
+            (false, false) => format!("<title>{} · {}</title>", esc(&on), esc(&when)),
+            _ => format!("<title>{}{}</title>", esc(&on), esc(&when)),
+        };
         let _ = write!(
             out,
             "<path class=\"{class}\" d=\"M {sx} {sy} C {mid} {sy}, {mid} {ty}, {tx} {ty}\" marker-end=\"url(#arrow)\">{title}</path>"
@@ -132,12 +152,13 @@ mod tests {
             ("b".to_string(), NodeState { state: "FAILED".into(), ..Default::default() }),
             ("each".to_string(), NodeState { state: "RUNNING".into(), note: Some("<3/10>".into()), link: None }),
         ]);
-        let svg = svg(&wf, &states);
+        let svg = svg(&wf, &states, &HashSet::from([("a".to_string(), "b".to_string())]));
         assert_eq!(svg.matches("<g class=\"node").count(), 5, "the MAP's item template is not drawn");
         assert!(svg.contains("class=\"node failed\" data-node=\"b\""));
         assert!(svg.contains("class=\"node none\" data-node=\"d\""), "not reached");
         assert!(svg.contains("&lt;3/10&gt;") && !svg.contains("<3/10>"), "notes are escaped");
         assert_eq!(svg.matches("class=\"edge").count(), 5);
+        assert_eq!(svg.matches("class=\"edge taken\"").count(), 1, "the edge the run took");
         assert!(svg.contains("<title>when .input.x &gt; 1</title>"));
     }
 }

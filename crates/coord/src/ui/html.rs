@@ -67,6 +67,7 @@ pub fn state_class(state: &str) -> &'static str {
         "FAILED" => "failed",
         "RUNNING" | "PENDING" => "running",
         "WAITING" | "PAUSED" | "QUEUED" => "waiting",
+        "IN_DOUBT" => "doubt",
         "SKIPPED" | "CANCELLED" => "off",
         _ => "none",
     }

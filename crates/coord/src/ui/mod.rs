@@ -26,7 +26,7 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use chrono::{DateTime, Utc};
-use composer_core::machine::{Event, RunStatus};
+use composer_core::machine::{Event, Resolution, RunStatus, TaskState};
 use composer_store::runs::{self, RunFilter, RunRow, TaskRow};
 use serde::Deserialize;
 use uuid::Uuid;
@@ -54,6 +54,7 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/ui/runs/{id}", get(run_page))
         .route("/ui/runs/{id}/items", get(items_page))
         .route("/ui/runs/{id}/{action}", post(run_action))
+        .route("/ui/runs/{id}/tasks/{node}/resolve", post(resolve_action))
         .route("/ui/workflows", get(workflows_page))
         .route("/ui/workflows/{name}", get(workflow_page))
         .route("/ui/schedules", get(schedules_page))
@@ -147,6 +148,9 @@ const NOTICES: &[(&str, &str)] = &[
     ("resume-refused", "resume refused: the run's status does not allow it"),
     ("cancel-done", "cancel: done"),
     ("cancel-refused", "cancel refused: the run's status does not allow it"),
+    ("resolve-done", "resolve: done"),
+    ("resolve-refused", "resolve refused: the step is not IN_DOUBT"),
+    ("resolve-invalid", "resolve refused: a completed step needs its output as JSON, a failed one an error"),
 ];
 
 fn notice(code: &str) -> Option<&'static str> {
@@ -423,6 +427,12 @@ async fn run_page(
     if let Some(t) = run.trigger.as_ref().and_then(|t| t["schedule"].as_str()) {
         let _ = write!(html, " · started by schedule <a href=\"/ui/schedules\">{}</a>", esc(t));
     }
+    if let Some(failed) = run.handles_run_id {
+        let _ = write!(html, " · failure handler of <a href=\"/ui/runs/{failed}\">{}</a>", short(&failed));
+    }
+    for handler in runs::handlers_of(&client, run_id).await? {
+        let _ = write!(html, " · its failure handler: <a href=\"/ui/runs/{handler}\">{}</a>", short(&handler));
+    }
     html.push_str("</p>");
     if let Some(text) = q.get("msg").and_then(|m| notice(m)) {
         let _ = write!(html, "<p class=\"notice\">{}</p>", esc(text));
@@ -505,12 +515,22 @@ async fn live_part(
                     state.note = Some(format!("{}/{} done", p.completed + p.failed, p.total));
                 } else if node.is_some_and(|k| k.traits().has_child) {
                     state.link = child_of.get(&t.id).map(|c| format!("/ui/runs/{}", c.id));
+                    state.note = t.iteration.map(|i| format!("iteration {}", i + 1));
                 } else if t.attempt > 1 {
                     state.note = Some(format!("attempt {}", t.attempt));
                 }
                 states.insert(t.node_id.clone(), state);
             }
-            let _ = write!(html, "<div class=\"graph\">{}</div>", dag::svg(&wf, &states));
+            // The edges the engine took, as the history records them, of
+            // the tasks the run has now (a reset task's are gone).
+            let current: std::collections::HashSet<Uuid> = tasks.iter().map(|t| t.id).collect();
+            let taken = runs::taken_edges(client, run.id)
+                .await?
+                .into_iter()
+                .filter(|(task, _, _)| current.contains(task))
+                .map(|(_, from, to)| (from, to))
+                .collect();
+            let _ = write!(html, "<div class=\"graph\">{}</div>", dag::svg(&wf, &states, &taken));
         }
     }
     html.push_str(
@@ -541,6 +561,9 @@ async fn live_part(
                 short(&c.id),
                 badge(c.status.as_str())
             );
+        }
+        if t.state == TaskState::InDoubt {
+            extra.push_str(&resolve_forms(run.id, &t.node_id));
         }
         let _ = write!(
             html,
@@ -645,6 +668,63 @@ async fn run_action(
     Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg={action}-{outcome}")).into_response())
 }
 
+/// The three ways to resolve an IN_DOUBT step, as forms.
+fn resolve_forms(run: Uuid, node: &str) -> String {
+    let action = format!("/ui/runs/{run}/tasks/{}/resolve", url_enc(node));
+    format!(
+        "<div class=\"resolve\"><p>Did this attempt take effect? It will not be sent again by itself.</p>\
+         <form method=\"post\" action=\"{a}\"><input type=\"hidden\" name=\"outcome\" value=\"completed\">\
+         <label>Output (JSON) <textarea name=\"output\" rows=\"2\">{{}}</textarea></label>\
+         <button type=\"submit\" class=\"resolve-completed\">It did: complete the step</button></form>\
+         <form method=\"post\" action=\"{a}\"><input type=\"hidden\" name=\"outcome\" value=\"failed\">\
+         <label>Error <input name=\"error\" required></label>\
+         <button type=\"submit\" class=\"resolve-failed\">It did not: fail the step</button></form>\
+         <form method=\"post\" action=\"{a}\"><input type=\"hidden\" name=\"outcome\" value=\"retry\">\
+         <button type=\"submit\" class=\"resolve-retry\">Send it again</button></form></div>",
+        a = esc(&action)
+    )
+}
+
+/// A resolve form's answer: the same event as the API's.
+async fn resolve_action(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path((id, node)): Path<(String, String)>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let run_id = parse_id(&id)?;
+    let field = |k: &str| form.get(k).map(String::as_str).unwrap_or("");
+    let resolution = match field("outcome") {
+        "completed" => match serde_json::from_str::<serde_json::Value>(field("output")) {
+            Ok(v) if composer_core::storable::check(&v, "output", s.config.max_payload).is_ok() => {
+                Some(Resolution::Completed(v))
+            }
+            _ => None,
+        },
+        "failed" if !field("error").trim().is_empty() && field("error").len() <= 65_536 => {
+            Some(Resolution::Failed(field("error").to_string()))
+        }
+        "retry" => Some(Resolution::Retry),
+        _ => None,
+    };
+    let Some(resolution) = resolution else {
+        return Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=resolve-invalid")).into_response());
+    };
+    let client = composer_store::client(&s.pool).await?;
+    let task = runs::task_of_node(&client, run_id, &node).await?.ok_or_else(|| not_found("step"))?;
+    drop(client);
+    let outcome = match s.engine.handle(run_id, Event::ResolveTask { task_id: task.id, resolution }).await {
+        Ok(h) if h.ignored.is_some() => "refused",
+        Ok(_) => "done",
+        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=resolve-{outcome}")).into_response())
+}
+
 async fn workflows_page(State(s): State<Arc<Shared>>) -> Page {
     let client = composer_store::client(&s.pool).await?;
     let rows = composer_store::definitions::latest_of_each(&client, 1000).await?;
@@ -687,7 +767,7 @@ async fn workflow_page(
         url_enc(&def.name)
     );
     if let Ok(wf) = s.engine.compile(&def) {
-        let _ = write!(html, "<div class=\"graph\">{}</div>", dag::svg(&wf, &HashMap::new()));
+        let _ = write!(html, "<div class=\"graph\">{}</div>", dag::svg(&wf, &HashMap::new(), &Default::default()));
     }
     html.push_str("<h2>Versions</h2><ul class=\"versions\">");
     for v in &versions {
