@@ -4,7 +4,7 @@ import type { ErrorCode, Run } from "./types.js";
 export interface ComposerErrorOptions {
   /** The HTTP status; 0 when no answer came. */
   status: number;
-  /** The server's stable code, or the client's (`unreachable`, `timeout`, `invalid_answer`, `wait_timeout`). */
+  /** The server's stable code, or the client's (`http_error`, `unreachable`, `timeout`, `invalid_answer`, `wait_timeout`). */
   code: ErrorCode;
   cause?: unknown;
   /** The server's `Retry-After`, in milliseconds, when it sent one. */
@@ -33,7 +33,11 @@ export class ComposerError extends Error {
   }
 }
 
-/** 400 (also 413, 414, 415): the request is invalid; the message names the field. */
+/**
+ * 400, and the other refusals of the request itself (405, 413, 414, 415;
+ * 422, an idempotency key used before with another input): sending it
+ * again will not help. The message names the field.
+ */
 export class InvalidRequestError extends ComposerError {}
 
 /** 401 or 403: a missing or wrong token (or a refused origin). */
@@ -42,15 +46,12 @@ export class UnauthorizedError extends ComposerError {}
 /** 404: no such run, workflow or endpoint. */
 export class NotFoundError extends ComposerError {}
 
-/**
- * 409: not possible in the current state (cancelling a finished run,
- * a lost lease); also 422, an idempotency key used before with another input.
- */
+/** 409: not possible in the current state (cancelling a finished run; `lease_lost` for a worker's task). */
 export class ConflictError extends ComposerError {}
 
 /**
- * 5xx, or no answer: the coordinator (or its database) is down, busy or
- * stopping, the connection failed, or the call timed out. Worth retrying.
+ * 5xx, 429, or no answer: the coordinator (or its database) is down, busy
+ * or stopping, the connection failed, or the call timed out. Worth retrying.
  */
 export class UnavailableError extends ComposerError {}
 
@@ -66,10 +67,10 @@ export class WaitTimeoutError extends ComposerError {
 
 /** The error class of an error answer of `status`. */
 export function errorClassFor(status: number): typeof ComposerError {
-  if (status === 400 || status === 413 || status === 414 || status === 415) return InvalidRequestError;
-  if (status === 401 || status === 403) return UnauthorizedError;
+  if (status >= 500 || status === 429) return UnavailableError;
   if (status === 404) return NotFoundError;
-  if (status === 409 || status === 422) return ConflictError;
-  if (status >= 500) return UnavailableError;
+  if (status === 409) return ConflictError;
+  if (status === 401 || status === 403) return UnauthorizedError;
+  if ([400, 405, 413, 414, 415, 422].includes(status)) return InvalidRequestError;
   return ComposerError;
 }

@@ -127,7 +127,7 @@ export async function call<T>(
   }
 
   if (status < 200 || status > 299) {
-    let code = "unknown";
+    let code = "http_error"; // not the API's error body (a proxy's page), as the Python client says
     let message = text.trim().slice(0, 1000) || `HTTP ${status}`;
     try {
       const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
@@ -136,7 +136,7 @@ export async function call<T>(
         if (typeof parsed.error.message === "string") message = parsed.error.message;
       }
     } catch {
-      // not the API's error body (a proxy's page): keep the text
+      // not JSON: keep the text
     }
     const seconds = retryAfter === null ? NaN : Number(retryAfter);
     const Class = errorClassFor(status);
