@@ -7,6 +7,7 @@ import {
   type HistoryPage,
   type ItemPage,
   type JsonValue,
+  type ResolveTask,
   type Run,
   type RunList,
   type RunStatus,
@@ -227,6 +228,17 @@ export class Client {
   /** Resumes a PAUSED run. */
   resumeRun(id: string): Promise<Run> {
     return this.#post(`/v1/runs/${segment(id)}/resume`);
+  }
+
+  /**
+   * Says how an IN_DOUBT step (an `at_most_once` attempt whose outcome is
+   * unknown) ended: `completed` with `output`, `failed` with `error`, or
+   * `retry` (sent again under the same idempotency key). `node` is the
+   * step's node id (a MAP item: `ship_each[3]`). A `ConflictError` when the
+   * step is not IN_DOUBT. Newer coordinators only.
+   */
+  resolveTask(id: string, node: string, resolution: ResolveTask): Promise<Run> {
+    return this.#post(`/v1/runs/${segment(id)}/tasks/${segment(node)}/resolve`, resolution);
   }
 
   // -- events ---------------------------------------------------------------

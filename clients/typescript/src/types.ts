@@ -4,7 +4,9 @@
  * names are the wire's (snake_case); times are RFC 3339 strings in UTC.
  *
  * A field the server always sends, `null` when empty, is typed `T | null`; a
- * field it leaves out when empty is optional (`?:`).
+ * field it leaves out when empty is optional (`?:`). Fields added by newer
+ * coordinators (failure handling, LOOP) are optional, so the types fit
+ * older ones too.
  */
 
 /** Any JSON value. */
@@ -27,8 +29,21 @@ export function isTerminal(status: RunStatus): boolean {
   return TERMINAL_STATUSES.includes(status);
 }
 
-/** A task's state. QUEUED is a MAP item waiting for a slot. */
-export type TaskState = "QUEUED" | "PENDING" | "RUNNING" | "WAITING" | "COMPLETED" | "FAILED" | "SKIPPED" | "CANCELLED";
+/**
+ * A task's state. QUEUED is a MAP item waiting for a slot; IN_DOUBT an
+ * `at_most_once` attempt whose outcome is unknown, waiting for `resolveTask`
+ * (newer coordinators).
+ */
+export type TaskState =
+  | "QUEUED"
+  | "PENDING"
+  | "RUNNING"
+  | "WAITING"
+  | "IN_DOUBT"
+  | "COMPLETED"
+  | "FAILED"
+  | "SKIPPED"
+  | "CANCELLED";
 
 /** What a line of a run's history records. */
 export type HistoryKind =
@@ -47,12 +62,28 @@ export type HistoryKind =
   | "RunPaused"
   | "RunResumed"
   | "EventIgnored"
-  | "MapStarted";
+  | "MapStarted"
+  /** An `at_most_once` attempt's outcome is unknown: the step waits IN_DOUBT. */
+  | "TaskInDoubt"
+  /** An IN_DOUBT step was resolved (`resolveTask`). */
+  | "TaskResolved"
+  /** A retry went back before the task: it runs again when it becomes ready. */
+  | "TaskReset"
+  /** The run's end started its failure handler (`run_id`), or could not (`error`). */
+  | "HandlerStarted";
 
 // -- workflow definitions ---------------------------------------------------
 
 /** The built-in node types; any other name is a custom type run by a worker. */
-export type BuiltinNodeType = "HTTP" | "WAIT" | "WAIT_FOR_EVENT" | "TRANSFORM" | "MAP" | "SUB_WORKFLOW";
+export type BuiltinNodeType =
+  | "HTTP"
+  | "WAIT"
+  | "WAIT_FOR_EVENT"
+  | "TRANSFORM"
+  | "MAP"
+  | "SUB_WORKFLOW"
+  | "LOOP"
+  | "FAIL";
 
 /** A node's type: a built-in one, or a custom type (`resize-image`) a worker handles. */
 export type NodeType = BuiltinNodeType | (string & {});
@@ -77,6 +108,12 @@ export interface NodeDefinition {
   retry?: RetryPolicy | null;
   /** How long one attempt may take (`"30s"`). */
   timeout?: string | null;
+  /**
+   * `at_least_once` (the default: an attempt whose worker died runs again)
+   * or `at_most_once` (HTTP and custom nodes: an attempt whose outcome is
+   * unknown waits IN_DOUBT for `resolveTask`). Newer coordinators only.
+   */
+  delivery?: "at_least_once" | "at_most_once" | null;
 }
 
 /** An edge; `when` is a jq expression that must yield a boolean. */
@@ -84,6 +121,18 @@ export interface EdgeDefinition {
   from: string;
   to: string;
   when?: string | null;
+  /** Which end of its source the edge follows: `success` (the default), `failure` or `always`. */
+  on?: "success" | "failure" | "always" | null;
+}
+
+/** `on_failure`: a run of another workflow that a run's failed (or cancelled) end starts. */
+export interface OnFailureDefinition {
+  workflow: string;
+  version?: number | null;
+  /** A template over `{failed_run: {id, workflow, status, error, nodes}, input}`. */
+  input?: JsonValue;
+  /** The ends that start it: `["FAILED"]` (the default) or `["FAILED", "CANCELLED"]`. */
+  on?: Array<"FAILED" | "CANCELLED"> | null;
 }
 
 /** At most `max` runs open at once, per value of `key` (an expression over `{input}`). */
@@ -103,6 +152,8 @@ export interface WorkflowDefinition {
   timeout?: string | null;
   concurrency?: ConcurrencyLimit | null;
   description?: string | null;
+  /** The failure handler run a run that ends FAILED starts. */
+  on_failure?: OnFailureDefinition | null;
 }
 
 /**
@@ -138,6 +189,16 @@ export interface MapProgress {
   failed: number;
 }
 
+/** What a failure edge can test of a task's failure besides its message (`.nodes.X.error`). */
+export interface ErrorInfo {
+  /** A stable name for what went wrong: `task_failed`, `http_status`, `timeout`, `event_timeout`... */
+  code: string;
+  /** Whether the last error could have been retried (its retries ran out). */
+  retryable: boolean;
+  /** The HTTP status a target answered with. */
+  status?: number;
+}
+
 /** One task of a run: a node's step (or a MAP's item). */
 export interface Task {
   id: string;
@@ -149,6 +210,8 @@ export interface Task {
   input: JsonValue;
   output: JsonValue;
   error: string | null;
+  /** What is known of its failure besides `error`. */
+  error_info?: ErrorInfo;
   wake_at: string | null;
   started_at: string | null;
   finished_at: string | null;
@@ -181,6 +244,12 @@ export interface Run {
   /** A SUB_WORKFLOW's child run: the run and task that started it. */
   parent_run_id?: string;
   parent_task_id?: string;
+  /** A LOOP's child run: the iteration it is (from 0). */
+  parent_iteration?: number;
+  /** A failure handler's run: the run whose end started it. */
+  handles_run_id?: string;
+  /** The failure handler runs this run's end started, oldest first (`getRun` of a FAILED or CANCELLED run). */
+  failure_handler_run_ids?: string[];
   tasks?: Task[];
 }
 
@@ -216,6 +285,18 @@ export interface HistoryPage {
 export interface ItemPage {
   items: Task[];
   next_after: number | null;
+}
+
+/** What became of an IN_DOUBT attempt: it took effect, it did not (for good), or send it again. */
+export type ResolveOutcome = "completed" | "failed" | "retry";
+
+/** `POST /v1/runs/{id}/tasks/{node}/resolve`, as sent. */
+export interface ResolveTask {
+  outcome: ResolveOutcome;
+  /** With `completed`: the step's output. */
+  output?: JsonValue;
+  /** With `failed`: the step's error. */
+  error?: string;
 }
 
 /** `POST /v1/events`, as sent. */
@@ -287,6 +368,10 @@ export interface FailTask extends TaskHeartbeat {
   error: string;
   /** Retry under the node's policy (default true); false fails the step for good. */
   retryable?: boolean;
+  /** A stable name for what went wrong (`[a-z0-9_.-]{1,64}`), for failure edges; newer coordinators only. */
+  code?: string;
+  /** The HTTP status a target answered with (100 to 599); newer coordinators only. */
+  status?: number;
 }
 
 /** The answer to a completion or a failure: `ignored` says why one was not applied. */
