@@ -1,6 +1,6 @@
 /**
  * Secret references in a task's input, by the rules of the Python worker
- * (`clients/python/composer_worker.py`, `_resolve` and `_scrub`):
+ * (`clients/python/composer_client/worker.py`, `_resolve` and `_scrub`):
  *
  * - in every string that holds `${`, `${ .secrets.NAME }` (NAME
  *   `[A-Za-z_][A-Za-z0-9_]*`, blanks around it allowed) becomes the value of

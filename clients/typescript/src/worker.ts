@@ -4,7 +4,16 @@ import { ComposerError } from "./errors.js";
 import { call, segment, sleep, transport, type Fetch, type Transport } from "./http.js";
 import { resolveSecrets, scrubSecrets } from "./secrets.js";
 import { LeaseLostError, TaskError } from "./task-error.js";
-import type { CompleteTask, FailTask, JsonValue, LeasedTask, PollTasks, TaskBatch, TaskHeartbeat } from "./types.js";
+import type {
+  CompleteTask,
+  FailTask,
+  JsonValue,
+  LeasedTask,
+  PollTasks,
+  ReportAck,
+  TaskBatch,
+  TaskHeartbeat,
+} from "./types.js";
 
 /** A task as a handler gets it: its `input` with secret references resolved, and `signal`. */
 export interface WorkerTask<I = JsonValue> {
@@ -31,10 +40,19 @@ export interface WorkerTask<I = JsonValue> {
  */
 export type Handler<I = JsonValue> = (task: WorkerTask<I>) => unknown;
 
-/** Where the worker writes what went wrong (default: the console). */
+/**
+ * Where the worker writes what happens (default: warnings and errors to the
+ * console). No line carries a task's input or a secret's value.
+ */
 export interface WorkerLogger {
+  /** A lost lease, a report or heartbeat being retried, a failed poll, a signal. */
   warn(message: string): void;
+  /** A result no coordinator took, or one it refused. */
   error(message: string): void;
+  /** The worker starting and stopping. */
+  info?(message: string): void;
+  /** Each task starting and ending. */
+  debug?(message: string): void;
 }
 
 export interface WorkerOptions {
@@ -72,7 +90,11 @@ export interface RunOptions {
   handleSignals?: boolean | undefined;
 }
 
-type Outcome = { kind: "complete"; output: JsonValue } | { kind: "fail"; error: string; retryable: boolean };
+type Outcome =
+  | { kind: "complete"; output: JsonValue }
+  | { kind: "fail"; error: string; retryable: boolean }
+  /** The handler threw a `LeaseLostError`: the result is dropped. */
+  | { kind: "lost" };
 
 /** A name the server takes: a worker id, a queue. */
 const NAME = /^[A-Za-z0-9_.-]{1,128}$/;
@@ -180,6 +202,10 @@ export class Worker {
 
   async #loop(options: RunOptions): Promise<void> {
     const unlisten = options.handleSignals ? this.#listenForSignals() : () => {};
+    this.#log.info?.(
+      `worker ${this.workerId} started: serving ${[...this.#handlers.keys()].sort().join(", ")} ` +
+        `on queues ${this.queues.join(", ")} of ${this.#t.base}, ${this.concurrency} at once`,
+    );
     try {
       let backoff = 100;
       while (!this.#stopping) {
@@ -200,17 +226,21 @@ export class Worker {
           tasks = answer.body.tasks ?? [];
           backoff = 100;
         } catch (e) {
-          this.#log.warn(`poll failed (${describe(e)}); retrying`);
+          this.#log.warn(`worker ${this.workerId}: poll failed (${describe(e)}); retrying`);
           await sleep(backoff * (0.5 + Math.random()), this.#stopped.signal);
           backoff = Math.min(backoff * 2, 5_000);
           continue;
         }
         for (const task of tasks) this.#start(task);
       }
+      if (this.#inFlight.size > 0) {
+        this.#log.info?.(`worker ${this.workerId} stopping: waiting for ${this.#inFlight.size} running tasks to report`);
+      }
       while (this.#inFlight.size > 0) await Promise.all([...this.#inFlight]);
     } finally {
       unlisten();
     }
+    this.#log.info?.(`worker ${this.workerId} stopped`);
   }
 
   /** Resolves when fewer than `concurrency` tasks run, or on stop. */
@@ -234,7 +264,9 @@ export class Worker {
         process.kill(process.pid, signal);
         return;
       }
-      this.#log.warn(`${signal}: stopping; ${this.#inFlight.size} running task(s) will finish first`);
+      this.#log.warn(
+        `worker ${this.workerId}: ${signal} received; stopping once its ${this.#inFlight.size} running tasks reported`,
+      );
       void this.stop();
     };
     const unlisten = () => {
@@ -262,6 +294,10 @@ export class Worker {
       lost = true;
       lease.abort(new LeaseLostError(leased.id, why));
     });
+    this.#log.debug?.(
+      `task ${leased.id} started: ${leased.node_type} (node ${leased.node_id}, attempt ${leased.attempt}) of run ${leased.run_id}`,
+    );
+    const began = performance.now();
     let outcome: Outcome;
     try {
       outcome = await this.#call(leased, lease.signal);
@@ -269,8 +305,15 @@ export class Worker {
       finished.abort();
       await beat;
     }
-    if (lost) {
-      this.#log.warn(`task ${leased.id}: the lease was lost; the result is dropped`);
+    const took = ((performance.now() - began) / 1000).toFixed(3);
+    if (outcome.kind === "fail") {
+      // The error's text goes to the run (scrubbed), not to the log: it may quote the input.
+      this.#log.debug?.(`task ${leased.id} failed in ${took}s (retryable: ${outcome.retryable})`);
+    } else {
+      this.#log.debug?.(`task ${leased.id} ${outcome.kind === "lost" ? "gave up its lost lease" : "completed"} in ${took}s`);
+    }
+    if (lost || outcome.kind === "lost") {
+      this.#log.warn(`task ${leased.id}: the lease was lost while it ran; its result is dropped`);
       return;
     }
     await this.#report(leased, outcome);
@@ -291,11 +334,13 @@ export class Worker {
       const task: WorkerTask = { ...leased, input, signal };
       const result: unknown = await handler(task);
       // Fails here, not at the report, if it is not JSON.
-      const text = JSON.stringify(result === undefined ? null : result);
+      const text = JSON.stringify(result === undefined ? null : result, finiteNumbers);
       if (text === undefined) throw new TypeError(`the handler's answer is not JSON (a ${typeof result})`);
       return { kind: "complete", output: scrubSecrets(JSON.parse(text) as JsonValue, used) };
     } catch (e) {
       if (e instanceof TaskError) return { kind: "fail", error: scrubSecrets(e.message, used), retryable: e.retryable };
+      // A handler that saw its signal and gave up.
+      if (e instanceof LeaseLostError) return { kind: "lost" };
       return { kind: "fail", error: scrubSecrets(describe(e), used), retryable: true };
     }
   }
@@ -318,11 +363,14 @@ export class Worker {
         lastOk = performance.now();
       } catch (e) {
         if (e instanceof ComposerError && e.status === 409) {
+          this.#log.warn(`task ${leased.id}: lease lost (${e.message}); its result will be dropped`);
           lose(`task ${leased.id}: ${e.message}`);
           return;
         }
+        this.#log.warn(`task ${leased.id}: heartbeat failed (${describe(e)})`);
       }
       if (performance.now() - lastOk >= ttl) {
+        this.#log.warn(`task ${leased.id}: lease lost (no renewal for ${ttl} ms); its result will be dropped`);
         lose(`task ${leased.id}: the lease was not renewed for ${ttl} ms`);
         return;
       }
@@ -330,31 +378,33 @@ export class Worker {
   }
 
   /** Completes or fails the task, retrying connection errors and 5xx for a lease's length. */
-  async #report(leased: LeasedTask, outcome: Outcome): Promise<void> {
+  async #report(leased: LeasedTask, outcome: Outcome & { kind: "complete" | "fail" }): Promise<void> {
     const id = segment(leased.id);
-    let path: string;
+    const kind = outcome.kind;
     let body: CompleteTask | FailTask;
     if (outcome.kind === "complete") {
-      path = `/v1/tasks/${id}/complete`;
       body = { ...this.#lease(leased), output: outcome.output };
     } else {
-      path = `/v1/tasks/${id}/fail`;
       body = { ...this.#lease(leased), error: fit(outcome.error), retryable: outcome.retryable };
     }
     // Past the lease the task belongs to another worker.
     const giveUpAt = performance.now() + leased.lease_ttl_ms;
     let delay = 100;
-    for (;;) {
+    for (let tries = 1; ; tries++) {
+      let ack: ReportAck;
       try {
-        await call(this.#t, "POST", path, body);
-        return;
+        ack = (await call<ReportAck>(this.#t, "POST", `/v1/tasks/${id}/${kind}`, body)).body;
       } catch (e) {
         const status = e instanceof ComposerError ? e.status : 0;
         if (status === 409) {
-          this.#log.warn(`task ${leased.id}: the lease was lost before the result landed; dropped`);
+          this.#log.warn(`task ${leased.id}: lease lost before the result landed (${describe(e)}); dropped`);
           return;
         }
-        if (status > 0 && status < 500) {
+        if (status === 404 && e instanceof ComposerError && e.code === "run_not_found") {
+          this.#log.warn(`task ${leased.id}: its run is gone; result dropped`);
+          return;
+        }
+        if (status > 0 && status < 500 && status !== 429) {
           this.#log.error(`task ${leased.id}: the coordinator refused the result: ${describe(e)}`);
           return;
         }
@@ -363,9 +413,16 @@ export class Worker {
           this.#log.error(`task ${leased.id}: no coordinator took the result: ${describe(e)}`);
           return;
         }
+        const pause = delay * (0.5 + Math.random());
+        this.#log.warn(
+          `task ${leased.id}: reporting ${kind} failed (try ${tries}: ${describe(e)}); retrying in ${(pause / 1000).toFixed(1)}s`,
+        );
+        await sleep(pause);
+        delay = Math.min(delay * 2, 2_000);
+        continue;
       }
-      await sleep(delay * (0.5 + Math.random()));
-      delay = Math.min(delay * 2, 2_000);
+      if (ack.applied === false) this.#log.debug?.(`task ${leased.id}: the result was ignored: ${ack.ignored ?? ""}`);
+      return;
     }
   }
 }
@@ -374,6 +431,14 @@ export class Worker {
 function describe(e: unknown): string {
   if (e instanceof Error) return `${e.name}: ${e.message}`;
   return String(e);
+}
+
+/** Refuses NaN and Infinity, which JSON.stringify would quietly make null (Python's `allow_nan=False`). */
+function finiteNumbers(_key: string, value: unknown): unknown {
+  if (typeof value === "number" && !Number.isFinite(value)) {
+    throw new RangeError(`the output holds ${value}, which JSON cannot hold`);
+  }
+  return value;
 }
 
 /** An error as the server takes it: no NUL character, at most 65,536 characters. */
