@@ -12,6 +12,7 @@ import type {
   ConcurrencyLimit,
   EdgeDefinition,
   ErrorBody,
+  ErrorInfo,
   ErrorDetail,
   EventSent,
   FailTask,
@@ -23,8 +24,11 @@ import type {
   LeaseExtended,
   MapProgress,
   NodeDefinition,
+  OnFailureDefinition,
   PollTasks,
   ReportAck,
+  ResolveOutcome,
+  ResolveTask,
   RetryPolicy,
   Run,
   RunList,
@@ -61,6 +65,9 @@ export const runShape = {
   trigger: "optional",
   parent_run_id: "optional",
   parent_task_id: "optional",
+  parent_iteration: "optional",
+  handles_run_id: "optional",
+  failure_handler_run_ids: "optional",
   tasks: "optional",
 } as const satisfies Shape<Run>;
 
@@ -73,6 +80,7 @@ export const taskShape = {
   input: "required",
   output: "required",
   error: "required",
+  error_info: "optional",
   wake_at: "required",
   started_at: "required",
   finished_at: "required",
@@ -80,6 +88,8 @@ export const taskShape = {
   item_index: "optional",
   progress: "optional",
 } as const satisfies Shape<Task>;
+
+export const errorInfoShape = { code: "required", retryable: "required", status: "optional" } as const satisfies Shape<ErrorInfo>;
 
 export const mapProgressShape = {
   total: "required",
@@ -141,7 +151,13 @@ export const pollTasksShape = {
 } as const satisfies Shape<PollTasks>;
 export const heartbeatShape = { worker_id: "required", run_id: "required", attempt: "required" } as const satisfies Shape<TaskHeartbeat>;
 export const completeShape = { ...heartbeatShape, output: "optional" } as const satisfies Shape<CompleteTask>;
-export const failShape = { ...heartbeatShape, error: "required", retryable: "optional" } as const satisfies Shape<FailTask>;
+export const failShape = {
+  ...heartbeatShape,
+  error: "required",
+  retryable: "optional",
+  code: "optional",
+  status: "optional",
+} as const satisfies Shape<FailTask>;
 export const definitionShape = {
   name: "required",
   nodes: "required",
@@ -150,7 +166,14 @@ export const definitionShape = {
   timeout: "optional",
   concurrency: "optional",
   description: "optional",
+  on_failure: "optional",
 } as const satisfies Shape<WorkflowDefinition>;
+export const onFailureShape = {
+  workflow: "required",
+  version: "optional",
+  input: "optional",
+  on: "optional",
+} as const satisfies Shape<OnFailureDefinition>;
 export const nodeShape = {
   id: "required",
   type: "required",
@@ -158,8 +181,10 @@ export const nodeShape = {
   config: "optional",
   retry: "optional",
   timeout: "optional",
+  delivery: "optional",
 } as const satisfies Shape<NodeDefinition>;
-export const edgeShape = { from: "required", to: "required", when: "optional" } as const satisfies Shape<EdgeDefinition>;
+export const resolveShape = { outcome: "required", output: "optional", error: "optional" } as const satisfies Shape<ResolveTask>;
+export const edgeShape = { from: "required", to: "required", when: "optional", on: "optional" } as const satisfies Shape<EdgeDefinition>;
 export const retryShape = {
   max_attempts: "optional",
   initial_backoff: "optional",
@@ -172,6 +197,7 @@ export const concurrencyShape = { max: "required", key: "optional" } as const sa
 export const answers: Record<string, AnyShape> = {
   RunView: runShape,
   TaskView: taskShape,
+  ErrorInfo: errorInfoShape,
   MapProgress: mapProgressShape,
   RunPage: runListShape,
   HistoryEntryView: historyEntryShape,
@@ -197,6 +223,8 @@ export const requests: Record<string, AnyShape> = {
   CompleteTask: completeShape,
   FailTask: failShape,
   WorkflowSpec: definitionShape,
+  OnFailureSpec: onFailureShape,
+  ResolveTask: resolveShape,
   NodeSpec: nodeShape,
   EdgeSpec: edgeShape,
   RetrySpec: retryShape,
@@ -217,6 +245,7 @@ export const taskStates: Record<TaskState, true> = {
   PENDING: true,
   RUNNING: true,
   WAITING: true,
+  IN_DOUBT: true,
   COMPLETED: true,
   FAILED: true,
   SKIPPED: true,
@@ -239,7 +268,13 @@ export const historyKinds: Record<HistoryKind, true> = {
   RunResumed: true,
   EventIgnored: true,
   MapStarted: true,
+  TaskInDoubt: true,
+  TaskResolved: true,
+  TaskReset: true,
+  HandlerStarted: true,
 };
+
+export const resolveOutcomes: Record<ResolveOutcome, true> = { completed: true, failed: true, retry: true };
 
 /** Asserts `value` has every required field of `shape` and no field it lacks. */
 export function conforms(value: unknown, shape: AnyShape, what: string): void {
@@ -264,6 +299,7 @@ export function checkTask(task: Task, what = "task"): void {
   conforms(task, taskShape, what);
   assert.ok(task.state in taskStates, `${what}: unknown state ${task.state}`);
   if (task.progress !== undefined) conforms(task.progress, mapProgressShape, `${what}.progress`);
+  if (task.error_info !== undefined) conforms(task.error_info, errorInfoShape, `${what}.error_info`);
 }
 
 export function checkWorkflow(wf: unknown, what = "workflow"): void {
