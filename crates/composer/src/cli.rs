@@ -206,6 +206,9 @@ pub struct BenchArgs {
     /// The MAP's max_concurrency (default: every item at once).
     #[arg(long)]
     pub map_concurrency: Option<u32>,
+    /// The MAP's collect: all (every item's output) or none (their counts).
+    #[arg(long, value_parser = ["all", "none"], default_value = "all")]
+    pub collect: String,
     /// Steps of a custom type served by this many task-API pollers
     /// (`/v1/tasks/poll`, in this process over HTTP) instead of HTTP steps.
     #[arg(long)]

@@ -176,6 +176,20 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
         }
         Err(e) => tracing::error!(error = %e, "recovery: finding unreported child runs failed"),
     }
+    match composer_store::runs::stalled_maps(client, STRANDED_EVENT_AGE, 1000).await {
+        Ok(maps) => {
+            for (run_id, task_id) in maps {
+                match shared.engine.handle(run_id, Event::ItemsLoaded { task_id }).await {
+                    Ok(_) => {
+                        composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "map_continued")], 1);
+                        tracing::warn!(%run_id, %task_id, "recovery: carried on a MAP its coordinator did not");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "recovery: carrying a MAP on failed; will retry"),
+                }
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "recovery: finding stalled MAPs failed"),
+    }
     match composer_store::runs::childless_attempts(client, STRANDED_EVENT_AGE, 1000).await {
         Ok(attempts) => {
             for (run_id, task_id, attempt, iteration) in attempts {

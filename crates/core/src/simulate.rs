@@ -81,18 +81,65 @@ pub fn simulate(wf: &Workflow, opts: &Options) -> Report {
     };
     let mut now: DateTime<Utc> = DateTime::<Utc>::UNIX_EPOCH;
     let mut run = Run::new(new_id(), opts.input.clone());
-    let mut taken = HashSet::new();
-    let tr = machine::apply(wf, &mut run, Event::RunStarted, now, &mut new_id);
-    note_taken(&tr, &mut taken);
+    let mut world = World::default();
+    world.apply(wf, &mut run, Event::RunStarted, now, &mut new_id);
     for _ in 0..MAX_EVENTS {
         if run.status != RunStatus::Running {
             break;
         }
         let Some(event) = next_event(wf, &run, opts, &mut now) else { break };
-        let tr = machine::apply(wf, &mut run, event, now, &mut new_id);
-        note_taken(&tr, &mut taken);
+        world.apply(wf, &mut run, event, now, &mut new_id);
     }
-    report(wf, &run, &taken)
+    report(wf, &run, &world.taken)
+}
+
+/// What the simulated engine keeps between events: the edges taken, and the
+/// lists of MAPs that create their items a chunk at a time.
+#[derive(Default)]
+struct World {
+    taken: HashSet<(String, String)>,
+    sources: HashMap<Uuid, Vec<Value>>,
+}
+
+impl World {
+    /// Applies `event` and serves what the machine asks of storage as the
+    /// engine would (the run holds every task, so only MAP lists and
+    /// MAPs that carry on after a commit need serving).
+    fn apply(
+        &mut self,
+        wf: &Workflow,
+        run: &mut Run,
+        event: Event,
+        now: DateTime<Utc>,
+        new_id: &mut dyn FnMut() -> Uuid,
+    ) {
+        let mut pending = vec![event];
+        while let Some(event) = pending.pop() {
+            let tr = machine::apply(wf, run, event, now, new_id);
+            note_taken(&tr, &mut self.taken);
+            for (m, first, list) in &tr.sources {
+                let mut all = vec![Value::Null; (*first * machine::ITEM_CHUNK) as usize];
+                all.extend(list.iter().cloned());
+                self.sources.insert(run.tasks[*m].id, all);
+            }
+            for effect in &tr.effects {
+                match effect {
+                    machine::Effect::LoadItems(machine::Need::Sources { map, from, count }) => {
+                        let list = self.sources.get(map).map(Vec::as_slice).unwrap_or_default();
+                        let end = ((from + count) as usize).min(list.len());
+                        let items = list.get(*from as usize..end).unwrap_or_default().to_vec();
+                        pending.push(Event::SourcesLoaded { task_id: *map, from: *from, items });
+                    }
+                    // Every item created is in memory here: the machine
+                    // finds them without asking.
+                    machine::Effect::LoadItems(_) | machine::Effect::TakeBufferedEvent { .. } => {}
+                }
+            }
+            for &m in &tr.continue_maps {
+                pending.push(Event::ItemsLoaded { task_id: run.tasks[m].id });
+            }
+        }
+    }
 }
 
 /// The edges a transition took, from its history: `(from, to)` node ids.

@@ -19,6 +19,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (13, "ui_sessions", include_str!("../migrations/0013_ui_sessions.sql")),
     (14, "run_trees", include_str!("../migrations/0014_run_trees.sql")),
     (15, "failure_handling", include_str!("../migrations/0015_failure_handling.sql")),
+    (16, "map_sources", include_str!("../migrations/0016_map_sources.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -411,6 +411,37 @@ pub async fn load_items(
     rows.iter().map(TaskRow::from_row).collect()
 }
 
+/// Elements `from..from + count` of a MAP's list (the chunks that hold
+/// them), inside the transaction that holds the run's lock.
+pub async fn load_sources(tx: &Transaction<'_>, run_id: Uuid, map: Uuid, from: u32, count: u32) -> Result<Vec<Value>> {
+    let size = composer_core::machine::ITEM_CHUNK;
+    let (first, last) = ((from / size) as i32, ((from + count.max(1) - 1) / size) as i32);
+    let stmt = tx
+        .prepare_cached(
+            "SELECT chunk, items FROM map_sources
+              WHERE run_id = $1 AND map_id = $2 AND chunk BETWEEN $3 AND $4 ORDER BY chunk",
+        )
+        .await?;
+    let rows = tx.query(&stmt, &[&run_id, &map, &first, &last]).await?;
+    let mut out = Vec::with_capacity(count as usize);
+    for (next, row) in (first..).zip(rows.iter()) {
+        let chunk: i32 = row.try_get(0)?;
+        let Value::Array(items) = row.try_get::<_, Value>(1)? else {
+            return Err(Error::Corrupt(format!("MAP {map}'s list chunk {chunk} is not a list")));
+        };
+        if chunk != next {
+            return Err(Error::Corrupt(format!("MAP {map}'s list lacks chunk {next}")));
+        }
+        let skip = if chunk == first { (from % size) as usize } else { 0 };
+        out.extend(items.into_iter().skip(skip));
+    }
+    out.truncate(count as usize);
+    if out.len() < count as usize {
+        return Err(Error::Corrupt(format!("MAP {map}'s list has {} of the {count} elements from {from}", out.len())));
+    }
+    Ok(out)
+}
+
 /// A run and its node tasks (a MAP's items are read with [`items`]), for
 /// the API (no lock).
 pub async fn get(client: &Client, run_id: Uuid) -> Result<Option<(RunRow, Vec<TaskRow>)>> {
@@ -658,6 +689,25 @@ pub async fn unreported_children(
             })
         })
         .collect()
+}
+
+/// For the recovery sweep: MAPs of running runs with items to start and
+/// slots free, untouched for `older_than` — the coordinator that was to
+/// carry them on after a commit died first. `(run, task)`.
+pub async fn stalled_maps(client: &Client, older_than: std::time::Duration, limit: i64) -> Result<Vec<(Uuid, Uuid)>> {
+    let rows = client
+        .query(
+            "SELECT t.run_id, t.id
+               FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+              WHERE t.state = 'RUNNING' AND t.node_type = 'MAP' AND r.status = 'RUNNING'
+                AND t.updated_at < now() - make_interval(secs => $1)
+                AND (t.progress ->> 'queued')::int > 0
+                AND (t.progress ->> 'open')::int < coalesce((t.input_json ->> 'max_concurrency')::int, $3)
+              LIMIT $2",
+            &[&older_than.as_secs_f64(), &limit, &(composer_core::definition::MAP_DEFAULT_CONCURRENCY as i32)],
+        )
+        .await?;
+    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
 }
 
 /// For the recovery sweep: open child runs whose parent attempt has moved

@@ -64,7 +64,11 @@ pub async fn write_transitions(
     let mut notify = Notifications::default();
     let mut cancels = ItemCancels::default();
     let mut removed = TaskDeletes::default();
+    let mut sources = SourceWrites::default();
     for Change { wf, run, tr, definition } in changes {
+        for (m, first, list) in &tr.sources {
+            sources.push(run.id, run.tasks[*m].id, *first, list);
+        }
         if tr.run_changed {
             runs.push(run);
             if run.status.is_terminal() {
@@ -75,9 +79,16 @@ pub async fn write_transitions(
             new_tasks.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
         }
         for &i in &tr.updated {
-            match run.tasks[i].removed {
-                true => removed.push(run.id, run.tasks[i].id),
-                false => changed_tasks.push(run.id, &run.tasks[i]),
+            let task = &run.tasks[i];
+            match task.removed {
+                true => removed.push(run.id, task.id),
+                false => changed_tasks.push(run.id, task),
+            }
+            // A MAP that ended (or was reset) has no items left to create.
+            if task.progress.is_some_and(|p| p.total > composer_core::machine::ITEM_CHUNK)
+                && (task.removed || task.state.is_terminal())
+            {
+                sources.forget(run.id, task.id);
             }
         }
         for &i in &tr.cancel_items {
@@ -105,6 +116,7 @@ pub async fn write_transitions(
     // here, before the changes to the ones it did hold are written.
     cancels.execute(tx, &changed_tasks.id).await?;
     removed.execute(tx).await?;
+    sources.execute(tx).await?;
     let (_, _, _, outbound, _, _, _) = tokio::try_join!(
         runs.execute(tx),
         new_tasks.execute(tx),
@@ -376,6 +388,60 @@ impl TaskDeletes {
             .await?;
         let row = tx.query_one(&stmt, &[&self.run_id, &self.id, &self.items_run_id, &self.map]).await?;
         Ok(row.try_get::<_, i64>(0)? as u64)
+    }
+}
+
+/// The lists of MAPs with items still to create (`map_sources`), a chunk
+/// to a row, and the lists of MAPs that ended, deleted.
+#[derive(Default)]
+struct SourceWrites {
+    run_id: Vec<Uuid>,
+    map_id: Vec<Uuid>,
+    chunk: Vec<i32>,
+    items: Vec<Value>,
+    gone_run: Vec<Uuid>,
+    gone_map: Vec<Uuid>,
+}
+
+impl SourceWrites {
+    fn push(&mut self, run_id: Uuid, map_id: Uuid, first: u32, list: &[Value]) {
+        let size = composer_core::machine::ITEM_CHUNK as usize;
+        for (k, chunk) in list.chunks(size).enumerate() {
+            self.run_id.push(run_id);
+            self.map_id.push(map_id);
+            self.chunk.push(first as i32 + k as i32);
+            self.items.push(Value::Array(chunk.to_vec()));
+        }
+    }
+
+    fn forget(&mut self, run_id: Uuid, map_id: Uuid) {
+        self.gone_run.push(run_id);
+        self.gone_map.push(map_id);
+    }
+
+    async fn execute(&self, tx: &Transaction<'_>) -> Result<()> {
+        if !self.gone_map.is_empty() {
+            let stmt = tx
+                .prepare_cached(
+                    "DELETE FROM map_sources s USING unnest($1::uuid[], $2::uuid[]) AS g(run_id, map_id)
+                      WHERE s.run_id = g.run_id AND s.map_id = g.map_id",
+                )
+                .await?;
+            tx.execute(&stmt, &[&self.gone_run, &self.gone_map]).await?;
+        }
+        if self.map_id.is_empty() {
+            return Ok(());
+        }
+        // A MAP retried afresh writes its list again.
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO map_sources (run_id, map_id, chunk, items)
+                 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int4[], $4::jsonb[])
+                 ON CONFLICT (run_id, map_id, chunk) DO UPDATE SET items = EXCLUDED.items",
+            )
+            .await?;
+        tx.execute(&stmt, &[&self.run_id, &self.map_id, &self.chunk, &self.items]).await?;
+        Ok(())
     }
 }
 

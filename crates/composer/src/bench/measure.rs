@@ -474,6 +474,7 @@ pub(super) async fn bench_map(
     if let Some(c) = args.map_concurrency {
         config["max_concurrency"] = json!(c);
     }
+    config["collect"] = json!(args.collect);
     let workflow = "bench-map";
     let spec = json!({"name": workflow, "nodes": [{"id": "each", "type": "MAP", "config": config}]});
     let _: DefinitionView = api.call(reqwest::Method::POST, "/v1/workflows", Some(&spec)).await?;
@@ -507,13 +508,14 @@ pub(super) async fn bench_map(
         let concurrency = args.map_concurrency;
         println!(
             "{}",
-            json!({"map": {"items": n, "max_concurrency": concurrency, "wall_s": round2(wall),
+            json!({"map": {"items": n, "max_concurrency": concurrency, "collect": args.collect, "wall_s": round2(wall),
                    "items_per_s": items_per_s, "commits_per_item": commits_per_item}})
         );
     } else {
         let concurrency = args.map_concurrency.map_or("all".to_string(), |c| c.to_string());
         println!(
-            "composer bench --map — one MAP of {n} HTTP items (max_concurrency {concurrency}), against {}",
+            "composer bench --map — one MAP of {n} HTTP items (max_concurrency {concurrency}, collect {}), against {}",
+            args.collect,
             api.base()
         );
         println!("  (an embedded coordinator allows 16 MiB payloads here: the MAP's output holds every item's)");

@@ -46,7 +46,10 @@ async fn a_map_calls_each_item_under_its_concurrency_and_outputs_in_item_order()
     assert_eq!(http.calls("/slow/20/ship"), 30, "each item called once");
     assert!(http.max_in_flight("/slow/20/ship") <= 4, "max_concurrency: {}", http.max_in_flight("/slow/20/ship"));
     let ship = e.task(id, "ship").await;
-    assert_eq!(ship["progress"], json!({"total": 30, "queued": 0, "open": 0, "completed": 30, "failed": 0}));
+    assert_eq!(
+        ship["progress"],
+        json!({"total": 30, "queued": 0, "open": 0, "completed": 30, "failed": 0, "created": 30})
+    );
     let echoed: Vec<i64> = ship["output"].as_array().unwrap().iter().map(|o| o["status"].as_i64().unwrap()).collect();
     assert_eq!(echoed, vec![200; 30]);
     assert_eq!(e.task(id, "count").await["output"], json!(30));

@@ -373,3 +373,68 @@ async fn an_at_most_once_request_that_timed_out_is_in_doubt_not_retried() {
     assert_eq!(http.calls("/slow/2000/pay"), 1);
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_map_of_thousands_creates_its_items_a_chunk_at_a_time_and_collects_their_counts() {
+    let e = Engine::with(EngineOptions { worker_concurrency: 32, ..Default::default() }).await;
+    let http = FakeHttp::start().await;
+    let spec = json!({"name": "many", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(.input.n)] }", "max_concurrency": 64, "collect": "none", "tolerated_failures": "1%",
+        "node": {"type": "HTTP", "retry": {"max_attempts": 1},
+                 "config": {"url": format!("{}/${{ if .item % 500 == 7 then \"bad\" else \"ok\" end }}/${{ .item }}", http.url(""))}}}}]});
+    e.register(&spec).await;
+    let id = e.start_run("many", json!({"n": 2500})).await;
+    let running = e.wait_until(id, T, |r| r["tasks"][0]["progress"]["completed"].as_u64().unwrap_or(0) > 0).await;
+    let created = running["tasks"][0]["progress"]["created"].as_u64().unwrap();
+    assert!(created < 2500, "not every item is created at once: {running}");
+    let run = e.wait_for_run(id, Duration::from_secs(120)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "5 of 2,500 failures are under 1%: {}", run["error"]);
+    assert_eq!(run["output"]["each"], json!({"count": 2500, "succeeded": 2495, "failed": 5}));
+    assert_eq!(http.calls_prefix("/ok/") + http.calls_prefix("/bad/"), 2500, "each item called once");
+    let (_, page) = e.get(&format!("/v1/runs/{id}/items?node=each&after=2489&limit=100")).await;
+    let indices: Vec<i64> =
+        page["items"].as_array().unwrap().iter().map(|i| i["item_index"].as_i64().unwrap()).collect();
+    assert_eq!(indices, (2490..2500).collect::<Vec<i64>>(), "the items stay readable, paged");
+    let client = e.db.pool().get().await.unwrap();
+    let kept: i64 = client.query_one("SELECT count(*) FROM map_sources", &[]).await.unwrap().get(0);
+    assert_eq!(kept, 0, "the MAP's list goes when the MAP ends");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_map_of_more_items_than_one_transaction_creates_carries_on_and_reduces_them() {
+    let e = Engine::start().await;
+    let spec = json!({"name": "sum", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(.input.n)] }", "collect": {"init": 0, "reduce": ".acc + .item.output"},
+        "node": {"type": "TRANSFORM", "config": {"output": "${ .item * 2 }"}}}}]});
+    e.register(&spec).await;
+    let n: u64 = 25_000;
+    let id = e.start_run("sum", json!({"n": n})).await;
+    let run = e.wait_for_run(id, Duration::from_secs(120)).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{}", run["error"]);
+    assert_eq!(run["output"]["each"], json!(n * (n - 1)), "the reduction saw every item once");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_map_that_gathers_every_output_fails_an_item_over_its_share_not_the_map_after_all_ran() {
+    let e = Engine::with(EngineOptions { coordinator: |c| c.max_payload = 16 * 1024, ..Default::default() }).await;
+    let spec = |name: &str, n: u32, size: usize| {
+        json!({"name": name, "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": format!("${{ [range({n})] }}"), "on_item_failure": "continue",
+        "node": {"type": "TRANSFORM", "config": {"output": format!("${{ \"{}\" }}", "x".repeat(size))}}}}]})
+    };
+    // 100 items share 16 KiB: about 145 bytes each; 200-byte outputs do not fit.
+    e.register(&spec("too_big", 100, 200)).await;
+    let run = e.wait_for_run(e.start_run("too_big", json!({})).await, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let entries = run["output"]["each"].as_array().unwrap();
+    assert_eq!(entries.len(), 100);
+    assert!(entries[0]["error"].as_str().unwrap().contains("share"), "{}", entries[0]);
+    // 1,000 items cannot share 16 KiB: the MAP fails before any item runs.
+    e.register(&spec("too_many", 1000, 1)).await;
+    let run = e.wait_for_run(e.start_run("too_many", json!({})).await, T).await;
+    assert_eq!(run["status"], "FAILED");
+    assert!(run["error"].as_str().unwrap().contains("collect: \"none\""), "{run}");
+    e.stop().await;
+}

@@ -471,9 +471,9 @@ async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
     c.stop();
 }
 
-/// A coordinator is SIGKILLed while a MAP is half done: the other finishes
-/// it, every item's result is applied once, and the output has every item in
-/// order.
+/// A coordinator is SIGKILLed while a MAP is half done (its items created a
+/// chunk at a time): the other finishes it, every item's result is applied
+/// once, and the output has every item in order.
 #[tokio::test]
 async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_applied_once() {
     let http = FakeHttp::start().await;
@@ -481,7 +481,7 @@ async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_ap
     let clients = c.clients();
     let url = format!("{}/${{ .index }}", http.url("/slow/10/item"));
     let spec = json!({"name": "map_survives", "nodes": [
-        {"id": "each", "type": "MAP", "config": {"items": "${ [range(300)] }", "max_concurrency": 8,
+        {"id": "each", "type": "MAP", "config": {"items": "${ [range(1500)] }", "max_concurrency": 16,
          "node": {"type": "HTTP", "retry": {"max_attempts": 3}, "config": {"url": url}}}}]});
     assert_eq!(clients[0].post("/v1/workflows", &spec).await.0, 201);
     let (status, run) = clients[0].post("/v1/runs", &json!({"workflow": "map_survives"})).await;
@@ -501,20 +501,29 @@ async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_ap
     let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
     let output = run["output"]["each"].as_array().unwrap();
-    assert_eq!(output.len(), 300);
+    assert_eq!(output.len(), 1500, "past the first chunk of items, created later");
     for (i, o) in output.iter().enumerate() {
         assert_eq!(o["body"]["path"], json!(format!("/slow/10/item/{i}")), "item {i} in its place");
     }
-    let h = clients[1].get(&format!("/v1/runs/{id}/events?limit=1000")).await;
-    let mut applied: Vec<u64> = h["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "TaskCompleted")
-        .filter_map(|e| e["payload"]["item_index"].as_u64())
-        .collect();
+    let mut applied: Vec<u64> = Vec::new();
+    let mut after = 0;
+    loop {
+        let h = clients[1].get(&format!("/v1/runs/{id}/events?limit=1000&after={after}")).await;
+        applied.extend(
+            h["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["type"] == "TaskCompleted")
+                .filter_map(|e| e["payload"]["item_index"].as_u64()),
+        );
+        match h["next_after"].as_i64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
     applied.sort_unstable();
-    assert_eq!(applied, (0..300).collect::<Vec<u64>>(), "each item's result applied once");
+    assert_eq!(applied, (0..1500).collect::<Vec<u64>>(), "each item's result applied once");
     c.stop();
 }
 

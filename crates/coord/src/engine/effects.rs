@@ -24,10 +24,15 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
         }
         for effect in effects {
             match effect {
+                Effect::LoadItems(Need::Sources { map, from, count }) => {
+                    let items = store.load_sources(run.id, map, from, count).await?;
+                    tr.merge(apply_contained(wf, run, Event::SourcesLoaded { task_id: map, from, items }).await?);
+                }
                 Effect::LoadItems(need) => {
                     let (map, which) = match need {
                         Need::Queued { map, count } => (map, Items::Queued(count)),
                         Need::All { map } => (map, Items::All),
+                        Need::Sources { .. } => unreachable!("matched above"),
                     };
                     if load_items(store, wf, run, Some(map), which).await? == 0 {
                         return Err(composer_store::Error::Corrupt(format!(
@@ -228,6 +233,16 @@ pub(crate) mod fake {
                 .filter(|d| d.name == name && version.is_none_or(|v| d.version == v))
                 .max_by_key(|d| d.version)
                 .cloned())
+        }
+
+        async fn load_sources(
+            &self,
+            _run_id: Uuid,
+            _map: Uuid,
+            _from: u32,
+            _count: u32,
+        ) -> Result<Vec<Value>, composer_store::Error> {
+            Err(composer_store::Error::Corrupt("the fake store keeps no MAP lists".into()))
         }
     }
 }

@@ -147,7 +147,8 @@ impl Engine {
         }
         let all: Vec<&Loaded> = loaded.iter().map(|l| &**l).chain(handlers.iter()).collect();
         for l in &all {
-            let items = l.tr.created.iter().filter(|&&t| l.run.tasks[t].item.is_some()).count() as i64;
+            // A MAP's items are charged in all when it starts.
+            let items = l.tr.charged_items as i64;
             if items > 0 && !composer_store::trees::charge_items(tx, l.root, items, self.limits.tree.items).await? {
                 // Another run of the tree spent the budget since this one read
                 // it: applied again, the MAP sees what is left.
@@ -766,6 +767,11 @@ impl Engine {
                     AfterCommit::NotifyParent { parent_run, event } => {
                         if let Err(e) = engine.handle(parent_run, event).await {
                             tracing::warn!(%run_id, error = %e, "reporting a child run to its parent failed; recovery will");
+                        }
+                    }
+                    AfterCommit::ContinueMap { task_id } => {
+                        if let Err(e) = engine.handle(run_id, Event::ItemsLoaded { task_id }).await {
+                            tracing::warn!(%run_id, %task_id, error = %e, "carrying a MAP on failed; recovery will");
                         }
                     }
                     AfterCommit::StartChild { task_id, attempt, iteration } => {

@@ -49,6 +49,15 @@ pub trait RunStore: Sync {
     /// MAP items the run tree of `root` has created so far.
     fn tree_items_used(&self, root: Uuid) -> impl Future<Output = StoreResult<i64>> + Send;
 
+    /// Elements `from..from + count` of a MAP's list.
+    fn load_sources(
+        &self,
+        run_id: Uuid,
+        map: Uuid,
+        from: u32,
+        count: u32,
+    ) -> impl Future<Output = StoreResult<Vec<Value>>> + Send;
+
     /// A definition by name: `version`, or the latest.
     fn definition(
         &self,
@@ -95,5 +104,9 @@ impl RunStore for Tx<'_, '_> {
 
     async fn definition(&self, name: &str, version: Option<i32>) -> StoreResult<Option<DefinitionRow>> {
         composer_store::definitions::by_name(self.0, name, version).await
+    }
+
+    async fn load_sources(&self, run_id: Uuid, map: Uuid, from: u32, count: u32) -> StoreResult<Vec<Value>> {
+        runs::load_sources(self.0, run_id, map, from, count).await
     }
 }

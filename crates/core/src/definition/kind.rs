@@ -172,9 +172,18 @@ impl NodeKind {
 /// depth cannot start a child.
 pub const SUB_WORKFLOW_MAX_DEPTH: i32 = 32;
 
-/// Most items one MAP may have (`map_max_items`): a MAP's items are created
-/// in one transaction, so this bounds that transaction.
-pub const MAP_MAX_ITEMS: usize = 100_000;
+/// Most items one MAP may have (`map_max_items`). Items are created as the
+/// MAP needs them, a chunk at a time, so no transaction grows with this.
+pub const MAP_MAX_ITEMS: usize = 1_000_000;
+
+/// Items of a MAP in flight at once when it names no `max_concurrency`
+/// (`map_default_concurrency`): every item of most MAPs, and a bound on the
+/// dispatched work of a very large one.
+pub const MAP_DEFAULT_CONCURRENCY: u32 = 10_000;
+
+/// Most items of a MAP that gathers every output (`collect: "all"`) may
+/// have, by the payload limit: each keeps at least this many bytes of it.
+pub const MIN_COLLECTED_ITEM_BYTES: usize = 64;
 
 /// A MAP node: `items` evaluates to a list; each element runs the node
 /// template (`wf.nodes[template]`) with `.item` and `.index` bound.
@@ -183,11 +192,47 @@ pub struct MapConfig {
     pub items: Template,
     /// Items in flight at once; `None` is all of them.
     pub max_concurrency: Option<u32>,
-    /// `on_item_failure: "continue"`: a failed item's entry is
-    /// `{"error": …}` and the MAP still completes.
-    pub continue_on_failure: bool,
+    /// How many items may fail for good with the MAP still completing.
+    pub tolerated: Tolerated,
+    /// What the MAP's output is made of.
+    pub collect: Collect,
     /// The index in [`Workflow::nodes`] of the node each item runs.
     pub template: usize,
+}
+
+/// A MAP's tolerance of failed items (`on_item_failure`, `tolerated_failures`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tolerated {
+    /// At most this many (`on_item_failure: "fail"` is 0).
+    Count(u32),
+    /// At most this share of the items, in percent.
+    Percent(f64),
+    /// Any number (`on_item_failure: "continue"`).
+    All,
+}
+
+impl Tolerated {
+    /// Whether `failed` of `total` items is more than the MAP tolerates.
+    pub fn exceeded(self, failed: u32, total: u32) -> bool {
+        match self {
+            Tolerated::Count(n) => failed > n,
+            Tolerated::Percent(p) => failed as f64 > total as f64 * p / 100.0,
+            Tolerated::All => false,
+        }
+    }
+}
+
+/// A MAP's output (`collect`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Collect {
+    /// Every item's output, in the order of `items` (a failed item's entry
+    /// `{"error": …}`); each item may use its share of the payload limit.
+    All,
+    /// `{count, succeeded, failed}`: the items stay readable, paged.
+    None,
+    /// A jq reduction over `{acc, item: {index, state, output, error}}`,
+    /// applied to each item as it ends (in the order they end), from `init`.
+    Reduce { init: Value, with: crate::expr::Expr },
 }
 
 /// How long a WAIT node waits.
@@ -214,7 +259,11 @@ fn compile_map(at: &str, n: &NodeSpec) -> Result<(NodeKind, Option<NodeSpec>), V
         Value::Object(m) => m,
         _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object with items and node")),
     };
-    only_fields(at, &n.config, &["items", "max_concurrency", "on_item_failure", "node"])?;
+    only_fields(
+        at,
+        &n.config,
+        &["items", "max_concurrency", "on_item_failure", "tolerated_failures", "collect", "node"],
+    )?;
     let items = match config.get("items") {
         Some(v) if v.is_array() || is_expression(v) => {
             Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{}{p}", field("items")), m))?
@@ -244,6 +293,51 @@ fn compile_map(at: &str, n: &NodeSpec) -> Result<(NodeKind, Option<NodeSpec>), V
         Some(Value::String(s)) if s == "fail" => false,
         Some(Value::String(s)) if s == "continue" => true,
         Some(_) => return Err(ValidationError::new(field("on_item_failure"), "must be \"fail\" or \"continue\"")),
+    };
+    let tolerated = match (config.get("tolerated_failures"), continue_on_failure) {
+        (None | Some(Value::Null), false) => Tolerated::Count(0),
+        (None | Some(Value::Null), true) => Tolerated::All,
+        (Some(_), true) => {
+            return Err(ValidationError::new(
+                field("tolerated_failures"),
+                "on_item_failure: \"continue\" tolerates every failure already; give one or the other",
+            ))
+        }
+        (Some(v), false) => tolerated_failures(v).map_err(|m| ValidationError::new(field("tolerated_failures"), m))?,
+    };
+    let collect = match config.get("collect") {
+        None | Some(Value::Null) => Collect::All,
+        Some(Value::String(s)) if s == "all" => Collect::All,
+        Some(Value::String(s)) if s == "none" => Collect::None,
+        Some(Value::Object(r)) => {
+            for key in r.keys() {
+                if key != "reduce" && key != "init" {
+                    return Err(ValidationError::new(
+                        field(&format!("collect.{key}")),
+                        "unknown field (expected reduce, init)",
+                    ));
+                }
+            }
+            let with = match r.get("reduce") {
+                Some(Value::String(src)) if !src.contains("${") && !src.contains(".secrets") => {
+                    crate::expr::Expr::compile(src).map_err(|m| ValidationError::new(field("collect.reduce"), m))?
+                }
+                _ => {
+                    return Err(ValidationError::new(
+                        field("collect.reduce"),
+                        "is required: a bare jq expression over {acc, item: {index, state, output, error}}, \
+                         such as \".acc + .item.output.body.amount\"",
+                    ))
+                }
+            };
+            Collect::Reduce { init: r.get("init").cloned().unwrap_or(Value::Null), with }
+        }
+        Some(_) => {
+            return Err(ValidationError::new(
+                field("collect"),
+                "must be \"all\", \"none\" or {\"reduce\": \"<jq>\", \"init\": <value>}",
+            ))
+        }
     };
     let raw = match config.get("node") {
         Some(Value::Object(m)) => m,
@@ -275,7 +369,7 @@ fn compile_map(at: &str, n: &NodeSpec) -> Result<(NodeKind, Option<NodeSpec>), V
             ),
         )),
         _ => {
-            let kind = NodeKind::Map(MapConfig { items, max_concurrency, continue_on_failure, template: usize::MAX });
+            let kind = NodeKind::Map(MapConfig { items, max_concurrency, tolerated, collect, template: usize::MAX });
             Ok((kind, Some(spec)))
         }
     }
@@ -312,6 +406,21 @@ fn compile_fail(at: &str, id: &str, config: &Value) -> Result<NodeKind, Validati
         }
     };
     Ok(NodeKind::Fail { message, code })
+}
+
+/// `tolerated_failures`: a whole number of items, or a share such as `"5%"`.
+fn tolerated_failures(v: &Value) -> Result<Tolerated, String> {
+    match v {
+        Value::Number(n) => match n.as_u64() {
+            Some(n) if n <= MAP_MAX_ITEMS as u64 => Ok(Tolerated::Count(n as u32)),
+            _ => Err(format!("must be a whole number from 0 to {MAP_MAX_ITEMS}, or a share such as \"5%\"")),
+        },
+        Value::String(s) => match s.strip_suffix('%').map(|p| p.trim().parse::<f64>()) {
+            Some(Ok(p)) if (0.0..=100.0).contains(&p) => Ok(Tolerated::Percent(p)),
+            _ => Err(format!("{s:?} is not a share from \"0%\" to \"100%\"")),
+        },
+        _ => Err("must be a whole number or a share such as \"5%\"".to_string()),
+    }
 }
 
 fn compile_transform(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {

@@ -24,8 +24,9 @@ mod spec;
 
 pub use check::{check_name, ValidationError, MAX_ID_LEN};
 pub use kind::{
-    is_error_code, traits_of, LoopConfig, MapConfig, NodeKind, Traits, WaitFor, BUILT_IN, HTTP_METHODS,
-    LOOP_MAX_ITERATIONS, MAP_MAX_ITEMS, MAX_ERROR_CODE_LEN, SUB_WORKFLOW_MAX_DEPTH,
+    is_error_code, traits_of, Collect, LoopConfig, MapConfig, NodeKind, Tolerated, Traits, WaitFor, BUILT_IN,
+    HTTP_METHODS, LOOP_MAX_ITERATIONS, MAP_DEFAULT_CONCURRENCY, MAP_MAX_ITEMS, MAX_ERROR_CODE_LEN,
+    MIN_COLLECTED_ITEM_BYTES, SUB_WORKFLOW_MAX_DEPTH,
 };
 pub use node::{default_queue, Node, RetryPolicy};
 pub use spec::{ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, WorkflowSpec};
@@ -497,7 +498,7 @@ mod tests {
         let each = wf.node_index("each").unwrap();
         let NodeKind::Map(m) = &wf.nodes[each].kind else { panic!("not a MAP") };
         assert_eq!(m.max_concurrency, Some(5));
-        assert!(!m.continue_on_failure);
+        assert_eq!(m.tolerated, Tolerated::Count(0));
         let template = &wf.nodes[m.template];
         assert_eq!((template.item_of, template.retry.max_attempts), (Some(each), 7));
         assert_eq!(template.timeout, Some(Duration::from_secs(10)));

@@ -47,6 +47,17 @@ impl Limits {
         time: Duration::from_millis(500),
         output: 64 << 20,
     };
+
+    /// A MAP's `items`, which may build a list of up to `map_max_items`
+    /// elements (`[range(1000000)]`): ten steps an item, 256 MiB and 5 s.
+    pub const MAP_ITEMS: Limits = Limits {
+        steps: 10_000_000,
+        bytes: 256 << 20,
+        depth: 100,
+        stack: 512 << 10,
+        time: Duration::from_secs(5),
+        output: 256 << 20,
+    };
 }
 
 /// Which limit an evaluation exceeded.

@@ -857,22 +857,27 @@ impl Template {
     /// Evaluates against a converted context (`None` when there is nothing
     /// to evaluate: [`Template::is_literal`]).
     pub fn eval_in(&self, scope: Option<&Scope>) -> Result<Value, String> {
-        self.eval_as(scope, false)
+        self.eval_as(scope, false, Limits::DEFAULT)
     }
 
     /// Evaluates a task's input: like [`Template::eval_in`], with every
     /// value that came from data escaped ([`escape_data`]), so that only the
     /// definition's text can reference a secret.
     pub fn eval_input(&self, scope: Option<&Scope>) -> Result<Value, String> {
-        self.eval_as(scope, true)
+        self.eval_as(scope, true, Limits::DEFAULT)
     }
 
-    fn eval_as(&self, scope: Option<&Scope>, escape: bool) -> Result<Value, String> {
+    /// Like [`Template::eval_in`], under other limits (a MAP's `items`).
+    pub fn eval_in_with(&self, scope: Option<&Scope>, limits: Limits) -> Result<Value, String> {
+        self.eval_as(scope, false, limits)
+    }
+
+    fn eval_as(&self, scope: Option<&Scope>, escape: bool, limits: Limits) -> Result<Value, String> {
         let need = |e: &Expr| scope.ok_or_else(|| format!("{}: no context", e.source));
         let data = |v: Value| if escape { escape_data(v) } else { v };
         Ok(match self {
             Template::Literal(v) => v.clone(),
-            Template::Whole(e) => data(e.eval_in(need(e)?)?),
+            Template::Whole(e) => data(e.eval_limited(need(e)?, limits)?),
             Template::Text(pieces) => {
                 let mut out = String::new();
                 for PieceOwned(p) in pieces {
@@ -881,7 +886,7 @@ impl Template {
                             out.push_str(t);
                             continue;
                         }
-                        Piece::Expr(e) => match e.eval_in(need(e)?)? {
+                        Piece::Expr(e) => match e.eval_limited(need(e)?, limits)? {
                             Value::String(s) => s,
                             Value::Null => continue,
                             other => other.to_string(),
@@ -895,12 +900,12 @@ impl Template {
                 Value::String(out)
             }
             Template::Array(items) => {
-                Value::Array(items.iter().map(|t| t.eval_as(scope, escape)).collect::<Result<_, _>>()?)
+                Value::Array(items.iter().map(|t| t.eval_as(scope, escape, limits)).collect::<Result<_, _>>()?)
             }
             Template::Object(fields) => {
                 let mut map = Map::new();
                 for (k, t) in fields {
-                    map.insert(k.clone(), t.eval_as(scope, escape)?);
+                    map.insert(k.clone(), t.eval_as(scope, escape, limits)?);
                 }
                 Value::Object(map)
             }

@@ -1,13 +1,16 @@
 //! MAP: one task per item of a list computed when the MAP starts.
 //!
 //! The MAP's own task is RUNNING while its items run and carries their counts
-//! ([`MapProgress`]). Every item is created when the MAP starts, with its
-//! input evaluated then (so the run's context is converted once, not once per
-//! item): QUEUED until a slot under `max_concurrency` frees, then dispatched
-//! like any node. An item's result changes the item and the MAP's counts and
-//! nothing else; the engine loads only the items an event names, and when the
-//! state machine needs others (the next to start, all of them to gather the
-//! output) it says so in [`Transition::effects`].
+//! ([`MapProgress`]). Items are created as the MAP needs them, a chunk of
+//! [`ITEM_CHUNK`] at a time, with their inputs evaluated then: QUEUED until a
+//! slot under `max_concurrency` frees, then dispatched like any node. The
+//! list itself is kept in storage (the writer's `map_sources`) for the
+//! chunks not created yet, so memory and each transaction stay bounded
+//! whatever the number of items. An item's result changes the item and the
+//! MAP's counts (and a reduction's accumulator) and nothing else; the engine
+//! loads only the items an event names, and when the state machine needs
+//! others (the next to start, the next chunk of the list, all of them to
+//! gather the output) it says so in [`Transition::effects`].
 
 use std::collections::BTreeMap;
 
@@ -15,8 +18,10 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::state::Machine;
-use super::types::{codes, Effect, Failure, HistoryKind, Ignore, Item, MapProgress, Need, RunStatus, Task, TaskState};
-use crate::definition::{MapConfig, NodeKind};
+use super::types::{
+    codes, Effect, Failure, HistoryKind, Ignore, IgnoreKind, Item, MapProgress, Need, RunStatus, Task, TaskState,
+};
+use crate::definition::{Collect, MapConfig, NodeKind, MIN_COLLECTED_ITEM_BYTES};
 use crate::expr::Scope;
 use crate::storable;
 
@@ -28,37 +33,75 @@ impl Machine<'_> {
         }
     }
 
-    /// Starts a MAP: every item is created, its input evaluated with `.item`
-    /// and `.index` bound; TRANSFORM items complete at once, the others are
-    /// QUEUED, then as many start as `max_concurrency` allows.
-    pub(super) fn start_map(&mut self, t: usize, items: Vec<Value>, scope: Scope) {
+    /// Starts a MAP over `items`: its task RUNNING with the counts, the list
+    /// kept for the chunks to come, and as many items created and started as
+    /// `max_concurrency` allows (at most [`ITEMS_PER_EVENT`] in this event).
+    /// A MAP that gathers every output and has more items than the payload
+    /// limit can hold fails before any starts.
+    pub(super) fn start_map(&mut self, t: usize, items: Vec<Value>, _scope: Scope) {
+        let config = self.map_config(t).clone();
         if items.is_empty() {
-            self.finish(t, TaskState::Completed, Some(json!([])), None);
+            let output = match &config.collect {
+                Collect::All => json!([]),
+                Collect::None => json!({"count": 0, "succeeded": 0, "failed": 0}),
+                Collect::Reduce { init, .. } => init.clone(),
+            };
+            self.finish(t, TaskState::Completed, Some(output), None);
             return;
         }
-        let wf = self.wf;
-        let config = self.map_config(t).clone();
-        let template = &wf.nodes[config.template];
         let total = items.len() as u32;
-        let map_id = self.run.tasks[t].id;
+        if config.collect == Collect::All && collected_share(self.run.max_payload, total) < MIN_COLLECTED_ITEM_BYTES {
+            let error = format!(
+                "{total} items: their outputs cannot all be collected within the payload limit ({} bytes, \
+                 COMPOSER_MAX_PAYLOAD); use collect: \"none\" or a reduction",
+                self.run.max_payload
+            );
+            self.finish(t, TaskState::Failed, None, Some(Failure::fatal(codes::PAYLOAD, error)));
+            return;
+        }
         {
             let task = &mut self.run.tasks[t];
             task.state = TaskState::Running;
             task.input = json!({"items": total, "max_concurrency": config.max_concurrency});
-            task.progress = Some(MapProgress { total, queued: total, ..MapProgress::default() });
+            task.progress = Some(MapProgress { total, queued: total, created: Some(0), ..MapProgress::default() });
+            if let Collect::Reduce { init, .. } = &config.collect {
+                task.output = Some(init.clone());
+            }
         }
+        self.tr.charged_items += total as u64;
         let payload = self.task_payload(t, json!({"items": total, "max_concurrency": config.max_concurrency}));
         self.tr.log(HistoryKind::MapStarted, payload);
         self.index_map(t);
+        self.maps.fresh.insert(t, items);
+        self.advance(t);
+    }
+
+    /// Creates items `from..` of MAP `m` from `values`, QUEUED, each input
+    /// evaluated with `.item` and `.index` bound over the MAP's scope (so the
+    /// run's context is converted once per chunk, not once per item); a
+    /// TRANSFORM item completes at once.
+    pub(super) fn create_items(&mut self, m: usize, from: u32, values: &[Value]) {
+        let wf = self.wf;
+        let config = self.map_config(m).clone();
+        let template = &wf.nodes[config.template];
+        let map_id = self.run.tasks[m].id;
+        let scope = self.scope(self.run.tasks[m].node);
         let max = self.run.max_payload;
-        for (index, value) in items.into_iter().enumerate() {
-            let item = Item { map: map_id, index: index as u32 };
+        let share = self.item_share(m);
+        if let Some(p) = &mut self.run.tasks[m].progress {
+            p.created = Some(from + values.len() as u32);
+        }
+        self.tr.touch(m);
+        self.maps.created_now += values.len() as u32;
+        for (k, value) in values.iter().enumerate() {
+            let index = from + k as u32;
+            let item = Item { map: map_id, index };
             let at = self.run.tasks.len();
             let mut task = Task::new((self.new_id)(), config.template, Some(item));
             task.state = TaskState::Queued;
             self.run.tasks.push(task);
             self.tr.created.push(at);
-            let evaluated = scope.with_item(&value, index).and_then(|scope| match &template.kind {
+            let evaluated = scope.with_item(value, index as usize).and_then(|scope| match &template.kind {
                 NodeKind::Transform { output } => output
                     .eval_in(Some(&scope))
                     .and_then(|v| storable::check(&v, "config.output", max).map(|()| v))
@@ -80,17 +123,40 @@ impl Machine<'_> {
                 (Err(error), _) => {
                     self.finish(at, TaskState::Failed, None, Some(Failure::fatal(storable::code_of(&error), error)))
                 }
-                (Ok(output), NodeKind::Transform { .. }) => self.finish(at, TaskState::Completed, Some(output), None),
+                (Ok(output), NodeKind::Transform { .. }) => {
+                    match share.and_then(|s| over(&output, s, values_total(self, m))) {
+                        Some(failure) => self.finish(at, TaskState::Failed, None, Some(failure)),
+                        None => self.finish(at, TaskState::Completed, Some(output), None),
+                    }
+                }
                 (Ok(input), kind) => {
                     let id = self.run.tasks[at].id;
                     self.run.tasks[at].input = super::rules::with_idempotency_key(kind, input, id, 1);
                     if let Some(queued) = &mut self.maps.queued {
-                        queued.insert((t, index as u32), at);
+                        queued.insert((m, index), at);
                     }
                 }
             }
         }
-        self.advance(t);
+    }
+
+    /// The bytes of the collected output one item of MAP `m` may use
+    /// (`collect: "all"`): nine tenths of the payload limit shared by the
+    /// items, so that the run's output holding it fits too. `None` when the
+    /// MAP does not gather its items' outputs.
+    pub(super) fn item_share(&self, m: usize) -> Option<usize> {
+        let p = self.run.tasks[m].progress?;
+        (self.map_config(m).collect == Collect::All).then(|| collected_share(self.run.max_payload, p.total))
+    }
+
+    /// An item's output that is more than its share of its MAP's collected
+    /// output fails the item (for good: it would again), so that a MAP whose
+    /// items all ran never fails for the size of what it gathers.
+    pub(super) fn over_share(&mut self, t: usize, output: &Value) -> Option<Failure> {
+        let item = self.run.tasks[t].item?;
+        let m = self.map_task(item.map)?;
+        let share = self.item_share(m)?;
+        over(output, share, values_total(self, m))
     }
 
     /// Counts an item leaving QUEUED or open for `state` on its MAP.
@@ -154,14 +220,19 @@ impl Machine<'_> {
         Ok(())
     }
 
-    /// A MAP fails with its first failed item (`on_item_failure: fail`),
-    /// starts queued items while slots are free (not while the run is
-    /// paused), and completes when every item has finished.
+    /// A MAP fails once more of its items failed than it tolerates (its
+    /// first failed item, by default), starts queued items while slots are
+    /// free (not while the run is paused), and completes when every item has
+    /// finished.
     pub(super) fn advance(&mut self, m: usize) {
         let (Some(p), false) = (self.run.tasks[m].progress, self.run.tasks[m].state.is_terminal()) else { return };
+        if let Some(failure) = self.maps.broken.remove(&m) {
+            self.fail_map(m, Some(failure));
+            return;
+        }
         let config = self.map_config(m).clone();
-        if p.failed > 0 && !config.continue_on_failure {
-            self.fail_map(m);
+        if config.tolerated.exceeded(p.failed, p.total) {
+            self.fail_map(m, None);
             return;
         }
         if self.run.status == RunStatus::Running {
@@ -174,27 +245,74 @@ impl Machine<'_> {
     }
 
     pub(super) fn fill(&mut self, m: usize, config: &MapConfig) {
-        let max = config.max_concurrency.unwrap_or(u32::MAX);
+        let max = config.max_concurrency.unwrap_or(crate::definition::MAP_DEFAULT_CONCURRENCY);
         loop {
             let p = self.run.tasks[m].progress.unwrap_or_default();
             if p.open >= max || p.queued == 0 {
                 return;
             }
-            let Some(t) = self.next_queued(m) else {
-                let map = self.run.tasks[m].id;
-                let count = (max - p.open).min(p.queued);
+            if let Some(t) = self.next_queued(m) {
+                if let Some(p) = &mut self.run.tasks[m].progress {
+                    p.queued -= 1;
+                    p.open += 1;
+                }
+                self.tr.touch(m);
+                self.tr.touch(t);
+                self.dispatch(t);
+                continue;
+            }
+            let map = self.run.tasks[m].id;
+            // Created items wait QUEUED in storage: load the next ones.
+            let created_waiting = p.queued.saturating_sub(p.total - p.created());
+            if created_waiting > 0 {
+                let count = (max - p.open).min(created_waiting);
                 self.tr.effects.retain(|e| !matches!(e, Effect::LoadItems(Need::Queued { map: id, .. }) if *id == map));
                 self.tr.effects.push(Effect::LoadItems(Need::Queued { map, count }));
                 return;
-            };
-            if let Some(p) = &mut self.run.tasks[m].progress {
-                p.queued -= 1;
-                p.open += 1;
             }
-            self.tr.touch(m);
-            self.tr.touch(t);
-            self.dispatch(t);
+            // Every created item has started: create the next chunk, from the
+            // list in memory when this event started the MAP, else from storage.
+            // One chunk from storage per event, up to ITEMS_PER_EVENT from
+            // memory: the rest after the commit.
+            if self.maps.created_now >= ITEMS_PER_EVENT || (self.maps.sourced && !self.maps.fresh.contains_key(&m)) {
+                if !self.tr.continue_maps.contains(&m) {
+                    self.tr.continue_maps.push(m);
+                }
+                return;
+            }
+            let from = p.created();
+            let count = ITEM_CHUNK.min(p.total - from);
+            match self.maps.fresh.get(&m) {
+                Some(list) => {
+                    let values = list[from as usize..(from + count) as usize].to_vec();
+                    self.create_items(m, from, &values);
+                }
+                None => {
+                    let need = Effect::LoadItems(Need::Sources { map, from, count });
+                    if !self.tr.effects.contains(&need) {
+                        self.tr.effects.push(need);
+                    }
+                    return;
+                }
+            }
         }
+    }
+
+    /// The engine read the chunk of a MAP's list from `from`: those items
+    /// are created, and the MAP carries on.
+    pub(super) fn on_sources_loaded(&mut self, task_id: Uuid, from: u32, values: Vec<Value>) -> Result<(), Ignore> {
+        self.require_active()?;
+        let m = self.find(task_id)?;
+        let created = self.run.tasks[m].progress.map(|p| p.created());
+        if self.run.tasks[m].state.is_terminal() || created != Some(from) {
+            return Err(Ignore(IgnoreKind::NotDue, format!("the MAP has created {created:?} items, not {from}")));
+        }
+        let left = self.run.tasks[m].progress.map_or(0, |p| p.total - from) as usize;
+        self.create_items(m, from, &values[..values.len().min(left)]);
+        self.maps.sourced = true;
+        self.maps.dirty.push(m);
+        self.route();
+        Ok(())
     }
 
     /// The loaded QUEUED item of MAP `m` with the lowest index, taken off the index.
@@ -243,9 +361,19 @@ impl Machine<'_> {
     }
 
     /// Every item finished: the output is their outputs in item order (a
-    /// failed item's is `{"error": …}`). Needs every item loaded.
+    /// failed item's is `{"error": …}`, cut to its share; needs every item
+    /// loaded), their counts (`collect: "none"`), or the reduction's result.
     pub(super) fn complete_map(&mut self, m: usize) {
         let p = self.run.tasks[m].progress.unwrap_or_default();
+        let counts = json!({"count": p.total, "succeeded": p.completed, "failed": p.failed});
+        match &self.map_config(m).collect {
+            Collect::None => return self.finish(m, TaskState::Completed, Some(counts), None),
+            Collect::Reduce { .. } => {
+                let acc = self.run.tasks[m].output.take().unwrap_or(Value::Null);
+                return self.finish(m, TaskState::Completed, Some(acc), None);
+            }
+            Collect::All => {}
+        }
         let items = self.items_of(m);
         if items.len() < p.total as usize {
             let map = self.run.tasks[m].id;
@@ -255,13 +383,18 @@ impl Machine<'_> {
             }
             return;
         }
+        let share = self.item_share(m).unwrap_or(usize::MAX);
         let output: Vec<Value> = items
             .values()
             .map(|&at| {
                 let t = &self.run.tasks[at];
                 match t.state {
                     TaskState::Completed => t.output.clone().unwrap_or(Value::Null),
-                    _ => json!({"error": t.error.as_deref().unwrap_or("cancelled")}),
+                    _ => {
+                        let error = t.error.as_deref().unwrap_or("cancelled");
+                        let cut: String = error.chars().take(share.saturating_sub(16).max(8)).collect();
+                        json!({"error": cut})
+                    }
                 }
             })
             .collect();
@@ -272,18 +405,53 @@ impl Machine<'_> {
         }
     }
 
-    /// `on_item_failure: fail`: the MAP fails naming its first failed item;
-    /// no more items start, and the open ones are cancelled.
-    pub(super) fn fail_map(&mut self, m: usize) {
-        let items = self.items_of(m);
-        let first = items.iter().find(|(_, &at)| self.run.tasks[at].state == TaskState::Failed);
-        let error = match first {
-            Some((index, &at)) => {
-                format!("item {index} failed: {}", self.run.tasks[at].error.as_deref().unwrap_or("unknown error"))
+    /// An item ended: a MAP with a reduction applies it to the item (its
+    /// failure fails the MAP at its next look).
+    pub(super) fn reduce_item(&mut self, t: usize) {
+        let Some(item) = self.run.tasks[t].item else { return };
+        let Some(m) = self.map_task(item.map) else { return };
+        let Collect::Reduce { init, with } = &self.map_config(m).collect else { return };
+        let task = &self.run.tasks[t];
+        let acc = self.run.tasks[m].output.clone().unwrap_or_else(|| init.clone());
+        let ctx = json!({"acc": acc, "item": {"index": item.index, "state": task.state, "output": task.output,
+                                             "error": task.error}});
+        let max = self.run.max_payload;
+        match with.eval(&ctx).and_then(|v| storable::check(&v, "collect.reduce", max).map(|()| v)) {
+            Ok(acc) => self.run.tasks[m].output = Some(acc),
+            Err(e) => {
+                let failure =
+                    Failure::fatal(storable::code_of(&e), format!("collect.reduce at item {}: {e}", item.index));
+                self.maps.broken.entry(m).or_insert(failure);
             }
-            None => "an item failed".to_string(),
-        };
-        self.finish(m, TaskState::Failed, None, Some(Failure::fatal(codes::ITEM_FAILED, error)));
+        }
+        self.tr.touch(m);
+        if !self.maps.dirty.contains(&m) {
+            self.maps.dirty.push(m);
+        }
+    }
+
+    /// The MAP fails: naming its first failed item (or `why`); no more items
+    /// start, and the open ones are cancelled.
+    pub(super) fn fail_map(&mut self, m: usize, why: Option<Failure>) {
+        let items = self.items_of(m);
+        let failure = why.unwrap_or_else(|| {
+            let first = items.iter().find(|(_, &at)| self.run.tasks[at].state == TaskState::Failed);
+            let p = self.run.tasks[m].progress.unwrap_or_default();
+            let error = match first {
+                Some((index, &at)) if p.failed <= 1 => {
+                    format!("item {index} failed: {}", self.run.tasks[at].error.as_deref().unwrap_or("unknown error"))
+                }
+                Some((index, &at)) => format!(
+                    "{} of {} items failed, more than it tolerates; item {index}: {}",
+                    p.failed,
+                    p.total,
+                    self.run.tasks[at].error.as_deref().unwrap_or("unknown error")
+                ),
+                None => "an item failed".to_string(),
+            };
+            Failure::fatal(codes::ITEM_FAILED, error)
+        });
+        self.finish(m, TaskState::Failed, None, Some(failure));
         for (_, at) in items {
             if !self.run.tasks[at].state.is_terminal() {
                 self.finish(at, TaskState::Cancelled, None, None);
@@ -298,7 +466,7 @@ impl Machine<'_> {
     pub(super) fn restart_map(&mut self, m: usize) {
         let items = self.items_of(m);
         let p = self.run.tasks[m].progress.unwrap_or_default();
-        if p.total == 0 || items.len() < p.total as usize {
+        if p.total == 0 || items.len() < p.created() as usize {
             let task = &mut self.run.tasks[m];
             task.progress = None;
             task.attempt += 1;
@@ -310,7 +478,9 @@ impl Machine<'_> {
             self.start(m, &mut ctx);
             return;
         }
-        let mut progress = MapProgress { total: p.total, ..MapProgress::default() };
+        // Items not created yet are still to come.
+        let mut progress =
+            MapProgress { total: p.total, queued: p.total - p.created(), created: p.created, ..MapProgress::default() };
         for (_, at) in items {
             let item = &mut self.run.tasks[at];
             if item.state == TaskState::Completed {
@@ -333,7 +503,26 @@ impl Machine<'_> {
             self.tr.touch(at);
         }
         self.maps.queued = None;
+        // A reduction starts again from the items that keep their outputs.
+        let acc = match &self.map_config(m).collect {
+            Collect::Reduce { init, with } => {
+                let mut acc = init.clone();
+                for &at in self.items_of(m).values() {
+                    let t = &self.run.tasks[at];
+                    if t.state != TaskState::Completed {
+                        continue;
+                    }
+                    let index = t.item.map_or(0, |i| i.index);
+                    let ctx = json!({"acc": acc, "item": {"index": index, "state": t.state, "output": t.output,
+                                                         "error": null}});
+                    acc = with.eval(&ctx).unwrap_or(Value::Null);
+                }
+                Some(acc)
+            }
+            _ => None,
+        };
         let task = &mut self.run.tasks[m];
+        task.output = acc;
         task.state = TaskState::Running;
         task.attempt += 1;
         task.error = None;
@@ -345,4 +534,60 @@ impl Machine<'_> {
         self.tr.log(HistoryKind::MapStarted, payload);
         self.advance(m);
     }
+}
+
+impl Machine<'_> {
+    /// Hands storage the lists of the MAPs this event started that still
+    /// have items to create: the chunks from the first one not created.
+    pub(super) fn keep_sources(&mut self) {
+        for (m, list) in std::mem::take(&mut self.maps.fresh) {
+            let task = &self.run.tasks[m];
+            let Some(p) = task.progress.filter(|p| p.created() < p.total && !task.state.is_terminal()) else {
+                continue;
+            };
+            let first = p.created() / ITEM_CHUNK;
+            let rest = list.into_iter().skip((first * ITEM_CHUNK) as usize).collect();
+            self.tr.sources.push((m, first, rest));
+        }
+    }
+}
+
+/// Items created at once from a MAP's list (and the size of its chunks in
+/// storage). Small under test, so that the unit and property tests, whose
+/// MAPs are small, go through every path a large MAP takes.
+#[cfg(not(test))]
+pub const ITEM_CHUNK: u32 = 1_000;
+#[cfg(test)]
+pub const ITEM_CHUNK: u32 = 3;
+
+/// Most items one event creates; a MAP that could start more carries on in
+/// a transaction of its own after the commit.
+#[cfg(not(test))]
+pub const ITEMS_PER_EVENT: u32 = 10_000;
+#[cfg(test)]
+pub const ITEMS_PER_EVENT: u32 = 7;
+
+/// The bytes one item may add to a MAP's collected output of `total` items.
+fn collected_share(max_payload: usize, total: u32) -> usize {
+    (max_payload / 10 * 9 / total.max(1) as usize).saturating_sub(2)
+}
+
+/// The items of MAP task `m` in all.
+fn values_total(machine: &Machine<'_>, m: usize) -> u32 {
+    machine.run.tasks[m].progress.map_or(0, |p| p.total)
+}
+
+/// The failure of an item whose output is over its `share` of its MAP's
+/// collected output, if it is.
+fn over(output: &Value, share: usize, total: u32) -> Option<Failure> {
+    let size = serde_json::to_vec(output).map_or(usize::MAX, |v| v.len());
+    (size > share).then(|| {
+        Failure::fatal(
+            codes::PAYLOAD,
+            format!(
+                "output of {size} bytes is over this item's share of its MAP's collected output ({share} bytes: \
+                 the payload limit over {total} items); use collect: \"none\" or a reduction"
+            ),
+        )
+    })
 }

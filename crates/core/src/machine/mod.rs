@@ -32,6 +32,7 @@ mod rules;
 mod state;
 pub mod types;
 
+pub use map::{ITEMS_PER_EVENT, ITEM_CHUNK};
 pub use types::*;
 
 use state::Machine;
@@ -53,6 +54,7 @@ pub fn apply(
     if let Err(reason) = m.on(event) {
         return Transition::ignore(reason, about);
     }
+    m.keep_sources();
     m.tr
 }
 
@@ -102,6 +104,12 @@ pub fn after_commit(wf: &Workflow, run: &Run, tr: &Transition) -> Vec<AfterCommi
             if !waiting || task.attempt > 1 || iteration > 0 {
                 out.push(AfterCommit::CancelChildren { task_id: task.id, attempt: task.attempt, iteration, waiting });
             }
+        }
+    }
+    for &m in &tr.continue_maps {
+        let task = &run.tasks[m];
+        if task.state == TaskState::Running && !task.removed {
+            out.push(AfterCommit::ContinueMap { task_id: task.id });
         }
     }
     if tr.run_changed && run.status.is_terminal() {

@@ -18,8 +18,13 @@ impl Machine<'_> {
             Event::TaskCompleted { task_id, attempt, output } => {
                 let t = self.reportable(task_id, attempt)?;
                 self.worker_runs(t)?;
-                self.finish(t, TaskState::Completed, Some(output), None);
-                self.route();
+                match self.over_share(t, &output) {
+                    Some(failure) => self.fail_attempt(t, failure),
+                    None => {
+                        self.finish(t, TaskState::Completed, Some(output), None);
+                        self.route();
+                    }
+                }
                 Ok(())
             }
             Event::TaskFailed { task_id, attempt, error, retryable, code, status } => {
@@ -47,6 +52,7 @@ impl Machine<'_> {
             }
             Event::ResolveTask { task_id, resolution } => self.on_resolve(task_id, resolution),
             Event::ItemsLoaded { task_id } => self.on_items_loaded(task_id),
+            Event::SourcesLoaded { task_id, from, items } => self.on_sources_loaded(task_id, from, items),
             Event::ChildFinished { task_id, attempt, iteration, child, status, output, error } => {
                 let t = self.reportable(task_id, attempt)?;
                 if self.run.tasks[t].iteration.unwrap_or(0) != iteration {
@@ -412,8 +418,14 @@ impl Machine<'_> {
                 Ok(())
             }
             (Some(_), RunStatus::Succeeded) => {
-                self.finish(t, TaskState::Completed, Some(output.unwrap_or(Value::Null)), None);
-                self.route();
+                let output = output.unwrap_or(Value::Null);
+                match self.over_share(t, &output) {
+                    Some(failure) => self.fail_attempt(t, failure),
+                    None => {
+                        self.finish(t, TaskState::Completed, Some(output), None);
+                        self.route();
+                    }
+                }
                 Ok(())
             }
             (Some(child), _) => {
@@ -455,6 +467,7 @@ impl Machine<'_> {
     }
 
     pub(super) fn finish(&mut self, t: usize, state: TaskState, output: Option<Value>, error: Option<Failure>) {
+        let was = self.run.tasks[t].state;
         self.item_finishing(t, state);
         let task = &mut self.run.tasks[t];
         task.state = state;
@@ -482,6 +495,9 @@ impl Machine<'_> {
         };
         let payload = self.task_payload(t, detail);
         self.tr.log(kind, payload);
+        if !was.is_terminal() && matches!(state, TaskState::Completed | TaskState::Failed) {
+            self.reduce_item(t);
+        }
     }
 
     pub(super) fn restart(&mut self, t: usize) {
@@ -659,7 +675,8 @@ impl Machine<'_> {
             }
             NodeKind::Map(m) => {
                 let left = self.run.items_left;
-                eval(&m.items)
+                m.items
+                    .eval_in_with(scope.as_ref(), crate::expr::Limits::MAP_ITEMS)
                     .and_then(items)
                     .and_then(|items| match items.len() as u64 {
                         n if n > left => Err(format!(

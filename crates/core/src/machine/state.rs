@@ -65,6 +65,14 @@ pub(super) struct Maps {
     pub(super) by_id: Option<HashMap<Uuid, usize>>,
     /// MAP tasks whose items changed since they were last looked at.
     pub(super) dirty: Vec<usize>,
+    /// The lists of MAPs this event started, by their task, to create items from.
+    pub(super) fresh: HashMap<usize, Vec<Value>>,
+    /// Items this event created.
+    pub(super) created_now: u32,
+    /// This event created items from a chunk storage read.
+    pub(super) sourced: bool,
+    /// MAPs whose reduction failed, with why: they fail at their next look.
+    pub(super) broken: HashMap<usize, super::types::Failure>,
 }
 
 /// The list `items` evaluated to.

@@ -736,30 +736,51 @@ impl Sim {
 
 #[test]
 fn a_map_runs_each_item_under_its_concurrency_and_gathers_outputs_in_item_order() {
-    let mut s = Sim::with_input(map_wf(Some(2), "fail", 1), json!({"orders": ["a", "b", "c", "d", "e"]}));
-    let tr = s.apply(Event::RunStarted);
-    assert_eq!(tr.created.len(), 6, "the MAP's task and one per item");
+    let input = json!({"orders": ["a", "b", "c", "d", "e"]});
+    let mut e = Engine {
+        wf: map_wf(Some(2), "fail", 1),
+        stored: Run::new(Uuid::from_u128(1), input),
+        now: Utc::now(),
+        next: 100,
+        sources: Default::default(),
+    };
+    let (tr, _) = e.apply(Event::RunStarted);
+    assert_eq!(tr.created.len(), 1 + super::map::ITEM_CHUNK as usize, "the MAP's task and its first chunk of items");
+    assert_eq!(tr.sources.len(), 0, "handed to storage (the model took them)");
+    assert_eq!(e.sources.values().next().map(Vec::len), Some(5), "the list kept for the items to come");
     assert_eq!(tr.dispatch.len(), 2, "max_concurrency");
-    assert_eq!(s.items_in(TaskState::Pending), vec![0, 1]);
-    assert_eq!(s.items_in(TaskState::Queued), vec![2, 3, 4]);
-    let key = format!("{}:1", s.item(3).id);
+    let in_state = |e: &Engine, state: TaskState| -> Vec<u32> {
+        let mut v: Vec<u32> =
+            e.stored.tasks.iter().filter(|t| t.state == state).filter_map(|t| t.item.map(|i| i.index)).collect();
+        v.sort_unstable();
+        v
+    };
+    let item = |e: &Engine, i: u32| e.stored.tasks.iter().find(|t| t.item.is_some_and(|x| x.index == i)).cloned();
+    assert_eq!(in_state(&e, TaskState::Pending), vec![0, 1]);
+    assert_eq!(in_state(&e, TaskState::Queued), vec![2]);
+    assert!(item(&e, 3).is_none(), "item 3 is not created yet");
+    let two = item(&e, 2).unwrap();
     assert_eq!(
-        s.item(3).input,
-        json!({"url": "http://h/ship", "body": {"order": "d", "at": 3}, "idempotency_key": key})
+        two.input,
+        json!({"url": "http://h/ship", "body": {"order": "c", "at": 2}, "idempotency_key": format!("{}:1", two.id)})
     );
-    assert_eq!(s.task("each").state, TaskState::Running);
-    // Out of order: each result frees one slot, lowest queued index first.
-    s.report_item(1, true);
-    assert_eq!(s.items_in(TaskState::Pending), vec![0, 2]);
+    // Out of order: each result frees one slot, lowest queued index first,
+    // the next chunk created from the list when the created ones ran out.
+    let done = |e: &mut Engine, i: u32| {
+        let t = item(e, i).unwrap();
+        e.apply(Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!(format!("shipped {i}")) })
+    };
+    done(&mut e, 1);
+    assert_eq!(in_state(&e, TaskState::Pending), vec![0, 2]);
     for i in [2, 0, 3, 4] {
-        s.report_item(i, true);
-        let p = s.task("each").progress.unwrap();
+        done(&mut e, i);
+        let p = e.stored.tasks.iter().find(|t| t.progress.is_some()).unwrap().progress.unwrap();
         assert!(p.open <= 2, "{p:?}");
         assert_eq!(p.queued + p.open + p.completed + p.failed, 5);
     }
-    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(e.stored.status, RunStatus::Succeeded);
     let shipped: Vec<Value> = (0..5).map(|i| json!(format!("shipped {i}"))).collect();
-    assert_eq!(s.run.output, Some(json!({"shipped": shipped, "count": 5})));
+    assert_eq!(e.stored.output, Some(json!({"shipped": shipped, "count": 5})));
 }
 
 #[test]
@@ -804,7 +825,7 @@ fn the_first_failed_item_fails_the_map_and_cancels_the_rest() {
     assert!(tr.dispatch.is_empty(), "no more items start");
     assert_eq!(s.task("each").state, TaskState::Failed);
     assert_eq!(s.task("each").error.as_deref(), Some("item 1 failed: no stock 1 (not retryable)"));
-    assert_eq!(s.items_in(TaskState::Cancelled), vec![0, 2, 3]);
+    assert_eq!(s.items_in(TaskState::Cancelled), vec![0, 2], "item 3 was never created");
     assert_eq!(s.run.status, RunStatus::Failed);
     assert!(s.run.error.as_deref().unwrap().contains("item 1 failed"));
     assert_eq!(tr.cancel_items.len(), 1, "storage cancels what the machine did not hold");
@@ -915,6 +936,8 @@ struct Engine {
     stored: Run,
     now: DateTime<Utc>,
     next: u128,
+    /// The lists of MAPs with items still to create, by index, by MAP task.
+    sources: std::collections::HashMap<Uuid, Vec<Value>>,
 }
 
 impl Engine {
@@ -935,6 +958,7 @@ impl Engine {
         let (map, count) = match need {
             Need::Queued { map, count } => (map, count as usize),
             Need::All { map } => (map, usize::MAX),
+            Need::Sources { .. } => unreachable!("sources are not items"),
         };
         let mut rows: Vec<Task> = self
             .stored
@@ -973,12 +997,24 @@ impl Engine {
             for need in needs {
                 let map = match need {
                     Need::Queued { map, .. } | Need::All { map } => map,
+                    Need::Sources { map, from, count } => {
+                        let list = self.sources.get(&map).expect("the list of a MAP that asks for it");
+                        let items = list[from as usize..(from + count) as usize].to_vec();
+                        let loaded = Event::SourcesLoaded { task_id: map, from, items };
+                        tr.merge(apply(&self.wf, &mut run, loaded, self.now, &mut ids));
+                        continue;
+                    }
                 };
                 assert!(self.load(&mut run, need) > 0, "a need storage cannot meet: {need:?}");
                 tr.merge(apply(&self.wf, &mut run, Event::ItemsLoaded { task_id: map }, self.now, &mut ids));
             }
         }
         self.next = next.get();
+        for (m, first, rest) in std::mem::take(&mut tr.sources) {
+            let mut list = vec![Value::Null; (first * super::map::ITEM_CHUNK) as usize];
+            list.extend(rest);
+            self.sources.insert(run.tasks[m].id, list);
+        }
         // Write back: the writer's bulk cancel first, then the changes.
         let written: std::collections::HashSet<Uuid> =
             tr.updated.iter().chain(&tr.created).map(|&i| run.tasks[i].id).collect();
@@ -1047,7 +1083,7 @@ proptest! {
         let mut rng = Rng(seed);
         let wf = random_map_workflow(max_concurrency, continue_on_failure, max_attempts);
         let input = json!({"items": (0..items).collect::<Vec<_>>()});
-        let mut e = Engine { wf, stored: Run::new(Uuid::from_u128(1), input), now: Utc::now(), next: 100 };
+        let mut e = Engine { wf, stored: Run::new(Uuid::from_u128(1), input), now: Utc::now(), next: 100, sources: Default::default() };
         let mut inbox = vec![Event::RunStarted];
         let mut ended = std::collections::HashSet::new();
         let mut retried = false;
@@ -1107,7 +1143,8 @@ proptest! {
                 };
                 prop_assert_eq!(p.total as usize, items);
                 if !map.state.is_terminal() {
-                    prop_assert_eq!(of(&|s| s == TaskState::Queued), p.queued);
+                    prop_assert_eq!(of(&|s| s == TaskState::Queued) + p.total - p.created(), p.queued);
+                    prop_assert!(of(&|_| true) <= p.created(), "no more items stored than created");
                     prop_assert_eq!(of(&|s| matches!(s, TaskState::Pending | TaskState::Running | TaskState::Waiting)), p.open);
                     prop_assert_eq!(of(&|s| s == TaskState::Completed), p.completed);
                     prop_assert!(p.open <= max_concurrency.unwrap_or(u32::MAX));
@@ -1143,7 +1180,13 @@ proptest! {
 fn an_item_result_needs_only_that_item_until_the_next_must_start_or_the_output_gathers() {
     let wf = map_wf(Some(1), "fail", 1);
     let input = json!({"orders": ["a", "b", "c"]});
-    let mut e = Engine { wf, stored: Run::new(Uuid::from_u128(1), input), now: Utc::now(), next: 100 };
+    let mut e = Engine {
+        wf,
+        stored: Run::new(Uuid::from_u128(1), input),
+        now: Utc::now(),
+        next: 100,
+        sources: Default::default(),
+    };
     e.apply(Event::RunStarted);
     let item =
         |e: &Engine, i: u32| e.stored.tasks.iter().find(|t| t.item.is_some_and(|x| x.index == i)).unwrap().clone();
@@ -1732,4 +1775,137 @@ fn a_loop_is_refused_without_a_condition_or_a_bound() {
         "nodes[p].config.on_parent_close"
     );
     assert_eq!(bad(json!({"until": "true", "max_iterations": 3})).path, "nodes[p].config.workflow");
+}
+
+fn engine_of(wf: Workflow, input: Value) -> Engine {
+    Engine { wf, stored: Run::new(Uuid::from_u128(1), input), now: Utc::now(), next: 100, sources: Default::default() }
+}
+
+fn big_map(config: Value) -> Workflow {
+    let mut c = json!({"items": "${ .input.items }",
+        "node": {"type": "HTTP", "retry": {"max_attempts": 1}, "config": {"url": "http://h/${ .item }"}}});
+    if let (Some(c), Some(extra)) = (c.as_object_mut(), config.as_object()) {
+        c.extend(extra.clone());
+    }
+    parse(json!({"name": "big", "nodes": [{"id": "each", "type": "MAP", "config": c}]}))
+}
+
+/// Runs a MAP's items to their end through the engine model: each item
+/// completes with its index, or fails when `fails` says so.
+fn run_items(e: &mut Engine, fails: impl Fn(u32) -> bool) {
+    for _ in 0..100_000 {
+        let next = e.stored.tasks.iter().find(|t| t.item.is_some() && t.state == TaskState::Pending).cloned();
+        let Some(t) = next else { return };
+        let index = t.item.unwrap().index;
+        let event = match fails(index) {
+            true => Event::TaskFailed {
+                task_id: t.id,
+                attempt: t.attempt,
+                error: format!("no {index}"),
+                retryable: false,
+                code: None,
+                status: None,
+            },
+            false => Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!({"i": index}) },
+        };
+        e.apply(event);
+    }
+}
+
+#[test]
+fn a_map_that_collects_nothing_counts_its_items_and_never_loads_them_all() {
+    let items: Vec<u32> = (0..20).collect();
+    let mut e = engine_of(
+        big_map(json!({"collect": "none", "max_concurrency": 4, "tolerated_failures": 3})),
+        json!({"items": items}),
+    );
+    e.apply(Event::RunStarted);
+    run_items(&mut e, |i| i % 7 == 3);
+    assert_eq!(e.stored.status, RunStatus::Succeeded, "3 failures tolerated: {:?}", e.stored.error);
+    assert_eq!(e.stored.output, Some(json!({"each": {"count": 20, "succeeded": 17, "failed": 3}})));
+}
+
+#[test]
+fn a_map_fails_once_more_items_failed_than_it_tolerates() {
+    for (tolerated, fails, ends) in [
+        (json!(2), 3, RunStatus::Failed),
+        (json!("15%"), 3, RunStatus::Succeeded),
+        (json!("10%"), 3, RunStatus::Failed),
+        (json!(0), 1, RunStatus::Failed),
+    ] {
+        let items: Vec<u32> = (0..20).collect();
+        let mut e = engine_of(
+            big_map(json!({"collect": "none", "max_concurrency": 2, "tolerated_failures": tolerated})),
+            json!({"items": items}),
+        );
+        e.apply(Event::RunStarted);
+        run_items(&mut e, |i| i < fails);
+        assert_eq!(e.stored.status, ends, "{tolerated}: {:?}", e.stored.error);
+        if ends == RunStatus::Failed && fails > 1 {
+            assert!(e.stored.error.as_deref().unwrap().contains("more than it tolerates"), "{:?}", e.stored.error);
+        }
+    }
+}
+
+#[test]
+fn a_map_reduces_its_items_one_by_one_as_they_end() {
+    let items: Vec<u32> = (0..12).collect();
+    let wf = big_map(json!({"max_concurrency": 5, "on_item_failure": "continue",
+        "collect": {"init": {"sum": 0, "failed": []}, "reduce":
+            ".item as $i | .acc | if $i.state == \"COMPLETED\" then .sum += $i.output.i else .failed += [$i.index] end"}}));
+    let mut e = engine_of(wf, json!({"items": items}));
+    e.apply(Event::RunStarted);
+    run_items(&mut e, |i| i == 4);
+    assert_eq!(e.stored.status, RunStatus::Succeeded, "{:?}", e.stored.error);
+    assert_eq!(e.stored.output, Some(json!({"each": {"sum": 66 - 4, "failed": [4]}})));
+}
+
+#[test]
+fn a_map_that_collects_every_output_gives_each_item_its_share_or_fails_before_starting() {
+    // 1 KiB shared by 4 items: about 230 bytes each.
+    let items: Vec<u32> = (0..4).collect();
+    let mut e = engine_of(big_map(json!({"on_item_failure": "continue"})), json!({"items": items}));
+    e.stored.max_payload = 1024;
+    e.apply(Event::RunStarted);
+    for _ in 0..4 {
+        let t = e.stored.tasks.iter().find(|t| t.item.is_some() && t.state == TaskState::Pending).cloned().unwrap();
+        let index = t.item.unwrap().index;
+        let output = if index == 2 { json!("x".repeat(500)) } else { json!(index) };
+        e.apply(Event::TaskCompleted { task_id: t.id, attempt: 1, output });
+    }
+    assert_eq!(e.stored.status, RunStatus::Succeeded, "{:?}", e.stored.error);
+    let out = e.stored.output.as_ref().unwrap()["each"].as_array().unwrap().clone();
+    assert!(out[2]["error"].as_str().unwrap().contains("share"), "{:?}", out[2]);
+    assert_eq!((&out[0], &out[3]), (&json!(0), &json!(3)));
+    // 100 items cannot share 1 KiB: the MAP fails before any starts.
+    let items: Vec<u32> = (0..100).collect();
+    let mut e = engine_of(big_map(json!({})), json!({"items": items}));
+    e.stored.max_payload = 1024;
+    let (tr, _) = e.apply(Event::RunStarted);
+    assert!(tr.dispatch.is_empty());
+    assert_eq!(e.stored.status, RunStatus::Failed);
+    assert!(e.stored.error.as_deref().unwrap().contains("collect: \"none\""), "{:?}", e.stored.error);
+}
+
+#[test]
+fn a_map_creates_a_bounded_number_of_items_per_event_and_carries_on_after_the_commit() {
+    let items: Vec<u32> = (0..40).collect();
+    let wf = parse(json!({"name": "t", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ .input.items }", "collect": "none", "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}]}));
+    let mut e = engine_of(wf, json!({"items": items}));
+    let (tr, run) = e.apply(Event::RunStarted);
+    let per_event = super::map::ITEMS_PER_EVENT as usize;
+    assert!(tr.created.len() <= per_event + super::map::ITEM_CHUNK as usize + 1, "{}", tr.created.len());
+    let owed = after_commit(&e.wf, &run, &tr);
+    let map = e.stored.tasks.iter().find(|t| t.progress.is_some()).unwrap().id;
+    assert_eq!(owed, vec![AfterCommit::ContinueMap { task_id: map }]);
+    let mut rounds = 1;
+    while e.stored.status == RunStatus::Running {
+        rounds += 1;
+        assert!(rounds < 50, "the MAP does not carry on");
+        let (tr, run) = e.apply(Event::ItemsLoaded { task_id: map });
+        assert!(tr.created.len() <= per_event + super::map::ITEM_CHUNK as usize);
+        let _ = after_commit(&e.wf, &run, &tr);
+    }
+    assert_eq!(e.stored.output, Some(json!({"each": {"count": 40, "succeeded": 40, "failed": 0}})));
 }

@@ -291,6 +291,17 @@ pub struct MapProgress {
     pub completed: u32,
     /// Failed for good, or cancelled.
     pub failed: u32,
+    /// Items created so far (the rest are still in the MAP's list, to come
+    /// a chunk at a time); absent on MAPs that created every item at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<u32>,
+}
+
+impl MapProgress {
+    /// Items created so far.
+    pub fn created(&self) -> u32 {
+        self.created.unwrap_or(self.total)
+    }
 }
 
 /// The part of a run the state machine reads and changes.
@@ -384,9 +395,16 @@ pub enum Event {
         resolution: Resolution,
     },
     /// The engine loaded the items a MAP asked for ([`Need`]); the MAP
-    /// carries on with them.
+    /// carries on with them. (Also: a MAP that stopped creating items for
+    /// one event carries on.)
     ItemsLoaded {
         task_id: Uuid,
+    },
+    /// The engine read elements `from..` of a MAP's list ([`Need::Sources`]).
+    SourcesLoaded {
+        task_id: Uuid,
+        from: u32,
+        items: Vec<Value>,
     },
     /// The child run a SUB_WORKFLOW attempt started has ended, or (`child:
     /// None`) could not be started, for the reason in `error`.
@@ -423,6 +441,9 @@ pub enum Need {
     Queued { map: Uuid, count: u32 },
     /// Every item, to gather the MAP's output.
     All { map: Uuid },
+    /// `count` elements of the MAP's list from index `from`, to create
+    /// their items ([`Event::SourcesLoaded`]).
+    Sources { map: Uuid, from: u32, count: u32 },
 }
 
 impl Event {
@@ -441,6 +462,7 @@ impl Event {
             Event::TaskInDoubt { .. } => "TaskInDoubt",
             Event::ResolveTask { .. } => "ResolveTask",
             Event::ItemsLoaded { .. } => "ItemsLoaded",
+            Event::SourcesLoaded { .. } => "SourcesLoaded",
             Event::ChildFinished { .. } => "ChildFinished",
         }
     }
@@ -453,6 +475,7 @@ impl Event {
             | Event::TimerFired { task_id }
             | Event::EventReceived { task_id, .. }
             | Event::TaskInDoubt { task_id, .. }
+            | Event::SourcesLoaded { task_id, .. }
             | Event::ResolveTask { task_id, .. }
             | Event::ChildFinished { task_id, .. } => Some(*task_id),
             _ => None,
@@ -618,6 +641,15 @@ pub struct Transition {
     pub effects: Vec<Effect>,
     /// SUB_WORKFLOW tasks whose current attempt needs its child run started.
     pub children: Vec<usize>,
+    /// MAP items the transition's MAPs will create in all: charged to the
+    /// run tree's fan-out budget when they start.
+    pub charged_items: u64,
+    /// The lists of MAPs that have items still to create, for storage:
+    /// `(MAP task, the first chunk's index, the elements from it on)`.
+    pub sources: Vec<(usize, u32, Vec<Value>)>,
+    /// MAPs that stopped creating items for this event with slots still
+    /// free: they carry on after the commit.
+    pub continue_maps: Vec<usize>,
 }
 
 impl Transition {
@@ -665,6 +697,13 @@ impl Transition {
         }
         // The engine starts a child only for a task's current attempt, once.
         self.children.extend(next.children);
+        self.charged_items += next.charged_items;
+        self.sources.extend(next.sources);
+        for m in next.continue_maps {
+            if !self.continue_maps.contains(&m) {
+                self.continue_maps.push(m);
+            }
+        }
     }
 
     pub(super) fn touch(&mut self, task: usize) {
@@ -718,6 +757,9 @@ pub enum AfterCommit {
     /// A run under a concurrency limit ended: the next queued run of
     /// `(workflow, key)` may start.
     FreeSlot { workflow: String, key: String },
+    /// A MAP stopped creating items for one event: it carries on in a
+    /// transaction of its own ([`Event::ItemsLoaded`]).
+    ContinueMap { task_id: Uuid },
 }
 
 /// What the history says of an event that was ignored: taken before the
