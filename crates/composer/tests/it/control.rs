@@ -135,7 +135,7 @@ async fn cancelling_a_run_cancels_every_queued_and_running_item_at_once() {
     let (status, run) = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
     assert_eq!((status, run["status"].as_str()), (200, Some("CANCELLED")), "{run}");
     let items = all_items(&e, id, 1000).await;
-    assert_eq!(items.len(), 2000);
+    assert!(!items.is_empty() && items.len() < 2000, "the items not created yet never will be: {}", items.len());
     let open = items.iter().filter(|i| !["COMPLETED", "CANCELLED"].contains(&i["state"].as_str().unwrap())).count();
     assert_eq!(open, 0, "no item is left open");
     let calls = http.calls("/slow/300/ship");
@@ -154,11 +154,12 @@ async fn a_bad_map_definition_is_a_400_naming_node_and_field() {
     assert!(body["error"]["message"].as_str().unwrap().contains("nodes[each].config.max_concurrency"), "{body}");
     // Items past map_max_items fail the node when the list is known.
     let ok = json!({"name": "many", "nodes": [{"id": "each", "type": "MAP", "config": {
-        "items": "${ [range(100001)] }", "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}]});
+        "items": "${ [range(1000001)] }", "collect": "none",
+        "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}]});
     let id = e.run(&ok).await;
     let run = e.wait_for_run(id, T).await;
     assert_eq!(run["status"], "FAILED");
-    assert!(run["error"].as_str().unwrap().contains("more than map_max_items (100000)"), "{run}");
+    assert!(run["error"].as_str().unwrap().contains("more than map_max_items (1000000)"), "{run}");
     e.stop().await;
 }
 

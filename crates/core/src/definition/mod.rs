@@ -615,6 +615,63 @@ mod tests {
     }
 
     #[test]
+    fn failure_handling_is_refused_where_it_cannot_work_naming_the_field() {
+        let http = |id: &str| json!({"id": id, "type": "HTTP", "config": {"url": "http://h"}});
+        let map = |c: Value| {
+            let mut config = json!({"items": [1], "node": {"type": "HTTP", "config": {"url": "http://h"}}});
+            config.as_object_mut().unwrap().extend(c.as_object().unwrap().clone());
+            json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": config}]})
+        };
+        let cases = [
+            (
+                json!({"name": "e", "nodes": [http("a"), http("b")], "edges": [{"from": "a", "to": "b", "on": "maybe"}]}),
+                "edges[0]",
+            ),
+            (
+                json!({"name": "f", "nodes": [{"id": "stop", "type": "FAIL"}, http("b")], "edges": [{"from": "stop", "to": "b"}]}),
+                "edges[0].from",
+            ),
+            (
+                json!({"name": "f", "nodes": [{"id": "stop", "type": "FAIL", "config": {"code": "Not A Code"}}]}),
+                "nodes[stop].config.code",
+            ),
+            (
+                json!({"name": "h", "nodes": [http("a")], "on_failure": {"workflow": "x", "on": ["SUCCEEDED"]}}),
+                "on_failure.on",
+            ),
+            (
+                json!({"name": "h", "nodes": [http("a")], "on_failure": {"workflow": "x", "input": "${ .secrets.K }"}}),
+                "on_failure.input",
+            ),
+            (json!({"name": "h", "nodes": [http("a")], "on_failure": {"workflow": "bad name"}}), "on_failure.workflow"),
+            (
+                json!({"name": "d", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}, "delivery": "at_most_once"}]}),
+                "nodes[w].delivery",
+            ),
+            (
+                json!({"name": "k", "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h", "idempotency_key": ""}}]}),
+                "nodes[a].config.idempotency_key",
+            ),
+            (map(json!({"collect": "some"})), "nodes[each].config.collect"),
+            (map(json!({"collect": {"reduce": "${ .acc }"}})), "nodes[each].config.collect.reduce"),
+            (map(json!({"tolerated_failures": "120%"})), "nodes[each].config.tolerated_failures"),
+            (
+                map(json!({"tolerated_failures": 2, "on_item_failure": "continue"})),
+                "nodes[each].config.tolerated_failures",
+            ),
+        ];
+        for (spec, path) in cases {
+            assert_eq!(err(spec.clone()).path, path, "{spec}");
+        }
+        let ok = Workflow::parse(&json!({"name": "ok", "nodes": [http("a"), http("b"), http("c")],
+            "edges": [{"from": "a", "to": "b", "on": "failure"}, {"from": "a", "to": "c", "on": "always"}],
+            "on_failure": {"workflow": "cleanup", "on": ["FAILED", "CANCELLED"]}}))
+        .unwrap();
+        assert!(ok.handles_failure(0) && !ok.handles_failure(1));
+        assert!(ok.on_failure.as_ref().is_some_and(|h| h.on_failed && h.on_cancelled));
+    }
+
+    #[test]
     fn accepts_a_diamond() {
         let wf = Workflow::parse(&json!({
             "name": "diamond",
