@@ -438,3 +438,64 @@ async fn a_map_that_gathers_every_output_fails_an_item_over_its_share_not_the_ma
     assert!(run["error"].as_str().unwrap().contains("collect: \"none\""), "{run}");
     e.stop().await;
 }
+
+/// A small deterministic generator, for the DAGs below.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+#[tokio::test]
+async fn random_dags_with_failure_and_always_edges_end_in_production_as_simulate_says() {
+    let e = Engine::with(EngineOptions { worker_concurrency: 16, ..Default::default() }).await;
+    let http = FakeHttp::start().await;
+    let mut rng = Lcg(0x5eed);
+    let mut cases = Vec::new();
+    for case in 0..12 {
+        let n = 3 + (rng.next() % 5) as usize;
+        let fails: Vec<bool> = (0..n).map(|_| rng.next() % 10 < 3).collect();
+        let nodes: Vec<Value> = (0..n)
+            .map(|i| {
+                let path = if fails[i] { format!("/bad/c{case}n{i}") } else { format!("/ok/c{case}n{i}") };
+                http_node(&format!("n{i}"), &http.url(&path), 1)
+            })
+            .collect();
+        let mut edges = Vec::new();
+        for i in 0..n {
+            for j in i + 1..n {
+                let on = match rng.next() % 6 {
+                    0 | 1 => continue,
+                    2 | 3 => "success",
+                    4 => "failure",
+                    _ => "always",
+                };
+                edges.push(json!({"from": format!("n{i}"), "to": format!("n{j}"), "on": on}));
+            }
+        }
+        let spec = json!({"name": format!("dag{case}"), "nodes": nodes, "edges": edges});
+        e.register(&spec).await;
+        let id = e.start_run(&format!("dag{case}"), json!({})).await;
+        cases.push((spec, fails, id));
+    }
+    for (spec, fails, id) in cases {
+        let run = e.wait_for_run(id, T).await;
+        let wf = Workflow::parse(&spec).unwrap();
+        let failures = fails
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f)
+            .map(|(i, _)| (format!("n{i}"), "no".to_string()))
+            .collect();
+        let mocks = (0..fails.len()).map(|i| (format!("n{i}"), json!({"status": 200}))).collect();
+        let report = simulate::simulate(&wf, &Options { failures, mocks, ..Default::default() });
+        assert_eq!(run["status"].as_str(), Some(report.status.as_str()), "{spec}\n{run}");
+        if report.status.as_str() == "SUCCEEDED" {
+            assert_eq!(states(&run), simulated_states(&report), "{spec}");
+        }
+    }
+    e.stop().await;
+}
