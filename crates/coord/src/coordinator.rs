@@ -142,6 +142,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config,
         draining: CancellationToken::new(),
         task_api_groups: Default::default(),
+        bulk_wake: Notify::new(),
         published: Notify::new(),
     });
     let shutdown = CancellationToken::new();
@@ -200,6 +201,7 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
             }
         })
     }));
+    tasks.spawn(bulk_loop(shared.clone(), shutdown.clone()));
     tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
         Box::pin(async move {
             let result = async {
@@ -221,6 +223,31 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
             }
         })
     }));
+}
+
+/// Works bulk jobs a batch at a time while there are any, then waits for a
+/// new one (or a second, for jobs of other coordinators that died).
+async fn bulk_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
+    loop {
+        let worked = match crate::bulk::work_one_batch(&shared).await {
+            Ok(worked) => worked,
+            Err(e) => {
+                tracing::warn!(error = %e, "working a bulk job failed; will retry");
+                false
+            }
+        };
+        if worked {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = shared.bulk_wake.notified() => {}
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
 }
 
 fn serve(
