@@ -210,7 +210,8 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
                     tracing::warn!(error = %e, "forgetting old schedule fires failed");
                 }
                 // A bulk job and the marks of the runs it acted on are kept a week after it ends.
-                if let Err(e) = composer_store::bulk::cleanup(&client, std::time::Duration::from_secs(7 * 86_400)).await {
+                if let Err(e) = composer_store::bulk::cleanup(&client, std::time::Duration::from_secs(7 * 86_400)).await
+                {
                     tracing::warn!(error = %e, "forgetting old bulk jobs failed");
                 }
                 loops::maintain_partitions(&client, s.config.partition_months_ahead, s.config.retention_days).await

@@ -205,7 +205,7 @@ pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, uri: axum::http::Uri
     if let Some(w) = &q.workflow {
         name_param("workflow", w)?;
     }
-    let client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(&s.pool).await?;
     let filter = runs::RunFilter {
         workflow: q.workflow.as_deref(),
         status: q.status,
@@ -214,7 +214,7 @@ pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, uri: axum::http::Uri
         until: q.created_before.map(id_at),
         tags: tags.as_ref(),
     };
-    let rows = runs::list(&client, &filter, q.cursor, limit).await?;
+    let rows = runs::list(&mut client, &filter, q.cursor, limit).await?;
     let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };
     Ok(Json(RunPage { runs: rows.iter().map(|r| run_view(r, None)).collect(), next_cursor: next }))
 }
