@@ -618,23 +618,6 @@ fn same_json(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// The event of an attempt that completed with `output`: an output that
-/// cannot be stored (too large, too deep, a NUL) fails the attempt for good,
-/// naming why, since a retry would produce it again.
-pub(crate) fn completed(task_id: Uuid, attempt: i32, output: Value, max_payload: usize) -> Event {
-    match composer_core::storable::check(&output, "output", max_payload) {
-        Ok(()) => Event::TaskCompleted { task_id, attempt, output },
-        Err(error) => Event::TaskFailed {
-            task_id,
-            attempt,
-            error,
-            retryable: false,
-            code: Some(composer_core::machine::codes::PAYLOAD.into()),
-            status: None,
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
