@@ -163,9 +163,13 @@ def main():
             expect(page.locator("button.retry")).to_have_count(0)
             page.screenshot(path=os.path.join(shots, "ui-run-retried.png"), full_page=True)
 
-            # The run's timeline: a bar per step, in its state.
+            # The run's timeline: a row per step, a bar per attempt, in how it ended.
             expect(page.locator("svg.timeline g.bar")).to_have_count(3)
             expect(page.locator("svg.timeline g.bar[data-node=pay]")).to_have_class("bar ok")
+            attempts = page.locator("svg.timeline g.bar[data-node=pay] g.attempt")
+            expect(attempts).to_have_count(2)
+            expect(attempts.first).to_have_class("attempt failed")
+            expect(attempts.last).to_have_class("attempt ok")
 
             # Rerun it from the payment, saying why: the history keeps who and why.
             page.click("details.rerun summary")

@@ -251,7 +251,7 @@ mod tests {
                 assert!(op["responses"]["413"].is_object() && op["responses"]["415"].is_object(), "{method} {path}");
             }
         }
-        assert_eq!(ids.len(), 30);
+        assert_eq!(ids.len(), 37);
     }
 
     #[test]

@@ -920,22 +920,14 @@ async fn live_part(
         );
     }
     html.push_str("</tbody></table>");
-    let bars: Vec<timeline::Bar> = tasks
-        .iter()
-        .map(|t| timeline::Bar {
-            node_id: t.node_id.clone(),
-            state: t.state.as_str().to_string(),
-            attempt: t.attempt,
-            from: t.created_at,
-            started: t.started_at,
-            to: t.finished_at,
-        })
-        .collect();
+    let history = runs::history(client, run.id, 0, TIMELINE_HISTORY).await?;
+    let bars = timeline_bars(tasks, &history);
     if !bars.is_empty() {
         let _ = write!(
             html,
-            "<h2>Timeline</h2><p class=\"hint\">From {} (UTC); a light bar is time spent waiting to start, a solid \
-             one running (its last attempt); hover a bar for its times.</p><div class=\"graph\">{}</div>",
+            "<h2>Timeline</h2><p class=\"hint\">From {} (UTC). A bar per attempt, from when it was sent to when it \
+             ended, in the colour of how it ended (grey: retried), the last one lighter while it waited for a \
+             worker. Hover a bar for its times.</p><div class=\"graph\">{}</div>",
             time(Some(run.created_at)),
             timeline::svg(run.created_at, run.finished_at, &bars, Utc::now())
         );
@@ -1049,6 +1041,67 @@ fn resolve_forms(run: Uuid, node: &str) -> String {
          <button type=\"submit\" class=\"resolve-retry\">Send it again</button></form></div>",
         a = esc(&action)
     )
+}
+
+/// Most history lines the timeline reads (a run with more shows its later
+/// attempts from the task rows alone).
+const TIMELINE_HISTORY: i64 = 2_000;
+
+/// Most attempts of one step the timeline draws (its last ones).
+const TIMELINE_ATTEMPTS: i32 = 20;
+
+/// The run's steps and their attempts, from the task rows and the history:
+/// when each attempt was sent (`TaskDispatched`) and how it ended.
+fn timeline_bars(tasks: &[TaskRow], history: &[runs::HistoryRow]) -> Vec<timeline::Bar> {
+    use composer_core::machine::HistoryKind as K;
+    let mut sent: HashMap<(Uuid, i64), DateTime<Utc>> = HashMap::new();
+    let mut ended: HashMap<(Uuid, i64), (DateTime<Utc>, &'static str)> = HashMap::new();
+    for h in history {
+        let task = h.payload["task_id"].as_str().and_then(|t| t.parse::<Uuid>().ok());
+        let (Some(task), Some(attempt)) = (task, h.payload["attempt"].as_i64()) else { continue };
+        let how = match h.kind {
+            K::TaskDispatched => {
+                sent.entry((task, attempt)).or_insert(h.created_at);
+                continue;
+            }
+            K::TaskRetryScheduled => "RETRIED",
+            K::TaskCompleted => "COMPLETED",
+            K::TaskFailed => "FAILED",
+            K::TaskCancelled => "CANCELLED",
+            K::TaskSkipped => "SKIPPED",
+            K::TaskInDoubt => "IN_DOUBT",
+            _ => continue,
+        };
+        ended.insert((task, attempt), (h.created_at, how));
+    }
+    tasks
+        .iter()
+        .map(|t| {
+            let first = (t.attempt - TIMELINE_ATTEMPTS + 1).max(1);
+            let attempts = (first..=t.attempt)
+                .map(|n| {
+                    let key = (t.id, n as i64);
+                    let from = if n == 1 { t.created_at } else { sent.get(&key).copied().unwrap_or(t.created_at) };
+                    if n == t.attempt {
+                        timeline::Attempt {
+                            number: n,
+                            from,
+                            started: t.started_at,
+                            to: t.finished_at,
+                            state: t.state.as_str().to_string(),
+                        }
+                    } else {
+                        let (to, how) = match ended.get(&key) {
+                            Some((at, how)) => (Some(*at), *how),
+                            None => (sent.get(&(t.id, n as i64 + 1)).copied(), "RETRIED"),
+                        };
+                        timeline::Attempt { number: n, from, started: None, to, state: how.to_string() }
+                    }
+                })
+                .collect();
+            timeline::Bar { node_id: t.node_id.clone(), attempts }
+        })
+        .collect()
 }
 
 /// Ending a step by hand with an output, as a form.
