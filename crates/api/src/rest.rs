@@ -22,7 +22,7 @@ pub struct StartRun {
     #[schema(minimum = 1)]
     pub version: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub input: Option<Value>,
     /// A second start with the same key returns the first run (200).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,7 +38,7 @@ pub struct ResolveTask {
     pub outcome: ResolveOutcome,
     /// With `completed`: the step's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub output: Option<Value>,
     /// With `failed`: the step's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,7 +69,7 @@ pub struct SendEvent {
     #[schema(max_length = 1024, pattern = "^[^\\u0000]*$")]
     pub key: String,
     #[serde(default)]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub payload: Value,
 }
 
@@ -305,7 +305,7 @@ pub struct CompleteTask {
     #[serde(deserialize_with = "whole::int")]
     pub attempt: i32,
     #[serde(default)]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub output: Value,
 }
 
