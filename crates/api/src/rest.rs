@@ -329,7 +329,7 @@ pub struct FailTask {
     #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
     pub code: Option<String>,
     /// The HTTP status a target answered with, if the failure is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
     #[schema(minimum = 100, maximum = 599)]
     pub status: Option<u16>,
 }
