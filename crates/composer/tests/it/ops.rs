@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use composer_core::machine::{Event, IgnoreKind, Resolution, RunStatus};
 use composer_testkit::Engine;
 use serde_json::json;
 
@@ -53,12 +54,22 @@ async fn a_worker_serves_metrics_and_health_and_the_new_metrics_are_scraped() {
     }
     let health = health.expect("the worker's /healthz answers");
     assert!(health["worker"].as_str().unwrap().starts_with("scraped"), "{health}");
-    let worker = get("/metrics").await.unwrap().text().await.unwrap();
+    let scraped = get("/metrics").await.unwrap();
+    assert_eq!(scraped.headers()["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+    let worker = scraped.text().await.unwrap();
     for line in ["composer_task_duration_seconds_count{node_type=\"HTTP\",outcome=\"ok\"}", "role=\"worker\"} 1"] {
         assert!(worker.contains(line), "the worker's metrics lack {line}:\n{worker}");
     }
-    let (_, coord) = e.get("/metrics").await;
-    let coord = coord.as_str().unwrap().to_string();
+    let coord = reqwest::get(format!("{}/metrics", e.url())).await.unwrap();
+    assert_eq!(coord.headers()["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+    let coord = coord.text().await.unwrap();
+    // One process, two roles: each listener serves its role's registry, so
+    // scraping both counts nothing twice.
+    for (text, theirs) in [(&worker, "composer_runs_started_total"), (&coord, "composer_tasks_executed_total")] {
+        assert!(!text.contains(theirs), "{theirs} is the other role's:\n{text}");
+    }
+    assert!(!worker.contains("role=\"coordinator\""), "{worker}");
+    assert!(!coord.contains("role=\"worker\""), "{coord}");
     for line in [
         "composer_api_request_duration_seconds_count{method=\"POST\",route=\"/v1/runs\",status=\"2xx\"}",
         "role=\"coordinator\"} 1",
@@ -106,4 +117,47 @@ async fn a_workers_metrics_are_closed_to_a_caller_without_the_token_when_one_is_
     assert_eq!(right.status().as_u16(), 200);
     assert!(right.text().await.unwrap().contains("role=\"worker\""));
     e.stop().await;
+}
+
+/// Every event the engine counts has its series from zero (the labels'
+/// values are listed in the metrics crate, which knows no event).
+#[test]
+fn every_engine_event_and_result_is_a_known_value_of_the_events_counter() {
+    let id = uuid::Uuid::nil();
+    let events = [
+        Event::RunStarted,
+        Event::TaskCompleted { task_id: id, attempt: 1, output: json!(null) },
+        Event::TaskFailed { task_id: id, attempt: 1, error: String::new(), retryable: true, code: None, status: None },
+        Event::TimerFired { task_id: id },
+        Event::EventReceived { task_id: id, payload: json!(null) },
+        Event::CancelRun,
+        Event::RetryRun,
+        Event::PauseRun,
+        Event::ResumeRun,
+        Event::RunTimedOut,
+        Event::TaskInDoubt { task_id: id, attempt: 1, reason: String::new() },
+        Event::ResolveTask { task_id: id, resolution: Resolution::Retry },
+        Event::ItemsLoaded { task_id: id },
+        Event::SourcesLoaded { task_id: id, from: 0, items: vec![] },
+        Event::ChildFinished {
+            task_id: id,
+            attempt: 1,
+            iteration: 0,
+            child: None,
+            status: RunStatus::Failed,
+            output: None,
+            error: None,
+        },
+    ];
+    let labels = composer_metrics::EVENTS.labels;
+    let (names, results) = (labels[0].1, labels[1].1);
+    assert_eq!(names.len(), events.len());
+    for e in &events {
+        assert!(names.contains(&e.name()), "{}", e.name());
+    }
+    assert_eq!(results.len(), IgnoreKind::ALL.len() + 1);
+    assert!(results.contains(&"applied"));
+    for k in IgnoreKind::ALL {
+        assert!(results.contains(&k.as_str()), "{}", k.as_str());
+    }
 }

@@ -59,8 +59,7 @@ pub(crate) async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) ->
             return Err(ApiError::Unauthorized);
         }
     }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], composer_metrics::render())
-        .into_response())
+    Ok(([(header::CONTENT_TYPE, composer_metrics::CONTENT_TYPE)], composer_metrics::render()).into_response())
 }
 
 /// Readiness.
