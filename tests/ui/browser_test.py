@@ -14,6 +14,7 @@ shows), else to a temporary directory.
 import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,7 +75,10 @@ def wait_for_run(base, run_id, status, timeout=60):
 
 def main():
     binary = os.path.abspath(sys.argv[1])
-    shots = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="composer-ui-shots-")
+    # Screenshots go where asked (the README's are taken with docs/), else
+    # into a temp dir removed at the end with the rest.
+    keep_shots = len(sys.argv) > 2
+    shots = sys.argv[2] if keep_shots else tempfile.mkdtemp(prefix="composer-ui-shots-")
     os.makedirs(shots, exist_ok=True)
     work = tempfile.mkdtemp(prefix="composer-ui-")
     os.chmod(work, 0o755)  # run as root, the embedded PostgreSQL runs as postgres
@@ -163,14 +167,18 @@ def main():
             browser.close()
         run = api(base, "GET", f"/v1/runs/{failed['id']}")
         assert run["status"] == "SUCCEEDED", run
-        print(f"ui: browser test passed; screenshots in {shots}")
+        print("ui: browser test passed" + (f"; screenshots in {shots}" if keep_shots else ""))
     finally:
         dev.send_signal(signal.SIGTERM)
         try:
             dev.wait(timeout=30)
         except subprocess.TimeoutExpired:
             dev.kill()
+            dev.wait()
         payments.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+        if not keep_shots:
+            shutil.rmtree(shots, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -63,14 +63,20 @@ HistoryKind = Literal[
 """What a line of a run's history records."""
 
 
-class MapProgress(TypedDict):
-    """A MAP task's item counts: ``queued + open + completed + failed == total``."""
-
+class _MapProgressRequired(TypedDict):
     total: int
     queued: int
     open: int
     completed: int
     failed: int
+
+
+class MapProgress(_MapProgressRequired, total=False):
+    """A MAP task's item counts: ``queued + open + completed + failed == total``;
+    ``created``: the items created so far (a large MAP creates them a chunk at
+    a time; absent from older coordinators)."""
+
+    created: int
 
 
 class _ErrorInfoRequired(TypedDict):

@@ -187,6 +187,8 @@ export interface MapProgress {
   open: number;
   completed: number;
   failed: number;
+  /** Items created so far (a large MAP creates them a chunk at a time); absent on older coordinators. */
+  created?: number;
 }
 
 /** What a failure edge can test of a task's failure besides its message (`.nodes.X.error`). */

@@ -97,6 +97,7 @@ export const mapProgressShape = {
   open: "required",
   completed: "required",
   failed: "required",
+  created: "optional",
 } as const satisfies Shape<MapProgress>;
 
 export const runListShape = { runs: "required", next_cursor: "required" } as const satisfies Shape<RunList>;

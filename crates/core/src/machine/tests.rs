@@ -1909,3 +1909,19 @@ fn a_map_creates_a_bounded_number_of_items_per_event_and_carries_on_after_the_co
     }
     assert_eq!(e.stored.output, Some(json!({"each": {"count": 40, "succeeded": 40, "failed": 0}})));
 }
+
+#[test]
+fn a_loops_ten_thousandth_iteration_costs_what_its_tenth_does() {
+    let mut s = Sim::new(loop_wf(json!({"until": ".iteration.output.n >= 10000", "max_iterations": 20000})));
+    s.apply(Event::RunStarted);
+    let mut writes = Vec::new();
+    for n in 1..=10_000 {
+        let tr = iteration_done(&mut s, RunStatus::Succeeded, json!({"n": n, "pad": "x".repeat(100)}));
+        writes.push((tr.updated.len(), tr.created.len(), tr.history.len()));
+    }
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.run.tasks.len(), 1, "one task, however many iterations");
+    assert_eq!(writes[9], writes[9_998], "the same writes at iteration 10 and 9,999");
+    let kept = serde_json::to_vec(&s.task("poll").output).unwrap().len();
+    assert!(kept < 300, "only the last output is kept: {kept} bytes");
+}
