@@ -313,10 +313,17 @@ pub enum WorkflowCommand {
         /// times out instead. Repeatable.
         #[arg(long = "fail", value_name = "NODE[=MESSAGE]")]
         failures: Vec<String>,
-        /// `text` for people, `json` for tools.
-        #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+        /// `table` for people (`text` is another name of it), `json` or `jsonl` (the report on one line)
+        /// for tools. The other commands' formats, but a table by default also in a pipe: the report is for
+        /// reading.
+        #[arg(short = 'o', long = "output", default_value = "table", value_parser = simulate_formats())]
         output: String,
     },
+}
+
+fn simulate_formats() -> clap::builder::PossibleValuesParser {
+    use clap::builder::PossibleValue;
+    [PossibleValue::new("table").alias("text"), PossibleValue::new("json"), PossibleValue::new("jsonl")].into()
 }
 
 #[derive(Subcommand)]
@@ -366,7 +373,7 @@ pub enum RunCommand {
         /// The run's id.
         id: String,
     },
-    /// Cancels a running run.
+    /// Cancels a run that has not ended (QUEUED, RUNNING or PAUSED): its open steps are cancelled.
     Cancel {
         /// The run's id.
         id: String,

@@ -69,7 +69,7 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
             output::one(format, &call(&api, Method::GET, &format!("/v1/workflows/{}", encode(&name)), None).await?)
         }
         WorkflowCommand::Simulate { file, input, mocks, failures, output } => {
-            return Ok(crate::simulate::run(&file, &input, &mocks, &failures, output == "json"));
+            return Ok(crate::simulate::run(&file, &input, &mocks, &failures, &output));
         }
     }
     Ok(ExitCode::SUCCESS)

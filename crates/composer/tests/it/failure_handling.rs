@@ -484,12 +484,8 @@ async fn random_dags_with_failure_and_always_edges_end_in_production_as_simulate
     for (spec, fails, id) in cases {
         let run = e.wait_for_run(id, T).await;
         let wf = Workflow::parse(&spec).unwrap();
-        let failures = fails
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| **f)
-            .map(|(i, _)| (format!("n{i}"), "no".to_string()))
-            .collect();
+        let failures =
+            fails.iter().enumerate().filter(|(_, f)| **f).map(|(i, _)| (format!("n{i}"), "no".to_string())).collect();
         let mocks = (0..fails.len()).map(|i| (format!("n{i}"), json!({"status": 200}))).collect();
         let report = simulate::simulate(&wf, &Options { failures, mocks, ..Default::default() });
         assert_eq!(run["status"].as_str(), Some(report.status.as_str()), "{spec}\n{run}");

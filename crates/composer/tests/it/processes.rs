@@ -854,9 +854,26 @@ fn simulate_runs_a_definition_offline_and_exits_by_its_outcome() {
         .map(|e| e["to"].as_str().unwrap())
         .collect();
     assert_eq!(taken, vec!["review", "done"], "the big branch, through the WAIT that fired at once");
+    // The formats of the other commands: table (also called text), json, jsonl.
+    let input = r#"{"amount": 500}"#;
+    let (_, table, _) = simulate(&["-f", file, "--input", input, "-o", "table"]);
+    assert!(table.contains("run SUCCEEDED"), "{table}");
+    assert_eq!(simulate(&["-f", file, "--input", input, "-o", "text"]).1, table);
+    assert_eq!(simulate(&["-f", file, "--input", input]).1, table, "a table by default, in a pipe too");
+    let (code, line, _) = simulate(&["-f", file, "--input", input, "-o", "jsonl"]);
+    assert_eq!((code, line.lines().count()), (Some(0), 1), "{line}");
+    assert_eq!(serde_json::from_str::<Value>(&line).unwrap(), report);
 
     let hello = examples.join("hello.json");
     let (code, out, _) = simulate(&["-f", hello.to_str().unwrap(), "--fail", "check=down for maintenance"]);
+    assert_eq!(code, Some(1), "hello needs the coordinator's URL: {out}");
+    assert!(out.contains("the input names no coordinator URL"), "{out}");
+    let given = r#"{"coordinator": "http://coordinator.example"}"#;
+    let (code, out, _) = simulate(&["-f", hello.to_str().unwrap(), "--input", given]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("http://coordinator.example/healthz"), "{out}");
+    let (code, out, _) =
+        simulate(&["-f", hello.to_str().unwrap(), "--input", given, "--fail", "check=down for maintenance"]);
     assert_eq!(code, Some(1), "a failed run exits 1: {out}");
     assert!(out.contains("run FAILED") && out.contains("down for maintenance"), "{out}");
     let (code, _, err) = simulate(&["-f", hello.to_str().unwrap(), "--mock", "check={not json"]);
@@ -889,6 +906,12 @@ fn every_example_is_a_valid_definition() {
         }
         let out = composer(&["workflow", "simulate", "-f", path.to_str().unwrap(), "-o", "json"]).output().unwrap();
         assert_ne!(out.status.code(), Some(2), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        // An example runs wherever Composer does: it names no host or port
+        // of this machine (a target it needs comes from the run's input).
+        let text = std::fs::read_to_string(&path).unwrap();
+        for local in ["127.0.0.1", "localhost", ":8080"] {
+            assert!(!text.contains(local), "{} names {local}", path.display());
+        }
         seen += 1;
     }
     assert!(seen >= 4, "examples/ holds {seen} files");
