@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Clients generated from the API document work: the document served by a
-# live `composer dev` passes `redocly lint` with no error, then
-# openapi-python-client, openapi-generator's typescript-fetch and
-# openapi-generator's python each generate a client, and a script per client
-# (tests/api/generated/flow*) registers a workflow, starts a run with input
-# and checks it arrived, waits, lists, sends an event and cancels, with
-# nothing but the generated calls. The tools are pinned
+# What tools make of Composer's documents, against a live `composer dev`:
+# the API document passes `redocly lint` with no error; openapi-python-client,
+# openapi-generator's typescript-fetch and openapi-generator's python each
+# generate a client, and a script per client (tests/api/generated/flow*)
+# registers a workflow, starts a run with input and checks it arrived, waits,
+# lists, sends an event and cancels, with nothing but the generated calls; and
+# the definition JSON Schema judges the examples and a corpus as the server
+# does (tests/api/definitions.py). The tools are pinned
 # (tests/api/generated/requirements.txt, package-lock.json) and installed
 # once into a cache keyed by those files (COMPOSER_CI_CACHE).
 # Usage: tests/api/clients.sh COMPOSER_BINARY
@@ -70,3 +71,5 @@ gen_generator_python() {
   PYTHONPATH="$work/og" "$venv/bin/python" "$here/flow_generator.py" "$url"
 }
 step "openapi-generator python" gen_generator_python
+
+step "definition schema" "$venv/bin/python" "$(dirname "$0")/definitions.py" "$bin" "$url"

@@ -71,6 +71,10 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
         WorkflowCommand::Simulate { file, input, mocks, failures, output } => {
             return Ok(crate::simulate::run(&file, &input, &mocks, &failures, &output));
         }
+        WorkflowCommand::Schema => {
+            let schema = composer_api::definition_schema::workflow();
+            println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -33,6 +33,17 @@ impl utoipa::PartialSchema for Name {
 
 impl utoipa::ToSchema for Name {}
 
+/// An end of a run that starts its failure handler (`on_failure.on`).
+pub struct HandlerEnd;
+
+impl utoipa::PartialSchema for HandlerEnd {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["FAILED", "CANCELLED"])).into()
+    }
+}
+
+impl utoipa::ToSchema for HandlerEnd {}
+
 /// Any JSON value, null included. A field that takes one is declared
 /// `value_type = JsonValue` and not `Option<JsonValue>`: null is already a
 /// value of it, and "this or null" would then match null twice.

@@ -65,6 +65,7 @@ pub struct OnFailureSpec {
     /// The ends that start the handler: `["FAILED"]` (the default), or
     /// `["FAILED", "CANCELLED"]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<crate::schema::HandlerEnd>>, min_items = 1))]
     pub on: Option<Vec<String>>,
 }
 
