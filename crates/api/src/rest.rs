@@ -28,6 +28,179 @@ pub struct StartRun {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$")]
     pub idempotency_key: Option<String>,
+    /// Tags of the run, `{key: text}`, besides its definition's (these win
+    /// on a key both have); at most 16.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
+    pub tags: Option<serde_json::Map<String, Value>>,
+}
+
+/// The body of a control action (cancel, retry, pause, resume): why, for
+/// the run's history (optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ControlRun {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024, pattern = "^[^\\u0000]*$")]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/runs/{id}/rerun`: run again from these steps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"from": ["charge"], "reason": "the card was updated"}))]
+pub struct RerunRun {
+    /// Node ids (a MAP item: `ship_each[3]`): each and everything after it
+    /// runs again.
+    #[schema(min_items = 1, max_items = 100)]
+    pub from: Vec<String>,
+    /// The run's new input (default: the one it has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schema::JsonValue>)]
+    pub input: Option<Value>,
+    /// A SUCCEEDED run is rerun only with this.
+    #[serde(default)]
+    pub allow_completed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024, pattern = "^[^\\u0000]*$")]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/runs/{id}/tasks/{node}/complete`: end a step with this output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"output": {"id": "ch_1"}, "reason": "charged by hand"}))]
+pub struct CompleteStep {
+    #[schema(value_type = schema::JsonValue)]
+    pub output: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024, pattern = "^[^\\u0000]*$")]
+    pub reason: Option<String>,
+}
+
+/// `GET /v1/runs/{id}/explain`: why the run is where it is.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct Explain {
+    pub run_id: Uuid,
+    pub status: RunStatus,
+    /// In words.
+    pub summary: String,
+    /// Each open step and what it waits for.
+    pub nodes: Vec<NodeWait>,
+    /// For a QUEUED run: its concurrency key, its open runs, the runs queued before it.
+    #[schema(value_type = Option<schema::JsonValue>)]
+    pub detail: Value,
+}
+
+/// What one open step waits for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct NodeWait {
+    pub node_id: String,
+    pub state: TaskState,
+    /// `worker`, `child_run`, `items`, `event`, `retry`, `timer`, `paused`, `operator`.
+    pub waiting_for: String,
+    /// In words.
+    pub reason: String,
+    /// The same as data: the queue and its backlog and readers, the retry
+    /// time, the event and whether one is buffered, the child run, …
+    #[schema(value_type = schema::JsonValue)]
+    pub detail: Value,
+}
+
+/// Which runs a bulk action is for: every field given must hold.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkFilter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schema::Name>)]
+    pub workflow: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RunStatus>,
+    /// Runs with every one of these tags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
+    pub tags: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+/// What a bulk job does to each run.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkAction {
+    Cancel,
+    Retry,
+    Pause,
+    Resume,
+    Rerun,
+}
+
+impl BulkAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BulkAction::Cancel => "cancel",
+            BulkAction::Retry => "retry",
+            BulkAction::Pause => "pause",
+            BulkAction::Resume => "resume",
+            BulkAction::Rerun => "rerun",
+        }
+    }
+}
+
+/// `POST /v1/runs/bulk`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"filter": {"workflow": "order", "status": "FAILED", "tags": {"customer": "42"}},
+                          "action": "retry", "reason": "the bank is back", "dry_run": true}))]
+pub struct BulkRequest {
+    pub filter: BulkFilter,
+    pub action: BulkAction,
+    /// With `rerun`: the steps each run runs again from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<schema::Name>>)]
+    pub from: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024, pattern = "^[^\\u0000]*$")]
+    pub reason: Option<String>,
+    /// Only count the runs the filter matches.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// A dry run's answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct BulkDryRun {
+    /// Runs the filter matches now (counted up to 1,000,000).
+    pub matched: i64,
+}
+
+/// A bulk job and how it stands.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct BulkJobView {
+    pub id: Uuid,
+    pub action: BulkAction,
+    pub filter: BulkFilter,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<Vec<String>>,
+    /// RUNNING, SUCCEEDED (every matching run looked at) or CANCELLED.
+    pub status: String,
+    pub actor: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Runs the filter matched when the job was created.
+    pub matched: i64,
+    /// Runs looked at so far, of which it acted on `acted_on`; the others'
+    /// state refused the action (a retry of a run that had not failed).
+    pub looked_at: i64,
+    pub acted_on: i64,
+    pub refused: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 /// `POST /v1/runs/{id}/tasks/{node}/resolve`: how an IN_DOUBT attempt ended.
@@ -44,6 +217,9 @@ pub struct ResolveTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 65536, pattern = "^[^\\u0000]*$")]
     pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024, pattern = "^[^\\u0000]*$")]
+    pub reason: Option<String>,
 }
 
 /// What became of an IN_DOUBT attempt.
@@ -99,6 +275,10 @@ pub struct RunView {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Its tags, `{key: text}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
+    pub tags: Option<Value>,
     /// What started the run when not an API call: `{"schedule", "fire_time"}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<Value>,

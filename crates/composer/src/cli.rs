@@ -345,6 +345,9 @@ pub enum RunCommand {
         /// Pin a definition version (default: latest).
         #[arg(long)]
         version: Option<i32>,
+        /// A tag of the run, KEY=VALUE (repeat it for more).
+        #[arg(long = "tag", value_name = "KEY=VALUE")]
+        tags: Vec<String>,
         /// Wait for the run to end, showing the step running now on stderr; exit non-zero unless it SUCCEEDED.
         #[arg(long)]
         wait: bool,
@@ -365,6 +368,15 @@ pub enum RunCommand {
         /// QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED.
         #[arg(long)]
         status: Option<String>,
+        /// Only runs with this tag, KEY=VALUE (repeat it for more).
+        #[arg(long = "tag", value_name = "KEY=VALUE")]
+        tags: Vec<String>,
+        /// Only runs created at or after this moment (RFC 3339).
+        #[arg(long)]
+        created_after: Option<String>,
+        /// Only runs created before this moment (RFC 3339).
+        #[arg(long)]
+        created_before: Option<String>,
         /// Runs per page (at most 1000).
         #[arg(long, default_value_t = 20)]
         limit: u32,
@@ -377,25 +389,113 @@ pub enum RunCommand {
         /// The run's id.
         id: String,
     },
-    /// Cancels a run that has not ended (QUEUED, RUNNING or PAUSED): its open steps are cancelled.
+    /// Cancels an open run (queued, running or paused): its open steps are cancelled.
     Cancel {
         /// The run's id.
         id: String,
+        /// Why, for the run's history.
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Retries a failed run's failed steps.
     Retry {
         /// The run's id.
         id: String,
+        /// Why, for the run's history.
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Pauses a running run: tasks already started finish, nothing new starts until it is resumed.
     Pause {
         /// The run's id.
         id: String,
+        /// Why, for the run's history.
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Resumes a paused run.
     Resume {
         /// The run's id.
         id: String,
+        /// Why, for the run's history.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Runs a run again from some of its steps: each and everything after it
+    /// is reset and runs again (with the run's input, or --input).
+    Rerun {
+        /// The run's id.
+        id: String,
+        /// A step to run again from (a MAP item: ship_each[3]); repeat it for more.
+        #[arg(long, required = true, value_name = "NODE")]
+        from: Vec<String>,
+        /// The run's new input: JSON, or @FILE holding JSON.
+        #[arg(long)]
+        input: Option<String>,
+        /// Rerun a run that SUCCEEDED.
+        #[arg(long)]
+        allow_completed: bool,
+        /// Why, for the run's history.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Ends a step with an output, whatever it is doing, and the run goes on.
+    Complete {
+        /// The run's id.
+        id: String,
+        /// The step's node id (a MAP item: ship_each[3]).
+        node: String,
+        /// The step's output: JSON, or @FILE holding JSON.
+        #[arg(long)]
+        output: String,
+        /// Why, for the run's history.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Says why a run waits: for every open step, what holds it.
+    Why {
+        /// The run's id.
+        id: String,
+    },
+    /// Acts on every run a filter matches (a job: composer run bulk-status JOB).
+    Bulk {
+        /// cancel, retry, pause, resume or rerun.
+        #[arg(long, value_parser = ["cancel", "retry", "pause", "resume", "rerun"])]
+        action: String,
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Only runs in this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs with this tag, KEY=VALUE (repeat it for more).
+        #[arg(long = "tag", value_name = "KEY=VALUE")]
+        tags: Vec<String>,
+        /// Only runs created at or after this moment (RFC 3339).
+        #[arg(long)]
+        created_after: Option<String>,
+        /// Only runs created before this moment (RFC 3339).
+        #[arg(long)]
+        created_before: Option<String>,
+        /// With rerun: a step to run again from; repeat it for more.
+        #[arg(long, value_name = "NODE")]
+        from: Vec<String>,
+        /// Why, for each run's history.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only count the runs the filter matches.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Shows how far a bulk job got.
+    BulkStatus {
+        /// The job's id.
+        job: String,
+    },
+    /// Stops a bulk job.
+    BulkCancel {
+        /// The job's id.
+        job: String,
     },
     /// Says how an IN_DOUBT step (delivery: at_most_once) ended: it
     /// completed (--output), failed (--error) or is to be sent again (retry).

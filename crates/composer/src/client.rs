@@ -53,6 +53,19 @@ fn json_arg(flag: &str, arg: &str) -> anyhow::Result<Value> {
     serde_json::from_str(&text).map_err(|e| usage(format!("{flag}: {from} is not valid JSON: {e}")))
 }
 
+/// `--tag KEY=VALUE` flags as the API's tags.
+fn tag_args(tags: &[String]) -> anyhow::Result<Option<serde_json::Map<String, Value>>> {
+    if tags.is_empty() {
+        return Ok(None);
+    }
+    let mut out = serde_json::Map::new();
+    for t in tags {
+        let (k, v) = t.split_once('=').ok_or_else(|| usage(format!("--tag {t:?}: expected KEY=VALUE")))?;
+        out.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    Ok(Some(out))
+}
+
 pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<ExitCode> {
     let api = api(&args)?;
     let format = Format::resolve(args.output.as_deref());
@@ -83,10 +96,17 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
     let api = api(&args)?;
     let format = Format::resolve(args.output.as_deref());
     let run_path = |id: &str, action: &str| format!("/v1/runs/{}{action}", encode(id));
+    let cmd_name = match &cmd {
+        RunCommand::Cancel { .. } => "cancel",
+        RunCommand::Retry { .. } => "retry",
+        RunCommand::Pause { .. } => "pause",
+        _ => "resume",
+    };
     match cmd {
-        RunCommand::Start { workflow, input, idempotency_key, version, wait, timeout } => {
+        RunCommand::Start { workflow, input, idempotency_key, version, tags, wait, timeout } => {
             let input = json_arg("--input", &input)?;
-            let req = StartRun { workflow, version, input: Some(input), idempotency_key };
+            let tags = tag_args(&tags)?;
+            let req = StartRun { workflow, version, input: Some(input), idempotency_key, tags };
             let run = api.start_run(&req).await?;
             if !wait {
                 output::one(format, &serde_json::to_value(&run)?);
@@ -105,12 +125,21 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             };
         }
         RunCommand::Get { id } => output::one(format, &call(&api, Method::GET, &run_path(&id, ""), None).await?),
-        RunCommand::List { workflow, status, limit, cursor } => {
+        RunCommand::List { workflow, status, tags, created_after, created_before, limit, cursor } => {
             let mut query = vec![format!("limit={limit}")];
-            for (k, v) in [("workflow", workflow), ("status", status), ("cursor", cursor)] {
+            for (k, v) in [
+                ("workflow", workflow),
+                ("status", status),
+                ("cursor", cursor),
+                ("created_after", created_after),
+                ("created_before", created_before),
+            ] {
                 if let Some(v) = v {
                     query.push(format!("{k}={}", encode(&v)));
                 }
+            }
+            for (k, v) in tag_args(&tags)?.into_iter().flatten() {
+                query.push(format!("tag.{}={}", encode(&k), encode(v.as_str().unwrap_or_default())));
             }
             let answer = call(&api, Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await?;
             output::list(format, &answer, "runs", output::RUN_COLUMNS);
@@ -130,17 +159,87 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             }
             output::all(format, &events, output::EVENT_COLUMNS);
         }
-        RunCommand::Cancel { id } => {
-            output::one(format, &call(&api, Method::POST, &run_path(&id, "/cancel"), None).await?)
+        RunCommand::Cancel { id, reason }
+        | RunCommand::Retry { id, reason }
+        | RunCommand::Pause { id, reason }
+        | RunCommand::Resume { id, reason } => {
+            let action = match cmd_name {
+                "cancel" => "/cancel",
+                "retry" => "/retry",
+                "pause" => "/pause",
+                _ => "/resume",
+            };
+            let body = reason.map(|r| serde_json::json!({"reason": r}));
+            output::one(format, &call(&api, Method::POST, &run_path(&id, action), body.as_ref()).await?)
         }
-        RunCommand::Retry { id } => {
-            output::one(format, &call(&api, Method::POST, &run_path(&id, "/retry"), None).await?)
+        RunCommand::Rerun { id, from, input, allow_completed, reason } => {
+            let mut body = serde_json::json!({"from": from, "allow_completed": allow_completed});
+            if let Some(i) = input {
+                body["input"] = json_arg("--input", &i)?;
+            }
+            if let Some(r) = reason {
+                body["reason"] = Value::String(r);
+            }
+            output::one(format, &call(&api, Method::POST, &run_path(&id, "/rerun"), Some(&body)).await?)
         }
-        RunCommand::Pause { id } => {
-            output::one(format, &call(&api, Method::POST, &run_path(&id, "/pause"), None).await?)
+        RunCommand::Complete { id, node, output: step_output, reason } => {
+            let mut body = serde_json::json!({"output": json_arg("--output", &step_output)?});
+            if let Some(r) = reason {
+                body["reason"] = Value::String(r);
+            }
+            let path = run_path(&id, &format!("/tasks/{}/complete", encode(&node)));
+            output::one(format, &call(&api, Method::POST, &path, Some(&body)).await?)
         }
-        RunCommand::Resume { id } => {
-            output::one(format, &call(&api, Method::POST, &run_path(&id, "/resume"), None).await?)
+        RunCommand::Why { id } => {
+            let answer = call(&api, Method::GET, &run_path(&id, "/explain"), None).await?;
+            match format {
+                Format::Json | Format::Jsonl => output::one(format, &answer),
+                Format::Table => {
+                    println!(
+                        "{} {}: {}",
+                        answer["run_id"].as_str().unwrap_or(&id),
+                        answer["status"].as_str().unwrap_or(""),
+                        answer["summary"].as_str().unwrap_or("")
+                    );
+                    for n in answer["nodes"].as_array().into_iter().flatten() {
+                        println!(
+                            "  {} ({}): {}",
+                            n["node_id"].as_str().unwrap_or(""),
+                            n["state"].as_str().unwrap_or(""),
+                            n["reason"].as_str().unwrap_or("")
+                        );
+                    }
+                }
+            }
+        }
+        RunCommand::Bulk { action, workflow, status, tags, created_after, created_before, from, reason, dry_run } => {
+            let mut filter = serde_json::Map::new();
+            for (k, v) in [("workflow", workflow), ("created_after", created_after), ("created_before", created_before)]
+            {
+                if let Some(v) = v {
+                    filter.insert(k.into(), Value::String(v));
+                }
+            }
+            if let Some(s) = status {
+                filter.insert("status".into(), Value::String(s.to_ascii_uppercase()));
+            }
+            if let Some(t) = tag_args(&tags)? {
+                filter.insert("tags".into(), Value::Object(t));
+            }
+            let mut body = serde_json::json!({"filter": filter, "action": action, "dry_run": dry_run});
+            if !from.is_empty() {
+                body["from"] = serde_json::json!(from);
+            }
+            if let Some(r) = reason {
+                body["reason"] = Value::String(r);
+            }
+            output::one(format, &call(&api, Method::POST, "/v1/runs/bulk", Some(&body)).await?)
+        }
+        RunCommand::BulkStatus { job } => {
+            output::one(format, &call(&api, Method::GET, &format!("/v1/bulk/{}", encode(&job)), None).await?)
+        }
+        RunCommand::BulkCancel { job } => {
+            output::one(format, &call(&api, Method::POST, &format!("/v1/bulk/{}/cancel", encode(&job)), None).await?)
         }
         RunCommand::Resolve { id, node, outcome, output: step_output, error } => {
             let mut body = serde_json::json!({"outcome": outcome});

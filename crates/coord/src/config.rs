@@ -28,6 +28,11 @@ pub struct Config {
     /// Bearer token callers must present on `/v1`.
     #[arg(long, env = "COMPOSER_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// The name the API token's control actions are recorded under (cancel,
+    /// retry, rerun, complete, …: the history's `actor`); without a token
+    /// they are recorded as `anonymous`.
+    #[arg(long, env = "COMPOSER_API_TOKEN_NAME", default_value = "api")]
+    pub api_token_name: String,
     /// Bearer token workers must present on `/internal`.
     #[arg(long, env = "COMPOSER_WORKER_TOKEN", hide_env_values = true)]
     pub worker_token: Option<String>,

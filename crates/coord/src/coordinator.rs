@@ -142,6 +142,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config,
         draining: CancellationToken::new(),
         task_api_groups: Default::default(),
+        bulk_wake: Notify::new(),
         published: Notify::new(),
     });
     let shutdown = CancellationToken::new();
@@ -200,12 +201,18 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
             }
         })
     }));
+    tasks.spawn(bulk_loop(shared.clone(), shutdown.clone()));
     tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
         Box::pin(async move {
             let result = async {
                 let client = composer_store::client(&s.pool).await?;
                 if let Err(e) = schedules::forget_old_fires(&client).await {
                     tracing::warn!(error = %e, "forgetting old schedule fires failed");
+                }
+                // A bulk job and the marks of the runs it acted on are kept a week after it ends.
+                if let Err(e) = composer_store::bulk::cleanup(&client, std::time::Duration::from_secs(7 * 86_400)).await
+                {
+                    tracing::warn!(error = %e, "forgetting old bulk jobs failed");
                 }
                 loops::maintain_partitions(&client, s.config.partition_months_ahead, s.config.retention_days).await
             };
@@ -221,6 +228,31 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
             }
         })
     }));
+}
+
+/// Works bulk jobs a batch at a time while there are any, then waits for a
+/// new one (or a second, for jobs of other coordinators that died).
+async fn bulk_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
+    loop {
+        let worked = match crate::bulk::work_one_batch(&shared).await {
+            Ok(worked) => worked,
+            Err(e) => {
+                tracing::warn!(error = %e, "working a bulk job failed; will retry");
+                false
+            }
+        };
+        if worked {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = shared.bulk_wake.notified() => {}
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
 }
 
 fn serve(

@@ -8,6 +8,7 @@
 //! - [`outbox`]: publishes the outbox rows nobody published after commit.
 //! - [`listener`]: LISTEN/NOTIFY wake-ups for the outbox and run waiters.
 //! - [`loops`]: timers (and the other periodic work).
+//! - [`bulk`]: bulk jobs at work, a batch at a time.
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
 //! - [`tasks`]: how the coordinator leases tasks for the task API's workers.
 //! - [`schedules`]: the timer loop's pass that fires schedules.
@@ -16,6 +17,7 @@
 //! - `ui`: the web UI at `/ui`.
 //! - [`Config`] (`config`): every setting, its flag, variable and default.
 
+pub mod bulk;
 mod config;
 pub mod coordinator;
 pub mod engine;

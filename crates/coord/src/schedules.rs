@@ -124,7 +124,8 @@ impl Pass<'_> {
         };
         let trigger = json!({"schedule": id, "fire_time": t});
         let input = self.schedule.spec.input.clone().unwrap_or_else(|| json!({}));
-        match self.shared.engine.start_run_in(self.tx, &def, &input, None, Some(&trigger)).await {
+        let opts = crate::engine::StartOptions { trigger: Some(&trigger), ..Default::default() };
+        match self.shared.engine.start_run_in(self.tx, &def, &input, opts).await {
             Ok(started) => {
                 schedules::set_fire_run(self.tx, id, t, started.row.id).await?;
                 self.last = Some(started.row.id);

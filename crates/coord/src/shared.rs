@@ -28,6 +28,8 @@ pub struct Shared {
     pub published: Notify,
     /// The streams whose consumer group the task API made sure of.
     pub task_api_groups: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Woken when a bulk job is created, so the bulk loop starts it at once.
+    pub bulk_wake: Notify,
 }
 
 /// Tells long-polling requests that a run ended. `Uuid::nil()` means "the

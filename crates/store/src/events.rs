@@ -123,3 +123,16 @@ pub async fn consume_buffered(tx: &Transaction<'_>, name: &str, key: &str, task_
 pub async fn cleanup(client: &Client) -> Result<u64> {
     Ok(client.execute("DELETE FROM events WHERE expires_at < now() OR consumed_by IS NOT NULL", &[]).await?)
 }
+
+/// Whether an event `(name, key)` is kept for a waiter to come (one that
+/// arrived before it and was not consumed).
+pub async fn is_buffered(client: &Client, name: &str, key: &str) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM events WHERE name = $1 AND key = $2 AND consumed_by IS NULL
+                              AND expires_at > now())",
+            &[&name, &key],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}

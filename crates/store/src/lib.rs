@@ -4,6 +4,7 @@
 //!
 //! - [`migrations`]: versioned schema changes, applied under an advisory lock.
 //! - [`definitions`]: workflow definitions and their versions.
+//! - [`bulk`]: bulk jobs and the runs they acted on.
 //! - [`runs`]: runs and tasks — their rows, the engine's locked read, the API's reads.
 //! - [`transitions`]: the engine's set-based write of a batch of transitions.
 //! - [`leases`]: the worker's lease on a task ([`leases::LeaseManager`]).
@@ -21,6 +22,7 @@
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
 //! - [`pool`]: connection pools and connections; [`error`]: the one error type.
 
+pub mod bulk;
 pub mod definitions;
 pub mod error;
 pub mod events;

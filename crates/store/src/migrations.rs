@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (14, "run_trees", include_str!("../migrations/0014_run_trees.sql")),
     (15, "failure_handling", include_str!("../migrations/0015_failure_handling.sql")),
     (16, "map_sources", include_str!("../migrations/0016_map_sources.sql")),
+    (17, "tags_and_bulk", include_str!("../migrations/0017_tags_and_bulk.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

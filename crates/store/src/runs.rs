@@ -42,6 +42,8 @@ pub struct RunRow {
     pub root_run_id: Option<Uuid>,
     /// For a failure handler's run: the run whose end started it.
     pub handles_run_id: Option<Uuid>,
+    /// Its tags, `{key: value}`.
+    pub tags: Option<Value>,
 }
 
 impl RunRow {
@@ -67,13 +69,13 @@ const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workfl
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                                parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                               handles_run_id, parent_iteration";
+                               handles_run_id, parent_iteration, tags";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                            parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                           handles_run_id, parent_iteration";
+                           handles_run_id, parent_iteration, tags";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -103,6 +105,7 @@ impl RunRow {
             trigger: r.try_get("trigger")?,
             root_run_id: r.try_get("root_run_id")?,
             handles_run_id: r.try_get("handles_run_id")?,
+            tags: r.try_get("tags")?,
         })
     }
 }
@@ -206,6 +209,8 @@ pub struct NewRun<'a> {
     pub handles_run_id: Option<Uuid>,
     /// A child its parent never cancels (`on_parent_close: "abandon"`).
     pub abandoned: bool,
+    /// Its tags, `{key: value}`.
+    pub tags: Option<&'a Value>,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
@@ -215,8 +220,8 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
             "INSERT INTO workflow_runs
                     (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
                      parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
-                     handles_run_id, parent_iteration, abandoned)
-             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18)
+                     handles_run_id, parent_iteration, abandoned, tags)
+             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18, $19)
              RETURNING {RUN_COLUMNS}"
         ))
         .await?;
@@ -243,6 +248,7 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &run.handles_run_id,
                 &parent.map_or(0, |p| p.iteration),
                 &run.abandoned,
+                &run.tags,
             ],
         )
         .await?;
@@ -783,6 +789,35 @@ pub async fn taken_edges(client: &Client, run_id: Uuid) -> Result<Vec<(Uuid, Str
     rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))).collect()
 }
 
+/// How many tasks wait PENDING on `queue` (counting at most `cap`), and
+/// since when the oldest does.
+pub async fn queue_backlog(client: &Client, queue: &str, cap: i64) -> Result<(i64, Option<DateTime<Utc>>)> {
+    let row = client
+        .query_one(
+            "SELECT count(*), min(updated_at) FROM (
+                SELECT updated_at FROM task_instances WHERE state = 'PENDING' AND queue = $1 LIMIT $2) AS p",
+            &[&queue, &cap],
+        )
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// Where a QUEUED run of a concurrency key stands: the key's open runs,
+/// and how many of its queued runs are older.
+pub async fn queue_position(client: &Client, run: &RunRow) -> Result<(i64, i64)> {
+    let key = run.concurrency_key.as_deref().unwrap_or_default();
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM workflow_runs
+                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status IN ('RUNNING', 'PAUSED')),
+                    (SELECT count(*) FROM workflow_runs
+                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED' AND id < $3)",
+            &[&run.workflow_name, &key, &run.id],
+        )
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
 /// The failure handler runs `run_id`'s ends started, oldest first.
 pub async fn handlers_of(client: &Client, run_id: Uuid) -> Result<Vec<Uuid>> {
     let stmt =
@@ -846,26 +881,68 @@ pub struct RunFilter<'a> {
     pub since: Option<Uuid>,
     /// … and before the moment of this one.
     pub until: Option<Uuid>,
+    /// Runs with every one of these tags (`{key: value}`).
+    pub tags: Option<&'a Value>,
 }
+
+/// The WHERE clause of a [`RunFilter`], over parameters `$1`, `$2`, `$5`,
+/// `$6`, `$7` and `$8` (list and bulk bind them alike).
+const FILTER: &str = "($1::text IS NULL OR workflow_name = $1)
+                AND ($2::text IS NULL OR status = $2)
+                AND ($5::uuid IS NULL OR parent_run_id = $5)
+                AND ($6::uuid IS NULL OR id >= $6)
+                AND ($7::uuid IS NULL OR id < $7)
+                AND ($8::jsonb IS NULL OR tags @> $8)";
 
 pub async fn list(client: &Client, filter: &RunFilter<'_>, before: Option<Uuid>, limit: i64) -> Result<Vec<RunRow>> {
     let stmt = client
         .prepare_cached(&format!(
             "SELECT {SUMMARY_COLUMNS} FROM workflow_runs
-              WHERE ($1::text IS NULL OR workflow_name = $1)
-                AND ($2::text IS NULL OR status = $2)
-                AND ($3::uuid IS NULL OR id < $3)
-                AND ($5::uuid IS NULL OR parent_run_id = $5)
-                AND ($6::uuid IS NULL OR id >= $6)
-                AND ($7::uuid IS NULL OR id < $7)
+              WHERE {FILTER} AND ($3::uuid IS NULL OR id < $3)
               ORDER BY id DESC LIMIT $4"
         ))
         .await?;
     let status = filter.status.map(|s| s.as_str());
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
-        [&filter.workflow, &status, &before, &limit, &filter.parent, &filter.since, &filter.until];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+        [&filter.workflow, &status, &before, &limit, &filter.parent, &filter.since, &filter.until, &filter.tags];
     let rows = client.query(&stmt, &params).await?;
     rows.iter().map(RunRow::from_row).collect()
+}
+
+/// The ids of the runs `filter` matches after `after`, oldest first, at
+/// most `limit` (a bulk job's next batch).
+pub async fn matching_ids(
+    client: &Client,
+    filter: &RunFilter<'_>,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Uuid>> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "SELECT id FROM workflow_runs
+              WHERE {FILTER} AND ($3::uuid IS NULL OR id > $3)
+              ORDER BY id LIMIT $4"
+        ))
+        .await?;
+    let status = filter.status.map(|s| s.as_str());
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+        [&filter.workflow, &status, &after, &limit, &filter.parent, &filter.since, &filter.until, &filter.tags];
+    client.query(&stmt, &params).await?.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// How many runs `filter` matches, counting at most `cap`.
+pub async fn count_matching(client: &Client, filter: &RunFilter<'_>, cap: i64) -> Result<i64> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM (SELECT 1 FROM workflow_runs
+              WHERE {FILTER} AND ($3::uuid IS NULL OR id > $3) LIMIT $4) AS m"
+        ))
+        .await?;
+    let status = filter.status.map(|s| s.as_str());
+    let none: Option<Uuid> = None;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+        [&filter.workflow, &status, &none, &cap, &filter.parent, &filter.since, &filter.until, &filter.tags];
+    Ok(client.query_one(&stmt, &params).await?.try_get(0)?)
 }
 
 /// Serializes starts that share an idempotency key (per workflow) and returns

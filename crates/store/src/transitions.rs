@@ -69,8 +69,8 @@ pub async fn write_transitions(
         for (m, first, list) in &tr.sources {
             sources.push(run.id, run.tasks[*m].id, *first, list);
         }
-        if tr.run_changed {
-            runs.push(run);
+        if tr.run_changed || tr.input_changed {
+            runs.push(run, tr.input_changed);
             if run.status.is_terminal() {
                 notify.push(RUN_DONE_CHANNEL, run.id.to_string());
             }
@@ -136,14 +136,17 @@ struct RunUpdates<'a> {
     status: Vec<&'static str>,
     output: Vec<Option<&'a Value>>,
     error: Vec<Option<&'a str>>,
+    /// A new input (a rerun's), else NULL: the input stays.
+    input: Vec<Option<&'a Value>>,
 }
 
 impl<'a> RunUpdates<'a> {
-    fn push(&mut self, run: &'a machine::Run) {
+    fn push(&mut self, run: &'a machine::Run, input_changed: bool) {
         self.id.push(run.id);
         self.status.push(run.status.as_str());
         self.output.push(run.output.as_ref());
         self.error.push(run.error.as_deref());
+        self.input.push(input_changed.then_some(&run.input));
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -154,15 +157,17 @@ impl<'a> RunUpdates<'a> {
             .prepare_cached(
                 "UPDATE workflow_runs r
                     SET status = u.status, output = u.output, error = u.error, updated_at = now(),
+                        input = coalesce(u.input, r.input),
                         finished_at = CASE WHEN u.status IN ('RUNNING', 'PAUSED') THEN NULL ELSE now() END,
-                        -- A retried run gets its whole timeout again.
-                        deadline = CASE WHEN r.status = 'FAILED' AND u.status = 'RUNNING'
+                        -- A retried (or rerun) run gets its whole timeout again.
+                        deadline = CASE WHEN r.status IN ('FAILED', 'SUCCEEDED', 'CANCELLED') AND u.status = 'RUNNING'
                                         THEN now() + (r.deadline - r.created_at) ELSE r.deadline END
-                   FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[]) AS u(id, status, output, error)
+                   FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::jsonb[])
+                        AS u(id, status, output, error, input)
                   WHERE r.id = u.id",
             )
             .await?;
-        Ok(tx.execute(&stmt, &[&self.id, &self.status, &self.output, &self.error]).await?)
+        Ok(tx.execute(&stmt, &[&self.id, &self.status, &self.output, &self.error, &self.input]).await?)
     }
 }
 

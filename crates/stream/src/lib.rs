@@ -308,6 +308,19 @@ impl Streams {
         }
     }
 
+    /// The consumers of our group on `stream`: each one's name, how long
+    /// since it last read (ms), and its messages read and not acknowledged.
+    /// None (no group yet) is an empty list.
+    pub async fn consumers(&self, stream: &str) -> Result<Vec<(String, u64, u64)>> {
+        let mut c = self.conn.clone();
+        let r: redis::RedisResult<redis::streams::StreamInfoConsumersReply> = c.xinfo_consumers(stream, GROUP).await;
+        match r {
+            Ok(reply) => Ok(reply.consumers.into_iter().map(|c| (c.name, c.idle as u64, c.pending as u64)).collect()),
+            Err(e) if e.code() == Some("NOGROUP") || e.to_string().contains("no such key") => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Acknowledges and deletes a handled message, so streams hold only
     /// undelivered and in-flight work.
     pub async fn ack(&self, stream: &str, id: &str) -> Result<()> {

@@ -232,7 +232,13 @@ impl Engine {
 
     /// Starts a run of the latest version of `workflow`.
     pub async fn start_run(&self, workflow: &str, input: Value) -> Uuid {
-        let req = StartRun { workflow: workflow.to_string(), version: None, input: Some(input), idempotency_key: None };
+        let req = StartRun {
+            workflow: workflow.to_string(),
+            version: None,
+            input: Some(input),
+            idempotency_key: None,
+            tags: None,
+        };
         self.client().start_run(&req).await.expect("starting a run").id
     }
 

@@ -356,7 +356,8 @@ pub(super) async fn baseline(database_url: &str, seconds: u64, clients: usize) -
 }
 
 pub(super) async fn start(api: &Client, workflow: &str) -> anyhow::Result<Uuid> {
-    let req = StartRun { workflow: workflow.to_string(), version: None, input: None, idempotency_key: None };
+    let req =
+        StartRun { workflow: workflow.to_string(), version: None, input: None, idempotency_key: None, tags: None };
     Ok(api.start_run(&req).await?.id)
 }
 
@@ -484,6 +485,7 @@ pub(super) async fn bench_map(
             version: None,
             input: Some(json!({"n": items})),
             idempotency_key: None,
+            tags: None,
         };
         let t0 = Instant::now();
         let id = api.start_run(&req).await?.id;

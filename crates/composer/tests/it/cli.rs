@@ -53,7 +53,7 @@ async fn help_and_version_answer_with_status_0_and_a_bad_flag_with_2() {
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     let cancel = cli("http://127.0.0.1:9", &["run", "cancel", "--help"], None).await;
     assert!(
-        cancel.stdout.contains("QUEUED, RUNNING or PAUSED"),
+        cancel.stdout.contains("queued, running or paused"),
         "paused and queued runs can be cancelled too: {}",
         cancel.stdout
     );

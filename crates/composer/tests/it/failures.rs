@@ -652,7 +652,7 @@ async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_
     let client = pool.get().await.unwrap();
     let def = composer_store::definitions::by_name(&client, "unpublished", None).await.unwrap().unwrap();
     let committed = Instant::now();
-    let (run, _) = engine.start_run(&def, &json!({}), None).await.unwrap();
+    let (run, _) = engine.start_run(&def, &json!({}), Default::default()).await.unwrap();
     let due: bool = client
         .query_one("SELECT bool_and(next_attempt_at > now()) FROM outbox WHERE run_id = $1", &[&run.id])
         .await

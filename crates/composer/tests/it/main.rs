@@ -17,6 +17,7 @@ mod hardening_worker;
 mod leases;
 mod ops;
 mod processes;
+mod repair;
 mod task_api;
 mod tls;
 mod ui;

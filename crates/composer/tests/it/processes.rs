@@ -713,6 +713,56 @@ async fn at_most_once_attempts_in_flight_when_a_coordinator_is_killed_are_applie
     c.stop();
 }
 
+/// A coordinator is SIGKILLed while a bulk job works: the other takes the
+/// job over, and each run was acted on once.
+#[tokio::test]
+async fn a_bulk_job_when_its_coordinator_is_killed_is_finished_by_the_other_acting_on_each_run_once() {
+    let mut c = TwoCoordinators::start("kill-mid-bulk", true).await;
+    let clients = c.clients();
+    let spec = json!({"name": "rerun_me", "tags": {"batch": "nightly"},
+        "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": "${ .input.i }"}}]});
+    assert_eq!(clients[0].post("/v1/workflows", &spec).await.0, 201);
+    let mut ids = Vec::new();
+    for i in 0..300 {
+        let (status, run) = clients[i % 2].post("/v1/runs", &json!({"workflow": "rerun_me", "input": {"i": i}})).await;
+        assert_eq!(status, 201, "{run}");
+        ids.push(run["id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        assert_eq!(clients[1].wait_for_run(id, Duration::from_secs(60)).await["status"], "SUCCEEDED");
+    }
+    let (status, job) = clients[0]
+        .post("/v1/runs/bulk", &json!({"filter": {"tags": {"batch": "nightly"}}, "action": "rerun", "from": ["t"]}))
+        .await;
+    assert_eq!(status, 202, "{job}");
+    let job = job["id"].as_str().unwrap().to_string();
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
+        if j["looked_at"].as_i64().unwrap_or(0) >= 100 || j["status"] != "RUNNING" {
+            break;
+        }
+        assert!(Instant::now() < until, "the job did not get going: {j}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    kill9(&mut c.coordinators[0]);
+    let until = Instant::now() + Duration::from_secs(90);
+    let done = loop {
+        let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
+        if j["status"] != "RUNNING" {
+            break j;
+        }
+        assert!(Instant::now() < until, "the job did not finish: {j}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((done["status"].as_str(), done["acted_on"].as_i64()), (Some("SUCCEEDED"), Some(300)), "{done}");
+    for id in &ids {
+        clients[1].wait_for_run(id, Duration::from_secs(60)).await;
+        assert_eq!(history_count(&clients[1], id, "RunRerun").await, 1, "run {id} acted on once");
+    }
+    c.stop();
+}
+
 /// A coordinator is SIGKILLed while schedules fire every second: the other
 /// carries on, every fire time has one run, and none is lost.
 #[tokio::test]

@@ -30,6 +30,8 @@ pub struct NewRunOf<'a> {
     pub handles: Option<Uuid>,
     /// A child its parent never cancels (`on_parent_close: "abandon"`).
     pub abandoned: bool,
+    /// Tags the start gives, besides the definition's.
+    pub tags: Option<&'a serde_json::Map<String, Value>>,
 }
 
 /// What the engine holds every run to.
@@ -75,6 +77,7 @@ pub async fn create_run<S: RunStore>(
     limits: Limits,
 ) -> Result<(RunRow, Option<Loaded>)> {
     let def = how.def;
+    let tags = wf.tags_of(how.input, how.tags).map_err(Rejection::Tags)?;
     let (key, status) = admit(store, &wf, &def.name, how.input).await?;
     let deadline = (status == RunStatus::Running).then(|| deadline_of(&wf)).flatten();
     let new = NewRun {
@@ -93,6 +96,7 @@ pub async fn create_run<S: RunStore>(
         root_run_id: how.root,
         handles_run_id: how.handles,
         abandoned: how.abandoned,
+        tags: tags.as_ref(),
     };
     let row = store.insert_run(&new).await?;
     if status == RunStatus::Queued {
@@ -171,6 +175,7 @@ mod tests {
             root: None,
             handles: None,
             abandoned: false,
+            tags: None,
         }
     }
 

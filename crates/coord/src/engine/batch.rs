@@ -23,22 +23,52 @@ pub struct Handled {
     pub ignored: Option<String>,
 }
 
-/// An event to apply to a run, and the worker whose lease it needs.
-pub type Applying = (Uuid, Event, Option<String>);
+/// An event to apply to a run, and who sent it.
+#[derive(Debug, Clone)]
+pub struct Applying {
+    pub run_id: Uuid,
+    pub event: Event,
+    pub by: By,
+}
+
+/// Who sent an event, and what that asks of the batch.
+#[derive(Debug, Clone, Default)]
+pub enum By {
+    /// The engine itself: a timer, a child's end, recovery.
+    #[default]
+    Engine,
+    /// A worker's report, which must hold the task's lease at the event's
+    /// attempt (checked in the batch's transaction).
+    Worker(String),
+    /// An operator's control action: its history records who and why.
+    Operator(Control),
+    /// One run of a bulk job: applied at most once per (job, run), marked
+    /// in the batch's transaction.
+    Bulk(Control, Uuid),
+}
+
+/// Who took a control action, and why, as its history records them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control {
+    /// The name of the token that asked (`COMPOSER_API_TOKEN_NAME`).
+    pub actor: String,
+    pub reason: Option<String>,
+}
 
 /// Work waiting for a batch: an event for a run, or a new run to start.
 pub enum Pending {
     Event {
-        run_id: Uuid,
-        event: Event,
-        /// The worker that reported it, which must hold the task's lease at
-        /// the event's attempt (checked in the batch's transaction).
-        reporter: Option<String>,
+        applying: Applying,
         reply: oneshot::Sender<Result<Handled>>,
     },
     /// A run without an idempotency key or a concurrency limit (whose
     /// locks could make two batches wait for each other).
-    Start { def: DefinitionRow, input: Value, reply: oneshot::Sender<Result<RunRow>> },
+    Start {
+        def: DefinitionRow,
+        input: Value,
+        tags: Option<serde_json::Map<String, Value>>,
+        reply: oneshot::Sender<Result<RunRow>>,
+    },
 }
 
 impl Pending {

@@ -22,6 +22,9 @@ pub enum Rejection {
     /// A failure handler's input does not evaluate, or is too large.
     #[error("{0}")]
     HandlerInput(String),
+    /// The run's tags do not evaluate, or are not tags.
+    #[error("{0}")]
+    Tags(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +51,9 @@ pub enum EngineError {
     /// The request cannot be served as given.
     #[error(transparent)]
     Rejected(#[from] Rejection),
+    /// A bulk job already acted on this run.
+    #[error("the bulk job already acted on this run")]
+    AlreadyDone,
 }
 
 impl EngineError {

@@ -91,6 +91,7 @@ pub async fn start<S: RunStore>(
             root: None,
             handles: Some(l.run.id),
             abandoned: false,
+            tags: None,
         };
         admission::create_run(store, wf, how, limits).await
     }

@@ -31,6 +31,6 @@ pub mod runner;
 pub mod store;
 
 pub use admission::{Limits, TreeBudget};
-pub use batch::Handled;
+pub use batch::{Control, Handled};
 pub use error::{EngineError, Rejection, Result};
-pub use runner::{Engine, Started};
+pub use runner::{Engine, StartOptions, Started};

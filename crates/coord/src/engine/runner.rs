@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use uuid::Uuid;
 
 use super::admission::{self, Limits, NewRunOf};
-use super::batch::{self, Applying, Handled, LiveLoop, Pending};
+use super::batch::{self, Applying, By, Control, Handled, LiveLoop, Pending};
 use super::effects;
 use super::error::{EngineError, Rejection, Result};
 use super::handler;
@@ -53,6 +53,20 @@ pub struct Engine {
     live_loops: AtomicUsize,
     /// The payload limit and the fan-out budget.
     limits: Limits,
+}
+
+/// A start queued for a batch: its definition, input and tags.
+type StartWork = (DefinitionRow, Value, Option<serde_json::Map<String, Value>>);
+
+/// How a run is started, besides its definition and input.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartOptions<'a> {
+    /// A second start with the same key (per workflow) returns the first run.
+    pub idempotency_key: Option<&'a str>,
+    /// What started it when not an API call (a schedule's fire).
+    pub trigger: Option<&'a Value>,
+    /// Tags the start gives, besides the definition's.
+    pub tags: Option<&'a serde_json::Map<String, Value>>,
 }
 
 /// A run [`Engine::start_run_in`] created (or found by its idempotency key),
@@ -238,16 +252,17 @@ impl Engine {
         self: &Arc<Self>,
         def: &DefinitionRow,
         input: &Value,
-        idempotency_key: Option<&str>,
+        opts: StartOptions<'_>,
     ) -> Result<(RunRow, bool)> {
-        if idempotency_key.is_none() && self.compile(def)?.concurrency.is_none() {
+        if opts.idempotency_key.is_none() && opts.trigger.is_none() && self.compile(def)?.concurrency.is_none() {
             let (reply, answer) = oneshot::channel();
-            self.enqueue(Pending::Start { def: def.clone(), input: input.clone(), reply })?;
+            let tags = opts.tags.cloned();
+            self.enqueue(Pending::Start { def: def.clone(), input: input.clone(), tags, reply })?;
             return Ok((answer.await.map_err(|_| EngineError::Stopped)??, true));
         }
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
-        let started = self.start_run_in(&tx, def, input, idempotency_key, None).await?;
+        let started = self.start_run_in(&tx, def, input, opts).await?;
         tx.commit().await?;
         Ok(self.started(started))
     }
@@ -260,10 +275,10 @@ impl Engine {
         tx: &composer_store::Transaction<'_>,
         def: &DefinitionRow,
         input: &Value,
-        idempotency_key: Option<&str>,
-        trigger: Option<&Value>,
+        opts: StartOptions<'_>,
     ) -> Result<Started> {
         let wf = self.compile(def)?;
+        let StartOptions { idempotency_key, trigger, tags } = opts;
         if let Some(key) = idempotency_key {
             if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
                 return Ok(Started { row: existing, new: false, loaded: None, written: None });
@@ -279,6 +294,7 @@ impl Engine {
             root: None,
             handles: None,
             abandoned: false,
+            tags,
         };
         let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
         let written = self.write(tx, loaded.iter_mut(), &[]).await?;
@@ -316,17 +332,40 @@ impl Engine {
     /// batching is what keeps PostgreSQL commits per step low under load, and
     /// adds no wait when there is nothing to batch with.
     pub async fn handle(&self, run_id: Uuid, event: Event) -> Result<Handled> {
-        let (reply, answer) = oneshot::channel();
-        self.enqueue(Pending::Event { run_id, event, reporter: None, reply })?;
-        answer.await.map_err(|_| EngineError::Stopped)?
+        self.handle_by(run_id, event, By::Engine).await
     }
 
     /// Applies a worker's report of a task's attempt, only while `worker`
     /// holds that attempt's lease ([`EngineError::LeaseLost`] otherwise),
     /// checked on the rows the batch's transaction locked: no read of its own.
     pub async fn handle_reported(&self, run_id: Uuid, event: Event, worker: String) -> Result<Handled> {
+        self.handle_by(run_id, event, By::Worker(worker)).await
+    }
+
+    /// Applies an operator's control action; the history records who took
+    /// it and why.
+    pub async fn handle_control(&self, run_id: Uuid, event: Event, control: Control) -> Result<Handled> {
+        self.handle_by(run_id, event, By::Operator(control)).await
+    }
+
+    /// Applies a bulk job's action to one run, once: `None` when the job
+    /// already acted on the run (marked in the same commit as the action).
+    pub async fn handle_bulk(
+        &self,
+        run_id: Uuid,
+        event: Event,
+        control: Control,
+        job: Uuid,
+    ) -> Result<Option<Handled>> {
+        match self.handle_by(run_id, event, By::Bulk(control, job)).await {
+            Err(EngineError::AlreadyDone) => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    async fn handle_by(&self, run_id: Uuid, event: Event, by: By) -> Result<Handled> {
         let (reply, answer) = oneshot::channel();
-        self.enqueue(Pending::Event { run_id, event, reporter: Some(worker), reply })?;
+        self.enqueue(Pending::Event { applying: Applying { run_id, event, by }, reply })?;
         answer.await.map_err(|_| EngineError::Stopped)?
     }
 
@@ -373,12 +412,12 @@ impl Engine {
         let mut replies = Vec::with_capacity(work.len());
         for p in work {
             match p {
-                Pending::Event { run_id, event, reporter, reply } => {
-                    events.push((run_id, event, reporter));
-                    replies.push(Reply::Event(run_id, reply));
+                Pending::Event { applying, reply } => {
+                    replies.push(Reply::Event(applying.run_id, reply));
+                    events.push(applying);
                 }
-                Pending::Start { def, input, reply } => {
-                    starts.push((def, input));
+                Pending::Start { def, input, tags, reply } => {
+                    starts.push((def, input, tags));
                     replies.push(Reply::Start(reply));
                 }
             }
@@ -386,7 +425,7 @@ impl Engine {
         // Kept to apply the events one by one should the batch fail; a
         // batch of one has nothing to isolate, and costs no copy.
         let backup = (replies.len() > 1).then(|| events.clone());
-        let run_ids: Vec<Uuid> = events.iter().map(|(id, _, _)| *id).collect();
+        let run_ids: Vec<Uuid> = events.iter().map(|a| a.run_id).collect();
         match self.apply_batch(events, &starts).await {
             Ok(applied) => {
                 self.follow_up(applied.after_commit);
@@ -488,7 +527,7 @@ impl Engine {
     /// One transaction: lock every run named (in id order), load their tasks,
     /// apply each event in order, create the new runs, write all changes
     /// set-based, commit.
-    async fn apply_batch(&self, events: Vec<Applying>, starts: &[(DefinitionRow, Value)]) -> Result<Applied> {
+    async fn apply_batch(&self, events: Vec<Applying>, starts: &[StartWork]) -> Result<Applied> {
         // Rows this coordinator published since its last write are deleted
         // in this one's transaction: no commit of their own.
         let published = self.publisher.as_ref().map(|(p, _)| p.take_published()).unwrap_or_default();
@@ -504,7 +543,7 @@ impl Engine {
     async fn apply_batch_deleting(
         &self,
         events: Vec<Applying>,
-        starts: &[(DefinitionRow, Value)],
+        starts: &[StartWork],
         published: &[i64],
     ) -> Result<Applied> {
         let started = std::time::Instant::now();
@@ -514,25 +553,43 @@ impl Engine {
         let (mut runs, leases) = self.lock_runs(&tx, &events).await?;
         let mut results = Vec::with_capacity(events.len());
         let applied = events.len();
-        for (run_id, event, reporter) in events {
+        for Applying { run_id, event, by } in events {
             let Some(loaded) = runs.get_mut(&run_id) else {
                 results.push(Err(EngineError::RunNotFound(run_id)));
                 continue;
             };
-            if let Some(worker) = reporter {
-                if let Some(task_id) = lease_lost(&event, &worker, &leases) {
-                    results.push(Err(EngineError::LeaseLost(task_id)));
-                    continue;
+            let control = match by {
+                By::Engine => None,
+                By::Worker(worker) => {
+                    if let Some(task_id) = lease_lost(&event, &worker, &leases) {
+                        results.push(Err(EngineError::LeaseLost(task_id)));
+                        continue;
+                    }
+                    None
+                }
+                By::Operator(control) => Some(control),
+                By::Bulk(control, job) => {
+                    if !composer_store::bulk::mark(&tx, job, run_id).await? {
+                        results.push(Err(EngineError::AlreadyDone));
+                        continue;
+                    }
+                    Some(control)
+                }
+            };
+            let name = event.name();
+            let mut tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
+            if let (Some(c), Some(first)) = (control, tr.history.first_mut()) {
+                first.payload["actor"] = serde_json::json!(c.actor);
+                if let Some(reason) = c.reason {
+                    first.payload["reason"] = serde_json::json!(reason);
                 }
             }
-            let name = event.name();
-            let tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
             count_event(run_id, name, &tr, loaded.run.status);
             results.push(Ok(Handled { status: loaded.run.status, ignored: tr.ignored.clone() }));
             loaded.tr.merge(tr);
         }
         let mut created = Vec::with_capacity(starts.len());
-        for (def, input) in starts {
+        for (def, input, tags) in starts {
             let wf = self.compile(def)?;
             let how = NewRunOf {
                 def,
@@ -544,6 +601,7 @@ impl Engine {
                 root: None,
                 handles: None,
                 abandoned: false,
+                tags: tags.as_ref(),
             };
             let (row, loaded) = admission::create_run(&store, wf, how, self.limits).await?;
             if let Some(loaded) = loaded {
@@ -586,13 +644,13 @@ impl Engine {
         if events.is_empty() {
             return Ok((HashMap::new(), leases));
         }
-        let mut run_ids: Vec<Uuid> = events.iter().map(|(id, _, _)| *id).collect();
+        let mut run_ids: Vec<Uuid> = events.iter().map(|a| a.run_id).collect();
         run_ids.sort();
         run_ids.dedup();
         // Of MAP items, only those the events name are loaded.
-        let item_ids: Vec<Uuid> = events.iter().filter_map(|(_, e, _)| e.task_id()).collect();
+        let item_ids: Vec<Uuid> = events.iter().flat_map(|a| a.event.task_ids()).collect();
         let reported: Vec<Uuid> =
-            events.iter().filter(|(_, _, w)| w.is_some()).filter_map(|(_, e, _)| e.task_id()).collect();
+            events.iter().filter(|a| matches!(a.by, By::Worker(_))).filter_map(|a| a.event.task_id()).collect();
         let store = Tx(tx);
         let mut runs = HashMap::new();
         for (mut row, tasks) in runs::lock_many(tx, &run_ids, &item_ids).await? {
@@ -604,7 +662,7 @@ impl Engine {
             self.hold_to_limits(&store, &wf, &mut run, &row).await?;
             // A retry may run a MAP's items again: it needs them all. A
             // resume starts items whose retry the pause held.
-            let of_run = || events.iter().filter(|(id, _, _)| *id == row.id).map(|(_, e, _)| e);
+            let of_run = || events.iter().filter(|a| a.run_id == row.id).map(|a| &a.event);
             if of_run().any(|e| matches!(e, Event::RetryRun)) {
                 let maps: Vec<Uuid> = run.tasks.iter().filter(|t| t.progress.is_some()).map(|t| t.id).collect();
                 for map in maps {
@@ -741,6 +799,7 @@ impl Engine {
             root: Some(slot.root),
             handles: None,
             abandoned: slot.spec["on_parent_close"] == "abandon",
+            tags: None,
         };
         admission::create_run(&Tx(tx), wf, how, self.limits).await
     }

@@ -176,6 +176,7 @@ impl From<EngineError> for ApiError {
             EngineError::Store(e) => e.into(),
             EngineError::Stopped => ApiError::Unavailable("the coordinator is shutting down".into()),
             EngineError::Busy | EngineError::BudgetRace { .. } => ApiError::Busy,
+            EngineError::AlreadyDone => ApiError::Conflict("the bulk job already acted on this run".into()),
             EngineError::Rejected(why) => ApiError::BadRequest(why.to_string()),
             e @ EngineError::Fault { .. } => ApiError::EngineFault(e.to_string()),
         }

@@ -52,6 +52,31 @@ impl<S: Send + Sync, T: DeserializeOwned, const NUL_OK: bool> FromRequest<S> for
     }
 }
 
+/// A JSON body that may be left out (an empty body is `None`).
+pub struct OptionalBody<T>(pub Option<T>);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let empty = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() == "0")
+            || (req.headers().get(axum::http::header::CONTENT_LENGTH).is_none()
+                && req.headers().get(axum::http::header::TRANSFER_ENCODING).is_none());
+        if empty {
+            return Ok(OptionalBody(None));
+        }
+        match Body::<T>::from_request(req, state).await {
+            Ok(Body(v)) => Ok(OptionalBody(Some(v))),
+            Err(ApiError::BadRequest(m)) if m.starts_with("request body is empty") => Ok(OptionalBody(None)),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// Whether JSON text may hold a NUL character: a `\u0000` escape (an odd
 /// number of backslashes before the `u`). Cheap enough for every request;
 /// the exact field is found only when it says yes.

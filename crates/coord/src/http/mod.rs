@@ -8,12 +8,14 @@
 //! - [`guard`]: allowed hosts, tokens, other sites' pages, URI length, the
 //!   error log.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
-//! - [`workflows`], [`runs`], [`events`], [`schedules`], [`tasks`],
+//! - [`workflows`], [`runs`], [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
 //!   [`internal`], [`ops`]: one file per resource.
 
+pub mod bulk;
 pub mod doc;
 pub mod error;
 pub mod events;
+pub mod explain;
 pub mod extract;
 pub mod guard;
 pub mod internal;

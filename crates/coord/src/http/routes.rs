@@ -8,7 +8,7 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{doc, events, internal, ops, runs, schedules, tasks, workflows};
+use super::{bulk, doc, events, explain, internal, ops, runs, schedules, tasks, workflows};
 use crate::shared::Shared;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -35,6 +35,12 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(runs::pause_run))
         .routes(routes!(runs::resume_run))
         .routes(routes!(runs::resolve_task))
+        .routes(routes!(runs::rerun_run))
+        .routes(routes!(runs::complete_step))
+        .routes(routes!(explain::explain))
+        .routes(routes!(bulk::create))
+        .routes(routes!(bulk::get))
+        .routes(routes!(bulk::cancel))
         .routes(routes!(events::send_event))
         .routes(routes!(schedules::create, schedules::list))
         .routes(routes!(schedules::get, schedules::delete))

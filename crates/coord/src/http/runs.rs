@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use composer_api::schema::Name;
 use composer_api::{
-    ErrorBody, HistoryEntryView, HistoryPage, ItemPage, ResolveOutcome, ResolveTask, RunPage, RunView, StartRun,
-    TaskView,
+    CompleteStep, ControlRun, ErrorBody, HistoryEntryView, HistoryPage, ItemPage, RerunRun, ResolveOutcome,
+    ResolveTask, RunPage, RunView, StartRun, TaskView,
 };
 use composer_core::duration;
 use composer_core::machine::{Event, Resolution, RunStatus};
@@ -23,7 +23,8 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, Query};
+use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Query};
+use crate::engine::{Control, StartOptions};
 use crate::shared::Shared;
 
 /// Longest `?wait=` a caller may ask for.
@@ -55,6 +56,46 @@ pub(crate) struct ListQuery {
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<Uuid>)]
     parent_run_id: Option<Uuid>,
+    /// Only runs created at or after this moment (RFC 3339).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>, format = DateTime)]
+    created_after: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only runs created before this moment (RFC 3339).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<String>, format = DateTime)]
+    created_before: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The first UUIDv7 of a moment: runs created from then on have ids at or
+/// above it.
+pub(crate) fn id_at(t: chrono::DateTime<chrono::Utc>) -> Uuid {
+    Uuid::from_u128((t.timestamp_millis().max(0) as u128) << 80)
+}
+
+/// A query's `tag.KEY=VALUE` pairs, as the `{key: value}` runs must have,
+/// and the rest of the query for its typed parameters.
+pub(crate) fn split_tags(query: &str) -> ApiResult<(Option<Value>, String)> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query).map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
+    let mut tags = serde_json::Map::new();
+    let mut rest = Vec::new();
+    for (k, v) in pairs {
+        match k.strip_prefix("tag.") {
+            Some(key) => {
+                if !composer_core::definition::is_tag_key(key) {
+                    return Err(ApiError::bad_request(format!("tag.{key}: not a tag key")));
+                }
+                text_param(&v, "tag")?;
+                tags.insert(key.to_string(), Value::String(v));
+            }
+            None => rest.push((k, v)),
+        }
+    }
+    if tags.len() > composer_core::definition::MAX_TAGS {
+        return Err(ApiError::bad_request("tag.*: at most 16"));
+    }
+    let rest = serde_urlencoded::to_string(&rest).map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
+    Ok(((!tags.is_empty()).then_some(Value::Object(tags)), rest))
 }
 
 /// A run status, in any case.
@@ -144,7 +185,8 @@ pub(crate) async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<Star
             )));
         }
     }
-    let (row, created) = s.engine.start_run(&def, &input, req.idempotency_key.as_deref()).await?;
+    let opts = StartOptions { idempotency_key: req.idempotency_key.as_deref(), trigger: None, tags: req.tags.as_ref() };
+    let (row, created) = s.engine.start_run(&def, &input, opts).await?;
     if let (false, Some(key)) = (created, &req.idempotency_key) {
         if !same_json(&row.input, &input) {
             return Err(ApiError::IdempotencyKeyReused { key: key.clone(), run: row.id });
@@ -157,14 +199,16 @@ pub(crate) async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<Star
 /// List runs.
 ///
 /// Runs newest first, keyset-paginated: pass the answer's `next_cursor` as `?cursor=` for the next
-/// page. Filter by workflow, status and parent run. Lists leave out each run's
-/// input, output and tasks.
+/// page. Filter by workflow, status, parent run and creation time; `tag.KEY=VALUE` (repeatable)
+/// keeps the runs with those tags. Lists leave out each run's input, output and tasks.
 #[utoipa::path(
     get, path = "/v1/runs", operation_id = "listRuns", tag = "runs",
     params(ListQuery),
     responses((status = 200, description = "a page of runs, newest first", body = RunPage))
 )]
-pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> ApiResult<Json<RunPage>> {
+pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, uri: axum::http::Uri) -> ApiResult<Json<RunPage>> {
+    let (tags, rest) = split_tags(uri.query().unwrap_or_default())?;
+    let q: ListQuery = serde_urlencoded::from_str(&rest).map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
     let limit = Limit::or(q.limit, 50);
     if let Some(w) = &q.workflow {
         name_param("workflow", w)?;
@@ -174,7 +218,9 @@ pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<List
         workflow: q.workflow.as_deref(),
         status: q.status,
         parent: q.parent_run_id,
-        ..Default::default()
+        since: q.created_after.map(id_at),
+        until: q.created_before.map(id_at),
+        tags: tags.as_ref(),
     };
     let rows = runs::list(&client, &filter, q.cursor, limit).await?;
     let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };
@@ -198,6 +244,7 @@ pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
         updated_at: r.updated_at,
         finished_at: r.finished_at,
         trigger: r.trigger.clone(),
+        tags: r.tags.clone(),
         parent_run_id: r.parent.map(|p| p.run_id),
         parent_task_id: r.parent.map(|p| p.task_id),
         parent_iteration: r.parent.map(|p| p.iteration),
@@ -352,9 +399,33 @@ pub(crate) async fn run_items(
     Ok(Json(ItemPage { items: items.iter().map(task_view).collect(), next_after: next }))
 }
 
-async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<RunView>> {
+/// Who takes an API call's control action: the API token's name, or
+/// `anonymous` on a coordinator without one.
+pub(crate) fn actor(s: &Shared) -> String {
+    match s.config.api_token {
+        Some(_) => s.config.api_token_name.clone(),
+        None => "anonymous".to_string(),
+    }
+}
+
+/// A reason given with a control action: at most 1,024 characters.
+fn reason(r: Option<String>) -> ApiResult<Option<String>> {
+    match r {
+        Some(r) if r.chars().count() > MAX_REASON_CHARS => {
+            Err(ApiError::bad_request(format!("reason: at most {MAX_REASON_CHARS} characters")))
+        }
+        Some(r) if r.trim().is_empty() => Ok(None),
+        other => Ok(other),
+    }
+}
+
+/// Longest reason a control action records (`max_reason_chars`).
+pub const MAX_REASON_CHARS: usize = 1024;
+
+async fn control(s: &Shared, id: &str, event: Event, why: Option<String>) -> ApiResult<Json<RunView>> {
     let run_id = run_id(id)?;
-    let handled = s.engine.handle(run_id, event).await?;
+    let by = Control { actor: actor(s), reason: reason(why)? };
+    let handled = s.engine.handle_control(run_id, event, by).await?;
     if let Some(reason) = handled.ignored {
         return Err(ApiError::Conflict(reason));
     }
@@ -373,8 +444,12 @@ async fn control(s: &Shared, id: &str, event: Event) -> ApiResult<Json<RunView>>
     params(("id" = Uuid, Path, description = "the run")),
     responses((status = 200, description = "cancelled", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
 )]
-pub(crate) async fn cancel_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
-    control(&s, &id, Event::CancelRun).await
+pub(crate) async fn cancel_run(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    OptionalBody(body): OptionalBody<ControlRun>,
+) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::CancelRun, body.and_then(|b| b.reason)).await
 }
 
 /// Retry a run.
@@ -386,8 +461,12 @@ pub(crate) async fn cancel_run(State(s): State<Arc<Shared>>, Path(id): Path<Stri
     params(("id" = Uuid, Path, description = "the run")),
     responses((status = 200, description = "running again from its failed steps", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
 )]
-pub(crate) async fn retry_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
-    control(&s, &id, Event::RetryRun).await
+pub(crate) async fn retry_run(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    OptionalBody(body): OptionalBody<ControlRun>,
+) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::RetryRun, body.and_then(|b| b.reason)).await
 }
 
 /// Pause a run.
@@ -399,8 +478,12 @@ pub(crate) async fn retry_run(State(s): State<Arc<Shared>>, Path(id): Path<Strin
     params(("id" = Uuid, Path, description = "the run")),
     responses((status = 200, description = "paused", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
 )]
-pub(crate) async fn pause_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
-    control(&s, &id, Event::PauseRun).await
+pub(crate) async fn pause_run(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    OptionalBody(body): OptionalBody<ControlRun>,
+) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::PauseRun, body.and_then(|b| b.reason)).await
 }
 
 /// Resume a run.
@@ -411,8 +494,85 @@ pub(crate) async fn pause_run(State(s): State<Arc<Shared>>, Path(id): Path<Strin
     params(("id" = Uuid, Path, description = "the run")),
     responses((status = 200, description = "running again", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
 )]
-pub(crate) async fn resume_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
-    control(&s, &id, Event::ResumeRun).await
+pub(crate) async fn resume_run(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    OptionalBody(body): OptionalBody<ControlRun>,
+) -> ApiResult<Json<RunView>> {
+    control(&s, &id, Event::ResumeRun, body.and_then(|b| b.reason)).await
+}
+
+/// Rerun a run from some of its steps.
+///
+/// Runs a run again from some of its steps: each and everything after it is reset (what is open
+/// there is cancelled; the history stays) and runs again, with the run's input or the one given.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/rerun", operation_id = "rerunRun", tag = "runs",
+    params(("id" = Uuid, Path, description = "the run")),
+    request_body = RerunRun,
+    responses(
+        (status = 200, description = "running again from those steps", body = RunView),
+        (status = 404, description = "no such run or step", body = ErrorBody),
+        (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody),
+    )
+)]
+pub(crate) async fn rerun_run(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Body(req): Body<RerunRun>,
+) -> ApiResult<Json<RunView>> {
+    let run = run_id(&id)?;
+    if req.from.is_empty() || req.from.len() > 100 {
+        return Err(ApiError::bad_request("from: name 1 to 100 steps"));
+    }
+    if let Some(input) = &req.input {
+        composer_core::storable::check(input, "input", s.config.max_payload).map_err(ApiError::bad_request)?;
+    }
+    let client = composer_store::client(&s.pool).await?;
+    let mut tasks = Vec::with_capacity(req.from.len());
+    for node in &req.from {
+        text_param(node, "from")?;
+        let task = runs::task_of_node(&client, run, node)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?} (not reached yet?)")))?;
+        tasks.push(task.id);
+    }
+    drop(client);
+    let event = Event::RerunFrom { tasks, input: req.input, allow_completed: req.allow_completed };
+    control(&s, &id, event, req.reason).await
+}
+
+/// Complete a step by hand.
+///
+/// Ends a step with an output, whatever it is doing (waiting, held, in doubt, running — its worker
+/// loses the lease — or failed, in a failed run): the run goes on as if it had completed.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/tasks/{node}/complete", operation_id = "completeStep", tag = "runs",
+    params(
+        ("id" = Uuid, Path, description = "the run"),
+        ("node" = String, Path, description = "the step's node id (a MAP item: `ship_each[3]`)"),
+    ),
+    request_body = CompleteStep,
+    responses(
+        (status = 200, description = "completed: the run as it now stands", body = RunView),
+        (status = 404, description = "no such run or step", body = ErrorBody),
+        (status = 409, description = "the step has ended already", body = ErrorBody),
+    )
+)]
+pub(crate) async fn complete_step(
+    State(s): State<Arc<Shared>>,
+    Path((id, node)): Path<(String, String)>,
+    Body(req): Body<CompleteStep>,
+) -> ApiResult<Json<RunView>> {
+    let run = run_id(&id)?;
+    text_param(&node, "node")?;
+    composer_core::storable::check(&req.output, "output", s.config.max_payload).map_err(ApiError::bad_request)?;
+    let client = composer_store::client(&s.pool).await?;
+    let task = runs::task_of_node(&client, run, &node)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
+    drop(client);
+    control(&s, &id, Event::CompleteTask { task_id: task.id, output: req.output }, req.reason).await
 }
 
 /// Resolve an IN_DOUBT step.
@@ -440,7 +600,7 @@ pub(crate) async fn resolve_task(
 ) -> ApiResult<Json<RunView>> {
     let run = run_id(&id)?;
     text_param(&node, "node")?;
-    let resolution = match (req.outcome, req.output, req.error) {
+    let resolution = match (req.outcome, req.output.clone(), req.error.clone()) {
         (ResolveOutcome::Completed, output, None) => {
             let output = output.unwrap_or(Value::Null);
             composer_core::storable::check(&output, "output", s.config.max_payload).map_err(ApiError::bad_request)?;
@@ -471,7 +631,7 @@ pub(crate) async fn resolve_task(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
     drop(client);
-    control(&s, &id, Event::ResolveTask { task_id: task.id, resolution }).await
+    control(&s, &id, Event::ResolveTask { task_id: task.id, resolution }, req.reason).await
 }
 
 /// Whether two JSON values hold the same data: objects whatever the order

@@ -327,6 +327,7 @@ async fn runs_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
         parent: None,
         since: since.map(id_at),
         until: until.map(id_at),
+        tags: None,
     };
     let client = composer_store::client(&s.pool).await?;
     let rows = runs::list(&client, &filter, cursor, PAGE).await?;

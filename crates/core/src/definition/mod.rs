@@ -134,6 +134,8 @@ pub struct Workflow {
     pub concurrency: Option<Concurrency>,
     /// The run a failed run starts.
     pub on_failure: Option<OnFailure>,
+    /// Every run's tags, by key, evaluated over `{input}` when it starts.
+    pub tags: Vec<(String, Template)>,
     /// Whether every expression it has is simple ([`crate::expr::is_simple`]:
     /// no recursion, loop or costly native, so its time is bounded by its
     /// input's size): applying its events may then skip the evaluation
@@ -153,6 +155,7 @@ struct Parts {
     timeout: Option<Duration>,
     concurrency: Option<Concurrency>,
     on_failure: Option<OnFailure>,
+    tags: Vec<(String, Template)>,
     index: HashMap<String, usize>,
 }
 
@@ -178,8 +181,19 @@ impl Workflow {
     }
 
     fn assemble(spec: WorkflowSpec, parts: Parts) -> Workflow {
-        let Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, on_failure, index } =
-            parts;
+        let Parts {
+            nodes,
+            edges,
+            incoming,
+            outgoing,
+            topo_order,
+            output,
+            timeout,
+            concurrency,
+            on_failure,
+            tags,
+            index,
+        } = parts;
         Workflow {
             spec,
             nodes,
@@ -191,6 +205,7 @@ impl Workflow {
             timeout,
             concurrency,
             on_failure,
+            tags,
             simple: false,
             index,
         }
@@ -258,7 +273,20 @@ impl Workflow {
             }
         };
         let on_failure = spec.on_failure.as_ref().map(compile_on_failure).transpose()?;
-        Ok(Parts { nodes, edges, incoming, outgoing, topo_order, output, timeout, concurrency, on_failure, index })
+        let tags = compile_tags(spec.tags.as_ref())?;
+        Ok(Parts {
+            nodes,
+            edges,
+            incoming,
+            outgoing,
+            topo_order,
+            output,
+            timeout,
+            concurrency,
+            on_failure,
+            tags,
+            index,
+        })
     }
 
     pub fn node_index(&self, id: &str) -> Option<usize> {
@@ -383,6 +411,85 @@ fn compile_edges(spec: &WorkflowSpec, index: &HashMap<String, usize>) -> Result<
         g.edges.push(Edge { from, to, when, on: e.on.unwrap_or_default() });
     }
     Ok(g)
+}
+
+/// Most tags a run may have (`max_run_tags`).
+pub const MAX_TAGS: usize = 16;
+/// Longest tag value, in characters.
+pub const MAX_TAG_VALUE: usize = 256;
+
+/// Whether `key` may name a tag: 1 to 64 of `A-Z a-z 0-9 _ . -`.
+pub fn is_tag_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 64
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// A tag's value as stored: text (a number becomes its text), at most
+/// [`MAX_TAG_VALUE`] characters, no NUL.
+pub fn tag_value(key: &str, v: &Value) -> Result<String, String> {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => return Err(format!("tag {key}: must be text or a number, got {other}")),
+    };
+    if text.chars().count() > MAX_TAG_VALUE || text.contains('\0') {
+        return Err(format!("tag {key}: at most {MAX_TAG_VALUE} characters, without NUL"));
+    }
+    Ok(text)
+}
+
+impl Workflow {
+    /// A new run's tags: the definition's, evaluated over `{input}`, then
+    /// `given` (the start's), which wins on a key both have.
+    pub fn tags_of(
+        &self,
+        input: &Value,
+        given: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<Option<Value>, String> {
+        let mut tags = serde_json::Map::new();
+        for (key, template) in &self.tags {
+            let v = template.eval(&json!({"input": input})).map_err(|e| format!("tags.{key}: {e}"))?;
+            if !v.is_null() {
+                tags.insert(key.clone(), Value::String(tag_value(key, &v)?));
+            }
+        }
+        for (key, v) in given.into_iter().flatten() {
+            if !is_tag_key(key) {
+                return Err(format!("tags: {key:?} is not a tag key (1 to 64 of A-Z, a-z, 0-9, '_', '.' and '-')"));
+            }
+            tags.insert(key.clone(), Value::String(tag_value(key, v)?));
+        }
+        if tags.len() > MAX_TAGS {
+            return Err(format!("tags: at most {MAX_TAGS} (max_run_tags)"));
+        }
+        Ok((!tags.is_empty()).then_some(Value::Object(tags)))
+    }
+}
+
+fn compile_tags(tags: Option<&serde_json::Map<String, Value>>) -> Result<Vec<(String, Template)>, ValidationError> {
+    let Some(tags) = tags else { return Ok(Vec::new()) };
+    if tags.len() > MAX_TAGS {
+        return Err(ValidationError::new("tags", format!("at most {MAX_TAGS} (max_run_tags)")));
+    }
+    let mut out = Vec::with_capacity(tags.len());
+    for (key, v) in tags {
+        let at = format!("tags.{key}");
+        if !is_tag_key(key) {
+            return Err(ValidationError::new(at, "a key is 1 to 64 of A-Z, a-z, 0-9, '_', '.' and '-'"));
+        }
+        match v {
+            Value::String(s) if s.contains(".nodes") || s.contains(".secrets") => {
+                return Err(ValidationError::new(at, "is computed when the run is created: it can read .input only"))
+            }
+            Value::String(_) | Value::Number(_) | Value::Bool(_) => {}
+            _ => return Err(ValidationError::new(at, "must be text, a number or an expression")),
+        }
+        let template = Template::compile(v).map_err(|(_, m)| ValidationError::new(at.clone(), m))?;
+        out.push((key.clone(), template));
+    }
+    Ok(out)
 }
 
 /// `on_failure`: a named workflow, an input template that reads no secret,

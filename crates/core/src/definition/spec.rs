@@ -43,6 +43,11 @@ pub struct WorkflowSpec {
     /// (and, if `on` says so, CANCELLED), in the same commit as that end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailureSpec>,
+    /// Tags of every run, `{key: text or an expression over {input}}`, to
+    /// find runs by (`GET /v1/runs?tag.customer=42`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<std::collections::HashMap<String, String>>))]
+    pub tags: Option<serde_json::Map<String, Value>>,
 }
 
 /// `on_failure`: the handler run a failed run starts.
@@ -191,7 +196,8 @@ impl EdgeOn {
 }
 
 /// The fields a definition may have.
-const FIELDS: [&str; 8] = ["name", "description", "nodes", "edges", "output", "timeout", "concurrency", "on_failure"];
+const FIELDS: [&str; 9] =
+    ["name", "description", "nodes", "edges", "output", "timeout", "concurrency", "on_failure", "tags"];
 
 /// Deserializes a spec, naming the node whose fields are wrong.
 pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
@@ -263,7 +269,12 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
             })
         })?),
     };
-    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency, on_failure })
+    let tags = match obj.get("tags") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(t)) => Some(t.clone()),
+        Some(_) => return Err(ValidationError::new("tags", "must be an object of {key: text or an expression}")),
+    };
+    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency, on_failure, tags })
 }
 
 /// Serde reads a struct from an array of its fields too (`"retry": []`):

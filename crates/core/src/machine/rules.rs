@@ -51,6 +51,8 @@ impl Machine<'_> {
                 Ok(())
             }
             Event::ResolveTask { task_id, resolution } => self.on_resolve(task_id, resolution),
+            Event::RerunFrom { tasks, input, allow_completed } => self.on_rerun(&tasks, input, allow_completed),
+            Event::CompleteTask { task_id, output } => self.on_complete(task_id, output),
             Event::ItemsLoaded { task_id } => self.on_items_loaded(task_id),
             Event::SourcesLoaded { task_id, from, items } => self.on_sources_loaded(task_id, from, items),
             Event::ChildFinished { task_id, attempt, iteration, child, status, output, error } => {
@@ -972,6 +974,184 @@ impl Machine<'_> {
                 self.dispatch(t);
             }
         }
+        Ok(())
+    }
+}
+
+impl Machine<'_> {
+    /// Runs the run again from `tasks`: each node's task and everything
+    /// after it is reset (open ones with it: their workers lose the lease,
+    /// children are cancelled) and runs again as it becomes ready; a MAP's
+    /// item runs again in its MAP, and what comes after the MAP is reset.
+    /// With `input`, the run goes on with that input.
+    pub(super) fn on_rerun(
+        &mut self,
+        tasks: &[Uuid],
+        input: Option<Value>,
+        allow_completed: bool,
+    ) -> Result<(), Ignore> {
+        match self.run.status {
+            RunStatus::Queued => return Err(Ignore(IgnoreKind::NotDue, "the run has not started".into())),
+            RunStatus::Succeeded if !allow_completed => {
+                return Err(Ignore(
+                    IgnoreKind::RunFinished,
+                    "the run SUCCEEDED: rerun it with allow_completed to run it again".into(),
+                ))
+            }
+            _ => {}
+        }
+        if tasks.is_empty() {
+            return Err(Ignore(IgnoreKind::UnknownTask, "a rerun names at least one step".into()));
+        }
+        let mut found = Vec::with_capacity(tasks.len());
+        for &id in tasks {
+            found.push(self.find(id)?);
+        }
+        // Items of a MAP that reduces cannot be taken out of its value.
+        for &t in &found {
+            if let Some(item) = self.run.tasks[t].item {
+                let m = self.map_task(item.map).ok_or_else(|| {
+                    Ignore(IgnoreKind::UnknownTask, format!("item {} has no MAP in this run", self.run.tasks[t].id))
+                })?;
+                if matches!(self.map_config(m).collect, crate::definition::Collect::Reduce { .. }) {
+                    return Err(Ignore(
+                        IgnoreKind::NotDispatched,
+                        "an item of a MAP that reduces cannot be rerun alone: rerun the MAP".into(),
+                    ));
+                }
+            }
+        }
+        let mut reset = vec![false; self.wf.nodes.len()];
+        let mut names = Vec::new();
+        for &t in &found {
+            let task = &self.run.tasks[t];
+            names.push(json!(task.node_id(&self.wf.nodes[task.node])));
+            match task.item {
+                // The item's MAP stays; what comes after it does not.
+                Some(item) => {
+                    if let Some(m) = self.map_task(item.map) {
+                        for (n, below) in self.wf.downstream(self.run.tasks[m].node).into_iter().enumerate() {
+                            reset[n] |= below;
+                        }
+                    }
+                }
+                None => {
+                    reset[task.node] = true;
+                    for (n, below) in self.wf.downstream(task.node).into_iter().enumerate() {
+                        reset[n] |= below;
+                    }
+                }
+            }
+        }
+        self.tr.log(HistoryKind::RunRerun, json!({"from": names, "input_changed": input.is_some()}));
+        if let Some(input) = input {
+            self.run.input = input;
+            self.tr.input_changed = true;
+        }
+        if self.run.status.is_terminal() {
+            self.set_run(RunStatus::Running, None, None);
+        }
+        for t in 0..self.run.tasks.len() {
+            let task = &self.run.tasks[t];
+            if task.item.is_none() && !task.removed && reset[task.node] {
+                self.remove(t);
+            }
+        }
+        for t in found {
+            if self.run.tasks[t].item.is_some() && !self.run.tasks[t].removed {
+                self.rerun_item(t);
+            }
+        }
+        self.route();
+        Ok(())
+    }
+
+    /// A MAP's item runs again (a new attempt, QUEUED for a slot): its MAP
+    /// counts it as to come again, and opens again if it had ended.
+    fn rerun_item(&mut self, t: usize) {
+        let Some(item) = self.run.tasks[t].item else { return };
+        let Some(m) = self.map_task(item.map) else { return };
+        let was = self.run.tasks[t].state;
+        if let Some(p) = &mut self.run.tasks[m].progress {
+            match was {
+                TaskState::Completed => p.completed = p.completed.saturating_sub(1),
+                TaskState::Failed | TaskState::Cancelled | TaskState::Skipped => p.failed = p.failed.saturating_sub(1),
+                TaskState::Queued => p.queued = p.queued.saturating_sub(1),
+                _ => p.open = p.open.saturating_sub(1),
+            }
+            p.queued += 1;
+        }
+        let task = &mut self.run.tasks[t];
+        task.state = TaskState::Queued;
+        task.attempt += 1;
+        task.error = None;
+        task.error_info = None;
+        task.output = None;
+        task.finished_at = None;
+        task.wake_at = None;
+        let default_key = format!("{}:", task.id);
+        if task.input["idempotency_key"].as_str().is_some_and(|k| k.starts_with(&default_key)) {
+            task.input["idempotency_key"] = json!(format!("{default_key}{}", task.attempt));
+        }
+        self.tr.touch(t);
+        let map = &mut self.run.tasks[m];
+        if map.state.is_terminal() {
+            map.state = TaskState::Running;
+            map.output = None;
+            map.error = None;
+            map.error_info = None;
+            map.finished_at = None;
+        }
+        self.tr.touch(m);
+        self.maps.queued = None;
+        if !self.maps.dirty.contains(&m) {
+            self.maps.dirty.push(m);
+        }
+    }
+
+    /// An operator ends a step with `output`: an open one (its worker loses
+    /// the lease; a child run is cancelled; a MAP's open items too), or a
+    /// failed one, whose failed run then goes on.
+    pub(super) fn on_complete(&mut self, task_id: Uuid, output: Value) -> Result<(), Ignore> {
+        let t = self.find(task_id)?;
+        let state = self.run.tasks[t].state;
+        let failed_run = self.run.status == RunStatus::Failed && state == TaskState::Failed;
+        if !failed_run {
+            self.require_active()?;
+            if state.is_terminal() && state != TaskState::Failed {
+                return Err(Ignore(IgnoreKind::AlreadyFinished, format!("task is already {state}")));
+            }
+        }
+        if failed_run {
+            self.set_run(RunStatus::Running, None, None);
+            if let Some(item) = self.run.tasks[t].item {
+                // The failed item's MAP opens again to count it as completed.
+                if let Some(m) = self.map_task(item.map) {
+                    if let Some(p) = &mut self.run.tasks[m].progress {
+                        p.failed = p.failed.saturating_sub(1);
+                        p.open += 1;
+                    }
+                    self.run.tasks[t].state = TaskState::Running;
+                    let map = &mut self.run.tasks[m];
+                    if map.state.is_terminal() {
+                        map.state = TaskState::Running;
+                        map.error = None;
+                        map.error_info = None;
+                        map.finished_at = None;
+                    }
+                    self.tr.touch(m);
+                }
+            }
+        }
+        let task = &mut self.run.tasks[t];
+        if task.state == TaskState::Failed {
+            // Ended again, this time completed.
+            task.state = TaskState::Running;
+            task.error = None;
+            task.error_info = None;
+        }
+        self.finish(t, TaskState::Completed, Some(output), None);
+        self.route();
         Ok(())
     }
 }

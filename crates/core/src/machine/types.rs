@@ -394,6 +394,21 @@ pub enum Event {
         task_id: Uuid,
         resolution: Resolution,
     },
+    /// An operator runs the run again from these tasks (nodes' tasks or MAP
+    /// items): they and everything after them are reset and run again, with
+    /// the run's input or `input`.
+    RerunFrom {
+        tasks: Vec<Uuid>,
+        input: Option<Value>,
+        /// A SUCCEEDED run may be rerun only when this says so.
+        allow_completed: bool,
+    },
+    /// An operator ends a step with an output, whatever it was doing (a
+    /// failed one, in a failed run, too), and the run goes on.
+    CompleteTask {
+        task_id: Uuid,
+        output: Value,
+    },
     /// The engine loaded the items a MAP asked for ([`Need`]); the MAP
     /// carries on with them. (Also: a MAP that stopped creating items for
     /// one event carries on.)
@@ -461,6 +476,8 @@ impl Event {
             Event::RunTimedOut => "RunTimedOut",
             Event::TaskInDoubt { .. } => "TaskInDoubt",
             Event::ResolveTask { .. } => "ResolveTask",
+            Event::RerunFrom { .. } => "RerunFrom",
+            Event::CompleteTask { .. } => "CompleteTask",
             Event::ItemsLoaded { .. } => "ItemsLoaded",
             Event::SourcesLoaded { .. } => "SourcesLoaded",
             Event::ChildFinished { .. } => "ChildFinished",
@@ -477,8 +494,17 @@ impl Event {
             | Event::TaskInDoubt { task_id, .. }
             | Event::SourcesLoaded { task_id, .. }
             | Event::ResolveTask { task_id, .. }
+            | Event::CompleteTask { task_id, .. }
             | Event::ChildFinished { task_id, .. } => Some(*task_id),
             _ => None,
+        }
+    }
+
+    /// Every task the event names (a rerun names several).
+    pub fn task_ids(&self) -> Vec<Uuid> {
+        match self {
+            Event::RerunFrom { tasks, .. } => tasks.clone(),
+            other => other.task_id().into_iter().collect(),
         }
     }
 }
@@ -517,13 +543,15 @@ pub enum HistoryKind {
     /// A task was reset: a retry went back before it, and it runs again
     /// when it becomes ready.
     TaskReset,
+    /// An operator reran the run from some of its steps.
+    RunRerun,
     /// The run's end started its failure handler (`run_id`), or could not
     /// (`error`).
     HandlerStarted,
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 20] = [
+    pub const ALL: [HistoryKind; 21] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -543,6 +571,7 @@ impl HistoryKind {
         HistoryKind::TaskInDoubt,
         HistoryKind::TaskResolved,
         HistoryKind::TaskReset,
+        HistoryKind::RunRerun,
         HistoryKind::HandlerStarted,
     ];
 
@@ -567,6 +596,7 @@ impl HistoryKind {
             HistoryKind::TaskInDoubt => "TaskInDoubt",
             HistoryKind::TaskResolved => "TaskResolved",
             HistoryKind::TaskReset => "TaskReset",
+            HistoryKind::RunRerun => "RunRerun",
             HistoryKind::HandlerStarted => "HandlerStarted",
         }
     }
@@ -664,6 +694,8 @@ pub struct Transition {
     /// MAPs that stopped creating items for this event with slots still
     /// free: they carry on after the commit.
     pub continue_maps: Vec<usize>,
+    /// The run's input was replaced (a rerun with an edited input).
+    pub input_changed: bool,
 }
 
 impl Transition {
@@ -712,6 +744,7 @@ impl Transition {
         // The engine starts a child only for a task's current attempt, once.
         self.children.extend(next.children);
         self.charged_items += next.charged_items;
+        self.input_changed |= next.input_changed;
         self.sources.extend(next.sources);
         for m in next.continue_maps {
             if !self.continue_maps.contains(&m) {

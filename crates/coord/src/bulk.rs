@@ -1,0 +1,115 @@
+//! Bulk jobs at work: every coordinator takes a running job in turn (its
+//! row locked, so one at a time works it), acts on the next batch of the
+//! runs its filter matches, oldest first, and records the batch. Each run's
+//! action is marked in its own commit (`Engine::handle_bulk`), so a batch
+//! worked again after a crash acts on no run twice.
+
+use composer_api::BulkFilter;
+use composer_core::machine::{Event, RunStatus};
+use composer_store::bulk::{self, Batch, JobRow};
+use composer_store::runs::{self, RunFilter};
+use futures_util::future::join_all;
+use uuid::Uuid;
+
+use crate::engine::{Control, EngineError};
+use crate::shared::Shared;
+
+/// Runs one batch of a bulk job acts on.
+pub const BATCH: i64 = 100;
+
+/// Works one batch of one running job, if any; true when there was one.
+pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
+    let mut client = composer_store::client(&s.pool).await?;
+    let tx = client.transaction().await?;
+    let Some(job) = bulk::claim(&tx).await? else { return Ok(false) };
+    let filter: BulkFilter = serde_json::from_value(job.filter.clone())
+        .map_err(|e| composer_store::Error::Corrupt(format!("bulk job {}: its filter: {e}", job.id)))?;
+    let read = composer_store::client(&s.pool).await?;
+    let run_filter = run_filter(&filter, Some(job.until_id));
+    let ids = runs::matching_ids(&read, &run_filter, job.cursor, BATCH).await?;
+    let mut batch = Batch {
+        cursor: ids.last().copied(),
+        looked_at: ids.len() as i64,
+        done: (ids.len() as i64) < BATCH,
+        ..Batch::default()
+    };
+    let control = Control { actor: job.actor.clone(), reason: job.reason.clone() };
+    let acts = ids.iter().map(|&run| act(s, &read, &job, run, control.clone()));
+    let mut last_error = None;
+    for outcome in join_all(acts).await {
+        match outcome {
+            Ok(true) => batch.acted_on += 1,
+            Ok(false) => batch.refused += 1,
+            Err(e) => {
+                batch.refused += 1;
+                last_error = Some(e.to_string());
+            }
+        }
+    }
+    bulk::advance(&tx, job.id, &batch, last_error.as_deref()).await?;
+    tx.commit().await?;
+    if batch.done {
+        tracing::info!(job = %job.id, action = %job.action, "bulk job done");
+    }
+    Ok(true)
+}
+
+/// Acts on one run: true when the action was applied now or by an earlier
+/// try of this batch, false when the run's state refused it.
+async fn act(
+    s: &Shared,
+    read: &composer_store::Client,
+    job: &JobRow,
+    run: Uuid,
+    control: Control,
+) -> Result<bool, EngineError> {
+    let event = match job.action.as_str() {
+        "cancel" => Event::CancelRun,
+        "retry" => Event::RetryRun,
+        "pause" => Event::PauseRun,
+        "resume" => Event::ResumeRun,
+        "rerun" => {
+            let mut tasks = Vec::new();
+            for node in job.rerun_from.iter().flatten() {
+                match runs::task_of_node(read, run, node).await? {
+                    Some(t) => tasks.push(t.id),
+                    None => return Ok(false),
+                }
+            }
+            Event::RerunFrom { tasks, input: None, allow_completed: true }
+        }
+        other => return Err(composer_store::Error::Corrupt(format!("bulk action {other:?}")).into()),
+    };
+    match s.engine.handle_bulk(run, event, control, job.id).await? {
+        None => Ok(true),
+        Some(h) => Ok(h.ignored.is_none()),
+    }
+}
+
+/// A bulk filter as the runs' filter (runs created before `until` only).
+pub fn run_filter(f: &BulkFilter, until: Option<Uuid>) -> RunFilter<'_> {
+    let id_at = |t: chrono::DateTime<chrono::Utc>| Uuid::from_u128((t.timestamp_millis().max(0) as u128) << 80);
+    let before = f.created_before.map(id_at);
+    RunFilter {
+        workflow: f.workflow.as_deref(),
+        status: f.status,
+        parent: None,
+        since: f.created_after.map(id_at),
+        until: match (before, until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
+        tags: f.tags.as_ref(),
+    }
+}
+
+/// The status a run must be in for an action to change it, when there is
+/// one: a dry run counts only those.
+pub fn acts_on(action: &str) -> Option<RunStatus> {
+    match action {
+        "retry" => Some(RunStatus::Failed),
+        "pause" => Some(RunStatus::Running),
+        "resume" => Some(RunStatus::Paused),
+        _ => None,
+    }
+}

@@ -1,0 +1,185 @@
+//! `GET /v1/runs/{id}/explain`: why a run is where it is — for every open
+//! step, what it waits for, in words and as data.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use chrono::Utc;
+use composer_api::{ErrorBody, Explain, NodeWait};
+use composer_core::machine::{RunStatus, TaskState};
+use composer_store::runs::{self, RunFilter, RunRow, TaskRow};
+use serde_json::{json, Value};
+
+use super::error::{ApiError, ApiResult};
+use super::extract::run_id;
+use crate::shared::Shared;
+
+/// Most PENDING tasks a queue's backlog counts.
+const BACKLOG_CAP: i64 = 100_000;
+
+/// Explain why a run waits.
+///
+/// For each open step of the run, what holds it.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/explain", operation_id = "explainRun", tag = "runs",
+    params(("id" = Uuid, Path, description = "the run")),
+    responses((status = 200, description = "what each open step waits for", body = Explain),
+              (status = 404, description = "no such run", body = ErrorBody))
+)]
+pub(crate) async fn explain(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Explain>> {
+    let run_id = run_id(&id)?;
+    let client = composer_store::client(&s.pool).await?;
+    let (run, tasks) =
+        runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
+    let mut nodes = Vec::new();
+    if run.status == RunStatus::Queued {
+        let (open, ahead) = runs::queue_position(&client, &run).await?;
+        let key = run.concurrency_key.clone().unwrap_or_default();
+        let reason = format!(
+            "queued by its workflow's concurrency limit (key {key:?}): {open} of its runs are open, {ahead} queued before it"
+        );
+        return Ok(Json(Explain {
+            run_id,
+            status: run.status,
+            summary: reason.clone(),
+            nodes,
+            detail: json!({"concurrency_key": key, "open": open, "queued_before": ahead}),
+        }));
+    }
+    let children = runs::list(&client, &RunFilter { parent: Some(run_id), ..Default::default() }, None, 100).await?;
+    for t in tasks.iter().filter(|t| !t.state.is_terminal()) {
+        nodes.push(node_wait(&s, &client, &run, t, &children).await?);
+    }
+    let summary = match (run.status, nodes.len()) {
+        (RunStatus::Paused, _) => "paused: steps already running finish, nothing new starts until it is resumed".into(),
+        (status, _) if status.is_terminal() => format!("the run {status}: nothing waits"),
+        (_, 0) => "nothing waits: the run is about to end".into(),
+        (_, 1) => format!("waiting on 1 step: {}", nodes[0].reason),
+        (_, n) => format!("waiting on {n} steps"),
+    };
+    Ok(Json(Explain { run_id, status: run.status, summary, nodes, detail: Value::Null }))
+}
+
+async fn node_wait(
+    s: &Shared,
+    client: &composer_store::Client,
+    run: &RunRow,
+    t: &TaskRow,
+    children: &[RunRow],
+) -> ApiResult<NodeWait> {
+    let now = Utc::now();
+    let ago = |at: chrono::DateTime<Utc>| (now - at).num_milliseconds().max(0) as f64 / 1000.0;
+    let until = |at: chrono::DateTime<Utc>| (at - now).num_milliseconds() as f64 / 1000.0;
+    let paused = run.status == RunStatus::Paused;
+    let (waiting_for, reason, detail) = match (t.state, t.node_type.as_str()) {
+        (TaskState::Pending, _) => {
+            let queue = t.queue.clone().unwrap_or_default();
+            let (backlog, oldest) = runs::queue_backlog(client, &queue, BACKLOG_CAP).await?;
+            let mut readers = Vec::new();
+            for shard in 0..s.engine.shards().max(1) as u32 {
+                let stream = s.streams.keys().stream(&queue, shard);
+                for (name, idle_ms, pending) in s.streams.consumers(&stream).await.unwrap_or_default() {
+                    readers.push(json!({"worker": name, "stream": stream, "idle_ms": idle_ms, "pending": pending}));
+                }
+            }
+            let last_read = readers.iter().filter_map(|r| r["idle_ms"].as_u64()).min();
+            let waited = ago(t.updated_at);
+            let who = match last_read {
+                None => "no worker has read this queue".to_string(),
+                Some(ms) if ms > 60_000 => format!("no worker has read it for {} min", ms / 60_000),
+                Some(ms) => format!("a worker read it {:.1} s ago", ms as f64 / 1000.0),
+            };
+            let reason = format!(
+                "waiting for a worker on queue {queue:?} for {waited:.1} s: {backlog} task(s) wait there; {who}"
+            );
+            (
+                "worker",
+                reason,
+                json!({"queue": queue, "backlog": backlog, "oldest_pending_since": oldest, "pending_for_s": waited,
+                       "last_read_ms_ago": last_read, "readers": readers}),
+            )
+        }
+        (TaskState::Running, "SUB_WORKFLOW" | "LOOP") => {
+            let child = children.iter().find(|c| c.parent.is_some_and(|p| p.task_id == t.id && p.attempt == t.attempt));
+            match child {
+                Some(c) => (
+                    "child_run",
+                    format!("waiting for its child run {} ({}, workflow {})", c.id, c.status, c.workflow_name),
+                    json!({"child_run_id": c.id, "child_status": c.status, "iteration": t.iteration}),
+                ),
+                None => ("child_run", "its child run is being started".to_string(), json!({"iteration": t.iteration})),
+            }
+        }
+        (TaskState::Running, "MAP") => {
+            let p = t.map_progress().unwrap_or_default();
+            let max = t.input["max_concurrency"].as_u64();
+            (
+                "items",
+                format!(
+                    "{} of {} items done, {} running{}, {} to start",
+                    p.completed + p.failed,
+                    p.total,
+                    p.open,
+                    max.map(|m| format!(" (at most {m} at once)")).unwrap_or_default(),
+                    p.queued
+                ),
+                json!({"progress": p, "max_concurrency": max}),
+            )
+        }
+        (TaskState::Running, _) => {
+            let owner = t.lease_owner.clone().unwrap_or_default();
+            let expires = t.lease_expires_at;
+            (
+                "worker",
+                format!(
+                    "running on worker {owner:?} for {:.1} s{}",
+                    t.started_at.map(ago).unwrap_or_default(),
+                    expires.map(|e| format!(", its lease ends in {:.1} s", until(e))).unwrap_or_default()
+                ),
+                json!({"worker": owner, "lease_expires_at": expires, "started_at": t.started_at}),
+            )
+        }
+        (TaskState::Waiting, "WAIT_FOR_EVENT") => {
+            let (name, key) = (t.event_name.clone().unwrap_or_default(), t.event_key.clone().unwrap_or_default());
+            let buffered = composer_store::events::is_buffered(client, &name, &key).await?;
+            let until = t.wake_at.map(|w| format!(", timing out at {w}")).unwrap_or_default();
+            (
+                "event",
+                format!("waiting for event {name:?} with key {key:?}{until}"),
+                json!({"event": name, "key": key, "timeout_at": t.wake_at, "buffered": buffered}),
+            )
+        }
+        (TaskState::Waiting, _) if t.wake_at.is_none() && paused => {
+            ("paused", "held by the pause: it starts when the run resumes".to_string(), json!({}))
+        }
+        (TaskState::Waiting, _) if t.error.is_some() => (
+            "retry",
+            format!(
+                "attempt {} failed ({}); the next starts at {}",
+                t.attempt,
+                t.error.as_deref().unwrap_or_default(),
+                t.wake_at.map(|w| w.to_rfc3339()).unwrap_or_else(|| "the resume".into())
+            ),
+            json!({"retry_at": t.wake_at, "attempt": t.attempt, "error": t.error}),
+        ),
+        (TaskState::Waiting, _) => (
+            "timer",
+            format!("a timer, due at {}", t.wake_at.map(|w| w.to_rfc3339()).unwrap_or_else(|| "never".into())),
+            json!({"wake_at": t.wake_at}),
+        ),
+        (TaskState::InDoubt, _) => (
+            "operator",
+            format!(
+                "in doubt ({}): resolve it with POST /v1/runs/{}/tasks/{}/resolve",
+                t.error.as_deref().unwrap_or_default(),
+                run.id,
+                t.node_id
+            ),
+            json!({"attempt": t.attempt}),
+        ),
+        (state, _) => ("engine", format!("{state}"), json!({})),
+    };
+    let reason = if paused && waiting_for != "paused" { format!("{reason} (the run is paused)") } else { reason };
+    Ok(NodeWait { node_id: t.node_id.clone(), state: t.state, waiting_for: waiting_for.to_string(), reason, detail })
+}
