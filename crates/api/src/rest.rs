@@ -31,7 +31,7 @@ pub struct StartRun {
     /// Tags of the run, `{key: text}`, besides its definition's (these win
     /// on a key both have); at most 16.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
+    #[schema(value_type = Option<schema::RunTags>)]
     pub tags: Option<serde_json::Map<String, Value>>,
 }
 
@@ -48,7 +48,9 @@ pub struct ControlRun {
 /// `POST /v1/runs/{id}/rerun`: run again from these steps.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"from": ["charge"], "reason": "the card was updated"}))]
+// `greet`: the node of the document's example workflow, so that the example
+// reruns a real step of a run of it.
+#[schema(example = json!({"from": ["greet"], "reason": "the greeting was wrong"}))]
 pub struct RerunRun {
     /// Node ids (a MAP item: `ship_each[3]`): each and everything after it
     /// runs again.
@@ -56,7 +58,7 @@ pub struct RerunRun {
     pub from: Vec<String>,
     /// The run's new input (default: the one it has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub input: Option<Value>,
     /// A SUCCEEDED run is rerun only with this.
     #[serde(default)]
@@ -88,7 +90,7 @@ pub struct Explain {
     /// Each open step and what it waits for.
     pub nodes: Vec<NodeWait>,
     /// For a QUEUED run: its concurrency key, its open runs, the runs queued before it.
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub detail: Value,
 }
 
@@ -118,7 +120,7 @@ pub struct BulkFilter {
     pub status: Option<RunStatus>,
     /// Runs with every one of these tags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
+    #[schema(value_type = Option<schema::TagFilter>)]
     pub tags: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_after: Option<DateTime<Utc>>,

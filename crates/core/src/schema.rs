@@ -33,6 +33,68 @@ impl utoipa::PartialSchema for Name {
 
 impl utoipa::ToSchema for Name {}
 
+/// What a tag's key may be (`definition::is_tag_key`).
+pub const TAG_KEY_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+
+/// `{key: value}` tags, at most `definition::MAX_TAGS`, with values of `value`.
+fn tags(what: &str, value: ObjectBuilder) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(what))
+        .property_names(Some(ObjectBuilder::new().schema_type(Type::String).pattern(Some(TAG_KEY_PATTERN))))
+        .max_properties(Some(crate::definition::MAX_TAGS))
+        .additional_properties(Some(value))
+        .into()
+}
+
+/// A tag's value as a run is given it: text (at most
+/// `definition::MAX_TAG_VALUE` characters), a number or a boolean.
+fn tag_value() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Array(vec![Type::String, Type::Number, Type::Boolean]))
+        .pattern(Some(NO_NUL))
+}
+
+/// A run's tags as a start gives them.
+pub struct RunTags;
+
+impl utoipa::PartialSchema for RunTags {
+    fn schema() -> RefOr<Schema> {
+        let value = tag_value().max_length(Some(crate::definition::MAX_TAG_VALUE));
+        tags("tags: keys of 1 to 64 of A-Z a-z 0-9 _ . -, values text (256 characters at most) or numbers", value)
+    }
+}
+
+impl utoipa::ToSchema for RunTags {}
+
+/// A definition's tags: each a value or an expression over `{input}`.
+pub struct DefinitionTags;
+
+impl utoipa::PartialSchema for DefinitionTags {
+    fn schema() -> RefOr<Schema> {
+        tags(
+            "tags: keys of 1 to 64 of A-Z a-z 0-9 _ . -, values text, numbers or expressions over {input}",
+            tag_value(),
+        )
+    }
+}
+
+impl utoipa::ToSchema for DefinitionTags {}
+
+/// Tags a filter asks for: text values.
+pub struct TagFilter;
+
+impl utoipa::PartialSchema for TagFilter {
+    fn schema() -> RefOr<Schema> {
+        tags(
+            "the tags a run must have, keys of 1 to 64 of A-Z a-z 0-9 _ . -",
+            ObjectBuilder::new().schema_type(Type::String),
+        )
+    }
+}
+
+impl utoipa::ToSchema for TagFilter {}
+
 /// An end of a run that starts its failure handler (`on_failure.on`).
 pub struct HandlerEnd;
 

@@ -332,6 +332,27 @@ mod tests {
         assert_eq!(links, super::LINKS.len(), "a link whose operation or status does not exist");
     }
 
+    /// `JsonValue` holds null already: "it or null" would match null twice,
+    /// which a `oneOf` refuses (schemathesis reads the answer as invalid).
+    #[test]
+    fn no_schema_is_any_json_or_null() {
+        fn walk(v: &Value, at: &str) {
+            match v {
+                Value::Object(o) => {
+                    if let Some(Value::Array(alts)) = o.get("oneOf") {
+                        let any = alts.iter().any(|a| a["$ref"] == "#/components/schemas/JsonValue");
+                        let null = alts.iter().any(|a| a["type"] == "null");
+                        assert!(!(any && null), "{at}: declare it `value_type = schema::JsonValue`, not Option<…>");
+                    }
+                    o.iter().for_each(|(k, v)| walk(v, &format!("{at}/{k}")));
+                }
+                Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| walk(v, &format!("{at}/{i}"))),
+                _ => {}
+            }
+        }
+        walk(&doc(), "#");
+    }
+
     /// A value the schema allows is one the server takes: schemathesis
     /// found `retry.max_attempts: 0` allowed here and refused there.
     #[test]
@@ -350,6 +371,13 @@ mod tests {
         let queues = &schemas["PollTasks"]["properties"]["queues"];
         assert_eq!(queues["maxItems"].as_u64(), Some(crate::http::tasks::MAX_POLL_QUEUES as u64));
         assert_eq!(range("FailTask", "status"), (Some(100.0), Some(599.0)));
+        for tags in ["RunTags", "DefinitionTags", "TagFilter"] {
+            assert_eq!(schemas[tags]["maxProperties"].as_u64(), Some(composer_core::definition::MAX_TAGS as u64));
+            let key = schemas[tags]["propertyNames"]["pattern"].as_str().unwrap();
+            assert_eq!(key, format!("^[A-Za-z0-9_.-]{{1,64}}$"), "{tags}: is_tag_key");
+        }
+        let value = &schemas["RunTags"]["additionalProperties"]["maxLength"];
+        assert_eq!(value.as_u64(), Some(composer_core::definition::MAX_TAG_VALUE as u64));
         let code = schemas["FailTask"]["properties"]["code"]["pattern"].as_str().unwrap();
         let longest = composer_core::definition::MAX_ERROR_CODE_LEN;
         assert_eq!(code, format!("^[a-z0-9_.-]{{1,{longest}}}$"));

@@ -46,7 +46,7 @@ pub struct WorkflowSpec {
     /// Tags of every run, `{key: text or an expression over {input}}`, to
     /// find runs by (`GET /v1/runs?tag.customer=42`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<std::collections::HashMap<String, String>>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::DefinitionTags>))]
     pub tags: Option<serde_json::Map<String, Value>>,
 }
 
