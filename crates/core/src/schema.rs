@@ -35,20 +35,25 @@ impl utoipa::ToSchema for Name {}
 
 /// What a tag's key may be (`definition::is_tag_key`).
 pub const TAG_KEY_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+/// `definition::MAX_TAGS` and `MAX_TAG_VALUE`, written again so that this
+/// module uses nothing of the definitions it describes (the document's test
+/// holds them equal).
+const MAX_TAGS: usize = 16;
+const MAX_TAG_VALUE: usize = 256;
 
-/// `{key: value}` tags, at most `definition::MAX_TAGS`, with values of `value`.
+/// `{key: value}` tags, at most `MAX_TAGS`, with values of `value`.
 fn tags(what: &str, value: ObjectBuilder) -> RefOr<Schema> {
     ObjectBuilder::new()
         .schema_type(Type::Object)
         .description(Some(what))
         .property_names(Some(ObjectBuilder::new().schema_type(Type::String).pattern(Some(TAG_KEY_PATTERN))))
-        .max_properties(Some(crate::definition::MAX_TAGS))
+        .max_properties(Some(MAX_TAGS))
         .additional_properties(Some(value))
         .into()
 }
 
 /// A tag's value as a run is given it: text (at most
-/// `definition::MAX_TAG_VALUE` characters), a number or a boolean.
+/// `MAX_TAG_VALUE` characters), a number or a boolean.
 fn tag_value() -> ObjectBuilder {
     ObjectBuilder::new()
         .schema_type(SchemaType::Array(vec![Type::String, Type::Number, Type::Boolean]))
@@ -60,7 +65,7 @@ pub struct RunTags;
 
 impl utoipa::PartialSchema for RunTags {
     fn schema() -> RefOr<Schema> {
-        let value = tag_value().max_length(Some(crate::definition::MAX_TAG_VALUE));
+        let value = tag_value().max_length(Some(MAX_TAG_VALUE));
         tags("tags: keys of 1 to 64 of A-Z a-z 0-9 _ . -, values text (256 characters at most) or numbers", value)
     }
 }
