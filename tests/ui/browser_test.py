@@ -4,7 +4,10 @@
 Starts `composer dev` with an API token and a fake payment service, makes a
 run fail, then does what a person would: logs in, opens the runs list,
 filters it to FAILED runs, opens the failed run, sees the failed step in the
-failure colour with its error, presses Retry, and sees the run succeed.
+failure colour with its error, presses Retry, and sees the run succeed; then
+reruns it from a step with a reason, reads why waiting runs wait, completes a
+step by hand, finds runs by tag, cancels chosen ones and the rest by a bulk
+job, and opens the overview and the queues.
 
 Usage: browser_test.py COMPOSER_BINARY [SCREENSHOT_DIR]
 Screenshots go to SCREENSHOT_DIR when given (docs/ keeps the ones the README
@@ -14,6 +17,7 @@ shows), else to a temporary directory.
 import http.server
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -158,6 +162,81 @@ def main():
             expect(page.locator("svg.dag g[data-node=pay]")).to_have_class("node ok")
             expect(page.locator("button.retry")).to_have_count(0)
             page.screenshot(path=os.path.join(shots, "ui-run-retried.png"), full_page=True)
+
+            # The run's timeline: a bar per step, in its state.
+            expect(page.locator("svg.timeline g.bar")).to_have_count(3)
+            expect(page.locator("svg.timeline g.bar[data-node=pay]")).to_have_class("bar ok")
+
+            # Rerun it from the payment, saying why: the history keeps who and why.
+            page.click("details.rerun summary")
+            page.check("details.rerun input[name=from][value=pay]")
+            page.fill("details.rerun input[name=reason]", "customer asked for a second charge")
+            page.check("details.rerun input[name=allow_completed]")
+            page.click("button.rerun")
+            expect(page.locator(".notice")).to_contain_text("rerun: done")
+            expect(page.locator("p.status .badge")).to_have_text("SUCCEEDED", timeout=30_000)
+            page.reload()
+            rerun = page.locator("table.history tr", has_text="RunRerun")
+            expect(rerun.locator("td.actor")).to_have_text("api")
+            expect(rerun.locator("td.reason")).to_have_text("customer asked for a second charge")
+
+            # Runs that wait for an event, tagged by customer: why they wait,
+            # one completed by hand, two cancelled from the list, the rest by a bulk job.
+            api(base, "POST", "/v1/workflows", {"name": "awaits", "tags": {"customer": "${ .input.customer }"},
+                "nodes": [{"id": "approval", "type": "WAIT_FOR_EVENT",
+                           "config": {"event": "approved", "key": "${ .input.customer }"}}]})
+            waiting = [api(base, "POST", "/v1/runs", {"workflow": "awaits", "input": {"customer": str(n)}})
+                       for n in range(6)]
+            for r in waiting:
+                wait_for_run(base, r["id"], "RUNNING")
+            page.goto(base + f"/ui/runs/{waiting[0]['id']}")
+            expect(page.locator(".explain li[data-node=approval]")).to_contain_text("approved")
+            page.screenshot(path=os.path.join(shots, "ui-run-explain.png"), full_page=True)
+            page.click("tr[data-node=approval] details.complete summary")
+            page.fill("tr[data-node=approval] details.complete textarea[name=output]", '{"approved_by": "ops"}')
+            page.fill("tr[data-node=approval] details.complete input[name=reason]", "approved on the phone")
+            page.click("tr[data-node=approval] button.complete")
+            expect(page.locator(".notice")).to_contain_text("complete: done")
+            expect(page.locator("p.status .badge")).to_have_text("SUCCEEDED", timeout=30_000)
+
+            page.goto(base + "/ui/runs?tag=customer%3D1")
+            expect(page.locator("table.runs tbody tr")).to_have_count(1)
+            expect(page.locator("table.runs tbody tr a.tag")).to_have_text("customer=1")
+            page.goto(base + "/ui/runs?workflow=awaits&status=RUNNING")
+            rows = page.locator("table.runs tbody tr")
+            expect(rows).to_have_count(5)
+            rows.nth(0).locator("input[type=checkbox]").check()
+            rows.nth(1).locator("input[type=checkbox]").check()
+            page.select_option("form.act select[name=action]", "cancel")
+            page.fill("form.act input[name=reason]", "duplicates")
+            page.screenshot(path=os.path.join(shots, "ui-runs-select.png"), full_page=True)
+            page.click("form.act button[value=selected]")
+            expect(page.locator(".notice")).to_contain_text("cancel: 2 run(s) acted on, 0 refused")
+            page.goto(base + "/ui/runs?workflow=awaits&status=RUNNING")
+            page.select_option("form.act select[name=action]", "cancel")
+            page.click("form.act button[value=count]")
+            expect(page.locator(".notice")).to_contain_text("cancel: 3 run(s) match")
+            page.goto(base + "/ui/runs?workflow=awaits&status=RUNNING")
+            page.select_option("form.act select[name=action]", "cancel")
+            page.fill("form.act input[name=reason]", "customer left")
+            page.click("form.act button[value=filter]")
+            expect(page).to_have_url(re.compile(r".*/ui/bulk/[0-9a-f-]{36}$"))
+            expect(page.locator("p.status .badge")).to_have_text("SUCCEEDED", timeout=30_000)
+            expect(page.locator("p.status")).to_contain_text("3 acted on")
+            page.screenshot(path=os.path.join(shots, "ui-bulk.png"), full_page=True)
+            statuses = sorted(api(base, "GET", f"/v1/runs/{r['id']}")["status"] for r in waiting)
+            assert statuses == ["CANCELLED"] * 5 + ["SUCCEEDED"], statuses
+
+            # The overview and the queues, with the worker composer dev runs.
+            page.goto(base + "/ui/overview")
+            expect(page.locator("section.card")).to_have_count(4)
+            expect(page.locator("section.card").first).to_contain_text("CANCELLED")
+            expect(page.locator("svg.throughput rect").first).to_be_visible()
+            page.screenshot(path=os.path.join(shots, "ui-overview.png"), full_page=True)
+            page.goto(base + "/ui/queues")
+            expect(page.locator("table.queues tr[data-queue=http]")).to_be_visible()
+            expect(page.locator("table.workers tbody tr").first).to_contain_text("http")
+            page.screenshot(path=os.path.join(shots, "ui-queues.png"), full_page=True)
 
             # Logging out ends the session.
             page.click("header button.logout")

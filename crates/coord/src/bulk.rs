@@ -24,9 +24,9 @@ pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
     let Some(job) = bulk::claim(&tx).await? else { return Ok(false) };
     let filter: BulkFilter = serde_json::from_value(job.filter.clone())
         .map_err(|e| composer_store::Error::Corrupt(format!("bulk job {}: its filter: {e}", job.id)))?;
-    let read = composer_store::client(&s.pool).await?;
+    let mut read = composer_store::client(&s.pool).await?;
     let run_filter = run_filter(&filter, Some(job.until_id));
-    let ids = runs::matching_ids(&read, &run_filter, job.cursor, BATCH).await?;
+    let ids = runs::matching_ids(&mut read, &run_filter, job.cursor, BATCH).await?;
     let mut batch = Batch {
         cursor: ids.last().copied(),
         looked_at: ids.len() as i64,
@@ -63,27 +63,40 @@ async fn act(
     run: Uuid,
     control: Control,
 ) -> Result<bool, EngineError> {
-    let event = match job.action.as_str() {
+    let Some(event) = event(read, &job.action, job.rerun_from.as_deref().unwrap_or_default(), run).await? else {
+        return Ok(false);
+    };
+    match s.engine.handle_bulk(run, event, control, job.id).await? {
+        None => Ok(true),
+        Some(h) => Ok(h.ignored.is_none()),
+    }
+}
+
+/// The event of a bulk action for one run: `None` when the run has not
+/// reached a step a rerun starts from.
+pub async fn event(
+    read: &composer_store::Client,
+    action: &str,
+    rerun_from: &[String],
+    run: Uuid,
+) -> Result<Option<Event>, EngineError> {
+    Ok(Some(match action {
         "cancel" => Event::CancelRun,
         "retry" => Event::RetryRun,
         "pause" => Event::PauseRun,
         "resume" => Event::ResumeRun,
         "rerun" => {
             let mut tasks = Vec::new();
-            for node in job.rerun_from.iter().flatten() {
+            for node in rerun_from {
                 match runs::task_of_node(read, run, node).await? {
                     Some(t) => tasks.push(t.id),
-                    None => return Ok(false),
+                    None => return Ok(None),
                 }
             }
             Event::RerunFrom { tasks, input: None, allow_completed: true }
         }
         other => return Err(composer_store::Error::Corrupt(format!("bulk action {other:?}")).into()),
-    };
-    match s.engine.handle_bulk(run, event, control, job.id).await? {
-        None => Ok(true),
-        Some(h) => Ok(h.ignored.is_none()),
-    }
+    }))
 }
 
 /// A bulk filter as the runs' filter (runs created before `until` only).

@@ -67,22 +67,6 @@ impl std::io::Write for Counter {
     }
 }
 
-/// The error code of a failure to evaluate a value: [`codes::PAYLOAD`]
-/// when the value was evaluated but cannot be kept (what [`check`] and
-/// [`check_text`] refuse), else [`codes::EXPRESSION`].
-///
-/// [`codes::PAYLOAD`]: crate::machine::codes::PAYLOAD
-/// [`codes::EXPRESSION`]: crate::machine::codes::EXPRESSION
-pub fn code_of(error: &str) -> &'static str {
-    use crate::machine::codes;
-    let refused = ["(COMPOSER_MAX_PAYLOAD)", "which cannot be stored", "is nested deeper than the limit"];
-    if refused.iter().any(|r| error.contains(r)) {
-        codes::PAYLOAD
-    } else {
-        codes::EXPRESSION
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -885,64 +885,109 @@ pub struct RunFilter<'a> {
     pub tags: Option<&'a Value>,
 }
 
-/// The WHERE clause of a [`RunFilter`], over parameters `$1`, `$2`, `$5`,
-/// `$6`, `$7` and `$8` (list and bulk bind them alike).
-const FILTER: &str = "($1::text IS NULL OR workflow_name = $1)
-                AND ($2::text IS NULL OR status = $2)
-                AND ($5::uuid IS NULL OR parent_run_id = $5)
-                AND ($6::uuid IS NULL OR id >= $6)
-                AND ($7::uuid IS NULL OR id < $7)
-                AND ($8::jsonb IS NULL OR tags @> $8)";
+type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
 
-pub async fn list(client: &Client, filter: &RunFilter<'_>, before: Option<Uuid>, limit: i64) -> Result<Vec<RunRow>> {
-    let stmt = client
-        .prepare_cached(&format!(
-            "SELECT {SUMMARY_COLUMNS} FROM workflow_runs
-              WHERE {FILTER} AND ($3::uuid IS NULL OR id < $3)
-              ORDER BY id DESC LIMIT $4"
-        ))
-        .await?;
+/// A WHERE clause of only the conditions a filter sets, and its parameters,
+/// for [`query_planned`].
+struct Where<'a> {
+    sql: String,
+    params: Vec<Param<'a>>,
+}
+
+impl<'a> Where<'a> {
+    fn of(filter: &'a RunFilter<'a>, status: &'a Option<&'static str>) -> Where<'a> {
+        let mut w = Where { sql: "TRUE".to_string(), params: Vec::with_capacity(8) };
+        if let Some(v) = &filter.workflow {
+            w.and("workflow_name = $", v);
+        }
+        if let Some(v) = status {
+            w.and("status = $", v);
+        }
+        if let Some(v) = &filter.parent {
+            w.and("parent_run_id = $", v);
+        }
+        if let Some(v) = &filter.since {
+            w.and("id >= $", v);
+        }
+        if let Some(v) = &filter.until {
+            w.and("id < $", v);
+        }
+        if let Some(v) = &filter.tags {
+            w.and("tags @> $", v);
+        }
+        w
+    }
+
+    /// Adds `condition` (ending in `$`) over `value`.
+    fn and(&mut self, condition: &str, value: Param<'a>) {
+        self.params.push(value);
+        self.sql = format!("{} AND {condition}{}", self.sql, self.params.len());
+    }
+
+    /// A parameter's placeholder, for what follows the WHERE clause.
+    fn bind(&mut self, value: Param<'a>) -> String {
+        self.params.push(value);
+        format!("${}", self.params.len())
+    }
+}
+
+/// Runs a read planned for its parameters' values, in a read-only
+/// transaction that lifts the sessions' generic plans: a generic plan
+/// guesses, and for a filter it guesses wrong — `tags @> $1` walks every run
+/// newest first where the tags' index finds the 200 of one customer in a
+/// millisecond. A list is a read for a person, not the hot path: the round
+/// trips this adds are cheap.
+async fn query_planned(client: &mut Client, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
+    let tx = client.build_transaction().read_only(true).start().await?;
+    tx.batch_execute("SET LOCAL plan_cache_mode = force_custom_plan").await?;
+    let rows = tx.query(sql, params).await?;
+    tx.commit().await?;
+    Ok(rows)
+}
+
+pub async fn list(
+    client: &mut Client,
+    filter: &RunFilter<'_>,
+    before: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<RunRow>> {
     let status = filter.status.map(|s| s.as_str());
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
-        [&filter.workflow, &status, &before, &limit, &filter.parent, &filter.since, &filter.until, &filter.tags];
-    let rows = client.query(&stmt, &params).await?;
+    let mut w = Where::of(filter, &status);
+    if let Some(b) = &before {
+        w.and("id < $", b);
+    }
+    let limit_at = w.bind(&limit);
+    let sql = format!("SELECT {SUMMARY_COLUMNS} FROM workflow_runs WHERE {} ORDER BY id DESC LIMIT {limit_at}", w.sql);
+    let rows = query_planned(client, &sql, &w.params).await?;
     rows.iter().map(RunRow::from_row).collect()
 }
 
 /// The ids of the runs `filter` matches after `after`, oldest first, at
 /// most `limit` (a bulk job's next batch).
 pub async fn matching_ids(
-    client: &Client,
+    client: &mut Client,
     filter: &RunFilter<'_>,
     after: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<Uuid>> {
-    let stmt = client
-        .prepare_cached(&format!(
-            "SELECT id FROM workflow_runs
-              WHERE {FILTER} AND ($3::uuid IS NULL OR id > $3)
-              ORDER BY id LIMIT $4"
-        ))
-        .await?;
     let status = filter.status.map(|s| s.as_str());
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
-        [&filter.workflow, &status, &after, &limit, &filter.parent, &filter.since, &filter.until, &filter.tags];
-    client.query(&stmt, &params).await?.iter().map(|r| Ok(r.try_get(0)?)).collect()
+    let mut w = Where::of(filter, &status);
+    if let Some(a) = &after {
+        w.and("id > $", a);
+    }
+    let limit_at = w.bind(&limit);
+    let sql = format!("SELECT id FROM workflow_runs WHERE {} ORDER BY id LIMIT {limit_at}", w.sql);
+    query_planned(client, &sql, &w.params).await?.iter().map(|r| Ok(r.try_get(0)?)).collect()
 }
 
 /// How many runs `filter` matches, counting at most `cap`.
-pub async fn count_matching(client: &Client, filter: &RunFilter<'_>, cap: i64) -> Result<i64> {
-    let stmt = client
-        .prepare_cached(&format!(
-            "SELECT count(*) FROM (SELECT 1 FROM workflow_runs
-              WHERE {FILTER} AND ($3::uuid IS NULL OR id > $3) LIMIT $4) AS m"
-        ))
-        .await?;
+pub async fn count_matching(client: &mut Client, filter: &RunFilter<'_>, cap: i64) -> Result<i64> {
     let status = filter.status.map(|s| s.as_str());
-    let none: Option<Uuid> = None;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
-        [&filter.workflow, &status, &none, &cap, &filter.parent, &filter.since, &filter.until, &filter.tags];
-    Ok(client.query_one(&stmt, &params).await?.try_get(0)?)
+    let mut w = Where::of(filter, &status);
+    let cap_at = w.bind(&cap);
+    let sql = format!("SELECT count(*) FROM (SELECT 1 FROM workflow_runs WHERE {} LIMIT {cap_at}) AS m", w.sql);
+    let rows = query_planned(client, &sql, &w.params).await?;
+    Ok(rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0))
 }
 
 /// Serializes starts that share an idempotency key (per workflow) and returns

@@ -61,7 +61,7 @@ async fn a_runs_data_is_shown_as_text_and_a_form_from_another_site_changes_nothi
     let page = b.get(format!("{}/ui/runs/{id}", e.url())).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("class=\"node failed\" data-node=\"call\""), "the failed node is drawn failed");
     assert!(!page.contains("<img src=x") && page.contains("&lt;img src=x onerror=alert(1)&gt;"), "escaped");
-    assert!(page.contains("button type=\"submit\" class=\"retry\""));
+    assert!(page.contains("formaction=\"/ui/runs/") && page.contains("class=\"retry\""));
 
     let cancel = b
         .post(format!("{}/ui/runs/{id}/retry", e.url()))
@@ -147,5 +147,106 @@ async fn a_run_page_draws_the_edges_taken_links_its_failure_handler_and_resolves
     assert!(done.headers()["location"].to_str().unwrap().ends_with("msg=resolve-done"));
     let run = e.wait_for_run(id, T).await;
     assert_eq!((run["status"].as_str(), &run["output"]["pay"]), (Some("SUCCEEDED"), &json!({"by": "hand"})));
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn the_repair_forms_act_with_who_and_why_and_refuse_what_is_wrong() {
+    let e = Engine::start().await;
+    let b = browser();
+    e.register(&json!({"name": "awaits", "tags": {"customer": "${ .input.customer }"}, "nodes": [
+        {"id": "approval", "type": "WAIT_FOR_EVENT", "config": {"event": "approved", "key": "${ .input.customer }"}},
+        {"id": "done", "type": "TRANSFORM", "config": {"output": "${ .nodes.approval.output }"}}],
+        "edges": [{"from": "approval", "to": "done"}]}))
+        .await;
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(e.start_run("awaits", json!({"customer": n.to_string()})).await);
+    }
+    for id in &ids {
+        e.wait_until(*id, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    }
+    let url = |p: &str| format!("{}{p}", e.url());
+    let page = b.get(url(&format!("/ui/runs/{}", ids[0]))).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("class=\"explain\"") && page.contains("approved"), "why it waits: {page}");
+    assert!(page.contains("class=\"tag\"") && page.contains("customer=0"), "its tags");
+    assert!(page.contains("details class=\"complete\"") && page.contains("svg class=\"timeline\""));
+
+    // Complete by hand: bad JSON is refused, a good output ends the step and the run goes on.
+    let complete = url(&format!("/ui/runs/{}/tasks/approval/complete", ids[0]));
+    let bad = b.post(&complete).form(&[("output", "{nope")]).send().await.unwrap();
+    assert!(bad.headers()["location"].to_str().unwrap().ends_with("msg=complete-invalid"));
+    let long = "x".repeat(1025);
+    let bad = b.post(&complete).form(&[("output", "1"), ("reason", long.as_str())]).send().await.unwrap();
+    assert!(bad.headers()["location"].to_str().unwrap().ends_with("msg=reason-invalid"));
+    let foreign =
+        b.post(&complete).header("origin", "https://evil.example").form(&[("output", "1")]).send().await.unwrap();
+    assert_eq!(foreign.status(), 403);
+    let ok = b.post(&complete).form(&[("output", "{\"by\": \"ops\"}"), ("reason", "phoned")]).send().await.unwrap();
+    assert!(ok.headers()["location"].to_str().unwrap().ends_with("msg=complete-done"));
+    let run = e.wait_for_run(ids[0], T).await;
+    assert_eq!(run["output"]["done"], json!({"by": "ops"}), "{run}");
+    let page = b.get(url(&format!("/ui/runs/{}", ids[0]))).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("<td class=\"actor\">anonymous</td><td class=\"reason\">phoned</td>"), "who and why shown");
+
+    // Rerun: a step it never reached, no step, or a SUCCEEDED run without consent are refused.
+    let rerun = url(&format!("/ui/runs/{}/rerun", ids[0]));
+    for form in [vec![("from", "nowhere")], vec![("reason", "x")], vec![("from", "done"), ("input", "{bad")]] {
+        let r = b.post(&rerun).form(&form).send().await.unwrap();
+        assert!(r.headers()["location"].to_str().unwrap().ends_with("msg=rerun-invalid"), "{form:?}");
+    }
+    let r = b.post(&rerun).form(&[("from", "done")]).send().await.unwrap();
+    assert!(r.headers()["location"].to_str().unwrap().ends_with("msg=rerun-refused"));
+    let r = b
+        .post(&rerun)
+        .form(&[("from", "done"), ("allow_completed", "1"), ("input", "{\"customer\": \"0\", \"again\": true}")])
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers()["location"].to_str().unwrap().ends_with("msg=rerun-done"));
+    assert_eq!(e.history(ids[0], "RunRerun").await.len(), 1);
+
+    // The list: by tag, the chosen runs, and a bulk job over the filter.
+    let listed = b.get(url("/ui/runs?tag=customer%3D2")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(listed.matches("name=\"run\" value=").count(), 1, "one run has customer=2");
+    for (q, status) in [("/ui/runs?tag=customer", 400), ("/ui/runs?tag=b%20d%3D1", 400)] {
+        assert_eq!(b.get(url(q)).send().await.unwrap().status(), status, "{q}");
+    }
+    let act = url("/ui/runs/act");
+    let chosen = [
+        ("action", "cancel"),
+        ("scope", "selected"),
+        ("reason", "dup"),
+        ("run", &ids[1].to_string()),
+        ("run", &ids[0].to_string()),
+    ];
+    let r = b.post(&act).form(&chosen).send().await.unwrap();
+    assert_eq!(r.headers()["location"], "/ui/runs?action=cancel&acted=1&refused=1", "the finished run refuses");
+    let foreign = b.post(&act).header("origin", "https://evil.example").form(&chosen).send().await.unwrap();
+    assert_eq!(foreign.status(), 403);
+    for form in [
+        vec![("action", "delete"), ("scope", "selected"), ("run", "x")],
+        vec![("action", "cancel"), ("scope", "filter")],
+        vec![("action", "rerun"), ("scope", "selected"), ("run", &ids[2].to_string())],
+    ] {
+        assert_eq!(b.post(&act).form(&form).send().await.unwrap().status(), 400, "{form:?}");
+    }
+    let every = [("action", "cancel"), ("scope", "filter"), ("f_workflow", "awaits"), ("f_status", "RUNNING")];
+    let r = b.post(&act).form(&every).send().await.unwrap();
+    let job = r.headers()["location"].to_str().unwrap().to_string();
+    assert!(job.starts_with("/ui/bulk/"), "{job}");
+    for id in &ids[2..] {
+        assert_eq!(e.wait_for_run(*id, T).await["status"], "CANCELLED");
+    }
+    let page = b.get(url(&job)).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("2 acted on"), "{page}");
+    assert_eq!(b.get(url("/ui/bulk/00000000-0000-7000-8000-000000000000")).send().await.unwrap().status(), 404);
+
+    for path in ["/ui/overview", "/ui/queues", "/ui/overview?fragment=1"] {
+        let resp = b.get(url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let text = resp.text().await.unwrap();
+        assert!(text.contains("CANCELLED") || path == "/ui/queues", "{path}: {text}");
+    }
     e.stop().await;
 }

@@ -35,6 +35,21 @@ pub(crate) async fn create(
     Body(req): Body<BulkRequest>,
 ) -> ApiResult<axum::response::Response> {
     use axum::response::IntoResponse;
+    Ok(match start(&s, req).await? {
+        Started::DryRun(matched) => (StatusCode::OK, Json(BulkDryRun { matched })).into_response(),
+        Started::Job(row) => (StatusCode::ACCEPTED, Json(view(&row)?)).into_response(),
+    })
+}
+
+/// What a checked bulk request did.
+pub enum Started {
+    /// A dry run: how many runs match.
+    DryRun(i64),
+    Job(Box<JobRow>),
+}
+
+/// Checks a bulk request and starts its job (the API's and the UI's).
+pub async fn start(s: &Shared, req: BulkRequest) -> ApiResult<Started> {
     let f = &req.filter;
     if f.workflow.is_none()
         && f.status.is_none()
@@ -75,14 +90,14 @@ pub(crate) async fn create(
         }
         r => r,
     };
-    let client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(&s.pool).await?;
     let run_filter = crate::bulk::run_filter(f, None);
-    let matched = composer_store::runs::count_matching(&client, &run_filter, COUNT_CAP).await?;
+    let matched = composer_store::runs::count_matching(&mut client, &run_filter, COUNT_CAP).await?;
     if req.dry_run {
-        return Ok((StatusCode::OK, Json(BulkDryRun { matched })).into_response());
+        return Ok(Started::DryRun(matched));
     }
     let filter = serde_json::to_value(f).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let actor = super::runs::actor(&s);
+    let actor = super::runs::actor(s);
     let job = NewJob {
         filter: &filter,
         action: req.action.as_str(),
@@ -93,7 +108,7 @@ pub(crate) async fn create(
     };
     let row = bulk::create(&client, &job).await?;
     s.bulk_wake.notify_one();
-    Ok((StatusCode::ACCEPTED, Json(view(&row)?)).into_response())
+    Ok(Started::Job(Box::new(row)))
 }
 
 /// Get a bulk job.

@@ -28,8 +28,12 @@ const BACKLOG_CAP: i64 = 100_000;
               (status = 404, description = "no such run", body = ErrorBody))
 )]
 pub(crate) async fn explain(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Explain>> {
-    let run_id = run_id(&id)?;
-    let client = composer_store::client(&s.pool).await?;
+    Ok(Json(explain_run(&s, run_id(&id)?).await?))
+}
+
+/// What each open step of a run waits for (the API's and the run page's).
+pub async fn explain_run(s: &Shared, run_id: uuid::Uuid) -> ApiResult<Explain> {
+    let mut client = composer_store::client(&s.pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
     let mut nodes = Vec::new();
@@ -39,17 +43,18 @@ pub(crate) async fn explain(State(s): State<Arc<Shared>>, Path(id): Path<String>
         let reason = format!(
             "queued by its workflow's concurrency limit (key {key:?}): {open} of its runs are open, {ahead} queued before it"
         );
-        return Ok(Json(Explain {
+        return Ok(Explain {
             run_id,
             status: run.status,
             summary: reason.clone(),
             nodes,
             detail: json!({"concurrency_key": key, "open": open, "queued_before": ahead}),
-        }));
+        });
     }
-    let children = runs::list(&client, &RunFilter { parent: Some(run_id), ..Default::default() }, None, 100).await?;
+    let children =
+        runs::list(&mut client, &RunFilter { parent: Some(run_id), ..Default::default() }, None, 100).await?;
     for t in tasks.iter().filter(|t| !t.state.is_terminal()) {
-        nodes.push(node_wait(&s, &client, &run, t, &children).await?);
+        nodes.push(node_wait(s, &client, &run, t, &children).await?);
     }
     let summary = match (run.status, nodes.len()) {
         (RunStatus::Paused, _) => "paused: steps already running finish, nothing new starts until it is resumed".into(),
@@ -58,7 +63,7 @@ pub(crate) async fn explain(State(s): State<Arc<Shared>>, Path(id): Path<String>
         (_, 1) => format!("waiting on 1 step: {}", nodes[0].reason),
         (_, n) => format!("waiting on {n} steps"),
     };
-    Ok(Json(Explain { run_id, status: run.status, summary, nodes, detail: Value::Null }))
+    Ok(Explain { run_id, status: run.status, summary, nodes, detail: Value::Null })
 }
 
 async fn node_wait(

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::error::ApiResult;
 use super::extract::{task_id, Body};
-use super::runs::completed;
+use super::tasks::completed;
 use super::tasks::MAX_ERROR_CHARS;
 use crate::shared::Shared;
 

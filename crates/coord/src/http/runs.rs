@@ -213,7 +213,7 @@ pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, uri: axum::http::Uri
     if let Some(w) = &q.workflow {
         name_param("workflow", w)?;
     }
-    let client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(&s.pool).await?;
     let filter = runs::RunFilter {
         workflow: q.workflow.as_deref(),
         status: q.status,
@@ -222,7 +222,7 @@ pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, uri: axum::http::Uri
         until: q.created_before.map(id_at),
         tags: tags.as_ref(),
     };
-    let rows = runs::list(&client, &filter, q.cursor, limit).await?;
+    let rows = runs::list(&mut client, &filter, q.cursor, limit).await?;
     let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };
     Ok(Json(RunPage { runs: rows.iter().map(|r| run_view(r, None)).collect(), next_cursor: next }))
 }
@@ -645,23 +645,6 @@ fn same_json(a: &Value, b: &Value) -> bool {
             x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
         }
         _ => a == b,
-    }
-}
-
-/// The event of an attempt that completed with `output`: an output that
-/// cannot be stored (too large, too deep, a NUL) fails the attempt for good,
-/// naming why, since a retry would produce it again.
-pub(crate) fn completed(task_id: Uuid, attempt: i32, output: Value, max_payload: usize) -> Event {
-    match composer_core::storable::check(&output, "output", max_payload) {
-        Ok(()) => Event::TaskCompleted { task_id, attempt, output },
-        Err(error) => Event::TaskFailed {
-            task_id,
-            attempt,
-            error,
-            retryable: false,
-            code: Some(composer_core::machine::codes::PAYLOAD.into()),
-            status: None,
-        },
     }
 }
 

@@ -14,7 +14,6 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body};
-use super::runs::completed;
 use crate::shared::Shared;
 use crate::tasks::{ensure_groups, lease, LeaseError, IDLE_READ_EVERY};
 
@@ -214,4 +213,21 @@ async fn finish(
     }
     let handled = s.engine.handle(run_id, event).await?;
     Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
+}
+
+/// The event of an attempt that completed with `output`: an output that
+/// cannot be stored (too large, too deep, a NUL) fails the attempt for good,
+/// naming why, since a retry would produce it again.
+pub(crate) fn completed(task_id: Uuid, attempt: i32, output: serde_json::Value, max_payload: usize) -> Event {
+    match composer_core::storable::check(&output, "output", max_payload) {
+        Ok(()) => Event::TaskCompleted { task_id, attempt, output },
+        Err(error) => Event::TaskFailed {
+            task_id,
+            attempt,
+            error,
+            retryable: false,
+            code: Some(composer_core::machine::codes::PAYLOAD.into()),
+            status: None,
+        },
+    }
 }

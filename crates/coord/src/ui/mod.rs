@@ -7,11 +7,15 @@
 //! Origin. No page is cached: they show inputs, outputs and errors.
 //!
 //! - `html`: escaping and the page frame; `dag`: the graph drawn as SVG.
+//! - `timeline`: a run's steps as bars over time (SVG).
+//! - `ops`: the overview and queues pages, from what the handlers read.
 //! - `session`: session ids, their cookie, and the login throttle.
 
 mod dag;
 mod html;
+mod ops;
 mod session;
+mod timeline;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -39,7 +43,13 @@ use composer_config::auth::tokens_match;
 /// What the UI of one coordinator keeps in memory.
 struct UiState {
     throttle: std::sync::Mutex<LoginThrottle>,
+    /// The overview as last made, and when: made at most once per
+    /// [`OVERVIEW_TTL`] however many pages are open (it counts a day of runs).
+    overview: tokio::sync::Mutex<Option<(Instant, String)>>,
 }
+
+/// How long one coordinator shows the same overview.
+const OVERVIEW_TTL: Duration = Duration::from_secs(10);
 
 /// Runs on one page of the list.
 const PAGE: i64 = 50;
@@ -51,10 +61,17 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
     let pages = Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/runs") }))
         .route("/ui/runs", get(runs_page))
+        .route("/ui/runs/act", post(runs_act))
         .route("/ui/runs/{id}", get(run_page))
         .route("/ui/runs/{id}/items", get(items_page))
+        .route("/ui/runs/{id}/rerun", post(rerun_action))
         .route("/ui/runs/{id}/{action}", post(run_action))
         .route("/ui/runs/{id}/tasks/{node}/resolve", post(resolve_action))
+        .route("/ui/runs/{id}/tasks/{node}/complete", post(complete_action))
+        .route("/ui/bulk/{id}", get(bulk_page))
+        .route("/ui/bulk/{id}/cancel", post(bulk_cancel))
+        .route("/ui/overview", get(overview_page))
+        .route("/ui/queues", get(queues_page))
         .route("/ui/workflows", get(workflows_page))
         .route("/ui/workflows/{name}", get(workflow_page))
         .route("/ui/schedules", get(schedules_page))
@@ -65,7 +82,10 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/ui/logout", post(logout))
         .route("/ui/static/app.css", get(|| async { static_file("text/css", include_str!("app.css")) }))
         .route("/ui/static/app.js", get(|| async { static_file("text/javascript", include_str!("app.js")) }))
-        .layer(Extension(Arc::new(UiState { throttle: std::sync::Mutex::new(LoginThrottle::new(Instant::now())) })))
+        .layer(Extension(Arc::new(UiState {
+            throttle: std::sync::Mutex::new(LoginThrottle::new(Instant::now())),
+            overview: tokio::sync::Mutex::new(None),
+        })))
         .layer(middleware::from_fn(page_headers))
 }
 
@@ -151,6 +171,16 @@ const NOTICES: &[(&str, &str)] = &[
     ("resolve-done", "resolve: done"),
     ("resolve-refused", "resolve refused: the step is not IN_DOUBT"),
     ("resolve-invalid", "resolve refused: a completed step needs its output as JSON, a failed one an error"),
+    ("rerun-done", "rerun: done, the run goes on from those steps"),
+    (
+        "rerun-refused",
+        "rerun refused: the run's status does not allow it (a SUCCEEDED run needs \"also if it succeeded\")",
+    ),
+    ("rerun-invalid", "rerun refused: name 1 to 100 steps the run has reached, and any new input as a JSON value"),
+    ("complete-done", "complete: done, the run goes on"),
+    ("complete-refused", "complete refused: the step has ended already, or its run has"),
+    ("complete-invalid", "complete refused: the output must be JSON"),
+    ("reason-invalid", "refused: a reason is at most 1,024 characters"),
 ];
 
 fn notice(code: &str) -> Option<&'static str> {
@@ -264,6 +294,16 @@ impl From<composer_store::Error> for UiError {
     }
 }
 
+impl From<crate::http::error::ApiError> for UiError {
+    fn from(e: crate::http::error::ApiError) -> UiError {
+        let (status, _) = e.status_and_code();
+        if status.is_server_error() {
+            tracing::warn!(error = %e, "ui: request failed");
+        }
+        UiError(status, e.to_string())
+    }
+}
+
 impl From<crate::engine::EngineError> for UiError {
     fn from(e: crate::engine::EngineError) -> UiError {
         UiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
@@ -307,37 +347,95 @@ fn text<'a>(q: &'a HashMap<String, String>, key: &str) -> Result<&'a str, UiErro
     Ok(v)
 }
 
-/// `/ui/runs`: filters (workflow, status, time range), newest first, keyset
-/// pages; the table refreshes itself while the page is open.
+/// `tag` of the runs list: `customer=42, region=eu`, as the filter's
+/// `{key: value}`.
+fn parse_tags(v: &str) -> Result<Option<serde_json::Value>, UiError> {
+    let mut tags = serde_json::Map::new();
+    for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, val) = pair.split_once('=').ok_or_else(|| bad(format!("tag {pair:?}: write key=value")))?;
+        let (k, val) = (k.trim(), val.trim());
+        if !composer_core::definition::is_tag_key(k) {
+            return Err(bad(format!("tag {k:?}: a key is 1 to 64 of A-Z a-z 0-9 _ . -")));
+        }
+        tags.insert(k.to_string(), serde_json::Value::String(val.to_string()));
+    }
+    if tags.len() > composer_core::definition::MAX_TAGS {
+        return Err(bad(format!("tag: at most {} pairs", composer_core::definition::MAX_TAGS)));
+    }
+    Ok((!tags.is_empty()).then_some(serde_json::Value::Object(tags)))
+}
+
+/// The runs list's filter, read from its query (or the act form's fields).
+struct ListFilter {
+    workflow: String,
+    status: Option<RunStatus>,
+    since: Option<DateTime<Utc>>,
+    until: Option<DateTime<Utc>>,
+    tags: Option<serde_json::Value>,
+}
+
+impl ListFilter {
+    fn read(q: &HashMap<String, String>) -> Result<ListFilter, UiError> {
+        let status = match text(q, "status")? {
+            "" => None,
+            s => Some(RunStatus::parse(s).ok_or_else(|| bad(format!("unknown status {s:?}")))?),
+        };
+        Ok(ListFilter {
+            workflow: text(q, "workflow")?.to_string(),
+            status,
+            since: parse_local(text(q, "since")?)?,
+            until: parse_local(text(q, "until")?)?,
+            tags: parse_tags(text(q, "tag")?)?,
+        })
+    }
+
+    fn runs(&self) -> RunFilter<'_> {
+        RunFilter {
+            workflow: (!self.workflow.is_empty()).then_some(self.workflow.as_str()),
+            status: self.status,
+            parent: None,
+            since: self.since.map(id_at),
+            until: self.until.map(id_at),
+            tags: self.tags.as_ref(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.workflow.is_empty()
+            && self.status.is_none()
+            && self.since.is_none()
+            && self.until.is_none()
+            && self.tags.is_none()
+    }
+}
+
+/// Actions the runs list offers on selected runs and on every run its filter matches.
+const LIST_ACTIONS: [&str; 5] = ["cancel", "retry", "pause", "resume", "rerun"];
+
+/// `/ui/runs`: filters (workflow, status, time range, tags), newest first,
+/// keyset pages, a box per run to act on the chosen ones, or a bulk job over
+/// every run the filter matches; the table refreshes itself while the page
+/// is open and nothing in it is chosen.
 async fn runs_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> Page {
-    let workflow = text(&q, "workflow")?;
-    let status = text(&q, "status")?;
-    let status = match status {
-        "" => None,
-        s => Some(RunStatus::parse(s).ok_or_else(|| bad(format!("unknown status {s:?}")))?),
-    };
-    let (since, until) = (parse_local(text(&q, "since")?)?, parse_local(text(&q, "until")?)?);
+    let filter = ListFilter::read(&q)?;
     let cursor = match text(&q, "cursor")? {
         "" => None,
         c => Some(c.parse::<Uuid>().map_err(|_| bad("cursor: not a run id"))?),
     };
-    let filter = RunFilter {
-        workflow: (!workflow.is_empty()).then_some(workflow),
-        status,
-        parent: None,
-        since: since.map(id_at),
-        until: until.map(id_at),
-        tags: None,
-    };
-    let client = composer_store::client(&s.pool).await?;
-    let rows = runs::list(&client, &filter, cursor, PAGE).await?;
+    let mut client = composer_store::client(&s.pool).await?;
+    let rows = runs::list(&mut client, &filter.runs(), cursor, PAGE).await?;
     let mut body = String::new();
     for r in &rows {
+        let tags = r.tags.as_ref().and_then(|t| t.as_object()).map(tag_links).unwrap_or_default();
         let _ = write!(
             body,
-            "<tr data-status=\"{}\"><td><a href=\"/ui/runs/{}\">{}</a></td><td><a href=\"/ui/workflows/{}\">{}</a> v{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td class=\"error\">{}</td></tr>",
+            "<tr data-status=\"{}\"><td><input type=\"checkbox\" name=\"run\" value=\"{}\" form=\"act\" \
+             aria-label=\"choose run {}\"></td><td><a href=\"/ui/runs/{}\">{}</a></td>\
+             <td><a href=\"/ui/workflows/{}\">{}</a> v{}</td><td>{}</td><td>{tags}</td><td>{}</td><td>{}</td>\
+             <td class=\"error\">{}</td></tr>",
             r.status,
+            r.id,
+            r.id,
             r.id,
             short(&r.id),
             url_enc(&r.workflow_name),
@@ -350,16 +448,16 @@ async fn runs_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
         );
     }
     if rows.is_empty() {
-        body.push_str("<tr><td colspan=\"6\" class=\"empty\">No runs match.</td></tr>");
+        body.push_str("<tr><td colspan=\"8\" class=\"empty\">No runs match.</td></tr>");
     }
     if q.contains_key("fragment") {
         return Ok(Html(body).into_response());
     }
     let keep = |k: &str| q.get(k).map(|v| format!("&{k}={}", url_enc(v))).unwrap_or_default();
-    let filters = format!("{}{}{}{}", keep("workflow"), keep("status"), keep("since"), keep("until"));
+    let filters = format!("{}{}{}{}{}", keep("workflow"), keep("status"), keep("since"), keep("until"), keep("tag"));
     let next = match rows.last() {
         Some(last) if rows.len() as i64 == PAGE => {
-            format!("<a class=\"next\" href=\"/ui/runs?cursor={}{filters}\">Older runs →</a>", last.id)
+            format!("<a class=\"next\" href=\"/ui/runs?cursor={}{}\">Older runs →</a>", last.id, esc(&filters))
         }
         _ => String::new(),
     };
@@ -372,21 +470,217 @@ async fn runs_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String,
         .collect();
     let field = |k: &str| esc(q.get(k).map(String::as_str).unwrap_or(""));
     let live_src = format!("/ui/runs?fragment=1{filters}{}", keep("cursor"));
+    let actions: String = LIST_ACTIONS.iter().map(|a| format!("<option value=\"{a}\">{a}</option>")).collect();
+    let hidden: String = ["workflow", "status", "since", "until", "tag"]
+        .iter()
+        .map(|k| format!("<input type=\"hidden\" name=\"f_{k}\" value=\"{}\">", field(k)))
+        .collect();
+    let every = if filter.is_empty() {
+        "<span class=\"hint\">Filter the list to act on every run that matches.</span>".to_string()
+    } else {
+        "<button type=\"submit\" name=\"scope\" value=\"filter\" class=\"bulk\">Every run that matches (a bulk job)</button>\
+         <button type=\"submit\" name=\"scope\" value=\"count\">How many match?</button>"
+            .to_string()
+    };
+    let acted = acted_notice(&q);
     let html = format!(
-        "<h1>Runs</h1><form class=\"filters\" method=\"get\" action=\"/ui/runs\">\
+        "<h1>Runs</h1>{acted}<form class=\"filters\" method=\"get\" action=\"/ui/runs\">\
          <label>Workflow <input name=\"workflow\" value=\"{}\"></label>\
          <label>Status <select name=\"status\">{options}</select></label>\
+         <label>Tags <input name=\"tag\" value=\"{}\" placeholder=\"customer=42, region=eu\"></label>\
          <label>From (UTC) <input type=\"datetime-local\" name=\"since\" value=\"{}\"></label>\
          <label>To (UTC) <input type=\"datetime-local\" name=\"until\" value=\"{}\"></label>\
          <button type=\"submit\">Filter</button> <a href=\"/ui/runs\">Clear</a></form>\
-         <table class=\"runs\"><thead><tr><th>Run</th><th>Workflow</th><th>Status</th><th>Started</th>\
+         <form id=\"act\" class=\"act\" method=\"post\" action=\"/ui/runs/act\">{hidden}\
+         <label>Action <select name=\"action\">{actions}</select></label>\
+         <label>From steps (rerun) <input name=\"from\" placeholder=\"charge, ship\"></label>\
+         <label>Reason <input name=\"reason\" maxlength=\"1024\"></label>\
+         <button type=\"submit\" name=\"scope\" value=\"selected\">The chosen runs</button>{every}</form>\
+         <table class=\"runs\"><thead><tr><th></th><th>Run</th><th>Workflow</th><th>Status</th><th>Tags</th><th>Started</th>\
          <th>Finished</th><th>Error</th></tr></thead><tbody data-live=\"{}\">{body}</tbody></table>{next}",
         field("workflow"),
+        field("tag"),
         field("since"),
         field("until"),
         esc(&live_src),
     );
     Ok(Html(page("Runs", &html)).into_response())
+}
+
+/// Tags as links to the runs that carry each.
+fn tag_links(tags: &serde_json::Map<String, serde_json::Value>) -> String {
+    tags.iter()
+        .map(|(k, v)| {
+            let v = v.as_str().unwrap_or_default();
+            format!(
+                "<a class=\"tag\" href=\"/ui/runs?tag={}\">{}={}</a>",
+                url_enc(&format!("{k}={v}")),
+                esc(k),
+                esc(&clip(v, 40))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What the act form did to the chosen runs, from numbers and a known
+/// action in the query (nothing else of a link reaches the page).
+fn acted_notice(q: &HashMap<String, String>) -> String {
+    let n = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
+    let action = q.get("action").and_then(|a| LIST_ACTIONS.iter().find(|x| **x == a.as_str()));
+    match (action, n("acted"), n("refused"), n("matched")) {
+        (Some(a), Some(acted), Some(refused), _) => {
+            format!("<p class=\"notice\">{a}: {acted} run(s) acted on, {refused} refused by their status</p>")
+        }
+        (Some(a), _, _, Some(m)) => format!("<p class=\"notice\">{a}: {m} run(s) match the filter now</p>"),
+        _ => String::new(),
+    }
+}
+
+/// Most runs the act form takes at once (a page of the list).
+const MAX_CHOSEN: usize = PAGE as usize;
+
+/// The runs list's act form: the action on each chosen run now, or a bulk
+/// job (or its dry run) over the filter the list shows.
+async fn runs_act(State(s): State<Arc<Shared>>, headers: HeaderMap, body: axum::body::Bytes) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).map_err(|e| bad(format!("form: {e}")))?;
+    let one = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str()).unwrap_or("");
+    let action =
+        LIST_ACTIONS.iter().find(|a| **a == one("action")).ok_or_else(|| bad("action: not one the list offers"))?;
+    let reason = form_reason(one("reason"))?;
+    let from: Vec<String> = one("from").split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect();
+    if *action == "rerun" && (from.is_empty() || from.len() > 100) {
+        return Err(bad("from: a rerun names 1 to 100 steps (charge, ship)"));
+    }
+    match one("scope") {
+        "selected" => {
+            let chosen: Vec<Uuid> =
+                fields.iter().filter(|(k, _)| k == "run").map(|(_, v)| parse_id(v)).collect::<Result<_, _>>()?;
+            if chosen.is_empty() || chosen.len() > MAX_CHOSEN {
+                return Err(bad(format!("choose 1 to {MAX_CHOSEN} runs")));
+            }
+            let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
+            let (mut acted, mut refused) = (0, 0);
+            let client = composer_store::client(&s.pool).await?;
+            for run in chosen {
+                let Some(event) = crate::bulk::event(&client, action, &from, run).await? else {
+                    refused += 1;
+                    continue;
+                };
+                match s.engine.handle_control(run, event, control.clone()).await {
+                    Ok(h) if h.ignored.is_none() => acted += 1,
+                    Ok(_) | Err(crate::engine::EngineError::RunNotFound(_)) => refused += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(Redirect::to(&format!("/ui/runs?action={action}&acted={acted}&refused={refused}")).into_response())
+        }
+        scope @ ("filter" | "count") => {
+            let q: HashMap<String, String> = ["workflow", "status", "since", "until", "tag"]
+                .iter()
+                .map(|k| (k.to_string(), one(&format!("f_{k}")).to_string()))
+                .collect();
+            let f = ListFilter::read(&q)?;
+            if f.is_empty() {
+                return Err(bad("a bulk job needs a filter: a workflow, a status, tags or a time range"));
+            }
+            let req = composer_api::BulkRequest {
+                filter: composer_api::BulkFilter {
+                    workflow: (!f.workflow.is_empty()).then(|| f.workflow.clone()),
+                    status: f.status,
+                    tags: f.tags.clone(),
+                    created_after: f.since,
+                    created_before: f.until,
+                },
+                action: serde_json::from_value(serde_json::Value::String(action.to_string()))
+                    .map_err(|e| bad(e.to_string()))?,
+                from: (*action == "rerun").then_some(from),
+                reason,
+                dry_run: scope == "count",
+            };
+            match crate::http::bulk::start(&s, req).await? {
+                crate::http::bulk::Started::DryRun(matched) => {
+                    let back = format!("/ui/runs?action={action}&matched={matched}");
+                    Ok(Redirect::to(&back).into_response())
+                }
+                crate::http::bulk::Started::Job(job) => {
+                    Ok(Redirect::to(&format!("/ui/bulk/{}", job.id)).into_response())
+                }
+            }
+        }
+        _ => Err(bad("scope: the chosen runs, or every run that matches")),
+    }
+}
+
+/// A reason typed in a form: at most `MAX_REASON_CHARS`, blank for none.
+fn form_reason(r: &str) -> Result<Option<String>, UiError> {
+    let r = r.trim();
+    if r.chars().count() > crate::http::runs::MAX_REASON_CHARS {
+        return Err(bad("reason: at most 1,024 characters"));
+    }
+    composer_core::storable::check_text(r, "reason").map_err(bad)?;
+    Ok((!r.is_empty()).then(|| r.to_string()))
+}
+
+/// `/ui/bulk/{id}`: a bulk job's progress, and a button to stop it.
+async fn bulk_page(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Page {
+    let id: Uuid = id.parse().map_err(|_| bad(format!("{id:?} is not a bulk job id")))?;
+    let client = composer_store::client(&s.pool).await?;
+    let job = composer_store::bulk::get(&client, id).await?.ok_or_else(|| not_found("bulk job"))?;
+    let running = job.status == "RUNNING";
+    let pct = if job.matched > 0 { (job.looked_at as f64 / job.matched as f64 * 100.0).min(100.0) } else { 100.0 };
+    let mut live = format!(
+        "<p class=\"status\">{} · {} of {} looked at ({pct:.0}%) · {} acted on · {} refused by their status</p>\
+         <progress max=\"100\" value=\"{pct:.0}\"></progress>",
+        badge(&job.status),
+        job.looked_at,
+        job.matched,
+        job.acted_on,
+        job.refused
+    );
+    if let Some(e) = &job.last_error {
+        let _ = write!(live, "<p class=\"error\">last error: {}</p>", esc(e));
+    }
+    if running {
+        let _ = write!(
+            live,
+            "<form method=\"post\" action=\"/ui/bulk/{id}/cancel\"><button type=\"submit\" class=\"cancel\">Stop the job</button></form>"
+        );
+    }
+    if q.contains_key("fragment") {
+        return Ok(Html(live).into_response());
+    }
+    let live_attr = if running { format!(" data-live=\"/ui/bulk/{id}?fragment=1\"") } else { String::new() };
+    let filter = serde_json::to_string(&job.filter).unwrap_or_default();
+    let html = format!(
+        "<h1>Bulk job <code>{id}</code></h1><p class=\"meta\">{} · by {}{} · started {} · ended {}</p>\
+         <p>Filter <code>{}</code>{}</p><div{live_attr}>{live}</div><p><a href=\"/ui/runs\">← runs</a></p>",
+        esc(&job.action),
+        esc(&job.actor),
+        job.reason.as_deref().map(|r| format!(" ({})", esc(r))).unwrap_or_default(),
+        time(Some(job.created_at)),
+        time(job.finished_at),
+        esc(&filter),
+        job.rerun_from.as_ref().map(|f| format!(" · from {}", esc(&f.join(", ")))).unwrap_or_default(),
+    );
+    Ok(Html(page("Bulk job", &html)).into_response())
+}
+
+async fn bulk_cancel(State(s): State<Arc<Shared>>, headers: HeaderMap, Path(id): Path<String>) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let id: Uuid = id.parse().map_err(|_| bad(format!("{id:?} is not a bulk job id")))?;
+    let client = composer_store::client(&s.pool).await?;
+    composer_store::bulk::cancel(&client, id).await?.ok_or_else(|| not_found("bulk job"))?;
+    Ok(Redirect::to(&format!("/ui/bulk/{id}")).into_response())
 }
 
 fn short(id: &Uuid) -> String {
@@ -406,9 +700,10 @@ async fn run_page(
     Query(q): Query<HashMap<String, String>>,
 ) -> Page {
     let run_id = parse_id(&id)?;
-    let client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(&s.pool).await?;
     let (run, tasks) = runs::get(&client, run_id).await?.ok_or_else(|| not_found("run"))?;
-    let children = runs::list(&client, &RunFilter { parent: Some(run_id), ..Default::default() }, None, 1000).await?;
+    let children =
+        runs::list(&mut client, &RunFilter { parent: Some(run_id), ..Default::default() }, None, 1000).await?;
     let live = live_part(&s, &client, &run, &tasks, &children).await?;
     if q.contains_key("fragment") {
         return Ok(Html(live).into_response());
@@ -434,6 +729,9 @@ async fn run_page(
     for handler in runs::handlers_of(&client, run_id).await? {
         let _ = write!(html, " · its failure handler: <a href=\"/ui/runs/{handler}\">{}</a>", short(&handler));
     }
+    if let Some(tags) = run.tags.as_ref().and_then(|t| t.as_object()).filter(|t| !t.is_empty()) {
+        let _ = write!(html, " · tags {}", tag_links(tags));
+    }
     html.push_str("</p>");
     if let Some(text) = q.get("msg").and_then(|m| notice(m)) {
         let _ = write!(html, "<p class=\"notice\">{}</p>", esc(text));
@@ -444,14 +742,19 @@ async fn run_page(
     let _ = write!(html, "<div{live_attr}>{live}</div>");
     html.push_str(&json_details("Input", &run.input));
     let history = runs::history(&client, run_id, 0, HISTORY_SHOWN).await?;
-    html.push_str("<h2>History</h2><table class=\"history\"><thead><tr><th>#</th><th>When</th><th>What</th><th></th></tr></thead><tbody>");
+    html.push_str(
+        "<h2>History</h2><table class=\"history\"><thead><tr><th>#</th><th>When</th><th>What</th><th>By</th>\
+         <th>Why</th><th></th></tr></thead><tbody>",
+    );
     for h in &history {
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"actor\">{}</td><td class=\"reason\">{}</td><td>{}</td></tr>",
             h.seq,
             time(Some(h.created_at)),
             esc(h.kind.as_str()),
+            esc(h.payload["actor"].as_str().unwrap_or("")),
+            esc(&clip(h.payload["reason"].as_str().unwrap_or(""), 200)),
             json_details("details", &h.payload)
         );
     }
@@ -475,7 +778,8 @@ async fn live_part(
     tasks: &[TaskRow],
     children: &[RunRow],
 ) -> Result<String, UiError> {
-    let mut html = String::from("<div class=\"actions\">");
+    let mut html = String::from("<form class=\"actions\" method=\"post\">");
+    let mut any = false;
     for (action, label, shown) in [
         ("retry", "Retry", run.status == RunStatus::Failed),
         ("pause", "Pause", run.status == RunStatus::Running),
@@ -483,14 +787,18 @@ async fn live_part(
         ("cancel", "Cancel", !run.status.is_terminal()),
     ] {
         if shown {
+            any = true;
             let _ = write!(
                 html,
-                "<form method=\"post\" action=\"/ui/runs/{}/{action}\"><button type=\"submit\" class=\"{action}\">{label}</button></form>",
+                "<button type=\"submit\" formaction=\"/ui/runs/{}/{action}\" class=\"{action}\">{label}</button>",
                 run.id
             );
         }
     }
-    html.push_str("</div>");
+    if any {
+        html.push_str("<input name=\"reason\" maxlength=\"1024\" placeholder=\"why (optional, kept in the history)\">");
+    }
+    html.push_str("</form>");
     let _ = write!(
         html,
         "<p class=\"status\">{} · started {} · finished {}</p>",
@@ -503,6 +811,30 @@ async fn live_part(
     }
     if let Some(out) = &run.output {
         html.push_str(&json_details("Output", out));
+    }
+    if !run.status.is_terminal() {
+        let why = crate::http::explain::explain_run(s, run.id).await?;
+        let _ = write!(
+            html,
+            "<section class=\"explain\"><h2>Why it waits</h2><p class=\"summary\">{}</p>",
+            esc(&why.summary)
+        );
+        if !why.nodes.is_empty() {
+            html.push_str("<ul>");
+            for n in &why.nodes {
+                let _ = write!(
+                    html,
+                    "<li data-node=\"{}\"><code>{}</code> {} {}{}</li>",
+                    esc(&n.node_id),
+                    esc(&n.node_id),
+                    badge(n.state.as_str()),
+                    esc(&n.reason),
+                    json_details("as data", &n.detail)
+                );
+            }
+            html.push_str("</ul>");
+        }
+        html.push_str("</section>");
     }
     let child_of: HashMap<Uuid, &RunRow> =
         children.iter().filter_map(|c| c.parent.map(|p| (p.task_id, c))).rev().collect();
@@ -566,6 +898,10 @@ async fn live_part(
         if t.state == TaskState::InDoubt {
             extra.push_str(&resolve_forms(run.id, &t.node_id));
         }
+        let completable = !run.status.is_terminal() || run.status == RunStatus::Failed;
+        if completable && (!t.state.is_terminal() || t.state == TaskState::Failed) {
+            extra.push_str(&complete_form(run.id, &t.node_id));
+        }
         let _ = write!(
             html,
             "<tr class=\"task {}\" data-node=\"{}\"><td>{}{extra}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
@@ -584,6 +920,29 @@ async fn live_part(
         );
     }
     html.push_str("</tbody></table>");
+    let bars: Vec<timeline::Bar> = tasks
+        .iter()
+        .map(|t| timeline::Bar {
+            node_id: t.node_id.clone(),
+            state: t.state.as_str().to_string(),
+            attempt: t.attempt,
+            from: t.created_at,
+            started: t.started_at,
+            to: t.finished_at,
+        })
+        .collect();
+    if !bars.is_empty() {
+        let _ = write!(
+            html,
+            "<h2>Timeline</h2><p class=\"hint\">From {} (UTC); a light bar is time spent waiting to start, a solid \
+             one running (its last attempt); hover a bar for its times.</p><div class=\"graph\">{}</div>",
+            time(Some(run.created_at)),
+            timeline::svg(run.created_at, run.finished_at, &bars, Utc::now())
+        );
+    }
+    if run.status != RunStatus::Queued && !tasks.is_empty() {
+        html.push_str(&rerun_form(run, tasks));
+    }
     if !children.is_empty() {
         html.push_str("<h2>Child runs</h2><ul class=\"children\">");
         for c in children {
@@ -648,11 +1007,17 @@ async fn run_action(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
+    body: axum::body::Bytes,
 ) -> Page {
     if !same_origin(&s, &headers) {
         return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
     }
     let run_id = parse_id(&id)?;
+    let form: HashMap<String, String> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
+    let Ok(reason) = form_reason(form.get("reason").map(String::as_str).unwrap_or("")) else {
+        return Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=reason-invalid")).into_response());
+    };
+    let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
     let event = match action.as_str() {
         "cancel" => Event::CancelRun,
         "retry" => Event::RetryRun,
@@ -660,7 +1025,7 @@ async fn run_action(
         "resume" => Event::ResumeRun,
         _ => return Err(not_found("action")),
     };
-    let outcome = match s.engine.handle(run_id, event).await {
+    let outcome = match s.engine.handle_control(run_id, event, control).await {
         Ok(h) if h.ignored.is_some() => "refused",
         Ok(_) => "done",
         Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
@@ -684,6 +1049,127 @@ fn resolve_forms(run: Uuid, node: &str) -> String {
          <button type=\"submit\" class=\"resolve-retry\">Send it again</button></form></div>",
         a = esc(&action)
     )
+}
+
+/// Ending a step by hand with an output, as a form.
+fn complete_form(run: Uuid, node: &str) -> String {
+    format!(
+        "<details class=\"complete\"><summary>Complete by hand…</summary>\
+         <form method=\"post\" action=\"/ui/runs/{run}/tasks/{}/complete\">\
+         <label>Output (JSON) <textarea name=\"output\" rows=\"2\">{{}}</textarea></label>\
+         <label>Why <input name=\"reason\" maxlength=\"1024\"></label>\
+         <button type=\"submit\" class=\"complete\">Complete the step: the run goes on</button></form></details>",
+        url_enc(node)
+    )
+}
+
+/// Running a run again from steps it reached, as a form.
+fn rerun_form(run: &RunRow, tasks: &[TaskRow]) -> String {
+    let boxes: String = tasks
+        .iter()
+        .map(|t| {
+            format!(
+                "<label class=\"step\"><input type=\"checkbox\" name=\"from\" value=\"{}\"> {}</label>",
+                esc(&t.node_id),
+                esc(&t.node_id)
+            )
+        })
+        .collect();
+    let succeeded = if run.status == RunStatus::Succeeded {
+        "<label><input type=\"checkbox\" name=\"allow_completed\" value=\"1\"> also if it succeeded</label>"
+    } else {
+        ""
+    };
+    format!(
+        "<details class=\"rerun\"><summary>Rerun from steps…</summary>\
+         <form method=\"post\" action=\"/ui/runs/{}/rerun\"><p>Each chosen step and everything after it runs \
+         again (what is open there is cancelled); the history stays.</p><div class=\"steps\">{boxes}</div>\
+         <label>New input (JSON; blank keeps the run's) <textarea name=\"input\" rows=\"3\"></textarea></label>\
+         <label>Why <input name=\"reason\" maxlength=\"1024\"></label>{succeeded}\
+         <button type=\"submit\" class=\"rerun\">Rerun</button></form></details>",
+        run.id
+    )
+}
+
+/// The rerun form's answer: the same event as the API's.
+async fn rerun_action(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let run_id = parse_id(&id)?;
+    let invalid = || Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=rerun-invalid")).into_response());
+    let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
+    let one = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str()).unwrap_or("");
+    let from: Vec<&str> = fields.iter().filter(|(k, _)| k == "from").map(|(_, v)| v.as_str()).collect();
+    if from.is_empty() || from.len() > 100 {
+        return invalid();
+    }
+    let input = match one("input").trim() {
+        "" => None,
+        text => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(v) if composer_core::storable::check(&v, "input", s.config.max_payload).is_ok() => Some(v),
+            _ => return invalid(),
+        },
+    };
+    let Ok(reason) = form_reason(one("reason")) else {
+        return Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=reason-invalid")).into_response());
+    };
+    let client = composer_store::client(&s.pool).await?;
+    let mut tasks = Vec::with_capacity(from.len());
+    for node in from {
+        match runs::task_of_node(&client, run_id, node).await? {
+            Some(t) => tasks.push(t.id),
+            None => return invalid(),
+        }
+    }
+    drop(client);
+    let event = Event::RerunFrom { tasks, input, allow_completed: one("allow_completed") == "1" };
+    let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
+    let outcome = match s.engine.handle_control(run_id, event, control).await {
+        Ok(h) if h.ignored.is_some() => "refused",
+        Ok(_) => "done",
+        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=rerun-{outcome}")).into_response())
+}
+
+/// The complete form's answer: the same event as the API's.
+async fn complete_action(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path((id, node)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let run_id = parse_id(&id)?;
+    let form: HashMap<String, String> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
+    let output = match serde_json::from_str::<serde_json::Value>(form.get("output").map(String::as_str).unwrap_or("")) {
+        Ok(v) if composer_core::storable::check(&v, "output", s.config.max_payload).is_ok() => v,
+        _ => return Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=complete-invalid")).into_response()),
+    };
+    let Ok(reason) = form_reason(form.get("reason").map(String::as_str).unwrap_or("")) else {
+        return Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=reason-invalid")).into_response());
+    };
+    let client = composer_store::client(&s.pool).await?;
+    let task = runs::task_of_node(&client, run_id, &node).await?.ok_or_else(|| not_found("step"))?;
+    drop(client);
+    let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
+    let outcome = match s.engine.handle_control(run_id, Event::CompleteTask { task_id: task.id, output }, control).await
+    {
+        Ok(h) if h.ignored.is_some() => "refused",
+        Ok(_) => "done",
+        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=complete-{outcome}")).into_response())
 }
 
 /// A resolve form's answer: the same event as the API's.
@@ -717,13 +1203,120 @@ async fn resolve_action(
     let client = composer_store::client(&s.pool).await?;
     let task = runs::task_of_node(&client, run_id, &node).await?.ok_or_else(|| not_found("step"))?;
     drop(client);
-    let outcome = match s.engine.handle(run_id, Event::ResolveTask { task_id: task.id, resolution }).await {
-        Ok(h) if h.ignored.is_some() => "refused",
-        Ok(_) => "done",
-        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
-        Err(e) => return Err(e.into()),
+    let control = crate::engine::Control {
+        actor: crate::http::runs::actor(&s),
+        reason: form_reason(field("reason")).unwrap_or(None),
     };
+    let outcome =
+        match s.engine.handle_control(run_id, Event::ResolveTask { task_id: task.id, resolution }, control).await {
+            Ok(h) if h.ignored.is_some() => "refused",
+            Ok(_) => "done",
+            Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
+            Err(e) => return Err(e.into()),
+        };
     Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=resolve-{outcome}")).into_response())
+}
+
+/// The queues with open work and those the newest definitions send to
+/// (at most [`MAX_QUEUES_SHOWN`]), each with the workers that read its
+/// streams.
+async fn queue_rows(s: &Shared, client: &composer_store::Client) -> Result<Vec<ops::QueueRow>, UiError> {
+    let mut loads: std::collections::BTreeMap<String, composer_store::stats::QueueLoad> =
+        composer_store::stats::queue_loads(client).await?.into_iter().map(|l| (l.queue.clone(), l)).collect();
+    for def in composer_store::definitions::latest_of_each(client, MAX_QUEUES_SHOWN as i64).await? {
+        let Ok(wf) = s.engine.compile(&def) else { continue };
+        for q in wf.nodes.iter().filter_map(|n| n.queue.as_ref()) {
+            loads.entry(q.clone()).or_insert_with(|| composer_store::stats::QueueLoad {
+                queue: q.clone(),
+                pending: 0,
+                running: 0,
+                oldest_pending_age: None,
+            });
+        }
+    }
+    let mut rows = Vec::with_capacity(loads.len().min(MAX_QUEUES_SHOWN));
+    for l in loads.into_values().take(MAX_QUEUES_SHOWN) {
+        let mut readers = Vec::new();
+        for shard in 0..s.engine.shards().max(1) as u32 {
+            let stream = s.streams.keys().stream(&l.queue, shard);
+            // Redis down: the queue is shown without its readers.
+            for (name, idle_ms, pending) in s.streams.consumers(&stream).await.unwrap_or_default() {
+                readers.push((name, idle_ms as f64 / 1000.0, pending));
+            }
+        }
+        rows.push(ops::QueueRow {
+            queue: l.queue,
+            pending: l.pending,
+            running: l.running,
+            lag_s: l.oldest_pending_age,
+            readers,
+        });
+    }
+    Ok(rows)
+}
+
+/// Most queues the overview and queues pages list.
+const MAX_QUEUES_SHOWN: usize = 200;
+
+/// `/ui/overview`: runs by status over the last hour and day, runs ended
+/// per minute, step latency, failures by workflow, queue backlogs.
+async fn overview_page(
+    State(s): State<Arc<Shared>>,
+    Extension(ui): Extension<Arc<UiState>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Page {
+    // One request makes it while the others wait for its answer.
+    let mut cached = ui.overview.lock().await;
+    let body = match cached.as_ref() {
+        Some((at, body)) if at.elapsed() < OVERVIEW_TTL => body.clone(),
+        _ => {
+            let body = overview_body(&s).await?;
+            *cached = Some((Instant::now(), body.clone()));
+            body
+        }
+    };
+    drop(cached);
+    if q.contains_key("fragment") {
+        return Ok(Html(body).into_response());
+    }
+    Ok(Html(page("Overview", &format!("<div data-live=\"/ui/overview?fragment=1\">{body}</div>"))).into_response())
+}
+
+async fn overview_body(s: &Shared) -> Result<String, UiError> {
+    let client = composer_store::client(&s.pool).await?;
+    let now = Utc::now();
+    let (hour, day) = (id_at(now - chrono::Duration::hours(1)), id_at(now - chrono::Duration::days(1)));
+    let windows = [
+        ops::StatusCounts { window: "hour", counts: composer_store::stats::runs_by_status(&client, hour).await? },
+        ops::StatusCounts { window: "day", counts: composer_store::stats::runs_by_status(&client, day).await? },
+    ];
+    let per_minute: Vec<(String, i64)> =
+        composer_store::stats::ended_per_minute(&client, id_at(now - chrono::Duration::hours(2)))
+            .await?
+            .into_iter()
+            .map(|(m, n)| (m.format("%H:%M").to_string(), n))
+            .collect();
+    let latency = composer_store::stats::step_latency(&client, hour).await?;
+    let failures = composer_store::stats::failures_by_workflow(&client, day).await?;
+    let queues = queue_rows(s, &client).await?;
+    Ok(ops::overview(
+        &format!("as of {} UTC, made at most every {} s", now.format("%H:%M:%S"), OVERVIEW_TTL.as_secs()),
+        &windows,
+        &per_minute,
+        &[("running time", latency.ran), ("wait to start", latency.waited)],
+        &failures,
+        &queues,
+    ))
+}
+
+/// `/ui/queues`: each queue's backlog and lag, and the workers reading it.
+async fn queues_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> Page {
+    let client = composer_store::client(&s.pool).await?;
+    let body = ops::queues(&queue_rows(&s, &client).await?);
+    if q.contains_key("fragment") {
+        return Ok(Html(body).into_response());
+    }
+    Ok(Html(page("Queues", &format!("<div data-live=\"/ui/queues?fragment=1\">{body}</div>"))).into_response())
 }
 
 async fn workflows_page(State(s): State<Arc<Shared>>) -> Page {

@@ -80,18 +80,6 @@ pub struct Edge {
     pub on: EdgeOn,
 }
 
-impl EdgeOn {
-    /// Whether an edge that follows this end is taken from a source in `state`
-    /// (its `when` aside).
-    pub fn follows(self, state: crate::machine::TaskState) -> bool {
-        use crate::machine::TaskState::{Completed, Failed};
-        matches!(
-            (self, state),
-            (EdgeOn::Success | EdgeOn::Always, Completed) | (EdgeOn::Failure | EdgeOn::Always, Failed)
-        )
-    }
-}
-
 /// A definition's failure handler: the run it starts when one of its runs
 /// ends FAILED (or CANCELLED, with `on_cancelled`).
 #[derive(Debug, Clone, PartialEq)]
@@ -104,14 +92,6 @@ pub struct OnFailure {
     /// The ends that start it (by default FAILED only).
     pub on_failed: bool,
     pub on_cancelled: bool,
-}
-
-impl OnFailure {
-    /// Whether a run that ended in `status` starts the handler.
-    pub fn starts_on(&self, status: crate::machine::RunStatus) -> bool {
-        use crate::machine::RunStatus::{Cancelled, Failed};
-        (status == Failed && self.on_failed) || (status == Cancelled && self.on_cancelled)
-    }
 }
 
 /// A parsed and validated definition, indexed for the state machine.

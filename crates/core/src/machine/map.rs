@@ -121,7 +121,7 @@ impl Machine<'_> {
             });
             match (evaluated, &template.kind) {
                 (Err(error), _) => {
-                    self.finish(at, TaskState::Failed, None, Some(Failure::fatal(storable::code_of(&error), error)))
+                    self.finish(at, TaskState::Failed, None, Some(Failure::fatal(codes::of_evaluation(&error), error)))
                 }
                 (Ok(output), NodeKind::Transform { .. }) => {
                     match share.and_then(|s| over(&output, s, values_total(self, m))) {
@@ -131,7 +131,7 @@ impl Machine<'_> {
                 }
                 (Ok(input), kind) => {
                     let id = self.run.tasks[at].id;
-                    self.run.tasks[at].input = super::rules::with_idempotency_key(kind, input, id, 1);
+                    self.run.tasks[at].input = super::state::with_idempotency_key(kind, input, id, 1);
                     if let Some(queued) = &mut self.maps.queued {
                         queued.insert((m, index), at);
                     }
@@ -420,7 +420,7 @@ impl Machine<'_> {
             Ok(acc) => self.run.tasks[m].output = Some(acc),
             Err(e) => {
                 let failure =
-                    Failure::fatal(storable::code_of(&e), format!("collect.reduce at item {}: {e}", item.index));
+                    Failure::fatal(codes::of_evaluation(&e), format!("collect.reduce at item {}: {e}", item.index));
                 self.maps.broken.entry(m).or_insert(failure);
             }
         }

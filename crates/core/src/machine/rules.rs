@@ -735,7 +735,8 @@ impl Machine<'_> {
                 if matches!(self.wf.nodes[task.node].kind, NodeKind::Loop(_)) {
                     task.iteration.get_or_insert(0);
                 }
-                task.input = with_idempotency_key(&self.wf.nodes[task.node].kind, input, task.id, task.attempt);
+                task.input =
+                    super::state::with_idempotency_key(&self.wf.nodes[task.node].kind, input, task.id, task.attempt);
                 self.dispatch(t);
             }
             Ok(Started::Wait(wake_at, event)) => {
@@ -829,18 +830,6 @@ impl Machine<'_> {
         };
         self.tr.log(kind, payload);
     }
-}
-
-/// An HTTP node's evaluated config with its `idempotency_key`: by default
-/// `<task id>:<attempt>` of the attempt this execution began with, so that
-/// its retries and reclaims send the same key (a new one comes only with a
-/// new execution: an operator's retry or rerun); the node's own key, or
-/// `"per_attempt"`, as written.
-pub(super) fn with_idempotency_key(kind: &NodeKind, mut input: Value, task_id: Uuid, attempt: i32) -> Value {
-    if let (NodeKind::Http, Value::Object(config)) = (kind, &mut input) {
-        config.entry("idempotency_key").or_insert_with(|| json!(format!("{task_id}:{attempt}")));
-    }
-    input
 }
 
 impl Machine<'_> {

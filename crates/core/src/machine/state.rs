@@ -8,7 +8,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::types::{Run, Transition};
-use crate::definition::{Workflow, MAP_MAX_ITEMS};
+use crate::definition::{NodeKind, Workflow, MAP_MAX_ITEMS};
 
 /// How a task's attempt begins.
 pub(super) enum Started {
@@ -95,4 +95,16 @@ fn kind_of(v: &Value) -> &'static str {
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
     }
+}
+
+/// An HTTP node's evaluated config with its `idempotency_key`: by default
+/// `<task id>:<attempt>` of the attempt this execution began with, so that
+/// its retries and reclaims send the same key (a new one comes only with a
+/// new execution: an operator's retry or rerun); the node's own key, or
+/// `"per_attempt"`, as written.
+pub(super) fn with_idempotency_key(kind: &NodeKind, mut input: Value, task_id: Uuid, attempt: i32) -> Value {
+    if let (NodeKind::Http, Value::Object(config)) = (kind, &mut input) {
+        config.entry("idempotency_key").or_insert_with(|| Value::String(format!("{task_id}:{attempt}")));
+    }
+    input
 }

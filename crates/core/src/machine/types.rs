@@ -218,6 +218,18 @@ pub mod codes {
     pub const IN_DOUBT: &str = "in_doubt";
     /// The request could not connect: it was not sent.
     pub const CONNECT: &str = "connect";
+
+    /// The code of a failure to evaluate a value: [`PAYLOAD`] when the value
+    /// was evaluated but cannot be kept (what `storable::check` and
+    /// `storable::check_text` refuse), else [`EXPRESSION`].
+    pub fn of_evaluation(error: &str) -> &'static str {
+        let refused = ["(COMPOSER_MAX_PAYLOAD)", "which cannot be stored", "is nested deeper than the limit"];
+        if refused.iter().any(|r| error.contains(r)) {
+            PAYLOAD
+        } else {
+            EXPRESSION
+        }
+    }
 }
 
 impl Task {
@@ -832,3 +844,27 @@ impl Probe {
 
 /// Why an event changes nothing: a stable kind and a message for people.
 pub(super) struct Ignore(pub(super) IgnoreKind, pub(super) String);
+
+// What a definition's edges and handler mean for these states (here, not
+// in `definition`, which knows nothing of the machine).
+
+impl crate::definition::EdgeOn {
+    /// Whether an edge that follows this end is taken from a source in `state`
+    /// (its `when` aside).
+    pub fn follows(self, state: TaskState) -> bool {
+        use crate::definition::EdgeOn;
+        use TaskState::{Completed, Failed};
+        matches!(
+            (self, state),
+            (EdgeOn::Success | EdgeOn::Always, Completed) | (EdgeOn::Failure | EdgeOn::Always, Failed)
+        )
+    }
+}
+
+impl crate::definition::OnFailure {
+    /// Whether a run that ended in `status` starts the handler.
+    pub fn starts_on(&self, status: RunStatus) -> bool {
+        use RunStatus::{Cancelled, Failed};
+        (status == Failed && self.on_failed) || (status == Cancelled && self.on_cancelled)
+    }
+}
