@@ -3,8 +3,9 @@
 # phase (examples, coverage, fuzzing, stateful), every check (settings in
 # schemathesis.toml beside this script). A schema-valid
 # request must be accepted, a schema-violating one refused, and nothing may
-# answer 5xx. Definitions and schedules have rules JSON Schema cannot say (an
-# edge names a node, a cron is a grammar), so for those two operations a
+# answer 5xx. Definitions, schedules, resolutions and bulk jobs have rules
+# JSON Schema cannot say (an edge names a node, a cron is a grammar, an error
+# goes with `failed`, `from` with `rerun`), so for those four operations a
 # valid-looking request may be refused; every other check still applies.
 # Task-API polls wait at most 50 ms here (COMPOSER_TASK_POLL_MAX_WAIT), so
 # the many polls the fuzzer sends do not each wait a minute for a task.

@@ -62,13 +62,32 @@ _MAX_POLL = 100
 """The most tasks one poll may lease."""
 
 
-class TaskError(Exception):
-    """Fails the attempt; ``retryable=False`` fails the step for good."""
+_ERROR_CODE = re.compile(r"[a-z0-9_.-]{1,64}")
+"""What an error code may be: what the task API's ``/fail`` takes."""
 
-    def __init__(self, message: str, retryable: bool = True) -> None:
+
+class TaskError(Exception):
+    """Fails the attempt; ``retryable=False`` fails the step for good.
+
+    ``code`` names what went wrong for failure edges to test
+    (``.nodes.X.error.code``; 1 to 64 of ``a-z 0-9 _ . -``, ``task_failed``
+    without one), and ``status`` is the HTTP status a target answered with,
+    when the failure is one (100 to 599). Either is checked here, so a bad
+    one is the handler's ``ValueError``, not a refused report.
+    """
+
+    def __init__(
+        self, message: str, retryable: bool = True, *, code: Optional[str] = None, status: Optional[int] = None
+    ) -> None:
+        if code is not None and not _ERROR_CODE.fullmatch(code):
+            raise ValueError(f"TaskError code must be 1 to 64 of a-z 0-9 _ . -, got {code!r}")
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599):
+            raise ValueError(f"TaskError status must be an HTTP status (100 to 599), got {status!r}")
         super().__init__(message)
         self.message = message
         self.retryable = retryable
+        self.code = code
+        self.status = status
 
 
 class LeaseLost(Exception):
@@ -161,6 +180,8 @@ class _Outcome:
     output: JSON = None
     error: Optional[str] = None
     retryable: bool = True
+    code: Optional[str] = None
+    status: Optional[int] = None
     kind_of_error: str = "TaskError"
     """What to log instead of ``error``, whose text may hold input."""
     frames: Optional[str] = field(default=None, repr=False)
@@ -359,7 +380,7 @@ class Worker:
             json.dumps(output, allow_nan=False)  # fails here, not at the report, if not JSON
             return _Outcome(output=_scrub(output, used))
         except TaskError as e:
-            return _Outcome(error=_scrub(e.message, used), retryable=e.retryable)
+            return _Outcome(error=_scrub(e.message, used), retryable=e.retryable, code=e.code, status=e.status)
         except LeaseLost:
             task.cancelled.set()
             return _Outcome(error="lease lost", retryable=True, kind_of_error="LeaseLost")
@@ -401,6 +422,10 @@ class Worker:
             body["output"] = outcome.output
         else:
             body["error"], body["retryable"] = outcome.error, outcome.retryable
+            if outcome.code is not None:
+                body["code"] = outcome.code
+            if outcome.status is not None:
+                body["status"] = outcome.status
         # Retried for a lease's length: past it the task belongs to another worker.
         give_up_at = time.monotonic() + task.lease_ttl_ms / 1000.0
         try:

@@ -147,6 +147,31 @@ class WorkerTest(unittest.TestCase):
         self.assertIn("width must be positive", run["tasks"][0]["error"] or "")
         self.assertEqual(run["tasks"][0]["attempt"], 1, "not retried")
 
+    def test_a_task_error_s_code_and_status_are_the_step_s_error_info(self) -> None:
+        def charge(task: Task) -> Any:
+            raise TaskError("the card was declined", retryable=False, code="card_declined", status=402)
+
+        run_id = start(unique("py-declined"), [node("c", "charge", "py9")])
+        with InBackground(Worker(DEV.url, queues=["py9"], poll_wait=1).handle("charge", charge)):
+            run = client.wait(run_id, 60)
+        self.assertEqual(run["status"], "FAILED", run)
+        task = run["tasks"][0]
+        self.assertEqual(task["error_info"]["code"], "card_declined", task)
+        self.assertEqual(task["error_info"]["status"], 402, task)
+        self.assertIs(task["error_info"]["retryable"], False, task)
+        self.assertIn("the card was declined", task["error"] or "")
+
+    def test_a_task_error_s_code_and_status_are_checked_when_it_is_made(self) -> None:
+        for code in ["", "Card", "a b", "x" * 65, "é"]:
+            with self.assertRaises(ValueError, msg=code):
+                TaskError("no", code=code)
+        for status in [99, 600, True, 402.0]:
+            with self.assertRaises(ValueError, msg=repr(status)):
+                TaskError("no", status=status)  # type: ignore[arg-type]
+        made = TaskError("no", code="a.b-c_9", status=599)
+        self.assertEqual((made.code, made.status, made.retryable), ("a.b-c_9", 599, True))
+        self.assertEqual((TaskError("no").code, TaskError("no").status), (None, None))
+
     def test_a_worker_killed_mid_task_loses_it_to_another_that_finishes_it(self) -> None:
         run_id = start(unique("py-resize"), [node("thumb", "resize-image", "images", width=64)])
         env = dict(os.environ, COMPOSER_URL=DEV.url, RESIZE_SECONDS="600", PYTHONPATH=PACKAGE_ROOT, LOG_LEVEL="ERROR")

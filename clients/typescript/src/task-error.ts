@@ -1,12 +1,41 @@
-/** Thrown by a handler: fails the attempt with `message`; `retryable: false` fails the step for good. */
+/** What an error code may be: what the task API's `/fail` takes. */
+const ERROR_CODE = /^[a-z0-9_.-]{1,64}$/;
+
+/**
+ * Thrown by a handler: fails the attempt with `message`; `retryable: false` fails the step for good.
+ * `code` names what went wrong for failure edges to test (`.nodes.X.error.code`; 1 to 64 of
+ * `a-z 0-9 _ . -`, `task_failed` without one) and `status` is the HTTP status a target answered
+ * with (100 to 599); both are checked here, so a bad one is a `RangeError` where the error is made.
+ */
 export class TaskError extends Error {
   /** Whether the node's retry policy may run the step again (default true). */
   readonly retryable: boolean;
+  /** The failure's code, sent as `code` with the failure. */
+  readonly code: string | undefined;
+  /** The HTTP status of a failure that is one, sent as `status`. */
+  readonly status: number | undefined;
 
-  constructor(message: string, options: { retryable?: boolean | undefined; cause?: unknown } = {}) {
+  constructor(
+    message: string,
+    options: {
+      retryable?: boolean | undefined;
+      code?: string | undefined;
+      status?: number | undefined;
+      cause?: unknown;
+    } = {},
+  ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    const { code, status } = options;
+    if (code !== undefined && !ERROR_CODE.test(code)) {
+      throw new RangeError(`TaskError code must be 1 to 64 of a-z 0-9 _ . -, got ${JSON.stringify(code)}`);
+    }
+    if (status !== undefined && !(Number.isInteger(status) && status >= 100 && status <= 599)) {
+      throw new RangeError(`TaskError status must be an HTTP status (100 to 599), got ${String(status)}`);
+    }
     this.name = "TaskError";
     this.retryable = options.retryable ?? true;
+    this.code = code;
+    this.status = status;
   }
 }
 

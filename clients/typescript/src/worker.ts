@@ -92,7 +92,7 @@ export interface RunOptions {
 
 type Outcome =
   | { kind: "complete"; output: JsonValue }
-  | { kind: "fail"; error: string; retryable: boolean }
+  | { kind: "fail"; error: string; retryable: boolean; code?: string | undefined; status?: number | undefined }
   /** The handler threw a `LeaseLostError`: the result is dropped. */
   | { kind: "lost" };
 
@@ -338,7 +338,10 @@ export class Worker {
       if (text === undefined) throw new TypeError(`the handler's answer is not JSON (a ${typeof result})`);
       return { kind: "complete", output: scrubSecrets(JSON.parse(text) as JsonValue, used) };
     } catch (e) {
-      if (e instanceof TaskError) return { kind: "fail", error: scrubSecrets(e.message, used), retryable: e.retryable };
+      if (e instanceof TaskError) {
+        const { retryable, code, status } = e;
+        return { kind: "fail", error: scrubSecrets(e.message, used), retryable, code, status };
+      }
       // A handler that saw its signal and gave up.
       if (e instanceof LeaseLostError) return { kind: "lost" };
       return { kind: "fail", error: scrubSecrets(describe(e), used), retryable: true };
@@ -385,7 +388,11 @@ export class Worker {
     if (outcome.kind === "complete") {
       body = { ...this.#lease(leased), output: outcome.output };
     } else {
-      body = { ...this.#lease(leased), error: fit(outcome.error), retryable: outcome.retryable };
+      const failed: FailTask = { ...this.#lease(leased), error: fit(outcome.error), retryable: outcome.retryable };
+      // Sent only when set: a coordinator without them sees the failure as before.
+      if (outcome.code !== undefined) failed.code = outcome.code;
+      if (outcome.status !== undefined) failed.status = outcome.status;
+      body = failed;
     }
     // Past the lease the task belongs to another worker.
     const giveUpAt = performance.now() + leased.lease_ttl_ms;

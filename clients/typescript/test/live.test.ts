@@ -588,6 +588,20 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.equal(calls, 1);
     });
 
+    it("sends a TaskError's code and status, which become the step's error_info", async () => {
+      const w = worker({ queues: ["ts-declined"] }).handle("charge", () => {
+        throw new TaskError("the card was declined", { retryable: false, code: "card_declined", status: 402 });
+      });
+      const id = await start({ name: "ts-declined", nodes: [custom("c", "charge", "ts-declined")] });
+      const run = await whileRunning(w, () => waitFor(id));
+      assert.equal(run.status, "FAILED");
+      const task = run.tasks?.[0];
+      assert.equal(task?.error_info?.code, "card_declined", JSON.stringify(task));
+      assert.equal(task?.error_info?.status, 402);
+      assert.equal(task?.error_info?.retryable, false);
+      assert.equal(task?.attempt, 1, "not retried");
+    });
+
     it("retries a handler that throws until the policy's last attempt", async () => {
       const seen: number[] = [];
       const w = worker({ queues: ["ts-throws"] }).handle("throws", async (task) => {

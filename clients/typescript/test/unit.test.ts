@@ -261,6 +261,20 @@ describe("errors", () => {
   });
 });
 
+describe("TaskError", () => {
+  it("takes a code of 1 to 64 of a-z 0-9 _ . - and an HTTP status, and refuses others where it is made", () => {
+    const made = new TaskError("no", { code: "a.b-c_9", status: 599 });
+    assert.deepEqual([made.code, made.status, made.retryable], ["a.b-c_9", 599, true]);
+    assert.deepEqual([new TaskError("no").code, new TaskError("no").status], [undefined, undefined]);
+    for (const code of ["", "Card", "a b", "x".repeat(65), "é"]) {
+      assert.throws(() => new TaskError("no", { code }), RangeError, code);
+    }
+    for (const status of [99, 600, 402.5, Number.NaN]) {
+      assert.throws(() => new TaskError("no", { status }), RangeError, String(status));
+    }
+  });
+});
+
 describe("paging and waiting loops", () => {
   it("waitForRun long-polls with ?wait= until the run ends, and stops at its timeout or signal", async () => {
     let calls = 0;

@@ -5,7 +5,10 @@
 //! - [`rest`]: the REST API's request and response bodies (re-exported here).
 //! - [`wire`]: the dispatch a worker reads from a stream and the report it
 //!   sends back.
+//! - [`definition_schema`]: the JSON Schema of a workflow definition, for
+//!   editors.
 
+pub mod definition_schema;
 pub mod rest;
 pub mod wire;
 

@@ -22,7 +22,7 @@ pub struct StartRun {
     #[schema(minimum = 1)]
     pub version: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub input: Option<Value>,
     /// A second start with the same key returns the first run (200).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,7 +31,7 @@ pub struct StartRun {
     /// Tags of the run, `{key: text}`, besides its definition's (these win
     /// on a key both have); at most 16.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
+    #[schema(value_type = Option<schema::RunTags>)]
     pub tags: Option<serde_json::Map<String, Value>>,
 }
 
@@ -48,7 +48,9 @@ pub struct ControlRun {
 /// `POST /v1/runs/{id}/rerun`: run again from these steps.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"from": ["charge"], "reason": "the card was updated"}))]
+// `greet`: the node of the document's example workflow, so that the example
+// reruns a real step of a run of it.
+#[schema(example = json!({"from": ["greet"], "reason": "the greeting was wrong"}))]
 pub struct RerunRun {
     /// Node ids (a MAP item: `ship_each[3]`): each and everything after it
     /// runs again.
@@ -56,7 +58,7 @@ pub struct RerunRun {
     pub from: Vec<String>,
     /// The run's new input (default: the one it has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub input: Option<Value>,
     /// A SUCCEEDED run is rerun only with this.
     #[serde(default)]
@@ -88,7 +90,7 @@ pub struct Explain {
     /// Each open step and what it waits for.
     pub nodes: Vec<NodeWait>,
     /// For a QUEUED run: its concurrency key, its open runs, the runs queued before it.
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub detail: Value,
 }
 
@@ -118,7 +120,7 @@ pub struct BulkFilter {
     pub status: Option<RunStatus>,
     /// Runs with every one of these tags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
+    #[schema(value_type = Option<schema::TagFilter>)]
     pub tags: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_after: Option<DateTime<Utc>>,
@@ -211,7 +213,7 @@ pub struct ResolveTask {
     pub outcome: ResolveOutcome,
     /// With `completed`: the step's output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub output: Option<Value>,
     /// With `failed`: the step's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -245,7 +247,7 @@ pub struct SendEvent {
     #[schema(max_length = 1024, pattern = "^[^\\u0000]*$")]
     pub key: String,
     #[serde(default)]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub payload: Value,
 }
 
@@ -485,7 +487,7 @@ pub struct CompleteTask {
     #[serde(deserialize_with = "whole::int")]
     pub attempt: i32,
     #[serde(default)]
-    #[schema(value_type = Option<schema::JsonValue>)]
+    #[schema(value_type = schema::JsonValue)]
     pub output: Value,
 }
 
@@ -509,7 +511,7 @@ pub struct FailTask {
     #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
     pub code: Option<String>,
     /// The HTTP status a target answered with, if the failure is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
     #[schema(minimum = 100, maximum = 599)]
     pub status: Option<u16>,
 }

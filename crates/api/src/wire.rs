@@ -61,7 +61,7 @@ pub struct TaskReport {
     #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
     pub code: Option<String>,
     /// The HTTP status of a failure that is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     #[schema(minimum = 100, maximum = 599)]
     pub http_status: Option<u16>,
 }

@@ -12,13 +12,31 @@ use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot reach the coordinator at {url}: {source}")]
-    Unreachable { url: String, source: reqwest::Error },
+    /// The request's error and its causes, in the message once each (not
+    /// a `source` too, which a `{:#}` would print a second time).
+    #[error("cannot reach the coordinator at {url}: {}", causes(cause))]
+    Unreachable { url: String, cause: reqwest::Error },
     /// The coordinator answered with an error; `code` is its stable code.
     #[error("{status}: {message}")]
     Api { status: u16, code: String, message: String },
     #[error("unexpected answer from the coordinator: {0}")]
     Decode(String),
+}
+
+/// An error and its sources, joined by ": ", each once (a source whose text
+/// its error already shows is left out).
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 impl Error {
@@ -67,9 +85,9 @@ impl Client {
             req = req.json(b);
         }
         let url = self.base.clone();
-        let resp = req.send().await.map_err(|source| Error::Unreachable { url: url.clone(), source })?;
+        let resp = req.send().await.map_err(|cause| Error::Unreachable { url: url.clone(), cause })?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|source| Error::Unreachable { url, source })?;
+        let text = resp.text().await.map_err(|cause| Error::Unreachable { url, cause })?;
         if !status.is_success() {
             return Err(match serde_json::from_str::<ErrorBody>(&text) {
                 Ok(b) => Error::Api { status: status.as_u16(), code: b.error.code, message: b.error.message },

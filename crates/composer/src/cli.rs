@@ -294,6 +294,10 @@ pub enum WorkflowCommand {
         /// The workflow's name.
         name: String,
     },
+    /// Prints the JSON Schema (2020-12) of a workflow definition, for editors and linters (no server). The
+    /// repository keeps a copy in docs/workflow.schema.json; the server also checks what a schema cannot say
+    /// (edges name nodes, each node's config fits its type, expressions compile).
+    Schema,
     /// Runs a definition through the state machine offline (no server): worker-run nodes take mocked outputs,
     /// events mocked payloads, timers fire at once. Prints each node's state, evaluated input and output, the
     /// edges taken, and the run's status and output. Exit status: 0 the run succeeded, 1 it failed, 2 the
@@ -313,10 +317,17 @@ pub enum WorkflowCommand {
         /// times out instead. Repeatable.
         #[arg(long = "fail", value_name = "NODE[=MESSAGE]")]
         failures: Vec<String>,
-        /// `text` for people, `json` for tools.
-        #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+        /// `table` for people (`text` is another name of it), `json` or `jsonl` (the report on one line)
+        /// for tools. The other commands' formats, but a table by default also in a pipe: the report is for
+        /// reading.
+        #[arg(short = 'o', long = "output", default_value = "table", value_parser = simulate_formats())]
         output: String,
     },
+}
+
+fn simulate_formats() -> clap::builder::PossibleValuesParser {
+    use clap::builder::PossibleValue;
+    [PossibleValue::new("table").alias("text"), PossibleValue::new("json"), PossibleValue::new("jsonl")].into()
 }
 
 #[derive(Subcommand)]

@@ -82,7 +82,11 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
             output::one(format, &call(&api, Method::GET, &format!("/v1/workflows/{}", encode(&name)), None).await?)
         }
         WorkflowCommand::Simulate { file, input, mocks, failures, output } => {
-            return Ok(crate::simulate::run(&file, &input, &mocks, &failures, output == "json"));
+            return Ok(crate::simulate::run(&file, &input, &mocks, &failures, &output));
+        }
+        WorkflowCommand::Schema => {
+            let schema = composer_api::definition_schema::workflow();
+            println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
         }
     }
     Ok(ExitCode::SUCCESS)

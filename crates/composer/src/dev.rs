@@ -68,8 +68,15 @@ pub fn dev(runtime: &tokio::runtime::Runtime, mut args: DevArgs) -> anyhow::Resu
     if args.coord.database.url.trim().is_empty() {
         let dir = absolute(&args.data_dir)?.join("postgres");
         eprintln!("starting embedded PostgreSQL in {} …", dir.display());
-        let server = LocalPostgres::start(PgOptions { data_dir: dir, port: None, fsync: true, max_connections: 100 })
-            .context("starting the embedded PostgreSQL (COMPOSER_DATA_DIR)")?;
+        let opts = PgOptions { data_dir: dir.clone(), port: None, fsync: true, max_connections: 100 };
+        let server = LocalPostgres::start(opts).context("starting the embedded PostgreSQL (COMPOSER_DATA_DIR)")?;
+        if server.data_dir() != dir {
+            eprintln!(
+                "the postgres user cannot reach {}: its data is in {} (linked from there)",
+                dir.display(),
+                server.data_dir().display()
+            );
+        }
         runtime.block_on(composer_store::ensure_database(&server.url("postgres"), "composer"))?;
         args.coord.database.url = server.url("composer");
         pg = Some(server);

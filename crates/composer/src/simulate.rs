@@ -11,8 +11,9 @@ use composer_core::simulate::{simulate, Options, Report};
 use serde_json::Value;
 
 /// Exit status: 0 the simulated run succeeded, 1 it failed, 2 the definition
-/// or an argument is invalid (the message on stderr).
-pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], json: bool) -> ExitCode {
+/// or an argument is invalid (the message on stderr). `format` is `table`
+/// (or `text`), `json` or `jsonl`.
+pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], format: &str) -> ExitCode {
     let prepared = prepare(file, input, mocks, failures);
     let (wf, opts) = match prepared {
         Ok(p) => p,
@@ -44,10 +45,10 @@ pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], json
             return ExitCode::from(2);
         }
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
-    } else {
-        print!("{}", text(&report));
+    match format {
+        "json" => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
+        "jsonl" => println!("{}", serde_json::to_string(&report).unwrap_or_default()),
+        _ => print!("{}", text(&report)),
     }
     match report.status {
         RunStatus::Succeeded => ExitCode::SUCCESS,

@@ -34,7 +34,7 @@ pub struct ScheduleSpec {
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "Europe/Paris"))]
     pub timezone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::JsonValue))]
     pub input: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<Overlap>,

@@ -2,10 +2,15 @@
 //! type says less than the server checks: a field declared `String` or
 //! `Value` is refused unless it matches. A field names one with
 //! `#[schema(value_type = …)]`.
+//!
+//! Where the API takes any JSON the schema says so and no more (no type, or
+//! `object`): a recursive schema of the JSON grammar, which could also say
+//! "no NUL character", is one that client generators cannot read. The server
+//! still refuses a NUL (and values too large or too deep) with a 400 or 413.
 use std::borrow::Cow;
 
-use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
-use utoipa::openapi::{Ref, RefOr};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::RefOr;
 
 /// What a name of a workflow, node, queue or schedule may be.
 pub const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]{1,128}$";
@@ -28,36 +33,96 @@ impl utoipa::PartialSchema for Name {
 
 impl utoipa::ToSchema for Name {}
 
-/// Any JSON value without a NUL character in a string or a key.
+/// What a tag's key may be (`definition::is_tag_key`).
+pub const TAG_KEY_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+/// `definition::MAX_TAGS` and `MAX_TAG_VALUE`, written again so that this
+/// module uses nothing of the definitions it describes (the document's test
+/// holds them equal).
+const MAX_TAGS: usize = 16;
+const MAX_TAG_VALUE: usize = 256;
+
+/// `{key: value}` tags, at most `MAX_TAGS`, with values of `value`.
+fn tags(what: &str, value: ObjectBuilder) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(what))
+        .property_names(Some(ObjectBuilder::new().schema_type(Type::String).pattern(Some(TAG_KEY_PATTERN))))
+        .max_properties(Some(MAX_TAGS))
+        .additional_properties(Some(value))
+        .into()
+}
+
+/// A tag's value as a run is given it: text (at most
+/// `MAX_TAG_VALUE` characters), a number or a boolean.
+fn tag_value() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Array(vec![Type::String, Type::Number, Type::Boolean]))
+        .pattern(Some(NO_NUL))
+}
+
+/// A run's tags as a start gives them.
+pub struct RunTags;
+
+impl utoipa::PartialSchema for RunTags {
+    fn schema() -> RefOr<Schema> {
+        let value = tag_value().max_length(Some(MAX_TAG_VALUE));
+        tags("tags: keys of 1 to 64 of A-Z a-z 0-9 _ . -, values text (256 characters at most) or numbers", value)
+    }
+}
+
+impl utoipa::ToSchema for RunTags {}
+
+/// A definition's tags: each a value or an expression over `{input}`.
+pub struct DefinitionTags;
+
+impl utoipa::PartialSchema for DefinitionTags {
+    fn schema() -> RefOr<Schema> {
+        tags(
+            "tags: keys of 1 to 64 of A-Z a-z 0-9 _ . -, values text, numbers or expressions over {input}",
+            tag_value(),
+        )
+    }
+}
+
+impl utoipa::ToSchema for DefinitionTags {}
+
+/// Tags a filter asks for: text values.
+pub struct TagFilter;
+
+impl utoipa::PartialSchema for TagFilter {
+    fn schema() -> RefOr<Schema> {
+        tags(
+            "the tags a run must have, keys of 1 to 64 of A-Z a-z 0-9 _ . -",
+            ObjectBuilder::new().schema_type(Type::String),
+        )
+    }
+}
+
+impl utoipa::ToSchema for TagFilter {}
+
+/// An end of a run that starts its failure handler (`on_failure.on`).
+pub struct HandlerEnd;
+
+impl utoipa::PartialSchema for HandlerEnd {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["FAILED", "CANCELLED"])).into()
+    }
+}
+
+impl utoipa::ToSchema for HandlerEnd {}
+
+/// Any JSON value, null included. A field that takes one is declared
+/// `value_type = JsonValue` and not `Option<JsonValue>`: null is already a
+/// value of it, and "this or null" would then match null twice.
 pub struct JsonValue;
-
-fn no_nul_string() -> ObjectBuilder {
-    ObjectBuilder::new().schema_type(Type::String).pattern(Some(NO_NUL))
-}
-
-/// A `JsonValue` or null: an array's item or an object's value.
-fn or_null() -> OneOfBuilder {
-    OneOfBuilder::new().item(Ref::from_schema_name("JsonValue")).item(ObjectBuilder::new().schema_type(Type::Null))
-}
 
 impl utoipa::PartialSchema for JsonValue {
     fn schema() -> RefOr<Schema> {
-        // Null is not among the alternatives, so that an optional field
-        // (`JsonValue` or null) has exactly one schema for each value.
-        AnyOfBuilder::new()
+        ObjectBuilder::new()
+            .schema_type(SchemaType::AnyValue)
             .description(Some(
-                "any JSON value but null, without a NUL character in a string or a key (PostgreSQL cannot store one)",
+                "any JSON value; a string or a key may not hold a NUL character (PostgreSQL cannot store one)",
             ))
-            .item(no_nul_string())
-            .item(ObjectBuilder::new().schema_type(Type::Number))
-            .item(ObjectBuilder::new().schema_type(Type::Boolean))
-            .item(ArrayBuilder::new().items(or_null()))
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::Object)
-                    .additional_properties(Some(Schema::OneOf(or_null().build())))
-                    .property_names(Some(no_nul_string())),
-            )
             .into()
     }
 }
@@ -68,22 +133,18 @@ impl utoipa::ToSchema for JsonValue {
     }
 }
 
-/// A JSON object without a NUL character in a string or a key.
+/// A JSON object of any values.
 pub struct JsonObject;
 
 impl utoipa::PartialSchema for JsonObject {
     fn schema() -> RefOr<Schema> {
         ObjectBuilder::new()
             .schema_type(Type::Object)
-            .description(Some("a JSON object without a NUL character in a string or a key"))
-            .additional_properties(Some(Schema::OneOf(or_null().build())))
-            .property_names(Some(no_nul_string()))
+            .description(Some(
+                "a JSON object of any values; a string or a key may not hold a NUL character (PostgreSQL cannot store one)",
+            ))
             .into()
     }
 }
 
-impl utoipa::ToSchema for JsonObject {
-    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        schemas.push(("JsonValue".into(), <JsonValue as utoipa::PartialSchema>::schema()));
-    }
-}
+impl utoipa::ToSchema for JsonObject {}

@@ -4,7 +4,10 @@
 //!
 //! Children are started with a parent-death signal from a thread that lives
 //! as long as the process, so a SIGKILLed parent leaves no server behind.
-//! PostgreSQL refuses to run as root; as root, it runs as the `postgres` user.
+//! PostgreSQL refuses to run as root; as root, it runs as the `postgres` user,
+//! which may not be able to reach the data directory asked for (a 0700
+//! parent such as `/root`, or a `mktemp -d` TMPDIR): the data then goes where
+//! it can ([`LocalPostgres::start`]).
 
 use std::fs;
 use std::io::{Read, Write};
@@ -41,7 +44,17 @@ pub fn temp_dir(label: &str) -> Result<PathBuf> {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     let dir = std::env::temp_dir().join(format!("composer-{label}-{}-{n}-{nanos}", std::process::id()));
     fs::create_dir_all(&dir)?;
+    if let Ok(mut made) = TEMP_DIRS.lock() {
+        made.push(fs::canonicalize(&dir)?);
+    }
     Ok(dir)
+}
+
+/// The directories [`temp_dir`] made: a server's data under one is throwaway.
+static TEMP_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn is_throwaway(path: &Path) -> bool {
+    TEMP_DIRS.lock().is_ok_and(|made| made.iter().any(|d| path.starts_with(d)))
 }
 
 struct SpawnRequest {
@@ -190,16 +203,88 @@ pub struct LocalPostgres {
     port: u16,
     bin: PathBuf,
     identity: Option<(u32, u32)>,
+    /// The data directory we made elsewhere for a throwaway one (asked for
+    /// under a [`temp_dir`]): removed when the server is dropped.
+    throwaway: Option<PathBuf>,
+}
+
+/// The first directory on the way to `path` (not `path` itself) that
+/// `uid`/`gid` may not enter. Supplementary groups are not counted, so a
+/// directory entered only through one is taken as closed.
+fn closed_on_the_way(path: &Path, uid: u32, gid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    path.ancestors().skip(1).find_map(|dir| {
+        let meta = fs::metadata(dir).ok()?;
+        let bit = if meta.uid() == uid {
+            0o100
+        } else if meta.gid() == gid {
+            0o010
+        } else {
+            0o001
+        };
+        (meta.mode() & bit == 0).then(|| dir.to_path_buf())
+    })
+}
+
+/// A short name for a path that stays the same from one start to the next
+/// (FNV-1a: std's hasher may change between Rust releases).
+fn path_key(path: &Path) -> String {
+    let hash = path
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{hash:016x}")
+}
+
+/// Where PostgreSQL, running as `uid`/`gid`, keeps the data asked for in
+/// `wanted` (absolute, created): `wanted` when it can reach it, else a
+/// directory of its own under `/var/tmp` (or `/tmp` for a throwaway one,
+/// asked for under a [`temp_dir`]), with `wanted` made a link to it so the
+/// next start finds the same data. The second value says whether it is
+/// throwaway.
+fn reachable_data_dir(wanted: &Path, uid: u32, gid: u32) -> Result<(PathBuf, bool)> {
+    let real = fs::canonicalize(wanted)?;
+    let Some(closed) = closed_on_the_way(&real, uid, gid) else { return Ok((real, false)) };
+    let how = format!(
+        "PostgreSQL runs as the postgres user (uid {uid}), which may not enter {}: give COMPOSER_DATA_DIR \
+         a directory it can reach (such as /var/tmp/composer), or let it through with `chmod o+x {}`",
+        closed.display(),
+        closed.display()
+    );
+    if fs::read_dir(&real)?.next().is_some() {
+        return Err(Error::Missing(format!("{how} ({} is not empty, so it is not moved)", wanted.display())));
+    }
+    let throwaway = is_throwaway(&real);
+    let base = Path::new(if throwaway { "/tmp" } else { "/var/tmp" });
+    let moved = base.join(format!("composer-pg-{}", path_key(&real)));
+    if let Some(still) = closed_on_the_way(&moved, uid, gid) {
+        return Err(Error::Missing(format!("{how} ({} is closed to it too)", still.display())));
+    }
+    fs::create_dir_all(&moved)?;
+    fs::remove_dir(&real)?;
+    std::os::unix::fs::symlink(&moved, &real)?;
+    Ok((moved, throwaway))
 }
 
 impl LocalPostgres {
     /// Initializes `data_dir` if it is empty, starts the server and waits
-    /// until it accepts connections.
-    pub fn start(opts: PgOptions) -> Result<LocalPostgres> {
+    /// until it accepts connections. As root, when the `postgres` user
+    /// cannot reach an empty `data_dir`, the data goes to a directory of
+    /// its own that it can (see [`LocalPostgres::data_dir`]) and `data_dir`
+    /// becomes a link to it; a `data_dir` that already holds something is an
+    /// error saying what to do.
+    pub fn start(mut opts: PgOptions) -> Result<LocalPostgres> {
         let bin = postgres_bin_dir()?;
         let identity = postgres_identity()?;
         fs::create_dir_all(&opts.data_dir)?;
+        let mut throwaway = None;
         if let Some((uid, gid)) = identity {
+            let (dir, is_throwaway) = reachable_data_dir(&opts.data_dir, uid, gid)?;
+            if is_throwaway {
+                throwaway = Some(dir.clone());
+            }
+            opts.data_dir = dir;
             chown(&opts.data_dir, uid, gid)?;
         }
         if !opts.data_dir.join("PG_VERSION").exists() {
@@ -222,9 +307,15 @@ impl LocalPostgres {
             Some(p) => p,
             None => free_port()?,
         };
-        let mut pg = LocalPostgres { child: None, opts, port, bin, identity };
+        let mut pg = LocalPostgres { child: None, opts, port, bin, identity, throwaway };
         pg.spawn()?;
         Ok(pg)
+    }
+
+    /// Where the data is: the directory asked for, or the one
+    /// [`LocalPostgres::start`] chose because PostgreSQL could not reach it.
+    pub fn data_dir(&self) -> &Path {
+        &self.opts.data_dir
     }
 
     fn spawn(&mut self) -> Result<()> {
@@ -305,6 +396,9 @@ impl LocalPostgres {
 impl Drop for LocalPostgres {
     fn drop(&mut self) {
         self.stop();
+        if let Some(dir) = self.throwaway.take() {
+            let _ = fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -527,4 +621,37 @@ fn ping(port: u16) -> bool {
     }
     let mut buf = [0u8; 7];
     s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// `nobody` is neither the owner nor in the group of what root makes.
+    const NOBODY: u32 = 65534;
+
+    #[test]
+    fn the_first_directory_closed_to_a_user_on_the_way_is_found() {
+        let dir = fs::canonicalize(temp_dir("closed").unwrap()).unwrap();
+        let data = dir.join("a").join("b").join("pg");
+        fs::create_dir_all(&data).unwrap();
+        for d in [&dir, &dir.join("a"), &dir.join("a").join("b")] {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let closed = |d: &Path| closed_on_the_way(d, NOBODY, NOBODY).filter(|c| c.starts_with(&dir));
+        assert_eq!(closed(&data), None);
+        fs::set_permissions(dir.join("a"), fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(closed(&data), Some(dir.join("a")));
+        fs::set_permissions(dir.join("a"), fs::Permissions::from_mode(0o711)).unwrap();
+        assert_eq!(closed(&data), None, "entering is enough; listing is not needed");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// FNV-1a of the path, as any FNV-1a computes it: no Rust release can move the data.
+    #[test]
+    fn a_data_dir_s_key_is_the_same_at_every_start() {
+        assert_eq!(path_key(Path::new("/root/project/.composer/postgres")), "46a2ed9ce2b7bf3b");
+    }
 }

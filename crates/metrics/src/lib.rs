@@ -1,9 +1,19 @@
 //! Process-wide metrics in the Prometheus text format, all named
 //! `composer_*`, each declared once as a constant ([`EVENTS`], …) with its
-//! type and help text. Counters, gauges and histograms are keyed by metric
-//! and label values; [`render`] writes them with their help text. A mutex-guarded map
-//! is plenty at our rates (thousands of updates per second) and keeps this
-//! crate free of dependencies.
+//! type, help text, the role of the process that counts it and its labels.
+//! Counters, gauges and histograms are keyed by metric and label values; a
+//! [`Registry`] per role ([`COORDINATOR`], [`WORKER`]) holds them and
+//! [`Registry::render`] writes them with their help text, so `composer dev`,
+//! which runs both roles in one process, serves each role's metrics on that
+//! role's listener and a scraper of both counts nothing twice. A
+//! mutex-guarded map is plenty at our rates (thousands of updates per second)
+//! and keeps this crate free of dependencies.
+//!
+//! A counter is exported from zero, so that `rate()` sees its first events:
+//! one without labels as `name 0`, one whose label values are known here
+//! (a schedule fire's outcome) as one zero series per value, and one whose
+//! values are known to the process (an engine event's name) from the moment
+//! the process [`declare`](Registry::declare)s them.
 //!
 //! Labels whose values users choose ([`BOUNDED_LABELS`]: workflow and queue
 //! names, node types) keep at most [`MAX_LABEL_VALUES`] values per metric;
@@ -22,74 +32,109 @@ pub enum Kind {
     Histogram,
 }
 
+/// The process role whose registry a metric is counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Coordinator,
+    Worker,
+    /// Counted by both, each in its own registry.
+    Both,
+}
+
+/// A label and the values it can take, when they are known here; an empty
+/// list for values users choose or the process declares.
+pub type Label = (&'static str, &'static [&'static str]);
+
 /// A metric we export: its name, type and help text. Every one is a constant
-/// below, so a call site cannot name a metric that [`render`] does not
-/// describe.
+/// below, so a call site cannot name a metric that [`Registry::render`] does
+/// not describe.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Metric {
     pub name: &'static str,
     pub kind: Kind,
+    pub role: Role,
     pub help: &'static str,
+    pub labels: &'static [Label],
 }
 
 /// Declares each metric as a constant, and [`ALL`] as the list of them.
 macro_rules! metrics {
-    ($($(#[$doc:meta])* $id:ident: $kind:ident, $name:literal, $help:literal;)*) => {
-        $($(#[$doc])* pub const $id: &Metric = &Metric { name: $name, kind: Kind::$kind, help: $help };)*
-        /// Every metric, in the order [`render`] writes them.
+    ($($(#[$doc:meta])* $id:ident: $kind:ident($role:ident), $name:literal, $help:literal
+       $(, $label:ident = [$($value:literal),* $(,)?])*;)*) => {
+        $($(#[$doc])* pub const $id: &Metric = &Metric {
+            name: $name, kind: Kind::$kind, role: Role::$role, help: $help,
+            labels: &[$((stringify!($label), &[$($value),*])),*],
+        };)*
+        /// Every metric, in the order a registry writes them.
         pub const ALL: &[&Metric] = &[$($id),*];
     };
 }
 
 metrics! {
-    EVENTS: Counter, "composer_events_total",
-        "Events handled by the engine, by event and result (applied or the reason it was ignored).";
-    EVENT_DURATION: Histogram, "composer_event_duration_seconds",
+    EVENTS: Counter(Coordinator), "composer_events_total",
+        "Events handled by the engine, by event and result (applied or the reason it was ignored).",
+        event = ["RunStarted", "TaskCompleted", "TaskFailed", "TimerFired", "EventReceived", "CancelRun", "RetryRun",
+                 "PauseRun", "ResumeRun", "RunTimedOut", "TaskInDoubt", "ResolveTask", "RerunFrom", "CompleteTask",
+                 "ItemsLoaded", "SourcesLoaded", "ChildFinished"],
+        result = ["applied", "already_started", "run_finished", "unknown_task", "stale_attempt", "already_finished",
+                  "not_waiting", "not_due", "not_failed", "not_paused", "not_dispatched", "not_in_doubt"];
+    EVENT_DURATION: Histogram(Coordinator), "composer_event_duration_seconds",
         "Time to handle one event: lock, state machine, write, commit.";
-    REPORT_DURATION: Histogram, "composer_report_duration_seconds",
+    REPORT_DURATION: Histogram(Coordinator), "composer_report_duration_seconds",
         "Time a coordinator spends on one worker report.";
-    API_ERRORS: Counter, "composer_api_errors_total", "API responses with an error status, by status.";
-    RUNS_STARTED: Counter, "composer_runs_started_total", "Runs started.";
-    RUNS_FINISHED: Counter, "composer_runs_finished_total", "Runs that reached a terminal status, by status.";
-    RUN_DURATION: Histogram, "composer_run_duration_seconds",
-        "A run's time from its creation to its end, by workflow and status.";
-    API_REQUEST_DURATION: Histogram, "composer_api_request_duration_seconds",
-        "Time to answer an API request, by method, route and status class.";
-    TASK_DURATION: Histogram, "composer_task_duration_seconds",
-        "Time a worker's handler took for one attempt, by node type and outcome.";
-    QUEUE_BACKLOG: Gauge, "composer_queue_backlog",
-        "Dispatched tasks no worker has started yet, by queue.";
-    QUEUE_LAG: Gauge, "composer_queue_lag_seconds",
-        "How long the oldest dispatched, unstarted task of a queue has waited, by queue.";
-    BUILD_INFO: Gauge, "composer_build_info", "1, labelled with the version of the running binary and its role.";
-    DISPATCHES: Counter, "composer_dispatches_total", "Outbox rows published to Redis streams.";
-    OUTBOX_PUBLISH_FAILURES: Counter, "composer_outbox_publish_failures_total",
+    API_ERRORS: Counter(Coordinator), "composer_api_errors_total", "API responses with an error status, by status.",
+        status = ["400", "401", "403", "404", "405", "409", "413", "414", "415", "421", "422", "429", "500", "503"];
+    RUNS_STARTED: Counter(Coordinator), "composer_runs_started_total", "Runs started.";
+    RUNS_FINISHED: Counter(Coordinator), "composer_runs_finished_total",
+        "Runs that reached a terminal status, by status.", status = ["SUCCEEDED", "FAILED", "CANCELLED"];
+    RUN_DURATION: Histogram(Coordinator), "composer_run_duration_seconds",
+        "A run's time from its creation to its end, by workflow and status.", workflow = [], status = [];
+    API_REQUEST_DURATION: Histogram(Coordinator), "composer_api_request_duration_seconds",
+        "Time to answer an API request, by method, route and status class.", method = [], route = [], status = [];
+    TASK_DURATION: Histogram(Worker), "composer_task_duration_seconds",
+        "Time a worker's handler took for one attempt, by node type and outcome.", node_type = [], outcome = [];
+    QUEUE_BACKLOG: Gauge(Coordinator), "composer_queue_backlog",
+        "Dispatched tasks no worker has started yet, by queue.", queue = [];
+    QUEUE_LAG: Gauge(Coordinator), "composer_queue_lag_seconds",
+        "How long the oldest dispatched, unstarted task of a queue has waited, by queue.", queue = [];
+    BUILD_INFO: Gauge(Both), "composer_build_info", "1, labelled with the version of the running binary and its role.",
+        version = [], role = [];
+    DISPATCHES: Counter(Coordinator), "composer_dispatches_total", "Outbox rows published to Redis streams.";
+    OUTBOX_PUBLISH_FAILURES: Counter(Coordinator), "composer_outbox_publish_failures_total",
         "Outbox batches that failed to publish (rows went to RETRY).";
-    RECOVERIES: Counter, "composer_recoveries_total",
-        "What the recovery sweeps repaired, by kind (expired_lease, lost_dispatch, max_dispatches, stranded_event, child_result, child_start, orphaned_child).";
-    TIMERS_FIRED: Counter, "composer_timers_fired_total", "Timers fired (WAIT nodes and retry backoffs).";
-    SCHEDULE_FIRES: Counter, "composer_schedule_fires_total",
-        "Schedule fire times by outcome: started, skipped (overlap), buffered, missed (past the catch-up window), failed (the run could not start).";
-    PARTITIONS_CREATED: Counter, "composer_partitions_created_total", "Monthly partitions created.";
-    PARTITIONS_DROPPED: Counter, "composer_partitions_dropped_total", "Months of runs dropped past retention.";
-    PARTITIONS_KEPT_OPEN: Gauge, "composer_partitions_kept_open",
+    RECOVERIES: Counter(Coordinator), "composer_recoveries_total",
+        "What the recovery sweeps repaired, by kind (expired_lease, lost_dispatch, max_dispatches, in_doubt, stranded_event, child_result, child_start, orphaned_child, map_continued).",
+        kind = ["expired_lease", "lost_dispatch", "max_dispatches", "in_doubt", "stranded_event", "child_result",
+                "child_start", "orphaned_child", "map_continued"];
+    TIMERS_FIRED: Counter(Coordinator), "composer_timers_fired_total", "Timers fired (WAIT nodes and retry backoffs).";
+    SCHEDULE_FIRES: Counter(Coordinator), "composer_schedule_fires_total",
+        "Schedule fire times by outcome: started, skipped (overlap), buffered, missed (past the catch-up window), failed (the run could not start).",
+        outcome = ["started", "skipped", "buffered", "missed", "failed"];
+    PARTITIONS_CREATED: Counter(Coordinator), "composer_partitions_created_total", "Monthly partitions created.";
+    PARTITIONS_DROPPED: Counter(Coordinator), "composer_partitions_dropped_total",
+        "Months of runs dropped past retention.";
+    PARTITIONS_KEPT_OPEN: Gauge(Coordinator), "composer_partitions_kept_open",
         "Months past retention kept because they still hold a RUNNING run.";
-    LEASE_TAKEOVERS: Counter, "composer_lease_takeovers_total",
+    LEASE_TAKEOVERS: Counter(Both), "composer_lease_takeovers_total",
         "Leases taken over from a worker whose lease had expired.";
-    LEASES_LOST: Counter, "composer_leases_lost_total", "Executions cancelled because their lease was lost.";
-    TASK_API_LEASED: Counter, "composer_task_api_leased_total", "Tasks leased to workers of the task API (/v1/tasks/poll).";
-    TASKS_EXECUTED: Counter, "composer_tasks_executed_total", "Task executions started by workers, by node type.";
-    MAX_DELIVERIES_EXCEEDED: Counter, "composer_max_deliveries_exceeded_total",
+    LEASES_LOST: Counter(Worker), "composer_leases_lost_total", "Executions cancelled because their lease was lost.";
+    TASK_API_LEASED: Counter(Coordinator), "composer_task_api_leased_total",
+        "Tasks leased to workers of the task API (/v1/tasks/poll).";
+    TASKS_EXECUTED: Counter(Worker), "composer_tasks_executed_total", "Task executions started by workers, by node type.",
+        node_type = [];
+    MAX_DELIVERIES_EXCEEDED: Counter(Worker), "composer_max_deliveries_exceeded_total",
         "Messages failed after too many deliveries.";
-    RECLAIMED_MESSAGES: Counter, "composer_reclaimed_messages_total",
+    RECLAIMED_MESSAGES: Counter(Worker), "composer_reclaimed_messages_total",
         "Stream messages reclaimed from stalled consumers.";
-    OUTBOX_BACKLOG: Gauge, "composer_outbox_backlog", "Outbox rows not yet published (sampled).";
-    OUTBOX_OLDEST_AGE: Gauge, "composer_outbox_oldest_age_seconds", "Age of the oldest outbox row (sampled).";
-    OPEN_TASKS: Gauge, "composer_open_tasks", "Tasks in an open state, by state (sampled).";
-    RUNNING_RUNS: Gauge, "composer_running_runs", "Runs that are RUNNING (sampled).";
-    DUE_TIMERS: Gauge, "composer_due_timers", "WAITING tasks whose wake-up time has passed (sampled).";
-    STEP_STAGE: Histogram, "composer_step_stage_seconds",
-        "One step's way from a worker's report to the next task's start, by stage: report_to_commit (coordinator), commit_to_publish (coordinator), publish_to_read, read_to_lease, lease_to_start (worker).";
+    OUTBOX_BACKLOG: Gauge(Coordinator), "composer_outbox_backlog", "Outbox rows not yet published (sampled).";
+    OUTBOX_OLDEST_AGE: Gauge(Coordinator), "composer_outbox_oldest_age_seconds",
+        "Age of the oldest outbox row (sampled).";
+    OPEN_TASKS: Gauge(Coordinator), "composer_open_tasks", "Tasks in an open state, by state (sampled).", state = [];
+    RUNNING_RUNS: Gauge(Coordinator), "composer_running_runs", "Runs that are RUNNING (sampled).";
+    DUE_TIMERS: Gauge(Coordinator), "composer_due_timers", "WAITING tasks whose wake-up time has passed (sampled).";
+    STEP_STAGE: Histogram(Both), "composer_step_stage_seconds",
+        "One step's way from a worker's report to the next task's start, by stage: report_to_commit (coordinator), commit_to_publish (coordinator), publish_to_read, read_to_lease, lease_to_start (worker).",
+        stage = ["report_to_commit", "commit_to_publish", "publish_to_read", "read_to_lease", "lease_to_start"];
 }
 
 /// The stages of [`STEP_STAGE`], in the order a step passes them.
@@ -119,18 +164,26 @@ struct Histogram {
     sum: f64,
 }
 
-#[derive(Default)]
-struct Registry {
+struct Values {
     values: BTreeMap<(&'static str, Labels), f64>,
     histograms: BTreeMap<(&'static str, Labels), Histogram>,
     /// The values kept of each bounded label, per metric.
     kept: BTreeMap<(&'static str, &'static str), BTreeSet<String>>,
 }
 
-static REGISTRY: Mutex<Registry> =
-    Mutex::new(Registry { values: BTreeMap::new(), histograms: BTreeMap::new(), kept: BTreeMap::new() });
+/// The metrics of one process role.
+pub struct Registry {
+    role: Role,
+    values: Mutex<Values>,
+}
 
-impl Registry {
+/// The coordinator's metrics, served on its `/metrics`.
+pub static COORDINATOR: Registry = Registry::new(Role::Coordinator);
+
+/// A worker's metrics, served on its `--worker-listen` address.
+pub static WORKER: Registry = Registry::new(Role::Worker);
+
+impl Values {
     /// The labels as recorded: a bounded label's value past the limit is
     /// [`OTHER`]. `keep` records a new value while there is room (a read
     /// does not).
@@ -156,52 +209,190 @@ impl Registry {
     }
 }
 
-/// Adds `by` to a counter.
-pub fn inc(metric: &Metric, l: &[(&'static str, &str)], by: u64) {
-    if let Ok(mut r) = REGISTRY.lock() {
-        let key = (metric.name, r.labels(metric.name, l, true));
-        *r.values.entry(key).or_insert(0.0) += by as f64;
+/// Every combination of the metric's known label values, when each of its
+/// labels has known values (none for a metric without labels).
+fn known_series(metric: &Metric) -> Vec<Labels> {
+    if metric.labels.iter().any(|(_, values)| values.is_empty()) {
+        return vec![];
     }
+    let mut all: Vec<Labels> = vec![vec![]];
+    for &(name, values) in metric.labels {
+        all = all
+            .into_iter()
+            .flat_map(|prefix| {
+                values.iter().map(move |v| {
+                    let mut l = prefix.clone();
+                    l.push((name, v.to_string()));
+                    l
+                })
+            })
+            .collect();
+    }
+    all
 }
 
-/// Sets a gauge. (A gauge's [`OTHER`] holds the last value set of any of
-/// the values folded into it.)
-pub fn set(metric: &Metric, l: &[(&'static str, &str)], value: f64) {
-    if let Ok(mut r) = REGISTRY.lock() {
-        let key = (metric.name, r.labels(metric.name, l, true));
-        r.values.insert(key, value);
+impl Registry {
+    const fn new(role: Role) -> Registry {
+        Registry {
+            role,
+            values: Mutex::new(Values { values: BTreeMap::new(), histograms: BTreeMap::new(), kept: BTreeMap::new() }),
+        }
     }
-}
 
-/// Records one observation of a duration.
-pub fn observe(metric: &Metric, l: &[(&'static str, &str)], d: Duration) {
-    let secs = d.as_secs_f64();
-    if let Ok(mut r) = REGISTRY.lock() {
-        let key = (metric.name, r.labels(metric.name, l, true));
-        let h = r.histograms.entry(key).or_default();
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if secs <= *bound {
-                h.counts[i] += 1;
+    /// Adds `by` to a counter.
+    pub fn inc(&self, metric: &Metric, l: &[(&'static str, &str)], by: u64) {
+        if let Ok(mut r) = self.values.lock() {
+            let key = (metric.name, r.labels(metric.name, l, true));
+            *r.values.entry(key).or_insert(0.0) += by as f64;
+        }
+    }
+
+    /// Exports a counter's series at zero before its first count, for label
+    /// values the process knows (an engine event's name, a node type it runs).
+    pub fn declare(&self, metric: &Metric, l: &[(&'static str, &str)]) {
+        self.inc(metric, l, 0);
+    }
+
+    /// Sets a gauge. (A gauge's [`OTHER`] holds the last value set of any of
+    /// the values folded into it.)
+    pub fn set(&self, metric: &Metric, l: &[(&'static str, &str)], value: f64) {
+        if let Ok(mut r) = self.values.lock() {
+            let key = (metric.name, r.labels(metric.name, l, true));
+            r.values.insert(key, value);
+        }
+    }
+
+    /// Records one observation of a duration.
+    pub fn observe(&self, metric: &Metric, l: &[(&'static str, &str)], d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Ok(mut r) = self.values.lock() {
+            let key = (metric.name, r.labels(metric.name, l, true));
+            let h = r.histograms.entry(key).or_default();
+            for (i, bound) in BUCKETS.iter().enumerate() {
+                if secs <= *bound {
+                    h.counts[i] += 1;
+                }
+            }
+            h.count += 1;
+            h.sum += secs;
+        }
+    }
+
+    /// How many observations a histogram has and their sum in seconds (for tests).
+    pub fn histogram(&self, metric: &Metric, l: &[(&'static str, &str)]) -> (u64, f64) {
+        let Ok(mut r) = self.values.lock() else { return (0, 0.0) };
+        let key = (metric.name, r.labels(metric.name, l, false));
+        r.histograms.get(&key).map_or((0, 0.0), |h| (h.count, h.sum))
+    }
+
+    /// The current value of a counter or gauge (for tests).
+    pub fn value(&self, metric: &Metric, l: &[(&'static str, &str)]) -> f64 {
+        let Ok(mut r) = self.values.lock() else { return 0.0 };
+        let key = (metric.name, r.labels(metric.name, l, false));
+        r.values.get(&key).copied().unwrap_or(0.0)
+    }
+
+    /// This role's metrics in the Prometheus text exposition format: the
+    /// metrics of its role, and any other one counted in it.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let Ok(r) = self.values.lock() else { return out };
+        for metric in ALL.iter().copied() {
+            let Metric { name, kind, .. } = *metric;
+            let of = |(n, _): &&(&str, Labels)| *n == name;
+            let counted = r.values.keys().any(|k| of(&k)) || r.histograms.keys().any(|k| of(&k));
+            if !(metric.role == self.role || metric.role == Role::Both || counted) {
+                continue;
+            }
+            let type_name = match kind {
+                Kind::Counter => "counter",
+                Kind::Gauge => "gauge",
+                Kind::Histogram => "histogram",
+            };
+            let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} {type_name}", metric.help);
+            if kind == Kind::Histogram {
+                for ((_, l), h) in r.histograms.range((name, Vec::new())..).take_while(|((n, _), _)| *n == name) {
+                    write_histogram(&mut out, name, l, h);
+                }
+                continue;
+            }
+            let mut series: BTreeMap<&Labels, f64> = r
+                .values
+                .range((name, Vec::new())..)
+                .take_while(|((n, _), _)| *n == name)
+                .map(|((_, l), v)| (l, *v))
+                .collect();
+            let known = if kind == Kind::Counter { known_series(metric) } else { vec![] };
+            for l in &known {
+                series.entry(l).or_insert(0.0);
+            }
+            for (l, v) in series {
+                out.push_str(name);
+                write_labels(&mut out, l, None);
+                let _ = writeln!(out, " {v}");
             }
         }
-        h.count += 1;
-        h.sum += secs;
+        out
     }
 }
 
-/// How many observations a histogram has and their sum in seconds (for tests).
-pub fn histogram(metric: &Metric, l: &[(&'static str, &str)]) -> (u64, f64) {
-    let Ok(mut r) = REGISTRY.lock() else { return (0, 0.0) };
-    let key = (metric.name, r.labels(metric.name, l, false));
-    r.histograms.get(&key).map_or((0, 0.0), |h| (h.count, h.sum))
+fn write_histogram(out: &mut String, name: &str, l: &Labels, h: &Histogram) {
+    for (i, bound) in BUCKETS.iter().enumerate() {
+        out.push_str(name);
+        out.push_str("_bucket");
+        write_labels(out, l, Some(("le", bound.to_string())));
+        let _ = writeln!(out, " {}", h.counts[i]);
+    }
+    let _ = write!(out, "{name}_bucket");
+    write_labels(out, l, Some(("le", "+Inf".into())));
+    let _ = writeln!(out, " {}", h.count);
+    let _ = write!(out, "{name}_sum");
+    write_labels(out, l, None);
+    let _ = writeln!(out, " {}", h.sum);
+    let _ = write!(out, "{name}_count");
+    write_labels(out, l, None);
+    let _ = writeln!(out, " {}", h.count);
 }
 
-/// The current value of a counter or gauge (for tests).
-pub fn value(metric: &Metric, l: &[(&'static str, &str)]) -> f64 {
-    let Ok(mut r) = REGISTRY.lock() else { return 0.0 };
-    let key = (metric.name, r.labels(metric.name, l, false));
-    r.values.get(&key).copied().unwrap_or(0.0)
+/// The coordinator's registry's [`Registry::inc`]: nearly every metric is
+/// the coordinator's, so its call sites name no registry. A worker's name
+/// [`WORKER`].
+pub fn inc(metric: &Metric, l: &[(&'static str, &str)], by: u64) {
+    COORDINATOR.inc(metric, l, by);
 }
+
+/// The coordinator's [`Registry::declare`].
+pub fn declare(metric: &Metric, l: &[(&'static str, &str)]) {
+    COORDINATOR.declare(metric, l);
+}
+
+/// The coordinator's [`Registry::set`].
+pub fn set(metric: &Metric, l: &[(&'static str, &str)], value: f64) {
+    COORDINATOR.set(metric, l, value);
+}
+
+/// The coordinator's [`Registry::observe`].
+pub fn observe(metric: &Metric, l: &[(&'static str, &str)], d: Duration) {
+    COORDINATOR.observe(metric, l, d);
+}
+
+/// The coordinator's [`Registry::histogram`] (for tests).
+pub fn histogram(metric: &Metric, l: &[(&'static str, &str)]) -> (u64, f64) {
+    COORDINATOR.histogram(metric, l)
+}
+
+/// The coordinator's [`Registry::value`] (for tests).
+pub fn value(metric: &Metric, l: &[(&'static str, &str)]) -> f64 {
+    COORDINATOR.value(metric, l)
+}
+
+/// The coordinator's [`Registry::render`].
+pub fn render() -> String {
+    COORDINATOR.render()
+}
+
+/// The `Content-Type` of [`Registry::render`]'s text.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 fn write_labels(out: &mut String, l: &Labels, extra: Option<(&str, String)>) {
     if l.is_empty() && extra.is_none() {
@@ -218,58 +409,6 @@ fn write_labels(out: &mut String, l: &Labels, extra: Option<(&str, String)>) {
         let _ = write!(out, "{k}=\"{escaped}\"");
     }
     out.push('}');
-}
-
-/// Every metric in the Prometheus text exposition format.
-pub fn render() -> String {
-    let mut out = String::new();
-    let Ok(r) = REGISTRY.lock() else { return out };
-    for Metric { name, kind, help } in ALL.iter().copied() {
-        let type_name = match kind {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
-        };
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {type_name}");
-        if *kind == Kind::Histogram {
-            for ((n, l), h) in r.histograms.range((*name, Vec::new())..) {
-                if n != name {
-                    break;
-                }
-                for (i, bound) in BUCKETS.iter().enumerate() {
-                    out.push_str(name);
-                    out.push_str("_bucket");
-                    write_labels(&mut out, l, Some(("le", bound.to_string())));
-                    let _ = writeln!(out, " {}", h.counts[i]);
-                }
-                let _ = write!(out, "{name}_bucket");
-                write_labels(&mut out, l, Some(("le", "+Inf".into())));
-                let _ = writeln!(out, " {}", h.count);
-                let _ = write!(out, "{name}_sum");
-                write_labels(&mut out, l, None);
-                let _ = writeln!(out, " {}", h.sum);
-                let _ = write!(out, "{name}_count");
-                write_labels(&mut out, l, None);
-                let _ = writeln!(out, " {}", h.count);
-            }
-        } else {
-            // A counter nobody has counted yet reads 0 rather than being
-            // absent, so that rates and alerts work from the start.
-            let counted = r.values.range((*name, Vec::new())..).next().is_some_and(|((n, _), _)| n == name);
-            if *kind == Kind::Counter && !counted {
-                let _ = writeln!(out, "{name} 0");
-            }
-            for ((n, l), v) in r.values.range((*name, Vec::new())..) {
-                if n != name {
-                    break;
-                }
-                out.push_str(name);
-                write_labels(&mut out, l, None);
-                let _ = writeln!(out, " {v}");
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -307,15 +446,15 @@ mod tests {
     #[test]
     fn values_of_a_user_chosen_label_past_the_limit_are_counted_as_other() {
         for i in 0..MAX_LABEL_VALUES + 100 {
-            inc(TASKS_EXECUTED, &[("node_type", &format!("type-{i}"))], 1);
+            WORKER.inc(TASKS_EXECUTED, &[("node_type", &format!("type-{i}"))], 1);
         }
-        inc(TASKS_EXECUTED, &[("node_type", "type-0")], 1);
-        let text = render();
+        WORKER.inc(TASKS_EXECUTED, &[("node_type", "type-0")], 1);
+        let text = WORKER.render();
         let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("composer_tasks_executed_total{")).collect();
         assert!(lines.len() <= MAX_LABEL_VALUES + 1, "{} series", lines.len());
         assert!(lines.contains(&"composer_tasks_executed_total{node_type=\"type-0\"} 2"), "a kept value still counts");
         assert!(lines.contains(&"composer_tasks_executed_total{node_type=\"other\"} 100"), "{lines:?}");
-        assert_eq!(value(TASKS_EXECUTED, &[("node_type", "type-250")]), 100.0, "read as other too");
+        assert_eq!(WORKER.value(TASKS_EXECUTED, &[("node_type", "type-250")]), 100.0, "read as other too");
         inc(EVENTS, &[("event", "TaskCompleted"), ("result", "a-label-we-choose")], 1);
         assert_eq!(value(EVENTS, &[("event", "TaskCompleted"), ("result", "a-label-we-choose")]), 1.0);
     }
@@ -326,12 +465,78 @@ mod tests {
         assert!(text.contains("\ncomposer_partitions_created_total 0\n"), "{text}");
     }
 
+    /// `rate()` needs a series before its first event: a labelled counter
+    /// is not `name 0` without labels, and its known values start at zero.
+    #[test]
+    fn a_labelled_counter_is_exported_from_zero_per_known_value_and_never_without_labels() {
+        let r = Registry::new(Role::Coordinator);
+        let text = r.render();
+        for outcome in ["started", "skipped", "buffered", "missed", "failed"] {
+            let line = format!("\ncomposer_schedule_fires_total{{outcome=\"{outcome}\"}} 0\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        for status in ["SUCCEEDED", "FAILED", "CANCELLED"] {
+            assert!(text.contains(&format!("composer_runs_finished_total{{status=\"{status}\"}} 0\n")), "{status}");
+        }
+        for m in ALL.iter().filter(|m| m.kind == Kind::Counter && !m.labels.is_empty()) {
+            assert!(!text.contains(&format!("\n{} ", m.name)), "{} without labels in\n{text}", m.name);
+        }
+        assert!(text.contains("composer_events_total{event=\"TaskCompleted\",result=\"stale_attempt\"} 0\n"));
+        let worker = Registry::new(Role::Worker);
+        assert!(!worker.render().contains("composer_tasks_executed_total{"), "a type comes when it is declared");
+        worker.declare(TASKS_EXECUTED, &[("node_type", "resize")]);
+        assert!(worker.render().contains("composer_tasks_executed_total{node_type=\"resize\"} 0\n"));
+        r.inc(SCHEDULE_FIRES, &[("outcome", "started")], 2);
+        let text = r.render();
+        assert!(text.contains("composer_schedule_fires_total{outcome=\"started\"} 2\n"), "{text}");
+        assert!(text.contains("composer_schedule_fires_total{outcome=\"missed\"} 0\n"), "{text}");
+    }
+
+    /// `composer dev` runs both roles in one process: each listener serves
+    /// its role's registry, so a scraper of both counts nothing twice.
+    #[test]
+    fn each_role_renders_its_own_registry() {
+        let (coordinator, worker) = (Registry::new(Role::Coordinator), Registry::new(Role::Worker));
+        coordinator.inc(RUNS_STARTED, &[], 3);
+        worker.inc(TASKS_EXECUTED, &[("node_type", "HTTP")], 2);
+        worker.inc(LEASE_TAKEOVERS, &[], 1);
+        let (c, w) = (coordinator.render(), worker.render());
+        assert!(c.contains("\ncomposer_runs_started_total 3\n") && !w.contains("composer_runs_started_total"), "{w}");
+        assert!(w.contains("composer_tasks_executed_total{node_type=\"HTTP\"} 2\n"), "{w}");
+        assert!(!c.contains("composer_tasks_executed_total"), "{c}");
+        assert!(
+            w.contains("\ncomposer_lease_takeovers_total 1\n") && c.contains("\ncomposer_lease_takeovers_total 0\n")
+        );
+        for m in ALL {
+            let described = |text: &str| text.contains(&format!("# TYPE {} ", m.name));
+            assert_eq!(described(&c), m.role != Role::Worker, "{}", m.name);
+            assert_eq!(described(&w), m.role != Role::Coordinator, "{}", m.name);
+        }
+        coordinator.inc(LEASES_LOST, &[], 1);
+        assert!(
+            coordinator.render().contains("\ncomposer_leases_lost_total 1\n"),
+            "a metric counted in another role's registry is shown, not lost"
+        );
+    }
+
+    #[test]
+    fn known_label_values_are_label_names_of_the_metric() {
+        for m in ALL {
+            let names: BTreeSet<&str> = m.labels.iter().map(|(n, _)| *n).collect();
+            assert_eq!(names.len(), m.labels.len(), "{}: a label twice", m.name);
+            assert!(m.labels.iter().all(|(n, _)| *n != "le"), "{}", m.name);
+        }
+        assert_eq!(STEP_STAGE.labels[0].1, STAGES, "the stages are the label's values");
+    }
+
     #[test]
     fn every_metric_is_described_once_under_a_composer_name() {
-        let text = render();
+        let (coordinator, worker) = (COORDINATOR.render(), WORKER.render());
         for m in ALL {
             assert!(m.name.starts_with("composer_"), "{}", m.name);
-            assert_eq!(text.matches(&format!("# HELP {} ", m.name)).count(), 1, "{}", m.name);
+            let help = format!("# HELP {} ", m.name);
+            let (c, w) = (coordinator.matches(&help).count(), worker.matches(&help).count());
+            assert!(c <= 1 && w <= 1 && c + w >= 1, "{}: {c} and {w}", m.name);
             let suffix_ok = match m.kind {
                 Kind::Counter => m.name.ends_with("_total"),
                 Kind::Histogram => m.name.ends_with("_seconds"),

@@ -61,8 +61,7 @@ pub struct Options {
     /// Longest request timeout an HTTP node may ask for.
     #[arg(long, env = "COMPOSER_HTTP_MAX_TIMEOUT", default_value = "5m", value_parser = composer_core::duration::parse)]
     pub http_max_timeout: Duration,
-    /// How long one XREADGROUP blocks when there is nothing to do.
-    /// Serve `/metrics` and `/healthz` here (off when unset).
+    /// Serve the worker's `/metrics` and `/healthz` on this address (off when unset).
     #[arg(id = "worker_listen", long = "worker-listen", value_name = "ADDR", env = "COMPOSER_WORKER_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
     /// The bearer token `/metrics` takes when set (it names workflows and
@@ -74,6 +73,7 @@ pub struct Options {
         hide_env_values = true
     )]
     pub metrics_token: Option<String>,
+    /// How long one XREADGROUP blocks when there is nothing to do.
     #[arg(skip = Duration::from_secs(2))]
     pub block: Duration,
     #[arg(skip = 8usize)]

@@ -29,7 +29,7 @@ pub async fn serve(
                 return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
             }
         }
-        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], composer_metrics::render()).into_response()
+        ([(header::CONTENT_TYPE, composer_metrics::CONTENT_TYPE)], composer_metrics::WORKER.render()).into_response()
     };
     let app = Router::new().route("/metrics", get(metrics)).route(
         "/healthz",

@@ -133,7 +133,11 @@ pub async fn run(
         .map(|(q, s)| streams.keys().stream(q, s))
         .collect();
     tracing::info!(worker = %ctx.id, queues = ?queues, shards, concurrency = o.concurrency, "worker started");
-    composer_metrics::set(
+    // From zero, so that the first executions of each type show in a rate.
+    for node_type in ctx.handlers.keys() {
+        composer_metrics::WORKER.declare(composer_metrics::TASKS_EXECUTED, &[("node_type", node_type.as_str())]);
+    }
+    composer_metrics::WORKER.set(
         composer_metrics::BUILD_INFO,
         &[("version", env!("CARGO_PKG_VERSION")), ("role", "worker")],
         1.0,
@@ -265,7 +269,7 @@ async fn reclaim(
             Err(e) => return Err(e),
         };
         for (msg, deliveries) in claimed {
-            composer_metrics::inc(composer_metrics::RECLAIMED_MESSAGES, &[], 1);
+            composer_metrics::WORKER.inc(composer_metrics::RECLAIMED_MESSAGES, &[], 1);
             if deliveries > ctx.max_deliveries {
                 ctx.tracker.spawn(give_up(ctx.clone(), msg, deliveries));
                 continue;
@@ -297,7 +301,7 @@ async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
             return;
         }
     }
-    composer_metrics::inc(composer_metrics::MAX_DELIVERIES_EXCEEDED, &[], 1);
+    composer_metrics::WORKER.inc(composer_metrics::MAX_DELIVERIES_EXCEEDED, &[], 1);
     tracing::error!(run_id = %d.run_id, task_id = %d.task_id, deliveries, "max deliveries exceeded; reporting the attempt failed");
     let report = TaskReport {
         run_id: d.run_id,
@@ -424,7 +428,7 @@ async fn take(ctx: Arc<Ctx>, reads: Vec<Read>) {
         match granted.get(&d.task_id) {
             Some(how) if started.insert(d.task_id) => {
                 if *how == Acquired::TakenOver {
-                    composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
+                    composer_metrics::WORKER.inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
                 }
                 stage("read_to_lease", leased_at - read_at);
                 let span = task_span(&d);
@@ -450,7 +454,7 @@ async fn process(ctx: Arc<Ctx>, msg: Message, slot: OwnedSemaphorePermit) {
     match ctx.leases.acquire(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
         Ok(Acquired::Granted) => {}
         Ok(Acquired::TakenOver) => {
-            composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
+            composer_metrics::WORKER.inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
             tracing::info!(task_id = %d.task_id, "took over the lease of a worker that stopped renewing");
         }
         Ok(Acquired::Denied) => {
@@ -469,7 +473,7 @@ async fn process(ctx: Arc<Ctx>, msg: Message, slot: OwnedSemaphorePermit) {
 
 /// One stage of a step's way to its next task (`composer_step_stage_seconds`).
 fn stage(name: &'static str, took: Duration) {
-    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", name)], took);
+    composer_metrics::WORKER.observe(composer_metrics::STEP_STAGE, &[("stage", name)], took);
 }
 
 /// Runs one leased task on its slot: run the handler while renewing the
@@ -490,7 +494,7 @@ async fn execute(
     }
     let handler = ctx.handlers.get(&dispatch.node_type).cloned();
     ctx.stats.0.executed.fetch_add(1, Ordering::Relaxed);
-    composer_metrics::inc(composer_metrics::TASKS_EXECUTED, &[("node_type", dispatch.node_type.as_str())], 1);
+    composer_metrics::WORKER.inc(composer_metrics::TASKS_EXECUTED, &[("node_type", dispatch.node_type.as_str())], 1);
 
     let lost = CancellationToken::new();
     let done = CancellationToken::new();
@@ -511,13 +515,13 @@ async fn execute(
         done.cancel();
         let _ = renewer.await;
         ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);
-        composer_metrics::inc(composer_metrics::LEASES_LOST, &[], 1);
+        composer_metrics::WORKER.inc(composer_metrics::LEASES_LOST, &[], 1);
         tracing::warn!("lease lost; execution cancelled and its result discarded");
         ack(&ctx, &msg).await;
         return;
     };
     let outcome = if result.is_ok() { "ok" } else { "error" };
-    composer_metrics::observe(
+    composer_metrics::WORKER.observe(
         composer_metrics::TASK_DURATION,
         &[("node_type", dispatch.node_type.as_str()), ("outcome", outcome)],
         started.elapsed(),

@@ -584,9 +584,19 @@ pub(super) async fn measure(
 
     let mut urls = vec![format!("{}/metrics", target.url.trim_end_matches('/'))];
     urls.extend(metrics_urls.iter().cloned());
-    let stages_before = read_stages(http, &urls).await;
+    // The embedded worker runs in this process, without a listener: its
+    // registry is read here.
+    let in_process = target._embedded.is_some();
+    let read = || async {
+        let mut sums = read_stages(http, &urls).await;
+        if in_process {
+            parse_stages(&composer_metrics::WORKER.render(), &mut sums);
+        }
+        sums
+    };
+    let stages_before = read().await;
     let latency = measure_latency(&api, &workflow, args).await?;
-    let stages = stage_means(&stages_before, &read_stages(http, &urls).await);
+    let stages = stage_means(&stages_before, &read().await);
     let before = match &target.database_url {
         Some(db) => Some(work(db, CpuAt::End).await?),
         None => None,

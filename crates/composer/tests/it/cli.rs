@@ -51,6 +51,17 @@ async fn help_and_version_answer_with_status_0_and_a_bad_flag_with_2() {
     assert!(help.stdout.contains("Usage"), "{}", help.stdout);
     let bad = cli("http://127.0.0.1:9", &["run", "--no-such-flag"], None).await;
     assert_eq!(bad.code, 2, "{}", bad.stderr);
+    let cancel = cli("http://127.0.0.1:9", &["run", "cancel", "--help"], None).await;
+    assert!(
+        cancel.stdout.contains("queued, running or paused"),
+        "paused and queued runs can be cancelled too: {}",
+        cancel.stdout
+    );
+    for role in ["worker", "dev"] {
+        let help = cli("http://127.0.0.1:9", &[role, "--help"], None).await;
+        let listen = help.stdout.lines().skip_while(|l| !l.contains("--worker-listen")).nth(1).unwrap_or_default();
+        assert!(listen.contains("/metrics") && !help.stdout.contains("XREADGROUP"), "{role}: {}", help.stdout);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,6 +89,10 @@ async fn each_outcome_has_its_exit_status() {
     assert_eq!(no_workflow.code, 3, "{}", no_workflow.stderr);
     let unreachable = cli("http://127.0.0.1:9", &["run", "list"], None).await;
     assert_eq!(unreachable.code, 4, "{}", unreachable.stderr);
+    let said = &unreachable.stderr;
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("cannot reach the coordinator at http://127.0.0.1:9"), "{said}");
+    assert_eq!(said.matches("error sending request").count(), 1, "each cause once: {said}");
     assert_eq!(cli(&url, &["run", "list", "--bogus"], None).await.code, 2);
     let bad_input = cli(&url, &["run", "start", "ok", "--input", "{not json"], None).await;
     assert_eq!(bad_input.code, 2, "{}", bad_input.stderr);

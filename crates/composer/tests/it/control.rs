@@ -532,12 +532,19 @@ async fn a_schedule_is_created_read_paused_resumed_triggered_and_deleted() {
     for (bad, path) in [
         (json!({"id": "x", "workflow": "report", "cron": "* *"}), "cron"),
         (json!({"id": "x", "workflow": "report", "cron": "* * * * *", "timezone": "Nowhere/City"}), "timezone"),
-        (json!({"id": "x", "workflow": "missing", "cron": "* * * * *"}), "workflow"),
         (json!({"id": "x", "workflow": "report", "cron": "* * * * *", "overlap": "maybe"}), "$"),
     ] {
         let (status, body) = e.post("/v1/schedules", &bad).await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert!(body["error"]["message"].as_str().unwrap().starts_with(path), "{bad}: {body}");
+    }
+    for missing in [
+        json!({"id": "x", "workflow": "missing", "cron": "* * * * *"}),
+        json!({"id": "x", "workflow": "report", "version": 9, "cron": "* * * * *"}),
+    ] {
+        let (status, body) = e.post("/v1/schedules", &missing).await;
+        assert_eq!((status, body["error"]["code"].clone()), (404, json!("not_found")), "{missing}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("is not registered"), "{body}");
     }
     let (status, _) = e.delete("/v1/schedules/nightly").await;
     assert_eq!(status, 200);

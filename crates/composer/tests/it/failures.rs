@@ -582,6 +582,15 @@ async fn metrics_are_exported_in_prometheus_text() {
     ] {
         assert!(text.contains(name), "{name} missing from /metrics");
     }
+    // Counters are exported from zero: these must have counted this run.
+    for counted in [
+        "composer_events_total{event=\"TaskCompleted\",result=\"applied\"} ",
+        "composer_dispatches_total ",
+        "composer_runs_finished_total{status=\"SUCCEEDED\"} ",
+    ] {
+        let line = text.lines().find(|l| l.starts_with(counted)).unwrap_or_else(|| panic!("{counted}: {text}"));
+        assert!(line[counted.len()..].parse::<f64>().unwrap() >= 1.0, "{line}");
+    }
     e.stop().await;
 }
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use composer_core::machine::{Event, IgnoreKind};
 use composer_testkit::Engine;
 use serde_json::json;
 
@@ -53,12 +54,22 @@ async fn a_worker_serves_metrics_and_health_and_the_new_metrics_are_scraped() {
     }
     let health = health.expect("the worker's /healthz answers");
     assert!(health["worker"].as_str().unwrap().starts_with("scraped"), "{health}");
-    let worker = get("/metrics").await.unwrap().text().await.unwrap();
+    let scraped = get("/metrics").await.unwrap();
+    assert_eq!(scraped.headers()["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+    let worker = scraped.text().await.unwrap();
     for line in ["composer_task_duration_seconds_count{node_type=\"HTTP\",outcome=\"ok\"}", "role=\"worker\"} 1"] {
         assert!(worker.contains(line), "the worker's metrics lack {line}:\n{worker}");
     }
-    let (_, coord) = e.get("/metrics").await;
-    let coord = coord.as_str().unwrap().to_string();
+    let coord = reqwest::get(format!("{}/metrics", e.url())).await.unwrap();
+    assert_eq!(coord.headers()["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+    let coord = coord.text().await.unwrap();
+    // One process, two roles: each listener serves its role's registry, so
+    // scraping both counts nothing twice.
+    for (text, theirs) in [(&worker, "composer_runs_started_total"), (&coord, "composer_tasks_executed_total")] {
+        assert!(!text.contains(theirs), "{theirs} is the other role's:\n{text}");
+    }
+    assert!(!worker.contains("role=\"coordinator\""), "{worker}");
+    assert!(!coord.contains("role=\"worker\""), "{coord}");
     for line in [
         "composer_api_request_duration_seconds_count{method=\"POST\",route=\"/v1/runs\",status=\"2xx\"}",
         "role=\"coordinator\"} 1",
@@ -106,4 +117,32 @@ async fn a_workers_metrics_are_closed_to_a_caller_without_the_token_when_one_is_
     assert_eq!(right.status().as_u16(), 200);
     assert!(right.text().await.unwrap().contains("role=\"worker\""));
     e.stop().await;
+}
+
+/// Every event the engine counts has its series from zero (the labels'
+/// values are listed in the metrics crate, which knows no event). The names
+/// are read from the match that gives them, so that a new event or ignore
+/// reason fails here until the metric lists it.
+#[test]
+fn every_engine_event_and_result_is_a_known_value_of_the_events_counter() {
+    let source = include_str!("../../../core/src/machine/types.rs");
+    let names_in = |function: &str| -> Vec<String> {
+        let body = &source[source.find(function).unwrap_or_else(|| panic!("{function}"))..];
+        let body = &body[..body.find("\n    }\n").unwrap()];
+        body.lines()
+            .filter_map(|l| l.split_once("=> \"").map(|(_, rest)| rest.split('"').next().unwrap().to_string()))
+            .collect()
+    };
+    let labels = composer_metrics::EVENTS.labels;
+    let (names, results) = (labels[0].1, labels[1].1);
+    let events = names_in("pub fn name(&self) -> &'static str {");
+    assert!(events.len() >= 15, "{events:?}");
+    assert_eq!(events, names, "composer_events_total's event values are Event::name()'s");
+    assert_eq!(Event::CancelRun.name(), "CancelRun");
+    let reasons = names_in("impl IgnoreKind {");
+    assert_eq!(reasons.len(), IgnoreKind::ALL.len(), "IgnoreKind::ALL lists every reason");
+    let mut expected = vec!["applied".to_string()];
+    expected.extend(IgnoreKind::ALL.iter().map(|k| k.as_str().to_string()));
+    assert_eq!(expected, results, "composer_events_total's result values");
+    assert_eq!(reasons, expected[1..]);
 }

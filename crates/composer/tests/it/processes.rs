@@ -247,6 +247,50 @@ async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// As root, the embedded PostgreSQL runs as `postgres`, which cannot enter a
+/// 0700 directory of root's (a home, a `mktemp -d`): `composer dev` there
+/// keeps its data where `postgres` can reach it, linked from
+/// `.composer/postgres`, and finds the same data at its next start.
+#[tokio::test]
+async fn composer_dev_as_root_under_a_closed_directory_keeps_its_data_where_postgres_can_reach_it() {
+    use std::os::unix::fs::PermissionsExt;
+    #[allow(unsafe_code)] // geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: PostgreSQL runs as this user, and nothing is closed to it");
+        return;
+    }
+    let dir: PathBuf = composer_embedded::temp_dir("dev-closed").unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let addr_file = dir.join("addr");
+    let start = || {
+        let _ = std::fs::remove_file(&addr_file);
+        Proc::spawn(
+            composer(&["dev"])
+                .current_dir(&dir)
+                .env("COMPOSER_LISTEN", "127.0.0.1:0")
+                .env("COMPOSER_ADDR_FILE", &addr_file),
+        )
+    };
+    let mut dev = start();
+    let url = wait_for_file(&addr_file, Duration::from_secs(60)).await;
+    let link = dir.join(".composer").join("postgres");
+    let moved = std::fs::read_link(&link).expect(".composer/postgres links to where the data is");
+    assert!(moved.join("PG_VERSION").exists(), "{}", moved.display());
+    let client = Client::new(&url);
+    let spec = json!({"name": "kept", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+    assert_eq!(client.post("/v1/workflows", &spec).await.0, 201);
+    assert!(dev.terminate(Duration::from_secs(30)).success());
+
+    let mut dev = start();
+    let url = wait_for_file(&addr_file, Duration::from_secs(60)).await;
+    let kept = Client::new(&url).get("/v1/workflows/kept").await;
+    assert_eq!(kept["version"], 1, "the same data at the next start: {kept}");
+    assert_eq!(std::fs::read_link(&link).unwrap(), moved);
+    assert!(dev.terminate(Duration::from_secs(30)).success());
+    let _ = std::fs::remove_dir_all(moved);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Two coordinator processes (and a worker) on a test's own database and
 /// prefix, with fast recovery, for the tests that SIGKILL one of them.
 struct TwoCoordinators {
@@ -904,9 +948,26 @@ fn simulate_runs_a_definition_offline_and_exits_by_its_outcome() {
         .map(|e| e["to"].as_str().unwrap())
         .collect();
     assert_eq!(taken, vec!["review", "done"], "the big branch, through the WAIT that fired at once");
+    // The formats of the other commands: table (also called text), json, jsonl.
+    let input = r#"{"amount": 500}"#;
+    let (_, table, _) = simulate(&["-f", file, "--input", input, "-o", "table"]);
+    assert!(table.contains("run SUCCEEDED"), "{table}");
+    assert_eq!(simulate(&["-f", file, "--input", input, "-o", "text"]).1, table);
+    assert_eq!(simulate(&["-f", file, "--input", input]).1, table, "a table by default, in a pipe too");
+    let (code, line, _) = simulate(&["-f", file, "--input", input, "-o", "jsonl"]);
+    assert_eq!((code, line.lines().count()), (Some(0), 1), "{line}");
+    assert_eq!(serde_json::from_str::<Value>(&line).unwrap(), report);
 
     let hello = examples.join("hello.json");
     let (code, out, _) = simulate(&["-f", hello.to_str().unwrap(), "--fail", "check=down for maintenance"]);
+    assert_eq!(code, Some(1), "hello needs the coordinator's URL: {out}");
+    assert!(out.contains("the input names no coordinator URL"), "{out}");
+    let given = r#"{"coordinator": "http://coordinator.example"}"#;
+    let (code, out, _) = simulate(&["-f", hello.to_str().unwrap(), "--input", given]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("http://coordinator.example/healthz"), "{out}");
+    let (code, out, _) =
+        simulate(&["-f", hello.to_str().unwrap(), "--input", given, "--fail", "check=down for maintenance"]);
     assert_eq!(code, Some(1), "a failed run exits 1: {out}");
     assert!(out.contains("run FAILED") && out.contains("down for maintenance"), "{out}");
     let (code, _, err) = simulate(&["-f", hello.to_str().unwrap(), "--mock", "check={not json"]);
@@ -939,6 +1000,12 @@ fn every_example_is_a_valid_definition() {
         }
         let out = composer(&["workflow", "simulate", "-f", path.to_str().unwrap(), "-o", "json"]).output().unwrap();
         assert_ne!(out.status.code(), Some(2), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        // An example runs wherever Composer does: it names no host or port
+        // of this machine (a target it needs comes from the run's input).
+        let text = std::fs::read_to_string(&path).unwrap();
+        for local in ["127.0.0.1", "localhost", ":8080"] {
+            assert!(!text.contains(local), "{} names {local}", path.display());
+        }
         seen += 1;
     }
     assert!(seen >= 4, "examples/ holds {seen} files");

@@ -17,10 +17,11 @@ use crate::shared::Shared;
 /// Most runs a dry run counts.
 const COUNT_CAP: i64 = 1_000_000;
 
-/// Act on every run a filter matches: a dry run says how many; otherwise a
-/// job works through them, oldest first, a batch at a time (it survives a
-/// coordinator's crash and acts on each run once), and `GET /v1/bulk/{id}`
-/// shows how far it got.
+/// Act on many runs.
+///
+/// Acts on every run a filter matches: a dry run says how many; otherwise a job works through them,
+/// oldest first, a batch at a time (it survives a coordinator's crash and acts on each run once),
+/// and `GET /v1/bulk/{id}` shows how far it got.
 #[utoipa::path(
     post, path = "/v1/runs/bulk", operation_id = "bulkRuns", tag = "runs",
     request_body = BulkRequest,
@@ -110,7 +111,10 @@ pub async fn start(s: &Shared, req: BulkRequest) -> ApiResult<Started> {
     Ok(Started::Job(Box::new(row)))
 }
 
-/// A bulk job and how far it got.
+/// Get a bulk job.
+///
+/// A bulk job and how far it got: the runs it matched, looked at, acted on and found in a state that
+/// refused the action.
 #[utoipa::path(
     get, path = "/v1/bulk/{id}", operation_id = "getBulkJob", tag = "runs",
     params(("id" = Uuid, Path, description = "the job")),
@@ -123,7 +127,9 @@ pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(id): Path<String>) ->
     Ok(Json(view(&row)?))
 }
 
-/// Stop a bulk job: the runs it acted on stay as they are.
+/// Cancel a bulk job.
+///
+/// Stops a bulk job: the runs it acted on stay as they are.
 #[utoipa::path(
     post, path = "/v1/bulk/{id}/cancel", operation_id = "cancelBulkJob", tag = "runs",
     params(("id" = Uuid, Path, description = "the job")),

@@ -12,11 +12,12 @@ use composer_api::ErrorBody;
 use serde::Serialize;
 use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::{Operation, PathItem};
-use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::response::Response;
 use utoipa::openapi::schema::{AllOf, Object, Schema};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::server::ServerBuilder;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr};
-use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+use utoipa::{Modify, OpenApi, ToSchema};
 
 /// `{"status": "ok"}` and the like.
 #[derive(Serialize, ToSchema)]
@@ -117,6 +118,14 @@ const LINKS: &[Link] = &[
     ("triggerSchedule", "201", "GetRun", "getRun", &[("id", "$response.body#/id")]),
 ];
 
+/// A coordinator may run without a token (`composer dev`): the empty
+/// requirement, first, says none is needed then. Generators that read an
+/// operation's own `security` as "a token is required" (openapi-python-client)
+/// see none on the API's operations, which take the document's.
+fn optional_token(scheme: &str) -> Vec<SecurityRequirement> {
+    vec![Default::default(), SecurityRequirement::new::<_, _, &str>(scheme, [])]
+}
+
 fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
     [&mut item.get, &mut item.post, &mut item.put, &mut item.delete].into_iter().flatten()
 }
@@ -151,11 +160,6 @@ impl Modify for Rules {
             "metricsToken",
             bearer("COMPOSER_METRICS_TOKEN, else COMPOSER_API_TOKEN, when the coordinator has either"),
         );
-        let error = ResponseBuilder::new()
-            .description("an error")
-            .content("application/json", ContentBuilder::new().schema(Some(ErrorBody::schema())).build())
-            .build();
-        components.responses.insert("Error".into(), RefOr::T(error));
 
         // A flattened struct is an `allOf`; one whose part refuses unknown
         // properties would refuse the other parts' too: merge them.
@@ -187,15 +191,21 @@ impl Modify for Rules {
                         answers.insert(status.into(), RefOr::T(r));
                     }
                 }
-                if guarded {
-                    // A coordinator may run without a token (`composer dev`):
-                    // the empty requirement says none is needed then.
-                    let for_workers = path.starts_with("/internal/") || path.starts_with("/v1/tasks/");
-                    let scheme = if for_workers { "workerToken" } else { "apiToken" };
-                    op.security = Some(vec![SecurityRequirement::new::<_, _, &str>(scheme, []), Default::default()]);
+                // The API token is the document's default (below); workers'
+                // routes name theirs, and the operator's need none.
+                if path.starts_with("/internal/") || path.starts_with("/v1/tasks/") {
+                    op.security = Some(optional_token("workerToken"));
+                } else if !guarded && op.security.is_none() {
+                    op.security = Some(vec![]);
                 }
             }
         }
+
+        doc.security = Some(optional_token("apiToken"));
+        doc.servers = Some(vec![ServerBuilder::new()
+            .url("/")
+            .description(Some("the coordinator that serves this document"))
+            .build()]);
 
         for (from, status, name, to, params) in LINKS {
             let Some(op) =
@@ -235,13 +245,23 @@ mod tests {
     #[test]
     fn every_operation_has_an_id_its_security_and_json_errors() {
         let doc = doc();
+        let optional = |scheme: &str| serde_json::json!([{}, {scheme: []}]);
+        assert_eq!(doc["security"], optional("apiToken"), "the API token is the default, and optional");
         let mut ids = std::collections::HashSet::new();
         for (method, path, op) in ops(&doc) {
             let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
             assert!(ids.insert(id.to_string()), "operationId {id} twice");
             assert!(op["responses"]["414"].is_object(), "{method} {path}: no 414");
+            if path.starts_with("/internal/") || path.starts_with("/v1/tasks/") {
+                assert_eq!(op["security"], optional("workerToken"), "{method} {path}: security");
+            } else if path.starts_with("/v1/") {
+                assert!(op.get("security").is_none(), "{method} {path}: takes the document's security");
+            } else if path == "/metrics" {
+                assert_eq!(op["security"], optional("metricsToken"));
+            } else {
+                assert_eq!(op["security"], serde_json::json!([]), "{method} {path}: open");
+            }
             if path.starts_with("/v1/") || path.starts_with("/internal/") {
-                assert_eq!(op["security"].as_array().map(Vec::len), Some(2), "{method} {path}: security");
                 for status in ["400", "401", "403", "503"] {
                     let schema = &op["responses"][status]["content"]["application/json"]["schema"]["$ref"];
                     assert_eq!(schema, "#/components/schemas/ErrorBody", "{method} {path}: {status}");
@@ -252,6 +272,43 @@ mod tests {
             }
         }
         assert_eq!(ids.len(), 37);
+    }
+
+    /// Generated clients name their functions and docs from these, and
+    /// linters require both.
+    #[test]
+    fn every_operation_has_a_one_line_summary_and_a_description() {
+        let doc = doc();
+        for (method, path, op) in ops(&doc) {
+            let summary = op["summary"].as_str().unwrap_or_else(|| panic!("{method} {path}: no summary"));
+            assert!(!summary.contains('\n') && summary.len() <= 60, "{method} {path}: summary {summary:?}");
+            let description = op["description"].as_str().unwrap_or("");
+            assert!(description.len() > summary.len(), "{method} {path}: no description");
+        }
+        assert_eq!(doc["servers"][0]["url"], "/", "relative to the coordinator that serves the document");
+    }
+
+    /// Every component is referred to (linters refuse unused ones), and every
+    /// reference names one.
+    #[test]
+    fn every_component_is_used_and_every_reference_resolves() {
+        let doc = doc();
+        let text = doc.to_string();
+        for (kind, all) in doc["components"].as_object().unwrap() {
+            if kind == "securitySchemes" {
+                continue;
+            }
+            for name in all.as_object().unwrap().keys() {
+                let reference = format!("\"#/components/{kind}/{name}\"");
+                assert!(text.contains(&reference), "components.{kind}.{name} is never used");
+            }
+        }
+        for (at, _) in text.match_indices("\"$ref\":\"#/components/") {
+            let rest = &text[at + "\"$ref\":\"#/components/".len()..];
+            let path = &rest[..rest.find('"').unwrap()];
+            let (kind, name) = path.split_once('/').unwrap();
+            assert!(doc["components"][kind][name].is_object(), "a reference to {path}, which does not exist");
+        }
     }
 
     #[test]
@@ -273,6 +330,57 @@ mod tests {
             }
         }
         assert_eq!(links, super::LINKS.len(), "a link whose operation or status does not exist");
+    }
+
+    /// `JsonValue` holds null already: "it or null" would match null twice,
+    /// which a `oneOf` refuses (schemathesis reads the answer as invalid).
+    #[test]
+    fn no_schema_is_any_json_or_null() {
+        fn walk(v: &Value, at: &str) {
+            match v {
+                Value::Object(o) => {
+                    if let Some(Value::Array(alts)) = o.get("oneOf") {
+                        let any = alts.iter().any(|a| a["$ref"] == "#/components/schemas/JsonValue");
+                        let null = alts.iter().any(|a| a["type"] == "null");
+                        assert!(!(any && null), "{at}: declare it `value_type = schema::JsonValue`, not Option<…>");
+                    }
+                    o.iter().for_each(|(k, v)| walk(v, &format!("{at}/{k}")));
+                }
+                Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| walk(v, &format!("{at}/{i}"))),
+                _ => {}
+            }
+        }
+        walk(&doc(), "#");
+    }
+
+    /// A value the schema allows is one the server takes: schemathesis
+    /// found `retry.max_attempts: 0` allowed here and refused there.
+    #[test]
+    fn the_document_s_limits_are_the_server_s() {
+        use composer_core::definition::{CONCURRENCY_MAX, MAX_RETRY_ATTEMPTS, MAX_RETRY_MULTIPLIER};
+        let doc = doc();
+        let schemas = &doc["components"]["schemas"];
+        let range = |schema: &str, field: &str| {
+            let p = &schemas[schema]["properties"][field];
+            (p["minimum"].as_f64(), p["maximum"].as_f64())
+        };
+        assert_eq!(range("RetrySpec", "max_attempts"), (Some(1.0), Some(f64::from(MAX_RETRY_ATTEMPTS))));
+        assert_eq!(range("RetrySpec", "multiplier"), (Some(1.0), Some(MAX_RETRY_MULTIPLIER)));
+        assert_eq!(range("ConcurrencySpec", "max"), (Some(1.0), Some(f64::from(CONCURRENCY_MAX))));
+        assert_eq!(range("PollTasks", "max"), (Some(1.0), Some(f64::from(crate::http::tasks::MAX_POLL_TASKS))));
+        let queues = &schemas["PollTasks"]["properties"]["queues"];
+        assert_eq!(queues["maxItems"].as_u64(), Some(crate::http::tasks::MAX_POLL_QUEUES as u64));
+        assert_eq!(range("FailTask", "status"), (Some(100.0), Some(599.0)));
+        for tags in ["RunTags", "DefinitionTags", "TagFilter"] {
+            assert_eq!(schemas[tags]["maxProperties"].as_u64(), Some(composer_core::definition::MAX_TAGS as u64));
+            let key = schemas[tags]["propertyNames"]["pattern"].as_str().unwrap();
+            assert_eq!(key, format!("^[A-Za-z0-9_.-]{{1,64}}$"), "{tags}: is_tag_key");
+        }
+        let value = &schemas["RunTags"]["additionalProperties"]["maxLength"];
+        assert_eq!(value.as_u64(), Some(composer_core::definition::MAX_TAG_VALUE as u64));
+        let code = schemas["FailTask"]["properties"]["code"]["pattern"].as_str().unwrap();
+        let longest = composer_core::definition::MAX_ERROR_CODE_LEN;
+        assert_eq!(code, format!("^[a-z0-9_.-]{{1,{longest}}}$"));
     }
 
     #[test]

@@ -214,8 +214,10 @@ mod tests {
             ApiError::EngineFault("x".into()),
             ApiError::internal("secret cause"),
         ];
+        let counted = composer_metrics::API_ERRORS.labels[0].1;
         for e in errors {
             let (status, code) = e.status_and_code();
+            assert!(counted.contains(&status.as_str()), "{status}: composer_api_errors_total starts it at zero");
             let server = matches!(e, ApiError::EngineFault(_) | ApiError::Internal { .. });
             assert_eq!(status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE, server, "{e:?}");
             let resp = e.into_response();

@@ -17,8 +17,10 @@ pub const MAX_EVENT_NAME: usize = 256;
 /// Longest event key, in characters.
 pub const MAX_EVENT_KEY: usize = 1024;
 
-/// Completes every task waiting for `(name, key)` with the payload; with no
-/// waiter, keeps the event for `COMPOSER_EVENT_RETENTION` for one to come.
+/// Send an event.
+///
+/// Completes every task waiting for `(name, key)` (a WAIT_FOR_EVENT node) with the payload. With no
+/// waiter, the event is kept for `COMPOSER_EVENT_RETENTION` for one to come.
 #[utoipa::path(
     post, path = "/v1/events", operation_id = "sendEvent", tag = "runs",
     request_body = SendEvent,

@@ -18,7 +18,9 @@ use crate::shared::Shared;
 /// Most PENDING tasks a queue's backlog counts.
 const BACKLOG_CAP: i64 = 100_000;
 
-/// Why a run waits: for each open step, what holds it.
+/// Explain why a run waits.
+///
+/// For each open step of the run, what holds it.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/explain", operation_id = "explainRun", tag = "runs",
     params(("id" = Uuid, Path, description = "the run")),

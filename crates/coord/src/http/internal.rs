@@ -17,11 +17,11 @@ use super::tasks::completed;
 use super::tasks::MAX_ERROR_CHARS;
 use crate::shared::Shared;
 
-/// A worker's report of one attempt of a task.
+/// Report a task's result (Rust workers).
 ///
-/// Applied only while `worker_id` holds the lease of `attempt`: a report
-/// of a worker that lost its lease, or of one that never held it, is a 409.
-/// An error longer than 65,536 characters is cut to that length.
+/// A worker's report of one attempt of a task. Applied only while `worker_id` holds the lease of
+/// `attempt`: a report of a worker that lost its lease, or of one that never held it, is a 409. An
+/// error longer than 65,536 characters is cut to that length.
 #[utoipa::path(
     post, path = "/internal/v1/tasks/{id}/result", operation_id = "reportTaskResult", tag = "workers",
     params(("id" = Uuid, Path, description = "the task")),

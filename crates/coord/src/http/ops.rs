@@ -16,7 +16,10 @@ use super::error::{ApiError, ApiResult};
 use crate::shared::Shared;
 use composer_config::auth::bearer_matches;
 
-/// Liveness: the process answers.
+/// Liveness.
+///
+/// Answers while the process runs, whatever its dependencies: for a process supervisor's liveness
+/// check.
 #[utoipa::path(
     get, path = "/healthz", operation_id = "health", tag = "operations",
     responses((status = 200, description = "alive", body = Status))
@@ -25,7 +28,9 @@ pub(crate) async fn health() -> Json<Status> {
     Json(Status { status: "ok".into() })
 }
 
-/// This document: the API in OpenAPI 3.1.
+/// This document.
+///
+/// The API in OpenAPI 3.1, as the coordinator serves it.
 #[utoipa::path(
     get, path = "/openapi.json", operation_id = "openapi", tag = "operations",
     responses((status = 200, description = "the OpenAPI document", body = Object))
@@ -34,12 +39,14 @@ pub(crate) async fn openapi_json() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], super::doc::published()).into_response()
 }
 
-/// Prometheus metrics. They name workflows and queues, so they take a
-/// token when the coordinator has one: `COMPOSER_METRICS_TOKEN`, else the
-/// API token; with neither, they are open.
+/// Prometheus metrics.
+///
+/// This coordinator's metrics in the Prometheus text format. They name workflows and queues, so
+/// they take a token when the coordinator has one: `COMPOSER_METRICS_TOKEN`, else the API token;
+/// with neither, they are open.
 #[utoipa::path(
     get, path = "/metrics", operation_id = "metrics", tag = "operations",
-    security(("metricsToken" = []), ()),
+    security((), ("metricsToken" = [])),
     responses(
         (status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
         (status = 401, description = "the bearer token is missing or wrong", body = ErrorBody),
@@ -52,10 +59,13 @@ pub(crate) async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) ->
             return Err(ApiError::Unauthorized);
         }
     }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], composer_metrics::render()).into_response())
+    Ok(([(header::CONTENT_TYPE, composer_metrics::CONTENT_TYPE)], composer_metrics::render()).into_response())
 }
 
-/// Readiness: answers 503 while a dependency is down or the coordinator drains.
+/// Readiness.
+///
+/// Answers 200 while PostgreSQL, Redis and every engine loop are up, and 503 while a dependency is
+/// down or the coordinator drains to stop: for a load balancer's check.
 #[utoipa::path(
     get, path = "/readyz", operation_id = "readiness", tag = "operations",
     responses(

@@ -149,7 +149,12 @@ pub(crate) struct ItemsQuery {
     limit: Option<Limit>,
 }
 
-/// Start a run of a workflow.
+/// Start a run.
+///
+/// Starts a run of the workflow's latest version (or `version`) with `input` (`{}` without it).
+/// With an `idempotency_key`, a second start with the same key and input answers the first run
+/// (200); the same key with another input is a 422. A workflow with a concurrency limit may start
+/// the run QUEUED.
 #[utoipa::path(
     post, path = "/v1/runs", operation_id = "startRun", tag = "runs",
     request_body = StartRun,
@@ -191,8 +196,11 @@ pub(crate) async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<Star
     Ok((status, Json(run_view(&row, None))).into_response())
 }
 
-/// Runs, newest first, keyset-paginated; `tag.KEY=VALUE` (repeatable) keeps
-/// the runs with those tags.
+/// List runs.
+///
+/// Runs newest first, keyset-paginated: pass the answer's `next_cursor` as `?cursor=` for the next
+/// page. Filter by workflow, status, parent run and creation time; `tag.KEY=VALUE` (repeatable)
+/// keeps the runs with those tags. Lists leave out each run's input, output and tasks.
 #[utoipa::path(
     get, path = "/v1/runs", operation_id = "listRuns", tag = "runs",
     params(ListQuery),
@@ -266,7 +274,10 @@ fn task_view(t: &TaskRow) -> TaskView {
     }
 }
 
-/// A run with its tasks; `?wait=` long-polls for its end.
+/// Get a run.
+///
+/// A run with its tasks (node tasks; a MAP's items are read with listMapItems). With `?wait=30s`
+/// the answer waits up to that long for the run to end, then answers the run as it stands.
 #[utoipa::path(
     get, path = "/v1/runs/{id}", operation_id = "getRun", tag = "runs",
     params(
@@ -317,7 +328,10 @@ pub(crate) async fn get_run(
     }
 }
 
-/// A run's history, oldest first.
+/// Get a run's history.
+///
+/// Every event of the run oldest first, paged by `seq`: pass the answer's `next_after` as `?after=`
+/// for the next page.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/events", operation_id = "getRunHistory", tag = "runs",
     params(
@@ -347,9 +361,10 @@ pub(crate) async fn run_events(
     Ok(Json(HistoryPage { events, next_after: next }))
 }
 
-/// `GET /v1/runs/{id}/items?node=ship_each&after=N&limit=M`: a MAP's items
-/// by index (the run view lists node tasks only, so a MAP of 10,000 items
-/// does not make every read of its run 10,000 tasks long).
+/// List a MAP's items.
+///
+/// A MAP node's items by index (`?node=ship_each&after=N&limit=M`). The run view lists node tasks
+/// only, so that a MAP of 10,000 items does not make every read of its run 10,000 tasks long.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/items", operation_id = "listMapItems", tag = "runs",
     params(
@@ -420,7 +435,10 @@ async fn control(s: &Shared, id: &str, event: Event, why: Option<String>) -> Api
     Ok(Json(run_view(&run, Some(&tasks))))
 }
 
-/// Cancel an open run: its open steps are cancelled.
+/// Cancel a run.
+///
+/// Cancels an open run (QUEUED, RUNNING or PAUSED): its open steps are cancelled and it ends
+/// CANCELLED. 409 for a run that has already ended.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/cancel", operation_id = "cancelRun", tag = "runs",
     params(("id" = Uuid, Path, description = "the run")),
@@ -434,7 +452,10 @@ pub(crate) async fn cancel_run(
     control(&s, &id, Event::CancelRun, body.and_then(|b| b.reason)).await
 }
 
-/// Retry a failed or cancelled run from its failed steps.
+/// Retry a run.
+///
+/// Runs a FAILED run again from its failed steps; completed steps keep their output. 409 for a
+/// run in another state.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/retry", operation_id = "retryRun", tag = "runs",
     params(("id" = Uuid, Path, description = "the run")),
@@ -448,7 +469,10 @@ pub(crate) async fn retry_run(
     control(&s, &id, Event::RetryRun, body.and_then(|b| b.reason)).await
 }
 
-/// Pause a RUNNING run: steps already started finish, nothing new starts until it is resumed.
+/// Pause a run.
+///
+/// Pauses a RUNNING run: steps already started finish, and nothing new starts until it is resumed.
+/// 409 for a run in another state.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/pause", operation_id = "pauseRun", tag = "runs",
     params(("id" = Uuid, Path, description = "the run")),
@@ -462,7 +486,9 @@ pub(crate) async fn pause_run(
     control(&s, &id, Event::PauseRun, body.and_then(|b| b.reason)).await
 }
 
-/// Resume a PAUSED run.
+/// Resume a run.
+///
+/// Resumes a PAUSED run: what was held back starts. 409 for a run in another state.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/resume", operation_id = "resumeRun", tag = "runs",
     params(("id" = Uuid, Path, description = "the run")),
@@ -476,9 +502,10 @@ pub(crate) async fn resume_run(
     control(&s, &id, Event::ResumeRun, body.and_then(|b| b.reason)).await
 }
 
-/// Run a run again from some of its steps: each and everything after it is
-/// reset (what is open there is cancelled; the history stays) and runs
-/// again, with the run's input or the one given.
+/// Rerun a run from some of its steps.
+///
+/// Runs a run again from some of its steps: each and everything after it is reset (what is open
+/// there is cancelled; the history stays) and runs again, with the run's input or the one given.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/rerun", operation_id = "rerunRun", tag = "runs",
     params(("id" = Uuid, Path, description = "the run")),
@@ -515,9 +542,10 @@ pub(crate) async fn rerun_run(
     control(&s, &id, event, req.reason).await
 }
 
-/// End a step with an output, whatever it is doing (waiting, held, in
-/// doubt, running — its worker loses the lease — or failed, in a failed
-/// run): the run goes on as if it had completed.
+/// Complete a step by hand.
+///
+/// Ends a step with an output, whatever it is doing (waiting, held, in doubt, running — its worker
+/// loses the lease — or failed, in a failed run): the run goes on as if it had completed.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/tasks/{node}/complete", operation_id = "completeStep", tag = "runs",
     params(
@@ -547,9 +575,11 @@ pub(crate) async fn complete_step(
     control(&s, &id, Event::CompleteTask { task_id: task.id, output: req.output }, req.reason).await
 }
 
-/// Resolve an IN_DOUBT step (`delivery: "at_most_once"` whose attempt may
-/// or may not have taken effect): it completed with an output, failed for
-/// good, or is to be sent again.
+/// Resolve an IN_DOUBT step.
+///
+/// A step of an `at_most_once` node whose attempt may or may not have taken effect waits IN_DOUBT
+/// for an operator: `completed` with its output, `failed` for good with an error, or `retry` to
+/// send it again.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/tasks/{node}/resolve", operation_id = "resolveTask", tag = "runs",
     params(

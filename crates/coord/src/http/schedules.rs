@@ -58,12 +58,17 @@ fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
 }
 
 /// Create or replace a schedule.
+///
+/// A schedule starts runs of a workflow at the fire times of a cron expression, in a time zone.
+/// Creating one with an existing id replaces it. 404 when the workflow (or its version) is not
+/// registered.
 #[utoipa::path(
     post, path = "/v1/schedules", operation_id = "createSchedule", tag = "schedules",
     request_body = ScheduleSpec,
     responses(
         (status = 201, description = "created", body = ScheduleView),
         (status = 200, description = "unchanged, or replaced", body = ScheduleView),
+        (status = 404, description = "the workflow (or its version) is not registered", body = ErrorBody),
     )
 )]
 pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
@@ -74,7 +79,8 @@ pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>
     let wf = &schedule.spec.workflow;
     if composer_store::definitions::by_name(&client, wf, schedule.spec.version).await?.is_none() {
         let which = schedule.spec.version.map(|v| format!(" version {v}")).unwrap_or_default();
-        return Err(ApiError::InvalidSchedule(format!("workflow: {wf:?}{which} is not registered")));
+        // Like a run of it: what the request names does not exist.
+        return Err(ApiError::not_found(format!("workflow: {wf:?}{which} is not registered")));
     }
     let normalized = serde_json::to_value(&schedule.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let paused = schedule.spec.paused.unwrap_or(false);
@@ -84,7 +90,9 @@ pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>
     Ok((status, Json(view(&row)?)).into_response())
 }
 
-/// Schedules by id.
+/// List schedules.
+///
+/// Schedules by id, paged: pass the answer's `next_after` as `?after=` for the next page.
 #[utoipa::path(
     get, path = "/v1/schedules", operation_id = "listSchedules", tag = "schedules",
     params(
@@ -110,7 +118,9 @@ async fn found(s: &Shared, id: &str) -> ApiResult<ScheduleRow> {
     schedules::get(&client, id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))
 }
 
-/// A schedule with its next fire times.
+/// Get a schedule.
+///
+/// A schedule with its next five fire times (none while paused) and its last run.
 #[utoipa::path(
     get, path = "/v1/schedules/{id}", operation_id = "getSchedule", tag = "schedules",
     params(("id" = Name, Path, description = "the schedule")),
@@ -120,7 +130,9 @@ pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(id): Path<String>) ->
     Ok(Json(view(&found(&s, &id).await?)?))
 }
 
-/// Delete a schedule; its runs stay.
+/// Delete a schedule.
+///
+/// The schedule stops firing and is gone; the runs it started stay.
 #[utoipa::path(
     delete, path = "/v1/schedules/{id}", operation_id = "deleteSchedule", tag = "schedules",
     params(("id" = Name, Path, description = "the schedule")),
@@ -135,7 +147,9 @@ pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(id): Path<String>)
     Ok(Json(json!({"deleted": id})))
 }
 
-/// Stop a schedule firing.
+/// Pause a schedule.
+///
+/// The schedule stops firing until it is resumed.
 #[utoipa::path(
     post, path = "/v1/schedules/{id}/pause", operation_id = "pauseSchedule", tag = "schedules",
     params(("id" = Name, Path, description = "the schedule")),
@@ -145,8 +159,10 @@ pub(crate) async fn pause(State(s): State<Arc<Shared>>, Path(id): Path<String>) 
     set_paused(&s, &id, true).await
 }
 
-/// Resuming starts from the next fire time: what fell due while paused is
-/// not caught up.
+/// Resume a schedule.
+///
+/// The schedule fires again from its next fire time: what fell due while it was paused is not
+/// caught up.
 #[utoipa::path(
     post, path = "/v1/schedules/{id}/resume", operation_id = "resumeSchedule", tag = "schedules",
     params(("id" = Name, Path, description = "the schedule")),
@@ -166,8 +182,10 @@ async fn set_paused(s: &Shared, id: &str, paused: bool) -> ApiResult<Json<Schedu
     Ok(Json(view(&row)?))
 }
 
-/// `POST /v1/schedules/{id}/trigger`: one run now, whatever the overlap
-/// policy (a person asked for it); 201 with the run.
+/// Trigger a schedule now.
+///
+/// Starts one run of the schedule now, whatever its overlap policy (a person asked for it), and
+/// answers the run (201).
 #[utoipa::path(
     post, path = "/v1/schedules/{id}/trigger", operation_id = "triggerSchedule", tag = "schedules",
     params(("id" = Name, Path, description = "the schedule")),

@@ -37,10 +37,11 @@ fn check_worker(worker_id: &str) -> ApiResult<()> {
     name_param("worker_id", worker_id)
 }
 
-/// Lease tasks of the given queues.
+/// Lease tasks.
 ///
-/// Answers as soon as at least one task is leased, or after `wait` with
-/// none. Each task comes with its lease's length: heartbeat within it.
+/// Leases up to `max` tasks of the given queues to `worker_id`. Answers as soon as at least one
+/// task is leased, or after `wait` with none. Each task comes with its lease's length: heartbeat
+/// within it.
 #[utoipa::path(
     post, path = "/v1/tasks/poll", operation_id = "pollTasks", tag = "workers",
     request_body = PollTasks,
@@ -101,9 +102,10 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
     }
 }
 
-/// Extend the lease of a task this worker runs.
+/// Extend a task's lease.
 ///
-/// 409 when the lease is lost: the worker must stop and drop its result.
+/// Extends the lease of a task this worker runs. 409 when the lease is lost: the worker must stop
+/// and drop its result.
 #[utoipa::path(
     post, path = "/v1/tasks/{id}/heartbeat", operation_id = "heartbeatTask", tag = "workers",
     params(("id" = Uuid, Path, description = "the task")),
@@ -128,7 +130,10 @@ pub(crate) async fn heartbeat(
     Ok(Json(LeaseExtended { lease_ttl_ms: ttl.as_millis() as u64 }))
 }
 
-/// Complete a task with its output.
+/// Complete a task.
+///
+/// Reports a leased attempt's output. Applied only while `worker_id` holds the lease of `attempt`;
+/// a 409 means the lease is lost and the result was dropped.
 #[utoipa::path(
     post, path = "/v1/tasks/{id}/complete", operation_id = "completeTask", tag = "workers",
     params(("id" = Uuid, Path, description = "the task")),
@@ -149,7 +154,10 @@ pub(crate) async fn complete(
     finish(&s, id, &req.worker_id, req.run_id, req.attempt, event).await
 }
 
-/// Fail a task's attempt: retried under the node's policy when `retryable`.
+/// Fail a task.
+///
+/// Reports a leased attempt's failure: retried under the node's policy when `retryable`, else the
+/// step fails for good. `code` and `status` are what a failure edge can test (`.nodes.X.error`).
 #[utoipa::path(
     post, path = "/v1/tasks/{id}/fail", operation_id = "failTask", tag = "workers",
     params(("id" = Uuid, Path, description = "the task")),

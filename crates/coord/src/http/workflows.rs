@@ -44,7 +44,12 @@ fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
     }
 }
 
-/// Register a definition: a new version when it changed.
+/// Register a workflow definition.
+///
+/// The definition is validated whole (every node, edge and expression; a 400 names the field at
+/// fault). A definition that differs from the latest version of its name becomes a new version
+/// (201); an identical one answers the latest version (200). Runs stay on the version they started
+/// with.
 #[utoipa::path(
     post, path = "/v1/workflows", operation_id = "registerWorkflow", tag = "workflows",
     request_body = WorkflowSpec,
@@ -69,7 +74,9 @@ pub(crate) async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): 
     Ok((status, Json(definition_view(&row, false))).into_response())
 }
 
-/// The latest version of every workflow.
+/// List workflows.
+///
+/// The latest version of every workflow, without its spec: read one workflow for its definition.
 #[utoipa::path(
     get, path = "/v1/workflows", operation_id = "listWorkflows", tag = "workflows",
     responses((status = 200, description = "the latest version of each workflow", body = WorkflowList))
@@ -80,8 +87,10 @@ pub(crate) async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Js
     Ok(Json(WorkflowList { workflows: rows.iter().map(|d| definition_view(d, false)).collect() }))
 }
 
-/// The latest version with its spec, and a page of versions (metadata only;
-/// `?limit=`, `?before=`).
+/// Get a workflow.
+///
+/// The latest version with its spec, and a page of its versions (metadata only, newest first;
+/// `?limit=`, and `?before=` with the previous page's `versions_next`).
 #[utoipa::path(
     get, path = "/v1/workflows/{name}", operation_id = "getWorkflow", tag = "workflows",
     params(
@@ -109,6 +118,10 @@ pub(crate) async fn get_workflow(
     Ok(Json(v))
 }
 
+/// Get one version of a workflow.
+///
+/// The version with its spec, as it was registered (normalized). 404 when the workflow or the
+/// version does not exist.
 #[utoipa::path(
     get, path = "/v1/workflows/{name}/versions/{version}", operation_id = "getWorkflowVersion", tag = "workflows",
     params(

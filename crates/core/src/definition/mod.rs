@@ -28,7 +28,7 @@ pub use kind::{
     HTTP_METHODS, LOOP_MAX_ITERATIONS, MAP_DEFAULT_CONCURRENCY, MAP_MAX_ITEMS, MAX_ERROR_CODE_LEN,
     MIN_COLLECTED_ITEM_BYTES, SUB_WORKFLOW_MAX_DEPTH,
 };
-pub use node::{default_queue, Node, RetryPolicy};
+pub use node::{default_queue, Node, RetryPolicy, MAX_RETRY_ATTEMPTS, MAX_RETRY_MULTIPLIER};
 pub use spec::{ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, WorkflowSpec};
 
 use check::positive_duration;

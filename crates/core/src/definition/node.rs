@@ -52,6 +52,11 @@ impl Node {
     }
 }
 
+/// Most attempts a retry policy may give a node (`retry.max_attempts`, 1 or more).
+pub const MAX_RETRY_ATTEMPTS: u32 = 1000;
+/// Largest `retry.multiplier` (1 or more).
+pub const MAX_RETRY_MULTIPLIER: f64 = 100.0;
+
 /// How a failed attempt is retried: `max_attempts` in all, waiting
 /// `initial_backoff * multiplier^(attempt-1)`, capped at `max_backoff`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -171,8 +176,9 @@ fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, Vali
     let mut policy = RetryPolicy::default();
     let Some(spec) = spec else { return Ok(policy) };
     if let Some(n) = spec.max_attempts {
-        if !(1..=1000).contains(&n) {
-            return Err(ValidationError::new(format!("{at}.max_attempts"), "must be between 1 and 1000"));
+        if !(1..=MAX_RETRY_ATTEMPTS).contains(&n) {
+            let message = format!("must be between 1 and {MAX_RETRY_ATTEMPTS}");
+            return Err(ValidationError::new(format!("{at}.max_attempts"), message));
         }
         policy.max_attempts = n;
     }
@@ -181,8 +187,9 @@ fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, Vali
             duration::parse(d).map_err(|e| ValidationError::new(format!("{at}.initial_backoff"), e))?;
     }
     if let Some(m) = spec.multiplier {
-        if !(1.0..=100.0).contains(&m) {
-            return Err(ValidationError::new(format!("{at}.multiplier"), "must be between 1 and 100"));
+        if !(1.0..=MAX_RETRY_MULTIPLIER).contains(&m) {
+            let message = format!("must be between 1 and {MAX_RETRY_MULTIPLIER}");
+            return Err(ValidationError::new(format!("{at}.multiplier"), message));
         }
         policy.multiplier = m;
     }

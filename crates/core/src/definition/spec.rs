@@ -28,7 +28,7 @@ pub struct WorkflowSpec {
     /// The run's output, a template over `{input, nodes, run}`; by default the
     /// completed leaf nodes' outputs keyed by node id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::JsonValue))]
     pub output: Option<Value>,
     /// How long a whole run may take, from its start; past it the run fails
     /// and its open tasks are cancelled.
@@ -46,7 +46,7 @@ pub struct WorkflowSpec {
     /// Tags of every run, `{key: text or an expression over {input}}`, to
     /// find runs by (`GET /v1/runs?tag.customer=42`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<std::collections::HashMap<String, String>>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::DefinitionTags>))]
     pub tags: Option<serde_json::Map<String, Value>>,
 }
 
@@ -65,11 +65,12 @@ pub struct OnFailureSpec {
     /// The handler run's input, a template over `{failed_run: {id, workflow,
     /// status, error, nodes}, input}`; by default `{"failed_run": …}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::JsonValue))]
     pub input: Option<Value>,
     /// The ends that start the handler: `["FAILED"]` (the default), or
     /// `["FAILED", "CANCELLED"]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<crate::schema::HandlerEnd>>, min_items = 1))]
     pub on: Option<Vec<String>>,
 }
 
@@ -139,12 +140,16 @@ pub enum Delivery {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RetrySpec {
+    /// Attempts in all, the first included (1 to 1000; 3 by default).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
     pub max_attempts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1s"))]
     pub initial_backoff: Option<String>,
+    /// Each backoff is the previous one times this (1 to 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub multiplier: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1m"))]

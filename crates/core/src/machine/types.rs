@@ -642,6 +642,20 @@ pub enum IgnoreKind {
 }
 
 impl IgnoreKind {
+    pub const ALL: [IgnoreKind; 11] = [
+        IgnoreKind::AlreadyStarted,
+        IgnoreKind::RunFinished,
+        IgnoreKind::UnknownTask,
+        IgnoreKind::StaleAttempt,
+        IgnoreKind::AlreadyFinished,
+        IgnoreKind::NotWaiting,
+        IgnoreKind::NotDue,
+        IgnoreKind::NotFailed,
+        IgnoreKind::NotPaused,
+        IgnoreKind::NotDispatched,
+        IgnoreKind::NotInDoubt,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             IgnoreKind::AlreadyStarted => "already_started",
