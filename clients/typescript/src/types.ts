@@ -70,7 +70,9 @@ export type HistoryKind =
   /** A retry went back before the task: it runs again when it becomes ready. */
   | "TaskReset"
   /** The run's end started its failure handler (`run_id`), or could not (`error`). */
-  | "HandlerStarted";
+  | "HandlerStarted"
+  /** An operator ran the run again from some of its steps. */
+  | "RunRerun";
 
 // -- workflow definitions ---------------------------------------------------
 
@@ -154,6 +156,8 @@ export interface WorkflowDefinition {
   description?: string | null;
   /** The failure handler run a run that ends FAILED starts. */
   on_failure?: OnFailureDefinition | null;
+  /** Each run's tags: templates over its input (`{"customer": "${ .input.customer }"}`). */
+  tags?: Record<string, string> | null;
 }
 
 /**
@@ -252,6 +256,8 @@ export interface Run {
   handles_run_id?: string;
   /** The failure handler runs this run's end started, oldest first (`getRun` of a FAILED or CANCELLED run). */
   failure_handler_run_ids?: string[];
+  /** Its tags, `{key: value}`: the definition's, evaluated, and the start's. */
+  tags?: Record<string, string> | null;
   tasks?: Task[];
 }
 
@@ -267,6 +273,8 @@ export interface StartRun {
   version?: number;
   input?: JsonValue;
   idempotency_key?: string;
+  /** Tags of this run (at most 16), with the definition's. */
+  tags?: Record<string, string>;
 }
 
 /** One line of a run's history. */
@@ -299,6 +307,8 @@ export interface ResolveTask {
   output?: JsonValue;
   /** With `failed`: the step's error. */
   error?: string;
+  /** Why, for the run's history (at most 1,024 characters). */
+  reason?: string;
 }
 
 /** `POST /v1/events`, as sent. */

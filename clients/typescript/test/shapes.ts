@@ -68,6 +68,7 @@ export const runShape = {
   parent_iteration: "optional",
   handles_run_id: "optional",
   failure_handler_run_ids: "optional",
+  tags: "optional",
   tasks: "optional",
 } as const satisfies Shape<Run>;
 
@@ -142,6 +143,7 @@ export const startRunShape = {
   version: "optional",
   input: "optional",
   idempotency_key: "optional",
+  tags: "optional",
 } as const satisfies Shape<StartRun>;
 export const sendEventShape = { name: "required", key: "required", payload: "optional" } as const satisfies Shape<SendEvent>;
 export const pollTasksShape = {
@@ -168,6 +170,7 @@ export const definitionShape = {
   concurrency: "optional",
   description: "optional",
   on_failure: "optional",
+  tags: "optional",
 } as const satisfies Shape<WorkflowDefinition>;
 export const onFailureShape = {
   workflow: "required",
@@ -184,7 +187,12 @@ export const nodeShape = {
   timeout: "optional",
   delivery: "optional",
 } as const satisfies Shape<NodeDefinition>;
-export const resolveShape = { outcome: "required", output: "optional", error: "optional" } as const satisfies Shape<ResolveTask>;
+export const resolveShape = {
+  outcome: "required",
+  output: "optional",
+  error: "optional",
+  reason: "optional",
+} as const satisfies Shape<ResolveTask>;
 export const edgeShape = { from: "required", to: "required", when: "optional", on: "optional" } as const satisfies Shape<EdgeDefinition>;
 export const retryShape = {
   max_attempts: "optional",
@@ -273,6 +281,7 @@ export const historyKinds: Record<HistoryKind, true> = {
   TaskResolved: true,
   TaskReset: true,
   HandlerStarted: true,
+  RunRerun: true,
 };
 
 export const resolveOutcomes: Record<ResolveOutcome, true> = { completed: true, failed: true, retry: true };

@@ -80,6 +80,11 @@ pub fn dev(runtime: &tokio::runtime::Runtime, mut args: DevArgs) -> anyhow::Resu
         runtime.block_on(composer_store::ensure_database(&server.url("postgres"), "composer"))?;
         args.coord.database.url = server.url("composer");
         pg = Some(server);
+        // The coordinator's flight file with the rest of the data, not one
+        // per port in the temp dir.
+        if args.coord.flight_file.is_none() {
+            args.coord.flight_file = Some(absolute(&args.data_dir)?.join("flight"));
+        }
     }
     if args.coord.redis.url.trim().is_empty() {
         let dir = absolute(&args.data_dir)?.join("redis");

@@ -22,6 +22,7 @@ async fn a_redis_cluster_runs_workflows_and_survives_losing_a_primary() {
         let _ = tracing_subscriber::fmt().with_env_filter("warn,composer_stream=info").try_init();
     }
     let dir = temp_dir("redis-cluster").unwrap();
+    let cluster_dir = dir.clone();
     let mut cluster = tokio::task::spawn_blocking(move || LocalRedisCluster::start(&dir, 3, 1).unwrap()).await.unwrap();
     let e = Engine::on(
         TestDb::create().await,
@@ -73,4 +74,5 @@ async fn a_redis_cluster_runs_workflows_and_survives_losing_a_primary() {
     }
     e.stop().await;
     drop(killed);
+    std::fs::remove_dir_all(cluster_dir).unwrap();
 }

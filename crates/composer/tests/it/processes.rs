@@ -355,7 +355,10 @@ fn coordinator_cmd(db: &TestDb, redis: &str, prefix: &str, listen: &str, addr_fi
         .env("COMPOSER_LISTEN", listen)
         .env("COMPOSER_STREAM_SHARDS", "2")
         .env("COMPOSER_TIMER_INTERVAL", "100ms")
-        .env("COMPOSER_ADDR_FILE", addr_file);
+        .env("COMPOSER_ADDR_FILE", addr_file)
+        // Beside the address file, in the test's own directory: the default
+        // (one per listen address in the temp dir) would outlive the test.
+        .env("COMPOSER_FLIGHT_FILE", addr_file.with_extension("flight"));
     cmd
 }
 
