@@ -365,8 +365,10 @@ pub async fn lock_many(
 #[derive(Debug, Clone, Copy)]
 pub enum Items {
     /// The `count` QUEUED items with the lowest index, skipping the ids the
-    /// caller holds already.
-    Queued(u32),
+    /// caller holds already, looked for from index `from` first (where the
+    /// caller expects them to begin) and below it only when there are too
+    /// few above.
+    Queued { count: u32, from: i32 },
     /// Every item.
     All,
     /// Items whose retry the run's pause held (WAITING with no wake-up).
@@ -384,15 +386,27 @@ pub async fn load_items(
     held_ids: &[Uuid],
 ) -> Result<Vec<TaskRow>> {
     let rows = match which {
-        Items::Queued(count) => {
+        Items::Queued { count, from } => {
+            // The partial index of QUEUED items keeps an entry for every item
+            // that left the queue until VACUUM: scanning it from the lowest
+            // index would step over all the items started so far (900,000 of
+            // a million-item MAP), on every load. From `from`, it does not.
             let stmt = tx
                 .prepare_cached(&format!(
                     "SELECT {TASK_COLUMNS} FROM task_instances
                       WHERE run_id = $1 AND parent_task_id = $2 AND state = 'QUEUED' AND NOT (id = ANY($3))
+                        AND item_index >= $5
                       ORDER BY item_index LIMIT $4"
                 ))
                 .await?;
-            tx.query(&stmt, &[&run_id, &map, &held_ids, &(count as i64)]).await?
+            let rows = tx.query(&stmt, &[&run_id, &map, &held_ids, &(count as i64), &from]).await?;
+            if rows.len() >= count as usize || from <= 0 {
+                rows
+            } else {
+                // Fewer above `from` than asked: some were sent back to the
+                // queue below it (a rerun of items).
+                tx.query(&stmt, &[&run_id, &map, &held_ids, &(count as i64), &i32::MIN]).await?
+            }
         }
         Items::All => {
             let stmt = tx

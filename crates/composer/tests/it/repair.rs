@@ -161,6 +161,32 @@ async fn a_map_item_reruns_alone_and_its_map_gathers_it_again() {
     e.stop().await;
 }
 
+/// An item rerun while later ones still wait their turn goes back to the
+/// queue below them: the MAP must still start it (the store looks for
+/// queued items where the unstarted ones begin, then below).
+#[tokio::test]
+async fn an_item_rerun_while_later_ones_are_queued_runs_and_the_map_ends() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let url = format!("{}/${{ .item | tostring }}", http.url("/slow/60"));
+    let spec = json!({"name": "queued", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": (0..12).collect::<Vec<_>>(), "max_concurrency": 1, "collect": "none",
+        "node": {"type": "HTTP", "config": {"url": url}}}}]});
+    e.register(&spec).await;
+    let id = e.start_run("queued", json!({})).await;
+    e.wait_until(id, T, |r| task(r, "each")["progress"]["completed"].as_u64() >= Some(2)).await;
+    let (status, body) = e.post(&format!("/v1/runs/{id}/rerun"), &json!({"from": ["each[0]"]})).await;
+    assert_eq!(status, 200, "{body}");
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["output"]["each"]["count"], json!(12), "{run}");
+    assert_eq!(http.calls("/slow/60/0"), 2, "the rerun item ran again");
+    for i in 1..12 {
+        assert_eq!(http.calls(&format!("/slow/60/{i}")), 1, "item {i} ran once");
+    }
+    e.stop().await;
+}
+
 #[tokio::test]
 async fn an_operator_completes_a_waiting_step_or_a_failed_one_and_the_run_goes_on() {
     let e = Engine::start().await;

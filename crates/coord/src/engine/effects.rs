@@ -30,7 +30,7 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
                 }
                 Effect::LoadItems(need) => {
                     let (map, which) = match need {
-                        Need::Queued { map, count } => (map, Items::Queued(count)),
+                        Need::Queued { map, count } => (map, Items::Queued { count, from: queued_from(run, map) }),
                         Need::All { map } => (map, Items::All),
                         Need::Sources { .. } => unreachable!("matched above"),
                     };
@@ -51,6 +51,15 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
             }
         }
     }
+}
+
+/// Where a MAP's QUEUED items begin, unless some were sent back to the
+/// queue: items are created in index order and start lowest first, so the
+/// ones not started yet are the last created.
+fn queued_from(run: &Run, map: Uuid) -> i32 {
+    let Some(p) = run.tasks.iter().find(|t| t.id == map).and_then(|t| t.progress) else { return 0 };
+    let waiting = p.queued.saturating_sub(p.total - p.created());
+    i32::try_from(p.created().saturating_sub(waiting)).unwrap_or(0)
 }
 
 /// Adds the items of a MAP (or of the run, for held ones) that `run` does
@@ -152,8 +161,8 @@ pub(crate) mod fake {
                 .collect();
             of_map.sort_by_key(|t| t.item.map(|i| i.index));
             Ok(match which {
-                Items::Queued(n) => {
-                    of_map.into_iter().filter(|t| t.state == TaskState::Queued).take(n as usize).collect()
+                Items::Queued { count, .. } => {
+                    of_map.into_iter().filter(|t| t.state == TaskState::Queued).take(count as usize).collect()
                 }
                 Items::All => of_map,
                 Items::Held => {
