@@ -116,12 +116,16 @@ async fn a_run_reruns_from_a_step_with_a_new_input_and_the_history_says_who_and_
     assert_eq!(wait(id).await["status"], "SUCCEEDED");
     for (body, want) in [
         (json!({"from": []}), 400),
-        (json!({"from": ["nope"]}), 404),
+        (json!({"from": ["nope"]}), 409),
         (json!({"from": ["done"], "reason": "x".repeat(2000), "allow_completed": true}), 400),
     ] {
         let (status, answer) = call(reqwest::Method::POST, format!("/v1/runs/{id}/rerun"), Some(body.clone())).await;
         assert_eq!(status, want, "{body}: {answer}");
     }
+    let nobody = Uuid::now_v7();
+    let (status, answer) =
+        call(reqwest::Method::POST, format!("/v1/runs/{nobody}/rerun"), Some(json!({"from": ["done"]}))).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (404, Some("run_not_found")), "{answer}");
     // Cancel, too, records who and why (the body is optional).
     let (_, run) =
         call(reqwest::Method::POST, "/v1/runs".into(), Some(json!({"workflow": "pipeline", "input": {"n": 1}}))).await;
