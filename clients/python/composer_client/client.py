@@ -26,11 +26,13 @@ from .types import (
     HistoryEntry,
     HistoryPage,
     ItemPage,
+    LogLine,
     Registered,
     Run,
     RunPage,
     RunSummary,
     RunTask,
+    StepLogs,
     Workflow,
     WorkflowVersion,
 )
@@ -236,6 +238,31 @@ class Client:
             yield from page["items"]
             after = page["next_after"]
             if after is None or not page["items"]:
+                return
+
+    def step_logs(
+        self,
+        run_id: RunId,
+        node: str,
+        attempt: Optional[int] = None,
+        after: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> StepLogs:
+        """A page of the lines a step's worker logged for one attempt (its
+        current one unless ``attempt`` says), and which attempts have any.
+        ``node`` is the node's id, or a MAP item's (``ship_each[3]``)."""
+        query = {"attempt": attempt, "after": after, "limit": limit}
+        path = f"/v1/runs/{_seg(run_id)}/tasks/{_seg(node)}/logs"
+        return cast(StepLogs, self._http.request("GET", path, query=query)[1])
+
+    def iter_step_logs(self, run_id: RunId, node: str, attempt: Optional[int] = None) -> Iterator[LogLine]:
+        """Every line of one attempt of a step, fetching pages as it goes."""
+        after: Optional[int] = None
+        while True:
+            page = self.step_logs(run_id, node, attempt, after)
+            yield from page["lines"]
+            attempt, after = page["attempt"], page["next_after"]
+            if after is None or not page["lines"]:
                 return
 
     # -- events and control -------------------------------------------------

@@ -18,6 +18,7 @@ __all__ = [
     "HistoryKind",
     "HistoryPage",
     "ItemPage",
+    "LogLine",
     "MapProgress",
     "Registered",
     "Run",
@@ -25,6 +26,7 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "RunTask",
+    "StepLogs",
     "TaskState",
     "Workflow",
     "WorkflowVersion",
@@ -180,6 +182,31 @@ class HistoryPage(TypedDict):
     """A page of a run's history, oldest first."""
 
     events: list[HistoryEntry]
+    next_after: Optional[int]
+
+
+class LogLine(TypedDict):
+    """One line of a step's log; ``at`` is when the coordinator stored it."""
+
+    seq: int
+    at: str
+    line: str
+
+
+class AttemptLines(TypedDict):
+    """How many lines an attempt of a step has."""
+
+    attempt: int
+    lines: int
+
+
+class StepLogs(TypedDict):
+    """A page of one attempt's log lines, oldest first, and which attempts
+    of the step have any."""
+
+    attempt: int
+    attempts: list[AttemptLines]
+    lines: list[LogLine]
     next_after: Optional[int]
 
 

@@ -25,6 +25,10 @@ tasks finish and report, then it returns. Secret references in an input
 worker's environment, as the Rust worker does, and scrubbed from outputs and
 error messages.
 
+``task.log(line)`` adds a line to the step's log (kept with the attempt,
+shown in the UI), as do the records a handler logs with :mod:`logging` on
+its task's thread; both are scrubbed of secrets and sent before the result.
+
 It logs to ``composer_client.worker``: INFO when it starts and stops,
 DEBUG when each task starts and ends, WARNING for a lost lease, a report
 being retried and a failed poll, ERROR for a result no coordinator took.
@@ -49,7 +53,7 @@ from ._http import Transport
 from ._version import __version__
 from .errors import ComposerError, Conflict, NotFound, Unavailable
 
-__all__ = ["Handler", "LeaseLost", "Task", "TaskError", "Worker"]
+__all__ = ["MAX_PENDING_LOG_LINES", "Handler", "LeaseLost", "Task", "TaskError", "Worker"]
 
 JSON = Any
 Handler = Callable[["Task"], JSON]
@@ -64,6 +68,34 @@ _MAX_POLL = 100
 
 _ERROR_CODE = re.compile(r"[a-z0-9_.-]{1,64}")
 """What an error code may be: what the task API's ``/fail`` takes."""
+
+MAX_PENDING_LOG_LINES = 1000
+"""Most log lines a task holds before they are sent."""
+_LOG_LINES_PER_CALL = 100
+"""Most lines one ``POST /v1/tasks/{id}/logs`` takes."""
+_LOG_EVERY = 1.0
+"""How often a running task's lines are sent, in seconds."""
+
+_current = threading.local()
+"""The task the current thread runs, for :class:`_Capture`."""
+
+
+class _Capture(logging.Handler):
+    """Puts the records a handler logs on its task's thread in the task's log
+    (the worker's own records stay out: they are about the worker)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        task: Optional["Task"] = getattr(_current, "task", None)
+        if task is None or record.name.startswith("composer_client"):
+            return
+        try:
+            task.log(self.format(record))
+        except Exception:  # noqa: BLE001 - logging must never fail a handler
+            self.handleError(record)
 
 
 class TaskError(Exception):
@@ -110,6 +142,35 @@ class Task:
     input: JSON = field(repr=False)
     lease_ttl_ms: int
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    _secrets: list[str] = field(default_factory=list, repr=False, compare=False)
+    _pending: list[str] = field(default_factory=list, repr=False, compare=False)
+    _dropped: int = field(default=0, repr=False, compare=False)
+    _log_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def log(self, message: str) -> None:
+        """Adds a line to the step's log (``GET /v1/runs/{id}/tasks/{node}/logs``
+        and the run page in the UI), scrubbed of the input's secrets. Lines are
+        sent about once a second and before the result; at most
+        ``MAX_PENDING_LOG_LINES`` wait unsent (the log says how many were
+        dropped past that). Records a handler logs with :mod:`logging` on its
+        task's thread land here too, at their logger's level."""
+        # A NUL cannot be stored: the coordinator would refuse the batch.
+        line = _scrub(str(message), self._secrets).replace("\x00", "\ufffd")
+        with self._log_lock:
+            if len(self._pending) < MAX_PENDING_LOG_LINES:
+                self._pending.append(line)
+            else:
+                self._dropped += 1
+
+    def _take_logs(self) -> list[str]:
+        with self._log_lock:
+            lines, self._pending = self._pending, []
+            if self._dropped:
+                lines.append(
+                    f"[worker: {self._dropped} lines dropped: more than {MAX_PENDING_LOG_LINES} waited to be sent]"
+                )
+                self._dropped = 0
+        return lines
 
     @classmethod
     def _of(cls, leased: dict[str, Any]) -> "Task":
@@ -273,9 +334,12 @@ class Worker:
             "worker %s started: serving %s on queues %s of %s, %d at once",
             self.worker_id, ", ".join(sorted(self._handlers)), ", ".join(self.queues), self.url, self.concurrency,
         )  # fmt: skip
+        capture = _Capture()
+        logging.getLogger().addHandler(capture)
         try:
             self._loop()
         finally:
+            logging.getLogger().removeHandler(capture)
             for sig, handler in previous.items():
                 if handler is not None:  # None: not set from Python, nothing to put back
                     signal.signal(sig, handler)
@@ -359,6 +423,7 @@ class Worker:
             if task.cancelled.is_set():
                 log.warning("task %s: the lease was lost while it ran; its result is dropped", task.id)
                 return
+            self._send_logs(task)  # the log is whole when the step ends
             self._report(task, outcome)
         finally:
             with self._lock:
@@ -376,7 +441,12 @@ class Worker:
         used: list[str] = []
         try:
             task.input = _resolve(task.input, used)
-            output = handler(task)
+            task._secrets = used
+            _current.task = task
+            try:
+                output = handler(task)
+            finally:
+                _current.task = None
             json.dumps(output, allow_nan=False)  # fails here, not at the report, if not JSON
             return _Outcome(output=_scrub(output, used))
         except TaskError as e:
@@ -396,12 +466,30 @@ class Worker:
     def _lease(self, task: Task) -> dict[str, JSON]:
         return {"worker_id": self.worker_id, "run_id": task.run_id, "attempt": task.attempt}
 
+    def _send_logs(self, task: Task) -> None:
+        """Sends the task's pending log lines; logs are worth a try, not a wait."""
+        lines = task._take_logs()
+        for i in range(0, len(lines), _LOG_LINES_PER_CALL):
+            body = dict(self._lease(task), lines=lines[i : i + _LOG_LINES_PER_CALL])
+            try:
+                self._post(f"/v1/tasks/{task.id}/logs", body)
+            except Conflict:
+                return  # the lease is lost: the heartbeat says so
+            except ComposerError as e:
+                log.warning("task %s: %d log lines not sent (%s); dropped", task.id, len(lines) - i, e)
+                return
+
     def _heartbeat(self, task: Task, done: threading.Event) -> None:
-        """Renews the lease every third of its length; a 409 (or no renewal
-        for a whole lease) means it is lost."""
+        """Renews the lease every third of its length, sending the task's log
+        lines in between; a 409 (or no renewal for a whole lease) means it is
+        lost."""
         ttl = task.lease_ttl_ms / 1000.0
-        last_ok = time.monotonic()
-        while not done.wait(ttl / 3):
+        last_ok = last_beat = time.monotonic()
+        while not done.wait(min(_LOG_EVERY, ttl / 3)):
+            self._send_logs(task)
+            if time.monotonic() - last_beat < ttl / 3:
+                continue
+            last_beat = time.monotonic()
             try:
                 self._post(f"/v1/tasks/{task.id}/heartbeat", self._lease(task))
                 last_ok = time.monotonic()

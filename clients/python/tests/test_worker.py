@@ -307,6 +307,42 @@ class WorkerTest(unittest.TestCase):
         self.assertTrue(all(r.name.startswith("composer_client") for r in logs.records))
 
 
+class StepLogsTest(unittest.TestCase):
+    def test_task_log_and_the_handler_s_logging_reach_the_step_scrubbed_before_its_result(self) -> None:
+        secret = "py-log-s3cr3t"
+        name = unique("logs")
+        client.register_workflow(
+            definition(name, [node("talk", "chatty", "py6", token="${ .secrets.PYLOG_TOKEN }")])
+        )
+
+        def chatty(task: Task) -> Any:
+            task.log(f"token is {task.input['token']}")
+            logging.getLogger("my.handler").warning("careful: <%s>", "markup")
+            logging.getLogger("my.handler").debug("below the logger's level: not captured")
+            return {"ok": True}
+
+        logging.getLogger("my.handler").setLevel(logging.INFO)
+        with mock.patch.dict(os.environ, {"COMPOSER_SECRET_PYLOG_TOKEN": secret}):
+            run_id = client.start_run(name)["id"]
+            with InBackground(Worker(DEV.url, queues=["py6"], poll_wait=1).handle("chatty", chatty)):
+                run = client.wait(run_id, 60)
+        self.assertEqual(run["status"], "SUCCEEDED", run)
+        logs = client.step_logs(run_id, "talk")
+        lines = [line["line"] for line in logs["lines"]]
+        self.assertEqual(lines, ["token is [secret]", "WARNING my.handler: careful: <markup>"], logs)
+        self.assertEqual(logs["attempts"], [{"attempt": 1, "lines": 2}])
+        self.assertEqual([line["line"] for line in client.iter_step_logs(run_id, "talk")], lines)
+
+    def test_a_flood_of_lines_is_bounded_and_says_how_many_it_dropped(self) -> None:
+        t = Task("t", "r", 1, "n", "x", "q", {}, 1000)
+        for i in range(worker.MAX_PENDING_LOG_LINES + 5):
+            t.log(f"line {i}")
+        taken = t._take_logs()
+        self.assertEqual(len(taken), worker.MAX_PENDING_LOG_LINES + 1)
+        self.assertIn("5 lines dropped", taken[-1])
+        self.assertEqual(t._take_logs(), [])
+
+
 class ReportRetryTest(unittest.TestCase):
     """A stub coordinator: one task, and a completion refused with 503 twice."""
 

@@ -477,6 +477,58 @@ pub struct LeaseExtended {
     pub lease_ttl_ms: u64,
 }
 
+/// `POST /v1/tasks/{id}/logs`: lines of the attempt this worker holds the
+/// lease of, kept with the attempt (the step's logs in the API and the UI).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskLogs {
+    #[schema(value_type = schema::Name)]
+    pub worker_id: String,
+    pub run_id: Uuid,
+    #[serde(deserialize_with = "whole::int")]
+    pub attempt: i32,
+    /// 1 to 100 lines, each at most 4,096 bytes (a longer one is cut, and
+    /// says so); an attempt keeps at most `COMPOSER_TASK_LOG_MAX_BYTES`.
+    #[schema(min_items = 1, max_items = 100)]
+    pub lines: Vec<String>,
+}
+
+/// What was kept of the lines sent: those past the attempt's budget are
+/// dropped (the log then ends with a line that says so).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct LogsAccepted {
+    pub accepted: u32,
+    pub dropped: u32,
+}
+
+/// One line of a step's log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct LogLineView {
+    pub seq: i32,
+    /// When the coordinator stored it.
+    pub at: DateTime<Utc>,
+    pub line: String,
+}
+
+/// How many lines an attempt of a step has.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AttemptLines {
+    pub attempt: i32,
+    pub lines: i64,
+}
+
+/// `GET /v1/runs/{id}/tasks/{node}/logs`: a page of one attempt's lines
+/// (the step's current attempt unless `?attempt=` says), oldest first;
+/// `next_after` fetches the next page.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct StepLogs {
+    pub attempt: i32,
+    /// Every attempt of the step that has lines.
+    pub attempts: Vec<AttemptLines>,
+    pub lines: Vec<LogLineView>,
+    pub next_after: Option<i32>,
+}
+
 /// `POST /v1/tasks/{id}/complete`: the attempt's output.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

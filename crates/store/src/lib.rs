@@ -8,6 +8,7 @@
 //! - [`runs`]: runs and tasks — their rows, the engine's locked read, the API's reads.
 //! - [`transitions`]: the engine's set-based write of a batch of transitions.
 //! - [`leases`]: the worker's lease on a task ([`leases::LeaseManager`]).
+//! - [`logs`]: step logs, the lines a worker sends for an attempt.
 //! - [`notifications`]: LISTEN/NOTIFY wake-ups.
 //! - [`outbox`]: the transactional outbox between commits and Redis.
 //! - [`timers`]: due WAITING tasks.
@@ -28,6 +29,7 @@ pub mod error;
 pub mod events;
 pub mod fixtures;
 pub mod leases;
+pub mod logs;
 pub mod migrations;
 pub mod notifications;
 pub mod outbox;

@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (15, "failure_handling", include_str!("../migrations/0015_failure_handling.sql")),
     (16, "map_sources", include_str!("../migrations/0016_map_sources.sql")),
     (17, "tags_and_bulk", include_str!("../migrations/0017_tags_and_bulk.sql")),
+    (18, "task_logs", include_str!("../migrations/0018_task_logs.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -42,5 +42,7 @@ pub async fn drop_before(client: &Client, before: DateTime<Utc>) -> Result<Expir
             &[&before],
         )
         .await?;
+    // The step logs of runs that went with their month.
+    crate::logs::delete_orphaned(client, before).await?;
     Ok(out)
 }

@@ -36,6 +36,45 @@ impl Reporter {
         Reporter { client, urls, token, next: AtomicUsize::new(0) }
     }
 
+    /// Sends a task's log lines, at most 100 to a call, trying each
+    /// coordinator once: logs are worth a try, not a wait. False when the
+    /// lease is lost or no coordinator took them.
+    pub async fn send_logs(
+        &self,
+        task_id: Uuid,
+        run_id: Uuid,
+        worker_id: &str,
+        attempt: i32,
+        lines: Vec<String>,
+    ) -> bool {
+        for chunk in lines.chunks(100) {
+            let body =
+                composer_api::TaskLogs { worker_id: worker_id.to_string(), run_id, attempt, lines: chunk.to_vec() };
+            let mut sent = false;
+            for _ in 0..self.urls.len() {
+                let i = self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len();
+                let mut req = self.client.post(format!("{}/v1/tasks/{task_id}/logs", self.urls[i])).json(&body);
+                if let Some(t) = &self.token {
+                    req = req.bearer_auth(t);
+                }
+                match req.send().await {
+                    Ok(resp) if resp.status().is_success() => {
+                        sent = true;
+                        break;
+                    }
+                    Ok(resp) if resp.status() == reqwest::StatusCode::CONFLICT => return false,
+                    Ok(resp) => tracing::debug!(%task_id, status = %resp.status(), "log lines refused"),
+                    Err(e) => tracing::debug!(%task_id, error = %e, "log lines not sent"),
+                }
+            }
+            if !sent {
+                tracing::warn!(%task_id, lines = chunk.len(), "no coordinator took the task's log lines; dropped");
+                return false;
+            }
+        }
+        true
+    }
+
     /// Posts `report`, rotating through coordinators with backoff until one
     /// answers or `deadline` passes.
     pub async fn send(&self, task_id: Uuid, report: &TaskReport, deadline: Duration) -> Delivery {

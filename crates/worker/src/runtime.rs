@@ -501,9 +501,13 @@ async fn execute(
     // Renewal stops however this function ends, panics included.
     let _stop_renewing = done.clone().drop_guard();
     let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone()));
+    let logs = crate::task::LogBuffer::default();
+    let handler_done = done.child_token();
+    let flusher =
+        tokio::spawn(send_logs_while_running(ctx.clone(), dispatch.clone(), logs.clone(), handler_done.clone()));
     let started = std::time::Instant::now();
     let outcome = match handler {
-        Some(handler) => run_handler(handler, &dispatch, &lost).await,
+        Some(handler) => run_handler(handler, &dispatch, &lost, logs.clone()).await,
         None => {
             let queue = ctx.streams.keys().queue_of(&msg.stream).unwrap_or(&msg.stream);
             let message = format!("no handler for type {} on queue {queue} (worker {})", dispatch.node_type, ctx.id);
@@ -514,6 +518,7 @@ async fn execute(
     let Some(result) = outcome else {
         done.cancel();
         let _ = renewer.await;
+        let _ = flusher.await;
         ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);
         composer_metrics::WORKER.inc(composer_metrics::LEASES_LOST, &[], 1);
         tracing::warn!("lease lost; execution cancelled and its result discarded");
@@ -526,6 +531,13 @@ async fn execute(
         &[("node_type", dispatch.node_type.as_str()), ("outcome", outcome)],
         started.elapsed(),
     );
+    // The last lines land before the result: the log is whole when the step ends.
+    handler_done.cancel();
+    let _ = flusher.await;
+    let last = logs.take();
+    if !last.is_empty() {
+        ctx.reporter.send_logs(dispatch.task_id, dispatch.run_id, &ctx.id, dispatch.attempt, last).await;
+    }
     let report = to_report(&ctx.id, &dispatch, result);
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.
@@ -547,6 +559,32 @@ async fn execute(
     }
 }
 
+/// Sends what the handler logged about once a second while it runs.
+async fn send_logs_while_running(
+    ctx: Arc<Ctx>,
+    dispatch: Dispatch,
+    logs: crate::task::LogBuffer,
+    done: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(LOG_FLUSH_EVERY);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = done.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let lines = logs.take();
+        if !lines.is_empty()
+            && !ctx.reporter.send_logs(dispatch.task_id, dispatch.run_id, &ctx.id, dispatch.attempt, lines).await
+        {
+            return;
+        }
+    }
+}
+
+/// How often a running task's log lines are sent.
+const LOG_FLUSH_EVERY: Duration = Duration::from_secs(1);
+
 /// Resolves the task's secrets, runs the handler, and scrubs the secrets'
 /// values from what it returns. `None` when the lease was lost meanwhile
 /// (the result must be discarded). A panicking handler fails its attempt
@@ -555,6 +593,7 @@ async fn run_handler(
     handler: Handler,
     dispatch: &Dispatch,
     lost: &CancellationToken,
+    logs: crate::task::LogBuffer,
 ) -> Option<Result<Value, crate::task::TaskError>> {
     // Secrets are resolved here and nowhere else; an unknown one fails the attempt.
     let (input, secrets) = match crate::secrets::resolve(&dispatch.input) {
@@ -569,6 +608,7 @@ async fn run_handler(
         attempt: dispatch.attempt,
         cancelled: lost.clone(),
         secrets: secrets.clone(),
+        logs,
     };
     let guarded = std::panic::AssertUnwindSafe(async move { handler(task_ctx, input?).await }).catch_unwind();
     let result = tokio::select! {

@@ -24,6 +24,59 @@ pub struct TaskContext {
     /// The secrets the input holds: an error should not quote a value that
     /// holds one ([`Secrets::holds`]). The result is scrubbed of them anyway.
     pub secrets: Secrets,
+    pub(crate) logs: LogBuffer,
+}
+
+impl TaskContext {
+    /// Adds a line to the step's log (`GET /v1/runs/{id}/tasks/{node}/logs`,
+    /// the run page in the UI): sent to a coordinator about once a second
+    /// and when the handler ends, scrubbed of the input's secrets. A
+    /// coordinator keeps at most `COMPOSER_TASK_LOG_MAX_BYTES` per attempt;
+    /// the worker holds at most [`MAX_PENDING_LOG_LINES`] unsent, and says
+    /// how many it dropped past that.
+    pub fn log(&self, line: impl Into<String>) {
+        // A NUL cannot be stored: the coordinator would refuse the batch.
+        let line = self.secrets.scrub_message(&line.into()).replace('\0', "\u{FFFD}");
+        self.logs.push(line);
+    }
+}
+
+/// Most lines a task's log holds before they are sent.
+pub const MAX_PENDING_LOG_LINES: usize = 1000;
+
+/// Lines a handler logged and the worker has not sent yet.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LogBuffer(Arc<std::sync::Mutex<Pending>>);
+
+#[derive(Debug, Default)]
+struct Pending {
+    lines: Vec<String>,
+    dropped: usize,
+}
+
+impl LogBuffer {
+    fn push(&self, line: String) {
+        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if p.lines.len() < MAX_PENDING_LOG_LINES {
+            p.lines.push(line);
+        } else {
+            p.dropped += 1;
+        }
+    }
+
+    /// Takes what is pending, with a line saying how many were dropped.
+    pub(crate) fn take(&self) -> Vec<String> {
+        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lines = std::mem::take(&mut p.lines);
+        if p.dropped > 0 {
+            lines.push(format!(
+                "[worker: {} lines dropped: more than {MAX_PENDING_LOG_LINES} waited to be sent]",
+                p.dropped
+            ));
+            p.dropped = 0;
+        }
+        lines
+    }
 }
 
 /// A failed attempt. Retryable failures are retried by the node's policy;
@@ -60,4 +113,21 @@ pub(crate) type Handler = Arc<dyn Fn(TaskContext, Value) -> BoxFuture<'static, R
 pub(crate) struct Registration {
     pub(crate) queue: String,
     pub(crate) handler: Handler,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_buffer_counts_what_it_drops_and_says_so_once() {
+        let b = LogBuffer::default();
+        for i in 0..MAX_PENDING_LOG_LINES + 3 {
+            b.push(format!("line {i}"));
+        }
+        let lines = b.take();
+        assert_eq!(lines.len(), MAX_PENDING_LOG_LINES + 1);
+        assert!(lines.last().unwrap().contains("3 lines dropped"), "{:?}", lines.last());
+        assert!(b.take().is_empty());
+    }
 }

@@ -539,6 +539,16 @@ async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
         .await
         .unwrap();
     let new_run = e.start_run("old", json!({})).await;
+    // A step's log line each: the old run's goes with its month.
+    for (run, age) in [(old_run, "120 days"), (new_run, "0 days")] {
+        c.execute(
+            "INSERT INTO task_logs (task_id, attempt, seq, run_id, at, line)
+             VALUES ($1, 1, 1, $1, now() - $2::text::interval, 'a line')",
+            &[&run, &age],
+        )
+        .await
+        .unwrap();
+    }
 
     // The old run is still open (waiting on an event, say): its month stays.
     let cutoff = chrono::Utc::now() - chrono::Duration::days(30);
@@ -558,6 +568,9 @@ async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
     assert_eq!(status, 200);
     assert_eq!(run["tasks"].as_array().unwrap().len(), 1, "newer runs keep their tasks");
     assert!(!e.history(new_run, "RunStarted").await.is_empty(), "and their history");
+    let logs: Vec<Uuid> =
+        c.query("SELECT run_id FROM task_logs", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(logs, vec![new_run], "the old run's log lines went with it, the new run's stay");
     e.stop().await;
 }
 

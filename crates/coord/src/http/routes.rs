@@ -37,6 +37,7 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(runs::resolve_task))
         .routes(routes!(runs::rerun_run))
         .routes(routes!(runs::complete_step))
+        .routes(routes!(runs::step_logs))
         .routes(routes!(explain::explain))
         .routes(routes!(bulk::create))
         .routes(routes!(bulk::get))
@@ -51,6 +52,7 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(internal::report))
         .routes(routes!(tasks::poll))
         .routes(routes!(tasks::heartbeat))
+        .routes(routes!(tasks::logs))
         .routes(routes!(tasks::complete))
         .routes(routes!(tasks::fail));
     let operations = OpenApiRouter::new()

@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use composer_api::schema::Name;
 use composer_api::{
-    CompleteStep, ControlRun, ErrorBody, HistoryEntryView, HistoryPage, ItemPage, RerunRun, ResolveOutcome,
-    ResolveTask, RunPage, RunView, StartRun, TaskView,
+    AttemptLines, CompleteStep, ControlRun, ErrorBody, HistoryEntryView, HistoryPage, ItemPage, LogLineView, RerunRun,
+    ResolveOutcome, ResolveTask, RunPage, RunView, StartRun, StepLogs, TaskView,
 };
 use composer_core::duration;
 use composer_core::machine::{Event, Resolution, RunStatus};
@@ -145,6 +145,24 @@ pub(crate) struct ItemsQuery {
     #[param(value_type = Option<i32>, minimum = -1)]
     after: Option<i32>,
     /// 1 to 1000 (default 100).
+    #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
+    limit: Option<Limit>,
+}
+
+/// `GET /v1/runs/{id}/tasks/{node}/logs`'s query.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct LogsQuery {
+    /// The attempt (the step's current one without it).
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<i32>, minimum = 1)]
+    attempt: Option<i32>,
+    /// The line (`seq`) to start after.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<i32>, minimum = 0)]
+    after: Option<i32>,
+    /// 1 to 1000 (default 500).
     #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
     limit: Option<Limit>,
 }
@@ -512,8 +530,8 @@ pub(crate) async fn resume_run(
     request_body = RerunRun,
     responses(
         (status = 200, description = "running again from those steps", body = RunView),
-        (status = 404, description = "no such run or step", body = ErrorBody),
-        (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody),
+        (status = 404, description = "no such run", body = ErrorBody),
+        (status = 409, description = "not possible in the run's state, or a step it has not reached (the message says why)", body = ErrorBody),
     )
 )]
 pub(crate) async fn rerun_run(
@@ -532,9 +550,16 @@ pub(crate) async fn rerun_run(
     let mut tasks = Vec::with_capacity(req.from.len());
     for node in &req.from {
         text_param(node, "from")?;
-        let task = runs::task_of_node(&client, run, node)
-            .await?
-            .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?} (not reached yet?)")))?;
+        let Some(task) = runs::task_of_node(&client, run, node).await? else {
+            // The run is the resource; a step it has not (yet) made is a
+            // conflict with its state, not a missing resource.
+            if runs::status(&client, run).await?.is_none() {
+                return Err(ApiError::RunNotFound(run));
+            }
+            return Err(ApiError::Conflict(format!(
+                "from: run {run} has no step {node:?} (not reached yet, or no such node in its workflow)"
+            )));
+        };
         tasks.push(task.id);
     }
     drop(client);
@@ -573,6 +598,47 @@ pub(crate) async fn complete_step(
         .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
     drop(client);
     control(&s, &id, Event::CompleteTask { task_id: task.id, output: req.output }, req.reason).await
+}
+
+/// Read a step's logs.
+///
+/// The lines its worker sent for one attempt (`POST /v1/tasks/{id}/logs`), oldest first, and which
+/// attempts have any: a step that was retried keeps each attempt's lines.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/tasks/{node}/logs", operation_id = "getStepLogs", tag = "runs",
+    params(
+        ("id" = Uuid, Path, description = "the run"),
+        ("node" = String, Path, description = "the step's node id (a MAP item: `ship_each[3]`)"),
+        LogsQuery,
+    ),
+    responses(
+        (status = 200, description = "a page of the attempt's lines", body = StepLogs),
+        (status = 404, description = "no such run or step", body = ErrorBody),
+    )
+)]
+pub(crate) async fn step_logs(
+    State(s): State<Arc<Shared>>,
+    Path((id, node)): Path<(String, String)>,
+    Query(q): Query<LogsQuery>,
+) -> ApiResult<Json<StepLogs>> {
+    let run = run_id(&id)?;
+    text_param(&node, "node")?;
+    let after = q.after.unwrap_or(0);
+    let limit = Limit::or(q.limit, 500);
+    let client = composer_store::client(&s.pool).await?;
+    let task = runs::task_of_node(&client, run, &node)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
+    let attempt = q.attempt.unwrap_or(task.attempt.max(1));
+    let attempts = composer_store::logs::attempts(&client, task.id).await?;
+    let lines = composer_store::logs::read(&client, task.id, attempt, after, limit).await?;
+    let next_after = if lines.len() as i64 == limit { lines.last().map(|l| l.seq) } else { None };
+    Ok(Json(StepLogs {
+        attempt,
+        attempts: attempts.into_iter().map(|(attempt, lines)| AttemptLines { attempt, lines }).collect(),
+        lines: lines.into_iter().map(|l| LogLineView { seq: l.seq, at: l.at, line: l.line }).collect(),
+        next_after,
+    }))
 }
 
 /// Resolve an IN_DOUBT step.

@@ -1,4 +1,4 @@
-//! The task API's routes: poll, heartbeat, complete, fail (how the
+//! The task API's routes: poll, heartbeat, logs, complete, fail (how the
 //! coordinator leases for a worker is in `crate::tasks`).
 
 use std::sync::Arc;
@@ -7,7 +7,9 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::Json;
 use composer_api::wire::ReportAck;
-use composer_api::{CompleteTask, ErrorBody, FailTask, LeaseExtended, PollTasks, TaskBatch, TaskHeartbeat};
+use composer_api::{
+    CompleteTask, ErrorBody, FailTask, LeaseExtended, LogsAccepted, PollTasks, TaskBatch, TaskHeartbeat, TaskLogs,
+};
 use composer_core::machine::Event;
 use composer_store::leases::LeaseManager;
 use uuid::Uuid;
@@ -23,6 +25,10 @@ pub const MAX_POLL_TASKS: u32 = 100;
 pub const MAX_POLL_QUEUES: usize = 32;
 /// Longest error a worker may report, in characters.
 pub const MAX_ERROR_CHARS: usize = 65_536;
+/// Most log lines one call may send.
+pub const MAX_LOG_LINES: usize = 100;
+/// Longest log line kept, in bytes: a longer one is cut, and says so.
+pub const MAX_LOG_LINE_BYTES: usize = 4096;
 
 impl From<LeaseError> for ApiError {
     fn from(e: LeaseError) -> ApiError {
@@ -130,6 +136,61 @@ pub(crate) async fn heartbeat(
     Ok(Json(LeaseExtended { lease_ttl_ms: ttl.as_millis() as u64 }))
 }
 
+/// Send log lines.
+///
+/// Appends lines to the log of the attempt this worker holds the lease of: the step's logs, kept
+/// with the attempt (at most `COMPOSER_TASK_LOG_MAX_BYTES` of them; past it lines are dropped and
+/// the log says so) and gone with the run. A worker scrubs secrets from them before it sends.
+#[utoipa::path(
+    post, path = "/v1/tasks/{id}/logs", operation_id = "sendTaskLogs", tag = "workers",
+    params(("id" = Uuid, Path, description = "the task")),
+    request_body = TaskLogs,
+    responses(
+        (status = 200, description = "what was kept of them", body = LogsAccepted),
+        (status = 409, description = "the lease is lost: nothing was kept", body = ErrorBody),
+    )
+)]
+pub(crate) async fn logs(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Body(req): Body<TaskLogs>,
+) -> ApiResult<Json<LogsAccepted>> {
+    let id = task_id(&id)?;
+    check_worker(&req.worker_id)?;
+    if req.lines.is_empty() || req.lines.len() > MAX_LOG_LINES {
+        return Err(ApiError::bad_request(format!("lines: send 1 to {MAX_LOG_LINES} lines")));
+    }
+    let lines: Vec<String> = req.lines.iter().map(|l| log_line(l)).collect();
+    let mut client = composer_store::client(&s.pool).await?;
+    let kept = composer_store::logs::append(
+        &mut client,
+        req.run_id,
+        id,
+        &req.worker_id,
+        req.attempt,
+        &lines,
+        s.config.task_log_max_bytes,
+    )
+    .await?
+    .ok_or(ApiError::LeaseLost(id))?;
+    Ok(Json(LogsAccepted { accepted: kept.accepted as u32, dropped: kept.dropped as u32 }))
+}
+
+/// A line as it is kept: at most [`MAX_LOG_LINE_BYTES`] (cut on a
+/// character boundary, and marked). A NUL never gets here: the body's
+/// extractor refuses it by name, as PostgreSQL's text cannot hold one.
+fn log_line(line: &str) -> String {
+    const CUT: &str = " …[cut]";
+    if line.len() <= MAX_LOG_LINE_BYTES {
+        return line.to_string();
+    }
+    let mut end = MAX_LOG_LINE_BYTES - CUT.len();
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{CUT}", &line[..end])
+}
+
 /// Complete a task.
 ///
 /// Reports a leased attempt's output. Applied only while `worker_id` holds the lease of `attempt`;
@@ -229,5 +290,18 @@ pub(crate) fn completed(task_id: Uuid, attempt: i32, output: serde_json::Value, 
             code: Some(composer_core::machine::codes::PAYLOAD.into()),
             status: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_line_is_cut_on_a_character_boundary() {
+        let long = "é".repeat(MAX_LOG_LINE_BYTES);
+        let cut = log_line(&long);
+        assert!(cut.len() <= MAX_LOG_LINE_BYTES && cut.ends_with("…[cut]"), "{}", cut.len());
+        assert_eq!(log_line(&"x".repeat(MAX_LOG_LINE_BYTES)).len(), MAX_LOG_LINE_BYTES);
     }
 }

@@ -64,6 +64,7 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/ui/runs/act", post(runs_act))
         .route("/ui/runs/{id}", get(run_page))
         .route("/ui/runs/{id}/items", get(items_page))
+        .route("/ui/runs/{id}/logs", get(logs_page))
         .route("/ui/runs/{id}/rerun", post(rerun_action))
         .route("/ui/runs/{id}/{action}", post(run_action))
         .route("/ui/runs/{id}/tasks/{node}/resolve", post(resolve_action))
@@ -870,8 +871,18 @@ async fn live_part(
         "<h2>Steps</h2><table class=\"tasks\"><thead><tr><th>Node</th><th>Type</th><th>State</th><th>Attempt</th>\
          <th>Started</th><th>Finished</th><th>Error</th><th>Data</th></tr></thead><tbody>",
     );
+    let ids: Vec<uuid::Uuid> = tasks.iter().map(|t| t.id).collect();
+    let log_lines = composer_store::logs::counts(client, &ids).await?;
     for t in tasks {
         let mut extra = String::new();
+        if let Some(n) = log_lines.get(&t.id) {
+            let _ = write!(
+                extra,
+                "<div class=\"logs\"><a href=\"/ui/runs/{}/logs?node={}\">logs</a> ({n} lines)</div>",
+                run.id,
+                url_enc(&t.node_id)
+            );
+        }
         if let Some(p) = t.map_progress() {
             let _ = write!(
                 extra,
@@ -992,6 +1003,59 @@ async fn items_page(
         );
     }
     Ok(Html(page("Items", &html)).into_response())
+}
+
+/// `/ui/runs/{id}/logs?node=&attempt=&after=`: a step's log, one attempt
+/// at a time (its current one unless `attempt` says).
+async fn logs_page(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Page {
+    const PAGE: i64 = 1000;
+    let run_id = parse_id(&id)?;
+    let node = text(&q, "node")?;
+    let client = composer_store::client(&s.pool).await?;
+    let task = runs::task_of_node(&client, run_id, node).await?.ok_or_else(|| not_found("step"))?;
+    let attempt: i32 = q.get("attempt").and_then(|a| a.parse().ok()).unwrap_or(task.attempt.max(1));
+    let after: i32 = q.get("after").and_then(|a| a.parse().ok()).unwrap_or(0);
+    let attempts = composer_store::logs::attempts(&client, task.id).await?;
+    let lines = composer_store::logs::read(&client, task.id, attempt, after, PAGE).await?;
+    let mut html = format!(
+        "<h1>Logs of <code>{}</code></h1><p><a href=\"/ui/runs/{run_id}\">← run</a> · what its worker sent \
+         (times are when the coordinator stored each line, UTC)</p><p class=\"attempts\">",
+        esc(node)
+    );
+    for (a, n) in &attempts {
+        if *a == attempt {
+            let _ = write!(html, "<strong>attempt {a}</strong> ({n} lines) ");
+        } else {
+            let _ = write!(
+                html,
+                "<a href=\"/ui/runs/{run_id}/logs?node={}&attempt={a}\">attempt {a}</a> ({n} lines) ",
+                url_enc(node)
+            );
+        }
+    }
+    html.push_str("</p>");
+    if lines.is_empty() {
+        let _ = write!(html, "<p class=\"hint\">Attempt {attempt} has no lines.</p>");
+    } else {
+        html.push_str("<pre class=\"log\">");
+        for l in &lines {
+            let _ = writeln!(html, "<span class=\"at\">{}</span> {}", l.at.format("%H:%M:%S%.3f"), esc(&l.line));
+        }
+        html.push_str("</pre>");
+    }
+    if let (true, Some(last)) = (lines.len() as i64 == PAGE, lines.last()) {
+        let _ = write!(
+            html,
+            "<a class=\"next\" href=\"/ui/runs/{run_id}/logs?node={}&attempt={attempt}&after={}\">More →</a>",
+            url_enc(node),
+            last.seq
+        );
+    }
+    Ok(Html(page("Logs", &html)).into_response())
 }
 
 /// The buttons of a run's page: the same events as the API's.
