@@ -500,11 +500,8 @@ async fn execute(
     let done = CancellationToken::new();
     // Renewal stops however this function ends, panics included.
     let _stop_renewing = done.clone().drop_guard();
-    let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone()));
     let logs = crate::task::LogBuffer::default();
-    let handler_done = done.child_token();
-    let flusher =
-        tokio::spawn(send_logs_while_running(ctx.clone(), dispatch.clone(), logs.clone(), handler_done.clone()));
+    let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone(), logs.clone()));
     let started = std::time::Instant::now();
     let outcome = match handler {
         Some(handler) => run_handler(handler, &dispatch, &lost, logs.clone()).await,
@@ -518,7 +515,6 @@ async fn execute(
     let Some(result) = outcome else {
         done.cancel();
         let _ = renewer.await;
-        let _ = flusher.await;
         ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);
         composer_metrics::WORKER.inc(composer_metrics::LEASES_LOST, &[], 1);
         tracing::warn!("lease lost; execution cancelled and its result discarded");
@@ -532,12 +528,7 @@ async fn execute(
         started.elapsed(),
     );
     // The last lines land before the result: the log is whole when the step ends.
-    handler_done.cancel();
-    let _ = flusher.await;
-    let last = logs.take();
-    if !last.is_empty() {
-        ctx.reporter.send_logs(dispatch.task_id, dispatch.run_id, &ctx.id, dispatch.attempt, last).await;
-    }
+    send_logs(&ctx, &dispatch, &logs).await;
     let report = to_report(&ctx.id, &dispatch, result);
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.
@@ -559,26 +550,13 @@ async fn execute(
     }
 }
 
-/// Sends what the handler logged about once a second while it runs.
-async fn send_logs_while_running(
-    ctx: Arc<Ctx>,
-    dispatch: Dispatch,
-    logs: crate::task::LogBuffer,
-    done: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(LOG_FLUSH_EVERY);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = done.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let lines = logs.take();
-        if !lines.is_empty()
-            && !ctx.reporter.send_logs(dispatch.task_id, dispatch.run_id, &ctx.id, dispatch.attempt, lines).await
-        {
-            return;
-        }
+/// Sends what the handler logged and has not been sent. One sender at a
+/// time, so lines land in the order they were logged.
+async fn send_logs(ctx: &Ctx, d: &Dispatch, logs: &crate::task::LogBuffer) {
+    let _one_at_a_time = logs.sending.lock().await;
+    let lines = logs.take();
+    if !lines.is_empty() {
+        ctx.reporter.send_logs(d.task_id, d.run_id, &ctx.id, d.attempt, lines).await;
     }
 }
 
@@ -673,14 +651,29 @@ fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::
 /// Renews the lease every ttl/3 until `done`; cancels `lost` when the lease
 /// is gone, or when no renewal succeeded for a whole TTL (someone else may
 /// hold it by now).
-async fn renew(ctx: Arc<Ctx>, d: Dispatch, lost: CancellationToken, done: CancellationToken) {
+async fn renew(
+    ctx: Arc<Ctx>,
+    d: Dispatch,
+    lost: CancellationToken,
+    done: CancellationToken,
+    logs: crate::task::LogBuffer,
+) {
     let every = ctx.lease_ttl / 3;
     let mut last_ok = tokio::time::Instant::now();
+    let mut last_renewal = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = done.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(every.min(LOG_FLUSH_EVERY)) => {}
         }
+        // The handler's lines go out about once a second while it runs.
+        if logs.pending() {
+            send_logs(&ctx, &d, &logs).await;
+        }
+        if last_renewal.elapsed() < every {
+            continue;
+        }
+        last_renewal = tokio::time::Instant::now();
         match ctx.leases.renew(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
             Ok(true) => last_ok = tokio::time::Instant::now(),
             Ok(false) => {

@@ -46,7 +46,11 @@ pub const MAX_PENDING_LOG_LINES: usize = 1000;
 
 /// Lines a handler logged and the worker has not sent yet.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct LogBuffer(Arc<std::sync::Mutex<Pending>>);
+pub(crate) struct LogBuffer {
+    pending: Arc<std::sync::Mutex<Pending>>,
+    /// Held while lines are sent, so that they land in order.
+    pub(crate) sending: Arc<tokio::sync::Mutex<()>>,
+}
 
 #[derive(Debug, Default)]
 struct Pending {
@@ -56,7 +60,7 @@ struct Pending {
 
 impl LogBuffer {
     fn push(&self, line: String) {
-        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         if p.lines.len() < MAX_PENDING_LOG_LINES {
             p.lines.push(line);
         } else {
@@ -65,8 +69,14 @@ impl LogBuffer {
     }
 
     /// Takes what is pending, with a line saying how many were dropped.
+    /// Whether any line waits to be sent.
+    pub(crate) fn pending(&self) -> bool {
+        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        !p.lines.is_empty() || p.dropped > 0
+    }
+
     pub(crate) fn take(&self) -> Vec<String> {
-        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let mut lines = std::mem::take(&mut p.lines);
         if p.dropped > 0 {
             lines.push(format!(

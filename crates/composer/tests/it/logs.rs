@@ -147,3 +147,30 @@ async fn a_rust_handlers_lines_reach_its_step_before_its_result_scrubbed_of_its_
     assert_eq!(texts[1..], ["step 0", "step 1", "step 2"]);
     e.stop().await;
 }
+
+#[tokio::test]
+async fn a_long_handlers_lines_arrive_while_it_still_runs() {
+    let mut e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let mut worker = Worker::new(e.worker_config("slow-logs", 1));
+    worker.handle("slow-talker", |ctx, _input| async move {
+        ctx.log("working");
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        Ok(json!({}))
+    });
+    e.spawn_worker(worker);
+    let id = e.run(&json!({"name": "slow-talker", "nodes": [{"id": "talk", "type": "slow-talker"}]})).await;
+    // Sent within about a second; the handler runs for eight.
+    let until = tokio::time::Instant::now() + Duration::from_secs(7);
+    loop {
+        let (_, logs) = e.get(&format!("/v1/runs/{id}/tasks/talk/logs")).await;
+        if logs["lines"][0]["line"] == "working" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "the line did not arrive while the handler ran: {logs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(run["status"], "RUNNING", "the line arrived while the handler ran");
+    assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    e.stop().await;
+}
