@@ -89,7 +89,7 @@ class _Capture(logging.Handler):
         self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        task: Optional["Task"] = getattr(_current, "task", None)
+        task: Optional[Task] = getattr(_current, "task", None)
         if task is None or record.name.startswith("composer_client"):
             return
         try:

@@ -311,9 +311,7 @@ class StepLogsTest(unittest.TestCase):
     def test_task_log_and_the_handler_s_logging_reach_the_step_scrubbed_before_its_result(self) -> None:
         secret = "py-log-s3cr3t"
         name = unique("logs")
-        client.register_workflow(
-            definition(name, [node("talk", "chatty", "py6", token="${ .secrets.PYLOG_TOKEN }")])
-        )
+        client.register_workflow(definition(name, [node("talk", "chatty", "py6", token="${ .secrets.PYLOG_TOKEN }")]))
 
         def chatty(task: Task) -> Any:
             task.log(f"token is {task.input['token']}")
