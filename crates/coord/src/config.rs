@@ -132,8 +132,8 @@ pub struct Config {
     #[arg(long, env = "COMPOSER_MAX_PAYLOAD", default_value_t = DEFAULT_MAX_PAYLOAD)]
     pub max_payload: usize,
     /// Most bytes of log lines one attempt of a step keeps
-    /// (`POST /v1/tasks/{id}/logs`); past it lines are dropped, and the log
-    /// says so.
+    /// (`POST /v1/tasks/{id}/logs`; each line counts its bytes and 64 for
+    /// its row); past it lines are dropped, and the log says so.
     #[arg(long, env = "COMPOSER_TASK_LOG_MAX_BYTES", default_value_t = 256 * 1024)]
     pub task_log_max_bytes: usize,
     /// Most runs one run tree (a root run and every SUB_WORKFLOW child under

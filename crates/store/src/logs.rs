@@ -6,6 +6,11 @@ use uuid::Uuid;
 
 use crate::{Client, Result};
 
+/// What each line costs of an attempt's budget besides its bytes: its row
+/// (so a flood of one-byte lines is bounded by rows too, at most
+/// `max_bytes / 64` of them).
+pub const LINE_OVERHEAD: usize = 64;
+
 /// The line stored in place of the rest once an attempt's budget is spent.
 pub const DROPPED_MARKER: &str = "[composer: this attempt's log reached its size limit; later lines were dropped]";
 
@@ -27,7 +32,8 @@ pub struct LogLine {
 
 /// Appends `lines` to the log of `attempt` of a task, if `owner` holds its
 /// lease (else `None`: nothing is stored). Lines past `max_bytes` for the
-/// attempt are dropped; the first drop stores [`DROPPED_MARKER`] instead.
+/// attempt (each line counted as its bytes and [`LINE_OVERHEAD`]) are
+/// dropped; the first drop stores [`DROPPED_MARKER`] instead.
 ///
 /// Safe from many coordinators at once: an advisory lock on the attempt
 /// orders appends to one log, so the sequence numbers and the budget hold.
@@ -62,9 +68,10 @@ pub async fn append(
     .await?;
     let row = tx
         .query_one(
-            "SELECT coalesce(sum(octet_length(line)), 0)::bigint, coalesce(max(seq), 0), coalesce(bool_or(line = $3), false)
+            "SELECT coalesce(sum(octet_length(line) + $4), 0)::bigint, coalesce(max(seq), 0),
+                    coalesce(bool_or(line = $3), false)
                FROM task_logs WHERE task_id = $1 AND attempt = $2",
-            &[&task_id, &attempt, &DROPPED_MARKER],
+            &[&task_id, &attempt, &DROPPED_MARKER, &(LINE_OVERHEAD as i32)],
         )
         .await?;
     let (used, last_seq, already_dropped): (i64, i32, bool) = (row.get(0), row.get(1), row.get(2));
@@ -96,11 +103,12 @@ fn plan<'a>(used: usize, already_dropped: bool, lines: &'a [String], max_bytes: 
         return Plan { store, accepted: 0 };
     }
     for (i, line) in lines.iter().enumerate() {
-        if line.len() > left {
+        let cost = line.len() + LINE_OVERHEAD;
+        if cost > left {
             store.push(DROPPED_MARKER);
             return Plan { store, accepted: i };
         }
-        left -= line.len();
+        left -= cost;
         store.push(line);
     }
     Plan { store, accepted: lines.len() }
@@ -162,9 +170,10 @@ mod tests {
     #[test]
     fn lines_fit_in_order_then_one_marker() {
         let l = lines(&["aaaa", "bbbb", "cccc"]);
-        let p = plan(0, false, &l, 9);
+        let each = 4 + LINE_OVERHEAD;
+        let p = plan(0, false, &l, 3 * each - 1);
         assert_eq!((p.store, p.accepted), (vec!["aaaa", "bbbb", DROPPED_MARKER], 2));
-        let p = plan(0, false, &l, 12);
+        let p = plan(0, false, &l, 3 * each);
         assert_eq!((p.store, p.accepted), (vec!["aaaa", "bbbb", "cccc"], 3));
     }
 

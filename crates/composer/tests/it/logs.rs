@@ -28,7 +28,7 @@ fn lines(worker: &str, task: &Value, lines: &[&str]) -> Value {
 #[tokio::test]
 async fn a_steps_lines_are_kept_per_attempt_within_a_budget_and_only_from_the_lease_holder() {
     let e =
-        Engine::with(EngineOptions { workers: 0, coordinator: |c| c.task_log_max_bytes = 64, ..Default::default() })
+        Engine::with(EngineOptions { workers: 0, coordinator: |c| c.task_log_max_bytes = 300, ..Default::default() })
             .await;
     e.register(&json!({"name": "logged", "nodes": [{"id": "step", "type": "resize", "queue": "py",
         "retry": {"max_attempts": 2, "initial_backoff": "10ms"}}]}))
@@ -56,8 +56,8 @@ async fn a_steps_lines_are_kept_per_attempt_within_a_budget_and_only_from_the_le
         assert_eq!(status, 400, "{answer}");
         assert!(answer["error"]["message"].as_str().unwrap().contains(names), "{answer}");
     }
-    // Past the budget (64 bytes: 23 used), the lines that do not fit are
-    // dropped and the log says so, once.
+    // Past the budget (300 bytes, each line its bytes and 64 for its row:
+    // 151 used), the lines that do not fit are dropped and the log says so, once.
     let (status, body) = e.post(&logs, &lines("w1", &first, &["x".repeat(30).as_str(), "y".repeat(30).as_str()])).await;
     assert_eq!((status, &body), (200, &json!({"accepted": 1, "dropped": 1})), "{body}");
     let (_, body) = e.post(&logs, &lines("w1", &first, &["later"])).await;
