@@ -35,6 +35,7 @@ being retried and a failed poll, ERROR for a result no coordinator took.
 No record carries a task's input or a secret's value.
 """
 
+import base64
 import json
 import logging
 import os
@@ -71,6 +72,10 @@ _ERROR_CODE = re.compile(r"[a-z0-9_.-]{1,64}")
 
 MAX_PENDING_LOG_LINES = 1000
 """Most log lines a task holds before they are sent."""
+_MAX_LOG_LINE_BYTES = 4096
+"""The longest line the coordinator keeps."""
+_LOG_TIMEOUT = 2.0
+"""How long one call with log lines may take: they go from the heartbeat's thread."""
 _LOG_LINES_PER_CALL = 100
 """Most lines one ``POST /v1/tasks/{id}/logs`` takes."""
 _LOG_EVERY = 1.0
@@ -143,6 +148,7 @@ class Task:
     lease_ttl_ms: int
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     _secrets: list[str] = field(default_factory=list, repr=False, compare=False)
+    _pattern: Optional["re.Pattern[str]"] = field(default=None, repr=False, compare=False)
     _pending: list[str] = field(default_factory=list, repr=False, compare=False)
     _dropped: int = field(default=0, repr=False, compare=False)
     _log_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -155,7 +161,15 @@ class Task:
         dropped past that). Records a handler logs with :mod:`logging` on its
         task's thread land here too, at their logger's level."""
         # A NUL cannot be stored: the coordinator would refuse the batch.
-        line = _scrub(str(message), self._secrets).replace("\x00", "\ufffd")
+        if self._pattern is None and self._secrets:
+            self._pattern = _scrubber(self._secrets)
+        line = str(message)
+        if self._pattern is not None:
+            line = self._pattern.sub("[secret]", line)
+        # What the coordinator can store: valid UTF-8 without NUL, at most
+        # 4,096 bytes (cut here, so that no batch is too large to send).
+        data = line.replace("\x00", "\ufffd").encode("utf-8", "replace")
+        line = data[:_MAX_LOG_LINE_BYTES].decode("utf-8", "ignore")
         with self._log_lock:
             if len(self._pending) < MAX_PENDING_LOG_LINES:
                 self._pending.append(line)
@@ -218,19 +232,70 @@ def _resolve(value: JSON, used: list[str]) -> JSON:
     return value
 
 
+_MIN_ENCODED_CHARS = 4
+"""Secrets shorter than this are found only as they are (every encoding of
+a three-letter value would match ordinary text)."""
+
+
+def _char(c: str) -> str:
+    """What one character of a secret may appear as: itself, URL-encoded
+    (``%E2%82%AC``, ``+`` for a space) or JSON-escaped (``\\u20ac``, ``\\"``)."""
+    forms = [re.escape(c), "".join(f"%{b:02x}" for b in c.encode())]
+    if c == " ":
+        forms.append(r"\+")
+    if len(c.encode("utf-16-be")) == 2:
+        forms.append(re.escape(f"\\u{ord(c):04x}"))
+    if c in '"\\/':
+        forms.append(re.escape("\\" + c))
+    return "(?:" + "|".join(forms) + ")"
+
+
+def _base64_forms(secret: str) -> set[str]:
+    """The secret in base64, standard and URL-safe, in any letter case of
+    the secret, at each of the three alignments it can have inside a longer
+    encoded text (as in ``Basic base64(user:password)``): the characters
+    that carry only its bits."""
+    found: set[str] = set()
+    for case in {secret, secret.upper(), secret.lower()}:
+        data = case.encode()
+        for offset in range(3):
+            encoded = base64.b64encode(b"\0" * offset + data + b"\0" * 2).decode()
+            first, last = -(-8 * offset // 6), 8 * (offset + len(data)) // 6
+            text = encoded[first:last]
+            for form in (text, text.replace("+", "-").replace("/", "_")):
+                if len(form) >= _MIN_ENCODED_CHARS:
+                    found.add(form)
+    return found
+
+
+def _scrubber(secrets: list[str]) -> Optional["re.Pattern[str]"]:
+    """One pattern that finds every secret: in any letter case, URL-encoded
+    or JSON-escaped in whole or in part, or in base64; one shorter than
+    ``_MIN_ENCODED_CHARS`` only as it is."""
+    parts: list[str] = []
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        if len(secret) < _MIN_ENCODED_CHARS:
+            parts.append(re.escape(secret))
+            continue
+        parts.append("(?i:" + "".join(_char(c) for c in secret) + ")")
+        parts += [re.escape(f) for f in sorted(_base64_forms(secret), key=len, reverse=True)]
+    return re.compile("|".join(parts)) if parts else None
+
+
 def _scrub(value: JSON, secrets: list[str]) -> JSON:
-    """Replaces the secret values used anywhere in ``value``."""
-    secrets = [s for s in secrets if len(s) >= 3]
-    if not secrets:
-        return value
+    """Replaces the secret values used anywhere in ``value``, in the forms
+    ``_scrubber`` finds."""
+    pattern = _scrubber(secrets)
+    return value if pattern is None else _scrub_with(value, pattern)
+
+
+def _scrub_with(value: JSON, pattern: "re.Pattern[str]") -> JSON:
     if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, "[secret]")
-        return value
+        return pattern.sub("[secret]", value)
     if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
+        return [_scrub_with(v, pattern) for v in value]
     if isinstance(value, dict):
-        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
+        return {_scrub_with(k, pattern): _scrub_with(v, pattern) for k, v in value.items()}
     return value
 
 
@@ -472,7 +537,7 @@ class Worker:
         for i in range(0, len(lines), _LOG_LINES_PER_CALL):
             body = dict(self._lease(task), lines=lines[i : i + _LOG_LINES_PER_CALL])
             try:
-                self._post(f"/v1/tasks/{task.id}/logs", body)
+                self._post(f"/v1/tasks/{task.id}/logs", body, timeout=_LOG_TIMEOUT)
             except Conflict:
                 return  # the lease is lost: the heartbeat says so
             except ComposerError as e:
@@ -486,8 +551,10 @@ class Worker:
         ttl = task.lease_ttl_ms / 1000.0
         last_ok = last_beat = time.monotonic()
         while not done.wait(min(_LOG_EVERY, ttl / 3)):
-            self._send_logs(task)
+            # Lines go out about once a second, after the heartbeat when one
+            # is due: a slow coordinator must not cost the lease.
             if time.monotonic() - last_beat < ttl / 3:
+                self._send_logs(task)
                 continue
             last_beat = time.monotonic()
             try:

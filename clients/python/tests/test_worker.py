@@ -3,6 +3,8 @@ are quick): steps run with only a URL, task errors, a worker killed
 mid-task, a graceful stop, a lost lease, logging; and against a stub
 coordinator, reports that are retried. Secrets are resolved and scrubbed."""
 
+import base64
+import json
 import logging
 import os
 import signal
@@ -11,6 +13,7 @@ import sys
 import threading
 import time
 import unittest
+import urllib.parse
 from typing import Any
 from unittest import mock
 
@@ -105,6 +108,25 @@ class SecretsTest(unittest.TestCase):
                 worker._resolve("${ .secrets.MISSING }", [])
             self.assertFalse(e.exception.retryable)
             self.assertNotIn("s3cr3t-value", repr(Task("t", "r", 1, "n", "x", "q", got, 1000)), "repr leaves input out")
+
+    def test_a_secret_is_scrubbed_in_any_case_url_encoded_json_escaped_or_in_base64(self) -> None:
+        secret = 'Sup3r"Secr€t/+=?&x'
+        forms = [
+            secret.upper(),
+            urllib.parse.quote(secret),
+            urllib.parse.quote(secret).lower(),
+            urllib.parse.quote_plus(secret),
+            json.dumps({"t": secret}),
+            base64.b64encode(secret.encode()).decode(),
+            base64.urlsafe_b64encode(secret.encode()).decode(),
+            "Basic " + base64.b64encode(("user:" + secret).encode()).decode(),
+        ]
+        for form in forms:
+            scrubbed = worker._scrub(form, [secret])
+            self.assertIn("[secret]", scrubbed, form)
+            self.assertNotIn("Secr", scrubbed, form)
+        # A short one is found only as it is: its encodings would match ordinary text.
+        self.assertEqual(worker._scrub("zq and ZQ", ["zq"]), "[secret] and ZQ")
 
     def test_the_old_module_name_still_imports_the_worker(self) -> None:
         self.assertIs(composer_worker.Worker, Worker)
@@ -339,6 +361,14 @@ class StepLogsTest(unittest.TestCase):
         self.assertEqual(len(taken), worker.MAX_PENDING_LOG_LINES + 1)
         self.assertIn("5 lines dropped", taken[-1])
         self.assertEqual(t._take_logs(), [])
+        # What the coordinator can store: 4,096 bytes, valid UTF-8, no NUL.
+        t.log("é" * 3000)
+        t.log("a\x00b")
+        t.log(b"\xff".decode("utf-8", "surrogateescape"))
+        cut, nul, bad = t._take_logs()
+        self.assertLessEqual(len(cut.encode()), 4096)
+        self.assertEqual(nul, "a\ufffdb")
+        bad.encode("utf-8")  # strict: no lone surrogate is left
 
 
 class ReportRetryTest(unittest.TestCase):

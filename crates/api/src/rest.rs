@@ -488,7 +488,8 @@ pub struct TaskLogs {
     #[serde(deserialize_with = "whole::int")]
     pub attempt: i32,
     /// 1 to 100 lines, each at most 4,096 bytes (a longer one is cut, and
-    /// says so); an attempt keeps at most `COMPOSER_TASK_LOG_MAX_BYTES`.
+    /// says so); an attempt keeps at most `COMPOSER_TASK_LOG_MAX_BYTES`, a
+    /// run `COMPOSER_RUN_LOG_MAX_BYTES`.
     #[schema(min_items = 1, max_items = 100)]
     pub lines: Vec<String>,
 }
@@ -505,6 +506,8 @@ pub struct LogsAccepted {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct LogLineView {
     pub seq: i32,
+    /// The worker that sent it (a lease taken over continues the attempt).
+    pub worker_id: String,
     /// When the coordinator stored it.
     pub at: DateTime<Utc>,
     pub line: String,

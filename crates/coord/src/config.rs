@@ -136,6 +136,10 @@ pub struct Config {
     /// its row); past it lines are dropped, and the log says so.
     #[arg(long, env = "COMPOSER_TASK_LOG_MAX_BYTES", default_value_t = 256 * 1024)]
     pub task_log_max_bytes: usize,
+    /// Most bytes of log lines one run keeps over all its steps and
+    /// attempts (counted as `COMPOSER_TASK_LOG_MAX_BYTES` counts them).
+    #[arg(long, env = "COMPOSER_RUN_LOG_MAX_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub run_log_max_bytes: usize,
     /// Most runs one run tree (a root run and every SUB_WORKFLOW child under
     /// it, at any depth) may hold; a child past it fails its SUB_WORKFLOW.
     #[arg(long, env = "COMPOSER_MAX_TREE_RUNS", default_value_t = 100_000, value_parser = clap::value_parser!(i64).range(1..))]
@@ -291,7 +295,7 @@ mod tests {
         assert_eq!(c.recovery_interval, Duration::from_secs(30));
         assert_eq!(c.lost_dispatch_age, Duration::from_secs(600));
         assert_eq!(c.max_payload, 1024 * 1024);
-        assert_eq!(c.task_log_max_bytes, 256 * 1024);
+        assert_eq!((c.task_log_max_bytes, c.run_log_max_bytes), (256 * 1024, 64 * 1024 * 1024));
         assert_eq!((c.max_tree_runs, c.max_tree_items), (100_000, 1_000_000));
         assert_eq!(c.shutdown_grace, Duration::from_secs(20));
         assert!(c.run_outbox);

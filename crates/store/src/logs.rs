@@ -12,7 +12,9 @@ use crate::{Client, Result};
 pub const LINE_OVERHEAD: usize = 64;
 
 /// The line stored in place of the rest once an attempt's budget is spent.
-pub const DROPPED_MARKER: &str = "[composer: this attempt's log reached its size limit; later lines were dropped]";
+pub const DROPPED_MARKER: &str =
+    "[composer: this log reached its size limit (COMPOSER_TASK_LOG_MAX_BYTES for an attempt, \
+                                  COMPOSER_RUN_LOG_MAX_BYTES for a run); later lines were dropped]";
 
 /// What became of lines sent for an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,19 +28,31 @@ pub struct Appended {
 pub struct LogLine {
     pub attempt: i32,
     pub seq: i32,
+    pub worker_id: String,
     pub at: DateTime<Utc>,
     pub line: String,
 }
 
+/// The limits of a log.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Bytes one attempt keeps.
+    pub attempt: usize,
+    /// Bytes one run keeps over all its steps and attempts.
+    pub run: usize,
+}
+
 /// Appends `lines` to the log of `attempt` of a task, if `owner` holds its
-/// lease (else `None`: nothing is stored). Lines past `max_bytes` for the
-/// attempt (each line counted as its bytes and [`LINE_OVERHEAD`]) are
-/// dropped; the first drop stores [`DROPPED_MARKER`] instead.
+/// lease (else `None`: nothing is stored). Lines past the budget of the
+/// attempt or of the run (each line counted as its bytes and
+/// [`LINE_OVERHEAD`]) are dropped; the first drop stores
+/// [`DROPPED_MARKER`] and closes the attempt's log.
 ///
-/// Safe from many coordinators at once: an advisory lock on the attempt
-/// orders appends to one log, so the sequence numbers and the budget hold.
-/// The task row is not locked (the hot path updates it): a worker that
-/// loses its lease as it sends may still have that one batch stored.
+/// Safe from many coordinators at once: an append locks its run's usage
+/// row, then its attempt's (always in that order), so the sequence numbers
+/// and both budgets hold without reading the lines. The task row is not
+/// locked (the hot path updates it): a worker that loses its lease as it
+/// sends may still have that one batch stored.
 pub async fn append(
     client: &mut Client,
     run_id: Uuid,
@@ -46,7 +60,7 @@ pub async fn append(
     owner: &str,
     attempt: i32,
     lines: &[String],
-    max_bytes: usize,
+    budget: Budget,
 ) -> Result<Option<Appended>> {
     let tx = client.transaction().await?;
     let holds = tx
@@ -61,29 +75,43 @@ pub async fn append(
     if !holds {
         return Ok(None);
     }
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text || ':' || $2::int::text, 0))",
-        &[&task_id, &attempt],
-    )
-    .await?;
+    let run_bytes: i64 = tx
+        .query_one(
+            "INSERT INTO run_log_usage (run_id) VALUES ($1)
+             ON CONFLICT (run_id) DO UPDATE SET run_id = EXCLUDED.run_id RETURNING bytes",
+            &[&run_id],
+        )
+        .await?
+        .get(0);
     let row = tx
         .query_one(
-            "SELECT coalesce(sum(octet_length(line) + $4), 0)::bigint, coalesce(max(seq), 0),
-                    coalesce(bool_or(line = $3), false)
-               FROM task_logs WHERE task_id = $1 AND attempt = $2",
-            &[&task_id, &attempt, &DROPPED_MARKER, &(LINE_OVERHEAD as i32)],
+            "INSERT INTO task_log_usage (task_id, attempt, run_id) VALUES ($1, $2, $3)
+             ON CONFLICT (task_id, attempt) DO UPDATE SET run_id = EXCLUDED.run_id
+             RETURNING lines, bytes, closed",
+            &[&task_id, &attempt, &run_id],
         )
         .await?;
-    let (used, last_seq, already_dropped): (i64, i32, bool) = (row.get(0), row.get(1), row.get(2));
-    let plan = plan(used.max(0) as usize, already_dropped, lines, max_bytes);
+    let (seq, bytes, closed): (i32, i64, bool) = (row.get(0), row.get(1), row.get(2));
+    let left =
+        budget.attempt.saturating_sub(bytes.max(0) as usize).min(budget.run.saturating_sub(run_bytes.max(0) as usize));
+    let plan = plan(left, closed, lines);
     if !plan.store.is_empty() {
-        let seqs: Vec<i32> = (last_seq + 1..).take(plan.store.len()).collect();
+        let seqs: Vec<i32> = (seq + 1..).take(plan.store.len()).collect();
         tx.execute(
-            "INSERT INTO task_logs (task_id, attempt, seq, run_id, line)
-             SELECT $1, $2, s, $3, l FROM unnest($4::int[], $5::text[]) AS u(s, l)",
-            &[&task_id, &attempt, &run_id, &seqs, &plan.store],
+            "INSERT INTO task_logs (task_id, attempt, seq, run_id, worker_id, line)
+             SELECT $1, $2, s, $3, $4, l FROM unnest($5::int[], $6::text[]) AS u(s, l)",
+            &[&task_id, &attempt, &run_id, &owner, &seqs, &plan.store],
         )
         .await?;
+        let cost: i64 = plan.store.iter().map(|l| (l.len() + LINE_OVERHEAD) as i64).sum();
+        let closes = plan.accepted < lines.len();
+        tx.execute(
+            "UPDATE task_log_usage SET lines = lines + $3, bytes = bytes + $4, closed = closed OR $5
+              WHERE task_id = $1 AND attempt = $2",
+            &[&task_id, &attempt, &(plan.store.len() as i32), &cost, &closes],
+        )
+        .await?;
+        tx.execute("UPDATE run_log_usage SET bytes = bytes + $2 WHERE run_id = $1", &[&run_id, &cost]).await?;
     }
     tx.commit().await?;
     Ok(Some(Appended { accepted: plan.accepted, dropped: lines.len() - plan.accepted }))
@@ -94,12 +122,11 @@ struct Plan<'a> {
     accepted: usize,
 }
 
-/// Which of `lines` fit in what is left of the budget, in order; the marker
-/// goes in once, when the first line does not.
-fn plan<'a>(used: usize, already_dropped: bool, lines: &'a [String], max_bytes: usize) -> Plan<'a> {
+/// Which of `lines` fit in `left` bytes, in order; the marker goes in once,
+/// when the first line does not fit, and closes the log.
+fn plan(mut left: usize, closed: bool, lines: &[String]) -> Plan<'_> {
     let mut store = Vec::new();
-    let mut left = max_bytes.saturating_sub(used);
-    if already_dropped {
+    if closed {
         return Plan { store, accepted: 0 };
     }
     for (i, line) in lines.iter().enumerate() {
@@ -118,20 +145,30 @@ fn plan<'a>(used: usize, already_dropped: bool, lines: &'a [String], max_bytes: 
 pub async fn read(client: &Client, task_id: Uuid, attempt: i32, after_seq: i32, limit: i64) -> Result<Vec<LogLine>> {
     let stmt = client
         .prepare_cached(
-            "SELECT attempt, seq, at, line FROM task_logs
+            "SELECT attempt, seq, worker_id, at, line FROM task_logs
               WHERE task_id = $1 AND attempt = $2 AND seq > $3 ORDER BY seq LIMIT $4",
         )
         .await?;
     let rows = client.query(&stmt, &[&task_id, &attempt, &after_seq, &limit]).await?;
     rows.iter()
-        .map(|r| Ok(LogLine { attempt: r.try_get(0)?, seq: r.try_get(1)?, at: r.try_get(2)?, line: r.try_get(3)? }))
+        .map(|r| {
+            Ok(LogLine {
+                attempt: r.try_get(0)?,
+                seq: r.try_get(1)?,
+                worker_id: r.try_get(2)?,
+                at: r.try_get(3)?,
+                line: r.try_get(4)?,
+            })
+        })
         .collect()
 }
 
 /// The attempts of a task that have lines, with how many each.
 pub async fn attempts(client: &Client, task_id: Uuid) -> Result<Vec<(i32, i64)>> {
     let stmt = client
-        .prepare_cached("SELECT attempt, count(*) FROM task_logs WHERE task_id = $1 GROUP BY attempt ORDER BY attempt")
+        .prepare_cached(
+            "SELECT attempt, lines::bigint FROM task_log_usage WHERE task_id = $1 AND lines > 0 ORDER BY attempt",
+        )
         .await?;
     let rows = client.query(&stmt, &[&task_id]).await?;
     rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
@@ -141,22 +178,36 @@ pub async fn attempts(client: &Client, task_id: Uuid) -> Result<Vec<(i32, i64)>>
 /// none are left out).
 pub async fn counts(client: &Client, tasks: &[Uuid]) -> Result<std::collections::HashMap<Uuid, i64>> {
     let stmt = client
-        .prepare_cached("SELECT task_id, count(*) FROM task_logs WHERE task_id = ANY($1) GROUP BY task_id")
+        .prepare_cached(
+            "SELECT task_id, sum(lines)::bigint FROM task_log_usage
+              WHERE task_id = ANY($1) AND lines > 0 GROUP BY task_id",
+        )
         .await?;
     let rows = client.query(&stmt, &[&tasks]).await?;
     rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
 }
 
-/// Deletes the lines, older than `before`, of runs that are gone (retention
-/// dropped their month); returns how many.
+/// Deletes the lines, older than `before`, and the counts of runs that are
+/// gone (retention dropped their month); returns how many lines.
 pub async fn delete_orphaned(client: &Client, before: DateTime<Utc>) -> Result<u64> {
-    Ok(client
+    let lines = client
         .execute(
             "DELETE FROM task_logs l WHERE l.at < $1
                 AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = l.run_id)",
             &[&before],
         )
-        .await?)
+        .await?;
+    for table in ["task_log_usage", "run_log_usage"] {
+        client
+            .execute(
+                &format!(
+                    "DELETE FROM {table} u WHERE NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = u.run_id)"
+                ),
+                &[],
+            )
+            .await?;
+    }
+    Ok(lines)
 }
 
 #[cfg(test)]
@@ -171,18 +222,21 @@ mod tests {
     fn lines_fit_in_order_then_one_marker() {
         let l = lines(&["aaaa", "bbbb", "cccc"]);
         let each = 4 + LINE_OVERHEAD;
-        let p = plan(0, false, &l, 3 * each - 1);
+        let p = plan(3 * each - 1, false, &l);
         assert_eq!((p.store, p.accepted), (vec!["aaaa", "bbbb", DROPPED_MARKER], 2));
-        let p = plan(0, false, &l, 3 * each);
+        let p = plan(3 * each, false, &l);
         assert_eq!((p.store, p.accepted), (vec!["aaaa", "bbbb", "cccc"], 3));
+        // An empty line is not free.
+        let empty = lines(&[""; 3]);
+        assert_eq!(plan(2 * LINE_OVERHEAD, false, &empty).accepted, 2);
     }
 
     #[test]
-    fn a_spent_budget_stores_nothing_more() {
+    fn a_closed_or_spent_log_stores_nothing_more_but_the_marker_once() {
         let l = lines(&["a"]);
-        let p = plan(10, true, &l, 100);
+        let p = plan(1000, true, &l);
         assert_eq!((p.store.len(), p.accepted), (0, 0));
-        let p = plan(100, false, &l, 100);
+        let p = plan(0, false, &l);
         assert_eq!((p.store, p.accepted), (vec![DROPPED_MARKER], 0));
     }
 }

@@ -6,6 +6,10 @@ use std::time::Duration;
 use composer_api::wire::{ReportAck, TaskReport};
 use uuid::Uuid;
 
+/// How long one call with log lines may take: they are sent from the
+/// lease's renewal loop.
+const LOG_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// What became of a report.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Delivery {
@@ -53,7 +57,11 @@ impl Reporter {
             let mut sent = false;
             for _ in 0..self.urls.len() {
                 let i = self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len();
-                let mut req = self.client.post(format!("{}/v1/tasks/{task_id}/logs", self.urls[i])).json(&body);
+                let mut req = self
+                    .client
+                    .post(format!("{}/v1/tasks/{task_id}/logs", self.urls[i]))
+                    .timeout(LOG_TIMEOUT)
+                    .json(&body);
                 if let Some(t) = &self.token {
                     req = req.bearer_auth(t);
                 }

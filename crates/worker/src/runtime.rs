@@ -666,27 +666,28 @@ async fn renew(
             _ = done.cancelled() => return,
             _ = tokio::time::sleep(every.min(LOG_FLUSH_EVERY)) => {}
         }
-        // The handler's lines go out about once a second while it runs.
-        if logs.pending() {
-            send_logs(&ctx, &d, &logs).await;
-        }
-        if last_renewal.elapsed() < every {
-            continue;
-        }
-        last_renewal = tokio::time::Instant::now();
-        match ctx.leases.renew(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
-            Ok(true) => last_ok = tokio::time::Instant::now(),
-            Ok(false) => {
-                lost.cancel();
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "lease renewal failed");
-                if last_ok.elapsed() >= ctx.lease_ttl {
+        if last_renewal.elapsed() >= every {
+            last_renewal = tokio::time::Instant::now();
+            match ctx.leases.renew(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
+                Ok(true) => last_ok = tokio::time::Instant::now(),
+                Ok(false) => {
                     lost.cancel();
                     return;
                 }
+                Err(e) => {
+                    tracing::warn!(error = %e, "lease renewal failed");
+                    if last_ok.elapsed() >= ctx.lease_ttl {
+                        lost.cancel();
+                        return;
+                    }
+                }
             }
+        }
+        // The handler's lines go out about once a second while it runs,
+        // after the renewal when one is due: a slow coordinator must not
+        // cost the lease.
+        if logs.pending() {
+            send_logs(&ctx, &d, &logs).await;
         }
     }
 }

@@ -35,11 +35,23 @@ impl TaskContext {
     /// the worker holds at most [`MAX_PENDING_LOG_LINES`] unsent, and says
     /// how many it dropped past that.
     pub fn log(&self, line: impl Into<String>) {
-        // A NUL cannot be stored: the coordinator would refuse the batch.
-        let line = self.secrets.scrub_message(&line.into()).replace('\0', "\u{FFFD}");
+        // A NUL cannot be stored (the coordinator would refuse the batch),
+        // and the coordinator keeps 4,096 bytes of a line: cut here, so that
+        // no batch of a hundred lines is ever too large to send.
+        let mut line = self.secrets.scrub_message(&line.into()).replace('\0', "\u{FFFD}");
+        if line.len() > MAX_LOG_LINE_BYTES {
+            let mut end = MAX_LOG_LINE_BYTES;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            line.truncate(end);
+        }
         self.logs.push(line);
     }
 }
+
+/// The longest line a coordinator keeps, in bytes; `log` cuts a longer one.
+pub const MAX_LOG_LINE_BYTES: usize = 4096;
 
 /// Most lines a task's log holds before they are sent.
 pub const MAX_PENDING_LOG_LINES: usize = 1000;

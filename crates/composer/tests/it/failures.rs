@@ -542,12 +542,16 @@ async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
     // A step's log line each: the old run's goes with its month.
     for (run, age) in [(old_run, "120 days"), (new_run, "0 days")] {
         c.execute(
-            "INSERT INTO task_logs (task_id, attempt, seq, run_id, at, line)
-             VALUES ($1, 1, 1, $1, now() - $2::text::interval, 'a line')",
+            "INSERT INTO task_logs (task_id, attempt, seq, run_id, worker_id, at, line)
+             VALUES ($1, 1, 1, $1, 'w', now() - $2::text::interval, 'a line')",
             &[&run, &age],
         )
         .await
         .unwrap();
+        c.execute("INSERT INTO task_log_usage (task_id, attempt, run_id, lines) VALUES ($1, 1, $1, 1)", &[&run])
+            .await
+            .unwrap();
+        c.execute("INSERT INTO run_log_usage (run_id, bytes) VALUES ($1, 70)", &[&run]).await.unwrap();
     }
 
     // The old run is still open (waiting on an event, say): its month stays.
@@ -571,6 +575,11 @@ async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
     let logs: Vec<Uuid> =
         c.query("SELECT run_id FROM task_logs", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(logs, vec![new_run], "the old run's log lines went with it, the new run's stay");
+    for table in ["task_log_usage", "run_log_usage"] {
+        let runs: Vec<Uuid> =
+            c.query(&format!("SELECT run_id FROM {table}"), &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+        assert_eq!(runs, vec![new_run], "{table}: the old run's counts went too");
+    }
     e.stop().await;
 }
 

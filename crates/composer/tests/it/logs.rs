@@ -99,7 +99,9 @@ async fn a_steps_lines_are_kept_per_attempt_within_a_budget_and_only_from_the_le
     {
         assert_eq!(e.get(&path).await.0, 404, "{path}");
     }
-    assert_eq!(e.get(&format!("/v1/runs/{run}/tasks/step/logs?limit=5000")).await.0, 400);
+    for query in ["limit=5000", "attempt=0", "after=-1", "attempt=x"] {
+        assert_eq!(e.get(&format!("/v1/runs/{run}/tasks/step/logs?{query}")).await.0, 400, "{query}");
+    }
 
     // The UI lists the step's lines, escaped, one attempt at a time.
     let b = reqwest::Client::new();
@@ -172,5 +174,41 @@ async fn a_long_handlers_lines_arrive_while_it_still_runs() {
     let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["status"], "RUNNING", "the line arrived while the handler ran");
     assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_runs_logs_share_one_budget_and_a_line_that_looks_like_the_marker_closes_nothing() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| {
+            c.task_log_max_bytes = 100_000;
+            c.run_log_max_bytes = 600;
+        },
+        ..Default::default()
+    })
+    .await;
+    let node = |id: &str| json!({"id": id, "type": "resize", "queue": "py"});
+    e.register(&json!({"name": "two", "nodes": [node("a"), node("b")]})).await;
+    let run = e.start_run("two", json!({})).await;
+    let (a, b) = (poll_one(&e, "w").await, poll_one(&e, "w").await);
+    let engine = &e;
+    let post = |task: &Value, line: &str| {
+        let path = format!("/v1/tasks/{}/logs", task["id"].as_str().unwrap());
+        let body = lines("w", task, &[line]);
+        async move { engine.post(&path, &body).await.1 }
+    };
+    // The marker's text, sent as a line, is only a line.
+    let spoof = composer_store::logs::DROPPED_MARKER;
+    assert_eq!(post(&a, spoof).await, json!({"accepted": 1, "dropped": 0}));
+    assert_eq!(post(&a, "still open").await, json!({"accepted": 1, "dropped": 0}));
+    // Step b's lines count against the same run: past 600 bytes, dropped.
+    let used = spoof.len() + "still open".len() + 2 * composer_store::logs::LINE_OVERHEAD;
+    let fits = "b".repeat(600 - used - composer_store::logs::LINE_OVERHEAD);
+    assert_eq!(post(&b, &fits).await, json!({"accepted": 1, "dropped": 0}));
+    assert_eq!(post(&b, "one more").await, json!({"accepted": 0, "dropped": 1}));
+    let (_, logs) = e.get(&format!("/v1/runs/{run}/tasks/b/logs")).await;
+    assert_eq!(logs["lines"].as_array().unwrap().len(), 2, "its line and the marker: {logs}");
+    assert_eq!(logs["lines"][0]["worker_id"], "w");
     e.stop().await;
 }

@@ -623,6 +623,12 @@ pub(crate) async fn step_logs(
 ) -> ApiResult<Json<StepLogs>> {
     let run = run_id(&id)?;
     text_param(&node, "node")?;
+    if q.attempt.is_some_and(|a| a < 1) {
+        return Err(ApiError::bad_request("attempt: 1 or more"));
+    }
+    if q.after.is_some_and(|a| a < 0) {
+        return Err(ApiError::bad_request("after: 0 or more"));
+    }
     let after = q.after.unwrap_or(0);
     let limit = Limit::or(q.limit, 500);
     let client = composer_store::client(&s.pool).await?;
@@ -636,7 +642,10 @@ pub(crate) async fn step_logs(
     Ok(Json(StepLogs {
         attempt,
         attempts: attempts.into_iter().map(|(attempt, lines)| AttemptLines { attempt, lines }).collect(),
-        lines: lines.into_iter().map(|l| LogLineView { seq: l.seq, at: l.at, line: l.line }).collect(),
+        lines: lines
+            .into_iter()
+            .map(|l| LogLineView { seq: l.seq, worker_id: l.worker_id, at: l.at, line: l.line })
+            .collect(),
         next_after,
     }))
 }

@@ -169,7 +169,7 @@ pub(crate) async fn logs(
         &req.worker_id,
         req.attempt,
         &lines,
-        s.config.task_log_max_bytes,
+        composer_store::logs::Budget { attempt: s.config.task_log_max_bytes, run: s.config.run_log_max_bytes },
     )
     .await?
     .ok_or(ApiError::LeaseLost(id))?;

@@ -878,9 +878,10 @@ async fn live_part(
         if let Some(n) = log_lines.get(&t.id) {
             let _ = write!(
                 extra,
-                "<div class=\"logs\"><a href=\"/ui/runs/{}/logs?node={}\">logs</a> ({n} lines)</div>",
+                "<div class=\"logs\"><a href=\"/ui/runs/{}/logs?node={}\">logs</a> ({})</div>",
                 run.id,
-                url_enc(&t.node_id)
+                url_enc(&t.node_id),
+                lines_count(*n)
             );
         }
         if let Some(p) = t.map_progress() {
@@ -976,15 +977,24 @@ async fn items_page(
     let (_, tasks) = runs::get(&client, run_id).await?.ok_or_else(|| not_found("run"))?;
     let map = tasks.iter().find(|t| t.node_id == node && t.progress.is_some()).ok_or_else(|| not_found("MAP node"))?;
     let items = runs::items(&client, run_id, map.id, after, 200).await?;
+    let ids: Vec<uuid::Uuid> = items.iter().map(|t| t.id).collect();
+    let log_lines = composer_store::logs::counts(&client, &ids).await?;
     let mut html = format!(
         "<h1>Items of <code>{}</code></h1><p><a href=\"/ui/runs/{run_id}\">← run</a></p><table class=\"tasks\"><thead>\
          <tr><th>Item</th><th>State</th><th>Attempt</th><th>Finished</th><th>Error</th><th>Data</th></tr></thead><tbody>",
         esc(node)
     );
     for t in &items {
+        let logs = log_lines.get(&t.id).map_or(String::new(), |n| {
+            format!(
+                "<div class=\"logs\"><a href=\"/ui/runs/{run_id}/logs?node={}\">logs</a> ({})</div>",
+                url_enc(&t.node_id),
+                lines_count(*n)
+            )
+        });
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"error\">{}</td><td>{}{}</td></tr>",
+            "<tr><td>{}{logs}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"error\">{}</td><td>{}{}</td></tr>",
             esc(&t.node_id),
             badge(t.state.as_str()),
             t.attempt,
@@ -1028,12 +1038,13 @@ async fn logs_page(
     );
     for (a, n) in &attempts {
         if *a == attempt {
-            let _ = write!(html, "<strong>attempt {a}</strong> ({n} lines) ");
+            let _ = write!(html, "<strong>attempt {a}</strong> ({}) ", lines_count(*n));
         } else {
             let _ = write!(
                 html,
-                "<a href=\"/ui/runs/{run_id}/logs?node={}&attempt={a}\">attempt {a}</a> ({n} lines) ",
-                url_enc(node)
+                "<a href=\"/ui/runs/{run_id}/logs?node={}&attempt={a}\">attempt {a}</a> ({}) ",
+                url_enc(node),
+                lines_count(*n)
             );
         }
     }
@@ -1041,11 +1052,20 @@ async fn logs_page(
     if lines.is_empty() {
         let _ = write!(html, "<p class=\"hint\">Attempt {attempt} has no lines.</p>");
     } else {
-        html.push_str("<pre class=\"log\">");
+        // A line per item: one that holds a newline stays one entry, and
+        // control characters (terminal escapes, bidi overrides) are shown
+        // as what they are instead of acting on the page.
+        html.push_str("<ol class=\"log\">");
         for l in &lines {
-            let _ = writeln!(html, "<span class=\"at\">{}</span> {}", l.at.format("%H:%M:%S%.3f"), esc(&l.line));
+            let _ = write!(
+                html,
+                "<li><span class=\"at\" title=\"{}\">{}</span><span class=\"line\">{}</span></li>",
+                esc(&l.worker_id),
+                l.at.format("%H:%M:%S%.3f"),
+                esc(&visible_controls(&l.line))
+            );
         }
-        html.push_str("</pre>");
+        html.push_str("</ol>");
     }
     if let (true, Some(last)) = (lines.len() as i64 == PAGE, lines.last()) {
         let _ = write!(
@@ -1056,6 +1076,31 @@ async fn logs_page(
         );
     }
     Ok(Html(page("Logs", &html)).into_response())
+}
+
+/// "1 line", "2 lines".
+fn lines_count(n: i64) -> String {
+    if n == 1 {
+        "1 line".to_string()
+    } else {
+        format!("{n} lines")
+    }
+}
+
+/// A log line with its control characters spelled out (`\u{1b}`), but for
+/// tabs and newlines, and the bidirectional overrides and isolates that
+/// would reorder what follows them.
+fn visible_controls(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for c in line.chars() {
+        let bidi = matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}');
+        if (c.is_control() && c != '\n' && c != '\t') || bidi {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The buttons of a run's page: the same events as the API's.
@@ -1530,6 +1575,12 @@ async fn schedules_page(State(s): State<Arc<Shared>>) -> Page {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_log_lines_escapes_and_overrides_are_spelled_out_and_its_newlines_kept() {
+        assert_eq!(super::visible_controls("a\u{1b}[31mred\u{202e}x\ty\nz"), "a\\u{1b}[31mred\\u{202e}x\ty\nz");
+        assert_eq!((super::lines_count(1), super::lines_count(2)), ("1 line".to_string(), "2 lines".to_string()));
+    }
+
     use super::*;
 
     #[test]
