@@ -243,8 +243,10 @@ def _char(c: str) -> str:
     forms = [re.escape(c), "".join(f"%{b:02x}" for b in c.encode())]
     if c == " ":
         forms.append(r"\+")
-    if len(c.encode("utf-16-be")) == 2:
-        forms.append(re.escape(f"\\u{ord(c):04x}"))
+    units = c.encode("utf-16-be")
+    forms.append(
+        re.escape("".join(f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2)))
+    )
     if c in '"\\/':
         forms.append(re.escape("\\" + c))
     return "(?:" + "|".join(forms) + ")"

@@ -73,6 +73,10 @@ const SCRUB_CASES: Array<{ value: JsonValue; secrets: string[] }> = [
   { value: "\u{1F600}\u{1F600} and \u{1F600}\u{1F600}\u{1F600}", secrets: ["\u{1F600}\u{1F600}", "\u{1F600}\u{1F600}\u{1F600}"] },
   { value: "nothing to hide", secrets: [] },
   { value: "empty", secrets: [""] },
+  { value: 'PASSWORD1, %70assWord1, pass+word1, "pass\\u0077ord1", cGFzc3dvcmQx', secrets: ["password1", "pass word1"] },
+  { value: "Basic dXNlcjpTdXAzciJTZWNy4oKsdC8rPT8meA==", secrets: ['Sup3r"Secr€t/+=?&x'] },
+  { value: "Sup3r%22Secr%E2%82%ACt/%2B%3D%3F%26x and Sup3r\\\"Secr\\u20act\\/+=?&x", secrets: ['Sup3r"Secr€t/+=?&x'] },
+  { value: "zq and ZQ and \u{1F600}\u{1F600}\u{1F600}\u{1F600} \\ud83d\\ude00", secrets: ["zq", "\u{1F600}"] },
 ];
 
 describe("secrets", () => {
