@@ -1126,13 +1126,7 @@ async fn run_action(
         "resume" => Event::ResumeRun,
         _ => return Err(not_found("action")),
     };
-    let outcome = match s.engine.handle_control(run_id, event, control).await {
-        Ok(h) if h.ignored.is_some() => "refused",
-        Ok(_) => "done",
-        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
-        Err(e) => return Err(e.into()),
-    };
-    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg={action}-{outcome}")).into_response())
+    apply_control(&s, run_id, event, control, &action).await
 }
 
 /// The three ways to resolve an IN_DOUBT step, as forms.
@@ -1292,13 +1286,7 @@ async fn rerun_action(
     drop(client);
     let event = Event::RerunFrom { tasks, input, allow_completed: one("allow_completed") == "1" };
     let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
-    let outcome = match s.engine.handle_control(run_id, event, control).await {
-        Ok(h) if h.ignored.is_some() => "refused",
-        Ok(_) => "done",
-        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
-        Err(e) => return Err(e.into()),
-    };
-    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=rerun-{outcome}")).into_response())
+    apply_control(&s, run_id, event, control, "rerun").await
 }
 
 /// The complete form's answer: the same event as the API's.
@@ -1324,14 +1312,7 @@ async fn complete_action(
     let task = runs::task_of_node(&client, run_id, &node).await?.ok_or_else(|| not_found("step"))?;
     drop(client);
     let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
-    let outcome = match s.engine.handle_control(run_id, Event::CompleteTask { task_id: task.id, output }, control).await
-    {
-        Ok(h) if h.ignored.is_some() => "refused",
-        Ok(_) => "done",
-        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
-        Err(e) => return Err(e.into()),
-    };
-    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=complete-{outcome}")).into_response())
+    apply_control(&s, run_id, Event::CompleteTask { task_id: task.id, output }, control, "complete").await
 }
 
 /// A resolve form's answer: the same event as the API's.
@@ -1369,14 +1350,25 @@ async fn resolve_action(
         actor: crate::http::runs::actor(&s),
         reason: form_reason(field("reason")).unwrap_or(None),
     };
-    let outcome =
-        match s.engine.handle_control(run_id, Event::ResolveTask { task_id: task.id, resolution }, control).await {
-            Ok(h) if h.ignored.is_some() => "refused",
-            Ok(_) => "done",
-            Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
-            Err(e) => return Err(e.into()),
-        };
-    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=resolve-{outcome}")).into_response())
+    apply_control(&s, run_id, Event::ResolveTask { task_id: task.id, resolution }, control, "resolve").await
+}
+
+/// Applies a form's control event and goes back to the run's page, saying
+/// `{action}-done` or `{action}-refused`.
+async fn apply_control(
+    s: &Shared,
+    run_id: uuid::Uuid,
+    event: Event,
+    control: crate::engine::Control,
+    action: &str,
+) -> Page {
+    let outcome = match s.engine.handle_control(run_id, event, control).await {
+        Ok(h) if h.ignored.is_some() => "refused",
+        Ok(_) => "done",
+        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg={action}-{outcome}")).into_response())
 }
 
 /// The queues with open work and those the newest definitions send to
