@@ -243,12 +243,19 @@ pub enum ResolveOutcome {
 pub struct SendEvent {
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$")]
     pub name: String,
-    /// Which waiting runs it is for: those whose `key` evaluated to this.
+    /// Which waiting runs it is for: those whose `key` evaluated to this
+    /// (`""` by default: an event only triggers start runs from).
+    #[serde(default)]
     #[schema(max_length = 1024, pattern = "^[^\\u0000]*$")]
     pub key: String,
     #[serde(default)]
     #[schema(value_type = schema::JsonValue)]
     pub payload: Value,
+    /// The sender's id for the event: an event sent again with the same
+    /// name and id (within a week) is recorded once and starts nothing more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$")]
+    pub id: Option<String>,
 }
 
 /// What `POST /v1/events` did.
@@ -258,6 +265,124 @@ pub struct EventSent {
     pub matched: usize,
     /// No task waited: the event is kept for one to come.
     pub buffered: bool,
+    /// The event's id: the sender's, or one made for it.
+    #[serde(default)]
+    pub id: String,
+    /// Waiting steps the event completed (as `matched`).
+    #[serde(default)]
+    pub delivered_to_waiters: usize,
+    /// The runs its workflows' triggers started (for a duplicate, those the
+    /// first sending started).
+    #[serde(default)]
+    pub started_runs: Vec<TriggeredRun>,
+    /// Triggers that matched but started no run, and why.
+    #[serde(default)]
+    pub trigger_errors: Vec<TriggerFailure>,
+    /// An event of this name and id was recorded before: nothing was done again.
+    #[serde(default)]
+    pub duplicate: bool,
+}
+
+/// How a webhook's deliveries are signed: HMAC-SHA256 with the webhook's secret.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookScheme {
+    /// `Stripe-Signature: t=TIMESTAMP,v1=HEX[,v1=HEX]` over `TIMESTAMP.BODY`; the
+    /// timestamp must be within the tolerance.
+    Stripe,
+    /// `X-Hub-Signature-256: sha256=HEX` over the body (no timestamp: a
+    /// replay is refused by its `X-GitHub-Delivery` id).
+    Github,
+}
+
+/// A webhook: `POST /v1/webhooks/{name}` turns each delivery whose signature
+/// holds into an event.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSpec {
+    #[schema(value_type = schema::Name)]
+    pub name: String,
+    pub scheme: WebhookScheme,
+    /// The name of the signing secret: each coordinator reads it from its
+    /// environment variable `COMPOSER_WEBHOOK_SECRET_<secret>`; it is never
+    /// stored or shown.
+    #[schema(pattern = "^[A-Z0-9_]{1,64}$")]
+    pub secret: String,
+    /// How far a delivery's signed timestamp may be from now (`stripe`):
+    /// `"5m"` by default, at most `"1h"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9]{1,9}(ms|s|m|h)$")]
+    pub tolerance: Option<String>,
+    /// The event, a template over `{body, headers}` (the body as JSON, the
+    /// headers by lower-case name) yielding `{name, key?, id?, payload?}`. By
+    /// default `{name: <the webhook's name>, id: <the delivery's id>, payload: .body}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = schema::JsonValue)]
+    pub event: Option<Value>,
+}
+
+/// A webhook as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct WebhookView {
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub spec: WebhookSpec,
+    /// Where the other service sends its deliveries.
+    pub url: String,
+    /// Whether this coordinator has the secret's variable set (deliveries
+    /// are refused with 503 until it has).
+    pub secret_set: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// `GET /v1/webhooks`: every webhook, by name.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct WebhookList {
+    pub webhooks: Vec<WebhookView>,
+}
+
+/// A recorded event, with what its triggers did.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct EventView {
+    pub seq: i64,
+    pub name: String,
+    pub id: String,
+    pub key: String,
+    #[schema(value_type = schema::JsonValue)]
+    pub payload: Value,
+    /// `api`, or `webhook:NAME`.
+    pub source: String,
+    pub delivered_to_waiters: i32,
+    pub started_runs: Vec<TriggeredRun>,
+    pub trigger_errors: Vec<TriggerFailure>,
+    pub received_at: DateTime<Utc>,
+}
+
+/// `GET /v1/events`: newest first; `next_before` fetches the next page.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct EventPage {
+    pub events: Vec<EventView>,
+    pub next_before: Option<i64>,
+}
+
+/// A run an event's trigger started.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct TriggeredRun {
+    #[schema(value_type = schema::Name)]
+    pub workflow: String,
+    /// The trigger's place in the definition's `triggers`.
+    pub trigger: i32,
+    pub run_id: Uuid,
+}
+
+/// A trigger that matched an event but started no run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct TriggerFailure {
+    #[schema(value_type = schema::Name)]
+    pub workflow: String,
+    pub trigger: i32,
+    pub error: String,
 }
 
 /// A run; `tasks` only where one run is asked for.
@@ -355,8 +480,44 @@ pub struct ScheduleView {
     /// The next five fire times (none while paused).
     pub next_fire_times: Vec<DateTime<Utc>>,
     pub last_run_id: Option<Uuid>,
+    /// Backfilled fire times waiting to start (a paused schedule holds them).
+    #[serde(default)]
+    pub backfill_queued: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// `POST /v1/schedules/{id}/backfill`: start the runs the schedule would
+/// have started at its fire times in `[from, to)`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillRequest {
+    /// The first fire time included.
+    pub from: DateTime<Utc>,
+    /// The end of the range, not included; at most now.
+    pub to: DateTime<Utc>,
+    /// What each fire time does while a run of the schedule is open; `allow` by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<schedule::BackfillOverlap>,
+}
+
+/// What a backfill queued: the timer loop starts the runs (each with
+/// `trigger.fire_time` and `trigger.backfill`), unless the schedule is paused.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct BackfillQueued {
+    #[schema(value_type = schema::Name)]
+    pub schedule: String,
+    /// Fire times of the cron in the range.
+    pub fire_times: u64,
+    /// Of those, queued now.
+    pub queued: u64,
+    /// Of those, started, queued or buffered before (asked for again): nothing new.
+    pub already: u64,
+    pub first_fire_time: Option<DateTime<Utc>>,
+    pub last_fire_time: Option<DateTime<Utc>>,
+    pub overlap: schedule::BackfillOverlap,
+    /// The schedule is paused: the queued fire times start once it is resumed.
+    pub paused: bool,
 }
 
 /// `GET /v1/schedules`: by id; `next_after` fetches the next page.

@@ -41,10 +41,12 @@ pub enum Command {
     Workflow(WorkflowArgs),
     /// Start, inspect and control runs.
     Run(RunArgs),
-    /// Send external events to WAIT_FOR_EVENT steps.
+    /// Send events (to triggers and WAIT_FOR_EVENT steps) and list recent ones.
     Event(EventArgs),
     /// Create and control schedules (cron-triggered runs).
     Schedule(ScheduleArgs),
+    /// Configure webhooks: signed deliveries from other services turned into events.
+    Webhook(WebhookArgs),
     /// Prints a shell completion script: `composer completions bash > /etc/bash_completion.d/composer`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -157,6 +159,21 @@ pub enum ScheduleCommand {
     Trigger {
         /// The schedule's id.
         id: String,
+    },
+    /// Starts the runs the schedule would have started between two past
+    /// times (each once, however often asked).
+    Backfill {
+        /// The schedule's id.
+        id: String,
+        /// The first fire time included (RFC 3339, such as 2026-11-01T00:00:00Z).
+        #[arg(long)]
+        from: String,
+        /// The end of the range, not included; at most now.
+        #[arg(long)]
+        to: String,
+        /// allow (default: all at once), skip or buffer_all (one at a time).
+        #[arg(long)]
+        overlap: Option<String>,
     },
 }
 
@@ -518,16 +535,80 @@ pub enum RunCommand {
 
 #[derive(Subcommand)]
 pub enum EventCommand {
-    /// Completes the steps waiting for (NAME, KEY) with the payload, or keeps
-    /// the event for a waiter to come.
+    /// Records an event: starts the runs of the workflows whose triggers
+    /// match it, and completes the steps waiting for (NAME, KEY) with the
+    /// payload, or keeps it for a waiter to come.
     Send {
-        /// The event's name (a WAIT_FOR_EVENT's `event`).
+        /// The event's name (a trigger's or a WAIT_FOR_EVENT's `event`).
         name: String,
-        /// The key it is for (a WAIT_FOR_EVENT's evaluated `key`).
-        key: String,
+        /// The key it is for (a WAIT_FOR_EVENT's evaluated `key`); none by default.
+        key: Option<String>,
         /// The event's payload as JSON.
         #[arg(long, default_value = "{}")]
         payload: String,
+        /// The event's id: sending it again with the same id does nothing again.
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Lists recent events, newest first, with the runs they started.
+    List {
+        /// Only events of this name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Only events from this source (api, or webhook:NAME).
+        #[arg(long)]
+        source: Option<String>,
+        /// Events per page (at most 1000).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// The `next_before` of the previous page.
+        #[arg(long)]
+        before: Option<i64>,
+    },
+}
+
+#[derive(Args)]
+pub struct WebhookArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: WebhookCommand,
+}
+
+#[derive(Subcommand)]
+pub enum WebhookCommand {
+    /// Creates (or replaces) a webhook, from a JSON or YAML file or from flags.
+    Create {
+        /// The webhook: {name, scheme, secret, tolerance?, event?}.
+        #[arg(short = 'f', long = "file", conflicts_with_all = ["name", "scheme", "secret"])]
+        file: Option<PathBuf>,
+        /// Its name: deliveries go to /v1/webhooks/NAME.
+        #[arg(long, required_unless_present = "file")]
+        name: Option<String>,
+        /// How deliveries are signed: stripe or github.
+        #[arg(long, required_unless_present = "file")]
+        scheme: Option<String>,
+        /// The secret's name: each coordinator reads COMPOSER_WEBHOOK_SECRET_<SECRET>.
+        #[arg(long, required_unless_present = "file")]
+        secret: Option<String>,
+        /// How far a signed timestamp may be from now (default 5m, at most 1h).
+        #[arg(long)]
+        tolerance: Option<String>,
+        /// The event, as JSON: a template over {body, headers} yielding {name, key?, id?, payload?}.
+        #[arg(long)]
+        event: Option<String>,
+    },
+    /// Lists webhooks.
+    List,
+    /// Shows a webhook, and whether the coordinator has its secret.
+    Get {
+        /// The webhook's name.
+        name: String,
+    },
+    /// Deletes a webhook.
+    Delete {
+        /// The webhook's name.
+        name: String,
     },
 }
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use composer_config::non_empty;
 
-use crate::cli::{ClientArgs, EventCommand, RunCommand, ScheduleCommand, WorkflowCommand};
+use crate::cli::{ClientArgs, EventCommand, RunCommand, ScheduleCommand, WebhookCommand, WorkflowCommand};
 use crate::input::{read_spec, usage, Failure, NOT_FOUND, RUN_FAILED, UNAVAILABLE, USAGE, WAIT_TIMED_OUT};
 use crate::output::{self, Format};
 
@@ -289,13 +289,56 @@ pub async fn event(args: ClientArgs, cmd: EventCommand) -> anyhow::Result<ExitCo
     let api = api(&args)?;
     let format = Format::resolve(args.output.as_deref());
     match cmd {
-        EventCommand::Send { name, key, payload } => {
+        EventCommand::Send { name, key, payload, id } => {
             let payload = json_arg("--payload", &payload)?;
-            let body = SendEvent { name, key, payload };
+            let body = SendEvent { name, key: key.unwrap_or_default(), payload, id };
             let sent: EventSent = api.call(Method::POST, "/v1/events", Some(&body)).await?;
             output::one(format, &serde_json::to_value(sent)?);
         }
+        EventCommand::List { name, source, limit, before } => {
+            let mut query = format!("/v1/events?limit={limit}");
+            for (k, v) in [("name", name), ("source", source), ("before", before.map(|b| b.to_string()))] {
+                if let Some(v) = v {
+                    query.push_str(&format!("&{k}={}", encode(&v)));
+                }
+            }
+            let answer = call(&api, Method::GET, &query, None).await?;
+            output::list(format, &answer, "events", output::RECENT_EVENT_COLUMNS);
+        }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn webhook(args: ClientArgs, cmd: WebhookCommand) -> anyhow::Result<ExitCode> {
+    let api = api(&args)?;
+    let format = Format::resolve(args.output.as_deref());
+    let path = |name: &str| format!("/v1/webhooks/{}", encode(name));
+    let answer = match cmd {
+        WebhookCommand::Create { file, name, scheme, secret, tolerance, event } => {
+            let spec = match file {
+                Some(file) => read_spec(&file)?,
+                None => {
+                    let mut spec = serde_json::json!({"name": name, "scheme": scheme, "secret": secret});
+                    if let Some(t) = tolerance {
+                        spec["tolerance"] = Value::from(t);
+                    }
+                    if let Some(e) = event {
+                        spec["event"] = json_arg("--event", &e)?;
+                    }
+                    spec
+                }
+            };
+            call(&api, Method::POST, "/v1/webhooks", Some(&spec)).await?
+        }
+        WebhookCommand::List => {
+            let answer = call(&api, Method::GET, "/v1/webhooks", None).await?;
+            output::list(format, &answer, "webhooks", output::WEBHOOK_COLUMNS);
+            return Ok(ExitCode::SUCCESS);
+        }
+        WebhookCommand::Get { name } => call(&api, Method::GET, &path(&name), None).await?,
+        WebhookCommand::Delete { name } => call(&api, Method::DELETE, &path(&name), None).await?,
+    };
+    output::one(format, &answer);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -356,6 +399,13 @@ pub async fn schedule(args: ClientArgs, cmd: ScheduleCommand) -> anyhow::Result<
         ScheduleCommand::Pause { id } => call(&api, Method::POST, &path(&id, "/pause"), None).await?,
         ScheduleCommand::Resume { id } => call(&api, Method::POST, &path(&id, "/resume"), None).await?,
         ScheduleCommand::Trigger { id } => call(&api, Method::POST, &path(&id, "/trigger"), None).await?,
+        ScheduleCommand::Backfill { id, from, to, overlap } => {
+            let mut body = serde_json::json!({"from": from, "to": to});
+            if let Some(o) = overlap {
+                body["overlap"] = Value::from(o);
+            }
+            call(&api, Method::POST, &path(&id, "/backfill"), Some(&body)).await?
+        }
     };
     output::one(format, &answer);
     Ok(ExitCode::SUCCESS)

@@ -60,6 +60,19 @@ pub const SCHEDULE_COLUMNS: &[Column] = &[
     ("LAST RUN", "/last_run_id"),
 ];
 
+pub const RECENT_EVENT_COLUMNS: &[Column] = &[
+    ("SEQ", "/seq"),
+    ("RECEIVED", "/received_at"),
+    ("NAME", "/name"),
+    ("ID", "/id"),
+    ("SOURCE", "/source"),
+    ("FIRST RUN", "/started_runs/0/run_id"),
+    ("WAITERS", "/delivered_to_waiters"),
+];
+
+pub const WEBHOOK_COLUMNS: &[Column] =
+    &[("NAME", "/name"), ("SCHEME", "/scheme"), ("SECRET", "/secret"), ("SECRET SET", "/secret_set"), ("URL", "/url")];
+
 /// Widest a table cell gets before it is cut.
 const MAX_CELL: usize = 60;
 

@@ -209,6 +209,9 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
                 if let Err(e) = schedules::forget_old_fires(&client).await {
                     tracing::warn!(error = %e, "forgetting old schedule fires failed");
                 }
+                if let Err(e) = crate::triggers::forget_old_events(&client).await {
+                    tracing::warn!(error = %e, "forgetting old events failed");
+                }
                 // A bulk job and the marks of the runs it acted on are kept a week after it ends.
                 if let Err(e) = composer_store::bulk::cleanup(&client, std::time::Duration::from_secs(7 * 86_400)).await
                 {

@@ -11,7 +11,9 @@
 //! - [`bulk`]: bulk jobs at work, a batch at a time.
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
 //! - [`tasks`]: how the coordinator leases tasks for the task API's workers.
-//! - [`schedules`]: the timer loop's pass that fires schedules.
+//! - [`schedules`]: the timer loop's pass that fires schedules, and backfill.
+//! - [`triggers`]: events recorded once, starting the runs their triggers start.
+//! - [`webhooks`]: a webhook's spec, signature and transform (the pure part).
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop.
 //! - `ui`: the web UI at `/ui`.
@@ -29,7 +31,9 @@ pub mod publish;
 pub mod schedules;
 pub mod shared;
 pub mod tasks;
+pub mod triggers;
 mod ui;
+pub mod webhooks;
 
 pub use crate::config::Config;
 pub use crate::coordinator::{start, Error, Running};

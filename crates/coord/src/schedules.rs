@@ -1,10 +1,11 @@
 //! Schedules: the pass of the timer loop that fires them. Every coordinator
 //! runs the pass; a schedule is handled under its row lock (`FOR UPDATE SKIP LOCKED`), and the runs it starts
 //! commit with the move of its `next_fire_at`, so each fire time starts one
-//! run however many coordinators there are.
+//! run however many coordinators there are. A backfill's fire times, queued
+//! on the fires table, are started by the same pass.
 
 use chrono::{DateTime, Utc};
-use composer_core::schedule::{Overlap, Schedule};
+use composer_core::schedule::{BackfillOverlap, Overlap, Schedule};
 use composer_store::schedules;
 use serde_json::json;
 use uuid::Uuid;
@@ -63,7 +64,20 @@ async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
     let mut buffered = row.buffered_fire_at;
     if let (Some(t), false) = (buffered, open) {
         buffered = None;
-        open = pass.start(t, true).await?;
+        open = pass.start(t, Recorded::Yes).await?;
+    }
+    // Backfilled fire times, oldest first, each under its backfill's overlap.
+    for q in schedules::queued(&tx, &row.id, open, BACKFILL_PER_PASS).await? {
+        match (BackfillOverlap::parse(&q.overlap).unwrap_or_default(), open) {
+            (BackfillOverlap::Allow, _) => open = pass.start(q.fire_time, Recorded::Backfill).await? || open,
+            (BackfillOverlap::Skip, true) => {
+                schedules::skip_fire(&tx, &row.id, q.fire_time).await?;
+                composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "skipped")], 1);
+            }
+            // Waits for the open run to end (a later pass).
+            (BackfillOverlap::BufferAll, true) => {}
+            (_, false) => open = pass.start(q.fire_time, Recorded::Backfill).await?,
+        }
     }
     let due = match row.next_fire_at {
         Some(from) if from <= now => schedule.due(from, now),
@@ -71,7 +85,7 @@ async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
     };
     for t in due.fire {
         match (schedule.overlap, open) {
-            (Overlap::Allow, _) | (_, false) => open = pass.start(t, false).await? || open,
+            (Overlap::Allow, _) | (_, false) => open = pass.start(t, Recorded::No).await? || open,
             (Overlap::BufferOne, true) if buffered.is_none() => {
                 schedules::record_fire(&tx, &row.id, t, "buffered", None).await?;
                 composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "buffered")], 1);
@@ -99,6 +113,28 @@ async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
     Ok(Some(n))
 }
 
+/// Backfilled fire times one pass of a schedule handles; the next pass
+/// takes the rest.
+const BACKFILL_PER_PASS: i64 = 100;
+
+/// Whether a fire time's row in the fires table is there already.
+#[derive(Clone, Copy, PartialEq)]
+enum Recorded {
+    /// A fire time of the cron, to record now.
+    No,
+    /// Buffered by an earlier pass.
+    Yes,
+    /// Queued by a backfill.
+    Backfill,
+}
+
+/// The idempotency key of fire time `t`'s run: a fire time started again —
+/// a backfill over fire times whose records were forgotten — finds the
+/// run it started while that run is kept.
+fn fire_key(schedule: &str, t: DateTime<Utc>) -> String {
+    format!("schedule:{schedule}:{}", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
 /// One schedule's pass of the timer loop, inside its transaction.
 struct Pass<'a> {
     shared: &'a Shared,
@@ -109,22 +145,26 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
-    /// Starts the run of fire time `t` (`buffered`: recorded already);
-    /// returns whether it is open. A fire time already recorded (handled by
-    /// another pass) starts nothing.
-    async fn start(&mut self, t: DateTime<Utc>, buffered: bool) -> Result<bool, EngineError> {
+    /// Starts the run of fire time `t`; returns whether it is open. A fire
+    /// time of the cron already recorded (handled by another pass) starts
+    /// nothing.
+    async fn start(&mut self, t: DateTime<Utc>, recorded: Recorded) -> Result<bool, EngineError> {
         let id = &self.schedule.spec.id;
-        if !buffered && !schedules::record_fire(self.tx, id, t, "started", None).await? {
+        if recorded == Recorded::No && !schedules::record_fire(self.tx, id, t, "started", None).await? {
             return Ok(false);
         }
         let Some(def) = definition(self.tx, self.schedule).await? else {
             tracing::error!(schedule = %id, workflow = %self.schedule.spec.workflow, "schedule's workflow is not registered");
-            composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "failed")], 1);
-            return Ok(false);
+            return self.not_started(t, recorded).await;
         };
-        let trigger = json!({"schedule": id, "fire_time": t});
+        let mut trigger = json!({"schedule": id, "fire_time": t});
+        if recorded == Recorded::Backfill {
+            trigger["backfill"] = json!(true);
+        }
         let input = self.schedule.spec.input.clone().unwrap_or_else(|| json!({}));
-        let opts = crate::engine::StartOptions { trigger: Some(&trigger), ..Default::default() };
+        let key = fire_key(id, t);
+        let opts =
+            crate::engine::StartOptions { trigger: Some(&trigger), idempotency_key: Some(&key), ..Default::default() };
         match self.shared.engine.start_run_in(self.tx, &def, &input, opts).await {
             Ok(started) => {
                 schedules::set_fire_run(self.tx, id, t, started.row.id).await?;
@@ -135,12 +175,72 @@ impl Pass<'_> {
             }
             Err(EngineError::Rejected(why)) => {
                 tracing::error!(schedule = %id, error = %why, "schedule's run could not start");
-                composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "failed")], 1);
-                Ok(false)
+                self.not_started(t, recorded).await
             }
             Err(e) => Err(e),
         }
     }
+
+    /// A fire time whose run could not start: counted, and a backfilled one
+    /// no longer queued (a later backfill may ask for it again).
+    async fn not_started(&self, t: DateTime<Utc>, recorded: Recorded) -> Result<bool, EngineError> {
+        composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "failed")], 1);
+        if recorded == Recorded::Backfill {
+            schedules::skip_fire(self.tx, &self.schedule.spec.id, t).await?;
+        }
+        Ok(false)
+    }
+}
+
+/// What a backfill queued.
+pub struct Backfilled {
+    /// The cron's fire times in the range, oldest first.
+    pub fires: Vec<DateTime<Utc>>,
+    /// How many of them were queued (the others were asked for before).
+    pub queued: u64,
+    /// The schedule is paused, and holds them until resumed.
+    pub paused: bool,
+}
+
+/// Why a backfill queued nothing.
+#[derive(Debug)]
+pub enum BackfillError {
+    NotFound,
+    /// The range (or the stored schedule), in words naming the field.
+    Invalid(String),
+    Store(composer_store::Error),
+}
+
+impl From<composer_store::Error> for BackfillError {
+    fn from(e: composer_store::Error) -> Self {
+        BackfillError::Store(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for BackfillError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        BackfillError::Store(e.into())
+    }
+}
+
+/// Queues the fire times of schedule `id` in `[from, to)` for the timer
+/// loop, under the schedule's lock (the API's and the UI's backfill).
+pub async fn backfill(
+    shared: &Shared,
+    id: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    overlap: BackfillOverlap,
+) -> Result<Backfilled, BackfillError> {
+    let mut client = composer_store::client(&shared.pool).await?;
+    let tx = client.transaction().await?;
+    let row = schedules::lock(&tx, id).await?.ok_or(BackfillError::NotFound)?;
+    let schedule = Schedule::parse(&row.spec).map_err(|e| BackfillError::Invalid(e.to_string()))?;
+    let fires = schedule.backfill(from, to, Utc::now()).map_err(|e| BackfillError::Invalid(e.to_string()))?;
+    let queued = schedules::queue_backfill(&tx, id, &fires, overlap.as_str()).await?;
+    tx.commit().await?;
+    tracing::info!(schedule = %id, %from, %to, queued, "backfill queued");
+    Ok(Backfilled { fires, queued, paused: row.paused })
 }
 
 /// Forgets fires recorded more than a week ago.

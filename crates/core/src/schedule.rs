@@ -60,6 +60,42 @@ pub enum Overlap {
     BufferOne,
 }
 
+/// What a backfilled fire time does while a run of the schedule is open
+/// (its own runs and the backfill's alike).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BackfillOverlap {
+    /// Every fire time starts its run at once.
+    #[default]
+    Allow,
+    /// A fire time that finds a run open starts none (the first of a backfill
+    /// on an idle schedule starts, the others are skipped).
+    Skip,
+    /// One at a time, oldest first: each starts when the run before it ended.
+    BufferAll,
+}
+
+impl BackfillOverlap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackfillOverlap::Allow => "allow",
+            BackfillOverlap::Skip => "skip",
+            BackfillOverlap::BufferAll => "buffer_all",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<BackfillOverlap> {
+        [BackfillOverlap::Allow, BackfillOverlap::Skip, BackfillOverlap::BufferAll]
+            .into_iter()
+            .find(|o| o.as_str() == text)
+    }
+}
+
+/// Most fire times one backfill may ask for (`schedule_max_backfill`): a
+/// per-second cron over a year would queue 31 million runs.
+pub const MAX_BACKFILL_FIRES: usize = 10_000;
+
 /// Most fire times one pass of the timer loop fires for one schedule: a
 /// per-second cron with a day-long catch-up window cannot start 86,400 runs
 /// in one transaction (`schedule_max_catchup`).
@@ -211,6 +247,48 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// The fire times a backfill of `[from, to)` starts, oldest first: the
+    /// ones the cron names in that range, which must have passed (`to` at
+    /// most `now`) and number at most [`MAX_BACKFILL_FIRES`]. Errors name the
+    /// field.
+    pub fn backfill(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<DateTime<Utc>>, ValidationError> {
+        if to <= from {
+            return Err(ValidationError::new("to", format!("{to} is not after from ({from})")));
+        }
+        if to > now {
+            return Err(ValidationError::new(
+                "to",
+                format!("{to} is in the future: a backfill starts the fire times that have passed (now is {now})"),
+            ));
+        }
+        let mut fires = Vec::new();
+        // next_after is strict and works in whole seconds: start a second early.
+        let mut at = self.next_after(from.checked_sub_signed(chrono::Duration::seconds(1)).unwrap_or(from));
+        while let Some(t) = at.filter(|t| *t < to) {
+            if t >= from {
+                if fires.len() == MAX_BACKFILL_FIRES {
+                    return Err(ValidationError::new(
+                        "to",
+                        format!(
+                            "more than {MAX_BACKFILL_FIRES} fire times between {from} and {to} \
+                             (schedule_max_backfill): ask for a shorter range"
+                        ),
+                    ));
+                }
+                fires.push(t);
+            }
+            at = self.next_after(t);
+        }
+        Ok(fires)
+    }
+}
+
 /// Five fields, or six with seconds first (`@hourly` and friends too).
 fn parse_cron(text: &str) -> Result<croner::Cron, String> {
     let fields = text.split_whitespace().count();
@@ -286,6 +364,52 @@ mod tests {
         let due = s.due(at("2026-01-01T00:00:00Z"), at("2026-01-03T00:00:00Z"));
         assert_eq!(due.missed, MAX_MISSED_WALK, "a floor, reached at once");
         assert_eq!(due.fire, vec![at("2026-01-02T23:59:59Z"), at("2026-01-03T00:00:00Z")]);
+    }
+
+    #[test]
+    fn a_backfill_names_the_fire_times_from_inclusive_to_exclusive() {
+        let s = schedule(json!({"cron": "0 * * * *"}));
+        let now = at("2026-06-01T00:00:00Z");
+        let fires = s.backfill(at("2026-01-01T10:00:00Z"), at("2026-01-01T13:00:00Z"), now).unwrap();
+        assert_eq!(fires, vec![at("2026-01-01T10:00:00Z"), at("2026-01-01T11:00:00Z"), at("2026-01-01T12:00:00Z")]);
+        let fires = s.backfill(at("2026-01-01T10:00:00.5Z"), at("2026-01-01T12:00:01Z"), now).unwrap();
+        assert_eq!(fires, vec![at("2026-01-01T11:00:00Z"), at("2026-01-01T12:00:00Z")], "a fraction past 10:00");
+        assert!(s.backfill(at("2026-01-01T10:10:00Z"), at("2026-01-01T10:50:00Z"), now).unwrap().is_empty());
+        let paris = schedule(json!({"timezone": "Europe/Paris"}));
+        let fires = paris.backfill(at("2026-03-27T00:00:00Z"), at("2026-03-31T00:00:00Z"), now).unwrap();
+        assert_eq!(
+            fires,
+            vec![
+                at("2026-03-27T01:00:00Z"),
+                at("2026-03-28T01:00:00Z"),
+                at("2026-03-29T01:00:00Z"),
+                at("2026-03-30T00:00:00Z")
+            ],
+            "local 02:00, which on 29 March (clocks go forward) is 03:00 CEST"
+        );
+    }
+
+    #[test]
+    fn a_backfill_of_the_future_or_of_too_many_fire_times_is_refused_naming_the_limit() {
+        let s = schedule(json!({"cron": "* * * * * *"}));
+        let now = at("2026-06-01T00:00:00Z");
+        let e = s.backfill(at("2026-05-31T00:00:00Z"), at("2026-06-02T00:00:00Z"), now).unwrap_err();
+        assert!(e.path == "to" && e.message.contains("future"), "{e}");
+        let e = s.backfill(at("2026-05-31T00:00:00Z"), at("2026-05-30T00:00:00Z"), now).unwrap_err();
+        assert!(e.message.contains("not after"), "{e}");
+        let started = std::time::Instant::now();
+        let e = s.backfill(at("2000-01-01T00:00:00Z"), now, now).unwrap_err();
+        assert!(e.message.contains("schedule_max_backfill"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5), "stops at the limit: {:?}", started.elapsed());
+        let max = s.backfill(now - chrono::Duration::seconds(MAX_BACKFILL_FIRES as i64), now, now).unwrap();
+        assert_eq!(max.len(), MAX_BACKFILL_FIRES, "exactly the limit is allowed");
+        // The ends of time: an answer, not a panic.
+        let e = s.backfill(DateTime::<Utc>::MIN_UTC, now, now).unwrap_err();
+        assert!(e.message.contains("schedule_max_backfill"), "{e}");
+        let leap = schedule(json!({"cron": "0 0 29 2 *"})).backfill(DateTime::<Utc>::MIN_UTC, now, now).unwrap();
+        assert_eq!((leap[0], leap.len()), (at("0004-02-29T00:00:00Z"), 491), "the cron's years start at 1");
+        assert_eq!(BackfillOverlap::parse("buffer_all"), Some(BackfillOverlap::BufferAll));
+        assert_eq!(BackfillOverlap::parse("queue"), None);
     }
 
     #[test]

@@ -39,10 +39,12 @@ pub enum Registered {
 
 const COLUMNS: &str = "id, name, version, spec, created_at";
 
-/// Registers `spec` (already validated and normalized) under `name`. The
-/// per-name advisory lock serializes concurrent registrations of one name,
-/// so two coordinators cannot both create version N.
-pub async fn register(client: &mut Client, name: &str, spec: &Value) -> Result<Registered> {
+/// Registers `spec` (already validated and normalized) under `name`, whose
+/// triggers listen to `trigger_events`. The per-name advisory lock
+/// serializes concurrent registrations of one name, so two coordinators
+/// cannot both create version N, and the triggers that apply are always the
+/// latest version's.
+pub async fn register(client: &mut Client, name: &str, spec: &Value, trigger_events: &[String]) -> Result<Registered> {
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('composer_definition:' || $1))", &[&name]).await?;
     let latest = tx
@@ -68,6 +70,7 @@ pub async fn register(client: &mut Client, name: &str, spec: &Value) -> Result<R
             &[&Uuid::now_v7(), &name, spec],
         )
         .await?;
+    crate::triggers::set_for_workflow(&tx, name, trigger_events).await?;
     tx.commit().await?;
     Ok(Registered::Created(DefinitionRow::from_row(&row)?))
 }

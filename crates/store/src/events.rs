@@ -22,20 +22,19 @@ pub struct Waiter {
     pub task_id: Uuid,
 }
 
-/// Records an event and finds the tasks waiting for `(name, key)`, in one
-/// transaction under the pair's lock. The event is always stored (as
+/// Records an event and finds the tasks waiting for `(name, key)`, inside
+/// the caller's transaction, under the pair's lock. The event is always stored (as
 /// buffered) before anyone is told: if delivering it to the waiters fails
 /// half way, or every waiter timed out meanwhile, it is still there — for
 /// [`stranded`] to deliver, or for a waiter created later — until
 /// [`mark_consumed`] says a waiter took it, or it expires after `retention`.
 pub async fn record(
-    client: &mut Client,
+    tx: &Transaction<'_>,
     name: &str,
     key: &str,
     payload: &Value,
     retention: Duration,
 ) -> Result<(i64, Vec<Waiter>)> {
-    let tx = client.transaction().await?;
     tx.execute(LOCK, &[&name, &key]).await?;
     let waiters: Vec<Waiter> = tx
         .query(
@@ -55,7 +54,6 @@ pub async fn record(
         )
         .await?
         .try_get(0)?;
-    tx.commit().await?;
     Ok((id, waiters))
 }
 

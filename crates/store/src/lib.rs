@@ -19,6 +19,8 @@
 //! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 //! - [`schedules`]: cron schedules and the fires they made.
 //! - [`sessions`]: logins to the web UI, by the hash of their id.
+//! - [`triggers`]: which workflows listen to an event name, and the event log.
+//! - [`webhooks`]: webhooks (never their secret).
 //! - [`trees`]: what a run tree (a root and its child runs) has created, against its fan-out budget.
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
 //! - [`pool`]: connection pools and connections; [`error`]: the one error type.
@@ -44,6 +46,8 @@ pub mod timers;
 pub mod tls;
 pub mod transitions;
 pub mod trees;
+pub mod triggers;
+pub mod webhooks;
 
 pub use deadpool_postgres::{Object as Client, Pool, Transaction};
 pub use tokio_postgres;

@@ -22,6 +22,8 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (16, "map_sources", include_str!("../migrations/0016_map_sources.sql")),
     (17, "tags_and_bulk", include_str!("../migrations/0017_tags_and_bulk.sql")),
     (18, "task_logs", include_str!("../migrations/0018_task_logs.sql")),
+    (19, "schedule_backfill", include_str!("../migrations/0019_schedule_backfill.sql")),
+    (20, "triggers_and_webhooks", include_str!("../migrations/0020_triggers_and_webhooks.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -2,7 +2,9 @@
 //! `FOR UPDATE SKIP LOCKED` ([`lock_due`]), starts its runs and moves
 //! `next_fire_at` forward ([`advance`]) in one transaction, so any number of
 //! coordinators start each fire time once; [`record_fire`]'s primary key on
-//! `(schedule, fire time)` refuses a second start outright.
+//! `(schedule, fire time)` refuses a second start outright. A backfill
+//! queues past fire times on the same table ([`queue_backfill`]), which the
+//! timer loop starts ([`queued`]).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -21,11 +23,16 @@ pub struct ScheduleRow {
     pub next_fire_at: Option<DateTime<Utc>>,
     pub buffered_fire_at: Option<DateTime<Utc>>,
     pub last_run_id: Option<Uuid>,
+    /// Backfilled fire times waiting for the timer loop to start them.
+    pub backfill_queued: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
-const COLUMNS: &str = "id, spec, workflow, paused, next_fire_at, buffered_fire_at, last_run_id, created_at, updated_at";
+// The subquery's `id` is the schedule's (schedule_fires has no column of
+// that name), whatever the outer query calls the table.
+const COLUMNS: &str = "id, spec, workflow, paused, next_fire_at, buffered_fire_at, last_run_id, created_at, updated_at,
+     (SELECT count(*) FROM schedule_fires q WHERE q.schedule_id = id AND q.outcome = 'queued') AS backfill_queued";
 
 impl ScheduleRow {
     fn from_row(r: &Row) -> Result<ScheduleRow> {
@@ -37,6 +44,7 @@ impl ScheduleRow {
             next_fire_at: r.try_get("next_fire_at")?,
             buffered_fire_at: r.try_get("buffered_fire_at")?,
             last_run_id: r.try_get("last_run_id")?,
+            backfill_queued: r.try_get("backfill_queued")?,
             created_at: r.try_get("created_at")?,
             updated_at: r.try_get("updated_at")?,
         })
@@ -151,7 +159,15 @@ pub async fn lock_due(tx: &Transaction<'_>) -> Result<Option<ScheduleRow>> {
                     AND (s.next_fire_at <= now()
                          OR (s.buffered_fire_at IS NOT NULL AND NOT EXISTS (
                                SELECT 1 FROM workflow_runs r
-                                WHERE r.id = s.last_run_id AND r.status IN ('QUEUED', 'RUNNING', 'PAUSED'))))
+                                WHERE r.id = s.last_run_id AND r.status IN ('QUEUED', 'RUNNING', 'PAUSED')))
+                         -- A backfilled fire that may start now (as [`queued`] finds them).
+                         OR EXISTS (
+                               SELECT 1 FROM schedule_fires f
+                                WHERE f.schedule_id = s.id AND f.outcome = 'queued'
+                                  AND (f.backfill <> 'buffer_all' OR NOT EXISTS (
+                                        SELECT 1 FROM workflow_runs r
+                                         WHERE r.id = s.last_run_id
+                                           AND r.status IN ('QUEUED', 'RUNNING', 'PAUSED')))))
                   ORDER BY s.next_fire_at NULLS LAST
                   LIMIT 1 FOR UPDATE SKIP LOCKED"
             ),
@@ -194,6 +210,64 @@ pub async fn record_fire(
     Ok(n == 1)
 }
 
+/// Queues backfilled fire times (`overlap`: allow, skip or buffer_all) for
+/// the timer loop; returns how many were queued. A fire time already
+/// recorded — started, queued, buffered — is left alone, so asking twice
+/// queues nothing twice; one that was skipped is queued again.
+pub async fn queue_backfill(
+    tx: &Transaction<'_>,
+    id: &str,
+    fire_times: &[DateTime<Utc>],
+    overlap: &str,
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "INSERT INTO schedule_fires (schedule_id, fire_time, outcome, backfill)
+             SELECT $1, t, 'queued', $3 FROM unnest($2::timestamptz[]) AS t
+             ON CONFLICT (schedule_id, fire_time) DO UPDATE
+                SET outcome = 'queued', backfill = EXCLUDED.backfill, run_id = NULL, created_at = now()
+              WHERE schedule_fires.outcome = 'skipped'",
+            &[&id, &fire_times, &overlap],
+        )
+        .await?)
+}
+
+/// A backfilled fire time waiting to start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedFire {
+    pub fire_time: DateTime<Utc>,
+    /// Its overlap: allow, skip or buffer_all.
+    pub overlap: String,
+}
+
+/// The oldest `limit` backfilled fire times of schedule `id` that may start
+/// now: with a run of the schedule `open`, buffer_all ones wait.
+pub async fn queued(tx: &Transaction<'_>, id: &str, open: bool, limit: i64) -> Result<Vec<QueuedFire>> {
+    let rows = tx
+        .query(
+            "SELECT fire_time, backfill FROM schedule_fires
+              WHERE schedule_id = $1 AND outcome = 'queued' AND (NOT $2 OR backfill <> 'buffer_all')
+              ORDER BY fire_time LIMIT $3",
+            &[&id, &open, &limit],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(QueuedFire { fire_time: r.try_get(0)?, overlap: r.try_get::<_, Option<String>>(1)?.unwrap_or_default() })
+        })
+        .collect()
+}
+
+/// Marks a queued backfilled fire time skipped (a run was open).
+pub async fn skip_fire(tx: &Transaction<'_>, id: &str, fire_time: DateTime<Utc>) -> Result<()> {
+    tx.execute(
+        "UPDATE schedule_fires SET outcome = 'skipped' WHERE schedule_id = $1 AND fire_time = $2",
+        &[&id, &fire_time],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Sets the run a fire started.
 pub async fn set_fire_run(tx: &Transaction<'_>, id: &str, fire_time: DateTime<Utc>, run_id: Uuid) -> Result<()> {
     tx.execute(
@@ -224,5 +298,5 @@ pub async fn advance(
 /// Forgets fires recorded before `before` (the key only needs to cover fire
 /// times a coordinator could still be handling); returns how many.
 pub async fn forget_fires(client: &Client, before: DateTime<Utc>) -> Result<u64> {
-    Ok(client.execute("DELETE FROM schedule_fires WHERE created_at < $1", &[&before]).await?)
+    Ok(client.execute("DELETE FROM schedule_fires WHERE created_at < $1 AND outcome <> 'queued'", &[&before]).await?)
 }

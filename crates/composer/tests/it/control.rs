@@ -1,6 +1,7 @@
 //! Control flow beyond a fixed DAG: MAP over a list computed at run time,
 //! SUB_WORKFLOW.
 
+use chrono::{DurationRound, SecondsFormat};
 use std::time::Duration;
 
 use composer_testkit::{Engine, EngineOptions, FakeHttp};
@@ -648,5 +649,141 @@ async fn after_downtime_fire_times_within_the_catchup_window_fire_and_older_ones
         .unwrap_or_else(|| panic!("no missed fires counted: {metrics}"));
     let missed: u64 = missed.rsplit(' ').next().unwrap().parse().unwrap();
     assert!((7..=8).contains(&missed), "{missed}");
+    e.stop().await;
+}
+
+// ---- backfill ----
+
+/// The last `n` whole hours before now, oldest first, and the range
+/// `[first, now truncated to the hour)` that holds them.
+fn past_hours(n: i64) -> (Vec<String>, String, String) {
+    let hour = chrono::Utc::now().duration_trunc(chrono::Duration::hours(1)).unwrap();
+    let times: Vec<String> =
+        (1..=n).rev().map(|i| (hour - chrono::Duration::hours(i)).to_rfc3339_opts(SecondsFormat::Secs, true)).collect();
+    let to = hour.to_rfc3339_opts(SecondsFormat::Secs, true);
+    (times.clone(), times[0].clone(), to)
+}
+
+/// Waits until workflow `workflow` has `n` runs that ended; their runs by
+/// fire time.
+async fn ended_runs(e: &Engine, workflow: &str, n: usize) -> Vec<(String, Value)> {
+    let until = std::time::Instant::now() + T;
+    loop {
+        let runs = scheduled_runs(e, workflow).await;
+        let ended = runs.iter().filter(|(_, r)| r["finished_at"].is_string()).count();
+        if ended >= n || std::time::Instant::now() > until {
+            return runs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_backfill_starts_each_past_fire_time_once_however_often_it_is_asked() {
+    let e = Engine::with(fast_timers()).await;
+    e.register(&json!({"name": "hourly", "nodes": [
+        {"id": "t", "type": "TRANSFORM", "config": {"output": "${ .input }"}}]}))
+        .await;
+    let spec = json!({"id": "hourly", "workflow": "hourly", "cron": "0 * * * *", "input": {"k": 1}});
+    assert_eq!(e.post("/v1/schedules", &spec).await.0, 201);
+    let (times, from, to) = past_hours(6);
+    let ask = json!({"from": from, "to": to});
+    // Two at once, on two coordinators: the fires table's key queues each fire time once.
+    let (a, b) =
+        tokio::join!(e.post("/v1/schedules/hourly/backfill", &ask), e.post("/v1/schedules/hourly/backfill", &ask));
+    for (status, body) in [&a, &b] {
+        assert_eq!(*status, 202, "{body}");
+        assert_eq!(body["fire_times"], 6, "{body}");
+        assert_eq!(body["overlap"], "allow", "{body}");
+    }
+    assert_eq!(a.1["queued"].as_u64().unwrap() + b.1["queued"].as_u64().unwrap(), 6, "{a:?} {b:?}");
+    assert_eq!(a.1["first_fire_time"], json!(times[0]));
+    assert_eq!(a.1["last_fire_time"], json!(times[5]));
+    let runs = ended_runs(&e, "hourly", 6).await;
+    let fired: Vec<&String> = runs.iter().map(|(t, _)| t).collect();
+    let want: Vec<String> = times.iter().map(|t| t.replace('Z', "+00:00")).collect();
+    let fired_norm: Vec<String> = fired
+        .iter()
+        .map(|t| chrono::DateTime::parse_from_rfc3339(t).unwrap().to_rfc3339_opts(SecondsFormat::Secs, false))
+        .collect();
+    assert_eq!(fired_norm, want, "one run per past fire time");
+    for (_, run) in &runs {
+        assert_eq!((run["status"].clone(), run["trigger"]["backfill"].clone()), (json!("SUCCEEDED"), json!(true)));
+        assert_eq!(run["output"], json!({"t": {"k": 1}}), "the schedule's input");
+    }
+    // Asked again: nothing new. Asked again after the fires were forgotten:
+    // queued, but each finds the run its fire time started.
+    let (status, again) = e.post("/v1/schedules/hourly/backfill", &ask).await;
+    assert_eq!((status, again["queued"].clone(), again["already"].clone()), (202, json!(0), json!(6)), "{again}");
+    let db = e.db.pool().get().await.unwrap();
+    db.execute("DELETE FROM schedule_fires", &[]).await.unwrap();
+    let (_, forgotten) = e.post("/v1/schedules/hourly/backfill", &ask).await;
+    assert_eq!(forgotten["queued"], 6, "{forgotten}");
+    let until = std::time::Instant::now() + T;
+    while e.get("/v1/schedules/hourly").await.1["backfill_queued"] != 0 {
+        assert!(std::time::Instant::now() < until, "the queue drains");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(scheduled_runs(&e, "hourly").await.len(), 6, "no fire time started twice");
+
+    // Refused, naming the problem; nothing queued.
+    let now = chrono::Utc::now();
+    let later = (now + chrono::Duration::hours(2)).to_rfc3339();
+    for (bad, words) in [
+        (json!({"from": from, "to": later}), "in the future"),
+        (json!({"from": to, "to": from}), "not after"),
+        (json!({"from": "2000-01-01T00:00:00Z", "to": to}), "schedule_max_backfill"),
+    ] {
+        let (status, body) = e.post("/v1/schedules/hourly/backfill", &bad).await;
+        assert_eq!((status, body["error"]["code"].clone()), (400, json!("invalid_schedule")), "{bad}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(words), "{bad}: {body}");
+    }
+    let (status, body) = e.post("/v1/schedules/hourly/backfill", &json!({"from": from, "to": to, "x": 1})).await;
+    assert!((400..500).contains(&status), "{body}");
+    let (status, body) = e.post("/v1/schedules/hourly/backfill", &json!({"from": "soon", "to": to})).await;
+    assert!((400..500).contains(&status), "{body}");
+    let (status, _) = e.post("/v1/schedules/nowhere/backfill", &ask).await;
+    assert_eq!(status, 404);
+    assert_eq!(e.get("/v1/schedules/hourly").await.1["backfill_queued"], 0);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn buffer_all_backfills_one_at_a_time_skip_starts_one_and_a_paused_schedule_holds_its_queue() {
+    let e = Engine::with(fast_timers()).await;
+    for name in ["serial", "skipping"] {
+        e.register(&json!({"name": name, "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "400ms"}}]}))
+            .await;
+        let spec = json!({"id": name, "workflow": name, "cron": "0 * * * *", "paused": true});
+        assert_eq!(e.post("/v1/schedules", &spec).await.0, 201);
+    }
+    let (times, from, to) = past_hours(3);
+    let (status, body) =
+        e.post("/v1/schedules/serial/backfill", &json!({"from": from, "to": to, "overlap": "buffer_all"})).await;
+    assert_eq!((status, body["paused"].clone(), body["queued"].clone()), (202, json!(true), json!(3)), "{body}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(scheduled_runs(&e, "serial").await.is_empty(), "a paused schedule holds its backfill");
+    assert_eq!(e.get("/v1/schedules/serial").await.1["backfill_queued"], 3);
+    e.post("/v1/schedules/serial/resume", &json!({})).await;
+    let runs = ended_runs(&e, "serial", 3).await;
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    for (i, pair) in runs.windows(2).enumerate() {
+        let (ended, next) = (pair[0].1["finished_at"].as_str().unwrap(), pair[1].1["created_at"].as_str().unwrap());
+        assert!(ended <= next, "fire time {} started before the one before it ended: {runs:?}", i + 1);
+    }
+    let first = chrono::DateTime::parse_from_rfc3339(&runs[0].0).unwrap();
+    assert_eq!(first, chrono::DateTime::parse_from_rfc3339(&times[0]).unwrap(), "oldest first");
+
+    // skip: the first fire time starts, the two that find it open are
+    // skipped; a later backfill may ask for those again.
+    e.post("/v1/schedules/skipping/resume", &json!({})).await;
+    let ask = json!({"from": from, "to": to, "overlap": "skip"});
+    assert_eq!(e.post("/v1/schedules/skipping/backfill", &ask).await.1["queued"], 3);
+    let runs = ended_runs(&e, "skipping", 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(scheduled_runs(&e, "skipping").await.len(), 1, "{runs:?}");
+    let (_, again) = e.post("/v1/schedules/skipping/backfill", &json!({"from": from, "to": to})).await;
+    assert_eq!((again["queued"].clone(), again["already"].clone()), (json!(2), json!(1)), "the skipped ones: {again}");
+    assert_eq!(ended_runs(&e, "skipping", 3).await.len(), 3);
     e.stop().await;
 }

@@ -21,5 +21,6 @@ mod processes;
 mod repair;
 mod task_api;
 mod tls;
+mod triggers;
 mod ui;
 mod wire;

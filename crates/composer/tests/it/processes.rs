@@ -1016,6 +1016,16 @@ fn every_example_is_a_valid_definition() {
         let spec: Value = serde_json::from_slice(&std::fs::read(entry.path()).unwrap()).unwrap();
         composer_core::schedule::Schedule::parse(&spec).unwrap_or_else(|e| panic!("{}: {e}", entry.path().display()));
     }
+    // A definition with triggers, and the webhook that sends its events.
+    let triggers = examples.join("triggers");
+    let fulfil: Value = serde_json::from_slice(&std::fs::read(triggers.join("fulfil_on_order.json")).unwrap()).unwrap();
+    let wf = composer_core::definition::Workflow::parse(&fulfil).unwrap();
+    let fired = wf.triggers[0]
+        .fire(&json!({"id": "e", "name": "order.created", "key": "", "payload": {"order": 1, "total": 5}}));
+    assert_eq!(fired.unwrap().unwrap().idempotency_key.as_deref(), Some("order-1"));
+    let hook: composer_api::WebhookSpec =
+        serde_json::from_slice(&std::fs::read(triggers.join("stripe_webhook.json")).unwrap()).unwrap();
+    composer_coord::webhooks::parse(hook).unwrap();
 }
 
 /// The attack that aborted every coordinator (a closure-passing recursion
@@ -1127,4 +1137,58 @@ async fn sigterm_stops_a_coordinator_within_its_grace_whatever_it_is_doing() {
     assert!(status.code().is_some(), "it exited on its own, not by a signal: {status:?}");
     starting.abort();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A coordinator is SIGKILLed while events with triggers pour in: a sender
+/// whose answer was lost sends again with the same id, and each (event,
+/// trigger) has started exactly one run — the event and its runs commit
+/// together, so the kill leaves both or neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_sent_when_a_coordinator_is_killed_start_each_triggered_run_once() {
+    let mut c = TwoCoordinators::start("kill-mid-events", false).await;
+    let clients = c.clients();
+    let spec = json!({"name": "triggered", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": "${ .input }"}}],
+                      "triggers": [{"event": "signup"}, {"event": "signup", "input": {"twice": "${ .event.id }"}}]});
+    assert_eq!(clients[1].post("/v1/workflows", &spec).await.0, 201);
+    const EVENTS: usize = 200;
+    let victim = clients[0].base.clone();
+    let sends = tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let mut answered = 0;
+        for i in 0..EVENTS {
+            let ev = json!({"name": "signup", "id": format!("u-{i}"), "payload": {"user": i}});
+            match http.post(format!("{victim}/v1/events")).json(&ev).send().await {
+                Ok(r) if r.status() == 200 => answered += 1,
+                _ => break,
+            }
+        }
+        answered
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    kill9(&mut c.coordinators[0]);
+    let answered = sends.await.unwrap();
+    assert!(answered < EVENTS, "the kill came before every event was sent ({answered})");
+    // Every sender retries on the survivor, with its event's id.
+    for i in 0..EVENTS {
+        let ev = json!({"name": "signup", "id": format!("u-{i}"), "payload": {"user": i}});
+        let (status, sent) = clients[1].post("/v1/events", &ev).await;
+        assert_eq!(status, 200, "{sent}");
+        assert_eq!(sent["started_runs"].as_array().unwrap().len(), 2, "u-{i}: {sent}");
+        // The one in flight at the kill may have committed, its answer lost.
+        if i != answered {
+            assert_eq!(sent["duplicate"], json!(i < answered), "u-{i} (answered {answered}): {sent}");
+        }
+    }
+    let mut runs = 0;
+    let mut cursor = String::new();
+    loop {
+        let page = clients[1].get(&format!("/v1/runs?workflow=triggered&limit=1000{cursor}")).await;
+        runs += page["runs"].as_array().unwrap().len();
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(runs, 2 * EVENTS, "one run per (event, trigger)");
+    c.stop();
 }

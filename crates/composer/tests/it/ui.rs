@@ -250,3 +250,64 @@ async fn the_repair_forms_act_with_who_and_why_and_refuse_what_is_wrong() {
     }
     e.stop().await;
 }
+
+#[tokio::test]
+async fn the_events_page_shows_webhooks_and_events_with_their_runs_and_the_schedules_page_backfills() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "on_signup", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}],
+        "triggers": [{"event": "user.<signup>"}, {"event": "user.<signup>", "input": "${ error(\"<b>boom</b>\") }"}]}))
+        .await;
+    assert_eq!(
+        e.post("/v1/webhooks", &json!({"name": "crm", "scheme": "github", "secret": "UI_NOT_SET"})).await.0,
+        201
+    );
+    let (_, sent) =
+        e.post("/v1/events", &json!({"name": "user.<signup>", "id": "<i>e1</i>", "payload": {"x": "<script>"}})).await;
+    let run = sent["started_runs"][0]["run_id"].as_str().unwrap().to_string();
+    let b = browser();
+    let page = b.get(format!("{}/ui/events", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("/v1/webhooks/crm") && page.contains("COMPOSER_WEBHOOK_SECRET_UI_NOT_SET"), "{page}");
+    assert!(page.contains("not set on this coordinator"), "the missing secret is said");
+    assert!(page.contains(&format!("href=\"/ui/runs/{run}\"")), "the run the event started");
+    assert!(page.contains("on_signup: failed"), "the trigger that failed");
+    for raw in ["<script>", "<i>e1</i>", "<b>boom", "user.<signup>"] {
+        assert!(!page.contains(raw), "{raw} is shown as text");
+    }
+    let run_page = b.get(format!("{}/ui/runs/{run}", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(run_page.contains("started by event"), "the run says what started it");
+    let one = b.get(format!("{}/ui/events?name=nothing", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(one.contains("No events in the last week."));
+
+    // The schedules page's backfill form: queued, counted, and refused when wrong.
+    e.register(&json!({"name": "hourly_ui", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}))
+        .await;
+    let spec = json!({"id": "hourly_ui", "workflow": "hourly_ui", "cron": "0 * * * *", "paused": true});
+    assert_eq!(e.post("/v1/schedules", &spec).await.0, 201);
+    let from = (chrono::Utc::now() - chrono::Duration::hours(5)).format("%Y-%m-%dT%H:%M").to_string();
+    let to = (chrono::Utc::now() - chrono::Duration::hours(1)).format("%Y-%m-%dT%H:%M").to_string();
+    let form = |from: &str, to: &str| {
+        b.post(format!("{}/ui/schedules/hourly_ui/backfill", e.url())).form(&[
+            ("from", from.to_string()),
+            ("to", to.to_string()),
+            ("overlap", "buffer_all".to_string()),
+        ])
+    };
+    let done = form(&from, &to).send().await.unwrap();
+    assert_eq!(done.status(), 303);
+    assert_eq!(done.headers()["location"], "/ui/schedules?msg=backfill-done&queued=4");
+    let page = b
+        .get(format!("{}/ui/schedules?msg=backfill-done&queued=4", e.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("(4 queued)") && page.contains("4 queued"), "{page}");
+    let refused = form(&to, &from).send().await.unwrap();
+    assert_eq!(refused.headers()["location"], "/ui/schedules?msg=backfill-invalid");
+    let foreign = form(&from, &to).header("origin", "https://evil.example").send().await.unwrap();
+    assert_eq!(foreign.status(), 403);
+    assert_eq!(e.get("/v1/schedules/hourly_ui").await.1["backfill_queued"], 4, "nothing more queued");
+    e.stop().await;
+}

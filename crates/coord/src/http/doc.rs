@@ -46,6 +46,7 @@ pub(crate) struct Deleted {
         (name = "workflows", description = "Versioned workflow definitions"),
         (name = "runs", description = "Runs of workflows: start, watch, control"),
         (name = "schedules", description = "Runs started on a cron schedule"),
+        (name = "events", description = "Events that start runs and wake waiting steps, and the webhooks that send them"),
         (name = "workers", description = "What workers call (the worker token)"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     ),
@@ -195,6 +196,9 @@ impl Modify for Rules {
                 // routes name theirs, and the operator's need none.
                 if path.starts_with("/internal/") || path.starts_with("/v1/tasks/") {
                     op.security = Some(optional_token("workerToken"));
+                } else if op.operation_id.as_deref() == Some("deliverWebhook") {
+                    // Another service's delivery: its signature, not a token.
+                    op.security = Some(vec![]);
                 } else if !guarded && op.security.is_none() {
                     op.security = Some(vec![]);
                 }
@@ -254,6 +258,8 @@ mod tests {
             assert!(op["responses"]["414"].is_object(), "{method} {path}: no 414");
             if path.starts_with("/internal/") || path.starts_with("/v1/tasks/") {
                 assert_eq!(op["security"], optional("workerToken"), "{method} {path}: security");
+            } else if id == "deliverWebhook" {
+                assert_eq!(op["security"], serde_json::json!([]), "a delivery is signed, not authorized");
             } else if path.starts_with("/v1/") {
                 assert!(op.get("security").is_none(), "{method} {path}: takes the document's security");
             } else if path == "/metrics" {
@@ -271,7 +277,7 @@ mod tests {
                 assert!(op["responses"]["413"].is_object() && op["responses"]["415"].is_object(), "{method} {path}");
             }
         }
-        assert_eq!(ids.len(), 39);
+        assert_eq!(ids.len(), 46);
     }
 
     /// Generated clients name their functions and docs from these, and

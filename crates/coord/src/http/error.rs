@@ -55,6 +55,9 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("missing or wrong bearer token")]
     Unauthorized,
+    /// A webhook delivery whose signature does not hold; nothing was recorded.
+    #[error("{0}")]
+    BadSignature(String),
     /// A `Host` that is not this coordinator's: maybe a rebound DNS name.
     #[error("this coordinator does not answer to the host {0:?} (COMPOSER_ALLOWED_HOSTS)")]
     HostNotAllowed(String),
@@ -113,6 +116,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::BadSignature(_) => (StatusCode::UNAUTHORIZED, "bad_signature"),
             ApiError::HostNotAllowed(_) => (StatusCode::MISDIRECTED_REQUEST, "host_not_allowed"),
             ApiError::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, "origin_not_allowed"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
@@ -204,6 +208,7 @@ mod tests {
             ApiError::UriTooLong { len: 2, limit: 1 },
             ApiError::UnsupportedMediaType("text/plain".into()),
             ApiError::Unauthorized,
+            ApiError::BadSignature("x".into()),
             ApiError::HostNotAllowed("evil.example".into()),
             ApiError::OriginNotAllowed("http://evil".into()),
             ApiError::NoSuchEndpoint,

@@ -1,60 +1,132 @@
-//! External events: delivered to the steps waiting for them, or kept for
-//! one to come.
+//! External events: recorded once, starting the runs their triggers
+//! start, and delivered to the steps waiting for them, or kept for one to
+//! come.
 
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use composer_api::{EventSent, SendEvent};
-use composer_core::machine::Event;
+use composer_api::{EventPage, EventSent, EventView, SendEvent};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{json_size, Body};
 use crate::shared::Shared;
+use crate::triggers::Incoming;
 
 /// Longest event name, in characters.
-pub const MAX_EVENT_NAME: usize = 256;
+pub use composer_core::definition::MAX_EVENT_NAME;
 /// Longest event key, in characters.
 pub const MAX_EVENT_KEY: usize = 1024;
+/// Longest event id, in characters.
+pub const MAX_EVENT_ID: usize = 256;
 
 /// Send an event.
 ///
-/// Completes every task waiting for `(name, key)` (a WAIT_FOR_EVENT node) with the payload. With no
-/// waiter, the event is kept for `COMPOSER_EVENT_RETENTION` for one to come.
+/// Records the event once by its name and `id` (one is made without it), starts a run for every
+/// trigger of a workflow's latest version that listens to its name and whose `when` holds, in the
+/// same commit, and then completes every task waiting for `(name, key)` (a WAIT_FOR_EVENT node)
+/// with the payload. With no waiter, the event is kept for `COMPOSER_EVENT_RETENTION` for one to
+/// come. An event sent again with the same name and id (within a week) does nothing again and
+/// answers what the first sending started, with `duplicate`.
 #[utoipa::path(
     post, path = "/v1/events", operation_id = "sendEvent", tag = "runs",
     request_body = SendEvent,
-    responses((status = 200, description = "delivered to the waiting steps, or kept for one to come", body = EventSent))
+    responses((status = 200, description = "recorded: the runs it started, the steps it completed", body = EventSent))
 )]
 pub(crate) async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> ApiResult<Json<EventSent>> {
+    check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
+    let incoming = Incoming { name: &ev.name, key: &ev.key, id: ev.id.as_deref(), payload: &ev.payload, source: "api" };
+    Ok(Json(crate::triggers::send(&s, incoming).await?))
+}
+
+/// An event's name, key, id and payload within their limits (an event from
+/// the API or from a webhook's transform alike).
+pub(crate) fn check(s: &Shared, name: &str, key: &str, id: Option<&str>, payload: &serde_json::Value) -> ApiResult<()> {
     // Characters, as an OpenAPI maxLength counts them, not bytes.
-    if ev.name.is_empty() || ev.name.chars().count() > MAX_EVENT_NAME {
+    if name.is_empty() || name.chars().count() > MAX_EVENT_NAME {
         return Err(ApiError::bad_request(format!("name must be 1 to {MAX_EVENT_NAME} characters")));
     }
-    if ev.key.chars().count() > MAX_EVENT_KEY {
+    if key.chars().count() > MAX_EVENT_KEY {
         return Err(ApiError::bad_request(format!("key must be at most {MAX_EVENT_KEY} characters")));
     }
-    if json_size(&ev.payload) > s.config.max_payload {
+    if id.is_some_and(|id| id.is_empty() || id.chars().count() > MAX_EVENT_ID) {
+        return Err(ApiError::bad_request(format!("id must be 1 to {MAX_EVENT_ID} characters")));
+    }
+    if json_size(payload) > s.config.max_payload {
         return Err(ApiError::too_large("event payload", s.config.max_payload));
     }
-    composer_core::storable::check(&ev.payload, "payload", s.config.max_payload).map_err(ApiError::bad_request)?;
-    let mut client = composer_store::client(&s.pool).await?;
-    let (event_id, waiters) =
-        composer_store::events::record(&mut client, &ev.name, &ev.key, &ev.payload, s.config.event_retention).await?;
-    // Recorded first: an error below leaves the event buffered, for the
-    // recovery sweep to deliver to these waiters, or for a later waiter.
-    // It is marked consumed only once every waiter has it.
-    let mut taken_by = None;
-    let mut matched = 0;
-    for w in waiters {
-        let event = Event::EventReceived { task_id: w.task_id, payload: ev.payload.clone() };
-        if s.engine.handle(w.run_id, event).await?.ignored.is_none() {
-            taken_by.get_or_insert(w.task_id);
-            matched += 1;
+    // A webhook's transform makes these from a body no extractor checked.
+    for (what, text) in [("name", Some(name)), ("key", Some(key)), ("id", id)] {
+        if text.is_some_and(|t| t.contains('\0')) {
+            return Err(ApiError::bad_request(format!(
+                "{what} contains a NUL character (\\u0000), which cannot be stored"
+            )));
         }
     }
-    if let Some(task_id) = taken_by {
-        composer_store::events::mark_consumed(&client, event_id, task_id).await?;
+    composer_core::storable::check(payload, "payload", s.config.max_payload).map_err(ApiError::bad_request)?;
+    Ok(())
+}
+
+/// `GET /v1/events`'s query.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Only events of this name.
+    #[param(max_length = 256)]
+    name: Option<String>,
+    /// Only events from this source: `api`, or `webhook:NAME`.
+    #[param(max_length = 300)]
+    source: Option<String>,
+    /// The previous page's next_before.
+    #[param(minimum = 1)]
+    before: Option<i64>,
+    /// 1 to 1000 (default 50).
+    #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
+    limit: Option<super::extract::Limit>,
+}
+
+/// List recent events.
+///
+/// Events recorded in the last week, newest first, each with the runs its triggers started, the
+/// triggers that failed, and the waiting steps it completed.
+#[utoipa::path(
+    get, path = "/v1/events", operation_id = "listEvents", tag = "events",
+    params(ListQuery),
+    responses((status = 200, description = "a page of events, newest first", body = EventPage))
+)]
+pub(crate) async fn list_events(
+    State(s): State<Arc<Shared>>,
+    super::extract::Query(q): super::extract::Query<ListQuery>,
+) -> ApiResult<Json<EventPage>> {
+    let limit = super::extract::Limit::or(q.limit, 50);
+    for (what, v, max) in [("name", &q.name, MAX_EVENT_NAME), ("source", &q.source, 300)] {
+        if v.as_ref().is_some_and(|v| v.chars().count() > max || v.contains('\0')) {
+            return Err(ApiError::bad_request(format!("{what} must be at most {max} characters")));
+        }
     }
-    Ok(Json(EventSent { matched, buffered: matched == 0 }))
+    if q.before.is_some_and(|b| b < 1) {
+        return Err(ApiError::bad_request("before must be 1 or more"));
+    }
+    let client = composer_store::client(&s.pool).await?;
+    let rows =
+        composer_store::triggers::recent(&client, q.name.as_deref(), q.source.as_deref(), q.before, limit).await?;
+    let next_before = if rows.len() as i64 == limit { rows.last().map(|e| e.seq) } else { None };
+    Ok(Json(EventPage { events: rows.iter().map(event_view).collect(), next_before }))
+}
+
+pub(crate) fn event_view(e: &composer_store::triggers::LoggedEvent) -> EventView {
+    let sent = crate::triggers::outcome(e);
+    EventView {
+        seq: e.seq,
+        name: e.name.clone(),
+        id: e.event_id.clone(),
+        key: e.key.clone(),
+        payload: e.payload.clone(),
+        source: e.source.clone(),
+        delivered_to_waiters: e.delivered,
+        started_runs: sent.started_runs,
+        trigger_errors: sent.trigger_errors,
+        received_at: e.received_at,
+    }
 }

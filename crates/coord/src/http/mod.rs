@@ -9,7 +9,7 @@
 //!   error log.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
-//!   [`internal`], [`ops`]: one file per resource.
+//!   [`webhooks`], [`internal`], [`ops`]: one file per resource.
 
 pub mod bulk;
 pub mod doc;
@@ -24,6 +24,7 @@ mod routes;
 pub mod runs;
 pub mod schedules;
 pub mod tasks;
+pub mod webhooks;
 pub mod workflows;
 
 use std::sync::Arc;
@@ -51,11 +52,12 @@ pub fn router(shared: Arc<Shared>) -> Router {
             .route_layer(middleware::map_response(guard::no_store))
     };
     doc::publish(json());
-    let Groups { public, workers, operations } = routes::groups();
+    let Groups { public, workers, operations, signed } = routes::groups();
     let (api, _) = OpenApiRouter::new()
         .merge(guarded(public, guard::Token::Api))
         .merge(guarded(workers, guard::Token::Worker))
         .merge(operations)
+        .merge(signed.route_layer(middleware::map_response(guard::no_store)))
         .split_for_parts();
     api.merge(crate::ui::router(shared.clone()))
         .fallback(|| async { ApiError::NoSuchEndpoint })

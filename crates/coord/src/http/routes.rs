@@ -8,7 +8,7 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{bulk, doc, events, explain, internal, ops, runs, schedules, tasks, workflows};
+use super::{bulk, doc, events, explain, internal, ops, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::Shared;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -19,6 +19,8 @@ pub(super) struct Groups {
     pub(super) workers: OpenApiRouter<Arc<Shared>>,
     /// Health, readiness, metrics and the document: no token.
     pub(super) operations: OpenApiRouter<Arc<Shared>>,
+    /// Webhook deliveries: no token, their signature instead.
+    pub(super) signed: OpenApiRouter<Arc<Shared>>,
 }
 
 pub(super) fn groups() -> Groups {
@@ -42,12 +44,15 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(bulk::create))
         .routes(routes!(bulk::get))
         .routes(routes!(bulk::cancel))
-        .routes(routes!(events::send_event))
+        .routes(routes!(events::send_event, events::list_events))
+        .routes(routes!(webhooks::create, webhooks::list))
+        .routes(routes!(webhooks::get, webhooks::delete))
         .routes(routes!(schedules::create, schedules::list))
         .routes(routes!(schedules::get, schedules::delete))
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
-        .routes(routes!(schedules::trigger));
+        .routes(routes!(schedules::trigger))
+        .routes(routes!(schedules::backfill));
     let workers = OpenApiRouter::new()
         .routes(routes!(internal::report))
         .routes(routes!(tasks::poll))
@@ -60,14 +65,19 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
         .routes(routes!(ops::openapi_json));
-    Groups { public, workers, operations }
+    let signed = OpenApiRouter::new().routes(routes!(webhooks::deliver));
+    Groups { public, workers, operations, signed }
 }
 
 /// The whole document: every route's operation, then the rules.
 pub fn document() -> utoipa::openapi::OpenApi {
-    let Groups { public, workers, operations } = groups();
-    let mut doc =
-        OpenApiRouter::with_openapi(doc::frame()).merge(public).merge(workers).merge(operations).into_openapi();
+    let Groups { public, workers, operations, signed } = groups();
+    let mut doc = OpenApiRouter::with_openapi(doc::frame())
+        .merge(public)
+        .merge(workers)
+        .merge(operations)
+        .merge(signed)
+        .into_openapi();
     doc::Rules.modify(&mut doc);
     doc
 }

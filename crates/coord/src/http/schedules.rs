@@ -1,4 +1,5 @@
-//! Schedules: create, read, pause, resume, delete, and trigger one run now.
+//! Schedules: create, read, pause, resume, delete, trigger one run now,
+//! and backfill the fire times of a past range.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 use composer_api::schema::Name;
-use composer_api::{ErrorBody, RunView, SchedulePage, ScheduleView};
+use composer_api::{BackfillQueued, BackfillRequest, ErrorBody, RunView, SchedulePage, ScheduleView};
 use composer_core::schedule::{Schedule, ScheduleSpec};
 use composer_store::schedules::{self, ScheduleRow, Upsert};
 use serde::Deserialize;
@@ -52,6 +53,7 @@ fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
         paused: row.paused,
         next_fire_times,
         last_run_id: row.last_run_id,
+        backfill_queued: row.backfill_queued,
         created_at: row.created_at,
         updated_at: row.updated_at,
     })
@@ -216,4 +218,48 @@ pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>
     let (run, _) = s.engine.started(started);
     composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "started")], 1);
     Ok((StatusCode::CREATED, Json(run_view(&run, None))).into_response())
+}
+
+/// Backfill a schedule.
+///
+/// Queues the fire times of the schedule's cron in `[from, to)` (at most now, at most 10,000 of
+/// them) and answers 202; the timer loop starts each one's run, with its fire time as
+/// `trigger.fire_time`, under `overlap`: `allow` (all at once, the default), `skip` (a fire time
+/// that finds a run of the schedule open starts none) or `buffer_all` (one at a time, oldest
+/// first). A fire time already started, queued or buffered is not queued again, so asking twice
+/// starts each run once; one that was skipped is queued again. A paused schedule holds its
+/// queued fire times until it is resumed.
+#[utoipa::path(
+    post, path = "/v1/schedules/{id}/backfill", operation_id = "backfillSchedule", tag = "schedules",
+    params(("id" = Name, Path, description = "the schedule")),
+    request_body = BackfillRequest,
+    responses(
+        (status = 202, description = "queued: the timer loop starts the runs", body = BackfillQueued),
+        (status = 400, description = "the range is empty, in the future or names too many fire times", body = ErrorBody),
+    )
+)]
+pub(crate) async fn backfill(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Body(ask): Body<BackfillRequest>,
+) -> ApiResult<Response> {
+    use crate::schedules::BackfillError;
+    text_param(&id, "schedule id")?;
+    let overlap = ask.overlap.unwrap_or_default();
+    let done = crate::schedules::backfill(&s, &id, ask.from, ask.to, overlap).await.map_err(|e| match e {
+        BackfillError::NotFound => ApiError::not_found(format!("schedule {id:?} not found")),
+        BackfillError::Invalid(why) => ApiError::InvalidSchedule(why),
+        BackfillError::Store(e) => e.into(),
+    })?;
+    let answer = BackfillQueued {
+        schedule: id,
+        fire_times: done.fires.len() as u64,
+        queued: done.queued,
+        already: done.fires.len() as u64 - done.queued,
+        first_fire_time: done.fires.first().copied(),
+        last_fire_time: done.fires.last().copied(),
+        overlap,
+        paused: done.paused,
+    };
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
 }

@@ -66,7 +66,8 @@ pub(crate) async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): 
         .map_err(|e| ApiError::InvalidDefinition(e.to_string()))?;
     let normalized = serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut client = composer_store::client(&s.pool).await?;
-    let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized).await? {
+    let events: Vec<String> = wf.triggers.iter().map(|t| t.event.clone()).collect();
+    let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized, &events).await? {
         Registered::Created(row) => (StatusCode::CREATED, row),
         Registered::Unchanged(row) => (StatusCode::OK, row),
     };

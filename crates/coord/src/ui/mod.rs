@@ -31,6 +31,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use chrono::{DateTime, Utc};
 use composer_core::machine::{Event, Resolution, RunStatus, TaskState};
+use composer_core::schedule::BackfillOverlap;
 use composer_store::runs::{self, RunFilter, RunRow, TaskRow};
 use serde::Deserialize;
 use uuid::Uuid;
@@ -76,6 +77,8 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/ui/workflows", get(workflows_page))
         .route("/ui/workflows/{name}", get(workflow_page))
         .route("/ui/schedules", get(schedules_page))
+        .route("/ui/schedules/{id}/backfill", post(backfill_action))
+        .route("/ui/events", get(events_page))
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_login));
     Router::new()
         .merge(pages)
@@ -182,6 +185,14 @@ const NOTICES: &[(&str, &str)] = &[
     ("complete-refused", "complete refused: the step has ended already, or its run has"),
     ("complete-invalid", "complete refused: the output must be JSON"),
     ("reason-invalid", "refused: a reason is at most 1,024 characters"),
+    (
+        "backfill-done",
+        "backfill: queued; the timer loop starts the runs (fire times asked for before are not queued again)",
+    ),
+    (
+        "backfill-invalid",
+        "backfill refused: give from and to (UTC) with from before to, to not in the future, at most 10,000 fire times",
+    ),
 ];
 
 fn notice(code: &str) -> Option<&'static str> {
@@ -723,6 +734,12 @@ async fn run_page(
     }
     if let Some(t) = run.trigger.as_ref().and_then(|t| t["schedule"].as_str()) {
         let _ = write!(html, " · started by schedule <a href=\"/ui/schedules\">{}</a>", esc(t));
+        if run.trigger.as_ref().is_some_and(|t| t["backfill"] == true) {
+            html.push_str(" (backfill)");
+        }
+    }
+    if let Some(ev) = run.trigger.as_ref().and_then(|t| t["event"].as_str()) {
+        let _ = write!(html, " · started by event <a href=\"/ui/events?name={}\">{}</a>", url_enc(ev), esc(ev));
     }
     if let Some(failed) = run.handles_run_id {
         let _ = write!(html, " · failure handler of <a href=\"/ui/runs/{failed}\">{}</a>", short(&failed));
@@ -1534,20 +1551,33 @@ async fn workflow_page(
     Ok(Html(page(&def.name, &html)).into_response())
 }
 
-async fn schedules_page(State(s): State<Arc<Shared>>) -> Page {
+async fn schedules_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> Page {
     let client = composer_store::client(&s.pool).await?;
     let rows = composer_store::schedules::list(&client, None, 1000).await?;
-    let mut html = String::from(
-        "<h1>Schedules</h1><table><thead><tr><th>Id</th><th>Workflow</th><th>Cron</th><th>Time zone</th>\
-         <th>Overlap</th><th>State</th><th>Next fire</th><th>Last run</th></tr></thead><tbody>",
+    let mut html = String::from("<h1>Schedules</h1>");
+    if let Some(text) = q.get("msg").and_then(|m| notice(m)) {
+        let queued = q.get("queued").and_then(|n| n.parse::<u64>().ok());
+        let count = queued.map(|n| format!(" ({n} queued)")).unwrap_or_default();
+        let _ = write!(html, "<p class=\"notice\">{}{count}</p>", esc(text));
+    }
+    html.push_str(
+        "<table><thead><tr><th>Id</th><th>Workflow</th><th>Cron</th><th>Time zone</th>\
+         <th>Overlap</th><th>State</th><th>Next fire</th><th>Last run</th><th>Backfill</th></tr></thead><tbody>",
     );
     for r in &rows {
         let spec = &r.spec;
         let last = r.last_run_id.map(|id| format!("<a href=\"/ui/runs/{id}\">{}</a>", short(&id))).unwrap_or_default();
+        let queued = if r.backfill_queued > 0 { format!("{} queued", r.backfill_queued) } else { String::new() };
         let _ = write!(
             html,
             "<tr><td>{}</td><td><a href=\"/ui/workflows/{}\">{}</a></td><td><code>{}</code></td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{last}</td></tr>",
+             <td>{}</td><td>{}</td><td>{last}</td><td>{queued}\
+             <form method=\"post\" action=\"/ui/schedules/{}/backfill\" class=\"backfill\">\
+             <label>from <input type=\"datetime-local\" name=\"from\" step=\"1\" required></label> \
+             <label>to <input type=\"datetime-local\" name=\"to\" step=\"1\" required></label> (UTC) \
+             <select name=\"overlap\"><option value=\"allow\">all at once</option>\
+             <option value=\"buffer_all\">one at a time</option><option value=\"skip\">skip while one runs</option></select> \
+             <button type=\"submit\">Backfill</button></form></td></tr>",
             esc(&r.id),
             url_enc(&r.workflow),
             esc(&r.workflow),
@@ -1556,17 +1586,136 @@ async fn schedules_page(State(s): State<Arc<Shared>>) -> Page {
             esc(spec["overlap"].as_str().unwrap_or("skip")),
             if r.paused { "paused" } else { "active" },
             if r.paused { String::new() } else { time(r.next_fire_at) },
+            url_enc(&r.id),
         );
     }
     if rows.is_empty() {
-        html.push_str("<tr><td colspan=\"8\" class=\"empty\">No schedules.</td></tr>");
+        html.push_str("<tr><td colspan=\"9\" class=\"empty\">No schedules.</td></tr>");
     }
     html.push_str("</tbody></table>");
     Ok(Html(page("Schedules", &html)).into_response())
 }
 
+/// `/ui/events`: the webhooks, and the latest events with the runs their
+/// triggers started (`?name=` for one event name).
+async fn events_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> Page {
+    let name = q.get("name").filter(|n| !n.is_empty() && n.chars().count() <= 256);
+    let client = composer_store::client(&s.pool).await?;
+    let hooks = composer_store::webhooks::list(&client, 1000).await?;
+    let events = composer_store::triggers::recent(&client, name.map(String::as_str), None, None, 200).await?;
+    let mut html = String::from(
+        "<h1>Events</h1><h2>Webhooks</h2><table><thead><tr><th>Name</th><th>Scheme</th><th>Delivery URL</th>\
+         <th>Secret</th><th>Tolerance</th></tr></thead><tbody>",
+    );
+    for h in &hooks {
+        let secret = h.spec["secret"].as_str().unwrap_or("");
+        let set = std::env::var_os(crate::webhooks::secret_var(secret)).is_some_and(|v| !v.is_empty());
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td><code>/v1/webhooks/{}</code></td><td><code>COMPOSER_WEBHOOK_SECRET_{}</code> {}</td><td>{}</td></tr>",
+            esc(&h.name),
+            esc(h.spec["scheme"].as_str().unwrap_or("")),
+            esc(&h.name),
+            esc(secret),
+            if set { "set" } else { "<span class=\"error\">not set on this coordinator</span>" },
+            esc(h.spec["tolerance"].as_str().unwrap_or("5m")),
+        );
+    }
+    if hooks.is_empty() {
+        html.push_str("<tr><td colspan=\"5\" class=\"empty\">No webhooks.</td></tr>");
+    }
+    html.push_str("</tbody></table>");
+    let shown =
+        name.map(|n| format!(" named <code>{}</code> (<a href=\"/ui/events\">all</a>)", esc(n))).unwrap_or_default();
+    let _ = write!(
+        html,
+        "<h2>Recent events{shown}</h2><table><thead><tr><th>Received</th><th>Name</th><th>Id</th><th>Source</th>\
+         <th>Key</th><th>Runs started</th><th>Waiting steps</th><th>Payload</th></tr></thead><tbody>"
+    );
+    for e in &events {
+        let mut runs = String::new();
+        for r in &e.runs {
+            match (r.run_id, &r.error) {
+                (Some(id), _) => {
+                    let _ = write!(runs, "<a href=\"/ui/runs/{id}\">{}</a> {} ", short(&id), esc(&r.workflow));
+                }
+                (None, Some(err)) => {
+                    let _ = write!(
+                        runs,
+                        "<span class=\"error\" title=\"{}\">{}: failed</span> ",
+                        esc(err),
+                        esc(&r.workflow)
+                    );
+                }
+                (None, None) => {}
+            }
+        }
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td><a href=\"/ui/events?name={}\">{}</a></td><td><code>{}</code></td><td>{}</td><td>{}</td>\
+             <td>{runs}</td><td>{}</td><td>{}</td></tr>",
+            time(Some(e.received_at)),
+            url_enc(&e.name),
+            esc(&e.name),
+            esc(&clip(&e.event_id, 48)),
+            esc(&e.source),
+            esc(&clip(&e.key, 48)),
+            e.delivered,
+            json_details("payload", &e.payload),
+        );
+    }
+    if events.is_empty() {
+        html.push_str("<tr><td colspan=\"8\" class=\"empty\">No events in the last week.</td></tr>");
+    }
+    html.push_str("</tbody></table>");
+    Ok(Html(page("Events", &html)).into_response())
+}
+
+/// A schedule's backfill form: the API's backfill, with times in UTC as a
+/// browser's `datetime-local` sends them.
+async fn backfill_action(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let invalid = || Ok(Redirect::to("/ui/schedules?msg=backfill-invalid").into_response());
+    let (Some(from), Some(to)) = (form_time(form.get("from")), form_time(form.get("to"))) else { return invalid() };
+    let overlap = form.get("overlap").map_or(Some(BackfillOverlap::Allow), |o| BackfillOverlap::parse(o));
+    let Some(overlap) = overlap else { return invalid() };
+    let queued = match crate::schedules::backfill(&s, &id, from, to, overlap).await {
+        Ok(done) => done.queued,
+        Err(crate::schedules::BackfillError::NotFound) => return Err(not_found("schedule")),
+        Err(crate::schedules::BackfillError::Invalid(_)) => return invalid(),
+        Err(crate::schedules::BackfillError::Store(e)) => return Err(e.into()),
+    };
+    Ok(Redirect::to(&format!("/ui/schedules?msg=backfill-done&queued={queued}")).into_response())
+}
+
+/// A `datetime-local` value (`2026-11-01T10:00` or with seconds), read as UTC.
+fn form_time(value: Option<&String>) -> Option<DateTime<Utc>> {
+    let v = value?.trim();
+    ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(v, f).ok())
+        .map(|t| t.and_utc())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_backfill_forms_time_is_read_as_utc_and_anything_else_is_refused() {
+        let t = |v: &str| super::form_time(Some(&v.to_string())).map(|t| t.to_rfc3339());
+        assert_eq!(t("2026-11-01T10:00"), Some("2026-11-01T10:00:00+00:00".into()));
+        assert_eq!(t("2026-11-01T10:00:30"), Some("2026-11-01T10:00:30+00:00".into()));
+        for bad in ["", "yesterday", "2026-11-01", "2026-13-01T10:00", "2026-11-01T10:00Z\u{0}"] {
+            assert_eq!(t(bad), None, "{bad:?}");
+        }
+    }
+
     #[test]
     fn a_log_lines_escapes_and_overrides_are_spelled_out_and_its_newlines_kept() {
         assert_eq!(super::visible_controls("a\u{1b}[31mred\u{202e}x\ty\nz"), "a\\u{1b}[31mred\\u{202e}x\ty\nz");

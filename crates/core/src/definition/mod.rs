@@ -29,7 +29,9 @@ pub use kind::{
     MIN_COLLECTED_ITEM_BYTES, SUB_WORKFLOW_MAX_DEPTH,
 };
 pub use node::{default_queue, Node, RetryPolicy, MAX_RETRY_ATTEMPTS, MAX_RETRY_MULTIPLIER};
-pub use spec::{ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, WorkflowSpec};
+pub use spec::{
+    ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, TriggerSpec, WorkflowSpec,
+};
 
 use check::positive_duration;
 pub(crate) use check::validate_name;
@@ -116,6 +118,8 @@ pub struct Workflow {
     pub on_failure: Option<OnFailure>,
     /// Every run's tags, by key, evaluated over `{input}` when it starts.
     pub tags: Vec<(String, Template)>,
+    /// The events that start runs of it.
+    pub triggers: Vec<Trigger>,
     /// Whether every expression it has is simple ([`crate::expr::is_simple`]:
     /// no recursion, loop or costly native, so its time is bounded by its
     /// input's size): applying its events may then skip the evaluation
@@ -136,6 +140,7 @@ struct Parts {
     concurrency: Option<Concurrency>,
     on_failure: Option<OnFailure>,
     tags: Vec<(String, Template)>,
+    triggers: Vec<Trigger>,
     index: HashMap<String, usize>,
 }
 
@@ -172,6 +177,7 @@ impl Workflow {
             concurrency,
             on_failure,
             tags,
+            triggers,
             index,
         } = parts;
         Workflow {
@@ -186,6 +192,7 @@ impl Workflow {
             concurrency,
             on_failure,
             tags,
+            triggers,
             simple: false,
             index,
         }
@@ -254,6 +261,7 @@ impl Workflow {
         };
         let on_failure = spec.on_failure.as_ref().map(compile_on_failure).transpose()?;
         let tags = compile_tags(spec.tags.as_ref())?;
+        let triggers = compile_triggers(spec.triggers.as_deref())?;
         Ok(Parts {
             nodes,
             edges,
@@ -265,6 +273,7 @@ impl Workflow {
             concurrency,
             on_failure,
             tags,
+            triggers,
             index,
         })
     }
@@ -472,6 +481,100 @@ fn compile_tags(tags: Option<&serde_json::Map<String, Value>>) -> Result<Vec<(St
     Ok(out)
 }
 
+/// Most triggers one definition may have (`max_triggers`).
+pub const MAX_TRIGGERS: usize = 16;
+/// Longest event name, in characters (an event's, a trigger's, a webhook's).
+pub const MAX_EVENT_NAME: usize = 256;
+
+/// A trigger, compiled: the run an event of its name starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trigger {
+    pub event: String,
+    when: Option<Expr>,
+    input: Option<Template>,
+    idempotency_key: Option<Template>,
+}
+
+/// What a trigger makes of an event that meets its condition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fired {
+    pub input: Value,
+    pub idempotency_key: Option<String>,
+}
+
+impl Trigger {
+    /// Applies the trigger to `event` (`{id, name, key, payload}`): `None`
+    /// when its condition does not hold; an error naming the expression
+    /// when one fails, or the key is not text of at most 256 characters.
+    pub fn fire(&self, event: &Value) -> Result<Option<Fired>, String> {
+        let scope = json!({"event": event});
+        if let Some(when) = &self.when {
+            if !when.eval_bool(&scope).map_err(|e| format!("when: {e}"))? {
+                return Ok(None);
+            }
+        }
+        let input = match &self.input {
+            Some(t) => t.eval(&scope).map_err(|e| format!("input: {e}"))?,
+            None => event.get("payload").cloned().unwrap_or(Value::Null),
+        };
+        let idempotency_key = match &self.idempotency_key {
+            None => None,
+            Some(t) => match t.eval(&scope).map_err(|e| format!("idempotency_key: {e}"))? {
+                Value::String(k) if !k.is_empty() && k.chars().count() <= 256 => Some(k),
+                Value::Number(n) => Some(n.to_string()),
+                other => return Err(format!("idempotency_key: must be text of 1 to 256 characters, got {other}")),
+            },
+        };
+        Ok(Some(Fired { input, idempotency_key }))
+    }
+}
+
+/// `triggers`: at most [`MAX_TRIGGERS`], each naming an event, with
+/// expressions that read the event only.
+fn compile_triggers(triggers: Option<&[TriggerSpec]>) -> Result<Vec<Trigger>, ValidationError> {
+    let Some(triggers) = triggers else { return Ok(Vec::new()) };
+    if triggers.len() > MAX_TRIGGERS {
+        return Err(ValidationError::new("triggers", format!("at most {MAX_TRIGGERS} (max_triggers)")));
+    }
+    let mut out = Vec::with_capacity(triggers.len());
+    for (i, t) in triggers.iter().enumerate() {
+        let at = |field: &str| format!("triggers[{i}].{field}");
+        let chars = t.event.chars().count();
+        if chars == 0 || chars > MAX_EVENT_NAME || t.event.contains('\0') {
+            return Err(ValidationError::new(at("event"), format!("must be 1 to {MAX_EVENT_NAME} characters")));
+        }
+        let reads_only_the_event = |text: &str| !text.contains(".secrets") && !text.contains(".nodes");
+        let when = match &t.when {
+            None => None,
+            Some(w) if !reads_only_the_event(w) => {
+                return Err(ValidationError::new(at("when"), "reads the event only (.event)"))
+            }
+            Some(w) => Some(Expr::compile(w).map_err(|m| ValidationError::new(at("when"), m))?),
+        };
+        let input = match &t.input {
+            None => None,
+            Some(v) if !reads_only_the_event(&v.to_string()) => {
+                return Err(ValidationError::new(at("input"), "reads the event only (.event)"))
+            }
+            Some(v) => {
+                Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{}{p}", at("input")), m))?)
+            }
+        };
+        let idempotency_key = match &t.idempotency_key {
+            None => None,
+            Some(k) if !reads_only_the_event(k) => {
+                return Err(ValidationError::new(at("idempotency_key"), "reads the event only (.event)"))
+            }
+            Some(k) => Some(
+                Template::compile(&Value::String(k.clone()))
+                    .map_err(|(_, m)| ValidationError::new(at("idempotency_key"), m))?,
+            ),
+        };
+        out.push(Trigger { event: t.event.clone(), when, input, idempotency_key });
+    }
+    Ok(out)
+}
+
 /// `on_failure`: a named workflow, an input template that reads no secret,
 /// and the ends it is for.
 fn compile_on_failure(h: &OnFailureSpec) -> Result<OnFailure, ValidationError> {
@@ -560,6 +663,35 @@ fn topological_order(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_trigger_fires_when_its_condition_holds_with_its_input_and_key() {
+        let wf =
+            Workflow::parse(&json!({"name": "w", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}],
+            "triggers": [{"event": "order.created", "when": ".event.payload.total > 10",
+                          "input": {"order": "${ .event.payload.id }"}, "idempotency_key": "o-${ .event.payload.id }"},
+                         {"event": "order.created"}]}))
+            .unwrap();
+        let event =
+            |total: i64| json!({"id": "e1", "name": "order.created", "key": "", "payload": {"id": 5, "total": total}});
+        let fired = wf.triggers[0].fire(&event(20)).unwrap().unwrap();
+        assert_eq!(fired, Fired { input: json!({"order": 5}), idempotency_key: Some("o-5".into()) });
+        assert_eq!(wf.triggers[0].fire(&event(3)).unwrap(), None, "the condition does not hold");
+        let plain = wf.triggers[1].fire(&event(3)).unwrap().unwrap();
+        assert_eq!(
+            (plain.input, plain.idempotency_key),
+            (json!({"id": 5, "total": 3}), None),
+            "the payload by default"
+        );
+        let odd = Workflow::parse(&json!({"name": "w", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}],
+            "triggers": [{"event": "x", "when": ".event.payload"}, {"event": "x", "idempotency_key": "${ .event.payload }"}]}))
+        .unwrap();
+        let e = odd.triggers[0].fire(&json!({"payload": 1})).unwrap_err();
+        assert!(e.starts_with("when:") && e.contains("boolean"), "{e}");
+        let e = odd.triggers[1].fire(&json!({"payload": {"a": 1}})).unwrap_err();
+        assert!(e.starts_with("idempotency_key:"), "{e}");
+        assert_eq!(odd.triggers[1].fire(&json!({"payload": 42})).unwrap().unwrap().idempotency_key, Some("42".into()));
+    }
 
     fn http(id: &str) -> Value {
         json!({"id": id, "type": "HTTP", "config": {"url": "http://127.0.0.1/x"}})

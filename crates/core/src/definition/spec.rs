@@ -48,6 +48,36 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::DefinitionTags>))]
     pub tags: Option<serde_json::Map<String, Value>>,
+    /// Events that start a run of this workflow (its latest version's
+    /// triggers apply): each recorded event of that name starts one run per
+    /// trigger whose `when` holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 16))]
+    pub triggers: Option<Vec<TriggerSpec>>,
+}
+
+/// A trigger: the runs an event starts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TriggerSpec {
+    /// The event's name (`order.created`).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$"))]
+    pub event: String,
+    /// A jq condition over `{event: {id, name, key, payload}}`; every event of
+    /// the name without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub when: Option<String>,
+    /// The run's input, a template over `{event}`; `${ .event.payload }` by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::JsonValue))]
+    pub input: Option<Value>,
+    /// The run's idempotency key, text or a template over `{event}`: a
+    /// second event with the same key finds the first run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub idempotency_key: Option<String>,
 }
 
 /// `on_failure`: the handler run a failed run starts.
@@ -196,8 +226,8 @@ impl EdgeOn {
 }
 
 /// The fields a definition may have.
-const FIELDS: [&str; 9] =
-    ["name", "description", "nodes", "edges", "output", "timeout", "concurrency", "on_failure", "tags"];
+const FIELDS: [&str; 10] =
+    ["name", "description", "nodes", "edges", "output", "timeout", "concurrency", "on_failure", "tags", "triggers"];
 
 /// Deserializes a spec, naming the node whose fields are wrong.
 pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
@@ -274,7 +304,30 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
         Some(Value::Object(t)) => Some(t.clone()),
         Some(_) => return Err(ValidationError::new("tags", "must be an object of {key: text or an expression}")),
     };
-    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency, on_failure, tags })
+    let triggers = match obj.get("triggers") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => {
+            let mut triggers = Vec::with_capacity(a.len());
+            for (i, raw) in a.iter().enumerate() {
+                object_or_null(raw, &format!("triggers[{i}]"))?;
+                let t: TriggerSpec = serde_json::from_value(raw.clone()).map_err(|e| {
+                    ValidationError::new(
+                        format!("triggers[{i}]"),
+                        format!("{e} (expected {{event, when?, input?, idempotency_key?}})"),
+                    )
+                })?;
+                triggers.push(t);
+            }
+            Some(triggers)
+        }
+        Some(_) => {
+            return Err(ValidationError::new(
+                "triggers",
+                "must be an array of {event, when?, input?, idempotency_key?}",
+            ))
+        }
+    };
+    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency, on_failure, tags, triggers })
 }
 
 /// Serde reads a struct from an array of its fields too (`"retry": []`):

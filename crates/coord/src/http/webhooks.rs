@@ -1,0 +1,198 @@
+//! Webhooks: configure them (the API token), and receive their deliveries
+//! (`POST /v1/webhooks/{name}`, no token: the signature is the proof).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use composer_api::schema::Name;
+use composer_api::{ErrorBody, EventSent, WebhookList, WebhookSpec, WebhookView};
+use composer_store::webhooks::{self, WebhookRow};
+use serde_json::{json, Map, Value};
+
+use super::doc::Deleted;
+use super::error::{ApiError, ApiResult};
+use super::extract::{name_param, Body};
+use crate::shared::Shared;
+use crate::triggers::Incoming;
+use crate::webhooks::{Webhook, MAX_HEADERS, MAX_HEADER_VALUE};
+
+fn view(row: &WebhookRow) -> ApiResult<WebhookView> {
+    let spec: WebhookSpec = serde_json::from_value(row.spec.clone())
+        .map_err(|e| ApiError::bad_request(format!("stored webhook {} is invalid: {e}", row.name)))?;
+    let secret_set = std::env::var_os(crate::webhooks::secret_var(&spec.secret)).is_some_and(|v| !v.is_empty());
+    Ok(WebhookView {
+        url: format!("/v1/webhooks/{}", row.name),
+        spec,
+        secret_set,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    })
+}
+
+/// Create or replace a webhook.
+///
+/// A webhook turns each signed delivery to `POST /v1/webhooks/{name}` into an event. It names its
+/// signing secret, which each coordinator reads from `COMPOSER_WEBHOOK_SECRET_<secret>`: the
+/// secret itself is never sent, stored or shown.
+#[utoipa::path(
+    post, path = "/v1/webhooks", operation_id = "createWebhook", tag = "events",
+    request_body = WebhookSpec,
+    responses(
+        (status = 201, description = "created", body = WebhookView),
+        (status = 200, description = "replaced", body = WebhookView),
+    )
+)]
+pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<WebhookSpec>) -> ApiResult<Response> {
+    let hook = crate::webhooks::parse(spec).map_err(ApiError::bad_request)?;
+    let stored = serde_json::to_value(&hook.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let client = composer_store::client(&s.pool).await?;
+    let (row, created) = webhooks::upsert(&client, &hook.spec.name, &stored).await?;
+    tracing::info!(webhook = %row.name, created, "webhook saved");
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(view(&row)?)).into_response())
+}
+
+/// List webhooks.
+///
+/// Every webhook by name, each with its delivery URL and whether this coordinator has its secret.
+#[utoipa::path(
+    get, path = "/v1/webhooks", operation_id = "listWebhooks", tag = "events",
+    responses((status = 200, description = "every webhook, by name", body = WebhookList))
+)]
+pub(crate) async fn list(State(s): State<Arc<Shared>>) -> ApiResult<Json<WebhookList>> {
+    let client = composer_store::client(&s.pool).await?;
+    let rows = webhooks::list(&client, super::extract::MAX_PAGE).await?;
+    Ok(Json(WebhookList { webhooks: rows.iter().map(view).collect::<ApiResult<_>>()? }))
+}
+
+async fn found(s: &Shared, name: &str) -> ApiResult<WebhookRow> {
+    name_param("webhook", name)?;
+    let client = composer_store::client(&s.pool).await?;
+    webhooks::get(&client, name).await?.ok_or_else(|| ApiError::not_found(format!("webhook {name:?} not found")))
+}
+
+/// Get a webhook.
+///
+/// The webhook's spec (the secret's name, never its value), its delivery URL, and whether this
+/// coordinator has the secret set.
+#[utoipa::path(
+    get, path = "/v1/webhooks/{name}", operation_id = "getWebhook", tag = "events",
+    params(("name" = Name, Path, description = "the webhook")),
+    responses((status = 200, description = "the webhook, and whether this coordinator has its secret", body = WebhookView))
+)]
+pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<WebhookView>> {
+    Ok(Json(view(&found(&s, &name).await?)?))
+}
+
+/// Delete a webhook.
+///
+/// Deliveries to it are refused from now on (404); the events it sent stay in the log.
+#[utoipa::path(
+    delete, path = "/v1/webhooks/{name}", operation_id = "deleteWebhook", tag = "events",
+    params(("name" = Name, Path, description = "the webhook")),
+    responses((status = 200, description = "deleted: its deliveries are refused from now on", body = Deleted))
+)]
+pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    name_param("webhook", &name)?;
+    let client = composer_store::client(&s.pool).await?;
+    if !webhooks::delete(&client, &name).await? {
+        return Err(ApiError::not_found(format!("webhook {name:?} not found")));
+    }
+    Ok(Json(json!({"deleted": name})))
+}
+
+/// Receive a webhook delivery.
+///
+/// What another service sends: no bearer token, but a signature by the webhook's scheme over the
+/// raw body (and, for `stripe`, a timestamp within the tolerance). A missing, malformed, stale or
+/// wrong signature is a 401 and records nothing. A delivery whose signature holds becomes an
+/// event by the webhook's transform and is sent as `POST /v1/events` sends one (its source
+/// `webhook:NAME`): a replayed delivery has the same id, so it is recorded once and answered
+/// with `duplicate`.
+#[utoipa::path(
+    post, path = "/v1/webhooks/{name}", operation_id = "deliverWebhook", tag = "events",
+    params(("name" = Name, Path, description = "the webhook")),
+    request_body(content = composer_api::schema::JsonValue, description = "the delivery, as the other service signed it"),
+    responses(
+        (status = 200, description = "the event it became, and what that did", body = EventSent),
+        (status = 401, description = "the signature is missing, malformed, stale or wrong: nothing was recorded", body = ErrorBody),
+        (status = 503, description = "this coordinator lacks the webhook's secret", body = ErrorBody),
+    )
+)]
+pub(crate) async fn deliver(
+    State(s): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<EventSent>> {
+    let row = found(&s, &name).await?;
+    let spec: WebhookSpec = serde_json::from_value(row.spec.clone())
+        .map_err(|e| ApiError::bad_request(format!("stored webhook {name} is invalid: {e}")))?;
+    let hook = crate::webhooks::parse(spec).map_err(ApiError::bad_request)?;
+    let var = crate::webhooks::secret_var(&hook.spec.secret);
+    let secret = std::env::var(&var).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
+        ApiError::Unavailable(format!(
+            "webhook {name:?}: this coordinator has no {var} set; the delivery was not recorded"
+        ))
+    })?;
+    let header_text = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
+    let sig = header_text(crate::webhooks::signature_header(hook.spec.scheme));
+    let now = chrono::Utc::now().timestamp();
+    crate::webhooks::verify(hook.spec.scheme, secret.as_bytes(), sig, &body, now, hook.tolerance).map_err(|why| {
+        tracing::info!(webhook = %name, %why, "webhook delivery refused");
+        ApiError::BadSignature(why.to_string())
+    })?;
+    let body_json = match serde_json::from_slice::<Value>(&body) {
+        Ok(v) => v,
+        Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
+    };
+    let ev = transform(&hook, body_json, &headers, &body).await?;
+    super::events::check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
+    let source = format!("webhook:{name}");
+    let incoming =
+        Incoming { name: &ev.name, key: &ev.key, id: ev.id.as_deref(), payload: &ev.payload, source: &source };
+    Ok(Json(crate::triggers::send(&s, incoming).await?))
+}
+
+/// The event a verified delivery becomes, by the webhook's transform (on
+/// the evaluation threads: someone wrote it). Without an id of its own, a
+/// delivery is named by a digest of what was signed, so a replay is the
+/// same event.
+async fn transform(
+    hook: &Webhook,
+    body: Value,
+    headers: &HeaderMap,
+    raw: &[u8],
+) -> ApiResult<crate::webhooks::WebhookEvent> {
+    let mut seen = Map::new();
+    for (k, v) in headers.iter().take(MAX_HEADERS) {
+        if let Ok(text) = v.to_str() {
+            if text.len() <= MAX_HEADER_VALUE {
+                seen.entry(k.as_str().to_string()).or_insert_with(|| Value::String(text.to_string()));
+            }
+        }
+    }
+    let delivery = headers.get("x-github-delivery").and_then(|v| v.to_str().ok());
+    let id = crate::webhooks::delivery_id(hook.spec.scheme, delivery, &body).or_else(|| {
+        let sig = headers.get(crate::webhooks::signature_header(hook.spec.scheme)).map(|v| v.as_bytes()).unwrap_or(&[]);
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(sig);
+        ctx.update(raw);
+        Some(format!("sha256:{}", ctx.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>()))
+    });
+    let spec = hook.spec.clone();
+    let headers = Value::Object(seen);
+    let result = crate::engine::evaluator::pool()
+        .run(uuid::Uuid::nil(), move || {
+            composer_core::expr::use_clock(std::time::Instant::now);
+            let hook = crate::webhooks::parse(spec)?;
+            crate::webhooks::event_of(&hook, &body, &headers, id)
+        })
+        .await
+        .map_err(|lost| ApiError::bad_request(format!("webhook transform: {lost}")))?;
+    result.map_err(|e| ApiError::bad_request(format!("webhook transform: {e}")))
+}

@@ -1,0 +1,201 @@
+//! Events that start runs. An event (`POST /v1/events`, or a webhook's
+//! delivery) is recorded once by its name and id, and in that same commit
+//! every trigger of every workflow listening to its name that matches
+//! starts its run: a coordinator that dies before the commit leaves neither
+//! the event nor its runs, so the sender's retry (the same id) does it all
+//! once, and one that dies after leaves both, so the retry starts nothing
+//! and answers the same runs. Waiting steps get the event after the commit,
+//! as before triggers existed (see [`composer_store::events`]).
+
+use chrono::Utc;
+use composer_api::{EventSent, TriggerFailure, TriggeredRun};
+use composer_core::definition::{Fired, Workflow};
+use composer_core::machine::Event;
+use composer_store::triggers::{self, EventRun, LoggedEvent, NewEvent};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use uuid::Uuid;
+
+use crate::engine::{EngineError, StartOptions, Started};
+use crate::shared::Shared;
+
+/// How long the event log keeps an event (and so how long an id is
+/// remembered): a sender's retry comes within minutes, an operator's look
+/// at recent events within days.
+pub const EVENT_LOG_KEPT: chrono::Duration = chrono::Duration::days(7);
+
+/// An event as it arrived, checked for size by the caller.
+pub struct Incoming<'a> {
+    pub name: &'a str,
+    pub key: &'a str,
+    /// The sender's id; one is made when `None`.
+    pub id: Option<&'a str>,
+    pub payload: &'a Value,
+    /// `api`, or `webhook:NAME`.
+    pub source: &'a str,
+}
+
+/// Records the event, starts what its triggers start, delivers it to the
+/// steps waiting for it, and says what it did.
+pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<EventSent, EngineError> {
+    let event_id = ev.id.map_or_else(|| Uuid::now_v7().to_string(), str::to_string);
+    let mut client = composer_store::client(&shared.pool).await?;
+    let mut tx = client.transaction().await?;
+    let logged = NewEvent { name: ev.name, event_id: &event_id, key: ev.key, payload: ev.payload, source: ev.source };
+    let Some(seq) = triggers::log_event(&tx, logged).await? else {
+        tx.rollback().await?;
+        let first = triggers::find(&client, ev.name, &event_id).await?;
+        return Ok(duplicate(&event_id, first));
+    };
+    let (buffered_id, waiters) =
+        composer_store::events::record(&tx, ev.name, ev.key, ev.payload, shared.config.event_retention).await?;
+    let event = json!({"id": event_id, "name": ev.name, "key": ev.key, "payload": ev.payload});
+    let mut runs: Vec<EventRun> = Vec::new();
+    let mut started: Vec<Started> = Vec::new();
+    for workflow in triggers::workflows_for(&tx, ev.name).await? {
+        let Some(def) = composer_store::definitions::by_name(&tx, &workflow, None).await? else { continue };
+        let wf = shared.engine.compile(&def)?;
+        for (index, fired) in evaluate(wf, ev.name, &event).await {
+            let mut run = EventRun { workflow: workflow.clone(), trigger: index as i32, run_id: None, error: None };
+            match fired {
+                Ok(None) => continue,
+                Err(e) => run.error = Some(e),
+                Ok(Some(Fired { input, idempotency_key })) => {
+                    let trigger = json!({"event": ev.name, "event_id": event_id, "trigger": index});
+                    let opts = StartOptions {
+                        idempotency_key: idempotency_key.as_deref(),
+                        trigger: Some(&trigger),
+                        ..Default::default()
+                    };
+                    // A savepoint: a start refused half way leaves the rest standing.
+                    let sp = tx.savepoint("trigger_start").await?;
+                    match shared.engine.start_run_in(&sp, &def, &input, opts).await {
+                        Ok(s) => {
+                            sp.commit().await?;
+                            run.run_id = Some(s.row.id);
+                            started.push(s);
+                        }
+                        Err(EngineError::Rejected(why)) => {
+                            sp.rollback().await?;
+                            run.error = Some(why.to_string());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if let Some(e) = &run.error {
+                tracing::warn!(workflow = %run.workflow, trigger = index, event = %ev.name, error = %e, "trigger started no run");
+            }
+            runs.push(run);
+        }
+    }
+    for run in &runs {
+        triggers::record_run(&tx, seq, run).await?;
+    }
+    tx.commit().await?;
+    for s in started {
+        shared.engine.started(s);
+    }
+    let delivered = deliver(shared, &client, buffered_id, &waiters, ev.payload).await?;
+    if delivered > 0 {
+        triggers::set_delivered(&client, seq, delivered as i32).await?;
+    }
+    Ok(answer(event_id, delivered, &runs, false))
+}
+
+/// Each trigger of `wf` for events named `name` applied to `event`, by its
+/// place in the definition, on the evaluation threads (a trigger is an
+/// expression someone wrote: it gets the sandbox's stack and backstop).
+async fn evaluate(wf: Arc<Workflow>, name: &str, event: &Value) -> Vec<(usize, Result<Option<Fired>, String>)> {
+    let (name, event) = (name.to_string(), event.clone());
+    let applied = crate::engine::evaluator::pool()
+        .run(Uuid::nil(), move || {
+            composer_core::expr::use_clock(std::time::Instant::now);
+            let fire = || -> Vec<(usize, Result<Option<Fired>, String>)> {
+                wf.triggers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.event == name)
+                    .map(|(i, t)| (i, t.fire(&event)))
+                    .collect()
+            };
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(fire))
+                .map_err(|p| format!("trigger evaluation failed: {}", composer_core::panic_message(&*p)))
+        })
+        .await;
+    match applied {
+        Ok(Ok(fired)) => fired,
+        Ok(Err(e)) => vec![(0, Err(e))],
+        Err(lost) => vec![(0, Err(lost.to_string()))],
+    }
+}
+
+/// Delivers the event to the steps that were waiting for it; how many took
+/// it. It was recorded first: an error here leaves it buffered, for the
+/// recovery sweep to deliver, or for a later waiter. It is marked consumed
+/// once a waiter has it.
+async fn deliver(
+    shared: &Arc<Shared>,
+    client: &composer_store::Client,
+    buffered_id: i64,
+    waiters: &[composer_store::events::Waiter],
+    payload: &Value,
+) -> Result<usize, EngineError> {
+    let mut taken_by = None;
+    let mut matched = 0;
+    for w in waiters {
+        let event = Event::EventReceived { task_id: w.task_id, payload: payload.clone() };
+        if shared.engine.handle(w.run_id, event).await?.ignored.is_none() {
+            taken_by.get_or_insert(w.task_id);
+            matched += 1;
+        }
+    }
+    if let Some(task_id) = taken_by {
+        composer_store::events::mark_consumed(client, buffered_id, task_id).await?;
+    }
+    Ok(matched)
+}
+
+fn answer(id: String, delivered: usize, runs: &[EventRun], duplicate: bool) -> EventSent {
+    let started_runs = runs
+        .iter()
+        .filter_map(|r| {
+            r.run_id.map(|run_id| TriggeredRun { workflow: r.workflow.clone(), trigger: r.trigger, run_id })
+        })
+        .collect();
+    let trigger_errors = runs
+        .iter()
+        .filter_map(|r| {
+            r.error.clone().map(|error| TriggerFailure { workflow: r.workflow.clone(), trigger: r.trigger, error })
+        })
+        .collect();
+    EventSent {
+        matched: delivered,
+        buffered: delivered == 0 && !duplicate,
+        id,
+        delivered_to_waiters: delivered,
+        started_runs,
+        trigger_errors,
+        duplicate,
+    }
+}
+
+/// What a recorded event did, as the answer to its sending says it.
+pub fn outcome(e: &LoggedEvent) -> EventSent {
+    answer(e.event_id.clone(), e.delivered as usize, &e.runs, false)
+}
+
+/// The answer to an event sent again: what the first sending did.
+fn duplicate(id: &str, first: Option<LoggedEvent>) -> EventSent {
+    match first {
+        Some(e) => answer(id.to_string(), e.delivered as usize, &e.runs, true),
+        // Forgotten between the refused insert and the read: as good as new,
+        // but reported as seen, since it was.
+        None => answer(id.to_string(), 0, &[], true),
+    }
+}
+
+/// Forgets events received more than [`EVENT_LOG_KEPT`] ago.
+pub async fn forget_old_events(client: &composer_store::Client) -> Result<u64, composer_store::Error> {
+    triggers::forget(client, Utc::now() - EVENT_LOG_KEPT).await
+}
