@@ -326,6 +326,10 @@ pub enum WorkflowCommand {
         /// The run's input: JSON, or @FILE.
         #[arg(long, default_value = "{}")]
         input: String,
+        /// An event, {name, key?, id?, payload?} as JSON or @FILE: the run its first matching trigger would
+        /// start (its input made by the trigger), instead of --input.
+        #[arg(long, conflicts_with = "input")]
+        event: Option<String>,
         /// NODE=JSON or NODE=@FILE: the output of an HTTP or custom node, or the payload of a WAIT_FOR_EVENT's
         /// event (default {}). Repeatable.
         #[arg(long = "mock", value_name = "NODE=JSON")]

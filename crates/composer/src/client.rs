@@ -81,8 +81,12 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
         WorkflowCommand::Get { name } => {
             output::one(format, &call(&api, Method::GET, &format!("/v1/workflows/{}", encode(&name)), None).await?)
         }
-        WorkflowCommand::Simulate { file, input, mocks, failures, output } => {
-            return Ok(crate::simulate::run(&file, &input, &mocks, &failures, &output));
+        WorkflowCommand::Simulate { file, input, event, mocks, failures, output } => {
+            let start = match &event {
+                Some(e) => crate::simulate::Start::Event(e),
+                None => crate::simulate::Start::Input(&input),
+            };
+            return Ok(crate::simulate::run(&file, start, &mocks, &failures, &output));
         }
         WorkflowCommand::Schema => {
             let schema = composer_api::definition_schema::workflow();

@@ -10,12 +10,30 @@ use composer_core::machine::RunStatus;
 use composer_core::simulate::{simulate, Options, Report};
 use serde_json::Value;
 
-/// Exit status: 0 the simulated run succeeded, 1 it failed, 2 the definition
-/// or an argument is invalid (the message on stderr). `format` is `table`
-/// (or `text`), `json` or `jsonl`.
-pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], format: &str) -> ExitCode {
+/// What the simulated run starts from.
+pub enum Start<'a> {
+    /// `--input`: JSON or @FILE.
+    Input(&'a str),
+    /// `--event`: the event whose first matching trigger starts the run.
+    Event(&'a str),
+}
+
+/// Exit status: 0 the simulated run succeeded, 1 it failed (or no trigger
+/// starts a run for the event), 2 the definition or an argument is invalid
+/// (the message on stderr). `format` is `table` (or `text`), `json` or `jsonl`.
+pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String], format: &str) -> ExitCode {
+    let (input, event) = match start {
+        Start::Input(i) => (i, None),
+        Start::Event(e) => match json_arg(e).context("--event").and_then(event_of) {
+            Ok(e) => ("{}", Some(e)),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let prepared = prepare(file, input, mocks, failures);
-    let (wf, opts) = match prepared {
+    let (wf, mut opts) = match prepared {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -30,12 +48,19 @@ pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], form
         thread
             .spawn_scoped(s, || {
                 composer_core::expr::use_clock(std::time::Instant::now);
-                simulate(&wf, &opts)
+                if let Some(event) = &event {
+                    opts.input = triggered_input(&wf, event)?;
+                }
+                Ok::<Report, String>(simulate(&wf, &opts))
             })
             .map(|t| t.join())
     });
     let report = match simulated {
-        Ok(Ok(report)) => report,
+        Ok(Ok(Ok(report))) => report,
+        Ok(Ok(Err(no_run))) => {
+            eprintln!("{no_run}");
+            return ExitCode::from(1);
+        }
         Ok(Err(panic)) => {
             eprintln!("error: the simulation failed: {}", composer_core::panic_message(&*panic));
             return ExitCode::from(2);
@@ -54,6 +79,46 @@ pub fn run(file: &Path, input: &str, mocks: &[String], failures: &[String], form
         RunStatus::Succeeded => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }
+}
+
+/// An event as `--event` gives it, as the triggers see it.
+fn event_of(v: Value) -> anyhow::Result<Value> {
+    let Value::Object(mut o) = v else { return Err(anyhow!("--event: expected {{name, key?, id?, payload?}}")) };
+    let name = match o.remove("name") {
+        Some(Value::String(n)) if !n.is_empty() => n,
+        _ => return Err(anyhow!("--event: needs a name")),
+    };
+    let text = |v: Option<Value>, field: &str| match v {
+        None => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(anyhow!("--event: {field} must be text, got {other}")),
+    };
+    let key = text(o.remove("key"), "key")?;
+    let id = text(o.remove("id"), "id")?;
+    let payload = o.remove("payload").unwrap_or(Value::Null);
+    if let Some(extra) = o.keys().next() {
+        return Err(anyhow!("--event: unknown field {extra:?} (name, key, id, payload)"));
+    }
+    let id = if id.is_empty() { "simulated".to_string() } else { id };
+    Ok(serde_json::json!({"id": id, "name": name, "key": key, "payload": payload}))
+}
+
+/// The input the definition's first trigger that matches `event` gives its
+/// run (said on stderr), or why none does.
+fn triggered_input(wf: &Workflow, event: &Value) -> Result<Value, String> {
+    let name = event["name"].as_str().unwrap_or_default();
+    for (i, t) in wf.triggers.iter().enumerate().filter(|(_, t)| t.event == name) {
+        match t.fire(event) {
+            Ok(Some(fired)) => {
+                let key = fired.idempotency_key.map(|k| format!(", idempotency key {k:?}")).unwrap_or_default();
+                eprintln!("trigger {i} ({name}) starts the run{key}");
+                return Ok(fired.input);
+            }
+            Ok(None) => eprintln!("trigger {i} ({name}): its condition does not hold"),
+            Err(e) => eprintln!("trigger {i} ({name}) fails: {e}"),
+        }
+    }
+    Err(format!("no run: no trigger of {} starts one for this {name:?} event", wf.spec.name))
 }
 
 fn prepare(file: &Path, input: &str, mocks: &[String], failures: &[String]) -> anyhow::Result<(Workflow, Options)> {

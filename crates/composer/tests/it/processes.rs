@@ -1026,6 +1026,24 @@ fn every_example_is_a_valid_definition() {
     let hook: composer_api::WebhookSpec =
         serde_json::from_slice(&std::fs::read(triggers.join("stripe_webhook.json")).unwrap()).unwrap();
     composer_coord::webhooks::parse(hook).unwrap();
+    // Simulate starts from an event as its trigger would.
+    let def = triggers.join("fulfil_on_order.json");
+    let simulate = |event: &str| {
+        composer(&["workflow", "simulate", "-f", def.to_str().unwrap(), "--event", event, "-o", "json"])
+            .output()
+            .unwrap()
+    };
+    let out = simulate(r#"{"name": "order.created", "payload": {"order": 4, "total": 9}}"#);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("trigger 0 (order.created) starts the run, idempotency key \"order-4\""), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["output"]["pack"]["order"], 4, "{report}");
+    let none = simulate(r#"{"name": "order.created", "payload": {"order": 4, "total": 0}}"#);
+    let stderr = String::from_utf8_lossy(&none.stderr);
+    assert_eq!(none.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("condition does not hold") && stderr.contains("no run"), "{stderr}");
+    assert_eq!(simulate(r#"{"payload": 1}"#).status.code(), Some(2), "an event needs a name");
 }
 
 /// The attack that aborted every coordinator (a closure-passing recursion
