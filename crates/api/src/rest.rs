@@ -327,7 +327,8 @@ pub struct WebhookView {
     #[serde(flatten)]
     #[schema(inline)]
     pub spec: WebhookSpec,
-    /// Where the other service sends its deliveries.
+    /// Where the other service sends its deliveries: this path, on the
+    /// address by which it reaches a coordinator.
     pub url: String,
     /// Whether this coordinator has the secret's variable set (deliveries
     /// are refused with 503 until it has).

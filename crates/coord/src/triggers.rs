@@ -35,9 +35,17 @@ pub struct Incoming<'a> {
     pub source: &'a str,
 }
 
+/// What sending an event did: its answer, and for an event sent before,
+/// the key and payload the first sending recorded (to tell a retry from an
+/// id reused for another event).
+pub struct Sent {
+    pub answer: EventSent,
+    pub first: Option<(String, Value)>,
+}
+
 /// Records the event, starts what its triggers start, delivers it to the
 /// steps waiting for it, and says what it did.
-pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<EventSent, EngineError> {
+pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, EngineError> {
     let event_id = ev.id.map_or_else(|| Uuid::now_v7().to_string(), str::to_string);
     let mut client = composer_store::client(&shared.pool).await?;
     let mut tx = client.transaction().await?;
@@ -45,7 +53,8 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<EventSent, E
     let Some(seq) = triggers::log_event(&tx, logged).await? else {
         tx.rollback().await?;
         let first = triggers::find(&client, ev.name, &event_id).await?;
-        return Ok(duplicate(&event_id, first));
+        let recorded = first.as_ref().map(|f| (f.key.clone(), f.payload.clone()));
+        return Ok(Sent { answer: duplicate(&event_id, first), first: recorded });
     };
     let (buffered_id, waiters) =
         composer_store::events::record(&tx, ev.name, ev.key, ev.payload, shared.config.event_retention).await?;
@@ -100,7 +109,7 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<EventSent, E
     if delivered > 0 {
         triggers::set_delivered(&client, seq, delivered as i32).await?;
     }
-    Ok(answer(event_id, delivered, &runs, false))
+    Ok(Sent { answer: answer(event_id, delivered, &runs, false), first: None })
 }
 
 /// Each trigger of `wf` for events named `name` applied to `event`, by its
@@ -171,7 +180,7 @@ fn answer(id: String, delivered: usize, runs: &[EventRun], duplicate: bool) -> E
         .collect();
     EventSent {
         matched: delivered,
-        buffered: delivered == 0 && !duplicate,
+        buffered: delivered == 0,
         id,
         delivered_to_waiters: delivered,
         started_runs,

@@ -259,12 +259,17 @@ impl Schedule {
         now: DateTime<Utc>,
     ) -> Result<Vec<DateTime<Utc>>, ValidationError> {
         if to <= from {
+            let (from, to) = (from.to_rfc3339(), to.to_rfc3339());
             return Err(ValidationError::new("to", format!("{to} is not after from ({from})")));
         }
         if to > now {
             return Err(ValidationError::new(
                 "to",
-                format!("{to} is in the future: a backfill starts the fire times that have passed (now is {now})"),
+                format!(
+                    "{} is in the future: a backfill starts the fire times that have passed (now is {})",
+                    to.to_rfc3339(),
+                    now.to_rfc3339()
+                ),
             ));
         }
         let mut fires = Vec::new();
@@ -276,8 +281,10 @@ impl Schedule {
                     return Err(ValidationError::new(
                         "to",
                         format!(
-                            "more than {MAX_BACKFILL_FIRES} fire times between {from} and {to} \
-                             (schedule_max_backfill): ask for a shorter range"
+                            "more than {MAX_BACKFILL_FIRES} fire times between {} and {} \
+                             (schedule_max_backfill): ask for a shorter range",
+                            from.to_rfc3339(),
+                            to.to_rfc3339()
                         ),
                     ));
                 }

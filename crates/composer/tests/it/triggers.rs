@@ -57,6 +57,13 @@ async fn an_event_starts_one_run_per_matching_trigger_and_sending_it_again_start
     let (_, again) = e.post("/v1/events", &ev).await;
     assert_eq!(again["duplicate"], true, "{again}");
     assert_eq!(run_ids(&again), run_ids(&sent));
+    assert_eq!((again["buffered"].clone(), again["matched"].clone()), (json!(true), json!(0)), "as the first said");
+    // The same id for another event: refused, nothing recorded.
+    let reused = json!({"name": "order.created", "id": "evt-1", "payload": {"order": 8, "total": 30}});
+    let (status, body) = e.post("/v1/events", &reused).await;
+    assert_eq!((status, body["error"]["code"].clone()), (422, json!("event_id_reused")), "{body}");
+    let same_data = json!({"name": "order.created", "id": "evt-1", "payload": {"total": 30.0, "order": 7}});
+    assert_eq!(e.post("/v1/events", &same_data).await.1["duplicate"], true, "the same data, however it is written");
     // Another id for the same order: fulfil's idempotency key finds its run.
     let (_, other) = e
         .post("/v1/events", &json!({"name": "order.created", "id": "evt-2", "payload": {"order": 7, "total": 30}}))

@@ -25,7 +25,7 @@ pub(crate) struct Status {
     pub status: String,
 }
 
-/// What `DELETE /v1/schedules/{id}` answers: the id it deleted.
+/// What a `DELETE` of a schedule or a webhook answers: what it deleted.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Deleted {
     pub deleted: String,

@@ -39,6 +39,9 @@ pub enum ApiError {
     /// report, not the first run to return.
     #[error("idempotency_key {key:?} was used for run {run} with another input; use a new key for a new run")]
     IdempotencyKeyReused { key: String, run: Uuid },
+    /// An event id sent again with another key or payload.
+    #[error("event id {id:?} was recorded for an event with another key or payload; use a new id for a new event")]
+    EventIdReused { id: String },
     /// A worker's lease on the task is gone: it must stop and drop its result.
     #[error("task {0}: this worker no longer holds its lease (it expired and was taken over, or the task ended)")]
     LeaseLost(Uuid),
@@ -112,6 +115,7 @@ impl ApiError {
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::LeaseLost(_) => (StatusCode::CONFLICT, LEASE_LOST),
             ApiError::IdempotencyKeyReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
+            ApiError::EventIdReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "event_id_reused"),
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
@@ -203,6 +207,7 @@ mod tests {
             ApiError::Conflict("x".into()),
             ApiError::LeaseLost(id),
             ApiError::IdempotencyKeyReused { key: "k".into(), run: id },
+            ApiError::EventIdReused { id: "e".into() },
             ApiError::too_large("body", 1),
             ApiError::BodyTooLarge,
             ApiError::UriTooLong { len: 2, limit: 1 },

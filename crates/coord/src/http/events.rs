@@ -31,12 +31,26 @@ pub const MAX_EVENT_ID: usize = 256;
 #[utoipa::path(
     post, path = "/v1/events", operation_id = "sendEvent", tag = "runs",
     request_body = SendEvent,
-    responses((status = 200, description = "recorded: the runs it started, the steps it completed", body = EventSent))
+    responses(
+        (status = 200, description = "recorded: the runs it started, the steps it completed", body = EventSent),
+        (status = 422, description = "the id was recorded for another event (another key or payload)", body = composer_api::ErrorBody),
+    )
 )]
 pub(crate) async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> ApiResult<Json<EventSent>> {
     check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let incoming = Incoming { name: &ev.name, key: &ev.key, id: ev.id.as_deref(), payload: &ev.payload, source: "api" };
-    Ok(Json(crate::triggers::send(&s, incoming).await?))
+    Ok(Json(answer(crate::triggers::send(&s, incoming).await?, &ev.key, &ev.payload)?))
+}
+
+/// The answer to a sending, unless its id was recorded for another event
+/// (another key or payload): a mistake to report, not a retry to answer.
+pub(crate) fn answer(sent: crate::triggers::Sent, key: &str, payload: &serde_json::Value) -> ApiResult<EventSent> {
+    match &sent.first {
+        Some((k, p)) if k != key || !super::runs::same_json(p, payload) => {
+            Err(ApiError::EventIdReused { id: sent.answer.id.clone() })
+        }
+        _ => Ok(sent.answer),
+    }
 }
 
 /// An event's name, key, id and payload within their limits (an event from

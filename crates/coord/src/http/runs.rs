@@ -712,7 +712,7 @@ pub(crate) async fn resolve_task(
 /// Whether two JSON values hold the same data: objects whatever the order
 /// of their keys, and numbers by value where one is not an integer (a run's
 /// input comes back from PostgreSQL with `1e2` written `100`).
-fn same_json(a: &Value, b: &Value) -> bool {
+pub(crate) fn same_json(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => x.as_f64() == y.as_f64(),
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y)),

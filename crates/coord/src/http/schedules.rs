@@ -235,7 +235,7 @@ pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>
     request_body = BackfillRequest,
     responses(
         (status = 202, description = "queued: the timer loop starts the runs", body = BackfillQueued),
-        (status = 400, description = "the range is empty, in the future or names too many fire times", body = ErrorBody),
+        (status = 400, description = "`to` is not after `from`, is in the future, or the range holds too many fire times", body = ErrorBody),
     )
 )]
 pub(crate) async fn backfill(

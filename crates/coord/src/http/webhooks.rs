@@ -155,7 +155,7 @@ pub(crate) async fn deliver(
     let source = format!("webhook:{name}");
     let incoming =
         Incoming { name: &ev.name, key: &ev.key, id: ev.id.as_deref(), payload: &ev.payload, source: &source };
-    Ok(Json(crate::triggers::send(&s, incoming).await?))
+    Ok(Json(super::events::answer(crate::triggers::send(&s, incoming).await?, &ev.key, &ev.payload)?))
 }
 
 /// The event a verified delivery becomes, by the webhook's transform (on
