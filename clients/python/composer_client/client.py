@@ -1,4 +1,5 @@
-"""The API client: workflows, runs, events and run control.
+"""The API client: workflows, runs, events, schedules' backfills, webhooks and
+run control.
 
 Usage::
 
@@ -15,6 +16,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
 from typing import Any, Optional, Union, cast
 
 from ._http import Transport
@@ -22,17 +24,24 @@ from ._version import __version__
 from .errors import Unavailable, WaitTimeout
 from .types import (
     TERMINAL,
+    BackfillOverlap,
+    BackfillQueued,
+    Deleted,
+    EventPage,
     EventSent,
     HistoryEntry,
     HistoryPage,
     ItemPage,
     LogLine,
+    RecordedEvent,
     Registered,
     Run,
     RunPage,
     RunSummary,
     RunTask,
     StepLogs,
+    Webhook,
+    WebhookCreated,
     Workflow,
     WorkflowVersion,
 )
@@ -50,6 +59,16 @@ server answers at most 60 s later)."""
 def _seg(value: Union[str, int, uuid.UUID]) -> str:
     """One path segment, quoted: a name or id can never reach another route."""
     return urllib.parse.quote(str(value), safe="")
+
+
+def _time(value: Union[str, datetime], name: str) -> str:
+    """A time the API takes: an RFC 3339 string as it is, or an aware
+    ``datetime`` in UTC (a naive one says no time zone: refused)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{name}: a datetime with a time zone is needed (datetime.now(timezone.utc))")
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value
 
 
 def _wait_param(seconds: float) -> str:
@@ -265,14 +284,102 @@ class Client:
             if after is None or not page["lines"]:
                 return
 
-    # -- events and control -------------------------------------------------
+    # -- events -------------------------------------------------------------
 
-    def send_event(self, name: str, key: str, payload: Any = None) -> EventSent:
-        """Sends the event ``name`` for the steps waiting on ``key``
-        (WAIT_FOR_EVENT): ``payload`` becomes their output. With none
-        waiting it is kept for one to come (``buffered``)."""
-        body = {"name": name, "key": key, "payload": payload}
+    def send_event(self, name: str, key: str = "", payload: Any = None, id: Optional[str] = None) -> EventSent:
+        """Sends the event ``name``: it starts a run for each trigger of a
+        workflow that listens to ``name`` (``started_runs``; ``trigger_errors``
+        for those that matched and failed), then completes the steps waiting
+        on ``key`` (WAIT_FOR_EVENT): ``payload`` becomes their output. With
+        none waiting it is kept for one to come (``buffered``). ``id`` is the
+        sender's id for it (1 to 256 characters): sent again with the same
+        name and id, it is recorded once, starts nothing more, and the answer
+        says ``duplicate`` with the runs the first sending started."""
+        body: dict[str, Any] = {"name": name, "key": key, "payload": payload}
+        if id is not None:
+            body["id"] = id
         return cast(EventSent, self._http.request("POST", "/v1/events", body)[1])
+
+    def list_events(
+        self,
+        name: Optional[str] = None,
+        source: Optional[str] = None,
+        before: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> EventPage:
+        """A page of the events recorded lately, newest first, each with the
+        runs its triggers started; of ``name`` and from ``source`` (``api``,
+        or ``webhook:NAME``) when given; ``limit`` is 1 to 1000 (default
+        50). Pass the page's ``next_before`` as ``before`` for the next one;
+        it is ``None`` on the last page."""
+        query = {"name": name, "source": source, "before": before, "limit": limit}
+        return cast(EventPage, self._http.request("GET", "/v1/events", query=query)[1])
+
+    def iter_events(
+        self,
+        name: Optional[str] = None,
+        source: Optional[str] = None,
+        before: Optional[int] = None,
+        page_size: Optional[int] = None,
+    ) -> Iterator[RecordedEvent]:
+        """Every event that ``list_events`` would list (those before the
+        ``seq`` ``before``), newest first, fetching the pages as it goes."""
+        while True:
+            page = self.list_events(name, source, before, page_size)
+            yield from page["events"]
+            before = page["next_before"]
+            if before is None or not page["events"]:
+                return
+
+    # -- schedules and webhooks ---------------------------------------------
+
+    def backfill_schedule(
+        self,
+        id: str,
+        from_: Union[str, datetime],
+        to: Union[str, datetime],
+        overlap: Optional[BackfillOverlap] = None,
+    ) -> BackfillQueued:
+        """Queues the runs the schedule ``id`` would have started at its fire
+        times in ``[from_, to)`` (RFC 3339 strings, or aware ``datetime`` s;
+        ``to`` at most now): the coordinator starts them (``trigger`` has
+        ``"backfill": True``) under ``overlap`` (``allow`` by default,
+        ``skip``, ``buffer_all``), or holds them while the schedule is
+        paused. A fire time started or queued before is not queued again
+        (``already``). ``NotFound`` for no such schedule, ``InvalidRequest``
+        (``invalid_schedule``) for a range that is empty, in the future or
+        too long."""
+        body: dict[str, Any] = {"from": _time(from_, "from_"), "to": _time(to, "to")}
+        if overlap is not None:
+            body["overlap"] = overlap
+        return cast(BackfillQueued, self._http.request("POST", f"/v1/schedules/{_seg(id)}/backfill", body)[1])
+
+    def create_webhook(self, spec: Mapping[str, Any]) -> WebhookCreated:
+        """Creates the webhook ``{"name", "scheme", "secret", "tolerance"?,
+        "event"?}``, or replaces the one of that name (``created`` false):
+        each delivery to its ``url`` whose signature holds becomes an event.
+        ``secret`` is the name of the signing secret, which each coordinator
+        reads from ``COMPOSER_WEBHOOK_SECRET_<secret>`` (``A-Z 0-9 _``),
+        never the secret itself; ``secret_set`` says whether this one has it."""
+        status, body = self._http.request("POST", "/v1/webhooks", dict(spec))
+        created = cast(WebhookCreated, body)
+        created["created"] = status == 201
+        return created
+
+    def list_webhooks(self) -> list[Webhook]:
+        """Every webhook, by name."""
+        return cast(list[Webhook], self._http.request("GET", "/v1/webhooks")[1]["webhooks"])
+
+    def get_webhook(self, name: str) -> Webhook:
+        """A webhook (``NotFound`` when there is none of that name)."""
+        return cast(Webhook, self._http.request("GET", f"/v1/webhooks/{_seg(name)}")[1])
+
+    def delete_webhook(self, name: str) -> Deleted:
+        """Deletes a webhook: its deliveries are refused from now on; the
+        events it sent stay. ``NotFound`` when there is none of that name."""
+        return cast(Deleted, self._http.request("DELETE", f"/v1/webhooks/{_seg(name)}")[1])
+
+    # -- control --------------------------------------------------------------
 
     def _control(self, run_id: RunId, action: str) -> Run:
         return cast(Run, self._http.request("POST", f"/v1/runs/{_seg(run_id)}/{action}")[1])

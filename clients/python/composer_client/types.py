@@ -12,7 +12,11 @@ from typing import Any, Literal, Optional, TypedDict
 
 __all__ = [
     "TERMINAL",
+    "BackfillOverlap",
+    "BackfillQueued",
+    "Deleted",
     "ErrorInfo",
+    "EventPage",
     "EventSent",
     "HistoryEntry",
     "HistoryKind",
@@ -20,6 +24,7 @@ __all__ = [
     "ItemPage",
     "LogLine",
     "MapProgress",
+    "RecordedEvent",
     "Registered",
     "Run",
     "RunPage",
@@ -28,6 +33,11 @@ __all__ = [
     "RunTask",
     "StepLogs",
     "TaskState",
+    "TriggerFailure",
+    "TriggeredRun",
+    "Webhook",
+    "WebhookCreated",
+    "WebhookScheme",
     "Workflow",
     "WorkflowVersion",
     "parse_time",
@@ -135,7 +145,10 @@ class RunSummary(_RunSummaryRequired, total=False):
     """A run as lists show it: no input, output or tasks."""
 
     trigger: Any
-    """What started it when not an API call: ``{"schedule", "fire_time"}``."""
+    """What started it when not an API call: a schedule (``{"schedule",
+    "fire_time"}``, with ``"backfill": True`` for a backfilled fire time) or
+    an event's trigger (``{"event", "event_id", "trigger"}``, the trigger's
+    place in the definition's ``triggers``)."""
     parent_run_id: str
     parent_task_id: str
     handles_run_id: str
@@ -239,12 +252,131 @@ class Workflow(_WorkflowRequired, total=False):
     versions_next: Optional[int]
 
 
-class EventSent(TypedDict):
-    """What sending an event did: ``matched`` waiting tasks completed, or
-    ``buffered`` when none waited (it is kept for one to come)."""
+class TriggeredRun(TypedDict):
+    """A run an event's trigger started: ``trigger`` is the trigger's place
+    in the workflow's ``triggers``."""
 
+    workflow: str
+    trigger: int
+    run_id: str
+
+
+class TriggerFailure(TypedDict):
+    """A trigger that matched an event but started no run, and why (its
+    ``when`` or ``input`` failed to evaluate …)."""
+
+    workflow: str
+    trigger: int
+    error: str
+
+
+class _EventSentRequired(TypedDict):
     matched: int
     buffered: bool
+
+
+class EventSent(_EventSentRequired, total=False):
+    """What sending an event did: ``matched`` waiting tasks completed, or
+    ``buffered`` when none waited (it is kept for one to come). Coordinators
+    with triggers also say the event's ``id`` (the sender's, or one made for
+    it), the runs its workflows' triggers started (``started_runs``), the
+    triggers that matched but failed (``trigger_errors``), and whether it is
+    a ``duplicate`` of one sent before with the same name and id (nothing
+    was done again; ``started_runs`` are then the first sending's)."""
+
+    id: str
+    delivered_to_waiters: int
+    """The waiting steps it completed (as ``matched``)."""
+    started_runs: list[TriggeredRun]
+    trigger_errors: list[TriggerFailure]
+    duplicate: bool
+
+
+class RecordedEvent(TypedDict):
+    """An event as the coordinator recorded it (``GET /v1/events``), with what
+    it did. ``source`` is ``api``, or ``webhook:NAME`` for a webhook's."""
+
+    seq: int
+    name: str
+    id: str
+    key: str
+    payload: Any
+    source: str
+    delivered_to_waiters: int
+    started_runs: list[TriggeredRun]
+    trigger_errors: list[TriggerFailure]
+    received_at: str
+
+
+class EventPage(TypedDict):
+    """A page of ``GET /v1/events``, newest first; ``next_before`` fetches the
+    next (``None`` on the last)."""
+
+    events: list[RecordedEvent]
+    next_before: Optional[int]
+
+
+BackfillOverlap = Literal["allow", "skip", "buffer_all"]
+"""What a backfilled fire time does while a run of the schedule is open:
+``allow`` (all at once, the default), ``skip`` (it starts none) or
+``buffer_all`` (one at a time, oldest first)."""
+
+
+class BackfillQueued(TypedDict):
+    """What a backfill queued: of the ``fire_times`` of the cron in the range
+    (the first and last of them, ``None`` when there are none), ``queued``
+    now and ``already`` started, queued or buffered before. The coordinator
+    starts the runs (``trigger.backfill``) unless the schedule is
+    ``paused``: then they wait for it to be resumed."""
+
+    schedule: str
+    fire_times: int
+    queued: int
+    already: int
+    first_fire_time: Optional[str]
+    last_fire_time: Optional[str]
+    overlap: BackfillOverlap
+    paused: bool
+
+
+WebhookScheme = Literal["stripe", "github"]
+"""How a webhook's deliveries are signed (HMAC-SHA256 with its secret)."""
+
+
+class _WebhookRequired(TypedDict):
+    name: str
+    scheme: WebhookScheme
+    secret: str
+    url: str
+    secret_set: bool
+    created_at: str
+    updated_at: str
+
+
+class Webhook(_WebhookRequired, total=False):
+    """A webhook: its spec, where the other service sends its deliveries
+    (``url``, a path on the coordinator), and whether this coordinator has
+    its secret set (``secret_set``: the variable
+    ``COMPOSER_WEBHOOK_SECRET_<secret>``; ``secret`` is that name, never the
+    secret itself)."""
+
+    tolerance: Optional[str]
+    """How far a ``stripe`` delivery's signed timestamp may be from now."""
+    event: Any
+    """The template that makes each delivery an event (absent: the default)."""
+
+
+class WebhookCreated(Webhook):
+    """What creating a webhook did: ``created`` is true for a new one (201)
+    and false when it replaced one of the name (200)."""
+
+    created: bool
+
+
+class Deleted(TypedDict):
+    """What a delete answers: the name it deleted."""
+
+    deleted: str
 
 
 def parse_time(value: str) -> datetime:

@@ -1,7 +1,11 @@
 """The API client against a real `composer dev`: workflows, runs with their
-input and output, waiting, paging, events, cancel, retry, pause and resume,
-and how refusals map to exceptions."""
+input and output, waiting, paging, events (with triggers, ids and the event
+log), schedule backfills, webhooks, cancel, retry, pause and resume, and how
+refusals map to exceptions."""
 
+import hashlib
+import hmac
+import json
 import os
 import socket
 import subprocess
@@ -9,8 +13,10 @@ import sys
 import threading
 import time
 import unittest
+import urllib.request
 import uuid
-from typing import Any, Optional
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Optional, TypeVar
 
 from composer_client import (
     Client,
@@ -19,15 +25,17 @@ from composer_client import (
     InvalidRequest,
     NotFound,
     Run,
+    RunSummary,
     RunTask,
     Unavailable,
     WaitTimeout,
     parse_time,
 )
 
-from .support import PACKAGE_ROOT, DevServer, definition, node, unique
+from .support import PACKAGE_ROOT, DevServer, api, definition, node, unique
 
-DEV = DevServer()
+HOOK_SECRET = "whsec-py-test-secret"
+DEV = DevServer(COMPOSER_WEBHOOK_SECRET_PY_HOOK=HOOK_SECRET)
 client = Client("http://127.0.0.1:9")  # replaced in setUpModule
 
 
@@ -64,6 +72,31 @@ def approval(name: str, timeout: Optional[str] = None) -> dict[str, Any]:
 
 def task(run: Run, node_id: str) -> Optional[RunTask]:
     return next((t for t in run["tasks"] if t["node_id"] == node_id), None)
+
+
+T = TypeVar("T")
+
+
+def eventually(what: str, check: Callable[[], Optional[T]], timeout: float = 30) -> T:
+    """Calls `check` until it answers something other than None."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def backfilled(workflow: str, count: int) -> list[RunSummary]:
+    """The workflow's runs of backfilled fire times, once there are `count`."""
+
+    def check() -> Optional[list[RunSummary]]:
+        runs = [r for r in client.iter_runs(workflow=workflow) if (r.get("trigger") or {}).get("backfill")]
+        return runs if len(runs) >= count else None
+
+    return eventually(f"{count} backfilled runs of {workflow}", check)
 
 
 def until_waiting(run_id: str, node_id: str = "approval") -> Run:
@@ -224,8 +257,11 @@ class ControlTest(unittest.TestCase):
         client.register_workflow(approval(name))
         run_id = client.start_run(name, input={"order": "e-1"})["id"]
         until_waiting(run_id)
-        self.assertEqual(client.send_event("approved", "e-2", {"by": "nobody"}), {"matched": 0, "buffered": True})
-        self.assertEqual(client.send_event("approved", "e-1", {"by": "ada"}), {"matched": 1, "buffered": False})
+        nobody = client.send_event("approved", "e-2", {"by": "nobody"})
+        self.assertEqual((nobody["matched"], nobody["buffered"], nobody.get("delivered_to_waiters")), (0, True, 0))
+        ada = client.send_event("approved", "e-1", {"by": "ada"})
+        self.assertEqual((ada["matched"], ada["buffered"], ada.get("delivered_to_waiters")), (1, False, 1))
+        self.assertEqual((ada.get("started_runs"), ada.get("trigger_errors"), ada.get("duplicate")), ([], [], False))
         run = client.wait(run_id, 30)
         self.assertEqual(run["status"], "SUCCEEDED", run)
         self.assertEqual(run["output"], {"done": {"by": "ada"}})
@@ -294,6 +330,193 @@ class ControlTest(unittest.TestCase):
         self.assertEqual((run["status"], run["output"]), ("SUCCEEDED", {"done": {"by": "paused"}}), run)
         with self.assertRaises(Conflict):
             client.resume(run_id)
+
+
+class EventTest(unittest.TestCase):
+    def test_an_event_starts_its_triggers_runs_once_per_id(self) -> None:
+        name = unique("py-trigger")
+        event = f"{name}.created"
+        spec = echo(name)
+        spec["triggers"] = [
+            {"event": event, "when": ".event.payload.total > 10", "input": {"order": "${ .event.payload.id }"}},
+            {"event": event, "when": ".event.payload.total > 100", "input": "${ .event.payload.id.deep }"},
+        ]
+        client.register_workflow(spec)
+        self.assertEqual(client.get_workflow(name)["spec"]["triggers"], spec["triggers"])
+
+        sent = client.send_event(event, payload={"id": "o-1", "total": 20}, id="evt-1")
+        self.assertEqual((sent.get("id"), sent.get("duplicate"), sent.get("trigger_errors")), ("evt-1", False, []))
+        started = sent.get("started_runs", [])
+        self.assertEqual([(r["workflow"], r["trigger"]) for r in started], [(name, 0)])
+        run_id = started[0]["run_id"]
+        run = client.wait(run_id, 30)
+        self.assertEqual((run["status"], run["input"]), ("SUCCEEDED", {"order": "o-1"}), run)
+        self.assertEqual(run.get("trigger"), {"event": event, "event_id": "evt-1", "trigger": 0})
+
+        # The same name and id again: recorded once, the first sending's run.
+        again = client.send_event(event, payload={"id": "o-1", "total": 20}, id="evt-1")
+        self.assertEqual((again.get("id"), again.get("duplicate")), ("evt-1", True))
+        self.assertEqual([r["run_id"] for r in again.get("started_runs", [])], [run_id])
+        self.assertEqual([r["id"] for r in client.list_runs(workflow=name)["runs"]], [run_id])
+
+        # A `when` that does not hold starts nothing; one whose input fails says why.
+        small = client.send_event(event, payload={"id": "o-2", "total": 5})
+        self.assertEqual((small.get("started_runs"), small.get("duplicate")), ([], False))
+        self.assertTrue(small.get("id"), "an id is made for an event sent without one")
+        self.assertNotEqual(small.get("id"), "evt-1")
+        big = client.send_event(event, payload={"id": "o-3", "total": 500}, id="evt-3")
+        self.assertEqual([r["trigger"] for r in big.get("started_runs", [])], [0])
+        failures = big.get("trigger_errors", [])
+        self.assertEqual([(f["workflow"], f["trigger"]) for f in failures], [(name, 1)])
+        self.assertIn("input", failures[0]["error"])
+        self.assertEqual(len(client.list_runs(workflow=name)["runs"]), 2)
+
+        recorded = list(client.iter_events(name=event))
+        self.assertEqual([e["id"] for e in recorded], ["evt-3", small.get("id"), "evt-1"])
+        self.assertEqual(recorded[2]["started_runs"], started)
+        self.assertEqual(recorded[0]["trigger_errors"], failures)
+        self.assertEqual((recorded[2]["key"], recorded[2]["source"]), ("", "api"))
+
+    def test_the_event_log_comes_newest_first_in_pages(self) -> None:
+        name = unique("py-events")
+        sent = [client.send_event(name, f"k-{i}", {"i": i}, id=f"{name}-{i}").get("id") for i in range(5)]
+        self.assertEqual(sent, [f"{name}-{i}" for i in range(5)])
+
+        pages = []
+        before: Optional[int] = None
+        while True:
+            page = client.list_events(name=name, limit=2, before=before)
+            pages.append([e["id"] for e in page["events"]])
+            before = page["next_before"]
+            if before is None:
+                break
+            self.assertLess(len(pages), 10, "paging never ends")
+        self.assertEqual([len(p) for p in pages], [2, 2, 1])
+        ids = [i for p in pages for i in p]
+        self.assertEqual(ids, sent[::-1], "newest first")
+
+        events = list(client.iter_events(name=name, page_size=2))
+        self.assertEqual([e["id"] for e in events], ids)
+        self.assertEqual(list(client.iter_events(name=name)), events)
+        seqs = [e["seq"] for e in events]
+        self.assertEqual(seqs, sorted(seqs, reverse=True))
+        self.assertEqual([e["id"] for e in client.iter_events(name=name, before=seqs[1], page_size=1)], ids[2:])
+        oldest = events[-1]
+        self.assertEqual(
+            (oldest["name"], oldest["key"], oldest["payload"], oldest["source"], oldest["delivered_to_waiters"]),
+            (name, "k-0", {"i": 0}, "api", 0),
+        )
+        self.assertEqual((oldest["started_runs"], oldest["trigger_errors"]), ([], []))
+        self.assertLess(abs((datetime.now(timezone.utc) - parse_time(oldest["received_at"])).total_seconds()), 300)
+        self.assertEqual(len(client.list_events(name=name, source="api")["events"]), 5)
+        self.assertEqual(client.list_events(name=name, source="webhook:nobody")["events"], [])
+
+        with self.assertRaises(InvalidRequest) as e:
+            client.list_events(limit=0)
+        self.assertIn("limit", e.exception.message)
+        with self.assertRaises(InvalidRequest) as e:
+            client.send_event(name, id="")
+        self.assertIn("id", e.exception.message)
+
+
+class ScheduleTest(unittest.TestCase):
+    def test_a_backfill_queues_the_past_fire_times_and_their_runs_start(self) -> None:
+        name = unique("py-backfill")
+        client.register_workflow(echo(name))
+        api(DEV.url, "POST", "/v1/schedules", {"id": name, "workflow": name, "cron": "0 * * * *", "input": {"n": 1}})
+        hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        start = hour - timedelta(hours=3)
+        queued = client.backfill_schedule(name, start, hour)
+        self.assertEqual(
+            (queued["schedule"], queued["fire_times"], queued["queued"], queued["already"]), (name, 3, 3, 0), queued
+        )
+        self.assertEqual((queued["overlap"], queued["paused"]), ("allow", False))
+        self.assertEqual(parse_time(queued["first_fire_time"] or ""), start)
+        self.assertEqual(parse_time(queued["last_fire_time"] or ""), hour - timedelta(hours=1))
+
+        runs = backfilled(name, 3)
+        fire_times = sorted(parse_time(r["trigger"]["fire_time"]) for r in runs)
+        self.assertEqual(fire_times, [start + timedelta(hours=i) for i in range(3)])
+        for r in runs:
+            self.assertEqual((r["trigger"]["schedule"], r["trigger"]["backfill"]), (name, True))
+            done = client.wait(r["id"], 30)
+            self.assertEqual((done["status"], done["input"]), ("SUCCEEDED", {"n": 1}), done)
+
+        # Asked again (as RFC 3339 text), nothing is queued twice.
+        again = client.backfill_schedule(name, start.isoformat(), hour.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        self.assertEqual((again["fire_times"], again["queued"], again["already"]), (3, 0, 3))
+        with self.assertRaises(InvalidRequest) as e:
+            client.backfill_schedule(name, hour, hour + timedelta(hours=2))
+        self.assertEqual((e.exception.status, e.exception.code), (400, "invalid_schedule"))
+        self.assertIn("future", e.exception.message)
+        with self.assertRaises(InvalidRequest):
+            client.backfill_schedule(name, hour, start)
+        with self.assertRaises(NotFound):
+            client.backfill_schedule(unique("py-no-schedule"), start, hour)
+
+    def test_a_paused_schedule_holds_its_backfill_until_it_is_resumed(self) -> None:
+        name = unique("py-backfill-paused")
+        client.register_workflow(echo(name))
+        api(DEV.url, "POST", "/v1/schedules", {"id": name, "workflow": name, "cron": "0 * * * *", "paused": True})
+        hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        queued = client.backfill_schedule(name, hour - timedelta(hours=2), hour, overlap="buffer_all")
+        self.assertEqual((queued["queued"], queued["overlap"], queued["paused"]), (2, "buffer_all", True), queued)
+        self.assertEqual(api(DEV.url, "GET", f"/v1/schedules/{name}")["backfill_queued"], 2)
+        time.sleep(1.5)
+        self.assertEqual(client.list_runs(workflow=name)["runs"], [], "held while paused")
+
+        api(DEV.url, "POST", f"/v1/schedules/{name}/resume")
+        runs = backfilled(name, 2)
+        self.assertEqual({client.wait(r["id"], 30)["status"] for r in runs}, {"SUCCEEDED"})
+        eventually(
+            "the queue to empty",
+            lambda: True if api(DEV.url, "GET", f"/v1/schedules/{name}")["backfill_queued"] == 0 else None,
+        )
+
+
+class WebhookTest(unittest.TestCase):
+    def test_webhooks_are_created_replaced_listed_and_deleted(self) -> None:
+        name = unique("py-hook")
+        spec: dict[str, Any] = {"name": name, "scheme": "stripe", "secret": "PY_UNSET"}
+        made = client.create_webhook(spec)
+        self.assertEqual((made["name"], made["scheme"], made["secret"]), (name, "stripe", "PY_UNSET"))
+        self.assertEqual((made["created"], made["secret_set"]), (True, False), "no COMPOSER_WEBHOOK_SECRET_PY_UNSET")
+        self.assertTrue(made["url"].endswith(f"/v1/webhooks/{name}"), made["url"])
+        self.assertIsNone(made.get("tolerance"))
+
+        replaced = client.create_webhook({**spec, "tolerance": "10m"})
+        self.assertEqual((replaced["created"], replaced.get("tolerance")), (False, "10m"))
+        self.assertEqual(replaced["created_at"], made["created_at"])
+        got = client.get_webhook(name)
+        self.assertEqual(dict(got, created=False), replaced)
+        self.assertEqual({w["name"]: w for w in client.list_webhooks()}.get(name), got)
+
+        self.assertEqual(client.delete_webhook(name), {"deleted": name})
+        with self.assertRaises(NotFound):
+            client.get_webhook(name)
+        with self.assertRaises(NotFound):
+            client.delete_webhook(name)
+        self.assertNotIn(name, [w["name"] for w in client.list_webhooks()])
+        with self.assertRaises(InvalidRequest) as e:
+            client.create_webhook({**spec, "secret": "whsec_the-secret-itself"})
+        self.assertIn("secret", e.exception.message)
+
+    def test_a_signed_delivery_becomes_an_event_of_the_webhooks_source(self) -> None:
+        name = unique("py-github")
+        hook = client.create_webhook({"name": name, "scheme": "github", "secret": "PY_HOOK"})
+        self.assertTrue(hook["secret_set"], "COMPOSER_WEBHOOK_SECRET_PY_HOOK is set")
+        body = json.dumps({"action": "opened", "number": 7}).encode()
+        signature = hmac.new(HOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+        request = urllib.request.Request(DEV.url + hook["url"], data=body, method="POST")
+        request.add_header("Content-Type", "application/json")
+        request.add_header("X-Hub-Signature-256", f"sha256={signature}")
+        request.add_header("X-GitHub-Delivery", f"{name}-1")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            self.assertEqual(json.loads(answer.read()).get("id"), f"{name}-1")
+        events = list(client.iter_events(source=f"webhook:{name}"))
+        self.assertEqual([(e["name"], e["id"], e["payload"]) for e in events], [(name, f"{name}-1", json.loads(body))])
+        self.assertEqual(events[0]["source"], f"webhook:{name}")
+        client.delete_webhook(name)
 
 
 class ErrorTest(unittest.TestCase):

@@ -6,7 +6,7 @@ server that is briefly unavailable."""
 import time
 import unittest
 import urllib.parse
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from composer_client import (
     Client,
@@ -198,6 +198,79 @@ class RequestTest(unittest.TestCase):
             ids = [r["id"] for r in Client(stub.url).iter_runs(page_size=2)]
         self.assertEqual(ids, ["3", "2", "1"])
         self.assertEqual(len(stub.requests), 2)
+
+
+class EventScheduleWebhookRequestTest(unittest.TestCase):
+    def test_the_requests_of_events_backfills_and_webhooks_are_the_apis(self) -> None:
+        hook = {"name": "h", "scheme": "github", "secret": "GH", "url": "/v1/webhooks/h", "secret_set": False}
+
+        def respond(r: Request) -> Answer:
+            if r.route == "/v1/events" and r.method == "GET":
+                return answer(200, {"events": [], "next_before": None})
+            if r.route == "/v1/events":
+                return answer(200, {"matched": 0, "buffered": True, "id": "x", "duplicate": False})
+            if r.route.endswith("/backfill"):
+                return answer(202, {"schedule": "s", "fire_times": 2, "queued": 2, "already": 0})
+            if r.route == "/v1/webhooks" and r.method == "GET":
+                return answer(200, {"webhooks": [hook]})
+            if r.route == "/v1/webhooks" and r.method == "POST":
+                return answer(201 if "tolerance" in r.body else 200, hook)  # new, or replaced
+            if r.method == "DELETE":
+                return answer(200, {"deleted": "h"})
+            return answer(200, hook)
+
+        with StubServer(respond) as stub:
+            client = Client(stub.url)
+            client.send_event("e")
+            client.send_event("e", "k", {"a": 1}, id="evt-1")
+            client.list_events()
+            client.list_events(name="a b", source="webhook:gh", before=7, limit=2)
+            when = datetime(2026, 12, 1, 11, tzinfo=timezone(timedelta(hours=1)))
+            queued = client.backfill_schedule("nightly/x", "2026-12-01T00:00:00Z", when, overlap="skip")
+            self.assertEqual(queued["queued"], 2)
+            with self.assertRaises(ValueError):
+                client.backfill_schedule("s", datetime(2026, 12, 1), "2026-12-02T00:00:00Z")  # no time zone
+            spec = {"name": "h", "scheme": "github", "secret": "GH"}
+            self.assertFalse(client.create_webhook(spec)["created"], "200: replaced")
+            self.assertTrue(client.create_webhook({**spec, "tolerance": "5m"})["created"], "201: new")
+            self.assertEqual(client.list_webhooks(), [hook])
+            client.get_webhook("a/b")
+            self.assertEqual(client.delete_webhook("h"), {"deleted": "h"})
+        got = [(r.method, r.path, r.body) for r in stub.requests]
+        self.assertEqual(
+            got,
+            [
+                ("POST", "/v1/events", {"name": "e", "key": "", "payload": None}),
+                ("POST", "/v1/events", {"name": "e", "key": "k", "payload": {"a": 1}, "id": "evt-1"}),
+                ("GET", "/v1/events", None),
+                ("GET", "/v1/events?name=a+b&source=webhook%3Agh&before=7&limit=2", None),
+                (
+                    "POST",
+                    "/v1/schedules/nightly%2Fx/backfill",
+                    {"from": "2026-12-01T00:00:00Z", "to": "2026-12-01T10:00:00Z", "overlap": "skip"},
+                ),
+                ("POST", "/v1/webhooks", spec),
+                ("POST", "/v1/webhooks", {**spec, "tolerance": "5m"}),
+                ("GET", "/v1/webhooks", None),
+                ("GET", "/v1/webhooks/a%2Fb", None),
+                ("DELETE", "/v1/webhooks/h", None),
+            ],
+        )
+
+    def test_iter_events_pages_with_before_until_the_last_page(self) -> None:
+        def respond(r: Request) -> Answer:
+            before = urllib.parse.parse_qs(urllib.parse.urlsplit(r.path).query).get("before", ["7"])[0]
+            seq = int(before) - 1
+            events = [{"seq": s} for s in range(seq, max(seq - 3, 0), -1)]
+            return answer(200, {"events": events, "next_before": events[-1]["seq"] if seq > 3 else None})
+
+        with StubServer(respond) as stub:
+            seqs = [e["seq"] for e in Client(stub.url).iter_events(name="n", page_size=3)]
+        self.assertEqual(seqs, [6, 5, 4, 3, 2, 1])
+        self.assertEqual(
+            [r.path for r in stub.requests],
+            ["/v1/events?name=n&limit=3", "/v1/events?name=n&before=4&limit=3"],
+        )
 
 
 class ParseTimeTest(unittest.TestCase):

@@ -2,17 +2,26 @@ import { WaitTimeoutError } from "./errors.js";
 import { call, query, segment, sleep, transport, type CallOptions, type Fetch, type Transport } from "./http.js";
 import {
   isTerminal,
+  type BackfillOverlap,
+  type BackfillQueued,
+  type BackfillRequest,
+  type Deleted,
+  type EventPage,
   type EventSent,
   type HistoryEntry,
   type HistoryPage,
   type ItemPage,
   type JsonValue,
+  type RecordedEvent,
   type ResolveTask,
   type Run,
   type RunList,
   type RunStatus,
   type SendEvent,
   type StartRun,
+  type Webhook,
+  type WebhookDefinition,
+  type WebhookList,
   type Workflow,
   type WorkflowDefinition,
   type WorkflowList,
@@ -59,6 +68,36 @@ export interface ListRunsOptions {
   cursor?: string | null | undefined;
 }
 
+/** `sendEvent`'s options. */
+export interface SendEventOptions {
+  /** The sender's id for the event (1 to 256 characters): sent again with the same name and id, it is recorded once and answers `duplicate`. */
+  id?: string | undefined;
+}
+
+/** `listEvents`' filter and page. */
+export interface ListEventsOptions {
+  /** Only events of this name. */
+  name?: string | undefined;
+  /** Only events from this source: `api`, or `webhook:NAME`. */
+  source?: string | undefined;
+  /** The previous page's `next_before` (a seq): the events before it. */
+  before?: number | null | undefined;
+  /** 1 to 1000 (default 50). */
+  limit?: number | undefined;
+}
+
+/** `backfillSchedule`'s range: the fire times in `[from, to)`, RFC 3339 text or `Date`s. */
+export interface BackfillOptions {
+  from: string | Date;
+  /** At most now. */
+  to: string | Date;
+  /** `allow` (the default), `skip` or `buffer_all`. */
+  overlap?: BackfillOverlap | undefined;
+}
+
+/** A created webhook; `created` is false when it replaced one of the same name. */
+export type CreatedWebhook = Webhook & { created: boolean };
+
 export interface WaitOptions {
   /** Give up after this long (default: wait as long as it takes), throwing a `WaitTimeoutError`. */
   timeoutMs?: number | undefined;
@@ -70,10 +109,10 @@ export interface WaitOptions {
 const MAX_WAIT_MS = 30_000;
 
 /**
- * Composer's REST API: workflows, runs, events. Every method rejects with a
- * `ComposerError` (`NotFoundError`, `InvalidRequestError`, `ConflictError`,
- * `UnauthorizedError`, `UnavailableError`) when the server refuses or no
- * answer comes.
+ * Composer's REST API: workflows, runs, events, schedules' backfills and
+ * webhooks. Every method rejects with a `ComposerError` (`NotFoundError`,
+ * `InvalidRequestError`, `ConflictError`, `UnauthorizedError`,
+ * `UnavailableError`) when the server refuses or no answer comes.
  */
 export class Client {
   readonly #t: Transport;
@@ -93,6 +132,10 @@ export class Client {
 
   #post<T>(path: string, body?: unknown): Promise<T> {
     return call<T>(this.#t, "POST", path, body).then((a) => a.body);
+  }
+
+  #delete<T>(path: string): Promise<T> {
+    return call<T>(this.#t, "DELETE", path).then((a) => a.body);
   }
 
   // -- workflows ------------------------------------------------------------
@@ -243,9 +286,79 @@ export class Client {
 
   // -- events ---------------------------------------------------------------
 
-  /** Delivers an event to the steps waiting for `(name, key)`, or keeps it for one to come. */
-  sendEvent(name: string, key: string, payload: JsonValue = null): Promise<EventSent> {
+  /**
+   * Sends the event `name`: it starts a run for each trigger of a workflow
+   * that listens to it (`started_runs`; `trigger_errors` for those that
+   * matched and failed), then completes the steps waiting for `(name, key)`
+   * with `payload`, or is kept for one to come (`buffered`). `key` is `""`
+   * by default. With `options.id`, an event sent again with the same name
+   * and id is recorded once and answers `duplicate`, with the runs the first
+   * sending started.
+   */
+  sendEvent(name: string, key = "", payload: JsonValue = null, options: SendEventOptions = {}): Promise<EventSent> {
     const body: SendEvent = { name, key, payload };
+    if (options.id !== undefined) body.id = options.id;
     return this.#post("/v1/events", body);
+  }
+
+  /** A page of the events recorded lately, newest first, each with what its triggers did. */
+  listEvents(options: ListEventsOptions = {}): Promise<EventPage> {
+    const q = query({ name: options.name, source: options.source, before: options.before, limit: options.limit });
+    return this.#get(`/v1/events${q}`);
+  }
+
+  /** Every event that matches, newest first, fetching page after page (`limit` is the page size). */
+  async *iterateEvents(options: ListEventsOptions = {}): AsyncGenerator<RecordedEvent, void, undefined> {
+    let before: number | null = options.before ?? null;
+    for (;;) {
+      const page: EventPage = await this.listEvents({ ...options, before });
+      yield* page.events;
+      before = page.next_before;
+      if (before === null || page.events.length === 0) return;
+    }
+  }
+
+  // -- schedules and webhooks -------------------------------------------------
+
+  /**
+   * Queues the runs the schedule would have started at its fire times in
+   * `[from, to)` (`to` at most now); the coordinator starts them (with
+   * `trigger.backfill`) under `overlap`, or holds them while the schedule
+   * is paused. A fire time started or queued before is not queued again
+   * (`already`). An `InvalidRequestError` (`invalid_schedule`) for a range
+   * that is empty, in the future or too long.
+   */
+  backfillSchedule(id: string, options: BackfillOptions): Promise<BackfillQueued> {
+    const time = (t: string | Date) => (t instanceof Date ? t.toISOString() : t);
+    const body: BackfillRequest = { from: time(options.from), to: time(options.to) };
+    if (options.overlap !== undefined) body.overlap = options.overlap;
+    return this.#post(`/v1/schedules/${segment(id)}/backfill`, body);
+  }
+
+  /**
+   * Creates a webhook, or replaces the one of its name (`created` false):
+   * each delivery to its `url` whose signature holds becomes an event.
+   * `secret` names the signing secret, which each coordinator reads from
+   * `COMPOSER_WEBHOOK_SECRET_<secret>`; `secret_set` says whether this one has it.
+   */
+  async createWebhook(definition: WebhookDefinition): Promise<CreatedWebhook> {
+    const { status, body } = await call<Webhook>(this.#t, "POST", "/v1/webhooks", definition);
+    return { ...body, created: status === 201 };
+  }
+
+  /** Every webhook, by name. */
+  async listWebhooks(): Promise<Webhook[]> {
+    const list = await this.#get<WebhookList>("/v1/webhooks");
+    return list.webhooks;
+  }
+
+  /** A webhook (a `NotFoundError` when there is none of that name). */
+  getWebhook(name: string): Promise<Webhook> {
+    return this.#get(`/v1/webhooks/${segment(name)}`);
+  }
+
+  /** Deletes a webhook: its deliveries are refused from now on; the events it sent stay. */
+  deleteWebhook(name: string): Promise<Deleted> {
+    return this.#delete(`/v1/webhooks/${segment(name)}`);
   }
 }

@@ -5,9 +5,13 @@
 
 export { Client } from "./client.js";
 export type {
+  BackfillOptions,
   ClientOptions,
+  CreatedWebhook,
+  ListEventsOptions,
   ListRunsOptions,
   RegisteredWorkflow,
+  SendEventOptions,
   StartedRun,
   StartRunOptions,
   WaitOptions,

@@ -5,8 +5,8 @@
  *
  * A field the server always sends, `null` when empty, is typed `T | null`; a
  * field it leaves out when empty is optional (`?:`). Fields added by newer
- * coordinators (failure handling, LOOP) are optional, so the types fit
- * older ones too.
+ * coordinators (failure handling, LOOP, event triggers) are optional, so the
+ * types fit older ones too.
  */
 
 /** Any JSON value. */
@@ -143,6 +143,22 @@ export interface ConcurrencyLimit {
   key?: string | null;
 }
 
+/**
+ * A trigger: each event named `event` (sent, or made of a webhook's
+ * delivery) whose `when` holds starts a run of the workflow. Newer
+ * coordinators only.
+ */
+export interface TriggerDefinition {
+  /** The event's name (`order.created`). */
+  event: string;
+  /** A jq condition over `{event: {id, name, key, payload}}`; every event of the name without it. */
+  when?: string | null;
+  /** The run's input, a template over `{event}`; `${ .event.payload }` by default. */
+  input?: JsonValue;
+  /** The run's idempotency key, text or a template over `{event}`: a second event with the same key finds the first run. */
+  idempotency_key?: string | null;
+}
+
 /** A workflow definition as it is registered (`POST /v1/workflows`). */
 export interface WorkflowDefinition {
   name: string;
@@ -158,6 +174,8 @@ export interface WorkflowDefinition {
   on_failure?: OnFailureDefinition | null;
   /** Each run's tags: templates over its input (`{"customer": "${ .input.customer }"}`). */
   tags?: Record<string, string> | null;
+  /** Events that start a run of it (at most 16; the latest version's apply). */
+  triggers?: TriggerDefinition[] | null;
 }
 
 /**
@@ -245,7 +263,12 @@ export interface Run {
   created_at: string;
   updated_at: string;
   finished_at: string | null;
-  /** What started the run when not an API call: `{schedule, fire_time}`. */
+  /**
+   * What started the run when not an API call: a schedule (`{schedule,
+   * fire_time}`, with `backfill: true` for a backfilled fire time) or an
+   * event's trigger (`{event, event_id, trigger}`, the trigger's place in
+   * the definition's `triggers`).
+   */
   trigger?: JsonValue;
   /** A SUB_WORKFLOW's child run: the run and task that started it. */
   parent_run_id?: string;
@@ -314,16 +337,138 @@ export interface ResolveTask {
 /** `POST /v1/events`, as sent. */
 export interface SendEvent {
   name: string;
-  key: string;
+  /** Which waiting steps it is for (`""` by default: an event only for triggers). */
+  key?: string;
   payload?: JsonValue;
+  /** The sender's id (1 to 256 characters): sent again with the same name and id, the event is recorded once. Newer coordinators only. */
+  id?: string;
 }
 
-/** What `POST /v1/events` did. */
+/** A run an event's trigger started. */
+export interface TriggeredRun {
+  workflow: string;
+  /** The trigger's place in the definition's `triggers`. */
+  trigger: number;
+  run_id: string;
+}
+
+/** A trigger that matched an event but started no run, and why. */
+export interface TriggerFailure {
+  workflow: string;
+  trigger: number;
+  error: string;
+}
+
+/** What `POST /v1/events` did. The fields after `buffered` come from newer coordinators. */
 export interface EventSent {
   /** Waiting tasks the event completed. */
   matched: number;
   /** No task waited: the event is kept for one to come. */
   buffered: boolean;
+  /** The event's id: the sender's, or one made for it. */
+  id?: string;
+  /** Waiting steps the event completed (as `matched`). */
+  delivered_to_waiters?: number;
+  /** The runs its workflows' triggers started (for a duplicate, those the first sending started). */
+  started_runs?: TriggeredRun[];
+  /** Triggers that matched but started no run, and why. */
+  trigger_errors?: TriggerFailure[];
+  /** An event of this name and id was recorded before: nothing was done again. */
+  duplicate?: boolean;
+}
+
+/** An event as the coordinator recorded it, with what it did (`GET /v1/events`). */
+export interface RecordedEvent {
+  seq: number;
+  name: string;
+  id: string;
+  key: string;
+  payload: JsonValue;
+  /** `api`, or `webhook:NAME` for a webhook's delivery. */
+  source: string;
+  delivered_to_waiters: number;
+  started_runs: TriggeredRun[];
+  trigger_errors: TriggerFailure[];
+  received_at: string;
+}
+
+/** `GET /v1/events`: newest first; `next_before` fetches the next page. */
+export interface EventPage {
+  events: RecordedEvent[];
+  next_before: number | null;
+}
+
+// -- schedules and webhooks -------------------------------------------------
+
+/**
+ * What a backfilled fire time does while a run of the schedule is open:
+ * `allow` (all at once, the default), `skip` (it starts none) or
+ * `buffer_all` (one at a time, oldest first).
+ */
+export type BackfillOverlap = "allow" | "skip" | "buffer_all";
+
+/** `POST /v1/schedules/{id}/backfill`, as sent: the fire times in `[from, to)`. */
+export interface BackfillRequest {
+  from: string;
+  /** At most now. */
+  to: string;
+  overlap?: BackfillOverlap | null;
+}
+
+/** What a backfill queued; the coordinator starts the runs unless the schedule is `paused`. */
+export interface BackfillQueued {
+  schedule: string;
+  /** Fire times of the cron in the range. */
+  fire_times: number;
+  /** Of those, queued now. */
+  queued: number;
+  /** Of those, started, queued or buffered before: nothing new. */
+  already: number;
+  first_fire_time: string | null;
+  last_fire_time: string | null;
+  overlap: BackfillOverlap;
+  /** The schedule is paused: the queued fire times start once it is resumed. */
+  paused: boolean;
+}
+
+/** How a webhook's deliveries are signed (HMAC-SHA256 with its secret). */
+export type WebhookScheme = "stripe" | "github";
+
+/** A webhook as it is created (`POST /v1/webhooks`). */
+export interface WebhookDefinition {
+  name: string;
+  scheme: WebhookScheme;
+  /** The NAME of the signing secret (`[A-Z0-9_]{1,64}`): each coordinator reads `COMPOSER_WEBHOOK_SECRET_<secret>`. Never the secret itself. */
+  secret: string;
+  /** How far a `stripe` delivery's signed timestamp may be from now (`"5m"` by default, at most `"1h"`). */
+  tolerance?: string | null;
+  /** The event, a template over `{body, headers}` yielding `{name, key?, id?, payload?}`. */
+  event?: JsonValue;
+}
+
+/** A webhook as the API shows it. */
+export interface Webhook {
+  name: string;
+  scheme: WebhookScheme;
+  secret: string;
+  tolerance?: string | null;
+  event?: JsonValue;
+  /** Where the other service sends its deliveries (a path on the coordinator). */
+  url: string;
+  /** Whether this coordinator has `COMPOSER_WEBHOOK_SECRET_<secret>` set (deliveries are refused with 503 until it has). */
+  secret_set: boolean;
+  created_at: string;
+  updated_at: string;
+}
+
+/** `GET /v1/webhooks`: every webhook, by name. */
+export interface WebhookList {
+  webhooks: Webhook[];
+}
+
+/** What a delete answers: the name it deleted. */
+export interface Deleted {
+  deleted: string;
 }
 
 // -- the task API (workers) ------------------------------------------------

@@ -33,13 +33,18 @@ import { PACKAGE_DIR, startDev, type Dev } from "./dev.js";
 import { eventually, memoryLogger, spyFetch } from "./helpers.js";
 import {
   answers,
+  backfillOverlaps,
+  backfillQueuedShape,
+  checkEventPage,
+  checkEventSent,
   checkHistory,
   checkRun,
   checkTask,
+  checkWebhook,
   checkWorkflow,
   conforms,
+  deletedShape,
   errorBodyShape,
-  eventSentShape,
   historyKinds,
   itemPageShape,
   leasedTaskShape,
@@ -51,6 +56,7 @@ import {
   runStatuses,
   taskBatchShape,
   taskStates,
+  webhookSchemes,
   type AnyShape,
 } from "./shapes.js";
 
@@ -64,6 +70,16 @@ async function hasOperation(id: string): Promise<boolean> {
     .then((r) => r.json() as Promise<{ paths: Record<string, Record<string, { operationId?: string }>> }>)
     .then((doc) => new Set(Object.values(doc.paths).flatMap((p) => Object.values(p).map((o) => o.operationId ?? ""))));
   return (await operations).has(id);
+}
+
+/** A call the client has no method for (a schedule's): its answer, or a thrown error naming the status. */
+async function api(method: "GET" | "POST", path: string, body?: unknown): Promise<Record<string, unknown>> {
+  const init: RequestInit = { method, headers: { "content-type": "application/json", authorization: `Bearer ${dev.token}` } };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  const r = await fetch(`${dev.url}${path}`, init);
+  const text = await r.text();
+  assert.ok(r.ok, `${method} ${path}: ${r.status} ${text}`);
+  return JSON.parse(text) as Record<string, unknown>;
 }
 
 /** A node of a custom type on `queue`, retried fast. */
@@ -304,12 +320,194 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       const id = await start(waitForEvent("ts-event"), { key: "order-7" });
       await taskState(id, "w", "WAITING");
       const sent = await client.sendEvent("ts-event.go", "order-7", { carrier: "ups", n: 1 });
-      conforms(sent, eventSentShape, "event sent");
-      assert.deepEqual(sent, { matched: 1, buffered: false });
+      checkEventSent(sent);
+      assert.deepEqual([sent.matched, sent.buffered], [1, false]);
       const run = await waitFor(id);
       assert.equal(run.status, "SUCCEEDED");
       assert.deepEqual(run.output, { t: { got: { carrier: "ups", n: 1 } } });
-      assert.deepEqual(await client.sendEvent("ts-event.go", "nobody-waits"), { matched: 0, buffered: true });
+      const nobody = await client.sendEvent("ts-event.go", "nobody-waits");
+      assert.deepEqual([nobody.matched, nobody.buffered], [0, true]);
+    });
+
+    it("starts the runs of an event's triggers, once per event id", async (t) => {
+      if (!(await hasOperation("listEvents"))) {
+        t.skip("this coordinator is older than event triggers");
+        return;
+      }
+      const event = "ts-trigger.created";
+      await client.registerWorkflow({
+        name: "ts-trigger",
+        nodes: [{ id: "echo", type: "TRANSFORM", config: { output: "${ .input }" } }],
+        triggers: [
+          { event, when: ".event.payload.total > 10", input: { order: "${ .event.payload.id }" } },
+          { event, when: ".event.payload.total > 100", input: "${ .event.payload.id.deep }" },
+        ],
+      });
+      assert.equal((await client.getWorkflow("ts-trigger")).spec?.triggers?.length, 2);
+
+      const sent = await client.sendEvent(event, undefined, { id: "o-1", total: 20 }, { id: "ts-evt-1" });
+      checkEventSent(sent);
+      assert.deepEqual([sent.id, sent.duplicate, sent.trigger_errors], ["ts-evt-1", false, []]);
+      assert.deepEqual(sent.started_runs?.map((r) => [r.workflow, r.trigger]), [["ts-trigger", 0]]);
+      const runId = sent.started_runs?.[0]?.run_id ?? "";
+      const run = await waitFor(runId);
+      checkRun(run);
+      assert.equal(run.status, "SUCCEEDED");
+      assert.deepEqual(run.input, { order: "o-1" });
+      assert.deepEqual(run.trigger, { event, event_id: "ts-evt-1", trigger: 0 });
+
+      // The same name and id again: recorded once, answered with the first sending's run.
+      const again = await client.sendEvent(event, "", { id: "o-1", total: 20 }, { id: "ts-evt-1" });
+      checkEventSent(again);
+      assert.deepEqual([again.id, again.duplicate], ["ts-evt-1", true]);
+      assert.deepEqual(again.started_runs?.map((r) => r.run_id), [runId]);
+      assert.deepEqual((await client.listRuns({ workflow: "ts-trigger" })).runs.map((r) => r.id), [runId]);
+
+      // A `when` that does not hold starts nothing; a trigger whose input fails says why.
+      const small = await client.sendEvent(event, "", { id: "o-2", total: 5 });
+      assert.deepEqual([small.started_runs, small.duplicate], [[], false]);
+      assert.ok(small.id && small.id !== "ts-evt-1", "an id is made for an event sent without one");
+      const big = await client.sendEvent(event, "", { id: "o-3", total: 500 }, { id: "ts-evt-3" });
+      checkEventSent(big);
+      assert.deepEqual(big.started_runs?.map((r) => r.trigger), [0]);
+      assert.deepEqual(big.trigger_errors?.map((f) => [f.workflow, f.trigger]), [["ts-trigger", 1]]);
+      assert.match(big.trigger_errors?.[0]?.error ?? "", /input/);
+      assert.equal((await client.listRuns({ workflow: "ts-trigger" })).runs.length, 2);
+
+      const recorded = [];
+      for await (const e of client.iterateEvents({ name: event })) recorded.push(e);
+      assert.deepEqual(recorded.map((e) => e.id), ["ts-evt-3", small.id, "ts-evt-1"]);
+      assert.deepEqual(recorded[2]?.started_runs, sent.started_runs);
+      assert.deepEqual(recorded[0]?.trigger_errors, big.trigger_errors);
+      assert.deepEqual([recorded[2]?.key, recorded[2]?.source], ["", "api"]);
+    });
+
+    it("lists the event log newest first, page by page, and iterates over every page", async (t) => {
+      if (!(await hasOperation("listEvents"))) {
+        t.skip("this coordinator is older than GET /v1/events");
+        return;
+      }
+      const name = "ts-log";
+      const ids: Array<string | undefined> = [];
+      for (let i = 0; i < 5; i++) ids.push((await client.sendEvent(name, `k-${i}`, { i }, { id: `ts-log-${i}` })).id);
+      assert.deepEqual(ids, [0, 1, 2, 3, 4].map((i) => `ts-log-${i}`));
+      const newestFirst = [...ids].reverse();
+      const p1 = await client.listEvents({ name, limit: 2 });
+      checkEventPage(p1);
+      assert.deepEqual(p1.events.map((e) => e.id), newestFirst.slice(0, 2));
+      assert.ok(p1.next_before !== null);
+      const p2 = await client.listEvents({ name, limit: 2, before: p1.next_before });
+      assert.deepEqual(p2.events.map((e) => e.id), newestFirst.slice(2, 4));
+      const p3 = await client.listEvents({ name, limit: 2, before: p2.next_before });
+      assert.deepEqual(p3.events.map((e) => e.id), newestFirst.slice(4));
+      assert.equal(p3.next_before, null);
+
+      const iterated: string[] = [];
+      for await (const e of client.iterateEvents({ name, limit: 2 })) iterated.push(e.id);
+      assert.deepEqual(iterated, newestFirst);
+      const exact: string[] = [];
+      for await (const e of client.iterateEvents({ name, limit: 5 })) exact.push(e.id);
+      assert.deepEqual(exact, newestFirst, "a last page that is full, then maybe an empty one");
+      const older: string[] = [];
+      for await (const e of client.iterateEvents({ name, before: p1.next_before, limit: 1 })) older.push(e.id);
+      assert.deepEqual(older, newestFirst.slice(2));
+
+      const oldest = p3.events[0];
+      assert.deepEqual(
+        [oldest?.name, oldest?.key, oldest?.payload, oldest?.source, oldest?.delivered_to_waiters, oldest?.started_runs, oldest?.trigger_errors],
+        [name, "k-0", { i: 0 }, "api", 0, [], []],
+      );
+      assert.ok(Math.abs(Date.now() - Date.parse(oldest?.received_at ?? "")) < 300_000);
+      assert.equal((await client.listEvents({ name, source: "api" })).events.length, 5);
+      assert.deepEqual((await client.listEvents({ name, source: "webhook:nobody" })).events, []);
+      const badLimit = await rejection(client.listEvents({ limit: 0 }));
+      assert.ok(badLimit instanceof InvalidRequestError);
+      assert.match(badLimit.message, /limit/);
+      const badId = await rejection(client.sendEvent(name, "", null, { id: "" }));
+      assert.ok(badId instanceof InvalidRequestError);
+      assert.match(badId.message, /id/);
+    });
+
+    it("backfills a schedule: its past fire times are queued once and their runs start", async (t) => {
+      if (!(await hasOperation("backfillSchedule"))) {
+        t.skip("this coordinator is older than POST /v1/schedules/{id}/backfill");
+        return;
+      }
+      await client.registerWorkflow({ name: "ts-hourly", nodes: [{ id: "x", type: "TRANSFORM", config: { output: "${ .input }" } }] });
+      await api("POST", "/v1/schedules", { id: "ts-hourly", workflow: "ts-hourly", cron: "0 * * * *", input: { n: 1 } });
+      const hour = new Date();
+      hour.setUTCMinutes(0, 0, 0);
+      const HOUR = 3_600_000;
+      const from = new Date(hour.getTime() - 3 * HOUR);
+      const queued = await client.backfillSchedule("ts-hourly", { from, to: hour });
+      conforms(queued, backfillQueuedShape, "backfill queued");
+      assert.deepEqual(
+        [queued.schedule, queued.fire_times, queued.queued, queued.already, queued.overlap, queued.paused],
+        ["ts-hourly", 3, 3, 0, "allow", false],
+      );
+      assert.equal(Date.parse(queued.first_fire_time ?? ""), from.getTime());
+      assert.equal(Date.parse(queued.last_fire_time ?? ""), hour.getTime() - HOUR);
+
+      type Fired = { schedule?: string; fire_time?: string; backfill?: boolean } | undefined;
+      const runs = await eventually("3 backfilled runs", async () => {
+        const backfilled = (await client.listRuns({ workflow: "ts-hourly" })).runs.filter((r) => (r.trigger as Fired)?.backfill === true);
+        return backfilled.length >= 3 ? backfilled : undefined;
+      });
+      const fireTimes = runs.map((r) => Date.parse((r.trigger as Fired)?.fire_time ?? "")).sort((a, b) => a - b);
+      assert.deepEqual(fireTimes, [0, 1, 2].map((i) => from.getTime() + i * HOUR));
+      for (const r of runs) {
+        checkRun(r);
+        assert.equal((r.trigger as Fired)?.schedule, "ts-hourly");
+        const done = await waitFor(r.id);
+        assert.equal(done.status, "SUCCEEDED");
+        assert.deepEqual(done.input, { n: 1 });
+      }
+
+      // Asked again (as RFC 3339 text), nothing is queued twice.
+      const again = await client.backfillSchedule("ts-hourly", { from: from.toISOString(), to: hour.toISOString(), overlap: "skip" });
+      assert.deepEqual([again.fire_times, again.queued, again.already, again.overlap], [3, 0, 3, "skip"]);
+      const view = await api("GET", "/v1/schedules/ts-hourly");
+      assert.equal(typeof view["backfill_queued"], "number");
+      const future = await rejection(client.backfillSchedule("ts-hourly", { from: hour, to: new Date(hour.getTime() + 2 * HOUR) }));
+      assert.ok(future instanceof InvalidRequestError);
+      assert.deepEqual([future.status, future.code], [400, "invalid_schedule"]);
+      assert.match(future.message, /future/);
+      assert.ok((await rejection(client.backfillSchedule("ts-hourly", { from: hour, to: from }))) instanceof InvalidRequestError);
+      assert.ok((await rejection(client.backfillSchedule("ts-no-such-schedule", { from, to: hour }))) instanceof NotFoundError);
+    });
+
+    it("creates, replaces, reads, lists and deletes webhooks; the secret is only named", async (t) => {
+      if (!(await hasOperation("createWebhook"))) {
+        t.skip("this coordinator is older than webhooks");
+        return;
+      }
+      const made = await client.createWebhook({ name: "ts-hook", scheme: "stripe", secret: "TS_UNSET" });
+      checkWebhook(made);
+      assert.deepEqual([made.name, made.scheme, made.secret], ["ts-hook", "stripe", "TS_UNSET"]);
+      assert.deepEqual([made.created, made.secret_set], [true, false], "no COMPOSER_WEBHOOK_SECRET_TS_UNSET");
+      assert.match(made.url, /\/v1\/webhooks\/ts-hook$/);
+      assert.equal(made.tolerance ?? null, null);
+
+      const replaced = await client.createWebhook({ name: "ts-hook", scheme: "stripe", secret: "TS_UNSET", tolerance: "10m" });
+      checkWebhook(replaced);
+      assert.deepEqual([replaced.created, replaced.tolerance], [false, "10m"]);
+      assert.equal(replaced.created_at, made.created_at);
+      const got = await client.getWebhook("ts-hook");
+      checkWebhook(got);
+      assert.deepEqual({ ...got, created: false }, replaced);
+      const all = await client.listWebhooks();
+      all.forEach((w) => checkWebhook(w));
+      assert.deepEqual(all.find((w) => w.name === "ts-hook"), got);
+
+      const deleted = await client.deleteWebhook("ts-hook");
+      conforms(deleted, deletedShape, "deleted");
+      assert.deepEqual(deleted, { deleted: "ts-hook" });
+      assert.ok((await rejection(client.getWebhook("ts-hook"))) instanceof NotFoundError);
+      assert.ok((await rejection(client.deleteWebhook("ts-hook"))) instanceof NotFoundError);
+      assert.ok(!(await client.listWebhooks()).some((w) => w.name === "ts-hook"));
+      const bad = await rejection(client.createWebhook({ name: "ts-hook", scheme: "github", secret: "whsec_the-secret-itself" }));
+      assert.ok(bad instanceof InvalidRequestError);
+      assert.match(bad.message, /secret/);
     });
 
     it("cancels a run, and refuses to cancel it again", async () => {
@@ -470,6 +668,8 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       within(Object.keys(taskStates), "TaskState");
       within(Object.keys(historyKinds), "HistoryKind");
       if (schemas["ResolveOutcome"]) within(Object.keys(resolveOutcomes), "ResolveOutcome");
+      if (schemas["BackfillOverlap"]) within(Object.keys(backfillOverlaps), "BackfillOverlap");
+      if (schemas["WebhookScheme"]) within(Object.keys(webhookSchemes), "WebhookScheme");
     });
 
     it("match what the server answers: runs, tasks, MAP items, child runs, history, the task API, errors", async () => {
@@ -877,7 +1077,21 @@ describe("against composer dev", { timeout: 600_000 }, () => {
 });
 
 /** Schemas of newer coordinators than some the package is used with. */
-const NEWER = new Set(["ErrorInfo", "OnFailureSpec", "ResolveTask"]);
+const NEWER = new Set([
+  "ErrorInfo",
+  "OnFailureSpec",
+  "ResolveTask",
+  "TriggerSpec",
+  "TriggeredRun",
+  "TriggerFailure",
+  "EventView",
+  "EventPage",
+  "BackfillRequest",
+  "BackfillQueued",
+  "WebhookSpec",
+  "WebhookView",
+  "WebhookList",
+]);
 
 interface Schema {
   type?: string | string[];

@@ -8,12 +8,17 @@
 import assert from "node:assert/strict";
 
 import type {
+  BackfillOverlap,
+  BackfillQueued,
+  BackfillRequest,
   CompleteTask,
   ConcurrencyLimit,
+  Deleted,
   EdgeDefinition,
   ErrorBody,
   ErrorInfo,
   ErrorDetail,
+  EventPage,
   EventSent,
   FailTask,
   HistoryEntry,
@@ -26,6 +31,7 @@ import type {
   NodeDefinition,
   OnFailureDefinition,
   PollTasks,
+  RecordedEvent,
   ReportAck,
   ResolveOutcome,
   ResolveTask,
@@ -39,6 +45,13 @@ import type {
   TaskBatch,
   TaskHeartbeat,
   TaskState,
+  TriggerDefinition,
+  TriggeredRun,
+  TriggerFailure,
+  Webhook,
+  WebhookDefinition,
+  WebhookList,
+  WebhookScheme,
   Workflow,
   WorkflowDefinition,
   WorkflowList,
@@ -120,7 +133,53 @@ export const workflowShape = {
   versions_next: "optional",
 } as const satisfies Shape<Workflow>;
 export const workflowListShape = { workflows: "required" } as const satisfies Shape<WorkflowList>;
-export const eventSentShape = { matched: "required", buffered: "required" } as const satisfies Shape<EventSent>;
+export const eventSentShape = {
+  matched: "required",
+  buffered: "required",
+  id: "optional",
+  delivered_to_waiters: "optional",
+  started_runs: "optional",
+  trigger_errors: "optional",
+  duplicate: "optional",
+} as const satisfies Shape<EventSent>;
+export const triggeredRunShape = { workflow: "required", trigger: "required", run_id: "required" } as const satisfies Shape<TriggeredRun>;
+export const triggerFailureShape = { workflow: "required", trigger: "required", error: "required" } as const satisfies Shape<TriggerFailure>;
+export const recordedEventShape = {
+  seq: "required",
+  name: "required",
+  id: "required",
+  key: "required",
+  payload: "required",
+  source: "required",
+  delivered_to_waiters: "required",
+  started_runs: "required",
+  trigger_errors: "required",
+  received_at: "required",
+} as const satisfies Shape<RecordedEvent>;
+export const eventPageShape = { events: "required", next_before: "required" } as const satisfies Shape<EventPage>;
+export const backfillQueuedShape = {
+  schedule: "required",
+  fire_times: "required",
+  queued: "required",
+  already: "required",
+  first_fire_time: "required",
+  last_fire_time: "required",
+  overlap: "required",
+  paused: "required",
+} as const satisfies Shape<BackfillQueued>;
+export const webhookShape = {
+  name: "required",
+  scheme: "required",
+  secret: "required",
+  tolerance: "optional",
+  event: "optional",
+  url: "required",
+  secret_set: "required",
+  created_at: "required",
+  updated_at: "required",
+} as const satisfies Shape<Webhook>;
+export const webhookListShape = { webhooks: "required" } as const satisfies Shape<WebhookList>;
+export const deletedShape = { deleted: "required" } as const satisfies Shape<Deleted>;
 export const leasedTaskShape = {
   id: "required",
   run_id: "required",
@@ -145,7 +204,21 @@ export const startRunShape = {
   idempotency_key: "optional",
   tags: "optional",
 } as const satisfies Shape<StartRun>;
-export const sendEventShape = { name: "required", key: "required", payload: "optional" } as const satisfies Shape<SendEvent>;
+export const sendEventShape = { name: "required", key: "optional", payload: "optional", id: "optional" } as const satisfies Shape<SendEvent>;
+export const triggerShape = {
+  event: "required",
+  when: "optional",
+  input: "optional",
+  idempotency_key: "optional",
+} as const satisfies Shape<TriggerDefinition>;
+export const backfillShape = { from: "required", to: "required", overlap: "optional" } as const satisfies Shape<BackfillRequest>;
+export const webhookDefinitionShape = {
+  name: "required",
+  scheme: "required",
+  secret: "required",
+  tolerance: "optional",
+  event: "optional",
+} as const satisfies Shape<WebhookDefinition>;
 export const pollTasksShape = {
   worker_id: "required",
   queues: "required",
@@ -171,6 +244,7 @@ export const definitionShape = {
   description: "optional",
   on_failure: "optional",
   tags: "optional",
+  triggers: "optional",
 } as const satisfies Shape<WorkflowDefinition>;
 export const onFailureShape = {
   workflow: "required",
@@ -215,6 +289,14 @@ export const answers: Record<string, AnyShape> = {
   DefinitionView: workflowShape,
   WorkflowList: workflowListShape,
   EventSent: eventSentShape,
+  TriggeredRun: triggeredRunShape,
+  TriggerFailure: triggerFailureShape,
+  EventView: recordedEventShape,
+  EventPage: eventPageShape,
+  BackfillQueued: backfillQueuedShape,
+  WebhookView: webhookShape,
+  WebhookList: webhookListShape,
+  Deleted: deletedShape,
   LeasedTask: leasedTaskShape,
   TaskBatch: taskBatchShape,
   LeaseExtended: leaseExtendedShape,
@@ -232,6 +314,9 @@ export const requests: Record<string, AnyShape> = {
   CompleteTask: completeShape,
   FailTask: failShape,
   WorkflowSpec: definitionShape,
+  TriggerSpec: triggerShape,
+  BackfillRequest: backfillShape,
+  WebhookSpec: webhookDefinitionShape,
   OnFailureSpec: onFailureShape,
   ResolveTask: resolveShape,
   NodeSpec: nodeShape,
@@ -285,6 +370,8 @@ export const historyKinds: Record<HistoryKind, true> = {
 };
 
 export const resolveOutcomes: Record<ResolveOutcome, true> = { completed: true, failed: true, retry: true };
+export const backfillOverlaps: Record<BackfillOverlap, true> = { allow: true, skip: true, buffer_all: true };
+export const webhookSchemes: Record<WebhookScheme, true> = { stripe: true, github: true };
 
 /** Asserts `value` has every required field of `shape` and no field it lacks. */
 export function conforms(value: unknown, shape: AnyShape, what: string): void {
@@ -316,6 +403,29 @@ export function checkWorkflow(wf: unknown, what = "workflow"): void {
   const { created: _, ...raw } = wf as Workflow & { created?: boolean };
   conforms(raw, workflowShape, what);
   for (const v of raw.versions ?? []) conforms(v, workflowShape, `${what}.versions[]`);
+}
+
+/** An event as `POST /v1/events` answered it, its started runs and trigger errors included. */
+export function checkEventSent(sent: EventSent, what = "event sent"): void {
+  conforms(sent, eventSentShape, what);
+  for (const r of sent.started_runs ?? []) conforms(r, triggeredRunShape, `${what}.started_runs[]`);
+  for (const f of sent.trigger_errors ?? []) conforms(f, triggerFailureShape, `${what}.trigger_errors[]`);
+}
+
+/** A page of the event log as the server sent it. */
+export function checkEventPage(page: EventPage, what = "event page"): void {
+  conforms(page, eventPageShape, what);
+  for (const e of page.events) {
+    conforms(e, recordedEventShape, `${what}.events[]`);
+    e.started_runs.forEach((r) => conforms(r, triggeredRunShape, `${what}.events[].started_runs[]`));
+    e.trigger_errors.forEach((f) => conforms(f, triggerFailureShape, `${what}.events[].trigger_errors[]`));
+  }
+}
+
+export function checkWebhook(hook: unknown, what = "webhook"): void {
+  const { created: _, ...raw } = hook as Webhook & { created?: boolean };
+  conforms(raw, webhookShape, what);
+  assert.ok(raw.scheme in webhookSchemes, `${what}: unknown scheme ${raw.scheme}`);
 }
 
 export function checkHistory(entry: HistoryEntry, what = "history entry"): void {

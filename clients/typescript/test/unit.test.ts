@@ -232,6 +232,52 @@ describe("errors", () => {
     }
   });
 
+  it("sends the requests of events, backfills and webhooks as the API takes them", async () => {
+    const hook = { name: "h", scheme: "github", secret: "GH", url: "/v1/webhooks/h", secret_set: false };
+    const server = await fakeServer((req, body, res) => {
+      const u = new URL(req.url ?? "", "http://x");
+      if (u.pathname === "/v1/events" && req.method === "GET") return json(res, 200, { events: [], next_before: null });
+      if (u.pathname === "/v1/events") return json(res, 200, { matched: 0, buffered: true, id: "x", duplicate: false });
+      if (u.pathname.endsWith("/backfill")) return json(res, 202, { schedule: "s", fire_times: 2, queued: 2, already: 0 });
+      if (u.pathname === "/v1/webhooks" && req.method === "GET") return json(res, 200, { webhooks: [hook] });
+      if (u.pathname === "/v1/webhooks") return json(res, body.includes("tolerance") ? 201 : 200, hook);
+      if (req.method === "DELETE") return json(res, 200, { deleted: "h" });
+      return json(res, 200, hook);
+    });
+    try {
+      const client = new Client({ url: server.url });
+      await client.sendEvent("e");
+      await client.sendEvent("e", "k", { a: 1 }, { id: "evt-1" });
+      await client.listEvents();
+      await client.listEvents({ name: "a b", source: "webhook:gh", before: 7, limit: 2 });
+      const when = new Date(Date.UTC(2026, 11, 1, 10));
+      assert.equal((await client.backfillSchedule("nightly/x", { from: "2026-12-01T00:00:00Z", to: when, overlap: "skip" })).queued, 2);
+      const spec = { name: "h", scheme: "github", secret: "GH" } as const;
+      assert.equal((await client.createWebhook(spec)).created, false, "200: replaced");
+      assert.equal((await client.createWebhook({ ...spec, tolerance: "5m" })).created, true, "201: new");
+      assert.deepEqual(await client.listWebhooks(), [hook]);
+      await client.getWebhook("a/b");
+      assert.deepEqual(await client.deleteWebhook("h"), { deleted: "h" });
+      assert.deepEqual(
+        server.requests.map((r) => [r.method, r.url, r.body === "" ? undefined : JSON.parse(r.body)]),
+        [
+          ["POST", "/v1/events", { name: "e", key: "", payload: null }],
+          ["POST", "/v1/events", { name: "e", key: "k", payload: { a: 1 }, id: "evt-1" }],
+          ["GET", "/v1/events", undefined],
+          ["GET", "/v1/events?name=a+b&source=webhook%3Agh&before=7&limit=2", undefined],
+          ["POST", "/v1/schedules/nightly%2Fx/backfill", { from: "2026-12-01T00:00:00Z", to: "2026-12-01T10:00:00.000Z", overlap: "skip" }],
+          ["POST", "/v1/webhooks", spec],
+          ["POST", "/v1/webhooks", { ...spec, tolerance: "5m" }],
+          ["GET", "/v1/webhooks", undefined],
+          ["GET", "/v1/webhooks/a%2Fb", undefined],
+          ["DELETE", "/v1/webhooks/h", undefined],
+        ],
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
   it("is an UnavailableError when nothing listens or nothing answers in time", async () => {
     const closed = await fakeServer(() => {});
     await closed.close();
@@ -306,6 +352,23 @@ describe("paging and waiting loops", () => {
       const aborted = new AbortController();
       aborted.abort(new Error("enough"));
       await assert.rejects(client.waitForRun("never", { signal: aborted.signal }), /enough/);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("iterateEvents fetches page after page with before until next_before is null", async () => {
+    const server = await fakeServer((req, _body, res) => {
+      const u = new URL(req.url ?? "", "http://x");
+      const seq = Number(u.searchParams.get("before") ?? 7) - 1;
+      const events = [seq, seq - 1, seq - 2].filter((s) => s > 0).map((s) => ({ seq: s }));
+      json(res, 200, { events, next_before: seq > 3 ? seq - 2 : null });
+    });
+    try {
+      const seqs: number[] = [];
+      for await (const e of new Client({ url: server.url }).iterateEvents({ name: "n", limit: 3 })) seqs.push(e.seq);
+      assert.deepEqual(seqs, [6, 5, 4, 3, 2, 1]);
+      assert.deepEqual(server.requests.map((r) => r.url), ["/v1/events?name=n&limit=3", "/v1/events?name=n&before=4&limit=3"]);
     } finally {
       await server.close();
     }
