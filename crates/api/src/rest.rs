@@ -350,8 +350,13 @@ pub struct EventView {
     pub name: String,
     pub id: String,
     pub key: String,
+    /// `null` when `payload_omitted`.
     #[schema(value_type = schema::JsonValue)]
     pub payload: Value,
+    /// The payload's size, as JSON text.
+    pub payload_bytes: i64,
+    /// The payload is over 64 KiB and left out of lists.
+    pub payload_omitted: bool,
     /// `api`, or `webhook:NAME`.
     pub source: String,
     pub delivered_to_waiters: i32,

@@ -123,7 +123,8 @@ fn triggered_input(wf: &Workflow, event: &Value) -> Result<Value, String> {
 
 fn prepare(file: &Path, input: &str, mocks: &[String], failures: &[String]) -> anyhow::Result<(Workflow, Options)> {
     let spec = crate::input::read_spec(file)?;
-    let wf = Workflow::parse(&spec).map_err(|e| anyhow!("{} is not a valid definition: {e}", file.display()))?;
+    let parsed = composer_core::expr::on_eval_stack(|| Workflow::parse(&spec)).map_err(|e| anyhow!(e))?;
+    let wf = parsed.map_err(|e| anyhow!("{} is not a valid definition: {e}", file.display()))?;
     let input = json_arg(input).context("--input")?;
     let mut opts = Options { input, ..Default::default() };
     for m in mocks {

@@ -237,6 +237,15 @@ pub async fn backfill(
     let row = schedules::lock(&tx, id).await?.ok_or(BackfillError::NotFound)?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| BackfillError::Invalid(e.to_string()))?;
     let fires = schedule.backfill(from, to, Utc::now()).map_err(|e| BackfillError::Invalid(e.to_string()))?;
+    let max = composer_core::schedule::MAX_BACKFILL_FIRES;
+    if row.backfill_queued as usize + fires.len() > max {
+        return Err(BackfillError::Invalid(format!(
+            "to: the schedule has {} fire times queued already; with these {} it would have more than {max} \
+             waiting (schedule_max_backfill): ask again when some have started",
+            row.backfill_queued,
+            fires.len()
+        )));
+    }
     let queued = schedules::queue_backfill(&tx, id, &fires, overlap.as_str()).await?;
     tx.commit().await?;
     tracing::info!(schedule = %id, %from, %to, queued, "backfill queued");

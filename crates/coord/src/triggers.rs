@@ -43,33 +43,70 @@ pub struct Sent {
     pub first: Option<(String, Value)>,
 }
 
+/// Most runs one event may start (`max_event_runs`); the triggers past it
+/// are listed as failed.
+pub const MAX_EVENT_RUNS: usize = 100;
+
+/// Longest error of a trigger kept with its event, in bytes.
+const MAX_TRIGGER_ERROR: usize = 1024;
+
+/// What a matching trigger asks for, worked out before the transaction.
+struct Planned {
+    def: composer_store::definitions::DefinitionRow,
+    index: usize,
+    fired: Result<Option<Fired>, String>,
+}
+
 /// Records the event, starts what its triggers start, delivers it to the
 /// steps waiting for it, and says what it did.
 pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, EngineError> {
     let event_id = ev.id.map_or_else(|| Uuid::now_v7().to_string(), str::to_string);
+    let event = json!({"id": event_id, "name": ev.name, "key": ev.key, "payload": ev.payload, "source": ev.source});
+    // The triggers are evaluated first, holding no connection: an evaluation
+    // may take its whole time limit, and waits for an evaluation thread.
+    let mut listening = Vec::new();
+    {
+        let client = composer_store::client(&shared.pool).await?;
+        for workflow in triggers::workflows_for(&client, ev.name).await? {
+            if let Some(def) = composer_store::definitions::by_name(&client, &workflow, None).await? {
+                listening.push(def);
+            }
+        }
+    }
+    let mut planned = Vec::new();
+    for def in listening {
+        let wf = shared.engine.compile(&def)?;
+        for (index, fired) in evaluate(wf, ev.name, &event).await {
+            if !matches!(fired, Ok(None)) {
+                planned.push(Planned { def: def.clone(), index, fired });
+            }
+        }
+    }
     let mut client = composer_store::client(&shared.pool).await?;
     let mut tx = client.transaction().await?;
     let logged = NewEvent { name: ev.name, event_id: &event_id, key: ev.key, payload: ev.payload, source: ev.source };
     let Some(seq) = triggers::log_event(&tx, logged).await? else {
         tx.rollback().await?;
         let first = triggers::find(&client, ev.name, &event_id).await?;
-        let recorded = first.as_ref().map(|f| (f.key.clone(), f.payload.clone()));
+        let recorded = first.as_ref().map(|f| (f.key.clone(), f.payload.clone().unwrap_or(Value::Null)));
         return Ok(Sent { answer: duplicate(&event_id, first), first: recorded });
     };
-    let (buffered_id, waiters) =
-        composer_store::events::record(&tx, ev.name, ev.key, ev.payload, shared.config.event_retention).await?;
-    let event = json!({"id": event_id, "name": ev.name, "key": ev.key, "payload": ev.payload});
     let mut runs: Vec<EventRun> = Vec::new();
     let mut started: Vec<Started> = Vec::new();
-    for workflow in triggers::workflows_for(&tx, ev.name).await? {
-        let Some(def) = composer_store::definitions::by_name(&tx, &workflow, None).await? else { continue };
-        let wf = shared.engine.compile(&def)?;
-        for (index, fired) in evaluate(wf, ev.name, &event).await {
-            let mut run = EventRun { workflow: workflow.clone(), trigger: index as i32, run_id: None, error: None };
-            match fired {
-                Ok(None) => continue,
-                Err(e) => run.error = Some(e),
-                Ok(Some(Fired { input, idempotency_key })) => {
+    for Planned { def, index, fired } in planned {
+        let mut run = EventRun { workflow: def.name.clone(), trigger: index as i32, run_id: None, error: None };
+        match fired {
+            Ok(None) => continue,
+            Err(e) => run.error = Some(e),
+            Ok(Some(_)) if started.len() >= MAX_EVENT_RUNS => {
+                run.error = Some(format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"));
+            }
+            Ok(Some(Fired { input, idempotency_key })) => {
+                if let Err(why) = composer_core::storable::check(&input, "input", shared.config.max_payload) {
+                    run.error = Some(format!("the run's input: {why}"));
+                } else if idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {
+                    run.error = Some("idempotency_key: contains a NUL character, which cannot be stored".into());
+                } else {
                     let trigger = json!({"event": ev.name, "event_id": event_id, "trigger": index});
                     let opts = StartOptions {
                         idempotency_key: idempotency_key.as_deref(),
@@ -92,15 +129,19 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
                     }
                 }
             }
-            if let Some(e) = &run.error {
-                tracing::warn!(workflow = %run.workflow, trigger = index, event = %ev.name, error = %e, "trigger started no run");
-            }
-            runs.push(run);
         }
+        if let Some(e) = &mut run.error {
+            *e = composer_core::clipped(e, MAX_TRIGGER_ERROR);
+            tracing::warn!(workflow = %run.workflow, trigger = index, event = %ev.name, error = %e, "trigger started no run");
+        }
+        runs.push(run);
     }
     for run in &runs {
         triggers::record_run(&tx, seq, run).await?;
     }
+    // Last: this takes the (name, key) lock the waiters share, held to the commit.
+    let (buffered_id, waiters) =
+        composer_store::events::record(&tx, ev.name, ev.key, ev.payload, shared.config.event_retention).await?;
     tx.commit().await?;
     for s in started {
         shared.engine.started(s);

@@ -37,8 +37,13 @@ pub struct Webhook {
     pub event: Option<Template>,
 }
 
-/// Checks a spec; the error names the field.
+/// Checks a spec (compiling its transform on a thread with the evaluation
+/// stack); the error names the field.
 pub fn parse(spec: WebhookSpec) -> Result<Webhook, String> {
+    composer_core::expr::on_eval_stack(|| check(spec)).and_then(|checked| checked)
+}
+
+fn check(spec: WebhookSpec) -> Result<Webhook, String> {
     composer_core::definition::check_name("name", &spec.name).map_err(|e| e.to_string())?;
     if spec.secret.is_empty()
         || spec.secret.len() > 64
@@ -88,7 +93,8 @@ pub fn signature_header(scheme: WebhookScheme) -> &'static str {
 }
 
 /// Verifies a delivery's signature (`header`: the scheme's header, if
-/// sent) against `body` at `now` (Unix seconds).
+/// sent) against `body` at `now` (Unix seconds); the signed timestamp, for
+/// a scheme that signs one.
 pub fn verify(
     scheme: WebhookScheme,
     secret: &[u8],
@@ -96,7 +102,7 @@ pub fn verify(
     body: &[u8],
     now: i64,
     tolerance: Duration,
-) -> Result<(), Refused> {
+) -> Result<Option<i64>, Refused> {
     let name = signature_header(scheme);
     let header = header.ok_or(Refused::Missing(name))?;
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
@@ -104,7 +110,7 @@ pub fn verify(
         WebhookScheme::Github => {
             let hex = header.strip_prefix("sha256=").ok_or(Refused::Malformed(name))?;
             let tag = from_hex(hex).ok_or(Refused::Malformed(name))?;
-            hmac::verify(&key, body, &tag).map_err(|_| Refused::Mismatch)
+            hmac::verify(&key, body, &tag).map(|()| None).map_err(|_| Refused::Mismatch)
         }
         WebhookScheme::Stripe => {
             let mut timestamp = None;
@@ -132,7 +138,7 @@ pub fn verify(
             // Every tag is checked, so the time taken does not say which matched.
             let matched = tags.iter().fold(false, |m, tag| hmac::verify(&key, &signed, tag).is_ok() | m);
             if matched {
-                Ok(())
+                Ok(Some(t))
             } else {
                 Err(Refused::Mismatch)
             }
@@ -147,37 +153,55 @@ fn from_hex(text: &str) -> Option<Vec<u8>> {
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
-/// The delivery's own id when the scheme has one: GitHub's
-/// `X-GitHub-Delivery`, Stripe's event `id` in the body.
-pub fn delivery_id(scheme: WebhookScheme, delivery_header: Option<&str>, body: &Value) -> Option<String> {
-    match scheme {
-        WebhookScheme::Github => delivery_header.map(str::to_string),
-        WebhookScheme::Stripe => body.get("id").and_then(Value::as_str).map(str::to_string),
+/// A delivery's id, from what was signed only (an unsigned header, such
+/// as GitHub's `X-GitHub-Delivery`, could be changed to replay it): Stripe's
+/// event `id` in the body, else a digest of the signed timestamp and the
+/// body. A replay is then the same event however its headers were written.
+pub fn delivery_id(scheme: WebhookScheme, body: &Value, raw: &[u8], signed_at: Option<i64>) -> String {
+    if let (WebhookScheme::Stripe, Some(id)) = (scheme, body.get("id").and_then(Value::as_str)) {
+        if !id.is_empty() && id.chars().count() <= 256 {
+            return id.to_string();
+        }
     }
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    if let Some(t) = signed_at {
+        ctx.update(format!("{t}.").as_bytes());
+    }
+    ctx.update(raw);
+    let hex: String = ctx.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 /// The event a delivery becomes: the transform's `{name, key?, id?,
 /// payload?}`, or by default the webhook's name, the delivery's id and the
 /// body. An error names what is wrong with the transform's answer.
-pub fn event_of(hook: &Webhook, body: &Value, headers: &Value, id: Option<String>) -> Result<WebhookEvent, String> {
+pub fn event_of(hook: &Webhook, body: &Value, headers: &Value, id: String) -> Result<WebhookEvent, String> {
     let Some(t) = &hook.event else {
-        return Ok(WebhookEvent { name: hook.spec.name.clone(), key: String::new(), id, payload: body.clone() });
+        return Ok(WebhookEvent {
+            name: hook.spec.name.clone(),
+            key: String::new(),
+            id: Some(id),
+            payload: body.clone(),
+        });
     };
     let out = t.eval(&json!({"body": body, "headers": headers})).map_err(|e| format!("event: {e}"))?;
     let Value::Object(mut o) = out else {
-        return Err(format!("event: must yield an object {{name, key?, id?, payload?}}, got {out}"));
+        let shown = composer_core::clipped(&out.to_string(), 200);
+        return Err(format!("event: must yield an object {{name, key?, id?, payload?}}, got {shown}"));
     };
     let text = |o: &mut serde_json::Map<String, Value>, field: &str| -> Result<Option<String>, String> {
         match o.remove(field) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
             Some(Value::Number(n)) => Ok(Some(n.to_string())),
-            Some(other) => Err(format!("event: {field} must be text, got {other}")),
+            Some(other) => {
+                Err(format!("event: {field} must be text, got {}", composer_core::clipped(&other.to_string(), 200)))
+            }
         }
     };
     let name = text(&mut o, "name")?.ok_or("event: yields no name")?;
     let key = text(&mut o, "key")?.unwrap_or_default();
-    let id = text(&mut o, "id")?.or(id);
+    let id = text(&mut o, "id")?.or(Some(id));
     let payload = o.remove("payload").unwrap_or_else(|| body.clone());
     if let Some(extra) = o.keys().next() {
         return Err(format!("event: unknown field {extra:?} (name, key, id, payload)"));
@@ -210,9 +234,13 @@ mod tests {
         let (secret, body, now) = (b"whsec_test".as_slice(), br#"{"id":"evt_1"}"#.as_slice(), 1_700_000_000);
         let good = sign(secret, format!("{now}.{}", std::str::from_utf8(body).unwrap()).as_bytes());
         let header = format!("t={now},v1={good}");
-        assert_eq!(verify(WebhookScheme::Stripe, secret, Some(&header), body, now + 10, T), Ok(()));
+        assert_eq!(verify(WebhookScheme::Stripe, secret, Some(&header), body, now + 10, T), Ok(Some(now)));
         let rolled = format!("t={now},v1={},v1={good}", "00".repeat(32));
-        assert_eq!(verify(WebhookScheme::Stripe, secret, Some(&rolled), body, now, T), Ok(()), "a second secret's tag");
+        assert_eq!(
+            verify(WebhookScheme::Stripe, secret, Some(&rolled), body, now, T),
+            Ok(Some(now)),
+            "a second secret's tag"
+        );
         assert_eq!(
             verify(WebhookScheme::Stripe, secret, Some(&header), br#"{"id":"evt_2"}"#, now, T),
             Err(Refused::Mismatch),
@@ -247,10 +275,10 @@ mod tests {
     fn a_github_signature_is_over_the_body() {
         let (secret, body) = (b"gh-secret".as_slice(), br#"{"action":"opened"}"#.as_slice());
         let header = format!("sha256={}", sign(secret, body));
-        assert_eq!(verify(WebhookScheme::Github, secret, Some(&header), body, 0, T), Ok(()));
+        assert_eq!(verify(WebhookScheme::Github, secret, Some(&header), body, 0, T), Ok(None));
         assert_eq!(verify(WebhookScheme::Github, secret, Some(&header), b"{}", 0, T), Err(Refused::Mismatch));
         let upper = header.to_uppercase().replace("SHA256=", "sha256=");
-        assert_eq!(verify(WebhookScheme::Github, secret, Some(&upper), body, 0, T), Ok(()), "hex in either case");
+        assert_eq!(verify(WebhookScheme::Github, secret, Some(&upper), body, 0, T), Ok(None), "hex in either case");
         for bad in ["sha1=abcd", "sha256=abc", "sha256="] {
             let r = verify(WebhookScheme::Github, secret, Some(bad), body, 0, T);
             assert!(matches!(r, Err(Refused::Malformed(_)) | Err(Refused::Mismatch)), "{bad:?}: {r:?}");
@@ -264,8 +292,15 @@ mod tests {
         let hook = parse(spec(base.clone())).unwrap();
         assert_eq!(hook.tolerance, DEFAULT_TOLERANCE);
         let body = json!({"id": "evt_9", "type": "order.created"});
-        let ev = event_of(&hook, &body, &json!({}), delivery_id(WebhookScheme::Stripe, None, &body)).unwrap();
+        let raw = body.to_string();
+        let ev = event_of(&hook, &body, &json!({}), delivery_id(WebhookScheme::Stripe, &body, raw.as_bytes(), Some(1)))
+            .unwrap();
         assert_eq!((ev.name.as_str(), ev.id.as_deref(), &ev.payload), ("shop", Some("evt_9"), &body));
+        let anon = json!({"type": "x"});
+        let at = |t| delivery_id(WebhookScheme::Stripe, &anon, b"{}", Some(t));
+        assert!(at(1).starts_with("sha256:") && at(1) == at(1) && at(1) != at(2), "by the signed timestamp and body");
+        let gh = |raw: &[u8]| delivery_id(WebhookScheme::Github, &body, raw, None);
+        assert!(gh(b"{}") == gh(b"{}") && gh(b"{}") != gh(b"{ }"), "by the signed body only");
         for (field, value, words) in [
             ("secret", json!("whsec_abc"), "never the secret"),
             ("tolerance", json!("2h"), "at most 1h"),
@@ -283,11 +318,11 @@ mod tests {
         with["event"] =
             json!({"name": "${ .body.type }", "key": "${ .body.id }", "id": "${ .headers[\"x-delivery\"] }"});
         let hook = parse(spec(with)).unwrap();
-        let ev = event_of(&hook, &body, &json!({"x-delivery": "d-1"}), None).unwrap();
+        let ev = event_of(&hook, &body, &json!({"x-delivery": "d-1"}), "sha256:00".into()).unwrap();
         assert_eq!((ev.name.as_str(), ev.key.as_str(), ev.id.as_deref()), ("order.created", "evt_9", Some("d-1")));
         let mut odd = base;
         odd["event"] = json!("${ [1] }");
-        let e = event_of(&parse(spec(odd)).unwrap(), &body, &json!({}), None).unwrap_err();
+        let e = event_of(&parse(spec(odd)).unwrap(), &body, &json!({}), "sha256:00".into()).unwrap_err();
         assert!(e.contains("must yield an object"), "{e}");
     }
 }

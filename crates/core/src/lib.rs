@@ -35,3 +35,17 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_string())
 }
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked with
+/// `…` when cut: for a value quoted in an error, which someone else may have
+/// made as large as they could.
+pub fn clipped(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..cut], text.len())
+}

@@ -61,7 +61,7 @@ pub enum Upsert {
 }
 
 /// Creates or replaces schedule `id`; a replaced schedule starts afresh from
-/// `next_fire_at` (its buffered fire is dropped).
+/// `next_fire_at` (its buffered fire and its queued backfill are dropped).
 pub async fn upsert(
     client: &mut Client,
     id: &str,
@@ -77,6 +77,9 @@ pub async fn upsert(
         if &row.spec == spec {
             return Ok((row, Upsert::Unchanged));
         }
+        // A backfill was asked of the schedule as it was: its fire times are
+        // not the new cron's.
+        tx.execute("DELETE FROM schedule_fires WHERE schedule_id = $1 AND outcome = 'queued'", &[&id]).await?;
         let row = tx
             .query_one(
                 &format!(

@@ -24,8 +24,8 @@ pub async fn set_for_workflow(tx: &Transaction<'_>, workflow: &str, events: &[St
 }
 
 /// The workflows with a trigger for events named `name`, by name.
-pub async fn workflows_for(tx: &Transaction<'_>, name: &str) -> Result<Vec<String>> {
-    let rows = tx
+pub async fn workflows_for(client: &impl deadpool_postgres::GenericClient, name: &str) -> Result<Vec<String>> {
+    let rows = client
         .query("SELECT workflow_name FROM event_triggers WHERE event_name = $1 ORDER BY workflow_name", &[&name])
         .await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
@@ -89,18 +89,36 @@ pub struct LoggedEvent {
     pub name: String,
     pub event_id: String,
     pub key: String,
-    pub payload: Value,
+    /// `None` when larger than [`MAX_LISTED_PAYLOAD`].
+    pub payload: Option<Value>,
+    pub payload_bytes: i32,
     pub source: String,
     pub delivered: i32,
     pub received_at: DateTime<Utc>,
     pub runs: Vec<EventRun>,
 }
 
-const LOG_COLUMNS: &str = "seq, name, event_id, key, payload, source, delivered, received_at,
-    COALESCE((SELECT jsonb_agg(jsonb_build_object('workflow', r.workflow_name, 'trigger', r.trigger_index,
-                                                  'run_id', r.run_id, 'error', r.error)
-                               ORDER BY r.workflow_name, r.trigger_index)
-                FROM event_runs r WHERE r.event_seq = seq), '[]') AS runs";
+/// Largest payload a list of events carries, in bytes of its JSON text;
+/// a larger one is left out (`payload_bytes` says how large it is).
+pub const MAX_LISTED_PAYLOAD: i32 = 64 * 1024;
+
+/// The event log's columns, the payload whole or (for lists) only when it
+/// is at most [`MAX_LISTED_PAYLOAD`].
+fn log_columns(whole_payload: bool) -> String {
+    let payload = if whole_payload {
+        "payload".to_string()
+    } else {
+        format!("CASE WHEN octet_length(payload::text) <= {MAX_LISTED_PAYLOAD} THEN payload END")
+    };
+    format!(
+        "seq, name, event_id, key, source, delivered, received_at,
+         octet_length(payload::text) AS payload_bytes, {payload} AS payload,
+         COALESCE((SELECT jsonb_agg(jsonb_build_object('workflow', r.workflow_name, 'trigger', r.trigger_index,
+                                                       'run_id', r.run_id, 'error', r.error)
+                                    ORDER BY r.workflow_name, r.trigger_index)
+                     FROM event_runs r WHERE r.event_seq = seq), '[]') AS runs"
+    )
+}
 
 fn logged(r: &Row) -> Result<LoggedEvent> {
     let runs: Value = r.try_get("runs")?;
@@ -123,6 +141,7 @@ fn logged(r: &Row) -> Result<LoggedEvent> {
         event_id: r.try_get("event_id")?,
         key: r.try_get("key")?,
         payload: r.try_get("payload")?,
+        payload_bytes: r.try_get("payload_bytes")?,
         source: r.try_get("source")?,
         delivered: r.try_get("delivered")?,
         received_at: r.try_get("received_at")?,
@@ -138,7 +157,7 @@ pub async fn find(
 ) -> Result<Option<LoggedEvent>> {
     let row = client
         .query_opt(
-            &format!("SELECT {LOG_COLUMNS} FROM event_log WHERE name = $1 AND event_id = $2"),
+            &format!("SELECT {} FROM event_log WHERE name = $1 AND event_id = $2", log_columns(true)),
             &[&name, &event_id],
         )
         .await?;
@@ -157,10 +176,11 @@ pub async fn recent(
     let rows = client
         .query(
             &format!(
-                "SELECT {LOG_COLUMNS} FROM event_log
+                "SELECT {} FROM event_log
                   WHERE ($1::text IS NULL OR name = $1) AND ($2::text IS NULL OR source = $2)
                     AND ($3::int8 IS NULL OR seq < $3)
-                  ORDER BY seq DESC LIMIT $4"
+                  ORDER BY seq DESC LIMIT $4",
+                log_columns(false)
             ),
             &[&name, &source, &before, &limit],
         )

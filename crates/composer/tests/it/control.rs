@@ -785,5 +785,20 @@ async fn buffer_all_backfills_one_at_a_time_skip_starts_one_and_a_paused_schedul
     let (_, again) = e.post("/v1/schedules/skipping/backfill", &json!({"from": from, "to": to})).await;
     assert_eq!((again["queued"].clone(), again["already"].clone()), (json!(2), json!(1)), "the skipped ones: {again}");
     assert_eq!(ended_runs(&e, "skipping", 3).await.len(), 3);
+
+    // At most 10,000 fire times wait per schedule, however many asks; a
+    // schedule replaced drops what was asked of the old one.
+    let spec = json!({"id": "minutely", "workflow": "serial", "cron": "* * * * *", "paused": true});
+    assert_eq!(e.post("/v1/schedules", &spec).await.0, 201);
+    let now = chrono::Utc::now().duration_trunc(chrono::Duration::minutes(1)).unwrap();
+    let range = |from: i64, to: i64| json!({"from": (now - chrono::Duration::minutes(from)).to_rfc3339(), "to": (now - chrono::Duration::minutes(to)).to_rfc3339()});
+    let (status, full) = e.post("/v1/schedules/minutely/backfill", &range(10_000, 0)).await;
+    assert_eq!((status, full["queued"].clone()), (202, json!(10_000)), "{full}");
+    let (status, more) = e.post("/v1/schedules/minutely/backfill", &range(10_001, 10_000)).await;
+    assert_eq!(status, 400, "{more}");
+    assert!(more["error"]["message"].as_str().unwrap().contains("queued already"), "{more}");
+    let replaced = json!({"id": "minutely", "workflow": "serial", "cron": "0 * * * *", "paused": true});
+    assert_eq!(e.post("/v1/schedules", &replaced).await.0, 200);
+    assert_eq!(e.get("/v1/schedules/minutely").await.1["backfill_queued"], 0, "the old cron's fire times are dropped");
     e.stop().await;
 }

@@ -172,6 +172,56 @@ async fn triggers_are_checked_when_registered_and_a_hostile_one_fails_alone() {
     }
     let (status, _) = e.get("/v1/events?before=0").await;
     assert_eq!(status, 400);
+    assert_eq!(e.get("/v1/events?limit=101").await.0, 400, "a page holds at most 100 events");
+
+    // What a trigger makes is checked as a run's input is: a NUL, a value
+    // past the payload limit, a huge key — each fails its trigger alone, with
+    // an error of bounded size; the event and the plain trigger stand.
+    e.register(&json!({"name": "makes", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}],
+        "triggers": [{"event": "make", "input": "${ {s: ([0] | implode)} }"},
+                     {"event": "make", "input": "${ [range(3000000)] }"},
+                     {"event": "make", "idempotency_key": "${ \"K\" * 300000 }"},
+                     {"event": "make"}]}))
+        .await;
+    let (status, sent) = e.post("/v1/events", &json!({"name": "make"})).await;
+    assert_eq!(status, 200, "{}", composer_core::clipped(&sent.to_string(), 2000));
+    let errors = sent["trigger_errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 3, "{sent}");
+    assert!(errors[0]["error"].as_str().unwrap().contains("NUL"), "{sent}");
+    assert!(errors[1]["error"].as_str().unwrap().contains("input"), "{sent}");
+    assert!(sent.to_string().len() < 8000, "errors are clipped: {} bytes", sent.to_string().len());
+    assert_eq!(sent["started_runs"].as_array().unwrap().len(), 1, "{sent}");
+
+    // A definition or transform nesting deep compiles on the evaluation
+    // stack (it overflowed a tokio worker's and aborted the coordinator); a
+    // longer one is refused naming the limit.
+    let chain = vec!["1"; 3000].join("+");
+    let deep = json!({"name": "deep", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": format!("${{ {chain} }}")}}],
+                      "triggers": [{"event": "deep", "when": format!("({chain}) > 0")}]});
+    let (status, body) = e.post("/v1/workflows", &deep).await;
+    assert_eq!(status, 201, "{body}");
+    // Evaluating it meets the sandbox's own stack limit: an error that names
+    // it, for the trigger and for a run of the TRANSFORM alike.
+    let (status, sent) = e.post("/v1/events", &json!({"name": "deep"})).await;
+    assert_eq!(status, 200);
+    let error = sent["trigger_errors"][0]["error"].as_str().unwrap_or_else(|| panic!("{sent}"));
+    assert!(error.contains("expr_max_stack") && error.len() < 1200, "{error}");
+    let run = e.start_run("deep", json!({})).await;
+    let run = e.wait_for_run(run, T).await;
+    assert!(run["error"].as_str().is_some_and(|e| e.contains("expr_max_stack")), "{run}");
+    let hook = json!({"name": "deep", "scheme": "github", "secret": "IT_DEEP", "event": {"name": format!("${{ {chain} | tostring }}")}});
+    assert_eq!(e.post("/v1/webhooks", &hook).await.0, 201);
+    let longer = vec!["1"; 9000].join("+");
+    let (status, body) = e
+        .post(
+            "/v1/webhooks",
+            &json!({"name": "long", "scheme": "github", "secret": "IT_DEEP", "event": format!("${{ {longer} }}")}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("max_expression_bytes"), "{body}");
+    let (status, _) = e.get("/healthz").await;
+    assert_eq!(status, 200, "the coordinator lives");
     e.stop().await;
 }
 
@@ -254,7 +304,15 @@ async fn a_signed_webhook_delivery_becomes_an_event_once_and_a_bad_or_stale_one_
     let sig = format!("sha256={}", tag.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>());
     let headers = vec![("x-hub-signature-256", sig.clone()), ("x-github-delivery", "d-77".to_string())];
     let (status, sent) = deliver(&e, "repo", &headers, push).await;
-    assert_eq!((status, sent["id"].clone()), (200, json!("d-77")), "{sent}");
+    assert_eq!(status, 200, "{sent}");
+    assert!(sent["id"].as_str().unwrap().starts_with("sha256:"), "named by the signed body: {sent}");
+    // X-GitHub-Delivery is not signed: a replay under another one is the same event.
+    let other = vec![
+        ("x-hub-signature-256", sig.to_uppercase().replace("SHA256=", "sha256=")),
+        ("x-github-delivery", "d-78".to_string()),
+    ];
+    let (_, replay) = deliver(&e, "repo", &other, push).await;
+    assert_eq!((replay["duplicate"].clone(), replay["id"].clone()), (json!(true), sent["id"].clone()), "{replay}");
     let (_, log) = e.get("/v1/events?source=webhook:repo").await;
     assert_eq!(log["events"][0]["name"], "repo", "the webhook's name by default");
     assert_eq!(log["events"][0]["payload"], json!({"ref": "refs/heads/main"}));

@@ -221,7 +221,11 @@ impl Engine {
         if let Some(wf) = self.workflows.lock().expect("workflow cache").get(&def.id) {
             return Ok(wf.clone());
         }
-        let wf = Workflow::parse(&def.spec).map_err(|e| {
+        // On a thread with the evaluation stack: jq's parser recurses as deep
+        // as an expression nests, past a tokio worker's 2 MiB.
+        let spec = &def.spec;
+        let parsed = composer_core::expr::on_eval_stack(|| Workflow::parse(spec).map_err(|e| e.to_string()));
+        let wf = parsed.and_then(|p| p).map_err(|e| {
             composer_store::Error::Corrupt(format!("stored definition {} v{} is invalid: {e}", def.name, def.version))
         })?;
         let wf = Arc::new(wf);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use composer_api::{EventPage, EventSent, EventView, SendEvent};
+use serde_json::Value;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{json_size, Body};
@@ -95,15 +96,19 @@ pub(crate) struct ListQuery {
     /// The previous page's next_before.
     #[param(minimum = 1)]
     before: Option<i64>,
-    /// 1 to 1000 (default 50).
-    #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
+    /// 1 to 100 (default 50).
+    #[param(value_type = Option<i32>, minimum = 1, maximum = 100)]
     limit: Option<super::extract::Limit>,
 }
+
+/// Most events one page lists.
+pub const MAX_EVENT_PAGE: i64 = 100;
 
 /// List recent events.
 ///
 /// Events recorded in the last week, newest first, each with the runs its triggers started, the
-/// triggers that failed, and the waiting steps it completed.
+/// triggers that failed, and the waiting steps it completed. A payload over 64 KiB is left out
+/// (`payload_omitted`, with its size).
 #[utoipa::path(
     get, path = "/v1/events", operation_id = "listEvents", tag = "events",
     params(ListQuery),
@@ -114,6 +119,9 @@ pub(crate) async fn list_events(
     super::extract::Query(q): super::extract::Query<ListQuery>,
 ) -> ApiResult<Json<EventPage>> {
     let limit = super::extract::Limit::or(q.limit, 50);
+    if limit > MAX_EVENT_PAGE {
+        return Err(ApiError::bad_request(format!("limit must be 1 to {MAX_EVENT_PAGE}")));
+    }
     for (what, v, max) in [("name", &q.name, MAX_EVENT_NAME), ("source", &q.source, 300)] {
         if v.as_ref().is_some_and(|v| v.chars().count() > max || v.contains('\0')) {
             return Err(ApiError::bad_request(format!("{what} must be at most {max} characters")));
@@ -136,7 +144,9 @@ pub(crate) fn event_view(e: &composer_store::triggers::LoggedEvent) -> EventView
         name: e.name.clone(),
         id: e.event_id.clone(),
         key: e.key.clone(),
-        payload: e.payload.clone(),
+        payload: e.payload.clone().unwrap_or(Value::Null),
+        payload_bytes: i64::from(e.payload_bytes),
+        payload_omitted: e.payload.is_none(),
         source: e.source.clone(),
         delivered_to_waiters: e.delivered,
         started_runs: sent.started_runs,

@@ -142,15 +142,17 @@ pub(crate) async fn deliver(
     let header_text = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
     let sig = header_text(crate::webhooks::signature_header(hook.spec.scheme));
     let now = chrono::Utc::now().timestamp();
-    crate::webhooks::verify(hook.spec.scheme, secret.as_bytes(), sig, &body, now, hook.tolerance).map_err(|why| {
-        tracing::info!(webhook = %name, %why, "webhook delivery refused");
-        ApiError::BadSignature(why.to_string())
-    })?;
+    let signed_at = crate::webhooks::verify(hook.spec.scheme, secret.as_bytes(), sig, &body, now, hook.tolerance)
+        .map_err(|why| {
+            tracing::info!(webhook = %name, %why, "webhook delivery refused");
+            ApiError::BadSignature(why.to_string())
+        })?;
     let body_json = match serde_json::from_slice::<Value>(&body) {
         Ok(v) => v,
         Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
     };
-    let ev = transform(&hook, body_json, &headers, &body).await?;
+    let id = crate::webhooks::delivery_id(hook.spec.scheme, &body_json, &body, signed_at);
+    let ev = transform(&hook, body_json, &headers, id).await?;
     super::events::check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let source = format!("webhook:{name}");
     let incoming =
@@ -159,14 +161,13 @@ pub(crate) async fn deliver(
 }
 
 /// The event a verified delivery becomes, by the webhook's transform (on
-/// the evaluation threads: someone wrote it). Without an id of its own, a
-/// delivery is named by a digest of what was signed, so a replay is the
-/// same event.
+/// the evaluation threads: someone wrote it), with `id` unless the
+/// transform names one.
 async fn transform(
     hook: &Webhook,
     body: Value,
     headers: &HeaderMap,
-    raw: &[u8],
+    id: String,
 ) -> ApiResult<crate::webhooks::WebhookEvent> {
     let mut seen = Map::new();
     for (k, v) in headers.iter().take(MAX_HEADERS) {
@@ -176,14 +177,6 @@ async fn transform(
             }
         }
     }
-    let delivery = headers.get("x-github-delivery").and_then(|v| v.to_str().ok());
-    let id = crate::webhooks::delivery_id(hook.spec.scheme, delivery, &body).or_else(|| {
-        let sig = headers.get(crate::webhooks::signature_header(hook.spec.scheme)).map(|v| v.as_bytes()).unwrap_or(&[]);
-        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-        ctx.update(sig);
-        ctx.update(raw);
-        Some(format!("sha256:{}", ctx.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>()))
-    });
     let spec = hook.spec.clone();
     let headers = Value::Object(seen);
     let result = crate::engine::evaluator::pool()

@@ -60,8 +60,11 @@ fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
 )]
 pub(crate) async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
     // Compiling a definition's expressions is CPU work: off the async runtime.
-    let wf = tokio::task::spawn_blocking(move || Workflow::parse(&spec))
+    // Off the async runtime, on a thread with the evaluation stack (jq's
+    // parser recurses as deep as an expression nests).
+    let wf = tokio::task::spawn_blocking(move || composer_core::expr::on_eval_stack(|| Workflow::parse(&spec)))
         .await
+        .map_err(|e| ApiError::internal(format!("definition compiler stopped: {e}")))?
         .map_err(|e| ApiError::internal(format!("definition compiler stopped: {e}")))?
         .map_err(|e| ApiError::InvalidDefinition(e.to_string()))?;
     let normalized = serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;

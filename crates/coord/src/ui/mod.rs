@@ -1602,7 +1602,7 @@ async fn events_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<Strin
     let name = q.get("name").filter(|n| !n.is_empty() && n.chars().count() <= 256);
     let client = composer_store::client(&s.pool).await?;
     let hooks = composer_store::webhooks::list(&client, 1000).await?;
-    let events = composer_store::triggers::recent(&client, name.map(String::as_str), None, None, 200).await?;
+    let events = composer_store::triggers::recent(&client, name.map(String::as_str), None, None, 50).await?;
     let mut html = String::from(
         "<h1>Events</h1><h2>Webhooks</h2><table><thead><tr><th>Name</th><th>Scheme</th><th>Delivery URL</th>\
          <th>Secret</th><th>Tolerance</th></tr></thead><tbody>",
@@ -1643,7 +1643,7 @@ async fn events_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<Strin
                     let _ = write!(
                         runs,
                         "<span class=\"error\" title=\"{}\">{}: failed</span> ",
-                        esc(err),
+                        esc(&clip(err, 500)),
                         esc(&r.workflow)
                     );
                 }
@@ -1661,7 +1661,10 @@ async fn events_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<Strin
             esc(&e.source),
             esc(&clip(&e.key, 48)),
             e.delivered,
-            json_details("payload", &e.payload),
+            match &e.payload {
+                Some(p) => json_details("payload", p),
+                None => format!("{} bytes, not shown", e.payload_bytes),
+            },
         );
     }
     if events.is_empty() {

@@ -522,7 +522,10 @@ impl Trigger {
             Some(t) => match t.eval(&scope).map_err(|e| format!("idempotency_key: {e}"))? {
                 Value::String(k) if !k.is_empty() && k.chars().count() <= 256 => Some(k),
                 Value::Number(n) => Some(n.to_string()),
-                other => return Err(format!("idempotency_key: must be text of 1 to 256 characters, got {other}")),
+                other => {
+                    let shown = crate::clipped(&other.to_string(), 200);
+                    return Err(format!("idempotency_key: must be text of 1 to 256 characters, got {shown}"));
+                }
             },
         };
         Ok(Some(Fired { input, idempotency_key }))

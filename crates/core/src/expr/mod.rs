@@ -30,6 +30,41 @@ use serde_json::{Map, Value};
 /// by what an evaluation needs.
 pub const EVAL_STACK: usize = 256 << 20;
 
+/// Longest expression, in bytes (`max_expression_bytes`): jq's parser and
+/// compiler recurse as deep as an expression nests, and even a thread with
+/// [`EVAL_STACK`] must not overflow on the deepest one this allows.
+pub const MAX_EXPRESSION_BYTES: usize = 16 * 1024;
+
+/// Whether `source` has an `import "…"` or `include "…"` directive (jq's
+/// modules and data files; the sandbox has neither, and jaq panics on a
+/// data import it cannot resolve).
+fn imports(source: &str) -> bool {
+    let bytes = source.as_bytes();
+    ["import", "include"].iter().any(|word| {
+        source.match_indices(word).any(|(at, _)| {
+            let before = at.checked_sub(1).map(|i| bytes[i]);
+            let word_starts =
+                before.is_none_or(|b| !(b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b == b'.'));
+            let rest = source[at + word.len()..].trim_start();
+            word_starts && rest.starts_with('"')
+        })
+    })
+}
+
+/// Runs `f` on a thread of its own with [`EVAL_STACK`] and waits for it:
+/// for compiling what users wrote (a definition, a webhook's transform)
+/// from a thread whose stack is small, such as a tokio worker's. A panic in
+/// `f` comes back as the error.
+pub fn on_eval_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String> {
+    std::thread::scope(|s| {
+        let thread = std::thread::Builder::new().name("composer-compile".into()).stack_size(EVAL_STACK);
+        match thread.spawn_scoped(s, f) {
+            Ok(t) => t.join().map_err(|p| format!("compiling failed: {}", crate::panic_message(&*p))),
+            Err(e) => Err(format!("cannot start a thread to compile on: {e}")),
+        }
+    })
+}
+
 pub use guard::{take_exceeded, use_clock, Clock, Exceeded, Limits};
 use value::{Lookup, Sandboxed};
 
@@ -337,6 +372,15 @@ impl Expr {
     /// Parses and compiles `source`, or says why it is not valid jq. Inside
     /// [`together`], only parses it; the batch compiles it.
     pub fn compile(source: &str) -> Result<Expr, String> {
+        if source.len() > MAX_EXPRESSION_BYTES {
+            return Err(format!(
+                "an expression of {} bytes is longer than {MAX_EXPRESSION_BYTES} (max_expression_bytes)",
+                source.len()
+            ));
+        }
+        if imports(source) {
+            return Err("invalid jq: import and include are not allowed (an expression reads its input only)".into());
+        }
         if source.contains(RESERVED) {
             return Err(format!("invalid jq: names starting with {RESERVED} are reserved"));
         }
@@ -398,7 +442,7 @@ impl Expr {
                 None => Err("produced no value".to_string()),
             }
         });
-        result.map_err(|e| format!("{}: {e}", self.source))
+        result.map_err(|e| format!("{}: {e}", crate::clipped(&self.source, 200)))
     }
 
     /// Evaluates a condition, which must yield a boolean.
@@ -1186,6 +1230,29 @@ mod tests {
         assert!(all);
         let (_, all) = noting_simplicity(|| (Expr::compile(".a"), Expr::compile("[range(3)]")));
         assert!(!all);
+    }
+
+    #[test]
+    fn a_long_or_deep_expression_and_an_import_are_refused_and_compiling_runs_on_a_big_stack() {
+        let long = vec!["1"; 9000].join("+");
+        let e = Expr::compile(&long).unwrap_err();
+        assert!(e.contains("max_expression_bytes"), "{e}");
+        // Just under the limit, deeply nested: compiled on the evaluation
+        // stack it is fine (on a 2 MiB stack its parse overflowed and aborted).
+        let deep = format!("{}1{}", "(".repeat(8000), ")".repeat(8000));
+        let compiled = on_eval_stack(move || Expr::compile(&deep).map(|_| ())).unwrap();
+        assert!(compiled.is_ok(), "{compiled:?}");
+        let chain = vec!["1"; 3000].join("+");
+        let sum = on_eval_stack(move || Expr::compile(&chain).and_then(|x| x.eval(&json!(null)))).unwrap();
+        assert!(sum.unwrap_err().contains("expr_max_stack"), "evaluating it meets the sandbox's stack limit");
+        let short = vec!["1"; 100].join("+");
+        assert_eq!(Expr::compile(&short).and_then(|x| x.eval(&json!(null))), Ok(json!(100)));
+        for bad in [r#"import "/etc/passwd" as $d; $d"#, r#"include "x"; 1"#, r#"import"m" as m; 1"#] {
+            assert!(Expr::compile(bad).unwrap_err().contains("import and include"), "{bad}");
+        }
+        for fine in [r#""import \"x\"""#, ".important", ". as $include | $include", r#".a.import"#] {
+            assert!(Expr::compile(fine).is_ok(), "{fine}");
+        }
     }
 
     #[test]
