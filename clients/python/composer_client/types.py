@@ -292,10 +292,7 @@ class EventSent(_EventSentRequired, total=False):
     duplicate: bool
 
 
-class RecordedEvent(TypedDict):
-    """An event as the coordinator recorded it (``GET /v1/events``), with what
-    it did. ``source`` is ``api``, or ``webhook:NAME`` for a webhook's."""
-
+class _RecordedEventRequired(TypedDict):
     seq: int
     name: str
     id: str
@@ -306,6 +303,15 @@ class RecordedEvent(TypedDict):
     started_runs: list[TriggeredRun]
     trigger_errors: list[TriggerFailure]
     received_at: str
+
+
+class RecordedEvent(_RecordedEventRequired, total=False):
+    """An event as the coordinator recorded it (``GET /v1/events``), with what
+    it did. ``source`` is ``api``, or ``webhook:NAME`` for a webhook's.
+    ``payload`` is ``None`` when ``payload_omitted`` (over 64 KiB)."""
+
+    payload_bytes: int
+    payload_omitted: bool
 
 
 class EventPage(TypedDict):

@@ -383,7 +383,12 @@ export interface RecordedEvent {
   name: string;
   id: string;
   key: string;
+  /** `null` when `payload_omitted`. */
   payload: JsonValue;
+  /** The payload's size, as JSON text. */
+  payload_bytes: number;
+  /** The payload is over 64 KiB and left out of lists. */
+  payload_omitted: boolean;
   /** `api`, or `webhook:NAME` for a webhook's delivery. */
   source: string;
   delivered_to_waiters: number;

@@ -150,6 +150,8 @@ export const recordedEventShape = {
   id: "required",
   key: "required",
   payload: "required",
+  payload_bytes: "required",
+  payload_omitted: "required",
   source: "required",
   delivered_to_waiters: "required",
   started_runs: "required",
