@@ -291,7 +291,7 @@ pub enum WebhookScheme {
     /// timestamp must be within the tolerance.
     Stripe,
     /// `X-Hub-Signature-256: sha256=HEX` over the body (no timestamp: a
-    /// replay is refused by its `X-GitHub-Delivery` id).
+    /// delivery is named by a digest of its body, so a replay is the same event).
     Github,
 }
 
