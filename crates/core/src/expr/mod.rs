@@ -1256,6 +1256,26 @@ mod tests {
     }
 
     #[test]
+    fn splitting_text_is_charged_for_its_pieces_before_it_splits() {
+        let ok = Expr::compile(r#""a,b,c" / ",""#).unwrap().eval(&json!(null));
+        assert_eq!(ok, Ok(json!(["a", "b", "c"])));
+        assert_eq!(
+            Expr::compile(r#""2026-12-01" | split("-")"#).unwrap().eval(&json!(null)),
+            Ok(json!(["2026", "12", "01"]))
+        );
+        for source in [r#"("ab" * 3000000) / "b" | length"#, r#"("ab" * 3000000) | split("b") | length"#] {
+            let started = std::time::Instant::now();
+            let e = Expr::compile(source).unwrap().eval(&json!(null)).unwrap_err();
+            assert!(e.contains("expr_max_bytes"), "{source}: {e}");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(2),
+                "refused before splitting: {:?}",
+                started.elapsed()
+            );
+        }
+    }
+
+    #[test]
     fn a_failed_evaluation_leaves_the_next_one_unharmed() {
         fails_with("def f: f; f", "expr_max_steps");
         let ok = Expr::compile("[range(1000)] | add").unwrap().eval(&json!(null)).unwrap();

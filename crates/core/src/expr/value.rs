@@ -23,6 +23,10 @@ use super::guard;
 /// Bytes charged per array element or object entry.
 const SLOT: u64 = 16;
 
+/// What one piece of a split string is charged besides its bytes: the
+/// value that holds it.
+const PIECE_COST: u64 = 64;
+
 /// Multiplier on the size of big integers in arithmetic.
 const BIGINT_WORK: u64 = 1024;
 
@@ -305,6 +309,13 @@ fn charge_math(l: &Val, op: char, r: &Val) {
             (s.len() as u64).saturating_mul(times)
         }
         (Val::Obj(_), '*', Val::Obj(_)) => size_of(l) + size_of(r),
+        // Splitting text (`/`, and `split/1`): its bytes again, and a value
+        // for each piece it can make, charged before it is split (30 million
+        // one-byte pieces took 4.5 s and 1.5 GB in one step).
+        (Val::TStr(s) | Val::BStr(s), '/', Val::TStr(sep) | Val::BStr(sep)) => {
+            let pieces = s.len() as u64 / (sep.len() as u64).max(1) + 1;
+            (s.len() as u64).saturating_add(pieces.saturating_mul(PIECE_COST))
+        }
         // Big integers are charged for the work of computing them, not just
         // their size: squaring a 16 MiB integer takes seconds in one step.
         (Val::Num(Num::BigInt(_)), _, _) | (_, _, Val::Num(Num::BigInt(_))) => {
