@@ -341,6 +341,11 @@ async fn a_signed_webhook_delivery_becomes_an_event_once_and_a_bad_or_stale_one_
     let (status, body) = deliver(&e, "shop", &headers, nul).await;
     assert_eq!(status, 400, "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("NUL"), "{body}");
+    // A body over the limit: the API's JSON error, nothing recorded.
+    let huge = format!("{{\"id\": \"evt_big\", \"pad\": \"{}\"}}", "x".repeat(2 << 20));
+    let headers = vec![("stripe-signature", stripe_header(SECRET, now, &huge))];
+    let (status, body) = deliver(&e, "shop", &headers, &huge).await;
+    assert_eq!((status, body["error"]["code"].clone()), (413, json!("payload_too_large")), "{body}");
     let (_, list) = e.get("/v1/webhooks").await;
     assert_eq!(list["webhooks"].as_array().unwrap().len(), 3);
     assert_eq!(e.delete("/v1/webhooks/repo").await.0, 200);

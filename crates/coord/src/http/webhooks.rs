@@ -127,8 +127,13 @@ pub(crate) async fn deliver(
     State(s): State<Arc<Shared>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> ApiResult<Json<EventSent>> {
+    // In the API's JSON error format, as every other body's limit.
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge,
+        _ => ApiError::bad_request(rejection.body_text()),
+    })?;
     let row = found(&s, &name).await?;
     let spec: WebhookSpec = serde_json::from_value(row.spec.clone())
         .map_err(|e| ApiError::bad_request(format!("stored webhook {name} is invalid: {e}")))?;
