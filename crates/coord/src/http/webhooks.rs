@@ -157,7 +157,7 @@ pub(crate) async fn deliver(
         Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
     };
     let id = crate::webhooks::delivery_id(hook.spec.scheme, &body_json, &body, signed_at);
-    let ev = transform(&hook, body_json, &headers, id).await?;
+    let ev = transform(hook, body_json, &headers, id).await?;
     super::events::check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let source = format!("webhook:{name}");
     let incoming =
@@ -169,7 +169,7 @@ pub(crate) async fn deliver(
 /// the evaluation threads: someone wrote it), with `id` unless the
 /// transform names one.
 async fn transform(
-    hook: &Webhook,
+    hook: Webhook,
     body: Value,
     headers: &HeaderMap,
     id: String,
@@ -182,12 +182,10 @@ async fn transform(
             }
         }
     }
-    let spec = hook.spec.clone();
     let headers = Value::Object(seen);
     let result = crate::engine::evaluator::pool()
         .run(uuid::Uuid::nil(), move || {
             composer_core::expr::use_clock(std::time::Instant::now);
-            let hook = crate::webhooks::parse(spec)?;
             crate::webhooks::event_of(&hook, &body, &headers, id)
         })
         .await
