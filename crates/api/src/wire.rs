@@ -64,6 +64,11 @@ pub struct TaskReport {
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     #[schema(minimum = 100, maximum = 599)]
     pub http_status: Option<u16>,
+    /// How long a 429 answer asked to wait (its `Retry-After`), in
+    /// milliseconds; the engine waits at most an hour.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
+    #[schema(minimum = 0)]
+    pub retry_after_ms: Option<u64>,
 }
 
 /// The coordinator's answer to a report. An ignored report (duplicate, late,

@@ -143,6 +143,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         draining: CancellationToken::new(),
         task_api_groups: Default::default(),
         bulk_wake: Notify::new(),
+        limits_wake: Notify::new(),
         published: Notify::new(),
     });
     let shutdown = CancellationToken::new();
@@ -202,6 +203,7 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
         })
     }));
     tasks.spawn(bulk_loop(shared.clone(), shutdown.clone()));
+    tasks.spawn(crate::limits::run(shared.clone(), shutdown.clone()));
     tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
         Box::pin(async move {
             let result = async {

@@ -8,6 +8,7 @@
 //! - [`outbox`]: publishes the outbox rows nobody published after commit.
 //! - [`listener`]: LISTEN/NOTIFY wake-ups for the outbox and run waiters.
 //! - [`loops`]: timers (and the other periodic work).
+//! - [`limits`]: the limiter, which lets steps held by their limits go.
 //! - [`bulk`]: bulk jobs at work, a batch at a time.
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
 //! - [`tasks`]: how the coordinator leases tasks for the task API's workers.
@@ -24,6 +25,7 @@ mod config;
 pub mod coordinator;
 pub mod engine;
 pub mod http;
+pub mod limits;
 pub mod listener;
 pub mod loops;
 pub mod outbox;

@@ -1,12 +1,12 @@
 //! One LISTEN connection per coordinator. Notifications are wake-up hints
-//! only: after every (re)connect the outbox re-polls and run waiters re-check,
+//! only: after every (re)connect the outbox and the limiter re-poll and run waiters re-check,
 //! because notifications sent while disconnected are lost.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use composer_store::notifications::Listener;
-use composer_store::transitions::{OUTBOX_CHANNEL, RUN_DONE_CHANNEL};
+use composer_store::transitions::{LIMITS_CHANNEL, OUTBOX_CHANNEL, RUN_DONE_CHANNEL};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -32,13 +32,17 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
 }
 
 async fn listen(shared: &Shared) -> Result<(), composer_store::Error> {
-    let mut listener = Listener::connect(&shared.config.database.url, &[OUTBOX_CHANNEL, RUN_DONE_CHANNEL]).await?;
+    let channels = [OUTBOX_CHANNEL, RUN_DONE_CHANNEL, LIMITS_CHANNEL];
+    let mut listener = Listener::connect(&shared.config.database.url, &channels).await?;
     // Anything sent while we were not listening is lost: re-check now.
     shared.outbox_wake.notify_one();
+    shared.limits_wake.notify_one();
     shared.runs.notify(Uuid::nil());
     while let Some(n) = listener.recv().await {
         if n.channel == OUTBOX_CHANNEL {
             shared.outbox_wake.notify_one();
+        } else if n.channel == LIMITS_CHANNEL {
+            shared.limits_wake.notify_one();
         } else if let Ok(run_id) = n.payload.parse::<Uuid>() {
             shared.runs.notify(run_id);
         }

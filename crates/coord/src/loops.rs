@@ -84,6 +84,7 @@ async fn fail_exhausted(shared: &Shared, client: &composer_store::Client) {
             retryable: true,
             code: Some(codes::MAX_DISPATCHES.into()),
             status: None,
+            retry_after: None,
         };
         match shared.engine.handle(t.run_id, event).await {
             Ok(_) => {

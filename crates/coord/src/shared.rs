@@ -30,6 +30,9 @@ pub struct Shared {
     pub task_api_groups: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Woken when a bulk job is created, so the bulk loop starts it at once.
     pub bulk_wake: Notify,
+    /// Woken when a commit holds steps back by their limits or frees a slot:
+    /// the limiter passes again.
+    pub limits_wake: Notify,
 }
 
 /// Tells long-polling requests that a run ended. `Uuid::nil()` means "the

@@ -17,6 +17,24 @@ pub fn refusal(config: &Value, status: u16) -> Option<bool> {
     Some(listed("retry_statuses").unwrap_or(status >= 500 || status == 429))
 }
 
+/// How long a `Retry-After` header asks to wait, read at `now`: whole
+/// seconds, or an HTTP date (a date past is no wait). Anything else is
+/// `None`; the engine cuts a long wait to its `max_retry_after`.
+pub fn retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<std::time::Duration> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Digits past u64 are "very long": the cap applies.
+        return Some(std::time::Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?.with_timezone(&chrono::Utc);
+    Some((at - now).to_std().unwrap_or_default())
+}
+
+/// [`retry_after`] read now.
+pub fn retry_after_now(value: &str) -> Option<std::time::Duration> {
+    retry_after(value, chrono::Utc::now())
+}
+
 /// The error of an attempt whose answer was refused: the request and the
 /// status, and the start of the body (the worker scrubs secrets from it).
 pub fn refused_answer(method: &str, url: &str, status: u16, body: &Value) -> String {
@@ -30,6 +48,20 @@ pub fn refused_answer(method: &str, url: &str, status: u16, body: &Value) -> Str
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn retry_after_is_seconds_or_a_date() {
+        use std::time::Duration;
+        let now = chrono::DateTime::parse_from_rfc3339("2015-10-21T07:28:00Z").unwrap().to_utc();
+        assert_eq!(super::retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(super::retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(super::retry_after("99999999999999999999999", now), Some(Duration::from_secs(u64::MAX)));
+        assert_eq!(super::retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now), Some(Duration::from_secs(30)));
+        assert_eq!(super::retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now), Some(Duration::ZERO), "a date past");
+        for bad in ["", "-5", "1.5", "soon", "120s"] {
+            assert_eq!(super::retry_after(bad, now), None, "{bad:?}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -5,6 +5,8 @@
 //! - [`duration`]: durations written like `500ms`, `30s`, `10m`.
 //! - [`expr`]: jq expressions and `${ … }` templates (jaq).
 //! - [`http`]: what an HTTP node makes of its target's answer.
+//! - [`limiter`]: which steps held by their limits may go now (token
+//!   buckets, concurrency slots, a target's `Retry-After`).
 //! - [`definition`]: the workflow language, parsed and validated into a
 //!   [`definition::Workflow`] that the engine caches per version.
 //! - [`machine`]: runs and tasks, their states, and the rules that move them.
@@ -18,6 +20,7 @@ pub mod definition;
 pub mod duration;
 pub mod expr;
 pub mod http;
+pub mod limiter;
 pub mod machine;
 pub mod schedule;
 #[cfg(feature = "openapi")]

@@ -188,6 +188,7 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
                 retryable: true,
                 code: None,
                 status: None,
+                retry_after: None,
             },
             None => {
                 let output = mock();
@@ -208,6 +209,7 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
                         retryable,
                         code: Some(codes::HTTP_STATUS.to_string()),
                         status: Some(status),
+                        retry_after: None,
                     },
                     None => Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output },
                 }

@@ -107,6 +107,8 @@ metrics! {
         kind = ["expired_lease", "lost_dispatch", "max_dispatches", "in_doubt", "stranded_event", "child_result",
                 "child_start", "orphaned_child", "map_continued"];
     TIMERS_FIRED: Counter(Coordinator), "composer_timers_fired_total", "Timers fired (WAIT nodes and retry backoffs).";
+    LIMIT_ADMITTED: Counter(Coordinator), "composer_limit_admitted_total",
+        "Steps held by their limits that the limiter let go.";
     SCHEDULE_FIRES: Counter(Coordinator), "composer_schedule_fires_total",
         "Schedule fire times by outcome: started, skipped (overlap), buffered, missed (past the catch-up window), failed (the run could not start).",
         outcome = ["started", "skipped", "buffered", "missed", "failed"];

@@ -12,6 +12,7 @@
 //! - [`notifications`]: LISTEN/NOTIFY wake-ups.
 //! - [`outbox`]: the transactional outbox between commits and Redis.
 //! - [`timers`]: due WAITING tasks.
+//! - [`limits`]: limits on steps across runs, and the limiter's pass.
 //! - [`events`]: external events and their buffer.
 //! - [`fixtures`]: data and measurements for `composer bench`.
 //! - [`partitions`]: monthly partitions ahead and retention behind.
@@ -31,6 +32,7 @@ pub mod error;
 pub mod events;
 pub mod fixtures;
 pub mod leases;
+pub mod limits;
 pub mod logs;
 pub mod migrations;
 pub mod notifications;

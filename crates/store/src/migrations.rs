@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (18, "task_logs", include_str!("../migrations/0018_task_logs.sql")),
     (19, "schedule_backfill", include_str!("../migrations/0019_schedule_backfill.sql")),
     (20, "triggers_and_webhooks", include_str!("../migrations/0020_triggers_and_webhooks.sql")),
+    (21, "step_limits", include_str!("../migrations/0021_step_limits.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

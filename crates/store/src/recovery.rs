@@ -47,7 +47,8 @@ pub async fn requeue_expired_leases(client: &Client, shards: i32, max: i32) -> R
 }
 
 /// Re-dispatches PENDING tasks of running runs that have no outbox row and
-/// were not touched for `older_than` — their stream message was lost.
+/// were not touched for `older_than` — their stream message was lost. A
+/// step its limits hold has no message yet: the limiter sends it.
 /// Touching `updated_at` limits each task to one re-dispatch per interval; a
 /// task whose message is merely queued may run twice, which the lease stops.
 pub async fn redispatch_pending_tasks(client: &Client, shards: i32, older_than: Duration, max: i32) -> Result<u64> {
@@ -65,6 +66,7 @@ pub async fn redispatch_pending_tasks(client: &Client, shards: i32, older_than: 
                    AND t.queue IS NOT NULL
                    AND t.updated_at < now() - make_interval(secs => $2)
                    AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id)
+                   AND NOT EXISTS (SELECT 1 FROM limit_waits w WHERE w.task_id = t.id AND w.admitted_at IS NULL)
                    AND NOT (t.recovered_attempt IS NOT DISTINCT FROM t.attempt AND t.recoveries >= $3)
                 RETURNING t.run_id, t.id, t.queue, t.attempt
              )
@@ -97,7 +99,9 @@ pub async fn exhausted(client: &Client, older_than: Duration, max: i32, limit: i
                 AND ((t.state = 'RUNNING' AND (t.lease_expires_at IS NULL OR t.lease_expires_at < now())
                       AND NOT t.at_most_once)
                   OR (t.state = 'PENDING' AND t.updated_at < now() - make_interval(secs => $1)
-                      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id)))
+                      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id)
+                      AND NOT EXISTS (SELECT 1 FROM limit_waits w WHERE w.task_id = t.id
+                                                                     AND w.admitted_at IS NULL)))
               LIMIT $3",
             &[&older_than.as_secs_f64(), &max, &limit],
         )

@@ -140,12 +140,15 @@ pub struct TaskRow {
     pub error_info: Option<Value>,
     /// A LOOP task's current iteration.
     pub iteration: Option<i32>,
+    /// The keys of its node's limits, as a JSON list of text.
+    pub limit_keys: Option<Value>,
 }
 
 /// The columns [`TaskRow::from_row`] reads, for every `SELECT` of tasks.
 const TASK_COLUMNS: &str = "run_id, id, node_id, node_type, queue, state, attempt, input_json, output_json, error, \
                             lease_owner, lease_expires_at, wake_at, started_at, finished_at, created_at, updated_at, \
-                            event_name, event_key, parent_task_id, item_index, progress, error_info, iteration";
+                            event_name, event_key, parent_task_id, item_index, progress, error_info, iteration, \
+                            limit_keys";
 
 impl TaskRow {
     fn from_row(r: &Row) -> Result<TaskRow> {
@@ -175,6 +178,7 @@ impl TaskRow {
             progress: r.try_get("progress")?,
             error_info: r.try_get("error_info")?,
             iteration: r.try_get("iteration")?,
+            limit_keys: r.try_get("limit_keys")?,
         })
     }
 }
@@ -319,6 +323,11 @@ pub fn to_machine_task(wf: &Workflow, t: TaskRow) -> Result<machine::Task> {
         error_info,
         iteration: t.iteration.and_then(|i| u32::try_from(i).ok()),
         removed: false,
+        limit_keys: match t.limit_keys {
+            None => Vec::new(),
+            Some(keys) => serde_json::from_value(keys)
+                .map_err(|e| Error::Corrupt(format!("task {} has unreadable limit keys: {e}", t.id)))?,
+        },
     })
 }
 

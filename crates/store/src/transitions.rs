@@ -18,6 +18,9 @@ use crate::{Result, Transaction};
 
 /// Channel notified when a commit adds outbox rows.
 pub const OUTBOX_CHANNEL: &str = "composer_outbox";
+/// Channel notified when a commit holds steps back by their limits, or
+/// ends attempts that held a limit's slot: the limiter looks again.
+pub const LIMITS_CHANNEL: &str = "composer_limits";
 /// Channel notified with a run id when that run reaches a terminal status.
 pub const RUN_DONE_CHANNEL: &str = "composer_run_done";
 
@@ -65,12 +68,17 @@ pub async fn write_transitions(
     let mut cancels = ItemCancels::default();
     let mut removed = TaskDeletes::default();
     let mut sources = SourceWrites::default();
+    let mut limits = crate::limits::LimitWrites::default();
     for Change { wf, run, tr, definition } in changes {
         for (m, first, list) in &tr.sources {
             sources.push(run.id, run.tasks[*m].id, *first, list);
         }
         if tr.run_changed || tr.input_changed {
             runs.push(run, tr.input_changed);
+            // A resumed run's held steps may go again.
+            if run.status == machine::RunStatus::Running && wf.nodes.iter().any(|n| !n.limits.is_empty()) {
+                limits.wake();
+            }
             if run.status.is_terminal() {
                 notify.push(RUN_DONE_CHANNEL, run.id.to_string());
             }
@@ -80,6 +88,10 @@ pub async fn write_transitions(
         }
         for &i in &tr.updated {
             let task = &run.tasks[i];
+            // Any change ends the attempt that held (or waited for) its limits.
+            if !wf.nodes[task.node].limits.is_empty() {
+                limits.release(task.id);
+            }
             match task.removed {
                 true => removed.push(run.id, task.id),
                 false => changed_tasks.push(run.id, task),
@@ -97,9 +109,17 @@ pub async fn write_transitions(
                 false => cancels.push(run.id, run.tasks[i].id),
             }
         }
-        // A task dispatched and finished within one batch is not sent.
+        // A task dispatched and finished within one batch is not sent; one
+        // with limits waits for the limiter.
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
-            outbox.push(run.id, *definition, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
+            let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
+            match task.limit_keys.is_empty() {
+                true => outbox.push(run.id, *definition, node, task),
+                false => limits.hold(run.id, node, task),
+            }
+        }
+        for &(i, until) in &tr.limit_holds {
+            limits.retry_after(&run.tasks[i].limit_keys, until);
         }
         for h in &tr.history {
             history.push(run.id, h);
@@ -107,6 +127,9 @@ pub async fn write_transitions(
     }
     if matches!(publish, Publish::ByEnqueuer { notify: true }) && !outbox.is_empty() {
         notify.push(OUTBOX_CHANNEL, String::new());
+    }
+    if !limits.is_empty() {
+        notify.push(LIMITS_CHANNEL, String::new());
     }
     let due_in = match publish {
         Publish::ByEnqueuer { .. } => std::time::Duration::ZERO,
@@ -117,6 +140,7 @@ pub async fn write_transitions(
     cancels.execute(tx, &changed_tasks.id).await?;
     removed.execute(tx).await?;
     sources.execute(tx).await?;
+    limits.execute(tx).await?;
     let (_, _, _, outbound, _, _, _) = tokio::try_join!(
         runs.execute(tx),
         new_tasks.execute(tx),
@@ -194,6 +218,7 @@ struct TaskInserts<'a> {
     error_info: Vec<Option<Value>>,
     iteration: Vec<Option<i32>>,
     at_most_once: Vec<bool>,
+    limit_keys: Vec<Option<Value>>,
 }
 
 impl<'a> TaskInserts<'a> {
@@ -209,7 +234,7 @@ impl<'a> TaskInserts<'a> {
         self.state.push(t.state.as_str());
         self.attempt.push(t.attempt);
         self.input.push(&t.input);
-        self.wake_at.push(t.wake_at);
+        self.wake_at.push(deadline(t));
         self.finished_at.push(t.finished_at);
         self.output.push(t.output.as_ref());
         self.error.push(t.error.as_deref());
@@ -218,6 +243,7 @@ impl<'a> TaskInserts<'a> {
         self.error_info.push(error_info_json(t));
         self.iteration.push(iteration(t));
         self.at_most_once.push(node.at_most_once);
+        self.limit_keys.push((!t.limit_keys.is_empty()).then(|| Value::from(t.limit_keys.clone())));
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -229,14 +255,15 @@ impl<'a> TaskInserts<'a> {
                 "INSERT INTO task_instances
                     (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
                      output_json, error, event_name, event_key, parent_task_id, item_index, progress, error_info,
-                     iteration, at_most_once)
+                     iteration, at_most_once, limit_keys)
                  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
                                       $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
                                       $11::jsonb[], $12::text[], $13::text[], $14::text[], $15::uuid[],
-                                      $16::int4[], $17::jsonb[], $18::jsonb[], $19::int4[], $20::bool[])",
+                                      $16::int4[], $17::jsonb[], $18::jsonb[], $19::int4[], $20::bool[],
+                                      $21::jsonb[])",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 20] = [
+        let params: [&(dyn ToSql + Sync); 21] = [
             &self.run_id,
             &self.id,
             &self.node_id,
@@ -257,8 +284,18 @@ impl<'a> TaskInserts<'a> {
             &self.error_info,
             &self.iteration,
             &self.at_most_once,
+            &self.limit_keys,
         ];
         Ok(tx.execute(&stmt, &params).await?)
+    }
+}
+
+/// A task's `wake_at` as stored: a step its limits hold has no deadline
+/// yet (its timeout runs from its admission, which sets one).
+fn deadline(t: &machine::Task) -> Option<DateTime<Utc>> {
+    match t.state == TaskState::Pending && !t.limit_keys.is_empty() {
+        true => None,
+        false => t.wake_at,
     }
 }
 
@@ -305,7 +342,7 @@ impl<'a> TaskUpdates<'a> {
         self.attempt.push(t.attempt);
         self.output.push(t.output.as_ref());
         self.error.push(t.error.as_deref());
-        self.wake_at.push(t.wake_at);
+        self.wake_at.push(deadline(t));
         self.finished_at.push(t.finished_at);
         self.input.push(&t.input);
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));

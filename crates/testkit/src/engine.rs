@@ -208,6 +208,10 @@ impl Engine {
         self.send(self.http.post(format!("{}{path}", self.url())).json(body)).await
     }
 
+    pub async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send(self.http.put(format!("{}{path}", self.url())).json(body)).await
+    }
+
     pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
         self.send(
             self.http

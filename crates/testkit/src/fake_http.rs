@@ -10,6 +10,7 @@
 //! | `/status/{code}/{name}` | `code` `{"path", "call"}` |
 //! | `/flaky/{n}/{name}` | 503 for the first `n` calls, then 200 |
 //! | `/slow/{ms}/{name}` | 200 after `ms` milliseconds |
+//! | `/busy/{n}/{secs}/{name}` | 429 with `Retry-After: secs` for the first `n` calls, then 200 |
 //! | `/redirect/{name}?to=URL` | 302 to URL |
 //! | `/moved/{status}/{name}?to=URL` | `status` (301, 307, …) to URL |
 //! | `/mirror/{name}` | 400 `{"method", "uri", "headers", "body", "shout"}`: the request as received, its body as text and in capitals |
@@ -182,6 +183,14 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
             let n: usize = n.parse().unwrap_or(0);
             if call <= n {
                 (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response()
+            } else {
+                Json(json!({"path": path, "call": call})).into_response()
+            }
+        }
+        ["busy", n, secs, ..] => {
+            if call <= n.parse().unwrap_or(0) {
+                (StatusCode::TOO_MANY_REQUESTS, [(axum::http::header::RETRY_AFTER, secs.to_string())], "slow down")
+                    .into_response()
             } else {
                 Json(json!({"path": path, "call": call})).into_response()
             }

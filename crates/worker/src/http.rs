@@ -77,12 +77,17 @@ impl Http {
         let Some(retryable) = composer_core::http::refusal(&config, status) else {
             return Ok(json!({"status": status, "headers": headers, "body": body}));
         };
+        let retry_after = match status {
+            429 => headers.get("retry-after").and_then(|v| composer_core::http::retry_after_now(v)),
+            _ => None,
+        };
         // Generous here: the runtime scrubs secrets, then cuts the message.
         Err(TaskError {
             message: composer_core::http::refused_answer(&method, &url, status, &body),
             retryable,
             code: Some(codes::HTTP_STATUS.into()),
             status: Some(status),
+            retry_after,
         })
     }
 

@@ -313,6 +313,7 @@ async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
         retryable: true,
         code: Some(composer_core::machine::codes::MAX_DISPATCHES.into()),
         http_status: None,
+        retry_after_ms: None,
     };
     match ctx.reporter.send(d.task_id, &report, ctx.report_deadline).await {
         Delivery::Delivered | Delivery::Gone => ack(&ctx, &msg).await,
@@ -644,6 +645,7 @@ fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::
         retryable: error.as_ref().is_some_and(|e| e.retryable),
         code: error.as_ref().and_then(|e| e.code.clone()),
         http_status: error.as_ref().and_then(|e| e.status),
+        retry_after_ms: error.as_ref().and_then(|e| e.retry_after).map(|d| d.as_millis().min(u64::MAX as u128) as u64),
         error: error.map(|e| e.message),
     }
 }

@@ -112,15 +112,18 @@ pub struct TaskError {
     /// `task_failed` when none is given.
     pub code: Option<String>,
     pub status: Option<u16>,
+    /// How long the target asked to wait before another try (a 429's
+    /// `Retry-After`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl TaskError {
     pub fn retryable(message: impl Into<String>) -> TaskError {
-        TaskError { message: message.into(), retryable: true, code: None, status: None }
+        TaskError { message: message.into(), retryable: true, code: None, status: None, retry_after: None }
     }
 
     pub fn fatal(message: impl Into<String>) -> TaskError {
-        TaskError { message: message.into(), retryable: false, code: None, status: None }
+        TaskError { message: message.into(), retryable: false, code: None, status: None, retry_after: None }
     }
 
     /// The same failure, with a code for failure edges to test.

@@ -134,6 +134,7 @@ async fn duplicate_and_late_reports_are_ignored() {
         retryable: true,
         code: None,
         status: None,
+        retry_after: None,
     };
     assert!(engine.handle(id, late).await.unwrap().ignored.is_some());
 

@@ -15,6 +15,7 @@ mod hardening;
 mod hardening_http;
 mod hardening_worker;
 mod leases;
+mod limits;
 mod logs;
 mod ops;
 mod processes;

@@ -25,7 +25,7 @@ pub(crate) struct Status {
     pub status: String,
 }
 
-/// What a `DELETE` of a schedule or a webhook answers: what it deleted.
+/// What a `DELETE` of a schedule, a webhook or a limit answers: what it deleted.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Deleted {
     pub deleted: String,
@@ -47,6 +47,7 @@ pub(crate) struct Deleted {
         (name = "runs", description = "Runs of workflows: start, watch, control"),
         (name = "schedules", description = "Runs started on a cron schedule"),
         (name = "events", description = "Events that start runs and wake waiting steps, and the webhooks that send them"),
+        (name = "limits", description = "Rate and concurrency limits on steps across runs"),
         (name = "workers", description = "What workers call (the worker token)"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     ),

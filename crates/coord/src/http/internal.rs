@@ -50,6 +50,7 @@ pub(crate) async fn report(
             retryable: r.retryable,
             code: r.code,
             status: r.http_status.filter(|s| (100..=599).contains(s)),
+            retry_after: r.retry_after_ms.map(std::time::Duration::from_millis),
         },
     };
     let handled = s.engine.handle_reported(r.run_id, event, r.worker_id).await?;

@@ -9,7 +9,7 @@
 //!   error log.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
-//!   [`webhooks`], [`internal`], [`ops`]: one file per resource.
+//!   [`webhooks`], [`limits`], [`internal`], [`ops`]: one file per resource.
 
 pub mod bulk;
 pub mod doc;
@@ -19,6 +19,7 @@ pub mod explain;
 pub mod extract;
 pub mod guard;
 pub mod internal;
+pub mod limits;
 pub mod ops;
 mod routes;
 pub mod runs;

@@ -8,7 +8,7 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{bulk, doc, events, explain, internal, ops, runs, schedules, tasks, webhooks, workflows};
+use super::{bulk, doc, events, explain, internal, limits, ops, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::Shared;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -52,7 +52,9 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
         .routes(routes!(schedules::trigger))
-        .routes(routes!(schedules::backfill));
+        .routes(routes!(schedules::backfill))
+        .routes(routes!(limits::list))
+        .routes(routes!(limits::get, limits::set, limits::delete));
     let workers = OpenApiRouter::new()
         .routes(routes!(internal::report))
         .routes(routes!(tasks::poll))

@@ -8,13 +8,14 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use composer_api::rest::HeldView;
 use composer_api::schema::Name;
 use composer_api::{
     AttemptLines, CompleteStep, ControlRun, ErrorBody, HistoryEntryView, HistoryPage, ItemPage, LogLineView, RerunRun,
     ResolveOutcome, ResolveTask, RunPage, RunView, StartRun, StepLogs, TaskView,
 };
 use composer_core::duration;
-use composer_core::machine::{Event, Resolution, RunStatus};
+use composer_core::machine::{Event, Resolution, RunStatus, TaskState};
 use composer_store::definitions;
 use composer_store::runs::{self, RunRow, TaskRow};
 use serde::Deserialize;
@@ -289,7 +290,20 @@ fn task_view(t: &TaskRow) -> TaskView {
         parent_task_id: t.parent_task_id,
         item_index: t.item_index,
         progress: t.map_progress(),
+        held: None,
     }
+}
+
+/// Task views, with why each step its limits hold waits.
+async fn task_views(client: &composer_store::Client, run_id: Uuid, tasks: &[TaskRow]) -> ApiResult<Vec<TaskView>> {
+    let mut views: Vec<TaskView> = tasks.iter().map(task_view).collect();
+    if tasks.iter().any(|t| t.state == TaskState::Pending && t.limit_keys.is_some()) {
+        let held = composer_store::limits::held_in_run(client, run_id).await?;
+        for v in views.iter_mut().filter(|v| v.state == TaskState::Pending) {
+            v.held = held.get(&v.id).map(|h| HeldView { key: h.key.clone(), reason: h.reason.into(), until: h.until });
+        }
+    }
+    Ok(views)
 }
 
 /// Get a run.
@@ -323,7 +337,8 @@ pub(crate) async fn get_run(
             return Err(ApiError::not_found(format!("run {run_id} not found")));
         };
         if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
-            let mut view = run_view(&run, Some(&tasks));
+            let mut view = run_view(&run, Some(&[]));
+            view.tasks = Some(task_views(&client, run_id, &tasks).await?);
             if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
                 view.failure_handler_run_ids = Some(runs::handlers_of(&client, run_id).await?);
             }
@@ -414,7 +429,7 @@ pub(crate) async fn run_items(
     }
     let items = runs::items(&client, run_id, map.id, after, limit).await?;
     let next = if items.len() as i64 == limit { items.last().and_then(|t| t.item_index) } else { None };
-    Ok(Json(ItemPage { items: items.iter().map(task_view).collect(), next_after: next }))
+    Ok(Json(ItemPage { items: task_views(&client, run_id, &items).await?, next_after: next }))
 }
 
 /// Who takes an API call's control action: the API token's name, or

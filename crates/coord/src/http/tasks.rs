@@ -253,6 +253,7 @@ pub(crate) async fn fail(
         retryable: req.retryable,
         code: req.code,
         status: req.status,
+        retry_after: req.retry_after_ms.map(std::time::Duration::from_millis),
     };
     finish(&s, id, &req.worker_id, req.run_id, req.attempt, event).await
 }
@@ -289,6 +290,7 @@ pub(crate) fn completed(task_id: Uuid, attempt: i32, output: serde_json::Value, 
             retryable: false,
             code: Some(composer_core::machine::codes::PAYLOAD.into()),
             status: None,
+            retry_after: None,
         },
     }
 }

@@ -19,6 +19,7 @@ use crate::expr::{Expr, Template};
 
 mod check;
 mod kind;
+pub mod limit;
 mod node;
 mod spec;
 
@@ -30,7 +31,7 @@ pub use kind::{
 };
 pub use node::{default_queue, Node, RetryPolicy, MAX_RETRY_ATTEMPTS, MAX_RETRY_MULTIPLIER};
 pub use spec::{
-    ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, NodeSpec, OnFailureSpec, RetrySpec, TriggerSpec, WorkflowSpec,
+    ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, NodeSpec, On429, OnFailureSpec, RetrySpec, TriggerSpec, WorkflowSpec,
 };
 
 use check::positive_duration;
@@ -623,6 +624,7 @@ fn compile_on_failure(h: &OnFailureSpec) -> Result<OnFailure, ValidationError> {
 fn reads_of(node: &Node, incoming: &[usize], edges: &[Edge], index: &HashMap<String, usize>) -> Option<Vec<usize>> {
     let mut sources = node.template.sources();
     sources.extend(node.kind.sources());
+    sources.extend(node.limits.iter().flat_map(|l| l.key.sources()));
     sources.extend(incoming.iter().filter_map(|&e| edges[e].when.as_ref().map(|w| w.source())));
     let mut reads = Vec::new();
     for src in sources {
@@ -987,6 +989,7 @@ mod tests {
             initial_backoff: Duration::from_millis(100),
             multiplier: 2.0,
             max_backoff: Duration::from_millis(500),
+            respect_429: false,
         };
         let got: Vec<u64> = (1..=5).map(|a| p.backoff(a).as_millis() as u64).collect();
         assert_eq!(got, vec![100, 200, 400, 500, 500]);

@@ -7,7 +7,8 @@ use serde_json::{json, Map, Value};
 
 use super::check::{positive_duration, validate_name, ValidationError};
 use super::kind::NodeKind;
-use super::spec::{NodeSpec, RetrySpec};
+use super::limit::{compile_limits, StepLimit};
+use super::spec::{NodeSpec, On429, RetrySpec};
 use crate::duration;
 use crate::expr::Template;
 
@@ -41,6 +42,8 @@ pub struct Node {
     /// `delivery: "at_most_once"`: an attempt whose outcome is unknown goes
     /// IN_DOUBT instead of being sent again.
     pub at_most_once: bool,
+    /// Limits on its steps across runs (dispatched nodes only).
+    pub limits: Vec<StepLimit>,
 }
 
 impl Node {
@@ -65,6 +68,9 @@ pub struct RetryPolicy {
     pub initial_backoff: Duration,
     pub multiplier: f64,
     pub max_backoff: Duration,
+    /// A 429's `Retry-After` sets the wait before the next attempt (when
+    /// longer than the backoff) and holds the step's limit keys as long.
+    pub respect_429: bool,
 }
 
 impl Default for RetryPolicy {
@@ -76,6 +82,7 @@ impl Default for RetryPolicy {
             initial_backoff: Duration::from_secs(1),
             multiplier: 2.0,
             max_backoff: Duration::from_secs(60),
+            respect_429: false,
         }
     }
 }
@@ -107,9 +114,12 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
     let (kind, per_item) = NodeKind::compile(at, n, &config)?;
     let traits = kind.traits();
     if traits.has_items {
-        for (name, set) in
-            [("retry", n.retry.is_some()), ("timeout", n.timeout.is_some()), ("queue", n.queue.is_some())]
-        {
+        for (name, set) in [
+            ("retry", n.retry.is_some()),
+            ("timeout", n.timeout.is_some()),
+            ("queue", n.queue.is_some()),
+            ("limits", !n.limits.is_empty()),
+        ] {
             if set {
                 return Err(ValidationError::new(
                     format!("{at}.{name}"),
@@ -123,7 +133,19 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         true => Template::compile(&json!({})).expect("an empty template compiles"),
         false => Template::compile(&config).map_err(|(p, m)| ValidationError::new(format!("{at}.config{p}"), m))?,
     };
-    let retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
+    if !n.limits.is_empty() && !traits.dispatched {
+        return Err(ValidationError::new(
+            format!("{at}.limits"),
+            "only HTTP and custom nodes, which a worker runs, take limits",
+        ));
+    }
+    let limits = compile_limits(at, &n.limits)?;
+    let mut retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
+    retry.respect_429 = match n.retry.as_ref().and_then(|r| r.on_429) {
+        Some(On429::Respect) => true,
+        Some(On429::Ignore) => false,
+        None => !limits.is_empty(),
+    };
     let queue = match (&n.queue, traits.dispatched) {
         (Some(q), _) => {
             validate_name(&format!("{at}.queue"), q)?;
@@ -164,6 +186,7 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         timeout,
         item_of: None,
         at_most_once,
+        limits,
     };
     let item = match per_item {
         Some(spec) => Some(compile_node(&format!("{at}.config.node"), &spec)?.0),

@@ -154,6 +154,13 @@ pub struct NodeSpec {
     /// for an operator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<Delivery>,
+    /// Limits on this node's steps across runs, MAP items and coordinators
+    /// (HTTP and custom nodes, at most 4): each a key with a `rate`
+    /// (`"25/1s"`, `burst`) or a `concurrency`, or neither for a named
+    /// limit set at run time (`PUT /v1/limits/{key}`). A step a limit holds
+    /// waits, not dispatched, until the limit lets it go.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<super::limit::LimitSpec>,
 }
 
 /// Whether an attempt may be sent again when its outcome is unknown.
@@ -184,6 +191,20 @@ pub struct RetrySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1m"))]
     pub max_backoff: Option<String>,
+    /// What a 429 answer with `Retry-After` does: `respect` (the default
+    /// for a node with a limit) waits that long before the next attempt and
+    /// holds the step's limit keys as long; `ignore` retries on the backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_429: Option<On429>,
+}
+
+/// What a 429 answer's `Retry-After` does to a node's retries and limits.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum On429 {
+    Respect,
+    Ignore,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -12,6 +12,7 @@
 //! others (the next to start, the next chunk of the list, all of them to
 //! gather the output) it says so in [`Transition::effects`].
 
+use crate::definition::limit::keys_in;
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
@@ -117,7 +118,11 @@ impl Machine<'_> {
                     .template
                     .eval_input(Some(&scope))
                     .and_then(|v| storable::check(&v, "config", max).map(|()| v))
-                    .map_err(|e| format!("config: {e}")),
+                    .map_err(|e| format!("config: {e}"))
+                    .and_then(|v| {
+                        self.run.tasks[at].limit_keys = keys_in(&template.limits, Some(&scope))?;
+                        Ok(v)
+                    }),
             });
             match (evaluated, &template.kind) {
                 (Err(error), _) => {

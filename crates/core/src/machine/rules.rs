@@ -7,6 +7,7 @@ use uuid::Uuid;
 use super::state::{items, later, parse_time, Machine, Started, FOREVER};
 use super::types::{codes, Effect, Event, Failure, HistoryKind, Ignore, IgnoreKind, RunStatus, Task, TaskState};
 use super::{context, context_of, DEPTH_LIMIT};
+use crate::definition::limit::{keys_in, MAX_RETRY_AFTER};
 use crate::definition::{NodeKind, WaitFor};
 use crate::expr::Scope;
 use crate::storable;
@@ -27,11 +28,12 @@ impl Machine<'_> {
                 }
                 Ok(())
             }
-            Event::TaskFailed { task_id, attempt, error, retryable, code, status } => {
+            Event::TaskFailed { task_id, attempt, error, retryable, code, status, retry_after } => {
                 let code = code.filter(|c| crate::definition::is_error_code(c));
                 let mut failure = Failure::fatal(code.as_deref().unwrap_or(codes::TASK_FAILED), error);
                 failure.info.retryable = retryable;
                 failure.info.status = status;
+                failure.retry_after = retry_after.filter(|_| status == Some(429)).map(|d| d.min(MAX_RETRY_AFTER));
                 self.on_task_failed(task_id, attempt, failure)
             }
             Event::TimerFired { task_id } => self.on_timer_fired(task_id),
@@ -107,6 +109,13 @@ impl Machine<'_> {
     pub(super) fn on_task_failed(&mut self, task_id: Uuid, attempt: i32, failure: Failure) -> Result<(), Ignore> {
         let t = self.reportable(task_id, attempt)?;
         self.worker_runs(t)?;
+        // The target asked for a pause: its keys wait as long, whatever
+        // becomes of this task.
+        if let Some(wait) = failure.retry_after.filter(|_| self.wf.nodes[self.run.tasks[t].node].retry.respect_429) {
+            if !self.run.tasks[t].limit_keys.is_empty() {
+                self.tr.limit_holds.push((t, later(self.now, wait)));
+            }
+        }
         self.fail_attempt(t, failure);
         Ok(())
     }
@@ -125,7 +134,11 @@ impl Machine<'_> {
         }
         let policy = node.retry;
         if failure.info.retryable && (attempt as i64) < policy.max_attempts as i64 {
-            let wake_at = later(self.now, policy.backoff(attempt as u32));
+            let mut wait = policy.backoff(attempt as u32);
+            if let Some(asked) = failure.retry_after.filter(|_| policy.respect_429) {
+                wait = wait.max(asked);
+            }
+            let wake_at = later(self.now, wait);
             let task = &mut self.run.tasks[t];
             task.state = TaskState::Waiting;
             task.wake_at = Some(wake_at);
@@ -648,13 +661,17 @@ impl Machine<'_> {
     pub(super) fn start(&mut self, t: usize, ctx: &mut Option<Scope>) {
         let node = &self.wf.nodes[self.run.tasks[t].node];
         let now = self.now;
-        let needs_ctx = !node.template.is_literal() || !node.kind.traits().dispatched;
+        let needs_ctx = !node.template.is_literal() || !node.kind.traits().dispatched || !node.limits.is_empty();
         let scope =
             if needs_ctx { Some(ctx.get_or_insert_with(|| self.scope(self.run.tasks[t].node)).clone()) } else { None };
         let eval = |tpl: &crate::expr::Template| tpl.eval_in(scope.as_ref());
+        let mut limit_keys = Vec::new();
         let outcome: Result<Started, String> = match &node.kind {
             NodeKind::Http | NodeKind::Custom => {
-                node.template.eval_input(scope.as_ref()).map(Started::Dispatch).map_err(|e| format!("config: {e}"))
+                node.template.eval_input(scope.as_ref()).map_err(|e| format!("config: {e}")).and_then(|input| {
+                    limit_keys = keys_in(&node.limits, scope.as_ref())?;
+                    Ok(Started::Dispatch(input))
+                })
             }
             NodeKind::Wait(WaitFor::Duration(d)) => Ok(Started::Wait(later(now, *d), None)),
             NodeKind::Wait(WaitFor::Until(until)) => eval(until)
@@ -737,6 +754,7 @@ impl Machine<'_> {
                 }
                 task.input =
                     super::state::with_idempotency_key(&self.wf.nodes[task.node].kind, input, task.id, task.attempt);
+                task.limit_keys = limit_keys;
                 self.dispatch(t);
             }
             Ok(Started::Wait(wake_at, event)) => {

@@ -61,6 +61,7 @@ impl Sim {
             retryable,
             code: None,
             status: None,
+            retry_after: None,
         };
         self.apply(e)
     }
@@ -123,6 +124,7 @@ fn duplicate_late_and_stale_reports_are_ignored() {
         retryable: false,
         code: None,
         status: None,
+        retry_after: None,
     });
     assert!(stranger.ignored.unwrap().contains("does not belong"));
     assert_eq!(s.task("a").output, Some(json!(1)), "the first result wins");
@@ -308,7 +310,7 @@ proptest! {
                 let report = if rng.chance(60) {
                     Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(t) }
                 } else {
-                    Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70), code: None, status: None }
+                    Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70), code: None, status: None, retry_after: None }
                 };
                 if rng.chance(30) {
                     inbox.push(report.clone());
@@ -648,7 +650,7 @@ proptest! {
                     let report = if rng.chance(60) {
                         Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(t) }
                     } else {
-                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70), code: None, status: None }
+                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(70), code: None, status: None, retry_after: None }
                     };
                     inbox.push(report);
                 }
@@ -728,6 +730,7 @@ impl Sim {
                 retryable: false,
                 code: None,
                 status: None,
+                retry_after: None,
             }
         };
         self.apply(e)
@@ -855,6 +858,7 @@ fn an_item_retries_under_the_template_policy() {
         retryable: true,
         code: None,
         status: None,
+        retry_after: None,
     });
     assert_eq!(s.item(0).state, TaskState::Waiting);
     s.now += chrono::Duration::seconds(2);
@@ -1131,7 +1135,7 @@ proptest! {
                     inbox.push(if rng.chance(70) {
                         Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(task.item.map(|i| i.index)) }
                     } else {
-                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(60), code: None, status: None }
+                        Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "e".into(), retryable: rng.chance(60), code: None, status: None, retry_after: None }
                     });
                 }
             }
@@ -1307,6 +1311,7 @@ fn a_worker_cannot_report_for_a_sub_workflow_task() {
         retryable: false,
         code: None,
         status: None,
+        retry_after: None,
     });
     assert_eq!(forged.ignored_kind, Some(IgnoreKind::NotDispatched));
     assert_eq!(s.task("bill").state, TaskState::Running);
@@ -1418,6 +1423,7 @@ fn http_failure(s: &mut Sim, node: &str, status: u16) -> Transition {
         retryable: false,
         code: Some(codes::HTTP_STATUS.into()),
         status: Some(status),
+        retry_after: None,
     };
     s.apply(e)
 }
@@ -1489,6 +1495,7 @@ fn a_failure_without_a_failure_edge_still_fails_the_run_and_starts_nothing_new()
         retryable: false,
         code: None,
         status: None,
+        retry_after: None,
     });
     assert!(!s.has_task("failed"), "an unhandled failure starts nothing new");
     assert_eq!(s.run.status, RunStatus::Failed);
@@ -1615,7 +1622,7 @@ proptest! {
                 let task = &s.run.tasks[t];
                 let report = if fails[task.node] {
                     Event::TaskFailed { task_id: task.id, attempt: task.attempt, error: "no".into(), retryable: false,
-                                        code: None, status: None }
+                                        code: None, status: None, retry_after: None }
                 } else {
                     Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output: json!(t) }
                 };
@@ -1805,6 +1812,7 @@ fn run_items(e: &mut Engine, fails: impl Fn(u32) -> bool) {
                 retryable: false,
                 code: None,
                 status: None,
+                retry_after: None,
             },
             false => Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!({"i": index}) },
         };

@@ -147,6 +147,9 @@ pub struct Task {
     /// and deleted by the writer. Kept in place only so that indices into
     /// `run.tasks` stay valid for the rest of the transition.
     pub removed: bool,
+    /// The keys of its node's `limits`, evaluated when it was created (in
+    /// the node's order); empty for a node without limits.
+    pub limit_keys: Vec<String>,
 }
 
 /// What a failure edge can test of a failure besides its message
@@ -168,16 +171,27 @@ pub struct ErrorInfo {
 pub struct Failure {
     pub message: String,
     pub info: ErrorInfo,
+    /// How long the target asked to wait before trying again (a 429's
+    /// `Retry-After`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Failure {
     /// A failure that retrying would not change.
     pub fn fatal(code: &str, message: impl Into<String>) -> Failure {
-        Failure { message: message.into(), info: ErrorInfo { code: code.to_string(), retryable: false, status: None } }
+        Failure {
+            message: message.into(),
+            info: ErrorInfo { code: code.to_string(), retryable: false, status: None },
+            retry_after: None,
+        }
     }
 
     pub fn retryable(code: &str, message: impl Into<String>) -> Failure {
-        Failure { message: message.into(), info: ErrorInfo { code: code.to_string(), retryable: true, status: None } }
+        Failure {
+            message: message.into(),
+            info: ErrorInfo { code: code.to_string(), retryable: true, status: None },
+            retry_after: None,
+        }
     }
 }
 
@@ -260,6 +274,7 @@ impl Task {
             error_info: None,
             iteration: None,
             removed: false,
+            limit_keys: Vec::new(),
         }
     }
 
@@ -379,6 +394,8 @@ pub enum Event {
         code: Option<String>,
         /// The HTTP status the target answered with.
         status: Option<u16>,
+        /// How long a 429 answer asked to wait (its `Retry-After`).
+        retry_after: Option<std::time::Duration>,
     },
     TimerFired {
         task_id: Uuid,
@@ -708,6 +725,8 @@ pub struct Transition {
     pub continue_maps: Vec<usize>,
     /// The run's input was replaced (a rerun with an edited input).
     pub input_changed: bool,
+    /// Tasks whose limit keys a target's `Retry-After` holds, and until when.
+    pub limit_holds: Vec<(usize, DateTime<Utc>)>,
 }
 
 impl Transition {
@@ -758,6 +777,7 @@ impl Transition {
         self.charged_items += next.charged_items;
         self.input_changed |= next.input_changed;
         self.sources.extend(next.sources);
+        self.limit_holds.extend(next.limit_holds);
         for m in next.continue_maps {
             if !self.continue_maps.contains(&m) {
                 self.continue_maps.push(m);
