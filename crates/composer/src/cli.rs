@@ -47,6 +47,8 @@ pub enum Command {
     Schedule(ScheduleArgs),
     /// Configure webhooks: signed deliveries from other services turned into events.
     Webhook(WebhookArgs),
+    /// See and set the rate and concurrency limits on steps across runs.
+    Limit(LimitArgs),
     /// Prints a shell completion script: `composer completions bash > /etc/bash_completion.d/composer`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -613,6 +615,51 @@ pub enum WebhookCommand {
     Delete {
         /// The webhook's name.
         name: String,
+    },
+}
+
+#[derive(Args)]
+pub struct LimitArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: LimitCommand,
+}
+
+#[derive(Subcommand)]
+pub enum LimitCommand {
+    /// Lists limits with their use now: tokens, steps in flight and waiting.
+    List {
+        /// The previous page's last key.
+        #[arg(long)]
+        after: Option<String>,
+        /// Most limits to list (1 to 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Shows one limit and its use now.
+    Get {
+        /// The limit key (as the node's limits evaluate it, e.g. stripe:acct_1).
+        key: String,
+    },
+    /// Sets a key's values at run time; the definitions that use it no longer change them.
+    Set {
+        /// The limit key.
+        key: String,
+        /// Steps per period, as N/period (25/1s, 1000/1h).
+        #[arg(long)]
+        rate: Option<String>,
+        /// The most steps that may go at once after a quiet spell (the rate's N by default).
+        #[arg(long)]
+        burst: Option<u32>,
+        /// Steps of the key in flight at once.
+        #[arg(long)]
+        concurrency: Option<u32>,
+    },
+    /// Forgets the values set at run time: the key goes back to its definitions.
+    Delete {
+        /// The limit key.
+        key: String,
     },
 }
 

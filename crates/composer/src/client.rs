@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use composer_config::non_empty;
 
-use crate::cli::{ClientArgs, EventCommand, RunCommand, ScheduleCommand, WebhookCommand, WorkflowCommand};
+use crate::cli::{
+    ClientArgs, EventCommand, LimitCommand, RunCommand, ScheduleCommand, WebhookCommand, WorkflowCommand,
+};
 use crate::input::{read_spec, usage, Failure, NOT_FOUND, RUN_FAILED, UNAVAILABLE, USAGE, WAIT_TIMED_OUT};
 use crate::output::{self, Format};
 
@@ -341,6 +343,40 @@ pub async fn webhook(args: ClientArgs, cmd: WebhookCommand) -> anyhow::Result<Ex
         }
         WebhookCommand::Get { name } => call(&api, Method::GET, &path(&name), None).await?,
         WebhookCommand::Delete { name } => call(&api, Method::DELETE, &path(&name), None).await?,
+    };
+    output::one(format, &answer);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn limit(args: ClientArgs, cmd: LimitCommand) -> anyhow::Result<ExitCode> {
+    let api = api(&args)?;
+    let format = Format::resolve(args.output.as_deref());
+    let path = |key: &str| format!("/v1/limits/{}", encode(key));
+    let answer = match cmd {
+        LimitCommand::List { after, limit } => {
+            let mut query = format!("/v1/limits?limit={limit}");
+            if let Some(after) = after {
+                query.push_str(&format!("&after={}", encode(&after)));
+            }
+            let answer = call(&api, Method::GET, &query, None).await?;
+            output::list(format, &answer, "limits", output::LIMIT_COLUMNS);
+            return Ok(ExitCode::SUCCESS);
+        }
+        LimitCommand::Get { key } => call(&api, Method::GET, &path(&key), None).await?,
+        LimitCommand::Set { key, rate, burst, concurrency } => {
+            let mut body = serde_json::Map::new();
+            for (field, v) in [
+                ("rate", rate.map(Value::from)),
+                ("burst", burst.map(Value::from)),
+                ("concurrency", concurrency.map(Value::from)),
+            ] {
+                if let Some(v) = v {
+                    body.insert(field.into(), v);
+                }
+            }
+            call(&api, Method::PUT, &path(&key), Some(&Value::Object(body))).await?
+        }
+        LimitCommand::Delete { key } => call(&api, Method::DELETE, &path(&key), None).await?,
     };
     output::one(format, &answer);
     Ok(ExitCode::SUCCESS)

@@ -63,6 +63,7 @@ fn main() -> ExitCode {
         Command::Event(args) => runtime.block_on(client::event(args.client, args.command)),
         Command::Schedule(args) => runtime.block_on(client::schedule(args.client, args.command)),
         Command::Webhook(args) => runtime.block_on(client::webhook(args.client, args.command)),
+        Command::Limit(args) => runtime.block_on(client::limit(args.client, args.command)),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

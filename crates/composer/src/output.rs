@@ -73,6 +73,17 @@ pub const RECENT_EVENT_COLUMNS: &[Column] = &[
 pub const WEBHOOK_COLUMNS: &[Column] =
     &[("NAME", "/name"), ("SCHEME", "/scheme"), ("SECRET", "/secret"), ("SECRET SET", "/secret_set"), ("URL", "/url")];
 
+pub const LIMIT_COLUMNS: &[Column] = &[
+    ("KEY", "/key"),
+    ("RATE", "/rate"),
+    ("BURST", "/burst"),
+    ("CONCURRENCY", "/concurrency"),
+    ("SET BY", "/set_by"),
+    ("IN USE", "/in_use"),
+    ("WAITING", "/waiting"),
+    ("HELD UNTIL", "/held_until"),
+];
+
 /// Widest a table cell gets before it is cut.
 const MAX_CELL: usize = 60;
 

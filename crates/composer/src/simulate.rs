@@ -192,6 +192,9 @@ fn text(r: &Report) -> String {
         if let Some(e) = &n.error {
             out.push_str(&format!("  {:width$}    error: {e}\n", ""));
         }
+        if !n.limit_keys.is_empty() {
+            out.push_str(&format!("  {:width$}    limits: {} (not simulated)\n", "", n.limit_keys.join(", ")));
+        }
     }
     if !r.edges.is_empty() {
         out.push_str("edges\n");
@@ -208,6 +211,9 @@ fn text(r: &Report) -> String {
         (Some(o), _) => out.push_str(&format!("output {o}\n")),
         (None, Some(e)) => out.push_str(&format!("error {e}\n")),
         _ => {}
+    }
+    for note in &r.notes {
+        out.push_str(&format!("note: {note}\n"));
     }
     out
 }

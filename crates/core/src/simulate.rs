@@ -40,6 +40,9 @@ pub struct Report {
     /// Every node, in the definition's order.
     pub nodes: Vec<NodeReport>,
     pub edges: Vec<EdgeReport>,
+    /// What the simulation leaves out that production does (limits).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -55,6 +58,10 @@ pub struct NodeReport {
     pub input: Option<Value>,
     pub output: Option<Value>,
     pub error: Option<String>,
+    /// The keys of its limits, evaluated: production would hold its steps
+    /// by them; the simulation does not.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limit_keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -251,6 +258,7 @@ fn report(wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report
                 input: task.map(|t| t.input.clone()).filter(|v| !v.is_null()),
                 output: task.and_then(|t| t.output.clone()),
                 error: task.and_then(|t| t.error.clone()),
+                limit_keys: task.map(|t| t.limit_keys.clone()).unwrap_or_default(),
             }
         })
         .collect();
@@ -263,7 +271,15 @@ fn report(wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report
             EdgeReport { from, to, on: e.on.as_str(), taken }
         })
         .collect();
-    Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges }
+    let mut notes = Vec::new();
+    if wf.nodes.iter().any(|n| !n.limits.is_empty()) {
+        notes.push(
+            "limits are not simulated: every step goes at once; in production a step waits for its limit keys \
+             (rate, concurrency, a target's Retry-After)"
+                .to_string(),
+        );
+    }
+    Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges, notes }
 }
 
 #[cfg(test)]

@@ -194,3 +194,39 @@ async fn bench_ab_runs_two_binaries_alternately_and_prints_both_sides() {
     assert_eq!(bad.code, 1, "{}", bad.stderr);
     assert!(bad.stderr.contains("cannot run /nonexistent/composer"), "{}", bad.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_set_listed_and_deleted_and_simulate_says_it_leaves_them_out() {
+    let e = Engine::start().await;
+    let url = e.url();
+    let set =
+        cli(&url, &["limit", "set", "stripe:acct/1", "--rate", "25/1s", "--burst", "50", "-o", "json"], None).await;
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    let limit: Value = serde_json::from_str(&set.stdout).unwrap();
+    assert_eq!(
+        (limit["key"].clone(), limit["rate"].clone(), limit["burst"].clone()),
+        (json!("stripe:acct/1"), json!("25/1s"), json!(50))
+    );
+    assert_eq!(limit["tokens"], 50.0, "a new bucket starts full");
+    let list = cli(&url, &["limit", "list", "-o", "table"], None).await;
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    assert!(
+        list.stdout.starts_with("KEY") && list.stdout.contains("stripe:acct/1") && list.stdout.contains("25/1s"),
+        "{}",
+        list.stdout
+    );
+    let bad = cli(&url, &["limit", "set", "k", "--rate", "fast"], None).await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("rate"), "{}", bad.stderr);
+    assert_eq!(cli(&url, &["limit", "delete", "stripe:acct/1"], None).await.code, 0);
+    assert_eq!(cli(&url, &["limit", "get", "stripe:acct/1"], None).await.code, 3, "gone");
+
+    let spec = json!({"name": "charge", "nodes": [{"id": "pay", "type": "HTTP", "config": {"url": "http://h/pay"},
+        "limits": [{"key": "stripe:${ .input.account }", "rate": "25/1s"}]}]})
+    .to_string();
+    let sim = cli(&url, &["workflow", "simulate", "-f", "-", "--input", r#"{"account": "a1"}"#], Some(&spec)).await;
+    assert_eq!(sim.code, 0, "{}", sim.stderr);
+    assert!(sim.stdout.contains("limits: stripe:a1 (not simulated)"), "{}", sim.stdout);
+    assert!(sim.stdout.contains("note: limits are not simulated"), "{}", sim.stdout);
+    e.stop().await;
+}

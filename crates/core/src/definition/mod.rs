@@ -994,4 +994,26 @@ mod tests {
         let got: Vec<u64> = (1..=5).map(|a| p.backoff(a).as_millis() as u64).collect();
         assert_eq!(got, vec![100, 200, 400, 500, 500]);
     }
+
+    #[test]
+    fn limits_go_on_the_nodes_a_worker_runs_and_a_node_with_limits_respects_a_429() {
+        let wait = json!({"name": "x", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"},
+            "limits": [{"key": "k", "concurrency": 1}]}]});
+        assert_eq!(err(wait).path, "nodes[w].limits");
+        let map = json!({"name": "x", "nodes": [{"id": "m", "type": "MAP", "limits": [{"key": "k"}],
+            "config": {"items": [1], "node": {"type": "HTTP", "config": {"url": "http://h"}}}}]});
+        assert_eq!(err(map).path, "nodes[m].limits");
+        let bad = json!({"name": "x", "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"},
+            "limits": [{"key": "k", "rate": "fast"}]}]});
+        assert_eq!(err(bad).path, "nodes[a].limits[0].rate");
+        let wf = Workflow::parse(&json!({"name": "x", "nodes": [
+            {"id": "a", "type": "HTTP", "config": {"url": "http://h"}, "limits": [{"key": "k:${ .nodes.b.output.id }"}]},
+            {"id": "b", "type": "HTTP", "config": {"url": "http://h"}},
+            {"id": "c", "type": "HTTP", "config": {"url": "http://h"}, "retry": {"on_429": "respect"}}],
+            "edges": [{"from": "b", "to": "a"}]}))
+        .unwrap();
+        let (a, b, c) = (&wf.nodes[0], &wf.nodes[1], &wf.nodes[2]);
+        assert!(a.retry.respect_429 && !b.retry.respect_429 && c.retry.respect_429);
+        assert_eq!(a.reads.as_deref(), Some(&[1][..]), "a key's expression reads what it names");
+    }
 }

@@ -1933,3 +1933,68 @@ fn a_loops_ten_thousandth_iteration_costs_what_its_tenth_does() {
     let kept = serde_json::to_vec(&s.task("poll").output).unwrap().len();
     assert!(kept < 300, "only the last output is kept: {kept} bytes");
 }
+
+#[test]
+fn a_step_carries_its_limit_keys_from_its_scope_and_a_map_item_its_own() {
+    let mut s = Sim::new(parse(json!({"name": "l", "nodes": [
+        {"id": "a", "type": "HTTP", "config": {"url": "http://h/a"},
+         "limits": [{"key": "stripe:${ .input.x }", "rate": "5/1s"}, {"key": "crm", "concurrency": 2}]},
+        {"id": "each", "type": "MAP", "config": {"items": [7, 8], "node": {"type": "HTTP",
+            "config": {"url": "http://h/i"}, "limits": [{"key": "item:${ .item }"}]}}}]})));
+    let tr = s.apply(Event::RunStarted);
+    assert_eq!(s.task("a").limit_keys, ["stripe:1", "crm"]);
+    let items: Vec<&Task> = s.run.tasks.iter().filter(|t| t.item.is_some()).collect();
+    let keys: Vec<&[String]> = items.iter().map(|t| t.limit_keys.as_slice()).collect();
+    assert_eq!(keys, [["item:7".to_string()], ["item:8".to_string()]]);
+    assert_eq!(tr.dispatch.len(), 3, "a held step is dispatched all the same: the writer holds it back");
+}
+
+#[test]
+fn a_429_with_retry_after_waits_that_long_and_holds_the_keys_unless_ignored() {
+    let spec = |on_429: Value| {
+        parse(json!({"name": "l", "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h/a"},
+            "retry": {"max_attempts": 3, "initial_backoff": "1s", "on_429": on_429},
+            "limits": [{"key": "partner"}]}]}))
+    };
+    let busy = |s: &mut Sim, status: u16| {
+        let t = s.task("a");
+        let (task_id, attempt) = (t.id, t.attempt);
+        s.apply(Event::TaskFailed {
+            task_id,
+            attempt,
+            error: "busy".into(),
+            retryable: true,
+            code: Some(codes::HTTP_STATUS.into()),
+            status: Some(status),
+            retry_after: Some(std::time::Duration::from_secs(30)),
+        })
+    };
+    let mut s = Sim::new(spec(json!("respect")));
+    s.apply(Event::RunStarted);
+    let tr = busy(&mut s, 429);
+    let wake = s.task("a").wake_at.unwrap();
+    assert_eq!((wake - s.now).num_seconds(), 30, "the target's 30 s, not the 1 s backoff");
+    assert_eq!(tr.limit_holds.len(), 1);
+    assert_eq!((tr.limit_holds[0].1 - s.now).num_seconds(), 30);
+
+    // Only a 429's Retry-After counts, and an hour at most.
+    let mut s = Sim::new(spec(json!("respect")));
+    s.apply(Event::RunStarted);
+    let tr = busy(&mut s, 503);
+    assert_eq!(((s.task("a").wake_at.unwrap() - s.now).num_seconds(), tr.limit_holds.len()), (1, 0));
+
+    let mut s = Sim::new(spec(json!("ignore")));
+    s.apply(Event::RunStarted);
+    let tr = busy(&mut s, 429);
+    assert_eq!(((s.task("a").wake_at.unwrap() - s.now).num_seconds(), tr.limit_holds.len()), (1, 0));
+}
+
+#[test]
+fn a_limit_key_that_does_not_evaluate_fails_the_step_naming_the_limit() {
+    let mut s = Sim::new(parse(json!({"name": "l", "nodes": [{"id": "a", "type": "HTTP",
+        "config": {"url": "http://h/a"}, "limits": [{"key": "k"}, {"key": "${ .input }"}]}]})));
+    s.apply(Event::RunStarted);
+    let t = s.task("a");
+    assert_eq!(t.state, TaskState::Failed);
+    assert!(t.error.as_deref().unwrap().contains("limits[1].key: must be text or a number"), "{:?}", t.error);
+}
