@@ -99,7 +99,7 @@ pub struct Explain {
 pub struct NodeWait {
     pub node_id: String,
     pub state: TaskState,
-    /// `worker`, `child_run`, `items`, `event`, `retry`, `timer`, `paused`, `operator`.
+    /// `worker`, `limit`, `child_run`, `items`, `event`, `retry`, `timer`, `paused`, `operator`.
     pub waiting_for: String,
     /// In words.
     pub reason: String,

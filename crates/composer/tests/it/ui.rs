@@ -311,3 +311,52 @@ async fn the_events_page_shows_webhooks_and_events_with_their_runs_and_the_sched
     assert_eq!(e.get("/v1/schedules/hourly_ui").await.1["backfill_queued"], 4, "nothing more queued");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn the_limits_page_shows_each_keys_use_sets_and_deletes_and_a_run_page_says_what_holds_a_step() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "held_ui", "nodes": [{"id": "call", "type": "HTTP",
+        "config": {"url": http.url("/slow/2000/held")}, "limits": [{"key": "<crm>", "concurrency": 1}]}]}))
+        .await;
+    let first = e.start_run("held_ui", json!({})).await;
+    e.wait_until(first, T, |r| r["tasks"][0]["state"] == "RUNNING").await;
+    let second = e.start_run("held_ui", json!({})).await;
+    let b = browser();
+    let run_page = b.get(format!("{}/ui/runs/{second}", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(run_page.contains("held by its limit") && run_page.contains("every slot of its concurrency"), "{run_page}");
+    let page = b.get(format!("{}/ui/limits", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("&lt;crm&gt;") && !page.contains("<crm>"), "the key is shown as text: {page}");
+    assert!(page.contains("<td>1</td><td>1</td>"), "one in use, one waiting: {page}");
+
+    let form = |fields: &[(&str, &str)]| {
+        let fields: Vec<(String, String)> = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        b.post(format!("{}/ui/limits", e.url())).form(&fields)
+    };
+    let done = form(&[("key", "partner:1"), ("rate", "10/1s"), ("burst", "20")]).send().await.unwrap();
+    assert_eq!(done.headers()["location"], "/ui/limits?msg=limit-done");
+    let set = e.get("/v1/limits/partner:1").await.1;
+    assert_eq!(
+        (set["rate"].clone(), set["burst"].clone(), set["set_by"].clone()),
+        (json!("10/1s"), json!(20), json!("api"))
+    );
+    for bad in [
+        vec![("key", "k"), ("rate", "fast")],
+        vec![("key", ""), ("concurrency", "2")],
+        vec![("key", "k"), ("burst", "-1"), ("rate", "1/1s")],
+    ] {
+        let refused = form(&bad).send().await.unwrap();
+        assert_eq!(refused.headers()["location"], "/ui/limits?msg=limit-invalid", "{bad:?}");
+    }
+    let foreign =
+        form(&[("key", "partner:1"), ("delete", "1")]).header("origin", "https://evil.example").send().await.unwrap();
+    assert_eq!(foreign.status(), 403);
+    assert_eq!(e.get("/v1/limits/partner:1").await.0, 200, "a form from another site deletes nothing");
+    let deleted = form(&[("key", "partner:1"), ("delete", "1")]).send().await.unwrap();
+    assert_eq!(deleted.headers()["location"], "/ui/limits?msg=limit-deleted");
+    assert_eq!(e.get("/v1/limits/partner:1").await.0, 404);
+    for id in [first, second] {
+        assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    }
+    e.stop().await;
+}

@@ -53,8 +53,12 @@ pub async fn explain_run(s: &Shared, run_id: uuid::Uuid) -> ApiResult<Explain> {
     }
     let children =
         runs::list(&mut client, &RunFilter { parent: Some(run_id), ..Default::default() }, None, 100).await?;
+    let held = match tasks.iter().any(|t| t.state == TaskState::Pending && t.limit_keys.is_some()) {
+        true => composer_store::limits::held_in_run(&client, run_id).await?,
+        false => Default::default(),
+    };
     for t in tasks.iter().filter(|t| !t.state.is_terminal()) {
-        nodes.push(node_wait(s, &client, &run, t, &children).await?);
+        nodes.push(node_wait(s, &client, &run, t, &children, held.get(&t.id)).await?);
     }
     let summary = match (run.status, nodes.len()) {
         (RunStatus::Paused, _) => "paused: steps already running finish, nothing new starts until it is resumed".into(),
@@ -72,12 +76,29 @@ async fn node_wait(
     run: &RunRow,
     t: &TaskRow,
     children: &[RunRow],
+    held: Option<&composer_store::limits::Held>,
 ) -> ApiResult<NodeWait> {
     let now = Utc::now();
     let ago = |at: chrono::DateTime<Utc>| (now - at).num_milliseconds().max(0) as f64 / 1000.0;
     let until = |at: chrono::DateTime<Utc>| (at - now).num_milliseconds() as f64 / 1000.0;
     let paused = run.status == RunStatus::Paused;
     let (waiting_for, reason, detail) = match (t.state, t.node_type.as_str()) {
+        (TaskState::Pending, _) if held.is_some() => {
+            let h = held.expect("matched");
+            let when = h.until.map(|at| format!(" (for {:.1} s more)", until(at).max(0.0))).unwrap_or_default();
+            let why = match h.reason {
+                "rate" => format!("its rate is used up until its next token{when}"),
+                "concurrency" => "every slot of its concurrency is taken: it goes when one of its steps ends".into(),
+                "retry_after" => format!("a target answered 429 and asked for a pause{when}"),
+                _ => "its turn comes at the limiter's next pass".into(),
+            };
+            let reason = format!("held by its limit {:?}: {why}", h.key);
+            (
+                "limit",
+                reason,
+                json!({"key": h.key, "reason": h.reason, "until": h.until, "held_for_s": ago(t.updated_at)}),
+            )
+        }
         (TaskState::Pending, _) => {
             let queue = t.queue.clone().unwrap_or_default();
             let (backlog, oldest) = runs::queue_backlog(client, &queue, BACKLOG_CAP).await?;

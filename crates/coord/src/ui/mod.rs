@@ -79,6 +79,7 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/ui/schedules", get(schedules_page))
         .route("/ui/schedules/{id}/backfill", post(backfill_action))
         .route("/ui/events", get(events_page))
+        .route("/ui/limits", get(limits_page).post(limit_action))
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_login));
     Router::new()
         .merge(pages)
@@ -189,6 +190,9 @@ const NOTICES: &[(&str, &str)] = &[
         "backfill-done",
         "backfill: queued; the timer loop starts the runs (fire times asked for before are not queued again)",
     ),
+    ("limit-done", "limit: saved; waiting steps go as soon as it lets them"),
+    ("limit-deleted", "limit: deleted; the key goes back to what its definitions say"),
+    ("limit-invalid", "limit refused: a key of 1 to 256 bytes; rate as N/period (25/1s); burst and concurrency from 1"),
     (
         "backfill-invalid",
         "backfill refused: give from and to (UTC) with from before to, to not in the future, at most 10,000 fire times",
@@ -858,11 +862,17 @@ async fn live_part(
         children.iter().filter_map(|c| c.parent.map(|p| (p.task_id, c))).rev().collect();
     if let Some(def) = composer_store::definitions::by_id(client, run.workflow_definition_id).await? {
         if let Ok(wf) = s.engine.compile(&def) {
+            let held = match tasks.iter().any(|t| t.state == TaskState::Pending && t.limit_keys.is_some()) {
+                true => composer_store::limits::held_in_run(client, run.id).await?,
+                false => HashMap::new(),
+            };
             let mut states = HashMap::new();
             for t in tasks {
                 let mut state = dag::NodeState { state: t.state.as_str().to_string(), ..Default::default() };
                 let node = wf.node_index(&t.node_id).map(|n| &wf.nodes[n].kind);
-                if let Some(p) = t.map_progress() {
+                if let Some(h) = held.get(&t.id) {
+                    state.note = Some(format!("held: {} ({})", h.key, h.reason));
+                } else if let Some(p) = t.map_progress() {
                     state.note = Some(format!("{}/{} done", p.completed + p.failed, p.total));
                 } else if node.is_some_and(|k| k.traits().has_child) {
                     state.link = child_of.get(&t.id).map(|c| format!("/ui/runs/{}", c.id));
@@ -1672,6 +1682,87 @@ async fn events_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<Strin
     }
     html.push_str("</tbody></table>");
     Ok(Html(page("Events", &html)).into_response())
+}
+
+/// Limits on steps across runs: each key's values and use now, and a form
+/// to set (or delete) one as `PUT /v1/limits/{key}` does.
+async fn limits_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> Page {
+    let client = composer_store::client(&s.pool).await?;
+    let limits = composer_store::limits::list(&client, None, 1000).await?;
+    let mut html = String::from("<h1>Limits</h1>");
+    if let Some(text) = q.get("msg").and_then(|m| notice(m)) {
+        let _ = write!(html, "<p class=\"notice\">{}</p>", esc(text));
+    }
+    html.push_str(
+        "<table class=\"limits\"><thead><tr><th>Key</th><th>Rate</th><th>Burst</th><th>Tokens</th><th>Concurrency</th>\
+         <th>In use</th><th>Waiting</th><th>Held until</th><th>Set by</th><th></th></tr></thead><tbody>",
+    );
+    for l in &limits {
+        let v = crate::http::limits::view(l);
+        let opt = |n: Option<u32>| n.map(|n| n.to_string()).unwrap_or_default();
+        let _ = write!(
+            html,
+            "<tr data-key=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td><form method=\"post\" action=\"/ui/limits\"><input type=\"hidden\" name=\"key\" value=\"{}\">\
+             <button type=\"submit\" name=\"delete\" value=\"1\">Delete</button></form></td></tr>",
+            esc(&v.key),
+            esc(&v.key),
+            esc(v.rate.as_deref().unwrap_or("")),
+            opt(v.burst),
+            v.tokens.map(|t| format!("{t:.1}")).unwrap_or_default(),
+            opt(v.concurrency),
+            v.in_use,
+            v.waiting,
+            time(v.held_until),
+            esc(&v.set_by),
+            esc(&v.key),
+        );
+    }
+    if limits.is_empty() {
+        html.push_str("<tr><td colspan=\"10\" class=\"empty\">No limits yet: a node's limits appear once a step waits for them.</td></tr>");
+    }
+    html.push_str(
+        "</tbody></table><h2>Set a limit</h2><form class=\"set-limit\" method=\"post\" action=\"/ui/limits\">\
+         <label>Key <input name=\"key\" required maxlength=\"256\" placeholder=\"stripe:acct_1\"></label>\
+         <label>Rate <input name=\"rate\" placeholder=\"25/1s\"></label>\
+         <label>Burst <input name=\"burst\" type=\"number\" min=\"1\"></label>\
+         <label>Concurrency <input name=\"concurrency\" type=\"number\" min=\"1\"></label>\
+         <button type=\"submit\">Save</button></form><p class=\"meta\">A limit set here wins over the definitions \
+         that use its key until it is deleted. A part left empty is not limited.</p>",
+    );
+    Ok(Html(page("Limits", &html)).into_response())
+}
+
+/// The limits page's forms: set a key's values, or delete them.
+async fn limit_action(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let invalid = || Ok(Redirect::to("/ui/limits?msg=limit-invalid").into_response());
+    let key = form.get("key").map(|k| k.trim()).unwrap_or_default();
+    if key.is_empty() || key.len() > composer_core::definition::limit::MAX_LIMIT_KEY || key.contains('\0') {
+        return invalid();
+    }
+    let client = composer_store::client(&s.pool).await?;
+    if form.contains_key("delete") {
+        composer_store::limits::delete(&client, key).await?;
+        return Ok(Redirect::to("/ui/limits?msg=limit-deleted").into_response());
+    }
+    let field = |name: &str| form.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let number = |name: &str| field(name).map(|v| v.parse::<u32>().map_err(|_| ())).transpose();
+    let (Ok(burst), Ok(concurrency)) = (number("burst"), number("concurrency")) else { return invalid() };
+    let spec = composer_core::definition::limit::LimitValuesSpec {
+        rate: field("rate").map(str::to_string),
+        burst,
+        concurrency,
+    };
+    let Ok(values) = composer_core::definition::limit::LimitValues::parse("", &spec) else { return invalid() };
+    composer_store::limits::set(&client, key, &values).await?;
+    Ok(Redirect::to("/ui/limits?msg=limit-done").into_response())
 }
 
 /// A schedule's backfill form: the API's backfill, with times in UTC as a
