@@ -1,5 +1,5 @@
-"""The API client: workflows, runs, events, schedules' backfills, webhooks and
-run control.
+"""The API client: workflows, runs, events, schedules' backfills, webhooks,
+limits and run control.
 
 Usage::
 
@@ -32,6 +32,8 @@ from .types import (
     HistoryEntry,
     HistoryPage,
     ItemPage,
+    Limit,
+    LimitPage,
     LogLine,
     RecordedEvent,
     Registered,
@@ -378,6 +380,64 @@ class Client:
         """Deletes a webhook: its deliveries are refused from now on; the
         events it sent stay. ``NotFound`` when there is none of that name."""
         return cast(Deleted, self._http.request("DELETE", f"/v1/webhooks/{_seg(name)}")[1])
+
+    # -- limits ---------------------------------------------------------------
+
+    def list_limits(self, after: Optional[str] = None, limit: Optional[int] = None) -> LimitPage:
+        """A page of the limits, in key order: every key a step has waited
+        for or an operator set, with its values, who set them (``set_by``),
+        and its use now. ``limit`` is 1 to 1000 (default 100). Pass the
+        page's ``next_after`` as ``after`` for the next one; it is ``None``
+        on the last page."""
+        query = {"after": after, "limit": limit}
+        return cast(LimitPage, self._http.request("GET", "/v1/limits", query=query)[1])
+
+    def iter_limits(self, after: Optional[str] = None, page_size: Optional[int] = None) -> Iterator[Limit]:
+        """Every limit (those after the key ``after``), in key order,
+        fetching the pages as it goes."""
+        while True:
+            page = self.list_limits(after, page_size)
+            yield from page["limits"]
+            after = page["next_after"]
+            if after is None or not page["limits"]:
+                return
+
+    def get_limit(self, key: str) -> Limit:
+        """A limit and its use now (``NotFound`` for a key no step waited for
+        and no operator set). ``key`` is the limit's key as it is
+        (``stripe:acct_1``): it is encoded here."""
+        return cast(Limit, self._http.request("GET", f"/v1/limits/{_seg(key)}")[1])
+
+    def set_limit(
+        self,
+        key: str,
+        *,
+        rate: Optional[str] = None,
+        burst: Optional[int] = None,
+        concurrency: Optional[int] = None,
+    ) -> Limit:
+        """Sets a key's values at run time, across every run, item and
+        coordinator: ``rate`` (``"N/period"``: ``"25/1s"``, ``"1000/1h"``, a
+        token bucket holding ``burst`` tokens, N by default) and
+        ``concurrency`` (steps in flight at once); a part left out is not
+        limited. From now on the definitions that use the key no longer
+        change it (``delete_limit`` gives it back to them); steps waiting for
+        it go as soon as the new values let them. ``InvalidRequest`` for a
+        value out of range (``"0/1s"``)."""
+        body: dict[str, Any] = {}
+        if rate is not None:
+            body["rate"] = rate
+        if burst is not None:
+            body["burst"] = burst
+        if concurrency is not None:
+            body["concurrency"] = concurrency
+        return cast(Limit, self._http.request("PUT", f"/v1/limits/{_seg(key)}", body)[1])
+
+    def delete_limit(self, key: str) -> Deleted:
+        """Forgets the values an operator set: the key goes back to what the
+        definitions that use it say (one none of them gives values to is not
+        limited). ``NotFound`` when there is no such limit."""
+        return cast(Deleted, self._http.request("DELETE", f"/v1/limits/{_seg(key)}")[1])
 
     # -- control --------------------------------------------------------------
 

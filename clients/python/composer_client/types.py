@@ -18,10 +18,15 @@ __all__ = [
     "ErrorInfo",
     "EventPage",
     "EventSent",
+    "Held",
+    "HeldReason",
     "HistoryEntry",
     "HistoryKind",
     "HistoryPage",
     "ItemPage",
+    "Limit",
+    "LimitPage",
+    "LimitSetBy",
     "LogLine",
     "MapProgress",
     "RecordedEvent",
@@ -105,6 +110,25 @@ class ErrorInfo(_ErrorInfoRequired, total=False):
     status: int
 
 
+HeldReason = Literal["rate", "concurrency", "retry_after", "queued"]
+"""Why a step waits for a limit: ``rate`` (its bucket is empty),
+``concurrency`` (every slot is taken), ``retry_after`` (a target asked for a
+pause) or ``queued`` (its turn comes at the limiter's next pass)."""
+
+
+class _HeldRequired(TypedDict):
+    key: str
+    reason: HeldReason
+
+
+class Held(_HeldRequired, total=False):
+    """Why a PENDING step is held back (not sent to a worker yet): the limit
+    ``key`` that holds it, the ``reason``, and ``until`` when it may go, where
+    that is known (a rate's next token, a pause's end)."""
+
+    until: Optional[str]
+
+
 class _RunTaskRequired(TypedDict):
     id: str
     node_id: str
@@ -127,6 +151,8 @@ class RunTask(_RunTaskRequired, total=False):
     progress: MapProgress
     error_info: ErrorInfo
     """Of a failed task, on servers with failure edges."""
+    held: Held
+    """Of a step its limits hold back, on servers with limits."""
 
 
 class _RunSummaryRequired(TypedDict):
@@ -379,8 +405,45 @@ class WebhookCreated(Webhook):
     created: bool
 
 
+LimitSetBy = Literal["definition", "api"]
+"""Whose values a limit has: the nodes' that use it (``definition``), or an
+operator's (``api``, set by ``set_limit``, which definitions no longer
+change)."""
+
+
+class _LimitRequired(TypedDict):
+    key: str
+    set_by: LimitSetBy
+    in_use: int
+    waiting: int
+    updated_at: str
+
+
+class Limit(_LimitRequired, total=False):
+    """A limit on steps across runs (``GET /v1/limits/{key}``), with its use
+    now: ``in_use`` steps sent and not finished, ``waiting`` steps held. The
+    values it has are present: ``rate`` (``"N/period"``, with ``burst``) and
+    ``concurrency``; a part left out is not limited."""
+
+    rate: Optional[str]
+    burst: Optional[int]
+    concurrency: Optional[int]
+    tokens: Optional[float]
+    """The tokens in its bucket now (a rate only)."""
+    held_until: Optional[str]
+    """A target's ``Retry-After`` holds the key until then."""
+
+
+class LimitPage(TypedDict):
+    """A page of ``GET /v1/limits``, in key order; ``next_after`` fetches the
+    next (``None`` on the last)."""
+
+    limits: list[Limit]
+    next_after: Optional[str]
+
+
 class Deleted(TypedDict):
-    """What a delete answers: the name it deleted."""
+    """What a delete answers: the name (or limit key) it deleted."""
 
     deleted: str
 

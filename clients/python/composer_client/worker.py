@@ -109,22 +109,37 @@ class TaskError(Exception):
     ``code`` names what went wrong for failure edges to test
     (``.nodes.X.error.code``; 1 to 64 of ``a-z 0-9 _ . -``, ``task_failed``
     without one), and ``status`` is the HTTP status a target answered with,
-    when the failure is one (100 to 599). Either is checked here, so a bad
-    one is the handler's ``ValueError``, not a refused report.
+    when the failure is one (100 to 599). ``retry_after_ms`` is a 429's
+    ``Retry-After`` in milliseconds: the node's next attempt waits at least
+    that long, and with ``retry.on_429: respect`` (the default for a node
+    with limits) its limit keys are held as long; it is sent only with
+    ``status=429``, the one status it means something with. Each is checked
+    here, so a bad one is the handler's ``ValueError``, not a refused report.
     """
 
     def __init__(
-        self, message: str, retryable: bool = True, *, code: Optional[str] = None, status: Optional[int] = None
+        self,
+        message: str,
+        retryable: bool = True,
+        *,
+        code: Optional[str] = None,
+        status: Optional[int] = None,
+        retry_after_ms: Optional[int] = None,
     ) -> None:
         if code is not None and not _ERROR_CODE.fullmatch(code):
             raise ValueError(f"TaskError code must be 1 to 64 of a-z 0-9 _ . -, got {code!r}")
         if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599):
             raise ValueError(f"TaskError status must be an HTTP status (100 to 599), got {status!r}")
+        if retry_after_ms is not None and (
+            isinstance(retry_after_ms, bool) or not isinstance(retry_after_ms, int) or not 0 <= retry_after_ms < 2**63
+        ):
+            raise ValueError(f"TaskError retry_after_ms must be whole milliseconds, 0 or more, got {retry_after_ms!r}")
         super().__init__(message)
         self.message = message
         self.retryable = retryable
         self.code = code
         self.status = status
+        self.retry_after_ms = retry_after_ms
 
 
 class LeaseLost(Exception):
@@ -310,6 +325,7 @@ class _Outcome:
     retryable: bool = True
     code: Optional[str] = None
     status: Optional[int] = None
+    retry_after_ms: Optional[int] = None
     kind_of_error: str = "TaskError"
     """What to log instead of ``error``, whose text may hold input."""
     frames: Optional[str] = field(default=None, repr=False)
@@ -517,7 +533,13 @@ class Worker:
             json.dumps(output, allow_nan=False)  # fails here, not at the report, if not JSON
             return _Outcome(output=_scrub(output, used))
         except TaskError as e:
-            return _Outcome(error=_scrub(e.message, used), retryable=e.retryable, code=e.code, status=e.status)
+            return _Outcome(
+                error=_scrub(e.message, used),
+                retryable=e.retryable,
+                code=e.code,
+                status=e.status,
+                retry_after_ms=e.retry_after_ms,
+            )
         except LeaseLost:
             task.cancelled.set()
             return _Outcome(error="lease lost", retryable=True, kind_of_error="LeaseLost")
@@ -583,6 +605,8 @@ class Worker:
                 body["code"] = outcome.code
             if outcome.status is not None:
                 body["status"] = outcome.status
+                if outcome.status == 429 and outcome.retry_after_ms is not None:
+                    body["retry_after_ms"] = outcome.retry_after_ms
         # Retried for a lease's length: past it the task belongs to another worker.
         give_up_at = time.monotonic() + task.lease_ttl_ms / 1000.0
         try:

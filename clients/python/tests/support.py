@@ -192,6 +192,7 @@ class StubServer:
 
             do_GET = _serve
             do_POST = _serve
+            do_PUT = _serve
             do_DELETE = _serve
 
             def log_message(self, format: str, *args: Any) -> None:

@@ -273,6 +273,50 @@ class EventScheduleWebhookRequestTest(unittest.TestCase):
         )
 
 
+class LimitRequestTest(unittest.TestCase):
+    def test_the_requests_of_limits_are_the_apis_with_the_key_one_path_segment(self) -> None:
+        view = {"key": "k", "set_by": "api", "in_use": 0, "waiting": 0, "updated_at": "2026-12-01T00:00:00Z"}
+
+        def respond(r: Request) -> Answer:
+            if r.route == "/v1/limits":
+                after = urllib.parse.parse_qs(urllib.parse.urlsplit(r.path).query).get("after", [""])[0]
+                keys = [k for k in ["a", "b", "c"] if k > after][:2]
+                return answer(
+                    200, {"limits": [{**view, "key": k} for k in keys], "next_after": keys[-1] if keys else None}
+                )
+            if r.method == "DELETE":
+                return answer(200, {"deleted": "stripe:acct_1/x"})
+            return answer(200, view)
+
+        with StubServer(respond) as stub:
+            client = Client(stub.url)
+            self.assertEqual(client.list_limits()["next_after"], "b")
+            client.list_limits(after="stripe:a", limit=2)
+            self.assertEqual([limit["key"] for limit in client.iter_limits(page_size=2)], ["a", "b", "c"])
+            client.get_limit("stripe:acct_1/x")
+            client.set_limit("stripe:acct_1/x", rate="25/1s", burst=5, concurrency=2)
+            client.set_limit("a b?#%&=+.~", concurrency=1)
+            client.set_limit("named")
+            self.assertEqual(client.delete_limit("stripe:acct_1/x"), {"deleted": "stripe:acct_1/x"})
+        got = [(r.method, r.path, r.body) for r in stub.requests]
+        self.assertEqual(
+            got,
+            [
+                ("GET", "/v1/limits", None),
+                ("GET", "/v1/limits?after=stripe%3Aa&limit=2", None),
+                ("GET", "/v1/limits?limit=2", None),
+                ("GET", "/v1/limits?after=b&limit=2", None),
+                ("GET", "/v1/limits?after=c&limit=2", None),
+                ("GET", "/v1/limits/stripe%3Aacct_1%2Fx", None),
+                ("PUT", "/v1/limits/stripe%3Aacct_1%2Fx", {"rate": "25/1s", "burst": 5, "concurrency": 2}),
+                ("PUT", "/v1/limits/a%20b%3F%23%25%26%3D%2B.~", {"concurrency": 1}),
+                ("PUT", "/v1/limits/named", {}),
+                ("DELETE", "/v1/limits/stripe%3Aacct_1%2Fx", None),
+            ],
+        )
+        self.assertEqual(stub.requests[-2].headers.get("Content-Type"), "application/json", "a body, if empty")
+
+
 class ParseTimeTest(unittest.TestCase):
     def test_api_timestamps_become_aware_utc_datetimes(self) -> None:
         want = datetime(2026, 12, 1, 7, 50, 27, 570874, tzinfo=timezone.utc)

@@ -193,6 +193,36 @@ class WorkerTest(unittest.TestCase):
         made = TaskError("no", code="a.b-c_9", status=599)
         self.assertEqual((made.code, made.status, made.retryable), ("a.b-c_9", 599, True))
         self.assertEqual((TaskError("no").code, TaskError("no").status), (None, None))
+        for ms in [-1, 1.5, True, "1000", 2**63]:
+            with self.assertRaises(ValueError, msg=repr(ms)):
+                TaskError("slow down", status=429, retry_after_ms=ms)  # type: ignore[arg-type]
+        self.assertEqual(TaskError("slow down", status=429, retry_after_ms=0).retry_after_ms, 0)
+        self.assertIsNone(TaskError("no").retry_after_ms)
+
+    def test_a_429_s_retry_after_delays_the_next_attempt_and_holds_its_limit(self) -> None:
+        key = unique("py-throttled")
+        began: list[float] = []
+
+        def charge(task: Task) -> Any:
+            began.append(time.monotonic())
+            if task.attempt == 1:
+                raise TaskError("rate limited", code="rate_limited", status=429, retry_after_ms=2000)
+            return {"charged": task.attempt}
+
+        call = node("c", "charge", "py-ra")  # retried after 50 ms but for the Retry-After
+        call["limits"] = [{"key": key, "concurrency": 5}]
+        run_id = start(unique("py-retry-after"), [call])
+        with InBackground(Worker(DEV.url, queues=["py-ra"], poll_wait=1).handle("charge", charge)):
+            deadline = time.monotonic() + 30
+            limit = client.get_limit(key) if began else None
+            while not (limit and limit.get("held_until")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                limit = client.get_limit(key) if began else None
+            self.assertTrue(limit and limit.get("held_until"), f"the key is held: {limit}")
+            run = client.wait(run_id, 60)
+        self.assertEqual((run["status"], run["output"]), ("SUCCEEDED", {"c": {"charged": 2}}), run)
+        self.assertEqual(len(began), 2)
+        self.assertGreaterEqual(began[1] - began[0], 1.8, "the second attempt waited for the Retry-After")
 
     def test_a_worker_killed_mid_task_loses_it_to_another_that_finishes_it(self) -> None:
         run_id = start(unique("py-resize"), [node("thumb", "resize-image", "images", width=64)])
@@ -372,7 +402,46 @@ class StepLogsTest(unittest.TestCase):
 
 
 class ReportRetryTest(unittest.TestCase):
-    """A stub coordinator: one task, and a completion refused with 503 twice."""
+    """A stub coordinator: one task, and a completion refused with 503 twice;
+    failures with a Retry-After."""
+
+    def test_retry_after_ms_is_sent_with_a_429_only(self) -> None:
+        def leased(n: int) -> dict[str, Any]:
+            return {
+                "id": f"t-{n}", "run_id": "r-1", "attempt": 1, "node_id": f"n{n}", "node_type": "call", "queue": "q",
+                "input": {"status": [429, 503, 429][n]}, "lease_ttl_ms": 10000,
+            }  # fmt: skip
+
+        polls: list[int] = []
+        fails: dict[str, Any] = {}
+
+        def respond(r: Request) -> Answer:
+            if r.route == "/v1/tasks/poll":
+                polls.append(1)
+                return answer(200, {"tasks": [leased(n) for n in range(3)] if len(polls) == 1 else []})
+            if r.route.endswith("/fail"):
+                fails[r.route.split("/")[3]] = r.body
+            return answer(200, {"applied": True})
+
+        def call(task: Task) -> Any:
+            wait = None if task.node_id == "n2" else 1500
+            raise TaskError("throttled", status=task.input["status"], retry_after_ms=wait)
+
+        with StubServer(respond) as stub:
+            w = Worker(stub.url, queues=["q"], poll_wait=0.1, worker_id="py-stub").handle("call", call)
+            with InBackground(w):
+                deadline = time.monotonic() + 20
+                while len(fails) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        lease = {"worker_id": "py-stub", "run_id": "r-1", "attempt": 1, "error": "throttled", "retryable": True}
+        self.assertEqual(
+            fails,
+            {
+                "t-0": {**lease, "status": 429, "retry_after_ms": 1500},
+                "t-1": {**lease, "status": 503},
+                "t-2": {**lease, "status": 429},
+            },
+        )
 
     def test_a_report_is_retried_through_5xx_and_each_retry_is_logged(self) -> None:
         leased = {

@@ -12,6 +12,9 @@ import {
   type HistoryPage,
   type ItemPage,
   type JsonValue,
+  type Limit,
+  type LimitPage,
+  type LimitValues,
   type RecordedEvent,
   type ResolveTask,
   type Run,
@@ -95,6 +98,14 @@ export interface BackfillOptions {
   overlap?: BackfillOverlap | undefined;
 }
 
+/** `listLimits`' page. */
+export interface ListLimitsOptions {
+  /** The previous page's `next_after` (a key): the limits after it. */
+  after?: string | null | undefined;
+  /** 1 to 1000 (default 100). */
+  limit?: number | undefined;
+}
+
 /** A created webhook; `created` is false when it replaced one of the same name. */
 export type CreatedWebhook = Webhook & { created: boolean };
 
@@ -109,8 +120,8 @@ export interface WaitOptions {
 const MAX_WAIT_MS = 30_000;
 
 /**
- * Composer's REST API: workflows, runs, events, schedules' backfills and
- * webhooks. Every method rejects with a `ComposerError` (`NotFoundError`,
+ * Composer's REST API: workflows, runs, events, schedules' backfills,
+ * webhooks and limits. Every method rejects with a `ComposerError` (`NotFoundError`,
  * `InvalidRequestError`, `ConflictError`, `UnauthorizedError`,
  * `UnavailableError`) when the server refuses or no answer comes.
  */
@@ -132,6 +143,10 @@ export class Client {
 
   #post<T>(path: string, body?: unknown): Promise<T> {
     return call<T>(this.#t, "POST", path, body).then((a) => a.body);
+  }
+
+  #put<T>(path: string, body: unknown): Promise<T> {
+    return call<T>(this.#t, "PUT", path, body).then((a) => a.body);
   }
 
   #delete<T>(path: string): Promise<T> {
@@ -360,5 +375,53 @@ export class Client {
   /** Deletes a webhook: its deliveries are refused from now on; the events it sent stay. */
   deleteWebhook(name: string): Promise<Deleted> {
     return this.#delete(`/v1/webhooks/${segment(name)}`);
+  }
+
+  // -- limits -------------------------------------------------------------------
+
+  /**
+   * A page of the limits, in key order: every key a step has waited for or
+   * an operator set, with its values, who set them (`set_by`) and its use
+   * now (`tokens`, `in_use`, `waiting`, `held_until`).
+   */
+  listLimits(options: ListLimitsOptions = {}): Promise<LimitPage> {
+    return this.#get(`/v1/limits${query({ after: options.after, limit: options.limit })}`);
+  }
+
+  /** Every limit (those after the key `after`), in key order, fetching page after page (`limit` is the page size). */
+  async *iterateLimits(options: ListLimitsOptions = {}): AsyncGenerator<Limit, void, undefined> {
+    let after: string | null = options.after ?? null;
+    for (;;) {
+      const page: LimitPage = await this.listLimits({ ...options, after });
+      yield* page.limits;
+      after = page.next_after;
+      if (after === null || page.limits.length === 0) return;
+    }
+  }
+
+  /** A limit and its use now (a `NotFoundError` for a key no step waited for and no operator set). The key is encoded here. */
+  getLimit(key: string): Promise<Limit> {
+    return this.#get(`/v1/limits/${segment(key)}`);
+  }
+
+  /**
+   * Sets a key's `rate` (`"N/period"`, with `burst`) and `concurrency` at run
+   * time, across every run, item and coordinator; a part left out is not
+   * limited. From now on the definitions that use the key no longer change
+   * it (`deleteLimit` gives it back to them); steps waiting for it go as
+   * soon as the new values let them. An `InvalidRequestError` for a value
+   * out of range (`"0/1s"`).
+   */
+  setLimit(key: string, values: LimitValues = {}): Promise<Limit> {
+    const body: LimitValues = {};
+    if (values.rate !== undefined && values.rate !== null) body.rate = values.rate;
+    if (values.burst !== undefined && values.burst !== null) body.burst = values.burst;
+    if (values.concurrency !== undefined && values.concurrency !== null) body.concurrency = values.concurrency;
+    return this.#put(`/v1/limits/${segment(key)}`, body);
+  }
+
+  /** Forgets the values an operator set: the key goes back to what the definitions that use it say. */
+  deleteLimit(key: string): Promise<Deleted> {
+    return this.#delete(`/v1/limits/${segment(key)}`);
   }
 }

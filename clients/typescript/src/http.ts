@@ -54,9 +54,14 @@ export function transport(options: {
   return { base, token, timeoutMs, fetch };
 }
 
-/** Encodes one path segment (a run id, a workflow name). */
+/**
+ * Encodes one path segment (a run id, a workflow name, a limit key such as
+ * `stripe:acct_1/eu`): every reserved character, `/` included, and
+ * `! ' ( ) *`, which `encodeURIComponent` leaves, so that a value can never
+ * reach another route.
+ */
 export function segment(value: string | number): string {
-  return encodeURIComponent(String(value));
+  return encodeURIComponent(String(value)).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }
 
 /** A query string (with its `?`) of the parameters that are set. */
@@ -75,7 +80,7 @@ class CallTimeout extends Error {}
 /** Calls `method path` with `body` as JSON; an error answer (or none) throws a `ComposerError`. */
 export async function call<T>(
   t: Transport,
-  method: "GET" | "POST" | "DELETE",
+  method: "GET" | "POST" | "PUT" | "DELETE",
   path: string,
   body?: unknown,
   options: CallOptions = {},

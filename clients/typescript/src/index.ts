@@ -9,6 +9,7 @@ export type {
   ClientOptions,
   CreatedWebhook,
   ListEventsOptions,
+  ListLimitsOptions,
   ListRunsOptions,
   RegisteredWorkflow,
   SendEventOptions,

@@ -5,8 +5,8 @@
  *
  * A field the server always sends, `null` when empty, is typed `T | null`; a
  * field it leaves out when empty is optional (`?:`). Fields added by newer
- * coordinators (failure handling, LOOP, event triggers) are optional, so the
- * types fit older ones too.
+ * coordinators (failure handling, LOOP, event triggers, limits) are optional,
+ * so the types fit older ones too.
  */
 
 /** Any JSON value. */
@@ -90,12 +90,46 @@ export type BuiltinNodeType =
 /** A node's type: a built-in one, or a custom type (`resize-image`) a worker handles. */
 export type NodeType = BuiltinNodeType | (string & {});
 
+/**
+ * What a 429 answer with `Retry-After` does to a node's retries: `respect`
+ * (the default for a node with limits) waits that long before the next
+ * attempt and holds the node's limit keys as long; `ignore` retries on the
+ * backoff.
+ */
+export type On429 = "respect" | "ignore";
+
 /** A node's retry policy. Durations are text: `"1s"`, `"500ms"`, `"1m"`. */
 export interface RetryPolicy {
   max_attempts?: number | null;
   initial_backoff?: string | null;
   multiplier?: number | null;
   max_backoff?: string | null;
+  /** Newer coordinators only. */
+  on_429?: On429 | null;
+}
+
+/**
+ * A limit's values, as a node or `setLimit` writes them; a part left out is
+ * not limited.
+ */
+export interface LimitValues {
+  /** Steps per period, `"N/period"` (`"25/1s"`, `"1000/1h"`): a token bucket that refills N tokens each period. */
+  rate?: string | null;
+  /** The most tokens the bucket holds (1 to 1,000,000; the rate's N by default). */
+  burst?: number | null;
+  /** Steps of the key in flight at once, across runs (1 to 100,000). */
+  concurrency?: number | null;
+}
+
+/**
+ * One of a node's `limits`: its steps wait (PENDING, with `held`) until the
+ * limit lets them go, across runs, MAP items and coordinators. Neither a
+ * rate nor a concurrency names a limit whose values are set at run time
+ * (`setLimit`).
+ */
+export interface LimitDefinition extends LimitValues {
+  /** What the limit is per: text with `${ ... }` over the step's scope (`"stripe:${ .input.account }"`). */
+  key: string;
 }
 
 /** One node of a definition. */
@@ -116,6 +150,8 @@ export interface NodeDefinition {
    * unknown waits IN_DOUBT for `resolveTask`). Newer coordinators only.
    */
   delivery?: "at_least_once" | "at_most_once" | null;
+  /** Limits on this node's steps across runs (HTTP and custom nodes, at most 4). Newer coordinators only. */
+  limits?: LimitDefinition[] | null;
 }
 
 /** An edge; `when` is a jq expression that must yield a boolean. */
@@ -223,6 +259,22 @@ export interface ErrorInfo {
   status?: number;
 }
 
+/**
+ * Why a step waits for a limit: `rate` (the bucket is empty), `concurrency`
+ * (every slot is taken), `retry_after` (a target asked for a pause) or
+ * `queued` (its turn comes at the limiter's next pass).
+ */
+export type HeldReason = "rate" | "concurrency" | "retry_after" | "queued";
+
+/** Why a PENDING step is held back by its limits (not sent to a worker yet). */
+export interface Held {
+  /** The limit key that holds it. */
+  key: string;
+  reason: HeldReason;
+  /** When it may go, where that is known (a rate's next token, a pause's end). */
+  until?: string | null;
+}
+
 /** One task of a run: a node's step (or a MAP's item). */
 export interface Task {
   id: string;
@@ -245,6 +297,8 @@ export interface Task {
   item_index?: number;
   /** A MAP task's item counts. */
   progress?: MapProgress;
+  /** A step its limits hold back (newer coordinators). */
+  held?: Held;
 }
 
 /**
@@ -471,9 +525,40 @@ export interface WebhookList {
   webhooks: Webhook[];
 }
 
-/** What a delete answers: the name it deleted. */
+/** What a delete answers: the name (or limit key) it deleted. */
 export interface Deleted {
   deleted: string;
+}
+
+// -- limits -------------------------------------------------------------------
+
+/** Whose values a limit has: the definitions' that use it, or an operator's (`setLimit`). */
+export type LimitSetBy = "definition" | "api";
+
+/** A limit on steps across runs, with its use now (`GET /v1/limits/{key}`). */
+export interface Limit {
+  key: string;
+  /** `"N/period"`, when it has a rate. */
+  rate?: string | null;
+  burst?: number | null;
+  concurrency?: number | null;
+  /** `definition` (as the nodes that use it say) or `api` (set by `setLimit`, which definitions no longer change). */
+  set_by: LimitSetBy;
+  /** Tokens in the bucket now (a rate only). */
+  tokens?: number | null;
+  /** Steps of the key sent and not finished. */
+  in_use: number;
+  /** Steps waiting for it. */
+  waiting: number;
+  /** A target's `Retry-After` holds it until then. */
+  held_until?: string | null;
+  updated_at: string;
+}
+
+/** `GET /v1/limits`: limits in key order; `next_after` fetches the next page. */
+export interface LimitPage {
+  limits: Limit[];
+  next_after: string | null;
 }
 
 // -- the task API (workers) ------------------------------------------------
@@ -534,6 +619,8 @@ export interface FailTask extends TaskHeartbeat {
   code?: string;
   /** The HTTP status a target answered with (100 to 599); newer coordinators only. */
   status?: number;
+  /** A 429's `Retry-After`, in milliseconds (with `status` 429 only); newer coordinators only. */
+  retry_after_ms?: number;
 }
 
 /** The answer to a completion or a failure: `ignored` says why one was not applied. */

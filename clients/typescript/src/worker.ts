@@ -92,7 +92,14 @@ export interface RunOptions {
 
 type Outcome =
   | { kind: "complete"; output: JsonValue }
-  | { kind: "fail"; error: string; retryable: boolean; code?: string | undefined; status?: number | undefined }
+  | {
+      kind: "fail";
+      error: string;
+      retryable: boolean;
+      code?: string | undefined;
+      status?: number | undefined;
+      retryAfterMs?: number | undefined;
+    }
   /** The handler threw a `LeaseLostError`: the result is dropped. */
   | { kind: "lost" };
 
@@ -339,8 +346,8 @@ export class Worker {
       return { kind: "complete", output: scrubSecrets(JSON.parse(text) as JsonValue, used) };
     } catch (e) {
       if (e instanceof TaskError) {
-        const { retryable, code, status } = e;
-        return { kind: "fail", error: scrubSecrets(e.message, used), retryable, code, status };
+        const { retryable, code, status, retryAfterMs } = e;
+        return { kind: "fail", error: scrubSecrets(e.message, used), retryable, code, status, retryAfterMs };
       }
       // A handler that saw its signal and gave up.
       if (e instanceof LeaseLostError) return { kind: "lost" };
@@ -392,6 +399,8 @@ export class Worker {
       // Sent only when set: a coordinator without them sees the failure as before.
       if (outcome.code !== undefined) failed.code = outcome.code;
       if (outcome.status !== undefined) failed.status = outcome.status;
+      // The API takes a Retry-After with a 429 only.
+      if (outcome.status === 429 && outcome.retryAfterMs !== undefined) failed.retry_after_ms = outcome.retryAfterMs;
       body = failed;
     }
     // Past the lease the task belongs to another worker.

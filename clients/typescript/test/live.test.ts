@@ -30,7 +30,7 @@ import {
   type WorkflowDefinition,
 } from "../src/index.js";
 import { PACKAGE_DIR, startDev, type Dev } from "./dev.js";
-import { eventually, memoryLogger, spyFetch } from "./helpers.js";
+import { eventually, fakeServer, json, memoryLogger, spyFetch } from "./helpers.js";
 import {
   answers,
   backfillOverlaps,
@@ -38,6 +38,7 @@ import {
   checkEventPage,
   checkEventSent,
   checkHistory,
+  checkLimit,
   checkRun,
   checkTask,
   checkWebhook,
@@ -49,6 +50,8 @@ import {
   itemPageShape,
   leasedTaskShape,
   leaseExtendedShape,
+  limitPageShape,
+  on429s,
   reportAckShape,
   requests,
   runListShape,
@@ -510,6 +513,121 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.match(bad.message, /secret/);
     });
 
+    it("sets, reads, lists and deletes limits; a key with : and / stays one path segment", async (t) => {
+      if (!(await hasOperation("setLimit"))) {
+        t.skip("this coordinator is older than limits");
+        return;
+      }
+      // Every reserved character of a URL, and those encodeURIComponent leaves.
+      const key = "ts-limit:acct_1/eu west?#%+&=!'()*é";
+      const made = await client.setLimit(key, { rate: "25/1s", burst: 5, concurrency: 2 });
+      checkLimit(made);
+      assert.deepEqual(
+        [made.key, made.rate, made.burst, made.concurrency, made.set_by, made.in_use, made.waiting, made.held_until],
+        [key, "25/1s", 5, 2, "api", 0, 0, undefined],
+      );
+      assert.equal(made.tokens, 5, "a full bucket");
+      assert.ok(Number.isFinite(Date.parse(made.updated_at)));
+      const got = await client.getLimit(key);
+      checkLimit(got);
+      assert.deepEqual({ ...got, tokens: 0 }, { ...made, tokens: 0 });
+
+      const other = "ts-limit/only-concurrency";
+      const only = await client.setLimit(other, { concurrency: 3 });
+      assert.deepEqual([only.concurrency, only.rate, only.burst, only.tokens], [3, undefined, undefined, undefined]);
+      const replaced = await client.setLimit(key, { rate: "1000/1h" });
+      assert.deepEqual([replaced.rate, replaced.burst, replaced.concurrency], ["1000/1h", 1000, undefined]);
+
+      const page = await client.listLimits({ limit: 1000 });
+      conforms(page, limitPageShape, "limit page");
+      page.limits.forEach((l) => checkLimit(l, "listed limit"));
+      const keys = page.limits.map((l) => l.key);
+      assert.ok(keys.includes(key) && keys.includes(other), keys.join(" "));
+      assert.equal(page.next_after, null);
+      const first = await client.listLimits({ limit: 1 });
+      assert.deepEqual([first.limits.map((l) => l.key), first.next_after], [keys.slice(0, 1), keys[0]]);
+      const iterated: string[] = [];
+      for await (const l of client.iterateLimits({ limit: 1 })) iterated.push(l.key);
+      assert.deepEqual(iterated, keys);
+      const later: string[] = [];
+      for await (const l of client.iterateLimits({ after: key, limit: 2 })) later.push(l.key);
+      assert.deepEqual(later, keys.slice(keys.indexOf(key) + 1));
+
+      const deleted = await client.deleteLimit(key);
+      conforms(deleted, deletedShape, "deleted");
+      assert.deepEqual(deleted, { deleted: key });
+      const gone = await rejection(client.getLimit(key));
+      assert.ok(gone instanceof NotFoundError);
+      assert.deepEqual([gone.status, gone.code], [404, "not_found"]);
+      assert.ok((await rejection(client.deleteLimit(key))) instanceof NotFoundError);
+      assert.ok(!(await client.listLimits({ limit: 1000 })).limits.some((l) => l.key === key));
+      await client.deleteLimit(other);
+    });
+
+    it("refuses a bad limit with a 400 naming its field", async (t) => {
+      if (!(await hasOperation("setLimit"))) {
+        t.skip("this coordinator is older than limits");
+        return;
+      }
+      const bad = await rejection(client.setLimit("ts-limit-bad", { rate: "0/1s" }));
+      assert.ok(bad instanceof InvalidRequestError);
+      assert.deepEqual([bad.status, bad.code], [400, "invalid_request"]);
+      assert.match(bad.message, /rate/);
+      for (const values of [{ rate: "fast" }, { concurrency: 0 }, { rate: "1/1s", burst: 0 }]) {
+        assert.ok((await rejection(client.setLimit("ts-limit-bad", values))) instanceof InvalidRequestError, JSON.stringify(values));
+      }
+      assert.ok((await rejection(client.getLimit("ts-limit-bad"))) instanceof NotFoundError);
+      assert.ok((await rejection(client.listLimits({ limit: 0 }))) instanceof InvalidRequestError);
+    });
+
+    it("holds an HTTP step by its concurrency limit until the one before is done", async (t) => {
+      if (!(await hasOperation("setLimit"))) {
+        t.skip("this coordinator is older than limits");
+        return;
+      }
+      let now = 0;
+      let most = 0;
+      const target = await fakeServer(async (_req, _body, res) => {
+        most = Math.max(most, ++now);
+        await delay(1500);
+        now--;
+        json(res, 200, { ok: true });
+      });
+      try {
+        await client.registerWorkflow({
+          name: "ts-solo",
+          nodes: [{ id: "call", type: "HTTP", config: { url: `${target.url}/slow` }, limits: [{ key: "solo", concurrency: 1 }] }],
+        });
+        const ids = [(await client.startRun({ workflow: "ts-solo" })).id, (await client.startRun({ workflow: "ts-solo" })).id];
+        const held = await eventually("a step held by the limit's concurrency", async () => {
+          for (const id of ids) {
+            const run = await client.getRun(id);
+            checkRun(run);
+            const task = run.tasks?.find((x) => x.node_id === "call");
+            // `queued` until the limiter's next pass, then why it waits.
+            if (task?.held?.reason === "concurrency") return task;
+          }
+          return undefined;
+        });
+        assert.equal(held.state, "PENDING");
+        assert.deepEqual([held.held?.key, held.held?.reason], ["solo", "concurrency"]);
+        const limit = await client.getLimit("solo");
+        checkLimit(limit);
+        assert.deepEqual([limit.concurrency, limit.set_by], [1, "definition"]);
+        assert.ok(limit.in_use <= 1);
+        const runs = await Promise.all(ids.map((id) => waitFor(id)));
+        assert.deepEqual(runs.map((r) => r.status), ["SUCCEEDED", "SUCCEEDED"]);
+        assert.deepEqual(runs.map((r) => (r.output as { call: { body: JsonValue } }).call.body), [{ ok: true }, { ok: true }]);
+        assert.ok(runs.every((r) => r.tasks?.every((x) => x.held === undefined)), "no longer held");
+        assert.equal(most, 1, "never two calls at once");
+        assert.equal(target.requests.length, 2);
+        const idle = await client.getLimit("solo");
+        assert.deepEqual([idle.in_use, idle.waiting], [0, 0]);
+      } finally {
+        await target.close();
+      }
+    });
+
     it("cancels a run, and refuses to cancel it again", async () => {
       const id = await start(waitForEvent("ts-cancel"), { key: "c" });
       await taskState(id, "w", "WAITING");
@@ -670,6 +788,7 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       if (schemas["ResolveOutcome"]) within(Object.keys(resolveOutcomes), "ResolveOutcome");
       if (schemas["BackfillOverlap"]) within(Object.keys(backfillOverlaps), "BackfillOverlap");
       if (schemas["WebhookScheme"]) within(Object.keys(webhookSchemes), "WebhookScheme");
+      if (schemas["On429"]) within(Object.keys(on429s), "On429");
     });
 
     it("match what the server answers: runs, tasks, MAP items, child runs, history, the task API, errors", async () => {
@@ -800,6 +919,35 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.equal(task?.error_info?.status, 402);
       assert.equal(task?.error_info?.retryable, false);
       assert.equal(task?.attempt, 1, "not retried");
+    });
+
+    it("sends a 429's retryAfterMs: the next attempt waits for it, and the node's limit key is held", async (t) => {
+      if (!(await hasOperation("setLimit"))) {
+        t.skip("this coordinator is older than limits");
+        return;
+      }
+      const began: number[] = [];
+      const w = worker({ queues: ["ts-throttled"] }).handle("charge", (task) => {
+        began.push(Date.now());
+        if (task.attempt === 1) throw new TaskError("rate limited", { code: "rate_limited", status: 429, retryAfterMs: 2000 });
+        return { charged: task.attempt };
+      });
+      // Retried after 50 ms, but for the Retry-After.
+      const node = { ...custom("c", "charge", "ts-throttled"), limits: [{ key: "ts-throttled", concurrency: 5 }] };
+      const id = await start({ name: "ts-throttled", nodes: [node] });
+      const run = await whileRunning(w, async () => {
+        const limit = await eventually("the key held", async () => {
+          if (began.length === 0) return undefined;
+          const l = await client.getLimit("ts-throttled");
+          return l.held_until ? l : undefined;
+        });
+        checkLimit(limit);
+        return waitFor(id);
+      });
+      assert.equal(run.status, "SUCCEEDED", JSON.stringify(run));
+      assert.deepEqual(run.output, { c: { charged: 2 } });
+      assert.equal(began.length, 2);
+      assert.ok(began[1]! - began[0]! >= 1800, `the second attempt waited for the Retry-After: ${began[1]! - began[0]!} ms`);
     });
 
     it("retries a handler that throws until the policy's last attempt", async () => {
@@ -1091,6 +1239,11 @@ const NEWER = new Set([
   "WebhookSpec",
   "WebhookView",
   "WebhookList",
+  "HeldView",
+  "LimitView",
+  "LimitPage",
+  "LimitValuesSpec",
+  "LimitSpec",
 ]);
 
 interface Schema {

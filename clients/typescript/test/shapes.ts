@@ -21,14 +21,22 @@ import type {
   EventPage,
   EventSent,
   FailTask,
+  Held,
+  HeldReason,
   HistoryEntry,
   HistoryKind,
   HistoryPage,
   ItemPage,
   LeasedTask,
   LeaseExtended,
+  Limit,
+  LimitDefinition,
+  LimitPage,
+  LimitSetBy,
+  LimitValues,
   MapProgress,
   NodeDefinition,
+  On429,
   OnFailureDefinition,
   PollTasks,
   RecordedEvent,
@@ -101,7 +109,10 @@ export const taskShape = {
   parent_task_id: "optional",
   item_index: "optional",
   progress: "optional",
+  held: "optional",
 } as const satisfies Shape<Task>;
+
+export const heldShape = { key: "required", reason: "required", until: "optional" } as const satisfies Shape<Held>;
 
 export const errorInfoShape = { code: "required", retryable: "required", status: "optional" } as const satisfies Shape<ErrorInfo>;
 
@@ -182,6 +193,19 @@ export const webhookShape = {
 } as const satisfies Shape<Webhook>;
 export const webhookListShape = { webhooks: "required" } as const satisfies Shape<WebhookList>;
 export const deletedShape = { deleted: "required" } as const satisfies Shape<Deleted>;
+export const limitShape = {
+  key: "required",
+  rate: "optional",
+  burst: "optional",
+  concurrency: "optional",
+  set_by: "required",
+  tokens: "optional",
+  in_use: "required",
+  waiting: "required",
+  held_until: "optional",
+  updated_at: "required",
+} as const satisfies Shape<Limit>;
+export const limitPageShape = { limits: "required", next_after: "required" } as const satisfies Shape<LimitPage>;
 export const leasedTaskShape = {
   id: "required",
   run_id: "required",
@@ -235,6 +259,7 @@ export const failShape = {
   retryable: "optional",
   code: "optional",
   status: "optional",
+  retry_after_ms: "optional",
 } as const satisfies Shape<FailTask>;
 export const definitionShape = {
   name: "required",
@@ -262,7 +287,10 @@ export const nodeShape = {
   retry: "optional",
   timeout: "optional",
   delivery: "optional",
+  limits: "optional",
 } as const satisfies Shape<NodeDefinition>;
+export const limitValuesShape = { rate: "optional", burst: "optional", concurrency: "optional" } as const satisfies Shape<LimitValues>;
+export const limitDefinitionShape = { key: "required", ...limitValuesShape } as const satisfies Shape<LimitDefinition>;
 export const resolveShape = {
   outcome: "required",
   output: "optional",
@@ -275,6 +303,7 @@ export const retryShape = {
   initial_backoff: "optional",
   multiplier: "optional",
   max_backoff: "optional",
+  on_429: "optional",
 } as const satisfies Shape<RetryPolicy>;
 export const concurrencyShape = { max: "required", key: "optional" } as const satisfies Shape<ConcurrencyLimit>;
 
@@ -299,6 +328,9 @@ export const answers: Record<string, AnyShape> = {
   WebhookView: webhookShape,
   WebhookList: webhookListShape,
   Deleted: deletedShape,
+  HeldView: heldShape,
+  LimitView: limitShape,
+  LimitPage: limitPageShape,
   LeasedTask: leasedTaskShape,
   TaskBatch: taskBatchShape,
   LeaseExtended: leaseExtendedShape,
@@ -325,6 +357,8 @@ export const requests: Record<string, AnyShape> = {
   EdgeSpec: edgeShape,
   RetrySpec: retryShape,
   ConcurrencySpec: concurrencyShape,
+  LimitValuesSpec: limitValuesShape,
+  LimitSpec: limitDefinitionShape,
 };
 
 /** Every value of each enumeration (the compiler checks there are all and no more). */
@@ -374,6 +408,9 @@ export const historyKinds: Record<HistoryKind, true> = {
 export const resolveOutcomes: Record<ResolveOutcome, true> = { completed: true, failed: true, retry: true };
 export const backfillOverlaps: Record<BackfillOverlap, true> = { allow: true, skip: true, buffer_all: true };
 export const webhookSchemes: Record<WebhookScheme, true> = { stripe: true, github: true };
+export const on429s: Record<On429, true> = { respect: true, ignore: true };
+export const heldReasons: Record<HeldReason, true> = { rate: true, concurrency: true, retry_after: true, queued: true };
+export const limitSetBys: Record<LimitSetBy, true> = { definition: true, api: true };
 
 /** Asserts `value` has every required field of `shape` and no field it lacks. */
 export function conforms(value: unknown, shape: AnyShape, what: string): void {
@@ -399,6 +436,16 @@ export function checkTask(task: Task, what = "task"): void {
   assert.ok(task.state in taskStates, `${what}: unknown state ${task.state}`);
   if (task.progress !== undefined) conforms(task.progress, mapProgressShape, `${what}.progress`);
   if (task.error_info !== undefined) conforms(task.error_info, errorInfoShape, `${what}.error_info`);
+  if (task.held !== undefined) {
+    conforms(task.held, heldShape, `${what}.held`);
+    assert.ok(task.held.reason in heldReasons, `${what}.held: unknown reason ${task.held.reason}`);
+  }
+}
+
+/** A limit as the server sent it. */
+export function checkLimit(limit: Limit, what = "limit"): void {
+  conforms(limit, limitShape, what);
+  assert.ok(limit.set_by in limitSetBys, `${what}: unknown set_by ${limit.set_by}`);
 }
 
 export function checkWorkflow(wf: unknown, what = "workflow"): void {

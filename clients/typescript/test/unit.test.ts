@@ -278,6 +278,51 @@ describe("errors", () => {
     }
   });
 
+  it("sends the requests of limits as the API takes them, the key one path segment", async () => {
+    const view = { key: "k", set_by: "api", in_use: 0, waiting: 0, updated_at: "2026-12-01T00:00:00Z" };
+    const server = await fakeServer((req, _body, res) => {
+      const u = new URL(req.url ?? "", "http://x");
+      if (u.pathname === "/v1/limits") {
+        const after = u.searchParams.get("after") ?? "";
+        const keys = ["a", "b", "c"].filter((k) => k > after).slice(0, 2);
+        return json(res, 200, { limits: keys.map((key) => ({ ...view, key })), next_after: keys.at(-1) ?? null });
+      }
+      if (req.method === "DELETE") return json(res, 200, { deleted: "stripe:acct_1/x" });
+      return json(res, 200, view);
+    });
+    try {
+      const client = new Client({ url: server.url });
+      assert.equal((await client.listLimits()).next_after, "b");
+      await client.listLimits({ after: "stripe:a", limit: 2 });
+      const keys: string[] = [];
+      for await (const l of client.iterateLimits({ limit: 2 })) keys.push(l.key);
+      assert.deepEqual(keys, ["a", "b", "c"]);
+      await client.getLimit("stripe:acct_1/x");
+      await client.setLimit("stripe:acct_1/x", { rate: "25/1s", burst: 5, concurrency: 2 });
+      await client.setLimit("a b?#%&=+.~!'()*", { concurrency: 1, rate: null });
+      await client.setLimit("named");
+      assert.deepEqual(await client.deleteLimit("stripe:acct_1/x"), { deleted: "stripe:acct_1/x" });
+      assert.deepEqual(
+        server.requests.map((r) => [r.method, r.url, r.body === "" ? undefined : JSON.parse(r.body)]),
+        [
+          ["GET", "/v1/limits", undefined],
+          ["GET", "/v1/limits?after=stripe%3Aa&limit=2", undefined],
+          ["GET", "/v1/limits?limit=2", undefined],
+          ["GET", "/v1/limits?after=b&limit=2", undefined],
+          ["GET", "/v1/limits?after=c&limit=2", undefined],
+          ["GET", "/v1/limits/stripe%3Aacct_1%2Fx", undefined],
+          ["PUT", "/v1/limits/stripe%3Aacct_1%2Fx", { rate: "25/1s", burst: 5, concurrency: 2 }],
+          ["PUT", "/v1/limits/a%20b%3F%23%25%26%3D%2B.~%21%27%28%29%2A", { concurrency: 1 }],
+          ["PUT", "/v1/limits/named", {}],
+          ["DELETE", "/v1/limits/stripe%3Aacct_1%2Fx", undefined],
+        ],
+      );
+      assert.equal(server.requests[7]?.headers["content-type"], "application/json");
+    } finally {
+      await server.close();
+    }
+  });
+
   it("is an UnavailableError when nothing listens or nothing answers in time", async () => {
     const closed = await fakeServer(() => {});
     await closed.close();
@@ -322,6 +367,49 @@ describe("TaskError", () => {
     for (const status of [99, 600, 402.5, Number.NaN]) {
       assert.throws(() => new TaskError("no", { status }), RangeError, String(status));
     }
+    for (const retryAfterMs of [-1, 1.5, Number.NaN, Infinity, 2 ** 53]) {
+      assert.throws(() => new TaskError("slow down", { status: 429, retryAfterMs }), RangeError, String(retryAfterMs));
+    }
+    assert.equal(new TaskError("slow down", { status: 429, retryAfterMs: 0 }).retryAfterMs, 0);
+    assert.equal(new TaskError("no").retryAfterMs, undefined);
+  });
+
+  it("is sent with retry_after_ms with a 429 only", async () => {
+    const leased = (n: number) => ({
+      id: `t-${n}`, run_id: "r-1", attempt: 1, node_id: `n${n}`, node_type: "call", queue: "q",
+      input: { status: [429, 503, 429][n] ?? 0 }, lease_ttl_ms: 10_000,
+    });
+    let polls = 0;
+    const fails: Record<string, unknown> = {};
+    const server = await fakeServer((req, body, res) => {
+      if (req.url === "/v1/tasks/poll") {
+        polls++;
+        return json(res, 200, { tasks: polls === 1 ? [0, 1, 2].map(leased) : [] });
+      }
+      if (req.url?.endsWith("/fail")) fails[req.url.split("/")[3] ?? ""] = JSON.parse(body);
+      return json(res, 200, { applied: true });
+    });
+    const w = new Worker({ url: server.url, queues: ["q"], workerId: "ts-stub", pollWaitMs: 100 }).handle<{ status: number }>(
+      "call",
+      (task) => {
+        throw new TaskError("throttled", { status: task.input.status, retryAfterMs: task.node_id === "n2" ? undefined : 1500 });
+      },
+    );
+    try {
+      const running = w.run();
+      const until = Date.now() + 20_000;
+      while (Object.keys(fails).length < 3 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      await w.stop();
+      await running;
+    } finally {
+      await server.close();
+    }
+    const lease = { worker_id: "ts-stub", run_id: "r-1", attempt: 1, error: "throttled", retryable: true };
+    assert.deepEqual(fails, {
+      "t-0": { ...lease, status: 429, retry_after_ms: 1500 },
+      "t-1": { ...lease, status: 503 },
+      "t-2": { ...lease, status: 429 },
+    });
   });
 });
 
