@@ -23,13 +23,17 @@ pub struct KeyState {
     pub in_use: u32,
     /// A target's `Retry-After`: nothing goes before it.
     pub held_until: Option<DateTime<Utc>>,
+    /// When the first of the slots held by steps that ended elsewhere than
+    /// at their worker (a timeout, a cancel) is free: their worker may still
+    /// be running them until their lease would have ended.
+    pub frees_at: Option<DateTime<Utc>>,
     /// Tokens this pass took (to write back).
     pub taken: u32,
 }
 
 impl KeyState {
     pub fn new(rate: Option<Rate>, concurrency: Option<u32>, tokens: f64, refilled_at: DateTime<Utc>) -> KeyState {
-        KeyState { rate, concurrency, tokens, refilled_at, in_use: 0, held_until: None, taken: 0 }
+        KeyState { rate, concurrency, tokens, refilled_at, in_use: 0, held_until: None, frees_at: None, taken: 0 }
     }
 
     /// Adds the tokens earned since `refilled_at`, up to the burst.
@@ -54,6 +58,30 @@ impl KeyState {
                 Some(Blocked::Rate(now + chrono::Duration::microseconds((secs * 1e6).ceil() as i64)))
             }
             _ => None,
+        }
+    }
+
+    /// How many steps of the key alone could go now (at most `cap`).
+    pub fn allowance(&self, now: DateTime<Utc>, cap: u32) -> u32 {
+        if self.blocked(now).is_some() {
+            return 0;
+        }
+        let mut n = cap;
+        if let Some(c) = self.concurrency {
+            n = n.min(c.saturating_sub(self.in_use));
+        }
+        if self.rate.is_some() {
+            n = n.min(self.tokens.floor().clamp(0.0, u32::MAX as f64) as u32);
+        }
+        n
+    }
+
+    /// When a key that holds its next step may next let one go, where that
+    /// is known: its next token, the end of a hold, a lingering slot's end.
+    pub fn next_chance(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self.blocked(now)? {
+            Blocked::Concurrency => self.frees_at,
+            b => b.until(),
         }
     }
 
@@ -117,9 +145,9 @@ pub fn admit(keys: &mut HashMap<String, KeyState>, waiting: &[Vec<String>], now:
     for (i, step) in waiting.iter().enumerate() {
         let mut go = true;
         for key in step {
-            if let Some(b) = keys.get(key).and_then(|k| k.blocked(now)) {
+            if let Some(k) = keys.get(key).filter(|k| k.blocked(now).is_some()) {
                 go = false;
-                if let Some(at) = b.until() {
+                if let Some(at) = k.next_chance(now) {
                     next = Some(next.map_or(at, |n| n.min(at)));
                 }
             }
@@ -180,6 +208,20 @@ mod tests {
         assert_eq!(a.admitted, vec![0, 2, 3], "the second crm step waits; the others do not wait behind it");
         assert_eq!(a.next_in, None, "only an ending step frees a slot");
         assert_eq!((keys["crm"].in_use, keys["other"].in_use), (2, 1));
+    }
+
+    #[test]
+    fn a_slot_held_past_its_steps_end_says_when_it_frees_and_allowance_counts_what_could_go() {
+        let mut k = KeyState::new(None, Some(3), 0.0, t0());
+        k.in_use = 3;
+        k.frees_at = Some(t0() + chrono::Duration::seconds(4));
+        assert_eq!((k.allowance(t0(), 100), k.next_chance(t0())), (0, k.frees_at));
+        k.in_use = 1;
+        assert_eq!(k.allowance(t0(), 100), 2);
+        let mut r = KeyState::new(rate(10, 1000, 10), Some(8), 3.7, t0());
+        r.refill(t0());
+        assert_eq!((r.allowance(t0(), 100), r.allowance(t0(), 2)), (3, 2));
+        assert_eq!(KeyState::new(None, None, 0.0, t0()).allowance(t0(), 50), 50, "unlimited: the cap");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 -- (PENDING) but not sent: it waits in limit_waits, a row per limit key,
 -- until the limiter admits it (admitted_at) and puts it in the outbox. An
 -- admitted row holds a slot of its key's concurrency until the engine
--- deletes it with the attempt's end.
+-- deletes it with the attempt's end, or, when the attempt ended elsewhere
+-- than at its worker (a timeout, a cancel) while it ran, until its lease
+-- would have ended (linger_until): its worker may still be running it.
 CREATE TABLE step_limits (
     key             text PRIMARY KEY,
     -- A token bucket: rate_count tokens every rate_period_ms, at most burst.
@@ -34,9 +36,11 @@ CREATE TABLE limit_waits (
     timeout_ms      bigint,
     queued_at       timestamptz NOT NULL DEFAULT now(),
     admitted_at     timestamptz,
-    PRIMARY KEY (task_id, key)
+    linger_until    timestamptz,
+    PRIMARY KEY (task_id, attempt, key)
 );
-CREATE INDEX limit_waits_queue ON limit_waits (queued_at, task_id) WHERE admitted_at IS NULL;
+-- Each key's queue, oldest first (and the keys that have one).
+CREATE INDEX limit_waits_queue ON limit_waits (key, queued_at, task_id) WHERE admitted_at IS NULL;
 CREATE INDEX limit_waits_admitted ON limit_waits (key) WHERE admitted_at IS NOT NULL;
 CREATE INDEX limit_waits_run ON limit_waits (run_id);
 

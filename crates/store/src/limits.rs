@@ -27,8 +27,14 @@ use crate::{Client, Result, Transaction};
 /// What the engine's write does to limits, for [`crate::transitions`].
 #[derive(Default)]
 pub(crate) struct LimitWrites {
-    /// Tasks whose attempt ended or changed: their rows go.
+    /// Tasks whose attempt ended or changed other than by its worker's
+    /// report: slots they hold while running linger until their lease ends.
     released: Vec<Uuid>,
+    /// Tasks whose worker reported their attempt's end: freed at once.
+    reported: Vec<Uuid>,
+    /// MAPs whose open items are cancelled in SQL (`(run, MAP task)`).
+    cancelled_run: Vec<Uuid>,
+    cancelled_map: Vec<Uuid>,
     run_id: Vec<Uuid>,
     task_id: Vec<Uuid>,
     attempt: Vec<i32>,
@@ -45,28 +51,45 @@ pub(crate) struct LimitWrites {
 }
 
 impl LimitWrites {
-    pub(crate) fn release(&mut self, task: Uuid) {
-        self.released.push(task);
+    pub(crate) fn release(&mut self, task: Uuid, reported: bool) {
+        match reported {
+            true => self.reported.push(task),
+            false => self.released.push(task),
+        }
     }
 
-    /// A dispatched step of `node` waits for its limits (a row per key; a
-    /// key two limits share counts once, with the first one's values).
+    pub(crate) fn cancel_items_of(&mut self, run_id: Uuid, map: Uuid) {
+        self.cancelled_run.push(run_id);
+        self.cancelled_map.push(map);
+    }
+
+    /// A dispatched step of `node` waits for its limits: a row per key. Two
+    /// limits whose keys come out the same are one, with the first rate
+    /// given and the lower concurrency.
     pub(crate) fn hold(&mut self, run_id: Uuid, node: &Node, t: &machine::Task) {
-        let mut seen: Vec<&str> = Vec::new();
+        let mut merged: Vec<(&str, LimitValues)> = Vec::new();
         for (key, limit) in t.limit_keys.iter().zip(&node.limits) {
-            if seen.contains(&key.as_str()) {
-                continue;
+            match merged.iter_mut().find(|(k, _)| *k == key.as_str()) {
+                Some((_, v)) => {
+                    v.rate = v.rate.or(limit.values.rate);
+                    v.concurrency = match (v.concurrency, limit.values.concurrency) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                None => merged.push((key, limit.values)),
             }
-            seen.push(key);
-            let (rate, concurrency) = (limit.values.rate, limit.values.concurrency);
+        }
+        for (key, values) in merged {
+            let rate = values.rate;
             self.run_id.push(run_id);
             self.task_id.push(t.id);
             self.attempt.push(t.attempt);
-            self.key.push(key.clone());
+            self.key.push(key.to_string());
             self.rate_count.push(rate.map(|r| r.count as i32));
             self.rate_period_ms.push(rate.map(|r| r.per.as_millis() as i64));
             self.burst.push(rate.map(|r| r.burst as i32));
-            self.concurrency.push(concurrency.map(|c| c as i32));
+            self.concurrency.push(values.concurrency.map(|c| c as i32));
             self.timeout_ms.push(node.timeout.map(|d| d.as_millis().min(i64::MAX as u128) as i64));
         }
     }
@@ -84,14 +107,63 @@ impl LimitWrites {
 
     /// Whether the limiter has anything new to look at.
     pub(crate) fn is_empty(&self) -> bool {
-        self.released.is_empty() && self.task_id.is_empty() && self.held.is_empty() && !self.wake
+        self.released.is_empty()
+            && self.reported.is_empty()
+            && self.cancelled_map.is_empty()
+            && self.task_id.is_empty()
+            && self.held.is_empty()
+            && !self.wake
     }
 
-    /// Releases first: a retry's new attempt is held again in the same write.
+    /// Runs before the write's task changes (which end leases and delete
+    /// reset tasks), so a running attempt's lease is still there to linger
+    /// on; releases go before holds, as a retry's new attempt is held in the
+    /// same write.
     pub(crate) async fn execute(&self, tx: &Transaction<'_>) -> Result<()> {
         if !self.released.is_empty() {
-            let stmt = tx.prepare_cached("DELETE FROM limit_waits WHERE task_id = ANY($1)").await?;
+            let stmt = tx
+                .prepare_cached(
+                    "WITH running AS (
+                        UPDATE limit_waits w SET linger_until = t.lease_expires_at
+                          FROM task_instances t
+                         WHERE w.task_id = ANY($1) AND w.admitted_at IS NOT NULL AND w.linger_until IS NULL
+                           AND t.run_id = w.run_id AND t.id = w.task_id AND t.attempt = w.attempt
+                           AND t.state = 'RUNNING' AND t.lease_expires_at > now()
+                        RETURNING w.task_id, w.attempt, w.key)
+                     DELETE FROM limit_waits w
+                      WHERE w.task_id = ANY($1) AND w.linger_until IS NULL
+                        AND NOT EXISTS (SELECT 1 FROM running r
+                                         WHERE r.task_id = w.task_id AND r.attempt = w.attempt AND r.key = w.key)",
+                )
+                .await?;
             tx.execute(&stmt, &[&self.released]).await?;
+        }
+        if !self.reported.is_empty() {
+            let stmt =
+                tx.prepare_cached("DELETE FROM limit_waits WHERE task_id = ANY($1) AND linger_until IS NULL").await?;
+            tx.execute(&stmt, &[&self.reported]).await?;
+        }
+        if !self.cancelled_map.is_empty() {
+            let stmt = tx
+                .prepare_cached(
+                    "WITH items AS (
+                        SELECT t.run_id, t.id, t.attempt, t.state, t.lease_expires_at
+                          FROM task_instances t JOIN unnest($1::uuid[], $2::uuid[]) AS m(run_id, map)
+                            ON t.run_id = m.run_id AND t.parent_task_id = m.map
+                         WHERE t.state IN ('PENDING', 'RUNNING') AND t.limit_keys IS NOT NULL),
+                     running AS (
+                        UPDATE limit_waits w SET linger_until = i.lease_expires_at
+                          FROM items i
+                         WHERE w.task_id = i.id AND w.attempt = i.attempt AND w.admitted_at IS NOT NULL
+                           AND w.linger_until IS NULL AND i.state = 'RUNNING' AND i.lease_expires_at > now()
+                        RETURNING w.task_id, w.attempt, w.key)
+                     DELETE FROM limit_waits w USING items i
+                      WHERE w.task_id = i.id AND w.linger_until IS NULL
+                        AND NOT EXISTS (SELECT 1 FROM running r
+                                         WHERE r.task_id = w.task_id AND r.attempt = w.attempt AND r.key = w.key)",
+                )
+                .await?;
+            tx.execute(&stmt, &[&self.cancelled_run, &self.cancelled_map]).await?;
         }
         if !self.task_id.is_empty() {
             let stmt = tx
@@ -100,7 +172,7 @@ impl LimitWrites {
                                               concurrency, timeout_ms)
                      SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int4[], $4::text[], $5::int4[], $6::int8[],
                                           $7::int4[], $8::int4[], $9::int8[])
-                     ON CONFLICT (task_id, key) DO NOTHING",
+                     ON CONFLICT (task_id, attempt, key) DO NOTHING",
                 )
                 .await?;
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
@@ -140,11 +212,17 @@ pub struct Pass {
     pub admitted: usize,
     /// Steps it looked at that still wait.
     pub waiting: usize,
-    /// When to pass again: soon when it left steps of locked runs or more
-    /// waiting than it read, at the next token or hold's end otherwise;
-    /// `None` when only an ending step can free one (a NOTIFY comes).
+    /// When to pass again: at once when it left work (more steps than one
+    /// pass takes, steps of runs the engine held locked), else at the next
+    /// token, hold's end or lingering slot's end; `None` when only an
+    /// ending step can free one (a NOTIFY comes).
     pub next_in: Option<Duration>,
 }
+
+/// Most keys one pass looks at (`limiter_pass_keys`): past them, the next pass.
+pub const PASS_KEYS: i64 = 1000;
+/// Most steps of one key one pass takes.
+pub const PASS_STEPS_PER_KEY: u32 = 100;
 
 /// A waiting step as a pass reads it.
 struct Waiting {
@@ -152,9 +230,8 @@ struct Waiting {
     task_id: Uuid,
     attempt: i32,
     timeout_ms: Option<i64>,
+    queued_at: DateTime<Utc>,
     keys: Vec<String>,
-    /// The node's values for each of `keys`.
-    values: Vec<LimitValues>,
 }
 
 fn values_of(r: &Row) -> Result<LimitValues> {
@@ -171,52 +248,85 @@ fn values_of(r: &Row) -> Result<LimitValues> {
     Ok(LimitValues { rate, concurrency: concurrency.filter(|c| *c > 0).map(|c| c as u32) })
 }
 
-/// One limiter pass: admits up to `max` waiting steps, oldest first, whose
-/// keys all allow one more, and puts them in the outbox (`shards` stream
-/// shards) in one commit. A step's attempt timeout starts here.
+/// One limiter pass: frees the slots of steps that ended, then, key by key,
+/// takes the oldest waiting steps each key could let go now, and admits
+/// (oldest first, at most `max`) those whose keys all allow one more, into
+/// the outbox (`shards` stream shards), in one commit. A key whose steps
+/// wait is looked at whatever other keys hold back. A step's attempt
+/// timeout starts here.
 pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('composer_limiter'))", &[]).await?;
-    let per_task = composer_core::definition::limit::MAX_NODE_LIMITS as i64;
-    let rows = tx
-        .query(
-            "SELECT w.run_id, w.task_id, w.attempt, w.key, w.rate_count, w.rate_period_ms, w.burst, w.concurrency,
-                    w.timeout_ms
-               FROM limit_waits w JOIN workflow_runs r ON r.id = w.run_id
-              WHERE w.admitted_at IS NULL AND r.status <> 'PAUSED'
-              ORDER BY w.queued_at, w.task_id LIMIT $1",
-            &[&(max * per_task)],
-        )
-        .await?;
-    let full = rows.len() as i64 == max * per_task;
-    let mut steps: Vec<Waiting> = Vec::new();
-    for r in &rows {
-        let task_id: Uuid = r.try_get("task_id")?;
-        if steps.last().is_none_or(|s| s.task_id != task_id) {
-            steps.push(Waiting {
-                run_id: r.try_get("run_id")?,
-                task_id,
-                attempt: r.try_get("attempt")?,
-                timeout_ms: r.try_get("timeout_ms")?,
-                keys: Vec::new(),
-                values: Vec::new(),
-            });
-        }
-        let step = steps.last_mut().expect("pushed above");
-        step.keys.push(r.try_get("key")?);
-        step.values.push(values_of(r)?);
-    }
-    // The last step may have been cut by the LIMIT: it waits for the next pass.
-    if full {
-        steps.pop();
-    }
-    if steps.is_empty() {
+    forget_ended(&tx).await?;
+    let keys = waiting_keys(&tx).await?;
+    if keys.is_empty() {
         tx.commit().await?;
-        return Ok(Pass { next_in: full.then_some(Duration::ZERO), ..Pass::default() });
+        return Ok(Pass::default());
+    }
+    let more_keys = keys.len() as i64 == PASS_KEYS;
+    sync_definitions(&tx, &keys).await?;
+    let (now, mut state) = key_states(&tx, &keys).await?;
+
+    // The oldest steps of each key that could let some go now, of runs not paused.
+    let (mut cand_keys, mut cand_n) = (Vec::new(), Vec::new());
+    for key in &keys {
+        let n = state.get(key).map_or(PASS_STEPS_PER_KEY, |s| s.allowance(now, PASS_STEPS_PER_KEY));
+        if n > 0 {
+            cand_keys.push(key.as_str());
+            cand_n.push(n as i64);
+        }
+    }
+    let mut steps: Vec<Waiting> = Vec::new();
+    if !cand_keys.is_empty() {
+        let rows = tx
+            .query(
+                "WITH picked AS (
+                    SELECT DISTINCT w.task_id
+                      FROM unnest($1::text[], $2::int8[]) AS k(key, n)
+                      CROSS JOIN LATERAL (
+                        SELECT q.task_id FROM limit_waits q JOIN workflow_runs r ON r.id = q.run_id
+                         WHERE q.key = k.key AND q.admitted_at IS NULL AND r.status <> 'PAUSED'
+                         ORDER BY q.queued_at, q.task_id LIMIT k.n) w)
+                 SELECT w.run_id, w.task_id, w.attempt, w.key, w.timeout_ms, w.queued_at
+                   FROM limit_waits w JOIN picked p ON p.task_id = w.task_id
+                  WHERE w.admitted_at IS NULL
+                  ORDER BY w.queued_at, w.task_id, w.key",
+                &[&cand_keys, &cand_n],
+            )
+            .await?;
+        for r in &rows {
+            let task_id: Uuid = r.try_get("task_id")?;
+            let attempt: i32 = r.try_get("attempt")?;
+            if steps.last().is_none_or(|s| s.task_id != task_id || s.attempt != attempt) {
+                steps.push(Waiting {
+                    run_id: r.try_get("run_id")?,
+                    task_id,
+                    attempt,
+                    timeout_ms: r.try_get("timeout_ms")?,
+                    queued_at: r.try_get("queued_at")?,
+                    keys: Vec::new(),
+                });
+            }
+            steps.last_mut().expect("pushed above").keys.push(r.try_get("key")?);
+        }
+    }
+    steps.sort_by_key(|s| (s.queued_at, s.task_id));
+    let more_steps = steps.len() as i64 > max;
+    steps.truncate(max as usize);
+    // Keys of these steps past the pass's first keys: their state too.
+    let looked: std::collections::HashSet<&String> = keys.iter().collect();
+    let mut extra: Vec<String> =
+        steps.iter().flat_map(|s| s.keys.iter()).filter(|k| !looked.contains(k)).cloned().collect();
+    extra.sort();
+    extra.dedup();
+    if !extra.is_empty() {
+        let (_, more) = key_states(&tx, &extra).await?;
+        state.extend(more);
     }
 
-    // The runs whose steps may go: not locked by the engine now, still open,
-    // and the step still waiting at that attempt. Others' rows are stale.
+    // Of the runs the engine does not hold now: still open, the step still
+    // waiting at that attempt. A paused run's steps keep their place; the
+    // rows of an ended run or attempt go.
     let mut run_ids: Vec<Uuid> = steps.iter().map(|s| s.run_id).collect();
     run_ids.sort();
     run_ids.dedup();
@@ -226,14 +336,13 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
             &[&run_ids],
         )
         .await?;
-    let mut open: HashMap<Uuid, bool> = HashMap::new();
+    let mut status: HashMap<Uuid, String> = HashMap::new();
     for r in &locked {
-        let status: String = r.try_get(1)?;
-        open.insert(r.try_get(0)?, status == "RUNNING");
+        status.insert(r.try_get(0)?, r.try_get(1)?);
     }
-    let busy = run_ids.len() > open.len();
-    let task_ids: Vec<Uuid> = steps.iter().filter(|s| open.contains_key(&s.run_id)).map(|s| s.task_id).collect();
-    let mine: Vec<Uuid> = open.keys().copied().collect();
+    let busy = run_ids.len() > status.len();
+    let task_ids: Vec<Uuid> = steps.iter().filter(|s| status.contains_key(&s.run_id)).map(|s| s.task_id).collect();
+    let mine: Vec<Uuid> = status.keys().copied().collect();
     let pending: HashMap<Uuid, i32> = tx
         .query(
             "SELECT id, attempt FROM task_instances WHERE run_id = ANY($1) AND id = ANY($2) AND state = 'PENDING'",
@@ -243,29 +352,33 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
         .iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect::<Result<_>>()?;
-    let mut stale: Vec<Uuid> = Vec::new();
-    steps.retain(|s| match open.get(&s.run_id) {
-        None => false,
-        Some(running) => {
-            let live = pending.get(&s.task_id) == Some(&s.attempt);
-            if !live || !running {
-                stale.push(s.task_id);
+    let (mut stale_task, mut stale_attempt) = (Vec::new(), Vec::new());
+    steps.retain(|s| match status.get(&s.run_id).map(String::as_str) {
+        None | Some("PAUSED") => false,
+        Some(run) => {
+            let live = run == "RUNNING" && pending.get(&s.task_id) == Some(&s.attempt);
+            let ended =
+                matches!(run, "SUCCEEDED" | "FAILED" | "CANCELLED") || pending.get(&s.task_id) != Some(&s.attempt);
+            if ended {
+                stale_task.push(s.task_id);
+                stale_attempt.push(s.attempt);
             }
-            live && *running
+            live
         }
     });
-    if !stale.is_empty() {
-        tx.execute("DELETE FROM limit_waits WHERE task_id = ANY($1) AND admitted_at IS NULL", &[&stale]).await?;
+    if !stale_task.is_empty() {
+        tx.execute(
+            "DELETE FROM limit_waits w USING unnest($1::uuid[], $2::int4[]) AS s(task_id, attempt)
+              WHERE w.task_id = s.task_id AND w.attempt = s.attempt AND w.admitted_at IS NULL",
+            &[&stale_task, &stale_attempt],
+        )
+        .await?;
     }
 
-    let mut keys: Vec<String> = steps.iter().flat_map(|s| s.keys.iter().cloned()).collect();
-    keys.sort();
-    keys.dedup();
-    sync_definitions(&tx, &steps).await?;
-    forget_ended(&tx, &keys).await?;
-    let (now, mut state) = key_states(&tx, &keys).await?;
     let waiting: Vec<Vec<String>> = steps.iter().map(|s| s.keys.clone()).collect();
     let decided = limiter::admit(&mut state, &waiting, now);
+    // When a key with steps left may next let one go, as this pass left it.
+    let next = keys.iter().filter_map(|k| state.get(k)?.next_chance(now)).min();
     let admitted: Vec<&Waiting> = decided.admitted.iter().map(|&i| &steps[i]).collect();
     if !admitted.is_empty() {
         let (mut keys_taken, mut tokens) = (Vec::new(), Vec::new());
@@ -280,9 +393,15 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
         )
         .await?;
         let ids: Vec<Uuid> = admitted.iter().map(|s| s.task_id).collect();
+        let attempts: Vec<i32> = admitted.iter().map(|s| s.attempt).collect();
         let runs: Vec<Uuid> = admitted.iter().map(|s| s.run_id).collect();
         let secs: Vec<Option<f64>> = admitted.iter().map(|s| s.timeout_ms.map(|ms| ms as f64 / 1000.0)).collect();
-        tx.execute("UPDATE limit_waits SET admitted_at = now() WHERE task_id = ANY($1)", &[&ids]).await?;
+        tx.execute(
+            "UPDATE limit_waits w SET admitted_at = now() FROM unnest($1::uuid[], $2::int4[]) AS a(task_id, attempt)
+              WHERE w.task_id = a.task_id AND w.attempt = a.attempt",
+            &[&ids, &attempts],
+        )
+        .await?;
         tx.execute(
             "WITH admitted AS (
                 UPDATE task_instances t
@@ -299,77 +418,84 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
         tx.execute("SELECT pg_notify($1, '')", &[&crate::transitions::OUTBOX_CHANNEL]).await?;
     }
     tx.commit().await?;
-    let waiting = steps.len() - decided.admitted.len();
-    let soon = Duration::from_millis(100);
-    let next_in = match (busy || (full && !decided.admitted.is_empty()), decided.next_in) {
-        (true, Some(d)) => Some(d.min(soon)),
-        (true, None) => Some(soon),
-        (false, next) => next,
+    let left_work = more_steps || more_keys || busy;
+    let next_in = match (more_steps || more_keys, left_work) {
+        (true, _) => Some(Duration::ZERO),
+        // Steps of runs the engine held: it lets go within a batch.
+        (false, true) => Some(Duration::from_millis(50)),
+        (false, false) => next.map(|at| (at - now).to_std().unwrap_or_default()),
     };
-    Ok(Pass { admitted: decided.admitted.len(), waiting, next_in })
+    Ok(Pass { admitted: decided.admitted.len(), waiting: steps.len() - decided.admitted.len(), next_in })
 }
 
-/// Writes the values the waiting steps' nodes give their keys, for keys
-/// no operator set (`set_by = 'definition'`). A new key's bucket starts full.
-async fn sync_definitions(tx: &Transaction<'_>, steps: &[Waiting]) -> Result<()> {
-    let mut given: HashMap<&str, LimitValues> = HashMap::new();
-    for s in steps {
-        for (key, values) in s.keys.iter().zip(&s.values) {
-            if !values.is_named() {
-                given.entry(key).or_insert(*values);
-            }
-        }
-    }
-    if given.is_empty() {
-        return Ok(());
-    }
-    let mut given: Vec<(&str, LimitValues)> = given.into_iter().collect();
-    given.sort_by(|a, b| a.0.cmp(b.0));
-    let (mut key, mut count, mut per, mut burst, mut conc) = (vec![], vec![], vec![], vec![], vec![]);
-    for (k, v) in &given {
-        key.push(*k);
-        count.push(v.rate.map(|r| r.count as i32));
-        per.push(v.rate.map(|r| r.per.as_millis() as i64));
-        burst.push(v.rate.map(|r| r.burst as i32));
-        conc.push(v.concurrency.map(|c| c as i32));
-    }
+/// The keys that have waiting steps, in key order, at most [`PASS_KEYS`]:
+/// a loose scan of the queue index, a probe per key however long its queue.
+async fn waiting_keys(tx: &Transaction<'_>) -> Result<Vec<String>> {
+    let rows = tx
+        .query(
+            "WITH RECURSIVE k AS (
+                (SELECT key FROM limit_waits WHERE admitted_at IS NULL ORDER BY key LIMIT 1)
+                UNION ALL
+                SELECT (SELECT w.key FROM limit_waits w WHERE w.admitted_at IS NULL AND w.key > k.key
+                         ORDER BY w.key LIMIT 1)
+                  FROM k WHERE k.key IS NOT NULL)
+             SELECT key FROM k WHERE key IS NOT NULL LIMIT $1",
+            &[&PASS_KEYS],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// Writes the values the latest waiting step that gives any gives each key, for
+/// keys no operator set (`set_by = 'definition'`). A new rate's bucket
+/// starts full.
+async fn sync_definitions(tx: &Transaction<'_>, keys: &[String]) -> Result<()> {
     tx.execute(
         "INSERT INTO step_limits AS l (key, rate_count, rate_period_ms, burst, concurrency, set_by, tokens)
-         SELECT u.key, u.count, u.per, u.burst, u.conc, 'definition', coalesce(u.burst, 0)
-           FROM unnest($1::text[], $2::int4[], $3::int8[], $4::int4[], $5::int4[]) AS u(key, count, per, burst, conc)
+         SELECT k.key, v.rate_count, v.rate_period_ms, v.burst, v.concurrency, 'definition', coalesce(v.burst, 0)
+           FROM unnest($1::text[]) AS k(key)
+          CROSS JOIN LATERAL (
+            SELECT w.rate_count, w.rate_period_ms, w.burst, w.concurrency FROM limit_waits w
+             WHERE w.key = k.key AND w.admitted_at IS NULL
+               AND (w.rate_count IS NOT NULL OR w.concurrency IS NOT NULL)
+             ORDER BY w.queued_at DESC, w.task_id DESC LIMIT 1) v
+          ORDER BY k.key
          ON CONFLICT (key) DO UPDATE
             SET rate_count = EXCLUDED.rate_count, rate_period_ms = EXCLUDED.rate_period_ms, burst = EXCLUDED.burst,
-                concurrency = EXCLUDED.concurrency, tokens = least(l.tokens, coalesce(EXCLUDED.burst, 0)),
+                concurrency = EXCLUDED.concurrency,
+                tokens = CASE WHEN l.burst IS NULL THEN EXCLUDED.tokens ELSE least(l.tokens, EXCLUDED.tokens) END,
+                refilled_at = CASE WHEN l.burst IS NULL THEN now() ELSE l.refilled_at END,
                 updated_at = now()
           WHERE l.set_by = 'definition'
             AND (l.rate_count, l.rate_period_ms, l.burst, l.concurrency)
                 IS DISTINCT FROM (EXCLUDED.rate_count, EXCLUDED.rate_period_ms, EXCLUDED.burst, EXCLUDED.concurrency)",
-        &[&key, &count, &per, &burst, &conc],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Frees the slots of admitted steps that ended without the engine's
-/// release (a MAP's items cancelled in SQL, a run deleted): rows the
-/// engine holds are skipped, never waited for.
-async fn forget_ended(tx: &Transaction<'_>, keys: &[String]) -> Result<()> {
-    tx.execute(
-        "DELETE FROM limit_waits WHERE ctid IN (
-            SELECT w.ctid FROM limit_waits w
-             WHERE w.admitted_at IS NOT NULL AND w.key = ANY($1)
-               AND NOT EXISTS (SELECT 1 FROM task_instances t
-                                WHERE t.run_id = w.run_id AND t.id = w.task_id AND t.attempt = w.attempt
-                                  AND t.state IN ('PENDING', 'RUNNING'))
-             FOR UPDATE SKIP LOCKED)",
         &[&keys],
     )
     .await?;
     Ok(())
 }
 
+/// Frees slots: lingering ones past their end, and those of admitted steps
+/// that ended without the engine's release (a run deleted). Rows the
+/// engine holds are skipped, never waited for.
+async fn forget_ended(tx: &Transaction<'_>) -> Result<()> {
+    tx.execute(
+        "DELETE FROM limit_waits WHERE ctid IN (
+            SELECT w.ctid FROM limit_waits w
+             WHERE w.admitted_at IS NOT NULL
+               AND CASE WHEN w.linger_until IS NOT NULL THEN w.linger_until <= now()
+                        ELSE NOT EXISTS (SELECT 1 FROM task_instances t
+                                          WHERE t.run_id = w.run_id AND t.id = w.task_id AND t.attempt = w.attempt
+                                            AND t.state IN ('PENDING', 'RUNNING')) END
+             FOR UPDATE SKIP LOCKED)",
+        &[],
+    )
+    .await?;
+    Ok(())
+}
+
 /// The state of `keys` now (the database's clock): a key nobody set has
-/// none and is not limited.
+/// none and is not limited, unless a hold or a lingering slot says otherwise.
 async fn key_states(tx: &Transaction<'_>, keys: &[String]) -> Result<(DateTime<Utc>, HashMap<String, KeyState>)> {
     let now: DateTime<Utc> = tx.query_one("SELECT now()", &[]).await?.try_get(0)?;
     let mut state = HashMap::new();
@@ -382,18 +508,22 @@ async fn key_states(tx: &Transaction<'_>, keys: &[String]) -> Result<(DateTime<U
         .await?;
     for r in &rows {
         let v = values_of(r)?;
-        let s = KeyState::new(v.rate, v.concurrency, r.try_get("tokens")?, r.try_get("refilled_at")?);
+        let mut s = KeyState::new(v.rate, v.concurrency, r.try_get("tokens")?, r.try_get("refilled_at")?);
+        s.refill(now);
         state.insert(r.try_get::<_, String>("key")?, s);
     }
     let rows = tx
         .query(
-            "SELECT key, count(*) FROM limit_waits WHERE admitted_at IS NOT NULL AND key = ANY($1) GROUP BY key",
-            &[&keys],
+            "SELECT key, count(*), min(linger_until) FROM limit_waits
+              WHERE admitted_at IS NOT NULL AND key = ANY($1) AND (linger_until IS NULL OR linger_until > $2)
+              GROUP BY key",
+            &[&keys, &now],
         )
         .await?;
     for r in &rows {
         if let Some(s) = state.get_mut(&r.try_get::<_, String>(0)?) {
             s.in_use = r.try_get::<_, i64>(1)?.clamp(0, u32::MAX as i64) as u32;
+            s.frees_at = r.try_get(2)?;
         }
     }
     let rows =
@@ -426,7 +556,8 @@ pub struct LimitRow {
 
 const LIMIT_QUERY: &str = "SELECT l.key, l.rate_count, l.rate_period_ms, l.burst, l.concurrency, l.set_by, l.tokens,
             l.refilled_at, l.updated_at, now() AS now,
-            (SELECT count(*) FROM limit_waits w WHERE w.key = l.key AND w.admitted_at IS NOT NULL) AS in_use,
+            (SELECT count(*) FROM limit_waits w WHERE w.key = l.key AND w.admitted_at IS NOT NULL
+                AND (w.linger_until IS NULL OR w.linger_until > now())) AS in_use,
             (SELECT count(*) FROM limit_waits w WHERE w.key = l.key AND w.admitted_at IS NULL) AS waiting,
             (SELECT h.until FROM limit_holds h WHERE h.key = l.key AND h.until > now()) AS held_until
        FROM step_limits l";
@@ -507,7 +638,8 @@ pub async fn held_in_run(client: &Client, run_id: Uuid) -> Result<HashMap<Uuid, 
         .query(
             "SELECT w.task_id, w.key, l.rate_count, l.rate_period_ms, l.burst, l.concurrency, l.tokens, l.refilled_at,
                     now() AS now,
-                    (SELECT count(*) FROM limit_waits a WHERE a.key = w.key AND a.admitted_at IS NOT NULL) AS in_use,
+                    (SELECT count(*) FROM limit_waits a WHERE a.key = w.key AND a.admitted_at IS NOT NULL
+                        AND (a.linger_until IS NULL OR a.linger_until > now())) AS in_use,
                     (SELECT h.until FROM limit_holds h WHERE h.key = w.key AND h.until > now()) AS held_until
                FROM limit_waits w LEFT JOIN step_limits l ON l.key = w.key
               WHERE w.run_id = $1 AND w.admitted_at IS NULL

@@ -90,7 +90,7 @@ pub async fn write_transitions(
             let task = &run.tasks[i];
             // Any change ends the attempt that held (or waited for) its limits.
             if !wf.nodes[task.node].limits.is_empty() {
-                limits.release(task.id);
+                limits.release(task.id, tr.reported.contains(&i));
             }
             match task.removed {
                 true => removed.push(run.id, task.id),
@@ -104,6 +104,9 @@ pub async fn write_transitions(
             }
         }
         for &i in &tr.cancel_items {
+            if wf.nodes.iter().any(|n| n.item_of == Some(run.tasks[i].node) && !n.limits.is_empty()) {
+                limits.cancel_items_of(run.id, run.tasks[i].id);
+            }
             match run.tasks[i].removed {
                 true => removed.push_items_of(run.id, run.tasks[i].id),
                 false => cancels.push(run.id, run.tasks[i].id),
@@ -137,10 +140,11 @@ pub async fn write_transitions(
     };
     // Items the state machine did not hold when their MAP ended: cancelled
     // here, before the changes to the ones it did hold are written.
+    // First, while the leases of attempts that end here are still there.
+    limits.execute(tx).await?;
     cancels.execute(tx, &changed_tasks.id).await?;
     removed.execute(tx).await?;
     sources.execute(tx).await?;
-    limits.execute(tx).await?;
     let (_, _, _, outbound, _, _, _) = tokio::try_join!(
         runs.execute(tx),
         new_tasks.execute(tx),

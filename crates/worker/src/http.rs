@@ -78,7 +78,11 @@ impl Http {
             return Ok(json!({"status": status, "headers": headers, "body": body}));
         };
         let retry_after = match status {
-            429 => headers.get("retry-after").and_then(|v| composer_core::http::retry_after_now(v)),
+            // Cut here as the engine would: a wait past u64 milliseconds is not a report.
+            429 => headers
+                .get("retry-after")
+                .and_then(|v| composer_core::http::retry_after_now(v))
+                .map(|d| d.min(composer_core::definition::limit::MAX_RETRY_AFTER)),
             _ => None,
         };
         // Generous here: the runtime scrubs secrets, then cuts the message.

@@ -195,3 +195,107 @@ async fn wait_for_limit(e: &Engine, key: &str, check: impl Fn(&Value) -> bool) -
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn pausing_and_resuming_held_steps_over_and_over_loses_none_and_never_exceeds_the_limit() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&limited("flip", &http.url("/slow/300/flip"), json!([{"key": "flip", "concurrency": 1}]))).await;
+    let mut runs = Vec::new();
+    for _ in 0..6 {
+        runs.push(e.start_run("flip", json!({})).await);
+    }
+    for _ in 0..4 {
+        for id in &runs[1..] {
+            e.post(&format!("/v1/runs/{id}/pause"), &json!({})).await;
+            e.post(&format!("/v1/runs/{id}/resume"), &json!({})).await;
+        }
+    }
+    for id in &runs {
+        assert_eq!(e.wait_for_run(*id, T).await["status"], "SUCCEEDED", "not left to the lost-dispatch sweep");
+    }
+    assert_eq!((http.calls("/slow/300/flip"), http.max_in_flight("/slow/300/flip")), (6, 1));
+}
+
+#[tokio::test]
+async fn a_slot_stays_taken_while_a_timed_out_or_cancelled_attempt_may_still_run_at_its_worker() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    // The attempt times out after 1 s; its request runs on until the worker sees its lease gone.
+    e.register(&json!({"name": "slowpoke", "nodes": [{"id": "call", "type": "HTTP",
+        "config": {"url": http.url("/slow/2500/t")}, "timeout": "1s", "retry": {"max_attempts": 1},
+        "limits": [{"key": "t", "concurrency": 1}]}]}))
+        .await;
+    let runs: Vec<Uuid> = futures_util::future::join_all((0..3).map(|_| e.start_run("slowpoke", json!({})))).await;
+    for id in &runs {
+        assert_eq!(e.wait_for_run(*id, T).await["status"], "FAILED");
+    }
+    assert_eq!(http.max_in_flight("/slow/2500/t"), 1, "the target never saw two at once");
+    e.register(&limited("cancelled", &http.url("/slow/2500/c"), json!([{"key": "c", "concurrency": 1}]))).await;
+    let first = e.start_run("cancelled", json!({})).await;
+    e.wait_until(first, T, |r| r["tasks"][0]["state"] == "RUNNING").await;
+    let second = e.start_run("cancelled", json!({})).await;
+    e.post(&format!("/v1/runs/{first}/cancel"), &json!({})).await;
+    assert_eq!(e.wait_for_run(second, T).await["status"], "SUCCEEDED");
+    assert_eq!(http.max_in_flight("/slow/2500/c"), 1);
+}
+
+#[tokio::test]
+async fn a_retry_after_too_long_to_count_is_cut_not_refused() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "huge", "nodes": [{"id": "call", "type": "HTTP",
+        "config": {"url": http.url("/busy/1/99999999999999999999/huge")},
+        "retry": {"initial_backoff": "100ms", "on_429": "ignore"}}]}))
+        .await;
+    let id = e.start_run("huge", json!({})).await;
+    assert_eq!(e.wait_for_run(id, Duration::from_secs(15)).await["status"], "SUCCEEDED");
+    assert_eq!(http.calls("/busy/1/99999999999999999999/huge"), 2, "the 429, then the retry: nothing redelivered");
+}
+
+#[tokio::test]
+async fn a_key_with_a_long_held_queue_does_not_hold_up_the_steps_of_another_key() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "flood", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(2100)] }",
+        "node": {"type": "HTTP", "config": {"url": http.url("/ok/hol")}, "limits": [{"key": "hol", "rate": "1/1d"}]}}}]}))
+    .await;
+    let flood = e.start_run("flood", json!({})).await;
+    wait_for_limit(&e, "hol", |l| l["waiting"] == 2099).await;
+    e.register(&limited("free", &http.url("/ok/free"), json!([{"key": "free", "concurrency": 10}]))).await;
+    let free = e.start_run("free", json!({})).await;
+    assert_eq!(e.wait_for_run(free, Duration::from_secs(20)).await["status"], "SUCCEEDED");
+    e.post(&format!("/v1/runs/{flood}/cancel"), &json!({})).await;
+    wait_for_limit(&e, "hol", |l| l["waiting"] == 0).await;
+}
+
+#[tokio::test]
+async fn two_limits_whose_keys_come_out_the_same_are_one_with_both_values_and_a_new_rate_starts_full() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let url = http.url("/ok/same");
+    e.register(&limited(
+        "same",
+        &url,
+        json!([{"key": "c:${ .input.a }", "concurrency": 5},
+                                             {"key": "c:${ .input.b }", "rate": "1/1h", "burst": 1}]),
+    ))
+    .await;
+    let runs: Vec<Uuid> =
+        futures_util::future::join_all((0..3).map(|_| e.start_run("same", json!({"a": "x", "b": "x"})))).await;
+    let limit = wait_for_limit(&e, "c:x", |l| l["waiting"] == 2).await;
+    assert_eq!((limit["rate"].clone(), limit["concurrency"].clone()), (json!("1/1h"), json!(5)), "{limit}");
+    assert_eq!(http.calls("/ok/same"), 1, "the rate holds: one an hour");
+    for id in &runs {
+        e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
+    }
+    // A key that had only a concurrency gets a rate: its bucket starts full.
+    e.register(&limited("grow", &http.url("/ok/grow"), json!([{"key": "grow", "concurrency": 2}]))).await;
+    let id = e.start_run("grow", json!({})).await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    e.register(&limited("grow", &http.url("/ok/grow"), json!([{"key": "grow", "concurrency": 2, "rate": "1/1h"}])))
+        .await;
+    let id = e.start_run("grow", json!({})).await;
+    assert_eq!(e.wait_for_run(id, Duration::from_secs(15)).await["status"], "SUCCEEDED", "not an hour's wait");
+}

@@ -1687,8 +1687,10 @@ async fn events_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<Strin
 /// Limits on steps across runs: each key's values and use now, and a form
 /// to set (or delete) one as `PUT /v1/limits/{key}` does.
 async fn limits_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> Page {
+    const PAGE: i64 = 500;
+    let after = q.get("after").filter(|a| !a.is_empty() && a.len() <= composer_core::definition::limit::MAX_LIMIT_KEY);
     let client = composer_store::client(&s.pool).await?;
-    let limits = composer_store::limits::list(&client, None, 1000).await?;
+    let limits = composer_store::limits::list(&client, after.map(String::as_str), PAGE).await?;
     let mut html = String::from("<h1>Limits</h1>");
     if let Some(text) = q.get("msg").and_then(|m| notice(m)) {
         let _ = write!(html, "<p class=\"notice\">{}</p>", esc(text));
@@ -1721,8 +1723,13 @@ async fn limits_page(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<Strin
     if limits.is_empty() {
         html.push_str("<tr><td colspan=\"10\" class=\"empty\">No limits yet: a node's limits appear once a step waits for them.</td></tr>");
     }
+    html.push_str("</tbody></table>");
+    if let Some(last) = limits.last().filter(|_| limits.len() as i64 == PAGE) {
+        let _ =
+            write!(html, "<p class=\"pager\"><a href=\"/ui/limits?after={}\">Next page</a></p>", url_enc(&last.key));
+    }
     html.push_str(
-        "</tbody></table><h2>Set a limit</h2><form class=\"set-limit\" method=\"post\" action=\"/ui/limits\">\
+        "<h2>Set a limit</h2><form class=\"set-limit\" method=\"post\" action=\"/ui/limits\">\
          <label>Key <input name=\"key\" required maxlength=\"256\" placeholder=\"stripe:acct_1\"></label>\
          <label>Rate <input name=\"rate\" placeholder=\"25/1s\"></label>\
          <label>Burst <input name=\"burst\" type=\"number\" min=\"1\"></label>\
@@ -1743,7 +1750,8 @@ async fn limit_action(
         return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
     }
     let invalid = || Ok(Redirect::to("/ui/limits?msg=limit-invalid").into_response());
-    let key = form.get("key").map(|k| k.trim()).unwrap_or_default();
+    // As typed: a key may begin or end with a space.
+    let key = form.get("key").map(String::as_str).unwrap_or_default();
     if key.is_empty() || key.len() > composer_core::definition::limit::MAX_LIMIT_KEY || key.contains('\0') {
         return invalid();
     }

@@ -19,6 +19,7 @@ impl Machine<'_> {
             Event::TaskCompleted { task_id, attempt, output } => {
                 let t = self.reportable(task_id, attempt)?;
                 self.worker_runs(t)?;
+                self.tr.reported.push(t);
                 match self.over_share(t, &output) {
                     Some(failure) => self.fail_attempt(t, failure),
                     None => {
@@ -109,6 +110,7 @@ impl Machine<'_> {
     pub(super) fn on_task_failed(&mut self, task_id: Uuid, attempt: i32, failure: Failure) -> Result<(), Ignore> {
         let t = self.reportable(task_id, attempt)?;
         self.worker_runs(t)?;
+        self.tr.reported.push(t);
         // The target asked for a pause: its keys wait as long, whatever
         // becomes of this task.
         if let Some(wait) = failure.retry_after.filter(|_| self.wf.nodes[self.run.tasks[t].node].retry.respect_429) {

@@ -727,6 +727,10 @@ pub struct Transition {
     pub input_changed: bool,
     /// Tasks whose limit keys a target's `Retry-After` holds, and until when.
     pub limit_holds: Vec<(usize, DateTime<Utc>)>,
+    /// Tasks whose attempt its worker reported the end of: the worker has
+    /// stopped, so what the attempt held is free at once (an attempt ended
+    /// otherwise — a timeout, a cancel — may still be running there).
+    pub reported: Vec<usize>,
 }
 
 impl Transition {
@@ -778,6 +782,7 @@ impl Transition {
         self.input_changed |= next.input_changed;
         self.sources.extend(next.sources);
         self.limit_holds.extend(next.limit_holds);
+        self.reported.extend(next.reported);
         for m in next.continue_maps {
             if !self.continue_maps.contains(&m) {
                 self.continue_maps.push(m);
