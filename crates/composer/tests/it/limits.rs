@@ -169,6 +169,8 @@ async fn a_named_limit_set_at_run_time_applies_and_definitions_no_longer_change_
     assert_eq!(e.delete("/v1/limits/partner").await.0, 404);
     let (status, err) = e.get(&format!("/v1/limits/{}", "k".repeat(300))).await;
     assert_eq!(status, 400, "{err}");
+    let (status, err) = e.get("/v1/limits/%FF").await;
+    assert_eq!((status, err["error"]["code"].clone()), (400, json!("invalid_request")), "JSON, as every error: {err}");
 }
 
 #[tokio::test]

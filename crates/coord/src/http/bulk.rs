@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use composer_api::{BulkAction, BulkDryRun, BulkFilter, BulkJobView, BulkRequest, ErrorBody};
@@ -11,7 +11,7 @@ use composer_store::bulk::{self, JobRow, NewJob};
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{name_param, text_param, Body};
+use super::extract::{name_param, text_param, Body, Path};
 use crate::shared::Shared;
 
 /// Most runs a dry run counts.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use chrono::Utc;
 use composer_api::{ErrorBody, Explain, NodeWait};
@@ -12,7 +12,7 @@ use composer_store::runs::{self, RunFilter, RunRow, TaskRow};
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::run_id;
+use super::extract::{run_id, Path};
 use crate::shared::Shared;
 
 /// Most PENDING tasks a queue's backlog counts.

@@ -1,6 +1,6 @@
 //! What handlers take from a request, with errors in the API's format: a
-//! JSON body ([`Body`]), a typed query ([`Query`]), and the values a path
-//! or query carries (ids, names, page limits), each checked in one place.
+//! JSON body ([`Body`]), a typed query ([`Query`]), path parameters
+//! ([`Path`]), and the values a path or query carries (ids, names, page limits), each checked in one place.
 
 use std::fmt;
 
@@ -112,6 +112,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let query = parts.uri.query().unwrap_or_default();
         serde_urlencoded::from_str(query).map(Query).map_err(|e| ApiError::bad_request(format!("query: {e}")))
+    }
+}
+
+/// Path parameters read into `T`, or a 400 in the API's format (a segment
+/// that is not UTF-8 once percent-decoded, such as `%FF`, included).
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(rejection) => Err(ApiError::bad_request(format!("path: {}", rejection.body_text()))),
+        }
     }
 }
 

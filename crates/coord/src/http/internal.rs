@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use composer_api::wire::{ReportAck, ReportStatus, TaskReport};
 use composer_api::ErrorBody;
@@ -12,7 +12,7 @@ use composer_core::machine::Event;
 use serde_json::Value;
 
 use super::error::ApiResult;
-use super::extract::{task_id, Body};
+use super::extract::{task_id, Body, Path};
 use super::tasks::completed;
 use super::tasks::MAX_ERROR_CHARS;
 use crate::shared::Shared;

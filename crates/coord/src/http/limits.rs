@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use composer_api::{LimitPage, LimitView};
 use composer_core::definition::limit::{LimitValues, LimitValuesSpec, MAX_LIMIT_KEY};
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Body, Limit, Query};
+use super::extract::{Body, Limit, Path, Query};
 use crate::shared::Shared;
 
 pub(crate) fn view(row: &LimitRow) -> LimitView {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -24,7 +24,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Query};
+use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Path, Query};
 use crate::engine::{Control, StartOptions};
 use crate::shared::Shared;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,7 +18,7 @@ use utoipa::IntoParams;
 
 use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
-use super::extract::{name_param, text_param, Body, Limit, Query};
+use super::extract::{name_param, text_param, Body, Limit, Path, Query};
 use super::runs::run_view;
 use crate::shared::Shared;
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use composer_api::wire::ReportAck;
 use composer_api::{
@@ -15,7 +15,7 @@ use composer_store::leases::LeaseManager;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{name_param, task_id, Body};
+use super::extract::{name_param, task_id, Body, Path};
 use crate::shared::Shared;
 use crate::tasks::{ensure_groups, lease, LeaseError, IDLE_READ_EVERY};
 

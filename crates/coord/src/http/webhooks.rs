@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
-use super::extract::{name_param, Body};
+use super::extract::{name_param, Body, Path};
 use crate::shared::Shared;
 use crate::triggers::Incoming;
 use crate::webhooks::{Webhook, MAX_HEADERS, MAX_HEADER_VALUE};

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,7 +15,7 @@ use serde_json::Value;
 use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{parsed, text_param, Body, Limit, Query, MAX_PAGE};
+use super::extract::{parsed, text_param, Body, Limit, Path, Query, MAX_PAGE};
 use crate::shared::Shared;
 
 /// `GET /v1/workflows/{name}`'s query.
