@@ -24,7 +24,12 @@ use uuid::Uuid;
 
 use crate::{Client, Result, Transaction};
 
-/// What the engine's write does to limits, for [`crate::transitions`].
+/// Channel notified when a commit holds steps back by their limits, ends
+/// attempts that held a slot, resumes a run of limited steps, or sets a
+/// limit: the limiter looks again.
+pub const LIMITS_CHANNEL: &str = "composer_limits";
+
+/// What the engine's write (`write_transitions`) does to limits.
 #[derive(Default)]
 pub(crate) struct LimitWrites {
     /// Tasks whose attempt ended or changed other than by its worker's
@@ -223,6 +228,8 @@ pub struct Pass {
 pub const PASS_KEYS: i64 = 1000;
 /// Most steps of one key one pass takes.
 pub const PASS_STEPS_PER_KEY: u32 = 100;
+/// Steps of a key a pass looks at past those the key could let go.
+pub const PASS_SLACK_PER_KEY: u32 = 16;
 
 /// A waiting step as a pass reads it.
 struct Waiting {
@@ -267,13 +274,15 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
     sync_definitions(&tx, &keys).await?;
     let (now, mut state) = key_states(&tx, &keys).await?;
 
-    // The oldest steps of each key that could let some go now, of runs not paused.
+    // The oldest steps of each key that could let some go now, of runs not
+    // paused: as many as it could let go, and a few more, since a step that
+    // also waits on another key may have to be passed over.
     let (mut cand_keys, mut cand_n) = (Vec::new(), Vec::new());
     for key in &keys {
         let n = state.get(key).map_or(PASS_STEPS_PER_KEY, |s| s.allowance(now, PASS_STEPS_PER_KEY));
         if n > 0 {
             cand_keys.push(key.as_str());
-            cand_n.push(n as i64);
+            cand_n.push((n + PASS_SLACK_PER_KEY).min(PASS_STEPS_PER_KEY) as i64);
         }
     }
     let mut steps: Vec<Waiting> = Vec::new();
@@ -415,7 +424,7 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
             &[&runs, &ids, &secs, &shards],
         )
         .await?;
-        tx.execute("SELECT pg_notify($1, '')", &[&crate::transitions::OUTBOX_CHANNEL]).await?;
+        tx.execute("SELECT pg_notify($1, '')", &[&crate::outbox::OUTBOX_CHANNEL]).await?;
     }
     tx.commit().await?;
     let left_work = more_steps || more_keys || busy;
@@ -619,14 +628,14 @@ pub async fn set(client: &Client, key: &str, values: &LimitValues) -> Result<Lim
             &[&key, &count, &per, &burst, &conc],
         )
         .await?;
-    client.execute("SELECT pg_notify($1, '')", &[&crate::transitions::LIMITS_CHANNEL]).await?;
+    client.execute("SELECT pg_notify($1, '')", &[&LIMITS_CHANNEL]).await?;
     get(client, key).await?.ok_or_else(|| crate::Error::Corrupt(format!("limit {key:?} vanished")))
 }
 
 /// Forgets an operator's values: the key goes back to what its nodes say.
 pub async fn delete(client: &Client, key: &str) -> Result<bool> {
     let n = client.execute("DELETE FROM step_limits WHERE key = $1", &[&key]).await?;
-    client.execute("SELECT pg_notify($1, '')", &[&crate::transitions::LIMITS_CHANNEL]).await?;
+    client.execute("SELECT pg_notify($1, '')", &[&LIMITS_CHANNEL]).await?;
     Ok(n > 0)
 }
 

@@ -22,6 +22,9 @@ use uuid::Uuid;
 
 use crate::{Client, Result, Transaction};
 
+/// Channel notified when a commit adds outbox rows.
+pub const OUTBOX_CHANNEL: &str = "composer_outbox";
+
 /// A claimed row: where its message goes, and the message. `dispatch` is
 /// `None` when the task no longer exists (its month was dropped): the row is
 /// deleted like a published one.

@@ -16,11 +16,8 @@ use uuid::Uuid;
 use crate::outbox::{Outbound, OutboxInserts};
 use crate::{Result, Transaction};
 
-/// Channel notified when a commit adds outbox rows.
-pub const OUTBOX_CHANNEL: &str = "composer_outbox";
-/// Channel notified when a commit holds steps back by their limits, or
-/// ends attempts that held a limit's slot: the limiter looks again.
-pub const LIMITS_CHANNEL: &str = "composer_limits";
+pub use crate::limits::LIMITS_CHANNEL;
+pub use crate::outbox::OUTBOX_CHANNEL;
 /// Channel notified with a run id when that run reaches a terminal status.
 pub const RUN_DONE_CHANNEL: &str = "composer_run_done";
 

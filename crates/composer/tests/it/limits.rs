@@ -158,6 +158,8 @@ async fn a_named_limit_set_at_run_time_applies_and_definitions_no_longer_change_
         (json!({"concurrency": -1}), "out of range"),
         (json!({"burst": 5}), "burst"),
         (json!({"rates": "5/1s"}), "rates"),
+        (json!([null, null]), "expected a JSON object"),
+        (json!("5/1s"), "expected a JSON object"),
     ] {
         let (status, err) = e.put("/v1/limits/partner", &body).await;
         assert_eq!(status, 400, "{body}: {err}");
@@ -169,6 +171,7 @@ async fn a_named_limit_set_at_run_time_applies_and_definitions_no_longer_change_
     assert_eq!(e.delete("/v1/limits/partner").await.0, 404);
     let (status, err) = e.get(&format!("/v1/limits/{}", "k".repeat(300))).await;
     assert_eq!(status, 400, "{err}");
+    assert_eq!(e.get("/v1/limits?after=").await.0, 200, "an empty cursor is the first page");
     let (status, err) = e.get("/v1/limits/%FF").await;
     assert_eq!((status, err["error"]["code"].clone()), (400, json!("invalid_request")), "JSON, as every error: {err}");
 }

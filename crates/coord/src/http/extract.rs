@@ -18,7 +18,8 @@ use super::error::{ApiError, ApiResult};
 /// Most items one page of a list may hold (`limit`).
 pub const MAX_PAGE: i64 = 1000;
 
-/// A JSON body (its Content-Type is checked by `guard::refuse_foreign_pages`).
+/// A JSON object as the body (its Content-Type is checked by
+/// `guard::refuse_foreign_pages`).
 /// A string with a NUL character (which PostgreSQL cannot store) is a 400
 /// naming its field, unless `NUL_OK` (a worker's completion, whose output
 /// the handler turns into a failed attempt instead).
@@ -37,6 +38,11 @@ impl<S: Send + Sync, T: DeserializeOwned, const NUL_OK: bool> FromRequest<S> for
         })?;
         if bytes.is_empty() {
             return Err(ApiError::bad_request("request body is empty; expected JSON"));
+        }
+        // Every body is an object: serde would read a list (`[null]`) as a
+        // struct's fields in order.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::bad_request("invalid JSON body: expected a JSON object"));
         }
         if !NUL_OK && has_nul_escape(&bytes) {
             if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {

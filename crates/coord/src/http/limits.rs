@@ -62,16 +62,21 @@ pub(crate) struct ListQuery {
 )]
 pub(crate) async fn list(State(s): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> ApiResult<Json<LimitPage>> {
     let limit = Limit::or(q.limit, 100);
-    if let Some(after) = &q.after {
+    // An empty `after` is the first page, as none.
+    let after = q.after.as_deref().filter(|a| !a.is_empty());
+    if let Some(after) = after {
         key_param(after)?;
     }
     let client = composer_store::client(&s.pool).await?;
-    let rows = limits::list(&client, q.after.as_deref(), limit).await?;
+    let rows = limits::list(&client, after, limit).await?;
     let next_after = if rows.len() as i64 == limit { rows.last().map(|r| r.key.clone()) } else { None };
     Ok(Json(LimitPage { limits: rows.iter().map(view).collect(), next_after }))
 }
 
 /// Get a limit.
+///
+/// The key's values, who set them, the tokens in its bucket now, its steps in flight and waiting,
+/// and a target's `Retry-After` that holds it.
 #[utoipa::path(
     get, path = "/v1/limits/{key}", operation_id = "getLimit", tag = "limits",
     params(("key" = String, Path, description = "the limit key (URL-encoded)")),

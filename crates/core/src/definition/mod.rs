@@ -5,6 +5,8 @@
 //! - [`kind`]: what each node type is and may do: the one place that
 //!   describes a kind ([`NodeKind::traits`]) and reads its config.
 //! - [`node`]: a validated node: its kind, queue, retry policy, timeout.
+//! - [`limit`]: a node's limits on its steps across runs (rates,
+//!   concurrencies, named limits), as written and compiled.
 //!
 //! [`Workflow::parse`] turns user JSON into a validated, indexed [`Workflow`]
 //! or a [`ValidationError`] that names the node and field at fault. The
