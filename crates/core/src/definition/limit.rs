@@ -60,7 +60,8 @@ pub struct LimitSpec {
     /// step's scope (`"stripe:${ .input.account }"`), never `.secrets`.
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]+$", example = "stripe:${ .input.account }"))]
     pub key: String,
-    /// As in [`LimitValuesSpec`].
+    /// As in [`LimitValuesSpec`]: its fields again, since serde cannot
+    /// refuse unknown fields through a flattened struct.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9]+/[0-9a-z]+$", example = "25/1s"))]
     pub rate: Option<String>,
