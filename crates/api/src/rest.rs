@@ -676,6 +676,11 @@ pub struct LeasedTask {
     pub input: Value,
     /// The lease lasts this long from now: heartbeat well within it.
     pub lease_ttl_ms: u64,
+    /// The W3C `traceparent` of this attempt's span, for the worker to
+    /// continue the trace of the run in what it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")]
+    pub traceparent: Option<String>,
 }
 
 /// `POST /v1/tasks/{id}/heartbeat`: extend the lease.

@@ -24,6 +24,16 @@ pub struct Dispatch {
     /// of older coordinators.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub published_at_us: Option<i64>,
+    /// The W3C `traceparent` of this attempt's span: an HTTP node sends it
+    /// to its target, a handler may pass it on. Absent from messages of
+    /// older coordinators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// When the transaction that dispatched the attempt wrote it (µs since
+    /// the epoch), for the attempt's span; absent from a message the
+    /// outbox's safety net sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_at_us: Option<i64>,
 }
 
 /// Microseconds since the Unix epoch, now.
@@ -69,6 +79,35 @@ pub struct TaskReport {
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     #[schema(minimum = 0)]
     pub retry_after_ms: Option<u64>,
+    /// When the attempt passed each stage on its way, for its span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<StageTimes>,
+}
+
+/// When one attempt passed each stage, in microseconds since the Unix
+/// epoch, as the worker saw them (the first two it was told): what the
+/// attempt's span shows besides its start and end.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StageTimes {
+    /// The dispatching transaction wrote the attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_at_us: Option<i64>,
+    /// Its message went on its stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at_us: Option<i64>,
+    /// A worker read the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_at_us: Option<i64>,
+    /// The worker's lease was granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leased_at_us: Option<i64>,
+    /// The handler started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_us: Option<i64>,
+    /// The handler ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_us: Option<i64>,
 }
 
 /// The coordinator's answer to a report. An ignored report (duplicate, late,

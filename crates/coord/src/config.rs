@@ -156,9 +156,26 @@ pub struct Config {
     /// Transactions applying batches of events at once, per coordinator.
     #[arg(long, env = "COMPOSER_ENGINE_WORKERS", default_value_t = 2)]
     pub engine_workers: usize,
+    /// Base URL of an OTLP/HTTP receiver (an OpenTelemetry Collector, Jaeger, Tempo …) that runs' traces
+    /// are sent to, as `OTEL_EXPORTER_OTLP_ENDPOINT` is read (spans go to `<url>/v1/traces`). No traces
+    /// without it.
+    #[arg(long, env = "COMPOSER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// Headers sent with every export of traces, comma-separated `name=value` (a receiver's API key).
+    #[arg(long, env = "COMPOSER_OTLP_HEADERS", hide_env_values = true, value_delimiter = ',')]
+    pub otlp_headers: Vec<String>,
 }
 
 impl Config {
+    /// `COMPOSER_OTLP_HEADERS` as a map (checked by [`Config::validated`]).
+    pub fn otlp_header_map(&self) -> std::collections::HashMap<String, String> {
+        self.otlp_headers
+            .iter()
+            .filter_map(|h| h.split_once('='))
+            .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+            .collect()
+    }
+
     /// The defaults, on the given services.
     pub fn new(database_url: impl Into<String>, redis_url: impl Into<String>) -> Config {
         let mut c: Config = defaults();
@@ -250,6 +267,35 @@ impl Config {
                 ));
             }
         }
+        self.otlp_endpoint = non_empty(&self.otlp_endpoint).map(|u| u.trim_end_matches('/').to_string());
+        if let Some(url) = &self.otlp_endpoint {
+            let uri = url.parse::<axum::http::Uri>().ok();
+            let web = uri.as_ref().is_some_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some_and(|a| !a.as_str().contains('@'))
+            });
+            if !web {
+                return Err(ConfigError::new(
+                    "--otlp-endpoint",
+                    "COMPOSER_OTLP_ENDPOINT",
+                    format!("{url:?} is not an http:// or https:// URL without credentials (such as http://127.0.0.1:4318)"),
+                ));
+            }
+        }
+        self.otlp_headers.retain(|h| !h.trim().is_empty());
+        for (i, h) in self.otlp_headers.iter().enumerate() {
+            let pair = h.split_once('=').map(|(n, v)| (n.trim(), v.trim()));
+            let fine = pair.is_some_and(|(n, v)| {
+                axum::http::HeaderName::try_from(n).is_ok() && axum::http::HeaderValue::try_from(v).is_ok()
+            });
+            if !fine {
+                // The value may be a key: the error names the header's place, never its text.
+                return Err(ConfigError::new(
+                    "--otlp-headers",
+                    "COMPOSER_OTLP_HEADERS",
+                    format!("header {} is not name=value with a valid HTTP header name and value", i + 1),
+                ));
+            }
+        }
         self.allowed_hosts = self.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect();
         self.allowed_hosts.retain(|h| !h.is_empty());
         for host in &self.allowed_hosts {
@@ -304,6 +350,26 @@ mod tests {
         assert!(c.api_token.is_none());
         assert_eq!(c.ui_session_ttl, Duration::from_secs(12 * 3600));
         assert!(c.allowed_hosts.is_empty() && c.metrics_token.is_none());
+    }
+
+    #[test]
+    fn an_otlp_endpoint_must_be_a_web_url_and_its_headers_never_show_their_values() {
+        let mut c = Config::new("postgres://db", "redis://r");
+        assert!(c.otlp_endpoint.is_none() && c.otlp_headers.is_empty());
+        c.otlp_endpoint = Some("http://127.0.0.1:4318/".into());
+        c.otlp_headers = vec!["x-api-key = s3cr3t".into(), " ".into()];
+        let ok = c.clone().validated().unwrap();
+        assert_eq!(ok.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
+        assert_eq!(ok.otlp_header_map().get("x-api-key").map(String::as_str), Some("s3cr3t"));
+        for bad in ["127.0.0.1:4318", "ftp://collector", "http://user:pw@collector:4318", "http://"] {
+            c.otlp_endpoint = Some(bad.into());
+            let e = c.clone().validated().unwrap_err().to_string();
+            assert!(e.contains("COMPOSER_OTLP_ENDPOINT"), "{bad}: {e}");
+        }
+        c.otlp_endpoint = Some("https://collector.example".into());
+        c.otlp_headers = vec!["x-api-key: s3cr3t\n".into()];
+        let e = c.clone().validated().unwrap_err().to_string();
+        assert!(e.contains("COMPOSER_OTLP_HEADERS") && e.contains("header 1") && !e.contains("s3cr3t"), "{e}");
     }
 
     #[test]

@@ -43,12 +43,32 @@ impl Running {
             self.tasks.abort_all();
             while self.tasks.join_next().await.is_some() {}
         }
+        self.flush_traces().await;
+    }
+
+    /// Sends the spans still queued for export (at most the export's
+    /// timeout), on a thread of its own: the exporter's calls need the
+    /// async runtime free.
+    async fn flush_traces(&self) {
+        if let Some(traces) = self.shared.engine.traces().cloned() {
+            let _ = tokio::task::spawn_blocking(move || traces.flush()).await;
+        }
     }
 
     /// Stops at once, without waiting: what a crash looks like to the others.
     pub fn abort(mut self) {
         self.tasks.abort_all();
     }
+}
+
+/// The exporter of runs' traces, when `COMPOSER_OTLP_ENDPOINT` asks for one.
+fn start_traces(config: &Config, addr: SocketAddr) -> Result<Option<Arc<crate::trace::Traces>>, Error> {
+    let Some(endpoint) = &config.otlp_endpoint else { return Ok(None) };
+    let instance = format!("{addr}/{}", std::process::id());
+    let traces = crate::trace::Traces::start(endpoint, config.otlp_header_map(), &instance)
+        .map_err(|e| Error::Config(composer_config::ConfigError::new("--otlp-endpoint", "COMPOSER_OTLP_ENDPOINT", e)))?;
+    tracing::info!(endpoint, "sending runs' traces over OTLP/HTTP");
+    Ok(Some(Arc::new(traces)))
 }
 
 /// Why a coordinator could not start.
@@ -132,7 +152,8 @@ pub async fn start(config: Config) -> Result<Running, Error> {
             tree: crate::engine::TreeBudget { runs: config.max_tree_runs, items: config.max_tree_items },
         },
         config.engine_queue,
-    );
+    )
+    .with_traces(start_traces(&config, addr)?);
     let shared = Arc::new(Shared {
         engine: Arc::new(engine),
         pool,

@@ -15,6 +15,7 @@
 //! - [`schedules`]: the timer loop's pass that fires schedules, and backfill.
 //! - [`triggers`]: events recorded once, starting the runs their triggers start.
 //! - [`webhooks`]: a webhook's spec, signature and transform (the pure part).
+//! - [`trace`]: OpenTelemetry traces of runs: the spans a commit ends, and their export.
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop.
 //! - `ui`: the web UI at `/ui`.
@@ -33,6 +34,7 @@ pub mod publish;
 pub mod schedules;
 pub mod shared;
 pub mod tasks;
+pub mod trace;
 pub mod triggers;
 mod ui;
 pub mod webhooks;

@@ -81,6 +81,7 @@ pub async fn lease(
         queue,
         input: d.input,
         lease_ttl_ms: ttl.as_millis() as u64,
+        traceparent: d.traceparent,
     };
     let mut out: Vec<LeasedTask> = leases
         .take_over_expired(queues, worker, ttl, max as i64, s.config.max_dispatches)

@@ -33,6 +33,9 @@ pub struct Incoming<'a> {
     pub payload: &'a Value,
     /// `api`, or `webhook:NAME`.
     pub source: &'a str,
+    /// The sender's W3C `traceparent`: the runs the event starts continue
+    /// its trace, the steps it completes link to it.
+    pub traceparent: Option<&'a str>,
 }
 
 /// What sending an event did: its answer, and for an event sent before,
@@ -111,6 +114,7 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
                     let opts = StartOptions {
                         idempotency_key: idempotency_key.as_deref(),
                         trigger: Some(&trigger),
+                        traceparent: ev.traceparent,
                         ..Default::default()
                     };
                     // A savepoint: a start refused half way leaves the rest standing.
@@ -146,7 +150,8 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
     for s in started {
         shared.engine.started(s);
     }
-    let delivered = deliver(shared, &client, buffered_id, &waiters, ev.payload).await?;
+    let link = ev.traceparent.and_then(|t| composer_core::trace::TraceContext::parse(t).ok());
+    let delivered = deliver(shared, &client, buffered_id, &waiters, ev.payload, link).await?;
     if delivered > 0 {
         triggers::set_delivered(&client, seq, delivered as i32).await?;
     }
@@ -190,12 +195,14 @@ async fn deliver(
     buffered_id: i64,
     waiters: &[composer_store::events::Waiter],
     payload: &Value,
+    link: Option<composer_core::trace::TraceContext>,
 ) -> Result<usize, EngineError> {
     let mut taken_by = None;
     let mut matched = 0;
     for w in waiters {
         let event = Event::EventReceived { task_id: w.task_id, payload: payload.clone() };
-        if shared.engine.handle(w.run_id, event).await?.ignored.is_none() {
+        let told = crate::trace::Told { task_id: Some(w.task_id), stages: None, link };
+        if shared.engine.handle_telling(w.run_id, event, told).await?.ignored.is_none() {
             taken_by.get_or_insert(w.task_id);
             matched += 1;
         }

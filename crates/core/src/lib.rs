@@ -14,6 +14,7 @@
 //! - [`storable`]: what PostgreSQL and JSON readers accept back.
 //! - [`schedule`]: cron schedules: their spec, validation and fire times.
 //! - [`schema`]: OpenAPI schemas the Rust types cannot say (`openapi` feature).
+//! - [`trace`]: W3C `traceparent` headers, and the span ids of runs and attempts.
 //! - [`whole`]: integers that JSON writes as `2.0`.
 
 pub mod definition;
@@ -27,6 +28,7 @@ pub mod schedule;
 pub mod schema;
 pub mod simulate;
 pub mod storable;
+pub mod trace;
 pub mod whole;
 
 /// The message a caught panic carried (`panic!("…")` gives a `&str` or a

@@ -138,8 +138,8 @@ impl LeaseManager {
                         recovered_attempt = t.attempt
                    FROM cand, workflow_runs r
                   WHERE t.run_id = cand.run_id AND t.id = cand.id AND r.id = t.run_id
-              RETURNING t.id, t.run_id, r.workflow_definition_id, r.workflow_version, t.node_id, t.node_type,
-                        t.attempt, t.input_json, t.queue",
+              RETURNING t.id, t.id AS task_id, t.run_id, r.workflow_definition_id, r.workflow_version,
+                        r.traceparent, t.node_id, t.node_type, t.attempt, t.input_json, t.queue",
             )
             .await?;
         let rows = client.query(&stmt, &[&queues, &owner, &ttl.as_secs_f64(), &max, &max_recoveries]).await?;
@@ -155,6 +155,8 @@ impl LeaseManager {
                     attempt: r.try_get("attempt")?,
                     input: r.try_get("input_json")?,
                     published_at_us: None,
+                    traceparent: Some(crate::outbox::attempt_traceparent(r)?),
+                    dispatched_at_us: None,
                 };
                 Ok((d, r.try_get("queue")?))
             })

@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (19, "schedule_backfill", include_str!("../migrations/0019_schedule_backfill.sql")),
     (20, "triggers_and_webhooks", include_str!("../migrations/0020_triggers_and_webhooks.sql")),
     (21, "step_limits", include_str!("../migrations/0021_step_limits.sql")),
+    (22, "traces", include_str!("../migrations/0022_traces.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

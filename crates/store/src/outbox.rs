@@ -17,6 +17,7 @@ use std::time::Duration;
 use composer_api::wire::Dispatch;
 use composer_core::definition::Node;
 use composer_core::machine;
+use composer_core::trace::RunTrace;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -51,6 +52,8 @@ impl Claimed {
                 attempt: r.try_get("attempt")?,
                 input: r.try_get("input_json")?,
                 published_at_us: None,
+                traceparent: Some(attempt_traceparent(r)?),
+                dispatched_at_us: None,
             }),
         };
         Ok(Claimed {
@@ -61,6 +64,15 @@ impl Claimed {
             dispatch,
         })
     }
+}
+
+/// The `traceparent` of the attempt a row names (`run_id`, `task_id` or
+/// `id`, `attempt`), from its run's `traceparent`.
+pub(crate) fn attempt_traceparent(r: &Row) -> Result<String> {
+    let run_id: Uuid = r.try_get("run_id")?;
+    let task_id: Uuid = r.try_get("task_id")?;
+    let trace = RunTrace::of(run_id, r.try_get::<_, Option<&str>>("traceparent")?);
+    Ok(trace.attempt(task_id, r.try_get("attempt")?).header())
 }
 
 /// Claims up to `limit` due rows for `claim_timeout`, deleting in the same
@@ -79,7 +91,8 @@ pub async fn claim(client: &Client, limit: i64, claim_timeout: Duration, publish
                                      ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
                  RETURNING o.id, o.run_id, o.task_id, o.queue, o.shard, o.attempt, o.attempts)
              SELECT c.id, c.run_id, c.task_id, c.queue, c.shard, c.attempt, c.attempts,
-                    r.workflow_definition_id, r.workflow_version, t.node_id, t.node_type, t.input_json
+                    r.workflow_definition_id, r.workflow_version, r.traceparent, t.node_id, t.node_type,
+                    t.input_json
                FROM claimed c
                LEFT JOIN task_instances t ON t.run_id = c.run_id AND t.id = c.task_id
                LEFT JOIN workflow_runs r ON r.id = c.run_id",
@@ -139,7 +152,14 @@ pub(crate) struct OutboxInserts<'a> {
 }
 
 impl<'a> OutboxInserts<'a> {
-    pub(crate) fn push(&mut self, run_id: Uuid, definition: (Uuid, i32), node: &'a Node, t: &machine::Task) {
+    pub(crate) fn push(
+        &mut self,
+        run_id: Uuid,
+        definition: (Uuid, i32),
+        node: &'a Node,
+        t: &machine::Task,
+        trace: &RunTrace,
+    ) {
         self.run_id.push(run_id);
         self.task_id.push(t.id);
         self.queue.push(node.dispatch_queue());
@@ -154,6 +174,8 @@ impl<'a> OutboxInserts<'a> {
             attempt: t.attempt,
             input: t.input.clone(),
             published_at_us: None,
+            traceparent: Some(trace.attempt(t.id, t.attempt).header()),
+            dispatched_at_us: Some(composer_api::wire::now_us()),
         });
     }
 

@@ -44,6 +44,8 @@ pub struct RunRow {
     pub handles_run_id: Option<Uuid>,
     /// Its tags, `{key: value}`.
     pub tags: Option<Value>,
+    /// The W3C `traceparent` it was started under, if any.
+    pub traceparent: Option<String>,
 }
 
 impl RunRow {
@@ -69,13 +71,13 @@ const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workfl
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                                parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                               handles_run_id, parent_iteration, tags";
+                               handles_run_id, parent_iteration, tags, traceparent";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                            parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                           handles_run_id, parent_iteration, tags";
+                           handles_run_id, parent_iteration, tags, traceparent";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -106,6 +108,7 @@ impl RunRow {
             root_run_id: r.try_get("root_run_id")?,
             handles_run_id: r.try_get("handles_run_id")?,
             tags: r.try_get("tags")?,
+            traceparent: r.try_get("traceparent")?,
         })
     }
 }
@@ -215,6 +218,8 @@ pub struct NewRun<'a> {
     pub abandoned: bool,
     /// Its tags, `{key: value}`.
     pub tags: Option<&'a Value>,
+    /// The W3C `traceparent` it continues.
+    pub traceparent: Option<&'a str>,
 }
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
@@ -224,8 +229,8 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
             "INSERT INTO workflow_runs
                     (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
                      parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
-                     handles_run_id, parent_iteration, abandoned, tags)
-             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18, $19)
+                     handles_run_id, parent_iteration, abandoned, tags, traceparent)
+             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18, $19, $20)
              RETURNING {RUN_COLUMNS}"
         ))
         .await?;
@@ -253,6 +258,7 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &parent.map_or(0, |p| p.iteration),
                 &run.abandoned,
                 &run.tags,
+                &run.traceparent,
             ],
         )
         .await?;
@@ -601,6 +607,8 @@ pub struct ChildSlot {
     pub spec: Value,
     /// The root of the parent's run tree, which the child joins.
     pub root: Uuid,
+    /// The `traceparent` the parent run was started under.
+    pub parent_traceparent: Option<String>,
 }
 
 /// Claims the right to start the child run of `(task, attempt, iteration)`,
@@ -626,7 +634,7 @@ pub async fn claim_child_slot(
     tx.execute(&lock, &[&task_id, &attempt, &iteration]).await?;
     let stmt = tx
         .prepare_cached(
-            "SELECT r.depth, t.input_json, coalesce(r.root_run_id, r.id)
+            "SELECT r.depth, t.input_json, coalesce(r.root_run_id, r.id), r.traceparent
                FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
               WHERE t.run_id = $1 AND t.id = $2 AND t.attempt = $3 AND t.state = 'RUNNING'
                 AND coalesce(t.iteration, 0) = $4
@@ -637,7 +645,12 @@ pub async fn claim_child_slot(
         .await?;
     match tx.query_opt(&stmt, &[&run_id, &task_id, &attempt, &iteration]).await? {
         Some(row) => {
-            Ok(Some(ChildSlot { parent_depth: row.try_get(0)?, spec: row.try_get(1)?, root: row.try_get(2)? }))
+            Ok(Some(ChildSlot {
+                parent_depth: row.try_get(0)?,
+                spec: row.try_get(1)?,
+                root: row.try_get(2)?,
+                parent_traceparent: row.try_get(3)?,
+            }))
         }
         None => Ok(None),
     }

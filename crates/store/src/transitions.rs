@@ -9,6 +9,7 @@
 use chrono::{DateTime, Utc};
 use composer_core::definition::{Node, Workflow};
 use composer_core::machine::{self, HistoryEntry, TaskState, Transition};
+use composer_core::trace::RunTrace;
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
@@ -28,6 +29,8 @@ pub struct Change<'a> {
     pub tr: &'a Transition,
     /// The run's definition id and version, for its dispatch messages.
     pub definition: (Uuid, i32),
+    /// The `traceparent` the run was started under, for its messages'.
+    pub traceparent: Option<&'a str>,
 }
 
 /// How a write's outbox rows go out, for [`write_transitions`].
@@ -66,7 +69,7 @@ pub async fn write_transitions(
     let mut removed = TaskDeletes::default();
     let mut sources = SourceWrites::default();
     let mut limits = crate::limits::LimitWrites::default();
-    for Change { wf, run, tr, definition } in changes {
+    for Change { wf, run, tr, definition, traceparent } in changes {
         for (m, first, list) in &tr.sources {
             sources.push(run.id, run.tasks[*m].id, *first, list);
         }
@@ -111,10 +114,11 @@ pub async fn write_transitions(
         }
         // A task dispatched and finished within one batch is not sent; one
         // with limits waits for the limiter.
+        let trace = RunTrace::of(run.id, *traceparent);
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
             match task.limit_keys.is_empty() {
-                true => outbox.push(run.id, *definition, node, task),
+                true => outbox.push(run.id, *definition, node, task, &trace),
                 false => limits.hold(run.id, node, task),
             }
         }

@@ -7,16 +7,19 @@
 //! - [`services()`] / [`TestDb`] (`services`): where a test's data lives.
 //! - [`FakeHttp`] (`fake_http`): an HTTP service that counts calls per path and can fail,
 //!   be slow or flaky on demand.
+//! - [`Collector`] (`collector`): a real OpenTelemetry collector, and the spans it received.
 //! - [`Engine`] (`engine`): coordinators and workers in-process, with API helpers and
 //!   [`Engine::wait_for_run`].
 
 // Test support: a harness that cannot start panics, as a test would.
 #![allow(clippy::unwrap_used)]
 
+mod collector;
 mod engine;
 mod fake_http;
 mod services;
 
+pub use collector::{Collector, ReceivedSpan};
 pub use engine::{http_node, Engine, EngineOptions, WorkerHandle};
 pub use fake_http::{FakeHttp, Recorded};
 pub use services::{replace_db, services, unique_prefix, Services, TestDb};

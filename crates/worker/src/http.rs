@@ -142,10 +142,16 @@ impl Http {
             .timeout(timeout)
             .header("Idempotency-Key", idempotency_key(ctx, config)?);
         let mut has_content_type = false;
+        let mut has_traceparent = false;
         for (name, value) in headers.into_iter().flatten() {
             let (name, value) = header(name, value, secrets)?;
             has_content_type |= name == reqwest::header::CONTENT_TYPE;
+            has_traceparent |= name == "traceparent";
             req = req.header(name, value);
+        }
+        // The target joins the run's trace, unless the node names its own.
+        if let Some(tp) = ctx.traceparent.as_deref().filter(|_| !has_traceparent) {
+            req = req.header("traceparent", tp);
         }
         match &config["body"] {
             Value::Null => {}

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use composer_api::wire::{Dispatch, ReportStatus, TaskReport};
+use composer_api::wire::{Dispatch, ReportStatus, StageTimes, TaskReport};
 use composer_store::leases::{Acquired, LeaseManager};
 use composer_stream::{Keys, Message, Streams};
 use futures_util::FutureExt;
@@ -314,6 +314,7 @@ async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
         code: Some(composer_core::machine::codes::MAX_DISPATCHES.into()),
         http_status: None,
         retry_after_ms: None,
+        stages: None,
     };
     match ctx.reporter.send(d.task_id, &report, ctx.report_deadline).await {
         Delivery::Delivered | Delivery::Gone => ack(&ctx, &msg).await,
@@ -408,14 +409,14 @@ async fn take(ctx: Arc<Ctx>, reads: Vec<Read>) {
             }
             // The read loop gives as many slots as messages.
             let Some(slot) = slots.pop() else { break };
-            wanted.push((msg, d, slot, at));
+            wanted.push((msg, d, slot, at, at_us));
         }
     }
     if wanted.is_empty() {
         return;
     }
     let requests: Vec<(uuid::Uuid, uuid::Uuid, i32)> =
-        wanted.iter().map(|(_, d, _, _)| (d.run_id, d.task_id, d.attempt)).collect();
+        wanted.iter().map(|(_, d, _, _, _)| (d.run_id, d.task_id, d.attempt)).collect();
     let granted = match ctx.leases.acquire_many(&requests, &ctx.id, ctx.lease_ttl).await {
         Ok(g) => g,
         Err(e) => {
@@ -423,9 +424,9 @@ async fn take(ctx: Arc<Ctx>, reads: Vec<Read>) {
             return;
         }
     };
-    let leased_at = std::time::Instant::now();
+    let (leased_at, leased_at_us) = (std::time::Instant::now(), composer_api::wire::now_us());
     let mut started = std::collections::HashSet::new();
-    for (msg, d, slot, read_at) in wanted {
+    for (msg, d, slot, read_at, read_at_us) in wanted {
         match granted.get(&d.task_id) {
             Some(how) if started.insert(d.task_id) => {
                 if *how == Acquired::TakenOver {
@@ -433,7 +434,12 @@ async fn take(ctx: Arc<Ctx>, reads: Vec<Read>) {
                 }
                 stage("read_to_lease", leased_at - read_at);
                 let span = task_span(&d);
-                ctx.tracker.spawn(execute(ctx.clone(), msg, d, slot, Some(leased_at)).instrument(span));
+                let stages = StageTimes {
+                    read_at_us: Some(read_at_us),
+                    leased_at_us: Some(leased_at_us),
+                    ..StageTimes::default()
+                };
+                ctx.tracker.spawn(execute(ctx.clone(), msg, d, slot, Some(leased_at), stages).instrument(span));
             }
             // Another worker holds it, it finished or moved to another
             // attempt, or this read carried it twice.
@@ -452,6 +458,7 @@ fn task_span(d: &Dispatch) -> tracing::Span {
 /// One reclaimed message, with its slot: lease, then run.
 async fn process(ctx: Arc<Ctx>, msg: Message, slot: OwnedSemaphorePermit) {
     let Some(d) = parse(&ctx, &msg).await else { return };
+    let read_at_us = composer_api::wire::now_us();
     match ctx.leases.acquire(d.run_id, d.task_id, &ctx.id, ctx.lease_ttl, d.attempt).await {
         Ok(Acquired::Granted) => {}
         Ok(Acquired::TakenOver) => {
@@ -469,7 +476,9 @@ async fn process(ctx: Arc<Ctx>, msg: Message, slot: OwnedSemaphorePermit) {
         }
     }
     let span = task_span(&d);
-    execute(ctx, msg, d, slot, None).instrument(span).await
+    let now = composer_api::wire::now_us();
+    let stages = StageTimes { read_at_us: Some(read_at_us), leased_at_us: Some(now), ..StageTimes::default() };
+    execute(ctx, msg, d, slot, None, stages).instrument(span).await
 }
 
 /// One stage of a step's way to its next task (`composer_step_stage_seconds`).
@@ -489,6 +498,7 @@ async fn execute(
     dispatch: Dispatch,
     _slot: OwnedSemaphorePermit,
     leased_at: Option<std::time::Instant>,
+    mut stages: StageTimes,
 ) {
     if let Some(at) = leased_at {
         stage("lease_to_start", at.elapsed());
@@ -504,6 +514,7 @@ async fn execute(
     let logs = crate::task::LogBuffer::default();
     let renewer = tokio::spawn(renew(ctx.clone(), dispatch.clone(), lost.clone(), done.clone(), logs.clone()));
     let started = std::time::Instant::now();
+    stages.started_at_us = Some(composer_api::wire::now_us());
     let outcome = match handler {
         Some(handler) => run_handler(handler, &dispatch, &lost, logs.clone()).await,
         None => {
@@ -530,7 +541,11 @@ async fn execute(
     );
     // The last lines land before the result: the log is whole when the step ends.
     send_logs(&ctx, &dispatch, &logs).await;
-    let report = to_report(&ctx.id, &dispatch, result);
+    stages.finished_at_us = Some(composer_api::wire::now_us());
+    stages.dispatched_at_us = dispatch.dispatched_at_us;
+    stages.published_at_us = dispatch.published_at_us;
+    let mut report = to_report(&ctx.id, &dispatch, result);
+    report.stages = Some(stages);
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.
     let delivery = ctx.reporter.send(dispatch.task_id, &report, ctx.report_deadline).await;
@@ -585,6 +600,7 @@ async fn run_handler(
         node_id: dispatch.node_id.clone(),
         node_type: dispatch.node_type.clone(),
         attempt: dispatch.attempt,
+        traceparent: dispatch.traceparent.clone(),
         cancelled: lost.clone(),
         secrets: secrets.clone(),
         logs,
@@ -647,6 +663,7 @@ fn to_report(worker_id: &str, dispatch: &Dispatch, result: Result<Value, crate::
         http_status: error.as_ref().and_then(|e| e.status),
         retry_after_ms: error.as_ref().and_then(|e| e.retry_after).map(|d| d.as_millis().min(u64::MAX as u128) as u64),
         error: error.map(|e| e.message),
+        stages: None,
     }
 }
 

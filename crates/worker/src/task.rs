@@ -18,6 +18,9 @@ pub struct TaskContext {
     pub node_id: String,
     pub node_type: String,
     pub attempt: i32,
+    /// The W3C `traceparent` of this attempt's span: pass it on (as the
+    /// HTTP node does, in a `traceparent` header) to join the run's trace.
+    pub traceparent: Option<String>,
     /// Cancelled when the lease is lost (taken over, or the run cancelled):
     /// a long handler should stop early; its result is discarded anyway.
     pub cancelled: CancellationToken,

@@ -22,6 +22,7 @@ mod processes;
 mod repair;
 mod task_api;
 mod tls;
+mod traces;
 mod triggers;
 mod ui;
 mod wire;

@@ -32,6 +32,8 @@ pub struct NewRunOf<'a> {
     pub abandoned: bool,
     /// Tags the start gives, besides the definition's.
     pub tags: Option<&'a serde_json::Map<String, Value>>,
+    /// The W3C `traceparent` it continues.
+    pub traceparent: Option<&'a str>,
 }
 
 /// What the engine holds every run to.
@@ -97,6 +99,7 @@ pub async fn create_run<S: RunStore>(
         handles_run_id: how.handles,
         abandoned: how.abandoned,
         tags: tags.as_ref(),
+        traceparent: how.traceparent,
     };
     let row = store.insert_run(&new).await?;
     if status == RunStatus::Queued {
@@ -176,6 +179,7 @@ mod tests {
             handles: None,
             abandoned: false,
             tags: None,
+            traceparent: None,
         }
     }
 

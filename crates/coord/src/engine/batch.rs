@@ -29,6 +29,8 @@ pub struct Applying {
     pub run_id: Uuid,
     pub event: Event,
     pub by: By,
+    /// What the event tells its task's span (only while traces are on).
+    pub told: Option<crate::trace::Told>,
 }
 
 /// Who sent an event, and what that asks of the batch.
@@ -67,6 +69,7 @@ pub enum Pending {
         def: DefinitionRow,
         input: Value,
         tags: Option<serde_json::Map<String, Value>>,
+        traceparent: Option<String>,
         reply: oneshot::Sender<Result<RunRow>>,
     },
 }

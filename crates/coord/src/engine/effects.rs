@@ -218,6 +218,7 @@ pub(crate) mod fake {
                 root_run_id: run.root_run_id,
                 handles_run_id: run.handles_run_id,
                 tags: run.tags.cloned(),
+                traceparent: run.traceparent.map(str::to_string),
             };
             if run.status == RunStatus::Running || run.status == RunStatus::Queued {
                 let key = (run.workflow_name.to_string(), run.concurrency_key.unwrap_or_default().to_string());

@@ -4,6 +4,7 @@
 //! starts exactly once for each end, whichever coordinator commits it and
 //! whatever crashes: the end and the handler commit together or not at all.
 
+use composer_core::trace::{RunTrace, TraceContext};
 use std::sync::Arc;
 
 use composer_core::definition::Workflow;
@@ -81,6 +82,9 @@ pub async fn start<S: RunStore>(
         let input = handler_input(l, limits).map_err(Rejection::HandlerInput)?;
         let wf = compile(&def)?;
         let trigger = json!({"failure_of": l.run.id});
+        // The handler's span sits under the span of the run that failed.
+        let failed = RunTrace::of(l.run.id, l.traceparent.as_deref());
+        let traceparent = TraceContext { trace_id: failed.trace_id, span_id: failed.run_span, sampled: true }.header();
         let how = NewRunOf {
             def: &def,
             input: &input,
@@ -92,6 +96,7 @@ pub async fn start<S: RunStore>(
             handles: Some(l.run.id),
             abandoned: false,
             tags: None,
+            traceparent: Some(&traceparent),
         };
         admission::create_run(store, wf, how, limits).await
     }

@@ -7,6 +7,8 @@ use composer_core::definition::Workflow;
 use composer_core::machine::{self, AfterCommit};
 use composer_store::runs::RunRow;
 use composer_store::transitions::Change;
+
+use crate::trace::Seen;
 use uuid::Uuid;
 
 #[derive(Debug)]
@@ -22,6 +24,10 @@ pub struct Loaded {
     pub root: Uuid,
     /// For a failure handler's run: the run whose end started it.
     pub handles: Option<Uuid>,
+    /// The `traceparent` it was started under.
+    pub traceparent: Option<String>,
+    /// What its spans are made of (empty unless traces are on).
+    pub seen: Seen,
 }
 
 impl Loaded {
@@ -34,12 +40,20 @@ impl Loaded {
             definition: (row.workflow_definition_id, row.workflow_version),
             root: row.root(),
             handles: row.handles_run_id,
+            traceparent: row.traceparent.clone(),
+            seen: Seen::default(),
         }
     }
 
     /// What storage writes for it.
     pub fn change(&self) -> Change<'_> {
-        Change { wf: &self.wf, run: &self.run, tr: &self.tr, definition: self.definition }
+        Change {
+            wf: &self.wf,
+            run: &self.run,
+            tr: &self.tr,
+            definition: self.definition,
+            traceparent: self.traceparent.as_deref(),
+        }
     }
 
     /// What its commit owes other runs, each with the run it comes from.

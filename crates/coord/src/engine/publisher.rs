@@ -80,6 +80,8 @@ mod tests {
             attempt: 1,
             input: serde_json::json!({}),
             published_at_us: None,
+            traceparent: None,
+            dispatched_at_us: None,
         };
         Outbound { id, queue: "http".into(), shard: 0, dispatch }
     }

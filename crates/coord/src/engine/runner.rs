@@ -5,8 +5,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use composer_api::wire::StageTimes;
 use composer_core::definition::{Workflow, SUB_WORKFLOW_MAX_DEPTH};
 use composer_core::machine::{self, AfterCommit, Event, RunStatus};
+use composer_core::trace::RunTrace;
 use composer_store::definitions::DefinitionRow;
 use composer_store::outbox::Outbound;
 use composer_store::runs::{self, Parent, RunRow};
@@ -25,6 +27,7 @@ use super::handler;
 use super::loaded::Loaded;
 use super::publisher::Publisher;
 use super::store::Tx;
+use crate::trace::{self, Told, Traces};
 
 /// Children started at once after a commit (each in its own transaction).
 const CHILD_STARTS_AT_ONCE: usize = 8;
@@ -53,10 +56,12 @@ pub struct Engine {
     live_loops: AtomicUsize,
     /// The payload limit and the fan-out budget.
     limits: Limits,
+    /// Where the spans of runs go (`COMPOSER_OTLP_ENDPOINT`); none without.
+    traces: Option<Arc<Traces>>,
 }
 
-/// A start queued for a batch: its definition, input and tags.
-type StartWork = (DefinitionRow, Value, Option<serde_json::Map<String, Value>>);
+/// A start queued for a batch: its definition, input, tags and traceparent.
+type StartWork = (DefinitionRow, Value, Option<serde_json::Map<String, Value>>, Option<String>);
 
 /// How a run is started, besides its definition and input.
 #[derive(Debug, Clone, Copy, Default)]
@@ -67,6 +72,8 @@ pub struct StartOptions<'a> {
     pub trigger: Option<&'a Value>,
     /// Tags the start gives, besides the definition's.
     pub tags: Option<&'a serde_json::Map<String, Value>>,
+    /// The W3C `traceparent` the run continues (checked by the caller).
+    pub traceparent: Option<&'a str>,
 }
 
 /// A run [`Engine::start_run_in`] created (or found by its idempotency key),
@@ -86,6 +93,8 @@ struct Written {
     outbound: Vec<Outbound>,
     any: bool,
     handlers: Vec<Loaded>,
+    /// The spans the commit ends (none unless traces are on).
+    spans: Vec<trace::Span>,
 }
 
 /// Where the answer to one piece of a batch's work goes.
@@ -122,7 +131,19 @@ impl Engine {
             faults: Mutex::new(HashMap::new()),
             live_loops: AtomicUsize::new(0),
             limits,
+            traces: None,
         }
+    }
+
+    /// Records the spans of runs to `traces` from now on.
+    pub fn with_traces(mut self, traces: Option<Arc<Traces>>) -> Engine {
+        self.traces = traces;
+        self
+    }
+
+    /// Where the spans of runs go, if anywhere.
+    pub fn traces(&self) -> Option<&Arc<Traces>> {
+        self.traces.as_ref()
     }
 
     /// How this engine's writes have their outbox rows published.
@@ -169,16 +190,31 @@ impl Engine {
                 return Err(EngineError::BudgetRace { run_id: l.run.id });
             }
         }
+        let spans = match &self.traces {
+            Some(_) => {
+                let now = std::time::SystemTime::now();
+                all.iter()
+                    .flat_map(|l| {
+                        let traceparent = l.traceparent.as_deref();
+                        trace::spans_of(&l.wf, l.definition.1, &l.run, &l.tr, traceparent, &l.seen, now)
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
         let changes: Vec<Change> = all.into_iter().map(Loaded::change).collect();
         let any = changes.iter().any(|c| !c.tr.dispatch.is_empty());
         let outbound = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;
-        Ok(Written { outbound, any, handlers })
+        Ok(Written { outbound, any, handlers, spans })
     }
 
     /// After the commit of a write: publishes it, counts the failure
     /// handlers it started, and returns what their commit owes.
     fn written(&self, w: Written) -> Vec<(Uuid, AfterCommit)> {
         self.dispatched(w.outbound, w.any);
+        if let (Some(traces), false) = (&self.traces, w.spans.is_empty()) {
+            traces.record(w.spans);
+        }
         if w.handlers.is_empty() {
             return Vec::new();
         }
@@ -260,8 +296,8 @@ impl Engine {
     ) -> Result<(RunRow, bool)> {
         if opts.idempotency_key.is_none() && opts.trigger.is_none() && self.compile(def)?.concurrency.is_none() {
             let (reply, answer) = oneshot::channel();
-            let tags = opts.tags.cloned();
-            self.enqueue(Pending::Start { def: def.clone(), input: input.clone(), tags, reply })?;
+            let (tags, traceparent) = (opts.tags.cloned(), opts.traceparent.map(str::to_string));
+            self.enqueue(Pending::Start { def: def.clone(), input: input.clone(), tags, traceparent, reply })?;
             return Ok((answer.await.map_err(|_| EngineError::Stopped)??, true));
         }
         let mut client = composer_store::client(&self.pool).await?;
@@ -282,7 +318,7 @@ impl Engine {
         opts: StartOptions<'_>,
     ) -> Result<Started> {
         let wf = self.compile(def)?;
-        let StartOptions { idempotency_key, trigger, tags } = opts;
+        let StartOptions { idempotency_key, trigger, tags, traceparent } = opts;
         if let Some(key) = idempotency_key {
             if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
                 return Ok(Started { row: existing, new: false, loaded: None, written: None });
@@ -299,6 +335,7 @@ impl Engine {
             handles: None,
             abandoned: false,
             tags,
+            traceparent,
         };
         let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
         let written = self.write(tx, loaded.iter_mut(), &[]).await?;
@@ -342,8 +379,20 @@ impl Engine {
     /// Applies a worker's report of a task's attempt, only while `worker`
     /// holds that attempt's lease ([`EngineError::LeaseLost`] otherwise),
     /// checked on the rows the batch's transaction locked: no read of its own.
-    pub async fn handle_reported(&self, run_id: Uuid, event: Event, worker: String) -> Result<Handled> {
-        self.handle_by(run_id, event, By::Worker(worker)).await
+    pub async fn handle_reported(
+        &self,
+        run_id: Uuid,
+        event: Event,
+        worker: String,
+        stages: Option<StageTimes>,
+    ) -> Result<Handled> {
+        let told = Told { task_id: event.task_id(), stages, link: None };
+        self.handle_told(run_id, event, By::Worker(worker), Some(told)).await
+    }
+
+    /// Applies `event` with what it tells its task's span.
+    pub async fn handle_telling(&self, run_id: Uuid, event: Event, told: Told) -> Result<Handled> {
+        self.handle_told(run_id, event, By::Engine, Some(told)).await
     }
 
     /// Applies an operator's control action; the history records who took
@@ -368,8 +417,14 @@ impl Engine {
     }
 
     async fn handle_by(&self, run_id: Uuid, event: Event, by: By) -> Result<Handled> {
+        self.handle_told(run_id, event, by, None).await
+    }
+
+    async fn handle_told(&self, run_id: Uuid, event: Event, by: By, told: Option<Told>) -> Result<Handled> {
         let (reply, answer) = oneshot::channel();
-        self.enqueue(Pending::Event { applying: Applying { run_id, event, by }, reply })?;
+        // Nothing to tell when no span is recorded.
+        let told = told.filter(|_| self.traces.is_some());
+        self.enqueue(Pending::Event { applying: Applying { run_id, event, by, told }, reply })?;
         answer.await.map_err(|_| EngineError::Stopped)?
     }
 
@@ -420,8 +475,8 @@ impl Engine {
                     replies.push(Reply::Event(applying.run_id, reply));
                     events.push(applying);
                 }
-                Pending::Start { def, input, tags, reply } => {
-                    starts.push((def, input, tags));
+                Pending::Start { def, input, tags, traceparent, reply } => {
+                    starts.push((def, input, tags, traceparent));
                     replies.push(Reply::Start(reply));
                 }
             }
@@ -557,7 +612,7 @@ impl Engine {
         let (mut runs, leases) = self.lock_runs(&tx, &events).await?;
         let mut results = Vec::with_capacity(events.len());
         let applied = events.len();
-        for Applying { run_id, event, by } in events {
+        for Applying { run_id, event, by, told } in events {
             let Some(loaded) = runs.get_mut(&run_id) else {
                 results.push(Err(EngineError::RunNotFound(run_id)));
                 continue;
@@ -580,6 +635,9 @@ impl Engine {
                     Some(control)
                 }
             };
+            if let (Some(told), Some(_)) = (told, &self.traces) {
+                told.add_to(&mut loaded.seen);
+            }
             let name = event.name();
             let mut tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
             if let (Some(c), Some(first)) = (control, tr.history.first_mut()) {
@@ -593,7 +651,7 @@ impl Engine {
             loaded.tr.merge(tr);
         }
         let mut created = Vec::with_capacity(starts.len());
-        for (def, input, tags) in starts {
+        for (def, input, tags, traceparent) in starts {
             let wf = self.compile(def)?;
             let how = NewRunOf {
                 def,
@@ -606,6 +664,7 @@ impl Engine {
                 handles: None,
                 abandoned: false,
                 tags: tags.as_ref(),
+                traceparent: traceparent.as_deref(),
             };
             let (row, loaded) = admission::create_run(&store, wf, how, self.limits).await?;
             if let Some(loaded) = loaded {
@@ -661,6 +720,16 @@ impl Engine {
             for t in tasks.iter().filter(|t| reported.contains(&t.id)) {
                 leases.insert(t.id, (t.lease_owner.clone(), t.attempt, t.state == machine::TaskState::Running));
             }
+            let mut seen = trace::Seen::default();
+            if self.traces.is_some() {
+                for t in &tasks {
+                    let since = match t.state {
+                        machine::TaskState::Running => t.started_at.unwrap_or(t.updated_at),
+                        _ => t.updated_at,
+                    };
+                    seen.task(t.id, t.attempt, t.state, since);
+                }
+            }
             let wf = self.workflow(row.workflow_definition_id).await?;
             let mut run = runs::into_machine(&wf, &mut row, tasks)?;
             self.hold_to_limits(&store, &wf, &mut run, &row).await?;
@@ -676,7 +745,9 @@ impl Engine {
             if of_run().any(|e| matches!(e, Event::ResumeRun)) {
                 effects::load_items(&store, &wf, &mut run, None, runs::Items::Held).await?;
             }
-            runs.insert(row.id, Loaded::new(wf, run, machine::Transition::default(), &row));
+            let mut loaded = Loaded::new(wf, run, machine::Transition::default(), &row);
+            loaded.seen = seen;
+            runs.insert(row.id, loaded);
         }
         Ok((runs, leases))
     }
@@ -790,6 +861,10 @@ impl Engine {
             None | Some(Value::Null) => serde_json::json!({}),
             Some(v) => v.clone(),
         };
+        // The child's span sits under its parent's attempt.
+        let traceparent = RunTrace::of(parent.run_id, slot.parent_traceparent.as_deref())
+            .attempt(parent.task_id, parent.attempt)
+            .header();
         if !composer_store::trees::charge_run(tx, slot.root, self.limits.tree.runs).await? {
             return Err(Rejection::TreeTooBig { what: "runs", max: self.limits.tree.runs }.into());
         }
@@ -804,6 +879,7 @@ impl Engine {
             handles: None,
             abandoned: slot.spec["on_parent_close"] == "abandon",
             tags: None,
+            traceparent: Some(&traceparent),
         };
         admission::create_run(&Tx(tx), wf, how, self.limits).await
     }

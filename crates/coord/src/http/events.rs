@@ -10,7 +10,7 @@ use composer_api::{EventPage, EventSent, EventView, SendEvent};
 use serde_json::Value;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{json_size, Body};
+use super::extract::{json_size, Body, Traceparent};
 use crate::shared::Shared;
 use crate::triggers::Incoming;
 
@@ -31,15 +31,27 @@ pub const MAX_EVENT_ID: usize = 256;
 /// answers what the first sending started, with `duplicate`.
 #[utoipa::path(
     post, path = "/v1/events", operation_id = "sendEvent", tag = "runs",
+    params(("traceparent" = Option<String>, Header, description = "A W3C trace context: the runs the event starts continue it, the steps it completes link to it; one that does not read is ignored")),
     request_body = SendEvent,
     responses(
         (status = 200, description = "recorded: the runs it started, the steps it completed", body = EventSent),
         (status = 422, description = "the id was recorded for another event (another key or payload)", body = composer_api::ErrorBody),
     )
 )]
-pub(crate) async fn send_event(State(s): State<Arc<Shared>>, Body(ev): Body<SendEvent>) -> ApiResult<Json<EventSent>> {
+pub(crate) async fn send_event(
+    State(s): State<Arc<Shared>>,
+    Traceparent(traceparent): Traceparent,
+    Body(ev): Body<SendEvent>,
+) -> ApiResult<Json<EventSent>> {
     check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
-    let incoming = Incoming { name: &ev.name, key: &ev.key, id: ev.id.as_deref(), payload: &ev.payload, source: "api" };
+    let incoming = Incoming {
+        name: &ev.name,
+        key: &ev.key,
+        id: ev.id.as_deref(),
+        payload: &ev.payload,
+        source: "api",
+        traceparent: traceparent.as_deref(),
+    };
     Ok(Json(answer(crate::triggers::send(&s, incoming).await?, &ev.key, &ev.payload)?))
 }
 

@@ -1,6 +1,7 @@
 //! What handlers take from a request, with errors in the API's format: a
 //! JSON body ([`Body`]), a typed query ([`Query`]), path parameters
-//! ([`Path`]), and the values a path or query carries (ids, names, page limits), each checked in one place.
+//! ([`Path`]), a W3C trace context ([`Traceparent`]), and the values a path or query carries (ids, names,
+//! page limits), each checked in one place.
 
 use std::fmt;
 
@@ -14,6 +15,24 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
+
+/// The request's W3C `traceparent` header, as Composer writes it again:
+/// `None` without one, or with one that does not read (the W3C rule: an
+/// invalid header is ignored and a new trace begins, never an error).
+pub struct Traceparent(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Traceparent {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let header = parts.headers.get("traceparent").and_then(|v| v.to_str().ok());
+        let read = header.map(composer_core::trace::TraceContext::parse);
+        if let Some(Err(e)) = &read {
+            tracing::debug!(error = %e, "ignoring the request's traceparent");
+        }
+        Ok(Traceparent(read.and_then(Result::ok).map(|c| c.header())))
+    }
+}
 
 /// Most items one page of a list may hold (`limit`).
 pub const MAX_PAGE: i64 = 1000;

@@ -53,7 +53,7 @@ pub(crate) async fn report(
             retry_after: r.retry_after_ms.map(std::time::Duration::from_millis),
         },
     };
-    let handled = s.engine.handle_reported(r.run_id, event, r.worker_id).await?;
+    let handled = s.engine.handle_reported(r.run_id, event, r.worker_id, r.stages).await?;
     composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
     composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
     Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))

@@ -24,7 +24,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Path, Query};
+use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Path, Query, Traceparent};
 use crate::engine::{Control, StartOptions};
 use crate::shared::Shared;
 
@@ -173,9 +173,10 @@ pub(crate) struct LogsQuery {
 /// Starts a run of the workflow's latest version (or `version`) with `input` (`{}` without it).
 /// With an `idempotency_key`, a second start with the same key and input answers the first run
 /// (200); the same key with another input is a 422. A workflow with a concurrency limit may start
-/// the run QUEUED.
+/// the run QUEUED. A W3C `traceparent` header puts the run's trace under the caller's span.
 #[utoipa::path(
     post, path = "/v1/runs", operation_id = "startRun", tag = "runs",
+    params(("traceparent" = Option<String>, Header, description = "A W3C trace context the run's trace continues; one that does not read is ignored")),
     request_body = StartRun,
     responses(
         (status = 201, description = "started", body = RunView),
@@ -183,7 +184,11 @@ pub(crate) struct LogsQuery {
         (status = 422, description = "the idempotency key was used for a run with another input (idempotency_key_reused)", body = ErrorBody),
     )
 )]
-pub(crate) async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<StartRun>) -> ApiResult<Response> {
+pub(crate) async fn start_run(
+    State(s): State<Arc<Shared>>,
+    Traceparent(traceparent): Traceparent,
+    Body(req): Body<StartRun>,
+) -> ApiResult<Response> {
     let input = req.input.unwrap_or_else(|| json!({}));
     if json_size(&input) > s.config.max_payload {
         return Err(ApiError::too_large("run input", s.config.max_payload));
@@ -204,7 +209,12 @@ pub(crate) async fn start_run(State(s): State<Arc<Shared>>, Body(req): Body<Star
             )));
         }
     }
-    let opts = StartOptions { idempotency_key: req.idempotency_key.as_deref(), trigger: None, tags: req.tags.as_ref() };
+    let opts = StartOptions {
+        idempotency_key: req.idempotency_key.as_deref(),
+        trigger: None,
+        tags: req.tags.as_ref(),
+        traceparent: traceparent.as_deref(),
+    };
     let (row, created) = s.engine.start_run(&def, &input, opts).await?;
     if let (false, Some(key)) = (created, &req.idempotency_key) {
         if !same_json(&row.input, &input) {

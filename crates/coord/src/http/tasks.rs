@@ -1,6 +1,8 @@
 //! The task API's routes: poll, heartbeat, logs, complete, fail (how the
 //! coordinator leases for a worker is in `crate::tasks`).
 
+use composer_api::wire::StageTimes;
+use crate::trace::Told;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -273,7 +275,10 @@ async fn finish(
     if !leases.holds(run_id, id, worker, attempt).await? {
         return Err(ApiError::LeaseLost(id));
     }
-    let handled = s.engine.handle(run_id, event).await?;
+    // The span of a task-API attempt runs from its lease to this commit.
+    let stages = StageTimes { finished_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
+    let told = Told { task_id: Some(id), stages: Some(stages), link: None };
+    let handled = s.engine.handle_telling(run_id, event, told).await?;
     Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
 }
 

@@ -160,8 +160,18 @@ pub(crate) async fn deliver(
     let ev = transform(hook, body_json, &headers, id).await?;
     super::events::check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let source = format!("webhook:{name}");
-    let incoming =
-        Incoming { name: &ev.name, key: &ev.key, id: ev.id.as_deref(), payload: &ev.payload, source: &source };
+    // A sender that traces its deliveries (a W3C `traceparent` header) is continued as an API call is.
+    let traceparent = header_text("traceparent")
+        .and_then(|t| composer_core::trace::TraceContext::parse(t).ok())
+        .map(|c| c.header());
+    let incoming = Incoming {
+        name: &ev.name,
+        key: &ev.key,
+        id: ev.id.as_deref(),
+        payload: &ev.payload,
+        source: &source,
+        traceparent: traceparent.as_deref(),
+    };
     Ok(Json(super::events::answer(crate::triggers::send(&s, incoming).await?, &ev.key, &ev.payload)?))
 }
 

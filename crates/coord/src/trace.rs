@@ -1,0 +1,488 @@
+//! OpenTelemetry traces of runs, with `COMPOSER_OTLP_ENDPOINT` set.
+//!
+//! A run is a trace: its span lasts from its creation to its end, and each
+//! attempt of each step is a span under it, from the commit that dispatched
+//! it to the commit that applied its end, with an event at every stage
+//! between (`commit`, `publish`, `read`, `lease`, `execute`, `report`, as
+//! the worker saw them). Steps the engine runs itself (a TRANSFORM, a WAIT,
+//! a SUB_WORKFLOW's wait for its child) are spans too. A child run's span
+//! sits under its parent's attempt, a failure handler's under the run that
+//! failed, so a tree of runs is one trace.
+//!
+//! Spans are recorded after the fact, by the coordinator whose commit ended
+//! them, from what the transaction held: nothing about a span is stored.
+//! That works because span ids are derived (`composer_core::trace`): any
+//! coordinator can name the parent of what it records, and a worker can be
+//! told its attempt's span before that span exists. A run's span is
+//! recorded when the run ends; until then a viewer shows its attempts
+//! under a parent still to come.
+//!
+//! Export is the OpenTelemetry SDK's batch processor and OTLP/HTTP
+//! exporter. Its HTTP calls go through this process's own client on the
+//! async runtime; the batch processor's thread waits for them. A receiver
+//! that is down or slow loses spans (the processor's queue is bounded),
+//! never steps.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use composer_api::wire::StageTimes;
+use composer_core::definition::Workflow;
+use composer_core::machine::{self, TaskState, Transition};
+use composer_core::trace::{RunTrace, TraceContext};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanData, SpanEvents, SpanLinks, SpanProcessor};
+use opentelemetry_sdk::Resource;
+use uuid::Uuid;
+
+/// Longest answer read from the receiver (an OTLP answer is a few bytes).
+const MAX_ANSWER: usize = 64 * 1024;
+/// How long one export may take before it is given up.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where this coordinator's spans go.
+pub struct Traces {
+    processor: BatchSpanProcessor,
+    scope: InstrumentationScope,
+}
+
+impl std::fmt::Debug for Traces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Traces")
+    }
+}
+
+impl Traces {
+    /// Exports to the OTLP/HTTP receiver at `endpoint` (a base URL, as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is: spans go to `<endpoint>/v1/traces`),
+    /// with `headers` on every request (a receiver's API key), from the
+    /// runtime this is called on.
+    pub fn start(endpoint: &str, headers: HashMap<String, String>, instance: &str) -> Result<Traces, String> {
+        use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+        let client = reqwest::Client::builder()
+            .timeout(EXPORT_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the OTLP client: {e}"))?;
+        let http = Http { client, runtime: tokio::runtime::Handle::current() };
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(http)
+            .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
+            .with_timeout(EXPORT_TIMEOUT)
+            .with_headers(headers)
+            .build()
+            .map_err(|e| format!("cannot build the OTLP exporter: {e}"))?;
+        let mut processor = BatchSpanProcessor::builder(exporter).build();
+        let resource = Resource::builder()
+            .with_service_name("composer")
+            .with_attribute(KeyValue::new("service.instance.id", instance.to_string()))
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+            .build();
+        processor.set_resource(&resource);
+        let scope = InstrumentationScope::builder("composer").with_version(env!("CARGO_PKG_VERSION")).build();
+        Ok(Traces { processor, scope })
+    }
+
+    /// Hands finished spans to the exporter (never waits for it).
+    pub fn record(&self, spans: Vec<Span>) {
+        for s in spans {
+            self.processor.on_end(s.into_data(&self.scope, SystemTime::now()));
+        }
+    }
+
+    /// Sends what is queued, waiting at most the export timeout.
+    pub fn flush(&self) {
+        if let Err(e) = self.processor.force_flush() {
+            tracing::warn!(error = %e, "exporting the last spans failed");
+        }
+    }
+}
+
+impl Drop for Traces {
+    fn drop(&mut self) {
+        let _ = self.processor.shutdown();
+    }
+}
+
+/// The exporter's HTTP client: requests run on the async runtime, whatever
+/// thread asks.
+#[derive(Debug)]
+struct Http {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for Http {
+    async fn send_bytes(
+        &self,
+        request: axum::http::Request<axum::body::Bytes>,
+    ) -> Result<axum::http::Response<axum::body::Bytes>, opentelemetry_http::HttpError> {
+        let client = self.client.clone();
+        let (parts, body) = request.into_parts();
+        let call = async move {
+            let mut resp =
+                client.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body).send().await?;
+            let mut answer = axum::http::Response::builder().status(resp.status());
+            for (name, value) in resp.headers() {
+                answer = answer.header(name, value);
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = resp.chunk().await? {
+                if body.len() + chunk.len() > MAX_ANSWER {
+                    break;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, opentelemetry_http::HttpError>(answer.body(axum::body::Bytes::from(body))?)
+        };
+        self.runtime.spawn(call).await?
+    }
+}
+
+/// What a transaction knew of a run's open tasks when it loaded them, and
+/// what its events told of their attempts: what the spans its commit ends
+/// are made of. Empty unless traces are on.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Each task loaded: its attempt, state, and since when it has been in
+    /// that state (its lease's start while RUNNING).
+    pub tasks: HashMap<Uuid, (i32, TaskState, DateTime<Utc>)>,
+    /// What a worker said of an attempt's stages.
+    pub stages: HashMap<Uuid, StageTimes>,
+    /// The trace of an event a waiting task received.
+    pub links: HashMap<Uuid, TraceContext>,
+}
+
+impl Seen {
+    pub fn task(&mut self, id: Uuid, attempt: i32, state: TaskState, since: DateTime<Utc>) {
+        self.tasks.insert(id, (attempt, state, since));
+    }
+}
+
+/// What an event tells the trace of the task it names.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Told {
+    pub task_id: Option<Uuid>,
+    pub stages: Option<StageTimes>,
+    pub link: Option<TraceContext>,
+}
+
+impl Told {
+    pub fn add_to(self, seen: &mut Seen) {
+        let Some(task) = self.task_id else { return };
+        if let Some(s) = self.stages {
+            seen.stages.insert(task, s);
+        }
+        if let Some(l) = self.link {
+            seen.links.insert(task, l);
+        }
+    }
+}
+
+/// A span ended by a commit, its end still to be stamped (the commit's time).
+#[derive(Debug, Clone)]
+pub struct Span {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    parent: Option<[u8; 8]>,
+    kind: SpanKind,
+    name: String,
+    start: SystemTime,
+    attributes: Vec<KeyValue>,
+    events: Vec<(&'static str, SystemTime)>,
+    links: Vec<TraceContext>,
+    error: Option<String>,
+}
+
+impl Span {
+    fn into_data(self, scope: &InstrumentationScope, end: SystemTime) -> SpanData {
+        let context = |trace: [u8; 16], span: [u8; 8]| {
+            SpanContext::new(
+                TraceId::from_bytes(trace),
+                SpanId::from_bytes(span),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            )
+        };
+        let events = self
+            .events
+            .into_iter()
+            .map(|(name, at)| opentelemetry::trace::Event::new(name, at.min(end), Vec::new(), 0))
+            .collect();
+        let links = self
+            .links
+            .into_iter()
+            .map(|l| opentelemetry::trace::Link::new(context(l.trace_id, l.span_id), Vec::new(), 0))
+            .collect();
+        SpanData {
+            span_context: context(self.trace_id, self.span_id),
+            parent_span_id: self.parent.map_or(SpanId::INVALID, SpanId::from_bytes),
+            parent_span_is_remote: false,
+            span_kind: self.kind,
+            name: Cow::Owned(self.name),
+            start_time: self.start.min(end),
+            end_time: end,
+            attributes: self.attributes,
+            dropped_attributes_count: 0,
+            events: {
+                let mut e = SpanEvents::default();
+                e.events = events;
+                e
+            },
+            links: {
+                let mut l = SpanLinks::default();
+                l.links = links;
+                l
+            },
+            status: match self.error {
+                Some(message) => Status::error(message),
+                None => Status::Unset,
+            },
+            instrumentation_scope: scope.clone(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Longest error message a span carries.
+const MAX_SPAN_ERROR: usize = 1024;
+
+/// The spans a run's commit ends: the attempts of its tasks that ended (or
+/// moved to another attempt), and the run's own when it ended. `now` is the
+/// commit's time.
+pub fn spans_of(
+    wf: &Workflow,
+    version: i32,
+    run: &machine::Run,
+    tr: &Transition,
+    traceparent: Option<&str>,
+    seen: &Seen,
+    now: SystemTime,
+) -> Vec<Span> {
+    let trace = RunTrace::of(run.id, traceparent);
+    // A UUIDv7 carries the millisecond it was made.
+    let created = run.id.get_timestamp().map(|t| t.to_unix()).map_or(now, |(secs, nanos)| {
+        SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos)).unwrap_or(now)
+    });
+    let mut spans = Vec::new();
+    let mut touched: Vec<usize> = tr.updated.iter().chain(&tr.created).copied().collect();
+    touched.sort_unstable();
+    touched.dedup();
+    for i in touched {
+        let task = &run.tasks[i];
+        if task.removed {
+            continue;
+        }
+        let (attempt, before, since) = match seen.tasks.get(&task.id) {
+            Some(&(attempt, state, since)) => (attempt, Some(state), SystemTime::from(since)),
+            None => (task.attempt, None, now),
+        };
+        // An attempt ends when its task does, or when a retry follows it:
+        // at once (another attempt) or after a backoff (WAITING, from an
+        // attempt that was out). A wait that ends in a retry was ended
+        // already; a step skipped never ran; one reset to run again did not end.
+        let out = matches!(before, Some(TaskState::Pending | TaskState::Running | TaskState::InDoubt));
+        let ended = task.state.is_terminal()
+            || (before != Some(TaskState::Waiting) && task.attempt != attempt)
+            || (out && task.state == TaskState::Waiting);
+        if before.is_some_and(TaskState::is_terminal) || !ended || task.state == TaskState::Skipped {
+            continue;
+        }
+        let node = &wf.nodes[task.node];
+        let outcome = match task.state {
+            s if s.is_terminal() => s.as_str(),
+            _ => "RETRIED",
+        };
+        let mut attributes = vec![
+            KeyValue::new("composer.run.id", run.id.to_string()),
+            KeyValue::new("composer.task.id", task.id.to_string()),
+            KeyValue::new("composer.node", node.id.clone()),
+            KeyValue::new("composer.node.type", node.node_type.clone()),
+            KeyValue::new("composer.attempt", attempt as i64),
+            KeyValue::new("composer.outcome", outcome),
+        ];
+        if let Some(item) = task.item {
+            attributes.push(KeyValue::new("composer.item.index", item.index as i64));
+        }
+        if let Some(n) = task.iteration {
+            attributes.push(KeyValue::new("composer.iterations", n as i64 + 1));
+        }
+        let mut start = since;
+        let mut events = Vec::new();
+        if let Some(st) = seen.stages.get(&task.id) {
+            // A worker's clock may be off, or its report made up: a time
+            // outside the run's life is left out.
+            let at = |us: Option<i64>| {
+                let t = SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(u64::try_from(us?).ok()?))?;
+                (created <= t && t <= now).then_some(t)
+            };
+            for (name, t) in [
+                ("commit", at(st.dispatched_at_us)),
+                ("publish", at(st.published_at_us)),
+                ("read", at(st.read_at_us)),
+                ("lease", at(st.leased_at_us)),
+                ("execute", at(st.started_at_us)),
+                ("report", at(st.finished_at_us)),
+            ] {
+                if let Some(t) = t {
+                    start = start.min(t);
+                    events.push((name, t));
+                }
+            }
+        }
+        let failed = matches!(task.state, TaskState::Failed) || (outcome == "RETRIED");
+        spans.push(Span {
+            trace_id: trace.trace_id,
+            span_id: composer_core::trace::attempt_span_id(task.id, attempt),
+            parent: Some(trace.run_span),
+            kind: if node.node_type == "HTTP" { SpanKind::Client } else { SpanKind::Internal },
+            name: task.node_id(node).into_owned(),
+            start,
+            attributes,
+            events,
+            links: seen.links.get(&task.id).copied().into_iter().collect(),
+            error: failed.then(|| composer_core::clipped(task.error.as_deref().unwrap_or("failed"), MAX_SPAN_ERROR)),
+        });
+    }
+    if tr.run_changed && run.status.is_terminal() {
+        spans.push(Span {
+            trace_id: trace.trace_id,
+            span_id: trace.run_span,
+            parent: trace.parent,
+            kind: SpanKind::Internal,
+            name: format!("run {}", wf.spec.name),
+            start: created,
+            attributes: vec![
+                KeyValue::new("composer.run.id", run.id.to_string()),
+                KeyValue::new("composer.workflow", wf.spec.name.clone()),
+                KeyValue::new("composer.workflow.version", version as i64),
+                KeyValue::new("composer.run.status", run.status.as_str()),
+            ],
+            events: Vec::new(),
+            links: Vec::new(),
+            error: (run.status == machine::RunStatus::Failed)
+                .then(|| composer_core::clipped(run.error.as_deref().unwrap_or("failed"), MAX_SPAN_ERROR)),
+        });
+    }
+    spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use composer_core::machine::{Event, Run};
+    use serde_json::json;
+
+    fn workflow() -> Workflow {
+        Workflow::parse(&json!({"name": "w", "nodes": [
+            {"id": "call", "type": "HTTP", "config": {"url": "http://x"}, "retry": {"max_attempts": 2}},
+            {"id": "shape", "type": "TRANSFORM", "config": {"output": 1}},
+            {"id": "never", "type": "TRANSFORM", "config": {"output": 2}}],
+            "edges": [{"from": "call", "to": "shape"}, {"from": "call", "to": "never", "when": "false"}]}))
+        .unwrap()
+    }
+
+    fn apply(wf: &Workflow, run: &mut Run, event: Event) -> Transition {
+        machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
+    }
+
+    /// What a transaction would see of the run's tasks as they stand.
+    fn seen(run: &Run) -> Seen {
+        let mut seen = Seen::default();
+        for t in &run.tasks {
+            seen.task(t.id, t.attempt, t.state, Utc::now() - chrono::Duration::milliseconds(5));
+        }
+        seen
+    }
+
+    fn names(spans: &[Span]) -> Vec<&str> {
+        spans.iter().map(Span::name).collect()
+    }
+
+    #[test]
+    fn a_commit_ends_the_spans_of_the_attempts_it_ended_and_the_runs_when_the_run_ends() {
+        let wf = workflow();
+        let mut run = Run::new(Uuid::now_v7(), json!({}));
+        std::thread::sleep(Duration::from_millis(10)); // so that its stages come after its creation
+        let tr = apply(&wf, &mut run, Event::RunStarted);
+        assert!(spans_of(&wf, 1, &run, &tr, None, &Seen::default(), SystemTime::now()).is_empty(), "nothing ended");
+
+        let call = run.tasks[0].id;
+        run.tasks[0].state = TaskState::Running; // as its lease left it
+        let before = seen(&run);
+        let failed = Event::TaskFailed {
+            task_id: call,
+            attempt: 1,
+            error: "boom".into(),
+            retryable: true,
+            code: None,
+            status: Some(503),
+            retry_after: None,
+        };
+        let tr = apply(&wf, &mut run, failed);
+        let spans = spans_of(&wf, 1, &run, &tr, None, &before, SystemTime::now());
+        assert_eq!(names(&spans), ["call"], "the first attempt ended, retried");
+        assert_eq!(spans[0].error.as_deref(), Some(run.tasks[0].error.as_deref().unwrap()));
+        assert_eq!(spans[0].span_id, composer_core::trace::attempt_span_id(call, 1));
+
+        assert_eq!(run.tasks[0].state, TaskState::Waiting, "its backoff");
+        let before = seen(&run);
+        let later = Utc::now() + chrono::Duration::hours(1);
+        let tr = machine::apply(&wf, &mut run, Event::TimerFired { task_id: call }, later, &mut Uuid::now_v7);
+        assert_eq!(run.tasks[0].attempt, 2);
+        assert!(spans_of(&wf, 1, &run, &tr, None, &before, SystemTime::now()).is_empty(), "ended once, not twice");
+
+        run.tasks[0].state = TaskState::Running;
+        let mut before = seen(&run);
+        let now = SystemTime::now();
+        let us = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_micros() as i64;
+        before.stages.insert(
+            call,
+            StageTimes {
+                dispatched_at_us: Some(us(now) - 3_000),
+                published_at_us: Some(i64::MAX),
+                read_at_us: Some(-5),
+                finished_at_us: Some(us(now) - 1_000),
+                ..StageTimes::default()
+            },
+        );
+        let tr = apply(&wf, &mut run, Event::TaskCompleted { task_id: call, attempt: 2, output: json!({}) });
+        let spans = spans_of(&wf, 1, &run, &tr, None, &before, now + Duration::from_millis(1));
+        // `shape` ran inline in the same commit; `never` was skipped, so no span.
+        assert_eq!(names(&spans), ["call", "shape", "run w"]);
+        let call_span = &spans[0];
+        assert!(call_span.error.is_none());
+        let events: Vec<&str> = call_span.events.iter().map(|(n, _)| *n).collect();
+        assert_eq!(events, ["commit", "report"], "times outside the run's life are left out");
+        assert!(call_span.start <= now - Duration::from_millis(2), "the span starts at the dispatch");
+        let run_span = &spans[2];
+        assert_eq!((run_span.trace_id, run_span.parent), (*run.id.as_bytes(), None));
+        assert_eq!(run_span.span_id, composer_core::trace::run_span_id(run.id));
+        assert!(spans.iter().take(2).all(|s| s.parent == Some(run_span.span_id)));
+    }
+
+    #[test]
+    fn a_run_started_under_a_traceparent_puts_its_spans_in_that_trace() {
+        let wf = Workflow::parse(&json!({"name": "t", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]}))
+            .unwrap();
+        let mut run = Run::new(Uuid::now_v7(), json!({}));
+        let tr = apply(&wf, &mut run, Event::RunStarted);
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let spans = spans_of(&wf, 3, &run, &tr, Some(tp), &Seen::default(), SystemTime::now());
+        assert_eq!(names(&spans), ["a", "run t"]);
+        let caller = TraceContext::parse(tp).unwrap();
+        assert!(spans.iter().all(|s| s.trace_id == caller.trace_id));
+        assert_eq!(spans[1].parent, Some(caller.span_id));
+        let data = spans[1].clone().into_data(&InstrumentationScope::builder("t").build(), SystemTime::now());
+        assert!(data.attributes.contains(&KeyValue::new("composer.workflow.version", 3)));
+    }
+}
