@@ -82,8 +82,11 @@ class Transport:
         body: Any = _NO_BODY,
         query: Optional[Mapping[str, Any]] = None,
         timeout: Optional[float] = None,
+        *,
+        headers: Optional[Mapping[str, str]] = None,
     ) -> tuple[int, Any]:
-        """Sends one request; returns the status and the decoded answer, or
+        """Sends one request (with ``headers`` besides its own: a
+        ``traceparent``); returns the status and the decoded answer, or
         raises the ``ComposerError`` of an error answer (``Unavailable`` when
         none came)."""
         url = self.url + path
@@ -99,6 +102,8 @@ class Transport:
             req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         began = time.monotonic()
         try:
             with self._opener.open(req, timeout=timeout or self.timeout) as resp:

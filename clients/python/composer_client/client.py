@@ -73,6 +73,11 @@ def _time(value: Union[str, datetime], name: str) -> str:
     return value
 
 
+def _trace(traceparent: Optional[str]) -> Optional[dict[str, str]]:
+    """The ``traceparent`` header of a start or an event, when there is one."""
+    return None if traceparent is None else {"traceparent": traceparent}
+
+
 def _wait_param(seconds: float) -> str:
     """A ``?wait=`` the server takes: ``1s`` to ``60s``, or ``1ms`` to ``999ms``."""
     if seconds >= 1:
@@ -138,12 +143,16 @@ class Client:
         input: Any = None,
         version: Optional[int] = None,
         idempotency_key: Optional[str] = None,
+        traceparent: Optional[str] = None,
     ) -> RunSummary:
         """Starts a run of ``workflow`` (its latest version, or ``version``)
         with ``input`` (any JSON value; ``{}`` when ``None``). With
         ``idempotency_key``, a second start with the same key returns the
         first run; the same key with another input raises
-        ``InvalidRequest`` (422, ``idempotency_key_reused``)."""
+        ``InvalidRequest`` (422, ``idempotency_key_reused``). ``traceparent``
+        (W3C: ``00-<trace id>-<span id>-<flags>``) is sent as that header:
+        the run's trace continues the caller's (one that does not read is
+        ignored by the server)."""
         body: dict[str, Any] = {"workflow": workflow}
         if input is not None:
             body["input"] = input
@@ -151,7 +160,7 @@ class Client:
             body["version"] = version
         if idempotency_key is not None:
             body["idempotency_key"] = idempotency_key
-        return cast(RunSummary, self._http.request("POST", "/v1/runs", body)[1])
+        return cast(RunSummary, self._http.request("POST", "/v1/runs", body, headers=_trace(traceparent))[1])
 
     def get_run(self, run_id: RunId, wait: Optional[float] = None) -> Run:
         """A run with its input, output and tasks. With ``wait`` (seconds, at
@@ -288,7 +297,14 @@ class Client:
 
     # -- events -------------------------------------------------------------
 
-    def send_event(self, name: str, key: str = "", payload: Any = None, id: Optional[str] = None) -> EventSent:
+    def send_event(
+        self,
+        name: str,
+        key: str = "",
+        payload: Any = None,
+        id: Optional[str] = None,
+        traceparent: Optional[str] = None,
+    ) -> EventSent:
         """Sends the event ``name``: it starts a run for each trigger of a
         workflow that listens to ``name`` (``started_runs``; ``trigger_errors``
         for those that matched and failed), then completes the steps waiting
@@ -296,11 +312,13 @@ class Client:
         none waiting it is kept for one to come (``buffered``). ``id`` is the
         sender's id for it (1 to 256 characters): sent again with the same
         name and id, it is recorded once, starts nothing more, and the answer
-        says ``duplicate`` with the runs the first sending started."""
+        says ``duplicate`` with the runs the first sending started. With
+        ``traceparent`` (sent as that header), the runs it starts continue
+        the caller's trace."""
         body: dict[str, Any] = {"name": name, "key": key, "payload": payload}
         if id is not None:
             body["id"] = id
-        return cast(EventSent, self._http.request("POST", "/v1/events", body)[1])
+        return cast(EventSent, self._http.request("POST", "/v1/events", body, headers=_trace(traceparent))[1])
 
     def list_events(
         self,

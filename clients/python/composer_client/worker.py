@@ -150,8 +150,11 @@ class LeaseLost(Exception):
 @dataclass
 class Task:
     """A leased task. ``input`` is the node's evaluated config, its secret
-    references resolved. ``cancelled`` is set when the lease is lost: the
-    result will be dropped, so a long handler may stop early."""
+    references resolved. ``traceparent`` is the W3C trace context of this
+    attempt's span (``00-<trace id>-<span id>-<flags>``; ``None`` from a
+    coordinator that sends none): pass it on in what the handler calls, so
+    that their traces are the run's. ``cancelled`` is set when the lease is
+    lost: the result will be dropped, so a long handler may stop early."""
 
     id: str
     run_id: str
@@ -161,6 +164,7 @@ class Task:
     queue: str
     input: JSON = field(repr=False)
     lease_ttl_ms: int
+    traceparent: Optional[str] = None
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     _secrets: list[str] = field(default_factory=list, repr=False, compare=False)
     _pattern: Optional["re.Pattern[str]"] = field(default=None, repr=False, compare=False)
@@ -213,6 +217,7 @@ class Task:
             queue=str(leased["queue"]),
             input=leased.get("input"),
             lease_ttl_ms=int(leased["lease_ttl_ms"]),
+            traceparent=leased.get("traceparent"),
         )
 
 

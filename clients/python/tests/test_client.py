@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -31,10 +32,13 @@ from composer_client import (
     WaitTimeout,
     parse_time,
 )
+from composer_client._http import Transport
 
 from .support import PACKAGE_ROOT, DevServer, Request, StubServer, answer, api, definition, node, unique
 
 HOOK_SECRET = "whsec-py-test-secret"
+W3C = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+"""A W3C traceparent (version 00), its trace id in group 1."""
 DEV = DevServer(COMPOSER_WEBHOOK_SECRET_PY_HOOK=HOOK_SECRET)
 client = Client("http://127.0.0.1:9")  # replaced in setUpModule
 
@@ -110,6 +114,25 @@ def until_waiting(run_id: str, node_id: str = "approval") -> Run:
         if time.monotonic() > deadline:
             raise AssertionError(f"{node_id} never waited: {run}")
         time.sleep(0.05)
+
+
+def traceparent(trace_id: str) -> str:
+    """A W3C traceparent of a span of ours in the trace ``trace_id``."""
+    return f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
+
+
+def leased_trace(queue: str, run_id: str) -> str:
+    """Leases the task of the run on ``queue`` (by the task API, as a worker
+    would), completes it, and answers the trace id of its ``traceparent``."""
+    poll = {"worker_id": "py-trace", "queues": [queue], "max": 1, "wait": "5s"}
+    batch = eventually(f"a task of {run_id}", lambda: api(DEV.url, "POST", "/v1/tasks/poll", poll)["tasks"] or None)
+    leased = batch[0]
+    assert leased["run_id"] == run_id, leased
+    lease = {"worker_id": "py-trace", "run_id": run_id, "attempt": leased["attempt"]}
+    api(DEV.url, "POST", f"/v1/tasks/{leased['id']}/complete", dict(lease, output={}))
+    match = W3C.fullmatch(leased.get("traceparent") or "")
+    assert match is not None, leased
+    return match.group(1)
 
 
 class WorkflowTest(unittest.TestCase):
@@ -417,6 +440,38 @@ class EventTest(unittest.TestCase):
         with self.assertRaises(InvalidRequest) as e:
             client.send_event(name, id="")
         self.assertIn("id", e.exception.message)
+
+
+class TraceTest(unittest.TestCase):
+    def test_a_traceparent_sent_with_a_start_or_an_event_is_the_trace_of_the_runs_steps(self) -> None:
+        name = unique("py-trace")
+        event = f"{name}.go"
+        spec = definition(name, [node("step", "traced", name)])
+        spec["triggers"] = [{"event": event}]
+        client.register_workflow(spec)
+
+        # The header as the API takes it: accepted, and the run's step is in its trace.
+        trace = uuid.uuid4().hex
+        transport = Transport(DEV.url, None, 30.0, "composer-client-tests")
+        status, by_hand = transport.request(
+            "POST", "/v1/runs", {"workflow": name}, headers={"traceparent": traceparent(trace)}
+        )
+        self.assertEqual(status, 201, by_hand)
+        self.assertEqual(leased_trace(name, by_hand["id"]), trace)
+
+        # start_run and send_event send it.
+        trace = uuid.uuid4().hex
+        started = client.start_run(name, traceparent=traceparent(trace))
+        self.assertEqual(leased_trace(name, started["id"]), trace)
+        trace = uuid.uuid4().hex
+        sent = client.send_event(event, traceparent=traceparent(trace))
+        self.assertEqual([r["workflow"] for r in sent.get("started_runs", [])], [name], sent)
+        self.assertEqual(leased_trace(name, sent.get("started_runs", [])[0]["run_id"]), trace)
+
+        # Without one, or with one that does not read, a run's trace id is its id.
+        for given in (None, "00-not-a-trace-context"):
+            run_id = client.start_run(name, traceparent=given)["id"]
+            self.assertEqual(leased_trace(name, run_id), uuid.UUID(run_id).hex)
 
 
 class ScheduleTest(unittest.TestCase):

@@ -162,6 +162,24 @@ class RequestTest(unittest.TestCase):
         self.assertTrue(all(r.headers.get("Content-Type") == "application/json" for r in posts))
         self.assertTrue(all(r.headers.get("User-Agent", "").startswith("composer-client-python/") for r in posts))
 
+    def test_a_traceparent_is_sent_as_its_header_only_when_given(self) -> None:
+        def respond(r: Request) -> Answer:
+            if r.route == "/v1/events":
+                return answer(200, {"matched": 0, "buffered": True})
+            return answer(201, run_view("RUNNING"))
+
+        tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        with StubServer(respond) as stub:
+            client = Client(stub.url)
+            client.start_run("w", traceparent=tp)
+            client.start_run("w")
+            client.send_event("e", "k", traceparent=tp)
+            client.send_event("e", "k")
+        sent = [{k.lower(): v for k, v in r.headers.items()}.get("traceparent") for r in stub.requests]
+        self.assertEqual(sent, [tp, None, tp, None])
+        bodies = [r.body for r in stub.requests]
+        self.assertEqual(bodies[::2], [{"workflow": "w"}, {"name": "e", "key": "k", "payload": None}])
+
     def test_wait_rides_out_a_server_that_is_briefly_unavailable(self) -> None:
         answers = [error(503, "unavailable", "the database is unavailable; retry later")] * 2
         answers += [answer(200, run_view("RUNNING")), answer(200, run_view("SUCCEEDED"))]

@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import threading
 import time
 import unittest
 import urllib.parse
-from typing import Any
+import uuid
+from typing import Any, Optional
 from unittest import mock
 
 import composer_worker
@@ -357,6 +359,37 @@ class WorkerTest(unittest.TestCase):
         self.assertIn("ValueError", failed[0])
         self.assertIn("in leak", failed[0], "where it was raised")
         self.assertTrue(all(r.name.startswith("composer_client") for r in logs.records))
+
+
+class TraceTest(unittest.TestCase):
+    def test_a_handler_sees_its_attempt_s_traceparent_in_the_run_s_trace(self) -> None:
+        seen: dict[str, Optional[str]] = {}
+
+        def traced(task: Task) -> Any:
+            seen[task.run_id] = task.traceparent
+            return {"traceparent": task.traceparent}
+
+        workflow = unique("py-traced")
+        client.register_workflow(definition(workflow, [node("t", "traced", "py-trace")]))
+        trace = uuid.uuid4().hex
+        given = client.start_run(workflow, traceparent=f"00-{trace}-{uuid.uuid4().hex[:16]}-01")["id"]
+        own = client.start_run(workflow)["id"]
+        with InBackground(Worker(DEV.url, queues=["py-trace"], poll_wait=1).handle("traced", traced)):
+            runs = [client.wait(given, 60), client.wait(own, 60)]
+        self.assertEqual([r["status"] for r in runs], ["SUCCEEDED", "SUCCEEDED"], runs)
+        traces = {}
+        for run_id, tp in seen.items():
+            assert isinstance(tp, str), seen
+            match = re.fullmatch(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}", tp)
+            assert match is not None, tp
+            traces[run_id] = match.group(1)
+        # The caller's trace, or the run's own (its id) when it gave none.
+        self.assertEqual(traces, {given: trace, own: uuid.UUID(own).hex})
+        self.assertEqual(runs[0]["output"], {"t": {"traceparent": seen[given]}})
+
+        # A coordinator that sends none: None.
+        leased = {"id": "t", "run_id": "r", "attempt": 1, "node_id": "n", "node_type": "x", "queue": "q"}
+        self.assertIsNone(Task._of(dict(leased, input={}, lease_ttl_ms=1000)).traceparent)
 
 
 class StepLogsTest(unittest.TestCase):

@@ -50,6 +50,12 @@ export interface StartRunOptions {
   version?: number | undefined;
   /** A second start with the same key returns the first run (`created` false). */
   idempotencyKey?: string | undefined;
+  /**
+   * A W3C trace context (`00-<trace id>-<span id>-<flags>`), sent as the
+   * `traceparent` header: the run's trace continues the caller's. The
+   * server ignores one that does not read.
+   */
+  traceparent?: string | undefined;
 }
 
 /** A registered workflow version; `created` is false when it was identical to the latest. */
@@ -75,6 +81,8 @@ export interface ListRunsOptions {
 export interface SendEventOptions {
   /** The sender's id for the event (1 to 256 characters): sent again with the same name and id, it is recorded once and answers `duplicate`. */
   id?: string | undefined;
+  /** A W3C trace context, sent as the `traceparent` header: the runs the event starts continue the caller's trace. */
+  traceparent?: string | undefined;
 }
 
 /** `listEvents`' filter and page. */
@@ -118,6 +126,11 @@ export interface WaitOptions {
 
 /** Longest wait of one `GET /v1/runs/{id}?wait=`. */
 const MAX_WAIT_MS = 30_000;
+
+/** A start's or an event's call options: its `traceparent` header, when it has one. */
+function traced(traceparent: string | undefined): CallOptions {
+  return traceparent === undefined ? {} : { headers: { traceparent } };
+}
 
 /**
  * Composer's REST API: workflows, runs, events, schedules' backfills,
@@ -185,7 +198,7 @@ export class Client {
     if (options.version !== undefined) body.version = options.version;
     if (options.input !== undefined) body.input = options.input;
     if (options.idempotencyKey !== undefined) body.idempotency_key = options.idempotencyKey;
-    const { status, body: run } = await call<Run>(this.#t, "POST", "/v1/runs", body);
+    const { status, body: run } = await call<Run>(this.#t, "POST", "/v1/runs", body, traced(options.traceparent));
     return { ...run, created: status === 201 };
   }
 
@@ -313,7 +326,7 @@ export class Client {
   sendEvent(name: string, key = "", payload: JsonValue = null, options: SendEventOptions = {}): Promise<EventSent> {
     const body: SendEvent = { name, key, payload };
     if (options.id !== undefined) body.id = options.id;
-    return this.#post("/v1/events", body);
+    return call<EventSent>(this.#t, "POST", "/v1/events", body, traced(options.traceparent)).then((a) => a.body);
   }
 
   /** A page of the events recorded lately, newest first, each with what its triggers did. */

@@ -21,6 +21,8 @@ export interface CallOptions {
   timeoutMs?: number | undefined;
   /** Aborts the call; it then rejects with the signal's reason. */
   signal?: AbortSignal | undefined;
+  /** Headers besides the call's own (a `traceparent`), by lower-case name. */
+  headers?: Record<string, string> | undefined;
 }
 
 /** What a successful call answered. */
@@ -85,7 +87,7 @@ export async function call<T>(
   body?: unknown,
   options: CallOptions = {},
 ): Promise<Answer<T>> {
-  const headers: Record<string, string> = { accept: "application/json" };
+  const headers: Record<string, string> = { ...options.headers, accept: "application/json" };
   let payload: string | undefined;
   if (body !== undefined) {
     headers["content-type"] = "application/json";

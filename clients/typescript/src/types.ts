@@ -585,6 +585,8 @@ export interface LeasedTask {
   input: JsonValue;
   /** The lease lasts this long from now: heartbeat well within it. */
   lease_ttl_ms: number;
+  /** The W3C `traceparent` of this attempt's span, for the worker to pass on in what it calls; newer coordinators only. */
+  traceparent?: string;
 }
 
 /** `POST /v1/tasks/poll`'s answer (no tasks when none came in time). */

@@ -27,6 +27,13 @@ export interface WorkerTask<I = JsonValue> {
   readonly input: I;
   readonly lease_ttl_ms: number;
   /**
+   * The W3C trace context of this attempt's span
+   * (`00-<trace id>-<span id>-<flags>`): pass it on in what the handler
+   * calls (as their `traceparent` header) so that their traces are the
+   * run's. Absent from a coordinator that sends none.
+   */
+  readonly traceparent?: string;
+  /**
    * Aborted (with a `LeaseLostError`) when the worker lost the task's lease:
    * another worker has it, or the run was cancelled. Stop: the result is dropped.
    */

@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { after, before, describe, it } from "node:test";
@@ -26,6 +27,7 @@ import {
   type JsonValue,
   type NodeDefinition,
   type Run,
+  type TaskBatch,
   type WorkerOptions,
   type WorkflowDefinition,
 } from "../src/index.js";
@@ -88,6 +90,19 @@ async function api(method: "GET" | "POST", path: string, body?: unknown): Promis
 /** A node of a custom type on `queue`, retried fast. */
 function custom(id: string, type: string, queue: string, config: Record<string, JsonValue> = {}): NodeDefinition {
   return { id, type, queue, config, retry: { max_attempts: 3, initial_backoff: "50ms" } };
+}
+
+/** A W3C traceparent (version 00), its trace id in group 1. */
+const W3C = /^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
+
+/** A new trace id (32 hex digits). */
+function traceId(): string {
+  return randomBytes(16).toString("hex");
+}
+
+/** A W3C traceparent of a span of ours in the trace `id`. */
+function traceparent(id: string): string {
+  return `00-${id}-${randomBytes(8).toString("hex")}-01`;
 }
 
 /** Registers `definition` and starts a run of it with `input`. */
@@ -254,6 +269,52 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.ok(reused instanceof InvalidRequestError);
       assert.equal(reused.status, 422);
       assert.equal(reused.code, "idempotency_key_reused");
+    });
+
+    it("sends a traceparent with a start or an event: the run's steps are in the caller's trace", async () => {
+      const name = "ts-trace";
+      const event = `${name}.go`;
+      await client.registerWorkflow({ name, nodes: [custom("step", "traced", name)], triggers: [{ event }] });
+      // Leases the run's task by the task API (as a worker would), completes it, answers its trace id.
+      const leasedTrace = async (runId: string): Promise<string> => {
+        const poll = { worker_id: "ts-trace", queues: [name], max: 1, wait: "1s" };
+        const batch = await eventually(`a task of ${runId}`, async () => {
+          const b = (await api("POST", "/v1/tasks/poll", poll)) as unknown as TaskBatch;
+          return b.tasks.length > 0 ? b : undefined;
+        });
+        const task = batch.tasks[0]!;
+        assert.equal(task.run_id, runId);
+        await api("POST", `/v1/tasks/${task.id}/complete`, { worker_id: "ts-trace", run_id: runId, attempt: task.attempt, output: {} });
+        const match = W3C.exec(task.traceparent ?? "");
+        assert.ok(match, JSON.stringify(task));
+        return match[1]!;
+      };
+
+      // The header as the API takes it: accepted (201), and the run's step is in its trace.
+      let trace = traceId();
+      const r = await fetch(`${dev.url}/v1/runs`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${dev.token}`, traceparent: traceparent(trace) },
+        body: JSON.stringify({ workflow: name }),
+      });
+      assert.equal(r.status, 201);
+      assert.equal(await leasedTrace(((await r.json()) as Run).id), trace);
+
+      // startRun and sendEvent send it.
+      trace = traceId();
+      const started = await client.startRun({ workflow: name, traceparent: traceparent(trace) });
+      assert.equal(started.created, true, "201");
+      assert.equal(await leasedTrace(started.id), trace);
+      trace = traceId();
+      const sent = await client.sendEvent(event, "", null, { traceparent: traceparent(trace) });
+      assert.deepEqual(sent.started_runs?.map((s) => s.workflow), [name]);
+      assert.equal(await leasedTrace(sent.started_runs![0]!.run_id), trace);
+
+      // Without one, or with one that does not read, a run's trace id is its id.
+      for (const given of [undefined, "00-not-a-trace-context"]) {
+        const run = await client.startRun({ workflow: name, traceparent: given });
+        assert.equal(await leasedTrace(run.id), run.id.replaceAll("-", ""));
+      }
     });
 
     it("waits for a run to end, and gives up at its timeout with the run as last seen", async () => {
@@ -889,6 +950,31 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.equal(run.tasks?.find((t) => t.node_id === "b")?.attempt, 2);
       const retry = (await client.runEvents(id)).find((e) => e.type === "TaskRetryScheduled");
       assert.equal((retry?.payload as { error?: string } | undefined)?.error, "Error: flaky once");
+      assert.deepEqual(w.logger.lines, []);
+    });
+
+    it("gives a handler its attempt's traceparent, in the trace of the run's caller", async () => {
+      const seen = new Map<string, string | undefined>();
+      const w = worker({ queues: ["ts-traced"] }).handle("traced", (task) => {
+        seen.set(task.run_id, task.traceparent);
+        return { traceparent: task.traceparent ?? null };
+      });
+      await client.registerWorkflow({ name: "ts-traced", nodes: [custom("t", "traced", "ts-traced")] });
+      const trace = traceId();
+      const given = (await client.startRun({ workflow: "ts-traced", traceparent: traceparent(trace) })).id;
+      const own = (await client.startRun({ workflow: "ts-traced" })).id;
+      const runs = await whileRunning(w, () => Promise.all([waitFor(given), waitFor(own)]));
+      assert.deepEqual(runs.map((r) => r.status), ["SUCCEEDED", "SUCCEEDED"], JSON.stringify(runs));
+      const traces: Record<string, string> = {};
+      for (const [runId, tp] of seen) {
+        assert.equal(typeof tp, "string", `run ${runId}: ${String(tp)}`);
+        const match = W3C.exec(tp ?? "");
+        assert.ok(match, tp);
+        traces[runId] = match[1]!;
+      }
+      // The caller's trace, or the run's own (its id) when it gave none.
+      assert.deepEqual(traces, { [given]: trace, [own]: own.replaceAll("-", "") });
+      assert.deepEqual(runs[0]!.output, { t: { traceparent: seen.get(given)! } });
       assert.deepEqual(w.logger.lines, []);
     });
 

@@ -215,6 +215,7 @@ export const leasedTaskShape = {
   queue: "required",
   input: "required",
   lease_ttl_ms: "required",
+  traceparent: "optional",
 } as const satisfies Shape<LeasedTask>;
 export const taskBatchShape = { tasks: "required" } as const satisfies Shape<TaskBatch>;
 export const leaseExtendedShape = { lease_ttl_ms: "required" } as const satisfies Shape<LeaseExtended>;

@@ -232,6 +232,32 @@ describe("errors", () => {
     }
   });
 
+  it("sends a start's and an event's traceparent as its header, only when given", async () => {
+    const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const server = await fakeServer((req, _body, res) => {
+      if (req.url === "/v1/events") return json(res, 200, { matched: 0, buffered: true });
+      return json(res, 201, { id: "r", workflow: "w", version: 1, status: "RUNNING" });
+    });
+    try {
+      const client = new Client({ url: server.url, token: "tok-1" });
+      assert.equal((await client.startRun({ workflow: "w", traceparent: tp })).created, true);
+      await client.startRun({ workflow: "w" });
+      await client.sendEvent("e", "k", null, { traceparent: tp });
+      await client.sendEvent("e", "k");
+      assert.deepEqual(
+        server.requests.map((r) => [r.url, r.headers["traceparent"], r.headers["authorization"], JSON.parse(r.body)]),
+        [
+          ["/v1/runs", tp, "Bearer tok-1", { workflow: "w" }],
+          ["/v1/runs", undefined, "Bearer tok-1", { workflow: "w" }],
+          ["/v1/events", tp, "Bearer tok-1", { name: "e", key: "k", payload: null }],
+          ["/v1/events", undefined, "Bearer tok-1", { name: "e", key: "k", payload: null }],
+        ],
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
   it("sends the requests of events, backfills and webhooks as the API takes them", async () => {
     const hook = { name: "h", scheme: "github", secret: "GH", url: "/v1/webhooks/h", secret_set: false };
     const server = await fakeServer((req, body, res) => {

@@ -271,13 +271,16 @@ impl Config {
         if let Some(url) = &self.otlp_endpoint {
             let uri = url.parse::<axum::http::Uri>().ok();
             let web = uri.as_ref().is_some_and(|u| {
-                matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some_and(|a| !a.as_str().contains('@'))
+                matches!(u.scheme_str(), Some("http" | "https"))
+                    && u.authority().is_some_and(|a| !a.as_str().contains('@'))
             });
             if !web {
                 return Err(ConfigError::new(
                     "--otlp-endpoint",
                     "COMPOSER_OTLP_ENDPOINT",
-                    format!("{url:?} is not an http:// or https:// URL without credentials (such as http://127.0.0.1:4318)"),
+                    format!(
+                        "{url:?} is not an http:// or https:// URL without credentials (such as http://127.0.0.1:4318)"
+                    ),
                 ));
             }
         }

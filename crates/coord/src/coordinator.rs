@@ -65,8 +65,9 @@ impl Running {
 fn start_traces(config: &Config, addr: SocketAddr) -> Result<Option<Arc<crate::trace::Traces>>, Error> {
     let Some(endpoint) = &config.otlp_endpoint else { return Ok(None) };
     let instance = format!("{addr}/{}", std::process::id());
-    let traces = crate::trace::Traces::start(endpoint, config.otlp_header_map(), &instance)
-        .map_err(|e| Error::Config(composer_config::ConfigError::new("--otlp-endpoint", "COMPOSER_OTLP_ENDPOINT", e)))?;
+    let traces = crate::trace::Traces::start(endpoint, config.otlp_header_map(), &instance).map_err(|e| {
+        Error::Config(composer_config::ConfigError::new("--otlp-endpoint", "COMPOSER_OTLP_ENDPOINT", e))
+    })?;
     tracing::info!(endpoint, "sending runs' traces over OTLP/HTTP");
     Ok(Some(Arc::new(traces)))
 }

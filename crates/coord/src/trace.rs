@@ -270,9 +270,11 @@ pub fn spans_of(
 ) -> Vec<Span> {
     let trace = RunTrace::of(run.id, traceparent);
     // A UUIDv7 carries the millisecond it was made.
-    let created = run.id.get_timestamp().map(|t| t.to_unix()).map_or(now, |(secs, nanos)| {
-        SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos)).unwrap_or(now)
-    });
+    let created = run
+        .id
+        .get_timestamp()
+        .map(|t| t.to_unix())
+        .map_or(now, |(secs, nanos)| SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos)).unwrap_or(now));
     let mut spans = Vec::new();
     let mut touched: Vec<usize> = tr.updated.iter().chain(&tr.created).copied().collect();
     touched.sort_unstable();
@@ -472,8 +474,10 @@ mod tests {
 
     #[test]
     fn a_run_started_under_a_traceparent_puts_its_spans_in_that_trace() {
-        let wf = Workflow::parse(&json!({"name": "t", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]}))
-            .unwrap();
+        let wf = Workflow::parse(
+            &json!({"name": "t", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]}),
+        )
+        .unwrap();
         let mut run = Run::new(Uuid::now_v7(), json!({}));
         let tr = apply(&wf, &mut run, Event::RunStarted);
         let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";

@@ -644,14 +644,12 @@ pub async fn claim_child_slot(
         )
         .await?;
     match tx.query_opt(&stmt, &[&run_id, &task_id, &attempt, &iteration]).await? {
-        Some(row) => {
-            Ok(Some(ChildSlot {
-                parent_depth: row.try_get(0)?,
-                spec: row.try_get(1)?,
-                root: row.try_get(2)?,
-                parent_traceparent: row.try_get(3)?,
-            }))
-        }
+        Some(row) => Ok(Some(ChildSlot {
+            parent_depth: row.try_get(0)?,
+            spec: row.try_get(1)?,
+            root: row.try_get(2)?,
+            parent_traceparent: row.try_get(3)?,
+        })),
         None => Ok(None),
     }
 }

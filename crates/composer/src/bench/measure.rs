@@ -74,6 +74,8 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
     if let Some(n) = std::env::var("COMPOSER_ENGINE_WORKERS").ok().and_then(|v| v.parse().ok()) {
         cfg.engine_workers = n;
     }
+    // What tracing costs: the bench's coordinator sends its spans where a coordinator would.
+    cfg.otlp_endpoint = std::env::var("COMPOSER_OTLP_ENDPOINT").ok().filter(|v| !v.is_empty());
     let coordinator = composer_coord::start(cfg).await?;
     let url = format!("http://{}", coordinator.addr);
     let mut wcfg = composer_worker::Config::new(database_url.clone(), redis.url(), vec![url.clone()]);

@@ -94,8 +94,11 @@ async fn a_run_is_one_trace_under_its_callers_span_with_a_span_per_attempt_item_
     assert_eq!(calls[1].kind, "SPAN_KIND_CLIENT");
     assert_eq!(calls[1].events, ["commit", "publish", "read", "lease", "execute", "report"], "every stage");
     // Each attempt's request carried its own span as the parent.
-    let sent: Vec<String> =
-        http.requests("/flaky/1/call").iter().map(|r| r.headers.get("traceparent").cloned().unwrap_or_default()).collect();
+    let sent: Vec<String> = http
+        .requests("/flaky/1/call")
+        .iter()
+        .map(|r| r.headers.get("traceparent").cloned().unwrap_or_default())
+        .collect();
     let expected: Vec<String> = calls.iter().map(|s| format!("00-{CALLER_TRACE}-{}-01", s.id)).collect();
     assert_eq!(sent, expected);
 
@@ -174,9 +177,8 @@ async fn an_events_trace_is_continued_by_the_runs_it_starts_and_linked_from_the_
     assert_eq!(e.wait_for_run(started, T).await["status"], "SUCCEEDED");
     assert_eq!(e.wait_for_run(waiting, T).await["status"], "SUCCEEDED");
     let (started_id, waiting_id) = (started.to_string(), waiting.to_string());
-    let spans = collector
-        .wait_for(T, |s| run_span(s, &started_id).is_some() && run_span(s, &waiting_id).is_some())
-        .await;
+    let spans =
+        collector.wait_for(T, |s| run_span(s, &started_id).is_some() && run_span(s, &waiting_id).is_some()).await;
     let triggered = run_span(&spans, &started_id).unwrap();
     assert_eq!((triggered.trace_id.as_str(), triggered.parent_id.as_str()), (CALLER_TRACE, CALLER_SPAN));
     let paid = of_run(&spans, &waiting_id).into_iter().find(|s| s.name == "paid").unwrap();

@@ -24,7 +24,9 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Path, Query, Traceparent};
+use super::extract::{
+    json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Path, Query, Traceparent,
+};
 use crate::engine::{Control, StartOptions};
 use crate::shared::Shared;
 

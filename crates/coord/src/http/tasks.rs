@@ -1,8 +1,8 @@
 //! The task API's routes: poll, heartbeat, logs, complete, fail (how the
 //! coordinator leases for a worker is in `crate::tasks`).
 
-use composer_api::wire::StageTimes;
 use crate::trace::Told;
+use composer_api::wire::StageTimes;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -161,9 +161,8 @@ pub(crate) async fn deliver(
     super::events::check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let source = format!("webhook:{name}");
     // A sender that traces its deliveries (a W3C `traceparent` header) is continued as an API call is.
-    let traceparent = header_text("traceparent")
-        .and_then(|t| composer_core::trace::TraceContext::parse(t).ok())
-        .map(|c| c.header());
+    let traceparent =
+        header_text("traceparent").and_then(|t| composer_core::trace::TraceContext::parse(t).ok()).map(|c| c.header());
     let incoming = Incoming {
         name: &ev.name,
         key: &ev.key,
