@@ -165,6 +165,9 @@ class _RunSummaryRequired(TypedDict):
     created_at: str
     updated_at: str
     finished_at: Optional[str]
+    trace_id: str
+    """The OpenTelemetry trace its spans go to (32 hex digits): its own id,
+    or the trace of the ``traceparent`` it was started under."""
 
 
 class RunSummary(_RunSummaryRequired, total=False):

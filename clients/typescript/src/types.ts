@@ -336,6 +336,8 @@ export interface Run {
   /** Its tags, `{key: value}`: the definition's, evaluated, and the start's. */
   tags?: Record<string, string> | null;
   tasks?: Task[];
+  /** The OpenTelemetry trace its spans go to (32 hex digits): its own id, or its caller's trace. */
+  trace_id: string;
 }
 
 /** `GET /v1/runs`: a page of runs, newest first; `next_cursor` fetches the next. */

@@ -91,6 +91,7 @@ export const runShape = {
   failure_handler_run_ids: "optional",
   tags: "optional",
   tasks: "optional",
+  trace_id: "required",
 } as const satisfies Shape<Run>;
 
 export const taskShape = {

@@ -432,6 +432,10 @@ pub struct RunView {
     pub failure_handler_run_ids: Option<Vec<Uuid>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<TaskView>>,
+    /// The OpenTelemetry trace its spans go to (32 hex digits): its own id,
+    /// or the trace of the `traceparent` it was started under.
+    #[schema(pattern = "^[0-9a-f]{32}$")]
+    pub trace_id: String,
 }
 
 impl RunView {

@@ -103,6 +103,13 @@ impl RunTrace {
         }
     }
 
+    /// The trace id as OTLP viewers show it: 32 lower-case hex digits.
+    pub fn trace_id_hex(&self) -> String {
+        let mut out = String::with_capacity(32);
+        push_hex(&mut out, &self.trace_id);
+        out
+    }
+
     /// The `traceparent` an attempt's work carries: its HTTP call's header,
     /// a task-API worker's, a child run's parent.
     pub fn attempt(&self, task_id: Uuid, attempt: i32) -> TraceContext {
@@ -216,6 +223,8 @@ mod tests {
         assert_eq!(continued.parent, Some([0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31]));
         assert_eq!(continued.run_span, own.run_span);
         assert_eq!(RunTrace::of(run, Some("garbage")), own);
+        assert_eq!(own.trace_id_hex(), run.simple().to_string());
+        assert_eq!(continued.trace_id_hex(), "0af7651916cd43dd8448eb211c80319c");
     }
 
     proptest! {

@@ -84,11 +84,17 @@ impl Reporter {
     }
 
     /// Posts `report`, rotating through coordinators with backoff until one
-    /// answers or `deadline` passes.
+    /// answers or `deadline` passes. A report a coordinator refuses for what
+    /// it says (a 4xx of its own: an output too large to send, a field it
+    /// does not take) would be refused again: it becomes the attempt's
+    /// failure, naming the refusal, sent once in its place; running the
+    /// task again would only make the same report.
     pub async fn send(&self, task_id: Uuid, report: &TaskReport, deadline: Duration) -> Delivery {
         let give_up = tokio::time::Instant::now() + deadline;
         let mut backoff = Duration::from_millis(50);
+        let mut replaced: Option<TaskReport> = None;
         loop {
+            let report = replaced.as_ref().unwrap_or(report);
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len().max(1);
             let Some(base) = self.urls.get(i) else {
                 return Delivery::Failed;
@@ -120,6 +126,18 @@ impl Reporter {
                         tracing::warn!(%task_id, "report refused: this worker no longer holds the lease; dropping it");
                         return Delivery::Gone;
                     }
+                    if let Some(code) = code.filter(|_| refused_for_good(status)) {
+                        let message = serde_json::from_str::<composer_api::ErrorBody>(&body)
+                            .map(|b| b.error.message)
+                            .unwrap_or_default();
+                        if replaced.is_some() {
+                            tracing::error!(%task_id, %status, %message, "the attempt's failure was refused too; dropping it");
+                            return Delivery::Gone;
+                        }
+                        tracing::warn!(%task_id, %status, %message, "report refused; failing the attempt with the reason");
+                        replaced = Some(refusal(report, status.as_u16(), &code, &message));
+                        continue;
+                    }
                     tracing::warn!(%task_id, coordinator = %base, %status, %body, "report refused; trying again");
                 }
                 Err(e) => {
@@ -132,5 +150,64 @@ impl Reporter {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
         }
+    }
+}
+
+/// A refusal of the report itself, which no retry of it gets past: a 400,
+/// 413 or 422. Not a refusal of the worker (401, 403: a token an operator
+/// may mend), nor a 404 or 409 (the run and lease cases are handled above;
+/// another 404 may be a proxy's), nor a 408 or 429.
+fn refused_for_good(status: reqwest::StatusCode) -> bool {
+    use reqwest::StatusCode as S;
+    matches!(status, S::BAD_REQUEST | S::PAYLOAD_TOO_LARGE | S::UNPROCESSABLE_ENTITY)
+}
+
+/// The failure that replaces a refused report: for good, with the
+/// coordinator's reason.
+fn refusal(report: &TaskReport, status: u16, code: &str, message: &str) -> TaskReport {
+    let message = composer_core::clipped(message, 1024);
+    TaskReport {
+        status: composer_api::wire::ReportStatus::Failed,
+        output: None,
+        error: Some(format!("the coordinator refused the attempt's result (HTTP {status} {code}): {message}")),
+        retryable: false,
+        code: Some(composer_core::machine::codes::REPORT_REFUSED.into()),
+        http_status: None,
+        retry_after_ms: None,
+        ..report.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_report_becomes_a_failure_for_good_that_says_why() {
+        let report = TaskReport {
+            run_id: Uuid::now_v7(),
+            attempt: 2,
+            worker_id: "w".into(),
+            status: composer_api::wire::ReportStatus::Completed,
+            output: Some(serde_json::json!({"big": "x"})),
+            error: None,
+            retryable: true,
+            code: None,
+            http_status: None,
+            retry_after_ms: None,
+            stages: None,
+        };
+        let failed = refusal(&report, 413, "payload_too_large", "the request body is too large");
+        assert_eq!((failed.run_id, failed.attempt, failed.worker_id.as_str()), (report.run_id, 2, "w"));
+        assert_eq!(failed.status, composer_api::wire::ReportStatus::Failed);
+        assert!(failed.output.is_none() && !failed.retryable);
+        assert_eq!(failed.code.as_deref(), Some("report_refused"));
+        assert!(failed.error.unwrap().contains("HTTP 413 payload_too_large"));
+        assert!(refused_for_good(reqwest::StatusCode::PAYLOAD_TOO_LARGE));
+        assert!(refused_for_good(reqwest::StatusCode::BAD_REQUEST));
+        assert!(!refused_for_good(reqwest::StatusCode::TOO_MANY_REQUESTS));
+        assert!(!refused_for_good(reqwest::StatusCode::UNAUTHORIZED), "a token can be mended");
+        assert!(!refused_for_good(reqwest::StatusCode::NOT_FOUND), "maybe a proxy's");
+        assert!(!refused_for_good(reqwest::StatusCode::SERVICE_UNAVAILABLE));
     }
 }

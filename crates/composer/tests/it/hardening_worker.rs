@@ -248,3 +248,33 @@ async fn a_restart_on_a_redis_that_lost_everything_redispatches_at_once() {
     assert_eq!(http.calls("/ok/lost"), 1, "run once");
     e.stop().await;
 }
+
+/// A handler whose result is too large to send (past the coordinator's
+/// body limit, so the coordinator answers 413) used to be retried until the
+/// report's deadline, then run again on every redelivery. Now the refusal
+/// fails the attempt, once, naming it.
+#[tokio::test]
+async fn a_result_the_coordinator_refuses_fails_the_attempt_once_instead_of_running_it_again() {
+    let mut e =
+        Engine::with(EngineOptions { workers: 0, coordinator: |c| c.max_payload = 2000, ..Default::default() }).await;
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut worker = composer_worker::Worker::new(e.worker_config("huge", 2));
+    let counted = runs.clone();
+    worker.handle("huge", move |_ctx, _input| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { Ok(json!({"blob": "x".repeat(200_000)})) }
+    });
+    e.spawn_worker(worker);
+    let id = e
+        .run(&json!({"name": "huge", "nodes": [{"id": "h", "type": "huge",
+            "retry": {"max_attempts": 3, "initial_backoff": "10ms"}}]}))
+        .await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    let error = run["tasks"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("refused the attempt's result (HTTP 413"), "{error}");
+    assert_eq!(run["tasks"][0]["attempt"], 1, "not retried: the same result would be refused again");
+    assert_eq!(run["tasks"][0]["error_info"]["code"], "report_refused", "{run}");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "the handler ran once");
+    e.stop().await;
+}

@@ -67,7 +67,10 @@ async fn a_run_is_one_trace_under_its_callers_span_with_a_span_per_attempt_item_
     let caller = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let (status, run) = post_traced(&e, "/v1/runs", &json!({"workflow": "traced"}), &caller).await;
     assert_eq!(status, 201, "{run}");
+    assert_eq!(run["trace_id"], CALLER_TRACE, "the run says which trace it is in");
     let id: Uuid = run["id"].as_str().unwrap().parse().unwrap();
+    let page = reqwest::get(format!("{}/ui/runs/{id}", e.url())).await.unwrap().text().await.unwrap();
+    assert!(page.contains(&format!("trace <code class=\"trace\">{CALLER_TRACE}</code>")), "the run page too");
     assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
     let run_id = id.to_string();
     let billing = |s: &ReceivedSpan| s.name == "run billing" && s.trace_id == CALLER_TRACE;
@@ -137,6 +140,8 @@ async fn a_task_api_worker_gets_its_attempts_traceparent_and_a_failed_run_says_w
     let spans = collector.wait_for(T, |s| run_span(s, &run_id).is_some()).await;
     let root = run_span(&spans, &run_id).unwrap();
     assert_eq!(root.trace_id, id.simple().to_string(), "a run started without a traceparent is a trace of its own");
+    let (_, view) = e.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(view["trace_id"], root.trace_id);
     assert_eq!(root.parent_id, "");
     assert_eq!(root.status.as_ref().map(|s| s.0.as_str()), Some("STATUS_CODE_ERROR"));
     let step = of_run(&spans, &run_id).into_iter().find(|s| s.name == "resize").unwrap();

@@ -282,6 +282,7 @@ pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
         handles_run_id: r.handles_run_id,
         failure_handler_run_ids: None,
         tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),
+        trace_id: composer_core::trace::RunTrace::of(r.id, r.traceparent.as_deref()).trace_id_hex(),
     }
 }
 

@@ -754,6 +754,8 @@ async fn run_page(
     if let Some(tags) = run.tags.as_ref().and_then(|t| t.as_object()).filter(|t| !t.is_empty()) {
         let _ = write!(html, " · tags {}", tag_links(tags));
     }
+    let trace = composer_core::trace::RunTrace::of(run.id, run.traceparent.as_deref());
+    let _ = write!(html, " · trace <code class=\"trace\">{}</code>", trace.trace_id_hex());
     html.push_str("</p>");
     if let Some(text) = q.get("msg").and_then(|m| notice(m)) {
         let _ = write!(html, "<p class=\"notice\">{}</p>", esc(text));

@@ -232,6 +232,10 @@ pub mod codes {
     pub const IN_DOUBT: &str = "in_doubt";
     /// The request could not connect: it was not sent.
     pub const CONNECT: &str = "connect";
+    /// A coordinator refused a worker's report of the attempt as it stood
+    /// (an output too large to send, a field it does not take): the attempt
+    /// failed with the coordinator's reason instead of running again.
+    pub const REPORT_REFUSED: &str = "report_refused";
 
     /// The code of a failure to evaluate a value: [`PAYLOAD`] when the value
     /// was evaluated but cannot be kept (what `storable::check` and
