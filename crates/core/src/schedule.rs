@@ -124,6 +124,9 @@ pub struct Schedule {
     tz: chrono_tz::Tz,
     pub overlap: Overlap,
     pub catchup_window: Duration,
+    /// Its hour field is `*` (or it is `@hourly`): it fires every hour,
+    /// both passes of a fall-back's repeated hour included.
+    every_hour: bool,
 }
 
 /// The fire times due at a moment, and what comes after them.
@@ -174,14 +177,69 @@ impl Schedule {
                 .map_err(|m| ValidationError::new("input", m))?;
         }
         let overlap = spec.overlap.unwrap_or_default();
-        Ok(Schedule { spec, cron, tz, overlap, catchup_window })
+        let every_hour = every_hour(&spec.cron);
+        Ok(Schedule { spec, cron, tz, overlap, catchup_window, every_hour })
     }
 
     /// The first fire time strictly after `t`. Fire times are whole seconds
     /// (the cron library would carry `t`'s fraction into its answer).
+    ///
+    /// Across daylight saving, as cron does: a wall time the spring-forward
+    /// skips fires once, at the change; a wall time the fall-back repeats
+    /// fires once, at its first pass, unless the schedule fires every hour
+    /// (its hour field is `*`), which fires in both passes, so that an
+    /// hourly schedule never goes two hours without a fire. (The cron
+    /// library sees the repeated hour's wall times once: their second pass
+    /// is found here, at the offset after the change.)
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let local = t.trunc_subsecs(0).with_timezone(&self.tz);
-        self.cron.find_next_occurrence(&local, false).ok().map(|n| n.with_timezone(&Utc))
+        use chrono::Offset;
+        let t = t.trunc_subsecs(0);
+        let mut from = t;
+        // A round passes a candidate over only in a repeated hour, and the
+        // next round starts from it: a few rounds are always enough.
+        for _ in 0..4 {
+            let local = from.with_timezone(&self.tz);
+            let by_zone = self.cron.find_next_occurrence(&local, false).ok()?.with_timezone(&Utc);
+            let offsets = [local.offset().fix(), self.offset_at(by_zone)];
+            if by_zone > t && offsets[0] == offsets[1] {
+                return Some(by_zone); // no change of offset on the way: the usual case
+            }
+            // The library resolves a repeated wall time to its first pass
+            // (even one before `from`): look at each offset on its own.
+            let mut best = (by_zone > t && !self.repeats(by_zone)).then_some(by_zone);
+            let mut passed: Option<DateTime<Utc>> = None;
+            for offset in offsets {
+                let Ok(c) = self.cron.find_next_occurrence(&from.with_timezone(&offset), false) else { continue };
+                let c = c.with_timezone(&Utc);
+                let real = self.offset_at(c) == offset;
+                if real && c > t && (self.every_hour || !self.repeats(c)) {
+                    best = Some(best.map_or(c, |b| b.min(c)));
+                } else if c > from {
+                    passed = Some(passed.map_or(c, |p| p.min(c)));
+                }
+            }
+            match (best, passed) {
+                (Some(b), _) => return Some(b),
+                (None, Some(p)) => from = p,
+                (None, None) => return None,
+            }
+        }
+        None
+    }
+
+    /// The offset from UTC of the schedule's time zone at `t`.
+    fn offset_at(&self, t: DateTime<Utc>) -> chrono::FixedOffset {
+        use chrono::{Offset, TimeZone};
+        self.tz.offset_from_utc_datetime(&t.naive_utc()).fix()
+    }
+
+    /// Whether `t` is the second pass of a wall time a fall-back repeats.
+    fn repeats(&self, t: DateTime<Utc>) -> bool {
+        use chrono::TimeZone;
+        match self.tz.from_local_datetime(&t.with_timezone(&self.tz).naive_local()) {
+            chrono::LocalResult::Ambiguous(first, _) => first.with_timezone(&Utc) != t,
+            _ => false,
+        }
     }
 
     /// The first fire time after `now`; a cron that never fires (or not
@@ -297,6 +355,17 @@ impl Schedule {
 }
 
 /// Five fields, or six with seconds first (`@hourly` and friends too).
+/// Whether a cron fires every hour: `@hourly`, or an hour field of `*`
+/// (the second of five fields, the third of six).
+fn every_hour(text: &str) -> bool {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    match fields.as_slice() {
+        [one] => one.eq_ignore_ascii_case("@hourly"),
+        [_, hour, _, _, _] | [_, _, hour, _, _, _] => *hour == "*",
+        _ => false,
+    }
+}
+
 fn parse_cron(text: &str) -> Result<croner::Cron, String> {
     let fields = text.split_whitespace().count();
     if !text.trim_start().starts_with('@') && !(5..=6).contains(&fields) {
@@ -338,6 +407,64 @@ mod tests {
             s.upcoming(at("2026-01-01T10:07:30Z"), 2),
             vec![at("2026-01-01T10:08:30Z"), at("2026-01-01T10:09:30Z")]
         );
+    }
+
+    #[test]
+    fn across_daylight_saving_a_daily_time_fires_once_and_an_hourly_schedule_every_real_hour() {
+        let paris = |cron: &str| schedule(json!({"cron": cron, "timezone": "Europe/Paris"}));
+        // 28 March 2027: 02:00 CET becomes 03:00 CEST; 31 October: 03:00 CEST becomes 02:00 CET.
+        let daily = paris("30 2 * * *");
+        assert_eq!(
+            daily.upcoming(at("2027-03-27T12:00:00Z"), 2),
+            vec![at("2027-03-28T01:00:00Z"), at("2027-03-29T00:30:00Z")],
+            "02:30 does not exist that night: once, at the change"
+        );
+        assert_eq!(
+            daily.upcoming(at("2027-10-30T12:00:00Z"), 2),
+            vec![at("2027-10-31T00:30:00Z"), at("2027-11-01T01:30:00Z")],
+            "02:30 comes twice: once, at its first pass"
+        );
+        for hourly in [paris("0 * * * *"), paris("@hourly"), paris("0 0 * * * *")] {
+            assert_eq!(
+                hourly.upcoming(at("2027-10-30T22:30:00Z"), 5),
+                ["23:00", "00:00", "01:00", "02:00", "03:00"]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| at(&format!("2027-10-{}T{t}:00Z", if i == 0 { 30 } else { 31 })))
+                    .collect::<Vec<_>>(),
+                "{}: every hour, the repeated one twice",
+                hourly.spec.cron
+            );
+            assert_eq!(
+                hourly.upcoming(at("2027-03-27T23:30:00Z"), 3),
+                vec![at("2027-03-28T00:00:00Z"), at("2027-03-28T01:00:00Z"), at("2027-03-28T02:00:00Z")]
+            );
+        }
+        let quarter = paris("*/15 * * * *");
+        let fires = quarter.upcoming(at("2027-10-31T00:00:00Z"), 8);
+        let gaps: Vec<i64> = fires.windows(2).map(|w| (w[1] - w[0]).num_minutes()).collect();
+        assert_eq!(gaps, vec![15; 7], "{fires:?}");
+        assert!(!every_hour("0 2 * * *") && !every_hour("0 */2 * * *") && every_hour("*/5 * * * *"));
+        // Asked during the second pass of 02:xx, a daily 02:30 does not go back to the first.
+        assert_eq!(daily.next_after(at("2027-10-31T01:10:00Z")), Some(at("2027-11-01T01:30:00Z")));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fire_times_only_go_forward_in_any_zone_across_any_change(
+            secs in 1_798_761_600i64..1_830_297_600, // 2027
+            cron in proptest::sample::select(vec!["30 2 * * *", "0 * * * *", "*/15 * * * *", "0 1-3 * * *", "*/20 2 * * *", "0 0 * * 0"]),
+            zone in proptest::sample::select(vec!["Europe/Paris", "America/New_York", "Australia/Lord_Howe", "Asia/Tehran", "UTC"]),
+        ) {
+            let s = schedule(json!({"cron": cron, "timezone": zone}));
+            let t = DateTime::from_timestamp(secs, 0).unwrap();
+            let fires = s.upcoming(t, 30);
+            proptest::prop_assert_eq!(fires.len(), 30);
+            proptest::prop_assert!(fires[0] > t);
+            for w in fires.windows(2) {
+                proptest::prop_assert!(w[1] > w[0], "{:?} after {:?}", w[1], w[0]);
+            }
+        }
     }
 
     #[test]
