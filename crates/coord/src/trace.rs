@@ -94,17 +94,14 @@ impl Traces {
         }
     }
 
-    /// Sends what is queued, waiting at most the export timeout.
+    /// Sends what is queued, waiting at most the export timeout; blocks,
+    /// so the caller is off the async runtime (the export needs it). Spans
+    /// still queued when `Traces` is dropped without a flush are lost: the
+    /// exporter's thread just ends.
     pub fn flush(&self) {
         if let Err(e) = self.processor.force_flush() {
             tracing::warn!(error = %e, "exporting the last spans failed");
         }
-    }
-}
-
-impl Drop for Traces {
-    fn drop(&mut self) {
-        let _ = self.processor.shutdown();
     }
 }
 
