@@ -80,8 +80,17 @@ pub struct TaskReport {
     #[schema(minimum = 0)]
     pub retry_after_ms: Option<u64>,
     /// When the attempt passed each stage on its way, for its span.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "stage_times")]
     pub stages: Option<StageTimes>,
+}
+
+/// `stages` only as a JSON object: serde would read a list as the fields in order.
+fn stage_times<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<StageTimes>, D::Error> {
+    use serde::de::Error;
+    match Option::<serde_json::Map<String, Value>>::deserialize(d)? {
+        None => Ok(None),
+        Some(fields) => serde_json::from_value(Value::Object(fields)).map(Some).map_err(D::Error::custom),
+    }
 }
 
 /// When one attempt passed each stage, in microseconds since the Unix
@@ -117,4 +126,26 @@ pub struct ReportAck {
     pub applied: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignored: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(stages: &str) -> Result<TaskReport, serde_json::Error> {
+        let id = Uuid::now_v7();
+        serde_json::from_str(&format!(
+            r#"{{"run_id": "{id}", "attempt": 1, "worker_id": "w", "status": "COMPLETED", "stages": {stages}}}"#
+        ))
+    }
+
+    #[test]
+    fn stage_times_are_an_object_of_whole_microseconds_or_nothing() {
+        let r = report(r#"{"read_at_us": 5, "finished_at_us": 9}"#).unwrap();
+        assert_eq!(r.stages.map(|s| (s.read_at_us, s.finished_at_us)), Some((Some(5), Some(9))));
+        assert!(report("null").unwrap().stages.is_none());
+        for bad in ["[1, 2, 3]", "[]", r#"{"read_at_us": "5"}"#, r#"{"lease_at_us": 5}"#, "1"] {
+            assert!(report(bad).is_err(), "{bad} was taken");
+        }
+    }
 }

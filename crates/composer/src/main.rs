@@ -77,10 +77,24 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::from(client::exit_code(&e))
         }
     }
+}
+
+/// An error and its causes, as `{:#}` writes them, without a cause that
+/// the text before it already says (an error that quotes its source).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn init_logging(log: &cli::LogArgs) {
@@ -95,5 +109,21 @@ fn init_logging(log: &cli::LogArgs) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_the_error_already_quotes_is_not_said_twice() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("invalid configuration: {0}")]
+        struct Outer(#[source] std::io::Error);
+        let e = anyhow::Error::new(Outer(std::io::Error::other("--x (X) must be 1")));
+        assert_eq!(error_text(&e), "invalid configuration: --x (X) must be 1");
+        let e = anyhow::Error::new(std::io::Error::other("refused")).context("cannot connect");
+        assert_eq!(error_text(&e), "cannot connect: refused");
     }
 }

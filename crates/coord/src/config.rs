@@ -272,14 +272,27 @@ impl Config {
             let uri = url.parse::<axum::http::Uri>().ok();
             let web = uri.as_ref().is_some_and(|u| {
                 matches!(u.scheme_str(), Some("http" | "https"))
-                    && u.authority().is_some_and(|a| !a.as_str().contains('@'))
+                    && u.query().is_none()
+                    && !url.contains('#')
+                    && u.authority().is_some_and(|a| {
+                        let port = if a.as_str().ends_with(']') { None } else { a.as_str().rsplit_once(':') };
+                        let port_ok = port.is_none_or(|(_, p)| p.parse::<u16>().is_ok_and(|p| p > 0));
+                        !a.as_str().contains('@') && !a.host().is_empty() && port_ok
+                    })
             });
             if !web {
+                // Credentials in it are not repeated in the error.
+                let shown =
+                    match url.split_once("://").and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1))) {
+                        Some((scheme, rest)) => format!("{scheme}://***@{rest}"),
+                        None => url.clone(),
+                    };
                 return Err(ConfigError::new(
                     "--otlp-endpoint",
                     "COMPOSER_OTLP_ENDPOINT",
                     format!(
-                        "{url:?} is not an http:// or https:// URL without credentials (such as http://127.0.0.1:4318)"
+                        "{shown:?} is not an http:// or https:// URL with a host and without credentials, a query \
+                         or a fragment (such as http://127.0.0.1:4318)"
                     ),
                 ));
             }
@@ -364,10 +377,24 @@ mod tests {
         let ok = c.clone().validated().unwrap();
         assert_eq!(ok.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318"));
         assert_eq!(ok.otlp_header_map().get("x-api-key").map(String::as_str), Some("s3cr3t"));
-        for bad in ["127.0.0.1:4318", "ftp://collector", "http://user:pw@collector:4318", "http://"] {
+        for bad in [
+            "127.0.0.1:4318",
+            "ftp://collector",
+            "http://user:pw@collector:4318",
+            "http://",
+            "http://h/otlp?api_key=k",
+            "http://h/#frag",
+            "http://h:99999",
+            "http://h:0",
+        ] {
             c.otlp_endpoint = Some(bad.into());
             let e = c.clone().validated().unwrap_err().to_string();
             assert!(e.contains("COMPOSER_OTLP_ENDPOINT"), "{bad}: {e}");
+            assert!(!e.contains("pw@"), "credentials are not repeated: {e}");
+        }
+        for good in ["http://collector.example:4318/otlp", "http://[::1]:4318", "http://[::1]"] {
+            c.otlp_endpoint = Some(good.into());
+            assert!(c.clone().validated().is_ok(), "{good}");
         }
         c.otlp_endpoint = Some("https://collector.example".into());
         c.otlp_headers = vec!["x-api-key: s3cr3t\n".into()];

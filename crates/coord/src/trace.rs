@@ -40,6 +40,12 @@ use uuid::Uuid;
 
 /// Longest answer read from the receiver (an OTLP answer is a few bytes).
 const MAX_ANSWER: usize = 64 * 1024;
+/// Spans queued for export at most, unless `OTEL_BSP_MAX_QUEUE_SIZE` says
+/// (the SDK's own default, 2,048, is less than one commit of a large MAP
+/// ends); past it spans are dropped.
+pub const MAX_QUEUED_SPANS: usize = 65_536;
+/// Least time between two warnings that exports fail.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 /// How long one export may take before it is given up.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -67,7 +73,7 @@ impl Traces {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("cannot build the OTLP client: {e}"))?;
-        let http = Http { client, runtime: tokio::runtime::Handle::current() };
+        let http = Http { client, runtime: tokio::runtime::Handle::current(), warned: Default::default() };
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(http)
@@ -76,7 +82,11 @@ impl Traces {
             .with_headers(headers)
             .build()
             .map_err(|e| format!("cannot build the OTLP exporter: {e}"))?;
-        let mut processor = BatchSpanProcessor::builder(exporter).build();
+        let mut config = opentelemetry_sdk::trace::BatchConfigBuilder::default();
+        if std::env::var_os("OTEL_BSP_MAX_QUEUE_SIZE").is_none() {
+            config = config.with_max_queue_size(MAX_QUEUED_SPANS);
+        }
+        let mut processor = BatchSpanProcessor::builder(exporter).with_batch_config(config.build()).build();
         let resource = Resource::builder()
             .with_service_name("composer")
             .with_attribute(KeyValue::new("service.instance.id", instance.to_string()))
@@ -89,8 +99,10 @@ impl Traces {
 
     /// Hands finished spans to the exporter (never waits for it).
     pub fn record(&self, spans: Vec<Span>) {
+        // One end for the commit's spans: a run ends with its last steps.
+        let end = SystemTime::now();
         for s in spans {
-            self.processor.on_end(s.into_data(&self.scope, SystemTime::now()));
+            self.processor.on_end(s.into_data(&self.scope, end));
         }
     }
 
@@ -111,6 +123,21 @@ impl Traces {
 struct Http {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
+    /// When a failed export was last warned of.
+    warned: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Http {
+    /// Counts a batch the receiver did not take, and says so in the log at
+    /// most once a minute.
+    fn failed(&self, why: &str) {
+        composer_metrics::inc(composer_metrics::TRACE_EXPORT_FAILURES, &[], 1);
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+            *warned = Some(std::time::Instant::now());
+            tracing::warn!(error = why, "exporting spans failed; they are lost (composer_trace_export_failures_total)");
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -137,7 +164,16 @@ impl opentelemetry_http::HttpClient for Http {
             }
             Ok::<_, opentelemetry_http::HttpError>(answer.body(axum::body::Bytes::from(body))?)
         };
-        self.runtime.spawn(call).await?
+        let answer = match self.runtime.spawn(call).await {
+            Ok(answer) => answer,
+            Err(e) => Err(e.into()),
+        };
+        match &answer {
+            Ok(r) if !r.status().is_success() => self.failed(&format!("the receiver answered {}", r.status())),
+            Ok(_) => {}
+            Err(e) => self.failed(&e.to_string()),
+        }
+        answer
     }
 }
 
@@ -238,7 +274,7 @@ impl Span {
                 l
             },
             status: match self.error {
-                Some(message) => Status::error(message),
+                Some(message) => Status::error(printable(&message)),
                 None => Status::Unset,
             },
             instrumentation_scope: scope.clone(),
@@ -252,6 +288,15 @@ impl Span {
 
 /// Longest error message a span carries.
 const MAX_SPAN_ERROR: usize = 1024;
+
+/// `text` with its control characters written out (`\u{1b}`), so that an
+/// error someone wrote cannot forge lines in a receiver's log.
+fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+}
 
 /// The spans a run's commit ends: the attempts of its tasks that ended (or
 /// moved to another attempt), and the run's own when it ended. `now` is the
@@ -273,6 +318,27 @@ pub fn spans_of(
         .map(|t| t.to_unix())
         .map_or(now, |(secs, nanos)| SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos)).unwrap_or(now));
     let mut spans = Vec::new();
+    // The run's span first: a burst past the export queue loses the last.
+    if tr.run_changed && run.status.is_terminal() {
+        spans.push(Span {
+            trace_id: trace.trace_id,
+            span_id: trace.run_span,
+            parent: trace.parent,
+            kind: SpanKind::Internal,
+            name: format!("run {}", wf.spec.name),
+            start: created,
+            attributes: vec![
+                KeyValue::new("composer.run.id", run.id.to_string()),
+                KeyValue::new("composer.workflow", wf.spec.name.clone()),
+                KeyValue::new("composer.workflow.version", version as i64),
+                KeyValue::new("composer.run.status", run.status.as_str()),
+            ],
+            events: Vec::new(),
+            links: Vec::new(),
+            error: (run.status == machine::RunStatus::Failed)
+                .then(|| composer_core::clipped(run.error.as_deref().unwrap_or("failed"), MAX_SPAN_ERROR)),
+        });
+    }
     let mut touched: Vec<usize> = tr.updated.iter().chain(&tr.created).copied().collect();
     touched.sort_unstable();
     touched.dedup();
@@ -350,26 +416,6 @@ pub fn spans_of(
             events,
             links: seen.links.get(&task.id).copied().into_iter().collect(),
             error: failed.then(|| composer_core::clipped(task.error.as_deref().unwrap_or("failed"), MAX_SPAN_ERROR)),
-        });
-    }
-    if tr.run_changed && run.status.is_terminal() {
-        spans.push(Span {
-            trace_id: trace.trace_id,
-            span_id: trace.run_span,
-            parent: trace.parent,
-            kind: SpanKind::Internal,
-            name: format!("run {}", wf.spec.name),
-            start: created,
-            attributes: vec![
-                KeyValue::new("composer.run.id", run.id.to_string()),
-                KeyValue::new("composer.workflow", wf.spec.name.clone()),
-                KeyValue::new("composer.workflow.version", version as i64),
-                KeyValue::new("composer.run.status", run.status.as_str()),
-            ],
-            events: Vec::new(),
-            links: Vec::new(),
-            error: (run.status == machine::RunStatus::Failed)
-                .then(|| composer_core::clipped(run.error.as_deref().unwrap_or("failed"), MAX_SPAN_ERROR)),
         });
     }
     spans
@@ -457,16 +503,16 @@ mod tests {
         let tr = apply(&wf, &mut run, Event::TaskCompleted { task_id: call, attempt: 2, output: json!({}) });
         let spans = spans_of(&wf, 1, &run, &tr, None, &before, now + Duration::from_millis(1));
         // `shape` ran inline in the same commit; `never` was skipped, so no span.
-        assert_eq!(names(&spans), ["call", "shape", "run w"]);
-        let call_span = &spans[0];
+        assert_eq!(names(&spans), ["run w", "call", "shape"], "the run's first");
+        let call_span = &spans[1];
         assert!(call_span.error.is_none());
         let events: Vec<&str> = call_span.events.iter().map(|(n, _)| *n).collect();
         assert_eq!(events, ["commit", "report"], "times outside the run's life are left out");
         assert!(call_span.start <= now - Duration::from_millis(2), "the span starts at the dispatch");
-        let run_span = &spans[2];
+        let run_span = &spans[0];
         assert_eq!((run_span.trace_id, run_span.parent), (*run.id.as_bytes(), None));
         assert_eq!(run_span.span_id, composer_core::trace::run_span_id(run.id));
-        assert!(spans.iter().take(2).all(|s| s.parent == Some(run_span.span_id)));
+        assert!(spans.iter().skip(1).all(|s| s.parent == Some(run_span.span_id)));
     }
 
     #[test]
@@ -479,11 +525,17 @@ mod tests {
         let tr = apply(&wf, &mut run, Event::RunStarted);
         let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         let spans = spans_of(&wf, 3, &run, &tr, Some(tp), &Seen::default(), SystemTime::now());
-        assert_eq!(names(&spans), ["a", "run t"]);
+        assert_eq!(names(&spans), ["run t", "a"]);
         let caller = TraceContext::parse(tp).unwrap();
         assert!(spans.iter().all(|s| s.trace_id == caller.trace_id));
-        assert_eq!(spans[1].parent, Some(caller.span_id));
-        let data = spans[1].clone().into_data(&InstrumentationScope::builder("t").build(), SystemTime::now());
+        assert_eq!(spans[0].parent, Some(caller.span_id));
+        let data = spans[0].clone().into_data(&InstrumentationScope::builder("t").build(), SystemTime::now());
         assert!(data.attributes.contains(&KeyValue::new("composer.workflow.version", 3)));
+    }
+
+    #[test]
+    fn an_error_cannot_forge_lines_in_a_receivers_log() {
+        assert_eq!(printable("x\u{1b}[31mred\r\nINFO fake"), "x\\u{1b}[31mred\\u{d}\\u{a}INFO fake");
+        assert_eq!(printable("plain é"), "plain é");
     }
 }

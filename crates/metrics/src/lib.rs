@@ -102,6 +102,8 @@ metrics! {
     DISPATCHES: Counter(Coordinator), "composer_dispatches_total", "Outbox rows published to Redis streams.";
     OUTBOX_PUBLISH_FAILURES: Counter(Coordinator), "composer_outbox_publish_failures_total",
         "Outbox batches that failed to publish (rows went to RETRY).";
+    TRACE_EXPORT_FAILURES: Counter(Coordinator), "composer_trace_export_failures_total",
+        "Batches of spans the OTLP receiver did not take (COMPOSER_OTLP_ENDPOINT): unreachable, too slow, or an error status.";
     RECOVERIES: Counter(Coordinator), "composer_recoveries_total",
         "What the recovery sweeps repaired, by kind (expired_lease, lost_dispatch, max_dispatches, in_doubt, stranded_event, child_result, child_start, orphaned_child, map_continued).",
         kind = ["expired_lease", "lost_dispatch", "max_dispatches", "in_doubt", "stranded_event", "child_result",

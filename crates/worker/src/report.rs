@@ -174,6 +174,8 @@ fn refusal(report: &TaskReport, status: u16, code: &str, message: &str) -> TaskR
         code: Some(composer_core::machine::codes::REPORT_REFUSED.into()),
         http_status: None,
         retry_after_ms: None,
+        // What the refused report said of its stages may be what was refused.
+        stages: None,
         ..report.clone()
     }
 }

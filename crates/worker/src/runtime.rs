@@ -545,7 +545,9 @@ async fn execute(
     stages.dispatched_at_us = dispatch.dispatched_at_us;
     stages.published_at_us = dispatch.published_at_us;
     let mut report = to_report(&ctx.id, &dispatch, result);
-    report.stages = Some(stages);
+    // A coordinator that gives no traceparent predates stage times, and
+    // refuses a report with a field it does not know.
+    report.stages = dispatch.traceparent.is_some().then_some(stages);
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.
     let delivery = ctx.reporter.send(dispatch.task_id, &report, ctx.report_deadline).await;

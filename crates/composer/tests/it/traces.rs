@@ -196,3 +196,19 @@ async fn an_events_trace_is_continued_by_the_runs_it_starts_and_linked_from_the_
     assert_eq!(iterations.len(), 2, "{spans:#?}");
     assert!(iterations.iter().all(|s| s.trace_id == waiting.simple().to_string()));
 }
+
+#[tokio::test]
+async fn a_map_of_thousands_of_items_ending_at_once_loses_no_span_and_never_the_runs() {
+    let collector = Collector::start();
+    let e = traced(&collector, 1).await;
+    e.register(&json!({"name": "wide", "nodes": [{"id": "m", "type": "MAP", "config": {
+        "items": "${ [range(3000)] }", "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}]}))
+        .await;
+    let id = e.start_run("wide", json!({})).await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    let run_id = id.to_string();
+    let spans = collector.wait_for(T, |s| run_span(s, &run_id).is_some() && of_run(s, &run_id).len() >= 3002).await;
+    let items =
+        of_run(&spans, &run_id).into_iter().filter(|s| s.attributes.contains_key("composer.item.index")).count();
+    assert_eq!(items, 3000, "every item's span arrived (the SDK's default queue of 2,048 dropped the rest)");
+}
