@@ -224,6 +224,9 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
             }
         })
     }));
+    tasks.spawn(loops::every(shutdown.clone(), loops::LOST_WRITES_CHECK_EVERY, shared.clone(), |s| {
+        Box::pin(async move { loops::recover_lost_writes(&s).await })
+    }));
     tasks.spawn(bulk_loop(shared.clone(), shutdown.clone()));
     tasks.spawn(crate::limits::run(shared.clone(), shutdown.clone()));
     tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {

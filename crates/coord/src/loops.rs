@@ -287,6 +287,45 @@ pub async fn recover_tasks(shared: &Shared) {
     }
 }
 
+/// How often a coordinator looks whether Redis kept what it published.
+pub const LOST_WRITES_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// Re-dispatches every PENDING task at once when Redis lost writes this
+/// coordinator made (`Streams::lost_writes`: a failover to a replica that
+/// lacked them, a restart from an older snapshot or AOF), instead of after
+/// `COMPOSER_LOST_DISPATCH_AGE`: messages it published may be gone. A
+/// message that was in fact kept makes its task run once all the same (the
+/// lease), and Redis losing everything is the epoch's case, below.
+pub async fn recover_lost_writes(shared: &Shared) {
+    match shared.streams.lost_writes().await {
+        Ok(false) => return,
+        Ok(true) => tracing::warn!(
+            "Redis lost writes it had taken (a failover to a replica behind it, or a restart from older data): \
+             re-dispatching every pending task now"
+        ),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read this coordinator's stream marks; looking again later");
+            return;
+        }
+    }
+    let redispatched = match composer_store::client(&shared.pool).await {
+        Ok(client) => {
+            let (shards, max) = (shared.engine.shards(), shared.config.max_dispatches);
+            recovery::redispatch_pending_tasks(&client, shards, Duration::ZERO, max).await
+        }
+        Err(e) => Err(e),
+    };
+    match redispatched {
+        Ok(n) => {
+            composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")], n);
+            tracing::warn!(count = n, "recovery: re-dispatched pending tasks after Redis lost writes");
+            shared.outbox_wake.notify_one();
+        }
+        // The lost-dispatch sweep still finds them, after its age.
+        Err(e) => tracing::error!(error = %e, "recovery: re-dispatching after Redis lost writes failed"),
+    }
+}
+
 /// Whether Redis lost every message since a coordinator last looked: its
 /// epoch key is gone (a Redis restarted without persistence, as under
 /// `composer dev` after a crash, or flushed). Then every PENDING task is

@@ -4,6 +4,10 @@
 //! `<prefix>stream_shards`, published by coordinators and read by workers.
 //! One consumer group per stream. Redis holds no truth: losing a stream loses
 //! messages, never runs (the coordinators' sweeps re-dispatch from PostgreSQL).
+//! Each publish raises the publisher's mark on each stream it wrote to, after
+//! the messages, so that a loss of the latest writes (a failover to a replica
+//! behind, a restart from older data) shows as a mark gone back
+//! ([`Streams::lost_writes`]) and is repaired at once.
 //!
 //! A Redis Cluster works too (`redis+cluster://host:port,host:port`, or
 //! `rediss+cluster://` over TLS): every command names one stream, so it goes
@@ -68,6 +72,12 @@ impl Keys {
         rest.rsplit_once('.').map(|(queue, _)| queue)
     }
 
+    /// The mark `owner` keeps on `stream`: in the stream's hash slot (its
+    /// whole name is the hash tag), so it lives on the stream's node.
+    pub fn mark(&self, stream: &str, owner: &str) -> String {
+        format!("{}mark:{{{stream}}}:{owner}", self.prefix)
+    }
+
     pub fn shard_count(&self) -> String {
         format!("{}stream_shards", self.prefix)
     }
@@ -94,7 +104,40 @@ pub struct Streams {
     client: Client,
     conn: Conn,
     keys: Keys,
+    marks: std::sync::Arc<Marks>,
 }
+
+/// How long a mark is kept in Redis, and by this process once it stops
+/// publishing to its stream.
+const MARK_KEPT: Duration = Duration::from_secs(24 * 3600);
+const MARK_FORGOTTEN: Duration = Duration::from_secs(3600);
+
+/// The marks this process wrote: with each batch it publishes, a number on
+/// each stream it published to, after the messages, in the same pipeline.
+/// Redis applies (and replicates) a server's writes in order, so when a
+/// mark is missing or older than the one written, Redis lost what came
+/// after the mark it kept: messages among them (see [`Streams::lost_writes`]).
+struct Marks {
+    owner: String,
+    next: std::sync::atomic::AtomicU64,
+    written: std::sync::Mutex<std::collections::HashMap<String, (u64, std::time::Instant)>>,
+}
+
+impl Marks {
+    fn new() -> Marks {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Marks {
+            owner: format!("{}-{}", std::process::id(), since.as_nanos()),
+            next: std::sync::atomic::AtomicU64::new(1),
+            written: Default::default(),
+        }
+    }
+}
+
+/// Sets a mark to a number unless it holds a greater one (two batches may
+/// reach Redis out of the order their numbers were taken in).
+const RAISE_MARK: &str = "local m = tonumber(redis.call('GET', KEYS[1]) or '0') \
+    if m < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end return 0";
 
 /// What `Streams` was connected to (one or two per process: size is no concern).
 #[derive(Clone)]
@@ -197,7 +240,8 @@ impl Streams {
             }
             let client = builder.build()?;
             let conn = client.get_async_connection().await?;
-            return Ok(Streams { client: Client::Cluster(client), conn: Conn::Cluster(conn), keys });
+            let marks = std::sync::Arc::new(Marks::new());
+            return Ok(Streams { client: Client::Cluster(client), conn: Conn::Cluster(conn), keys, marks });
         }
         let client = match ca_file {
             Some(path) => {
@@ -214,7 +258,12 @@ impl Streams {
             .set_response_timeout(Some(Duration::from_secs(5)))
             .set_number_of_retries(2);
         let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
-        Ok(Streams { client: Client::Single(client), conn: Conn::Single(conn), keys })
+        Ok(Streams {
+            client: Client::Single(client),
+            conn: Conn::Single(conn),
+            keys,
+            marks: std::sync::Arc::new(Marks::new()),
+        })
     }
 
     pub fn keys(&self) -> &Keys {
@@ -258,25 +307,92 @@ impl Streams {
 
     /// XADDs every `(stream, payload)`: one pipeline, or on a cluster one
     /// per stream, all at once; all or error.
+    /// Each stream's [`Marks`] mark is raised after its messages.
     pub async fn publish(&self, batch: &[(&str, &str)]) -> Result<()> {
-        self.per_stream(batch, |pipe, stream, payload| {
-            pipe.cmd("XADD").arg(stream).arg("*").arg(FIELD).arg(payload).ignore();
-        })
-        .await
+        let number = self.marks.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let owner = &self.marks.owner;
+        self.per_stream_then(
+            batch,
+            |pipe, stream, payload| {
+                pipe.cmd("XADD").arg(stream).arg("*").arg(FIELD).arg(payload).ignore();
+            },
+            |pipe, stream| {
+                pipe.cmd("EVAL")
+                    .arg(RAISE_MARK)
+                    .arg(1)
+                    .arg(self.keys.mark(stream, owner))
+                    .arg(number)
+                    .arg(MARK_KEPT.as_secs())
+                    .ignore();
+            },
+        )
+        .await?;
+        let now = std::time::Instant::now();
+        let mut written = self.marks.written.lock().unwrap_or_else(|p| p.into_inner());
+        for (stream, _) in batch {
+            let w = written.entry(stream.to_string()).or_insert((0, now));
+            *w = (w.0.max(number), now);
+        }
+        Ok(())
+    }
+
+    /// Whether Redis lost writes of this process since its last look: a
+    /// mark it raised on a stream is gone or lower than it raised it (a
+    /// failover to a replica that lacked the latest writes, a restart from
+    /// an older snapshot or AOF), so messages published before that mark
+    /// may be gone too. A loss is told once.
+    pub async fn lost_writes(&self) -> Result<bool> {
+        let marks: Vec<(String, u64)> = {
+            let mut written = self.marks.written.lock().unwrap_or_else(|p| p.into_inner());
+            written.retain(|_, (_, at)| at.elapsed() < MARK_FORGOTTEN);
+            written.iter().map(|(stream, (n, _))| (stream.clone(), *n)).collect()
+        };
+        if marks.is_empty() {
+            return Ok(false);
+        }
+        let reads = marks.iter().map(|(stream, _)| {
+            let mut c = self.conn.clone();
+            let key = self.keys.mark(stream, &self.marks.owner);
+            async move { c.get::<_, Option<u64>>(key).await }
+        });
+        let mut lost = false;
+        for ((_, wrote), read) in marks.iter().zip(futures_util::future::join_all(reads).await) {
+            lost |= read?.is_none_or(|kept| kept < *wrote);
+        }
+        if lost {
+            self.marks.written.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+        Ok(lost)
     }
 
     /// Sends one command per `(stream, arg)` built by `add`: in one pipeline
     /// on a single server; on a cluster, where a pipeline must stay within
     /// one slot, in one pipeline per stream, concurrently.
     async fn per_stream(&self, items: &[(&str, &str)], add: impl Fn(&mut redis::Pipeline, &str, &str)) -> Result<()> {
+        self.per_stream_then(items, add, |_, _| {}).await
+    }
+
+    /// [`Streams::per_stream`], with `then` adding a command per stream
+    /// after that stream's own.
+    async fn per_stream_then(
+        &self,
+        items: &[(&str, &str)],
+        add: impl Fn(&mut redis::Pipeline, &str, &str),
+        then: impl Fn(&mut redis::Pipeline, &str),
+    ) -> Result<()> {
         if items.is_empty() {
             return Ok(());
         }
         match &self.conn {
             Conn::Single(_) | Conn::Direct(_) => {
                 let mut pipe = redis::pipe();
+                let mut streams = std::collections::BTreeSet::new();
                 for (stream, arg) in items {
                     add(&mut pipe, stream, arg);
+                    streams.insert(*stream);
+                }
+                for stream in streams {
+                    then(&mut pipe, stream);
                 }
                 let _: () = pipe.query_async(&mut self.conn.clone()).await?;
             }
@@ -284,6 +400,9 @@ impl Streams {
                 let mut by_stream: std::collections::BTreeMap<&str, redis::Pipeline> = Default::default();
                 for (stream, arg) in items {
                     add(by_stream.entry(stream).or_insert_with(redis::pipe), stream, arg);
+                }
+                for (stream, pipe) in by_stream.iter_mut() {
+                    then(pipe, stream);
                 }
                 let sends = by_stream.into_values().map(|pipe| {
                     let mut c = self.conn.clone();

@@ -262,6 +262,116 @@ async fn redis_restarted_without_persistence_loses_no_run() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A TCP proxy in front of a Redis server, moved to another at once: what a
+/// failover behind one address looks like to the clients (a Sentinel-aware
+/// load balancer, a DNS name, a cloud endpoint).
+struct Proxy {
+    url: String,
+    target: std::sync::Arc<std::sync::Mutex<std::net::SocketAddr>>,
+    moved: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Proxy {
+    async fn start(target: std::net::SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://{}/", listener.local_addr().unwrap());
+        let target = std::sync::Arc::new(std::sync::Mutex::new(target));
+        let moved = std::sync::Arc::new(tokio::sync::watch::channel(0u64).0);
+        let (to, on_move) = (target.clone(), moved.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let addr = *to.lock().unwrap();
+                let mut moved = on_move.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(addr).await else { return };
+                    // A move cuts every connection: clients reconnect, to the new server.
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = moved.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy { url, target, moved }
+    }
+
+    fn move_to(&self, target: std::net::SocketAddr) {
+        *self.target.lock().unwrap() = target;
+        self.moved.send_modify(|n| *n += 1);
+    }
+}
+
+fn addr_of(redis: &LocalRedis) -> std::net::SocketAddr {
+    redis.url().trim_start_matches("redis://").trim_end_matches('/').parse().unwrap()
+}
+
+/// A replica that lacked the latest writes takes over (as after a primary's
+/// crash with replication behind): the dispatches it never got are found
+/// by the marks the coordinator publishes with them, and the runs go on
+/// within 30 s with the default settings, not after
+/// `COMPOSER_LOST_DISPATCH_AGE` (10 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_replica_behind_the_primary_loses_no_run_and_resumes_within_30_s() {
+    let dir = composer_embedded::temp_dir("redis-failover").unwrap();
+    let primary = LocalRedis::start(&dir.join("primary"), None).unwrap();
+    let replica = LocalRedis::start(&dir.join("replica"), None).unwrap();
+    let replica_conn =
+        || async { redis::Client::open(replica.url()).unwrap().get_multiplexed_async_connection().await.unwrap() };
+    let mut r = replica_conn().await;
+    let p = addr_of(&primary);
+    let _: () = redis::cmd("REPLICAOF").arg(p.ip().to_string()).arg(p.port()).query_async(&mut r).await.unwrap();
+    let proxy = Proxy::start(p).await;
+    let mut e = Engine::on(TestDb::create().await, proxy.url.clone(), EngineOptions::default()).await;
+    assert_eq!(e.coordinator_config().lost_dispatch_age, Duration::from_secs(600), "the default");
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "failover", "nodes": [http_node("a", &http.url("/ok/failover"), 1)]})).await;
+    // Some runs while the replica keeps up, so it holds streams and marks.
+    for _ in 0..4 {
+        let id = e.start_run("failover", json!({})).await;
+        assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    }
+    let until = Instant::now() + T;
+    loop {
+        let info: String = redis::cmd("INFO").arg("replication").query_async(&mut r).await.unwrap();
+        let mut primary_conn =
+            redis::Client::open(primary.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let theirs: String = redis::cmd("INFO").arg("replication").query_async(&mut primary_conn).await.unwrap();
+        let offset =
+            |text: &str, field: &str| text.lines().find_map(|l| l.strip_prefix(field)).map(str::trim).map(String::from);
+        if info.contains("master_link_status:up")
+            && offset(&info, "slave_repl_offset:") == offset(&theirs, "master_repl_offset:")
+        {
+            break;
+        }
+        assert!(Instant::now() < until, "the replica never caught up: {info}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for w in std::mem::take(&mut e.workers) {
+        w.stop().await;
+    }
+    // The replica stops following: what the primary takes from now on, it lacks.
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query_async(&mut r).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(e.start_run("failover", json!({})).await);
+    }
+    wait_for_empty_outbox(&e).await;
+    // The primary dies; the replica takes over at the same address.
+    drop(primary);
+    proxy.move_to(addr_of(&replica));
+    e.start_worker("after-failover", 4).await;
+    for id in ids {
+        let run = e.wait_for_run(id, T).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    }
+    // (Each wait gives a run T, 30 s: before, they waited for the
+    // lost-dispatch age, 10 minutes.)
+    assert_eq!(http.calls("/ok/failover"), 4 + 6, "each step ran once");
+    e.stop().await;
+    drop(replica);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_accepts_runs_and_dispatch_resumes_when_it_returns() {
     let dir = composer_embedded::temp_dir("redis-down").unwrap();
