@@ -100,22 +100,22 @@ fn stage_times<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<StageTim
 #[serde(deny_unknown_fields)]
 pub struct StageTimes {
     /// The dispatching transaction wrote the attempt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     pub dispatched_at_us: Option<i64>,
     /// Its message went on its stream.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     pub published_at_us: Option<i64>,
     /// A worker read the message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     pub read_at_us: Option<i64>,
     /// The worker's lease was granted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     pub leased_at_us: Option<i64>,
     /// The handler started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     pub started_at_us: Option<i64>,
     /// The handler ended.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "composer_core::whole::opt_int")]
     pub finished_at_us: Option<i64>,
 }
 
@@ -144,7 +144,10 @@ mod tests {
         let r = report(r#"{"read_at_us": 5, "finished_at_us": 9}"#).unwrap();
         assert_eq!(r.stages.map(|s| (s.read_at_us, s.finished_at_us)), Some((Some(5), Some(9))));
         assert!(report("null").unwrap().stages.is_none());
-        for bad in ["[1, 2, 3]", "[]", r#"{"read_at_us": "5"}"#, r#"{"lease_at_us": 5}"#, "1"] {
+        let whole = report(r#"{"read_at_us": 5.0, "leased_at_us": null}"#).unwrap();
+        assert_eq!(whole.stages.map(|s| (s.read_at_us, s.leased_at_us)), Some((Some(5), None)), "5.0 is whole");
+        for bad in ["[1, 2, 3]", "[]", r#"{"read_at_us": "5"}"#, r#"{"read_at_us": 5.5}"#, r#"{"lease_at_us": 5}"#, "1"]
+        {
             assert!(report(bad).is_err(), "{bad} was taken");
         }
     }
