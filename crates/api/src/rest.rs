@@ -433,8 +433,10 @@ pub struct RunView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<TaskView>>,
     /// The OpenTelemetry trace its spans go to (32 hex digits): its own id,
-    /// or the trace of the `traceparent` it was started under.
-    #[schema(pattern = "^[0-9a-f]{32}$")]
+    /// or the trace of the `traceparent` it was started under. (Read as
+    /// empty from a coordinator older than traces.)
+    #[serde(default)]
+    #[schema(required = true, pattern = "^[0-9a-f]{32}$")]
     pub trace_id: String,
 }
 
