@@ -74,10 +74,15 @@ HistoryKind = Literal[
     "RunResumed",
     "EventIgnored",
     "MapStarted",
+    "TaskInDoubt",
+    "TaskResolved",
     "TaskReset",
+    "RunRerun",
     "HandlerStarted",
+    "PriorityChanged",
 ]
-"""What a line of a run's history records."""
+"""What a line of a run's history records (``PriorityChanged``: its
+priority was changed, payload ``{"priority", "from", "actor"}``)."""
 
 
 class _MapProgressRequired(TypedDict):
@@ -168,6 +173,9 @@ class _RunSummaryRequired(TypedDict):
     trace_id: str
     """The OpenTelemetry trace its spans go to (32 hex digits): its own id,
     or the trace of the ``traceparent`` it was started under."""
+    priority: int
+    """1 (served first) to 5 (last): its steps' and its queued start's; its
+    start's, else its definition's (3 by default)."""
 
 
 class RunSummary(_RunSummaryRequired, total=False):
@@ -182,6 +190,9 @@ class RunSummary(_RunSummaryRequired, total=False):
     parent_task_id: str
     handles_run_id: str
     """A failure handler's run: the run whose end started it."""
+    fairness_key: str
+    """Whose work it is (its definition's ``fairness_key``, evaluated): runs
+    and steps of different keys take turns. Absent when it has none."""
 
 
 class _RunRequired(RunSummary):

@@ -1,7 +1,8 @@
 """The API client against a real `composer dev`: workflows, runs with their
 input and output, waiting, paging, events (with triggers, ids and the event
 log), schedule backfills, webhooks, limits (and an HTTP step they hold),
-cancel, retry, pause and resume, and how refusals map to exceptions."""
+cancel, retry, pause and resume, priorities, and how refusals map to
+exceptions."""
 
 import hashlib
 import hmac
@@ -353,6 +354,52 @@ class ControlTest(unittest.TestCase):
         self.assertEqual((run["status"], run["output"]), ("SUCCEEDED", {"done": {"by": "paused"}}), run)
         with self.assertRaises(Conflict):
             client.resume(run_id)
+
+    def test_a_run_has_its_starts_or_its_definitions_priority_which_changes_while_it_is_open(self) -> None:
+        name = unique("py-priority")
+        spec = dict(approval(name), priority=2, fairness_key="tenant-${ .input.tenant }")
+        client.register_workflow(spec)
+        self.assertEqual(
+            {k: client.get_workflow(name)["spec"].get(k) for k in ("priority", "fairness_key")},
+            {"priority": 2, "fairness_key": "tenant-${ .input.tenant }"},
+        )
+        started = client.start_run(name, input={"order": "pr-1", "tenant": "acme"})
+        self.assertEqual((started["priority"], started.get("fairness_key")), (2, "tenant-acme"))
+        run_id = started["id"]
+        urgent = client.start_run(name, input={"order": "pr-2", "tenant": "acme"}, priority=1)
+        self.assertEqual(urgent["priority"], 1, "the start's instead of the definition's")
+        plain = unique("py-priority-plain")
+        client.register_workflow(echo(plain))
+        default = client.wait(client.start_run(plain)["id"], 30)
+        self.assertEqual(default["priority"], 3)
+        self.assertNotIn("fairness_key", default, "absent when it has none")
+
+        until_waiting(run_id)
+        changed = client.set_run_priority(run_id, 4)
+        self.assertEqual((changed["id"], changed["status"], changed["priority"]), (run_id, "RUNNING", 4))
+        self.assertEqual([t["node_id"] for t in changed["tasks"]], ["approval"], "the run in full")
+        self.assertEqual(client.get_run(run_id)["priority"], 4)
+        self.assertEqual([r["priority"] for r in client.iter_runs(workflow=name)], [1, 4])
+        lines = [e for e in client.run_events(run_id) if e["type"] == "PriorityChanged"]
+        self.assertEqual(len(lines), 1, lines)
+        self.assertEqual({k: lines[0]["payload"][k] for k in ("priority", "from")}, {"priority": 4, "from": 2})
+        self.assertIn("actor", lines[0]["payload"])
+
+        for bad in (0, 6):
+            with self.assertRaises(InvalidRequest) as e:
+                client.set_run_priority(run_id, bad)
+            self.assertEqual(e.exception.status, 400)
+            self.assertIn("priority", e.exception.message)
+            with self.assertRaises(InvalidRequest):
+                client.start_run(name, input={"order": "pr-3"}, priority=bad)
+        with self.assertRaises(NotFound):
+            client.set_run_priority(str(uuid.uuid4()), 1)
+        client.cancel(run_id)
+        client.cancel(urgent["id"])
+        with self.assertRaises(Conflict) as ended:
+            client.set_run_priority(run_id, 1)
+        self.assertEqual(ended.exception.status, 409)
+        self.assertEqual(client.get_run(run_id)["priority"], 4)
 
 
 class EventTest(unittest.TestCase):

@@ -140,6 +140,8 @@ class RequestTest(unittest.TestCase):
             client.get_run(RUN_ID, wait=0.25)
             client.send_event("e", "k")
             client.pause(RUN_ID)
+            client.start_run("w", priority=1)
+            client.set_run_priority(RUN_ID, 5)
             with self.assertRaises(ValueError):
                 client.start_run("w", input=float("nan"))  # not JSON: refused before it is sent
         got = [(r.method, r.path, r.body) for r in stub.requests]
@@ -156,6 +158,8 @@ class RequestTest(unittest.TestCase):
                 ("GET", f"/v1/runs/{RUN_ID}?wait=250ms", None),
                 ("POST", "/v1/events", {"name": "e", "key": "k", "payload": None}),
                 ("POST", f"/v1/runs/{RUN_ID}/pause", None),
+                ("POST", "/v1/runs", {"workflow": "w", "priority": 1}),
+                ("PUT", f"/v1/runs/{RUN_ID}/priority", {"priority": 5}),
             ],
         )
         posts = [r for r in stub.requests if r.body is not None]

@@ -72,7 +72,9 @@ export type HistoryKind =
   /** The run's end started its failure handler (`run_id`), or could not (`error`). */
   | "HandlerStarted"
   /** An operator ran the run again from some of its steps. */
-  | "RunRerun";
+  | "RunRerun"
+  /** An operator gave the run another priority (`setRunPriority`): payload `{priority, from, actor}`. */
+  | "PriorityChanged";
 
 // -- workflow definitions ---------------------------------------------------
 
@@ -212,6 +214,14 @@ export interface WorkflowDefinition {
   tags?: Record<string, string> | null;
   /** Events that start a run of it (at most 16; the latest version's apply). */
   triggers?: TriggerDefinition[] | null;
+  /** Its runs' priority, 1 (served first) to 5 (last); 3 by default. A start may give another. Newer coordinators only. */
+  priority?: number | null;
+  /**
+   * Whose work a run is: text or a `${ ... }` expression over `{input}`
+   * (`"${ .input.tenant }"`). Runs and steps of different keys take turns.
+   * A child run without one has its parent's. Newer coordinators only.
+   */
+  fairness_key?: string | null;
 }
 
 /**
@@ -338,6 +348,10 @@ export interface Run {
   tasks?: Task[];
   /** The OpenTelemetry trace its spans go to (32 hex digits): its own id, or its caller's trace. */
   trace_id: string;
+  /** 1 (served first) to 5 (last): its start's, else its definition's (3 by default); `setRunPriority` changes it. */
+  priority: number;
+  /** Whose work it is (its definition's `fairness_key`, evaluated): runs and steps of different keys take turns. Absent when it has none. */
+  fairness_key?: string;
 }
 
 /** `GET /v1/runs`: a page of runs, newest first; `next_cursor` fetches the next. */
@@ -354,6 +368,14 @@ export interface StartRun {
   idempotency_key?: string;
   /** Tags of this run (at most 16), with the definition's. */
   tags?: Record<string, string>;
+  /** 1 (served first) to 5 (last), instead of its definition's. Newer coordinators only. */
+  priority?: number;
+}
+
+/** `PUT /v1/runs/{id}/priority`, as sent. */
+export interface SetPriority {
+  /** 1 (served first) to 5 (last). */
+  priority: number;
 }
 
 /** One line of a run's history. */

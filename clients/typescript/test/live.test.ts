@@ -744,6 +744,68 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.match(again.message, /only a PAUSED run can be resumed/);
     });
 
+    it("gives a run its start's or its definition's priority and fairness key, and another priority while it is open", async (t) => {
+      if (!(await hasOperation("setRunPriority"))) {
+        t.skip("this coordinator is older than PUT /v1/runs/{id}/priority");
+        return;
+      }
+      await client.registerWorkflow(waitForEvent("ts-prio-child"));
+      const def: WorkflowDefinition = {
+        name: "ts-prio",
+        nodes: [{ id: "sub", type: "SUB_WORKFLOW", config: { workflow: "ts-prio-child", input: { key: "${ .input.key }" } } }],
+        priority: 2,
+        fairness_key: "tenant-${ .input.tenant }",
+      };
+      await client.registerWorkflow(def);
+      const spec = (await client.getWorkflow("ts-prio")).spec;
+      assert.deepEqual([spec?.priority, spec?.fairness_key], [2, "tenant-${ .input.tenant }"]);
+
+      const started = await client.startRun({ workflow: "ts-prio", input: { tenant: "acme", key: "p1" } });
+      checkRun(started);
+      assert.deepEqual([started.priority, started.fairness_key], [2, "tenant-acme"], "the definition's");
+      const urgent = await client.startRun({ workflow: "ts-prio", input: { tenant: "acme", key: "p2" }, priority: 1 });
+      assert.equal(urgent.priority, 1, "the start's instead of the definition's");
+      await client.registerWorkflow({ name: "ts-prio-plain", nodes: [{ id: "x", type: "TRANSFORM", config: { output: 1 } }] });
+      const plain = await waitFor((await client.startRun({ workflow: "ts-prio-plain" })).id);
+      checkRun(plain);
+      assert.equal(plain.priority, 3, "3 by default");
+      assert.ok(!("fairness_key" in plain), "absent when it has none");
+
+      const childOf = (id: string) =>
+        eventually(`the child of ${id}`, async () => (await client.listRuns({ parentRunId: id })).runs[0]);
+      const child = await childOf(started.id);
+      checkRun(child, "child run");
+      assert.deepEqual([child.priority, child.fairness_key], [2, "tenant-acme"], "its parent's");
+
+      const changed = await client.setRunPriority(started.id, 4);
+      checkRun(changed);
+      assert.deepEqual([changed.id, changed.status, changed.priority], [started.id, "RUNNING", 4]);
+      assert.deepEqual(changed.tasks?.map((t) => t.node_id), ["sub"], "the run in full");
+      assert.equal((await client.getRun(started.id)).priority, 4);
+      assert.equal((await client.getRun(child.id)).priority, 4, "the open runs under it too");
+      assert.equal((await client.getRun(urgent.id)).priority, 1, "no other run");
+      const lines = (await client.runEvents(started.id)).filter((e) => e.type === "PriorityChanged");
+      assert.equal(lines.length, 1, JSON.stringify(lines));
+      checkHistory(lines[0]!);
+      const payload = lines[0]!.payload as { priority: number; from: number; actor: string };
+      assert.deepEqual([payload.priority, payload.from, typeof payload.actor], [4, 2, "string"]);
+
+      for (const bad of [0, 6, 2.5]) {
+        const refused = await rejection(client.setRunPriority(started.id, bad));
+        assert.ok(refused instanceof InvalidRequestError, String(refused));
+        assert.equal(refused.status, 400);
+        assert.ok((await rejection(client.startRun({ workflow: "ts-prio", priority: bad }))) instanceof InvalidRequestError);
+      }
+      assert.match((await rejection(client.setRunPriority(started.id, 9))).message, /priority/);
+      assert.ok((await rejection(client.setRunPriority("00000000-0000-0000-0000-000000000000", 1))) instanceof NotFoundError);
+      await client.cancelRun(started.id);
+      await client.cancelRun(urgent.id);
+      const ended = await rejection(client.setRunPriority(started.id, 1));
+      assert.ok(ended instanceof ConflictError, String(ended));
+      assert.equal(ended.status, 409);
+      assert.equal((await client.getRun(started.id)).priority, 4);
+    });
+
     it("resolves an IN_DOUBT step (delivery: at_most_once) whose worker died", async (t) => {
       if (!(await hasOperation("resolveTask"))) {
         t.skip("this coordinator is older than POST /v1/runs/{id}/tasks/{node}/resolve");
@@ -1330,6 +1392,7 @@ const NEWER = new Set([
   "LimitPage",
   "LimitValuesSpec",
   "LimitSpec",
+  "SetPriority",
 ]);
 
 interface Schema {

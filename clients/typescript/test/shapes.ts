@@ -48,6 +48,7 @@ import type {
   RunList,
   RunStatus,
   SendEvent,
+  SetPriority,
   StartRun,
   Task,
   TaskBatch,
@@ -92,6 +93,8 @@ export const runShape = {
   tags: "optional",
   tasks: "optional",
   trace_id: "required",
+  priority: "required",
+  fairness_key: "optional",
 } as const satisfies Shape<Run>;
 
 export const taskShape = {
@@ -231,7 +234,9 @@ export const startRunShape = {
   input: "optional",
   idempotency_key: "optional",
   tags: "optional",
+  priority: "optional",
 } as const satisfies Shape<StartRun>;
+export const setPriorityShape = { priority: "required" } as const satisfies Shape<SetPriority>;
 export const sendEventShape = { name: "required", key: "optional", payload: "optional", id: "optional" } as const satisfies Shape<SendEvent>;
 export const triggerShape = {
   event: "required",
@@ -274,6 +279,8 @@ export const definitionShape = {
   on_failure: "optional",
   tags: "optional",
   triggers: "optional",
+  priority: "optional",
+  fairness_key: "optional",
 } as const satisfies Shape<WorkflowDefinition>;
 export const onFailureShape = {
   workflow: "required",
@@ -344,6 +351,7 @@ export const answers: Record<string, AnyShape> = {
 /** The OpenAPI schema each request's type stands for. */
 export const requests: Record<string, AnyShape> = {
   StartRun: startRunShape,
+  SetPriority: setPriorityShape,
   SendEvent: sendEventShape,
   PollTasks: pollTasksShape,
   TaskHeartbeat: heartbeatShape,
@@ -405,6 +413,7 @@ export const historyKinds: Record<HistoryKind, true> = {
   TaskReset: true,
   HandlerStarted: true,
   RunRerun: true,
+  PriorityChanged: true,
 };
 
 export const resolveOutcomes: Record<ResolveOutcome, true> = { completed: true, failed: true, retry: true };

@@ -258,6 +258,27 @@ describe("errors", () => {
     }
   });
 
+  it("sends a start's priority only when given, and setRunPriority's as the API takes it", async () => {
+    const run = { id: "r/1", workflow: "w", version: 1, status: "RUNNING", priority: 2 };
+    const server = await fakeServer((req, _body, res) => json(res, req.method === "PUT" ? 200 : 201, run));
+    try {
+      const client = new Client({ url: server.url });
+      assert.equal((await client.startRun({ workflow: "w", priority: 2, idempotencyKey: "k" })).priority, 2);
+      await client.startRun({ workflow: "w", priority: undefined });
+      assert.equal((await client.setRunPriority("r/1", 5)).priority, 2, "the run as answered");
+      assert.deepEqual(
+        server.requests.map((r) => [r.method, r.url, JSON.parse(r.body), r.headers["content-type"]]),
+        [
+          ["POST", "/v1/runs", { workflow: "w", idempotency_key: "k", priority: 2 }, "application/json"],
+          ["POST", "/v1/runs", { workflow: "w" }, "application/json"],
+          ["PUT", "/v1/runs/r%2F1/priority", { priority: 5 }, "application/json"],
+        ],
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
   it("sends the requests of events, backfills and webhooks as the API takes them", async () => {
     const hook = { name: "h", scheme: "github", secret: "GH", url: "/v1/webhooks/h", secret_set: false };
     const server = await fakeServer((req, body, res) => {

@@ -33,6 +33,20 @@ pub struct StartRun {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<schema::RunTags>)]
     pub tags: Option<serde_json::Map<String, Value>>,
+    /// Its priority, 1 (served first) to 5 (last), instead of its definition's.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
+    #[schema(minimum = 1, maximum = 5)]
+    pub priority: Option<u8>,
+}
+
+/// `PUT /v1/runs/{id}/priority`: the run's new priority.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPriority {
+    /// 1 (served first) to 5 (last).
+    #[serde(deserialize_with = "whole::int")]
+    #[schema(minimum = 1, maximum = 5)]
+    pub priority: u8,
 }
 
 /// The body of a control action (cancel, retry, pause, resume): why, for
@@ -438,6 +452,18 @@ pub struct RunView {
     #[serde(default)]
     #[schema(required = true, pattern = "^[0-9a-f]{32}$")]
     pub trace_id: String,
+    /// 1 (served first) to 5 (last): its steps' and its queued start's.
+    /// (Read as 3 from a coordinator older than priorities.)
+    #[serde(default = "default_priority")]
+    #[schema(required = true, minimum = 1, maximum = 5)]
+    pub priority: u8,
+    /// Whose work it is: runs and steps of different keys take turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness_key: Option<String>,
+}
+
+fn default_priority() -> u8 {
+    composer_core::priority::DEFAULT
 }
 
 impl RunView {

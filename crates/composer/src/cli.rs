@@ -371,6 +371,9 @@ pub enum RunCommand {
         /// A tag of the run, KEY=VALUE (repeat it for more).
         #[arg(long = "tag", value_name = "KEY=VALUE")]
         tags: Vec<String>,
+        /// Its priority, 1 (served first) to 5 (last), instead of its definition's.
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+        priority: Option<u8>,
         /// Wait for the run to end, showing the step running now on stderr; exit non-zero unless it SUCCEEDED.
         #[arg(long)]
         wait: bool,
@@ -443,6 +446,16 @@ pub enum RunCommand {
         /// Why, for the run's history.
         #[arg(long)]
         reason: Option<String>,
+    },
+    /// Gives an open run (and the open runs under it) another priority, 1
+    /// (served first) to 5 (last): its steps not started yet, already
+    /// dispatched ones too, are served at it.
+    Priority {
+        /// The run's id.
+        id: String,
+        /// 1 (served first) to 5 (last).
+        #[arg(value_parser = clap::value_parser!(u8).range(1..=5))]
+        priority: u8,
     },
     /// Runs a run again from some of its steps: each and everything after it
     /// is reset and runs again (with the run's input, or --input).

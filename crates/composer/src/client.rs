@@ -109,10 +109,10 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
         _ => "resume",
     };
     match cmd {
-        RunCommand::Start { workflow, input, idempotency_key, version, tags, wait, timeout } => {
+        RunCommand::Start { workflow, input, idempotency_key, version, tags, priority, wait, timeout } => {
             let input = json_arg("--input", &input)?;
             let tags = tag_args(&tags)?;
-            let req = StartRun { workflow, version, input: Some(input), idempotency_key, tags };
+            let req = StartRun { workflow, version, input: Some(input), idempotency_key, tags, priority };
             let run = api.start_run(&req).await?;
             if !wait {
                 output::one(format, &serde_json::to_value(&run)?);
@@ -177,6 +177,10 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             };
             let body = reason.map(|r| serde_json::json!({"reason": r}));
             output::one(format, &call(&api, Method::POST, &run_path(&id, action), body.as_ref()).await?)
+        }
+        RunCommand::Priority { id, priority } => {
+            let body = serde_json::json!({ "priority": priority });
+            output::one(format, &call(&api, Method::PUT, &run_path(&id, "/priority"), Some(&body)).await?)
         }
         RunCommand::Rerun { id, from, input, allow_completed, reason } => {
             let mut body = serde_json::json!({"from": from, "allow_completed": allow_completed});

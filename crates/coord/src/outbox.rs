@@ -82,7 +82,7 @@ pub fn messages(keys: &Keys, rows: &[outbox::Claimed]) -> Result<Vec<(String, St
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let Some(dispatch) = &row.dispatch else { continue };
-        let stream = keys.stream(&row.queue, row.shard as u32);
+        let stream = keys.stream(&row.queue, row.priority, row.shard as u32);
         let dispatch = Dispatch { published_at_us: Some(composer_api::wire::now_us()), ..dispatch.clone() };
         out.push((stream, serde_json::to_string(&dispatch)?));
     }

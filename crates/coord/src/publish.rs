@@ -75,7 +75,7 @@ async fn publish(shared: &Shared, publisher: &Publisher, batch: Vec<Committed>) 
         dispatch.published_at_us = Some(composer_api::wire::now_us());
         match serde_json::to_string(&dispatch) {
             Ok(payload) => {
-                messages.push((keys.stream(&row.queue, row.shard as u32), payload));
+                messages.push((keys.stream(&row.queue, row.priority, row.shard as u32), payload));
                 ids.push(row.id);
             }
             // Not reachable for JSON values; the enqueuer tries again after the grace.

@@ -28,6 +28,8 @@ pub struct Shared {
     pub published: Notify,
     /// The streams whose consumer group the task API made sure of.
     pub task_api_groups: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Which priority the task API's polls read first ([`composer_core::priority::Share`]).
+    pub priority_share: std::sync::Mutex<composer_core::priority::Share>,
     /// Woken when a bulk job is created, so the bulk loop starts it at once.
     pub bulk_wake: Notify,
     /// Woken when a commit holds steps back by their limits or frees a slot:

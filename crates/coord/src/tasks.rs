@@ -44,10 +44,10 @@ pub const IDLE_READ_EVERY: Duration = Duration::from_millis(200);
 
 /// Creates the consumer group of each stream once per coordinator (and
 /// again after Redis lost it).
-pub async fn ensure_groups(s: &Shared, streams: &[String]) -> Result<(), LeaseError> {
+pub async fn ensure_groups(s: &Shared, streams: impl Iterator<Item = &String>) -> Result<(), LeaseError> {
     let missing: Vec<String> = {
         let known = s.task_api_groups.lock().unwrap_or_else(|p| p.into_inner());
-        streams.iter().filter(|n| !known.contains(*n)).cloned().collect()
+        streams.filter(|n| !known.contains(*n)).cloned().collect()
     };
     for name in missing {
         s.streams.ensure_group(&name).await.map_err(redis_down)?;
@@ -61,12 +61,40 @@ fn redis_down(e: composer_stream::Error) -> LeaseError {
     LeaseError::Redis(e)
 }
 
+/// The streams of a poll's queues, by priority (level 1's first).
+pub type ByPriority = [Vec<String>; 5];
+
+/// The streams of `queues`, by priority.
+pub fn streams_by_priority(s: &Shared, queues: &[String]) -> ByPriority {
+    let keys = s.streams.keys();
+    std::array::from_fn(|i| {
+        let priority = composer_core::priority::HIGHEST + i as u8;
+        queues
+            .iter()
+            .flat_map(|q| (0..s.config.stream_shards).map(move |shard| keys.stream(q, priority, shard)))
+            .collect()
+    })
+}
+
+/// The order one read goes through the streams: the levels as the shared
+/// weighted share orders them ([`composer_core::priority::Share::order`]),
+/// and within each the shards from `start`, so no shard is always last.
+fn read_order(s: &Shared, streams: &ByPriority, start: usize) -> Vec<String> {
+    let order = s.priority_share.lock().unwrap_or_else(|p| p.into_inner()).order();
+    let mut out = Vec::with_capacity(streams.iter().map(Vec::len).sum());
+    for level in order {
+        let level = &streams[(level - composer_core::priority::HIGHEST) as usize];
+        out.extend((0..level.len()).map(|i| level[(start + i) % level.len()].clone()));
+    }
+    out
+}
+
 /// One pass: expired leases first, then new messages, up to `max` tasks.
 pub async fn lease(
     s: &Shared,
     worker: &str,
     queues: &[String],
-    streams: &[String],
+    streams: &ByPriority,
     start: usize,
     max: usize,
 ) -> Result<Vec<LeasedTask>, LeaseError> {
@@ -95,20 +123,17 @@ pub async fn lease(
     // Stream by stream, never reading more than can be leased: a message
     // read and not leased would wait for the lost-dispatch sweep.
     let consumer = format!("api:{worker}");
-    let mut read = Vec::new();
-    for i in 0..streams.len() {
-        let want = max - out.len() - read.len();
-        if want == 0 {
-            break;
-        }
-        let stream = &streams[(start + i) % streams.len()];
-        match s.streams.read_now(&consumer, stream, want).await {
-            Ok(messages) => read.extend(messages),
-            Err(e) if e.is_no_group() => {
-                // Redis lost the group (restarted without persistence): make it again next time.
-                s.task_api_groups.lock().unwrap_or_else(|p| p.into_inner()).remove(stream);
-            }
-            Err(e) => return Err(redis_down(e)),
+    let want = max - out.len();
+    if want == 0 {
+        return Ok(out);
+    }
+    let (read, missing) =
+        s.streams.read_in_order(&consumer, &read_order(s, streams, start), want).await.map_err(redis_down)?;
+    if !missing.is_empty() {
+        // Redis lost the groups (restarted without persistence): make them again next time.
+        let mut known = s.task_api_groups.lock().unwrap_or_else(|p| p.into_inner());
+        for stream in &missing {
+            known.remove(stream);
         }
     }
     if read.is_empty() {

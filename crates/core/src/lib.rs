@@ -11,6 +11,7 @@
 //!   [`definition::Workflow`] that the engine caches per version.
 //! - [`machine`]: runs and tasks, their states, and the rules that move them.
 //! - [`simulate`]: a run through the state machine with a mocked world.
+//! - [`priority`]: priorities 1 to 5 and the weighted share that serves them.
 //! - [`storable`]: what PostgreSQL and JSON readers accept back.
 //! - [`schedule`]: cron schedules: their spec, validation and fire times.
 //! - [`schema`]: OpenAPI schemas the Rust types cannot say (`openapi` feature).
@@ -23,6 +24,7 @@ pub mod expr;
 pub mod http;
 pub mod limiter;
 pub mod machine;
+pub mod priority;
 pub mod schedule;
 #[cfg(feature = "openapi")]
 pub mod schema;

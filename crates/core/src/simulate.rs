@@ -40,7 +40,8 @@ pub struct Report {
     /// Every node, in the definition's order.
     pub nodes: Vec<NodeReport>,
     pub edges: Vec<EdgeReport>,
-    /// What the simulation leaves out that production does (limits).
+    /// What the simulation leaves out that production does (limits,
+    /// priorities and fairness keys).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
@@ -279,6 +280,18 @@ fn report(wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report
                 .to_string(),
         );
     }
+    if wf.priority != crate::priority::DEFAULT || wf.fairness_key.is_some() {
+        let key = match wf.fairness_key_of(&run.input) {
+            Ok(Some(k)) => format!(", fairness key {k:?}"),
+            Ok(None) => String::new(),
+            Err(e) => format!(" ({e})"),
+        };
+        notes.push(format!(
+            "priorities and fairness keys are not simulated: a simulation has no other work to go before or after; \
+             in production this run is served at priority {}{key}",
+            wf.priority
+        ));
+    }
     Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges, notes }
 }
 
@@ -288,6 +301,18 @@ mod tests {
 
     fn wf(v: Value) -> Workflow {
         Workflow::parse(&v).unwrap()
+    }
+
+    #[test]
+    fn a_priority_or_fairness_key_is_named_as_not_simulated() {
+        let w = wf(json!({"name": "p", "priority": 1, "fairness_key": "${ .input.tenant }",
+                          "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}));
+        let report = simulate(&w, &Options { input: json!({"tenant": "acme"}), ..Default::default() });
+        let note = report.notes.iter().find(|n| n.contains("priorities")).expect("a note on priorities");
+        assert!(note.contains("priority 1") && note.contains("\"acme\""), "{note}");
+        let plain = wf(json!({"name": "p", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}));
+        let report = simulate(&plain, &Options { input: json!({}), ..Default::default() });
+        assert!(report.notes.iter().all(|n| !n.contains("priorities")));
     }
 
     fn http(id: &str) -> Value {

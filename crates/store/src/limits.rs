@@ -419,8 +419,9 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
                   FROM unnest($1::uuid[], $2::uuid[], $3::float8[]) AS u(run_id, id, secs)
                  WHERE t.run_id = u.run_id AND t.id = u.id AND t.state = 'PENDING'
                 RETURNING t.run_id, t.id, t.queue, t.attempt)
-             INSERT INTO outbox (run_id, task_id, queue, shard, attempt)
-             SELECT run_id, id, queue, composer_shard(id, $4), attempt FROM admitted",
+             INSERT INTO outbox (run_id, task_id, queue, shard, attempt, priority)
+             SELECT x.run_id, x.id, x.queue, composer_lane(x.id, r.fairness_key, $4), x.attempt, r.priority
+               FROM admitted x JOIN workflow_runs r ON r.id = x.run_id",
             &[&runs, &ids, &secs, &shards],
         )
         .await?;

@@ -26,6 +26,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (20, "triggers_and_webhooks", include_str!("../migrations/0020_triggers_and_webhooks.sql")),
     (21, "step_limits", include_str!("../migrations/0021_step_limits.sql")),
     (22, "traces", include_str!("../migrations/0022_traces.sql")),
+    (23, "priorities_and_fairness", include_str!("../migrations/0023_priorities_and_fairness.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

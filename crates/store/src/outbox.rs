@@ -34,6 +34,8 @@ pub struct Claimed {
     pub id: i64,
     pub queue: String,
     pub shard: i32,
+    /// The priority of its run, which names its stream with the queue and shard.
+    pub priority: u8,
     pub attempts: i32,
     pub dispatch: Option<Dispatch>,
 }
@@ -60,10 +62,19 @@ impl Claimed {
             id: r.try_get("id")?,
             queue: r.try_get("queue")?,
             shard: r.try_get("shard")?,
+            priority: priority_of(r.try_get("priority")?),
             attempts: r.try_get("attempts")?,
             dispatch,
         })
     }
+}
+
+/// A stored priority as a level; out of range (never written so) is the default.
+fn priority_of(p: i16) -> u8 {
+    u8::try_from(p)
+        .ok()
+        .filter(|&p| composer_core::priority::is_level(p.into()))
+        .unwrap_or(composer_core::priority::DEFAULT)
 }
 
 /// The `traceparent` of the attempt a row names (`run_id`, `task_id` or
@@ -89,8 +100,8 @@ pub async fn claim(client: &Client, limit: i64, claim_timeout: Duration, publish
                            next_attempt_at = now() + make_interval(secs => $2)
                      WHERE o.id IN (SELECT id FROM outbox WHERE next_attempt_at <= now() AND NOT (id = ANY($3))
                                      ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-                 RETURNING o.id, o.run_id, o.task_id, o.queue, o.shard, o.attempt, o.attempts)
-             SELECT c.id, c.run_id, c.task_id, c.queue, c.shard, c.attempt, c.attempts,
+                 RETURNING o.id, o.run_id, o.task_id, o.queue, o.shard, o.attempt, o.attempts, o.priority)
+             SELECT c.id, c.run_id, c.task_id, c.queue, c.shard, c.attempt, c.attempts, c.priority,
                     r.workflow_definition_id, r.workflow_version, r.traceparent, t.node_id, t.node_type,
                     t.input_json
                FROM claimed c
@@ -135,18 +146,29 @@ pub struct Outbound {
     pub id: i64,
     pub queue: String,
     pub shard: i32,
+    pub priority: u8,
     pub dispatch: Dispatch,
 }
 
+/// Where a run's messages go besides their queue: its priority's streams,
+/// and its fairness key's lane.
+#[derive(Debug, Clone, Copy)]
+pub struct Order<'a> {
+    pub priority: u8,
+    pub fairness_key: Option<&'a str>,
+}
+
 /// `INSERT INTO outbox` for the tasks a batch of transitions dispatches. The
-/// shard comes from `composer_shard`, the one place it is computed (the
-/// recovery sweeps use it too).
+/// shard comes from `composer_lane` (the run's fairness key's, else the
+/// task's own), the one place it is computed (the recovery sweeps use it too).
 #[derive(Default)]
 pub(crate) struct OutboxInserts<'a> {
     run_id: Vec<Uuid>,
     task_id: Vec<Uuid>,
     queue: Vec<&'a str>,
     attempt: Vec<i32>,
+    priority: Vec<i16>,
+    fairness_key: Vec<Option<&'a str>>,
     /// The message of each row, for a writer that publishes it.
     dispatch: Vec<Dispatch>,
 }
@@ -159,11 +181,14 @@ impl<'a> OutboxInserts<'a> {
         node: &'a Node,
         t: &machine::Task,
         trace: &RunTrace,
+        order: Order<'a>,
     ) {
         self.run_id.push(run_id);
         self.task_id.push(t.id);
         self.queue.push(node.dispatch_queue());
         self.attempt.push(t.attempt);
+        self.priority.push(order.priority.into());
+        self.fairness_key.push(order.fairness_key);
         self.dispatch.push(Dispatch {
             task_id: t.id,
             run_id,
@@ -191,15 +216,24 @@ impl<'a> OutboxInserts<'a> {
         }
         let stmt = tx
             .prepare_cached(
-                "INSERT INTO outbox (run_id, task_id, queue, shard, attempt, next_attempt_at)
-                 SELECT u.run_id, u.task_id, u.queue, composer_shard(u.task_id, $1), u.attempt,
-                        now() + make_interval(secs => $6)
-                   FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[]) AS u(run_id, task_id, queue, attempt)
+                "INSERT INTO outbox (run_id, task_id, queue, shard, attempt, priority, next_attempt_at)
+                 SELECT u.run_id, u.task_id, u.queue, composer_lane(u.task_id, u.fairness_key, $1), u.attempt,
+                        u.priority, now() + make_interval(secs => $6)
+                   FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[], $7::int2[], $8::text[])
+                        AS u(run_id, task_id, queue, attempt, priority, fairness_key)
               RETURNING id, task_id, shard",
             )
             .await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-            [&shards, &self.run_id, &self.task_id, &self.queue, &self.attempt, &due_in.as_secs_f64()];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            &shards,
+            &self.run_id,
+            &self.task_id,
+            &self.queue,
+            &self.attempt,
+            &due_in.as_secs_f64(),
+            &self.priority,
+            &self.fairness_key,
+        ];
         let rows = tx.query(&stmt, &params).await?;
         if due_in.is_zero() {
             // The enqueuers publish these.
@@ -215,6 +249,7 @@ impl<'a> OutboxInserts<'a> {
                 id: row.try_get("id")?,
                 queue: self.queue[i].to_string(),
                 shard: row.try_get("shard")?,
+                priority: u8::try_from(self.priority[i]).unwrap_or(composer_core::priority::DEFAULT),
                 dispatch: self.dispatch[i].clone(),
             });
         }

@@ -39,8 +39,9 @@ pub async fn requeue_expired_leases(client: &Client, shards: i32, max: i32) -> R
                    AND NOT (recovered_attempt IS NOT DISTINCT FROM attempt AND recoveries >= $2)
                 RETURNING run_id, id, queue, attempt
              )
-             INSERT INTO outbox (run_id, task_id, queue, shard, attempt)
-             SELECT run_id, id, queue, composer_shard(id, $1), attempt FROM expired",
+             INSERT INTO outbox (run_id, task_id, queue, shard, attempt, priority)
+             SELECT x.run_id, x.id, x.queue, composer_lane(x.id, r.fairness_key, $1), x.attempt, r.priority
+               FROM expired x JOIN workflow_runs r ON r.id = x.run_id",
         )
         .await?;
     Ok(client.execute(&stmt, &[&shards, &max]).await?)
@@ -70,8 +71,9 @@ pub async fn redispatch_pending_tasks(client: &Client, shards: i32, older_than: 
                    AND NOT (t.recovered_attempt IS NOT DISTINCT FROM t.attempt AND t.recoveries >= $3)
                 RETURNING t.run_id, t.id, t.queue, t.attempt
              )
-             INSERT INTO outbox (run_id, task_id, queue, shard, attempt)
-             SELECT run_id, id, queue, composer_shard(id, $1), attempt FROM lost",
+             INSERT INTO outbox (run_id, task_id, queue, shard, attempt, priority)
+             SELECT x.run_id, x.id, x.queue, composer_lane(x.id, r.fairness_key, $1), x.attempt, r.priority
+               FROM lost x JOIN workflow_runs r ON r.id = x.run_id",
         )
         .await?;
     Ok(client.execute(&stmt, &[&shards, &older_than.as_secs_f64(), &max]).await?)

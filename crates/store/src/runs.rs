@@ -46,6 +46,10 @@ pub struct RunRow {
     pub tags: Option<Value>,
     /// The W3C `traceparent` it was started under, if any.
     pub traceparent: Option<String>,
+    /// 1 (served first) to 5 ([`composer_core::priority`]).
+    pub priority: u8,
+    /// Whose work it is: its steps go to this key's lane.
+    pub fairness_key: Option<String>,
 }
 
 impl RunRow {
@@ -71,13 +75,13 @@ const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workfl
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                                parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                               handles_run_id, parent_iteration, tags, traceparent";
+                               handles_run_id, parent_iteration, tags, traceparent, priority, fairness_key";
 
 /// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
 const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
                            error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                            parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                           handles_run_id, parent_iteration, tags, traceparent";
+                           handles_run_id, parent_iteration, tags, traceparent, priority, fairness_key";
 
 impl RunRow {
     fn from_row(r: &Row) -> Result<RunRow> {
@@ -109,7 +113,17 @@ impl RunRow {
             handles_run_id: r.try_get("handles_run_id")?,
             tags: r.try_get("tags")?,
             traceparent: r.try_get("traceparent")?,
+            priority: priority_of(r.try_get("priority")?)?,
+            fairness_key: r.try_get("fairness_key")?,
         })
+    }
+}
+
+/// A stored priority; the table's check keeps it a level.
+fn priority_of(p: i16) -> Result<u8> {
+    match u8::try_from(p) {
+        Ok(p) if composer_core::priority::is_level(p.into()) => Ok(p),
+        _ => Err(Error::Corrupt(format!("run priority {p}"))),
     }
 }
 
@@ -220,7 +234,24 @@ pub struct NewRun<'a> {
     pub tags: Option<&'a Value>,
     /// The W3C `traceparent` it continues.
     pub traceparent: Option<&'a str>,
+    pub priority: u8,
+    pub fairness_key: Option<&'a str>,
 }
+
+/// A QUEUED run's turn (`$3` its workflow, `$13` its concurrency key, `$22`
+/// its fairness key): one past its fairness key's last, or the queue's head
+/// if later, so that a key arriving late is not put behind another's
+/// backlog. Each part is one probe of an index of QUEUED runs. Read under
+/// the concurrency key's lock, as every admission is.
+const NEXT_TURN: &str = "greatest(
+        (SELECT fair_turn + 1 FROM workflow_runs
+          WHERE workflow_name = $3 AND concurrency_key = $13 AND coalesce(fairness_key, '') = coalesce($22::text, '')
+            AND status = 'QUEUED' ORDER BY fair_turn DESC LIMIT 1),
+        (SELECT min((SELECT q.fair_turn FROM workflow_runs q
+                      WHERE q.workflow_name = $3 AND q.concurrency_key = $13 AND q.priority = p AND q.status = 'QUEUED'
+                      ORDER BY q.fair_turn LIMIT 1))
+           FROM generate_series(1, 5) AS p),
+        0)";
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
 pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow> {
@@ -229,8 +260,9 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
             "INSERT INTO workflow_runs
                     (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
                      parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
-                     handles_run_id, parent_iteration, abandoned, tags, traceparent)
-             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18, $19, $20)
+                     handles_run_id, parent_iteration, abandoned, tags, traceparent, priority, fairness_key, fair_turn)
+             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+                     CASE WHEN $12 = 'QUEUED' THEN {NEXT_TURN} ELSE 0 END)
              RETURNING {RUN_COLUMNS}"
         ))
         .await?;
@@ -259,6 +291,8 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &run.abandoned,
                 &run.tags,
                 &run.traceparent,
+                &i16::from(run.priority),
+                &run.fairness_key,
             ],
         )
         .await?;
@@ -539,7 +573,7 @@ pub async fn lock_queued(tx: &Transaction<'_>, workflow: &str, key: &str, limit:
             &format!(
                 "SELECT {RUN_COLUMNS} FROM workflow_runs
                   WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED'
-                  ORDER BY id LIMIT $3 FOR UPDATE"
+                  ORDER BY priority, fair_turn, id LIMIT $3 FOR UPDATE"
             ),
             &[&workflow, &key, &limit],
         )
@@ -609,6 +643,9 @@ pub struct ChildSlot {
     pub root: Uuid,
     /// The `traceparent` the parent run was started under.
     pub parent_traceparent: Option<String>,
+    /// The parent run's priority and fairness key, which the child inherits.
+    pub parent_priority: u8,
+    pub parent_fairness_key: Option<String>,
 }
 
 /// Claims the right to start the child run of `(task, attempt, iteration)`,
@@ -634,7 +671,7 @@ pub async fn claim_child_slot(
     tx.execute(&lock, &[&task_id, &attempt, &iteration]).await?;
     let stmt = tx
         .prepare_cached(
-            "SELECT r.depth, t.input_json, coalesce(r.root_run_id, r.id), r.traceparent
+            "SELECT r.depth, t.input_json, coalesce(r.root_run_id, r.id), r.traceparent, r.priority, r.fairness_key
                FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
               WHERE t.run_id = $1 AND t.id = $2 AND t.attempt = $3 AND t.state = 'RUNNING'
                 AND coalesce(t.iteration, 0) = $4
@@ -649,6 +686,8 @@ pub async fn claim_child_slot(
             spec: row.try_get(1)?,
             root: row.try_get(2)?,
             parent_traceparent: row.try_get(3)?,
+            parent_priority: priority_of(row.try_get(4)?)?,
+            parent_fairness_key: row.try_get(5)?,
         })),
         None => Ok(None),
     }
@@ -836,6 +875,81 @@ pub async fn queue_backlog(client: &Client, queue: &str, cap: i64) -> Result<(i6
     Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
+/// What [`set_priority`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PriorityChange {
+    /// No such run.
+    NotFound,
+    /// The run has ended: it has no work left to order.
+    Ended(RunStatus),
+    /// The run (and `runs - 1` open runs under it) now have the priority;
+    /// `moved` of their dispatched steps were sent again on its streams.
+    Changed { from: u8, runs: u64, moved: u64 },
+}
+
+/// Gives an open run, and every open run under it, `priority`: their
+/// queued starts, steps not dispatched yet and re-dispatches take it from
+/// now, and their PENDING steps are sent again on the new priority's
+/// streams (an outbox row may be published already, waiting to be deleted,
+/// so every such step gets a new row; the copy left behind finds the task
+/// leased or moved on, and its lease refuses it). Records `PriorityChanged`
+/// in the run's history, with `actor`.
+pub async fn set_priority(
+    tx: &Transaction<'_>,
+    run_id: Uuid,
+    priority: u8,
+    shards: i32,
+    actor: &str,
+) -> Result<PriorityChange> {
+    let Some(row) =
+        tx.query_opt("SELECT status, priority FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&run_id]).await?
+    else {
+        return Ok(PriorityChange::NotFound);
+    };
+    let status: String = row.try_get(0)?;
+    let status = RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?;
+    if status.is_terminal() {
+        return Ok(PriorityChange::Ended(status));
+    }
+    let from = priority_of(row.try_get(1)?)?;
+    let p = i16::from(priority);
+    let changed = tx
+        .query_one(
+            "WITH RECURSIVE tree(id) AS (
+                SELECT $1::uuid
+                UNION ALL
+                SELECT c.id FROM workflow_runs c JOIN tree ON c.parent_run_id = tree.id
+                 WHERE c.status IN ('QUEUED', 'RUNNING', 'PAUSED')),
+             changed AS (
+                UPDATE workflow_runs r SET priority = $2, updated_at = now()
+                  FROM tree WHERE r.id = tree.id
+                RETURNING r.id, r.fairness_key),
+             waiting AS (
+                UPDATE outbox o SET priority = $2 FROM changed c WHERE o.run_id = c.id RETURNING o.task_id),
+             moved AS (
+                INSERT INTO outbox (run_id, task_id, queue, shard, attempt, priority)
+                SELECT t.run_id, t.id, t.queue, composer_lane(t.id, c.fairness_key, $3), t.attempt, $2
+                  FROM changed c JOIN task_instances t ON t.run_id = c.id
+                 WHERE t.state = 'PENDING' AND t.queue IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM limit_waits w WHERE w.task_id = t.id AND w.admitted_at IS NULL)
+                RETURNING 1)
+             SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM moved), (SELECT count(*) FROM waiting)",
+            &[&run_id, &p, &shards],
+        )
+        .await?;
+    let (runs, moved): (i64, i64) = (changed.try_get(0)?, changed.try_get(1)?);
+    let payload = serde_json::json!({"priority": priority, "from": from, "actor": actor});
+    tx.execute(
+        "INSERT INTO run_events (run_id, type, payload) VALUES ($1, $2, $3)",
+        &[&run_id, &HistoryKind::PriorityChanged.as_str(), &payload],
+    )
+    .await?;
+    if moved > 0 {
+        tx.execute("SELECT pg_notify($1, '')", &[&crate::outbox::OUTBOX_CHANNEL]).await?;
+    }
+    Ok(PriorityChange::Changed { from, runs: runs as u64, moved: moved as u64 })
+}
+
 /// Where a QUEUED run of a concurrency key stands: the key's open runs,
 /// and how many of its queued runs are older.
 pub async fn queue_position(client: &Client, run: &RunRow) -> Result<(i64, i64)> {
@@ -844,8 +958,9 @@ pub async fn queue_position(client: &Client, run: &RunRow) -> Result<(i64, i64)>
         .query_one(
             "SELECT (SELECT count(*) FROM workflow_runs
                       WHERE workflow_name = $1 AND concurrency_key = $2 AND status IN ('RUNNING', 'PAUSED')),
-                    (SELECT count(*) FROM workflow_runs
-                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED' AND id < $3)",
+                    (SELECT count(*) FROM workflow_runs q
+                      WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.status = 'QUEUED'
+                        AND (q.priority, q.fair_turn, q.id) < (SELECT priority, fair_turn, id FROM workflow_runs WHERE id = $3))",
             &[&run.workflow_name, &key, &run.id],
         )
         .await?;

@@ -18,7 +18,7 @@ use crate::outbox::{Outbound, OutboxInserts};
 use crate::{Result, Transaction};
 
 pub use crate::limits::LIMITS_CHANNEL;
-pub use crate::outbox::OUTBOX_CHANNEL;
+pub use crate::outbox::{Order, OUTBOX_CHANNEL};
 /// Channel notified with a run id when that run reaches a terminal status.
 pub const RUN_DONE_CHANNEL: &str = "composer_run_done";
 
@@ -31,6 +31,8 @@ pub struct Change<'a> {
     pub definition: (Uuid, i32),
     /// The `traceparent` the run was started under, for its messages'.
     pub traceparent: Option<&'a str>,
+    /// Its priority and fairness key, for its messages' streams.
+    pub order: Order<'a>,
 }
 
 /// How a write's outbox rows go out, for [`write_transitions`].
@@ -69,7 +71,7 @@ pub async fn write_transitions(
     let mut removed = TaskDeletes::default();
     let mut sources = SourceWrites::default();
     let mut limits = crate::limits::LimitWrites::default();
-    for Change { wf, run, tr, definition, traceparent } in changes {
+    for Change { wf, run, tr, definition, traceparent, order } in changes {
         for (m, first, list) in &tr.sources {
             sources.push(run.id, run.tasks[*m].id, *first, list);
         }
@@ -118,7 +120,7 @@ pub async fn write_transitions(
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
             match task.limit_keys.is_empty() {
-                true => outbox.push(run.id, *definition, node, task, &trace),
+                true => outbox.push(run.id, *definition, node, task, &trace, *order),
                 false => limits.hold(run.id, node, task),
             }
         }

@@ -1,7 +1,9 @@
 //! Redis Streams: the dispatch channel between the outbox and workers.
 //!
-//! Streams are named `<prefix>tasks:<queue>.<shard>`; the shard count lives at
-//! `<prefix>stream_shards`, published by coordinators and read by workers.
+//! Streams are named `<prefix>tasks:<queue>.<shard>` for priority 3, the
+//! default, and `<prefix>tasks:<queue>~p<priority>.<shard>` for the others
+//! (1 to 5); the shard count lives at `<prefix>stream_shards`, published by
+//! coordinators and read by workers.
 //! One consumer group per stream. Redis holds no truth: losing a stream loses
 //! messages, never runs (the coordinators' sweeps re-dispatch from PostgreSQL).
 //! Each publish raises the publisher's mark on each stream it wrote to, after
@@ -61,15 +63,41 @@ impl Keys {
         Keys { prefix: prefix.into() }
     }
 
-    /// The stream a task on `queue` goes to: the one place stream names are made.
-    pub fn stream(&self, queue: &str, shard: u32) -> String {
-        format!("{}tasks:{queue}.{shard}", self.prefix)
+    /// The stream a task on `queue` at `priority` goes to: the one place
+    /// stream names are made. Priority 3's keep the names streams had before
+    /// priorities, so workers of either age serve it.
+    pub fn stream(&self, queue: &str, priority: u8, shard: u32) -> String {
+        match priority {
+            composer_core::priority::DEFAULT => format!("{}tasks:{queue}.{shard}", self.prefix),
+            p => format!("{}tasks:{queue}~p{p}.{shard}", self.prefix),
+        }
+    }
+
+    /// Every stream of `queues`, each priority's and shard's.
+    pub fn streams_of<'a>(&'a self, queues: impl IntoIterator<Item = &'a str> + 'a, shards: u32) -> Vec<String> {
+        let mut names = Vec::new();
+        for queue in queues {
+            for priority in composer_core::priority::levels() {
+                names.extend((0..shards).map(|shard| self.stream(queue, priority, shard)));
+            }
+        }
+        names
     }
 
     /// The queue of a stream named by [`Keys::stream`].
     pub fn queue_of<'a>(&self, stream: &'a str) -> Option<&'a str> {
         let rest = stream.strip_prefix(&self.prefix)?.strip_prefix("tasks:")?;
-        rest.rsplit_once('.').map(|(queue, _)| queue)
+        let (queue, _) = rest.rsplit_once('.')?;
+        Some(queue.rsplit_once("~p").map_or(queue, |(q, _)| q))
+    }
+
+    /// The priority of a stream named by [`Keys::stream`].
+    pub fn priority_of(&self, stream: &str) -> u8 {
+        let queue = stream.rsplit_once('.').map_or(stream, |(q, _)| q);
+        match queue.rsplit_once("~p").map(|(_, p)| p.parse::<u8>()) {
+            Some(Ok(p)) if composer_core::priority::is_level(p.into()) => p,
+            _ => composer_core::priority::DEFAULT,
+        }
     }
 
     /// The mark `owner` keeps on `stream`: in the stream's hash slot (its
@@ -138,6 +166,60 @@ impl Marks {
 /// reach Redis out of the order their numbers were taken in).
 const RAISE_MARK: &str = "local m = tonumber(redis.call('GET', KEYS[1]) or '0') \
     if m < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end return 0";
+
+/// [`Streams::read_in_order`] on one server: XREADGROUP each stream in turn
+/// until enough were read; a stream whose group is missing is named back.
+/// Replies `{{{stream, id, payload or nil}, …}, {missing stream, …}}`.
+/// (XREADGROUP without BLOCK may run in a script.)
+const READ_IN_ORDER: &str = "local want = tonumber(ARGV[1]) \
+    local out = {} \
+    local missing = {} \
+    for _, key in ipairs(KEYS) do \
+    if want <= 0 then break end \
+    local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', want, 'STREAMS', key, '>') \
+    if type(r) == 'table' and r.err then \
+    missing[#missing + 1] = key \
+    elseif r then \
+    for _, s in ipairs(r) do \
+    for _, e in ipairs(s[2]) do \
+    local payload = false \
+    local f = e[2] \
+    for j = 1, #f, 2 do \
+    if f[j] == ARGV[4] then payload = f[j + 1] end \
+    end \
+    out[#out + 1] = {key, e[1], payload} \
+    want = want - 1 \
+    end \
+    end \
+    end \
+    end \
+    return {out, missing}";
+
+/// Parses [`READ_IN_ORDER`]'s reply.
+fn read_in_order_reply(reply: Value) -> Result<(Vec<Message>, Vec<String>)> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let bad = |reason: &str| Error::BadMessage { stream: "(several)".into(), id: "-".into(), reason: reason.into() };
+    let Value::Array(parts) = reply else { return Err(bad("the read script answered no list")) };
+    let [read, missing] = <[Value; 2]>::try_from(parts).map_err(|_| bad("the read script answered no pair"))?;
+    let (Value::Array(read), Value::Array(missing)) = (read, missing) else {
+        return Err(bad("the read script answered no lists"));
+    };
+    let mut out = Vec::with_capacity(read.len());
+    for entry in read {
+        let Value::Array(fields) = entry else { return Err(bad("a read entry is not a list")) };
+        let stream = fields.first().and_then(text).ok_or_else(|| bad("a read entry names no stream"))?;
+        let id = fields.get(1).and_then(text).ok_or_else(|| bad("a read entry has no id"))?;
+        // A message without its field reads as an empty payload, which no
+        // reader parses: it is dropped and acknowledged like any malformed one.
+        let payload = fields.get(2).and_then(text).unwrap_or_default();
+        out.push(Message { stream, id, payload });
+    }
+    Ok((out, missing.iter().filter_map(text).collect()))
+}
 
 /// What `Streams` was connected to (one or two per process: size is no concern).
 #[derive(Clone)]
@@ -465,6 +547,45 @@ impl Streams {
             }
         }
         Ok(out)
+    }
+
+    /// Reads up to `count` new messages for consumer `name`, without
+    /// blocking, from `streams` in the order given: the first's, then the
+    /// next's while fewer than `count` were read. One round trip on a single
+    /// server (a script); stream by stream on a cluster, whose streams live
+    /// on different nodes. Also returns the streams whose group is missing.
+    pub async fn read_in_order(
+        &self,
+        name: &str,
+        streams: &[String],
+        count: usize,
+    ) -> Result<(Vec<Message>, Vec<String>)> {
+        if matches!(self.client, Client::Cluster(_)) {
+            let (mut out, mut missing) = (Vec::new(), Vec::new());
+            for stream in streams {
+                if out.len() >= count {
+                    break;
+                }
+                match self.read_now(name, stream, count - out.len()).await {
+                    Ok(messages) => out.extend(messages),
+                    Err(e) if e.is_no_group() => missing.push(stream.clone()),
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok((out, missing));
+        }
+        let mut c = self.conn.clone();
+        let reply: Value = redis::cmd("EVAL")
+            .arg(READ_IN_ORDER)
+            .arg(streams.len())
+            .arg(streams)
+            .arg(count)
+            .arg(GROUP)
+            .arg(name)
+            .arg(FIELD)
+            .query_async(&mut c)
+            .await?;
+        read_in_order_reply(reply)
     }
 
     /// [`Streams::ack`] for many messages, pipelined.

@@ -242,6 +242,7 @@ impl Engine {
             input: Some(input),
             idempotency_key: None,
             tags: None,
+            priority: None,
         };
         self.client().start_run(&req).await.expect("starting a run").id
     }

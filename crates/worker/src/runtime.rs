@@ -127,11 +127,7 @@ pub async fn run(
     });
 
     let Some(shards) = wait_for_shard_count(&streams, &shutdown).await else { return Ok(()) };
-    let names: Vec<String> = queues
-        .iter()
-        .flat_map(|q| (0..shards).map(move |s| (q, s)))
-        .map(|(q, s)| streams.keys().stream(q, s))
-        .collect();
+    let names = streams.keys().streams_of(queues.iter().map(String::as_str), shards);
     tracing::info!(worker = %ctx.id, queues = ?queues, shards, concurrency = o.concurrency, "worker started");
     // From zero, so that the first executions of each type show in a rate.
     for node_type in ctx.handlers.keys() {
@@ -172,6 +168,11 @@ pub async fn run(
 /// leased, and get the next slots (if this worker dies they are reclaimed
 /// like any pending message; if another worker reclaims one meanwhile, the
 /// lease lets only one of them run it).
+///
+/// Read messages wait by priority (their stream's), and slots go to them
+/// by the weighted share of [`composer_core::priority::Share`]: higher
+/// priorities first, none starved. Shards (a fairness key's lane each)
+/// take turns by the read itself, which takes as many from each.
 async fn read_loop(
     ctx: &Arc<Ctx>,
     names: &[String],
@@ -184,7 +185,11 @@ async fn read_loop(
     let mut last_reclaim = tokio::time::Instant::now();
     // Read beyond the free slots: pending on this consumer, not leased,
     // first to get the next slots.
-    let mut held: VecDeque<Message> = VecDeque::new();
+    let mut held = Held::default();
+    // A read's COUNT divides the free slots among one priority's streams:
+    // as many as before priorities when one level has work, and when all
+    // have, at most five times the free slots held.
+    let per_level = (names.len() / composer_core::priority::WEIGHTS.len()).max(1);
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -197,7 +202,7 @@ async fn read_loop(
         if !held.is_empty() {
             let n = held.len().min(slots.len());
             let given = slots.split_off(slots.len() - n);
-            ctx.lease(held.drain(..n).collect(), given);
+            ctx.lease(held.take(n), given);
             if slots.is_empty() {
                 continue;
             }
@@ -224,15 +229,17 @@ async fn read_loop(
                 continue;
             }
         }
-        let per_stream = (slots.len() / names.len().max(1)).max(1);
+        let per_stream = (slots.len() / per_level).max(1);
         match reader.read(names, per_stream).await {
-            Ok(mut messages) => {
+            Ok(messages) => {
                 backoff = Duration::from_millis(100);
-                if messages.len() > slots.len() {
-                    held.extend(messages.split_off(slots.len()));
+                for msg in messages {
+                    held.push(ctx.streams.keys().priority_of(&msg.stream), msg);
                 }
-                if !messages.is_empty() {
-                    ctx.lease(messages, slots);
+                let n = held.len().min(slots.len());
+                if n > 0 {
+                    slots.truncate(n);
+                    ctx.lease(held.take(n), slots);
                 }
             }
             Err(e) if e.is_no_group() => {
@@ -245,6 +252,41 @@ async fn read_loop(
                 sleep_or_shutdown(shutdown, &mut backoff).await;
             }
         }
+    }
+}
+
+/// Messages read and not leased yet, by priority.
+#[derive(Default)]
+struct Held {
+    by_priority: [VecDeque<Message>; 5],
+    share: composer_core::priority::Share,
+}
+
+impl Held {
+    fn push(&mut self, priority: u8, msg: Message) {
+        let at = usize::from(priority.saturating_sub(composer_core::priority::HIGHEST)).min(4);
+        self.by_priority[at].push_back(msg);
+    }
+
+    fn len(&self) -> usize {
+        self.by_priority.iter().map(VecDeque::len).sum()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_priority.iter().all(VecDeque::is_empty)
+    }
+
+    /// Up to `n` messages, each from the level the weighted share picks.
+    fn take(&mut self, n: usize) -> Vec<Message> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let by = &self.by_priority;
+            let waiting = |l: u8| !by[usize::from(l - composer_core::priority::HIGHEST)].is_empty();
+            let Some(level) = self.share.next(waiting) else { break };
+            let at = usize::from(level - composer_core::priority::HIGHEST);
+            out.extend(self.by_priority[at].pop_front());
+        }
+        out
     }
 }
 

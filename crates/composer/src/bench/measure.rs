@@ -358,8 +358,14 @@ pub(super) async fn baseline(database_url: &str, seconds: u64, clients: usize) -
 }
 
 pub(super) async fn start(api: &Client, workflow: &str) -> anyhow::Result<Uuid> {
-    let req =
-        StartRun { workflow: workflow.to_string(), version: None, input: None, idempotency_key: None, tags: None };
+    let req = StartRun {
+        workflow: workflow.to_string(),
+        version: None,
+        input: None,
+        idempotency_key: None,
+        tags: None,
+        priority: None,
+    };
     Ok(api.start_run(&req).await?.id)
 }
 
@@ -488,6 +494,7 @@ pub(super) async fn bench_map(
             input: Some(json!({"n": items})),
             idempotency_key: None,
             tags: None,
+            priority: None,
         };
         let t0 = Instant::now();
         let id = api.start_run(&req).await?.id;

@@ -462,7 +462,7 @@ async fn a_message_that_keeps_crashing_workers_fails_after_max_deliveries_and_is
     let client = redis::Client::open(e.redis_url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let streams = Streams::connect(&e.redis_url, Keys::new(e.prefix.clone())).await.unwrap();
-    let names: Vec<String> = (0..2).map(|s| streams.keys().stream("http", s)).collect();
+    let names: Vec<String> = (0..2).map(|s| streams.keys().stream("http", 3, s)).collect();
     let mut found = None;
     for name in &names {
         streams.ensure_group(name).await.unwrap();

@@ -18,6 +18,7 @@ mod leases;
 mod limits;
 mod logs;
 mod ops;
+mod priorities;
 mod processes;
 mod repair;
 mod task_api;

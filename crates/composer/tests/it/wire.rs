@@ -19,7 +19,7 @@ async fn a_dispatch_written_by_the_store_is_read_by_the_worker() {
     let run = e.start_run("wire", json!({"w": 640})).await;
 
     let streams = Streams::connect(&e.redis_url, Keys::new(e.prefix.clone())).await.expect("redis");
-    let names: Vec<String> = (0..2).map(|shard| streams.keys().stream("gpu", shard)).collect();
+    let names: Vec<String> = (0..2).map(|shard| streams.keys().stream("gpu", 3, shard)).collect();
     for name in &names {
         streams.ensure_group(name).await.expect("consumer group");
     }

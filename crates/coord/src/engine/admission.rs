@@ -34,6 +34,10 @@ pub struct NewRunOf<'a> {
     pub tags: Option<&'a serde_json::Map<String, Value>>,
     /// The W3C `traceparent` it continues.
     pub traceparent: Option<&'a str>,
+    /// Its priority instead of its definition's: the start's, or its parent's.
+    pub priority: Option<u8>,
+    /// Its parent's fairness key, unless its own definition names one.
+    pub fairness_key: Option<&'a str>,
 }
 
 /// What the engine holds every run to.
@@ -80,6 +84,8 @@ pub async fn create_run<S: RunStore>(
 ) -> Result<(RunRow, Option<Loaded>)> {
     let def = how.def;
     let tags = wf.tags_of(how.input, how.tags).map_err(Rejection::Tags)?;
+    let fairness_key = wf.fairness_key_of(how.input).map_err(Rejection::FairnessKey)?;
+    let fairness_key = fairness_key.as_deref().or(how.fairness_key);
     let (key, status) = admit(store, &wf, &def.name, how.input).await?;
     let deadline = (status == RunStatus::Running).then(|| deadline_of(&wf)).flatten();
     let new = NewRun {
@@ -100,6 +106,8 @@ pub async fn create_run<S: RunStore>(
         abandoned: how.abandoned,
         tags: tags.as_ref(),
         traceparent: how.traceparent,
+        priority: how.priority.unwrap_or(wf.priority),
+        fairness_key,
     };
     let row = store.insert_run(&new).await?;
     if status == RunStatus::Queued {
@@ -180,6 +188,8 @@ mod tests {
             abandoned: false,
             tags: None,
             traceparent: None,
+            priority: None,
+            fairness_key: None,
         }
     }
 

@@ -70,6 +70,7 @@ pub enum Pending {
         input: Value,
         tags: Option<serde_json::Map<String, Value>>,
         traceparent: Option<String>,
+        priority: Option<u8>,
         reply: oneshot::Sender<Result<RunRow>>,
     },
 }

@@ -219,6 +219,8 @@ pub(crate) mod fake {
                 handles_run_id: run.handles_run_id,
                 tags: run.tags.cloned(),
                 traceparent: run.traceparent.map(str::to_string),
+                priority: run.priority,
+                fairness_key: run.fairness_key.map(str::to_string),
             };
             if run.status == RunStatus::Running || run.status == RunStatus::Queued {
                 let key = (run.workflow_name.to_string(), run.concurrency_key.unwrap_or_default().to_string());

@@ -25,6 +25,9 @@ pub enum Rejection {
     /// The run's tags do not evaluate, or are not tags.
     #[error("{0}")]
     Tags(String),
+    /// The workflow's fairness key does not evaluate over this input.
+    #[error("{0}")]
+    FairnessKey(String),
 }
 
 #[derive(Debug, thiserror::Error)]

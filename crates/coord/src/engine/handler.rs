@@ -97,6 +97,8 @@ pub async fn start<S: RunStore>(
             abandoned: false,
             tags: None,
             traceparent: Some(&traceparent),
+            priority: None,
+            fairness_key: None,
         };
         admission::create_run(store, wf, how, limits).await
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use composer_core::definition::Workflow;
 use composer_core::machine::{self, AfterCommit};
 use composer_store::runs::RunRow;
-use composer_store::transitions::Change;
+use composer_store::transitions::{Change, Order};
 
 use crate::trace::Seen;
 use uuid::Uuid;
@@ -28,6 +28,10 @@ pub struct Loaded {
     pub traceparent: Option<String>,
     /// What its spans are made of (empty unless traces are on).
     pub seen: Seen,
+    /// Its priority (1 served first, 5 last).
+    pub priority: u8,
+    /// Whose work it is: its messages go to this key's lane.
+    pub fairness_key: Option<String>,
 }
 
 impl Loaded {
@@ -42,6 +46,8 @@ impl Loaded {
             handles: row.handles_run_id,
             traceparent: row.traceparent.clone(),
             seen: Seen::default(),
+            priority: row.priority,
+            fairness_key: row.fairness_key.clone(),
         }
     }
 
@@ -53,6 +59,7 @@ impl Loaded {
             tr: &self.tr,
             definition: self.definition,
             traceparent: self.traceparent.as_deref(),
+            order: Order { priority: self.priority, fairness_key: self.fairness_key.as_deref() },
         }
     }
 

@@ -83,7 +83,7 @@ mod tests {
             traceparent: None,
             dispatched_at_us: None,
         };
-        Outbound { id, queue: "http".into(), shard: 0, dispatch }
+        Outbound { id, queue: "http".into(), shard: 0, priority: composer_core::priority::DEFAULT, dispatch }
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub struct Engine {
 }
 
 /// A start queued for a batch: its definition, input, tags and traceparent.
-type StartWork = (DefinitionRow, Value, Option<serde_json::Map<String, Value>>, Option<String>);
+type StartWork = (DefinitionRow, Value, Option<serde_json::Map<String, Value>>, Option<String>, Option<u8>);
 
 /// How a run is started, besides its definition and input.
 #[derive(Debug, Clone, Copy, Default)]
@@ -74,6 +74,8 @@ pub struct StartOptions<'a> {
     pub tags: Option<&'a serde_json::Map<String, Value>>,
     /// The W3C `traceparent` the run continues (checked by the caller).
     pub traceparent: Option<&'a str>,
+    /// Its priority instead of its definition's (checked by the caller).
+    pub priority: Option<u8>,
 }
 
 /// A run [`Engine::start_run_in`] created (or found by its idempotency key),
@@ -297,7 +299,15 @@ impl Engine {
         if opts.idempotency_key.is_none() && opts.trigger.is_none() && self.compile(def)?.concurrency.is_none() {
             let (reply, answer) = oneshot::channel();
             let (tags, traceparent) = (opts.tags.cloned(), opts.traceparent.map(str::to_string));
-            self.enqueue(Pending::Start { def: def.clone(), input: input.clone(), tags, traceparent, reply })?;
+            let priority = opts.priority;
+            self.enqueue(Pending::Start {
+                def: def.clone(),
+                input: input.clone(),
+                tags,
+                traceparent,
+                priority,
+                reply,
+            })?;
             return Ok((answer.await.map_err(|_| EngineError::Stopped)??, true));
         }
         let mut client = composer_store::client(&self.pool).await?;
@@ -318,7 +328,7 @@ impl Engine {
         opts: StartOptions<'_>,
     ) -> Result<Started> {
         let wf = self.compile(def)?;
-        let StartOptions { idempotency_key, trigger, tags, traceparent } = opts;
+        let StartOptions { idempotency_key, trigger, tags, traceparent, priority } = opts;
         if let Some(key) = idempotency_key {
             if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
                 return Ok(Started { row: existing, new: false, loaded: None, written: None });
@@ -336,6 +346,8 @@ impl Engine {
             abandoned: false,
             tags,
             traceparent,
+            priority,
+            fairness_key: None,
         };
         let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
         let written = self.write(tx, loaded.iter_mut(), &[]).await?;
@@ -475,8 +487,8 @@ impl Engine {
                     replies.push(Reply::Event(applying.run_id, reply));
                     events.push(applying);
                 }
-                Pending::Start { def, input, tags, traceparent, reply } => {
-                    starts.push((def, input, tags, traceparent));
+                Pending::Start { def, input, tags, traceparent, priority, reply } => {
+                    starts.push((def, input, tags, traceparent, priority));
                     replies.push(Reply::Start(reply));
                 }
             }
@@ -651,7 +663,7 @@ impl Engine {
             loaded.tr.merge(tr);
         }
         let mut created = Vec::with_capacity(starts.len());
-        for (def, input, tags, traceparent) in starts {
+        for (def, input, tags, traceparent, priority) in starts {
             let wf = self.compile(def)?;
             let how = NewRunOf {
                 def,
@@ -665,6 +677,8 @@ impl Engine {
                 abandoned: false,
                 tags: tags.as_ref(),
                 traceparent: traceparent.as_deref(),
+                priority: *priority,
+                fairness_key: None,
             };
             let (row, loaded) = admission::create_run(&store, wf, how, self.limits).await?;
             if let Some(loaded) = loaded {
@@ -880,6 +894,8 @@ impl Engine {
             abandoned: slot.spec["on_parent_close"] == "abandon",
             tags: None,
             traceparent: Some(&traceparent),
+            priority: Some(slot.parent_priority),
+            fairness_key: slot.parent_fairness_key.as_deref(),
         };
         admission::create_run(&Tx(tx), wf, how, self.limits).await
     }

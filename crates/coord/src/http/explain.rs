@@ -41,14 +41,16 @@ pub async fn explain_run(s: &Shared, run_id: uuid::Uuid) -> ApiResult<Explain> {
         let (open, ahead) = runs::queue_position(&client, &run).await?;
         let key = run.concurrency_key.clone().unwrap_or_default();
         let reason = format!(
-            "queued by its workflow's concurrency limit (key {key:?}): {open} of its runs are open, {ahead} queued before it"
+            "queued by its workflow's concurrency limit (key {key:?}): {open} of its runs are open, {ahead} queued before it \
+             (at priority {}, where fairness keys take turns)",
+            run.priority
         );
         return Ok(Explain {
             run_id,
             status: run.status,
             summary: reason.clone(),
             nodes,
-            detail: json!({"concurrency_key": key, "open": open, "queued_before": ahead}),
+            detail: json!({"concurrency_key": key, "open": open, "queued_before": ahead, "priority": run.priority}),
         });
     }
     let children =
@@ -104,7 +106,7 @@ async fn node_wait(
             let (backlog, oldest) = runs::queue_backlog(client, &queue, BACKLOG_CAP).await?;
             let mut readers = Vec::new();
             for shard in 0..s.engine.shards().max(1) as u32 {
-                let stream = s.streams.keys().stream(&queue, shard);
+                let stream = s.streams.keys().stream(&queue, run.priority, shard);
                 for (name, idle_ms, pending) in s.streams.consumers(&stream).await.unwrap_or_default() {
                     readers.push(json!({"worker": name, "stream": stream, "idle_ms": idle_ms, "pending": pending}));
                 }

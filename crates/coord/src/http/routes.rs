@@ -36,6 +36,7 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(runs::retry_run))
         .routes(routes!(runs::pause_run))
         .routes(routes!(runs::resume_run))
+        .routes(routes!(runs::set_run_priority))
         .routes(routes!(runs::resolve_task))
         .routes(routes!(runs::rerun_run))
         .routes(routes!(runs::complete_step))

@@ -12,7 +12,7 @@ use composer_api::rest::HeldView;
 use composer_api::schema::Name;
 use composer_api::{
     AttemptLines, CompleteStep, ControlRun, ErrorBody, HistoryEntryView, HistoryPage, ItemPage, LogLineView, RerunRun,
-    ResolveOutcome, ResolveTask, RunPage, RunView, StartRun, StepLogs, TaskView,
+    ResolveOutcome, ResolveTask, RunPage, RunView, SetPriority, StartRun, StepLogs, TaskView,
 };
 use composer_core::duration;
 use composer_core::machine::{Event, Resolution, RunStatus, TaskState};
@@ -216,6 +216,7 @@ pub(crate) async fn start_run(
         trigger: None,
         tags: req.tags.as_ref(),
         traceparent: traceparent.as_deref(),
+        priority: req.priority.map(priority_of).transpose()?,
     };
     let (row, created) = s.engine.start_run(&def, &input, opts).await?;
     if let (false, Some(key)) = (created, &req.idempotency_key) {
@@ -283,6 +284,8 @@ pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
         failure_handler_run_ids: None,
         tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),
         trace_id: composer_core::trace::RunTrace::of(r.id, r.traceparent.as_deref()).trace_id_hex(),
+        priority: r.priority,
+        fairness_key: r.fairness_key.clone(),
     }
 }
 
@@ -479,6 +482,62 @@ async fn control(s: &Shared, id: &str, event: Event, why: Option<String>) -> Api
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
     Ok(Json(run_view(&run, Some(&tasks))))
+}
+
+/// Change a run's priority.
+///
+/// Gives an open run (QUEUED, RUNNING or PAUSED), and the open runs under it, a priority from 1
+/// (served first) to 5 (last): its queued start and its steps not started yet are served at the
+/// new priority, steps already dispatched included. 409 for a run that has ended.
+#[utoipa::path(
+    put, path = "/v1/runs/{id}/priority", operation_id = "setRunPriority", tag = "runs",
+    params(("id" = Uuid, Path, description = "the run")),
+    request_body = SetPriority,
+    responses((status = 200, description = "the run with its new priority", body = RunView), (status = 409, description = "the run has ended", body = ErrorBody))
+)]
+pub(crate) async fn set_run_priority(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Body(req): Body<SetPriority>,
+) -> ApiResult<Json<RunView>> {
+    let run_id = run_id(&id)?;
+    let priority = priority_of(req.priority)?;
+    match change_priority(&s, run_id, priority).await? {
+        runs::PriorityChange::NotFound => return Err(ApiError::not_found(format!("run {run_id} not found"))),
+        runs::PriorityChange::Ended(status) => {
+            return Err(ApiError::Conflict(format!("the run has ended ({status}): it has no work left to order")))
+        }
+        runs::PriorityChange::Changed { from, runs, moved } => {
+            tracing::info!(%run_id, priority, from, runs, moved, "run priority changed");
+        }
+    }
+    let client = composer_store::client(&s.pool).await?;
+    let (run, tasks) =
+        runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
+    Ok(Json(run_view(&run, Some(&tasks))))
+}
+
+/// [`runs::set_priority`] in a transaction of its own, by this request's actor.
+pub(crate) async fn change_priority(
+    s: &Shared,
+    run_id: Uuid,
+    priority: u8,
+) -> Result<runs::PriorityChange, composer_store::Error> {
+    let mut client = composer_store::client(&s.pool).await?;
+    let tx = client.transaction().await?;
+    let changed = runs::set_priority(&tx, run_id, priority, s.config.stream_shards as i32, &actor(s)).await?;
+    tx.commit().await?;
+    Ok(changed)
+}
+
+/// A priority a request gives: a level, or a 400 that says which are.
+fn priority_of(p: u8) -> ApiResult<u8> {
+    match composer_core::priority::is_level(p.into()) {
+        true => Ok(p),
+        false => {
+            Err(ApiError::bad_request(format!("priority: must be a whole number from 1 (first) to 5 (last), got {p}")))
+        }
+    }
 }
 
 /// Cancel a run.

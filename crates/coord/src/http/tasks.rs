@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body, Path};
 use crate::shared::Shared;
-use crate::tasks::{ensure_groups, lease, LeaseError, IDLE_READ_EVERY};
+use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, IDLE_READ_EVERY};
 
 /// Most tasks one poll may lease (`max`).
 pub const MAX_POLL_TASKS: u32 = 100;
@@ -76,12 +76,8 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
     let mut queues = req.queues.clone();
     queues.sort();
     queues.dedup();
-    let streams: Vec<String> = queues
-        .iter()
-        .flat_map(|q| (0..s.config.stream_shards).map(move |shard| (q, shard)))
-        .map(|(q, shard)| s.streams.keys().stream(q, shard))
-        .collect();
-    ensure_groups(&s, &streams).await?;
+    let streams = streams_by_priority(&s, &queues);
+    ensure_groups(&s, streams.iter().flatten()).await?;
 
     let deadline = tokio::time::Instant::now() + wait;
     let mut idle = Duration::from_millis(5);

@@ -67,6 +67,7 @@ pub fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/ui/runs/{id}/items", get(items_page))
         .route("/ui/runs/{id}/logs", get(logs_page))
         .route("/ui/runs/{id}/rerun", post(rerun_action))
+        .route("/ui/runs/{id}/priority", post(priority_action))
         .route("/ui/runs/{id}/{action}", post(run_action))
         .route("/ui/runs/{id}/tasks/{node}/resolve", post(resolve_action))
         .route("/ui/runs/{id}/tasks/{node}/complete", post(complete_action))
@@ -186,6 +187,9 @@ const NOTICES: &[(&str, &str)] = &[
     ("complete-refused", "complete refused: the step has ended already, or its run has"),
     ("complete-invalid", "complete refused: the output must be JSON"),
     ("reason-invalid", "refused: a reason is at most 1,024 characters"),
+    ("priority-done", "priority: changed; its steps not started yet are served at it"),
+    ("priority-refused", "priority refused: the run has ended"),
+    ("priority-invalid", "priority refused: choose 1 (served first) to 5 (last)"),
     (
         "backfill-done",
         "backfill: queued; the timer loop starts the runs (fire times asked for before are not queued again)",
@@ -754,6 +758,10 @@ async fn run_page(
     if let Some(tags) = run.tags.as_ref().and_then(|t| t.as_object()).filter(|t| !t.is_empty()) {
         let _ = write!(html, " · tags {}", tag_links(tags));
     }
+    let _ = write!(html, " · priority <span class=\"priority\">{}</span>", run.priority);
+    if let Some(key) = &run.fairness_key {
+        let _ = write!(html, " · fairness key <code class=\"fairness\">{}</code>", esc(&clip(key, 100)));
+    }
     let trace = composer_core::trace::RunTrace::of(run.id, run.traceparent.as_deref());
     let _ = write!(html, " · trace <code class=\"trace\">{}</code>", trace.trace_id_hex());
     html.push_str("</p>");
@@ -823,6 +831,15 @@ async fn live_part(
         html.push_str("<input name=\"reason\" maxlength=\"1024\" placeholder=\"why (optional, kept in the history)\">");
     }
     html.push_str("</form>");
+    if !run.status.is_terminal() {
+        let _ = write!(html, "<form class=\"priority\" method=\"post\" action=\"/ui/runs/{}/priority\">", run.id);
+        html.push_str("<label>Priority <select name=\"priority\">");
+        for p in composer_core::priority::levels() {
+            let selected = if p == run.priority { " selected" } else { "" };
+            let _ = write!(html, "<option value=\"{p}\"{selected}>{p}</option>");
+        }
+        html.push_str("</select></label><button type=\"submit\">Set</button></form>");
+    }
     let _ = write!(
         html,
         "<p class=\"status\">{} · started {} · finished {}</p>",
@@ -1158,6 +1175,29 @@ async fn run_action(
     apply_control(&s, run_id, event, control, &action).await
 }
 
+/// The priority form's answer: the same change as the API's.
+async fn priority_action(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Page {
+    if !same_origin(&s, &headers) {
+        return Err(UiError(StatusCode::FORBIDDEN, "a form from another site is refused".into()));
+    }
+    let run_id = parse_id(&id)?;
+    let priority = form.get("priority").and_then(|p| p.parse::<u8>().ok());
+    let Some(priority) = priority.filter(|&p| composer_core::priority::is_level(p.into())) else {
+        return Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=priority-invalid")).into_response());
+    };
+    let outcome = match crate::http::runs::change_priority(&s, run_id, priority).await? {
+        runs::PriorityChange::NotFound => return Err(not_found("run")),
+        runs::PriorityChange::Ended(_) => "refused",
+        runs::PriorityChange::Changed { .. } => "done",
+    };
+    Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=priority-{outcome}")).into_response())
+}
+
 /// The three ways to resolve an IN_DOUBT step, as forms.
 fn resolve_forms(run: Uuid, node: &str) -> String {
     let action = format!("/ui/runs/{run}/tasks/{}/resolve", url_enc(node));
@@ -1421,7 +1461,8 @@ async fn queue_rows(s: &Shared, client: &composer_store::Client) -> Result<Vec<o
     for l in loads.into_values().take(MAX_QUEUES_SHOWN) {
         let mut readers = Vec::new();
         for shard in 0..s.engine.shards().max(1) as u32 {
-            let stream = s.streams.keys().stream(&l.queue, shard);
+            // Workers read every priority's streams: the default's show them.
+            let stream = s.streams.keys().stream(&l.queue, composer_core::priority::DEFAULT, shard);
             // Redis down: the queue is shown without its readers.
             for (name, idle_ms, pending) in s.streams.consumers(&stream).await.unwrap_or_default() {
                 readers.push((name, idle_ms as f64 / 1000.0, pending));

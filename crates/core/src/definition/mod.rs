@@ -74,6 +74,17 @@ impl Concurrency {
 /// Longest concurrency key, in bytes.
 pub const MAX_CONCURRENCY_KEY: usize = 512;
 
+/// Longest fairness key, in bytes (`max_fairness_key`).
+pub const MAX_FAIRNESS_KEY: usize = 512;
+
+/// A key computed when a run is created, from its input alone.
+fn input_only_template(field: &str, k: &str) -> Result<Template, ValidationError> {
+    if k.contains(".nodes") || k.contains(".secrets") {
+        return Err(ValidationError::new(field, "is computed when the run is created: it can read .input only"));
+    }
+    Template::compile(&Value::String(k.to_string())).map_err(|(_, m)| ValidationError::new(field, m))
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Edge {
     pub from: usize,
@@ -123,6 +134,10 @@ pub struct Workflow {
     pub tags: Vec<(String, Template)>,
     /// The events that start runs of it.
     pub triggers: Vec<Trigger>,
+    /// Its runs' priority unless a start gives one ([`crate::priority`]).
+    pub priority: u8,
+    /// Whose work a run is, over `{input}`.
+    pub fairness_key: Option<Template>,
     /// Whether every expression it has is simple ([`crate::expr::is_simple`]:
     /// no recursion, loop or costly native, so its time is bounded by its
     /// input's size): applying its events may then skip the evaluation
@@ -144,6 +159,7 @@ struct Parts {
     on_failure: Option<OnFailure>,
     tags: Vec<(String, Template)>,
     triggers: Vec<Trigger>,
+    fairness_key: Option<Template>,
     index: HashMap<String, usize>,
 }
 
@@ -181,8 +197,10 @@ impl Workflow {
             on_failure,
             tags,
             triggers,
+            fairness_key,
             index,
         } = parts;
+        let priority = spec.priority.unwrap_or(crate::priority::DEFAULT);
         Workflow {
             spec,
             nodes,
@@ -196,6 +214,8 @@ impl Workflow {
             on_failure,
             tags,
             triggers,
+            priority,
+            fairness_key,
             simple: false,
             index,
         }
@@ -248,16 +268,7 @@ impl Workflow {
                 }
                 let key = match &c.key {
                     None => None,
-                    Some(k) if k.contains(".nodes") || k.contains(".secrets") => {
-                        return Err(ValidationError::new(
-                            "concurrency.key",
-                            "is computed when the run is created: it can read .input only",
-                        ))
-                    }
-                    Some(k) => Some(
-                        Template::compile(&Value::String(k.clone()))
-                            .map_err(|(_, m)| ValidationError::new("concurrency.key", m))?,
-                    ),
+                    Some(k) => Some(input_only_template("concurrency.key", k)?),
                 };
                 Some(Concurrency { key, max: c.max })
             }
@@ -265,6 +276,10 @@ impl Workflow {
         let on_failure = spec.on_failure.as_ref().map(compile_on_failure).transpose()?;
         let tags = compile_tags(spec.tags.as_ref())?;
         let triggers = compile_triggers(spec.triggers.as_deref())?;
+        let fairness_key = match &spec.fairness_key {
+            None => None,
+            Some(k) => Some(input_only_template("fairness_key", k)?),
+        };
         Ok(Parts {
             nodes,
             edges,
@@ -277,6 +292,7 @@ impl Workflow {
             on_failure,
             tags,
             triggers,
+            fairness_key,
             index,
         })
     }
@@ -433,6 +449,26 @@ pub fn tag_value(key: &str, v: &Value) -> Result<String, String> {
 }
 
 impl Workflow {
+    /// A new run's fairness key, from its input: `None` when the definition
+    /// names none.
+    pub fn fairness_key_of(&self, input: &Value) -> Result<Option<String>, String> {
+        let Some(key) = &self.fairness_key else { return Ok(None) };
+        match key.eval(&json!({"input": input})) {
+            Ok(Value::String(s)) if s.is_empty() => Ok(None),
+            Ok(Value::String(s)) if s.len() <= MAX_FAIRNESS_KEY => Ok(Some(s)),
+            Ok(Value::String(_)) => {
+                Err(format!("fairness_key: longer than {MAX_FAIRNESS_KEY} bytes (max_fairness_key)"))
+            }
+            Ok(Value::Number(n)) => Ok(Some(n.to_string())),
+            Ok(Value::Null) => Ok(None),
+            Ok(other) => Err(format!(
+                "fairness_key: must be text, a number or null, got {}",
+                crate::clipped(&other.to_string(), 80)
+            )),
+            Err(e) => Err(format!("fairness_key: {e}")),
+        }
+    }
+
     /// A new run's tags: the definition's, evaluated over `{input}`, then
     /// `given` (the start's), which wins on a key both have.
     pub fn tags_of(

@@ -54,6 +54,18 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(max_items = 16))]
     pub triggers: Option<Vec<TriggerSpec>>,
+    /// Its runs' priority, 1 (served first) to 5 (last); 3 by default. A
+    /// start may give another; MAP items and child runs have their run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 5))]
+    pub priority: Option<u8>,
+    /// Whose work a run is (`${ .input.tenant }`, an expression over
+    /// `{input}`): the steps and queued runs of different keys take turns,
+    /// so one key's backlog does not hold up another's. A child run without
+    /// one of its own has its parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub fairness_key: Option<String>,
 }
 
 /// A trigger: the runs an event starts.
@@ -247,8 +259,20 @@ impl EdgeOn {
 }
 
 /// The fields a definition may have.
-const FIELDS: [&str; 10] =
-    ["name", "description", "nodes", "edges", "output", "timeout", "concurrency", "on_failure", "tags", "triggers"];
+const FIELDS: [&str; 12] = [
+    "name",
+    "description",
+    "nodes",
+    "edges",
+    "output",
+    "timeout",
+    "concurrency",
+    "on_failure",
+    "tags",
+    "triggers",
+    "priority",
+    "fairness_key",
+];
 
 /// Deserializes a spec, naming the node whose fields are wrong.
 pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> {
@@ -348,7 +372,29 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
             ))
         }
     };
-    Ok(WorkflowSpec { name, description, nodes, edges, output, timeout, concurrency, on_failure, tags, triggers })
+    let priority = match obj.get("priority") {
+        None | Some(Value::Null) => None,
+        Some(p) => Some(crate::priority::parse(p).map_err(|e| ValidationError::new("priority", e))?),
+    };
+    let fairness_key = match obj.get("fairness_key") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ValidationError::new("fairness_key", "must be text or an expression over {input}")),
+    };
+    Ok(WorkflowSpec {
+        name,
+        description,
+        nodes,
+        edges,
+        output,
+        timeout,
+        concurrency,
+        on_failure,
+        tags,
+        triggers,
+        priority,
+        fairness_key,
+    })
 }
 
 /// Serde reads a struct from an array of its fields too (`"retry": []`):

@@ -581,10 +581,12 @@ pub enum HistoryKind {
     /// The run's end started its failure handler (`run_id`), or could not
     /// (`error`).
     HandlerStarted,
+    /// An operator changed the run's priority (`priority`, `from`).
+    PriorityChanged,
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 21] = [
+    pub const ALL: [HistoryKind; 22] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -606,6 +608,7 @@ impl HistoryKind {
         HistoryKind::TaskReset,
         HistoryKind::RunRerun,
         HistoryKind::HandlerStarted,
+        HistoryKind::PriorityChanged,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -631,6 +634,7 @@ impl HistoryKind {
             HistoryKind::TaskReset => "TaskReset",
             HistoryKind::RunRerun => "RunRerun",
             HistoryKind::HandlerStarted => "HandlerStarted",
+            HistoryKind::PriorityChanged => "PriorityChanged",
         }
     }
 

@@ -1,0 +1,244 @@
+//! Priorities and fairness keys on real services: higher priorities are
+//! served first by the Rust worker and the task API without starving lower
+//! ones, a run's priority changes while it waits (its dispatched steps
+//! move), queued runs are admitted by priority and then by turns among
+//! fairness keys, a fairness key keeps its steps in one lane, and child runs
+//! inherit both.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use composer_testkit::{Engine, EngineOptions};
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const T: Duration = Duration::from_secs(30);
+
+/// A workflow of one custom step on queue `q`, at `priority`.
+fn one_step(name: &str, q: &str, priority: u8) -> Value {
+    json!({"name": name, "priority": priority, "nodes": [{"id": "job", "type": "job", "queue": q, "config": {"who": "${ .input.who }"}}]})
+}
+
+async fn start(e: &Engine, workflow: &str, input: Value, priority: Option<u8>) -> Uuid {
+    let mut body = json!({"workflow": workflow, "input": input});
+    if let Some(p) = priority {
+        body["priority"] = json!(p);
+    }
+    let (status, run) = e.post("/v1/runs", &body).await;
+    assert_eq!(status, 201, "{run}");
+    run["id"].as_str().unwrap().parse().unwrap()
+}
+
+/// Messages waiting on each shard of `queue`'s streams at `priority`.
+async fn on_streams(e: &Engine, queue: &str, priority: u8) -> Vec<usize> {
+    let keys = composer_stream::Keys::new(e.prefix.clone());
+    let client = redis::Client::open(e.redis_url.as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut out = Vec::new();
+    for shard in 0..e.coordinator_config().stream_shards {
+        let n: usize = c.xlen(keys.stream(queue, priority, shard)).await.unwrap();
+        out.push(n);
+    }
+    out
+}
+
+/// Waits until `n` messages are on `queue`'s streams at `priority`.
+async fn until_published(e: &Engine, queue: &str, priority: u8, n: usize) {
+    let until = Instant::now() + T;
+    loop {
+        let on: usize = on_streams(e, queue, priority).await.iter().sum();
+        if on >= n {
+            return;
+        }
+        assert!(Instant::now() < until, "{on} of {n} messages reached the priority {priority} streams of {queue}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn poll(e: &Engine, queue: &str, max: u32) -> Vec<Value> {
+    let (status, body) =
+        e.post("/v1/tasks/poll", &json!({"worker_id": "w", "queues": [queue], "max": max, "wait": "2s"})).await;
+    assert_eq!(status, 200, "{body}");
+    body["tasks"].as_array().unwrap().clone()
+}
+
+async fn complete(e: &Engine, task: &Value) {
+    let id = task["id"].as_str().unwrap();
+    let body = json!({"worker_id": "w", "run_id": task["run_id"], "attempt": task["attempt"], "output": {}});
+    let (status, answer) = e.post(&format!("/v1/tasks/{id}/complete"), &body).await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+}
+
+#[tokio::test]
+async fn the_rust_worker_runs_a_priority_1_step_before_a_backlog_of_priority_5() {
+    let mut e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&one_step("bulk", "jobs", 5)).await;
+    e.register(&one_step("urgent", "jobs", 3)).await;
+    for i in 0..30 {
+        start(&e, "bulk", json!({"who": format!("bulk-{i}")}), None).await;
+    }
+    until_published(&e, "jobs", 5, 30).await;
+    let urgent = start(&e, "urgent", json!({"who": "urgent"}), Some(1)).await;
+    until_published(&e, "jobs", 1, 1).await;
+
+    // One slot: the worker runs one step at a time, in the order it chose.
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut worker = composer_worker::Worker::new(e.worker_config("prio", 1));
+    let seen = order.clone();
+    worker.handle_on_queue("job", "jobs", move |_ctx, input: Value| {
+        seen.lock().unwrap().push(input["who"].as_str().unwrap_or_default().to_string());
+        async { Ok(json!({})) }
+    });
+    e.spawn_worker(worker);
+    let run = e.wait_for_run(urgent, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    assert_eq!(run["priority"], 1, "the start's priority, not the definition's");
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.first().map(String::as_str), Some("urgent"), "the priority 1 step went first: {order:?}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn the_task_api_serves_priorities_by_weight_without_starving_the_lowest() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&one_step("low", "py", 5)).await;
+    e.register(&one_step("high", "py", 1)).await;
+    for i in 0..70 {
+        start(&e, "low", json!({"who": format!("low-{i}")}), None).await;
+        start(&e, "high", json!({"who": format!("high-{i}")}), None).await;
+    }
+    until_published(&e, "py", 5, 70).await;
+    until_published(&e, "py", 1, 70).await;
+
+    // 62 polls of one task: a weighted share gives level 5 one poll in 31.
+    let mut got = Vec::new();
+    for _ in 0..62 {
+        let tasks = poll(&e, "py", 1).await;
+        assert_eq!(tasks.len(), 1, "{tasks:?}");
+        got.push(tasks[0]["input"]["who"].as_str().unwrap().to_string());
+    }
+    let low = got.iter().filter(|w| w.starts_with("low")).count();
+    assert_eq!((got.len() - low, low), (60, 2), "{got:?}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_waiting_runs_priority_changes_and_its_dispatched_step_moves() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&one_step("later", "mv", 3)).await;
+    let run = start(&e, "later", json!({"who": "x"}), None).await;
+    until_published(&e, "mv", 3, 1).await;
+
+    let (status, view) = e.put(&format!("/v1/runs/{run}/priority"), &json!({"priority": 1})).await;
+    assert_eq!((status, &view["priority"]), (200, &json!(1)), "{view}");
+    until_published(&e, "mv", 1, 1).await;
+    let changed = e.history(run, "PriorityChanged").await;
+    assert_eq!((changed.len(), &changed[0]["payload"]["from"]), (1, &json!(3)), "{changed:?}");
+
+    // Either copy may be read first; the step runs once.
+    let tasks = poll(&e, "mv", 10).await;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    complete(&e, &tasks[0]).await;
+    assert!(poll(&e, "mv", 10).await.is_empty(), "the copy left behind is refused by its lease");
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+
+    let (status, body) = e.put(&format!("/v1/runs/{run}/priority"), &json!({"priority": 2})).await;
+    assert_eq!(status, 409, "an ended run: {body}");
+    let (status, body) = e.put(&format!("/v1/runs/{run}/priority"), &json!({"priority": 6})).await;
+    assert!(status == 400 || status == 422, "{status} {body}");
+    assert!(body.to_string().contains("priority"), "{body}");
+    let (status, _) = e.put(&format!("/v1/runs/{}/priority", Uuid::now_v7()), &json!({"priority": 2})).await;
+    assert_eq!(status, 404);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn queued_runs_start_by_priority_then_by_turns_among_fairness_keys() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&json!({"name": "tenants", "concurrency": {"max": 1}, "fairness_key": "${ .input.tenant }",
+        "nodes": [{"id": "job", "type": "job", "queue": "adm", "config": {"who": "${ .input.who }"}}]}))
+        .await;
+    let first = start(&e, "tenants", json!({"tenant": "a", "who": "a1"}), None).await;
+    for who in ["a2", "a3", "a4"] {
+        start(&e, "tenants", json!({"tenant": "a", "who": who}), None).await;
+    }
+    start(&e, "tenants", json!({"tenant": "b", "who": "b1"}), None).await;
+    start(&e, "tenants", json!({"tenant": "c", "who": "c1"}), Some(1)).await;
+    let (_, view) = e.get(&format!("/v1/runs/{first}")).await;
+    assert_eq!(view["fairness_key"], "a", "{view}");
+
+    // One run at a time: each completion admits the next queued one.
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let tasks = poll(&e, "adm", 1).await;
+        assert_eq!(tasks.len(), 1, "after {order:?}");
+        order.push(tasks[0]["input"]["who"].as_str().unwrap().to_string());
+        complete(&e, &tasks[0]).await;
+    }
+    // c1 by its priority; b1 takes its turn after a2, not behind a's backlog.
+    assert_eq!(order, ["a1", "c1", "a2", "b1", "a3", "a4"]);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_fairness_key_keeps_its_steps_in_one_lane_and_child_runs_inherit_it() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&json!({"name": "lane", "fairness_key": "${ .input.tenant }",
+        "nodes": [{"id": "job", "type": "job", "queue": "lane", "config": {}}]}))
+        .await;
+    for _ in 0..8 {
+        start(&e, "lane", json!({"tenant": "acme"}), None).await;
+    }
+    until_published(&e, "lane", 3, 8).await;
+    let shards = on_streams(&e, "lane", 3).await;
+    assert!(shards.contains(&8), "one lane holds the key's steps: {shards:?}");
+
+    e.register(&json!({"name": "kid", "nodes": [{"id": "job", "type": "job", "queue": "kid", "config": {}}]})).await;
+    e.register(&json!({"name": "parent", "fairness_key": "${ .input.tenant }", "nodes": [
+        {"id": "each", "type": "MAP", "config": {"items": "${ [1, 2] }", "node":
+            {"type": "SUB_WORKFLOW", "config": {"workflow": "kid"}}}}]}))
+        .await;
+    let parent = start(&e, "parent", json!({"tenant": "acme"}), Some(2)).await;
+    until_published(&e, "kid", 2, 2).await;
+    let (status, page) = e.get(&format!("/v1/runs?parent_run_id={parent}")).await;
+    assert_eq!(status, 200, "{page}");
+    let children = page["runs"].as_array().unwrap();
+    assert_eq!(children.len(), 2, "{page}");
+    for child in children {
+        assert_eq!((&child["priority"], &child["fairness_key"]), (&json!(2), &json!("acme")), "{child}");
+    }
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_priority_or_fairness_key_is_refused_by_name() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    for (spec, field) in [
+        (
+            json!({"name": "p", "priority": 0, "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}}]}),
+            "priority",
+        ),
+        (
+            json!({"name": "p", "priority": "high", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}}]}),
+            "priority",
+        ),
+        (
+            json!({"name": "p", "fairness_key": "${ .nodes.x }", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}}]}),
+            "fairness_key",
+        ),
+    ] {
+        let (status, body) = e.post("/v1/workflows", &spec).await;
+        assert!(status == 400 || status == 422, "{status} {body}");
+        assert!(body.to_string().contains(field), "{body}");
+    }
+    e.register(&json!({"name": "fk", "fairness_key": "${ .input.tenant }",
+        "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}}]}))
+        .await;
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "fk", "input": {"tenant": {"an": "object"}}})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("fairness_key"), "{body}");
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "fk", "priority": 9})).await;
+    assert!(status == 400 || status == 422, "{status} {body}");
+    e.stop().await;
+}
