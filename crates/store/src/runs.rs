@@ -238,20 +238,26 @@ pub struct NewRun<'a> {
     pub fairness_key: Option<&'a str>,
 }
 
-/// A QUEUED run's turn (`$3` its workflow, `$13` its concurrency key, `$22`
-/// its fairness key): one past its fairness key's last, or the queue's head
-/// if later, so that a key arriving late is not put behind another's
-/// backlog. Each part is one probe of an index of QUEUED runs. Read under
-/// the concurrency key's lock, as every admission is.
+/// A QUEUED run's turn (`$3` its workflow, `$13` its concurrency key, `$21`
+/// its priority, `$22` its fairness key, `$23` its priority's share): the
+/// last turn of its class (priority and fairness key) plus its share, or
+/// the queue's head if later (start-time fair queueing: see the migration
+/// that made it). Each part is one probe of an index of QUEUED runs. Read
+/// under the concurrency key's lock, as every admission is.
 const NEXT_TURN: &str = "greatest(
-        (SELECT fair_turn + 1 FROM workflow_runs
-          WHERE workflow_name = $3 AND concurrency_key = $13 AND coalesce(fairness_key, '') = coalesce($22::text, '')
-            AND status = 'QUEUED' ORDER BY fair_turn DESC LIMIT 1),
-        (SELECT min((SELECT q.fair_turn FROM workflow_runs q
-                      WHERE q.workflow_name = $3 AND q.concurrency_key = $13 AND q.priority = p AND q.status = 'QUEUED'
-                      ORDER BY q.fair_turn LIMIT 1))
-           FROM generate_series(1, 5) AS p),
+        (SELECT fair_turn FROM workflow_runs
+          WHERE workflow_name = $3 AND concurrency_key = $13 AND priority = $21
+            AND coalesce(fairness_key, '') = coalesce($22::text, '') AND status = 'QUEUED'
+          ORDER BY fair_turn DESC LIMIT 1) + $23::float8,
+        (SELECT fair_turn FROM workflow_runs
+          WHERE workflow_name = $3 AND concurrency_key = $13 AND status = 'QUEUED' ORDER BY fair_turn LIMIT 1),
         0)";
+
+/// A priority's share of a queue's turns: 1/16 for priority 1 … 1 for 5.
+fn turn_of(priority: u8) -> f64 {
+    let at = usize::from(priority.saturating_sub(composer_core::priority::HIGHEST)).min(4);
+    1.0 / composer_core::priority::WEIGHTS[at] as f64
+}
 
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
 pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow> {
@@ -293,6 +299,7 @@ pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow
                 &run.traceparent,
                 &i16::from(run.priority),
                 &run.fairness_key,
+                &turn_of(run.priority),
             ],
         )
         .await?;
@@ -565,7 +572,8 @@ pub async fn concurrency_usage(tx: &Transaction<'_>, workflow: &str, key: &str) 
     Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
-/// The oldest `limit` QUEUED runs of a key, locked; call under
+/// The next `limit` QUEUED runs of a key in admission order (their turns:
+/// priorities by weight, fairness keys taking turns), locked; call under
 /// [`lock_concurrency_key`].
 pub async fn lock_queued(tx: &Transaction<'_>, workflow: &str, key: &str, limit: i64) -> Result<Vec<RunRow>> {
     let rows = tx
@@ -573,7 +581,7 @@ pub async fn lock_queued(tx: &Transaction<'_>, workflow: &str, key: &str, limit:
             &format!(
                 "SELECT {RUN_COLUMNS} FROM workflow_runs
                   WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED'
-                  ORDER BY priority, fair_turn, id LIMIT $3 FOR UPDATE"
+                  ORDER BY fair_turn, id LIMIT $3 FOR UPDATE"
             ),
             &[&workflow, &key, &limit],
         )
@@ -921,7 +929,14 @@ pub async fn set_priority(
                 SELECT c.id FROM workflow_runs c JOIN tree ON c.parent_run_id = tree.id
                  WHERE c.status IN ('QUEUED', 'RUNNING', 'PAUSED')),
              changed AS (
-                UPDATE workflow_runs r SET priority = $2, updated_at = now()
+                UPDATE workflow_runs r
+                   SET priority = $2, updated_at = now(),
+                       fair_turn = CASE WHEN r.status <> 'QUEUED' THEN r.fair_turn
+                                        ELSE coalesce((SELECT h.fair_turn FROM workflow_runs h
+                                                        WHERE h.workflow_name = r.workflow_name
+                                                          AND h.concurrency_key = r.concurrency_key
+                                                          AND h.status = 'QUEUED'
+                                                        ORDER BY h.fair_turn LIMIT 1), 0) END
                   FROM tree WHERE r.id = tree.id
                 RETURNING r.id, r.fairness_key),
              waiting AS (
@@ -951,7 +966,7 @@ pub async fn set_priority(
 }
 
 /// Where a QUEUED run of a concurrency key stands: the key's open runs,
-/// and how many of its queued runs are older.
+/// and how many of its queued runs go before it.
 pub async fn queue_position(client: &Client, run: &RunRow) -> Result<(i64, i64)> {
     let key = run.concurrency_key.as_deref().unwrap_or_default();
     let row = client
@@ -960,7 +975,7 @@ pub async fn queue_position(client: &Client, run: &RunRow) -> Result<(i64, i64)>
                       WHERE workflow_name = $1 AND concurrency_key = $2 AND status IN ('RUNNING', 'PAUSED')),
                     (SELECT count(*) FROM workflow_runs q
                       WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.status = 'QUEUED'
-                        AND (q.priority, q.fair_turn, q.id) < (SELECT priority, fair_turn, id FROM workflow_runs WHERE id = $3))",
+                        AND (q.fair_turn, q.id) < (SELECT fair_turn, id FROM workflow_runs WHERE id = $3))",
             &[&run.workflow_name, &key, &run.id],
         )
         .await?;

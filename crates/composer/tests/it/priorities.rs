@@ -176,8 +176,35 @@ async fn queued_runs_start_by_priority_then_by_turns_among_fairness_keys() {
         order.push(tasks[0]["input"]["who"].as_str().unwrap().to_string());
         complete(&e, &tasks[0]).await;
     }
-    // c1 by its priority; b1 takes its turn after a2, not behind a's backlog.
-    assert_eq!(order, ["a1", "c1", "a2", "b1", "a3", "a4"]);
+    // b1 and c1 are new classes: each takes the head's turn (a2's), after
+    // it, not behind a's backlog.
+    assert_eq!(order, ["a1", "a2", "b1", "c1", "a3", "a4"]);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn queued_priority_1_runs_get_sixteen_turns_to_one_of_priority_5() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&json!({"name": "one", "concurrency": {"max": 1},
+        "nodes": [{"id": "job", "type": "job", "queue": "wfq", "config": {"who": "${ .input.who }"}}]}))
+        .await;
+    start(&e, "one", json!({"who": "first"}), None).await;
+    for i in 0..20 {
+        start(&e, "one", json!({"who": format!("low-{i}")}), Some(5)).await;
+    }
+    for i in 0..20 {
+        start(&e, "one", json!({"who": format!("high-{i}")}), Some(1)).await;
+    }
+    let mut order = Vec::new();
+    for _ in 0..19 {
+        let tasks = poll(&e, "wfq", 1).await;
+        assert_eq!(tasks.len(), 1, "after {order:?}");
+        order.push(tasks[0]["input"]["who"].as_str().unwrap().to_string());
+        complete(&e, &tasks[0]).await;
+    }
+    // After the first: the head (low-0), then 16 of priority 1 per 1 of 5.
+    let low = order[1..].iter().filter(|w| w.starts_with("low")).count();
+    assert_eq!((order[1].as_str(), low), ("low-0", 2), "{order:?}");
     e.stop().await;
 }
 

@@ -736,6 +736,40 @@ mod tests {
         assert_eq!(odd.triggers[1].fire(&json!({"payload": 42})).unwrap().unwrap().idempotency_key, Some("42".into()));
     }
 
+    #[test]
+    fn a_priority_and_a_fairness_key_are_read_and_checked() {
+        let node = json!([{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]);
+        let plain = Workflow::parse(&json!({"name": "w", "nodes": node})).unwrap();
+        assert_eq!((plain.priority, plain.fairness_key_of(&json!({})).unwrap()), (3, None));
+        let wf = Workflow::parse(&json!({"name": "w", "nodes": node, "priority": 1.0,
+                                         "fairness_key": "t-${ .input.tenant }"}))
+        .unwrap();
+        assert_eq!(wf.priority, 1);
+        assert_eq!(wf.fairness_key_of(&json!({"tenant": 7})).unwrap(), Some("t-7".into()));
+        let whole = Workflow::parse(&json!({"name": "w", "nodes": node, "fairness_key": "${ .input.t }"})).unwrap();
+        assert_eq!(whole.fairness_key_of(&json!({"t": 42})).unwrap(), Some("42".into()));
+        assert_eq!(whole.fairness_key_of(&json!({})).unwrap(), None, "null: no key");
+        assert_eq!(whole.fairness_key_of(&json!({"t": ""})).unwrap(), None, "empty: no key");
+        let e = whole.fairness_key_of(&json!({"t": [1]})).unwrap_err();
+        assert!(e.starts_with("fairness_key:"), "{e}");
+        let e = whole.fairness_key_of(&json!({"t": "x".repeat(MAX_FAIRNESS_KEY + 1)})).unwrap_err();
+        assert!(e.contains("max_fairness_key"), "{e}");
+        for (bad, field) in [
+            (json!({"priority": 0}), "priority"),
+            (json!({"priority": 2.5}), "priority"),
+            (json!({"priority": "1"}), "priority"),
+            (json!({"fairness_key": 5}), "fairness_key"),
+            (json!({"fairness_key": "${ .secrets.K }"}), "fairness_key"),
+            (json!({"fairness_key": "${ .nodes.a.output }"}), "fairness_key"),
+            (json!({"fairness_key": "${ .input | }"}), "fairness_key"),
+        ] {
+            let mut spec = json!({"name": "w", "nodes": node});
+            spec.as_object_mut().unwrap().extend(bad.as_object().unwrap().clone());
+            let e = Workflow::parse(&spec).unwrap_err();
+            assert_eq!(e.path, field, "{bad}: {e}");
+        }
+    }
+
     fn http(id: &str) -> Value {
         json!({"id": id, "type": "HTTP", "config": {"url": "http://127.0.0.1/x"}})
     }
