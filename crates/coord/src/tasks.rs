@@ -76,19 +76,6 @@ pub fn streams_by_priority(s: &Shared, queues: &[String]) -> ByPriority {
     })
 }
 
-/// The order one read goes through the streams: the levels as the shared
-/// weighted share orders them ([`composer_core::priority::Share::order`]),
-/// and within each the shards from `start`, so no shard is always last.
-fn read_order(s: &Shared, streams: &ByPriority, start: usize) -> Vec<String> {
-    let order = s.priority_share.lock().unwrap_or_else(|p| p.into_inner()).order();
-    let mut out = Vec::with_capacity(streams.iter().map(Vec::len).sum());
-    for level in order {
-        let level = &streams[(level - composer_core::priority::HIGHEST) as usize];
-        out.extend((0..level.len()).map(|i| level[(start + i) % level.len()].clone()));
-    }
-    out
-}
-
 /// One pass: expired leases first, then new messages, up to `max` tasks.
 pub async fn lease(
     s: &Shared,
@@ -127,8 +114,12 @@ pub async fn lease(
     if want == 0 {
         return Ok(out);
     }
+    // The coordinator's share, carried through the read: polls at once may
+    // each start from the same state, which only blurs the share a little.
+    let mut share = s.priority_share.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let (read, missing) =
-        s.streams.read_in_order(&consumer, &read_order(s, streams, start), want).await.map_err(redis_down)?;
+        s.streams.read_weighted(&consumer, streams, want, &mut share, start).await.map_err(redis_down)?;
+    *s.priority_share.lock().unwrap_or_else(|p| p.into_inner()) = share;
     if !missing.is_empty() {
         // Redis lost the groups (restarted without persistence): make them again next time.
         let mut known = s.task_api_groups.lock().unwrap_or_else(|p| p.into_inner());

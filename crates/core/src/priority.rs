@@ -68,16 +68,31 @@ impl Share {
         Some(best as u8 + HIGHEST)
     }
 
-    /// The levels in the order to try them when which have work is not
-    /// known yet: the one the share picks among all, then the others, first
-    /// served first.
-    pub fn order(&mut self) -> [u8; 5] {
-        let first = self.next(|_| true).unwrap_or(HIGHEST);
-        let mut order = [first; 5];
-        for (slot, level) in order[1..].iter_mut().zip(levels().filter(|&l| l != first)) {
-            *slot = level;
+    /// Takes back the pick of `level` that [`Share::next`] just made with
+    /// the same `waiting` (it turned out to have no work): as if it had not
+    /// been made.
+    pub fn take_back(&mut self, level: u8, waiting: impl Fn(u8) -> bool) {
+        let mut total = 0;
+        for (i, w) in WEIGHTS.iter().enumerate() {
+            if waiting(i as u8 + HIGHEST) {
+                self.current[i] -= w;
+                total += w;
+            }
         }
-        order
+        if let Some(c) = self.current.get_mut(usize::from(level.saturating_sub(HIGHEST))) {
+            *c += total;
+        }
+    }
+
+    /// The share's state, to carry it through a script that picks as
+    /// [`Share::next`] does (the task API's reads on Redis).
+    pub fn state(&self) -> [i64; 5] {
+        self.current
+    }
+
+    /// A share in the state [`Share::state`] gave.
+    pub fn with_state(current: [i64; 5]) -> Share {
+        Share { current }
     }
 }
 
@@ -119,13 +134,15 @@ mod tests {
     }
 
     #[test]
-    fn an_order_names_each_level_once() {
+    fn a_pick_taken_back_leaves_the_share_as_it_was() {
         let mut share = Share::default();
-        for _ in 0..40 {
-            let mut o = share.order();
-            o.sort_unstable();
-            assert_eq!(o, [1, 2, 3, 4, 5]);
-        }
+        share.next(|l| l == 1 || l == 5);
+        let before = share.state();
+        let all = |_| true;
+        let picked = share.next(all).unwrap();
+        share.take_back(picked, all);
+        assert_eq!(share.state(), before);
+        assert_eq!(Share::with_state(before).state(), before);
     }
 
     #[test]

@@ -50,4 +50,12 @@ impl Error {
     }
 }
 
+impl Error {
+    /// True when PostgreSQL aborted the transaction to break a deadlock or
+    /// a serialization conflict: the same work, tried again, can succeed.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Db(e) if e.code().is_some_and(|c| matches!(c.code(), "40P01" | "40001")))
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -167,36 +167,94 @@ impl Marks {
 const RAISE_MARK: &str = "local m = tonumber(redis.call('GET', KEYS[1]) or '0') \
     if m < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end return 0";
 
-/// [`Streams::read_in_order`] on one server: XREADGROUP each stream in turn
-/// until enough were read; a stream whose group is missing is named back.
-/// Replies `{{{stream, id, payload or nil}, …}, {missing stream, …}}`.
-/// (XREADGROUP without BLOCK may run in a script.)
-const READ_IN_ORDER: &str = "local want = tonumber(ARGV[1]) \
-    local out = {} \
-    local missing = {} \
-    for _, key in ipairs(KEYS) do \
-    if want <= 0 then break end \
-    local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', want, 'STREAMS', key, '>') \
+/// [`Streams::read_weighted`] on one server. First, which priorities have
+/// messages not yet delivered to the group (a stream whose last entry is
+/// past the group's last delivered one: XINFO, nothing read); only those
+/// take part in the share, so an empty priority earns no turns. Then each
+/// read picks a priority by the weighted share (as
+/// `composer_core::priority::Share::next` does, its state passed in and
+/// back) and XREADGROUPs one message from that priority's streams, shard
+/// after shard; a priority found empty after all is left out of the rest,
+/// its pick taken back. (XREADGROUP without BLOCK may run
+/// in a script.) `KEYS` are the streams, priority 1's first; `ARGV` the
+/// count, group, consumer, field, then for each priority its stream count,
+/// weight and share state, then the shard to start at. Replies
+/// `{{{stream, id, payload or nil}, …}, {stream whose group is missing, …},
+/// {share state, …}}`.
+const READ_WEIGHTED: &str = "local want = tonumber(ARGV[1]) \
+    local start = tonumber(ARGV[20]) \
+    local function field(list, name) \
+    for j = 1, #list, 2 do \
+    if list[j] == name then return list[j + 1] end \
+    end \
+    return nil \
+    end \
+    local function waiting(key) \
+    local s = redis.pcall('XINFO', 'STREAM', key) \
+    if type(s) ~= 'table' or s.err then return false end \
+    local g = redis.pcall('XINFO', 'GROUPS', key) \
+    if type(g) ~= 'table' or g.err then return false end \
+    for _, group in ipairs(g) do \
+    if field(group, 'name') == ARGV[2] then \
+    return field(group, 'last-delivered-id') ~= field(s, 'last-generated-id') \
+    end \
+    end \
+    return false \
+    end \
+    local n, w, cur, first, empty, turn = {}, {}, {}, {}, {}, {} \
+    local k = 1 \
+    for l = 1, 5 do \
+    local a = 4 + 3 * (l - 1) \
+    n[l] = tonumber(ARGV[a + 1]) \
+    w[l] = tonumber(ARGV[a + 2]) \
+    cur[l] = tonumber(ARGV[a + 3]) \
+    first[l] = k \
+    k = k + n[l] \
+    empty[l] = true \
+    for i = 0, n[l] - 1 do \
+    if waiting(KEYS[first[l] + i]) then empty[l] = false break end \
+    end \
+    turn[l] = start \
+    end \
+    local out, missing = {}, {} \
+    while #out < want do \
+    local total, best = 0, nil \
+    for l = 1, 5 do \
+    if not empty[l] then \
+    cur[l] = cur[l] + w[l] \
+    total = total + w[l] \
+    if best == nil or cur[l] > cur[best] then best = l end \
+    end \
+    end \
+    if best == nil then break end \
+    cur[best] = cur[best] - total \
+    local got = false \
+    for i = 0, n[best] - 1 do \
+    local key = KEYS[first[best] + (turn[best] + i) % n[best]] \
+    local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', 1, 'STREAMS', key, '>') \
     if type(r) == 'table' and r.err then \
     missing[#missing + 1] = key \
-    elseif r then \
-    for _, s in ipairs(r) do \
-    for _, e in ipairs(s[2]) do \
-    local payload = false \
-    local f = e[2] \
-    for j = 1, #f, 2 do \
-    if f[j] == ARGV[4] then payload = f[j + 1] end \
-    end \
+    elseif r and r[1] and r[1][2][1] then \
+    local e = r[1][2][1] \
+    local payload = field(e[2], ARGV[4]) or false \
     out[#out + 1] = {key, e[1], payload} \
-    want = want - 1 \
+    turn[best] = turn[best] + i + 1 \
+    got = true \
+    break \
     end \
     end \
+    if not got then \
+    for l = 1, 5 do \
+    if not empty[l] then cur[l] = cur[l] - w[l] end \
+    end \
+    cur[best] = cur[best] + total \
+    empty[best] = true \
     end \
     end \
-    return {out, missing}";
+    return {out, missing, cur}";
 
-/// Parses [`READ_IN_ORDER`]'s reply.
-fn read_in_order_reply(reply: Value) -> Result<(Vec<Message>, Vec<String>)> {
+/// Parses [`READ_WEIGHTED`]'s reply.
+fn read_weighted_reply(reply: Value) -> Result<(Vec<Message>, Vec<String>, [i64; 5])> {
     let text = |v: &Value| match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
@@ -204,10 +262,18 @@ fn read_in_order_reply(reply: Value) -> Result<(Vec<Message>, Vec<String>)> {
     };
     let bad = |reason: &str| Error::BadMessage { stream: "(several)".into(), id: "-".into(), reason: reason.into() };
     let Value::Array(parts) = reply else { return Err(bad("the read script answered no list")) };
-    let [read, missing] = <[Value; 2]>::try_from(parts).map_err(|_| bad("the read script answered no pair"))?;
-    let (Value::Array(read), Value::Array(missing)) = (read, missing) else {
+    let [read, missing, state] =
+        <[Value; 3]>::try_from(parts).map_err(|_| bad("the read script answered no triple"))?;
+    let (Value::Array(read), Value::Array(missing), Value::Array(state)) = (read, missing, state) else {
         return Err(bad("the read script answered no lists"));
     };
+    let mut share = [0i64; 5];
+    for (slot, v) in share.iter_mut().zip(&state) {
+        *slot = match v {
+            Value::Int(i) => *i,
+            _ => return Err(bad("the read script answered a share state that is not numbers")),
+        };
+    }
     let mut out = Vec::with_capacity(read.len());
     for entry in read {
         let Value::Array(fields) = entry else { return Err(bad("a read entry is not a list")) };
@@ -218,7 +284,10 @@ fn read_in_order_reply(reply: Value) -> Result<(Vec<Message>, Vec<String>)> {
         let payload = fields.get(2).and_then(text).unwrap_or_default();
         out.push(Message { stream, id, payload });
     }
-    Ok((out, missing.iter().filter_map(text).collect()))
+    let mut missing: Vec<String> = missing.iter().filter_map(text).collect();
+    missing.sort();
+    missing.dedup();
+    Ok((out, missing, share))
 }
 
 /// What `Streams` was connected to (one or two per process: size is no concern).
@@ -550,42 +619,85 @@ impl Streams {
     }
 
     /// Reads up to `count` new messages for consumer `name`, without
-    /// blocking, from `streams` in the order given: the first's, then the
-    /// next's while fewer than `count` were read. One round trip on a single
-    /// server (a script); stream by stream on a cluster, whose streams live
-    /// on different nodes. Also returns the streams whose group is missing.
-    pub async fn read_in_order(
+    /// blocking, from the streams of each priority (`levels[0]` priority
+    /// 1's), one at a time from the priority `share` picks among those that
+    /// still have messages, so a read is shared by weight as a worker's
+    /// slots are; each priority's shards are read from `start` on. One round
+    /// trip on a single server (a script); stream by stream on a cluster,
+    /// whose streams live on different nodes. Also returns the streams whose
+    /// group is missing.
+    pub async fn read_weighted(
         &self,
         name: &str,
-        streams: &[String],
+        levels: &[Vec<String>; 5],
         count: usize,
+        share: &mut composer_core::priority::Share,
+        start: usize,
     ) -> Result<(Vec<Message>, Vec<String>)> {
         if matches!(self.client, Client::Cluster(_)) {
-            let (mut out, mut missing) = (Vec::new(), Vec::new());
-            for stream in streams {
-                if out.len() >= count {
-                    break;
-                }
-                match self.read_now(name, stream, count - out.len()).await {
-                    Ok(messages) => out.extend(messages),
+            return self.read_weighted_per_stream(name, levels, count, share, start).await;
+        }
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(READ_WEIGHTED).arg(levels.iter().map(Vec::len).sum::<usize>());
+        for level in levels {
+            cmd.arg(level);
+        }
+        cmd.arg(count).arg(GROUP).arg(name).arg(FIELD);
+        let state = share.state();
+        for (i, level) in levels.iter().enumerate() {
+            cmd.arg(level.len()).arg(composer_core::priority::WEIGHTS[i]).arg(state[i]);
+        }
+        cmd.arg(start);
+        let mut c = self.conn.clone();
+        let (read, missing, state) = read_weighted_reply(cmd.query_async(&mut c).await?)?;
+        *share = composer_core::priority::Share::with_state(state);
+        Ok((read, missing))
+    }
+
+    /// [`Streams::read_weighted`] as separate reads, for a cluster: which
+    /// priorities have messages is found by reading, so an empty priority
+    /// takes part in the share until then, which favours the lower
+    /// priorities a little.
+    async fn read_weighted_per_stream(
+        &self,
+        name: &str,
+        levels: &[Vec<String>; 5],
+        count: usize,
+        share: &mut composer_core::priority::Share,
+        start: usize,
+    ) -> Result<(Vec<Message>, Vec<String>)> {
+        let (mut out, mut missing) = (Vec::new(), Vec::new());
+        let mut empty: [bool; 5] = std::array::from_fn(|i| levels[i].is_empty());
+        let mut turn = [start; 5];
+        while out.len() < count {
+            let waiting = |e: &[bool; 5], l: u8| !e[usize::from(l - composer_core::priority::HIGHEST)];
+            let snapshot = empty;
+            let Some(level) = share.next(|l| waiting(&snapshot, l)) else { break };
+            let at = usize::from(level - composer_core::priority::HIGHEST);
+            let streams = &levels[at];
+            let mut got = false;
+            for i in 0..streams.len() {
+                let stream = &streams[(turn[at] + i) % streams.len()];
+                match self.read_now(name, stream, 1).await {
+                    Ok(mut messages) if !messages.is_empty() => {
+                        out.append(&mut messages);
+                        turn[at] += i + 1;
+                        got = true;
+                        break;
+                    }
+                    Ok(_) => {}
                     Err(e) if e.is_no_group() => missing.push(stream.clone()),
                     Err(e) => return Err(e),
                 }
             }
-            return Ok((out, missing));
+            if !got {
+                share.take_back(level, |l| waiting(&snapshot, l));
+                empty[at] = true;
+            }
         }
-        let mut c = self.conn.clone();
-        let reply: Value = redis::cmd("EVAL")
-            .arg(READ_IN_ORDER)
-            .arg(streams.len())
-            .arg(streams)
-            .arg(count)
-            .arg(GROUP)
-            .arg(name)
-            .arg(FIELD)
-            .query_async(&mut c)
-            .await?;
-        read_in_order_reply(reply)
+        missing.sort();
+        missing.dedup();
+        Ok((out, missing))
     }
 
     /// [`Streams::ack`] for many messages, pipelined.

@@ -517,17 +517,28 @@ pub(crate) async fn set_run_priority(
     Ok(Json(run_view(&run, Some(&tasks))))
 }
 
-/// [`runs::set_priority`] in a transaction of its own, by this request's actor.
+/// [`runs::set_priority`] in a transaction of its own, by this request's
+/// actor; tried again (three times in all) when PostgreSQL breaks a
+/// deadlock by aborting it.
 pub(crate) async fn change_priority(
     s: &Shared,
     run_id: Uuid,
     priority: u8,
 ) -> Result<runs::PriorityChange, composer_store::Error> {
-    let mut client = composer_store::client(&s.pool).await?;
-    let tx = client.transaction().await?;
-    let changed = runs::set_priority(&tx, run_id, priority, s.config.stream_shards as i32, &actor(s)).await?;
-    tx.commit().await?;
-    Ok(changed)
+    let mut tries = 0;
+    loop {
+        let attempt = async {
+            let mut client = composer_store::client(&s.pool).await?;
+            let tx = client.transaction().await?;
+            let changed = runs::set_priority(&tx, run_id, priority, s.config.stream_shards as i32, &actor(s)).await?;
+            tx.commit().await?;
+            Ok::<_, composer_store::Error>(changed)
+        };
+        match attempt.await {
+            Err(e) if e.is_conflict() && tries < 2 => tries += 1,
+            other => return other,
+        }
+    }
 }
 
 /// A priority a request gives: a level, or a 400 that says which are.

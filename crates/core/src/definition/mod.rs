@@ -62,6 +62,8 @@ impl Concurrency {
     pub fn key_of(&self, input: &Value) -> Result<String, String> {
         let Some(key) = &self.key else { return Ok(String::new()) };
         match key.eval(&json!({"input": input})) {
+            // PostgreSQL text holds no NUL: refused here, not by the insert.
+            Ok(Value::String(s)) if s.contains('\0') => Err("concurrency.key: contains a NUL character".into()),
             Ok(Value::String(s)) if s.len() <= MAX_CONCURRENCY_KEY => Ok(s),
             Ok(Value::String(_)) => Err(format!("concurrency.key: longer than {MAX_CONCURRENCY_KEY} bytes")),
             Ok(Value::Number(n)) => Ok(n.to_string()),
@@ -455,6 +457,7 @@ impl Workflow {
         let Some(key) = &self.fairness_key else { return Ok(None) };
         match key.eval(&json!({"input": input})) {
             Ok(Value::String(s)) if s.is_empty() => Ok(None),
+            Ok(Value::String(s)) if s.contains('\0') => Err("fairness_key: contains a NUL character".into()),
             Ok(Value::String(s)) if s.len() <= MAX_FAIRNESS_KEY => Ok(Some(s)),
             Ok(Value::String(_)) => {
                 Err(format!("fairness_key: longer than {MAX_FAIRNESS_KEY} bytes (max_fairness_key)"))
@@ -750,6 +753,13 @@ mod tests {
         assert_eq!(whole.fairness_key_of(&json!({"t": 42})).unwrap(), Some("42".into()));
         assert_eq!(whole.fairness_key_of(&json!({})).unwrap(), None, "null: no key");
         assert_eq!(whole.fairness_key_of(&json!({"t": ""})).unwrap(), None, "empty: no key");
+        let e = whole.fairness_key_of(&json!({"t": "a\u{0}b"})).unwrap_err();
+        assert!(e.contains("NUL"), "{e}");
+        let limited =
+            Workflow::parse(&json!({"name": "w", "nodes": node, "concurrency": {"max": 1, "key": "${ .input.t }"}}))
+                .unwrap();
+        let e = limited.concurrency.unwrap().key_of(&json!({"t": "a\u{0}"})).unwrap_err();
+        assert!(e.contains("NUL"), "{e}");
         let e = whole.fairness_key_of(&json!({"t": [1]})).unwrap_err();
         assert!(e.starts_with("fairness_key:"), "{e}");
         let e = whole.fairness_key_of(&json!({"t": "x".repeat(MAX_FAIRNESS_KEY + 1)})).unwrap_err();
