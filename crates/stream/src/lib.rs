@@ -825,6 +825,23 @@ impl Consumer {
         Ok(out)
     }
 
+    /// Reads up to `count` new messages across `streams` without blocking,
+    /// on a single server; on a cluster (where each stream is read with a
+    /// blocking call of its own) it reads nothing.
+    pub async fn read_now(&mut self, streams: &[String], count: usize) -> Result<Vec<Message>> {
+        let Reader::Single(conn) = &mut self.reader else { return Ok(Vec::new()) };
+        let ids: Vec<&str> = streams.iter().map(|_| ">").collect();
+        let opts = StreamReadOptions::default().group(GROUP, &self.name).count(count);
+        let reply: Option<StreamReadReply> = conn.xread_options(streams, &ids, &opts).await?;
+        let mut out = Vec::new();
+        for key in reply.map(|r| r.keys).unwrap_or_default() {
+            for entry in key.ids {
+                out.push(to_message(&key.key, entry.id, &entry.map)?);
+            }
+        }
+        Ok(out)
+    }
+
     /// Takes over messages on `stream` idle for longer than `min_idle`
     /// (their consumer died or stalled), with how often each was delivered.
     pub async fn reclaim(&mut self, stream: &str, min_idle: Duration, count: usize) -> Result<Vec<(Message, u64)>> {

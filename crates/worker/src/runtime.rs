@@ -180,16 +180,21 @@ async fn read_loop(
     reclaim_interval: Duration,
     shutdown: &CancellationToken,
 ) {
-    let mut consumer = None;
-    let mut backoff = Duration::from_millis(100);
-    let mut last_reclaim = tokio::time::Instant::now();
     // Read beyond the free slots: pending on this consumer, not leased,
     // first to get the next slots.
     let mut held = Held::default();
-    // A read's COUNT divides the free slots among one priority's streams:
-    // as many as before priorities when one level has work, and when all
-    // have, at most five times the free slots held.
-    let per_level = (names.len() / composer_core::priority::WEIGHTS.len()).max(1);
+    let mut reading = Reading {
+        names,
+        block,
+        reclaim_interval,
+        // A read's COUNT divides the free slots among one priority's
+        // streams: as many as before priorities when one level has work,
+        // and when all have, at most five times the free slots held.
+        per_level: (names.len() / composer_core::priority::WEIGHTS.len()).max(1),
+        consumer: None,
+        backoff: Duration::from_millis(100),
+        last_reclaim: tokio::time::Instant::now(),
+    };
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -199,57 +204,88 @@ async fn read_loop(
         while let Ok(p) = ctx.permits.clone().try_acquire_owned() {
             slots.push(p);
         }
-        if !held.is_empty() {
-            let n = held.len().min(slots.len());
-            let given = slots.split_off(slots.len() - n);
-            ctx.lease(held.take(n), given);
-            if slots.is_empty() {
-                continue;
-            }
+        // Read before the held messages get the slots, so that a higher
+        // priority that arrived meanwhile is seen: blocking when nothing is
+        // held, without blocking when some is (unless as many are held as
+        // there are streams, which bounds what a worker holds).
+        if held.len() < names.len() {
+            read_more(ctx, &mut reading, &mut held, &mut slots, shutdown).await;
         }
-        let reader = match &mut consumer {
-            Some(c) => c,
-            None => match connect_consumer(&ctx.streams, &ctx.id, block, names).await {
-                Ok(c) => consumer.insert(c),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read task streams; retrying");
-                    sleep_or_shutdown(shutdown, &mut backoff).await;
-                    continue;
-                }
-            },
-        };
-        if last_reclaim.elapsed() >= reclaim_interval {
-            last_reclaim = tokio::time::Instant::now();
-            if let Err(e) = reclaim(ctx, reader, names, &mut slots).await {
-                tracing::warn!(error = %e, "reclaiming stalled messages failed; reconnecting");
-                consumer = None;
-                continue;
-            }
-            if slots.is_empty() {
-                continue;
-            }
+        let n = held.len().min(slots.len());
+        if n > 0 {
+            slots.truncate(n);
+            ctx.lease(held.take(n), slots);
         }
-        let per_stream = (slots.len() / per_level).max(1);
-        match reader.read(names, per_stream).await {
-            Ok(messages) => {
-                backoff = Duration::from_millis(100);
-                for msg in messages {
-                    held.push(ctx.streams.keys().priority_of(&msg.stream), msg);
-                }
-                let n = held.len().min(slots.len());
-                if n > 0 {
-                    slots.truncate(n);
-                    ctx.lease(held.take(n), slots);
-                }
-            }
-            Err(e) if e.is_no_group() => {
-                tracing::warn!("a consumer group is missing (Redis lost its data?); re-creating");
-                consumer = None;
-            }
+    }
+}
+
+/// What [`read_loop`] reads with, and its state between reads.
+struct Reading<'a> {
+    names: &'a [String],
+    block: Duration,
+    reclaim_interval: Duration,
+    per_level: usize,
+    consumer: Option<composer_stream::Consumer>,
+    backoff: Duration,
+    last_reclaim: tokio::time::Instant,
+}
+
+/// One read for [`read_loop`] into `held` (reclaims first, when due, onto
+/// `slots`), connecting the consumer as needed; on an error the consumer is
+/// dropped, to connect again, after a backoff when nothing is held.
+async fn read_more(
+    ctx: &Arc<Ctx>,
+    r: &mut Reading<'_>,
+    held: &mut Held,
+    slots: &mut Vec<OwnedSemaphorePermit>,
+    shutdown: &CancellationToken,
+) {
+    let names = r.names;
+    let reader = match &mut r.consumer {
+        Some(c) => c,
+        None => match connect_consumer(&ctx.streams, &ctx.id, r.block, names).await {
+            Ok(c) => r.consumer.insert(c),
             Err(e) => {
-                tracing::warn!(error = %e, "reading task streams failed; reconnecting");
-                consumer = None;
-                sleep_or_shutdown(shutdown, &mut backoff).await;
+                tracing::warn!(error = %e, "cannot read task streams; retrying");
+                if held.is_empty() {
+                    sleep_or_shutdown(shutdown, &mut r.backoff).await;
+                }
+                return;
+            }
+        },
+    };
+    if r.last_reclaim.elapsed() >= r.reclaim_interval {
+        r.last_reclaim = tokio::time::Instant::now();
+        if let Err(e) = reclaim(ctx, reader, names, slots).await {
+            tracing::warn!(error = %e, "reclaiming stalled messages failed; reconnecting");
+            r.consumer = None;
+            return;
+        }
+        if slots.is_empty() {
+            return;
+        }
+    }
+    let per_stream = (slots.len() / r.per_level).max(1);
+    let read = match held.is_empty() {
+        true => reader.read(names, per_stream).await,
+        false => reader.read_now(names, per_stream).await,
+    };
+    match read {
+        Ok(messages) => {
+            r.backoff = Duration::from_millis(100);
+            for msg in messages {
+                held.push(ctx.streams.keys().priority_of(&msg.stream), msg);
+            }
+        }
+        Err(e) if e.is_no_group() => {
+            tracing::warn!("a consumer group is missing (Redis lost its data?); re-creating");
+            r.consumer = None;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reading task streams failed; reconnecting");
+            r.consumer = None;
+            if held.is_empty() {
+                sleep_or_shutdown(shutdown, &mut r.backoff).await;
             }
         }
     }

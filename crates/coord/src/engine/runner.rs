@@ -52,6 +52,9 @@ pub struct Engine {
     /// Runs whose last event failed permanently, and how often in a row: a
     /// repeat fails the run, so one poisoned run cannot fail forever.
     faults: Mutex<HashMap<Uuid, u32>>,
+    /// Concurrency keys (workflow, key) a pass of [`Engine::promote`] runs
+    /// for now in this process, each with whether a slot freed meanwhile.
+    promoting: Mutex<HashMap<(String, String), bool>>,
     /// Batch loops running now (`/readyz` is 503 when one has stopped).
     live_loops: AtomicUsize,
     /// The payload limit and the fan-out budget.
@@ -131,6 +134,7 @@ impl Engine {
             queue,
             inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
             faults: Mutex::new(HashMap::new()),
+            promoting: Mutex::new(HashMap::new()),
             live_loops: AtomicUsize::new(0),
             limits,
             traces: None,
@@ -801,6 +805,36 @@ impl Engine {
         Ok(batch.len())
     }
 
+    /// [`Engine::promote`] for a slot that freed, one pass at a time per key
+    /// in this process: a slot freed while a pass runs makes that pass run
+    /// once more when it is done, instead of queueing another transaction
+    /// behind the key's lock. (Each pass starts as many queued runs as the
+    /// key has free slots, so one pass serves any number of freed slots.)
+    async fn promote_freed(self: &Arc<Self>, workflow: String, key: String) {
+        let slot = (workflow, key);
+        {
+            let mut running = self.promoting.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(again) = running.get_mut(&slot) {
+                *again = true;
+                return;
+            }
+            running.insert(slot.clone(), false);
+        }
+        loop {
+            if let Err(e) = Box::pin(self.promote(&slot.0, &slot.1)).await {
+                tracing::warn!(workflow = slot.0, key = slot.1, error = %e, "starting queued runs failed; the timer loop will");
+            }
+            let mut running = self.promoting.lock().unwrap_or_else(|p| p.into_inner());
+            match running.get_mut(&slot) {
+                Some(again) if *again => *again = false,
+                _ => {
+                    running.remove(&slot);
+                    return;
+                }
+            }
+        }
+    }
+
     /// Starts the child run of a SUB_WORKFLOW attempt in a transaction of its
     /// own, unless the attempt no longer waits or has its child already (so
     /// it is safe to call again: the recovery sweep does, for attempts whose
@@ -914,11 +948,7 @@ impl Engine {
             let mut holders = Vec::new();
             for (run_id, effect) in owed {
                 match effect {
-                    AfterCommit::FreeSlot { workflow, key } => {
-                        if let Err(e) = Box::pin(engine.promote(&workflow, &key)).await {
-                            tracing::warn!(workflow, key, error = %e, "starting queued runs failed; the timer loop will");
-                        }
-                    }
+                    AfterCommit::FreeSlot { workflow, key } => Box::pin(engine.promote_freed(workflow, key)).await,
                     AfterCommit::NotifyParent { parent_run, event } => {
                         if let Err(e) = engine.handle(parent_run, event).await {
                             tracing::warn!(%run_id, error = %e, "reporting a child run to its parent failed; recovery will");
