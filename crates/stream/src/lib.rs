@@ -169,7 +169,8 @@ const RAISE_MARK: &str = "local m = tonumber(redis.call('GET', KEYS[1]) or '0') 
 
 /// [`Streams::read_weighted`] on one server. First, which priorities have
 /// messages not yet delivered to the group (a stream whose last entry is
-/// past the group's last delivered one: XINFO, nothing read); only those
+/// past the group's last delivered one: XINFO, nothing read; a stream
+/// without the group is named back, to have it made again); only those
 /// take part in the share, so an empty priority earns no turns. Then each
 /// read picks a priority by the weighted share (as
 /// `composer_core::priority::Share::next` does, its state passed in and
@@ -189,6 +190,7 @@ const READ_WEIGHTED: &str = "local want = tonumber(ARGV[1]) \
     end \
     return nil \
     end \
+    local missing = {} \
     local function waiting(key) \
     local s = redis.pcall('XINFO', 'STREAM', key) \
     if type(s) ~= 'table' or s.err then return false end \
@@ -199,6 +201,7 @@ const READ_WEIGHTED: &str = "local want = tonumber(ARGV[1]) \
     return field(group, 'last-delivered-id') ~= field(s, 'last-generated-id') \
     end \
     end \
+    missing[#missing + 1] = key \
     return false \
     end \
     local n, w, cur, first, empty, turn = {}, {}, {}, {}, {}, {} \
@@ -216,7 +219,7 @@ const READ_WEIGHTED: &str = "local want = tonumber(ARGV[1]) \
     end \
     turn[l] = start \
     end \
-    local out, missing = {}, {} \
+    local out = {} \
     while #out < want do \
     local total, best = 0, nil \
     for l = 1, 5 do \

@@ -310,3 +310,38 @@ async fn a_bad_priority_or_fairness_key_is_refused_by_name() {
     assert!(status == 400 || status == 422, "{status} {body}");
     e.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_api_serves_again_after_redis_lost_its_groups() {
+    let dir = composer_embedded::temp_dir("prio-redis-restart").unwrap();
+    let mut redis = composer_embedded::LocalRedis::start(&dir, None).unwrap();
+    let e = Engine::on(
+        composer_testkit::TestDb::create().await,
+        redis.url(),
+        EngineOptions { workers: 0, ..Default::default() },
+    )
+    .await;
+    e.register(&one_step("again", "rq", 2)).await;
+    start(&e, "again", json!({"who": "before"}), None).await;
+    let tasks = poll(&e, "rq", 1).await;
+    assert_eq!(tasks.len(), 1, "the groups were made and read");
+    complete(&e, &tasks[0]).await;
+
+    // Redis comes back empty: the streams and their groups are gone, and
+    // this coordinator still thinks it made the groups.
+    tokio::task::block_in_place(|| redis.restart()).unwrap();
+    start(&e, "again", json!({"who": "after"}), None).await;
+    let until = Instant::now() + T;
+    loop {
+        let (status, body) =
+            e.post("/v1/tasks/poll", &json!({"worker_id": "w", "queues": ["rq"], "max": 1, "wait": "1s"})).await;
+        if status == 200 && body["tasks"].as_array().is_some_and(|t| !t.is_empty()) {
+            assert_eq!(body["tasks"][0]["input"]["who"], "after", "{body}");
+            break;
+        }
+        assert!(Instant::now() < until, "the task API never read the new message: {status} {body}");
+    }
+    e.stop().await;
+    drop(redis);
+    let _ = std::fs::remove_dir_all(dir);
+}
