@@ -612,13 +612,7 @@ impl Streams {
         let opts = StreamReadOptions::default().group(GROUP, name).count(count);
         let mut c = self.conn.clone();
         let reply: Option<StreamReadReply> = c.xread_options(&[stream], &[">"], &opts).await?;
-        let mut out = Vec::new();
-        for key in reply.map(|r| r.keys).unwrap_or_default() {
-            for entry in key.ids {
-                out.push(to_message(&key.key, entry.id, &entry.map)?);
-            }
-        }
-        Ok(out)
+        messages_of(reply)
     }
 
     /// Reads up to `count` new messages for consumer `name`, without
@@ -786,13 +780,7 @@ impl ClusterReader {
         // A connection that failed is dropped; the next read makes another.
         let reply = reply?;
         self.idle.insert(stream, conn);
-        let mut out = Vec::new();
-        for key in reply.map(|r| r.keys).unwrap_or_default() {
-            for entry in key.ids {
-                out.push(to_message(&key.key, entry.id, &entry.map)?);
-            }
-        }
-        Ok(out)
+        messages_of(reply)
     }
 }
 
@@ -819,13 +807,7 @@ impl Consumer {
         let opts =
             StreamReadOptions::default().group(GROUP, &self.name).count(count).block(self.block.as_millis() as usize);
         let reply: Option<StreamReadReply> = conn.xread_options(streams, &ids, &opts).await?;
-        let mut out = Vec::new();
-        for key in reply.map(|r| r.keys).unwrap_or_default() {
-            for entry in key.ids {
-                out.push(to_message(&key.key, entry.id, &entry.map)?);
-            }
-        }
-        Ok(out)
+        messages_of(reply)
     }
 
     /// Reads up to `count` new messages across `streams` without blocking,
@@ -836,13 +818,7 @@ impl Consumer {
         let ids: Vec<&str> = streams.iter().map(|_| ">").collect();
         let opts = StreamReadOptions::default().group(GROUP, &self.name).count(count);
         let reply: Option<StreamReadReply> = conn.xread_options(streams, &ids, &opts).await?;
-        let mut out = Vec::new();
-        for key in reply.map(|r| r.keys).unwrap_or_default() {
-            for entry in key.ids {
-                out.push(to_message(&key.key, entry.id, &entry.map)?);
-            }
-        }
-        Ok(out)
+        messages_of(reply)
     }
 
     /// Takes over messages on `stream` idle for longer than `min_idle`
@@ -880,6 +856,17 @@ impl Consumer {
         }
         Ok(out)
     }
+}
+
+/// The messages of an XREADGROUP reply (none: nothing was new).
+fn messages_of(reply: Option<StreamReadReply>) -> Result<Vec<Message>> {
+    let mut out = Vec::new();
+    for key in reply.map(|r| r.keys).unwrap_or_default() {
+        for entry in key.ids {
+            out.push(to_message(&key.key, entry.id, &entry.map)?);
+        }
+    }
+    Ok(out)
 }
 
 fn to_message(stream: &str, id: String, map: &std::collections::HashMap<String, Value>) -> Result<Message> {
