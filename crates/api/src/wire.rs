@@ -8,7 +8,7 @@ use uuid::Uuid;
 /// One task to execute, as carried on a Redis stream: built from the task
 /// row when the outbox row is claimed, serialized here and parsed by the
 /// worker. Field names are a contract with workers in other languages.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Dispatch {
     pub task_id: Uuid,
     pub run_id: Uuid,
@@ -128,6 +128,81 @@ pub struct ReportAck {
     pub ignored: Option<String>,
 }
 
+/// The answer to `POST /internal/v1/tasks/{id}/result`: the report's fate,
+/// and the tasks leased to the reporting worker with it (eager dispatch).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ReportReply {
+    pub applied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignored: Option<String>,
+    /// Tasks the report's commit leased to its worker, as the report's
+    /// [`EAGER_HEADER`] offered (at most its slots, of its queues): run
+    /// them as if read from their streams and leased, from now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next: Vec<Dispatch>,
+}
+
+/// The header of a report that offers to take the run's next tasks with
+/// its answer: `slots=<n>; lease_ms=<ms>; queues=<queue>,<queue>…`. A
+/// coordinator that does not know it ignores it.
+pub const EAGER_HEADER: &str = "composer-eager";
+
+/// Most tasks one report may ask for.
+pub const MAX_EAGER_SLOTS: u32 = 16;
+/// Most queues one report's offer may name.
+pub const MAX_EAGER_QUEUES: usize = 64;
+/// The shortest and longest lease an offer may ask for.
+pub const EAGER_LEASE_MS: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;
+
+/// What a report's [`EAGER_HEADER`] offers: up to `slots` tasks of `queues`,
+/// each leased to the reporting worker for `lease`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EagerOffer {
+    pub slots: u32,
+    pub lease: std::time::Duration,
+    pub queues: Vec<String>,
+}
+
+impl EagerOffer {
+    /// The header's value.
+    pub fn header(&self) -> String {
+        format!("slots={}; lease_ms={}; queues={}", self.slots, self.lease.as_millis(), self.queues.join(","))
+    }
+
+    /// Reads a header's value; the error names what is wrong.
+    pub fn parse(value: &str) -> Result<EagerOffer, String> {
+        let (mut slots, mut lease, mut queues) = (None, None, None);
+        for part in value.split(';') {
+            let (key, v) = part.trim().split_once('=').ok_or_else(|| format!("{part:?} is not key=value"))?;
+            let number = || v.parse::<u64>().map_err(|_| format!("{key} must be a whole number, not {v:?}"));
+            match key {
+                "slots" if slots.is_none() => slots = Some(number()?),
+                "lease_ms" if lease.is_none() => lease = Some(number()?),
+                "queues" if queues.is_none() => {
+                    queues = Some(v.split(',').map(str::to_string).collect::<Vec<_>>());
+                }
+                _ => return Err(format!("unknown or repeated key {key:?}")),
+            }
+        }
+        let slots = slots.ok_or("slots is missing")?;
+        if slots == 0 || slots > u64::from(MAX_EAGER_SLOTS) {
+            return Err(format!("slots must be 1 to {MAX_EAGER_SLOTS}"));
+        }
+        let lease = lease.ok_or("lease_ms is missing")?;
+        if !EAGER_LEASE_MS.contains(&lease) {
+            return Err(format!("lease_ms must be {} to {}", EAGER_LEASE_MS.start(), EAGER_LEASE_MS.end()));
+        }
+        let queues = queues.ok_or("queues is missing")?;
+        if queues.len() > MAX_EAGER_QUEUES {
+            return Err(format!("at most {MAX_EAGER_QUEUES} queues"));
+        }
+        for q in &queues {
+            composer_core::definition::check_name("queues", q)?;
+        }
+        Ok(EagerOffer { slots: slots as u32, lease: std::time::Duration::from_millis(lease), queues })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +225,38 @@ mod tests {
         {
             assert!(report(bad).is_err(), "{bad} was taken");
         }
+    }
+
+    #[test]
+    fn an_eager_offer_reads_back_what_it_writes_and_refuses_what_it_does_not_take() {
+        let offer = EagerOffer {
+            slots: 2,
+            lease: std::time::Duration::from_secs(30),
+            queues: vec!["http".into(), "emails.v2".into()],
+        };
+        assert_eq!(offer.header(), "slots=2; lease_ms=30000; queues=http,emails.v2");
+        assert_eq!(EagerOffer::parse(&offer.header()), Ok(offer));
+        assert_eq!(EagerOffer::parse("queues=q;slots=1;lease_ms=1000").map(|o| o.slots), Ok(1), "any order");
+        for (bad, says) in [
+            ("", "not key=value"),
+            ("slots=1", "lease_ms is missing"),
+            ("slots=1; lease_ms=1000", "queues is missing"),
+            ("lease_ms=1000; queues=q", "slots is missing"),
+            ("slots=-1; lease_ms=1000; queues=q", "whole number"),
+            ("slots=17; lease_ms=1000; queues=q", "1 to 16"),
+            ("slots=1; lease_ms=999; queues=q", "1000 to 3600000"),
+            ("slots=1; lease_ms=3600001; queues=q", "1000 to 3600000"),
+            ("slots=1; lease_ms=1000; queues=", "must not be empty"),
+            ("slots=1; lease_ms=1000; queues=a,,b", "must not be empty"),
+            ("slots=1; lease_ms=1000; queues=a b", "queues"),
+            ("slots=1; lease_ms=1000; queues=q; slots=2", "repeated"),
+            ("slots=1; lease_ms=1000; queues=q; owner=x", "unknown"),
+        ] {
+            let e = EagerOffer::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+        let many = (0..=MAX_EAGER_QUEUES).map(|i| format!("q{i}")).collect::<Vec<_>>().join(",");
+        let e = EagerOffer::parse(&format!("slots=1; lease_ms=1000; queues={many}")).unwrap_err();
+        assert!(e.contains("at most 64 queues"), "{e}");
     }
 }

@@ -100,6 +100,8 @@ metrics! {
     BUILD_INFO: Gauge(Both), "composer_build_info", "1, labelled with the version of the running binary and its role.",
         version = [], role = [];
     DISPATCHES: Counter(Coordinator), "composer_dispatches_total", "Outbox rows published to Redis streams.";
+    EAGER_DISPATCHES: Counter(Both), "composer_eager_dispatches_total",
+        "Tasks leased to a worker in the answer to its report (eager dispatch), not sent through a stream: given (coordinator), run (worker).";
     OUTBOX_PUBLISH_FAILURES: Counter(Coordinator), "composer_outbox_publish_failures_total",
         "Outbox batches that failed to publish (rows went to RETRY).";
     TRACE_EXPORT_FAILURES: Counter(Coordinator), "composer_trace_export_failures_total",

@@ -158,6 +158,29 @@ pub struct Order<'a> {
     pub fairness_key: Option<&'a str>,
 }
 
+/// The message that dispatches attempt `t.attempt` of task `t`, written now.
+pub(crate) fn dispatch_of(
+    run_id: Uuid,
+    definition: (Uuid, i32),
+    node: &Node,
+    t: &machine::Task,
+    trace: &RunTrace,
+) -> Dispatch {
+    Dispatch {
+        task_id: t.id,
+        run_id,
+        workflow_id: definition.0,
+        workflow_version: definition.1,
+        node_id: t.node_id(node).into_owned(),
+        node_type: node.node_type.clone(),
+        attempt: t.attempt,
+        input: t.input.clone(),
+        published_at_us: None,
+        traceparent: Some(trace.attempt(t.id, t.attempt).header()),
+        dispatched_at_us: Some(composer_api::wire::now_us()),
+    }
+}
+
 /// `INSERT INTO outbox` for the tasks a batch of transitions dispatches. The
 /// shard comes from `composer_lane` (the run's fairness key's, else the
 /// task's own), the one place it is computed (the recovery sweeps use it too).
@@ -189,19 +212,7 @@ impl<'a> OutboxInserts<'a> {
         self.attempt.push(t.attempt);
         self.priority.push(order.priority.into());
         self.fairness_key.push(order.fairness_key);
-        self.dispatch.push(Dispatch {
-            task_id: t.id,
-            run_id,
-            workflow_id: definition.0,
-            workflow_version: definition.1,
-            node_id: t.node_id(node).into_owned(),
-            node_type: node.node_type.clone(),
-            attempt: t.attempt,
-            input: t.input.clone(),
-            published_at_us: None,
-            traceparent: Some(trace.attempt(t.id, t.attempt).header()),
-            dispatched_at_us: Some(composer_api::wire::now_us()),
-        });
+        self.dispatch.push(dispatch_of(run_id, definition, node, t, trace));
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -33,6 +33,31 @@ pub struct Change<'a> {
     pub traceparent: Option<&'a str>,
     /// Its priority and fairness key, for its messages' streams.
     pub order: Order<'a>,
+    /// Tasks it dispatches that go to a worker with this commit, leased,
+    /// instead of through the outbox and a stream.
+    pub eager: &'a [Eager],
+}
+
+/// A dispatched task leased in the commit that dispatches it, to the
+/// worker whose report made it ready (eager dispatch): written RUNNING
+/// under `owner`'s lease, with no outbox row. A worker that never gets
+/// the answer loses it when the lease expires, like any other.
+#[derive(Debug, Clone)]
+pub struct Eager {
+    /// The task, by its index in the run.
+    pub task: usize,
+    pub owner: String,
+    pub lease: std::time::Duration,
+}
+
+/// What [`write_transitions`] wrote that its caller sends on.
+#[derive(Debug, Default)]
+pub struct Wrote {
+    /// The outbox rows, with their messages, for a writer that publishes
+    /// them itself.
+    pub outbound: Vec<Outbound>,
+    /// The messages of the tasks leased eagerly ([`Change::eager`]).
+    pub eager: Vec<composer_api::wire::Dispatch>,
 }
 
 /// How a write's outbox rows go out, for [`write_transitions`].
@@ -52,15 +77,14 @@ pub enum Publish {
 /// changed tasks, outbox rows for dispatches, history, and notifications,
 /// and deletes the outbox rows `published` names (their messages are on
 /// their streams). Nothing is visible until the caller commits. `shards` is
-/// the stream shard count. Returns the outbox rows written, with their
-/// messages, for a writer that publishes them itself.
+/// the stream shard count.
 pub async fn write_transitions(
     tx: &Transaction<'_>,
     changes: &[Change<'_>],
     shards: i32,
     publish: Publish,
     published: &[i64],
-) -> Result<Vec<Outbound>> {
+) -> Result<Wrote> {
     let mut runs = RunUpdates::default();
     let mut new_tasks = TaskInserts::default();
     let mut changed_tasks = TaskUpdates::default();
@@ -71,7 +95,9 @@ pub async fn write_transitions(
     let mut removed = TaskDeletes::default();
     let mut sources = SourceWrites::default();
     let mut limits = crate::limits::LimitWrites::default();
-    for Change { wf, run, tr, definition, traceparent, order } in changes {
+    let mut eager_out = Vec::new();
+    for Change { wf, run, tr, definition, traceparent, order, eager } in changes {
+        let eager_of = |i: usize| eager.iter().find(|e| e.task == i);
         for (m, first, list) in &tr.sources {
             sources.push(run.id, run.tasks[*m].id, *first, list);
         }
@@ -86,7 +112,7 @@ pub async fn write_transitions(
             }
         }
         for &i in tr.created.iter().filter(|&&i| !run.tasks[i].removed) {
-            new_tasks.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i]);
+            new_tasks.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i], eager_of(i));
         }
         for &i in &tr.updated {
             let task = &run.tasks[i];
@@ -96,7 +122,7 @@ pub async fn write_transitions(
             }
             match task.removed {
                 true => removed.push(run.id, task.id),
-                false => changed_tasks.push(run.id, task),
+                false => changed_tasks.push(run.id, task, eager_of(i)),
             }
             // A MAP that ended (or was reset) has no items left to create.
             if task.progress.is_some_and(|p| p.total > composer_core::machine::ITEM_CHUNK)
@@ -119,9 +145,10 @@ pub async fn write_transitions(
         let trace = RunTrace::of(run.id, *traceparent);
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
-            match task.limit_keys.is_empty() {
-                true => outbox.push(run.id, *definition, node, task, &trace, *order),
-                false => limits.hold(run.id, node, task),
+            match (task.limit_keys.is_empty(), eager_of(i).is_some()) {
+                (true, true) => eager_out.push(crate::outbox::dispatch_of(run.id, *definition, node, task, &trace)),
+                (true, false) => outbox.push(run.id, *definition, node, task, &trace, *order),
+                (false, _) => limits.hold(run.id, node, task),
             }
         }
         for &(i, until) in &tr.limit_holds {
@@ -157,7 +184,7 @@ pub async fn write_transitions(
         notify.execute(tx),
         crate::outbox::delete(tx, published),
     )?;
-    Ok(outbound)
+    Ok(Wrote { outbound, eager: eager_out })
 }
 
 /// `UPDATE workflow_runs` for runs whose status, output or error changed.
@@ -226,10 +253,13 @@ struct TaskInserts<'a> {
     iteration: Vec<Option<i32>>,
     at_most_once: Vec<bool>,
     limit_keys: Vec<Option<Value>>,
+    /// An eager task's lease (its worker, and for how many seconds).
+    lease_owner: Vec<Option<&'a str>>,
+    lease_secs: Vec<Option<f64>>,
 }
 
 impl<'a> TaskInserts<'a> {
-    fn push(&mut self, run_id: Uuid, node: &'a Node, t: &'a machine::Task) {
+    fn push(&mut self, run_id: Uuid, node: &'a Node, t: &'a machine::Task, eager: Option<&'a Eager>) {
         self.run_id.push(run_id);
         self.id.push(t.id);
         self.node_id.push(t.node_id(node));
@@ -238,11 +268,13 @@ impl<'a> TaskInserts<'a> {
         self.progress.push(progress_json(t));
         self.node_type.push(&node.node_type);
         self.queue.push(node.queue.as_deref());
-        self.state.push(t.state.as_str());
+        self.state.push(stored_state(t, eager));
         self.attempt.push(t.attempt);
         self.input.push(&t.input);
         self.wake_at.push(deadline(t));
         self.finished_at.push(t.finished_at);
+        self.lease_owner.push(eager.map(|e| e.owner.as_str()));
+        self.lease_secs.push(eager.map(|e| e.lease.as_secs_f64()));
         self.output.push(t.output.as_ref());
         self.error.push(t.error.as_deref());
         self.event_name.push(t.event.as_ref().map(|e| e.0.as_str()));
@@ -262,15 +294,23 @@ impl<'a> TaskInserts<'a> {
                 "INSERT INTO task_instances
                     (run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at, finished_at,
                      output_json, error, event_name, event_key, parent_task_id, item_index, progress, error_info,
-                     iteration, at_most_once, limit_keys)
-                 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                      $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
-                                      $11::jsonb[], $12::text[], $13::text[], $14::text[], $15::uuid[],
-                                      $16::int4[], $17::jsonb[], $18::jsonb[], $19::int4[], $20::bool[],
-                                      $21::jsonb[])",
+                     iteration, at_most_once, limit_keys, lease_owner, lease_expires_at, started_at)
+                 SELECT u.run_id, u.id, u.node_id, u.node_type, u.queue, u.state, u.attempt, u.input_json,
+                        u.wake_at, u.finished_at, u.output_json, u.error, u.event_name, u.event_key,
+                        u.parent_task_id, u.item_index, u.progress, u.error_info, u.iteration, u.at_most_once,
+                        u.limit_keys, u.lease_owner, now() + make_interval(secs => u.lease_secs),
+                        CASE WHEN u.lease_owner IS NOT NULL THEN now() END
+                   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
+                               $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
+                               $11::jsonb[], $12::text[], $13::text[], $14::text[], $15::uuid[],
+                               $16::int4[], $17::jsonb[], $18::jsonb[], $19::int4[], $20::bool[],
+                               $21::jsonb[], $22::text[], $23::float8[])
+                        AS u(run_id, id, node_id, node_type, queue, state, attempt, input_json, wake_at,
+                             finished_at, output_json, error, event_name, event_key, parent_task_id, item_index,
+                             progress, error_info, iteration, at_most_once, limit_keys, lease_owner, lease_secs)",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 21] = [
+        let params: [&(dyn ToSql + Sync); 23] = [
             &self.run_id,
             &self.id,
             &self.node_id,
@@ -292,6 +332,8 @@ impl<'a> TaskInserts<'a> {
             &self.iteration,
             &self.at_most_once,
             &self.limit_keys,
+            &self.lease_owner,
+            &self.lease_secs,
         ];
         Ok(tx.execute(&stmt, &params).await?)
     }
@@ -303,6 +345,14 @@ fn deadline(t: &machine::Task) -> Option<DateTime<Utc>> {
     match t.state == TaskState::Pending && !t.limit_keys.is_empty() {
         true => None,
         false => t.wake_at,
+    }
+}
+
+/// A task's state as stored: an eager one is RUNNING under its lease.
+fn stored_state(t: &machine::Task, eager: Option<&Eager>) -> &'static str {
+    match eager {
+        Some(_) => TaskState::Running.as_str(),
+        None => t.state.as_str(),
     }
 }
 
@@ -321,9 +371,9 @@ fn error_info_json(t: &machine::Task) -> Option<Value> {
     t.error_info.as_ref().map(|i| serde_json::to_value(i).expect("an error's info serializes"))
 }
 
-/// `UPDATE task_instances` for tasks a transition changed. The engine never
-/// hands a task to a worker itself, so every change it writes ends any
-/// lease: a terminal task, or a new attempt to dispatch.
+/// `UPDATE task_instances` for tasks a transition changed. Every change it
+/// writes ends any lease (a terminal task, or a new attempt to dispatch),
+/// and gives the new attempt of an eager task its worker's.
 #[derive(Default)]
 struct TaskUpdates<'a> {
     run_id: Vec<Uuid>,
@@ -339,13 +389,17 @@ struct TaskUpdates<'a> {
     progress: Vec<Option<Value>>,
     error_info: Vec<Option<Value>>,
     iteration: Vec<Option<i32>>,
+    lease_owner: Vec<Option<&'a str>>,
+    lease_secs: Vec<Option<f64>>,
 }
 
 impl<'a> TaskUpdates<'a> {
-    fn push(&mut self, run_id: Uuid, t: &'a machine::Task) {
+    fn push(&mut self, run_id: Uuid, t: &'a machine::Task, eager: Option<&'a Eager>) {
         self.run_id.push(run_id);
         self.id.push(t.id);
-        self.state.push(t.state.as_str());
+        self.state.push(stored_state(t, eager));
+        self.lease_owner.push(eager.map(|e| e.owner.as_str()));
+        self.lease_secs.push(eager.map(|e| e.lease.as_secs_f64()));
         self.attempt.push(t.attempt);
         self.output.push(t.output.as_ref());
         self.error.push(t.error.as_deref());
@@ -368,17 +422,19 @@ impl<'a> TaskUpdates<'a> {
                     SET state = u.state, attempt = u.attempt, output_json = u.output, error = u.error,
                         wake_at = u.wake_at, finished_at = u.finished_at, input_json = u.input,
                         event_key = u.event_key, progress = u.progress, error_info = u.error_info,
-                        iteration = u.iteration,
-                        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+                        iteration = u.iteration, lease_owner = u.lease_owner,
+                        lease_expires_at = now() + make_interval(secs => u.lease_secs),
+                        started_at = CASE WHEN u.lease_owner IS NULL THEN t.started_at ELSE now() END,
+                        updated_at = now()
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
                                $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[], $11::jsonb[],
-                               $12::jsonb[], $13::int4[])
+                               $12::jsonb[], $13::int4[], $14::text[], $15::float8[])
                         AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key,
-                             progress, error_info, iteration)
+                             progress, error_info, iteration, lease_owner, lease_secs)
                   WHERE t.run_id = u.run_id AND t.id = u.id",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 13] = [
+        let params: [&(dyn ToSql + Sync); 15] = [
             &self.run_id,
             &self.id,
             &self.state,
@@ -392,6 +448,8 @@ impl<'a> TaskUpdates<'a> {
             &self.progress,
             &self.error_info,
             &self.iteration,
+            &self.lease_owner,
+            &self.lease_secs,
         ];
         Ok(tx.execute(&stmt, &params).await?)
     }

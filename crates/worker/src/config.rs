@@ -73,6 +73,12 @@ pub struct Options {
         hide_env_values = true
     )]
     pub metrics_token: Option<String>,
+    /// Offer, with each report, to run the next task it makes ready (eager
+    /// dispatch): the coordinator leases it to this worker in the report's
+    /// commit and answers with it, instead of sending it through a stream.
+    /// Offered only while nothing read waits for a slot here.
+    #[arg(long, env = "COMPOSER_WORKER_EAGER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub eager: bool,
     /// How long one XREADGROUP blocks when there is nothing to do.
     #[arg(skip = Duration::from_secs(2))]
     pub block: Duration,

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use composer_api::wire::{ReportAck, TaskReport};
+use composer_api::wire::{Dispatch, EagerOffer, ReportReply, TaskReport, EAGER_HEADER};
 use uuid::Uuid;
 
 /// How long one call with log lines may take: they are sent from the
@@ -11,10 +11,11 @@ use uuid::Uuid;
 const LOG_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What became of a report.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum Delivery {
     /// A coordinator answered (the result was applied or ignored): ack.
-    Delivered,
+    /// It leased to this worker the tasks given, as the report offered.
+    Delivered(Vec<Dispatch>),
     /// The run no longer exists, or this worker no longer holds the task's
     /// lease: nothing will ever take the result, ack.
     Gone,
@@ -88,8 +89,15 @@ impl Reporter {
     /// it says (a 4xx of its own: an output too large to send, a field it
     /// does not take) would be refused again: it becomes the attempt's
     /// failure, naming the refusal, sent once in its place; running the
-    /// task again would only make the same report.
-    pub async fn send(&self, task_id: Uuid, report: &TaskReport, deadline: Duration) -> Delivery {
+    /// task again would only make the same report. With an `offer`, the
+    /// answer may carry tasks leased to this worker (eager dispatch).
+    pub async fn send(
+        &self,
+        task_id: Uuid,
+        report: &TaskReport,
+        deadline: Duration,
+        offer: Option<&EagerOffer>,
+    ) -> Delivery {
         let give_up = tokio::time::Instant::now() + deadline;
         let mut backoff = Duration::from_millis(50);
         let mut replaced: Option<TaskReport> = None;
@@ -103,14 +111,21 @@ impl Reporter {
             if let Some(t) = &self.token {
                 req = req.bearer_auth(t);
             }
+            if let Some(offer) = offer {
+                req = req.header(EAGER_HEADER, offer.header());
+            }
             match req.send().await {
                 Ok(resp) if resp.status().is_success() => {
-                    if let Ok(ack) = resp.json::<ReportAck>().await {
-                        if let Some(reason) = ack.ignored {
-                            tracing::debug!(%task_id, %reason, "report ignored by the coordinator");
-                        }
+                    // An answer that does not parse leased nothing this
+                    // worker can run: a task it names would be lost to it
+                    // until its lease expires, as when the answer is lost.
+                    let Ok(reply) = resp.json::<ReportReply>().await else {
+                        return Delivery::Delivered(Vec::new());
+                    };
+                    if let Some(reason) = reply.ignored {
+                        tracing::debug!(%task_id, %reason, "report ignored by the coordinator");
                     }
-                    return Delivery::Delivered;
+                    return Delivery::Delivered(reply.next);
                 }
                 Ok(resp) => {
                     let status = resp.status();

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use composer_api::wire::{Dispatch, ReportStatus, StageTimes, TaskReport};
+use composer_api::wire::{Dispatch, EagerOffer, ReportStatus, StageTimes, TaskReport};
 use composer_store::leases::{Acquired, LeaseManager};
 use composer_stream::{Keys, Message, Streams};
 use futures_util::FutureExt;
@@ -31,6 +31,7 @@ struct Counters {
     lease_lost: AtomicU64,
     reported: AtomicU64,
     report_failed: AtomicU64,
+    eager: AtomicU64,
 }
 
 impl Stats {
@@ -52,6 +53,10 @@ impl Stats {
     pub fn report_failed(&self) -> u64 {
         self.0.report_failed.load(Ordering::Relaxed)
     }
+    /// Tasks run as given with a report's answer (eager dispatch).
+    pub fn eager(&self) -> u64 {
+        self.0.eager.load(Ordering::Relaxed)
+    }
 }
 
 struct Ctx {
@@ -68,6 +73,14 @@ struct Ctx {
     tracker: TaskTracker,
     /// Reads waiting for their leases (see [`lease_loop`]).
     leasing: tokio::sync::mpsc::UnboundedSender<Read>,
+    /// What a report offers to run next (eager dispatch); `None` when off.
+    offer: Option<EagerOffer>,
+    /// Messages read and waiting for a slot: while there are any, reports
+    /// offer nothing, so the slots go by the streams' priorities.
+    held: AtomicU64,
+    /// The read loop waits for a slot to read with.
+    wants_slot: std::sync::atomic::AtomicBool,
+    stopping: CancellationToken,
 }
 
 /// Messages of a read, a slot for each, and when they were read.
@@ -79,6 +92,17 @@ struct Read {
 }
 
 impl Ctx {
+    /// What a report offers now. Nothing while read messages wait for a
+    /// slot (they go first, by their priority), while the read loop waits
+    /// for a slot (the report's goes back to the streams, so chains of
+    /// eager tasks cannot keep them from being read), or while stopping.
+    fn offer(&self) -> Option<&EagerOffer> {
+        let busy = self.held.load(Ordering::Relaxed) > 0
+            || self.wants_slot.load(Ordering::Relaxed)
+            || self.stopping.is_cancelled();
+        self.offer.as_ref().filter(|_| !busy)
+    }
+
     /// Queues a read for its leases.
     fn lease(&self, messages: Vec<Message>, slots: Vec<OwnedSemaphorePermit>) {
         let read = Read { messages, slots, at: std::time::Instant::now(), at_us: composer_api::wire::now_us() };
@@ -124,6 +148,17 @@ pub async fn run(
         permits: Arc::new(Semaphore::new(o.concurrency)),
         tracker: TaskTracker::new(),
         leasing,
+        offer: o.eager.then(|| EagerOffer {
+            slots: 1,
+            lease: o.lease_ttl.clamp(
+                Duration::from_millis(*composer_api::wire::EAGER_LEASE_MS.start()),
+                Duration::from_millis(*composer_api::wire::EAGER_LEASE_MS.end()),
+            ),
+            queues: queues.iter().cloned().collect(),
+        }),
+        held: AtomicU64::new(0),
+        wants_slot: std::sync::atomic::AtomicBool::new(false),
+        stopping: shutdown.clone(),
     });
 
     let Some(shards) = wait_for_shard_count(&streams, &shutdown).await else { return Ok(()) };
@@ -196,9 +231,20 @@ async fn read_loop(
         last_reclaim: tokio::time::Instant::now(),
     };
     while !shutdown.is_cancelled() {
-        let first = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            p = ctx.permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        let first = match ctx.permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                ctx.wants_slot.store(true, Ordering::Relaxed);
+                let p = tokio::select! {
+                    _ = shutdown.cancelled() => None,
+                    p = ctx.permits.clone().acquire_owned() => p.ok(),
+                };
+                ctx.wants_slot.store(false, Ordering::Relaxed);
+                match p {
+                    Some(p) => p,
+                    None => break,
+                }
+            }
         };
         let mut slots = vec![first];
         while let Ok(p) = ctx.permits.clone().try_acquire_owned() {
@@ -216,6 +262,7 @@ async fn read_loop(
             slots.truncate(n);
             ctx.lease(held.take(n), slots);
         }
+        ctx.held.store(held.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -394,8 +441,8 @@ async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
         retry_after_ms: None,
         stages: None,
     };
-    match ctx.reporter.send(d.task_id, &report, ctx.report_deadline).await {
-        Delivery::Delivered | Delivery::Gone => ack(&ctx, &msg).await,
+    match ctx.reporter.send(d.task_id, &report, ctx.report_deadline, None).await {
+        Delivery::Delivered(_) | Delivery::Gone => ack(&ctx, &msg).await,
         Delivery::Failed => tracing::error!(task_id = %d.task_id, "no coordinator took the max-deliveries report"),
     }
 }
@@ -511,13 +558,12 @@ async fn take(ctx: Arc<Ctx>, reads: Vec<Read>) {
                     composer_metrics::WORKER.inc(composer_metrics::LEASE_TAKEOVERS, &[], 1);
                 }
                 stage("read_to_lease", leased_at - read_at);
-                let span = task_span(&d);
                 let stages = StageTimes {
                     read_at_us: Some(read_at_us),
                     leased_at_us: Some(leased_at_us),
                     ..StageTimes::default()
                 };
-                ctx.tracker.spawn(execute(ctx.clone(), msg, d, slot, Some(leased_at), stages).instrument(span));
+                ctx.tracker.spawn(run_on_slot(ctx.clone(), Some(msg), d, slot, Some(leased_at), stages));
             }
             // Another worker holds it, it finished or moved to another
             // attempt, or this read carried it twice.
@@ -553,10 +599,40 @@ async fn process(ctx: Arc<Ctx>, msg: Message, slot: OwnedSemaphorePermit) {
             return;
         }
     }
-    let span = task_span(&d);
     let now = composer_api::wire::now_us();
     let stages = StageTimes { read_at_us: Some(read_at_us), leased_at_us: Some(now), ..StageTimes::default() };
-    execute(ctx, msg, d, slot, None, stages).instrument(span).await
+    run_on_slot(ctx, Some(msg), d, slot, None, stages).await
+}
+
+/// Runs a leased task on its slot, then, on the same slot, the task its
+/// report's answer leased to this worker (eager dispatch), and so on. The
+/// slot is given back only when an answer brings nothing.
+async fn run_on_slot(
+    ctx: Arc<Ctx>,
+    msg: Option<Message>,
+    dispatch: Dispatch,
+    _slot: OwnedSemaphorePermit,
+    leased_at: Option<std::time::Instant>,
+    stages: StageTimes,
+) {
+    let (mut msg, mut dispatch, mut leased_at, mut stages) = (msg, dispatch, leased_at, stages);
+    loop {
+        let span = task_span(&dispatch);
+        let mut next = execute(&ctx, msg.take(), dispatch, leased_at, stages).instrument(span).await.into_iter();
+        let Some(first) = next.next() else { return };
+        // One slot was offered: more is a coordinator's mistake, handed
+        // back at once rather than left to expire.
+        for extra in next {
+            tracing::warn!(task_id = %extra.task_id, "a report's answer brought more tasks than offered; handing the lease back");
+            if let Err(e) = ctx.leases.release(extra.run_id, extra.task_id, &ctx.id, extra.attempt).await {
+                tracing::warn!(error = %e, "cannot hand the lease back; it will expire");
+            }
+        }
+        ctx.stats.0.eager.fetch_add(1, Ordering::Relaxed);
+        composer_metrics::WORKER.inc(composer_metrics::EAGER_DISPATCHES, &[], 1);
+        (dispatch, leased_at) = (first, Some(std::time::Instant::now()));
+        stages = StageTimes { leased_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
+    }
 }
 
 /// One stage of a step's way to its next task (`composer_step_stage_seconds`).
@@ -570,14 +646,16 @@ fn stage(name: &'static str, took: Duration) {
 /// fails its attempt at once, for good: every worker that serves a queue
 /// must handle every type routed to it.
 /// `leased_at` is when a read's lease was granted, for the step's stages.
+/// `msg` is the stream message it came in (none for a task given with a
+/// report's answer). Returns the tasks the report's answer leased to this
+/// worker.
 async fn execute(
-    ctx: Arc<Ctx>,
-    msg: Message,
+    ctx: &Arc<Ctx>,
+    msg: Option<Message>,
     dispatch: Dispatch,
-    _slot: OwnedSemaphorePermit,
     leased_at: Option<std::time::Instant>,
     mut stages: StageTimes,
-) {
+) -> Vec<Dispatch> {
     if let Some(at) = leased_at {
         stage("lease_to_start", at.elapsed());
     }
@@ -596,7 +674,8 @@ async fn execute(
     let outcome = match handler {
         Some(handler) => run_handler(handler, &dispatch, &lost, logs.clone()).await,
         None => {
-            let queue = ctx.streams.keys().queue_of(&msg.stream).unwrap_or(&msg.stream);
+            let stream = msg.as_ref().map_or("(given with a report's answer)", |m| m.stream.as_str());
+            let queue = ctx.streams.keys().queue_of(stream).unwrap_or(stream);
             let message = format!("no handler for type {} on queue {queue} (worker {})", dispatch.node_type, ctx.id);
             tracing::error!(node_type = %dispatch.node_type, %queue, "no handler for this type; failing the attempt");
             Some(Err(crate::task::TaskError::fatal(message).with_code(composer_core::machine::codes::NO_HANDLER)))
@@ -608,8 +687,8 @@ async fn execute(
         ctx.stats.0.lease_lost.fetch_add(1, Ordering::Relaxed);
         composer_metrics::WORKER.inc(composer_metrics::LEASES_LOST, &[], 1);
         tracing::warn!("lease lost; execution cancelled and its result discarded");
-        ack(&ctx, &msg).await;
-        return;
+        ack_if(ctx, msg.as_ref()).await;
+        return Vec::new();
     };
     let outcome = if result.is_ok() { "ok" } else { "error" };
     composer_metrics::WORKER.observe(
@@ -618,7 +697,7 @@ async fn execute(
         started.elapsed(),
     );
     // The last lines land before the result: the log is whole when the step ends.
-    send_logs(&ctx, &dispatch, &logs).await;
+    send_logs(ctx, &dispatch, &logs).await;
     stages.finished_at_us = Some(composer_api::wire::now_us());
     stages.dispatched_at_us = dispatch.dispatched_at_us;
     stages.published_at_us = dispatch.published_at_us;
@@ -628,13 +707,18 @@ async fn execute(
     report.stages = dispatch.traceparent.is_some().then_some(stages);
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.
-    let delivery = ctx.reporter.send(dispatch.task_id, &report, ctx.report_deadline).await;
+    let delivery = ctx.reporter.send(dispatch.task_id, &report, ctx.report_deadline, ctx.offer()).await;
     done.cancel();
     let _ = renewer.await;
     match delivery {
-        Delivery::Delivered | Delivery::Gone => {
+        Delivery::Delivered(next) => {
             ctx.stats.0.reported.fetch_add(1, Ordering::Relaxed);
-            ack(&ctx, &msg).await;
+            ack_if(ctx, msg.as_ref()).await;
+            return next;
+        }
+        Delivery::Gone => {
+            ctx.stats.0.reported.fetch_add(1, Ordering::Relaxed);
+            ack_if(ctx, msg.as_ref()).await;
         }
         Delivery::Failed => {
             tracing::error!("no coordinator took the report; handing the lease back, the message stays pending");
@@ -644,6 +728,7 @@ async fn execute(
             ctx.stats.0.report_failed.fetch_add(1, Ordering::Relaxed);
         }
     }
+    Vec::new()
 }
 
 /// Sends what the handler logged and has not been sent. One sender at a
@@ -788,6 +873,13 @@ async fn renew(
         if logs.pending() {
             send_logs(&ctx, &d, &logs).await;
         }
+    }
+}
+
+/// Acks the message a task came in, if it came in one.
+async fn ack_if(ctx: &Ctx, msg: Option<&Message>) {
+    if let Some(msg) = msg {
+        ack(ctx, msg).await;
     }
 }
 

@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod control;
 mod dataflow;
+mod eager;
 mod failure_handling;
 mod failures;
 mod flow;

@@ -21,6 +21,15 @@ pub struct Handled {
     pub status: composer_core::machine::RunStatus,
     /// Why the event changed nothing (duplicate, late, stale …).
     pub ignored: Option<String>,
+    /// Tasks leased with the answer to the worker whose report this was
+    /// (see [`By::Worker`]).
+    pub next: Vec<composer_api::wire::Dispatch>,
+}
+
+impl Handled {
+    pub fn new(status: composer_core::machine::RunStatus, ignored: Option<String>) -> Handled {
+        Handled { status, ignored, next: Vec::new() }
+    }
 }
 
 /// An event to apply to a run, and who sent it.
@@ -40,8 +49,10 @@ pub enum By {
     #[default]
     Engine,
     /// A worker's report, which must hold the task's lease at the event's
-    /// attempt (checked in the batch's transaction).
-    Worker(String),
+    /// attempt (checked in the batch's transaction), with what it offers to
+    /// run next: tasks the event makes ready, of the offer's queues, are
+    /// leased to it in the same commit (eager dispatch).
+    Worker(String, Option<composer_api::wire::EagerOffer>),
     /// An operator's control action: its history records who and why.
     Operator(Control),
     /// One run of a bulk job: applied at most once per (job, run), marked

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use composer_core::definition::Workflow;
 use composer_core::machine::{self, AfterCommit};
 use composer_store::runs::RunRow;
-use composer_store::transitions::{Change, Order};
+use composer_store::transitions::{Change, Eager, Order};
 
 use crate::trace::Seen;
+use composer_api::wire::EagerOffer;
 use uuid::Uuid;
 
 #[derive(Debug)]
@@ -32,6 +33,8 @@ pub struct Loaded {
     pub priority: u8,
     /// Whose work it is: its messages go to this key's lane.
     pub fairness_key: Option<String>,
+    /// Tasks its commit leases to the worker that reported (eager dispatch).
+    pub eager: Vec<Eager>,
 }
 
 impl Loaded {
@@ -48,6 +51,7 @@ impl Loaded {
             seen: Seen::default(),
             priority: row.priority,
             fairness_key: row.fairness_key.clone(),
+            eager: Vec::new(),
         }
     }
 
@@ -60,7 +64,36 @@ impl Loaded {
             definition: self.definition,
             traceparent: self.traceparent.as_deref(),
             order: Order { priority: self.priority, fairness_key: self.fairness_key.as_deref() },
+            eager: &self.eager,
         }
+    }
+
+    /// Leases to `worker`, in this commit, up to `offer.slots` of the tasks
+    /// its events dispatch to the offer's queues and that no limit holds;
+    /// returns their ids. Not at-most-once steps: one whose answer is lost
+    /// would go IN_DOUBT when its lease expires, though it was never sent.
+    pub fn give_eagerly(&mut self, worker: &str, offer: &EagerOffer) -> Vec<Uuid> {
+        let mut given = Vec::new();
+        for &i in &self.tr.dispatch {
+            if given.len() >= offer.slots as usize {
+                break;
+            }
+            let task = &self.run.tasks[i];
+            let node = &self.wf.nodes[task.node];
+            let written = self.tr.created.contains(&i) || self.tr.updated.contains(&i);
+            if task.state == machine::TaskState::Pending
+                && task.limit_keys.is_empty()
+                && !node.at_most_once
+                && !task.removed
+                && written
+                && offer.queues.iter().any(|q| q == node.dispatch_queue())
+                && !self.eager.iter().any(|e| e.task == i)
+            {
+                self.eager.push(Eager { task: i, owner: worker.to_string(), lease: offer.lease });
+                given.push(task.id);
+            }
+        }
+        given
     }
 
     /// What its commit owes other runs, each with the run it comes from.

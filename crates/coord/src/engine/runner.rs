@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use composer_api::wire::StageTimes;
+use composer_api::wire::{Dispatch, EagerOffer, StageTimes};
 use composer_core::definition::{Workflow, SUB_WORKFLOW_MAX_DEPTH};
 use composer_core::machine::{self, AfterCommit, Event, RunStatus};
 use composer_core::trace::RunTrace;
@@ -96,6 +96,8 @@ pub struct Started {
 /// whether any, and the failure handlers it started.
 struct Written {
     outbound: Vec<Outbound>,
+    /// The messages of the tasks leased eagerly.
+    eager: Vec<composer_api::wire::Dispatch>,
     any: bool,
     handlers: Vec<Loaded>,
     /// The spans the commit ends (none unless traces are on).
@@ -210,8 +212,8 @@ impl Engine {
         };
         let changes: Vec<Change> = all.into_iter().map(Loaded::change).collect();
         let any = changes.iter().any(|c| !c.tr.dispatch.is_empty());
-        let outbound = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;
-        Ok(Written { outbound, any, handlers, spans })
+        let wrote = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;
+        Ok(Written { outbound: wrote.outbound, eager: wrote.eager, any, handlers, spans })
     }
 
     /// After the commit of a write: publishes it, counts the failure
@@ -401,9 +403,10 @@ impl Engine {
         event: Event,
         worker: String,
         stages: Option<StageTimes>,
+        offer: Option<EagerOffer>,
     ) -> Result<Handled> {
         let told = Told { task_id: event.task_id(), stages, link: None };
-        self.handle_told(run_id, event, By::Worker(worker), Some(told)).await
+        self.handle_told(run_id, event, By::Worker(worker, offer), Some(told)).await
     }
 
     /// Applies `event` with what it tells its task's span.
@@ -596,7 +599,7 @@ impl Engine {
         runs::fail_faulted(&mut client, run_id, &message).await?;
         self.faults.lock().expect("fault counts").remove(&run_id);
         composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", RunStatus::Failed.as_str())], 1);
-        Ok(Handled { status: RunStatus::Failed, ignored: Some(message) })
+        Ok(Handled::new(RunStatus::Failed, Some(message)))
     }
 
     /// One transaction: lock every run named (in id order), load their tasks,
@@ -626,20 +629,24 @@ impl Engine {
         let tx = client.transaction().await?;
         let store = Tx(&tx);
         let (mut runs, leases) = self.lock_runs(&tx, &events).await?;
-        let mut results = Vec::with_capacity(events.len());
+        let mut results: Vec<Result<Handled>> = Vec::with_capacity(events.len());
         let applied = events.len();
+        // Reports that offer to take their run's next tasks: (result, run, worker, offer).
+        let mut offers = Vec::new();
         for Applying { run_id, event, by, told } in events {
             let Some(loaded) = runs.get_mut(&run_id) else {
                 results.push(Err(EngineError::RunNotFound(run_id)));
                 continue;
             };
+            let mut offer = None;
             let control = match by {
                 By::Engine => None,
-                By::Worker(worker) => {
+                By::Worker(worker, offered) => {
                     if let Some(task_id) = lease_lost(&event, &worker, &leases) {
                         results.push(Err(EngineError::LeaseLost(task_id)));
                         continue;
                     }
+                    offer = offered.map(|o| (worker, o));
                     None
                 }
                 By::Operator(control) => Some(control),
@@ -663,8 +670,19 @@ impl Engine {
                 }
             }
             count_event(run_id, name, &tr, loaded.run.status);
-            results.push(Ok(Handled { status: loaded.run.status, ignored: tr.ignored.clone() }));
+            if let (Some((worker, offer)), None) = (offer, &tr.ignored) {
+                offers.push((results.len(), run_id, worker, offer));
+            }
+            results.push(Ok(Handled::new(loaded.run.status, tr.ignored.clone())));
             loaded.tr.merge(tr);
+        }
+        // After every event: a later one of the batch may have ended what an
+        // earlier one dispatched.
+        let mut given: Vec<(usize, Vec<Uuid>)> = Vec::new();
+        for (at, run_id, worker, offer) in offers {
+            if let Some(loaded) = runs.get_mut(&run_id) {
+                given.push((at, loaded.give_eagerly(&worker, &offer)));
+            }
         }
         let mut created = Vec::with_capacity(starts.len());
         for (def, input, tags, traceparent, priority) in starts {
@@ -690,8 +708,16 @@ impl Engine {
             }
             created.push(row);
         }
-        let written = self.write(&tx, runs.values_mut(), published).await?;
+        let mut written = self.write(&tx, runs.values_mut(), published).await?;
         tx.commit().await?;
+        if !written.eager.is_empty() {
+            let mut sent: HashMap<Uuid, Dispatch> = written.eager.drain(..).map(|d| (d.task_id, d)).collect();
+            for (at, tasks) in given {
+                if let Some(Ok(handled)) = results.get_mut(at) {
+                    handled.next = tasks.iter().filter_map(|t| sent.remove(t)).collect();
+                }
+            }
+        }
         let handlers_owe = self.written(written);
         for l in runs.values().filter(|l| l.tr.run_changed && l.run.status.is_terminal()) {
             run_finished(&l.wf, &l.run);
@@ -731,7 +757,7 @@ impl Engine {
         // Of MAP items, only those the events name are loaded.
         let item_ids: Vec<Uuid> = events.iter().flat_map(|a| a.event.task_ids()).collect();
         let reported: Vec<Uuid> =
-            events.iter().filter(|a| matches!(a.by, By::Worker(_))).filter_map(|a| a.event.task_id()).collect();
+            events.iter().filter(|a| matches!(a.by, By::Worker(..))).filter_map(|a| a.event.task_id()).collect();
         let store = Tx(tx);
         let mut runs = HashMap::new();
         for (mut row, tasks) in runs::lock_many(tx, &run_ids, &item_ids).await? {

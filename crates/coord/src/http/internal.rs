@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::Json;
-use composer_api::wire::{ReportAck, ReportStatus, TaskReport};
+use composer_api::wire::{EagerOffer, ReportReply, ReportStatus, TaskReport, EAGER_HEADER};
 use composer_api::ErrorBody;
 use composer_core::machine::Event;
 use serde_json::Value;
 
-use super::error::ApiResult;
+use super::error::{ApiError, ApiResult};
 use super::extract::{task_id, Body, Path};
 use super::tasks::completed;
 use super::tasks::MAX_ERROR_CHARS;
@@ -22,22 +23,40 @@ use crate::shared::Shared;
 /// A worker's report of one attempt of a task. Applied only while `worker_id` holds the lease of
 /// `attempt`: a report of a worker that lost its lease, or of one that never held it, is a 409. An
 /// error longer than 65,536 characters is cut to that length.
+///
+/// Eager dispatch: with a `composer-eager` header (`slots=<n>; lease_ms=<ms>;
+/// queues=<q>,…`) the worker offers to run up to `slots` tasks of those
+/// queues that the report makes ready. The commit that applies the report
+/// leases them to it, and the answer's `next` carries them: no stream, no
+/// lease of their own. Tasks it does not take go through the streams.
 #[utoipa::path(
     post, path = "/internal/v1/tasks/{id}/result", operation_id = "reportTaskResult", tag = "workers",
-    params(("id" = Uuid, Path, description = "the task")),
+    params(
+        ("id" = Uuid, Path, description = "the task"),
+        ("composer-eager" = Option<String>, Header, description = "`slots=<1-16>; lease_ms=<1000-3600000>; queues=<queue>,…`: tasks this worker takes with the answer"),
+    ),
     request_body = TaskReport,
     responses(
-        (status = 200, description = "applied, or ignored with the reason (a duplicate, late or stale report)", body = ReportAck),
+        (status = 200, description = "applied, or ignored with the reason (a duplicate, late or stale report); `next` holds the tasks leased to this worker with it", body = ReportReply),
+        (status = 400, description = "the body or the `composer-eager` header is malformed", body = ErrorBody),
         (status = 409, description = "this worker does not hold the task's lease: the result was dropped", body = ErrorBody),
     )
 )]
 pub(crate) async fn report(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     Body(r): Body<TaskReport, true>,
-) -> ApiResult<Json<ReportAck>> {
+) -> ApiResult<Json<ReportReply>> {
     let started = std::time::Instant::now();
     let task_id = task_id(&id)?;
+    let offer = match headers.get(EAGER_HEADER) {
+        None => None,
+        Some(v) => {
+            let v = v.to_str().map_err(|_| ApiError::bad_request(format!("{EAGER_HEADER}: not plain text")))?;
+            Some(EagerOffer::parse(v).map_err(|e| ApiError::bad_request(format!("{EAGER_HEADER}: {e}")))?)
+        }
+    };
     let event = match r.status {
         // An output that cannot be stored (too large, too deep, a NUL) ends
         // the attempt for good, naming why: retrying would get it again.
@@ -53,10 +72,13 @@ pub(crate) async fn report(
             retry_after: r.retry_after_ms.map(std::time::Duration::from_millis),
         },
     };
-    let handled = s.engine.handle_reported(r.run_id, event, r.worker_id, r.stages).await?;
+    let handled = s.engine.handle_reported(r.run_id, event, r.worker_id, r.stages, offer).await?;
     composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
     composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
-    Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
+    if !handled.next.is_empty() {
+        composer_metrics::inc(composer_metrics::EAGER_DISPATCHES, &[], handled.next.len() as u64);
+    }
+    Ok(Json(ReportReply { applied: handled.ignored.is_none(), ignored: handled.ignored, next: handled.next }))
 }
 
 /// An error cut to [`MAX_ERROR_CHARS`], saying so. Cut rather than refused:

@@ -1,0 +1,200 @@
+//! Eager dispatch: a worker's report that offers a slot gets the task it
+//! makes ready, leased to it in the report's own commit, with its answer —
+//! no outbox row, no stream message, no lease statement of its own. A
+//! worker that never runs what it was given loses it when the lease expires.
+
+use std::time::{Duration, Instant};
+
+use composer_store::leases::LeaseManager;
+use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp};
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const T: Duration = Duration::from_secs(30);
+
+fn no_workers() -> EngineOptions {
+    EngineOptions { workers: 0, ..Default::default() }
+}
+
+/// Posts a report of `task`'s first attempt for `worker`, with `offer` as
+/// its `composer-eager` header.
+async fn report(e: &Engine, run: Uuid, task: Uuid, worker: &str, offer: Option<&str>) -> (u16, Value) {
+    let body =
+        json!({"run_id": run, "attempt": 1, "worker_id": worker, "status": "COMPLETED", "output": {"by": worker}});
+    let mut req = reqwest::Client::new().post(format!("{}/internal/v1/tasks/{task}/result", e.url())).json(&body);
+    if let Some(offer) = offer {
+        req = req.header("composer-eager", offer);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+/// The task of `node`, once it exists, with its lease, as stored.
+async fn stored(e: &Engine, run: Uuid, node: &str) -> (Uuid, String, Option<String>, Option<f64>) {
+    let until = Instant::now() + T;
+    loop {
+        let c = e.db.pool().get().await.unwrap();
+        let row = c
+            .query_opt(
+                "SELECT id, state, lease_owner, extract(epoch FROM lease_expires_at - now())::float8
+                   FROM task_instances WHERE run_id = $1 AND node_id = $2",
+                &[&run, &node],
+            )
+            .await
+            .unwrap();
+        if let Some(r) = row {
+            return (r.get(0), r.get(1), r.get(2), r.get(3));
+        }
+        assert!(Instant::now() < until, "task {node} was never created");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn outbox_rows_of(e: &Engine, task: Uuid) -> i64 {
+    let c = e.db.pool().get().await.unwrap();
+    c.query_one("SELECT count(*) FROM outbox WHERE task_id = $1", &[&task]).await.unwrap().get(0)
+}
+
+/// Messages on all of `queue`'s streams (every priority and shard).
+async fn messages_on(e: &Engine, queue: &str) -> usize {
+    let keys = composer_stream::Keys::new(e.prefix.clone());
+    let client = redis::Client::open(e.redis_url.as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let mut n = 0;
+    for name in keys.streams_of([queue].into_iter(), e.coordinator_config().stream_shards) {
+        let len: usize = c.xlen(name).await.unwrap();
+        n += len;
+    }
+    n
+}
+
+fn chain() -> Value {
+    json!({"name": "eager-chain", "nodes": [
+        {"id": "a", "type": "step"}, {"id": "b", "type": "step"}, {"id": "c", "type": "other"}],
+        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]})
+}
+
+#[tokio::test]
+async fn a_report_that_offers_a_slot_gets_the_next_task_leased_with_its_answer_and_nothing_goes_through_a_stream() {
+    let e = Engine::with(no_workers()).await;
+    let run = e.run(&chain()).await;
+    let (a, state, ..) = stored(&e, run, "a").await;
+    assert_eq!(state, "PENDING");
+    let leases = LeaseManager::new(e.db.pool());
+    assert!(leases.acquire(run, a, "w1", Duration::from_secs(30), 1).await.unwrap().is_granted());
+
+    let (status, answer) = report(&e, run, a, "w1", Some("slots=1; lease_ms=5000; queues=step,other")).await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+    let next = answer["next"].as_array().expect("the answer carries the next task");
+    let (b, state, owner, left) = stored(&e, run, "b").await;
+    assert_eq!(next.len(), 1, "{answer}");
+    assert_eq!(next[0]["task_id"], json!(b));
+    assert_eq!((next[0]["node_id"].as_str(), next[0]["attempt"].as_i64()), (Some("b"), Some(1)));
+    assert!(next[0]["traceparent"].is_string(), "{answer}");
+    assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some("w1")), "leased in the report's commit");
+    let left = left.unwrap();
+    assert!(left > 3.0 && left <= 5.0, "leased for the offer's 5 s: {left}");
+    assert_eq!(outbox_rows_of(&e, b).await, 0, "an eager task has no outbox row");
+    assert_eq!(messages_on(&e, "step").await, 1, "only a's message went through a stream");
+
+    // The given task is the worker's like any leased one: it reports it. An
+    // offer of queues the next task is not on gets nothing.
+    let (status, answer) = report(&e, run, b, "w1", Some("slots=4; lease_ms=5000; queues=step")).await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+    assert!(answer.get("next").is_none(), "c is on queue other: {answer}");
+    let (c, state, owner, _) = stored(&e, run, "c").await;
+    assert_eq!((state.as_str(), owner), ("PENDING", None), "c goes through its stream");
+    assert!(leases.acquire(run, c, "w2", Duration::from_secs(30), 1).await.unwrap().is_granted());
+    // Without the header, nothing is given (as an older worker sends it).
+    let (status, answer) = report(&e, run, c, "w2", None).await;
+    assert_eq!((status, answer.get("next")), (200, None), "{answer}");
+    let done = e.wait_for_run(run, T).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(e.task(run, "b").await["output"]["by"], "w1");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_malformed_offer_is_a_400_that_names_the_header_and_applies_nothing() {
+    let e = Engine::with(no_workers()).await;
+    let run = e.run(&chain()).await;
+    let (a, ..) = stored(&e, run, "a").await;
+    let leases = LeaseManager::new(e.db.pool());
+    assert!(leases.acquire(run, a, "w1", Duration::from_secs(30), 1).await.unwrap().is_granted());
+    for bad in [
+        "slots=0; lease_ms=5000; queues=step",
+        "slots=17; lease_ms=5000; queues=step",
+        "slots=1; lease_ms=10; queues=step",
+        "slots=1; lease_ms=5000",
+        "slots=1; lease_ms=5000; queues=st ep",
+        "slots=1; slots=1; lease_ms=5000; queues=step",
+        "slots=1; lease_ms=5000; queues=step; owner=me",
+        "whatever",
+    ] {
+        let (status, body) = report(&e, run, a, "w1", Some(bad)).await;
+        assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_request")), "{bad}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("composer-eager: "), "{bad}: {message}");
+    }
+    let (_, state, owner, _) = stored(&e, run, "a").await;
+    assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some("w1")), "no report was applied");
+    e.stop().await;
+}
+
+/// The failure table's row for a worker that dies, for a task it was given
+/// with a report's answer: it is never on a stream, so only its lease
+/// brings it back — the same attempt, run once.
+#[tokio::test]
+async fn a_worker_that_dies_holding_an_eagerly_given_task_loses_it_by_lease_expiry_and_it_runs_once() {
+    let mut e = Engine::with(no_workers()).await;
+    let http = FakeHttp::start().await;
+    let spec = json!({"name": "eager-orphan",
+        "nodes": [http_node("a", &http.url("/ok/a"), 1), http_node("b", &http.url("/ok/b"), 1)],
+        "edges": [{"from": "a", "to": "b"}]});
+    let run = e.run(&spec).await;
+    let (a, ..) = stored(&e, run, "a").await;
+    let leases = LeaseManager::new(e.db.pool());
+    assert!(leases.acquire(run, a, "doomed", Duration::from_secs(30), 1).await.unwrap().is_granted());
+    let (status, answer) = report(&e, run, a, "doomed", Some("slots=1; lease_ms=1000; queues=http")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["next"].as_array().map(Vec::len), Some(1), "{answer}");
+    // The worker dies before it starts b: nothing of b is on a stream.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    composer_coord::loops::recover_tasks(&e.coordinators[0].shared).await;
+    e.start_worker("survivor", 2).await;
+    let done = e.wait_for_run(run, T).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!(http.calls("/ok/b"), 1, "the orphaned task is executed exactly once");
+    let b = done["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "b").unwrap().clone();
+    assert_eq!(b["attempt"], 1, "recovery dispatches the same attempt again");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_worker_runs_a_chain_on_one_slot_through_its_reports_and_without_eager_through_the_streams() {
+    let http = FakeHttp::start().await;
+    let spec = |name: &str| {
+        json!({"name": name, "nodes": [
+            http_node("a", &http.url("/ok/a"), 1), http_node("b", &http.url("/ok/b"), 1),
+            http_node("c", &http.url("/ok/c"), 1)],
+            "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]})
+    };
+    let mut e = Engine::with(no_workers()).await;
+    let stats = e.start_worker("eager", 2).await.stats.clone();
+    let run = e.run(&spec("chain-eager")).await;
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    assert_eq!(stats.eager(), 2, "b and c came with the reports of a and b");
+    assert_eq!(stats.executed(), 3);
+    e.stop().await;
+
+    let mut e =
+        Engine::with(EngineOptions { workers: 0, worker: |c| c.options.eager = false, ..Default::default() }).await;
+    let stats = e.start_worker("streams", 2).await.stats.clone();
+    let run = e.run(&spec("chain-streams")).await;
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    assert_eq!((stats.eager(), stats.executed()), (0, 3), "COMPOSER_WORKER_EAGER=false");
+    e.stop().await;
+    assert_eq!(http.calls("/ok/c"), 2);
+}
