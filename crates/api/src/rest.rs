@@ -799,6 +799,24 @@ pub struct CompleteTask {
     #[serde(default)]
     #[schema(value_type = schema::JsonValue)]
     pub output: Value,
+    /// Take the next tasks this result makes ready with the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<TakeNext>,
+}
+
+/// Eager dispatch: up to `max` of the tasks a result makes ready, of
+/// `queues`, leased to the reporting worker in the result's own commit and
+/// returned in the answer's `next` (instead of through a poll).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"queues": ["images"], "max": 1}))]
+pub struct TakeNext {
+    #[schema(value_type = Vec<schema::Name>, min_items = 1, max_items = 32)]
+    pub queues: Vec<String>,
+    /// At most this many (1 to 16, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
+    #[schema(minimum = 1, maximum = 16)]
+    pub max: Option<u32>,
 }
 
 /// `POST /v1/tasks/{id}/fail`: why the attempt failed, and whether a retry may help.
@@ -831,6 +849,10 @@ pub struct FailTask {
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
     #[schema(minimum = 0)]
     pub retry_after_ms: Option<u64>,
+    /// Take the next tasks this result makes ready (an immediate retry of
+    /// this one among them) with the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<TakeNext>,
 }
 
 fn yes() -> bool {

@@ -126,6 +126,10 @@ pub struct ReportAck {
     pub applied: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignored: Option<String>,
+    /// The tasks leased to the reporting worker with this answer, as its
+    /// `next` asked: run each as one a poll leased.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next: Vec<crate::rest::LeasedTask>,
 }
 
 /// The answer to `POST /internal/v1/tasks/{id}/result`: the report's fate,

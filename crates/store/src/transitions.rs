@@ -56,8 +56,15 @@ pub struct Wrote {
     /// The outbox rows, with their messages, for a writer that publishes
     /// them itself.
     pub outbound: Vec<Outbound>,
-    /// The messages of the tasks leased eagerly ([`Change::eager`]).
-    pub eager: Vec<composer_api::wire::Dispatch>,
+    /// The tasks leased eagerly ([`Change::eager`]).
+    pub eager: Vec<Given>,
+}
+
+/// A task leased eagerly: its message, and the queue it would have gone to.
+#[derive(Debug, Clone)]
+pub struct Given {
+    pub dispatch: composer_api::wire::Dispatch,
+    pub queue: String,
 }
 
 /// How a write's outbox rows go out, for [`write_transitions`].
@@ -146,7 +153,10 @@ pub async fn write_transitions(
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
             match (task.limit_keys.is_empty(), eager_of(i).is_some()) {
-                (true, true) => eager_out.push(crate::outbox::dispatch_of(run.id, *definition, node, task, &trace)),
+                (true, true) => eager_out.push(Given {
+                    dispatch: crate::outbox::dispatch_of(run.id, *definition, node, task, &trace),
+                    queue: node.dispatch_queue().to_string(),
+                }),
                 (true, false) => outbox.push(run.id, *definition, node, task, &trace, *order),
                 (false, _) => limits.hold(run.id, node, task),
             }
@@ -253,7 +263,10 @@ struct TaskInserts<'a> {
     iteration: Vec<Option<i32>>,
     at_most_once: Vec<bool>,
     limit_keys: Vec<Option<Value>>,
-    /// An eager task's lease (its worker, and for how many seconds).
+    /// An eager task's lease (its worker, and for how many seconds). Its
+    /// `started_at` is when the row is written (`clock_timestamp()`, not
+    /// the transaction's start, which precedes the end of the step the
+    /// same transaction records).
     lease_owner: Vec<Option<&'a str>>,
     lease_secs: Vec<Option<f64>>,
 }
@@ -299,7 +312,7 @@ impl<'a> TaskInserts<'a> {
                         u.wake_at, u.finished_at, u.output_json, u.error, u.event_name, u.event_key,
                         u.parent_task_id, u.item_index, u.progress, u.error_info, u.iteration, u.at_most_once,
                         u.limit_keys, u.lease_owner, now() + make_interval(secs => u.lease_secs),
-                        CASE WHEN u.lease_owner IS NOT NULL THEN now() END
+                        CASE WHEN u.lease_owner IS NOT NULL THEN clock_timestamp() END
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
                                $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
                                $11::jsonb[], $12::text[], $13::text[], $14::text[], $15::uuid[],
@@ -424,7 +437,7 @@ impl<'a> TaskUpdates<'a> {
                         event_key = u.event_key, progress = u.progress, error_info = u.error_info,
                         iteration = u.iteration, lease_owner = u.lease_owner,
                         lease_expires_at = now() + make_interval(secs => u.lease_secs),
-                        started_at = CASE WHEN u.lease_owner IS NULL THEN t.started_at ELSE now() END,
+                        started_at = CASE WHEN u.lease_owner IS NULL THEN t.started_at ELSE clock_timestamp() END,
                         updated_at = now()
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
                                $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[], $11::jsonb[],

@@ -3,7 +3,7 @@
 //! step, and the summary it prints.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -650,7 +650,9 @@ pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// One task-API worker: polls for up to 32 tasks and completes each at
-/// once with its input as output, until `stop`.
+/// once with its input as output, until `stop`. Each completion asks for
+/// the task it makes ready (`next`), which is completed the same way; a
+/// coordinator that refuses `next` (an older one) is asked without it.
 pub(super) async fn poll_worker(
     http: reqwest::Client,
     url: String,
@@ -665,6 +667,7 @@ pub(super) async fn poll_worker(
         }
         req.send()
     };
+    let eager = AtomicBool::new(true);
     while !stop.is_cancelled() {
         let poll = json!({"worker_id": id, "queues": [TASK_API_QUEUE], "max": 32, "wait": "1s"});
         let batch: Value = match post("/v1/tasks/poll".into(), poll).await {
@@ -675,15 +678,37 @@ pub(super) async fn poll_worker(
             }
         };
         let tasks = batch["tasks"].as_array().cloned().unwrap_or_default();
-        let done = tasks.iter().map(|t| {
-            let body = json!({"worker_id": id, "run_id": t["run_id"], "attempt": t["attempt"], "output": t["input"]});
-            post(format!("/v1/tasks/{}/complete", t["id"].as_str().unwrap_or_default()), body)
-        });
-        for r in futures_util::future::join_all(done).await {
-            if let Err(e) = r {
-                eprintln!("task API bench worker: complete failed: {e}");
+        let chains = tasks.into_iter().map(|first| async {
+            let mut task = first;
+            loop {
+                let mut body =
+                    json!({"worker_id": id, "run_id": task["run_id"], "attempt": task["attempt"], "output": task["input"]});
+                if eager.load(Ordering::Relaxed) {
+                    body["next"] = json!({"queues": [TASK_API_QUEUE]});
+                }
+                let path = format!("/v1/tasks/{}/complete", task["id"].as_str().unwrap_or_default());
+                let answer = match post(path.clone(), body.clone()).await {
+                    Ok(r) if r.status() == reqwest::StatusCode::BAD_REQUEST && body.get("next").is_some() => {
+                        eager.store(false, Ordering::Relaxed);
+                        body.as_object_mut().map(|b| b.remove("next"));
+                        post(path, body).await
+                    }
+                    r => r,
+                };
+                let next = match answer {
+                    Ok(r) => r.json::<Value>().await.ok().and_then(|a| a["next"].get(0).cloned()),
+                    Err(e) => {
+                        eprintln!("task API bench worker: complete failed: {e}");
+                        None
+                    }
+                };
+                match next {
+                    Some(n) => task = n,
+                    None => break,
+                }
             }
-        }
+        });
+        futures_util::future::join_all(chains).await;
     }
 }
 

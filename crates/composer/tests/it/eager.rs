@@ -63,7 +63,7 @@ async fn messages_on(e: &Engine, queue: &str) -> usize {
     let client = redis::Client::open(e.redis_url.as_str()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     let mut n = 0;
-    for name in keys.streams_of([queue].into_iter(), e.coordinator_config().stream_shards) {
+    for name in keys.streams_of([queue], e.coordinator_config().stream_shards) {
         let len: usize = c.xlen(name).await.unwrap();
         n += len;
     }
@@ -97,6 +97,17 @@ async fn a_report_that_offers_a_slot_gets_the_next_task_leased_with_its_answer_a
     let left = left.unwrap();
     assert!(left > 3.0 && left <= 5.0, "leased for the offer's 5 s: {left}");
     assert_eq!(outbox_rows_of(&e, b).await, 0, "an eager task has no outbox row");
+    let c = e.db.pool().get().await.unwrap();
+    let in_order: bool = c
+        .query_one(
+            "SELECT b.started_at >= a.finished_at FROM task_instances a, task_instances b
+              WHERE a.run_id = $1 AND a.node_id = 'a' AND b.run_id = $1 AND b.node_id = 'b'",
+            &[&run],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(in_order, "b's lease is written after a's end, in the same commit");
     assert_eq!(messages_on(&e, "step").await, 1, "only a's message went through a stream");
 
     // The given task is the worker's like any leased one: it reports it. An

@@ -150,3 +150,65 @@ async fn bad_polls_and_foreign_tasks_are_refused_by_name() {
     assert_eq!(status, 400);
     e.stop().await;
 }
+
+/// Eager dispatch over the task API: a result that asks for `next` gets the
+/// task it made ready in its answer, leased to its worker, and one that asks
+/// for another queue gets none.
+#[tokio::test]
+async fn a_result_that_asks_for_next_gets_the_task_it_made_ready_leased_with_the_answer() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&three_steps()).await;
+    let run = e.start_run("pipeline", json!({})).await;
+    let a = poll_one(&e, "py-1").await;
+    let mut done = finish("py-1", &a);
+    done["output"] = json!({"resized": "a"});
+    done["next"] = json!({"queues": ["py"]});
+    let (status, body) = e.post(&format!("/v1/tasks/{}/complete", a["id"].as_str().unwrap()), &done).await;
+    assert_eq!((status, &body["applied"]), (200, &json!(true)), "{body}");
+    let next = body["next"].as_array().expect("the answer carries b");
+    assert_eq!(next.len(), 1, "{body}");
+    let b = &next[0];
+    assert_eq!((b["node_id"].as_str(), b["queue"].as_str(), b["attempt"].as_i64()), (Some("b"), Some("py"), Some(1)));
+    assert_eq!(b["input"], json!({"size": "b"}));
+    assert!(b["lease_ttl_ms"].as_u64().unwrap() > 0 && b["traceparent"].is_string(), "{b}");
+    // b is this worker's: a poll of another gets nothing, its heartbeat works.
+    assert!(poll(&e, "py-2", "100ms").await.is_empty(), "b never went through a stream");
+    let b_id = b["id"].as_str().unwrap().to_string();
+    let (status, _) = e.post(&format!("/v1/tasks/{b_id}/heartbeat"), &finish("py-1", b)).await;
+    assert_eq!(status, 200);
+    // A failure may ask too; a retry that waits out its backoff is not
+    // ready yet, and comes through a poll.
+    let mut fail = finish("py-1", b);
+    fail["error"] = json!("disk full");
+    fail["next"] = json!({"queues": ["py"], "max": 2});
+    let (status, body) = e.post(&format!("/v1/tasks/{b_id}/fail"), &fail).await;
+    assert_eq!((status, body.get("next")), (200, None), "{body}");
+    let again = &poll_one(&e, "py-1").await;
+    assert_eq!((again["id"].as_str(), again["attempt"].as_i64()), (Some(b_id.as_str()), Some(2)), "{again}");
+    // Asking for a queue c is not on: c goes through its stream.
+    let mut done = finish("py-1", again);
+    done["next"] = json!({"queues": ["elsewhere"]});
+    let (status, body) = e.post(&format!("/v1/tasks/{b_id}/complete"), &done).await;
+    assert_eq!((status, body.get("next")), (200, None), "{body}");
+    let c = poll_one(&e, "py-2").await;
+    assert_eq!(c["node_id"], "c");
+    let (status, _) = e.post(&format!("/v1/tasks/{}/complete", c["id"].as_str().unwrap()), &finish("py-2", &c)).await;
+    assert_eq!(status, 200);
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    // What `next` may ask is checked, by name.
+    let x = json!({"worker_id": "py-1", "run_id": c["run_id"], "attempt": 1});
+    for (next, says) in [
+        (json!({"queues": []}), "next.queues"),
+        (json!({"queues": ["a b"]}), "next.queues"),
+        (json!({"queues": ["py"], "max": 0}), "next.max"),
+        (json!({"queues": ["py"], "max": 17}), "next.max"),
+        (json!({"queues": ["py"], "wait": "1s"}), "unknown field"),
+    ] {
+        let mut body = x.clone();
+        body["next"] = next.clone();
+        let (status, answer) = e.post(&format!("/v1/tasks/{}/complete", c["id"].as_str().unwrap()), &body).await;
+        assert_eq!(status, 400, "{next}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(says), "{next}: {answer}");
+    }
+    e.stop().await;
+}

@@ -23,7 +23,7 @@ pub struct Handled {
     pub ignored: Option<String>,
     /// Tasks leased with the answer to the worker whose report this was
     /// (see [`By::Worker`]).
-    pub next: Vec<composer_api::wire::Dispatch>,
+    pub next: Vec<composer_store::transitions::Given>,
 }
 
 impl Handled {

@@ -5,14 +5,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use composer_api::wire::{Dispatch, EagerOffer, StageTimes};
+use composer_api::wire::{EagerOffer, StageTimes};
 use composer_core::definition::{Workflow, SUB_WORKFLOW_MAX_DEPTH};
 use composer_core::machine::{self, AfterCommit, Event, RunStatus};
 use composer_core::trace::RunTrace;
 use composer_store::definitions::DefinitionRow;
 use composer_store::outbox::Outbound;
 use composer_store::runs::{self, Parent, RunRow};
-use composer_store::transitions::{write_transitions, Change, Publish};
+use composer_store::transitions::{write_transitions, Change, Given, Publish};
 use composer_store::Pool;
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -96,8 +96,8 @@ pub struct Started {
 /// whether any, and the failure handlers it started.
 struct Written {
     outbound: Vec<Outbound>,
-    /// The messages of the tasks leased eagerly.
-    eager: Vec<composer_api::wire::Dispatch>,
+    /// The tasks leased eagerly.
+    eager: Vec<Given>,
     any: bool,
     handlers: Vec<Loaded>,
     /// The spans the commit ends (none unless traces are on).
@@ -711,7 +711,7 @@ impl Engine {
         let mut written = self.write(&tx, runs.values_mut(), published).await?;
         tx.commit().await?;
         if !written.eager.is_empty() {
-            let mut sent: HashMap<Uuid, Dispatch> = written.eager.drain(..).map(|d| (d.task_id, d)).collect();
+            let mut sent: HashMap<Uuid, Given> = written.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
             for (at, tasks) in given {
                 if let Some(Ok(handled)) = results.get_mut(at) {
                     handled.next = tasks.iter().filter_map(|t| sent.remove(t)).collect();

@@ -415,6 +415,7 @@ mod tests {
             "TaskHeartbeat",
             "CompleteTask",
             "FailTask",
+            "TakeNext",
         ] {
             assert_eq!(schemas[body]["additionalProperties"], false, "{body}");
         }

@@ -78,7 +78,8 @@ pub(crate) async fn report(
     if !handled.next.is_empty() {
         composer_metrics::inc(composer_metrics::EAGER_DISPATCHES, &[], handled.next.len() as u64);
     }
-    Ok(Json(ReportReply { applied: handled.ignored.is_none(), ignored: handled.ignored, next: handled.next }))
+    let next = handled.next.into_iter().map(|g| g.dispatch).collect();
+    Ok(Json(ReportReply { applied: handled.ignored.is_none(), ignored: handled.ignored, next }))
 }
 
 /// An error cut to [`MAX_ERROR_CHARS`], saying so. Cut rather than refused:

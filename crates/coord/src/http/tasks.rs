@@ -1,16 +1,16 @@
 //! The task API's routes: poll, heartbeat, logs, complete, fail (how the
 //! coordinator leases for a worker is in `crate::tasks`).
 
-use crate::trace::Told;
 use composer_api::wire::StageTimes;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::Json;
-use composer_api::wire::ReportAck;
+use composer_api::wire::{EagerOffer, ReportAck};
 use composer_api::{
-    CompleteTask, ErrorBody, FailTask, LeaseExtended, LogsAccepted, PollTasks, TaskBatch, TaskHeartbeat, TaskLogs,
+    CompleteTask, ErrorBody, FailTask, LeaseExtended, LeasedTask, LogsAccepted, PollTasks, TakeNext, TaskBatch,
+    TaskHeartbeat, TaskLogs,
 };
 use composer_core::machine::Event;
 use composer_store::leases::LeaseManager;
@@ -43,6 +43,25 @@ impl From<LeaseError> for ApiError {
 
 fn check_worker(worker_id: &str) -> ApiResult<()> {
     name_param("worker_id", worker_id)
+}
+
+/// Most tasks one result may take with its answer (`next.max`).
+pub const MAX_NEXT_TASKS: u32 = composer_api::wire::MAX_EAGER_SLOTS;
+
+/// What a result's `next` asks for, checked, as the engine takes it.
+fn offer_of(s: &Shared, next: Option<TakeNext>) -> ApiResult<Option<EagerOffer>> {
+    let Some(next) = next else { return Ok(None) };
+    if next.queues.is_empty() || next.queues.len() > MAX_POLL_QUEUES {
+        return Err(ApiError::bad_request(format!("next.queues: name 1 to {MAX_POLL_QUEUES} queues")));
+    }
+    for q in &next.queues {
+        name_param("next.queues", q)?;
+    }
+    let max = next.max.unwrap_or(1);
+    if !(1..=MAX_NEXT_TASKS).contains(&max) {
+        return Err(ApiError::bad_request(format!("next.max: expected 1 to {MAX_NEXT_TASKS}, got {max}")));
+    }
+    Ok(Some(EagerOffer { slots: max, lease: s.config.task_lease_ttl, queues: next.queues }))
 }
 
 /// Lease tasks.
@@ -192,7 +211,8 @@ fn log_line(line: &str) -> String {
 /// Complete a task.
 ///
 /// Reports a leased attempt's output. Applied only while `worker_id` holds the lease of `attempt`;
-/// a 409 means the lease is lost and the result was dropped.
+/// a 409 means the lease is lost and the result was dropped. With `next`, the answer may carry tasks
+/// the result made ready, leased to this worker in the same commit (eager dispatch).
 #[utoipa::path(
     post, path = "/v1/tasks/{id}/complete", operation_id = "completeTask", tag = "workers",
     params(("id" = Uuid, Path, description = "the task")),
@@ -209,8 +229,9 @@ pub(crate) async fn complete(
 ) -> ApiResult<Json<ReportAck>> {
     let id = task_id(&id)?;
     check_worker(&req.worker_id)?;
+    let offer = offer_of(&s, req.next)?;
     let event = completed(id, req.attempt, req.output, s.config.max_payload);
-    finish(&s, id, &req.worker_id, req.run_id, req.attempt, event).await
+    finish(&s, id, &req.worker_id, req.run_id, req.attempt, event, offer).await
 }
 
 /// Fail a task.
@@ -233,6 +254,7 @@ pub(crate) async fn fail(
 ) -> ApiResult<Json<ReportAck>> {
     let id = task_id(&id)?;
     check_worker(&req.worker_id)?;
+    let offer = offer_of(&s, req.next)?;
     if req.error.chars().count() > MAX_ERROR_CHARS {
         return Err(ApiError::bad_request(format!("error: at most {MAX_ERROR_CHARS} characters")));
     }
@@ -253,12 +275,12 @@ pub(crate) async fn fail(
         status: req.status,
         retry_after: req.retry_after_ms.map(std::time::Duration::from_millis),
     };
-    finish(&s, id, &req.worker_id, req.run_id, req.attempt, event).await
+    finish(&s, id, &req.worker_id, req.run_id, req.attempt, event, offer).await
 }
 
-/// Applies a result while `worker` holds the lease. (A takeover between the
-/// check and the apply is possible; then both results reach the run and the
-/// first applied wins, as with any worker: still one applied result.)
+/// Applies a result while `worker` holds the lease: checked first (a 409
+/// for a run that does not exist, too), and again on the rows the engine's
+/// transaction locks, so a takeover between the two drops it as well.
 async fn finish(
     s: &Shared,
     id: Uuid,
@@ -266,6 +288,7 @@ async fn finish(
     run_id: Uuid,
     attempt: i32,
     event: Event,
+    offer: Option<EagerOffer>,
 ) -> ApiResult<Json<ReportAck>> {
     let leases = LeaseManager::new(s.pool.clone());
     if !leases.holds(run_id, id, worker, attempt).await? {
@@ -273,9 +296,28 @@ async fn finish(
     }
     // The span of a task-API attempt runs from its lease to this commit.
     let stages = StageTimes { finished_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
-    let told = Told { task_id: Some(id), stages: Some(stages), link: None };
-    let handled = s.engine.handle_telling(run_id, event, told).await?;
-    Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored }))
+    let handled = s.engine.handle_reported(run_id, event, worker.to_string(), Some(stages), offer).await?;
+    let ttl = s.config.task_lease_ttl.as_millis() as u64;
+    let next: Vec<LeasedTask> = handled
+        .next
+        .into_iter()
+        .map(|g| LeasedTask {
+            id: g.dispatch.task_id,
+            run_id: g.dispatch.run_id,
+            attempt: g.dispatch.attempt,
+            node_id: g.dispatch.node_id,
+            node_type: g.dispatch.node_type,
+            queue: g.queue,
+            input: g.dispatch.input,
+            lease_ttl_ms: ttl,
+            traceparent: g.dispatch.traceparent,
+        })
+        .collect();
+    if !next.is_empty() {
+        composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], next.len() as u64);
+        composer_metrics::inc(composer_metrics::EAGER_DISPATCHES, &[], next.len() as u64);
+    }
+    Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored, next }))
 }
 
 /// The event of an attempt that completed with `output`: an output that
