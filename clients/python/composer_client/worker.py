@@ -19,6 +19,13 @@ the lease is lost (the worker stalled past the lease and another worker took
 the task, or the run was cancelled), ``task.cancelled`` is set and the result
 is dropped.
 
+Each completion or failure also asks for a task it makes ready on the
+worker's queues (eager dispatch, ``next``): the coordinator leases it in the
+same commit and answers with it, and the worker runs it on the thread (and
+slot) the finished task frees, without a poll. ``eager=False`` turns it off;
+a coordinator older than it refuses the ask once, and then the worker only
+polls.
+
 ``run()`` stops on SIGINT/SIGTERM (or ``stop()``): no new polls, running
 tasks finish and report, then it returns. Secret references in an input
 (``${ .secrets.NAME }``) are resolved from ``COMPOSER_SECRET_NAME`` in the
@@ -52,7 +59,7 @@ from typing import Any, Callable, Optional
 
 from ._http import Transport
 from ._version import __version__
-from .errors import ComposerError, Conflict, NotFound, Unavailable
+from .errors import ComposerError, Conflict, InvalidRequest, NotFound, Unavailable
 
 __all__ = ["MAX_PENDING_LOG_LINES", "Handler", "LeaseLost", "Task", "TaskError", "Worker"]
 
@@ -355,6 +362,7 @@ class Worker:
         concurrency: int = 4,
         poll_wait: float = 20.0,
         request_timeout: float = 10.0,
+        eager: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -371,6 +379,8 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._running = 0
         self._lock = threading.Lock()
+        self._eager = eager
+        """Whether reports ask for the next task: off by option, or for good once the coordinator refused it."""
 
     def __repr__(self) -> str:
         return f"Worker({self.url!r}, worker_id={self.worker_id!r}, queues={self.queues!r})"
@@ -388,6 +398,17 @@ class Worker:
 
     def _post(self, path: str, body: JSON, timeout: Optional[float] = None) -> JSON:
         return self._http.request("POST", path, body, timeout=timeout)[1]
+
+    def _sending(self, task: Task, kind: str, body: dict[str, JSON], give_up_at: float) -> JSON:
+        """POSTs a report as ``_retrying`` does; a 400 to one that asked for
+        ``next`` sends it again without the ask, once (a 400 applies nothing)."""
+        try:
+            return self._retrying(task, kind, body, give_up_at)
+        except InvalidRequest as e:
+            if e.status != 400 or "next" not in body:
+                raise
+            self._stop_asking_for_next(e)
+            return self._retrying(task, kind, {k: v for k, v in body.items() if k != "next"}, give_up_at)
 
     def _retrying(self, task: Task, kind: str, body: JSON, give_up_at: float) -> JSON:
         """POSTs a report until it lands: no answer and 5xx are retried with
@@ -471,17 +492,52 @@ class Worker:
             for _ in range(free - len(tasks)):
                 self._slots.release()
             for task in tasks:
-                t = threading.Thread(target=self._execute, args=(task,), name=f"task-{task.id}", daemon=True)
-                self._threads.append(t)
-                t.start()
-            self._threads = [t for t in self._threads if t.is_alive()]
+                self._spawn(task, slotted=True)
         if self._threads:
             log.info("worker %s stopping: waiting for %d running tasks to report", self.worker_id, self._running)
-        for t in self._threads:
-            t.join()
-        self._threads = []
+        self._join_tasks()
 
-    def _execute(self, task: Task) -> None:
+    def _spawn(self, task: Task, slotted: bool) -> None:
+        """Runs ``task`` on a thread of its own; ``slotted``: it holds one of
+        the slots, given back when the thread ends."""
+        t = threading.Thread(target=self._occupy, args=(task, slotted), name=f"task-{task.id}", daemon=True)
+        # Started under the lock: another thread's pruning must not drop it before it is alive.
+        with self._lock:
+            self._threads = [alive for alive in self._threads if alive.is_alive()]
+            t.start()
+            self._threads.append(t)
+
+    def _join_tasks(self) -> None:
+        """Waits for every task thread, those that task threads start included."""
+        while True:
+            with self._lock:
+                self._threads = [t for t in self._threads if t.is_alive()]
+                alive = list(self._threads)
+            if not alive:
+                return
+            for t in alive:
+                t.join()
+
+    def _occupy(self, task: Task, slotted: bool) -> None:
+        """Runs ``task``, then on the same thread (and slot) each task its
+        report took with the answer (eager dispatch), until one brings none."""
+        try:
+            current: Optional[Task] = task
+            while current is not None:
+                threading.current_thread().name = f"task-{current.id}"
+                taken = self._execute(current)
+                current = taken[0] if taken else None
+                # More than the one asked for (a coordinator that does not keep
+                # to ``max``): leased to this worker all the same, so each runs
+                # now on a thread of its own rather than let its lease lapse.
+                for extra in taken[1:]:
+                    self._spawn(extra, slotted=False)
+        finally:
+            if slotted:
+                self._slots.release()
+
+    def _execute(self, task: Task) -> list[Task]:
+        """Runs a leased task and reports it; returns the tasks the report took with it."""
         with self._lock:
             self._running += 1
         try:
@@ -510,13 +566,12 @@ class Worker:
                 )  # fmt: skip
             if task.cancelled.is_set():
                 log.warning("task %s: the lease was lost while it ran; its result is dropped", task.id)
-                return
+                return []
             self._send_logs(task)  # the log is whole when the step ends
-            self._report(task, outcome)
+            return self._report(task, outcome)
         finally:
             with self._lock:
                 self._running -= 1
-            self._slots.release()
 
     def _call(self, task: Task) -> _Outcome:
         handler = self._handlers.get(task.node_type)
@@ -600,7 +655,30 @@ class Worker:
                 task.cancelled.set()
                 return
 
-    def _report(self, task: Task, outcome: _Outcome) -> None:
+    def _take_next(self) -> Optional[dict[str, JSON]]:
+        """What a report asks to take with its answer: one task, for the slot
+        the reported task frees (the poll in flight did not count that slot,
+        so no more than ``concurrency`` run). None while stopping: a stopping
+        worker takes no new work."""
+        if not self._eager or self._stop.is_set():
+            return None
+        return {"queues": list(self.queues), "max": 1}
+
+    def _stop_asking_for_next(self, refusal: ComposerError) -> None:
+        """A coordinator older than eager dispatch refuses ``next`` as an
+        unknown field: no report asks it again."""
+        with self._lock:
+            was, self._eager = self._eager, False
+        if was:
+            log.warning(
+                "worker %s: the coordinator refused next (%s); reporting without it from now on, "
+                "every task comes by a poll",
+                self.worker_id, refusal,
+            )  # fmt: skip
+
+    def _report(self, task: Task, outcome: _Outcome) -> list[Task]:
+        """Completes or fails the task; returns the tasks leased to this
+        worker with the answer."""
         body = self._lease(task)
         if outcome.error is None:
             body["output"] = outcome.output
@@ -612,10 +690,13 @@ class Worker:
                 body["status"] = outcome.status
                 if outcome.status == 429 and outcome.retry_after_ms is not None:
                     body["retry_after_ms"] = outcome.retry_after_ms
+        take = self._take_next()
+        if take is not None:
+            body["next"] = take
         # Retried for a lease's length: past it the task belongs to another worker.
         give_up_at = time.monotonic() + task.lease_ttl_ms / 1000.0
         try:
-            ack = self._retrying(task, outcome.kind, body, give_up_at)
+            ack = self._sending(task, outcome.kind, body, give_up_at)
         except Conflict as e:
             log.warning("task %s: lease lost before the result landed (%s); dropped", task.id, e.message)
         except NotFound as e:
@@ -629,5 +710,8 @@ class Worker:
         except ComposerError as e:
             log.error("task %s: the coordinator refused the result: %s", task.id, e)
         else:
-            if isinstance(ack, dict) and ack.get("applied") is False:
-                log.debug("task %s: the result was ignored: %s", task.id, ack.get("ignored"))
+            if isinstance(ack, dict):
+                if ack.get("applied") is False:
+                    log.debug("task %s: the result was ignored: %s", task.id, ack.get("ignored"))
+                return [Task._of(t) for t in ack.get("next") or []]
+        return []

@@ -160,6 +160,46 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(run["output"]["c"], {"n": 24}, run)
         self.assertEqual(attempts, {"a": 1, "b": 2, "c": 1})
 
+    def test_the_step_a_report_made_ready_comes_leased_with_its_answer_eager_dispatch(self) -> None:
+        ran: list[str] = []
+
+        def inc(task: Task) -> Any:
+            ran.append(task.node_id)
+            return {"n": task.input["n"] + 1}
+
+        nodes = [
+            node("a", "inc", "py-eager", n="${ .input.n }"),
+            node("b", "inc", "py-eager", n="${ .nodes.a.output.n }"),
+            node("c", "inc", "py-eager", n="${ .nodes.b.output.n }"),
+        ]
+        run_id = start(unique("py-eager"), nodes, [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}], {"n": 1})
+        w = Worker(DEV.url, queues=["py-eager"], poll_wait=1).handle("inc", inc)
+        post = w._post
+        reports: list[tuple[Any, Any]] = []
+
+        def recording(path: str, body: Any, timeout: Optional[float] = None) -> Any:
+            ack = post(path, body, timeout)
+            if path.endswith(("/complete", "/fail")):
+                reports.append((body.get("next"), ack))
+            return ack
+
+        with mock.patch.object(w, "_post", side_effect=recording), InBackground(w):
+            run = client.wait(run_id, 60)
+        self.assertEqual(run["status"], "SUCCEEDED", run)
+        self.assertEqual(run["output"], {"c": {"n": 4}}, run)
+        self.assertEqual(ran, ["a", "b", "c"])
+        self.assertEqual([asked for asked, _ in reports], [{"queues": ["py-eager"], "max": 1}] * 3)
+        # a's answer leased b, b's leased c; c ended the run.
+        taken = [[t["node_id"] for t in ack.get("next", [])] for _, ack in reports]
+        self.assertEqual(taken, [["b"], ["c"], []], reports)
+        for _, ack in reports:
+            self.assertLessEqual(set(ack), {"applied", "ignored", "next"}, ack)
+            for t in ack.get("next", []):
+                self.assertEqual(
+                    set(t) - {"traceparent"},
+                    {"id", "run_id", "attempt", "node_id", "node_type", "queue", "input", "lease_ttl_ms"},
+                )
+
     def test_a_task_error_that_is_not_retryable_fails_the_run_with_its_message(self) -> None:
         def refuse(task: Task) -> Any:
             raise TaskError("width must be positive", retryable=False)
@@ -467,6 +507,7 @@ class ReportRetryTest(unittest.TestCase):
                 while len(fails) < 3 and time.monotonic() < deadline:
                     time.sleep(0.05)
         lease = {"worker_id": "py-stub", "run_id": "r-1", "attempt": 1, "error": "throttled", "retryable": True}
+        lease["next"] = {"queues": ["q"], "max": 1}  # each asks for the next task (eager dispatch, on by default)
         self.assertEqual(
             fails,
             {
@@ -502,7 +543,8 @@ class ReportRetryTest(unittest.TestCase):
                 while len(completes) < 3 and time.monotonic() < deadline:
                     time.sleep(0.05)
         self.assertEqual(len(completes), 3, logs.text())
-        self.assertEqual(completes[-1], {"worker_id": "py-stub", "run_id": "r-1", "attempt": 1, "output": {"x": 1}})
+        lease = {"worker_id": "py-stub", "run_id": "r-1", "attempt": 1}
+        self.assertEqual(completes[-1], {**lease, "output": {"x": 1}, "next": {"queues": ["q"], "max": 1}})
         retries = [m for m in logs.at(logging.WARNING) if "reporting complete failed" in m]
         self.assertEqual(len(retries), 2, logs.text())
         self.assertIn("busy", retries[0])

@@ -630,9 +630,24 @@ export interface LeaseExtended {
   lease_ttl_ms: number;
 }
 
+/**
+ * Eager dispatch: with a completion or a failure, ask for up to `max` of the
+ * tasks the result makes ready on `queues`, leased to the reporting worker in
+ * the result's own commit and answered in `ReportAck.next` (instead of
+ * through a poll). Newer coordinators only: an older one refuses it with 400.
+ */
+export interface TakeNext {
+  /** 1 to 32 queue names (`[A-Za-z0-9_.-]{1,128}`). */
+  queues: string[];
+  /** 1 to 16 (default 1). */
+  max?: number;
+}
+
 /** `POST /v1/tasks/{id}/complete`, as sent. */
 export interface CompleteTask extends TaskHeartbeat {
   output?: JsonValue;
+  /** Take the tasks this result makes ready with the answer; newer coordinators only. */
+  next?: TakeNext;
 }
 
 /** `POST /v1/tasks/{id}/fail`, as sent. */
@@ -647,12 +662,19 @@ export interface FailTask extends TaskHeartbeat {
   status?: number;
   /** A 429's `Retry-After`, in milliseconds (with `status` 429 only); newer coordinators only. */
   retry_after_ms?: number;
+  /** Take the tasks this result makes ready (an immediate retry of this one among them) with the answer; newer coordinators only. */
+  next?: TakeNext;
 }
 
 /** The answer to a completion or a failure: `ignored` says why one was not applied. */
 export interface ReportAck {
   applied: boolean;
   ignored?: string;
+  /**
+   * The tasks leased to the reporting worker with this answer, as its `next`
+   * asked (absent when none): run each as one a poll leased.
+   */
+  next?: LeasedTask[];
 }
 
 // -- errors -----------------------------------------------------------------

@@ -11,6 +11,7 @@ import type {
   LeasedTask,
   PollTasks,
   ReportAck,
+  TakeNext,
   TaskBatch,
   TaskHeartbeat,
 } from "./types.js";
@@ -52,7 +53,7 @@ export type Handler<I = JsonValue> = (task: WorkerTask<I>) => unknown;
  * console). No line carries a task's input or a secret's value.
  */
 export interface WorkerLogger {
-  /** A lost lease, a report or heartbeat being retried, a failed poll, a signal. */
+  /** A lost lease, a report or heartbeat being retried, a failed poll, a signal, a refused `next` (once). */
   warn(message: string): void;
   /** A result no coordinator took, or one it refused. */
   error(message: string): void;
@@ -86,6 +87,14 @@ export interface WorkerOptions {
   fetch?: Fetch | undefined;
   /** Where `COMPOSER_SECRET_NAME` is read (default `process.env`). */
   env?: Record<string, string | undefined> | undefined;
+  /**
+   * Eager dispatch (default true): each completion or failure asks for a
+   * task it makes ready on this worker's queues, leased in the same commit
+   * and run on the slot the finished task frees, without a poll. A
+   * coordinator older than it refuses the ask once; then the worker polls
+   * only.
+   */
+  eager?: boolean | undefined;
 }
 
 export interface RunOptions {
@@ -147,6 +156,8 @@ export class Worker {
   #stopping = false;
   #stopped = new AbortController();
   #running: Promise<void> | undefined;
+  /** Whether reports ask for the next task: off by option, or for good once the coordinator refused it. */
+  #eager: boolean;
 
   constructor(options: WorkerOptions) {
     this.#t = transport({ ...options, timeoutMs: options.requestTimeoutMs }, 10_000);
@@ -171,6 +182,7 @@ export class Worker {
     this.#pollWaitMs = Math.min(Math.floor(pollWaitMs), 60_000);
     this.#log = options.logger ?? consoleLogger;
     this.#env = options.env ?? process.env;
+    this.#eager = options.eager ?? true;
   }
 
   /** Runs `handler` for tasks of `nodeType`; returns the worker. `I` is the input's type (not checked). */
@@ -291,16 +303,35 @@ export class Worker {
   }
 
   #start(leased: LeasedTask): void {
-    const done: Promise<void> = this.#execute(leased)
-      .catch((e: unknown) => this.#log.error(`task ${leased.id}: ${describe(e)}`))
-      .finally(() => {
-        this.#inFlight.delete(done);
-        this.#wake();
-      });
+    const done: Promise<void> = this.#occupy(leased).finally(() => {
+      this.#inFlight.delete(done);
+      this.#wake();
+    });
     this.#inFlight.add(done);
   }
 
-  async #execute(leased: LeasedTask): Promise<void> {
+  /**
+   * Runs `leased` on a slot, then on the same slot each task its report
+   * took with the answer (eager dispatch), until a report brings none.
+   */
+  async #occupy(leased: LeasedTask): Promise<void> {
+    let task: LeasedTask | undefined = leased;
+    while (task !== undefined) {
+      const current: LeasedTask = task;
+      const taken = await this.#execute(current).catch((e: unknown): LeasedTask[] => {
+        this.#log.error(`task ${current.id}: ${describe(e)}`);
+        return [];
+      });
+      task = taken[0];
+      // More than the one asked for (a coordinator that does not keep to
+      // `max`): leased to this worker all the same, so each runs now on a slot
+      // of its own rather than let its lease lapse.
+      for (const extra of taken.slice(1)) this.#start(extra);
+    }
+  }
+
+  /** Runs a leased task and reports it; answers the tasks the report took with it. */
+  async #execute(leased: LeasedTask): Promise<LeasedTask[]> {
     const lease = new AbortController();
     const finished = new AbortController();
     let lost = false;
@@ -328,9 +359,9 @@ export class Worker {
     }
     if (lost || outcome.kind === "lost") {
       this.#log.warn(`task ${leased.id}: the lease was lost while it ran; its result is dropped`);
-      return;
+      return [];
     }
-    await this.#report(leased, outcome);
+    return this.#report(leased, outcome);
   }
 
   async #call(leased: LeasedTask, signal: AbortSignal): Promise<Outcome> {
@@ -394,8 +425,35 @@ export class Worker {
     }
   }
 
-  /** Completes or fails the task, retrying connection errors and 5xx for a lease's length. */
-  async #report(leased: LeasedTask, outcome: Outcome & { kind: "complete" | "fail" }): Promise<void> {
+  /**
+   * What a report asks to take with its answer: one task, for the slot the
+   * reported task frees (the poll in flight did not count that slot, so the
+   * worker never runs more than `concurrency`). None while stopping: a
+   * stopping worker takes no new work.
+   */
+  #takeNext(): TakeNext | undefined {
+    if (!this.#eager || this.#stopping) return undefined;
+    return { queues: [...this.queues], max: 1 };
+  }
+
+  /**
+   * A coordinator older than eager dispatch refuses `next` as an unknown
+   * field (400, nothing applied): no report asks it again.
+   */
+  #stopAskingForNext(refusal: unknown): void {
+    if (!this.#eager) return;
+    this.#eager = false;
+    this.#log.warn(
+      `worker ${this.workerId}: the coordinator refused next (${describe(refusal)}); ` +
+        `reporting without it from now on, every task comes by a poll`,
+    );
+  }
+
+  /**
+   * Completes or fails the task, retrying connection errors and 5xx for a
+   * lease's length; answers the tasks leased to this worker with the answer.
+   */
+  async #report(leased: LeasedTask, outcome: Outcome & { kind: "complete" | "fail" }): Promise<LeasedTask[]> {
     const id = segment(leased.id);
     const kind = outcome.kind;
     let body: CompleteTask | FailTask;
@@ -410,6 +468,8 @@ export class Worker {
       if (outcome.status === 429 && outcome.retryAfterMs !== undefined) failed.retry_after_ms = outcome.retryAfterMs;
       body = failed;
     }
+    const next = this.#takeNext();
+    if (next !== undefined) body.next = next;
     // Past the lease the task belongs to another worker.
     const giveUpAt = performance.now() + leased.lease_ttl_ms;
     let delay = 100;
@@ -419,22 +479,28 @@ export class Worker {
         ack = (await call<ReportAck>(this.#t, "POST", `/v1/tasks/${id}/${kind}`, body)).body;
       } catch (e) {
         const status = e instanceof ComposerError ? e.status : 0;
+        if (status === 400 && body.next !== undefined) {
+          // A 400 applies nothing: the same result again, without the ask, once.
+          this.#stopAskingForNext(e);
+          delete body.next;
+          continue;
+        }
         if (status === 409) {
           this.#log.warn(`task ${leased.id}: lease lost before the result landed (${describe(e)}); dropped`);
-          return;
+          return [];
         }
         if (status === 404 && e instanceof ComposerError && e.code === "run_not_found") {
           this.#log.warn(`task ${leased.id}: its run is gone; result dropped`);
-          return;
+          return [];
         }
         if (status > 0 && status < 500 && status !== 429) {
           this.#log.error(`task ${leased.id}: the coordinator refused the result: ${describe(e)}`);
-          return;
+          return [];
         }
         if (performance.now() >= giveUpAt) {
           // The lease expires and the task goes to another worker.
           this.#log.error(`task ${leased.id}: no coordinator took the result: ${describe(e)}`);
-          return;
+          return [];
         }
         const pause = delay * (0.5 + Math.random());
         this.#log.warn(
@@ -445,7 +511,7 @@ export class Worker {
         continue;
       }
       if (ack.applied === false) this.#log.debug?.(`task ${leased.id}: the result was ignored: ${ack.ignored ?? ""}`);
-      return;
+      return ack.next ?? [];
     }
   }
 }

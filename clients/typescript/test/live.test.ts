@@ -26,6 +26,7 @@ import {
   Worker,
   type JsonValue,
   type NodeDefinition,
+  type ReportAck,
   type Run,
   type TaskBatch,
   type WorkerOptions,
@@ -1015,6 +1016,46 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.deepEqual(w.logger.lines, []);
     });
 
+    it("runs the step a report made ready as the report's answer leased it (eager dispatch), without a poll", async () => {
+      const reports: Array<{ sent: { next?: unknown }; ack: ReportAck }> = [];
+      const spy = spyFetch((url, init) => {
+        if (!/\/(complete|fail)$/.test(url)) return undefined;
+        return fetch(url, init).then(async (answer) => {
+          reports.push({ sent: JSON.parse(String(init?.body)) as { next?: unknown }, ack: (await answer.clone().json()) as ReportAck });
+          return answer;
+        });
+      });
+      const ran: string[] = [];
+      const w = worker({ queues: ["ts-eager"], fetch: spy.fetch }).handle<{ n: number }>("inc", (task) => {
+        ran.push(task.node_id);
+        return { n: task.input.n + 1 };
+      });
+      const id = await start(
+        {
+          name: "ts-eager",
+          nodes: [
+            custom("a", "inc", "ts-eager", { n: "${ .input.n }" }),
+            custom("b", "inc", "ts-eager", { n: "${ .nodes.a.output.n }" }),
+            custom("c", "inc", "ts-eager", { n: "${ .nodes.b.output.n }" }),
+          ],
+          edges: [{ from: "a", to: "b" }, { from: "b", to: "c" }],
+        },
+        { n: 1 },
+      );
+      const run = await whileRunning(w, () => waitFor(id));
+      assert.equal(run.status, "SUCCEEDED", JSON.stringify(run));
+      assert.deepEqual(run.output, { c: { n: 4 } });
+      assert.deepEqual(ran, ["a", "b", "c"]);
+      assert.deepEqual(reports.map((r) => r.sent.next), Array(3).fill({ queues: ["ts-eager"], max: 1 }));
+      // a's answer leased b, b's leased c; c ended the run.
+      assert.deepEqual(reports.map((r) => (r.ack.next ?? []).map((t) => t.node_id)), [["b"], ["c"], []]);
+      for (const { ack } of reports) {
+        conforms(ack, reportAckShape, "report ack");
+        for (const t of ack.next ?? []) conforms(t, leasedTaskShape, "a task of next");
+      }
+      assert.deepEqual(w.logger.lines, []);
+    });
+
     it("gives a handler its attempt's traceparent, in the trace of the run's caller", async () => {
       const seen = new Map<string, string | undefined>();
       const w = worker({ queues: ["ts-traced"] }).handle("traced", (task) => {
@@ -1393,6 +1434,7 @@ const NEWER = new Set([
   "LimitValuesSpec",
   "LimitSpec",
   "SetPriority",
+  "TakeNext",
 ]);
 
 interface Schema {

@@ -50,6 +50,7 @@ import type {
   SendEvent,
   SetPriority,
   StartRun,
+  TakeNext,
   Task,
   TaskBatch,
   TaskHeartbeat,
@@ -223,7 +224,7 @@ export const leasedTaskShape = {
 } as const satisfies Shape<LeasedTask>;
 export const taskBatchShape = { tasks: "required" } as const satisfies Shape<TaskBatch>;
 export const leaseExtendedShape = { lease_ttl_ms: "required" } as const satisfies Shape<LeaseExtended>;
-export const reportAckShape = { applied: "required", ignored: "optional" } as const satisfies Shape<ReportAck>;
+export const reportAckShape = { applied: "required", ignored: "optional", next: "optional" } as const satisfies Shape<ReportAck>;
 export const errorBodyShape = { error: "required" } as const satisfies Shape<ErrorBody>;
 export const errorDetailShape = { code: "required", message: "required" } as const satisfies Shape<ErrorDetail>;
 
@@ -259,7 +260,8 @@ export const pollTasksShape = {
   wait: "optional",
 } as const satisfies Shape<PollTasks>;
 export const heartbeatShape = { worker_id: "required", run_id: "required", attempt: "required" } as const satisfies Shape<TaskHeartbeat>;
-export const completeShape = { ...heartbeatShape, output: "optional" } as const satisfies Shape<CompleteTask>;
+export const takeNextShape = { queues: "required", max: "optional" } as const satisfies Shape<TakeNext>;
+export const completeShape = { ...heartbeatShape, output: "optional", next: "optional" } as const satisfies Shape<CompleteTask>;
 export const failShape = {
   ...heartbeatShape,
   error: "required",
@@ -267,6 +269,7 @@ export const failShape = {
   code: "optional",
   status: "optional",
   retry_after_ms: "optional",
+  next: "optional",
 } as const satisfies Shape<FailTask>;
 export const definitionShape = {
   name: "required",
@@ -357,6 +360,7 @@ export const requests: Record<string, AnyShape> = {
   TaskHeartbeat: heartbeatShape,
   CompleteTask: completeShape,
   FailTask: failShape,
+  TakeNext: takeNextShape,
   WorkflowSpec: definitionShape,
   TriggerSpec: triggerShape,
   BackfillRequest: backfillShape,

@@ -20,7 +20,7 @@ import {
 } from "../src/index.js";
 import { resolveSecrets, scrubSecrets } from "../src/secrets.js";
 import { PACKAGE_DIR } from "./dev.js";
-import { fakeServer, json } from "./helpers.js";
+import { eventually, fakeServer, json, memoryLogger } from "./helpers.js";
 
 const ENV = { COMPOSER_SECRET_API_KEY: "s3cr3t-value", COMPOSER_SECRET_A: "alpha", COMPOSER_SECRET_B: "bravo-2", COMPOSER_SECRET_EMPTY: "", COMPOSER_SECRET_SHORT: "ab", COMPOSER_SECRET_SAME: "alpha" };
 
@@ -451,7 +451,8 @@ describe("TaskError", () => {
     } finally {
       await server.close();
     }
-    const lease = { worker_id: "ts-stub", run_id: "r-1", attempt: 1, error: "throttled", retryable: true };
+    // Each asks for the next task too (eager dispatch, on by default).
+    const lease = { worker_id: "ts-stub", run_id: "r-1", attempt: 1, error: "throttled", retryable: true, next: { queues: ["q"], max: 1 } };
     assert.deepEqual(fails, {
       "t-0": { ...lease, status: 429, retry_after_ms: 1500 },
       "t-1": { ...lease, status: 503 },
@@ -537,6 +538,121 @@ describe("paging and waiting loops", () => {
       ]);
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe("eager dispatch", () => {
+  const leased = (id: string, leaseTtlMs = 10_000) => ({
+    id, run_id: "r-1", attempt: 1, node_id: `n-${id}`, node_type: "step", queue: "q", input: { id }, lease_ttl_ms: leaseTtlMs,
+  });
+  const lease = { worker_id: "ts-eager", run_id: "r-1", attempt: 1 };
+  const tookNext = { queues: ["q", "q2"], max: 1 };
+
+  /** Runs a worker of queues q and q2 against `server` until `done()`, then stops it. */
+  async function serve(server: { url: string }, handler: Parameters<Worker["handle"]>[1], done: () => boolean, options: { eager?: boolean } = {}) {
+    const logger = memoryLogger();
+    const w = new Worker({ url: server.url, queues: ["q", "q2"], workerId: "ts-eager", concurrency: 1, pollWaitMs: 50, logger, ...options })
+      .handle("step", handler);
+    const running = w.run();
+    await eventually("the reports", () => (done() ? true : undefined), 20_000);
+    await w.stop();
+    await running;
+    return logger;
+  }
+
+  it("runs the task a report took on the slot it freed, with heartbeats and its own report, without a poll", async () => {
+    let polls = 0;
+    const server = await fakeServer((req, _body, res) => {
+      if (req.url === "/v1/tasks/poll") return json(res, 200, { tasks: ++polls === 1 ? [leased("t-1")] : [] });
+      if (req.url === "/v1/tasks/t-1/complete") return json(res, 200, { applied: true, next: [leased("t-2", 300)] });
+      if (req.url?.endsWith("/heartbeat")) return json(res, 200, { lease_ttl_ms: 300 });
+      return json(res, 200, { applied: true });
+    });
+    const ran: string[] = [];
+    try {
+      await serve(
+        server,
+        async (task) => {
+          ran.push(task.id);
+          if (task.id === "t-1") return { first: true };
+          await new Promise((r) => setTimeout(r, 250)); // past a third of its lease: a heartbeat
+          throw new TaskError("second fails", { retryable: false });
+        },
+        () => server.requests.some((r) => r.url === "/v1/tasks/t-2/fail"),
+      );
+    } finally {
+      await server.close();
+    }
+    assert.deepEqual(ran, ["t-1", "t-2"]);
+    const sent = server.requests.map((r) => [r.url, JSON.parse(r.body) as unknown] as const);
+    const first = sent.findIndex(([u]) => u === "/v1/tasks/t-1/complete");
+    const second = sent.findIndex(([u]) => u === "/v1/tasks/t-2/fail");
+    assert.deepEqual(sent[first]?.[1], { ...lease, output: { first: true }, next: tookNext });
+    assert.deepEqual(sent[second]?.[1], { ...lease, error: "second fails", retryable: false, next: tookNext });
+    const between = sent.slice(first + 1, second).map(([u]) => u);
+    assert.ok(between.length > 0 && between.every((u) => u === "/v1/tasks/t-2/heartbeat"), between.join(" "));
+    assert.deepEqual(sent[first + 1]?.[1], lease);
+  });
+
+  it("sends a result again without next once, when the coordinator refuses next with 400, and never asks again", async () => {
+    let polls = 0;
+    const server = await fakeServer((req, body, res) => {
+      if (req.url === "/v1/tasks/poll") {
+        polls++;
+        return json(res, 200, { tasks: polls === 1 ? [leased("t-1")] : polls === 2 ? [leased("t-2")] : [] });
+      }
+      if ("next" in (JSON.parse(body) as object)) {
+        return json(res, 400, { error: { code: "invalid_request", message: "invalid JSON body: unknown field `next`" } });
+      }
+      return json(res, 200, { applied: true });
+    });
+    let logger;
+    try {
+      logger = await serve(server, (task) => task.input, () => server.requests.some((r) => r.url === "/v1/tasks/t-2/complete"));
+    } finally {
+      await server.close();
+    }
+    const reports = server.requests.filter((r) => r.url !== "/v1/tasks/poll").map((r) => [r.url, JSON.parse(r.body) as unknown]);
+    assert.deepEqual(reports, [
+      ["/v1/tasks/t-1/complete", { ...lease, output: { id: "t-1" }, next: tookNext }],
+      ["/v1/tasks/t-1/complete", { ...lease, output: { id: "t-1" } }],
+      ["/v1/tasks/t-2/complete", { ...lease, output: { id: "t-2" } }],
+    ]);
+    const refused = logger.lines.filter((l) => l.includes("refused next"));
+    assert.equal(refused.length, 1, logger.lines.join("\n"));
+    assert.match(refused[0] ?? "", /^warn: .*unknown field `next`/);
+    assert.ok(!logger.lines.some((l) => l.startsWith("error: ")), logger.lines.join("\n"));
+  });
+
+  it("asks for no next task with eager: false, nor while stopping", async () => {
+    for (const eager of [false, true]) {
+      let polls = 0;
+      const server = await fakeServer((req, _body, res) => {
+        if (req.url === "/v1/tasks/poll") return json(res, 200, { tasks: ++polls === 1 ? [leased("t-1")] : [] });
+        return json(res, 200, { applied: true });
+      });
+      let stopping: Promise<void> | undefined;
+      try {
+        const logger = memoryLogger();
+        const w = new Worker({ url: server.url, queues: ["q"], workerId: "ts-eager", pollWaitMs: 50, logger, eager }).handle(
+          "step",
+          (task) => {
+            // Eager on: stopped before the report, which so asks for nothing.
+            if (eager) stopping = w.stop();
+            return task.input;
+          },
+        );
+        const running = w.run();
+        await eventually("the report", () => (server.requests.some((r) => r.url.endsWith("/complete")) ? true : undefined), 20_000);
+        await w.stop();
+        await running;
+        await stopping;
+      } finally {
+        await server.close();
+      }
+      const reports = server.requests.filter((r) => r.url.endsWith("/complete")).map((r) => JSON.parse(r.body) as unknown);
+      assert.deepEqual(reports, [{ ...lease, output: { id: "t-1" } }], `eager: ${eager}`);
     }
   });
 });
