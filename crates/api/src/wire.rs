@@ -151,6 +151,27 @@ pub struct ReportReply {
 /// coordinator that does not know it ignores it.
 pub const EAGER_HEADER: &str = "composer-eager";
 
+/// The [`EAGER_HEADER`]'s value in the form a worker writes it (the
+/// coordinator also reads its parts in any order): the OpenAPI document's
+/// pattern, held to [`EagerOffer::parse`] by a test.
+pub const EAGER_HEADER_PATTERN: &str =
+    "^slots=([1-9]|1[0-6]); lease_ms=([1-9][0-9]{3,5}|[12][0-9]{6}|3[0-5][0-9]{5}|3600000); \
+     queues=[A-Za-z0-9_.-]{1,128}(,[A-Za-z0-9_.-]{1,128}){0,63}$";
+
+/// The [`EAGER_HEADER`]'s schema.
+pub struct EagerHeader;
+
+impl utoipa::PartialSchema for EagerHeader {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(EAGER_HEADER_PATTERN))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for EagerHeader {}
+
 /// Most tasks one report may ask for.
 pub const MAX_EAGER_SLOTS: u32 = 16;
 /// Most queues one report's offer may name.
@@ -258,6 +279,22 @@ mod tests {
         ] {
             let e = EagerOffer::parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad:?}: {e}");
+        }
+        let pattern = regex::Regex::new(EAGER_HEADER_PATTERN).unwrap();
+        for (value, ok) in [
+            ("slots=1; lease_ms=1000; queues=q", true),
+            ("slots=16; lease_ms=3600000; queues=a.b,c-d,e_f", true),
+            ("slots=9; lease_ms=999999; queues=q", true),
+            ("slots=1; lease_ms=3599999; queues=q", true),
+            ("slots=0; lease_ms=1000; queues=q", false),
+            ("slots=17; lease_ms=1000; queues=q", false),
+            ("slots=1; lease_ms=999; queues=q", false),
+            ("slots=1; lease_ms=3600001; queues=q", false),
+            ("slots=1; lease_ms=1000; queues=", false),
+            ("null", false),
+        ] {
+            assert_eq!(pattern.is_match(value), ok, "{value}");
+            assert_eq!(EagerOffer::parse(value).is_ok(), ok, "{value}");
         }
         let many = (0..=MAX_EAGER_QUEUES).map(|i| format!("q{i}")).collect::<Vec<_>>().join(",");
         let e = EagerOffer::parse(&format!("slots=1; lease_ms=1000; queues={many}")).unwrap_err();

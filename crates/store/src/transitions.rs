@@ -263,10 +263,12 @@ struct TaskInserts<'a> {
     iteration: Vec<Option<i32>>,
     at_most_once: Vec<bool>,
     limit_keys: Vec<Option<Value>>,
-    /// An eager task's lease (its worker, and for how many seconds). Its
-    /// `started_at` is when the row is written (`clock_timestamp()`, not
-    /// the transaction's start, which precedes the end of the step the
-    /// same transaction records).
+    /// An eager task's lease (its worker, and for how many seconds). It
+    /// runs, and `started_at` is, from when the row is written
+    /// (`clock_timestamp()`), not from the transaction's start: a batch
+    /// that waited on locks would hand its worker a lease already spent
+    /// (and the recovery sweep would give the task to another), and its
+    /// start would precede the end of the step the same transaction records.
     lease_owner: Vec<Option<&'a str>>,
     lease_secs: Vec<Option<f64>>,
 }
@@ -311,7 +313,7 @@ impl<'a> TaskInserts<'a> {
                  SELECT u.run_id, u.id, u.node_id, u.node_type, u.queue, u.state, u.attempt, u.input_json,
                         u.wake_at, u.finished_at, u.output_json, u.error, u.event_name, u.event_key,
                         u.parent_task_id, u.item_index, u.progress, u.error_info, u.iteration, u.at_most_once,
-                        u.limit_keys, u.lease_owner, now() + make_interval(secs => u.lease_secs),
+                        u.limit_keys, u.lease_owner, clock_timestamp() + make_interval(secs => u.lease_secs),
                         CASE WHEN u.lease_owner IS NOT NULL THEN clock_timestamp() END
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
                                $7::int4[], $8::jsonb[], $9::timestamptz[], $10::timestamptz[],
@@ -436,7 +438,7 @@ impl<'a> TaskUpdates<'a> {
                         wake_at = u.wake_at, finished_at = u.finished_at, input_json = u.input,
                         event_key = u.event_key, progress = u.progress, error_info = u.error_info,
                         iteration = u.iteration, lease_owner = u.lease_owner,
-                        lease_expires_at = now() + make_interval(secs => u.lease_secs),
+                        lease_expires_at = clock_timestamp() + make_interval(secs => u.lease_secs),
                         started_at = CASE WHEN u.lease_owner IS NULL THEN t.started_at ELSE clock_timestamp() END,
                         updated_at = now()
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],

@@ -41,7 +41,7 @@ pub(crate) struct Deleted {
             Without a token set on the coordinator, no bearer token is needed.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
-    components(schemas(Name, JsonValue, JsonObject, ErrorBody)),
+    components(schemas(Name, JsonValue, JsonObject, ErrorBody, composer_api::wire::EagerHeader)),
     tags(
         (name = "workflows", description = "Versioned workflow definitions"),
         (name = "runs", description = "Runs of workflows: start, watch, control"),

@@ -33,7 +33,7 @@ use crate::shared::Shared;
     post, path = "/internal/v1/tasks/{id}/result", operation_id = "reportTaskResult", tag = "workers",
     params(
         ("id" = Uuid, Path, description = "the task"),
-        ("composer-eager" = Option<String>, Header, description = "`slots=<1-16>; lease_ms=<1000-3600000>; queues=<queue>,…`: tasks this worker takes with the answer"),
+        ("composer-eager" = Option<composer_api::wire::EagerHeader>, Header, description = "`slots=<1-16>; lease_ms=<1000-3600000>; queues=<queue>,…`: tasks this worker takes with the answer"),
     ),
     request_body = TaskReport,
     responses(
