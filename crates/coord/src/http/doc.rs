@@ -11,9 +11,9 @@ use composer_api::schema::{JsonObject, JsonValue, Name};
 use composer_api::ErrorBody;
 use serde::Serialize;
 use utoipa::openapi::link::LinkBuilder;
-use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::response::Response;
-use utoipa::openapi::schema::{AllOf, Object, Schema};
+use utoipa::openapi::schema::{AllOf, Object, Schema, SchemaType, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::server::ServerBuilder;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr};
@@ -132,6 +132,28 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
     [&mut item.get, &mut item.post, &mut item.put, &mut item.delete].into_iter().flatten()
 }
 
+/// An optional header is sent or left out, never JSON null: the schema of
+/// one declared `Option<T>` is `T`'s alone (a fuzzer otherwise sends the
+/// text `null` as a valid value).
+fn headers_not_null(op: &mut Operation) {
+    for p in op.parameters.iter_mut().flatten() {
+        let RefOr::T(p) = p else { continue };
+        if p.parameter_in != ParameterIn::Header {
+            continue;
+        }
+        if let Some(RefOr::T(Schema::OneOf(one))) = &p.schema {
+            let not_null: Vec<&RefOr<Schema>> = one.items.iter().filter(|s| !is_null(s)).collect();
+            if let [only] = not_null.as_slice() {
+                p.schema = Some((*only).clone());
+            }
+        }
+    }
+}
+
+fn is_null(schema: &RefOr<Schema>) -> bool {
+    matches!(schema, RefOr::T(Schema::Object(o)) if o.schema_type == SchemaType::Type(Type::Null))
+}
+
 /// One object with every property of the `allOf`'s parts, when each part
 /// is an object written out (not a reference).
 fn merge_objects(all: &AllOf) -> Option<Object> {
@@ -176,6 +198,7 @@ impl Modify for Rules {
         for (path, item) in doc.paths.paths.iter_mut() {
             let guarded = path.starts_with("/v1/") || path.starts_with("/internal/");
             for op in operations(item) {
+                headers_not_null(op);
                 let answers = &mut op.responses.responses;
                 for &(status, meaning) in ERRORS {
                     let applies = match status {

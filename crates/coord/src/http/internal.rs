@@ -12,7 +12,7 @@ use composer_api::ErrorBody;
 use composer_core::machine::Event;
 use serde_json::Value;
 
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::extract::{task_id, Body, Path};
 use super::tasks::completed;
 use super::tasks::MAX_ERROR_CHARS;
@@ -33,12 +33,11 @@ use crate::shared::Shared;
     post, path = "/internal/v1/tasks/{id}/result", operation_id = "reportTaskResult", tag = "workers",
     params(
         ("id" = Uuid, Path, description = "the task"),
-        ("composer-eager" = Option<composer_api::wire::EagerHeader>, Header, description = "`slots=<1-16>; lease_ms=<1000-3600000>; queues=<queue>,…`: tasks this worker takes with the answer"),
+        ("composer-eager" = Option<composer_api::wire::EagerHeader>, Header, description = "`slots=<1-16>; lease_ms=<1000-3600000>; queues=<queue>,…`: tasks this worker takes with the answer; one that does not read is ignored"),
     ),
     request_body = TaskReport,
     responses(
         (status = 200, description = "applied, or ignored with the reason (a duplicate, late or stale report); `next` holds the tasks leased to this worker with it", body = ReportReply),
-        (status = 400, description = "the body or the `composer-eager` header is malformed", body = ErrorBody),
         (status = 409, description = "this worker does not hold the task's lease: the result was dropped", body = ErrorBody),
     )
 )]
@@ -50,13 +49,12 @@ pub(crate) async fn report(
 ) -> ApiResult<Json<ReportReply>> {
     let started = std::time::Instant::now();
     let task_id = task_id(&id)?;
-    let offer = match headers.get(EAGER_HEADER) {
-        None => None,
-        Some(v) => {
-            let v = v.to_str().map_err(|_| ApiError::bad_request(format!("{EAGER_HEADER}: not plain text")))?;
-            Some(EagerOffer::parse(v).map_err(|e| ApiError::bad_request(format!("{EAGER_HEADER}: {e}")))?)
-        }
-    };
+    // A hint, not part of the result: one that does not read is ignored
+    // (refused, the report would fail its attempt for good).
+    let offer = headers.get(EAGER_HEADER).and_then(|v| {
+        let parsed = v.to_str().map_err(|_| "not plain text".to_string()).and_then(EagerOffer::parse);
+        parsed.inspect_err(|e| tracing::debug!(%task_id, error = %e, "ignoring a malformed {EAGER_HEADER} header")).ok()
+    });
     let event = match r.status {
         // An output that cannot be stored (too large, too deep, a NUL) ends
         // the attempt for good, naming why: retrying would get it again.
