@@ -80,14 +80,16 @@ impl Loaded {
             }
             let task = &self.run.tasks[i];
             let node = &self.wf.nodes[task.node];
-            let written = self.tr.created.contains(&i) || self.tr.updated.contains(&i);
+            // The scans of what the transition wrote come last: a MAP can
+            // dispatch 10,000 items in one event, and they run only for a
+            // task that is about to be given.
             if task.state == machine::TaskState::Pending
                 && task.limit_keys.is_empty()
                 && !node.at_most_once
                 && !task.removed
-                && written
                 && offer.queues.iter().any(|q| q == node.dispatch_queue())
                 && !self.eager.iter().any(|e| e.task == i)
+                && (self.tr.created.contains(&i) || self.tr.updated.contains(&i))
             {
                 self.eager.push(Eager { task: i, owner: worker.to_string(), lease: offer.lease });
                 given.push(task.id);
