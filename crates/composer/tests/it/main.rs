@@ -22,6 +22,7 @@ mod ops;
 mod priorities;
 mod processes;
 mod repair;
+mod starts;
 mod task_api;
 mod tls;
 mod traces;

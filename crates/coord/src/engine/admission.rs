@@ -82,48 +82,100 @@ pub async fn create_run<S: RunStore>(
     how: NewRunOf<'_>,
     limits: Limits,
 ) -> Result<(RunRow, Option<Loaded>)> {
-    let def = how.def;
-    let tags = wf.tags_of(how.input, how.tags).map_err(Rejection::Tags)?;
-    let fairness_key = wf.fairness_key_of(how.input).map_err(Rejection::FairnessKey)?;
-    let fairness_key = fairness_key.as_deref().or(how.fairness_key);
-    let (key, status) = admit(store, &wf, &def.name, how.input).await?;
-    let deadline = (status == RunStatus::Running).then(|| deadline_of(&wf)).flatten();
-    let new = NewRun {
-        id: Uuid::now_v7(),
-        workflow_definition_id: def.id,
-        workflow_name: &def.name,
-        workflow_version: def.version,
-        input: how.input,
-        idempotency_key: how.idempotency_key,
-        deadline,
-        parent: how.parent,
-        depth: how.depth,
-        status,
-        concurrency_key: key.as_deref(),
-        trigger: how.trigger,
-        root_run_id: how.root,
-        handles_run_id: how.handles,
-        abandoned: how.abandoned,
-        tags: tags.as_ref(),
-        traceparent: how.traceparent,
-        priority: how.priority.unwrap_or(wf.priority),
-        fairness_key,
-    };
-    let row = store.insert_run(&new).await?;
+    let prepared = Prepared::new(wf, how)?;
+    let (key, status) = admit(store, &prepared.wf, &prepared.how.def.name, prepared.how.input).await?;
+    let row = store.insert_run(&prepared.row(key.as_deref(), status)).await?;
     if status == RunStatus::Queued {
-        tracing::debug!(run_id = %row.id, workflow = %def.name, "run queued by its concurrency limit");
+        tracing::debug!(run_id = %row.id, workflow = %row.workflow_name, "run queued by its concurrency limit");
         return Ok((row, None));
     }
-    // The row goes back to the caller with its data; the run gets a copy.
-    let mut run = runs::into_machine(&wf, &mut row.clone(), Vec::new())?;
-    run.max_payload = limits.max_payload;
-    run.items_left = match how.root {
-        Some(root) if wf.has_items() => items_left(store, root, limits).await?,
-        _ => limits.tree.items as u64,
-    };
-    let tr = effects::apply(store, &wf, &mut run, Event::RunStarted).await?;
-    let loaded = Loaded::new(wf, run, tr, &row);
+    let loaded = prepared.start(store, &row, limits).await?;
     Ok((row, Some(loaded)))
+}
+
+/// [`create_run`] for many runs, in the order given: those of workflows
+/// without a concurrency limit in one insert, the others one by one under
+/// their keys' locks.
+pub async fn create_runs<S: RunStore>(
+    store: &S,
+    starts: Vec<(Arc<Workflow>, NewRunOf<'_>)>,
+    limits: Limits,
+) -> Result<Vec<(RunRow, Option<Loaded>)>> {
+    let mut created: Vec<Option<(RunRow, Option<Loaded>)>> = Vec::with_capacity(starts.len());
+    let mut unlimited = Vec::new();
+    for (wf, how) in starts {
+        if wf.concurrency.is_some() {
+            created.push(Some(create_run(store, wf, how, limits).await?));
+        } else {
+            unlimited.push((created.len(), Prepared::new(wf, how)?));
+            created.push(None);
+        }
+    }
+    let rows: Vec<NewRun<'_>> = unlimited.iter().map(|(_, p)| p.row(None, RunStatus::Running)).collect();
+    let rows = store.insert_runs(&rows).await?;
+    for ((at, prepared), row) in unlimited.iter().zip(rows) {
+        let loaded = prepared.start(store, &row, limits).await?;
+        created[*at] = Some((row, Some(loaded)));
+    }
+    Ok(created.into_iter().flatten().collect())
+}
+
+/// A run to create with what its definition decides from its input (tags,
+/// fairness key, id, deadline) worked out: everything but its admission.
+struct Prepared<'a> {
+    wf: Arc<Workflow>,
+    how: NewRunOf<'a>,
+    id: Uuid,
+    tags: Option<Value>,
+    /// Its own definition's, which wins over its parent's.
+    fairness_key: Option<String>,
+}
+
+impl<'a> Prepared<'a> {
+    fn new(wf: Arc<Workflow>, how: NewRunOf<'a>) -> Result<Prepared<'a>> {
+        let tags = wf.tags_of(how.input, how.tags).map_err(Rejection::Tags)?;
+        let fairness_key = wf.fairness_key_of(how.input).map_err(Rejection::FairnessKey)?;
+        Ok(Prepared { wf, how, id: Uuid::now_v7(), tags, fairness_key })
+    }
+
+    /// Its row, admitted as `status` under `key`.
+    fn row<'k>(&'k self, key: Option<&'k str>, status: RunStatus) -> NewRun<'k> {
+        let (def, how) = (self.how.def, &self.how);
+        NewRun {
+            id: self.id,
+            workflow_definition_id: def.id,
+            workflow_name: &def.name,
+            workflow_version: def.version,
+            input: how.input,
+            idempotency_key: how.idempotency_key,
+            deadline: (status == RunStatus::Running).then(|| deadline_of(&self.wf)).flatten(),
+            parent: how.parent,
+            depth: how.depth,
+            status,
+            concurrency_key: key,
+            trigger: how.trigger,
+            root_run_id: how.root,
+            handles_run_id: how.handles,
+            abandoned: how.abandoned,
+            tags: self.tags.as_ref(),
+            traceparent: how.traceparent,
+            priority: how.priority.unwrap_or(self.wf.priority),
+            fairness_key: self.fairness_key.as_deref().or(how.fairness_key),
+        }
+    }
+
+    /// Applies `RunStarted` to its inserted RUNNING `row`.
+    async fn start<S: RunStore>(&self, store: &S, row: &RunRow, limits: Limits) -> Result<Loaded> {
+        // The row goes back to the caller with its data; the run gets a copy.
+        let mut run = runs::into_machine(&self.wf, &mut row.clone(), Vec::new())?;
+        run.max_payload = limits.max_payload;
+        run.items_left = match self.how.root {
+            Some(root) if self.wf.has_items() => items_left(store, root, limits).await?,
+            _ => limits.tree.items as u64,
+        };
+        let tr = effects::apply(store, &self.wf, &mut run, Event::RunStarted).await?;
+        Ok(Loaded::new(self.wf.clone(), run, tr, row))
+    }
 }
 
 /// Whether a new run of `wf` may start or must wait QUEUED, and its
@@ -213,6 +265,35 @@ mod tests {
         let (c, _) = create_run(&store, wf, how(&def, &json!({"c": 7})), SMALL).await.unwrap();
         assert_eq!((c.status, c.concurrency_key.as_deref()), (RunStatus::Running, Some("7")));
         assert_eq!(store.locked_keys.lock().unwrap().len(), 3, "every admission under its key's lock");
+    }
+
+    #[tokio::test]
+    async fn runs_created_together_keep_their_order_and_the_limited_ones_their_admission() {
+        let (limited, limited_def) = definition(json!({"name": "per", "concurrency": {"key": "k", "max": 1},
+            "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
+        let (free, free_def) =
+            definition(json!({"name": "free", "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
+        let inputs: Vec<Value> = (0..4).map(|n| json!({"n": n})).collect();
+        let store = FakeStore::default();
+        let starts = vec![
+            (free.clone(), how(&free_def, &inputs[0])),
+            (limited.clone(), how(&limited_def, &inputs[1])),
+            (free, how(&free_def, &inputs[2])),
+            (limited, how(&limited_def, &inputs[3])),
+        ];
+        let created = create_runs(&store, starts, SMALL).await.unwrap();
+        let seen: Vec<_> =
+            created.iter().map(|(row, loaded)| (row.input.clone(), row.status, loaded.is_some())).collect();
+        assert_eq!(
+            seen,
+            vec![
+                (inputs[0].clone(), RunStatus::Running, true),
+                (inputs[1].clone(), RunStatus::Running, true),
+                (inputs[2].clone(), RunStatus::Running, true),
+                (inputs[3].clone(), RunStatus::Queued, false),
+            ]
+        );
+        assert_eq!(store.locked_keys.lock().unwrap().len(), 2, "only the limited runs take a key's lock");
     }
 
     #[tokio::test]

@@ -195,6 +195,14 @@ pub(crate) mod fake {
             Ok(self.usage.lock().unwrap().get(&(workflow.into(), key.into())).copied().unwrap_or((0, false)))
         }
 
+        async fn insert_runs(&self, runs: &[NewRun<'_>]) -> Result<Vec<RunRow>, composer_store::Error> {
+            let mut rows = Vec::with_capacity(runs.len());
+            for run in runs {
+                rows.push(self.insert_run(run).await?);
+            }
+            Ok(rows)
+        }
+
         async fn insert_run(&self, run: &NewRun<'_>) -> Result<RunRow, composer_store::Error> {
             let now = chrono::Utc::now();
             let row = RunRow {

@@ -684,9 +684,8 @@ impl Engine {
                 given.push((at, loaded.give_eagerly(&worker, &offer)));
             }
         }
-        let mut created = Vec::with_capacity(starts.len());
+        let mut creating = Vec::with_capacity(starts.len());
         for (def, input, tags, traceparent, priority) in starts {
-            let wf = self.compile(def)?;
             let how = NewRunOf {
                 def,
                 input,
@@ -702,7 +701,10 @@ impl Engine {
                 priority: *priority,
                 fairness_key: None,
             };
-            let (row, loaded) = admission::create_run(&store, wf, how, self.limits).await?;
+            creating.push((self.compile(def)?, how));
+        }
+        let mut created = Vec::with_capacity(starts.len());
+        for (row, loaded) in admission::create_runs(&store, creating, self.limits).await? {
             if let Some(loaded) = loaded {
                 runs.insert(row.id, loaded);
             }

@@ -46,6 +46,9 @@ pub trait RunStore: Sync {
 
     fn insert_run(&self, run: &NewRun<'_>) -> impl Future<Output = StoreResult<RunRow>> + Send;
 
+    /// Inserts RUNNING runs in one statement; their rows in the order given.
+    fn insert_runs(&self, runs: &[NewRun<'_>]) -> impl Future<Output = StoreResult<Vec<RunRow>>> + Send;
+
     /// MAP items the run tree of `root` has created so far.
     fn tree_items_used(&self, root: Uuid) -> impl Future<Output = StoreResult<i64>> + Send;
 
@@ -100,6 +103,10 @@ impl RunStore for Tx<'_, '_> {
 
     async fn insert_run(&self, run: &NewRun<'_>) -> StoreResult<RunRow> {
         runs::insert_run(self.0, run).await
+    }
+
+    async fn insert_runs(&self, new: &[NewRun<'_>]) -> StoreResult<Vec<RunRow>> {
+        runs::insert_runs(self.0, new).await
     }
 
     async fn definition(&self, name: &str, version: Option<i32>) -> StoreResult<Option<DefinitionRow>> {
