@@ -213,9 +213,11 @@ async fn lease(
                     started_at = now(), updated_at = now()
                FROM unnest($1::uuid[], $2::uuid[], $3::int4[]) AS req(run_id, id, attempt)
               WHERE t.run_id = req.run_id AND t.id = req.id AND t.attempt = req.attempt AND {condition}
+                AND t.run_id BETWEEN $6 AND $7
           RETURNING t.id"
         ))
         .await?;
-    let rows = client.query(&stmt, &[&run_ids, &task_ids, &attempts, &owner, &ttl.as_secs_f64()]).await?;
+    let (lo, hi) = crate::partitions::span(&run_ids);
+    let rows = client.query(&stmt, &[&run_ids, &task_ids, &attempts, &owner, &ttl.as_secs_f64(), &lo, &hi]).await?;
     rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
 }

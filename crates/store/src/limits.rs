@@ -339,10 +339,12 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
     let mut run_ids: Vec<Uuid> = steps.iter().map(|s| s.run_id).collect();
     run_ids.sort();
     run_ids.dedup();
+    let (lo, hi) = crate::partitions::span(&run_ids);
     let locked = tx
         .query(
-            "SELECT id, status FROM workflow_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED",
-            &[&run_ids],
+            "SELECT id, status FROM workflow_runs WHERE id = ANY($1) AND id BETWEEN $2 AND $3
+              ORDER BY id FOR UPDATE SKIP LOCKED",
+            &[&run_ids, &lo, &hi],
         )
         .await?;
     let mut status: HashMap<Uuid, String> = HashMap::new();
@@ -354,8 +356,9 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
     let mine: Vec<Uuid> = status.keys().copied().collect();
     let pending: HashMap<Uuid, i32> = tx
         .query(
-            "SELECT id, attempt FROM task_instances WHERE run_id = ANY($1) AND id = ANY($2) AND state = 'PENDING'",
-            &[&mine, &task_ids],
+            "SELECT id, attempt FROM task_instances
+              WHERE run_id = ANY($1) AND run_id BETWEEN $3 AND $4 AND id = ANY($2) AND state = 'PENDING'",
+            &[&mine, &task_ids, &lo, &hi],
         )
         .await?
         .iter()

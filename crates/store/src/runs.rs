@@ -468,26 +468,44 @@ pub fn to_machine_task(wf: &Workflow, t: TaskRow) -> Result<machine::Task> {
 
 /// Locks the rows of `run_ids` in id order (so two batches cannot deadlock on
 /// each other) and loads their node tasks and, of MAP items, only those in
-/// `item_ids` (the ones the events name), in one round trip.
+/// `items` ((run id, task id): the ones the events name), in one round trip.
 pub async fn lock_many(
     tx: &Transaction<'_>,
     run_ids: &[Uuid],
-    item_ids: &[Uuid],
+    items: &[(Uuid, Uuid)],
 ) -> Result<Vec<(RunRow, Vec<TaskRow>)>> {
+    let (lo, hi) = crate::partitions::span(run_ids);
     let lock_stmt = tx
-        .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE"))
-        .await?;
-    let tasks_stmt = tx
         .prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM task_instances WHERE run_id = ANY($1) AND parent_task_id IS NULL
-             UNION ALL
-             SELECT {TASK_COLUMNS} FROM task_instances
-              WHERE run_id = ANY($1) AND id = ANY($2) AND parent_task_id IS NOT NULL"
+            "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = ANY($1) AND id BETWEEN $2 AND $3 ORDER BY id FOR UPDATE"
         ))
         .await?;
-    let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_ids];
-    let task_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&run_ids, &item_ids];
-    let (runs, tasks) = tokio::try_join!(tx.query(&lock_stmt, &lock_params), tx.query(&tasks_stmt, &task_params))?;
+    // The items' half only when the events name tasks, and by their keys:
+    // with no ids it still visited every month's partition, and by id alone
+    // it read every task of the runs to find none.
+    let tasks_stmt = if items.is_empty() {
+        tx.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM task_instances
+              WHERE run_id = ANY($1) AND run_id BETWEEN $2 AND $3 AND parent_task_id IS NULL"
+        ))
+        .await?
+    } else {
+        tx.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM task_instances
+              WHERE run_id = ANY($1) AND run_id BETWEEN $2 AND $3 AND parent_task_id IS NULL
+             UNION ALL
+             SELECT {TASK_COLUMNS} FROM task_instances
+              WHERE (run_id, id) IN (SELECT * FROM unnest($4::uuid[], $5::uuid[]))
+                AND run_id BETWEEN $2 AND $3 AND parent_task_id IS NOT NULL"
+        ))
+        .await?
+    };
+    let item_runs: Vec<Uuid> = items.iter().map(|i| i.0).collect();
+    let item_ids: Vec<Uuid> = items.iter().map(|i| i.1).collect();
+    let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&run_ids, &lo, &hi];
+    let task_params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [&run_ids, &lo, &hi, &item_runs, &item_ids];
+    let task_params = &task_params[..if items.is_empty() { 3 } else { 5 }];
+    let (runs, tasks) = tokio::try_join!(tx.query(&lock_stmt, &lock_params), tx.query(&tasks_stmt, task_params))?;
     let mut by_run: std::collections::HashMap<Uuid, Vec<TaskRow>> = std::collections::HashMap::new();
     for row in &tasks {
         let t = TaskRow::from_row(row)?;

@@ -232,10 +232,11 @@ impl<'a> RunUpdates<'a> {
                                         THEN now() + (r.deadline - r.created_at) ELSE r.deadline END
                    FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::text[], $5::jsonb[])
                         AS u(id, status, output, error, input)
-                  WHERE r.id = u.id",
+                  WHERE r.id = u.id AND r.id BETWEEN $6 AND $7",
             )
             .await?;
-        Ok(tx.execute(&stmt, &[&self.id, &self.status, &self.output, &self.error, &self.input]).await?)
+        let (lo, hi) = crate::partitions::span(&self.id);
+        Ok(tx.execute(&stmt, &[&self.id, &self.status, &self.output, &self.error, &self.input, &lo, &hi]).await?)
     }
 }
 
@@ -446,10 +447,11 @@ impl<'a> TaskUpdates<'a> {
                                $12::jsonb[], $13::int4[], $14::text[], $15::float8[])
                         AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key,
                              progress, error_info, iteration, lease_owner, lease_secs)
-                  WHERE t.run_id = u.run_id AND t.id = u.id",
+                  WHERE t.run_id = u.run_id AND t.id = u.id AND t.run_id BETWEEN $16 AND $17",
             )
             .await?;
-        let params: [&(dyn ToSql + Sync); 15] = [
+        let (lo, hi) = crate::partitions::span(&self.run_id);
+        let params: [&(dyn ToSql + Sync); 17] = [
             &self.run_id,
             &self.id,
             &self.state,
@@ -465,6 +467,8 @@ impl<'a> TaskUpdates<'a> {
             &self.iteration,
             &self.lease_owner,
             &self.lease_secs,
+            &lo,
+            &hi,
         ];
         Ok(tx.execute(&stmt, &params).await?)
     }

@@ -757,12 +757,13 @@ impl Engine {
         run_ids.sort();
         run_ids.dedup();
         // Of MAP items, only those the events name are loaded.
-        let item_ids: Vec<Uuid> = events.iter().flat_map(|a| a.event.task_ids()).collect();
+        let items: Vec<(Uuid, Uuid)> =
+            events.iter().flat_map(|a| a.event.task_ids().into_iter().map(|t| (a.run_id, t))).collect();
         let reported: Vec<Uuid> =
             events.iter().filter(|a| matches!(a.by, By::Worker(..))).filter_map(|a| a.event.task_id()).collect();
         let store = Tx(tx);
         let mut runs = HashMap::new();
-        for (mut row, tasks) in runs::lock_many(tx, &run_ids, &item_ids).await? {
+        for (mut row, tasks) in runs::lock_many(tx, &run_ids, &items).await? {
             for t in tasks.iter().filter(|t| reported.contains(&t.id)) {
                 leases.insert(t.id, (t.lease_owner.clone(), t.attempt, t.state == machine::TaskState::Running));
             }
