@@ -259,14 +259,17 @@ fn turn_of(priority: u8) -> f64 {
     1.0 / composer_core::priority::WEIGHTS[at] as f64
 }
 
+/// The head of both run inserts: every column a new run is given.
+const INSERT_RUN: &str = "INSERT INTO workflow_runs
+    (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
+     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
+     handles_run_id, parent_iteration, abandoned, tags, traceparent, priority, fairness_key, fair_turn)";
+
 /// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
 pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow> {
     let stmt = tx
         .prepare_cached(&format!(
-            "INSERT INTO workflow_runs
-                    (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
-                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
-                     handles_run_id, parent_iteration, abandoned, tags, traceparent, priority, fairness_key, fair_turn)
+            "{INSERT_RUN}
              VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
                      CASE WHEN $12 = 'QUEUED' THEN {NEXT_TURN} ELSE 0 END)
              RETURNING {RUN_COLUMNS}"
@@ -322,10 +325,7 @@ pub async fn insert_runs(tx: &Transaction<'_>, runs: &[NewRun<'_>]) -> Result<Ve
     }
     let stmt = tx
         .prepare_cached(&format!(
-            "INSERT INTO workflow_runs
-                    (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
-                     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
-                     handles_run_id, parent_iteration, abandoned, tags, traceparent, priority, fairness_key, fair_turn)
+            "{INSERT_RUN}
              SELECT u.id, u.definition, u.name, u.version, 'RUNNING', u.input, u.idempotency_key, u.deadline,
                     u.parent_run_id, u.parent_task_id, u.parent_attempt, u.depth, u.concurrency_key, u.trigger,
                     u.root_run_id, u.handles_run_id, u.parent_iteration, u.abandoned, u.tags, u.traceparent,

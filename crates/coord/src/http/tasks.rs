@@ -45,22 +45,32 @@ fn check_worker(worker_id: &str) -> ApiResult<()> {
     name_param("worker_id", worker_id)
 }
 
+/// 1 to [`MAX_POLL_QUEUES`] queue names, each a name; `field` names them in
+/// the error.
+fn check_queues(field: &str, queues: &[String]) -> ApiResult<()> {
+    if queues.is_empty() || queues.len() > MAX_POLL_QUEUES {
+        return Err(ApiError::bad_request(format!("{field}: name 1 to {MAX_POLL_QUEUES} queues")));
+    }
+    queues.iter().try_for_each(|q| name_param(field, q))
+}
+
+/// A count of `field` from 1 to `most`, 1 when absent.
+fn check_max(field: &str, max: Option<u32>, most: u32) -> ApiResult<u32> {
+    let max = max.unwrap_or(1);
+    if !(1..=most).contains(&max) {
+        return Err(ApiError::bad_request(format!("{field}: expected 1 to {most}, got {max}")));
+    }
+    Ok(max)
+}
+
 /// Most tasks one result may take with its answer (`next.max`).
 pub const MAX_NEXT_TASKS: u32 = composer_api::wire::MAX_EAGER_SLOTS;
 
 /// What a result's `next` asks for, checked, as the engine takes it.
 fn offer_of(s: &Shared, next: Option<TakeNext>) -> ApiResult<Option<EagerOffer>> {
     let Some(next) = next else { return Ok(None) };
-    if next.queues.is_empty() || next.queues.len() > MAX_POLL_QUEUES {
-        return Err(ApiError::bad_request(format!("next.queues: name 1 to {MAX_POLL_QUEUES} queues")));
-    }
-    for q in &next.queues {
-        name_param("next.queues", q)?;
-    }
-    let max = next.max.unwrap_or(1);
-    if !(1..=MAX_NEXT_TASKS).contains(&max) {
-        return Err(ApiError::bad_request(format!("next.max: expected 1 to {MAX_NEXT_TASKS}, got {max}")));
-    }
+    check_queues("next.queues", &next.queues)?;
+    let max = check_max("next.max", next.max, MAX_NEXT_TASKS)?;
     Ok(Some(EagerOffer { slots: max, lease: s.config.task_lease_ttl, queues: next.queues }))
 }
 
@@ -76,16 +86,8 @@ fn offer_of(s: &Shared, next: Option<TakeNext>) -> ApiResult<Option<EagerOffer>>
 )]
 pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks>) -> ApiResult<Json<TaskBatch>> {
     check_worker(&req.worker_id)?;
-    if req.queues.is_empty() || req.queues.len() > MAX_POLL_QUEUES {
-        return Err(ApiError::bad_request(format!("queues: name 1 to {MAX_POLL_QUEUES} queues")));
-    }
-    for q in &req.queues {
-        name_param("queues", q)?;
-    }
-    let max = req.max.unwrap_or(1);
-    if !(1..=MAX_POLL_TASKS).contains(&max) {
-        return Err(ApiError::bad_request(format!("max: expected 1 to {MAX_POLL_TASKS}, got {max}")));
-    }
+    check_queues("queues", &req.queues)?;
+    let max = check_max("max", req.max, MAX_POLL_TASKS)?;
     // Longer waits are cut to the limit, as `?wait=` on a run is.
     let wait = match &req.wait {
         Some(w) => composer_core::duration::parse(w).map_err(|e| ApiError::bad_request(format!("wait: {e}")))?,
