@@ -151,6 +151,20 @@ pub struct ReportReply {
 /// coordinator that does not know it ignores it.
 pub const EAGER_HEADER: &str = "composer-eager";
 
+/// The header of a report that names its run's priority (`1` to `5`), as
+/// the task's stream said it: the report waits for the coordinator's next
+/// batch at that priority. One that does not read is the default level; a
+/// coordinator that does not know it ignores it.
+pub const PRIORITY_HEADER: &str = "composer-priority";
+
+/// The level a [`PRIORITY_HEADER`] names: `None` unless `1` to `5`.
+pub fn priority_of_header(value: &[u8]) -> Option<u8> {
+    match value {
+        [d @ b'1'..=b'5'] => Some(d - b'0'),
+        _ => None,
+    }
+}
+
 /// The [`EAGER_HEADER`]'s value in the form a worker writes it (the
 /// coordinator also reads its parts in any order): the OpenAPI document's
 /// pattern, held to [`EagerOffer::parse`] by a test.
@@ -231,6 +245,15 @@ impl EagerOffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_priority_header_names_a_level_or_nothing() {
+        let levels: Vec<Option<u8>> = [&b"1"[..], b"3", b"5"].iter().map(|v| priority_of_header(v)).collect();
+        assert_eq!(levels, [Some(1), Some(3), Some(5)]);
+        for bad in [&b"0"[..], b"6", b"", b"11", b" 1", b"1 ", b"-1", b"one", b"\xff"] {
+            assert_eq!(priority_of_header(bad), None, "{bad:?}");
+        }
+    }
 
     fn report(stages: &str) -> Result<TaskReport, serde_json::Error> {
         let id = Uuid::now_v7();

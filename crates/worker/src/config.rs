@@ -76,7 +76,8 @@ pub struct Options {
     /// Offer, with each report, to run the next task it makes ready (eager
     /// dispatch): the coordinator leases it to this worker in the report's
     /// commit and answers with it, instead of sending it through a stream.
-    /// Offered only while nothing read waits for a slot here.
+    /// Offered only while nothing read waits for a slot here, or when the
+    /// report's priority is higher than that of everything read that waits.
     #[arg(long, env = "COMPOSER_WORKER_EAGER", default_value_t = true, action = clap::ArgAction::Set)]
     pub eager: bool,
     /// How long one XREADGROUP blocks when there is nothing to do.

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use composer_api::wire::{Dispatch, EagerOffer, ReportReply, TaskReport, EAGER_HEADER};
+use composer_api::wire::{Dispatch, EagerOffer, ReportReply, TaskReport, EAGER_HEADER, PRIORITY_HEADER};
 use uuid::Uuid;
 
 /// How long one call with log lines may take: they are sent from the
@@ -90,13 +90,16 @@ impl Reporter {
     /// does not take) would be refused again: it becomes the attempt's
     /// failure, naming the refusal, sent once in its place; running the
     /// task again would only make the same report. With an `offer`, the
-    /// answer may carry tasks leased to this worker (eager dispatch).
+    /// answer may carry tasks leased to this worker (eager dispatch). The
+    /// report names its run's `priority`, at which it waits for the
+    /// coordinator's batch.
     pub async fn send(
         &self,
         task_id: Uuid,
         report: &TaskReport,
         deadline: Duration,
         offer: Option<&EagerOffer>,
+        priority: u8,
     ) -> Delivery {
         let give_up = tokio::time::Instant::now() + deadline;
         let mut backoff = Duration::from_millis(50);
@@ -114,6 +117,7 @@ impl Reporter {
             if let Some(offer) = offer {
                 req = req.header(EAGER_HEADER, offer.header());
             }
+            req = req.header(PRIORITY_HEADER, priority.to_string());
             match req.send().await {
                 Ok(resp) if resp.status().is_success() => {
                     // An answer that does not parse leased nothing this

@@ -76,8 +76,11 @@ struct Ctx {
     /// What a report offers to run next (eager dispatch); `None` when off.
     offer: Option<EagerOffer>,
     /// Messages read and waiting for a slot: while there are any, reports
-    /// offer nothing, so the slots go by the streams' priorities.
+    /// offer nothing, so the slots go by the streams' priorities, unless
+    /// the report's priority is higher than any of theirs.
     held: AtomicU64,
+    /// The highest priority (the least number) among the messages held.
+    held_best: std::sync::atomic::AtomicU8,
     /// The read loop waits for a slot to read with.
     wants_slot: std::sync::atomic::AtomicBool,
     stopping: CancellationToken,
@@ -92,15 +95,21 @@ struct Read {
 }
 
 impl Ctx {
-    /// What a report offers now. Nothing while read messages wait for a
-    /// slot (they go first, by their priority), while the read loop waits
-    /// for a slot (the report's goes back to the streams, so chains of
-    /// eager tasks cannot keep them from being read), or while stopping.
-    fn offer(&self) -> Option<&EagerOffer> {
-        let busy = self.held.load(Ordering::Relaxed) > 0
-            || self.wants_slot.load(Ordering::Relaxed)
-            || self.stopping.is_cancelled();
-        self.offer.as_ref().filter(|_| !busy)
+    /// What a report of a task of `priority` offers now. Nothing while
+    /// stopping. Nothing while read messages wait for a slot (they go first,
+    /// by their priority) or while the read loop waits for a slot (the
+    /// report's goes back to the streams, so chains of eager tasks cannot
+    /// keep them from being read) — unless the report's priority is higher
+    /// than that of every message held, which would give way to its run's
+    /// next task anyway.
+    fn offer(&self, priority: u8) -> Option<&EagerOffer> {
+        if self.stopping.is_cancelled() {
+            return None;
+        }
+        let held = self.held.load(Ordering::Relaxed);
+        let free = held == 0 && !self.wants_slot.load(Ordering::Relaxed);
+        let ahead = held > 0 && priority < self.held_best.load(Ordering::Relaxed);
+        self.offer.as_ref().filter(|_| free || ahead)
     }
 
     /// Queues a read for its leases.
@@ -157,6 +166,7 @@ pub async fn run(
             queues: queues.iter().cloned().collect(),
         }),
         held: AtomicU64::new(0),
+        held_best: std::sync::atomic::AtomicU8::new(u8::MAX),
         wants_slot: std::sync::atomic::AtomicBool::new(false),
         stopping: shutdown.clone(),
     });
@@ -262,6 +272,7 @@ async fn read_loop(
             slots.truncate(n);
             ctx.lease(held.take(n), slots);
         }
+        ctx.held_best.store(held.best().unwrap_or(u8::MAX), Ordering::Relaxed);
         ctx.held.store(held.len() as u64, Ordering::Relaxed);
     }
 }
@@ -359,6 +370,12 @@ impl Held {
         self.by_priority.iter().all(VecDeque::is_empty)
     }
 
+    /// The highest priority held.
+    fn best(&self) -> Option<u8> {
+        let at = self.by_priority.iter().position(|q| !q.is_empty())?;
+        Some(at as u8 + composer_core::priority::HIGHEST)
+    }
+
     /// Up to `n` messages, each from the level the weighted share picks.
     fn take(&mut self, n: usize) -> Vec<Message> {
         let mut out = Vec::with_capacity(n);
@@ -441,7 +458,8 @@ async fn give_up(ctx: Arc<Ctx>, msg: Message, deliveries: u64) {
         retry_after_ms: None,
         stages: None,
     };
-    match ctx.reporter.send(d.task_id, &report, ctx.report_deadline, None).await {
+    let priority = ctx.streams.keys().priority_of(&msg.stream);
+    match ctx.reporter.send(d.task_id, &report, ctx.report_deadline, None, priority).await {
         Delivery::Delivered(_) | Delivery::Gone => ack(&ctx, &msg).await,
         Delivery::Failed => tracing::error!(task_id = %d.task_id, "no coordinator took the max-deliveries report"),
     }
@@ -615,10 +633,14 @@ async fn run_on_slot(
     leased_at: Option<std::time::Instant>,
     stages: StageTimes,
 ) {
+    // The tasks given with a report's answer are of the same run: its
+    // priority, which the stream of the first one says.
+    let priority = msg.as_ref().map_or(composer_core::priority::DEFAULT, |m| ctx.streams.keys().priority_of(&m.stream));
     let (mut msg, mut dispatch, mut leased_at, mut stages) = (msg, dispatch, leased_at, stages);
     loop {
         let span = task_span(&dispatch);
-        let mut next = execute(&ctx, msg.take(), dispatch, leased_at, stages).instrument(span).await.into_iter();
+        let ran = execute(&ctx, msg.take(), dispatch, priority, leased_at, stages);
+        let mut next = ran.instrument(span).await.into_iter();
         let Some(first) = next.next() else { return };
         // One slot was offered: more is a coordinator's mistake, handed
         // back at once rather than left to expire.
@@ -653,6 +675,7 @@ async fn execute(
     ctx: &Arc<Ctx>,
     msg: Option<Message>,
     dispatch: Dispatch,
+    priority: u8,
     leased_at: Option<std::time::Instant>,
     mut stages: StageTimes,
 ) -> Vec<Dispatch> {
@@ -707,7 +730,8 @@ async fn execute(
     report.stages = dispatch.traceparent.is_some().then_some(stages);
     // The lease is renewed until the report lands, so a slow coordinator does
     // not make the task look abandoned.
-    let delivery = ctx.reporter.send(dispatch.task_id, &report, ctx.report_deadline, ctx.offer()).await;
+    let offer = ctx.offer(priority);
+    let delivery = ctx.reporter.send(dispatch.task_id, &report, ctx.report_deadline, offer, priority).await;
     done.cancel();
     let _ = renewer.await;
     match delivery {

@@ -100,6 +100,66 @@ async fn the_rust_worker_runs_a_priority_1_step_before_a_backlog_of_priority_5()
 }
 
 #[tokio::test]
+async fn a_priority_1_chain_keeps_its_slot_through_its_reports_ahead_of_held_priority_5_messages() {
+    let mut e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&one_step("bulk", "jobs", 5)).await;
+    let step = |id: &str| json!({"id": id, "type": "job", "queue": "jobs", "config": {"who": format!("urgent-{id}")}});
+    e.register(&json!({"name": "urgent", "nodes": [step("a"), step("b"), step("c")],
+                       "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]}))
+        .await;
+    for i in 0..30 {
+        start(&e, "bulk", json!({"who": format!("bulk-{i}")}), None).await;
+    }
+    until_published(&e, "jobs", 5, 30).await;
+    let urgent = start(&e, "urgent", json!({}), Some(1)).await;
+    until_published(&e, "jobs", 1, 1).await;
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut worker = composer_worker::Worker::new(e.worker_config("prio", 1));
+    let seen = order.clone();
+    worker.handle_on_queue("job", "jobs", move |_ctx, input: Value| {
+        seen.lock().unwrap().push(input["who"].as_str().unwrap_or_default().to_string());
+        async { Ok(json!({})) }
+    });
+    let stats = e.spawn_worker(worker).stats.clone();
+    assert_eq!(e.wait_for_run(urgent, T).await["status"], "SUCCEEDED");
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order[..3], ["urgent-a", "urgent-b", "urgent-c"], "{order:?}");
+    // Priority-5 messages were held the whole time: b and c came with the
+    // reports of a and b, not through the streams.
+    assert_eq!(stats.eager(), 2, "{order:?}");
+    e.stop().await;
+}
+
+/// A report's `composer-priority` orders it in the coordinator's queue and
+/// nothing else: one that does not read is taken as the default level, and
+/// the report is applied whatever it says.
+#[tokio::test]
+async fn a_reports_priority_header_never_refuses_it() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&one_step("one", "jobs", 5)).await;
+    let leases = composer_store::leases::LeaseManager::new(e.db.pool());
+    for header in ["1", "5", "0", "9", "high", ""] {
+        let run = start(&e, "one", json!({"who": header}), None).await;
+        let task: Uuid = e.task(run, "job").await["id"].as_str().unwrap().parse().unwrap();
+        assert!(leases.acquire(run, task, "w1", Duration::from_secs(30), 1).await.unwrap().is_granted());
+        let body = json!({"run_id": run, "attempt": 1, "worker_id": "w1", "status": "COMPLETED", "output": {}});
+        let resp = reqwest::Client::new()
+            .post(format!("{}/internal/v1/tasks/{task}/result", e.url()))
+            .header("composer-priority", header)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{header:?}: {answer}");
+        assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED", "{header:?}");
+    }
+    e.stop().await;
+}
+
+#[tokio::test]
 async fn the_task_api_serves_priorities_by_weight_without_starving_the_lowest() {
     let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
     e.register(&one_step("low", "py", 5)).await;

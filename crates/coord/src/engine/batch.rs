@@ -1,13 +1,16 @@
 //! The engine's queue: work waits here for a batch loop, which takes
-//! whatever is queued (up to a batch) into one transaction.
+//! whatever is queued (up to a batch, by priority) into one transaction.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use composer_core::machine::Event;
+use composer_core::priority::{Share, HIGHEST, LOWEST};
 use composer_store::definitions::DefinitionRow;
 use composer_store::runs::RunRow;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 use uuid::Uuid;
 
 use super::error::{EngineError, Result};
@@ -100,24 +103,103 @@ impl Pending {
     }
 }
 
-/// Takes what is queued after `first`, up to a batch.
-pub fn fill(first: Pending, inbox: &mut mpsc::Receiver<Pending>) -> Vec<Pending> {
-    let mut batch = vec![first];
-    while batch.len() < MAX_BATCH {
-        match inbox.try_recv() {
-            Ok(p) => batch.push(p),
-            Err(_) => break,
-        }
-    }
-    batch
+/// Work waiting for the batch loops, by priority: a batch takes it by the
+/// weighted share of [`Share`] (higher priorities first, none starved), so
+/// a priority-1 report does not wait behind a backlog's. At most `capacity`
+/// wait; more is refused at once ([`EngineError::Busy`]).
+pub struct Queue {
+    waiting: Mutex<Waiting>,
+    capacity: usize,
+    ready: Notify,
 }
 
-/// Refuses new work and answers what is queued, so no request waits forever
-/// while the server drains.
-pub fn drain(inbox: &mut mpsc::Receiver<Pending>) {
-    inbox.close();
-    while let Ok(p) = inbox.try_recv() {
-        p.refuse();
+#[derive(Default)]
+struct Waiting {
+    by_priority: [VecDeque<Pending>; 5],
+    len: usize,
+    share: Share,
+    closed: bool,
+}
+
+impl Queue {
+    pub fn new(capacity: usize) -> Queue {
+        Queue { waiting: Mutex::new(Waiting::default()), capacity: capacity.max(1), ready: Notify::new() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        // Nothing panics while holding it; a poisoned queue is still whole.
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `work` at `priority` (out of range: the nearest level); when
+    /// refused, `work` is dropped unanswered (the caller has the error).
+    pub fn push(&self, priority: u8, work: Pending) -> Result<()> {
+        let mut w = self.lock();
+        if w.closed {
+            return Err(EngineError::Stopped);
+        }
+        if w.len >= self.capacity {
+            return Err(EngineError::Busy);
+        }
+        let at = usize::from(priority.clamp(HIGHEST, LOWEST) - HIGHEST);
+        w.by_priority[at].push_back(work);
+        w.len += 1;
+        drop(w);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Waits for work and takes up to a batch of it; `None` once closed.
+    /// Cancel-safe: nothing is taken until it returns.
+    pub async fn take(&self) -> Option<Vec<Pending>> {
+        loop {
+            let ready = self.ready.notified();
+            {
+                let mut w = self.lock();
+                if w.len > 0 {
+                    let batch = w.take(MAX_BATCH);
+                    let more = w.len > 0;
+                    drop(w);
+                    // Another loop takes the rest while this one works.
+                    if more {
+                        self.ready.notify_one();
+                    }
+                    return Some(batch);
+                }
+                if w.closed {
+                    return None;
+                }
+            }
+            ready.await;
+        }
+    }
+
+    /// Refuses new work and answers what is queued, so no request waits
+    /// forever while the server drains.
+    pub fn close(&self) {
+        let queued: Vec<Pending> = {
+            let mut w = self.lock();
+            w.closed = true;
+            w.len = 0;
+            w.by_priority.iter_mut().flat_map(std::mem::take).collect()
+        };
+        self.ready.notify_waiters();
+        for p in queued {
+            p.refuse();
+        }
+    }
+}
+
+impl Waiting {
+    fn take(&mut self, n: usize) -> Vec<Pending> {
+        let mut batch = Vec::with_capacity(n.min(self.len));
+        while batch.len() < n {
+            let by = &self.by_priority;
+            let Some(level) = self.share.next(|l| !by[usize::from(l - HIGHEST)].is_empty()) else { break };
+            batch.extend(self.by_priority[usize::from(level - HIGHEST)].pop_front());
+        }
+        self.len -= batch.len();
+        batch
     }
 }
 
@@ -134,5 +216,79 @@ impl<'a> LiveLoop<'a> {
 impl Drop for LiveLoop<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Work for run `n` (its id's last bytes), and where its answer goes.
+    fn work(n: u16) -> (Pending, oneshot::Receiver<Result<Handled>>) {
+        let (reply, answer) = oneshot::channel();
+        let run_id = Uuid::from_u128(u128::from(n));
+        let applying = Applying { run_id, event: Event::CancelRun, by: By::Engine, told: None };
+        (Pending::Event { applying, reply }, answer)
+    }
+
+    fn runs(batch: &[Pending]) -> Vec<u16> {
+        batch
+            .iter()
+            .map(|p| match p {
+                Pending::Event { applying, .. } => applying.run_id.as_u128() as u16,
+                Pending::Start { .. } => unreachable!("only events here"),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_batch_takes_higher_priorities_first_and_a_backlog_still_gets_its_share() {
+        let q = Queue::new(1000);
+        for n in 0..200 {
+            q.push(5, work(n).0).unwrap();
+        }
+        for n in 1000..1200 {
+            q.push(1, work(n).0).unwrap();
+        }
+        let batch = runs(&q.take().await.unwrap());
+        assert_eq!(batch.len(), MAX_BATCH);
+        assert_eq!(batch[0], 1000, "the first priority-1 item first, though it came after 200 others");
+        let lows: Vec<u16> = batch.iter().copied().filter(|&n| n < 1000).collect();
+        // About 1 turn in 17 with only levels 1 and 5 waiting, in order.
+        assert_eq!(lows, (0..8).collect::<Vec<_>>(), "{batch:?}");
+        let highs: Vec<u16> = batch.iter().copied().filter(|&n| n >= 1000).collect();
+        assert_eq!(highs, (1000..1000 + 120).collect::<Vec<_>>(), "first come first served within a level");
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_a_closed_one_answers_what_it_held() {
+        let q = Queue::new(2);
+        let (a, answer_a) = work(1);
+        q.push(3, a).unwrap();
+        q.push(3, work(2).0).unwrap();
+        assert!(matches!(q.push(1, work(3).0), Err(EngineError::Busy)), "full whatever the priority");
+        q.close();
+        assert!(matches!(answer_a.await, Ok(Err(EngineError::Stopped))), "what was queued is answered");
+        assert!(matches!(q.push(3, work(4).0), Err(EngineError::Stopped)));
+        assert!(q.take().await.is_none(), "a closed queue gives nothing");
+    }
+
+    #[tokio::test]
+    async fn a_waiting_loop_wakes_for_work_and_for_the_close() {
+        let q = std::sync::Arc::new(Queue::new(10));
+        let waiting = tokio::spawn({
+            let q = q.clone();
+            async move { q.take().await.map(|b| runs(&b)) }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        q.push(9, work(7).0).unwrap();
+        assert_eq!(waiting.await.unwrap(), Some(vec![7]), "a level past the lowest is the lowest");
+        let waiting = tokio::spawn({
+            let q = q.clone();
+            async move { q.take().await.is_none() }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        q.close();
+        assert!(waiting.await.unwrap(), "the close wakes it");
     }
 }

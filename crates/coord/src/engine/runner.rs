@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use composer_api::wire::{EagerOffer, StageTimes};
 use composer_core::definition::{Workflow, SUB_WORKFLOW_MAX_DEPTH};
 use composer_core::machine::{self, AfterCommit, Event, RunStatus};
+use composer_core::priority;
 use composer_core::trace::RunTrace;
 use composer_store::definitions::DefinitionRow;
 use composer_store::outbox::Outbound;
@@ -16,7 +17,7 @@ use composer_store::transitions::{write_transitions, Change, Given, Publish};
 use composer_store::Pool;
 use futures_util::StreamExt;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 use uuid::Uuid;
 
 use super::admission::{self, Limits, NewRunOf};
@@ -47,8 +48,7 @@ pub struct Engine {
     workflows: Mutex<HashMap<Uuid, Arc<Workflow>>>,
     /// Bounded (`COMPOSER_ENGINE_QUEUE`): when full, callers are told to come
     /// back later rather than queue without end.
-    queue: mpsc::Sender<Pending>,
-    inbox: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
+    queue: batch::Queue,
     /// Runs whose last event failed permanently, and how often in a row: a
     /// repeat fails the run, so one poisoned run cannot fail forever.
     faults: Mutex<HashMap<Uuid, u32>>,
@@ -61,6 +61,15 @@ pub struct Engine {
     limits: Limits,
     /// Where the spans of runs go (`COMPOSER_OTLP_ENDPOINT`); none without.
     traces: Option<Arc<Traces>>,
+}
+
+/// What a worker's report says besides its event: its stage times, what
+/// it offers to run next, and its run's priority.
+#[derive(Debug)]
+pub struct Reported {
+    pub stages: Option<StageTimes>,
+    pub offer: Option<EagerOffer>,
+    pub priority: u8,
 }
 
 /// A start queued for a batch: its definition, input, tags and traceparent.
@@ -126,15 +135,13 @@ impl Engine {
         limits: Limits,
         queue_capacity: usize,
     ) -> Engine {
-        let (queue, inbox) = mpsc::channel(queue_capacity.max(1));
         Engine {
             pool,
             shards: shards as i32,
             outbox_wake,
             publisher,
             workflows: Mutex::new(HashMap::new()),
-            queue,
-            inbox: Arc::new(tokio::sync::Mutex::new(inbox)),
+            queue: batch::Queue::new(queue_capacity),
             faults: Mutex::new(HashMap::new()),
             promoting: Mutex::new(HashMap::new()),
             live_loops: AtomicUsize::new(0),
@@ -302,18 +309,13 @@ impl Engine {
         input: &Value,
         opts: StartOptions<'_>,
     ) -> Result<(RunRow, bool)> {
-        if opts.idempotency_key.is_none() && opts.trigger.is_none() && self.compile(def)?.concurrency.is_none() {
+        let wf = self.compile(def)?;
+        if opts.idempotency_key.is_none() && opts.trigger.is_none() && wf.concurrency.is_none() {
             let (reply, answer) = oneshot::channel();
             let (tags, traceparent) = (opts.tags.cloned(), opts.traceparent.map(str::to_string));
             let priority = opts.priority;
-            self.enqueue(Pending::Start {
-                def: def.clone(),
-                input: input.clone(),
-                tags,
-                traceparent,
-                priority,
-                reply,
-            })?;
+            let start = Pending::Start { def: def.clone(), input: input.clone(), tags, traceparent, priority, reply };
+            self.enqueue(priority.unwrap_or(wf.priority), start)?;
             return Ok((answer.await.map_err(|_| EngineError::Stopped)??, true));
         }
         let mut client = composer_store::client(&self.pool).await?;
@@ -397,27 +399,30 @@ impl Engine {
     /// Applies a worker's report of a task's attempt, only while `worker`
     /// holds that attempt's lease ([`EngineError::LeaseLost`] otherwise),
     /// checked on the rows the batch's transaction locked: no read of its own.
+    /// The report waits for a batch at its run's priority, as the worker
+    /// was told it.
     pub async fn handle_reported(
         &self,
         run_id: Uuid,
         event: Event,
         worker: String,
-        stages: Option<StageTimes>,
-        offer: Option<EagerOffer>,
+        reported: Reported,
     ) -> Result<Handled> {
+        let Reported { stages, offer, priority } = reported;
         let told = Told { task_id: event.task_id(), stages, link: None };
-        self.handle_told(run_id, event, By::Worker(worker, offer), Some(told)).await
+        self.handle_told(run_id, event, By::Worker(worker, offer), Some(told), priority).await
     }
 
     /// Applies `event` with what it tells its task's span.
     pub async fn handle_telling(&self, run_id: Uuid, event: Event, told: Told) -> Result<Handled> {
-        self.handle_told(run_id, event, By::Engine, Some(told)).await
+        self.handle_told(run_id, event, By::Engine, Some(told), priority::DEFAULT).await
     }
 
     /// Applies an operator's control action; the history records who took
-    /// it and why.
+    /// it and why. It goes before the work of every priority: a cancel or a
+    /// pause must not wait behind the backlog it may be meant to stop.
     pub async fn handle_control(&self, run_id: Uuid, event: Event, control: Control) -> Result<Handled> {
-        self.handle_by(run_id, event, By::Operator(control)).await
+        self.handle_told(run_id, event, By::Operator(control), None, priority::HIGHEST).await
     }
 
     /// Applies a bulk job's action to one run, once: `None` when the job
@@ -436,22 +441,26 @@ impl Engine {
     }
 
     async fn handle_by(&self, run_id: Uuid, event: Event, by: By) -> Result<Handled> {
-        self.handle_told(run_id, event, by, None).await
+        self.handle_told(run_id, event, by, None, priority::DEFAULT).await
     }
 
-    async fn handle_told(&self, run_id: Uuid, event: Event, by: By, told: Option<Told>) -> Result<Handled> {
+    async fn handle_told(
+        &self,
+        run_id: Uuid,
+        event: Event,
+        by: By,
+        told: Option<Told>,
+        priority: u8,
+    ) -> Result<Handled> {
         let (reply, answer) = oneshot::channel();
         // Nothing to tell when no span is recorded.
         let told = told.filter(|_| self.traces.is_some());
-        self.enqueue(Pending::Event { applying: Applying { run_id, event, by, told }, reply })?;
+        self.enqueue(priority, Pending::Event { applying: Applying { run_id, event, by, told }, reply })?;
         answer.await.map_err(|_| EngineError::Stopped)?
     }
 
-    fn enqueue(&self, work: Pending) -> Result<()> {
-        self.queue.try_send(work).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => EngineError::Busy,
-            mpsc::error::TrySendError::Closed(_) => EngineError::Stopped,
-        })
+    fn enqueue(&self, priority: u8, work: Pending) -> Result<()> {
+        self.queue.push(priority, work)
     }
 
     /// Takes whatever work is queued (up to a batch) and applies it in one
@@ -461,16 +470,12 @@ impl Engine {
         use futures_util::FutureExt;
         let _live = LiveLoop::enter(&self.live_loops);
         loop {
-            let work = {
-                let mut inbox = self.inbox.lock().await;
-                let first = tokio::select! {
-                    _ = shutdown.cancelled() => {
-                        batch::drain(&mut inbox);
-                        return;
-                    }
-                    p = inbox.recv() => match p { Some(p) => p, None => return },
-                };
-                batch::fill(first, &mut inbox)
+            let work = tokio::select! {
+                _ = shutdown.cancelled() => {
+                    self.queue.close();
+                    return;
+                }
+                work = self.queue.take() => match work { Some(w) => w, None => return },
             };
             // A panic outside the state machine (which is contained per
             // event) drops this batch's replies (their callers see the

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use composer_api::wire::{EagerOffer, ReportReply, ReportStatus, TaskReport, EAGER_HEADER};
+use composer_api::wire::{EagerOffer, ReportReply, ReportStatus, TaskReport, EAGER_HEADER, PRIORITY_HEADER};
 use composer_api::ErrorBody;
 use composer_core::machine::Event;
 use serde_json::Value;
@@ -16,6 +16,7 @@ use super::error::ApiResult;
 use super::extract::{task_id, Body, Path};
 use super::tasks::completed;
 use super::tasks::MAX_ERROR_CHARS;
+use crate::engine::Reported;
 use crate::shared::Shared;
 
 /// Report a task's result (Rust workers).
@@ -29,11 +30,17 @@ use crate::shared::Shared;
 /// queues that the report makes ready. The commit that applies the report
 /// leases them to it, and the answer's `next` carries them: no stream, no
 /// lease of their own. Tasks it does not take go through the streams.
+///
+/// With a `composer-priority` header (`1` to `5`, the run's priority as the
+/// task's stream said it) the report waits for the coordinator's next batch
+/// at that priority, so the reports of a backlog do not hold up those of a
+/// more urgent run.
 #[utoipa::path(
     post, path = "/internal/v1/tasks/{id}/result", operation_id = "reportTaskResult", tag = "workers",
     params(
         ("id" = Uuid, Path, description = "the task"),
         ("composer-eager" = Option<composer_api::wire::EagerHeader>, Header, description = "`slots=<1-16>; lease_ms=<1000-3600000>; queues=<queue>,…`: tasks this worker takes with the answer; one that does not read is ignored"),
+        ("composer-priority" = Option<u8>, Header, description = "`1` to `5`, the run's priority: the report waits for a batch at that priority; one that does not read is the default, 3"),
     ),
     request_body = TaskReport,
     responses(
@@ -70,7 +77,12 @@ pub(crate) async fn report(
             retry_after: r.retry_after_ms.map(std::time::Duration::from_millis),
         },
     };
-    let handled = s.engine.handle_reported(r.run_id, event, r.worker_id, r.stages, offer).await?;
+    let priority = headers
+        .get(PRIORITY_HEADER)
+        .and_then(|v| composer_api::wire::priority_of_header(v.as_bytes()))
+        .unwrap_or(composer_core::priority::DEFAULT);
+    let reported = Reported { stages: r.stages, offer, priority };
+    let handled = s.engine.handle_reported(r.run_id, event, r.worker_id, reported).await?;
     composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
     composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
     if !handled.next.is_empty() {

@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body, Path};
+use crate::engine::Reported;
 use crate::shared::Shared;
 use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, IDLE_READ_EVERY};
 
@@ -298,7 +299,9 @@ async fn finish(
     }
     // The span of a task-API attempt runs from its lease to this commit.
     let stages = StageTimes { finished_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
-    let handled = s.engine.handle_reported(run_id, event, worker.to_string(), Some(stages), offer).await?;
+    // A task-API result waits for a batch at the default priority.
+    let reported = Reported { stages: Some(stages), offer, priority: composer_core::priority::DEFAULT };
+    let handled = s.engine.handle_reported(run_id, event, worker.to_string(), reported).await?;
     let ttl = s.config.task_lease_ttl.as_millis() as u64;
     let next: Vec<LeasedTask> = handled
         .next
