@@ -70,6 +70,19 @@ async fn complete(e: &Engine, task: &Value) {
     assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
 }
 
+/// A worker of one slot on `jobs`, which runs one step at a time in the
+/// order it chose, and the `who` of each step it ran, in that order.
+fn one_slot_worker(e: &Engine) -> (composer_worker::Worker, Arc<Mutex<Vec<String>>>) {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut worker = composer_worker::Worker::new(e.worker_config("prio", 1));
+    let seen = order.clone();
+    worker.handle_on_queue("job", "jobs", move |_ctx, input: Value| {
+        seen.lock().unwrap().push(input["who"].as_str().unwrap_or_default().to_string());
+        async { Ok(json!({})) }
+    });
+    (worker, order)
+}
+
 #[tokio::test]
 async fn the_rust_worker_runs_a_priority_1_step_before_a_backlog_of_priority_5() {
     let mut e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
@@ -82,14 +95,7 @@ async fn the_rust_worker_runs_a_priority_1_step_before_a_backlog_of_priority_5()
     let urgent = start(&e, "urgent", json!({"who": "urgent"}), Some(1)).await;
     until_published(&e, "jobs", 1, 1).await;
 
-    // One slot: the worker runs one step at a time, in the order it chose.
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut worker = composer_worker::Worker::new(e.worker_config("prio", 1));
-    let seen = order.clone();
-    worker.handle_on_queue("job", "jobs", move |_ctx, input: Value| {
-        seen.lock().unwrap().push(input["who"].as_str().unwrap_or_default().to_string());
-        async { Ok(json!({})) }
-    });
+    let (worker, order) = one_slot_worker(&e);
     e.spawn_worker(worker);
     let run = e.wait_for_run(urgent, T).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
@@ -114,13 +120,7 @@ async fn a_priority_1_chain_keeps_its_slot_through_its_reports_ahead_of_held_pri
     let urgent = start(&e, "urgent", json!({}), Some(1)).await;
     until_published(&e, "jobs", 1, 1).await;
 
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut worker = composer_worker::Worker::new(e.worker_config("prio", 1));
-    let seen = order.clone();
-    worker.handle_on_queue("job", "jobs", move |_ctx, input: Value| {
-        seen.lock().unwrap().push(input["who"].as_str().unwrap_or_default().to_string());
-        async { Ok(json!({})) }
-    });
+    let (worker, order) = one_slot_worker(&e);
     let stats = e.spawn_worker(worker).stats.clone();
     assert_eq!(e.wait_for_run(urgent, T).await["status"], "SUCCEEDED");
     let order = order.lock().unwrap().clone();
