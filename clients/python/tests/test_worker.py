@@ -36,7 +36,7 @@ from .support import (
     unique,
 )
 
-DEV = DevServer(COMPOSER_TASK_LEASE_TTL="2s")
+DEV = DevServer(COMPOSER_LEASE_TTL="2s")
 client = Client("http://127.0.0.1:9")  # replaced in setUpModule
 
 

@@ -42,7 +42,7 @@ export async function startDev(): Promise<Dev> {
     COMPOSER_LISTEN: "127.0.0.1:0",
     COMPOSER_ADDR_FILE: addrFile,
     COMPOSER_LOG: "error",
-    COMPOSER_TASK_LEASE_TTL: "2s",
+    COMPOSER_LEASE_TTL: "2s",
     COMPOSER_API_TOKEN: token,
   };
   delete env["COMPOSER_WORKER_TOKEN"];

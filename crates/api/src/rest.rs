@@ -691,6 +691,12 @@ pub struct PollTasks {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct TaskBatch {
     pub tasks: Vec<LeasedTask>,
+    /// The priorities (1 to 5) at which tasks of the polled queues still
+    /// wait after this poll, as far as the coordinator saw; absent when it
+    /// does not know. A worker whose slots are all busy may keep one (ask
+    /// for a result's `next`) for a run more urgent than all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Vec<u8>>,
 }
 
 /// A task leased to a worker: run it, heartbeat while it runs, then
@@ -713,6 +719,17 @@ pub struct LeasedTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")]
     pub traceparent: Option<String>,
+    /// The run's priority, 1 (most urgent) to 5. Send it back in the
+    /// `composer-priority` header of the task's `complete` or `fail`, so the
+    /// result waits for the coordinator's batch at that priority.
+    #[serde(default = "default_priority")]
+    #[schema(minimum = 1, maximum = 5)]
+    pub priority: u8,
+    /// When the attempt passed each stage on its way here. Send it back in
+    /// the result's `stages`, with `started_at_us` and `finished_at_us` of
+    /// the handler, for the attempt's span in the run's trace.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::wire::stage_times")]
+    pub stages: Option<crate::wire::StageTimes>,
 }
 
 /// `POST /v1/tasks/{id}/heartbeat`: extend the lease.
@@ -802,6 +819,10 @@ pub struct CompleteTask {
     /// Take the next tasks this result makes ready with the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<TakeNext>,
+    /// The leased task's `stages`, with when the handler started and ended
+    /// (optional: only the attempt's span in the run's trace shows them).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::wire::stage_times")]
+    pub stages: Option<crate::wire::StageTimes>,
 }
 
 /// Eager dispatch: up to `max` of the tasks a result makes ready, of
@@ -853,6 +874,10 @@ pub struct FailTask {
     /// this one among them) with the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<TakeNext>,
+    /// The leased task's `stages`, with when the handler started and ended
+    /// (optional: only the attempt's span in the run's trace shows them).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::wire::stage_times")]
+    pub stages: Option<crate::wire::StageTimes>,
 }
 
 fn yes() -> bool {
@@ -881,3 +906,6 @@ pub const RUN_NOT_FOUND: &str = "run_not_found";
 /// the task's lease (it expired and was taken over, or the task ended): the
 /// result will never be applied, so the worker drops it.
 pub const LEASE_LOST: &str = "lease_lost";
+
+/// The longest error a worker may report (`FailTask.error`), in characters.
+pub const MAX_ERROR_CHARS: usize = 65_536;

@@ -114,9 +114,7 @@ async fn run_dev(args: DevArgs, embedded: bool) -> anyhow::Result<ExitCode> {
             options.coordinator_urls.push(url);
         }
         composer_worker::Config {
-            database: coord.database.clone(),
-            redis: coord.redis.clone(),
-            // With only an API token, `/internal` takes that token.
+            // With only an API token, the task API takes that token.
             worker_token: coord.worker_token.clone().or_else(|| coord.api_token.clone()),
             max_payload: coord.max_payload,
             options,

@@ -1,4 +1,4 @@
-//! Comparing bearer tokens: the coordinator's `/v1` (users), `/internal`
+//! Comparing bearer tokens: the coordinator's `/v1` (users), `/v1/tasks`
 //! (workers), `/metrics` and UI login, and the worker's own `/metrics`.
 
 use ring::digest::{digest, SHA256};

@@ -33,7 +33,7 @@ pub struct Config {
     /// they are recorded as `anonymous`.
     #[arg(long, env = "COMPOSER_API_TOKEN_NAME", default_value = "api")]
     pub api_token_name: String,
-    /// Bearer token workers must present on `/internal`.
+    /// Bearer token workers must present on the task API (`/v1/tasks/...`).
     #[arg(long, env = "COMPOSER_WORKER_TOKEN", hide_env_values = true)]
     pub worker_token: Option<String>,
     /// Origins (scheme://host[:port]) whose web pages may call the API, comma-separated. A request with any
@@ -41,7 +41,7 @@ pub struct Config {
     #[arg(long, env = "COMPOSER_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
     /// Host names this coordinator answers to, comma-separated, each `name` (any port) or `name:port`. A
-    /// request to `/v1`, `/internal`, `/ui`, `/metrics` or `/openapi.json` with another `Host` is refused (421),
+    /// request to `/v1`, `/ui`, `/metrics` or `/openapi.json` with another `Host` is refused (421),
     /// so a web page whose own name was made to point at this address (DNS rebinding) gets nothing.
     /// `localhost`, IP addresses (the listen address's among them) are always allowed; `*` allows any name.
     #[arg(long, env = "COMPOSER_ALLOWED_HOSTS", value_delimiter = ',')]
@@ -106,10 +106,11 @@ pub struct Config {
     /// (at once when Redis is found to have lost everything: see `loops`).
     #[arg(long, env = "COMPOSER_LOST_DISPATCH_AGE", default_value = "10m", value_parser = composer_core::duration::parse)]
     pub lost_dispatch_age: Duration,
-    /// The lease a worker of the task API (`/v1/tasks/poll`) gets: without a
-    /// heartbeat for this long, its task goes to the next poller.
-    #[arg(long, env = "COMPOSER_TASK_LEASE_TTL", default_value = "30s", value_parser = composer_core::duration::parse)]
-    pub task_lease_ttl: Duration,
+    /// The lease a worker gets with a task (`/v1/tasks/poll`, or a result's
+    /// `next`): without a heartbeat for this long, its task goes to the next
+    /// poller.
+    #[arg(long, env = "COMPOSER_LEASE_TTL", default_value = "30s", value_parser = composer_core::duration::parse)]
+    pub lease_ttl: Duration,
     /// The longest a task-API poll waits for a task (a longer `wait` is cut to it).
     #[arg(long, env = "COMPOSER_TASK_POLL_MAX_WAIT", default_value = "60s", value_parser = composer_core::duration::parse)]
     pub task_poll_max_wait: Duration,
@@ -205,8 +206,8 @@ impl Config {
                 return Err(ConfigError::new(flag, env, "must be greater than zero"));
             }
         }
-        if self.task_lease_ttl < Duration::from_millis(300) {
-            return Err(ConfigError::new("--task-lease-ttl", "COMPOSER_TASK_LEASE_TTL", "must be at least 300ms"));
+        if self.lease_ttl < Duration::from_millis(300) {
+            return Err(ConfigError::new("--lease-ttl", "COMPOSER_LEASE_TTL", "must be at least 300ms"));
         }
         if !(1..=120).contains(&self.partition_months_ahead) {
             return Err(ConfigError::new(

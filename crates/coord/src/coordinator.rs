@@ -164,6 +164,8 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config,
         draining: CancellationToken::new(),
         task_api_groups: Default::default(),
+        takeovers_checked: Default::default(),
+        leases_denied: Default::default(),
         priority_share: Default::default(),
         bulk_wake: Notify::new(),
         limits_wake: Notify::new(),

@@ -28,6 +28,12 @@ pub struct Shared {
     pub published: Notify,
     /// The streams whose consumer group the task API made sure of.
     pub task_api_groups: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// When polls of each set of queues last looked for expired leases to
+    /// take over (see `crate::tasks::lease`).
+    pub takeovers_checked: std::sync::Mutex<std::collections::HashMap<Vec<String>, std::time::Instant>>,
+    /// Stream messages this coordinator's polls read and could not lease
+    /// (`composer_leases_denied_total`, of this coordinator alone).
+    pub leases_denied: std::sync::atomic::AtomicU64,
     /// Which priority the task API's polls read first ([`composer_core::priority::Share`]).
     pub priority_share: std::sync::Mutex<composer_core::priority::Share>,
     /// Woken when a bulk job is created, so the bulk loop starts it at once.

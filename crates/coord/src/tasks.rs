@@ -1,14 +1,16 @@
-//! The task API: workers in any language, with only a URL and the worker
-//! token, lease tasks of custom node types over HTTP.
+//! The task API: the one way workers (the Rust runtime and those of any
+//! other language), with only coordinator URLs and the worker token, lease
+//! tasks over HTTP.
 //!
-//! The coordinator does for them what the Rust worker does for itself: it
-//! reads the queue's streams in the workers' consumer group, takes the
+//! For a poll the coordinator reads the queue's streams in the workers'
+//! consumer group, takes the
 //! leases in PostgreSQL (one statement for a batch, owner = the polling
 //! worker's id), and acknowledges the messages, so from then on the lease
 //! is the only record of who runs a task. A worker that stops heartbeating
 //! loses the task to the next poller once the lease expires: polls take
-//! over expired leases of their queues first, before they read new
-//! messages. Each takeover counts as a recovery of the attempt, so an
+//! over expired leases of their queues first (looking at most every
+//! [`takeover_every`] per set of queues), before they read new messages.
+//! Each takeover counts as a recovery of the attempt, so an
 //! attempt that keeps killing workers is failed by the recovery sweep
 //! (`COMPOSER_MAX_DISPATCHES`) instead of going round for ever.
 //!
@@ -22,9 +24,9 @@
 
 use std::time::Duration;
 
-use composer_api::wire::Dispatch;
+use composer_api::wire::{Dispatch, StageTimes};
 use composer_api::LeasedTask;
-use composer_store::leases::LeaseManager;
+use composer_store::leases::{Acquired, LeaseManager};
 use uuid::Uuid;
 
 use crate::shared::Shared;
@@ -76,6 +78,13 @@ pub fn streams_by_priority(s: &Shared, queues: &[String]) -> ByPriority {
     })
 }
 
+/// What one pass leased, and at which priorities tasks of its queues still
+/// wait (`None` when it read nothing, so does not know).
+pub struct Leased {
+    pub tasks: Vec<LeasedTask>,
+    pub waiting: Option<Vec<u8>>,
+}
+
 /// One pass: expired leases first, then new messages, up to `max` tasks.
 pub async fn lease(
     s: &Shared,
@@ -84,10 +93,10 @@ pub async fn lease(
     streams: &ByPriority,
     start: usize,
     max: usize,
-) -> Result<Vec<LeasedTask>, LeaseError> {
+) -> Result<Leased, LeaseError> {
     let leases = LeaseManager::new(s.pool.clone());
-    let ttl = s.config.task_lease_ttl;
-    let view = |d: Dispatch, queue: String| LeasedTask {
+    let ttl = s.config.lease_ttl;
+    let view = |d: Dispatch, queue: String, priority: u8, stages: StageTimes| LeasedTask {
         id: d.task_id,
         run_id: d.run_id,
         attempt: d.attempt,
@@ -97,13 +106,21 @@ pub async fn lease(
         input: d.input,
         lease_ttl_ms: ttl.as_millis() as u64,
         traceparent: d.traceparent,
+        priority,
+        stages: Some(stages),
     };
-    let mut out: Vec<LeasedTask> = leases
-        .take_over_expired(queues, worker, ttl, max as i64, s.config.max_dispatches)
-        .await?
-        .into_iter()
-        .map(|(d, q)| view(d, q))
-        .collect();
+    let mut out: Vec<LeasedTask> = match takeover_due(s, queues) {
+        false => Vec::new(),
+        true => leases
+            .take_over_expired(queues, worker, ttl, max as i64, s.config.max_dispatches)
+            .await?
+            .into_iter()
+            .map(|(d, q, priority)| {
+                let stages = StageTimes { leased_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
+                view(d, q, priority, stages)
+            })
+            .collect(),
+    };
     if !out.is_empty() {
         composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], out.len() as u64);
     }
@@ -112,13 +129,15 @@ pub async fn lease(
     let consumer = format!("api:{worker}");
     let want = max - out.len();
     if want == 0 {
-        return Ok(out);
+        return Ok(Leased { tasks: out, waiting: None });
     }
     // The coordinator's share, carried through the read: polls at once may
     // each start from the same state, which only blurs the share a little.
     let mut share = s.priority_share.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let (read, missing) =
+    let composer_stream::Weighted { messages: read, missing, waiting } =
         s.streams.read_weighted(&consumer, streams, want, &mut share, start).await.map_err(redis_down)?;
+    let waiting: Vec<u8> =
+        (0..5u8).filter(|l| waiting[usize::from(*l)]).map(|l| l + composer_core::priority::HIGHEST).collect();
     *s.priority_share.lock().unwrap_or_else(|p| p.into_inner()) = share;
     if !missing.is_empty() {
         // Redis lost the groups (restarted without persistence): make them again next time.
@@ -128,17 +147,32 @@ pub async fn lease(
         }
     }
     if read.is_empty() {
-        return Ok(out);
+        return Ok(Leased { tasks: out, waiting: Some(waiting) });
     }
     let mut wanted = Vec::new();
+    let read_at_us = composer_api::wire::now_us();
+    let keys = s.streams.keys();
     for msg in &read {
         match serde_json::from_str::<Dispatch>(&msg.payload) {
-            Ok(d) => wanted.push((d, s.streams.keys().queue_of(&msg.stream).unwrap_or_default().to_string())),
+            Ok(d) => {
+                if let Some(published) = d.published_at_us {
+                    let transit = Duration::from_micros(read_at_us.saturating_sub(published).max(0) as u64);
+                    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "publish_to_read")], transit);
+                }
+                let queue = keys.queue_of(&msg.stream).unwrap_or_default().to_string();
+                wanted.push((d, queue, keys.priority_of(&msg.stream)));
+            }
             Err(e) => tracing::error!(stream = %msg.stream, id = %msg.id, error = %e, "dropping a malformed message"),
         }
     }
-    let requests: Vec<(Uuid, Uuid, i32)> = wanted.iter().map(|(d, _)| (d.run_id, d.task_id, d.attempt)).collect();
+    let requests: Vec<(Uuid, Uuid, i32)> = wanted.iter().map(|(d, _, _)| (d.run_id, d.task_id, d.attempt)).collect();
     let granted = leases.acquire_many(&requests, worker, ttl).await?;
+    let took = Duration::from_micros(composer_api::wire::now_us().saturating_sub(read_at_us).max(0) as u64);
+    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "read_to_lease")], took);
+    let taken_over = granted.values().filter(|a| **a == Acquired::TakenOver).count();
+    if taken_over > 0 {
+        composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], taken_over as u64);
+    }
     // Acknowledged whether leased or not: a lease is the record of who runs
     // a task, and a message whose lease was denied is for a task another
     // worker holds or that moved on.
@@ -147,10 +181,53 @@ pub async fn lease(
         tracing::warn!(error = %e, "task API: ack failed; the messages may be delivered again (their leases refuse them)");
     }
     let mut seen = std::collections::HashSet::new();
-    for (d, queue) in wanted {
+    let mut denied = 0;
+    let leased_at_us = composer_api::wire::now_us();
+    for (d, queue, priority) in wanted {
         if granted.contains_key(&d.task_id) && seen.insert(d.task_id) {
-            out.push(view(d, queue));
+            let stages = StageTimes {
+                dispatched_at_us: d.dispatched_at_us,
+                published_at_us: d.published_at_us,
+                read_at_us: Some(read_at_us),
+                leased_at_us: Some(leased_at_us),
+                ..StageTimes::default()
+            };
+            out.push(view(d, queue, priority, stages));
+        } else {
+            denied += 1;
         }
     }
-    Ok(out)
+    if denied > 0 {
+        composer_metrics::inc(composer_metrics::LEASES_DENIED, &[], denied);
+        s.leases_denied.fetch_add(denied, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(Leased { tasks: out, waiting: Some(waiting) })
+}
+
+/// How often polls of one set of queues look for expired leases: often
+/// enough that a dead worker's task goes on within a fraction of its lease,
+/// rarely enough that a busy worker's polls do not each pay a query for it.
+pub fn takeover_every(lease_ttl: Duration) -> Duration {
+    (lease_ttl / 4).min(Duration::from_secs(1))
+}
+
+/// Most sets of queues whose last look is remembered: past it all are
+/// forgotten (and looked at on their next poll), so workers naming ever new
+/// sets cannot grow the map.
+const MAX_TAKEOVER_SETS: usize = 1024;
+
+/// Whether a poll of `queues` (sorted) should look for expired leases now,
+/// and if so, noting that it does.
+fn takeover_due(s: &Shared, queues: &[String]) -> bool {
+    let now = std::time::Instant::now();
+    let every = takeover_every(s.config.lease_ttl);
+    let mut checked = s.takeovers_checked.lock().unwrap_or_else(|p| p.into_inner());
+    if checked.get(queues).is_some_and(|at| now.duration_since(*at) < every) {
+        return false;
+    }
+    if checked.len() >= MAX_TAKEOVER_SETS {
+        checked.clear();
+    }
+    checked.insert(queues.to_vec(), now);
+    true
 }

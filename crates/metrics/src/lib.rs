@@ -121,17 +121,15 @@ metrics! {
         "Months of runs dropped past retention.";
     PARTITIONS_KEPT_OPEN: Gauge(Coordinator), "composer_partitions_kept_open",
         "Months past retention kept because they still hold a RUNNING run.";
-    LEASE_TAKEOVERS: Counter(Both), "composer_lease_takeovers_total",
-        "Leases taken over from a worker whose lease had expired.";
+    LEASE_TAKEOVERS: Counter(Coordinator), "composer_lease_takeovers_total",
+        "Leases a poll took over from a worker whose lease had expired.";
+    LEASES_DENIED: Counter(Coordinator), "composer_leases_denied_total",
+        "Stream messages a poll read whose task another worker held or that had moved on (a message published twice, or a task taken over): acknowledged and dropped.";
     LEASES_LOST: Counter(Worker), "composer_leases_lost_total", "Executions cancelled because their lease was lost.";
     TASK_API_LEASED: Counter(Coordinator), "composer_task_api_leased_total",
         "Tasks leased to workers of the task API (/v1/tasks/poll).";
     TASKS_EXECUTED: Counter(Worker), "composer_tasks_executed_total", "Task executions started by workers, by node type.",
         node_type = [];
-    MAX_DELIVERIES_EXCEEDED: Counter(Worker), "composer_max_deliveries_exceeded_total",
-        "Messages failed after too many deliveries.";
-    RECLAIMED_MESSAGES: Counter(Worker), "composer_reclaimed_messages_total",
-        "Stream messages reclaimed from stalled consumers.";
     OUTBOX_BACKLOG: Gauge(Coordinator), "composer_outbox_backlog", "Outbox rows not yet published (sampled).";
     OUTBOX_OLDEST_AGE: Gauge(Coordinator), "composer_outbox_oldest_age_seconds",
         "Age of the oldest outbox row (sampled).";
@@ -139,7 +137,7 @@ metrics! {
     RUNNING_RUNS: Gauge(Coordinator), "composer_running_runs", "Runs that are RUNNING (sampled).";
     DUE_TIMERS: Gauge(Coordinator), "composer_due_timers", "WAITING tasks whose wake-up time has passed (sampled).";
     STEP_STAGE: Histogram(Both), "composer_step_stage_seconds",
-        "One step's way from a worker's report to the next task's start, by stage: report_to_commit (coordinator), commit_to_publish (coordinator), publish_to_read, read_to_lease, lease_to_start (worker).",
+        "One step's way from a worker's result to the next task's start, by stage: report_to_commit, commit_to_publish, publish_to_read, read_to_lease (coordinator), lease_to_start (worker: from the poll's or the result's answer).",
         stage = ["report_to_commit", "commit_to_publish", "publish_to_read", "read_to_lease", "lease_to_start"];
 }
 
@@ -505,13 +503,13 @@ mod tests {
         let (coordinator, worker) = (Registry::new(Role::Coordinator), Registry::new(Role::Worker));
         coordinator.inc(RUNS_STARTED, &[], 3);
         worker.inc(TASKS_EXECUTED, &[("node_type", "HTTP")], 2);
-        worker.inc(LEASE_TAKEOVERS, &[], 1);
+        worker.inc(EAGER_DISPATCHES, &[], 1);
         let (c, w) = (coordinator.render(), worker.render());
         assert!(c.contains("\ncomposer_runs_started_total 3\n") && !w.contains("composer_runs_started_total"), "{w}");
         assert!(w.contains("composer_tasks_executed_total{node_type=\"HTTP\"} 2\n"), "{w}");
         assert!(!c.contains("composer_tasks_executed_total"), "{c}");
         assert!(
-            w.contains("\ncomposer_lease_takeovers_total 1\n") && c.contains("\ncomposer_lease_takeovers_total 0\n")
+            w.contains("\ncomposer_eager_dispatches_total 1\n") && c.contains("\ncomposer_eager_dispatches_total 0\n")
         );
         for m in ALL {
             let described = |text: &str| text.contains(&format!("# TYPE {} ", m.name));

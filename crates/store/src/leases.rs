@@ -1,4 +1,5 @@
-//! The worker's lease on a task, held in the task row itself.
+//! A worker's lease on a task, held in the task row itself, taken by the
+//! coordinator for the worker's poll (or with its result's answer).
 
 use std::time::Duration;
 
@@ -69,20 +70,6 @@ impl LeaseManager {
         Ok(n == 1)
     }
 
-    /// Hands a lease back before its time: the task stays RUNNING at its
-    /// attempt with a lease that has expired, so the next reclaim or recovery
-    /// sweep takes it over at once. Used when a result could not be delivered.
-    pub async fn release(&self, run_id: Uuid, task_id: Uuid, owner: &str, attempt: i32) -> Result<bool> {
-        let client = crate::client(&self.pool).await?;
-        let stmt = client
-            .prepare_cached(
-                "UPDATE task_instances SET lease_expires_at = now() - interval '1 millisecond', updated_at = now()
-                  WHERE run_id = $1 AND id = $2 AND attempt = $4 AND state = 'RUNNING' AND lease_owner = $3",
-            )
-            .await?;
-        Ok(client.execute(&stmt, &[&run_id, &task_id, &owner, &attempt]).await? == 1)
-    }
-
     /// [`LeaseManager::acquire`] for many messages: one statement (one
     /// commit) for a whole read when its tasks are PENDING, as they are but
     /// for redeliveries; a second one takes over, of the tasks the first did
@@ -122,7 +109,7 @@ impl LeaseManager {
         ttl: Duration,
         max: i64,
         max_recoveries: i32,
-    ) -> Result<Vec<(Dispatch, String)>> {
+    ) -> Result<Vec<(Dispatch, String, u8)>> {
         let client = crate::client(&self.pool).await?;
         let stmt = client
             .prepare_cached(
@@ -139,7 +126,7 @@ impl LeaseManager {
                    FROM cand, workflow_runs r
                   WHERE t.run_id = cand.run_id AND t.id = cand.id AND r.id = t.run_id
               RETURNING t.id, t.id AS task_id, t.run_id, r.workflow_definition_id, r.workflow_version,
-                        r.traceparent, t.node_id, t.node_type, t.attempt, t.input_json, t.queue",
+                        r.traceparent, r.priority, t.node_id, t.node_type, t.attempt, t.input_json, t.queue",
             )
             .await?;
         let rows = client.query(&stmt, &[&queues, &owner, &ttl.as_secs_f64(), &max, &max_recoveries]).await?;
@@ -158,23 +145,10 @@ impl LeaseManager {
                     traceparent: Some(crate::outbox::attempt_traceparent(r)?),
                     dispatched_at_us: None,
                 };
-                Ok((d, r.try_get("queue")?))
+                let priority: i16 = r.try_get("priority")?;
+                Ok((d, r.try_get("queue")?, priority as u8))
             })
             .collect()
-    }
-
-    /// Whether `owner` holds the lease of attempt `attempt` of a task: it is
-    /// RUNNING at that attempt under `owner` (expired or not, as long as
-    /// nobody took it over).
-    pub async fn holds(&self, run_id: Uuid, task_id: Uuid, owner: &str, attempt: i32) -> Result<bool> {
-        let client = crate::client(&self.pool).await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT 1 FROM task_instances
-                  WHERE run_id = $1 AND id = $2 AND attempt = $4 AND state = 'RUNNING' AND lease_owner = $3",
-            )
-            .await?;
-        Ok(client.query_opt(&stmt, &[&run_id, &task_id, &owner, &attempt]).await?.is_some())
     }
 }
 

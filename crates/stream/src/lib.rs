@@ -3,7 +3,8 @@
 //! Streams are named `<prefix>tasks:<queue>.<shard>` for priority 3, the
 //! default, and `<prefix>tasks:<queue>~p<priority>.<shard>` for the others
 //! (1 to 5); the shard count lives at `<prefix>stream_shards`, published by
-//! coordinators and read by workers.
+//! coordinators. Only coordinators touch streams: they publish, and read for
+//! their workers' polls.
 //! One consumer group per stream. Redis holds no truth: losing a stream loses
 //! messages, never runs (the coordinators' sweeps re-dispatch from PostgreSQL).
 //! Each publish raises the publisher's mark on each stream it wrote to, after
@@ -13,19 +14,17 @@
 //!
 //! A Redis Cluster works too (`redis+cluster://host:port,host:port`, or
 //! `rediss+cluster://` over TLS): every command names one stream, so it goes
-//! to the node of that stream's slot; batches are split per stream; and a
-//! consumer reads each stream with a blocking call of its own, since one
-//! XREADGROUP cannot name streams of different slots.
+//! to the node of that stream's slot; batches are split per stream; and the
+//! weighted read goes stream by stream, since one XREADGROUP (or script)
+//! cannot name streams of different slots.
 
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions, StreamReadReply};
-use redis::{AsyncCommands, AsyncConnectionConfig, Value};
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::{AsyncCommands, Value};
 
 /// The consumer group every worker joins.
 pub const GROUP: &str = "composer-workers";
@@ -129,7 +128,6 @@ pub struct Message {
 /// The shared, self-reconnecting connection: publishing, acks, metadata.
 #[derive(Clone)]
 pub struct Streams {
-    client: Client,
     conn: Conn,
     keys: Keys,
     marks: std::sync::Arc<Marks>,
@@ -179,9 +177,11 @@ const RAISE_MARK: &str = "local m = tonumber(redis.call('GET', KEYS[1]) or '0') 
 /// its pick taken back. (XREADGROUP without BLOCK may run
 /// in a script.) `KEYS` are the streams, priority 1's first; `ARGV` the
 /// count, group, consumer, field, then for each priority its stream count,
-/// weight and share state, then the shard to start at. Replies
-/// `{{{stream, id, payload or nil}, …}, {stream whose group is missing, …},
-/// {share state, …}}`.
+/// weight and share state, then the shard to start at. Last, which
+/// priorities still have messages waiting after the reads (XINFO again,
+/// for those not found empty). Replies `{{{stream, id, payload or nil}, …},
+/// {stream whose group is missing, …}, {share state, …}, {1 or 0 for each
+/// priority}}`.
 const READ_WEIGHTED: &str = "local want = tonumber(ARGV[1]) \
     local start = tonumber(ARGV[20]) \
     local function field(list, name) \
@@ -254,10 +254,19 @@ const READ_WEIGHTED: &str = "local want = tonumber(ARGV[1]) \
     empty[best] = true \
     end \
     end \
-    return {out, missing, cur}";
+    local left = {} \
+    for l = 1, 5 do \
+    left[l] = 0 \
+    if not empty[l] then \
+    for i = 0, n[l] - 1 do \
+    if waiting(KEYS[first[l] + i]) then left[l] = 1 break end \
+    end \
+    end \
+    end \
+    return {out, missing, cur, left}";
 
 /// Parses [`READ_WEIGHTED`]'s reply.
-fn read_weighted_reply(reply: Value) -> Result<(Vec<Message>, Vec<String>, [i64; 5])> {
+fn read_weighted_reply(reply: Value) -> Result<(Weighted, [i64; 5])> {
     let text = |v: &Value| match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
@@ -265,11 +274,17 @@ fn read_weighted_reply(reply: Value) -> Result<(Vec<Message>, Vec<String>, [i64;
     };
     let bad = |reason: &str| Error::BadMessage { stream: "(several)".into(), id: "-".into(), reason: reason.into() };
     let Value::Array(parts) = reply else { return Err(bad("the read script answered no list")) };
-    let [read, missing, state] =
-        <[Value; 3]>::try_from(parts).map_err(|_| bad("the read script answered no triple"))?;
-    let (Value::Array(read), Value::Array(missing), Value::Array(state)) = (read, missing, state) else {
+    let [read, missing, state, left] =
+        <[Value; 4]>::try_from(parts).map_err(|_| bad("the read script answered no four lists"))?;
+    let (Value::Array(read), Value::Array(missing), Value::Array(state), Value::Array(left)) =
+        (read, missing, state, left)
+    else {
         return Err(bad("the read script answered no lists"));
     };
+    let mut waiting = [false; 5];
+    for (slot, v) in waiting.iter_mut().zip(&left) {
+        *slot = matches!(v, Value::Int(1));
+    }
     let mut share = [0i64; 5];
     for (slot, v) in share.iter_mut().zip(&state) {
         *slot = match v {
@@ -290,15 +305,18 @@ fn read_weighted_reply(reply: Value) -> Result<(Vec<Message>, Vec<String>, [i64;
     let mut missing: Vec<String> = missing.iter().filter_map(text).collect();
     missing.sort();
     missing.dedup();
-    Ok((out, missing, share))
+    Ok((Weighted { messages: out, missing, waiting }, share))
 }
 
-/// What `Streams` was connected to (one or two per process: size is no concern).
-#[derive(Clone)]
-#[allow(clippy::large_enum_variant)]
-enum Client {
-    Single(redis::Client),
-    Cluster(ClusterClient),
+/// What [`Streams::read_weighted`] read.
+#[derive(Debug, Default)]
+pub struct Weighted {
+    pub messages: Vec<Message>,
+    /// The streams whose group is missing.
+    pub missing: Vec<String>,
+    /// Which priorities (level 1's first) may still have messages waiting
+    /// after the read.
+    pub waiting: [bool; 5],
 }
 
 /// A connection to one server or to a cluster (which routes each command
@@ -307,8 +325,6 @@ enum Client {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
-    /// A consumer's own connection to a single server.
-    Direct(MultiplexedConnection),
 }
 
 impl redis::aio::ConnectionLike for Conn {
@@ -316,7 +332,6 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Direct(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -329,7 +344,6 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Direct(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -337,7 +351,6 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
-            Conn::Direct(c) => c.get_db(),
         }
     }
 }
@@ -395,7 +408,7 @@ impl Streams {
             let client = builder.build()?;
             let conn = client.get_async_connection().await?;
             let marks = std::sync::Arc::new(Marks::new());
-            return Ok(Streams { client: Client::Cluster(client), conn: Conn::Cluster(conn), keys, marks });
+            return Ok(Streams { conn: Conn::Cluster(conn), keys, marks });
         }
         let client = match ca_file {
             Some(path) => {
@@ -411,13 +424,8 @@ impl Streams {
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)))
             .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
-        Ok(Streams {
-            client: Client::Single(client),
-            conn: Conn::Single(conn),
-            keys,
-            marks: std::sync::Arc::new(Marks::new()),
-        })
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        Ok(Streams { conn: Conn::Single(conn), keys, marks: std::sync::Arc::new(Marks::new()) })
     }
 
     pub fn keys(&self) -> &Keys {
@@ -538,7 +546,7 @@ impl Streams {
             return Ok(());
         }
         match &self.conn {
-            Conn::Single(_) | Conn::Direct(_) => {
+            Conn::Single(_) => {
                 let mut pipe = redis::pipe();
                 let mut streams = std::collections::BTreeSet::new();
                 for (stream, arg) in items {
@@ -622,7 +630,7 @@ impl Streams {
     /// slots are; each priority's shards are read from `start` on. One round
     /// trip on a single server (a script); stream by stream on a cluster,
     /// whose streams live on different nodes. Also returns the streams whose
-    /// group is missing.
+    /// group is missing, and which priorities still have messages waiting.
     pub async fn read_weighted(
         &self,
         name: &str,
@@ -630,8 +638,8 @@ impl Streams {
         count: usize,
         share: &mut composer_core::priority::Share,
         start: usize,
-    ) -> Result<(Vec<Message>, Vec<String>)> {
-        if matches!(self.client, Client::Cluster(_)) {
+    ) -> Result<Weighted> {
+        if matches!(self.conn, Conn::Cluster(_)) {
             return self.read_weighted_per_stream(name, levels, count, share, start).await;
         }
         let mut cmd = redis::cmd("EVAL");
@@ -646,15 +654,15 @@ impl Streams {
         }
         cmd.arg(start);
         let mut c = self.conn.clone();
-        let (read, missing, state) = read_weighted_reply(cmd.query_async(&mut c).await?)?;
+        let (read, state) = read_weighted_reply(cmd.query_async(&mut c).await?)?;
         *share = composer_core::priority::Share::with_state(state);
-        Ok((read, missing))
+        Ok(read)
     }
 
     /// [`Streams::read_weighted`] as separate reads, for a cluster: which
     /// priorities have messages is found by reading, so an empty priority
     /// takes part in the share until then, which favours the lower
-    /// priorities a little.
+    /// priorities a little; a priority not found empty counts as waiting.
     async fn read_weighted_per_stream(
         &self,
         name: &str,
@@ -662,7 +670,7 @@ impl Streams {
         count: usize,
         share: &mut composer_core::priority::Share,
         start: usize,
-    ) -> Result<(Vec<Message>, Vec<String>)> {
+    ) -> Result<Weighted> {
         let (mut out, mut missing) = (Vec::new(), Vec::new());
         let mut empty: [bool; 5] = std::array::from_fn(|i| levels[i].is_empty());
         let mut turn = [start; 5];
@@ -694,7 +702,7 @@ impl Streams {
         }
         missing.sort();
         missing.dedup();
-        Ok((out, missing))
+        Ok(Weighted { messages: out, missing, waiting: empty.map(|e| !e) })
     }
 
     /// [`Streams::ack`] for many messages, pipelined.
@@ -704,157 +712,6 @@ impl Streams {
             pipe.cmd("XDEL").arg(stream).arg(id).ignore();
         })
         .await
-    }
-
-    /// Opens a dedicated connection for blocking reads: a blocking XREADGROUP
-    /// must not share the multiplexed connection, whose response timeout is
-    /// shorter than the block.
-    pub async fn consumer(&self, name: &str, block: Duration) -> Result<Consumer> {
-        let reader = match &self.client {
-            Client::Single(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(block + Duration::from_secs(5)));
-                Reader::Single(client.get_multiplexed_async_connection_with_config(&config).await?)
-            }
-            Client::Cluster(client) => Reader::Cluster(Box::new(ClusterReader {
-                client: client.clone(),
-                shared: self.conn.clone(),
-                idle: Default::default(),
-                inflight: FuturesUnordered::new(),
-                busy: Default::default(),
-            })),
-        };
-        Ok(Consumer { reader, name: name.to_string(), block, cursors: std::collections::HashMap::new() })
-    }
-}
-
-/// A blocking read of one stream, in flight on its own connection.
-type StreamRead = BoxFuture<'static, (String, ClusterConnection, redis::RedisResult<Option<StreamReadReply>>)>;
-
-/// How a consumer reads.
-enum Reader {
-    /// One blocking XREADGROUP over every stream.
-    Single(MultiplexedConnection),
-    /// On a cluster: one blocking XREADGROUP per stream, each on a
-    /// connection of its own (a blocking command holds its connection). A
-    /// read not answered when `read` returns stays in flight for the next
-    /// call: dropping it could lose the messages it was delivered.
-    Cluster(Box<ClusterReader>),
-}
-
-struct ClusterReader {
-    client: ClusterClient,
-    /// For XAUTOCLAIM and XPENDING, which do not block.
-    shared: Conn,
-    idle: std::collections::HashMap<String, ClusterConnection>,
-    inflight: FuturesUnordered<StreamRead>,
-    busy: std::collections::HashSet<String>,
-}
-
-impl ClusterReader {
-    async fn read(&mut self, streams: &[String], count: usize, block: Duration, name: &str) -> Result<Vec<Message>> {
-        for stream in streams {
-            if self.busy.contains(stream) {
-                continue;
-            }
-            let mut conn = match self.idle.remove(stream) {
-                Some(c) => c,
-                None => {
-                    let config = ClusterConfig::new()
-                        .set_connection_timeout(Duration::from_secs(2))
-                        .set_response_timeout(block + Duration::from_secs(5));
-                    self.client.get_async_connection_with_config(config).await?
-                }
-            };
-            let opts = StreamReadOptions::default().group(GROUP, name).count(count).block(block.as_millis() as usize);
-            let key = stream.clone();
-            self.busy.insert(key.clone());
-            self.inflight.push(Box::pin(async move {
-                let r = conn.xread_options(&[key.as_str()], &[">"], &opts).await;
-                (key, conn, r)
-            }));
-        }
-        let Some((stream, conn, reply)) = self.inflight.next().await else { return Ok(Vec::new()) };
-        self.busy.remove(&stream);
-        // A connection that failed is dropped; the next read makes another.
-        let reply = reply?;
-        self.idle.insert(stream, conn);
-        messages_of(reply)
-    }
-}
-
-/// One worker's reading end.
-pub struct Consumer {
-    reader: Reader,
-    name: String,
-    block: Duration,
-    /// Where the next XAUTOCLAIM of each stream starts: a pass goes through
-    /// the whole pending list before it starts over, so a message that is
-    /// reclaimed and put back does not stay ahead of the rest.
-    cursors: std::collections::HashMap<String, String>,
-}
-
-impl Consumer {
-    /// Reads up to `count` new messages across `streams`, blocking up to the
-    /// consumer's block time when there are none.
-    pub async fn read(&mut self, streams: &[String], count: usize) -> Result<Vec<Message>> {
-        let conn = match &mut self.reader {
-            Reader::Single(c) => c,
-            Reader::Cluster(r) => return r.read(streams, count, self.block, &self.name).await,
-        };
-        let ids: Vec<&str> = streams.iter().map(|_| ">").collect();
-        let opts =
-            StreamReadOptions::default().group(GROUP, &self.name).count(count).block(self.block.as_millis() as usize);
-        let reply: Option<StreamReadReply> = conn.xread_options(streams, &ids, &opts).await?;
-        messages_of(reply)
-    }
-
-    /// Reads up to `count` new messages across `streams` without blocking,
-    /// on a single server; on a cluster (where each stream is read with a
-    /// blocking call of its own) it reads nothing.
-    pub async fn read_now(&mut self, streams: &[String], count: usize) -> Result<Vec<Message>> {
-        let Reader::Single(conn) = &mut self.reader else { return Ok(Vec::new()) };
-        let ids: Vec<&str> = streams.iter().map(|_| ">").collect();
-        let opts = StreamReadOptions::default().group(GROUP, &self.name).count(count);
-        let reply: Option<StreamReadReply> = conn.xread_options(streams, &ids, &opts).await?;
-        messages_of(reply)
-    }
-
-    /// Takes over messages on `stream` idle for longer than `min_idle`
-    /// (their consumer died or stalled), with how often each was delivered.
-    pub async fn reclaim(&mut self, stream: &str, min_idle: Duration, count: usize) -> Result<Vec<(Message, u64)>> {
-        let opts = StreamAutoClaimOptions::default().count(count);
-        let start = self.cursors.get(stream).map_or("0-0", String::as_str).to_string();
-        let mut conn = match &self.reader {
-            Reader::Single(c) => Conn::Direct(c.clone()),
-            Reader::Cluster(r) => r.shared.clone(),
-        };
-        let reply: StreamAutoClaimReply =
-            conn.xautoclaim_options(stream, GROUP, &self.name, min_idle.as_millis() as u64, start, opts).await?;
-        self.cursors.insert(stream.to_string(), reply.next_stream_id.clone());
-        if reply.claimed.is_empty() {
-            return Ok(Vec::new());
-        }
-        // XAUTOCLAIM does not report delivery counts: ask XPENDING for them.
-        let first = &reply.claimed[0].id;
-        let last = &reply.claimed[reply.claimed.len() - 1].id;
-        let pending: Value = redis::cmd("XPENDING")
-            .arg(stream)
-            .arg(GROUP)
-            .arg(first)
-            .arg(last)
-            .arg(reply.claimed.len())
-            .arg(&self.name)
-            .query_async(&mut conn)
-            .await?;
-        let counts = delivery_counts(&pending);
-        let mut out = Vec::new();
-        for entry in reply.claimed {
-            let deliveries = counts.iter().find(|(id, _)| *id == entry.id).map(|(_, n)| *n).unwrap_or(1);
-            out.push((to_message(stream, entry.id, &entry.map)?, deliveries));
-        }
-        Ok(out)
     }
 }
 
@@ -880,31 +737,6 @@ fn to_message(stream: &str, id: String, map: &std::collections::HashMap<String, 
         _ => return Err(Error::BadMessage { stream: stream.to_string(), id, reason: format!("no {FIELD:?} field") }),
     };
     Ok(Message { stream: stream.to_string(), id, payload })
-}
-
-/// Parses XPENDING's extended form: `[[id, consumer, idle, deliveries], …]`.
-fn delivery_counts(v: &Value) -> Vec<(String, u64)> {
-    let Value::Array(items) = v else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .filter_map(|item| match item {
-            Value::Array(f) if f.len() >= 4 => {
-                let id = match &f[0] {
-                    Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                    Value::SimpleString(s) => s.clone(),
-                    _ => return None,
-                };
-                let n = match &f[3] {
-                    Value::Int(n) => *n as u64,
-                    _ => return None,
-                };
-                Some((id, n))
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -111,6 +111,7 @@ impl Engine {
         c.timer_interval = Duration::from_millis(100);
         c.recovery_interval = Duration::from_millis(500);
         c.metrics_interval = Duration::from_secs(1);
+        c.lease_ttl = self.opts.lease_ttl;
         (self.opts.coordinator)(&mut c);
         c
     }
@@ -130,15 +131,11 @@ impl Engine {
     }
 
     pub fn worker_config(&self, id: &str, concurrency: usize) -> composer_worker::Config {
-        let mut c = composer_worker::Config::new(self.db.url.clone(), self.redis_url.clone(), self.coordinator_urls());
+        let mut c = composer_worker::Config::new(self.coordinator_urls());
         c.options.id = format!("{id}-{}", &Uuid::now_v7().simple().to_string()[20..]);
-        c.redis.prefix = self.prefix.clone();
         c.options.concurrency = concurrency;
-        c.options.lease_ttl = self.opts.lease_ttl;
-        c.options.block = Duration::from_millis(500);
-        c.options.db_pool_size = 4;
+        c.options.poll_wait = Duration::from_millis(500);
         c.options.report_deadline = Duration::from_secs(10);
-        c.options.reclaim_interval = Duration::from_millis(300);
         (self.opts.worker)(&mut c);
         c
     }

@@ -1,21 +1,17 @@
 //! The worker's configuration: every flag, its `COMPOSER_*` variable and its
 //! default, written once here. `composer worker` takes all of it; `composer
-//! dev` takes [`Options`] and shares the connection settings and the worker
-//! token with its coordinator.
+//! dev` takes [`Options`] and shares the worker token with its coordinator.
+//! A worker needs no database or Redis: it talks only to coordinators.
 
 use std::time::Duration;
 
-use composer_config::{defaults, non_empty, ConfigError, DatabaseArgs, RedisArgs, DEFAULT_MAX_PAYLOAD};
+use composer_config::{defaults, non_empty, ConfigError, DEFAULT_MAX_PAYLOAD};
 use uuid::Uuid;
 
 /// How a worker connects and behaves.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Config {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-    #[command(flatten)]
-    pub redis: RedisArgs,
-    /// Bearer token for reports to `/internal`.
+    /// Bearer token for the coordinators' task API (`/v1/tasks/...`).
     #[arg(long, env = "COMPOSER_WORKER_TOKEN", hide_env_values = true)]
     pub worker_token: Option<String>,
     /// Largest HTTP response body an HTTP node accepts, in bytes.
@@ -28,10 +24,10 @@ pub struct Config {
 /// What only a worker has (`composer dev` takes these beside its coordinator's).
 #[derive(clap::Args, Debug, Clone)]
 pub struct Options {
-    /// Coordinators to report to, comma-separated; reports fail over between them.
+    /// Coordinators to poll and report to, comma-separated; calls fail over between them.
     #[arg(long, env = "COMPOSER_COORDINATOR_URLS", value_delimiter = ',')]
     pub coordinator_urls: Vec<String>,
-    /// Lease owner and consumer name; unique per worker process (default: host-pid-random).
+    /// Lease owner; unique per worker process (default: host-pid-random).
     #[arg(long = "worker-id", env = "COMPOSER_WORKER_ID", default_value_t = default_worker_id(),
           hide_default_value = true)]
     pub id: String,
@@ -41,16 +37,6 @@ pub struct Options {
     /// Tasks executed at once.
     #[arg(long, env = "COMPOSER_WORKER_CONCURRENCY", default_value_t = 32)]
     pub concurrency: usize,
-    /// Lease length; renewed every third of it.
-    #[arg(long, env = "COMPOSER_LEASE_TTL", default_value = "30s", value_parser = composer_core::duration::parse)]
-    pub lease_ttl: Duration,
-    /// A message delivered more often than this is reported FAILED ("max
-    /// deliveries exceeded") instead of being run again.
-    #[arg(long, env = "COMPOSER_MAX_DELIVERIES", default_value_t = 5)]
-    pub max_deliveries: u64,
-    /// How often stalled messages (idle longer than the lease TTL) are reclaimed.
-    #[arg(long, env = "COMPOSER_RECLAIM_INTERVAL", default_value = "10s", value_parser = composer_core::duration::parse)]
-    pub reclaim_interval: Duration,
     /// Address ranges the HTTP node may never connect to (CIDRs, comma-separated), checked on the resolved
     /// address of every connection and redirect.
     #[arg(long, env = "COMPOSER_HTTP_DENY", value_delimiter = ',', default_value = crate::egress::DEFAULT_DENY)]
@@ -73,30 +59,26 @@ pub struct Options {
         hide_env_values = true
     )]
     pub metrics_token: Option<String>,
-    /// Offer, with each report, to run the next task it makes ready (eager
-    /// dispatch): the coordinator leases it to this worker in the report's
+    /// Ask, with each result, to run the next task it makes ready (eager
+    /// dispatch): the coordinator leases it to this worker in the result's
     /// commit and answers with it, instead of sending it through a stream.
-    /// Offered only while nothing read waits for a slot here, or when the
-    /// report's priority is higher than that of everything read that waits.
+    /// Asked only while a slot is free here, or when the run is more urgent
+    /// than every task the last poll saw waiting.
     #[arg(long, env = "COMPOSER_WORKER_EAGER", default_value_t = true, action = clap::ArgAction::Set)]
     pub eager: bool,
-    /// How long one XREADGROUP blocks when there is nothing to do.
+    /// How long one poll waits for a task when there is nothing to do.
     #[arg(skip = Duration::from_secs(2))]
-    pub block: Duration,
-    #[arg(skip = 8usize)]
-    pub db_pool_size: usize,
-    /// How long a report is retried across coordinators before the message
-    /// is left for redelivery.
+    pub poll_wait: Duration,
+    /// How long a result is retried across coordinators before it is given
+    /// up (the lease expires and the attempt goes to the next poller).
     #[arg(skip = Duration::from_secs(60))]
     pub report_deadline: Duration,
 }
 
 impl Config {
-    /// The defaults, on the given services, reporting to `coordinator_urls`.
-    pub fn new(database_url: impl Into<String>, redis_url: impl Into<String>, coordinator_urls: Vec<String>) -> Config {
+    /// The defaults, polling `coordinator_urls`.
+    pub fn new(coordinator_urls: Vec<String>) -> Config {
         let mut c: Config = defaults();
-        c.database.url = database_url.into();
-        c.redis.url = redis_url.into();
         c.options.coordinator_urls = coordinator_urls;
         c
     }
@@ -120,8 +102,6 @@ impl Config {
     /// Checks the configuration and normalizes it (blank values are unset),
     /// or names the flag and variable of the first value that cannot work.
     pub fn validated(mut self) -> Result<Config, ConfigError> {
-        self.database.required()?;
-        self.redis.required()?;
         self.worker_token = non_empty(&self.worker_token);
         let o = &mut self.options;
         o.coordinator_urls =
@@ -131,7 +111,7 @@ impl Config {
             return Err(ConfigError::new(
                 "--coordinator-urls",
                 "COMPOSER_COORDINATOR_URLS",
-                "is empty: the worker needs at least one coordinator to report to",
+                "is empty: the worker needs at least one coordinator to poll",
             ));
         }
         if o.id.trim().is_empty() {
@@ -139,19 +119,6 @@ impl Config {
         }
         if o.concurrency == 0 {
             return Err(ConfigError::new("--concurrency", "COMPOSER_WORKER_CONCURRENCY", "must be at least 1"));
-        }
-        if o.lease_ttl < Duration::from_millis(300) {
-            return Err(ConfigError::new("--lease-ttl", "COMPOSER_LEASE_TTL", "must be at least 300ms"));
-        }
-        if o.reclaim_interval.is_zero() {
-            return Err(ConfigError::new(
-                "--reclaim-interval",
-                "COMPOSER_RECLAIM_INTERVAL",
-                "must be greater than zero",
-            ));
-        }
-        if o.max_deliveries == 0 {
-            return Err(ConfigError::new("--max-deliveries", "COMPOSER_MAX_DELIVERIES", "must be at least 1"));
         }
         self.egress()?;
         if self.options.http_max_timeout.is_zero() {
@@ -187,27 +154,24 @@ mod tests {
 
     #[test]
     fn defaults_are_the_documented_ones() {
-        let c = Config::new("postgres://db", "redis://r", vec!["http://c".into()]);
+        let c = Config::new(vec!["http://c".into()]);
         assert_eq!(c.options.concurrency, 32);
-        assert_eq!(c.options.lease_ttl, Duration::from_secs(30));
-        assert_eq!(c.options.max_deliveries, 5);
-        assert_eq!(c.options.block, Duration::from_secs(2));
+        assert_eq!(c.options.poll_wait, Duration::from_secs(2));
         assert_eq!(c.max_payload, 1024 * 1024);
-        assert_eq!(c.redis.prefix, "composer:");
         assert!(!c.options.id.is_empty());
         assert!(c.validated().is_ok());
     }
 
     #[test]
     fn no_coordinator_names_the_flag() {
-        let c = Config::new("postgres://db", "redis://r", vec![" ".into()]);
+        let c = Config::new(vec![" ".into()]);
         let e = c.validated().unwrap_err();
         assert_eq!((e.flag, e.env), ("--coordinator-urls", "COMPOSER_COORDINATOR_URLS"));
     }
 
     #[test]
     fn zero_concurrency_names_the_variable() {
-        let mut c = Config::new("postgres://db", "redis://r", vec!["http://c".into()]);
+        let mut c = Config::new(vec!["http://c".into()]);
         c.options.concurrency = 0;
         assert_eq!(c.validated().unwrap_err().env, "COMPOSER_WORKER_CONCURRENCY");
     }

@@ -4,10 +4,6 @@ use std::net::SocketAddr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(transparent)]
-    Store(#[from] composer_store::Error),
-    #[error(transparent)]
-    Stream(#[from] composer_stream::Error),
     #[error("invalid worker configuration: {0}")]
     Config(#[from] composer_config::ConfigError),
     #[error("cannot listen on {addr} (COMPOSER_WORKER_LISTEN): {source}")]

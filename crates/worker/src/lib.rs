@@ -13,27 +13,31 @@
 //! # }
 //! ```
 //!
-//! Each message goes: lease (PostgreSQL) → execute while renewing the lease
-//! every ttl/3 → report to a coordinator (failing over between them) → XACK.
-//! A lost lease cancels the execution and discards its result; a report that
-//! cannot be delivered leaves the message unacknowledged for redelivery.
+//! A worker needs only coordinator URLs and the worker token: it speaks the
+//! task API, as workers in other languages do. Each task goes: poll (the
+//! coordinator leases it) → execute while heartbeating the lease every
+//! ttl/3 → complete or fail (failing over between coordinators), whose
+//! answer may lease the run's next task to this worker (eager dispatch). A
+//! lost lease cancels the execution and discards its result; a result that
+//! cannot be delivered is left to the lease's expiry, after which the
+//! attempt goes to the next poller.
 //!
 //! - [`Worker`] (`worker`): handlers, registered by node type; `task`: what a
-//!   handler is given and answers; `runtime`: the read → lease → execute →
-//!   report loop; `report`: reports to coordinators with failover; `http`:
+//!   handler is given and answers; `runtime`: the poll → execute → report
+//!   loop; `client`: the task API's calls, with failover; `http`:
 //!   the built-in HTTP executor behind [`egress`]'s policy, following the
 //!   redirects `redirect` allows; [`secrets`]: `${ .secrets.NAME }`
 //!   resolved, bound to hosts and scrubbed, in every encoding [`scrub`]
 //!   finds; `listen`: `/metrics` and `/healthz`; `config`: the settings;
 //!   `error`: why it stops.
 
+mod client;
 mod config;
 pub mod egress;
 mod error;
 mod http;
 mod listen;
 mod redirect;
-mod report;
 mod runtime;
 pub mod scrub;
 pub mod secrets;

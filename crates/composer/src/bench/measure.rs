@@ -78,9 +78,8 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
     cfg.otlp_endpoint = std::env::var("COMPOSER_OTLP_ENDPOINT").ok().filter(|v| !v.is_empty());
     let coordinator = composer_coord::start(cfg).await?;
     let url = format!("http://{}", coordinator.addr);
-    let mut wcfg = composer_worker::Config::new(database_url.clone(), redis.url(), vec![url.clone()]);
+    let mut wcfg = composer_worker::Config::new(vec![url.clone()]);
     wcfg.options.concurrency = concurrency.max(1);
-    wcfg.options.db_pool_size = 16;
     let worker = CancellationToken::new();
     tokio::spawn(composer_worker::Worker::new(wcfg).run(worker.clone()));
     let embedded = Embedded { coordinator: Some(coordinator), worker, _pg: pg, _redis: redis, dir };

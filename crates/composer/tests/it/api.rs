@@ -98,7 +98,7 @@ async fn registered_workflows_can_be_read_back() {
 }
 
 #[tokio::test]
-async fn tokens_guard_the_api_and_the_internal_endpoints() {
+async fn tokens_guard_the_api_and_the_task_api() {
     let e = Engine::with(EngineOptions {
         workers: 0,
         coordinator: |c| {
@@ -118,15 +118,16 @@ async fn tokens_guard_the_api_and_the_internal_endpoints() {
         200
     );
     let task = uuid::Uuid::now_v7();
-    let report = json!({"run_id": uuid::Uuid::now_v7(), "attempt": 1, "worker_id": "w", "status": "COMPLETED"});
-    let internal = format!("{url}/internal/v1/tasks/{task}/result");
+    let report = json!({"run_id": uuid::Uuid::now_v7(), "attempt": 1, "worker_id": "w"});
+    let complete = format!("{url}/v1/tasks/{task}/complete");
     assert_eq!(
-        status(http.post(&internal).bearer_auth("api-secret-0123456789").json(&report).send().await.unwrap()),
+        status(http.post(&complete).bearer_auth("api-secret-0123456789").json(&report).send().await.unwrap()),
         401
     );
     assert_eq!(
-        status(http.post(&internal).bearer_auth("worker-secret-0123456789").json(&report).send().await.unwrap()),
-        404
+        status(http.post(&complete).bearer_auth("worker-secret-0123456789").json(&report).send().await.unwrap()),
+        409,
+        "past the token: no lease of a run that does not exist is held"
     );
     assert_eq!(status(http.get(format!("{url}/healthz")).send().await.unwrap()), 200, "health needs no token");
     e.stop().await;

@@ -393,15 +393,19 @@ async fn runs_over_a_per_key_limit_queue_and_start_oldest_first_as_runs_of_their
     let http = FakeHttp::start().await;
     e.register(&limited("per_customer", &http, Some("${ .input.customer }"), 1)).await;
     let mut a = Vec::new();
-    for n in 0..4 {
+    // The second right after the first (whose step takes 150 ms): it queues.
+    for n in 0..2 {
+        a.push(e.start_run("per_customer", json!({"customer": "a", "n": n})).await);
+    }
+    let status = |r: &Value| r["status"].as_str().unwrap().to_string();
+    let (_, second) = e.get(&format!("/v1/runs/{}", a[1])).await;
+    let (_, first) = e.get(&format!("/v1/runs/{}", a[0])).await;
+    assert_eq!(status(&second), "QUEUED", "over the limit: {second}");
+    assert!(["RUNNING", "SUCCEEDED"].contains(&status(&first).as_str()), "{first}");
+    for n in 2..4 {
         a.push(e.start_run("per_customer", json!({"customer": "a", "n": n})).await);
     }
     let b = e.start_run("per_customer", json!({"customer": "b", "n": 9})).await;
-    let status = |r: &Value| r["status"].as_str().unwrap().to_string();
-    let (_, first) = e.get(&format!("/v1/runs/{}", a[0])).await;
-    let (_, second) = e.get(&format!("/v1/runs/{}", a[1])).await;
-    assert_eq!(status(&second), "QUEUED", "over the limit: {second}");
-    assert!(["RUNNING", "SUCCEEDED"].contains(&status(&first).as_str()), "{first}");
     let (_, listed) = e.get("/v1/runs?status=QUEUED").await;
     assert!(!listed["runs"].as_array().unwrap().is_empty(), "{listed}");
     for id in a.iter().chain([&b]) {

@@ -1,5 +1,5 @@
-//! Eager dispatch: a worker's report that offers a slot gets the task it
-//! makes ready, leased to it in the report's own commit, with its answer —
+//! Eager dispatch: a worker's result that asks for `next` gets the task it
+//! makes ready, leased to it in the result's own commit, with its answer —
 //! no outbox row, no stream message, no lease statement of its own. A
 //! worker that never runs what it was given loses it when the lease expires.
 
@@ -17,18 +17,13 @@ fn no_workers() -> EngineOptions {
     EngineOptions { workers: 0, ..Default::default() }
 }
 
-/// Posts a report of `task`'s first attempt for `worker`, with `offer` as
-/// its `composer-eager` header.
-async fn report(e: &Engine, run: Uuid, task: Uuid, worker: &str, offer: Option<&str>) -> (u16, Value) {
-    let body =
-        json!({"run_id": run, "attempt": 1, "worker_id": worker, "status": "COMPLETED", "output": {"by": worker}});
-    let mut req = reqwest::Client::new().post(format!("{}/internal/v1/tasks/{task}/result", e.url())).json(&body);
-    if let Some(offer) = offer {
-        req = req.header("composer-eager", offer);
+/// Completes `task`'s first attempt for `worker`, asking for `next`.
+async fn complete(e: &Engine, run: Uuid, task: Uuid, worker: &str, next: Option<Value>) -> (u16, Value) {
+    let mut body = json!({"run_id": run, "attempt": 1, "worker_id": worker, "output": {"by": worker}});
+    if let Some(next) = next {
+        body["next"] = next;
     }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap())
+    e.post(&format!("/v1/tasks/{task}/complete"), &body).await
 }
 
 /// The task of `node`, once it exists, with its lease, as stored.
@@ -77,7 +72,7 @@ fn chain() -> Value {
 }
 
 #[tokio::test]
-async fn a_report_that_offers_a_slot_gets_the_next_task_leased_with_its_answer_and_nothing_goes_through_a_stream() {
+async fn a_result_that_asks_for_next_gets_the_next_task_leased_with_its_answer_and_nothing_goes_through_a_stream() {
     let e = Engine::with(no_workers()).await;
     let run = e.run(&chain()).await;
     let (a, state, ..) = stored(&e, run, "a").await;
@@ -85,17 +80,18 @@ async fn a_report_that_offers_a_slot_gets_the_next_task_leased_with_its_answer_a
     let leases = LeaseManager::new(e.db.pool());
     assert!(leases.acquire(run, a, "w1", Duration::from_secs(30), 1).await.unwrap().is_granted());
 
-    let (status, answer) = report(&e, run, a, "w1", Some("slots=1; lease_ms=5000; queues=step,other")).await;
+    let (status, answer) = complete(&e, run, a, "w1", Some(json!({"queues": ["step", "other"]}))).await;
     assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
     let next = answer["next"].as_array().expect("the answer carries the next task");
     let (b, state, owner, left) = stored(&e, run, "b").await;
     assert_eq!(next.len(), 1, "{answer}");
-    assert_eq!(next[0]["task_id"], json!(b));
+    assert_eq!(next[0]["id"], json!(b));
     assert_eq!((next[0]["node_id"].as_str(), next[0]["attempt"].as_i64()), (Some("b"), Some(1)));
     assert!(next[0]["traceparent"].is_string(), "{answer}");
-    assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some("w1")), "leased in the report's commit");
+    assert_eq!(next[0]["priority"], 3, "the run's priority, for the next result's header: {answer}");
+    assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some("w1")), "leased in the result's commit");
     let left = left.unwrap();
-    assert!(left > 3.0 && left <= 5.0, "leased for the offer's 5 s: {left}");
+    assert!(left > 1.0 && left <= 3.0, "leased for the coordinator's lease (the test kit's 3 s): {left}");
     assert_eq!(outbox_rows_of(&e, b).await, 0, "an eager task has no outbox row");
     let c = e.db.pool().get().await.unwrap();
     let in_order: bool = c
@@ -110,16 +106,16 @@ async fn a_report_that_offers_a_slot_gets_the_next_task_leased_with_its_answer_a
     assert!(in_order, "b's lease is written after a's end, in the same commit");
     assert_eq!(messages_on(&e, "step").await, 1, "only a's message went through a stream");
 
-    // The given task is the worker's like any leased one: it reports it. An
-    // offer of queues the next task is not on gets nothing.
-    let (status, answer) = report(&e, run, b, "w1", Some("slots=4; lease_ms=5000; queues=step")).await;
+    // The given task is the worker's like any leased one: it reports it. A
+    // `next` of queues the next task is not on gets nothing.
+    let (status, answer) = complete(&e, run, b, "w1", Some(json!({"queues": ["step"], "max": 4}))).await;
     assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
     assert!(answer.get("next").is_none(), "c is on queue other: {answer}");
     let (c, state, owner, _) = stored(&e, run, "c").await;
     assert_eq!((state.as_str(), owner), ("PENDING", None), "c goes through its stream");
     assert!(leases.acquire(run, c, "w2", Duration::from_secs(30), 1).await.unwrap().is_granted());
-    // Without the header, nothing is given (as an older worker sends it).
-    let (status, answer) = report(&e, run, c, "w2", None).await;
+    // Without `next`, nothing is given.
+    let (status, answer) = complete(&e, run, c, "w2", None).await;
     assert_eq!((status, answer.get("next")), (200, None), "{answer}");
     let done = e.wait_for_run(run, T).await;
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
@@ -127,40 +123,13 @@ async fn a_report_that_offers_a_slot_gets_the_next_task_leased_with_its_answer_a
     e.stop().await;
 }
 
-/// An offer is a hint: one that does not read is ignored, and the report
-/// applied (a refused report would fail its attempt for good).
-#[tokio::test]
-async fn a_malformed_offer_is_ignored_and_the_report_applied_without_it() {
-    let e = Engine::with(no_workers()).await;
-    e.register(&chain()).await;
-    let leases = LeaseManager::new(e.db.pool());
-    for bad in [
-        "slots=0; lease_ms=5000; queues=step",
-        "slots=17; lease_ms=5000; queues=step",
-        "slots=1; lease_ms=10; queues=step",
-        "slots=1; lease_ms=5000",
-        "slots=1; lease_ms=5000; queues=st ep",
-        "slots=1; slots=1; lease_ms=5000; queues=step",
-        "slots=1; lease_ms=5000; queues=step; owner=me",
-        "null",
-    ] {
-        let run = e.start_run("eager-chain", json!({})).await;
-        let (a, ..) = stored(&e, run, "a").await;
-        assert!(leases.acquire(run, a, "w1", Duration::from_secs(30), 1).await.unwrap().is_granted());
-        let (status, body) = report(&e, run, a, "w1", Some(bad)).await;
-        assert_eq!((status, &body["applied"], body.get("next")), (200, &json!(true), None), "{bad}: {body}");
-        let (_, state, owner, _) = stored(&e, run, "b").await;
-        assert_eq!((state.as_str(), owner), ("PENDING", None), "{bad}: b goes through its stream");
-    }
-    e.stop().await;
-}
-
 /// The failure table's row for a worker that dies, for a task it was given
-/// with a report's answer: it is never on a stream, so only its lease
+/// with a result's answer: it is never on a stream, so only its lease
 /// brings it back — the same attempt, run once.
 #[tokio::test]
 async fn a_worker_that_dies_holding_an_eagerly_given_task_loses_it_by_lease_expiry_and_it_runs_once() {
-    let mut e = Engine::with(no_workers()).await;
+    let mut e =
+        Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_secs(1), ..Default::default() }).await;
     let http = FakeHttp::start().await;
     let spec = json!({"name": "eager-orphan",
         "nodes": [http_node("a", &http.url("/ok/a"), 1), http_node("b", &http.url("/ok/b"), 1)],
@@ -169,7 +138,7 @@ async fn a_worker_that_dies_holding_an_eagerly_given_task_loses_it_by_lease_expi
     let (a, ..) = stored(&e, run, "a").await;
     let leases = LeaseManager::new(e.db.pool());
     assert!(leases.acquire(run, a, "doomed", Duration::from_secs(30), 1).await.unwrap().is_granted());
-    let (status, answer) = report(&e, run, a, "doomed", Some("slots=1; lease_ms=1000; queues=http")).await;
+    let (status, answer) = complete(&e, run, a, "doomed", Some(json!({"queues": ["http"]}))).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["next"].as_array().map(Vec::len), Some(1), "{answer}");
     // The worker dies before it starts b: nothing of b is on a stream.
@@ -185,7 +154,7 @@ async fn a_worker_that_dies_holding_an_eagerly_given_task_loses_it_by_lease_expi
 }
 
 #[tokio::test]
-async fn a_worker_runs_a_chain_on_one_slot_through_its_reports_and_without_eager_through_the_streams() {
+async fn a_worker_runs_a_chain_on_one_slot_through_its_results_and_without_eager_through_the_streams() {
     let http = FakeHttp::start().await;
     let spec = |name: &str| {
         json!({"name": name, "nodes": [

@@ -33,6 +33,12 @@ async fn outbox_rows(e: &Engine) -> i64 {
     c.query_one("SELECT count(*) FROM outbox", &[]).await.unwrap().get(0)
 }
 
+/// Stream messages the engine's coordinators read for a poll and could not
+/// lease (another worker held the task, or it had moved on).
+fn leases_denied(e: &Engine) -> u64 {
+    e.coordinators.iter().map(|c| c.shared.leases_denied.load(std::sync::atomic::Ordering::Relaxed)).sum()
+}
+
 async fn wait_for_empty_outbox(e: &Engine) {
     let until = Instant::now() + T;
     while outbox_rows(e).await > 0 {
@@ -109,8 +115,9 @@ async fn duplicate_and_late_reports_are_ignored() {
         .await;
     let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
     let task = task_id(&run, "a");
-    let path = format!("/internal/v1/tasks/{task}/result");
-    let report = |attempt: i32, out: i32| json!({"run_id": id, "attempt": attempt, "worker_id": "w", "status": "COMPLETED", "output": {"n": out}});
+    let path = format!("/v1/tasks/{task}/complete");
+    let report =
+        |attempt: i32, out: i32| json!({"run_id": id, "attempt": attempt, "worker_id": "w", "output": {"n": out}});
 
     // Worker "w" holds the lease: only the holder's report is applied.
     let leases = LeaseManager::new(e.db.pool());
@@ -180,12 +187,10 @@ async fn a_slow_worker_loses_its_lease_and_its_result_is_discarded() {
     }
     assert_eq!(stats.reported(), 0, "a worker that lost its lease reports nothing");
 
-    let path = format!("/internal/v1/tasks/{task}/result");
-    let ours =
-        json!({"run_id": id, "attempt": 1, "worker_id": "thief", "status": "COMPLETED", "output": {"from": "thief"}});
+    let path = format!("/v1/tasks/{task}/complete");
+    let ours = json!({"run_id": id, "attempt": 1, "worker_id": "thief", "output": {"from": "thief"}});
     assert_eq!(e.post(&path, &ours).await.1["applied"], true);
-    let late =
-        json!({"run_id": id, "attempt": 1, "worker_id": "slow", "status": "COMPLETED", "output": {"from": "slow"}});
+    let late = json!({"run_id": id, "attempt": 1, "worker_id": "slow", "output": {"from": "slow"}});
     let (status, refused) = e.post(&path, &late).await;
     assert_eq!((status, &refused["error"]["code"]), (409, &json!("lease_lost")), "a late result is refused");
     let run = e.wait_for_run(id, T).await;
@@ -218,12 +223,12 @@ async fn crash_after_xadd_before_delete_publishes_again_and_the_lease_drops_the_
     publisher.outbox_claim_timeout = Duration::from_secs(1);
     e.start_coordinator_with(publisher).await;
     wait_for_empty_outbox(&e).await;
-    let stats = e.start_worker("w", 4).await.stats.clone();
+    e.start_worker("w", 4).await;
 
     let run = e.wait_for_run(id, T).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
     let until = Instant::now() + T;
-    while stats.lease_denied() == 0 {
+    while leases_denied(&e) == 0 {
         assert!(Instant::now() < until, "the second message was never seen");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -445,65 +450,36 @@ async fn postgres_restarted_mid_run_and_everyone_reconnects() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A task that kills every worker it runs on: each takeover of its expired
+/// lease counts as a recovery of the attempt, and after
+/// `COMPOSER_MAX_DISPATCHES` of them the sweep fails the attempt, so the
+/// node's retry policy decides instead of the task going round for ever.
 #[tokio::test]
-async fn a_message_that_keeps_crashing_workers_fails_after_max_deliveries_and_is_retried() {
+async fn a_task_that_keeps_killing_its_workers_fails_after_max_dispatches_and_is_retried() {
     let mut e = Engine::with(EngineOptions {
         workers: 0,
         lease_ttl: Duration::from_secs(1),
-        worker: |w| w.options.max_deliveries = 2,
+        coordinator: |c| {
+            c.max_dispatches = 2;
+            c.recovery_interval = Duration::from_millis(200);
+        },
         ..Default::default()
     })
     .await;
     let http = FakeHttp::start().await;
     let id = e.run(&json!({"name": "poison", "nodes": [http_node("p", &http.url("/ok/p"), 2)]})).await;
-    wait_for_empty_outbox(&e).await;
 
-    // Consumers that take the message and crash before acquiring the lease.
-    let client = redis::Client::open(e.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let streams = Streams::connect(&e.redis_url, Keys::new(e.prefix.clone())).await.unwrap();
-    let names: Vec<String> = (0..2).map(|s| streams.keys().stream("http", 3, s)).collect();
-    let mut found = None;
-    for name in &names {
-        streams.ensure_group(name).await.unwrap();
-        let reply: redis::Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(composer_stream::GROUP)
-            .arg("crasher")
-            .arg("COUNT")
-            .arg(1)
-            .arg("STREAMS")
-            .arg(name)
-            .arg(">")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if reply != redis::Value::Nil {
-            let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-                .arg(name)
-                .arg(composer_stream::GROUP)
-                .arg("-")
-                .arg("+")
-                .arg(10)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            found = Some((name.clone(), pending[0].0.clone()));
-        }
+    // Workers that lease the attempt and die: the first from the stream, the
+    // second by taking over its expired lease (one recovery), the third
+    // likewise (two): no poll takes it over again, the sweep fails it.
+    let poll = |worker: &str| json!({"worker_id": worker, "queues": ["http"], "max": 1, "wait": "5s"});
+    for crasher in ["crasher1", "crasher2", "crasher3"] {
+        let (status, body) = e.post("/v1/tasks/poll", &poll(crasher)).await;
+        assert_eq!(status, 200, "{body}");
+        let tasks = body["tasks"].as_array().unwrap();
+        assert_eq!((tasks.len(), &tasks[0]["attempt"]), (1, &json!(1)), "{body}");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-    let (stream, msg) = found.expect("the dispatch is on one of the shards");
-    for crasher in ["crasher2", "crasher3"] {
-        let _: redis::Value = redis::cmd("XCLAIM")
-            .arg(&stream)
-            .arg(composer_stream::GROUP)
-            .arg(crasher)
-            .arg(0)
-            .arg(&msg)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-    }
-    tokio::time::sleep(Duration::from_millis(1100)).await;
 
     e.start_worker("careful", 2).await;
     let run = e.wait_for_run(id, T).await;
@@ -511,8 +487,8 @@ async fn a_message_that_keeps_crashing_workers_fails_after_max_deliveries_and_is
     assert_eq!(run["tasks"][0]["attempt"], 2, "the poisoned attempt failed, the retry policy ran attempt 2");
     let retries = e.history(id, "TaskRetryScheduled").await;
     assert_eq!(retries.len(), 1);
-    assert!(retries[0]["payload"]["error"].as_str().unwrap().contains("max deliveries exceeded"), "{retries:?}");
-    assert_eq!(http.calls("/ok/p"), 1, "the poisoned delivery never ran");
+    assert!(retries[0]["payload"]["error"].as_str().unwrap().contains("COMPOSER_MAX_DISPATCHES"), "{retries:?}");
+    assert_eq!(http.calls("/ok/p"), 1, "the poisoned attempt never ran on a real worker");
     e.stop().await;
 }
 
@@ -793,13 +769,13 @@ async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_
         .get(0);
     assert!(due, "the committing coordinator's row waits for it first");
 
-    let stats = e.start_worker("w", 4).await.stats.clone();
+    e.start_worker("w", 4).await;
     let done = e.wait_for_run(run.id, T).await;
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
     assert!(committed.elapsed() >= grace, "published before the grace: {:?}", committed.elapsed());
     wait_for_empty_outbox(&e).await;
     assert_eq!(http.calls("/ok/a"), 1);
-    assert_eq!(stats.lease_denied(), 0, "one message");
+    assert_eq!(leases_denied(&e), 0, "one message");
     stop_engine.cancel();
     e.stop().await;
 }
@@ -814,7 +790,7 @@ async fn a_committing_coordinator_publishes_its_dispatches_and_deletes_their_row
     // A long poll interval: the enqueuer would not publish these in time.
     c.outbox_poll_interval = Duration::from_secs(60);
     e.start_coordinator_with(c).await;
-    let stats = e.start_worker("w", 8).await.stats.clone();
+    e.start_worker("w", 8).await;
     let http = FakeHttp::start().await;
     let nodes = json!([http_node("a", &http.url("/ok/a"), 1), http_node("b", &http.url("/ok/b"), 1)]);
     e.register(&json!({"name": "direct", "nodes": nodes, "edges": [{"from": "a", "to": "b"}]})).await;
@@ -828,6 +804,6 @@ async fn a_committing_coordinator_publishes_its_dispatches_and_deletes_their_row
     }
     wait_for_empty_outbox(&e).await;
     assert_eq!((http.calls("/ok/a"), http.calls("/ok/b")), (20, 20));
-    assert_eq!(stats.lease_denied(), 0, "a row was published twice");
+    assert_eq!(leases_denied(&e), 0, "a row was published twice");
     e.stop().await;
 }

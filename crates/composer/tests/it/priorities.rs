@@ -131,9 +131,9 @@ async fn a_priority_1_chain_keeps_its_slot_through_its_reports_ahead_of_held_pri
     e.stop().await;
 }
 
-/// A report's `composer-priority` orders it in the coordinator's queue and
+/// A result's `composer-priority` orders it in the coordinator's queue and
 /// nothing else: one that does not read is taken as the default level, and
-/// the report is applied whatever it says.
+/// the result is applied whatever it says.
 #[tokio::test]
 async fn a_reports_priority_header_never_refuses_it() {
     let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
@@ -143,9 +143,9 @@ async fn a_reports_priority_header_never_refuses_it() {
         let run = start(&e, "one", json!({"who": header}), None).await;
         let task: Uuid = e.task(run, "job").await["id"].as_str().unwrap().parse().unwrap();
         assert!(leases.acquire(run, task, "w1", Duration::from_secs(30), 1).await.unwrap().is_granted());
-        let body = json!({"run_id": run, "attempt": 1, "worker_id": "w1", "status": "COMPLETED", "output": {}});
+        let body = json!({"run_id": run, "attempt": 1, "worker_id": "w1", "output": {}});
         let resp = reqwest::Client::new()
-            .post(format!("{}/internal/v1/tasks/{task}/result", e.url()))
+            .post(format!("{}/v1/tasks/{task}/complete", e.url()))
             .header("composer-priority", header)
             .json(&body)
             .send()

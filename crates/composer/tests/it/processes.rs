@@ -131,8 +131,7 @@ async fn two_coordinator_processes_and_one_worker_process_complete_30_runs() {
         ));
         urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
     }
-    let mut worker =
-        Proc::spawn(worker_cmd(&db, &redis, &prefix, &urls.join(",")).env("COMPOSER_WORKER_CONCURRENCY", "16"));
+    let mut worker = Proc::spawn(worker_cmd(&urls.join(",")).env("COMPOSER_WORKER_CONCURRENCY", "16"));
 
     let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
     let spec = json!({"name": "three", "nodes": [
@@ -314,17 +313,12 @@ impl TwoCoordinators {
             coordinators.push(Proc::spawn(
                 coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
                     .env("COMPOSER_RECOVERY_INTERVAL", "1s")
-                    .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s"),
+                    .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s")
+                    .env("COMPOSER_LEASE_TTL", "2s"),
             ));
             urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
         }
-        let worker = with_worker.then(|| {
-            Proc::spawn(
-                worker_cmd(&db, &redis, &prefix, &urls.join(","))
-                    .env("COMPOSER_LEASE_TTL", "2s")
-                    .env("COMPOSER_RECLAIM_INTERVAL", "500ms"),
-            )
-        });
+        let worker = with_worker.then(|| Proc::spawn(&mut worker_cmd(&urls.join(","))));
         TwoCoordinators { coordinators, worker, urls, dir, _db: db }
     }
 
@@ -362,12 +356,15 @@ fn coordinator_cmd(db: &TestDb, redis: &str, prefix: &str, listen: &str, addr_fi
     cmd
 }
 
-fn worker_cmd(db: &TestDb, redis: &str, prefix: &str, coordinators: &str) -> Command {
+/// A coordinator whose leases last 2 s, so a lost one goes on soon.
+fn lease_2s(cmd: &mut Command) -> &mut Command {
+    cmd.env("COMPOSER_LEASE_TTL", "2s")
+}
+
+/// A worker process: coordinator URLs are all it needs (no database, no Redis).
+fn worker_cmd(coordinators: &str) -> Command {
     let mut cmd = composer(&["worker"]);
-    cmd.env("COMPOSER_DATABASE_URL", &db.url)
-        .env("COMPOSER_REDIS_URL", redis)
-        .env("COMPOSER_REDIS_PREFIX", prefix)
-        .env("COMPOSER_COORDINATOR_URLS", coordinators);
+    cmd.env("COMPOSER_COORDINATOR_URLS", coordinators);
     cmd
 }
 
@@ -377,10 +374,10 @@ async fn history_count(client: &Client, run: &str, kind: &str) -> usize {
 }
 
 /// The coordinator dies while handling a report: its transaction rolls back,
-/// the worker's report fails, the message stays unacknowledged, and after the
-/// lease expires it is reclaimed, run again and applied once.
+/// the worker's report fails, and after the lease expires the next poll
+/// takes the attempt over, runs it again and it is applied once.
 #[tokio::test]
-async fn a_coordinator_crash_mid_event_rolls_back_and_the_message_is_reclaimed() {
+async fn a_coordinator_crash_mid_event_rolls_back_and_the_attempt_is_taken_over() {
     let db = TestDb::create().await;
     let redis = services().redis_url.clone();
     let prefix = unique_prefix();
@@ -389,8 +386,9 @@ async fn a_coordinator_crash_mid_event_rolls_back_and_the_message_is_reclaimed()
     let port = composer_embedded::free_port().unwrap();
     let listen = format!("127.0.0.1:{port}");
     let addr_file = dir.join("a.addr");
-    let mut a =
-        Proc::spawn(coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_RECOVERY_INTERVAL", "1h"));
+    let mut a = Proc::spawn(lease_2s(
+        coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_RECOVERY_INTERVAL", "1h"),
+    ));
     let url = wait_for_file(&addr_file, Duration::from_secs(30)).await;
     let client = Client::new(&url);
     let (status, _) =
@@ -405,12 +403,9 @@ async fn a_coordinator_crash_mid_event_rolls_back_and_the_message_is_reclaimed()
     locker.batch_execute("BEGIN").await.unwrap();
     locker.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&run_id]).await.unwrap();
 
-    let mut cfg = composer_worker::Config::new(db.url.clone(), redis.clone(), vec![url.clone()]);
-    cfg.redis.prefix = prefix.clone();
-    cfg.options.lease_ttl = Duration::from_secs(2);
+    let mut cfg = composer_worker::Config::new(vec![url.clone()]);
     cfg.options.report_deadline = Duration::from_secs(1);
-    cfg.options.reclaim_interval = Duration::from_millis(300);
-    cfg.options.block = Duration::from_millis(500);
+    cfg.options.poll_wait = Duration::from_millis(500);
     let shutdown = tokio_util::sync::CancellationToken::new();
     let stats = composer_worker::Stats::default();
     let worker = tokio::spawn(composer_worker::Worker::new(cfg).run_with_stats(shutdown.clone(), stats.clone()));
@@ -437,22 +432,23 @@ async fn a_coordinator_crash_mid_event_rolls_back_and_the_message_is_reclaimed()
     assert_eq!(completed, 0);
 
     // Bring a coordinator back only once the worker gave up on its report, so
-    // the message must come back by reclaim.
+    // the attempt must come back by the takeover of its expired lease.
     let until = Instant::now() + Duration::from_secs(30);
     while stats.report_failed() == 0 {
         assert!(Instant::now() < until, "the worker never gave up on the report");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     std::fs::remove_file(&addr_file).unwrap();
-    let mut again =
-        Proc::spawn(coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_RECOVERY_INTERVAL", "1h"));
+    let mut again = Proc::spawn(lease_2s(
+        coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_RECOVERY_INTERVAL", "1h"),
+    ));
     wait_for_file(&addr_file, Duration::from_secs(30)).await;
     let run = client.wait_for_run(&run_id.to_string(), Duration::from_secs(60)).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
     assert_eq!(run["tasks"][0]["attempt"], 1);
     assert_eq!(history_count(&client, &run_id.to_string(), "TaskCompleted").await, 1, "applied exactly once");
     let keys: HashSet<String> = http.requests("/ok/x").into_iter().map(|r| r.idempotency_key.unwrap()).collect();
-    assert!(http.calls("/ok/x") >= 2, "the reclaimed message ran again");
+    assert!(http.calls("/ok/x") >= 2, "the attempt taken over ran again");
     assert_eq!(keys.len(), 1, "with the same Idempotency-Key, so the target can deduplicate");
 
     shutdown.cancel();
@@ -467,12 +463,8 @@ async fn a_worker_killed_mid_task_is_finished_by_another_at_the_same_attempt() {
         composer_testkit::Engine::with(composer_testkit::EngineOptions { workers: 0, ..Default::default() }).await;
     let http = FakeHttp::start().await;
     let mut victim = Proc::spawn(
-        composer(&["worker"])
-            .env("COMPOSER_DATABASE_URL", &e.db.url)
-            .env("COMPOSER_REDIS_URL", &e.redis_url)
-            .env("COMPOSER_REDIS_PREFIX", &e.prefix)
-            .env("COMPOSER_COORDINATOR_URLS", e.url())
-            .env("COMPOSER_LEASE_TTL", "2s"),
+        // Its lease is the coordinator's (the test kit's, 3 s).
+        &mut worker_cmd(&e.url()),
     );
     let id = e.run(&json!({"name": "victim", "nodes": [http_node("k", &http.url("/slow/2000/k"), 1)]})).await;
     let until = Instant::now() + Duration::from_secs(30);
@@ -816,10 +808,7 @@ async fn a_secret_reaches_the_target_and_nothing_else() {
     let url = wait_for_file(&addr_file, Duration::from_secs(30)).await;
     let worker_log = std::fs::File::create(dir.join("worker.log")).unwrap();
     let mut worker = Proc::spawn(
-        worker_cmd(&db, &redis, &prefix, &url)
-            .env("COMPOSER_SECRET_PAY_TOKEN", SECRET)
-            .env("COMPOSER_LOG", "debug")
-            .stderr(worker_log),
+        worker_cmd(&url).env("COMPOSER_SECRET_PAY_TOKEN", SECRET).env("COMPOSER_LOG", "debug").stderr(worker_log),
     );
     let client = Client::new(&url);
     let spec = json!({"name": "pay", "nodes": [

@@ -83,7 +83,7 @@ async fn a_worker_with_only_a_url_runs_a_workflow_of_custom_steps() {
 async fn a_worker_that_stops_heartbeating_loses_its_task_and_its_late_result() {
     let e = Engine::with(EngineOptions {
         workers: 0,
-        coordinator: |c| c.task_lease_ttl = Duration::from_millis(800),
+        coordinator: |c| c.lease_ttl = Duration::from_millis(800),
         ..Default::default()
     })
     .await;

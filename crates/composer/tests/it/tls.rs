@@ -182,7 +182,6 @@ async fn a_workflow_runs_with_every_connection_over_tls() {
         redis.url(),
         EngineOptions {
             coordinator: |c| c.redis.ca_file = std::env::var_os("COMPOSER_TEST_TLS_REDIS_CA").map(PathBuf::from),
-            worker: |w| w.redis.ca_file = std::env::var_os("COMPOSER_TEST_TLS_REDIS_CA").map(PathBuf::from),
             ..Default::default()
         },
     )

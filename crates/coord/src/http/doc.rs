@@ -41,7 +41,7 @@ pub(crate) struct Deleted {
             Without a token set on the coordinator, no bearer token is needed.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
-    components(schemas(Name, JsonValue, JsonObject, ErrorBody, composer_api::wire::EagerHeader)),
+    components(schemas(Name, JsonValue, JsonObject, ErrorBody)),
     tags(
         (name = "workflows", description = "Versioned workflow definitions"),
         (name = "runs", description = "Runs of workflows: start, watch, control"),
@@ -196,7 +196,7 @@ impl Modify for Rules {
         }
 
         for (path, item) in doc.paths.paths.iter_mut() {
-            let guarded = path.starts_with("/v1/") || path.starts_with("/internal/");
+            let guarded = path.starts_with("/v1/");
             for op in operations(item) {
                 headers_not_null(op);
                 let answers = &mut op.responses.responses;
@@ -218,7 +218,7 @@ impl Modify for Rules {
                 }
                 // The API token is the document's default (below); workers'
                 // routes name theirs, and the operator's need none.
-                if path.starts_with("/internal/") || path.starts_with("/v1/tasks/") {
+                if path.starts_with("/v1/tasks/") {
                     op.security = Some(optional_token("workerToken"));
                 } else if op.operation_id.as_deref() == Some("deliverWebhook") {
                     // Another service's delivery: its signature, not a token.
@@ -280,7 +280,7 @@ mod tests {
             let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
             assert!(ids.insert(id.to_string()), "operationId {id} twice");
             assert!(op["responses"]["414"].is_object(), "{method} {path}: no 414");
-            if path.starts_with("/internal/") || path.starts_with("/v1/tasks/") {
+            if path.starts_with("/v1/tasks/") {
                 assert_eq!(op["security"], optional("workerToken"), "{method} {path}: security");
             } else if id == "deliverWebhook" {
                 assert_eq!(op["security"], serde_json::json!([]), "a delivery is signed, not authorized");
@@ -291,7 +291,7 @@ mod tests {
             } else {
                 assert_eq!(op["security"], serde_json::json!([]), "{method} {path}: open");
             }
-            if path.starts_with("/v1/") || path.starts_with("/internal/") {
+            if path.starts_with("/v1/") {
                 for status in ["400", "401", "403", "503"] {
                     let schema = &op["responses"][status]["content"]["application/json"]["schema"]["$ref"];
                     assert_eq!(schema, "#/components/schemas/ErrorBody", "{method} {path}: {status}");
@@ -433,7 +433,6 @@ mod tests {
             "NodeSpec",
             "EdgeSpec",
             "ScheduleSpec",
-            "TaskReport",
             "PollTasks",
             "TaskHeartbeat",
             "CompleteTask",

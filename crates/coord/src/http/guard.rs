@@ -70,7 +70,7 @@ pub fn origin_allowed(s: &Shared, headers: &axum::http::HeaderMap) -> bool {
     own || s.config.allowed_origins.iter().any(|o| o == origin)
 }
 
-/// Answers of `/v1` and `/internal` carry runs' inputs, outputs and
+/// Answers of `/v1` carry runs' inputs, outputs and
 /// errors: no browser or proxy cache may keep them.
 pub(super) async fn no_store(mut resp: Response) -> Response {
     resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));

@@ -9,7 +9,7 @@
 //!   error log.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
-//!   [`webhooks`], [`limits`], [`internal`], [`ops`]: one file per resource.
+//!   [`webhooks`], [`limits`], [`ops`]: one file per resource.
 
 pub mod bulk;
 pub mod doc;
@@ -18,7 +18,6 @@ pub mod events;
 pub mod explain;
 pub mod extract;
 pub mod guard;
-pub mod internal;
 pub mod limits;
 pub mod ops;
 mod routes;

@@ -8,7 +8,7 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{bulk, doc, events, explain, internal, limits, ops, runs, schedules, tasks, webhooks, workflows};
+use super::{bulk, doc, events, explain, limits, ops, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::Shared;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -57,7 +57,6 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(limits::list))
         .routes(routes!(limits::get, limits::set, limits::delete));
     let workers = OpenApiRouter::new()
-        .routes(routes!(internal::report))
         .routes(routes!(tasks::poll))
         .routes(routes!(tasks::heartbeat))
         .routes(routes!(tasks::logs))

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::Json;
-use composer_api::wire::{EagerOffer, ReportAck};
+use composer_api::wire::{EagerOffer, ReportAck, PRIORITY_HEADER};
 use composer_api::{
     CompleteTask, ErrorBody, FailTask, LeaseExtended, LeasedTask, LogsAccepted, PollTasks, TakeNext, TaskBatch,
     TaskHeartbeat, TaskLogs,
@@ -20,14 +21,13 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body, Path};
 use crate::engine::Reported;
 use crate::shared::Shared;
-use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, IDLE_READ_EVERY};
+use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, Leased, IDLE_READ_EVERY};
 
 /// Most tasks one poll may lease (`max`).
 pub const MAX_POLL_TASKS: u32 = 100;
 /// Most queues one poll may name.
 pub const MAX_POLL_QUEUES: usize = 32;
-/// Longest error a worker may report, in characters.
-pub const MAX_ERROR_CHARS: usize = 65_536;
+pub use composer_api::MAX_ERROR_CHARS;
 /// Most log lines one call may send.
 pub const MAX_LOG_LINES: usize = 100;
 /// Longest log line kept, in bytes: a longer one is cut, and says so.
@@ -72,7 +72,7 @@ fn offer_of(s: &Shared, next: Option<TakeNext>) -> ApiResult<Option<EagerOffer>>
     let Some(next) = next else { return Ok(None) };
     check_queues("next.queues", &next.queues)?;
     let max = check_max("next.max", next.max, MAX_NEXT_TASKS)?;
-    Ok(Some(EagerOffer { slots: max, lease: s.config.task_lease_ttl, queues: next.queues }))
+    Ok(Some(EagerOffer { slots: max, lease: s.config.lease_ttl, queues: next.queues }))
 }
 
 /// Lease tasks.
@@ -110,13 +110,13 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
         let published = s.published.notified();
         tokio::pin!(published);
         published.as_mut().enable();
-        let tasks = lease(&s, &req.worker_id, &queues, &streams, start, max as usize).await?;
+        let Leased { tasks, waiting } = lease(&s, &req.worker_id, &queues, &streams, start, max as usize).await?;
         start = start.wrapping_add(1);
         if !tasks.is_empty() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
             if !tasks.is_empty() {
                 composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
             }
-            return Ok(Json(TaskBatch { tasks }));
+            return Ok(Json(TaskBatch { tasks, waiting }));
         }
         let nap = idle.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
         tokio::select! {
@@ -148,7 +148,7 @@ pub(crate) async fn heartbeat(
 ) -> ApiResult<Json<LeaseExtended>> {
     let id = task_id(&id)?;
     check_worker(&req.worker_id)?;
-    let ttl = s.config.task_lease_ttl;
+    let ttl = s.config.lease_ttl;
     let leases = LeaseManager::new(s.pool.clone());
     if !leases.renew(req.run_id, id, &req.worker_id, ttl, req.attempt).await? {
         return Err(ApiError::LeaseLost(id));
@@ -218,7 +218,10 @@ fn log_line(line: &str) -> String {
 /// the result made ready, leased to this worker in the same commit (eager dispatch).
 #[utoipa::path(
     post, path = "/v1/tasks/{id}/complete", operation_id = "completeTask", tag = "workers",
-    params(("id" = Uuid, Path, description = "the task")),
+    params(
+        ("id" = Uuid, Path, description = "the task"),
+        ("composer-priority" = Option<u8>, Header, description = "`1` to `5`, the leased task's `priority`: the result waits for the coordinator's batch at that priority; one that does not read is the default, 3"),
+    ),
     request_body = CompleteTask,
     responses(
         (status = 200, description = "applied, or ignored with the reason", body = ReportAck),
@@ -228,13 +231,23 @@ fn log_line(line: &str) -> String {
 pub(crate) async fn complete(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     Body(req): Body<CompleteTask, true>,
 ) -> ApiResult<Json<ReportAck>> {
     let id = task_id(&id)?;
     check_worker(&req.worker_id)?;
     let offer = offer_of(&s, req.next)?;
     let event = completed(id, req.attempt, req.output, s.config.max_payload);
-    finish(&s, id, &req.worker_id, req.run_id, req.attempt, event, offer).await
+    finish(&s, req.worker_id, req.run_id, event, offer, priority_of(&headers), req.stages).await
+}
+
+/// The level a result's `composer-priority` names, the default when it
+/// names none: a hint, never a reason to refuse the result.
+fn priority_of(headers: &HeaderMap) -> u8 {
+    headers
+        .get(PRIORITY_HEADER)
+        .and_then(|v| composer_api::wire::priority_of_header(v.as_bytes()))
+        .unwrap_or(composer_core::priority::DEFAULT)
 }
 
 /// Fail a task.
@@ -243,7 +256,10 @@ pub(crate) async fn complete(
 /// step fails for good. `code` and `status` are what a failure edge can test (`.nodes.X.error`).
 #[utoipa::path(
     post, path = "/v1/tasks/{id}/fail", operation_id = "failTask", tag = "workers",
-    params(("id" = Uuid, Path, description = "the task")),
+    params(
+        ("id" = Uuid, Path, description = "the task"),
+        ("composer-priority" = Option<u8>, Header, description = "`1` to `5`, the leased task's `priority`: the result waits for the coordinator's batch at that priority; one that does not read is the default, 3"),
+    ),
     request_body = FailTask,
     responses(
         (status = 200, description = "applied, or ignored with the reason", body = ReportAck),
@@ -253,6 +269,7 @@ pub(crate) async fn complete(
 pub(crate) async fn fail(
     State(s): State<Arc<Shared>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     Body(req): Body<FailTask>,
 ) -> ApiResult<Json<ReportAck>> {
     let id = task_id(&id)?;
@@ -278,31 +295,39 @@ pub(crate) async fn fail(
         status: req.status,
         retry_after: req.retry_after_ms.map(std::time::Duration::from_millis),
     };
-    finish(&s, id, &req.worker_id, req.run_id, req.attempt, event, offer).await
+    finish(&s, req.worker_id, req.run_id, event, offer, priority_of(&headers), req.stages).await
 }
 
-/// Applies a result while `worker` holds the lease: checked first (a 409
-/// for a run that does not exist, too), and again on the rows the engine's
-/// transaction locks, so a takeover between the two drops it as well.
+/// Applies a result only while `worker` holds the attempt's lease, as the
+/// engine checks on the rows its transaction locks (no read of its own): a
+/// 409 otherwise, also for a run that does not exist (no lease of it is
+/// held). The tasks `offer` takes are of the same run: its `priority`.
+/// `stages` are the worker's word for its attempt's span (the trace keeps
+/// only times within the run's life); the end is now when it gives none.
 async fn finish(
     s: &Shared,
-    id: Uuid,
-    worker: &str,
+    worker: String,
     run_id: Uuid,
-    attempt: i32,
     event: Event,
     offer: Option<EagerOffer>,
+    priority: u8,
+    stages: Option<StageTimes>,
 ) -> ApiResult<Json<ReportAck>> {
-    let leases = LeaseManager::new(s.pool.clone());
-    if !leases.holds(run_id, id, worker, attempt).await? {
-        return Err(ApiError::LeaseLost(id));
-    }
-    // The span of a task-API attempt runs from its lease to this commit.
-    let stages = StageTimes { finished_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
-    // A task-API result waits for a batch at the default priority.
-    let reported = Reported { stages: Some(stages), offer, priority: composer_core::priority::DEFAULT };
-    let handled = s.engine.handle_reported(run_id, event, worker.to_string(), reported).await?;
-    let ttl = s.config.task_lease_ttl.as_millis() as u64;
+    let started = std::time::Instant::now();
+    let mut stages = stages.unwrap_or_default();
+    stages.finished_at_us = stages.finished_at_us.or(Some(composer_api::wire::now_us()));
+    let reported = Reported { stages: Some(stages), offer, priority };
+    let task = match &event {
+        Event::TaskCompleted { task_id, .. } | Event::TaskFailed { task_id, .. } => *task_id,
+        _ => Uuid::nil(),
+    };
+    let handled = match s.engine.handle_reported(run_id, event, worker, reported).await {
+        Err(crate::engine::EngineError::RunNotFound(_)) => return Err(ApiError::LeaseLost(task)),
+        handled => handled?,
+    };
+    composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
+    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
+    let ttl = s.config.lease_ttl.as_millis() as u64;
     let next: Vec<LeasedTask> = handled
         .next
         .into_iter()
@@ -316,6 +341,8 @@ async fn finish(
             input: g.dispatch.input,
             lease_ttl_ms: ttl,
             traceparent: g.dispatch.traceparent,
+            priority,
+            stages: Some(StageTimes { leased_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() }),
         })
         .collect();
     if !next.is_empty() {

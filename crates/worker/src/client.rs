@@ -1,0 +1,359 @@
+//! The worker's side of the task API: poll, heartbeat, logs, complete and
+//! fail, each sent to one of the coordinators in turn, failing over
+//! between them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use composer_api::wire::{ReportAck, StageTimes, PRIORITY_HEADER};
+use composer_api::{CompleteTask, ErrorBody, FailTask, LeasedTask, PollTasks, TakeNext, TaskBatch, TaskHeartbeat};
+use serde::Serialize;
+use uuid::Uuid;
+
+/// How long one call with log lines may take: they are sent from the
+/// lease's heartbeat loop.
+const LOG_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one heartbeat may take: a third of the lease is left for the
+/// next one.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a poll's answer may come after its `wait`.
+const POLL_SLACK: Duration = Duration::from_secs(10);
+
+/// What became of a result.
+#[derive(Debug, PartialEq)]
+pub enum Delivery {
+    /// A coordinator answered (the result was applied or ignored), with the
+    /// tasks it leased to this worker as the result's `next` asked.
+    Delivered(Vec<LeasedTask>),
+    /// This worker no longer holds the task's lease (or the run is gone):
+    /// nothing will ever take the result.
+    Gone,
+    /// No coordinator took it before the deadline: the lease expires and
+    /// the attempt goes to the next poller.
+    Failed,
+}
+
+/// What a heartbeat found.
+#[derive(Debug, PartialEq)]
+pub enum Heartbeat {
+    /// The lease was extended.
+    Extended,
+    /// The lease is lost: stop, and drop the result.
+    Lost,
+    /// No coordinator answered; try again.
+    Unknown,
+}
+
+/// An attempt's result, as sent.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Completed(serde_json::Value),
+    Failed(Box<FailTask>),
+}
+
+/// The coordinators a worker talks to.
+pub struct Coordinators {
+    client: reqwest::Client,
+    urls: Vec<String>,
+    token: Option<String>,
+    next: AtomicUsize,
+    /// Keyed at random: turns the call counter into a random start.
+    spread: std::collections::hash_map::RandomState,
+}
+
+impl Coordinators {
+    pub fn new(urls: Vec<String>, token: Option<String>) -> Coordinators {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .expect("building the coordinators' client");
+        let urls = urls.into_iter().map(|u| u.trim_end_matches('/').to_string()).collect();
+        Coordinators { client, urls, token, next: AtomicUsize::new(0), spread: Default::default() }
+    }
+
+    /// The coordinators in turn from one picked at random (so calls spread
+    /// over them, and no pattern of calls keeps a call's first try on the
+    /// same one), round and round: one call tries them in this order,
+    /// whatever other calls do meanwhile.
+    fn turns(&self) -> impl Iterator<Item = &str> {
+        use std::hash::BuildHasher;
+        let start = self.spread.hash_one(self.next.fetch_add(1, Ordering::Relaxed)) as usize;
+        let n = self.urls.len();
+        (0..).map(move |k| self.urls.get((start + k) % n.max(1)).map_or("", String::as_str))
+    }
+
+    fn post(&self, base: &str, path: &str, body: &impl Serialize) -> reqwest::RequestBuilder {
+        let req = self.client.post(format!("{base}{path}")).json(body);
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    /// Leases up to `max` tasks of `queues`, waiting up to `wait` for one,
+    /// at the next coordinator that answers (each is tried once); the error
+    /// names the last one tried and what went wrong.
+    pub async fn poll(&self, poll: &PollTasks, wait: Duration) -> Result<TaskBatch, String> {
+        let mut error = String::from("no coordinator");
+        for base in self.turns().take(self.urls.len()) {
+            let req = self.post(base, "/v1/tasks/poll", poll).timeout(wait + POLL_SLACK);
+            error = match req.send().await {
+                Ok(resp) if resp.status().is_success() => match resp.json::<TaskBatch>().await {
+                    Ok(batch) => return Ok(batch),
+                    // Tasks it leased and this worker cannot read are lost to
+                    // it until their leases expire, as when an answer is lost.
+                    Err(e) => format!("{base}: an answer that does not read: {e}"),
+                },
+                Ok(resp) => {
+                    let status = resp.status();
+                    let body = resp.text().await.unwrap_or_default();
+                    format!("{base}: HTTP {status}: {}", composer_core::clipped(&body, 512))
+                }
+                Err(e) => format!("{base}: {e}"),
+            };
+        }
+        Err(error)
+    }
+
+    /// Extends a task's lease, trying each coordinator once until one
+    /// answers: a coordinator that died must not cost a lease.
+    pub async fn heartbeat(&self, task: &LeasedTask, worker_id: &str) -> Heartbeat {
+        let body = TaskHeartbeat { worker_id: worker_id.to_string(), run_id: task.run_id, attempt: task.attempt };
+        let path = format!("/v1/tasks/{}/heartbeat", task.id);
+        for base in self.turns().take(self.urls.len()) {
+            match self.post(base, &path, &body).timeout(HEARTBEAT_TIMEOUT).send().await {
+                Ok(resp) if resp.status().is_success() => return Heartbeat::Extended,
+                Ok(resp) => {
+                    let status = resp.status();
+                    if lease_lost(status, &resp.text().await.unwrap_or_default()) {
+                        return Heartbeat::Lost;
+                    }
+                    tracing::warn!(task_id = %task.id, coordinator = %base, %status, "heartbeat refused");
+                }
+                Err(e) => tracing::warn!(task_id = %task.id, coordinator = %base, error = %e, "heartbeat failed"),
+            }
+        }
+        Heartbeat::Unknown
+    }
+
+    /// Sends a task's log lines, at most 100 to a call, trying each
+    /// coordinator once: logs are worth a try, not a wait. False when the
+    /// lease is lost or no coordinator took them.
+    pub async fn send_logs(
+        &self,
+        task_id: Uuid,
+        run_id: Uuid,
+        worker_id: &str,
+        attempt: i32,
+        lines: Vec<String>,
+    ) -> bool {
+        for chunk in lines.chunks(100) {
+            let body =
+                composer_api::TaskLogs { worker_id: worker_id.to_string(), run_id, attempt, lines: chunk.to_vec() };
+            let mut sent = false;
+            for base in self.turns().take(self.urls.len()) {
+                let req = self.post(base, &format!("/v1/tasks/{task_id}/logs"), &body).timeout(LOG_TIMEOUT);
+                match req.send().await {
+                    Ok(resp) if resp.status().is_success() => {
+                        sent = true;
+                        break;
+                    }
+                    Ok(resp) if resp.status() == reqwest::StatusCode::CONFLICT => return false,
+                    Ok(resp) => tracing::debug!(%task_id, status = %resp.status(), "log lines refused"),
+                    Err(e) => tracing::debug!(%task_id, error = %e, "log lines not sent"),
+                }
+            }
+            if !sent {
+                tracing::warn!(%task_id, lines = chunk.len(), "no coordinator took the task's log lines; dropped");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends an attempt's result, rotating through coordinators with
+    /// backoff until one answers or `deadline` passes. A result a
+    /// coordinator refuses for what it says (a 4xx of its own: an output
+    /// too large to send, a field it does not take) would be refused again:
+    /// it becomes the attempt's failure, naming the refusal, sent once in
+    /// its place; running the task again would only make the same result.
+    /// With `next`, the answer may carry tasks leased to this worker (eager
+    /// dispatch). The result names its run's `priority`, at which it waits
+    /// for the coordinator's batch.
+    pub async fn finish(
+        &self,
+        task: &LeasedTask,
+        worker_id: &str,
+        outcome: Outcome,
+        deadline: Duration,
+        next: Option<&TakeNext>,
+        stages: Option<StageTimes>,
+    ) -> Delivery {
+        let give_up = tokio::time::Instant::now() + deadline;
+        let mut backoff = Duration::from_millis(50);
+        let mut outcome = outcome;
+        let mut replaced = false;
+        for base in self.turns() {
+            let req = match &outcome {
+                Outcome::Completed(output) => {
+                    let body = CompleteTask {
+                        worker_id: worker_id.to_string(),
+                        run_id: task.run_id,
+                        attempt: task.attempt,
+                        output: output.clone(),
+                        next: next.cloned(),
+                        stages,
+                    };
+                    self.post(base, &format!("/v1/tasks/{}/complete", task.id), &body)
+                }
+                Outcome::Failed(fail) => {
+                    // What a refused result said of its stages may be what was refused.
+                    let stages = stages.filter(|_| !replaced);
+                    let body = FailTask { next: next.cloned(), stages, ..(**fail).clone() };
+                    self.post(base, &format!("/v1/tasks/{}/fail", task.id), &body)
+                }
+            };
+            let req = req.header(PRIORITY_HEADER, task.priority.to_string());
+            match req.send().await {
+                Ok(resp) if resp.status().is_success() => {
+                    // An answer that does not read leased nothing this worker
+                    // can run: a task it names is lost to it until its lease
+                    // expires, as when the answer is lost.
+                    let Ok(ack) = resp.json::<ReportAck>().await else {
+                        return Delivery::Delivered(Vec::new());
+                    };
+                    if let Some(reason) = ack.ignored {
+                        tracing::debug!(task_id = %task.id, %reason, "result ignored by the coordinator");
+                    }
+                    return Delivery::Delivered(ack.next);
+                }
+                Ok(resp) => {
+                    let status = resp.status();
+                    let body = resp.text().await.unwrap_or_default();
+                    if lease_lost(status, &body) {
+                        tracing::warn!(task_id = %task.id, "result refused: this worker no longer holds the lease; dropping it");
+                        return Delivery::Gone;
+                    }
+                    let error = serde_json::from_str::<ErrorBody>(&body).ok().map(|b| b.error);
+                    if let Some(error) = error.filter(|_| refused_for_good(status)) {
+                        if replaced {
+                            tracing::error!(task_id = %task.id, %status, message = %error.message, "the attempt's failure was refused too; dropping it");
+                            return Delivery::Gone;
+                        }
+                        tracing::warn!(task_id = %task.id, %status, message = %error.message, "result refused; failing the attempt with the reason");
+                        outcome = Outcome::Failed(Box::new(refusal(
+                            task,
+                            worker_id,
+                            status.as_u16(),
+                            &error.code,
+                            &error.message,
+                        )));
+                        replaced = true;
+                        continue;
+                    }
+                    tracing::warn!(task_id = %task.id, coordinator = %base, %status, %body, "result refused; trying again");
+                }
+                Err(e) => {
+                    tracing::warn!(task_id = %task.id, coordinator = %base, error = %e, "result not sent; trying again")
+                }
+            }
+            if tokio::time::Instant::now() + backoff > give_up {
+                return Delivery::Failed;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+        Delivery::Failed
+    }
+}
+
+/// Whether a coordinator said this worker no longer holds the lease: its
+/// own `lease_lost` 409, not some proxy's.
+fn lease_lost(status: reqwest::StatusCode, body: &str) -> bool {
+    status == reqwest::StatusCode::CONFLICT
+        && serde_json::from_str::<ErrorBody>(body).is_ok_and(|b| b.error.code == composer_api::LEASE_LOST)
+}
+
+/// A refusal of the result itself, which no retry of it gets past: a 400,
+/// 413 or 422. Not a refusal of the worker (401, 403: a token an operator
+/// may mend), nor a 404 (maybe a proxy's), nor a 408 or 429.
+fn refused_for_good(status: reqwest::StatusCode) -> bool {
+    use reqwest::StatusCode as S;
+    matches!(status, S::BAD_REQUEST | S::PAYLOAD_TOO_LARGE | S::UNPROCESSABLE_ENTITY)
+}
+
+/// The failure that replaces a refused result: for good, with the
+/// coordinator's reason.
+fn refusal(task: &LeasedTask, worker_id: &str, status: u16, code: &str, message: &str) -> FailTask {
+    let message = composer_core::clipped(message, 1024);
+    FailTask {
+        worker_id: worker_id.to_string(),
+        run_id: task.run_id,
+        attempt: task.attempt,
+        error: format!("the coordinator refused the attempt's result (HTTP {status} {code}): {message}")
+            .replace('\0', "\u{FFFD}"),
+        retryable: false,
+        code: Some(composer_core::machine::codes::REPORT_REFUSED.into()),
+        status: None,
+        retry_after_ms: None,
+        next: None,
+        stages: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_result_becomes_a_failure_for_good_that_says_why() {
+        let task = LeasedTask {
+            id: Uuid::now_v7(),
+            run_id: Uuid::now_v7(),
+            attempt: 2,
+            node_id: "n".into(),
+            node_type: "t".into(),
+            queue: "q".into(),
+            input: serde_json::json!({}),
+            lease_ttl_ms: 30_000,
+            traceparent: None,
+            priority: 3,
+            stages: None,
+        };
+        let failed = refusal(&task, "w", 413, "payload_too_large", "the request body is too large");
+        assert_eq!((failed.run_id, failed.attempt, failed.worker_id.as_str()), (task.run_id, 2, "w"));
+        assert!(!failed.retryable);
+        assert_eq!(failed.code.as_deref(), Some("report_refused"));
+        assert!(failed.error.contains("HTTP 413 payload_too_large"), "{}", failed.error);
+        assert!(refused_for_good(reqwest::StatusCode::PAYLOAD_TOO_LARGE));
+        assert!(refused_for_good(reqwest::StatusCode::BAD_REQUEST));
+        assert!(!refused_for_good(reqwest::StatusCode::TOO_MANY_REQUESTS));
+        assert!(!refused_for_good(reqwest::StatusCode::UNAUTHORIZED), "a token can be mended");
+        assert!(!refused_for_good(reqwest::StatusCode::NOT_FOUND), "maybe a proxy's");
+        assert!(!refused_for_good(reqwest::StatusCode::SERVICE_UNAVAILABLE));
+    }
+
+    #[test]
+    fn each_call_tries_every_coordinator_in_turn_from_a_start_of_its_own() {
+        let c = Coordinators::new(vec!["http://a/".into(), "http://b".into(), "http://c".into()], None);
+        let mut starts = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let tried: Vec<&str> = c.turns().take(6).collect();
+            let mut once: Vec<&str> = tried[..3].to_vec();
+            once.sort();
+            assert_eq!(once, ["http://a", "http://b", "http://c"], "{tried:?}");
+            assert_eq!(tried[..3], tried[3..], "round and round");
+            starts.insert(tried[0]);
+        }
+        assert_eq!(starts.len(), 3, "calls spread over the coordinators");
+    }
+
+    #[test]
+    fn only_the_coordinators_own_409_means_the_lease_is_lost() {
+        let body = r#"{"error": {"code": "lease_lost", "message": "gone"}}"#;
+        assert!(lease_lost(reqwest::StatusCode::CONFLICT, body));
+        assert!(!lease_lost(reqwest::StatusCode::CONFLICT, "<html>conflict</html>"), "a proxy's");
+        assert!(!lease_lost(reqwest::StatusCode::BAD_REQUEST, body));
+    }
+}
