@@ -196,8 +196,8 @@ class WorkerTest(unittest.TestCase):
             self.assertLessEqual(set(ack), {"applied", "ignored", "next"}, ack)
             for t in ack.get("next", []):
                 self.assertEqual(
-                    set(t) - {"traceparent"},
-                    {"id", "run_id", "attempt", "node_id", "node_type", "queue", "input", "lease_ttl_ms"},
+                    set(t) - {"traceparent", "stages"},
+                    {"id", "run_id", "attempt", "node_id", "node_type", "queue", "input", "lease_ttl_ms", "priority"},
                 )
 
     def test_a_task_error_that_is_not_retryable_fails_the_run_with_its_message(self) -> None:

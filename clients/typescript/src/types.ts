@@ -611,11 +611,27 @@ export interface LeasedTask {
   lease_ttl_ms: number;
   /** The W3C `traceparent` of this attempt's span, for the worker to pass on in what it calls; newer coordinators only. */
   traceparent?: string;
+  /** The run's priority, 1 (most urgent) to 5; send it back in the result's `composer-priority` header. Newer coordinators only. */
+  priority?: number;
+  /** When the attempt passed each stage on its way here; send it back in the result's `stages` for its span. */
+  stages?: StageTimes;
+}
+
+/** When one attempt passed each stage, in microseconds since the Unix epoch (all optional). */
+export interface StageTimes {
+  dispatched_at_us?: number;
+  published_at_us?: number;
+  read_at_us?: number;
+  leased_at_us?: number;
+  started_at_us?: number;
+  finished_at_us?: number;
 }
 
 /** `POST /v1/tasks/poll`'s answer (no tasks when none came in time). */
 export interface TaskBatch {
   tasks: LeasedTask[];
+  /** The priorities (1 to 5) at which tasks of the polled queues still wait; absent when the coordinator does not know. */
+  waiting?: number[];
 }
 
 /** What heartbeats, completions and failures name: whose lease, on which attempt. */
@@ -648,6 +664,8 @@ export interface CompleteTask extends TaskHeartbeat {
   output?: JsonValue;
   /** Take the tasks this result makes ready with the answer; newer coordinators only. */
   next?: TakeNext;
+  /** The leased task's `stages`, with when the handler started and ended, for the attempt's span. */
+  stages?: StageTimes;
 }
 
 /** `POST /v1/tasks/{id}/fail`, as sent. */
@@ -664,6 +682,8 @@ export interface FailTask extends TaskHeartbeat {
   retry_after_ms?: number;
   /** Take the tasks this result makes ready (an immediate retry of this one among them) with the answer; newer coordinators only. */
   next?: TakeNext;
+  /** The leased task's `stages`, with when the handler started and ended, for the attempt's span. */
+  stages?: StageTimes;
 }
 
 /** The answer to a completion or a failure: `ignored` says why one was not applied. */

@@ -53,6 +53,7 @@ import type {
   TakeNext,
   Task,
   TaskBatch,
+  StageTimes,
   TaskHeartbeat,
   TaskState,
   TriggerDefinition,
@@ -221,8 +222,18 @@ export const leasedTaskShape = {
   input: "required",
   lease_ttl_ms: "required",
   traceparent: "optional",
+  priority: "optional",
+  stages: "optional",
 } as const satisfies Shape<LeasedTask>;
-export const taskBatchShape = { tasks: "required" } as const satisfies Shape<TaskBatch>;
+export const stageTimesShape = {
+  dispatched_at_us: "optional",
+  published_at_us: "optional",
+  read_at_us: "optional",
+  leased_at_us: "optional",
+  started_at_us: "optional",
+  finished_at_us: "optional",
+} as const satisfies Shape<StageTimes>;
+export const taskBatchShape = { tasks: "required", waiting: "optional" } as const satisfies Shape<TaskBatch>;
 export const leaseExtendedShape = { lease_ttl_ms: "required" } as const satisfies Shape<LeaseExtended>;
 export const reportAckShape = { applied: "required", ignored: "optional", next: "optional" } as const satisfies Shape<ReportAck>;
 export const errorBodyShape = { error: "required" } as const satisfies Shape<ErrorBody>;
@@ -261,7 +272,12 @@ export const pollTasksShape = {
 } as const satisfies Shape<PollTasks>;
 export const heartbeatShape = { worker_id: "required", run_id: "required", attempt: "required" } as const satisfies Shape<TaskHeartbeat>;
 export const takeNextShape = { queues: "required", max: "optional" } as const satisfies Shape<TakeNext>;
-export const completeShape = { ...heartbeatShape, output: "optional", next: "optional" } as const satisfies Shape<CompleteTask>;
+export const completeShape = {
+  ...heartbeatShape,
+  output: "optional",
+  next: "optional",
+  stages: "optional",
+} as const satisfies Shape<CompleteTask>;
 export const failShape = {
   ...heartbeatShape,
   error: "required",
@@ -270,6 +286,7 @@ export const failShape = {
   status: "optional",
   retry_after_ms: "optional",
   next: "optional",
+  stages: "optional",
 } as const satisfies Shape<FailTask>;
 export const definitionShape = {
   name: "required",
@@ -344,6 +361,7 @@ export const answers: Record<string, AnyShape> = {
   LimitView: limitShape,
   LimitPage: limitPageShape,
   LeasedTask: leasedTaskShape,
+  StageTimes: stageTimesShape,
   TaskBatch: taskBatchShape,
   LeaseExtended: leaseExtendedShape,
   ReportAck: reportAckShape,

@@ -732,6 +732,19 @@ pub struct LeasedTask {
     pub stages: Option<crate::wire::StageTimes>,
 }
 
+/// The coordinator's answer to a result (`/complete`, `/fail`). An ignored report (duplicate, late,
+/// stale) is still a success for the worker: it is done with the task.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ReportAck {
+    pub applied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignored: Option<String>,
+    /// The tasks leased to the reporting worker with this answer, as its
+    /// `next` asked: run each as one a poll leased.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next: Vec<LeasedTask>,
+}
+
 /// `POST /v1/tasks/{id}/heartbeat`: extend the lease.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -78,19 +78,6 @@ pub struct StageTimes {
     pub finished_at_us: Option<i64>,
 }
 
-/// The coordinator's answer to a report. An ignored report (duplicate, late,
-/// stale) is still a success for the worker: it is done with the task.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
-pub struct ReportAck {
-    pub applied: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ignored: Option<String>,
-    /// The tasks leased to the reporting worker with this answer, as its
-    /// `next` asked: run each as one a poll leased.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub next: Vec<crate::rest::LeasedTask>,
-}
-
 /// The header of a result (`/complete`, `/fail`) that names its run's
 /// priority (`1` to `5`), as the leased task's `priority` said it: the
 /// result waits for the coordinator's next batch at that priority. One that

@@ -5,8 +5,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use composer_api::wire::{ReportAck, StageTimes, PRIORITY_HEADER};
-use composer_api::{CompleteTask, ErrorBody, FailTask, LeasedTask, PollTasks, TakeNext, TaskBatch, TaskHeartbeat};
+use composer_api::wire::{StageTimes, PRIORITY_HEADER};
+use composer_api::{
+    CompleteTask, ErrorBody, FailTask, LeasedTask, PollTasks, ReportAck, TakeNext, TaskBatch, TaskHeartbeat,
+};
 use serde::Serialize;
 use uuid::Uuid;
 

@@ -8,10 +8,10 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use composer_api::wire::{EagerOffer, ReportAck, PRIORITY_HEADER};
+use composer_api::wire::{EagerOffer, PRIORITY_HEADER};
 use composer_api::{
-    CompleteTask, ErrorBody, FailTask, LeaseExtended, LeasedTask, LogsAccepted, PollTasks, TakeNext, TaskBatch,
-    TaskHeartbeat, TaskLogs,
+    CompleteTask, ErrorBody, FailTask, LeaseExtended, LeasedTask, LogsAccepted, PollTasks, ReportAck, TakeNext,
+    TaskBatch, TaskHeartbeat, TaskLogs,
 };
 use composer_core::machine::Event;
 use composer_store::leases::LeaseManager;
