@@ -109,7 +109,8 @@ pub async fn lease(
         priority,
         stages: Some(stages),
     };
-    let mut out: Vec<LeasedTask> = match takeover_due(s, queues) {
+    let due = takeover_due(s, queues);
+    let mut out: Vec<LeasedTask> = match due {
         false => Vec::new(),
         true => leases
             .take_over_expired(queues, worker, ttl, max as i64, s.config.max_dispatches)
@@ -131,11 +132,34 @@ pub async fn lease(
     if want == 0 {
         return Ok(Leased { tasks: out, waiting: None });
     }
+    // Messages a coordinator read for a poll and never acknowledged (it
+    // died between the read and the lease) are claimed when they have been
+    // idle for a lease, when expired leases are looked for: their tasks
+    // would otherwise wait for the lost-dispatch sweep.
+    let mut read = Vec::new();
+    if due {
+        for stream in streams.iter().flatten() {
+            if read.len() >= want {
+                break;
+            }
+            let mut stale =
+                s.streams.claim_stale(&consumer, stream, ttl, want - read.len()).await.map_err(redis_down)?;
+            read.append(&mut stale);
+        }
+    }
     // The coordinator's share, carried through the read: polls at once may
     // each start from the same state, which only blurs the share a little.
     let mut share = s.priority_share.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let composer_stream::Weighted { messages: read, missing, waiting } =
-        s.streams.read_weighted(&consumer, streams, want, &mut share, start).await.map_err(redis_down)?;
+    let composer_stream::Weighted { messages, missing, waiting } = match read.len() < want {
+        true => s
+            .streams
+            .read_weighted(&consumer, streams, want - read.len(), &mut share, start)
+            .await
+            .map_err(redis_down)?,
+        // All from stale messages: what waits is not known.
+        false => composer_stream::Weighted { waiting: [true; 5], ..Default::default() },
+    };
+    read.extend(messages);
     let waiting: Vec<u8> =
         (0..5u8).filter(|l| waiting[usize::from(*l)]).map(|l| l + composer_core::priority::HIGHEST).collect();
     *s.priority_share.lock().unwrap_or_else(|p| p.into_inner()) = share;

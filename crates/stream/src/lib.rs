@@ -23,7 +23,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions, StreamReadReply};
 use redis::{AsyncCommands, Value};
 
 /// The consumer group every worker joins.
@@ -616,6 +616,30 @@ impl Streams {
     /// Reads up to `count` new messages of one stream for consumer `name`,
     /// without blocking, on the shared connection (the task API's
     /// long-poll waits between reads instead).
+    /// Claims for `name` up to `count` messages of `stream` that a consumer
+    /// of the group read and has not acknowledged for `min_idle` (it died
+    /// between reading and acknowledging), as XAUTOCLAIM does; none when the
+    /// stream or its group is gone.
+    pub async fn claim_stale(
+        &self,
+        name: &str,
+        stream: &str,
+        min_idle: Duration,
+        count: usize,
+    ) -> Result<Vec<Message>> {
+        let mut c = self.conn.clone();
+        let opts = StreamAutoClaimOptions::default().count(count);
+        let idle = min_idle.as_millis() as u64;
+        let r: redis::RedisResult<StreamAutoClaimReply> =
+            c.xautoclaim_options(stream, GROUP, name, idle, "0-0", opts).await;
+        let reply = match r {
+            Ok(reply) => reply,
+            Err(e) if e.code() == Some("NOGROUP") => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        reply.claimed.into_iter().map(|e| to_message(stream, e.id, &e.map)).collect()
+    }
+
     pub async fn read_now(&self, name: &str, stream: &str, count: usize) -> Result<Vec<Message>> {
         let opts = StreamReadOptions::default().group(GROUP, name).count(count);
         let mut c = self.conn.clone();

@@ -212,3 +212,49 @@ async fn a_result_that_asks_for_next_gets_the_task_it_made_ready_leased_with_the
     }
     e.stop().await;
 }
+
+/// The failure table's row for a coordinator that dies between reading a
+/// poll's message and leasing its task: the message stays unacknowledged
+/// in the group, and once it has been idle for a lease the next poll claims
+/// it and leases the task, instead of the lost-dispatch sweep (10 minutes).
+#[tokio::test]
+async fn a_message_read_by_a_poll_whose_coordinator_died_goes_to_the_next_poll_after_a_lease() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.lease_ttl = Duration::from_millis(800),
+        ..Default::default()
+    })
+    .await;
+    e.register(&three_steps()).await;
+    e.start_run("pipeline", json!({})).await;
+    // The dead coordinator's read: the message is delivered, never acked.
+    let streams =
+        composer_stream::Streams::connect(&e.redis_url, composer_stream::Keys::new(e.prefix.clone())).await.unwrap();
+    let names = streams.keys().streams_of(["py"], e.coordinator_config().stream_shards);
+    let until = std::time::Instant::now() + T;
+    'read: loop {
+        for name in &names {
+            streams.ensure_group(name).await.unwrap();
+            if !streams.read_now("api:died", name, 1).await.unwrap().is_empty() {
+                break 'read;
+            }
+        }
+        assert!(std::time::Instant::now() < until, "a's message never reached a stream");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let a = poll_one(&e, "lives").await;
+    assert_eq!((a["node_id"].as_str(), a["attempt"].as_i64()), (Some("a"), Some(1)), "{a}");
+    let mut done = finish("lives", &a);
+    done["output"] = json!({});
+    let (status, body) = e.post(&format!("/v1/tasks/{}/complete", a["id"].as_str().unwrap()), &done).await;
+    assert_eq!((status, &body["applied"]), (200, &json!(true)), "{body}");
+    let pending: usize = {
+        let mut n = 0;
+        for name in &names {
+            n += streams.consumers(name).await.unwrap().iter().map(|(_, _, p)| *p as usize).sum::<usize>();
+        }
+        n
+    };
+    assert_eq!(pending, 0, "the claimed message was acknowledged");
+    e.stop().await;
+}
