@@ -922,3 +922,6 @@ pub const LEASE_LOST: &str = "lease_lost";
 
 /// The longest error a worker may report (`FailTask.error`), in characters.
 pub const MAX_ERROR_CHARS: usize = 65_536;
+
+/// Most queues one poll (or a result's `next`) may name.
+pub const MAX_POLL_QUEUES: usize = 32;

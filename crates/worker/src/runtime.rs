@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use composer_api::{FailTask, LeasedTask, PollTasks, TakeNext, TaskBatch};
+use composer_api::{FailTask, LeasedTask, PollTasks, TakeNext, TaskBatch, MAX_POLL_QUEUES};
+use composer_config::ConfigError;
 use futures_util::FutureExt;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -134,6 +135,7 @@ pub async fn run(
         true => handlers.values().map(|r| r.queue.clone()).collect(),
     };
     let queues: Vec<String> = queues.into_iter().collect();
+    check_queues(&queues)?;
     let ctx = Arc::new(Ctx {
         id: o.id.clone(),
         report_deadline: o.report_deadline,
@@ -189,6 +191,23 @@ pub async fn run(
 /// it brought no task for go back. A poll in flight is not cut short by a
 /// stop (what it leased would wait for its lease to expire): it ends
 /// within its `wait`.
+/// The queues a worker polls, as every coordinator would take them: at
+/// least one, at most [`MAX_POLL_QUEUES`], each a plain name. Checked at
+/// start, since a coordinator refuses every poll of a set it does not take.
+fn check_queues(queues: &[String]) -> Result<(), Error> {
+    let bad = |message: String| Error::Config(ConfigError::new("--queues", "COMPOSER_QUEUES", message));
+    if queues.is_empty() {
+        return Err(bad("is empty and no handler is registered: the worker has nothing to poll".into()));
+    }
+    if queues.len() > MAX_POLL_QUEUES {
+        return Err(bad(format!(
+            "names {} queues (or the registered handlers do): a worker may poll at most {MAX_POLL_QUEUES}",
+            queues.len()
+        )));
+    }
+    queues.iter().try_for_each(|q| composer_core::definition::check_name("a queue", q).map_err(bad))
+}
+
 async fn poll_loop(ctx: Arc<Ctx>, queues: Vec<String>, wait: Duration, shutdown: CancellationToken) {
     let mut backoff = Duration::from_millis(100);
     while !shutdown.is_cancelled() {
@@ -540,6 +559,33 @@ mod tests {
             priority: 3,
             stages: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_worker_whose_queues_no_coordinator_takes_refuses_to_start() {
+        let worker = |queues: &[&str], handlers: usize| {
+            let mut config = Config::new(vec!["http://127.0.0.1:1".into()]);
+            config.options.queues = queues.iter().map(|q| q.to_string()).collect();
+            let mut w = crate::Worker::new(config);
+            for i in 0..handlers {
+                w.handle(&format!("type-{i}"), |_ctx, _input| async { Ok(Value::Null) });
+            }
+            w
+        };
+        let refused = |w: crate::Worker| async move {
+            match w.run(CancellationToken::new()).await {
+                Err(e @ Error::Config(_)) => e.to_string(),
+                other => panic!("started: {other:?}"),
+            }
+        };
+        let e = refused(worker(&[], MAX_POLL_QUEUES + 1)).await;
+        assert!(e.contains("COMPOSER_QUEUES") && e.contains("at most 32"), "{e}");
+        let e = check_queues(&[]).unwrap_err().to_string();
+        assert!(e.contains("COMPOSER_QUEUES") && e.contains("nothing to poll"), "{e}");
+        let e = refused(worker(&["ok", "not a queue"], 1)).await;
+        assert!(e.contains("COMPOSER_QUEUES") && e.contains("a queue"), "{e}");
+        let many: Vec<String> = (0..MAX_POLL_QUEUES).map(|i| format!("q{i}")).collect();
+        assert!(check_queues(&many).is_ok());
     }
 
     #[test]

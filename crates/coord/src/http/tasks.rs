@@ -25,9 +25,7 @@ use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, Leased
 
 /// Most tasks one poll may lease (`max`).
 pub const MAX_POLL_TASKS: u32 = 100;
-/// Most queues one poll may name.
-pub const MAX_POLL_QUEUES: usize = 32;
-pub use composer_api::MAX_ERROR_CHARS;
+pub use composer_api::{MAX_ERROR_CHARS, MAX_POLL_QUEUES};
 /// Most log lines one call may send.
 pub const MAX_LOG_LINES: usize = 100;
 /// Longest log line kept, in bytes: a longer one is cut, and says so.
