@@ -203,10 +203,25 @@ async fn prepare_storage(config: &Config) -> Result<composer_store::Pool, Error>
     Ok(pool)
 }
 
+/// Wakes this coordinator's waiting polls when another coordinator
+/// publishes, so that a step it dispatched is read at once rather than at
+/// the polls' next idle read.
+async fn wake_on_announcements(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let wake = || {
+        composer_metrics::inc(composer_metrics::POLL_WAKES, &[], 1);
+        shared.published.notify_waiters();
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = shared.streams.announced(wake) => {}
+    }
+}
+
 /// The periodic work of every coordinator: recovery, timers, partitions,
 /// metrics (and the outbox and its wake-ups, when this one publishes).
 fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut tokio::task::JoinSet<()>) {
     tasks.spawn(listener::run(shared.clone(), shutdown.clone()));
+    tasks.spawn(wake_on_announcements(shared.clone(), shutdown.clone()));
     if shared.config.run_outbox {
         tasks.spawn(outbox::run(shared.clone(), shutdown.clone()));
     }

@@ -23,8 +23,9 @@ pub struct Shared {
     /// long-polls answer at once, so a load balancer moves on and no request
     /// holds the stop up.
     pub draining: CancellationToken,
-    /// Woken after the outbox published: task-API long-polls read then
-    /// rather than at their next idle read.
+    /// Woken after this coordinator published, or another announced that
+    /// it did: task-API long-polls read then rather than at their next idle
+    /// read.
     pub published: Notify,
     /// The streams whose consumer group the task API made sure of.
     pub task_api_groups: std::sync::Mutex<std::collections::HashSet<String>>,

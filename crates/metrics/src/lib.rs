@@ -126,6 +126,8 @@ metrics! {
     LEASES_DENIED: Counter(Coordinator), "composer_leases_denied_total",
         "Stream messages a poll read whose task another worker held or that had moved on (a message published twice, or a task taken over): acknowledged and dropped.";
     LEASES_LOST: Counter(Worker), "composer_leases_lost_total", "Executions cancelled because their lease was lost.";
+    POLL_WAKES: Counter(Coordinator), "composer_poll_wakes_total",
+        "Publishes of other coordinators, announced through Redis, that woke this one's waiting task-API polls.";
     TASK_API_LEASED: Counter(Coordinator), "composer_task_api_leased_total",
         "Tasks leased to workers of the task API (/v1/tasks/poll).";
     TASKS_EXECUTED: Counter(Worker), "composer_tasks_executed_total", "Task executions started by workers, by node type.",

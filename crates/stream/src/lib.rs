@@ -105,6 +105,12 @@ impl Keys {
         format!("{}mark:{{{stream}}}:{owner}", self.prefix)
     }
 
+    /// The channel every publish is announced on (with the publisher's
+    /// id), so that coordinators wake their waiting polls at once.
+    pub fn wake_channel(&self) -> String {
+        format!("{}published", self.prefix)
+    }
+
     pub fn shard_count(&self) -> String {
         format!("{}stream_shards", self.prefix)
     }
@@ -131,6 +137,9 @@ pub struct Streams {
     conn: Conn,
     keys: Keys,
     marks: std::sync::Arc<Marks>,
+    /// Where [`Streams::announced`] subscribes: the server, or each node of
+    /// a cluster in turn (a cluster's PUBLISH reaches every node).
+    subscribe_to: std::sync::Arc<Vec<redis::Client>>,
 }
 
 /// How long a mark is kept in Redis, and by this process once it stops
@@ -399,16 +408,27 @@ impl Streams {
                     "a redis+cluster:// URL names no node",
                 ))));
             }
-            let mut builder = ClusterClientBuilder::new(nodes)
+            let mut builder = ClusterClientBuilder::new(nodes.clone())
                 .connection_timeout(Duration::from_secs(2))
                 .response_timeout(Duration::from_secs(5));
-            if let Some(root_cert) = root_cert {
+            if let Some(root_cert) = root_cert.clone() {
                 builder = builder.certs(redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) });
             }
             let client = builder.build()?;
             let conn = client.get_async_connection().await?;
             let marks = std::sync::Arc::new(Marks::new());
-            return Ok(Streams { conn: Conn::Cluster(conn), keys, marks });
+            let subscribe_to = nodes
+                .iter()
+                .map(|node| match &root_cert {
+                    Some(root_cert) => redis::Client::build_with_tls(
+                        node.as_str(),
+                        redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert.clone()) },
+                    ),
+                    None => redis::Client::open(node.as_str()),
+                })
+                .collect::<redis::RedisResult<Vec<_>>>()?;
+            let subscribe_to = std::sync::Arc::new(subscribe_to);
+            return Ok(Streams { conn: Conn::Cluster(conn), keys, marks, subscribe_to });
         }
         let client = match ca_file {
             Some(path) => {
@@ -424,8 +444,9 @@ impl Streams {
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(5)))
             .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
-        Ok(Streams { conn: Conn::Single(conn), keys, marks: std::sync::Arc::new(Marks::new()) })
+        let conn = ConnectionManager::new_with_config(client.clone(), config).await?;
+        let marks = std::sync::Arc::new(Marks::new());
+        Ok(Streams { conn: Conn::Single(conn), keys, marks, subscribe_to: std::sync::Arc::new(vec![client]) })
     }
 
     pub fn keys(&self) -> &Keys {
@@ -469,12 +490,17 @@ impl Streams {
 
     /// XADDs every `(stream, payload)`: one pipeline, or on a cluster one
     /// per stream, all at once; all or error.
-    /// Each stream's [`Marks`] mark is raised after its messages.
+    /// Each stream's [`Marks`] mark is raised after its messages, and the
+    /// publish is announced on [`Keys::wake_channel`] (in the same pipeline
+    /// on a single server).
     pub async fn publish(&self, batch: &[(&str, &str)]) -> Result<()> {
         let number = self.marks.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner = &self.marks.owner;
+        let mut announce = redis::cmd("PUBLISH");
+        announce.arg(self.keys.wake_channel()).arg(owner);
         self.per_stream_then(
             batch,
+            Some(&announce),
             |pipe, stream, payload| {
                 pipe.cmd("XADD").arg(stream).arg("*").arg(FIELD).arg(payload).ignore();
             },
@@ -531,14 +557,15 @@ impl Streams {
     /// on a single server; on a cluster, where a pipeline must stay within
     /// one slot, in one pipeline per stream, concurrently.
     async fn per_stream(&self, items: &[(&str, &str)], add: impl Fn(&mut redis::Pipeline, &str, &str)) -> Result<()> {
-        self.per_stream_then(items, add, |_, _| {}).await
+        self.per_stream_then(items, None, add, |_, _| {}).await
     }
 
     /// [`Streams::per_stream`], with `then` adding a command per stream
-    /// after that stream's own.
+    /// after that stream's own, and `last` (a command of no key) after all.
     async fn per_stream_then(
         &self,
         items: &[(&str, &str)],
+        last: Option<&redis::Cmd>,
         add: impl Fn(&mut redis::Pipeline, &str, &str),
         then: impl Fn(&mut redis::Pipeline, &str),
     ) -> Result<()> {
@@ -556,6 +583,9 @@ impl Streams {
                 for stream in streams {
                     then(&mut pipe, stream);
                 }
+                if let Some(cmd) = last {
+                    pipe.add_command(cmd.clone()).ignore();
+                }
                 let _: () = pipe.query_async(&mut self.conn.clone()).await?;
             }
             Conn::Cluster(_) => {
@@ -570,12 +600,48 @@ impl Streams {
                     let mut c = self.conn.clone();
                     async move { pipe.query_async::<()>(&mut c).await }
                 });
-                for r in futures_util::future::join_all(sends).await {
+                let mut results = futures_util::future::join_all(sends).await;
+                if let Some(cmd) = last {
+                    // After the messages it announces.
+                    results.push(cmd.query_async::<()>(&mut self.conn.clone()).await);
+                }
+                for r in results {
                     r?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Calls `announced` for each publish of another [`Streams`] (another
+    /// coordinator) on the same keys, as it is announced; runs until
+    /// dropped. Subscribes again, one second after losing its connection
+    /// (to the next node of a cluster). Announcements are a hint: one
+    /// lost while reconnecting is a publish its waiters see on their next read.
+    pub async fn announced(&self, announced: impl Fn()) {
+        use futures_util::StreamExt;
+        let channel = self.keys.wake_channel();
+        let mut node = 0usize;
+        loop {
+            let client = &self.subscribe_to[node % self.subscribe_to.len()];
+            node = node.wrapping_add(1);
+            match client.get_async_pubsub().await {
+                Ok(mut sub) => match sub.subscribe(&channel).await {
+                    Ok(()) => {
+                        let mut messages = sub.on_message();
+                        while let Some(msg) = messages.next().await {
+                            if msg.get_payload::<String>().is_ok_and(|by| by != self.marks.owner) {
+                                announced();
+                            }
+                        }
+                        tracing::warn!("Redis: the subscription to publishes ended; subscribing again");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "Redis: cannot subscribe to publishes"),
+                },
+                Err(e) => tracing::warn!(error = %e, "Redis: cannot connect to subscribe to publishes"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 
     /// Creates the group on `stream` (and the stream) if missing. Reading

@@ -166,6 +166,56 @@ async fn two_coordinator_processes_and_one_worker_process_complete_30_runs() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A poll waiting on one coordinator is woken by another's publish
+/// (announced through Redis), not left to its next idle read.
+#[tokio::test]
+async fn a_poll_waiting_on_one_coordinator_is_woken_by_anothers_publish() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let prefix = unique_prefix();
+    let dir: PathBuf = composer_embedded::temp_dir("wakes").unwrap();
+    let mut coordinators = Vec::new();
+    let mut clients = Vec::new();
+    for i in 0..2 {
+        let addr_file = dir.join(format!("c{i}.addr"));
+        coordinators.push(Proc::spawn(
+            composer(&["coordinator"])
+                .env("COMPOSER_DATABASE_URL", &db.url)
+                .env("COMPOSER_REDIS_URL", &redis)
+                .env("COMPOSER_REDIS_PREFIX", &prefix)
+                .env("COMPOSER_LISTEN", "127.0.0.1:0")
+                .env("COMPOSER_ADDR_FILE", &addr_file),
+        ));
+        clients.push(Client::new(&wait_for_file(&addr_file, Duration::from_secs(30)).await));
+    }
+    let spec = json!({"name": "one", "nodes": [{"id": "a", "type": "resize", "queue": "py"}]});
+    let (status, body) = clients[1].post("/v1/workflows", &spec).await;
+    assert_eq!(status, 201, "{body}");
+    let ask = json!({"worker_id": "w", "queues": ["py"], "wait": "20s"});
+    for _ in 0..3 {
+        let poll = clients[0].post("/v1/tasks/poll", &ask);
+        let start = async {
+            // Once the poll waits (its first read found nothing).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let (status, run) = clients[1].post("/v1/runs", &json!({"workflow": "one"})).await;
+            assert_eq!(status, 201, "{run}");
+        };
+        let ((status, polled), ()) = tokio::join!(poll, start);
+        assert_eq!((status, polled["tasks"].as_array().map(Vec::len)), (200, Some(1)), "{polled}");
+    }
+    let metrics = reqwest::get(format!("{}/metrics", clients[0].base)).await.unwrap().text().await.unwrap();
+    let wakes: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("composer_poll_wakes_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no composer_poll_wakes_total:\n{metrics}"));
+    assert!(wakes >= 1.0, "the other coordinator's publishes woke no poll here:\n{metrics}");
+    for c in &mut coordinators {
+        assert!(c.terminate(Duration::from_secs(30)).success());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
     let dir: PathBuf = composer_embedded::temp_dir("dev").unwrap();
