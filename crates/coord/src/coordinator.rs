@@ -155,6 +155,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config.engine_queue,
     )
     .with_traces(start_traces(&config, addr)?);
+    let definitions = crate::definitions::Definitions::new(pool.clone());
     let shared = Arc::new(Shared {
         engine: Arc::new(engine),
         pool,
@@ -170,6 +171,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         bulk_wake: Notify::new(),
         limits_wake: Notify::new(),
         published: Notify::new(),
+        definitions,
     });
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();

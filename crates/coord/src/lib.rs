@@ -12,6 +12,7 @@
 //! - [`bulk`]: bulk jobs at work, a batch at a time.
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
 //! - [`tasks`]: how the coordinator leases tasks for the task API's workers.
+//! - [`definitions`]: the definitions starts name, read in batches and kept.
 //! - [`schedules`]: the timer loop's pass that fires schedules, and backfill.
 //! - [`triggers`]: events recorded once, starting the runs their triggers start.
 //! - [`webhooks`]: a webhook's spec, signature and transform (the pure part).
@@ -24,6 +25,7 @@
 pub mod bulk;
 mod config;
 pub mod coordinator;
+pub mod definitions;
 pub mod engine;
 pub mod http;
 pub mod limits;

@@ -37,6 +37,8 @@ pub struct Shared {
     pub leases_denied: std::sync::atomic::AtomicU64,
     /// Which priority the task API's polls read first ([`composer_core::priority::Share`]).
     pub priority_share: std::sync::Mutex<composer_core::priority::Share>,
+    /// The definitions starts name, read in batches and kept.
+    pub definitions: crate::definitions::Definitions,
     /// Woken when a bulk job is created, so the bulk loop starts it at once.
     pub bulk_wake: Notify,
     /// Woken when a commit holds steps back by their limits or frees a slot:

@@ -75,6 +75,27 @@ pub async fn register(client: &mut Client, name: &str, spec: &Value, trigger_eve
     Ok(Registered::Created(DefinitionRow::from_row(&row)?))
 }
 
+/// The id of the latest version of each of `names` that exists.
+pub async fn latest_ids(client: &Client, names: &[String]) -> Result<Vec<Uuid>> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT DISTINCT ON (name) id FROM workflow_definitions
+              WHERE name = ANY($1) ORDER BY name, version DESC",
+        )
+        .await?;
+    let rows = client.query(&stmt, &[&names]).await?;
+    rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
+}
+
+/// The definitions of `ids` that exist.
+pub async fn by_ids(client: &Client, ids: &[Uuid]) -> Result<Vec<DefinitionRow>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stmt = client.prepare_cached(&format!("SELECT {COLUMNS} FROM workflow_definitions WHERE id = ANY($1)")).await?;
+    client.query(&stmt, &[&ids]).await?.iter().map(DefinitionRow::from_row).collect()
+}
+
 pub async fn by_id(client: &Client, id: Uuid) -> Result<Option<DefinitionRow>> {
     let stmt = client.prepare_cached(&format!("SELECT {COLUMNS} FROM workflow_definitions WHERE id = $1")).await?;
     client.query_opt(&stmt, &[&id]).await?.map(|r| DefinitionRow::from_row(&r)).transpose()

@@ -91,3 +91,66 @@ async fn a_batch_insert_keeps_its_order_and_refuses_a_queued_run() {
     drop(tx);
     e.stop().await;
 }
+
+/// Starts name their definition from memory (a numbered version) or from
+/// one read per batch (the latest): a version registered on another
+/// coordinator is the one the next start of the latest runs, whatever
+/// starts ran before it.
+#[tokio::test]
+async fn a_start_runs_the_version_registered_just_before_it_on_any_coordinator() {
+    let e = Engine::with(EngineOptions { workers: 0, coordinators: 2, ..Default::default() }).await;
+    let urls = e.coordinator_urls();
+    let http = reqwest::Client::new();
+    let post = |url: String, body: serde_json::Value| {
+        let http = http.clone();
+        async move {
+            let r = http.post(url).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let spec =
+        |v: i32| json!({"name": "versioned", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": v}}]});
+    for v in 1..=3 {
+        // Registered on the second coordinator, started on the first.
+        let (status, body) = post(format!("{}/v1/workflows", urls[1]), spec(v)).await;
+        assert_eq!(status, 201, "{body}");
+        let starts = (0..20).map(|n| {
+            let version = if n % 4 == 0 { json!(1) } else { json!(null) };
+            post(format!("{}/v1/runs", urls[0]), json!({"workflow": "versioned", "version": version}))
+        });
+        for (n, (status, run)) in join_all(starts).await.into_iter().enumerate() {
+            assert_eq!(status, 201, "{run}");
+            let expected = if n % 4 == 0 { 1 } else { v };
+            assert_eq!(run["version"], json!(expected), "start {n} after v{v} was registered: {run}");
+        }
+    }
+    let (status, body) = post(format!("{}/v1/runs", urls[0]), json!({"workflow": "versioned", "version": 4})).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("version 4"), "{body}");
+    let (status, body) = post(format!("{}/v1/runs", urls[0]), json!({"workflow": "nobody"})).await;
+    assert_eq!(status, 404, "{body}");
+    e.stop().await;
+}
+
+/// More definitions than a coordinator keeps: past the limit its memory is
+/// emptied, and each start still runs the version it names.
+#[tokio::test]
+async fn starts_of_more_definitions_than_are_kept_each_run_their_own() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let n = composer_coord::definitions::MAX_CACHED_DEFINITIONS + 5;
+    for i in 0..n {
+        e.register(
+            &json!({"name": format!("w{i}"), "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": i}}]}),
+        )
+        .await;
+    }
+    for round in 0..2 {
+        for i in 0..n {
+            let version = if (i + round) % 2 == 0 { json!(1) } else { json!(null) };
+            let (status, run) = e.post("/v1/runs", &json!({"workflow": format!("w{i}"), "version": version})).await;
+            assert_eq!(status, 201, "{run}");
+            assert_eq!((run["workflow"].as_str(), &run["version"]), (Some(format!("w{i}").as_str()), &json!(1)));
+        }
+    }
+    e.stop().await;
+}

@@ -16,7 +16,6 @@ use composer_api::{
 };
 use composer_core::duration;
 use composer_core::machine::{Event, Resolution, RunStatus, TaskState};
-use composer_store::definitions;
 use composer_store::runs::{self, RunRow, TaskRow};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -196,10 +195,7 @@ pub(crate) async fn start_run(
         return Err(ApiError::too_large("run input", s.config.max_payload));
     }
     composer_core::storable::check(&input, "input", s.config.max_payload).map_err(ApiError::bad_request)?;
-    let def = {
-        let client = composer_store::client(&s.pool).await?;
-        definitions::by_name(&client, &req.workflow, req.version).await?
-    };
+    let def = s.definitions.get(&s.pool, &req.workflow, req.version).await?;
     let def = def.ok_or_else(|| match req.version {
         Some(v) => ApiError::not_found(format!("workflow {:?} version {v} not found", req.workflow)),
         None => ApiError::not_found(format!("workflow {:?} not found", req.workflow)),
