@@ -173,6 +173,13 @@ class Task:
     lease_ttl_ms: int
     traceparent: Optional[str] = None
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    priority: int = 3
+    """Its run's priority (1 served first, 5 last): sent back with the
+    result, so the coordinator applies an urgent run's results first."""
+    stages: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    """When the attempt passed each stage on its way here (microseconds
+    since the epoch): sent back with the result, with when the handler
+    started and ended, for the attempt's span in the run's trace."""
     _secrets: list[str] = field(default_factory=list, repr=False, compare=False)
     _pattern: Optional["re.Pattern[str]"] = field(default=None, repr=False, compare=False)
     _pending: list[str] = field(default_factory=list, repr=False, compare=False)
@@ -225,8 +232,34 @@ class Task:
             input=leased.get("input"),
             lease_ttl_ms=int(leased["lease_ttl_ms"]),
             traceparent=leased.get("traceparent"),
+            priority=_priority_of(leased.get("priority")),
+            stages=_stages_of(leased.get("stages")),
         )
 
+
+_STAGES = ("dispatched_at_us", "published_at_us", "read_at_us", "leased_at_us", "started_at_us", "finished_at_us")
+"""The stages a result may send back: those the task API knows (it refuses others)."""
+
+
+def _priority_of(value: Any) -> int:
+    """A leased task's priority, 3 (the default) when missing or not one."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 5:
+        return value
+    return 3
+
+
+def _stages_of(value: Any) -> dict[str, int]:
+    """The known stages of a leased task's ``stages``, whole microseconds only."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if k in _STAGES and isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+_PRIORITY_HEADER = "composer-priority"
 
 _SECRET = re.compile(r"\$\$\{|\$\{\s*\.secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 
@@ -396,8 +429,10 @@ class Worker:
 
     # -- HTTP ---------------------------------------------------------------
 
-    def _post(self, path: str, body: JSON, timeout: Optional[float] = None) -> JSON:
-        return self._http.request("POST", path, body, timeout=timeout)[1]
+    def _post(
+        self, path: str, body: JSON, timeout: Optional[float] = None, headers: Optional[dict[str, str]] = None
+    ) -> JSON:
+        return self._http.request("POST", path, body, timeout=timeout, headers=headers)[1]
 
     def _sending(self, task: Task, kind: str, body: dict[str, JSON], give_up_at: float) -> JSON:
         """POSTs a report as ``_retrying`` does; a 400 to one that asked for
@@ -417,7 +452,8 @@ class Worker:
         tries = 1
         while True:
             try:
-                return self._post(f"/v1/tasks/{task.id}/{kind}", body)
+                # The run's priority: the coordinator applies urgent runs' results first.
+                return self._post(f"/v1/tasks/{task.id}/{kind}", body, headers={_PRIORITY_HEADER: str(task.priority)})
             except Unavailable as e:
                 if time.monotonic() >= give_up_at:
                     raise
@@ -546,6 +582,7 @@ class Worker:
                 task.id, task.node_type, task.node_id, task.attempt, task.run_id,
             )  # fmt: skip
             began = time.monotonic()
+            started_us = _now_us()
             done = threading.Event()
             beat = threading.Thread(target=self._heartbeat, args=(task, done), name=f"heartbeat-{task.id}", daemon=True)
             beat.start()
@@ -555,6 +592,8 @@ class Worker:
                 done.set()
                 beat.join()
             took = time.monotonic() - began
+            # Echoed when the lease had some (every coordinator that knows stages sends them).
+            stages = {**task.stages, "started_at_us": started_us, "finished_at_us": _now_us()} if task.stages else None
             if outcome.error is None:
                 log.debug("task %s completed in %.3fs", task.id, took)
             else:
@@ -568,7 +607,7 @@ class Worker:
                 log.warning("task %s: the lease was lost while it ran; its result is dropped", task.id)
                 return []
             self._send_logs(task)  # the log is whole when the step ends
-            return self._report(task, outcome)
+            return self._report(task, outcome, stages)
         finally:
             with self._lock:
                 self._running -= 1
@@ -676,10 +715,12 @@ class Worker:
                 self.worker_id, refusal,
             )  # fmt: skip
 
-    def _report(self, task: Task, outcome: _Outcome) -> list[Task]:
-        """Completes or fails the task; returns the tasks leased to this
-        worker with the answer."""
+    def _report(self, task: Task, outcome: _Outcome, stages: Optional[dict[str, int]] = None) -> list[Task]:
+        """Completes or fails the task (with its ``stages``); returns the
+        tasks leased to this worker with the answer."""
         body = self._lease(task)
+        if stages:
+            body["stages"] = stages
         if outcome.error is None:
             body["output"] = outcome.output
         else:

@@ -176,11 +176,15 @@ class WorkerTest(unittest.TestCase):
         w = Worker(DEV.url, queues=["py-eager"], poll_wait=1).handle("inc", inc)
         post = w._post
         reports: list[tuple[Any, Any]] = []
+        echoed: list[tuple[Any, list[str]]] = []
 
-        def recording(path: str, body: Any, timeout: Optional[float] = None) -> Any:
-            ack = post(path, body, timeout)
+        def recording(
+            path: str, body: Any, timeout: Optional[float] = None, headers: Optional[dict[str, str]] = None
+        ) -> Any:
+            ack = post(path, body, timeout, headers)
             if path.endswith(("/complete", "/fail")):
                 reports.append((body.get("next"), ack))
+                echoed.append((headers, sorted(body.get("stages") or {})))
             return ack
 
         with mock.patch.object(w, "_post", side_effect=recording), InBackground(w):
@@ -188,6 +192,11 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(run["status"], "SUCCEEDED", run)
         self.assertEqual(run["output"], {"c": {"n": 4}}, run)
         self.assertEqual(ran, ["a", "b", "c"])
+        # Each result names its run's priority and sends back its lease's stages with the handler's.
+        for headers, stages in echoed:
+            self.assertEqual(headers, {"composer-priority": "3"})
+            self.assertIn("leased_at_us", stages)
+            self.assertTrue({"started_at_us", "finished_at_us"} <= set(stages), stages)
         self.assertEqual([asked for asked, _ in reports], [{"queues": ["py-eager"], "max": 1}] * 3)
         # a's answer leased b, b's leased c; c ended the run.
         taken = [[t["node_id"] for t in ack.get("next", [])] for _, ack in reports]
@@ -483,17 +492,23 @@ class ReportRetryTest(unittest.TestCase):
             return {
                 "id": f"t-{n}", "run_id": "r-1", "attempt": 1, "node_id": f"n{n}", "node_type": "call", "queue": "q",
                 "input": {"status": [429, 503, 429][n]}, "lease_ttl_ms": 10000,
+                "priority": [1, 5, 9][n], "stages": [{"leased_at_us": 100, "a_newer_stage_us": 5}, {}, "not stages"][n],
             }  # fmt: skip
 
         polls: list[int] = []
         fails: dict[str, Any] = {}
+        priorities: dict[str, Optional[str]] = {}
+        stages: dict[str, Any] = {}
 
         def respond(r: Request) -> Answer:
             if r.route == "/v1/tasks/poll":
                 polls.append(1)
                 return answer(200, {"tasks": [leased(n) for n in range(3)] if len(polls) == 1 else []})
             if r.route.endswith("/fail"):
-                fails[r.route.split("/")[3]] = r.body
+                task = r.route.split("/")[3]
+                stages[task] = r.body.pop("stages", None)
+                fails[task] = r.body
+                priorities[task] = next((v for k, v in r.headers.items() if k.lower() == "composer-priority"), None)
             return answer(200, {"applied": True})
 
         def call(task: Task) -> Any:
@@ -516,6 +531,14 @@ class ReportRetryTest(unittest.TestCase):
                 "t-2": {**lease, "status": 429},
             },
         )
+        # The run's priority goes back as a header (one that is not a priority as the default, 3) ...
+        self.assertEqual(priorities, {"t-0": "1", "t-1": "5", "t-2": "3"})
+        # ... and the lease's stages in the body, with when the handler ran: only stages the API
+        # knows, and none when the lease had none.
+        self.assertEqual(set(stages["t-0"]), {"leased_at_us", "started_at_us", "finished_at_us"})
+        self.assertEqual(stages["t-0"]["leased_at_us"], 100)
+        self.assertLessEqual(stages["t-0"]["started_at_us"], stages["t-0"]["finished_at_us"])
+        self.assertEqual((stages["t-1"], stages["t-2"]), (None, None))
 
     def test_a_report_is_retried_through_5xx_and_each_retry_is_logged(self) -> None:
         leased = {

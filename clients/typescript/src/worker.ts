@@ -11,6 +11,7 @@ import type {
   LeasedTask,
   PollTasks,
   ReportAck,
+  StageTimes,
   TakeNext,
   TaskBatch,
   TaskHeartbeat,
@@ -343,6 +344,7 @@ export class Worker {
       `task ${leased.id} started: ${leased.node_type} (node ${leased.node_id}, attempt ${leased.attempt}) of run ${leased.run_id}`,
     );
     const began = performance.now();
+    const startedAtUs = nowUs();
     let outcome: Outcome;
     try {
       outcome = await this.#call(leased, lease.signal);
@@ -350,6 +352,7 @@ export class Worker {
       finished.abort();
       await beat;
     }
+    const stages = echoedStages(leased.stages, startedAtUs, nowUs());
     const took = ((performance.now() - began) / 1000).toFixed(3);
     if (outcome.kind === "fail") {
       // The error's text goes to the run (scrubbed), not to the log: it may quote the input.
@@ -361,7 +364,7 @@ export class Worker {
       this.#log.warn(`task ${leased.id}: the lease was lost while it ran; its result is dropped`);
       return [];
     }
-    return this.#report(leased, outcome);
+    return this.#report(leased, outcome, stages);
   }
 
   async #call(leased: LeasedTask, signal: AbortSignal): Promise<Outcome> {
@@ -453,7 +456,11 @@ export class Worker {
    * Completes or fails the task, retrying connection errors and 5xx for a
    * lease's length; answers the tasks leased to this worker with the answer.
    */
-  async #report(leased: LeasedTask, outcome: Outcome & { kind: "complete" | "fail" }): Promise<LeasedTask[]> {
+  async #report(
+    leased: LeasedTask,
+    outcome: Outcome & { kind: "complete" | "fail" },
+    stages?: StageTimes,
+  ): Promise<LeasedTask[]> {
     const id = segment(leased.id);
     const kind = outcome.kind;
     let body: CompleteTask | FailTask;
@@ -468,15 +475,18 @@ export class Worker {
       if (outcome.status === 429 && outcome.retryAfterMs !== undefined) failed.retry_after_ms = outcome.retryAfterMs;
       body = failed;
     }
+    if (stages !== undefined) body.stages = stages;
     const next = this.#takeNext();
     if (next !== undefined) body.next = next;
+    // The run's priority: the coordinator applies urgent runs' results first.
+    const headers = { "composer-priority": String(priorityOf(leased.priority)) };
     // Past the lease the task belongs to another worker.
     const giveUpAt = performance.now() + leased.lease_ttl_ms;
     let delay = 100;
     for (let tries = 1; ; tries++) {
       let ack: ReportAck;
       try {
-        ack = (await call<ReportAck>(this.#t, "POST", `/v1/tasks/${id}/${kind}`, body)).body;
+        ack = (await call<ReportAck>(this.#t, "POST", `/v1/tasks/${id}/${kind}`, body, { headers })).body;
       } catch (e) {
         const status = e instanceof ComposerError ? e.status : 0;
         if (status === 400 && body.next !== undefined) {
@@ -514,6 +524,35 @@ export class Worker {
       return ack.next ?? [];
     }
   }
+}
+
+/** The stages a result may send back: those the task API knows (it refuses others). */
+const STAGES = ["dispatched_at_us", "published_at_us", "read_at_us", "leased_at_us"] as const;
+
+/**
+ * A lease's known stages (whole microseconds only) with when the handler
+ * started and ended; none when the lease had none it knows (every
+ * coordinator that knows stages sends them).
+ */
+export function echoedStages(leased: unknown, startedAtUs: number, finishedAtUs: number): StageTimes | undefined {
+  if (typeof leased !== "object" || leased === null || Array.isArray(leased)) return undefined;
+  const given = leased as Record<string, unknown>;
+  const stages: StageTimes = {};
+  for (const name of STAGES) {
+    const v = given[name];
+    if (typeof v === "number" && Number.isSafeInteger(v)) stages[name] = v;
+  }
+  if (Object.keys(stages).length === 0) return undefined;
+  return { ...stages, started_at_us: startedAtUs, finished_at_us: finishedAtUs };
+}
+
+/** A leased task's priority, 3 (the default) when missing or not one. */
+export function priorityOf(p: unknown): number {
+  return typeof p === "number" && Number.isInteger(p) && p >= 1 && p <= 5 ? p : 3;
+}
+
+function nowUs(): number {
+  return Math.round((performance.timeOrigin + performance.now()) * 1000);
 }
 
 /** A thrown value as a failed attempt's error: `TypeError: x is not a function`. */

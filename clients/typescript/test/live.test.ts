@@ -1017,11 +1017,13 @@ describe("against composer dev", { timeout: 600_000 }, () => {
     });
 
     it("runs the step a report made ready as the report's answer leased it (eager dispatch), without a poll", async () => {
-      const reports: Array<{ sent: { next?: unknown }; ack: ReportAck }> = [];
+      const reports: Array<{ sent: { next?: unknown; stages?: Record<string, number> }; ack: ReportAck; priority: string | undefined }> = [];
       const spy = spyFetch((url, init) => {
         if (!/\/(complete|fail)$/.test(url)) return undefined;
+        const priority = (init?.headers as Record<string, string> | undefined)?.["composer-priority"];
         return fetch(url, init).then(async (answer) => {
-          reports.push({ sent: JSON.parse(String(init?.body)) as { next?: unknown }, ack: (await answer.clone().json()) as ReportAck });
+          const sent = JSON.parse(String(init?.body)) as { next?: unknown; stages?: Record<string, number> };
+          reports.push({ sent, ack: (await answer.clone().json()) as ReportAck, priority });
           return answer;
         });
       });
@@ -1049,6 +1051,13 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.deepEqual(reports.map((r) => r.sent.next), Array(3).fill({ queues: ["ts-eager"], max: 1 }));
       // a's answer leased b, b's leased c; c ended the run.
       assert.deepEqual(reports.map((r) => (r.ack.next ?? []).map((t) => t.node_id)), [["b"], ["c"], []]);
+      // Each result names its run's priority and sends back its lease's stages with the handler's.
+      assert.deepEqual(reports.map((r) => r.priority), ["3", "3", "3"]);
+      for (const { sent } of reports) {
+        const stages = sent.stages ?? {};
+        for (const stage of ["leased_at_us", "started_at_us", "finished_at_us"]) assert.ok(stage in stages, JSON.stringify(sent));
+        assert.ok((stages["started_at_us"] ?? 0) <= (stages["finished_at_us"] ?? 0), JSON.stringify(stages));
+      }
       for (const { ack } of reports) {
         conforms(ack, reportAckShape, "report ack");
         for (const t of ack.next ?? []) conforms(t, leasedTaskShape, "a task of next");

@@ -19,6 +19,7 @@ import {
   type JsonValue,
 } from "../src/index.js";
 import { resolveSecrets, scrubSecrets } from "../src/secrets.js";
+import { echoedStages, priorityOf } from "../src/worker.js";
 import { PACKAGE_DIR } from "./dev.js";
 import { eventually, fakeServer, json, memoryLogger } from "./helpers.js";
 
@@ -539,6 +540,20 @@ describe("paging and waiting loops", () => {
     } finally {
       await server.close();
     }
+  });
+});
+
+describe("what a result sends back", () => {
+  it("echoes the lease's known stages with the handler's, and none without any", () => {
+    const leased = { leased_at_us: 100, read_at_us: 90.5, a_newer_stage_us: 5, published_at_us: "80" };
+    assert.deepEqual(echoedStages(leased, 200, 300), { leased_at_us: 100, started_at_us: 200, finished_at_us: 300 });
+    for (const none of [undefined, null, {}, [], "stages", { a_newer_stage_us: 5 }]) {
+      assert.equal(echoedStages(none, 200, 300), undefined, JSON.stringify(none));
+    }
+  });
+
+  it("names a priority from 1 to 5, the default 3 for anything else", () => {
+    assert.deepEqual([1, 5, 0, 6, 2.5, "1", undefined].map(priorityOf), [1, 5, 3, 3, 3, 3, 3]);
   });
 });
 
