@@ -155,6 +155,8 @@ const MARK_FORGOTTEN: Duration = Duration::from_secs(3600);
 struct Marks {
     owner: String,
     next: std::sync::atomic::AtomicU64,
+    /// An announcement of a publish failed (told once).
+    announce_failed: std::sync::atomic::AtomicBool,
     written: std::sync::Mutex<std::collections::HashMap<String, (u64, std::time::Instant)>>,
 }
 
@@ -164,6 +166,7 @@ impl Marks {
         Marks {
             owner: format!("{}-{}", std::process::id(), since.as_nanos()),
             next: std::sync::atomic::AtomicU64::new(1),
+            announce_failed: Default::default(),
             written: Default::default(),
         }
     }
@@ -490,17 +493,13 @@ impl Streams {
 
     /// XADDs every `(stream, payload)`: one pipeline, or on a cluster one
     /// per stream, all at once; all or error.
-    /// Each stream's [`Marks`] mark is raised after its messages, and the
-    /// publish is announced on [`Keys::wake_channel`] (in the same pipeline
-    /// on a single server).
+    /// Each stream's [`Marks`] mark is raised after its messages; then the
+    /// publish is announced on [`Keys::wake_channel`], in the background.
     pub async fn publish(&self, batch: &[(&str, &str)]) -> Result<()> {
         let number = self.marks.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let owner = &self.marks.owner;
-        let mut announce = redis::cmd("PUBLISH");
-        announce.arg(self.keys.wake_channel()).arg(owner);
         self.per_stream_then(
             batch,
-            Some(&announce),
             |pipe, stream, payload| {
                 pipe.cmd("XADD").arg(stream).arg("*").arg(FIELD).arg(payload).ignore();
             },
@@ -515,6 +514,7 @@ impl Streams {
             },
         )
         .await?;
+        self.announce();
         let now = std::time::Instant::now();
         let mut written = self.marks.written.lock().unwrap_or_else(|p| p.into_inner());
         for (stream, _) in batch {
@@ -557,15 +557,14 @@ impl Streams {
     /// on a single server; on a cluster, where a pipeline must stay within
     /// one slot, in one pipeline per stream, concurrently.
     async fn per_stream(&self, items: &[(&str, &str)], add: impl Fn(&mut redis::Pipeline, &str, &str)) -> Result<()> {
-        self.per_stream_then(items, None, add, |_, _| {}).await
+        self.per_stream_then(items, add, |_, _| {}).await
     }
 
     /// [`Streams::per_stream`], with `then` adding a command per stream
-    /// after that stream's own, and `last` (a command of no key) after all.
+    /// after that stream's own.
     async fn per_stream_then(
         &self,
         items: &[(&str, &str)],
-        last: Option<&redis::Cmd>,
         add: impl Fn(&mut redis::Pipeline, &str, &str),
         then: impl Fn(&mut redis::Pipeline, &str),
     ) -> Result<()> {
@@ -583,9 +582,6 @@ impl Streams {
                 for stream in streams {
                     then(&mut pipe, stream);
                 }
-                if let Some(cmd) = last {
-                    pipe.add_command(cmd.clone()).ignore();
-                }
                 let _: () = pipe.query_async(&mut self.conn.clone()).await?;
             }
             Conn::Cluster(_) => {
@@ -600,12 +596,7 @@ impl Streams {
                     let mut c = self.conn.clone();
                     async move { pipe.query_async::<()>(&mut c).await }
                 });
-                let mut results = futures_util::future::join_all(sends).await;
-                if let Some(cmd) = last {
-                    // After the messages it announces.
-                    results.push(cmd.query_async::<()>(&mut self.conn.clone()).await);
-                }
-                for r in results {
+                for r in futures_util::future::join_all(sends).await {
                     r?;
                 }
             }
@@ -613,21 +604,41 @@ impl Streams {
         Ok(())
     }
 
+    /// Says on [`Keys::wake_channel`] that this one published: after the
+    /// messages are on their streams, and apart from them, so that a failed
+    /// announcement (a Redis user without access to channels) fails no
+    /// publish; that failure is logged once.
+    fn announce(&self) {
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(self.keys.wake_channel()).arg(&self.marks.owner);
+        let mut conn = self.conn.clone();
+        let marks = self.marks.clone();
+        tokio::spawn(async move {
+            if let Err(e) = cmd.query_async::<()>(&mut conn).await {
+                if !marks.announce_failed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "Redis: cannot announce publishes (PUBLISH); polls on other coordinators see them at their next idle read");
+                }
+            }
+        });
+    }
+
     /// Calls `announced` for each publish of another [`Streams`] (another
     /// coordinator) on the same keys, as it is announced; runs until
-    /// dropped. Subscribes again, one second after losing its connection
-    /// (to the next node of a cluster). Announcements are a hint: one
+    /// dropped. Subscribes again after losing its connection (to the next
+    /// node of a cluster): one second later, up to a minute while refused. Announcements are a hint: one
     /// lost while reconnecting is a publish its waiters see on their next read.
     pub async fn announced(&self, announced: impl Fn()) {
         use futures_util::StreamExt;
         let channel = self.keys.wake_channel();
         let mut node = 0usize;
+        let mut pause = Duration::from_secs(1);
         loop {
             let client = &self.subscribe_to[node % self.subscribe_to.len()];
             node = node.wrapping_add(1);
             match client.get_async_pubsub().await {
                 Ok(mut sub) => match sub.subscribe(&channel).await {
                     Ok(()) => {
+                        pause = Duration::from_secs(1);
                         let mut messages = sub.on_message();
                         while let Some(msg) = messages.next().await {
                             if msg.get_payload::<String>().is_ok_and(|by| by != self.marks.owner) {
@@ -640,7 +651,9 @@ impl Streams {
                 },
                 Err(e) => tracing::warn!(error = %e, "Redis: cannot connect to subscribe to publishes"),
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(pause).await;
+            // A refusal that lasts (a user without channels) is retried, and logged, once a minute.
+            pause = (pause * 2).min(Duration::from_secs(60));
         }
     }
 

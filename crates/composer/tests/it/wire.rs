@@ -48,3 +48,73 @@ async fn a_dispatch_written_by_the_store_is_read_back_from_its_stream() {
     assert_eq!(dispatch.workflow_version, 1);
     e.stop().await;
 }
+
+async fn heard(rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>) {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("an announcement").unwrap()
+}
+
+/// Each publish is announced to the other publishers on the same keys (never
+/// to itself), and a Redis user that may not use channels still publishes:
+/// only the announcement fails.
+#[tokio::test]
+async fn a_publish_is_announced_to_the_others_and_a_user_without_channels_still_publishes() {
+    let url = composer_testkit::services().redis_url.clone();
+    let prefix = composer_testkit::unique_prefix();
+    let connect = |url: String| {
+        let prefix = prefix.clone();
+        async move { Streams::connect(&url, Keys::new(prefix)).await.expect("redis") }
+    };
+    let (a, b) = (connect(url.clone()).await, connect(url.clone()).await);
+    let listen = |s: &Streams| {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let s = s.clone();
+        let task = tokio::spawn(async move {
+            s.announced(move || {
+                let _ = tx.send(());
+            })
+            .await
+        });
+        (rx, task)
+    };
+    let ((mut heard_by_a, task_a), (mut heard_by_b, task_b)) = (listen(&a), listen(&b));
+    let mut admin = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let channel = a.keys().wake_channel();
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let subscribed: (String, i64) =
+            redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
+        if subscribed.1 == 2 {
+            break;
+        }
+        assert!(Instant::now() < until, "the two never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stream = a.keys().stream("q", 3, 0);
+    a.publish(&[(stream.as_str(), "one")]).await.unwrap();
+    heard(&mut heard_by_b).await;
+    b.publish(&[(stream.as_str(), "two")]).await.unwrap();
+    b.publish(&[(stream.as_str(), "three")]).await.unwrap();
+    heard(&mut heard_by_a).await;
+    heard(&mut heard_by_a).await;
+    // Delivered in order: had a heard its own publish, it would be here by now.
+    assert!(heard_by_a.try_recv().is_err(), "a publisher heard its own announcement");
+    assert!(heard_by_b.try_recv().is_err(), "b heard its own announcements");
+
+    // A user of this prefix's keys with no channel (Redis 7's default for a new user).
+    let user = format!("composer-test-{}", uuid::Uuid::now_v7().simple());
+    let _: () = redis::cmd("ACL")
+        .arg(vec!["SETUSER", user.as_str(), "on", ">a-password", "resetchannels", "+@all"])
+        .arg(format!("~{prefix}*"))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let limited = url.replacen("redis://", &format!("redis://{user}:a-password@"), 1);
+    let c = connect(limited).await;
+    c.publish(&[(stream.as_str(), "four")]).await.expect("a publish without channels");
+    let len: i64 = redis::cmd("XLEN").arg(&stream).query_async(&mut admin).await.unwrap();
+    assert_eq!(len, 4, "every message is on the stream");
+    let _: () = redis::cmd("ACL").arg("DELUSER").arg(&user).query_async(&mut admin).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&stream).query_async(&mut admin).await.unwrap();
+    task_a.abort();
+    task_b.abort();
+}
