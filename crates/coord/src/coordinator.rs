@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::engine::{Engine, Lane, URGENT_LOOPS};
 use crate::shared::{RunWatch, Shared};
 use crate::{http, listener, loops, outbox, publish, schedules};
 
@@ -179,7 +179,10 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         tasks.spawn(publish::run(shared.clone(), publisher, inbox, shutdown.clone()));
     }
     for _ in 0..shared.config.engine_workers {
-        tasks.spawn(shared.engine.clone().run_batches(shutdown.clone()));
+        tasks.spawn(shared.engine.clone().run_batches(Lane::All, shutdown.clone()));
+    }
+    for _ in 0..URGENT_LOOPS {
+        tasks.spawn(shared.engine.clone().run_batches(Lane::Urgent, shutdown.clone()));
     }
     loops::recover_tasks(&shared).await;
     spawn_loops(&shared, &shutdown, &mut tasks);

@@ -757,7 +757,7 @@ async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_
         16,
     ));
     let stop_engine = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(engine.clone().run_batches(stop_engine.clone()));
+    tokio::spawn(engine.clone().run_batches(composer_coord::engine::Lane::All, stop_engine.clone()));
     let client = pool.get().await.unwrap();
     let def = composer_store::definitions::by_name(&client, "unpublished", None).await.unwrap().unwrap();
     let committed = Instant::now();

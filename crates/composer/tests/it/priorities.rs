@@ -131,6 +131,54 @@ async fn a_priority_1_chain_keeps_its_slot_through_its_reports_ahead_of_held_pri
     e.stop().await;
 }
 
+/// Work of priority 1 or 2 has a transaction loop of its own: with every
+/// other loop stuck inside a batch (here the one loop, on a run row the test
+/// holds locked), an urgent start still commits and its run goes on.
+#[tokio::test]
+async fn an_urgent_start_commits_while_every_other_engine_loop_is_inside_a_batch() {
+    let e =
+        Engine::with(EngineOptions { workers: 0, coordinator: |c| c.engine_workers = 1, ..Default::default() }).await;
+    e.register(&one_step("held", "stuck", 3)).await;
+    e.register(&one_step("urgent", "fast", 3)).await;
+    let held = start(&e, "held", json!({"who": "held"}), None).await;
+    let task = poll(&e, "stuck", 1).await.pop().expect("the held run's step");
+
+    let mut client = e.db.pool().get().await.unwrap();
+    let lock = client.transaction().await.unwrap();
+    lock.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&held]).await.unwrap();
+    // A result at the default priority: the one loop takes it and waits on the row.
+    let completing = tokio::spawn({
+        let (url, task) = (e.url(), task.clone());
+        async move {
+            let id = task["id"].as_str().unwrap();
+            let body = json!({"worker_id": "w", "run_id": task["run_id"], "attempt": task["attempt"], "output": {}});
+            reqwest::Client::new().post(format!("{url}/v1/tasks/{id}/complete")).json(&body).send().await.unwrap()
+        }
+    });
+    let watcher = e.db.pool().get().await.unwrap();
+    let waiting_on_a_lock =
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    let until = Instant::now() + T;
+    while watcher.query_one(waiting_on_a_lock, &[]).await.unwrap().get::<_, i64>(0) == 0 {
+        assert!(Instant::now() < until, "the result's batch never waited on the held row");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let urgent = tokio::time::timeout(T, start(&e, "urgent", json!({"who": "urgent"}), Some(1)))
+        .await
+        .expect("an urgent start waited for the stuck batch");
+    let tasks = poll(&e, "fast", 1).await;
+    assert_eq!(tasks.len(), 1, "its step was dispatched: {tasks:?}");
+    assert_eq!(tasks[0]["run_id"], json!(urgent));
+    assert!(!completing.is_finished(), "the default-priority result still waits on the row");
+
+    lock.rollback().await.unwrap();
+    let answer: Value = completing.await.unwrap().json().await.unwrap();
+    assert_eq!(answer["applied"], json!(true), "{answer}");
+    assert_eq!(e.wait_for_run(held, T).await["status"], "SUCCEEDED");
+    e.stop().await;
+}
+
 /// A result's `composer-priority` orders it in the coordinator's queue and
 /// nothing else: one that does not read is taken as the default level, and
 /// the result is applied whatever it says.

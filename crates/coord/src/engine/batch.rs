@@ -107,11 +107,22 @@ impl Pending {
 /// weighted share of [`Share`] (higher priorities first, none starved), so
 /// a priority-1 report does not wait behind a backlog's. At most `capacity`
 /// wait; more is refused at once ([`EngineError::Busy`]).
+///
+/// Work more urgent than the default priority also has a loop of its own
+/// ([`Queue::take_urgent`]): on a busy engine every other loop is inside a
+/// transaction of up to a batch of the backlog, and a priority-1 report
+/// would wait for one of them to commit, then commit with a batch of the
+/// backlog's work, instead of in a transaction of its own size.
 pub struct Queue {
     waiting: Mutex<Waiting>,
     capacity: usize,
     ready: Notify,
+    urgent: Notify,
 }
+
+/// The least urgent level [`Queue::take_urgent`] takes: every level served
+/// before the default.
+pub const URGENT: u8 = composer_core::priority::DEFAULT - 1;
 
 #[derive(Default)]
 struct Waiting {
@@ -123,7 +134,12 @@ struct Waiting {
 
 impl Queue {
     pub fn new(capacity: usize) -> Queue {
-        Queue { waiting: Mutex::new(Waiting::default()), capacity: capacity.max(1), ready: Notify::new() }
+        Queue {
+            waiting: Mutex::new(Waiting::default()),
+            capacity: capacity.max(1),
+            ready: Notify::new(),
+            urgent: Notify::new(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
@@ -141,11 +157,14 @@ impl Queue {
         if w.len >= self.capacity {
             return Err(EngineError::Busy);
         }
-        let at = usize::from(priority.clamp(HIGHEST, LOWEST) - HIGHEST);
-        w.by_priority[at].push_back(work);
+        let level = priority.clamp(HIGHEST, LOWEST);
+        w.by_priority[usize::from(level - HIGHEST)].push_back(work);
         w.len += 1;
         drop(w);
         self.ready.notify_one();
+        if level <= URGENT {
+            self.urgent.notify_one();
+        }
         Ok(())
     }
 
@@ -157,7 +176,7 @@ impl Queue {
             {
                 let mut w = self.lock();
                 if w.len > 0 {
-                    let batch = w.take(MAX_BATCH);
+                    let batch = w.take(MAX_BATCH, LOWEST);
                     let more = w.len > 0;
                     drop(w);
                     // Another loop takes the rest while this one works.
@@ -174,6 +193,26 @@ impl Queue {
         }
     }
 
+    /// Waits for work more urgent than the default priority ([`URGENT`] or
+    /// higher) and takes up to a batch of only that; `None` once closed.
+    /// Cancel-safe, as [`Queue::take`].
+    pub async fn take_urgent(&self) -> Option<Vec<Pending>> {
+        loop {
+            let ready = self.urgent.notified();
+            {
+                let mut w = self.lock();
+                if w.closed {
+                    return None;
+                }
+                let batch = w.take(MAX_BATCH, URGENT);
+                if !batch.is_empty() {
+                    return Some(batch);
+                }
+            }
+            ready.await;
+        }
+    }
+
     /// Refuses new work and answers what is queued, so no request waits
     /// forever while the server drains.
     pub fn close(&self) {
@@ -184,6 +223,7 @@ impl Queue {
             w.by_priority.iter_mut().flat_map(std::mem::take).collect()
         };
         self.ready.notify_waiters();
+        self.urgent.notify_waiters();
         for p in queued {
             p.refuse();
         }
@@ -191,11 +231,14 @@ impl Queue {
 }
 
 impl Waiting {
-    fn take(&mut self, n: usize) -> Vec<Pending> {
+    /// Up to `n` pieces of work of the levels up to `least` (the least
+    /// urgent it takes), by the share.
+    fn take(&mut self, n: usize, least: u8) -> Vec<Pending> {
         let mut batch = Vec::with_capacity(n.min(self.len));
         while batch.len() < n {
             let by = &self.by_priority;
-            let Some(level) = self.share.next(|l| !by[usize::from(l - HIGHEST)].is_empty()) else { break };
+            let has = |l: u8| l <= least && !by[usize::from(l - HIGHEST)].is_empty();
+            let Some(level) = self.share.next(has) else { break };
             batch.extend(self.by_priority[usize::from(level - HIGHEST)].pop_front());
         }
         self.len -= batch.len();
@@ -258,6 +301,38 @@ mod tests {
         assert_eq!(lows, (0..8).collect::<Vec<_>>(), "{batch:?}");
         let highs: Vec<u16> = batch.iter().copied().filter(|&n| n >= 1000).collect();
         assert_eq!(highs, (1000..1000 + 120).collect::<Vec<_>>(), "first come first served within a level");
+    }
+
+    #[tokio::test]
+    async fn the_urgent_loop_takes_only_work_above_the_default_and_waits_for_it() {
+        let q = std::sync::Arc::new(Queue::new(1000));
+        for n in 0..50 {
+            q.push(5, work(n).0).unwrap();
+            q.push(3, work(100 + n).0).unwrap();
+        }
+        let waiting = tokio::spawn({
+            let q = q.clone();
+            async move { q.take_urgent().await.map(|b| runs(&b)) }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "nothing above the default: it waits");
+        q.push(2, work(1000).0).unwrap();
+        q.push(1, work(1001).0).unwrap();
+        let mut taken = waiting.await.unwrap().unwrap();
+        if taken.len() < 2 {
+            taken.extend(runs(&q.take_urgent().await.unwrap()));
+        }
+        taken.sort();
+        assert_eq!(taken, vec![1000, 1001], "only the urgent work, whatever waited before it");
+        let rest = runs(&q.take().await.unwrap());
+        assert_eq!(rest.len(), 100, "the rest is left to the other loops");
+        let waiting = tokio::spawn({
+            let q = q.clone();
+            async move { q.take_urgent().await.is_none() }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        q.close();
+        assert!(waiting.await.unwrap(), "the close wakes it");
     }
 
     #[tokio::test]

@@ -33,4 +33,4 @@ pub mod store;
 pub use admission::{Limits, TreeBudget};
 pub use batch::{Control, Handled};
 pub use error::{EngineError, Rejection, Result};
-pub use runner::{Engine, Reported, StartOptions, Started};
+pub use runner::{Engine, Lane, Reported, StartOptions, Started, URGENT_LOOPS};

@@ -63,6 +63,20 @@ pub struct Engine {
     traces: Option<Arc<Traces>>,
 }
 
+/// Which work a batch loop takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Any, by the weighted share.
+    All,
+    /// Only work more urgent than the default priority, so that it never
+    /// waits for a batch of a backlog to commit (see [`batch::Queue`]).
+    Urgent,
+}
+
+/// Batch loops of [`Lane::Urgent`] a coordinator runs besides its
+/// `COMPOSER_ENGINE_WORKERS` of [`Lane::All`].
+pub const URGENT_LOOPS: usize = 1;
+
 /// What a worker's report says besides its event: its stage times, what
 /// it offers to run next, and its run's priority.
 #[derive(Debug)]
@@ -465,17 +479,24 @@ impl Engine {
 
     /// Takes whatever work is queued (up to a batch) and applies it in one
     /// transaction; several of these loops run so that one batch's commit
-    /// overlaps the next one's work.
-    pub async fn run_batches(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+    /// overlaps the next one's work, and one more for urgent work only
+    /// ([`Lane::Urgent`]).
+    pub async fn run_batches(self: Arc<Self>, lane: Lane, shutdown: tokio_util::sync::CancellationToken) {
         use futures_util::FutureExt;
         let _live = LiveLoop::enter(&self.live_loops);
         loop {
+            let taken = async {
+                match lane {
+                    Lane::All => self.queue.take().await,
+                    Lane::Urgent => self.queue.take_urgent().await,
+                }
+            };
             let work = tokio::select! {
                 _ = shutdown.cancelled() => {
                     self.queue.close();
                     return;
                 }
-                work = self.queue.take() => match work { Some(w) => w, None => return },
+                work = taken => match work { Some(w) => w, None => return },
             };
             // A panic outside the state machine (which is contained per
             // event) drops this batch's replies (their callers see the

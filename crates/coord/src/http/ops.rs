@@ -78,8 +78,9 @@ pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value
         return Err(ApiError::Draining);
     }
     let live = s.engine.live_loops();
-    if live < s.config.engine_workers {
-        let message = format!("{live} of {} engine loops are running", s.config.engine_workers);
+    let wanted = s.config.engine_workers + crate::engine::URGENT_LOOPS;
+    if live < wanted {
+        let message = format!("{live} of {wanted} engine loops are running");
         return Err(ApiError::Unavailable(message));
     }
     if let Err(e) = tokio::time::timeout(Duration::from_secs(2), composer_store::ping(&s.pool))
