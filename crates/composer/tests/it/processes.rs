@@ -111,26 +111,9 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 #[tokio::test]
 async fn two_coordinator_processes_and_one_worker_process_complete_30_runs() {
     let db = TestDb::create().await;
-    let redis = services().redis_url.clone();
-    let prefix = unique_prefix();
     let http = FakeHttp::start().await;
     let dir: PathBuf = composer_embedded::temp_dir("procs").unwrap();
-
-    let mut coordinators = Vec::new();
-    let mut urls = Vec::new();
-    for i in 0..2 {
-        let addr_file = dir.join(format!("c{i}.addr"));
-        coordinators.push(Proc::spawn(
-            composer(&["coordinator"])
-                .env("COMPOSER_DATABASE_URL", &db.url)
-                .env("COMPOSER_REDIS_URL", &redis)
-                .env("COMPOSER_REDIS_PREFIX", &prefix)
-                .env("COMPOSER_LISTEN", "127.0.0.1:0")
-                .env("COMPOSER_STREAM_SHARDS", "2")
-                .env("COMPOSER_ADDR_FILE", &addr_file),
-        ));
-        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
-    }
+    let (mut coordinators, urls) = coordinator_procs(&db, &unique_prefix(), &dir, 2, |_| {}).await;
     let mut worker = Proc::spawn(worker_cmd(&urls.join(",")).env("COMPOSER_WORKER_CONCURRENCY", "16"));
 
     let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
@@ -171,23 +154,9 @@ async fn two_coordinator_processes_and_one_worker_process_complete_30_runs() {
 #[tokio::test]
 async fn a_poll_waiting_on_one_coordinator_is_woken_by_anothers_publish() {
     let db = TestDb::create().await;
-    let redis = services().redis_url.clone();
-    let prefix = unique_prefix();
     let dir: PathBuf = composer_embedded::temp_dir("wakes").unwrap();
-    let mut coordinators = Vec::new();
-    let mut clients = Vec::new();
-    for i in 0..2 {
-        let addr_file = dir.join(format!("c{i}.addr"));
-        coordinators.push(Proc::spawn(
-            composer(&["coordinator"])
-                .env("COMPOSER_DATABASE_URL", &db.url)
-                .env("COMPOSER_REDIS_URL", &redis)
-                .env("COMPOSER_REDIS_PREFIX", &prefix)
-                .env("COMPOSER_LISTEN", "127.0.0.1:0")
-                .env("COMPOSER_ADDR_FILE", &addr_file),
-        ));
-        clients.push(Client::new(&wait_for_file(&addr_file, Duration::from_secs(30)).await));
-    }
+    let (mut coordinators, urls) = coordinator_procs(&db, &unique_prefix(), &dir, 2, |_| {}).await;
+    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
     let spec = json!({"name": "one", "nodes": [{"id": "a", "type": "resize", "queue": "py"}]});
     let (status, body) = clients[1].post("/v1/workflows", &spec).await;
     assert_eq!(status, 201, "{body}");
@@ -353,21 +322,13 @@ struct TwoCoordinators {
 impl TwoCoordinators {
     async fn start(name: &str, with_worker: bool) -> TwoCoordinators {
         let db = TestDb::create().await;
-        let redis = services().redis_url.clone();
-        let prefix = unique_prefix();
         let dir = composer_embedded::temp_dir(name).unwrap();
-        let mut coordinators = Vec::new();
-        let mut urls = Vec::new();
-        for i in 0..2 {
-            let addr_file = dir.join(format!("c{i}.addr"));
-            coordinators.push(Proc::spawn(
-                coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file)
-                    .env("COMPOSER_RECOVERY_INTERVAL", "1s")
-                    .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s")
-                    .env("COMPOSER_LEASE_TTL", "2s"),
-            ));
-            urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
-        }
+        let (coordinators, urls) = coordinator_procs(&db, &unique_prefix(), &dir, 2, |cmd| {
+            cmd.env("COMPOSER_RECOVERY_INTERVAL", "1s")
+                .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s")
+                .env("COMPOSER_LEASE_TTL", "2s");
+        })
+        .await;
         let worker = with_worker.then(|| Proc::spawn(&mut worker_cmd(&urls.join(","))));
         TwoCoordinators { coordinators, worker, urls, dir, _db: db }
     }
@@ -384,6 +345,27 @@ impl TwoCoordinators {
         assert!(self.coordinators[1].terminate(Duration::from_secs(30)).success());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `n` coordinator processes on one database and prefix, each command
+/// adjusted by `adjust`, and their URLs once each listens.
+async fn coordinator_procs(
+    db: &TestDb,
+    prefix: &str,
+    dir: &Path,
+    n: usize,
+    adjust: impl Fn(&mut Command),
+) -> (Vec<Proc>, Vec<String>) {
+    let redis = services().redis_url.clone();
+    let (mut procs, mut urls) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let addr_file = dir.join(format!("c{i}.addr"));
+        let mut cmd = coordinator_cmd(db, &redis, prefix, "127.0.0.1:0", &addr_file);
+        adjust(&mut cmd);
+        procs.push(Proc::spawn(&mut cmd));
+        urls.push(wait_for_file(&addr_file, Duration::from_secs(30)).await);
+    }
+    (procs, urls)
 }
 
 fn kill9(p: &mut Proc) {
