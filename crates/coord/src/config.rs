@@ -154,7 +154,7 @@ pub struct Config {
     /// Events and run starts waiting for the engine, at most; beyond it requests get a 503 with Retry-After.
     #[arg(long, env = "COMPOSER_ENGINE_QUEUE", default_value_t = 10_000)]
     pub engine_queue: usize,
-    /// Transactions applying batches of events at once, per coordinator.
+    /// Transactions applying batches of events at once, per coordinator (besides one more that takes only work of priority 1 or 2).
     #[arg(long, env = "COMPOSER_ENGINE_WORKERS", default_value_t = 2)]
     pub engine_workers: usize,
     /// Base URL of an OTLP/HTTP receiver (an OpenTelemetry Collector, Jaeger, Tempo …) that runs' traces
