@@ -595,6 +595,8 @@ export interface PollTasks {
   max?: number;
   /** `"20s"`, `"500ms"`: at most the server's limit (60 s by default). */
   wait?: string;
+  /** Only tasks of runs at this priority or a more urgent one (1 to 5; default 5: any). */
+  priority_at_most?: number;
 }
 
 /** A task leased to a worker. */

@@ -269,6 +269,7 @@ export const pollTasksShape = {
   queues: "required",
   max: "optional",
   wait: "optional",
+  priority_at_most: "optional",
 } as const satisfies Shape<PollTasks>;
 export const heartbeatShape = { worker_id: "required", run_id: "required", attempt: "required" } as const satisfies Shape<TaskHeartbeat>;
 export const takeNextShape = { queues: "required", max: "optional" } as const satisfies Shape<TakeNext>;

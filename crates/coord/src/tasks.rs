@@ -86,11 +86,15 @@ pub struct Leased {
 }
 
 /// One pass: expired leases first, then new messages, up to `max` tasks.
+/// A poll of some priorities only (`every_priority` false) leases new
+/// messages only: an expired lease or a stale message may be of any
+/// priority, and polls of every priority take those over.
 pub async fn lease(
     s: &Shared,
     worker: &str,
     queues: &[String],
     streams: &ByPriority,
+    every_priority: bool,
     start: usize,
     max: usize,
 ) -> Result<Leased, LeaseError> {
@@ -109,7 +113,7 @@ pub async fn lease(
         priority,
         stages: Some(stages),
     };
-    let due = takeover_due(s, queues);
+    let due = every_priority && takeover_due(s, queues);
     let mut out: Vec<LeasedTask> = match due {
         false => Vec::new(),
         true => leases

@@ -18,6 +18,10 @@ pub const HIGHEST: u8 = 1;
 pub const LOWEST: u8 = 5;
 /// The level of a run whose definition and start name none.
 pub const DEFAULT: u8 = 3;
+/// The least urgent level of urgent work, every level served before the
+/// default: it has a transaction loop of its own in each coordinator, and a
+/// worker's urgent slots (`COMPOSER_WORKER_URGENT_SLOTS`) run only it.
+pub const URGENT: u8 = DEFAULT - 1;
 /// Each level's weight, level 1 first.
 pub const WEIGHTS: [i64; 5] = [16, 8, 4, 2, 1];
 

@@ -37,6 +37,11 @@ pub struct Options {
     /// Tasks executed at once.
     #[arg(long, env = "COMPOSER_WORKER_CONCURRENCY", default_value_t = 32)]
     pub concurrency: usize,
+    /// Slots besides `--concurrency` that run only steps of priority 1 or 2,
+    /// polled for on their own: such a step never waits for a backlog's
+    /// step to end and free a slot.
+    #[arg(long, env = "COMPOSER_WORKER_URGENT_SLOTS", default_value_t = 0)]
+    pub urgent_slots: usize,
     /// Address ranges the HTTP node may never connect to (CIDRs, comma-separated), checked on the resolved
     /// address of every connection and redirect.
     #[arg(long, env = "COMPOSER_HTTP_DENY", value_delimiter = ',', default_value = crate::egress::DEFAULT_DENY)]
@@ -156,6 +161,7 @@ mod tests {
     fn defaults_are_the_documented_ones() {
         let c = Config::new(vec!["http://c".into()]);
         assert_eq!(c.options.concurrency, 32);
+        assert_eq!(c.options.urgent_slots, 0);
         assert_eq!(c.options.poll_wait, Duration::from_secs(2));
         assert_eq!(c.max_payload, 1024 * 1024);
         assert!(!c.options.id.is_empty());

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use composer_api::{FailTask, LeasedTask, PollTasks, TakeNext, TaskBatch, MAX_POLL_QUEUES};
 use composer_config::ConfigError;
+use composer_core::priority::URGENT;
 use futures_util::FutureExt;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -74,6 +75,8 @@ struct Ctx {
     handlers: HashMap<String, Handler>,
     stats: Stats,
     permits: Arc<Semaphore>,
+    /// Slots only urgent work runs on (`COMPOSER_WORKER_URGENT_SLOTS`).
+    urgent: Arc<Semaphore>,
     tracker: TaskTracker,
     /// What a result asks to run next (eager dispatch); `None` when off.
     next: Option<TakeNext>,
@@ -100,22 +103,31 @@ impl Ctx {
     /// the streams' work waiting) — unless the run is more urgent than
     /// everything the last poll saw waiting, which its next task would go
     /// ahead of anyway.
-    fn offer(&self, priority: u8) -> Option<&TakeNext> {
+    ///
+    /// A task on an urgent slot always asks: what its result makes ready is
+    /// of its own run, as urgent as it, and the slot is kept for such work.
+    fn offer(&self, priority: u8, lane: Lane) -> Option<&TakeNext> {
         if self.stopping.is_cancelled() {
             return None;
+        }
+        if lane == Lane::Urgent {
+            return self.next.as_ref();
         }
         let saturated = self.waiting_pollers.load(Ordering::Relaxed) >= POLLERS;
         let ahead = priority < self.waiting_best.load(Ordering::Relaxed);
         self.next.as_ref().filter(|_| !saturated || ahead)
     }
 
-    /// Notes what a poll brought and saw.
-    fn polled(&self, batch: &TaskBatch) {
-        let best = match &batch.waiting {
-            None => UNKNOWN,
-            Some(levels) => levels.iter().copied().min().unwrap_or(NOTHING_WAITS),
-        };
-        self.waiting_best.store(best, Ordering::Relaxed);
+    /// Notes what a poll brought and saw (what waits only from a poll of
+    /// every priority: an urgent slot's poll sees only urgent work).
+    fn polled(&self, batch: &TaskBatch, lane: Lane) {
+        if lane == Lane::All {
+            let best = match &batch.waiting {
+                None => UNKNOWN,
+                Some(levels) => levels.iter().copied().min().unwrap_or(NOTHING_WAITS),
+            };
+            self.waiting_best.store(best, Ordering::Relaxed);
+        }
         if let Some(longest) = batch.tasks.iter().map(|t| t.lease_ttl_ms).max() {
             self.lease_ms.fetch_max(longest, Ordering::Relaxed);
         }
@@ -143,6 +155,7 @@ pub async fn run(
         handlers: handlers.into_iter().map(|(t, r)| (t, r.handler)).collect(),
         stats,
         permits: Arc::new(Semaphore::new(o.concurrency)),
+        urgent: Arc::new(Semaphore::new(o.urgent_slots)),
         tracker: TaskTracker::new(),
         next: o.eager.then(|| TakeNext { queues: queues.clone(), max: Some(1) }),
         waiting_pollers: Default::default(),
@@ -151,7 +164,10 @@ pub async fn run(
         stopping: shutdown.clone(),
     });
 
-    tracing::info!(worker = %ctx.id, queues = ?queues, concurrency = o.concurrency, "worker started");
+    tracing::info!(
+        worker = %ctx.id, queues = ?queues, concurrency = o.concurrency, urgent_slots = o.urgent_slots,
+        "worker started"
+    );
     // From zero, so that the first executions of each type show in a rate.
     for node_type in ctx.handlers.keys() {
         composer_metrics::WORKER.declare(composer_metrics::TASKS_EXECUTED, &[("node_type", node_type.as_str())]);
@@ -165,8 +181,9 @@ pub async fn run(
         crate::listen::serve(addr, ctx.id.clone(), o.metrics_token.clone(), shutdown.clone()).await?;
     }
 
-    let pollers: Vec<_> = (0..POLLERS)
-        .map(|_| tokio::spawn(poll_loop(ctx.clone(), queues.clone(), o.poll_wait, shutdown.clone())))
+    let lanes = std::iter::repeat_n(Lane::All, POLLERS).chain((o.urgent_slots > 0).then_some(Lane::Urgent));
+    let pollers: Vec<_> = lanes
+        .map(|lane| tokio::spawn(poll_loop(ctx.clone(), lane, queues.clone(), o.poll_wait, shutdown.clone())))
         .collect();
     for p in pollers {
         let _ = p.await;
@@ -208,18 +225,40 @@ fn check_queues(queues: &[String]) -> Result<(), Error> {
     queues.iter().try_for_each(|q| composer_core::definition::check_name("a queue", q).map_err(bad))
 }
 
-async fn poll_loop(ctx: Arc<Ctx>, queues: Vec<String>, wait: Duration, shutdown: CancellationToken) {
+/// Which slots a poller fills, and so which work it polls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// The `concurrency` slots: work of any priority.
+    All,
+    /// The urgent slots: work of priority [`URGENT`] or more urgent only.
+    Urgent,
+}
+
+impl Lane {
+    fn permits(self, ctx: &Ctx) -> &Arc<Semaphore> {
+        match self {
+            Lane::All => &ctx.permits,
+            Lane::Urgent => &ctx.urgent,
+        }
+    }
+}
+
+async fn poll_loop(ctx: Arc<Ctx>, lane: Lane, queues: Vec<String>, wait: Duration, shutdown: CancellationToken) {
     let mut backoff = Duration::from_millis(100);
+    let permits = lane.permits(&ctx).clone();
+    // Only the pollers of every priority count: when all of them wait for
+    // a slot, the streams may hold work they would take.
+    let counted = usize::from(lane == Lane::All);
     while !shutdown.is_cancelled() {
-        let first = match ctx.permits.clone().try_acquire_owned() {
+        let first = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                ctx.waiting_pollers.fetch_add(1, Ordering::Relaxed);
+                ctx.waiting_pollers.fetch_add(counted, Ordering::Relaxed);
                 let p = tokio::select! {
                     _ = shutdown.cancelled() => None,
-                    p = ctx.permits.clone().acquire_owned() => p.ok(),
+                    p = permits.clone().acquire_owned() => p.ok(),
                 };
-                ctx.waiting_pollers.fetch_sub(1, Ordering::Relaxed);
+                ctx.waiting_pollers.fetch_sub(counted, Ordering::Relaxed);
                 match p {
                     Some(p) => p,
                     None => break,
@@ -228,7 +267,7 @@ async fn poll_loop(ctx: Arc<Ctx>, queues: Vec<String>, wait: Duration, shutdown:
         };
         let mut slots = vec![first];
         while slots.len() < MAX_POLL_TASKS {
-            match ctx.permits.clone().try_acquire_owned() {
+            match permits.clone().try_acquire_owned() {
                 Ok(p) => slots.push(p),
                 Err(_) => break,
             }
@@ -238,13 +277,14 @@ async fn poll_loop(ctx: Arc<Ctx>, queues: Vec<String>, wait: Duration, shutdown:
             queues: queues.clone(),
             max: Some(slots.len() as u32),
             wait: Some(format!("{}ms", wait.as_millis().min(99_999))),
+            priority_at_most: (lane == Lane::Urgent).then_some(URGENT),
         };
         let asked = tokio::time::Instant::now();
         match ctx.coordinators.poll(&poll, wait).await {
             Ok(batch) => {
                 backoff = Duration::from_millis(100);
                 let brought = batch.tasks.len();
-                ctx.polled(&batch);
+                ctx.polled(&batch, lane);
                 let leased_at = std::time::Instant::now();
                 for task in batch.tasks {
                     let Some(slot) = slots.pop() else {
@@ -253,7 +293,7 @@ async fn poll_loop(ctx: Arc<Ctx>, queues: Vec<String>, wait: Duration, shutdown:
                         tracing::warn!(task_id = %task.id, "a poll brought more tasks than asked for; leaving it to expire");
                         continue;
                     };
-                    ctx.tracker.spawn(run_on_slot(ctx.clone(), task, slot, leased_at));
+                    ctx.tracker.spawn(run_on_slot(ctx.clone(), lane, task, slot, leased_at));
                 }
                 // A coordinator that answers at once with nothing is stopping.
                 if brought == 0 && asked.elapsed() < wait / 2 {
@@ -285,11 +325,17 @@ fn task_span(t: &LeasedTask) -> tracing::Span {
 /// Runs a leased task on its slot, then, on the same slot, the task its
 /// result's answer leased to this worker (eager dispatch), and so on. The
 /// slot is given back only when an answer brings nothing.
-async fn run_on_slot(ctx: Arc<Ctx>, task: LeasedTask, _slot: OwnedSemaphorePermit, leased_at: std::time::Instant) {
+async fn run_on_slot(
+    ctx: Arc<Ctx>,
+    lane: Lane,
+    task: LeasedTask,
+    _slot: OwnedSemaphorePermit,
+    leased_at: std::time::Instant,
+) {
     let (mut task, mut leased_at) = (task, leased_at);
     loop {
         let span = task_span(&task);
-        let mut next = execute(&ctx, task, leased_at).instrument(span).await.into_iter();
+        let mut next = execute(&ctx, lane, task, leased_at).instrument(span).await.into_iter();
         let Some(first) = next.next() else { return };
         // One task was asked for: more is a coordinator's mistake, left to
         // expire and go to the next poller.
@@ -312,7 +358,7 @@ fn stage(name: &'static str, took: Duration) {
 /// handler for fails its attempt at once, for good: every worker that
 /// serves a queue must handle every type routed to it. Returns the tasks
 /// the answer leased to this worker.
-async fn execute(ctx: &Arc<Ctx>, task: LeasedTask, leased_at: std::time::Instant) -> Vec<LeasedTask> {
+async fn execute(ctx: &Arc<Ctx>, lane: Lane, task: LeasedTask, leased_at: std::time::Instant) -> Vec<LeasedTask> {
     stage("lease_to_start", leased_at.elapsed());
     let handler = ctx.handlers.get(&task.node_type).cloned();
     ctx.stats.0.executed.fetch_add(1, Ordering::Relaxed);
@@ -358,7 +404,7 @@ async fn execute(ctx: &Arc<Ctx>, task: LeasedTask, leased_at: std::time::Instant
     };
     // The lease is heartbeaten until the result lands, so a slow
     // coordinator does not make the task look abandoned.
-    let next = ctx.offer(task.priority);
+    let next = ctx.offer(task.priority, lane);
     let delivery = ctx.coordinators.finish(&task, &ctx.id, outcome, ctx.report_deadline, next, Some(stages)).await;
     done.cancel();
     let _ = heartbeats.await;

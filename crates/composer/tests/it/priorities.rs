@@ -131,6 +131,108 @@ async fn a_priority_1_chain_keeps_its_slot_through_its_reports_ahead_of_held_pri
     e.stop().await;
 }
 
+/// A poll for urgent slots (`priority_at_most`) leases only work of those
+/// priorities, however much else waits; a level out of range is refused by
+/// name.
+#[tokio::test]
+async fn a_poll_at_most_priority_2_leases_only_urgent_work() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&one_step("bulk", "uq", 5)).await;
+    e.register(&one_step("normal", "uq", 3)).await;
+    e.register(&one_step("urgent", "uq", 2)).await;
+    for i in 0..5 {
+        start(&e, "bulk", json!({"who": format!("bulk-{i}")}), None).await;
+    }
+    start(&e, "normal", json!({"who": "normal"}), None).await;
+    until_published(&e, "uq", 5, 5).await;
+    until_published(&e, "uq", 3, 1).await;
+    let poll_at_most = |p: Value, wait: &'static str| {
+        let body = json!({"worker_id": "w", "queues": ["uq"], "max": 10, "wait": wait, "priority_at_most": p});
+        let e = &e;
+        async move { e.post("/v1/tasks/poll", &body).await }
+    };
+    let (status, body) = poll_at_most(json!(2), "200ms").await;
+    assert_eq!((status, body["tasks"].as_array().map(Vec::len)), (200, Some(0)), "nothing urgent waits: {body}");
+
+    start(&e, "urgent", json!({"who": "urgent-2"}), None).await;
+    start(&e, "urgent", json!({"who": "urgent-1"}), Some(1)).await;
+    until_published(&e, "uq", 2, 1).await;
+    until_published(&e, "uq", 1, 1).await;
+    let (status, body) = poll_at_most(json!(1), "2s").await;
+    assert_eq!(status, 200, "{body}");
+    let who: Vec<&str> =
+        body["tasks"].as_array().unwrap().iter().map(|t| t["input"]["who"].as_str().unwrap()).collect();
+    assert_eq!(who, ["urgent-1"], "{body}");
+    let (_, body) = poll_at_most(json!(2), "2s").await;
+    let who: Vec<&str> =
+        body["tasks"].as_array().unwrap().iter().map(|t| t["input"]["who"].as_str().unwrap()).collect();
+    assert_eq!(who, ["urgent-2"], "{body}");
+    // The rest is still there for a poll of every priority.
+    let mut rest: Vec<String> =
+        poll(&e, "uq", 10).await.iter().map(|t| t["input"]["who"].as_str().unwrap().to_string()).collect();
+    rest.sort();
+    assert_eq!(rest, ["bulk-0", "bulk-1", "bulk-2", "bulk-3", "bulk-4", "normal"]);
+
+    for bad in [json!(0), json!(6)] {
+        let (status, body) = poll_at_most(bad.clone(), "0ms").await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.to_string().contains("priority_at_most: expected 1 to 5"), "{bad}: {body}");
+    }
+    for bad in [json!("2"), json!(2.5), json!(-1), json!(300)] {
+        let (status, body) = poll_at_most(bad.clone(), "0ms").await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    e.stop().await;
+}
+
+/// A worker's urgent slot runs a priority-1 run's steps while its one
+/// ordinary slot is held by a backlog's step, and never a step of the
+/// default priority.
+#[tokio::test]
+async fn an_urgent_slot_runs_a_priority_1_run_while_every_other_slot_is_busy() {
+    let mut e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&one_step("bulk", "jobs", 5)).await;
+    e.register(&one_step("normal", "jobs", 3)).await;
+    let step = |id: &str| json!({"id": id, "type": "job", "queue": "jobs", "config": {"who": format!("urgent-{id}")}});
+    e.register(&json!({"name": "urgent", "nodes": [step("a"), step("b")], "edges": [{"from": "a", "to": "b"}]})).await;
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut config = e.worker_config("urgent-slots", 1);
+    config.options.urgent_slots = 1;
+    let mut worker = composer_worker::Worker::new(config);
+    let (seen, held) = (order.clone(), release.clone());
+    worker.handle_on_queue("job", "jobs", move |_ctx, input: Value| {
+        let who = input["who"].as_str().unwrap_or_default().to_string();
+        seen.lock().unwrap().push(who.clone());
+        let held = held.clone();
+        async move {
+            if who == "bulk" {
+                let _ = held.acquire().await;
+            }
+            Ok(json!({}))
+        }
+    });
+    let bulk = start(&e, "bulk", json!({"who": "bulk"}), None).await;
+    e.spawn_worker(worker);
+    let until = Instant::now() + T;
+    while order.lock().unwrap().is_empty() {
+        assert!(Instant::now() < until, "the bulk step never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let normal = start(&e, "normal", json!({"who": "normal"}), None).await;
+    let urgent = start(&e, "urgent", json!({}), Some(1)).await;
+    assert_eq!(e.wait_for_run(urgent, T).await["status"], "SUCCEEDED");
+    // The default priority waits for the ordinary slot: its message stays
+    // on the stream however often the urgent slot's poller reads.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(order.lock().unwrap().clone(), ["bulk", "urgent-a", "urgent-b"]);
+    release.add_permits(2);
+    assert_eq!(e.wait_for_run(bulk, T).await["status"], "SUCCEEDED");
+    assert_eq!(e.wait_for_run(normal, T).await["status"], "SUCCEEDED");
+    assert_eq!(order.lock().unwrap().clone(), ["bulk", "urgent-a", "urgent-b", "normal"]);
+    e.stop().await;
+}
+
 /// Work of priority 1 or 2 has a transaction loop of its own: with every
 /// other loop stuck inside a batch (here the one loop, on a run row the test
 /// holds locked), an urgent start still commits and its run goes on.

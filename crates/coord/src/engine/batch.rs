@@ -120,9 +120,8 @@ pub struct Queue {
     urgent: Notify,
 }
 
-/// The least urgent level [`Queue::take_urgent`] takes: every level served
-/// before the default.
-pub const URGENT: u8 = composer_core::priority::DEFAULT - 1;
+/// The least urgent level [`Queue::take_urgent`] takes.
+pub use composer_core::priority::URGENT;
 
 #[derive(Default)]
 struct Waiting {

@@ -93,10 +93,23 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
         None => Duration::ZERO,
     }
     .min(s.config.task_poll_max_wait);
+    let at_most = match req.priority_at_most {
+        None => composer_core::priority::LOWEST,
+        Some(p) if composer_core::priority::is_level(i64::from(p)) => p,
+        Some(p) => {
+            let (first, last) = (composer_core::priority::HIGHEST, composer_core::priority::LOWEST);
+            return Err(ApiError::bad_request(format!("priority_at_most: expected {first} to {last}, got {p}")));
+        }
+    };
     let mut queues = req.queues.clone();
     queues.sort();
     queues.dedup();
-    let streams = streams_by_priority(&s, &queues);
+    let mut streams = streams_by_priority(&s, &queues);
+    // Levels past `at_most` have no streams here: the read sees no work there.
+    for level in &mut streams[usize::from(at_most - composer_core::priority::HIGHEST) + 1..] {
+        level.clear();
+    }
+    let every_priority = at_most == composer_core::priority::LOWEST;
     ensure_groups(&s, streams.iter().flatten()).await?;
 
     let deadline = tokio::time::Instant::now() + wait;
@@ -108,7 +121,8 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
         let published = s.published.notified();
         tokio::pin!(published);
         published.as_mut().enable();
-        let Leased { tasks, waiting } = lease(&s, &req.worker_id, &queues, &streams, start, max as usize).await?;
+        let Leased { tasks, waiting } =
+            lease(&s, &req.worker_id, &queues, &streams, every_priority, start, max as usize).await?;
         start = start.wrapping_add(1);
         if !tasks.is_empty() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
             if !tasks.is_empty() {
