@@ -8,6 +8,10 @@ use std::time::Duration;
 use composer_config::{defaults, non_empty, ConfigError, DEFAULT_MAX_PAYLOAD};
 use uuid::Uuid;
 
+/// Most slots a worker may have of each kind (`--concurrency`,
+/// `--urgent-slots`): each is a task and its heartbeats in flight.
+pub const MAX_WORKER_SLOTS: usize = 10_000;
+
 /// How a worker connects and behaves.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Config {
@@ -125,6 +129,14 @@ impl Config {
         if o.concurrency == 0 {
             return Err(ConfigError::new("--concurrency", "COMPOSER_WORKER_CONCURRENCY", "must be at least 1"));
         }
+        for (flag, env, slots) in [
+            ("--concurrency", "COMPOSER_WORKER_CONCURRENCY", o.concurrency),
+            ("--urgent-slots", "COMPOSER_WORKER_URGENT_SLOTS", o.urgent_slots),
+        ] {
+            if slots > MAX_WORKER_SLOTS {
+                return Err(ConfigError::new(flag, env, format!("{slots} is more than {MAX_WORKER_SLOTS} slots")));
+            }
+        }
         self.egress()?;
         if self.options.http_max_timeout.is_zero() {
             return Err(ConfigError::new(
@@ -179,6 +191,21 @@ mod tests {
     fn zero_concurrency_names_the_variable() {
         let mut c = Config::new(vec!["http://c".into()]);
         c.options.concurrency = 0;
+        assert_eq!(c.validated().unwrap_err().env, "COMPOSER_WORKER_CONCURRENCY");
+    }
+
+    #[test]
+    fn slots_past_the_limit_name_their_variable() {
+        let mut c = Config::new(vec!["http://c".into()]);
+        c.options.urgent_slots = MAX_WORKER_SLOTS;
+        c.options.concurrency = MAX_WORKER_SLOTS;
+        assert!(c.clone().validated().is_ok());
+        c.options.urgent_slots = usize::MAX;
+        let e = c.clone().validated().unwrap_err();
+        assert_eq!(e.env, "COMPOSER_WORKER_URGENT_SLOTS", "{e}");
+        assert!(e.to_string().contains("more than 10000"), "{e}");
+        c.options.urgent_slots = 0;
+        c.options.concurrency = MAX_WORKER_SLOTS + 1;
         assert_eq!(c.validated().unwrap_err().env, "COMPOSER_WORKER_CONCURRENCY");
     }
 }

@@ -449,8 +449,9 @@ pub(super) fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     if args.steps == 0 || args.steps > 100 {
         bail!("--steps must be between 1 and 100");
     }
-    if args.concurrency == 0 {
-        bail!("--concurrency must be at least 1");
+    if args.concurrency == 0 || args.concurrency > composer_worker::MAX_WORKER_SLOTS {
+        // The embedded worker has a slot per workflow in flight.
+        bail!("--concurrency must be between 1 and {}", composer_worker::MAX_WORKER_SLOTS);
     }
     if let Some(n) = args.task_api {
         if n == 0 || n > 64 {

@@ -193,6 +193,10 @@ async fn bench_ab_runs_two_binaries_alternately_and_prints_both_sides() {
     let bad = cli("http://127.0.0.1:9", &["bench", "--ab", "/nonexistent/composer"], None).await;
     assert_eq!(bad.code, 1, "{}", bad.stderr);
     assert!(bad.stderr.contains("cannot run /nonexistent/composer"), "{}", bad.stderr);
+    // More workflows in flight than a worker may have slots: refused, not a hang.
+    let bad = cli("http://127.0.0.1:9", &["bench", "--concurrency", "10001"], None).await;
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--concurrency must be between 1 and 10000"), "{}", bad.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

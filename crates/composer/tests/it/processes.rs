@@ -934,6 +934,14 @@ fn a_bad_value_from_the_environment_names_its_variable() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("COMPOSER_WORKER_CONCURRENCY"), "{stderr}");
+    let out = composer(&["worker"])
+        .env("COMPOSER_COORDINATOR_URLS", "http://127.0.0.1:9")
+        .env("COMPOSER_WORKER_URGENT_SLOTS", "20000")
+        .output()
+        .expect("running composer");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("COMPOSER_WORKER_URGENT_SLOTS") && stderr.contains("more than 10000"), "{stderr}");
 }
 
 /// A missing setting names both the flag and the variable.
