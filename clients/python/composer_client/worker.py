@@ -71,6 +71,10 @@ log = logging.getLogger("composer_client.worker")
 
 _RUN_NOT_FOUND = "run_not_found"
 _MAX_POLL = 100
+# The least urgent priority an urgent slot takes (1 and 2: those served before the default, 3).
+_URGENT = 2
+# Most slots of each kind (the Rust worker's limit too).
+_MAX_SLOTS = 10_000
 """The most tasks one poll may lease."""
 
 
@@ -396,19 +400,25 @@ class Worker:
         poll_wait: float = 20.0,
         request_timeout: float = 10.0,
         eager: bool = True,
+        urgent_slots: int = 0,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        if not 1 <= concurrency <= _MAX_SLOTS:
+            raise ValueError(f"concurrency must be from 1 to {_MAX_SLOTS}")
+        if not 0 <= urgent_slots <= _MAX_SLOTS:
+            raise ValueError(f"urgent_slots must be from 0 to {_MAX_SLOTS}")
         self._http = Transport(url, token, request_timeout, f"composer-client-python/{__version__} (worker)")
         self.url = self._http.url
         self.worker_id = worker_id or f"py-{socket.gethostname()}-{os.getpid()}"[:128]
         self.queues = list(queues or ["default"])
         self.concurrency = concurrency
+        self.urgent_slots = urgent_slots
+        """Slots besides ``concurrency`` that run only steps of priority 1 or 2, polled for on their own."""
         self.poll_wait = max(0.0, min(poll_wait, 60.0))
         self.request_timeout = request_timeout
         self._handlers: dict[str, Handler] = {}
         self._stop = threading.Event()
         self._slots = threading.Semaphore(concurrency)
+        self._urgent = threading.Semaphore(urgent_slots)
         self._threads: list[threading.Thread] = []
         self._running = 0
         self._lock = threading.Lock()
@@ -476,8 +486,9 @@ class Worker:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, self._on_signal)
         log.info(
-            "worker %s started: serving %s on queues %s of %s, %d at once",
+            "worker %s started: serving %s on queues %s of %s, %d at once (and %d urgent)",
             self.worker_id, ", ".join(sorted(self._handlers)), ", ".join(self.queues), self.url, self.concurrency,
+            self.urgent_slots,
         )  # fmt: skip
         capture = _Capture()
         logging.getLogger().addHandler(capture)
@@ -498,45 +509,57 @@ class Worker:
         self.stop()
 
     def _loop(self) -> None:
+        urgent = None
+        if self.urgent_slots:
+            urgent = threading.Thread(
+                target=self._poll, args=(self._urgent, self.urgent_slots, _URGENT), name="poll-urgent", daemon=True
+            )
+            urgent.start()
+        self._poll(self._slots, self.concurrency, None)
+        if urgent is not None:
+            urgent.join()
+        if self._threads:
+            log.info("worker %s stopping: waiting for %d running tasks to report", self.worker_id, self._running)
+        self._join_tasks()
+
+    def _poll(self, slots: threading.Semaphore, size: int, priority_at_most: Optional[int]) -> None:
+        """Polls for as many tasks as ``slots`` has free, until ``stop()``;
+        with ``priority_at_most``, only tasks of runs that urgent."""
         backoff = 0.1
         while not self._stop.is_set():
-            self._slots.acquire()
+            slots.acquire()
             free = 1
-            while free < min(self.concurrency, _MAX_POLL) and self._slots.acquire(blocking=False):
+            while free < min(size, _MAX_POLL) and slots.acquire(blocking=False):
                 free += 1
             if self._stop.is_set():
                 for _ in range(free):
-                    self._slots.release()
+                    slots.release()
                 break
             try:
                 # Short waits while stopping is possible, so a stop is seen soon.
                 wait = f"{int(min(self.poll_wait, 5.0) * 1000)}ms"
-                batch = self._post(
-                    "/v1/tasks/poll",
-                    {"worker_id": self.worker_id, "queues": self.queues, "max": free, "wait": wait},
-                    timeout=self.request_timeout + 5.0,
-                )
+                body: dict[str, JSON] = {"worker_id": self.worker_id, "queues": self.queues, "max": free, "wait": wait}
+                if priority_at_most is not None:
+                    body["priority_at_most"] = priority_at_most
+                batch = self._post("/v1/tasks/poll", body, timeout=self.request_timeout + 5.0)
                 backoff = 0.1
             except ComposerError as e:
                 log.warning("worker %s: poll failed (%s); retrying", self.worker_id, e)
                 for _ in range(free):
-                    self._slots.release()
+                    slots.release()
                 self._stop.wait(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, 5.0)
                 continue
             tasks = [Task._of(t) for t in (batch or {}).get("tasks", [])]
             for _ in range(free - len(tasks)):
-                self._slots.release()
+                slots.release()
             for task in tasks:
-                self._spawn(task, slotted=True)
-        if self._threads:
-            log.info("worker %s stopping: waiting for %d running tasks to report", self.worker_id, self._running)
-        self._join_tasks()
+                self._spawn(task, slots)
 
-    def _spawn(self, task: Task, slotted: bool) -> None:
-        """Runs ``task`` on a thread of its own; ``slotted``: it holds one of
-        the slots, given back when the thread ends."""
-        t = threading.Thread(target=self._occupy, args=(task, slotted), name=f"task-{task.id}", daemon=True)
+    def _spawn(self, task: Task, slot: Optional[threading.Semaphore]) -> None:
+        """Runs ``task`` on a thread of its own; with ``slot``, it holds one
+        of those slots, given back when the thread ends."""
+        t = threading.Thread(target=self._occupy, args=(task, slot), name=f"task-{task.id}", daemon=True)
         # Started under the lock: another thread's pruning must not drop it before it is alive.
         with self._lock:
             self._threads = [alive for alive in self._threads if alive.is_alive()]
@@ -554,7 +577,7 @@ class Worker:
             for t in alive:
                 t.join()
 
-    def _occupy(self, task: Task, slotted: bool) -> None:
+    def _occupy(self, task: Task, slot: Optional[threading.Semaphore]) -> None:
         """Runs ``task``, then on the same thread (and slot) each task its
         report took with the answer (eager dispatch), until one brings none."""
         try:
@@ -567,10 +590,10 @@ class Worker:
                 # to ``max``): leased to this worker all the same, so each runs
                 # now on a thread of its own rather than let its lease lapse.
                 for extra in taken[1:]:
-                    self._spawn(extra, slotted=False)
+                    self._spawn(extra, None)
         finally:
-            if slotted:
-                self._slots.release()
+            if slot is not None:
+                slot.release()
 
     def _execute(self, task: Task) -> list[Task]:
         """Runs a leased task and reports it; returns the tasks the report took with it."""

@@ -209,6 +209,60 @@ class WorkerTest(unittest.TestCase):
                     {"id", "run_id", "attempt", "node_id", "node_type", "queue", "input", "lease_ttl_ms", "priority"},
                 )
 
+    def test_an_urgent_slot_runs_a_priority_1_run_while_the_one_other_slot_is_held(self) -> None:
+        ran: list[str] = []
+        release = threading.Event()
+
+        def job(task: Task) -> Any:
+            ran.append(task.input["who"])
+            if task.input["who"] == "bulk":
+                release.wait(30)
+            return {}
+
+        queue = unique("py-urgent")
+        one = [node("s", "job", queue, who="${ .input.who }")]
+        bulk, normal, urgent = unique("py-bulk"), unique("py-normal"), unique("py-urgent")
+        for name in (bulk, normal):
+            client.register_workflow(definition(name, one))
+        steps = [node("a", "job", queue, who="urgent-a"), node("b", "job", queue, who="urgent-b")]
+        client.register_workflow(definition(urgent, steps, [{"from": "a", "to": "b"}]))
+        bulk_run = client.start_run(bulk, input={"who": "bulk"}, priority=5)["id"]
+        w = Worker(DEV.url, queues=[queue], poll_wait=1, concurrency=1, urgent_slots=1).handle("job", job)
+        polls: list[Any] = []
+        post = w._post
+
+        def recording(
+            path: str, body: Any, timeout: Optional[float] = None, headers: Optional[dict[str, str]] = None
+        ) -> Any:
+            if path == "/v1/tasks/poll":
+                polls.append(body.get("priority_at_most"))
+            return post(path, body, timeout, headers)
+
+        with mock.patch.object(w, "_post", side_effect=recording), InBackground(w):
+            until_state(bulk_run, "RUNNING")
+            normal_run = client.start_run(normal, input={"who": "normal"})["id"]
+            urgent_run = client.start_run(urgent, priority=1)["id"]
+            self.assertEqual(client.wait(urgent_run, 30)["status"], "SUCCEEDED")
+            # The default priority waits for the ordinary slot, however often the urgent slot polls.
+            time.sleep(0.3)
+            self.assertEqual(ran, ["bulk", "urgent-a", "urgent-b"])
+            release.set()
+            self.assertEqual(client.wait(bulk_run, 30)["status"], "SUCCEEDED")
+            self.assertEqual(client.wait(normal_run, 30)["status"], "SUCCEEDED")
+        self.assertEqual(ran, ["bulk", "urgent-a", "urgent-b", "normal"])
+        self.assertIn(2, polls)
+        self.assertIn(None, polls)
+
+    def test_slots_out_of_range_are_refused_by_name(self) -> None:
+        for concurrency, urgent_slots, name in (
+            (0, 0, "concurrency"),
+            (10_001, 0, "concurrency"),
+            (1, -1, "urgent_slots"),
+            (1, 10_001, "urgent_slots"),
+        ):
+            with self.assertRaisesRegex(ValueError, name):
+                Worker("http://127.0.0.1:9", concurrency=concurrency, urgent_slots=urgent_slots)
+
     def test_a_task_error_that_is_not_retryable_fails_the_run_with_its_message(self) -> None:
         def refuse(task: Task) -> Any:
             raise TaskError("width must be positive", retryable=False)
