@@ -73,8 +73,14 @@ export interface WorkerOptions {
   workerId?: string | undefined;
   /** The queues to lease tasks from (a custom node's queue is its type in lower case unless it names one). */
   queues: readonly string[];
-  /** Most tasks run at once (default 4). */
+  /** Most tasks run at once (default 4, at most 10,000). */
   concurrency?: number | undefined;
+  /**
+   * Slots besides `concurrency` that run only steps of runs of priority 1 or
+   * 2, polled for on their own (`priority_at_most: 2`), so such a step does
+   * not wait for a backlog's step to end (default 0, at most 10,000).
+   */
+  urgentSlots?: number | undefined;
   /**
    * How long one poll waits for a task (default 5 s, at most 60 s). A
    * `stop()` lets the poll in flight finish, so this bounds how soon it
@@ -124,6 +130,18 @@ type Outcome =
 const NAME = /^[A-Za-z0-9_.-]{1,128}$/;
 /** Most tasks one poll may lease. */
 const MAX_POLL = 100;
+/** Most slots of each kind (the Rust worker's limit too). */
+const MAX_SLOTS = 10_000;
+/** The least urgent priority an urgent slot takes: those served before the default, 3. */
+const URGENT = 2;
+
+/** Slots and the poll that fills them. */
+interface Lane {
+  readonly size: number;
+  running: number;
+  /** Only tasks this urgent (the urgent slots); any when undefined. */
+  readonly priorityAtMost?: number | undefined;
+}
 /** Longest error the server takes, in characters. */
 const MAX_ERROR_CHARS = 65_536;
 
@@ -147,12 +165,14 @@ export class Worker {
   readonly workerId: string;
   readonly queues: readonly string[];
   readonly concurrency: number;
+  readonly urgentSlots: number;
   readonly #t: Transport;
   readonly #pollWaitMs: number;
   readonly #log: WorkerLogger;
   readonly #env: Record<string, string | undefined>;
   readonly #handlers = new Map<string, Handler<any>>();
   readonly #inFlight = new Set<Promise<void>>();
+  readonly #lanes: readonly Lane[];
   #wakers: Array<() => void> = [];
   #stopping = false;
   #stopped = new AbortController();
@@ -163,10 +183,18 @@ export class Worker {
   constructor(options: WorkerOptions) {
     this.#t = transport({ ...options, timeoutMs: options.requestTimeoutMs }, 10_000);
     const concurrency = options.concurrency ?? 4;
-    if (!Number.isInteger(concurrency) || concurrency < 1) {
-      throw new RangeError(`concurrency: expected a whole number of at least 1, got ${concurrency}`);
+    if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_SLOTS) {
+      throw new RangeError(`concurrency: expected a whole number from 1 to ${MAX_SLOTS}, got ${concurrency}`);
     }
     this.concurrency = concurrency;
+    const urgentSlots = options.urgentSlots ?? 0;
+    if (!Number.isInteger(urgentSlots) || urgentSlots < 0 || urgentSlots > MAX_SLOTS) {
+      throw new RangeError(`urgentSlots: expected a whole number from 0 to ${MAX_SLOTS}, got ${urgentSlots}`);
+    }
+    this.urgentSlots = urgentSlots;
+    const lanes: Lane[] = [{ size: concurrency, running: 0 }];
+    if (urgentSlots > 0) lanes.push({ size: urgentSlots, running: 0, priorityAtMost: URGENT });
+    this.#lanes = lanes;
     const queues = [...(options.queues ?? [])];
     if (queues.length < 1 || queues.length > 32) throw new RangeError("queues: name 1 to 32 queues");
     for (const q of queues) {
@@ -231,35 +259,11 @@ export class Worker {
     const unlisten = options.handleSignals ? this.#listenForSignals() : () => {};
     this.#log.info?.(
       `worker ${this.workerId} started: serving ${[...this.#handlers.keys()].sort().join(", ")} ` +
-        `on queues ${this.queues.join(", ")} of ${this.#t.base}, ${this.concurrency} at once`,
+        `on queues ${this.queues.join(", ")} of ${this.#t.base}, ${this.concurrency} at once` +
+        (this.urgentSlots > 0 ? ` (and ${this.urgentSlots} urgent)` : ""),
     );
     try {
-      let backoff = 100;
-      while (!this.#stopping) {
-        await this.#freeSlot();
-        if (this.#stopping) break;
-        const free = Math.min(this.concurrency - this.#inFlight.size, MAX_POLL);
-        let tasks: LeasedTask[];
-        try {
-          const body: PollTasks = {
-            worker_id: this.workerId,
-            queues: [...this.queues],
-            max: free,
-            wait: `${this.#pollWaitMs}ms`,
-          };
-          const answer = await call<TaskBatch>(this.#t, "POST", "/v1/tasks/poll", body, {
-            timeoutMs: this.#t.timeoutMs + this.#pollWaitMs,
-          });
-          tasks = answer.body.tasks ?? [];
-          backoff = 100;
-        } catch (e) {
-          this.#log.warn(`worker ${this.workerId}: poll failed (${describe(e)}); retrying`);
-          await sleep(backoff * (0.5 + Math.random()), this.#stopped.signal);
-          backoff = Math.min(backoff * 2, 5_000);
-          continue;
-        }
-        for (const task of tasks) this.#start(task);
-      }
+      await Promise.all(this.#lanes.map((lane) => this.#poll(lane)));
       if (this.#inFlight.size > 0) {
         this.#log.info?.(`worker ${this.workerId} stopping: waiting for ${this.#inFlight.size} running tasks to report`);
       }
@@ -270,10 +274,42 @@ export class Worker {
     this.#log.info?.(`worker ${this.workerId} stopped`);
   }
 
-  /** Resolves when fewer than `concurrency` tasks run, or on stop. */
-  #freeSlot(): Promise<void> {
-    if (this.#stopping || this.#inFlight.size < this.concurrency) return Promise.resolve();
-    return new Promise((resolve) => this.#wakers.push(resolve));
+  /** Polls for as many tasks as `lane` has free slots, until stopped. */
+  async #poll(lane: Lane): Promise<void> {
+    let backoff = 100;
+    while (!this.#stopping) {
+      await this.#freeSlot(lane);
+      if (this.#stopping) break;
+      const free = Math.min(lane.size - lane.running, MAX_POLL);
+      let tasks: LeasedTask[];
+      try {
+        const body: PollTasks = {
+          worker_id: this.workerId,
+          queues: [...this.queues],
+          max: free,
+          wait: `${this.#pollWaitMs}ms`,
+        };
+        if (lane.priorityAtMost !== undefined) body.priority_at_most = lane.priorityAtMost;
+        const answer = await call<TaskBatch>(this.#t, "POST", "/v1/tasks/poll", body, {
+          timeoutMs: this.#t.timeoutMs + this.#pollWaitMs,
+        });
+        tasks = answer.body.tasks ?? [];
+        backoff = 100;
+      } catch (e) {
+        this.#log.warn(`worker ${this.workerId}: poll failed (${describe(e)}); retrying`);
+        await sleep(backoff * (0.5 + Math.random()), this.#stopped.signal);
+        backoff = Math.min(backoff * 2, 5_000);
+        continue;
+      }
+      for (const task of tasks) this.#start(task, lane);
+    }
+  }
+
+  /** Resolves when `lane` has a free slot, or on stop (a slot of another lane that frees wakes it too). */
+  async #freeSlot(lane: Lane): Promise<void> {
+    while (!this.#stopping && lane.running >= lane.size) {
+      await new Promise<void>((resolve) => this.#wakers.push(resolve));
+    }
   }
 
   #wake(): void {
@@ -303,9 +339,11 @@ export class Worker {
     return unlisten;
   }
 
-  #start(leased: LeasedTask): void {
-    const done: Promise<void> = this.#occupy(leased).finally(() => {
+  #start(leased: LeasedTask, lane: Lane): void {
+    lane.running += 1;
+    const done: Promise<void> = this.#occupy(leased, lane).finally(() => {
       this.#inFlight.delete(done);
+      lane.running -= 1;
       this.#wake();
     });
     this.#inFlight.add(done);
@@ -315,7 +353,7 @@ export class Worker {
    * Runs `leased` on a slot, then on the same slot each task its report
    * took with the answer (eager dispatch), until a report brings none.
    */
-  async #occupy(leased: LeasedTask): Promise<void> {
+  async #occupy(leased: LeasedTask, lane: Lane): Promise<void> {
     let task: LeasedTask | undefined = leased;
     while (task !== undefined) {
       const current: LeasedTask = task;
@@ -327,7 +365,7 @@ export class Worker {
       // More than the one asked for (a coordinator that does not keep to
       // `max`): leased to this worker all the same, so each runs now on a slot
       // of its own rather than let its lease lapse.
-      for (const extra of taken.slice(1)) this.#start(extra);
+      for (const extra of taken.slice(1)) this.#start(extra, lane);
     }
   }
 

@@ -1248,6 +1248,48 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.ok(polls.includes(2));
     });
 
+    it("runs a priority-1 run on its urgent slot while its one other slot is held, and no default-priority step there", async () => {
+      const ran: string[] = [];
+      let release = () => {};
+      const held = new Promise<void>((resolve) => (release = resolve));
+      const spy = spyFetch();
+      const w = worker({ queues: ["ts-urgent"], concurrency: 1, urgentSlots: 1, fetch: spy.fetch }).handle(
+        "job",
+        async (task) => {
+          const who = (task.input as { who: string }).who;
+          ran.push(who);
+          if (who === "bulk") await held;
+          return {};
+        },
+      );
+      const one = [custom("s", "job", "ts-urgent", { who: "${ .input.who }" })];
+      await client.registerWorkflow({ name: "ts-urgent-bulk", nodes: one });
+      await client.registerWorkflow({ name: "ts-urgent-normal", nodes: one });
+      await client.registerWorkflow({
+        name: "ts-urgent-chain",
+        nodes: [custom("a", "job", "ts-urgent", { who: "urgent-a" }), custom("b", "job", "ts-urgent", { who: "urgent-b" })],
+        edges: [{ from: "a", to: "b" }],
+      });
+      const bulk = (await client.startRun({ workflow: "ts-urgent-bulk", input: { who: "bulk" }, priority: 5 })).id;
+      await whileRunning(w, async () => {
+        while (ran.length === 0) await delay(20);
+        const normal = (await client.startRun({ workflow: "ts-urgent-normal", input: { who: "normal" } })).id;
+        const urgent = (await client.startRun({ workflow: "ts-urgent-chain", priority: 1 })).id;
+        assert.equal((await waitFor(urgent)).status, "SUCCEEDED");
+        // The default priority waits for the ordinary slot, however often the urgent slot polls.
+        await delay(300);
+        assert.deepEqual(ran, ["bulk", "urgent-a", "urgent-b"]);
+        release();
+        assert.equal((await waitFor(bulk)).status, "SUCCEEDED");
+        assert.equal((await waitFor(normal)).status, "SUCCEEDED");
+      });
+      assert.deepEqual(ran, ["bulk", "urgent-a", "urgent-b", "normal"]);
+      const asked = spy.calls
+        .filter((c) => c.url.endsWith("/v1/tasks/poll"))
+        .map((c) => (c.body as { priority_at_most?: number }).priority_at_most);
+      assert.ok(asked.includes(2) && asked.includes(undefined), asked.join(","));
+    });
+
     it("heartbeats a task that runs longer than its lease, so no other worker takes it", async () => {
       const spy = spyFetch();
       const first = worker({ queues: ["ts-long"], fetch: spy.fetch }).handle("long", async () => {

@@ -399,6 +399,11 @@ describe("errors", () => {
     assert.throws(() => new Worker({ url, queues: [] }), RangeError);
     assert.throws(() => new Worker({ url, queues: ["has space"] }), TypeError);
     assert.throws(() => new Worker({ url, queues: ["q"], concurrency: 0 }), RangeError);
+    assert.throws(() => new Worker({ url, queues: ["q"], concurrency: 10_001 }), /concurrency: expected a whole number from 1 to 10000/);
+    assert.throws(() => new Worker({ url, queues: ["q"], urgentSlots: -1 }), /urgentSlots/);
+    assert.throws(() => new Worker({ url, queues: ["q"], urgentSlots: 10_001 }), /urgentSlots/);
+    assert.throws(() => new Worker({ url, queues: ["q"], urgentSlots: 1.5 }), /urgentSlots/);
+    assert.equal(new Worker({ url, queues: ["q"] }).urgentSlots, 0);
     assert.throws(() => new Worker({ url, queues: ["q"], workerId: "a/b" }), TypeError);
     assert.match(new Worker({ url, queues: ["q"] }).workerId, /^ts-[A-Za-z0-9_.-]+-\d+$/);
   });
