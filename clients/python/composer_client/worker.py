@@ -71,11 +71,13 @@ log = logging.getLogger("composer_client.worker")
 
 _RUN_NOT_FOUND = "run_not_found"
 _MAX_POLL = 100
-# The least urgent priority an urgent slot takes (1 and 2: those served before the default, 3).
-_URGENT = 2
-# Most slots of each kind (the Rust worker's limit too).
-_MAX_SLOTS = 10_000
 """The most tasks one poll may lease."""
+
+_URGENT = 2
+"""The least urgent priority an urgent slot takes: 1 and 2, those served before the default, 3."""
+
+_MAX_SLOTS = 10_000
+"""The most slots of each kind (the Rust worker's limit too)."""
 
 
 _ERROR_CODE = re.compile(r"[a-z0-9_.-]{1,64}")
@@ -511,16 +513,28 @@ class Worker:
     def _loop(self) -> None:
         urgent = None
         if self.urgent_slots:
-            urgent = threading.Thread(
-                target=self._poll, args=(self._urgent, self.urgent_slots, _URGENT), name="poll-urgent", daemon=True
-            )
+            urgent = threading.Thread(target=self._poll_urgent, name="poll-urgent", daemon=True)
             urgent.start()
-        self._poll(self._slots, self.concurrency, None)
-        if urgent is not None:
-            urgent.join()
+        try:
+            self._poll(self._slots, self.concurrency, None)
+        finally:
+            # However the ordinary polls ended, the urgent ones end with them.
+            self._stop.set()
+            if urgent is not None:
+                urgent.join()
         if self._threads:
             log.info("worker %s stopping: waiting for %d running tasks to report", self.worker_id, self._running)
         self._join_tasks()
+
+    def _poll_urgent(self) -> None:
+        """The urgent slots' polls; one that fails for good stops the worker
+        (it is logged), rather than leave it running without them."""
+        try:
+            self._poll(self._urgent, self.urgent_slots, _URGENT)
+        except BaseException:
+            log.exception("worker %s: the urgent slots' polling failed; stopping", self.worker_id)
+            self._stop.set()
+            raise
 
     def _poll(self, slots: threading.Semaphore, size: int, priority_at_most: Optional[int]) -> None:
         """Polls for as many tasks as ``slots`` has free, until ``stop()``;
@@ -584,7 +598,7 @@ class Worker:
             current: Optional[Task] = task
             while current is not None:
                 threading.current_thread().name = f"task-{current.id}"
-                taken = self._execute(current)
+                taken = self._execute(current, urgent=slot is self._urgent)
                 current = taken[0] if taken else None
                 # More than the one asked for (a coordinator that does not keep
                 # to ``max``): leased to this worker all the same, so each runs
@@ -595,7 +609,7 @@ class Worker:
             if slot is not None:
                 slot.release()
 
-    def _execute(self, task: Task) -> list[Task]:
+    def _execute(self, task: Task, urgent: bool = False) -> list[Task]:
         """Runs a leased task and reports it; returns the tasks the report took with it."""
         with self._lock:
             self._running += 1
@@ -630,7 +644,7 @@ class Worker:
                 log.warning("task %s: the lease was lost while it ran; its result is dropped", task.id)
                 return []
             self._send_logs(task)  # the log is whole when the step ends
-            return self._report(task, outcome, stages)
+            return self._report(task, outcome, stages, urgent)
         finally:
             with self._lock:
                 self._running -= 1
@@ -717,12 +731,15 @@ class Worker:
                 task.cancelled.set()
                 return
 
-    def _take_next(self) -> Optional[dict[str, JSON]]:
+    def _take_next(self, task: Optional[Task] = None, urgent: bool = False) -> Optional[dict[str, JSON]]:
         """What a report asks to take with its answer: one task, for the slot
         the reported task frees (the poll in flight did not count that slot,
         so no more than ``concurrency`` run). None while stopping: a stopping
-        worker takes no new work."""
+        worker takes no new work; and none on an urgent slot for a task that
+        is not urgent (its run was lowered after its step was sent)."""
         if not self._eager or self._stop.is_set():
+            return None
+        if urgent and task is not None and task.priority > _URGENT:
             return None
         return {"queues": list(self.queues), "max": 1}
 
@@ -738,7 +755,9 @@ class Worker:
                 self.worker_id, refusal,
             )  # fmt: skip
 
-    def _report(self, task: Task, outcome: _Outcome, stages: Optional[dict[str, int]] = None) -> list[Task]:
+    def _report(
+        self, task: Task, outcome: _Outcome, stages: Optional[dict[str, int]] = None, urgent: bool = False
+    ) -> list[Task]:
         """Completes or fails the task (with its ``stages``); returns the
         tasks leased to this worker with the answer."""
         body = self._lease(task)
@@ -754,7 +773,7 @@ class Worker:
                 body["status"] = outcome.status
                 if outcome.status == 429 and outcome.retry_after_ms is not None:
                     body["retry_after_ms"] = outcome.retry_after_ms
-        take = self._take_next()
+        take = self._take_next(task, urgent)
         if take is not None:
             body["next"] = take
         # Retried for a lease's length: past it the task belongs to another worker.

@@ -357,7 +357,7 @@ export class Worker {
     let task: LeasedTask | undefined = leased;
     while (task !== undefined) {
       const current: LeasedTask = task;
-      const taken = await this.#execute(current).catch((e: unknown): LeasedTask[] => {
+      const taken = await this.#execute(current, lane).catch((e: unknown): LeasedTask[] => {
         this.#log.error(`task ${current.id}: ${describe(e)}`);
         return [];
       });
@@ -370,7 +370,7 @@ export class Worker {
   }
 
   /** Runs a leased task and reports it; answers the tasks the report took with it. */
-  async #execute(leased: LeasedTask): Promise<LeasedTask[]> {
+  async #execute(leased: LeasedTask, lane: Lane): Promise<LeasedTask[]> {
     const lease = new AbortController();
     const finished = new AbortController();
     let lost = false;
@@ -402,7 +402,7 @@ export class Worker {
       this.#log.warn(`task ${leased.id}: the lease was lost while it ran; its result is dropped`);
       return [];
     }
-    return this.#report(leased, outcome, stages);
+    return this.#report(leased, outcome, stages, lane);
   }
 
   async #call(leased: LeasedTask, signal: AbortSignal): Promise<Outcome> {
@@ -472,8 +472,10 @@ export class Worker {
    * worker never runs more than `concurrency`). None while stopping: a
    * stopping worker takes no new work.
    */
-  #takeNext(): TakeNext | undefined {
+  #takeNext(leased: LeasedTask, lane: Lane): TakeNext | undefined {
     if (!this.#eager || this.#stopping) return undefined;
+    // An urgent slot asks only after an urgent task (one that is not came from a run lowered after its step was sent).
+    if (lane.priorityAtMost !== undefined && (leased.priority ?? 3) > lane.priorityAtMost) return undefined;
     return { queues: [...this.queues], max: 1 };
   }
 
@@ -497,7 +499,8 @@ export class Worker {
   async #report(
     leased: LeasedTask,
     outcome: Outcome & { kind: "complete" | "fail" },
-    stages?: StageTimes,
+    stages: StageTimes | undefined,
+    lane: Lane,
   ): Promise<LeasedTask[]> {
     const id = segment(leased.id);
     const kind = outcome.kind;
@@ -514,7 +517,7 @@ export class Worker {
       body = failed;
     }
     if (stages !== undefined) body.stages = stages;
-    const next = this.#takeNext();
+    const next = this.#takeNext(leased, lane);
     if (next !== undefined) body.next = next;
     // The run's priority: the coordinator applies urgent runs' results first.
     const headers = { "composer-priority": String(priorityOf(leased.priority)) };

@@ -685,10 +685,11 @@ pub struct PollTasks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[0-9]{1,5}(ms|s)$")]
     pub wait: Option<String>,
-    /// Only tasks of runs at this priority or a more urgent one (1 to 5; default 5: any). A worker
-    /// polls with `2` for slots it keeps for urgent work, so that a priority-1 or -2 step never waits
-    /// for a backlog's step to free a slot. Such a poll takes over no expired lease: polls of every
-    /// priority do.
+    /// Only tasks sent at this priority or a more urgent one (1 to 5; default 5: any). A worker
+    /// polls with `2` for slots it keeps for urgent work, so that a priority-1 or -2 step does not
+    /// wait for a backlog's step to free a slot. Such a poll does not look for expired leases or
+    /// unacknowledged messages (polls of every priority do), and its `waiting` names only the
+    /// priorities it reads.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
     #[schema(minimum = 1, maximum = 5)]
     pub priority_at_most: Option<u8>,

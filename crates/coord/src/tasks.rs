@@ -163,10 +163,20 @@ pub async fn lease(
         // All from stale messages: what waits is not known.
         false => composer_stream::Weighted { waiting: [true; 5], ..Default::default() },
     };
+    // Only what this read moved goes back: the levels it read (a poll of
+    // some priorities must not put back a stale copy of the others'), and
+    // nothing when it read nothing.
+    if !messages.is_empty() {
+        let mut kept = s.priority_share.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut merged, read_state) = (kept.state(), share.state());
+        for (level, state) in merged.iter_mut().enumerate().filter(|(l, _)| !streams[*l].is_empty()) {
+            *state = read_state[level];
+        }
+        *kept = composer_core::priority::Share::with_state(merged);
+    }
     read.extend(messages);
     let waiting: Vec<u8> =
         (0..5u8).filter(|l| waiting[usize::from(*l)]).map(|l| l + composer_core::priority::HIGHEST).collect();
-    *s.priority_share.lock().unwrap_or_else(|p| p.into_inner()) = share;
     if !missing.is_empty() {
         // Redis lost the groups (restarted without persistence): make them again next time.
         let mut known = s.task_api_groups.lock().unwrap_or_else(|p| p.into_inner());

@@ -65,6 +65,8 @@ pub struct Wrote {
 pub struct Given {
     pub dispatch: composer_api::wire::Dispatch,
     pub queue: String,
+    /// Its run's priority now (not the report's word for it).
+    pub priority: u8,
 }
 
 /// How a write's outbox rows go out, for [`write_transitions`].
@@ -156,6 +158,7 @@ pub async fn write_transitions(
                 (true, true) => eager_out.push(Given {
                     dispatch: crate::outbox::dispatch_of(run.id, *definition, node, task, &trace),
                     queue: node.dispatch_queue().to_string(),
+                    priority: order.priority,
                 }),
                 (true, false) => outbox.push(run.id, *definition, node, task, &trace, *order),
                 (false, _) => limits.hold(run.id, node, task),

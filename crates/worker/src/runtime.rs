@@ -104,14 +104,16 @@ impl Ctx {
     /// everything the last poll saw waiting, which its next task would go
     /// ahead of anyway.
     ///
-    /// A task on an urgent slot always asks: what its result makes ready is
-    /// of its own run, as urgent as it, and the slot is kept for such work.
+    /// A task on an urgent slot asks while it is urgent itself: what its
+    /// result makes ready is of its own run, and the slot is kept for such
+    /// work. (One that is not came from a run lowered after its step was
+    /// sent: its next step goes to the ordinary slots.)
     fn offer(&self, priority: u8, lane: Lane) -> Option<&TakeNext> {
         if self.stopping.is_cancelled() {
             return None;
         }
         if lane == Lane::Urgent {
-            return self.next.as_ref();
+            return self.next.as_ref().filter(|_| priority <= URGENT);
         }
         let saturated = self.waiting_pollers.load(Ordering::Relaxed) >= POLLERS;
         let ahead = priority < self.waiting_best.load(Ordering::Relaxed);

@@ -309,6 +309,38 @@ async fn a_reports_priority_header_never_refuses_it() {
     e.stop().await;
 }
 
+/// The task a result takes with its answer has its run's priority, not the
+/// one the result's header claimed: a worker that says `1` gets no urgent
+/// label on the next step (an urgent slot asks for more only after an
+/// urgent task).
+#[tokio::test]
+async fn an_eager_task_has_its_runs_priority_whatever_the_report_claimed() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let step = |id: &str| json!({"id": id, "type": "job", "queue": "chain4", "config": {"who": id}});
+    e.register(&json!({"name": "chain4", "priority": 4, "nodes": [step("a"), step("b")],
+                       "edges": [{"from": "a", "to": "b"}]}))
+        .await;
+    start(&e, "chain4", json!({}), None).await;
+    until_published(&e, "chain4", 4, 1).await;
+    let a = poll(&e, "chain4", 1).await.remove(0);
+    assert_eq!(a["priority"], 4, "{a}");
+    let body = json!({"run_id": a["run_id"], "attempt": 1, "worker_id": "w", "output": {},
+                      "next": {"queues": ["chain4"]}});
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{}/v1/tasks/{}/complete", e.url(), a["id"].as_str().unwrap()))
+        .header("composer-priority", "1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["next"][0]["node_id"], "b", "{answer}");
+    assert_eq!(answer["next"][0]["priority"], 4, "{answer}");
+    e.stop().await;
+}
+
 #[tokio::test]
 async fn the_task_api_serves_priorities_by_weight_without_starving_the_lowest() {
     let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;

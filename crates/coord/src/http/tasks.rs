@@ -313,7 +313,8 @@ pub(crate) async fn fail(
 /// Applies a result only while `worker` holds the attempt's lease, as the
 /// engine checks on the rows its transaction locks (no read of its own): a
 /// 409 otherwise, also for a run that does not exist (no lease of it is
-/// held). The tasks `offer` takes are of the same run: its `priority`.
+/// held). The tasks `offer` takes are of the same run, at its priority now
+/// (`priority`, the report's word for it, only orders the report).
 /// `stages` are the worker's word for its attempt's span (the trace keeps
 /// only times within the run's life); the end is now when it gives none.
 async fn finish(
@@ -353,7 +354,7 @@ async fn finish(
             input: g.dispatch.input,
             lease_ttl_ms: ttl,
             traceparent: g.dispatch.traceparent,
-            priority,
+            priority: g.priority,
             stages: Some(StageTimes { leased_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() }),
         })
         .collect();
