@@ -57,12 +57,29 @@ fn binary() -> PathBuf {
     }
 }
 
+/// Tries of [`Collector::start`]: a free port can be taken by another test
+/// between its choice and the collector's bind.
+const START_TRIES: usize = 5;
+
 impl Collector {
+    /// A collector on free ports, listening.
     pub fn start() -> Collector {
+        for _ in 1..START_TRIES {
+            if let Some(c) = Collector::try_start() {
+                return c;
+            }
+        }
+        Collector::try_start()
+            .unwrap_or_else(|| panic!("the collector could not bind its ports in {START_TRIES} tries"))
+    }
+
+    /// `None` when it exited (it could not bind a port): the port that
+    /// answered then is somebody else's, where spans would be lost.
+    fn try_start() -> Option<Collector> {
         let dir = composer_embedded::temp_dir("otlp").unwrap();
         let (grpc, http) = (composer_embedded::free_port().unwrap(), composer_embedded::free_port().unwrap());
         let out = std::fs::File::create(dir.join("spans.log")).unwrap();
-        let child = Command::new(binary())
+        let mut child = Command::new(binary())
             .arg("start")
             .args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{grpc}")])
             .args(["--otlp-http-endpoint", &format!("127.0.0.1:{http}")])
@@ -77,11 +94,18 @@ impl Collector {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
+        let exited = |child: &mut Child| child.try_wait().ok().flatten().is_some();
         while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
             assert!(Instant::now() < deadline, "the collector did not listen on {http}");
+            if exited(&mut child) {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Collector { child, dir, endpoint: format!("http://127.0.0.1:{http}") }
+        // One that cannot bind exits within milliseconds.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut collector = Collector { child, dir, endpoint: format!("http://127.0.0.1:{http}") };
+        (!exited(&mut collector.child)).then_some(collector)
     }
 
     /// Every span received so far.
