@@ -37,6 +37,11 @@ async fn invalid_definitions_are_400s_naming_the_problem() {
     assert_error(status, &body, 400, "invalid JSON");
     let (status, body) = e.post("/v1/runs", &json!({"workflow": "x", "surprise": 1})).await;
     assert_error(status, &body, 400, "surprise");
+    // A value of the wrong type names its field, not only a line and column.
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "x", "priority": "high"})).await;
+    assert_error(status, &body, 400, "invalid JSON body: priority: invalid type: string \"high\"");
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "x", "tags": {"team": "a"}, "version": [1]})).await;
+    assert_error(status, &body, 400, "invalid JSON body: version: ");
     let (_, list) = e.get("/v1/workflows").await;
     assert_eq!(list["workflows"], json!([]), "nothing was half-registered");
     e.stop().await;

@@ -73,8 +73,27 @@ impl<S: Send + Sync, T: DeserializeOwned, const NUL_OK: bool> FromRequest<S> for
                 }
             }
         }
-        serde_json::from_slice(&bytes).map(Body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+        from_json(&bytes).map(Body).map_err(ApiError::bad_request)
     }
+}
+
+/// Reads a JSON body as `T`. A value of the wrong type or range names the
+/// field it is in (`limits[0].rate: invalid type: ...`), which serde_json's
+/// own message (a line and column) does not; a syntax error is as serde_json
+/// says it.
+fn from_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let error = e.into_inner();
+        match error.classify() {
+            serde_json::error::Category::Data if path != "." => format!("invalid JSON body: {path}: {error}"),
+            _ => format!("invalid JSON body: {error}"),
+        }
+    })?;
+    // What serde_json::from_slice also checks: nothing after the value.
+    de.end().map_err(|e| format!("invalid JSON body: {e}"))?;
+    Ok(value)
 }
 
 /// A JSON body that may be left out (an empty body is `None`).
@@ -213,4 +232,47 @@ pub fn name_param(what: &str, value: &str) -> ApiResult<()> {
 /// The size of a value as JSON text.
 pub fn json_size(v: &Value) -> usize {
     serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::from_json;
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Poll {
+        #[serde(default, deserialize_with = "composer_core::whole::opt_int")]
+        priority_at_most: Option<u8>,
+        limits: Option<Vec<Limit>>,
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Limit {
+        rate: Option<String>,
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_field() {
+        let e = from_json::<Poll>(br#"{"priority_at_most": "1"}"#).unwrap_err();
+        assert!(e.starts_with("invalid JSON body: priority_at_most: invalid type: string"), "{e}");
+        let e = from_json::<Poll>(br#"{"priority_at_most": 300}"#).unwrap_err();
+        assert!(e.starts_with("invalid JSON body: priority_at_most: "), "{e}");
+        let e = from_json::<Poll>(br#"{"limits": [{"rate": "1/s"}, {"rate": 5}]}"#).unwrap_err();
+        assert!(e.starts_with("invalid JSON body: limits[1].rate: invalid type: integer `5`"), "{e}");
+    }
+
+    #[test]
+    fn syntax_errors_and_trailing_text_are_as_serde_json_says() {
+        let e = from_json::<Poll>(br#"{"limits": ["#).unwrap_err();
+        assert!(e.starts_with("invalid JSON body: EOF while parsing"), "{e}");
+        let e = from_json::<Poll>(br#"{} {}"#).unwrap_err();
+        assert!(e.starts_with("invalid JSON body: trailing characters"), "{e}");
+        let e = from_json::<Poll>(br#"{"surprise": 1}"#).unwrap_err();
+        assert!(e.contains("unknown field `surprise`"), "{e}");
+        assert!(from_json::<Poll>(br#"{"priority_at_most": 2.0} "#).is_ok());
+    }
 }
