@@ -148,6 +148,12 @@ pub struct Config {
     /// Most MAP items one run tree may create; a MAP past it fails.
     #[arg(long, env = "COMPOSER_MAX_TREE_ITEMS", default_value_t = 1_000_000, value_parser = clap::value_parser!(i64).range(1..))]
     pub max_tree_items: i64,
+    /// A step's result loads every task of its run when the run's
+    /// definition has at most this many nodes; past it (once this
+    /// coordinator has loaded the run), only the run's open and failed tasks
+    /// and those the state machine asks for (0: every run so).
+    #[arg(long, env = "COMPOSER_WHOLE_RUN_NODES", default_value_t = 16, value_parser = clap::value_parser!(i32).range(0..))]
+    pub whole_run_nodes: i32,
     /// How long an event nobody waits for yet is kept for a waiter.
     #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = composer_core::duration::parse)]
     pub event_retention: Duration,
@@ -360,6 +366,7 @@ mod tests {
         assert_eq!(c.max_payload, 1024 * 1024);
         assert_eq!((c.task_log_max_bytes, c.run_log_max_bytes), (256 * 1024, 64 * 1024 * 1024));
         assert_eq!((c.max_tree_runs, c.max_tree_items), (100_000, 1_000_000));
+        assert_eq!(c.whole_run_nodes, 16);
         assert_eq!(c.shutdown_grace, Duration::from_secs(20));
         assert!(c.run_outbox);
         assert_eq!(c.outbox_batch, 256);

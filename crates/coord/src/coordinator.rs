@@ -151,6 +151,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         crate::engine::Limits {
             max_payload: config.max_payload,
             tree: crate::engine::TreeBudget { runs: config.max_tree_runs, items: config.max_tree_items },
+            whole_run_nodes: config.whole_run_nodes,
         },
         config.engine_queue,
     )

@@ -85,6 +85,8 @@ metrics! {
     API_ERRORS: Counter(Coordinator), "composer_api_errors_total", "API responses with an error status, by status.",
         status = ["400", "401", "403", "404", "405", "409", "413", "414", "415", "421", "422", "429", "500", "503"];
     RUNS_STARTED: Counter(Coordinator), "composer_runs_started_total", "Runs started.";
+    PARTIAL_LOADS: Counter(Coordinator), "composer_partial_loads_total",
+        "Reads of more tasks of a run loaded in part that an event needed (the event was applied again).";
     RUNS_FINISHED: Counter(Coordinator), "composer_runs_finished_total",
         "Runs that reached a terminal status, by status.", status = ["SUCCEEDED", "FAILED", "CANCELLED"];
     RUN_DURATION: Histogram(Coordinator), "composer_run_duration_seconds",

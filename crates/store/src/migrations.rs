@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (21, "step_limits", include_str!("../migrations/0021_step_limits.sql")),
     (22, "traces", include_str!("../migrations/0022_traces.sql")),
     (23, "priorities_and_fairness", include_str!("../migrations/0023_priorities_and_fairness.sql")),
+    (24, "runs_read_in_part", include_str!("../migrations/0024_runs_read_in_part.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -15,6 +15,7 @@ mod flow;
 mod hardening;
 mod hardening_http;
 mod hardening_worker;
+mod in_part;
 mod leases;
 mod limits;
 mod logs;

@@ -48,6 +48,9 @@ pub struct Limits {
     /// The fan-out budget of a run tree (`COMPOSER_MAX_TREE_RUNS`,
     /// `COMPOSER_MAX_TREE_ITEMS`).
     pub tree: TreeBudget,
+    /// A step's result loads its whole run up to this many nodes in its
+    /// definition, past it only what it needs (`COMPOSER_WHOLE_RUN_NODES`).
+    pub whole_run_nodes: i32,
 }
 
 /// Most runs and MAP items one run tree (a root run and every child run
@@ -63,8 +66,11 @@ impl TreeBudget {
 }
 
 impl Limits {
-    pub const DEFAULT: Limits =
-        Limits { max_payload: composer_core::storable::DEFAULT_MAX_PAYLOAD, tree: TreeBudget::DEFAULT };
+    pub const DEFAULT: Limits = Limits {
+        max_payload: composer_core::storable::DEFAULT_MAX_PAYLOAD,
+        tree: TreeBudget::DEFAULT,
+        whole_run_nodes: 16,
+    };
 }
 
 /// MAP items a run of the tree of `root` may still create.

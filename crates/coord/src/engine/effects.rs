@@ -16,7 +16,7 @@ use super::store::RunStore;
 
 /// Applies `event` and every effect it leads to; the merged transition.
 pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
-    let mut tr = apply_contained(wf, run, event).await?;
+    let mut tr = apply_loading(store, wf, run, event).await?;
     loop {
         let effects = std::mem::take(&mut tr.effects);
         if effects.is_empty() {
@@ -26,7 +26,8 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
             match effect {
                 Effect::LoadItems(Need::Sources { map, from, count }) => {
                     let items = store.load_sources(run.id, map, from, count).await?;
-                    tr.merge(apply_contained(wf, run, Event::SourcesLoaded { task_id: map, from, items }).await?);
+                    let loaded = Event::SourcesLoaded { task_id: map, from, items };
+                    tr.merge(apply_loading(store, wf, run, loaded).await?);
                 }
                 Effect::LoadItems(need) => {
                     let (map, which) = match need {
@@ -41,15 +42,53 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
                         ))
                         .into());
                     }
-                    tr.merge(apply_contained(wf, run, Event::ItemsLoaded { task_id: map }).await?);
+                    tr.merge(apply_loading(store, wf, run, Event::ItemsLoaded { task_id: map }).await?);
                 }
                 Effect::TakeBufferedEvent { task_id, event, key } => {
                     if let Some(payload) = store.take_buffered_event(&event, &key, task_id).await? {
-                        tr.merge(apply_contained(wf, run, Event::EventReceived { task_id, payload }).await?);
+                        tr.merge(apply_loading(store, wf, run, Event::EventReceived { task_id, payload }).await?);
                     }
                 }
             }
         }
+    }
+}
+
+/// [`apply_contained`] on a run loaded in part ([`Run::known`]): while the
+/// machine says it misses nodes' tasks, its transition is dropped, the run
+/// put back as it was, those tasks loaded, and the event applied again.
+/// Each round loads at least one more node, so there are at most as many
+/// rounds as nodes; a chain needs two (the next node, which has no task yet).
+async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
+    if run.known.is_none() {
+        return apply_contained(wf, run, event).await;
+    }
+    loop {
+        let before = run.clone();
+        let tr = apply_contained(wf, run, event.clone()).await?;
+        if tr.missing.is_empty() {
+            return Ok(tr);
+        }
+        *run = before;
+        let known = run.known.get_or_insert_with(Vec::new);
+        let mut nodes = Vec::with_capacity(tr.missing.len());
+        for &n in &tr.missing {
+            match known.get_mut(n) {
+                Some(k) if !*k => *k = true,
+                _ => {
+                    return Err(composer_store::Error::Corrupt(format!(
+                        "run {}: the state machine asked again for node {n}, which is loaded",
+                        run.id
+                    ))
+                    .into())
+                }
+            }
+            nodes.push(wf.nodes[n].id.as_str());
+        }
+        let held: Vec<Uuid> = run.tasks.iter().map(|t| t.id).collect();
+        let more = store.load_nodes(wf, run.id, &nodes, &held).await?;
+        composer_metrics::inc(composer_metrics::PARTIAL_LOADS, &[], 1);
+        run.tasks.extend(more);
     }
 }
 
@@ -145,6 +184,16 @@ pub(crate) mod fake {
     }
 
     impl RunStore for FakeStore {
+        async fn load_nodes(
+            &self,
+            _wf: &Workflow,
+            _run_id: Uuid,
+            _nodes: &[&str],
+            _held: &[Uuid],
+        ) -> Result<Vec<machine::Task>, composer_store::Error> {
+            Ok(Vec::new())
+        }
+
         async fn load_items(
             &self,
             _wf: &Workflow,

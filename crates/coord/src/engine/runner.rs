@@ -1,7 +1,7 @@
 //! The [`Engine`]: its queue and batch loops, the transaction each batch is
 //! applied in, and what it runs after a commit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +33,10 @@ use crate::trace::{self, Told, Traces};
 /// Children started at once after a commit (each in its own transaction).
 const CHILD_STARTS_AT_ONCE: usize = 8;
 
+/// Most open large runs a coordinator keeps in mind to read in part (16
+/// bytes each).
+const LARGE_RUNS_KEPT: usize = 100_000;
+
 pub struct Engine {
     pool: Pool,
     /// Stream shards per queue, for the outbox rows this engine writes.
@@ -55,6 +59,11 @@ pub struct Engine {
     /// Concurrency keys (workflow, key) a pass of [`Engine::promote`] runs
     /// for now in this process, each with whether a slot freed meanwhile.
     promoting: Mutex<HashMap<(String, String), bool>>,
+    /// Open runs this coordinator has loaded whose definitions have more
+    /// than `Limits::whole_run_nodes` nodes: their steps' results read them
+    /// in part. A run not here (its first event on this coordinator) is
+    /// read whole, which is always right.
+    large_runs: Mutex<HashSet<Uuid>>,
     /// Batch loops running now (`/readyz` is 503 when one has stopped).
     live_loops: AtomicUsize,
     /// The payload limit and the fan-out budget.
@@ -158,6 +167,7 @@ impl Engine {
             queue: batch::Queue::new(queue_capacity),
             faults: Mutex::new(HashMap::new()),
             promoting: Mutex::new(HashMap::new()),
+            large_runs: Mutex::new(HashSet::new()),
             live_loops: AtomicUsize::new(0),
             limits,
             traces: None,
@@ -749,6 +759,9 @@ impl Engine {
         let handlers_owe = self.written(written);
         for l in runs.values().filter(|l| l.tr.run_changed && l.run.status.is_terminal()) {
             run_finished(&l.wf, &l.run);
+            if l.run.known.is_some() {
+                self.remember_large(l.run.id, false);
+            }
         }
         for _ in 0..applied {
             composer_metrics::observe(composer_metrics::EVENT_DURATION, &[], started.elapsed());
@@ -787,9 +800,18 @@ impl Engine {
             events.iter().flat_map(|a| a.event.task_ids().into_iter().map(|t| (a.run_id, t))).collect();
         let reported: Vec<Uuid> =
             events.iter().filter(|a| matches!(a.by, By::Worker(..))).filter_map(|a| a.event.task_id()).collect();
+        // Large runs seen before are read in part, unless an event of theirs
+        // may touch any step.
+        let in_part: Vec<Uuid> = {
+            let large = self.large_runs.lock().unwrap_or_else(|p| p.into_inner());
+            let whole: HashSet<Uuid> = events.iter().filter(|a| !a.event.reads_in_part()).map(|a| a.run_id).collect();
+            run_ids.iter().copied().filter(|r| large.contains(r) && !whole.contains(r)).collect()
+        };
+        let named: Vec<Uuid> = items.iter().map(|i| i.1).collect();
+        let part = runs::InPart { runs: &in_part, named: &named };
         let store = Tx(tx);
         let mut runs = HashMap::new();
-        for (mut row, tasks) in runs::lock_many(tx, &run_ids, &items).await? {
+        for (mut row, tasks, in_part) in runs::lock_many(tx, &run_ids, &items, part).await? {
             for t in tasks.iter().filter(|t| reported.contains(&t.id)) {
                 leases.insert(t.id, (t.lease_owner.clone(), t.attempt, t.state == machine::TaskState::Running));
             }
@@ -804,7 +826,17 @@ impl Engine {
                 }
             }
             let wf = self.workflow(row.workflow_definition_id).await?;
+            if !in_part && wf.nodes.len() > usize::try_from(self.limits.whole_run_nodes).unwrap_or(0) {
+                self.remember_large(row.id, !row.status.is_terminal());
+            }
             let mut run = runs::into_machine(&wf, &mut row, tasks)?;
+            if in_part {
+                let mut known = vec![false; wf.nodes.len()];
+                for t in run.tasks.iter().filter(|t| t.item.is_none()) {
+                    known[t.node] = true;
+                }
+                run.known = Some(known);
+            }
             self.hold_to_limits(&store, &wf, &mut run, &row).await?;
             // A retry may run a MAP's items again: it needs them all. A
             // resume starts items whose retry the pause held.
@@ -823,6 +855,21 @@ impl Engine {
             runs.insert(row.id, loaded);
         }
         Ok((runs, leases))
+    }
+
+    /// Adds an open large run to (or, ended, takes it from) the runs read in
+    /// part; past `LARGE_RUNS_KEPT`, the set starts again (those runs are
+    /// read whole once more, then in part).
+    fn remember_large(&self, run: Uuid, open: bool) {
+        let mut large = self.large_runs.lock().unwrap_or_else(|p| p.into_inner());
+        if !open {
+            large.remove(&run);
+            return;
+        }
+        if large.len() >= LARGE_RUNS_KEPT {
+            large.clear();
+        }
+        large.insert(run);
     }
 
     /// Starts the oldest QUEUED runs of a concurrency key while it has free

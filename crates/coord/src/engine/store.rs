@@ -61,6 +61,16 @@ pub trait RunStore: Sync {
         count: u32,
     ) -> impl Future<Output = StoreResult<Vec<Value>>> + Send;
 
+    /// The node tasks of `nodes` (node ids) of a run loaded in part, but for
+    /// those in `held`, in the state machine's form.
+    fn load_nodes(
+        &self,
+        wf: &Workflow,
+        run_id: Uuid,
+        nodes: &[&str],
+        held: &[Uuid],
+    ) -> impl Future<Output = StoreResult<Vec<machine::Task>>> + Send;
+
     /// A definition by name: `version`, or the latest.
     fn definition(
         &self,
@@ -82,6 +92,17 @@ impl RunStore for Tx<'_, '_> {
         held: &[Uuid],
     ) -> StoreResult<Vec<machine::Task>> {
         let rows = runs::load_items(self.0, run_id, map, which, held).await?;
+        rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
+    }
+
+    async fn load_nodes(
+        &self,
+        wf: &Workflow,
+        run_id: Uuid,
+        nodes: &[&str],
+        held: &[Uuid],
+    ) -> StoreResult<Vec<machine::Task>> {
+        let rows = runs::load_nodes(self.0, run_id, nodes, held).await?;
         rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
     }
 

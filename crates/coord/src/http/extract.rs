@@ -80,8 +80,14 @@ impl<S: Send + Sync, T: DeserializeOwned, const NUL_OK: bool> FromRequest<S> for
 /// Reads a JSON body as `T`. A value of the wrong type or range names the
 /// field it is in (`limits[0].rate: invalid type: ...`), which serde_json's
 /// own message (a line and column) does not; a syntax error is as serde_json
-/// says it.
+/// says it. The path is looked for only once the body was refused: keeping
+/// it while reading costs every report (an output's every key) a string.
 fn from_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).or_else(|_| with_path(bytes))
+}
+
+/// [`from_json`] again, tracking where in the body it is.
+fn with_path<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();

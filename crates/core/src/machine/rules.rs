@@ -536,6 +536,41 @@ impl Machine<'_> {
         self.start(t, &mut ctx);
     }
 
+    /// Whether node `n`'s task, or that it has none, is loaded ([`Run::known`]).
+    ///
+    /// [`Run::known`]: super::types::Run::known
+    pub(super) fn known(&self, n: usize) -> bool {
+        self.run.known.as_ref().is_none_or(|k| k.get(n).copied().unwrap_or(true))
+    }
+
+    /// Names in `tr.missing` the nodes of `nodes` whose tasks are not
+    /// loaded; whether all are.
+    pub(super) fn require(&mut self, nodes: impl IntoIterator<Item = usize>) -> bool {
+        let mut all = true;
+        for n in nodes {
+            if !self.known(n) {
+                all = false;
+                if !self.tr.missing.contains(&n) {
+                    self.tr.missing.push(n);
+                }
+            }
+        }
+        all
+    }
+
+    /// [`Self::require`] for the nodes `node`'s expressions read (every node
+    /// when that cannot be known).
+    pub(super) fn require_reads(&mut self, node: usize) -> bool {
+        if self.run.known.is_none() {
+            return true;
+        }
+        let wf = self.wf;
+        match &wf.nodes[node].reads {
+            Some(reads) => self.require(reads.iter().copied()),
+            None => self.require(wf.topo_order.iter().copied()),
+        }
+    }
+
     /// What `node`'s expressions see, converted for jaq: the context with
     /// just the nodes they read (all nodes when that cannot be known).
     pub(super) fn scope(&self, node: usize) -> Scope {
@@ -577,13 +612,40 @@ impl Machine<'_> {
             unhandled |= t.state == TaskState::Failed && !self.wf.handles_failure(t.node);
         }
         let wf = self.wf;
+        // A run loaded in part (every open and failed task, and the nodes
+        // known) looks only after the tasks that ended in this event: a node
+        // becomes ready when its last predecessor ends, so no other can
+        // have. Whole, it looks at every node, as after a retry or a rerun.
+        let mut after: Option<Vec<bool>> = self.run.known.as_ref().map(|_| vec![false; n]);
+        if let Some(after) = &mut after {
+            for &t in self.tr.updated.iter().chain(&self.tr.created) {
+                let task = &self.run.tasks[t];
+                if task.item.is_none() && !task.removed && task.state.is_terminal() {
+                    for &e in &wf.outgoing[task.node] {
+                        after[wf.edges[e].to] = true;
+                    }
+                }
+            }
+        }
         for &node in &wf.topo_order {
             // An unhandled failure fails the run: nothing new starts.
             if unhandled {
                 break;
             }
+            if after.as_ref().is_some_and(|after| !after[node]) {
+                continue;
+            }
             if by_node[node].is_some() {
                 continue;
+            }
+            // In part: the node itself (it may have a task not loaded), what
+            // comes into it, and what its expressions read must be loaded.
+            if after.is_some() {
+                let preds: Vec<usize> = wf.incoming[node].iter().map(|&e| wf.edges[e].from).collect();
+                let known = self.require(std::iter::once(node).chain(preds));
+                if !(known && self.require_reads(node)) {
+                    continue;
+                }
             }
             let mut ctx: Option<Scope> = None;
             let mut ready = true;
@@ -633,6 +695,15 @@ impl Machine<'_> {
             }
             by_node[node] = Some(t);
             unhandled = self.run.tasks[t].state == TaskState::Failed && !wf.handles_failure(node);
+            // What it ended at once (a skip, a TRANSFORM) readies what follows it.
+            if let (Some(after), true) = (&mut after, self.run.tasks[t].state.is_terminal()) {
+                for &e in &wf.outgoing[node] {
+                    after[wf.edges[e].to] = true;
+                }
+            }
+        }
+        if !self.tr.missing.is_empty() {
+            return;
         }
         self.finish_run_if_done();
     }
@@ -646,6 +717,9 @@ impl Machine<'_> {
     ) -> usize {
         let t = self.run.tasks.len();
         self.run.tasks.push(Task::new((self.new_id)(), node, None));
+        if let Some(known) = &mut self.run.known {
+            known[node] = true;
+        }
         self.tr.created.push(t);
         if let Some(error) = edge_error {
             self.finish(t, TaskState::Failed, None, Some(Failure::fatal(codes::EXPRESSION, error)));
@@ -664,6 +738,11 @@ impl Machine<'_> {
         let node = &self.wf.nodes[self.run.tasks[t].node];
         let now = self.now;
         let needs_ctx = !node.template.is_literal() || !node.kind.traits().dispatched || !node.limits.is_empty();
+        if needs_ctx && !self.require_reads(self.run.tasks[t].node) {
+            // Void: the engine loads what the node reads and applies the event again.
+            return;
+        }
+        let node = &self.wf.nodes[self.run.tasks[t].node];
         let scope =
             if needs_ctx { Some(ctx.get_or_insert_with(|| self.scope(self.run.tasks[t].node)).clone()) } else { None };
         let eval = |tpl: &crate::expr::Template| tpl.eval_in(scope.as_ref());
@@ -810,6 +889,18 @@ impl Machine<'_> {
             };
             self.set_run(RunStatus::Failed, None, Some(error));
             return;
+        }
+        // Loaded in part (every open and failed task is here), the output
+        // needs the leaves, or by a template maybe anything.
+        if self.run.known.is_some() {
+            let wf = self.wf;
+            let reads: Vec<usize> = match wf.output {
+                Some(_) => wf.topo_order.clone(),
+                None => wf.topo_order.iter().copied().filter(|&n| wf.is_leaf(n)).collect(),
+            };
+            if !self.require(reads) {
+                return;
+            }
         }
         if let Some(template) = &self.wf.output {
             let max = self.run.max_payload;

@@ -357,6 +357,13 @@ pub struct Run {
     pub parent: Option<ParentRef>,
     /// For a run under a concurrency limit: the limit's key.
     pub concurrency_key: Option<String>,
+    /// Which nodes' tasks `tasks` holds. `None`: all of them. `Some(mask)`:
+    /// the nodes marked true (their task, or the knowledge that they have
+    /// none yet), and whatever the mask says, every task that is not
+    /// COMPLETED, SKIPPED or CANCELLED. A machine that needs another node's
+    /// task names it in [`Transition::missing`] instead of guessing; the
+    /// engine loads it and applies the event again.
+    pub known: Option<Vec<bool>>,
 }
 
 impl Run {
@@ -373,6 +380,7 @@ impl Run {
             deadline: None,
             parent: None,
             concurrency_key: None,
+            known: None,
         }
     }
 
@@ -495,6 +503,26 @@ pub enum Need {
 }
 
 impl Event {
+    /// Whether the event may be applied to a run loaded in part
+    /// ([`Run::known`]): a step's own news (its result, its timer, its
+    /// event, its child's end), which changes that step and what comes
+    /// after it. An operator's or the run's own event (cancel, retry,
+    /// rerun, pause, a timeout, a start) may touch any step: its run is
+    /// loaded whole.
+    pub fn reads_in_part(&self) -> bool {
+        matches!(
+            self,
+            Event::TaskCompleted { .. }
+                | Event::TaskFailed { .. }
+                | Event::TimerFired { .. }
+                | Event::EventReceived { .. }
+                | Event::TaskInDoubt { .. }
+                | Event::ChildFinished { .. }
+                | Event::ItemsLoaded { .. }
+                | Event::SourcesLoaded { .. }
+        )
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Event::RunStarted => "RunStarted",
@@ -739,6 +767,10 @@ pub struct Transition {
     /// stopped, so what the attempt held is free at once (an attempt ended
     /// otherwise — a timeout, a cancel — may still be running there).
     pub reported: Vec<usize>,
+    /// Nodes whose tasks a run loaded in part ([`Run::known`]) lacked and
+    /// this event needed. A transition with any is void: the engine drops
+    /// it, loads these nodes' tasks, and applies the event again.
+    pub missing: Vec<usize>,
 }
 
 impl Transition {
@@ -791,6 +823,7 @@ impl Transition {
         self.sources.extend(next.sources);
         self.limit_holds.extend(next.limit_holds);
         self.reported.extend(next.reported);
+        debug_assert!(next.missing.is_empty(), "a void transition (missing tasks) was merged");
         for m in next.continue_maps {
             if !self.continue_maps.contains(&m) {
                 self.continue_maps.push(m);
