@@ -525,8 +525,8 @@ pub async fn lock_many(
     // it read every task of the runs to find none.
     let (items_from, tasks_stmt) = match (items.is_empty(), part.runs.is_empty()) {
         (true, _) => (0, tx.prepare_cached(&node_tasks).await?),
-        (false, in_part) => {
-            let n = if in_part { 4 } else { 6 };
+        (false, none_in_part) => {
+            let n = if none_in_part { 4 } else { 6 };
             let stmt = tx
                 .prepare_cached(&format!(
                     "{node_tasks}

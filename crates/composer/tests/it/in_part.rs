@@ -131,3 +131,53 @@ async fn every_run_read_in_part_still_ends_right_and_a_cancel_reads_it_whole() {
     );
     e.stop().await;
 }
+
+/// `n` TRANSFORMs in a chain after `after`, to make a definition large.
+fn fillers(n: usize, after: &str) -> (Vec<Value>, Vec<Value>) {
+    let nodes = (0..n).map(|i| json!({"id": format!("f{i}"), "type": "TRANSFORM", "config": {"output": i}})).collect();
+    let edges = (0..n)
+        .map(|i| {
+            let from = if i == 0 { after.to_string() } else { format!("f{}", i - 1) };
+            json!({"from": from, "to": format!("f{i}")})
+        })
+        .collect();
+    (nodes, edges)
+}
+
+#[tokio::test]
+async fn a_large_run_read_in_part_gives_its_failure_handler_every_node_and_later_map_chunks_their_reads() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "cleanup", "nodes": [{"id": "note", "type": "TRANSFORM", "config": {"output": 1}}]}))
+        .await;
+    // 20 nodes: a token, fillers, a MAP of 1,100 items (a second chunk of
+    // items is created while the run is read in part) whose items send the
+    // token, then a step that fails; the handler's input reads the token.
+    let (mut nodes, mut edges) = fillers(16, "token");
+    nodes.insert(
+        0,
+        json!({"id": "token", "type": "HTTP", "config": {"method": "POST", "url": http.url("/echo/token"),
+        "body": {"token": "t-1"}}}),
+    );
+    nodes.push(json!({"id": "each", "type": "MAP", "config": {"items": "${ [range(1100)] }", "max_concurrency": 50,
+        "collect": "none", "node": {"type": "HTTP", "config": {"method": "POST", "url": http.url("/echo/item"),
+        "body": {"token": "${ .nodes.token.output.body.body.token }"}}}}}));
+    nodes.push(http_node("pay", &http.url("/bad/pay"), 1));
+    edges.push(json!({"from": "f15", "to": "each"}));
+    edges.push(json!({"from": "each", "to": "pay"}));
+    e.register(&json!({"name": "big_fail", "nodes": nodes, "edges": edges,
+        "on_failure": {"workflow": "cleanup", "input": {"token": "${ .failed_run.nodes.token.output.body.body.token }",
+                                                       "filler": "${ .failed_run.nodes.f7.output }"}}}))
+        .await;
+    let id = e.start_run("big_fail", json!({})).await;
+    let run = e.wait_for_run(id, Duration::from_secs(120)).await;
+    assert_eq!(run["status"], "FAILED", "{}", run["error"]);
+    let items = http.requests("/echo/item");
+    assert_eq!(items.len(), 1100);
+    let tokens: std::collections::BTreeSet<String> = items.iter().map(|r| r.body["token"].to_string()).collect();
+    assert_eq!(tokens, ["\"t-1\"".to_string()].into(), "every chunk's items read the token");
+    let handler = run["failure_handler_run_ids"][0].as_str().expect("a handler started").parse().unwrap();
+    let handler = e.wait_for_run(handler, T).await;
+    assert_eq!(handler["input"], json!({"token": "t-1", "filler": 7}), "{handler}");
+    e.stop().await;
+}

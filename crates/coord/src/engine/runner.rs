@@ -759,9 +759,7 @@ impl Engine {
         let handlers_owe = self.written(written);
         for l in runs.values().filter(|l| l.tr.run_changed && l.run.status.is_terminal()) {
             run_finished(&l.wf, &l.run);
-            if l.run.known.is_some() {
-                self.remember_large(l.run.id, false);
-            }
+            self.remember_large(l.run.id, false);
         }
         for _ in 0..applied {
             composer_metrics::observe(composer_metrics::EVENT_DURATION, &[], started.elapsed());
@@ -807,7 +805,12 @@ impl Engine {
             let whole: HashSet<Uuid> = events.iter().filter(|a| !a.event.reads_in_part()).map(|a| a.run_id).collect();
             run_ids.iter().copied().filter(|r| large.contains(r) && !whole.contains(r)).collect()
         };
-        let named: Vec<Uuid> = items.iter().map(|i| i.1).collect();
+        // The tasks the events name, a MAP that carries on (`ItemsLoaded`) too.
+        let carries_on = events.iter().filter_map(|a| match a.event {
+            Event::ItemsLoaded { task_id } => Some(task_id),
+            _ => None,
+        });
+        let named: Vec<Uuid> = items.iter().map(|i| i.1).chain(carries_on).collect();
         let part = runs::InPart { runs: &in_part, named: &named };
         let store = Tx(tx);
         let mut runs = HashMap::new();

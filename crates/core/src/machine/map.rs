@@ -82,6 +82,10 @@ impl Machine<'_> {
     /// run's context is converted once per chunk, not once per item); a
     /// TRANSFORM item completes at once.
     pub(super) fn create_items(&mut self, m: usize, from: u32, values: &[Value]) {
+        // Items of a later chunk see what the MAP read when it started.
+        if !self.require_reads(self.run.tasks[m].node) {
+            return;
+        }
         let wf = self.wf;
         let config = self.map_config(m).clone();
         let template = &wf.nodes[config.template];

@@ -876,6 +876,24 @@ impl Machine<'_> {
         if self.run.status != RunStatus::Running || self.run.tasks.iter().any(|t| !t.state.is_terminal()) {
             return;
         }
+        // Loaded in part (every open and failed task is here), a run that
+        // ends needs its leaves for its output, or every node for an output
+        // template or for an `on_failure` handler's input (its nodes).
+        if self.run.known.is_some() {
+            let wf = self.wf;
+            let fails =
+                self.run.tasks.iter().any(|t| {
+                    t.state == TaskState::Failed && t.item.is_none() && !t.removed && !wf.handles_failure(t.node)
+                });
+            let reads: Vec<usize> = match (wf.on_failure.is_some(), fails, &wf.output) {
+                (true, _, _) | (false, false, Some(_)) => wf.topo_order.clone(),
+                (false, true, _) => Vec::new(),
+                (false, false, None) => wf.topo_order.iter().copied().filter(|&n| wf.is_leaf(n)).collect(),
+            };
+            if !self.require(reads) {
+                return;
+            }
+        }
         // A failure with a failure or always edge out of it was handled.
         let unhandled = self.run.tasks.iter().find(|t| {
             t.state == TaskState::Failed && t.item.is_none() && !t.removed && !self.wf.handles_failure(t.node)
@@ -889,18 +907,6 @@ impl Machine<'_> {
             };
             self.set_run(RunStatus::Failed, None, Some(error));
             return;
-        }
-        // Loaded in part (every open and failed task is here), the output
-        // needs the leaves, or by a template maybe anything.
-        if self.run.known.is_some() {
-            let wf = self.wf;
-            let reads: Vec<usize> = match wf.output {
-                Some(_) => wf.topo_order.clone(),
-                None => wf.topo_order.iter().copied().filter(|&n| wf.is_leaf(n)).collect(),
-            };
-            if !self.require(reads) {
-                return;
-            }
         }
         if let Some(template) = &self.wf.output {
             let max = self.run.max_payload;
