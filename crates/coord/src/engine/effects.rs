@@ -56,13 +56,16 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
 
 /// [`apply_contained`] on a run loaded in part ([`Run::known`]): while the
 /// machine says it misses nodes' tasks, its transition is dropped, the run
-/// put back as it was, those tasks loaded, and the event applied again.
-/// Each round loads at least one more node, so there are at most as many
-/// rounds as nodes; a chain needs two (the next node, which has no task yet).
+/// put back as it was, those tasks loaded, and the event applied again. A
+/// step of a chain needs one such round (the next node, which has no task
+/// yet). A second round loads every node still missing, so an event that
+/// runs on through a cascade (a chain of skips or TRANSFORMs) is applied
+/// at most three times, not once per node.
 async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
     if run.known.is_none() {
         return apply_contained(wf, run, event).await;
     }
+    let mut rounds = 0;
     loop {
         let before = run.clone();
         let tr = apply_contained(wf, run, event.clone()).await?;
@@ -71,8 +74,20 @@ async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run
         }
         *run = before;
         let known = run.known.get_or_insert_with(Vec::new);
-        let mut nodes = Vec::with_capacity(tr.missing.len());
-        for &n in &tr.missing {
+        let missing: Vec<usize> = match rounds {
+            0 => tr.missing,
+            _ => (0..known.len()).filter(|&n| !known[n]).collect(),
+        };
+        rounds += 1;
+        if missing.is_empty() {
+            return Err(composer_store::Error::Corrupt(format!(
+                "run {}: the state machine misses tasks of nodes that are all loaded",
+                run.id
+            ))
+            .into());
+        }
+        let mut nodes = Vec::with_capacity(missing.len());
+        for n in missing {
             match known.get_mut(n) {
                 Some(k) if !*k => *k = true,
                 _ => {
@@ -181,17 +196,24 @@ pub(crate) mod fake {
         pub locked_keys: Mutex<Vec<(String, String)>>,
         pub inserted: Mutex<Vec<RunRow>>,
         pub definitions: Vec<DefinitionRow>,
+        /// Node tasks not held by a run loaded in part, and the node ids
+        /// each read of them asked for.
+        pub node_tasks: Mutex<Vec<machine::Task>>,
+        pub node_reads: Mutex<Vec<Vec<String>>>,
     }
 
     impl RunStore for FakeStore {
         async fn load_nodes(
             &self,
-            _wf: &Workflow,
+            wf: &Workflow,
             _run_id: Uuid,
-            _nodes: &[&str],
-            _held: &[Uuid],
+            nodes: &[&str],
+            held: &[Uuid],
         ) -> Result<Vec<machine::Task>, composer_store::Error> {
-            Ok(Vec::new())
+            self.node_reads.lock().unwrap().push(nodes.iter().map(|n| n.to_string()).collect());
+            let tasks = self.node_tasks.lock().unwrap();
+            let of = |t: &&machine::Task| nodes.contains(&wf.nodes[t.node].id.as_str()) && !held.contains(&t.id);
+            Ok(tasks.iter().filter(of).cloned().collect())
         }
 
         async fn load_items(
@@ -353,6 +375,36 @@ mod tests {
         let tr = apply(&store, &wf, &mut run, Event::RunStarted).await.unwrap();
         assert_eq!(run.tasks[0].state, TaskState::Waiting);
         assert!(tr.effects.is_empty(), "every effect was run");
+    }
+
+    /// A run loaded in part that runs on through a chain of 40 TRANSFORMs
+    /// after its step reads the missing nodes twice, not 40 times: first
+    /// what the machine named, then every node still missing.
+    #[tokio::test]
+    async fn a_cascade_in_a_run_loaded_in_part_reads_the_missing_nodes_at_most_twice() {
+        let mut nodes = vec![json!({"id": "step", "type": "HTTP", "config": {"url": "http://h/step"}})];
+        let mut edges = Vec::new();
+        for i in 0..40 {
+            nodes.push(json!({"id": format!("t{i}"), "type": "TRANSFORM", "config": {"output": i}}));
+            let from = if i == 0 { "step".to_string() } else { format!("t{}", i - 1) };
+            edges.push(json!({"from": from, "to": format!("t{i}")}));
+        }
+        let wf = workflow(json!({"name": "cascade", "nodes": nodes, "edges": edges}));
+        let store = FakeStore::default();
+        let mut run = Run::new(Uuid::now_v7(), json!({}));
+        apply(&store, &wf, &mut run, Event::RunStarted).await.unwrap();
+        let step = run.tasks[0].clone();
+        // Read in part: the step is open; nothing else exists yet.
+        run.known = Some(vec![false; wf.nodes.len()]);
+        run.known.as_mut().unwrap()[step.node] = true;
+        let done = Event::TaskCompleted { task_id: step.id, attempt: 1, output: json!({}) };
+        apply(&store, &wf, &mut run, done).await.unwrap();
+        assert_eq!(run.status, RunStatus::Succeeded);
+        assert_eq!(run.output, Some(json!({"t39": 39})));
+        let reads = store.node_reads.lock().unwrap();
+        assert_eq!(reads.len(), 2, "{reads:?}");
+        assert_eq!(reads[0], vec!["t0".to_string()]);
+        assert_eq!(reads[1].len(), 39, "every node still missing at once");
     }
 
     /// A MAP whose items the run does not hold (as after a reload) asks for
