@@ -740,13 +740,7 @@ impl Sim {
 #[test]
 fn a_map_runs_each_item_under_its_concurrency_and_gathers_outputs_in_item_order() {
     let input = json!({"orders": ["a", "b", "c", "d", "e"]});
-    let mut e = Engine {
-        wf: map_wf(Some(2), "fail", 1),
-        stored: Run::new(Uuid::from_u128(1), input),
-        now: Utc::now(),
-        next: 100,
-        sources: Default::default(),
-    };
+    let mut e = engine_of(map_wf(Some(2), "fail", 1), input);
     let (tr, _) = e.apply(Event::RunStarted);
     assert_eq!(tr.created.len(), 1 + super::map::ITEM_CHUNK as usize, "the MAP's task and its first chunk of items");
     assert_eq!(tr.sources.len(), 0, "handed to storage (the model took them)");
@@ -934,7 +928,10 @@ fn cancelling_a_run_ends_its_map_and_items() {
 /// event names, and loads more when the machine asks ([`Need`]). This model
 /// keeps the whole run as "storage" and hands the machine what the engine
 /// would, then writes back what the transition says it changed, and cancels
-/// in storage as the writer does.
+/// in storage as the writer does. With `in_part`, it reads the run as the
+/// engine reads a large one: whole the first time, then, for the events that
+/// read in part, only the open and failed node tasks and those named, and the
+/// nodes the machine says it misses ([`Transition::missing`]).
 struct Engine {
     wf: Workflow,
     stored: Run,
@@ -942,18 +939,42 @@ struct Engine {
     next: u128,
     /// The lists of MAPs with items still to create, by index, by MAP task.
     sources: std::collections::HashMap<Uuid, Vec<Value>>,
+    in_part: bool,
+    /// Whether the run was loaded before (the first load is whole).
+    seen: bool,
+    /// Applications the machine voided for want of a node's tasks.
+    voided: usize,
 }
 
 impl Engine {
     fn view(&self, named: Option<Uuid>, event: &Event) -> Run {
+        self.view_of(&named.into_iter().collect::<Vec<_>>(), std::slice::from_ref(event))
+    }
+
+    fn view_of(&self, named: &[Uuid], events: &[Event]) -> Run {
         let mut run = self.stored.clone();
-        let maps_of_retry = matches!(event, Event::RetryRun);
-        run.tasks.retain(|t| {
-            t.item.is_none()
-                || Some(t.id) == named
-                || maps_of_retry
-                || (matches!(event, Event::ResumeRun) && t.state == TaskState::Waiting && t.wake_at.is_none())
+        let maps_of_retry = events.iter().any(|e| matches!(e, Event::RetryRun));
+        let resume = events.iter().any(|e| matches!(e, Event::ResumeRun));
+        let part = self.in_part && self.seen && events.iter().all(Event::reads_in_part);
+        run.tasks.retain(|t| match t.item {
+            Some(_) => {
+                named.contains(&t.id)
+                    || maps_of_retry
+                    || (resume && t.state == TaskState::Waiting && t.wake_at.is_none())
+            }
+            None => {
+                !part
+                    || named.contains(&t.id)
+                    || !matches!(t.state, TaskState::Completed | TaskState::Skipped | TaskState::Cancelled)
+            }
         });
+        if part {
+            let mut known = vec![false; self.wf.nodes.len()];
+            for t in run.tasks.iter().filter(|t| t.item.is_none()) {
+                known[t.node] = true;
+            }
+            run.known = Some(known);
+        }
         run
     }
 
@@ -979,50 +1000,104 @@ impl Engine {
         n
     }
 
-    fn apply(&mut self, event: Event) -> (Transition, Run) {
-        let mut run = self.view(event.task_id(), &event);
-        let next = std::cell::Cell::new(self.next);
-        let mut ids = || {
-            next.set(next.get() + 1);
-            Uuid::from_u128(next.get())
-        };
-        let mut tr = apply(&self.wf, &mut run, event.clone(), self.now, &mut ids);
+    /// The machine's `apply`, and for a run in part, as the engine does:
+    /// while it misses nodes' tasks, the transition is dropped, the run put
+    /// back, the tasks added (then every node still missing) and the event
+    /// applied again, minting the same ids.
+    fn apply_loading(&mut self, run: &mut Run, event: Event) -> Transition {
+        let mut rounds = 0;
         loop {
-            let needs: Vec<Need> = std::mem::take(&mut tr.effects)
-                .into_iter()
-                .filter_map(|e| match e {
-                    Effect::LoadItems(need) => Some(need),
-                    Effect::TakeBufferedEvent { .. } => None,
-                })
-                .collect();
-            if needs.is_empty() {
-                break;
+            let (before, next) = (run.clone(), self.next);
+            let counter = &mut self.next;
+            let mut ids = || {
+                *counter += 1;
+                Uuid::from_u128(*counter)
+            };
+            let tr = apply(&self.wf, run, event.clone(), self.now, &mut ids);
+            if tr.missing.is_empty() {
+                return tr;
             }
-            for need in needs {
-                let map = match need {
-                    Need::Queued { map, .. } | Need::All { map } => map,
-                    Need::Sources { map, from, count } => {
-                        let list = self.sources.get(&map).expect("the list of a MAP that asks for it");
-                        let items = list[from as usize..(from + count) as usize].to_vec();
-                        let loaded = Event::SourcesLoaded { task_id: map, from, items };
-                        tr.merge(apply(&self.wf, &mut run, loaded, self.now, &mut ids));
-                        continue;
-                    }
-                };
-                assert!(self.load(&mut run, need) > 0, "a need storage cannot meet: {need:?}");
-                tr.merge(apply(&self.wf, &mut run, Event::ItemsLoaded { task_id: map }, self.now, &mut ids));
+            self.voided += 1;
+            (*run, self.next) = (before, next);
+            let known = run.known.as_mut().expect("only a run in part misses tasks");
+            let missing: Vec<usize> = match rounds {
+                0 => tr.missing,
+                _ => (0..known.len()).filter(|&n| !known[n]).collect(),
+            };
+            rounds += 1;
+            assert!(!missing.is_empty(), "the machine misses nodes that are all loaded");
+            for &n in &missing {
+                assert!(!known[n], "node {n} was asked for twice");
+                known[n] = true;
             }
+            let have: std::collections::HashSet<Uuid> = run.tasks.iter().map(|t| t.id).collect();
+            let more = self.stored.tasks.iter().filter(|t| t.item.is_none() && missing.contains(&t.node));
+            let more: Vec<Task> = more.filter(|t| !have.contains(&t.id)).cloned().collect();
+            run.tasks.extend(more);
         }
-        self.next = next.get();
-        for (m, first, rest) in std::mem::take(&mut tr.sources) {
-            let mut list = vec![Value::Null; (first * super::map::ITEM_CHUNK) as usize];
-            list.extend(rest);
-            self.sources.insert(run.tasks[m].id, list);
+    }
+
+    fn apply(&mut self, event: Event) -> (Transition, Run) {
+        let (mut each, run) = self.apply_all(&[event]);
+        (each.pop().expect("one event"), run)
+    }
+
+    /// Applies a batch of events to the run in one load, as the engine does
+    /// with the events of one run in one transaction; each event's
+    /// transition, and the run as the batch left it.
+    fn apply_all(&mut self, events: &[Event]) -> (Vec<Transition>, Run) {
+        let mut named: Vec<Uuid> = events.iter().flat_map(Event::task_ids).collect();
+        named.extend(events.iter().filter_map(|e| match e {
+            Event::ItemsLoaded { task_id } => Some(*task_id),
+            _ => None,
+        }));
+        let mut run = self.view_of(&named, events);
+        self.seen = true;
+        let mut all = Transition::default();
+        let mut each = Vec::new();
+        for event in events {
+            let mut tr = self.apply_loading(&mut run, event.clone());
+            loop {
+                let needs: Vec<Need> = std::mem::take(&mut tr.effects)
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        Effect::LoadItems(need) => Some(need),
+                        Effect::TakeBufferedEvent { .. } => None,
+                    })
+                    .collect();
+                if needs.is_empty() {
+                    break;
+                }
+                for need in needs {
+                    let map = match need {
+                        Need::Queued { map, .. } | Need::All { map } => map,
+                        Need::Sources { map, from, count } => {
+                            let list = self.sources.get(&map).expect("the list of a MAP that asks for it");
+                            let items = list[from as usize..(from + count) as usize].to_vec();
+                            let loaded = Event::SourcesLoaded { task_id: map, from, items };
+                            let more = self.apply_loading(&mut run, loaded);
+                            tr.merge(more);
+                            continue;
+                        }
+                    };
+                    assert!(self.load(&mut run, need) > 0, "a need storage cannot meet: {need:?}");
+                    let more = self.apply_loading(&mut run, Event::ItemsLoaded { task_id: map });
+                    tr.merge(more);
+                }
+            }
+            for (m, first, rest) in std::mem::take(&mut tr.sources) {
+                let mut list = vec![Value::Null; (first * super::map::ITEM_CHUNK) as usize];
+                list.extend(rest);
+                self.sources.insert(run.tasks[m].id, list);
+            }
+            all.merge(tr.clone());
+            each.push(tr);
         }
-        // Write back: the writer's bulk cancel first, then the changes.
+        // Write back: the writer's bulk cancel first, then the changes (a
+        // task taken out of the run is deleted).
         let written: std::collections::HashSet<Uuid> =
-            tr.updated.iter().chain(&tr.created).map(|&i| run.tasks[i].id).collect();
-        for &m in &tr.cancel_items {
+            all.updated.iter().chain(&all.created).map(|&i| run.tasks[i].id).collect();
+        for &m in &all.cancel_items {
             let map = run.tasks[m].id;
             for t in self.stored.tasks.iter_mut() {
                 if t.item.is_some_and(|i| i.map == map) && !t.state.is_terminal() && !written.contains(&t.id) {
@@ -1031,10 +1106,14 @@ impl Engine {
                 }
             }
         }
-        for &i in tr.updated.iter().chain(&tr.created) {
+        for &i in all.updated.iter().chain(&all.created) {
             let task = run.tasks[i].clone();
-            match self.stored.tasks.iter_mut().find(|t| t.id == task.id) {
-                Some(t) => *t = task,
+            match self.stored.tasks.iter().position(|t| t.id == task.id) {
+                Some(at) if task.removed => {
+                    self.stored.tasks.remove(at);
+                }
+                Some(at) => self.stored.tasks[at] = task,
+                None if task.removed => {}
                 None => self.stored.tasks.push(task),
             }
         }
@@ -1042,7 +1121,7 @@ impl Engine {
         self.stored.output = run.output.clone();
         self.stored.error = run.error.clone();
         self.stored.deadline = run.deadline;
-        (tr, run)
+        (each, run)
     }
 }
 
@@ -1087,7 +1166,7 @@ proptest! {
         let mut rng = Rng(seed);
         let wf = random_map_workflow(max_concurrency, continue_on_failure, max_attempts);
         let input = json!({"items": (0..items).collect::<Vec<_>>()});
-        let mut e = Engine { wf, stored: Run::new(Uuid::from_u128(1), input), now: Utc::now(), next: 100, sources: Default::default() };
+        let mut e = engine_of(wf, input);
         let mut inbox = vec![Event::RunStarted];
         let mut ended = std::collections::HashSet::new();
         let mut retried = false;
@@ -1184,13 +1263,7 @@ proptest! {
 fn an_item_result_needs_only_that_item_until_the_next_must_start_or_the_output_gathers() {
     let wf = map_wf(Some(1), "fail", 1);
     let input = json!({"orders": ["a", "b", "c"]});
-    let mut e = Engine {
-        wf,
-        stored: Run::new(Uuid::from_u128(1), input),
-        now: Utc::now(),
-        next: 100,
-        sources: Default::default(),
-    };
+    let mut e = engine_of(wf, input);
     e.apply(Event::RunStarted);
     let item =
         |e: &Engine, i: u32| e.stored.tasks.iter().find(|t| t.item.is_some_and(|x| x.index == i)).unwrap().clone();
@@ -1785,7 +1858,16 @@ fn a_loop_is_refused_without_a_condition_or_a_bound() {
 }
 
 fn engine_of(wf: Workflow, input: Value) -> Engine {
-    Engine { wf, stored: Run::new(Uuid::from_u128(1), input), now: Utc::now(), next: 100, sources: Default::default() }
+    Engine {
+        wf,
+        stored: Run::new(Uuid::from_u128(1), input),
+        now: Utc::now(),
+        next: 100,
+        sources: Default::default(),
+        in_part: false,
+        seen: false,
+        voided: 0,
+    }
 }
 
 fn big_map(config: Value) -> Workflow {
@@ -2203,4 +2285,200 @@ fn a_chain_loaded_in_part_reads_only_the_step_after_the_one_that_ended() {
     }
     assert_eq!(part.run.status, RunStatus::Succeeded);
     assert_eq!(part.stored.len(), 50);
+}
+
+/// A random DAG of every kind of node: HTTP steps, TRANSFORMs, MAPs (of 0 to
+/// 8 items, in chunks, reading an earlier node), waits for a time and for an
+/// event, sub-workflows and loops, each reading an earlier node's output;
+/// edges as in [`varied_workflow`]; maybe an output template, maybe an
+/// `on_failure` handler (whose input is every node).
+fn every_kind_workflow(n: usize, bits: &[u8], output: bool, handler: bool) -> Workflow {
+    let mut byte = 0usize;
+    let mut next = || {
+        byte += 1;
+        bits[byte % bits.len()]
+    };
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for i in 0..n {
+        let id = format!("n{i}");
+        let read = if i > 0 { format!("${{ .nodes.n{}.output }}", next() as usize % i) } else { "none".into() };
+        let retry = json!({"max_attempts": 1 + next() as u32 % 2, "initial_backoff": "1s"});
+        nodes.push(match next() % 9 {
+            0 if i > 0 => json!({"id": id, "type": "TRANSFORM", "config": {"output": {"from": read}}}),
+            1 => {
+                let mut config = json!({"items": format!("${{ [range({})] }}", next() % 9),
+                    "on_item_failure": if next() % 2 == 0 { "continue" } else { "fail" },
+                    "node": {"type": "HTTP", "retry": retry, "config": {"url": "http://h/${ .item }", "body": {"from": read}}}});
+                if next() % 2 == 0 {
+                    config["max_concurrency"] = json!(1 + next() % 3);
+                }
+                json!({"id": id, "type": "MAP", "config": config})
+            }
+            2 => json!({"id": id, "type": "WAIT_FOR_EVENT", "config": {"event": "e", "key": format!("k{i}"), "timeout": "1h"}}),
+            3 => json!({"id": id, "type": "WAIT", "config": {"duration": "1m"}}),
+            4 => json!({"id": id, "type": "SUB_WORKFLOW", "retry": retry, "config": {"workflow": "child", "input": {"from": read}}}),
+            5 => json!({"id": id, "type": "LOOP", "retry": retry, "config": {"workflow": "step", "input": {"from": read},
+                        "until": ".iteration.output.v >= 1", "max_iterations": 3}}),
+            _ => json!({"id": id, "type": "HTTP", "config": {"url": format!("http://h/{i}"), "body": {"from": read}}, "retry": retry}),
+        });
+        for j in 0..i {
+            let edge = match next() % 12 {
+                0 => json!({"from": format!("n{j}"), "to": id, "on": "failure"}),
+                1 => json!({"from": format!("n{j}"), "to": id, "on": "always"}),
+                2 => json!({"from": format!("n{j}"), "to": id, "when": format!(".nodes.n{j}.output != null")}),
+                3 | 4 => json!({"from": format!("n{j}"), "to": id}),
+                _ => continue,
+            };
+            edges.push(edge);
+        }
+    }
+    let mut spec = json!({"name": "every", "nodes": nodes, "edges": edges});
+    if output {
+        spec["output"] = json!({"last": format!("${{ .nodes.n{}.output }}", n - 1)});
+    }
+    if handler {
+        spec["on_failure"] = json!({"workflow": "cleanup", "on": ["FAILED", "CANCELLED"]});
+    }
+    Workflow::parse(&spec).unwrap()
+}
+
+/// What a failure handler's input sees of a run: each node's task.
+fn node_tasks(run: &Run) -> Vec<(usize, TaskState, Option<Value>, Option<String>)> {
+    let mut v: Vec<_> = run
+        .tasks
+        .iter()
+        .filter(|t| t.item.is_none() && !t.removed)
+        .map(|t| (t.node, t.state, t.output.clone(), t.error.clone()))
+        .collect();
+    v.sort_by_key(|t| t.0);
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// As [`a_run_loaded_in_part_goes_as_the_run_loaded_whole`], over every
+    /// kind of node and the engine's item loads: MAP items in chunks and
+    /// their follow-ups, timers, events and their timeouts, children's ends
+    /// and loop iterations, pauses, cancels and a failure handler's view of
+    /// the run, with two events of the run applied in one load at times.
+    #[test]
+    fn a_run_of_every_kind_of_node_loaded_in_part_goes_as_the_run_loaded_whole(
+        n in 1usize..10,
+        bits in proptest::collection::vec(any::<u8>(), 1..80),
+        output in any::<bool>(),
+        handler in any::<bool>(),
+        seed in 1u64..u64::MAX,
+    ) {
+        let wf = every_kind_workflow(n, &bits, output, handler);
+        let mut rng = Rng(seed);
+        let mut whole = engine_of(wf.clone(), json!({"x": 1}));
+        let mut part = engine_of(wf.clone(), json!({"x": 1}));
+        part.in_part = true;
+        let mut inbox = vec![Event::RunStarted];
+        let mut issued = std::collections::HashSet::new();
+        let (mut steps, mut retries) = (0, 0);
+        loop {
+            if inbox.is_empty() {
+                match whole.stored.status {
+                    RunStatus::Paused => inbox.push(Event::ResumeRun),
+                    RunStatus::Failed if retries < 2 && rng.chance(50) => {
+                        retries += 1;
+                        inbox.push(Event::RetryRun);
+                    }
+                    s if s.is_terminal() => break,
+                    _ => prop_assert!(false, "an open run that nothing moves: {:?}", whole.stored.tasks),
+                }
+            }
+            steps += 1;
+            prop_assert!(steps < 5_000, "the run did not converge");
+            let mut batch = vec![inbox.swap_remove(rng.below(inbox.len()))];
+            if !inbox.is_empty() && rng.chance(25) {
+                batch.push(inbox.swap_remove(rng.below(inbox.len())));
+            }
+            whole.now += chrono::Duration::hours(1);
+            part.now = whole.now;
+            let (a, run_a) = whole.apply_all(&batch);
+            let (b, run_b) = part.apply_all(&batch);
+            for (x, y) in a.iter().zip(&b) {
+                prop_assert_eq!(x.ignored.is_some(), y.ignored.is_some(), "{:?}", batch);
+                prop_assert_eq!(x.history.len(), y.history.len(), "{:?}", batch);
+                let ids = |tr: &Transition, run: &Run| {
+                    let mut v: Vec<Uuid> = tr.dispatch.iter().chain(&tr.children).map(|&t| run.tasks[t].id).collect();
+                    v.sort();
+                    v
+                };
+                prop_assert_eq!(ids(x, &run_a), ids(y, &run_b));
+                let owed_a = after_commit(&wf, &run_a, x);
+                prop_assert_eq!(&owed_a, &after_commit(&wf, &run_b, y));
+                for owed in owed_a {
+                    if let AfterCommit::ContinueMap { task_id } = owed {
+                        inbox.push(Event::ItemsLoaded { task_id });
+                    }
+                }
+            }
+            prop_assert_eq!(
+                (whole.stored.status, &whole.stored.output, &whole.stored.error),
+                (part.stored.status, &part.stored.output, &part.stored.error)
+            );
+            let mut stored_a = whole.stored.tasks.clone();
+            let mut stored_b = part.stored.tasks.clone();
+            stored_a.sort_by_key(|t| t.id);
+            stored_b.sort_by_key(|t| t.id);
+            prop_assert_eq!(stored_a, stored_b);
+            if handler && whole.stored.status.is_terminal() && a.iter().any(|t| t.run_changed) {
+                prop_assert_eq!(node_tasks(&run_a), node_tasks(&run_b), "what the handler is given");
+            }
+            // The next events, from what storage holds: a result for each
+            // attempt sent out, a timer for each wait, an event for each
+            // waiter, an end for each child; a few twice.
+            for t in &whole.stored.tasks {
+                let key = format!("{}:{}:{:?}:{:?}:{:?}", t.id, t.attempt, t.iteration, t.state, t.wake_at);
+                if t.state.is_terminal() || !issued.insert(key) {
+                    continue;
+                }
+                let has_child = t.item.is_none() && wf.nodes[t.node].kind.traits().has_child;
+                let mut news = Vec::new();
+                match t.state {
+                    TaskState::Running if has_child => {
+                        let ok = rng.chance(70);
+                        news.push(Event::ChildFinished {
+                            task_id: t.id,
+                            attempt: t.attempt,
+                            iteration: t.iteration.unwrap_or(0),
+                            child: Some(Uuid::from_u128(7)),
+                            status: if ok { RunStatus::Succeeded } else { RunStatus::Failed },
+                            output: ok.then(|| json!({"v": rng.below(3)})),
+                            error: (!ok).then(|| "declined".to_string()),
+                        });
+                    }
+                    TaskState::Pending => news.push(if rng.chance(65) {
+                        Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!({"v": rng.below(3)}) }
+                    } else {
+                        Event::TaskFailed { task_id: t.id, attempt: t.attempt, error: "e".into(), retryable: rng.chance(70), code: None, status: None, retry_after: None }
+                    }),
+                    TaskState::Waiting if t.wake_at.is_some() => {
+                        news.push(Event::TimerFired { task_id: t.id });
+                        if t.event.is_some() && rng.chance(60) {
+                            news.push(Event::EventReceived { task_id: t.id, payload: json!({"v": rng.below(3)}) });
+                        }
+                    }
+                    _ => {}
+                }
+                for e in news {
+                    if rng.chance(15) {
+                        inbox.push(e.clone());
+                    }
+                    inbox.push(e);
+                }
+            }
+            match whole.stored.status {
+                RunStatus::Running if rng.chance(3) => inbox.push(Event::PauseRun),
+                RunStatus::Running if rng.chance(2) => inbox.push(Event::CancelRun),
+                RunStatus::Paused if rng.chance(30) => inbox.push(Event::ResumeRun),
+                _ => {}
+            }
+        }
+    }
 }
