@@ -724,6 +724,18 @@ pub async fn lock_concurrency_key(tx: &Transaction<'_>, workflow: &str, key: &st
     Ok(())
 }
 
+/// [`lock_concurrency_key`] unless another transaction holds it: whether
+/// this one now does (it waits for nothing).
+pub async fn try_lock_concurrency_key(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<bool> {
+    let row = tx
+        .query_one(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended('composer_concurrency:' || $1 || ':' || $2, 0))",
+            &[&workflow, &key],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
 /// How a concurrency key stands: its open (RUNNING or PAUSED) runs, and
 /// whether any run waits QUEUED. Call under [`lock_concurrency_key`].
 pub async fn concurrency_usage(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<(i64, bool)> {
@@ -743,26 +755,46 @@ pub async fn concurrency_usage(tx: &Transaction<'_>, workflow: &str, key: &str) 
 /// priorities by weight, fairness keys taking turns), locked; call under
 /// [`lock_concurrency_key`].
 pub async fn lock_queued(tx: &Transaction<'_>, workflow: &str, key: &str, limit: i64) -> Result<Vec<RunRow>> {
-    let rows = tx
-        .query(
-            &format!(
-                "SELECT {RUN_COLUMNS} FROM workflow_runs
-                  WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED'
-                  ORDER BY fair_turn, id LIMIT $3 FOR UPDATE"
-            ),
-            &[&workflow, &key, &limit],
-        )
+    let stmt = tx
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM workflow_runs
+              WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED'
+              ORDER BY fair_turn, id LIMIT $3 FOR UPDATE"
+        ))
         .await?;
+    let rows = tx.query(&stmt, &[&workflow, &key, &limit]).await?;
     rows.iter().map(RunRow::from_row).collect()
 }
 
-/// A QUEUED run leaves the queue: RUNNING, with its deadline from now.
-pub async fn set_running(tx: &Transaction<'_>, id: Uuid, deadline: Option<DateTime<Utc>>) -> Result<()> {
-    tx.execute(
-        "UPDATE workflow_runs SET status = 'RUNNING', deadline = $2, updated_at = now() WHERE id = $1",
-        &[&id, &deadline],
-    )
-    .await?;
+/// A key's queue as a promotion pass sees it, in one read: the definition
+/// of its next QUEUED run (whose limit applies), if any, and its open
+/// (RUNNING or PAUSED) runs. Call under [`lock_concurrency_key`].
+pub async fn queue_head(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<Option<(Uuid, i64)>> {
+    let stmt = tx
+        .prepare_cached(
+            "SELECT (SELECT workflow_definition_id FROM workflow_runs
+                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED'
+                      ORDER BY fair_turn, id LIMIT 1),
+                    (SELECT count(*) FROM workflow_runs
+                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status IN ('RUNNING', 'PAUSED'))",
+        )
+        .await?;
+    let row = tx.query_one(&stmt, &[&workflow, &key]).await?;
+    let head: Option<Uuid> = row.try_get(0)?;
+    Ok(head.map(|definition| (definition, row.get(1))))
+}
+
+/// QUEUED runs leave the queue: RUNNING, each with its deadline, in one
+/// statement.
+pub async fn set_running(tx: &Transaction<'_>, ids: &[Uuid], deadlines: &[Option<DateTime<Utc>>]) -> Result<()> {
+    let stmt = tx
+        .prepare_cached(
+            "UPDATE workflow_runs r SET status = 'RUNNING', deadline = d.deadline, updated_at = now()
+               FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, deadline)
+              WHERE r.id = d.id",
+        )
+        .await?;
+    tx.execute(&stmt, &[&ids, &deadlines]).await?;
     Ok(())
 }
 

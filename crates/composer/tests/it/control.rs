@@ -478,6 +478,70 @@ async fn a_queued_run_left_behind_by_a_dead_coordinator_is_started_by_the_timer_
     e.stop().await;
 }
 
+fn solo_waiting() -> Value {
+    json!({"name": "solo", "concurrency": {"max": 1}, "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "${ .input.k }"}}]})
+}
+
+/// No timer loop within a test's time: only the engine starts queued runs.
+fn without_sweeps() -> EngineOptions {
+    EngineOptions { coordinator: |c| c.timer_interval = Duration::from_secs(3600), ..Default::default() }
+}
+
+/// When the transaction that wrote a run's history entry of `kind` began
+/// (`now()`, the same for every statement of a transaction).
+async fn stamp_of(e: &Engine, run: Uuid, kind: &str) -> chrono::DateTime<chrono::Utc> {
+    let db = e.db.pool().get().await.unwrap();
+    let sql = "SELECT created_at FROM run_events WHERE run_id = $1 AND type = $2";
+    db.query_one(sql, &[&run, &kind]).await.unwrap().get(0)
+}
+
+/// A run's end hands its slot to the next queued run of its key in the
+/// transaction that ends it, not in a pass after the commit.
+#[tokio::test]
+async fn a_slot_a_runs_end_frees_goes_to_the_next_queued_run_in_the_same_transaction() {
+    let e = Engine::with(without_sweeps()).await;
+    e.register(&solo_waiting()).await;
+    let first = e.start_run("solo", json!({"k": "1"})).await;
+    let second = e.start_run("solo", json!({"k": "2"})).await;
+    let (_, run) = e.get(&format!("/v1/runs/{second}")).await;
+    assert_eq!(run["status"], "QUEUED", "{run}");
+    let (status, body) = e.post("/v1/events", &json!({"name": "go", "key": "1", "payload": {}})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(e.wait_for_run(first, T).await["status"], "SUCCEEDED");
+    let run = e.wait_until(second, T, |r| r["status"] == "RUNNING").await;
+    assert_eq!(run["tasks"][0]["state"], "WAITING", "{run}");
+    let (ended, started) = (stamp_of(&e, first, "RunSucceeded").await, stamp_of(&e, second, "RunStarted").await);
+    assert_eq!(ended, started, "one transaction ended one and started the other");
+    e.stop().await;
+}
+
+/// A hand-over that cannot take the next queued run (another transaction
+/// holds its row) gives up after its lock timeout, is rolled back, and the
+/// batch still applies its events; the pass after the commit starts the run
+/// once the row is free.
+#[tokio::test]
+async fn a_hand_over_that_cannot_lock_the_queued_run_leaves_it_to_the_pass_and_the_batch_goes_on() {
+    let e = Engine::with(without_sweeps()).await;
+    e.register(&solo_waiting()).await;
+    let first = e.start_run("solo", json!({"k": "1"})).await;
+    let second = e.start_run("solo", json!({"k": "2"})).await;
+    let mut client = e.db.pool().get().await.unwrap();
+    let lock = client.transaction().await.unwrap();
+    lock.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&second]).await.unwrap();
+    let (status, body) = e.post("/v1/events", &json!({"name": "go", "key": "1", "payload": {}})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(e.wait_for_run(first, T).await["status"], "SUCCEEDED", "the batch applied its event");
+    let (_, run) = e.get(&format!("/v1/runs/{second}")).await;
+    assert_eq!(run["status"], "QUEUED", "its row is held: {run}");
+    lock.rollback().await.unwrap();
+    let run = e.wait_until(second, T, |r| r["status"] == "RUNNING").await;
+    assert_eq!(run["tasks"][0]["state"], "WAITING", "{run}");
+    let (ended, started) = (stamp_of(&e, first, "RunSucceeded").await, stamp_of(&e, second, "RunStarted").await);
+    assert!(started > ended, "started by the pass, after: {ended} {started}");
+    e.stop().await;
+}
+
 // ---- schedules ----
 
 fn fast_timers() -> EngineOptions {

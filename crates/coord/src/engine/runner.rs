@@ -1,7 +1,7 @@
 //! The [`Engine`]: its queue and batch loops, the transaction each batch is
 //! applied in, and what it runs after a commit.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -747,6 +747,11 @@ impl Engine {
             created.push(row);
         }
         let mut written = self.write(&tx, runs.values_mut(), published).await?;
+        let freed = freed_keys(&runs);
+        let HandOver { handed, promoted, written: promoted_written } = match freed.is_empty() {
+            true => HandOver::default(),
+            false => self.hand_over_slots(&tx, &runs, &freed).await?,
+        };
         tx.commit().await?;
         if !written.eager.is_empty() {
             let mut sent: HashMap<Uuid, Given> = written.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
@@ -756,8 +761,13 @@ impl Engine {
                 }
             }
         }
-        let handlers_owe = self.written(written);
-        for l in runs.values().filter(|l| l.tr.run_changed && l.run.status.is_terminal()) {
+        let mut handlers_owe = self.written(written);
+        if let Some(w) = promoted_written {
+            handlers_owe.extend(self.written(w));
+            handlers_owe.extend(promoted.iter().flat_map(Loaded::after_commit));
+            composer_metrics::inc(composer_metrics::SLOTS_HANDED_OVER, &[], promoted.len() as u64);
+        }
+        for l in runs.values().chain(&promoted).filter(|l| l.tr.run_changed && l.run.status.is_terminal()) {
             run_finished(&l.wf, &l.run);
             self.remember_large(l.run.id, false);
         }
@@ -775,8 +785,65 @@ impl Engine {
                 row.error = l.run.error.clone();
             }
         }
-        let after_commit = runs.values().flat_map(Loaded::after_commit).chain(handlers_owe).collect();
+        // A key whose slots went over here needs no pass after the commit;
+        // one whose lock was busy, or whose hand-over failed, gets one.
+        let passes = freed
+            .into_iter()
+            .filter(|k| !handed.contains(k))
+            .map(|(workflow, key)| (Uuid::nil(), AfterCommit::FreeSlot { workflow, key }));
+        let after_commit = runs
+            .values()
+            .flat_map(Loaded::after_commit)
+            .filter(|(_, e)| !matches!(e, AfterCommit::FreeSlot { .. }))
+            .chain(passes)
+            .chain(handlers_owe)
+            .collect();
         Ok(Applied { events: results, starts: created, after_commit })
+    }
+
+    /// Hands the slots that runs of this batch freed to their keys' next
+    /// queued runs, in the transaction that freed them, for each key whose
+    /// lock no other transaction holds (one that does is a pass or a batch,
+    /// and the pass after the commit comes next). In a savepoint, with a
+    /// short lock timeout: whatever goes wrong there (a queued run's row
+    /// another transaction holds, a run that cannot start, a lock cycle) is
+    /// rolled back and left to the pass, not charged to the batch's events.
+    async fn hand_over_slots(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        runs: &HashMap<Uuid, Loaded>,
+        freed: &BTreeSet<(String, String)>,
+    ) -> Result<HandOver> {
+        let savepoint = format!("SAVEPOINT hand_over; SET LOCAL lock_timeout = {}", HAND_OVER_LOCK_TIMEOUT.as_millis());
+        tx.batch_execute(&savepoint).await.map_err(composer_store::Error::from)?;
+        let mut handed = HashSet::new();
+        let mut promoted = Vec::new();
+        let tried = async {
+            for (workflow, key) in freed {
+                if !runs::try_lock_concurrency_key(tx, workflow, key).await? {
+                    continue;
+                }
+                let (more, all) = self.promote_in(tx, workflow, key, runs).await?;
+                promoted.extend(more);
+                if all {
+                    handed.insert((workflow.clone(), key.clone()));
+                }
+            }
+            let written = match promoted.is_empty() {
+                true => None,
+                false => Some(self.write(tx, promoted.iter_mut(), &[]).await?),
+            };
+            Ok::<_, EngineError>(written)
+        }
+        .await;
+        match tried {
+            Ok(written) => Ok(HandOver { handed, promoted, written }),
+            Err(e) => {
+                tracing::warn!(error = %e, "handing freed slots over failed; the pass after the commit will start them");
+                tx.batch_execute("ROLLBACK TO SAVEPOINT hand_over").await.map_err(composer_store::Error::from)?;
+                Ok(HandOver::default())
+            }
+        }
     }
 
     /// Locks the runs `events` name, in id order (so two batches cannot
@@ -881,25 +948,9 @@ impl Engine {
         let mut client = composer_store::client(&self.pool).await?;
         let tx = client.transaction().await?;
         runs::lock_concurrency_key(&tx, workflow, key).await?;
-        let Some(oldest) = runs::lock_queued(&tx, workflow, key, 1).await?.pop() else { return Ok(0) };
-        let wf = self.workflow(oldest.workflow_definition_id).await?;
-        let max = wf.concurrency.as_ref().map_or(i64::MAX, |c| c.max as i64);
-        let (open, _) = runs::concurrency_usage(&tx, workflow, key).await?;
-        if open >= max {
+        let (mut batch, _) = self.promote_in(&tx, workflow, key, &HashMap::new()).await?;
+        if batch.is_empty() {
             return Ok(0);
-        }
-        let store = Tx(&tx);
-        let mut batch = Vec::new();
-        for mut row in runs::lock_queued(&tx, workflow, key, max - open).await? {
-            let wf = self.workflow(row.workflow_definition_id).await?;
-            let deadline = admission::deadline_of(&wf);
-            runs::set_running(&tx, row.id, deadline).await?;
-            let mut run = runs::into_machine(&wf, &mut row, Vec::new())?;
-            run.status = RunStatus::Running;
-            run.deadline = deadline;
-            self.hold_to_limits(&store, &wf, &mut run, &row).await?;
-            let tr = effects::apply(&store, &wf, &mut run, Event::RunStarted).await?;
-            batch.push(Loaded::new(wf, run, tr, &row));
         }
         let written = self.write(&tx, batch.iter_mut(), &[]).await?;
         tx.commit().await?;
@@ -908,6 +959,49 @@ impl Engine {
         self.follow_up(batch.iter().flat_map(Loaded::after_commit).collect());
         tracing::debug!(workflow, key, promoted = batch.len(), "queued runs started");
         Ok(batch.len())
+    }
+
+    /// The promotion of [`Engine::promote`] in `tx`, which holds the key's
+    /// lock: the queued runs it starts, loaded, to write, and whether it
+    /// started all that the key's free slots allow (false when a run of
+    /// `held`, which the caller has loaded and writes itself, was next).
+    async fn promote_in(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        workflow: &str,
+        key: &str,
+        held: &HashMap<Uuid, Loaded>,
+    ) -> Result<(Vec<Loaded>, bool)> {
+        let Some((head, open)) = runs::queue_head(tx, workflow, key).await? else { return Ok((Vec::new(), true)) };
+        let wf = self.workflow(head).await?;
+        let max = wf.concurrency.as_ref().map_or(i64::MAX, |c| c.max as i64);
+        if open >= max {
+            return Ok((Vec::new(), true));
+        }
+        let mut all = true;
+        let mut rows = Vec::new();
+        for row in runs::lock_queued(tx, workflow, key, max - open).await? {
+            match held.contains_key(&row.id) {
+                true => all = false,
+                false => rows.push((self.workflow(row.workflow_definition_id).await?, row)),
+            }
+        }
+        let deadlines: Vec<_> = rows.iter().map(|(wf, _)| admission::deadline_of(wf)).collect();
+        let ids: Vec<Uuid> = rows.iter().map(|(_, row)| row.id).collect();
+        if !ids.is_empty() {
+            runs::set_running(tx, &ids, &deadlines).await?;
+        }
+        let store = Tx(tx);
+        let mut batch = Vec::with_capacity(rows.len());
+        for ((wf, mut row), deadline) in rows.into_iter().zip(deadlines) {
+            let mut run = runs::into_machine(&wf, &mut row, Vec::new())?;
+            run.status = RunStatus::Running;
+            run.deadline = deadline;
+            self.hold_to_limits(&store, &wf, &mut run, &row).await?;
+            let tr = effects::apply(&store, &wf, &mut run, Event::RunStarted).await?;
+            batch.push(Loaded::new(wf, run, tr, &row));
+        }
+        Ok((batch, all))
     }
 
     /// [`Engine::promote`] for a slot that freed, one pass at a time per key
@@ -1124,6 +1218,30 @@ fn lease_lost(event: &Event, worker: &str, leases: &Leases) -> Option<Uuid> {
         .is_some_and(|(owner, at, running)| *running && *at == attempt && owner.as_deref() == Some(worker));
     (!held).then_some(task_id)
 }
+
+/// The concurrency keys whose slots runs of a batch freed: `(workflow, key)`
+/// of the runs it ended (as `machine::after_commit` owes `FreeSlot`), in
+/// order.
+fn freed_keys(runs: &HashMap<Uuid, Loaded>) -> BTreeSet<(String, String)> {
+    runs.values()
+        .filter(|l| l.tr.run_changed && l.run.status.is_terminal())
+        .filter_map(|l| Some((l.wf.spec.name.clone(), l.run.concurrency_key.clone()?)))
+        .collect()
+}
+
+/// What [`Engine::hand_over_slots`] did: the keys it served in full, the
+/// queued runs it started, and their write.
+#[derive(Default)]
+struct HandOver {
+    handed: HashSet<(String, String)>,
+    promoted: Vec<Loaded>,
+    written: Option<Written>,
+}
+
+/// How long a hand-over waits for a lock (a queued run's row) before it
+/// gives up and leaves the key to a pass after the commit: the batch's
+/// other events wait with it.
+const HAND_OVER_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn run_finished(wf: &Workflow, run: &machine::Run) {
     let status = run.status.as_str();
