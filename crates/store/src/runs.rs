@@ -785,16 +785,17 @@ pub async fn queue_head(tx: &Transaction<'_>, workflow: &str, key: &str) -> Resu
 }
 
 /// QUEUED runs leave the queue: RUNNING, each with its deadline, in one
-/// statement.
+/// statement (bounded by the ids' span, so it visits only their months).
 pub async fn set_running(tx: &Transaction<'_>, ids: &[Uuid], deadlines: &[Option<DateTime<Utc>>]) -> Result<()> {
+    let (lo, hi) = crate::partitions::span(ids);
     let stmt = tx
         .prepare_cached(
             "UPDATE workflow_runs r SET status = 'RUNNING', deadline = d.deadline, updated_at = now()
                FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, deadline)
-              WHERE r.id = d.id",
+              WHERE r.id = d.id AND r.id BETWEEN $3 AND $4",
         )
         .await?;
-    tx.execute(&stmt, &[&ids, &deadlines]).await?;
+    tx.execute(&stmt, &[&ids, &deadlines, &lo, &hi]).await?;
     Ok(())
 }
 

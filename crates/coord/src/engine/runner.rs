@@ -814,15 +814,21 @@ impl Engine {
         runs: &HashMap<Uuid, Loaded>,
         freed: &BTreeSet<(String, String)>,
     ) -> Result<HandOver> {
+        let mut locked = Vec::new();
+        for (workflow, key) in freed {
+            if runs::try_lock_concurrency_key(tx, workflow, key).await? {
+                locked.push((workflow, key));
+            }
+        }
+        if locked.is_empty() {
+            return Ok(HandOver::default());
+        }
         let savepoint = format!("SAVEPOINT hand_over; SET LOCAL lock_timeout = {}", HAND_OVER_LOCK_TIMEOUT.as_millis());
         tx.batch_execute(&savepoint).await.map_err(composer_store::Error::from)?;
         let mut handed = HashSet::new();
         let mut promoted = Vec::new();
         let tried = async {
-            for (workflow, key) in freed {
-                if !runs::try_lock_concurrency_key(tx, workflow, key).await? {
-                    continue;
-                }
+            for (workflow, key) in locked {
                 let (more, all) = self.promote_in(tx, workflow, key, runs).await?;
                 promoted.extend(more);
                 if all {
@@ -833,6 +839,9 @@ impl Engine {
                 true => None,
                 false => Some(self.write(tx, promoted.iter_mut(), &[]).await?),
             };
+            // The rest of the transaction (its commit, which waits for the
+            // notify queue's lock) under the usual timeout.
+            tx.batch_execute("SET LOCAL lock_timeout TO DEFAULT").await.map_err(composer_store::Error::from)?;
             Ok::<_, EngineError>(written)
         }
         .await;
@@ -840,6 +849,7 @@ impl Engine {
             Ok(written) => Ok(HandOver { handed, promoted, written }),
             Err(e) => {
                 tracing::warn!(error = %e, "handing freed slots over failed; the pass after the commit will start them");
+                // Undoes the timeout too (it was set in the savepoint).
                 tx.batch_execute("ROLLBACK TO SAVEPOINT hand_over").await.map_err(composer_store::Error::from)?;
                 Ok(HandOver::default())
             }
