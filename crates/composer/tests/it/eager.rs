@@ -179,3 +179,67 @@ async fn a_worker_runs_a_chain_on_one_slot_through_its_results_and_without_eager
     e.stop().await;
     assert_eq!(http.calls("/ok/c"), 2);
 }
+
+/// Starts a run of `workflow` at `priority`.
+async fn start_at(e: &Engine, workflow: &str, priority: u8) -> Uuid {
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": workflow, "input": {}, "priority": priority})).await;
+    assert!(status == 200 || status == 201 || status == 202, "{status} {body}");
+    body["id"].as_str().unwrap().parse().unwrap()
+}
+
+/// A queued run a result's end lets start (a concurrency limit's freed
+/// slot, handed over in the same transaction) has its first step given
+/// with that result's answer when the worker asked for more: no stream.
+/// Not a run less urgent than the one that reported: the worker offered
+/// for that priority.
+#[tokio::test]
+async fn a_run_the_results_freed_slot_starts_gives_its_first_step_with_the_answer() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.timer_interval = Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
+    e.register(&json!({"name": "eager-solo", "concurrency": {"max": 1}, "nodes": [{"id": "a", "type": "step"}]})).await;
+    let first = start_at(&e, "eager-solo", 3).await;
+    let second = start_at(&e, "eager-solo", 3).await;
+    let (_, run) = e.get(&format!("/v1/runs/{second}")).await;
+    assert_eq!(run["status"], "QUEUED", "{run}");
+    let leases = LeaseManager::new(e.db.pool());
+    let next = Some(json!({"queues": ["step"], "max": 4}));
+
+    let (a1, ..) = stored(&e, first, "a").await;
+    assert!(leases.acquire(first, a1, "w1", Duration::from_secs(30), 1).await.unwrap().is_granted());
+    let (status, answer) = complete(&e, first, a1, "w1", next.clone()).await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+    let given = answer["next"].as_array().expect("the started run's step comes with the answer");
+    let (a2, state, owner, _) = stored(&e, second, "a").await;
+    assert_eq!(given.len(), 1, "{answer}");
+    assert_eq!((given[0]["id"].clone(), given[0]["run_id"].clone()), (json!(a2), json!(second)), "{answer}");
+    assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some("w1")), "leased in the result's commit");
+    assert_eq!(outbox_rows_of(&e, a2).await, 0, "an eager task has no outbox row");
+
+    // A third run, of priority 5, is not given to a report of priority 3.
+    let third = start_at(&e, "eager-solo", 5).await;
+    let (_, run) = e.get(&format!("/v1/runs/{third}")).await;
+    assert_eq!(run["status"], "QUEUED", "{run}");
+    let (status, answer) = complete(&e, second, a2, "w1", next).await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+    assert!(answer.get("next").is_none(), "a less urgent run goes through its stream: {answer}");
+    let (a3, state, owner, _) = stored(&e, third, "a").await;
+    assert_eq!((state.as_str(), owner), ("PENDING", None));
+    let until = Instant::now() + T;
+    // The first run's message and the third's: the second's step had none.
+    while messages_on(&e, "step").await < 2 {
+        assert!(Instant::now() < until, "the third run's step was never sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(messages_on(&e, "step").await, 2);
+    assert!(leases.acquire(third, a3, "w2", Duration::from_secs(30), 1).await.unwrap().is_granted());
+    let (status, _) = complete(&e, third, a3, "w2", None).await;
+    assert_eq!(status, 200);
+    for run in [first, second, third] {
+        assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    }
+    e.stop().await;
+}

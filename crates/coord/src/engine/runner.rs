@@ -715,9 +715,16 @@ impl Engine {
         // After every event: a later one of the batch may have ended what an
         // earlier one dispatched.
         let mut given: Vec<(usize, Vec<Uuid>)> = Vec::new();
+        // What the offers leave, for runs a freed slot starts here.
+        let mut spare = Vec::new();
         for (at, run_id, worker, offer) in offers {
             if let Some(loaded) = runs.get_mut(&run_id) {
-                given.push((at, loaded.give_eagerly(&worker, &offer)));
+                let tasks = loaded.give_eagerly(&worker, &offer);
+                let slots = offer.slots.saturating_sub(tasks.len() as u32);
+                if slots > 0 {
+                    spare.push(Spare { at, worker, offer: EagerOffer { slots, ..offer }, priority: loaded.priority });
+                }
+                given.push((at, tasks));
             }
         }
         let mut creating = Vec::with_capacity(starts.len());
@@ -748,16 +755,18 @@ impl Engine {
         }
         let mut written = self.write(&tx, runs.values_mut(), published).await?;
         let freed = freed_keys(&runs);
-        let HandOver { handed, promoted, written: promoted_written } = match freed.is_empty() {
+        let HandOver { handed, promoted, written: mut promoted_written, given: handed_given } = match freed.is_empty() {
             true => HandOver::default(),
-            false => self.hand_over_slots(&tx, &runs, &freed).await?,
+            false => self.hand_over_slots(&tx, &runs, &freed, spare).await?,
         };
         tx.commit().await?;
-        if !written.eager.is_empty() {
-            let mut sent: HashMap<Uuid, Given> = written.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
-            for (at, tasks) in given {
+        let handed_eager = promoted_written.as_mut().map(|w| std::mem::take(&mut w.eager)).unwrap_or_default();
+        if !written.eager.is_empty() || !handed_eager.is_empty() {
+            let mut sent: HashMap<Uuid, Given> =
+                written.eager.drain(..).chain(handed_eager).map(|g| (g.dispatch.task_id, g)).collect();
+            for (at, tasks) in given.into_iter().chain(handed_given) {
                 if let Some(Ok(handled)) = results.get_mut(at) {
-                    handled.next = tasks.iter().filter_map(|t| sent.remove(t)).collect();
+                    handled.next.extend(tasks.iter().filter_map(|t| sent.remove(t)));
                 }
             }
         }
@@ -813,6 +822,7 @@ impl Engine {
         tx: &composer_store::Transaction<'_>,
         runs: &HashMap<Uuid, Loaded>,
         freed: &BTreeSet<(String, String)>,
+        mut spare: Vec<Spare>,
     ) -> Result<HandOver> {
         let mut locked = Vec::new();
         for (workflow, key) in freed {
@@ -827,12 +837,28 @@ impl Engine {
         tx.batch_execute(&savepoint).await.map_err(composer_store::Error::from)?;
         let mut handed = HashSet::new();
         let mut promoted = Vec::new();
+        let mut given = Vec::new();
         let tried = async {
             for (workflow, key) in locked {
                 let (more, all) = self.promote_in(tx, workflow, key, runs).await?;
                 promoted.extend(more);
                 if all {
                     handed.insert((workflow.clone(), key.clone()));
+                }
+            }
+            // A started run's first steps go to a worker whose report
+            // freed a slot and that offered more, as its own run's next
+            // would: no stream, no poll, no lease of their own. Not ahead
+            // of the reporting run's priority, which the worker's offer
+            // was made for.
+            for loaded in &mut promoted {
+                let priority = loaded.priority;
+                for s in spare.iter_mut().filter(|s| s.offer.slots > 0 && priority <= s.priority) {
+                    let tasks = loaded.give_eagerly(&s.worker, &s.offer);
+                    s.offer.slots -= tasks.len() as u32;
+                    if !tasks.is_empty() {
+                        given.push((s.at, tasks));
+                    }
                 }
             }
             let written = match promoted.is_empty() {
@@ -846,7 +872,7 @@ impl Engine {
         }
         .await;
         match tried {
-            Ok(written) => Ok(HandOver { handed, promoted, written }),
+            Ok(written) => Ok(HandOver { handed, promoted, written, given }),
             Err(e) => {
                 tracing::warn!(error = %e, "handing freed slots over failed; the pass after the commit will start them");
                 // Undoes the timeout too (it was set in the savepoint).
@@ -1246,6 +1272,20 @@ struct HandOver {
     handed: HashSet<(String, String)>,
     promoted: Vec<Loaded>,
     written: Option<Written>,
+    /// Tasks of `promoted` leased to a reporting worker: (its report's
+    /// place in the batch, the tasks).
+    given: Vec<(usize, Vec<Uuid>)>,
+}
+
+/// What a worker's offer to take more tasks has left once its own run's
+/// next tasks were given: for a run a freed slot starts.
+struct Spare {
+    /// Its report's place in the batch.
+    at: usize,
+    worker: String,
+    offer: EagerOffer,
+    /// Its run's priority.
+    priority: u8,
 }
 
 /// How long a hand-over waits for a lock (a queued run's row) before it
