@@ -102,6 +102,9 @@ pub struct EagerOffer {
     pub slots: u32,
     pub lease: std::time::Duration,
     pub queues: Vec<String>,
+    /// The reported task's priority as the worker knew it (its
+    /// `composer-priority`): what the worker offered for.
+    pub priority: u8,
 }
 
 #[cfg(test)]

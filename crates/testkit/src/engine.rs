@@ -205,6 +205,15 @@ impl Engine {
         self.send(self.http.post(format!("{}{path}", self.url())).json(body)).await
     }
 
+    /// [`Engine::post`] with headers of its own.
+    pub async fn post_with(&self, path: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut req = self.http.post(format!("{}{path}", self.url())).json(body);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        self.send(req).await
+    }
+
     pub async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
         self.send(self.http.put(format!("{}{path}", self.url())).json(body)).await
     }

@@ -105,8 +105,8 @@ impl Ctx {
     /// ahead of anyway.
     ///
     /// A task on an urgent slot asks while it is urgent itself: what its
-    /// result makes ready is of its own run, and the slot is kept for such
-    /// work. (One that is not came from a run lowered after its step was
+    /// result makes ready is of its own run (or of a run its end let start,
+    /// no less urgent), and the slot is kept for such work. (One that is not came from a run lowered after its step was
     /// sent: its next step goes to the ordinary slots.)
     fn offer(&self, priority: u8, lane: Lane) -> Option<&TakeNext> {
         if self.stopping.is_cancelled() {

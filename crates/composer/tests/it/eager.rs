@@ -190,8 +190,8 @@ async fn start_at(e: &Engine, workflow: &str, priority: u8) -> Uuid {
 /// A queued run a result's end lets start (a concurrency limit's freed
 /// slot, handed over in the same transaction) has its first step given
 /// with that result's answer when the worker asked for more: no stream.
-/// Not a run less urgent than the one that reported: the worker offered
-/// for that priority.
+/// Not a run less urgent than the one that reported, or than the priority
+/// the worker offered for.
 #[tokio::test]
 async fn a_run_the_results_freed_slot_starts_gives_its_first_step_with_the_answer() {
     let e = Engine::with(EngineOptions {
@@ -234,12 +234,30 @@ async fn a_run_the_results_freed_slot_starts_gives_its_first_step_with_the_answe
         assert!(Instant::now() < until, "the third run's step was never sent");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(messages_on(&e, "step").await, 2);
     assert!(leases.acquire(third, a3, "w2", Duration::from_secs(30), 1).await.unwrap().is_granted());
     let (status, _) = complete(&e, third, a3, "w2", None).await;
     assert_eq!(status, 200);
     for run in [first, second, third] {
         assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
     }
+    assert_eq!(messages_on(&e, "step").await, 2, "nothing of the second run's step was sent");
+
+    // A report of a run lowered to 4 since its step was sent at 2 (to a
+    // slot kept for urgent work, say): its offer was made for 2, so a run
+    // of 4 is not given to it.
+    let fourth = start_at(&e, "eager-solo", 4).await;
+    let fifth = start_at(&e, "eager-solo", 4).await;
+    let (a4, ..) = stored(&e, fourth, "a").await;
+    assert!(leases.acquire(fourth, a4, "w3", Duration::from_secs(30), 1).await.unwrap().is_granted());
+    let body = json!({"run_id": fourth, "attempt": 1, "worker_id": "w3", "output": {}, "next": {"queues": ["step"]}});
+    let (status, answer) = e.post_with(&format!("/v1/tasks/{a4}/complete"), &body, &[("composer-priority", "2")]).await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+    assert!(answer.get("next").is_none(), "an offer made for priority 2 takes no run of 4: {answer}");
+    let (a5, state, owner, _) = stored(&e, fifth, "a").await;
+    assert_eq!((state.as_str(), owner), ("PENDING", None));
+    assert!(leases.acquire(fifth, a5, "w3", Duration::from_secs(30), 1).await.unwrap().is_granted());
+    let (status, _) = complete(&e, fifth, a5, "w3", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(e.wait_for_run(fifth, T).await["status"], "SUCCEEDED");
     e.stop().await;
 }

@@ -69,7 +69,8 @@ impl Loaded {
     }
 
     /// Leases to `worker`, in this commit, up to `offer.slots` of the tasks
-    /// its events dispatch to the offer's queues and that no limit holds;
+    /// this run's transition dispatches (its events', or its start's when
+    /// a freed slot started it) to the offer's queues and that no limit holds;
     /// returns their ids. Not at-most-once steps: one whose answer is lost
     /// would go IN_DOUBT when its lease expires, though it was never sent.
     pub fn give_eagerly(&mut self, worker: &str, offer: &EagerOffer) -> Vec<Uuid> {

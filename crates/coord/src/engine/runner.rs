@@ -722,7 +722,11 @@ impl Engine {
                 let tasks = loaded.give_eagerly(&worker, &offer);
                 let slots = offer.slots.saturating_sub(tasks.len() as u32);
                 if slots > 0 {
-                    spare.push(Spare { at, worker, offer: EagerOffer { slots, ..offer }, priority: loaded.priority });
+                    // The more urgent of the run's priority now and the
+                    // one the worker offered for (a run lowered since its
+                    // step was sent may report from an urgent slot).
+                    let priority = loaded.priority.min(offer.priority);
+                    spare.push(Spare { at, worker, offer: EagerOffer { slots, ..offer }, priority });
                 }
                 given.push((at, tasks));
             }
@@ -846,11 +850,10 @@ impl Engine {
                     handed.insert((workflow.clone(), key.clone()));
                 }
             }
-            // A started run's first steps go to a worker whose report
-            // freed a slot and that offered more, as its own run's next
-            // would: no stream, no poll, no lease of their own. Not ahead
-            // of the reporting run's priority, which the worker's offer
-            // was made for.
+            // A started run's first steps go to a worker of the batch whose
+            // report offered more than its own run took, as its own run's
+            // next would: no stream, no poll, no lease of their own. Not
+            // to an offer made for a more urgent priority than the run's.
             for loaded in &mut promoted {
                 let priority = loaded.priority;
                 for s in spare.iter_mut().filter(|s| s.offer.slots > 0 && priority <= s.priority) {
@@ -1284,7 +1287,8 @@ struct Spare {
     at: usize,
     worker: String,
     offer: EagerOffer,
-    /// Its run's priority.
+    /// The least urgent priority it takes: the more urgent of its run's
+    /// and the one the worker offered for.
     priority: u8,
 }
 

@@ -65,12 +65,14 @@ fn check_max(field: &str, max: Option<u32>, most: u32) -> ApiResult<u32> {
 /// Most tasks one result may take with its answer (`next.max`).
 pub const MAX_NEXT_TASKS: u32 = composer_api::wire::MAX_EAGER_SLOTS;
 
-/// What a result's `next` asks for, checked, as the engine takes it.
-fn offer_of(s: &Shared, next: Option<TakeNext>) -> ApiResult<Option<EagerOffer>> {
+/// What a result's `next` asks for, checked, as the engine takes it; made
+/// at the priority the result's `composer-priority` names.
+fn offer_of(s: &Shared, next: Option<TakeNext>, headers: &HeaderMap) -> ApiResult<Option<EagerOffer>> {
     let Some(next) = next else { return Ok(None) };
     check_queues("next.queues", &next.queues)?;
     let max = check_max("next.max", next.max, MAX_NEXT_TASKS)?;
-    Ok(Some(EagerOffer { slots: max, lease: s.config.lease_ttl, queues: next.queues }))
+    let priority = priority_of(headers);
+    Ok(Some(EagerOffer { slots: max, lease: s.config.lease_ttl, queues: next.queues, priority }))
 }
 
 /// Lease tasks.
@@ -248,7 +250,7 @@ pub(crate) async fn complete(
 ) -> ApiResult<Json<ReportAck>> {
     let id = task_id(&id)?;
     check_worker(&req.worker_id)?;
-    let offer = offer_of(&s, req.next)?;
+    let offer = offer_of(&s, req.next, &headers)?;
     let event = completed(id, req.attempt, req.output, s.config.max_payload);
     finish(&s, req.worker_id, req.run_id, event, offer, priority_of(&headers), req.stages).await
 }
@@ -286,7 +288,7 @@ pub(crate) async fn fail(
 ) -> ApiResult<Json<ReportAck>> {
     let id = task_id(&id)?;
     check_worker(&req.worker_id)?;
-    let offer = offer_of(&s, req.next)?;
+    let offer = offer_of(&s, req.next, &headers)?;
     if req.error.chars().count() > MAX_ERROR_CHARS {
         return Err(ApiError::bad_request(format!("error: at most {MAX_ERROR_CHARS} characters")));
     }
@@ -314,7 +316,8 @@ pub(crate) async fn fail(
 /// engine checks on the rows its transaction locks (no read of its own): a
 /// 409 otherwise, also for a run that does not exist (no lease of it is
 /// held). The tasks `offer` takes are of the same run, at its priority now
-/// (`priority`, the report's word for it, only orders the report).
+/// (`priority`, the report's word for it, orders the report), or of a run
+/// the report's freed slot starts, no less urgent than either.
 /// `stages` are the worker's word for its attempt's span (the trace keeps
 /// only times within the run's life); the end is now when it gives none.
 async fn finish(
