@@ -174,11 +174,15 @@ async fn lease(
     let run_ids: Vec<Uuid> = tasks.iter().map(|t| t.0).collect();
     let task_ids: Vec<Uuid> = tasks.iter().map(|t| t.1).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.2).collect();
+    // `IS TRUE` keeps these conditions from matching the predicate of the
+    // partial index on pending tasks: with statistics taken while few tasks
+    // were pending, the planner otherwise reads that whole index (every
+    // pending MAP item) and hash-joins it with the batch, on every lease.
     let condition = match from {
-        LeaseFrom::Pending => "t.state = 'PENDING'",
+        LeaseFrom::Pending => "(t.state = 'PENDING') IS TRUE",
         // An at-most-once attempt whose lease expired may have been sent:
         // it goes IN_DOUBT (recovery), never to another worker.
-        LeaseFrom::Expired => "t.state = 'RUNNING' AND t.lease_expires_at < now() AND NOT t.at_most_once",
+        LeaseFrom::Expired => "(t.state = 'RUNNING') IS TRUE AND t.lease_expires_at < now() AND NOT t.at_most_once",
     };
     let stmt = client
         .prepare_cached(&format!(

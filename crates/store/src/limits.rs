@@ -354,10 +354,11 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
     let busy = run_ids.len() > status.len();
     let task_ids: Vec<Uuid> = steps.iter().filter(|s| status.contains_key(&s.run_id)).map(|s| s.task_id).collect();
     let mine: Vec<Uuid> = status.keys().copied().collect();
+    // `IS TRUE`: by the keys, not by the partial index of every pending task.
     let pending: HashMap<Uuid, i32> = tx
         .query(
             "SELECT id, attempt FROM task_instances
-              WHERE run_id = ANY($1) AND run_id BETWEEN $3 AND $4 AND id = ANY($2) AND state = 'PENDING'",
+              WHERE run_id = ANY($1) AND run_id BETWEEN $3 AND $4 AND id = ANY($2) AND (state = 'PENDING') IS TRUE",
             &[&mine, &task_ids, &lo, &hi],
         )
         .await?
