@@ -123,6 +123,15 @@ pub struct Config {
     /// Monthly partitions kept ready ahead.
     #[arg(long, env = "COMPOSER_PARTITION_MONTHS_AHEAD", default_value_t = 3)]
     pub partition_months_ahead: i32,
+    /// How often a coordinator looks whether the runs and tasks
+    /// have doubled since they were last analyzed.
+    #[arg(long, env = "COMPOSER_ANALYZE_INTERVAL", default_value = "500ms", value_parser = composer_core::duration::parse)]
+    pub analyze_interval: Duration,
+    /// Rows below which those tables are not analyzed (0: never, leaving
+    /// them to a DBA's `ANALYZE`; autovacuum does not analyze a partitioned
+    /// table, only its partitions).
+    #[arg(long, env = "COMPOSER_ANALYZE_MIN_ROWS", default_value_t = 1000, value_parser = clap::value_parser!(i64).range(0..))]
+    pub analyze_min_rows: i64,
     /// Drop whole months of runs older than this many days (0 keeps everything).
     #[arg(long, env = "COMPOSER_RETENTION_DAYS", default_value_t = 0)]
     pub retention_days: u32,
@@ -205,6 +214,7 @@ impl Config {
             ("--timer-interval", "COMPOSER_TIMER_INTERVAL", self.timer_interval),
             ("--recovery-interval", "COMPOSER_RECOVERY_INTERVAL", self.recovery_interval),
             ("--partition-interval", "COMPOSER_PARTITION_INTERVAL", self.partition_interval),
+            ("--analyze-interval", "COMPOSER_ANALYZE_INTERVAL", self.analyze_interval),
             ("--metrics-interval", "COMPOSER_METRICS_INTERVAL", self.metrics_interval),
             ("--ui-session-ttl", "COMPOSER_UI_SESSION_TTL", self.ui_session_ttl),
         ] {
@@ -367,6 +377,7 @@ mod tests {
         assert_eq!((c.task_log_max_bytes, c.run_log_max_bytes), (256 * 1024, 64 * 1024 * 1024));
         assert_eq!((c.max_tree_runs, c.max_tree_items), (100_000, 1_000_000));
         assert_eq!(c.whole_run_nodes, 16);
+        assert_eq!((c.analyze_interval, c.analyze_min_rows), (Duration::from_millis(500), 1000));
         assert_eq!(c.shutdown_grace, Duration::from_secs(20));
         assert!(c.run_outbox);
         assert_eq!(c.outbox_batch, 256);
@@ -474,5 +485,21 @@ mod tests {
         c.stream_shards = 0;
         let e = c.validated().unwrap_err();
         assert_eq!((e.flag, e.env), ("--stream-shards", "COMPOSER_STREAM_SHARDS"));
+    }
+
+    #[test]
+    fn analyze_settings_name_their_flags() {
+        let mut c = Config::new("postgres://db", "redis://r");
+        c.analyze_interval = Duration::ZERO;
+        let e = c.validated().unwrap_err();
+        assert_eq!((e.flag, e.env), ("--analyze-interval", "COMPOSER_ANALYZE_INTERVAL"));
+        #[derive(clap::Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            config: Config,
+        }
+        let refused = <Cli as clap::Parser>::try_parse_from(["composer", "--analyze-min-rows=-1"]).unwrap_err();
+        let refused = refused.to_string();
+        assert!(refused.contains("--analyze-min-rows"), "{refused}");
     }
 }

@@ -275,6 +275,9 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
             }
         })
     }));
+    tasks.spawn(loops::every(shutdown.clone(), c.analyze_interval, shared.clone(), |s| {
+        Box::pin(async move { loops::analyze_grown_tables(&s).await })
+    }));
     tasks.spawn(loops::every(shutdown.clone(), c.metrics_interval, shared.clone(), |s| {
         Box::pin(async move {
             if let Err(e) = loops::sample_metrics(&s).await {

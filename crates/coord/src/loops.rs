@@ -62,6 +62,21 @@ pub async fn maintain_partitions(
     Ok(())
 }
 
+/// Analyzes the runs and the tasks when they have doubled since
+/// they were last analyzed (`COMPOSER_ANALYZE_MIN_ROWS`): see
+/// [`partitions::analyze_grown`].
+pub async fn analyze_grown_tables(shared: &Shared) {
+    let result = async {
+        let client = composer_store::client(&shared.pool).await?;
+        partitions::analyze_grown(&client, shared.config.analyze_min_rows).await
+    };
+    match result.await {
+        Ok(tables) if !tables.is_empty() => tracing::info!(?tables, "analyzed tables that doubled"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "analyzing grown tables failed"),
+    }
+}
+
 /// Fails the attempts recovery has dispatched `COMPOSER_MAX_DISPATCHES`
 /// times without a result, whatever their stream messages say: the node's
 /// retry policy decides what happens next.

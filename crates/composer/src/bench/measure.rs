@@ -74,6 +74,15 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
     if let Some(n) = std::env::var("COMPOSER_ENGINE_WORKERS").ok().and_then(|v| v.parse().ok()) {
         cfg.engine_workers = n;
     }
+    // What keeping the tables' statistics costs: 0 turns it off.
+    if let Some(n) = std::env::var("COMPOSER_ANALYZE_MIN_ROWS").ok().and_then(|v| v.parse().ok()) {
+        cfg.analyze_min_rows = n;
+    }
+    if let Some(d) =
+        std::env::var("COMPOSER_ANALYZE_INTERVAL").ok().and_then(|v| composer_core::duration::parse(&v).ok())
+    {
+        cfg.analyze_interval = d;
+    }
     // What tracing costs: the bench's coordinator sends its spans where a coordinator would.
     cfg.otlp_endpoint = std::env::var("COMPOSER_OTLP_ENDPOINT").ok().filter(|v| !v.is_empty());
     let coordinator = composer_coord::start(cfg).await?;

@@ -670,6 +670,70 @@ async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
     e.stop().await;
 }
 
+/// Autovacuum analyzes partitions but never a partitioned table, whose
+/// statistics our generic plans are made with: a coordinator analyzes one
+/// that doubled since it was last analyzed, once past
+/// COMPOSER_ANALYZE_MIN_ROWS, and never with 0.
+#[tokio::test]
+async fn tables_that_doubled_since_their_last_analyze_are_analyzed() {
+    let opts = EngineOptions { workers: 0, coordinator: |c| c.analyze_min_rows = 0, ..Default::default() };
+    let mut e = Engine::with(opts).await;
+    let pool = e.db.pool();
+    let c = pool.get().await.unwrap();
+    // n tasks of one run of this month, as a MAP's items; the statistics
+    // flushed when the session goes idle after the statement.
+    let insert = |n: i64| {
+        let c = &c;
+        async move {
+            c.execute(
+                "INSERT INTO task_instances (run_id, id, node_id, node_type, state, attempt, input_json)
+                 SELECT composer_month_uuid(now()), gen_random_uuid(), 'each', 'HTTP', 'PENDING', 1, '{}'
+                   FROM generate_series(1, $1::int8)",
+                &[&n],
+            )
+            .await
+            .unwrap();
+            c.query("SELECT pg_stat_force_next_flush()", &[]).await.unwrap();
+        }
+    };
+    let reltuples = || async {
+        c.query_one("SELECT reltuples FROM pg_class WHERE relname = 'task_instances'", &[])
+            .await
+            .unwrap()
+            .get::<_, f32>(0)
+    };
+    let analyze = |min: i64| {
+        let c = &c;
+        async move { composer_store::partitions::analyze_grown(c, min).await.unwrap() }
+    };
+
+    insert(150).await;
+    assert!(analyze(1000).await.is_empty(), "below the minimum");
+    assert!(analyze(0).await.is_empty(), "0 analyzes nothing");
+    assert_eq!(reltuples().await, -1.0, "never analyzed");
+    assert_eq!(analyze(100).await, ["task_instances"], "past the minimum, never analyzed");
+    assert_eq!(reltuples().await, 150.0);
+    assert!(analyze(100).await.is_empty(), "not grown since");
+    insert(100).await;
+    assert!(analyze(100).await.is_empty(), "250 rows is not twice 150");
+    insert(50).await;
+    assert_eq!(analyze(100).await, ["task_instances"], "300 rows is");
+    assert_eq!(reltuples().await, 300.0);
+
+    // A coordinator's loop does the same.
+    let mut config = e.coordinator_config();
+    config.analyze_min_rows = 100;
+    config.analyze_interval = Duration::from_millis(100);
+    e.start_coordinator_with(config).await;
+    insert(300).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reltuples().await < 600.0 {
+        assert!(Instant::now() < deadline, "the coordinator did not analyze the doubled table");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    e.stop().await;
+}
+
 #[tokio::test]
 async fn metrics_are_exported_in_prometheus_text() {
     let e = Engine::start().await;
