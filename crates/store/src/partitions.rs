@@ -80,7 +80,9 @@ pub const SMALL_TABLE_TARGET: u32 = 10;
 /// Analyzes each partitioned table of [`ANALYZED_TABLES`] whose partitions
 /// hold at least `min_rows` live rows and at least twice what the table held
 /// when it was last analyzed (never: any count past `min_rows`); returns the
-/// tables analyzed. 0 analyzes nothing.
+/// tables analyzed. 0 analyzes nothing, and so does a role that may not
+/// analyze them (neither their owner nor the database's), which PostgreSQL
+/// would only warn about, leaving the counts to ask again on every pass.
 ///
 /// Autovacuum analyzes partitions but never a partitioned table itself, and
 /// our generic plans are made with the table's own statistics and kept until
@@ -104,6 +106,8 @@ pub async fn analyze_grown(client: &Client, min_rows: i64) -> Result<Vec<String>
                FROM pg_class p
                JOIN pg_inherits i ON i.inhparent = p.oid
               WHERE p.oid = ANY (SELECT to_regclass(t) FROM unnest($1::text[]) AS t) AND p.relkind = 'p'
+                AND (pg_has_role(p.relowner, 'USAGE')
+                     OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE'))
               GROUP BY p.relname, p.reltuples
              HAVING sum(pg_stat_get_live_tuples(i.inhrelid)) >= greatest($2::float8, 2 * p.reltuples)",
         )
