@@ -1,5 +1,6 @@
 //! Monthly partitions: created ahead of need, dropped past retention. Both SQL
-//! functions take an advisory lock, so every coordinator may call them.
+//! functions take an advisory lock, so every coordinator may call them. And
+//! the partitioned tables' own statistics, which autovacuum never takes.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
