@@ -106,6 +106,8 @@ metrics! {
     DISPATCHES: Counter(Coordinator), "composer_dispatches_total", "Outbox rows published to Redis streams.";
     EAGER_DISPATCHES: Counter(Both), "composer_eager_dispatches_total",
         "Tasks leased to a worker in the answer to its report (eager dispatch), not sent through a stream: given (coordinator), run (worker).";
+    IDLE_POLL_DISPATCHES: Counter(Coordinator), "composer_idle_poll_dispatches_total",
+        "Tasks a batch leased, in its commit, to a task-API poll waiting for work, not sent through a stream.";
     OUTBOX_PUBLISH_FAILURES: Counter(Coordinator), "composer_outbox_publish_failures_total",
         "Outbox batches that failed to publish (rows went to RETRY).";
     TRACE_EXPORT_FAILURES: Counter(Coordinator), "composer_trace_export_failures_total",

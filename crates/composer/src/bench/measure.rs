@@ -160,6 +160,25 @@ pub(super) async fn read_stages(http: &reqwest::Client, urls: &[String]) -> Stag
     sums
 }
 
+/// How a step's task reached its worker, by the coordinator's counters:
+/// through a stream, with a result's answer, or to a poll waiting for work.
+pub(super) const DISPATCH_COUNTERS: [&str; 3] =
+    ["composer_dispatches_total", "composer_eager_dispatches_total", "composer_idle_poll_dispatches_total"];
+
+/// [`DISPATCH_COUNTERS`] as the coordinator at `url` counts them now
+/// (zeros when it does not answer).
+pub(super) async fn read_dispatches(http: &reqwest::Client, url: &str) -> [f64; 3] {
+    let text = match http.get(url).timeout(Duration::from_secs(5)).send().await {
+        Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
+        _ => String::new(),
+    };
+    std::array::from_fn(|i| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(DISPATCH_COUNTERS[i])?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .sum()
+    })
+}
+
 /// Mean milliseconds per stage between two readings, in the order a step
 /// passes them; stages nobody observed are left out.
 pub(super) fn stage_means(before: &StageSums, after: &StageSums) -> Vec<(&'static str, f64)> {
@@ -615,14 +634,23 @@ pub(super) async fn measure(
         sums
     };
     let stages_before = read().await;
+    let dispatched_before = read_dispatches(http, &urls[0]).await;
     let latency = measure_latency(&api, &workflow, args).await?;
     let stages = stage_means(&stages_before, &read().await);
+    let dispatched_at = read_dispatches(http, &urls[0]).await;
     let before = match &target.database_url {
         Some(db) => Some(work(db, CpuAt::End).await?),
         None => None,
     };
     let wall = measure_throughput(&api, target, &workflow, args).await?;
+    let dispatched_after = read_dispatches(http, &urls[0]).await;
     let total_steps = (args.runs * args.steps) as f64;
+    let share = |from: [f64; 3], to: [f64; 3]| -> Option<[f64; 3]> {
+        let d: [f64; 3] = std::array::from_fn(|i| to[i] - from[i]);
+        let all: f64 = d.iter().sum();
+        (all > 0.0).then(|| d.map(|n| n / all))
+    };
+    let dispatch = [share(dispatched_before, dispatched_at), share(dispatched_at, dispatched_after)];
     let per_step = match (&target.database_url, before) {
         (Some(db), Some(b)) => {
             let a = work(db, CpuAt::Start).await?;
@@ -645,7 +673,7 @@ pub(super) async fn measure(
         (n, Some(db)) => Some(timer_lateness(&api, db, n).await?),
         (_, None) => bail!("--timers needs the database (COMPOSER_DATABASE_URL)"),
     };
-    Ok(Results { latency, stages, wall, total_steps, commits_per_step, per_step, baseline_tps, timers })
+    Ok(Results { latency, stages, dispatch, wall, total_steps, commits_per_step, per_step, baseline_tps, timers })
 }
 
 /// The median of some samples; `None` for none.
@@ -736,6 +764,9 @@ pub(super) struct Results {
     pub(super) latency: Latency,
     /// Mean ms per stage of a step over the latency phase.
     pub(super) stages: Vec<(&'static str, f64)>,
+    /// Of the tasks the coordinator dispatched in the latency and the
+    /// throughput phase, the share of each of [`DISPATCH_COUNTERS`].
+    pub(super) dispatch: [Option<[f64; 3]>; 2],
     pub(super) wall: f64,
     pub(super) total_steps: f64,
     pub(super) commits_per_step: Option<f64>,
@@ -768,6 +799,17 @@ impl Results {
     pub(super) fn json(&self, args: &BenchArgs) -> Value {
         let l = &self.latency;
         let steps_per_s = self.total_steps / self.wall;
+        let dispatched: serde_json::Map<String, Value> = ["latency", "throughput"]
+            .iter()
+            .zip(self.dispatch)
+            .map(|(phase, share)| {
+                let share = share.map(|s| {
+                    json!({"stream": round3(s[0]), "with_result": round3(s[1]),
+                                                 "to_waiting_poll": round3(s[2])})
+                });
+                (phase.to_string(), share.unwrap_or(Value::Null))
+            })
+            .collect();
         json!({
             "system": "composer",
             "version": env!("CARGO_PKG_VERSION"),
@@ -777,6 +819,7 @@ impl Results {
             "step_transition_ms": {"p50": p(&l.steps, 50.0), "p99": p(&l.steps, 99.0)},
             "step_stages_mean_ms": self.stages.iter().map(|(s, ms)| (s.to_string(), json!(round3(*ms))))
                 .collect::<serde_json::Map<_, _>>(),
+            "dispatched": dispatched,
             "start_run_ms": {"p50": p(&l.starts, 50.0), "p99": p(&l.starts, 99.0)},
             "get_run_ms": {"p50": p(&l.gets, 50.0), "p99": p(&l.gets, 99.0)},
             "history_runs": args.history,
@@ -822,6 +865,16 @@ impl Results {
             let parts: Vec<String> =
                 self.stages.iter().map(|(s, ms)| format!("{} {ms:.3}", s.replace('_', " "))).collect();
             println!("step stages (mean ms, one run at a time): {}", parts.join(", "));
+        }
+        for (phase, share) in ["latency", "throughput"].iter().zip(self.dispatch) {
+            if let Some([stream, result, poll]) = share {
+                println!(
+                    "tasks dispatched in the {phase} phase: {:.0} % through a stream, {:.0} % with a result, {:.0} % to a waiting poll",
+                    stream * 100.0,
+                    result * 100.0,
+                    poll * 100.0
+                );
+            }
         }
         println!(
             "start run: p50 {:.2} ms, p99 {:.2} ms; get run: p50 {:.2} ms, p99 {:.2} ms (with {} runs of history)",

@@ -261,3 +261,120 @@ async fn a_run_the_results_freed_slot_starts_gives_its_first_step_with_the_answe
     assert_eq!(e.wait_for_run(fifth, T).await["status"], "SUCCEEDED");
     e.stop().await;
 }
+
+/// Polls `queues` for `worker` in the background, as a worker waiting for
+/// work does, once the coordinator has it waiting.
+async fn waiting_poll(e: &Engine, worker: &str, body: Value) -> tokio::task::JoinHandle<(u16, Value)> {
+    let waiting = || e.coordinators[0].shared.engine.idle_polls().waiting();
+    let before = waiting();
+    let (url, http) = (e.url(), reqwest::Client::new());
+    let mut body = body;
+    body["worker_id"] = json!(worker);
+    let poll = tokio::spawn(async move {
+        let resp = http.post(format!("{url}/v1/tasks/poll")).json(&body).send().await.unwrap();
+        (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+    });
+    let until = Instant::now() + T;
+    while waiting() <= before {
+        assert!(Instant::now() < until, "the poll never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    poll
+}
+
+/// Whether a polled task was read from a stream (its stages say when).
+fn read_from_stream(task: &Value) -> bool {
+    task["stages"].get("read_at_us").is_some()
+}
+
+/// A worker's poll that found nothing waits where the coordinator's batches
+/// see it: a run started meanwhile has its first step leased to that worker
+/// in the start's own commit and handed to the poll — no outbox row, no
+/// stream message, no read and no lease statement of its own. Never more
+/// than the poll asked for: the rest go through their stream.
+#[tokio::test]
+async fn a_poll_waiting_for_work_gets_a_started_runs_first_step_leased_in_the_starts_commit() {
+    let e = Engine::with(no_workers()).await;
+    e.register(&json!({"name": "idle-fan", "nodes": [
+        {"id": "a", "type": "step"}, {"id": "b", "type": "step"}, {"id": "c", "type": "step"}]}))
+        .await;
+    // A poll leaves its wait to read the streams now and then: a start in
+    // that moment goes through its stream, as it should. Of three tries,
+    // one at least is handed over.
+    let mut handed = 0;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let poll = waiting_poll(&e, "w-idle", json!({"queues": ["step"], "max": 2, "wait": "20s"})).await;
+        let run = e.start_run("idle-fan", json!({})).await;
+        let (status, answer) = poll.await.unwrap();
+        assert_eq!(status, 200, "{answer}");
+        let tasks = answer["tasks"].as_array().unwrap();
+        assert_eq!(tasks.len(), 2, "as many as the poll asked for, of the run's three: {answer}");
+        let through_streams = tasks.iter().filter(|t| read_from_stream(t)).count();
+        assert!(through_streams == 0 || through_streams == 2, "one way for all the poll got: {answer}");
+        for node in ["a", "b", "c"] {
+            let (id, state, owner, _) = stored(&e, run, node).await;
+            let given = tasks.iter().any(|t| t["id"] == json!(id));
+            if given {
+                assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some("w-idle")), "{node}");
+                held.push((run, id, "w-idle"));
+            } else {
+                assert_eq!((state.as_str(), owner), ("PENDING", None), "{node}: the third waits for a poll");
+            }
+            if given && through_streams == 0 {
+                assert_eq!(outbox_rows_of(&e, id).await, 0, "{node}: a handed-over task has no outbox row");
+            }
+        }
+        handed += usize::from(through_streams == 0);
+        // The third goes through its stream, to the next poll.
+        let (status, answer) =
+            e.post("/v1/tasks/poll", &json!({"worker_id": "w-rest", "queues": ["step"], "wait": "10s"})).await;
+        assert_eq!(status, 200, "{answer}");
+        let rest = answer["tasks"].as_array().unwrap();
+        assert_eq!(rest.len(), 1, "{answer}");
+        assert!(read_from_stream(&rest[0]), "{answer}");
+        held.push((run, rest[0]["id"].as_str().unwrap().parse().unwrap(), "w-rest"));
+    }
+    assert!(handed >= 1, "no start's steps went to the waiting poll");
+    assert_eq!(e.coordinators[0].shared.engine.idle_polls().waiting(), 0);
+
+    // What was given is the worker's like any leased task: it reports it.
+    for (run, task, worker) in &held {
+        let (status, answer) = complete(&e, *run, *task, worker, None).await;
+        assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+    }
+    for run in held.iter().map(|h| h.0).collect::<std::collections::BTreeSet<_>>() {
+        assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    }
+    e.stop().await;
+}
+
+/// A poll that stopped waiting (its wait ran out) is given nothing after:
+/// a run started then goes through its stream, to the next poll. A poll of
+/// urgent work only is not given a run of the default priority.
+#[tokio::test]
+async fn a_poll_that_stopped_waiting_or_waits_for_more_urgent_work_is_given_nothing() {
+    let e = Engine::with(no_workers()).await;
+    e.register(&json!({"name": "idle-one", "nodes": [{"id": "a", "type": "step"}]})).await;
+    let (status, answer) =
+        e.post("/v1/tasks/poll", &json!({"worker_id": "gone", "queues": ["step"], "wait": "50ms"})).await;
+    assert_eq!((status, answer["tasks"].as_array().map(Vec::len)), (200, Some(0)), "{answer}");
+    assert_eq!(e.coordinators[0].shared.engine.idle_polls().waiting(), 0, "the poll left");
+    let urgent = waiting_poll(&e, "urgent", json!({"queues": ["step"], "wait": "1s", "priority_at_most": 1})).await;
+    let run = e.start_run("idle-one", json!({})).await;
+    let until = Instant::now() + T;
+    while messages_on(&e, "step").await < 1 {
+        assert!(Instant::now() < until, "the step was never sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, answer) = urgent.await.unwrap();
+    assert_eq!((status, answer["tasks"].as_array().map(Vec::len)), (200, Some(0)), "{answer}");
+    let (a, state, owner, _) = stored(&e, run, "a").await;
+    assert_eq!((state.as_str(), owner), ("PENDING", None));
+    let (status, answer) =
+        e.post("/v1/tasks/poll", &json!({"worker_id": "next", "queues": ["step"], "wait": "10s"})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["tasks"][0]["id"], json!(a), "the next poll reads it from its stream: {answer}");
+    assert!(read_from_stream(&answer["tasks"][0]), "{answer}");
+    e.stop().await;
+}

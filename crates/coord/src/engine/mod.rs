@@ -15,6 +15,7 @@
 //! - [`admission`]: creating a run under its concurrency limit.
 //! - [`handler`]: the failure handler a run's end starts, in its commit.
 //! - [`loaded`]: a run as a transaction holds it.
+//! - [`idle`]: polls waiting for work, which a batch's commit leases tasks to.
 //! - [`publisher`]: what a commit hands to the publishing loop.
 //! - [`store`]: the seam with storage ([`store::RunStore`]).
 //! - [`error`]: [`EngineError`] and the typed [`Rejection`]s.
@@ -25,6 +26,7 @@ pub mod effects;
 pub mod error;
 pub mod evaluator;
 pub mod handler;
+pub mod idle;
 pub mod loaded;
 pub mod publisher;
 pub mod runner;

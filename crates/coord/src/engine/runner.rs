@@ -25,6 +25,7 @@ use super::batch::{self, Applying, By, Control, Handled, LiveLoop, Pending};
 use super::effects;
 use super::error::{EngineError, Rejection, Result};
 use super::handler;
+use super::idle::IdlePolls;
 use super::loaded::Loaded;
 use super::publisher::Publisher;
 use super::store::Tx;
@@ -70,6 +71,9 @@ pub struct Engine {
     limits: Limits,
     /// Where the spans of runs go (`COMPOSER_OTLP_ENDPOINT`); none without.
     traces: Option<Arc<Traces>>,
+    /// Task-API polls waiting for work: a batch leases them what it makes
+    /// ready of their queues.
+    idle: IdlePolls,
 }
 
 /// Which work a batch loop takes.
@@ -171,7 +175,13 @@ impl Engine {
             live_loops: AtomicUsize::new(0),
             limits,
             traces: None,
+            idle: IdlePolls::default(),
         }
+    }
+
+    /// The task-API polls waiting for work.
+    pub fn idle_polls(&self) -> &IdlePolls {
+        &self.idle
     }
 
     /// Records the spans of runs to `traces` from now on.
@@ -757,6 +767,8 @@ impl Engine {
             }
             created.push(row);
         }
+        // What no report took goes to the polls waiting for work.
+        let to_idle = self.idle.give(&mut runs);
         let mut written = self.write(&tx, runs.values_mut(), published).await?;
         let freed = freed_keys(&runs);
         let HandOver { handed, promoted, written: mut promoted_written, given: handed_given } = match freed.is_empty() {
@@ -772,6 +784,9 @@ impl Engine {
                 if let Some(Ok(handled)) = results.get_mut(at) {
                     handled.next.extend(tasks.iter().filter_map(|t| sent.remove(t)));
                 }
+            }
+            for poll in to_idle {
+                poll.send(&mut sent);
             }
         }
         let mut handlers_owe = self.written(written);

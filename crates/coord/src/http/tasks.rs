@@ -15,6 +15,7 @@ use composer_api::{
 };
 use composer_core::machine::Event;
 use composer_store::leases::LeaseManager;
+use composer_store::transitions::Given;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
@@ -133,12 +134,52 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
             return Ok(Json(TaskBatch { tasks, waiting }));
         }
         let nap = idle.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-        tokio::select! {
-            _ = s.draining.cancelled() => {}
-            _ = &mut published => {}
-            _ = tokio::time::sleep(nap) => {}
+        // Waits where this coordinator's batches see it: a task one makes
+        // ready of these queues is leased to this worker in its commit and
+        // comes here, through no stream.
+        let offer = EagerOffer { slots: max, lease: s.config.lease_ttl, queues: queues.clone(), priority: at_most };
+        let mut parked = s.engine.idle_polls().park(&req.worker_id, offer);
+        let taken = tokio::select! {
+            _ = s.draining.cancelled() => None,
+            _ = &mut published => None,
+            _ = tokio::time::sleep(nap) => None,
+            given = &mut parked.answer => Some(given.ok()),
+        };
+        // A batch that took the poll meanwhile is waited for: what it
+        // leased to this worker must reach it. Nothing (a rollback) reads again.
+        let given = match taken {
+            Some(given) => given,
+            None => parked.leave().await,
+        };
+        if let Some(given) = given.filter(|g| !g.is_empty()) {
+            let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
+            composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
+            composer_metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
+            return Ok(Json(TaskBatch { tasks, waiting: None }));
         }
         idle = (idle * 2).min(IDLE_READ_EVERY);
+    }
+}
+
+/// A task a batch leased to a worker in its commit, as the worker gets it.
+fn leased_view(g: Given, lease: Duration) -> LeasedTask {
+    LeasedTask {
+        id: g.dispatch.task_id,
+        run_id: g.dispatch.run_id,
+        attempt: g.dispatch.attempt,
+        node_id: g.dispatch.node_id,
+        node_type: g.dispatch.node_type,
+        queue: g.queue,
+        input: g.dispatch.input,
+        lease_ttl_ms: lease.as_millis() as u64,
+        traceparent: g.dispatch.traceparent,
+        priority: g.priority,
+        // Written and leased by one commit: its span shows that commit.
+        stages: Some(StageTimes {
+            dispatched_at_us: g.dispatch.dispatched_at_us,
+            leased_at_us: Some(composer_api::wire::now_us()),
+            ..StageTimes::default()
+        }),
     }
 }
 
@@ -343,24 +384,7 @@ async fn finish(
     };
     composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
     composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
-    let ttl = s.config.lease_ttl.as_millis() as u64;
-    let next: Vec<LeasedTask> = handled
-        .next
-        .into_iter()
-        .map(|g| LeasedTask {
-            id: g.dispatch.task_id,
-            run_id: g.dispatch.run_id,
-            attempt: g.dispatch.attempt,
-            node_id: g.dispatch.node_id,
-            node_type: g.dispatch.node_type,
-            queue: g.queue,
-            input: g.dispatch.input,
-            lease_ttl_ms: ttl,
-            traceparent: g.dispatch.traceparent,
-            priority: g.priority,
-            stages: Some(StageTimes { leased_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() }),
-        })
-        .collect();
+    let next: Vec<LeasedTask> = handled.next.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
     if !next.is_empty() {
         composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], next.len() as u64);
         composer_metrics::inc(composer_metrics::EAGER_DISPATCHES, &[], next.len() as u64);

@@ -1,0 +1,198 @@
+//! Polls that wait for work. A worker's long poll that read nothing waits
+//! here, and a batch of this coordinator that makes ready a task of the
+//! poll's queues (a run's first step, a timer's, an event's) leases the
+//! task to that worker in the batch's own commit and hands it to the poll:
+//! no outbox row, no stream message, no read and no lease statement of its
+//! own, as a result's `next` gets its run's next task.
+//!
+//! A poll leaves before it answers (its wait ran out, a publish woke it,
+//! the coordinator drains, its client went away): if no batch took it
+//! meanwhile it is simply gone; if one did, the poll waits for that batch's
+//! commit and answers with what it was given. Only a poll whose client went
+//! away after a batch took it loses its tasks; their leases expire and the
+//! next poll takes them over, as when any poll's answer is lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use composer_api::wire::EagerOffer;
+use composer_store::transitions::Given;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::loaded::Loaded;
+
+/// The polls of one coordinator that wait for work, oldest first.
+#[derive(Default)]
+pub struct IdlePolls {
+    waiting: Mutex<Vec<Waiting>>,
+    next_id: AtomicU64,
+}
+
+struct Waiting {
+    id: u64,
+    worker: String,
+    /// What the poll takes: up to `slots` tasks of `queues`, of runs of
+    /// `priority` or more urgent.
+    offer: EagerOffer,
+    answer: oneshot::Sender<Vec<Given>>,
+}
+
+/// A poll waiting here. Dropped, it leaves.
+pub struct Parked<'a> {
+    polls: &'a IdlePolls,
+    id: u64,
+    /// What the batch that took the poll gave it, once committed; an error
+    /// when that batch rolled back.
+    pub answer: oneshot::Receiver<Vec<Given>>,
+}
+
+/// The tasks a batch gave a waiting poll, to send once it commits.
+pub struct Claimed {
+    answer: oneshot::Sender<Vec<Given>>,
+    tasks: Vec<Uuid>,
+}
+
+impl IdlePolls {
+    /// Waits for work for `worker` as `offer` says (its `priority`: the
+    /// least urgent run it takes).
+    pub fn park(&self, worker: &str, offer: EagerOffer) -> Parked<'_> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (answer, rx) = oneshot::channel();
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.push(Waiting { id, worker: worker.to_string(), offer, answer });
+        Parked { polls: self, id, answer: rx }
+    }
+
+    /// Whether it was still here (no batch took it): it is not any more.
+    fn remove(&self, id: u64) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        match waiting.iter().position(|w| w.id == id) {
+            Some(at) => {
+                waiting.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many polls wait now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Gives the waiting polls, oldest first, the tasks the batch's runs
+    /// dispatch (the most urgent runs first), leased in the batch's commit
+    /// as a result's `next` is. The polls given anything leave the queue:
+    /// the caller sends them their tasks after the commit
+    /// ([`Claimed::send`]), or drops them if the batch fails, which tells
+    /// the polls to read again.
+    pub fn give(&self, runs: &mut HashMap<Uuid, Loaded>) -> Vec<Claimed> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.retain(|w| !w.answer.is_closed());
+        if waiting.is_empty() {
+            return Vec::new();
+        }
+        let mut ready: Vec<&mut Loaded> = runs.values_mut().filter(|l| !l.tr.dispatch.is_empty()).collect();
+        if ready.is_empty() {
+            return Vec::new();
+        }
+        ready.sort_by_key(|l| l.priority);
+        let mut claimed = Vec::new();
+        let mut at = 0;
+        while at < waiting.len() {
+            let w = &waiting[at];
+            let mut tasks = Vec::new();
+            for loaded in ready.iter_mut().filter(|l| l.priority <= w.offer.priority) {
+                let slots = w.offer.slots.saturating_sub(tasks.len() as u32);
+                if slots == 0 {
+                    break;
+                }
+                let offer = EagerOffer { slots, ..w.offer.clone() };
+                tasks.extend(loaded.give_eagerly(&w.worker, &offer));
+            }
+            if tasks.is_empty() {
+                at += 1;
+                continue;
+            }
+            let w = waiting.remove(at);
+            claimed.push(Claimed { answer: w.answer, tasks });
+        }
+        claimed
+    }
+}
+
+impl Claimed {
+    /// Sends the poll what the commit leased to it, taken from `leased`.
+    pub fn send(self, leased: &mut HashMap<Uuid, Given>) {
+        let given: Vec<Given> = self.tasks.iter().filter_map(|t| leased.remove(t)).collect();
+        let n = given.len();
+        if self.answer.send(given).is_err() {
+            // Its client went away: the leases expire and are taken over.
+            tracing::warn!(tasks = n, "a poll left after a batch took it; its tasks wait for their leases to expire");
+        }
+    }
+}
+
+impl Parked<'_> {
+    /// Stops waiting: `None` when no batch took the poll, else what the
+    /// batch that did gave it, once committed (`None` too if it rolled back).
+    pub async fn leave(mut self) -> Option<Vec<Given>> {
+        if self.polls.remove(self.id) {
+            return None;
+        }
+        (&mut self.answer).await.ok()
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.polls.remove(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer() -> EagerOffer {
+        EagerOffer { slots: 2, lease: std::time::Duration::from_secs(30), queues: vec!["q".into()], priority: 5 }
+    }
+
+    #[tokio::test]
+    async fn a_poll_that_leaves_or_is_dropped_before_a_batch_takes_it_is_gone() {
+        let polls = IdlePolls::default();
+        let first = polls.park("w1", offer());
+        let second = polls.park("w2", offer());
+        assert_eq!(polls.waiting(), 2);
+        assert!(first.leave().await.is_none(), "no batch took it");
+        assert_eq!(polls.waiting(), 1);
+        drop(second);
+        assert_eq!(polls.waiting(), 0, "a poll whose client went away leaves too");
+        // A batch with no run to give from takes no poll.
+        let _third = polls.park("w3", offer());
+        assert!(polls.give(&mut HashMap::new()).is_empty());
+        assert_eq!(polls.waiting(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_poll_a_batch_took_waits_for_its_commit_or_learns_of_its_rollback() {
+        let polls = IdlePolls::default();
+        let parked = polls.park("w1", offer());
+        // As `give` does for a poll it gives to: out of the queue, with its tasks.
+        let taken = polls.waiting.lock().unwrap().remove(0);
+        let claimed = Claimed { answer: taken.answer, tasks: vec![Uuid::nil()] };
+        let leaving = parked.leave();
+        tokio::pin!(leaving);
+        let early = tokio::time::timeout(std::time::Duration::from_millis(20), &mut leaving).await;
+        assert!(early.is_err(), "it waits for the batch's commit");
+        claimed.send(&mut HashMap::new());
+        assert_eq!(leaving.await.map(|g| g.len()), Some(0), "what the commit leased to it (here nothing)");
+
+        let parked = polls.park("w2", offer());
+        let taken = polls.waiting.lock().unwrap().remove(0);
+        drop(Claimed { answer: taken.answer, tasks: vec![] });
+        assert_eq!(parked.leave().await.map(|g| g.len()), None, "the batch rolled back: read again");
+    }
+}
