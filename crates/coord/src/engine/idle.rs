@@ -23,6 +23,12 @@ use uuid::Uuid;
 
 use super::loaded::Loaded;
 
+/// Most polls one coordinator keeps waiting for work. Past it a poll waits
+/// as one did before there was this queue (woken by publishes, reading the
+/// streams), so workers holding ever more polls open cannot make each batch
+/// look through more of them.
+pub const MAX_WAITING_POLLS: usize = 1024;
+
 /// The polls of one coordinator that wait for work, oldest first.
 #[derive(Default)]
 pub struct IdlePolls {
@@ -56,13 +62,16 @@ pub struct Claimed {
 
 impl IdlePolls {
     /// Waits for work for `worker` as `offer` says (its `priority`: the
-    /// least urgent run it takes).
-    pub fn park(&self, worker: &str, offer: EagerOffer) -> Parked<'_> {
+    /// least urgent run it takes); `None` when [`MAX_WAITING_POLLS`] wait.
+    pub fn park(&self, worker: &str, offer: EagerOffer) -> Option<Parked<'_>> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if waiting.len() >= MAX_WAITING_POLLS {
+            return None;
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, rx) = oneshot::channel();
-        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         waiting.push(Waiting { id, worker: worker.to_string(), offer, answer });
-        Parked { polls: self, id, answer: rx }
+        Some(Parked { polls: self, id, answer: rx })
     }
 
     /// Whether it was still here (no batch took it): it is not any more.
@@ -99,10 +108,21 @@ impl IdlePolls {
             return Vec::new();
         }
         ready.sort_by_key(|l| l.priority);
+        // The queues something was dispatched to: a poll of none of them is
+        // passed over without a look at the runs.
+        let queues: std::collections::HashSet<&str> = ready
+            .iter()
+            .flat_map(|l| l.tr.dispatch.iter().map(|&i| l.wf.nodes[l.run.tasks[i].node].dispatch_queue()))
+            .collect();
+        let queues: std::collections::HashSet<String> = queues.into_iter().map(str::to_string).collect();
         let mut claimed = Vec::new();
         let mut at = 0;
         while at < waiting.len() {
             let w = &waiting[at];
+            if !w.offer.queues.iter().any(|q| queues.contains(q)) {
+                at += 1;
+                continue;
+            }
             let mut tasks = Vec::new();
             for loaded in ready.iter_mut().filter(|l| l.priority <= w.offer.priority) {
                 let slots = w.offer.slots.saturating_sub(tasks.len() as u32);
@@ -163,8 +183,8 @@ mod tests {
     #[tokio::test]
     async fn a_poll_that_leaves_or_is_dropped_before_a_batch_takes_it_is_gone() {
         let polls = IdlePolls::default();
-        let first = polls.park("w1", offer());
-        let second = polls.park("w2", offer());
+        let first = polls.park("w1", offer()).unwrap();
+        let second = polls.park("w2", offer()).unwrap();
         assert_eq!(polls.waiting(), 2);
         assert!(first.leave().await.is_none(), "no batch took it");
         assert_eq!(polls.waiting(), 1);
@@ -176,10 +196,21 @@ mod tests {
         assert_eq!(polls.waiting(), 1);
     }
 
+    #[test]
+    fn past_the_most_waiting_polls_a_poll_is_not_kept() {
+        let polls = IdlePolls::default();
+        let kept: Vec<Parked> =
+            (0..MAX_WAITING_POLLS).map(|i| polls.park(&format!("w{i}"), offer()).unwrap()).collect();
+        assert!(polls.park("one-more", offer()).is_none());
+        drop(kept);
+        assert_eq!(polls.waiting(), 0);
+        assert!(polls.park("now", offer()).is_some());
+    }
+
     #[tokio::test]
     async fn a_poll_a_batch_took_waits_for_its_commit_or_learns_of_its_rollback() {
         let polls = IdlePolls::default();
-        let parked = polls.park("w1", offer());
+        let parked = polls.park("w1", offer()).unwrap();
         // As `give` does for a poll it gives to: out of the queue, with its tasks.
         let taken = polls.waiting.lock().unwrap().remove(0);
         let claimed = Claimed { answer: taken.answer, tasks: vec![Uuid::nil()] };
@@ -190,7 +221,7 @@ mod tests {
         claimed.send(&mut HashMap::new());
         assert_eq!(leaving.await.map(|g| g.len()), Some(0), "what the commit leased to it (here nothing)");
 
-        let parked = polls.park("w2", offer());
+        let parked = polls.park("w2", offer()).unwrap();
         let taken = polls.waiting.lock().unwrap().remove(0);
         drop(Claimed { answer: taken.answer, tasks: vec![] });
         assert_eq!(parked.leave().await.map(|g| g.len()), None, "the batch rolled back: read again");

@@ -138,18 +138,26 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
         // ready of these queues is leased to this worker in its commit and
         // comes here, through no stream.
         let offer = EagerOffer { slots: max, lease: s.config.lease_ttl, queues: queues.clone(), priority: at_most };
+        // (Not when too many wait: then as before, woken by publishes.)
         let mut parked = s.engine.idle_polls().park(&req.worker_id, offer);
+        let handed = async {
+            match parked.as_mut() {
+                Some(p) => (&mut p.answer).await.ok(),
+                None => std::future::pending().await,
+            }
+        };
         let taken = tokio::select! {
             _ = s.draining.cancelled() => None,
             _ = &mut published => None,
             _ = tokio::time::sleep(nap) => None,
-            given = &mut parked.answer => Some(given.ok()),
+            given = handed => Some(given),
         };
         // A batch that took the poll meanwhile is waited for: what it
         // leased to this worker must reach it. Nothing (a rollback) reads again.
-        let given = match taken {
-            Some(given) => given,
-            None => parked.leave().await,
+        let given = match (taken, parked) {
+            (Some(given), _) => given,
+            (None, Some(parked)) => parked.leave().await,
+            (None, None) => None,
         };
         if let Some(given) = given.filter(|g| !g.is_empty()) {
             let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
