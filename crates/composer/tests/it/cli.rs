@@ -186,7 +186,7 @@ async fn bench_ab_runs_two_binaries_alternately_and_prints_both_sides() {
         assert!(runs[0]["throughput"]["steps_per_s"].as_f64().unwrap() > 0.0, "{side}");
         assert!(runs[0]["postgres_per_step"]["cpu_ms"].as_f64().is_some(), "{side}: {}", runs[0]);
         // The worker's /metrics are read too: its stages are there.
-        assert!(runs[0]["step_stages_mean_ms"]["read_to_lease"].as_f64().is_some(), "{side}: {}", runs[0]);
+        assert!(runs[0]["step_stages_mean_ms"]["lease_to_start"].as_f64().is_some(), "{side}: {}", runs[0]);
     }
     let steps = &ab["medians"]["steps/s"];
     assert!(steps["ratio"].as_f64().is_some(), "{steps}");

@@ -12,7 +12,7 @@
 //! away after a batch took it loses its tasks; their leases expire and the
 //! next poll takes them over, as when any poll's answer is lost.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -44,6 +44,9 @@ struct Waiting {
     offer: EagerOffer,
     answer: oneshot::Sender<Vec<Given>>,
 }
+
+/// A run's tasks a poll may be given, by queue, in dispatch order.
+type ByQueue = HashMap<String, VecDeque<usize>>;
 
 /// A poll waiting here. Dropped, it leaves.
 pub struct Parked<'a> {
@@ -91,10 +94,10 @@ impl IdlePolls {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Gives the waiting polls, oldest first, the tasks the batch's runs
-    /// dispatch (the most urgent runs first), leased in the batch's commit
-    /// as a result's `next` is. The polls given anything leave the queue:
-    /// the caller sends them their tasks after the commit
+    /// Gives the waiting polls, in the order they began to wait, the tasks
+    /// the batch's runs dispatch (the most urgent runs first), leased in
+    /// the batch's commit as a result's `next` is. The polls given anything
+    /// leave the queue: the caller sends them their tasks after the commit
     /// ([`Claimed::send`]), or drops them if the batch fails, which tells
     /// the polls to read again.
     pub fn give(&self, runs: &mut HashMap<Uuid, Loaded>) -> Vec<Claimed> {
@@ -103,35 +106,44 @@ impl IdlePolls {
         if waiting.is_empty() {
             return Vec::new();
         }
-        let mut ready: Vec<&mut Loaded> = runs.values_mut().filter(|l| !l.tr.dispatch.is_empty()).collect();
-        if ready.is_empty() {
-            return Vec::new();
-        }
-        ready.sort_by_key(|l| l.priority);
-        // The queues something was dispatched to: a poll of none of them is
-        // passed over without a look at the runs.
-        let queues: std::collections::HashSet<&str> = ready
-            .iter()
-            .flat_map(|l| l.tr.dispatch.iter().map(|&i| l.wf.nodes[l.run.tasks[i].node].dispatch_queue()))
+        // What each run can give, by queue: worked out once per batch.
+        let mut ready: Vec<(u8, Uuid, ByQueue)> = runs
+            .values()
+            .filter(|l| !l.tr.dispatch.is_empty())
+            .map(|l| {
+                let givable = l.givable().into_iter().map(|(q, tasks)| (q.to_string(), tasks)).collect();
+                (l.priority, l.run.id, givable)
+            })
+            .filter(|(_, _, givable): &(u8, Uuid, ByQueue)| !givable.is_empty())
             .collect();
-        let queues: std::collections::HashSet<String> = queues.into_iter().map(str::to_string).collect();
+        ready.sort_by_key(|(priority, ..)| *priority);
+        // A poll of none of these queues is passed over at a glance.
+        let queues: std::collections::HashSet<String> =
+            ready.iter().flat_map(|(_, _, givable)| givable.keys().cloned()).collect();
         let mut claimed = Vec::new();
         let mut at = 0;
-        while at < waiting.len() {
+        while at < waiting.len() && !ready.is_empty() {
             let w = &waiting[at];
             if !w.offer.queues.iter().any(|q| queues.contains(q)) {
                 at += 1;
                 continue;
             }
             let mut tasks = Vec::new();
-            for loaded in ready.iter_mut().filter(|l| l.priority <= w.offer.priority) {
-                let slots = w.offer.slots.saturating_sub(tasks.len() as u32);
-                if slots == 0 {
+            for (_, run_id, givable) in ready.iter_mut().filter(|(p, ..)| *p <= w.offer.priority) {
+                let Some(loaded) = runs.get_mut(run_id) else { continue };
+                for queue in &w.offer.queues {
+                    let Some(of_queue) = givable.get_mut(queue) else { continue };
+                    while tasks.len() < w.offer.slots as usize {
+                        let Some(i) = of_queue.pop_front() else { break };
+                        tasks.push(loaded.lease_in_commit(i, &w.worker, w.offer.lease));
+                    }
+                }
+                givable.retain(|_, of_queue| !of_queue.is_empty());
+                if tasks.len() >= w.offer.slots as usize {
                     break;
                 }
-                let offer = EagerOffer { slots, ..w.offer.clone() };
-                tasks.extend(loaded.give_eagerly(&w.worker, &offer));
             }
+            ready.retain(|(_, _, givable)| !givable.is_empty());
             if tasks.is_empty() {
                 at += 1;
                 continue;
@@ -174,7 +186,92 @@ impl Drop for Parked<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use chrono::Utc;
+    use composer_core::definition::Workflow;
+    use composer_store::definitions::DefinitionRow;
+    use serde_json::{json, Value};
+
+    use super::super::admission::{create_run, Limits, NewRunOf};
+    use super::super::effects::fake::FakeStore;
     use super::*;
+
+    /// A started run of `spec` at `priority`, as a batch holds it.
+    async fn started(spec: Value, priority: u8) -> Loaded {
+        let wf = Arc::new(Workflow::parse(&spec).unwrap());
+        let def =
+            DefinitionRow { id: Uuid::now_v7(), name: wf.spec.name.clone(), version: 1, spec, created_at: Utc::now() };
+        let input = json!({});
+        let how = NewRunOf {
+            def: &def,
+            input: &input,
+            idempotency_key: None,
+            parent: None,
+            depth: 0,
+            trigger: None,
+            root: None,
+            handles: None,
+            abandoned: false,
+            tags: None,
+            traceparent: None,
+            priority: Some(priority),
+            fairness_key: None,
+        };
+        create_run(&FakeStore::default(), wf, how, Limits::DEFAULT).await.unwrap().1.unwrap()
+    }
+
+    fn nodes(kinds: &[(&str, &str)]) -> Value {
+        let nodes: Vec<Value> = kinds.iter().map(|(id, kind)| json!({"id": id, "type": kind})).collect();
+        json!({"name": "fan", "nodes": nodes})
+    }
+
+    fn wanting(queues: &[&str], slots: u32, priority: u8) -> EagerOffer {
+        let queues = queues.iter().map(|q| q.to_string()).collect();
+        EagerOffer { slots, lease: std::time::Duration::from_secs(30), queues, priority }
+    }
+
+    /// Polls are served in the order they began to wait, each with at most
+    /// what it asked for, of its queues, of runs no less urgent than it takes,
+    /// the most urgent runs first; no task is given twice; a poll given
+    /// nothing stays.
+    #[tokio::test]
+    async fn a_batch_gives_each_waiting_poll_what_it_asked_for_and_no_task_twice() {
+        let urgent =
+            started(nodes(&[("a", "step"), ("b", "step"), ("c", "step"), ("d", "step"), ("e", "other")]), 2).await;
+        let late = started(nodes(&[("f", "step"), ("g", "step")]), 5).await;
+        let (urgent_id, late_id) = (urgent.run.id, late.run.id);
+        let mut runs = HashMap::from([(urgent_id, urgent), (late_id, late)]);
+        let polls = IdlePolls::default();
+        let _p1 = polls.park("p1", wanting(&["step"], 3, 5)).unwrap();
+        let _p2 = polls.park("p2", wanting(&["nope"], 8, 5)).unwrap();
+        let _p3 = polls.park("p3", wanting(&["other", "step"], 8, 2)).unwrap();
+        let _p4 = polls.park("p4", wanting(&["step"], 8, 5)).unwrap();
+        let _p5 = polls.park("p5", wanting(&["step"], 8, 5)).unwrap();
+        let claimed = polls.give(&mut runs);
+        let node_of = |c: &Claimed| -> Vec<String> {
+            let by_id = |id: &Uuid| {
+                runs.values()
+                    .flat_map(|l| l.run.tasks.iter().map(move |t| (t.id, l.wf.nodes[t.node].id.clone())))
+                    .find(|(t, _)| t == id)
+                    .map(|(_, n)| n)
+                    .unwrap()
+            };
+            c.tasks.iter().map(by_id).collect()
+        };
+        let given: Vec<Vec<String>> = claimed.iter().map(node_of).collect();
+        // p1: three of the urgent run's steps; p3 (urgent work only): its
+        // last step and its `other`; p4: the late run's two; p5 nothing left.
+        assert_eq!(given, [vec!["a", "b", "c"], vec!["e", "d"], vec!["f", "g"]]);
+        assert_eq!(polls.waiting(), 2, "p2 (no such queue) and p5 (nothing left) still wait");
+        let owners: Vec<(&str, usize)> = vec![("p1", 3), ("p3", 2)];
+        for (worker, n) in owners {
+            assert_eq!(runs[&urgent_id].eager.iter().filter(|e| e.owner == worker).count(), n, "{worker}");
+        }
+        assert_eq!(runs[&late_id].eager.iter().filter(|e| e.owner == "p4").count(), 2);
+        // A second batch of the same runs has nothing more to give.
+        assert!(polls.give(&mut runs).is_empty());
+    }
 
     fn offer() -> EagerOffer {
         EagerOffer { slots: 2, lease: std::time::Duration::from_secs(30), queues: vec!["q".into()], priority: 5 }

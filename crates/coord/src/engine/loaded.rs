@@ -1,6 +1,7 @@
 //! A run as a transaction holds it: locked (or just created), in the state
 //! machine's form, with what the transaction's events changed so far.
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use composer_core::definition::Workflow;
@@ -97,6 +98,37 @@ impl Loaded {
             }
         }
         given
+    }
+
+    /// The tasks its transition dispatches that its commit may lease to a
+    /// worker (as [`Loaded::give_eagerly`] would give them), by queue, each
+    /// queue's in dispatch order. Worked out once, with sets: a MAP can
+    /// dispatch 10,000 items in one event.
+    pub fn givable(&self) -> HashMap<&str, VecDeque<usize>> {
+        let mut by_queue: HashMap<&str, VecDeque<usize>> = HashMap::new();
+        let changed: HashSet<usize> = self.tr.created.iter().chain(&self.tr.updated).copied().collect();
+        let given: HashSet<usize> = self.eager.iter().map(|e| e.task).collect();
+        for &i in &self.tr.dispatch {
+            let task = &self.run.tasks[i];
+            let node = &self.wf.nodes[task.node];
+            if task.state == machine::TaskState::Pending
+                && task.limit_keys.is_empty()
+                && !node.at_most_once
+                && !task.removed
+                && changed.contains(&i)
+                && !given.contains(&i)
+            {
+                by_queue.entry(node.dispatch_queue()).or_default().push_back(i);
+            }
+        }
+        by_queue
+    }
+
+    /// Leases task `i` (one of [`Loaded::givable`]) to `worker` in this
+    /// commit; returns its id.
+    pub fn lease_in_commit(&mut self, i: usize, worker: &str, lease: std::time::Duration) -> Uuid {
+        self.eager.push(Eager { task: i, owner: worker.to_string(), lease });
+        self.run.tasks[i].id
     }
 
     /// What its commit owes other runs, each with the run it comes from.

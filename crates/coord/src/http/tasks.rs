@@ -163,7 +163,8 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
             let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
             composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
             composer_metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
-            return Ok(Json(TaskBatch { tasks, waiting: None }));
+            // What waits is what the read before the wait saw.
+            return Ok(Json(TaskBatch { tasks, waiting }));
         }
         idle = (idle * 2).min(IDLE_READ_EVERY);
     }
