@@ -378,3 +378,51 @@ async fn a_poll_that_stopped_waiting_or_waits_for_more_urgent_work_is_given_noth
     assert!(read_from_stream(&answer["tasks"][0]), "{answer}");
     e.stop().await;
 }
+
+/// A queued run a result's end lets start, when the result asked for
+/// nothing more, has its first step given to a poll waiting for work, in
+/// the commit that starts it (or the promotion pass's, when the batch could
+/// not take the key's lock).
+#[tokio::test]
+async fn a_run_a_freed_slot_starts_gives_its_first_step_to_a_waiting_poll() {
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.timer_interval = Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
+    e.register(&json!({"name": "idle-solo", "concurrency": {"max": 1}, "nodes": [{"id": "a", "type": "step"}]})).await;
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(start_at(&e, "idle-solo", 3).await);
+    }
+    let (_, queued) = e.get(&format!("/v1/runs/{}", runs[3])).await;
+    assert_eq!(queued["status"], "QUEUED", "{queued}");
+    let (a, ..) = stored(&e, runs[0], "a").await;
+    let leases = LeaseManager::new(e.db.pool());
+    assert!(leases.acquire(runs[0], a, "w-idle", Duration::from_secs(30), 1).await.unwrap().is_granted());
+    // A poll leaves its wait to read the streams now and then: a promotion
+    // in that moment goes through its stream. Of three, one at least is handed.
+    let mut handed = 0;
+    let mut holding = a;
+    for k in 0..3 {
+        let poll = waiting_poll(&e, "w-idle", json!({"queues": ["step"], "wait": "20s"})).await;
+        let (status, answer) = complete(&e, runs[k], holding, "w-idle", None).await;
+        assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+        let (status, answer) = poll.await.unwrap();
+        assert_eq!(status, 200, "{answer}");
+        let (next, state, owner, _) = stored(&e, runs[k + 1], "a").await;
+        assert_eq!(answer["tasks"].as_array().map(Vec::len), Some(1), "{answer}");
+        assert_eq!(answer["tasks"][0]["id"], json!(next), "the started run's step: {answer}");
+        assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some("w-idle")));
+        handed += usize::from(!read_from_stream(&answer["tasks"][0]));
+        holding = next;
+    }
+    assert!(handed >= 1, "no started run's step went to the waiting poll");
+    let (status, _) = complete(&e, runs[3], holding, "w-idle", None).await;
+    assert_eq!(status, 200);
+    for run in runs {
+        assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    }
+    e.stop().await;
+}

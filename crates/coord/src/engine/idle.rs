@@ -100,26 +100,26 @@ impl IdlePolls {
     /// leave the queue: the caller sends them their tasks after the commit
     /// ([`Claimed::send`]), or drops them if the batch fails, which tells
     /// the polls to read again.
-    pub fn give(&self, runs: &mut HashMap<Uuid, Loaded>) -> Vec<Claimed> {
+    pub fn give<'a>(&self, runs: impl IntoIterator<Item = &'a mut Loaded>) -> Vec<Claimed> {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         waiting.retain(|w| !w.answer.is_closed());
         if waiting.is_empty() {
             return Vec::new();
         }
         // What each run can give, by queue: worked out once per batch.
-        let mut ready: Vec<(u8, Uuid, ByQueue)> = runs
-            .values()
+        let mut ready: Vec<(&mut Loaded, ByQueue)> = runs
+            .into_iter()
             .filter(|l| !l.tr.dispatch.is_empty())
             .map(|l| {
-                let givable = l.givable().into_iter().map(|(q, tasks)| (q.to_string(), tasks)).collect();
-                (l.priority, l.run.id, givable)
+                let givable: ByQueue = l.givable().into_iter().map(|(q, tasks)| (q.to_string(), tasks)).collect();
+                (l, givable)
             })
-            .filter(|(_, _, givable): &(u8, Uuid, ByQueue)| !givable.is_empty())
+            .filter(|(_, givable)| !givable.is_empty())
             .collect();
-        ready.sort_by_key(|(priority, ..)| *priority);
+        ready.sort_by_key(|(l, _)| l.priority);
         // A poll of none of these queues is passed over at a glance.
         let queues: std::collections::HashSet<String> =
-            ready.iter().flat_map(|(_, _, givable)| givable.keys().cloned()).collect();
+            ready.iter().flat_map(|(_, givable)| givable.keys().cloned()).collect();
         let mut claimed = Vec::new();
         let mut at = 0;
         while at < waiting.len() && !ready.is_empty() {
@@ -129,8 +129,7 @@ impl IdlePolls {
                 continue;
             }
             let mut tasks = Vec::new();
-            for (_, run_id, givable) in ready.iter_mut().filter(|(p, ..)| *p <= w.offer.priority) {
-                let Some(loaded) = runs.get_mut(run_id) else { continue };
+            for (loaded, givable) in ready.iter_mut().filter(|(l, _)| l.priority <= w.offer.priority) {
                 for queue in &w.offer.queues {
                     let Some(of_queue) = givable.get_mut(queue) else { continue };
                     while tasks.len() < w.offer.slots as usize {
@@ -143,7 +142,7 @@ impl IdlePolls {
                     break;
                 }
             }
-            ready.retain(|(_, _, givable)| !givable.is_empty());
+            ready.retain(|(_, givable)| !givable.is_empty());
             if tasks.is_empty() {
                 at += 1;
                 continue;
@@ -248,7 +247,7 @@ mod tests {
         let _p3 = polls.park("p3", wanting(&["other", "step"], 8, 2)).unwrap();
         let _p4 = polls.park("p4", wanting(&["step"], 8, 5)).unwrap();
         let _p5 = polls.park("p5", wanting(&["step"], 8, 5)).unwrap();
-        let claimed = polls.give(&mut runs);
+        let claimed = polls.give(runs.values_mut());
         let node_of = |c: &Claimed| -> Vec<String> {
             let by_id = |id: &Uuid| {
                 runs.values()
@@ -270,7 +269,7 @@ mod tests {
         }
         assert_eq!(runs[&late_id].eager.iter().filter(|e| e.owner == "p4").count(), 2);
         // A second batch of the same runs has nothing more to give.
-        assert!(polls.give(&mut runs).is_empty());
+        assert!(polls.give(runs.values_mut()).is_empty());
     }
 
     fn offer() -> EagerOffer {
@@ -289,7 +288,7 @@ mod tests {
         assert_eq!(polls.waiting(), 0, "a poll whose client went away leaves too");
         // A batch with no run to give from takes no poll.
         let _third = polls.park("w3", offer());
-        assert!(polls.give(&mut HashMap::new()).is_empty());
+        assert!(polls.give(std::iter::empty()).is_empty());
         assert_eq!(polls.waiting(), 1);
     }
 

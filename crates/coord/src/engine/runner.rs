@@ -768,13 +768,14 @@ impl Engine {
             created.push(row);
         }
         // What no report took goes to the polls waiting for work.
-        let to_idle = self.idle.give(&mut runs);
+        let to_idle = self.idle.give(runs.values_mut());
         let mut written = self.write(&tx, runs.values_mut(), published).await?;
         let freed = freed_keys(&runs);
-        let HandOver { handed, promoted, written: mut promoted_written, given: handed_given } = match freed.is_empty() {
-            true => HandOver::default(),
-            false => self.hand_over_slots(&tx, &runs, &freed, spare).await?,
-        };
+        let HandOver { handed, promoted, written: mut promoted_written, given: handed_given, to_idle: handed_idle } =
+            match freed.is_empty() {
+                true => HandOver::default(),
+                false => self.hand_over_slots(&tx, &runs, &freed, spare).await?,
+            };
         tx.commit().await?;
         let handed_eager = promoted_written.as_mut().map(|w| std::mem::take(&mut w.eager)).unwrap_or_default();
         if !written.eager.is_empty() || !handed_eager.is_empty() {
@@ -785,7 +786,7 @@ impl Engine {
                     handled.next.extend(tasks.iter().filter_map(|t| sent.remove(t)));
                 }
             }
-            for poll in to_idle {
+            for poll in to_idle.into_iter().chain(handed_idle) {
                 poll.send(&mut sent);
             }
         }
@@ -857,6 +858,7 @@ impl Engine {
         let mut handed = HashSet::new();
         let mut promoted = Vec::new();
         let mut given = Vec::new();
+        let mut to_idle = Vec::new();
         let tried = async {
             for (workflow, key) in locked {
                 let (more, all) = self.promote_in(tx, workflow, key, runs).await?;
@@ -879,6 +881,8 @@ impl Engine {
                     }
                 }
             }
+            // What no report took, to the polls waiting for work.
+            to_idle = self.idle.give(promoted.iter_mut());
             let written = match promoted.is_empty() {
                 true => None,
                 false => Some(self.write(tx, promoted.iter_mut(), &[]).await?),
@@ -890,7 +894,7 @@ impl Engine {
         }
         .await;
         match tried {
-            Ok(written) => Ok(HandOver { handed, promoted, written, given }),
+            Ok(written) => Ok(HandOver { handed, promoted, written, given, to_idle }),
             Err(e) => {
                 tracing::warn!(error = %e, "handing freed slots over failed; the pass after the commit will start them");
                 // Undoes the timeout too (it was set in the savepoint).
@@ -1006,8 +1010,13 @@ impl Engine {
         if batch.is_empty() {
             return Ok(0);
         }
-        let written = self.write(&tx, batch.iter_mut(), &[]).await?;
+        let to_idle = self.idle.give(batch.iter_mut());
+        let mut written = self.write(&tx, batch.iter_mut(), &[]).await?;
         tx.commit().await?;
+        let mut sent: HashMap<Uuid, Given> = written.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
+        for poll in to_idle {
+            poll.send(&mut sent);
+        }
         let owed = self.written(written);
         self.follow_up(owed);
         self.follow_up(batch.iter().flat_map(Loaded::after_commit).collect());
@@ -1293,6 +1302,8 @@ struct HandOver {
     /// Tasks of `promoted` leased to a reporting worker: (its report's
     /// place in the batch, the tasks).
     given: Vec<(usize, Vec<Uuid>)>,
+    /// Tasks of `promoted` leased to polls waiting for work.
+    to_idle: Vec<super::idle::Claimed>,
 }
 
 /// What a worker's offer to take more tasks has left once its own run's
