@@ -191,7 +191,11 @@ const RAISE_MARK: &str = "local m = tonumber(redis.call('GET', KEYS[1]) or '0') 
 /// count, group, consumer, field, then for each priority its stream count,
 /// weight and share state, then the shard to start at. Last, which
 /// priorities still have messages waiting after the reads (XINFO again,
-/// for those not found empty). Replies `{{{stream, id, payload or nil}, …},
+/// for those not found empty). A read that found nothing makes the reader
+/// a consumer of the default priority's streams if it is not one yet, so
+/// a worker whose work all comes to its waiting polls or with its results
+/// is still listed as a reader of its queues (its last read is its last
+/// real one). Replies `{{{stream, id, payload or nil}, …},
 /// {stream whose group is missing, …}, {share state, …}, {1 or 0 for each
 /// priority}}`.
 const READ_WEIGHTED: &str = "local want = tonumber(ARGV[1]) \
@@ -264,6 +268,11 @@ const READ_WEIGHTED: &str = "local want = tonumber(ARGV[1]) \
     end \
     cur[best] = cur[best] + total \
     empty[best] = true \
+    end \
+    end \
+    if #out == 0 then \
+    for i = 0, n[3] - 1 do \
+    redis.pcall('XGROUP', 'CREATECONSUMER', KEYS[first[3] + i], ARGV[2], ARGV[3]) \
     end \
     end \
     local left = {} \

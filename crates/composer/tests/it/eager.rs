@@ -337,6 +337,15 @@ async fn a_poll_waiting_for_work_gets_a_started_runs_first_step_leased_in_the_st
     }
     assert!(handed >= 1, "no start's steps went to the waiting poll");
     assert_eq!(e.coordinators[0].shared.engine.idle_polls().waiting(), 0);
+    // A worker that reads nothing is a reader of its queue all the same
+    // (the queues page lists its streams' consumers).
+    let streams = &e.coordinators[0].shared.streams;
+    let mut readers = Vec::new();
+    for shard in 0..e.coordinator_config().stream_shards {
+        let name = streams.keys().stream("step", 3, shard);
+        readers.extend(streams.consumers(&name).await.unwrap().into_iter().map(|(name, ..)| name));
+    }
+    assert!(readers.iter().any(|r| r == "api:w-idle"), "{readers:?}");
 
     // What was given is the worker's like any leased task: it reports it.
     for (run, task, worker) in &held {
