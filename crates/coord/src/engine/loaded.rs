@@ -85,10 +85,7 @@ impl Loaded {
             // The scans of what the transition wrote come last: a MAP can
             // dispatch 10,000 items in one event, and they run only for a
             // task that is about to be given.
-            if task.state == machine::TaskState::Pending
-                && task.limit_keys.is_empty()
-                && !node.at_most_once
-                && !task.removed
+            if self.may_lease_in_commit(i)
                 && offer.queues.iter().any(|q| q == node.dispatch_queue())
                 && !self.eager.iter().any(|e| e.task == i)
                 && (self.tr.created.contains(&i) || self.tr.updated.contains(&i))
@@ -109,19 +106,24 @@ impl Loaded {
         let changed: HashSet<usize> = self.tr.created.iter().chain(&self.tr.updated).copied().collect();
         let given: HashSet<usize> = self.eager.iter().map(|e| e.task).collect();
         for &i in &self.tr.dispatch {
-            let task = &self.run.tasks[i];
-            let node = &self.wf.nodes[task.node];
-            if task.state == machine::TaskState::Pending
-                && task.limit_keys.is_empty()
-                && !node.at_most_once
-                && !task.removed
-                && changed.contains(&i)
-                && !given.contains(&i)
-            {
+            if self.may_lease_in_commit(i) && changed.contains(&i) && !given.contains(&i) {
+                let node = &self.wf.nodes[self.run.tasks[i].node];
                 by_queue.entry(node.dispatch_queue()).or_default().push_back(i);
             }
         }
         by_queue
+    }
+
+    /// Whether task `i`, which its transition dispatches, may be leased in
+    /// its commit rather than sent: still PENDING, held by no limit, not
+    /// at-most-once (one whose answer is lost would go IN_DOUBT, though it
+    /// was never sent), not removed.
+    fn may_lease_in_commit(&self, i: usize) -> bool {
+        let task = &self.run.tasks[i];
+        task.state == machine::TaskState::Pending
+            && task.limit_keys.is_empty()
+            && !self.wf.nodes[task.node].at_most_once
+            && !task.removed
     }
 
     /// Leases task `i` (one of [`Loaded::givable`]) to `worker` in this
