@@ -812,6 +812,20 @@ impl Streams {
                 empty[at] = true;
             }
         }
+        // As the script does: a reader that found nothing is still listed
+        // as a consumer of the default priority's streams (an XREADGROUP
+        // that reads nothing makes none), so a worker fed only by hand-overs
+        // and results shows on the queues page. Best effort, all at once.
+        if out.is_empty() {
+            let default = &levels[usize::from(composer_core::priority::DEFAULT - composer_core::priority::HIGHEST)];
+            let creates = default.iter().map(|stream| {
+                let mut c = self.conn.clone();
+                let mut cmd = redis::cmd("XGROUP");
+                cmd.arg("CREATECONSUMER").arg(stream).arg(GROUP).arg(name);
+                async move { cmd.query_async::<Value>(&mut c).await }
+            });
+            let _ = futures_util::future::join_all(creates).await;
+        }
         missing.sort();
         missing.dedup();
         Ok(Weighted { messages: out, missing, waiting: empty.map(|e| !e) })

@@ -53,6 +53,20 @@ async fn a_redis_cluster_runs_workflows_and_survives_losing_a_primary() {
         assert_eq!(run["status"], "SUCCEEDED", "{run}");
     }
 
+    // A reader that finds nothing is still a consumer of the default
+    // priority's streams, which the queues page lists: on a cluster too,
+    // where a read goes stream by stream (and an XREADGROUP that reads
+    // nothing makes no consumer).
+    let poll = json!({"worker_id": "idle-reader", "queues": ["HTTP"], "wait": "100ms"});
+    let (status, answer) = e.post("/v1/tasks/poll", &poll).await;
+    assert_eq!((status, answer["tasks"].as_array().map(Vec::len)), (200, Some(0)), "{answer}");
+    let streams = &e.coordinators[0].shared.streams;
+    for shard in 0..e.coordinator_config().stream_shards {
+        let stream = streams.keys().stream("HTTP", 3, shard);
+        let consumers = streams.consumers(&stream).await.unwrap();
+        assert!(consumers.iter().any(|(name, ..)| name == "api:idle-reader"), "{stream}: {consumers:?}");
+    }
+
     // A primary dies while runs are in flight; its replica is promoted.
     let mut more = Vec::new();
     for i in 0..20 {
