@@ -358,6 +358,62 @@ async fn a_poll_waiting_for_work_gets_a_started_runs_first_step_leased_in_the_st
     e.stop().await;
 }
 
+/// The starts that take a transaction of their own — with an idempotency
+/// key, of a workflow with a concurrency limit, by an event's trigger — give
+/// their first step to a waiting poll too, leased in the start's commit.
+#[tokio::test]
+async fn a_start_with_a_key_a_limit_or_a_trigger_gives_its_first_step_to_a_waiting_poll() {
+    let e = Engine::with(no_workers()).await;
+    let one = |name: &str| json!({"name": name, "nodes": [{"id": "a", "type": "step"}]});
+    e.register(&one("keyed-one")).await;
+    let mut limited = one("limited-one");
+    limited["concurrency"] = json!({"max": 8});
+    e.register(&limited).await;
+    let mut triggered = one("triggered-one");
+    triggered["triggers"] = json!([{"event": "thing.happened"}]);
+    e.register(&triggered).await;
+    for kind in ["key", "limit", "trigger"] {
+        // As in the test above: a start while the poll reads the streams
+        // goes through its stream. Of three tries, one at least is handed.
+        let mut handed = false;
+        for i in 0..3 {
+            let poll = waiting_poll(&e, "w-own-tx", json!({"queues": ["step"], "max": 1, "wait": "20s"})).await;
+            let run: Uuid = match kind {
+                "key" => {
+                    let body = json!({"workflow": "keyed-one", "idempotency_key": format!("k-{i}")});
+                    let (status, run) = e.post("/v1/runs", &body).await;
+                    assert_eq!(status, 201, "{run}");
+                    run["id"].as_str().unwrap().parse().unwrap()
+                }
+                "limit" => e.start_run("limited-one", json!({})).await,
+                _ => {
+                    let (status, sent) = e.post("/v1/events", &json!({"name": "thing.happened"})).await;
+                    assert_eq!(status, 200, "{sent}");
+                    sent["started_runs"][0]["run_id"].as_str().unwrap().parse().unwrap()
+                }
+            };
+            let (status, answer) = poll.await.unwrap();
+            assert_eq!(status, 200, "{answer}");
+            let task = &answer["tasks"].as_array().unwrap()[0];
+            assert_eq!(task["run_id"], json!(run), "{kind}: {answer}");
+            let (id, state, owner, _) = stored(&e, run, "a").await;
+            assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some("w-own-tx")), "{kind}");
+            if !read_from_stream(task) {
+                assert_eq!(outbox_rows_of(&e, id).await, 0, "{kind}: a handed-over task has no outbox row");
+                handed = true;
+            }
+            let (status, done) = complete(&e, run, id, "w-own-tx", None).await;
+            assert_eq!((status, &done["applied"]), (200, &json!(true)), "{kind}: {done}");
+            assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED", "{kind}");
+            if handed {
+                break;
+            }
+        }
+        assert!(handed, "{kind}: no start's step went to the waiting poll");
+    }
+    e.stop().await;
+}
+
 /// A poll that stopped waiting (its wait ran out) is given nothing after:
 /// a run started then goes through its stream, to the next poll. A poll of
 /// urgent work only is not given a run of the default priority.

@@ -126,6 +126,9 @@ pub struct Started {
     loaded: Option<Loaded>,
     /// What its commit wrote, for the publisher (and the handlers it started).
     written: Option<Written>,
+    /// The waiting polls its first steps were leased to, answered once the
+    /// caller committed (dropped unanswered, they read again).
+    to_idle: Vec<super::idle::Claimed>,
 }
 
 /// What a write did: the outbox rows it wrote (with their messages),
@@ -373,7 +376,7 @@ impl Engine {
         let StartOptions { idempotency_key, trigger, tags, traceparent, priority } = opts;
         if let Some(key) = idempotency_key {
             if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
-                return Ok(Started { row: existing, new: false, loaded: None, written: None });
+                return Ok(Started { row: existing, new: false, loaded: None, written: None, to_idle: Vec::new() });
             }
         }
         let how = NewRunOf {
@@ -392,21 +395,28 @@ impl Engine {
             fairness_key: None,
         };
         let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
+        // Its first steps go to the polls waiting for work, as a batched
+        // start's do.
+        let to_idle = self.idle.give(loaded.iter_mut());
         let written = self.write(tx, loaded.iter_mut(), &[]).await?;
         tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
-        Ok(Started { row, new: true, loaded, written: Some(written) })
+        Ok(Started { row, new: true, loaded, written: Some(written), to_idle })
     }
 
     /// After the commit of [`Engine::start_run_in`]: publishes, counts, runs
     /// what the commit owes, and returns the run as it now stands (and
     /// whether it is new).
     pub fn started(self: &Arc<Self>, started: Started) -> (RunRow, bool) {
-        let Started { mut row, new, loaded, written } = started;
+        let Started { mut row, new, loaded, written, to_idle } = started;
         if !new {
             return (row, false);
         }
         composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
-        if let Some(w) = written {
+        if let Some(mut w) = written {
+            let mut sent: HashMap<Uuid, Given> = w.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
+            for poll in to_idle {
+                poll.send(&mut sent);
+            }
             let owed = self.written(w);
             self.follow_up(owed);
         }
