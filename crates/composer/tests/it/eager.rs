@@ -359,10 +359,11 @@ async fn a_poll_waiting_for_work_gets_a_started_runs_first_step_leased_in_the_st
 }
 
 /// The starts that take a transaction of their own — with an idempotency
-/// key, of a workflow with a concurrency limit, by an event's trigger — give
-/// their first step to a waiting poll too, leased in the start's commit.
+/// key, of a workflow with a concurrency limit, by an event's trigger, a
+/// sub-workflow's child — give their first step to a waiting poll too,
+/// leased in the start's commit.
 #[tokio::test]
-async fn a_start_with_a_key_a_limit_or_a_trigger_gives_its_first_step_to_a_waiting_poll() {
+async fn a_start_with_a_key_a_limit_a_trigger_or_a_parent_gives_its_first_step_to_a_waiting_poll() {
     let e = Engine::with(no_workers()).await;
     let one = |name: &str| json!({"name": name, "nodes": [{"id": "a", "type": "step"}]});
     e.register(&one("keyed-one")).await;
@@ -372,7 +373,10 @@ async fn a_start_with_a_key_a_limit_or_a_trigger_gives_its_first_step_to_a_waiti
     let mut triggered = one("triggered-one");
     triggered["triggers"] = json!([{"event": "thing.happened"}]);
     e.register(&triggered).await;
-    for kind in ["key", "limit", "trigger"] {
+    e.register(&json!({"name": "parent-one", "nodes": [
+        {"id": "child", "type": "SUB_WORKFLOW", "config": {"workflow": "keyed-one"}}]}))
+        .await;
+    for kind in ["key", "limit", "trigger", "child"] {
         // As in the test above: a start while the poll reads the streams
         // goes through its stream. Of three tries, one at least is handed.
         let mut handed = false;
@@ -386,6 +390,18 @@ async fn a_start_with_a_key_a_limit_or_a_trigger_gives_its_first_step_to_a_waiti
                     run["id"].as_str().unwrap().parse().unwrap()
                 }
                 "limit" => e.start_run("limited-one", json!({})).await,
+                "child" => {
+                    let parent = e.start_run("parent-one", json!({})).await;
+                    let until = Instant::now() + T;
+                    loop {
+                        let (_, page) = e.get(&format!("/v1/runs?parent_run_id={parent}")).await;
+                        if let Some(child) = page["runs"][0]["id"].as_str() {
+                            break child.parse().unwrap();
+                        }
+                        assert!(Instant::now() < until, "no child: {page}");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
                 _ => {
                     let (status, sent) = e.post("/v1/events", &json!({"name": "thing.happened"})).await;
                     assert_eq!(status, 200, "{sent}");

@@ -1144,8 +1144,14 @@ impl Engine {
             Err(e) => return Err(e),
         };
         let mut child = child;
-        let written = self.write(&tx, child.1.iter_mut(), &[]).await?;
+        // Its first steps go to the polls waiting for work, as a start's do.
+        let to_idle = self.idle.give(child.1.iter_mut());
+        let mut written = self.write(&tx, child.1.iter_mut(), &[]).await?;
         tx.commit().await?;
+        let mut sent: HashMap<Uuid, Given> = written.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
+        for poll in to_idle {
+            poll.send(&mut sent);
+        }
         let owed = self.written(written);
         self.follow_up(owed);
         composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
