@@ -358,12 +358,14 @@ async fn a_poll_waiting_for_work_gets_a_started_runs_first_step_leased_in_the_st
     e.stop().await;
 }
 
-/// The starts that take a transaction of their own — with an idempotency
-/// key, of a workflow with a concurrency limit, by an event's trigger, a
-/// sub-workflow's child — give their first step to a waiting poll too,
-/// leased in the start's commit.
+/// The starts that take a transaction of their own and commit it right
+/// after — through the API with an idempotency key or of a workflow with a
+/// concurrency limit, a sub-workflow's child — give their first step to a
+/// waiting poll too, leased in the start's commit. An event's trigger does
+/// not: its transaction may go on to wait for locks (more triggers, their
+/// keys) with the poll's lease running, so its steps go through a stream.
 #[tokio::test]
-async fn a_start_with_a_key_a_limit_a_trigger_or_a_parent_gives_its_first_step_to_a_waiting_poll() {
+async fn a_start_with_a_key_a_limit_or_a_parent_gives_its_first_step_to_a_waiting_poll_a_trigger_does_not() {
     let e = Engine::with(no_workers()).await;
     let one = |name: &str| json!({"name": name, "nodes": [{"id": "a", "type": "step"}]});
     e.register(&one("keyed-one")).await;
@@ -380,6 +382,7 @@ async fn a_start_with_a_key_a_limit_a_trigger_or_a_parent_gives_its_first_step_t
         // As in the test above: a start while the poll reads the streams
         // goes through its stream. Of three tries, one at least is handed.
         let mut handed = false;
+        let mut streamed = 0;
         for i in 0..3 {
             let poll = waiting_poll(&e, "w-own-tx", json!({"queues": ["step"], "max": 1, "wait": "20s"})).await;
             let run: Uuid = match kind {
@@ -417,6 +420,8 @@ async fn a_start_with_a_key_a_limit_a_trigger_or_a_parent_gives_its_first_step_t
             if !read_from_stream(task) {
                 assert_eq!(outbox_rows_of(&e, id).await, 0, "{kind}: a handed-over task has no outbox row");
                 handed = true;
+            } else {
+                streamed += 1;
             }
             let (status, done) = complete(&e, run, id, "w-own-tx", None).await;
             assert_eq!((status, &done["applied"]), (200, &json!(true)), "{kind}: {done}");
@@ -425,7 +430,121 @@ async fn a_start_with_a_key_a_limit_a_trigger_or_a_parent_gives_its_first_step_t
                 break;
             }
         }
-        assert!(handed, "{kind}: no start's step went to the waiting poll");
+        match kind {
+            "trigger" => assert_eq!((handed, streamed), (false, 3), "{kind}: every step through its stream"),
+            _ => assert!(handed, "{kind}: no start's step went to the waiting poll"),
+        }
+    }
+    e.stop().await;
+}
+
+/// How many times `task`'s attempt was taken over from an expired lease.
+async fn recoveries_of(e: &Engine, task: Uuid) -> i32 {
+    let c = e.db.pool().get().await.unwrap();
+    c.query_one("SELECT recoveries FROM task_instances WHERE id = $1", &[&task]).await.unwrap().get(0)
+}
+
+/// Slows every commit that inserts a run with an idempotency key by
+/// `seconds` (a deferred constraint trigger), to hold a start in its commit.
+async fn slow_keyed_commits(e: &Engine, seconds: f64) {
+    let c = e.db.pool().get().await.unwrap();
+    c.batch_execute(&format!(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN PERFORM pg_sleep({seconds}); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON workflow_runs DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW WHEN (NEW.idempotency_key IS NOT NULL) EXECUTE FUNCTION slow_commit();"
+    ))
+    .await
+    .unwrap();
+}
+
+/// A caller that goes away while its start commits (a client's timeout)
+/// does not take the hand-over with it: the start's transaction runs to its
+/// end, and the poll it leased the first step to is answered with it — not
+/// left to read again while the task waits, leased and untold, for its
+/// lease to expire.
+#[tokio::test]
+async fn a_start_whose_caller_leaves_during_the_commit_still_answers_the_poll_it_gave_a_step() {
+    let e = Engine::with(no_workers()).await;
+    e.register(&json!({"name": "keyed-slow", "nodes": [{"id": "a", "type": "step"}]})).await;
+    slow_keyed_commits(&e, 1.5).await;
+    let mut handed = false;
+    for i in 0..3 {
+        let worker = format!("w-left-{i}");
+        let poll = waiting_poll(&e, &worker, json!({"queues": ["step"], "max": 1, "wait": "20s"})).await;
+        // Its naps between reads grow to 200 ms: it is soon waiting nearly all the time.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let http = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().unwrap();
+        let body = json!({"workflow": "keyed-slow", "idempotency_key": format!("k-{i}")});
+        let gone = http.post(format!("{}/v1/runs", e.url())).json(&body).send().await;
+        assert!(gone.is_err(), "the caller gave up during the commit: {gone:?}");
+        let (status, answer) = poll.await.unwrap();
+        assert_eq!(status, 200, "{answer}");
+        let task = answer["tasks"][0].clone();
+        let run: Uuid = task["run_id"].as_str().expect("the poll got the start's step").parse().unwrap();
+        let (id, state, owner, left) = stored(&e, run, "a").await;
+        assert_eq!((state.as_str(), owner.as_deref()), ("RUNNING", Some(worker.as_str())));
+        assert!(left.unwrap() > 0.0, "its lease is live: {left:?}");
+        assert_eq!(recoveries_of(&e, id).await, 0, "given to the poll, not taken over once its lease expired");
+        let (status, done) = complete(&e, run, id, &worker, None).await;
+        assert_eq!((status, &done["applied"]), (200, &json!(true)), "{done}");
+        if !read_from_stream(&task) {
+            handed = true;
+            break;
+        }
+    }
+    assert!(handed, "no start's step went to the waiting poll");
+    e.stop().await;
+}
+
+/// An event whose trigger's start waits for a lock (another start holds
+/// its idempotency key) after an earlier trigger's start: the poll waiting
+/// meanwhile is not held with a lease running. It answers within its wait;
+/// the started step goes through its stream once the event commits, with a
+/// whole lease, to one worker.
+#[tokio::test]
+async fn a_poll_is_not_held_by_an_event_whose_later_trigger_waits_for_a_lock() {
+    let e = Engine::with(no_workers()).await;
+    e.register(&json!({"name": "two-triggers", "nodes": [{"id": "a", "type": "step"}],
+        "triggers": [{"event": "two.ev"}, {"event": "two.ev", "idempotency_key": "K"}]}))
+        .await;
+    let holder = e.db.pool().get().await.unwrap();
+    holder
+        .batch_execute(
+            "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('composer_idempotency:' || 'two-triggers' || ':' || 'K', 0))",
+        )
+        .await
+        .unwrap();
+    let poll = waiting_poll(&e, "w-held", json!({"queues": ["step"], "max": 1, "wait": "1s"})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (url, http) = (e.url(), reqwest::Client::new());
+    let sent = tokio::spawn(async move {
+        let resp = http.post(format!("{url}/v1/events")).json(&json!({"name": "two.ev"})).send().await.unwrap();
+        (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+    });
+    // Longer than the poll's wait and than a lease of the test kit's (3 s).
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    assert!(!sent.is_finished(), "the event waits for the key");
+    assert!(poll.is_finished(), "the poll was not held by the event's transaction");
+    let (status, answer) = poll.await.unwrap();
+    assert_eq!((status, answer["tasks"].as_array().map(Vec::len)), (200, Some(0)), "{answer}");
+    holder.batch_execute("COMMIT").await.unwrap();
+    let (status, sent) = sent.await.unwrap();
+    assert_eq!(status, 200, "{sent}");
+    let runs = sent["started_runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{sent}");
+    for _ in runs {
+        let (status, got) =
+            e.post("/v1/tasks/poll", &json!({"worker_id": "w-after", "queues": ["step"], "wait": "10s"})).await;
+        assert_eq!(status, 200, "{got}");
+        let task = &got["tasks"][0];
+        assert!(read_from_stream(task), "{got}");
+        let run: Uuid = task["run_id"].as_str().unwrap().parse().unwrap();
+        let (id, _, owner, left) = stored(&e, run, "a").await;
+        assert_eq!(owner.as_deref(), Some("w-after"));
+        assert!(left.unwrap() > 1.0, "a whole lease: {left:?}");
+        let (status, done) = complete(&e, run, id, "w-after", None).await;
+        assert_eq!((status, &done["applied"]), (200, &json!(true)), "{done}");
     }
     e.stop().await;
 }

@@ -355,22 +355,56 @@ impl Engine {
             self.enqueue(priority.unwrap_or(wf.priority), start)?;
             return Ok((answer.await.map_err(|_| EngineError::Stopped)??, true));
         }
-        let mut client = composer_store::client(&self.pool).await?;
-        let tx = client.transaction().await?;
-        let started = self.start_run_in(&tx, def, input, opts).await?;
-        tx.commit().await?;
-        Ok(self.started(started))
+        // Its own transaction, which may lease the first steps to waiting
+        // polls, runs to its end in a task of its own: a caller that goes
+        // away during the commit must not leave a committed lease untold.
+        let (engine, def, input) = (self.clone(), def.clone(), input.clone());
+        let StartOptions { idempotency_key, trigger, tags, traceparent, priority } = opts;
+        let (key, trigger, tags, traceparent) =
+            (idempotency_key.map(str::to_string), trigger.cloned(), tags.cloned(), traceparent.map(str::to_string));
+        let own = tokio::spawn(async move {
+            let opts = StartOptions {
+                idempotency_key: key.as_deref(),
+                trigger: trigger.as_ref(),
+                tags: tags.as_ref(),
+                traceparent: traceparent.as_deref(),
+                priority,
+            };
+            let mut client = composer_store::client(&engine.pool).await?;
+            let tx = client.transaction().await?;
+            let started = engine.start_in(&tx, &def, &input, opts, FirstSteps::ToWaitingPolls).await?;
+            tx.commit().await?;
+            Ok(engine.started(started))
+        });
+        own.await.map_err(|_| EngineError::Stopped)?
     }
 
     /// [`Engine::start_run`] inside the caller's transaction (a schedule's
     /// fire: the run and the schedule's move commit together). The caller
-    /// commits, then hands the result to [`Engine::started`].
+    /// commits, then hands the result to [`Engine::started`]. Its first
+    /// steps go through their streams: the caller's transaction may go on
+    /// to wait for locks, and the caller may be dropped in its commit, while
+    /// a poll given a step would wait with its lease running.
     pub async fn start_run_in(
         &self,
         tx: &composer_store::Transaction<'_>,
         def: &DefinitionRow,
         input: &Value,
         opts: StartOptions<'_>,
+    ) -> Result<Started> {
+        self.start_in(tx, def, input, opts, FirstSteps::ToStreams).await
+    }
+
+    /// [`Engine::start_run_in`], which may lease the run's first steps to
+    /// waiting polls when the transaction commits right after, whatever
+    /// its caller does.
+    async fn start_in(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        def: &DefinitionRow,
+        input: &Value,
+        opts: StartOptions<'_>,
+        first_steps: FirstSteps,
     ) -> Result<Started> {
         let wf = self.compile(def)?;
         let StartOptions { idempotency_key, trigger, tags, traceparent, priority } = opts;
@@ -397,7 +431,10 @@ impl Engine {
         let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
         // Its first steps go to the polls waiting for work, as a batched
         // start's do.
-        let to_idle = self.idle.give(loaded.iter_mut());
+        let to_idle = match first_steps {
+            FirstSteps::ToWaitingPolls => self.idle.give(loaded.iter_mut()),
+            FirstSteps::ToStreams => Vec::new(),
+        };
         let written = self.write(tx, loaded.iter_mut(), &[]).await?;
         tracing::debug!(run_id = %row.id, workflow = %def.name, version = def.version, "run started");
         Ok(Started { row, new: true, loaded, written: Some(written), to_idle })
@@ -1119,6 +1156,21 @@ impl Engine {
         attempt: i32,
         iteration: u32,
     ) -> Result<()> {
+        // In a task of its own, as a start's: the transaction may lease the
+        // child's first steps to waiting polls, and must tell them what it
+        // committed even if its caller (a sweep stopping) goes away.
+        let engine = self.clone();
+        let own = tokio::spawn(async move { engine.start_child_now(run_id, task_id, attempt, iteration).await });
+        own.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    async fn start_child_now(
+        self: &Arc<Self>,
+        run_id: Uuid,
+        task_id: Uuid,
+        attempt: i32,
+        iteration: u32,
+    ) -> Result<()> {
         let at = i32::try_from(iteration).unwrap_or(i32::MAX);
         let parent = Parent { run_id, task_id, attempt, iteration: at };
         let mut client = composer_store::client(&self.pool).await?;
@@ -1306,6 +1358,16 @@ fn freed_keys(runs: &HashMap<Uuid, Loaded>) -> BTreeSet<(String, String)> {
         .filter(|l| l.tr.run_changed && l.run.status.is_terminal())
         .filter_map(|l| Some((l.wf.spec.name.clone(), l.run.concurrency_key.clone()?)))
         .collect()
+}
+
+/// Where a start outside the engine's batches sends its run's first steps.
+#[derive(Clone, Copy)]
+enum FirstSteps {
+    /// Leased to polls waiting for work in its transaction, when that
+    /// transaction commits right after whatever its caller does.
+    ToWaitingPolls,
+    /// Through their streams, as every step a poll did not take.
+    ToStreams,
 }
 
 /// What [`Engine::hand_over_slots`] did: the keys it served in full, the
