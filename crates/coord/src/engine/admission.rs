@@ -40,6 +40,28 @@ pub struct NewRunOf<'a> {
     pub fairness_key: Option<&'a str>,
 }
 
+impl<'a> NewRunOf<'a> {
+    /// A top-level run of `def` with `input` and nothing else: no key,
+    /// parent, trigger, tags or priority of its own.
+    pub fn of(def: &'a DefinitionRow, input: &'a Value) -> Self {
+        NewRunOf {
+            def,
+            input,
+            idempotency_key: None,
+            parent: None,
+            depth: 0,
+            trigger: None,
+            root: None,
+            handles: None,
+            abandoned: false,
+            tags: None,
+            traceparent: None,
+            priority: None,
+            fairness_key: None,
+        }
+    }
+}
+
 /// What the engine holds every run to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -233,24 +255,6 @@ mod tests {
         (Arc::new(wf), row)
     }
 
-    fn how<'a>(def: &'a DefinitionRow, input: &'a Value) -> NewRunOf<'a> {
-        NewRunOf {
-            def,
-            input,
-            idempotency_key: None,
-            parent: None,
-            depth: 0,
-            trigger: None,
-            root: None,
-            handles: None,
-            abandoned: false,
-            tags: None,
-            traceparent: None,
-            priority: None,
-            fairness_key: None,
-        }
-    }
-
     #[test]
     fn a_run_waits_behind_waiting_runs_and_at_the_limit() {
         assert_eq!(admission(2, 1, false), RunStatus::Running);
@@ -263,12 +267,12 @@ mod tests {
         let (wf, def) = definition(json!({"name": "per", "concurrency": {"key": "${ .input.c }", "max": 1},
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let (a, first) = create_run(&store, wf.clone(), how(&def, &json!({"c": "x"})), SMALL).await.unwrap();
+        let (a, first) = create_run(&store, wf.clone(), NewRunOf::of(&def, &json!({"c": "x"})), SMALL).await.unwrap();
         assert_eq!(a.status, RunStatus::Running);
         assert_eq!(first.unwrap().tr.dispatch.len(), 1, "started: its first step dispatched");
-        let (b, loaded) = create_run(&store, wf.clone(), how(&def, &json!({"c": "x"})), SMALL).await.unwrap();
+        let (b, loaded) = create_run(&store, wf.clone(), NewRunOf::of(&def, &json!({"c": "x"})), SMALL).await.unwrap();
         assert_eq!((b.status, loaded.is_none()), (RunStatus::Queued, true));
-        let (c, _) = create_run(&store, wf, how(&def, &json!({"c": 7})), SMALL).await.unwrap();
+        let (c, _) = create_run(&store, wf, NewRunOf::of(&def, &json!({"c": 7})), SMALL).await.unwrap();
         assert_eq!((c.status, c.concurrency_key.as_deref()), (RunStatus::Running, Some("7")));
         assert_eq!(store.locked_keys.lock().unwrap().len(), 3, "every admission under its key's lock");
     }
@@ -282,10 +286,10 @@ mod tests {
         let inputs: Vec<Value> = (0..4).map(|n| json!({"n": n})).collect();
         let store = FakeStore::default();
         let starts = vec![
-            (free.clone(), how(&free_def, &inputs[0])),
-            (limited.clone(), how(&limited_def, &inputs[1])),
-            (free, how(&free_def, &inputs[2])),
-            (limited, how(&limited_def, &inputs[3])),
+            (free.clone(), NewRunOf::of(&free_def, &inputs[0])),
+            (limited.clone(), NewRunOf::of(&limited_def, &inputs[1])),
+            (free, NewRunOf::of(&free_def, &inputs[2])),
+            (limited, NewRunOf::of(&limited_def, &inputs[3])),
         ];
         let created = create_runs(&store, starts, SMALL).await.unwrap();
         let seen: Vec<_> =
@@ -307,7 +311,7 @@ mod tests {
         let (wf, def) = definition(json!({"name": "per", "concurrency": {"key": "${ .input.c.d }", "max": 1},
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let e = create_run(&store, wf, how(&def, &json!({"c": [1]})), SMALL).await.unwrap_err();
+        let e = create_run(&store, wf, NewRunOf::of(&def, &json!({"c": [1]})), SMALL).await.unwrap_err();
         assert!(matches!(e, EngineError::Rejected(Rejection::ConcurrencyKey(_))), "{e:?}");
         assert!(store.inserted.lock().unwrap().is_empty());
     }
@@ -317,7 +321,7 @@ mod tests {
         let (wf, def) = definition(json!({"name": "t", "timeout": "1h",
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
-        let (row, _) = create_run(&store, wf, how(&def, &json!({})), SMALL).await.unwrap();
+        let (row, _) = create_run(&store, wf, NewRunOf::of(&def, &json!({})), SMALL).await.unwrap();
         let left = row.deadline.unwrap() - Utc::now();
         assert!(left > chrono::Duration::minutes(59) && left <= chrono::Duration::hours(1), "{left}");
     }

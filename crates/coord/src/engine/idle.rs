@@ -202,21 +202,7 @@ mod tests {
         let def =
             DefinitionRow { id: Uuid::now_v7(), name: wf.spec.name.clone(), version: 1, spec, created_at: Utc::now() };
         let input = json!({});
-        let how = NewRunOf {
-            def: &def,
-            input: &input,
-            idempotency_key: None,
-            parent: None,
-            depth: 0,
-            trigger: None,
-            root: None,
-            handles: None,
-            abandoned: false,
-            tags: None,
-            traceparent: None,
-            priority: Some(priority),
-            fairness_key: None,
-        };
+        let how = NewRunOf { priority: Some(priority), ..NewRunOf::of(&def, &input) };
         create_run(&FakeStore::default(), wf, how, Limits::DEFAULT).await.unwrap().1.unwrap()
     }
 

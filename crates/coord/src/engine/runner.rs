@@ -143,6 +143,19 @@ struct Written {
     spans: Vec<trace::Span>,
 }
 
+impl Written {
+    /// After the commit: answers the waiting polls the write leased tasks to.
+    fn answer(&mut self, polls: Vec<super::idle::Claimed>) {
+        if polls.is_empty() {
+            return;
+        }
+        let mut sent: HashMap<Uuid, Given> = self.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
+        for poll in polls {
+            poll.send(&mut sent);
+        }
+    }
+}
+
 /// Where the answer to one piece of a batch's work goes.
 enum Reply {
     Event(Uuid, oneshot::Sender<Result<Handled>>),
@@ -450,10 +463,7 @@ impl Engine {
         }
         composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
         if let Some(mut w) = written {
-            let mut sent: HashMap<Uuid, Given> = w.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
-            for poll in to_idle {
-                poll.send(&mut sent);
-            }
+            w.answer(to_idle);
             let owed = self.written(w);
             self.follow_up(owed);
         }
@@ -791,19 +801,10 @@ impl Engine {
         let mut creating = Vec::with_capacity(starts.len());
         for (def, input, tags, traceparent, priority) in starts {
             let how = NewRunOf {
-                def,
-                input,
-                idempotency_key: None,
-                parent: None,
-                depth: 0,
-                trigger: None,
-                root: None,
-                handles: None,
-                abandoned: false,
                 tags: tags.as_ref(),
                 traceparent: traceparent.as_deref(),
                 priority: *priority,
-                fairness_key: None,
+                ..NewRunOf::of(def, input)
             };
             creating.push((self.compile(def)?, how));
         }
@@ -1060,10 +1061,7 @@ impl Engine {
         let to_idle = self.idle.give(batch.iter_mut());
         let mut written = self.write(&tx, batch.iter_mut(), &[]).await?;
         tx.commit().await?;
-        let mut sent: HashMap<Uuid, Given> = written.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
-        for poll in to_idle {
-            poll.send(&mut sent);
-        }
+        written.answer(to_idle);
         let owed = self.written(written);
         self.follow_up(owed);
         self.follow_up(batch.iter().flat_map(Loaded::after_commit).collect());
@@ -1200,10 +1198,7 @@ impl Engine {
         let to_idle = self.idle.give(child.1.iter_mut());
         let mut written = self.write(&tx, child.1.iter_mut(), &[]).await?;
         tx.commit().await?;
-        let mut sent: HashMap<Uuid, Given> = written.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
-        for poll in to_idle {
-            poll.send(&mut sent);
-        }
+        written.answer(to_idle);
         let owed = self.written(written);
         self.follow_up(owed);
         composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
