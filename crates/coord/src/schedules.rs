@@ -22,7 +22,7 @@ pub(crate) async fn definition(
     tx: &composer_store::Transaction<'_>,
     schedule: &Schedule,
 ) -> Result<Option<composer_store::definitions::DefinitionRow>, composer_store::Error> {
-    composer_store::definitions::by_name(tx, &schedule.spec.workflow, schedule.spec.version).await
+    composer_store::definitions::by_name(&**tx, &schedule.spec.workflow, schedule.spec.version).await
 }
 
 /// Handles every schedule with work to do, one transaction each; returns
@@ -43,7 +43,7 @@ pub async fn fire_due(shared: &Shared) -> Result<usize, EngineError> {
 /// policy; older ones are missed. `None` when no schedule was due.
 async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
     let mut client = composer_store::client(&shared.pool).await?;
-    let tx = client.transaction().await?;
+    let tx = composer_store::begin(&mut client);
     let Some(row) = schedules::lock_due(&tx).await? else { return Ok(None) };
     let schedule = match Schedule::parse(&row.spec) {
         Ok(s) => s,
@@ -233,7 +233,7 @@ pub async fn backfill(
     overlap: BackfillOverlap,
 ) -> Result<Backfilled, BackfillError> {
     let mut client = composer_store::client(&shared.pool).await?;
-    let tx = client.transaction().await?;
+    let tx = composer_store::begin(&mut client);
     let row = schedules::lock(&tx, id).await?.ok_or(BackfillError::NotFound)?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| BackfillError::Invalid(e.to_string()))?;
     let fires = schedule.backfill(from, to, Utc::now()).map_err(|e| BackfillError::Invalid(e.to_string()))?;

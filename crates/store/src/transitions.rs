@@ -195,7 +195,7 @@ pub async fn write_transitions(
         outbox.execute(tx, shards, due_in),
         history.execute(tx),
         notify.execute(tx),
-        crate::outbox::delete(tx, published),
+        crate::outbox::delete(&**tx, published),
     )?;
     Ok(Wrote { outbound, eager: eager_out })
 }

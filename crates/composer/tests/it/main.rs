@@ -27,6 +27,7 @@ mod starts;
 mod task_api;
 mod tls;
 mod traces;
+mod transactions;
 mod triggers;
 mod ui;
 mod wire;

@@ -384,7 +384,7 @@ impl Engine {
                 priority,
             };
             let mut client = composer_store::client(&engine.pool).await?;
-            let tx = client.transaction().await?;
+            let tx = composer_store::begin(&mut client);
             let started = engine.start_in(&tx, &def, &input, opts, FirstSteps::ToWaitingPolls).await?;
             tx.commit().await?;
             Ok(engine.started(started))
@@ -729,7 +729,7 @@ impl Engine {
     ) -> Result<Applied> {
         let started = std::time::Instant::now();
         let mut client = composer_store::client(&self.pool).await?;
-        let tx = client.transaction().await?;
+        let tx = composer_store::begin(&mut client);
         let store = Tx(&tx);
         let (mut runs, leases) = self.lock_runs(&tx, &events).await?;
         let mut results: Vec<Result<Handled>> = Vec::with_capacity(events.len());
@@ -1052,7 +1052,7 @@ impl Engine {
     /// slots (by the limit of the oldest run's definition); returns how many.
     pub async fn promote(self: &Arc<Self>, workflow: &str, key: &str) -> Result<usize> {
         let mut client = composer_store::client(&self.pool).await?;
-        let tx = client.transaction().await?;
+        let tx = composer_store::begin(&mut client);
         runs::lock_concurrency_key(&tx, workflow, key).await?;
         let (mut batch, _) = self.promote_in(&tx, workflow, key, &HashMap::new()).await?;
         if batch.is_empty() {
@@ -1172,7 +1172,7 @@ impl Engine {
         let at = i32::try_from(iteration).unwrap_or(i32::MAX);
         let parent = Parent { run_id, task_id, attempt, iteration: at };
         let mut client = composer_store::client(&self.pool).await?;
-        let tx = client.transaction().await?;
+        let tx = composer_store::begin(&mut client);
         let Some(slot) = runs::claim_child_slot(&tx, run_id, task_id, attempt, at).await? else { return Ok(()) };
         let created = self.create_child(&tx, parent, &slot).await;
         let child = match created {
@@ -1226,7 +1226,7 @@ impl Engine {
         }
         let name = slot.spec["workflow"].as_str().unwrap_or_default();
         let version = slot.spec["version"].as_i64().and_then(|v| i32::try_from(v).ok());
-        let def = composer_store::definitions::by_name(tx, name, version)
+        let def = composer_store::definitions::by_name(&**tx, name, version)
             .await?
             .ok_or_else(|| Rejection::UnknownWorkflow { name: name.to_string(), version })?;
         let wf = self.compile(&def)?;

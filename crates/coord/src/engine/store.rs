@@ -131,7 +131,7 @@ impl RunStore for Tx<'_, '_> {
     }
 
     async fn definition(&self, name: &str, version: Option<i32>) -> StoreResult<Option<DefinitionRow>> {
-        composer_store::definitions::by_name(self.0, name, version).await
+        composer_store::definitions::by_name(&**self.0, name, version).await
     }
 
     async fn load_sources(&self, run_id: Uuid, map: Uuid, from: u32, count: u32) -> StoreResult<Vec<Value>> {

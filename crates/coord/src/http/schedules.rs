@@ -199,7 +199,7 @@ async fn set_paused(s: &Shared, id: &str, paused: bool) -> ApiResult<Json<Schedu
 pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Response> {
     text_param(&id, "schedule id")?;
     let mut client = composer_store::client(&s.pool).await?;
-    let tx = client.transaction().await.map_err(composer_store::Error::from)?;
+    let tx = composer_store::begin(&mut client);
     let row =
         schedules::lock(&tx, &id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -214,7 +214,7 @@ pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>
     let started = s.engine.start_run_in(&tx, &def, &input, opts).await?;
     schedules::set_fire_run(&tx, &id, now, started.row.id).await?;
     schedules::advance(&tx, &id, row.next_fire_at, row.buffered_fire_at, Some(started.row.id)).await?;
-    tx.commit().await.map_err(composer_store::Error::from)?;
+    tx.commit().await?;
     let (run, _) = s.engine.started(started);
     composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "started")], 1);
     Ok((StatusCode::CREATED, Json(run_view(&run, None))).into_response())

@@ -1,0 +1,131 @@
+//! The store's transaction: `BEGIN` is sent with the first statement, and a
+//! transaction dropped unfinished rolls back on its connection before the
+//! pool hands that connection to anyone else.
+
+use std::time::Duration;
+
+use composer_testkit::TestDb;
+
+/// A pool of one connection: whoever comes next gets the same one.
+async fn one_connection() -> (TestDb, composer_store::Pool) {
+    let db = TestDb::create().await;
+    let pool = composer_store::connect(&db.url, 1, Duration::from_secs(5)).unwrap();
+    let client = composer_store::client(&pool).await.unwrap();
+    client.batch_execute("CREATE TABLE t (v int CHECK (v > 0))").await.unwrap();
+    (db, pool)
+}
+
+async fn values(pool: &composer_store::Pool) -> Vec<i32> {
+    let client = composer_store::client(pool).await.unwrap();
+    client.query("SELECT v FROM t ORDER BY v", &[]).await.unwrap().iter().map(|r| r.get(0)).collect()
+}
+
+/// Whether the connection is inside a transaction block: `now()` is the
+/// transaction's start, so two statements apart see the same one only
+/// inside a block.
+async fn in_a_block(client: &composer_store::Client) -> bool {
+    let a: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let b: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    a == b
+}
+
+#[tokio::test]
+async fn statements_after_begin_are_in_the_transaction_and_commit_together() {
+    let (_db, pool) = one_connection().await;
+    let mut client = composer_store::client(&pool).await.unwrap();
+    let tx = composer_store::begin(&mut client);
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    assert!(in_a_block(&tx).await, "the statement after begin ran outside a transaction");
+    tx.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(!in_a_block(&client).await, "the connection is still in a transaction after the commit");
+    drop(client);
+    assert_eq!(values(&pool).await, vec![1, 2]);
+}
+
+#[tokio::test]
+async fn a_transaction_dropped_unfinished_rolls_back_before_the_connection_serves_anyone_else() {
+    let (_db, pool) = one_connection().await;
+    {
+        let mut client = composer_store::client(&pool).await.unwrap();
+        let tx = composer_store::begin(&mut client);
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        // Dropped here, as by an error's `?` or a caller that went away.
+    }
+    let mut client = composer_store::client(&pool).await.unwrap();
+    assert!(!in_a_block(&client).await, "the pool handed out a connection still inside the dropped transaction");
+    let tx = composer_store::begin(&mut client);
+    tx.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    drop(client);
+    assert_eq!(values(&pool).await, vec![2]);
+}
+
+#[tokio::test]
+async fn a_failed_statement_aborts_the_transaction_and_the_next_one_on_the_connection_works() {
+    let (_db, pool) = one_connection().await;
+    {
+        let mut client = composer_store::client(&pool).await.unwrap();
+        let tx = composer_store::begin(&mut client);
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        let refused = tx.execute("INSERT INTO t VALUES (-1)", &[]).await;
+        assert!(refused.is_err(), "the CHECK constraint let -1 in");
+        // A commit of an aborted transaction does not commit its first row.
+        let _ = tx.commit().await;
+    }
+    {
+        let mut client = composer_store::client(&pool).await.unwrap();
+        let tx = composer_store::begin(&mut client);
+        let refused = tx.execute("INSERT INTO t VALUES (-1)", &[]).await;
+        assert!(refused.is_err());
+        // Dropped in the aborted state: the rollback is queued.
+    }
+    let mut client = composer_store::client(&pool).await.unwrap();
+    let tx = composer_store::begin(&mut client);
+    tx.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    drop(client);
+    assert_eq!(values(&pool).await, vec![3]);
+}
+
+#[tokio::test]
+async fn a_savepoint_rolls_back_alone_and_a_released_one_commits_with_the_transaction() {
+    let (_db, pool) = one_connection().await;
+    let mut client = composer_store::client(&pool).await.unwrap();
+    let mut tx = composer_store::begin(&mut client);
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    {
+        let sp = tx.savepoint("one").await.unwrap();
+        sp.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+        sp.rollback().await.unwrap();
+    }
+    {
+        let sp = tx.savepoint("two").await.unwrap();
+        assert!(sp.execute("INSERT INTO t VALUES (-2)", &[]).await.is_err());
+        // Dropped: back to where it began, and the transaction goes on.
+    }
+    {
+        let sp = tx.savepoint("three").await.unwrap();
+        sp.execute("INSERT INTO t VALUES (4)", &[]).await.unwrap();
+        sp.commit().await.unwrap();
+    }
+    tx.execute("INSERT INTO t VALUES (5)", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    drop(client);
+    assert_eq!(values(&pool).await, vec![1, 4, 5]);
+}
+
+#[tokio::test]
+async fn a_commit_whose_caller_leaves_after_sending_it_still_commits() {
+    let (_db, pool) = one_connection().await;
+    {
+        let mut client = composer_store::client(&pool).await.unwrap();
+        let tx = composer_store::begin(&mut client);
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        let mut commit = Box::pin(tx.commit());
+        // One poll sends the COMMIT; the caller then goes away.
+        assert!(futures_util::poll!(commit.as_mut()).is_pending());
+    }
+    assert_eq!(values(&pool).await, vec![1]);
+}
