@@ -20,7 +20,7 @@ pub const BATCH: i64 = 100;
 /// Works one batch of one running job, if any; true when there was one.
 pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
     let mut client = composer_store::client(&s.pool).await?;
-    let tx = composer_store::begin(&mut client);
+    let tx = composer_store::begin(&mut client).await?;
     let Some(job) = bulk::claim(&tx).await? else { return Ok(false) };
     let filter: BulkFilter = serde_json::from_value(job.filter.clone())
         .map_err(|e| composer_store::Error::Corrupt(format!("bulk job {}: its filter: {e}", job.id)))?;

@@ -43,7 +43,7 @@ pub async fn fire_due(shared: &Shared) -> Result<usize, EngineError> {
 /// policy; older ones are missed. `None` when no schedule was due.
 async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
     let mut client = composer_store::client(&shared.pool).await?;
-    let tx = composer_store::begin(&mut client);
+    let tx = composer_store::begin(&mut client).await?;
     let Some(row) = schedules::lock_due(&tx).await? else { return Ok(None) };
     let schedule = match Schedule::parse(&row.spec) {
         Ok(s) => s,
@@ -136,15 +136,15 @@ fn fire_key(schedule: &str, t: DateTime<Utc>) -> String {
 }
 
 /// One schedule's pass of the timer loop, inside its transaction.
-struct Pass<'a> {
+struct Pass<'a, 't> {
     shared: &'a Shared,
-    tx: &'a composer_store::Transaction<'a>,
+    tx: &'a composer_store::Transaction<'t>,
     schedule: &'a Schedule,
     last: Option<Uuid>,
     started: Vec<Started>,
 }
 
-impl Pass<'_> {
+impl Pass<'_, '_> {
     /// Starts the run of fire time `t`; returns whether it is open. A fire
     /// time of the cron already recorded (handled by another pass) starts
     /// nothing.
@@ -233,7 +233,7 @@ pub async fn backfill(
     overlap: BackfillOverlap,
 ) -> Result<Backfilled, BackfillError> {
     let mut client = composer_store::client(&shared.pool).await?;
-    let tx = composer_store::begin(&mut client);
+    let tx = composer_store::begin(&mut client).await?;
     let row = schedules::lock(&tx, id).await?.ok_or(BackfillError::NotFound)?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| BackfillError::Invalid(e.to_string()))?;
     let fires = schedule.backfill(from, to, Utc::now()).map_err(|e| BackfillError::Invalid(e.to_string()))?;

@@ -86,7 +86,7 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
         }
     }
     let mut client = composer_store::client(&shared.pool).await?;
-    let mut tx = composer_store::begin(&mut client);
+    let mut tx = composer_store::begin(&mut client).await?;
     let logged = NewEvent { name: ev.name, event_id: &event_id, key: ev.key, payload: ev.payload, source: ev.source };
     let Some(seq) = triggers::log_event(&tx, logged).await? else {
         tx.rollback().await?;

@@ -45,7 +45,7 @@ const COLUMNS: &str = "id, name, version, spec, created_at";
 /// cannot both create version N, and the triggers that apply are always the
 /// latest version's.
 pub async fn register(client: &mut Client, name: &str, spec: &Value, trigger_events: &[String]) -> Result<Registered> {
-    let tx = crate::begin(client);
+    let tx = crate::begin(client).await?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('composer_definition:' || $1))", &[&name]).await?;
     let latest = tx
         .query_opt(

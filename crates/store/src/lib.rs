@@ -24,8 +24,8 @@
 //! - [`webhooks`]: webhooks (never their secret).
 //! - [`trees`]: what a run tree (a root and its child runs) has created, against its fan-out budget.
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
-//! - [`pool`]: connection pools and connections; [`begin`] a transaction whose
-//!   `BEGIN` goes with its first statement; [`error`]: the one error type.
+//! - [`pool`]: connection pools and connections; [`begin`] a transaction (and
+//!   [`begin_pipelined`], whose `BEGIN` goes with its first read); [`error`]: the one error type.
 
 pub mod bulk;
 pub mod definitions;
@@ -55,7 +55,7 @@ pub mod webhooks;
 
 pub use deadpool_postgres::{Object as Client, Pool};
 pub use tokio_postgres;
-pub use transaction::{begin, Transaction};
+pub use transaction::{begin, begin_pipelined, Transaction};
 
 pub use error::{Error, Result};
 pub use pool::{client, connect, ensure_database, open, ping, SESSION_SETTINGS};

@@ -262,7 +262,7 @@ fn values_of(r: &Row) -> Result<LimitValues> {
 /// wait is looked at whatever other keys hold back. A step's attempt
 /// timeout starts here.
 pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
-    let tx = crate::begin(client);
+    let tx = crate::begin(client).await?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('composer_limiter'))", &[]).await?;
     forget_ended(&tx).await?;
     let keys = waiting_keys(&tx).await?;

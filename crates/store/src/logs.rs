@@ -62,7 +62,7 @@ pub async fn append(
     lines: &[String],
     budget: Budget,
 ) -> Result<Option<Appended>> {
-    let tx = crate::begin(client);
+    let tx = crate::begin(client).await?;
     let holds = tx
         .query_opt(
             "SELECT 1 FROM task_instances

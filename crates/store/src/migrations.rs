@@ -33,7 +33,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 /// Applies the migrations this build knows and the database lacks; returns
 /// how many it applied.
 pub async fn migrate(client: &mut Client) -> Result<usize> {
-    let tx = crate::begin(client);
+    let tx = crate::begin(client).await?;
     tx.batch_execute(
         "SELECT pg_advisory_xact_lock(hashtext('composer_migrations'));
          CREATE TABLE IF NOT EXISTS composer_schema_migrations (

@@ -1421,7 +1421,7 @@ pub async fn lock_idempotency_key(tx: &Transaction<'_>, workflow: &str, key: &st
 /// SQL, not through the state machine, because applying events to this run
 /// is what fails. Returns false when the run was already finished.
 pub async fn fail_faulted(client: &mut Client, run_id: Uuid, error: &str) -> Result<bool> {
-    let tx = crate::begin(client);
+    let tx = crate::begin(client).await?;
     let failed = tx
         .execute(
             "UPDATE workflow_runs SET status = 'FAILED', error = $2, updated_at = now(), finished_at = now()

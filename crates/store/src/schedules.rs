@@ -70,7 +70,7 @@ pub async fn upsert(
     paused: bool,
     next_fire_at: Option<DateTime<Utc>>,
 ) -> Result<(ScheduleRow, Upsert)> {
-    let tx = crate::begin(client);
+    let tx = crate::begin(client).await?;
     let existing = tx.query_opt(&format!("SELECT {COLUMNS} FROM schedules WHERE id = $1 FOR UPDATE"), &[&id]).await?;
     if let Some(row) = existing {
         let row = ScheduleRow::from_row(&row)?;

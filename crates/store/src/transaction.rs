@@ -1,18 +1,19 @@
-//! A transaction whose `BEGIN` travels with its first statement.
+//! Transactions on a pooled connection, and one whose `BEGIN` travels with
+//! its first statement.
 //!
 //! `tokio-postgres` pipelines requests: each is sent when its future is
-//! first polled, and the server runs them in that order. Its own
-//! `Client::transaction()` nevertheless waits for `BEGIN`'s answer before
-//! the first statement can go, which costs every transaction a round trip
-//! (0.15 ms on an idle box, a tenth of an idle engine transaction). Here
-//! `BEGIN` is sent and not waited for: the first statement follows it on
-//! the same connection and runs inside the transaction. `BEGIN` cannot
-//! fail on a healthy connection (there is no transaction open: the last
-//! one on this connection ended with a `COMMIT` or `ROLLBACK` queued ahead
-//! of it), and on a broken one the first statement fails too.
+//! first polled, and the server runs them in that order. [`begin`] waits
+//! for `BEGIN`'s answer, as `Client::transaction()` does. The engine's
+//! transaction, whose first statement is a read (the locked read of its
+//! runs), saves that round trip (0.1 ms, a tenth of an idle engine
+//! transaction) with [`begin_pipelined`]: `BEGIN` is sent, the read follows
+//! it on the same connection, and [`Transaction::confirm`], called before
+//! the first write, checks `BEGIN`'s answer, which came before the read's.
+//! A `BEGIN` that failed (a cancel that lands on it) would otherwise leave
+//! every later statement to commit on its own.
 //!
 //! A transaction dropped before `commit` or `rollback` (an error, or a
-//! caller that went away) queues a `ROLLBACK` the same way, as
+//! caller that went away) queues a `ROLLBACK` without waiting, as
 //! `tokio-postgres`'s transaction does: the connection goes back to the
 //! pool, and whatever uses it next runs after the rollback.
 //!
@@ -20,25 +21,49 @@
 //! (`Deref` to [`Client`]): statements sent on it while the transaction is
 //! open are in the transaction.
 
+use std::future::Future;
 use std::ops::Deref;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
 
 use futures_util::FutureExt;
 
 use crate::{Client, Result};
 
+type Answer<'a> = Pin<Box<dyn Future<Output = std::result::Result<(), tokio_postgres::Error>> + Send + 'a>>;
+
 /// An open transaction (or savepoint) on a pooled connection.
 pub struct Transaction<'a> {
     client: &'a Client,
     /// The savepoint this is, inside an outer transaction.
-    savepoint: Option<String>,
+    savepoint: Option<&'static str>,
+    /// `BEGIN`'s answer, not yet looked at ([`begin_pipelined`]); only
+    /// ever taken through `&mut self` (the mutex makes the transaction
+    /// `Sync`, as statements borrow it across awaits).
+    begun: Mutex<Option<Answer<'a>>>,
     done: bool,
 }
 
-/// Opens a transaction on `client`; `BEGIN` goes out with the first
-/// statement.
-pub fn begin(client: &mut Client) -> Transaction<'_> {
-    send_and_forget(client, "BEGIN");
-    Transaction { client, savepoint: None, done: false }
+/// Opens a transaction on `client`.
+pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
+    client.batch_execute("BEGIN").await?;
+    Ok(Transaction { client, savepoint: None, begun: Mutex::new(None), done: false })
+}
+
+/// Opens a transaction on `client` without waiting for `BEGIN`: the first
+/// statement goes right behind it. Only for a transaction whose first
+/// statements read: call [`Transaction::confirm`] before any write.
+pub fn begin_pipelined(client: &mut Client) -> Transaction<'_> {
+    let client: &Client = client;
+    let mut answer: Answer<'_> = Box::pin(client.batch_execute("BEGIN"));
+    // The first poll sends it; what it answers is looked at in `confirm`.
+    let begun = match answer.as_mut().poll(&mut Context::from_waker(futures_util::task::noop_waker_ref())) {
+        Poll::Ready(Ok(())) => None,
+        Poll::Ready(Err(e)) => Some(Box::pin(std::future::ready(Err(e))) as Answer<'_>),
+        Poll::Pending => Some(answer),
+    };
+    Transaction { client, savepoint: None, begun: Mutex::new(begun), done: false }
 }
 
 /// Sends `sql` without waiting for its answer (which the connection then
@@ -48,12 +73,24 @@ fn send_and_forget(client: &Client, sql: &str) {
 }
 
 impl<'a> Transaction<'a> {
+    /// Whether `BEGIN` succeeded: an error if it did not, and then nothing
+    /// must be written (the statements since ran outside a transaction).
+    /// Once its answer is in, this waits for nothing.
+    pub async fn confirm(&mut self) -> Result<()> {
+        let begun = self.begun.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        match begun {
+            Some(answer) => Ok(answer.await?),
+            None => Ok(()),
+        }
+    }
+
     /// Commits (or, for a savepoint, releases it into the outer
     /// transaction). Once sent, the `COMMIT` stands even if the caller goes
     /// away before its answer.
     pub async fn commit(mut self) -> Result<()> {
+        self.confirm().await?;
         self.done = true;
-        let sql = match &self.savepoint {
+        let sql = match self.savepoint {
             None => "COMMIT".to_string(),
             Some(name) => format!("RELEASE SAVEPOINT {name}"),
         };
@@ -63,15 +100,16 @@ impl<'a> Transaction<'a> {
     /// Rolls back (a savepoint: to where it began).
     pub async fn rollback(mut self) -> Result<()> {
         self.done = true;
-        Ok(self.client.batch_execute(&rollback_sql(self.savepoint.as_deref())).await?)
+        Ok(self.client.batch_execute(&rollback_sql(self.savepoint)).await?)
     }
 
     /// A savepoint inside this transaction, itself committed (released) or
     /// rolled back as a transaction; dropped, it rolls back to where it
     /// began and the outer transaction goes on.
-    pub async fn savepoint(&mut self, name: &str) -> Result<Transaction<'_>> {
+    pub async fn savepoint(&mut self, name: &'static str) -> Result<Transaction<'_>> {
+        self.confirm().await?;
         self.client.batch_execute(&format!("SAVEPOINT {name}")).await?;
-        Ok(Transaction { client: self.client, savepoint: Some(name.to_string()), done: false })
+        Ok(Transaction { client: self.client, savepoint: Some(name), begun: Mutex::new(None), done: false })
     }
 }
 
@@ -93,7 +131,7 @@ impl Deref for Transaction<'_> {
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         if !self.done {
-            send_and_forget(self.client, &rollback_sql(self.savepoint.as_deref()));
+            send_and_forget(self.client, &rollback_sql(self.savepoint));
         }
     }
 }

@@ -527,7 +527,7 @@ async fn a_hand_over_that_cannot_lock_the_queued_run_leaves_it_to_the_pass_and_t
     let first = e.start_run("solo", json!({"k": "1"})).await;
     let second = e.start_run("solo", json!({"k": "2"})).await;
     let mut client = e.db.pool().get().await.unwrap();
-    let lock = composer_store::begin(&mut client);
+    let lock = composer_store::begin(&mut client).await.unwrap();
     lock.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&second]).await.unwrap();
     let (status, body) = e.post("/v1/events", &json!({"name": "go", "key": "1", "payload": {}})).await;
     assert_eq!(status, 200, "{body}");

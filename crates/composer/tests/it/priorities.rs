@@ -246,7 +246,7 @@ async fn an_urgent_start_commits_while_every_other_engine_loop_is_inside_a_batch
     let task = poll(&e, "stuck", 1).await.pop().expect("the held run's step");
 
     let mut client = e.db.pool().get().await.unwrap();
-    let lock = composer_store::begin(&mut client);
+    let lock = composer_store::begin(&mut client).await.unwrap();
     lock.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&held]).await.unwrap();
     // A result at the default priority: the one loop takes it and waits on the row.
     let completing = tokio::spawn({

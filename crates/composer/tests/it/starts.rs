@@ -79,7 +79,7 @@ async fn a_batch_insert_keeps_its_order_and_refuses_a_queued_run() {
         fairness_key: (n == 2).then_some("tenant"),
     };
     let batch: Vec<NewRun<'_>> = (0..3).map(|n| new(n, RunStatus::Running)).collect();
-    let tx = composer_store::begin(&mut client);
+    let tx = composer_store::begin(&mut client).await.unwrap();
     let rows = runs::insert_runs(&tx, &batch).await.unwrap();
     let seen: Vec<_> = rows.iter().map(|r| (r.id, r.input.clone(), r.depth, r.priority, r.status)).collect();
     let want: Vec<_> = batch.iter().map(|r| (r.id, r.input.clone(), r.depth, r.priority, RunStatus::Running)).collect();

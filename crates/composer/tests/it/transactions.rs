@@ -1,6 +1,7 @@
-//! The store's transaction: `BEGIN` is sent with the first statement, and a
-//! transaction dropped unfinished rolls back on its connection before the
-//! pool hands that connection to anyone else.
+//! The store's transaction: one dropped unfinished rolls back on its
+//! connection before the pool hands that connection to anyone else; the
+//! engine's, whose `BEGIN` is sent with its first read, says when that
+//! `BEGIN` failed before anything is written.
 
 use std::time::Duration;
 
@@ -31,17 +32,64 @@ async fn in_a_block(client: &composer_store::Client) -> bool {
 }
 
 #[tokio::test]
-async fn statements_after_begin_are_in_the_transaction_and_commit_together() {
+async fn statements_after_either_begin_are_in_the_transaction_and_commit_together() {
+    let (db, pool) = one_connection().await;
+    let elsewhere = composer_store::connect(&db.url, 1, Duration::from_secs(5)).unwrap();
+    for pipelined in [false, true] {
+        let mut client = composer_store::client(&pool).await.unwrap();
+        let mut tx = match pipelined {
+            false => composer_store::begin(&mut client).await.unwrap(),
+            true => composer_store::begin_pipelined(&mut client),
+        };
+        let first: i64 = tx.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0);
+        tx.confirm().await.unwrap();
+        tx.execute("INSERT INTO t VALUES ($1)", &[&(first as i32 + 1)]).await.unwrap();
+        assert!(in_a_block(&tx).await, "not in a transaction block after begin (pipelined: {pipelined})");
+        // Not visible elsewhere before the commit: the insert is in the transaction.
+        assert_eq!(values(&elsewhere).await, (1..=first as i32).collect::<Vec<_>>());
+        tx.commit().await.unwrap();
+        assert!(!in_a_block(&client).await, "the connection is still in a transaction after the commit");
+    }
+    assert_eq!(values(&elsewhere).await, vec![1, 2]);
+}
+
+#[tokio::test]
+async fn a_pipelined_begin_that_failed_is_an_error_at_confirm_and_the_connection_recovers() {
     let (_db, pool) = one_connection().await;
+    {
+        let client = composer_store::client(&pool).await.unwrap();
+        // Leave the connection in an aborted transaction block, where
+        // `BEGIN` itself fails (as a cancel landing on it would).
+        assert!(client.batch_execute("BEGIN; SELECT 1/0").await.is_err());
+    }
+    {
+        let mut client = composer_store::client(&pool).await.unwrap();
+        let mut tx = composer_store::begin_pipelined(&mut client);
+        let refused = tx.confirm().await;
+        assert!(refused.is_err(), "a BEGIN that failed was confirmed");
+        // Dropped: the queued ROLLBACK ends the aborted block.
+    }
     let mut client = composer_store::client(&pool).await.unwrap();
-    let tx = composer_store::begin(&mut client);
-    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
-    assert!(in_a_block(&tx).await, "the statement after begin ran outside a transaction");
-    tx.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+    let tx = composer_store::begin(&mut client).await.unwrap();
+    tx.execute("INSERT INTO t VALUES (7)", &[]).await.unwrap();
     tx.commit().await.unwrap();
-    assert!(!in_a_block(&client).await, "the connection is still in a transaction after the commit");
     drop(client);
-    assert_eq!(values(&pool).await, vec![1, 2]);
+    assert_eq!(values(&pool).await, vec![7]);
+}
+
+#[tokio::test]
+async fn a_transaction_whose_statement_is_cancelled_by_a_timeout_rolls_back() {
+    let (_db, pool) = one_connection().await;
+    {
+        let mut client = composer_store::client(&pool).await.unwrap();
+        let tx = composer_store::begin_pipelined(&mut client);
+        let slow = tx.execute("INSERT INTO t SELECT 1 FROM pg_sleep(0.3)", &[]);
+        assert!(tokio::time::timeout(Duration::from_millis(20), slow).await.is_err());
+    }
+    let client = composer_store::client(&pool).await.unwrap();
+    assert!(!in_a_block(&client).await, "the pool handed out a connection inside the abandoned transaction");
+    drop(client);
+    assert_eq!(values(&pool).await, Vec::<i32>::new());
 }
 
 #[tokio::test]
@@ -49,13 +97,13 @@ async fn a_transaction_dropped_unfinished_rolls_back_before_the_connection_serve
     let (_db, pool) = one_connection().await;
     {
         let mut client = composer_store::client(&pool).await.unwrap();
-        let tx = composer_store::begin(&mut client);
+        let tx = composer_store::begin(&mut client).await.unwrap();
         tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
         // Dropped here, as by an error's `?` or a caller that went away.
     }
     let mut client = composer_store::client(&pool).await.unwrap();
     assert!(!in_a_block(&client).await, "the pool handed out a connection still inside the dropped transaction");
-    let tx = composer_store::begin(&mut client);
+    let tx = composer_store::begin(&mut client).await.unwrap();
     tx.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
     tx.commit().await.unwrap();
     drop(client);
@@ -67,7 +115,7 @@ async fn a_failed_statement_aborts_the_transaction_and_the_next_one_on_the_conne
     let (_db, pool) = one_connection().await;
     {
         let mut client = composer_store::client(&pool).await.unwrap();
-        let tx = composer_store::begin(&mut client);
+        let tx = composer_store::begin(&mut client).await.unwrap();
         tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
         let refused = tx.execute("INSERT INTO t VALUES (-1)", &[]).await;
         assert!(refused.is_err(), "the CHECK constraint let -1 in");
@@ -76,13 +124,13 @@ async fn a_failed_statement_aborts_the_transaction_and_the_next_one_on_the_conne
     }
     {
         let mut client = composer_store::client(&pool).await.unwrap();
-        let tx = composer_store::begin(&mut client);
+        let tx = composer_store::begin(&mut client).await.unwrap();
         let refused = tx.execute("INSERT INTO t VALUES (-1)", &[]).await;
         assert!(refused.is_err());
         // Dropped in the aborted state: the rollback is queued.
     }
     let mut client = composer_store::client(&pool).await.unwrap();
-    let tx = composer_store::begin(&mut client);
+    let tx = composer_store::begin(&mut client).await.unwrap();
     tx.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
     tx.commit().await.unwrap();
     drop(client);
@@ -93,7 +141,7 @@ async fn a_failed_statement_aborts_the_transaction_and_the_next_one_on_the_conne
 async fn a_savepoint_rolls_back_alone_and_a_released_one_commits_with_the_transaction() {
     let (_db, pool) = one_connection().await;
     let mut client = composer_store::client(&pool).await.unwrap();
-    let mut tx = composer_store::begin(&mut client);
+    let mut tx = composer_store::begin(&mut client).await.unwrap();
     tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
     {
         let sp = tx.savepoint("one").await.unwrap();
@@ -118,14 +166,36 @@ async fn a_savepoint_rolls_back_alone_and_a_released_one_commits_with_the_transa
 
 #[tokio::test]
 async fn a_commit_whose_caller_leaves_after_sending_it_still_commits() {
-    let (_db, pool) = one_connection().await;
+    let (db, pool) = one_connection().await;
     {
         let mut client = composer_store::client(&pool).await.unwrap();
-        let tx = composer_store::begin(&mut client);
+        let tx = composer_store::begin(&mut client).await.unwrap();
         tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
         let mut commit = Box::pin(tx.commit());
         // One poll sends the COMMIT; the caller then goes away.
         assert!(futures_util::poll!(commit.as_mut()).is_pending());
     }
-    assert_eq!(values(&pool).await, vec![1]);
+    // Read from another connection: the pooled one would see its own
+    // transaction's row even had the commit never gone out.
+    let elsewhere = composer_store::connect(&db.url, 1, Duration::from_secs(5)).unwrap();
+    let client = composer_store::client(&pool).await.unwrap();
+    assert!(!in_a_block(&client).await, "the connection went back to the pool inside the transaction");
+    drop(client);
+    assert_eq!(values(&elsewhere).await, vec![1]);
+}
+
+#[tokio::test]
+async fn a_commit_dropped_before_it_was_polled_rolls_back() {
+    let (db, pool) = one_connection().await;
+    {
+        let mut client = composer_store::client(&pool).await.unwrap();
+        let tx = composer_store::begin(&mut client).await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        drop(tx.commit());
+    }
+    let elsewhere = composer_store::connect(&db.url, 1, Duration::from_secs(5)).unwrap();
+    let client = composer_store::client(&pool).await.unwrap();
+    assert!(!in_a_block(&client).await);
+    drop(client);
+    assert_eq!(values(&elsewhere).await, Vec::<i32>::new());
 }

@@ -384,7 +384,7 @@ impl Engine {
                 priority,
             };
             let mut client = composer_store::client(&engine.pool).await?;
-            let tx = composer_store::begin(&mut client);
+            let tx = composer_store::begin(&mut client).await?;
             let started = engine.start_in(&tx, &def, &input, opts, FirstSteps::ToWaitingPolls).await?;
             tx.commit().await?;
             Ok(engine.started(started))
@@ -729,9 +729,12 @@ impl Engine {
     ) -> Result<Applied> {
         let started = std::time::Instant::now();
         let mut client = composer_store::client(&self.pool).await?;
-        let tx = composer_store::begin(&mut client);
-        let store = Tx(&tx);
+        // `BEGIN` goes with the locked read; its answer, in before the
+        // read's, is checked before anything is written.
+        let mut tx = composer_store::begin_pipelined(&mut client);
         let (mut runs, leases) = self.lock_runs(&tx, &events).await?;
+        tx.confirm().await?;
+        let store = Tx(&tx);
         let mut results: Vec<Result<Handled>> = Vec::with_capacity(events.len());
         let applied = events.len();
         // Reports that offer to take their run's next tasks: (result, run, worker, offer).
@@ -1052,7 +1055,7 @@ impl Engine {
     /// slots (by the limit of the oldest run's definition); returns how many.
     pub async fn promote(self: &Arc<Self>, workflow: &str, key: &str) -> Result<usize> {
         let mut client = composer_store::client(&self.pool).await?;
-        let tx = composer_store::begin(&mut client);
+        let tx = composer_store::begin(&mut client).await?;
         runs::lock_concurrency_key(&tx, workflow, key).await?;
         let (mut batch, _) = self.promote_in(&tx, workflow, key, &HashMap::new()).await?;
         if batch.is_empty() {
@@ -1172,7 +1175,7 @@ impl Engine {
         let at = i32::try_from(iteration).unwrap_or(i32::MAX);
         let parent = Parent { run_id, task_id, attempt, iteration: at };
         let mut client = composer_store::client(&self.pool).await?;
-        let tx = composer_store::begin(&mut client);
+        let tx = composer_store::begin(&mut client).await?;
         let Some(slot) = runs::claim_child_slot(&tx, run_id, task_id, attempt, at).await? else { return Ok(()) };
         let created = self.create_child(&tx, parent, &slot).await;
         let child = match created {

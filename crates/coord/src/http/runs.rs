@@ -525,7 +525,7 @@ pub(crate) async fn change_priority(
     loop {
         let attempt = async {
             let mut client = composer_store::client(&s.pool).await?;
-            let tx = composer_store::begin(&mut client);
+            let tx = composer_store::begin(&mut client).await?;
             let changed = runs::set_priority(&tx, run_id, priority, s.config.stream_shards as i32, &actor(s)).await?;
             tx.commit().await?;
             Ok::<_, composer_store::Error>(changed)

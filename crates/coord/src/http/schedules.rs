@@ -199,7 +199,7 @@ async fn set_paused(s: &Shared, id: &str, paused: bool) -> ApiResult<Json<Schedu
 pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Response> {
     text_param(&id, "schedule id")?;
     let mut client = composer_store::client(&s.pool).await?;
-    let tx = composer_store::begin(&mut client);
+    let tx = composer_store::begin(&mut client).await?;
     let row =
         schedules::lock(&tx, &id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
