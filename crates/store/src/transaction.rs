@@ -39,16 +39,18 @@ pub struct Transaction<'a> {
     /// The savepoint this is, inside an outer transaction.
     savepoint: Option<&'static str>,
     /// `BEGIN`'s answer, not yet looked at ([`begin_pipelined`]); only
-    /// ever taken through `&mut self` (the mutex makes the transaction
+    /// ever reached through `&mut self` (the mutex makes the transaction
     /// `Sync`, as statements borrow it across awaits).
     begun: Mutex<Option<Answer<'a>>>,
+    /// `BEGIN` failed: every later `confirm` (and `commit`) says so.
+    failed: bool,
     done: bool,
 }
 
 /// Opens a transaction on `client`.
 pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
     client.batch_execute("BEGIN").await?;
-    Ok(Transaction { client, savepoint: None, begun: Mutex::new(None), done: false })
+    Ok(Transaction { client, savepoint: None, begun: Mutex::new(None), failed: false, done: false })
 }
 
 /// Opens a transaction on `client` without waiting for `BEGIN`: the first
@@ -63,7 +65,7 @@ pub fn begin_pipelined(client: &mut Client) -> Transaction<'_> {
         Poll::Ready(Err(e)) => Some(Box::pin(std::future::ready(Err(e))) as Answer<'_>),
         Poll::Pending => Some(answer),
     };
-    Transaction { client, savepoint: None, begun: Mutex::new(begun), done: false }
+    Transaction { client, savepoint: None, begun: Mutex::new(begun), failed: false, done: false }
 }
 
 /// Sends `sql` without waiting for its answer (which the connection then
@@ -75,13 +77,21 @@ fn send_and_forget(client: &Client, sql: &str) {
 impl<'a> Transaction<'a> {
     /// Whether `BEGIN` succeeded: an error if it did not, and then nothing
     /// must be written (the statements since ran outside a transaction).
-    /// Once its answer is in, this waits for nothing.
+    /// Once its answer is in, this waits for nothing. The answer is let go
+    /// only once it is known, so a `confirm` abandoned half way leaves the
+    /// check to the next one.
     pub async fn confirm(&mut self) -> Result<()> {
-        let begun = self.begun.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        match begun {
-            Some(answer) => Ok(answer.await?),
-            None => Ok(()),
+        if self.failed {
+            return Err(crate::Error::Closed("the transaction's BEGIN failed; nothing may be written in it".into()));
         }
+        let begun = self.begun.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(answer) = begun.as_mut() else { return Ok(()) };
+        let answered = answer.await;
+        *begun = None;
+        if answered.is_err() {
+            self.failed = true;
+        }
+        Ok(answered?)
     }
 
     /// Commits (or, for a savepoint, releases it into the outer
@@ -109,7 +119,13 @@ impl<'a> Transaction<'a> {
     pub async fn savepoint(&mut self, name: &'static str) -> Result<Transaction<'_>> {
         self.confirm().await?;
         self.client.batch_execute(&format!("SAVEPOINT {name}")).await?;
-        Ok(Transaction { client: self.client, savepoint: Some(name), begun: Mutex::new(None), done: false })
+        Ok(Transaction {
+            client: self.client,
+            savepoint: Some(name),
+            begun: Mutex::new(None),
+            failed: false,
+            done: false,
+        })
     }
 }
 

@@ -41,8 +41,14 @@ async fn statements_after_either_begin_are_in_the_transaction_and_commit_togethe
             false => composer_store::begin(&mut client).await.unwrap(),
             true => composer_store::begin_pipelined(&mut client),
         };
-        let first: i64 = tx.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0);
+        // The first read, sent before `BEGIN`'s answer is looked at, is in
+        // the transaction too: it sees the transaction's start as `now()`.
+        let read = tx.query_one("SELECT count(*), now() FROM t", &[]).await.unwrap();
+        let (first, start): (i64, chrono::DateTime<chrono::Utc>) = (read.get(0), read.get(1));
         tx.confirm().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let later: chrono::DateTime<chrono::Utc> = tx.query_one("SELECT now()", &[]).await.unwrap().get(0);
+        assert_eq!(start, later, "the first read ran outside the transaction (pipelined: {pipelined})");
         tx.execute("INSERT INTO t VALUES ($1)", &[&(first as i32 + 1)]).await.unwrap();
         assert!(in_a_block(&tx).await, "not in a transaction block after begin (pipelined: {pipelined})");
         // Not visible elsewhere before the commit: the insert is in the transaction.
@@ -67,6 +73,7 @@ async fn a_pipelined_begin_that_failed_is_an_error_at_confirm_and_the_connection
         let mut tx = composer_store::begin_pipelined(&mut client);
         let refused = tx.confirm().await;
         assert!(refused.is_err(), "a BEGIN that failed was confirmed");
+        assert!(tx.confirm().await.is_err(), "a second look forgot that BEGIN failed");
         // Dropped: the queued ROLLBACK ends the aborted block.
     }
     let mut client = composer_store::client(&pool).await.unwrap();
@@ -78,7 +85,7 @@ async fn a_pipelined_begin_that_failed_is_an_error_at_confirm_and_the_connection
 }
 
 #[tokio::test]
-async fn a_transaction_whose_statement_is_cancelled_by_a_timeout_rolls_back() {
+async fn a_transaction_abandoned_in_mid_statement_rolls_back() {
     let (_db, pool) = one_connection().await;
     {
         let mut client = composer_store::client(&pool).await.unwrap();
