@@ -24,8 +24,9 @@
 //! - [`webhooks`]: webhooks (never their secret).
 //! - [`trees`]: what a run tree (a root and its child runs) has created, against its fan-out budget.
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
-//! - [`pool`]: connection pools and connections; [`begin`] a transaction (and
-//!   [`begin_pipelined`], whose `BEGIN` goes with its first read); [`error`]: the one error type.
+//! - [`transaction`]: a transaction on a pooled connection ([`begin`]), and one
+//!   whose `BEGIN` goes with its first read ([`begin_pipelined`]).
+//! - [`pool`]: connection pools and connections; [`error`]: the one error type.
 
 pub mod bulk;
 pub mod definitions;
@@ -47,7 +48,7 @@ pub mod sessions;
 pub mod stats;
 pub mod timers;
 pub mod tls;
-mod transaction;
+pub mod transaction;
 pub mod transitions;
 pub mod trees;
 pub mod triggers;

@@ -29,7 +29,9 @@ use std::task::{Context, Poll};
 
 use futures_util::FutureExt;
 
-use crate::{Client, Result};
+use deadpool_postgres::Object as Client;
+
+use crate::error::Result;
 
 type Answer<'a> = Pin<Box<dyn Future<Output = std::result::Result<(), tokio_postgres::Error>> + Send + 'a>>;
 
@@ -82,7 +84,9 @@ impl<'a> Transaction<'a> {
     /// check to the next one.
     pub async fn confirm(&mut self) -> Result<()> {
         if self.failed {
-            return Err(crate::Error::Closed("the transaction's BEGIN failed; nothing may be written in it".into()));
+            return Err(crate::error::Error::Closed(
+                "the transaction's BEGIN failed; nothing may be written in it".into(),
+            ));
         }
         let begun = self.begun.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(answer) = begun.as_mut() else { return Ok(()) };
