@@ -21,6 +21,15 @@ async fn values(pool: &composer_store::Pool) -> Vec<i32> {
     client.query("SELECT v FROM t ORDER BY v", &[]).await.unwrap().iter().map(|r| r.get(0)).collect()
 }
 
+/// Inserts `v` in a transaction of its own and commits it: the connection
+/// serves a transaction as if nothing had happened on it before.
+async fn commit_one(pool: &composer_store::Pool, v: i32) {
+    let mut client = composer_store::client(pool).await.unwrap();
+    let tx = composer_store::begin(&mut client).await.unwrap();
+    tx.execute("INSERT INTO t VALUES ($1)", &[&v]).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
 /// Whether the connection is inside a transaction block: `now()` is the
 /// transaction's start, so two statements apart see the same one only
 /// inside a block.
@@ -76,11 +85,7 @@ async fn a_pipelined_begin_that_failed_is_an_error_at_confirm_and_the_connection
         assert!(tx.confirm().await.is_err(), "a second look forgot that BEGIN failed");
         // Dropped: the queued ROLLBACK ends the aborted block.
     }
-    let mut client = composer_store::client(&pool).await.unwrap();
-    let tx = composer_store::begin(&mut client).await.unwrap();
-    tx.execute("INSERT INTO t VALUES (7)", &[]).await.unwrap();
-    tx.commit().await.unwrap();
-    drop(client);
+    commit_one(&pool, 7).await;
     assert_eq!(values(&pool).await, vec![7]);
 }
 
@@ -136,11 +141,7 @@ async fn a_failed_statement_aborts_the_transaction_and_the_next_one_on_the_conne
         assert!(refused.is_err());
         // Dropped in the aborted state: the rollback is queued.
     }
-    let mut client = composer_store::client(&pool).await.unwrap();
-    let tx = composer_store::begin(&mut client).await.unwrap();
-    tx.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
-    tx.commit().await.unwrap();
-    drop(client);
+    commit_one(&pool, 3).await;
     assert_eq!(values(&pool).await, vec![3]);
 }
 
