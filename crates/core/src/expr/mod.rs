@@ -21,13 +21,12 @@ use jaq_core::load::{parse::Def, Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars};
 use serde_json::{Map, Value};
 
-/// The stack a thread evaluating expressions needs. Recursion is bounded
-/// far below it (`expr_max_stack`); the rest is for jaq dropping what an
-/// evaluation built when it is stopped, which it does recursively: a
-/// function that passes itself a closure (`def f(x): f(x)`) builds a chain
-/// of bindings as long as its steps, and a 2 MiB stack (a tokio worker's)
-/// overflows while dropping it. Reserved, not used: pages are touched only
-/// by what an evaluation needs.
+/// The stack a thread evaluating expressions is given. Recursion is bounded
+/// far below it (`expr_max_stack`), and what an evaluation built is dropped
+/// without recursion (the patched jaq-core, `vendor/jaq-core`); the rest is
+/// for jaq's parser and compiler, which recurse as deep as an expression
+/// nests ([`MAX_EXPRESSION_BYTES`]). Reserved, not used: pages are touched
+/// only by what an evaluation needs.
 pub const EVAL_STACK: usize = 256 << 20;
 
 /// Longest expression, in bytes (`max_expression_bytes`): jq's parser and
@@ -1141,6 +1140,28 @@ mod tests {
         fails_on_an_evaluation_thread("def f(x): f(x); f(0)", "expr_max_");
         fails_on_an_evaluation_thread("def f(g): f(1); f(0)", "expr_max_");
         fails_on_an_evaluation_thread("def f(g): f(g | g); f(.)", "expr_max_");
+    }
+
+    /// jaq's bindings of closures nest a chain as long as the evaluation
+    /// ran; the patched jaq-core (vendor/jaq-core) drops it with a
+    /// worklist. With the largest budget any field has (a MAP's items) and
+    /// a stack of 16 MiB, a recursive drop aborted this test binary.
+    #[test]
+    fn closure_chains_of_the_largest_budget_are_dropped_on_a_small_stack() {
+        for source in ["def f(x): f(x); f(0)", "def f(g): f(1); f(0)"] {
+            let evaluated = std::thread::Builder::new()
+                .stack_size(16 << 20)
+                .spawn(move || {
+                    use_clock(std::time::Instant::now);
+                    let limits = Limits { time: std::time::Duration::from_secs(60), ..Limits::MAP_ITEMS };
+                    Expr::compile(source).unwrap().eval_limited(&Scope::null(), limits)
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+            let e = evaluated.unwrap_err();
+            assert!(e.contains("expr_max_steps"), "{source}: {e}");
+        }
     }
 
     #[test]
