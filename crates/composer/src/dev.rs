@@ -80,17 +80,17 @@ pub fn dev(runtime: &tokio::runtime::Runtime, mut args: DevArgs) -> anyhow::Resu
         runtime.block_on(composer_store::ensure_database(&server.url("postgres"), "composer"))?;
         args.coord.database.url = server.url("composer");
         pg = Some(server);
-        // The coordinator's flight file with the rest of the data, not one
-        // per port in the temp dir.
-        if args.coord.flight_file.is_none() {
-            args.coord.flight_file = Some(absolute(&args.data_dir)?.join("flight"));
-        }
     }
     if args.coord.redis.url.trim().is_empty() {
         let dir = absolute(&args.data_dir)?.join("redis");
         let server = LocalRedis::start(&dir, None).context("starting the embedded redis-server (COMPOSER_DATA_DIR)")?;
         args.coord.redis.url = server.url();
         redis_server = Some(server);
+    }
+    // The coordinator's state (its flight recorder) with the rest of the
+    // data, when there is a data directory: an embedded service's.
+    if args.coord.state_dir.is_none() && (pg.is_some() || redis_server.is_some()) {
+        args.coord.state_dir = Some(absolute(&args.data_dir)?.join("state"));
     }
     let embedded = pg.is_some();
     let result = runtime.block_on(run_dev(args, embedded));

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Context};
 use composer_core::definition::Workflow;
+use composer_core::expr::Sandbox;
 use composer_core::machine::RunStatus;
 use composer_core::simulate::{simulate, Options, Report};
 use serde_json::Value;
@@ -40,33 +41,23 @@ pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String],
             return ExitCode::from(2);
         }
     };
-    // Expressions run where the coordinator runs them: on a thread with the
-    // stack an evaluation needs, so a hostile definition fails its node here
-    // too instead of overflowing the main thread's stack.
-    let simulated = std::thread::scope(|s| {
-        let thread = std::thread::Builder::new().stack_size(composer_core::expr::EVAL_STACK);
-        thread
-            .spawn_scoped(s, || {
-                composer_core::expr::use_clock(std::time::Instant::now);
-                if let Some(event) = &event {
-                    opts.input = triggered_input(&wf, event)?;
-                }
-                Ok::<Report, String>(simulate(&wf, &opts))
-            })
-            .map(|t| t.join())
+    // Expressions run where the coordinator runs them: on an evaluation
+    // thread, so a hostile definition fails its node here too instead of
+    // overflowing the main thread's stack.
+    let simulated = composer_core::expr::sandboxed(std::time::Instant::now, |sb| {
+        if let Some(event) = &event {
+            opts.input = triggered_input(sb, &wf, event)?;
+        }
+        Ok::<Report, String>(simulate(sb, &wf, &opts))
     });
     let report = match simulated {
-        Ok(Ok(Ok(report))) => report,
-        Ok(Ok(Err(no_run))) => {
+        Ok(Ok(report)) => report,
+        Ok(Err(no_run)) => {
             eprintln!("{no_run}");
             return ExitCode::from(1);
         }
-        Ok(Err(panic)) => {
-            eprintln!("error: the simulation failed: {}", composer_core::panic_message(&*panic));
-            return ExitCode::from(2);
-        }
         Err(e) => {
-            eprintln!("error: cannot start the simulation's thread: {e}");
+            eprintln!("error: the simulation failed: {e}");
             return ExitCode::from(2);
         }
     };
@@ -105,10 +96,10 @@ fn event_of(v: Value) -> anyhow::Result<Value> {
 
 /// The input the definition's first trigger that matches `event` gives its
 /// run (said on stderr), or why none does.
-fn triggered_input(wf: &Workflow, event: &Value) -> Result<Value, String> {
+fn triggered_input(sb: &Sandbox, wf: &Workflow, event: &Value) -> Result<Value, String> {
     let name = event["name"].as_str().unwrap_or_default();
     for (i, t) in wf.triggers.iter().enumerate().filter(|(_, t)| t.event == name) {
-        match t.fire(event) {
+        match t.fire(sb, event) {
             Ok(Some(fired)) => {
                 let key = fired.idempotency_key.map(|k| format!(", idempotency key {k:?}")).unwrap_or_default();
                 eprintln!("trigger {i} ({name}) starts the run{key}");

@@ -183,7 +183,7 @@ async fn chaos_soak() {
             "coordinator",
             common(vec![
                 ("COMPOSER_LISTEN", format!("127.0.0.1:{port}")),
-                ("COMPOSER_FLIGHT_FILE", dir.join(format!("flight-{port}")).display().to_string()),
+                ("COMPOSER_STATE_DIR", dir.join(format!("state-{port}")).display().to_string()),
                 ("COMPOSER_STREAM_SHARDS", "2".into()),
                 ("COMPOSER_TIMER_INTERVAL", "200ms".into()),
                 ("COMPOSER_RECOVERY_INTERVAL", "1s".into()),

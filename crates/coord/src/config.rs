@@ -88,12 +88,16 @@ pub struct Config {
     /// How often the recovery sweeps (expired leases, lost dispatches) run.
     #[arg(long, env = "COMPOSER_RECOVERY_INTERVAL", default_value = "30s", value_parser = composer_core::duration::parse)]
     pub recovery_interval: Duration,
-    /// The flight recorder: a file naming the runs being evaluated now, so
-    /// that a run whose expressions killed this coordinator is failed at its
-    /// next start instead of killing it again. Default: one per listen
-    /// address in the temporary directory (none when the port is 0).
-    #[arg(long, env = "COMPOSER_FLIGHT_FILE")]
-    pub flight_file: Option<std::path::PathBuf>,
+    /// The coordinator's own directory on this machine, for what must
+    /// outlive the process: the flight recorder, which names what each
+    /// thread is evaluating, so that an evaluation that killed the
+    /// coordinator is failed at its next start instead of killing it again.
+    /// Created 0700 when missing; refused when another user owns it or
+    /// others may write in it. Default: `$STATE_DIRECTORY` (systemd), else
+    /// `$XDG_STATE_HOME/composer`, else `~/.local/state/composer` (none when
+    /// the listen port is 0 and no directory is given).
+    #[arg(long, env = "COMPOSER_STATE_DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
     /// How long applying one event (every expression it evaluates) may take
     /// before the engine stops waiting and fails it as a fault.
     #[arg(long, env = "COMPOSER_EVAL_BACKSTOP", default_value = "30s", value_parser = composer_core::duration::parse)]

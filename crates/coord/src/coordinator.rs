@@ -85,28 +85,41 @@ pub enum Error {
     Store(#[from] composer_store::Error),
     #[error("Redis (--redis-url, COMPOSER_REDIS_URL): {0}")]
     Stream(#[from] composer_stream::Error),
-    #[error("cannot use the flight file {path} (--flight-file, COMPOSER_FLIGHT_FILE): {source}")]
-    Flight { path: std::path::PathBuf, source: std::io::Error },
+    #[error("cannot use the state directory or its flight file {path} (--state-dir, COMPOSER_STATE_DIR): {source}")]
+    State { path: std::path::PathBuf, source: std::io::Error },
 }
 
-/// Starts the evaluation pool with its flight recorder, and fails the runs
-/// whose evaluation killed this coordinator last time.
-async fn fail_crashed_runs(config: &Config, pool: &composer_store::Pool) -> Result<(), Error> {
-    use crate::engine::evaluator;
-    let path = config
-        .flight_file
-        .clone()
-        .or_else(|| (config.listen.port() != 0).then(|| evaluator::default_path(&config.listen.to_string())));
-    let crashed = evaluator::start(path.as_deref(), config.eval_backstop)
-        .map_err(|source| Error::Flight { path: path.unwrap_or_default(), source })?;
-    if crashed.is_empty() {
-        return Ok(());
-    }
+/// Starts the evaluation pool with its flight recorder (in the state
+/// directory), and fails, once, what evaluations cut short by the last
+/// crash were for; reads the quarantine.
+async fn fail_crashed(config: &Config, bound: SocketAddr, pool: &composer_store::Pool) -> Result<(), Error> {
+    use crate::engine::evaluator::{self, default_state_dir, StateDir};
+    let state_error = |path: &std::path::Path, source| Error::State { path: path.to_path_buf(), source };
+    let dir = match (&config.state_dir, config.listen.port()) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, 0) => None,
+        (None, _) => Some(default_state_dir().ok_or_else(|| {
+            Error::Config(composer_config::ConfigError::new(
+                "--state-dir",
+                "COMPOSER_STATE_DIR",
+                "no default: neither STATE_DIRECTORY, XDG_STATE_HOME nor HOME is set",
+            ))
+        })?),
+    };
+    let flight = match dir {
+        Some(dir) => {
+            let state = StateDir::open(&dir).map_err(|e| state_error(&dir, e))?;
+            // By the address asked for, which the next start asks for too;
+            // by the bound one when the port was left to the system.
+            let listen = if config.listen.port() == 0 { bound } else { config.listen };
+            Some(state.flight_file(&listen.to_string()))
+        }
+        None => None,
+    };
+    let crashed = evaluator::start(flight.as_deref(), config.eval_backstop)
+        .map_err(|source| state_error(flight.as_deref().unwrap_or_else(|| std::path::Path::new("")), source))?;
     let mut client = composer_store::client(pool).await?;
-    for run_id in crashed {
-        tracing::error!(%run_id, "this coordinator died evaluating the run's expressions; failing the run");
-        composer_store::runs::fail_faulted(&mut client, run_id, evaluator::CRASHED_MESSAGE).await?;
-    }
+    evaluator::fail_crashed(&mut client, crashed).await?;
     Ok(())
 }
 
@@ -124,7 +137,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     tracing::info!(%addr, stream_shards = config.stream_shards, "starting coordinator");
 
     let pool = prepare_storage(&config).await?;
-    fail_crashed_runs(&config, &pool).await?;
+    fail_crashed(&config, addr, &pool).await?;
     let streams = Streams::connect_with(
         &config.redis.url,
         Keys::new(config.redis.prefix.clone()),

@@ -300,6 +300,10 @@ pub async fn recover_tasks(shared: &Shared) {
     if let Err(e) = composer_store::events::cleanup(&client).await {
         tracing::warn!(error = %e, "recovery: cleaning up expired events failed");
     }
+    // What another coordinator's crash quarantined is refused here too.
+    if let Err(e) = crate::engine::evaluator::refresh_quarantine(&client).await {
+        tracing::warn!(error = %e, "recovery: reading the quarantine failed");
+    }
 }
 
 /// How often a coordinator looks whether Redis kept what it published.

@@ -437,7 +437,7 @@ mod tests {
     }
 
     fn apply(wf: &Workflow, run: &mut Run, event: Event) -> Transition {
-        machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
+        machine::apply(&composer_core::expr::Sandbox::simple_only(), wf, run, event, Utc::now(), &mut Uuid::now_v7)
     }
 
     /// What a transaction would see of the run's tasks as they stand.
@@ -482,7 +482,8 @@ mod tests {
         assert_eq!(run.tasks[0].state, TaskState::Waiting, "its backoff");
         let before = seen(&run);
         let later = Utc::now() + chrono::Duration::hours(1);
-        let tr = machine::apply(&wf, &mut run, Event::TimerFired { task_id: call }, later, &mut Uuid::now_v7);
+        let sb = composer_core::expr::Sandbox::simple_only();
+        let tr = machine::apply(&sb, &wf, &mut run, Event::TimerFired { task_id: call }, later, &mut Uuid::now_v7);
         assert_eq!(run.tasks[0].attempt, 2);
         assert!(spans_of(&wf, 1, &run, &tr, None, &before, SystemTime::now()).is_empty(), "ended once, not twice");
 

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use uuid::Uuid;
 
+use crate::engine::evaluator::Subject;
 use crate::engine::{EngineError, StartOptions, Started};
 use crate::shared::Shared;
 
@@ -79,7 +80,7 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
     let mut planned = Vec::new();
     for def in listening {
         let wf = shared.engine.compile(&def)?;
-        for (index, fired) in evaluate(wf, ev.name, &event).await {
+        for (index, fired) in evaluate(def.id, wf, ev.name, &event).await {
             if !matches!(fired, Ok(None)) {
                 planned.push(Planned { def: def.clone(), index, fired });
             }
@@ -158,31 +159,27 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
     Ok(Sent { answer: answer(event_id, delivered, &runs, false), first: None })
 }
 
-/// Each trigger of `wf` for events named `name` applied to `event`, by its
-/// place in the definition, on the evaluation threads (a trigger is an
-/// expression someone wrote: it gets the sandbox's stack and backstop).
-async fn evaluate(wf: Arc<Workflow>, name: &str, event: &Value) -> Vec<(usize, Result<Option<Fired>, String>)> {
+/// Each trigger of `wf` (of the definition `definition_id`) for events
+/// named `name` applied to `event`, by its place in the definition, through
+/// the evaluator's door (a trigger is an expression someone wrote).
+async fn evaluate(
+    definition_id: Uuid,
+    wf: Arc<Workflow>,
+    name: &str,
+    event: &Value,
+) -> Vec<(usize, Result<Option<Fired>, String>)> {
+    let simple = wf.triggers.iter().filter(|t| t.event == name).all(|t| t.is_simple());
     let (name, event) = (name.to_string(), event.clone());
-    let applied = crate::engine::evaluator::pool()
-        .run(Uuid::nil(), move || {
-            composer_core::expr::use_clock(std::time::Instant::now);
-            let fire = || -> Vec<(usize, Result<Option<Fired>, String>)> {
-                wf.triggers
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, t)| t.event == name)
-                    .map(|(i, t)| (i, t.fire(&event)))
-                    .collect()
-            };
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(fire))
-                .map_err(|p| format!("trigger evaluation failed: {}", composer_core::panic_message(&*p)))
-        })
-        .await;
-    match applied {
-        Ok(Ok(fired)) => fired,
-        Ok(Err(e)) => vec![(0, Err(e))],
-        Err(lost) => vec![(0, Err(lost.to_string()))],
-    }
+    let applied = crate::engine::evaluator::evaluate(Subject::Definition(definition_id), simple, move |sb| {
+        wf.triggers
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.event == name)
+            .map(|(i, t)| (i, t.fire(sb, &event)))
+            .collect::<Vec<_>>()
+    })
+    .await;
+    applied.unwrap_or_else(|lost| vec![(0, Err(lost.to_string()))])
 }
 
 /// Delivers the event to the steps that were waiting for it; how many took

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use composer_api::{WebhookScheme, WebhookSpec};
-use composer_core::expr::Template;
+use composer_core::expr::{Sandbox, Template};
 use ring::hmac;
 use serde_json::{json, Value};
 
@@ -175,7 +175,13 @@ pub fn delivery_id(scheme: WebhookScheme, body: &Value, raw: &[u8], signed_at: O
 /// The event a delivery becomes: the transform's `{name, key?, id?,
 /// payload?}`, or by default the webhook's name, the delivery's id and the
 /// body. An error names what is wrong with the transform's answer.
-pub fn event_of(hook: &Webhook, body: &Value, headers: &Value, id: String) -> Result<WebhookEvent, String> {
+pub fn event_of(
+    sb: &Sandbox,
+    hook: &Webhook,
+    body: &Value,
+    headers: &Value,
+    id: String,
+) -> Result<WebhookEvent, String> {
     let Some(t) = &hook.event else {
         return Ok(WebhookEvent {
             name: hook.spec.name.clone(),
@@ -184,7 +190,7 @@ pub fn event_of(hook: &Webhook, body: &Value, headers: &Value, id: String) -> Re
             payload: body.clone(),
         });
     };
-    let out = t.eval(&json!({"body": body, "headers": headers})).map_err(|e| format!("event: {e}"))?;
+    let out = t.eval(sb, &json!({"body": body, "headers": headers})).map_err(|e| format!("event: {e}"))?;
     let Value::Object(mut o) = out else {
         let shown = composer_core::clipped(&out.to_string(), 200);
         return Err(format!("event: must yield an object {{name, key?, id?, payload?}}, got {shown}"));
@@ -293,8 +299,14 @@ mod tests {
         assert_eq!(hook.tolerance, DEFAULT_TOLERANCE);
         let body = json!({"id": "evt_9", "type": "order.created"});
         let raw = body.to_string();
-        let ev = event_of(&hook, &body, &json!({}), delivery_id(WebhookScheme::Stripe, &body, raw.as_bytes(), Some(1)))
-            .unwrap();
+        let ev = event_of(
+            &Sandbox::simple_only(),
+            &hook,
+            &body,
+            &json!({}),
+            delivery_id(WebhookScheme::Stripe, &body, raw.as_bytes(), Some(1)),
+        )
+        .unwrap();
         assert_eq!((ev.name.as_str(), ev.id.as_deref(), &ev.payload), ("shop", Some("evt_9"), &body));
         let anon = json!({"type": "x"});
         let at = |t| delivery_id(WebhookScheme::Stripe, &anon, b"{}", Some(t));
@@ -318,11 +330,13 @@ mod tests {
         with["event"] =
             json!({"name": "${ .body.type }", "key": "${ .body.id }", "id": "${ .headers[\"x-delivery\"] }"});
         let hook = parse(spec(with)).unwrap();
-        let ev = event_of(&hook, &body, &json!({"x-delivery": "d-1"}), "sha256:00".into()).unwrap();
+        let ev =
+            event_of(&Sandbox::simple_only(), &hook, &body, &json!({"x-delivery": "d-1"}), "sha256:00".into()).unwrap();
         assert_eq!((ev.name.as_str(), ev.key.as_str(), ev.id.as_deref()), ("order.created", "evt_9", Some("d-1")));
         let mut odd = base;
         odd["event"] = json!("${ [1] }");
-        let e = event_of(&parse(spec(odd)).unwrap(), &body, &json!({}), "sha256:00".into()).unwrap_err();
+        let e = event_of(&Sandbox::simple_only(), &parse(spec(odd)).unwrap(), &body, &json!({}), "sha256:00".into())
+            .unwrap_err();
         assert!(e.contains("must yield an object"), "{e}");
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::definition::{NodeKind, Workflow};
+use crate::expr::Sandbox;
 use crate::http;
 use crate::machine::{self, codes, Event, HistoryKind, Run, RunStatus, TaskState, Transition};
 
@@ -80,8 +81,9 @@ pub struct EdgeReport {
 /// retry policy and mocks would loop for long.
 const MAX_EVENTS: usize = 100_000;
 
-/// Runs `wf` to the end in the simulated world of `opts`.
-pub fn simulate(wf: &Workflow, opts: &Options) -> Report {
+/// Runs `wf` to the end in the simulated world of `opts`, evaluating its
+/// expressions in `sb`.
+pub fn simulate(sb: &Sandbox, wf: &Workflow, opts: &Options) -> Report {
     let mut ids = 0u128;
     let mut new_id = move || {
         ids += 1;
@@ -90,15 +92,15 @@ pub fn simulate(wf: &Workflow, opts: &Options) -> Report {
     let mut now: DateTime<Utc> = DateTime::<Utc>::UNIX_EPOCH;
     let mut run = Run::new(new_id(), opts.input.clone());
     let mut world = World::default();
-    world.apply(wf, &mut run, Event::RunStarted, now, &mut new_id);
+    world.apply(sb, wf, &mut run, Event::RunStarted, now, &mut new_id);
     for _ in 0..MAX_EVENTS {
         if run.status != RunStatus::Running {
             break;
         }
         let Some(event) = next_event(wf, &run, opts, &mut now) else { break };
-        world.apply(wf, &mut run, event, now, &mut new_id);
+        world.apply(sb, wf, &mut run, event, now, &mut new_id);
     }
-    report(wf, &run, &world.taken)
+    report(sb, wf, &run, &world.taken)
 }
 
 /// What the simulated engine keeps between events: the edges taken, and the
@@ -115,6 +117,7 @@ impl World {
     /// MAPs that carry on after a commit need serving).
     fn apply(
         &mut self,
+        sb: &Sandbox,
         wf: &Workflow,
         run: &mut Run,
         event: Event,
@@ -123,7 +126,7 @@ impl World {
     ) {
         let mut pending = vec![event];
         while let Some(event) = pending.pop() {
-            let tr = machine::apply(wf, run, event, now, new_id);
+            let tr = machine::apply(sb, wf, run, event, now, new_id);
             note_taken(&tr, &mut self.taken);
             for (m, first, list) in &tr.sources {
                 let mut all = vec![Value::Null; (*first * machine::ITEM_CHUNK) as usize];
@@ -243,7 +246,7 @@ fn lookup<'m, V>(m: &'m HashMap<String, V>, own: Option<&str>, node: &str) -> Op
     own.and_then(|id| m.get(id)).or_else(|| m.get(node))
 }
 
-fn report(wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report {
+fn report(sb: &Sandbox, wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report {
     let nodes = wf
         .nodes
         .iter()
@@ -281,7 +284,7 @@ fn report(wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report
         );
     }
     if wf.priority != crate::priority::DEFAULT || wf.fairness_key.is_some() {
-        let key = match wf.fairness_key_of(&run.input) {
+        let key = match wf.fairness_key_of(sb, &run.input) {
             Ok(Some(k)) => format!(", fairness key {k:?}"),
             Ok(None) => String::new(),
             Err(e) => format!(" ({e})"),
@@ -299,6 +302,10 @@ fn report(wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report
 mod tests {
     use super::*;
 
+    fn sb() -> crate::expr::Sandbox {
+        crate::expr::Sandbox::for_tests()
+    }
+
     fn wf(v: Value) -> Workflow {
         Workflow::parse(&v).unwrap()
     }
@@ -307,11 +314,11 @@ mod tests {
     fn a_priority_or_fairness_key_is_named_as_not_simulated() {
         let w = wf(json!({"name": "p", "priority": 1, "fairness_key": "${ .input.tenant }",
                           "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}));
-        let report = simulate(&w, &Options { input: json!({"tenant": "acme"}), ..Default::default() });
+        let report = simulate(&sb(), &w, &Options { input: json!({"tenant": "acme"}), ..Default::default() });
         let note = report.notes.iter().find(|n| n.contains("priorities")).expect("a note on priorities");
         assert!(note.contains("priority 1") && note.contains("\"acme\""), "{note}");
         let plain = wf(json!({"name": "p", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}));
-        let report = simulate(&plain, &Options { input: json!({}), ..Default::default() });
+        let report = simulate(&sb(), &plain, &Options { input: json!({}), ..Default::default() });
         assert!(report.notes.iter().all(|n| !n.contains("priorities")));
     }
 
@@ -332,7 +339,7 @@ mod tests {
             mocks: HashMap::from([("check".into(), json!({"amount": 500}))]),
             ..Default::default()
         };
-        let r = simulate(&w, &opts);
+        let r = simulate(&sb(), &w, &opts);
         assert_eq!(r.status, RunStatus::Succeeded);
         assert_eq!(r.output, Some(json!({"doubled": 1000})));
         let state = |id: &str| r.nodes.iter().find(|n| n.id == id).unwrap().state.clone();
@@ -352,7 +359,7 @@ mod tests {
             mocks: HashMap::from([("ship".into(), json!("sent")), ("ship[2]".into(), json!("sent late"))]),
             failures: HashMap::from([("ship[1]".into(), "no stock".into())]),
         };
-        let r = simulate(&w, &opts);
+        let r = simulate(&sb(), &w, &opts);
         assert_eq!(r.status, RunStatus::Succeeded);
         assert_eq!(r.output, Some(json!({"ship": ["sent", {"error": "no stock"}, "sent late"]})));
         assert_eq!(r.nodes.len(), 1, "the item template is not a node of its own");
@@ -364,7 +371,7 @@ mod tests {
         node["retry"] = json!({"max_attempts": 3, "initial_backoff": "1h"});
         let w = wf(json!({"name": "pay", "nodes": [node]}));
         let opts = Options { failures: HashMap::from([("pay".into(), "card declined".into())]), ..Default::default() };
-        let r = simulate(&w, &opts);
+        let r = simulate(&sb(), &w, &opts);
         assert_eq!(r.status, RunStatus::Failed);
         assert_eq!(r.nodes[0].attempts, 3, "timers fire at once, so every retry runs");
         assert!(r.error.unwrap().contains("card declined"));
@@ -383,7 +390,7 @@ mod tests {
             mocks: HashMap::from([("paid".into(), json!({"amount": 5}))]),
             failures: HashMap::from([("late".into(), String::new())]),
         };
-        let r = simulate(&w, &opts);
+        let r = simulate(&sb(), &w, &opts);
         assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
         assert_eq!(r.nodes[1].output, Some(json!({"amount": 5})));
         assert_eq!(r.nodes[1].input, Some(json!({"event": "paid", "key": "o-1"})));

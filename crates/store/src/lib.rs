@@ -16,6 +16,7 @@
 //! - [`events`]: external events and their buffer.
 //! - [`fixtures`]: data and measurements for `composer bench`.
 //! - [`partitions`]: monthly partitions ahead and retention behind.
+//! - [`quarantine`]: what an evaluation killed a coordinator on, never evaluated again.
 //! - [`stats`]: counts of open work for the metrics gauges.
 //! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 //! - [`schedules`]: cron schedules and the fires they made.
@@ -41,6 +42,7 @@ pub mod notifications;
 pub mod outbox;
 pub mod partitions;
 pub mod pool;
+pub mod quarantine;
 pub mod recovery;
 pub mod runs;
 pub mod schedules;

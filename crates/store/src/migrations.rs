@@ -28,6 +28,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (22, "traces", include_str!("../migrations/0022_traces.sql")),
     (23, "priorities_and_fairness", include_str!("../migrations/0023_priorities_and_fairness.sql")),
     (24, "runs_read_in_part", include_str!("../migrations/0024_runs_read_in_part.sql")),
+    (25, "quarantine", include_str!("../migrations/0025_quarantine.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

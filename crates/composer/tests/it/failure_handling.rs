@@ -24,6 +24,11 @@ fn states(run: &Value) -> BTreeMap<String, String> {
 }
 
 /// The same of a simulated run (nodes it never reached left out).
+/// `simulate` on an evaluation thread, as the CLI runs it.
+fn simulated(wf: &Workflow, opts: &Options) -> simulate::Report {
+    composer_core::expr::sandboxed(std::time::Instant::now, |sb| simulate::simulate(sb, wf, opts)).unwrap()
+}
+
 fn simulated_states(report: &simulate::Report) -> BTreeMap<String, String> {
     report.nodes.iter().filter(|n| n.state != "NOT_REACHED").map(|n| (n.id.clone(), n.state.clone())).collect()
 }
@@ -72,13 +77,13 @@ async fn the_order_example_refunds_a_declined_charge_in_production_as_simulate_s
         mocks: [("charge".to_string(), json!({"status": 402}))].into_iter().collect(),
         ..Default::default()
     };
-    let report = simulate::simulate(&wf, &opts);
+    let report = simulated(&wf, &opts);
     assert_eq!(report.status.as_str(), "FAILED");
     assert_eq!(simulated_states(&report), states(&run), "simulate and production agree node by node");
     // … and, mocked with what the target answered, ends with the same error.
     let answered = json!({"status": 402, "body": {"path": "/status/402/charge", "call": 1}});
     let opts = Options { input, mocks: [("charge".to_string(), answered)].into_iter().collect(), ..Default::default() };
-    let same = simulate::simulate(&Workflow::parse(&serde_json::from_str(&live).unwrap()).unwrap(), &opts);
+    let same = simulated(&Workflow::parse(&serde_json::from_str(&live).unwrap()).unwrap(), &opts);
     assert_eq!(same.error.as_deref(), Some(error), "the same words");
     let taken: Vec<(String, String)> =
         report.edges.iter().filter(|e| e.taken).map(|e| (e.from.clone(), e.to.clone())).collect();
@@ -487,7 +492,7 @@ async fn random_dags_with_failure_and_always_edges_end_in_production_as_simulate
         let failures =
             fails.iter().enumerate().filter(|(_, f)| **f).map(|(i, _)| (format!("n{i}"), "no".to_string())).collect();
         let mocks = (0..fails.len()).map(|i| (format!("n{i}"), json!({"status": 200}))).collect();
-        let report = simulate::simulate(&wf, &Options { failures, mocks, ..Default::default() });
+        let report = simulated(&wf, &Options { failures, mocks, ..Default::default() });
         assert_eq!(run["status"].as_str(), Some(report.status.as_str()), "{spec}\n{run}");
         if report.status.as_str() == "SUCCEEDED" {
             assert_eq!(states(&run), simulated_states(&report), "{spec}");

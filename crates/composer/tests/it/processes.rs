@@ -383,8 +383,8 @@ fn coordinator_cmd(db: &TestDb, redis: &str, prefix: &str, listen: &str, addr_fi
         .env("COMPOSER_TIMER_INTERVAL", "100ms")
         .env("COMPOSER_ADDR_FILE", addr_file)
         // Beside the address file, in the test's own directory: the default
-        // (one per listen address in the temp dir) would outlive the test.
-        .env("COMPOSER_FLIGHT_FILE", addr_file.with_extension("flight"));
+        // (in the home directory) would outlive the test.
+        .env("COMPOSER_STATE_DIR", addr_file.with_extension("state"));
     cmd
 }
 
@@ -1049,8 +1049,8 @@ fn every_example_is_a_valid_definition() {
     let triggers = examples.join("triggers");
     let fulfil: Value = serde_json::from_slice(&std::fs::read(triggers.join("fulfil_on_order.json")).unwrap()).unwrap();
     let wf = composer_core::definition::Workflow::parse(&fulfil).unwrap();
-    let fired = wf.triggers[0]
-        .fire(&json!({"id": "e", "name": "order.created", "key": "", "payload": {"order": 1, "total": 5}}));
+    let event = json!({"id": "e", "name": "order.created", "key": "", "payload": {"order": 1, "total": 5}});
+    let fired = composer_core::expr::sandboxed(std::time::Instant::now, |sb| wf.triggers[0].fire(sb, &event)).unwrap();
     assert_eq!(fired.unwrap().unwrap().idempotency_key.as_deref(), Some("order-1"));
     let hook: composer_api::WebhookSpec =
         serde_json::from_slice(&std::fs::read(triggers.join("stripe_webhook.json")).unwrap()).unwrap();
@@ -1076,21 +1076,30 @@ fn every_example_is_a_valid_definition() {
 }
 
 /// The attack that aborted every coordinator (a closure-passing recursion
-/// overflowed a tokio worker's stack while jaq dropped it) now fails its
-/// node; and a run whose evaluation still kills a coordinator (here: the
-/// SIGABRT is sent by hand, the run written into the flight recorder's slot
-/// as a dying pool thread leaves it) is failed at the restart instead of
-/// killing the coordinator again.
+/// overflowed a stack while jaq dropped it) now fails its node; and what an
+/// evaluation that still kills a coordinator was for is failed once at the
+/// restart instead of killing it again, whatever kind of thing it was (here
+/// the SIGABRT is sent by hand, and each kind of subject written into a slot
+/// of the flight recorder as a dying thread leaves it): a run is failed; a
+/// definition's start-time expressions and a webhook's transform are
+/// quarantined, for every later start, trigger and delivery, until a new
+/// version or the webhook created again replaces them.
 #[tokio::test]
-async fn an_expression_cannot_abort_a_coordinator_and_a_run_that_did_is_failed_not_run_again() {
+async fn a_coordinator_killed_mid_evaluation_fails_what_it_was_evaluating_once_and_serves() {
+    const GH_SECRET: &str = "flight-gh-secret";
     let db = TestDb::create().await;
     let redis = services().redis_url.clone();
     let prefix = unique_prefix();
     let dir = composer_embedded::temp_dir("flight").unwrap();
     let listen = format!("127.0.0.1:{}", composer_embedded::free_port().unwrap());
-    let (addr_file, flight) = (dir.join("a.addr"), dir.join("flight"));
-    let start =
-        || Proc::spawn(coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_FLIGHT_FILE", &flight));
+    let addr_file = dir.join("a.addr");
+    let flight = addr_file.with_extension("state").join(format!("flight-{}", listen.replace(['.', ':'], "_")));
+    let start = || {
+        Proc::spawn(
+            coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file)
+                .env("COMPOSER_WEBHOOK_SECRET_FLIGHT_GH", GH_SECRET),
+        )
+    };
     let mut a = start();
     let client = Client::new(&wait_for_file(&addr_file, Duration::from_secs(30)).await);
     let after_wait = |name: &str, output: &str| {
@@ -1111,6 +1120,26 @@ async fn an_expression_cannot_abort_a_coordinator_and_a_run_that_did_is_failed_n
         assert!(run["error"].as_str().unwrap().contains("expr_max_"), "{run}");
     }
     assert!(a.0.try_wait().unwrap().is_none(), "the coordinator is still up");
+    let tagged = json!({"name": "tagged", "tags": {"who": "${ .input.who }"},
+        "triggers": [{"event": "tag.me", "input": "${ .event.payload }"}],
+        "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+    let (_, registered) = client.post("/v1/workflows", &tagged).await;
+    let definition: uuid::Uuid = registered["id"].as_str().unwrap().parse().unwrap();
+    let hook = json!({"name": "gh", "scheme": "github", "secret": "FLIGHT_GH",
+                      "event": {"name": "tag.me", "payload": "${ .body }"}});
+    assert_eq!(client.post("/v1/webhooks", &hook).await.0, 201);
+    let deliver = |body: &'static str| {
+        let tag =
+            ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, GH_SECRET.as_bytes()), body.as_bytes());
+        let sig = format!("sha256={}", tag.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let url = format!("{}/v1/webhooks/gh", client.base);
+        async move {
+            let r =
+                reqwest::Client::new().post(url).header("x-hub-signature-256", sig).body(body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    assert_eq!(deliver(r#"{"who": "before"}"#).await.0, 200);
 
     let (_, held) = client.post("/v1/runs", &json!({"workflow": "fine"})).await;
     let held = held["id"].as_str().unwrap().to_string();
@@ -1122,8 +1151,13 @@ async fn an_expression_cannot_abort_a_coordinator_and_a_run_that_did_is_failed_n
     let _ = a.0.wait();
     let mut recorded = std::fs::read(&flight).unwrap();
     assert_eq!(recorded[0], b'!', "the abort marked the flight file");
-    let id: uuid::Uuid = held.parse().unwrap();
-    recorded[16..32].copy_from_slice(id.as_bytes());
+    use composer_coord::engine::flight::{Subject, SLOT_BYTES};
+    let subjects =
+        [Subject::Run(held.parse().unwrap()), Subject::Definition(definition), Subject::Webhook("gh".into())];
+    for (i, subject) in subjects.iter().enumerate() {
+        let at = SLOT_BYTES * (i + 1);
+        recorded[at..at + SLOT_BYTES].copy_from_slice(&subject.encode());
+    }
     std::fs::write(&flight, recorded).unwrap();
 
     std::fs::remove_file(&addr_file).unwrap();
@@ -1132,9 +1166,29 @@ async fn an_expression_cannot_abort_a_coordinator_and_a_run_that_did_is_failed_n
     let run = client.wait_for_run(&held, Duration::from_secs(30)).await;
     assert_eq!(run["status"], "FAILED", "{run}");
     assert!(run["error"].as_str().unwrap().contains("expr_crash"), "{run}");
+    let (status, refused) = client.post("/v1/runs", &json!({"workflow": "tagged", "input": {"who": "x"}})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.to_string().contains("expr_crash") && refused.to_string().contains("new version"), "{refused}");
+    let (status, sent) = client.post("/v1/events", &json!({"name": "tag.me", "payload": {"who": "y"}})).await;
+    assert_eq!(status, 200, "{sent}");
+    assert!(sent["trigger_errors"][0]["error"].as_str().unwrap().contains("expr_crash"), "{sent}");
+    let (status, delivered) = deliver(r#"{"who": "after"}"#).await;
+    assert_eq!(status, 400, "{delivered}");
+    assert!(delivered.to_string().contains("expr_crash"), "{delivered}");
     let (_, other) = client.post("/v1/runs", &json!({"workflow": "fine"})).await;
     let other = client.wait_for_run(other["id"].as_str().unwrap(), Duration::from_secs(30)).await;
     assert_eq!(other["status"], "SUCCEEDED", "other runs are unaffected: {other}");
+
+    // What replaces a quarantined thing is evaluated again.
+    let mut fixed = tagged.clone();
+    fixed["tags"]["who"] = json!("${ .input.who | tostring }");
+    let (_, v2) = client.post("/v1/workflows", &fixed).await;
+    assert_eq!(v2["version"], 2, "{v2}");
+    let (status, started) = client.post("/v1/runs", &json!({"workflow": "tagged", "input": {"who": "x"}})).await;
+    assert_eq!(status, 201, "{started}");
+    assert_eq!(client.post("/v1/webhooks", &hook).await.0, 200);
+    let (status, delivered) = deliver(r#"{"who": "again"}"#).await;
+    assert_eq!(status, 200, "{delivered}");
     assert!(again.terminate(Duration::from_secs(30)).success());
     let _ = std::fs::remove_dir_all(dir);
 }

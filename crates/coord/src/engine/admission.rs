@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use composer_core::definition::Workflow;
+use composer_core::definition::{StartKeyError, StartKeys, Workflow};
+use composer_core::expr::Sandbox;
 use composer_core::machine::{Event, RunStatus};
 use composer_store::definitions::DefinitionRow;
 use composer_store::runs::{self, NewRun, Parent, RunRow};
@@ -13,6 +14,7 @@ use uuid::Uuid;
 
 use super::effects;
 use super::error::{Rejection, Result};
+use super::evaluator::{self, Subject};
 use super::loaded::Loaded;
 use super::store::RunStore;
 
@@ -110,8 +112,8 @@ pub async fn create_run<S: RunStore>(
     how: NewRunOf<'_>,
     limits: Limits,
 ) -> Result<(RunRow, Option<Loaded>)> {
-    let prepared = Prepared::new(wf, how)?;
-    let (key, status) = admit(store, &prepared.wf, &prepared.how.def.name, prepared.how.input).await?;
+    let prepared = Prepared::new(wf, how).await?;
+    let (key, status) = admit(store, &prepared.wf, &prepared.how.def.name, prepared.concurrency_key.as_deref()).await?;
     let row = store.insert_run(&prepared.row(key.as_deref(), status)).await?;
     if status == RunStatus::Queued {
         tracing::debug!(run_id = %row.id, workflow = %row.workflow_name, "run queued by its concurrency limit");
@@ -135,7 +137,7 @@ pub async fn create_runs<S: RunStore>(
         if wf.concurrency.is_some() {
             created.push(Some(create_run(store, wf, how, limits).await?));
         } else {
-            unlimited.push((created.len(), Prepared::new(wf, how)?));
+            unlimited.push((created.len(), Prepared::new(wf, how).await?));
             created.push(None);
         }
     }
@@ -149,7 +151,8 @@ pub async fn create_runs<S: RunStore>(
 }
 
 /// A run to create with what its definition decides from its input (tags,
-/// fairness key, id, deadline) worked out: everything but its admission.
+/// fairness and concurrency keys, id, deadline) worked out: everything but
+/// its admission.
 struct Prepared<'a> {
     wf: Arc<Workflow>,
     how: NewRunOf<'a>,
@@ -157,13 +160,14 @@ struct Prepared<'a> {
     tags: Option<Value>,
     /// Its own definition's, which wins over its parent's.
     fairness_key: Option<String>,
+    concurrency_key: Option<String>,
 }
 
 impl<'a> Prepared<'a> {
-    fn new(wf: Arc<Workflow>, how: NewRunOf<'a>) -> Result<Prepared<'a>> {
-        let tags = wf.tags_of(how.input, how.tags).map_err(Rejection::Tags)?;
-        let fairness_key = wf.fairness_key_of(how.input).map_err(Rejection::FairnessKey)?;
-        Ok(Prepared { wf, how, id: Uuid::now_v7(), tags, fairness_key })
+    async fn new(wf: Arc<Workflow>, how: NewRunOf<'a>) -> Result<Prepared<'a>> {
+        let keys = start_keys(how.def.id, &wf, how.input, how.tags).await?;
+        let StartKeys { tags, fairness_key, concurrency_key } = keys;
+        Ok(Prepared { wf, how, id: Uuid::now_v7(), tags, fairness_key, concurrency_key })
     }
 
     /// Its row, admitted as `status` under `key`.
@@ -206,17 +210,48 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// Whether a new run of `wf` may start or must wait QUEUED, and its
-/// concurrency key. Under the key's lock (held to the commit) every
-/// coordinator sees the same count.
+/// What `wf`'s definition (`definition_id`) decides of a new run from its
+/// input, evaluated through the evaluator's door (nothing is evaluated when
+/// the definition has no such expression). An expression that fails is the
+/// start's rejection, naming the field.
+async fn start_keys(
+    definition_id: Uuid,
+    wf: &Arc<Workflow>,
+    input: &Value,
+    given: Option<&serde_json::Map<String, Value>>,
+) -> Result<StartKeys> {
+    let decided = if wf.start_templates().all(|t| t.is_literal()) {
+        wf.start_keys(&Sandbox::simple_only(), input, given)
+    } else {
+        let simple = wf.start_templates().all(|t| t.is_simple());
+        let (wf, input, given) = (wf.clone(), input.clone(), given.cloned());
+        evaluator::evaluate(Subject::Definition(definition_id), simple, move |sb| {
+            wf.start_keys(sb, &input, given.as_ref())
+        })
+        .await
+        .map_err(|lost| Rejection::Evaluation(lost.to_string()))?
+    };
+    decided.map_err(|e| {
+        match e {
+            StartKeyError::Tags(e) => Rejection::Tags(e),
+            StartKeyError::FairnessKey(e) => Rejection::FairnessKey(e),
+            StartKeyError::ConcurrencyKey(e) => Rejection::ConcurrencyKey(e),
+        }
+        .into()
+    })
+}
+
+/// Whether a new run of `wf` under the concurrency key `key` (given when
+/// it has a concurrency limit) may start or must wait QUEUED. Under the
+/// key's lock (held to the commit) every coordinator sees the same count.
 pub async fn admit<S: RunStore>(
     store: &S,
     wf: &Workflow,
     workflow: &str,
-    input: &Value,
+    key: Option<&str>,
 ) -> Result<(Option<String>, RunStatus)> {
     let Some(limit) = &wf.concurrency else { return Ok((None, RunStatus::Running)) };
-    let key = limit.key_of(input).map_err(Rejection::ConcurrencyKey)?;
+    let key = key.unwrap_or_default().to_string();
     store.lock_concurrency_key(workflow, &key).await?;
     let (open, queued) = store.concurrency_usage(workflow, &key).await?;
     Ok((Some(key), admission(limit.max, open, queued)))

@@ -12,6 +12,7 @@ use composer_store::runs::Items;
 use uuid::Uuid;
 
 use super::error::{EngineError, Result};
+use super::evaluator::Subject;
 use super::store::RunStore;
 
 /// Applies `event` and every effect it leads to; the merged transition.
@@ -133,40 +134,26 @@ pub async fn load_items<S: RunStore>(
     Ok(n)
 }
 
-/// Applies the pure state machine, containing a panic to this event (the
-/// run's in-memory state is then discarded with the failed transaction):
-/// on the evaluation pool ([`super::evaluator`]) unless every expression of
-/// the workflow is simple (`Workflow::simple`).
+/// Applies the pure state machine through the evaluator's door
+/// ([`super::evaluator::evaluate`]), containing a panic to this event (the
+/// run's in-memory state is then discarded with the failed transaction): on
+/// the evaluation pool unless every expression of the workflow is simple
+/// (`Workflow::simple`).
 pub async fn apply_contained(wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
     let name = event.name();
     let run_id = run.id;
-    if wf.simple {
-        // Every expression is bounded by its input and recursion-free (or
-        // there are none): the hop to the pool would cost more than it saves.
-        composer_core::expr::use_clock(std::time::Instant::now);
-        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            machine::apply(wf, run, event, Utc::now(), &mut Uuid::now_v7)
-        }));
-        return applied.map_err(|panic| EngineError::Fault {
-            run_id,
-            event: name,
-            message: composer_core::panic_message(&*panic),
-        });
-    }
     let mut owned = std::mem::replace(run, Run::new(run_id, serde_json::Value::Null));
     let wf = wf.clone();
-    let applied = super::evaluator::pool()
-        .run(run_id, move || {
-            let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                machine::apply(&wf, &mut owned, event, Utc::now(), &mut Uuid::now_v7)
-            }));
-            (owned, applied)
-        })
-        .await;
-    let fault = |message: String| EngineError::Fault { run_id, event: name, message };
-    let (owned, applied) = applied.map_err(|lost| fault(lost.to_string()))?;
+    let applied = super::evaluator::evaluate(Subject::Run(run_id), wf.simple, move |sb| {
+        // Held by the closure until the answer is built: a panic inside
+        // `apply` loses the run's state with the transaction, as it should.
+        let tr = machine::apply(sb, &wf, &mut owned, event, Utc::now(), &mut Uuid::now_v7);
+        (owned, tr)
+    })
+    .await;
+    let (owned, tr) = applied.map_err(|lost| EngineError::Fault { run_id, event: name, message: lost.to_string() })?;
     *run = owned;
-    applied.map_err(|panic| fault(composer_core::panic_message(&*panic)))
+    Ok(tr)
 }
 
 #[cfg(test)]

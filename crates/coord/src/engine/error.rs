@@ -28,6 +28,10 @@ pub enum Rejection {
     /// The workflow's fairness key does not evaluate over this input.
     #[error("{0}")]
     FairnessKey(String),
+    /// Its expressions could not be evaluated at all: past the evaluation
+    /// backstop, or quarantined since they killed a coordinator.
+    #[error("{0}")]
+    Evaluation(String),
 }
 
 #[derive(Debug, thiserror::Error)]

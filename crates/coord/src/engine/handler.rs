@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::admission::{self, Limits, NewRunOf};
 use super::error::{EngineError, Rejection, Result};
+use super::evaluator::{self, Subject};
 use super::loaded::Loaded;
 use super::store::RunStore;
 
@@ -44,17 +45,36 @@ fn failed_run(l: &Loaded, with_outputs: bool) -> Value {
 }
 
 /// The handler's input: the definition's `on_failure.input` over
-/// `{failed_run, input}`, or `{"failed_run": …}`. The nodes' outputs are
-/// left out when the input would be larger than the payload limit with them.
-fn handler_input(l: &Loaded, limits: Limits) -> std::result::Result<Value, String> {
+/// `{failed_run, input}` (evaluated through the evaluator's door, for the
+/// failed run), or `{"failed_run": …}`. The nodes' outputs are left out when
+/// the input would be larger than the payload limit with them.
+async fn handler_input(l: &Loaded, limits: Limits) -> std::result::Result<Value, String> {
     let h = l.wf.on_failure.as_ref().ok_or("no handler")?;
+    let contexts: Vec<Value> = [true, false]
+        .into_iter()
+        .map(|with_outputs| json!({"failed_run": failed_run(l, with_outputs), "input": l.run.input}))
+        .collect();
+    let Some(template) = h.input.clone() else {
+        return first_storable(contexts.into_iter().map(|ctx| Ok(json!({"failed_run": ctx["failed_run"]}))), limits);
+    };
+    let simple = template.is_simple();
+    evaluator::evaluate(Subject::Run(l.run.id), simple, move |sb| {
+        let inputs = contexts.iter().map(|ctx| template.eval(sb, ctx).map_err(|e| format!("on_failure.input: {e}")));
+        first_storable(inputs, limits)
+    })
+    .await
+    .map_err(|lost| format!("on_failure.input: {lost}"))?
+}
+
+/// The first of `inputs` within the payload limit; the first that does not
+/// evaluate is the error, and so is the last one's size.
+fn first_storable(
+    inputs: impl Iterator<Item = std::result::Result<Value, String>>,
+    limits: Limits,
+) -> std::result::Result<Value, String> {
     let mut last = String::new();
-    for with_outputs in [true, false] {
-        let ctx = json!({"failed_run": failed_run(l, with_outputs), "input": l.run.input});
-        let input = match &h.input {
-            Some(template) => template.eval(&ctx).map_err(|e| format!("on_failure.input: {e}"))?,
-            None => json!({"failed_run": ctx["failed_run"]}),
-        };
+    for input in inputs {
+        let input = input?;
         match composer_core::storable::check(&input, "on_failure.input", limits.max_payload) {
             Ok(()) => return Ok(input),
             Err(e) => last = e,
@@ -79,7 +99,7 @@ pub async fn start<S: RunStore>(
             .definition(&h.workflow, h.version)
             .await?
             .ok_or_else(|| Rejection::UnknownWorkflow { name: h.workflow.clone(), version: h.version })?;
-        let input = handler_input(l, limits).map_err(Rejection::HandlerInput)?;
+        let input = handler_input(l, limits).await.map_err(Rejection::HandlerInput)?;
         let wf = compile(&def)?;
         let trigger = json!({"failure_of": l.run.id});
         // The handler's span sits under the span of the run that failed.

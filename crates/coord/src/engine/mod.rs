@@ -10,8 +10,10 @@
 //!   transaction, the work after a commit.
 //! - [`batch`]: the queue and what a batch is.
 //! - [`effects`]: applies an event and the effects it asks for.
-//! - [`evaluator`]: the threads the state machine (and so every expression)
-//!   runs on, off the async runtime, and the flight recorder.
+//! - [`evaluator`]: the one door to the evaluator, and the threads that
+//!   evaluate what is not simple, off the async runtime.
+//! - [`flight`]: the flight recorder, which names what an evaluation that
+//!   killed the process was for, and the coordinator's state directory.
 //! - [`admission`]: creating a run under its concurrency limit.
 //! - [`handler`]: the failure handler a run's end starts, in its commit.
 //! - [`loaded`]: a run as a transaction holds it.
@@ -25,6 +27,7 @@ pub mod batch;
 pub mod effects;
 pub mod error;
 pub mod evaluator;
+pub mod flight;
 pub mod handler;
 pub mod idle;
 pub mod loaded;

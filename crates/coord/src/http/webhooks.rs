@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, Body, Path};
+use crate::engine::evaluator::Subject;
 use crate::shared::Shared;
 use crate::triggers::Incoming;
 use crate::webhooks::{Webhook, MAX_HEADERS, MAX_HEADER_VALUE};
@@ -51,6 +52,7 @@ pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Webhoo
     let stored = serde_json::to_value(&hook.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let client = composer_store::client(&s.pool).await?;
     let (row, created) = webhooks::upsert(&client, &hook.spec.name, &stored).await?;
+    lift_quarantine(&client, &row.name).await?;
     tracing::info!(webhook = %row.name, created, "webhook saved");
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(view(&row)?)).into_response())
@@ -67,6 +69,15 @@ pub(crate) async fn list(State(s): State<Arc<Shared>>) -> ApiResult<Json<Webhook
     let client = composer_store::client(&s.pool).await?;
     let rows = webhooks::list(&client, super::extract::MAX_PAGE).await?;
     Ok(Json(WebhookList { webhooks: rows.iter().map(view).collect::<ApiResult<_>>()? }))
+}
+
+/// A webhook created again (or deleted) is no longer refused for a
+/// transform that killed a coordinator: its transform is new.
+async fn lift_quarantine(client: &composer_store::Client, name: &str) -> ApiResult<()> {
+    let subject = Subject::Webhook(name.to_string());
+    composer_store::quarantine::lift(client, subject.kind(), &subject.key()).await?;
+    crate::engine::evaluator::refresh_quarantine(client).await?;
+    Ok(())
 }
 
 async fn found(s: &Shared, name: &str) -> ApiResult<WebhookRow> {
@@ -102,6 +113,7 @@ pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(name): Path<String
     if !webhooks::delete(&client, &name).await? {
         return Err(ApiError::not_found(format!("webhook {name:?} not found")));
     }
+    lift_quarantine(&client, &name).await?;
     Ok(Json(json!({"deleted": name})))
 }
 
@@ -192,12 +204,12 @@ async fn transform(
         }
     }
     let headers = Value::Object(seen);
-    let result = crate::engine::evaluator::pool()
-        .run(uuid::Uuid::nil(), move || {
-            composer_core::expr::use_clock(std::time::Instant::now);
-            crate::webhooks::event_of(&hook, &body, &headers, id)
-        })
-        .await
-        .map_err(|lost| ApiError::bad_request(format!("webhook transform: {lost}")))?;
+    let subject = Subject::Webhook(hook.spec.name.clone());
+    let simple = hook.event.as_ref().is_none_or(|t| t.is_simple());
+    let result = crate::engine::evaluator::evaluate(subject, simple, move |sb| {
+        crate::webhooks::event_of(sb, &hook, &body, &headers, id)
+    })
+    .await
+    .map_err(|lost| ApiError::bad_request(format!("webhook transform: {lost}")))?;
     result.map_err(|e| ApiError::bad_request(format!("webhook transform: {e}")))
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::check::ValidationError;
-use crate::expr::{Scope, Template};
+use crate::expr::{Sandbox, Scope, Template};
 
 /// Most limits one node may declare (`max_node_limits`).
 pub const MAX_NODE_LIMITS: usize = 4;
@@ -174,8 +174,8 @@ pub struct StepLimit {
 
 impl StepLimit {
     /// The key of a step in `scope`: text, at most [`MAX_LIMIT_KEY`] bytes.
-    pub fn key_in(&self, scope: Option<&Scope>) -> Result<String, String> {
-        match self.key.eval_in(scope)? {
+    pub fn key_in(&self, sb: &Sandbox, scope: Option<&Scope>) -> Result<String, String> {
+        match self.key.eval_in(sb, scope)? {
             Value::String(s) if s.is_empty() => Err("is empty".into()),
             Value::String(s) if s.len() > MAX_LIMIT_KEY => Err(format!("is longer than {MAX_LIMIT_KEY} bytes")),
             Value::String(s) if s.contains('\0') => Err("holds a NUL character".into()),
@@ -187,8 +187,8 @@ impl StepLimit {
 }
 
 /// The keys of `limits` in `scope`, in order; an error names the limit.
-pub fn keys_in(limits: &[StepLimit], scope: Option<&Scope>) -> Result<Vec<String>, String> {
-    limits.iter().enumerate().map(|(i, l)| l.key_in(scope).map_err(|e| format!("limits[{i}].key: {e}"))).collect()
+pub fn keys_in(sb: &Sandbox, limits: &[StepLimit], scope: Option<&Scope>) -> Result<Vec<String>, String> {
+    limits.iter().enumerate().map(|(i, l)| l.key_in(sb, scope).map_err(|e| format!("limits[{i}].key: {e}"))).collect()
 }
 
 /// Compiles a node's `limits` (`at` is the node's path).
@@ -230,6 +230,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn sb() -> crate::expr::Sandbox {
+        crate::expr::Sandbox::for_tests()
+    }
 
     fn spec(v: Value) -> Vec<LimitSpec> {
         serde_json::from_value(v).unwrap()
@@ -276,10 +280,10 @@ mod tests {
     fn a_key_is_text_or_a_number_within_its_length() {
         let limit = |k: &str| compile_limits("n", &spec(json!([{"key": k}]))).unwrap().remove(0);
         let scope = Scope::new(&json!({"input": {"a": "acct_1", "n": 7, "o": {}, "long": "y".repeat(300)}})).unwrap();
-        assert_eq!(limit("stripe:${ .input.a }").key_in(Some(&scope)), Ok("stripe:acct_1".into()));
-        assert_eq!(limit("${ .input.n }").key_in(Some(&scope)), Ok("7".into()));
-        assert!(limit("${ .input.o }").key_in(Some(&scope)).unwrap_err().contains("text or a number"));
-        assert!(limit("${ .input.long }").key_in(Some(&scope)).unwrap_err().contains("longer than"));
-        assert!(limit("${ .input.missing // \"\" }").key_in(Some(&scope)).unwrap_err().contains("empty"));
+        assert_eq!(limit("stripe:${ .input.a }").key_in(&sb(), Some(&scope)), Ok("stripe:acct_1".into()));
+        assert_eq!(limit("${ .input.n }").key_in(&sb(), Some(&scope)), Ok("7".into()));
+        assert!(limit("${ .input.o }").key_in(&sb(), Some(&scope)).unwrap_err().contains("text or a number"));
+        assert!(limit("${ .input.long }").key_in(&sb(), Some(&scope)).unwrap_err().contains("longer than"));
+        assert!(limit("${ .input.missing // \"\" }").key_in(&sb(), Some(&scope)).unwrap_err().contains("empty"));
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::expr::{Expr, Template};
+use crate::expr::{Expr, Sandbox, Template};
 
 mod check;
 mod kind;
@@ -59,9 +59,9 @@ pub struct Concurrency {
 
 impl Concurrency {
     /// The key of a run with `input`: text, `""` without a key template.
-    pub fn key_of(&self, input: &Value) -> Result<String, String> {
+    pub fn key_of(&self, sb: &Sandbox, input: &Value) -> Result<String, String> {
         let Some(key) = &self.key else { return Ok(String::new()) };
-        match key.eval(&json!({"input": input})) {
+        match key.eval(sb, &json!({"input": input})) {
             // PostgreSQL text holds no NUL: refused here, not by the insert.
             Ok(Value::String(s)) if s.contains('\0') => Err("concurrency.key: contains a NUL character".into()),
             Ok(Value::String(s)) if s.len() <= MAX_CONCURRENCY_KEY => Ok(s),
@@ -451,11 +451,39 @@ pub fn tag_value(key: &str, v: &Value) -> Result<String, String> {
 }
 
 impl Workflow {
+    /// The templates a new run's creation evaluates over its input: its
+    /// tags, concurrency key and fairness key.
+    pub fn start_templates(&self) -> impl Iterator<Item = &Template> {
+        self.tags
+            .iter()
+            .map(|(_, t)| t)
+            .chain(self.concurrency.as_ref().and_then(|c| c.key.as_ref()))
+            .chain(self.fairness_key.as_ref())
+    }
+
+    /// A new run's tags, fairness key and concurrency key, from its input
+    /// (and the start's `given` tags); the error names the field.
+    pub fn start_keys(
+        &self,
+        sb: &Sandbox,
+        input: &Value,
+        given: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<StartKeys, StartKeyError> {
+        Ok(StartKeys {
+            tags: self.tags_of(sb, input, given).map_err(StartKeyError::Tags)?,
+            fairness_key: self.fairness_key_of(sb, input).map_err(StartKeyError::FairnessKey)?,
+            concurrency_key: match &self.concurrency {
+                Some(c) => Some(c.key_of(sb, input).map_err(StartKeyError::ConcurrencyKey)?),
+                None => None,
+            },
+        })
+    }
+
     /// A new run's fairness key, from its input: `None` when the definition
     /// names none.
-    pub fn fairness_key_of(&self, input: &Value) -> Result<Option<String>, String> {
+    pub fn fairness_key_of(&self, sb: &Sandbox, input: &Value) -> Result<Option<String>, String> {
         let Some(key) = &self.fairness_key else { return Ok(None) };
-        match key.eval(&json!({"input": input})) {
+        match key.eval(sb, &json!({"input": input})) {
             Ok(Value::String(s)) if s.is_empty() => Ok(None),
             Ok(Value::String(s)) if s.contains('\0') => Err("fairness_key: contains a NUL character".into()),
             Ok(Value::String(s)) if s.len() <= MAX_FAIRNESS_KEY => Ok(Some(s)),
@@ -476,12 +504,13 @@ impl Workflow {
     /// `given` (the start's), which wins on a key both have.
     pub fn tags_of(
         &self,
+        sb: &Sandbox,
         input: &Value,
         given: Option<&serde_json::Map<String, Value>>,
     ) -> Result<Option<Value>, String> {
         let mut tags = serde_json::Map::new();
         for (key, template) in &self.tags {
-            let v = template.eval(&json!({"input": input})).map_err(|e| format!("tags.{key}: {e}"))?;
+            let v = template.eval(sb, &json!({"input": input})).map_err(|e| format!("tags.{key}: {e}"))?;
             if !v.is_null() {
                 tags.insert(key.clone(), Value::String(tag_value(key, &v)?));
             }
@@ -523,6 +552,23 @@ fn compile_tags(tags: Option<&serde_json::Map<String, Value>>) -> Result<Vec<(St
     Ok(out)
 }
 
+/// What a definition decides of a new run from its input ([`Workflow::start_keys`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartKeys {
+    pub tags: Option<Value>,
+    pub fairness_key: Option<String>,
+    /// `Some` (`""` without a key template) when the workflow has a concurrency limit.
+    pub concurrency_key: Option<String>,
+}
+
+/// Which of a new run's start-time fields did not evaluate, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartKeyError {
+    Tags(String),
+    FairnessKey(String),
+    ConcurrencyKey(String),
+}
+
 /// Most triggers one definition may have (`max_triggers`).
 pub const MAX_TRIGGERS: usize = 16;
 /// Longest event name, in characters (an event's, a trigger's, a webhook's).
@@ -545,23 +591,30 @@ pub struct Fired {
 }
 
 impl Trigger {
+    /// Whether every expression of it is simple ([`Expr::is_simple`]).
+    pub fn is_simple(&self) -> bool {
+        self.when.as_ref().is_none_or(Expr::is_simple)
+            && self.input.as_ref().is_none_or(Template::is_simple)
+            && self.idempotency_key.as_ref().is_none_or(Template::is_simple)
+    }
+
     /// Applies the trigger to `event` (`{id, name, key, payload}`): `None`
     /// when its condition does not hold; an error naming the expression
     /// when one fails, or the key is not text of at most 256 characters.
-    pub fn fire(&self, event: &Value) -> Result<Option<Fired>, String> {
+    pub fn fire(&self, sb: &Sandbox, event: &Value) -> Result<Option<Fired>, String> {
         let scope = json!({"event": event});
         if let Some(when) = &self.when {
-            if !when.eval_bool(&scope).map_err(|e| format!("when: {e}"))? {
+            if !when.eval_bool(sb, &scope).map_err(|e| format!("when: {e}"))? {
                 return Ok(None);
             }
         }
         let input = match &self.input {
-            Some(t) => t.eval(&scope).map_err(|e| format!("input: {e}"))?,
+            Some(t) => t.eval(sb, &scope).map_err(|e| format!("input: {e}"))?,
             None => event.get("payload").cloned().unwrap_or(Value::Null),
         };
         let idempotency_key = match &self.idempotency_key {
             None => None,
-            Some(t) => match t.eval(&scope).map_err(|e| format!("idempotency_key: {e}"))? {
+            Some(t) => match t.eval(sb, &scope).map_err(|e| format!("idempotency_key: {e}"))? {
                 Value::String(k) if !k.is_empty() && k.chars().count() <= 256 => Some(k),
                 Value::Number(n) => Some(n.to_string()),
                 other => {
@@ -708,6 +761,10 @@ fn topological_order(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sb() -> crate::expr::Sandbox {
+        crate::expr::Sandbox::for_tests()
+    }
     use serde_json::json;
 
     #[test]
@@ -720,10 +777,10 @@ mod tests {
             .unwrap();
         let event =
             |total: i64| json!({"id": "e1", "name": "order.created", "key": "", "payload": {"id": 5, "total": total}});
-        let fired = wf.triggers[0].fire(&event(20)).unwrap().unwrap();
+        let fired = wf.triggers[0].fire(&sb(), &event(20)).unwrap().unwrap();
         assert_eq!(fired, Fired { input: json!({"order": 5}), idempotency_key: Some("o-5".into()) });
-        assert_eq!(wf.triggers[0].fire(&event(3)).unwrap(), None, "the condition does not hold");
-        let plain = wf.triggers[1].fire(&event(3)).unwrap().unwrap();
+        assert_eq!(wf.triggers[0].fire(&sb(), &event(3)).unwrap(), None, "the condition does not hold");
+        let plain = wf.triggers[1].fire(&sb(), &event(3)).unwrap().unwrap();
         assert_eq!(
             (plain.input, plain.idempotency_key),
             (json!({"id": 5, "total": 3}), None),
@@ -732,37 +789,40 @@ mod tests {
         let odd = Workflow::parse(&json!({"name": "w", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}],
             "triggers": [{"event": "x", "when": ".event.payload"}, {"event": "x", "idempotency_key": "${ .event.payload }"}]}))
         .unwrap();
-        let e = odd.triggers[0].fire(&json!({"payload": 1})).unwrap_err();
+        let e = odd.triggers[0].fire(&sb(), &json!({"payload": 1})).unwrap_err();
         assert!(e.starts_with("when:") && e.contains("boolean"), "{e}");
-        let e = odd.triggers[1].fire(&json!({"payload": {"a": 1}})).unwrap_err();
+        let e = odd.triggers[1].fire(&sb(), &json!({"payload": {"a": 1}})).unwrap_err();
         assert!(e.starts_with("idempotency_key:"), "{e}");
-        assert_eq!(odd.triggers[1].fire(&json!({"payload": 42})).unwrap().unwrap().idempotency_key, Some("42".into()));
+        assert_eq!(
+            odd.triggers[1].fire(&sb(), &json!({"payload": 42})).unwrap().unwrap().idempotency_key,
+            Some("42".into())
+        );
     }
 
     #[test]
     fn a_priority_and_a_fairness_key_are_read_and_checked() {
         let node = json!([{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]);
         let plain = Workflow::parse(&json!({"name": "w", "nodes": node})).unwrap();
-        assert_eq!((plain.priority, plain.fairness_key_of(&json!({})).unwrap()), (3, None));
+        assert_eq!((plain.priority, plain.fairness_key_of(&sb(), &json!({})).unwrap()), (3, None));
         let wf = Workflow::parse(&json!({"name": "w", "nodes": node, "priority": 1.0,
                                          "fairness_key": "t-${ .input.tenant }"}))
         .unwrap();
         assert_eq!(wf.priority, 1);
-        assert_eq!(wf.fairness_key_of(&json!({"tenant": 7})).unwrap(), Some("t-7".into()));
+        assert_eq!(wf.fairness_key_of(&sb(), &json!({"tenant": 7})).unwrap(), Some("t-7".into()));
         let whole = Workflow::parse(&json!({"name": "w", "nodes": node, "fairness_key": "${ .input.t }"})).unwrap();
-        assert_eq!(whole.fairness_key_of(&json!({"t": 42})).unwrap(), Some("42".into()));
-        assert_eq!(whole.fairness_key_of(&json!({})).unwrap(), None, "null: no key");
-        assert_eq!(whole.fairness_key_of(&json!({"t": ""})).unwrap(), None, "empty: no key");
-        let e = whole.fairness_key_of(&json!({"t": "a\u{0}b"})).unwrap_err();
+        assert_eq!(whole.fairness_key_of(&sb(), &json!({"t": 42})).unwrap(), Some("42".into()));
+        assert_eq!(whole.fairness_key_of(&sb(), &json!({})).unwrap(), None, "null: no key");
+        assert_eq!(whole.fairness_key_of(&sb(), &json!({"t": ""})).unwrap(), None, "empty: no key");
+        let e = whole.fairness_key_of(&sb(), &json!({"t": "a\u{0}b"})).unwrap_err();
         assert!(e.contains("NUL"), "{e}");
         let limited =
             Workflow::parse(&json!({"name": "w", "nodes": node, "concurrency": {"max": 1, "key": "${ .input.t }"}}))
                 .unwrap();
-        let e = limited.concurrency.unwrap().key_of(&json!({"t": "a\u{0}"})).unwrap_err();
+        let e = limited.concurrency.unwrap().key_of(&sb(), &json!({"t": "a\u{0}"})).unwrap_err();
         assert!(e.contains("NUL"), "{e}");
-        let e = whole.fairness_key_of(&json!({"t": [1]})).unwrap_err();
+        let e = whole.fairness_key_of(&sb(), &json!({"t": [1]})).unwrap_err();
         assert!(e.starts_with("fairness_key:"), "{e}");
-        let e = whole.fairness_key_of(&json!({"t": "x".repeat(MAX_FAIRNESS_KEY + 1)})).unwrap_err();
+        let e = whole.fairness_key_of(&sb(), &json!({"t": "x".repeat(MAX_FAIRNESS_KEY + 1)})).unwrap_err();
         assert!(e.contains("max_fairness_key"), "{e}");
         for (bad, field) in [
             (json!({"priority": 0}), "priority"),
@@ -842,12 +902,16 @@ mod tests {
         let wf = Workflow::parse(&spec(json!({"key": "${ .input.customer.id }", "max": 2}))).unwrap();
         let limit = wf.concurrency.as_ref().unwrap();
         assert_eq!(limit.max, 2);
-        assert_eq!(limit.key_of(&json!({"customer": {"id": "c-1"}})), Ok("c-1".into()));
-        assert_eq!(limit.key_of(&json!({"customer": {"id": 7}})), Ok("7".into()));
-        assert!(limit.key_of(&json!({"customer": {}})).unwrap_err().contains("must be a string or a number"));
-        assert!(limit.key_of(&json!({"customer": {"id": "k".repeat(600)}})).unwrap_err().contains("512"));
+        assert_eq!(limit.key_of(&sb(), &json!({"customer": {"id": "c-1"}})), Ok("c-1".into()));
+        assert_eq!(limit.key_of(&sb(), &json!({"customer": {"id": 7}})), Ok("7".into()));
+        assert!(limit.key_of(&sb(), &json!({"customer": {}})).unwrap_err().contains("must be a string or a number"));
+        assert!(limit.key_of(&sb(), &json!({"customer": {"id": "k".repeat(600)}})).unwrap_err().contains("512"));
         let whole = Workflow::parse(&spec(json!({"max": 1}))).unwrap();
-        assert_eq!(whole.concurrency.unwrap().key_of(&json!({})), Ok(String::new()), "one limit for the workflow");
+        assert_eq!(
+            whole.concurrency.unwrap().key_of(&sb(), &json!({})),
+            Ok(String::new()),
+            "one limit for the workflow"
+        );
         for (c, path) in [
             (json!({"max": 0}), "concurrency.max"),
             (json!({"key": "${ .nodes.a.output }", "max": 1}), "concurrency.key"),

@@ -7,10 +7,13 @@
 //! from its own environment, so a secret never reaches PostgreSQL, a stream,
 //! the API or a log.
 //!
+//! - [`sandbox`]: the one door to the evaluator: every evaluation takes a
+//!   [`Sandbox`], which only an evaluation thread holds for every expression.
 //! - `value`: the sandbox's data type, which charges every value it builds.
 //! - `guard`: the budget of one evaluation (steps, bytes, depth, stack, time).
 
 mod guard;
+pub mod sandbox;
 mod value;
 
 use std::cell::RefCell;
@@ -20,14 +23,6 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use jaq_core::load::{parse::Def, Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars};
 use serde_json::{Map, Value};
-
-/// The stack a thread evaluating expressions is given. Recursion is bounded
-/// far below it (`expr_max_stack`), and what an evaluation built is dropped
-/// without recursion (the patched jaq-core, `vendor/jaq-core`); the rest is
-/// for jaq's parser and compiler, which recurse as deep as an expression
-/// nests ([`MAX_EXPRESSION_BYTES`]). Reserved, not used: pages are touched
-/// only by what an evaluation needs.
-pub const EVAL_STACK: usize = 256 << 20;
 
 /// Longest expression, in bytes (`max_expression_bytes`): jq's parser and
 /// compiler recurse as deep as an expression nests, and even a thread with
@@ -65,6 +60,7 @@ pub fn on_eval_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String>
 }
 
 pub use guard::{take_exceeded, use_clock, Clock, Exceeded, Limits};
+pub use sandbox::{sandbox_thread, sandboxed, Sandbox, EVAL_STACK};
 use value::{Lookup, Sandboxed};
 
 type Filter = jaq_core::Filter<Sandboxed>;
@@ -260,6 +256,8 @@ fn undefined(name: &str, what: jaq_core::compile::Undefined) -> String {
 pub struct Expr {
     source: String,
     linked: Arc<OnceLock<Linked>>,
+    /// Whether it is simple ([`is_simple`]): evaluated by any [`Sandbox`].
+    simple: bool,
 }
 
 /// The compiled program an expression belongs to: its own, or one shared by
@@ -401,27 +399,33 @@ impl Expr {
             let filter = Arc::new(compile_program(source, false)?);
             let _ = linked.set(Linked { filter, index: None });
         }
-        Ok(Expr { source: source.to_string(), linked })
+        Ok(Expr { source: source.to_string(), linked, simple: is_simple(source) })
     }
 
     pub fn source(&self) -> &str {
         &self.source
     }
 
+    /// Whether any [`Sandbox`] may evaluate it ([`is_simple`]).
+    pub fn is_simple(&self) -> bool {
+        self.simple
+    }
+
     /// The expression's first output for `input`; an error names the
     /// expression and what went wrong, and never panics.
-    pub fn eval(&self, input: &Value) -> Result<Value, String> {
-        self.eval_in(&Scope::new(input)?)
+    pub fn eval(&self, sb: &Sandbox, input: &Value) -> Result<Value, String> {
+        self.eval_in(sb, &Scope::new(input)?)
     }
 
     /// Like [`Expr::eval`], on an input converted once for many expressions.
-    pub fn eval_in(&self, scope: &Scope) -> Result<Value, String> {
-        self.eval_limited(scope, Limits::DEFAULT)
+    pub fn eval_in(&self, sb: &Sandbox, scope: &Scope) -> Result<Value, String> {
+        self.eval_limited(sb, scope, Limits::DEFAULT)
     }
 
     /// Evaluates under `limits`: whatever the expression does, this returns
     /// within the time limit, with its first output or an error.
-    pub fn eval_limited(&self, scope: &Scope, limits: Limits) -> Result<Value, String> {
+    pub fn eval_limited(&self, sb: &Sandbox, scope: &Scope, limits: Limits) -> Result<Value, String> {
+        sb.admit(&self.source, self.simple)?;
         let Some(linked) = self.linked.get() else {
             return Err(format!("{}: expression was never compiled", self.source));
         };
@@ -445,12 +449,12 @@ impl Expr {
     }
 
     /// Evaluates a condition, which must yield a boolean.
-    pub fn eval_bool(&self, input: &Value) -> Result<bool, String> {
-        self.eval_bool_in(&Scope::new(input)?)
+    pub fn eval_bool(&self, sb: &Sandbox, input: &Value) -> Result<bool, String> {
+        self.eval_bool_in(sb, &Scope::new(input)?)
     }
 
-    pub fn eval_bool_in(&self, scope: &Scope) -> Result<bool, String> {
-        match self.eval_in(scope)? {
+    pub fn eval_bool_in(&self, sb: &Sandbox, scope: &Scope) -> Result<bool, String> {
+        match self.eval_in(sb, scope)? {
             Value::Bool(b) => Ok(b),
             other => Err(format!("{}: must yield a boolean, got {other}", self.source)),
         }
@@ -889,38 +893,49 @@ impl Template {
         }
     }
 
-    /// Evaluates against `ctx`. The first failing expression's error is returned.
-    pub fn eval(&self, ctx: &Value) -> Result<Value, String> {
-        if self.is_literal() {
-            return self.eval_in(None);
+    /// Whether every expression in it is simple ([`Expr::is_simple`]).
+    pub fn is_simple(&self) -> bool {
+        match self {
+            Template::Literal(_) => true,
+            Template::Whole(e) => e.is_simple(),
+            Template::Text(pieces) => pieces.iter().all(|PieceOwned(p)| !matches!(p, Piece::Expr(e) if !e.is_simple())),
+            Template::Array(items) => items.iter().all(Template::is_simple),
+            Template::Object(fields) => fields.iter().all(|(_, t)| t.is_simple()),
         }
-        self.eval_in(Some(&Scope::new(ctx)?))
+    }
+
+    /// Evaluates against `ctx`. The first failing expression's error is returned.
+    pub fn eval(&self, sb: &Sandbox, ctx: &Value) -> Result<Value, String> {
+        if self.is_literal() {
+            return self.eval_in(sb, None);
+        }
+        self.eval_in(sb, Some(&Scope::new(ctx)?))
     }
 
     /// Evaluates against a converted context (`None` when there is nothing
     /// to evaluate: [`Template::is_literal`]).
-    pub fn eval_in(&self, scope: Option<&Scope>) -> Result<Value, String> {
-        self.eval_as(scope, false, Limits::DEFAULT)
+    pub fn eval_in(&self, sb: &Sandbox, scope: Option<&Scope>) -> Result<Value, String> {
+        self.eval_as(sb, scope, false, Limits::DEFAULT)
     }
 
     /// Evaluates a task's input: like [`Template::eval_in`], with every
     /// value that came from data escaped ([`escape_data`]), so that only the
     /// definition's text can reference a secret.
-    pub fn eval_input(&self, scope: Option<&Scope>) -> Result<Value, String> {
-        self.eval_as(scope, true, Limits::DEFAULT)
+    pub fn eval_input(&self, sb: &Sandbox, scope: Option<&Scope>) -> Result<Value, String> {
+        self.eval_as(sb, scope, true, Limits::DEFAULT)
     }
 
     /// Like [`Template::eval_in`], under other limits (a MAP's `items`).
-    pub fn eval_in_with(&self, scope: Option<&Scope>, limits: Limits) -> Result<Value, String> {
-        self.eval_as(scope, false, limits)
+    pub fn eval_in_with(&self, sb: &Sandbox, scope: Option<&Scope>, limits: Limits) -> Result<Value, String> {
+        self.eval_as(sb, scope, false, limits)
     }
 
-    fn eval_as(&self, scope: Option<&Scope>, escape: bool, limits: Limits) -> Result<Value, String> {
+    fn eval_as(&self, sb: &Sandbox, scope: Option<&Scope>, escape: bool, limits: Limits) -> Result<Value, String> {
         let need = |e: &Expr| scope.ok_or_else(|| format!("{}: no context", e.source));
         let data = |v: Value| if escape { escape_data(v) } else { v };
         Ok(match self {
             Template::Literal(v) => v.clone(),
-            Template::Whole(e) => data(e.eval_limited(need(e)?, limits)?),
+            Template::Whole(e) => data(e.eval_limited(sb, need(e)?, limits)?),
             Template::Text(pieces) => {
                 let mut out = String::new();
                 for PieceOwned(p) in pieces {
@@ -929,7 +944,7 @@ impl Template {
                             out.push_str(t);
                             continue;
                         }
-                        Piece::Expr(e) => match e.eval_limited(need(e)?, limits)? {
+                        Piece::Expr(e) => match e.eval_limited(sb, need(e)?, limits)? {
                             Value::String(s) => s,
                             Value::Null => continue,
                             other => other.to_string(),
@@ -943,12 +958,12 @@ impl Template {
                 Value::String(out)
             }
             Template::Array(items) => {
-                Value::Array(items.iter().map(|t| t.eval_as(scope, escape, limits)).collect::<Result<_, _>>()?)
+                Value::Array(items.iter().map(|t| t.eval_as(sb, scope, escape, limits)).collect::<Result<_, _>>()?)
             }
             Template::Object(fields) => {
                 let mut map = Map::new();
                 for (k, t) in fields {
-                    map.insert(k.clone(), t.eval_as(scope, escape, limits)?);
+                    map.insert(k.clone(), t.eval_as(sb, scope, escape, limits)?);
                 }
                 Value::Object(map)
             }
@@ -959,6 +974,10 @@ impl Template {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sb() -> crate::expr::Sandbox {
+        crate::expr::Sandbox::for_tests()
+    }
 
     #[test]
     fn segments_close_at_the_right_brace() {
@@ -985,21 +1004,24 @@ mod tests {
     fn whole_expressions_keep_their_type() {
         let t =
             Template::compile(&json!({"amount": "${ .input.amount }", "tags": "${ .input.tags }", "n": 1})).unwrap();
-        assert_eq!(t.eval(&ctx()).unwrap(), json!({"amount": 42, "tags": ["a", "b"], "n": 1}));
+        assert_eq!(t.eval(&sb(), &ctx()).unwrap(), json!({"amount": 42, "tags": ["a", "b"], "n": 1}));
     }
 
     #[test]
     fn text_around_expressions_interpolates() {
         let t = Template::compile(&json!("order ${ .input.amount } for ${.input.who}")).unwrap();
-        assert_eq!(t.eval(&ctx()).unwrap(), json!("order 42 for ada"));
+        assert_eq!(t.eval(&sb(), &ctx()).unwrap(), json!("order 42 for ada"));
         let t = Template::compile(&json!("${ .nodes.charge.output.body | {id} }")).unwrap();
-        assert_eq!(t.eval(&ctx()).unwrap(), json!({"id": "ch_1"}), "braces inside an expression are fine");
+        assert_eq!(t.eval(&sb(), &ctx()).unwrap(), json!({"id": "ch_1"}), "braces inside an expression are fine");
     }
 
     #[test]
     fn secrets_are_left_for_the_worker() {
         let t = Template::compile(&json!({"auth": "Bearer ${ .secrets.PAY_TOKEN }", "raw": "${.secrets.X}"})).unwrap();
-        assert_eq!(t.eval(&ctx()).unwrap(), json!({"auth": "Bearer ${ .secrets.PAY_TOKEN }", "raw": "${.secrets.X}"}));
+        assert_eq!(
+            t.eval(&sb(), &ctx()).unwrap(),
+            json!({"auth": "Bearer ${ .secrets.PAY_TOKEN }", "raw": "${.secrets.X}"})
+        );
         assert!(Template::compile(&json!("${ .secrets | keys }")).is_err(), "only plain references are allowed");
     }
 
@@ -1014,13 +1036,13 @@ mod tests {
     #[test]
     fn runtime_errors_are_errors_not_panics() {
         let t = Template::compile(&json!("${ .input.amount | ascii_downcase }")).unwrap();
-        let e = t.eval(&ctx()).unwrap_err();
+        let e = t.eval(&sb(), &ctx()).unwrap_err();
         assert!(e.contains("ascii_downcase"), "{e}");
-        let e = Expr::compile("error(\"boom\")").unwrap().eval(&json!(null)).unwrap_err();
+        let e = Expr::compile("error(\"boom\")").unwrap().eval(&sb(), &json!(null)).unwrap_err();
         assert!(e.contains("boom"), "{e}");
-        let e = Expr::compile(".input.amount").unwrap().eval_bool(&ctx()).unwrap_err();
+        let e = Expr::compile(".input.amount").unwrap().eval_bool(&sb(), &ctx()).unwrap_err();
         assert!(e.contains("boolean"), "{e}");
-        assert!(Expr::compile(".nodes.charge.output.status == 200").unwrap().eval_bool(&ctx()).unwrap());
+        assert!(Expr::compile(".nodes.charge.output.status == 200").unwrap().eval_bool(&sb(), &ctx()).unwrap());
     }
 
     #[test]
@@ -1046,7 +1068,7 @@ mod tests {
         use_clock(std::time::Instant::now);
         let limits = Limits { time: std::time::Duration::from_secs(120), ..Limits::DEFAULT };
         let scope = Scope::new(&json!({"input": {"a": 1}})).unwrap();
-        let e = Expr::compile(source).unwrap().eval_limited(&scope, limits).unwrap_err();
+        let e = Expr::compile(source).unwrap().eval_limited(&sb(), &scope, limits).unwrap_err();
         assert!(e.contains(limit), "{source}: {e}");
     }
 
@@ -1126,7 +1148,7 @@ mod tests {
             .spawn(move || {
                 use_clock(std::time::Instant::now);
                 let limits = Limits { time: std::time::Duration::from_secs(5), ..Limits::DEFAULT };
-                Expr::compile(source).unwrap().eval_limited(&Scope::null(), limits)
+                Expr::compile(source).unwrap().eval_limited(&sb(), &Scope::null(), limits)
             })
             .unwrap()
             .join()
@@ -1154,7 +1176,7 @@ mod tests {
                 .spawn(move || {
                     use_clock(std::time::Instant::now);
                     let limits = Limits { time: std::time::Duration::from_secs(60), ..Limits::MAP_ITEMS };
-                    Expr::compile(source).unwrap().eval_limited(&Scope::null(), limits)
+                    Expr::compile(source).unwrap().eval_limited(&sb(), &Scope::null(), limits)
                 })
                 .unwrap()
                 .join()
@@ -1184,16 +1206,16 @@ mod tests {
         // the clock read as it goes: the time limit stops it.
         let started = std::time::Instant::now();
         let text = Expr::compile("reduce range(40) as $i (0; [., .]) | tojson | length").unwrap();
-        let e = text.eval_limited(&Scope::null(), Limits::DEFAULT).unwrap_err();
+        let e = text.eval_limited(&sb(), &Scope::null(), Limits::DEFAULT).unwrap_err();
         assert!(e.contains("expr_max_"), "{e}");
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "tojson took {:?}", started.elapsed());
         let started = std::time::Instant::now();
         let search = Expr::compile(r#"("a" * 1600000) | contains(("a" * 800000) + "b")"#).unwrap();
-        assert_eq!(search.eval(&json!(null)).unwrap(), json!(false), "a substring is searched in linear time");
+        assert_eq!(search.eval(&sb(), &json!(null)).unwrap(), json!(false), "a substring is searched in linear time");
         assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
         let shared = Expr::compile("reduce range(30) as $i (0; [., .]) | [., .] | sort | length").unwrap();
-        assert_eq!(shared.eval(&json!(null)).unwrap(), json!(2), "values that share structure compare at once");
-        let found = Expr::compile(r#""aaaa" | indices("aa")"#).unwrap().eval(&json!(null)).unwrap();
+        assert_eq!(shared.eval(&sb(), &json!(null)).unwrap(), json!(2), "values that share structure compare at once");
+        let found = Expr::compile(r#""aaaa" | indices("aa")"#).unwrap().eval(&sb(), &json!(null)).unwrap();
         assert_eq!(found, json!([0, 1, 2]), "overlapping matches, as jq finds them");
     }
 
@@ -1201,7 +1223,7 @@ mod tests {
     fn time_is_a_backstop_for_work_inside_one_step() {
         use_clock(std::time::Instant::now);
         let limits = Limits { steps: u64::MAX, time: std::time::Duration::from_millis(20), ..Limits::DEFAULT };
-        let e = Expr::compile("def f: f; f").unwrap().eval_limited(&Scope::null(), limits).unwrap_err();
+        let e = Expr::compile("def f: f; f").unwrap().eval_limited(&sb(), &Scope::null(), limits).unwrap_err();
         assert!(e.contains("expr_max_time"), "{e}");
     }
 
@@ -1212,7 +1234,7 @@ mod tests {
         assert!(value::regex_size("[a-z]{2}-\\d{4}") < 20);
         let everyday =
             Expr::compile(r#""2026-12-01" | [test("^\\d{4}-\\d{2}"), (split("-") | length), sub("-"; "/")]"#);
-        assert_eq!(everyday.unwrap().eval(&json!(null)).unwrap(), json!([true, 3, "2026/12-01"]));
+        assert_eq!(everyday.unwrap().eval(&sb(), &json!(null)).unwrap(), json!([true, 3, "2026/12-01"]));
         for source in ["__composer_matches(\"a\"; null)", "\"a\" | __composer_split_(\"a\"; null)"] {
             let e = Expr::compile(source).unwrap_err();
             assert!(e.contains("reserved"), "{source}: {e}");
@@ -1264,10 +1286,10 @@ mod tests {
         let compiled = on_eval_stack(move || Expr::compile(&deep).map(|_| ())).unwrap();
         assert!(compiled.is_ok(), "{compiled:?}");
         let chain = vec!["1"; 3000].join("+");
-        let sum = on_eval_stack(move || Expr::compile(&chain).and_then(|x| x.eval(&json!(null)))).unwrap();
+        let sum = on_eval_stack(move || Expr::compile(&chain).and_then(|x| x.eval(&sb(), &json!(null)))).unwrap();
         assert!(sum.unwrap_err().contains("expr_max_stack"), "evaluating it meets the sandbox's stack limit");
         let short = vec!["1"; 100].join("+");
-        assert_eq!(Expr::compile(&short).and_then(|x| x.eval(&json!(null))), Ok(json!(100)));
+        assert_eq!(Expr::compile(&short).and_then(|x| x.eval(&sb(), &json!(null))), Ok(json!(100)));
         for bad in [r#"import "/etc/passwd" as $d; $d"#, r#"include "x"; 1"#, r#"import"m" as m; 1"#] {
             assert!(Expr::compile(bad).unwrap_err().contains("import and include"), "{bad}");
         }
@@ -1278,15 +1300,15 @@ mod tests {
 
     #[test]
     fn splitting_text_is_charged_for_its_pieces_before_it_splits() {
-        let ok = Expr::compile(r#""a,b,c" / ",""#).unwrap().eval(&json!(null));
+        let ok = Expr::compile(r#""a,b,c" / ",""#).unwrap().eval(&sb(), &json!(null));
         assert_eq!(ok, Ok(json!(["a", "b", "c"])));
         assert_eq!(
-            Expr::compile(r#""2026-12-01" | split("-")"#).unwrap().eval(&json!(null)),
+            Expr::compile(r#""2026-12-01" | split("-")"#).unwrap().eval(&sb(), &json!(null)),
             Ok(json!(["2026", "12", "01"]))
         );
         for source in [r#"("ab" * 3000000) / "b" | length"#, r#"("ab" * 3000000) | split("b") | length"#] {
             let started = std::time::Instant::now();
-            let e = Expr::compile(source).unwrap().eval(&json!(null)).unwrap_err();
+            let e = Expr::compile(source).unwrap().eval(&sb(), &json!(null)).unwrap_err();
             assert!(e.contains("expr_max_bytes"), "{source}: {e}");
             assert!(
                 started.elapsed() < std::time::Duration::from_secs(2),
@@ -1299,7 +1321,7 @@ mod tests {
     #[test]
     fn a_failed_evaluation_leaves_the_next_one_unharmed() {
         fails_with("def f: f; f", "expr_max_steps");
-        let ok = Expr::compile("[range(1000)] | add").unwrap().eval(&json!(null)).unwrap();
+        let ok = Expr::compile("[range(1000)] | add").unwrap().eval(&sb(), &json!(null)).unwrap();
         assert_eq!(ok, json!(499500));
     }
 
@@ -1330,7 +1352,7 @@ mod tests {
         ];
         let input = json!({"input": {"items": [1, 2, 3], "who": "ada"}});
         for (source, want) in cases {
-            assert_eq!(Expr::compile(source).unwrap().eval(&input).unwrap(), want, "{source}");
+            assert_eq!(Expr::compile(source).unwrap().eval(&sb(), &input).unwrap(), want, "{source}");
         }
     }
 
@@ -1348,7 +1370,7 @@ mod tests {
         assert!(Arc::ptr_eq(&la.filter, &lb.filter), "one program, the library compiled once");
         let input = json!({"input": {"a": 41, "b": "x"}});
         assert_eq!(
-            (a.eval(&input).unwrap(), b.eval(&input).unwrap(), one.eval(&input).unwrap()),
+            (a.eval(&sb(), &input).unwrap(), b.eval(&sb(), &input).unwrap(), one.eval(&sb(), &input).unwrap()),
             (json!(42), json!("x"), json!(1))
         );
         let failed = together(|| Expr::compile("no_such_function"));

@@ -106,25 +106,26 @@ impl Machine<'_> {
             task.state = TaskState::Queued;
             self.run.tasks.push(task);
             self.tr.created.push(at);
+            let sb = self.sb;
             let evaluated = scope.with_item(value, index as usize).and_then(|scope| match &template.kind {
                 NodeKind::Transform { output } => output
-                    .eval_in(Some(&scope))
+                    .eval_in(sb, Some(&scope))
                     .and_then(|v| storable::check(&v, "config.output", max).map(|()| v))
                     .map_err(|e| format!("config.output: {e}")),
                 // A child's input is data for a run, not a request a worker
                 // resolves secrets in: nothing to escape.
                 NodeKind::SubWorkflow { .. } => template
                     .template
-                    .eval_in(Some(&scope))
+                    .eval_in(sb, Some(&scope))
                     .and_then(|v| storable::check(&v, "config", max).map(|()| v))
                     .map_err(|e| format!("config: {e}")),
                 _ => template
                     .template
-                    .eval_input(Some(&scope))
+                    .eval_input(sb, Some(&scope))
                     .and_then(|v| storable::check(&v, "config", max).map(|()| v))
                     .map_err(|e| format!("config: {e}"))
                     .and_then(|v| {
-                        self.run.tasks[at].limit_keys = keys_in(&template.limits, Some(&scope))?;
+                        self.run.tasks[at].limit_keys = keys_in(sb, &template.limits, Some(&scope))?;
                         Ok(v)
                     }),
             });
@@ -233,19 +234,20 @@ impl Machine<'_> {
     /// first failed item, by default), starts queued items while slots are
     /// free (not while the run is paused), and completes when every item has
     /// finished.
+    ///
+    /// Items may end while the MAP fills (a TRANSFORM item ends as it is
+    /// created, and a reduction over it may fail): whether the MAP fails is
+    /// asked again after filling, before it may complete.
     pub(super) fn advance(&mut self, m: usize) {
-        let (Some(p), false) = (self.run.tasks[m].progress, self.run.tasks[m].state.is_terminal()) else { return };
-        if let Some(failure) = self.maps.broken.remove(&m) {
-            self.fail_map(m, Some(failure));
+        if self.run.tasks[m].progress.is_none() || self.run.tasks[m].state.is_terminal() || self.fails_now(m) {
             return;
         }
         let config = self.map_config(m).clone();
-        if config.tolerated.exceeded(p.failed, p.total) {
-            self.fail_map(m, None);
-            return;
-        }
         if self.run.status == RunStatus::Running {
             self.fill(m, &config);
+        }
+        if self.fails_now(m) {
+            return;
         }
         let p = self.run.tasks[m].progress.unwrap_or_default();
         if p.completed + p.failed == p.total {
@@ -253,11 +255,29 @@ impl Machine<'_> {
         }
     }
 
+    /// Fails MAP `m` if a reduction over one of its items failed or more of
+    /// its items failed than it tolerates; whether it did.
+    fn fails_now(&mut self, m: usize) -> bool {
+        if let Some(failure) = self.maps.broken.remove(&m) {
+            self.fail_map(m, Some(failure));
+            return true;
+        }
+        let p = self.run.tasks[m].progress.unwrap_or_default();
+        if self.map_config(m).tolerated.exceeded(p.failed, p.total) {
+            self.fail_map(m, None);
+            return true;
+        }
+        false
+    }
+
     pub(super) fn fill(&mut self, m: usize, config: &MapConfig) {
         let max = config.max_concurrency.unwrap_or(crate::definition::MAP_DEFAULT_CONCURRENCY);
         loop {
             let p = self.run.tasks[m].progress.unwrap_or_default();
-            if p.open >= max || p.queued == 0 {
+            // An item that ended as it was created may have failed the MAP:
+            // start nothing more before the MAP is looked at.
+            let failing = self.maps.broken.contains_key(&m) || config.tolerated.exceeded(p.failed, p.total);
+            if p.open >= max || p.queued == 0 || failing {
                 return;
             }
             if let Some(t) = self.next_queued(m) {
@@ -425,7 +445,7 @@ impl Machine<'_> {
         let ctx = json!({"acc": acc, "item": {"index": item.index, "state": task.state, "output": task.output,
                                              "error": task.error}});
         let max = self.run.max_payload;
-        match with.eval(&ctx).and_then(|v| storable::check(&v, "collect.reduce", max).map(|()| v)) {
+        match with.eval(self.sb, &ctx).and_then(|v| storable::check(&v, "collect.reduce", max).map(|()| v)) {
             Ok(acc) => self.run.tasks[m].output = Some(acc),
             Err(e) => {
                 let failure =
@@ -512,23 +532,39 @@ impl Machine<'_> {
             self.tr.touch(at);
         }
         self.maps.queued = None;
-        // A reduction starts again from the items that keep their outputs.
+        // A reduction starts again from the items that keep their outputs;
+        // one that fails now fails the MAP at its look below.
         let acc = match &self.map_config(m).collect {
             Collect::Reduce { init, with } => {
-                let mut acc = init.clone();
+                let mut acc = Ok(init.clone());
                 for &at in self.items_of(m).values() {
                     let t = &self.run.tasks[at];
+                    let Ok(so_far) = &acc else { break };
                     if t.state != TaskState::Completed {
                         continue;
                     }
                     let index = t.item.map_or(0, |i| i.index);
-                    let ctx = json!({"acc": acc, "item": {"index": index, "state": t.state, "output": t.output,
-                                                         "error": null}});
-                    acc = with.eval(&ctx).unwrap_or(Value::Null);
+                    let ctx = json!({"acc": so_far, "item": {"index": index, "state": t.state, "output": t.output,
+                                                            "error": null}});
+                    let max = self.run.max_payload;
+                    acc = with
+                        .eval(self.sb, &ctx)
+                        .and_then(|v| storable::check(&v, "collect.reduce", max).map(|()| v))
+                        .map_err(|e| {
+                            Failure::fatal(codes::of_evaluation(&e), format!("collect.reduce at item {index}: {e}"))
+                        });
                 }
                 Some(acc)
             }
             _ => None,
+        };
+        let acc = match acc {
+            Some(Err(failure)) => {
+                self.maps.broken.entry(m).or_insert(failure);
+                None
+            }
+            Some(Ok(acc)) => Some(acc),
+            None => None,
         };
         let task = &mut self.run.tasks[m];
         task.output = acc;

@@ -26,6 +26,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use crate::definition::Workflow;
+use crate::expr::Sandbox;
 
 mod map;
 mod rules;
@@ -40,9 +41,11 @@ use state::Machine;
 /// Names the nesting limit in the error of a SUB_WORKFLOW that hit it.
 pub const DEPTH_LIMIT: &str = "sub_workflow_max_depth";
 
-/// Applies `event` to `run` and returns what changed. `new_id` mints task ids
-/// (UUIDv7 in production, so a run's tasks sort by creation).
+/// Applies `event` to `run` and returns what changed, evaluating its
+/// expressions in `sb`. `new_id` mints task ids (UUIDv7 in production, so a
+/// run's tasks sort by creation).
 pub fn apply(
+    sb: &Sandbox,
     wf: &Workflow,
     run: &mut Run,
     event: Event,
@@ -50,7 +53,7 @@ pub fn apply(
     new_id: &mut dyn FnMut() -> Uuid,
 ) -> Transition {
     let about = types::Probe::of(&event);
-    let mut m = Machine { wf, run, now, new_id, tr: Transition::default(), maps: state::Maps::default() };
+    let mut m = Machine { sb, wf, run, now, new_id, tr: Transition::default(), maps: state::Maps::default() };
     if let Err(reason) = m.on(event) {
         return Transition::ignore(reason, about);
     }

@@ -660,7 +660,7 @@ impl Machine<'_> {
                             None => true,
                             Some(when) => {
                                 let c = ctx.get_or_insert_with(|| self.scope(node));
-                                match when.eval_bool_in(c) {
+                                match when.eval_bool_in(self.sb, c) {
                                     Ok(b) => b,
                                     Err(m) => {
                                         edge_error = Some(format!(
@@ -745,12 +745,13 @@ impl Machine<'_> {
         let node = &self.wf.nodes[self.run.tasks[t].node];
         let scope =
             if needs_ctx { Some(ctx.get_or_insert_with(|| self.scope(self.run.tasks[t].node)).clone()) } else { None };
-        let eval = |tpl: &crate::expr::Template| tpl.eval_in(scope.as_ref());
+        let sb = self.sb;
+        let eval = |tpl: &crate::expr::Template| tpl.eval_in(sb, scope.as_ref());
         let mut limit_keys = Vec::new();
         let outcome: Result<Started, String> = match &node.kind {
             NodeKind::Http | NodeKind::Custom => {
-                node.template.eval_input(scope.as_ref()).map_err(|e| format!("config: {e}")).and_then(|input| {
-                    limit_keys = keys_in(&node.limits, scope.as_ref())?;
+                node.template.eval_input(sb, scope.as_ref()).map_err(|e| format!("config: {e}")).and_then(|input| {
+                    limit_keys = keys_in(sb, &node.limits, scope.as_ref())?;
                     Ok(Started::Dispatch(input))
                 })
             }
@@ -776,7 +777,7 @@ impl Machine<'_> {
             NodeKind::Map(m) => {
                 let left = self.run.items_left;
                 m.items
-                    .eval_in_with(scope.as_ref(), crate::expr::Limits::MAP_ITEMS)
+                    .eval_in_with(sb, scope.as_ref(), crate::expr::Limits::MAP_ITEMS)
                     .and_then(items)
                     .and_then(|items| match items.len() as u64 {
                         n if n > left => Err(format!(
@@ -798,7 +799,7 @@ impl Machine<'_> {
                     .as_ref()
                     .ok_or_else(|| "no scope".to_string())
                     .and_then(|s| s.with(&[("iteration", &json!({"index": index})), ("previous", &previous)]))
-                    .and_then(|s| node.template.eval_in(Some(&s)))
+                    .and_then(|s| node.template.eval_in(sb, Some(&s)))
                     .map(Started::Child)
                     .map_err(|e| format!("config: {e}"))
             }
@@ -910,7 +911,7 @@ impl Machine<'_> {
         }
         if let Some(template) = &self.wf.output {
             let max = self.run.max_payload;
-            match template.eval(&self.context()).and_then(|v| storable::check(&v, "output", max).map(|()| v)) {
+            match template.eval(self.sb, &self.context()).and_then(|v| storable::check(&v, "output", max).map(|()| v)) {
                 Ok(output) => self.set_run(RunStatus::Succeeded, Some(output), None),
                 Err(e) => self.set_run(RunStatus::Failed, None, Some(format!("output: {e}"))),
             }
@@ -960,7 +961,7 @@ impl Machine<'_> {
         let NodeKind::Loop(config) = &self.wf.nodes[self.run.tasks[t].node].kind else { return };
         let index = self.run.tasks[t].iteration.unwrap_or(0);
         let ctx = json!({"input": self.run.input, "iteration": {"index": index, "output": output}});
-        match config.until.eval_bool(&ctx) {
+        match config.until.eval_bool(self.sb, &ctx) {
             Err(e) => {
                 let failure = Failure::fatal(codes::EXPRESSION, format!("config.until: {e}"));
                 self.finish(t, TaskState::Failed, None, Some(failure));

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::types::{Run, Transition};
 use crate::definition::{NodeKind, Workflow, MAP_MAX_ITEMS};
+use crate::expr::Sandbox;
 
 /// How a task's attempt begins.
 pub(super) enum Started {
@@ -47,6 +48,8 @@ pub(super) fn parse_time(v: &Value) -> Result<DateTime<Utc>, String> {
 
 /// One event being applied: the run it changes and what changed so far.
 pub(super) struct Machine<'a> {
+    /// Where its expressions are evaluated.
+    pub(super) sb: &'a Sandbox,
     pub(super) wf: &'a Workflow,
     pub(super) run: &'a mut Run,
     pub(super) now: DateTime<Utc>,

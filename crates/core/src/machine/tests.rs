@@ -3,6 +3,10 @@ use crate::definition::Workflow;
 use proptest::prelude::*;
 use serde_json::json;
 
+fn sb() -> crate::expr::Sandbox {
+    crate::expr::Sandbox::for_tests()
+}
+
 fn wf(nodes: &[&str], edges: &[(&str, &str)], max_attempts: u32) -> Workflow {
     let nodes: Vec<Value> = nodes
         .iter()
@@ -33,7 +37,7 @@ impl Sim {
             *next += 1;
             Uuid::from_u128(*next)
         };
-        apply(&self.wf, &mut self.run, e, self.now, &mut ids)
+        apply(&sb(), &self.wf, &mut self.run, e, self.now, &mut ids)
     }
 
     fn task(&self, node: &str) -> &Task {
@@ -883,6 +887,77 @@ fn transform_items_complete_when_the_map_starts() {
     assert_eq!(s.run.output, Some(json!({"sq": [1, 5, 11]})));
 }
 
+/// A run through `simulate` (the whole engine loop: chunks of items,
+/// MAPs that carry on), with the state and error of node `node`.
+fn simulated(wf: &Workflow, node: &str) -> (RunStatus, String, Option<String>, Option<Value>) {
+    let report = crate::simulate::simulate(&sb(), wf, &crate::simulate::Options::default());
+    let n = report.nodes.iter().find(|n| n.id == node).unwrap();
+    (report.status, n.state.clone(), n.error.clone(), n.output.clone())
+}
+
+/// A MAP of TRANSFORM items (which end as they are created) reported
+/// SUCCEEDED for failed items: the failure was counted while the MAP filled,
+/// and only asked about before.
+#[test]
+fn a_map_of_transform_items_fails_when_an_item_fails_under_on_item_failure_fail() {
+    let items = |on_item_failure: &str, tolerated: Value| {
+        let mut config = json!({"items": "${ [range(10)] }", "on_item_failure": on_item_failure,
+            "node": {"type": "TRANSFORM", "config": {"output": "${ if .item == 3 then error(\"bad\") else .item end }"}}});
+        if !tolerated.is_null() {
+            config["tolerated_failures"] = tolerated;
+        }
+        parse(json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": config}]}))
+    };
+    let (run, state, error, _) = simulated(&items("fail", Value::Null), "each");
+    assert_eq!((run, state.as_str()), (RunStatus::Failed, "FAILED"));
+    assert!(error.as_deref().unwrap().contains("item 3 failed"), "{error:?}");
+    let mut s = Sim::new(items("fail", Value::Null));
+    s.apply(Event::RunStarted);
+    let created = s.run.tasks.iter().filter(|t| t.item.is_some()).count();
+    assert!(created <= 4 + ITEM_CHUNK as usize, "no item starts past the failure: {created}");
+
+    let (run, state, _, _) = simulated(&items("fail", json!(1)), "each");
+    assert_eq!((run, state.as_str()), (RunStatus::Succeeded, "COMPLETED"), "1 tolerated");
+    let (run, _, _, _) = simulated(&items("fail", json!("5%")), "each");
+    assert_eq!(run, RunStatus::Failed, "1 of 10 is more than 5%");
+    let (run, _, _, output) = simulated(&items("continue", Value::Null), "each");
+    assert_eq!(run, RunStatus::Succeeded);
+    assert!(output.unwrap()[3]["error"].as_str().unwrap().contains("bad"));
+}
+
+/// Every item of a MAP of TRANSFORMs failing (each output over its share
+/// of the collected output: 7 items, as many as one event creates under
+/// test, of 150,000 bytes under 1 MiB) reported SUCCEEDED too.
+#[test]
+fn a_map_whose_every_transform_item_is_over_its_share_fails() {
+    assert_eq!(ITEMS_PER_EVENT, 7);
+    let wf = parse(json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(7)] }", "node": {"type": "TRANSFORM", "config": {"output": "${ \"x\" * 150000 }"}}}}]}));
+    let (run, state, error, _) = simulated(&wf, "each");
+    assert_eq!((run, state.as_str()), (RunStatus::Failed, "FAILED"));
+    assert!(error.as_deref().unwrap().contains("share"), "{error:?}");
+}
+
+/// A `collect.reduce` that errors (or builds an accumulator past the payload
+/// limit) was dropped and the run SUCCEEDED with what it had.
+#[test]
+fn a_failing_collect_reduce_fails_the_map_and_the_run() {
+    let reducing = |reduce: &str, init: Value, items: Value, output: &str| {
+        parse(json!({"name": "m", "nodes": [{"id": "m", "type": "MAP", "config": {"items": items,
+            "collect": {"reduce": reduce, "init": init},
+            "node": {"type": "TRANSFORM", "config": {"output": output}}}}]}))
+    };
+    for (reduce, init) in [("error(\"boom\")", json!(0)), (".acc + \"s\"", json!(0))] {
+        let (run, state, error, _) = simulated(&reducing(reduce, init, json!([1, 2, 3]), "${ .item }"), "m");
+        assert_eq!((run, state.as_str()), (RunStatus::Failed, "FAILED"), "{reduce}");
+        assert!(error.as_deref().unwrap().contains("collect.reduce at item 0"), "{reduce}: {error:?}");
+    }
+    let growing = reducing(".acc + [.item.output]", json!([]), json!("${ [range(300)] }"), "${ \"x\" * 4000 }");
+    let (run, state, error, _) = simulated(&growing, "m");
+    assert_eq!((run, state.as_str()), (RunStatus::Failed, "FAILED"));
+    assert!(error.as_deref().unwrap().contains("collect.reduce"), "{error:?}");
+}
+
 #[test]
 fn a_paused_map_starts_no_item_until_resumed() {
     let mut s = Sim::with_input(map_wf(Some(1), "fail", 1), json!({"orders": [1, 2]}));
@@ -1013,7 +1088,7 @@ impl Engine {
                 *counter += 1;
                 Uuid::from_u128(*counter)
             };
-            let tr = apply(&self.wf, run, event.clone(), self.now, &mut ids);
+            let tr = apply(&sb(), &self.wf, run, event.clone(), self.now, &mut ids);
             if tr.missing.is_empty() {
                 return tr;
             }
@@ -1271,7 +1346,7 @@ fn an_item_result_needs_only_that_item_until_the_next_must_start_or_the_output_g
     let first = item(&e, 0);
     let mut bare = e.view(Some(first.id), &Event::RunStarted);
     let done = Event::TaskCompleted { task_id: first.id, attempt: 1, output: json!(0) };
-    let tr = apply(&e.wf, &mut bare, done.clone(), e.now, &mut || Uuid::from_u128(999));
+    let tr = apply(&sb(), &e.wf, &mut bare, done.clone(), e.now, &mut || Uuid::from_u128(999));
     let map = e.stored.tasks.iter().find(|t| t.progress.is_some()).unwrap().id;
     assert_eq!(tr.effects, vec![Effect::LoadItems(Need::Queued { map, count: 1 })]);
     assert_eq!(bare.tasks.len(), 2, "the MAP's task and the one item named");
@@ -1284,7 +1359,7 @@ fn an_item_result_needs_only_that_item_until_the_next_must_start_or_the_output_g
     let last = item(&e, 2);
     let mut bare = e.view(Some(last.id), &Event::RunStarted);
     let done = Event::TaskCompleted { task_id: last.id, attempt: 1, output: json!(2) };
-    let tr = apply(&e.wf, &mut bare, done.clone(), e.now, &mut || Uuid::from_u128(998));
+    let tr = apply(&sb(), &e.wf, &mut bare, done.clone(), e.now, &mut || Uuid::from_u128(998));
     assert_eq!(tr.effects, vec![Effect::LoadItems(Need::All { map })]);
     e.apply(done);
     assert_eq!(e.stored.status, RunStatus::Succeeded);
@@ -1711,7 +1786,7 @@ proptest! {
         let unhandled = (0..n).any(|i| expected[i] == TaskState::Failed && !wf.handles_failure(i));
         prop_assert_eq!(s.run.status, if unhandled { RunStatus::Failed } else { RunStatus::Succeeded });
         let failures = (0..n).filter(|&i| fails[i]).map(|i| (format!("n{i}"), "no".to_string())).collect();
-        let simulated = crate::simulate::simulate(&wf, &crate::simulate::Options { failures, ..Default::default() });
+        let simulated = crate::simulate::simulate(&sb(), &wf, &crate::simulate::Options { failures, ..Default::default() });
         prop_assert_eq!(simulated.status, s.run.status);
         if !unhandled {
             for (i, want) in expected.iter().enumerate() {
@@ -2129,7 +2204,7 @@ impl InPart {
                 *counter += 1;
                 Uuid::from_u128(*counter)
             };
-            let tr = apply(&self.wf, &mut run, e.clone(), self.now, &mut ids);
+            let tr = apply(&sb(), &self.wf, &mut run, e.clone(), self.now, &mut ids);
             if tr.missing.is_empty() {
                 for t in &run.tasks {
                     match (self.stored.iter().position(|s| s.id == t.id), t.removed) {
