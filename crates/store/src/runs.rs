@@ -843,6 +843,26 @@ pub async fn stale_children(client: &Client, tasks: &[ChildHolder]) -> Result<Ve
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
 }
 
+/// Open child runs of the items of the MAP tasks `maps` that their item no
+/// longer waits for: every one, once the MAP ended and storage cancelled
+/// the items it did not hold. Like [`stale_children`], an `abandon` child
+/// is left to run. Read-only: any coordinator may run it at once.
+pub async fn stale_item_children(client: &Client, maps: &[Uuid]) -> Result<Vec<Uuid>> {
+    if maps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = client
+        .query(
+            "SELECT c.id FROM task_instances i
+               JOIN workflow_runs c ON c.parent_task_id = i.id
+              WHERE i.parent_task_id = ANY($1) AND c.status IN ('RUNNING', 'PAUSED') AND NOT c.abandoned
+                AND NOT (i.state = 'RUNNING' AND c.parent_attempt = i.attempt)",
+            &[&maps],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
 /// A SUB_WORKFLOW attempt whose child run may be started: its run's depth
 /// and the evaluated `{workflow, version, input}` of its config.
 #[derive(Debug, Clone)]

@@ -284,6 +284,58 @@ async fn cancelling_a_parent_cancels_its_open_children_and_theirs() {
     e.stop().await;
 }
 
+/// The children of a MAP's SUB_WORKFLOW items stayed RUNNING after their
+/// parent was cancelled or failed, until the recovery sweep (28 s measured),
+/// so their steps could still start after the operator's cancel. Here the
+/// sweep never runs: the commit that ends the MAP owes their cancel.
+#[tokio::test]
+async fn cancelling_or_failing_a_parent_cancels_the_children_of_its_map_items_without_the_sweep() {
+    let e = Engine::with(EngineOptions {
+        coordinator: |c| c.recovery_interval = Duration::from_secs(3600),
+        ..EngineOptions::default()
+    })
+    .await;
+    e.register(&json!({"name": "forever", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "never", "key": "${ .input.k }"}}]}))
+        .await;
+    e.register(&json!({"name": "fan", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(12)] }",
+        "node": {"type": "SUB_WORKFLOW", "config": {"workflow": "forever", "input": {"k": "${ .index }"}}}}}]}))
+        .await;
+    // The fail case: item 0's child fails, the MAP fails (on_item_failure:
+    // fail) and the run with it.
+    e.register(&json!({"name": "maybe", "nodes": [
+        {"id": "look", "type": "TRANSFORM", "config": {"output": 1}},
+        {"id": "no", "type": "FAIL", "config": {"message": "item 0 fails"}},
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "never", "key": "k"}}],
+        "edges": [{"from": "look", "to": "no", "when": ".input.k == 0"},
+                  {"from": "look", "to": "w", "when": ".input.k != 0"}]}))
+        .await;
+    e.register(&json!({"name": "fragile", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ [range(12)] }", "max_concurrency": 12,
+        "node": {"type": "SUB_WORKFLOW", "config": {"workflow": "maybe", "input": {"k": "${ .index }"}}}}}]}))
+        .await;
+
+    for (workflow, cancel) in [("fan", true), ("fragile", false)] {
+        let id = e.start_run(workflow, json!({})).await;
+        assert!(!children_when(&e, id, 12).await.is_empty(), "{workflow}: the items' children started");
+        if cancel {
+            let (status, _) = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
+            assert_eq!(status, 200);
+        }
+        let parent = e.wait_for_run(id, T).await;
+        assert_eq!(parent["status"], if cancel { "CANCELLED" } else { "FAILED" }, "{parent}");
+        let kids = children(&e, id).await;
+        assert!(kids.len() > 1, "{workflow}: {}", kids.len());
+        for kid in kids {
+            let kid: Uuid = kid["id"].as_str().unwrap().parse().unwrap();
+            let r = e.wait_for_run(kid, T).await;
+            assert!(r["status"] == "CANCELLED" || r["status"] == "FAILED", "{workflow}: {r}");
+        }
+    }
+    e.stop().await;
+}
+
 #[tokio::test]
 async fn a_workflow_calling_itself_stops_at_the_nesting_limit_without_retrying_it() {
     let e = Engine::start().await;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
 mod api;
+mod bombs;
 mod cli;
 mod cluster;
 mod control;

@@ -8,18 +8,18 @@ use std::time::{Duration, Instant};
 use composer_testkit::{http_node, services, unique_prefix, FakeHttp, TestDb};
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_composer");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_composer");
 
 /// A child process that is killed if the test ends without stopping it.
-struct Proc(Child);
+pub(crate) struct Proc(pub(crate) Child);
 
 impl Proc {
-    fn spawn(cmd: &mut Command) -> Proc {
+    pub(crate) fn spawn(cmd: &mut Command) -> Proc {
         Proc(cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn().expect("spawning composer"))
     }
 
     /// SIGTERM, then wait for a clean exit.
-    fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
         // SAFETY: signalling our own child by pid.
         #[allow(unsafe_code)]
         unsafe {
@@ -44,7 +44,7 @@ impl Drop for Proc {
 }
 
 /// A `composer` command with no COMPOSER_* configuration inherited.
-fn composer(args: &[&str]) -> Command {
+pub(crate) fn composer(args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args).env("COMPOSER_LOG", "warn");
     for (k, _) in std::env::vars() {
@@ -55,7 +55,7 @@ fn composer(args: &[&str]) -> Command {
     cmd
 }
 
-async fn wait_for_file(path: &Path, timeout: Duration) -> String {
+pub(crate) async fn wait_for_file(path: &Path, timeout: Duration) -> String {
     let until = Instant::now() + timeout;
     loop {
         if let Ok(s) = std::fs::read_to_string(path) {
@@ -68,26 +68,26 @@ async fn wait_for_file(path: &Path, timeout: Duration) -> String {
     }
 }
 
-struct Client {
-    http: reqwest::Client,
-    base: String,
+pub(crate) struct Client {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base: String,
 }
 
 impl Client {
-    fn new(base: &str) -> Client {
+    pub(crate) fn new(base: &str) -> Client {
         Client { http: reqwest::Client::new(), base: base.trim().to_string() }
     }
 
-    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let r = self.http.post(format!("{}{path}", self.base)).json(body).send().await.expect("POST");
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
-    async fn get(&self, path: &str) -> Value {
+    pub(crate) async fn get(&self, path: &str) -> Value {
         self.http.get(format!("{}{path}", self.base)).send().await.expect("GET").json().await.expect("JSON")
     }
 
-    async fn wait_for_run(&self, id: &str, timeout: Duration) -> Value {
+    pub(crate) async fn wait_for_run(&self, id: &str, timeout: Duration) -> Value {
         let api = composer_client::Client::new(self.http.clone(), &self.base, None);
         let run = api.wait_for_run(id.parse().expect("run id"), timeout).await.expect("reading the run");
         assert_ne!(run.status, composer_core::machine::RunStatus::Running, "run {id} did not end: {run:?}");
@@ -373,7 +373,7 @@ fn kill9(p: &mut Proc) {
     let _ = p.0.wait();
 }
 
-fn coordinator_cmd(db: &TestDb, redis: &str, prefix: &str, listen: &str, addr_file: &Path) -> Command {
+pub(crate) fn coordinator_cmd(db: &TestDb, redis: &str, prefix: &str, listen: &str, addr_file: &Path) -> Command {
     let mut cmd = composer(&["coordinator"]);
     cmd.env("COMPOSER_DATABASE_URL", &db.url)
         .env("COMPOSER_REDIS_URL", redis)

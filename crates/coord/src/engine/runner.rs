@@ -1274,6 +1274,7 @@ impl Engine {
         tokio::spawn(async move {
             let mut children = Vec::new();
             let mut holders = Vec::new();
+            let mut maps = Vec::new();
             for (run_id, effect) in owed {
                 match effect {
                     AfterCommit::FreeSlot { workflow, key } => Box::pin(engine.promote_freed(workflow, key)).await,
@@ -1294,6 +1295,7 @@ impl Engine {
                         let iteration = i32::try_from(iteration).unwrap_or(i32::MAX);
                         holders.push(runs::ChildHolder { task_id, attempt, iteration, waiting })
                     }
+                    AfterCommit::CancelItemChildren { map_task_id } => maps.push(map_task_id),
                 }
             }
             futures_util::stream::iter(children)
@@ -1306,11 +1308,17 @@ impl Engine {
                     }
                 })
                 .await;
-            if holders.is_empty() {
+            if holders.is_empty() && maps.is_empty() {
                 return;
             }
             let stale = match composer_store::client(&engine.pool).await {
-                Ok(client) => runs::stale_children(&client, &holders).await,
+                Ok(client) => match runs::stale_children(&client, &holders).await {
+                    Ok(mut stale) => runs::stale_item_children(&client, &maps).await.map(|more| {
+                        stale.extend(more);
+                        stale
+                    }),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
             match stale {

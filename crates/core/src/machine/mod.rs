@@ -109,6 +109,16 @@ pub fn after_commit(wf: &Workflow, run: &Run, tr: &Transition) -> Vec<AfterCommi
             }
         }
     }
+    for &m in &tr.cancel_items {
+        let task = &run.tasks[m];
+        let items_have_children = match &wf.nodes[task.node].kind {
+            crate::definition::NodeKind::Map(config) => wf.nodes[config.template].kind.traits().has_child,
+            _ => false,
+        };
+        if items_have_children && task.state.is_terminal() {
+            out.push(AfterCommit::CancelItemChildren { map_task_id: task.id });
+        }
+    }
     for &m in &tr.continue_maps {
         let task = &run.tasks[m];
         if task.state == TaskState::Running && !task.removed {

@@ -876,6 +876,10 @@ pub enum AfterCommit {
     /// waits for: those of older attempts, or all once it is no longer
     /// `waiting` for one.
     CancelChildren { task_id: Uuid, attempt: i32, iteration: u32, waiting: bool },
+    /// A MAP whose items are SUB_WORKFLOWs ended early (its run cancelled
+    /// or failed, or an item failed it): the open children of its items,
+    /// which storage cancelled without the run holding them, are cancelled.
+    CancelItemChildren { map_task_id: Uuid },
     /// The run ended: its parent run's attempt ends with it (`event` is the
     /// parent's [`Event::ChildFinished`]).
     NotifyParent { parent_run: Uuid, event: Event },
