@@ -74,6 +74,9 @@ fn main() -> ExitCode {
         }
         Command::Bench(args) => runtime.block_on(bench::bench(args)),
     };
+    // What a stop left behind on the runtime's blocking threads (an export
+    // to a receiver that does not answer) does not hold the exit.
+    runtime.shutdown_background();
     match result {
         Ok(code) => code,
         Err(e) => {

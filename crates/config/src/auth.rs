@@ -13,16 +13,28 @@ pub fn tokens_match(given: &[u8], expected: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Whether an `Authorization` header value carries `expected`.
+/// Whether an `Authorization` header value carries `expected`. The scheme's
+/// name is case-insensitive (RFC 9110 §11.1): `bearer` is `Bearer`.
 pub fn bearer_matches(header: Option<&str>, expected: &str) -> bool {
     header
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .is_some_and(|token| tokens_match(token.trim().as_bytes(), expected.as_bytes()))
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("Bearer"))
+        .is_some_and(|(_, token)| tokens_match(token.trim().as_bytes(), expected.as_bytes()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Authorization: bearer …` was refused, though an authentication
+    /// scheme's name is case-insensitive.
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+            assert!(bearer_matches(Some(&format!("{scheme} s3cret")), "s3cret"), "{scheme}");
+        }
+        assert!(!bearer_matches(Some("bearer s3creT"), "s3cret"), "the token itself is not");
+    }
 
     #[test]
     fn tokens_match_exactly() {
@@ -30,6 +42,8 @@ mod tests {
         assert!(!bearer_matches(Some("Bearer s3cre"), "s3cret"));
         assert!(!bearer_matches(Some("Bearer s3creT"), "s3cret"));
         assert!(!bearer_matches(Some("Basic s3cret"), "s3cret"));
+        assert!(!bearer_matches(Some("Bearers3cret"), "s3cret"));
+        assert!(!bearer_matches(Some("s3cret"), "s3cret"));
         assert!(!bearer_matches(None, "s3cret"));
         assert!(!tokens_match(b"", b"s3cret") && !tokens_match(b"s3cret-and-more", b"s3cret"));
         assert!(tokens_match(b"", b""));

@@ -37,21 +37,26 @@ impl Running {
         self.drain();
         self.shutdown.cancel();
         let grace = self.shared.config.shutdown_grace;
+        let until = tokio::time::Instant::now() + grace;
         let joined = tokio::time::timeout(grace, async { while self.tasks.join_next().await.is_some() {} }).await;
         if joined.is_err() {
             tracing::warn!(grace = ?grace, "stopping past COMPOSER_SHUTDOWN_GRACE: aborting what is still running");
             self.tasks.abort_all();
             while self.tasks.join_next().await.is_some() {}
         }
-        self.flush_traces().await;
+        self.flush_traces(until).await;
     }
 
-    /// Sends the spans still queued for export (at most the export's
-    /// timeout), on a thread of its own: the exporter's calls need the
-    /// async runtime free.
-    async fn flush_traces(&self) {
+    /// Sends the spans still queued for export, on a thread of its own (the
+    /// exporter's calls need the async runtime free), until `until` at the
+    /// latest: a receiver that does not answer costs what is left of the
+    /// grace, never more; the spans it did not take are lost.
+    async fn flush_traces(&self, until: tokio::time::Instant) {
         if let Some(traces) = self.shared.engine.traces().cloned() {
-            let _ = tokio::task::spawn_blocking(move || traces.flush()).await;
+            let flushed = tokio::time::timeout_at(until, tokio::task::spawn_blocking(move || traces.flush())).await;
+            if flushed.is_err() {
+                tracing::warn!("the trace receiver did not take the last spans within COMPOSER_SHUTDOWN_GRACE");
+            }
         }
     }
 

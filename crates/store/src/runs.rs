@@ -1415,6 +1415,27 @@ pub async fn count_matching(client: &mut Client, filter: &RunFilter<'_>, cap: i6
     Ok(rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0))
 }
 
+/// Whether a run with this id exists (of any age, in any state). Read-only.
+pub async fn exists(client: &Client, id: Uuid) -> Result<bool> {
+    let stmt = client.prepare_cached("SELECT EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1)").await?;
+    Ok(client.query_one(&stmt, &[&id]).await?.try_get(0)?)
+}
+
+/// The definitions (versions) of the first `cap` runs `filter` matches.
+/// Read-only.
+pub async fn matching_definitions(client: &mut Client, filter: &RunFilter<'_>, cap: i64) -> Result<Vec<Uuid>> {
+    let status = filter.status.map(|s| s.as_str());
+    let mut w = Where::of(filter, &status);
+    let cap_at = w.bind(&cap);
+    let sql = format!(
+        "SELECT DISTINCT workflow_definition_id FROM \
+           (SELECT workflow_definition_id FROM workflow_runs WHERE {} LIMIT {cap_at}) AS m",
+        w.sql
+    );
+    let rows = query_planned(client, &sql, &w.params).await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
 /// Serializes starts that share an idempotency key (per workflow) and returns
 /// the run already started with it, if any. Call inside the start transaction.
 pub async fn lock_idempotency_key(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<Option<RunRow>> {

@@ -1,9 +1,10 @@
 //! Finding secret values in text a target sent back, in the forms a value
 //! takes on its way through HTTP and JSON: any letter case, URL encoding
 //! (`%20` or `+`, hex in either case, whole or in part), JSON string escapes
-//! (`\"`, `\/`, `\u0041`, …) and base64 (standard or URL-safe, at any of the
-//! three alignments it can have inside a longer encoded text, so the
-//! password of `Authorization: Basic base64(user:password)` is found too).
+//! (`\"`, `\/`, `\u0041`, …), hex of its bytes (either case) and base64
+//! (standard or URL-safe, at any of the three alignments it can have inside
+//! a longer encoded text, so the password of `Authorization: Basic
+//! base64(user:password)` is found too).
 //!
 //! What it cannot find: a value shorter than [`MIN_ENCODED_CHARS`] in any
 //! form but its own (every encoding of a three-letter value would match
@@ -61,6 +62,9 @@ impl Scrubber {
             for form in forms {
                 patterns.push(Pattern { chars: form.chars().collect(), fold_case: true, decode: true });
             }
+            // Hex of its bytes, in either case (a digest's or a dump's form).
+            let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+            patterns.push(Pattern { chars: hex.chars().collect(), fold_case: true, decode: false });
             for alphabet in [STANDARD, URL_SAFE] {
                 for core in base64_cores(value.as_bytes(), alphabet) {
                     if core.len() >= MIN_ENCODED_CHARS {
@@ -315,6 +319,21 @@ mod tests {
             }
             assert!(out.starts_with("got <") && out.ends_with("> back"), "the rest is kept: {out}");
         }
+    }
+
+    /// A target echoing a secret in hex (`hexdump`, a debugging page) kept it
+    /// in the output, the logs and the history.
+    #[test]
+    fn a_secret_in_hex_of_either_case_is_scrubbed() {
+        let s = Scrubber::new(["tok-123"]);
+        let lower: String = "tok-123".bytes().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(lower, "746f6b2d313233");
+        for text in [lower.clone(), lower.to_uppercase(), format!("0x{lower}!"), format!("a{}b", lower.to_uppercase())]
+        {
+            let scrubbed = s.scrub(&text);
+            assert!(scrubbed.contains(REDACTED) && !scrubbed.to_lowercase().contains(&lower), "{text}: {scrubbed}");
+        }
+        assert_eq!(s.scrub("746f6b2d3132"), "746f6b2d3132", "a part of it is not the secret");
     }
 
     #[test]

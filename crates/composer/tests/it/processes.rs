@@ -1293,3 +1293,38 @@ async fn events_sent_when_a_coordinator_is_killed_start_each_triggered_run_once(
     assert_eq!(runs, 2 * EVENTS, "one run per (event, trigger)");
     c.stop();
 }
+
+/// SIGTERM waited 5 s more than its grace when the OTLP receiver took the
+/// connection and never answered: the last spans' flush now has only what
+/// is left of the grace.
+#[tokio::test]
+async fn sigterm_does_not_wait_past_its_grace_for_a_trace_receiver_that_hangs() {
+    let db = TestDb::create().await;
+    let redis = services().redis_url.clone();
+    let dir = composer_embedded::temp_dir("grace-otlp").unwrap();
+    let listen = format!("127.0.0.1:{}", composer_embedded::free_port().unwrap());
+    let addr_file = dir.join("a.addr");
+    // Takes connections and reads nothing: an export hangs to its timeout.
+    let receiver = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", receiver.local_addr().unwrap());
+    let mut a = Proc::spawn(
+        coordinator_cmd(&db, &redis, &unique_prefix(), &listen, &addr_file)
+            .env("COMPOSER_SHUTDOWN_GRACE", "1s")
+            .env("COMPOSER_OTLP_ENDPOINT", &endpoint),
+    );
+    let client = Client::new(&wait_for_file(&addr_file, Duration::from_secs(30)).await);
+    let spec = json!({"name": "traced", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+    assert_eq!(client.post("/v1/workflows", &spec).await.0, 201);
+    for _ in 0..5 {
+        let (_, run) = client.post("/v1/runs", &json!({"workflow": "traced"})).await;
+        client.wait_for_run(run["id"].as_str().unwrap(), Duration::from_secs(30)).await;
+    }
+    let started = Instant::now();
+    let status = a.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}");
+    // The grace (1 s), and time to start stopping; the export's own
+    // timeout is 5 s, which this used to add.
+    assert!(started.elapsed() < Duration::from_secs(4), "stopped in {:?}", started.elapsed());
+    drop(receiver);
+    let _ = std::fs::remove_dir_all(dir);
+}

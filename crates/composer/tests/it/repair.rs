@@ -322,6 +322,31 @@ async fn a_bulk_job_retries_every_matching_failed_run_once_and_can_be_counted_fi
     e.stop().await;
 }
 
+/// A bulk dry run of `rerun` from a step the matched runs do not have
+/// matched them without a word; the real job would have refused each run.
+#[tokio::test]
+async fn a_bulk_rerun_from_a_step_no_matched_run_has_is_refused_by_name_dry_run_or_not() {
+    let e = Engine::start().await;
+    let id = e
+        .run(&json!({"name": "two_steps", "nodes": [
+        {"id": "a", "type": "TRANSFORM", "config": {"output": 1}},
+        {"id": "b", "type": "FAIL", "config": {"message": "no"}}], "edges": [{"from": "a", "to": "b"}]}))
+        .await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "FAILED");
+    let filter = json!({"workflow": "two_steps", "status": "FAILED"});
+    for dry_run in [true, false] {
+        let body = json!({"filter": filter, "action": "rerun", "from": ["b", "nope"], "dry_run": dry_run});
+        let (status, answer) = e.post("/v1/runs/bulk", &body).await;
+        assert_eq!(status, 400, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("\"nope\"") && message.contains("two_steps v1"), "{answer}");
+    }
+    let ok = json!({"filter": filter, "action": "rerun", "from": ["b"], "dry_run": true});
+    let (status, answer) = e.post("/v1/runs/bulk", &ok).await;
+    assert_eq!((status, &answer["matched"]), (200, &json!(1)), "{answer}");
+    e.stop().await;
+}
+
 #[tokio::test]
 async fn why_a_run_waits_names_the_queue_the_retry_the_event_and_the_pause() {
     let e = Engine::start().await;

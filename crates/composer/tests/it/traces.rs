@@ -219,3 +219,43 @@ async fn a_map_of_thousands_of_items_ending_at_once_loses_no_span_and_never_the_
         of_run(&spans, &run_id).into_iter().filter(|s| s.attributes.contains_key("composer.item.index")).count();
     assert_eq!(items, 3000, "every item's span arrived (the SDK's default queue of 2,048 dropped the rest)");
 }
+
+/// A start's `traceparent` could name another run's trace (a run started
+/// without one has its id as its trace id) and put the new run's spans
+/// under that run's: it is ignored, as an invalid header is, and the new
+/// run has a trace of its own. An event's and a caller's own trace still go on.
+#[tokio::test]
+async fn a_start_or_an_event_cannot_join_another_runs_trace() {
+    let collector = Collector::start();
+    let e = traced(&collector, 0).await;
+    e.register(&json!({"name": "victim", "nodes": [{"id": "w", "type": "WAIT_FOR_EVENT",
+        "config": {"event": "never", "key": "k"}}]}))
+        .await;
+    e.register(&json!({"name": "intruder", "triggers": [{"event": "intrude"}],
+        "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}))
+        .await;
+    let victim = e.start_run("victim", json!({})).await;
+    let victim_trace = victim.simple().to_string();
+    let victim_span = composer_core::trace::run_span_id(victim);
+    let span_hex: String = victim_span.iter().map(|b| format!("{b:02x}")).collect();
+    let joining = format!("00-{victim_trace}-{span_hex}-01");
+    let (status, started) = post_traced(&e, "/v1/runs", &json!({"workflow": "intruder"}), &joining).await;
+    assert_eq!(status, 201, "{started}");
+    let intruder = started["id"].as_str().unwrap().to_string();
+    assert_ne!(started["trace_id"], json!(victim_trace), "a trace of its own: {started}");
+    let (status, sent) = post_traced(&e, "/v1/events", &json!({"name": "intrude"}), &joining).await;
+    assert_eq!(status, 200, "{sent}");
+    let by_event = sent["started_runs"][0]["run_id"].as_str().unwrap().to_string();
+    let (_, view) = e.get(&format!("/v1/runs/{by_event}")).await;
+    assert_ne!(view["trace_id"], json!(victim_trace), "{view}");
+    // A caller's own trace is continued as before.
+    let own = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (_, started) = post_traced(&e, "/v1/runs", &json!({"workflow": "intruder"}), own).await;
+    assert_eq!(started["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736", "{started}");
+    for id in [&intruder, &by_event] {
+        e.wait_for_run(id.parse().unwrap(), T).await;
+    }
+    let spans = collector.wait_for(T, |spans| run_span(spans, &by_event).is_some()).await;
+    assert!(spans.iter().all(|s| s.trace_id != victim_trace), "nothing was put in the victim's trace");
+    e.stop().await;
+}

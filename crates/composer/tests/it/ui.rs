@@ -94,6 +94,35 @@ async fn a_runs_data_is_shown_as_text_and_a_form_from_another_site_changes_nothi
     e.stop().await;
 }
 
+/// The token-less UI accepted a cross-site form's POST that had a `Referer`
+/// and `Sec-Fetch-Site: cross-site` but no `Origin`.
+#[tokio::test]
+async fn a_cross_site_form_without_an_origin_is_refused_by_its_referer_or_sec_fetch_site() {
+    let e = Engine::start().await;
+    let id = e.run(&json!({"name": "f", "nodes": [{"id": "x", "type": "FAIL", "config": {"message": "no"}}]})).await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "FAILED");
+    let b = browser();
+    let retry = format!("{}/ui/runs/{id}/retry", e.url());
+    for headers in [
+        vec![("referer", "https://evil.example/page"), ("sec-fetch-site", "cross-site")],
+        vec![("sec-fetch-site", "cross-site")],
+        vec![("sec-fetch-site", "same-site")],
+        vec![("referer", "https://evil.example/page")],
+    ] {
+        let mut req = b.post(&retry);
+        for (k, v) in &headers {
+            req = req.header(*k, *v);
+        }
+        assert_eq!(req.send().await.unwrap().status(), 403, "{headers:?}");
+        let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
+        assert_eq!(run["status"], "FAILED", "nothing changed: {headers:?}");
+    }
+    let own = format!("{}/ui/runs/{id}", e.url());
+    let same = b.post(&retry).header("referer", own).header("sec-fetch-site", "same-origin").send().await.unwrap();
+    assert_eq!(same.status(), 303, "the page's own form");
+    e.stop().await;
+}
+
 #[tokio::test]
 async fn a_run_page_draws_the_edges_taken_links_its_failure_handler_and_resolves_a_step_in_doubt() {
     let mut e =
@@ -357,6 +386,35 @@ async fn the_limits_page_shows_each_keys_use_sets_and_deletes_and_a_run_page_say
     assert_eq!(e.get("/v1/limits/partner:1").await.0, 404);
     for id in [first, second] {
         assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    }
+    e.stop().await;
+}
+
+/// U+202E (right-to-left override) in a run's error, an event and a limit's
+/// key showed raw, turning what follows it around on the page.
+#[tokio::test]
+async fn a_bidi_override_shows_by_name_on_the_run_events_and_limits_pages() {
+    const RLO: &str = "\u{202E}";
+    let e = Engine::start().await;
+    let id = e
+        .run(&json!({"name": "bidi", "nodes": [
+            {"id": "x", "type": "FAIL", "config": {"message": format!("invoice{RLO}fdp.exe")}}]}))
+        .await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "FAILED");
+    let (status, _) = e.post("/v1/events", &json!({"name": format!("ev{RLO}x"), "key": format!("k{RLO}")})).await;
+    assert_eq!(status, 200);
+    let form = [("key", format!("lim{RLO}it")), ("concurrency", "2".to_string())];
+    let b = browser();
+    let set = b.post(format!("{}/ui/limits", e.url())).form(&form).send().await.unwrap();
+    assert_eq!(set.headers()["location"], "/ui/limits?msg=limit-done");
+    for (path, shown) in [
+        (format!("/ui/runs/{id}"), "invoice[U+202E]fdp.exe"),
+        ("/ui/events".to_string(), "ev[U+202E]x"),
+        ("/ui/limits".to_string(), "lim[U+202E]it"),
+    ] {
+        let page = b.get(format!("{}{path}", e.url())).send().await.unwrap().text().await.unwrap();
+        assert!(page.contains(shown), "{path}: {shown} not in the page");
+        assert!(!page.contains(RLO), "{path}: the override is never in the page");
     }
     e.stop().await;
 }

@@ -93,6 +93,9 @@ pub async fn start(s: &Shared, req: BulkRequest) -> ApiResult<Started> {
     let mut client = composer_store::client(&s.pool).await?;
     let run_filter = crate::bulk::run_filter(f, None);
     let matched = composer_store::runs::count_matching(&mut client, &run_filter, COUNT_CAP).await?;
+    if let Some(from) = &from {
+        steps_exist(&mut client, &run_filter, from).await?;
+    }
     if req.dry_run {
         return Ok(Started::DryRun(matched));
     }
@@ -109,6 +112,39 @@ pub async fn start(s: &Shared, req: BulkRequest) -> ApiResult<Started> {
     let row = bulk::create(&client, &job).await?;
     s.bulk_wake.notify_one();
     Ok(Started::Job(Box::new(row)))
+}
+
+/// A rerun's `from` names steps of the runs it matches: each must be a node
+/// of at least one of their definitions, or the rerun (and its dry run,
+/// which would otherwise count runs it could not rerun) is refused by name.
+async fn steps_exist(
+    client: &mut composer_store::Client,
+    filter: &composer_store::runs::RunFilter<'_>,
+    from: &[String],
+) -> ApiResult<()> {
+    let ids = composer_store::runs::matching_definitions(client, filter, COUNT_CAP).await?;
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let defs = composer_store::definitions::by_ids(client, &ids).await?;
+    let has = |node: &str| {
+        defs.iter().any(|d| {
+            d.spec["nodes"].as_array().is_some_and(|nodes| nodes.iter().any(|n| n["id"].as_str() == Some(node)))
+        })
+    };
+    match from.iter().find(|node| !has(node)) {
+        None => Ok(()),
+        Some(node) => {
+            let mut workflows: Vec<String> = defs.iter().map(|d| format!("{} v{}", d.name, d.version)).collect();
+            workflows.sort();
+            workflows.dedup();
+            Err(ApiError::bad_request(format!(
+                "from: no run the filter matches has a step {:?} (their workflows: {})",
+                composer_core::clipped(node, 100),
+                composer_core::clipped(&workflows.join(", "), 300)
+            )))
+        }
+    }
 }
 
 /// Get a bulk job.

@@ -58,9 +58,14 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("missing or wrong bearer token")]
     Unauthorized,
-    /// A webhook delivery whose signature does not hold; nothing was recorded.
-    #[error("{0}")]
-    BadSignature(String),
+    /// A webhook delivery whose signature does not hold, or to a webhook
+    /// that does not exist: the same answer, so that names cannot be found
+    /// out without a secret (why is in the log). Nothing was recorded.
+    #[error(
+        "the delivery's signature does not verify for a webhook of this name; nothing was recorded \
+         (the coordinator's log says why)"
+    )]
+    BadSignature,
     /// A `Host` that is not this coordinator's: maybe a rebound DNS name.
     #[error("this coordinator does not answer to the host {0:?} (COMPOSER_ALLOWED_HOSTS)")]
     HostNotAllowed(String),
@@ -120,7 +125,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            ApiError::BadSignature(_) => (StatusCode::UNAUTHORIZED, "bad_signature"),
+            ApiError::BadSignature => (StatusCode::UNAUTHORIZED, "bad_signature"),
             ApiError::HostNotAllowed(_) => (StatusCode::MISDIRECTED_REQUEST, "host_not_allowed"),
             ApiError::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, "origin_not_allowed"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
@@ -213,7 +218,7 @@ mod tests {
             ApiError::UriTooLong { len: 2, limit: 1 },
             ApiError::UnsupportedMediaType("text/plain".into()),
             ApiError::Unauthorized,
-            ApiError::BadSignature("x".into()),
+            ApiError::BadSignature,
             ApiError::HostNotAllowed("evil.example".into()),
             ApiError::OriginNotAllowed("http://evil".into()),
             ApiError::NoSuchEndpoint,

@@ -31,7 +31,7 @@ pub const MAX_EVENT_ID: usize = 256;
 /// answers what the first sending started, with `duplicate`.
 #[utoipa::path(
     post, path = "/v1/events", operation_id = "sendEvent", tag = "runs",
-    params(("traceparent" = Option<String>, Header, description = "A W3C trace context: the runs the event starts continue it, the steps it completes link to it; one that does not read is ignored")),
+    params(("traceparent" = Option<String>, Header, description = "A W3C trace context: the runs the event starts continue it, the steps it completes link to it; one that does not read, or names the trace Composer made for a run, is ignored")),
     request_body = SendEvent,
     responses(
         (status = 200, description = "recorded: the runs it started, the steps it completed", body = EventSent),
@@ -40,9 +40,10 @@ pub const MAX_EVENT_ID: usize = 256;
 )]
 pub(crate) async fn send_event(
     State(s): State<Arc<Shared>>,
-    Traceparent(traceparent): Traceparent,
+    traceparent: Traceparent,
     Body(ev): Body<SendEvent>,
 ) -> ApiResult<Json<EventSent>> {
+    let traceparent = traceparent.of_caller(&s).await?;
     check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let incoming = Incoming {
         name: &ev.name,

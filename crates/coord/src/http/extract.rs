@@ -34,6 +34,25 @@ impl<S: Send + Sync> FromRequestParts<S> for Traceparent {
     }
 }
 
+impl Traceparent {
+    /// The header, unless it names the trace Composer made for a run (a run
+    /// started without a `traceparent` has its id as its trace id): a start
+    /// or an event continues its caller's trace, and may not join a run's
+    /// and put spans of its own under that run's. Such a header is ignored,
+    /// as an invalid one is.
+    pub async fn of_caller(self, s: &crate::Shared) -> ApiResult<Option<String>> {
+        let Some(header) = self.0 else { return Ok(None) };
+        let Ok(context) = composer_core::trace::TraceContext::parse(&header) else { return Ok(None) };
+        let id = Uuid::from_bytes(context.trace_id);
+        let client = composer_store::client(&s.pool).await?;
+        if composer_store::runs::exists(&client, id).await? {
+            tracing::info!(run = %id, "ignoring a traceparent that names a run's own trace");
+            return Ok(None);
+        }
+        Ok(Some(header))
+    }
+}
+
 /// Most items one page of a list may hold (`limit`).
 pub const MAX_PAGE: i64 = 1000;
 

@@ -60,14 +60,40 @@ pub(super) async fn refuse_unknown_hosts(State(s): State<Arc<Shared>>, req: Requ
 /// of one of `COMPOSER_ALLOWED_ORIGINS`. Its own origin is the `Host` the
 /// request was sent to, and only when that host is allowed (a rebound
 /// name's page is same-origin with whatever it sends).
+///
+/// A browser that leaves `Origin` out (some send a form's POST without it)
+/// still says where the request came from: `Sec-Fetch-Site` other than
+/// `same-origin` or `none` (typed by the user), or a `Referer` of another
+/// origin, is refused as such a page would be. A request with none of the
+/// three (curl, the SDKs) is not a web page's.
 pub fn origin_allowed(s: &Shared, headers: &axum::http::HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN) else { return true };
-    let origin = origin.to_str().unwrap_or_default().trim_end_matches('/');
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-    let own = !host.is_empty()
-        && host_allowed(&s.config.allowed_hosts, host)
-        && (origin == format!("http://{host}") || origin == format!("https://{host}"));
-    own || s.config.allowed_origins.iter().any(|o| o == origin)
+    let allowed = |origin: &str| {
+        let origin = origin.trim_end_matches('/');
+        let own = !host.is_empty()
+            && host_allowed(&s.config.allowed_hosts, host)
+            && (origin == format!("http://{host}") || origin == format!("https://{host}"));
+        own || s.config.allowed_origins.iter().any(|o| o == origin)
+    };
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        return allowed(origin.to_str().unwrap_or_default());
+    }
+    if let Some(site) = headers.get("sec-fetch-site") {
+        if !matches!(site.to_str().unwrap_or_default(), "same-origin" | "none") {
+            return false;
+        }
+    }
+    match headers.get(header::REFERER) {
+        Some(referer) => referer_origin(referer.to_str().unwrap_or_default()).is_some_and(|o| allowed(&o)),
+        None => true,
+    }
+}
+
+/// The origin (`scheme://host[:port]`) of a `Referer`; `None` when it has none.
+fn referer_origin(referer: &str) -> Option<String> {
+    let (scheme, rest) = referer.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    (!authority.is_empty() && matches!(scheme, "http" | "https")).then(|| format!("{scheme}://{authority}"))
 }
 
 /// Answers of `/v1` carry runs' inputs, outputs and
@@ -182,6 +208,15 @@ async fn check_token(expected: Option<&str>, req: Request, next: Next) -> Respon
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_referers_origin_is_its_scheme_and_authority() {
+        assert_eq!(referer_origin("https://evil.example/form?x=1").as_deref(), Some("https://evil.example"));
+        assert_eq!(referer_origin("http://127.0.0.1:8080/ui/runs").as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(referer_origin("http://h:1#f").as_deref(), Some("http://h:1"));
+        assert_eq!(referer_origin("about:blank"), None);
+        assert_eq!(referer_origin("ftp://h/x"), None);
+    }
 
     #[test]
     fn ip_addresses_localhost_and_the_listed_names_are_allowed_hosts() {

@@ -177,7 +177,7 @@ pub(crate) struct LogsQuery {
 /// the run QUEUED. A W3C `traceparent` header puts the run's trace under the caller's span.
 #[utoipa::path(
     post, path = "/v1/runs", operation_id = "startRun", tag = "runs",
-    params(("traceparent" = Option<String>, Header, description = "A W3C trace context the run's trace continues; one that does not read is ignored")),
+    params(("traceparent" = Option<String>, Header, description = "A W3C trace context the run's trace continues; one that does not read, or names the trace Composer made for a run, is ignored")),
     request_body = StartRun,
     responses(
         (status = 201, description = "started", body = RunView),
@@ -187,9 +187,10 @@ pub(crate) struct LogsQuery {
 )]
 pub(crate) async fn start_run(
     State(s): State<Arc<Shared>>,
-    Traceparent(traceparent): Traceparent,
+    traceparent: Traceparent,
     Body(req): Body<StartRun>,
 ) -> ApiResult<Response> {
+    let traceparent = traceparent.of_caller(&s).await?;
     let input = req.input.unwrap_or_else(|| json!({}));
     if json_size(&input) > s.config.max_payload {
         return Err(ApiError::too_large("run input", s.config.max_payload));

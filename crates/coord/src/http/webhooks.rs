@@ -101,7 +101,8 @@ pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(name): Path<String>) 
 
 /// Delete a webhook.
 ///
-/// Deliveries to it are refused from now on (404); the events it sent stay in the log.
+/// Deliveries to it are refused from now on (401, as to any name no webhook has); the events it
+/// sent stay in the log.
 #[utoipa::path(
     delete, path = "/v1/webhooks/{name}", operation_id = "deleteWebhook", tag = "events",
     params(("name" = Name, Path, description = "the webhook")),
@@ -121,7 +122,9 @@ pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(name): Path<String
 ///
 /// What another service sends: no bearer token, but a signature by the webhook's scheme over the
 /// raw body (and, for `stripe`, a timestamp within the tolerance). A missing, malformed, stale or
-/// wrong signature is a 401 and records nothing. A delivery whose signature holds becomes an
+/// wrong signature is a 401 and records nothing; so is a delivery to a name no webhook has, with
+/// the same answer, so that names cannot be found out without a secret (the coordinator's log
+/// says which it was). A delivery whose signature holds becomes an
 /// event by the webhook's transform and is sent as `POST /v1/events` sends one (its source
 /// `webhook:NAME`): a replayed delivery has the same id, so it is recorded once and answered
 /// with `duplicate`.
@@ -131,7 +134,7 @@ pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(name): Path<String
     request_body(content = composer_api::schema::JsonValue, description = "the delivery, as the other service signed it"),
     responses(
         (status = 200, description = "the event it became, and what that did", body = EventSent),
-        (status = 401, description = "the signature is missing, malformed, stale or wrong: nothing was recorded", body = ErrorBody),
+        (status = 401, description = "the signature is missing, malformed, stale or wrong, or no webhook has this name: nothing was recorded", body = ErrorBody),
         (status = 503, description = "this coordinator lacks the webhook's secret", body = ErrorBody),
     )
 )]
@@ -146,7 +149,13 @@ pub(crate) async fn deliver(
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge,
         _ => ApiError::bad_request(rejection.body_text()),
     })?;
-    let row = found(&s, &name).await?;
+    name_param("webhook", &name)?;
+    let client = composer_store::client(&s.pool).await?;
+    let Some(row) = webhooks::get(&client, &name).await? else {
+        tracing::info!(webhook = %name, "webhook delivery refused: no webhook of this name");
+        return Err(ApiError::BadSignature);
+    };
+    drop(client);
     let spec: WebhookSpec = serde_json::from_value(row.spec.clone())
         .map_err(|e| ApiError::bad_request(format!("stored webhook {name} is invalid: {e}")))?;
     let hook = crate::webhooks::parse(spec).map_err(ApiError::bad_request)?;
@@ -162,7 +171,7 @@ pub(crate) async fn deliver(
     let signed_at = crate::webhooks::verify(hook.spec.scheme, secret.as_bytes(), sig, &body, now, hook.tolerance)
         .map_err(|why| {
             tracing::info!(webhook = %name, %why, "webhook delivery refused");
-            ApiError::BadSignature(why.to_string())
+            ApiError::BadSignature
         })?;
     let body_json = match serde_json::from_slice::<Value>(&body) {
         Ok(v) => v,
@@ -173,8 +182,11 @@ pub(crate) async fn deliver(
     super::events::check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let source = format!("webhook:{name}");
     // A sender that traces its deliveries (a W3C `traceparent` header) is continued as an API call is.
-    let traceparent =
-        header_text("traceparent").and_then(|t| composer_core::trace::TraceContext::parse(t).ok()).map(|c| c.header());
+    let traceparent = super::extract::Traceparent(
+        header_text("traceparent").and_then(|t| composer_core::trace::TraceContext::parse(t).ok()).map(|c| c.header()),
+    )
+    .of_caller(&s)
+    .await?;
     let incoming = Incoming {
         name: &ev.name,
         key: &ev.key,

@@ -13,10 +13,19 @@ pub fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            // A control that reorders text (U+202E shows "gpj.exe" as
+            // "exe.jpg") is shown by its name, never obeyed.
+            c if is_bidi_control(c) => out.push_str(&format!("[U+{:04X}]", c as u32)),
             c => out.push(c),
         }
     }
     out
+}
+
+/// Characters that change the direction of the text around them: the
+/// embeddings, overrides and isolates, and the invisible direction marks.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// At most `max` characters of `s`, with `…` when cut.
