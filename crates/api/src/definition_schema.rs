@@ -10,6 +10,7 @@
 use serde_json::{json, Map, Value};
 use utoipa::{PartialSchema, ToSchema};
 
+use composer_core::definition::config::{self, Takes, EXPRESSION_MARK};
 use composer_core::definition::WorkflowSpec;
 
 /// The rules of a definition that JSON Schema cannot say, so a definition
@@ -17,13 +18,16 @@ use composer_core::definition::WorkflowSpec;
 pub const CROSS_FIELD_RULES: &[&str] = &[
     "node ids are unique, and every edge names two of them",
     "the edges make no cycle, and no edge is written twice",
-    "a node's config is the one its type takes (HTTP url and method, WAIT duration, MAP items and node, …)",
     "every `${ … }` and `when` is jq that compiles, naming no function outside the sandbox",
     "durations (`timeout`, backoffs, `duration`) are durations within their limits",
     "a custom type or queue name, and a failure handler's workflow, are only checked when a run needs them",
 ];
 
-/// The schema, with its definitions under `$defs`.
+/// The schema, with its definitions under `$defs`: the definition's types,
+/// each built-in node type's config ([`config::KINDS`]), and the node a MAP
+/// runs. Every field that takes an expression carries
+/// `x-composer-expression`: `"template"` (strings in it may hold `${ … }`)
+/// or `"jq"` (one bare jq expression).
 pub fn workflow() -> Value {
     let mut parts = Vec::new();
     <WorkflowSpec as ToSchema>::schemas(&mut parts);
@@ -32,6 +36,8 @@ pub fn workflow() -> Value {
     for (name, schema) in parts {
         defs.insert(name, to_json(&schema));
     }
+    mark_spec_expressions(&mut defs);
+    node_configs(&mut defs);
     let description = format!(
         "A workflow definition as `composer workflow apply` and POST /v1/workflows take it. The server also \
          checks what a schema cannot say: {}.",
@@ -44,6 +50,103 @@ pub fn workflow() -> Value {
         "$ref": format!("#/$defs/{}", WorkflowSpec::name()),
         "$defs": defs,
     })
+}
+
+/// Marks the fields outside nodes' configs that take an expression.
+fn mark_spec_expressions(defs: &mut Map<String, Value>) {
+    for (def, property, takes) in config::SPEC_EXPRESSIONS {
+        let Some(mark) = takes.annotation() else { continue };
+        let schema = &mut defs[*def];
+        let at = match *property {
+            "*" => &mut schema["additionalProperties"],
+            p => &mut schema["properties"][p],
+        };
+        assert!(at.is_object(), "config::SPEC_EXPRESSIONS names {def}.{property}, which the schema does not have");
+        at[EXPRESSION_MARK] = json!(mark);
+    }
+}
+
+/// `$defs` name of a built-in type's config: `WAIT_FOR_EVENT` → `WaitForEventConfig`.
+fn config_def(kind: &str) -> String {
+    let mut name: String = kind
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next().map(|f| f.to_string() + &c.as_str().to_lowercase()).unwrap_or_default()
+        })
+        .collect();
+    name.push_str("Config");
+    name
+}
+
+/// The schema of one config field: its plain form, or with a template any
+/// string holding `${ … }` too.
+fn field_schema(f: &config::Field) -> Value {
+    let mut schema = match f.takes {
+        Takes::Node => {
+            let mut node = (f.schema)();
+            node["$ref"] = json!("#/$defs/ItemNode");
+            node
+        }
+        Takes::Template => {
+            let plain = (f.schema)();
+            if plain.as_object().is_some_and(Map::is_empty) {
+                plain
+            } else {
+                json!({"anyOf": [plain, {"type": "string", "pattern": "\\$\\{"}]})
+            }
+        }
+        Takes::Value | Takes::Jq => (f.schema)(),
+    };
+    schema["description"] = json!(f.doc);
+    if let Some(mark) = f.takes.annotation() {
+        schema[EXPRESSION_MARK] = json!(mark);
+    }
+    schema
+}
+
+/// Each built-in type's config as a definition of its own, a node's
+/// `config` by its `type` (a custom type's: any object, a template), and
+/// the node a MAP runs (a node without an id).
+fn node_configs(defs: &mut Map<String, Value>) {
+    let mut by_type = Vec::new();
+    for kind in config::KINDS {
+        let properties: Map<String, Value> =
+            kind.fields.iter().map(|f| (f.name.to_string(), field_schema(f))).collect();
+        let required: Vec<&str> = kind.fields.iter().filter(|f| f.required).map(|f| f.name).collect();
+        let mut schema = json!({"type": "object", "description": kind.doc, "additionalProperties": false,
+                                "properties": properties, "required": required});
+        if !kind.one_of.is_empty() {
+            schema["oneOf"] = kind.one_of.iter().map(|f| json!({"required": [f]})).collect();
+        }
+        defs.insert(config_def(kind.name), schema);
+        let mut then = json!({"properties": {"config": {"$ref": format!("#/$defs/{}", config_def(kind.name))}}});
+        if kind.fields.iter().any(|f| f.required) || !kind.one_of.is_empty() {
+            then["required"] = json!(["config"]);
+        }
+        by_type.push(json!({"if": {"properties": {"type": {"const": kind.name}}, "required": ["type"]}, "then": then}));
+    }
+    let built_in: Vec<&str> = config::KINDS.iter().map(|k| k.name).collect();
+    defs.insert(
+        "CustomConfig".into(),
+        json!({"type": "object", EXPRESSION_MARK: "template",
+               "description": "A custom type's config: any object, sent to its worker with every `${ … }` evaluated"}),
+    );
+    by_type.push(json!({
+        "if": {"properties": {"type": {"not": {"enum": built_in}}}, "required": ["type"]},
+        "then": {"properties": {"config": {"$ref": "#/$defs/CustomConfig"}}},
+    }));
+    let node = defs.get_mut("NodeSpec").expect("NodeSpec is a definition");
+    node["allOf"] = Value::Array(by_type);
+    let mut item = node.clone();
+    if let Some(p) = item["properties"].as_object_mut() {
+        p.remove("id");
+    }
+    if let Some(r) = item["required"].as_array_mut() {
+        r.retain(|f| f != "id");
+    }
+    item["description"] = json!("The node a MAP runs per item, with `.item` and `.index` bound: a node without an id");
+    defs.insert("ItemNode".into(), item);
 }
 
 /// A schema as JSON, its references pointing into `$defs` and its OpenAPI

@@ -10,6 +10,8 @@
 //! - [`Collector`] (`collector`): a real OpenTelemetry collector, and the spans it received.
 //! - [`Engine`] (`engine`): coordinators and workers in-process, with API helpers and
 //!   [`Engine::wait_for_run`].
+//! - [`schema`]: the definition schema walked field by field, and the smallest
+//!   definition holding a value at a field.
 
 // Test support: a harness that cannot start panics, as a test would.
 #![allow(clippy::unwrap_used)]
@@ -17,6 +19,7 @@
 mod collector;
 mod engine;
 mod fake_http;
+pub mod schema;
 mod services;
 
 pub use collector::{Collector, ReceivedSpan};

@@ -268,3 +268,43 @@ async fn a_closure_bomb_in_map_items_fails_the_map_on_every_try() {
         c.assert_alive("after a MAP's items").await;
     }
 }
+
+/// The schema's marks are what compiles: every field of the schema is
+/// probed with an expression (a template and a bare jq one) that names it,
+/// and the definition is compiled noting every expression compiled. A
+/// marked field's probe compiles; an unmarked field's never does in a
+/// definition that is accepted. So a field that takes an expression and
+/// is not marked (or the reverse) fails here the day it is added.
+#[test]
+fn the_schema_marks_exactly_the_fields_that_compile_an_expression() {
+    use composer_testkit::schema;
+    let schema = schema::schema();
+    let fields = schema::fields(&schema);
+    let mut checked = 0;
+    for f in &fields {
+        let marker = format!("probe:{}", f.name());
+        let template = json!(format!("${{ \"{marker}\" }}"));
+        let jq = json!(format!("\"{marker}\" | length > 0"));
+        for (form, value) in [("template", template), ("jq", jq)] {
+            let def = schema::definition_with(&schema, "probe", f, value);
+            let (parsed, sources) = composer_core::expr::on_eval_stack(|| {
+                composer_core::expr::noting_sources(|| composer_core::definition::Workflow::parse(&def))
+            })
+            .unwrap();
+            let compiled = sources.iter().any(|s| s.contains(&marker));
+            match f.mark.as_deref() {
+                Some(mark) if mark == form => {
+                    assert!(parsed.is_ok(), "{}: marked {mark}, refused: {:?}\n{def}", f.name(), parsed.err());
+                    assert!(compiled, "{}: marked {mark}, but its {form} probe is not compiled\n{def}", f.name());
+                }
+                _ => assert!(
+                    !(parsed.is_ok() && compiled),
+                    "{}: not marked {form}, but a {form} probe in it is compiled: mark it in the schema\n{def}",
+                    f.name()
+                ),
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 120, "{checked}");
+}

@@ -45,18 +45,6 @@ pub(crate) fn validate_name(path: &str, name: &str) -> Result<(), ValidationErro
     Ok(())
 }
 
-pub(crate) fn only_fields(at: &str, config: &Value, allowed: &[&str]) -> Result<(), ValidationError> {
-    for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
-        if !allowed.contains(&key.as_str()) {
-            return Err(ValidationError::new(
-                format!("{at}.config.{key}"),
-                format!("unknown field (expected {})", allowed.join(", ")),
-            ));
-        }
-    }
-    Ok(())
-}
-
 pub(crate) fn is_expression(v: &Value) -> bool {
     v.as_str().is_some_and(|s| s.contains("${"))
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::check::{is_expression, only_fields, validate_name, ValidationError};
+use super::check::{is_expression, validate_name, ValidationError};
 use super::spec::NodeSpec;
 use crate::duration;
 use crate::expr::Template;
@@ -127,12 +127,14 @@ impl NodeKind {
     }
 
     /// Reads a node's config into its kind. A MAP also gives back the node
-    /// its items run, for the caller to compile as a node of its own.
+    /// its items run, for the caller to compile as a node of its own. A
+    /// field the type's config does not take ([`super::config`]) is refused.
     pub(super) fn compile(
         at: &str,
         n: &NodeSpec,
         config: &Value,
     ) -> Result<(NodeKind, Option<NodeSpec>), ValidationError> {
+        super::config::check_known(at, &n.node_type, config)?;
         let kind = match n.node_type.as_str() {
             "HTTP" => {
                 validate_http(at, config)?;
@@ -259,11 +261,6 @@ fn compile_map(at: &str, n: &NodeSpec) -> Result<(NodeKind, Option<NodeSpec>), V
         Value::Object(m) => m,
         _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object with items and node")),
     };
-    only_fields(
-        at,
-        &n.config,
-        &["items", "max_concurrency", "on_item_failure", "tolerated_failures", "collect", "node"],
-    )?;
     let items = match config.get("items") {
         Some(v) if v.is_array() || is_expression(v) => {
             Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{}{p}", field("items")), m))?
@@ -387,7 +384,6 @@ pub fn is_error_code(code: &str) -> bool {
 
 /// `{message?, code?}`: the run's error and the node's error code.
 fn compile_fail(at: &str, id: &str, config: &Value) -> Result<NodeKind, ValidationError> {
-    only_fields(at, config, &["message", "code"])?;
     let message = match config.get("message") {
         None | Some(Value::Null) => Value::String(format!("the run failed at node {id}")),
         Some(m @ Value::String(_)) => m.clone(),
@@ -424,7 +420,6 @@ fn tolerated_failures(v: &Value) -> Result<Tolerated, String> {
 }
 
 fn compile_transform(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
-    only_fields(at, config, &["output"])?;
     let output =
         config.get("output").ok_or_else(|| ValidationError::new(format!("{at}.config.output"), "is required"))?;
     let output =
@@ -433,7 +428,6 @@ fn compile_transform(at: &str, config: &Value) -> Result<NodeKind, ValidationErr
 }
 
 fn compile_wait(at: &str, config: &Value) -> Result<WaitFor, ValidationError> {
-    only_fields(at, config, &["duration", "until"])?;
     match (config.get("duration"), config.get("until")) {
         (Some(Value::String(s)), None) => duration::parse(s)
             .map(WaitFor::Duration)
@@ -450,7 +444,6 @@ fn compile_wait(at: &str, config: &Value) -> Result<WaitFor, ValidationError> {
 }
 
 fn compile_wait_for_event(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
-    only_fields(at, config, &["event", "key", "timeout", "default_output"])?;
     let event = match config.get("event") {
         Some(Value::String(e)) if !e.is_empty() && !e.contains("${") => e.clone(),
         Some(_) => return Err(ValidationError::new(format!("{at}.config.event"), "must be a non-empty name")),
@@ -478,14 +471,12 @@ fn compile_wait_for_event(at: &str, config: &Value) -> Result<NodeKind, Validati
 /// `{workflow, version?, input?, on_parent_close?}`: the workflow is named,
 /// not computed, so that a definition says what it calls.
 fn compile_sub_workflow(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
-    only_fields(at, config, &["workflow", "version", "input", "on_parent_close"])?;
     let (workflow, version) = child_workflow(at, config)?;
     Ok(NodeKind::SubWorkflow { workflow, version })
 }
 
 /// `{workflow, version?, input?, until, max_iterations, delay?, on_parent_close?}`.
 fn compile_loop(at: &str, config: &Value) -> Result<NodeKind, ValidationError> {
-    only_fields(at, config, &["workflow", "version", "input", "until", "max_iterations", "delay", "on_parent_close"])?;
     child_workflow(at, config)?;
     let until = match config.get("until") {
         Some(Value::String(src)) if src.contains("${") => {
@@ -565,22 +556,6 @@ pub const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "H
 
 fn validate_http(at: &str, config: &Value) -> Result<(), ValidationError> {
     let field = |name: &str| format!("{at}.config.{name}");
-    for key in config.as_object().into_iter().flat_map(|m| m.keys()) {
-        let known = [
-            "method",
-            "url",
-            "headers",
-            "body",
-            "timeout",
-            "accept",
-            "retry_statuses",
-            "follow_redirects",
-            "idempotency_key",
-        ];
-        if !known.contains(&key.as_str()) {
-            return Err(ValidationError::new(field(key), format!("unknown field (expected {})", known.join(", "))));
-        }
-    }
     match config.get("url") {
         Some(u) if is_expression(u) => {}
         Some(Value::String(u)) if u.starts_with("http://") || u.starts_with("https://") => {}

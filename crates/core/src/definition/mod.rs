@@ -4,6 +4,8 @@
 //! - [`check`]: [`ValidationError`] and the checks every part shares.
 //! - [`kind`]: what each node type is and may do: the one place that
 //!   describes a kind ([`NodeKind::traits`]) and reads its config.
+//! - [`config`]: each built-in type's config, field by field: what takes an
+//!   expression, what is required; the schema is generated from it.
 //! - [`node`]: a validated node: its kind, queue, retry policy, timeout.
 //! - [`limit`]: a node's limits on its steps across runs (rates,
 //!   concurrencies, named limits), as written and compiled.
@@ -20,6 +22,7 @@ use serde_json::{json, Value};
 use crate::expr::{Expr, Sandbox, Template};
 
 mod check;
+pub mod config;
 mod kind;
 pub mod limit;
 mod node;

@@ -131,7 +131,8 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
     let template = match traits.has_items {
         // A MAP's config is read by its kind; each item evaluates its node's.
         true => Template::compile(&json!({})).expect("an empty template compiles"),
-        false => Template::compile(&config).map_err(|(p, m)| ValidationError::new(format!("{at}.config{p}"), m))?,
+        false => super::config::compile_template(&n.node_type, &config)
+            .map_err(|(p, m)| ValidationError::new(format!("{at}.config{p}"), m))?,
     };
     if !n.limits.is_empty() && !traits.dispatched {
         return Err(ValidationError::new(

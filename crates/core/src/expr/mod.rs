@@ -386,6 +386,11 @@ impl Expr {
                 s.set(Some(all && is_simple(source)));
             }
         });
+        SOURCES.with(|s| {
+            if let Some(sources) = s.borrow_mut().as_mut() {
+                sources.push(source.to_string());
+            }
+        });
         let linked = Arc::new(OnceLock::new());
         let batched = BATCH.with(|b| b.borrow().is_some());
         if batched {
@@ -520,6 +525,18 @@ thread_local! {
     /// Whether every expression compiled since [`noting_simplicity`] began
     /// is simple; none: nobody is asking.
     static SIMPLE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    /// Every expression compiled since [`noting_sources`] began.
+    static SOURCES: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+}
+
+/// Runs `build`, noting the source of every expression it compiles,
+/// whatever the field: how a test tells which fields of a definition take
+/// an expression, from what compiles rather than from a list.
+pub fn noting_sources<T>(build: impl FnOnce() -> T) -> (T, Vec<String>) {
+    let outer = SOURCES.with(|s| s.replace(Some(Vec::new())));
+    let built = build();
+    let sources = SOURCES.with(|s| s.replace(outer)).unwrap_or_default();
+    (built, sources)
 }
 
 /// Runs `build`, noting whether every expression it compiles is simple.
