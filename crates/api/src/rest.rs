@@ -569,6 +569,11 @@ pub struct ScheduleView {
     /// The next five fire times (none while paused).
     pub next_fire_times: Vec<DateTime<Utc>>,
     pub last_run_id: Option<Uuid>,
+    /// Why the latest fire time started no run, when it could not: its
+    /// workflow is not registered, or the definition refused the run (its
+    /// tags or keys did not evaluate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fire_error: Option<String>,
     /// Backfilled fire times waiting to start (a paused schedule holds them).
     #[serde(default)]
     pub backfill_queued: i64,

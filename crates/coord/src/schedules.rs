@@ -155,7 +155,8 @@ impl Pass<'_, '_> {
         }
         let Some(def) = definition(self.tx, self.schedule).await? else {
             tracing::error!(schedule = %id, workflow = %self.schedule.spec.workflow, "schedule's workflow is not registered");
-            return self.not_started(t, recorded).await;
+            let why = format!("workflow {:?} is not registered", self.schedule.spec.workflow);
+            return self.not_started(t, &why).await;
         };
         let mut trigger = json!({"schedule": id, "fire_time": t});
         if recorded == Recorded::Backfill {
@@ -175,19 +176,19 @@ impl Pass<'_, '_> {
             }
             Err(EngineError::Rejected(why)) => {
                 tracing::error!(schedule = %id, error = %why, "schedule's run could not start");
-                self.not_started(t, recorded).await
+                self.not_started(t, &why.to_string()).await
             }
             Err(e) => Err(e),
         }
     }
 
-    /// A fire time whose run could not start: counted, and a backfilled one
-    /// no longer queued (a later backfill may ask for it again).
-    async fn not_started(&self, t: DateTime<Utc>, recorded: Recorded) -> Result<bool, EngineError> {
+    /// A fire time whose run could not start: counted, and recorded as
+    /// failed with `why` (a backfilled one is no longer queued; a later
+    /// backfill may ask for it again).
+    async fn not_started(&self, t: DateTime<Utc>, why: &str) -> Result<bool, EngineError> {
         composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "failed")], 1);
-        if recorded == Recorded::Backfill {
-            schedules::skip_fire(self.tx, &self.schedule.spec.id, t).await?;
-        }
+        let why = composer_core::clipped(why, 1024);
+        schedules::fail_fire(self.tx, &self.schedule.spec.id, t, &why).await?;
         Ok(false)
     }
 }

@@ -23,6 +23,8 @@ pub struct ScheduleRow {
     pub next_fire_at: Option<DateTime<Utc>>,
     pub buffered_fire_at: Option<DateTime<Utc>>,
     pub last_run_id: Option<Uuid>,
+    /// Why the latest fire time started no run, when it failed.
+    pub last_fire_error: Option<String>,
     /// Backfilled fire times waiting for the timer loop to start them.
     pub backfill_queued: i64,
     pub created_at: DateTime<Utc>,
@@ -32,7 +34,9 @@ pub struct ScheduleRow {
 // The subquery's `id` is the schedule's (schedule_fires has no column of
 // that name), whatever the outer query calls the table.
 const COLUMNS: &str = "id, spec, workflow, paused, next_fire_at, buffered_fire_at, last_run_id, created_at, updated_at,
-     (SELECT count(*) FROM schedule_fires q WHERE q.schedule_id = id AND q.outcome = 'queued') AS backfill_queued";
+     (SELECT count(*) FROM schedule_fires q WHERE q.schedule_id = id AND q.outcome = 'queued') AS backfill_queued,
+     (SELECT f.error FROM schedule_fires f WHERE f.schedule_id = id AND f.outcome <> 'queued'
+       ORDER BY f.fire_time DESC LIMIT 1) AS last_fire_error";
 
 impl ScheduleRow {
     fn from_row(r: &Row) -> Result<ScheduleRow> {
@@ -44,6 +48,7 @@ impl ScheduleRow {
             next_fire_at: r.try_get("next_fire_at")?,
             buffered_fire_at: r.try_get("buffered_fire_at")?,
             last_run_id: r.try_get("last_run_id")?,
+            last_fire_error: r.try_get("last_fire_error")?,
             backfill_queued: r.try_get("backfill_queued")?,
             created_at: r.try_get("created_at")?,
             updated_at: r.try_get("updated_at")?,
@@ -228,8 +233,8 @@ pub async fn queue_backfill(
             "INSERT INTO schedule_fires (schedule_id, fire_time, outcome, backfill)
              SELECT $1, t, 'queued', $3 FROM unnest($2::timestamptz[]) AS t
              ON CONFLICT (schedule_id, fire_time) DO UPDATE
-                SET outcome = 'queued', backfill = EXCLUDED.backfill, run_id = NULL, created_at = now()
-              WHERE schedule_fires.outcome = 'skipped'",
+                SET outcome = 'queued', backfill = EXCLUDED.backfill, run_id = NULL, error = NULL, created_at = now()
+              WHERE schedule_fires.outcome IN ('skipped', 'failed')",
             &[&id, &fire_times, &overlap],
         )
         .await?)
@@ -266,6 +271,19 @@ pub async fn skip_fire(tx: &Transaction<'_>, id: &str, fire_time: DateTime<Utc>)
     tx.execute(
         "UPDATE schedule_fires SET outcome = 'skipped' WHERE schedule_id = $1 AND fire_time = $2",
         &[&id, &fire_time],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A fire time whose run could not start, and why. Its row is the
+/// caller's (written earlier in the same transaction, or queued by a
+/// backfill, which may ask for it again).
+pub async fn fail_fire(tx: &Transaction<'_>, id: &str, fire_time: DateTime<Utc>, error: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE schedule_fires SET outcome = 'failed', error = $3, run_id = NULL
+          WHERE schedule_id = $1 AND fire_time = $2",
+        &[&id, &fire_time, &error],
     )
     .await?;
     Ok(())

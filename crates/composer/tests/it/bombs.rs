@@ -308,3 +308,339 @@ fn the_schema_marks_exactly_the_fields_that_compile_an_expression() {
     }
     assert!(checked > 120, "{checked}");
 }
+
+/// What a bomb is planted as: the bomb's jq in a template, or bare.
+fn planted(mark: &str, source: &str) -> Value {
+    match mark {
+        "jq" => json!(source),
+        _ => json!(bomb(source)),
+    }
+}
+
+/// Every hostile kind of expression: both closure forms, a long range, a
+/// large string, a regular expression whose program is huge (jq's regexes
+/// do not backtrack; counted repetitions are what costs).
+const BOMBS: [(&str, &str); 5] = [
+    ("closure", CLOSURE_BOMBS[0]),
+    ("closure_arg", CLOSURE_BOMBS[1]),
+    ("range", "[range(1e9)] | length"),
+    ("string", "\"x\" * 1000000000"),
+    ("regex", r#"("a" * 1000) | test("(\\w{1,250}){1,250}b")"#),
+];
+
+/// Every way a field's expression can be evaluated: a start by the API, an
+/// event, a webhook or a schedule; as a child, as a MAP's item, as a
+/// failure handler (or its input); and again by a rerun or a bulk rerun.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Route {
+    Api,
+    Event,
+    Webhook,
+    Schedule,
+    Child,
+    Item,
+    Handler,
+    HandlerInput,
+    Rerun,
+    BulkRerun,
+}
+
+/// The routes a field is evaluated on: those of its class (found by the
+/// first route: a start refused is a start-time field), the first being
+/// the one every bomb takes.
+fn routes_of(f: &composer_testkit::schema::SchemaField, start_time: bool) -> Vec<Route> {
+    use Route::*;
+    match f.def.as_str() {
+        "TriggerSpec" => vec![Event, Webhook],
+        "OnFailureSpec" => vec![HandlerInput],
+        _ if start_time => vec![Api, Event, Webhook, Schedule, Child, Handler],
+        _ if f.is_node_config() => vec![Api, Child, Item, Handler, Rerun, BulkRerun],
+        _ => vec![Api, Child, Handler, Rerun, BulkRerun],
+    }
+}
+
+/// One bomb in one field: its workflow (`case`), what it is and how to
+/// reach it.
+struct Case {
+    name: String,
+    field: String,
+    bomb: &'static str,
+    def: Value,
+}
+
+/// Whether `text` names an exceeded limit, as every bomb's error must.
+fn named(text: &str) -> bool {
+    text.contains("expr_max_")
+}
+
+impl Coordinator {
+    async fn start_run(&self, workflow: &str) -> Result<Option<String>, String> {
+        let (status, body) = self.client.post("/v1/runs", &json!({"workflow": workflow})).await;
+        match status {
+            201 => Ok(Some(body["id"].as_str().unwrap().to_string())),
+            400 if named(&body.to_string()) => Ok(None),
+            _ => Err(format!("start: {status} {body}")),
+        }
+    }
+
+    /// The run ends FAILED with a named error.
+    async fn failed(&self, id: &str) -> Result<Value, String> {
+        let run = self.client.wait_for_run(id, T).await;
+        match (run["status"].as_str(), run["error"].as_str()) {
+            (Some("FAILED"), Some(e)) if named(e) => Ok(run),
+            _ => Err(format!("run {id}: {run}")),
+        }
+    }
+
+    /// What an event (or a webhook's delivery) did: a trigger's named error,
+    /// or the run it started failed with one.
+    async fn event_failed(&self, answer: (u16, Value)) -> Result<(), String> {
+        let (status, sent) = answer;
+        if status != 200 {
+            return Err(format!("event: {status} {sent}"));
+        }
+        if let Some(error) = sent["trigger_errors"][0]["error"].as_str() {
+            return if named(error) { Ok(()) } else { Err(format!("event: {sent}")) };
+        }
+        match sent["started_runs"][0]["run_id"].as_str() {
+            Some(id) => self.failed(id).await.map(|_| ()),
+            None => Err(format!("the event started nothing and said nothing: {sent}")),
+        }
+    }
+
+    /// The failed run's failure handler did not start (its start-time
+    /// expressions or input failed, named) or started and failed.
+    async fn handler_failed(&self, failed_run: &str) -> Result<(), String> {
+        let run = self.client.wait_for_run(failed_run, T).await;
+        let history = self.history(failed_run).await;
+        let Some(noted) = history.iter().find(|h| h["type"] == "HandlerStarted") else {
+            return Err(format!("no handler noted for {run}"));
+        };
+        match (noted["payload"]["error"].as_str(), noted["payload"]["run_id"].as_str()) {
+            (Some(e), _) if named(e) => Ok(()),
+            (None, Some(handler)) => self.failed(handler).await.map(|_| ()),
+            _ => Err(format!("handler: {noted}")),
+        }
+    }
+
+    async fn reach(&self, case: &Case, route: Route) -> Result<(), String> {
+        let c = &case.name;
+        match route {
+            Route::Api => match self.start_run(c).await? {
+                Some(id) => self.failed(&id).await.map(|_| ()),
+                None => Ok(()),
+            },
+            Route::Event => {
+                self.event_failed(self.client.post("/v1/events", &json!({"name": format!("ev.{c}")})).await).await
+            }
+            Route::Webhook => {
+                let hook = Coordinator::webhook(
+                    &format!("wh_{c}"),
+                    json!({"name": format!("ev.{c}"), "payload": "${ .body }"}),
+                );
+                let (status, body) = self.client.post("/v1/webhooks", &hook).await;
+                if status >= 300 {
+                    return Err(format!("webhook: {status} {body}"));
+                }
+                self.event_failed(self.deliver(&format!("wh_{c}"), "{}").await).await
+            }
+            Route::Schedule => {
+                let id = format!("s_{c}");
+                let spec = json!({"id": id, "workflow": c, "cron": "* * * * * *"});
+                let (status, body) = self.client.post("/v1/schedules", &spec).await;
+                if status >= 300 {
+                    return Err(format!("schedule: {status} {body}"));
+                }
+                let until = Instant::now() + T;
+                let outcome = loop {
+                    let view = self.client.get(&format!("/v1/schedules/{id}")).await;
+                    if let Some(e) = view["last_fire_error"].as_str() {
+                        break if named(e) { Ok(()) } else { Err(format!("schedule: {view}")) };
+                    }
+                    if Instant::now() > until {
+                        break Err(format!("the schedule's fires said nothing: {view}"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                };
+                let _ = self.client.http.delete(format!("{}/v1/schedules/{id}", self.client.base)).send().await;
+                outcome
+            }
+            Route::Child => {
+                let parent = format!("p_{c}");
+                // A failed child is retried by default: once is enough here.
+                self.register(&json!({"name": parent, "nodes": [{"id": "call", "type": "SUB_WORKFLOW",
+                    "config": {"workflow": c}, "retry": {"max_attempts": 1}}]}))
+                    .await;
+                let id = self.start_run(&parent).await?.ok_or("the parent's start was refused")?;
+                self.failed(&id).await.map(|_| ())
+            }
+            Route::Item => {
+                let node = &case.def["nodes"][0];
+                let item = format!("i_{c}");
+                let spec = json!({"name": item, "nodes": [{"id": "each", "type": "MAP", "config": {
+                    "items": [1], "node": {"type": node["type"], "config": node["config"]}}}]});
+                let (status, body) = self.client.post("/v1/workflows", &spec).await;
+                if status == 400 && body.to_string().contains("per item") {
+                    return Ok(());
+                }
+                if status >= 300 {
+                    return Err(format!("item: {status} {body}"));
+                }
+                let id = self.start_run(&item).await?.ok_or("the MAP's start was refused")?;
+                self.failed(&id).await.map(|_| ())
+            }
+            Route::Handler => {
+                let failing = format!("f_{c}");
+                self.register(&json!({"name": failing, "on_failure": {"workflow": c},
+                    "nodes": [{"id": "x", "type": "FAIL", "config": {"message": "no"}}]}))
+                    .await;
+                let id = self.start_run(&failing).await?.ok_or("the failing run's start was refused")?;
+                self.handler_failed(&id).await
+            }
+            Route::HandlerInput => {
+                let id = self.start_run(c).await?.ok_or("the run's start was refused")?;
+                self.handler_failed(&id).await
+            }
+            Route::Rerun | Route::BulkRerun => {
+                let id = self.start_run(c).await?.ok_or("the run's start was refused")?;
+                self.failed(&id).await?;
+                let (status, body) = if route == Route::Rerun {
+                    self.client.post(&format!("/v1/runs/{id}/rerun"), &json!({"from": ["n"]})).await
+                } else {
+                    let filter = json!({"workflow": c});
+                    self.client
+                        .post("/v1/runs/bulk", &json!({"filter": filter, "action": "rerun", "from": ["n"]}))
+                        .await
+                };
+                if status >= 300 {
+                    return Err(format!("{route:?}: {status} {body}"));
+                }
+                // Bulk jobs are worked one at a time: this one may wait for
+                // every other case's.
+                let until = Instant::now() + if route == Route::BulkRerun { 5 * T } else { T };
+                loop {
+                    let history = self.history(&id).await;
+                    let failures = history.iter().filter(|h| h["type"] == "RunFailed").count();
+                    if failures >= 2 {
+                        return self.failed(&id).await.map(|_| ());
+                    }
+                    if Instant::now() > until {
+                        return Err(format!("{route:?}: the run did not fail again: {history:?}"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Every field the schema marks as taking an expression, with every bomb,
+/// reached every way it can be evaluated: each fails its run, start or
+/// step with a named error in bounded time, `/healthz` answers within a
+/// second all the while, the process stays up, and a restarted coordinator
+/// serves. The fields come from the schema (`testkit::schema`), so a new
+/// one is covered without touching this test.
+///
+/// By default every bomb takes each field's first route and the first bomb
+/// every route; `COMPOSER_BOMB_SOAK=1` takes every bomb every route.
+#[tokio::test]
+async fn every_expression_field_of_the_schema_holds_every_bomb() {
+    use composer_testkit::schema;
+    use futures_util::StreamExt;
+    let soak = std::env::var("COMPOSER_BOMB_SOAK").is_ok_and(|v| v == "1");
+    let mut coordinator = Coordinator::start("bomb-schema").await;
+    coordinator.register(&json!({"name": "echo", "nodes": [transform("t")]})).await;
+    coordinator.register(&json!({"name": "handler", "nodes": [transform("h")]})).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let health = {
+        let (http, url) = (coordinator.client.http.clone(), format!("{}/healthz", coordinator.client.base));
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut slow = Vec::new();
+            while !stop.is_cancelled() {
+                let started = Instant::now();
+                let answer = http.get(&url).timeout(Duration::from_secs(1)).send().await;
+                if !answer.is_ok_and(|r| r.status().is_success()) {
+                    slow.push(started.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            slow
+        })
+    };
+
+    let schema = schema::schema();
+    // COMPOSER_BOMB_FIELDS=HttpConfig.url,MapConfig.items takes only those.
+    let only = std::env::var("COMPOSER_BOMB_FIELDS").ok();
+    let marked: Vec<schema::SchemaField> = schema::fields(&schema)
+        .into_iter()
+        .filter(|f| f.is_expression())
+        .filter(|f| only.as_deref().is_none_or(|o| o.split(',').any(|n| n == f.name())))
+        .collect();
+    assert!(marked.len() >= 20 || only.is_some(), "{} marked fields", marked.len());
+    let mut cases = Vec::new();
+    for (i, f) in marked.iter().enumerate() {
+        for (b, (bomb_name, source)) in BOMBS.iter().enumerate() {
+            let name = format!("c{i}_{bomb_name}");
+            let mut def = schema::definition_with(&schema, &name, f, planted(f.mark.as_deref().unwrap(), source));
+            match f.def.as_str() {
+                "TriggerSpec" => def["triggers"][0]["event"] = json!(format!("ev.{name}")),
+                "OnFailureSpec" => def["nodes"] = json!([{"id": "n", "type": "FAIL", "config": {"message": "no"}}]),
+                _ => def["triggers"] = json!([{"event": format!("ev.{name}")}]),
+            }
+            cases.push((b, Case { name, field: f.name(), bomb: bomb_name, def }));
+        }
+    }
+    let by_field = |field: &str| marked.iter().find(|f| f.name() == field).unwrap();
+    let reached = {
+        let c = &coordinator;
+        for (_, case) in &cases {
+            let (status, body) = c.client.post("/v1/workflows", &case.def).await;
+            assert!(status < 300, "{} with {}: {status} {body}\n{}", case.field, case.bomb, case.def);
+        }
+        // The first route of each field tells its class; then the rest.
+        let first: Vec<(usize, bool)> = futures_util::stream::iter(cases.iter().enumerate())
+            .map(|(k, (_, case))| async move {
+                let f = by_field(&case.field);
+                let start_time = match f.def.as_str() {
+                    "TriggerSpec" | "OnFailureSpec" => false,
+                    _ => c.client.post("/v1/runs", &json!({"workflow": case.name})).await.0 == 400,
+                };
+                let route = routes_of(f, start_time)[0];
+                let outcome = c.reach(case, route).await;
+                assert!(outcome.is_ok(), "{} with {} by {route:?}: {}", case.field, case.bomb, outcome.unwrap_err());
+                (k, start_time)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        let mut more = Vec::new();
+        for (k, start_time) in first {
+            let (b, case) = &cases[k];
+            if soak || *b == 0 {
+                let routes = routes_of(by_field(&case.field), start_time);
+                more.extend(routes.into_iter().skip(1).map(|r| (case, r)));
+            }
+        }
+        let reached = more.len();
+        futures_util::stream::iter(more)
+            .for_each_concurrent(8, |(case, route)| async move {
+                let outcome = c.reach(case, route).await;
+                assert!(outcome.is_ok(), "{} with {} by {route:?}: {}", case.field, case.bomb, outcome.unwrap_err());
+            })
+            .await;
+        reached
+    };
+    stop.cancel();
+    let slow = health.await.unwrap();
+    assert!(slow.is_empty(), "/healthz took a second or more {} times: {slow:?}", slow.len());
+    eprintln!(
+        "{} marked fields, {} bombs: {} cases, then {reached} more routes",
+        marked.len(),
+        BOMBS.len(),
+        cases.len()
+    );
+    coordinator.assert_alive("after every bomb").await;
+    coordinator.restart().await;
+    coordinator.assert_serves("after a restart").await;
+}

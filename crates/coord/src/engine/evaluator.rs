@@ -166,17 +166,26 @@ impl Pool {
         Pool { jobs, shared, backstop }
     }
 
-    /// Runs `f` on a pool thread.
+    /// Runs `f` on a pool thread. The backstop counts from when a thread
+    /// takes the work, not from when it was queued: work queued behind
+    /// others' evaluations (a burst of hostile ones at their limits) waits
+    /// its turn instead of failing as a fault. Every piece of work ends
+    /// within its backstop, so the queue always moves.
     async fn run<T: Send + 'static>(
         &self,
         subject: Subject,
         f: impl FnOnce(&Sandbox) -> T + Send + 'static,
     ) -> Result<T, Lost> {
+        let (taken_tx, taken) = tokio::sync::oneshot::channel();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |sb| {
+            let _ = taken_tx.send(());
             let _ = tx.send(contained(|| f(sb)));
         });
         if self.jobs.send((subject, job)).is_err() {
+            return Err(Lost::Gone);
+        }
+        if taken.await.is_err() {
             return Err(Lost::Gone);
         }
         match tokio::time::timeout(self.backstop, rx).await {
@@ -277,6 +286,16 @@ mod tests {
         assert!(pool.run(run.clone(), |sb| sb.is_evaluation_thread()).await.unwrap());
         let stuck = pool.run(run.clone(), |_| std::thread::sleep(Duration::from_secs(2))).await;
         assert!(matches!(stuck, Err(Lost::Backstop(_))), "{stuck:?}");
+        // Queued behind work that keeps every thread busy past the backstop,
+        // quick work waits its turn and answers: the backstop counts from
+        // when a thread takes it.
+        let busy: Vec<_> = (0..2 * pool.shared.target)
+            .map(|_| pool.run(run.clone(), |_| std::thread::sleep(Duration::from_millis(150))))
+            .collect();
+        let queued = pool.run(run.clone(), |_| 9);
+        let (busy, queued) = tokio::join!(futures_util::future::join_all(busy), queued);
+        assert!(busy.iter().all(Result::is_ok), "{busy:?}");
+        assert_eq!(queued.unwrap(), 9);
         for _ in 0..4 {
             assert_eq!(pool.run(run.clone(), |_| 7).await.unwrap(), 7, "the others still answer");
         }

@@ -53,6 +53,7 @@ fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
         paused: row.paused,
         next_fire_times,
         last_run_id: row.last_run_id,
+        last_fire_error: row.last_fire_error.clone(),
         backfill_queued: row.backfill_queued,
         created_at: row.created_at,
         updated_at: row.updated_at,
