@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::definition::{NodeKind, Workflow};
 use crate::expr::Sandbox;
 use crate::http;
-use crate::machine::{self, codes, Event, HistoryKind, Run, RunStatus, TaskState, Transition};
+use crate::machine::{self, codes, Event, HistoryKind, Resolution, Run, RunStatus, Task, TaskState, Transition};
 
 /// What the simulated world answers. A SUB_WORKFLOW's child run is not
 /// simulated: its mock is the child's output (or `--fail` fails the child);
@@ -30,6 +30,30 @@ pub struct Options {
     /// Nodes whose every attempt fails, with this message (a WAIT_FOR_EVENT
     /// times out instead). The node's retry policy applies.
     pub failures: HashMap<String, String>,
+    /// What each attempt of a worker-run node (or a MAP's item, `ship[3]`)
+    /// does, attempt by attempt (the last one for every attempt past them):
+    /// before `mocks` and `failures`.
+    pub outcomes: HashMap<String, Vec<Outcome>>,
+    /// Cancel the run when the `n`th piece of work starts (1 is the first):
+    /// an attempt a worker would run (instead of its answer) or a child run
+    /// (before it ends), as an operator would while it runs.
+    pub cancel_at: Option<usize>,
+}
+
+/// What one attempt of a worker-run node does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// It completes with this output.
+    Output(Value),
+    /// It fails, retryably (under the node's policy) or for good.
+    Fail { error: String, retryable: bool },
+    /// It runs past the node's `timeout` (which the node must have): the
+    /// attempt fails retryably.
+    TimeOut,
+    /// Its worker is lost while it runs, its outcome unknown: an
+    /// `at_most_once` node's attempt goes IN_DOUBT, and an operator
+    /// resolves it so.
+    Unknown(Resolution),
 }
 
 /// How the simulated run went.
@@ -64,6 +88,19 @@ pub struct NodeReport {
     /// by them; the simulation does not.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub limit_keys: Vec<String>,
+    /// A MAP's items, by index.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<ItemReport>,
+}
+
+/// One item of a MAP.
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemReport {
+    pub index: u32,
+    pub state: String,
+    pub attempts: i32,
+    pub output: Option<Value>,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -93,14 +130,32 @@ pub fn simulate(sb: &Sandbox, wf: &Workflow, opts: &Options) -> Report {
     let mut run = Run::new(new_id(), opts.input.clone());
     let mut world = World::default();
     world.apply(sb, wf, &mut run, Event::RunStarted, now, &mut new_id);
+    let mut answered = 0;
     for _ in 0..MAX_EVENTS {
         if run.status != RunStatus::Running {
             break;
         }
-        let Some(event) = next_event(wf, &run, opts, &mut now) else { break };
+        let Some(event) = next_event(wf, &run, opts, &mut now, &mut answered) else { break };
+        lease(&mut run, &event);
         world.apply(sb, wf, &mut run, event, now, &mut new_id);
     }
     report(sb, wf, &run, &world.taken)
+}
+
+/// A worker took the attempt an event answers: it is RUNNING, as a lease
+/// makes it in production (where, for one, an `at_most_once` attempt that
+/// times out RUNNING goes IN_DOUBT instead of being tried again).
+fn lease(run: &mut Run, event: &Event) {
+    let task_id = match event {
+        Event::TaskCompleted { task_id, .. }
+        | Event::TaskFailed { task_id, .. }
+        | Event::TaskInDoubt { task_id, .. }
+        | Event::TimerFired { task_id } => task_id,
+        _ => return,
+    };
+    if let Some(t) = run.tasks.iter_mut().find(|t| t.id == *task_id && t.state == TaskState::Pending) {
+        t.state = TaskState::Running;
+    }
 }
 
 /// What the simulated engine keeps between events: the edges taken, and the
@@ -168,7 +223,13 @@ pub fn note_taken(tr: &Transition, taken: &mut HashSet<(String, String)>) {
 
 /// What the world does next: the oldest open task gets its answer (a MAP's
 /// own task and its queued items wait for the items in flight).
-fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>) -> Option<Event> {
+fn next_event(
+    wf: &Workflow,
+    run: &Run,
+    opts: &Options,
+    now: &mut DateTime<Utc>,
+    answered: &mut usize,
+) -> Option<Event> {
     let task =
         run.tasks.iter().find(|t| !t.state.is_terminal() && t.progress.is_none() && t.state != TaskState::Queued)?;
     let node = &wf.nodes[task.node];
@@ -180,6 +241,19 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
     };
     let mock = || lookup(&opts.mocks, own.as_deref(), &node.id).cloned().unwrap_or_else(|| json!({}));
     let failure = lookup(&opts.failures, own.as_deref(), &node.id).cloned();
+    let outcome = lookup(&opts.outcomes, own.as_deref(), &node.id)
+        .and_then(|script| script.get((task.attempt.max(1) as usize - 1).min(script.len().saturating_sub(1))));
+    let worker_runs = matches!(task.state, TaskState::Pending | TaskState::Running) && node.kind.traits().dispatched;
+    let child_runs = task.state == TaskState::Running && node.kind.traits().has_child;
+    if worker_runs || child_runs {
+        *answered += 1;
+        if opts.cancel_at == Some(*answered) {
+            return Some(Event::CancelRun);
+        }
+    }
+    if let Some(event) = outcome.and_then(|o| scripted(task, o, worker_runs, now)) {
+        return Some(event);
+    }
     Some(match (task.state, &node.kind) {
         // A child run is not simulated: it "ends" with the mock, or fails.
         (TaskState::Running, kind) if kind.traits().has_child => Event::ChildFinished {
@@ -241,9 +315,59 @@ fn next_event(wf: &Workflow, run: &Run, opts: &Options, now: &mut DateTime<Utc>)
     })
 }
 
+/// The event of a scripted attempt: its answer when a worker runs it, its
+/// operator's resolution once IN_DOUBT.
+fn scripted(task: &Task, outcome: &Outcome, worker_runs: bool, now: &mut DateTime<Utc>) -> Option<Event> {
+    let (task_id, attempt) = (task.id, task.attempt);
+    Some(match (outcome, worker_runs, task.state) {
+        (Outcome::Output(output), true, _) => Event::TaskCompleted { task_id, attempt, output: output.clone() },
+        (Outcome::Fail { error, retryable }, true, _) => Event::TaskFailed {
+            task_id,
+            attempt,
+            error: error.clone(),
+            retryable: *retryable,
+            code: None,
+            status: None,
+            retry_after: None,
+        },
+        // The attempt's deadline is its timer: the clock jumps to it.
+        (Outcome::TimeOut, true, _) => {
+            if let Some(at) = task.wake_at {
+                *now = (*now).max(at);
+            }
+            Event::TimerFired { task_id }
+        }
+        (Outcome::Unknown(_), true, _) => {
+            Event::TaskInDoubt { task_id, attempt, reason: "its worker was lost (simulated)".into() }
+        }
+        (Outcome::Unknown(resolution), false, TaskState::InDoubt) => {
+            Event::ResolveTask { task_id, resolution: resolution.clone() }
+        }
+        _ => return None,
+    })
+}
+
 /// An item's own entry (`ship_each[3]`), else its node's.
 fn lookup<'m, V>(m: &'m HashMap<String, V>, own: Option<&str>, node: &str) -> Option<&'m V> {
     own.and_then(|id| m.get(id)).or_else(|| m.get(node))
+}
+
+/// The items of MAP task `map`, by index.
+fn items_of(run: &Run, map: &Task) -> Vec<ItemReport> {
+    let mut items: Vec<ItemReport> = run
+        .tasks
+        .iter()
+        .filter(|t| t.item.is_some_and(|i| i.map == map.id))
+        .map(|t| ItemReport {
+            index: t.item.map_or(0, |i| i.index),
+            state: t.state.to_string(),
+            attempts: t.attempt,
+            output: t.output.clone(),
+            error: t.error.clone(),
+        })
+        .collect();
+    items.sort_by_key(|i| i.index);
+    items
 }
 
 fn report(sb: &Sandbox, wf: &Workflow, run: &Run, taken: &HashSet<(String, String)>) -> Report {
@@ -263,6 +387,7 @@ fn report(sb: &Sandbox, wf: &Workflow, run: &Run, taken: &HashSet<(String, Strin
                 output: task.and_then(|t| t.output.clone()),
                 error: task.and_then(|t| t.error.clone()),
                 limit_keys: task.map(|t| t.limit_keys.clone()).unwrap_or_default(),
+                items: task.map(|m| items_of(run, m)).unwrap_or_default(),
             }
         })
         .collect();
@@ -358,6 +483,7 @@ mod tests {
             input: json!({"orders": ["a", "b", "c"]}),
             mocks: HashMap::from([("ship".into(), json!("sent")), ("ship[2]".into(), json!("sent late"))]),
             failures: HashMap::from([("ship[1]".into(), "no stock".into())]),
+            ..Default::default()
         };
         let r = simulate(&sb(), &w, &opts);
         assert_eq!(r.status, RunStatus::Succeeded);
@@ -377,6 +503,25 @@ mod tests {
         assert!(r.error.unwrap().contains("card declined"));
     }
 
+    /// The engine puts an `at_most_once` attempt that timed out while its
+    /// worker held it IN_DOUBT; `simulate` retried it, as if no worker had
+    /// taken it (found by the three-way failure model).
+    #[test]
+    fn an_at_most_once_attempt_that_times_out_is_in_doubt_as_in_production() {
+        let mut node = http("pay");
+        node["timeout"] = json!("1s");
+        node["delivery"] = json!("at_most_once");
+        node["retry"] = json!({"max_attempts": 3});
+        let w = wf(json!({"name": "pay", "nodes": [node]}));
+        let opts = Options { outcomes: HashMap::from([("pay".into(), vec![Outcome::TimeOut])]), ..Default::default() };
+        let r = simulate(&sb(), &w, &opts);
+        assert_eq!((r.status, r.nodes[0].state.as_str(), r.nodes[0].attempts), (RunStatus::Running, "IN_DOUBT", 1));
+        let resolved = vec![Outcome::Unknown(Resolution::Completed(json!({"ok": true})))];
+        let opts = Options { outcomes: HashMap::from([("pay".into(), resolved)]), ..Default::default() };
+        let r = simulate(&sb(), &w, &opts);
+        assert_eq!((r.status, r.nodes[0].output.clone()), (RunStatus::Succeeded, Some(json!({"ok": true}))));
+    }
+
     #[test]
     fn waits_fire_and_events_arrive_with_their_mocked_payload() {
         let w = wf(json!({"name": "w", "nodes": [
@@ -389,6 +534,7 @@ mod tests {
             input: json!({"order": "o-1"}),
             mocks: HashMap::from([("paid".into(), json!({"amount": 5}))]),
             failures: HashMap::from([("late".into(), String::new())]),
+            ..Default::default()
         };
         let r = simulate(&sb(), &w, &opts);
         assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");

@@ -20,6 +20,7 @@ mod in_part;
 mod leases;
 mod limits;
 mod logs;
+mod model;
 mod ops;
 mod priorities;
 mod processes;

@@ -106,6 +106,11 @@ impl Machine<'_> {
             task.state = TaskState::Queued;
             self.run.tasks.push(task);
             self.tr.created.push(at);
+            // Once an item created before it failed the MAP, an item is not
+            // evaluated: it is cancelled with the MAP, as a queued one is.
+            if self.failing(m, &config) {
+                continue;
+            }
             let sb = self.sb;
             let evaluated = scope.with_item(value, index as usize).and_then(|scope| match &template.kind {
                 NodeKind::Transform { output } => output
@@ -255,6 +260,13 @@ impl Machine<'_> {
         }
     }
 
+    /// Whether MAP `m` is to fail: a reduction over an item failed, or more
+    /// items failed than it tolerates.
+    fn failing(&self, m: usize, config: &MapConfig) -> bool {
+        let p = self.run.tasks[m].progress.unwrap_or_default();
+        self.maps.broken.contains_key(&m) || config.tolerated.exceeded(p.failed, p.total)
+    }
+
     /// Fails MAP `m` if a reduction over one of its items failed or more of
     /// its items failed than it tolerates; whether it did.
     fn fails_now(&mut self, m: usize) -> bool {
@@ -276,8 +288,7 @@ impl Machine<'_> {
             let p = self.run.tasks[m].progress.unwrap_or_default();
             // An item that ended as it was created may have failed the MAP:
             // start nothing more before the MAP is looked at.
-            let failing = self.maps.broken.contains_key(&m) || config.tolerated.exceeded(p.failed, p.total);
-            if p.open >= max || p.queued == 0 || failing {
+            if p.open >= max || p.queued == 0 || self.failing(m, config) {
                 return;
             }
             if let Some(t) = self.next_queued(m) {

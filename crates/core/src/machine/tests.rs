@@ -925,6 +925,21 @@ fn a_map_of_transform_items_fails_when_an_item_fails_under_on_item_failure_fail(
     assert!(output.unwrap()[3]["error"].as_str().unwrap().contains("bad"));
 }
 
+/// Once an item failed its MAP, the items after it are not evaluated:
+/// they are cancelled with the MAP, as queued ones are, even when, like
+/// TRANSFORM items, they would end as they are created (found by the
+/// three-way failure model: one item past the failure COMPLETED).
+#[test]
+fn items_after_the_one_that_failed_the_map_are_cancelled_not_evaluated() {
+    let wf = parse(json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": [0, 1, 2], "max_concurrency": 1,
+        "node": {"type": "TRANSFORM", "config": {"output": "${ if .index == 0 then error(\"no\") else .item end }"}}}}]}));
+    let report = crate::simulate::simulate(&sb(), &wf, &crate::simulate::Options::default());
+    let states: Vec<&str> = report.nodes[0].items.iter().map(|i| i.state.as_str()).collect();
+    assert_eq!(states, ["FAILED", "CANCELLED", "CANCELLED"]);
+    assert_eq!(report.status, RunStatus::Failed);
+}
+
 /// Every item of a MAP of TRANSFORMs failing (each output over its share
 /// of the collected output: 7 items, as many as one event creates under
 /// test, of 150,000 bytes under 1 MiB) reported SUCCEEDED too.
