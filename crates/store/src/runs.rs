@@ -1421,15 +1421,26 @@ pub async fn exists(client: &Client, id: Uuid) -> Result<bool> {
     Ok(client.query_one(&stmt, &[&id]).await?.try_get(0)?)
 }
 
-/// The definitions (versions) of the first `cap` runs `filter` matches.
+/// Which of `nodes` no definition (version) of the first `cap` runs
+/// `filter` matches has, read in PostgreSQL (no definition is loaded).
 /// Read-only.
-pub async fn matching_definitions(client: &mut Client, filter: &RunFilter<'_>, cap: i64) -> Result<Vec<Uuid>> {
+pub async fn nodes_missing(
+    client: &mut Client,
+    filter: &RunFilter<'_>,
+    cap: i64,
+    nodes: &[String],
+) -> Result<Vec<String>> {
     let status = filter.status.map(|s| s.as_str());
     let mut w = Where::of(filter, &status);
     let cap_at = w.bind(&cap);
+    let nodes_at = w.bind(&nodes);
     let sql = format!(
-        "SELECT DISTINCT workflow_definition_id FROM \
-           (SELECT workflow_definition_id FROM workflow_runs WHERE {} LIMIT {cap_at}) AS m",
+        "WITH defs AS (SELECT DISTINCT workflow_definition_id AS id FROM \
+           (SELECT workflow_definition_id FROM workflow_runs WHERE {} LIMIT {cap_at}) AS m) \
+         SELECT n FROM unnest({nodes_at}::text[]) AS n \
+          WHERE EXISTS (SELECT 1 FROM defs) \
+            AND NOT EXISTS (SELECT 1 FROM workflow_definitions d JOIN defs ON d.id = defs.id \
+                             WHERE d.spec->'nodes' @> jsonb_build_array(jsonb_build_object('id', n)))",
         w.sql
     );
     let rows = query_planned(client, &sql, &w.params).await?;

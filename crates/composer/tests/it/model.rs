@@ -444,13 +444,7 @@ impl Reference<'_> {
         ("FAILED".into(), None)
     }
 
-    fn map(
-        &mut self,
-        items: &[Item],
-        max: u32,
-        tolerance: &Tolerance,
-        collect: Collect,
-    ) -> (End, Vec<End>) {
+    fn map(&mut self, items: &[Item], max: u32, tolerance: &Tolerance, collect: Collect) -> (End, Vec<End>) {
         let total = items.len() as u32;
         let mut states: Vec<End> = vec![("QUEUED".into(), None); items.len()];
         let (mut failed, mut acc) = (0u32, 0i64);

@@ -339,7 +339,7 @@ async fn a_bulk_rerun_from_a_step_no_matched_run_has_is_refused_by_name_dry_run_
         let (status, answer) = e.post("/v1/runs/bulk", &body).await;
         assert_eq!(status, 400, "{answer}");
         let message = answer["error"]["message"].as_str().unwrap();
-        assert!(message.contains("\"nope\"") && message.contains("two_steps v1"), "{answer}");
+        assert!(message.contains("\"nope\"") && message.contains("no run the filter matches"), "{answer}");
     }
     let ok = json!({"filter": filter, "action": "rerun", "from": ["b"], "dry_run": true});
     let (status, answer) = e.post("/v1/runs/bulk", &ok).await;

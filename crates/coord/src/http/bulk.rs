@@ -122,28 +122,13 @@ async fn steps_exist(
     filter: &composer_store::runs::RunFilter<'_>,
     from: &[String],
 ) -> ApiResult<()> {
-    let ids = composer_store::runs::matching_definitions(client, filter, COUNT_CAP).await?;
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let defs = composer_store::definitions::by_ids(client, &ids).await?;
-    let has = |node: &str| {
-        defs.iter().any(|d| {
-            d.spec["nodes"].as_array().is_some_and(|nodes| nodes.iter().any(|n| n["id"].as_str() == Some(node)))
-        })
-    };
-    match from.iter().find(|node| !has(node)) {
+    let missing = composer_store::runs::nodes_missing(client, filter, COUNT_CAP, from).await?;
+    match missing.first() {
         None => Ok(()),
-        Some(node) => {
-            let mut workflows: Vec<String> = defs.iter().map(|d| format!("{} v{}", d.name, d.version)).collect();
-            workflows.sort();
-            workflows.dedup();
-            Err(ApiError::bad_request(format!(
-                "from: no run the filter matches has a step {:?} (their workflows: {})",
-                composer_core::clipped(node, 100),
-                composer_core::clipped(&workflows.join(", "), 300)
-            )))
-        }
+        Some(node) => Err(ApiError::bad_request(format!(
+            "from: no run the filter matches has a step {:?} (in any version of its workflow)",
+            composer_core::clipped(node, 100)
+        ))),
     }
 }
 

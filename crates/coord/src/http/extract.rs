@@ -40,10 +40,15 @@ impl Traceparent {
     /// or an event continues its caller's trace, and may not join a run's
     /// and put spans of its own under that run's. Such a header is ignored,
     /// as an invalid one is.
-    pub async fn of_caller(self, s: &crate::Shared) -> ApiResult<Option<String>> {
+    pub async fn of_caller(self, s: &crate::shared::Shared) -> ApiResult<Option<String>> {
         let Some(header) = self.0 else { return Ok(None) };
         let Ok(context) = composer_core::trace::TraceContext::parse(&header) else { return Ok(None) };
         let id = Uuid::from_bytes(context.trace_id);
+        // Only a trace id shaped as a run's (a UUIDv7) can be one: most of
+        // a caller's random ones are not, and cost no query.
+        if id.get_version_num() != 7 || id.get_variant() != uuid::Variant::RFC4122 {
+            return Ok(Some(header));
+        }
         let client = composer_store::client(&s.pool).await?;
         if composer_store::runs::exists(&client, id).await? {
             tracing::info!(run = %id, "ignoring a traceparent that names a run's own trace");

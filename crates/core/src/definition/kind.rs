@@ -127,14 +127,14 @@ impl NodeKind {
     }
 
     /// Reads a node's config into its kind. A MAP also gives back the node
-    /// its items run, for the caller to compile as a node of its own. A
-    /// field the type's config does not take ([`super::config`]) is refused.
+    /// its items run, for the caller to compile as a node of its own. The
+    /// caller has refused a field the type's config does not take
+    /// ([`super::config::check_known`]).
     pub(super) fn compile(
         at: &str,
         n: &NodeSpec,
         config: &Value,
     ) -> Result<(NodeKind, Option<NodeSpec>), ValidationError> {
-        super::config::check_known(at, &n.node_type, config)?;
         let kind = match n.node_type.as_str() {
             "HTTP" => {
                 validate_http(at, config)?;

@@ -111,6 +111,7 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         }
         _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object")),
     };
+    super::config::check_known(at, &n.node_type, &config)?;
     let (kind, per_item) = NodeKind::compile(at, n, &config)?;
     let traits = kind.traits();
     if traits.has_items {
