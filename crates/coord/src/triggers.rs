@@ -169,15 +169,20 @@ async fn evaluate(
     event: &Value,
 ) -> Vec<(usize, Result<Option<Fired>, String>)> {
     let simple = wf.triggers.iter().filter(|t| t.event == name).all(|t| t.is_simple());
-    let (name, event) = (name.to_string(), event.clone());
-    let applied = crate::engine::evaluator::evaluate(Subject::Definition(definition_id), simple, move |sb| {
-        wf.triggers
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.event == name)
-            .map(|(i, t)| (i, t.fire(sb, &event)))
-            .collect::<Vec<_>>()
-    })
+    let input = (wf, name.to_string(), event.clone());
+    let applied = crate::engine::evaluator::evaluate(
+        Subject::Definition(definition_id),
+        simple,
+        input,
+        |sb, (wf, name, event)| {
+            wf.triggers
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.event == name)
+                .map(|(i, t)| (i, t.fire(sb, &event)))
+                .collect::<Vec<_>>()
+        },
+    )
     .await;
     applied.unwrap_or_else(|lost| vec![(0, Err(lost.to_string()))])
 }

@@ -38,29 +38,15 @@ pub struct Webhook {
 }
 
 /// Checks a spec (compiling its transform on a thread with the evaluation
-/// stack); the error names the field.
+/// stack, its subject in the flight recorder); the error names the field.
 pub fn parse(spec: WebhookSpec) -> Result<Webhook, String> {
-    composer_core::expr::on_eval_stack(|| check(spec)).and_then(|checked| checked)
+    let subject = crate::engine::flight::Subject::Webhook(spec.name.clone());
+    composer_core::expr::on_eval_stack(|| crate::engine::flight::recording(&subject, || check(spec)))
+        .and_then(|checked| checked)
 }
 
 fn check(spec: WebhookSpec) -> Result<Webhook, String> {
-    composer_core::definition::check_name("name", &spec.name).map_err(|e| e.to_string())?;
-    if spec.secret.is_empty()
-        || spec.secret.len() > 64
-        || !spec.secret.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-    {
-        return Err("secret: the name of a secret is 1 to 64 of A-Z, 0-9 and '_' (never the secret itself)".into());
-    }
-    let tolerance = match spec.tolerance.as_deref() {
-        None => DEFAULT_TOLERANCE,
-        Some(t) => {
-            let d = composer_core::duration::parse(t).map_err(|e| format!("tolerance: {e}"))?;
-            if d.is_zero() || d > MAX_TOLERANCE {
-                return Err("tolerance: must be more than 0 and at most 1h".into());
-            }
-            d
-        }
-    };
+    let tolerance = tolerance(&spec)?;
     let event = match &spec.event {
         None => None,
         Some(v) if v.to_string().contains(".secrets") => {
@@ -69,6 +55,29 @@ fn check(spec: WebhookSpec) -> Result<Webhook, String> {
         Some(v) => Some(Template::compile(v).map_err(|(p, m)| format!("event{p}: {m}"))?),
     };
     Ok(Webhook { spec, tolerance, event })
+}
+
+/// What a delivery's signature is checked with, from a spec, without
+/// compiling its transform (a delivery compiles it only once its signature
+/// holds): the spec's name and secret name checked, and its tolerance.
+pub fn tolerance(spec: &WebhookSpec) -> Result<Duration, String> {
+    composer_core::definition::check_name("name", &spec.name).map_err(|e| e.to_string())?;
+    if spec.secret.is_empty()
+        || spec.secret.len() > 64
+        || !spec.secret.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err("secret: the name of a secret is 1 to 64 of A-Z, 0-9 and '_' (never the secret itself)".into());
+    }
+    match spec.tolerance.as_deref() {
+        None => Ok(DEFAULT_TOLERANCE),
+        Some(t) => {
+            let d = composer_core::duration::parse(t).map_err(|e| format!("tolerance: {e}"))?;
+            if d.is_zero() || d > MAX_TOLERANCE {
+                return Err("tolerance: must be more than 0 and at most 1h".into());
+            }
+            Ok(d)
+        }
+    }
 }
 
 /// Why a delivery is refused (a 401 that records nothing).

@@ -117,6 +117,8 @@ metrics! {
         kind = ["expired_lease", "lost_dispatch", "max_dispatches", "in_doubt", "stranded_event", "child_result",
                 "child_start", "orphaned_child", "map_continued"];
     TIMERS_FIRED: Counter(Coordinator), "composer_timers_fired_total", "Timers fired (WAIT nodes and retry backoffs).";
+    EVALUATIONS_MOVED: Counter(Coordinator), "composer_evaluations_moved_total",
+        "Work of simple expressions that took more than its inline steps and was done again on the evaluation threads.";
     LIMIT_ADMITTED: Counter(Coordinator), "composer_limit_admitted_total",
         "Steps held by their limits that the limiter let go.";
     SCHEDULE_FIRES: Counter(Coordinator), "composer_schedule_fires_total",

@@ -120,6 +120,13 @@ async fn a_cross_site_form_without_an_origin_is_refused_by_its_referer_or_sec_fe
     let own = format!("{}/ui/runs/{id}", e.url());
     let same = b.post(&retry).header("referer", own).header("sec-fetch-site", "same-origin").send().await.unwrap();
     assert_eq!(same.status(), 303, "the page's own form");
+    // A link from another site (a chat, an email) to a page or the API is
+    // followed: it changes nothing.
+    for path in [format!("/ui/runs/{id}"), format!("/v1/runs/{id}")] {
+        let link = b.get(format!("{}{path}", e.url())).header("sec-fetch-site", "cross-site");
+        let followed = link.header("referer", "https://chat.example/").send().await.unwrap();
+        assert_eq!(followed.status(), 200, "{path}");
+    }
     e.stop().await;
 }
 

@@ -224,8 +224,8 @@ async fn start_keys(
         wf.start_keys(&Sandbox::simple_only(), input, given)
     } else {
         let simple = wf.start_templates().all(|t| t.is_simple());
-        let (wf, input, given) = (wf.clone(), input.clone(), given.cloned());
-        evaluator::evaluate(Subject::Definition(definition_id), simple, move |sb| {
+        let input = (wf.clone(), input.clone(), given.cloned());
+        evaluator::evaluate(Subject::Definition(definition_id), simple, input, |sb, (wf, input, given)| {
             wf.start_keys(sb, &input, given.as_ref())
         })
         .await

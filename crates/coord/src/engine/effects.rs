@@ -142,13 +142,13 @@ pub async fn load_items<S: RunStore>(
 pub async fn apply_contained(wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
     let name = event.name();
     let run_id = run.id;
-    let mut owned = std::mem::replace(run, Run::new(run_id, serde_json::Value::Null));
-    let wf = wf.clone();
-    let applied = super::evaluator::evaluate(Subject::Run(run_id), wf.simple, move |sb| {
-        // Held by the closure until the answer is built: a panic inside
-        // `apply` loses the run's state with the transaction, as it should.
-        let tr = machine::apply(sb, &wf, &mut owned, event, Utc::now(), &mut Uuid::now_v7);
-        (owned, tr)
+    let owned = std::mem::replace(run, Run::new(run_id, serde_json::Value::Null));
+    let input = (wf.clone(), owned, event);
+    // A panic inside `apply` loses the run's state with the transaction, as
+    // it should.
+    let applied = super::evaluator::evaluate(Subject::Run(run_id), wf.simple, input, |sb, (wf, mut run, event)| {
+        let tr = machine::apply(sb, &wf, &mut run, event, Utc::now(), &mut Uuid::now_v7);
+        (run, tr)
     })
     .await;
     let (owned, tr) = applied.map_err(|lost| EngineError::Fault { run_id, event: name, message: lost.to_string() })?;

@@ -31,7 +31,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use composer_core::expr::Sandbox;
+use composer_core::expr::{InlineSpent, Sandbox};
 
 pub use super::flight::{default_state_dir, StateDir, Subject};
 use super::flight::{recording, Flight};
@@ -131,22 +131,36 @@ impl std::fmt::Display for Lost {
     }
 }
 
-/// The one door: runs `f` with a sandbox, for `subject`. With `simple`
-/// (every expression `f` evaluates is simple) it runs here, in a sandbox
-/// that refuses anything else; otherwise on the pool. Either way a crash
-/// inside blames `subject`, and a panic comes back as [`Lost::Panicked`].
-pub async fn evaluate<T: Send + 'static>(
-    subject: Subject,
-    simple: bool,
-    f: impl FnOnce(&Sandbox) -> T + Send + 'static,
-) -> Result<T, Lost> {
+/// Steps simple work may take where it is called ([`evaluate`]) before it
+/// goes to the pool instead: about 50 ms. Simple expressions are bounded by
+/// their input, not cheap (a cartesian product over a large list is simple).
+pub const INLINE_STEPS: u64 = 100_000;
+
+/// The one door: runs `work` over `input` with a sandbox, for `subject`.
+/// With `simple` (every expression `work` evaluates is simple) it runs
+/// here, in a sandbox that refuses anything else, over a copy of `input`,
+/// for at most [`INLINE_STEPS`] steps in all; past them, or without
+/// `simple`, on the pool. Either way a crash inside blames `subject`, and
+/// a panic comes back as [`Lost::Panicked`].
+pub async fn evaluate<I, T>(subject: Subject, simple: bool, input: I, work: fn(&Sandbox, I) -> T) -> Result<T, Lost>
+where
+    I: Clone + Send + 'static,
+    T: Send + 'static,
+{
     if quarantined(&subject) {
         return Err(Lost::Quarantined(subject));
     }
     if simple {
-        return recording(&subject, || contained(|| f(&Sandbox::simple_only())));
+        let copy = input.clone();
+        let here = recording(&subject, || {
+            contained(|| composer_core::expr::inline(INLINE_STEPS, || work(&Sandbox::simple_only(), copy)))
+        })?;
+        match here {
+            Ok(t) => return Ok(t),
+            Err(InlineSpent) => composer_metrics::inc(composer_metrics::EVALUATIONS_MOVED, &[], 1),
+        }
     }
-    pool().run(subject, f).await
+    pool().run(subject, move |sb| work(sb, input)).await
 }
 
 fn contained<T>(f: impl FnOnce() -> T) -> Result<T, Lost> {
@@ -238,7 +252,9 @@ fn work(shared: &Arc<Shared>, sb: &Sandbox) {
 /// process last read them ([`refresh_quarantine`]).
 static QUARANTINE: RwLock<Option<HashMap<Subject, String>>> = RwLock::new(None);
 
-fn quarantined(subject: &Subject) -> bool {
+/// Whether `subject` is quarantined (a run never is: a run that killed a
+/// coordinator is failed instead).
+pub fn quarantined(subject: &Subject) -> bool {
     if matches!(subject, Subject::Run(_)) {
         return false;
     }
@@ -272,7 +288,13 @@ pub async fn fail_crashed(client: &mut composer_store::Client, crashed: Vec<Subj
             }
         }
     }
-    refresh_quarantine(client).await
+    refresh_quarantine(client).await?;
+    if let Some(flight) = Flight::installed() {
+        if let Err(e) = flight.clear_mark() {
+            tracing::warn!(error = %e, "could not clear the flight file's crash mark");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -303,17 +325,37 @@ mod tests {
         assert!(matches!(panicked, Err(Lost::Panicked(ref m)) if m == "a bug"), "{panicked:?}");
     }
 
+    fn whose(sb: &Sandbox, _: ()) -> (std::thread::ThreadId, bool) {
+        (std::thread::current().id(), sb.is_evaluation_thread())
+    }
+
     #[tokio::test]
     async fn simple_work_runs_here_in_a_sandbox_that_refuses_the_rest() {
         let here = std::thread::current().id();
         let subject = Subject::Definition(uuid::Uuid::nil());
-        let (thread, any) =
-            evaluate(subject.clone(), true, |sb| (std::thread::current().id(), sb.is_evaluation_thread()))
-                .await
-                .unwrap();
+        let (thread, any) = evaluate(subject.clone(), true, (), whose).await.unwrap();
         assert_eq!((thread, any), (here, false));
-        let (thread, any) =
-            evaluate(subject, false, |sb| (std::thread::current().id(), sb.is_evaluation_thread())).await.unwrap();
+        let (thread, any) = evaluate(subject, false, (), whose).await.unwrap();
         assert!(thread != here && any, "the rest goes to the pool");
+    }
+
+    /// A simple expression is bounded by its input, not cheap: work that
+    /// takes more than its inline steps is run again on the pool, from its
+    /// input as it was, and answers as it would have.
+    #[tokio::test]
+    async fn simple_work_past_its_inline_steps_is_done_again_on_the_pool() {
+        fn product(sb: &Sandbox, (expr, input): (composer_core::expr::Expr, serde_json::Value)) -> (bool, String) {
+            let out = expr.eval(sb, &input).map(|v| v.to_string()).unwrap_or_else(|e| e);
+            (sb.is_evaluation_thread(), out)
+        }
+        let expr = composer_core::expr::Expr::compile("[.a[] + .a[] + .a[]] | length").unwrap();
+        assert!(expr.is_simple(), "a cartesian product is simple");
+        let subject = Subject::Definition(uuid::Uuid::nil());
+        let small = serde_json::json!({"a": [1, 2, 3]});
+        let (pooled, out) = evaluate(subject.clone(), true, (expr.clone(), small), product).await.unwrap();
+        assert_eq!((pooled, out.as_str()), (false, "27"), "small: here");
+        let large = serde_json::json!({"a": (0..50).collect::<Vec<_>>()});
+        let (pooled, out) = evaluate(subject, true, (expr, large), product).await.unwrap();
+        assert_eq!((pooled, out.as_str()), (true, "125000"), "large: past the inline steps, on the pool");
     }
 }

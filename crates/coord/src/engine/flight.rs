@@ -10,16 +10,19 @@
 //! locked, so that two coordinators never share one.
 //!
 //! Layout: byte 0 is the crash mark (written by the SIGABRT handler), byte 1
-//! the layout's version; slot `i` is [`SLOT_BYTES`] at `SLOT_BYTES * (i + 1)`,
-//! a [`Subject`] or zeros. Every thread that evaluates takes a slot on its
-//! first evaluation and gives it back when it ends.
+//! the layout's version, bytes 2 and 3 the slot of the thread that aborted
+//! (little-endian; `0xFFFF`: a thread that was not evaluating); slot `i` is
+//! [`SLOT_BYTES`] at `SLOT_BYTES * (i + 1)`, a [`Subject`] or zeros. Every
+//! thread that evaluates takes a slot on its first evaluation and gives it
+//! back when it ends. Only the aborting thread's subject is blamed: what
+//! other threads were evaluating at that moment did not kill the process.
 
 use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use uuid::Uuid;
@@ -106,7 +109,28 @@ pub const SLOT_BYTES: usize = 256;
 pub const SLOTS: usize = 256;
 
 const CRASH_MARK: u8 = b'!';
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
+/// The aborting thread held no slot.
+const NO_SLOT: u16 = 0xFFFF;
+
+/// The thread holding each slot (its `pthread_t`; 0: none), for the SIGABRT
+/// handler to find the slot of the thread that aborts (a signal raised by
+/// `abort()` is delivered to the thread that called it).
+static HOLDERS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+/// The first bytes of a flight file as the SIGABRT handler marks it when
+/// the thread holding `slot` aborts.
+pub fn crash_mark(slot: u16) -> [u8; 4] {
+    let [lo, hi] = slot.to_le_bytes();
+    [CRASH_MARK, VERSION, lo, hi]
+}
+
+fn this_thread() -> u64 {
+    // SAFETY: pthread_self has no preconditions and reads no memory of ours.
+    #[allow(unsafe_code)]
+    let me = unsafe { libc::pthread_self() };
+    me as u64
+}
 
 /// A coordinator's state directory (`COMPOSER_STATE_DIR`): created 0700
 /// when missing; refused when another user owns it or others may write in
@@ -205,15 +229,18 @@ impl Drop for Slot {
     fn drop(&mut self) {
         if let (Some(slot), Some(flight)) = (self.0.get(), RECORDER.get()) {
             flight.write(slot, None);
+            HOLDERS[slot].store(0, Ordering::SeqCst);
             flight.free.lock().expect("flight slots").push(slot);
         }
     }
 }
 
 impl Flight {
-    /// Opens (creating) the flight file at `path` and locks it; the subjects
-    /// it names if the last process to use it crashed. Clears it, and marks
-    /// it on SIGABRT.
+    /// Opens (creating) the flight file at `path` and locks it; the subject
+    /// it names if the last process to use it crashed. The mark stays until
+    /// [`Flight::clear_mark`] (once what it names is failed: a start that
+    /// fails first finds it again); a slot's old subject is harmless, since
+    /// only the aborting thread's slot is ever blamed.
     pub fn open(path: &Path) -> std::io::Result<(Flight, Vec<Subject>)> {
         let mut file = OpenOptions::new()
             .read(true)
@@ -233,16 +260,38 @@ impl Flight {
         lock(&file, path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let crashed = if bytes.first() == Some(&CRASH_MARK) && bytes.get(1) == Some(&VERSION) {
-            bytes.get(SLOT_BYTES..).unwrap_or_default().chunks_exact(SLOT_BYTES).filter_map(Subject::decode).collect()
-        } else {
-            Vec::new()
+        let crashed = match (bytes.first(), bytes.get(1), bytes.get(2..4)) {
+            (Some(&CRASH_MARK), Some(&VERSION), Some(at)) => {
+                let at = u16::from_le_bytes([at[0], at[1]]);
+                let slot = bytes.get(SLOT_BYTES * (at as usize + 1)..).and_then(|b| b.get(..SLOT_BYTES));
+                match (at, slot.and_then(Subject::decode)) {
+                    (NO_SLOT, _) | (_, None) => {
+                        tracing::warn!("the last process to use {} aborted, not while evaluating", path.display());
+                        Vec::new()
+                    }
+                    (_, Some(subject)) => vec![subject],
+                }
+            }
+            _ => Vec::new(),
         };
-        file.set_len(0)?;
-        file.set_len((SLOT_BYTES * (SLOTS + 1)) as u64)?;
-        file.write_all_at(&[0, VERSION], 0)?;
-        file.sync_all()?;
+        if bytes.get(1) != Some(&VERSION) || bytes.len() != SLOT_BYTES * (SLOTS + 1) {
+            file.set_len(0)?;
+            file.set_len((SLOT_BYTES * (SLOTS + 1)) as u64)?;
+            file.write_all_at(&crash_mark(NO_SLOT)[1..], 1)?;
+            file.sync_all()?;
+        }
         Ok((Flight { file, free: Mutex::new((0..SLOTS).rev().collect()) }, crashed))
+    }
+
+    /// Takes the crash mark off: what it named has been failed.
+    pub fn clear_mark(&self) -> std::io::Result<()> {
+        self.file.write_all_at(&[0], 0)?;
+        self.file.sync_data()
+    }
+
+    /// The process's recorder, once installed.
+    pub fn installed() -> Option<&'static Flight> {
+        RECORDER.get()
     }
 
     /// Makes this the process's recorder (a second one is dropped: several
@@ -272,7 +321,11 @@ pub fn recording<T>(subject: &Subject, f: impl FnOnce() -> T) -> T {
     let Some(flight) = RECORDER.get() else { return f() };
     let slot = SLOT.with(|s| {
         if s.0.get().is_none() {
-            s.0.set(flight.free.lock().expect("flight slots").pop());
+            let taken = flight.free.lock().expect("flight slots").pop();
+            if let Some(slot) = taken {
+                HOLDERS[slot].store(this_thread(), Ordering::SeqCst);
+            }
+            s.0.set(taken);
         }
         s.0.get()
     });
@@ -311,14 +364,17 @@ fn mark_on_abort(fd: i32) {
     FLIGHT_FD.store(fd, Ordering::SeqCst);
     extern "C" fn on_abort(_: libc::c_int) {
         let fd = FLIGHT_FD.load(Ordering::SeqCst);
-        let mark = [CRASH_MARK];
-        // SAFETY: pwrite, signal and raise are async-signal-safe; the buffer
-        // outlives the call. The default action then ends the process, as
-        // abort() (or a SIGABRT sent from outside) means it to.
+        let me = this_thread();
+        let at = HOLDERS.iter().position(|h| h.load(Ordering::SeqCst) == me).map_or(NO_SLOT, |i| i as u16);
+        let mark = crash_mark(at);
+        // SAFETY: pthread_self, pwrite, signal and raise are async-signal-safe
+        // (as glibc implements the first: a read of the thread pointer); the
+        // buffer outlives the call. The default action then ends the
+        // process, as abort() (or a SIGABRT sent from outside) means it to.
         #[allow(unsafe_code)]
         unsafe {
             if fd >= 0 {
-                libc::pwrite(fd, mark.as_ptr().cast(), 1, 0);
+                libc::pwrite(fd, mark.as_ptr().cast(), mark.len(), 0);
             }
             libc::signal(libc::SIGABRT, libc::SIG_DFL);
             libc::raise(libc::SIGABRT);
@@ -360,13 +416,22 @@ mod tests {
         flight.write(5, Some(&a));
         flight.write(9, Some(&def));
         flight.write(200, Some(&b));
-        flight.file.write_all_at(&[CRASH_MARK], 0).unwrap();
+        flight.file.write_all_at(&crash_mark(9), 0).unwrap();
         drop(flight);
         let (flight, crashed) = Flight::open(&path).unwrap();
-        assert_eq!(crashed, vec![a, def, b], "what was being evaluated when the process aborted");
+        assert_eq!(crashed, vec![def.clone()], "what the aborting thread was evaluating, not what the others were");
         drop(flight);
-        let (_, again) = Flight::open(&path).unwrap();
+        let (flight, again) = Flight::open(&path).unwrap();
+        assert_eq!(again, vec![def], "named again until what it names is failed");
+        flight.clear_mark().unwrap();
+        drop(flight);
+        let (flight, again) = Flight::open(&path).unwrap();
         assert!(again.is_empty(), "blamed once");
+        flight.write(5, Some(&a));
+        flight.file.write_all_at(&crash_mark(NO_SLOT), 0).unwrap();
+        drop(flight);
+        let (_, crashed) = Flight::open(&path).unwrap();
+        assert!(crashed.is_empty(), "an abort on a thread that was not evaluating blames nothing");
         std::fs::remove_dir_all(d).unwrap();
     }
 

@@ -58,10 +58,16 @@ async fn handler_input(l: &Loaded, limits: Limits) -> std::result::Result<Value,
         return first_storable(contexts.into_iter().map(|ctx| Ok(json!({"failed_run": ctx["failed_run"]}))), limits);
     };
     let simple = template.is_simple();
-    evaluator::evaluate(Subject::Run(l.run.id), simple, move |sb| {
-        let inputs = contexts.iter().map(|ctx| template.eval(sb, ctx).map_err(|e| format!("on_failure.input: {e}")));
-        first_storable(inputs, limits)
-    })
+    evaluator::evaluate(
+        Subject::Run(l.run.id),
+        simple,
+        (template, contexts, limits),
+        |sb, (template, contexts, limits)| {
+            let inputs =
+                contexts.iter().map(|ctx| template.eval(sb, ctx).map_err(|e| format!("on_failure.input: {e}")));
+            first_storable(inputs, limits)
+        },
+    )
     .await
     .map_err(|lost| format!("on_failure.input: {lost}"))?
 }

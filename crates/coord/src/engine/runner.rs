@@ -323,9 +323,17 @@ impl Engine {
             return Ok(wf.clone());
         }
         // On a thread with the evaluation stack: jq's parser recurses as deep
-        // as an expression nests, past a tokio worker's 2 MiB.
-        let spec = &def.spec;
-        let parsed = composer_core::expr::on_eval_stack(|| Workflow::parse(spec).map_err(|e| e.to_string()));
+        // as an expression nests, past a tokio worker's 2 MiB. Recorded: a
+        // compilation that killed the coordinator quarantines the version.
+        let (spec, subject) = (&def.spec, super::flight::Subject::Definition(def.id));
+        if super::evaluator::quarantined(&subject) {
+            return Err(
+                super::error::Rejection::Evaluation(super::evaluator::Lost::Quarantined(subject).to_string()).into()
+            );
+        }
+        let parsed = composer_core::expr::on_eval_stack(|| {
+            super::flight::recording(&subject, || Workflow::parse(spec).map_err(|e| e.to_string()))
+        });
         let wf = parsed.and_then(|p| p).map_err(|e| {
             composer_store::Error::Corrupt(format!("stored definition {} v{} is invalid: {e}", def.name, def.version))
         })?;

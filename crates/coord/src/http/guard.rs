@@ -61,12 +61,14 @@ pub(super) async fn refuse_unknown_hosts(State(s): State<Arc<Shared>>, req: Requ
 /// request was sent to, and only when that host is allowed (a rebound
 /// name's page is same-origin with whatever it sends).
 ///
-/// A browser that leaves `Origin` out (some send a form's POST without it)
-/// still says where the request came from: `Sec-Fetch-Site` other than
-/// `same-origin` or `none` (typed by the user), or a `Referer` of another
-/// origin, is refused as such a page would be. A request with none of the
-/// three (curl, the SDKs) is not a web page's.
-pub fn origin_allowed(s: &Shared, headers: &axum::http::HeaderMap) -> bool {
+/// A browser that leaves `Origin` out of a request that changes something
+/// (some send a form's POST without it) still says where it came from:
+/// `Sec-Fetch-Site` other than `same-origin` or `none` (typed by the user),
+/// or a `Referer` of another origin, is refused as such a page would be.
+/// A request with none of the three (curl, the SDKs) is not a web page's;
+/// a GET or HEAD without `Origin` (a link followed) changes nothing and
+/// passes.
+pub fn origin_allowed(s: &Shared, method: &axum::http::Method, headers: &axum::http::HeaderMap) -> bool {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
     let allowed = |origin: &str| {
         let origin = origin.trim_end_matches('/');
@@ -77,6 +79,9 @@ pub fn origin_allowed(s: &Shared, headers: &axum::http::HeaderMap) -> bool {
     };
     if let Some(origin) = headers.get(header::ORIGIN) {
         return allowed(origin.to_str().unwrap_or_default());
+    }
+    if matches!(*method, axum::http::Method::GET | axum::http::Method::HEAD) {
+        return true;
     }
     if let Some(site) = headers.get("sec-fetch-site") {
         if !matches!(site.to_str().unwrap_or_default(), "same-origin" | "none") {
@@ -181,7 +186,7 @@ pub(super) async fn require_token(
 /// JSON. Without a token, the API on loopback would otherwise be open to
 /// any page the user visits.
 pub(super) async fn refuse_foreign_pages(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    if !origin_allowed(&s, req.headers()) {
+    if !origin_allowed(&s, req.method(), req.headers()) {
         let origin = req.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok()).unwrap_or_default();
         return ApiError::OriginNotAllowed(origin.to_string()).into_response();
     }

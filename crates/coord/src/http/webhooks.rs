@@ -158,21 +158,24 @@ pub(crate) async fn deliver(
     drop(client);
     let spec: WebhookSpec = serde_json::from_value(row.spec.clone())
         .map_err(|e| ApiError::bad_request(format!("stored webhook {name} is invalid: {e}")))?;
-    let hook = crate::webhooks::parse(spec).map_err(ApiError::bad_request)?;
-    let var = crate::webhooks::secret_var(&hook.spec.secret);
+    let tolerance = crate::webhooks::tolerance(&spec).map_err(ApiError::bad_request)?;
+    let var = crate::webhooks::secret_var(&spec.secret);
     let secret = std::env::var(&var).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
         ApiError::Unavailable(format!(
             "webhook {name:?}: this coordinator has no {var} set; the delivery was not recorded"
         ))
     })?;
     let header_text = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
-    let sig = header_text(crate::webhooks::signature_header(hook.spec.scheme));
+    let sig = header_text(crate::webhooks::signature_header(spec.scheme));
     let now = chrono::Utc::now().timestamp();
-    let signed_at = crate::webhooks::verify(hook.spec.scheme, secret.as_bytes(), sig, &body, now, hook.tolerance)
-        .map_err(|why| {
+    // Checked before anything else is done for the sender: its transform
+    // is compiled only for a delivery whose signature holds.
+    let signed_at =
+        crate::webhooks::verify(spec.scheme, secret.as_bytes(), sig, &body, now, tolerance).map_err(|why| {
             tracing::info!(webhook = %name, %why, "webhook delivery refused");
             ApiError::BadSignature
         })?;
+    let hook = crate::webhooks::parse(spec).map_err(ApiError::bad_request)?;
     let body_json = match serde_json::from_slice::<Value>(&body) {
         Ok(v) => v,
         Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
@@ -218,7 +221,8 @@ async fn transform(
     let headers = Value::Object(seen);
     let subject = Subject::Webhook(hook.spec.name.clone());
     let simple = hook.event.as_ref().is_none_or(|t| t.is_simple());
-    let result = crate::engine::evaluator::evaluate(subject, simple, move |sb| {
+    let input = (Arc::new(hook), body, headers, id);
+    let result = crate::engine::evaluator::evaluate(subject, simple, input, |sb, (hook, body, headers, id)| {
         crate::webhooks::event_of(sb, &hook, &body, &headers, id)
     })
     .await

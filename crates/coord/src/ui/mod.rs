@@ -140,9 +140,9 @@ async fn require_login(State(s): State<Arc<Shared>>, req: Request, next: Next) -
     next.run(req).await
 }
 
-/// A form that changes something must come from our own pages.
+/// A form that changes something (a POST) must come from our own pages.
 fn same_origin(s: &Shared, headers: &HeaderMap) -> bool {
-    crate::http::guard::origin_allowed(s, headers)
+    crate::http::guard::origin_allowed(s, &axum::http::Method::POST, headers)
 }
 
 /// Where to go after logging in: one of our pages, never another site, and

@@ -69,6 +69,9 @@ pub enum Exceeded {
     Stack(usize),
     Time(Duration),
     Output(usize),
+    /// Work running inline ([`inline`]) used its steps: never an
+    /// expression's error, it sends the work to the evaluation threads.
+    Inline,
 }
 
 impl std::fmt::Display for Exceeded {
@@ -80,12 +83,16 @@ impl std::fmt::Display for Exceeded {
             Exceeded::Stack(n) => write!(f, "expression exceeded expr_max_stack (recursion used {} KiB)", n >> 10),
             Exceeded::Time(t) => write!(f, "expression exceeded expr_max_time ({} ms)", t.as_millis()),
             Exceeded::Output(n) => write!(f, "expression exceeded expr_max_bytes (a result of more than {n} bytes)"),
+            Exceeded::Inline => f.write_str("the inline budget of the work this evaluation is part of ran out"),
         }
     }
 }
 
 struct Meter {
     limits: Limits,
+    /// Steps this evaluation may take: its limit, or less when the work it
+    /// is part of runs inline with fewer left ([`inline`]).
+    cap: u64,
     steps: u64,
     bytes: u64,
     /// The clock and when the time runs out, if this thread has a clock.
@@ -96,6 +103,14 @@ struct Meter {
 }
 
 impl Meter {
+    /// Past its cap: its step limit, or what inline work had left.
+    fn over_steps(&self) -> Exceeded {
+        match self.cap < self.limits.steps {
+            true => Exceeded::Inline,
+            false => Exceeded::Steps(self.limits.steps),
+        }
+    }
+
     fn past_deadline(&self) -> Option<Exceeded> {
         let (clock, deadline) = self.deadline?;
         (clock() > deadline).then_some(Exceeded::Time(self.limits.time))
@@ -109,6 +124,31 @@ thread_local! {
     /// Whether an evaluation on this thread exceeded a limit since
     /// [`take_exceeded`] last asked.
     static EXCEEDED: Cell<bool> = const { Cell::new(false) };
+    /// Steps the work running inline on this thread has left ([`inline`]).
+    static INLINE_LEFT: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Work run inline — on a thread that also serves others, such as the async
+/// runtime's — that used its steps: the caller runs it again on the
+/// evaluation threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InlineSpent;
+
+/// Runs `work` with at most `steps` steps for all the evaluations in it,
+/// whatever their own limits: an evaluation that would go past them stops
+/// the whole work (it unwinds out of every evaluation, and out of whatever
+/// called them) with [`InlineSpent`]. Simple expressions are bounded by
+/// their input, not cheap: a few cartesian products over a large input in
+/// one event would hold the thread for seconds.
+pub fn inline<T>(steps: u64, work: impl FnOnce() -> T) -> Result<T, InlineSpent> {
+    let outer = INLINE_LEFT.with(|c| c.replace(Some(steps)));
+    let done = panic::catch_unwind(AssertUnwindSafe(work));
+    INLINE_LEFT.with(|c| c.set(outer));
+    match done {
+        Ok(t) => Ok(t),
+        Err(payload) if payload.is::<InlineSpent>() => Err(InlineSpent),
+        Err(payload) => panic::resume_unwind(payload),
+    }
 }
 
 /// True when an evaluation on this thread exceeded a limit since the last
@@ -134,8 +174,10 @@ const CLOCK_EVERY: u64 = 1024;
 /// `Err`; so does a panic inside jaq, which never reaches the caller.
 pub fn run<T>(limits: Limits, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     let marker = 0u8;
+    let inline = INLINE_LEFT.with(Cell::get);
     let meter = Meter {
         limits,
+        cap: inline.map_or(limits.steps, |left| left.min(limits.steps)),
         steps: 0,
         bytes: 0,
         deadline: CLOCK.with(Cell::get).map(|clock| (clock, clock() + limits.time)),
@@ -146,10 +188,14 @@ pub fn run<T>(limits: Limits, f: impl FnOnce() -> Result<T, String>) -> Result<T
     // replaced and restored.
     let outer = METER.with(|m| m.replace(Some(meter)));
     let result = panic::catch_unwind(AssertUnwindSafe(f));
-    METER.with(|m| m.set(outer));
+    let used = METER.with(|m| m.replace(outer)).map_or(0, |m| m.steps);
+    if let Some(left) = inline {
+        INLINE_LEFT.with(|c| c.set(Some(left.saturating_sub(used))));
+    }
     match result {
         Ok(r) => r,
         Err(payload) => match payload.downcast::<Exceeded>() {
+            Ok(exceeded) if *exceeded == Exceeded::Inline => panic::resume_unwind(Box::new(InlineSpent)),
             Ok(exceeded) => {
                 EXCEEDED.with(|e| e.set(true));
                 Err(exceeded.to_string())
@@ -178,8 +224,8 @@ pub fn step() {
     let here = std::ptr::addr_of!(marker) as usize;
     with_meter(|m| {
         m.steps += 1;
-        if m.steps > m.limits.steps {
-            return Some(Exceeded::Steps(m.limits.steps));
+        if m.steps > m.cap {
+            return Some(m.over_steps());
         }
         let used = m.stack_base.saturating_sub(here);
         if used > m.limits.stack {
@@ -198,8 +244,8 @@ pub fn step() {
 pub fn work(units: u64) {
     with_meter(|m| {
         m.steps = m.steps.saturating_add(units);
-        if m.steps > m.limits.steps {
-            return Some(Exceeded::Steps(m.limits.steps));
+        if m.steps > m.cap {
+            return Some(m.over_steps());
         }
         m.past_deadline()
     });
@@ -225,7 +271,7 @@ pub fn build(bytes: u64) {
         if m.bytes > m.limits.bytes {
             return Some(Exceeded::Bytes(m.limits.bytes));
         }
-        (m.steps > m.limits.steps).then_some(Exceeded::Steps(m.limits.steps))
+        (m.steps > m.cap).then(|| m.over_steps())
     });
 }
 

@@ -59,7 +59,7 @@ pub fn on_eval_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String>
     })
 }
 
-pub use guard::{take_exceeded, use_clock, Clock, Exceeded, Limits};
+pub use guard::{inline, take_exceeded, use_clock, Clock, Exceeded, InlineSpent, Limits};
 pub use sandbox::{sandbox_thread, sandboxed, Sandbox, EVAL_STACK};
 use value::{Lookup, Sandboxed};
 

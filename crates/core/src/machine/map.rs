@@ -106,17 +106,18 @@ impl Machine<'_> {
             task.state = TaskState::Queued;
             self.run.tasks.push(task);
             self.tr.created.push(at);
-            // Once an item created before it failed the MAP, an item is not
-            // evaluated: it is cancelled with the MAP, as a queued one is.
-            if self.failing(m, &config) {
+            if let NodeKind::Transform { .. } = &template.kind {
+                // Once an item before it failed the MAP, a TRANSFORM item is
+                // not evaluated: it is cancelled with the MAP, as a queued
+                // one is, and keeps its item for a retry to evaluate.
+                match self.failing(m, &config) {
+                    true => self.run.tasks[at].input = json!({"item": value}),
+                    false => self.transform_item(m, at, value, &scope, share),
+                }
                 continue;
             }
             let sb = self.sb;
             let evaluated = scope.with_item(value, index as usize).and_then(|scope| match &template.kind {
-                NodeKind::Transform { output } => output
-                    .eval_in(sb, Some(&scope))
-                    .and_then(|v| storable::check(&v, "config.output", max).map(|()| v))
-                    .map_err(|e| format!("config.output: {e}")),
                 // A child's input is data for a run, not a request a worker
                 // resolves secrets in: nothing to escape.
                 NodeKind::SubWorkflow { .. } => template
@@ -134,25 +135,64 @@ impl Machine<'_> {
                         Ok(v)
                     }),
             });
-            match (evaluated, &template.kind) {
-                (Err(error), _) => {
+            match evaluated {
+                Err(error) => {
                     self.finish(at, TaskState::Failed, None, Some(Failure::fatal(codes::of_evaluation(&error), error)))
                 }
-                (Ok(output), NodeKind::Transform { .. }) => {
-                    match share.and_then(|s| over(&output, s, values_total(self, m))) {
-                        Some(failure) => self.finish(at, TaskState::Failed, None, Some(failure)),
-                        None => self.finish(at, TaskState::Completed, Some(output), None),
-                    }
-                }
-                (Ok(input), kind) => {
+                Ok(input) => {
                     let id = self.run.tasks[at].id;
-                    self.run.tasks[at].input = super::state::with_idempotency_key(kind, input, id, 1);
+                    self.run.tasks[at].input = super::state::with_idempotency_key(&template.kind, input, id, 1);
                     if let Some(queued) = &mut self.maps.queued {
                         queued.insert((m, index), at);
                     }
                 }
             }
         }
+    }
+
+    /// Evaluates TRANSFORM item `t` of MAP `m` over `value`, in the MAP's
+    /// `scope`: it ends at once, completed, or failed (keeping its item, for
+    /// a retry to evaluate again).
+    fn transform_item(&mut self, m: usize, t: usize, value: &Value, scope: &Scope, share: Option<usize>) {
+        let node = &self.wf.nodes[self.run.tasks[t].node];
+        let NodeKind::Transform { output } = &node.kind else { return };
+        let index = self.run.tasks[t].item.map_or(0, |i| i.index);
+        let max = self.run.max_payload;
+        let evaluated = scope
+            .with_item(value, index as usize)
+            .and_then(|scope| output.eval_in(self.sb, Some(&scope)))
+            .and_then(|v| storable::check(&v, "config.output", max).map(|()| v))
+            .map_err(|e| format!("config.output: {e}"));
+        let failure = match evaluated {
+            Err(error) => Err(Failure::fatal(codes::of_evaluation(&error), error)),
+            Ok(output) => match share.and_then(|s| over(&output, s, values_total(self, m))) {
+                Some(failure) => Err(failure),
+                None => Ok(output),
+            },
+        };
+        match failure {
+            Ok(output) => self.finish(t, TaskState::Completed, Some(output), None),
+            Err(failure) => {
+                self.run.tasks[t].input = json!({"item": value});
+                self.finish(t, TaskState::Failed, None, Some(failure));
+            }
+        }
+    }
+
+    /// Starts queued item `t` of MAP `m`, its slot taken: a worker's or a
+    /// child's is dispatched; a TRANSFORM's (queued when a retry runs it
+    /// again) is evaluated at once over the item it kept.
+    fn start_item(&mut self, m: usize, t: usize) {
+        if !matches!(self.wf.nodes[self.run.tasks[t].node].kind, NodeKind::Transform { .. }) {
+            self.dispatch(t);
+            return;
+        }
+        // Open, as the slot taken counts it.
+        self.run.tasks[t].state = TaskState::Running;
+        let value = self.run.tasks[t].input["item"].clone();
+        let scope = self.scope(self.run.tasks[m].node);
+        let share = self.item_share(m);
+        self.transform_item(m, t, &value, &scope, share);
     }
 
     /// The bytes of the collected output one item of MAP `m` may use
@@ -298,7 +338,7 @@ impl Machine<'_> {
                 }
                 self.tr.touch(m);
                 self.tr.touch(t);
-                self.dispatch(t);
+                self.start_item(m, t);
                 continue;
             }
             let map = self.run.tasks[m].id;

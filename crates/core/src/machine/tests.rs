@@ -940,6 +940,30 @@ fn items_after_the_one_that_failed_the_map_are_cancelled_not_evaluated() {
     assert_eq!(report.status, RunStatus::Failed);
 }
 
+/// A retried MAP runs its TRANSFORM items again by evaluating them (over
+/// the item each kept), as it did the first time; it sent them to a queue
+/// named TRANSFORM, which nothing serves, and the run waited for ever.
+#[test]
+fn a_retried_map_evaluates_its_transform_items_again_instead_of_dispatching_them() {
+    let wf = parse(json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": [0, 1, 2],
+        "node": {"type": "TRANSFORM", "config": {"output": "${ if .item == 0 and (.input.ok | not) then error(\"no\") else .item * 10 end }"}}}}]}));
+    let mut s = Sim::with_input(wf, json!({"ok": false}));
+    s.apply(Event::RunStarted);
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert_eq!(s.items_in(TaskState::Cancelled), vec![1, 2], "not evaluated past the failure");
+    let tr = s.apply(Event::RetryRun);
+    assert!(tr.dispatch.is_empty(), "a TRANSFORM item is never dispatched: {:?}", tr.dispatch);
+    assert_eq!(s.run.status, RunStatus::Failed, "evaluated again, and failed again: not left waiting");
+    assert_eq!(s.items_in(TaskState::Failed), vec![0]);
+    assert_eq!(s.item(0).attempt, 2);
+    // Given what it lacked, the retry completes every item.
+    s.run.input = json!({"ok": true});
+    s.apply(Event::RetryRun);
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+    assert_eq!(s.task("each").output, Some(json!([0, 10, 20])));
+}
+
 /// Every item of a MAP of TRANSFORMs failing (each output over its share
 /// of the collected output: 7 items, as many as one event creates under
 /// test, of 150,000 bytes under 1 MiB) reported SUCCEEDED too.
