@@ -938,3 +938,10 @@ pub const MAX_ERROR_CHARS: usize = 65_536;
 
 /// Most queues one poll (or a result's `next`) may name.
 pub const MAX_POLL_QUEUES: usize = 32;
+
+/// Most log lines one call (`POST /v1/tasks/{id}/logs`) may send.
+pub const MAX_LOG_LINES: usize = 100;
+
+/// The longest log line a coordinator keeps, in bytes: it cuts a longer
+/// one and says so; a worker cuts before it sends.
+pub const MAX_LOG_LINE_BYTES: usize = 4096;

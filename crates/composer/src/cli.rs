@@ -388,21 +388,8 @@ pub enum RunCommand {
     },
     /// Lists runs, newest first.
     List {
-        /// Only runs of this workflow.
-        #[arg(long)]
-        workflow: Option<String>,
-        /// QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED.
-        #[arg(long)]
-        status: Option<String>,
-        /// Only runs with this tag, KEY=VALUE (repeat it for more).
-        #[arg(long = "tag", value_name = "KEY=VALUE")]
-        tags: Vec<String>,
-        /// Only runs created at or after this moment (RFC 3339).
-        #[arg(long)]
-        created_after: Option<String>,
-        /// Only runs created before this moment (RFC 3339).
-        #[arg(long)]
-        created_before: Option<String>,
+        #[command(flatten)]
+        filter: RunFilter,
         /// Runs per page (at most 1000).
         #[arg(long, default_value_t = 20)]
         limit: u32,
@@ -498,21 +485,8 @@ pub enum RunCommand {
         /// cancel, retry, pause, resume or rerun.
         #[arg(long, value_parser = ["cancel", "retry", "pause", "resume", "rerun"])]
         action: String,
-        /// Only runs of this workflow.
-        #[arg(long)]
-        workflow: Option<String>,
-        /// Only runs in this status.
-        #[arg(long)]
-        status: Option<String>,
-        /// Only runs with this tag, KEY=VALUE (repeat it for more).
-        #[arg(long = "tag", value_name = "KEY=VALUE")]
-        tags: Vec<String>,
-        /// Only runs created at or after this moment (RFC 3339).
-        #[arg(long)]
-        created_after: Option<String>,
-        /// Only runs created before this moment (RFC 3339).
-        #[arg(long)]
-        created_before: Option<String>,
+        #[command(flatten)]
+        filter: RunFilter,
         /// With rerun: a step to run again from; repeat it for more.
         #[arg(long, value_name = "NODE")]
         from: Vec<String>,
@@ -550,6 +524,26 @@ pub enum RunCommand {
         #[arg(long)]
         error: Option<String>,
     },
+}
+
+/// Which runs `run list` and `run bulk` mean: every flag narrows.
+#[derive(clap::Args)]
+pub struct RunFilter {
+    /// Only runs of this workflow.
+    #[arg(long)]
+    pub workflow: Option<String>,
+    /// Only runs in this status: QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only runs with this tag, KEY=VALUE (repeat it for more).
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub tags: Vec<String>,
+    /// Only runs created at or after this moment (RFC 3339).
+    #[arg(long)]
+    pub created_after: Option<String>,
+    /// Only runs created before this moment (RFC 3339).
+    #[arg(long)]
+    pub created_before: Option<String>,
 }
 
 #[derive(Subcommand)]

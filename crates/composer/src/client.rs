@@ -14,7 +14,7 @@ use serde_json::Value;
 use composer_config::non_empty;
 
 use crate::cli::{
-    ClientArgs, EventCommand, LimitCommand, RunCommand, ScheduleCommand, WebhookCommand, WorkflowCommand,
+    ClientArgs, EventCommand, LimitCommand, RunCommand, RunFilter, ScheduleCommand, WebhookCommand, WorkflowCommand,
 };
 use crate::input::{read_spec, usage, Failure, NOT_FOUND, RUN_FAILED, UNAVAILABLE, USAGE, WAIT_TIMED_OUT};
 use crate::output::{self, Format};
@@ -66,6 +66,26 @@ fn tag_args(tags: &[String]) -> anyhow::Result<Option<serde_json::Map<String, Va
         out.insert(k.to_string(), Value::String(v.to_string()));
     }
     Ok(Some(out))
+}
+
+/// A run filter's fields as the API names them (`tags` an object): the
+/// query of `GET /v1/runs` and the `filter` of `POST /v1/runs/bulk`.
+fn filter_fields(filter: RunFilter) -> anyhow::Result<Vec<(&'static str, Value)>> {
+    let RunFilter { workflow, status, tags, created_after, created_before } = filter;
+    let status = status.map(|s| s.to_ascii_uppercase());
+    let mut out: Vec<(&'static str, Value)> = [
+        ("workflow", workflow),
+        ("status", status),
+        ("created_after", created_after),
+        ("created_before", created_before),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k, Value::String(v?))))
+    .collect();
+    if let Some(t) = tag_args(&tags)? {
+        out.push(("tags", Value::Object(t)));
+    }
+    Ok(out)
 }
 
 pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<ExitCode> {
@@ -131,21 +151,20 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             };
         }
         RunCommand::Get { id } => output::one(format, &call(&api, Method::GET, &run_path(&id, ""), None).await?),
-        RunCommand::List { workflow, status, tags, created_after, created_before, limit, cursor } => {
+        RunCommand::List { filter, limit, cursor } => {
             let mut query = vec![format!("limit={limit}")];
-            for (k, v) in [
-                ("workflow", workflow),
-                ("status", status),
-                ("cursor", cursor),
-                ("created_after", created_after),
-                ("created_before", created_before),
-            ] {
-                if let Some(v) = v {
-                    query.push(format!("{k}={}", encode(&v)));
-                }
+            if let Some(c) = cursor {
+                query.push(format!("cursor={}", encode(&c)));
             }
-            for (k, v) in tag_args(&tags)?.into_iter().flatten() {
-                query.push(format!("tag.{}={}", encode(&k), encode(v.as_str().unwrap_or_default())));
+            for (k, v) in filter_fields(filter)? {
+                match v {
+                    Value::Object(tags) => {
+                        for (k, v) in tags {
+                            query.push(format!("tag.{}={}", encode(&k), encode(v.as_str().unwrap_or_default())));
+                        }
+                    }
+                    v => query.push(format!("{k}={}", encode(v.as_str().unwrap_or_default()))),
+                }
             }
             let answer = call(&api, Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await?;
             output::list(format, &answer, "runs", output::RUN_COLUMNS);
@@ -222,20 +241,9 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
                 }
             }
         }
-        RunCommand::Bulk { action, workflow, status, tags, created_after, created_before, from, reason, dry_run } => {
-            let mut filter = serde_json::Map::new();
-            for (k, v) in [("workflow", workflow), ("created_after", created_after), ("created_before", created_before)]
-            {
-                if let Some(v) = v {
-                    filter.insert(k.into(), Value::String(v));
-                }
-            }
-            if let Some(s) = status {
-                filter.insert("status".into(), Value::String(s.to_ascii_uppercase()));
-            }
-            if let Some(t) = tag_args(&tags)? {
-                filter.insert("tags".into(), Value::Object(t));
-            }
+        RunCommand::Bulk { action, filter, from, reason, dry_run } => {
+            let filter: serde_json::Map<String, Value> =
+                filter_fields(filter)?.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
             let mut body = serde_json::json!({"filter": filter, "action": action, "dry_run": dry_run});
             if !from.is_empty() {
                 body["from"] = serde_json::json!(from);

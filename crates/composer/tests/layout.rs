@@ -3,7 +3,8 @@
 //!   the module that defines it, and no two files use each other, however
 //!   indirectly (a crate root that only declares and re-exports is a leaf);
 //! - every module a file declares is in that file's module map (its `//!`
-//!   lines name it).
+//!   lines name it);
+//! - the pure core reads no clock: whoever calls it passes the time.
 
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
@@ -244,6 +245,24 @@ fn every_module_is_in_the_module_map_of_the_file_that_declares_it() {
         }
     }
     assert!(missing.is_empty(), "modules missing from their module map (the `//!` lines):\n{}", missing.join("\n"));
+}
+
+#[test]
+fn the_pure_core_reads_no_clock() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src");
+    let mut reads = Vec::new();
+    for (m, path) in modules(&src) {
+        if m.last().is_some_and(|l| l == "tests") {
+            continue;
+        }
+        let code = code(&fs::read_to_string(&path).unwrap());
+        for clock in ["Utc::now(", "SystemTime::now(", "Instant::now(", "Local::now("] {
+            if code.contains(clock) {
+                reads.push(format!("{}: {clock}", path.display()));
+            }
+        }
+    }
+    assert!(reads.is_empty(), "the core reads a clock (take the time as an argument):\n{}", reads.join("\n"));
 }
 
 #[test]

@@ -30,11 +30,6 @@ pub fn retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<st
     Some((at - now).to_std().unwrap_or_default())
 }
 
-/// [`retry_after`] read now.
-pub fn retry_after_now(value: &str) -> Option<std::time::Duration> {
-    retry_after(value, chrono::Utc::now())
-}
-
 /// The error of an attempt whose answer was refused: the request and the
 /// status, and the start of the body (the worker scrubs secrets from it).
 pub fn refused_answer(method: &str, url: &str, status: u16, body: &Value) -> String {

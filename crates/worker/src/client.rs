@@ -139,7 +139,7 @@ impl Coordinators {
         Heartbeat::Unknown
     }
 
-    /// Sends a task's log lines, at most 100 to a call, trying each
+    /// Sends a task's log lines, at most [`composer_api::MAX_LOG_LINES`] to a call, trying each
     /// coordinator once: logs are worth a try, not a wait. False when the
     /// lease is lost or no coordinator took them.
     pub async fn send_logs(
@@ -150,7 +150,7 @@ impl Coordinators {
         attempt: i32,
         lines: Vec<String>,
     ) -> bool {
-        for chunk in lines.chunks(100) {
+        for chunk in lines.chunks(composer_api::MAX_LOG_LINES) {
             let body =
                 composer_api::TaskLogs { worker_id: worker_id.to_string(), run_id, attempt, lines: chunk.to_vec() };
             let mut sent = false;

@@ -81,7 +81,7 @@ impl Http {
             // Cut here as the engine would: a wait past u64 milliseconds is not a report.
             429 => headers
                 .get("retry-after")
-                .and_then(|v| composer_core::http::retry_after_now(v))
+                .and_then(|v| composer_core::http::retry_after(v, chrono::Utc::now()))
                 .map(|d| d.min(composer_core::definition::limit::MAX_RETRY_AFTER)),
             _ => None,
         };

@@ -54,7 +54,7 @@ impl TaskContext {
 }
 
 /// The longest line a coordinator keeps, in bytes; `log` cuts a longer one.
-pub const MAX_LOG_LINE_BYTES: usize = 4096;
+pub use composer_api::MAX_LOG_LINE_BYTES;
 
 /// Most lines a task's log holds before they are sent.
 pub const MAX_PENDING_LOG_LINES: usize = 1000;

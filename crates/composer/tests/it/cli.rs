@@ -145,6 +145,22 @@ async fn outputs_inputs_and_whole_histories() {
     assert!(table.stdout.contains("SUCCEEDED"), "{}", table.stdout);
     let jsonl = cli(&url, &["run", "list", "-o", "jsonl"], None).await;
     assert_eq!(jsonl.stdout.lines().count(), 1);
+    // One filter, the same flags for a list and a bulk action.
+    let tagged = cli(&url, &["run", "start", "many", "--tag", "team=a", "-o", "json"], None).await;
+    let tagged: Value = serde_json::from_str(&tagged.stdout).unwrap();
+    e.wait_for_run(tagged["id"].as_str().unwrap().parse().unwrap(), Duration::from_secs(60)).await;
+    let filter =
+        ["--workflow", "many", "--status", "succeeded", "--tag", "team=a", "--created-after", "2000-01-01T00:00:00Z"];
+    let listed = cli(&url, &[&["run", "list", "-o", "jsonl"][..], &filter[..]].concat(), None).await;
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let ids: Vec<Value> =
+        listed.stdout.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone()).collect();
+    assert_eq!(ids, vec![tagged["id"].clone()], "only the tagged run");
+    let counted =
+        cli(&url, &[&["run", "bulk", "--action", "cancel", "--dry-run", "-o", "json"][..], &filter[..]].concat(), None)
+            .await;
+    assert_eq!(counted.code, 0, "{}", counted.stderr);
+    assert_eq!(serde_json::from_str::<Value>(&counted.stdout).unwrap()["matched"], 1, "{}", counted.stdout);
     let piped = cli(&url, &["run", "get", &id.to_string()], None).await;
     assert!(serde_json::from_str::<Value>(&piped.stdout).is_ok(), "JSON when not on a terminal");
 

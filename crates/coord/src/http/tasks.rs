@@ -26,11 +26,7 @@ use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, Leased
 
 /// Most tasks one poll may lease (`max`).
 pub const MAX_POLL_TASKS: u32 = 100;
-pub use composer_api::{MAX_ERROR_CHARS, MAX_POLL_QUEUES};
-/// Most log lines one call may send.
-pub const MAX_LOG_LINES: usize = 100;
-/// Longest log line kept, in bytes: a longer one is cut, and says so.
-pub const MAX_LOG_LINE_BYTES: usize = 4096;
+pub use composer_api::{MAX_ERROR_CHARS, MAX_LOG_LINES, MAX_LOG_LINE_BYTES, MAX_POLL_QUEUES};
 
 impl From<LeaseError> for ApiError {
     fn from(e: LeaseError) -> ApiError {
