@@ -11,7 +11,7 @@ use composer_store::runs::{self, RunFilter};
 use futures_util::future::join_all;
 use uuid::Uuid;
 
-use crate::engine::{Control, EngineError};
+use crate::engine::{By, Control, EngineError, EventRequest};
 use crate::shared::Shared;
 
 /// Runs one batch of a bulk job acts on.
@@ -66,9 +66,11 @@ async fn act(
     let Some(event) = event(read, &job.action, job.rerun_from.as_deref().unwrap_or_default(), run).await? else {
         return Ok(false);
     };
-    match s.engine.handle_bulk(run, event, control, job.id).await? {
-        None => Ok(true),
-        Some(h) => Ok(h.ignored.is_none()),
+    // A run this job acted on already (an earlier try of the batch) counts
+    // as applied.
+    match s.engine.handle(EventRequest::new(run, event).by(By::Bulk(control, job.id))).await {
+        Err(EngineError::AlreadyDone) => Ok(true),
+        handled => Ok(handled?.ignored.is_none()),
     }
 }
 

@@ -12,6 +12,7 @@ use composer_core::machine::{codes, Event};
 use composer_store::{partitions, recovery, stats, timers, Client};
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::EventRequest;
 use crate::shared::Shared;
 
 /// Calls `f` every `interval` until `shutdown`.
@@ -101,7 +102,7 @@ async fn fail_exhausted(shared: &Shared, client: &composer_store::Client) {
             status: None,
             retry_after: None,
         };
-        match shared.engine.handle(t.run_id, event).await {
+        match shared.engine.handle(EventRequest::new(t.run_id, event)).await {
             Ok(_) => {
                 composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "max_dispatches")], 1);
                 tracing::error!(task_id = %t.task_id, attempt = t.attempt, "recovery: failed an attempt dispatched too often");
@@ -124,7 +125,7 @@ async fn put_in_doubt(shared: &Shared, client: &composer_store::Client) {
     };
     for (run_id, task_id, attempt) in attempts {
         let reason = "its worker's lease expired: the attempt may or may not have taken effect".to_string();
-        match shared.engine.handle(run_id, Event::TaskInDoubt { task_id, attempt, reason }).await {
+        match shared.engine.handle(EventRequest::new(run_id, Event::TaskInDoubt { task_id, attempt, reason })).await {
             Ok(h) if h.ignored.is_none() => {
                 composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "in_doubt")], 1);
                 tracing::warn!(%run_id, %task_id, attempt, "recovery: an at-most-once attempt is in doubt");
@@ -148,7 +149,7 @@ async fn deliver_stranded_events(shared: &Shared, client: &composer_store::Clien
     };
     for s in stranded {
         let event = composer_core::machine::Event::EventReceived { task_id: s.waiter.task_id, payload: s.payload };
-        match shared.engine.handle(s.waiter.run_id, event).await {
+        match shared.engine.handle(EventRequest::new(s.waiter.run_id, event)).await {
             Ok(h) if h.ignored.is_none() => {
                 composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "stranded_event")], 1);
                 tracing::warn!(event_id = s.event_id, task_id = %s.waiter.task_id, "recovery: delivered a stranded event");
@@ -180,7 +181,7 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
                     output: c.output,
                     error: c.error,
                 };
-                match shared.engine.handle(c.parent.run_id, event).await {
+                match shared.engine.handle(EventRequest::new(c.parent.run_id, event)).await {
                     Ok(h) if h.ignored.is_none() => {
                         composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "child_result")], 1);
                         tracing::warn!(child = %c.id, parent = %c.parent.run_id, "recovery: reported a child run's end");
@@ -195,7 +196,7 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
     match composer_store::runs::stalled_maps(client, STRANDED_EVENT_AGE, 1000).await {
         Ok(maps) => {
             for (run_id, task_id) in maps {
-                match shared.engine.handle(run_id, Event::ItemsLoaded { task_id }).await {
+                match shared.engine.handle(EventRequest::new(run_id, Event::ItemsLoaded { task_id })).await {
                     Ok(_) => {
                         composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "map_continued")], 1);
                         tracing::warn!(%run_id, %task_id, "recovery: carried on a MAP its coordinator did not");
@@ -224,7 +225,7 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
     match composer_store::runs::orphaned_children(client, STRANDED_EVENT_AGE, 1000).await {
         Ok(children) => {
             for child in children {
-                match shared.engine.handle(child, Event::CancelRun).await {
+                match shared.engine.handle(EventRequest::new(child, Event::CancelRun)).await {
                     Ok(h) if h.ignored.is_none() => {
                         composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "orphaned_child")], 1);
                         tracing::warn!(%child, "recovery: cancelled a child run its parent no longer waits for");
@@ -380,7 +381,8 @@ pub async fn fire_due_waits(shared: &Shared) -> Result<usize, composer_store::Er
         let batch = due.len();
         // Submitted together, so the engine applies them in shared transactions.
         let results = futures_util::future::join_all(
-            due.iter().map(|w| shared.engine.handle(w.run_id, Event::TimerFired { task_id: w.task_id })),
+            due.iter()
+                .map(|w| shared.engine.handle(EventRequest::new(w.run_id, Event::TimerFired { task_id: w.task_id }))),
         )
         .await;
         for (w, r) in due.iter().zip(results) {
@@ -424,8 +426,10 @@ async fn time_out_runs(shared: &Shared) -> Result<usize, composer_store::Error> 
         let client = composer_store::client(&shared.pool).await?;
         timers::overdue_runs(&client, shared.config.timer_batch).await?
     };
-    let results =
-        futures_util::future::join_all(overdue.iter().map(|id| shared.engine.handle(*id, Event::RunTimedOut))).await;
+    let results = futures_util::future::join_all(
+        overdue.iter().map(|id| shared.engine.handle(EventRequest::new(*id, Event::RunTimedOut))),
+    )
+    .await;
     let mut timed_out = 0;
     for (id, r) in overdue.iter().zip(results) {
         match r {

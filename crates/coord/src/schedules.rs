@@ -10,7 +10,8 @@ use composer_store::schedules;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::engine::{EngineError, Started};
+use crate::engine::starts::{StartOptions, Started};
+use crate::engine::EngineError;
 use crate::shared::Shared;
 
 /// Fire times this many past are forgotten by the fires table (the key
@@ -164,8 +165,7 @@ impl Pass<'_, '_> {
         }
         let input = self.schedule.spec.input.clone().unwrap_or_else(|| json!({}));
         let key = fire_key(id, t);
-        let opts =
-            crate::engine::StartOptions { trigger: Some(&trigger), idempotency_key: Some(&key), ..Default::default() };
+        let opts = StartOptions { trigger: Some(&trigger), idempotency_key: Some(&key), ..Default::default() };
         match self.shared.engine.start_run_in(self.tx, &def, &input, opts).await {
             Ok(started) => {
                 schedules::set_fire_run(self.tx, id, t, started.row.id).await?;

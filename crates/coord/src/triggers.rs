@@ -17,7 +17,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::engine::evaluator::Subject;
-use crate::engine::{EngineError, StartOptions, Started};
+use crate::engine::starts::{StartOptions, Started};
+use crate::engine::{EngineError, EventRequest};
 use crate::shared::Shared;
 
 /// How long the event log keeps an event (and so how long an id is
@@ -204,7 +205,7 @@ async fn deliver(
     for w in waiters {
         let event = Event::EventReceived { task_id: w.task_id, payload: payload.clone() };
         let told = crate::trace::Told { task_id: Some(w.task_id), stages: None, link };
-        if shared.engine.handle_telling(w.run_id, event, told).await?.ignored.is_none() {
+        if shared.engine.handle(EventRequest::new(w.run_id, event).telling(told)).await?.ignored.is_none() {
             taken_by.get_or_insert(w.task_id);
             matched += 1;
         }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use composer_coord::engine::EventRequest;
 use composer_core::machine::Event;
 use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
 use composer_store::leases::{Acquired, LeaseManager};
@@ -132,9 +133,9 @@ async fn duplicate_and_late_reports_are_ignored() {
     // engine ignores, saying why.
     let engine = &e.coordinators[0].shared.engine;
     let completed = |attempt: i32, n: i32| Event::TaskCompleted { task_id: task, attempt, output: json!({"n": n}) };
-    let dup = engine.handle(id, completed(1, 2)).await.unwrap().ignored.unwrap();
+    let dup = engine.handle(EventRequest::new(id, completed(1, 2))).await.unwrap().ignored.unwrap();
     assert!(dup.contains("already COMPLETED"), "{dup}");
-    let stale = engine.handle(id, completed(0, 3)).await.unwrap().ignored.unwrap();
+    let stale = engine.handle(EventRequest::new(id, completed(0, 3))).await.unwrap().ignored.unwrap();
     assert!(stale.contains("stale"), "{stale}");
     let late = Event::TaskFailed {
         task_id: task,
@@ -145,7 +146,7 @@ async fn duplicate_and_late_reports_are_ignored() {
         status: None,
         retry_after: None,
     };
-    assert!(engine.handle(id, late).await.unwrap().ignored.is_some());
+    assert!(engine.handle(EventRequest::new(id, late)).await.unwrap().ignored.is_some());
 
     let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["tasks"][0]["output"]["n"], 1, "the first result wins");
@@ -553,7 +554,12 @@ async fn a_wait_node_fires_on_time_and_a_duplicate_firing_is_ignored() {
     assert!(done >= wake, "a timer never fires early");
 
     let task = task_id(&run, "w");
-    let again = e.coordinators[0].shared.engine.handle(id, Event::TimerFired { task_id: task }).await.unwrap();
+    let again = e.coordinators[0]
+        .shared
+        .engine
+        .handle(EventRequest::new(id, Event::TimerFired { task_id: task }))
+        .await
+        .unwrap();
     assert!(again.ignored.unwrap().contains("not WAITING"));
     assert_eq!(e.history(id, "TaskCompleted").await.len(), 1);
     e.stop().await;

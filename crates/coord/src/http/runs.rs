@@ -26,7 +26,8 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{
     json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Path, Query, Traceparent,
 };
-use crate::engine::{Control, StartOptions};
+use crate::engine::starts::StartOptions;
+use crate::engine::{By, Control, EventRequest};
 use crate::shared::Shared;
 
 /// Longest `?wait=` a caller may ask for.
@@ -471,7 +472,7 @@ pub const MAX_REASON_CHARS: usize = 1024;
 async fn control(s: &Shared, id: &str, event: Event, why: Option<String>) -> ApiResult<Json<RunView>> {
     let run_id = run_id(id)?;
     let by = Control { actor: actor(s), reason: reason(why)? };
-    let handled = s.engine.handle_control(run_id, event, by).await?;
+    let handled = s.engine.handle(EventRequest::new(run_id, event).by(By::Operator(by))).await?;
     if let Some(reason) = handled.ignored {
         return Err(ApiError::Conflict(reason));
     }

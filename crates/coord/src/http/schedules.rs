@@ -211,7 +211,7 @@ pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>
     schedules::record_fire(&tx, &id, now, "triggered", None).await?;
     let trigger = json!({"schedule": id, "fire_time": now, "manual": true});
     let input = schedule.spec.input.clone().unwrap_or_else(|| json!({}));
-    let opts = crate::engine::StartOptions { trigger: Some(&trigger), ..Default::default() };
+    let opts = crate::engine::starts::StartOptions { trigger: Some(&trigger), ..Default::default() };
     let started = s.engine.start_run_in(&tx, &def, &input, opts).await?;
     schedules::set_fire_run(&tx, &id, now, started.row.id).await?;
     schedules::advance(&tx, &id, row.next_fire_at, row.buffered_fire_at, Some(started.row.id)).await?;

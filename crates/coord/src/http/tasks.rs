@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body, Path};
-use crate::engine::Reported;
+use crate::engine::{EventRequest, Reported};
 use crate::shared::Shared;
 use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, Leased, IDLE_READ_EVERY};
 
@@ -383,7 +383,7 @@ async fn finish(
         Event::TaskCompleted { task_id, .. } | Event::TaskFailed { task_id, .. } => *task_id,
         _ => Uuid::nil(),
     };
-    let handled = match s.engine.handle_reported(run_id, event, worker, reported).await {
+    let handled = match s.engine.handle(EventRequest::reported(run_id, event, worker, reported)).await {
         Err(crate::engine::EngineError::RunNotFound(_)) => return Err(ApiError::LeaseLost(task)),
         handled => handled?,
     };

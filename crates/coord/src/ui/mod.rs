@@ -38,6 +38,7 @@ use uuid::Uuid;
 
 use self::html::{badge, clip, esc, json_details, page, url_enc};
 use self::session::LoginThrottle;
+use crate::engine::{By, Control, EventRequest};
 use crate::shared::Shared;
 use composer_config::auth::tokens_match;
 
@@ -582,7 +583,7 @@ async fn runs_act(State(s): State<Arc<Shared>>, headers: HeaderMap, body: axum::
             if chosen.is_empty() || chosen.len() > MAX_CHOSEN {
                 return Err(bad(format!("choose 1 to {MAX_CHOSEN} runs")));
             }
-            let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
+            let control = Control { actor: crate::http::runs::actor(&s), reason };
             let (mut acted, mut refused) = (0, 0);
             let client = composer_store::client(&s.pool).await?;
             for run in chosen {
@@ -590,7 +591,7 @@ async fn runs_act(State(s): State<Arc<Shared>>, headers: HeaderMap, body: axum::
                     refused += 1;
                     continue;
                 };
-                match s.engine.handle_control(run, event, control.clone()).await {
+                match s.engine.handle(EventRequest::new(run, event).by(By::Operator(control.clone()))).await {
                     Ok(h) if h.ignored.is_none() => acted += 1,
                     Ok(_) | Err(crate::engine::EngineError::RunNotFound(_)) => refused += 1,
                     Err(e) => return Err(e.into()),
@@ -1164,7 +1165,7 @@ async fn run_action(
     let Ok(reason) = form_reason(form.get("reason").map(String::as_str).unwrap_or("")) else {
         return Ok(Redirect::to(&format!("/ui/runs/{run_id}?msg=reason-invalid")).into_response());
     };
-    let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
+    let control = Control { actor: crate::http::runs::actor(&s), reason };
     let event = match action.as_str() {
         "cancel" => Event::CancelRun,
         "retry" => Event::RetryRun,
@@ -1354,7 +1355,7 @@ async fn rerun_action(
     }
     drop(client);
     let event = Event::RerunFrom { tasks, input, allow_completed: one("allow_completed") == "1" };
-    let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
+    let control = Control { actor: crate::http::runs::actor(&s), reason };
     apply_control(&s, run_id, event, control, "rerun").await
 }
 
@@ -1380,7 +1381,7 @@ async fn complete_action(
     let client = composer_store::client(&s.pool).await?;
     let task = runs::task_of_node(&client, run_id, &node).await?.ok_or_else(|| not_found("step"))?;
     drop(client);
-    let control = crate::engine::Control { actor: crate::http::runs::actor(&s), reason };
+    let control = Control { actor: crate::http::runs::actor(&s), reason };
     apply_control(&s, run_id, Event::CompleteTask { task_id: task.id, output }, control, "complete").await
 }
 
@@ -1415,23 +1416,14 @@ async fn resolve_action(
     let client = composer_store::client(&s.pool).await?;
     let task = runs::task_of_node(&client, run_id, &node).await?.ok_or_else(|| not_found("step"))?;
     drop(client);
-    let control = crate::engine::Control {
-        actor: crate::http::runs::actor(&s),
-        reason: form_reason(field("reason")).unwrap_or(None),
-    };
+    let control = Control { actor: crate::http::runs::actor(&s), reason: form_reason(field("reason")).unwrap_or(None) };
     apply_control(&s, run_id, Event::ResolveTask { task_id: task.id, resolution }, control, "resolve").await
 }
 
 /// Applies a form's control event and goes back to the run's page, saying
 /// `{action}-done` or `{action}-refused`.
-async fn apply_control(
-    s: &Shared,
-    run_id: uuid::Uuid,
-    event: Event,
-    control: crate::engine::Control,
-    action: &str,
-) -> Page {
-    let outcome = match s.engine.handle_control(run_id, event, control).await {
+async fn apply_control(s: &Shared, run_id: uuid::Uuid, event: Event, control: Control, action: &str) -> Page {
+    let outcome = match s.engine.handle(EventRequest::new(run_id, event).by(By::Operator(control))).await {
         Ok(h) if h.ignored.is_some() => "refused",
         Ok(_) => "done",
         Err(crate::engine::EngineError::RunNotFound(_)) => return Err(not_found("run")),

@@ -1,92 +1,46 @@
 //! The engine's queue: work waits here for a batch loop, which takes
 //! whatever is queued (up to a batch, by priority) into one transaction.
+//! Which work a loop takes is its [`Lane`].
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use composer_core::machine::Event;
 use composer_core::priority::{Share, HIGHEST, LOWEST};
 use composer_store::definitions::DefinitionRow;
 use composer_store::runs::RunRow;
 use serde_json::Value;
 use tokio::sync::{oneshot, Notify};
-use uuid::Uuid;
 
 use super::error::{EngineError, Result};
+use super::request::{EventRequest, Handled};
 
 /// Most events and starts one transaction applies.
 pub const MAX_BATCH: usize = 128;
 
-/// The result of handling one event.
-#[derive(Debug, Clone)]
-pub struct Handled {
-    pub status: composer_core::machine::RunStatus,
-    /// Why the event changed nothing (duplicate, late, stale …).
-    pub ignored: Option<String>,
-    /// Tasks leased with the answer to the worker whose report this was
-    /// (see [`By::Worker`]).
-    pub next: Vec<composer_store::transitions::Given>,
-}
-
-impl Handled {
-    pub fn new(status: composer_core::machine::RunStatus, ignored: Option<String>) -> Handled {
-        Handled { status, ignored, next: Vec::new() }
-    }
-}
-
-/// An event to apply to a run, and who sent it.
-#[derive(Debug, Clone)]
-pub struct Applying {
-    pub run_id: Uuid,
-    pub event: Event,
-    pub by: By,
-    /// What the event tells its task's span (only while traces are on).
-    pub told: Option<crate::trace::Told>,
-}
-
-/// Who sent an event, and what that asks of the batch.
-#[derive(Debug, Clone, Default)]
-pub enum By {
-    /// The engine itself: a timer, a child's end, recovery.
-    #[default]
-    Engine,
-    /// A worker's report, which must hold the task's lease at the event's
-    /// attempt (checked in the batch's transaction), with what it offers to
-    /// run next: tasks the event makes ready, of the offer's queues, are
-    /// leased to it in the same commit (eager dispatch).
-    Worker(String, Option<composer_api::wire::EagerOffer>),
-    /// An operator's control action: its history records who and why.
-    Operator(Control),
-    /// One run of a bulk job: applied at most once per (job, run), marked
-    /// in the batch's transaction.
-    Bulk(Control, Uuid),
-}
-
-/// Who took a control action, and why, as its history records them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Control {
-    /// The name of the token that asked (`COMPOSER_API_TOKEN_NAME`).
-    pub actor: String,
-    pub reason: Option<String>,
-}
-
 /// Work waiting for a batch: an event for a run, or a new run to start.
 pub enum Pending {
     Event {
-        applying: Applying,
+        request: EventRequest,
         reply: oneshot::Sender<Result<Handled>>,
     },
     /// A run without an idempotency key or a concurrency limit (whose
     /// locks could make two batches wait for each other).
     Start {
-        def: DefinitionRow,
-        input: Value,
-        tags: Option<serde_json::Map<String, Value>>,
-        traceparent: Option<String>,
-        priority: Option<u8>,
+        start: QueuedStart,
         reply: oneshot::Sender<Result<RunRow>>,
     },
+}
+
+/// A run to start in a batch: its definition and input, the tags and
+/// `traceparent` its start gave, and its priority instead of its
+/// definition's.
+pub struct QueuedStart {
+    pub def: DefinitionRow,
+    pub input: Value,
+    pub tags: Option<serde_json::Map<String, Value>>,
+    pub traceparent: Option<String>,
+    pub priority: Option<u8>,
 }
 
 impl Pending {
@@ -102,6 +56,20 @@ impl Pending {
         }
     }
 }
+
+/// Which work a batch loop takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Any, by the weighted share.
+    All,
+    /// Only work more urgent than the default priority, so that it never
+    /// waits for a batch of a backlog to commit (see [`Queue`]).
+    Urgent,
+}
+
+/// Batch loops of [`Lane::Urgent`] a coordinator runs besides its
+/// `COMPOSER_ENGINE_WORKERS` of [`Lane::All`].
+pub const URGENT_LOOPS: usize = 1;
 
 /// Work waiting for the batch loops, by priority: a batch takes it by the
 /// weighted share of [`Share`] (higher priorities first, none starved), so
@@ -264,20 +232,21 @@ impl Drop for LiveLoop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use composer_core::machine::Event;
+    use uuid::Uuid;
 
     /// Work for run `n` (its id's last bytes), and where its answer goes.
     fn work(n: u16) -> (Pending, oneshot::Receiver<Result<Handled>>) {
         let (reply, answer) = oneshot::channel();
-        let run_id = Uuid::from_u128(u128::from(n));
-        let applying = Applying { run_id, event: Event::CancelRun, by: By::Engine, told: None };
-        (Pending::Event { applying, reply }, answer)
+        let request = EventRequest::new(Uuid::from_u128(u128::from(n)), Event::CancelRun);
+        (Pending::Event { request, reply }, answer)
     }
 
     fn runs(batch: &[Pending]) -> Vec<u16> {
         batch
             .iter()
             .map(|p| match p {
-                Pending::Event { applying, .. } => applying.run_id.as_u128() as u16,
+                Pending::Event { request, .. } => request.run_id.as_u128() as u16,
                 Pending::Start { .. } => unreachable!("only events here"),
             })
             .collect()
