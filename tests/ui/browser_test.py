@@ -10,8 +10,8 @@ step by hand, finds runs by tag, cancels chosen ones and the rest by a bulk
 job, and opens the overview and the queues.
 
 Usage: browser_test.py COMPOSER_BINARY [SCREENSHOT_DIR]
-Screenshots go to SCREENSHOT_DIR when given (docs/ keeps the ones the README
-shows), else to a temporary directory.
+Screenshots go to SCREENSHOT_DIR when given (docs/ keeps the ones the book's
+web UI page, docs/ui.md, shows), else to a temporary directory.
 """
 
 import http.server
@@ -79,7 +79,7 @@ def wait_for_run(base, run_id, status, timeout=60):
 
 def main():
     binary = os.path.abspath(sys.argv[1])
-    # Screenshots go where asked (the README's are taken with docs/), else
+    # Screenshots go where asked (the book's are taken with docs/), else
     # into a temp dir removed at the end with the rest.
     keep_shots = len(sys.argv) > 2
     shots = sys.argv[2] if keep_shots else tempfile.mkdtemp(prefix="composer-ui-shots-")
