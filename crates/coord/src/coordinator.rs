@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::engine::{Engine, Lane, URGENT_LOOPS};
-use crate::shared::{RunWatch, Shared};
+use crate::shared::Shared;
 use crate::{http, listener, loops, outbox, publish, schedules};
 
 /// A started coordinator. Dropping it does not stop it; call [`Running::stop`].
@@ -26,7 +26,7 @@ impl Running {
     /// Marks the coordinator as going away while it still serves:
     /// `/readyz` answers 503 and long-polls return what they have.
     pub fn drain(&self) {
-        self.shared.draining.cancel();
+        self.shared.draining.begin();
     }
 
     /// Stops serving and the loops, and waits for them to end — at most
@@ -174,24 +174,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config.engine_queue,
     )
     .with_traces(start_traces(&config, addr)?);
-    let definitions = crate::definitions::Definitions::new(pool.clone());
-    let shared = Arc::new(Shared {
-        engine: Arc::new(engine),
-        pool,
-        streams,
-        outbox_wake,
-        runs: RunWatch::new(),
-        config,
-        draining: CancellationToken::new(),
-        task_api_groups: Default::default(),
-        takeovers_checked: Default::default(),
-        leases_denied: Default::default(),
-        priority_share: Default::default(),
-        bulk_wake: Notify::new(),
-        limits_wake: Notify::new(),
-        published: Notify::new(),
-        definitions,
-    });
+    let shared = Arc::new(Shared::new(config, pool, streams, engine, outbox_wake));
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
     if let (Some(publisher), Some(inbox)) = (publisher, publish_inbox) {
@@ -233,7 +216,7 @@ async fn prepare_storage(config: &Config) -> Result<composer_store::Pool, Error>
 async fn wake_on_announcements(shared: Arc<Shared>, shutdown: CancellationToken) {
     let wake = || {
         composer_metrics::inc(composer_metrics::POLL_WAKES, &[], 1);
-        shared.published.notify_waiters();
+        shared.wakes.published.notify_waiters();
     };
     tokio::select! {
         _ = shutdown.cancelled() => {}
@@ -324,7 +307,7 @@ async fn bulk_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = shared.bulk_wake.notified() => {}
+            _ = shared.wakes.bulk.notified() => {}
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
         }
     }

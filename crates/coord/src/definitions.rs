@@ -28,6 +28,7 @@ struct Ask {
     reply: oneshot::Sender<Option<Option<DefinitionRow>>>,
 }
 
+#[derive(Clone)]
 pub struct Definitions {
     asks: mpsc::Sender<Ask>,
     kept: Kept,
@@ -64,7 +65,8 @@ impl Kept {
 }
 
 impl Definitions {
-    /// Starts the reader of latest versions; it ends when this is dropped.
+    /// Starts the reader of latest versions; it ends when every clone of
+    /// this is dropped.
     pub fn new(pool: composer_store::Pool) -> Definitions {
         let (asks, rx) = mpsc::channel(4 * MAX_BATCH);
         let kept = Kept::default();

@@ -40,7 +40,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = shared.limits_wake.notified() => {}
+            _ = shared.wakes.limits.notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
     }
@@ -51,7 +51,7 @@ async fn pass(shared: &Shared) -> Result<composer_store::limits::Pass, composer_
     let pass = composer_store::limits::admit(&mut client, shared.engine.shards(), PASS_STEPS).await?;
     if pass.admitted > 0 {
         // This process's enqueuer publishes at once (the NOTIFY reaches the others).
-        shared.outbox_wake.notify_one();
+        shared.wakes.outbox.notify_one();
     }
     Ok(pass)
 }

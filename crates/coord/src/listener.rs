@@ -35,14 +35,14 @@ async fn listen(shared: &Shared) -> Result<(), composer_store::Error> {
     let channels = [OUTBOX_CHANNEL, RUN_DONE_CHANNEL, LIMITS_CHANNEL];
     let mut listener = Listener::connect(&shared.config.database.url, &channels).await?;
     // Anything sent while we were not listening is lost: re-check now.
-    shared.outbox_wake.notify_one();
-    shared.limits_wake.notify_one();
+    shared.wakes.outbox.notify_one();
+    shared.wakes.limits.notify_one();
     shared.runs.notify(Uuid::nil());
     while let Some(n) = listener.recv().await {
         if n.channel == OUTBOX_CHANNEL {
-            shared.outbox_wake.notify_one();
+            shared.wakes.outbox.notify_one();
         } else if n.channel == LIMITS_CHANNEL {
-            shared.limits_wake.notify_one();
+            shared.wakes.limits.notify_one();
         } else if let Ok(run_id) = n.payload.parse::<Uuid>() {
             shared.runs.notify(run_id);
         }

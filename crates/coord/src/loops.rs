@@ -292,7 +292,7 @@ pub async fn recover_tasks(shared: &Shared) {
         }
     }
     if any {
-        shared.outbox_wake.notify_one();
+        shared.wakes.outbox.notify_one();
     }
     fail_exhausted(shared, &client).await;
     put_in_doubt(shared, &client).await;
@@ -339,7 +339,7 @@ pub async fn recover_lost_writes(shared: &Shared) {
         Ok(n) => {
             composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")], n);
             tracing::warn!(count = n, "recovery: re-dispatched pending tasks after Redis lost writes");
-            shared.outbox_wake.notify_one();
+            shared.wakes.outbox.notify_one();
         }
         // The lost-dispatch sweep still finds them, after its age.
         Err(e) => tracing::error!(error = %e, "recovery: re-dispatching after Redis lost writes failed"),

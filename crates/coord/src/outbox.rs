@@ -30,7 +30,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = shared.outbox_wake.notified() => {}
+            _ = shared.wakes.outbox.notified() => {}
             _ = tokio::time::sleep(cfg.outbox_poll_interval) => {}
         }
     }
@@ -62,7 +62,7 @@ pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> Result<usize, E
                 total += batch.len();
                 composer_metrics::inc(composer_metrics::DISPATCHES, &[], batch.len() as u64);
                 // Task-API long-polls on this coordinator read at once.
-                shared.published.notify_waiters();
+                shared.wakes.published.notify_waiters();
                 *published = ids;
                 if (rows.len() as i64) < cfg.outbox_batch {
                     return Ok(total);

@@ -92,7 +92,7 @@ async fn publish(shared: &Shared, publisher: &Publisher, batch: Vec<Committed>) 
                 }
             }
             composer_metrics::inc(composer_metrics::DISPATCHES, &[], pipeline.len() as u64);
-            shared.published.notify_waiters();
+            shared.wakes.published.notify_waiters();
             publisher.give_back(ids);
         }
         Err(e) => {
@@ -103,7 +103,7 @@ async fn publish(shared: &Shared, publisher: &Publisher, batch: Vec<Committed>) 
                 Err(e) => Err(e),
             };
             match retried {
-                Ok(()) => shared.outbox_wake.notify_one(),
+                Ok(()) => shared.wakes.outbox.notify_one(),
                 Err(e) => tracing::warn!(error = %e, "cannot reschedule the rows; they fall due after the grace"),
             }
         }

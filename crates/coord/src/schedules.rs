@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::engine::starts::{StartOptions, Started};
 use crate::engine::EngineError;
 use crate::shared::Shared;
+use composer_store::Pool;
 
 /// Fire times this many past are forgotten by the fires table (the key
 /// there only guards fire times still being handled).
@@ -227,13 +228,13 @@ impl From<tokio_postgres::Error> for BackfillError {
 /// Queues the fire times of schedule `id` in `[from, to)` for the timer
 /// loop, under the schedule's lock (the API's and the UI's backfill).
 pub async fn backfill(
-    shared: &Shared,
+    pool: &Pool,
     id: &str,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     overlap: BackfillOverlap,
 ) -> Result<Backfilled, BackfillError> {
-    let mut client = composer_store::client(&shared.pool).await?;
+    let mut client = composer_store::client(pool).await?;
     let tx = composer_store::begin(&mut client).await?;
     let row = schedules::lock(&tx, id).await?.ok_or(BackfillError::NotFound)?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| BackfillError::Invalid(e.to_string()))?;

@@ -29,7 +29,7 @@ use composer_api::LeasedTask;
 use composer_store::leases::{Acquired, LeaseManager};
 use uuid::Uuid;
 
-use crate::shared::Shared;
+use crate::shared::TaskApi;
 
 /// Why a poll could not lease: the store or Redis is down.
 #[derive(Debug, thiserror::Error)]
@@ -46,14 +46,14 @@ pub const IDLE_READ_EVERY: Duration = Duration::from_millis(200);
 
 /// Creates the consumer group of each stream once per coordinator (and
 /// again after Redis lost it).
-pub async fn ensure_groups(s: &Shared, streams: impl Iterator<Item = &String>) -> Result<(), LeaseError> {
+pub async fn ensure_groups(s: &TaskApi, streams: impl Iterator<Item = &String>) -> Result<(), LeaseError> {
     let missing: Vec<String> = {
-        let known = s.task_api_groups.lock().unwrap_or_else(|p| p.into_inner());
+        let known = s.groups.lock().unwrap_or_else(|p| p.into_inner());
         streams.filter(|n| !known.contains(*n)).cloned().collect()
     };
     for name in missing {
         s.streams.ensure_group(&name).await.map_err(redis_down)?;
-        s.task_api_groups.lock().unwrap_or_else(|p| p.into_inner()).insert(name);
+        s.groups.lock().unwrap_or_else(|p| p.into_inner()).insert(name);
     }
     Ok(())
 }
@@ -67,7 +67,7 @@ fn redis_down(e: composer_stream::Error) -> LeaseError {
 pub type ByPriority = [Vec<String>; 5];
 
 /// The streams of `queues`, by priority.
-pub fn streams_by_priority(s: &Shared, queues: &[String]) -> ByPriority {
+pub fn streams_by_priority(s: &TaskApi, queues: &[String]) -> ByPriority {
     let keys = s.streams.keys();
     std::array::from_fn(|i| {
         let priority = composer_core::priority::HIGHEST + i as u8;
@@ -90,7 +90,7 @@ pub struct Leased {
 /// messages only: an expired lease or a stale message may be of any
 /// priority, and polls of every priority take those over.
 pub async fn lease(
-    s: &Shared,
+    s: &TaskApi,
     worker: &str,
     queues: &[String],
     streams: &ByPriority,
@@ -179,7 +179,7 @@ pub async fn lease(
         (0..5u8).filter(|l| waiting[usize::from(*l)]).map(|l| l + composer_core::priority::HIGHEST).collect();
     if !missing.is_empty() {
         // Redis lost the groups (restarted without persistence): make them again next time.
-        let mut known = s.task_api_groups.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = s.groups.lock().unwrap_or_else(|p| p.into_inner());
         for stream in &missing {
             known.remove(stream);
         }
@@ -256,7 +256,7 @@ const MAX_TAKEOVER_SETS: usize = 1024;
 
 /// Whether a poll of `queues` (sorted) should look for expired leases now,
 /// and if so, noting that it does.
-fn takeover_due(s: &Shared, queues: &[String]) -> bool {
+fn takeover_due(s: &TaskApi, queues: &[String]) -> bool {
     let now = std::time::Instant::now();
     let every = takeover_every(s.config.lease_ttl);
     let mut checked = s.takeovers_checked.lock().unwrap_or_else(|p| p.into_inner());

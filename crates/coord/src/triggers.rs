@@ -16,10 +16,12 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use uuid::Uuid;
 
+use crate::config::Config;
 use crate::engine::evaluator::Subject;
 use crate::engine::starts::{StartOptions, Started};
+use crate::engine::Engine;
 use crate::engine::{EngineError, EventRequest};
-use crate::shared::Shared;
+use composer_store::Pool;
 
 /// How long the event log keeps an event (and so how long an id is
 /// remembered): a sender's retry comes within minutes, an operator's look
@@ -64,14 +66,14 @@ struct Planned {
 
 /// Records the event, starts what its triggers start, delivers it to the
 /// steps waiting for it, and says what it did.
-pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, EngineError> {
+pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incoming<'_>) -> Result<Sent, EngineError> {
     let event_id = ev.id.map_or_else(|| Uuid::now_v7().to_string(), str::to_string);
     let event = json!({"id": event_id, "name": ev.name, "key": ev.key, "payload": ev.payload, "source": ev.source});
     // The triggers are evaluated first, holding no connection: an evaluation
     // may take its whole time limit, and waits for an evaluation thread.
     let mut listening = Vec::new();
     {
-        let client = composer_store::client(&shared.pool).await?;
+        let client = composer_store::client(pool).await?;
         for workflow in triggers::workflows_for(&client, ev.name).await? {
             if let Some(def) = composer_store::definitions::by_name(&client, &workflow, None).await? {
                 listening.push(def);
@@ -80,14 +82,14 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
     }
     let mut planned = Vec::new();
     for def in listening {
-        let wf = shared.engine.compile(&def)?;
+        let wf = engine.compile(&def)?;
         for (index, fired) in evaluate(def.id, wf, ev.name, &event).await {
             if !matches!(fired, Ok(None)) {
                 planned.push(Planned { def: def.clone(), index, fired });
             }
         }
     }
-    let mut client = composer_store::client(&shared.pool).await?;
+    let mut client = composer_store::client(pool).await?;
     let mut tx = composer_store::begin(&mut client).await?;
     let logged = NewEvent { name: ev.name, event_id: &event_id, key: ev.key, payload: ev.payload, source: ev.source };
     let Some(seq) = triggers::log_event(&tx, logged).await? else {
@@ -107,7 +109,7 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
                 run.error = Some(format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"));
             }
             Ok(Some(Fired { input, idempotency_key })) => {
-                if let Err(why) = composer_core::storable::check(&input, "input", shared.config.max_payload) {
+                if let Err(why) = composer_core::storable::check(&input, "input", config.max_payload) {
                     run.error = Some(format!("the run's input: {why}"));
                 } else if idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {
                     run.error = Some("idempotency_key: contains a NUL character, which cannot be stored".into());
@@ -121,7 +123,7 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
                     };
                     // A savepoint: a start refused half way leaves the rest standing.
                     let sp = tx.savepoint("trigger_start").await?;
-                    match shared.engine.start_run_in(&sp, &def, &input, opts).await {
+                    match engine.start_run_in(&sp, &def, &input, opts).await {
                         Ok(s) => {
                             sp.commit().await?;
                             run.run_id = Some(s.row.id);
@@ -147,13 +149,13 @@ pub async fn send(shared: &Arc<Shared>, ev: Incoming<'_>) -> Result<Sent, Engine
     }
     // Last: this takes the (name, key) lock the waiters share, held to the commit.
     let (buffered_id, waiters) =
-        composer_store::events::record(&tx, ev.name, ev.key, ev.payload, shared.config.event_retention).await?;
+        composer_store::events::record(&tx, ev.name, ev.key, ev.payload, config.event_retention).await?;
     tx.commit().await?;
     for s in started {
-        shared.engine.started(s);
+        engine.started(s);
     }
     let link = ev.traceparent.and_then(|t| composer_core::trace::TraceContext::parse(t).ok());
-    let delivered = deliver(shared, &client, buffered_id, &waiters, ev.payload, link).await?;
+    let delivered = deliver(engine, &client, buffered_id, &waiters, ev.payload, link).await?;
     if delivered > 0 {
         triggers::set_delivered(&client, seq, delivered as i32).await?;
     }
@@ -193,7 +195,7 @@ async fn evaluate(
 /// recovery sweep to deliver, or for a later waiter. It is marked consumed
 /// once a waiter has it.
 async fn deliver(
-    shared: &Arc<Shared>,
+    engine: &Arc<Engine>,
     client: &composer_store::Client,
     buffered_id: i64,
     waiters: &[composer_store::events::Waiter],
@@ -205,7 +207,7 @@ async fn deliver(
     for w in waiters {
         let event = Event::EventReceived { task_id: w.task_id, payload: payload.clone() };
         let told = crate::trace::Told { task_id: Some(w.task_id), stages: None, link };
-        if shared.engine.handle(EventRequest::new(w.run_id, event).telling(told)).await?.ignored.is_none() {
+        if engine.handle(EventRequest::new(w.run_id, event).telling(told)).await?.ignored.is_none() {
             taken_by.get_or_insert(w.task_id);
             matched += 1;
         }

@@ -37,7 +37,7 @@ async fn outbox_rows(e: &Engine) -> i64 {
 /// Stream messages the engine's coordinators read for a poll and could not
 /// lease (another worker held the task, or it had moved on).
 fn leases_denied(e: &Engine) -> u64 {
-    e.coordinators.iter().map(|c| c.shared.leases_denied.load(std::sync::atomic::Ordering::Relaxed)).sum()
+    e.coordinators.iter().map(|c| c.shared.task_api.leases_denied.load(std::sync::atomic::Ordering::Relaxed)).sum()
 }
 
 async fn wait_for_empty_outbox(e: &Engine) {

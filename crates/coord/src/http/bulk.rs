@@ -12,7 +12,9 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, text_param, Body, Path};
-use crate::shared::Shared;
+use crate::config::Config;
+use crate::shared::Wakes;
+use composer_store::Pool;
 
 /// Most runs a dry run counts.
 const COUNT_CAP: i64 = 1_000_000;
@@ -31,11 +33,13 @@ const COUNT_CAP: i64 = 1_000_000;
     )
 )]
 pub(crate) async fn create(
-    State(s): State<Arc<Shared>>,
+    State(config): State<Arc<Config>>,
+    State(pool): State<Pool>,
+    State(wakes): State<Arc<Wakes>>,
     Body(req): Body<BulkRequest>,
 ) -> ApiResult<axum::response::Response> {
     use axum::response::IntoResponse;
-    Ok(match start(&s, req).await? {
+    Ok(match start(&config, &pool, &wakes, req).await? {
         Started::DryRun(matched) => (StatusCode::OK, Json(BulkDryRun { matched })).into_response(),
         Started::Job(row) => (StatusCode::ACCEPTED, Json(view(&row)?)).into_response(),
     })
@@ -49,7 +53,7 @@ pub enum Started {
 }
 
 /// Checks a bulk request and starts its job (the API's and the UI's).
-pub async fn start(s: &Shared, req: BulkRequest) -> ApiResult<Started> {
+pub async fn start(config: &Config, pool: &Pool, wakes: &Wakes, req: BulkRequest) -> ApiResult<Started> {
     let f = &req.filter;
     if f.workflow.is_none()
         && f.status.is_none()
@@ -90,7 +94,7 @@ pub async fn start(s: &Shared, req: BulkRequest) -> ApiResult<Started> {
         }
         r => r,
     };
-    let mut client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(pool).await?;
     let run_filter = crate::bulk::run_filter(f, None);
     let matched = composer_store::runs::count_matching(&mut client, &run_filter, COUNT_CAP).await?;
     if let Some(from) = &from {
@@ -100,7 +104,7 @@ pub async fn start(s: &Shared, req: BulkRequest) -> ApiResult<Started> {
         return Ok(Started::DryRun(matched));
     }
     let filter = serde_json::to_value(f).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let actor = super::runs::actor(s);
+    let actor = super::runs::actor(config);
     let job = NewJob {
         filter: &filter,
         action: req.action.as_str(),
@@ -110,7 +114,7 @@ pub async fn start(s: &Shared, req: BulkRequest) -> ApiResult<Started> {
         matched,
     };
     let row = bulk::create(&client, &job).await?;
-    s.bulk_wake.notify_one();
+    wakes.bulk.notify_one();
     Ok(Started::Job(Box::new(row)))
 }
 
@@ -141,9 +145,9 @@ async fn steps_exist(
     params(("id" = Uuid, Path, description = "the job")),
     responses((status = 200, description = "the job", body = BulkJobView), (status = 404, description = "no such job", body = ErrorBody))
 )]
-pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<BulkJobView>> {
+pub(crate) async fn get(State(pool): State<Pool>, Path(id): Path<String>) -> ApiResult<Json<BulkJobView>> {
     let id = job_id(&id)?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let row = bulk::get(&client, id).await?.ok_or_else(|| ApiError::not_found(format!("bulk job {id} not found")))?;
     Ok(Json(view(&row)?))
 }
@@ -156,9 +160,9 @@ pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(id): Path<String>) ->
     params(("id" = Uuid, Path, description = "the job")),
     responses((status = 200, description = "the job, stopped (or ended already)", body = BulkJobView), (status = 404, description = "no such job", body = ErrorBody))
 )]
-pub(crate) async fn cancel(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<BulkJobView>> {
+pub(crate) async fn cancel(State(pool): State<Pool>, Path(id): Path<String>) -> ApiResult<Json<BulkJobView>> {
     let id = job_id(&id)?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let row =
         bulk::cancel(&client, id).await?.ok_or_else(|| ApiError::not_found(format!("bulk job {id} not found")))?;
     Ok(Json(view(&row)?))

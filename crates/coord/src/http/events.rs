@@ -11,8 +11,10 @@ use serde_json::Value;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{json_size, Body, Traceparent};
-use crate::shared::Shared;
+use crate::config::Config;
+use crate::engine::Engine;
 use crate::triggers::Incoming;
+use composer_store::Pool;
 
 /// Longest event name, in characters.
 pub use composer_core::definition::MAX_EVENT_NAME;
@@ -39,12 +41,14 @@ pub const MAX_EVENT_ID: usize = 256;
     )
 )]
 pub(crate) async fn send_event(
-    State(s): State<Arc<Shared>>,
+    State(config): State<Arc<Config>>,
+    State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
     traceparent: Traceparent,
     Body(ev): Body<SendEvent>,
 ) -> ApiResult<Json<EventSent>> {
-    let traceparent = traceparent.of_caller(&s).await?;
-    check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
+    let traceparent = traceparent.of_caller(&pool).await?;
+    check(&config, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let incoming = Incoming {
         name: &ev.name,
         key: &ev.key,
@@ -53,7 +57,7 @@ pub(crate) async fn send_event(
         source: "api",
         traceparent: traceparent.as_deref(),
     };
-    Ok(Json(answer(crate::triggers::send(&s, incoming).await?, &ev.key, &ev.payload)?))
+    Ok(Json(answer(crate::triggers::send(&config, &pool, &engine, incoming).await?, &ev.key, &ev.payload)?))
 }
 
 /// The answer to a sending, unless its id was recorded for another event
@@ -69,7 +73,13 @@ pub(crate) fn answer(sent: crate::triggers::Sent, key: &str, payload: &serde_jso
 
 /// An event's name, key, id and payload within their limits (an event from
 /// the API or from a webhook's transform alike).
-pub(crate) fn check(s: &Shared, name: &str, key: &str, id: Option<&str>, payload: &serde_json::Value) -> ApiResult<()> {
+pub(crate) fn check(
+    config: &Config,
+    name: &str,
+    key: &str,
+    id: Option<&str>,
+    payload: &serde_json::Value,
+) -> ApiResult<()> {
     // Characters, as an OpenAPI maxLength counts them, not bytes.
     if name.is_empty() || name.chars().count() > MAX_EVENT_NAME {
         return Err(ApiError::bad_request(format!("name must be 1 to {MAX_EVENT_NAME} characters")));
@@ -80,8 +90,8 @@ pub(crate) fn check(s: &Shared, name: &str, key: &str, id: Option<&str>, payload
     if id.is_some_and(|id| id.is_empty() || id.chars().count() > MAX_EVENT_ID) {
         return Err(ApiError::bad_request(format!("id must be 1 to {MAX_EVENT_ID} characters")));
     }
-    if json_size(payload) > s.config.max_payload {
-        return Err(ApiError::too_large("event payload", s.config.max_payload));
+    if json_size(payload) > config.max_payload {
+        return Err(ApiError::too_large("event payload", config.max_payload));
     }
     // A webhook's transform makes these from a body no extractor checked.
     for (what, text) in [("name", Some(name)), ("key", Some(key)), ("id", id)] {
@@ -91,7 +101,7 @@ pub(crate) fn check(s: &Shared, name: &str, key: &str, id: Option<&str>, payload
             )));
         }
     }
-    composer_core::storable::check(payload, "payload", s.config.max_payload).map_err(ApiError::bad_request)?;
+    composer_core::storable::check(payload, "payload", config.max_payload).map_err(ApiError::bad_request)?;
     Ok(())
 }
 
@@ -128,7 +138,7 @@ pub const MAX_EVENT_PAGE: i64 = 100;
     responses((status = 200, description = "a page of events, newest first", body = EventPage))
 )]
 pub(crate) async fn list_events(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
     super::extract::Query(q): super::extract::Query<ListQuery>,
 ) -> ApiResult<Json<EventPage>> {
     let limit = super::extract::Limit::or(q.limit, 50);
@@ -143,7 +153,7 @@ pub(crate) async fn list_events(
     if q.before.is_some_and(|b| b < 1) {
         return Err(ApiError::bad_request("before must be 1 or more"));
     }
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let rows =
         composer_store::triggers::recent(&client, q.name.as_deref(), q.source.as_deref(), q.before, limit).await?;
     let next_before = if rows.len() as i64 == limit { rows.last().map(|e| e.seq) } else { None };

@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{run_id, Path};
-use crate::shared::Shared;
+use crate::engine::Engine;
+use composer_store::Pool;
+use composer_stream::Streams;
 
 /// Most PENDING tasks a queue's backlog counts.
 const BACKLOG_CAP: i64 = 100_000;
@@ -27,13 +29,18 @@ const BACKLOG_CAP: i64 = 100_000;
     responses((status = 200, description = "what each open step waits for", body = Explain),
               (status = 404, description = "no such run", body = ErrorBody))
 )]
-pub(crate) async fn explain(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Explain>> {
-    Ok(Json(explain_run(&s, run_id(&id)?).await?))
+pub(crate) async fn explain(
+    State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
+    State(streams): State<Streams>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Explain>> {
+    Ok(Json(explain_run(&pool, &engine, &streams, run_id(&id)?).await?))
 }
 
 /// What each open step of a run waits for (the API's and the run page's).
-pub async fn explain_run(s: &Shared, run_id: uuid::Uuid) -> ApiResult<Explain> {
-    let mut client = composer_store::client(&s.pool).await?;
+pub async fn explain_run(pool: &Pool, engine: &Engine, streams: &Streams, run_id: uuid::Uuid) -> ApiResult<Explain> {
+    let mut client = composer_store::client(pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
     let mut nodes = Vec::new();
@@ -60,7 +67,7 @@ pub async fn explain_run(s: &Shared, run_id: uuid::Uuid) -> ApiResult<Explain> {
         false => Default::default(),
     };
     for t in tasks.iter().filter(|t| !t.state.is_terminal()) {
-        nodes.push(node_wait(s, &client, &run, t, &children, held.get(&t.id)).await?);
+        nodes.push(node_wait(engine, streams, &client, &run, t, &children, held.get(&t.id)).await?);
     }
     let summary = match (run.status, nodes.len()) {
         (RunStatus::Paused, _) => "paused: steps already running finish, nothing new starts until it is resumed".into(),
@@ -73,7 +80,8 @@ pub async fn explain_run(s: &Shared, run_id: uuid::Uuid) -> ApiResult<Explain> {
 }
 
 async fn node_wait(
-    s: &Shared,
+    engine: &Engine,
+    streams: &Streams,
     client: &composer_store::Client,
     run: &RunRow,
     t: &TaskRow,
@@ -105,9 +113,9 @@ async fn node_wait(
             let queue = t.queue.clone().unwrap_or_default();
             let (backlog, oldest) = runs::queue_backlog(client, &queue, BACKLOG_CAP).await?;
             let mut readers = Vec::new();
-            for shard in 0..s.engine.shards().max(1) as u32 {
-                let stream = s.streams.keys().stream(&queue, run.priority, shard);
-                for (name, idle_ms, pending) in s.streams.consumers(&stream).await.unwrap_or_default() {
+            for shard in 0..engine.shards().max(1) as u32 {
+                let stream = streams.keys().stream(&queue, run.priority, shard);
+                for (name, idle_ms, pending) in streams.consumers(&stream).await.unwrap_or_default() {
                     readers.push(json!({"worker": name, "stream": stream, "idle_ms": idle_ms, "pending": pending}));
                 }
             }

@@ -40,7 +40,7 @@ impl Traceparent {
     /// or an event continues its caller's trace, and may not join a run's
     /// and put spans of its own under that run's. Such a header is ignored,
     /// as an invalid one is.
-    pub async fn of_caller(self, s: &crate::shared::Shared) -> ApiResult<Option<String>> {
+    pub async fn of_caller(self, pool: &composer_store::Pool) -> ApiResult<Option<String>> {
         let Some(header) = self.0 else { return Ok(None) };
         let Ok(context) = composer_core::trace::TraceContext::parse(&header) else { return Ok(None) };
         let id = Uuid::from_bytes(context.trace_id);
@@ -49,7 +49,7 @@ impl Traceparent {
         if id.get_version_num() != 7 || id.get_variant() != uuid::Variant::RFC4122 {
             return Ok(Some(header));
         }
-        let client = composer_store::client(&s.pool).await?;
+        let client = composer_store::client(pool).await?;
         if composer_store::runs::exists(&client, id).await? {
             tracing::info!(run = %id, "ignoring a traceparent that names a run's own trace");
             return Ok(None);

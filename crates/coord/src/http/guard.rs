@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use composer_api::ErrorDetail;
 
 use super::error::{ApiError, ErrorCause};
-use crate::shared::Shared;
+use crate::config::Config;
 use composer_config::auth::bearer_matches;
 
 /// Paths any `Host` may ask for: probes come with the pod's address or a
@@ -47,9 +47,9 @@ fn named_hosts(req: &Request) -> impl Iterator<Item = &str> {
 /// before anything else: a page of another site whose name was rebound to
 /// this address (DNS rebinding) would otherwise be same-origin with the
 /// API, past the Origin check. `ANY_HOST_PATHS` are open to any name.
-pub(super) async fn refuse_unknown_hosts(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+pub(super) async fn refuse_unknown_hosts(State(config): State<Arc<Config>>, req: Request, next: Next) -> Response {
     if !ANY_HOST_PATHS.contains(&req.uri().path()) {
-        if let Some(host) = named_hosts(&req).find(|h| !host_allowed(&s.config.allowed_hosts, h)) {
+        if let Some(host) = named_hosts(&req).find(|h| !host_allowed(&config.allowed_hosts, h)) {
             return ApiError::HostNotAllowed(host.to_string()).into_response();
         }
     }
@@ -68,14 +68,14 @@ pub(super) async fn refuse_unknown_hosts(State(s): State<Arc<Shared>>, req: Requ
 /// A request with none of the three (curl, the SDKs) is not a web page's;
 /// a GET or HEAD without `Origin` (a link followed) changes nothing and
 /// passes.
-pub fn origin_allowed(s: &Shared, method: &axum::http::Method, headers: &axum::http::HeaderMap) -> bool {
+pub fn origin_allowed(config: &Config, method: &axum::http::Method, headers: &axum::http::HeaderMap) -> bool {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
     let allowed = |origin: &str| {
         let origin = origin.trim_end_matches('/');
         let own = !host.is_empty()
-            && host_allowed(&s.config.allowed_hosts, host)
+            && host_allowed(&config.allowed_hosts, host)
             && (origin == format!("http://{host}") || origin == format!("https://{host}"));
-        own || s.config.allowed_origins.iter().any(|o| o == origin)
+        own || config.allowed_origins.iter().any(|o| o == origin)
     };
     if let Some(origin) = headers.get(header::ORIGIN) {
         return allowed(origin.to_str().unwrap_or_default());
@@ -168,13 +168,13 @@ pub(super) enum Token {
 }
 
 pub(super) async fn require_token(
-    State((s, token)): State<(Arc<Shared>, Token)>,
+    State((config, token)): State<(Arc<Config>, Token)>,
     req: Request,
     next: Next,
 ) -> Response {
     let expected = match token {
-        Token::Api => s.config.api_token.as_deref(),
-        Token::Worker => s.config.worker_token.as_deref().or(s.config.api_token.as_deref()),
+        Token::Api => config.api_token.as_deref(),
+        Token::Worker => config.worker_token.as_deref().or(config.api_token.as_deref()),
     };
     check_token(expected, req, next).await
 }
@@ -185,8 +185,8 @@ pub(super) async fn require_token(
 /// send without a CORS preflight (a form, `text/plain`) is refused as not
 /// JSON. Without a token, the API on loopback would otherwise be open to
 /// any page the user visits.
-pub(super) async fn refuse_foreign_pages(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    if !origin_allowed(&s, req.method(), req.headers()) {
+pub(super) async fn refuse_foreign_pages(State(config): State<Arc<Config>>, req: Request, next: Next) -> Response {
+    if !origin_allowed(&config, req.method(), req.headers()) {
         let origin = req.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok()).unwrap_or_default();
         return ApiError::OriginNotAllowed(origin.to_string()).into_response();
     }

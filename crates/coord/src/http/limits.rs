@@ -1,7 +1,6 @@
 //! Limits on steps across runs, as operators see and set them: each key's
 //! values, who set them, and its use now (`/v1/limits`).
 
-use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
@@ -13,7 +12,7 @@ use serde_json::{json, Value};
 use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
 use super::extract::{Body, Limit, Path, Query};
-use crate::shared::Shared;
+use composer_store::Pool;
 
 pub(crate) fn view(row: &LimitRow) -> LimitView {
     let rate = row.values.rate;
@@ -60,14 +59,14 @@ pub(crate) struct ListQuery {
     params(ListQuery),
     responses((status = 200, description = "a page of limits, in key order", body = LimitPage))
 )]
-pub(crate) async fn list(State(s): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> ApiResult<Json<LimitPage>> {
+pub(crate) async fn list(State(pool): State<Pool>, Query(q): Query<ListQuery>) -> ApiResult<Json<LimitPage>> {
     let limit = Limit::or(q.limit, 100);
     // An empty `after` is the first page, as none.
     let after = q.after.as_deref().filter(|a| !a.is_empty());
     if let Some(after) = after {
         key_param(after)?;
     }
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let rows = limits::list(&client, after, limit).await?;
     let next_after = if rows.len() as i64 == limit { rows.last().map(|r| r.key.clone()) } else { None };
     Ok(Json(LimitPage { limits: rows.iter().map(view).collect(), next_after }))
@@ -82,9 +81,9 @@ pub(crate) async fn list(State(s): State<Arc<Shared>>, Query(q): Query<ListQuery
     params(("key" = String, Path, description = "the limit key (URL-encoded)")),
     responses((status = 200, description = "the limit and its use now", body = LimitView))
 )]
-pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(key): Path<String>) -> ApiResult<Json<LimitView>> {
+pub(crate) async fn get(State(pool): State<Pool>, Path(key): Path<String>) -> ApiResult<Json<LimitView>> {
     key_param(&key)?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let row =
         limits::get(&client, &key).await?.ok_or_else(|| ApiError::not_found(format!("limit {key:?} not found")))?;
     Ok(Json(view(&row)))
@@ -103,14 +102,14 @@ pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(key): Path<String>) -
     responses((status = 200, description = "the limit as set, and its use now", body = LimitView))
 )]
 pub(crate) async fn set(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
     Path(key): Path<String>,
     Body(spec): Body<LimitValuesSpec>,
 ) -> ApiResult<Json<LimitView>> {
     key_param(&key)?;
     let values = LimitValues::parse("", &spec)
         .map_err(|e| ApiError::bad_request(format!("{}: {}", e.path.trim_start_matches('.'), e.message)))?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let row = limits::set(&client, &key, &values).await?;
     tracing::info!(key = %key, rate = ?row.values.rate.map(|r| r.text()), concurrency = ?row.values.concurrency, "limit set");
     Ok(Json(view(&row)))
@@ -125,9 +124,9 @@ pub(crate) async fn set(
     params(("key" = String, Path, description = "the limit key (URL-encoded)")),
     responses((status = 200, description = "deleted", body = Deleted))
 )]
-pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
+pub(crate) async fn delete(State(pool): State<Pool>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
     key_param(&key)?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     if !limits::delete(&client, &key).await? {
         return Err(ApiError::not_found(format!("limit {key:?} not found")));
     }

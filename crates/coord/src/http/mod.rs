@@ -40,15 +40,16 @@ pub use routes::document;
 
 use routes::Groups;
 
-use crate::shared::Shared;
+use crate::shared::{AppState, Shared};
 
 /// The whole HTTP interface of a coordinator.
 pub fn router(shared: Arc<Shared>) -> Router {
     let limit = shared.config.max_payload + 64 * 1024;
-    let guarded = |router: OpenApiRouter<Arc<Shared>>, token: guard::Token| {
+    let config = shared.config.clone();
+    let guarded = |router: OpenApiRouter<AppState>, token: guard::Token| {
         router
-            .route_layer(middleware::from_fn_with_state((shared.clone(), token), guard::require_token))
-            .route_layer(middleware::from_fn_with_state(shared.clone(), guard::refuse_foreign_pages))
+            .route_layer(middleware::from_fn_with_state((config.clone(), token), guard::require_token))
+            .route_layer(middleware::from_fn_with_state(config.clone(), guard::refuse_foreign_pages))
             .route_layer(middleware::map_response(guard::no_store))
     };
     doc::publish(json());
@@ -59,14 +60,16 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .merge(operations)
         .merge(signed.route_layer(middleware::map_response(guard::no_store)))
         .split_for_parts();
-    api.merge(crate::ui::router(shared.clone()))
+    // The UI's router still takes the shared state whole; it is given it
+    // here, as a router of its own.
+    api.merge(crate::ui::router(shared.clone()).with_state(shared.clone()))
         .fallback(|| async { ApiError::NoSuchEndpoint })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn(guard::refuse_long_uris))
-        .layer(middleware::from_fn_with_state(shared.clone(), guard::refuse_unknown_hosts))
+        .layer(middleware::from_fn_with_state(config, guard::refuse_unknown_hosts))
         .layer(middleware::from_fn(guard::observe_errors))
-        .with_state(shared)
+        .with_state(AppState::new(shared))
 }
 
 /// The document as JSON, built once.

@@ -13,8 +13,12 @@ use serde_json::{json, Value};
 
 use super::doc::Status;
 use super::error::{ApiError, ApiResult};
-use crate::shared::Shared;
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::shared::Draining;
 use composer_config::auth::bearer_matches;
+use composer_store::Pool;
+use composer_stream::Streams;
 
 /// Liveness.
 ///
@@ -52,8 +56,8 @@ pub(crate) async fn openapi_json() -> Response {
         (status = 401, description = "the bearer token is missing or wrong", body = ErrorBody),
     )
 )]
-pub(crate) async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Response> {
-    if let Some(expected) = s.config.metrics_token.as_deref().or(s.config.api_token.as_deref()) {
+pub(crate) async fn metrics(State(config): State<Arc<Config>>, headers: HeaderMap) -> ApiResult<Response> {
+    if let Some(expected) = config.metrics_token.as_deref().or(config.api_token.as_deref()) {
         let given = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
         if !bearer_matches(given, expected) {
             return Err(ApiError::Unauthorized);
@@ -73,23 +77,29 @@ pub(crate) async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) ->
         (status = 503, description = "not ready, or draining to stop", body = ErrorBody),
     )
 )]
-pub(crate) async fn readyz(State(s): State<Arc<Shared>>) -> ApiResult<Json<Value>> {
-    if s.draining.is_cancelled() {
+pub(crate) async fn readyz(
+    State(config): State<Arc<Config>>,
+    State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
+    State(streams): State<Streams>,
+    State(draining): State<Draining>,
+) -> ApiResult<Json<Value>> {
+    if draining.has_begun() {
         return Err(ApiError::Draining);
     }
-    let live = s.engine.live_loops();
-    let wanted = s.config.engine_workers + crate::engine::URGENT_LOOPS;
+    let live = engine.live_loops();
+    let wanted = config.engine_workers + crate::engine::URGENT_LOOPS;
     if live < wanted {
         let message = format!("{live} of {wanted} engine loops are running");
         return Err(ApiError::Unavailable(message));
     }
-    if let Err(e) = tokio::time::timeout(Duration::from_secs(2), composer_store::ping(&s.pool))
+    if let Err(e) = tokio::time::timeout(Duration::from_secs(2), composer_store::ping(&pool))
         .await
         .unwrap_or_else(|_| Err(composer_store::Error::Config("timed out".into())))
     {
         return Err(ApiError::Unavailable(format!("PostgreSQL: {e}")));
     }
-    if let Err(e) = s.streams.ping().await {
+    if let Err(e) = streams.ping().await {
         return Err(ApiError::Unavailable(format!("Redis: {e}")));
     }
     Ok(Json(json!({"status": "ready"})))

@@ -2,25 +2,24 @@
 //! `#[utoipa::path]` give both the router's route and the document's
 //! operation.
 
-use std::sync::Arc;
 
 use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{bulk, doc, events, explain, limits, ops, runs, schedules, tasks, webhooks, workflows};
-use crate::shared::Shared;
+use crate::shared::AppState;
 
 /// The documented routes, once each, in the groups their guards apply to.
 pub(super) struct Groups {
     /// `/v1` for people and programs: the API token.
-    pub(super) public: OpenApiRouter<Arc<Shared>>,
+    pub(super) public: OpenApiRouter<AppState>,
     /// What workers call: the worker token.
-    pub(super) workers: OpenApiRouter<Arc<Shared>>,
+    pub(super) workers: OpenApiRouter<AppState>,
     /// Health, readiness, metrics and the document: no token.
-    pub(super) operations: OpenApiRouter<Arc<Shared>>,
+    pub(super) operations: OpenApiRouter<AppState>,
     /// Webhook deliveries: no token, their signature instead.
-    pub(super) signed: OpenApiRouter<Arc<Shared>>,
+    pub(super) signed: OpenApiRouter<AppState>,
 }
 
 pub(super) fn groups() -> Groups {

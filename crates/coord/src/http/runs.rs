@@ -26,9 +26,13 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{
     json_size, name_param, parsed, run_id, text_param, Body, Limit, OptionalBody, Path, Query, Traceparent,
 };
+use crate::config::Config;
+use crate::definitions::Definitions;
 use crate::engine::starts::StartOptions;
+use crate::engine::Engine;
 use crate::engine::{By, Control, EventRequest};
-use crate::shared::Shared;
+use crate::shared::{Draining, RunControl, RunWatch};
+use composer_store::Pool;
 
 /// Longest `?wait=` a caller may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -187,17 +191,20 @@ pub(crate) struct LogsQuery {
     )
 )]
 pub(crate) async fn start_run(
-    State(s): State<Arc<Shared>>,
+    State(config): State<Arc<Config>>,
+    State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
+    State(definitions): State<Definitions>,
     traceparent: Traceparent,
     Body(req): Body<StartRun>,
 ) -> ApiResult<Response> {
-    let traceparent = traceparent.of_caller(&s).await?;
+    let traceparent = traceparent.of_caller(&pool).await?;
     let input = req.input.unwrap_or_else(|| json!({}));
-    if json_size(&input) > s.config.max_payload {
-        return Err(ApiError::too_large("run input", s.config.max_payload));
+    if json_size(&input) > config.max_payload {
+        return Err(ApiError::too_large("run input", config.max_payload));
     }
-    composer_core::storable::check(&input, "input", s.config.max_payload).map_err(ApiError::bad_request)?;
-    let def = s.definitions.get(&s.pool, &req.workflow, req.version).await?;
+    composer_core::storable::check(&input, "input", config.max_payload).map_err(ApiError::bad_request)?;
+    let def = definitions.get(&pool, &req.workflow, req.version).await?;
     let def = def.ok_or_else(|| match req.version {
         Some(v) => ApiError::not_found(format!("workflow {:?} version {v} not found", req.workflow)),
         None => ApiError::not_found(format!("workflow {:?} not found", req.workflow)),
@@ -216,7 +223,7 @@ pub(crate) async fn start_run(
         traceparent: traceparent.as_deref(),
         priority: req.priority.map(priority_of).transpose()?,
     };
-    let (row, created) = s.engine.start_run(&def, &input, opts).await?;
+    let (row, created) = engine.start_run(&def, &input, opts).await?;
     if let (false, Some(key)) = (created, &req.idempotency_key) {
         if !same_json(&row.input, &input) {
             return Err(ApiError::IdempotencyKeyReused { key: key.clone(), run: row.id });
@@ -236,14 +243,14 @@ pub(crate) async fn start_run(
     params(ListQuery),
     responses((status = 200, description = "a page of runs, newest first", body = RunPage))
 )]
-pub(crate) async fn list_runs(State(s): State<Arc<Shared>>, uri: axum::http::Uri) -> ApiResult<Json<RunPage>> {
+pub(crate) async fn list_runs(State(pool): State<Pool>, uri: axum::http::Uri) -> ApiResult<Json<RunPage>> {
     let (tags, rest) = split_tags(uri.query().unwrap_or_default())?;
     let q: ListQuery = serde_urlencoded::from_str(&rest).map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
     let limit = Limit::or(q.limit, 50);
     if let Some(w) = &q.workflow {
         name_param("workflow", w)?;
     }
-    let mut client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(&pool).await?;
     let filter = runs::RunFilter {
         workflow: q.workflow.as_deref(),
         status: q.status,
@@ -333,7 +340,9 @@ async fn task_views(client: &composer_store::Client, run_id: Uuid, tasks: &[Task
     responses((status = 200, description = "the run with its tasks (a MAP's items: listMapItems)", body = RunView))
 )]
 pub(crate) async fn get_run(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
+    State(runs): State<RunWatch>,
+    State(draining): State<Draining>,
     Path(id): Path<String>,
     Query(q): Query<WaitQuery>,
 ) -> ApiResult<Json<RunView>> {
@@ -343,14 +352,14 @@ pub(crate) async fn get_run(
         None => Duration::ZERO,
     };
     // Subscribe before reading, so an end that commits in between is seen.
-    let mut ended = s.runs.subscribe();
+    let mut ended = runs.subscribe();
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        let client = composer_store::client(&s.pool).await?;
+        let client = composer_store::client(&pool).await?;
         let Some((run, tasks)) = runs::get(&client, run_id).await? else {
             return Err(ApiError::not_found(format!("run {run_id} not found")));
         };
-        if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
+        if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || draining.has_begun() {
             let mut view = run_view(&run, Some(&[]));
             view.tasks = Some(task_views(&client, run_id, &tasks).await?);
             if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
@@ -362,7 +371,7 @@ pub(crate) async fn get_run(
         loop {
             let ended = tokio::select! {
                 // Stopping: answer now with the run as it is.
-                _ = s.draining.cancelled() => break,
+                _ = draining.begun() => break,
                 r = tokio::time::timeout_at(deadline, ended.recv()) => r,
             };
             match ended {
@@ -388,14 +397,14 @@ pub(crate) async fn get_run(
     responses((status = 200, description = "a page of the run's history, oldest first", body = HistoryPage))
 )]
 pub(crate) async fn run_events(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
     Path(id): Path<String>,
     Query(q): Query<HistoryQuery>,
 ) -> ApiResult<Json<HistoryPage>> {
     let run_id = run_id(&id)?;
     let after = q.after.unwrap_or(0);
     let limit = Limit::or(q.limit, 100);
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     if runs::status(&client, run_id).await?.is_none() {
         return Err(ApiError::not_found(format!("run {run_id} not found")));
     }
@@ -421,7 +430,7 @@ pub(crate) async fn run_events(
     responses((status = 200, description = "a page of the MAP's items, by index", body = ItemPage))
 )]
 pub(crate) async fn run_items(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
     Path(id): Path<String>,
     Query(q): Query<ItemsQuery>,
 ) -> ApiResult<Json<ItemPage>> {
@@ -430,7 +439,7 @@ pub(crate) async fn run_items(
     text_param(node, "node")?;
     let after = q.after.unwrap_or(-1);
     let limit = Limit::or(q.limit, 100);
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let (_, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
     let map = tasks
@@ -448,9 +457,9 @@ pub(crate) async fn run_items(
 
 /// Who takes an API call's control action: the API token's name, or
 /// `anonymous` on a coordinator without one.
-pub(crate) fn actor(s: &Shared) -> String {
-    match s.config.api_token {
-        Some(_) => s.config.api_token_name.clone(),
+pub(crate) fn actor(config: &Config) -> String {
+    match config.api_token {
+        Some(_) => config.api_token_name.clone(),
         None => "anonymous".to_string(),
     }
 }
@@ -469,14 +478,14 @@ fn reason(r: Option<String>) -> ApiResult<Option<String>> {
 /// Longest reason a control action records (`max_reason_chars`).
 pub const MAX_REASON_CHARS: usize = 1024;
 
-async fn control(s: &Shared, id: &str, event: Event, why: Option<String>) -> ApiResult<Json<RunView>> {
+async fn control(c: &RunControl, id: &str, event: Event, why: Option<String>) -> ApiResult<Json<RunView>> {
     let run_id = run_id(id)?;
-    let by = Control { actor: actor(s), reason: reason(why)? };
-    let handled = s.engine.handle(EventRequest::new(run_id, event).by(By::Operator(by))).await?;
+    let by = Control { actor: actor(&c.config), reason: reason(why)? };
+    let handled = c.engine.handle(EventRequest::new(run_id, event).by(By::Operator(by))).await?;
     if let Some(reason) = handled.ignored {
         return Err(ApiError::Conflict(reason));
     }
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&c.pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
     Ok(Json(run_view(&run, Some(&tasks))))
@@ -494,13 +503,13 @@ async fn control(s: &Shared, id: &str, event: Event, why: Option<String>) -> Api
     responses((status = 200, description = "the run with its new priority", body = RunView), (status = 409, description = "the run has ended", body = ErrorBody))
 )]
 pub(crate) async fn set_run_priority(
-    State(s): State<Arc<Shared>>,
+    State(c): State<RunControl>,
     Path(id): Path<String>,
     Body(req): Body<SetPriority>,
 ) -> ApiResult<Json<RunView>> {
     let run_id = run_id(&id)?;
     let priority = priority_of(req.priority)?;
-    match change_priority(&s, run_id, priority).await? {
+    match change_priority(&c, run_id, priority).await? {
         runs::PriorityChange::NotFound => return Err(ApiError::not_found(format!("run {run_id} not found"))),
         runs::PriorityChange::Ended(status) => {
             return Err(ApiError::Conflict(format!("the run has ended ({status}): it has no work left to order")))
@@ -509,7 +518,7 @@ pub(crate) async fn set_run_priority(
             tracing::info!(%run_id, priority, from, runs, moved, "run priority changed");
         }
     }
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&c.pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
     Ok(Json(run_view(&run, Some(&tasks))))
@@ -519,16 +528,17 @@ pub(crate) async fn set_run_priority(
 /// actor; tried again (three times in all) when PostgreSQL breaks a
 /// deadlock by aborting it.
 pub(crate) async fn change_priority(
-    s: &Shared,
+    c: &RunControl,
     run_id: Uuid,
     priority: u8,
 ) -> Result<runs::PriorityChange, composer_store::Error> {
     let mut tries = 0;
     loop {
         let attempt = async {
-            let mut client = composer_store::client(&s.pool).await?;
+            let mut client = composer_store::client(&c.pool).await?;
             let tx = composer_store::begin(&mut client).await?;
-            let changed = runs::set_priority(&tx, run_id, priority, s.config.stream_shards as i32, &actor(s)).await?;
+            let changed =
+                runs::set_priority(&tx, run_id, priority, c.config.stream_shards as i32, &actor(&c.config)).await?;
             tx.commit().await?;
             Ok::<_, composer_store::Error>(changed)
         };
@@ -559,11 +569,11 @@ fn priority_of(p: u8) -> ApiResult<u8> {
     responses((status = 200, description = "cancelled", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
 )]
 pub(crate) async fn cancel_run(
-    State(s): State<Arc<Shared>>,
+    State(c): State<RunControl>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
 ) -> ApiResult<Json<RunView>> {
-    control(&s, &id, Event::CancelRun, body.and_then(|b| b.reason)).await
+    control(&c, &id, Event::CancelRun, body.and_then(|b| b.reason)).await
 }
 
 /// Retry a run.
@@ -576,11 +586,11 @@ pub(crate) async fn cancel_run(
     responses((status = 200, description = "running again from its failed steps", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
 )]
 pub(crate) async fn retry_run(
-    State(s): State<Arc<Shared>>,
+    State(c): State<RunControl>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
 ) -> ApiResult<Json<RunView>> {
-    control(&s, &id, Event::RetryRun, body.and_then(|b| b.reason)).await
+    control(&c, &id, Event::RetryRun, body.and_then(|b| b.reason)).await
 }
 
 /// Pause a run.
@@ -593,11 +603,11 @@ pub(crate) async fn retry_run(
     responses((status = 200, description = "paused", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
 )]
 pub(crate) async fn pause_run(
-    State(s): State<Arc<Shared>>,
+    State(c): State<RunControl>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
 ) -> ApiResult<Json<RunView>> {
-    control(&s, &id, Event::PauseRun, body.and_then(|b| b.reason)).await
+    control(&c, &id, Event::PauseRun, body.and_then(|b| b.reason)).await
 }
 
 /// Resume a run.
@@ -609,11 +619,11 @@ pub(crate) async fn pause_run(
     responses((status = 200, description = "running again", body = RunView), (status = 409, description = "not possible in the run's state (the message says why)", body = ErrorBody))
 )]
 pub(crate) async fn resume_run(
-    State(s): State<Arc<Shared>>,
+    State(c): State<RunControl>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
 ) -> ApiResult<Json<RunView>> {
-    control(&s, &id, Event::ResumeRun, body.and_then(|b| b.reason)).await
+    control(&c, &id, Event::ResumeRun, body.and_then(|b| b.reason)).await
 }
 
 /// Rerun a run from some of its steps.
@@ -631,7 +641,7 @@ pub(crate) async fn resume_run(
     )
 )]
 pub(crate) async fn rerun_run(
-    State(s): State<Arc<Shared>>,
+    State(c): State<RunControl>,
     Path(id): Path<String>,
     Body(req): Body<RerunRun>,
 ) -> ApiResult<Json<RunView>> {
@@ -640,9 +650,9 @@ pub(crate) async fn rerun_run(
         return Err(ApiError::bad_request("from: name 1 to 100 steps"));
     }
     if let Some(input) = &req.input {
-        composer_core::storable::check(input, "input", s.config.max_payload).map_err(ApiError::bad_request)?;
+        composer_core::storable::check(input, "input", c.config.max_payload).map_err(ApiError::bad_request)?;
     }
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&c.pool).await?;
     let mut tasks = Vec::with_capacity(req.from.len());
     for node in &req.from {
         text_param(node, "from")?;
@@ -660,7 +670,7 @@ pub(crate) async fn rerun_run(
     }
     drop(client);
     let event = Event::RerunFrom { tasks, input: req.input, allow_completed: req.allow_completed };
-    control(&s, &id, event, req.reason).await
+    control(&c, &id, event, req.reason).await
 }
 
 /// Complete a step by hand.
@@ -681,19 +691,19 @@ pub(crate) async fn rerun_run(
     )
 )]
 pub(crate) async fn complete_step(
-    State(s): State<Arc<Shared>>,
+    State(c): State<RunControl>,
     Path((id, node)): Path<(String, String)>,
     Body(req): Body<CompleteStep>,
 ) -> ApiResult<Json<RunView>> {
     let run = run_id(&id)?;
     text_param(&node, "node")?;
-    composer_core::storable::check(&req.output, "output", s.config.max_payload).map_err(ApiError::bad_request)?;
-    let client = composer_store::client(&s.pool).await?;
+    composer_core::storable::check(&req.output, "output", c.config.max_payload).map_err(ApiError::bad_request)?;
+    let client = composer_store::client(&c.pool).await?;
     let task = runs::task_of_node(&client, run, &node)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
     drop(client);
-    control(&s, &id, Event::CompleteTask { task_id: task.id, output: req.output }, req.reason).await
+    control(&c, &id, Event::CompleteTask { task_id: task.id, output: req.output }, req.reason).await
 }
 
 /// Read a step's logs.
@@ -713,7 +723,7 @@ pub(crate) async fn complete_step(
     )
 )]
 pub(crate) async fn step_logs(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
     Path((id, node)): Path<(String, String)>,
     Query(q): Query<LogsQuery>,
 ) -> ApiResult<Json<StepLogs>> {
@@ -727,7 +737,7 @@ pub(crate) async fn step_logs(
     }
     let after = q.after.unwrap_or(0);
     let limit = Limit::or(q.limit, 500);
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let task = runs::task_of_node(&client, run, &node)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
@@ -765,7 +775,7 @@ pub(crate) async fn step_logs(
     )
 )]
 pub(crate) async fn resolve_task(
-    State(s): State<Arc<Shared>>,
+    State(c): State<RunControl>,
     Path((id, node)): Path<(String, String)>,
     Body(req): Body<ResolveTask>,
 ) -> ApiResult<Json<RunView>> {
@@ -774,7 +784,7 @@ pub(crate) async fn resolve_task(
     let resolution = match (req.outcome, req.output.clone(), req.error.clone()) {
         (ResolveOutcome::Completed, output, None) => {
             let output = output.unwrap_or(Value::Null);
-            composer_core::storable::check(&output, "output", s.config.max_payload).map_err(ApiError::bad_request)?;
+            composer_core::storable::check(&output, "output", c.config.max_payload).map_err(ApiError::bad_request)?;
             Resolution::Completed(output)
         }
         (ResolveOutcome::Failed, None, Some(error)) if !error.trim().is_empty() => {
@@ -797,12 +807,12 @@ pub(crate) async fn resolve_task(
             return Err(ApiError::bad_request("a retry takes neither an output nor an error"))
         }
     };
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&c.pool).await?;
     let task = runs::task_of_node(&client, run, &node)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
     drop(client);
-    control(&s, &id, Event::ResolveTask { task_id: task.id, resolution }, req.reason).await
+    control(&c, &id, Event::ResolveTask { task_id: task.id, resolution }, req.reason).await
 }
 
 /// Whether two JSON values hold the same data: objects whatever the order

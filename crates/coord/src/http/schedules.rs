@@ -20,7 +20,8 @@ use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, text_param, Body, Limit, Path, Query};
 use super::runs::run_view;
-use crate::shared::Shared;
+use crate::engine::Engine;
+use composer_store::Pool;
 
 /// `GET /v1/schedules`'s query.
 #[derive(Deserialize, IntoParams)]
@@ -74,11 +75,11 @@ fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
         (status = 404, description = "the workflow (or its version) is not registered", body = ErrorBody),
     )
 )]
-pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
+pub(crate) async fn create(State(pool): State<Pool>, Body(spec): Body<Value>) -> ApiResult<Response> {
     let schedule = Schedule::parse(&spec).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
     // A cron that never fires (30 February) is refused, not stored without a next fire time.
     let next = schedule.first_fire(Utc::now()).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
-    let mut client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(&pool).await?;
     let wf = &schedule.spec.workflow;
     if composer_store::definitions::by_name(&client, wf, schedule.spec.version).await?.is_none() {
         let which = schedule.spec.version.map(|v| format!(" version {v}")).unwrap_or_default();
@@ -103,21 +104,21 @@ pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Value>
     ),
     responses((status = 200, description = "a page of schedules, by id", body = SchedulePage))
 )]
-pub(crate) async fn list(State(s): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> ApiResult<Json<SchedulePage>> {
+pub(crate) async fn list(State(pool): State<Pool>, Query(q): Query<ListQuery>) -> ApiResult<Json<SchedulePage>> {
     let limit = Limit::or(q.limit, 50);
     if let Some(a) = &q.after {
         name_param("after", a)?;
     }
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let rows = schedules::list(&client, q.after.as_deref(), limit).await?;
     let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.clone()) } else { None };
     let views = rows.iter().map(view).collect::<ApiResult<Vec<_>>>()?;
     Ok(Json(SchedulePage { schedules: views, next_after: next }))
 }
 
-async fn found(s: &Shared, id: &str) -> ApiResult<ScheduleRow> {
+async fn found(pool: &Pool, id: &str) -> ApiResult<ScheduleRow> {
     text_param(id, "schedule id")?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(pool).await?;
     schedules::get(&client, id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))
 }
 
@@ -129,8 +130,8 @@ async fn found(s: &Shared, id: &str) -> ApiResult<ScheduleRow> {
     params(("id" = Name, Path, description = "the schedule")),
     responses((status = 200, description = "the schedule with its next fire times", body = ScheduleView))
 )]
-pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
-    Ok(Json(view(&found(&s, &id).await?)?))
+pub(crate) async fn get(State(pool): State<Pool>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
+    Ok(Json(view(&found(&pool, &id).await?)?))
 }
 
 /// Delete a schedule.
@@ -141,9 +142,9 @@ pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(id): Path<String>) ->
     params(("id" = Name, Path, description = "the schedule")),
     responses((status = 200, description = "deleted (its runs stay)", body = Deleted))
 )]
-pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+pub(crate) async fn delete(State(pool): State<Pool>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     text_param(&id, "schedule id")?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     if !schedules::delete(&client, &id).await? {
         return Err(ApiError::not_found(format!("schedule {id:?} not found")));
     }
@@ -158,8 +159,8 @@ pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(id): Path<String>)
     params(("id" = Name, Path, description = "the schedule")),
     responses((status = 200, description = "paused: it fires no more until resumed", body = ScheduleView))
 )]
-pub(crate) async fn pause(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
-    set_paused(&s, &id, true).await
+pub(crate) async fn pause(State(pool): State<Pool>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
+    set_paused(&pool, &id, true).await
 }
 
 /// Resume a schedule.
@@ -171,14 +172,14 @@ pub(crate) async fn pause(State(s): State<Arc<Shared>>, Path(id): Path<String>) 
     params(("id" = Name, Path, description = "the schedule")),
     responses((status = 200, description = "firing again from its next fire time", body = ScheduleView))
 )]
-pub(crate) async fn resume(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
-    set_paused(&s, &id, false).await
+pub(crate) async fn resume(State(pool): State<Pool>, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
+    set_paused(&pool, &id, false).await
 }
 
-async fn set_paused(s: &Shared, id: &str, paused: bool) -> ApiResult<Json<ScheduleView>> {
-    let row = found(s, id).await?;
+async fn set_paused(pool: &Pool, id: &str, paused: bool) -> ApiResult<Json<ScheduleView>> {
+    let row = found(pool, id).await?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(pool).await?;
     let row = schedules::set_paused(&client, id, paused, schedule.next_after(Utc::now()))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))?;
@@ -197,9 +198,13 @@ async fn set_paused(s: &Shared, id: &str, paused: bool) -> ApiResult<Json<Schedu
         (status = 409, description = "its workflow is no longer registered", body = ErrorBody),
     )
 )]
-pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<Response> {
+pub(crate) async fn trigger(
+    State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
     text_param(&id, "schedule id")?;
-    let mut client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(&pool).await?;
     let tx = composer_store::begin(&mut client).await?;
     let row =
         schedules::lock(&tx, &id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))?;
@@ -212,11 +217,11 @@ pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>
     let trigger = json!({"schedule": id, "fire_time": now, "manual": true});
     let input = schedule.spec.input.clone().unwrap_or_else(|| json!({}));
     let opts = crate::engine::starts::StartOptions { trigger: Some(&trigger), ..Default::default() };
-    let started = s.engine.start_run_in(&tx, &def, &input, opts).await?;
+    let started = engine.start_run_in(&tx, &def, &input, opts).await?;
     schedules::set_fire_run(&tx, &id, now, started.row.id).await?;
     schedules::advance(&tx, &id, row.next_fire_at, row.buffered_fire_at, Some(started.row.id)).await?;
     tx.commit().await?;
-    let (run, _) = s.engine.started(started);
+    let (run, _) = engine.started(started);
     composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "started")], 1);
     Ok((StatusCode::CREATED, Json(run_view(&run, None))).into_response())
 }
@@ -240,14 +245,14 @@ pub(crate) async fn trigger(State(s): State<Arc<Shared>>, Path(id): Path<String>
     )
 )]
 pub(crate) async fn backfill(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
     Path(id): Path<String>,
     Body(ask): Body<BackfillRequest>,
 ) -> ApiResult<Response> {
     use crate::schedules::BackfillError;
     text_param(&id, "schedule id")?;
     let overlap = ask.overlap.unwrap_or_default();
-    let done = crate::schedules::backfill(&s, &id, ask.from, ask.to, overlap).await.map_err(|e| match e {
+    let done = crate::schedules::backfill(&pool, &id, ask.from, ask.to, overlap).await.map_err(|e| match e {
         BackfillError::NotFound => ApiError::not_found(format!("schedule {id:?} not found")),
         BackfillError::Invalid(why) => ApiError::InvalidSchedule(why),
         BackfillError::Store(e) => e.into(),

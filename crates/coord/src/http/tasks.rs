@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body, Path};
 use crate::engine::{EventRequest, Reported};
-use crate::shared::Shared;
+use crate::shared::TaskApi;
 use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, Leased, IDLE_READ_EVERY};
 
 /// Most tasks one poll may lease (`max`).
@@ -64,7 +64,7 @@ pub const MAX_NEXT_TASKS: u32 = composer_api::wire::MAX_EAGER_SLOTS;
 
 /// What a result's `next` asks for, checked, as the engine takes it; made
 /// at the priority the result's `composer-priority` names.
-fn offer_of(s: &Shared, next: Option<TakeNext>, headers: &HeaderMap) -> ApiResult<Option<EagerOffer>> {
+fn offer_of(s: &TaskApi, next: Option<TakeNext>, headers: &HeaderMap) -> ApiResult<Option<EagerOffer>> {
     let Some(next) = next else { return Ok(None) };
     check_queues("next.queues", &next.queues)?;
     let max = check_max("next.max", next.max, MAX_NEXT_TASKS)?;
@@ -82,7 +82,7 @@ fn offer_of(s: &Shared, next: Option<TakeNext>, headers: &HeaderMap) -> ApiResul
     request_body = PollTasks,
     responses((status = 200, description = "the tasks leased (none when none came within `wait`)", body = TaskBatch))
 )]
-pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks>) -> ApiResult<Json<TaskBatch>> {
+pub(crate) async fn poll(State(s): State<Arc<TaskApi>>, Body(req): Body<PollTasks>) -> ApiResult<Json<TaskBatch>> {
     check_worker(&req.worker_id)?;
     check_queues("queues", &req.queues)?;
     let max = check_max("max", req.max, MAX_POLL_TASKS)?;
@@ -123,7 +123,7 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
         let Leased { tasks, waiting } =
             lease(&s, &req.worker_id, &queues, &streams, every_priority, start, max as usize).await?;
         start = start.wrapping_add(1);
-        if !tasks.is_empty() || tokio::time::Instant::now() >= deadline || s.draining.is_cancelled() {
+        if !tasks.is_empty() || tokio::time::Instant::now() >= deadline || s.draining.has_begun() {
             if !tasks.is_empty() {
                 composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
             }
@@ -143,7 +143,7 @@ pub(crate) async fn poll(State(s): State<Arc<Shared>>, Body(req): Body<PollTasks
             }
         };
         let taken = tokio::select! {
-            _ = s.draining.cancelled() => None,
+            _ = s.draining.begun() => None,
             _ = &mut published => None,
             _ = tokio::time::sleep(nap) => None,
             given = handed => Some(given),
@@ -202,7 +202,7 @@ fn leased_view(g: Given, lease: Duration) -> LeasedTask {
     )
 )]
 pub(crate) async fn heartbeat(
-    State(s): State<Arc<Shared>>,
+    State(s): State<Arc<TaskApi>>,
     Path(id): Path<String>,
     Body(req): Body<TaskHeartbeat>,
 ) -> ApiResult<Json<LeaseExtended>> {
@@ -231,7 +231,7 @@ pub(crate) async fn heartbeat(
     )
 )]
 pub(crate) async fn logs(
-    State(s): State<Arc<Shared>>,
+    State(s): State<Arc<TaskApi>>,
     Path(id): Path<String>,
     Body(req): Body<TaskLogs>,
 ) -> ApiResult<Json<LogsAccepted>> {
@@ -289,7 +289,7 @@ fn log_line(line: &str) -> String {
     )
 )]
 pub(crate) async fn complete(
-    State(s): State<Arc<Shared>>,
+    State(s): State<Arc<TaskApi>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     Body(req): Body<CompleteTask, true>,
@@ -327,7 +327,7 @@ fn priority_of(headers: &HeaderMap) -> u8 {
     )
 )]
 pub(crate) async fn fail(
-    State(s): State<Arc<Shared>>,
+    State(s): State<Arc<TaskApi>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     Body(req): Body<FailTask>,
@@ -367,7 +367,7 @@ pub(crate) async fn fail(
 /// `stages` are the worker's word for its attempt's span (the trace keeps
 /// only times within the run's life); the end is now when it gives none.
 async fn finish(
-    s: &Shared,
+    s: &TaskApi,
     worker: String,
     run_id: Uuid,
     event: Event,

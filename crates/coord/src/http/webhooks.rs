@@ -17,7 +17,10 @@ use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, Body, Path};
 use crate::engine::evaluator::Subject;
-use crate::shared::Shared;
+use composer_store::Pool;
+
+use crate::config::Config;
+use crate::engine::Engine;
 use crate::triggers::Incoming;
 use crate::webhooks::{Webhook, MAX_HEADERS, MAX_HEADER_VALUE};
 
@@ -47,10 +50,10 @@ fn view(row: &WebhookRow) -> ApiResult<WebhookView> {
         (status = 200, description = "replaced", body = WebhookView),
     )
 )]
-pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<WebhookSpec>) -> ApiResult<Response> {
+pub(crate) async fn create(State(pool): State<Pool>, Body(spec): Body<WebhookSpec>) -> ApiResult<Response> {
     let hook = crate::webhooks::parse(spec).map_err(ApiError::bad_request)?;
     let stored = serde_json::to_value(&hook.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let (row, created) = webhooks::upsert(&client, &hook.spec.name, &stored).await?;
     lift_quarantine(&client, &row.name).await?;
     tracing::info!(webhook = %row.name, created, "webhook saved");
@@ -65,8 +68,8 @@ pub(crate) async fn create(State(s): State<Arc<Shared>>, Body(spec): Body<Webhoo
     get, path = "/v1/webhooks", operation_id = "listWebhooks", tag = "events",
     responses((status = 200, description = "every webhook, by name", body = WebhookList))
 )]
-pub(crate) async fn list(State(s): State<Arc<Shared>>) -> ApiResult<Json<WebhookList>> {
-    let client = composer_store::client(&s.pool).await?;
+pub(crate) async fn list(State(pool): State<Pool>) -> ApiResult<Json<WebhookList>> {
+    let client = composer_store::client(&pool).await?;
     let rows = webhooks::list(&client, super::extract::MAX_PAGE).await?;
     Ok(Json(WebhookList { webhooks: rows.iter().map(view).collect::<ApiResult<_>>()? }))
 }
@@ -80,9 +83,9 @@ async fn lift_quarantine(client: &composer_store::Client, name: &str) -> ApiResu
     Ok(())
 }
 
-async fn found(s: &Shared, name: &str) -> ApiResult<WebhookRow> {
+async fn found(pool: &Pool, name: &str) -> ApiResult<WebhookRow> {
     name_param("webhook", name)?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     webhooks::get(&client, name).await?.ok_or_else(|| ApiError::not_found(format!("webhook {name:?} not found")))
 }
 
@@ -95,8 +98,8 @@ async fn found(s: &Shared, name: &str) -> ApiResult<WebhookRow> {
     params(("name" = Name, Path, description = "the webhook")),
     responses((status = 200, description = "the webhook, and whether this coordinator has its secret", body = WebhookView))
 )]
-pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<WebhookView>> {
-    Ok(Json(view(&found(&s, &name).await?)?))
+pub(crate) async fn get(State(pool): State<Pool>, Path(name): Path<String>) -> ApiResult<Json<WebhookView>> {
+    Ok(Json(view(&found(&pool, &name).await?)?))
 }
 
 /// Delete a webhook.
@@ -108,9 +111,9 @@ pub(crate) async fn get(State(s): State<Arc<Shared>>, Path(name): Path<String>) 
     params(("name" = Name, Path, description = "the webhook")),
     responses((status = 200, description = "deleted: its deliveries are refused from now on", body = Deleted))
 )]
-pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+pub(crate) async fn delete(State(pool): State<Pool>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     name_param("webhook", &name)?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     if !webhooks::delete(&client, &name).await? {
         return Err(ApiError::not_found(format!("webhook {name:?} not found")));
     }
@@ -139,7 +142,9 @@ pub(crate) async fn delete(State(s): State<Arc<Shared>>, Path(name): Path<String
     )
 )]
 pub(crate) async fn deliver(
-    State(s): State<Arc<Shared>>,
+    State(config): State<Arc<Config>>,
+    State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
@@ -150,7 +155,7 @@ pub(crate) async fn deliver(
         _ => ApiError::bad_request(rejection.body_text()),
     })?;
     name_param("webhook", &name)?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let Some(row) = webhooks::get(&client, &name).await? else {
         tracing::info!(webhook = %name, "webhook delivery refused: no webhook of this name");
         return Err(ApiError::BadSignature);
@@ -182,13 +187,13 @@ pub(crate) async fn deliver(
     };
     let id = crate::webhooks::delivery_id(hook.spec.scheme, &body_json, &body, signed_at);
     let ev = transform(hook, body_json, &headers, id).await?;
-    super::events::check(&s, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
+    super::events::check(&config, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let source = format!("webhook:{name}");
     // A sender that traces its deliveries (a W3C `traceparent` header) is continued as an API call is.
     let traceparent = super::extract::Traceparent(
         header_text("traceparent").and_then(|t| composer_core::trace::TraceContext::parse(t).ok()).map(|c| c.header()),
     )
-    .of_caller(&s)
+    .of_caller(&pool)
     .await?;
     let incoming = Incoming {
         name: &ev.name,
@@ -198,7 +203,11 @@ pub(crate) async fn deliver(
         source: &source,
         traceparent: traceparent.as_deref(),
     };
-    Ok(Json(super::events::answer(crate::triggers::send(&s, incoming).await?, &ev.key, &ev.payload)?))
+    Ok(Json(super::events::answer(
+        crate::triggers::send(&config, &pool, &engine, incoming).await?,
+        &ev.key,
+        &ev.payload,
+    )?))
 }
 
 /// The event a verified delivery becomes, by the webhook's transform (on

@@ -1,6 +1,5 @@
 //! Workflow definitions: register a version, read them.
 
-use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -16,7 +15,7 @@ use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{parsed, text_param, Body, Limit, Path, Query, MAX_PAGE};
-use crate::shared::Shared;
+use composer_store::Pool;
 
 /// `GET /v1/workflows/{name}`'s query.
 #[derive(Deserialize, IntoParams)]
@@ -58,7 +57,7 @@ fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
         (status = 200, description = "identical to the latest version", body = DefinitionView),
     )
 )]
-pub(crate) async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): Body<Value>) -> ApiResult<Response> {
+pub(crate) async fn register_workflow(State(pool): State<Pool>, Body(spec): Body<Value>) -> ApiResult<Response> {
     // Compiling a definition's expressions is CPU work: off the async runtime.
     // Off the async runtime, on a thread with the evaluation stack (jq's
     // parser recurses as deep as an expression nests).
@@ -68,7 +67,7 @@ pub(crate) async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): 
         .map_err(|e| ApiError::internal(format!("definition compiler stopped: {e}")))?
         .map_err(|e| ApiError::InvalidDefinition(e.to_string()))?;
     let normalized = serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let mut client = composer_store::client(&s.pool).await?;
+    let mut client = composer_store::client(&pool).await?;
     let events: Vec<String> = wf.triggers.iter().map(|t| t.event.clone()).collect();
     let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized, &events).await? {
         Registered::Created(row) => (StatusCode::CREATED, row),
@@ -85,8 +84,8 @@ pub(crate) async fn register_workflow(State(s): State<Arc<Shared>>, Body(spec): 
     get, path = "/v1/workflows", operation_id = "listWorkflows", tag = "workflows",
     responses((status = 200, description = "the latest version of each workflow", body = WorkflowList))
 )]
-pub(crate) async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Json<WorkflowList>> {
-    let client = composer_store::client(&s.pool).await?;
+pub(crate) async fn list_workflows(State(pool): State<Pool>) -> ApiResult<Json<WorkflowList>> {
+    let client = composer_store::client(&pool).await?;
     let rows = definitions::latest_of_each(&client, MAX_PAGE).await?;
     Ok(Json(WorkflowList { workflows: rows.iter().map(|d| definition_view(d, false)).collect() }))
 }
@@ -104,14 +103,14 @@ pub(crate) async fn list_workflows(State(s): State<Arc<Shared>>) -> ApiResult<Js
     responses((status = 200, description = "the latest version with its spec, and a page of versions", body = DefinitionView))
 )]
 pub(crate) async fn get_workflow(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
     Path(name): Path<String>,
     Query(q): Query<VersionsQuery>,
 ) -> ApiResult<Json<DefinitionView>> {
     text_param(&name, "workflow name")?;
     let limit = Limit::or(q.limit, 50);
     let before = q.before;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     let Some(latest) = definitions::by_name(&client, &name, None).await? else {
         return Err(ApiError::not_found(format!("workflow {name:?} not found")));
     };
@@ -135,14 +134,14 @@ pub(crate) async fn get_workflow(
     responses((status = 200, description = "the version with its spec", body = DefinitionView))
 )]
 pub(crate) async fn get_workflow_version(
-    State(s): State<Arc<Shared>>,
+    State(pool): State<Pool>,
     Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<Json<DefinitionView>> {
     let version: i32 = version
         .parse()
         .map_err(|_| ApiError::bad_request(format!("version must be a positive integer, got {version:?}")))?;
     text_param(&name, "workflow name")?;
-    let client = composer_store::client(&s.pool).await?;
+    let client = composer_store::client(&pool).await?;
     match definitions::by_name(&client, &name, Some(version)).await? {
         Some(d) => Ok(Json(definition_view(&d, true))),
         None => Err(ApiError::not_found(format!("workflow {name:?} version {version} not found"))),
