@@ -8,12 +8,24 @@
 //!
 //! - [`rows`]: the rows of runs and tasks, and the columns every read names.
 //! - [`machine_view`]: rows in the state machine's form.
+//! - [`start`]: a new run's row, and the idempotency key's lock.
+//! - [`concurrency`]: concurrency keys and the runs QUEUED behind them.
+//! - [`priority_change`]: a new priority for an open run tree.
 
+mod concurrency;
 mod machine_view;
+mod priority_change;
 mod rows;
+mod start;
 
+pub use concurrency::{
+    concurrency_usage, lock_concurrency_key, lock_queued, queue_head, queue_position, queued_keys, set_running,
+    try_lock_concurrency_key,
+};
 pub use machine_view::{into_machine, to_machine_task};
+pub use priority_change::{set_priority, PriorityChange, MAX_PRIORITY_MOVES};
 pub use rows::{Parent, RunRow, TaskRow};
+pub use start::{insert_run, insert_runs, lock_idempotency_key, NewRun};
 
 use chrono::{DateTime, Utc};
 use composer_core::machine::{HistoryKind, RunStatus};
@@ -22,193 +34,6 @@ use uuid::Uuid;
 
 use crate::{Client, Error, Result, Transaction};
 use rows::{priority_of, RUN_COLUMNS, SUMMARY_COLUMNS, TASK_COLUMNS};
-
-/// A run about to be inserted.
-#[derive(Debug, Clone)]
-pub struct NewRun<'a> {
-    pub id: Uuid,
-    pub workflow_definition_id: Uuid,
-    pub workflow_name: &'a str,
-    pub workflow_version: i32,
-    pub input: &'a Value,
-    pub idempotency_key: Option<&'a str>,
-    /// When the run times out, if its definition has a `timeout`.
-    pub deadline: Option<DateTime<Utc>>,
-    pub parent: Option<Parent>,
-    pub depth: i32,
-    /// QUEUED (over its concurrency limit) or RUNNING.
-    pub status: RunStatus,
-    pub concurrency_key: Option<&'a str>,
-    pub trigger: Option<&'a Value>,
-    /// The root of its run tree, for a child run.
-    pub root_run_id: Option<Uuid>,
-    /// For a failure handler: the run whose end started it.
-    pub handles_run_id: Option<Uuid>,
-    /// A child its parent never cancels (`on_parent_close: "abandon"`).
-    pub abandoned: bool,
-    /// Its tags, `{key: value}`.
-    pub tags: Option<&'a Value>,
-    /// The W3C `traceparent` it continues.
-    pub traceparent: Option<&'a str>,
-    pub priority: u8,
-    pub fairness_key: Option<&'a str>,
-}
-
-/// A QUEUED run's turn (`$3` its workflow, `$13` its concurrency key, `$21`
-/// its priority, `$22` its fairness key, `$23` its priority's share): the
-/// last turn of its class (priority and fairness key) plus its share, or
-/// the queue's head if later (start-time fair queueing: see the migration
-/// that made it). Each part is one probe of an index of QUEUED runs. Read
-/// under the concurrency key's lock, as every admission is.
-const NEXT_TURN: &str = "greatest(
-        (SELECT fair_turn FROM workflow_runs
-          WHERE workflow_name = $3 AND concurrency_key = $13 AND priority = $21
-            AND coalesce(fairness_key, '') = coalesce($22::text, '') AND status = 'QUEUED'
-          ORDER BY fair_turn DESC LIMIT 1) + $23::float8,
-        (SELECT fair_turn FROM workflow_runs
-          WHERE workflow_name = $3 AND concurrency_key = $13 AND status = 'QUEUED' ORDER BY fair_turn LIMIT 1),
-        0)";
-
-/// A priority's share of a queue's turns: 1/16 for priority 1 … 1 for 5.
-fn turn_of(priority: u8) -> f64 {
-    let at = usize::from(priority.saturating_sub(composer_core::priority::HIGHEST)).min(4);
-    1.0 / composer_core::priority::WEIGHTS[at] as f64
-}
-
-/// The head of both run inserts: every column a new run is given.
-const INSERT_RUN: &str = "INSERT INTO workflow_runs
-    (id, workflow_definition_id, workflow_name, workflow_version, status, input, idempotency_key, deadline,
-     parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id,
-     handles_run_id, parent_iteration, abandoned, tags, traceparent, priority, fairness_key, fair_turn)";
-
-/// Inserts a RUNNING run; the caller applies RunStarted in the same transaction.
-pub async fn insert_run(tx: &Transaction<'_>, run: &NewRun<'_>) -> Result<RunRow> {
-    let stmt = tx
-        .prepare_cached(&format!(
-            "{INSERT_RUN}
-             VALUES ($1, $2, $3, $4, $12, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                     CASE WHEN $12 = 'QUEUED' THEN {NEXT_TURN} ELSE 0 END)
-             RETURNING {RUN_COLUMNS}"
-        ))
-        .await?;
-    let parent = run.parent;
-    let row = tx
-        .query_one(
-            &stmt,
-            &[
-                &run.id,
-                &run.workflow_definition_id,
-                &run.workflow_name,
-                &run.workflow_version,
-                run.input,
-                &run.idempotency_key,
-                &run.deadline,
-                &parent.map(|p| p.run_id),
-                &parent.map(|p| p.task_id),
-                &parent.map(|p| p.attempt),
-                &run.depth,
-                &run.status.as_str(),
-                &run.concurrency_key,
-                &run.trigger,
-                &run.root_run_id,
-                &run.handles_run_id,
-                &parent.map_or(0, |p| p.iteration),
-                &run.abandoned,
-                &run.tags,
-                &run.traceparent,
-                &i16::from(run.priority),
-                &run.fairness_key,
-                &turn_of(run.priority),
-            ],
-        )
-        .await?;
-    RunRow::from_row(&row)
-}
-
-/// Inserts RUNNING runs in one statement and returns their rows in the
-/// order given; the caller applies each one's RunStarted in the same
-/// transaction. A QUEUED run's turn is read under its concurrency key's lock
-/// ([`insert_run`]), so it is refused here.
-pub async fn insert_runs(tx: &Transaction<'_>, runs: &[NewRun<'_>]) -> Result<Vec<RunRow>> {
-    if let Some(queued) = runs.iter().find(|r| r.status != RunStatus::Running) {
-        return Err(Error::Corrupt(format!(
-            "run {} is {}, not RUNNING: insert it on its own",
-            queued.id, queued.status
-        )));
-    }
-    if runs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let stmt = tx
-        .prepare_cached(&format!(
-            "{INSERT_RUN}
-             SELECT u.id, u.definition, u.name, u.version, 'RUNNING', u.input, u.idempotency_key, u.deadline,
-                    u.parent_run_id, u.parent_task_id, u.parent_attempt, u.depth, u.concurrency_key, u.trigger,
-                    u.root_run_id, u.handles_run_id, u.parent_iteration, u.abandoned, u.tags, u.traceparent,
-                    u.priority, u.fairness_key, 0
-               FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[], $7::timestamptz[],
-                           $8::uuid[], $9::uuid[], $10::int4[], $11::int4[], $12::text[], $13::jsonb[], $14::uuid[],
-                           $15::uuid[], $16::int4[], $17::bool[], $18::jsonb[], $19::text[], $20::int2[], $21::text[])
-                    AS u(id, definition, name, version, input, idempotency_key, deadline, parent_run_id,
-                         parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, handles_run_id,
-                         parent_iteration, abandoned, tags, traceparent, priority, fairness_key)
-             RETURNING {RUN_COLUMNS}"
-        ))
-        .await?;
-    let column = |f: &dyn Fn(&NewRun<'_>) -> Option<Uuid>| runs.iter().map(f).collect::<Vec<_>>();
-    let ids: Vec<Uuid> = runs.iter().map(|r| r.id).collect();
-    let definitions: Vec<Uuid> = runs.iter().map(|r| r.workflow_definition_id).collect();
-    let names: Vec<&str> = runs.iter().map(|r| r.workflow_name).collect();
-    let versions: Vec<i32> = runs.iter().map(|r| r.workflow_version).collect();
-    let inputs: Vec<&Value> = runs.iter().map(|r| r.input).collect();
-    let keys: Vec<Option<&str>> = runs.iter().map(|r| r.idempotency_key).collect();
-    let deadlines: Vec<Option<DateTime<Utc>>> = runs.iter().map(|r| r.deadline).collect();
-    let parent_runs = column(&|r| r.parent.map(|p| p.run_id));
-    let parent_tasks = column(&|r| r.parent.map(|p| p.task_id));
-    let parent_attempts: Vec<Option<i32>> = runs.iter().map(|r| r.parent.map(|p| p.attempt)).collect();
-    let depths: Vec<i32> = runs.iter().map(|r| r.depth).collect();
-    let concurrency_keys: Vec<Option<&str>> = runs.iter().map(|r| r.concurrency_key).collect();
-    let triggers: Vec<Option<&Value>> = runs.iter().map(|r| r.trigger).collect();
-    let roots = column(&|r| r.root_run_id);
-    let handles = column(&|r| r.handles_run_id);
-    let iterations: Vec<i32> = runs.iter().map(|r| r.parent.map_or(0, |p| p.iteration)).collect();
-    let abandoned: Vec<bool> = runs.iter().map(|r| r.abandoned).collect();
-    let tags: Vec<Option<&Value>> = runs.iter().map(|r| r.tags).collect();
-    let traceparents: Vec<Option<&str>> = runs.iter().map(|r| r.traceparent).collect();
-    let priorities: Vec<i16> = runs.iter().map(|r| i16::from(r.priority)).collect();
-    let fairness_keys: Vec<Option<&str>> = runs.iter().map(|r| r.fairness_key).collect();
-    let rows = tx
-        .query(
-            &stmt,
-            &[
-                &ids,
-                &definitions,
-                &names,
-                &versions,
-                &inputs,
-                &keys,
-                &deadlines,
-                &parent_runs,
-                &parent_tasks,
-                &parent_attempts,
-                &depths,
-                &concurrency_keys,
-                &triggers,
-                &roots,
-                &handles,
-                &iterations,
-                &abandoned,
-                &tags,
-                &traceparents,
-                &priorities,
-                &fairness_keys,
-            ],
-        )
-        .await?;
-    let mut by_id: std::collections::HashMap<Uuid, RunRow> =
-        rows.iter().map(|r| RunRow::from_row(r).map(|row| (row.id, row))).collect::<Result<_>>()?;
-    ids.iter().map(|id| by_id.remove(id).ok_or_else(|| Error::Corrupt(format!("run {id} was not inserted")))).collect()
-}
 
 /// Runs [`lock_many`] loads in part: of these, only the open and failed
 /// node tasks and those named; of the others, every node task.
@@ -456,103 +281,6 @@ pub async fn items(client: &Client, run_id: Uuid, map: Uuid, after: i32, limit: 
         ))
         .await?;
     client.query(&stmt, &[&run_id, &map, &after, &limit]).await?.iter().map(TaskRow::from_row).collect()
-}
-
-/// Serializes admission to one concurrency key of a workflow; held to the
-/// end of the transaction.
-pub async fn lock_concurrency_key(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<()> {
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended('composer_concurrency:' || $1 || ':' || $2, 0))",
-        &[&workflow, &key],
-    )
-    .await?;
-    Ok(())
-}
-
-/// [`lock_concurrency_key`] unless another transaction holds it: whether
-/// this one now does (it waits for nothing).
-pub async fn try_lock_concurrency_key(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<bool> {
-    let row = tx
-        .query_one(
-            "SELECT pg_try_advisory_xact_lock(hashtextextended('composer_concurrency:' || $1 || ':' || $2, 0))",
-            &[&workflow, &key],
-        )
-        .await?;
-    Ok(row.try_get(0)?)
-}
-
-/// How a concurrency key stands: its open (RUNNING or PAUSED) runs, and
-/// whether any run waits QUEUED. Call under [`lock_concurrency_key`].
-pub async fn concurrency_usage(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<(i64, bool)> {
-    let row = tx
-        .query_one(
-            "SELECT (SELECT count(*) FROM workflow_runs
-                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status IN ('RUNNING', 'PAUSED')),
-                    EXISTS (SELECT 1 FROM workflow_runs
-                             WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED')",
-            &[&workflow, &key],
-        )
-        .await?;
-    Ok((row.try_get(0)?, row.try_get(1)?))
-}
-
-/// The next `limit` QUEUED runs of a key in admission order (their turns:
-/// priorities by weight, fairness keys taking turns), locked; call under
-/// [`lock_concurrency_key`].
-pub async fn lock_queued(tx: &Transaction<'_>, workflow: &str, key: &str, limit: i64) -> Result<Vec<RunRow>> {
-    let stmt = tx
-        .prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS} FROM workflow_runs
-              WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED'
-              ORDER BY fair_turn, id LIMIT $3 FOR UPDATE"
-        ))
-        .await?;
-    let rows = tx.query(&stmt, &[&workflow, &key, &limit]).await?;
-    rows.iter().map(RunRow::from_row).collect()
-}
-
-/// A key's queue as a promotion pass sees it, in one read: the definition
-/// of its next QUEUED run (whose limit applies), if any, and its open
-/// (RUNNING or PAUSED) runs. Call under [`lock_concurrency_key`].
-pub async fn queue_head(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<Option<(Uuid, i64)>> {
-    let stmt = tx
-        .prepare_cached(
-            "SELECT (SELECT workflow_definition_id FROM workflow_runs
-                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status = 'QUEUED'
-                      ORDER BY fair_turn, id LIMIT 1),
-                    (SELECT count(*) FROM workflow_runs
-                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status IN ('RUNNING', 'PAUSED'))",
-        )
-        .await?;
-    let row = tx.query_one(&stmt, &[&workflow, &key]).await?;
-    let head: Option<Uuid> = row.try_get(0)?;
-    Ok(head.map(|definition| (definition, row.get(1))))
-}
-
-/// QUEUED runs leave the queue: RUNNING, each with its deadline, in one
-/// statement (bounded by the ids' span, so it visits only their months).
-pub async fn set_running(tx: &Transaction<'_>, ids: &[Uuid], deadlines: &[Option<DateTime<Utc>>]) -> Result<()> {
-    let (lo, hi) = crate::partitions::span(ids);
-    let stmt = tx
-        .prepare_cached(
-            "UPDATE workflow_runs r SET status = 'RUNNING', deadline = d.deadline, updated_at = now()
-               FROM unnest($1::uuid[], $2::timestamptz[]) AS d(id, deadline)
-              WHERE r.id = d.id AND r.id BETWEEN $3 AND $4",
-        )
-        .await?;
-    tx.execute(&stmt, &[&ids, &deadlines, &lo, &hi]).await?;
-    Ok(())
-}
-
-/// Keys with QUEUED runs: `(workflow, key)`, for the sweep that starts them.
-pub async fn queued_keys(client: &Client, limit: i64) -> Result<Vec<(String, String)>> {
-    let rows = client
-        .query(
-            "SELECT DISTINCT workflow_name, concurrency_key FROM workflow_runs WHERE status = 'QUEUED' LIMIT $1",
-            &[&limit],
-        )
-        .await?;
-    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get::<_, Option<String>>(1)?.unwrap_or_default()))).collect()
 }
 
 /// A SUB_WORKFLOW or LOOP task as it now stands, for [`stale_children`].
@@ -848,144 +576,6 @@ pub async fn queue_backlog(client: &Client, queue: &str, cap: i64) -> Result<(i6
     Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
-/// What [`set_priority`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PriorityChange {
-    /// No such run.
-    NotFound,
-    /// The run has ended: it has no work left to order.
-    Ended(RunStatus),
-    /// `runs` open runs of the tree (the run and those under it) had
-    /// another priority and now have this one (none: nothing changed);
-    /// `moved` of their PENDING steps were sent again on its streams.
-    Changed { from: u8, runs: u64, moved: u64 },
-}
-
-/// Most PENDING steps one priority change sends again on the new
-/// priority's streams (`max_priority_moves`); the others keep their
-/// messages, on the old priority's streams, and take the new one when next
-/// dispatched.
-pub const MAX_PRIORITY_MOVES: i64 = 10_000;
-
-/// Gives an open run, and every open run under it, `priority`.
-///
-/// - Runs that have it already are left alone: a change to the same
-///   priority writes nothing.
-/// - A QUEUED run's turn moves with its priority: raised, it is no later
-///   than its new class's next turn (right after the queue's head when the
-///   class has none queued); lowered, it is no earlier than it was.
-/// - PENDING steps are sent again on the new priority's streams (an outbox
-///   row may be published already, waiting to be deleted, so each gets a
-///   new row; the copy left behind finds the task leased or moved on, and
-///   its lease refuses it), at most [`MAX_PRIORITY_MOVES`].
-/// - The runs are locked in id order, as the engine locks them, and outbox
-///   rows only inserted, so the change waits for neither the engine nor the
-///   publishers in a cycle.
-///
-/// Records `PriorityChanged` in the run's history, with `actor`.
-pub async fn set_priority(
-    tx: &Transaction<'_>,
-    run_id: Uuid,
-    priority: u8,
-    shards: i32,
-    actor: &str,
-) -> Result<PriorityChange> {
-    let tree: Vec<Uuid> = tx
-        .query(
-            "WITH RECURSIVE tree(id) AS (
-                SELECT id FROM workflow_runs WHERE id = $1
-                UNION ALL
-                SELECT c.id FROM workflow_runs c JOIN tree ON c.parent_run_id = tree.id
-                 WHERE c.status IN ('QUEUED', 'RUNNING', 'PAUSED'))
-             SELECT id FROM tree",
-            &[&run_id],
-        )
-        .await?
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<std::result::Result<_, _>>()?;
-    let locked = tx
-        .query("SELECT id, status, priority FROM workflow_runs WHERE id = ANY($1) ORDER BY id FOR UPDATE", &[&tree])
-        .await?;
-    let Some(root) = locked.iter().find(|r| r.try_get::<_, Uuid>(0).ok() == Some(run_id)) else {
-        return Ok(PriorityChange::NotFound);
-    };
-    let status: String = root.try_get(1)?;
-    let status = RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?;
-    if status.is_terminal() {
-        return Ok(PriorityChange::Ended(status));
-    }
-    let from = priority_of(root.try_get(2)?)?;
-    let p = i16::from(priority);
-    let changed = tx
-        .query_one(
-            "WITH changed AS (
-                UPDATE workflow_runs r
-                   SET priority = $2, updated_at = now(),
-                       fair_turn = CASE
-                           WHEN r.status <> 'QUEUED' THEN r.fair_turn
-                           WHEN $2 < r.priority THEN least(r.fair_turn, {turn})
-                           ELSE greatest(r.fair_turn, {turn}) END
-                 WHERE r.id = ANY($1) AND r.priority <> $2 AND r.status IN ('QUEUED', 'RUNNING', 'PAUSED')
-                RETURNING r.id, r.fairness_key),
-             moved AS (
-                INSERT INTO outbox (run_id, task_id, queue, shard, attempt, priority)
-                SELECT t.run_id, t.id, t.queue, composer_lane(t.id, c.fairness_key, $3), t.attempt, $2
-                  FROM changed c JOIN task_instances t ON t.run_id = c.id
-                 WHERE t.state = 'PENDING' AND t.queue IS NOT NULL
-                   AND NOT EXISTS (SELECT 1 FROM limit_waits w WHERE w.task_id = t.id AND w.admitted_at IS NULL)
-                 LIMIT $5
-                RETURNING 1)
-             SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM moved)"
-                .replace("{turn}", CHANGED_TURN)
-                .as_str(),
-            &[&tree, &p, &shards, &turn_of(priority), &MAX_PRIORITY_MOVES],
-        )
-        .await?;
-    let (runs, moved): (i64, i64) = (changed.try_get(0)?, changed.try_get(1)?);
-    if runs > 0 {
-        let payload = serde_json::json!({"priority": priority, "from": from, "runs": runs, "actor": actor});
-        tx.execute(
-            "INSERT INTO run_events (run_id, type, payload) VALUES ($1, $2, $3)",
-            &[&run_id, &HistoryKind::PriorityChanged.as_str(), &payload],
-        )
-        .await?;
-    }
-    if moved > 0 {
-        tx.execute("SELECT pg_notify($1, '')", &[&crate::outbox::OUTBOX_CHANNEL]).await?;
-    }
-    Ok(PriorityChange::Changed { from, runs: runs as u64, moved: moved as u64 })
-}
-
-/// A QUEUED run `r`'s turn in its new class (priority `$2`, its fairness
-/// key; `$4` the priority's share), as [`NEXT_TURN`] gives a new run's.
-const CHANGED_TURN: &str = "greatest(
-        (SELECT q.fair_turn FROM workflow_runs q
-          WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.priority = $2
-            AND coalesce(q.fairness_key, '') = coalesce(r.fairness_key, '') AND q.status = 'QUEUED'
-          ORDER BY q.fair_turn DESC LIMIT 1) + $4::float8,
-        (SELECT h.fair_turn FROM workflow_runs h
-          WHERE h.workflow_name = r.workflow_name AND h.concurrency_key = r.concurrency_key AND h.status = 'QUEUED'
-          ORDER BY h.fair_turn LIMIT 1),
-        0)";
-
-/// Where a QUEUED run of a concurrency key stands: the key's open runs,
-/// and how many of its queued runs go before it.
-pub async fn queue_position(client: &Client, run: &RunRow) -> Result<(i64, i64)> {
-    let key = run.concurrency_key.as_deref().unwrap_or_default();
-    let row = client
-        .query_one(
-            "SELECT (SELECT count(*) FROM workflow_runs
-                      WHERE workflow_name = $1 AND concurrency_key = $2 AND status IN ('RUNNING', 'PAUSED')),
-                    (SELECT count(*) FROM workflow_runs q
-                      WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.status = 'QUEUED'
-                        AND (q.fair_turn, q.id) < (SELECT fair_turn, id FROM workflow_runs WHERE id = $3))",
-            &[&run.workflow_name, &key, &run.id],
-        )
-        .await?;
-    Ok((row.try_get(0)?, row.try_get(1)?))
-}
-
 /// The failure handler runs `run_id`'s ends started, oldest first.
 pub async fn handlers_of(client: &Client, run_id: Uuid) -> Result<Vec<Uuid>> {
     let stmt =
@@ -1188,25 +778,6 @@ pub async fn nodes_missing(
     );
     let rows = query_planned(client, &sql, &w.params).await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
-}
-
-/// Serializes starts that share an idempotency key (per workflow) and returns
-/// the run already started with it, if any. Call inside the start transaction.
-pub async fn lock_idempotency_key(tx: &Transaction<'_>, workflow: &str, key: &str) -> Result<Option<RunRow>> {
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended('composer_idempotency:' || $1 || ':' || $2, 0))",
-        &[&workflow, &key],
-    )
-    .await?;
-    let row = tx
-        .query_opt(
-            &format!(
-                "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE workflow_name = $1 AND idempotency_key = $2 LIMIT 1"
-            ),
-            &[&workflow, &key],
-        )
-        .await?;
-    row.as_ref().map(RunRow::from_row).transpose()
 }
 
 /// Fails an open run that the engine cannot apply events to (an event that
