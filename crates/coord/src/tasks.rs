@@ -99,8 +99,33 @@ pub async fn lease(
     max: usize,
 ) -> Result<Leased, LeaseError> {
     let leases = LeaseManager::new(s.pool.clone());
-    let ttl = s.config.lease_ttl;
-    let view = |d: Dispatch, queue: String, priority: u8, stages: StageTimes| LeasedTask {
+    let due = every_priority && takeover_due(s, queues);
+    let mut out = match due {
+        false => Vec::new(),
+        true => take_over_expired(s, &leases, worker, queues, max).await?,
+    };
+    // Stream by stream, never reading more than can be leased: a message
+    // read and not leased would wait for the lost-dispatch sweep.
+    let consumer = format!("api:{worker}");
+    let want = max - out.len();
+    if want == 0 {
+        return Ok(Leased { tasks: out, waiting: None });
+    }
+    let mut read = match due {
+        true => claim_stale(s, &consumer, streams, want).await?,
+        false => Vec::new(),
+    };
+    let waiting = read_new(s, &consumer, streams, start, want, &mut read).await?;
+    if read.is_empty() {
+        return Ok(Leased { tasks: out, waiting: Some(waiting) });
+    }
+    out.extend(lease_read(s, &leases, worker, read).await?);
+    Ok(Leased { tasks: out, waiting: Some(waiting) })
+}
+
+/// A dispatch as the worker that leased it sees it.
+fn leased(d: Dispatch, queue: String, priority: u8, stages: StageTimes, ttl: Duration) -> LeasedTask {
+    LeasedTask {
         id: d.task_id,
         run_id: d.run_id,
         attempt: d.attempt,
@@ -112,52 +137,65 @@ pub async fn lease(
         traceparent: d.traceparent,
         priority,
         stages: Some(stages),
-    };
-    let due = every_priority && takeover_due(s, queues);
-    let mut out: Vec<LeasedTask> = match due {
-        false => Vec::new(),
-        true => leases
-            .take_over_expired(queues, worker, ttl, max as i64, s.config.max_dispatches)
-            .await?
-            .into_iter()
-            .map(|(d, q, priority)| {
-                let stages = StageTimes { leased_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
-                view(d, q, priority, stages)
-            })
-            .collect(),
-    };
-    if !out.is_empty() {
-        composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], out.len() as u64);
     }
-    // Stream by stream, never reading more than can be leased: a message
-    // read and not leased would wait for the lost-dispatch sweep.
-    let consumer = format!("api:{worker}");
-    let want = max - out.len();
-    if want == 0 {
-        return Ok(Leased { tasks: out, waiting: None });
+}
+
+/// Up to `max` tasks of `queues` whose leases expired, leased to `worker`.
+async fn take_over_expired(
+    s: &TaskApi,
+    leases: &LeaseManager,
+    worker: &str,
+    queues: &[String],
+    max: usize,
+) -> Result<Vec<LeasedTask>, LeaseError> {
+    let ttl = s.config.lease_ttl;
+    let taken = leases.take_over_expired(queues, worker, ttl, max as i64, s.config.max_dispatches).await?;
+    if !taken.is_empty() {
+        composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], taken.len() as u64);
     }
-    // Messages a coordinator read for a poll and never acknowledged (it
-    // died between the read and the lease) are claimed when they have been
-    // idle for a lease, when expired leases are looked for: their tasks
-    // would otherwise wait for the lost-dispatch sweep.
+    let stages = || StageTimes { leased_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
+    Ok(taken.into_iter().map(|(d, q, priority)| leased(d, q, priority, stages(), ttl)).collect())
+}
+
+/// Messages a coordinator read for a poll and never acknowledged (it died
+/// between the read and the lease), claimed once idle for a lease, when
+/// expired leases are looked for: their tasks would otherwise wait for the
+/// lost-dispatch sweep.
+async fn claim_stale(
+    s: &TaskApi,
+    consumer: &str,
+    streams: &ByPriority,
+    want: usize,
+) -> Result<Vec<composer_stream::Message>, LeaseError> {
     let mut read = Vec::new();
-    if due {
-        for stream in streams.iter().flatten() {
-            if read.len() >= want {
-                break;
-            }
-            let mut stale =
-                s.streams.claim_stale(&consumer, stream, ttl, want - read.len()).await.map_err(redis_down)?;
-            read.append(&mut stale);
+    for stream in streams.iter().flatten() {
+        if read.len() >= want {
+            break;
         }
+        let mut stale =
+            s.streams.claim_stale(consumer, stream, s.config.lease_ttl, want - read.len()).await.map_err(redis_down)?;
+        read.append(&mut stale);
     }
+    Ok(read)
+}
+
+/// New messages, up to `want` in all with those already `read`, by the
+/// coordinator's priority share; returns the priorities where more wait.
+async fn read_new(
+    s: &TaskApi,
+    consumer: &str,
+    streams: &ByPriority,
+    start: usize,
+    want: usize,
+    read: &mut Vec<composer_stream::Message>,
+) -> Result<Vec<u8>, LeaseError> {
     // The coordinator's share, carried through the read: polls at once may
     // each start from the same state, which only blurs the share a little.
     let mut share = s.priority_share.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let composer_stream::Weighted { messages, missing, waiting } = match read.len() < want {
         true => s
             .streams
-            .read_weighted(&consumer, streams, want - read.len(), &mut share, start)
+            .read_weighted(consumer, streams, want - read.len(), &mut share, start)
             .await
             .map_err(redis_down)?,
         // All from stale messages: what waits is not known.
@@ -175,8 +213,6 @@ pub async fn lease(
         *kept = composer_core::priority::Share::with_state(merged);
     }
     read.extend(messages);
-    let waiting: Vec<u8> =
-        (0..5u8).filter(|l| waiting[usize::from(*l)]).map(|l| l + composer_core::priority::HIGHEST).collect();
     if !missing.is_empty() {
         // Redis lost the groups (restarted without persistence): make them again next time.
         let mut known = s.groups.lock().unwrap_or_else(|p| p.into_inner());
@@ -184,27 +220,21 @@ pub async fn lease(
             known.remove(stream);
         }
     }
-    if read.is_empty() {
-        return Ok(Leased { tasks: out, waiting: Some(waiting) });
-    }
-    let mut wanted = Vec::new();
+    Ok((0..5u8).filter(|l| waiting[usize::from(*l)]).map(|l| l + composer_core::priority::HIGHEST).collect())
+}
+
+/// The tasks of messages `read`, leased to `worker` where their leases are
+/// granted; every message is acknowledged.
+async fn lease_read(
+    s: &TaskApi,
+    leases: &LeaseManager,
+    worker: &str,
+    read: Vec<composer_stream::Message>,
+) -> Result<Vec<LeasedTask>, LeaseError> {
     let read_at_us = composer_api::wire::now_us();
-    let keys = s.streams.keys();
-    for msg in &read {
-        match serde_json::from_str::<Dispatch>(&msg.payload) {
-            Ok(d) => {
-                if let Some(published) = d.published_at_us {
-                    let transit = Duration::from_micros(read_at_us.saturating_sub(published).max(0) as u64);
-                    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "publish_to_read")], transit);
-                }
-                let queue = keys.queue_of(&msg.stream).unwrap_or_default().to_string();
-                wanted.push((d, queue, keys.priority_of(&msg.stream)));
-            }
-            Err(e) => tracing::error!(stream = %msg.stream, id = %msg.id, error = %e, "dropping a malformed message"),
-        }
-    }
+    let wanted = dispatches(s, &read, read_at_us);
     let requests: Vec<(Uuid, Uuid, i32)> = wanted.iter().map(|(d, _, _)| (d.run_id, d.task_id, d.attempt)).collect();
-    let granted = leases.acquire_many(&requests, worker, ttl).await?;
+    let granted = leases.acquire_many(&requests, worker, s.config.lease_ttl).await?;
     let took = Duration::from_micros(composer_api::wire::now_us().saturating_sub(read_at_us).max(0) as u64);
     composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "read_to_lease")], took);
     let taken_over = granted.values().filter(|a| **a == Acquired::TakenOver).count();
@@ -218,6 +248,7 @@ pub async fn lease(
     if let Err(e) = s.streams.ack_many(&acks).await {
         tracing::warn!(error = %e, "task API: ack failed; the messages may be delivered again (their leases refuse them)");
     }
+    let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut denied = 0;
     let leased_at_us = composer_api::wire::now_us();
@@ -230,7 +261,7 @@ pub async fn lease(
                 leased_at_us: Some(leased_at_us),
                 ..StageTimes::default()
             };
-            out.push(view(d, queue, priority, stages));
+            out.push(leased(d, queue, priority, stages, s.config.lease_ttl));
         } else {
             denied += 1;
         }
@@ -239,7 +270,28 @@ pub async fn lease(
         composer_metrics::inc(composer_metrics::LEASES_DENIED, &[], denied);
         s.leases_denied.fetch_add(denied, std::sync::atomic::Ordering::Relaxed);
     }
-    Ok(Leased { tasks: out, waiting: Some(waiting) })
+    Ok(out)
+}
+
+/// The dispatches messages carry, with their queue and priority (a
+/// malformed one is logged and dropped).
+fn dispatches(s: &TaskApi, read: &[composer_stream::Message], read_at_us: i64) -> Vec<(Dispatch, String, u8)> {
+    let keys = s.streams.keys();
+    let mut wanted = Vec::new();
+    for msg in read {
+        match serde_json::from_str::<Dispatch>(&msg.payload) {
+            Ok(d) => {
+                if let Some(published) = d.published_at_us {
+                    let transit = Duration::from_micros(read_at_us.saturating_sub(published).max(0) as u64);
+                    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "publish_to_read")], transit);
+                }
+                let queue = keys.queue_of(&msg.stream).unwrap_or_default().to_string();
+                wanted.push((d, queue, keys.priority_of(&msg.stream)));
+            }
+            Err(e) => tracing::error!(stream = %msg.stream, id = %msg.id, error = %e, "dropping a malformed message"),
+        }
+    }
+    wanted
 }
 
 /// How often polls of one set of queues look for expired leases: often

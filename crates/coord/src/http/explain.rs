@@ -88,122 +88,18 @@ async fn node_wait(
     children: &[RunRow],
     held: Option<&composer_store::limits::Held>,
 ) -> ApiResult<NodeWait> {
-    let now = Utc::now();
-    let ago = |at: chrono::DateTime<Utc>| (now - at).num_milliseconds().max(0) as f64 / 1000.0;
-    let until = |at: chrono::DateTime<Utc>| (at - now).num_milliseconds() as f64 / 1000.0;
+    let now = Now(Utc::now());
     let paused = run.status == RunStatus::Paused;
     let (waiting_for, reason, detail) = match (t.state, t.node_type.as_str()) {
-        (TaskState::Pending, _) if held.is_some() => {
-            let h = held.expect("matched");
-            let when = h.until.map(|at| format!(" (for {:.1} s more)", until(at).max(0.0))).unwrap_or_default();
-            let why = match h.reason {
-                "rate" => format!("its rate is used up until its next token{when}"),
-                "concurrency" => "every slot of its concurrency is taken: it goes when one of its steps ends".into(),
-                "retry_after" => format!("a target answered 429 and asked for a pause{when}"),
-                _ => "its turn comes at the limiter's next pass".into(),
-            };
-            let reason = format!("held by its limit {:?}: {why}", h.key);
-            (
-                "limit",
-                reason,
-                json!({"key": h.key, "reason": h.reason, "until": h.until, "held_for_s": ago(t.updated_at)}),
-            )
-        }
-        (TaskState::Pending, _) => {
-            let queue = t.queue.clone().unwrap_or_default();
-            let (backlog, oldest) = runs::queue_backlog(client, &queue, BACKLOG_CAP).await?;
-            let mut readers = Vec::new();
-            for shard in 0..engine.shards().max(1) as u32 {
-                let stream = streams.keys().stream(&queue, run.priority, shard);
-                for (name, idle_ms, pending) in streams.consumers(&stream).await.unwrap_or_default() {
-                    readers.push(json!({"worker": name, "stream": stream, "idle_ms": idle_ms, "pending": pending}));
-                }
-            }
-            let last_read = readers.iter().filter_map(|r| r["idle_ms"].as_u64()).min();
-            let waited = ago(t.updated_at);
-            let who = match last_read {
-                None => "no worker has read this queue".to_string(),
-                Some(ms) if ms > 60_000 => format!("no worker has read it for {} min", ms / 60_000),
-                Some(ms) => format!("a worker read it {:.1} s ago", ms as f64 / 1000.0),
-            };
-            let reason = format!(
-                "waiting for a worker on queue {queue:?} for {waited:.1} s: {backlog} task(s) wait there; {who}"
-            );
-            (
-                "worker",
-                reason,
-                json!({"queue": queue, "backlog": backlog, "oldest_pending_since": oldest, "pending_for_s": waited,
-                       "last_read_ms_ago": last_read, "readers": readers}),
-            )
-        }
-        (TaskState::Running, "SUB_WORKFLOW" | "LOOP") => {
-            let child = children.iter().find(|c| c.parent.is_some_and(|p| p.task_id == t.id && p.attempt == t.attempt));
-            match child {
-                Some(c) => (
-                    "child_run",
-                    format!("waiting for its child run {} ({}, workflow {})", c.id, c.status, c.workflow_name),
-                    json!({"child_run_id": c.id, "child_status": c.status, "iteration": t.iteration}),
-                ),
-                None => ("child_run", "its child run is being started".to_string(), json!({"iteration": t.iteration})),
-            }
-        }
-        (TaskState::Running, "MAP") => {
-            let p = t.map_progress().unwrap_or_default();
-            let max = t.input["max_concurrency"].as_u64();
-            (
-                "items",
-                format!(
-                    "{} of {} items done, {} running{}, {} to start",
-                    p.completed + p.failed,
-                    p.total,
-                    p.open,
-                    max.map(|m| format!(" (at most {m} at once)")).unwrap_or_default(),
-                    p.queued
-                ),
-                json!({"progress": p, "max_concurrency": max}),
-            )
-        }
-        (TaskState::Running, _) => {
-            let owner = t.lease_owner.clone().unwrap_or_default();
-            let expires = t.lease_expires_at;
-            (
-                "worker",
-                format!(
-                    "running on worker {owner:?} for {:.1} s{}",
-                    t.started_at.map(ago).unwrap_or_default(),
-                    expires.map(|e| format!(", its lease ends in {:.1} s", until(e))).unwrap_or_default()
-                ),
-                json!({"worker": owner, "lease_expires_at": expires, "started_at": t.started_at}),
-            )
-        }
-        (TaskState::Waiting, "WAIT_FOR_EVENT") => {
-            let (name, key) = (t.event_name.clone().unwrap_or_default(), t.event_key.clone().unwrap_or_default());
-            let buffered = composer_store::events::is_buffered(client, &name, &key).await?;
-            let until = t.wake_at.map(|w| format!(", timing out at {w}")).unwrap_or_default();
-            (
-                "event",
-                format!("waiting for event {name:?} with key {key:?}{until}"),
-                json!({"event": name, "key": key, "timeout_at": t.wake_at, "buffered": buffered}),
-            )
-        }
-        (TaskState::Waiting, _) if t.wake_at.is_none() && paused => {
-            ("paused", "held by the pause: it starts when the run resumes".to_string(), json!({}))
-        }
-        (TaskState::Waiting, _) if t.error.is_some() => (
-            "retry",
-            format!(
-                "attempt {} failed ({}); the next starts at {}",
-                t.attempt,
-                t.error.as_deref().unwrap_or_default(),
-                t.wake_at.map(|w| w.to_rfc3339()).unwrap_or_else(|| "the resume".into())
-            ),
-            json!({"retry_at": t.wake_at, "attempt": t.attempt, "error": t.error}),
-        ),
-        (TaskState::Waiting, _) => (
-            "timer",
-            format!("a timer, due at {}", t.wake_at.map(|w| w.to_rfc3339()).unwrap_or_else(|| "never".into())),
-            json!({"wake_at": t.wake_at}),
-        ),
+        (TaskState::Pending, _) => match held {
+            Some(h) => held_by_limit(h, t, now),
+            None => waiting_for_worker(engine, streams, client, run, t, now).await?,
+        },
+        (TaskState::Running, "SUB_WORKFLOW" | "LOOP") => waiting_for_child(children, t),
+        (TaskState::Running, "MAP") => waiting_for_items(t),
+        (TaskState::Running, _) => running(t, now),
+        (TaskState::Waiting, "WAIT_FOR_EVENT") => waiting_for_event(client, t).await?,
+        (TaskState::Waiting, _) => waiting_for_time(t, paused),
         (TaskState::InDoubt, _) => (
             "operator",
             format!(
@@ -218,4 +114,160 @@ async fn node_wait(
     };
     let reason = if paused && waiting_for != "paused" { format!("{reason} (the run is paused)") } else { reason };
     Ok(NodeWait { node_id: t.node_id.clone(), state: t.state, waiting_for: waiting_for.to_string(), reason, detail })
+}
+
+/// What a step waits for: its kind (`waiting_for`), the sentence that says
+/// so, and the detail behind it.
+type Wait = (&'static str, String, Value);
+
+/// The time an explanation is given at.
+#[derive(Clone, Copy)]
+struct Now(chrono::DateTime<Utc>);
+
+impl Now {
+    /// Seconds since `at`.
+    fn since(self, at: chrono::DateTime<Utc>) -> f64 {
+        (self.0 - at).num_milliseconds().max(0) as f64 / 1000.0
+    }
+
+    /// Seconds until `at` (negative when past).
+    fn until(self, at: chrono::DateTime<Utc>) -> f64 {
+        (at - self.0).num_milliseconds() as f64 / 1000.0
+    }
+}
+
+/// A pending step its limit holds back.
+fn held_by_limit(h: &composer_store::limits::Held, t: &TaskRow, now: Now) -> Wait {
+    let when = h.until.map(|at| format!(" (for {:.1} s more)", now.until(at).max(0.0))).unwrap_or_default();
+    let why = match h.reason {
+        "rate" => format!("its rate is used up until its next token{when}"),
+        "concurrency" => "every slot of its concurrency is taken: it goes when one of its steps ends".into(),
+        "retry_after" => format!("a target answered 429 and asked for a pause{when}"),
+        _ => "its turn comes at the limiter's next pass".into(),
+    };
+    let reason = format!("held by its limit {:?}: {why}", h.key);
+    (
+        "limit",
+        reason,
+        json!({"key": h.key, "reason": h.reason, "until": h.until, "held_for_s": now.since(t.updated_at)}),
+    )
+}
+
+/// A pending step waiting for a worker to read its queue: the queue's
+/// backlog and the workers that read it last.
+async fn waiting_for_worker(
+    engine: &Engine,
+    streams: &Streams,
+    client: &composer_store::Client,
+    run: &RunRow,
+    t: &TaskRow,
+    now: Now,
+) -> ApiResult<Wait> {
+    let queue = t.queue.clone().unwrap_or_default();
+    let (backlog, oldest) = runs::queue_backlog(client, &queue, BACKLOG_CAP).await?;
+    let mut readers = Vec::new();
+    for shard in 0..engine.shards().max(1) as u32 {
+        let stream = streams.keys().stream(&queue, run.priority, shard);
+        for (name, idle_ms, pending) in streams.consumers(&stream).await.unwrap_or_default() {
+            readers.push(json!({"worker": name, "stream": stream, "idle_ms": idle_ms, "pending": pending}));
+        }
+    }
+    let last_read = readers.iter().filter_map(|r| r["idle_ms"].as_u64()).min();
+    let waited = now.since(t.updated_at);
+    let who = match last_read {
+        None => "no worker has read this queue".to_string(),
+        Some(ms) if ms > 60_000 => format!("no worker has read it for {} min", ms / 60_000),
+        Some(ms) => format!("a worker read it {:.1} s ago", ms as f64 / 1000.0),
+    };
+    let reason =
+        format!("waiting for a worker on queue {queue:?} for {waited:.1} s: {backlog} task(s) wait there; {who}");
+    Ok((
+        "worker",
+        reason,
+        json!({"queue": queue, "backlog": backlog, "oldest_pending_since": oldest, "pending_for_s": waited,
+               "last_read_ms_ago": last_read, "readers": readers}),
+    ))
+}
+
+/// A running SUB_WORKFLOW or LOOP: its child run.
+fn waiting_for_child(children: &[RunRow], t: &TaskRow) -> Wait {
+    let child = children.iter().find(|c| c.parent.is_some_and(|p| p.task_id == t.id && p.attempt == t.attempt));
+    match child {
+        Some(c) => (
+            "child_run",
+            format!("waiting for its child run {} ({}, workflow {})", c.id, c.status, c.workflow_name),
+            json!({"child_run_id": c.id, "child_status": c.status, "iteration": t.iteration}),
+        ),
+        None => ("child_run", "its child run is being started".to_string(), json!({"iteration": t.iteration})),
+    }
+}
+
+/// A running MAP: its items.
+fn waiting_for_items(t: &TaskRow) -> Wait {
+    let p = t.map_progress().unwrap_or_default();
+    let max = t.input["max_concurrency"].as_u64();
+    (
+        "items",
+        format!(
+            "{} of {} items done, {} running{}, {} to start",
+            p.completed + p.failed,
+            p.total,
+            p.open,
+            max.map(|m| format!(" (at most {m} at once)")).unwrap_or_default(),
+            p.queued
+        ),
+        json!({"progress": p, "max_concurrency": max}),
+    )
+}
+
+/// A step running on a worker, under its lease.
+fn running(t: &TaskRow, now: Now) -> Wait {
+    let owner = t.lease_owner.clone().unwrap_or_default();
+    let expires = t.lease_expires_at;
+    (
+        "worker",
+        format!(
+            "running on worker {owner:?} for {:.1} s{}",
+            t.started_at.map(|at| now.since(at)).unwrap_or_default(),
+            expires.map(|e| format!(", its lease ends in {:.1} s", now.until(e))).unwrap_or_default()
+        ),
+        json!({"worker": owner, "lease_expires_at": expires, "started_at": t.started_at}),
+    )
+}
+
+/// A WAIT_FOR_EVENT: the event's name and key, and whether one waits
+/// buffered.
+async fn waiting_for_event(client: &composer_store::Client, t: &TaskRow) -> ApiResult<Wait> {
+    let (name, key) = (t.event_name.clone().unwrap_or_default(), t.event_key.clone().unwrap_or_default());
+    let buffered = composer_store::events::is_buffered(client, &name, &key).await?;
+    let until = t.wake_at.map(|w| format!(", timing out at {w}")).unwrap_or_default();
+    Ok((
+        "event",
+        format!("waiting for event {name:?} with key {key:?}{until}"),
+        json!({"event": name, "key": key, "timeout_at": t.wake_at, "buffered": buffered}),
+    ))
+}
+
+/// Any other waiting step: held by a pause, a retry's backoff, or a timer.
+fn waiting_for_time(t: &TaskRow, paused: bool) -> Wait {
+    if t.wake_at.is_none() && paused {
+        return ("paused", "held by the pause: it starts when the run resumes".to_string(), json!({}));
+    }
+    if t.error.is_some() {
+        return (
+            "retry",
+            format!(
+                "attempt {} failed ({}); the next starts at {}",
+                t.attempt,
+                t.error.as_deref().unwrap_or_default(),
+                t.wake_at.map(|w| w.to_rfc3339()).unwrap_or_else(|| "the resume".into())
+            ),
+            json!({"retry_at": t.wake_at, "attempt": t.attempt, "error": t.error}),
+        );
+    }
+    (
+        "timer",
+        format!("a timer, due at {}", t.wake_at.map(|w| w.to_rfc3339()).unwrap_or_else(|| "never".into())),
+        json!({"wake_at": t.wake_at}),
+    )
 }

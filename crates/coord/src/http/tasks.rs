@@ -86,20 +86,7 @@ pub(crate) async fn poll(State(s): State<Arc<TaskApi>>, Body(req): Body<PollTask
     check_worker(&req.worker_id)?;
     check_queues("queues", &req.queues)?;
     let max = check_max("max", req.max, MAX_POLL_TASKS)?;
-    // Longer waits are cut to the limit, as `?wait=` on a run is.
-    let wait = match &req.wait {
-        Some(w) => composer_core::duration::parse(w).map_err(|e| ApiError::bad_request(format!("wait: {e}")))?,
-        None => Duration::ZERO,
-    }
-    .min(s.config.task_poll_max_wait);
-    let at_most = match req.priority_at_most {
-        None => composer_core::priority::LOWEST,
-        Some(p) if composer_core::priority::is_level(i64::from(p)) => p,
-        Some(p) => {
-            let (first, last) = (composer_core::priority::HIGHEST, composer_core::priority::LOWEST);
-            return Err(ApiError::bad_request(format!("priority_at_most: expected {first} to {last}, got {p}")));
-        }
-    };
+    let (wait, at_most) = wait_and_priority(&s, &req)?;
     let mut queues = req.queues.clone();
     queues.sort();
     queues.dedup();
@@ -134,27 +121,7 @@ pub(crate) async fn poll(State(s): State<Arc<TaskApi>>, Body(req): Body<PollTask
         // ready of these queues is leased to this worker in its commit and
         // comes here, through no stream.
         let offer = EagerOffer { slots: max, lease: s.config.lease_ttl, queues: queues.clone(), priority: at_most };
-        // (Not when too many wait: then as before, woken by publishes.)
-        let mut parked = s.engine.idle_polls().park(&req.worker_id, offer);
-        let handed = async {
-            match parked.as_mut() {
-                Some(p) => (&mut p.answer).await.ok(),
-                None => std::future::pending().await,
-            }
-        };
-        let taken = tokio::select! {
-            _ = s.draining.begun() => None,
-            _ = &mut published => None,
-            _ = tokio::time::sleep(nap) => None,
-            given = handed => Some(given),
-        };
-        // A batch that took the poll meanwhile is waited for: what it
-        // leased to this worker must reach it. Nothing (a rollback) reads again.
-        let given = match (taken, parked) {
-            (Some(given), _) => given,
-            (None, Some(parked)) => parked.leave().await,
-            (None, None) => None,
-        };
+        let given = park(&s, &req.worker_id, offer, published.as_mut(), nap).await;
         if let Some(given) = given.filter(|g| !g.is_empty()) {
             let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
             composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
@@ -163,6 +130,57 @@ pub(crate) async fn poll(State(s): State<Arc<TaskApi>>, Body(req): Body<PollTask
             return Ok(Json(TaskBatch { tasks, waiting }));
         }
         idle = (idle * 2).min(IDLE_READ_EVERY);
+    }
+}
+
+/// The wait a poll asks for, cut to the limit as `?wait=` on a run is, and
+/// the last priority it reads.
+fn wait_and_priority(s: &TaskApi, req: &PollTasks) -> ApiResult<(Duration, u8)> {
+    let wait = match &req.wait {
+        Some(w) => composer_core::duration::parse(w).map_err(|e| ApiError::bad_request(format!("wait: {e}")))?,
+        None => Duration::ZERO,
+    }
+    .min(s.config.task_poll_max_wait);
+    let at_most = match req.priority_at_most {
+        None => composer_core::priority::LOWEST,
+        Some(p) if composer_core::priority::is_level(i64::from(p)) => p,
+        Some(p) => {
+            let (first, last) = (composer_core::priority::HIGHEST, composer_core::priority::LOWEST);
+            return Err(ApiError::bad_request(format!("priority_at_most: expected {first} to {last}, got {p}")));
+        }
+    };
+    Ok((wait, at_most))
+}
+
+/// Parks an idle poll for up to `nap`: what a batch leased to it in its
+/// commit, or nothing when a publish, the stop or the nap came first (or
+/// too many wait to park: then as before, woken by publishes).
+async fn park(
+    s: &TaskApi,
+    worker: &str,
+    offer: EagerOffer,
+    published: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    nap: Duration,
+) -> Option<Vec<Given>> {
+    let mut parked = s.engine.idle_polls().park(worker, offer);
+    let handed = async {
+        match parked.as_mut() {
+            Some(p) => (&mut p.answer).await.ok(),
+            None => std::future::pending().await,
+        }
+    };
+    let taken = tokio::select! {
+        _ = s.draining.begun() => None,
+        _ = published => None,
+        _ = tokio::time::sleep(nap) => None,
+        given = handed => Some(given),
+    };
+    // A batch that took the poll meanwhile is waited for: what it
+    // leased to this worker must reach it. Nothing (a rollback) reads again.
+    match (taken, parked) {
+        (Some(given), _) => given,
+        (None, Some(parked)) => parked.leave().await,
+        (None, None) => None,
     }
 }
 
