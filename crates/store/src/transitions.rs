@@ -94,110 +94,179 @@ pub async fn write_transitions(
     publish: Publish,
     published: &[i64],
 ) -> Result<Wrote> {
-    let mut runs = RunUpdates::default();
-    let mut new_tasks = TaskInserts::default();
-    let mut changed_tasks = TaskUpdates::default();
-    let mut outbox = OutboxInserts::default();
-    let mut history = HistoryInserts::default();
-    let mut notify = Notifications::default();
-    let mut cancels = ItemCancels::default();
-    let mut removed = TaskDeletes::default();
-    let mut sources = SourceWrites::default();
-    let mut limits = crate::limits::LimitWrites::default();
-    let mut eager_out = Vec::new();
-    for Change { wf, run, tr, definition, traceparent, order, eager } in changes {
-        let eager_of = |i: usize| eager.iter().find(|e| e.task == i);
+    let mut statements = Statements::default();
+    for change in changes {
+        statements.add(change);
+    }
+    statements.wake_listeners(publish);
+    statements.execute(tx, shards, publish, published).await
+}
+
+/// Every statement of one write, filled change by change: one builder per
+/// statement, and the tasks leased eagerly, which need none.
+#[derive(Default)]
+struct Statements<'a> {
+    runs: RunUpdates<'a>,
+    new_tasks: TaskInserts<'a>,
+    changed_tasks: TaskUpdates<'a>,
+    outbox: OutboxInserts<'a>,
+    history: HistoryInserts<'a>,
+    notify: Notifications,
+    cancels: ItemCancels,
+    removed: TaskDeletes,
+    sources: SourceWrites,
+    limits: crate::limits::LimitWrites,
+    eager: Vec<Given>,
+}
+
+impl<'a> Statements<'a> {
+    /// One run's changes, each to the builders of the statements that write it.
+    fn add(&mut self, change: &Change<'a>) {
+        self.add_map_lists(change);
+        self.add_run(change);
+        self.add_new_tasks(change);
+        self.add_changed_tasks(change);
+        self.add_item_cancels(change);
+        self.add_dispatches(change);
+        self.add_retry_after(change);
+        self.add_history(change);
+    }
+
+    /// The lists of MAPs that create their items a chunk at a time.
+    fn add_map_lists(&mut self, &Change { run, tr, .. }: &Change<'a>) {
         for (m, first, list) in &tr.sources {
-            sources.push(run.id, run.tasks[*m].id, *first, list);
+            self.sources.push(run.id, run.tasks[*m].id, *first, list);
         }
-        if tr.run_changed || tr.input_changed {
-            runs.push(run, tr.input_changed);
-            // A resumed run's held steps may go again.
-            if run.status == machine::RunStatus::Running && wf.nodes.iter().any(|n| !n.limits.is_empty()) {
-                limits.wake();
-            }
-            if run.status.is_terminal() {
-                notify.push(RUN_DONE_CHANNEL, run.id.to_string());
-            }
+    }
+
+    fn add_run(&mut self, &Change { wf, run, tr, .. }: &Change<'a>) {
+        if !(tr.run_changed || tr.input_changed) {
+            return;
         }
+        self.runs.push(run, tr.input_changed);
+        // A resumed run's held steps may go again.
+        if run.status == machine::RunStatus::Running && wf.nodes.iter().any(|n| !n.limits.is_empty()) {
+            self.limits.wake();
+        }
+        if run.status.is_terminal() {
+            self.notify.push(RUN_DONE_CHANNEL, run.id.to_string());
+        }
+    }
+
+    fn add_new_tasks(&mut self, &Change { wf, run, tr, eager, .. }: &Change<'a>) {
         for &i in tr.created.iter().filter(|&&i| !run.tasks[i].removed) {
-            new_tasks.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i], eager_of(i));
+            self.new_tasks.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i], eager_of(eager, i));
         }
+    }
+
+    fn add_changed_tasks(&mut self, &Change { wf, run, tr, eager, .. }: &Change<'a>) {
         for &i in &tr.updated {
             let task = &run.tasks[i];
             // Any change ends the attempt that held (or waited for) its limits.
             if !wf.nodes[task.node].limits.is_empty() {
-                limits.release(task.id, tr.reported.contains(&i));
+                self.limits.release(task.id, tr.reported.contains(&i));
             }
             match task.removed {
-                true => removed.push(run.id, task.id),
-                false => changed_tasks.push(run.id, task, eager_of(i)),
+                true => self.removed.push(run.id, task.id),
+                false => self.changed_tasks.push(run.id, task, eager_of(eager, i)),
             }
             // A MAP that ended (or was reset) has no items left to create.
             if task.progress.is_some_and(|p| p.total > composer_core::machine::ITEM_CHUNK)
                 && (task.removed || task.state.is_terminal())
             {
-                sources.forget(run.id, task.id);
+                self.sources.forget(run.id, task.id);
             }
         }
+    }
+
+    /// The open items of MAPs that ended, cancelled (or deleted, with a
+    /// MAP that was reset) in SQL.
+    fn add_item_cancels(&mut self, &Change { wf, run, tr, .. }: &Change<'a>) {
         for &i in &tr.cancel_items {
             if wf.nodes.iter().any(|n| n.item_of == Some(run.tasks[i].node) && !n.limits.is_empty()) {
-                limits.cancel_items_of(run.id, run.tasks[i].id);
+                self.limits.cancel_items_of(run.id, run.tasks[i].id);
             }
             match run.tasks[i].removed {
-                true => removed.push_items_of(run.id, run.tasks[i].id),
-                false => cancels.push(run.id, run.tasks[i].id),
+                true => self.removed.push_items_of(run.id, run.tasks[i].id),
+                false => self.cancels.push(run.id, run.tasks[i].id),
             }
         }
-        // A task dispatched and finished within one batch is not sent; one
-        // with limits waits for the limiter.
-        let trace = RunTrace::of(run.id, *traceparent);
+    }
+
+    /// A task dispatched and finished within one batch is not sent; one
+    /// with limits waits for the limiter; an eager one goes to its worker
+    /// with the answer; the others go through the outbox.
+    fn add_dispatches(&mut self, &Change { wf, run, tr, definition, traceparent, order, eager }: &Change<'a>) {
+        let trace = RunTrace::of(run.id, traceparent);
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
-            match (task.limit_keys.is_empty(), eager_of(i).is_some()) {
-                (true, true) => eager_out.push(Given {
-                    dispatch: crate::outbox::dispatch_of(run.id, *definition, node, task, &trace),
+            match (task.limit_keys.is_empty(), eager_of(eager, i).is_some()) {
+                (true, true) => self.eager.push(Given {
+                    dispatch: crate::outbox::dispatch_of(run.id, definition, node, task, &trace),
                     queue: node.dispatch_queue().to_string(),
                     priority: order.priority,
                 }),
-                (true, false) => outbox.push(run.id, *definition, node, task, &trace, *order),
-                (false, _) => limits.hold(run.id, node, task),
+                (true, false) => self.outbox.push(run.id, definition, node, task, &trace, order),
+                (false, _) => self.limits.hold(run.id, node, task),
             }
         }
+    }
+
+    /// The keys a target's `Retry-After` holds.
+    fn add_retry_after(&mut self, &Change { run, tr, .. }: &Change<'a>) {
         for &(i, until) in &tr.limit_holds {
-            limits.retry_after(&run.tasks[i].limit_keys, until);
+            self.limits.retry_after(&run.tasks[i].limit_keys, until);
         }
+    }
+
+    fn add_history(&mut self, &Change { run, tr, .. }: &Change<'a>) {
         for h in &tr.history {
-            history.push(run.id, h);
+            self.history.push(run.id, h);
         }
     }
-    if matches!(publish, Publish::ByEnqueuer { notify: true }) && !outbox.is_empty() {
-        notify.push(OUTBOX_CHANNEL, String::new());
+
+    /// NOTIFY the outbox enqueuers (when they publish and no enqueuer runs
+    /// here) and the limiter, when there is work for them.
+    fn wake_listeners(&mut self, publish: Publish) {
+        if matches!(publish, Publish::ByEnqueuer { notify: true }) && !self.outbox.is_empty() {
+            self.notify.push(OUTBOX_CHANNEL, String::new());
+        }
+        if !self.limits.is_empty() {
+            self.notify.push(LIMITS_CHANNEL, String::new());
+        }
     }
-    if !limits.is_empty() {
-        notify.push(LIMITS_CHANNEL, String::new());
+
+    /// Sends the statements: the few that must go first one after another,
+    /// then the rest pipelined in one round trip.
+    async fn execute(self, tx: &Transaction<'_>, shards: i32, publish: Publish, published: &[i64]) -> Result<Wrote> {
+        let due_in = match publish {
+            Publish::ByEnqueuer { .. } => std::time::Duration::ZERO,
+            Publish::ByWriter { grace } => grace,
+        };
+        // First, while the leases of attempts that end here are still there.
+        self.limits.execute(tx).await?;
+        // Items the state machine did not hold when their MAP ended:
+        // cancelled here, before the changes to the ones it did hold are
+        // written.
+        self.cancels.execute(tx, &self.changed_tasks.id).await?;
+        self.removed.execute(tx).await?;
+        self.sources.execute(tx).await?;
+        let (_, _, _, outbound, _, _, _) = tokio::try_join!(
+            self.runs.execute(tx),
+            self.new_tasks.execute(tx),
+            self.changed_tasks.execute(tx),
+            self.outbox.execute(tx, shards, due_in),
+            self.history.execute(tx),
+            self.notify.execute(tx),
+            crate::outbox::delete(&**tx, published),
+        )?;
+        Ok(Wrote { outbound, eager: self.eager })
     }
-    let due_in = match publish {
-        Publish::ByEnqueuer { .. } => std::time::Duration::ZERO,
-        Publish::ByWriter { grace } => grace,
-    };
-    // Items the state machine did not hold when their MAP ended: cancelled
-    // here, before the changes to the ones it did hold are written.
-    // First, while the leases of attempts that end here are still there.
-    limits.execute(tx).await?;
-    cancels.execute(tx, &changed_tasks.id).await?;
-    removed.execute(tx).await?;
-    sources.execute(tx).await?;
-    let (_, _, _, outbound, _, _, _) = tokio::try_join!(
-        runs.execute(tx),
-        new_tasks.execute(tx),
-        changed_tasks.execute(tx),
-        outbox.execute(tx, shards, due_in),
-        history.execute(tx),
-        notify.execute(tx),
-        crate::outbox::delete(&**tx, published),
-    )?;
-    Ok(Wrote { outbound, eager: eager_out })
+}
+
+/// The eager lease a change gives its task `i`, if any.
+fn eager_of(eager: &[Eager], i: usize) -> Option<&Eager> {
+    eager.iter().find(|e| e.task == i)
 }
 
 /// `UPDATE workflow_runs` for runs whose status, output or error changed.
