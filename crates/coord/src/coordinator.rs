@@ -166,7 +166,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         config.stream_shards,
         outbox_wake.clone(),
         publisher.clone().map(|p| (p, config.outbox_publish_grace)),
-        crate::engine::Limits {
+        crate::engine::Bounds {
             max_payload: config.max_payload,
             tree: crate::engine::TreeBudget { runs: config.max_tree_runs, items: config.max_tree_items },
             whole_run_nodes: config.whole_run_nodes,

@@ -66,7 +66,7 @@ impl<'a> NewRunOf<'a> {
 
 /// What the engine holds every run to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct Bounds {
     /// `COMPOSER_MAX_PAYLOAD`, for the values the state machine computes.
     pub max_payload: usize,
     /// The fan-out budget of a run tree (`COMPOSER_MAX_TREE_RUNS`,
@@ -89,8 +89,8 @@ impl TreeBudget {
     pub const DEFAULT: TreeBudget = TreeBudget { runs: 100_000, items: 1_000_000 };
 }
 
-impl Limits {
-    pub const DEFAULT: Limits = Limits {
+impl Bounds {
+    pub const DEFAULT: Bounds = Bounds {
         max_payload: composer_core::storable::DEFAULT_MAX_PAYLOAD,
         tree: TreeBudget::DEFAULT,
         whole_run_nodes: 16,
@@ -98,9 +98,9 @@ impl Limits {
 }
 
 /// MAP items a run of the tree of `root` may still create.
-pub async fn items_left<S: RunStore>(store: &S, root: Uuid, limits: Limits) -> Result<u64> {
+pub async fn items_left<S: RunStore>(store: &S, root: Uuid, bounds: Bounds) -> Result<u64> {
     let used = store.tree_items_used(root).await?;
-    Ok(u64::try_from(limits.tree.items.saturating_sub(used)).unwrap_or(0))
+    Ok(u64::try_from(bounds.tree.items.saturating_sub(used)).unwrap_or(0))
 }
 
 /// Inserts a run — QUEUED when its concurrency limit says so, else RUNNING
@@ -110,7 +110,7 @@ pub async fn create_run<S: RunStore>(
     store: &S,
     wf: Arc<Workflow>,
     how: NewRunOf<'_>,
-    limits: Limits,
+    bounds: Bounds,
 ) -> Result<(RunRow, Option<Loaded>)> {
     let prepared = Prepared::new(wf, how).await?;
     let (key, status) = admit(store, &prepared.wf, &prepared.how.def.name, prepared.concurrency_key.as_deref()).await?;
@@ -119,7 +119,7 @@ pub async fn create_run<S: RunStore>(
         tracing::debug!(run_id = %row.id, workflow = %row.workflow_name, "run queued by its concurrency limit");
         return Ok((row, None));
     }
-    let loaded = prepared.start(store, &row, limits).await?;
+    let loaded = prepared.start(store, &row, bounds).await?;
     Ok((row, Some(loaded)))
 }
 
@@ -129,13 +129,13 @@ pub async fn create_run<S: RunStore>(
 pub async fn create_runs<S: RunStore>(
     store: &S,
     starts: Vec<(Arc<Workflow>, NewRunOf<'_>)>,
-    limits: Limits,
+    bounds: Bounds,
 ) -> Result<Vec<(RunRow, Option<Loaded>)>> {
     let mut created: Vec<Option<(RunRow, Option<Loaded>)>> = Vec::with_capacity(starts.len());
     let mut unlimited = Vec::new();
     for (wf, how) in starts {
         if wf.concurrency.is_some() {
-            created.push(Some(create_run(store, wf, how, limits).await?));
+            created.push(Some(create_run(store, wf, how, bounds).await?));
         } else {
             unlimited.push((created.len(), Prepared::new(wf, how).await?));
             created.push(None);
@@ -144,7 +144,7 @@ pub async fn create_runs<S: RunStore>(
     let rows: Vec<NewRun<'_>> = unlimited.iter().map(|(_, p)| p.row(None, RunStatus::Running)).collect();
     let rows = store.insert_runs(&rows).await?;
     for ((at, prepared), row) in unlimited.iter().zip(rows) {
-        let loaded = prepared.start(store, &row, limits).await?;
+        let loaded = prepared.start(store, &row, bounds).await?;
         created[*at] = Some((row, Some(loaded)));
     }
     Ok(created.into_iter().flatten().collect())
@@ -197,13 +197,13 @@ impl<'a> Prepared<'a> {
     }
 
     /// Applies `RunStarted` to its inserted RUNNING `row`.
-    async fn start<S: RunStore>(&self, store: &S, row: &RunRow, limits: Limits) -> Result<Loaded> {
+    async fn start<S: RunStore>(&self, store: &S, row: &RunRow, bounds: Bounds) -> Result<Loaded> {
         // The row goes back to the caller with its data; the run gets a copy.
         let mut run = runs::into_machine(&self.wf, &mut row.clone(), Vec::new())?;
-        run.max_payload = limits.max_payload;
+        run.max_payload = bounds.max_payload;
         run.items_left = match self.how.root {
-            Some(root) if self.wf.has_items() => items_left(store, root, limits).await?,
-            _ => limits.tree.items as u64,
+            Some(root) if self.wf.has_items() => items_left(store, root, bounds).await?,
+            _ => bounds.tree.items as u64,
         };
         let tr = effects::apply(store, &self.wf, &mut run, Event::RunStarted).await?;
         Ok(Loaded::new(self.wf.clone(), run, tr, row))
@@ -281,7 +281,7 @@ mod tests {
     use super::*;
 
     /// A payload limit small enough to reach in a test.
-    const SMALL: Limits = Limits { max_payload: 1024, ..Limits::DEFAULT };
+    const SMALL: Bounds = Bounds { max_payload: 1024, ..Bounds::DEFAULT };
 
     fn definition(spec: Value) -> (Arc<Workflow>, DefinitionRow) {
         let wf = Workflow::parse(&spec).unwrap();

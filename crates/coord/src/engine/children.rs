@@ -113,8 +113,8 @@ impl Engine {
         let traceparent = RunTrace::of(parent.run_id, slot.parent_traceparent.as_deref())
             .attempt(parent.task_id, parent.attempt)
             .header();
-        if !composer_store::trees::charge_run(tx, slot.root, self.limits.tree.runs).await? {
-            return Err(Rejection::TreeTooBig { what: "runs", max: self.limits.tree.runs }.into());
+        if !composer_store::trees::charge_run(tx, slot.root, self.bounds.tree.runs).await? {
+            return Err(Rejection::TreeTooBig { what: "runs", max: self.bounds.tree.runs }.into());
         }
         let how = NewRunOf {
             parent: Some(parent),
@@ -126,6 +126,6 @@ impl Engine {
             fairness_key: slot.parent_fairness_key.as_deref(),
             ..NewRunOf::of(&def, &input)
         };
-        admission::create_run(&Tx(tx), wf, how, self.limits).await
+        admission::create_run(&Tx(tx), wf, how, self.bounds).await
     }
 }

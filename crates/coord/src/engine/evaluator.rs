@@ -8,7 +8,7 @@
 //! The sandbox bounds each evaluation, but a tokio worker is the wrong place
 //! for one that is not simple: its 2 MiB stack is small, and an evaluation
 //! near its time limit would hold a worker that also serves `/healthz`. So
-//! [`evaluate`] runs such work on a pool of threads of its own ([`Pool`]),
+//! [`evaluate`] runs such work on a pool of threads of its own ([`Threads`]),
 //! with [`composer_core::expr::EVAL_STACK`], and awaits the answer with a
 //! backstop ([`BACKSTOP`]): work that does not answer by then fails, and
 //! the pool starts a thread in place of the one still busy, which leaves
@@ -52,14 +52,15 @@ const MAX_THREADS: usize = 64;
 
 type Job = Box<dyn FnOnce(&Sandbox) + Send>;
 
-/// The pool. One per process ([`pool`]).
-pub struct Pool {
+/// The evaluation threads. One set per process ([`threads`]).
+pub struct Threads {
     jobs: mpsc::Sender<(Subject, Job)>,
-    shared: Arc<Shared>,
+    crew: Arc<Crew>,
     backstop: Duration,
 }
 
-struct Shared {
+/// What the evaluation threads share: their queue of work and their count.
+struct Crew {
     queue: Mutex<mpsc::Receiver<(Subject, Job)>>,
     /// Threads the pool wants.
     target: usize,
@@ -67,11 +68,11 @@ struct Shared {
     live: AtomicUsize,
 }
 
-static POOL: OnceLock<Pool> = OnceLock::new();
+static THREADS: OnceLock<Threads> = OnceLock::new();
 
-/// The process's pool, started on first use unless [`start`] came first.
-fn pool() -> &'static Pool {
-    POOL.get_or_init(|| Pool::new(BACKSTOP))
+/// The process's evaluation threads, started on first use unless [`start`] came first.
+fn threads() -> &'static Threads {
+    THREADS.get_or_init(|| Threads::new(BACKSTOP))
 }
 
 /// Starts the pool with its flight recorder at `flight`; what a crash left in
@@ -79,7 +80,7 @@ fn pool() -> &'static Pool {
 /// coordinators in one process, as in tests) keeps the first pool and reads
 /// no file.
 pub fn start(flight: Option<&std::path::Path>, backstop: Duration) -> std::io::Result<Vec<Subject>> {
-    if POOL.get().is_some() {
+    if THREADS.get().is_some() {
         return Ok(Vec::new());
     }
     let crashed = match flight {
@@ -90,7 +91,7 @@ pub fn start(flight: Option<&std::path::Path>, backstop: Duration) -> std::io::R
         }
         None => Vec::new(),
     };
-    let _ = POOL.set(Pool::new(backstop));
+    let _ = THREADS.set(Threads::new(backstop));
     Ok(crashed)
 }
 
@@ -160,7 +161,7 @@ where
             Err(InlineSpent) => composer_metrics::inc(composer_metrics::EVALUATIONS_MOVED, &[], 1),
         }
     }
-    pool().run(subject, move |sb| work(sb, input)).await
+    threads().run(subject, move |sb| work(sb, input)).await
 }
 
 fn contained<T>(f: impl FnOnce() -> T) -> Result<T, Lost> {
@@ -168,16 +169,16 @@ fn contained<T>(f: impl FnOnce() -> T) -> Result<T, Lost> {
         .map_err(|panic| Lost::Panicked(composer_core::panic_message(&*panic)))
 }
 
-impl Pool {
-    fn new(backstop: Duration) -> Pool {
+impl Threads {
+    fn new(backstop: Duration) -> Threads {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let target = cores.clamp(2, 16);
         let (jobs, queue) = mpsc::channel();
-        let shared = Arc::new(Shared { queue: Mutex::new(queue), target, live: AtomicUsize::new(0) });
+        let crew = Arc::new(Crew { queue: Mutex::new(queue), target, live: AtomicUsize::new(0) });
         for _ in 0..target {
-            spawn(&shared);
+            spawn(&crew);
         }
-        Pool { jobs, shared, backstop }
+        Threads { jobs, crew, backstop }
     }
 
     /// Runs `f` on a pool thread. The backstop counts from when a thread
@@ -207,45 +208,45 @@ impl Pool {
             Ok(Err(_)) => Err(Lost::Gone),
             Err(_) => {
                 // The busy thread leaves when it is done; one takes its place.
-                spawn(&self.shared);
+                spawn(&self.crew);
                 Err(Lost::Backstop(self.backstop))
             }
         }
     }
 }
 
-fn spawn(shared: &Arc<Shared>) {
-    if shared.live.fetch_add(1, Ordering::SeqCst) >= MAX_THREADS {
-        shared.live.fetch_sub(1, Ordering::SeqCst);
+fn spawn(crew: &Arc<Crew>) {
+    if crew.live.fetch_add(1, Ordering::SeqCst) >= MAX_THREADS {
+        crew.live.fetch_sub(1, Ordering::SeqCst);
         tracing::error!("the evaluation pool has {MAX_THREADS} threads, all busy; not adding one");
         return;
     }
-    let mine = shared.clone();
+    let mine = crew.clone();
     if let Err(e) =
         composer_core::expr::sandbox_thread("composer-eval", std::time::Instant::now, move |sb| work(&mine, sb))
     {
-        shared.live.fetch_sub(1, Ordering::SeqCst);
+        crew.live.fetch_sub(1, Ordering::SeqCst);
         tracing::error!(error = %e, "could not start an evaluation thread");
     }
 }
 
-fn work(shared: &Arc<Shared>, sb: &Sandbox) {
+fn work(crew: &Arc<Crew>, sb: &Sandbox) {
     loop {
-        let next = shared.queue.lock().expect("evaluation queue").recv();
+        let next = crew.queue.lock().expect("evaluation queue").recv();
         let Ok((subject, job)) = next else { break };
         recording(&subject, || job(sb));
         let exceeded = composer_core::expr::take_exceeded();
-        if exceeded || shared.live.load(Ordering::SeqCst) > shared.target {
+        if exceeded || crew.live.load(Ordering::SeqCst) > crew.target {
             if exceeded {
                 // Give back the stack this one touched: a fresh thread.
-                shared.live.fetch_sub(1, Ordering::SeqCst);
-                spawn(shared);
+                crew.live.fetch_sub(1, Ordering::SeqCst);
+                spawn(crew);
                 return;
             }
             break;
         }
     }
-    shared.live.fetch_sub(1, Ordering::SeqCst);
+    crew.live.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Subjects whose evaluation killed a coordinator, with why, as this
@@ -303,7 +304,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_pool_answers_and_a_stuck_evaluation_is_abandoned_at_the_backstop() {
-        let pool = Pool::new(Duration::from_millis(200));
+        let pool = Threads::new(Duration::from_millis(200));
         let run = Subject::Run(uuid::Uuid::nil());
         assert!(pool.run(run.clone(), |sb| sb.is_evaluation_thread()).await.unwrap());
         let stuck = pool.run(run.clone(), |_| std::thread::sleep(Duration::from_secs(2))).await;
@@ -311,7 +312,7 @@ mod tests {
         // Queued behind work that keeps every thread busy past the backstop,
         // quick work waits its turn and answers: the backstop counts from
         // when a thread takes it.
-        let busy: Vec<_> = (0..2 * pool.shared.target)
+        let busy: Vec<_> = (0..2 * pool.crew.target)
             .map(|_| pool.run(run.clone(), |_| std::thread::sleep(Duration::from_millis(150))))
             .collect();
         let queued = pool.run(run.clone(), |_| 9);

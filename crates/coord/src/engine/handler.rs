@@ -12,7 +12,7 @@ use composer_core::machine::{HistoryKind, TaskState};
 use composer_store::definitions::DefinitionRow;
 use serde_json::{json, Map, Value};
 
-use super::admission::{self, Limits, NewRunOf};
+use super::admission::{self, Bounds, NewRunOf};
 use super::error::{EngineError, Rejection, Result};
 use super::evaluator::{self, Subject};
 use super::loaded::Loaded;
@@ -48,24 +48,24 @@ fn failed_run(l: &Loaded, with_outputs: bool) -> Value {
 /// `{failed_run, input}` (evaluated through the evaluator's door, for the
 /// failed run), or `{"failed_run": …}`. The nodes' outputs are left out when
 /// the input would be larger than the payload limit with them.
-async fn handler_input(l: &Loaded, limits: Limits) -> std::result::Result<Value, String> {
+async fn handler_input(l: &Loaded, bounds: Bounds) -> std::result::Result<Value, String> {
     let h = l.wf.on_failure.as_ref().ok_or("no handler")?;
     let contexts: Vec<Value> = [true, false]
         .into_iter()
         .map(|with_outputs| json!({"failed_run": failed_run(l, with_outputs), "input": l.run.input}))
         .collect();
     let Some(template) = h.input.clone() else {
-        return first_storable(contexts.into_iter().map(|ctx| Ok(json!({"failed_run": ctx["failed_run"]}))), limits);
+        return first_storable(contexts.into_iter().map(|ctx| Ok(json!({"failed_run": ctx["failed_run"]}))), bounds);
     };
     let simple = template.is_simple();
     evaluator::evaluate(
         Subject::Run(l.run.id),
         simple,
-        (template, contexts, limits),
-        |sb, (template, contexts, limits)| {
+        (template, contexts, bounds),
+        |sb, (template, contexts, bounds)| {
             let inputs =
                 contexts.iter().map(|ctx| template.eval(sb, ctx).map_err(|e| format!("on_failure.input: {e}")));
-            first_storable(inputs, limits)
+            first_storable(inputs, bounds)
         },
     )
     .await
@@ -76,12 +76,12 @@ async fn handler_input(l: &Loaded, limits: Limits) -> std::result::Result<Value,
 /// evaluate is the error, and so is the last one's size.
 fn first_storable(
     inputs: impl Iterator<Item = std::result::Result<Value, String>>,
-    limits: Limits,
+    bounds: Bounds,
 ) -> std::result::Result<Value, String> {
     let mut last = String::new();
     for input in inputs {
         let input = input?;
-        match composer_core::storable::check(&input, "on_failure.input", limits.max_payload) {
+        match composer_core::storable::check(&input, "on_failure.input", bounds.max_payload) {
             Ok(()) => return Ok(input),
             Err(e) => last = e,
         }
@@ -97,7 +97,7 @@ pub async fn start<S: RunStore>(
     store: &S,
     compile: &(dyn Fn(&DefinitionRow) -> Result<Arc<Workflow>> + Sync),
     l: &mut Loaded,
-    limits: Limits,
+    bounds: Bounds,
 ) -> Result<Option<Loaded>> {
     let Some(h) = l.wf.on_failure.clone() else { return Ok(None) };
     let started = async {
@@ -105,7 +105,7 @@ pub async fn start<S: RunStore>(
             .definition(&h.workflow, h.version)
             .await?
             .ok_or_else(|| Rejection::UnknownWorkflow { name: h.workflow.clone(), version: h.version })?;
-        let input = handler_input(l, limits).await.map_err(Rejection::HandlerInput)?;
+        let input = handler_input(l, bounds).await.map_err(Rejection::HandlerInput)?;
         let wf = compile(&def)?;
         let trigger = json!({"failure_of": l.run.id});
         // The handler's span sits under the span of the run that failed.
@@ -126,7 +126,7 @@ pub async fn start<S: RunStore>(
             priority: None,
             fairness_key: None,
         };
-        admission::create_run(store, wf, how, limits).await
+        admission::create_run(store, wf, how, bounds).await
     }
     .await;
     match started {

@@ -32,11 +32,11 @@ pub const MAX_WAITING_POLLS: usize = 1024;
 /// The polls of one coordinator that wait for work, oldest first.
 #[derive(Default)]
 pub struct IdlePolls {
-    waiting: Mutex<Vec<Waiting>>,
+    waiting: Mutex<Vec<ParkedPoll>>,
     next_id: AtomicU64,
 }
 
-struct Waiting {
+struct ParkedPoll {
     id: u64,
     worker: String,
     /// What the poll takes: up to `slots` tasks of `queues`, of runs of
@@ -73,7 +73,7 @@ impl IdlePolls {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, rx) = oneshot::channel();
-        waiting.push(Waiting { id, worker: worker.to_string(), offer, answer });
+        waiting.push(ParkedPoll { id, worker: worker.to_string(), offer, answer });
         Some(Parked { polls: self, id, answer: rx })
     }
 
@@ -192,7 +192,7 @@ mod tests {
     use composer_store::definitions::DefinitionRow;
     use serde_json::{json, Value};
 
-    use super::super::admission::{create_run, Limits, NewRunOf};
+    use super::super::admission::{create_run, Bounds, NewRunOf};
     use super::super::effects::fake::FakeStore;
     use super::*;
 
@@ -203,7 +203,7 @@ mod tests {
             DefinitionRow { id: Uuid::now_v7(), name: wf.spec.name.clone(), version: 1, spec, created_at: Utc::now() };
         let input = json!({});
         let how = NewRunOf { priority: Some(priority), ..NewRunOf::of(&def, &input) };
-        create_run(&FakeStore::default(), wf, how, Limits::DEFAULT).await.unwrap().1.unwrap()
+        create_run(&FakeStore::default(), wf, how, Bounds::DEFAULT).await.unwrap().1.unwrap()
     }
 
     fn nodes(kinds: &[(&str, &str)]) -> Value {

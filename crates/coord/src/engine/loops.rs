@@ -14,12 +14,12 @@ use uuid::Uuid;
 use super::batch::BatchResult;
 use super::error::{EngineError, Result};
 use super::queue::{Lane, LiveLoop, Pending, QueuedStart};
-use super::request::{EventRequest, Handled};
+use super::request::{Answer, EventRequest};
 use super::Engine;
 
 /// Where the answer to one piece of a batch's work goes.
 enum Reply {
-    Event(Uuid, oneshot::Sender<Result<Handled>>),
+    Event(Uuid, oneshot::Sender<Result<Answer>>),
     Start(oneshot::Sender<Result<RunRow>>),
 }
 
@@ -30,7 +30,7 @@ impl Engine {
     /// is what keeps PostgreSQL commits per step low under load, and adds no
     /// wait when there is nothing to batch with. Who asks decides the
     /// priority it waits at and what the batch checks ([`super::By`]).
-    pub async fn handle(&self, mut request: EventRequest) -> Result<Handled> {
+    pub async fn handle(&self, mut request: EventRequest) -> Result<Answer> {
         let (reply, answer) = oneshot::channel();
         // Nothing to tell when no span is recorded.
         if self.traces.is_none() {
@@ -160,7 +160,7 @@ impl Engine {
     /// fails the event (its sender may retry); a repeat fails the run with
     /// the message, so a poisoned run cannot stall a loop, a worker or the
     /// timer loop forever.
-    async fn on_failure(&self, run_id: Uuid, e: EngineError) -> Result<Handled> {
+    async fn on_failure(&self, run_id: Uuid, e: EngineError) -> Result<Answer> {
         if !e.is_permanent() {
             return Err(e);
         }
@@ -182,12 +182,12 @@ impl Engine {
         runs::fail_faulted(&mut client, run_id, &message).await?;
         self.faults.lock().expect("fault counts").remove(&run_id);
         composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", RunStatus::Failed.as_str())], 1);
-        Ok(Handled::new(RunStatus::Failed, Some(message)))
+        Ok(Answer::new(RunStatus::Failed, Some(message)))
     }
 }
 
 /// Answers each piece of a batch that committed, in the order it was given.
-fn answer(replies: Vec<Reply>, events: Vec<Result<Handled>>, starts: Vec<RunRow>) {
+fn answer(replies: Vec<Reply>, events: Vec<Result<Answer>>, starts: Vec<RunRow>) {
     let (mut events, mut starts) = (events.into_iter(), starts.into_iter());
     for reply in replies {
         match reply {
@@ -212,8 +212,8 @@ mod tests {
         // No database is reached: nothing runs the queue.
         let pool = composer_store::connect("postgres://nobody@127.0.0.1:9/none", 1, std::time::Duration::from_secs(1))
             .expect("a lazy pool");
-        let limits = super::super::Limits { max_payload: 1024, ..super::super::Limits::DEFAULT };
-        let engine = Arc::new(Engine::new(pool, 1, Arc::new(Notify::new()), None, limits, 1));
+        let bounds = super::super::Bounds { max_payload: 1024, ..super::super::Bounds::DEFAULT };
+        let engine = Arc::new(Engine::new(pool, 1, Arc::new(Notify::new()), None, bounds, 1));
         let waiting = tokio::spawn({
             let engine = engine.clone();
             async move { engine.handle(EventRequest::new(Uuid::now_v7(), Event::CancelRun)).await }

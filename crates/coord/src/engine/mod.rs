@@ -13,7 +13,7 @@
 //! [`batch`], whose phases are each a file of their own.
 //!
 //! - this file: the [`Engine`] value, what every part of it reads: the
-//!   pool, the queue, the compiled workflows, the limits.
+//!   pool, the queue, the compiled workflows, the bounds.
 //! - [`request`]: what is asked of the engine, by whom, and its answer.
 //! - [`queue`]: requests and starts waiting for a batch loop, by priority.
 //! - [`loops`]: the batch loops, the one entry point, and a batch that
@@ -74,10 +74,10 @@ pub mod store;
 pub mod tally;
 pub mod write;
 
-pub use admission::{Limits, TreeBudget};
+pub use admission::{Bounds, TreeBudget};
 pub use error::{EngineError, Rejection, Result};
 pub use queue::{Lane, URGENT_LOOPS};
-pub use request::{By, Control, EventRequest, Handled, Reported};
+pub use request::{Answer, By, Control, EventRequest, Report};
 
 /// Most open large runs a coordinator keeps in mind to read in part (16
 /// bytes each).
@@ -106,14 +106,14 @@ pub struct Engine {
     /// for now in this process, each with whether a slot freed meanwhile.
     promoting: Mutex<HashMap<(String, String), bool>>,
     /// Open runs this coordinator has loaded whose definitions have more
-    /// than `Limits::whole_run_nodes` nodes: their steps' results read them
+    /// than `Bounds::whole_run_nodes` nodes: their steps' results read them
     /// in part. A run not here (its first event on this coordinator) is
     /// read whole, which is always right.
     large_runs: Mutex<HashSet<Uuid>>,
     /// Batch loops running now (`/readyz` is 503 when one has stopped).
     live_loops: AtomicUsize,
     /// The payload limit and the fan-out budget.
-    limits: Limits,
+    bounds: Bounds,
     /// Where the spans of runs go (`COMPOSER_OTLP_ENDPOINT`); none without.
     traces: Option<Arc<crate::trace::Traces>>,
     /// Task-API polls waiting for work: a batch leases them what it makes
@@ -127,7 +127,7 @@ impl Engine {
         shards: u32,
         outbox_wake: Arc<Notify>,
         publisher: Option<(Arc<publisher::Publisher>, std::time::Duration)>,
-        limits: Limits,
+        bounds: Bounds,
         queue_capacity: usize,
     ) -> Engine {
         Engine {
@@ -141,7 +141,7 @@ impl Engine {
             promoting: Mutex::new(HashMap::new()),
             large_runs: Mutex::new(HashSet::new()),
             live_loops: AtomicUsize::new(0),
-            limits,
+            bounds,
             traces: None,
             idle: idle::IdlePolls::default(),
         }
@@ -234,10 +234,10 @@ impl Engine {
         run: &mut machine::Run,
         row: &RunRow,
     ) -> Result<()> {
-        run.max_payload = self.limits.max_payload;
+        run.max_payload = self.bounds.max_payload;
         run.items_left = match wf.has_items() {
-            true => admission::items_left(store, row.root(), self.limits).await?,
-            false => self.limits.tree.items as u64,
+            true => admission::items_left(store, row.root(), self.bounds).await?,
+            false => self.bounds.tree.items as u64,
         };
         Ok(())
     }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, Notify};
 
 use super::error::{EngineError, Result};
-use super::request::{EventRequest, Handled};
+use super::request::{Answer, EventRequest};
 
 /// Most events and starts one transaction applies.
 pub const MAX_BATCH: usize = 128;
@@ -22,7 +22,7 @@ pub const MAX_BATCH: usize = 128;
 pub enum Pending {
     Event {
         request: EventRequest,
-        reply: oneshot::Sender<Result<Handled>>,
+        reply: oneshot::Sender<Result<Answer>>,
     },
     /// A run without an idempotency key or a concurrency limit (whose
     /// locks could make two batches wait for each other).
@@ -82,7 +82,7 @@ pub const URGENT_LOOPS: usize = 1;
 /// would wait for one of them to commit, then commit with a batch of the
 /// backlog's work, instead of in a transaction of its own size.
 pub struct Queue {
-    waiting: Mutex<Waiting>,
+    queued: Mutex<Queued>,
     capacity: usize,
     ready: Notify,
     urgent: Notify,
@@ -92,7 +92,7 @@ pub struct Queue {
 pub use composer_core::priority::URGENT;
 
 #[derive(Default)]
-struct Waiting {
+struct Queued {
     by_priority: [VecDeque<Pending>; 5],
     len: usize,
     share: Share,
@@ -102,16 +102,16 @@ struct Waiting {
 impl Queue {
     pub fn new(capacity: usize) -> Queue {
         Queue {
-            waiting: Mutex::new(Waiting::default()),
+            queued: Mutex::new(Queued::default()),
             capacity: capacity.max(1),
             ready: Notify::new(),
             urgent: Notify::new(),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
         // Nothing panics while holding it; a poisoned queue is still whole.
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        self.queued.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Queues `work` at `priority` (out of range: the nearest level); when
@@ -197,7 +197,7 @@ impl Queue {
     }
 }
 
-impl Waiting {
+impl Queued {
     /// Up to `n` pieces of work of the levels up to `least` (the least
     /// urgent it takes), by the share.
     fn take(&mut self, n: usize, least: u8) -> Vec<Pending> {
@@ -236,7 +236,7 @@ mod tests {
     use uuid::Uuid;
 
     /// Work for run `n` (its id's last bytes), and where its answer goes.
-    fn work(n: u16) -> (Pending, oneshot::Receiver<Result<Handled>>) {
+    fn work(n: u16) -> (Pending, oneshot::Receiver<Result<Answer>>) {
         let (reply, answer) = oneshot::channel();
         let request = EventRequest::new(Uuid::from_u128(u128::from(n)), Event::CancelRun);
         (Pending::Event { request, reply }, answer)

@@ -1,5 +1,5 @@
 //! What is asked of the engine: an event for a run, and who asks
-//! ([`EventRequest`]), and what the engine answers ([`Handled`]).
+//! ([`EventRequest`]), and what the engine answers ([`Answer`]).
 
 use composer_api::wire::{EagerOffer, StageTimes};
 use composer_core::machine::Event;
@@ -38,8 +38,8 @@ impl EventRequest {
 
     /// A worker's report of its attempt: applied only while `worker` holds
     /// the attempt's lease, at the priority its run was sent at.
-    pub fn reported(run_id: Uuid, event: Event, worker: String, reported: Reported) -> EventRequest {
-        let Reported { stages, offer, priority } = reported;
+    pub fn reported(run_id: Uuid, event: Event, worker: String, reported: Report) -> EventRequest {
+        let Report { stages, offer, priority } = reported;
         let told = Told { task_id: event.task_id(), stages, link: None };
         EventRequest { run_id, event, by: By::Worker(Reporter { worker, offer, priority }), told: Some(told) }
     }
@@ -89,7 +89,7 @@ pub struct Reporter {
 /// What a worker's report says besides its event: its stage times, what
 /// it offers to run next, and its run's priority.
 #[derive(Debug)]
-pub struct Reported {
+pub struct Report {
     pub stages: Option<StageTimes>,
     pub offer: Option<EagerOffer>,
     pub priority: u8,
@@ -105,7 +105,7 @@ pub struct Control {
 
 /// The result of handling one event.
 #[derive(Debug, Clone)]
-pub struct Handled {
+pub struct Answer {
     pub status: composer_core::machine::RunStatus,
     /// Why the event changed nothing (duplicate, late, stale …).
     pub ignored: Option<String>,
@@ -114,8 +114,8 @@ pub struct Handled {
     pub next: Vec<composer_store::transitions::Given>,
 }
 
-impl Handled {
-    pub fn new(status: composer_core::machine::RunStatus, ignored: Option<String>) -> Handled {
-        Handled { status, ignored, next: Vec::new() }
+impl Answer {
+    pub fn new(status: composer_core::machine::RunStatus, ignored: Option<String>) -> Answer {
+        Answer { status, ignored, next: Vec::new() }
     }
 }

@@ -148,7 +148,7 @@ impl Engine {
             }
         }
         let how = NewRunOf { idempotency_key, trigger, tags, traceparent, priority, ..NewRunOf::of(def, input) };
-        let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.limits).await?;
+        let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.bounds).await?;
         // Its first steps go to the polls waiting for work, as a batched
         // start's do.
         let to_idle = match first_steps {

@@ -59,7 +59,7 @@ impl Engine {
         let mut handlers = Vec::new();
         let compile = |def: &DefinitionRow| self.compile(def);
         for l in loaded.iter_mut().filter(|l| handler::owes_handler(l)) {
-            if let Some(h) = handler::start(&Tx(tx), &compile, l, self.limits).await? {
+            if let Some(h) = handler::start(&Tx(tx), &compile, l, self.bounds).await? {
                 handlers.push(h);
             }
         }
@@ -67,7 +67,7 @@ impl Engine {
         for l in &all {
             // A MAP's items are charged in all when it starts.
             let items = l.tr.charged_items as i64;
-            if items > 0 && !composer_store::trees::charge_items(tx, l.root, items, self.limits.tree.items).await? {
+            if items > 0 && !composer_store::trees::charge_items(tx, l.root, items, self.bounds.tree.items).await? {
                 // Another run of the tree spent the budget since this one read
                 // it: applied again, the MAP sees what is left.
                 return Err(EngineError::BudgetRace { run_id: l.run.id });

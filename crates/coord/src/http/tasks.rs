@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body, Path};
-use crate::engine::{EventRequest, Reported};
+use crate::engine::{EventRequest, Report};
 use crate::shared::TaskApi;
 use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, Leased, IDLE_READ_EVERY};
 
@@ -396,7 +396,7 @@ async fn finish(
     let started = std::time::Instant::now();
     let mut stages = stages.unwrap_or_default();
     stages.finished_at_us = stages.finished_at_us.or(Some(composer_api::wire::now_us()));
-    let reported = Reported { stages: Some(stages), offer, priority };
+    let reported = Report { stages: Some(stages), offer, priority };
     let task = match &event {
         Event::TaskCompleted { task_id, .. } | Event::TaskFailed { task_id, .. } => *task_id,
         _ => Uuid::nil(),

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::super::effects;
 use super::super::error::{EngineError, Result};
-use super::super::request::{By, Control, EventRequest, Handled};
+use super::super::request::{Answer, By, Control, EventRequest};
 use super::super::store::Tx;
 use super::super::tally;
 use super::{Batch, Leases, Offer};
@@ -56,7 +56,7 @@ impl Batch<'_> {
             if let (Some((worker, offer)), None) = (offer, &tr.ignored) {
                 self.offers.push(Offer { at: self.answers.len(), run_id, worker, offer });
             }
-            self.answers.push(Ok(Handled::new(loaded.run.status, tr.ignored.clone())));
+            self.answers.push(Ok(Answer::new(loaded.run.status, tr.ignored.clone())));
             loaded.tr.merge(tr);
         }
         Ok(())

@@ -65,7 +65,7 @@ impl<'e> Batch<'e> {
             }
             let seen = engine.seen(&tasks);
             let wf = engine.workflow(row.workflow_definition_id).await?;
-            if !in_part && wf.nodes.len() > usize::try_from(engine.limits.whole_run_nodes).unwrap_or(0) {
+            if !in_part && wf.nodes.len() > usize::try_from(engine.bounds.whole_run_nodes).unwrap_or(0) {
                 engine.remember_large(row.id, !row.status.is_terminal());
             }
             let mut run = runs::into_machine(&wf, &mut row, tasks)?;

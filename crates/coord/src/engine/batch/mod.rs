@@ -27,7 +27,7 @@ use super::error::Result;
 use super::idle::Claimed;
 use super::loaded::Loaded;
 use super::queue::QueuedStart;
-use super::request::{EventRequest, Handled};
+use super::request::{Answer, EventRequest};
 use super::write::Receipt;
 use super::Engine;
 
@@ -41,7 +41,7 @@ mod offers;
 /// What one batch came to: an answer per request and a run per start, in
 /// the order they were given, and what its commit owes other runs.
 pub struct BatchResult {
-    pub events: Vec<Result<Handled>>,
+    pub events: Vec<Result<Answer>>,
     pub starts: Vec<RunRow>,
     pub after_commit: Vec<(Uuid, AfterCommit)>,
 }
@@ -58,7 +58,7 @@ struct Batch<'e> {
     /// Who holds the lease of each reported task, as the batch locked it.
     leases: Leases,
     /// One per request, in order.
-    answers: Vec<Result<Handled>>,
+    answers: Vec<Result<Answer>>,
     /// Reports whose event applied and that offer to take more.
     offers: Vec<Offer>,
     /// Tasks leased to each report: (its place among the requests, tasks).
