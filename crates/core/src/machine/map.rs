@@ -22,7 +22,7 @@ use super::state::Machine;
 use super::types::{
     codes, Effect, Failure, HistoryKind, Ignore, IgnoreKind, Item, MapProgress, Need, RunStatus, Task, TaskState,
 };
-use crate::definition::{Collect, MapConfig, NodeKind, MIN_COLLECTED_ITEM_BYTES};
+use crate::definition::{Collect, MapConfig, NodeKind, MAP_MAX_ITEMS, MIN_COLLECTED_ITEM_BYTES};
 use crate::expr::Scope;
 use crate::storable;
 
@@ -32,6 +32,21 @@ impl Machine<'_> {
             NodeKind::Map(m) => m,
             _ => unreachable!("a task with progress is a MAP's"),
         }
+    }
+
+    /// The items of a MAP's list, evaluated in `scope` (under the items'
+    /// budget): no more than its run tree may still create.
+    pub(super) fn evaluate_items(&self, config: &MapConfig, scope: Option<&Scope>) -> Result<Vec<Value>, String> {
+        let left = self.run.items_left;
+        config.items.eval_in_with(self.sb, scope, crate::expr::Limits::MAP_ITEMS).and_then(items).and_then(|items| {
+            match items.len() as u64 {
+                n if n > left => Err(format!(
+                    "{n} items, more than the {left} its run tree may still create \
+                     (the fan-out budget, COMPOSER_MAX_TREE_ITEMS)"
+                )),
+                _ => Ok(items),
+            }
+        })
     }
 
     /// Starts a MAP over `items`: its task RUNNING with the counts, the list
@@ -686,4 +701,26 @@ fn over(output: &Value, share: usize, total: u32) -> Option<Failure> {
             ),
         )
     })
+}
+
+/// The list `items` evaluated to.
+fn items(v: Value) -> Result<Vec<Value>, String> {
+    match v {
+        Value::Array(items) if items.len() > MAP_MAX_ITEMS => {
+            Err(format!("{} items, more than map_max_items ({MAP_MAX_ITEMS})", items.len()))
+        }
+        Value::Array(items) => Ok(items),
+        other => Err(format!("must be a list, got {}", kind_of(&other))),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
 }

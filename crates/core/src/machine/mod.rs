@@ -17,7 +17,10 @@
 
 //!
 //! - [`types`]: runs, tasks, states, events, effects, transitions (re-exported here).
-//! - `state`, `rules`, `map`: one event's application, the rules, and MAP's.
+//! - `state`: one event's application, the `Machine` the rules run on.
+//! - `rules`: the rules, a room per family of event (start, report,
+//!   timers, control, LOOP, rerun, repair, …).
+//! - `map`: MAP's rules.
 
 use std::collections::HashSet;
 

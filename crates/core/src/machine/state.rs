@@ -8,20 +8,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::types::{Run, Transition};
-use crate::definition::{NodeKind, Workflow, MAP_MAX_ITEMS};
+use crate::definition::{NodeKind, Workflow};
 use crate::expr::Sandbox;
-
-/// How a task's attempt begins.
-pub(super) enum Started {
-    Dispatch(Value),
-    Wait(DateTime<Utc>, Option<(String, String)>),
-    Done(Value),
-    Map(Vec<Value>),
-    /// A child run, with the evaluated `{workflow, version, input}`.
-    Child(Value),
-    /// A FAIL node: its message and code.
-    Fail(String, String),
-}
 
 /// Stands for "no timeout" while a wait is being built.
 pub(super) const FOREVER: DateTime<Utc> = DateTime::<Utc>::MAX_UTC;
@@ -30,20 +18,6 @@ pub(super) const FOREVER: DateTime<Utc> = DateTime::<Utc>::MAX_UTC;
 /// (durations are bounded at validation; backoffs grow with attempts).
 pub(super) fn later(now: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
     chrono::Duration::from_std(d).ok().and_then(|d| now.checked_add_signed(d)).unwrap_or(FOREVER)
-}
-
-/// A WAIT `until`: RFC 3339 text or unix seconds.
-pub(super) fn parse_time(v: &Value) -> Result<DateTime<Utc>, String> {
-    match v {
-        Value::String(s) => DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| format!("{s:?} is not an RFC 3339 timestamp: {e}")),
-        Value::Number(n) => n
-            .as_f64()
-            .and_then(|secs| DateTime::from_timestamp_millis((secs * 1000.0) as i64))
-            .ok_or_else(|| format!("{n} is not a unix time")),
-        other => Err(format!("expected a timestamp, got {other}")),
-    }
 }
 
 /// One event being applied: the run it changes and what changed so far.
@@ -76,28 +50,6 @@ pub(super) struct Maps {
     pub(super) sourced: bool,
     /// MAPs whose reduction failed, with why: they fail at their next look.
     pub(super) broken: HashMap<usize, super::types::Failure>,
-}
-
-/// The list `items` evaluated to.
-pub(super) fn items(v: Value) -> Result<Vec<Value>, String> {
-    match v {
-        Value::Array(items) if items.len() > MAP_MAX_ITEMS => {
-            Err(format!("{} items, more than map_max_items ({MAP_MAX_ITEMS})", items.len()))
-        }
-        Value::Array(items) => Ok(items),
-        other => Err(format!("must be a list, got {}", kind_of(&other))),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// An HTTP node's evaluated config with its `idempotency_key`: by default

@@ -1,0 +1,69 @@
+//! What the rules read: whether a run loaded in part holds a node's task
+//! (naming the ones it lacks), and the context a node's expressions see.
+
+use serde_json::Value;
+
+use crate::expr::Scope;
+use crate::machine::state::Machine;
+use crate::machine::types::Task;
+use crate::machine::{context, context_of};
+
+impl Machine<'_> {
+    /// Whether node `n`'s task, or that it has none, is loaded ([`Run::known`]).
+    ///
+    /// [`Run::known`]: crate::machine::types::Run::known
+    pub(super) fn known(&self, n: usize) -> bool {
+        self.run.known.as_ref().is_none_or(|k| k.get(n).copied().unwrap_or(true))
+    }
+
+    /// Names in `tr.missing` the nodes of `nodes` whose tasks are not
+    /// loaded; whether all are.
+    pub(super) fn require(&mut self, nodes: impl IntoIterator<Item = usize>) -> bool {
+        let mut all = true;
+        for n in nodes {
+            if !self.known(n) {
+                all = false;
+                if !self.tr.missing.contains(&n) {
+                    self.tr.missing.push(n);
+                }
+            }
+        }
+        all
+    }
+
+    /// [`Self::require`] for the nodes `node`'s expressions read (every node
+    /// when that cannot be known).
+    pub(in crate::machine) fn require_reads(&mut self, node: usize) -> bool {
+        if self.run.known.is_none() {
+            return true;
+        }
+        let wf = self.wf;
+        match &wf.nodes[node].reads {
+            Some(reads) => self.require(reads.iter().copied()),
+            None => self.require(wf.topo_order.iter().copied()),
+        }
+    }
+
+    /// What `node`'s expressions see, converted for jaq: the context with
+    /// just the nodes they read (all nodes when that cannot be known).
+    pub(in crate::machine) fn scope(&self, node: usize) -> Scope {
+        let ctx = match &self.wf.nodes[node].reads {
+            Some(reads) => self.context_of(
+                reads
+                    .iter()
+                    .filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n && t.item.is_none() && !t.removed)),
+            ),
+            None => self.context(),
+        };
+        Scope::new(&ctx).unwrap_or_else(|_| Scope::null())
+    }
+
+    /// What expressions see: `{input, nodes: {<id>: {output, state}}, run}`.
+    pub(super) fn context(&self) -> Value {
+        context(self.wf, self.run)
+    }
+
+    pub(super) fn context_of<'t>(&self, tasks: impl Iterator<Item = &'t Task>) -> Value {
+        context_of(self.wf, self.run, tasks)
+    }
+}
