@@ -1,0 +1,47 @@
+//! The REST API's request and response bodies, shared by the coordinator
+//! that serves them and by every client (the CLI, the bench, the test kit),
+//! so a field is named in one place. One module per area, as the
+//! coordinator's `http/` has one file per resource; everything is
+//! re-exported here, so `composer_api::rest::X` names any of them.
+//!
+//! - [`runs`]: starting a run, its priority and control actions, the run
+//!   and its tasks as shown, pages of runs, MAP items and history.
+//! - [`repair`]: rerun from steps, complete a step by hand, resolve an
+//!   IN_DOUBT attempt.
+//! - [`explain`]: why a run is where it is.
+//! - [`bulk`]: one action on every run a filter matches.
+//! - [`events`]: sending events, what they did, the event log.
+//! - [`webhooks`]: signed deliveries turned into events.
+//! - [`limits`]: limits on steps across runs, and why a step waits.
+//! - [`schedules`]: schedules and backfills.
+//! - [`workflows`]: definitions and their versions.
+//! - [`tasks`]: the task API a worker speaks (poll, heartbeat, complete,
+//!   fail).
+//! - [`logs`]: a step's log lines, as a worker sends and a reader pages them.
+//! - [`error`]: the error body and the codes a worker acts on.
+
+pub mod bulk;
+pub mod error;
+pub mod events;
+pub mod explain;
+pub mod limits;
+pub mod logs;
+pub mod repair;
+pub mod runs;
+pub mod schedules;
+pub mod tasks;
+pub mod webhooks;
+pub mod workflows;
+
+pub use bulk::*;
+pub use error::*;
+pub use events::*;
+pub use explain::*;
+pub use limits::*;
+pub use logs::*;
+pub use repair::*;
+pub use runs::*;
+pub use schedules::*;
+pub use tasks::*;
+pub use webhooks::*;
+pub use workflows::*;
