@@ -125,88 +125,124 @@ impl LimitWrites {
     /// on; releases go before holds, as a retry's new attempt is held in the
     /// same write.
     pub(crate) async fn execute(&self, tx: &Transaction<'_>) -> Result<()> {
-        if !self.released.is_empty() {
-            let stmt = tx
-                .prepare_cached(
-                    "WITH running AS (
-                        UPDATE limit_waits w SET linger_until = t.lease_expires_at
-                          FROM task_instances t
-                         WHERE w.task_id = ANY($1) AND w.admitted_at IS NOT NULL AND w.linger_until IS NULL
-                           AND t.run_id = w.run_id AND t.id = w.task_id AND t.attempt = w.attempt
-                           AND t.state = 'RUNNING' AND t.lease_expires_at > now()
-                        RETURNING w.task_id, w.attempt, w.key)
-                     DELETE FROM limit_waits w
-                      WHERE w.task_id = ANY($1) AND w.linger_until IS NULL
-                        AND NOT EXISTS (SELECT 1 FROM running r
-                                         WHERE r.task_id = w.task_id AND r.attempt = w.attempt AND r.key = w.key)",
-                )
-                .await?;
-            tx.execute(&stmt, &[&self.released]).await?;
+        self.release_ended(tx).await?;
+        self.free_reported(tx).await?;
+        self.release_cancelled_items(tx).await?;
+        self.insert_waits(tx).await?;
+        self.hold_retried_keys(tx).await
+    }
+
+    /// The slots of attempts that ended other than by their worker's
+    /// report: a running one's lingers until its lease ends, the others go.
+    async fn release_ended(&self, tx: &Transaction<'_>) -> Result<()> {
+        if self.released.is_empty() {
+            return Ok(());
         }
-        if !self.reported.is_empty() {
-            let stmt =
-                tx.prepare_cached("DELETE FROM limit_waits WHERE task_id = ANY($1) AND linger_until IS NULL").await?;
-            tx.execute(&stmt, &[&self.reported]).await?;
+        let stmt = tx
+            .prepare_cached(
+                "WITH running AS (
+                    UPDATE limit_waits w SET linger_until = t.lease_expires_at
+                      FROM task_instances t
+                     WHERE w.task_id = ANY($1) AND w.admitted_at IS NOT NULL AND w.linger_until IS NULL
+                       AND t.run_id = w.run_id AND t.id = w.task_id AND t.attempt = w.attempt
+                       AND t.state = 'RUNNING' AND t.lease_expires_at > now()
+                    RETURNING w.task_id, w.attempt, w.key)
+                 DELETE FROM limit_waits w
+                  WHERE w.task_id = ANY($1) AND w.linger_until IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM running r
+                                     WHERE r.task_id = w.task_id AND r.attempt = w.attempt AND r.key = w.key)",
+            )
+            .await?;
+        tx.execute(&stmt, &[&self.released]).await?;
+        Ok(())
+    }
+
+    /// The slots of attempts their worker reported ended: freed at once.
+    async fn free_reported(&self, tx: &Transaction<'_>) -> Result<()> {
+        if self.reported.is_empty() {
+            return Ok(());
         }
-        if !self.cancelled_map.is_empty() {
-            let stmt = tx
-                .prepare_cached(
-                    "WITH items AS (
-                        SELECT t.run_id, t.id, t.attempt, t.state, t.lease_expires_at
-                          FROM task_instances t JOIN unnest($1::uuid[], $2::uuid[]) AS m(run_id, map)
-                            ON t.run_id = m.run_id AND t.parent_task_id = m.map
-                         WHERE t.state IN ('PENDING', 'RUNNING') AND t.limit_keys IS NOT NULL),
-                     running AS (
-                        UPDATE limit_waits w SET linger_until = i.lease_expires_at
-                          FROM items i
-                         WHERE w.task_id = i.id AND w.attempt = i.attempt AND w.admitted_at IS NOT NULL
-                           AND w.linger_until IS NULL AND i.state = 'RUNNING' AND i.lease_expires_at > now()
-                        RETURNING w.task_id, w.attempt, w.key)
-                     DELETE FROM limit_waits w USING items i
-                      WHERE w.task_id = i.id AND w.linger_until IS NULL
-                        AND NOT EXISTS (SELECT 1 FROM running r
-                                         WHERE r.task_id = w.task_id AND r.attempt = w.attempt AND r.key = w.key)",
-                )
-                .await?;
-            tx.execute(&stmt, &[&self.cancelled_run, &self.cancelled_map]).await?;
+        let stmt =
+            tx.prepare_cached("DELETE FROM limit_waits WHERE task_id = ANY($1) AND linger_until IS NULL").await?;
+        tx.execute(&stmt, &[&self.reported]).await?;
+        Ok(())
+    }
+
+    /// The slots and waits of the open items of MAPs cancelled in SQL, as
+    /// [`release_ended`](Self::release_ended) does for tasks.
+    async fn release_cancelled_items(&self, tx: &Transaction<'_>) -> Result<()> {
+        if self.cancelled_map.is_empty() {
+            return Ok(());
         }
-        if !self.task_id.is_empty() {
-            let stmt = tx
-                .prepare_cached(
-                    "INSERT INTO limit_waits (run_id, task_id, attempt, key, rate_count, rate_period_ms, burst,
-                                              concurrency, timeout_ms)
-                     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int4[], $4::text[], $5::int4[], $6::int8[],
-                                          $7::int4[], $8::int4[], $9::int8[])
-                     ON CONFLICT (task_id, attempt, key) DO NOTHING",
-                )
-                .await?;
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-                &self.run_id,
-                &self.task_id,
-                &self.attempt,
-                &self.key,
-                &self.rate_count,
-                &self.rate_period_ms,
-                &self.burst,
-                &self.concurrency,
-                &self.timeout_ms,
-            ];
-            tx.execute(&stmt, &params).await?;
+        let stmt = tx
+            .prepare_cached(
+                "WITH items AS (
+                    SELECT t.run_id, t.id, t.attempt, t.state, t.lease_expires_at
+                      FROM task_instances t JOIN unnest($1::uuid[], $2::uuid[]) AS m(run_id, map)
+                        ON t.run_id = m.run_id AND t.parent_task_id = m.map
+                     WHERE t.state IN ('PENDING', 'RUNNING') AND t.limit_keys IS NOT NULL),
+                 running AS (
+                    UPDATE limit_waits w SET linger_until = i.lease_expires_at
+                      FROM items i
+                     WHERE w.task_id = i.id AND w.attempt = i.attempt AND w.admitted_at IS NOT NULL
+                       AND w.linger_until IS NULL AND i.state = 'RUNNING' AND i.lease_expires_at > now()
+                    RETURNING w.task_id, w.attempt, w.key)
+                 DELETE FROM limit_waits w USING items i
+                  WHERE w.task_id = i.id AND w.linger_until IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM running r
+                                     WHERE r.task_id = w.task_id AND r.attempt = w.attempt AND r.key = w.key)",
+            )
+            .await?;
+        tx.execute(&stmt, &[&self.cancelled_run, &self.cancelled_map]).await?;
+        Ok(())
+    }
+
+    /// A row per key for each dispatched step its limits hold back.
+    async fn insert_waits(&self, tx: &Transaction<'_>) -> Result<()> {
+        if self.task_id.is_empty() {
+            return Ok(());
         }
-        if !self.held.is_empty() {
-            // In key order, so two writers holding the same keys cannot deadlock.
-            let mut held: Vec<(&String, &DateTime<Utc>)> = self.held.iter().collect();
-            held.sort();
-            let (keys, until): (Vec<&String>, Vec<&DateTime<Utc>>) = held.into_iter().unzip();
-            let stmt = tx
-                .prepare_cached(
-                    "INSERT INTO limit_holds (key, until)
-                     SELECT * FROM unnest($1::text[], $2::timestamptz[])
-                     ON CONFLICT (key) DO UPDATE SET until = greatest(limit_holds.until, EXCLUDED.until)",
-                )
-                .await?;
-            tx.execute(&stmt, &[&keys, &until]).await?;
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO limit_waits (run_id, task_id, attempt, key, rate_count, rate_period_ms, burst,
+                                          concurrency, timeout_ms)
+                 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int4[], $4::text[], $5::int4[], $6::int8[],
+                                      $7::int4[], $8::int4[], $9::int8[])
+                 ON CONFLICT (task_id, attempt, key) DO NOTHING",
+            )
+            .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+            &self.run_id,
+            &self.task_id,
+            &self.attempt,
+            &self.key,
+            &self.rate_count,
+            &self.rate_period_ms,
+            &self.burst,
+            &self.concurrency,
+            &self.timeout_ms,
+        ];
+        tx.execute(&stmt, &params).await?;
+        Ok(())
+    }
+
+    /// The keys a target's `Retry-After` holds, until the latest time given.
+    async fn hold_retried_keys(&self, tx: &Transaction<'_>) -> Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
         }
+        // In key order, so two writers holding the same keys cannot deadlock.
+        let mut held: Vec<(&String, &DateTime<Utc>)> = self.held.iter().collect();
+        held.sort();
+        let (keys, until): (Vec<&String>, Vec<&DateTime<Utc>>) = held.into_iter().unzip();
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO limit_holds (key, until)
+                 SELECT * FROM unnest($1::text[], $2::timestamptz[])
+                 ON CONFLICT (key) DO UPDATE SET until = greatest(limit_holds.until, EXCLUDED.until)",
+            )
+            .await?;
+        tx.execute(&stmt, &[&keys, &until]).await?;
         Ok(())
     }
 }
@@ -231,8 +267,9 @@ pub const PASS_STEPS_PER_KEY: u32 = 100;
 /// Steps of a key a pass looks at past those the key could let go.
 pub const PASS_SLACK_PER_KEY: u32 = 16;
 
-/// A waiting step as a pass reads it.
-struct Waiting {
+/// A step waiting for its limits, as a pass reads it: its attempt and
+/// every key it waits on.
+struct WaitingStep {
     run_id: Uuid,
     task_id: Uuid,
     attempt: i32,
@@ -273,69 +310,114 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
     let more_keys = keys.len() as i64 == PASS_KEYS;
     sync_definitions(&tx, &keys).await?;
     let (now, mut state) = key_states(&tx, &keys).await?;
+    let mut steps = oldest_steps(&tx, &keys, &state, now).await?;
+    steps.sort_by_key(|s| (s.queued_at, s.task_id));
+    let more_steps = steps.len() as i64 > max;
+    steps.truncate(max as usize);
+    state.extend(other_key_states(&tx, &keys, &steps).await?);
+    let busy = keep_live_steps(&tx, &mut steps).await?;
 
-    // The oldest steps of each key that could let some go now, of runs not
-    // paused: as many as it could let go, and a few more, since a step that
-    // also waits on another key may have to be passed over.
+    let waiting: Vec<Vec<String>> = steps.iter().map(|s| s.keys.clone()).collect();
+    let decided = limiter::admit(&mut state, &waiting, now);
+    // When a key with steps left may next let one go, as this pass left it.
+    let next = keys.iter().filter_map(|k| state.get(k)?.next_chance(now)).min();
+    let admitted: Vec<&WaitingStep> = decided.admitted.iter().map(|&i| &steps[i]).collect();
+    if !admitted.is_empty() {
+        write_admissions(&tx, &state, &admitted, now, shards).await?;
+    }
+    tx.commit().await?;
+    let next_in = match (more_steps || more_keys, busy) {
+        (true, _) => Some(Duration::ZERO),
+        // Steps of runs the engine held: it lets go within a batch.
+        (false, true) => Some(Duration::from_millis(50)),
+        (false, false) => next.map(|at| (at - now).to_std().unwrap_or_default()),
+    };
+    Ok(Pass { admitted: decided.admitted.len(), waiting: steps.len() - decided.admitted.len(), next_in })
+}
+
+/// The oldest steps of each key that could let some go now, of runs not
+/// paused: as many as it could let go, and a few more, since a step that
+/// also waits on another key may have to be passed over. A step comes once,
+/// with every key it waits on.
+async fn oldest_steps(
+    tx: &Transaction<'_>,
+    keys: &[String],
+    state: &HashMap<String, KeyState>,
+    now: DateTime<Utc>,
+) -> Result<Vec<WaitingStep>> {
     let (mut cand_keys, mut cand_n) = (Vec::new(), Vec::new());
-    for key in &keys {
+    for key in keys {
         let n = state.get(key).map_or(PASS_STEPS_PER_KEY, |s| s.allowance(now, PASS_STEPS_PER_KEY));
         if n > 0 {
             cand_keys.push(key.as_str());
             cand_n.push((n + PASS_SLACK_PER_KEY).min(PASS_STEPS_PER_KEY) as i64);
         }
     }
-    let mut steps: Vec<Waiting> = Vec::new();
-    if !cand_keys.is_empty() {
-        let rows = tx
-            .query(
-                "WITH picked AS (
-                    SELECT DISTINCT w.task_id
-                      FROM unnest($1::text[], $2::int8[]) AS k(key, n)
-                      CROSS JOIN LATERAL (
-                        SELECT q.task_id FROM limit_waits q JOIN workflow_runs r ON r.id = q.run_id
-                         WHERE q.key = k.key AND q.admitted_at IS NULL AND r.status <> 'PAUSED'
-                         ORDER BY q.queued_at, q.task_id LIMIT k.n) w)
-                 SELECT w.run_id, w.task_id, w.attempt, w.key, w.timeout_ms, w.queued_at
-                   FROM limit_waits w JOIN picked p ON p.task_id = w.task_id
-                  WHERE w.admitted_at IS NULL
-                  ORDER BY w.queued_at, w.task_id, w.key",
-                &[&cand_keys, &cand_n],
-            )
-            .await?;
-        for r in &rows {
-            let task_id: Uuid = r.try_get("task_id")?;
-            let attempt: i32 = r.try_get("attempt")?;
-            if steps.last().is_none_or(|s| s.task_id != task_id || s.attempt != attempt) {
-                steps.push(Waiting {
-                    run_id: r.try_get("run_id")?,
-                    task_id,
-                    attempt,
-                    timeout_ms: r.try_get("timeout_ms")?,
-                    queued_at: r.try_get("queued_at")?,
-                    keys: Vec::new(),
-                });
-            }
-            steps.last_mut().expect("pushed above").keys.push(r.try_get("key")?);
+    let mut steps: Vec<WaitingStep> = Vec::new();
+    if cand_keys.is_empty() {
+        return Ok(steps);
+    }
+    let rows = tx
+        .query(
+            "WITH picked AS (
+                SELECT DISTINCT w.task_id
+                  FROM unnest($1::text[], $2::int8[]) AS k(key, n)
+                  CROSS JOIN LATERAL (
+                    SELECT q.task_id FROM limit_waits q JOIN workflow_runs r ON r.id = q.run_id
+                     WHERE q.key = k.key AND q.admitted_at IS NULL AND r.status <> 'PAUSED'
+                     ORDER BY q.queued_at, q.task_id LIMIT k.n) w)
+             SELECT w.run_id, w.task_id, w.attempt, w.key, w.timeout_ms, w.queued_at
+               FROM limit_waits w JOIN picked p ON p.task_id = w.task_id
+              WHERE w.admitted_at IS NULL
+              ORDER BY w.queued_at, w.task_id, w.key",
+            &[&cand_keys, &cand_n],
+        )
+        .await?;
+    // A step's rows are next to each other: one per key.
+    for r in &rows {
+        let task_id: Uuid = r.try_get("task_id")?;
+        let attempt: i32 = r.try_get("attempt")?;
+        let key: String = r.try_get("key")?;
+        match steps.last_mut() {
+            Some(s) if s.task_id == task_id && s.attempt == attempt => s.keys.push(key),
+            _ => steps.push(WaitingStep {
+                run_id: r.try_get("run_id")?,
+                task_id,
+                attempt,
+                timeout_ms: r.try_get("timeout_ms")?,
+                queued_at: r.try_get("queued_at")?,
+                keys: vec![key],
+            }),
         }
     }
-    steps.sort_by_key(|s| (s.queued_at, s.task_id));
-    let more_steps = steps.len() as i64 > max;
-    steps.truncate(max as usize);
-    // Keys of these steps past the pass's first keys: their state too.
+    Ok(steps)
+}
+
+/// The state of the keys `steps` wait on past the pass's first `keys`
+/// (none read when there are none).
+async fn other_key_states(
+    tx: &Transaction<'_>,
+    keys: &[String],
+    steps: &[WaitingStep],
+) -> Result<HashMap<String, KeyState>> {
     let looked: std::collections::HashSet<&String> = keys.iter().collect();
     let mut extra: Vec<String> =
         steps.iter().flat_map(|s| s.keys.iter()).filter(|k| !looked.contains(k)).cloned().collect();
     extra.sort();
     extra.dedup();
-    if !extra.is_empty() {
-        let (_, more) = key_states(&tx, &extra).await?;
-        state.extend(more);
+    if extra.is_empty() {
+        return Ok(HashMap::new());
     }
+    let (_, more) = key_states(tx, &extra).await?;
+    Ok(more)
+}
 
-    // Of the runs the engine does not hold now: still open, the step still
-    // waiting at that attempt. A paused run's steps keep their place; the
-    // rows of an ended run or attempt go.
+/// Keeps the steps that may go now: of the runs the engine does not hold
+/// now, still RUNNING, the step still PENDING at that attempt. A paused
+/// run's steps keep their place; the rows of an ended run or attempt go.
+/// Whether the engine held any of the runs (their steps wait for the next
+/// pass).
+async fn keep_live_steps(tx: &Transaction<'_>, steps: &mut Vec<WaitingStep>) -> Result<bool> {
     let mut run_ids: Vec<Uuid> = steps.iter().map(|s| s.run_id).collect();
     run_ids.sort();
     run_ids.dedup();
@@ -387,59 +469,56 @@ pub async fn admit(client: &mut Client, shards: i32, max: i64) -> Result<Pass> {
         )
         .await?;
     }
+    Ok(busy)
+}
 
-    let waiting: Vec<Vec<String>> = steps.iter().map(|s| s.keys.clone()).collect();
-    let decided = limiter::admit(&mut state, &waiting, now);
-    // When a key with steps left may next let one go, as this pass left it.
-    let next = keys.iter().filter_map(|k| state.get(k)?.next_chance(now)).min();
-    let admitted: Vec<&Waiting> = decided.admitted.iter().map(|&i| &steps[i]).collect();
-    if !admitted.is_empty() {
-        let (mut keys_taken, mut tokens) = (Vec::new(), Vec::new());
-        for (key, s) in state.iter().filter(|(_, s)| s.taken > 0) {
-            keys_taken.push(key.as_str());
-            tokens.push(s.tokens);
-        }
-        tx.execute(
-            "UPDATE step_limits l SET tokens = u.tokens, refilled_at = $3
-               FROM unnest($1::text[], $2::float8[]) AS u(key, tokens) WHERE l.key = u.key",
-            &[&keys_taken, &tokens, &now],
-        )
-        .await?;
-        let ids: Vec<Uuid> = admitted.iter().map(|s| s.task_id).collect();
-        let attempts: Vec<i32> = admitted.iter().map(|s| s.attempt).collect();
-        let runs: Vec<Uuid> = admitted.iter().map(|s| s.run_id).collect();
-        let secs: Vec<Option<f64>> = admitted.iter().map(|s| s.timeout_ms.map(|ms| ms as f64 / 1000.0)).collect();
-        tx.execute(
-            "UPDATE limit_waits w SET admitted_at = now() FROM unnest($1::uuid[], $2::int4[]) AS a(task_id, attempt)
-              WHERE w.task_id = a.task_id AND w.attempt = a.attempt",
-            &[&ids, &attempts],
-        )
-        .await?;
-        tx.execute(
-            "WITH admitted AS (
-                UPDATE task_instances t
-                   SET updated_at = now(),
-                       wake_at = CASE WHEN u.secs IS NULL THEN t.wake_at ELSE now() + make_interval(secs => u.secs) END
-                  FROM unnest($1::uuid[], $2::uuid[], $3::float8[]) AS u(run_id, id, secs)
-                 WHERE t.run_id = u.run_id AND t.id = u.id AND t.state = 'PENDING'
-                RETURNING t.run_id, t.id, t.queue, t.attempt)
-             INSERT INTO outbox (run_id, task_id, queue, shard, attempt, priority)
-             SELECT x.run_id, x.id, x.queue, composer_lane(x.id, r.fairness_key, $4), x.attempt, r.priority
-               FROM admitted x JOIN workflow_runs r ON r.id = x.run_id",
-            &[&runs, &ids, &secs, &shards],
-        )
-        .await?;
-        tx.execute("SELECT pg_notify($1, '')", &[&crate::outbox::OUTBOX_CHANNEL]).await?;
+/// Admits `admitted`: the tokens their keys took, their waits marked
+/// admitted, their attempt timeouts started and their outbox rows written,
+/// with a NOTIFY for the enqueuers.
+async fn write_admissions(
+    tx: &Transaction<'_>,
+    state: &HashMap<String, KeyState>,
+    admitted: &[&WaitingStep],
+    now: DateTime<Utc>,
+    shards: i32,
+) -> Result<()> {
+    let (mut keys_taken, mut tokens) = (Vec::new(), Vec::new());
+    for (key, s) in state.iter().filter(|(_, s)| s.taken > 0) {
+        keys_taken.push(key.as_str());
+        tokens.push(s.tokens);
     }
-    tx.commit().await?;
-    let left_work = more_steps || more_keys || busy;
-    let next_in = match (more_steps || more_keys, left_work) {
-        (true, _) => Some(Duration::ZERO),
-        // Steps of runs the engine held: it lets go within a batch.
-        (false, true) => Some(Duration::from_millis(50)),
-        (false, false) => next.map(|at| (at - now).to_std().unwrap_or_default()),
-    };
-    Ok(Pass { admitted: decided.admitted.len(), waiting: steps.len() - decided.admitted.len(), next_in })
+    tx.execute(
+        "UPDATE step_limits l SET tokens = u.tokens, refilled_at = $3
+           FROM unnest($1::text[], $2::float8[]) AS u(key, tokens) WHERE l.key = u.key",
+        &[&keys_taken, &tokens, &now],
+    )
+    .await?;
+    let ids: Vec<Uuid> = admitted.iter().map(|s| s.task_id).collect();
+    let attempts: Vec<i32> = admitted.iter().map(|s| s.attempt).collect();
+    let runs: Vec<Uuid> = admitted.iter().map(|s| s.run_id).collect();
+    let secs: Vec<Option<f64>> = admitted.iter().map(|s| s.timeout_ms.map(|ms| ms as f64 / 1000.0)).collect();
+    tx.execute(
+        "UPDATE limit_waits w SET admitted_at = now() FROM unnest($1::uuid[], $2::int4[]) AS a(task_id, attempt)
+          WHERE w.task_id = a.task_id AND w.attempt = a.attempt",
+        &[&ids, &attempts],
+    )
+    .await?;
+    tx.execute(
+        "WITH admitted AS (
+            UPDATE task_instances t
+               SET updated_at = now(),
+                   wake_at = CASE WHEN u.secs IS NULL THEN t.wake_at ELSE now() + make_interval(secs => u.secs) END
+              FROM unnest($1::uuid[], $2::uuid[], $3::float8[]) AS u(run_id, id, secs)
+             WHERE t.run_id = u.run_id AND t.id = u.id AND t.state = 'PENDING'
+            RETURNING t.run_id, t.id, t.queue, t.attempt)
+         INSERT INTO outbox (run_id, task_id, queue, shard, attempt, priority)
+         SELECT x.run_id, x.id, x.queue, composer_lane(x.id, r.fairness_key, $4), x.attempt, r.priority
+           FROM admitted x JOIN workflow_runs r ON r.id = x.run_id",
+        &[&runs, &ids, &secs, &shards],
+    )
+    .await?;
+    tx.execute("SELECT pg_notify($1, '')", &[&crate::outbox::OUTBOX_CHANNEL]).await?;
+    Ok(())
 }
 
 /// The keys that have waiting steps, in key order, at most [`PASS_KEYS`]:
