@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::state::Machine;
+use super::state::{renew_idempotency_key, Machine};
 use super::types::{
     codes, Effect, Failure, HistoryKind, Ignore, IgnoreKind, Item, MapProgress, Need, RunStatus, Task, TaskState,
 };
@@ -562,69 +562,14 @@ impl Machine<'_> {
         let items = self.items_of(m);
         let p = self.run.tasks[m].progress.unwrap_or_default();
         if p.total == 0 || items.len() < p.created() as usize {
-            let task = &mut self.run.tasks[m];
-            task.progress = None;
-            task.attempt += 1;
-            task.error = None;
-            task.error_info = None;
-            task.finished_at = None;
-            self.tr.touch(m);
-            let mut ctx = None;
-            self.start(m, &mut ctx);
+            self.restart_map_afresh(m);
             return;
         }
-        // Items not created yet are still to come.
-        let mut progress =
-            MapProgress { total: p.total, queued: p.total - p.created(), created: p.created, ..MapProgress::default() };
-        for (_, at) in items {
-            let item = &mut self.run.tasks[at];
-            if item.state == TaskState::Completed {
-                progress.completed += 1;
-                continue;
-            }
-            item.state = TaskState::Queued;
-            item.attempt += 1;
-            // A new execution of the item: a new default idempotency key.
-            let default_key = format!("{}:", item.id);
-            if item.input["idempotency_key"].as_str().is_some_and(|k| k.starts_with(&default_key)) {
-                item.input["idempotency_key"] = json!(format!("{default_key}{}", item.attempt));
-            }
-            item.error = None;
-            item.error_info = None;
-            item.output = None;
-            item.finished_at = None;
-            item.wake_at = None;
-            progress.queued += 1;
-            self.tr.touch(at);
-        }
+        let progress = self.requeue_unfinished(&items, p);
         self.maps.queued = None;
         // A reduction starts again from the items that keep their outputs;
         // one that fails now fails the MAP at its look below.
-        let acc = match &self.map_config(m).collect {
-            Collect::Reduce { init, with } => {
-                let mut acc = Ok(init.clone());
-                for &at in self.items_of(m).values() {
-                    let t = &self.run.tasks[at];
-                    let Ok(so_far) = &acc else { break };
-                    if t.state != TaskState::Completed {
-                        continue;
-                    }
-                    let index = t.item.map_or(0, |i| i.index);
-                    let ctx = json!({"acc": so_far, "item": {"index": index, "state": t.state, "output": t.output,
-                                                            "error": null}});
-                    let max = self.run.max_payload;
-                    acc = with
-                        .eval(self.sb, &ctx)
-                        .and_then(|v| storable::check(&v, "collect.reduce", max).map(|()| v))
-                        .map_err(|e| {
-                            Failure::fatal(codes::of_evaluation(&e), format!("collect.reduce at item {index}: {e}"))
-                        });
-                }
-                Some(acc)
-            }
-            _ => None,
-        };
-        let acc = match acc {
+        let acc = match self.reduce_again(m) {
             Some(Err(failure)) => {
                 self.maps.broken.entry(m).or_insert(failure);
                 None
@@ -644,6 +589,74 @@ impl Machine<'_> {
         let payload = self.task_payload(m, json!({"items": p.total, "retrying": progress.queued}));
         self.tr.log(HistoryKind::MapStarted, payload);
         self.advance(m);
+    }
+
+    /// A MAP that failed before it had items (or whose items are not all
+    /// loaded) starts again from its list, as a new attempt.
+    fn restart_map_afresh(&mut self, m: usize) {
+        let task = &mut self.run.tasks[m];
+        task.progress = None;
+        task.attempt += 1;
+        task.error = None;
+        task.error_info = None;
+        task.finished_at = None;
+        self.tr.touch(m);
+        let mut ctx = None;
+        self.start(m, &mut ctx);
+    }
+
+    /// Every item of `items` that did not complete is QUEUED again at a new
+    /// attempt; the MAP's counts from `was`: the completed ones, and the
+    /// items not created yet still to come.
+    fn requeue_unfinished(&mut self, items: &BTreeMap<u32, usize>, was: MapProgress) -> MapProgress {
+        let mut progress = MapProgress {
+            total: was.total,
+            queued: was.total - was.created(),
+            created: was.created,
+            ..MapProgress::default()
+        };
+        for &at in items.values() {
+            let item = &mut self.run.tasks[at];
+            if item.state == TaskState::Completed {
+                progress.completed += 1;
+                continue;
+            }
+            item.state = TaskState::Queued;
+            item.attempt += 1;
+            renew_idempotency_key(item);
+            item.error = None;
+            item.error_info = None;
+            item.output = None;
+            item.finished_at = None;
+            item.wake_at = None;
+            progress.queued += 1;
+            self.tr.touch(at);
+        }
+        progress
+    }
+
+    /// A reduction's accumulator over the completed items of MAP `m`, in
+    /// item order (`None` when the MAP does not reduce), or the failure of
+    /// the first item it failed at.
+    fn reduce_again(&self, m: usize) -> Option<Result<Value, Failure>> {
+        let Collect::Reduce { init, with } = &self.map_config(m).collect else { return None };
+        let mut acc = Ok(init.clone());
+        for &at in self.items_of(m).values() {
+            let t = &self.run.tasks[at];
+            let Ok(so_far) = &acc else { break };
+            if t.state != TaskState::Completed {
+                continue;
+            }
+            let index = t.item.map_or(0, |i| i.index);
+            let ctx = json!({"acc": so_far, "item": {"index": index, "state": t.state, "output": t.output,
+                                                    "error": null}});
+            let max = self.run.max_payload;
+            acc = with
+                .eval(self.sb, &ctx)
+                .and_then(|v| storable::check(&v, "collect.reduce", max).map(|()| v))
+                .map_err(|e| Failure::fatal(codes::of_evaluation(&e), format!("collect.reduce at item {index}: {e}")));
+        }
+        Some(acc)
     }
 }
 

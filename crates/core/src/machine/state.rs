@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::types::{Run, Transition};
+use super::types::{Run, Task, Transition};
 use crate::definition::{NodeKind, Workflow};
 use crate::expr::Sandbox;
 
@@ -62,4 +62,13 @@ pub(super) fn with_idempotency_key(kind: &NodeKind, mut input: Value, task_id: U
         config.entry("idempotency_key").or_insert_with(|| Value::String(format!("{task_id}:{attempt}")));
     }
     input
+}
+
+/// A new execution of a task (a retried MAP's item, a rerun item): an
+/// idempotency key it had by default names its new attempt.
+pub(super) fn renew_idempotency_key(task: &mut Task) {
+    let default_key = format!("{}:", task.id);
+    if task.input["idempotency_key"].as_str().is_some_and(|k| k.starts_with(&default_key)) {
+        task.input["idempotency_key"] = Value::String(format!("{default_key}{}", task.attempt));
+    }
 }

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::machine::rules::reset::Reset;
-use crate::machine::state::Machine;
+use crate::machine::state::{renew_idempotency_key, Machine};
 use crate::machine::types::{HistoryKind, Ignore, IgnoreKind, RunStatus, TaskState};
 
 impl Machine<'_> {
@@ -127,10 +127,7 @@ impl Machine<'_> {
         task.output = None;
         task.finished_at = None;
         task.wake_at = None;
-        let default_key = format!("{}:", task.id);
-        if task.input["idempotency_key"].as_str().is_some_and(|k| k.starts_with(&default_key)) {
-            task.input["idempotency_key"] = json!(format!("{default_key}{}", task.attempt));
-        }
+        renew_idempotency_key(task);
         self.tr.touch(t);
         let map = &mut self.run.tasks[m];
         if map.state.is_terminal() {
