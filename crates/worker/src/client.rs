@@ -197,68 +197,17 @@ impl Coordinators {
         let mut outcome = outcome;
         let mut replaced = false;
         for base in self.turns() {
-            let req = match &outcome {
-                Outcome::Completed(output) => {
-                    let body = CompleteTask {
-                        worker_id: worker_id.to_string(),
-                        run_id: task.run_id,
-                        attempt: task.attempt,
-                        output: output.clone(),
-                        next: next.cloned(),
-                        stages,
-                    };
-                    self.post(base, &format!("/v1/tasks/{}/complete", task.id), &body)
+            // What a refused result said of its stages may be what was refused.
+            let stages = stages.filter(|_| !replaced);
+            let req = self.result_request(base, task, worker_id, &outcome, next, stages);
+            match answer_to_result(req.send().await, task, worker_id, base, replaced).await {
+                AfterAnswer::Done(delivery) => return delivery,
+                AfterAnswer::Replace(failure) => {
+                    outcome = Outcome::Failed(failure);
+                    replaced = true;
+                    continue;
                 }
-                Outcome::Failed(fail) => {
-                    // What a refused result said of its stages may be what was refused.
-                    let stages = stages.filter(|_| !replaced);
-                    let body = FailTask { next: next.cloned(), stages, ..(**fail).clone() };
-                    self.post(base, &format!("/v1/tasks/{}/fail", task.id), &body)
-                }
-            };
-            let req = req.header(PRIORITY_HEADER, task.priority.to_string());
-            match req.send().await {
-                Ok(resp) if resp.status().is_success() => {
-                    // An answer that does not read leased nothing this worker
-                    // can run: a task it names is lost to it until its lease
-                    // expires, as when the answer is lost.
-                    let Ok(ack) = resp.json::<ReportAck>().await else {
-                        return Delivery::Delivered(Vec::new());
-                    };
-                    if let Some(reason) = ack.ignored {
-                        tracing::debug!(task_id = %task.id, %reason, "result ignored by the coordinator");
-                    }
-                    return Delivery::Delivered(ack.next);
-                }
-                Ok(resp) => {
-                    let status = resp.status();
-                    let body = resp.text().await.unwrap_or_default();
-                    if lease_lost(status, &body) {
-                        tracing::warn!(task_id = %task.id, "result refused: this worker no longer holds the lease; dropping it");
-                        return Delivery::Gone;
-                    }
-                    let error = serde_json::from_str::<ErrorBody>(&body).ok().map(|b| b.error);
-                    if let Some(error) = error.filter(|_| refused_for_good(status)) {
-                        if replaced {
-                            tracing::error!(task_id = %task.id, %status, message = %error.message, "the attempt's failure was refused too; dropping it");
-                            return Delivery::Gone;
-                        }
-                        tracing::warn!(task_id = %task.id, %status, message = %error.message, "result refused; failing the attempt with the reason");
-                        outcome = Outcome::Failed(Box::new(refusal(
-                            task,
-                            worker_id,
-                            status.as_u16(),
-                            &error.code,
-                            &error.message,
-                        )));
-                        replaced = true;
-                        continue;
-                    }
-                    tracing::warn!(task_id = %task.id, coordinator = %base, %status, %body, "result refused; trying again");
-                }
-                Err(e) => {
-                    tracing::warn!(task_id = %task.id, coordinator = %base, error = %e, "result not sent; trying again")
-                }
+                AfterAnswer::TryAgain => {}
             }
             if tokio::time::Instant::now() + backoff > give_up {
                 return Delivery::Failed;
@@ -268,6 +217,94 @@ impl Coordinators {
         }
         Delivery::Failed
     }
+
+    /// The request that sends `outcome` to the coordinator at `base`, at
+    /// the run's priority.
+    fn result_request(
+        &self,
+        base: &str,
+        task: &LeasedTask,
+        worker_id: &str,
+        outcome: &Outcome,
+        next: Option<&TakeNext>,
+        stages: Option<StageTimes>,
+    ) -> reqwest::RequestBuilder {
+        let req = match outcome {
+            Outcome::Completed(output) => {
+                let body = CompleteTask {
+                    worker_id: worker_id.to_string(),
+                    run_id: task.run_id,
+                    attempt: task.attempt,
+                    output: output.clone(),
+                    next: next.cloned(),
+                    stages,
+                };
+                self.post(base, &format!("/v1/tasks/{}/complete", task.id), &body)
+            }
+            Outcome::Failed(fail) => {
+                let body = FailTask { next: next.cloned(), stages, ..(**fail).clone() };
+                self.post(base, &format!("/v1/tasks/{}/fail", task.id), &body)
+            }
+        };
+        req.header(PRIORITY_HEADER, task.priority.to_string())
+    }
+}
+
+/// What [`Coordinators::finish`] does after a coordinator's answer to a result.
+enum AfterAnswer {
+    /// Stop: the delivery ended so.
+    Done(Delivery),
+    /// The result itself was refused: send this failure in its place.
+    Replace(Box<FailTask>),
+    /// Try the next coordinator, after the backoff.
+    TryAgain,
+}
+
+/// Reads the answer of the coordinator at `base` to a result (`replaced`:
+/// the result is the failure that replaced a refused one).
+async fn answer_to_result(
+    sent: reqwest::Result<reqwest::Response>,
+    task: &LeasedTask,
+    worker_id: &str,
+    base: &str,
+    replaced: bool,
+) -> AfterAnswer {
+    let resp = match sent {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::warn!(task_id = %task.id, coordinator = %base, error = %e, "result not sent; trying again");
+            return AfterAnswer::TryAgain;
+        }
+    };
+    if resp.status().is_success() {
+        // An answer that does not read leased nothing this worker
+        // can run: a task it names is lost to it until its lease
+        // expires, as when the answer is lost.
+        let Ok(ack) = resp.json::<ReportAck>().await else {
+            return AfterAnswer::Done(Delivery::Delivered(Vec::new()));
+        };
+        if let Some(reason) = ack.ignored {
+            tracing::debug!(task_id = %task.id, %reason, "result ignored by the coordinator");
+        }
+        return AfterAnswer::Done(Delivery::Delivered(ack.next));
+    }
+    let status = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    if lease_lost(status, &body) {
+        tracing::warn!(task_id = %task.id, "result refused: this worker no longer holds the lease; dropping it");
+        return AfterAnswer::Done(Delivery::Gone);
+    }
+    let error = serde_json::from_str::<ErrorBody>(&body).ok().map(|b| b.error);
+    if let Some(error) = error.filter(|_| refused_for_good(status)) {
+        if replaced {
+            tracing::error!(task_id = %task.id, %status, message = %error.message, "the attempt's failure was refused too; dropping it");
+            return AfterAnswer::Done(Delivery::Gone);
+        }
+        tracing::warn!(task_id = %task.id, %status, message = %error.message, "result refused; failing the attempt with the reason");
+        return AfterAnswer::Replace(Box::new(refusal(task, worker_id, status.as_u16(), &error.code, &error.message)));
+    }
+    tracing::warn!(task_id = %task.id, coordinator = %base, %status, %body, "result refused; trying again");
+    AfterAnswer::TryAgain
 }
 
 /// Whether a coordinator said this worker no longer holds the lease: its
