@@ -4,7 +4,11 @@
 //!   indirectly (a crate root that only declares and re-exports is a leaf);
 //! - every module a file declares is in that file's module map (its `//!`
 //!   lines name it);
-//! - the pure core reads no clock: whoever calls it passes the time.
+//! - the pure core reads no clock: whoever calls it passes the time;
+//! - no source file is over `MAX_FILE_LINES` lines and no function over
+//!   `MAX_FN_LINES`, outside tests, but for the exceptions
+//!   docs/architecture.md names with their reasons (and an exception that
+//!   is no longer over must leave that list).
 
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
@@ -265,6 +269,104 @@ fn the_pure_core_reads_no_clock() {
     assert!(reads.is_empty(), "the core reads a clock (take the time as an argument):\n{}", reads.join("\n"));
 }
 
+/// Most lines of a source file, its unit tests apart.
+const MAX_FILE_LINES: usize = 800;
+
+/// Most lines of a function, signature to closing brace.
+const MAX_FN_LINES: usize = 80;
+
+/// A file's text without its unit tests (a trailing `mod tests`).
+fn without_tests(text: &str) -> &str {
+    text.find("#[cfg(test)]\nmod tests").map_or(text, |i| &text[..i])
+}
+
+/// The functions of rustfmt-formatted `text` over [`MAX_FN_LINES`], as
+/// (name, first line, lines): a function ends at the first line that
+/// closes a brace at the indentation it starts at.
+fn long_functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let mut words = trimmed.split_whitespace().skip_while(|w| {
+            w.starts_with("pub") || matches!(*w, "const" | "async" | "unsafe" | "extern" | "\"C\"")
+        });
+        if words.next() != Some("fn") {
+            continue;
+        }
+        let name: String = words.next().unwrap_or("").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        // The signature ends at the first line ending in `{` (a body), `;`
+        // (a declaration) or `}` (a body on one line).
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let l = lines[j].trim_end();
+            l.ends_with('{') || l.ends_with(';') || l.ends_with('}')
+        }) else {
+            continue;
+        };
+        if !lines[open].trim_end().ends_with('{') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let Some(end) = (open + 1..lines.len()).find(|&j| lines[j].trim_end() == close) else { continue };
+        if end - i + 1 > MAX_FN_LINES {
+            out.push((name, i + 1, end - i + 1));
+        }
+    }
+    out
+}
+
+/// The exceptions to the size rule docs/architecture.md names: the first
+/// cell of each row of its table between `<!-- size-exceptions -->` and
+/// `<!-- /size-exceptions -->`, a file (`crates/…/x.rs`) or a function of
+/// one (`crates/…/x.rs::name`), each with its reason.
+fn size_exceptions() -> BTreeSet<String> {
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md")).unwrap();
+    let Some(start) = doc.find("<!-- size-exceptions -->") else { return BTreeSet::new() };
+    let end = doc[start..].find("<!-- /size-exceptions -->").map_or(doc.len(), |e| start + e);
+    doc[start..end]
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn no_file_or_function_is_too_long_but_the_named_exceptions() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut over = BTreeSet::new();
+    for krate in crates() {
+        for (m, path) in modules(&krate.join("src")) {
+            if m.last().is_some_and(|l| l == "tests") {
+                continue;
+            }
+            let text = fs::read_to_string(&path).unwrap();
+            let text = without_tests(&text);
+            let shown = path.canonicalize().unwrap();
+            let shown = shown.strip_prefix(root.canonicalize().unwrap()).unwrap().display().to_string();
+            let n = text.lines().count();
+            if n > MAX_FILE_LINES {
+                over.insert((shown.clone(), format!("{n} lines")));
+            }
+            for (name, line, n) in long_functions(text) {
+                over.insert((format!("{shown}::{name}"), format!("{n} lines, from line {line}")));
+            }
+        }
+    }
+    let exceptions = size_exceptions();
+    let unnamed: Vec<String> =
+        over.iter().filter(|(what, _)| !exceptions.contains(what)).map(|(what, n)| format!("{what}: {n}")).collect();
+    assert!(
+        unnamed.is_empty(),
+        "over {MAX_FILE_LINES} lines a file or {MAX_FN_LINES} a function (split it, or name it with its reason \
+         in docs/architecture.md's size exceptions):\n{}",
+        unnamed.join("\n")
+    );
+    let stale: Vec<&String> = exceptions.iter().filter(|e| !over.iter().any(|(what, _)| what == *e)).collect();
+    assert!(stale.is_empty(), "size exceptions no longer over the limit (take them off the list): {stale:?}");
+}
+
 #[test]
 fn the_checks_see_a_circle_and_a_missing_module() {
     let a: Module = vec!["a".into()];
@@ -278,4 +380,14 @@ fn the_checks_see_a_circle_and_a_missing_module() {
     assert!(refs.contains(&vec!["x".into(), "w".into(), "q".into()]), "{refs:?}");
     assert!(refs.contains(&vec!["a".into(), "B".into(), "new".into()]), "{refs:?}");
     assert_eq!(code("let s = \"crate::a\"; // crate::b\nx"), "let s = \"\"; \nx\n");
+}
+
+#[test]
+fn the_size_check_measures_functions_by_their_closing_brace() {
+    let body = "        x();\n".repeat(MAX_FN_LINES);
+    let text = format!(
+        "impl A {{\n    pub(crate) async fn long(\n        a: u8,\n    ) -> u8 {{\n{body}    }}\n\n    fn short() {{}}\n    fn decl();\n}}\n"
+    );
+    assert_eq!(long_functions(&text), vec![("long".to_string(), 2, MAX_FN_LINES + 4)]);
+    assert_eq!(without_tests("a\n#[cfg(test)]\nmod tests {\n}\n"), "a\n");
 }

@@ -89,7 +89,7 @@ pub async fn start(config: &Config, pool: &Pool, wakes: &Wakes, req: BulkRequest
         (_, None) => None,
     };
     let reason = match req.reason {
-        Some(r) if r.chars().count() > super::runs::MAX_REASON_CHARS => {
+        Some(r) if r.chars().count() > super::control::MAX_REASON_CHARS => {
             return Err(ApiError::bad_request("reason: at most 1024 characters"))
         }
         r => r,
@@ -104,7 +104,7 @@ pub async fn start(config: &Config, pool: &Pool, wakes: &Wakes, req: BulkRequest
         return Ok(Started::DryRun(matched));
     }
     let filter = serde_json::to_value(f).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let actor = super::runs::actor(config);
+    let actor = super::control::actor(config);
     let job = NewJob {
         filter: &filter,
         action: req.action.as_str(),

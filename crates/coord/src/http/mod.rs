@@ -8,10 +8,11 @@
 //! - [`guard`]: allowed hosts, tokens, other sites' pages, URI length, the
 //!   error log.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
-//! - [`workflows`], [`runs`], [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
+//! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
 //!   [`webhooks`], [`limits`], [`ops`]: one file per resource.
 
 pub mod bulk;
+pub mod control;
 pub mod doc;
 pub mod error;
 pub mod events;
@@ -60,9 +61,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .merge(operations)
         .merge(signed.route_layer(middleware::map_response(guard::no_store)))
         .split_for_parts();
-    // The UI's router still takes the shared state whole; it is given it
-    // here, as a router of its own.
-    api.merge(crate::ui::router(shared.clone()).with_state(shared.clone()))
+    api.merge(crate::ui::router(AppState::new(shared.clone())))
         .fallback(|| async { ApiError::NoSuchEndpoint })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(limit))

@@ -2,12 +2,11 @@
 //! `#[utoipa::path]` give both the router's route and the document's
 //! operation.
 
-
 use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{bulk, doc, events, explain, limits, ops, runs, schedules, tasks, webhooks, workflows};
+use super::{bulk, control, doc, events, explain, limits, ops, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::AppState;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -31,14 +30,14 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::run_events))
         .routes(routes!(runs::run_items))
-        .routes(routes!(runs::cancel_run))
-        .routes(routes!(runs::retry_run))
-        .routes(routes!(runs::pause_run))
-        .routes(routes!(runs::resume_run))
-        .routes(routes!(runs::set_run_priority))
-        .routes(routes!(runs::resolve_task))
-        .routes(routes!(runs::rerun_run))
-        .routes(routes!(runs::complete_step))
+        .routes(routes!(control::cancel_run))
+        .routes(routes!(control::retry_run))
+        .routes(routes!(control::pause_run))
+        .routes(routes!(control::resume_run))
+        .routes(routes!(control::set_run_priority))
+        .routes(routes!(control::resolve_task))
+        .routes(routes!(control::rerun_run))
+        .routes(routes!(control::complete_step))
         .routes(routes!(runs::step_logs))
         .routes(routes!(explain::explain))
         .routes(routes!(bulk::create))
