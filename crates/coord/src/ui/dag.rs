@@ -1,12 +1,16 @@
 //! A run's graph as SVG: nodes in layers by their longest path from a root
-//! (so every edge points right), coloured by their task's state.
+//! (so every edge points right), coloured by their task's state; and what
+//! the graph shows of each task of a run (its state, a note, a link).
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
 
-use composer_core::definition::{EdgeOn, Workflow};
+use composer_core::definition::{Edge, EdgeOn, Workflow};
+use composer_core::machine::TaskState;
+use composer_store::limits::Held;
+use composer_store::runs::{RunRow, TaskRow};
+use uuid::Uuid;
 
-use super::html::{clip, esc, state_class};
+use super::html::{clip, html, state_class, Html};
 
 const W: usize = 170;
 const H: usize = 46;
@@ -24,6 +28,39 @@ pub struct NodeState {
     pub link: Option<String>,
 }
 
+/// What the graph shows of each task of a run, by node id: `held` says
+/// which limit holds a task, `child_of` the child run a task started.
+pub fn node_states(
+    wf: &Workflow,
+    tasks: &[TaskRow],
+    held: &HashMap<Uuid, Held>,
+    child_of: &HashMap<Uuid, &RunRow>,
+) -> HashMap<String, NodeState> {
+    let mut states = HashMap::new();
+    for t in tasks {
+        let mut state = NodeState { state: t.state.as_str().to_string(), ..Default::default() };
+        let node = wf.node_index(&t.node_id).map(|n| &wf.nodes[n].kind);
+        if let Some(h) = held.get(&t.id) {
+            state.note = Some(format!("held: {} ({})", h.key, h.reason));
+        } else if let Some(p) = t.map_progress() {
+            state.note = Some(format!("{}/{} done", p.completed + p.failed, p.total));
+        } else if node.is_some_and(|k| k.traits().has_child) {
+            state.link = child_of.get(&t.id).map(|c| format!("/ui/runs/{}", c.id));
+            state.note = t.iteration.map(|i| format!("iteration {}", i + 1));
+        } else if t.attempt > 1 {
+            state.note = Some(format!("attempt {}", t.attempt));
+        }
+        states.insert(t.node_id.clone(), state);
+    }
+    states
+}
+
+/// Whether some task waits for a limit (only then is it worth asking
+/// which limits hold them).
+pub fn any_held(tasks: &[TaskRow]) -> bool {
+    tasks.iter().any(|t| t.state == TaskState::Pending && t.limit_keys.is_some())
+}
+
 /// The column of each node: 0 for roots, else one more than its furthest
 /// predecessor.
 pub fn layers(wf: &Workflow) -> Vec<usize> {
@@ -37,100 +74,134 @@ pub fn layers(wf: &Workflow) -> Vec<usize> {
     layer
 }
 
+/// Where each node of the graph is drawn: the nodes drawn (not a MAP's
+/// item template), and each one's column and row.
+struct Layout {
+    drawn: Vec<usize>,
+    layer: Vec<usize>,
+    row: Vec<usize>,
+    width: usize,
+    height: usize,
+}
+
+impl Layout {
+    fn of(wf: &Workflow) -> Layout {
+        let layer = layers(wf);
+        let drawn: Vec<usize> = (0..wf.nodes.len()).filter(|&n| wf.nodes[n].item_of.is_none()).collect();
+        let mut row = vec![0; wf.nodes.len()];
+        let mut per_layer: HashMap<usize, usize> = HashMap::new();
+        for &n in &drawn {
+            let r = per_layer.entry(layer[n]).or_default();
+            row[n] = *r;
+            *r += 1;
+        }
+        let columns = drawn.iter().map(|&n| layer[n] + 1).max().unwrap_or(1);
+        let rows = per_layer.values().copied().max().unwrap_or(1);
+        let width = PAD * 2 + columns * W + (columns - 1) * GAP_X;
+        let height = PAD * 2 + rows * H + (rows - 1) * GAP_Y;
+        Layout { drawn, layer, row, width, height }
+    }
+
+    /// The top left corner of node `n`.
+    fn at(&self, n: usize) -> (usize, usize) {
+        (PAD + self.layer[n] * (W + GAP_X), PAD + self.row[n] * (H + GAP_Y))
+    }
+}
+
 /// The SVG of `wf`, each node coloured by `states` (by node id; a node
 /// without one was not reached), the edges the run took (`taken`, `(from,
 /// to)` node ids) drawn bold; failure and always edges have their own look.
-pub fn svg(wf: &Workflow, states: &HashMap<String, NodeState>, taken: &HashSet<(String, String)>) -> String {
-    let layer = layers(wf);
-    let graph: Vec<usize> = (0..wf.nodes.len()).filter(|&n| wf.nodes[n].item_of.is_none()).collect();
-    let mut row = vec![0; wf.nodes.len()];
-    let mut per_layer: HashMap<usize, usize> = HashMap::new();
-    for &n in &graph {
-        let r = per_layer.entry(layer[n]).or_default();
-        row[n] = *r;
-        *r += 1;
-    }
-    let columns = graph.iter().map(|&n| layer[n] + 1).max().unwrap_or(1);
-    let rows = per_layer.values().copied().max().unwrap_or(1);
-    let width = PAD * 2 + columns * W + (columns - 1) * GAP_X;
-    let height = PAD * 2 + rows * H + (rows - 1) * GAP_Y;
-    let at = |n: usize| (PAD + layer[n] * (W + GAP_X), PAD + row[n] * (H + GAP_Y));
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<svg class=\"dag\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {width} {height}\" width=\"{width}\" \
-         height=\"{height}\" role=\"img\" aria-label=\"the run's graph\"><defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" \
+pub fn svg(wf: &Workflow, states: &HashMap<String, NodeState>, taken: &HashSet<(String, String)>) -> Html {
+    let layout = Layout::of(wf);
+    let edges: Html = wf.edges.iter().map(|e| edge(wf, &layout, e, taken)).collect();
+    let nodes: Html = layout.drawn.iter().map(|&n| node(wf, &layout, n, states.get(&wf.nodes[n].id))).collect();
+    html!(
+        "<svg class=\"dag\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {} {}\" width=\"{}\" \
+         height=\"{}\" role=\"img\" aria-label=\"the run's graph\"><defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" \
          refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\">\
-         <path d=\"M 0 0 L 10 5 L 0 10 z\"/></marker></defs>"
+         <path d=\"M 0 0 L 10 5 L 0 10 z\"/></marker></defs>{}{}</svg>",
+        layout.width,
+        layout.height,
+        layout.width,
+        layout.height,
+        edges,
+        nodes
+    )
+}
+
+/// An edge: a curve from its source's right side to its target's left, its
+/// condition in its title.
+fn edge(wf: &Workflow, layout: &Layout, e: &Edge, taken: &HashSet<(String, String)>) -> Html {
+    let ((x1, y1), (x2, y2)) = (layout.at(e.from), layout.at(e.to));
+    let (sx, sy, tx, ty) = (x1 + W, y1 + H / 2, x2, y2 + H / 2);
+    let mid = (sx + tx) / 2;
+    let mut class = String::from("edge");
+    if e.when.is_some() {
+        class.push_str(" when");
+    }
+    if e.on != EdgeOn::Success {
+        class.push(' ');
+        class.push_str(e.on.as_str());
+    }
+    if taken.contains(&(wf.nodes[e.from].id.clone(), wf.nodes[e.to].id.clone())) {
+        class.push_str(" taken");
+    }
+    let on = match e.on {
+        EdgeOn::Success => None,
+        other => Some(format!("on {}", other.as_str())),
+    };
+    let when = e.when.as_ref().map(|w| format!("when {}", w.source()));
+    let title = match (on, when) {
+        (None, None) => None,
+        (Some(on), Some(when)) => Some(html!("<title>{} · {}</title>", on, when)),
+        (on, when) => Some(html!("<title>{}{}</title>", on, when)),
+    };
+    html!(
+        "<path class=\"{}\" d=\"M {} {} C {} {}, {} {}, {} {}\" marker-end=\"url(#arrow)\">{}</path>",
+        class,
+        sx,
+        sy,
+        mid,
+        sy,
+        mid,
+        ty,
+        tx,
+        ty,
+        title
+    )
+}
+
+/// A node: a box with its id, its note (or type) and state, a link when
+/// it has one.
+fn node(wf: &Workflow, layout: &Layout, n: usize, s: Option<&NodeState>) -> Html {
+    let node = &wf.nodes[n];
+    let (x, y) = layout.at(n);
+    let state = s.map(|s| s.state.as_str()).unwrap_or("NOT REACHED");
+    let note = s.and_then(|s| s.note.clone()).unwrap_or_else(|| node.node_type.clone());
+    let body = html!(
+        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"6\"/>\
+         <text x=\"{}\" y=\"{}\" class=\"id\">{}</text><text x=\"{}\" y=\"{}\" class=\"sub\">{} · {}</text>\
+         <title>{} ({}): {}</title>",
+        x,
+        y,
+        W,
+        H,
+        x + 10,
+        y + 19,
+        clip(&node.id, 22),
+        x + 10,
+        y + 36,
+        clip(&note, 14),
+        state,
+        node.id,
+        node.node_type,
+        state
     );
-    for e in &wf.edges {
-        let ((x1, y1), (x2, y2)) = (at(e.from), at(e.to));
-        let (sx, sy, tx, ty) = (x1 + W, y1 + H / 2, x2, y2 + H / 2);
-        let mid = (sx + tx) / 2;
-        let mut class = String::from("edge");
-        if e.when.is_some() {
-            class.push_str(" when");
-        }
-        if e.on != EdgeOn::Success {
-            class.push(' ');
-            class.push_str(e.on.as_str());
-        }
-        if taken.contains(&(wf.nodes[e.from].id.clone(), wf.nodes[e.to].id.clone())) {
-            class.push_str(" taken");
-        }
-        let on = match e.on {
-            EdgeOn::Success => String::new(),
-            other => format!("on {}", other.as_str()),
-        };
-        let when = e.when.as_ref().map(|w| format!("when {}", w.source())).unwrap_or_default();
-        let title = match (on.is_empty(), when.is_empty()) {
-            (true, true) => String::new(),
-            (false, false) => format!("<title>{} · {}</title>", esc(&on), esc(&when)),
-            _ => format!("<title>{}{}</title>", esc(&on), esc(&when)),
-        };
-        let _ = write!(
-            out,
-            "<path class=\"{class}\" d=\"M {sx} {sy} C {mid} {sy}, {mid} {ty}, {tx} {ty}\" marker-end=\"url(#arrow)\">{title}</path>"
-        );
+    let drawn = html!("<g class=\"node {}\" data-node=\"{}\">{}</g>", state_class(state), node.id, body);
+    match s.and_then(|s| s.link.as_deref()) {
+        Some(link) => html!("<a href=\"{}\">{}</a>", link, drawn),
+        None => drawn,
     }
-    for &n in &graph {
-        let node = &wf.nodes[n];
-        let (x, y) = at(n);
-        let s = states.get(&node.id);
-        let state = s.map(|s| s.state.as_str()).unwrap_or("NOT REACHED");
-        let note = s.and_then(|s| s.note.clone()).unwrap_or_else(|| node.node_type.clone());
-        let body = format!(
-            "<rect x=\"{x}\" y=\"{y}\" width=\"{W}\" height=\"{H}\" rx=\"6\"/>\
-             <text x=\"{}\" y=\"{}\" class=\"id\">{}</text><text x=\"{}\" y=\"{}\" class=\"sub\">{} · {}</text>\
-             <title>{} ({}): {}</title>",
-            x + 10,
-            y + 19,
-            esc(&clip(&node.id, 22)),
-            x + 10,
-            y + 36,
-            esc(&clip(&note, 14)),
-            esc(state),
-            esc(&node.id),
-            esc(&node.node_type),
-            esc(state)
-        );
-        let class = state_class(state);
-        match s.and_then(|s| s.link.as_deref()) {
-            Some(link) => {
-                let _ = write!(
-                    out,
-                    "<a href=\"{}\"><g class=\"node {class}\" data-node=\"{}\">{body}</g></a>",
-                    esc(link),
-                    esc(&node.id)
-                );
-            }
-            None => {
-                let _ = write!(out, "<g class=\"node {class}\" data-node=\"{}\">{body}</g>", esc(&node.id));
-            }
-        }
-    }
-    out.push_str("</svg>");
-    out
 }
 
 #[cfg(test)]
@@ -153,6 +224,7 @@ mod tests {
             ("each".to_string(), NodeState { state: "RUNNING".into(), note: Some("<3/10>".into()), link: None }),
         ]);
         let svg = svg(&wf, &states, &HashSet::from([("a".to_string(), "b".to_string())]));
+        let svg = svg.as_str();
         assert_eq!(svg.matches("<g class=\"node").count(), 5, "the MAP's item template is not drawn");
         assert!(svg.contains("class=\"node failed\" data-node=\"b\""));
         assert!(svg.contains("class=\"node none\" data-node=\"d\""), "not reached");

@@ -1,10 +1,160 @@
-//! Building HTML by hand: every piece of data goes through [`esc`], and the
-//! page's frame is [`page`].
+//! Building HTML one way. [`Html`] is markup known to be safe; it is made
+//! only by the [`html!`] template, which escapes every value put in it
+//! (text, a number, or more `Html` as it is), by [`Html::raw`] of a
+//! literal, and by the helpers here for the shapes pages repeat: tables,
+//! links, badges, forms, notices, JSON, and the page's frame. A page cannot
+//! forget to escape: a `&str` or `String` goes in as text.
 
-use std::fmt::Write as _;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// Markup known to be safe: written in our source, or data escaped into it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Html(String);
+
+impl Html {
+    pub fn new() -> Html {
+        Html(String::new())
+    }
+
+    /// Markup written in our source: a literal, never data.
+    pub fn raw(markup: &'static str) -> Html {
+        Html(markup.to_string())
+    }
+
+    /// What [`html!`] made; nothing else calls this.
+    #[doc(hidden)]
+    pub fn from_template(markup: String) -> Html {
+        Html(markup)
+    }
+
+    pub fn push(&mut self, more: Html) {
+        self.0.push_str(&more.0);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `parts` one after the other, `between` each two.
+    pub fn join(parts: impl IntoIterator<Item = Html>, between: &'static str) -> Html {
+        let mut out = Html::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            if i > 0 {
+                out.0.push_str(between);
+            }
+            out.push(part);
+        }
+        out
+    }
+}
+
+impl FromIterator<Html> for Html {
+    fn from_iter<I: IntoIterator<Item = Html>>(parts: I) -> Html {
+        let mut out = Html::new();
+        out.extend(parts);
+        out
+    }
+}
+
+impl Extend<Html> for Html {
+    fn extend<I: IntoIterator<Item = Html>>(&mut self, parts: I) {
+        for part in parts {
+            self.push(part);
+        }
+    }
+}
+
+impl axum::response::IntoResponse for Html {
+    fn into_response(self) -> axum::response::Response {
+        axum::response::Html(self.0).into_response()
+    }
+}
+
+/// A value a template may hold, and how it goes into HTML: text escaped,
+/// numbers and ids as they are (they hold no markup), `Html` unchanged,
+/// `None` as nothing.
+pub trait Render {
+    fn render(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result;
+}
+
+impl Render for str {
+    fn render(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        out.write_str(&esc(self))
+    }
+}
+
+impl Render for String {
+    fn render(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_str().render(out)
+    }
+}
+
+impl Render for Html {
+    fn render(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        out.write_str(&self.0)
+    }
+}
+
+impl<T: Render + ?Sized> Render for &T {
+    fn render(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).render(out)
+    }
+}
+
+impl<T: Render> Render for Option<T> {
+    fn render(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Some(v) => v.render(out),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Types whose `Display` is digits, signs, dots and hex: no markup.
+macro_rules! shown_as_displayed {
+    ($($t:ty),*) => {$(
+        impl Render for $t {
+            fn render(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(self, out)
+            }
+        }
+    )*};
+}
+
+shown_as_displayed!(u8, u32, u64, usize, i32, i64, f64, Uuid);
+
+/// A template's value, written by its [`Render`] (with the template's
+/// precision, as in `{:.1}`).
+#[doc(hidden)]
+pub struct Arg<'a, T: ?Sized>(pub &'a T);
+
+impl<T: Render + ?Sized> fmt::Display for Arg<'_, T> {
+    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.render(out)
+    }
+}
+
+/// `html!("<a href=\"/ui/runs/{}\">{}</a>", id, name)`: a template of
+/// literal markup whose `{}` are filled with escaped values (see
+/// [`Render`]). Values are given as arguments only: a template naming a
+/// variable (`{name}`) does not compile, so none goes in unescaped.
+macro_rules! html {
+    ($template:literal $(, $value:expr)* $(,)?) => {
+        $crate::ui::html::Html::from_template(format!(concat!($template) $(, $crate::ui::html::Arg(&$value))*))
+    };
+}
+pub(crate) use html;
 
 /// Text for HTML: element content and double-quoted attribute values alike.
-pub fn esc(s: &str) -> String {
+fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
@@ -38,7 +188,7 @@ pub fn clip(s: &str, max: usize) -> String {
     out
 }
 
-/// A query value.
+/// A query value or a path segment.
 pub fn url_enc(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -48,25 +198,30 @@ pub fn url_enc(s: &str) -> String {
         .collect()
 }
 
+/// A moment as the pages show it (UTC); nothing for none.
+pub fn time(t: Option<DateTime<Utc>>) -> String {
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string()).unwrap_or_default()
+}
+
 /// Most bytes of JSON a page shows for one value.
 const MAX_SHOWN: usize = 64 * 1024;
 
 /// A JSON value, pretty, collapsed under `label`.
-pub fn json_details(label: &str, v: &serde_json::Value) -> String {
+pub fn json_details(label: &str, v: &serde_json::Value) -> Html {
     if v.is_null() {
-        return String::new();
+        return Html::new();
     }
-    let mut text = serde_json::to_string_pretty(v).unwrap_or_default();
+    let mut shown = serde_json::to_string_pretty(v).unwrap_or_default();
     let mut note = "";
-    if text.len() > MAX_SHOWN {
+    if shown.len() > MAX_SHOWN {
         let mut cut = MAX_SHOWN;
-        while !text.is_char_boundary(cut) {
+        while !shown.is_char_boundary(cut) {
             cut -= 1;
         }
-        text.truncate(cut);
+        shown.truncate(cut);
         note = "\n… (cut: read the whole value from the API)";
     }
-    format!("<details><summary>{}</summary><pre>{}{note}</pre></details>", esc(label), esc(&text))
+    html!("<details><summary>{}</summary><pre>{}{}</pre></details>", label, shown, note)
 }
 
 /// The class that colours a task state or run status.
@@ -82,26 +237,118 @@ pub fn state_class(state: &str) -> &'static str {
     }
 }
 
-pub fn badge(state: &str) -> String {
-    format!("<span class=\"badge {}\">{}</span>", state_class(state), esc(state))
+/// A state or status in its colour.
+pub fn badge(state: &str) -> Html {
+    html!("<span class=\"badge {}\">{}</span>", state_class(state), state)
+}
+
+/// A run id as its last 12 characters, the whole in its title.
+pub fn short(id: &Uuid) -> Html {
+    let s = id.to_string();
+    html!("<code title=\"{}\">{}</code>", s, &s[s.len() - 12..])
+}
+
+/// A link to a run's page, by its short id.
+pub fn run_link(id: &Uuid) -> Html {
+    html!("<a href=\"/ui/runs/{}\">{}</a>", id, short(id))
+}
+
+/// A link to a workflow's page, by its name.
+pub fn workflow_link(name: &str) -> Html {
+    html!("<a href=\"/ui/workflows/{}\">{}</a>", url_enc(name), name)
+}
+
+/// What a form did, said above the page.
+pub fn notice(said: &str) -> Html {
+    html!("<p class=\"notice\">{}</p>", said)
+}
+
+/// A form that posts `fields` to `action`; `class` may be empty. Our
+/// forms carry no token: the session cookie is SameSite=Strict and every
+/// POST from another site is refused by its origin (`guard`).
+pub fn post_form(action: &str, class: &'static str, fields: Html) -> Html {
+    match class {
+        "" => html!("<form method=\"post\" action=\"{}\">{}</form>", action, fields),
+        class => html!("<form method=\"post\" action=\"{}\" class=\"{}\">{}</form>", action, class, fields),
+    }
+}
+
+/// A field a form sends unseen.
+pub fn hidden(name: &str, value: &str) -> Html {
+    html!("<input type=\"hidden\" name=\"{}\" value=\"{}\">", name, value)
+}
+
+/// The `<option>`s of a select, `(value, label)`, the one whose value is
+/// `chosen` selected.
+pub fn options<'a>(choices: impl IntoIterator<Item = (&'a str, &'a str)>, chosen: Option<&str>) -> Html {
+    choices
+        .into_iter()
+        .map(|(value, label)| match chosen == Some(value) {
+            true => html!("<option value=\"{}\" selected>{}</option>", value, label),
+            false => html!("<option value=\"{}\">{}</option>", value, label),
+        })
+        .collect()
+}
+
+/// A table: its class (or none), its header cells, and the row it shows
+/// when it has none.
+pub struct Table {
+    class: &'static str,
+    head: &'static [&'static str],
+    none: Option<&'static str>,
+    live: Option<String>,
+}
+
+impl Table {
+    pub fn new(class: &'static str, head: &'static [&'static str]) -> Table {
+        Table { class, head, none: None, live: None }
+    }
+
+    /// What the table says in a row of its own when it has no rows.
+    pub fn or_none(self, none: &'static str) -> Table {
+        Table { none: Some(none), ..self }
+    }
+
+    /// The URL its body refreshes from while the page is open (`app.js`).
+    pub fn live(self, src: String) -> Table {
+        Table { live: Some(src), ..self }
+    }
+
+    /// The rows, or the row saying there are none.
+    pub fn body(&self, rows: Html) -> Html {
+        match (rows.is_empty(), self.none) {
+            (true, Some(none)) => html!("<tr><td colspan=\"{}\" class=\"empty\">{}</td></tr>", self.head.len(), none),
+            _ => rows,
+        }
+    }
+
+    /// The whole table around `rows`.
+    pub fn with(&self, rows: Html) -> Html {
+        let class = match self.class {
+            "" => Html::new(),
+            class => html!(" class=\"{}\"", class),
+        };
+        let head: Html = self.head.iter().map(|h| html!("<th>{}</th>", *h)).collect();
+        let live = self.live.as_ref().map(|src| html!(" data-live=\"{}\"", src));
+        html!("<table{}><thead><tr>{}</tr></thead><tbody{}>{}</tbody></table>", class, head, live, self.body(rows))
+    }
 }
 
 /// A whole page: the frame, the navigation and `body`.
-pub fn page(title: &str, body: &str) -> String {
-    let mut out = String::with_capacity(body.len() + 1024);
-    let _ = write!(
-        out,
+pub fn page(title: &str, body: Html) -> Html {
+    html!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{} · Composer</title><link rel=\"stylesheet\" href=\"/ui/static/app.css\">\
          <script src=\"/ui/static/app.js\" defer></script></head><body>\
          <header><a class=\"brand\" href=\"/ui/runs\">Composer</a>\
          <nav><a href=\"/ui/overview\">Overview</a><a href=\"/ui/runs\">Runs</a><a href=\"/ui/workflows\">Workflows</a>\
-         <a href=\"/ui/schedules\">Schedules</a><a href=\"/ui/events\">Events</a><a href=\"/ui/limits\">Limits</a><a href=\"/ui/queues\">Queues</a></nav><form method=\"post\" action=\"/ui/logout\">\
-         <button type=\"submit\" class=\"logout\">Log out</button></form></header><main>{body}</main></body></html>",
-        esc(title)
-    );
-    out
+         <a href=\"/ui/schedules\">Schedules</a><a href=\"/ui/events\">Events</a><a href=\"/ui/limits\">Limits</a>\
+         <a href=\"/ui/queues\">Queues</a></nav><form method=\"post\" action=\"/ui/logout\">\
+         <button type=\"submit\" class=\"logout\">Log out</button></form></header><main>{}</main></body></html>",
+        title,
+        body
+    )
 }
 
 #[cfg(test)]
@@ -114,13 +361,39 @@ mod tests {
         assert_eq!(esc("\" onmouseover=\"x"), "&quot; onmouseover=&quot;x");
         assert_eq!(url_enc("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
         let shown = json_details("in", &serde_json::json!({"k": "</pre><script>"}));
-        assert!(!shown.contains("<script>") && shown.contains("&lt;/pre&gt;"), "{shown}");
+        assert!(!shown.as_str().contains("<script>") && shown.as_str().contains("&lt;/pre&gt;"), "{shown:?}");
+    }
+
+    #[test]
+    fn a_template_escapes_text_keeps_markup_and_formats_numbers() {
+        let name = String::from("<b>\u{202E}");
+        let made = html!("<p title=\"{}\">{} {:.1} {}{}</p>", "a\"b", name, 2.25f64, badge("FAILED"), None::<Html>);
+        assert_eq!(
+            made.as_str(),
+            "<p title=\"a&quot;b\">&lt;b&gt;[U+202E] 2.2 <span class=\"badge failed\">FAILED</span></p>"
+        );
+        assert_eq!(Html::join([html!("{}", "a&"), Html::raw("<br>")], ", ").as_str(), "a&amp;, <br>");
+    }
+
+    #[test]
+    fn a_table_says_when_it_has_no_rows() {
+        let t = Table::new("runs", &["Run", "<Status>"]).or_none("No runs.");
+        assert_eq!(
+            t.with(Html::new()).as_str(),
+            "<table class=\"runs\"><thead><tr><th>Run</th><th>&lt;Status&gt;</th></tr></thead>\
+             <tbody><tr><td colspan=\"2\" class=\"empty\">No runs.</td></tr></tbody></table>"
+        );
+        let live = Table::new("", &["A"]).live("/ui/x?a=1&b=2".into()).with(Html::raw("<tr></tr>"));
+        assert_eq!(
+            live.as_str(),
+            "<table><thead><tr><th>A</th></tr></thead><tbody data-live=\"/ui/x?a=1&amp;b=2\"><tr></tr></tbody></table>"
+        );
     }
 
     #[test]
     fn a_huge_value_is_cut_on_a_character_boundary() {
         let v = serde_json::Value::String("é".repeat(100_000));
         let shown = json_details("out", &v);
-        assert!(shown.len() < 80 * 1024 && shown.contains("cut"), "{}", shown.len());
+        assert!(shown.as_str().len() < 80 * 1024 && shown.as_str().contains("cut"), "{}", shown.as_str().len());
     }
 }

@@ -1,9 +1,73 @@
-//! What the overview and queues pages show, rendered from what the caller
-//! read: no storage here, only HTML.
+//! `/ui/overview` (runs by status, throughput, step latency, failures by
+//! workflow, queue backlogs) and `/ui/queues` (each queue's backlog and lag,
+//! and the workers that read it): what they read, and how they show it.
 
-use std::fmt::Write as _;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::html::{badge, esc, url_enc};
+use axum::extract::{Query, State};
+use axum::response::IntoResponse;
+use axum::Extension;
+use chrono::Utc;
+use composer_store::stats::QueueLoad;
+
+use super::error::{Page, UiError};
+use super::extract::{id_at, Params};
+use super::html::{badge, html, page, url_enc, Html, Table};
+use crate::engine::Engine;
+use composer_store::{Client, Pool};
+use composer_stream::Streams;
+
+/// How long one coordinator shows the same overview.
+const OVERVIEW_TTL: Duration = Duration::from_secs(10);
+
+/// Most queues the overview and queues pages list.
+const MAX_QUEUES_SHOWN: usize = 200;
+
+/// The overview as last made, and when: made at most once per
+/// [`OVERVIEW_TTL`] however many pages are open (it counts a day of runs).
+pub type OverviewCache = Arc<tokio::sync::Mutex<Option<(Instant, Html)>>>;
+
+/// `/ui/overview`, refreshed while open.
+pub async fn overview_page(
+    State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
+    State(streams): State<Streams>,
+    Extension(cache): Extension<OverviewCache>,
+    Query(q): Query<Params>,
+) -> Page {
+    // One request makes it while the others wait for its answer.
+    let mut cached = cache.lock().await;
+    let body = match cached.as_ref() {
+        Some((at, body)) if at.elapsed() < OVERVIEW_TTL => body.clone(),
+        _ => {
+            let body = Overview::read(&pool, &engine, &streams).await?.render();
+            *cached = Some((Instant::now(), body.clone()));
+            body
+        }
+    };
+    drop(cached);
+    if q.contains_key("fragment") {
+        return Ok(body.into_response());
+    }
+    Ok(page("Overview", html!("<div data-live=\"/ui/overview?fragment=1\">{}</div>", body)).into_response())
+}
+
+/// `/ui/queues`, refreshed while open.
+pub async fn queues_page(
+    State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
+    State(streams): State<Streams>,
+    Query(q): Query<Params>,
+) -> Page {
+    let client = composer_store::client(&pool).await?;
+    let body = queues(&queue_rows(&client, &engine, &streams).await?);
+    if q.contains_key("fragment") {
+        return Ok(body.into_response());
+    }
+    Ok(page("Queues", html!("<div data-live=\"/ui/queues?fragment=1\">{}</div>", body)).into_response())
+}
 
 /// Runs by status over a window.
 pub struct StatusCounts {
@@ -14,7 +78,7 @@ pub struct StatusCounts {
 /// p50, p95 and p99, in milliseconds.
 pub type Percentiles = (f64, f64, f64);
 
-/// A queue as the queues page shows it.
+/// A queue as the pages show it.
 pub struct QueueRow {
     pub queue: String,
     pub pending: i64,
@@ -25,140 +89,221 @@ pub struct QueueRow {
     pub readers: Vec<(String, f64, u64)>,
 }
 
-/// The overview: runs by status, throughput, step latency, failures by
-/// workflow, and queue backlogs.
-pub fn overview(
-    as_of: &str,
-    windows: &[StatusCounts],
-    per_minute: &[(String, i64)],
-    latency_ms: &[(&str, Option<Percentiles>)],
-    failures: &[(String, i64)],
-    queues: &[QueueRow],
-) -> String {
-    let mut html = format!("<h1>Overview</h1><p class=\"hint\">{}</p><div class=\"cards\">", esc(as_of));
-    for w in windows {
-        let _ = write!(html, "<section class=\"card\"><h2>Runs, last {}</h2><table class=\"counts\"><tbody>", w.window);
-        for (status, n) in &w.counts {
-            let _ = write!(html, "<tr><td>{}</td><td class=\"n\">{n}</td></tr>", badge(status));
-        }
-        if w.counts.is_empty() {
-            html.push_str("<tr><td class=\"empty\">none</td></tr>");
-        }
-        html.push_str("</tbody></table></section>");
+/// What the overview shows, as read.
+pub struct Overview {
+    pub as_of: String,
+    pub windows: Vec<StatusCounts>,
+    /// Runs ended per minute (`HH:MM`).
+    pub per_minute: Vec<(String, i64)>,
+    pub latency_ms: Vec<(&'static str, Option<Percentiles>)>,
+    /// Failed runs by workflow.
+    pub failures: Vec<(String, i64)>,
+    pub queues: Vec<QueueRow>,
+}
+
+impl Overview {
+    async fn read(pool: &Pool, engine: &Engine, streams: &Streams) -> Result<Overview, UiError> {
+        use composer_store::stats;
+        let client = composer_store::client(pool).await?;
+        let now = Utc::now();
+        let (hour, day) = (id_at(now - chrono::Duration::hours(1)), id_at(now - chrono::Duration::days(1)));
+        let windows = vec![
+            StatusCounts { window: "hour", counts: stats::runs_by_status(&client, hour).await? },
+            StatusCounts { window: "day", counts: stats::runs_by_status(&client, day).await? },
+        ];
+        let per_minute = stats::ended_per_minute(&client, id_at(now - chrono::Duration::hours(2)))
+            .await?
+            .into_iter()
+            .map(|(m, n)| (m.format("%H:%M").to_string(), n))
+            .collect();
+        let latency = stats::step_latency(&client, hour).await?;
+        Ok(Overview {
+            as_of: format!("as of {} UTC, made at most every {} s", now.format("%H:%M:%S"), OVERVIEW_TTL.as_secs()),
+            windows,
+            per_minute,
+            latency_ms: vec![("running time", latency.ran), ("wait to start", latency.waited)],
+            failures: stats::failures_by_workflow(&client, day).await?,
+            queues: queue_rows(&client, engine, streams).await?,
+        })
     }
-    for (label, latency) in latency_ms {
-        let _ = write!(html, "<section class=\"card latency\"><h2>Steps, last hour: {}</h2>", esc(label));
-        match latency {
-            Some((p50, p95, p99)) => {
-                let _ = write!(
-                    html,
-                    "<table class=\"counts\"><tbody><tr><td>p50</td><td class=\"n\">{p50:.1} ms</td></tr>\
-                     <tr><td>p95</td><td class=\"n\">{p95:.1} ms</td></tr><tr><td>p99</td><td class=\"n\">{p99:.1} ms</td></tr>\
-                     </tbody></table>"
-                );
-            }
-            None => html.push_str("<p class=\"empty\">no step ended</p>"),
-        }
-        html.push_str("</section>");
-    }
-    html.push_str("</div>");
-    html.push_str("<h2>Runs ended per minute, last hour</h2>");
-    html.push_str(&bars(per_minute));
-    html.push_str("<h2>Failures by workflow, last day</h2><table class=\"runs\"><thead><tr><th>Workflow</th><th>Failed runs</th></tr></thead><tbody>");
-    for (wf, n) in failures {
-        let _ = write!(
-            html,
-            "<tr><td><a href=\"/ui/runs?workflow={}&amp;status=FAILED\">{}</a></td><td class=\"n\">{n}</td></tr>",
-            url_enc(wf),
-            esc(wf)
+
+    pub fn render(&self) -> Html {
+        let cards: Html =
+            self.windows.iter().map(status_card).chain(self.latency_ms.iter().map(latency_card)).collect();
+        let failures = Table::new("runs", &["Workflow", "Failed runs"]).or_none("No run failed.").with(
+            self.failures
+                .iter()
+                .map(|(wf, n)| {
+                    html!(
+                        "<tr><td><a href=\"/ui/runs?workflow={}&amp;status=FAILED\">{}</a></td><td class=\"n\">{}</td></tr>",
+                        url_enc(wf),
+                        wf,
+                        n
+                    )
+                })
+                .collect(),
         );
+        html!(
+            "<h1>Overview</h1><p class=\"hint\">{}</p><div class=\"cards\">{}</div>\
+             <h2>Runs ended per minute, last hour</h2>{}<h2>Failures by workflow, last day</h2>{}\
+             <h2>Queue backlogs</h2>{}",
+            self.as_of,
+            cards,
+            bars(&self.per_minute),
+            failures,
+            queue_table(&self.queues)
+        )
     }
-    if failures.is_empty() {
-        html.push_str("<tr><td colspan=\"2\" class=\"empty\">No run failed.</td></tr>");
-    }
-    html.push_str("</tbody></table><h2>Queue backlogs</h2>");
-    html.push_str(&queue_table(queues));
-    html
+}
+
+fn status_card(w: &StatusCounts) -> Html {
+    let rows: Html = match w.counts.is_empty() {
+        true => Html::raw("<tr><td class=\"empty\">none</td></tr>"),
+        false => w
+            .counts
+            .iter()
+            .map(|(status, n)| html!("<tr><td>{}</td><td class=\"n\">{}</td></tr>", badge(status), n))
+            .collect(),
+    };
+    html!(
+        "<section class=\"card\"><h2>Runs, last {}</h2><table class=\"counts\"><tbody>{}</tbody></table></section>",
+        w.window,
+        rows
+    )
+}
+
+fn latency_card((label, latency): &(&'static str, Option<Percentiles>)) -> Html {
+    let shown = match latency {
+        Some((p50, p95, p99)) => html!(
+            "<table class=\"counts\"><tbody><tr><td>p50</td><td class=\"n\">{:.1} ms</td></tr>\
+             <tr><td>p95</td><td class=\"n\">{:.1} ms</td></tr><tr><td>p99</td><td class=\"n\">{:.1} ms</td></tr>\
+             </tbody></table>",
+            p50,
+            p95,
+            p99
+        ),
+        None => Html::raw("<p class=\"empty\">no step ended</p>"),
+    };
+    html!("<section class=\"card latency\"><h2>Steps, last hour: {}</h2>{}</section>", *label, shown)
 }
 
 /// The queues page: each queue's backlog and lag, and who reads it.
-pub fn queues(queues: &[QueueRow]) -> String {
-    let mut html = String::from("<h1>Queues and workers</h1>");
-    html.push_str(&queue_table(queues));
-    html.push_str("<h2>Workers</h2><table class=\"runs workers\"><thead><tr><th>Worker</th><th>Queue</th><th>Last read</th><th>Holding</th></tr></thead><tbody>");
-    let mut any = false;
-    for q in queues {
-        for (name, idle_s, pending) in &q.readers {
-            any = true;
-            let _ = write!(
-                html,
-                "<tr><td><code>{}</code></td><td>{}</td><td>{idle_s:.1} s ago</td><td class=\"n\">{pending}</td></tr>",
-                esc(name),
-                esc(&q.queue)
-            );
-        }
-    }
-    if !any {
-        html.push_str("<tr><td colspan=\"4\" class=\"empty\">No worker has read these queues.</td></tr>");
-    }
-    html.push_str("</tbody></table>");
-    html
+pub fn queues(queues: &[QueueRow]) -> Html {
+    let workers: Html = queues
+        .iter()
+        .flat_map(|q| q.readers.iter().map(move |r| (q, r)))
+        .map(|(q, (name, idle_s, holding))| {
+            html!(
+                "<tr><td><code>{}</code></td><td>{}</td><td>{:.1} s ago</td><td class=\"n\">{}</td></tr>",
+                name,
+                q.queue,
+                idle_s,
+                holding
+            )
+        })
+        .collect();
+    let workers = Table::new("runs workers", &["Worker", "Queue", "Last read", "Holding"])
+        .or_none("No worker has read these queues.")
+        .with(workers);
+    html!("<h1>Queues and workers</h1>{}<h2>Workers</h2>{}", queue_table(queues), workers)
 }
 
-fn queue_table(queues: &[QueueRow]) -> String {
-    let mut html = String::from(
-        "<table class=\"runs queues\"><thead><tr><th>Queue</th><th>Waiting</th><th>Running</th><th>Oldest waiting</th>\
-         <th>Workers</th></tr></thead><tbody>",
-    );
-    for q in queues {
+fn queue_table(queues: &[QueueRow]) -> Html {
+    let rows = queues.iter().map(|q| {
         let lag = q.lag_s.map(|s| format!("{s:.1} s")).unwrap_or_else(|| "—".into());
-        let readers =
-            match q.readers.iter().map(|r| r.1).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.min(v)))) {
-                None => "none".to_string(),
-                Some(idle) => format!("{} (last read {idle:.1} s ago)", q.readers.len()),
-            };
-        let _ = write!(
-            html,
-            "<tr data-queue=\"{}\"><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{lag}</td><td>{readers}</td></tr>",
-            esc(&q.queue),
-            esc(&q.queue),
+        let last_read = q.readers.iter().map(|r| r.1).reduce(f64::min);
+        let readers = match last_read {
+            None => "none".to_string(),
+            Some(idle) => format!("{} (last read {idle:.1} s ago)", q.readers.len()),
+        };
+        html!(
+            "<tr data-queue=\"{}\"><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
+            q.queue,
+            q.queue,
             q.pending,
-            q.running
-        );
-    }
-    if queues.is_empty() {
-        html.push_str("<tr><td colspan=\"5\" class=\"empty\">No queue has work.</td></tr>");
-    }
-    html.push_str("</tbody></table>");
-    html
+            q.running,
+            lag,
+            readers
+        )
+    });
+    Table::new("runs queues", &["Queue", "Waiting", "Running", "Oldest waiting", "Workers"])
+        .or_none("No queue has work.")
+        .with(rows.collect())
 }
 
 /// A bar chart of counts per minute, as SVG.
-fn bars(points: &[(String, i64)]) -> String {
+fn bars(points: &[(String, i64)]) -> Html {
     if points.is_empty() {
-        return "<p class=\"empty\">No run ended.</p>".into();
+        return Html::raw("<p class=\"empty\">No run ended.</p>");
     }
     let max = points.iter().map(|p| p.1).max().unwrap_or(1).max(1) as f64;
     let (w, h, bw) = (720.0, 120.0, 720.0 / points.len() as f64);
-    let mut out = format!(
-        "<svg class=\"throughput\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {w} {}\" width=\"{w}\" height=\"{}\" \
-         role=\"img\" aria-label=\"runs ended per minute\">",
+    let rects: Html = points
+        .iter()
+        .enumerate()
+        .map(|(i, (minute, n))| {
+            let bh = (*n as f64 / max) * h;
+            html!(
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{}: {}</title></rect>",
+                i as f64 * bw,
+                h - bh,
+                (bw - 1.0).max(1.0),
+                bh,
+                minute,
+                n
+            )
+        })
+        .collect();
+    html!(
+        "<svg class=\"throughput\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\" \
+         role=\"img\" aria-label=\"runs ended per minute\">{}<text class=\"axis\" x=\"0\" y=\"{}\">max {:.0}/min</text></svg>",
+        w,
         h + 16.0,
-        h + 16.0
-    );
-    for (i, (minute, n)) in points.iter().enumerate() {
-        let bh = (*n as f64 / max) * h;
-        let _ = write!(
-            out,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{bh:.1}\"><title>{}: {n}</title></rect>",
-            i as f64 * bw,
-            h - bh,
-            (bw - 1.0).max(1.0),
-            esc(minute)
-        );
+        w,
+        h + 16.0,
+        rects,
+        h + 14.0,
+        max
+    )
+}
+
+/// The queues with open work and those the newest definitions send to
+/// (at most [`MAX_QUEUES_SHOWN`]), each with the workers that read its
+/// streams.
+async fn queue_rows(client: &Client, engine: &Engine, streams: &Streams) -> Result<Vec<QueueRow>, UiError> {
+    let mut loads: BTreeMap<String, QueueLoad> =
+        composer_store::stats::queue_loads(client).await?.into_iter().map(|l| (l.queue.clone(), l)).collect();
+    for def in composer_store::definitions::latest_of_each(client, MAX_QUEUES_SHOWN as i64).await? {
+        let Ok(wf) = engine.compile(&def) else { continue };
+        for q in wf.nodes.iter().filter_map(|n| n.queue.as_ref()) {
+            loads.entry(q.clone()).or_insert_with(|| QueueLoad {
+                queue: q.clone(),
+                pending: 0,
+                running: 0,
+                oldest_pending_age: None,
+            });
+        }
     }
-    let _ = write!(out, "<text class=\"axis\" x=\"0\" y=\"{}\">max {max:.0}/min</text></svg>", h + 14.0);
-    out
+    let mut rows = Vec::with_capacity(loads.len().min(MAX_QUEUES_SHOWN));
+    for l in loads.into_values().take(MAX_QUEUES_SHOWN) {
+        let mut readers = Vec::new();
+        for shard in 0..engine.shards().max(1) as u32 {
+            // Workers read every priority's streams: the default's show them.
+            let stream = streams.keys().stream(&l.queue, composer_core::priority::DEFAULT, shard);
+            // Redis down: the queue is shown without its readers.
+            for (name, idle_ms, pending) in streams.consumers(&stream).await.unwrap_or_default() {
+                readers.push((name, idle_ms as f64 / 1000.0, pending));
+            }
+        }
+        rows.push(QueueRow {
+            queue: l.queue,
+            pending: l.pending,
+            running: l.running,
+            lag_s: l.oldest_pending_age,
+            readers,
+        });
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -174,17 +319,27 @@ mod tests {
             lag_s: Some(2.5),
             readers: vec![("w\"1".into(), 0.4, 2)],
         };
-        let html = overview("now", &[], &[], &[("running time", None)], &[("<wf>".into(), 2)], &[queue]);
+        let overview = Overview {
+            as_of: "now".into(),
+            windows: vec![],
+            per_minute: vec![],
+            latency_ms: vec![("running time", None)],
+            failures: vec![("<wf>".into(), 2)],
+            queues: vec![queue],
+        };
+        let html = overview.render();
+        let html = html.as_str();
         assert!(!html.contains("<q>") && !html.contains("<wf>") && html.contains("&lt;wf&gt;"), "{html}");
         assert!(html.contains("no step ended") && html.contains("No run ended"));
         assert!(html.contains("2.5 s") && html.contains("1 (last read 0.4 s ago)"));
         let page = queues(&[]);
-        assert!(page.contains("No queue has work") && page.contains("No worker has read"));
+        assert!(page.as_str().contains("No queue has work") && page.as_str().contains("No worker has read"));
     }
 
     #[test]
     fn bars_scale_to_the_busiest_minute() {
         let svg = bars(&[("10:00".into(), 5), ("10:01".into(), 10)]);
+        let svg = svg.as_str();
         assert_eq!(svg.matches("<rect").count(), 2);
         assert!(svg.contains("height=\"120.0\"") && svg.contains("height=\"60.0\"") && svg.contains("max 10/min"));
     }
