@@ -23,7 +23,8 @@ use clap::Parser;
 use crate::cli::{Cli, Command};
 
 /// mimalloc rather than the system's malloc: about a fifth of the
-/// coordinator's samples were in glibc's allocator (docs/performance.md).
+/// coordinator's samples were in glibc's allocator (docs/performance-log.md,
+/// "The allocator, and the flow-control round").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
