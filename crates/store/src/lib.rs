@@ -5,14 +5,16 @@
 //! - [`migrations`]: versioned schema changes, applied under an advisory lock.
 //! - [`definitions`]: workflow definitions and their versions.
 //! - [`bulk`]: bulk jobs and the runs they acted on.
-//! - [`runs`]: runs and tasks — their rows, the engine's locked read, the API's reads.
+//! - [`runs`]: runs and tasks — their rows, starts, concurrency queues, child
+//!   runs, the engine's locked read, the API's reads (a room for each).
 //! - [`transitions`]: the engine's set-based write of a batch of transitions.
 //! - [`leases`]: the worker's lease on a task ([`leases::LeaseManager`]).
 //! - [`logs`]: step logs, the lines a worker sends for an attempt.
 //! - [`notifications`]: LISTEN/NOTIFY wake-ups.
 //! - [`outbox`]: the transactional outbox between commits and Redis.
 //! - [`timers`]: due WAITING tasks.
-//! - [`limits`]: limits on steps across runs, and the limiter's pass.
+//! - [`limits`]: limits on steps across runs: the engine's writes, the
+//!   limiter's pass, what operators read and set.
 //! - [`events`]: external events and their buffer.
 //! - [`fixtures`]: data and measurements for `composer bench`.
 //! - [`partitions`]: monthly partitions ahead and retention behind.

@@ -7,8 +7,8 @@ use composer_core::machine::RunStatus;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::rows::{priority_of, Parent};
-use crate::{Client, Error, Result, Transaction};
+use super::rows::{priority_of, status_of, Parent};
+use crate::{Client, Result, Transaction};
 
 /// A SUB_WORKFLOW or LOOP task as it now stands, for [`stale_children`].
 #[derive(Debug, Clone, Copy)]
@@ -190,7 +190,7 @@ pub async fn unreported_children(
                     attempt: r.try_get(3)?,
                     iteration: r.try_get(7)?,
                 },
-                status: RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?,
+                status: status_of(&status)?,
                 output: r.try_get(5)?,
                 error: r.try_get(6)?,
             })

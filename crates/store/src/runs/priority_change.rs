@@ -6,8 +6,8 @@ use composer_core::machine::{HistoryKind, RunStatus};
 use uuid::Uuid;
 
 use super::concurrency::{turn_of, CHANGED_TURN};
-use super::rows::priority_of;
-use crate::{Error, Result, Transaction};
+use super::rows::{priority_of, status_of};
+use crate::{Result, Transaction};
 
 /// What [`set_priority`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +72,7 @@ pub async fn set_priority(
         return Ok(PriorityChange::NotFound);
     };
     let status: String = root.try_get(1)?;
-    let status = RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?;
+    let status = status_of(&status)?;
     if status.is_terminal() {
         return Ok(PriorityChange::Ended(status));
     }

@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use composer_core::machine::RunStatus;
 use uuid::Uuid;
 
-use super::rows::{RunRow, TaskRow, RUN_COLUMNS, TASK_COLUMNS};
-use crate::{Client, Error, Result};
+use super::rows::{status_of, RunRow, TaskRow, RUN_COLUMNS, TASK_COLUMNS};
+use crate::{Client, Result};
 
 /// A run and its node tasks (a MAP's items are read with
 /// [`items`](crate::runs::items)), for the API (no lock).
@@ -31,7 +31,7 @@ pub async fn status(client: &Client, run_id: Uuid) -> Result<Option<RunStatus>> 
     match client.query_opt(&stmt, &[&run_id]).await? {
         Some(r) => {
             let s: String = r.try_get("status")?;
-            Ok(Some(RunStatus::parse(&s).ok_or_else(|| Error::Corrupt(format!("run status {s:?}")))?))
+            Ok(Some(status_of(&s)?))
         }
         None => Ok(None),
     }

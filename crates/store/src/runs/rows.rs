@@ -64,19 +64,19 @@ pub struct Parent {
     pub iteration: i32,
 }
 
-/// A list's columns: the same, without the input and output (a page of
+/// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
+pub(super) const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
+                           error, idempotency_key, created_at, updated_at, finished_at, deadline, \
+                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
+                           handles_run_id, parent_iteration, tags, traceparent, priority, fairness_key";
+
+/// A list's columns: [`RUN_COLUMNS`] without the input and output (a page of
 /// runs must not carry their data; read one run for that).
 pub(super) const SUMMARY_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, \
                                'null'::jsonb AS input, NULL::jsonb AS output, \
                                error, idempotency_key, created_at, updated_at, finished_at, deadline, \
                                parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
                                handles_run_id, parent_iteration, tags, traceparent, priority, fairness_key";
-
-/// The columns [`RunRow::from_row`] reads, for every `SELECT` of runs.
-pub(super) const RUN_COLUMNS: &str = "id, workflow_definition_id, workflow_name, workflow_version, status, input, output, \
-                           error, idempotency_key, created_at, updated_at, finished_at, deadline, \
-                           parent_run_id, parent_task_id, parent_attempt, depth, concurrency_key, trigger, root_run_id, \
-                           handles_run_id, parent_iteration, tags, traceparent, priority, fairness_key";
 
 impl RunRow {
     pub(super) fn from_row(r: &Row) -> Result<RunRow> {
@@ -86,7 +86,7 @@ impl RunRow {
             workflow_definition_id: r.try_get("workflow_definition_id")?,
             workflow_name: r.try_get("workflow_name")?,
             workflow_version: r.try_get("workflow_version")?,
-            status: RunStatus::parse(&status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))?,
+            status: status_of(&status)?,
             input: r.try_get("input")?,
             output: r.try_get("output")?,
             error: r.try_get("error")?,
@@ -112,6 +112,11 @@ impl RunRow {
             fairness_key: r.try_get("fairness_key")?,
         })
     }
+}
+
+/// A stored run status.
+pub(super) fn status_of(status: &str) -> Result<RunStatus> {
+    RunStatus::parse(status).ok_or_else(|| Error::Corrupt(format!("run status {status:?}")))
 }
 
 /// A stored priority; the table's check keeps it a level.
