@@ -18,10 +18,13 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::codes;
+use super::effect::{Effect, Need};
+use super::history::HistoryKind;
+use super::lifecycle::{RunStatus, TaskState};
 use super::state::{renew_idempotency_key, Machine};
-use super::types::{
-    codes, Effect, Failure, HistoryKind, Ignore, IgnoreKind, Item, MapProgress, Need, RunStatus, Task, TaskState,
-};
+use super::task::{Failure, Item, MapProgress, Task};
+use super::transition::{Ignore, IgnoreKind};
 use crate::definition::{Collect, MapConfig, NodeKind, MAP_MAX_ITEMS, MIN_COLLECTED_ITEM_BYTES};
 use crate::expr::Scope;
 use crate::storable;

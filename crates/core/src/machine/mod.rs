@@ -14,9 +14,21 @@
 //! - once a task has FAILED no new node starts, and the run FAILS when
 //!   nothing is active any more; it SUCCEEDS when every task is terminal and
 //!   none failed.
-
 //!
-//! - [`types`]: runs, tasks, states, events, effects, transitions (re-exported here).
+//! The vocabulary, each re-exported here:
+//! - `lifecycle`: the states of a task ([`TaskState`]) and of a run ([`RunStatus`]).
+//! - `task`: a node's [`Task`], a [`Failure`] and its [`ErrorInfo`], a MAP's
+//!   [`Item`] and [`MapProgress`].
+//! - [`codes`]: the error codes the engine gives.
+//! - `run`: the [`Run`] the machine changes, and a child's [`ParentRef`].
+//! - `event`: the [`Event`]s that move a run, and a [`Resolution`].
+//! - `history`: a [`HistoryEntry`] and its [`HistoryKind`].
+//! - `effect`: what the engine does for the machine: an [`Effect`] (a
+//!   [`Need`]) in the transaction, an [`AfterCommit`] after it.
+//! - `transition`: what an event changed ([`Transition`]), or why it did
+//!   not ([`IgnoreKind`]).
+//!
+//! How an event is applied:
 //! - `state`: one event's application, the `Machine` the rules run on.
 //! - `rules`: the rules, a room per family of event (start, report,
 //!   timers, control, LOOP, rerun, repair, …).
@@ -31,13 +43,26 @@ use uuid::Uuid;
 use crate::definition::Workflow;
 use crate::expr::Sandbox;
 
+pub mod codes;
+mod effect;
+mod event;
+mod history;
+mod lifecycle;
 mod map;
 mod rules;
+mod run;
 mod state;
-pub mod types;
+mod task;
+mod transition;
 
+pub use effect::{AfterCommit, Effect, Need};
+pub use event::{Event, Resolution};
+pub use history::{HistoryEntry, HistoryKind};
+pub use lifecycle::{RunStatus, TaskState};
 pub use map::{ITEMS_PER_EVENT, ITEM_CHUNK};
-pub use types::*;
+pub use run::{ParentRef, Run};
+pub use task::{ErrorInfo, Failure, Item, MapProgress, Task};
+pub use transition::{IgnoreKind, Transition};
 
 use state::Machine;
 
@@ -55,7 +80,7 @@ pub fn apply(
     now: DateTime<Utc>,
     new_id: &mut dyn FnMut() -> Uuid,
 ) -> Transition {
-    let about = types::Probe::of(&event);
+    let about = transition::Probe::of(&event);
     let mut m = Machine { sb, wf, run, now, new_id, tr: Transition::default(), maps: state::Maps::default() };
     if let Err(reason) = m.on(event) {
         return Transition::ignore(reason, about);

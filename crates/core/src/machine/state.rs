@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::types::{Run, Task, Transition};
+use super::run::Run;
+use super::task::Task;
+use super::transition::Transition;
 use crate::definition::{NodeKind, Workflow};
 use crate::expr::Sandbox;
 
@@ -49,7 +51,7 @@ pub(super) struct Maps {
     /// This event created items from a chunk storage read.
     pub(super) sourced: bool,
     /// MAPs whose reduction failed, with why: they fail at their next look.
-    pub(super) broken: HashMap<usize, super::types::Failure>,
+    pub(super) broken: HashMap<usize, super::task::Failure>,
 }
 
 /// An HTTP node's evaluated config with its `idempotency_key`: by default

@@ -4,8 +4,11 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::definition::NodeKind;
+use crate::machine::codes;
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::state::Machine;
-use crate::machine::types::{codes, Failure, Ignore, IgnoreKind, RunStatus, TaskState};
+use crate::machine::task::Failure;
+use crate::machine::transition::{Ignore, IgnoreKind};
 use crate::machine::DEPTH_LIMIT;
 
 impl Machine<'_> {

@@ -5,13 +5,13 @@ use serde_json::Value;
 
 use crate::expr::Scope;
 use crate::machine::state::Machine;
-use crate::machine::types::Task;
+use crate::machine::task::Task;
 use crate::machine::{context, context_of};
 
 impl Machine<'_> {
     /// Whether node `n`'s task, or that it has none, is loaded ([`Run::known`]).
     ///
-    /// [`Run::known`]: crate::machine::types::Run::known
+    /// [`Run::known`]: crate::machine::run::Run::known
     pub(super) fn known(&self, n: usize) -> bool {
         self.run.known.as_ref().is_none_or(|k| k.get(n).copied().unwrap_or(true))
     }

@@ -3,9 +3,11 @@
 use serde_json::json;
 
 use crate::definition::NodeKind;
+use crate::machine::history::HistoryKind;
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::rules::reset::Reset;
 use crate::machine::state::Machine;
-use crate::machine::types::{HistoryKind, Ignore, IgnoreKind, RunStatus, TaskState};
+use crate::machine::transition::{Ignore, IgnoreKind};
 
 impl Machine<'_> {
     /// Every open step is cancelled (a worker holding one stops at its next

@@ -3,8 +3,10 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::machine::history::HistoryKind;
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::state::Machine;
-use crate::machine::types::{Failure, HistoryKind, RunStatus, TaskState};
+use crate::machine::task::Failure;
 
 impl Machine<'_> {
     /// A task's line of history: its ids, attempt and state, with `extra`.

@@ -3,8 +3,9 @@
 
 use uuid::Uuid;
 
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::state::Machine;
-use crate::machine::types::{Ignore, IgnoreKind, RunStatus, TaskState};
+use crate::machine::transition::{Ignore, IgnoreKind};
 
 impl Machine<'_> {
     /// Running: nothing paused or ended starts anew.

@@ -5,8 +5,11 @@ use serde_json::{json, Value};
 
 use crate::definition::NodeKind;
 use crate::expr::Scope;
+use crate::machine::codes;
+use crate::machine::history::HistoryKind;
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::state::{later, Machine};
-use crate::machine::types::{codes, Failure, HistoryKind, RunStatus, TaskState};
+use crate::machine::task::Failure;
 
 impl Machine<'_> {
     /// A LOOP's iteration ended with `output`: the loop completes when its

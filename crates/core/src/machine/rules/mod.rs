@@ -18,8 +18,9 @@
 //!
 //! MAP's rules are in `machine::map`.
 
+use crate::machine::event::Event;
 use crate::machine::state::Machine;
-use crate::machine::types::{Event, Ignore};
+use crate::machine::transition::Ignore;
 
 mod children;
 mod context;

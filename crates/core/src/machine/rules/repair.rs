@@ -4,8 +4,13 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::machine::codes;
+use crate::machine::event::Resolution;
+use crate::machine::history::HistoryKind;
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::state::Machine;
-use crate::machine::types::{codes, Failure, HistoryKind, Ignore, IgnoreKind, Resolution, RunStatus, TaskState};
+use crate::machine::task::Failure;
+use crate::machine::transition::{Ignore, IgnoreKind};
 
 impl Machine<'_> {
     /// An operator ends a step with `output`: an open one (its worker loses

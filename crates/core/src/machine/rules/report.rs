@@ -6,8 +6,12 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::definition::limit::MAX_RETRY_AFTER;
+use crate::machine::codes;
+use crate::machine::history::HistoryKind;
+use crate::machine::lifecycle::TaskState;
 use crate::machine::state::{later, Machine};
-use crate::machine::types::{codes, ErrorInfo, Failure, HistoryKind, Ignore, IgnoreKind, TaskState};
+use crate::machine::task::{ErrorInfo, Failure};
+use crate::machine::transition::{Ignore, IgnoreKind};
 
 /// The failure a worker reported: its code if it is one ([`codes::TASK_FAILED`]
 /// without), and a 429's `Retry-After`, bounded.

@@ -4,9 +4,11 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::machine::history::HistoryKind;
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::rules::reset::Reset;
 use crate::machine::state::{renew_idempotency_key, Machine};
-use crate::machine::types::{HistoryKind, Ignore, IgnoreKind, RunStatus, TaskState};
+use crate::machine::transition::{Ignore, IgnoreKind};
 
 impl Machine<'_> {
     /// Runs the run again from `tasks`: each node's task and everything

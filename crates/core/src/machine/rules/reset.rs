@@ -4,8 +4,9 @@
 use serde_json::json;
 
 use crate::definition::Workflow;
+use crate::machine::history::HistoryKind;
+use crate::machine::lifecycle::TaskState;
 use crate::machine::state::Machine;
-use crate::machine::types::{HistoryKind, TaskState};
 
 /// The nodes whose tasks a retry or a rerun takes out of the run, to run
 /// again as they become ready.

@@ -5,8 +5,8 @@ use serde_json::{json, Map, Value};
 
 use crate::definition::{NodeKind, Workflow};
 use crate::expr::Scope;
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::state::Machine;
-use crate::machine::types::{RunStatus, TaskState};
 use crate::storable;
 
 /// How a ready node is entered.

@@ -7,8 +7,13 @@ use serde_json::{json, Value};
 use crate::definition::limit::keys_in;
 use crate::definition::{NodeKind, WaitFor};
 use crate::expr::Scope;
+use crate::machine::codes;
+use crate::machine::effect::Effect;
+use crate::machine::history::HistoryKind;
+use crate::machine::lifecycle::TaskState;
 use crate::machine::state::{later, with_idempotency_key, Machine, FOREVER};
-use crate::machine::types::{codes, Effect, Failure, HistoryKind, Ignore, IgnoreKind, Task, TaskState};
+use crate::machine::task::{Failure, Task};
+use crate::machine::transition::{Ignore, IgnoreKind};
 use crate::storable;
 
 /// How a task's attempt begins.

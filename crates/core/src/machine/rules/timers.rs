@@ -5,8 +5,11 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::definition::NodeKind;
+use crate::machine::codes;
+use crate::machine::lifecycle::{RunStatus, TaskState};
 use crate::machine::state::Machine;
-use crate::machine::types::{codes, Failure, Ignore, IgnoreKind, RunStatus, TaskState};
+use crate::machine::task::Failure;
+use crate::machine::transition::{Ignore, IgnoreKind};
 
 impl Machine<'_> {
     /// A due timer ends a WAIT, times out a WAIT_FOR_EVENT or an attempt,

@@ -1,0 +1,73 @@
+//! The part of a run the state machine reads and changes, and the attempt
+//! a child run belongs to.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::lifecycle::RunStatus;
+use super::task::Task;
+
+/// The part of a run the state machine reads and changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub id: Uuid,
+    pub status: RunStatus,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<String>,
+    pub tasks: Vec<Task>,
+    /// Largest value the engine may compute for this run, as JSON bytes
+    /// (`COMPOSER_MAX_PAYLOAD`): evaluated inputs, TRANSFORM outputs and
+    /// the run's output beyond it fail their node (or the run).
+    pub max_payload: usize,
+    /// MAP items the run's tree (its root and every child run under it) may
+    /// still create: its fan-out budget. A MAP with more items fails.
+    pub items_left: u64,
+    /// When the run times out (the definition's `timeout` after its start).
+    pub deadline: Option<DateTime<Utc>>,
+    /// For a child run: the SUB_WORKFLOW attempt it reports its end to.
+    pub parent: Option<ParentRef>,
+    /// For a run under a concurrency limit: the limit's key.
+    pub concurrency_key: Option<String>,
+    /// Which nodes' tasks `tasks` holds. `None`: all of them. `Some(mask)`:
+    /// the nodes marked true (their task, or the knowledge that they have
+    /// none yet), and whatever the mask says, every task that is not
+    /// COMPLETED, SKIPPED or CANCELLED. A machine that needs another node's
+    /// task names it in [`Transition::missing`](crate::machine::Transition::missing) instead of guessing; the
+    /// engine loads it and applies the event again.
+    pub known: Option<Vec<bool>>,
+}
+
+impl Run {
+    pub fn new(id: Uuid, input: Value) -> Run {
+        Run {
+            id,
+            status: RunStatus::Running,
+            input,
+            output: None,
+            error: None,
+            tasks: Vec::new(),
+            max_payload: crate::storable::DEFAULT_MAX_PAYLOAD,
+            items_left: u64::MAX,
+            deadline: None,
+            parent: None,
+            concurrency_key: None,
+            known: None,
+        }
+    }
+
+    pub fn task(&self, id: Uuid) -> Option<&Task> {
+        self.tasks.iter().find(|t| t.id == id && !t.removed)
+    }
+}
+
+/// The SUB_WORKFLOW (or LOOP) attempt a child run belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ParentRef {
+    pub run_id: Uuid,
+    pub task_id: Uuid,
+    pub attempt: i32,
+    /// The LOOP iteration it is (0 for a SUB_WORKFLOW's child).
+    pub iteration: u32,
+}
