@@ -1,0 +1,118 @@
+//! Evaluating an [`Expr`] in a [`Sandbox`], under its budget, over a
+//! [`Scope`]: its input converted once for many expressions.
+
+use std::fmt;
+
+use jaq_core::{Ctx, Vars};
+use serde_json::Value;
+
+use super::compile::Expr;
+use super::guard::{self, Exceeded, Limits};
+use super::sandbox::Sandbox;
+use super::value::{self, Lookup, Sandboxed};
+
+impl Expr {
+    /// The expression's first output for `input`; an error names the
+    /// expression and what went wrong, and never panics.
+    pub fn eval(&self, sb: &Sandbox, input: &Value) -> Result<Value, String> {
+        self.eval_in(sb, &Scope::new(input)?)
+    }
+
+    /// Like [`Expr::eval`], on an input converted once for many expressions.
+    pub fn eval_in(&self, sb: &Sandbox, scope: &Scope) -> Result<Value, String> {
+        self.eval_limited(sb, scope, Limits::DEFAULT)
+    }
+
+    /// Evaluates under `limits`: whatever the expression does, this returns
+    /// within the time limit, with its first output or an error.
+    pub fn eval_limited(&self, sb: &Sandbox, scope: &Scope, limits: Limits) -> Result<Value, String> {
+        sb.admit(&self.source, self.simple)?;
+        let Some(linked) = self.linked.get() else {
+            return Err(format!("{}: expression was never compiled", self.source));
+        };
+        let result = guard::run(limits, || {
+            let vars = match linked.index {
+                Some(i) => Vars::new([value::Value::from(i)]),
+                None => Vars::new([]),
+            };
+            let ctx = Ctx::<Sandboxed>::new(Lookup(&linked.filter.lut), vars);
+            let mut out = linked.filter.id.run((ctx, scope.0.clone()));
+            match out.next() {
+                Some(Ok(v)) => to_json(&v.inner, limits),
+                Some(Err(e)) => match e.get_err() {
+                    Ok(e) => Err(value::describe(&e)),
+                    Err(_) => Err("stopped outside of a label".to_string()),
+                },
+                None => Err("produced no value".to_string()),
+            }
+        });
+        result.map_err(|e| format!("{}: {e}", crate::clipped(&self.source, 200)))
+    }
+
+    /// Evaluates a condition, which must yield a boolean.
+    pub fn eval_bool(&self, sb: &Sandbox, input: &Value) -> Result<bool, String> {
+        self.eval_bool_in(sb, &Scope::new(input)?)
+    }
+
+    pub fn eval_bool_in(&self, sb: &Sandbox, scope: &Scope) -> Result<bool, String> {
+        match self.eval_in(sb, scope)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(format!("{}: must yield a boolean, got {other}", self.source)),
+        }
+    }
+}
+
+/// A result as JSON: no bigger than the byte limit and no deeper than the
+/// depth limit, so that it can be stored and read back.
+fn to_json(v: &jaq_json::Val, limits: Limits) -> Result<Value, String> {
+    use fmt::Write;
+    let mut text = value::Capped { out: String::new(), limit: limits.output };
+    if write!(text, "{v}").is_err() {
+        return Err(Exceeded::Output(limits.output).to_string());
+    }
+    serde_json::from_str(&text.out).map_err(|e| {
+        if e.to_string().contains("recursion limit") {
+            Exceeded::Depth(limits.depth).to_string()
+        } else {
+            let cut: String = text.out.chars().take(200).collect();
+            format!("result {cut} is not JSON")
+        }
+    })
+}
+
+/// An expression input converted to jaq's values once, so that many
+/// expressions can read it without converting it again (cheap to clone).
+#[derive(Clone)]
+pub struct Scope(value::Value);
+
+impl Scope {
+    pub fn new(input: &Value) -> Result<Scope, String> {
+        serde_json::from_value(input.clone())
+            .map(|v| Scope(value::Value::wrap(v)))
+            .map_err(|e| format!("expression input is not JSON: {e}"))
+    }
+
+    /// `null`, for inputs that could not be converted.
+    pub fn null() -> Scope {
+        Scope(value::Value::default())
+    }
+
+    /// This scope (an object) with more top-level keys bound (a LOOP's
+    /// `.iteration` and `.previous`), the rest shared.
+    pub fn with(&self, fields: &[(&'static str, &Value)]) -> Result<Scope, String> {
+        let mut bound = Vec::with_capacity(fields.len());
+        for (name, value) in fields {
+            let v = serde_json::from_value((*value).clone()).map_err(|e| format!("{name} is not JSON: {e}"))?;
+            bound.push((*name, v));
+        }
+        Ok(Scope(self.0.with_fields(bound)))
+    }
+
+    /// This scope (an object) with `.item` and `.index` bound, for one item
+    /// of a MAP. The rest is shared, not converted again, so binding costs
+    /// the item's size, not the run's.
+    pub fn with_item(&self, item: &Value, index: usize) -> Result<Scope, String> {
+        let item = serde_json::from_value(item.clone()).map_err(|e| format!("item is not JSON: {e}"))?;
+        Ok(Scope(self.0.with_fields([("item", item), ("index", jaq_json::Val::from(index))])))
+    }
+}
