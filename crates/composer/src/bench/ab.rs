@@ -13,7 +13,10 @@ use anyhow::{bail, Context};
 use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
 use serde_json::{json, Value};
 
-use super::measure::{measure, median, percentile, round2, round3, start_sink, Results, Target};
+use super::measure::measure;
+use super::samples::{median, percentile, round2, round3};
+use super::summary::Results;
+use super::target::{start_sink, Target};
 use crate::cli::BenchArgs;
 
 /// One binary under test.
@@ -172,7 +175,7 @@ async fn wait_for_ready(http: &reqwest::Client, url: &str) -> anyhow::Result<()>
 }
 
 async fn drop_database(admin_url: &str, db: &str) -> anyhow::Result<()> {
-    let client = super::measure::connect_db(admin_url).await?;
+    let client = super::postgres::connect_db(admin_url).await?;
     client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await?;
     Ok(())
 }

@@ -3,9 +3,21 @@
 //! pgbench's rate for one task's minimal writes on the same server, so a
 //! figure can be read against what the machine can do at all.
 //!
-//! - `measure`: the phases and the summary; `ab`: two binaries side by side.
+//! - `measure`: every phase of the K-step bench against one target, in order.
+//! - `phases`: registering the workflow, latency, throughput, timers.
+//! - `task_api`: `--task-api`, steps served by in-process task-API pollers.
+//! - `map`: `--map N`, one MAP of N HTTP items.
+//! - `target`: what is driven: a URL and its database, or an embedded
+//!   one, and the sink HTTP steps call.
+//! - `scrape`: the stages and dispatch counters read from `/metrics`.
+//! - `postgres`: PostgreSQL's work, a history to fill it, pgbench's rate.
+//! - `samples`: percentiles, medians, rounding.
+//! - `summary`: the results as a JSON line or a printed summary.
+//! - `ab`: two binaries side by side.
 
 use std::process::ExitCode;
+
+use anyhow::bail;
 
 use composer_client::Client;
 use composer_config::non_empty;
@@ -13,9 +25,19 @@ use composer_config::non_empty;
 use crate::cli::BenchArgs;
 
 mod ab;
+mod map;
 mod measure;
+mod phases;
+mod postgres;
+mod samples;
+mod scrape;
+mod summary;
+mod target;
+mod task_api;
 
-use measure::{bench_map, measure, start_embedded, start_sink, validate, Target, MAP_BENCH_MAX_PAYLOAD};
+use map::bench_map;
+use measure::measure;
+use target::{start_embedded, start_sink, Target, MAP_BENCH_MAX_PAYLOAD};
 
 pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     validate(&args)?;
@@ -43,4 +65,29 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         results.print(&args, &target.url);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses flags out of range, and benches that cannot be combined, before anything starts.
+fn validate(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.steps == 0 || args.steps > 100 {
+        bail!("--steps must be between 1 and 100");
+    }
+    if args.concurrency == 0 || args.concurrency > composer_worker::MAX_WORKER_SLOTS {
+        // The embedded worker has a slot per workflow in flight.
+        bail!("--concurrency must be between 1 and {}", composer_worker::MAX_WORKER_SLOTS);
+    }
+    if let Some(n) = args.task_api {
+        if n == 0 || n > 64 {
+            bail!("--task-api must be between 1 and 64 pollers");
+        }
+        if args.map.is_some() {
+            bail!("--task-api and --map are separate benches");
+        }
+    }
+    if let Some(n) = args.map {
+        if n == 0 || n > composer_core::definition::MAP_MAX_ITEMS {
+            bail!("--map must be between 1 and {}", composer_core::definition::MAP_MAX_ITEMS);
+        }
+    }
+    Ok(())
 }
