@@ -122,81 +122,26 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
     let api = api(&args)?;
     let format = Format::resolve(args.output.as_deref());
     let run_path = |id: &str, action: &str| format!("/v1/runs/{}{action}", encode(id));
-    let cmd_name = match &cmd {
-        RunCommand::Cancel { .. } => "cancel",
-        RunCommand::Retry { .. } => "retry",
-        RunCommand::Pause { .. } => "pause",
-        _ => "resume",
-    };
     match cmd {
         RunCommand::Start { workflow, input, idempotency_key, version, tags, priority, wait, timeout } => {
             let input = json_arg("--input", &input)?;
             let tags = tag_args(&tags)?;
             let req = StartRun { workflow, version, input: Some(input), idempotency_key, tags, priority };
-            let run = api.start_run(&req).await?;
-            if !wait {
-                output::one(format, &serde_json::to_value(&run)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let run = wait_showing_progress(&api, run.id, timeout).await?;
-            output::one(format, &serde_json::to_value(&run)?);
-            return match run.status {
-                RunStatus::Succeeded => Ok(ExitCode::SUCCESS),
-                RunStatus::Queued | RunStatus::Running | RunStatus::Paused => Err(Failure {
-                    code: WAIT_TIMED_OUT,
-                    message: format!("run {} still {} after {}", run.id, run.status, duration::format(timeout)),
-                }
-                .into()),
-                _ => Ok(ExitCode::from(RUN_FAILED)),
-            };
+            return start_and_show(&api, format, &req, wait.then_some(timeout)).await;
         }
         RunCommand::Get { id } => output::one(format, &call(&api, Method::GET, &run_path(&id, ""), None).await?),
         RunCommand::List { filter, limit, cursor } => {
-            let mut query = vec![format!("limit={limit}")];
-            if let Some(c) = cursor {
-                query.push(format!("cursor={}", encode(&c)));
-            }
-            for (k, v) in filter_fields(filter)? {
-                match v {
-                    Value::Object(tags) => {
-                        for (k, v) in tags {
-                            query.push(format!("tag.{}={}", encode(&k), encode(v.as_str().unwrap_or_default())));
-                        }
-                    }
-                    v => query.push(format!("{k}={}", encode(v.as_str().unwrap_or_default()))),
-                }
-            }
-            let answer = call(&api, Method::GET, &format!("/v1/runs?{}", query.join("&")), None).await?;
-            output::list(format, &answer, "runs", output::RUN_COLUMNS);
+            let path = format!("/v1/runs?{}", list_query(filter, limit, cursor)?);
+            output::list(format, &call(&api, Method::GET, &path, None).await?, "runs", output::RUN_COLUMNS);
         }
         RunCommand::Events { id } => {
-            // Every page, to the end.
-            let mut events = Vec::new();
-            let mut after = 0i64;
-            loop {
-                let path = format!("{}?after={after}&limit=1000", run_path(&id, "/events"));
-                let page = call(&api, Method::GET, &path, None).await?;
-                events.extend(page["events"].as_array().cloned().unwrap_or_default());
-                match page["next_after"].as_i64() {
-                    Some(next) => after = next,
-                    None => break,
-                }
-            }
+            let events = whole_history(&api, &run_path(&id, "/events")).await?;
             output::all(format, &events, output::EVENT_COLUMNS);
         }
-        RunCommand::Cancel { id, reason }
-        | RunCommand::Retry { id, reason }
-        | RunCommand::Pause { id, reason }
-        | RunCommand::Resume { id, reason } => {
-            let action = match cmd_name {
-                "cancel" => "/cancel",
-                "retry" => "/retry",
-                "pause" => "/pause",
-                _ => "/resume",
-            };
-            let body = reason.map(|r| serde_json::json!({"reason": r}));
-            output::one(format, &call(&api, Method::POST, &run_path(&id, action), body.as_ref()).await?)
-        }
+        RunCommand::Cancel { id, reason } => control(&api, format, &run_path(&id, "/cancel"), reason).await?,
+        RunCommand::Retry { id, reason } => control(&api, format, &run_path(&id, "/retry"), reason).await?,
+        RunCommand::Pause { id, reason } => control(&api, format, &run_path(&id, "/pause"), reason).await?,
+        RunCommand::Resume { id, reason } => control(&api, format, &run_path(&id, "/resume"), reason).await?,
         RunCommand::Priority { id, priority } => {
             let body = serde_json::json!({ "priority": priority });
             output::one(format, &call(&api, Method::PUT, &run_path(&id, "/priority"), Some(&body)).await?)
@@ -206,51 +151,20 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             if let Some(i) = input {
                 body["input"] = json_arg("--input", &i)?;
             }
-            if let Some(r) = reason {
-                body["reason"] = Value::String(r);
-            }
+            let body = with_reason(body, reason);
             output::one(format, &call(&api, Method::POST, &run_path(&id, "/rerun"), Some(&body)).await?)
         }
         RunCommand::Complete { id, node, output: step_output, reason } => {
-            let mut body = serde_json::json!({"output": json_arg("--output", &step_output)?});
-            if let Some(r) = reason {
-                body["reason"] = Value::String(r);
-            }
+            let body = with_reason(serde_json::json!({"output": json_arg("--output", &step_output)?}), reason);
             let path = run_path(&id, &format!("/tasks/{}/complete", encode(&node)));
             output::one(format, &call(&api, Method::POST, &path, Some(&body)).await?)
         }
         RunCommand::Why { id } => {
             let answer = call(&api, Method::GET, &run_path(&id, "/explain"), None).await?;
-            match format {
-                Format::Json | Format::Jsonl => output::one(format, &answer),
-                Format::Table => {
-                    println!(
-                        "{} {}: {}",
-                        answer["run_id"].as_str().unwrap_or(&id),
-                        answer["status"].as_str().unwrap_or(""),
-                        answer["summary"].as_str().unwrap_or("")
-                    );
-                    for n in answer["nodes"].as_array().into_iter().flatten() {
-                        println!(
-                            "  {} ({}): {}",
-                            n["node_id"].as_str().unwrap_or(""),
-                            n["state"].as_str().unwrap_or(""),
-                            n["reason"].as_str().unwrap_or("")
-                        );
-                    }
-                }
-            }
+            show_explain(format, &answer, &id);
         }
         RunCommand::Bulk { action, filter, from, reason, dry_run } => {
-            let filter: serde_json::Map<String, Value> =
-                filter_fields(filter)?.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-            let mut body = serde_json::json!({"filter": filter, "action": action, "dry_run": dry_run});
-            if !from.is_empty() {
-                body["from"] = serde_json::json!(from);
-            }
-            if let Some(r) = reason {
-                body["reason"] = Value::String(r);
-            }
+            let body = bulk_body(action, filter, from, reason, dry_run)?;
             output::one(format, &call(&api, Method::POST, "/v1/runs/bulk", Some(&body)).await?)
         }
         RunCommand::BulkStatus { job } => {
@@ -272,6 +186,120 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `run start`: starts the run and prints it; with `wait`, prints it once
+/// it ended instead, and exits as it ended (or as a wait that ran out).
+async fn start_and_show(
+    api: &Client,
+    format: Format,
+    req: &StartRun,
+    wait: Option<Duration>,
+) -> anyhow::Result<ExitCode> {
+    let run = api.start_run(req).await?;
+    let Some(timeout) = wait else {
+        output::one(format, &serde_json::to_value(&run)?);
+        return Ok(ExitCode::SUCCESS);
+    };
+    let run = wait_showing_progress(api, run.id, timeout).await?;
+    output::one(format, &serde_json::to_value(&run)?);
+    match run.status {
+        RunStatus::Succeeded => Ok(ExitCode::SUCCESS),
+        RunStatus::Queued | RunStatus::Running | RunStatus::Paused => Err(Failure {
+            code: WAIT_TIMED_OUT,
+            message: format!("run {} still {} after {}", run.id, run.status, duration::format(timeout)),
+        }
+        .into()),
+        _ => Ok(ExitCode::from(RUN_FAILED)),
+    }
+}
+
+/// `run list`'s query: the page, then the filter (a tag as `tag.KEY=VALUE`).
+fn list_query(filter: RunFilter, limit: u32, cursor: Option<String>) -> anyhow::Result<String> {
+    let mut query = vec![format!("limit={limit}")];
+    if let Some(c) = cursor {
+        query.push(format!("cursor={}", encode(&c)));
+    }
+    for (k, v) in filter_fields(filter)? {
+        match v {
+            Value::Object(tags) => {
+                for (k, v) in tags {
+                    query.push(format!("tag.{}={}", encode(&k), encode(v.as_str().unwrap_or_default())));
+                }
+            }
+            v => query.push(format!("{k}={}", encode(v.as_str().unwrap_or_default()))),
+        }
+    }
+    Ok(query.join("&"))
+}
+
+/// Every page of a run's history at `path`, to the end.
+async fn whole_history(api: &Client, path: &str) -> anyhow::Result<Vec<Value>> {
+    let mut events = Vec::new();
+    let mut after = 0i64;
+    loop {
+        let page = call(api, Method::GET, &format!("{path}?after={after}&limit=1000"), None).await?;
+        events.extend(page["events"].as_array().cloned().unwrap_or_default());
+        match page["next_after"].as_i64() {
+            Some(next) => after = next,
+            None => return Ok(events),
+        }
+    }
+}
+
+/// A control action (cancel, retry, pause, resume) at `path`, with its reason if given.
+async fn control(api: &Client, format: Format, path: &str, reason: Option<String>) -> anyhow::Result<()> {
+    let body = reason.map(|r| serde_json::json!({"reason": r}));
+    output::one(format, &call(api, Method::POST, path, body.as_ref()).await?);
+    Ok(())
+}
+
+/// `body` with `reason` added when one is given.
+fn with_reason(mut body: Value, reason: Option<String>) -> Value {
+    if let Some(r) = reason {
+        body["reason"] = Value::String(r);
+    }
+    body
+}
+
+/// `run why`: the explanation as JSON, or as a line per open step.
+fn show_explain(format: Format, answer: &Value, id: &str) {
+    match format {
+        Format::Json | Format::Jsonl => output::one(format, answer),
+        Format::Table => {
+            println!(
+                "{} {}: {}",
+                answer["run_id"].as_str().unwrap_or(id),
+                answer["status"].as_str().unwrap_or(""),
+                answer["summary"].as_str().unwrap_or("")
+            );
+            for n in answer["nodes"].as_array().into_iter().flatten() {
+                println!(
+                    "  {} ({}): {}",
+                    n["node_id"].as_str().unwrap_or(""),
+                    n["state"].as_str().unwrap_or(""),
+                    n["reason"].as_str().unwrap_or("")
+                );
+            }
+        }
+    }
+}
+
+/// `run bulk`'s request.
+fn bulk_body(
+    action: String,
+    filter: RunFilter,
+    from: Vec<String>,
+    reason: Option<String>,
+    dry_run: bool,
+) -> anyhow::Result<Value> {
+    let filter: serde_json::Map<String, Value> =
+        filter_fields(filter)?.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let mut body = serde_json::json!({"filter": filter, "action": action, "dry_run": dry_run});
+    if !from.is_empty() {
+        body["from"] = serde_json::json!(from);
+    }
+    Ok(with_reason(body, reason))
 }
 
 /// Waits for the run to end, writing to stderr what it is doing whenever
