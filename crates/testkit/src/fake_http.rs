@@ -13,6 +13,7 @@
 //! | `/busy/{n}/{secs}/{name}` | 429 with `Retry-After: secs` for the first `n` calls, then 200 |
 //! | `/redirect/{name}?to=URL` | 302 to URL |
 //! | `/moved/{status}/{name}?to=URL` | `status` (301, 307, …) to URL |
+//! | `/nul/{name}` | 200 with a JSON body PostgreSQL cannot store (a NUL in a string) |
 //! | `/mirror/{name}` | 400 `{"method", "uri", "headers", "body", "shout"}`: the request as received, its body as text and in capitals |
 
 use std::collections::HashMap;
@@ -98,12 +99,12 @@ impl FakeHttp {
         self.calls.log.lock().unwrap().iter().filter(|r| r.path.starts_with(prefix)).count()
     }
 
-    /// Every call to `path`, oldest first.
     /// The most calls to `path` that were ever answered at once.
     pub fn max_in_flight(&self, path: &str) -> usize {
         self.calls.in_flight.lock().unwrap().get(path).map_or(0, |e| e.1)
     }
 
+    /// Every call to `path`, oldest first.
     pub fn requests(&self, path: &str) -> Vec<Recorded> {
         self.calls.log.lock().unwrap().iter().filter(|r| r.path == path).cloned().collect()
     }
@@ -120,34 +121,65 @@ impl Drop for FakeHttp {
 }
 
 async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or_default().to_string();
-    let method = req.method().to_string();
-    let headers: HashMap<String, String> = req
-        .headers()
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-        .collect();
-    let uri = req.uri().to_string();
-    let bytes = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024).await.unwrap_or_else(|_| Bytes::new());
-    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    let call = {
-        let mut log = calls.log.lock().unwrap();
+    let received = Received::read(req).await;
+    let call = calls.record(&received);
+    let _in_flight = InFlight::enter(&calls, &received.path);
+    answer(&calls, &received, call).await
+}
+
+/// A call as it came in.
+struct Received {
+    path: String,
+    query: String,
+    uri: String,
+    method: String,
+    headers: HashMap<String, String>,
+    bytes: Bytes,
+    /// The body as JSON (null when it is not JSON).
+    body: Value,
+}
+
+impl Received {
+    async fn read(req: Request) -> Received {
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or_default().to_string();
+        let method = req.method().to_string();
+        let headers: HashMap<String, String> = req
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect();
+        let uri = req.uri().to_string();
+        let bytes = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024).await.unwrap_or_else(|_| Bytes::new());
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Received { path, query, uri, method, headers, bytes, body }
+    }
+}
+
+impl Calls {
+    /// Logs the call; returns how many calls its path has had, this one included.
+    fn record(&self, r: &Received) -> usize {
+        let mut log = self.log.lock().unwrap();
         log.push(Recorded {
-            path: path.clone(),
-            method,
-            idempotency_key: headers.get("idempotency-key").cloned(),
-            headers,
-            body: body.clone(),
+            path: r.path.clone(),
+            method: r.method.clone(),
+            idempotency_key: r.headers.get("idempotency-key").cloned(),
+            headers: r.headers.clone(),
+            body: r.body.clone(),
             at: Instant::now(),
         });
-        log.iter().filter(|r| r.path == path).count()
-    };
-    let _in_flight = InFlight::enter(&calls, &path);
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        log.iter().filter(|c| c.path == r.path).count()
+    }
+}
+
+/// The answer the path asks for (see the table at the top), to the
+/// path's `call`-th call.
+async fn answer(calls: &Calls, r: &Received, call: usize) -> Response {
+    let ok = || Json(json!({"path": r.path, "call": call})).into_response();
+    let parts: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
-        ["ok", ..] => Json(json!({"path": path, "call": call})).into_response(),
-        ["echo", ..] => Json(json!({"body": body, "call": call})).into_response(),
+        ["ok", ..] => ok(),
+        ["echo", ..] => Json(json!({"body": r.body, "call": call})).into_response(),
         ["headers", ..] => {
             let headers = calls.log.lock().unwrap().last().map(|r| r.headers.clone()).unwrap_or_default();
             Json(json!({"headers": headers})).into_response()
@@ -155,7 +187,7 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
         ["fail", ..] => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
         // `/redirect?to=URL`: a 302 to URL.
         ["redirect", ..] => {
-            let to = query.strip_prefix("to=").unwrap_or_default().to_string();
+            let to = r.query.strip_prefix("to=").unwrap_or_default().to_string();
             (StatusCode::FOUND, [(axum::http::header::LOCATION, to)]).into_response()
         }
         // A body PostgreSQL cannot store: a NUL character in a string.
@@ -163,28 +195,28 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
             ([(axum::http::header::CONTENT_TYPE, "application/json")], r#"{"v": "a\u0000b"}"#).into_response()
         }
         ["moved", status, ..] => {
-            let to = query.strip_prefix("to=").unwrap_or_default().to_string();
+            let to = r.query.strip_prefix("to=").unwrap_or_default().to_string();
             let status = status.parse().ok().and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::FOUND);
             (status, [(axum::http::header::LOCATION, to)]).into_response()
         }
         ["mirror", ..] => {
             let recorded = calls.log.lock().unwrap().last().cloned();
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            let answer = json!({"method": recorded.as_ref().map(|r| r.method.clone()), "uri": uri,
+            let text = String::from_utf8_lossy(&r.bytes).into_owned();
+            let answer = json!({"method": recorded.as_ref().map(|r| r.method.clone()), "uri": r.uri,
                 "headers": recorded.map(|r| r.headers).unwrap_or_default(), "shout": text.to_uppercase(), "body": text});
             (StatusCode::BAD_REQUEST, Json(answer)).into_response()
         }
         ["bad", ..] => (StatusCode::BAD_REQUEST, Json(json!({"error": "bad request"}))).into_response(),
         ["status", code, ..] => {
             let status = code.parse().ok().and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::OK);
-            (status, Json(json!({"path": path, "call": call}))).into_response()
+            (status, Json(json!({"path": r.path, "call": call}))).into_response()
         }
         ["flaky", n, ..] => {
             let n: usize = n.parse().unwrap_or(0);
             if call <= n {
                 (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response()
             } else {
-                Json(json!({"path": path, "call": call})).into_response()
+                ok()
             }
         }
         ["busy", n, secs, ..] => {
@@ -192,12 +224,12 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
                 (StatusCode::TOO_MANY_REQUESTS, [(axum::http::header::RETRY_AFTER, secs.to_string())], "slow down")
                     .into_response()
             } else {
-                Json(json!({"path": path, "call": call})).into_response()
+                ok()
             }
         }
         ["slow", ms, ..] => {
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
-            Json(json!({"path": path, "call": call})).into_response()
+            ok()
         }
         _ => (StatusCode::NOT_FOUND, "no such fake").into_response(),
     }
