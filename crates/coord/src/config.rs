@@ -213,6 +213,20 @@ impl Config {
         self.api_token = non_empty(&self.api_token);
         self.worker_token = non_empty(&self.worker_token);
         self.metrics_token = non_empty(&self.metrics_token);
+        self.check_intervals()?;
+        self.check_sizes()?;
+        self.check_tokens()?;
+        self.normalize_otlp()?;
+        self.normalize_allowed_hosts()?;
+        self.allowed_origins =
+            self.allowed_origins.iter().map(|o| o.trim().trim_end_matches('/').to_string()).collect();
+        self.allowed_origins.retain(|o| !o.is_empty());
+        self.check_open_listen()?;
+        Ok(self)
+    }
+
+    /// Every loop's interval, and the UI's session, is longer than zero.
+    fn check_intervals(&self) -> Result<(), ConfigError> {
         for (flag, env, d) in [
             ("--outbox-poll-interval", "COMPOSER_OUTBOX_POLL_INTERVAL", self.outbox_poll_interval),
             ("--timer-interval", "COMPOSER_TIMER_INTERVAL", self.timer_interval),
@@ -226,6 +240,11 @@ impl Config {
                 return Err(ConfigError::new(flag, env, "must be greater than zero"));
             }
         }
+        Ok(())
+    }
+
+    /// Leases, partitions, shards, pools and queues are of a size that works.
+    fn check_sizes(&self) -> Result<(), ConfigError> {
         if self.lease_ttl < Duration::from_millis(300) {
             return Err(ConfigError::new("--lease-ttl", "COMPOSER_LEASE_TTL", "must be at least 300ms"));
         }
@@ -264,6 +283,12 @@ impl Config {
         if self.engine_workers == 0 {
             return Err(ConfigError::new("--engine-workers", "COMPOSER_ENGINE_WORKERS", "must be at least 1"));
         }
+        Ok(())
+    }
+
+    /// The worker token is not the API token, and no token is short
+    /// enough to guess.
+    fn check_tokens(&self) -> Result<(), ConfigError> {
         if self.api_token.is_some() && self.api_token == self.worker_token {
             return Err(ConfigError::new(
                 "--worker-token",
@@ -288,35 +313,23 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The OTLP endpoint (without a trailing `/`) is a web URL, and each
+    /// OTLP header (blank ones dropped) is a valid `name=value`.
+    fn normalize_otlp(&mut self) -> Result<(), ConfigError> {
         self.otlp_endpoint = non_empty(&self.otlp_endpoint).map(|u| u.trim_end_matches('/').to_string());
-        if let Some(url) = &self.otlp_endpoint {
-            let uri = url.parse::<axum::http::Uri>().ok();
-            let web = uri.as_ref().is_some_and(|u| {
-                matches!(u.scheme_str(), Some("http" | "https"))
-                    && u.query().is_none()
-                    && !url.contains('#')
-                    && u.authority().is_some_and(|a| {
-                        let port = if a.as_str().ends_with(']') { None } else { a.as_str().rsplit_once(':') };
-                        let port_ok = port.is_none_or(|(_, p)| p.parse::<u16>().is_ok_and(|p| p > 0));
-                        !a.as_str().contains('@') && !a.host().is_empty() && port_ok
-                    })
-            });
-            if !web {
-                // Credentials in it are not repeated in the error.
-                let shown =
-                    match url.split_once("://").and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1))) {
-                        Some((scheme, rest)) => format!("{scheme}://***@{rest}"),
-                        None => url.clone(),
-                    };
-                return Err(ConfigError::new(
-                    "--otlp-endpoint",
-                    "COMPOSER_OTLP_ENDPOINT",
-                    format!(
-                        "{shown:?} is not an http:// or https:// URL with a host and without credentials, a query \
-                         or a fragment (such as http://127.0.0.1:4318)"
-                    ),
-                ));
-            }
+        if let Some(url) = self.otlp_endpoint.as_deref().filter(|url| !is_otlp_url(url)) {
+            return Err(ConfigError::new(
+                "--otlp-endpoint",
+                "COMPOSER_OTLP_ENDPOINT",
+                format!(
+                    "{:?} is not an http:// or https:// URL with a host and without credentials, a query \
+                     or a fragment (such as http://127.0.0.1:4318)",
+                    without_credentials(url)
+                ),
+            ));
         }
         self.otlp_headers.retain(|h| !h.trim().is_empty());
         for (i, h) in self.otlp_headers.iter().enumerate() {
@@ -333,6 +346,12 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The allowed hosts, trimmed and lower-cased, are each `*` or a host
+    /// name with an optional port.
+    fn normalize_allowed_hosts(&mut self) -> Result<(), ConfigError> {
         self.allowed_hosts = self.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect();
         self.allowed_hosts.retain(|h| !h.is_empty());
         for host in &self.allowed_hosts {
@@ -345,9 +364,12 @@ impl Config {
                 ));
             }
         }
-        self.allowed_origins =
-            self.allowed_origins.iter().map(|o| o.trim().trim_end_matches('/').to_string()).collect();
-        self.allowed_origins.retain(|o| !o.is_empty());
+        Ok(())
+    }
+
+    /// Listening beyond loopback takes both tokens, unless running without
+    /// authentication is asked for.
+    fn check_open_listen(&self) -> Result<(), ConfigError> {
         let open = !self.listen.ip().is_loopback();
         let no_tokens = self.api_token.is_none() || self.worker_token.is_none();
         if open && no_tokens && !self.allow_no_auth {
@@ -361,7 +383,31 @@ impl Config {
                 ),
             ));
         }
-        Ok(self)
+        Ok(())
+    }
+}
+
+/// Whether `url` can be an OTLP endpoint: http or https, with a host (and a
+/// port above 0 if any), without credentials, a query or a fragment.
+fn is_otlp_url(url: &str) -> bool {
+    let uri = url.parse::<axum::http::Uri>().ok();
+    uri.as_ref().is_some_and(|u| {
+        matches!(u.scheme_str(), Some("http" | "https"))
+            && u.query().is_none()
+            && !url.contains('#')
+            && u.authority().is_some_and(|a| {
+                let port = if a.as_str().ends_with(']') { None } else { a.as_str().rsplit_once(':') };
+                let port_ok = port.is_none_or(|(_, p)| p.parse::<u16>().is_ok_and(|p| p > 0));
+                !a.as_str().contains('@') && !a.host().is_empty() && port_ok
+            })
+    })
+}
+
+/// `url` as an error may show it: credentials in it are not repeated.
+fn without_credentials(url: &str) -> String {
+    match url.split_once("://").and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?.1))) {
+        Some((scheme, rest)) => format!("{scheme}://***@{rest}"),
+        None => url.to_string(),
     }
 }
 
