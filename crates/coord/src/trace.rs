@@ -310,23 +310,58 @@ pub fn spans_of(
     seen: &Seen,
     now: SystemTime,
 ) -> Vec<Span> {
-    let trace = RunTrace::of(run.id, traceparent);
-    // A UUIDv7 carries the millisecond it was made.
-    let created = run
-        .id
-        .get_timestamp()
-        .map(|t| t.to_unix())
-        .map_or(now, |(secs, nanos)| SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos)).unwrap_or(now));
+    let commit =
+        CommitSpans { wf, run, trace: RunTrace::of(run.id, traceparent), seen, created: created(run.id, now), now };
     let mut spans = Vec::new();
     // The run's span first: a burst past the export queue loses the last.
     if tr.run_changed && run.status.is_terminal() {
-        spans.push(Span {
-            trace_id: trace.trace_id,
-            span_id: trace.run_span,
-            parent: trace.parent,
+        spans.push(commit.run_span(version));
+    }
+    let mut touched: Vec<usize> = tr.updated.iter().chain(&tr.created).copied().collect();
+    touched.sort_unstable();
+    touched.dedup();
+    for i in touched {
+        let task = &run.tasks[i];
+        if task.removed {
+            continue;
+        }
+        if let Some((attempt, since)) = commit.ended_attempt(task) {
+            spans.push(commit.attempt_span(task, attempt, since));
+        }
+    }
+    spans
+}
+
+/// When run `id` was created: a UUIDv7 carries the millisecond it was made.
+fn created(id: Uuid, now: SystemTime) -> SystemTime {
+    id.get_timestamp()
+        .map(|t| t.to_unix())
+        .map_or(now, |(secs, nanos)| SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos)).unwrap_or(now))
+}
+
+/// What the spans one commit of a run ends are made of.
+struct CommitSpans<'a> {
+    wf: &'a Workflow,
+    run: &'a machine::Run,
+    trace: RunTrace,
+    seen: &'a Seen,
+    /// When the run was created.
+    created: SystemTime,
+    /// The commit's time.
+    now: SystemTime,
+}
+
+impl CommitSpans<'_> {
+    /// The run's span, from its creation to its end.
+    fn run_span(&self, version: i32) -> Span {
+        let (wf, run) = (self.wf, self.run);
+        Span {
+            trace_id: self.trace.trace_id,
+            span_id: self.trace.run_span,
+            parent: self.trace.parent,
             kind: SpanKind::Internal,
             name: format!("run {}", wf.spec.name),
-            start: created,
+            start: self.created,
             attributes: vec![
                 KeyValue::new("composer.run.id", run.id.to_string()),
                 KeyValue::new("composer.workflow", wf.spec.name.clone()),
@@ -337,19 +372,15 @@ pub fn spans_of(
             links: Vec::new(),
             error: (run.status == machine::RunStatus::Failed)
                 .then(|| composer_core::clipped(run.error.as_deref().unwrap_or("failed"), MAX_SPAN_ERROR)),
-        });
-    }
-    let mut touched: Vec<usize> = tr.updated.iter().chain(&tr.created).copied().collect();
-    touched.sort_unstable();
-    touched.dedup();
-    for i in touched {
-        let task = &run.tasks[i];
-        if task.removed {
-            continue;
         }
-        let (attempt, before, since) = match seen.tasks.get(&task.id) {
+    }
+
+    /// The attempt of `task` this commit ended, and since when it ran, if
+    /// it ended one.
+    fn ended_attempt(&self, task: &machine::Task) -> Option<(i32, SystemTime)> {
+        let (attempt, before, since) = match self.seen.tasks.get(&task.id) {
             Some(&(attempt, state, since)) => (attempt, Some(state), SystemTime::from(since)),
-            None => (task.attempt, None, now),
+            None => (task.attempt, None, self.now),
         };
         // An attempt ends when its task does, or when a retry follows it:
         // at once (another attempt) or after a backoff (WAITING, from an
@@ -360,15 +391,21 @@ pub fn spans_of(
             || (before != Some(TaskState::Waiting) && task.attempt != attempt)
             || (out && task.state == TaskState::Waiting);
         if before.is_some_and(TaskState::is_terminal) || !ended || task.state == TaskState::Skipped {
-            continue;
+            return None;
         }
-        let node = &wf.nodes[task.node];
+        Some((attempt, since))
+    }
+
+    /// The span of `task`'s `attempt`, from `since` (or its earliest stage)
+    /// to the commit, under the run's span.
+    fn attempt_span(&self, task: &machine::Task, attempt: i32, since: SystemTime) -> Span {
+        let node = &self.wf.nodes[task.node];
         let outcome = match task.state {
             s if s.is_terminal() => s.as_str(),
             _ => "RETRIED",
         };
         let mut attributes = vec![
-            KeyValue::new("composer.run.id", run.id.to_string()),
+            KeyValue::new("composer.run.id", self.run.id.to_string()),
             KeyValue::new("composer.task.id", task.id.to_string()),
             KeyValue::new("composer.node", node.id.clone()),
             KeyValue::new("composer.node.type", node.node_type.clone()),
@@ -381,44 +418,44 @@ pub fn spans_of(
         if let Some(n) = task.iteration {
             attributes.push(KeyValue::new("composer.iterations", n as i64 + 1));
         }
-        let mut start = since;
-        let mut events = Vec::new();
-        if let Some(st) = seen.stages.get(&task.id) {
-            // A worker's clock may be off, or its report made up: a time
-            // outside the run's life is left out.
-            let at = |us: Option<i64>| {
-                let t = SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(u64::try_from(us?).ok()?))?;
-                (created <= t && t <= now).then_some(t)
-            };
-            for (name, t) in [
-                ("commit", at(st.dispatched_at_us)),
-                ("publish", at(st.published_at_us)),
-                ("read", at(st.read_at_us)),
-                ("lease", at(st.leased_at_us)),
-                ("execute", at(st.started_at_us)),
-                ("report", at(st.finished_at_us)),
-            ] {
-                if let Some(t) = t {
-                    start = start.min(t);
-                    events.push((name, t));
-                }
-            }
-        }
+        let events = self.stages(task.id);
+        let start = events.iter().map(|&(_, t)| t).fold(since, SystemTime::min);
         let failed = matches!(task.state, TaskState::Failed) || (outcome == "RETRIED");
-        spans.push(Span {
-            trace_id: trace.trace_id,
+        Span {
+            trace_id: self.trace.trace_id,
             span_id: composer_core::trace::attempt_span_id(task.id, attempt),
-            parent: Some(trace.run_span),
+            parent: Some(self.trace.run_span),
             kind: if node.node_type == "HTTP" { SpanKind::Client } else { SpanKind::Internal },
             name: task.node_id(node).into_owned(),
             start,
             attributes,
             events,
-            links: seen.links.get(&task.id).copied().into_iter().collect(),
+            links: self.seen.links.get(&task.id).copied().into_iter().collect(),
             error: failed.then(|| composer_core::clipped(task.error.as_deref().unwrap_or("failed"), MAX_SPAN_ERROR)),
-        });
+        }
     }
-    spans
+
+    /// The stages a worker said an attempt of task `id` passed, as events.
+    /// A worker's clock may be off, or its report made up: a time outside
+    /// the run's life is left out.
+    fn stages(&self, id: Uuid) -> Vec<(&'static str, SystemTime)> {
+        let Some(st) = self.seen.stages.get(&id) else { return Vec::new() };
+        let at = |us: Option<i64>| {
+            let t = SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(u64::try_from(us?).ok()?))?;
+            (self.created <= t && t <= self.now).then_some(t)
+        };
+        [
+            ("commit", at(st.dispatched_at_us)),
+            ("publish", at(st.published_at_us)),
+            ("read", at(st.read_at_us)),
+            ("lease", at(st.leased_at_us)),
+            ("execute", at(st.started_at_us)),
+            ("report", at(st.finished_at_us)),
+        ]
+        .into_iter()
+        .filter_map(|(name, t)| Some((name, t?)))
+        .collect()
+    }
 }
 
 #[cfg(test)]
