@@ -11,6 +11,7 @@ use chrono::Utc;
 use composer_api::{EventSent, TriggerFailure, TriggeredRun};
 use composer_core::definition::{Fired, Workflow};
 use composer_core::machine::Event;
+use composer_store::definitions::DefinitionRow;
 use composer_store::triggers::{self, EventRun, LoggedEvent, NewEvent};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -59,7 +60,7 @@ const MAX_TRIGGER_ERROR: usize = 1024;
 
 /// What a matching trigger asks for, worked out before the transaction.
 struct Planned {
-    def: composer_store::definitions::DefinitionRow,
+    def: DefinitionRow,
     index: usize,
     fired: Result<Option<Fired>, String>,
 }
@@ -69,26 +70,7 @@ struct Planned {
 pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incoming<'_>) -> Result<Sent, EngineError> {
     let event_id = ev.id.map_or_else(|| Uuid::now_v7().to_string(), str::to_string);
     let event = json!({"id": event_id, "name": ev.name, "key": ev.key, "payload": ev.payload, "source": ev.source});
-    // The triggers are evaluated first, holding no connection: an evaluation
-    // may take its whole time limit, and waits for an evaluation thread.
-    let mut listening = Vec::new();
-    {
-        let client = composer_store::client(pool).await?;
-        for workflow in triggers::workflows_for(&client, ev.name).await? {
-            if let Some(def) = composer_store::definitions::by_name(&client, &workflow, None).await? {
-                listening.push(def);
-            }
-        }
-    }
-    let mut planned = Vec::new();
-    for def in listening {
-        let wf = engine.compile(&def)?;
-        for (index, fired) in evaluate(def.id, wf, ev.name, &event).await {
-            if !matches!(fired, Ok(None)) {
-                planned.push(Planned { def: def.clone(), index, fired });
-            }
-        }
-    }
+    let planned = plan(pool, engine, ev.name, &event).await?;
     let mut client = composer_store::client(pool).await?;
     let mut tx = composer_store::begin(&mut client).await?;
     let logged = NewEvent { name: ev.name, event_id: &event_id, key: ev.key, payload: ev.payload, source: ev.source };
@@ -98,52 +80,8 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
         let recorded = first.as_ref().map(|f| (f.key.clone(), f.payload.clone().unwrap_or(Value::Null)));
         return Ok(Sent { answer: duplicate(&event_id, first), first: recorded });
     };
-    let mut runs: Vec<EventRun> = Vec::new();
-    let mut started: Vec<Started> = Vec::new();
-    for Planned { def, index, fired } in planned {
-        let mut run = EventRun { workflow: def.name.clone(), trigger: index as i32, run_id: None, error: None };
-        match fired {
-            Ok(None) => continue,
-            Err(e) => run.error = Some(e),
-            Ok(Some(_)) if started.len() >= MAX_EVENT_RUNS => {
-                run.error = Some(format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"));
-            }
-            Ok(Some(Fired { input, idempotency_key })) => {
-                if let Err(why) = composer_core::storable::check(&input, "input", config.max_payload) {
-                    run.error = Some(format!("the run's input: {why}"));
-                } else if idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {
-                    run.error = Some("idempotency_key: contains a NUL character, which cannot be stored".into());
-                } else {
-                    let trigger = json!({"event": ev.name, "event_id": event_id, "trigger": index});
-                    let opts = StartOptions {
-                        idempotency_key: idempotency_key.as_deref(),
-                        trigger: Some(&trigger),
-                        traceparent: ev.traceparent,
-                        ..Default::default()
-                    };
-                    // A savepoint: a start refused half way leaves the rest standing.
-                    let sp = tx.savepoint("trigger_start").await?;
-                    match engine.start_run_in(&sp, &def, &input, opts).await {
-                        Ok(s) => {
-                            sp.commit().await?;
-                            run.run_id = Some(s.row.id);
-                            started.push(s);
-                        }
-                        Err(EngineError::Rejected(why)) => {
-                            sp.rollback().await?;
-                            run.error = Some(why.to_string());
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-        }
-        if let Some(e) = &mut run.error {
-            *e = composer_core::clipped(e, MAX_TRIGGER_ERROR);
-            tracing::warn!(workflow = %run.workflow, trigger = index, event = %ev.name, error = %e, "trigger started no run");
-        }
-        runs.push(run);
-    }
+    let sending = Sending { config, engine, ev: &ev, event_id: &event_id };
+    let (runs, started) = sending.start_runs(&mut tx, planned).await?;
     for run in &runs {
         triggers::record_run(&tx, seq, run).await?;
     }
@@ -160,6 +98,115 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
         triggers::set_delivered(&client, seq, delivered as i32).await?;
     }
     Ok(Sent { answer: answer(event_id, delivered, &runs, false), first: None })
+}
+
+/// What every trigger of the workflows listening to events named `name`
+/// asks of `event`, those that match. The triggers are evaluated before the
+/// transaction, holding no connection: an evaluation may take its whole
+/// time limit, and waits for an evaluation thread.
+async fn plan(pool: &Pool, engine: &Arc<Engine>, name: &str, event: &Value) -> Result<Vec<Planned>, EngineError> {
+    let mut listening = Vec::new();
+    {
+        let client = composer_store::client(pool).await?;
+        for workflow in triggers::workflows_for(&client, name).await? {
+            if let Some(def) = composer_store::definitions::by_name(&client, &workflow, None).await? {
+                listening.push(def);
+            }
+        }
+    }
+    let mut planned = Vec::new();
+    for def in listening {
+        let wf = engine.compile(&def)?;
+        for (index, fired) in evaluate(def.id, wf, name, event).await {
+            if !matches!(fired, Ok(None)) {
+                planned.push(Planned { def: def.clone(), index, fired });
+            }
+        }
+    }
+    Ok(planned)
+}
+
+/// One event being recorded: what starting the runs of its triggers needs.
+struct Sending<'a> {
+    config: &'a Config,
+    engine: &'a Arc<Engine>,
+    ev: &'a Incoming<'a>,
+    event_id: &'a str,
+}
+
+impl Sending<'_> {
+    /// Starts in `tx` the run of each planned trigger that fired, up to
+    /// [`MAX_EVENT_RUNS`]; returns what each trigger did, and the runs
+    /// started, to hand to the engine after the commit.
+    async fn start_runs(
+        &self,
+        tx: &mut composer_store::Transaction<'_>,
+        planned: Vec<Planned>,
+    ) -> Result<(Vec<EventRun>, Vec<Started>), EngineError> {
+        let mut runs: Vec<EventRun> = Vec::new();
+        let mut started: Vec<Started> = Vec::new();
+        for Planned { def, index, fired } in planned {
+            let mut run = EventRun { workflow: def.name.clone(), trigger: index as i32, run_id: None, error: None };
+            match fired {
+                Ok(None) => continue,
+                Err(e) => run.error = Some(e),
+                Ok(Some(_)) if started.len() >= MAX_EVENT_RUNS => {
+                    run.error = Some(format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"));
+                }
+                Ok(Some(fired)) => match self.start_fired(tx, &def, index, fired).await? {
+                    Ok(s) => {
+                        run.run_id = Some(s.row.id);
+                        started.push(s);
+                    }
+                    Err(why) => run.error = Some(why),
+                },
+            }
+            if let Some(e) = &mut run.error {
+                *e = composer_core::clipped(e, MAX_TRIGGER_ERROR);
+                tracing::warn!(workflow = %run.workflow, trigger = index, event = %self.ev.name, error = %e, "trigger started no run");
+            }
+            runs.push(run);
+        }
+        Ok((runs, started))
+    }
+
+    /// Starts the run trigger `index` of `def` fired; `Ok(Err(why))` when
+    /// its input, its key or the definition refused it.
+    async fn start_fired(
+        &self,
+        tx: &mut composer_store::Transaction<'_>,
+        def: &DefinitionRow,
+        index: usize,
+        fired: Fired,
+    ) -> Result<Result<Started, String>, EngineError> {
+        let Fired { input, idempotency_key } = fired;
+        if let Err(why) = composer_core::storable::check(&input, "input", self.config.max_payload) {
+            return Ok(Err(format!("the run's input: {why}")));
+        }
+        if idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {
+            return Ok(Err("idempotency_key: contains a NUL character, which cannot be stored".into()));
+        }
+        let trigger = json!({"event": self.ev.name, "event_id": self.event_id, "trigger": index});
+        let opts = StartOptions {
+            idempotency_key: idempotency_key.as_deref(),
+            trigger: Some(&trigger),
+            traceparent: self.ev.traceparent,
+            ..Default::default()
+        };
+        // A savepoint: a start refused half way leaves the rest standing.
+        let sp = tx.savepoint("trigger_start").await?;
+        match self.engine.start_run_in(&sp, def, &input, opts).await {
+            Ok(s) => {
+                sp.commit().await?;
+                Ok(Ok(s))
+            }
+            Err(EngineError::Rejected(why)) => {
+                sp.rollback().await?;
+                Ok(Err(why.to_string()))
+            }
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Each trigger of `wf` (of the definition `definition_id`) for events
