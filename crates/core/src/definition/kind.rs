@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::check::{is_expression, validate_name, ValidationError};
 use super::spec::NodeSpec;
@@ -248,7 +248,6 @@ pub enum WaitFor {
 /// A MAP: `items`, `max_concurrency`, `on_item_failure` and the item
 /// template `node` (`type`, `config`, `queue`, `retry`, `timeout`).
 fn compile_map(at: &str, n: &NodeSpec) -> Result<(NodeKind, Option<NodeSpec>), ValidationError> {
-    let field = |name: &str| format!("{at}.config.{name}");
     for (name, set) in [("retry", n.retry.is_some()), ("timeout", n.timeout.is_some()), ("queue", n.queue.is_some())] {
         if set {
             return Err(ValidationError::new(
@@ -261,115 +260,146 @@ fn compile_map(at: &str, n: &NodeSpec) -> Result<(NodeKind, Option<NodeSpec>), V
         Value::Object(m) => m,
         _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object with items and node")),
     };
-    let items = match config.get("items") {
+    let items = map_items(at, config)?;
+    let max_concurrency = map_concurrency(at, config)?;
+    let tolerated = map_tolerated(at, config)?;
+    let collect = map_collect(at, config)?;
+    let spec = item_node(at, n, config)?;
+    let kind = NodeKind::Map(MapConfig { items, max_concurrency, tolerated, collect, template: usize::MAX });
+    Ok((kind, Some(spec)))
+}
+
+/// The path of a field of the config of the node at `at`.
+fn config_field(at: &str, name: &str) -> String {
+    format!("{at}.config.{name}")
+}
+
+/// A MAP's `items`: a list, or an expression that makes one.
+fn map_items(at: &str, config: &Map<String, Value>) -> Result<Template, ValidationError> {
+    let field = config_field(at, "items");
+    match config.get("items") {
         Some(v) if v.is_array() || is_expression(v) => {
-            Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{}{p}", field("items")), m))?
+            Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{field}{p}"), m))
         }
-        Some(_) => {
-            return Err(ValidationError::new(
-                field("items"),
-                "must be a list or an expression such as \"${ .input.orders }\"",
-            ))
-        }
-        None => return Err(ValidationError::new(field("items"), "is required")),
-    };
-    let max_concurrency = match config.get("max_concurrency") {
-        None | Some(Value::Null) => None,
+        Some(_) => Err(ValidationError::new(field, "must be a list or an expression such as \"${ .input.orders }\"")),
+        None => Err(ValidationError::new(field, "is required")),
+    }
+}
+
+/// A MAP's `max_concurrency`: from 1 to [`MAP_MAX_ITEMS`], or all at once.
+fn map_concurrency(at: &str, config: &Map<String, Value>) -> Result<Option<u32>, ValidationError> {
+    match config.get("max_concurrency") {
+        None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64() {
-            Some(c) if (1..=MAP_MAX_ITEMS as u64).contains(&c) => Some(c as u32),
-            _ => {
-                return Err(ValidationError::new(
-                    field("max_concurrency"),
-                    format!("must be a whole number from 1 to {MAP_MAX_ITEMS}"),
-                ))
-            }
+            Some(c) if (1..=MAP_MAX_ITEMS as u64).contains(&c) => Ok(Some(c as u32)),
+            _ => Err(ValidationError::new(
+                config_field(at, "max_concurrency"),
+                format!("must be a whole number from 1 to {MAP_MAX_ITEMS}"),
+            )),
         },
-    };
+    }
+}
+
+/// The failed items a MAP tolerates: none by default, every one with
+/// `on_item_failure: "continue"`, or `tolerated_failures` (not both).
+fn map_tolerated(at: &str, config: &Map<String, Value>) -> Result<Tolerated, ValidationError> {
     let continue_on_failure = match config.get("on_item_failure") {
         None | Some(Value::Null) => false,
         Some(Value::String(s)) if s == "fail" => false,
         Some(Value::String(s)) if s == "continue" => true,
-        Some(_) => return Err(ValidationError::new(field("on_item_failure"), "must be \"fail\" or \"continue\"")),
-    };
-    let tolerated = match (config.get("tolerated_failures"), continue_on_failure) {
-        (None | Some(Value::Null), false) => Tolerated::Count(0),
-        (None | Some(Value::Null), true) => Tolerated::All,
-        (Some(_), true) => {
-            return Err(ValidationError::new(
-                field("tolerated_failures"),
-                "on_item_failure: \"continue\" tolerates every failure already; give one or the other",
-            ))
-        }
-        (Some(v), false) => tolerated_failures(v).map_err(|m| ValidationError::new(field("tolerated_failures"), m))?,
-    };
-    let collect = match config.get("collect") {
-        None | Some(Value::Null) => Collect::All,
-        Some(Value::String(s)) if s == "all" => Collect::All,
-        Some(Value::String(s)) if s == "none" => Collect::None,
-        Some(Value::Object(r)) => {
-            for key in r.keys() {
-                if key != "reduce" && key != "init" {
-                    return Err(ValidationError::new(
-                        field(&format!("collect.{key}")),
-                        "unknown field (expected reduce, init)",
-                    ));
-                }
-            }
-            let with = match r.get("reduce") {
-                Some(Value::String(src)) if !src.contains("${") && !src.contains(".secrets") => {
-                    crate::expr::Expr::compile(src).map_err(|m| ValidationError::new(field("collect.reduce"), m))?
-                }
-                _ => {
-                    return Err(ValidationError::new(
-                        field("collect.reduce"),
-                        "is required: a bare jq expression over {acc, item: {index, state, output, error}}, \
-                         such as \".acc + .item.output.body.amount\"",
-                    ))
-                }
-            };
-            Collect::Reduce { init: r.get("init").cloned().unwrap_or(Value::Null), with }
-        }
         Some(_) => {
+            return Err(ValidationError::new(config_field(at, "on_item_failure"), "must be \"fail\" or \"continue\""))
+        }
+    };
+    let field = config_field(at, "tolerated_failures");
+    match (config.get("tolerated_failures"), continue_on_failure) {
+        (None | Some(Value::Null), false) => Ok(Tolerated::Count(0)),
+        (None | Some(Value::Null), true) => Ok(Tolerated::All),
+        (Some(_), true) => Err(ValidationError::new(
+            field,
+            "on_item_failure: \"continue\" tolerates every failure already; give one or the other",
+        )),
+        (Some(v), false) => tolerated_failures(v).map_err(|m| ValidationError::new(field, m)),
+    }
+}
+
+/// A MAP's `collect`: every output (the default), none, or a reduction.
+fn map_collect(at: &str, config: &Map<String, Value>) -> Result<Collect, ValidationError> {
+    match config.get("collect") {
+        None | Some(Value::Null) => Ok(Collect::All),
+        Some(Value::String(s)) if s == "all" => Ok(Collect::All),
+        Some(Value::String(s)) if s == "none" => Ok(Collect::None),
+        Some(Value::Object(r)) => map_reduction(at, r),
+        Some(_) => Err(ValidationError::new(
+            config_field(at, "collect"),
+            "must be \"all\", \"none\" or {\"reduce\": \"<jq>\", \"init\": <value>}",
+        )),
+    }
+}
+
+/// `collect: {reduce, init}`: a bare jq expression over
+/// `{acc, item}`, and the accumulator it starts from.
+fn map_reduction(at: &str, r: &Map<String, Value>) -> Result<Collect, ValidationError> {
+    for key in r.keys() {
+        if key != "reduce" && key != "init" {
             return Err(ValidationError::new(
-                field("collect"),
-                "must be \"all\", \"none\" or {\"reduce\": \"<jq>\", \"init\": <value>}",
+                config_field(at, &format!("collect.{key}")),
+                "unknown field (expected reduce, init)",
+            ));
+        }
+    }
+    let field = config_field(at, "collect.reduce");
+    let with = match r.get("reduce") {
+        Some(Value::String(src)) if !src.contains("${") && !src.contains(".secrets") => {
+            crate::expr::Expr::compile(src).map_err(|m| ValidationError::new(field, m))?
+        }
+        _ => {
+            return Err(ValidationError::new(
+                field,
+                "is required: a bare jq expression over {acc, item: {index, state, output, error}}, \
+                 such as \".acc + .item.output.body.amount\"",
             ))
         }
     };
+    Ok(Collect::Reduce { init: r.get("init").cloned().unwrap_or(Value::Null), with })
+}
+
+/// The node each item of the MAP `n` runs (`config.node`): it takes the
+/// MAP's id, and is of a type an item may be (not a MAP).
+fn item_node(at: &str, n: &NodeSpec, config: &Map<String, Value>) -> Result<NodeSpec, ValidationError> {
+    let node_at = config_field(at, "node");
     let raw = match config.get("node") {
         Some(Value::Object(m)) => m,
-        Some(_) => return Err(ValidationError::new(field("node"), "must be an object (the node each item runs)")),
-        None => return Err(ValidationError::new(field("node"), "is required")),
+        Some(_) => return Err(ValidationError::new(node_at, "must be an object (the node each item runs)")),
+        None => return Err(ValidationError::new(node_at, "is required")),
     };
     if raw.contains_key("id") {
         return Err(ValidationError::new(
-            field("node.id"),
+            config_field(at, "node.id"),
             format!("an item has no id of its own: items are {}[0], {}[1], …", n.id, n.id),
         ));
     }
     let mut with_id = raw.clone();
     with_id.insert("id".into(), Value::String(n.id.clone()));
     let spec: NodeSpec = serde_json::from_value(Value::Object(with_id))
-        .map_err(|e| ValidationError::new(field("node"), e.to_string()))?;
-    let node_at = field("node");
+        .map_err(|e| ValidationError::new(node_at.clone(), e.to_string()))?;
     let per_item = traits_of(&spec.node_type);
-    match spec.node_type.as_str() {
-        _ if per_item.has_items => Err(ValidationError::new(
+    if per_item.has_items {
+        return Err(ValidationError::new(
             format!("{node_at}.type"),
             "a MAP cannot run a MAP per item; call a workflow that maps instead (SUB_WORKFLOW)",
-        )),
-        _ if !per_item.per_item => Err(ValidationError::new(
+        ));
+    }
+    if !per_item.per_item {
+        return Err(ValidationError::new(
             format!("{node_at}.type"),
             format!(
                 "{} is not supported per item: an item is HTTP, TRANSFORM, SUB_WORKFLOW or a custom type",
                 spec.node_type
             ),
-        )),
-        _ => {
-            let kind = NodeKind::Map(MapConfig { items, max_concurrency, tolerated, collect, template: usize::MAX });
-            Ok((kind, Some(spec)))
-        }
+        ));
     }
+    Ok(spec)
 }
 
 /// Longest error code (a FAIL node's `code`, a worker's report).

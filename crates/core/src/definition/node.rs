@@ -6,13 +6,12 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::check::{positive_duration, validate_name, ValidationError};
-use super::kind::NodeKind;
+use super::kind::{NodeKind, Traits};
 use super::limit::{compile_limits, StepLimit};
 use super::spec::{NodeSpec, On429, RetrySpec};
 use crate::duration;
 use crate::expr::Template;
 
-/// Upper bounds that keep one definition from exhausting the engine.
 /// The queue of a node type that names none: its name in lower case.
 pub fn default_queue(node_type: &str) -> String {
     node_type.to_ascii_lowercase()
@@ -100,34 +99,12 @@ impl RetryPolicy {
 /// Compiles a node; a MAP also returns the node its items run, compiled as
 /// a node of its own.
 pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>), ValidationError> {
-    if n.node_type.is_empty() {
-        return Err(ValidationError::new(format!("{at}.type"), "must not be empty"));
-    }
-    let config = match &n.config {
-        Value::Null => Value::Object(Map::new()),
-        v @ Value::Object(_) => v.clone(),
-        _ if n.node_type == "MAP" => {
-            return Err(ValidationError::new(format!("{at}.config"), "must be an object with items and node"))
-        }
-        _ => return Err(ValidationError::new(format!("{at}.config"), "must be an object")),
-    };
+    let config = node_config(at, n)?;
     super::config::check_known(at, &n.node_type, &config)?;
     let (kind, per_item) = NodeKind::compile(at, n, &config)?;
     let traits = kind.traits();
     if traits.has_items {
-        for (name, set) in [
-            ("retry", n.retry.is_some()),
-            ("timeout", n.timeout.is_some()),
-            ("queue", n.queue.is_some()),
-            ("limits", !n.limits.is_empty()),
-        ] {
-            if set {
-                return Err(ValidationError::new(
-                    format!("{at}.{name}"),
-                    format!("a MAP has no {name} of its own: set it on config.node, which each item runs"),
-                ));
-            }
-        }
+        refuse_what_items_take(at, n)?;
     }
     let template = match traits.has_items {
         // A MAP's config is read by its kind; each item evaluates its node's.
@@ -142,52 +119,18 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         ));
     }
     let limits = compile_limits(at, &n.limits)?;
-    let mut retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
-    retry.respect_429 = match n.retry.as_ref().and_then(|r| r.on_429) {
-        Some(On429::Respect) => true,
-        Some(On429::Ignore) => false,
-        None => !limits.is_empty(),
-    };
-    let queue = match (&n.queue, traits.dispatched) {
-        (Some(q), _) => {
-            validate_name(&format!("{at}.queue"), q)?;
-            traits.dispatched.then(|| q.clone())
-        }
-        (None, true) => Some(default_queue(&n.node_type)),
-        (None, false) => None,
-    };
-    let timeout = match &n.timeout {
-        None => None,
-        Some(_) if !traits.timed => {
-            return Err(ValidationError::new(
-                format!("{at}.timeout"),
-                "only HTTP, custom and SUB_WORKFLOW nodes take a timeout (WAIT_FOR_EVENT has config.timeout)",
-            ))
-        }
-        Some(t) => Some(positive_duration(&format!("{at}.timeout"), t)?),
-    };
-    let at_most_once = match n.delivery {
-        Some(super::spec::Delivery::AtMostOnce) if !traits.dispatched => {
-            return Err(ValidationError::new(
-                format!("{at}.delivery"),
-                "only HTTP and custom nodes, which a worker runs, have a delivery",
-            ))
-        }
-        Some(super::spec::Delivery::AtMostOnce) => true,
-        _ => false,
-    };
     let node = Node {
         id: n.id.clone(),
         node_type: n.node_type.clone(),
         kind,
-        queue,
+        retry: node_retry(at, n, &limits)?,
+        queue: node_queue(at, n, traits)?,
+        timeout: node_timeout(at, n, traits)?,
+        at_most_once: at_most_once(at, n, traits)?,
         config: if traits.has_items { n.config.clone() } else { config },
         template,
         reads: None,
-        retry,
-        timeout,
         item_of: None,
-        at_most_once,
         limits,
     };
     let item = match per_item {
@@ -195,6 +138,88 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         None => None,
     };
     Ok((node, item))
+}
+
+/// A node's `type` and `config` (an object; none is `{}`).
+fn node_config(at: &str, n: &NodeSpec) -> Result<Value, ValidationError> {
+    if n.node_type.is_empty() {
+        return Err(ValidationError::new(format!("{at}.type"), "must not be empty"));
+    }
+    match &n.config {
+        Value::Null => Ok(Value::Object(Map::new())),
+        v @ Value::Object(_) => Ok(v.clone()),
+        _ if n.node_type == "MAP" => {
+            Err(ValidationError::new(format!("{at}.config"), "must be an object with items and node"))
+        }
+        _ => Err(ValidationError::new(format!("{at}.config"), "must be an object")),
+    }
+}
+
+/// A MAP takes no `retry`, `timeout`, `queue` or `limits` of its own: its
+/// items do, on `config.node`.
+fn refuse_what_items_take(at: &str, n: &NodeSpec) -> Result<(), ValidationError> {
+    for (name, set) in [
+        ("retry", n.retry.is_some()),
+        ("timeout", n.timeout.is_some()),
+        ("queue", n.queue.is_some()),
+        ("limits", !n.limits.is_empty()),
+    ] {
+        if set {
+            return Err(ValidationError::new(
+                format!("{at}.{name}"),
+                format!("a MAP has no {name} of its own: set it on config.node, which each item runs"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A node's retry policy; it respects a 429's `Retry-After` as `on_429`
+/// says, by default when the node has limits.
+fn node_retry(at: &str, n: &NodeSpec, limits: &[StepLimit]) -> Result<RetryPolicy, ValidationError> {
+    let mut retry = compile_retry(&format!("{at}.retry"), n.retry.as_ref())?;
+    retry.respect_429 = match n.retry.as_ref().and_then(|r| r.on_429) {
+        Some(On429::Respect) => true,
+        Some(On429::Ignore) => false,
+        None => !limits.is_empty(),
+    };
+    Ok(retry)
+}
+
+/// The queue a worker's node is dispatched to: its own, or its type's.
+fn node_queue(at: &str, n: &NodeSpec, traits: Traits) -> Result<Option<String>, ValidationError> {
+    match (&n.queue, traits.dispatched) {
+        (Some(q), _) => {
+            validate_name(&format!("{at}.queue"), q)?;
+            Ok(traits.dispatched.then(|| q.clone()))
+        }
+        (None, true) => Ok(Some(default_queue(&n.node_type))),
+        (None, false) => Ok(None),
+    }
+}
+
+/// How long one attempt may take, for the kinds that take a timeout.
+fn node_timeout(at: &str, n: &NodeSpec, traits: Traits) -> Result<Option<Duration>, ValidationError> {
+    match &n.timeout {
+        None => Ok(None),
+        Some(_) if !traits.timed => Err(ValidationError::new(
+            format!("{at}.timeout"),
+            "only HTTP, custom and SUB_WORKFLOW nodes take a timeout (WAIT_FOR_EVENT has config.timeout)",
+        )),
+        Some(t) => Ok(Some(positive_duration(&format!("{at}.timeout"), t)?)),
+    }
+}
+
+/// Whether a worker's node is delivered at most once (`delivery`).
+fn at_most_once(at: &str, n: &NodeSpec, traits: Traits) -> Result<bool, ValidationError> {
+    match n.delivery {
+        Some(super::spec::Delivery::AtMostOnce) if !traits.dispatched => Err(ValidationError::new(
+            format!("{at}.delivery"),
+            "only HTTP and custom nodes, which a worker runs, have a delivery",
+        )),
+        Some(super::spec::Delivery::AtMostOnce) => Ok(true),
+        _ => Ok(false),
+    }
 }
 
 fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, ValidationError> {

@@ -1,8 +1,9 @@
 //! A definition as the user writes it, read from JSON: unknown fields are
 //! refused, and an object written as an array is refused too.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::check::ValidationError;
 
@@ -288,11 +289,69 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
         Some(_) => return Err(ValidationError::new("name", "must be a string")),
         None => return Err(ValidationError::new("name", "is required")),
     };
-    let description = match obj.get("description") {
+    let description = optional_text(obj, "description", "must be a string")?;
+    let nodes = parse_nodes(obj)?;
+    let edges = parse_edges(obj)?;
+    let output = obj.get("output").filter(|v| !v.is_null()).cloned();
+    let timeout = optional_text(obj, "timeout", "must be a duration string such as \"1h\"")?;
+    let concurrency = optional_object(obj, "concurrency", "{key?, max}")?;
+    let on_failure = optional_object(obj, "on_failure", "{workflow, version?, input?, on?}")?;
+    let tags = match obj.get("tags") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ValidationError::new("description", "must be a string")),
+        Some(Value::Object(t)) => Some(t.clone()),
+        Some(_) => return Err(ValidationError::new("tags", "must be an object of {key: text or an expression}")),
     };
+    let triggers = parse_triggers(obj)?;
+    let priority = match obj.get("priority") {
+        None | Some(Value::Null) => None,
+        Some(p) => Some(crate::priority::parse(p).map_err(|e| ValidationError::new("priority", e))?),
+    };
+    let fairness_key = optional_text(obj, "fairness_key", "must be text or an expression over {input}")?;
+    Ok(WorkflowSpec {
+        name,
+        description,
+        nodes,
+        edges,
+        output,
+        timeout,
+        concurrency,
+        on_failure,
+        tags,
+        triggers,
+        priority,
+        fairness_key,
+    })
+}
+
+/// A definition's field that is text when given; `refused` says what else
+/// it must be.
+fn optional_text(obj: &Map<String, Value>, field: &str, refused: &str) -> Result<Option<String>, ValidationError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ValidationError::new(field, refused)),
+    }
+}
+
+/// A definition's field that is an object of the `expected` fields when
+/// given.
+fn optional_object<T: DeserializeOwned>(
+    obj: &Map<String, Value>,
+    field: &str,
+    expected: &str,
+) -> Result<Option<T>, ValidationError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => Some(object_or_null(v, field).and_then(|()| {
+            serde_json::from_value(v.clone())
+                .map_err(|e| ValidationError::new(field, format!("{e} (expected {expected})")))
+        }))
+        .transpose(),
+    }
+}
+
+/// The `nodes`, each read on its own so that an error names the node.
+fn parse_nodes(obj: &Map<String, Value>) -> Result<Vec<NodeSpec>, ValidationError> {
     let raw_nodes = match obj.get("nodes") {
         Some(Value::Array(a)) => a,
         Some(_) => return Err(ValidationError::new("nodes", "must be an array")),
@@ -309,8 +368,13 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
             serde_json::from_value(raw.clone()).map_err(|e| ValidationError::new(node_path(i, id), e.to_string()))?;
         nodes.push(node);
     }
-    let edges = match obj.get("edges") {
-        None | Some(Value::Null) => Vec::new(),
+    Ok(nodes)
+}
+
+/// The `edges` (none when not given).
+fn parse_edges(obj: &Map<String, Value>) -> Result<Vec<EdgeSpec>, ValidationError> {
+    match obj.get("edges") {
+        None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => {
             let mut edges = Vec::with_capacity(a.len());
             for (i, raw) in a.iter().enumerate() {
@@ -319,38 +383,16 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
                     .map_err(|e| ValidationError::new(format!("edges[{i}]"), e.to_string()))?;
                 edges.push(edge);
             }
-            edges
+            Ok(edges)
         }
-        Some(_) => return Err(ValidationError::new("edges", "must be an array")),
-    };
-    let output = obj.get("output").filter(|v| !v.is_null()).cloned();
-    let timeout = match obj.get("timeout") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ValidationError::new("timeout", "must be a duration string such as \"1h\"")),
-    };
-    let concurrency = match obj.get("concurrency") {
-        None | Some(Value::Null) => None,
-        Some(c) => Some(object_or_null(c, "concurrency").and_then(|()| {
-            serde_json::from_value(c.clone())
-                .map_err(|e| ValidationError::new("concurrency", format!("{e} (expected {{key?, max}})")))
-        })?),
-    };
-    let on_failure = match obj.get("on_failure") {
-        None | Some(Value::Null) => None,
-        Some(h) => Some(object_or_null(h, "on_failure").and_then(|()| {
-            serde_json::from_value(h.clone()).map_err(|e| {
-                ValidationError::new("on_failure", format!("{e} (expected {{workflow, version?, input?, on?}})"))
-            })
-        })?),
-    };
-    let tags = match obj.get("tags") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(t)) => Some(t.clone()),
-        Some(_) => return Err(ValidationError::new("tags", "must be an object of {key: text or an expression}")),
-    };
-    let triggers = match obj.get("triggers") {
-        None | Some(Value::Null) => None,
+        Some(_) => Err(ValidationError::new("edges", "must be an array")),
+    }
+}
+
+/// The `triggers`, each named by its index when it is wrong.
+fn parse_triggers(obj: &Map<String, Value>) -> Result<Option<Vec<TriggerSpec>>, ValidationError> {
+    match obj.get("triggers") {
+        None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) => {
             let mut triggers = Vec::with_capacity(a.len());
             for (i, raw) in a.iter().enumerate() {
@@ -363,38 +405,12 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
                 })?;
                 triggers.push(t);
             }
-            Some(triggers)
+            Ok(Some(triggers))
         }
         Some(_) => {
-            return Err(ValidationError::new(
-                "triggers",
-                "must be an array of {event, when?, input?, idempotency_key?}",
-            ))
+            Err(ValidationError::new("triggers", "must be an array of {event, when?, input?, idempotency_key?}"))
         }
-    };
-    let priority = match obj.get("priority") {
-        None | Some(Value::Null) => None,
-        Some(p) => Some(crate::priority::parse(p).map_err(|e| ValidationError::new("priority", e))?),
-    };
-    let fairness_key = match obj.get("fairness_key") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ValidationError::new("fairness_key", "must be text or an expression over {input}")),
-    };
-    Ok(WorkflowSpec {
-        name,
-        description,
-        nodes,
-        edges,
-        output,
-        timeout,
-        concurrency,
-        on_failure,
-        tags,
-        triggers,
-        priority,
-        fairness_key,
-    })
+    }
 }
 
 /// Serde reads a struct from an array of its fields too (`"retry": []`):
