@@ -265,41 +265,7 @@ fn next_event(
             output: failure.is_none().then(mock),
             error: failure,
         },
-        (TaskState::Pending | TaskState::Running, kind) => match failure {
-            Some(message) => Event::TaskFailed {
-                task_id: task.id,
-                attempt: task.attempt,
-                error: message,
-                retryable: true,
-                code: None,
-                status: None,
-                retry_after: None,
-            },
-            None => {
-                let output = mock();
-                // A mocked answer of an HTTP node is judged as a real one
-                // is: a status the node does not accept fails the attempt.
-                let status = output["status"].as_u64().and_then(|s| u16::try_from(s).ok());
-                match status.filter(|_| *kind == NodeKind::Http).and_then(|s| Some((s, http::refusal(&task.input, s)?)))
-                {
-                    Some((status, retryable)) => Event::TaskFailed {
-                        task_id: task.id,
-                        attempt: task.attempt,
-                        error: http::refused_answer(
-                            &task.input["method"].as_str().unwrap_or("GET").to_ascii_uppercase(),
-                            task.input["url"].as_str().unwrap_or("the target"),
-                            status,
-                            &output["body"],
-                        ),
-                        retryable,
-                        code: Some(codes::HTTP_STATUS.to_string()),
-                        status: Some(status),
-                        retry_after: None,
-                    },
-                    None => Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output },
-                }
-            }
-        },
+        (TaskState::Pending | TaskState::Running, kind) => worker_answer(task, kind, failure, mock),
         (TaskState::Waiting, NodeKind::WaitForEvent { .. }) if failure.is_none() => {
             Event::EventReceived { task_id: task.id, payload: mock() }
         }
@@ -313,6 +279,42 @@ fn next_event(
         }
         _ => return None,
     })
+}
+
+/// A worker-run attempt's mocked answer: its failure, or its mock; a
+/// mocked answer of an HTTP node is judged as a real one is: a status the
+/// node does not accept fails the attempt.
+fn worker_answer(task: &Task, kind: &NodeKind, failure: Option<String>, mock: impl FnOnce() -> Value) -> Event {
+    if let Some(message) = failure {
+        return Event::TaskFailed {
+            task_id: task.id,
+            attempt: task.attempt,
+            error: message,
+            retryable: true,
+            code: None,
+            status: None,
+            retry_after: None,
+        };
+    }
+    let output = mock();
+    let status = output["status"].as_u64().and_then(|s| u16::try_from(s).ok());
+    match status.filter(|_| *kind == NodeKind::Http).and_then(|s| Some((s, http::refusal(&task.input, s)?))) {
+        Some((status, retryable)) => Event::TaskFailed {
+            task_id: task.id,
+            attempt: task.attempt,
+            error: http::refused_answer(
+                &task.input["method"].as_str().unwrap_or("GET").to_ascii_uppercase(),
+                task.input["url"].as_str().unwrap_or("the target"),
+                status,
+                &output["body"],
+            ),
+            retryable,
+            code: Some(codes::HTTP_STATUS.to_string()),
+            status: Some(status),
+            retry_after: None,
+        },
+        None => Event::TaskCompleted { task_id: task.id, attempt: task.attempt, output },
+    }
 }
 
 /// The event of a scripted attempt: its answer when a worker runs it, its
