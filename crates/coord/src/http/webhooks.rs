@@ -85,7 +85,7 @@ async fn lift_quarantine(client: &composer_store::Client, name: &str) -> ApiResu
 
 async fn found(pool: &Pool, name: &str) -> ApiResult<WebhookRow> {
     name_param("webhook", name)?;
-    let client = composer_store::client(&pool).await?;
+    let client = composer_store::client(pool).await?;
     webhooks::get(&client, name).await?.ok_or_else(|| ApiError::not_found(format!("webhook {name:?} not found")))
 }
 

@@ -81,11 +81,15 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/events", get(events::events_page))
         .route("/ui/limits", get(limits::limits_page).post(limits::limit_action))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard::refuse_other_sites))
-        .route_layer(middleware::from_fn_with_state(state, guard::require_login));
+        .route_layer(middleware::from_fn_with_state(state.clone(), guard::require_login));
+    // Another site's page may not sign the user out either.
+    let logout = Router::new()
+        .route("/ui/logout", post(login::logout))
+        .route_layer(middleware::from_fn_with_state(state, guard::refuse_other_sites));
     Router::new()
         .merge(pages)
+        .merge(logout)
         .route("/ui/login", get(login::login_page).post(login::login))
-        .route("/ui/logout", post(login::logout))
         .route("/ui/static/app.css", get(|| async { static_file("text/css", include_str!("app.css")) }))
         .route("/ui/static/app.js", get(|| async { static_file("text/javascript", include_str!("app.js")) }))
         .layer(Extension(login::throttle()))
