@@ -270,6 +270,20 @@ mod tests {
         all
     }
 
+    /// The repository's copy (docs/openapi.json, what clients are generated
+    /// from and a reviewer reads) is the document this build serves: a
+    /// change of the API shows in a diff of that file, and a restructure
+    /// that changes it by accident fails here.
+    #[test]
+    fn the_repository_s_copy_is_the_document_this_build_serves() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json");
+        let copy = std::fs::read_to_string(path).expect("docs/openapi.json");
+        assert!(
+            copy == super::super::json(),
+            "docs/openapi.json is out of date: run `cargo run -p composer-coord --example openapi > docs/openapi.json`"
+        );
+    }
+
     #[test]
     fn every_operation_has_an_id_its_security_and_json_errors() {
         let doc = doc();
