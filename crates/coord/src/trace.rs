@@ -199,13 +199,13 @@ impl Seen {
 
 /// What an event tells the trace of the task it names.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Told {
+pub struct TraceNote {
     pub task_id: Option<Uuid>,
     pub stages: Option<StageTimes>,
     pub link: Option<TraceContext>,
 }
 
-impl Told {
+impl TraceNote {
     pub fn add_to(self, seen: &mut Seen) {
         let Some(task) = self.task_id else { return };
         if let Some(s) = self.stages {

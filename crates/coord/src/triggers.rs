@@ -253,8 +253,8 @@ async fn deliver(
     let mut matched = 0;
     for w in waiters {
         let event = Event::EventReceived { task_id: w.task_id, payload: payload.clone() };
-        let told = crate::trace::Told { task_id: Some(w.task_id), stages: None, link };
-        if engine.handle(EventRequest::new(w.run_id, event).telling(told)).await?.ignored.is_none() {
+        let note = crate::trace::TraceNote { task_id: Some(w.task_id), stages: None, link };
+        if engine.handle(EventRequest::new(w.run_id, event).noting(note)).await?.ignored.is_none() {
             taken_by.get_or_insert(w.task_id);
             matched += 1;
         }

@@ -34,7 +34,7 @@ impl Engine {
         let (reply, answer) = oneshot::channel();
         // Nothing to tell when no span is recorded.
         if self.traces.is_none() {
-            request.told = None;
+            request.trace_note = None;
         }
         self.queue.push(request.priority(), Pending::Event { request, reply })?;
         answer.await.map_err(|_| EngineError::Stopped)?
@@ -207,7 +207,9 @@ mod tests {
     use composer_core::machine::Event;
     use tokio::sync::Notify;
 
-    #[tokio::test]
+    // Paused time: the sleep below ends only once the first request is
+    // queued and waits, at once and whatever the load.
+    #[tokio::test(start_paused = true)]
     async fn a_full_queue_is_refused_at_once_not_queued_without_end() {
         // No database is reached: nothing runs the queue.
         let pool = composer_store::connect("postgres://nobody@127.0.0.1:9/none", 1, std::time::Duration::from_secs(1))

@@ -6,7 +6,7 @@ use composer_core::machine::Event;
 use composer_core::priority;
 use uuid::Uuid;
 
-use crate::trace::Told;
+use crate::trace::TraceNote;
 
 /// An event to apply to a run, who asks, and what it tells its task's
 /// span: the one thing [`super::Engine::handle`] takes.
@@ -16,13 +16,13 @@ pub struct EventRequest {
     pub event: Event,
     pub by: By,
     /// What the event tells its task's span (kept only while traces are on).
-    pub told: Option<Told>,
+    pub trace_note: Option<TraceNote>,
 }
 
 impl EventRequest {
     /// An event the engine itself sends: a timer, a child's end, recovery.
     pub fn new(run_id: Uuid, event: Event) -> EventRequest {
-        EventRequest { run_id, event, by: By::Engine, told: None }
+        EventRequest { run_id, event, by: By::Engine, trace_note: None }
     }
 
     /// The same event, asked by `by`.
@@ -32,16 +32,16 @@ impl EventRequest {
 
     /// The same event, with what it tells its task's span (an event that
     /// completes a wait links the span of the event that came).
-    pub fn telling(self, told: Told) -> EventRequest {
-        EventRequest { told: Some(told), ..self }
+    pub fn noting(self, note: TraceNote) -> EventRequest {
+        EventRequest { trace_note: Some(note), ..self }
     }
 
     /// A worker's report of its attempt: applied only while `worker` holds
     /// the attempt's lease, at the priority its run was sent at.
-    pub fn reported(run_id: Uuid, event: Event, worker: String, reported: Report) -> EventRequest {
-        let Report { stages, offer, priority } = reported;
-        let told = Told { task_id: event.task_id(), stages, link: None };
-        EventRequest { run_id, event, by: By::Worker(Reporter { worker, offer, priority }), told: Some(told) }
+    pub fn reported(run_id: Uuid, event: Event, worker: String, report: Report) -> EventRequest {
+        let Report { stages, offer, priority } = report;
+        let note = TraceNote { task_id: event.task_id(), stages, link: None };
+        EventRequest { run_id, event, by: By::Worker(Reporter { worker, offer, priority }), trace_note: Some(note) }
     }
 
     /// How urgently it waits for a batch: a control action before the work

@@ -21,7 +21,7 @@ impl Batch<'_> {
         requests: Vec<EventRequest>,
     ) -> Result<()> {
         let store = Tx(tx);
-        for EventRequest { run_id, event, by, told } in requests {
+        for EventRequest { run_id, event, by, trace_note } in requests {
             let Some(loaded) = self.runs.get_mut(&run_id) else {
                 self.answers.push(Err(EngineError::RunNotFound(run_id)));
                 continue;
@@ -44,8 +44,8 @@ impl Batch<'_> {
                     (Some(control), None)
                 }
             };
-            if let (Some(told), Some(_)) = (told, &self.engine.traces) {
-                told.add_to(&mut loaded.seen);
+            if let (Some(note), Some(_)) = (trace_note, &self.engine.traces) {
+                note.add_to(&mut loaded.seen);
             }
             let name = event.name();
             let mut tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
