@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use composer_embedded::{free_port, temp_dir, LocalPostgres, LocalRedis, PgOptions};
-use composer_testkit::FakeHttp;
+use composer_testkit::{eventually, FakeHttp};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_composer");
@@ -141,6 +141,7 @@ impl Api {
                 }
             }
             assert!(Instant::now() < deadline, "no coordinator answered {path} in time");
+            // The pace of a client's retries while processes are killed.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -235,6 +236,7 @@ async fn chaos_soak() {
             let victim = rng.next(servers.len() as u64) as usize;
             servers[victim].kill();
             kill_no += 1;
+            // Chaos, so a fixed time: the victim stays down a random while.
             tokio::time::sleep(Duration::from_millis(300 + rng.next(700))).await;
             servers[victim].spawn(&log);
         }
@@ -244,6 +246,7 @@ async fn chaos_soak() {
         if wave == 2 * waves / 3 {
             pg.restart().expect("restarting PostgreSQL");
         }
+        // The pace of the waves: work runs between the kills.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for order in &orders {
@@ -255,14 +258,16 @@ async fn chaos_soak() {
     // Every run ends as its workflow says.
     let mut statuses: HashMap<&str, usize> = HashMap::new();
     for (id, expect) in &started_runs {
-        let run = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let run = eventually(left, format!("run {id} to end"), || async {
             let (_, run) = api.send(reqwest::Method::GET, &format!("/v1/runs/{id}"), None, deadline).await;
             if run["status"] != "RUNNING" {
-                break run;
+                Ok(run)
+            } else {
+                Err(run)
             }
-            assert!(Instant::now() < deadline, "run {id} did not end: {run}");
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        };
+        })
+        .await;
         assert_eq!(run["status"], *expect, "run {id}: {run}");
         *statuses.entry(expect).or_default() += 1;
     }

@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::eventually::{eventually, eventually_blocking};
 
 /// A span as the collector received it.
 #[derive(Debug, Clone, Default)]
@@ -93,16 +95,12 @@ impl Collector {
             .stderr(out)
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
         let exited = |child: &mut Child| child.try_wait().ok().flatten().is_some();
-        while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
-            assert!(Instant::now() < deadline, "the collector did not listen on {http}");
-            if exited(&mut child) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // One that cannot bind exits within milliseconds.
+        eventually_blocking(Duration::from_secs(20), format!("the collector to listen on {http}"), || {
+            (std::net::TcpStream::connect(("127.0.0.1", http)).is_ok() || exited(&mut child)).then_some(())
+        });
+        // An absence, so a fixed time: a collector that could not bind one of
+        // its ports exits within milliseconds; one still running holds both.
         std::thread::sleep(Duration::from_millis(300));
         let mut collector = Collector { child, dir, endpoint: format!("http://127.0.0.1:{http}") };
         (!exited(&mut collector.child)).then_some(collector)
@@ -115,15 +113,16 @@ impl Collector {
 
     /// Waits until `done` holds of the spans received (at most `within`).
     pub async fn wait_for(&self, within: Duration, done: impl Fn(&[ReceivedSpan]) -> bool) -> Vec<ReceivedSpan> {
-        let deadline = Instant::now() + within;
-        loop {
+        let done = &done;
+        eventually(within, "the spans awaited to arrive", || async move {
             let spans = self.spans();
             if done(&spans) {
-                return spans;
+                Ok(spans)
+            } else {
+                Err(format!("{spans:#?}"))
             }
-            assert!(Instant::now() < deadline, "the spans awaited did not arrive; got {spans:#?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 }
 

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::eventually::eventually;
 use crate::services::{services, unique_prefix, TestDb};
 
 /// How an [`Engine`] is set up; the defaults suit fast tests.
@@ -164,15 +165,30 @@ impl Engine {
 
     /// Polls until `check` holds for the run (as the API shows it).
     pub async fn wait_until(&self, run: Uuid, timeout: Duration, check: impl Fn(&Value) -> bool) -> Value {
-        let give_up = tokio::time::Instant::now() + timeout;
-        loop {
+        let check = &check;
+        eventually(timeout, format!("run {run}: the condition awaited"), || async move {
             let (_, r) = self.get(&format!("/v1/runs/{run}")).await;
             if check(&r) {
-                return r;
+                Ok(r)
+            } else {
+                Err(r)
             }
-            assert!(tokio::time::Instant::now() < give_up, "condition not reached within {timeout:?}: {r}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
+    }
+
+    /// Waits until the lease on `task` has expired by the database's clock,
+    /// the one a takeover or a recovery judges it by (or is gone: a sweep
+    /// that acted on the expired lease may have cleared it).
+    pub async fn wait_for_lease_expiry(&self, task: Uuid, within: Duration) {
+        let pool = self.db.pool();
+        eventually(within, format!("the lease on task {task} to expire"), || async {
+            let c = pool.get().await.unwrap();
+            let sql = "SELECT lease_expires_at IS NULL OR lease_expires_at < now() FROM task_instances WHERE id = $1";
+            let expired: bool = c.query_one(sql, &[&task]).await.unwrap().get(0);
+            expired.then_some(()).ok_or("a live lease")
+        })
+        .await;
     }
 
     /// The run's history entries of `kind`.

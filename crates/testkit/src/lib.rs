@@ -10,6 +10,8 @@
 //! - [`Collector`] (`collector`): a real OpenTelemetry collector, and the spans it received.
 //! - [`Engine`] (`engine`): coordinators and workers in-process, with API helpers and
 //!   [`Engine::wait_for_run`].
+//! - [`eventually()`] (`eventually`): waiting for what a test expects, with a deadline and
+//!   a message naming what did not happen, instead of a fixed sleep.
 //! - [`schema`]: the definition schema walked field by field, and the smallest
 //!   definition holding a value at a field.
 
@@ -18,11 +20,13 @@
 
 mod collector;
 mod engine;
+mod eventually;
 mod fake_http;
 pub mod schema;
 mod services;
 
 pub use collector::{Collector, ReceivedSpan};
 pub use engine::{http_node, Engine, EngineOptions, WorkerHandle};
+pub use eventually::{eventually, eventually_blocking, poll_until, Probe};
 pub use fake_http::{FakeHttp, Recorded};
 pub use services::{replace_db, services, unique_prefix, Services, TestDb};

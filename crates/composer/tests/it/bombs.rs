@@ -230,6 +230,8 @@ async fn a_closure_bomb_behind_a_wait_a_child_or_a_schedule_makes_no_crash_loop(
     let run = c.client.wait_for_run(parent, T).await;
     assert_eq!(run["status"], "FAILED", "{run}");
     assert!(run["error"].as_str().unwrap().contains("concurrency.key"), "{run}");
+    // A fixed span of the every-second schedule's fires, as the point is
+    // what did not happen in it: no crash, no run started.
     tokio::time::sleep(Duration::from_secs(3)).await;
     c.assert_alive("after the schedule fired a few times").await;
     let runs = c.client.get("/v1/runs?workflow=tagged").await;
@@ -237,6 +239,7 @@ async fn a_closure_bomb_behind_a_wait_a_child_or_a_schedule_makes_no_crash_loop(
 
     for round in 0..2 {
         c.restart().await;
+        // A fixed span of fires after the restart: the process must outlive it.
         tokio::time::sleep(Duration::from_secs(3)).await;
         c.assert_alive(&format!("{round}: seconds after a restart, the schedule firing")).await;
         c.assert_serves(&format!("{round}: after a restart")).await;
@@ -460,6 +463,8 @@ impl Coordinator {
                     if Instant::now() > until {
                         break Err(format!("the schedule's fires said nothing: {view}"));
                     }
+                    // The poll interval (the loop checks its own deadline),
+                    // kept slow so as not to add to a bombed coordinator's load.
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 };
                 let _ = self.client.http.delete(format!("{}/v1/schedules/{id}", self.client.base)).send().await;
@@ -527,6 +532,7 @@ impl Coordinator {
                     if Instant::now() > until {
                         return Err(format!("{route:?}: the run did not fail again: {history:?}"));
                     }
+                    // The poll interval, slow as above.
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
@@ -563,6 +569,7 @@ async fn every_expression_field_of_the_schema_holds_every_bomb() {
                 if !answer.is_ok_and(|r| r.status().is_success()) {
                     slow.push(started.elapsed());
                 }
+                // The pace of the health probe, as a load balancer's would be.
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             slow

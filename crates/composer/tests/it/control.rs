@@ -4,7 +4,7 @@
 use chrono::{DurationRound, SecondsFormat};
 use std::time::Duration;
 
-use composer_testkit::{Engine, EngineOptions, FakeHttp};
+use composer_testkit::{eventually, poll_until, Engine, EngineOptions, FakeHttp};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -140,6 +140,7 @@ async fn cancelling_a_run_cancels_every_queued_and_running_item_at_once() {
     let open = items.iter().filter(|i| !["COMPLETED", "CANCELLED"].contains(&i["state"].as_str().unwrap())).count();
     assert_eq!(open, 0, "no item is left open");
     let calls = http.calls("/slow/300/ship");
+    // An absence, so a fixed time: no item may start in this window.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(http.calls("/slow/300/ship") <= calls + 2, "no new item starts after the cancel");
     e.stop().await;
@@ -175,14 +176,16 @@ async fn children(e: &Engine, parent: Uuid) -> Vec<Value> {
 
 /// The children of `parent` once there are `n` of them: a child starts
 /// right after its parent's commit, in a transaction of its own.
+/// (Fewer, once `T` has passed: the caller says what it needs of them.)
 async fn children_when(e: &Engine, parent: Uuid, n: usize) -> Vec<Value> {
-    let until = std::time::Instant::now() + T;
-    loop {
+    let enough = poll_until(T, || async {
         let runs = children(e, parent).await;
-        if runs.len() >= n || std::time::Instant::now() > until {
-            return runs;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        (runs.len() >= n).then_some(runs)
+    })
+    .await;
+    match enough {
+        Ok(runs) => runs,
+        Err(_) => children(e, parent).await,
     }
 }
 
@@ -689,7 +692,12 @@ async fn every_fire_time_starts_one_run_with_two_coordinators_firing() {
         )
         .await;
     assert_eq!(status, 201, "{body}");
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // Three fire times' worth of runs (each fire time once, or a double shows).
+    eventually(T, "three runs of the schedule", || async {
+        let runs = scheduled_runs(&e, "tick").await;
+        (runs.len() >= 3).then_some(()).ok_or(format!("{runs:?}"))
+    })
+    .await;
     e.post("/v1/schedules/every_second/pause", &json!({})).await;
     let runs = scheduled_runs(&e, "tick").await;
     assert!(runs.len() >= 2, "{runs:?}");
@@ -714,6 +722,8 @@ async fn overlap_skip_starts_nothing_while_a_run_is_open_and_buffer_one_starts_o
         let spec = json!({"id": id, "workflow": workflow, "cron": "* * * * * *", "overlap": overlap});
         assert_eq!(e.post("/v1/schedules", &spec).await.0, 201);
     }
+    // A fixed span of fire times (one a second) across the runs' 2.5 s,
+    // as the point is which fires did not start a run.
     tokio::time::sleep(Duration::from_millis(4000)).await;
     for id in ["skipper", "buffer"] {
         e.post(&format!("/v1/schedules/{id}/pause"), &json!({})).await;
@@ -752,13 +762,14 @@ async fn after_downtime_fire_times_within_the_catchup_window_fire_and_older_ones
     )
     .await
     .unwrap();
-    let until = std::time::Instant::now() + T;
-    let runs = loop {
+    let caught_up = poll_until(T, || async {
         let runs = scheduled_runs(&e, "catch").await;
-        if runs.len() >= 3 || std::time::Instant::now() > until {
-            break runs;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        (runs.len() >= 3).then_some(runs)
+    })
+    .await;
+    let runs = match caught_up {
+        Ok(runs) => runs,
+        Err(_) => scheduled_runs(&e, "catch").await,
     };
     assert!((3..=4).contains(&runs.len()), "the 3-minute window (and maybe this minute): {runs:?}");
     let (_, metrics) = e.get("/metrics").await;
@@ -784,17 +795,17 @@ fn past_hours(n: i64) -> (Vec<String>, String, String) {
     (times.clone(), times[0].clone(), to)
 }
 
-/// Waits until workflow `workflow` has `n` runs that ended; their runs by
-/// fire time.
+/// Waits until workflow `workflow` has `n` runs that ended (at most `T`:
+/// the caller says what it needs of them); their runs by fire time.
 async fn ended_runs(e: &Engine, workflow: &str, n: usize) -> Vec<(String, Value)> {
-    let until = std::time::Instant::now() + T;
-    loop {
+    let ended = poll_until(T, || async {
         let runs = scheduled_runs(e, workflow).await;
-        let ended = runs.iter().filter(|(_, r)| r["finished_at"].is_string()).count();
-        if ended >= n || std::time::Instant::now() > until {
-            return runs;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        (runs.iter().filter(|(_, r)| r["finished_at"].is_string()).count() >= n).then_some(runs)
+    })
+    .await;
+    match ended {
+        Ok(runs) => runs,
+        Err(_) => scheduled_runs(e, workflow).await,
     }
 }
 
@@ -839,11 +850,11 @@ async fn a_backfill_starts_each_past_fire_time_once_however_often_it_is_asked() 
     db.execute("DELETE FROM schedule_fires", &[]).await.unwrap();
     let (_, forgotten) = e.post("/v1/schedules/hourly/backfill", &ask).await;
     assert_eq!(forgotten["queued"], 6, "{forgotten}");
-    let until = std::time::Instant::now() + T;
-    while e.get("/v1/schedules/hourly").await.1["backfill_queued"] != 0 {
-        assert!(std::time::Instant::now() < until, "the queue drains");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(T, "the backfill queue to drain", || async {
+        let (_, schedule) = e.get("/v1/schedules/hourly").await;
+        (schedule["backfill_queued"] == 0).then_some(()).ok_or(schedule)
+    })
+    .await;
     assert_eq!(scheduled_runs(&e, "hourly").await.len(), 6, "no fire time started twice");
 
     // Refused, naming the problem; nothing queued.
@@ -881,6 +892,7 @@ async fn buffer_all_backfills_one_at_a_time_skip_starts_one_and_a_paused_schedul
     let (status, body) =
         e.post("/v1/schedules/serial/backfill", &json!({"from": from, "to": to, "overlap": "buffer_all"})).await;
     assert_eq!((status, body["paused"].clone(), body["queued"].clone()), (202, json!(true), json!(3)), "{body}");
+    // An absence, so a fixed time: no run may start in this window.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(scheduled_runs(&e, "serial").await.is_empty(), "a paused schedule holds its backfill");
     assert_eq!(e.get("/v1/schedules/serial").await.1["backfill_queued"], 3);
@@ -900,6 +912,7 @@ async fn buffer_all_backfills_one_at_a_time_skip_starts_one_and_a_paused_schedul
     let ask = json!({"from": from, "to": to, "overlap": "skip"});
     assert_eq!(e.post("/v1/schedules/skipping/backfill", &ask).await.1["queued"], 3);
     let runs = ended_runs(&e, "skipping", 1).await;
+    // An absence, so a fixed time: the skipped fire times start nothing.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(scheduled_runs(&e, "skipping").await.len(), 1, "{runs:?}");
     let (_, again) = e.post("/v1/schedules/skipping/backfill", &json!({"from": from, "to": to})).await;

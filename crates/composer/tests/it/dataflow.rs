@@ -266,6 +266,7 @@ async fn a_paused_run_finishes_what_started_starts_nothing_new_and_resumes() {
     assert_eq!((status, paused["status"].as_str()), (200, Some("PAUSED")), "{paused}");
     let run = e.wait_until(id, T, |r| r["tasks"][0]["state"] == "COMPLETED").await;
     assert_eq!(run["status"], "PAUSED", "the step that had started finished: {run}");
+    // An absence, so a fixed time: nothing new may start in this window.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["tasks"].as_array().unwrap().len(), 1, "nothing new started: {run}");

@@ -3,10 +3,10 @@
 //! no outbox row, no stream message, no lease statement of its own. A
 //! worker that never runs what it was given loses it when the lease expires.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use composer_store::leases::LeaseManager;
-use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp};
+use composer_testkit::{eventually, http_node, Engine, EngineOptions, FakeHttp};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -28,8 +28,7 @@ async fn complete(e: &Engine, run: Uuid, task: Uuid, worker: &str, next: Option<
 
 /// The task of `node`, once it exists, with its lease, as stored.
 async fn stored(e: &Engine, run: Uuid, node: &str) -> (Uuid, String, Option<String>, Option<f64>) {
-    let until = Instant::now() + T;
-    loop {
+    eventually(T, format!("task {node} to be created"), || async {
         let c = e.db.pool().get().await.unwrap();
         let row = c
             .query_opt(
@@ -39,12 +38,9 @@ async fn stored(e: &Engine, run: Uuid, node: &str) -> (Uuid, String, Option<Stri
             )
             .await
             .unwrap();
-        if let Some(r) = row {
-            return (r.get(0), r.get(1), r.get(2), r.get(3));
-        }
-        assert!(Instant::now() < until, "task {node} was never created");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        row.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    })
+    .await
 }
 
 async fn outbox_rows_of(e: &Engine, task: Uuid) -> i64 {
@@ -142,7 +138,8 @@ async fn a_worker_that_dies_holding_an_eagerly_given_task_loses_it_by_lease_expi
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["next"].as_array().map(Vec::len), Some(1), "{answer}");
     // The worker dies before it starts b: nothing of b is on a stream.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (b, ..) = stored(&e, run, "b").await;
+    e.wait_for_lease_expiry(b, T).await;
     composer_coord::loops::recover_tasks(&e.coordinators[0].shared).await;
     e.start_worker("survivor", 2).await;
     let done = e.wait_for_run(run, T).await;
@@ -228,12 +225,9 @@ async fn a_run_the_results_freed_slot_starts_gives_its_first_step_with_the_answe
     assert!(answer.get("next").is_none(), "a less urgent run goes through its stream: {answer}");
     let (a3, state, owner, _) = stored(&e, third, "a").await;
     assert_eq!((state.as_str(), owner), ("PENDING", None));
-    let until = Instant::now() + T;
     // The first run's message and the third's: the second's step had none.
-    while messages_on(&e, "step").await < 2 {
-        assert!(Instant::now() < until, "the third run's step was never sent");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(T, "the third run's step to be sent", || async { (messages_on(&e, "step").await >= 2).then_some(()) })
+        .await;
     assert!(leases.acquire(third, a3, "w2", Duration::from_secs(30), 1).await.unwrap().is_granted());
     let (status, _) = complete(&e, third, a3, "w2", None).await;
     assert_eq!(status, 200);
@@ -274,11 +268,7 @@ async fn waiting_poll(e: &Engine, worker: &str, body: Value) -> tokio::task::Joi
         let resp = http.post(format!("{url}/v1/tasks/poll")).json(&body).send().await.unwrap();
         (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
     });
-    let until = Instant::now() + T;
-    while waiting() <= before {
-        assert!(Instant::now() < until, "the poll never waited");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually(T, "the poll to wait", || async { (waiting() > before).then_some(()) }).await;
     poll
 }
 
@@ -395,15 +385,11 @@ async fn a_start_with_a_key_a_limit_or_a_parent_gives_its_first_step_to_a_waitin
                 "limit" => e.start_run("limited-one", json!({})).await,
                 "child" => {
                     let parent = e.start_run("parent-one", json!({})).await;
-                    let until = Instant::now() + T;
-                    loop {
+                    eventually(T, "the parent's child", || async {
                         let (_, page) = e.get(&format!("/v1/runs?parent_run_id={parent}")).await;
-                        if let Some(child) = page["runs"][0]["id"].as_str() {
-                            break child.parse().unwrap();
-                        }
-                        assert!(Instant::now() < until, "no child: {page}");
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
+                        page["runs"][0]["id"].as_str().map(|child| child.parse().unwrap()).ok_or(page)
+                    })
+                    .await
                 }
                 _ => {
                     let (status, sent) = e.post("/v1/events", &json!({"name": "thing.happened"})).await;
@@ -472,7 +458,8 @@ async fn a_start_whose_caller_leaves_during_the_commit_still_answers_the_poll_it
     for i in 0..3 {
         let worker = format!("w-left-{i}");
         let poll = waiting_poll(&e, &worker, json!({"queues": ["step"], "max": 1, "wait": "20s"})).await;
-        // Its naps between reads grow to 200 ms: it is soon waiting nearly all the time.
+        // A fixed time, as nothing shows it: the poll's naps between reads
+        // grow to 200 ms, so it is soon waiting nearly all the time.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let http = reqwest::Client::builder().timeout(Duration::from_millis(500)).build().unwrap();
         let body = json!({"workflow": "keyed-slow", "idempotency_key": format!("k-{i}")});
@@ -516,13 +503,16 @@ async fn a_poll_is_not_held_by_an_event_whose_later_trigger_waits_for_a_lock() {
         .await
         .unwrap();
     let poll = waiting_poll(&e, "w-held", json!({"queues": ["step"], "max": 1, "wait": "1s"})).await;
+    // A fixed time, as nothing shows it: the poll's naps between reads grow
+    // to 200 ms, so it is soon waiting nearly all the time (and could be held).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (url, http) = (e.url(), reqwest::Client::new());
     let sent = tokio::spawn(async move {
         let resp = http.post(format!("{url}/v1/events")).json(&json!({"name": "two.ev"})).send().await.unwrap();
         (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
     });
-    // Longer than the poll's wait and than a lease of the test kit's (3 s).
+    // An absence, so a fixed time: longer than the poll's wait and than a
+    // lease of the test kit's (3 s), the event still waits for the key.
     tokio::time::sleep(Duration::from_millis(4000)).await;
     assert!(!sent.is_finished(), "the event waits for the key");
     assert!(poll.is_finished(), "the poll was not held by the event's transaction");
@@ -562,11 +552,7 @@ async fn a_poll_that_stopped_waiting_or_waits_for_more_urgent_work_is_given_noth
     assert_eq!(e.coordinators[0].shared.engine.idle_polls().waiting(), 0, "the poll left");
     let urgent = waiting_poll(&e, "urgent", json!({"queues": ["step"], "wait": "1s", "priority_at_most": 1})).await;
     let run = e.start_run("idle-one", json!({})).await;
-    let until = Instant::now() + T;
-    while messages_on(&e, "step").await < 1 {
-        assert!(Instant::now() < until, "the step was never sent");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(T, "the step to be sent", || async { (messages_on(&e, "step").await >= 1).then_some(()) }).await;
     let (status, answer) = urgent.await.unwrap();
     assert_eq!((status, answer["tasks"].as_array().map(Vec::len)), (200, Some(0)), "{answer}");
     let (a, state, owner, _) = stored(&e, run, "a").await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use composer_core::definition::Workflow;
 use composer_core::simulate::{self, Options};
-use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp};
+use composer_testkit::{eventually, http_node, Engine, EngineOptions, FakeHttp};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -229,13 +229,11 @@ async fn a_cancelled_parent_cancels_its_loops_child_unless_told_to_abandon_it() 
     let mut children = Vec::new();
     for name in ["cancels", "abandons"] {
         let id = e.start_run(name, json!({})).await;
-        let child = loop {
+        let child = eventually(T, format!("{name}: the loop's first child"), || async {
             let (_, c) = e.get(&format!("/v1/runs?parent_run_id={id}")).await;
-            if let Some(first) = c["runs"].as_array().and_then(|r| r.first()) {
-                break id_of(&first["id"]);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+            c["runs"].as_array().and_then(|r| r.first()).map(|first| id_of(&first["id"]))
+        })
+        .await;
         let (status, _) = e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;
         assert_eq!(status, 200);
         children.push(child);
@@ -315,6 +313,8 @@ async fn an_at_most_once_attempt_whose_worker_died_waits_in_doubt_and_is_never_s
         assert!(!thief.is_granted(), "nobody takes an in-doubt attempt over");
     }
     e.start_worker("live", 4).await;
+    // An absence, so a fixed time: a live worker's polls in this window
+    // must not send the attempt again.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(http.calls("/ok/pay"), 0, "never sent again by itself");
     assert_eq!(e.history(doubted[0].0, "TaskInDoubt").await.len(), 1);
@@ -374,6 +374,7 @@ async fn an_at_most_once_request_that_timed_out_is_in_doubt_not_retried() {
     let run = e.wait_for_run(down, T).await;
     assert_eq!((run["status"].as_str(), run["tasks"][0]["attempt"].as_i64()), (Some("FAILED"), Some(3)), "{run}");
     assert_eq!(run["tasks"][0]["error_info"]["code"], "connect");
+    // An absence, so a fixed time: past the slow request's 2 s, no retry.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(http.calls("/slow/2000/pay"), 1);
     e.stop().await;

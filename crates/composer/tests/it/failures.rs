@@ -9,7 +9,7 @@ use composer_core::machine::Event;
 use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
 use composer_store::leases::{Acquired, LeaseManager};
 use composer_stream::{Keys, Streams};
-use composer_testkit::{http_node, services, Engine, EngineOptions, FakeHttp, TestDb};
+use composer_testkit::{eventually, http_node, services, Engine, EngineOptions, FakeHttp, TestDb};
 use composer_worker::{TaskError, Worker};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -41,11 +41,11 @@ fn leases_denied(e: &Engine) -> u64 {
 }
 
 async fn wait_for_empty_outbox(e: &Engine) {
-    let until = Instant::now() + T;
-    while outbox_rows(e).await > 0 {
-        assert!(Instant::now() < until, "the outbox did not drain");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(T, "the outbox to drain", || async {
+        let rows = outbox_rows(e).await;
+        (rows == 0).then_some(()).ok_or(format!("{rows} rows"))
+    })
+    .await;
 }
 
 /// A worker leased the task and died.
@@ -64,7 +64,7 @@ async fn expired_lease_is_recovered() {
         "an owner must not re-acquire a lease it still holds"
     );
 
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    e.wait_for_lease_expiry(task, T).await;
     composer_coord::loops::recover_tasks(&e.coordinators[0].shared).await;
     e.start_worker("survivor", 2).await;
 
@@ -92,7 +92,8 @@ async fn outbox_is_woken_by_notify() {
     let mut cfg = e.worker_config("w1", 2);
     cfg.options.coordinator_urls = vec![format!("http://{}", e.coordinators[1].addr)];
     e.spawn_worker(Worker::new(cfg));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let polls = e.coordinators[1].shared.engine.idle_polls();
+    eventually(T, "the worker's poll to wait on the publisher", || async { (polls.waiting() > 0).then_some(()) }).await;
 
     let http = FakeHttp::start().await;
     let started = Instant::now();
@@ -164,6 +165,7 @@ async fn a_slow_worker_loses_its_lease_and_its_result_is_discarded() {
         Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_millis(1500), ..Default::default() }).await;
     let mut worker = Worker::new(e.worker_config("slow", 1));
     worker.handle("slow-step", |_ctx, _input| async {
+        // Slow work, so a fixed time: it outlasts the lease (1.5 s).
         tokio::time::sleep(Duration::from_secs(4)).await;
         Ok(json!({"from": "slow"}))
     });
@@ -183,11 +185,8 @@ async fn a_slow_worker_loses_its_lease_and_its_result_is_discarded() {
     let leases = LeaseManager::new(pool);
     assert_eq!(leases.acquire(id, task, "thief", Duration::from_secs(30), 1).await.unwrap(), Acquired::TakenOver);
 
-    let until = Instant::now() + T;
-    while stats.lease_lost() == 0 {
-        assert!(Instant::now() < until, "the slow worker never noticed it lost its lease");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(T, "the slow worker to notice it lost its lease", || async { (stats.lease_lost() > 0).then_some(()) })
+        .await;
     assert_eq!(stats.reported(), 0, "a worker that lost its lease reports nothing");
 
     let path = format!("/v1/tasks/{task}/complete");
@@ -230,11 +229,7 @@ async fn crash_after_xadd_before_delete_publishes_again_and_the_lease_drops_the_
 
     let run = e.wait_for_run(id, T).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
-    let until = Instant::now() + T;
-    while leases_denied(&e) == 0 {
-        assert!(Instant::now() < until, "the second message was never seen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(T, "the second message to be seen", || async { (leases_denied(&e) > 0).then_some(()) }).await;
     assert_eq!(http.calls("/ok/a"), 1, "published twice, executed once");
     e.stop().await;
 }
@@ -338,22 +333,23 @@ async fn a_failover_to_a_replica_behind_the_primary_loses_no_run_and_resumes_wit
         let id = e.start_run("failover", json!({})).await;
         assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
     }
-    let until = Instant::now() + T;
-    loop {
-        let info: String = redis::cmd("INFO").arg("replication").query_async(&mut r).await.unwrap();
-        let mut primary_conn =
-            redis::Client::open(primary.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
-        let theirs: String = redis::cmd("INFO").arg("replication").query_async(&mut primary_conn).await.unwrap();
-        let offset =
-            |text: &str, field: &str| text.lines().find_map(|l| l.strip_prefix(field)).map(str::trim).map(String::from);
-        if info.contains("master_link_status:up")
-            && offset(&info, "slave_repl_offset:") == offset(&theirs, "master_repl_offset:")
-        {
-            break;
+    eventually(T, "the replica to catch up", || {
+        let mut r = r.clone();
+        let primary = primary.url();
+        async move {
+            let info: String = redis::cmd("INFO").arg("replication").query_async(&mut r).await.unwrap();
+            let mut primary_conn =
+                redis::Client::open(primary).unwrap().get_multiplexed_async_connection().await.unwrap();
+            let theirs: String = redis::cmd("INFO").arg("replication").query_async(&mut primary_conn).await.unwrap();
+            let offset = |text: &str, field: &str| {
+                text.lines().find_map(|l| l.strip_prefix(field)).map(str::trim).map(String::from)
+            };
+            let caught_up = info.contains("master_link_status:up")
+                && offset(&info, "slave_repl_offset:") == offset(&theirs, "master_repl_offset:");
+            caught_up.then_some(()).ok_or(info)
         }
-        assert!(Instant::now() < until, "the replica never caught up: {info}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     for w in std::mem::take(&mut e.workers) {
         w.stop().await;
     }
@@ -396,8 +392,7 @@ async fn redis_down_accepts_runs_and_dispatch_resumes_when_it_returns() {
         ids.push(e.start_run("down", json!({})).await);
     }
     let pool = e.db.pool();
-    let until = Instant::now() + T;
-    loop {
+    eventually(T, "the publishes to go to RETRY while Redis is down", || async {
         let retrying: i64 = pool
             .get()
             .await
@@ -406,12 +401,9 @@ async fn redis_down_accepts_runs_and_dispatch_resumes_when_it_returns() {
             .await
             .unwrap()
             .get(0);
-        if retrying == 3 {
-            break;
-        }
-        assert!(Instant::now() < until, "publishes did not go to RETRY while Redis was down");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (retrying == 3).then_some(()).ok_or(format!("{retrying} of 3"))
+    })
+    .await;
     assert_eq!(http.calls("/ok/down"), 0);
 
     tokio::task::block_in_place(|| redis.restart()).unwrap();
@@ -443,7 +435,9 @@ async fn postgres_restarted_mid_run_and_everyone_reconnects() {
     for _ in 0..5 {
         ids.push(e.start_run("pg", json!({})).await);
     }
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Restarted mid-run: once a first run is past its first step.
+    eventually(T, "a first run to reach its second step", || async { (http.calls("/slow/300/b") > 0).then_some(()) })
+        .await;
     tokio::task::block_in_place(|| pg.restart()).unwrap();
 
     for id in ids {
@@ -484,7 +478,7 @@ async fn a_task_that_keeps_killing_its_workers_fails_after_max_dispatches_and_is
         assert_eq!(status, 200, "{body}");
         let tasks = body["tasks"].as_array().unwrap();
         assert_eq!((tasks.len(), &tasks[0]["attempt"]), (1, &json!(1)), "{body}");
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+        e.wait_for_lease_expiry(tasks[0]["id"].as_str().unwrap().parse().unwrap(), T).await;
     }
 
     e.start_worker("careful", 2).await;
@@ -749,11 +743,11 @@ async fn tables_that_doubled_since_their_last_analyze_are_analyzed() {
     config.analyze_interval = Duration::from_millis(100);
     e.start_coordinator_with(config).await;
     insert(600).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while reltuples().await < 1200.0 {
-        assert!(Instant::now() < deadline, "the coordinator did not analyze the doubled table");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(30), "the coordinator to analyze the doubled table", || async {
+        let rows = reltuples().await;
+        (rows >= 1200.0).then_some(()).ok_or(rows)
+    })
+    .await;
     e.stop().await;
 }
 
@@ -845,7 +839,7 @@ async fn coordinator_dies_between_commit_and_publish_and_the_row_goes_out_after_
         shards,
         notify,
         Some((std::sync::Arc::new(publisher), grace)),
-        composer_coord::engine::Limits::DEFAULT,
+        composer_coord::engine::Bounds::DEFAULT,
         16,
     ));
     let stop_engine = tokio_util::sync::CancellationToken::new();

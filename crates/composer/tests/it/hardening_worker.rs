@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp};
+use composer_testkit::{eventually, http_node, Engine, EngineOptions, FakeHttp};
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(60);
@@ -223,26 +223,21 @@ async fn a_restart_on_a_redis_that_lost_everything_redispatches_at_once() {
     // Published, and its outbox row gone: only the stream holds the dispatch.
     let pool = e.db.pool();
     let db = pool.get().await.unwrap();
-    let give_up = tokio::time::Instant::now() + T;
-    loop {
+    eventually(T, "the task to be dispatched (on a stream, its outbox row gone)", || async {
         let outbox: i64 = db.query_one("SELECT count(*) FROM outbox", &[]).await.unwrap().get(0);
-        if outbox == 0 && queued(&e, "http").await > 0 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < give_up, "the task was never dispatched");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (outbox == 0 && queued(&e, "http").await > 0).then_some(())
+    })
+    .await;
 
     // `composer dev` killed: its coordinator gone, its embedded Redis empty.
     e.coordinators.pop().unwrap().abort();
     forget_everything(&e).await;
     assert_eq!(queued(&e, "http").await, 0);
     e.start_coordinator().await;
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
-    while queued(&e, "http").await == 0 {
-        assert!(tokio::time::Instant::now() < give_up, "not dispatched again within seconds");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(10), "the task to be dispatched again within seconds", || async {
+        (queued(&e, "http").await > 0).then_some(())
+    })
+    .await;
     e.start_worker("after", 2).await;
     assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
     assert_eq!(http.calls("/ok/lost"), 1, "run once");

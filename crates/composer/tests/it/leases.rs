@@ -31,7 +31,7 @@ async fn an_owner_cannot_reacquire_a_lease_it_still_holds() {
     assert!(leases.renew(run, task, "w1", ttl, 1).await.unwrap());
     assert!(!leases.renew(run, task, "w2", ttl, 1).await.unwrap(), "only the owner renews");
 
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    e.wait_for_lease_expiry(task, Duration::from_secs(30)).await;
     assert_eq!(
         leases.acquire(run, task, "w2", ttl, 1).await.unwrap(),
         Acquired::TakenOver,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use composer_testkit::{Engine, EngineOptions, FakeHttp};
+use composer_testkit::{eventually, poll_until, Engine, EngineOptions, FakeHttp};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -133,6 +133,7 @@ async fn a_held_step_shows_why_and_cancelling_or_pausing_its_run_frees_its_place
     // The first run ended: nothing else holds the slot, and the paused run's step still waits.
     let limit = wait_for_limit(&e, "solo", |l| l["in_use"] == 0 && l["waiting"] == 1).await;
     assert_eq!(limit["waiting"], 1, "{limit}");
+    // An absence, so a fixed time: the paused run's step is not sent in this window.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(e.task(paused, "call").await["state"], "PENDING", "not sent while paused");
     let (status, _) = e.post(&format!("/v1/runs/{paused}/resume"), &json!({})).await;
@@ -199,15 +200,16 @@ async fn a_key_that_does_not_evaluate_fails_its_step_with_the_limit_named() {
 }
 
 async fn wait_for_limit(e: &Engine, key: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let give_up = tokio::time::Instant::now() + T;
-    loop {
+    let check = &check;
+    eventually(T, format!("limit {key} to get there"), || async move {
         let (_, l) = e.get(&format!("/v1/limits/{key}")).await;
         if check(&l) {
-            return l;
+            Ok(l)
+        } else {
+            Err(l)
         }
-        assert!(tokio::time::Instant::now() < give_up, "limit {key} never got there: {l}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -301,10 +303,7 @@ async fn two_limits_whose_keys_come_out_the_same_are_one_with_both_values_and_a_
     let limit = wait_for_limit(&e, "c:x", |l| l["waiting"] == 2).await;
     assert_eq!((limit["rate"].clone(), limit["concurrency"].clone()), (json!("1/1h"), json!(5)), "{limit}");
     // The one admitted may still be on its way to the target.
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    while http.calls("/ok/same") == 0 && std::time::Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let _ = poll_until(Duration::from_secs(10), || async { (http.calls("/ok/same") > 0).then_some(()) }).await;
     assert_eq!(http.calls("/ok/same"), 1, "the rate holds: one an hour");
     for id in &runs {
         e.post(&format!("/v1/runs/{id}/cancel"), &json!({})).await;

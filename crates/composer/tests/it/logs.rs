@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use composer_testkit::{Engine, EngineOptions};
+use composer_testkit::{eventually, Engine, EngineOptions};
 use composer_worker::Worker;
 use serde_json::{json, Value};
 
@@ -156,21 +156,18 @@ async fn a_long_handlers_lines_arrive_while_it_still_runs() {
     let mut worker = Worker::new(e.worker_config("slow-logs", 1));
     worker.handle("slow-talker", |ctx, _input| async move {
         ctx.log("working");
+        // Slow work, so a fixed time: the line must arrive while it runs.
         tokio::time::sleep(Duration::from_secs(8)).await;
         Ok(json!({}))
     });
     e.spawn_worker(worker);
     let id = e.run(&json!({"name": "slow-talker", "nodes": [{"id": "talk", "type": "slow-talker"}]})).await;
     // Sent within about a second; the handler runs for eight.
-    let until = tokio::time::Instant::now() + Duration::from_secs(7);
-    loop {
+    eventually(Duration::from_secs(7), "the line to arrive while the handler runs", || async {
         let (_, logs) = e.get(&format!("/v1/runs/{id}/tasks/talk/logs")).await;
-        if logs["lines"][0]["line"] == "working" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < until, "the line did not arrive while the handler ran: {logs}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (logs["lines"][0]["line"] == "working").then_some(()).ok_or(logs)
+    })
+    .await;
     let (_, run) = e.get(&format!("/v1/runs/{id}")).await;
     assert_eq!(run["status"], "RUNNING", "the line arrived while the handler ran");
     assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use composer_core::machine::Resolution;
 use composer_core::simulate::{self, Options, Outcome};
+use composer_testkit::eventually;
 use serde_json::{json, Value};
 
 /// xorshift64*: cases are reproducible from their seed.
@@ -731,21 +732,18 @@ async fn work(url: String, scripts: std::sync::Arc<Scripts>, stop: tokio_util::s
                     None => input["key"].as_str().unwrap().to_string(),
                 };
                 // The run's script is known once its start answered.
-                let mut answer = None;
-                for _ in 0..500 {
-                    answer = scripts.answer(run, &key, attempt);
-                    if answer.is_some() {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                let answer =
+                    eventually(Duration::from_secs(10), format!("a script for {key} of run {run}"), || async {
+                        scripts.answer(run, &key, attempt)
+                    })
+                    .await;
                 let id = task["id"].as_str().unwrap();
                 let body = |extra: Value| {
                     let mut b = json!({"worker_id": "model", "run_id": own, "attempt": attempt});
                     b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
                     b
                 };
-                match answer.expect("a script for every step") {
+                match answer {
                     None => {
                         http.post(format!("{url}/v1/runs/{run}/cancel")).json(&json!({})).send().await.unwrap();
                     }
@@ -762,7 +760,8 @@ async fn work(url: String, scripts: std::sync::Arc<Scripts>, stop: tokio_util::s
                     // Lost: no answer, no heartbeat; once IN_DOUBT, an operator resolves it.
                     Some(Outcome::Unknown(resolution)) => {
                         let node = task["node_id"].as_str().unwrap().to_string();
-                        loop {
+                        let what = format!("{node} of run {run} in doubt, or the run ended");
+                        let in_doubt = eventually(Duration::from_secs(120), what, || async {
                             let view: Value =
                                 http.get(format!("{url}/v1/runs/{run}")).send().await.unwrap().json().await.unwrap();
                             let doubt = view["tasks"]
@@ -770,13 +769,11 @@ async fn work(url: String, scripts: std::sync::Arc<Scripts>, stop: tokio_util::s
                                 .into_iter()
                                 .flatten()
                                 .any(|t| t["node_id"] == node.as_str() && t["state"] == "IN_DOUBT");
-                            if doubt {
-                                break;
-                            }
-                            if view["status"] != "RUNNING" {
-                                return;
-                            }
-                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            (doubt || view["status"] != "RUNNING").then_some(doubt)
+                        })
+                        .await;
+                        if !in_doubt {
+                            return;
                         }
                         let how = match resolution {
                             Resolution::Completed(output) => json!({"outcome": "completed", "output": output}),
@@ -816,15 +813,16 @@ async fn observed(e: &composer_testkit::Engine, model: &Model, run: uuid::Uuid) 
         nodes.insert(s.id.clone(), (state, normal(output)));
     }
     // A cancelled run's children are cancelled right after its commit.
-    let mut children: Vec<Value> = Vec::new();
-    for _ in 0..100 {
+    let mut children = eventually(Duration::from_secs(10), format!("the children of run {run} to end"), || async {
         let (_, page) = e.get(&format!("/v1/runs?parent_run_id={run}&limit=1000")).await;
-        children = page["runs"].as_array().cloned().unwrap_or_default();
+        let children = page["runs"].as_array().cloned().unwrap_or_default();
         if children.iter().all(|c| c["status"] != "RUNNING") {
-            break;
+            Ok(children)
+        } else {
+            Err(page)
         }
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    }
+    })
+    .await;
     children.reverse();
     let children = children.iter().map(|c| c["status"].as_str().unwrap().to_string()).collect();
     let handler = match model.handler {

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use composer_testkit::{Engine, EngineOptions};
+use composer_testkit::{eventually, Engine, EngineOptions};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -45,15 +45,16 @@ async fn on_streams(e: &Engine, queue: &str, priority: u8) -> Vec<usize> {
 
 /// Waits until `n` messages are on `queue`'s streams at `priority`.
 async fn until_published(e: &Engine, queue: &str, priority: u8, n: usize) {
-    let until = Instant::now() + T;
-    loop {
+    let what = format!("{n} messages on the priority {priority} streams of {queue}");
+    eventually(T, what, || async {
         let on: usize = on_streams(e, queue, priority).await.iter().sum();
         if on >= n {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{on} there"))
         }
-        assert!(Instant::now() < until, "{on} of {n} messages reached the priority {priority} streams of {queue}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 async fn poll(e: &Engine, queue: &str, max: u32) -> Vec<Value> {
@@ -214,11 +215,7 @@ async fn an_urgent_slot_runs_a_priority_1_run_while_every_other_slot_is_busy() {
     });
     let bulk = start(&e, "bulk", json!({"who": "bulk"}), None).await;
     e.spawn_worker(worker);
-    let until = Instant::now() + T;
-    while order.lock().unwrap().is_empty() {
-        assert!(Instant::now() < until, "the bulk step never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(T, "the bulk step to start", || async { (!order.lock().unwrap().is_empty()).then_some(()) }).await;
     let normal = start(&e, "normal", json!({"who": "normal"}), None).await;
     let urgent = start(&e, "urgent", json!({}), Some(1)).await;
     assert_eq!(e.wait_for_run(urgent, T).await["status"], "SUCCEEDED");
@@ -260,11 +257,10 @@ async fn an_urgent_start_commits_while_every_other_engine_loop_is_inside_a_batch
     let watcher = e.db.pool().get().await.unwrap();
     let waiting_on_a_lock =
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
-    let until = Instant::now() + T;
-    while watcher.query_one(waiting_on_a_lock, &[]).await.unwrap().get::<_, i64>(0) == 0 {
-        assert!(Instant::now() < until, "the result's batch never waited on the held row");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(T, "the result's batch to wait on the held row", || async {
+        (watcher.query_one(waiting_on_a_lock, &[]).await.unwrap().get::<_, i64>(0) > 0).then_some(())
+    })
+    .await;
 
     let urgent = tokio::time::timeout(T, start(&e, "urgent", json!({"who": "urgent"}), Some(1)))
         .await

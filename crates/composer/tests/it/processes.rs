@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use composer_testkit::{http_node, services, unique_prefix, FakeHttp, TestDb};
+use composer_testkit::{eventually, eventually_blocking, http_node, services, unique_prefix, FakeHttp, TestDb};
 use serde_json::{json, Value};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_composer");
@@ -25,14 +25,7 @@ impl Proc {
         unsafe {
             libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM);
         }
-        let until = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.0.try_wait().expect("waiting for composer") {
-                return status;
-            }
-            assert!(Instant::now() < until, "composer did not exit within {timeout:?} of SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        eventually_blocking(timeout, "composer to exit on SIGTERM", || self.0.try_wait().expect("waiting for composer"))
     }
 }
 
@@ -56,16 +49,10 @@ pub(crate) fn composer(args: &[&str]) -> Command {
 }
 
 pub(crate) async fn wait_for_file(path: &Path, timeout: Duration) -> String {
-    let until = Instant::now() + timeout;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            if !s.is_empty() {
-                return s;
-            }
-        }
-        assert!(Instant::now() < until, "{} did not appear within {timeout:?}", path.display());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(timeout, format!("{} to appear", path.display()), || async {
+        std::fs::read_to_string(path).ok().filter(|s| !s.is_empty())
+    })
+    .await
 }
 
 pub(crate) struct Client {
@@ -164,7 +151,8 @@ async fn a_poll_waiting_on_one_coordinator_is_woken_by_anothers_publish() {
     for _ in 0..3 {
         let poll = clients[0].post("/v1/tasks/poll", &ask);
         let start = async {
-            // Once the poll waits (its first read found nothing).
+            // A head start, so a fixed time: once the poll waits (its first
+            // read found nothing), which no coordinator process shows.
             tokio::time::sleep(Duration::from_millis(300)).await;
             let (status, run) = clients[1].post("/v1/runs", &json!({"workflow": "one"})).await;
             assert_eq!(status, 201, "{run}");
@@ -253,15 +241,15 @@ async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cron"), "{}", String::from_utf8_lossy(&bad.stderr));
 
     assert!(dev.terminate(Duration::from_secs(30)).success(), "composer dev exits cleanly on SIGTERM");
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(Duration::from_secs(10), "the embedded services to exit with composer dev", || async {
         let left = processes_mentioning(data_dir.to_str().unwrap());
         if left.is_empty() {
-            break;
+            Ok(())
+        } else {
+            Err(format!("processes left behind: {left:?}"))
         }
-        assert!(Instant::now() < until, "processes left behind: {left:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -442,16 +430,22 @@ async fn a_coordinator_crash_mid_event_rolls_back_and_the_attempt_is_taken_over(
     let stats = composer_worker::Stats::default();
     let worker = tokio::spawn(composer_worker::Worker::new(cfg).run_with_stats(shutdown.clone(), stats.clone()));
 
-    let until = Instant::now() + Duration::from_secs(30);
-    while http.calls("/ok/x") == 0 {
-        assert!(Instant::now() < until, "the task never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Killed once the task ran and its report's batch waits on the held row.
+    let pool = db.pool();
+    let waiting_on_a_lock =
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    eventually(Duration::from_secs(30), "the task to run and its report to wait on the held run", || async {
+        if http.calls("/ok/x") == 0 {
+            return Err("the task did not run yet");
+        }
+        let c = pool.get().await.unwrap();
+        let waiting: i64 = c.query_one(waiting_on_a_lock, &[]).await.unwrap().get(0);
+        (waiting > 0).then_some(()).ok_or("nothing waits on the held run")
+    })
+    .await;
     kill9(&mut a);
     locker.batch_execute("ROLLBACK").await.unwrap();
 
-    let pool = db.pool();
     let c = pool.get().await.unwrap();
     let state: String =
         c.query_one("SELECT state FROM task_instances WHERE run_id = $1", &[&run_id]).await.unwrap().get(0);
@@ -465,11 +459,10 @@ async fn a_coordinator_crash_mid_event_rolls_back_and_the_attempt_is_taken_over(
 
     // Bring a coordinator back only once the worker gave up on its report, so
     // the attempt must come back by the takeover of its expired lease.
-    let until = Instant::now() + Duration::from_secs(30);
-    while stats.report_failed() == 0 {
-        assert!(Instant::now() < until, "the worker never gave up on the report");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(30), "the worker to give up on the report", || async {
+        (stats.report_failed() > 0).then_some(())
+    })
+    .await;
     std::fs::remove_file(&addr_file).unwrap();
     let mut again = Proc::spawn(lease_2s(
         coordinator_cmd(&db, &redis, &prefix, &listen, &addr_file).env("COMPOSER_RECOVERY_INTERVAL", "1h"),
@@ -499,11 +492,10 @@ async fn a_worker_killed_mid_task_is_finished_by_another_at_the_same_attempt() {
         &mut worker_cmd(&e.url()),
     );
     let id = e.run(&json!({"name": "victim", "nodes": [http_node("k", &http.url("/slow/2000/k"), 1)]})).await;
-    let until = Instant::now() + Duration::from_secs(30);
-    while http.calls("/slow/2000/k") == 0 {
-        assert!(Instant::now() < until, "the worker process never started the task");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(30), "the worker process to start the task", || async {
+        (http.calls("/slow/2000/k") > 0).then_some(())
+    })
+    .await;
     kill9(&mut victim);
 
     e.start_worker("survivor", 2).await;
@@ -531,7 +523,11 @@ async fn a_sigkilled_coordinator_leaves_the_other_to_finish_every_run() {
         assert_eq!(status, 201, "{run}");
         ids.push(run["id"].as_str().unwrap().to_string());
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Killed mid-flight: once a first run is past its first step.
+    eventually(Duration::from_secs(30), "a first run to reach its second step", || async {
+        (http.calls("/ok/b") > 0).then_some(())
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
 
     for id in &ids {
@@ -558,15 +554,11 @@ async fn a_map_half_done_when_a_coordinator_is_killed_finishes_with_each_item_ap
     let (status, run) = clients[0].post("/v1/runs", &json!({"workflow": "map_survives"})).await;
     assert_eq!(status, 201, "{run}");
     let id = run["id"].as_str().unwrap().to_string();
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually(Duration::from_secs(60), "the MAP to get going (60 items done)", || async {
         let run = clients[1].get(&format!("/v1/runs/{id}")).await;
-        if run["tasks"][0]["progress"]["completed"].as_u64().unwrap_or(0) >= 60 {
-            break;
-        }
-        assert!(Instant::now() < until, "the MAP did not get going: {run}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (run["tasks"][0]["progress"]["completed"].as_u64().unwrap_or(0) >= 60).then_some(()).ok_or(run)
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
 
     let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
@@ -616,15 +608,11 @@ async fn children_starting_when_a_coordinator_is_killed_are_started_once_and_fin
     let (status, run) = clients[0].post("/v1/runs", &json!({"workflow": "fan_out"})).await;
     assert_eq!(status, 201, "{run}");
     let id = run["id"].as_str().unwrap().to_string();
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually(Duration::from_secs(60), "the children to get going (10 done)", || async {
         let run = clients[1].get(&format!("/v1/runs/{id}")).await;
-        if run["tasks"][0]["progress"]["completed"].as_u64().unwrap_or(0) >= 10 {
-            break;
-        }
-        assert!(Instant::now() < until, "the children did not get going: {run}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (run["tasks"][0]["progress"]["completed"].as_u64().unwrap_or(0) >= 10).then_some(()).ok_or(run)
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
 
     let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
@@ -660,7 +648,11 @@ async fn failure_handlers_starting_when_a_coordinator_is_killed_start_once_per_f
         assert_eq!(status, 201, "{run}");
         ids.push(run["id"].as_str().unwrap().to_string());
     }
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // Killed as the runs begin to fail (and their handlers to start).
+    eventually(Duration::from_secs(30), "a first run to reach its failing step", || async {
+        (http.calls("/bad/b") > 0).then_some(())
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
     for id in &ids {
         let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
@@ -691,11 +683,10 @@ async fn a_loop_mid_way_when_a_coordinator_is_killed_starts_each_iteration_once(
     let (status, run) = clients[0].post("/v1/runs", &json!({"workflow": "iterate"})).await;
     assert_eq!(status, 201, "{run}");
     let id = run["id"].as_str().unwrap().to_string();
-    let until = Instant::now() + Duration::from_secs(60);
-    while http.calls_prefix("/slow/40/step/") < 8 {
-        assert!(Instant::now() < until, "the loop did not get going");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(60), "the loop to get going (8 iterations called)", || async {
+        (http.calls_prefix("/slow/40/step/") >= 8).then_some(())
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
     let run = clients[1].wait_for_run(&id, Duration::from_secs(90)).await;
     assert_eq!(run["status"], "SUCCEEDED", "{run}");
@@ -726,11 +717,10 @@ async fn at_most_once_attempts_in_flight_when_a_coordinator_is_killed_are_applie
         assert_eq!(status, 201, "{run}");
         ids.push(run["id"].as_str().unwrap().to_string());
     }
-    let until = Instant::now() + Duration::from_secs(30);
-    while http.calls_prefix("/slow/1500/pay/") < 10 {
-        assert!(Instant::now() < until, "the requests did not go out");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(30), "the 10 requests to go out", || async {
+        (http.calls_prefix("/slow/1500/pay/") >= 10).then_some(())
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
     for id in &ids {
         let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
@@ -763,25 +753,21 @@ async fn a_bulk_job_when_its_coordinator_is_killed_is_finished_by_the_other_acti
         .await;
     assert_eq!(status, 202, "{job}");
     let job = job["id"].as_str().unwrap().to_string();
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually(Duration::from_secs(60), "the job to get going (100 runs looked at)", || async {
         let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
-        if j["looked_at"].as_i64().unwrap_or(0) >= 100 || j["status"] != "RUNNING" {
-            break;
-        }
-        assert!(Instant::now() < until, "the job did not get going: {j}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (j["looked_at"].as_i64().unwrap_or(0) >= 100 || j["status"] != "RUNNING").then_some(()).ok_or(j)
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
-    let until = Instant::now() + Duration::from_secs(90);
-    let done = loop {
+    let done = eventually(Duration::from_secs(90), "the job to finish", || async {
         let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
         if j["status"] != "RUNNING" {
-            break j;
+            Ok(j)
+        } else {
+            Err(j)
         }
-        assert!(Instant::now() < until, "the job did not finish: {j}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert_eq!((done["status"].as_str(), done["acted_on"].as_i64()), (Some("SUCCEEDED"), Some(300)), "{done}");
     for id in &ids {
         clients[1].wait_for_run(id, Duration::from_secs(60)).await;
@@ -800,9 +786,18 @@ async fn a_schedule_firing_when_a_coordinator_is_killed_starts_one_run_per_fire_
     assert_eq!(clients[0].post("/v1/workflows", &wf).await.0, 201);
     let spec = json!({"id": "tick", "workflow": "tick", "cron": "* * * * * *", "overlap": "allow"});
     assert_eq!(clients[0].post("/v1/schedules", &spec).await.0, 201);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let runs =
+        || async { clients[1].get("/v1/runs?workflow=tick&limit=1000").await["runs"].as_array().map_or(0, Vec::len) };
+    let before = eventually(Duration::from_secs(30), "two fires before the kill", || async {
+        let n = runs().await;
+        (n >= 2).then_some(n)
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
-    tokio::time::sleep(Duration::from_millis(3000)).await;
+    eventually(Duration::from_secs(30), "three more fires after the kill, by the survivor", || async {
+        (runs().await >= before + 3).then_some(())
+    })
+    .await;
     assert_eq!(clients[1].post("/v1/schedules/tick/pause", &json!({})).await.0, 200);
 
     let page = clients[1].get("/v1/runs?workflow=tick&limit=1000").await;
@@ -1223,6 +1218,8 @@ async fn sigterm_stops_a_coordinator_within_its_grace_whatever_it_is_doing() {
         "node": {"type": "TRANSFORM", "config": {"output": "${ last(range(1e15)) }"}}}}]});
     assert_eq!(client.post("/v1/workflows", &slow).await.0, 201);
     let starting = tokio::spawn(async move { client.post("/v1/runs", &json!({"workflow": "slow"})).await });
+    // A fixed time, as the point is what has not happened in it: the start
+    // reached the engine and is deep in its first event, not answered.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!starting.is_finished(), "the run's first event is still being applied");
     let status = a.terminate(Duration::from_secs(15));
@@ -1244,19 +1241,28 @@ async fn events_sent_when_a_coordinator_is_killed_start_each_triggered_run_once(
     assert_eq!(clients[1].post("/v1/workflows", &spec).await.0, 201);
     const EVENTS: usize = 200;
     let victim = clients[0].base.clone();
-    let sends = tokio::spawn(async move {
-        let http = reqwest::Client::new();
-        let mut answered = 0;
-        for i in 0..EVENTS {
-            let ev = json!({"name": "signup", "id": format!("u-{i}"), "payload": {"user": i}});
-            match http.post(format!("{victim}/v1/events")).json(&ev).send().await {
-                Ok(r) if r.status() == 200 => answered += 1,
-                _ => break,
+    let so_far = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sends = tokio::spawn({
+        let so_far = so_far.clone();
+        async move {
+            let http = reqwest::Client::new();
+            let mut answered = 0;
+            for i in 0..EVENTS {
+                let ev = json!({"name": "signup", "id": format!("u-{i}"), "payload": {"user": i}});
+                match http.post(format!("{victim}/v1/events")).json(&ev).send().await {
+                    Ok(r) if r.status() == 200 => answered += 1,
+                    _ => break,
+                }
+                so_far.store(answered, std::sync::atomic::Ordering::Relaxed);
             }
+            answered
         }
-        answered
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Killed while they pour in: once the first few were answered.
+    eventually(Duration::from_secs(30), "the first 10 events to be answered", || async {
+        (so_far.load(std::sync::atomic::Ordering::Relaxed) >= 10).then_some(())
+    })
+    .await;
     kill9(&mut c.coordinators[0]);
     let answered = sends.await.unwrap();
     assert!(answered < EVENTS, "the kill came before every event was sent ({answered})");

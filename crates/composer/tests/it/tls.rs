@@ -4,11 +4,11 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use composer_embedded::{free_port, temp_dir, LocalPostgres, PgOptions};
 use composer_stream::{Keys, Streams};
-use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp, TestDb};
+use composer_testkit::{eventually_blocking, http_node, Engine, EngineOptions, FakeHttp, TestDb};
 use serde_json::json;
 
 /// A CA and a certificate it signed for `localhost` and `127.0.0.1`, made
@@ -109,11 +109,9 @@ impl TlsRedis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server");
-        let until = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < until, "redis-server with TLS did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually_blocking(Duration::from_secs(10), "redis-server with TLS to listen", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
         TlsRedis { child, port }
     }
 

@@ -35,6 +35,7 @@ async fn commit_one(pool: &composer_store::Pool, v: i32) {
 /// inside a block.
 async fn in_a_block(client: &composer_store::Client) -> bool {
     let a: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    // A fixed time by nature: the clock must move between the two reads.
     tokio::time::sleep(Duration::from_millis(5)).await;
     let b: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
     a == b
@@ -55,6 +56,7 @@ async fn statements_after_either_begin_are_in_the_transaction_and_commit_togethe
         let read = tx.query_one("SELECT count(*), now() FROM t", &[]).await.unwrap();
         let (first, start): (i64, chrono::DateTime<chrono::Utc>) = (read.get(0), read.get(1));
         tx.confirm().await.unwrap();
+        // A fixed time by nature: the clock must move between the two reads.
         tokio::time::sleep(Duration::from_millis(5)).await;
         let later: chrono::DateTime<chrono::Utc> = tx.query_one("SELECT now()", &[]).await.unwrap().get(0);
         assert_eq!(start, later, "the first read ran outside the transaction (pipelined: {pipelined})");

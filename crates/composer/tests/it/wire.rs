@@ -2,11 +2,11 @@
 //! enqueuer turns it into a `Dispatch` on the stream the stream crate names,
 //! and a poll reads it back field for field.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use composer_api::wire::Dispatch;
 use composer_stream::{Keys, Streams};
-use composer_testkit::{Engine, EngineOptions};
+use composer_testkit::{eventually, Engine, EngineOptions};
 use serde_json::json;
 
 #[tokio::test]
@@ -23,18 +23,17 @@ async fn a_dispatch_written_by_the_store_is_read_back_from_its_stream() {
     for name in &names {
         streams.ensure_group(name).await.expect("consumer group");
     }
-    let until = Instant::now() + Duration::from_secs(10);
-    let message = 'read: loop {
+    let message = eventually(Duration::from_secs(10), "a message on the gpu streams", || async {
         for name in &names {
             let mut read = streams.read_now("reader", name, 10).await.expect("XREADGROUP");
             if let Some(m) = read.pop() {
                 assert!(read.is_empty(), "one dispatch, one message");
-                break 'read m;
+                return Some(m);
             }
         }
-        assert!(Instant::now() < until, "no message reached the gpu streams");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        None
+    })
+    .await;
 
     let dispatch: Dispatch = serde_json::from_str(&message.payload).expect("the message is a Dispatch");
     let task = e.task(run, "resize").await;
@@ -79,16 +78,16 @@ async fn a_publish_is_announced_to_the_others_and_a_user_without_channels_still_
     let ((mut heard_by_a, task_a), (mut heard_by_b, task_b)) = (listen(&a), listen(&b));
     let mut admin = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let channel = a.keys().wake_channel();
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let subscribed: (String, i64) =
-            redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
-        if subscribed.1 == 2 {
-            break;
+    eventually(Duration::from_secs(10), "the two publishers to subscribe", || {
+        let mut admin = admin.clone();
+        let channel = channel.clone();
+        async move {
+            let subscribed: (String, i64) =
+                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
+            (subscribed.1 == 2).then_some(()).ok_or(format!("{} subscribed", subscribed.1))
         }
-        assert!(Instant::now() < until, "the two never subscribed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let stream = a.keys().stream("q", 3, 0);
     a.publish(&[(stream.as_str(), "one")]).await.unwrap();
     heard(&mut heard_by_b).await;
