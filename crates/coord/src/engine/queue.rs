@@ -271,7 +271,9 @@ mod tests {
         assert_eq!(highs, (1000..1000 + 120).collect::<Vec<_>>(), "first come first served within a level");
     }
 
-    #[tokio::test]
+    // Paused time: a sleep ends only once every other task waits, so "it
+    // waits" is what the waiting task did, at once and whatever the load.
+    #[tokio::test(start_paused = true)]
     async fn the_urgent_loop_takes_only_work_above_the_default_and_waits_for_it() {
         let q = std::sync::Arc::new(Queue::new(1000));
         for n in 0..50 {
@@ -316,7 +318,7 @@ mod tests {
         assert!(q.take().await.is_none(), "a closed queue gives nothing");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_waiting_loop_wakes_for_work_and_for_the_close() {
         let q = std::sync::Arc::new(Queue::new(10));
         let waiting = tokio::spawn({
