@@ -336,6 +336,16 @@ async fn a_stolen_ui_cookie_is_a_session_that_logout_revokes_and_time_ends_not_t
     let page = browser().get(format!("{}/ui/runs", e.url())).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(page.status(), 200);
     assert_eq!(page.headers()["cache-control"], "no-store");
+    // Another site's page cannot sign the user out.
+    let forged = browser()
+        .post(format!("{}/ui/logout", e.url()))
+        .header("cookie", &cookie)
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    assert_eq!(runs_page_status(&e, &cookie).await, 200, "a forged logout revokes nothing");
     let logout = browser().post(format!("{}/ui/logout", e.url())).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(logout.status(), 303);
     assert_eq!(runs_page_status(&e, &cookie).await, 303, "revoked by logout");
