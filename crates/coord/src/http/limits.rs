@@ -1,7 +1,6 @@
 //! Limits on steps across runs, as operators see and set them: each key's
 //! values, who set them, and its use now (`/v1/limits`).
 
-
 use axum::extract::State;
 use axum::Json;
 use composer_api::{LimitPage, LimitView};

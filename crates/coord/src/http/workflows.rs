@@ -1,6 +1,5 @@
 //! Workflow definitions: register a version, read them.
 
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
