@@ -289,13 +289,14 @@ fn long_functions(text: &str) -> Vec<(String, usize, usize)> {
     for (i, line) in lines.iter().enumerate() {
         let trimmed = line.trim_start();
         let indent = &line[..line.len() - trimmed.len()];
-        let mut words = trimmed.split_whitespace().skip_while(|w| {
-            w.starts_with("pub") || matches!(*w, "const" | "async" | "unsafe" | "extern" | "\"C\"")
-        });
+        let mut words = trimmed
+            .split_whitespace()
+            .skip_while(|w| w.starts_with("pub") || matches!(*w, "const" | "async" | "unsafe" | "extern" | "\"C\""));
         if words.next() != Some("fn") {
             continue;
         }
-        let name: String = words.next().unwrap_or("").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let name: String =
+            words.next().unwrap_or("").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
         // The signature ends at the first line ending in `{` (a body), `;`
         // (a declaration) or `}` (a body on one line).
         let Some(open) = (i..lines.len()).find(|&j| {
