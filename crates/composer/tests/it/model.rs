@@ -227,8 +227,10 @@ impl Model {
                     node["queue"] = json!("model");
                     node["config"] = json!({"key": s.id});
                     node["retry"] = json!({"max_attempts": max, "initial_backoff": "10ms"});
+                    // Long enough that an attempt scripted to answer is never
+                    // late, with a thousand runs in flight on a loaded machine.
                     if *timeout {
-                        node["timeout"] = json!("300ms");
+                        node["timeout"] = json!("2s");
                     }
                     if *at_most_once {
                         node["delivery"] = json!("at_most_once");
@@ -252,7 +254,7 @@ impl Model {
                     let item = match items.first() {
                         Some(Item::Step(_)) | None => json!({"type": "step", "queue": "model",
                             "config": {"key": s.id, "index": "${ .index }"},
-                            "retry": {"max_attempts": max, "initial_backoff": "10ms"}, "timeout": "300ms"}),
+                            "retry": {"max_attempts": max, "initial_backoff": "10ms"}, "timeout": "2s"}),
                         Some(Item::Transform { .. }) => {
                             let failing = items.iter().position(|i| matches!(i, Item::Transform { fails: true }));
                             let failing = failing.map_or(-1, |f| f as i64);
