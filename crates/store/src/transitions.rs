@@ -52,17 +52,17 @@ pub struct Eager {
 
 /// What [`write_transitions`] wrote that its caller sends on.
 #[derive(Debug, Default)]
-pub struct Wrote {
+pub struct ToSend {
     /// The outbox rows, with their messages, for a writer that publishes
     /// them itself.
     pub outbound: Vec<Outbound>,
     /// The tasks leased eagerly ([`Change::eager`]).
-    pub eager: Vec<Given>,
+    pub eager: Vec<EagerLease>,
 }
 
 /// A task leased eagerly: its message, and the queue it would have gone to.
 #[derive(Debug, Clone)]
-pub struct Given {
+pub struct EagerLease {
     pub dispatch: composer_api::wire::Dispatch,
     pub queue: String,
     /// Its run's priority now (not the report's word for it).
@@ -93,7 +93,7 @@ pub async fn write_transitions(
     shards: i32,
     publish: Publish,
     published: &[i64],
-) -> Result<Wrote> {
+) -> Result<ToSend> {
     let mut statements = Statements::default();
     for change in changes {
         statements.add(change);
@@ -116,7 +116,7 @@ struct Statements<'a> {
     removed: TaskDeletes,
     sources: SourceWrites,
     limits: crate::limits::LimitWrites,
-    eager: Vec<Given>,
+    eager: Vec<EagerLease>,
 }
 
 impl<'a> Statements<'a> {
@@ -201,7 +201,7 @@ impl<'a> Statements<'a> {
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
             match (task.limit_keys.is_empty(), eager_of(eager, i).is_some()) {
-                (true, true) => self.eager.push(Given {
+                (true, true) => self.eager.push(EagerLease {
                     dispatch: crate::outbox::dispatch_of(run.id, definition, node, task, &trace),
                     queue: node.dispatch_queue().to_string(),
                     priority: order.priority,
@@ -238,7 +238,7 @@ impl<'a> Statements<'a> {
 
     /// Sends the statements: the few that must go first one after another,
     /// then the rest pipelined in one round trip.
-    async fn execute(self, tx: &Transaction<'_>, shards: i32, publish: Publish, published: &[i64]) -> Result<Wrote> {
+    async fn execute(self, tx: &Transaction<'_>, shards: i32, publish: Publish, published: &[i64]) -> Result<ToSend> {
         let due_in = match publish {
             Publish::ByEnqueuer { .. } => std::time::Duration::ZERO,
             Publish::ByWriter { grace } => grace,
@@ -260,7 +260,7 @@ impl<'a> Statements<'a> {
             self.notify.execute(tx),
             crate::outbox::delete(&**tx, published),
         )?;
-        Ok(Wrote { outbound, eager: self.eager })
+        Ok(ToSend { outbound, eager: self.eager })
     }
 }
 

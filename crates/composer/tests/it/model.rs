@@ -6,7 +6,7 @@
 //! failures, timeouts, outcomes lost IN_DOUBT and resolved), some cancelled
 //! half way, are run by the engine (real PostgreSQL and Redis, a worker on
 //! the task API answering as scripted), by `simulate`, and by the small
-//! reference interpreter below, written from the README's rules. All three
+//! reference interpreter below, written from the book's rules (docs/language/). All three
 //! must agree on every step's state and output, every MAP item's, every
 //! child run's state, the failure handler's run, and the run's end.
 //!
@@ -393,7 +393,7 @@ fn normal(v: Option<Value>) -> Option<Value> {
 /// A step's (or item's) end: its state, and its output when it completed.
 type End = (String, Option<Value>);
 
-/// The reference interpreter: the README's rules, one stage at a time.
+/// The reference interpreter: the book's rules (docs/language/), one stage at a time.
 struct Reference<'m> {
     model: &'m Model,
     delivered: usize,

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use composer_api::wire::EagerOffer;
-use composer_store::transitions::Given;
+use composer_store::transitions::EagerLease;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -42,7 +42,7 @@ struct ParkedPoll {
     /// What the poll takes: up to `slots` tasks of `queues`, of runs of
     /// `priority` or more urgent.
     offer: EagerOffer,
-    answer: oneshot::Sender<Vec<Given>>,
+    answer: oneshot::Sender<Vec<EagerLease>>,
 }
 
 /// A run's tasks a poll may be given, by queue, in dispatch order.
@@ -54,12 +54,12 @@ pub struct Parked<'a> {
     id: u64,
     /// What the batch that took the poll gave it, once committed; an error
     /// when that batch rolled back.
-    pub answer: oneshot::Receiver<Vec<Given>>,
+    pub answer: oneshot::Receiver<Vec<EagerLease>>,
 }
 
 /// The tasks a batch gave a waiting poll, to send once it commits.
 pub struct Claimed {
-    answer: oneshot::Sender<Vec<Given>>,
+    answer: oneshot::Sender<Vec<EagerLease>>,
     tasks: Vec<Uuid>,
 }
 
@@ -156,8 +156,8 @@ impl IdlePolls {
 
 impl Claimed {
     /// Sends the poll what the commit leased to it, taken from `leased`.
-    pub fn send(self, leased: &mut HashMap<Uuid, Given>) {
-        let given: Vec<Given> = self.tasks.iter().filter_map(|t| leased.remove(t)).collect();
+    pub fn send(self, leased: &mut HashMap<Uuid, EagerLease>) {
+        let given: Vec<EagerLease> = self.tasks.iter().filter_map(|t| leased.remove(t)).collect();
         let n = given.len();
         if self.answer.send(given).is_err() {
             // Its client went away: the leases expire and are taken over.
@@ -169,7 +169,7 @@ impl Claimed {
 impl Parked<'_> {
     /// Stops waiting: `None` when no batch took the poll, else what the
     /// batch that did gave it, once committed (`None` too if it rolled back).
-    pub async fn leave(mut self) -> Option<Vec<Given>> {
+    pub async fn leave(mut self) -> Option<Vec<EagerLease>> {
         if self.polls.remove(self.id) {
             return None;
         }

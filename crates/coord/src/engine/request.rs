@@ -111,7 +111,7 @@ pub struct Answer {
     pub ignored: Option<String>,
     /// Tasks leased with the answer to the worker whose report this was
     /// (see [`By::Worker`]).
-    pub next: Vec<composer_store::transitions::Given>,
+    pub next: Vec<composer_store::transitions::EagerLease>,
 }
 
 impl Answer {

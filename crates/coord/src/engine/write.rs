@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use composer_core::machine::AfterCommit;
 use composer_store::definitions::DefinitionRow;
 use composer_store::outbox::Outbound;
-use composer_store::transitions::{write_transitions, Change, Given};
+use composer_store::transitions::{write_transitions, Change, EagerLease};
 use uuid::Uuid;
 
 use super::error::{EngineError, Result};
@@ -24,7 +24,7 @@ use crate::trace;
 pub struct Receipt {
     pub(super) outbound: Vec<Outbound>,
     /// The tasks leased in the commit (eager dispatch, waiting polls).
-    pub(super) eager: Vec<Given>,
+    pub(super) eager: Vec<EagerLease>,
     pub(super) any: bool,
     pub(super) handlers: Vec<Loaded>,
     /// The spans the commit ends (none unless traces are on).
@@ -37,7 +37,7 @@ impl Receipt {
         if polls.is_empty() {
             return;
         }
-        let mut sent: HashMap<Uuid, Given> = self.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
+        let mut sent: HashMap<Uuid, EagerLease> = self.eager.drain(..).map(|g| (g.dispatch.task_id, g)).collect();
         for poll in polls {
             poll.send(&mut sent);
         }

@@ -15,7 +15,7 @@ use composer_api::{
 };
 use composer_core::machine::Event;
 use composer_store::leases::LeaseManager;
-use composer_store::transitions::Given;
+use composer_store::transitions::EagerLease;
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
@@ -161,7 +161,7 @@ async fn park(
     offer: EagerOffer,
     published: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
     nap: Duration,
-) -> Option<Vec<Given>> {
+) -> Option<Vec<EagerLease>> {
     let mut parked = s.engine.idle_polls().park(worker, offer);
     let handed = async {
         match parked.as_mut() {
@@ -185,7 +185,7 @@ async fn park(
 }
 
 /// A task a batch leased to a worker in its commit, as the worker gets it.
-fn leased_view(g: Given, lease: Duration) -> LeasedTask {
+fn leased_view(g: EagerLease, lease: Duration) -> LeasedTask {
     LeasedTask {
         id: g.dispatch.task_id,
         run_id: g.dispatch.run_id,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use composer_core::machine::AfterCommit;
-use composer_store::transitions::Given;
+use composer_store::transitions::EagerLease;
 use uuid::Uuid;
 
 use super::super::loaded::Loaded;
@@ -17,7 +17,7 @@ impl Batch<'_> {
     pub(super) fn answer(mut self, mut receipt: Receipt, mut handed: HandOver) -> BatchResult {
         let handed_eager = handed.receipt.as_mut().map(|r| std::mem::take(&mut r.eager)).unwrap_or_default();
         if !receipt.eager.is_empty() || !handed_eager.is_empty() {
-            let sent: HashMap<Uuid, Given> =
+            let sent: HashMap<Uuid, EagerLease> =
                 receipt.eager.drain(..).chain(handed_eager).map(|g| (g.dispatch.task_id, g)).collect();
             self.deliver(sent, &mut handed);
         }
@@ -47,7 +47,7 @@ impl Batch<'_> {
 
     /// Gives each reporting worker its leased tasks with its answer, and
     /// each waiting poll its own.
-    fn deliver(&mut self, mut sent: HashMap<Uuid, Given>, handed: &mut HandOver) {
+    fn deliver(&mut self, mut sent: HashMap<Uuid, EagerLease>, handed: &mut HandOver) {
         let given = std::mem::take(&mut self.given).into_iter().chain(std::mem::take(&mut handed.given));
         for (at, tasks) in given {
             if let Some(Ok(handled)) = self.answers.get_mut(at) {
