@@ -583,10 +583,7 @@ impl Machine<'_> {
         let task = &mut self.run.tasks[m];
         task.output = acc;
         task.state = TaskState::Running;
-        task.attempt += 1;
-        task.error = None;
-        task.error_info = None;
-        task.finished_at = None;
+        task.begin_next_attempt();
         task.progress = Some(progress);
         self.tr.touch(m);
         let payload = self.task_payload(m, json!({"items": p.total, "retrying": progress.queued}));
@@ -599,10 +596,7 @@ impl Machine<'_> {
     fn restart_map_afresh(&mut self, m: usize) {
         let task = &mut self.run.tasks[m];
         task.progress = None;
-        task.attempt += 1;
-        task.error = None;
-        task.error_info = None;
-        task.finished_at = None;
+        task.begin_next_attempt();
         self.tr.touch(m);
         let mut ctx = None;
         self.start(m, &mut ctx);
@@ -625,12 +619,9 @@ impl Machine<'_> {
                 continue;
             }
             item.state = TaskState::Queued;
-            item.attempt += 1;
+            item.begin_next_attempt();
             renew_idempotency_key(item);
-            item.error = None;
-            item.error_info = None;
             item.output = None;
-            item.finished_at = None;
             item.wake_at = None;
             progress.queued += 1;
             self.tr.touch(at);

@@ -95,6 +95,23 @@ impl Task {
         }
     }
 
+    /// Its next attempt begins: the last one's error and end are forgotten.
+    pub(super) fn begin_next_attempt(&mut self) {
+        self.attempt += 1;
+        self.error = None;
+        self.error_info = None;
+        self.finished_at = None;
+    }
+
+    /// An ended MAP is open again (an item of it runs again): its error and
+    /// end are forgotten, its attempt stays.
+    pub(super) fn reopen(&mut self) {
+        self.state = TaskState::Running;
+        self.error = None;
+        self.error_info = None;
+        self.finished_at = None;
+    }
+
     /// A new task of `node` at its first attempt, not yet started.
     pub(super) fn new(id: Uuid, node: usize, item: Option<Item>) -> Task {
         Task {

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::definition::NodeKind;
 use crate::machine::codes;
-use crate::machine::lifecycle::{RunStatus, TaskState};
+use crate::machine::lifecycle::RunStatus;
 use crate::machine::state::Machine;
 use crate::machine::task::Failure;
 use crate::machine::transition::{Ignore, IgnoreKind};
@@ -53,14 +53,7 @@ impl Machine<'_> {
                 Ok(())
             }
             (Some(_), RunStatus::Succeeded) => {
-                let output = output.unwrap_or(Value::Null);
-                match self.over_share(t, &output) {
-                    Some(failure) => self.fail_attempt(t, failure),
-                    None => {
-                        self.finish(t, TaskState::Completed, Some(output), None);
-                        self.route();
-                    }
-                }
+                self.complete_within_share(t, output.unwrap_or(Value::Null));
                 Ok(())
             }
             (Some(child), _) => {

@@ -54,10 +54,7 @@ impl Machine<'_> {
         self.run.tasks[t].state = TaskState::Running;
         let map = &mut self.run.tasks[m];
         if map.state.is_terminal() {
-            map.state = TaskState::Running;
-            map.error = None;
-            map.error_info = None;
-            map.finished_at = None;
+            map.reopen();
         }
         self.tr.touch(m);
     }

@@ -37,13 +37,7 @@ impl Machine<'_> {
         let t = self.reportable(task_id, attempt)?;
         self.worker_runs(t)?;
         self.tr.reported.push(t);
-        match self.over_share(t, &output) {
-            Some(failure) => self.fail_attempt(t, failure),
-            None => {
-                self.finish(t, TaskState::Completed, Some(output), None);
-                self.route();
-            }
-        }
+        self.complete_within_share(t, output);
         Ok(())
     }
 
@@ -62,6 +56,19 @@ impl Machine<'_> {
         }
         self.fail_attempt(t, failure);
         Ok(())
+    }
+
+    /// A step ends COMPLETED with `output` and the run routes on, unless the
+    /// output is over its share of its MAP's collected output: then the
+    /// attempt fails.
+    pub(super) fn complete_within_share(&mut self, t: usize, output: Value) {
+        match self.over_share(t, &output) {
+            Some(failure) => self.fail_attempt(t, failure),
+            None => {
+                self.finish(t, TaskState::Completed, Some(output), None);
+                self.route();
+            }
+        }
     }
 
     /// The task's current attempt failed (by its worker, its child run or

@@ -123,21 +123,15 @@ impl Machine<'_> {
         }
         let task = &mut self.run.tasks[t];
         task.state = TaskState::Queued;
-        task.attempt += 1;
-        task.error = None;
-        task.error_info = None;
+        task.begin_next_attempt();
         task.output = None;
-        task.finished_at = None;
         task.wake_at = None;
         renew_idempotency_key(task);
         self.tr.touch(t);
         let map = &mut self.run.tasks[m];
         if map.state.is_terminal() {
-            map.state = TaskState::Running;
+            map.reopen();
             map.output = None;
-            map.error = None;
-            map.error_info = None;
-            map.finished_at = None;
         }
         self.tr.touch(m);
         self.maps.queued = None;

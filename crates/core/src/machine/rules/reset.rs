@@ -79,11 +79,8 @@ impl Machine<'_> {
             return;
         }
         let task = &mut self.run.tasks[t];
-        task.attempt += 1;
-        task.error = None;
-        task.error_info = None;
+        task.begin_next_attempt();
         task.output = None;
-        task.finished_at = None;
         task.wake_at = None;
         // A loop's new execution starts from its first iteration.
         task.iteration = None;
