@@ -355,6 +355,30 @@ pub fn page(title: &str, body: Html) -> Html {
 mod tests {
     use super::*;
 
+    /// `Html::from_template` is public only so that `html!` can call it from
+    /// the page files: no other code of the crate may, or it could make
+    /// markup of unescaped data.
+    #[test]
+    fn only_the_template_makes_html_from_a_string() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut stack = vec![src];
+        let mut callers = Vec::new();
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && !path.ends_with("ui/html.rs")
+                    && std::fs::read_to_string(&path).unwrap().contains("from_template")
+                {
+                    callers.push(path.display().to_string());
+                }
+            }
+        }
+        assert!(callers.is_empty(), "Html::from_template called outside html!: {callers:?}");
+    }
+
     #[test]
     fn data_cannot_open_a_tag_or_leave_an_attribute() {
         assert_eq!(esc("<script>alert('x')</script>"), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;");
