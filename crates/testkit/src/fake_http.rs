@@ -124,7 +124,7 @@ async fn handle(State(calls): State<Arc<Calls>>, req: Request) -> Response {
     let received = Received::read(req).await;
     let call = calls.record(&received);
     let _in_flight = InFlight::enter(&calls, &received.path);
-    answer(&calls, &received, call).await
+    answer(&received, call).await
 }
 
 /// A call as it came in.
@@ -174,16 +174,15 @@ impl Calls {
 
 /// The answer the path asks for (see the table at the top), to the
 /// path's `call`-th call.
-async fn answer(calls: &Calls, r: &Received, call: usize) -> Response {
+async fn answer(r: &Received, call: usize) -> Response {
     let ok = || Json(json!({"path": r.path, "call": call})).into_response();
     let parts: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
         ["ok", ..] => ok(),
         ["echo", ..] => Json(json!({"body": r.body, "call": call})).into_response(),
-        ["headers", ..] => {
-            let headers = calls.log.lock().unwrap().last().map(|r| r.headers.clone()).unwrap_or_default();
-            Json(json!({"headers": headers})).into_response()
-        }
+        // This request's own headers (not the last logged call's: under
+        // concurrent calls that may be another's).
+        ["headers", ..] => Json(json!({"headers": r.headers})).into_response(),
         ["fail", ..] => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
         // `/redirect?to=URL`: a 302 to URL.
         ["redirect", ..] => {
@@ -200,10 +199,9 @@ async fn answer(calls: &Calls, r: &Received, call: usize) -> Response {
             (status, [(axum::http::header::LOCATION, to)]).into_response()
         }
         ["mirror", ..] => {
-            let recorded = calls.log.lock().unwrap().last().cloned();
             let text = String::from_utf8_lossy(&r.bytes).into_owned();
-            let answer = json!({"method": recorded.as_ref().map(|r| r.method.clone()), "uri": r.uri,
-                "headers": recorded.map(|r| r.headers).unwrap_or_default(), "shout": text.to_uppercase(), "body": text});
+            let answer = json!({"method": r.method, "uri": r.uri,
+                "headers": r.headers, "shout": text.to_uppercase(), "body": text});
             (StatusCode::BAD_REQUEST, Json(answer)).into_response()
         }
         ["bad", ..] => (StatusCode::BAD_REQUEST, Json(json!({"error": "bad request"}))).into_response(),
