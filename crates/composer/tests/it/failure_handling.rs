@@ -370,6 +370,10 @@ async fn an_at_most_once_request_that_timed_out_is_in_doubt_not_retried() {
     let run = e.wait_until(slow, T, |r| r["tasks"][0]["state"] == "IN_DOUBT").await;
     assert!(run["tasks"][0]["error"].as_str().unwrap().contains("timed out"), "{run}");
     assert_eq!(run["tasks"][0]["attempt"], 1, "not retried");
+    // "Why is it waiting?" names the command that resolves it.
+    let (_, why) = e.get(&format!("/v1/runs/{slow}/explain")).await;
+    let reason = why["nodes"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains(&format!("composer run resolve {slow} ")) && reason.contains("--outcome"), "{why}");
     // A connection that was refused sent nothing: that is retried as usual.
     let run = e.wait_for_run(down, T).await;
     assert_eq!((run["status"].as_str(), run["tasks"][0]["attempt"].as_i64()), (Some("FAILED"), Some(3)), "{run}");

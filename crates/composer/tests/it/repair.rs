@@ -389,3 +389,34 @@ async fn why_a_run_waits_names_the_queue_the_retry_the_event_and_the_pause() {
     assert!(why["summary"].as_str().unwrap().starts_with("paused"), "{why}");
     e.stop().await;
 }
+
+#[tokio::test]
+async fn why_an_ended_run_ended_names_the_step_that_failed_it_and_its_error() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "ends", "nodes": [
+        {"id": "first", "type": "HTTP", "config": {"url": http.url("/ok/a")}},
+        {"id": "charge", "type": "HTTP", "config": {"url": http.url("/fail/b")}, "retry": {"max_attempts": 1}}],
+        "edges": [{"from": "first", "to": "charge"}]}))
+        .await;
+    let id = e.start_run("ends", json!({})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run}");
+    let (status, why) = e.get(&format!("/v1/runs/{id}/explain")).await;
+    assert_eq!(status, 200, "{why}");
+    let summary = why["summary"].as_str().unwrap();
+    assert!(summary.starts_with("the run FAILED: ") && summary.contains("\"charge\""), "{why}");
+    let failed = why["detail"]["failed_steps"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{why}");
+    assert_eq!((&failed[0]["node_id"], &failed[0]["attempt"]), (&json!("charge"), &json!(1)), "{why}");
+    assert!(failed[0]["error"].as_str().is_some_and(|e| !e.is_empty()) && failed[0]["code"].is_string(), "{why}");
+
+    e.register(&json!({"name": "fine", "nodes": [{"id": "a", "type": "HTTP", "config": {"url": http.url("/ok/c")}}]}))
+        .await;
+    let id = e.start_run("fine", json!({})).await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    let (_, why) = e.get(&format!("/v1/runs/{id}/explain")).await;
+    assert_eq!(why["summary"], "the run SUCCEEDED: nothing waits", "{why}");
+    assert_eq!(why["detail"]["failed_steps"], json!([]), "{why}");
+    e.stop().await;
+}

@@ -69,14 +69,36 @@ pub async fn explain_run(pool: &Pool, engine: &Engine, streams: &Streams, run_id
     for t in tasks.iter().filter(|t| !t.state.is_terminal()) {
         nodes.push(node_wait(engine, streams, &client, &run, t, &children, held.get(&t.id)).await?);
     }
+    if run.status.is_terminal() {
+        let (summary, detail) = why_it_ended(&run, &tasks);
+        return Ok(Explain { run_id, status: run.status, summary, nodes, detail });
+    }
     let summary = match (run.status, nodes.len()) {
         (RunStatus::Paused, _) => "paused: steps already running finish, nothing new starts until it is resumed".into(),
-        (status, _) if status.is_terminal() => format!("the run {status}: nothing waits"),
         (_, 0) => "nothing waits: the run is about to end".into(),
         (_, 1) => format!("waiting on 1 step: {}", nodes[0].reason),
         (_, n) => format!("waiting on {n} steps"),
     };
     Ok(Explain { run_id, status: run.status, summary, nodes, detail: Value::Null })
+}
+
+/// Why an ended run ended: the error that decided it (for a failed run, it
+/// names the step), and the steps that failed, each with its last
+/// attempt's error and code.
+fn why_it_ended(run: &RunRow, tasks: &[TaskRow]) -> (String, Value) {
+    let failed: Vec<Value> = tasks
+        .iter()
+        .filter(|t| t.state == TaskState::Failed && t.item_index.is_none())
+        .map(|t| {
+            let code = t.error_info.as_ref().and_then(|i| i.get("code")).cloned();
+            json!({"node_id": t.node_id, "attempt": t.attempt, "error": t.error, "code": code})
+        })
+        .collect();
+    let summary = match &run.error {
+        Some(error) => format!("the run {}: {error}", run.status),
+        None => format!("the run {}: nothing waits", run.status),
+    };
+    (summary, json!({"error": run.error, "failed_steps": failed}))
 }
 
 async fn node_wait(
@@ -103,8 +125,11 @@ async fn node_wait(
         (TaskState::InDoubt, _) => (
             "operator",
             format!(
-                "in doubt ({}): resolve it with POST /v1/runs/{}/tasks/{}/resolve",
+                "in doubt ({}): say how it ended with `composer run resolve {} {} --outcome completed|failed|retry` \
+                 (POST /v1/runs/{}/tasks/{}/resolve)",
                 t.error.as_deref().unwrap_or_default(),
+                run.id,
+                t.node_id,
                 run.id,
                 t.node_id
             ),
