@@ -256,6 +256,8 @@ async fn a_failed_child_fails_the_attempt_and_the_retry_starts_one_new_child() {
     let run = e.wait_for_run(id, T).await;
     assert_eq!(run["status"], "FAILED");
     assert!(run["error"].as_str().unwrap().contains("workflow \"nowhere\" is not registered"), "{run}");
+    // ... with a code that says the child never started, not that it failed.
+    assert_eq!(e.task(id, "x").await["error_info"]["code"], "child_not_started");
     e.stop().await;
 }
 

@@ -16,8 +16,11 @@ pub const CONFIG: &str = "config";
 pub const EXPRESSION: &str = "expression";
 /// A value was too large, too deep or unstorable (`COMPOSER_MAX_PAYLOAD`).
 pub const PAYLOAD: &str = "payload";
-/// A SUB_WORKFLOW's or LOOP's child run failed, was cancelled or could not start.
+/// A SUB_WORKFLOW's or LOOP's child run failed or was cancelled.
 pub const CHILD_FAILED: &str = "child_failed";
+/// A SUB_WORKFLOW's or LOOP's child run could not start: its workflow is
+/// not registered, its input was refused, its run tree's budget is spent.
+pub const CHILD_NOT_STARTED: &str = "child_not_started";
 /// A WAIT_FOR_EVENT timed out.
 pub const EVENT_TIMEOUT: &str = "event_timeout";
 /// A MAP's item failed (or more than it tolerates).

@@ -68,7 +68,7 @@ impl Machine<'_> {
             }
             (None, _) => {
                 let why = error.unwrap_or("the child run could not start");
-                self.fail_attempt(t, Failure::fatal(codes::CHILD_FAILED, why));
+                self.fail_attempt(t, Failure::fatal(codes::CHILD_NOT_STARTED, why));
                 Ok(())
             }
         }
