@@ -23,8 +23,8 @@ pub struct Cli {
 
 /// The exit statuses, for every `--help`.
 pub const EXIT_STATUS: &str = "Exit status: 0 done (a waited-for run SUCCEEDED), 1 the run FAILED or was CANCELLED \
-(or a server role stopped on an error), 2 a usage error (a bad flag or argument, or a request the server refused \
-as invalid), 3 not found, 4 the server is unreachable or answered 5xx, 5 a --wait timed out.";
+(or a server role stopped on an error), 2 a usage error (a bad flag or argument, a --url that is not a coordinator's, \
+or a request the server refused as invalid), 3 not found, 4 the server is unreachable or answered 5xx, 5 a --wait timed out.";
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -271,8 +271,9 @@ pub struct LogArgs {
 /// Where the client commands find the coordinator.
 #[derive(Args, Clone)]
 pub struct ClientArgs {
-    /// The coordinator's URL.
-    #[arg(long = "url", global = true, env = "COMPOSER_URL", default_value = "http://127.0.0.1:8080")]
+    /// The coordinator's URL (http:// or https://).
+    #[arg(long = "url", global = true, env = "COMPOSER_URL", default_value = "http://127.0.0.1:8080",
+          value_parser = coordinator_url)]
     pub url: String,
     /// Bearer token for the coordinator's `/v1` API.
     #[arg(long, global = true, env = "COMPOSER_API_TOKEN", hide_env_values = true)]
@@ -282,14 +283,29 @@ pub struct ClientArgs {
     pub output: Option<String>,
 }
 
+/// `--url`: refused, as a bad flag is (exit status 2, naming the flag and
+/// the variable it came from), unless it is an http:// or https:// URL.
+fn coordinator_url(url: &str) -> Result<String, String> {
+    composer_client::check_url(url).map(|()| url.to_string())
+}
+
 /// The `COMPOSER_*` variable behind the flag a parse error is about, found
 /// by looking the flag up in the command tree (a flag's variable is not
-/// always its name: `--concurrency` reads `COMPOSER_WORKER_CONCURRENCY`).
+/// always its name: `--concurrency` reads `COMPOSER_WORKER_CONCURRENCY`);
+/// none when the value refused is not the variable's.
 pub fn env_var_of_error(e: &clap::Error) -> Option<String> {
     use clap::error::{ContextKind, ContextValue};
     let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else { return None };
     let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
-    find_env(&<Cli as clap::CommandFactory>::command(), long)
+    let var = find_env(&<Cli as clap::CommandFactory>::command(), long)?;
+    // A value refused that is not the variable's came from the command line
+    // (which wins over the variable).
+    if let (Some(ContextValue::String(value)), Some(set)) = (e.get(ContextKind::InvalidValue), std::env::var_os(&var)) {
+        if set != value.as_str() {
+            return None;
+        }
+    }
+    Some(var)
 }
 
 fn find_env(command: &clap::Command, long: &str) -> Option<String> {

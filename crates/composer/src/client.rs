@@ -24,7 +24,7 @@ type Method = reqwest::Method;
 fn api(args: &ClientArgs) -> anyhow::Result<Client> {
     let http =
         reqwest::Client::builder().timeout(Duration::from_secs(90)).build().context("building the HTTP client")?;
-    Ok(Client::new(http, &args.url, non_empty(&args.api_token)))
+    Ok(Client::new(http, &args.url, non_empty(&args.api_token)).url_from("COMPOSER_URL or --url"))
 }
 
 /// The exit status of an error from a client command.
@@ -33,6 +33,9 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         return f.code;
     }
     match e.downcast_ref::<composer_client::Error>() {
+        // A URL that is not one, or a server that is not a coordinator: the
+        // URL given is wrong, whatever answers there.
+        Some(composer_client::Error::BadUrl { .. } | composer_client::Error::NotComposer { .. }) => USAGE,
         Some(composer_client::Error::Unreachable { .. } | composer_client::Error::Decode(_)) => UNAVAILABLE,
         Some(composer_client::Error::Api { status: 404, .. }) => NOT_FOUND,
         Some(composer_client::Error::Api { status, .. }) if *status >= 500 => UNAVAILABLE,

@@ -29,7 +29,9 @@ pub(super) async fn measure(
     sink: &str,
     metrics_urls: &[String],
 ) -> anyhow::Result<Results> {
-    let api = Client::new(http.clone(), &target.url, non_empty(&args.api_token));
+    // Any server: under --ab the other side may be a coordinator built
+    // before coordinators named themselves (the composer-version header).
+    let api = Client::new(http.clone(), &target.url, non_empty(&args.api_token)).any_server();
     let workflow = match args.task_api {
         Some(_) => format!("bench-task-api-{}", args.steps),
         None => format!("bench-{}", args.steps),

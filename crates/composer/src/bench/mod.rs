@@ -54,7 +54,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let sink = start_sink().await?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
     if let Some(n) = args.map {
-        let api = Client::new(http.clone(), &target.url, non_empty(&args.api_token));
+        let api = Client::new(http.clone(), &target.url, non_empty(&args.api_token)).any_server();
         bench_map(&api, &target, &sink, &args, n).await?;
         return Ok(ExitCode::SUCCESS);
     }

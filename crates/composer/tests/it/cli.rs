@@ -102,6 +102,87 @@ async fn each_outcome_has_its_exit_status() {
     e.stop().await;
 }
 
+/// Pointed at a server that is not a coordinator (port 8080 is often
+/// another's), the CLI says so and prints nothing of its answer: exit 2,
+/// the URL is wrong. A 5xx without the header (a proxy in front of a
+/// coordinator that is down) stays an outage.
+#[tokio::test]
+async fn another_server_is_not_taken_for_a_coordinator() {
+    let other = FakeHttp::start().await;
+    // `/ok/...` answers any path under it with JSON and 200; `/nothing`
+    // with a 404 that is not the API's.
+    for base in [other.url("/ok/x"), other.url("/nothing")] {
+        let runs = [
+            vec!["run", "list"],
+            vec!["run", "get", "01a2e0a0-0000-7000-8000-000000000000"],
+            vec!["workflow", "apply", "-f", "-"],
+        ];
+        for args in runs {
+            let spec = json!({"name": "w", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+            let stdin = (args[0] == "workflow").then(|| spec.to_string());
+            let out = cli(&base, &args, stdin.as_deref()).await;
+            assert_eq!((out.code, out.stdout.as_str()), (2, ""), "{args:?} at {base}: {}", out.stderr);
+            let said = format!(
+                "the server at {base} is not a Composer coordinator (its answer, HTTP {}, has no composer-version \
+                 header); set COMPOSER_URL or --url to a coordinator",
+                if base.ends_with("/ok/x") { 200 } else { 404 }
+            );
+            assert_eq!(out.stderr.trim(), format!("error: {said}"), "{args:?}");
+        }
+    }
+    assert_eq!(other.calls_prefix("/ok/x/v1/"), 3, "each asked, and answered: {:?}", other.all());
+    let down = cli(&other.url("/fail"), &["run", "list"], None).await;
+    assert_eq!(down.code, 4, "{}", down.stderr);
+}
+
+/// A URL without http:// or https:// is a usage error, named by where it
+/// came from, refused before any request (not "cannot reach").
+#[tokio::test]
+async fn a_url_without_a_scheme_is_a_usage_error_naming_its_variable_or_flag() {
+    let other = FakeHttp::start().await;
+    let bare = other.url("/ok/x").trim_start_matches("http://").to_string();
+    let from_env = cli(&bare, &["run", "list"], None).await;
+    assert_eq!(from_env.code, 2, "{}", from_env.stderr);
+    for part in [bare.as_str(), "http:// or https://", "the environment variable COMPOSER_URL"] {
+        assert!(from_env.stderr.contains(part), "{part}: {}", from_env.stderr);
+    }
+    assert!(!from_env.stderr.contains("cannot reach"), "{}", from_env.stderr);
+    // On the command line, the flag's value is the one refused, not the
+    // variable's (set here to a good URL).
+    let from_flag = cli(&other.url("/ok/x"), &["run", "get", "x", "--url", "127.0.0.1:8080"], None).await;
+    assert_eq!(from_flag.code, 2, "{}", from_flag.stderr);
+    assert!(from_flag.stderr.contains("'127.0.0.1:8080' for '--url <URL>'"), "{}", from_flag.stderr);
+    assert!(!from_flag.stderr.contains("COMPOSER_URL"), "{}", from_flag.stderr);
+    assert_eq!(other.all().len(), 0, "no request went out");
+}
+
+/// Every answer of a coordinator says it is one: the API's, the UI's, the
+/// operator's, a refusal and the fallback's 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_of_a_coordinator_carries_its_version() {
+    let e = Engine::start().await;
+    let http = reqwest::Client::new();
+    let get = |path: &'static str| {
+        let (http, url) = (http.clone(), e.url());
+        async move { http.get(format!("{url}{path}")).send().await.unwrap() }
+    };
+    for (path, status) in
+        [("/v1/runs", 200), ("/healthz", 200), ("/metrics", 200), ("/ui", 200), ("/no/such/path", 404)]
+    {
+        let resp = get(path).await;
+        assert_eq!(resp.status().as_u16(), status, "{path}");
+        let version = resp.headers().get(composer_client::VERSION_HEADER).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(version.as_deref(), Some(env!("CARGO_PKG_VERSION")), "{path}");
+    }
+    let other_host = http.get(format!("{}/v1/runs", e.url())).header("host", "elsewhere.example").send().await.unwrap();
+    assert_eq!(other_host.status().as_u16(), 421);
+    assert!(other_host.headers().contains_key(composer_client::VERSION_HEADER), "a refusal too");
+    let not_allowed = http.delete(format!("{}/v1/runs", e.url())).send().await.unwrap();
+    assert_eq!(not_allowed.status().as_u16(), 405);
+    assert!(not_allowed.headers().contains_key(composer_client::VERSION_HEADER), "the method fallback too");
+    e.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outputs_inputs_and_whole_histories() {
     let e = Engine::start().await;

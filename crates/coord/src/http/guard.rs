@@ -1,6 +1,7 @@
 //! What every request passes through before (and after) its handler: the
 //! Host allow-list, the bearer tokens, the refusal of other sites' pages,
-//! the URI length limit, and the count and log of error answers.
+//! the URI length limit, the count and log of error answers, and the
+//! version header every answer carries.
 
 use std::sync::Arc;
 
@@ -105,6 +106,20 @@ fn referer_origin(referer: &str) -> Option<String> {
 /// errors: no browser or proxy cache may keep them.
 pub(super) async fn no_store(mut resp: Response) -> Response {
     resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// The header every answer carries, with this coordinator's version: how a
+/// client (`composer_client`, the CLI) tells a coordinator from another
+/// server on the port it was given.
+pub const VERSION_HEADER: &str = "composer-version";
+
+/// Marks an answer as a coordinator's: [`VERSION_HEADER`].
+pub(super) async fn identify(mut resp: Response) -> Response {
+    resp.headers_mut().insert(
+        header::HeaderName::from_static(VERSION_HEADER),
+        header::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
     resp
 }
 

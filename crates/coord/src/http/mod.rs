@@ -6,7 +6,7 @@
 //! - [`error`]: [`ApiError`], the one error type, mapped to status and code.
 //! - [`extract`]: the JSON body, typed queries, ids, names and page limits.
 //! - [`guard`]: allowed hosts, tokens, other sites' pages, URI length, the
-//!   error log.
+//!   error log, the `composer-version` header of every answer.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
 //!   [`webhooks`], [`limits`], [`ops`]: one file per resource.
@@ -36,7 +36,7 @@ use axum::Router;
 use utoipa_axum::router::OpenApiRouter;
 
 pub use error::{ApiError, ApiResult};
-pub use guard::MAX_URI_BYTES;
+pub use guard::{MAX_URI_BYTES, VERSION_HEADER};
 pub use routes::document;
 
 use routes::Groups;
@@ -68,6 +68,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .layer(middleware::from_fn(guard::refuse_long_uris))
         .layer(middleware::from_fn_with_state(config, guard::refuse_unknown_hosts))
         .layer(middleware::from_fn(guard::observe_errors))
+        // Outermost: every answer, a refusal or the fallback's 404 too.
+        .layer(middleware::map_response(guard::identify))
         .with_state(AppState::new(shared))
 }
 
