@@ -11,7 +11,11 @@ coordinator's URL and the worker token (no database, no Redis).
     Worker("http://127.0.0.1:8080", token).handle("resize-image", resize).run()
 
 The worker long-polls ``POST /v1/tasks/poll`` for the queues it serves,
-runs each task on a thread of its own while a heartbeat keeps the lease,
+by default (no ``queues``) those its handlers' types go to: a custom node
+with no ``queue`` goes to the queue named as its type in lower case
+(``Resize`` to ``resize``), as the coordinator decides it. With ``queues``
+given, it warns at start for each handler whose type's queue is not among
+them. It runs each task on a thread of its own while a heartbeat keeps the lease,
 and completes or fails it. A handler's return value is the step's output
 (any JSON value); an exception fails the attempt (retried under the node's
 retry policy unless it is a ``TaskError`` with ``retryable=False``). When
@@ -37,8 +41,9 @@ shown in the UI), as do the records a handler logs with :mod:`logging` on
 its task's thread; both are scrubbed of secrets and sent before the result.
 
 It logs to ``composer_client.worker``: INFO when it starts and stops,
-DEBUG when each task starts and ends, WARNING for a lost lease, a report
-being retried and a failed poll, ERROR for a result no coordinator took.
+DEBUG when each task starts and ends, WARNING for a handler whose type's
+queue it does not poll (at start), a lost lease, a report being retried and
+a failed poll, ERROR for a result no coordinator took.
 No record carries a task's input or a secret's value.
 """
 
@@ -78,6 +83,25 @@ _URGENT = 2
 
 _MAX_SLOTS = 10_000
 """The most slots of each kind (the Rust worker's limit too)."""
+
+
+_MAX_QUEUES = 32
+"""The most queues one poll may name (the task API's limit)."""
+
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+"""What a queue name may be (nor ``.`` or ``..``): what the task API's poll takes."""
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _default_queue(node_type: str) -> str:
+    """The queue a node of ``node_type`` that names no ``queue`` goes to:
+    its type in lower case (ASCII letters only, as the coordinator does)."""
+    return node_type.translate(_ASCII_LOWER)
+
+
+def _is_queue_name(name: str) -> bool:
+    return bool(_QUEUE_NAME.fullmatch(name)) and name not in (".", "..")
 
 
 _ERROR_CODE = re.compile(r"[a-z0-9_.-]{1,64}")
@@ -389,7 +413,14 @@ class _Outcome:
 
 class Worker:
     """Serves node types on queues of one Composer coordinator (or several
-    behind one URL)."""
+    behind one URL).
+
+    Without ``queues`` (``None`` or empty) it polls, from ``run()``, the
+    queue each registered handler's type goes to when its node names no
+    ``queue``: the type in lower case, each once. With ``queues``, it polls
+    those, and ``run()`` logs a warning for each handler whose type's
+    queue is not among them (its nodes' steps would wait unless they name
+    a queue it polls)."""
 
     def __init__(
         self,
@@ -411,7 +442,10 @@ class Worker:
         self._http = Transport(url, token, request_timeout, f"composer-client-python/{__version__} (worker)")
         self.url = self._http.url
         self.worker_id = worker_id or f"py-{socket.gethostname()}-{os.getpid()}"[:128]
-        self.queues = list(queues or ["default"])
+        self._queues: Optional[list[str]] = list(queues) if queues else None
+        """The queues given, or None: those of the handlers' types."""
+        self._polled: list[str] = []
+        """The queues polled, fixed when ``run()`` starts."""
         self.concurrency = concurrency
         self.urgent_slots = urgent_slots
         """Slots besides ``concurrency`` that run only steps of priority 1 or 2, polled for on their own."""
@@ -430,8 +464,23 @@ class Worker:
     def __repr__(self) -> str:
         return f"Worker({self.url!r}, worker_id={self.worker_id!r}, queues={self.queues!r})"
 
+    @property
+    def queues(self) -> list[str]:
+        """The queues it polls: those given, else the queue each handler's
+        type goes to by default (its name in lower case), each once. Set it
+        before ``run()``; ``None`` or empty is the default."""
+        if self._queues is not None:
+            return list(self._queues)
+        return sorted({_default_queue(t) for t in self._handlers})
+
+    @queues.setter
+    def queues(self, queues: Optional[list[str]]) -> None:
+        self._queues = list(queues) if queues else None
+
     def handle(self, node_type: str, fn: Handler) -> "Worker":
-        """Runs ``fn(task)`` for tasks of ``node_type``; returns self."""
+        """Runs ``fn(task)`` for tasks of ``node_type``; returns self. A
+        worker given no ``queues`` polls the type's queue (its name in lower
+        case)."""
         self._handlers[node_type] = fn
         return self
 
@@ -483,13 +532,14 @@ class Worker:
         """Polls and runs tasks until ``stop()``, SIGINT or SIGTERM."""
         if not self._handlers:
             raise ValueError("no handlers: call handle(node_type, fn) first")
+        self._polled = self._queues_to_poll()
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, self._on_signal)
         log.info(
             "worker %s started: serving %s on queues %s of %s, %d at once (and %d urgent)",
-            self.worker_id, ", ".join(sorted(self._handlers)), ", ".join(self.queues), self.url, self.concurrency,
+            self.worker_id, ", ".join(sorted(self._handlers)), ", ".join(self._polled), self.url, self.concurrency,
             self.urgent_slots,
         )  # fmt: skip
         capture = _Capture()
@@ -502,6 +552,38 @@ class Worker:
                 if handler is not None:  # None: not set from Python, nothing to put back
                     signal.signal(sig, handler)
         log.info("worker %s stopped", self.worker_id)
+
+    def _queues_to_poll(self) -> list[str]:
+        """The queues ``run()`` polls, checked as the task API takes them
+        (it would refuse every poll otherwise); with queues given, a warning
+        for each handler whose type's default queue is not among them."""
+        queues = self.queues
+        given = self._queues is not None
+        if not given:
+            for node_type in sorted(self._handlers):
+                if not _is_queue_name(_default_queue(node_type)):
+                    raise ValueError(
+                        f"handler for type {node_type!r}: not a node type's name (1 to 128 of A-Z a-z 0-9 _ . -, "
+                        "not . or ..), so it has no default queue to poll: pass queues"
+                    )
+        if len(queues) > _MAX_QUEUES:
+            raise ValueError(
+                f"{len(queues)} queues{'' if given else ' (one per handler type)'}: "
+                f"a worker may poll at most {_MAX_QUEUES}"
+            )
+        for q in queues:
+            if not _is_queue_name(q):
+                raise ValueError(f"queues: {q!r} is not a queue name (1 to 128 of A-Z a-z 0-9 _ . -, not . or ..)")
+        if given:
+            for node_type in sorted(self._handlers):
+                queue = _default_queue(node_type)
+                if queue not in queues:
+                    log.warning(
+                        "worker %s: handler for type %r: a node of this type without a `queue` goes to queue %r, "
+                        "which this worker does not poll (it polls %s)",
+                        self.worker_id, node_type, queue, ", ".join(queues),
+                    )  # fmt: skip
+        return queues
 
     def _on_signal(self, signum: int, _frame: Optional[FrameType]) -> None:
         log.info(
@@ -552,7 +634,7 @@ class Worker:
             try:
                 # Short waits while stopping is possible, so a stop is seen soon.
                 wait = f"{int(min(self.poll_wait, 5.0) * 1000)}ms"
-                body: dict[str, JSON] = {"worker_id": self.worker_id, "queues": self.queues, "max": free, "wait": wait}
+                body: dict[str, JSON] = {"worker_id": self.worker_id, "queues": self._polled, "max": free, "wait": wait}
                 if priority_at_most is not None:
                     body["priority_at_most"] = priority_at_most
                 batch = self._post("/v1/tasks/poll", body, timeout=self.request_timeout + 5.0)
@@ -741,7 +823,7 @@ class Worker:
             return None
         if urgent and task is not None and task.priority > _URGENT:
             return None
-        return {"queues": list(self.queues), "max": 1}
+        return {"queues": list(self._polled), "max": 1}
 
     def _stop_asking_for_next(self, refusal: ComposerError) -> None:
         """A coordinator older than eager dispatch refuses ``next`` as an

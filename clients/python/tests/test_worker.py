@@ -160,6 +160,63 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(run["output"]["c"], {"n": 24}, run)
         self.assertEqual(attempts, {"a": 1, "b": 2, "c": 1})
 
+    def test_a_worker_without_queues_polls_its_handlers_default_queues(self) -> None:
+        # A custom node without a `queue` goes to its type in lower case
+        # (the coordinator's rule); a worker given no queues polls just that.
+        node_type = "Resize" + uuid.uuid4().hex[:8].upper()
+        seen: list[str] = []
+
+        def resize(task: Task) -> Any:
+            seen.append(task.queue)
+            return {"size": task.input["size"] // 2}
+
+        run_id = start(unique("py-default-queue"), [node("r", node_type, size="${ .input.size }")], input={"size": 8})
+        w = Worker(DEV.url, poll_wait=1).handle(node_type, resize)
+        with InBackground(w):
+            run = client.wait(run_id, 30)
+        self.assertEqual(run["status"], "SUCCEEDED", run)
+        self.assertEqual(run["output"], {"r": {"size": 4}})
+        self.assertEqual(seen, [node_type.lower()])
+        self.assertEqual(w.queues, [node_type.lower()])
+
+    def test_the_default_queues_are_the_handlers_types_in_lower_case_each_once_and_checked_at_start(self) -> None:
+        def noop(task: Task) -> Any:
+            return None
+
+        w = Worker("http://127.0.0.1:9").handle("Thumb", noop).handle("thumb", noop).handle("Resize-Image.v2", noop)
+        self.assertEqual(w.queues, ["resize-image.v2", "thumb"])
+        self.assertEqual(Worker("http://127.0.0.1:9", queues=["a", "b"]).handle("Thumb", noop).queues, ["a", "b"])
+        self.assertEqual(Worker("http://127.0.0.1:9", queues=[]).handle("Thumb", noop).queues, ["thumb"])
+        # Only ASCII letters are lowered, as the coordinator does.
+        self.assertEqual(worker._default_queue("ÀB"), "Àb")
+        # What the task API would refuse in every poll is refused by run(), before any.
+        with self.assertRaisesRegex(ValueError, "no handlers"):
+            Worker("http://127.0.0.1:9").run()
+        with self.assertRaisesRegex(ValueError, r"handler for type 'has space'.*pass queues"):
+            Worker("http://127.0.0.1:9").handle("has space", noop).run()
+        many = Worker("http://127.0.0.1:9")
+        for i in range(33):
+            many.handle(f"t{i}", noop)
+        with self.assertRaisesRegex(ValueError, r"33 queues \(one per handler type\): a worker may poll at most 32"):
+            many.run()
+
+    def test_explicit_queues_that_miss_a_handler_s_default_queue_warn_at_start(self) -> None:
+        def noop(task: Task) -> Any:
+            return None
+
+        w = Worker(DEV.url, queues=["images"], poll_wait=1, worker_id="py-misses").handle("Resize", noop)
+        w.handle("images", noop)  # its default queue is polled: no warning for it
+        with self.assertLogs("composer_client.worker", logging.WARNING) as logs, InBackground(w):
+            pass
+        warnings = [m for m in logs.output if "does not poll" in m]
+        self.assertEqual(
+            warnings,
+            [
+                "WARNING:composer_client.worker:worker py-misses: handler for type 'Resize': a node of this type "
+                "without a `queue` goes to queue 'resize', which this worker does not poll (it polls images)"
+            ],
+        )
+
     def test_the_step_a_report_made_ready_comes_leased_with_its_answer_eager_dispatch(self) -> None:
         ran: list[str] = []
 

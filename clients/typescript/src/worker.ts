@@ -54,7 +54,11 @@ export type Handler<I = JsonValue> = (task: WorkerTask<I>) => unknown;
  * console). No line carries a task's input or a secret's value.
  */
 export interface WorkerLogger {
-  /** A lost lease, a report or heartbeat being retried, a failed poll, a signal, a refused `next` (once). */
+  /**
+   * A handler whose type's queue the worker does not poll (at start), a lost
+   * lease, a report or heartbeat being retried, a failed poll, a signal, a
+   * refused `next` (once).
+   */
   warn(message: string): void;
   /** A result no coordinator took, or one it refused. */
   error(message: string): void;
@@ -71,8 +75,15 @@ export interface WorkerOptions {
   token?: string | undefined;
   /** Who holds the leases (default `ts-<host>-<pid>`): `[A-Za-z0-9_.-]{1,128}`. */
   workerId?: string | undefined;
-  /** The queues to lease tasks from (a custom node's queue is its type in lower case unless it names one). */
-  queues: readonly string[];
+  /**
+   * The queues to lease tasks from, 1 to 32. By default, those the
+   * registered handlers' types go to: a custom node that names no `queue`
+   * goes to its type in lower case (`Resize` to `resize`), and the worker
+   * polls each such queue once, computed when `run()` starts. With queues
+   * given, `run()` warns for each handler whose type's queue is not among
+   * them.
+   */
+  queues?: readonly string[] | undefined;
   /** Most tasks run at once (default 4, at most 10,000). */
   concurrency?: number | undefined;
   /**
@@ -128,6 +139,22 @@ type Outcome =
 
 /** A name the server takes: a worker id, a queue. */
 const NAME = /^[A-Za-z0-9_.-]{1,128}$/;
+/** Most queues one poll may name (the task API's limit). */
+const MAX_QUEUES = 32;
+
+/** A queue name the task API takes: a name, and not `.` or `..` (no URL path can carry those). */
+function isQueueName(q: unknown): q is string {
+  return typeof q === "string" && NAME.test(q) && q !== "." && q !== "..";
+}
+
+/**
+ * The queue a node of `nodeType` that names no `queue` goes to: its type in
+ * lower case (ASCII letters only, as the coordinator does).
+ */
+export function defaultQueue(nodeType: string): string {
+  return nodeType.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
+}
+
 /** Most tasks one poll may lease. */
 const MAX_POLL = 100;
 /** Most slots of each kind (the Rust worker's limit too). */
@@ -160,10 +187,12 @@ const consoleLogger: WorkerLogger = {
  *   .handle("resize-image", async (task) => ({ width: task.input.width }));
  * await worker.run({ handleSignals: true });
  * ```
+ *
+ * Without `queues` it polls the queue each handler's type goes to when its
+ * node names no `queue`: the type in lower case (`resize-image` here).
  */
 export class Worker {
   readonly workerId: string;
-  readonly queues: readonly string[];
   readonly concurrency: number;
   readonly urgentSlots: number;
   readonly #t: Transport;
@@ -171,6 +200,10 @@ export class Worker {
   readonly #log: WorkerLogger;
   readonly #env: Record<string, string | undefined>;
   readonly #handlers = new Map<string, Handler<any>>();
+  /** The queues given; undefined: those of the handlers' types. */
+  readonly #queues: readonly string[] | undefined;
+  /** The queues polled, fixed when `run()` starts. */
+  #polled: readonly string[] = [];
   readonly #inFlight = new Set<Promise<void>>();
   readonly #lanes: readonly Lane[];
   #wakers: Array<() => void> = [];
@@ -195,14 +228,16 @@ export class Worker {
     const lanes: Lane[] = [{ size: concurrency, running: 0 }];
     if (urgentSlots > 0) lanes.push({ size: urgentSlots, running: 0, priorityAtMost: URGENT });
     this.#lanes = lanes;
-    const queues = [...(options.queues ?? [])];
-    if (queues.length < 1 || queues.length > 32) throw new RangeError("queues: name 1 to 32 queues");
-    for (const q of queues) {
-      if (typeof q !== "string" || !NAME.test(q)) {
-        throw new TypeError(`queues: ${JSON.stringify(q)} is not a queue name ([A-Za-z0-9_.-]{1,128})`);
+    if (options.queues !== undefined) {
+      const queues = [...options.queues];
+      if (queues.length < 1 || queues.length > MAX_QUEUES) throw new RangeError(`queues: name 1 to ${MAX_QUEUES} queues`);
+      for (const q of queues) {
+        if (!isQueueName(q)) {
+          throw new TypeError(`queues: ${JSON.stringify(q)} is not a queue name ([A-Za-z0-9_.-]{1,128}, not . or ..)`);
+        }
       }
+      this.#queues = queues;
     }
-    this.queues = queues;
     const id = options.workerId ?? `ts-${hostname()}-${process.pid}`.replace(/[^A-Za-z0-9_.-]/g, "-").slice(0, 128);
     if (!NAME.test(id)) throw new TypeError(`workerId: ${JSON.stringify(id)} is not a name ([A-Za-z0-9_.-]{1,128})`);
     this.workerId = id;
@@ -214,7 +249,19 @@ export class Worker {
     this.#eager = options.eager ?? true;
   }
 
-  /** Runs `handler` for tasks of `nodeType`; returns the worker. `I` is the input's type (not checked). */
+  /**
+   * The queues it polls: those given, else the queue each handler's type
+   * goes to by default (the type in lower case), each once.
+   */
+  get queues(): readonly string[] {
+    return this.#queues ?? [...new Set([...this.#handlers.keys()].map(defaultQueue))].sort();
+  }
+
+  /**
+   * Runs `handler` for tasks of `nodeType`; returns the worker. `I` is the
+   * input's type (not checked). A worker given no `queues` polls the type's
+   * queue (its name in lower case).
+   */
   handle<I = JsonValue>(nodeType: string, handler: Handler<I>): this {
     if (typeof handler !== "function") throw new TypeError(`handle(${JSON.stringify(nodeType)}): not a function`);
     this.#handlers.set(nodeType, handler);
@@ -234,6 +281,11 @@ export class Worker {
     if (this.#running !== undefined) return Promise.reject(new Error("this worker is already running"));
     if (this.#handlers.size === 0) {
       return Promise.reject(new Error("no handlers: call handle(nodeType, handler) first"));
+    }
+    try {
+      this.#polled = this.#queuesToPoll();
+    } catch (e) {
+      return Promise.reject(e);
     }
     const running = this.#loop(options).finally(() => {
       this.#running = undefined;
@@ -255,11 +307,47 @@ export class Worker {
     return this.#running ?? Promise.resolve();
   }
 
+  /**
+   * The queues `run()` polls. Derived from the handlers' types, they are
+   * checked as the task API takes them (it would refuse every poll
+   * otherwise); given, each handler whose type's default queue is not
+   * among them is warned of.
+   */
+  #queuesToPoll(): readonly string[] {
+    const types = [...this.#handlers.keys()].sort();
+    if (this.#queues === undefined) {
+      for (const t of types) {
+        if (!isQueueName(defaultQueue(t))) {
+          throw new TypeError(
+            `handler for type '${t}': not a node type's name ([A-Za-z0-9_.-]{1,128}, not . or ..), ` +
+              "so it has no default queue to poll: pass queues",
+          );
+        }
+      }
+      const queues = this.queues;
+      if (queues.length > MAX_QUEUES) {
+        throw new RangeError(`queues: ${queues.length} (one per handler type): a worker may poll at most ${MAX_QUEUES}`);
+      }
+      return queues;
+    }
+    const queues = this.#queues;
+    for (const t of types) {
+      const queue = defaultQueue(t);
+      if (!queues.includes(queue)) {
+        this.#log.warn(
+          `worker ${this.workerId}: handler for type '${t}': a node of this type without a \`queue\` goes to ` +
+            `queue '${queue}', which this worker does not poll (it polls ${queues.join(", ")})`,
+        );
+      }
+    }
+    return queues;
+  }
+
   async #loop(options: RunOptions): Promise<void> {
     const unlisten = options.handleSignals ? this.#listenForSignals() : () => {};
     this.#log.info?.(
       `worker ${this.workerId} started: serving ${[...this.#handlers.keys()].sort().join(", ")} ` +
-        `on queues ${this.queues.join(", ")} of ${this.#t.base}, ${this.concurrency} at once` +
+        `on queues ${this.#polled.join(", ")} of ${this.#t.base}, ${this.concurrency} at once` +
         (this.urgentSlots > 0 ? ` (and ${this.urgentSlots} urgent)` : ""),
     );
     try {
@@ -285,7 +373,7 @@ export class Worker {
       try {
         const body: PollTasks = {
           worker_id: this.workerId,
-          queues: [...this.queues],
+          queues: [...this.#polled],
           max: free,
           wait: `${this.#pollWaitMs}ms`,
         };
@@ -476,7 +564,7 @@ export class Worker {
     if (!this.#eager || this.#stopping) return undefined;
     // An urgent slot asks only after an urgent task (one that is not came from a run lowered after its step was sent).
     if (lane.priorityAtMost !== undefined && (leased.priority ?? 3) > lane.priorityAtMost) return undefined;
-    return { queues: [...this.queues], max: 1 };
+    return { queues: [...this.#polled], max: 1 };
   }
 
   /**

@@ -119,10 +119,19 @@ function waitFor(id: string, timeoutMs = 60_000): Promise<Run> {
 }
 
 /** A worker of the test server with quick polls and a logger the test can read. */
-function worker(options: Partial<WorkerOptions> & Pick<WorkerOptions, "queues">) {
+function worker(options: Partial<WorkerOptions> = {}) {
   const logger = memoryLogger();
   const w = new Worker({ url: dev.url, token: dev.token, pollWaitMs: 500, logger, ...options });
   return Object.assign(w, { logger });
+}
+
+/**
+ * What `w` logged besides the warnings at start for handlers whose type's
+ * default queue it does not poll (every worker here polls queues of its own,
+ * which its nodes name).
+ */
+function linesAfterStart(w: { logger: { lines: string[] } }): string[] {
+  return w.logger.lines.filter((l) => !/^warn: worker \S+: handler for type '[^']*': .* which this worker does not poll/.test(l));
 }
 
 /** Runs `body` while `w` runs; then stops it, which must take less than 30 s. */
@@ -1013,7 +1022,36 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.equal(run.tasks?.find((t) => t.node_id === "b")?.attempt, 2);
       const retry = (await client.runEvents(id)).find((e) => e.type === "TaskRetryScheduled");
       assert.equal((retry?.payload as { error?: string } | undefined)?.error, "Error: flaky once");
+      assert.deepEqual(linesAfterStart(w), []);
+    });
+
+    it("a worker without queues polls its handlers' default queues: a custom node with no queue runs to SUCCEEDED", async () => {
+      // A node that names no `queue` goes to its type in lower case (the
+      // coordinator's rule); a worker given no queues polls just that.
+      const type = `Resize${randomBytes(4).toString("hex").toUpperCase()}`;
+      const seen: string[] = [];
+      const w = worker().handle<{ size: number }>(type, (task) => {
+        seen.push(task.queue);
+        return { size: task.input.size / 2 };
+      });
+      const id = await start({ name: "ts-default-queue", nodes: [{ id: "r", type, config: { size: "${ .input.size }" } }] }, { size: 8 });
+      const run = await whileRunning(w, () => waitFor(id, 30_000));
+      assert.equal(run.status, "SUCCEEDED", JSON.stringify(run));
+      assert.deepEqual(run.output, { r: { size: 4 } });
+      assert.deepEqual(seen, [type.toLowerCase()]);
+      assert.deepEqual(w.queues, [type.toLowerCase()]);
       assert.deepEqual(w.logger.lines, []);
+    });
+
+    it("warns at start of a handler whose type's default queue the explicit queues miss", async () => {
+      const w = worker({ queues: ["images"], workerId: "ts-misses" })
+        .handle("Resize", () => null)
+        .handle("images", () => null); // its default queue is polled: no warning for it
+      await whileRunning(w, async () => {});
+      assert.deepEqual(w.logger.lines, [
+        "warn: worker ts-misses: handler for type 'Resize': a node of this type without a `queue` goes to queue 'resize', " +
+          "which this worker does not poll (it polls images)",
+      ]);
     });
 
     it("runs the step a report made ready as the report's answer leased it (eager dispatch), without a poll", async () => {
@@ -1062,7 +1100,7 @@ describe("against composer dev", { timeout: 600_000 }, () => {
         conforms(ack, reportAckShape, "report ack");
         for (const t of ack.next ?? []) conforms(t, leasedTaskShape, "a task of next");
       }
-      assert.deepEqual(w.logger.lines, []);
+      assert.deepEqual(linesAfterStart(w), []);
     });
 
     it("gives a handler its attempt's traceparent, in the trace of the run's caller", async () => {
@@ -1087,7 +1125,7 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       // The caller's trace, or the run's own (its id) when it gave none.
       assert.deepEqual(traces, { [given]: trace, [own]: own.replaceAll("-", "") });
       assert.deepEqual(runs[0]!.output, { t: { traceparent: seen.get(given)! } });
-      assert.deepEqual(w.logger.lines, []);
+      assert.deepEqual(linesAfterStart(w), []);
     });
 
     it("fails the run for good on a TaskError that is not retryable, with its message", async () => {

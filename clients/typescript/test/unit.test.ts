@@ -19,7 +19,7 @@ import {
   type JsonValue,
 } from "../src/index.js";
 import { resolveSecrets, scrubSecrets } from "../src/secrets.js";
-import { echoedStages, priorityOf } from "../src/worker.js";
+import { defaultQueue, echoedStages, priorityOf } from "../src/worker.js";
 import { PACKAGE_DIR } from "./dev.js";
 import { eventually, fakeServer, json, memoryLogger } from "./helpers.js";
 
@@ -406,6 +406,25 @@ describe("errors", () => {
     assert.equal(new Worker({ url, queues: ["q"] }).urgentSlots, 0);
     assert.throws(() => new Worker({ url, queues: ["q"], workerId: "a/b" }), TypeError);
     assert.match(new Worker({ url, queues: ["q"] }).workerId, /^ts-[A-Za-z0-9_.-]+-\d+$/);
+    assert.throws(() => new Worker({ url, queues: [".."] }), TypeError);
+    assert.throws(() => new Worker({ url, queues: Array.from({ length: 33 }, (_, i) => `q${i}`) }), RangeError);
+  });
+
+  it("polls by default the queue each handler's type goes to (its name in lower case), each once, checked at start", async () => {
+    const url = "http://127.0.0.1:1";
+    const noop = () => null;
+    assert.deepEqual(new Worker({ url }).queues, []);
+    const w = new Worker({ url }).handle("Thumb", noop).handle("thumb", noop).handle("Resize-Image.v2", noop);
+    assert.deepEqual(w.queues, ["resize-image.v2", "thumb"]);
+    assert.deepEqual(new Worker({ url, queues: ["a", "b"] }).handle("Thumb", noop).queues, ["a", "b"]);
+    // Only ASCII letters are lowered, as the coordinator does.
+    assert.equal(defaultQueue("ÀB"), "Àb");
+    // What the task API would refuse in every poll is refused by run(), before any.
+    await assert.rejects(new Worker({ url }).run(), /no handlers/);
+    await assert.rejects(new Worker({ url }).handle("has space", noop).run(), /handler for type 'has space'.*pass queues/);
+    const many = new Worker({ url });
+    for (let i = 0; i < 33; i++) many.handle(`t${i}`, noop);
+    await assert.rejects(many.run(), /queues: 33 \(one per handler type\): a worker may poll at most 32/);
   });
 });
 
