@@ -375,7 +375,7 @@ pub enum RunCommand {
     Start {
         /// The workflow's name.
         workflow: String,
-        /// The run's input: JSON, or @FILE holding JSON.
+        /// The run's input: JSON, @FILE holding JSON, or @- to read it from standard input.
         #[arg(long, default_value = "{}")]
         input: String,
         /// Starting again with the same key (for this workflow) returns the run it started.
@@ -393,8 +393,8 @@ pub enum RunCommand {
         /// Wait for the run to end, showing the step running now on stderr; exit non-zero unless it SUCCEEDED.
         #[arg(long)]
         wait: bool,
-        /// Give up waiting after this long.
-        #[arg(long, default_value = "10m", value_parser = composer_core::duration::parse)]
+        /// Give up waiting after this long (with --wait).
+        #[arg(long, default_value = "10m", value_parser = composer_core::duration::parse, requires = "wait")]
         timeout: Duration,
     },
     /// Shows a run with its tasks.
@@ -433,6 +433,12 @@ pub enum RunCommand {
         /// Why, for the run's history.
         #[arg(long)]
         reason: Option<String>,
+        /// Wait for the run to end, showing the step running now on stderr; exit non-zero unless it SUCCEEDED.
+        #[arg(long)]
+        wait: bool,
+        /// Give up waiting after this long (with --wait).
+        #[arg(long, default_value = "10m", value_parser = composer_core::duration::parse, requires = "wait")]
+        timeout: Duration,
     },
     /// Pauses a running run: tasks already started finish, nothing new starts until it is resumed.
     Pause {

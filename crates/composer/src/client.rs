@@ -49,9 +49,16 @@ async fn call(api: &Client, method: Method, path: &str, body: Option<&Value>) ->
     Ok(api.call(method, path, body).await?)
 }
 
-/// JSON from an argument, or from the file `@FILE` names.
+/// JSON from an argument, from the file `@FILE` names, or from standard
+/// input for `@-`.
 fn json_arg(flag: &str, arg: &str) -> anyhow::Result<Value> {
     let (text, from) = match arg.strip_prefix('@') {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| usage(format!("{flag} @-: standard input: {e}")))?;
+            (text, "standard input")
+        }
         Some(path) => (std::fs::read_to_string(path).map_err(|e| usage(format!("{flag} {arg}: {e}")))?, path),
         None => (arg.to_string(), "the argument"),
     };
@@ -142,7 +149,12 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
             output::all(format, &events, output::EVENT_COLUMNS);
         }
         RunCommand::Cancel { id, reason } => control(&api, format, &run_path(&id, "/cancel"), reason).await?,
-        RunCommand::Retry { id, reason } => control(&api, format, &run_path(&id, "/retry"), reason).await?,
+        RunCommand::Retry { id, reason, wait, timeout } => {
+            let body = reason.map(|r| serde_json::json!({"reason": r}));
+            let run: RunView =
+                serde_json::from_value(call(&api, Method::POST, &run_path(&id, "/retry"), body.as_ref()).await?)?;
+            return show_run(&api, format, run, wait.then_some(timeout)).await;
+        }
         RunCommand::Pause { id, reason } => control(&api, format, &run_path(&id, "/pause"), reason).await?,
         RunCommand::Resume { id, reason } => control(&api, format, &run_path(&id, "/resume"), reason).await?,
         RunCommand::Priority { id, priority } => {
@@ -200,6 +212,12 @@ async fn start_and_show(
     wait: Option<Duration>,
 ) -> anyhow::Result<ExitCode> {
     let run = api.start_run(req).await?;
+    show_run(api, format, run, wait).await
+}
+
+/// Prints a run; with `wait`, prints it once it ended instead, and exits as
+/// it ended (or as a wait that ran out).
+async fn show_run(api: &Client, format: Format, run: RunView, wait: Option<Duration>) -> anyhow::Result<ExitCode> {
     let Some(timeout) = wait else {
         output::one(format, &serde_json::to_value(&run)?);
         return Ok(ExitCode::SUCCESS);

@@ -102,6 +102,46 @@ async fn each_outcome_has_its_exit_status() {
     e.stop().await;
 }
 
+/// Issue 51's small CLI items: `--timeout` means nothing without `--wait`,
+/// `run retry` can wait for the end, `--input @-` reads standard input, and
+/// the refusal to rerun a run that succeeded names the CLI's flag.
+#[tokio::test]
+async fn run_retry_waits_timeout_needs_wait_input_comes_from_stdin_and_rerun_names_its_flag() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let url = e.url();
+    e.register(
+        &json!({"name": "echo", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": "${ .input.v }"}}]}),
+    )
+    .await;
+    // Fails its first attempt only: a retry of the run then succeeds.
+    e.register(&json!({"name": "once", "nodes": [
+        {"id": "call", "type": "HTTP", "retry": {"max_attempts": 1}, "config": {"url": http.url("/flaky/1/x")}}]}))
+        .await;
+
+    let lone = cli(&url, &["run", "start", "echo", "--timeout", "5s"], None).await;
+    assert_eq!(lone.code, 2, "{}", lone.stderr);
+    assert!(lone.stderr.contains("--wait"), "{}", lone.stderr);
+
+    let piped =
+        cli(&url, &["run", "start", "echo", "--input", "@-", "--wait", "-o", "json"], Some(r#"{"v": 42}"#)).await;
+    assert_eq!(piped.code, 0, "{}", piped.stderr);
+    let run: serde_json::Value = serde_json::from_str(&piped.stdout).unwrap();
+    assert_eq!(run["output"], json!({"t": 42}), "{run}");
+
+    let failed = cli(&url, &["run", "start", "once", "--wait", "-o", "json"], None).await;
+    assert_eq!(failed.code, 1, "{}", failed.stderr);
+    let id = serde_json::from_str::<serde_json::Value>(&failed.stdout).unwrap()["id"].as_str().unwrap().to_string();
+    let retried = cli(&url, &["run", "retry", &id, "--wait", "--timeout", "60s", "-o", "json"], None).await;
+    assert_eq!(retried.code, 0, "{}", retried.stderr);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&retried.stdout).unwrap()["status"], "SUCCEEDED");
+
+    let again = cli(&url, &["run", "rerun", &id, "--from", "call"], None).await;
+    assert_ne!(again.code, 0, "{}", again.stderr);
+    assert!(again.stderr.contains("--allow-completed"), "{}", again.stderr);
+    e.stop().await;
+}
+
 /// Pointed at a server that is not a coordinator (port 8080 is often
 /// another's), the CLI says so and prints nothing of its answer: exit 2,
 /// the URL is wrong. A 5xx without the header (a proxy in front of a

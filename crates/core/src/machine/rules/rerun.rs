@@ -50,7 +50,7 @@ impl Machine<'_> {
             RunStatus::Queued => Err(Ignore(IgnoreKind::NotDue, "the run has not started".into())),
             RunStatus::Succeeded if !allow_completed => Err(Ignore(
                 IgnoreKind::RunFinished,
-                "the run SUCCEEDED: rerun it with allow_completed to run it again".into(),
+                "the run SUCCEEDED: rerun it with allow_completed (the CLI's --allow-completed) to run it again".into(),
             )),
             _ => Ok(()),
         }
