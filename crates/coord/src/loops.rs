@@ -156,6 +156,9 @@ async fn deliver_stranded_events(shared: &Shared, client: &composer_store::Clien
                 if let Err(e) = composer_store::events::mark_consumed(client, s.event_id, s.waiter.task_id).await {
                     tracing::warn!(error = %e, "recovery: cannot mark a delivered event consumed");
                 }
+                if let Err(e) = composer_store::events::count_taken(client, s.event_id).await {
+                    tracing::warn!(error = %e, "recovery: cannot count a delivered event's step");
+                }
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "recovery: delivering a stranded event failed; will retry"),

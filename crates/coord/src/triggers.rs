@@ -87,7 +87,7 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
     }
     // Last: this takes the (name, key) lock the waiters share, held to the commit.
     let (buffered_id, waiters) =
-        composer_store::events::record(&tx, ev.name, ev.key, ev.payload, config.event_retention).await?;
+        composer_store::events::record(&tx, ev.name, ev.key, ev.payload, config.event_retention, seq).await?;
     tx.commit().await?;
     for s in started {
         engine.started(s);
@@ -95,7 +95,7 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
     let link = ev.traceparent.and_then(|t| composer_core::trace::TraceContext::parse(t).ok());
     let delivered = deliver(engine, &client, buffered_id, &waiters, ev.payload, link).await?;
     if delivered > 0 {
-        triggers::set_delivered(&client, seq, delivered as i32).await?;
+        triggers::add_delivered(&client, seq, delivered as i32).await?;
     }
     Ok(Sent { answer: answer(event_id, delivered, &runs, false), first: None })
 }

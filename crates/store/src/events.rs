@@ -28,12 +28,15 @@ pub struct Waiter {
 /// half way, or every waiter timed out meanwhile, it is still there — for
 /// [`stranded`] to deliver, or for a waiter created later — until
 /// [`mark_consumed`] says a waiter took it, or it expires after `retention`.
+/// `log_seq` is its entry in the event log, where a step that takes it
+/// later is counted.
 pub async fn record(
     tx: &Transaction<'_>,
     name: &str,
     key: &str,
     payload: &Value,
     retention: Duration,
+    log_seq: i64,
 ) -> Result<(i64, Vec<Waiter>)> {
     tx.execute(LOCK, &[&name, &key]).await?;
     let waiters: Vec<Waiter> = tx
@@ -48,9 +51,10 @@ pub async fn record(
         .collect::<Result<_>>()?;
     let id: i64 = tx
         .query_one(
-            "INSERT INTO events (name, key, payload, expires_at) VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+            "INSERT INTO events (name, key, payload, expires_at, log_seq)
+             VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5)
              RETURNING id",
-            &[&name, &key, payload, &retention.as_secs_f64()],
+            &[&name, &key, payload, &retention.as_secs_f64(), &log_seq],
         )
         .await?
         .try_get(0)?;
@@ -61,6 +65,20 @@ pub async fn record(
 pub async fn mark_consumed(client: &Client, event_id: i64, task_id: Uuid) -> Result<()> {
     client
         .execute("UPDATE events SET consumed_by = $2 WHERE id = $1 AND consumed_by IS NULL", &[&event_id, &task_id])
+        .await?;
+    Ok(())
+}
+
+/// Counts on its event log entry one more step that the recorded event
+/// `event_id` completed (the recovery sweep's delivery: its sender counted
+/// the steps it completed itself). An increment, so counts made at once by
+/// several coordinators add up.
+pub async fn count_taken(client: &Client, event_id: i64) -> Result<()> {
+    client
+        .execute(
+            "UPDATE event_log SET delivered = delivered + 1 WHERE seq = (SELECT log_seq FROM events WHERE id = $1)",
+            &[&event_id],
+        )
         .await?;
     Ok(())
 }
@@ -101,17 +119,23 @@ pub async fn stranded(client: &Client, min_age: Duration, limit: i64) -> Result<
 }
 
 /// Inside the transaction creating a waiting task: consumes the oldest
-/// buffered, unexpired event for `(name, key)` on behalf of `task_id`.
+/// buffered, unexpired event for `(name, key)` on behalf of `task_id`, and
+/// counts the step on the event's log entry. Both in the caller's commit:
+/// a rolled back batch neither takes the event nor counts it; the count is
+/// an increment, which adds to its sender's and other takers' counts.
 pub async fn consume_buffered(tx: &Transaction<'_>, name: &str, key: &str, task_id: Uuid) -> Result<Option<Value>> {
     let lock = tx.prepare_cached(LOCK).await?;
     tx.execute(&lock, &[&name, &key]).await?;
     let stmt = tx
         .prepare_cached(
-            "UPDATE events SET consumed_by = $3
-              WHERE id = (SELECT id FROM events
-                           WHERE name = $1 AND key = $2 AND consumed_by IS NULL AND expires_at > now()
-                           ORDER BY id LIMIT 1 FOR UPDATE)
-          RETURNING payload",
+            "WITH taken AS (
+                 UPDATE events SET consumed_by = $3
+                  WHERE id = (SELECT id FROM events
+                               WHERE name = $1 AND key = $2 AND consumed_by IS NULL AND expires_at > now()
+                               ORDER BY id LIMIT 1 FOR UPDATE)
+              RETURNING payload, log_seq),
+             counted AS (UPDATE event_log SET delivered = delivered + 1 WHERE seq = (SELECT log_seq FROM taken))
+             SELECT payload FROM taken",
         )
         .await?;
     Ok(tx.query_opt(&stmt, &[&name, &key, &task_id]).await?.map(|r| r.try_get(0)).transpose()?)

@@ -76,9 +76,11 @@ pub async fn record_run(tx: &Transaction<'_>, seq: i64, run: &EventRun) -> Resul
     Ok(())
 }
 
-/// Counts the waiting steps an event completed.
-pub async fn set_delivered(client: &Client, seq: i64, delivered: i32) -> Result<()> {
-    client.execute("UPDATE event_log SET delivered = $2 WHERE seq = $1", &[&seq, &delivered]).await?;
+/// Counts the waiting steps an event completed when it was sent. Added to
+/// what is counted already: a step that began to wait meanwhile may have
+/// taken the event and been counted ([`crate::events::consume_buffered`]).
+pub async fn add_delivered(client: &Client, seq: i64, delivered: i32) -> Result<()> {
+    client.execute("UPDATE event_log SET delivered = delivered + $2 WHERE seq = $1", &[&seq, &delivered]).await?;
     Ok(())
 }
 
