@@ -7,7 +7,11 @@ filters it to FAILED runs, opens the failed run, sees the failed step in the
 failure colour with its error, presses Retry, and sees the run succeed; then
 reruns it from a step with a reason, reads why waiting runs wait, completes a
 step by hand, finds runs by tag, cancels chosen ones and the rest by a bulk
-job, and opens the overview and the queues.
+job, and opens the overview and the queues. Along the way it checks what
+issue 51 found misleading: a node's label fits its box, a running run's
+header says nothing of finishing, the act button says what it does, a
+long-polling worker shows once per queue as waiting for work, and Log out
+shows only in a session.
 
 Usage: browser_test.py COMPOSER_BINARY [SCREENSHOT_DIR]
 Screenshots go to SCREENSHOT_DIR when given (docs/ keeps the ones the book's
@@ -131,6 +135,7 @@ def main():
             page.fill("input[name=token]", TOKEN)
             page.click("form.login button[type=submit]")
             expect(page).to_have_url(base + "/ui/runs")
+            expect(page.locator("header button.logout")).to_have_count(1)
             expect(page.locator("table.runs tbody tr")).to_have_count(3)
             page.screenshot(path=os.path.join(shots, "ui-runs.png"), full_page=True)
 
@@ -195,6 +200,8 @@ def main():
                 wait_for_run(base, r["id"], "RUNNING")
             page.goto(base + f"/ui/runs/{waiting[0]['id']}")
             expect(page.locator(".explain li[data-node=approval]")).to_contain_text("approved")
+            expect(page.locator("p.status")).to_contain_text("started")
+            expect(page.locator("p.status")).not_to_contain_text("finished")
             page.screenshot(path=os.path.join(shots, "ui-run-explain.png"), full_page=True)
             page.click("tr[data-node=approval] details.complete summary")
             page.fill("tr[data-node=approval] details.complete textarea[name=output]", '{"approved_by": "ops"}')
@@ -211,6 +218,7 @@ def main():
             expect(rows).to_have_count(5)
             rows.nth(0).locator("input[type=checkbox]").check()
             rows.nth(1).locator("input[type=checkbox]").check()
+            expect(page.locator("form.act button[value=selected]")).to_have_text("Apply to the checked runs")
             page.select_option("form.act select[name=action]", "cancel")
             page.fill("form.act input[name=reason]", "duplicates")
             page.screenshot(path=os.path.join(shots, "ui-runs-select.png"), full_page=True)
@@ -240,7 +248,27 @@ def main():
             page.goto(base + "/ui/queues")
             expect(page.locator("table.queues tr[data-queue=http]")).to_be_visible()
             expect(page.locator("table.workers tbody tr").first).to_contain_text("http")
+            # composer dev's worker, long-polling: once per queue, waiting for work.
+            http_rows = page.locator("table.workers tbody tr", has=page.locator("td", has_text=re.compile("^http$")))
+            expect(http_rows).to_have_count(1)
+            expect(http_rows.locator("td.poll")).to_have_text("waiting for work", timeout=15_000)
             page.screenshot(path=os.path.join(shots, "ui-queues.png"), full_page=True)
+
+            # Labels fit their boxes, drawn in this browser's own font.
+            api(base, "POST", "/v1/workflows", {"name": "wide", "nodes": [
+                {"id": "W" * 40, "type": "WAIT_FOR_EVENT", "config": {"event": "e", "key": "k"}},
+                {"id": "charge_the_customer_for_the_whole_order", "type": "TRANSFORM", "config": {"output": 1}}]})
+            page.goto(base + "/ui/workflows/wide")
+            expect(page.locator("svg.dag g.node")).to_have_count(2)
+            overflows = page.evaluate("""() => [...document.querySelectorAll("svg.dag g.node")].flatMap(g => {
+                const box = g.querySelector("rect").getBBox();
+                return [...g.querySelectorAll("text")].filter(t => {
+                    const b = t.getBBox();
+                    return b.x < box.x || b.x + b.width > box.x + box.width - 4;
+                }).map(t => t.textContent);
+            })""")
+            assert overflows == [], f"labels out of their boxes: {overflows}"
+            expect(page.locator("svg.dag g.node title").first).to_contain_text("W" * 40)
 
             # Logging out ends the session.
             page.click("header button.logout")

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use composer_testkit::{Engine, EngineOptions, FakeHttp};
+use composer_testkit::{eventually, Engine, EngineOptions, FakeHttp};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -423,5 +423,145 @@ async fn a_bidi_override_shows_by_name_on_the_run_events_and_limits_pages() {
         assert!(page.contains(shown), "{path}: {shown} not in the page");
         assert!(!page.contains(RLO), "{path}: the override is never in the page");
     }
+    e.stop().await;
+}
+
+/// Issue 51: each worker was listed once per stream shard, and one
+/// long-polling for work as "last read 146 s ago".
+#[tokio::test]
+async fn the_queues_page_lists_a_worker_once_per_queue_and_a_long_poll_as_waiting_for_work() {
+    let e = Engine::start().await;
+    let http = FakeHttp::start().await;
+    let id =
+        e.run(&json!({"name": "calls", "nodes": [composer_testkit::http_node("call", &http.url("/ok/c"), 1)]})).await;
+    assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    let worker = e.workers[0].id.clone();
+    let b = browser();
+    let url = format!("{}/ui/queues?fragment=1", e.url());
+    // Its poll waits between short reads: the page sees it waiting almost always.
+    let row = eventually(T, "the worker shown waiting for work", || async {
+        let page = b.get(&url).send().await.unwrap().text().await.unwrap();
+        let rows: Vec<&str> = page.split("<tr data-worker=").filter(|r| r.contains("<td>http</td>")).collect();
+        let mine: Vec<&str> = rows.iter().copied().filter(|r| r.contains(&format!("<code>{worker}</code>"))).collect();
+        // One row, not one per stream shard (the engine has two).
+        match mine[..] {
+            [row] if row.contains("waiting for work") => Ok(row.to_string()),
+            _ => Err(page),
+        }
+    })
+    .await;
+    assert!(row.contains("<td class=\"poll\">"), "{row}");
+    let page = b.get(&url).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("on that coordinator's page only"), "says whose polls it sees");
+    e.stop().await;
+}
+
+/// Issue 51: an event kept for a step that began to wait after it came
+/// completed that step, and the events page said "waiting steps 0".
+#[tokio::test]
+async fn the_events_page_counts_a_step_that_began_to_wait_after_its_event_came() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "awaits_ui", "nodes": [
+        {"id": "approval", "type": "WAIT_FOR_EVENT", "config": {"event": "approved", "key": "${ .input.k }"}}]}))
+        .await;
+    let early = e.post("/v1/events", &json!({"name": "approved", "key": "early", "id": "ev-early"})).await.1;
+    assert_eq!(early["delivered_to_waiters"], 0, "nothing waited yet: {early}");
+    let later = e.start_run("awaits_ui", json!({"k": "early"})).await;
+    let first = e.start_run("awaits_ui", json!({"k": "first"})).await;
+    e.wait_until(first, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    let sent = e.post("/v1/events", &json!({"name": "approved", "key": "first", "id": "ev-first"})).await.1;
+    assert_eq!(sent["delivered_to_waiters"], 1, "{sent}");
+    for id in [later, first] {
+        assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    }
+    let listed = e.get("/v1/events?name=approved").await.1;
+    let counts: Vec<(String, i64)> = listed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["id"].as_str().unwrap().to_string(), v["delivered_to_waiters"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(counts, [("ev-first".to_string(), 1), ("ev-early".to_string(), 1)], "the API counts both");
+    let page = browser().get(format!("{}/ui/events", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("<th>Steps completed</th>"), "{page}");
+    for id in ["ev-first", "ev-early"] {
+        let row = page.split("<tr>").find(|r| r.contains(&format!("<code>{id}</code>"))).unwrap();
+        assert!(row.contains("<td class=\"n completed\">1</td>"), "{id}: {row}");
+    }
+    e.stop().await;
+}
+
+/// Issue 51: a running run's header read "· finished" with nothing after it.
+#[tokio::test]
+async fn a_running_runs_header_says_when_it_started_and_only_an_ended_one_when_it_finished() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "header_ui", "nodes": [
+        {"id": "approval", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "h"}}]}))
+        .await;
+    let id = e.start_run("header_ui", json!({})).await;
+    e.wait_until(id, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    let b = browser();
+    let status =
+        |page: String| page.split("<p class=\"status\">").nth(1).unwrap().split("</p>").next().unwrap().to_string();
+    let running = status(b.get(format!("{}/ui/runs/{id}", e.url())).send().await.unwrap().text().await.unwrap());
+    assert!(running.contains("RUNNING") && running.contains(" · started 20"), "{running}");
+    assert!(!running.contains("finished"), "{running}");
+    assert_eq!(e.post("/v1/events", &json!({"name": "go", "key": "h"})).await.0, 200);
+    assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
+    let ended = status(b.get(format!("{}/ui/runs/{id}", e.url())).send().await.unwrap().text().await.unwrap());
+    assert!(ended.contains(" · started 20") && ended.contains(" · finished 20"), "{ended}");
+    e.stop().await;
+}
+
+/// Issue 51: "Log out" showed on a coordinator with no API token, which has
+/// no login.
+#[tokio::test]
+async fn log_out_shows_only_in_a_session() {
+    let b = browser();
+    let open = Engine::start().await;
+    for path in ["/ui/runs", "/ui/queues", "/ui/runs/not-a-uuid"] {
+        let page = b.get(format!("{}{path}", open.url())).send().await.unwrap().text().await.unwrap();
+        assert!(page.contains("<nav>") && !page.contains("Log out"), "{path}: {page}");
+    }
+    open.stop().await;
+    let e =
+        Engine::with(EngineOptions { coordinator: |c| c.api_token = Some(TOKEN.to_string()), ..Default::default() })
+            .await;
+    let login = b.get(format!("{}/ui/login", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(login.contains("<nav>") && !login.contains("Log out"), "not logged in yet: {login}");
+    let ok = b.post(format!("{}/ui/login", e.url())).form(&[("token", TOKEN), ("next", "/ui/runs")]).send();
+    let ok = ok.await.unwrap();
+    let cookie = ok.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let page = b.get(format!("{}/ui/runs", e.url())).header("cookie", &cookie).send().await.unwrap();
+    assert!(page.text().await.unwrap().contains("class=\"logout\">Log out</button>"), "in a session");
+    e.stop().await;
+}
+
+/// Issue 51: a node's id of up to 22 characters was drawn whole, wider
+/// than its box.
+#[tokio::test]
+async fn a_long_node_label_is_cut_to_its_box_and_shown_whole_in_its_title() {
+    let e = Engine::start().await;
+    let long = "W".repeat(30);
+    e.register(&json!({"name": "wide_ui", "nodes": [{"id": long, "type": "TRANSFORM", "config": {"output": 1}}]}))
+        .await;
+    let page = browser().get(format!("{}/ui/workflows/wide_ui", e.url())).send().await.unwrap().text().await.unwrap();
+    let label = page.split("class=\"id\">").nth(1).and_then(|s| s.split("</text>").next()).unwrap();
+    // DejaVu Sans Bold draws W 1.103 em wide: at 13 px, 11 and the ellipsis fill the 180 px inside the box.
+    assert!(label.ends_with('…') && label.chars().count() <= 12, "{label}");
+    assert!(page.contains(&format!("<title>{long} (TRANSFORM): NOT REACHED</title>")), "the whole id on hover");
+    e.stop().await;
+}
+
+/// Issue 51: the runs page's button that acts on the ticked runs was called
+/// "The chosen runs".
+#[tokio::test]
+async fn the_runs_pages_act_buttons_say_what_they_do() {
+    let e = Engine::start().await;
+    let b = browser();
+    let page = b.get(format!("{}/ui/runs?workflow=any", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("value=\"selected\">Apply to the checked runs</button>"), "{page}");
+    assert!(page.contains("Apply to every run that matches (a bulk job)</button>"), "{page}");
+    assert!(!page.contains("The chosen runs"));
     e.stop().await;
 }

@@ -94,6 +94,13 @@ impl IdlePolls {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// The worker and queues of each poll waiting now (the queues page
+    /// shows those workers as waiting for work).
+    pub fn waiting_workers(&self) -> Vec<(String, Vec<String>)> {
+        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.iter().filter(|w| !w.answer.is_closed()).map(|w| (w.worker.clone(), w.offer.queues.clone())).collect()
+    }
+
     /// Gives the waiting polls, in the order they began to wait, the tasks
     /// the batch's runs dispatch (the most urgent runs first), leased in
     /// the batch's commit as a result's `next` is. The polls given anything
@@ -268,8 +275,11 @@ mod tests {
         let first = polls.park("w1", offer()).unwrap();
         let second = polls.park("w2", offer()).unwrap();
         assert_eq!(polls.waiting(), 2);
+        let named: Vec<(String, Vec<String>)> = polls.waiting_workers();
+        assert_eq!(named, [("w1".to_string(), vec!["q".to_string()]), ("w2".to_string(), vec!["q".to_string()])]);
         assert!(first.leave().await.is_none(), "no batch took it");
         assert_eq!(polls.waiting(), 1);
+        assert_eq!(polls.waiting_workers().len(), 1, "one that left is not named");
         drop(second);
         assert_eq!(polls.waiting(), 0, "a poll whose client went away leaves too");
         // A batch with no run to give from takes no poll.

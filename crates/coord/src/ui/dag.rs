@@ -10,10 +10,12 @@ use composer_store::limits::Held;
 use composer_store::runs::{RunRow, TaskRow};
 use uuid::Uuid;
 
-use super::html::{clip, html, state_class, Html};
+use super::html::{html, state_class, Html};
 
-const W: usize = 170;
+const W: usize = 200;
 const H: usize = 46;
+/// A label's distance from its box's left (and right) side.
+const INSET: usize = 10;
 const GAP_X: usize = 60;
 const GAP_Y: usize = 18;
 const PAD: usize = 10;
@@ -178,21 +180,24 @@ fn node(wf: &Workflow, layout: &Layout, n: usize, s: Option<&NodeState>) -> Html
     let (x, y) = layout.at(n);
     let state = s.map(|s| s.state.as_str()).unwrap_or("NOT REACHED");
     let note = s.and_then(|s| s.note.clone()).unwrap_or_else(|| node.node_type.clone());
+    // The state whole, the note in what is left: the title has them all.
+    let room = (W - 2 * INSET) as f64;
+    let state_part = format!(" · {state}");
+    let sub = SUB_FONT.fit(&note, room - SUB_FONT.width(&state_part)) + &state_part;
     let body = html!(
         "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"6\"/>\
-         <text x=\"{}\" y=\"{}\" class=\"id\">{}</text><text x=\"{}\" y=\"{}\" class=\"sub\">{} · {}</text>\
+         <text x=\"{}\" y=\"{}\" class=\"id\">{}</text><text x=\"{}\" y=\"{}\" class=\"sub\">{}</text>\
          <title>{} ({}): {}</title>",
         x,
         y,
         W,
         H,
-        x + 10,
+        x + INSET,
         y + 19,
-        clip(&node.id, 22),
-        x + 10,
+        ID_FONT.fit(&node.id, room),
+        x + INSET,
         y + 36,
-        clip(&note, 14),
-        state,
+        sub,
         node.id,
         node.node_type,
         state
@@ -201,6 +206,60 @@ fn node(wf: &Workflow, layout: &Layout, n: usize, s: Option<&NodeState>) -> Html
     match s.and_then(|s| s.link.as_deref()) {
         Some(link) => html!("<a href=\"{}\">{}</a>", link, drawn),
         None => drawn,
+    }
+}
+
+/// The font of a line of a node's box (`app.css`: `text.id`, `text.sub`).
+#[derive(Clone, Copy)]
+struct Font {
+    px: f64,
+    bold: bool,
+}
+
+const ID_FONT: Font = Font { px: 13.0, bold: true };
+const SUB_FONT: Font = Font { px: 11.0, bold: false };
+
+impl Font {
+    /// `text` as it fits in `room` pixels: whole, or cut with `…`.
+    fn fit(self, text: &str, room: f64) -> String {
+        if self.width(text) <= room {
+            return text.to_string();
+        }
+        let mut used = self.width("…");
+        let mut out: String = text
+            .chars()
+            .take_while(|c| {
+                used += self.char_width(*c);
+                used <= room
+            })
+            .collect();
+        out.push('…');
+        out
+    }
+
+    /// How wide `text` is drawn, at most.
+    fn width(self, text: &str) -> f64 {
+        text.chars().map(|c| self.char_width(c)).sum()
+    }
+
+    /// A character's width: its ems, rounded up from DejaVu Sans (what
+    /// `system-ui` is on a Linux without other fonts, and wider than the
+    /// usual fonts elsewhere), so a label measured so fits in any of them.
+    /// Past ASCII, as wide as the widest letters (Cyrillic, CJK, emoji).
+    fn char_width(self, c: char) -> f64 {
+        let (bold, regular) = match c {
+            'i' | 'j' | 'l' | '\'' | ' ' | '·' => (0.35, 0.32),
+            'I' | 'J' | '/' | '\\' | '|' | '.' | ',' | ':' | ';' | 'f' => (0.41, 0.35),
+            '-' | '!' | '(' | ')' | '[' | ']' | 't' | 'r' | '"' | '*' | '_' | '`' => (0.53, 0.5),
+            '?' | 'z' | 'c' | 's' => (0.6, 0.55),
+            'W' | 'M' | 'm' | '%' | '@' => (1.11, 1.0),
+            'w' | '&' | '…' => (1.0, 1.0),
+            'A'..='Z' => (0.85, 0.79),
+            '#' | '+' | '<' | '=' | '>' | '^' | '~' => (0.85, 0.84),
+            c if c.is_ascii() => (0.72, 0.64),
+            _ => (1.25, 1.1),
+        };
+        self.px * if self.bold { bold } else { regular }
     }
 }
 
@@ -232,5 +291,33 @@ mod tests {
         assert_eq!(svg.matches("class=\"edge").count(), 5);
         assert_eq!(svg.matches("class=\"edge taken\"").count(), 1, "the edge the run took");
         assert!(svg.contains("<title>when .input.x &gt; 1</title>"));
+    }
+
+    /// Issue 51: ids of 22 characters, and notes of 14 with the state
+    /// after them, ran out of their boxes.
+    #[test]
+    fn a_label_fits_its_box_cut_with_an_ellipsis_the_whole_in_its_title() {
+        let room = (W - 2 * INSET) as f64;
+        let long = "W".repeat(30);
+        let shown = ID_FONT.fit(&long, room);
+        // DejaVu Sans Bold's W is 1.103 em: at 13 px, 11 and the ellipsis fit in 180 px.
+        assert!(shown.ends_with('…') && shown.chars().count() <= 12, "{shown}");
+        assert!(ID_FONT.width(&shown) <= room);
+        assert_eq!(ID_FONT.fit("charge_the_customer", room), "charge_the_customer", "a usual id is whole");
+        assert_eq!(SUB_FONT.fit("WAIT_FOR_EVENT · WAITING", room), "WAIT_FOR_EVENT · WAITING", "and a usual note");
+        for text in
+            ["ЖЖЖЖЖЖЖЖЖЖЖЖЖЖЖЖЖЖЖЖ", "mmmmmmmmmmmmmmmmmmmmmmmm", "iiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiii"]
+        {
+            assert!(ID_FONT.width(&ID_FONT.fit(text, room)) <= room, "{text}");
+        }
+        let wf = Workflow::parse(&json!({"name": "g", "nodes": [
+            {"id": long, "type": "WAIT_FOR_EVENT", "config": {"event": "e", "key": "k"}}]}))
+        .unwrap();
+        let svg = svg(&wf, &HashMap::new(), &HashSet::new());
+        let svg = svg.as_str();
+        assert!(svg.contains(&format!("class=\"id\">{shown}</text>")), "{svg}");
+        assert!(svg.contains(&format!("<title>{long} (WAIT_FOR_EVENT): NOT REACHED</title>")), "{svg}");
+        let sub = svg.split("class=\"sub\">").nth(1).and_then(|s| s.split("</text>").next()).unwrap();
+        assert!(sub.ends_with("… · NOT REACHED") && SUB_FONT.width(sub) <= room, "{sub}");
     }
 }

@@ -23,11 +23,20 @@ pub async fn events_page(State(pool): State<Pool>, Query(q): Query<Params>) -> P
         .or_none("No webhooks.")
         .with(hooks.iter().map(webhook_row).collect());
     let named = name.map(|n| html!(" named <code>{}</code> (<a href=\"/ui/events\">all</a>)", n));
-    let recent =
-        Table::new("", &["Received", "Name", "Id", "Source", "Key", "Runs started", "Waiting steps", "Payload"])
-            .or_none("No events in the last week.")
-            .with(events.iter().map(event_row).collect());
-    let body = html!("<h1>Events</h1><h2>Webhooks</h2>{}<h2>Recent events{}</h2>{}", webhooks, named, recent);
+    let recent = Table::new(
+        "events",
+        &["Received", "Name", "Id", "Source", "Key", "Runs started", "Steps completed", "Payload"],
+    )
+    .or_none("No events in the last week.")
+    .with(events.iter().map(event_row).collect());
+    let body = html!(
+        "<h1>Events</h1><h2>Webhooks</h2>{}<h2>Recent events{}</h2><p class=\"hint\">Steps completed: the \
+         WAIT_FOR_EVENT steps the event completed, those waiting when it came and those that began to wait for it \
+         later, while it was kept.</p>{}",
+        webhooks,
+        named,
+        recent
+    );
     Ok(page("Events", body).into_response())
 }
 
@@ -57,7 +66,7 @@ fn event_row(e: &LoggedEvent) -> Html {
     };
     html!(
         "<tr><td>{}</td><td><a href=\"/ui/events?name={}\">{}</a></td><td><code>{}</code></td><td>{}</td><td>{}</td>\
-         <td>{}</td><td>{}</td><td>{}</td></tr>",
+         <td>{}</td><td class=\"n completed\">{}</td><td>{}</td></tr>",
         time(Some(e.received_at)),
         url_enc(&e.name),
         e.name,

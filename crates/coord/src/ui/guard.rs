@@ -16,24 +16,25 @@ use crate::config::Config;
 use composer_store::Pool;
 
 /// Pages need a live session when a token is set; without one, the login
-/// page, which comes back here after.
+/// page, which comes back here after. With one, the page is made
+/// [`session::in_session`] (its frame offers Log out).
 pub async fn require_login(
     State(config): State<Arc<Config>>,
     State(pool): State<Pool>,
     req: Request,
     next: Next,
 ) -> Response {
-    if config.api_token.is_some() {
-        match live_session(&pool, req.headers()).await {
-            Ok(true) => {}
-            Ok(false) => {
-                let here = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/ui/runs");
-                return Redirect::to(&format!("/ui/login?next={}", url_enc(here))).into_response();
-            }
-            Err(e) => return e.into_response(),
-        }
+    if config.api_token.is_none() {
+        return next.run(req).await;
     }
-    next.run(req).await
+    match live_session(&pool, req.headers()).await {
+        Ok(true) => session::in_session(next.run(req)).await,
+        Ok(false) => {
+            let here = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/ui/runs");
+            Redirect::to(&format!("/ui/login?next={}", url_enc(here))).into_response()
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Whether the request's cookie names a session that is live in the store.

@@ -334,8 +334,16 @@ impl Table {
     }
 }
 
-/// A whole page: the frame, the navigation and `body`.
+/// A whole page: the frame, the navigation (with Log out in a session:
+/// with no API token there is no login, so nothing to log out of) and
+/// `body`.
 pub fn page(title: &str, body: Html) -> Html {
+    let logout = super::session::is_in_session().then(|| {
+        Html::raw(
+            "<form method=\"post\" action=\"/ui/logout\">\
+             <button type=\"submit\" class=\"logout\">Log out</button></form>",
+        )
+    });
     html!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -344,9 +352,9 @@ pub fn page(title: &str, body: Html) -> Html {
          <header><a class=\"brand\" href=\"/ui/runs\">Composer</a>\
          <nav><a href=\"/ui/overview\">Overview</a><a href=\"/ui/runs\">Runs</a><a href=\"/ui/workflows\">Workflows</a>\
          <a href=\"/ui/schedules\">Schedules</a><a href=\"/ui/events\">Events</a><a href=\"/ui/limits\">Limits</a>\
-         <a href=\"/ui/queues\">Queues</a></nav><form method=\"post\" action=\"/ui/logout\">\
-         <button type=\"submit\" class=\"logout\">Log out</button></form></header><main>{}</main></body></html>",
+         <a href=\"/ui/queues\">Queues</a></nav>{}</header><main>{}</main></body></html>",
         title,
+        logout,
         body
     )
 }

@@ -1,8 +1,17 @@
 //! `/ui/overview` (runs by status, throughput, step latency, failures by
 //! workflow, queue backlogs) and `/ui/queues` (each queue's backlog and lag,
 //! and the workers that read it): what they read, and how they show it.
+//!
+//! A worker is known to a queue by two things, neither of which is "when it
+//! last polled": its consumer in the queue's streams (one per shard: merged
+//! here), whose idle time is since it last read a task from them; and a
+//! poll of it waiting for work on this coordinator now (`IdlePolls`). A
+//! worker fed by hand-overs and results reads no stream for minutes while
+//! it works, and a long-polling one reads none while there is no work: the
+//! page says "waiting for work" for the second, and names the stream time
+//! for what it is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,8 +94,22 @@ pub struct QueueRow {
     pub running: i64,
     /// Seconds the oldest PENDING task has waited.
     pub lag_s: Option<f64>,
-    /// The workers that read it: name, seconds since their last read, messages they hold.
-    pub readers: Vec<(String, f64, u64)>,
+    /// The workers that read it, by id.
+    pub readers: Vec<Reader>,
+}
+
+/// A worker of a queue, its stream shards merged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reader {
+    /// The worker's id (its consumer in the streams is `api:ID`).
+    pub worker: String,
+    /// Seconds since it last read a task from the queue's streams (the
+    /// freshest of its shards); `None` when it is known only by its poll.
+    pub read_s: Option<f64>,
+    /// Messages it read and has not acknowledged, over the shards.
+    pub holding: u64,
+    /// A poll of it waits for work of this queue on this coordinator now.
+    pub waiting: bool,
 }
 
 /// What the overview shows, as read.
@@ -192,29 +215,53 @@ pub fn queues(queues: &[QueueRow]) -> Html {
     let workers: Html = queues
         .iter()
         .flat_map(|q| q.readers.iter().map(move |r| (q, r)))
-        .map(|(q, (name, idle_s, holding))| {
+        .map(|(q, r)| {
+            let poll = match r.waiting {
+                true => Html::raw("<span class=\"badge waiting\">waiting for work</span>"),
+                false => Html::raw("none now"),
+            };
+            let read = r.read_s.map(|s| format!("{s:.1} s ago")).unwrap_or_else(|| "—".into());
             html!(
-                "<tr><td><code>{}</code></td><td>{}</td><td>{:.1} s ago</td><td class=\"n\">{}</td></tr>",
-                name,
+                "<tr data-worker=\"{}\"><td><code>{}</code></td><td>{}</td><td class=\"poll\">{}</td><td>{}</td>\
+                 <td class=\"n\">{}</td></tr>",
+                r.worker,
+                r.worker,
                 q.queue,
-                idle_s,
-                holding
+                poll,
+                read,
+                r.holding
             )
         })
         .collect();
-    let workers = Table::new("runs workers", &["Worker", "Queue", "Last read", "Holding"])
-        .or_none("No worker has read these queues.")
-        .with(workers);
-    html!("<h1>Queues and workers</h1>{}<h2>Workers</h2>{}", queue_table(queues), workers)
+    let workers = Table::new(
+        "runs workers",
+        &["Worker", "Queue", "Poll on this coordinator", "Last read from the stream", "Holding"],
+    )
+    .or_none("No worker has read these queues.")
+    .with(workers);
+    html!(
+        "<h1>Queues and workers</h1>{}<h2>Workers</h2><p class=\"hint\">A worker is listed once per queue it reads. \
+         <b>Waiting for work</b>: a poll of it waits on this coordinator now, and gets the next task of the queue \
+         (a poll waiting on another coordinator shows on that coordinator's page only). \
+         <b>Last read from the stream</b>: when it last read a task of the queue from the queue's streams; a \
+         waiting poll reads none while there is no work, and a task handed to a waiting poll or with a result \
+         passes no stream, so this says nothing of whether the worker is alive. <b>Holding</b>: tasks read and \
+         not yet leased.</p>{}",
+        queue_table(queues),
+        workers
+    )
 }
 
 fn queue_table(queues: &[QueueRow]) -> Html {
     let rows = queues.iter().map(|q| {
         let lag = q.lag_s.map(|s| format!("{s:.1} s")).unwrap_or_else(|| "—".into());
-        let last_read = q.readers.iter().map(|r| r.1).reduce(f64::min);
-        let readers = match last_read {
-            None => "none".to_string(),
-            Some(idle) => format!("{} (last read {idle:.1} s ago)", q.readers.len()),
+        let waiting = q.readers.iter().filter(|r| r.waiting).count();
+        let last_read = q.readers.iter().filter_map(|r| r.read_s).reduce(f64::min);
+        let readers = match (q.readers.len(), waiting, last_read) {
+            (0, _, _) => "none".to_string(),
+            (n, 1.., _) => format!("{n} ({waiting} waiting for work here)"),
+            (n, 0, Some(read)) => format!("{n} (last read from the stream {read:.1} s ago)"),
+            (n, 0, None) => n.to_string(),
         };
         html!(
             "<tr data-queue=\"{}\"><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
@@ -269,7 +316,7 @@ fn bars(points: &[(String, i64)]) -> Html {
 
 /// The queues with open work and those the newest definitions send to
 /// (at most [`MAX_QUEUES_SHOWN`]), each with the workers that read its
-/// streams.
+/// streams or wait for its work here.
 async fn queue_rows(client: &Client, engine: &Engine, streams: &Streams) -> Result<Vec<QueueRow>, UiError> {
     let mut loads: BTreeMap<String, QueueLoad> =
         composer_store::stats::queue_loads(client).await?.into_iter().map(|l| (l.queue.clone(), l)).collect();
@@ -284,17 +331,23 @@ async fn queue_rows(client: &Client, engine: &Engine, streams: &Streams) -> Resu
             });
         }
     }
+    let waiting: HashSet<(String, String)> = engine
+        .idle_polls()
+        .waiting_workers()
+        .into_iter()
+        .flat_map(|(worker, queues)| queues.into_iter().map(move |q| (worker.clone(), q)))
+        .collect();
     let mut rows = Vec::with_capacity(loads.len().min(MAX_QUEUES_SHOWN));
     for l in loads.into_values().take(MAX_QUEUES_SHOWN) {
-        let mut readers = Vec::new();
+        let mut consumers = Vec::new();
         for shard in 0..engine.shards().max(1) as u32 {
             // Workers read every priority's streams: the default's show them.
             let stream = streams.keys().stream(&l.queue, composer_core::priority::DEFAULT, shard);
             // Redis down: the queue is shown without its readers.
-            for (name, idle_ms, pending) in streams.consumers(&stream).await.unwrap_or_default() {
-                readers.push((name, idle_ms as f64 / 1000.0, pending));
-            }
+            consumers.extend(streams.consumers(&stream).await.unwrap_or_default());
         }
+        let polling = waiting.iter().filter(|(_, q)| *q == l.queue).map(|(w, _)| w.as_str());
+        let readers = merge_readers(consumers, polling);
         rows.push(QueueRow {
             queue: l.queue,
             pending: l.pending,
@@ -304,6 +357,27 @@ async fn queue_rows(client: &Client, engine: &Engine, streams: &Streams) -> Resu
         });
     }
     Ok(rows)
+}
+
+/// One reader per worker: its consumers of the queue's stream shards
+/// (`(name, idle ms, pending)`) merged, the freshest read and the messages
+/// held summed, and whether a poll of it waits here (`polling`, worker ids,
+/// which may name workers no stream knows yet).
+fn merge_readers<'a>(consumers: Vec<(String, u64, u64)>, polling: impl Iterator<Item = &'a str>) -> Vec<Reader> {
+    let mut by_worker: BTreeMap<String, Reader> = BTreeMap::new();
+    let blank = |worker: &str| Reader { worker: worker.to_string(), read_s: None, holding: 0, waiting: false };
+    for (name, idle_ms, pending) in consumers {
+        // The task API reads as `api:WORKER`.
+        let worker = name.strip_prefix("api:").unwrap_or(&name);
+        let r = by_worker.entry(worker.to_string()).or_insert_with(|| blank(worker));
+        let read = idle_ms as f64 / 1000.0;
+        r.read_s = Some(r.read_s.map_or(read, |s| s.min(read)));
+        r.holding += pending;
+    }
+    for worker in polling {
+        by_worker.entry(worker.to_string()).or_insert_with(|| blank(worker)).waiting = true;
+    }
+    by_worker.into_values().collect()
 }
 
 #[cfg(test)]
@@ -317,7 +391,7 @@ mod tests {
             pending: 3,
             running: 1,
             lag_s: Some(2.5),
-            readers: vec![("w\"1".into(), 0.4, 2)],
+            readers: vec![Reader { worker: "w\"1".into(), read_s: Some(0.4), holding: 2, waiting: false }],
         };
         let overview = Overview {
             as_of: "now".into(),
@@ -331,9 +405,34 @@ mod tests {
         let html = html.as_str();
         assert!(!html.contains("<q>") && !html.contains("<wf>") && html.contains("&lt;wf&gt;"), "{html}");
         assert!(html.contains("no step ended") && html.contains("No run ended"));
-        assert!(html.contains("2.5 s") && html.contains("1 (last read 0.4 s ago)"));
+        assert!(html.contains("2.5 s") && html.contains("1 (last read from the stream 0.4 s ago)"));
         let page = queues(&[]);
         assert!(page.as_str().contains("No queue has work") && page.as_str().contains("No worker has read"));
+    }
+
+    /// Issue 51: a worker was listed once per stream shard, and a
+    /// long-polling one as "last read 146 s ago".
+    #[test]
+    fn a_worker_is_one_reader_per_queue_and_its_waiting_poll_says_waiting_for_work() {
+        let shards = vec![
+            ("api:w1".to_string(), 146_000, 1),
+            ("api:w2".to_string(), 3_000, 0),
+            ("api:w1".to_string(), 90_000, 2),
+        ];
+        let readers = merge_readers(shards, ["w1", "w3"].into_iter());
+        let r = |worker: &str, read_s, holding, waiting| Reader { worker: worker.into(), read_s, holding, waiting };
+        assert_eq!(
+            readers,
+            [r("w1", Some(90.0), 3, true), r("w2", Some(3.0), 0, false), r("w3", None, 0, true)],
+            "the freshest read and all it holds; a worker known by its poll only"
+        );
+        let row = QueueRow { queue: "q".into(), pending: 0, running: 0, lag_s: None, readers };
+        let page = queues(&[row]);
+        let page = page.as_str();
+        assert_eq!(page.matches("<tr data-worker=").count(), 3);
+        assert_eq!(page.matches("waiting for work</span>").count(), 2, "{page}");
+        assert!(page.contains("3 (2 waiting for work here)"), "{page}");
+        assert!(page.contains("on that coordinator's page only"), "says whose polls it sees");
     }
 
     #[test]

@@ -168,13 +168,14 @@ async fn live_part(
     Ok(live)
 }
 
-/// Its status, when it started and ended, its error and output.
+/// Its status, when it started and (once ended) when it finished, its
+/// error and output.
 fn status(run: &RunRow) -> Html {
     html!(
-        "<p class=\"status\">{} · started {} · finished {}</p>{}{}",
+        "<p class=\"status\">{} · started {}{}</p>{}{}",
         badge(run.status.as_str()),
         time(Some(run.created_at)),
-        time(run.finished_at),
+        run.finished_at.map(|at| html!(" · finished {}", time(Some(at)))),
         run.error.as_ref().map(|e| html!("<p class=\"error run-error\">{}</p>", e)),
         run.output.as_ref().map(|out| json_details("Output", out))
     )

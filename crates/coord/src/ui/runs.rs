@@ -180,7 +180,8 @@ fn act_form(q: &Params, filter: &ListFilter) -> Html {
     let every = match filter.is_empty() {
         true => Html::raw("<span class=\"hint\">Filter the list to act on every run that matches.</span>"),
         false => Html::raw(
-            "<button type=\"submit\" name=\"scope\" value=\"filter\" class=\"bulk\">Every run that matches (a bulk job)</button>\
+            "<button type=\"submit\" name=\"scope\" value=\"filter\" class=\"bulk\">\
+             Apply to every run that matches (a bulk job)</button>\
              <button type=\"submit\" name=\"scope\" value=\"count\">How many match?</button>",
         ),
     };
@@ -189,7 +190,7 @@ fn act_form(q: &Params, filter: &ListFilter) -> Html {
          <label>Action <select name=\"action\">{}</select></label>\
          <label>From steps (rerun) <input name=\"from\" placeholder=\"charge, ship\"></label>\
          <label>Reason <input name=\"reason\" maxlength=\"1024\"></label>\
-         <button type=\"submit\" name=\"scope\" value=\"selected\">The chosen runs</button>{}</form>",
+         <button type=\"submit\" name=\"scope\" value=\"selected\">Apply to the checked runs</button>{}</form>",
         carried,
         options(LIST_ACTIONS.iter().map(|a| (*a, *a)), None),
         every

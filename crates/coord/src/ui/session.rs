@@ -1,6 +1,6 @@
 //! A login to the UI: a random session id in a cookie, kept in PostgreSQL
-//! by its hash (`composer_store::sessions`), and the throttle on wrong
-//! tokens.
+//! by its hash (`composer_store::sessions`), whether the page being made
+//! is for one, and the throttle on wrong tokens.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -25,6 +25,23 @@ pub const LOGIN_FAILURES_PER_MINUTE: u32 = 100;
 
 /// The window the two limits count in.
 const WINDOW: Duration = Duration::from_secs(60);
+
+tokio::task_local! {
+    /// Set by the login guard around a request whose cookie names a live
+    /// session; the page's frame reads it. A coordinator with no API token
+    /// has no login and never sets it.
+    static IN_SESSION: ();
+}
+
+/// Makes `page` for a live session: its frame offers Log out.
+pub async fn in_session<F: std::future::Future>(page: F) -> F::Output {
+    IN_SESSION.scope((), page).await
+}
+
+/// Whether the page being made is for a live session.
+pub fn is_in_session() -> bool {
+    IN_SESSION.try_with(|_| ()).is_ok()
+}
 
 /// A new session id, from the operating system's random source.
 pub fn new_id() -> Option<String> {
