@@ -130,13 +130,13 @@ export interface LimitValues {
  * (`setLimit`).
  */
 export interface LimitDefinition extends LimitValues {
-  /** What the limit is per: text with `${ ... }` over the step's scope (`"stripe:${ .input.account }"`). */
+  /** What the limit is per: text with `${ ... }` over the step's scope (`"stripe:${ .input.account }"`), not `.` or `..`. */
   key: string;
 }
 
 /** One node of a definition. */
 export interface NodeDefinition {
-  /** Unique in the definition: `[A-Za-z0-9_.-]{1,128}`. */
+  /** Unique in the definition: `[A-Za-z0-9_.-]{1,128}`, not `.` or `..` (a URL path cannot carry them). */
   id: string;
   type: NodeType;
   /** The queue a dispatched node goes to (default: its type in lower case). */
@@ -655,7 +655,7 @@ export interface LeaseExtended {
  * through a poll). Newer coordinators only: an older one refuses it with 400.
  */
 export interface TakeNext {
-  /** 1 to 32 queue names (`[A-Za-z0-9_.-]{1,128}`). */
+  /** 1 to 32 queue names (`[A-Za-z0-9_.-]{1,128}`, not `.` or `..`). */
   queues: string[];
   /** 1 to 16 (default 1). */
   max?: number;

@@ -203,4 +203,31 @@ mod tests {
         assert!(refs > 10, "{refs}");
         assert!(!text.contains("#/components/"), "every reference points into $defs");
     }
+
+    /// The schema refuses the names and limit keys the server refuses
+    /// (`.` and `..`: a URL path cannot carry them), so a client generated
+    /// from it does too; the patterns written again in attributes are the
+    /// same.
+    #[test]
+    fn names_a_url_cannot_carry_are_refused_by_the_schema_too() {
+        use composer_core::definition::{check_name, check_path_segment};
+        use composer_core::schema::{LIMIT_KEY_PATTERN, NAME_PATTERN};
+        let name = regex::Regex::new(NAME_PATTERN).unwrap();
+        let long = "x".repeat(128);
+        for text in [".", "..", "...", "....", ".a", "..a", "a.", "a..", "a.b", "", "a b", "a/b", "é", &long] {
+            let by_schema = name.is_match(text) && (1..=128).contains(&text.chars().count());
+            assert_eq!(by_schema, check_name("name", text).is_ok(), "{text:?}");
+        }
+        let key = regex::Regex::new(LIMIT_KEY_PATTERN).unwrap();
+        for text in [".", "..", "...", ".a", "..a", "a..", "a.b", "", "stripe:a/b", " ", "é", "a\0"] {
+            let by_rule = !text.is_empty() && !text.contains('\0') && check_path_segment(text).is_ok();
+            assert_eq!(key.is_match(text), by_rule, "{text:?}");
+        }
+        let defs = &super::workflow()["$defs"];
+        assert_eq!(defs["Name"]["pattern"], NAME_PATTERN);
+        assert_eq!(defs["NodeSpec"]["properties"]["type"]["pattern"], NAME_PATTERN);
+        assert_eq!(defs["SubWorkflowConfig"]["properties"]["workflow"]["pattern"], NAME_PATTERN);
+        assert_eq!(defs["LoopConfig"]["properties"]["workflow"]["pattern"], NAME_PATTERN);
+        assert_eq!(defs["LimitSpec"]["properties"]["key"]["pattern"], LIMIT_KEY_PATTERN);
+    }
 }

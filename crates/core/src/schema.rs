@@ -12,18 +12,26 @@ use std::borrow::Cow;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::RefOr;
 
-/// What a name of a workflow, node, queue or schedule may be.
-pub const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]{1,128}$";
+/// What a name of a workflow, node, queue, schedule or webhook may be
+/// (`definition::check_name`), its length said apart: A-Z a-z 0-9 _ . -,
+/// not `.` or `..`, which a URL path cannot carry. Written without a
+/// look-ahead, which not every client's regex engine has: up to two dots
+/// and another character, or three dots, then any of them.
+pub const NAME_PATTERN: &str = "^(\\.{0,2}[A-Za-z0-9_-]|\\.{3})[A-Za-z0-9_.-]*$";
+/// What a limit key may be: text without NUL, but not `.` or `..`
+/// (`definition::check_path_segment`).
+pub const LIMIT_KEY_PATTERN: &str = "^([^.\\u0000]|\\.[^.\\u0000]|\\.\\.[^\\u0000])[^\\u0000]*$";
 /// A string PostgreSQL can store: no NUL character.
 pub const NO_NUL: &str = "^[^\\u0000]*$";
 
-/// A workflow, node, queue or schedule name.
+/// A workflow, node, queue, schedule or webhook name.
 pub struct Name;
 
 impl utoipa::PartialSchema for Name {
     fn schema() -> RefOr<Schema> {
         ObjectBuilder::new()
             .schema_type(Type::String)
+            .description(Some("1 to 128 of A-Z a-z 0-9 _ . -, and not `.` or `..` (a URL path cannot carry them)"))
             .pattern(Some(NAME_PATTERN))
             .min_length(Some(1))
             .max_length(Some(128))
@@ -32,6 +40,23 @@ impl utoipa::PartialSchema for Name {
 }
 
 impl utoipa::ToSchema for Name {}
+
+/// A limit key as `PUT /v1/limits/{key}` sets it.
+pub struct LimitKey;
+
+impl utoipa::PartialSchema for LimitKey {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("the limit key (URL-encoded): 1 to 256 bytes, no NUL, and not `.` or `..`"))
+            .pattern(Some(LIMIT_KEY_PATTERN))
+            .min_length(Some(1))
+            .max_length(Some(256))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for LimitKey {}
 
 /// What a tag's key may be (`definition::is_tag_key`).
 pub const TAG_KEY_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";

@@ -157,3 +157,88 @@ async fn oversized_run_input_is_refused_with_413() {
     assert_error(status, &body, 413, "1000 bytes");
     e.stop().await;
 }
+
+/// A request sent with its path as written. reqwest, a browser and fetch
+/// read a segment `.` or `..`, even as `%2E%2E`, as "here" and "the parent"
+/// and send another path: only a client that keeps it (curl with `%2E%2E`)
+/// reaches the server with one.
+async fn as_written(e: &Engine, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = e.url().trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{answer}"));
+    let json = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    (status, serde_json::from_str(json).unwrap_or(Value::String(json.into())))
+}
+
+/// Issue 51, item 7: `.` and `..` were taken as names (201) that no client
+/// could then reach. Each is refused with a 400 naming its field; `a.b` is
+/// a name as before.
+#[tokio::test]
+async fn names_a_url_cannot_carry_are_refused_everywhere() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let why = "may not be \".\" or \"..\": a URL path cannot carry it";
+    let config = json!({"url": "http://127.0.0.1:9/"});
+    let node = |id: &str, key: &str| json!({"id": id, "type": "HTTP", "config": config, "limits": [{"key": key}]});
+    let schedule = |id: &str| json!({"id": id, "workflow": "a.b", "cron": "0 * * * *"});
+    let webhook = |name: &str| json!({"name": name, "scheme": "github", "secret": "NAMES"});
+    for bad in [".", ".."] {
+        for (path, body, field) in [
+            ("/v1/workflows", json!({"name": bad, "nodes": [node("a", "k")]}), "name".to_string()),
+            ("/v1/workflows", json!({"name": "w", "nodes": [node(bad, "k")]}), format!("nodes[{bad}].id")),
+            ("/v1/workflows", json!({"name": "w", "nodes": [node("a", bad)]}), "nodes[a].limits[0].key".into()),
+            ("/v1/schedules", schedule(bad), "id".into()),
+            ("/v1/webhooks", webhook(bad), "name".into()),
+            ("/v1/tasks/poll", json!({"worker_id": "w", "queues": [bad], "wait": "0s"}), "queues".into()),
+        ] {
+            let (status, answer) = e.post(path, &body).await;
+            assert_error(status, &answer, 400, &format!("{field}: {why}"));
+        }
+        let (status, answer) = e.get(&format!("/v1/runs?workflow={bad}")).await;
+        assert_error(status, &answer, 400, &format!("workflow: {why}"));
+        let key = format!("/v1/limits/{}", bad.replace('.', "%2E"));
+        let (status, answer) = as_written(&e, "PUT", &key, Some(&json!({"concurrency": 1}))).await;
+        assert_error(status, &answer, 400, &format!("key: {why}"));
+    }
+    assert_eq!(e.post("/v1/workflows", &json!({"name": "a.b", "nodes": [node("a.b", "a.b")]})).await.0, 201);
+    assert_eq!(e.post("/v1/schedules", &schedule("a.b")).await.0, 201);
+    assert_eq!(e.post("/v1/webhooks", &webhook("a.b")).await.0, 201);
+    assert_eq!(e.put("/v1/limits/a.b", &json!({"concurrency": 1})).await.0, 200);
+    for path in ["/v1/workflows/a.b", "/v1/schedules/a.b", "/v1/webhooks/a.b", "/v1/limits/a.b"] {
+        let (status, answer) = e.get(path).await;
+        assert_eq!(status, 200, "{path}: {answer}");
+    }
+    e.stop().await;
+}
+
+/// A webhook, schedule or limit key named `.` or `..` before they were
+/// refused can still be deleted, by a URL that keeps the dots.
+#[tokio::test]
+async fn names_a_url_cannot_carry_stored_before_can_still_be_deleted() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let mut db = composer_store::client(&e.db.pool()).await.unwrap();
+    let hook = json!({"name": "..", "scheme": "github", "secret": "NAMES"});
+    composer_store::webhooks::upsert(&db, "..", &hook).await.unwrap();
+    let spec = json!({"id": "..", "workflow": "w", "cron": "0 * * * *"});
+    composer_store::schedules::upsert(&mut db, "..", &spec, "w", true, None).await.unwrap();
+    let values = composer_core::definition::limit::LimitValues { rate: None, concurrency: Some(1) };
+    composer_store::limits::set(&db, "..", &values).await.unwrap();
+    for path in ["/v1/webhooks/%2E%2E", "/v1/limits/%2E%2E"] {
+        let (status, answer) = as_written(&e, "GET", path, None).await;
+        assert_eq!(status, 200, "{path}: {answer}");
+    }
+    for path in ["/v1/webhooks/%2E%2E", "/v1/schedules/%2E%2E", "/v1/limits/%2E%2E"] {
+        let (status, answer) = as_written(&e, "DELETE", path, None).await;
+        assert_eq!((status, &answer["deleted"]), (200, &json!("..")), "{path}: {answer}");
+    }
+    e.stop().await;
+}

@@ -259,6 +259,17 @@ pub fn name_param(what: &str, value: &str) -> ApiResult<()> {
     composer_core::definition::check_name(what, value).map_err(ApiError::bad_request)
 }
 
+/// The name in the path of a read or a delete: as [`name_param`], but `.`
+/// and `..` pass. Refused since, they may name something stored before,
+/// which a client that sends the dots as written (curl, with `%2E%2E`) can
+/// still read and delete.
+pub fn stored_name_param(what: &str, value: &str) -> ApiResult<()> {
+    match composer_core::definition::check_path_segment(value) {
+        Ok(()) => name_param(what, value),
+        Err(_) => Ok(()),
+    }
+}
+
 /// The size of a value as JSON text.
 pub fn json_size(v: &Value) -> usize {
     serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)

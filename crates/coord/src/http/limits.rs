@@ -3,7 +3,9 @@
 
 use axum::extract::State;
 use axum::Json;
+use composer_api::schema::LimitKey;
 use composer_api::{LimitPage, LimitView};
+use composer_core::definition::check_path_segment;
 use composer_core::definition::limit::{LimitValues, LimitValuesSpec, MAX_LIMIT_KEY};
 use composer_store::limits::{self, LimitRow};
 use serde_json::{json, Value};
@@ -29,6 +31,8 @@ pub(crate) fn view(row: &LimitRow) -> LimitView {
     }
 }
 
+/// A key to read or delete: `.` and `..` pass, which a key may have been
+/// given before they were refused (see [`set`]).
 fn key_param(key: &str) -> ApiResult<()> {
     if key.is_empty() || key.len() > MAX_LIMIT_KEY || key.contains('\0') {
         return Err(ApiError::bad_request(format!("key: 1 to {MAX_LIMIT_KEY} bytes, without NUL")));
@@ -96,7 +100,7 @@ pub(crate) async fn get(State(pool): State<Pool>, Path(key): Path<String>) -> Ap
 /// go as soon as the new values let them.
 #[utoipa::path(
     put, path = "/v1/limits/{key}", operation_id = "setLimit", tag = "limits",
-    params(("key" = String, Path, description = "the limit key (URL-encoded)")),
+    params(("key" = inline(LimitKey), Path, description = "the limit key (URL-encoded), not `.` or `..`")),
     request_body = LimitValuesSpec,
     responses((status = 200, description = "the limit as set, and its use now", body = LimitView))
 )]
@@ -106,6 +110,7 @@ pub(crate) async fn set(
     Body(spec): Body<LimitValuesSpec>,
 ) -> ApiResult<Json<LimitView>> {
     key_param(&key)?;
+    check_path_segment(&key).map_err(|m| ApiError::bad_request(format!("key: {m}")))?;
     let values = LimitValues::parse("", &spec)
         .map_err(|e| ApiError::bad_request(format!("{}: {}", e.path.trim_start_matches('.'), e.message)))?;
     let client = composer_store::client(&pool).await?;

@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use super::doc::Deleted;
 use super::error::{ApiError, ApiResult};
-use super::extract::{name_param, Body, Path};
+use super::extract::{name_param, stored_name_param, Body, Path};
 use crate::engine::evaluator::Subject;
 use composer_store::Pool;
 
@@ -84,7 +84,7 @@ async fn lift_quarantine(client: &composer_store::Client, name: &str) -> ApiResu
 }
 
 async fn found(pool: &Pool, name: &str) -> ApiResult<WebhookRow> {
-    name_param("webhook", name)?;
+    stored_name_param("webhook", name)?;
     let client = composer_store::client(pool).await?;
     webhooks::get(&client, name).await?.ok_or_else(|| ApiError::not_found(format!("webhook {name:?} not found")))
 }
@@ -112,7 +112,7 @@ pub(crate) async fn get(State(pool): State<Pool>, Path(name): Path<String>) -> A
     responses((status = 200, description = "deleted: its deliveries are refused from now on", body = Deleted))
 )]
 pub(crate) async fn delete(State(pool): State<Pool>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    name_param("webhook", &name)?;
+    stored_name_param("webhook", &name)?;
     let client = composer_store::client(&pool).await?;
     if !webhooks::delete(&client, &name).await? {
         return Err(ApiError::not_found(format!("webhook {name:?} not found")));

@@ -89,8 +89,10 @@ fn duration() -> Value {
     json!({"type": "string", "pattern": "^\\s*([0-9]+(ms|s|m|h|d))+\\s*$", "examples": ["1s", "1h30m"]})
 }
 
+/// As `schema::Name` says it (a test holds them equal).
 fn name() -> Value {
-    json!({"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$", "examples": ["echo"]})
+    json!({"type": "string", "pattern": "^(\\.{0,2}[A-Za-z0-9_-]|\\.{3})[A-Za-z0-9_.-]*$",
+           "minLength": 1, "maxLength": 128, "examples": ["echo"]})
 }
 
 fn version() -> Value {

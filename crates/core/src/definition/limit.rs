@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::check::ValidationError;
+use super::check::{check_path_segment, ValidationError};
 use crate::expr::{Sandbox, Scope, Template};
 
 /// Most limits one node may declare (`max_node_limits`).
@@ -58,7 +58,13 @@ pub struct LimitValuesSpec {
 pub struct LimitSpec {
     /// What the limit is per: text with `${ … }` expressions over the
     /// step's scope (`"stripe:${ .input.account }"`), never `.secrets`.
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]+$", example = "stripe:${ .input.account }"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^([^.\\u0000]|\\.[^.\\u0000]|\\.\\.[^\\u0000])[^\\u0000]*$",
+            example = "stripe:${ .input.account }"
+        )
+    )]
     pub key: String,
     /// As in [`LimitValuesSpec`]: its fields again, since serde cannot
     /// refuse unknown fields through a flattened struct.
@@ -179,7 +185,7 @@ impl StepLimit {
             Value::String(s) if s.is_empty() => Err("is empty".into()),
             Value::String(s) if s.len() > MAX_LIMIT_KEY => Err(format!("is longer than {MAX_LIMIT_KEY} bytes")),
             Value::String(s) if s.contains('\0') => Err("holds a NUL character".into()),
-            Value::String(s) => Ok(s),
+            Value::String(s) => check_path_segment(&s).map(|()| s),
             Value::Number(n) => Ok(n.to_string()),
             other => Err(format!("must be text or a number, got {}", crate::clipped(&other.to_string(), 200))),
         }
@@ -209,6 +215,7 @@ pub fn compile_limits(at: &str, specs: &[LimitSpec]) -> Result<Vec<StepLimit>, V
         if spec.key.len() > MAX_LIMIT_KEY || spec.key.contains('\0') {
             return Err(ValidationError::new(key_at, format!("must be at most {MAX_LIMIT_KEY} bytes, without NUL")));
         }
+        check_path_segment(&spec.key).map_err(|m| ValidationError::new(&key_at, m))?;
         if spec.key.contains(".secrets") {
             return Err(ValidationError::new(key_at, "is stored and shown: it cannot read .secrets"));
         }
@@ -285,5 +292,22 @@ mod tests {
         assert!(limit("${ .input.o }").key_in(&sb(), Some(&scope)).unwrap_err().contains("text or a number"));
         assert!(limit("${ .input.long }").key_in(&sb(), Some(&scope)).unwrap_err().contains("longer than"));
         assert!(limit("${ .input.missing // \"\" }").key_in(&sb(), Some(&scope)).unwrap_err().contains("empty"));
+    }
+
+    /// `PUT /v1/limits/{key}` could not reach a key `.` or `..`, as written
+    /// or as evaluated; `a.b` can.
+    #[test]
+    fn limit_keys_a_url_cannot_carry_are_refused_as_written_and_as_evaluated() {
+        let why = "may not be \".\" or \"..\": a URL path cannot carry it";
+        for bad in [".", ".."] {
+            let e = compile_limits("nodes[a]", &spec(json!([{"key": bad}]))).unwrap_err();
+            assert_eq!((e.path.as_str(), e.message.as_str()), ("nodes[a].limits[0].key", why));
+            let scope = Scope::new(&json!({"input": {"k": bad}})).unwrap();
+            let limits = compile_limits("n", &spec(json!([{"key": "${ .input.k }"}]))).unwrap();
+            assert_eq!(keys_in(&sb(), &limits, Some(&scope)), Err(format!("limits[0].key: {why}")));
+        }
+        let scope = Scope::new(&json!({"input": {"k": "a.b"}})).unwrap();
+        let limits = compile_limits("n", &spec(json!([{"key": "a.b"}, {"key": "${ .input.k }.."}]))).unwrap();
+        assert_eq!(keys_in(&sb(), &limits, Some(&scope)), Ok(vec!["a.b".to_string(), "a.b..".to_string()]));
     }
 }

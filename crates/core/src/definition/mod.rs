@@ -28,7 +28,7 @@ pub mod limit;
 mod node;
 mod spec;
 
-pub use check::{check_name, ValidationError, MAX_ID_LEN};
+pub use check::{check_name, check_path_segment, ValidationError, MAX_ID_LEN};
 pub use kind::{
     is_error_code, traits_of, Collect, LoopConfig, MapConfig, NodeKind, Tolerated, Traits, WaitFor, BUILT_IN,
     HTTP_METHODS, LOOP_MAX_ITERATIONS, MAP_DEFAULT_CONCURRENCY, MAP_MAX_ITEMS, MAX_ERROR_CODE_LEN,

@@ -145,7 +145,10 @@ pub struct NodeSpec {
     /// is `{workflow, version?, input?}`: a child run whose output is the
     /// node's output.
     #[serde(rename = "type")]
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_.-]{1,128}$"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^(\\.{0,2}[A-Za-z0-9_-]|\\.{3})[A-Za-z0-9_.-]*$", min_length = 1, max_length = 128)
+    )]
     pub node_type: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::Name>))]
