@@ -242,3 +242,18 @@ async fn names_a_url_cannot_carry_stored_before_can_still_be_deleted() {
     }
     e.stop().await;
 }
+
+/// A definition stored before a rule it breaks (here: a node id `.`) is
+/// refused by name when a run of it starts, not answered with a 500.
+#[tokio::test]
+async fn a_definition_stored_before_a_rule_it_breaks_is_refused_by_name_not_a_500() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let mut db = composer_store::client(&e.db.pool()).await.unwrap();
+    let spec = json!({"name": "old", "nodes": [{"id": ".", "type": "TRANSFORM", "config": {"output": 1}}]});
+    composer_store::definitions::register(&mut db, "old", &spec, &[]).await.unwrap();
+    let (status, answer) = e.post("/v1/runs", &json!({"workflow": "old"})).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("\"old\" version 1") && message.contains("register a new version"), "{answer}");
+    e.stop().await;
+}

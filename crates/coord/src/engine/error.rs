@@ -32,6 +32,12 @@ pub enum Rejection {
     /// backstop, or quarantined since they killed a coordinator.
     #[error("{0}")]
     Evaluation(String),
+    /// A stored definition no longer passes the checks it is compiled with
+    /// (registered before a rule it breaks).
+    #[error(
+        "stored definition {name:?} version {version} no longer passes today's checks ({why}): register a new version"
+    )]
+    StaleDefinition { name: String, version: i32, why: String },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +75,8 @@ impl EngineError {
         match self {
             EngineError::Fault { .. } => true,
             EngineError::Store(e) => e.is_permanent(),
+            // As a corrupt row would be: its runs cannot go on.
+            EngineError::Rejected(Rejection::StaleDefinition { .. }) => true,
             _ => false,
         }
     }

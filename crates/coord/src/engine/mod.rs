@@ -188,8 +188,10 @@ impl Engine {
         let parsed = composer_core::expr::on_eval_stack(|| {
             flight::recording(&subject, || Workflow::parse(spec).map_err(|e| e.to_string()))
         });
-        let wf = parsed.and_then(|p| p).map_err(|e| {
-            composer_store::Error::Corrupt(format!("stored definition {} v{} is invalid: {e}", def.name, def.version))
+        let wf = parsed.and_then(|p| p).map_err(|why| Rejection::StaleDefinition {
+            name: def.name.clone(),
+            version: def.version,
+            why,
         })?;
         let wf = Arc::new(wf);
         self.workflows.lock().expect("workflow cache").insert(def.id, wf.clone());
