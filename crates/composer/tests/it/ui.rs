@@ -380,6 +380,9 @@ async fn the_limits_page_shows_each_keys_use_sets_and_deletes_and_a_run_page_say
         vec![("key", "k"), ("rate", "fast")],
         vec![("key", ""), ("concurrency", "2")],
         vec![("key", "k"), ("burst", "-1"), ("rate", "1/1s")],
+        // A key a URL path cannot carry, as the API refuses it.
+        vec![("key", ".."), ("concurrency", "2")],
+        vec![("key", "."), ("concurrency", "2")],
     ] {
         let refused = form(&bad).send().await.unwrap();
         assert_eq!(refused.headers()["location"], "/ui/limits?msg=limit-invalid", "{bad:?}");

@@ -4,6 +4,7 @@
 
 use axum::extract::{Form, Query, State};
 use axum::response::{IntoResponse, Redirect};
+use composer_core::definition::check_path_segment;
 use composer_core::definition::limit::{LimitValues, LimitValuesSpec, MAX_LIMIT_KEY};
 use composer_store::limits::LimitRow;
 
@@ -88,6 +89,9 @@ pub async fn limit_action(State(pool): State<Pool>, Form(form): Form<Params>) ->
     let field = |name: &str| form.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
     let number = |name: &str| field(name).map(|v| v.parse::<u32>().map_err(|_| ())).transpose();
     let (Ok(burst), Ok(concurrency)) = (number("burst"), number("concurrency")) else { return invalid() };
+    if check_path_segment(key).is_err() {
+        return invalid();
+    }
     let spec = LimitValuesSpec { rate: field("rate").map(str::to_string), burst, concurrency };
     let Ok(values) = LimitValues::parse("", &spec) else { return invalid() };
     composer_store::limits::set(&client, key, &values).await?;
