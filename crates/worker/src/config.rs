@@ -123,6 +123,14 @@ impl Config {
                 "is empty: the worker needs at least one coordinator to poll",
             ));
         }
+        if let Some(bare) = o.coordinator_urls.iter().find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+        {
+            return Err(ConfigError::new(
+                "--coordinator-urls",
+                "COMPOSER_COORDINATOR_URLS",
+                format!("{bare:?} is not a URL: a coordinator's URL starts with http:// or https://"),
+            ));
+        }
         if o.id.trim().is_empty() {
             return Err(ConfigError::new("--worker-id", "COMPOSER_WORKER_ID", "must not be blank"));
         }
@@ -168,6 +176,14 @@ fn default_worker_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coordinator_url_without_a_scheme_is_refused_naming_it() {
+        let e = Config::new(vec!["http://a".into(), "127.0.0.1:8080".into()]).validated().unwrap_err();
+        let said = e.to_string();
+        assert!(said.contains("COMPOSER_COORDINATOR_URLS") && said.contains("\"127.0.0.1:8080\""), "{said}");
+        assert!(Config::new(vec!["https://a".into()]).validated().is_ok());
+    }
 
     #[test]
     fn defaults_are_the_documented_ones() {
