@@ -6,30 +6,56 @@ use std::process::ExitCode;
 use anyhow::Context;
 use composer_config::DatabaseArgs;
 use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::DevArgs;
 
-/// Resolves on SIGTERM or ctrl-c.
-async fn terminated() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot handle SIGTERM; stopping on ctrl-c only");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGTERM or ctrl-c, listened for from the moment it is made. Made before
+/// a role announces its address, so a signal sent as soon as the address is
+/// out stops it cleanly instead of killing it by the signal's default.
+struct StopSignal {
+    term: Option<Signal>,
+    interrupt: Option<Signal>,
+}
+
+impl StopSignal {
+    fn listen() -> Self {
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot handle {name}; it stops this process without a clean shutdown");
+                None
+            }
+        };
+        StopSignal {
+            term: listen(SignalKind::terminate(), "SIGTERM"),
+            interrupt: listen(SignalKind::interrupt(), "ctrl-c"),
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received; shutting down"),
+    }
+
+    /// Resolves on the first of the two signals.
+    async fn received(mut self) {
+        async fn on(s: &mut Option<Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = on(&mut self.term) => tracing::info!("SIGTERM received; shutting down"),
+            _ = on(&mut self.interrupt) => tracing::info!("interrupt received; shutting down"),
+        }
     }
 }
 
 pub async fn coordinator(config: composer_coord::Config) -> anyhow::Result<ExitCode> {
+    let stop = StopSignal::listen();
     let running = composer_coord::start(config).await?;
     tracing::info!(addr = %running.addr, "coordinator ready");
-    terminated().await;
+    stop.received().await;
     running.stop().await;
     Ok(ExitCode::SUCCESS)
 }
@@ -37,10 +63,11 @@ pub async fn coordinator(config: composer_coord::Config) -> anyhow::Result<ExitC
 pub async fn worker(config: composer_worker::Config) -> anyhow::Result<ExitCode> {
     let config = config.validated()?;
     let worker = composer_worker::Worker::new(config);
+    let stop = StopSignal::listen();
     let shutdown = CancellationToken::new();
     let mut run = tokio::spawn(worker.run(shutdown.clone()));
     let finished = tokio::select! {
-        _ = terminated() => {
+        _ = stop.received() => {
             shutdown.cancel();
             (&mut run).await
         }
@@ -63,6 +90,12 @@ pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<ExitCode> {
 /// coordinator and a worker in this process until SIGTERM or ctrl-c; the
 /// services are stopped on the way out.
 pub fn dev(runtime: &tokio::runtime::Runtime, mut args: DevArgs) -> anyhow::Result<ExitCode> {
+    // Before the embedded services start: a signal while they start stops
+    // them once they are up rather than leaving them behind.
+    let stop = {
+        let _in_runtime = runtime.enter();
+        StopSignal::listen()
+    };
     let mut pg = None;
     let mut redis_server = None;
     if args.coord.database.url.trim().is_empty() {
@@ -93,7 +126,7 @@ pub fn dev(runtime: &tokio::runtime::Runtime, mut args: DevArgs) -> anyhow::Resu
         args.coord.state_dir = Some(absolute(&args.data_dir)?.join("state"));
     }
     let embedded = pg.is_some();
-    let result = runtime.block_on(run_dev(args, embedded));
+    let result = runtime.block_on(run_dev(args, embedded, stop));
     if let Some(mut r) = redis_server {
         r.stop();
     }
@@ -107,7 +140,7 @@ fn absolute(p: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
     Ok(if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir()?.join(p) })
 }
 
-async fn run_dev(args: DevArgs, embedded: bool) -> anyhow::Result<ExitCode> {
+async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Result<ExitCode> {
     let DevArgs { coord, worker: mut options, .. } = args;
     let worker_config = |url: String| {
         if options.coordinator_urls.is_empty() {
@@ -136,7 +169,7 @@ async fn run_dev(args: DevArgs, embedded: bool) -> anyhow::Result<ExitCode> {
         "composer dev is ready: API {url}{}  (ctrl-c to stop)",
         if embedded { " on embedded PostgreSQL and Redis" } else { "" }
     );
-    terminated().await;
+    stop.received().await;
     shutdown.cancel();
     if let Ok(Err(e)) = worker.await {
         tracing::error!(error = %e, "worker failed");

@@ -253,6 +253,43 @@ async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A SIGTERM sent while `composer dev` is still starting its embedded
+/// services (or as soon as it announces its address) stops it cleanly once
+/// they are up: it used to be killed by the signal's default, exiting by the
+/// signal and leaving the embedded PostgreSQL and Redis running.
+#[tokio::test]
+async fn a_sigterm_while_dev_starts_stops_it_cleanly_and_leaves_no_process_behind() {
+    let dir: PathBuf = composer_embedded::temp_dir("dev-early-term").unwrap();
+    let data_dir = dir.join(".composer");
+    let mut dev = Proc::spawn(
+        composer(&["dev"])
+            .current_dir(&dir)
+            .env("COMPOSER_LISTEN", "127.0.0.1:0")
+            .env("COMPOSER_ADDR_FILE", dir.join("addr")),
+    );
+    // initdb has begun: the embedded PostgreSQL is being made.
+    eventually(Duration::from_secs(60), "the embedded PostgreSQL to be begun", || async {
+        if data_dir.join("postgres").exists() {
+            Ok(())
+        } else {
+            Err("no data directory yet")
+        }
+    })
+    .await;
+    let status = dev.terminate(Duration::from_secs(90));
+    assert!(status.success(), "composer dev exits cleanly on a SIGTERM while it starts: {status}");
+    eventually(Duration::from_secs(10), "the embedded services to exit with composer dev", || async {
+        let left = processes_mentioning(data_dir.to_str().unwrap());
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("processes left behind: {left:?}"))
+        }
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// As root, the embedded PostgreSQL runs as `postgres`, which cannot enter a
 /// 0700 directory of root's (a home, a `mktemp -d`): `composer dev` there
 /// keeps its data where `postgres` can reach it, linked from
