@@ -68,6 +68,10 @@ pub struct DevArgs {
     /// Where the embedded PostgreSQL and Redis keep their files.
     #[arg(long, env = "COMPOSER_DATA_DIR", default_value = ".composer")]
     pub data_dir: PathBuf,
+    /// Serve the examples' demo target at `/demo` (echo, status codes,
+    /// delays, flaky calls, payments, exports); `false` leaves it out.
+    #[arg(long, env = "COMPOSER_DEMO_TARGET", default_value_t = true, action = clap::ArgAction::Set)]
+    pub demo_target: bool,
 }
 
 #[derive(Args)]

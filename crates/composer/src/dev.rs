@@ -141,7 +141,8 @@ fn absolute(p: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
 }
 
 async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Result<ExitCode> {
-    let DevArgs { coord, worker: mut options, .. } = args;
+    let DevArgs { mut coord, worker: mut options, demo_target, .. } = args;
+    coord.demo_target = demo_target;
     let worker_config = |url: String| {
         if options.coordinator_urls.is_empty() {
             options.coordinator_urls.push(url);

@@ -67,6 +67,9 @@ pub struct Config {
     /// Whether this coordinator publishes the outbox (an API-only replica may not).
     #[arg(skip = true)]
     pub run_outbox: bool,
+    /// Whether `/demo` serves the examples' demo target (`composer dev` only).
+    #[arg(skip = false)]
+    pub demo_target: bool,
     /// Outbox poll interval (the fallback to LISTEN/NOTIFY).
     #[arg(long, env = "COMPOSER_OUTBOX_POLL_INTERVAL", default_value = "1s", value_parser = composer_core::duration::parse)]
     pub outbox_poll_interval: Duration,

@@ -20,12 +20,14 @@
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop.
 //! - `ui`: the web UI at `/ui`.
+//! - [`demo`]: the examples' demo target at `/demo`, for `composer dev`.
 //! - [`Config`] (`config`): every setting, its flag, variable and default.
 
 pub mod bulk;
 mod config;
 pub mod coordinator;
 pub mod definitions;
+pub mod demo;
 pub mod engine;
 pub mod http;
 pub mod limits;

@@ -61,7 +61,13 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .merge(operations)
         .merge(signed.route_layer(middleware::map_response(guard::no_store)))
         .split_for_parts();
+    let demo = match config.demo_target {
+        true => crate::demo::router(),
+        false => Router::new(),
+    };
+    // The demo target answers without a token: it holds nothing.
     api.merge(crate::ui::router(AppState::new(shared.clone())))
+        .merge(demo)
         .fallback(|| async { ApiError::NoSuchEndpoint })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(limit))
