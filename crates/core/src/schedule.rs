@@ -144,8 +144,7 @@ pub struct Due {
 impl Schedule {
     /// Parses and validates; errors name the field.
     pub fn parse(json: &Value) -> Result<Schedule, ValidationError> {
-        let spec: ScheduleSpec =
-            serde_json::from_value(json.clone()).map_err(|e| ValidationError::new("$", e.to_string()))?;
+        let spec: ScheduleSpec = crate::definition::read("", json)?;
         Schedule::new(spec)
     }
 
@@ -555,10 +554,10 @@ mod tests {
             ("timezone", json!("Mars/Olympus"), "timezone"),
             ("catchup_window", json!("30d"), "catchup_window"),
             ("catchup_window", json!("soon"), "catchup_window"),
-            ("overlap", json!("queue"), "$"),
+            ("overlap", json!("queue"), "overlap"),
             ("id", json!("a b"), "id"),
             ("version", json!(0), "version"),
-            ("extra", json!(1), "$"),
+            ("extra", json!(1), "extra"),
         ] {
             let mut spec = base.clone();
             spec[field] = value;

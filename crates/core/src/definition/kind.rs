@@ -381,8 +381,7 @@ fn item_node(at: &str, n: &NodeSpec, config: &Map<String, Value>) -> Result<Node
     }
     let mut with_id = raw.clone();
     with_id.insert("id".into(), Value::String(n.id.clone()));
-    let spec: NodeSpec = serde_json::from_value(Value::Object(with_id))
-        .map_err(|e| ValidationError::new(node_at.clone(), e.to_string()))?;
+    let spec: NodeSpec = super::spec::read(&node_at, &Value::Object(with_id))?;
     let per_item = traits_of(&spec.node_type);
     if per_item.has_items {
         return Err(ValidationError::new(
@@ -465,6 +464,10 @@ fn compile_wait(at: &str, config: &Value) -> Result<WaitFor, ValidationError> {
         (Some(_), None) => {
             Err(ValidationError::new(format!("{at}.config.duration"), "must be a duration string such as \"1h\""))
         }
+        (None, Some(until)) if !(until.is_string() || until.is_number()) => Err(ValidationError::new(
+            format!("{at}.config.until"),
+            "must be an RFC 3339 time, Unix seconds or an expression",
+        )),
         (None, Some(until)) => Template::compile(until)
             .map(WaitFor::Until)
             .map_err(|(_, m)| ValidationError::new(format!("{at}.config.until"), m)),

@@ -9,6 +9,8 @@
 //! - [`node`]: a validated node: its kind, queue, retry policy, timeout.
 //! - [`limit`]: a node's limits on its steps across runs (rates,
 //!   concurrencies, named limits), as written and compiled.
+//! - `located`: reading a part of a definition with serde so that an
+//!   error names the field at fault by its whole path.
 //!
 //! [`Workflow::parse`] turns user JSON into a validated, indexed [`Workflow`]
 //! or a [`ValidationError`] that names the node and field at fault. The
@@ -25,6 +27,7 @@ mod check;
 pub mod config;
 mod kind;
 pub mod limit;
+mod located;
 mod node;
 mod spec;
 
@@ -42,6 +45,7 @@ pub use spec::{
 use check::positive_duration;
 pub(crate) use check::validate_name;
 use node::compile_node;
+pub(crate) use spec::read;
 use spec::{node_path, parse_spec};
 
 /// Upper bounds that keep one definition from exhausting the engine.
@@ -919,8 +923,8 @@ mod tests {
             (json!({"max": 0}), "concurrency.max"),
             (json!({"key": "${ .nodes.a.output }", "max": 1}), "concurrency.key"),
             (json!({"key": "${ .input.x", "max": 1}), "concurrency.key"),
-            (json!({"max": 1, "per": "x"}), "concurrency"),
-            (json!({"key": "x"}), "concurrency"),
+            (json!({"max": 1, "per": "x"}), "concurrency.per"),
+            (json!({"key": "x"}), "concurrency.max"),
         ] {
             assert_eq!(err(spec(c.clone())).path, path, "{c}");
         }
@@ -998,7 +1002,7 @@ mod tests {
         let cases = [
             (
                 json!({"name": "e", "nodes": [http("a"), http("b")], "edges": [{"from": "a", "to": "b", "on": "maybe"}]}),
-                "edges[0]",
+                "edges[0].on",
             ),
             (
                 json!({"name": "f", "nodes": [{"id": "stop", "type": "FAIL"}, http("b")], "edges": [{"from": "stop", "to": "b"}]}),
@@ -1102,8 +1106,8 @@ mod tests {
     #[test]
     fn refuses_unknown_fields_and_bad_config_naming_the_node() {
         let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h"},"colour":1}]}));
-        assert_eq!(e.path, "nodes[a]");
-        assert!(e.message.contains("colour"), "{e}");
+        assert_eq!(e.path, "nodes[a].colour");
+        assert!(e.message.contains("unknown field"), "{e}");
         let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{}}]}));
         assert_eq!(e.path, "nodes[a].config.url");
         let e = err(json!({"name":"x","nodes":[{"id":"a","type":"HTTP","config":{"url":"http://h","timeout":"ten"}}]}));

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::check::ValidationError;
+use super::located;
 
 /// A definition as the user writes it. Unknown fields are refused.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -297,8 +298,8 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
     let edges = parse_edges(obj)?;
     let output = obj.get("output").filter(|v| !v.is_null()).cloned();
     let timeout = optional_text(obj, "timeout", "must be a duration string such as \"1h\"")?;
-    let concurrency = optional_object(obj, "concurrency", "{key?, max}")?;
-    let on_failure = optional_object(obj, "on_failure", "{workflow, version?, input?, on?}")?;
+    let concurrency = optional_object(obj, "concurrency")?;
+    let on_failure = optional_object(obj, "on_failure")?;
     let tags = match obj.get("tags") {
         None | Some(Value::Null) => None,
         Some(Value::Object(t)) => Some(t.clone()),
@@ -336,21 +337,18 @@ fn optional_text(obj: &Map<String, Value>, field: &str, refused: &str) -> Result
     }
 }
 
-/// A definition's field that is an object of the `expected` fields when
-/// given.
-fn optional_object<T: DeserializeOwned>(
-    obj: &Map<String, Value>,
-    field: &str,
-    expected: &str,
-) -> Result<Option<T>, ValidationError> {
+/// A definition's field that is an object when given.
+fn optional_object<T: DeserializeOwned>(obj: &Map<String, Value>, field: &str) -> Result<Option<T>, ValidationError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => Some(object_or_null(v, field).and_then(|()| {
-            serde_json::from_value(v.clone())
-                .map_err(|e| ValidationError::new(field, format!("{e} (expected {expected})")))
-        }))
-        .transpose(),
+        Some(v) => read(field, v).map(Some),
     }
+}
+
+/// Reads the part of a definition at `at`; an error names the field at
+/// fault under it (`nodes[a].retry.max_attempts`) and what it expected.
+pub(crate) fn read<T: DeserializeOwned>(at: &str, v: &Value) -> Result<T, ValidationError> {
+    located::from_value(v).map_err(|e| ValidationError::new(e.under(at), e.message))
 }
 
 /// The `nodes`, each read on its own so that an error names the node.
@@ -363,13 +361,7 @@ fn parse_nodes(obj: &Map<String, Value>) -> Result<Vec<NodeSpec>, ValidationErro
     let mut nodes = Vec::with_capacity(raw_nodes.len());
     for (i, raw) in raw_nodes.iter().enumerate() {
         let id = raw.get("id").and_then(Value::as_str).unwrap_or("");
-        object_or_null(raw, &node_path(i, id))?;
-        if let Some(retry) = raw.get("retry") {
-            object_or_null(retry, &format!("{}.retry", node_path(i, id)))?;
-        }
-        let node: NodeSpec =
-            serde_json::from_value(raw.clone()).map_err(|e| ValidationError::new(node_path(i, id), e.to_string()))?;
-        nodes.push(node);
+        nodes.push(read(&node_path(i, id), raw)?);
     }
     Ok(nodes)
 }
@@ -378,16 +370,7 @@ fn parse_nodes(obj: &Map<String, Value>) -> Result<Vec<NodeSpec>, ValidationErro
 fn parse_edges(obj: &Map<String, Value>) -> Result<Vec<EdgeSpec>, ValidationError> {
     match obj.get("edges") {
         None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => {
-            let mut edges = Vec::with_capacity(a.len());
-            for (i, raw) in a.iter().enumerate() {
-                object_or_null(raw, &format!("edges[{i}]"))?;
-                let edge: EdgeSpec = serde_json::from_value(raw.clone())
-                    .map_err(|e| ValidationError::new(format!("edges[{i}]"), e.to_string()))?;
-                edges.push(edge);
-            }
-            Ok(edges)
-        }
+        Some(Value::Array(a)) => a.iter().enumerate().map(|(i, raw)| read(&format!("edges[{i}]"), raw)).collect(),
         Some(_) => Err(ValidationError::new("edges", "must be an array")),
     }
 }
@@ -397,31 +380,12 @@ fn parse_triggers(obj: &Map<String, Value>) -> Result<Option<Vec<TriggerSpec>>, 
     match obj.get("triggers") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) => {
-            let mut triggers = Vec::with_capacity(a.len());
-            for (i, raw) in a.iter().enumerate() {
-                object_or_null(raw, &format!("triggers[{i}]"))?;
-                let t: TriggerSpec = serde_json::from_value(raw.clone()).map_err(|e| {
-                    ValidationError::new(
-                        format!("triggers[{i}]"),
-                        format!("{e} (expected {{event, when?, input?, idempotency_key?}})"),
-                    )
-                })?;
-                triggers.push(t);
-            }
-            Ok(Some(triggers))
+            let triggers = a.iter().enumerate().map(|(i, raw)| read(&format!("triggers[{i}]"), raw));
+            triggers.collect::<Result<_, _>>().map(Some)
         }
         Some(_) => {
             Err(ValidationError::new("triggers", "must be an array of {event, when?, input?, idempotency_key?}"))
         }
-    }
-}
-
-/// Serde reads a struct from an array of its fields too (`"retry": []`):
-/// a definition's objects must be written as objects.
-fn object_or_null(v: &Value, path: &str) -> Result<(), ValidationError> {
-    match v {
-        Value::Object(_) | Value::Null => Ok(()),
-        _ => Err(ValidationError::new(path, "must be an object")),
     }
 }
 
