@@ -11,6 +11,7 @@ use jaq_core::load::{Arena, File, Loader};
 use super::analysis::is_simple;
 use super::library::{compile_program, Filter, RESERVED};
 use super::sandbox::EVAL_STACK;
+use super::syntax::load_errors;
 
 /// Longest expression, in bytes (`max_expression_bytes`): jq's parser and
 /// compiler recurse as deep as an expression nests, and even a thread with
@@ -138,10 +139,7 @@ fn link(batch: Batch) -> Result<(), String> {
 fn check_syntax(source: &str) -> Result<(), String> {
     let loader = Loader::new([]);
     let arena = Arena::default();
-    loader.load(&arena, File { code: source, path: () }).map(|_| ()).map_err(|errs| {
-        let parts: Vec<String> = errs.into_iter().map(|(_, e)| format!("{e:?}")).collect();
-        format!("invalid jq {source:?}: {}", parts.join("; "))
-    })
+    loader.load(&arena, File { code: source, path: () }).map(|_| ()).map_err(|errs| load_errors(source, errs))
 }
 
 impl Expr {

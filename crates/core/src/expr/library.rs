@@ -9,6 +9,7 @@ use jaq_core::load::{parse::Def, Arena, File, Loader};
 use jaq_core::Compiler;
 
 use super::natives;
+use super::syntax;
 use super::value::Sandboxed;
 
 /// A compiled program, over the sandbox's values.
@@ -204,15 +205,12 @@ fn undefined(name: &str, what: jaq_core::compile::Undefined) -> String {
 pub(super) fn compile_program(code: &str, globals: &[&str]) -> Result<Filter, String> {
     let loader = Loader::new(DEFS.iter().cloned());
     let arena = Arena::default();
-    let modules = loader.load(&arena, File { code, path: () }).map_err(|errs| {
-        let parts: Vec<String> = errs.into_iter().map(|(_, e)| format!("{e:?}")).collect();
-        format!("invalid jq {code:?}: {}", parts.join("; "))
-    })?;
+    let modules = loader.load(&arena, File { code, path: () }).map_err(|errs| syntax::load_errors(code, errs))?;
     Compiler::default().with_funs(natives()).with_global_vars(globals.iter().copied()).compile(modules).map_err(
         |errs| {
-            let parts: Vec<String> =
-                errs.into_iter().flat_map(|(_, e)| e).map(|(name, u)| undefined(name, u)).collect();
-            format!("invalid jq {code:?}: {}", parts.join("; "))
+            let parts = errs.into_iter().flat_map(|(_, e)| e);
+            let parts = parts.map(|(name, u)| format!("{}{}", undefined(name, u), syntax::at(code, name)));
+            syntax::invalid(code, parts.collect())
         },
     )
 }

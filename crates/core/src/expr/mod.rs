@@ -20,6 +20,8 @@
 //!   charged for its work, and the charge of a regex.
 //! - `value`: the sandbox's data type, which charges every value it builds.
 //! - `guard`: the budget of one evaluation (steps, bytes, depth, stack, time).
+//! - `syntax`: why an expression does not parse or compile, in words, with
+//!   where.
 
 mod analysis;
 mod compile;
@@ -28,6 +30,7 @@ mod guard;
 mod library;
 mod natives;
 pub mod sandbox;
+mod syntax;
 mod template;
 mod value;
 
