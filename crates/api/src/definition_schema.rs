@@ -31,9 +31,10 @@ pub const CROSS_FIELD_RULES: &[&str] = &[
 pub fn workflow() -> Value {
     let mut parts = Vec::new();
     <WorkflowSpec as ToSchema>::schemas(&mut parts);
+    parts.push((WorkflowSpec::name().into_owned(), WorkflowSpec::schema()));
     let mut defs = Map::new();
-    defs.insert(WorkflowSpec::name().into_owned(), to_json(&WorkflowSpec::schema()));
-    for (name, schema) in parts {
+    for (name, mut schema) in parts {
+        crate::bounds::apply(&name, &mut schema);
         defs.insert(name, to_json(&schema));
     }
     mark_spec_expressions(&mut defs);

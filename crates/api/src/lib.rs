@@ -7,7 +7,10 @@
 //!   sends back.
 //! - [`definition_schema`]: the JSON Schema of a workflow definition, for
 //!   editors.
+//! - [`bounds`]: what the server checks that a schema can say, written into
+//!   both documents' schemas from the server's constants.
 
+pub mod bounds;
 pub mod definition_schema;
 pub mod rest;
 pub mod wire;

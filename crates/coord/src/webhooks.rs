@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 /// The default timestamp tolerance (`webhook_tolerance`).
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 /// The longest tolerance a webhook may set.
-pub const MAX_TOLERANCE: Duration = Duration::from_secs(3600);
+pub const MAX_TOLERANCE: Duration = composer_api::MAX_WEBHOOK_TOLERANCE;
 /// Most headers of a delivery its transform sees (the rest are dropped).
 pub const MAX_HEADERS: usize = 100;
 /// Longest header value its transform sees, in bytes.

@@ -186,13 +186,15 @@ impl Modify for Rules {
         );
 
         // A flattened struct is an `allOf`; one whose part refuses unknown
-        // properties would refuse the other parts' too: merge them.
-        for schema in components.schemas.values_mut() {
+        // properties would refuse the other parts' too: merge them. Then
+        // what the server checks that a schema can say, from its constants.
+        for (name, schema) in components.schemas.iter_mut() {
             if let RefOr::T(Schema::AllOf(all)) = schema {
                 if let Some(merged) = merge_objects(all) {
                     *schema = RefOr::T(Schema::Object(merged));
                 }
             }
+            composer_api::bounds::apply(name, schema);
         }
 
         for (path, item) in doc.paths.paths.iter_mut() {
@@ -456,5 +458,78 @@ mod tests {
             assert_eq!(schemas[body]["additionalProperties"], false, "{body}");
         }
         assert_eq!(schemas["Name"]["pattern"], composer_api::schema::NAME_PATTERN);
+    }
+
+    /// The fuzzer's exceptions (tests/api/schemathesis.toml) stay true:
+    /// each `[[operations]]` block has its reason in comments right above
+    /// it and names only operations this document has, each once per check.
+    #[test]
+    fn every_fuzzer_exception_has_its_reason_and_names_real_operations() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/api/schemathesis.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let doc = doc();
+        let ids: Vec<String> = ops(&doc).iter().map(|(_, _, op)| op["operationId"].as_str().unwrap().into()).collect();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut blocks = 0;
+        let mut seen = std::collections::HashSet::new();
+        for (at, _) in lines.iter().enumerate().filter(|(_, l)| l.trim() == "[[operations]]") {
+            blocks += 1;
+            let reason: Vec<&str> = lines[..at]
+                .iter()
+                .rev()
+                .take_while(|l| l.starts_with('#'))
+                .map(|l| l.trim_start_matches('#'))
+                .collect();
+            assert!(
+                reason.join(" ").split_whitespace().count() >= 8,
+                "line {}: an exception without its reason",
+                at + 1
+            );
+            let body: Vec<&str> = lines[at + 1..].iter().take_while(|l| !l.trim().is_empty()).copied().collect();
+            let named = body.iter().find(|l| l.starts_with("include-operation-id")).expect("names its operations");
+            let checks: Vec<&str> = body.iter().filter_map(|l| l.strip_prefix("checks.")).collect();
+            assert!(!checks.is_empty(), "line {}: names no check", at + 1);
+            for id in named.split('"').skip(1).step_by(2) {
+                assert!(ids.iter().any(|i| i == id), "line {}: no operation {id} in the document", at + 1);
+                for check in &checks {
+                    let check = check.split('.').next().unwrap();
+                    assert!(seen.insert((id.to_string(), check.to_string())), "{id}: {check} twice");
+                }
+            }
+        }
+        assert!(blocks > 0, "no exception read: has the file's form changed?");
+    }
+
+    /// A webhook's tolerance, a node's limits, a burst without a rate and
+    /// a limits cursor: the document says what the server checks, from its
+    /// constants, and refuses what the server refuses at the bounds.
+    #[test]
+    fn the_document_says_the_server_s_bounds() {
+        use composer_api::bounds;
+        use composer_core::definition::limit::{MAX_LIMIT_KEY, MAX_NODE_LIMITS};
+        let doc = doc();
+        let schemas = &doc["components"]["schemas"];
+        let tolerance = bounds::duration_up_to(crate::webhooks::MAX_TOLERANCE, false);
+        assert_eq!(schemas["WebhookSpec"]["properties"]["tolerance"]["pattern"], tolerance.as_str());
+        let r = regex::Regex::new(&tolerance).unwrap();
+        for t in ["0ms", "0h", "1ms", "3600000ms", "3600001ms", "3600s", "3601s", "60m", "61m", "1h", "2h", "1d", ""] {
+            let spec = composer_api::WebhookSpec {
+                name: "w".into(),
+                scheme: composer_api::WebhookScheme::Github,
+                secret: "S".into(),
+                tolerance: Some(t.into()),
+                event: None,
+            };
+            assert_eq!(r.is_match(t), crate::webhooks::tolerance(&spec).is_ok(), "{t:?}");
+        }
+        assert_eq!(schemas["NodeSpec"]["properties"]["limits"]["maxItems"], MAX_NODE_LIMITS);
+        for limit in ["LimitSpec", "LimitValuesSpec"] {
+            assert_eq!(schemas[limit]["dependentSchemas"], bounds::dependent_schemas(limit).unwrap(), "{limit}");
+            assert_eq!(schemas[limit]["properties"]["rate"]["pattern"], bounds::rate_pattern().as_str(), "{limit}");
+        }
+        let list = &doc["paths"]["/v1/limits"]["get"]["parameters"];
+        let after = list.as_array().unwrap().iter().find(|p| p["name"] == "after").unwrap();
+        assert_eq!(after["schema"]["pattern"], composer_api::schema::NO_NUL);
+        assert_eq!(after["schema"]["maxLength"], MAX_LIMIT_KEY);
     }
 }

@@ -44,8 +44,8 @@ fn key_param(key: &str) -> ApiResult<()> {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ListQuery {
-    /// The previous page's next_after.
-    #[param(max_length = 256)]
+    /// The previous page's next_after (no NUL, as a key).
+    #[param(max_length = 256, pattern = "^[^\\u0000]*$")]
     after: Option<String>,
     /// 1 to 1000 (default 100).
     #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
