@@ -49,8 +49,8 @@ async fn the_order_example_refunds_a_declined_charge_in_production_as_simulate_s
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/order.json")).unwrap();
     let example: Value = serde_json::from_str(&text).unwrap();
     let live = text
-        .replace("https://pay.example/charge", &http.url("/status/402/charge"))
-        .replace("https://pay.example/refund", &http.url("/ok/refund"));
+        .replace("${ .input.target }/pay/charge", &http.url("/status/402/charge"))
+        .replace("${ .input.target }/pay/refund", &http.url("/ok/refund"));
     e.register(&serde_json::from_str(&live).unwrap()).await;
     let input = json!({"amount": 500, "order_id": "o-17"});
     let id = e.start_run("order", input.clone()).await;

@@ -1059,7 +1059,7 @@ fn every_example_is_a_valid_definition() {
     let mut seen = 0;
     for entry in std::fs::read_dir(&examples).unwrap().flatten() {
         let path = entry.path();
-        if path.is_dir() {
+        if path.is_dir() || path.extension().is_some_and(|e| e == "md") {
             continue;
         }
         let out = composer(&["workflow", "simulate", "-f", path.to_str().unwrap(), "-o", "json"]).output().unwrap();
@@ -1070,25 +1070,34 @@ fn every_example_is_a_valid_definition() {
         for local in ["127.0.0.1", "localhost", ":8080"] {
             assert!(!text.contains(local), "{} names {local}", path.display());
         }
+        // Named after the workflow it defines.
+        let name = path.file_stem().unwrap().to_str().unwrap();
+        assert!(
+            text.contains(&format!("\"name\": \"{name}\"")) || text.contains(&format!("\nname: {name}\n")),
+            "{} defines another workflow than its name says",
+            path.display()
+        );
         seen += 1;
     }
     assert!(seen >= 4, "examples/ holds {seen} files");
     for entry in std::fs::read_dir(examples.join("schedules")).unwrap().flatten() {
         let spec: Value = serde_json::from_slice(&std::fs::read(entry.path()).unwrap()).unwrap();
         composer_core::schedule::Schedule::parse(&spec).unwrap_or_else(|e| panic!("{}: {e}", entry.path().display()));
+        assert_eq!(entry.path().file_stem().unwrap().to_str(), spec["id"].as_str(), "named after its schedule");
     }
     // A definition with triggers, and the webhook that sends its events.
-    let triggers = examples.join("triggers");
-    let fulfil: Value = serde_json::from_slice(&std::fs::read(triggers.join("fulfil_on_order.json")).unwrap()).unwrap();
+    let fulfil: Value = serde_json::from_slice(&std::fs::read(examples.join("fulfil_on_order.json")).unwrap()).unwrap();
     let wf = composer_core::definition::Workflow::parse(&fulfil).unwrap();
     let event = json!({"id": "e", "name": "order.created", "key": "", "payload": {"order": 1, "total": 5}});
     let fired = composer_core::expr::sandboxed(std::time::Instant::now, |sb| wf.triggers[0].fire(sb, &event)).unwrap();
     assert_eq!(fired.unwrap().unwrap().idempotency_key.as_deref(), Some("order-1"));
-    let hook: composer_api::WebhookSpec =
-        serde_json::from_slice(&std::fs::read(triggers.join("stripe_webhook.json")).unwrap()).unwrap();
-    composer_coord::webhooks::parse(hook).unwrap();
+    for entry in std::fs::read_dir(examples.join("webhooks")).unwrap().flatten() {
+        let hook: composer_api::WebhookSpec = serde_json::from_slice(&std::fs::read(entry.path()).unwrap()).unwrap();
+        assert_eq!(entry.path().file_stem().unwrap().to_str(), Some(hook.name.as_str()), "named after its webhook");
+        composer_coord::webhooks::parse(hook).unwrap();
+    }
     // Simulate starts from an event as its trigger would.
-    let def = triggers.join("fulfil_on_order.json");
+    let def = examples.join("fulfil_on_order.json");
     let simulate = |event: &str| {
         composer(&["workflow", "simulate", "-f", def.to_str().unwrap(), "--event", event, "-o", "json"])
             .output()
