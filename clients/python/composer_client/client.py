@@ -59,8 +59,13 @@ server answers at most 60 s later)."""
 
 
 def _seg(value: Union[str, int, uuid.UUID]) -> str:
-    """One path segment, quoted: a name or id can never reach another route."""
-    return urllib.parse.quote(str(value), safe="")
+    """One path segment, quoted: a name or id can never reach another route.
+    A URL resolves ``.`` and ``..`` away, so such a name is refused here (the
+    server refuses to register one)."""
+    text = str(value)
+    if text in (".", ".."):
+        raise ValueError(f"the name {text!r} cannot be used: a URL cannot carry . or .. as a path segment")
+    return urllib.parse.quote(text, safe="")
 
 
 def _time(value: Union[str, datetime], name: str) -> str:

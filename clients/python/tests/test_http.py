@@ -106,6 +106,17 @@ class ErrorMappingTest(unittest.TestCase):
 
 
 class RequestTest(unittest.TestCase):
+    def test_a_name_dot_or_dot_dot_is_refused_before_anything_is_sent(self) -> None:
+        # A URL resolves . and .. away: the request would reach another route.
+        with StubServer(lambda req: answer(200, {})) as stub:
+            client = Client(stub.url)
+            for name in (".", ".."):
+                with self.assertRaisesRegex(ValueError, "cannot carry"):
+                    client.get_workflow(name)
+                with self.assertRaisesRegex(ValueError, "cannot carry"):
+                    client.get_limit(name)
+            self.assertEqual(stub.requests, [], "nothing was sent")
+
     def test_the_token_is_sent_as_a_bearer_and_never_shown(self) -> None:
         with StubServer(lambda _r: error(401, "unauthorized", "missing or wrong bearer token")) as stub:
             secret = "tok-very-secret"

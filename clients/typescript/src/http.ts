@@ -63,6 +63,12 @@ export function transport(options: {
  * reach another route.
  */
 export function segment(value: string | number): string {
+  const text = String(value);
+  // A URL resolves `.` and `..` (and their %2e spellings) away: such a name
+  // would reach another route. The server refuses to register one.
+  if (text === "." || text === "..") {
+    throw new RangeError(`the name ${JSON.stringify(text)} cannot be used: a URL cannot carry . or .. as a path segment`);
+  }
   return encodeURIComponent(String(value)).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }
 

@@ -326,6 +326,24 @@ describe("errors", () => {
     }
   });
 
+  it("refuses a name . or .. before sending anything: a URL cannot carry it", async () => {
+    let calls = 0;
+    const server = await fakeServer((_req, _body, res) => {
+      calls += 1;
+      return json(res, 200, {});
+    });
+    try {
+      const client = new Client({ url: server.url });
+      for (const name of [".", ".."]) {
+        await assert.rejects(async () => client.getWorkflow(name), (e: unknown) => e instanceof RangeError && /cannot carry/.test(e.message));
+        await assert.rejects(async () => client.getLimit(name), RangeError);
+      }
+      assert.equal(calls, 0, "nothing was sent");
+    } finally {
+      await server.close();
+    }
+  });
+
   it("sends the requests of limits as the API takes them, the key one path segment", async () => {
     const view = { key: "k", set_by: "api", in_use: 0, waiting: 0, updated_at: "2026-12-01T00:00:00Z" };
     const server = await fakeServer((req, _body, res) => {
