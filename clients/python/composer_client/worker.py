@@ -42,7 +42,8 @@ its task's thread; both are scrubbed of secrets and sent before the result.
 
 It logs to ``composer_client.worker``: INFO when it starts and stops,
 DEBUG when each task starts and ends, WARNING for a handler whose type's
-queue it does not poll (at start), a lost lease, a report being retried and
+queue it does not poll (at start; also a ``UserWarning``, shown without any
+logging set up), a lost lease, a report being retried and
 a failed poll, ERROR for a result no coordinator took.
 No record carries a task's input or a secret's value.
 """
@@ -58,6 +59,7 @@ import socket
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable, Optional
@@ -578,11 +580,16 @@ class Worker:
             for node_type in sorted(self._handlers):
                 queue = _default_queue(node_type)
                 if queue not in queues:
-                    log.warning(
-                        "worker %s: handler for type %r: a node of this type without a `queue` goes to queue %r, "
-                        "which this worker does not poll (it polls %s)",
-                        self.worker_id, node_type, queue, ", ".join(queues),
-                    )  # fmt: skip
+                    message = (
+                        f"worker {self.worker_id}: handler for type {node_type!r}: a node of this type without a "
+                        f"`queue` goes to queue {queue!r}, which this worker does not poll "
+                        f"(it polls {', '.join(queues)})"
+                    )
+                    log.warning("%s", message)
+                    # Also a Python warning: the package's logger shows
+                    # nothing until the application configures logging,
+                    # and a step that waits forever should not go unsaid.
+                    warnings.warn(message, UserWarning, stacklevel=3)
         return queues
 
     def _on_signal(self, signum: int, _frame: Optional[FrameType]) -> None:

@@ -206,7 +206,9 @@ class WorkerTest(unittest.TestCase):
 
         w = Worker(DEV.url, queues=["images"], poll_wait=1, worker_id="py-misses").handle("Resize", noop)
         w.handle("images", noop)  # its default queue is polled: no warning for it
-        with self.assertLogs("composer_client.worker", logging.WARNING) as logs, InBackground(w):
+        shown = "'Resize'.* goes to queue 'resize', which this worker does not poll"
+        warned = self.assertWarnsRegex(UserWarning, shown)
+        with warned, self.assertLogs("composer_client.worker", logging.WARNING) as logs, InBackground(w):
             pass
         warnings = [m for m in logs.output if "does not poll" in m]
         self.assertEqual(
