@@ -47,6 +47,50 @@ async fn invalid_definitions_are_400s_naming_the_problem() {
     e.stop().await;
 }
 
+/// Issue 51, item 9: a wrong field deep in a definition is named by its
+/// whole path with what was expected, and a bad expression in words with
+/// its place, never the parser's Debug values.
+#[tokio::test]
+async fn a_400_names_the_fields_path_and_a_bad_expression_in_words() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let a = http_node("a", "http://127.0.0.1:9/a", 1);
+    let b = http_node("b", "http://127.0.0.1:9/b", 1);
+    let mut retried = a.clone();
+    retried["retry"] = json!({"max_attempts": 1.5});
+    let item = json!({"type": "HTTP", "config": {"url": "http://h"}, "limits": [{"key": "k", "burst": "ten"}]});
+    let cases = [
+        (json!({"name": "r", "nodes": [retried]}), "nodes[a].retry.max_attempts: expected an integer, got 1.5"),
+        (
+            json!({"name": "e", "nodes": [a, b], "edges": [{"from": "a", "to": "b", "on": "sometimes"}]}),
+            "edges[0].on: \"sometimes\" is not accepted (expected one of: success, failure, always)",
+        ),
+        (
+            json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": {"items": [1], "node": item}}]}),
+            "nodes[each].config.node.limits[0].burst: expected an integer, got \"ten\"",
+        ),
+        (json!({"name": "c", "nodes": [a], "concurrency": {"key": "k"}}), "concurrency.max: is required"),
+        (
+            json!({"name": "x", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": {"v": "${ .x | }"}}}]}),
+            "nodes[t].config.output.v: invalid jq \".x |\": expected a term",
+        ),
+        (
+            json!({"name": "w", "nodes": [a, b], "edges": [{"from": "a", "to": "b", "when": "(.ok"}]}),
+            "edges[0].when: invalid jq \"(.ok\": \"(\" at offset 0 is not closed: expected \")\" at offset 4",
+        ),
+    ];
+    for (spec, mentions) in cases {
+        let (status, body) = e.post("/v1/workflows", &spec).await;
+        assert_error(status, &body, 400, mentions);
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        for internal in ["Parse(", "Term", "[(", "invalid type", "struct ", "u32"] {
+            assert!(!message.contains(internal), "{message:?} shows {internal:?}");
+        }
+    }
+    let (_, list) = e.get("/v1/workflows").await;
+    assert_eq!(list["workflows"], json!([]), "nothing was registered");
+    e.stop().await;
+}
+
 #[tokio::test]
 async fn unknown_workflows_and_runs_are_404s() {
     let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
