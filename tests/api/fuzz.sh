@@ -3,10 +3,11 @@
 # phase (examples, coverage, fuzzing, stateful), every check (settings in
 # schemathesis.toml beside this script). A schema-valid
 # request must be accepted, a schema-violating one refused, and nothing may
-# answer 5xx. Definitions, schedules, resolutions and bulk jobs have rules
-# JSON Schema cannot say (an edge names a node, a cron is a grammar, an error
-# goes with `failed`, `from` with `rerun`), so for those four operations a
-# valid-looking request may be refused; every other check still applies.
+# answer 5xx. The schemas say what the server checks wherever JSON Schema
+# can; the few rules it cannot (an edge names a node, a cron is a grammar, an
+# error goes with `failed`, a key used before is state) are exceptions in
+# schemathesis.toml, each with its reason and narrowed to the status it
+# answers; every other check still applies.
 # Task-API polls wait at most 50 ms here (COMPOSER_TASK_POLL_MAX_WAIT), so
 # the many polls the fuzzer sends do not each wait a minute for a task.
 # Usage: tests/api/fuzz.sh COMPOSER_BINARY
