@@ -87,28 +87,32 @@ pub const LIMIT_COLUMNS: &[Column] = &[
 /// Widest a table cell gets before it is cut.
 const MAX_CELL: usize = 60;
 
-fn cell(item: &Value, pointer: &str) -> String {
+/// A cell's text, and whether it is the value whole (not cut, nor a line
+/// break or tab turned into a space).
+fn cell(item: &Value, pointer: &str) -> (String, bool) {
     let text = match item.pointer(pointer) {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
         Some(v) => v.to_string(),
     };
-    let text = text.replace(['\n', '\t'], " ");
-    if text.chars().count() > MAX_CELL {
-        let mut cut: String = text.chars().take(MAX_CELL - 1).collect();
+    let flat = text.replace(['\n', '\t'], " ");
+    let whole = flat == text;
+    if flat.chars().count() > MAX_CELL {
+        let mut cut: String = flat.chars().take(MAX_CELL - 1).collect();
         cut.push('…');
-        cut
+        (cut, false)
     } else {
-        text
+        (flat, whole)
     }
 }
 
 pub fn table(items: &[Value], columns: &[Column]) -> String {
-    let rows: Vec<Vec<String>> = items.iter().map(|i| columns.iter().map(|(_, p)| cell(i, p)).collect()).collect();
+    let cells: Vec<Vec<(String, bool)>> =
+        items.iter().map(|i| columns.iter().map(|(_, p)| cell(i, p)).collect()).collect();
     let widths: Vec<usize> = columns
         .iter()
         .enumerate()
-        .map(|(c, (h, _))| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0).max(h.len()))
+        .map(|(c, (h, _))| cells.iter().map(|r| r[c].0.chars().count()).max().unwrap_or(0).max(h.len()))
         .collect();
     let line = |cells: Vec<String>| {
         let mut l = String::new();
@@ -122,8 +126,62 @@ pub fn table(items: &[Value], columns: &[Column]) -> String {
         l.trim_end().to_string() + "\n"
     };
     let mut out = line(columns.iter().map(|(h, _)| h.to_string()).collect());
-    for r in rows {
-        out.push_str(&line(r));
+    let mut errors = String::new();
+    for (item, row) in items.iter().zip(cells) {
+        for ((_, pointer), (_, whole)) in columns.iter().zip(&row) {
+            if let Some(error) = error_in(item, pointer).filter(|_| !whole) {
+                let label = [row[0].0.as_str(), text_at(item, "/type"), text_at(item, "/payload/node_id")]
+                    .into_iter()
+                    .filter(|t| !t.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                errors.push_str(&format!("\n{label} error:\n{}", wrap(error, 2, width())));
+            }
+        }
+        out.push_str(&line(row.into_iter().map(|(text, _)| text).collect()));
+    }
+    out + &errors
+}
+
+/// The error a cell shows: its value when the column is an error (`/error`),
+/// or the `error` of the object it shows (an event's payload).
+fn error_in<'a>(item: &'a Value, pointer: &str) -> Option<&'a str> {
+    match item.pointer(pointer)? {
+        Value::String(s) if pointer.ends_with("/error") => Some(s),
+        Value::Object(o) => o.get("error").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+fn text_at<'a>(item: &'a Value, pointer: &str) -> &'a str {
+    item.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The terminal's width: `COLUMNS`, else 80.
+fn width() -> usize {
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|w| *w >= 20).unwrap_or(80)
+}
+
+/// `text` whole, each of its lines broken between words to fit `width`
+/// columns after an `indent` (a word longer than that on a line of its
+/// own, unbroken: a URL stays one to copy).
+fn wrap(text: &str, indent: usize, width: usize) -> String {
+    let room = width.saturating_sub(indent).max(1);
+    let pad = " ".repeat(indent);
+    let mut out = String::new();
+    for line in text.replace('\t', " ").split('\n').map(|l| l.trim_end_matches('\r')) {
+        let mut now = String::new();
+        for word in line.split(' ') {
+            let fits = now.chars().count() + 1 + word.chars().count() <= room;
+            if !now.is_empty() && !fits {
+                out.push_str(&format!("{pad}{}\n", now.trim_end()));
+                now.clear();
+            } else if !now.is_empty() {
+                now.push(' ');
+            }
+            now.push_str(word);
+        }
+        out.push_str(&format!("{pad}{}\n", now.trim_end()));
     }
     out
 }
@@ -150,7 +208,7 @@ pub fn list(format: Format, answer: &Value, field: &str, columns: &[Column]) {
                     text.push_str(&format!(
                         "(more: --{} {})\n",
                         next.replace('_', "-").replace("next-", ""),
-                        cell(n, "")
+                        cell(n, "").0
                     ));
                 }
             }
@@ -188,7 +246,7 @@ pub fn one(format: Format, v: &Value) {
                         Value::String(s) => s.clone(),
                         other => serde_json::to_string(other).unwrap_or_default(),
                     };
-                    text.push_str(&format!("{k:<width$}  {}\n", shown.chars().take(200).collect::<String>()));
+                    text.push_str(&field(k, &shown, width));
                 }
                 if let Some(tasks) = obj.get("tasks").and_then(Value::as_array) {
                     text.push('\n');
@@ -200,6 +258,20 @@ pub fn one(format: Format, v: &Value) {
             emit(&text)
         }
     }
+}
+
+/// A field of one object as `key  value`: an error whole (wrapped under
+/// its value's column), anything else cut at 200 characters.
+fn field(key: &str, value: &str, key_width: usize) -> String {
+    if key == "error" {
+        let wrapped = wrap(value, key_width + 2, width());
+        return format!("{key:<key_width$}  {}", wrapped.get(key_width + 2..).unwrap_or_default());
+    }
+    let mut shown: String = value.chars().take(200).collect();
+    if shown.len() < value.len() {
+        shown.push('…');
+    }
+    format!("{key:<key_width$}  {shown}\n")
 }
 
 #[cfg(test)]
@@ -218,5 +290,24 @@ mod tests {
         assert_eq!(lines[0], "ID    STATUS     ERROR");
         assert_eq!(lines[1], "a     SUCCEEDED");
         assert!(lines[2].starts_with("bbbb  FAILED     xxx") && lines[2].ends_with('…'), "{}", lines[2]);
+        assert_eq!(lines[3..], ["", "bbbb error:", &format!("  {}", "x".repeat(100))], "the error whole below");
+    }
+
+    #[test]
+    fn an_error_is_wrapped_between_words_and_kept_whole() {
+        let error = format!("step charge failed: {} see https://example.com/{}", "word ".repeat(30), "p".repeat(90));
+        let wrapped = wrap(&error, 2, 80);
+        assert!(wrapped.lines().all(|l| l.starts_with("  ")), "{wrapped}");
+        assert!(wrapped.lines().filter(|l| !l.contains("https")).all(|l| l.chars().count() <= 80), "{wrapped}");
+        let words: Vec<&str> = wrapped.split_whitespace().collect();
+        assert_eq!(words, error.split_whitespace().collect::<Vec<_>>(), "every word, in order, none cut");
+        assert_eq!(wrap("", 2, 80), "  \n");
+        let event = json!({"seq": 7, "type": "TaskFailed", "payload": {"node_id": "charge", "error": error}});
+        let t = table(&[event], EVENT_COLUMNS);
+        assert!(t.contains("\n7 TaskFailed charge error:\n  step charge failed: word"), "{t}");
+        let run = field("error", &error, 5);
+        assert!(
+            run.starts_with("error  step charge failed:") && run.lines().nth(1).unwrap().starts_with("       word")
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use composer_testkit::{Engine, FakeHttp};
+use composer_testkit::{Engine, EngineOptions, FakeHttp};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_composer");
@@ -369,5 +369,49 @@ async fn limits_are_set_listed_and_deleted_and_simulate_says_it_leaves_them_out(
     assert_eq!(sim.code, 0, "{}", sim.stderr);
     assert!(sim.stdout.contains("limits: stripe:a1 (not simulated)"), "{}", sim.stdout);
     assert!(sim.stdout.contains("note: limits are not simulated"), "{}", sim.stdout);
+    e.stop().await;
+}
+
+/// A task of the `py` queue, leased by `worker` through the task API.
+async fn lease(e: &Engine, worker: &str) -> Value {
+    let poll = json!({"worker_id": worker, "queues": ["py"], "max": 1, "wait": "10s"});
+    let (status, body) = e.post("/v1/tasks/poll", &poll).await;
+    assert_eq!((status, body["tasks"].as_array().map(Vec::len)), (200, Some(1)), "{body}");
+    body["tasks"][0].clone()
+}
+
+/// `worker` reports on `task`: `action` is logs, complete or fail, `body` its own fields.
+async fn report(e: &Engine, worker: &str, task: &Value, action: &str, mut body: Value) {
+    body["worker_id"] = json!(worker);
+    body["run_id"] = task["run_id"].clone();
+    body["attempt"] = task["attempt"].clone();
+    let (status, answer) = e.post(&format!("/v1/tasks/{}/{action}", task["id"].as_str().unwrap()), &body).await;
+    assert_eq!(status, 200, "{action}: {answer}");
+}
+
+/// A failed step's error is in `run get`'s and `run events`' tables whole
+/// (below the table, wrapped between words), not cut to a column's width.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tables_error_is_shown_whole_not_cut() {
+    let e = Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_secs(60), ..Default::default() }).await;
+    let url = e.url();
+    e.register(&json!({"name": "refused", "nodes": [
+        {"id": "charge", "type": "resize", "queue": "py", "retry": {"max_attempts": 1}}]}))
+        .await;
+    let run = e.start_run("refused", json!({})).await;
+    let task = lease(&e, "w1").await;
+    let error = format!(
+        "the card issuer declined the charge: {}(code card_declined, see https://example.com/docs/errors/card_declined)",
+        "insufficient funds on the account; ".repeat(4)
+    );
+    report(&e, "w1", &task, "fail", json!({ "error": error })).await;
+    assert_eq!(e.wait_for_run(run, Duration::from_secs(30)).await["status"], "FAILED");
+    for command in ["get", "events"] {
+        let out = cli(&url, &["run", command, &run.to_string(), "-o", "table"], None).await;
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let words = out.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words.contains(&error), "run {command}: the whole error: {}", out.stdout);
+        assert!(out.stdout.contains("charge error:\n  the card issuer"), "run {command}: {}", out.stdout);
+    }
     e.stop().await;
 }
