@@ -422,6 +422,25 @@ pub enum RunCommand {
         /// The run's id.
         id: String,
     },
+    /// Prints a step's log lines (what its worker sent), of its latest attempt or --attempt N.
+    ///
+    /// In a table each line follows when it was stored and the worker that sent it (its control characters
+    /// spelled out); -o jsonl prints each line as an object, -o json the whole log as one document. A LOOP
+    /// iteration's or a SUB_WORKFLOW's steps are in its child run: give that run's id.
+    Logs {
+        /// The run's id.
+        id: String,
+        /// The step's node id (a MAP item: ship_each[3]).
+        node: String,
+        /// The attempt, from 1 (default: the step's latest).
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+        attempt: Option<i32>,
+        /// Keep printing new lines until the attempt ends (waiting first for a step not started yet), then exit
+        /// 0 if it COMPLETED and 1 if not (it failed, was cancelled or is IN_DOUBT). With -o json the document
+        /// comes at the end.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
     /// Cancels an open run (queued, running or paused): its open steps are cancelled.
     Cancel {
         /// The run's id.

@@ -1,5 +1,7 @@
 //! Client commands: thin wrappers over the REST API (through the shared
 //! `composer_client`) that print JSON.
+//!
+//! - `logs`: `run logs`, a step's log lines, read whole or followed.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -12,6 +14,8 @@ use composer_core::machine::RunStatus;
 use serde_json::Value;
 
 use composer_config::non_empty;
+
+mod logs;
 
 use crate::cli::{
     ClientArgs, EventCommand, LimitCommand, RunCommand, RunFilter, ScheduleCommand, WebhookCommand, WorkflowCommand,
@@ -147,6 +151,9 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
         RunCommand::Events { id } => {
             let events = whole_history(&api, &run_path(&id, "/events")).await?;
             output::all(format, &events, output::EVENT_COLUMNS);
+        }
+        RunCommand::Logs { id, node, attempt, follow } => {
+            return logs::logs(&api, format, &id, &node, attempt, follow).await;
         }
         RunCommand::Cancel { id, reason } => control(&api, format, &run_path(&id, "/cancel"), reason).await?,
         RunCommand::Retry { id, reason, wait, timeout } => {

@@ -4,6 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 
+use composer_api::LogLineView;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +216,32 @@ pub fn list(format: Format, answer: &Value, field: &str, columns: &[Column]) {
             emit(&text)
         }
     }
+}
+
+/// A step's log lines as they come: a table's line each (when it was
+/// stored, the worker that sent it, the line with its control characters
+/// spelled out: a line cannot move the cursor or end early), or a JSON
+/// object each. False once standard output is closed.
+pub fn log_lines(format: Format, lines: &[LogLineView]) -> bool {
+    let text: String = match format {
+        Format::Table => lines
+            .iter()
+            .map(|l| {
+                let at = l.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                format!("{at}  {}  {}\n", spelled(&l.worker_id), spelled(&l.line))
+            })
+            .collect(),
+        _ => lines.iter().map(|l| serde_json::to_string(l).unwrap_or_default() + "\n").collect(),
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_ok()
+}
+
+/// `text` with its control characters (but tab) escaped: `\u{1b}`, `\n`.
+fn spelled(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
 }
 
 /// Items gathered from every page.

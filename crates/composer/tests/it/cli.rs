@@ -389,6 +389,89 @@ async fn report(e: &Engine, worker: &str, task: &Value, action: &str, mut body: 
     assert_eq!(status, 200, "{action}: {answer}");
 }
 
+fn texts(lines: impl IntoIterator<Item = Value>) -> Vec<String> {
+    lines.into_iter().map(|l| l["line"].as_str().unwrap().to_string()).collect()
+}
+
+fn jsonl(out: &Out) -> Vec<Value> {
+    out.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// `run logs`: a step's lines, of its latest attempt or the one asked
+/// for; an attempt or a node the run does not have is named in the error;
+/// `--follow` prints the lines sent meanwhile, each once, across pages,
+/// until the attempt ends, and exits as it ended; a MAP item's lines too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_logs_prints_a_steps_lines_picks_an_attempt_and_follows_until_it_ends() {
+    let e = Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_secs(60), ..Default::default() }).await;
+    let url = e.url();
+    e.register(&json!({"name": "logged", "nodes": [
+        {"id": "step", "type": "resize", "queue": "py", "retry": {"max_attempts": 2, "initial_backoff": "10ms"}},
+        {"id": "tidy", "type": "TRANSFORM", "config": {"output": 1}}], "edges": [{"from": "step", "to": "tidy"}]}))
+        .await;
+    let run = e.start_run("logged", json!({})).await.to_string();
+    let first = lease(&e, "w1").await;
+    report(&e, "w1", &first, "logs", json!({"lines": ["one", "two \u{1b}[31mred"]})).await;
+    report(&e, "w1", &first, "fail", json!({"error": "flaky"})).await;
+    let second = lease(&e, "w2").await;
+    report(&e, "w2", &second, "logs", json!({"lines": ["second starts"]})).await;
+
+    let latest = cli(&url, &["run", "logs", &run, "step", "-o", "table"], None).await;
+    assert_eq!((latest.code, latest.stdout.lines().count()), (0, 1), "the latest attempt: {}", latest.stderr);
+    assert!(latest.stdout.trim_end().ends_with("Z  w2  second starts"), "when, who, what: {}", latest.stdout);
+    let picked = cli(&url, &["run", "logs", &run, "step", "--attempt", "1", "-o", "table"], None).await;
+    let said = &picked.stdout;
+    assert!(said.contains("w1  two \\u{1b}[31mred") && !said.contains('\u{1b}'), "spelled out: {said}");
+    let whole = cli(&url, &["run", "logs", &run, "step", "--attempt", "1", "-o", "json"], None).await;
+    let whole: Value = serde_json::from_str(&whole.stdout).unwrap();
+    assert_eq!(texts(whole["lines"].as_array().unwrap().clone()), ["one", "two \u{1b}[31mred"]);
+    assert_eq!(whole["attempts"], json!([{"attempt": 1, "lines": 2}, {"attempt": 2, "lines": 1}]));
+    let none = cli(&url, &["run", "logs", &run, "step", "--attempt", "3"], None).await;
+    assert_eq!(none.code, 3, "{}", none.stderr);
+    assert!(none.stderr.contains("no attempt 3: it has had 2 attempts"), "{}", none.stderr);
+    let nope = cli(&url, &["run", "logs", &run, "nope"], None).await;
+    assert_eq!(nope.code, 3, "{}", nope.stderr);
+    assert!(nope.stderr.contains("no node \"nope\"; its nodes: step, tidy"), "{}", nope.stderr);
+
+    // Followed: the lines sent meanwhile (more than a page), each once, to the end.
+    let follow = {
+        let (url, run) = (url.clone(), run.clone());
+        tokio::spawn(async move { cli(&url, &["run", "logs", &run, "step", "-f", "-o", "jsonl"], None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent: Vec<String> = (0..1100).map(|i| format!("line {i}")).collect();
+    for chunk in sent.chunks(100) {
+        report(&e, "w2", &second, "logs", json!({ "lines": chunk })).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!follow.is_finished(), "it follows while the attempt runs");
+    report(&e, "w2", &second, "logs", json!({"lines": ["last"]})).await;
+    report(&e, "w2", &second, "complete", json!({"output": {}})).await;
+    let followed = tokio::time::timeout(Duration::from_secs(30), follow).await.unwrap().unwrap();
+    assert_eq!(followed.code, 0, "{}", followed.stderr);
+    let expected: Vec<String> =
+        [vec!["second starts".to_string()], sent, vec!["last".to_string()]].into_iter().flatten().collect();
+    assert_eq!(texts(jsonl(&followed)), expected, "every line once, in order");
+    // A failed attempt: its lines, and the status of a failure.
+    let failed = cli(&url, &["run", "logs", &run, "step", "--attempt", "1", "-f", "-o", "jsonl"], None).await;
+    assert_eq!((failed.code, texts(jsonl(&failed))), (1, vec!["one".into(), "two \u{1b}[31mred".into()]));
+
+    // A MAP item's lines, and an item it does not have.
+    e.register(&json!({"name": "mapped", "nodes": [{"id": "each", "type": "MAP",
+        "config": {"items": [1, 2], "node": {"type": "resize", "queue": "py"}}}]}))
+        .await;
+    let run = e.start_run("mapped", json!({})).await.to_string();
+    let item = lease(&e, "w3").await;
+    report(&e, "w3", &item, "logs", json!({"lines": ["an item's line"]})).await;
+    let node = item["node_id"].as_str().unwrap();
+    let out = cli(&url, &["run", "logs", &run, node, "-o", "jsonl"], None).await;
+    assert_eq!((out.code, texts(jsonl(&out))), (0, vec!["an item's line".to_string()]), "{}", out.stderr);
+    let out = cli(&url, &["run", "logs", &run, "each[5]"], None).await;
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(out.stderr.contains("no item 5: its items are 2, each[0] to each[1]"), "{}", out.stderr);
+    e.stop().await;
+}
+
 /// A failed step's error is in `run get`'s and `run events`' tables whole
 /// (below the table, wrapped between words), not cut to a column's width.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
