@@ -169,6 +169,21 @@ fn merge_objects(all: &AllOf) -> Option<Object> {
     Some(merged)
 }
 
+/// A flattened struct is an `allOf`; one whose part refuses unknown
+/// properties would refuse the other parts' too: merge them. Then what the
+/// server checks that a schema can say, from its constants
+/// (`composer_api::bounds`).
+fn merge_and_bound(components: &mut utoipa::openapi::Components) {
+    for (name, schema) in components.schemas.iter_mut() {
+        if let RefOr::T(Schema::AllOf(all)) = schema {
+            if let Some(merged) = merge_objects(all) {
+                *schema = RefOr::T(Schema::Object(merged));
+            }
+        }
+        composer_api::bounds::apply(name, schema);
+    }
+}
+
 impl Modify for Rules {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let components = doc.components.get_or_insert_with(Default::default);
@@ -185,17 +200,7 @@ impl Modify for Rules {
             bearer("COMPOSER_METRICS_TOKEN, else COMPOSER_API_TOKEN, when the coordinator has either"),
         );
 
-        // A flattened struct is an `allOf`; one whose part refuses unknown
-        // properties would refuse the other parts' too: merge them. Then
-        // what the server checks that a schema can say, from its constants.
-        for (name, schema) in components.schemas.iter_mut() {
-            if let RefOr::T(Schema::AllOf(all)) = schema {
-                if let Some(merged) = merge_objects(all) {
-                    *schema = RefOr::T(Schema::Object(merged));
-                }
-            }
-            composer_api::bounds::apply(name, schema);
-        }
+        merge_and_bound(components);
 
         for (path, item) in doc.paths.paths.iter_mut() {
             let guarded = path.starts_with("/v1/");
