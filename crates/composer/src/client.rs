@@ -107,7 +107,7 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
     let format = Format::resolve(args.output.as_deref());
     match cmd {
         WorkflowCommand::Apply { file } => {
-            let spec = read_spec(&file)?;
+            let spec = crate::input::read_definition(&file)?;
             output::one(format, &call(&api, Method::POST, "/v1/workflows", Some(&spec)).await?);
         }
         WorkflowCommand::List => {

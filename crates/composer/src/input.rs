@@ -40,3 +40,56 @@ pub fn read_spec(file: &std::path::Path) -> anyhow::Result<Value> {
         serde_json::from_str(&text).map_err(|e| usage(format!("{} is not valid JSON: {e}", file.display())))?
     })
 }
+
+/// A workflow definition from a file, refusing by name a schedule's or a
+/// webhook's file given to `workflow apply` (the server would say only that
+/// their fields are unknown to a definition).
+pub fn read_definition(file: &std::path::Path) -> anyhow::Result<Value> {
+    let spec = read_spec(file)?;
+    if let Some(kind) = other_kind(&spec) {
+        let (what, command) = kind;
+        return Err(usage(format!(
+            "{} is {what}, not a workflow definition: register it with `composer {command} create -f {}`",
+            file.display(),
+            file.display()
+        )));
+    }
+    Ok(spec)
+}
+
+/// What a file without `nodes` looks like instead: a schedule (a `cron`) or
+/// a webhook (a `scheme`).
+fn other_kind(spec: &Value) -> Option<(&'static str, &'static str)> {
+    let o = spec.as_object()?;
+    if o.contains_key("nodes") {
+        return None;
+    }
+    if o.contains_key("cron") {
+        Some(("a schedule (it has a cron)", "schedule"))
+    } else if o.contains_key("scheme") {
+        Some(("a webhook (it has a scheme)", "webhook"))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::other_kind;
+
+    #[test]
+    fn a_schedule_or_a_webhook_is_told_from_a_definition() {
+        assert_eq!(
+            other_kind(&json!({"id": "n", "cron": "0 2 * * *", "workflow": "w"})).map(|k| k.1),
+            Some("schedule")
+        );
+        assert_eq!(
+            other_kind(&json!({"name": "stripe", "scheme": "stripe", "secret": "S"})).map(|k| k.1),
+            Some("webhook")
+        );
+        assert_eq!(other_kind(&json!({"name": "w", "nodes": [], "cron": 1})), None, "a definition, however odd");
+        assert_eq!(other_kind(&json!({"name": "w"})), None, "left to the server to refuse");
+    }
+}

@@ -196,6 +196,24 @@ async fn a_url_without_a_scheme_is_a_usage_error_naming_its_variable_or_flag() {
     assert_eq!(other.all().len(), 0, "no request went out");
 }
 
+/// A schedule's or a webhook's file given to `workflow apply` is refused
+/// before anything is sent, naming the command it needs (the server said only
+/// `catchup_window: unknown field`).
+#[tokio::test]
+async fn applying_a_schedule_or_webhook_file_as_a_workflow_names_the_command_it_needs() {
+    let other = FakeHttp::start().await;
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    for (file, command) in [
+        (format!("{examples}/schedules/nightly_report.json"), "composer schedule create -f"),
+        (format!("{examples}/webhooks/stripe.json"), "composer webhook create -f"),
+    ] {
+        let out = cli(&other.url("/ok/x"), &["workflow", "apply", "-f", &file], None).await;
+        assert_eq!(out.code, 2, "{file}: {}", out.stderr);
+        assert!(out.stderr.contains("not a workflow definition") && out.stderr.contains(command), "{}", out.stderr);
+    }
+    assert_eq!(other.all().len(), 0, "no request went out");
+}
+
 /// Every answer of a coordinator says it is one: the API's, the UI's, the
 /// operator's, a refusal and the fallback's 404.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
