@@ -110,8 +110,15 @@ fn from_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     serde_json::from_slice(bytes).or_else(|_| with_path(bytes))
 }
 
-/// [`from_json`] again, tracking where in the body it is.
+/// [`from_json`] again, tracking where in the body it is: in words by the
+/// reader definitions use (`priority: expected an integer from 0 to 255, got
+/// "high"`), else as serde says it with its path.
 fn with_path<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    if let Ok(value) = serde_json::from_slice::<Value>(bytes) {
+        if let Err(e) = composer_core::definition::located::from_value::<T>(&value) {
+            return Err(format!("invalid JSON body: {e}"));
+        }
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -299,11 +306,12 @@ mod tests {
     #[test]
     fn a_value_of_the_wrong_type_names_its_field() {
         let e = from_json::<Poll>(br#"{"priority_at_most": "1"}"#).unwrap_err();
-        assert!(e.starts_with("invalid JSON body: priority_at_most: invalid type: string"), "{e}");
+        assert!(e.starts_with("invalid JSON body: priority_at_most: expected "), "{e}");
+        assert!(e.contains("got \"1\"") && !e.contains("invalid type"), "in words: {e}");
         let e = from_json::<Poll>(br#"{"priority_at_most": 300}"#).unwrap_err();
         assert!(e.starts_with("invalid JSON body: priority_at_most: "), "{e}");
         let e = from_json::<Poll>(br#"{"limits": [{"rate": "1/s"}, {"rate": 5}]}"#).unwrap_err();
-        assert!(e.starts_with("invalid JSON body: limits[1].rate: invalid type: integer `5`"), "{e}");
+        assert_eq!(e, "invalid JSON body: limits[1].rate: expected a string, got 5");
     }
 
     #[test]
@@ -313,7 +321,7 @@ mod tests {
         let e = from_json::<Poll>(br#"{} {}"#).unwrap_err();
         assert!(e.starts_with("invalid JSON body: trailing characters"), "{e}");
         let e = from_json::<Poll>(br#"{"surprise": 1}"#).unwrap_err();
-        assert!(e.contains("unknown field `surprise`"), "{e}");
+        assert_eq!(e, "invalid JSON body: surprise: unknown field (expected priority_at_most, limits)");
         assert!(from_json::<Poll>(br#"{"priority_at_most": 2.0} "#).is_ok());
     }
 }

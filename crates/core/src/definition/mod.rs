@@ -27,7 +27,7 @@ mod check;
 pub mod config;
 mod kind;
 pub mod limit;
-mod located;
+pub mod located;
 mod node;
 mod spec;
 
