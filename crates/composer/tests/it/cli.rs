@@ -456,11 +456,15 @@ async fn run_logs_prints_a_steps_lines_picks_an_attempt_and_follows_until_it_end
         let (url, run) = (url.clone(), run.clone());
         tokio::spawn(async move { cli(&url, &["run", "logs", &run, "step", "-f", "-o", "jsonl"], None).await })
     };
+    // A fixed time: the follower (a process whose output is read only at
+    // its end) must be polling before the lines come, or it would read them
+    // at its start and prove nothing about following.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let sent: Vec<String> = (0..1100).map(|i| format!("line {i}")).collect();
     for chunk in sent.chunks(100) {
         report(&e, "w2", &second, "logs", json!({ "lines": chunk })).await;
     }
+    // A window in which the follower must not end: the attempt still runs.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!follow.is_finished(), "it follows while the attempt runs");
     report(&e, "w2", &second, "logs", json!({"lines": ["last"]})).await;
