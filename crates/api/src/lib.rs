@@ -9,9 +9,12 @@
 //!   editors.
 //! - [`bounds`]: what the server checks that a schema can say, written into
 //!   both documents' schemas from the server's constants.
+//! - [`in_process`]: the task API as calls, for a worker in its
+//!   coordinator's process.
 
 pub mod bounds;
 pub mod definition_schema;
+pub mod in_process;
 pub mod rest;
 pub mod wire;
 

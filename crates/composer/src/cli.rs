@@ -72,6 +72,11 @@ pub struct DevArgs {
     /// delays, flaky calls, payments, exports); `false` leaves it out.
     #[arg(long, env = "COMPOSER_DEMO_TARGET", default_value_t = true, action = clap::ArgAction::Set)]
     pub demo_target: bool,
+    /// The worker calls the coordinator of this process directly (no HTTP
+    /// between them); `false` sends its calls over HTTP as a separate
+    /// worker's are. A worker given `--coordinator-urls` always uses them.
+    #[arg(long, env = "COMPOSER_WORKER_IN_PROCESS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub worker_in_process: bool,
 }
 
 #[derive(Args)]

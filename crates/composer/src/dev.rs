@@ -141,8 +141,10 @@ fn absolute(p: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
 }
 
 async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Result<ExitCode> {
-    let DevArgs { mut coord, worker: mut options, demo_target, .. } = args;
+    let DevArgs { mut coord, worker: mut options, demo_target, worker_in_process, .. } = args;
     coord.demo_target = demo_target;
+    // Only a worker of this process's own coordinator calls it directly.
+    let in_process = worker_in_process && options.coordinator_urls.is_empty();
     let worker_config = |url: String| {
         if options.coordinator_urls.is_empty() {
             options.coordinator_urls.push(url);
@@ -165,7 +167,11 @@ async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Res
         }
     };
     let shutdown = CancellationToken::new();
-    let worker = tokio::spawn(composer_worker::Worker::new(worker_cfg).run(shutdown.clone()));
+    let mut worker = composer_worker::Worker::new(worker_cfg);
+    if in_process {
+        worker = worker.in_process(coordinator.in_process());
+    }
+    let worker = tokio::spawn(worker.run(shutdown.clone()));
     eprintln!(
         "composer dev is ready: API {url}{}  (ctrl-c to stop)",
         if embedded { " on embedded PostgreSQL and Redis" } else { "" }

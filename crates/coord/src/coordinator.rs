@@ -23,6 +23,12 @@ pub struct Running {
 }
 
 impl Running {
+    /// The task API for a worker in this process
+    /// (`composer_worker::Worker::in_process`).
+    pub fn in_process(&self) -> Arc<dyn composer_api::in_process::InProcessApi> {
+        Arc::new(crate::in_process::InProcess::new(self.shared.task_api.clone()))
+    }
+
     /// Marks the coordinator as going away while it still serves:
     /// `/readyz` answers 503 and long-polls return what they have.
     pub fn drain(&self) {

@@ -11,7 +11,8 @@
 //! - [`limits`]: the limiter, which lets steps held by their limits go.
 //! - [`bulk`]: bulk jobs at work, a batch at a time.
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
-//! - [`tasks`]: how the coordinator leases tasks for the task API's workers.
+//! - [`tasks`]: how the coordinator leases tasks for the task API's workers;
+//!   [`in_process`]: that API for a worker in the coordinator's process.
 //! - [`definitions`]: the definitions starts name, read in batches and kept.
 //! - [`schedules`]: the timer loop's pass that fires schedules, and backfill.
 //! - [`triggers`]: events recorded once, starting the runs their triggers start.
@@ -30,6 +31,7 @@ pub mod definitions;
 pub mod demo;
 pub mod engine;
 pub mod http;
+pub mod in_process;
 pub mod limits;
 pub mod listener;
 pub mod loops;

@@ -23,6 +23,9 @@ pub struct EngineOptions {
     pub coordinator: fn(&mut composer_coord::Config),
     /// Adjusts every worker's configuration.
     pub worker: fn(&mut composer_worker::Config),
+    /// Workers call the first coordinator in this process directly
+    /// (`Worker::in_process`, as `composer dev`'s does) instead of over HTTP.
+    pub in_process: bool,
 }
 
 impl Default for EngineOptions {
@@ -34,6 +37,7 @@ impl Default for EngineOptions {
             lease_ttl: Duration::from_secs(3),
             coordinator: |_| {},
             worker: |_| {},
+            in_process: false,
         }
     }
 }
@@ -143,8 +147,17 @@ impl Engine {
 
     /// Starts a worker with the built-in types.
     pub async fn start_worker(&mut self, id: &str, concurrency: usize) -> &WorkerHandle {
-        let worker = Worker::new(self.worker_config(id, concurrency));
+        let worker = self.worker(Worker::new(self.worker_config(id, concurrency)));
         self.spawn_worker(worker)
+    }
+
+    /// `worker` as this engine runs its workers: calling the first
+    /// coordinator in this process when `in_process` is set.
+    pub fn worker(&self, worker: Worker) -> Worker {
+        match (self.opts.in_process, self.coordinators.first()) {
+            (true, Some(c)) => worker.in_process(c.in_process()),
+            _ => worker,
+        }
     }
 
     /// Runs a worker the test built (with its own handlers).

@@ -7,8 +7,12 @@ use std::time::Duration;
 
 use composer_api::wire::{StageTimes, PRIORITY_HEADER};
 use composer_api::{
-    CompleteTask, ErrorBody, FailTask, LeasedTask, PollTasks, ReportAck, TakeNext, TaskBatch, TaskHeartbeat,
+    CompleteTask, ErrorBody, ErrorDetail, FailTask, LeasedTask, PollTasks, ReportAck, TakeNext, TaskBatch,
+    TaskHeartbeat,
 };
+use std::sync::Arc;
+
+use composer_api::in_process::{InProcessApi, Refusal};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -53,8 +57,10 @@ pub enum Outcome {
     Failed(Box<FailTask>),
 }
 
-/// The coordinators a worker talks to.
+/// The coordinators a worker talks to: over HTTP, or the one in its own
+/// process when it has one (then only that one).
 pub struct Coordinators {
+    local: Option<Arc<dyn InProcessApi>>,
     client: reqwest::Client,
     urls: Vec<String>,
     token: Option<String>,
@@ -71,7 +77,13 @@ impl Coordinators {
             .build()
             .expect("building the coordinators' client");
         let urls = urls.into_iter().map(|u| u.trim_end_matches('/').to_string()).collect();
-        Coordinators { client, urls, token, next: AtomicUsize::new(0), spread: Default::default() }
+        Coordinators { local: None, client, urls, token, next: AtomicUsize::new(0), spread: Default::default() }
+    }
+
+    /// Talks to the coordinator in this process instead, through `api`.
+    pub fn in_process(mut self, api: Arc<dyn InProcessApi>) -> Coordinators {
+        self.local = Some(api);
+        self
     }
 
     /// The coordinators in turn from one picked at random (so calls spread
@@ -97,6 +109,9 @@ impl Coordinators {
     /// at the next coordinator that answers (each is tried once); the error
     /// names the last one tried and what went wrong.
     pub async fn poll(&self, poll: &PollTasks, wait: Duration) -> Result<TaskBatch, String> {
+        if let Some(api) = &self.local {
+            return api.poll(poll.clone()).await.map_err(|r| r.to_string());
+        }
         let mut error = String::from("no coordinator");
         for base in self.turns().take(self.urls.len()) {
             let req = self.post(base, "/v1/tasks/poll", poll).timeout(wait + POLL_SLACK);
@@ -122,6 +137,16 @@ impl Coordinators {
     /// answers: a coordinator that died must not cost a lease.
     pub async fn heartbeat(&self, task: &LeasedTask, worker_id: &str) -> Heartbeat {
         let body = TaskHeartbeat { worker_id: worker_id.to_string(), run_id: task.run_id, attempt: task.attempt };
+        if let Some(api) = &self.local {
+            return match api.heartbeat(task.id, body).await {
+                Ok(()) => Heartbeat::Extended,
+                Err(r) if r.lease_lost() => Heartbeat::Lost,
+                Err(r) => {
+                    tracing::warn!(task_id = %task.id, refusal = %r, "heartbeat refused");
+                    Heartbeat::Unknown
+                }
+            };
+        }
         let path = format!("/v1/tasks/{}/heartbeat", task.id);
         for base in self.turns().take(self.urls.len()) {
             match self.post(base, &path, &body).timeout(HEARTBEAT_TIMEOUT).send().await {
@@ -153,6 +178,16 @@ impl Coordinators {
         for chunk in lines.chunks(composer_api::MAX_LOG_LINES) {
             let body =
                 composer_api::TaskLogs { worker_id: worker_id.to_string(), run_id, attempt, lines: chunk.to_vec() };
+            if let Some(api) = &self.local {
+                match api.logs(task_id, body).await {
+                    Ok(()) => continue,
+                    Err(r) if r.lease_lost() => return false,
+                    Err(r) => {
+                        tracing::warn!(%task_id, refusal = %r, lines = chunk.len(), "the task's log lines were refused; dropped");
+                        return false;
+                    }
+                }
+            }
             let mut sent = false;
             for base in self.turns().take(self.urls.len()) {
                 let req = self.post(base, &format!("/v1/tasks/{task_id}/logs"), &body).timeout(LOG_TIMEOUT);
@@ -196,11 +231,19 @@ impl Coordinators {
         let mut backoff = Duration::from_millis(50);
         let mut outcome = outcome;
         let mut replaced = false;
-        for base in self.turns() {
+        let mut turns = self.turns();
+        loop {
             // What a refused result said of its stages may be what was refused.
             let stages = stages.filter(|_| !replaced);
-            let req = self.result_request(base, task, worker_id, &outcome, next, stages);
-            match answer_to_result(req.send().await, task, worker_id, base, replaced).await {
+            let answer = match &self.local {
+                Some(api) => local_answer(api.as_ref(), task, worker_id, &outcome, next, stages, replaced).await,
+                None => {
+                    let base = turns.next().unwrap_or_default();
+                    let req = self.result_request(base, task, worker_id, &outcome, next, stages);
+                    answer_to_result(req.send().await, task, worker_id, base, replaced).await
+                }
+            };
+            match answer {
                 AfterAnswer::Done(delivery) => return delivery,
                 AfterAnswer::Replace(failure) => {
                     outcome = Outcome::Failed(failure);
@@ -215,7 +258,6 @@ impl Coordinators {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
         }
-        Delivery::Failed
     }
 
     /// The request that sends `outcome` to the coordinator at `base`, at
@@ -290,21 +332,81 @@ async fn answer_to_result(
     }
     let status = resp.status();
     let body = resp.text().await.unwrap_or_default();
-    if lease_lost(status, &body) {
-        tracing::warn!(task_id = %task.id, "result refused: this worker no longer holds the lease; dropping it");
-        return AfterAnswer::Done(Delivery::Gone);
-    }
     let error = serde_json::from_str::<ErrorBody>(&body).ok().map(|b| b.error);
-    if let Some(error) = error.filter(|_| refused_for_good(status)) {
-        if replaced {
-            tracing::error!(task_id = %task.id, %status, message = %error.message, "the attempt's failure was refused too; dropping it");
-            return AfterAnswer::Done(Delivery::Gone);
+    refused(status.as_u16(), error.as_ref(), task, worker_id, replaced).unwrap_or_else(|| {
+        tracing::warn!(task_id = %task.id, coordinator = %base, %status, %body, "result refused; trying again");
+        AfterAnswer::TryAgain
+    })
+}
+
+/// The answer of the coordinator in this process to a result.
+async fn local_answer(
+    api: &dyn InProcessApi,
+    task: &LeasedTask,
+    worker_id: &str,
+    outcome: &Outcome,
+    next: Option<&TakeNext>,
+    stages: Option<StageTimes>,
+    replaced: bool,
+) -> AfterAnswer {
+    let answer = match outcome {
+        Outcome::Completed(output) => {
+            let report = CompleteTask {
+                worker_id: worker_id.to_string(),
+                run_id: task.run_id,
+                attempt: task.attempt,
+                output: output.clone(),
+                next: next.cloned(),
+                stages,
+            };
+            api.complete(task.id, task.priority, report).await
         }
-        tracing::warn!(task_id = %task.id, %status, message = %error.message, "result refused; failing the attempt with the reason");
-        return AfterAnswer::Replace(Box::new(refusal(task, worker_id, status.as_u16(), &error.code, &error.message)));
+        Outcome::Failed(fail) => {
+            api.fail(task.id, task.priority, FailTask { next: next.cloned(), stages, ..(**fail).clone() }).await
+        }
+    };
+    match answer {
+        Ok(ack) => {
+            if let Some(reason) = ack.ignored {
+                tracing::debug!(task_id = %task.id, %reason, "result ignored by the coordinator");
+            }
+            AfterAnswer::Done(Delivery::Delivered(ack.next))
+        }
+        Err(Refusal { status, code, message }) => {
+            let error = ErrorDetail { code, message };
+            refused(status, Some(&error), task, worker_id, replaced).unwrap_or_else(|| {
+                tracing::warn!(task_id = %task.id, status, code = %error.code, message = %error.message, "result refused; trying again");
+                AfterAnswer::TryAgain
+            })
+        }
     }
-    tracing::warn!(task_id = %task.id, coordinator = %base, %status, %body, "result refused; trying again");
-    AfterAnswer::TryAgain
+}
+
+/// What a refusal of a result (`status`, with the coordinator's own
+/// `error` when it gave one) ends in: the lease is lost, or the result
+/// itself is refused (it becomes the attempt's failure, once); `None`: try
+/// again.
+fn refused(
+    status: u16,
+    error: Option<&ErrorDetail>,
+    task: &LeasedTask,
+    worker_id: &str,
+    replaced: bool,
+) -> Option<AfterAnswer> {
+    let error = error?;
+    if status == 409 && error.code == composer_api::LEASE_LOST {
+        tracing::warn!(task_id = %task.id, "result refused: this worker no longer holds the lease; dropping it");
+        return Some(AfterAnswer::Done(Delivery::Gone));
+    }
+    if !refused_for_good(status) {
+        return None;
+    }
+    if replaced {
+        tracing::error!(task_id = %task.id, status, message = %error.message, "the attempt's failure was refused too; dropping it");
+        return Some(AfterAnswer::Done(Delivery::Gone));
+    }
+    tracing::warn!(task_id = %task.id, status, message = %error.message, "result refused; failing the attempt with the reason");
+    Some(AfterAnswer::Replace(Box::new(refusal(task, worker_id, status, &error.code, &error.message))))
 }
 
 /// Whether a coordinator said this worker no longer holds the lease: its
@@ -317,9 +419,8 @@ fn lease_lost(status: reqwest::StatusCode, body: &str) -> bool {
 /// A refusal of the result itself, which no retry of it gets past: a 400,
 /// 413 or 422. Not a refusal of the worker (401, 403: a token an operator
 /// may mend), nor a 404 (maybe a proxy's), nor a 408 or 429.
-fn refused_for_good(status: reqwest::StatusCode) -> bool {
-    use reqwest::StatusCode as S;
-    matches!(status, S::BAD_REQUEST | S::PAYLOAD_TOO_LARGE | S::UNPROCESSABLE_ENTITY)
+fn refused_for_good(status: u16) -> bool {
+    matches!(status, 400 | 413 | 422)
 }
 
 /// The failure that replaces a refused result: for good, with the
@@ -365,12 +466,12 @@ mod tests {
         assert!(!failed.retryable);
         assert_eq!(failed.code.as_deref(), Some("report_refused"));
         assert!(failed.error.contains("HTTP 413 payload_too_large"), "{}", failed.error);
-        assert!(refused_for_good(reqwest::StatusCode::PAYLOAD_TOO_LARGE));
-        assert!(refused_for_good(reqwest::StatusCode::BAD_REQUEST));
-        assert!(!refused_for_good(reqwest::StatusCode::TOO_MANY_REQUESTS));
-        assert!(!refused_for_good(reqwest::StatusCode::UNAUTHORIZED), "a token can be mended");
-        assert!(!refused_for_good(reqwest::StatusCode::NOT_FOUND), "maybe a proxy's");
-        assert!(!refused_for_good(reqwest::StatusCode::SERVICE_UNAVAILABLE));
+        assert!(refused_for_good(413));
+        assert!(refused_for_good(400));
+        assert!(!refused_for_good(429));
+        assert!(!refused_for_good(401), "a token can be mended");
+        assert!(!refused_for_good(404), "maybe a proxy's");
+        assert!(!refused_for_good(503));
     }
 
     #[test]

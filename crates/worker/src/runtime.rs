@@ -139,6 +139,7 @@ impl Ctx {
 pub async fn run(
     config: Config,
     handlers: HashMap<String, Registration>,
+    local: Option<Arc<dyn composer_api::in_process::InProcessApi>>,
     shutdown: CancellationToken,
     stats: Stats,
 ) -> Result<(), Error> {
@@ -153,7 +154,10 @@ pub async fn run(
     let ctx = Arc::new(Ctx {
         id: o.id.clone(),
         report_deadline: o.report_deadline,
-        coordinators: Coordinators::new(o.coordinator_urls.clone(), config.worker_token.clone()),
+        coordinators: match local {
+            Some(api) => Coordinators::new(o.coordinator_urls.clone(), None).in_process(api),
+            None => Coordinators::new(o.coordinator_urls.clone(), config.worker_token.clone()),
+        },
         handlers: handlers.into_iter().map(|(t, r)| (t, r.handler)).collect(),
         stats,
         permits: Arc::new(Semaphore::new(o.concurrency)),

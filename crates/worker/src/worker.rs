@@ -12,17 +12,19 @@ use crate::error::Error;
 use crate::http;
 use crate::runtime::{self, Stats};
 use crate::task::{Handler, Registration, TaskContext, TaskError};
+use composer_api::in_process::InProcessApi;
 
 /// A worker: registered handlers plus the runtime that feeds them.
 pub struct Worker {
     config: Config,
     handlers: HashMap<String, Registration>,
+    local: Option<Arc<dyn InProcessApi>>,
 }
 
 impl Worker {
     /// A worker with the built-in HTTP executor registered.
     pub fn new(config: Config) -> Worker {
-        let mut w = Worker { config, handlers: HashMap::new() };
+        let mut w = Worker { config, handlers: HashMap::new(), local: None };
         // A malformed list fails `run` (validation) before any task runs.
         let policy = w.config.egress().unwrap_or_default();
         let http = http::Http::new(policy, w.config.max_payload, w.config.options.http_max_timeout);
@@ -52,6 +54,13 @@ impl Worker {
         self
     }
 
+    /// Talks to the coordinator in this process through `api`, instead of
+    /// over HTTP to the configured URLs.
+    pub fn in_process(mut self, api: Arc<dyn InProcessApi>) -> Worker {
+        self.local = Some(api);
+        self
+    }
+
     pub fn id(&self) -> &str {
         &self.config.options.id
     }
@@ -59,12 +68,12 @@ impl Worker {
     /// Runs until `shutdown`, then stops reading, lets in-flight tasks finish
     /// (up to the lease TTL) and returns.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
-        runtime::run(self.config, self.handlers, shutdown, Stats::default()).await
+        runtime::run(self.config, self.handlers, self.local, shutdown, Stats::default()).await
     }
 
     /// Like [`Worker::run`], counting what happens in `stats` (for tests and
     /// benchmarks).
     pub async fn run_with_stats(self, shutdown: CancellationToken, stats: Stats) -> Result<(), Error> {
-        runtime::run(self.config, self.handlers, shutdown, stats).await
+        runtime::run(self.config, self.handlers, self.local, shutdown, stats).await
     }
 }

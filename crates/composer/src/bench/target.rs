@@ -73,7 +73,13 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
     let mut wcfg = composer_worker::Config::new(vec![url.clone()]);
     wcfg.options.concurrency = concurrency.max(1);
     let worker = CancellationToken::new();
-    tokio::spawn(composer_worker::Worker::new(wcfg).run(worker.clone()));
+    // As `composer dev` runs its worker: calling the coordinator directly
+    // unless COMPOSER_WORKER_IN_PROCESS=false.
+    let mut w = composer_worker::Worker::new(wcfg);
+    if std::env::var("COMPOSER_WORKER_IN_PROCESS").map_or(true, |v| v.trim() != "false") {
+        w = w.in_process(coordinator.in_process());
+    }
+    tokio::spawn(w.run(worker.clone()));
     let embedded = Embedded { coordinator: Some(coordinator), worker, _pg: pg, _redis: redis, dir };
     Ok(Target { url, database_url: Some(database_url), _embedded: Some(embedded) })
 }

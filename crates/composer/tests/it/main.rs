@@ -17,6 +17,7 @@ mod hardening;
 mod hardening_http;
 mod hardening_worker;
 mod in_part;
+mod in_process;
 mod leases;
 mod limits;
 mod logs;

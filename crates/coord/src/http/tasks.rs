@@ -64,11 +64,10 @@ pub const MAX_NEXT_TASKS: u32 = composer_api::wire::MAX_EAGER_SLOTS;
 
 /// What a result's `next` asks for, checked, as the engine takes it; made
 /// at the priority the result's `composer-priority` names.
-fn offer_of(s: &TaskApi, next: Option<TakeNext>, headers: &HeaderMap) -> ApiResult<Option<EagerOffer>> {
+fn offer_of(s: &TaskApi, next: Option<TakeNext>, priority: u8) -> ApiResult<Option<EagerOffer>> {
     let Some(next) = next else { return Ok(None) };
     check_queues("next.queues", &next.queues)?;
     let max = check_max("next.max", next.max, MAX_NEXT_TASKS)?;
-    let priority = priority_of(headers);
     Ok(Some(EagerOffer { slots: max, lease: s.config.lease_ttl, queues: next.queues, priority }))
 }
 
@@ -83,20 +82,25 @@ fn offer_of(s: &TaskApi, next: Option<TakeNext>, headers: &HeaderMap) -> ApiResu
     responses((status = 200, description = "the tasks leased (none when none came within `wait`)", body = TaskBatch))
 )]
 pub(crate) async fn poll(State(s): State<Arc<TaskApi>>, Body(req): Body<PollTasks>) -> ApiResult<Json<TaskBatch>> {
+    poll_tasks(&s, req).await.map(Json)
+}
+
+/// [`poll`], for the route and for a worker in this process alike.
+pub(crate) async fn poll_tasks(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBatch> {
     check_worker(&req.worker_id)?;
     check_queues("queues", &req.queues)?;
     let max = check_max("max", req.max, MAX_POLL_TASKS)?;
-    let (wait, at_most) = wait_and_priority(&s, &req)?;
+    let (wait, at_most) = wait_and_priority(s, &req)?;
     let mut queues = req.queues.clone();
     queues.sort();
     queues.dedup();
-    let mut streams = streams_by_priority(&s, &queues);
+    let mut streams = streams_by_priority(s, &queues);
     // Levels past `at_most` have no streams here: the read sees no work there.
     for level in &mut streams[usize::from(at_most - composer_core::priority::HIGHEST) + 1..] {
         level.clear();
     }
     let every_priority = at_most == composer_core::priority::LOWEST;
-    ensure_groups(&s, streams.iter().flatten()).await?;
+    ensure_groups(s, streams.iter().flatten()).await?;
 
     let deadline = tokio::time::Instant::now() + wait;
     let mut idle = Duration::from_millis(5);
@@ -108,26 +112,26 @@ pub(crate) async fn poll(State(s): State<Arc<TaskApi>>, Body(req): Body<PollTask
         tokio::pin!(published);
         published.as_mut().enable();
         let Leased { tasks, waiting } =
-            lease(&s, &req.worker_id, &queues, &streams, every_priority, start, max as usize).await?;
+            lease(s, &req.worker_id, &queues, &streams, every_priority, start, max as usize).await?;
         start = start.wrapping_add(1);
         if !tasks.is_empty() || tokio::time::Instant::now() >= deadline || s.draining.has_begun() {
             if !tasks.is_empty() {
                 composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
             }
-            return Ok(Json(TaskBatch { tasks, waiting }));
+            return Ok(TaskBatch { tasks, waiting });
         }
         let nap = idle.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
         // Waits where this coordinator's batches see it: a task one makes
         // ready of these queues is leased to this worker in its commit and
         // comes here, through no stream.
         let offer = EagerOffer { slots: max, lease: s.config.lease_ttl, queues: queues.clone(), priority: at_most };
-        let given = park(&s, &req.worker_id, offer, published.as_mut(), nap).await;
+        let given = park(s, &req.worker_id, offer, published.as_mut(), nap).await;
         if let Some(given) = given.filter(|g| !g.is_empty()) {
             let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
             composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
             composer_metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
             // What waits is what the read before the wait saw.
-            return Ok(Json(TaskBatch { tasks, waiting }));
+            return Ok(TaskBatch { tasks, waiting });
         }
         idle = (idle * 2).min(IDLE_READ_EVERY);
     }
@@ -224,14 +228,18 @@ pub(crate) async fn heartbeat(
     Path(id): Path<String>,
     Body(req): Body<TaskHeartbeat>,
 ) -> ApiResult<Json<LeaseExtended>> {
-    let id = task_id(&id)?;
+    extend_lease(&s, task_id(&id)?, req).await.map(Json)
+}
+
+/// [`heartbeat`], for the route and for a worker in this process alike.
+pub(crate) async fn extend_lease(s: &TaskApi, id: Uuid, req: TaskHeartbeat) -> ApiResult<LeaseExtended> {
     check_worker(&req.worker_id)?;
     let ttl = s.config.lease_ttl;
     let leases = LeaseManager::new(s.pool.clone());
     if !leases.renew(req.run_id, id, &req.worker_id, ttl, req.attempt).await? {
         return Err(ApiError::LeaseLost(id));
     }
-    Ok(Json(LeaseExtended { lease_ttl_ms: ttl.as_millis() as u64 }))
+    Ok(LeaseExtended { lease_ttl_ms: ttl.as_millis() as u64 })
 }
 
 /// Send log lines.
@@ -253,10 +261,20 @@ pub(crate) async fn logs(
     Path(id): Path<String>,
     Body(req): Body<TaskLogs>,
 ) -> ApiResult<Json<LogsAccepted>> {
-    let id = task_id(&id)?;
+    append_logs(&s, task_id(&id)?, req).await.map(Json)
+}
+
+/// [`logs`], for the route and for a worker in this process alike (whose
+/// lines no body extractor has looked at for a NUL).
+pub(crate) async fn append_logs(s: &TaskApi, id: Uuid, req: TaskLogs) -> ApiResult<LogsAccepted> {
     check_worker(&req.worker_id)?;
     if req.lines.is_empty() || req.lines.len() > MAX_LOG_LINES {
         return Err(ApiError::bad_request(format!("lines: send 1 to {MAX_LOG_LINES} lines")));
+    }
+    if let Some(at) = req.lines.iter().position(|l| l.contains('\0')) {
+        return Err(ApiError::bad_request(format!(
+            "field lines[{at}] contains a NUL character (\\u0000), which cannot be stored"
+        )));
     }
     let lines: Vec<String> = req.lines.iter().map(|l| log_line(l)).collect();
     let mut client = composer_store::client(&s.pool).await?;
@@ -271,7 +289,7 @@ pub(crate) async fn logs(
     )
     .await?
     .ok_or(ApiError::LeaseLost(id))?;
-    Ok(Json(LogsAccepted { accepted: kept.accepted as u32, dropped: kept.dropped as u32 }))
+    Ok(LogsAccepted { accepted: kept.accepted as u32, dropped: kept.dropped as u32 })
 }
 
 /// A line as it is kept: at most [`MAX_LOG_LINE_BYTES`] (cut on a
@@ -312,11 +330,16 @@ pub(crate) async fn complete(
     headers: HeaderMap,
     Body(req): Body<CompleteTask, true>,
 ) -> ApiResult<Json<ReportAck>> {
-    let id = task_id(&id)?;
+    complete_task(&s, task_id(&id)?, req, priority_of(&headers)).await.map(Json)
+}
+
+/// [`complete`], for the route and for a worker in this process alike, at
+/// the run's `priority` the result names.
+pub(crate) async fn complete_task(s: &TaskApi, id: Uuid, req: CompleteTask, priority: u8) -> ApiResult<ReportAck> {
     check_worker(&req.worker_id)?;
-    let offer = offer_of(&s, req.next, &headers)?;
+    let offer = offer_of(s, req.next, priority)?;
     let event = completed(id, req.attempt, req.output, s.config.max_payload);
-    finish(&s, req.worker_id, req.run_id, event, offer, priority_of(&headers), req.stages).await
+    finish(s, req.worker_id, req.run_id, event, offer, priority, req.stages).await
 }
 
 /// The level a result's `composer-priority` names, the default when it
@@ -350,9 +373,17 @@ pub(crate) async fn fail(
     headers: HeaderMap,
     Body(req): Body<FailTask>,
 ) -> ApiResult<Json<ReportAck>> {
-    let id = task_id(&id)?;
+    fail_task(&s, task_id(&id)?, req, priority_of(&headers)).await.map(Json)
+}
+
+/// [`fail`], for the route and for a worker in this process alike (whose
+/// error no body extractor has looked at for a NUL).
+pub(crate) async fn fail_task(s: &TaskApi, id: Uuid, req: FailTask, priority: u8) -> ApiResult<ReportAck> {
     check_worker(&req.worker_id)?;
-    let offer = offer_of(&s, req.next, &headers)?;
+    let offer = offer_of(s, req.next, priority)?;
+    if req.error.contains('\0') {
+        return Err(ApiError::bad_request("field error contains a NUL character (\\u0000), which cannot be stored"));
+    }
     if req.error.chars().count() > MAX_ERROR_CHARS {
         return Err(ApiError::bad_request(format!("error: at most {MAX_ERROR_CHARS} characters")));
     }
@@ -373,7 +404,7 @@ pub(crate) async fn fail(
         status: req.status,
         retry_after: req.retry_after_ms.map(std::time::Duration::from_millis),
     };
-    finish(&s, req.worker_id, req.run_id, event, offer, priority_of(&headers), req.stages).await
+    finish(s, req.worker_id, req.run_id, event, offer, priority, req.stages).await
 }
 
 /// Applies a result only while `worker` holds the attempt's lease, as the
@@ -392,7 +423,7 @@ async fn finish(
     offer: Option<EagerOffer>,
     priority: u8,
     stages: Option<StageTimes>,
-) -> ApiResult<Json<ReportAck>> {
+) -> ApiResult<ReportAck> {
     let started = std::time::Instant::now();
     let mut stages = stages.unwrap_or_default();
     stages.finished_at_us = stages.finished_at_us.or(Some(composer_api::wire::now_us()));
@@ -412,7 +443,7 @@ async fn finish(
         composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], next.len() as u64);
         composer_metrics::inc(composer_metrics::EAGER_DISPATCHES, &[], next.len() as u64);
     }
-    Ok(Json(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored, next }))
+    Ok(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored, next })
 }
 
 /// The event of an attempt that completed with `output`: an output that

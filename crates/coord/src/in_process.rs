@@ -1,0 +1,57 @@
+//! The task API for a worker in this coordinator's process (`composer dev`,
+//! the bench): the routes' own checks and engine calls, with no HTTP, no
+//! JSON and no token between them. A result is applied by the engine as a
+//! reported one is, its answer may lease the next task in the same commit,
+//! and a poll waits where this coordinator's batches hand it work; what
+//! the worker does with a lease (heartbeats, expiry, recovery) is unchanged.
+
+use std::sync::Arc;
+
+use composer_api::in_process::{InProcessApi, Pending, Refusal};
+use composer_api::{CompleteTask, FailTask, PollTasks, ReportAck, TaskBatch, TaskHeartbeat, TaskLogs};
+use uuid::Uuid;
+
+use crate::http::{tasks, ApiError};
+use crate::shared::TaskApi;
+
+/// This coordinator's task API, called in its process.
+#[derive(Clone)]
+pub struct InProcess(Arc<TaskApi>);
+
+fn refusal(e: ApiError) -> Refusal {
+    let (status, code) = e.status_and_code();
+    Refusal { status: status.as_u16(), code: code.to_string(), message: e.to_string() }
+}
+
+impl InProcess {
+    pub(crate) fn new(api: Arc<TaskApi>) -> InProcess {
+        InProcess(api)
+    }
+}
+
+impl InProcessApi for InProcess {
+    /// `POST /v1/tasks/poll`.
+    fn poll(&self, poll: PollTasks) -> Pending<'_, Result<TaskBatch, Refusal>> {
+        Box::pin(async move { tasks::poll_tasks(&self.0, poll).await.map_err(refusal) })
+    }
+
+    /// `POST /v1/tasks/{id}/heartbeat`.
+    fn heartbeat(&self, task: Uuid, heartbeat: TaskHeartbeat) -> Pending<'_, Result<(), Refusal>> {
+        Box::pin(async move { tasks::extend_lease(&self.0, task, heartbeat).await.map(drop).map_err(refusal) })
+    }
+
+    /// `POST /v1/tasks/{id}/logs`.
+    fn logs(&self, task: Uuid, logs: TaskLogs) -> Pending<'_, Result<(), Refusal>> {
+        Box::pin(async move { tasks::append_logs(&self.0, task, logs).await.map(drop).map_err(refusal) })
+    }
+
+    /// `POST /v1/tasks/{id}/complete`, at the run's `priority`.
+    fn complete(&self, task: Uuid, priority: u8, report: CompleteTask) -> Pending<'_, Result<ReportAck, Refusal>> {
+        Box::pin(async move { tasks::complete_task(&self.0, task, report, priority).await.map_err(refusal) })
+    }
+
+    /// `POST /v1/tasks/{id}/fail`, at the run's `priority`.
+    fn fail(&self, task: Uuid, priority: u8, report: FailTask) -> Pending<'_, Result<ReportAck, Refusal>> {
+        Box::pin(async move { tasks::fail_task(&self.0, task, report, priority).await.map_err(refusal) })
+    }
+}
