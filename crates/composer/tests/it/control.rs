@@ -658,7 +658,7 @@ async fn a_schedule_is_created_read_paused_resumed_triggered_and_deleted() {
     for (bad, path) in [
         (json!({"id": "x", "workflow": "report", "cron": "* *"}), "cron"),
         (json!({"id": "x", "workflow": "report", "cron": "* * * * *", "timezone": "Nowhere/City"}), "timezone"),
-        (json!({"id": "x", "workflow": "report", "cron": "* * * * *", "overlap": "maybe"}), "$"),
+        (json!({"id": "x", "workflow": "report", "cron": "* * * * *", "overlap": "maybe"}), "overlap"),
     ] {
         let (status, body) = e.post("/v1/schedules", &bad).await;
         assert_eq!(status, 400, "{bad}: {body}");

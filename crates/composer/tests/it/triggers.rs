@@ -331,7 +331,10 @@ async fn a_signed_webhook_delivery_becomes_an_event_once_and_a_bad_or_stale_one_
     assert_eq!(deliver(&e, "nowhere", &headers, push).await.0, 401);
     for (bad, words) in [
         (json!({"name": "x", "scheme": "stripe", "secret": "whsec_live_123"}), "secret"),
-        (json!({"name": "x", "scheme": "paypal", "secret": "X"}), "expected `stripe` or `github`"),
+        (
+            json!({"name": "x", "scheme": "paypal", "secret": "X"}),
+            "scheme: \"paypal\" is not accepted (expected one of: stripe, github)",
+        ),
         (json!({"name": "x", "scheme": "stripe", "secret": "X", "tolerance": "1d"}), "tolerance"),
     ] {
         let (status, body) = e.post("/v1/webhooks", &bad).await;
