@@ -17,6 +17,8 @@ use composer_config::non_empty;
 
 mod logs;
 
+use crate::input::encode;
+
 use crate::cli::{
     ClientArgs, EventCommand, LimitCommand, RunCommand, RunFilter, ScheduleCommand, WebhookCommand, WorkflowCommand,
 };
@@ -517,14 +519,4 @@ pub async fn schedule(args: ClientArgs, cmd: ScheduleCommand) -> anyhow::Result<
     };
     output::one(format, &answer);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Percent-encodes a query value.
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -13,7 +13,7 @@ use composer_client::Client;
 use composer_core::machine::TaskState;
 use reqwest::Method;
 
-use crate::input::{Failure, NOT_FOUND, RUN_FAILED};
+use crate::input::{encode, Failure, NOT_FOUND, RUN_FAILED};
 use crate::output::{self, Format};
 
 /// How often `--follow` asks for new lines (a worker sends about once a second).
@@ -230,14 +230,4 @@ async fn get<T: serde::de::DeserializeOwned>(api: &Client, path: &str) -> anyhow
 
 fn not_found(message: String) -> anyhow::Error {
     Failure { code: NOT_FOUND, message }.into()
-}
-
-/// Percent-encodes a path segment or query value (as the other commands do).
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

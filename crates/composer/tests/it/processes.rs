@@ -241,6 +241,12 @@ async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cron"), "{}", String::from_utf8_lossy(&bad.stderr));
 
     assert!(dev.terminate(Duration::from_secs(30)).success(), "composer dev exits cleanly on SIGTERM");
+    no_process_left_behind(&data_dir).await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Waits for the embedded services under `data_dir` to exit with `composer dev`.
+async fn no_process_left_behind(data_dir: &Path) {
     eventually(Duration::from_secs(10), "the embedded services to exit with composer dev", || async {
         let left = processes_mentioning(data_dir.to_str().unwrap());
         if left.is_empty() {
@@ -250,7 +256,6 @@ async fn composer_dev_needs_no_configuration_and_leaves_no_process_behind() {
         }
     })
     .await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A SIGTERM sent while `composer dev` is still starting its embedded
@@ -278,15 +283,7 @@ async fn a_sigterm_while_dev_starts_stops_it_cleanly_and_leaves_no_process_behin
     .await;
     let status = dev.terminate(Duration::from_secs(90));
     assert!(status.success(), "composer dev exits cleanly on a SIGTERM while it starts: {status}");
-    eventually(Duration::from_secs(10), "the embedded services to exit with composer dev", || async {
-        let left = processes_mentioning(data_dir.to_str().unwrap());
-        if left.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("processes left behind: {left:?}"))
-        }
-    })
-    .await;
+    no_process_left_behind(&data_dir).await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
