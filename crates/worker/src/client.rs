@@ -24,6 +24,8 @@ const LOG_TIMEOUT: Duration = Duration::from_secs(2);
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a poll's answer may come after its `wait`.
 const POLL_SLACK: Duration = Duration::from_secs(10);
+/// How long any other call may take (a result's, each time it is sent).
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What became of a result.
 #[derive(Debug, PartialEq)]
@@ -72,7 +74,7 @@ pub struct Coordinators {
 impl Coordinators {
     pub fn new(urls: Vec<String>, token: Option<String>) -> Coordinators {
         let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
+            .timeout(CALL_TIMEOUT)
             .connect_timeout(Duration::from_secs(2))
             .build()
             .expect("building the coordinators' client");
@@ -110,7 +112,12 @@ impl Coordinators {
     /// names the last one tried and what went wrong.
     pub async fn poll(&self, poll: &PollTasks, wait: Duration) -> Result<TaskBatch, String> {
         if let Some(api) = &self.local {
-            return api.poll(poll.clone()).await.map_err(|r| r.to_string());
+            return match tokio::time::timeout(wait + POLL_SLACK, api.poll(poll.clone())).await {
+                Ok(answer) => answer.map_err(|r| r.to_string()),
+                Err(_) => {
+                    Err(format!("the coordinator in this process did not answer a poll within {:?}", wait + POLL_SLACK))
+                }
+            };
         }
         let mut error = String::from("no coordinator");
         for base in self.turns().take(self.urls.len()) {
@@ -138,11 +145,15 @@ impl Coordinators {
     pub async fn heartbeat(&self, task: &LeasedTask, worker_id: &str) -> Heartbeat {
         let body = TaskHeartbeat { worker_id: worker_id.to_string(), run_id: task.run_id, attempt: task.attempt };
         if let Some(api) = &self.local {
-            return match api.heartbeat(task.id, body).await {
-                Ok(()) => Heartbeat::Extended,
-                Err(r) if r.lease_lost() => Heartbeat::Lost,
-                Err(r) => {
+            return match tokio::time::timeout(HEARTBEAT_TIMEOUT, api.heartbeat(task.id, body)).await {
+                Ok(Ok(())) => Heartbeat::Extended,
+                Ok(Err(r)) if r.lease_lost() => Heartbeat::Lost,
+                Ok(Err(r)) => {
                     tracing::warn!(task_id = %task.id, refusal = %r, "heartbeat refused");
+                    Heartbeat::Unknown
+                }
+                Err(_) => {
+                    tracing::warn!(task_id = %task.id, "heartbeat not answered in time by the coordinator in this process");
                     Heartbeat::Unknown
                 }
             };
@@ -179,11 +190,15 @@ impl Coordinators {
             let body =
                 composer_api::TaskLogs { worker_id: worker_id.to_string(), run_id, attempt, lines: chunk.to_vec() };
             if let Some(api) = &self.local {
-                match api.logs(task_id, body).await {
-                    Ok(()) => continue,
-                    Err(r) if r.lease_lost() => return false,
-                    Err(r) => {
+                match tokio::time::timeout(LOG_TIMEOUT, api.logs(task_id, body)).await {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(r)) if r.lease_lost() => return false,
+                    Ok(Err(r)) => {
                         tracing::warn!(%task_id, refusal = %r, lines = chunk.len(), "the task's log lines were refused; dropped");
+                        return false;
+                    }
+                    Err(_) => {
+                        tracing::warn!(%task_id, lines = chunk.len(), "the coordinator in this process did not take the task's log lines in time; dropped");
                         return false;
                     }
                 }
@@ -236,7 +251,17 @@ impl Coordinators {
             // What a refused result said of its stages may be what was refused.
             let stages = stages.filter(|_| !replaced);
             let answer = match &self.local {
-                Some(api) => local_answer(api.as_ref(), task, worker_id, &outcome, next, stages, replaced).await,
+                // Each try within the time an HTTP call has, and never past
+                // the deadline: a coordinator that never answers (stopped
+                // past its grace, aborted) must not hold the lease forever.
+                Some(api) => {
+                    let until = give_up.min(tokio::time::Instant::now() + CALL_TIMEOUT);
+                    let answer = local_answer(api.as_ref(), task, worker_id, &outcome, next, stages, replaced);
+                    tokio::time::timeout_at(until, answer).await.unwrap_or_else(|_| {
+                        tracing::warn!(task_id = %task.id, "the coordinator in this process did not answer the result in time; trying again");
+                        AfterAnswer::TryAgain
+                    })
+                }
                 None => {
                     let base = turns.next().unwrap_or_default();
                     let req = self.result_request(base, task, worker_id, &outcome, next, stages);
@@ -445,6 +470,81 @@ fn refusal(task: &LeasedTask, worker_id: &str, status: u16, code: &str, message:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn leased() -> LeasedTask {
+        LeasedTask {
+            id: Uuid::now_v7(),
+            run_id: Uuid::now_v7(),
+            attempt: 2,
+            node_id: "n".into(),
+            node_type: "t".into(),
+            queue: "q".into(),
+            input: serde_json::json!({}),
+            lease_ttl_ms: 30_000,
+            traceparent: None,
+            priority: 3,
+            stages: None,
+        }
+    }
+
+    /// A coordinator in this process that takes every call and never
+    /// answers (one stopped past its grace, or aborted).
+    struct Silent;
+
+    impl InProcessApi for Silent {
+        fn poll(&self, _: PollTasks) -> composer_api::in_process::Pending<'_, Result<TaskBatch, Refusal>> {
+            Box::pin(std::future::pending())
+        }
+        fn heartbeat(&self, _: Uuid, _: TaskHeartbeat) -> composer_api::in_process::Pending<'_, Result<(), Refusal>> {
+            Box::pin(std::future::pending())
+        }
+        fn logs(
+            &self,
+            _: Uuid,
+            _: composer_api::TaskLogs,
+        ) -> composer_api::in_process::Pending<'_, Result<(), Refusal>> {
+            Box::pin(std::future::pending())
+        }
+        fn complete(
+            &self,
+            _: Uuid,
+            _: u8,
+            _: CompleteTask,
+        ) -> composer_api::in_process::Pending<'_, Result<ReportAck, Refusal>> {
+            Box::pin(std::future::pending())
+        }
+        fn fail(
+            &self,
+            _: Uuid,
+            _: u8,
+            _: FailTask,
+        ) -> composer_api::in_process::Pending<'_, Result<ReportAck, Refusal>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_coordinator_in_this_process_that_never_answers_costs_what_an_http_one_would() {
+        let c = Coordinators::new(vec!["http://unused".into()], None).in_process(Arc::new(Silent));
+        let task = leased();
+        let outcome = Outcome::Completed(serde_json::json!({}));
+        // The heartbeat's bound is HEARTBEAT_TIMEOUT (5 s); the result's, its deadline.
+        let within = HEARTBEAT_TIMEOUT + Duration::from_secs(3);
+        let (delivery, beat) = tokio::time::timeout(
+            within,
+            futures_util::future::join(
+                c.finish(&task, "w", outcome, Duration::from_millis(300), None, None),
+                c.heartbeat(&task, "w"),
+            ),
+        )
+        .await
+        .expect("a call that is never answered ends, as an HTTP call's timeout ends it");
+        assert_eq!(delivery, Delivery::Failed, "not taken before the deadline: the lease is left to expire");
+        assert_eq!(beat, Heartbeat::Unknown, "no answer is not a lost lease");
+        let lines = vec!["a line".to_string()];
+        let sent = tokio::time::timeout(within, c.send_logs(task.id, task.run_id, "w", 2, lines)).await;
+        assert_eq!(sent.ok(), Some(false), "log lines nobody takes are dropped");
+    }
 
     #[test]
     fn a_refused_result_becomes_a_failure_for_good_that_says_why() {
