@@ -23,6 +23,15 @@ fn refusal(e: ApiError) -> Refusal {
     Refusal { status: status.as_u16(), code: code.to_string(), message: e.to_string() }
 }
 
+/// A result's priority as its route reads `composer-priority`: one that is
+/// not a level is the default (a hint, never a reason to refuse).
+fn level(priority: u8) -> u8 {
+    match composer_core::priority::is_level(i64::from(priority)) {
+        true => priority,
+        false => composer_core::priority::DEFAULT,
+    }
+}
+
 impl InProcess {
     pub(crate) fn new(api: Arc<TaskApi>) -> InProcess {
         InProcess(api)
@@ -30,9 +39,17 @@ impl InProcess {
 }
 
 impl InProcessApi for InProcess {
-    /// `POST /v1/tasks/poll`.
+    /// `POST /v1/tasks/poll`, refused once this coordinator drains: over
+    /// HTTP a stopped coordinator takes no poll (its listener is closed),
+    /// but this one would still lease from the streams to the worker in its
+    /// process, whose results it could no longer apply.
     fn poll(&self, poll: PollTasks) -> Pending<'_, Result<TaskBatch, Refusal>> {
-        Box::pin(async move { tasks::poll_tasks(&self.0, poll).await.map_err(refusal) })
+        Box::pin(async move {
+            if self.0.draining.has_begun() {
+                return Err(refusal(ApiError::Draining));
+            }
+            tasks::poll_tasks(&self.0, poll).await.map_err(refusal)
+        })
     }
 
     /// `POST /v1/tasks/{id}/heartbeat`.
@@ -47,11 +64,13 @@ impl InProcessApi for InProcess {
 
     /// `POST /v1/tasks/{id}/complete`, at the run's `priority`.
     fn complete(&self, task: Uuid, priority: u8, report: CompleteTask) -> Pending<'_, Result<ReportAck, Refusal>> {
+        let priority = level(priority);
         Box::pin(async move { tasks::complete_task(&self.0, task, report, priority).await.map_err(refusal) })
     }
 
     /// `POST /v1/tasks/{id}/fail`, at the run's `priority`.
     fn fail(&self, task: Uuid, priority: u8, report: FailTask) -> Pending<'_, Result<ReportAck, Refusal>> {
+        let priority = level(priority);
         Box::pin(async move { tasks::fail_task(&self.0, task, report, priority).await.map_err(refusal) })
     }
 }

@@ -118,3 +118,33 @@ async fn a_result_the_coordinator_cannot_store_fails_its_attempt_by_name_both_wa
         e.stop().await;
     }
 }
+
+/// Over HTTP a stopped coordinator takes no more polls (its listener is
+/// closed); the worker in its process must not be leased work through it
+/// either: a result it could never deliver would hold the step for the
+/// report's deadline and its lease, and run it again.
+#[tokio::test]
+async fn a_stopped_coordinator_leases_nothing_to_the_worker_in_its_process() {
+    let mut e = Engine::with(EngineOptions { coordinators: 2, ..engine(true, 0) }).await;
+    e.start_worker("local", 2).await;
+    e.coordinators.remove(0).stop().await;
+    let http = FakeHttp::start().await;
+    e.register(&json!({"name": "after_stop", "nodes": [http_node("a", &http.url("/ok/a"), 1)]})).await;
+    let mut runs = Vec::new();
+    for _ in 0..6 {
+        runs.push(e.start_run("after_stop", json!({})).await);
+    }
+    // An absence, so a fixed time: the steps wait in the streams, and the
+    // stopped coordinator's worker, polling all along, must not take them.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(e.workers[0].stats.executed(), 0, "the stopped coordinator's worker ran nothing");
+    let remote = composer_worker::Worker::new(e.worker_config("remote", 2));
+    e.spawn_worker(remote);
+    for run in &runs {
+        let done = e.wait_for_run(*run, T).await;
+        assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    }
+    assert_eq!(e.workers[0].stats.executed(), 0, "the stopped coordinator's worker ran nothing");
+    assert_eq!(http.calls("/ok/a"), 6, "each step called once");
+    e.stop().await;
+}
