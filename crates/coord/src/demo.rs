@@ -20,7 +20,9 @@
 //!   is a number (else 10); an id starting `missing` is a 404.
 //!
 //! What it remembers (counts, charges, checks) is in memory, at most
-//! [`MAX_KEYS`] keys of each kind; past that it forgets the oldest half.
+//! [`MAX_KEYS`] keys of each kind; past that it forgets the oldest half. A
+//! key longer than [`MAX_KEY_BYTES`] is a 400 and a charge larger than
+//! [`MAX_CHARGE_BYTES`] a 413, so that memory stays small.
 //! It holds no secret and calls nothing: open to whoever reaches the
 //! listener, as the examples' own targets would be.
 
@@ -45,6 +47,13 @@ pub const DECLINE_ABOVE: f64 = 1000.0;
 pub const EXPORT_CHECKS: u64 = 2;
 /// Keys of each kind the demo target remembers.
 pub const MAX_KEYS: usize = 10_000;
+/// The longest key it remembers (an `Idempotency-Key`, a flaky key, an
+/// export's id), in bytes: longer ones are a 400, so what it remembers
+/// stays small (a header may be hundreds of KiB).
+pub const MAX_KEY_BYTES: usize = 255;
+/// The largest charge it takes, in bytes (413 past it): a charge with a key
+/// is remembered with its `order`, up to [`MAX_KEYS`] of them.
+pub const MAX_CHARGE_BYTES: usize = 4096;
 
 /// The `/demo` routes, with their own memory.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
@@ -117,6 +126,15 @@ fn answer(status: StatusCode, body: Value) -> Response {
 
 fn refuse(status: StatusCode, message: String) -> Response {
     answer(status, json!({"error": message}))
+}
+
+/// The 400 that refuses a key longer than [`MAX_KEY_BYTES`]; `None` for a
+/// key the demo may remember.
+fn too_long(what: &str, key: &str) -> Option<Response> {
+    (key.len() > MAX_KEY_BYTES).then(|| {
+        let message = format!("{what} is {} bytes; the demo remembers keys of at most {MAX_KEY_BYTES}", key.len());
+        refuse(StatusCode::BAD_REQUEST, message)
+    })
 }
 
 /// The body as JSON when it is JSON, else as text.
@@ -192,6 +210,9 @@ async fn flaky(State(memory): State<Arc<Memory>>, Path(key): Path<String>, Query
     let Some(failing) = StatusCode::from_u16(failing).ok().filter(|s| s.as_u16() >= 400) else {
         return refuse(StatusCode::BAD_REQUEST, format!("status {failing} is not an HTTP error status"));
     };
+    if let Some(refused) = too_long("the key", &key) {
+        return refused;
+    }
     let call = {
         let mut counts = lock(&memory.flaky);
         let count = counts.entry(&key, || 0);
@@ -208,6 +229,10 @@ async fn flaky(State(memory): State<Arc<Memory>>, Path(key): Path<String>, Query
 /// A charge: `{"amount": N, …}`; the same `Idempotency-Key` gets the same
 /// answer, and only one charge is made for it.
 async fn charge(State(memory): State<Arc<Memory>>, headers: HeaderMap, body: Bytes) -> Response {
+    if body.len() > MAX_CHARGE_BYTES {
+        let message = format!("a charge is at most {MAX_CHARGE_BYTES} bytes; this one is {}", body.len());
+        return refuse(StatusCode::PAYLOAD_TOO_LARGE, message);
+    }
     let body = body_value(&body);
     let Some(amount) = body.get("amount").and_then(amount_of) else {
         return refuse(StatusCode::BAD_REQUEST, "a charge needs an \"amount\", a number above 0".into());
@@ -223,6 +248,9 @@ async fn charge(State(memory): State<Arc<Memory>>, headers: HeaderMap, body: Byt
     let Some(key) = key else {
         return answer(StatusCode::OK, made(&memory));
     };
+    if let Some(refused) = too_long("the Idempotency-Key", &key) {
+        return refused;
+    }
     let (charge, replayed) = {
         let mut charges = lock(&memory.charges);
         let mut fresh = false;
@@ -269,6 +297,9 @@ async fn start_export(State(memory): State<Arc<Memory>>, body: Bytes) -> Respons
 }
 
 async fn check_export(State(memory): State<Arc<Memory>>, Path(id): Path<String>) -> Response {
+    if let Some(refused) = too_long("the export's id", &id) {
+        return refused;
+    }
     let check = {
         let mut checks = lock(&memory.exports);
         let n = checks.entry(&id, || 0);
@@ -301,6 +332,42 @@ mod tests {
         assert_eq!(m.values.len(), MAX_KEYS / 2 + 1);
         assert!(!m.values.contains_key("0"), "the oldest went");
         assert_eq!(*m.entry(&(MAX_KEYS - 1).to_string(), || 0), 1, "a recent key kept its count");
+    }
+
+    fn keyed(key: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("idempotency-key", HeaderValue::from_str(key).unwrap());
+        headers
+    }
+
+    /// Bytes the memory holds in keys and remembered charges.
+    fn held(memory: &Memory) -> usize {
+        let charges = lock(&memory.charges);
+        let charged: usize = charges.values.iter().map(|(k, v)| 2 * k.len() + v.to_string().len()).sum();
+        let keys = |m: &Mutex<Bounded<u64>>| lock(m).values.keys().map(|k| 2 * k.len()).sum::<usize>();
+        charged + keys(&memory.flaky) + keys(&memory.exports)
+    }
+
+    #[tokio::test]
+    async fn what_it_remembers_of_a_caller_is_small_whatever_the_caller_sends() {
+        let memory = Arc::new(Memory::default());
+        let big = "k".repeat(64 * 1024);
+        let order = json!({"amount": 5, "order": "o".repeat(512 * 1024)}).to_string();
+        let charged = charge(State(memory.clone()), keyed(&big), Bytes::from(r#"{"amount": 5}"#)).await;
+        assert_eq!(charged.status(), StatusCode::BAD_REQUEST, "a 64 KiB Idempotency-Key");
+        let charged = charge(State(memory.clone()), keyed("k1"), Bytes::from(order)).await;
+        assert_eq!(charged.status(), StatusCode::PAYLOAD_TOO_LARGE, "a 512 KiB order");
+        let flaky_query = Query(FlakyQuery { fail: 1, status: None });
+        assert_eq!(
+            flaky(State(memory.clone()), Path(big.clone()), flaky_query).await.status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(check_export(State(memory.clone()), Path(big)).await.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(held(&memory), 0, "nothing of them was kept");
+        let fine = json!({"amount": 5, "order": "o-1"}).to_string();
+        let charged = charge(State(memory.clone()), keyed(&"k".repeat(MAX_KEY_BYTES)), Bytes::from(fine)).await;
+        assert_eq!(charged.status(), StatusCode::OK);
+        assert!(held(&memory) < 1024, "{} bytes for one charge", held(&memory));
     }
 
     #[test]
