@@ -296,24 +296,38 @@ impl Coordinators {
         next: Option<&TakeNext>,
         stages: Option<StageTimes>,
     ) -> reqwest::RequestBuilder {
-        let req = match outcome {
-            Outcome::Completed(output) => {
-                let body = CompleteTask {
-                    worker_id: worker_id.to_string(),
-                    run_id: task.run_id,
-                    attempt: task.attempt,
-                    output: output.clone(),
-                    next: next.cloned(),
-                    stages,
-                };
-                self.post(base, &format!("/v1/tasks/{}/complete", task.id), &body)
-            }
-            Outcome::Failed(fail) => {
-                let body = FailTask { next: next.cloned(), stages, ..(**fail).clone() };
-                self.post(base, &format!("/v1/tasks/{}/fail", task.id), &body)
-            }
+        let req = match report(task, worker_id, outcome, next, stages) {
+            Report::Complete(body) => self.post(base, &format!("/v1/tasks/{}/complete", task.id), &body),
+            Report::Fail(body) => self.post(base, &format!("/v1/tasks/{}/fail", task.id), &body),
         };
         req.header(PRIORITY_HEADER, task.priority.to_string())
+    }
+}
+
+/// A result as the task API takes it.
+enum Report {
+    Complete(CompleteTask),
+    Fail(FailTask),
+}
+
+/// The report of `outcome`, asking for `next`, with the attempt's `stages`.
+fn report(
+    task: &LeasedTask,
+    worker_id: &str,
+    outcome: &Outcome,
+    next: Option<&TakeNext>,
+    stages: Option<StageTimes>,
+) -> Report {
+    match outcome {
+        Outcome::Completed(output) => Report::Complete(CompleteTask {
+            worker_id: worker_id.to_string(),
+            run_id: task.run_id,
+            attempt: task.attempt,
+            output: output.clone(),
+            next: next.cloned(),
+            stages,
+        }),
+        Outcome::Failed(fail) => Report::Fail(FailTask { next: next.cloned(), stages, ..(**fail).clone() }),
     }
 }
 
@@ -374,21 +388,9 @@ async fn local_answer(
     stages: Option<StageTimes>,
     replaced: bool,
 ) -> AfterAnswer {
-    let answer = match outcome {
-        Outcome::Completed(output) => {
-            let report = CompleteTask {
-                worker_id: worker_id.to_string(),
-                run_id: task.run_id,
-                attempt: task.attempt,
-                output: output.clone(),
-                next: next.cloned(),
-                stages,
-            };
-            api.complete(task.id, task.priority, report).await
-        }
-        Outcome::Failed(fail) => {
-            api.fail(task.id, task.priority, FailTask { next: next.cloned(), stages, ..(**fail).clone() }).await
-        }
+    let answer = match report(task, worker_id, outcome, next, stages) {
+        Report::Complete(body) => api.complete(task.id, task.priority, body).await,
+        Report::Fail(body) => api.fail(task.id, task.priority, body).await,
     };
     match answer {
         Ok(ack) => {
