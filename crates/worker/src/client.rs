@@ -550,19 +550,7 @@ mod tests {
 
     #[test]
     fn a_refused_result_becomes_a_failure_for_good_that_says_why() {
-        let task = LeasedTask {
-            id: Uuid::now_v7(),
-            run_id: Uuid::now_v7(),
-            attempt: 2,
-            node_id: "n".into(),
-            node_type: "t".into(),
-            queue: "q".into(),
-            input: serde_json::json!({}),
-            lease_ttl_ms: 30_000,
-            traceparent: None,
-            priority: 3,
-            stages: None,
-        };
+        let task = leased();
         let failed = refusal(&task, "w", 413, "payload_too_large", "the request body is too large");
         assert_eq!((failed.run_id, failed.attempt, failed.worker_id.as_str()), (task.run_id, 2, "w"));
         assert!(!failed.retryable);
