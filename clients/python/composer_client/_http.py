@@ -61,6 +61,21 @@ def _error_of(status: int, reason: str, body: bytes, retry_after: Optional[str])
     return error_for_status(status, code, message, _retry_after(retry_after))
 
 
+VERSION_HEADER = "composer-version"
+"""Every answer of a Composer coordinator names its version in this header."""
+
+
+def _not_composer(url: str, method: str, path: str, status: int) -> ComposerError:
+    """The error of an answer from a server that is not a Composer
+    coordinator (another service on the port, a proxy's own page): its JSON
+    is not the API's, and reading it as such would mislead."""
+    message = (
+        f"{method} {path}: {url} answered HTTP {status} without a {VERSION_HEADER} header: "
+        "it is not a Composer coordinator (check the client's URL)"
+    )
+    return ComposerError(status, "not_composer", message)
+
+
 class Transport:
     """Sends requests to one server. A token is sent as ``Authorization:
     Bearer`` and never appears in an error or a log line."""
@@ -109,9 +124,15 @@ class Transport:
             with self._opener.open(req, timeout=timeout or self.timeout) as resp:
                 raw = resp.read()
                 status = resp.status
+                if resp.headers.get(VERSION_HEADER) is None:
+                    raise _not_composer(self.url, method, path, status)
         except urllib.error.HTTPError as e:
             with e:
                 raw = e.read()
+            # A 5xx without the header may be a proxy before a coordinator
+            # that is down: unavailable, as before; anything else is not ours.
+            if e.code < 500 and e.headers.get(VERSION_HEADER) is None:
+                raise _not_composer(self.url, method, path, e.code) from None
             error = _error_of(e.code, str(e.reason), raw, e.headers.get("Retry-After"))
             log.debug("%s %s -> %d %s in %.0fms", method, path, e.code, error.code, (time.monotonic() - began) * 1000)
             raise error from None

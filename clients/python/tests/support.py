@@ -160,7 +160,11 @@ Answer = tuple[int, dict[str, str], bytes]
 
 def answer(status: int, body: Any = None, headers: Optional[dict[str, str]] = None) -> Answer:
     """A JSON answer."""
-    return status, {"Content-Type": "application/json", **(headers or {})}, json.dumps(body).encode()
+    return (
+        status,
+        {"Content-Type": "application/json", "composer-version": "0.0.0-stub", **(headers or {})},
+        json.dumps(body).encode(),
+    )
 
 
 class StubServer:

@@ -66,6 +66,21 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertIn("Bad Gateway", e.exception.message)
         self.assertIn("upstream down", e.exception.message)
 
+    def test_a_server_that_is_not_composer_is_not_taken_for_one(self) -> None:
+        # Another service on the port answers JSON, a 200 or a 404 of its own,
+        # without the header every coordinator's answer carries.
+        for status in (200, 404):
+            other: Answer = (status, {"Content-Type": "application/json"}, b'{"workflows": []}')
+
+            def respond(_r: Request, a: Answer = other) -> Answer:
+                return a
+
+            with StubServer(respond) as stub, self.assertRaises(ComposerError) as e:
+                Client(stub.url).list_workflows()
+            self.assertIs(type(e.exception), ComposerError)
+            self.assertEqual((e.exception.status, e.exception.code), (status, "not_composer"))
+            self.assertIn("not a Composer coordinator", e.exception.message)
+
     def test_a_redirect_is_not_followed(self) -> None:
         def respond(r: Request) -> Answer:
             if r.route == "/elsewhere":
