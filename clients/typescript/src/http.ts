@@ -1,7 +1,7 @@
 /** The one HTTP call of the client and the worker: JSON in and out, the
  * bearer token, a timeout, and errors as `ComposerError`s. */
 
-import { errorClassFor, UnavailableError } from "./errors.js";
+import { ComposerError, errorClassFor, UnavailableError } from "./errors.js";
 import type { JsonValue } from "./types.js";
 
 export type Fetch = typeof globalThis.fetch;
@@ -86,6 +86,9 @@ export function query(params: Record<string, string | number | undefined | null>
 class CallTimeout extends Error {}
 
 /** Calls `method path` with `body` as JSON; an error answer (or none) throws a `ComposerError`. */
+/** The header every answer of a Composer coordinator carries, naming its version. */
+export const VERSION_HEADER = "composer-version";
+
 export async function call<T>(
   t: Transport,
   method: "GET" | "POST" | "PUT" | "DELETE",
@@ -113,12 +116,14 @@ export async function call<T>(
   let status: number;
   let text: string;
   let retryAfter: string | null;
+  let composer: boolean;
   try {
     const init: RequestInit = { method, headers, signal: controller.signal };
     if (payload !== undefined) init.body = payload;
     const resp = await t.fetch(t.base + path, init);
     status = resp.status;
     retryAfter = resp.headers.get("retry-after");
+    composer = resp.headers.get(VERSION_HEADER) !== null;
     text = await resp.text();
   } catch (e) {
     if (outer?.aborted) throw outer.reason;
@@ -139,6 +144,15 @@ export async function call<T>(
     outer?.removeEventListener("abort", onAbort);
   }
 
+  // Every answer of a coordinator names its version; another server's JSON
+  // is not the API's. A 5xx without it may be a proxy before a coordinator
+  // that is down: unavailable, below.
+  if (!composer && status < 500) {
+    throw new ComposerError(
+      `${what}: ${t.base} answered HTTP ${status} without a ${VERSION_HEADER} header: it is not a Composer coordinator (check the client's URL)`,
+      { status, code: "not_composer" },
+    );
+  }
   if (status < 200 || status > 299) {
     let code = "http_error"; // not the API's error body (a proxy's page), as the Python client says
     let message = text.trim().slice(0, 1000) || `HTTP ${status}`;

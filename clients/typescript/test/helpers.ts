@@ -32,7 +32,7 @@ export async function fakeServer(
 }
 
 export function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  res.writeHead(status, { "content-type": "application/json", ...headers });
+  res.writeHead(status, { "content-type": "application/json", "composer-version": "0.0.0-fake", ...headers });
   res.end(JSON.stringify(body));
 }
 

@@ -211,9 +211,28 @@ describe("errors", () => {
     }
   });
 
+  it("refuses an answer without composer-version: another server is not taken for a coordinator", async () => {
+    for (const status of [200, 404]) {
+      const server = await fakeServer((_req, _body, res) => {
+        res.writeHead(status, { "content-type": "application/json" });
+        res.end(JSON.stringify({ workflows: [] }));
+      });
+      try {
+        const err = await new Client({ url: server.url }).listWorkflows().catch((e: unknown) => e);
+        assert.ok(err instanceof ComposerError, String(err));
+        assert.equal(err.constructor, ComposerError);
+        assert.equal(err.status, status);
+        assert.equal(err.code, "not_composer");
+        assert.match(err.message, /not a Composer coordinator/);
+      } finally {
+        await server.close();
+      }
+    }
+  });
+
   it("sends the token and JSON, and refuses an answer that is not JSON", async () => {
     const server = await fakeServer((_req, _body, res) => {
-      res.writeHead(200, { "content-type": "text/plain" });
+      res.writeHead(200, { "content-type": "text/plain", "composer-version": "0.0.0-fake" });
       res.end("hello");
     });
     try {
