@@ -134,7 +134,9 @@ async fn one(
     common(&mut worker);
     let mut worker = worker.spawn().context("cannot start the worker")?;
     wait_for_ready(http, &url).await?;
-    let target = Target { url, database_url: Some(database_url.clone()), _embedded: None };
+    let processes = [("coordinator", coordinator.id()), ("worker", worker.id()), ("driver", Some(std::process::id()))];
+    let processes = processes.into_iter().filter_map(|(what, pid)| Some((what, pid?))).collect();
+    let target = Target { url, database_url: Some(database_url.clone()), _embedded: None, processes };
     let measured = measure(args, &target, http, sink, &[format!("http://{worker_addr}/metrics")]).await;
     let _ = worker.kill().await;
     let _ = coordinator.kill().await;
@@ -192,8 +194,11 @@ impl Drop for RemoveOnDrop {
 /// side does not have it.
 type Figure = (&'static str, fn(&Results) -> Option<f64>);
 
-const FIGURES: [Figure; 14] = [
+const FIGURES: [Figure; 17] = [
     ("steps/s", |r| Some(r.steps_per_s())),
+    ("coordinator CPU ms/step", |r| r.cpu_ms_of("coordinator")),
+    ("worker CPU ms/step", |r| r.cpu_ms_of("worker")),
+    ("driver CPU ms/step", |r| r.cpu_ms_of("driver")),
     ("latency p50 ms", |r| Some(r.latency_p50())),
     ("step transition p50 ms", |r| Some(r.transition_p50())),
     ("start run p50 ms", |r| Some(percentile(&r.latency.starts, 50.0))),

@@ -71,15 +71,55 @@ pub(super) async fn measure(
         Some(db) => Some(work(db, CpuAt::End).await?),
         None => None,
     };
+    let cpu_before = cpu_now(target);
     let wall = measure_throughput(&api, target, &workflow, args).await?;
-    let dispatched_after = read_dispatches(http, &urls[0]).await;
     let total_steps = (args.runs * args.steps) as f64;
+    let process_cpu_ms = cpu_per_step(target, &cpu_before, &cpu_now(target), total_steps);
+    let dispatched_after = read_dispatches(http, &urls[0]).await;
     let dispatch = [dispatch_share(dispatched_before, dispatched_at), dispatch_share(dispatched_at, dispatched_after)];
     let per_step = match (&target.database_url, before) {
         (Some(db), Some(b)) => Some(PerStep::between(b, work(db, CpuAt::Start).await?, total_steps)),
         _ => None,
     };
     let commits_per_step = per_step.map(|p| p.commits);
+    let (baseline_tps, timers) = optional_phases(args, target, &api, wall).await?;
+    Ok(Results {
+        latency,
+        stages,
+        dispatch,
+        wall,
+        total_steps,
+        commits_per_step,
+        per_step,
+        process_cpu_ms,
+        baseline_tps,
+        timers,
+    })
+}
+
+/// CPU seconds so far of each of the target's processes (`None`: gone).
+fn cpu_now(target: &Target) -> Vec<Option<f64>> {
+    target.processes.iter().map(|(_, pid)| super::postgres::process_cpu_seconds(*pid)).collect()
+}
+
+/// Each process's CPU ms per step between two readings.
+fn cpu_per_step(
+    target: &Target,
+    before: &[Option<f64>],
+    after: &[Option<f64>],
+    steps: f64,
+) -> Vec<(&'static str, f64)> {
+    let spent = before.iter().zip(after).map(|(b, a)| Some((a.as_ref()? - b.as_ref()?) * 1000.0 / steps));
+    target.processes.iter().zip(spent).filter_map(|((what, _), ms)| Some((*what, ms?))).collect()
+}
+
+/// The phases a flag asks for: pgbench's baseline and the timers' lateness.
+async fn optional_phases(
+    args: &BenchArgs,
+    target: &Target,
+    api: &Client,
+    wall: f64,
+) -> anyhow::Result<(Option<f64>, Option<(u64, usize, Vec<f64>)>)> {
     let baseline_tps = match (&target.database_url, args.baseline) {
         (Some(db), true) => Some(baseline(db, wall.ceil() as u64, args.concurrency.min(32)).await?),
         (None, true) => bail!("--baseline needs the database: set COMPOSER_DATABASE_URL with --target-url"),
@@ -87,8 +127,8 @@ pub(super) async fn measure(
     };
     let timers = match (args.timers, &target.database_url) {
         (0, _) => None,
-        (n, Some(db)) => Some(timer_lateness(&api, db, n).await?),
+        (n, Some(db)) => Some(timer_lateness(api, db, n).await?),
         (_, None) => bail!("--timers needs the database (COMPOSER_DATABASE_URL)"),
     };
-    Ok(Results { latency, stages, dispatch, wall, total_steps, commits_per_step, per_step, baseline_tps, timers })
+    Ok((baseline_tps, timers))
 }

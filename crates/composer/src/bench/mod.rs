@@ -45,7 +45,12 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         return ab::run(&args, other).await;
     }
     let target = match non_empty(&args.target_url) {
-        Some(url) => Target { url, database_url: non_empty(&args.database_url), _embedded: None },
+        Some(url) => Target {
+            url,
+            database_url: non_empty(&args.database_url),
+            _embedded: None,
+            processes: vec![("driver", std::process::id())],
+        },
         None => {
             eprintln!("starting embedded PostgreSQL (fsync on), Redis, a coordinator and a worker …");
             start_embedded(args.concurrency, args.map.map(|_| MAP_BENCH_MAX_PAYLOAD)).await?

@@ -97,6 +97,17 @@ pub(super) fn server_cpu_seconds(backend: i32) -> Option<f64> {
     (hz > 0).then(|| total / hz as f64)
 }
 
+/// CPU seconds (user + system, every thread) of process `pid` so far.
+pub(super) fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions; it reads a constant of the system.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks / hz as f64)
+}
+
 /// PostgreSQL's work per step over the throughput phase.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PerStep {

@@ -19,6 +19,9 @@ pub(super) struct Results {
     pub(super) total_steps: f64,
     pub(super) commits_per_step: Option<f64>,
     pub(super) per_step: Option<PerStep>,
+    /// CPU ms per step over the throughput phase of each process measured
+    /// ([`super::target::Target::processes`]).
+    pub(super) process_cpu_ms: Vec<(&'static str, f64)>,
     pub(super) baseline_tps: Option<f64>,
     pub(super) timers: Option<(u64, usize, Vec<f64>)>,
 }
@@ -34,6 +37,11 @@ impl Results {
 
     pub(super) fn transition_p50(&self) -> f64 {
         percentile(&self.latency.steps, 50.0)
+    }
+
+    /// The CPU ms per step of the process measured as `what`.
+    pub(super) fn cpu_ms_of(&self, what: &str) -> Option<f64> {
+        self.process_cpu_ms.iter().find(|(w, _)| *w == what).map(|(_, ms)| *ms)
     }
 
     pub(super) fn timer_p99(&self) -> Option<f64> {
@@ -75,6 +83,8 @@ impl Results {
                 "cpu_ms": p.cpu_ms.map(round3),
                 "rows": {"inserted": round2(p.rows[0]), "updated": round2(p.rows[1]),
                          "hot_updated": round2(p.rows[2]), "deleted": round2(p.rows[3])}})),
+            "process_cpu_ms_per_step": self.process_cpu_ms.iter().map(|(w, ms)| (w.to_string(), json!(round3(*ms))))
+                .collect::<serde_json::Map<_, _>>(),
             "timers": self.timers.as_ref().map(|(pending, fired, late)| json!({"pending": pending, "fired": fired,
                 "lateness_ms": {"p50": p(late, 50.0), "p99": p(late, 99.0),
                                 "max": round2(late.last().copied().unwrap_or(f64::NAN))}})),
@@ -144,6 +154,12 @@ impl Results {
                 late.last().copied().unwrap_or(f64::NAN)
             );
         }
+        self.print_work(steps_per_s);
+    }
+
+    /// What each step cost: PostgreSQL's work, each process's CPU, and
+    /// pgbench's rate when measured.
+    fn print_work(&self, steps_per_s: f64) {
         if let Some(c) = self.commits_per_step {
             println!("PostgreSQL commits per step: {c:.2}");
         }
@@ -153,6 +169,9 @@ impl Results {
                 "PostgreSQL per step: CPU {cpu}; rows inserted {:.2}, updated {:.2} ({:.2} HOT), deleted {:.2}",
                 p.rows[0], p.rows[1], p.rows[2], p.rows[3]
             );
+        }
+        for (what, ms) in &self.process_cpu_ms {
+            println!("CPU per step of {what}: {ms:.3} ms");
         }
         if let Some(tps) = self.baseline_tps {
             println!(

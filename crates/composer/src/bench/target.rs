@@ -10,6 +10,9 @@ pub(super) struct Target {
     pub(super) url: String,
     pub(super) database_url: Option<String>,
     pub(super) _embedded: Option<Embedded>,
+    /// Processes on this machine whose CPU per step is measured, by what
+    /// they are (this one, the driver, is always one of them).
+    pub(super) processes: Vec<(&'static str, u32)>,
 }
 
 /// The embedded default: PostgreSQL (fsync on), Redis, a coordinator and a
@@ -68,6 +71,7 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
     }
     // What tracing costs: the bench's coordinator sends its spans where a coordinator would.
     cfg.otlp_endpoint = std::env::var("COMPOSER_OTLP_ENDPOINT").ok().filter(|v| !v.is_empty());
+    let coordinator_max_payload = cfg.max_payload;
     let coordinator = composer_coord::start(cfg).await?;
     let url = format!("http://{}", coordinator.addr);
     let mut wcfg = composer_worker::Config::new(vec![url.clone()]);
@@ -80,8 +84,19 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
         w = w.in_process(coordinator.in_process());
     }
     tokio::spawn(w.run(worker.clone()));
+    // And, as `composer dev` and a coordinator do, the coordinator's own
+    // HTTP executor, unless COMPOSER_COORDINATOR_HTTP_SLOTS=0.
+    let slots = std::env::var("COMPOSER_COORDINATOR_HTTP_SLOTS").ok().and_then(|v| v.trim().parse().ok());
+    let slots: usize = slots.unwrap_or(64).min(composer_worker::MAX_WORKER_SLOTS);
+    if slots > 0 {
+        let mut config = composer_worker::Config::new(vec![url.clone()]);
+        config.max_payload = coordinator_max_payload;
+        let executor = composer_worker::Worker::coordinators_http(config, coordinator.http_executor(), slots);
+        tokio::spawn(executor.run(worker.clone()));
+    }
     let embedded = Embedded { coordinator: Some(coordinator), worker, _pg: pg, _redis: redis, dir };
-    Ok(Target { url, database_url: Some(database_url), _embedded: Some(embedded) })
+    let processes = vec![("this process (driver, coordinator, worker)", std::process::id())];
+    Ok(Target { url, database_url: Some(database_url), _embedded: Some(embedded), processes })
 }
 
 /// The fastest HTTP endpoint we can offer: 200 `{}`.
