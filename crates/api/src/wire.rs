@@ -105,6 +105,9 @@ pub struct EagerOffer {
     /// The reported task's priority as the worker knew it (its
     /// `composer-priority`): what the worker offered for.
     pub priority: u8,
+    /// Made by a coordinator's own HTTP executor: only steps a coordinator
+    /// may run (HTTP calls that read no secret) are given to it.
+    pub coordinator: bool,
 }
 
 #[cfg(test)]

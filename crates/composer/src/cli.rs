@@ -31,8 +31,9 @@ pub enum Command {
     /// Coordinator and worker in one process; starts its own PostgreSQL and
     /// Redis when no URLs are configured.
     Dev(Box<DevArgs>),
-    /// The coordinator: REST API, engine, outbox and background loops.
-    Coordinator(Box<composer_coord::Config>),
+    /// The coordinator: REST API, engine, outbox and background loops, and
+    /// the HTTP steps that read no secret.
+    Coordinator(Box<CoordinatorArgs>),
     /// A worker running the built-in node types (HTTP).
     Worker(Box<composer_worker::Config>),
     /// Applies database migrations and exits.
@@ -60,9 +61,31 @@ pub enum Command {
 }
 
 #[derive(Args)]
+pub struct CoordinatorArgs {
+    #[command(flatten)]
+    pub coord: composer_coord::Config,
+    #[command(flatten)]
+    pub http_steps: HttpSteps,
+    #[command(flatten)]
+    pub egress: composer_worker::Egress,
+}
+
+/// The HTTP steps a coordinator runs itself.
+#[derive(Args)]
+pub struct HttpSteps {
+    /// HTTP steps this coordinator runs at once itself: calls whose config
+    /// reads no secret, as its own commits make them ready (the rest go to
+    /// workers through the streams). 0: every HTTP step goes to a worker.
+    #[arg(long = "http-slots", env = "COMPOSER_COORDINATOR_HTTP_SLOTS", default_value_t = 64)]
+    pub slots: usize,
+}
+
+#[derive(Args)]
 pub struct DevArgs {
     #[command(flatten)]
     pub coord: composer_coord::Config,
+    #[command(flatten)]
+    pub http_steps: HttpSteps,
     #[command(flatten)]
     pub worker: composer_worker::Options,
     /// Where the embedded PostgreSQL and Redis keep their files.

@@ -9,7 +9,7 @@ use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::DevArgs;
+use crate::cli::{CoordinatorArgs, DevArgs, HttpSteps};
 
 /// SIGTERM or ctrl-c, listened for from the moment it is made. Made before
 /// a role announces its address, so a signal sent as soon as the address is
@@ -51,13 +51,71 @@ impl StopSignal {
     }
 }
 
-pub async fn coordinator(config: composer_coord::Config) -> anyhow::Result<ExitCode> {
+pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
+    let CoordinatorArgs { coord, http_steps, egress } = args;
     let stop = StopSignal::listen();
-    let running = composer_coord::start(config).await?;
+    let executor = HttpExecutor::config(&http_steps, egress, coord.max_payload)?;
+    let running = composer_coord::start(coord).await?;
+    let executor = HttpExecutor::start(executor, &running);
     tracing::info!(addr = %running.addr, "coordinator ready");
     stop.received().await;
+    executor.stop().await;
     running.stop().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A coordinator's own HTTP executor (`--http-slots`): a worker in its
+/// process, handed only HTTP calls that read no secret, by its own batches.
+struct HttpExecutor {
+    shutdown: CancellationToken,
+    run: Option<tokio::task::JoinHandle<Result<(), composer_worker::Error>>>,
+}
+
+impl HttpExecutor {
+    /// Its configuration, checked before the coordinator starts; `None`
+    /// with no slots.
+    fn config(
+        steps: &HttpSteps,
+        egress: composer_worker::Egress,
+        max_payload: usize,
+    ) -> anyhow::Result<Option<(composer_worker::Config, usize)>> {
+        if steps.slots == 0 {
+            return Ok(None);
+        }
+        if steps.slots > composer_worker::MAX_WORKER_SLOTS {
+            anyhow::bail!(
+                "--http-slots (COMPOSER_COORDINATOR_HTTP_SLOTS): {} is more than {} slots",
+                steps.slots,
+                composer_worker::MAX_WORKER_SLOTS
+            );
+        }
+        // In process, the URL is only its name in the log.
+        let mut config = composer_worker::Config::new(vec!["http://in-process".into()]);
+        config.max_payload = max_payload;
+        config.options.egress = egress;
+        let config = config.validated()?;
+        Ok(Some((config, steps.slots)))
+    }
+
+    fn start(config: Option<(composer_worker::Config, usize)>, running: &composer_coord::Running) -> HttpExecutor {
+        let shutdown = CancellationToken::new();
+        let run = config.map(|(config, slots)| {
+            let worker = composer_worker::Worker::coordinators_http(config, running.http_executor(), slots);
+            tokio::spawn(worker.run(shutdown.clone()))
+        });
+        HttpExecutor { shutdown, run }
+    }
+
+    /// Lets the calls in flight finish and report (within a lease).
+    async fn stop(self) {
+        self.shutdown.cancel();
+        if let Some(Ok(Err(e))) = match self.run {
+            Some(run) => Some(run.await),
+            None => None,
+        } {
+            tracing::error!(error = %e, "the coordinator's HTTP executor failed");
+        }
+    }
 }
 
 pub async fn worker(config: composer_worker::Config) -> anyhow::Result<ExitCode> {
@@ -141,10 +199,11 @@ fn absolute(p: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
 }
 
 async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Result<ExitCode> {
-    let DevArgs { mut coord, worker: mut options, demo_target, worker_in_process, .. } = args;
+    let DevArgs { mut coord, worker: mut options, demo_target, worker_in_process, http_steps, .. } = args;
     coord.demo_target = demo_target;
     // Only a worker of this process's own coordinator calls it directly.
     let in_process = worker_in_process && options.coordinator_urls.is_empty();
+    let executor = HttpExecutor::config(&http_steps, options.egress.clone(), coord.max_payload)?;
     let worker_config = |url: String| {
         if options.coordinator_urls.is_empty() {
             options.coordinator_urls.push(url);
@@ -166,6 +225,7 @@ async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Res
             return Err(e.into());
         }
     };
+    let executor = HttpExecutor::start(executor, &coordinator);
     let shutdown = CancellationToken::new();
     let mut worker = composer_worker::Worker::new(worker_cfg);
     if in_process {
@@ -181,6 +241,7 @@ async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Res
     if let Ok(Err(e)) = worker.await {
         tracing::error!(error = %e, "worker failed");
     }
+    executor.stop().await;
     coordinator.stop().await;
     Ok(ExitCode::SUCCESS)
 }

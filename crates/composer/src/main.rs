@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Dev(args) => dev::dev(&runtime, *args),
-        Command::Coordinator(config) => runtime.block_on(dev::coordinator(*config)),
+        Command::Coordinator(args) => runtime.block_on(dev::coordinator(*args)),
         Command::Worker(config) => runtime.block_on(dev::worker(*config)),
         Command::Migrate(args) => runtime.block_on(dev::migrate(args)),
         Command::Workflow(args) => runtime.block_on(client::workflow(args.client, args.command)),

@@ -29,6 +29,13 @@ impl Running {
         Arc::new(crate::in_process::InProcess::new(self.shared.task_api.clone()))
     }
 
+    /// The task API for this coordinator's own HTTP executor (a worker in
+    /// its process that runs only HTTP calls reading no secret, and only
+    /// those its batches hand it: `composer_worker::Worker::coordinators_http`).
+    pub fn http_executor(&self) -> Arc<dyn composer_api::in_process::InProcessApi> {
+        Arc::new(crate::in_process::InProcess::for_http_executor(self.shared.task_api.clone()))
+    }
+
     /// Marks the coordinator as going away while it still serves:
     /// `/readyz` answers 503 and long-polls return what they have.
     pub fn drain(&self) {

@@ -11,12 +11,15 @@ use composer_api::in_process::{InProcessApi, Pending, Refusal};
 use composer_api::{CompleteTask, FailTask, PollTasks, ReportAck, TaskBatch, TaskHeartbeat, TaskLogs};
 use uuid::Uuid;
 
-use crate::http::{tasks, ApiError};
+use crate::http::tasks::{self, Executor};
+use crate::http::ApiError;
 use crate::shared::TaskApi;
 
-/// This coordinator's task API, called in its process.
+/// This coordinator's task API, called in its process: by a worker (any
+/// task of its queues), or by the coordinator's own HTTP executor (only
+/// the HTTP calls reading no secret that its batches hand it).
 #[derive(Clone)]
-pub struct InProcess(Arc<TaskApi>);
+pub struct InProcess(Arc<TaskApi>, Executor);
 
 fn refusal(e: ApiError) -> Refusal {
     let (status, code) = e.status_and_code();
@@ -34,7 +37,11 @@ fn level(priority: u8) -> u8 {
 
 impl InProcess {
     pub(crate) fn new(api: Arc<TaskApi>) -> InProcess {
-        InProcess(api)
+        InProcess(api, Executor::Worker)
+    }
+
+    pub(crate) fn for_http_executor(api: Arc<TaskApi>) -> InProcess {
+        InProcess(api, Executor::Coordinator)
     }
 }
 
@@ -48,7 +55,10 @@ impl InProcessApi for InProcess {
             if self.0.draining.has_begun() {
                 return Err(refusal(ApiError::Draining));
             }
-            tasks::poll_tasks(&self.0, poll).await.map_err(refusal)
+            match self.1 {
+                Executor::Worker => tasks::poll_tasks(&self.0, poll).await.map_err(refusal),
+                Executor::Coordinator => tasks::take_handed(&self.0, poll).await.map_err(refusal),
+            }
         })
     }
 
@@ -65,12 +75,12 @@ impl InProcessApi for InProcess {
     /// `POST /v1/tasks/{id}/complete`, at the run's `priority`.
     fn complete(&self, task: Uuid, priority: u8, report: CompleteTask) -> Pending<'_, Result<ReportAck, Refusal>> {
         let priority = level(priority);
-        Box::pin(async move { tasks::complete_task(&self.0, task, report, priority).await.map_err(refusal) })
+        Box::pin(async move { tasks::complete_task(&self.0, task, report, priority, self.1).await.map_err(refusal) })
     }
 
     /// `POST /v1/tasks/{id}/fail`, at the run's `priority`.
     fn fail(&self, task: Uuid, priority: u8, report: FailTask) -> Pending<'_, Result<ReportAck, Refusal>> {
         let priority = level(priority);
-        Box::pin(async move { tasks::fail_task(&self.0, task, report, priority).await.map_err(refusal) })
+        Box::pin(async move { tasks::fail_task(&self.0, task, report, priority, self.1).await.map_err(refusal) })
     }
 }

@@ -161,6 +161,21 @@ impl Engine {
     }
 
     /// Runs a worker the test built (with its own handlers).
+    /// Starts coordinator `i`'s own HTTP executor with `slots`, as
+    /// `composer coordinator` does, its configuration adjusted by `adjust`;
+    /// it is one of [`Engine::workers`] (its id starts `coordinator-`).
+    pub fn start_coordinators_http(
+        &mut self,
+        i: usize,
+        slots: usize,
+        adjust: fn(&mut composer_worker::Config),
+    ) -> &WorkerHandle {
+        let mut config = self.worker_config("http", slots);
+        adjust(&mut config);
+        let api = self.coordinators[i].http_executor();
+        self.spawn_worker(Worker::coordinators_http(config, api, slots))
+    }
+
     pub fn spawn_worker(&mut self, worker: Worker) -> &WorkerHandle {
         let id = worker.id().to_string();
         let stats = Stats::default();

@@ -46,16 +46,8 @@ pub struct Options {
     /// step to end and free a slot.
     #[arg(long, env = "COMPOSER_WORKER_URGENT_SLOTS", default_value_t = 0)]
     pub urgent_slots: usize,
-    /// Address ranges the HTTP node may never connect to (CIDRs, comma-separated), checked on the resolved
-    /// address of every connection and redirect.
-    #[arg(long, env = "COMPOSER_HTTP_DENY", value_delimiter = ',', default_value = crate::egress::DEFAULT_DENY)]
-    pub http_deny: Vec<String>,
-    /// When set, the only address ranges the HTTP node may connect to (CIDRs, comma-separated).
-    #[arg(long, env = "COMPOSER_HTTP_ALLOW", value_delimiter = ',')]
-    pub http_allow: Vec<String>,
-    /// Longest request timeout an HTTP node may ask for.
-    #[arg(long, env = "COMPOSER_HTTP_MAX_TIMEOUT", default_value = "5m", value_parser = composer_core::duration::parse)]
-    pub http_max_timeout: Duration,
+    #[command(flatten)]
+    pub egress: Egress,
     /// Serve the worker's `/metrics` and `/healthz` on this address (off when unset).
     #[arg(id = "worker_listen", long = "worker-listen", value_name = "ADDR", env = "COMPOSER_WORKER_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
@@ -75,6 +67,10 @@ pub struct Options {
     /// than every task the last poll saw waiting.
     #[arg(long, env = "COMPOSER_WORKER_EAGER", default_value_t = true, action = clap::ArgAction::Set)]
     pub eager: bool,
+    /// Where `${ .secrets.NAME }` is read from: the environment, or (for a
+    /// coordinator's own HTTP executor) nowhere.
+    #[arg(skip = crate::secrets::Source::Environment)]
+    pub secrets: crate::secrets::Source,
     /// How long one poll waits for a task when there is nothing to do.
     #[arg(skip = Duration::from_secs(2))]
     pub poll_wait: Duration,
@@ -146,7 +142,7 @@ impl Config {
             }
         }
         self.egress()?;
-        if self.options.http_max_timeout.is_zero() {
+        if self.options.egress.http_max_timeout.is_zero() {
             return Err(ConfigError::new(
                 "--http-max-timeout",
                 "COMPOSER_HTTP_MAX_TIMEOUT",
@@ -158,9 +154,32 @@ impl Config {
 
     /// The HTTP node's egress policy, or which list is malformed.
     pub fn egress(&self) -> Result<crate::egress::Policy, ConfigError> {
-        let deny = crate::egress::parse_list(&self.options.http_deny)
+        self.options.egress.policy()
+    }
+}
+
+/// Where the HTTP node may connect and how long it may wait: a worker's,
+/// and a coordinator's that runs HTTP steps itself.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Egress {
+    /// Address ranges the HTTP node may never connect to (CIDRs, comma-separated), checked on the resolved
+    /// address of every connection and redirect.
+    #[arg(long, env = "COMPOSER_HTTP_DENY", value_delimiter = ',', default_value = crate::egress::DEFAULT_DENY)]
+    pub http_deny: Vec<String>,
+    /// When set, the only address ranges the HTTP node may connect to (CIDRs, comma-separated).
+    #[arg(long, env = "COMPOSER_HTTP_ALLOW", value_delimiter = ',')]
+    pub http_allow: Vec<String>,
+    /// Longest request timeout an HTTP node may ask for.
+    #[arg(long, env = "COMPOSER_HTTP_MAX_TIMEOUT", default_value = "5m", value_parser = composer_core::duration::parse)]
+    pub http_max_timeout: Duration,
+}
+
+impl Egress {
+    /// The connection rules, or the flag and variable of a list that does not parse.
+    pub fn policy(&self) -> Result<crate::egress::Policy, ConfigError> {
+        let deny = crate::egress::parse_list(&self.http_deny)
             .map_err(|e| ConfigError::new("--http-deny", "COMPOSER_HTTP_DENY", e))?;
-        let allow = crate::egress::parse_list(&self.options.http_allow)
+        let allow = crate::egress::parse_list(&self.http_allow)
             .map_err(|e| ConfigError::new("--http-allow", "COMPOSER_HTTP_ALLOW", e))?;
         Ok(crate::egress::Policy { deny, allow })
     }

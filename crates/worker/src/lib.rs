@@ -44,7 +44,7 @@ pub mod secrets;
 mod task;
 mod worker;
 
-pub use config::{Config, Options, MAX_WORKER_SLOTS};
+pub use config::{Config, Egress, Options, MAX_WORKER_SLOTS};
 pub use error::Error;
 pub use runtime::Stats;
 pub use task::{TaskContext, TaskError};

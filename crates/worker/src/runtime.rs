@@ -89,6 +89,8 @@ struct Ctx {
     /// The longest lease a coordinator gave (how long a stop waits).
     lease_ms: AtomicU64,
     stopping: CancellationToken,
+    /// Where task inputs' secrets come from.
+    secrets: crate::secrets::Source,
 }
 
 /// [`Ctx::waiting_best`] when the last poll saw nothing waiting.
@@ -168,6 +170,7 @@ pub async fn run(
         waiting_best: AtomicU8::new(UNKNOWN),
         lease_ms: AtomicU64::new(DEFAULT_LEASE.as_millis() as u64),
         stopping: shutdown.clone(),
+        secrets: o.secrets,
     });
 
     tracing::info!(
@@ -380,7 +383,7 @@ async fn execute(ctx: &Arc<Ctx>, lane: Lane, task: LeasedTask, leased_at: std::t
     let mut stages = task.stages.unwrap_or_default();
     stages.started_at_us = Some(composer_api::wire::now_us());
     let outcome = match handler {
-        Some(handler) => run_handler(handler, &task, &lost, logs.clone()).await,
+        Some(handler) => run_handler(handler, &task, &lost, logs.clone(), ctx.secrets).await,
         None => {
             let message = format!("no handler for type {} on queue {} (worker {})", task.node_type, task.queue, ctx.id);
             tracing::error!(node_type = %task.node_type, queue = %task.queue, "no handler for this type; failing the attempt");
@@ -489,9 +492,10 @@ async fn run_handler(
     task: &LeasedTask,
     lost: &CancellationToken,
     logs: crate::task::LogBuffer,
+    source: crate::secrets::Source,
 ) -> Option<Result<Value, TaskError>> {
     // Secrets are resolved here and nowhere else; an unknown one fails the attempt.
-    let (input, secrets) = match crate::secrets::resolve(&task.input) {
+    let (input, secrets) = match crate::secrets::resolve_from(&task.input, source) {
         Ok((input, secrets)) => (keep_bound_secrets_to_http(task, input, &secrets), secrets),
         Err(message) => (Err(TaskError::fatal(message)), Default::default()),
     };

@@ -179,21 +179,36 @@ impl Secrets {
 /// why one cannot be (an unknown secret, a malformed binding): a failure of
 /// the attempt, not retryable.
 pub fn resolve(input: &Value) -> Result<(Value, Secrets), String> {
+    resolve_from(input, Source::Environment)
+}
+
+/// Where a task's secrets come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The worker's environment (`COMPOSER_SECRET_NAME`).
+    Environment,
+    /// Nowhere: a coordinator's own HTTP executor holds no secret (it is
+    /// never handed a step that reads one; one that did would fail).
+    Nothing,
+}
+
+/// [`resolve`], with secrets from `source`.
+pub fn resolve_from(input: &Value, source: Source) -> Result<(Value, Secrets), String> {
     let mut used = Vec::new();
-    let out = walk(input, &mut used)?;
+    let out = walk(input, &mut used, source)?;
     let values = || used.iter().map(|s: &Secret| s.value.as_str());
     let (scrubber, detector) = (Scrubber::new(values()), Scrubber::detector(values()));
     Ok((out, Secrets { used, scrubber, detector }))
 }
 
-fn walk(v: &Value, used: &mut Vec<Secret>) -> Result<Value, String> {
+fn walk(v: &Value, used: &mut Vec<Secret>, source: Source) -> Result<Value, String> {
     Ok(match v {
-        Value::String(s) if s.contains("${") => Value::String(resolve_str(s, used)?),
-        Value::Array(items) => Value::Array(items.iter().map(|i| walk(i, used)).collect::<Result<_, _>>()?),
+        Value::String(s) if s.contains("${") => Value::String(resolve_str(s, used, source)?),
+        Value::Array(items) => Value::Array(items.iter().map(|i| walk(i, used, source)).collect::<Result<_, _>>()?),
         Value::Object(map) => {
             let mut out = serde_json::Map::new();
             for (k, item) in map {
-                out.insert(unescape_key(k), walk(item, used)?);
+                out.insert(unescape_key(k), walk(item, used, source)?);
             }
             Value::Object(out)
         }
@@ -219,7 +234,7 @@ fn unescape_key(k: &str) -> String {
     }
 }
 
-fn resolve_str(s: &str, used: &mut Vec<Secret>) -> Result<String, String> {
+fn resolve_str(s: &str, used: &mut Vec<Secret>, from: Source) -> Result<String, String> {
     // Text the template compiler accepted always scans; anything else is text.
     let Ok(segments) = segments(s) else { return Ok(s.to_string()) };
     let mut out = String::with_capacity(s.len());
@@ -229,6 +244,11 @@ fn resolve_str(s: &str, used: &mut Vec<Secret>) -> Result<String, String> {
             // Data placed in the input by the coordinator: text, never a reference.
             Segment::Escaped => out.push_str("${"),
             Segment::Expr { source, raw } => match secret_name(source) {
+                Some(name) if from == Source::Nothing => {
+                    return Err(format!(
+                        "secret {name} cannot be read here: a coordinator runs no step that reads a secret"
+                    ))
+                }
                 Some(name) => out.push_str(&lookup(name, used)?.value),
                 None => out.push_str(raw),
             },
@@ -277,6 +297,18 @@ pub const MAX_ERROR_CHARS: usize = 500;
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A coordinator's executor reads no secret, even one its environment
+    /// has; escaped data is still text.
+    #[test]
+    fn with_no_source_a_reference_fails_naming_it_and_data_stays_text() {
+        std::env::set_var("COMPOSER_SECRET_UNIT_NOWHERE", "must-not-leak");
+        let refused = resolve_from(&json!({"h": "Bearer ${ .secrets.UNIT_NOWHERE }"}), Source::Nothing).unwrap_err();
+        assert!(refused.contains("UNIT_NOWHERE") && !refused.contains("must-not-leak"), "{refused}");
+        let (v, used) = resolve_from(&json!({"b": "$${ .secrets.UNIT_NOWHERE }"}), Source::Nothing).unwrap();
+        assert_eq!(v, json!({"b": "${ .secrets.UNIT_NOWHERE }"}));
+        assert!(used.is_empty());
+    }
 
     #[test]
     fn resolves_from_the_environment_and_scrubs_echoes() {

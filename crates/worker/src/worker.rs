@@ -27,7 +27,7 @@ impl Worker {
         let mut w = Worker { config, handlers: HashMap::new(), local: None };
         // A malformed list fails `run` (validation) before any task runs.
         let policy = w.config.egress().unwrap_or_default();
-        let http = http::Http::new(policy, w.config.max_payload, w.config.options.http_max_timeout);
+        let http = http::Http::new(policy, w.config.max_payload, w.config.options.egress.http_max_timeout);
         w.handle(http::NODE_TYPE, move |ctx, input| http.clone().execute(ctx, input));
         w
     }
@@ -59,6 +59,23 @@ impl Worker {
     pub fn in_process(mut self, api: Arc<dyn InProcessApi>) -> Worker {
         self.local = Some(api);
         self
+    }
+
+    /// A coordinator's own HTTP executor: the built-in HTTP node with
+    /// `slots` at once, reading no secret (`config`'s egress rules and
+    /// payload limit apply), through `api` (`Running::http_executor`) —
+    /// which hands it only HTTP calls that read none. Its id names it as
+    /// the coordinator's in a step's lease.
+    pub fn coordinators_http(mut config: Config, api: Arc<dyn InProcessApi>, slots: usize) -> Worker {
+        let o = &mut config.options;
+        o.id = format!("coordinator-{}", o.id);
+        o.queues = vec![composer_core::definition::default_queue(http::NODE_TYPE)];
+        o.concurrency = slots;
+        o.urgent_slots = 0;
+        o.eager = true;
+        o.listen = None;
+        o.secrets = crate::secrets::Source::Nothing;
+        Worker::new(config).in_process(api)
     }
 
     pub fn id(&self) -> &str {

@@ -461,7 +461,7 @@ async fn the_http_node_cannot_reach_the_metadata_service_directly_or_by_redirect
 #[tokio::test]
 async fn a_hostname_resolving_to_a_denied_range_is_refused_after_dns() {
     let e = Engine::with(EngineOptions {
-        worker: |w| w.options.http_deny = vec!["127.0.0.0/8".into(), "::1/128".into()],
+        worker: |w| w.options.egress.http_deny = vec!["127.0.0.0/8".into(), "::1/128".into()],
         ..Default::default()
     })
     .await;
@@ -475,7 +475,7 @@ async fn a_hostname_resolving_to_a_denied_range_is_refused_after_dns() {
 #[tokio::test]
 async fn custom_headers_are_never_carried_to_another_host_and_timeouts_are_capped() {
     let e = Engine::with(EngineOptions {
-        worker: |w| w.options.http_max_timeout = Duration::from_millis(500),
+        worker: |w| w.options.egress.http_max_timeout = Duration::from_millis(500),
         ..Default::default()
     })
     .await;

@@ -16,6 +16,7 @@ mod flow;
 mod hardening;
 mod hardening_http;
 mod hardening_worker;
+mod http_steps;
 mod in_part;
 mod in_process;
 mod leases;

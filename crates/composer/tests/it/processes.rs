@@ -348,7 +348,9 @@ impl TwoCoordinators {
         let (coordinators, urls) = coordinator_procs(&db, &unique_prefix(), &dir, 2, |cmd| {
             cmd.env("COMPOSER_RECOVERY_INTERVAL", "1s")
                 .env("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "2s")
-                .env("COMPOSER_LEASE_TTL", "2s");
+                .env("COMPOSER_LEASE_TTL", "2s")
+                // Killed, a coordinator takes its own HTTP steps with it too.
+                .env("COMPOSER_COORDINATOR_HTTP_SLOTS", "8");
         })
         .await;
         let worker = with_worker.then(|| Proc::spawn(&mut worker_cmd(&urls.join(","))));
@@ -404,6 +406,10 @@ pub(crate) fn coordinator_cmd(db: &TestDb, redis: &str, prefix: &str, listen: &s
         .env("COMPOSER_STREAM_SHARDS", "2")
         .env("COMPOSER_TIMER_INTERVAL", "100ms")
         .env("COMPOSER_ADDR_FILE", addr_file)
+        // The tests here watch workers run HTTP steps: the coordinator runs
+        // none itself unless a test says so (those in `http_steps`, and
+        // the kills of `TwoCoordinators`).
+        .env("COMPOSER_COORDINATOR_HTTP_SLOTS", "0")
         // Beside the address file, in the test's own directory: the default
         // (in the home directory) would outlive the test.
         .env("COMPOSER_STATE_DIR", addr_file.with_extension("state"));

@@ -66,6 +66,7 @@ pub struct Claimed {
 impl IdlePolls {
     /// Waits for work for `worker` as `offer` says (its `priority`: the
     /// least urgent run it takes); `None` when [`MAX_WAITING_POLLS`] wait.
+    /// A coordinator's own executor waits before every worker's poll.
     pub fn park(&self, worker: &str, offer: EagerOffer) -> Option<Parked<'_>> {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         if waiting.len() >= MAX_WAITING_POLLS {
@@ -73,7 +74,13 @@ impl IdlePolls {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, rx) = oneshot::channel();
-        waiting.push(ParkedPoll { id, worker: worker.to_string(), offer, answer });
+        // A coordinator's own executor is served first: its steps then need
+        // no stream, no poll and no report over the network.
+        let at = match offer.coordinator {
+            true => waiting.iter().position(|w| !w.offer.coordinator).unwrap_or(waiting.len()),
+            false => waiting.len(),
+        };
+        waiting.insert(at, ParkedPoll { id, worker: worker.to_string(), offer, answer });
         Some(Parked { polls: self, id, answer: rx })
     }
 
@@ -101,7 +108,7 @@ impl IdlePolls {
         waiting.iter().filter(|w| !w.answer.is_closed()).map(|w| (w.worker.clone(), w.offer.queues.clone())).collect()
     }
 
-    /// Gives the waiting polls, in the order they began to wait, the tasks
+    /// Gives the waiting polls, in the order they wait, the tasks
     /// the batch's runs dispatch (the most urgent runs first), leased in
     /// the batch's commit as a result's `next` is. The polls given anything
     /// leave the queue: the caller sends them their tasks after the commit
@@ -140,7 +147,11 @@ impl IdlePolls {
                 for queue in &w.offer.queues {
                     let Some(of_queue) = givable.get_mut(queue) else { continue };
                     while tasks.len() < w.offer.slots as usize {
-                        let Some(i) = of_queue.pop_front() else { break };
+                        let next = match w.offer.coordinator {
+                            true => of_queue.iter().position(|&i| loaded.coordinator_may_run(i)),
+                            false => (!of_queue.is_empty()).then_some(0),
+                        };
+                        let Some(i) = next.and_then(|at| of_queue.remove(at)) else { break };
                         tasks.push(loaded.lease_in_commit(i, &w.worker, w.offer.lease));
                     }
                 }
@@ -220,7 +231,7 @@ mod tests {
 
     fn wanting(queues: &[&str], slots: u32, priority: u8) -> EagerOffer {
         let queues = queues.iter().map(|q| q.to_string()).collect();
-        EagerOffer { slots, lease: std::time::Duration::from_secs(30), queues, priority }
+        EagerOffer { slots, lease: std::time::Duration::from_secs(30), queues, priority, coordinator: false }
     }
 
     /// Polls are served in the order they began to wait, each with at most
@@ -265,8 +276,41 @@ mod tests {
         assert!(polls.give(runs.values_mut()).is_empty());
     }
 
+    /// A coordinator's own executor, though it began to wait last, is
+    /// served first, and only with HTTP calls that read no secret; a
+    /// worker's poll takes the rest.
+    #[tokio::test]
+    async fn a_coordinators_executor_is_served_first_and_only_with_steps_it_may_run() {
+        let call = |id: &str, url: &str| json!({"id": id, "type": "HTTP", "config": {"url": url}});
+        let spec = json!({"name": "calls", "nodes": [
+            call("secret", "http://x/${ .secrets.T }"), call("plain", "http://x/"),
+            {"id": "custom", "type": "charge", "queue": "http"}, call("also", "http://y/")
+        ]});
+        let run = started(spec, 3).await;
+        let mut runs = HashMap::from([(run.run.id, run)]);
+        let polls = IdlePolls::default();
+        let _worker = polls.park("worker", wanting(&["http"], 8, 5)).unwrap();
+        let _own = polls.park("own", EagerOffer { coordinator: true, ..wanting(&["http"], 8, 5) }).unwrap();
+        let claimed = polls.give(runs.values_mut());
+        let loaded = runs.values().next().unwrap();
+        let node_of = |c: &Claimed| -> Vec<String> {
+            let node = |t: &Uuid| loaded.run.tasks.iter().find(|x| x.id == *t).map(|x| x.node).unwrap();
+            c.tasks.iter().map(|t| loaded.wf.nodes[node(t)].id.clone()).collect()
+        };
+        let given: Vec<Vec<String>> = claimed.iter().map(node_of).collect();
+        assert_eq!(given, [vec!["plain", "also"], vec!["secret", "custom"]]);
+        let owners: Vec<&str> = loaded.eager.iter().map(|e| e.owner.as_str()).collect();
+        assert_eq!(owners, ["own", "own", "worker", "worker"]);
+    }
+
     fn offer() -> EagerOffer {
-        EagerOffer { slots: 2, lease: std::time::Duration::from_secs(30), queues: vec!["q".into()], priority: 5 }
+        EagerOffer {
+            slots: 2,
+            lease: std::time::Duration::from_secs(30),
+            queues: vec!["q".into()],
+            priority: 5,
+            coordinator: false,
+        }
     }
 
     #[tokio::test]

@@ -74,6 +74,7 @@ impl Loaded {
     /// a freed slot started it) to the offer's queues and that no limit holds;
     /// returns their ids. Not at-most-once steps: one whose answer is lost
     /// would go IN_DOUBT when its lease expires, though it was never sent.
+    /// A coordinator's own executor is given only steps it may run.
     pub fn give_eagerly(&mut self, worker: &str, offer: &EagerOffer) -> Vec<Uuid> {
         let mut given = Vec::new();
         for &i in &self.tr.dispatch {
@@ -87,6 +88,7 @@ impl Loaded {
             // task that is about to be given.
             if self.may_lease_in_commit(i)
                 && offer.queues.iter().any(|q| q == node.dispatch_queue())
+                && (node.coordinator_may_run || !offer.coordinator)
                 && !self.eager.iter().any(|e| e.task == i)
                 && (self.tr.created.contains(&i) || self.tr.updated.contains(&i))
             {
@@ -124,6 +126,12 @@ impl Loaded {
             && task.limit_keys.is_empty()
             && !self.wf.nodes[task.node].at_most_once
             && !task.removed
+    }
+
+    /// Whether a coordinator may run task `i` itself (an HTTP call that
+    /// reads no secret).
+    pub fn coordinator_may_run(&self, i: usize) -> bool {
+        self.wf.nodes[self.run.tasks[i].node].coordinator_may_run
     }
 
     /// Leases task `i` (one of [`Loaded::givable`]) to `worker` in this

@@ -62,13 +62,24 @@ fn check_max(field: &str, max: Option<u32>, most: u32) -> ApiResult<u32> {
 /// Most tasks one result may take with its answer (`next.max`).
 pub const MAX_NEXT_TASKS: u32 = composer_api::wire::MAX_EAGER_SLOTS;
 
+/// Who runs the tasks a poll or a result's `next` takes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Executor {
+    /// A worker: any task of its queues.
+    Worker,
+    /// This coordinator's own HTTP executor: only HTTP calls that read no
+    /// secret, and only those a batch hands it (it reads no stream).
+    Coordinator,
+}
+
 /// What a result's `next` asks for, checked, as the engine takes it; made
 /// at the priority the result's `composer-priority` names.
-fn offer_of(s: &TaskApi, next: Option<TakeNext>, priority: u8) -> ApiResult<Option<EagerOffer>> {
+fn offer_of(s: &TaskApi, next: Option<TakeNext>, priority: u8, by: Executor) -> ApiResult<Option<EagerOffer>> {
     let Some(next) = next else { return Ok(None) };
     check_queues("next.queues", &next.queues)?;
     let max = check_max("next.max", next.max, MAX_NEXT_TASKS)?;
-    Ok(Some(EagerOffer { slots: max, lease: s.config.lease_ttl, queues: next.queues, priority }))
+    let coordinator = by == Executor::Coordinator;
+    Ok(Some(EagerOffer { slots: max, lease: s.config.lease_ttl, queues: next.queues, priority, coordinator }))
 }
 
 /// Lease tasks.
@@ -124,7 +135,13 @@ pub(crate) async fn poll_tasks(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBat
         // Waits where this coordinator's batches see it: a task one makes
         // ready of these queues is leased to this worker in its commit and
         // comes here, through no stream.
-        let offer = EagerOffer { slots: max, lease: s.config.lease_ttl, queues: queues.clone(), priority: at_most };
+        let offer = EagerOffer {
+            slots: max,
+            lease: s.config.lease_ttl,
+            queues: queues.clone(),
+            priority: at_most,
+            coordinator: false,
+        };
         let given = park(s, &req.worker_id, offer, published.as_mut(), nap).await;
         if let Some(given) = given.filter(|g| !g.is_empty()) {
             let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
@@ -135,6 +152,37 @@ pub(crate) async fn poll_tasks(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBat
         }
         idle = (idle * 2).min(IDLE_READ_EVERY);
     }
+}
+
+/// A poll of this coordinator's own HTTP executor: it reads no stream and
+/// waits, before every worker's poll, for what this coordinator's batches
+/// hand it in their commits (HTTP calls that read no secret). What no
+/// batch hands it goes through the streams to workers, as without it.
+pub(crate) async fn take_handed(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBatch> {
+    check_worker(&req.worker_id)?;
+    check_queues("queues", &req.queues)?;
+    let max = check_max("max", req.max, MAX_POLL_TASKS)?;
+    let (wait, at_most) = wait_and_priority(s, &req)?;
+    let offer =
+        EagerOffer { slots: max, lease: s.config.lease_ttl, queues: req.queues, priority: at_most, coordinator: true };
+    let Some(mut parked) = s.engine.idle_polls().park(&req.worker_id, offer) else {
+        // As many polls wait as may: this one waits out its time.
+        tokio::time::sleep(wait).await;
+        return Ok(TaskBatch { tasks: Vec::new(), waiting: None });
+    };
+    let taken = tokio::select! {
+        _ = s.draining.begun() => None,
+        _ = tokio::time::sleep(wait) => None,
+        given = &mut parked.answer => given.ok(),
+    };
+    let given = match taken {
+        Some(given) => given,
+        None => parked.leave().await.unwrap_or_default(),
+    };
+    let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
+    composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
+    composer_metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
+    Ok(TaskBatch { tasks, waiting: None })
 }
 
 /// The wait a poll asks for, cut to the limit as `?wait=` on a run is, and
@@ -330,14 +378,20 @@ pub(crate) async fn complete(
     headers: HeaderMap,
     Body(req): Body<CompleteTask, true>,
 ) -> ApiResult<Json<ReportAck>> {
-    complete_task(&s, task_id(&id)?, req, priority_of(&headers)).await.map(Json)
+    complete_task(&s, task_id(&id)?, req, priority_of(&headers), Executor::Worker).await.map(Json)
 }
 
 /// [`complete`], for the route and for a worker in this process alike, at
-/// the run's `priority` the result names.
-pub(crate) async fn complete_task(s: &TaskApi, id: Uuid, req: CompleteTask, priority: u8) -> ApiResult<ReportAck> {
+/// the run's `priority` the result names, from `by`.
+pub(crate) async fn complete_task(
+    s: &TaskApi,
+    id: Uuid,
+    req: CompleteTask,
+    priority: u8,
+    by: Executor,
+) -> ApiResult<ReportAck> {
     check_worker(&req.worker_id)?;
-    let offer = offer_of(s, req.next, priority)?;
+    let offer = offer_of(s, req.next, priority, by)?;
     let event = completed(id, req.attempt, req.output, s.config.max_payload);
     finish(s, req.worker_id, req.run_id, event, offer, priority, req.stages).await
 }
@@ -373,14 +427,20 @@ pub(crate) async fn fail(
     headers: HeaderMap,
     Body(req): Body<FailTask>,
 ) -> ApiResult<Json<ReportAck>> {
-    fail_task(&s, task_id(&id)?, req, priority_of(&headers)).await.map(Json)
+    fail_task(&s, task_id(&id)?, req, priority_of(&headers), Executor::Worker).await.map(Json)
 }
 
 /// [`fail`], for the route and for a worker in this process alike (whose
 /// error no body extractor has looked at for a NUL).
-pub(crate) async fn fail_task(s: &TaskApi, id: Uuid, req: FailTask, priority: u8) -> ApiResult<ReportAck> {
+pub(crate) async fn fail_task(
+    s: &TaskApi,
+    id: Uuid,
+    req: FailTask,
+    priority: u8,
+    by: Executor,
+) -> ApiResult<ReportAck> {
     check_worker(&req.worker_id)?;
-    let offer = offer_of(s, req.next, priority)?;
+    let offer = offer_of(s, req.next, priority, by)?;
     if req.error.contains('\0') {
         return Err(ApiError::bad_request("field error contains a NUL character (\\u0000), which cannot be stored"));
     }

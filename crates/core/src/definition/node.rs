@@ -43,6 +43,10 @@ pub struct Node {
     pub at_most_once: bool,
     /// Limits on its steps across runs (dispatched nodes only).
     pub limits: Vec<StepLimit>,
+    /// An HTTP call whose config reads no secret: a coordinator may run
+    /// its steps itself (it never holds a secret; a step that reads one
+    /// goes to a worker).
+    pub coordinator_may_run: bool,
 }
 
 impl Node {
@@ -119,6 +123,8 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         ));
     }
     let limits = compile_limits(at, &n.limits)?;
+    // Any mention counts: a secret is `${ .secrets.NAME }` in the config's text.
+    let coordinator_may_run = matches!(kind, NodeKind::Http) && !config.to_string().contains(".secrets");
     let node = Node {
         id: n.id.clone(),
         node_type: n.node_type.clone(),
@@ -132,6 +138,7 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         reads: None,
         item_of: None,
         limits,
+        coordinator_may_run,
     };
     let item = match per_item {
         Some(spec) => Some(compile_node(&format!("{at}.config.node"), &spec)?.0),
@@ -250,4 +257,45 @@ fn compile_retry(at: &str, spec: Option<&RetrySpec>) -> Result<RetryPolicy, Vali
         policy.max_backoff = policy.initial_backoff;
     }
     Ok(policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::definition::Workflow;
+
+    /// Only an HTTP call that reads no secret may run on a coordinator, and
+    /// a MAP's items are judged by their own node.
+    #[test]
+    fn a_coordinator_may_run_only_http_calls_that_read_no_secret() {
+        let spec = json!({"name": "w", "nodes": [
+            {"id": "plain", "type": "HTTP", "config": {"url": "http://x/${ .input.a }"}},
+            {"id": "secret", "type": "HTTP", "config": {"url": "http://x/", "headers": {"a": "Bearer ${ .secrets.T }"}}},
+            {"id": "custom", "type": "charge", "queue": "http"},
+            {"id": "shape", "type": "TRANSFORM", "config": {"output": "${ 1 }"}},
+            {"id": "each", "type": "MAP", "config": {"items": "${ [1] }",
+                "node": {"type": "HTTP", "config": {"url": "http://x/${ .item }"}}}},
+            {"id": "each_secret", "type": "MAP", "config": {"items": "${ [1] }",
+                "node": {"type": "HTTP", "config": {"url": "http://x/", "body": "${ .secrets.T }"}}}}
+        ]});
+        let wf = Workflow::parse(&spec).unwrap();
+        let may: Vec<(String, bool)> = wf
+            .nodes
+            .iter()
+            .map(|n| (n.item_of.map_or(n.id.clone(), |m| format!("{}[]", wf.nodes[m].id)), n.coordinator_may_run))
+            .collect();
+        let expected = [
+            ("plain", true),
+            ("secret", false),
+            ("custom", false),
+            ("shape", false),
+            ("each", false),
+            ("each_secret", false),
+            ("each[]", true),
+            ("each_secret[]", false),
+        ];
+        let expected: Vec<(String, bool)> = expected.iter().map(|(n, b)| (n.to_string(), *b)).collect();
+        assert_eq!(may, expected);
+    }
 }
