@@ -101,11 +101,13 @@ impl IdlePolls {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// The worker and queues of each poll waiting now (the queues page
-    /// shows those workers as waiting for work).
+    /// The worker and queues of each worker's poll waiting now (the queues
+    /// page shows those workers as waiting for work). Not a coordinator's
+    /// own executor: it takes no task waiting in a queue.
     pub fn waiting_workers(&self) -> Vec<(String, Vec<String>)> {
         let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        waiting.iter().filter(|w| !w.answer.is_closed()).map(|w| (w.worker.clone(), w.offer.queues.clone())).collect()
+        let workers = waiting.iter().filter(|w| !w.answer.is_closed() && !w.offer.coordinator);
+        workers.map(|w| (w.worker.clone(), w.offer.queues.clone())).collect()
     }
 
     /// Gives the waiting polls, in the order they wait, the tasks
@@ -291,6 +293,8 @@ mod tests {
         let polls = IdlePolls::default();
         let _worker = polls.park("worker", wanting(&["http"], 8, 5)).unwrap();
         let _own = polls.park("own", EagerOffer { coordinator: true, ..wanting(&["http"], 8, 5) }).unwrap();
+        let shown: Vec<String> = polls.waiting_workers().into_iter().map(|(w, _)| w).collect();
+        assert_eq!(shown, ["worker"], "the coordinator's executor takes nothing queued: no reader of the queue");
         let claimed = polls.give(runs.values_mut());
         let loaded = runs.values().next().unwrap();
         let node_of = |c: &Claimed| -> Vec<String> {
