@@ -76,7 +76,7 @@ pub struct HttpSteps {
     /// HTTP steps this coordinator runs at once itself: calls whose config
     /// reads no secret, as its own commits make them ready (the rest go to
     /// workers through the streams). 0: every HTTP step goes to a worker.
-    #[arg(long = "http-slots", env = "COMPOSER_COORDINATOR_HTTP_SLOTS", default_value_t = 64)]
+    #[arg(long = "http-slots", env = "COMPOSER_COORDINATOR_HTTP_SLOTS", default_value_t = 256)]
     pub slots: usize,
 }
 

@@ -71,6 +71,13 @@ pub struct Options {
     /// coordinator's own HTTP executor) nowhere.
     #[arg(skip = crate::secrets::Source::Environment)]
     pub secrets: crate::secrets::Source,
+    /// Polls in flight at once: one waits for the coordinator while the
+    /// other takes the slots that free meanwhile.
+    #[arg(skip = 2_usize)]
+    pub pollers: usize,
+    /// Most tasks one poll asks for (at most the task API's 100).
+    #[arg(skip = 100_usize)]
+    pub poll_max: usize,
     /// How long one poll waits for a task when there is nothing to do.
     #[arg(skip = Duration::from_secs(2))]
     pub poll_wait: Duration,

@@ -58,10 +58,6 @@ impl Stats {
     }
 }
 
-/// Polls in flight at once: one waits for the coordinator while the other
-/// takes the slots that free meanwhile.
-const POLLERS: usize = 2;
-
 /// Most tasks one poll asks for (the task API's limit).
 const MAX_POLL_TASKS: usize = 100;
 
@@ -91,6 +87,10 @@ struct Ctx {
     stopping: CancellationToken,
     /// Where task inputs' secrets come from.
     secrets: crate::secrets::Source,
+    /// Polls of every priority in flight at once, each for at most
+    /// `poll_max` tasks.
+    pollers: usize,
+    poll_max: usize,
 }
 
 /// [`Ctx::waiting_best`] when the last poll saw nothing waiting.
@@ -117,7 +117,7 @@ impl Ctx {
         if lane == Lane::Urgent {
             return self.next.as_ref().filter(|_| priority <= URGENT);
         }
-        let saturated = self.waiting_pollers.load(Ordering::Relaxed) >= POLLERS;
+        let saturated = self.waiting_pollers.load(Ordering::Relaxed) >= self.pollers;
         let ahead = priority < self.waiting_best.load(Ordering::Relaxed);
         self.next.as_ref().filter(|_| !saturated || ahead)
     }
@@ -171,6 +171,8 @@ pub async fn run(
         lease_ms: AtomicU64::new(DEFAULT_LEASE.as_millis() as u64),
         stopping: shutdown.clone(),
         secrets: o.secrets,
+        pollers: o.pollers.max(1),
+        poll_max: o.poll_max.clamp(1, MAX_POLL_TASKS),
     });
 
     tracing::info!(
@@ -190,7 +192,7 @@ pub async fn run(
         crate::listen::serve(addr, ctx.id.clone(), o.metrics_token.clone(), shutdown.clone()).await?;
     }
 
-    let lanes = std::iter::repeat_n(Lane::All, POLLERS).chain((o.urgent_slots > 0).then_some(Lane::Urgent));
+    let lanes = std::iter::repeat_n(Lane::All, ctx.pollers).chain((o.urgent_slots > 0).then_some(Lane::Urgent));
     let pollers: Vec<_> = lanes
         .map(|lane| tokio::spawn(poll_loop(ctx.clone(), lane, queues.clone(), o.poll_wait, shutdown.clone())))
         .collect();
@@ -275,7 +277,7 @@ async fn poll_loop(ctx: Arc<Ctx>, lane: Lane, queues: Vec<String>, wait: Duratio
             }
         };
         let mut slots = vec![first];
-        while slots.len() < MAX_POLL_TASKS {
+        while slots.len() < ctx.poll_max {
             match permits.clone().try_acquire_owned() {
                 Ok(p) => slots.push(p),
                 Err(_) => break,

@@ -71,6 +71,11 @@ impl Worker {
         o.id = format!("coordinator-{}", o.id);
         o.queues = vec![composer_core::definition::default_queue(http::NODE_TYPE)];
         o.concurrency = slots;
+        // Its polls are handed work only while they wait: four, each for a
+        // quarter of the slots, so that while one is answered (and until
+        // it waits again) the others still wait.
+        o.pollers = 4;
+        o.poll_max = (slots / 4).max(1);
         o.urgent_slots = 0;
         o.eager = true;
         o.listen = None;

@@ -87,7 +87,7 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
     // And, as `composer dev` and a coordinator do, the coordinator's own
     // HTTP executor, unless COMPOSER_COORDINATOR_HTTP_SLOTS=0.
     let slots = std::env::var("COMPOSER_COORDINATOR_HTTP_SLOTS").ok().and_then(|v| v.trim().parse().ok());
-    let slots: usize = slots.unwrap_or(64).min(composer_worker::MAX_WORKER_SLOTS);
+    let slots: usize = slots.unwrap_or(256).min(composer_worker::MAX_WORKER_SLOTS);
     if slots > 0 {
         let mut config = composer_worker::Config::new(vec![url.clone()]);
         config.max_payload = coordinator_max_payload;
