@@ -172,3 +172,19 @@ async fn a_coordinator_killed_mid_call_leaves_its_step_to_a_worker_by_the_lease(
     assert!(procs[1].terminate(T).success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The executor's slots are a limit with a name: past 10,000 the
+/// coordinator does not start, and says which setting; a bad deny list
+/// names its own.
+#[test]
+fn a_coordinator_refuses_too_many_http_slots_or_a_bad_deny_list_naming_the_setting() {
+    for (var, value, says) in [
+        ("COMPOSER_COORDINATOR_HTTP_SLOTS", "10001", "more than 10000 slots"),
+        ("COMPOSER_HTTP_DENY", "not-a-range", "COMPOSER_HTTP_DENY"),
+    ] {
+        let out = composer(&["coordinator"]).env(var, value).output().expect("running composer");
+        assert!(!out.status.success(), "{var}={value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(var) && stderr.contains(says), "{var}={value}: {stderr}");
+    }
+}
