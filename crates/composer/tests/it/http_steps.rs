@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use std::collections::HashSet;
 
-use composer_testkit::{eventually, http_node, services, unique_prefix, Engine, EngineOptions, FakeHttp, TestDb};
+use composer_testkit::{eventually, http_node, unique_prefix, Engine, EngineOptions, FakeHttp, TestDb};
 use serde_json::json;
 
-use crate::processes::{composer, coordinator_cmd, wait_for_file, Client, Proc};
+use crate::processes::{composer, coordinator_procs, Client, Proc};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -124,20 +124,13 @@ async fn the_egress_rules_hold_for_the_coordinators_http_steps() {
 #[tokio::test]
 async fn a_coordinator_killed_mid_call_leaves_its_step_to_a_worker_by_the_lease() {
     let db = TestDb::create().await;
-    let redis = services().redis_url.clone();
-    let prefix = unique_prefix();
     let dir = composer_embedded::temp_dir("http-steps-kill").unwrap();
-    let mut procs = Vec::new();
-    let mut urls = Vec::new();
-    for i in 0..2 {
-        let addr_file = dir.join(format!("c{i}.addr"));
-        let mut cmd = coordinator_cmd(&db, &redis, &prefix, "127.0.0.1:0", &addr_file);
+    let (mut procs, urls) = coordinator_procs(&db, &unique_prefix(), &dir, 2, |cmd| {
         cmd.env("COMPOSER_LEASE_TTL", "2s")
             .env("COMPOSER_RECOVERY_INTERVAL", "1s")
             .env("COMPOSER_COORDINATOR_HTTP_SLOTS", "4");
-        procs.push(Proc::spawn(&mut cmd));
-        urls.push(wait_for_file(&addr_file, T).await);
-    }
+    })
+    .await;
     let http = FakeHttp::start().await;
     let client = Client::new(&urls[0]);
     let spec = json!({"name": "cut", "nodes": [http_node("a", &http.url("/slow/3000/a"), 1)]});

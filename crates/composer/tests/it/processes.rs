@@ -373,7 +373,7 @@ impl TwoCoordinators {
 
 /// `n` coordinator processes on one database and prefix, each command
 /// adjusted by `adjust`, and their URLs once each listens.
-async fn coordinator_procs(
+pub(crate) async fn coordinator_procs(
     db: &TestDb,
     prefix: &str,
     dir: &Path,
