@@ -309,45 +309,63 @@ impl Registry {
     /// This role's metrics in the Prometheus text exposition format: the
     /// metrics of its role, and any other one counted in it.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let Ok(r) = self.values.lock() else { return out };
-        for metric in ALL.iter().copied() {
-            let Metric { name, kind, .. } = *metric;
-            let of = |(n, _): &&(&str, Labels)| *n == name;
-            let counted = r.values.keys().any(|k| of(&k)) || r.histograms.keys().any(|k| of(&k));
-            if !(metric.role == self.role || metric.role == Role::Both || counted) {
-                continue;
-            }
-            let type_name = match kind {
-                Kind::Counter => "counter",
-                Kind::Gauge => "gauge",
-                Kind::Histogram => "histogram",
-            };
-            let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} {type_name}", metric.help);
-            if kind == Kind::Histogram {
+        let Ok(r) = self.values.lock() else { return String::new() };
+        render_values(self.role, &[&r])
+    }
+
+    /// [`Registry::render`] with `other`'s metrics too, each family once (a
+    /// series both hold is this one's): the metrics of a process that runs
+    /// a second role, such as a coordinator running HTTP steps itself.
+    pub fn render_with(&self, other: &Registry) -> String {
+        let (Ok(mine), Ok(theirs)) = (self.values.lock(), other.values.lock()) else { return String::new() };
+        render_values(self.role, &[&mine, &theirs])
+    }
+}
+
+/// The text of every metric of `role`, or counted in any of `all`.
+fn render_values(role: Role, all: &[&Values]) -> String {
+    let mut out = String::new();
+    for metric in ALL.iter().copied() {
+        let Metric { name, kind, .. } = *metric;
+        let of = |(n, _): &&(&str, Labels)| *n == name;
+        let counted = all.iter().any(|r| r.values.keys().any(|k| of(&k)) || r.histograms.keys().any(|k| of(&k)));
+        if !(metric.role == role || metric.role == Role::Both || counted) {
+            continue;
+        }
+        let type_name = match kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        };
+        let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} {type_name}", metric.help);
+        if kind == Kind::Histogram {
+            let mut written = BTreeSet::new();
+            for r in all {
                 for ((_, l), h) in r.histograms.range((name, Vec::new())..).take_while(|((n, _), _)| *n == name) {
-                    write_histogram(&mut out, name, l, h);
+                    if written.insert(l) {
+                        write_histogram(&mut out, name, l, h);
+                    }
                 }
-                continue;
             }
-            let mut series: BTreeMap<&Labels, f64> = r
-                .values
-                .range((name, Vec::new())..)
-                .take_while(|((n, _), _)| *n == name)
-                .map(|((_, l), v)| (l, *v))
-                .collect();
-            let known = if kind == Kind::Counter { known_series(metric) } else { vec![] };
-            for l in &known {
-                series.entry(l).or_insert(0.0);
-            }
-            for (l, v) in series {
-                out.push_str(name);
-                write_labels(&mut out, l, None);
-                let _ = writeln!(out, " {v}");
+            continue;
+        }
+        let mut series: BTreeMap<&Labels, f64> = BTreeMap::new();
+        for r in all {
+            for ((_, l), v) in r.values.range((name, Vec::new())..).take_while(|((n, _), _)| *n == name) {
+                series.entry(l).or_insert(*v);
             }
         }
-        out
+        let known = if kind == Kind::Counter { known_series(metric) } else { vec![] };
+        for l in &known {
+            series.entry(l).or_insert(0.0);
+        }
+        for (l, v) in series {
+            out.push_str(name);
+            write_labels(&mut out, l, None);
+            let _ = writeln!(out, " {v}");
+        }
     }
+    out
 }
 
 fn write_histogram(out: &mut String, name: &str, l: &Labels, h: &Histogram) {
@@ -400,9 +418,24 @@ pub fn value(metric: &Metric, l: &[(&'static str, &str)]) -> f64 {
     COORDINATOR.value(metric, l)
 }
 
-/// The coordinator's [`Registry::render`].
+/// Whether a worker of this process serves [`WORKER`] on a listener of its
+/// own (`--worker-listen`): then the coordinator's `/metrics` leaves them
+/// out, so that scraping both counts nothing twice.
+static WORKER_SERVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says that a worker of this process serves its metrics itself.
+pub fn worker_serves_its_own() {
+    WORKER_SERVED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The coordinator's [`Registry::render`], with the metrics of a worker in
+/// its process (its own HTTP executor, `dev`'s worker) that counted any,
+/// unless a worker here serves them on a listener of its own.
 pub fn render() -> String {
-    COORDINATOR.render()
+    match WORKER_SERVED.load(std::sync::atomic::Ordering::Relaxed) {
+        true => COORDINATOR.render(),
+        false => COORDINATOR.render_with(&WORKER),
+    }
 }
 
 /// The `Content-Type` of [`Registry::render`]'s text.
@@ -541,6 +574,23 @@ mod tests {
             assert!(m.labels.iter().all(|(n, _)| *n != "le"), "{}", m.name);
         }
         assert_eq!(STEP_STAGE.labels[0].1, STAGES, "the stages are the label's values");
+    }
+
+    /// A process with a worker in it shows the worker's metrics with its
+    /// own, each family described once.
+    #[test]
+    fn a_coordinator_with_a_worker_in_its_process_shows_both_roles_metrics_once() {
+        let (coordinator, worker) = (Registry::new(Role::Coordinator), Registry::new(Role::Worker));
+        worker.inc(TASKS_EXECUTED, &[("node_type", "in-process-type")], 2);
+        coordinator.set(BUILD_INFO, &[("version", "x"), ("role", "coordinator")], 1.0);
+        worker.set(BUILD_INFO, &[("version", "x"), ("role", "worker")], 1.0);
+        let text = coordinator.render_with(&worker);
+        assert!(text.contains("role=\"coordinator\"") && text.contains("role=\"worker\""), "{text}");
+        assert!(text.contains("composer_tasks_executed_total{node_type=\"in-process-type\"} 2"), "{text}");
+        for m in ALL {
+            let help = format!("# HELP {} ", m.name);
+            assert!(text.matches(&help).count() <= 1, "{} described twice", m.name);
+        }
     }
 
     #[test]

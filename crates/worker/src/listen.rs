@@ -20,6 +20,8 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Listen { addr, source })?;
+    // A coordinator in this process then leaves them out of its own.
+    composer_metrics::worker_serves_its_own();
     let metrics = move |headers: HeaderMap| async move {
         if let Some(expected) = token.as_deref().filter(|t| !t.is_empty()) {
             let given = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());

@@ -13,7 +13,7 @@ use composer_config::non_empty;
 
 use super::phases::{measure_latency, measure_throughput, register, timer_lateness};
 use super::postgres::{baseline, prefill, work, CpuAt, PerStep};
-use super::scrape::{dispatch_share, parse_stages, read_dispatches, read_stages, stage_means};
+use super::scrape::{dispatch_share, read_dispatches, read_stages, stage_means};
 use super::summary::Results;
 use super::target::Target;
 use super::task_api::poll_worker;
@@ -52,16 +52,8 @@ pub(super) async fn measure(
 
     let mut urls = vec![format!("{}/metrics", target.url.trim_end_matches('/'))];
     urls.extend(metrics_urls.iter().cloned());
-    // The embedded worker runs in this process, without a listener: its
-    // registry is read here.
-    let in_process = target._embedded.is_some();
-    let read = || async {
-        let mut sums = read_stages(http, &urls).await;
-        if in_process {
-            parse_stages(&composer_metrics::WORKER.render(), &mut sums);
-        }
-        sums
-    };
+    // The embedded worker's metrics are in its coordinator's /metrics.
+    let read = || read_stages(http, &urls);
     let stages_before = read().await;
     let dispatched_before = read_dispatches(http, &urls[0]).await;
     let latency = measure_latency(&api, &workflow, args).await?;
