@@ -76,8 +76,16 @@ pub struct HttpSteps {
     /// HTTP steps this coordinator runs at once itself: calls whose config
     /// reads no secret, as its own commits make them ready (the rest go to
     /// workers through the streams). 0: every HTTP step goes to a worker.
-    #[arg(long = "http-slots", env = "COMPOSER_COORDINATOR_HTTP_SLOTS", default_value_t = 256)]
-    pub slots: usize,
+    /// Default: 0 for `coordinator` (its calls start from its host: give it
+    /// the workers' egress rules first), 256 for `dev`.
+    #[arg(long = "http-slots", env = "COMPOSER_COORDINATOR_HTTP_SLOTS")]
+    pub slots: Option<usize>,
+}
+
+impl HttpSteps {
+    /// What `dev` runs unless told otherwise: its worker already calls
+    /// from its host, with its environment.
+    pub const DEV_DEFAULT: usize = 256;
 }
 
 #[derive(Args)]

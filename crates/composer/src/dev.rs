@@ -54,7 +54,9 @@ impl StopSignal {
 pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     let CoordinatorArgs { coord, http_steps, egress } = args;
     let stop = StopSignal::listen();
-    let executor = HttpExecutor::config(&http_steps, egress, coord.max_payload)?;
+    // Off unless asked for: the calls would start from the coordinator's
+    // host, under rules an operator may have given only its workers.
+    let executor = HttpExecutor::config(http_steps.slots.unwrap_or(0), egress, coord.max_payload)?;
     let running = composer_coord::start(coord).await?;
     let executor = HttpExecutor::start(executor, &running);
     tracing::info!(addr = %running.addr, "coordinator ready");
@@ -75,17 +77,16 @@ impl HttpExecutor {
     /// Its configuration, checked before the coordinator starts; `None`
     /// with no slots.
     fn config(
-        steps: &HttpSteps,
+        slots: usize,
         egress: composer_worker::Egress,
         max_payload: usize,
     ) -> anyhow::Result<Option<(composer_worker::Config, usize)>> {
-        if steps.slots == 0 {
+        if slots == 0 {
             return Ok(None);
         }
-        if steps.slots > composer_worker::MAX_WORKER_SLOTS {
+        if slots > composer_worker::MAX_WORKER_SLOTS {
             anyhow::bail!(
-                "--http-slots (COMPOSER_COORDINATOR_HTTP_SLOTS): {} is more than {} slots",
-                steps.slots,
+                "--http-slots (COMPOSER_COORDINATOR_HTTP_SLOTS): {slots} is more than {} slots",
                 composer_worker::MAX_WORKER_SLOTS
             );
         }
@@ -94,7 +95,7 @@ impl HttpExecutor {
         config.max_payload = max_payload;
         config.options.egress = egress;
         let config = config.validated()?;
-        Ok(Some((config, steps.slots)))
+        Ok(Some((config, slots)))
     }
 
     fn start(config: Option<(composer_worker::Config, usize)>, running: &composer_coord::Running) -> HttpExecutor {
@@ -203,7 +204,8 @@ async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Res
     coord.demo_target = demo_target;
     // Only a worker of this process's own coordinator calls it directly.
     let in_process = worker_in_process && options.coordinator_urls.is_empty();
-    let executor = HttpExecutor::config(&http_steps, options.egress.clone(), coord.max_payload)?;
+    let slots = http_steps.slots.unwrap_or(HttpSteps::DEV_DEFAULT);
+    let executor = HttpExecutor::config(slots, options.egress.clone(), coord.max_payload)?;
     let worker_config = |url: String| {
         if options.coordinator_urls.is_empty() {
             options.coordinator_urls.push(url);

@@ -188,6 +188,9 @@ async fn chaos_soak() {
                 ("COMPOSER_STREAM_SHARDS", "2".into()),
                 ("COMPOSER_TIMER_INTERVAL", "200ms".into()),
                 ("COMPOSER_RECOVERY_INTERVAL", "1s".into()),
+                // The coordinators run HTTP steps too: killed, they take
+                // their calls in flight with them.
+                ("COMPOSER_COORDINATOR_HTTP_SLOTS", "256".into()),
                 ("COMPOSER_LOST_DISPATCH_AGE", "3s".into()),
                 ("COMPOSER_OUTBOX_CLAIM_TIMEOUT", "3s".into()),
                 ("COMPOSER_DB_POOL_SIZE", "8".into()),

@@ -119,6 +119,9 @@ async fn one(
         .env("COMPOSER_LISTEN", "127.0.0.1:0")
         .env("COMPOSER_ADDR_FILE", &addr_file)
         .env("COMPOSER_DB_POOL_SIZE", "32")
+        // HTTP steps on the coordinator, as `dev` runs them (a binary
+        // before them ignores the setting).
+        .env("COMPOSER_COORDINATOR_HTTP_SLOTS", "256")
         .stderr(log.try_clone()?);
     common(&mut coordinator);
     let mut coordinator = coordinator.spawn().context("cannot start the coordinator")?;
