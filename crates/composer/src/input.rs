@@ -43,14 +43,7 @@ pub fn read_spec(file: &std::path::Path) -> anyhow::Result<Value> {
 
 /// Percent-encodes a path segment or a query value the command line was
 /// given (every command's URLs are made with it).
-pub fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+pub use composer_api::rest::encode;
 
 /// A workflow definition from a file, refusing by name a schedule's or a
 /// webhook's file given to `workflow apply` (the server would say only that

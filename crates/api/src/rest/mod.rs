@@ -45,3 +45,15 @@ pub use schedules::*;
 pub use tasks::*;
 pub use webhooks::*;
 pub use workflows::*;
+
+/// Percent-encodes a path segment or a query value of an API URL: every
+/// byte but the unreserved ones (RFC 3986), so a name or an id can never
+/// add a segment, a query or a fragment.
+pub fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

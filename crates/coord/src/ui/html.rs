@@ -189,14 +189,7 @@ pub fn clip(s: &str, max: usize) -> String {
 }
 
 /// A query value or a path segment.
-pub fn url_enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+pub use composer_api::rest::encode as url_enc;
 
 /// A moment as the pages show it (UTC); nothing for none.
 pub fn time(t: Option<DateTime<Utc>>) -> String {
