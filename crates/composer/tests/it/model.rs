@@ -674,17 +674,24 @@ fn the_reference_interpreter_and_simulate_agree_on_every_generated_case() {
 /// attempt of a run, and how many it was delivered.
 struct Scripts {
     runs: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, (Model, usize)>>,
+    /// The attempts delivered so far, by task id. An attempt whose lease
+    /// expired is taken over at the same attempt (a held one whose lease
+    /// runs out before its timeout fires): the same attempt again, not the
+    /// next delivery of the reference's count.
+    seen: std::sync::Mutex<std::collections::HashSet<(String, i32)>>,
 }
 
 impl Scripts {
     /// What to do with an attempt of `run`'s step `key` (`n2`, or `n2[1]` for
     /// an item): `None` to cancel the run instead.
-    fn answer(&self, run: uuid::Uuid, key: &str, attempt: i32) -> Option<Option<Outcome>> {
+    fn answer(&self, run: uuid::Uuid, task: &str, key: &str, attempt: i32) -> Option<Option<Outcome>> {
         let mut runs = self.runs.lock().unwrap();
         let (model, delivered) = runs.get_mut(&run)?;
-        *delivered += 1;
-        if model.cancel_at == Some(*delivered) {
-            return Some(None);
+        if self.seen.lock().unwrap().insert((task.to_string(), attempt)) {
+            *delivered += 1;
+            if model.cancel_at == Some(*delivered) {
+                return Some(None);
+            }
         }
         // A child run's own step: it started; it goes on.
         if key == "kid" {
@@ -728,6 +735,7 @@ async fn work(url: String, scripts: std::sync::Arc<Scripts>, stop: tokio_util::s
                     run = view["parent_run_id"].as_str().unwrap().parse().unwrap();
                 }
                 let attempt = task["attempt"].as_i64().unwrap() as i32;
+                let id = task["id"].as_str().unwrap();
                 let input = &task["input"];
                 let key = match input["index"].as_i64() {
                     Some(i) => format!("{}[{i}]", input["key"].as_str().unwrap()),
@@ -736,10 +744,9 @@ async fn work(url: String, scripts: std::sync::Arc<Scripts>, stop: tokio_util::s
                 // The run's script is known once its start answered.
                 let answer =
                     eventually(Duration::from_secs(10), format!("a script for {key} of run {run}"), || async {
-                        scripts.answer(run, &key, attempt)
+                        scripts.answer(run, id, &key, attempt)
                     })
                     .await;
-                let id = task["id"].as_str().unwrap();
                 let body = |extra: Value| {
                     let mut b = json!({"worker_id": "model", "run_id": own, "attempt": attempt});
                     b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
@@ -878,7 +885,7 @@ async fn the_engine_simulate_and_the_reference_agree_on_generated_runs() {
         "output": "${ .nodes.t.output }"}))
         .await;
     e.register(&json!({"name": "hnd", "nodes": [{"id": "h", "type": "TRANSFORM", "config": {"output": 1}}]})).await;
-    let scripts = std::sync::Arc::new(Scripts { runs: Default::default() });
+    let scripts = std::sync::Arc::new(Scripts { runs: Default::default(), seen: Default::default() });
     let stop = tokio_util::sync::CancellationToken::new();
     let worker = tokio::spawn(work(e.url(), scripts.clone(), stop.clone()));
     let models: Vec<Model> = (first..first + cases).map(Model::generate).collect();
