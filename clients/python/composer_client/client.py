@@ -118,12 +118,19 @@ class Client:
 
     # -- workflows ---------------------------------------------------------
 
-    def register_workflow(self, definition: Mapping[str, Any]) -> Registered:
+    def register_workflow(self, definition: Mapping[str, Any], version: Optional[int] = None) -> Registered:
         """Registers a definition (``{"name", "nodes", "edges"?, "output"?, …}``):
-        a new version when it differs from the latest (``created`` true), the
-        latest otherwise. An invalid definition raises ``InvalidRequest``
-        (code ``invalid_definition``) naming the node and field."""
-        status, body = self._http.request("POST", "/v1/workflows", dict(definition))
+        the version registered with the same content when there is one
+        (``created`` false), a new version otherwise (``created`` true). An
+        invalid definition raises ``InvalidRequest`` (code
+        ``invalid_definition``) naming the node and field.
+
+        ``version`` (sent as ``?version=N``) is the version the caller means:
+        N with the same content answers it; N registered with another
+        definition, or a number other than the latest plus one, raises
+        ``Conflict``."""
+        query = None if version is None else {"version": str(version)}
+        status, body = self._http.request("POST", "/v1/workflows", dict(definition), query=query)
         registered = cast(Registered, body)
         registered["created"] = status == 201
         return registered
