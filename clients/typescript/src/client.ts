@@ -61,7 +61,17 @@ export interface StartRunOptions {
   priority?: number | undefined;
 }
 
-/** A registered workflow version; `created` is false when it was identical to the latest. */
+/** `registerWorkflow`'s options. */
+export interface RegisterWorkflowOptions {
+  /**
+   * The version the caller means (`?version=N`): the same definition as N
+   * answers N; another definition under N, or an N other than the next, is a
+   * `ConflictError` (409). Newer coordinators only.
+   */
+  version?: number | undefined;
+}
+
+/** A registered workflow version; `created` is false when it was identical to a registered version. */
 export type RegisteredWorkflow = Workflow & { created: boolean };
 
 /** A started run (a summary); `created` is false for a known idempotency key. */
@@ -171,9 +181,18 @@ export class Client {
 
   // -- workflows ------------------------------------------------------------
 
-  /** Registers a definition: a new version when it changed (`created`), else the latest. */
-  async registerWorkflow(definition: WorkflowDefinition): Promise<RegisteredWorkflow> {
-    const { status, body } = await call<Workflow>(this.#t, "POST", "/v1/workflows", definition);
+  /**
+   * Registers a definition (or a `Workflow` built in code): a new version
+   * when it differs from every registered one (`created`), else the version
+   * it is. `version` declares the version meant (`?version=N`).
+   */
+  async registerWorkflow(
+    definition: WorkflowDefinition | { definition(): WorkflowDefinition },
+    options: RegisterWorkflowOptions = {},
+  ): Promise<RegisteredWorkflow> {
+    const def = "definition" in definition && typeof definition.definition === "function" ? definition.definition() : definition;
+    const path = `/v1/workflows${query({ version: options.version })}`;
+    const { status, body } = await call<Workflow>(this.#t, "POST", path, def);
     return { ...body, created: status === 201 };
   }
 

@@ -12,6 +12,7 @@ export type {
   ListLimitsOptions,
   ListRunsOptions,
   RegisteredWorkflow,
+  RegisterWorkflowOptions,
   SendEventOptions,
   StartedRun,
   StartRunOptions,
@@ -30,5 +31,6 @@ export type { ComposerErrorOptions } from "./errors.js";
 export { LeaseLostError, TaskError } from "./task-error.js";
 export { Worker } from "./worker.js";
 export type { Handler, RunOptions, WorkerLogger, WorkerOptions, WorkerTask } from "./worker.js";
+export * from "./workflow/index.js";
 export { isTerminal, RUN_STATUSES, TERMINAL_STATUSES } from "./types.js";
 export type * from "./types.js";

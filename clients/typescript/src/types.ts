@@ -222,6 +222,11 @@ export interface WorkflowDefinition {
    * A child run without one has its parent's. Newer coordinators only.
    */
   fairness_key?: string | null;
+  /**
+   * A JSON Schema (draft 2020-12) of the run's input: checked at every start
+   * (a 400 names the JSON Pointer at fault). Newer coordinators only.
+   */
+  input_schema?: JsonObject | null;
 }
 
 /**

@@ -302,6 +302,7 @@ export const definitionShape = {
   triggers: "optional",
   priority: "optional",
   fairness_key: "optional",
+  input_schema: "optional",
 } as const satisfies Shape<WorkflowDefinition>;
 export const onFailureShape = {
   workflow: "required",
