@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import tempfile
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Optional, TypedDict, Union
 
@@ -182,12 +182,12 @@ def simulate(
     every attempt a worker would run (custom steps, HTTP nodes, MAP items,
     LOOP iterations' steps) is answered here, by
 
-    1. ``mocks[node]`` when it is a function (of the attempt's input),
-    2. ``handlers[type]`` (worker handlers, given a ``Task``), by default
-       the workflow's own typed steps (``wf.handlers()``): the step's
-       function itself runs,
-    3. else the simulator's mock: ``mocks[node]`` when it is a JSON value
-       (``--mock``), else ``{}``.
+    1. ``mocks[node]``: a function of the attempt's input, or the output
+       itself (a JSON value, passed as ``--mock``),
+    2. else ``handlers[type]`` (worker handlers, given a ``Task``), by
+       default the workflow's own typed steps (``wf.handlers()``): the
+       step's function itself runs,
+    3. else the simulator's default mock, ``{}``.
 
     A handler's exception fails the attempt as on a worker (retried under
     the node's policy unless a ``TaskError(retryable=False)``;
@@ -215,10 +215,13 @@ def simulate(
         for node, mock in mocks.items():
             if not callable(mock):
                 args += ["--mock", f"{node}={json.dumps(mock)}"]
+        failing: list[str] = []
         if isinstance(failures, Mapping):
+            failing = list(failures)
             args += [a for node, why in failures.items() for a in ("--fail", f"{node}={why}")]
         elif failures is not None:
-            args += [a for node in failures for a in ("--fail", node)]
+            failing = list(failures)
+            args += [a for node in failing for a in ("--fail", node)]
         with (
             tempfile.TemporaryFile(mode="w+", encoding="utf-8") as err,
             subprocess.Popen(
@@ -240,7 +243,7 @@ def simulate(
                 if message is None:
                     rest.append(line)
                 elif "ask" in message:
-                    asks.append(_ask(message["ask"], answering, mocks, proc.stdin))
+                    asks.append(_ask(message["ask"], answering, mocks, failing, proc.stdin))
                 elif "report" in message:
                     report = message["report"]
                 else:
@@ -275,15 +278,23 @@ def _parse(line: str) -> Any:
         return None
 
 
-def _ask(ask: Mapping[str, JSON], handlers: Mapping[str, Handler], mocks: Mapping[str, Mock], out: IO[str]) -> Ask:
+def _ask(
+    ask: Mapping[str, JSON],
+    handlers: Mapping[str, Handler],
+    mocks: Mapping[str, Mock],
+    failing: Collection[str],
+    out: IO[str],
+) -> Ask:
     node = str(ask.get("node", ""))
     node_type = str(ask.get("type", ""))
     given = ask.get("input")
     attempt = int(ask.get("attempt", 1))
     mock = mocks.get(node)
     answer: dict[str, JSON]
-    if mock is not None and callable(mock):
+    if callable(mock):
         answer = _answer_of(lambda: mock(given))
+    elif node in mocks or node in failing:
+        answer = {"mock": True}  # the simulator's: its --mock value, or its --fail
     elif node_type in handlers:
         task = Task(
             id=f"simulated-{ask.get('key', node)}-{attempt}",
