@@ -26,6 +26,9 @@ import type { JsonSchema, Schema } from "./schema.js";
 /** A value that may be, or hold, references and expressions: evaluated when the node starts. */
 export type Template<T = unknown> = T | RefLike<unknown> | Expr<unknown>;
 
+/** Any value of a template (a JSON value that may hold references and expressions). */
+export type TemplateValue = string | number | boolean | null | readonly unknown[] | { readonly [key: string]: unknown };
+
 /** A jq condition: text, or a `jq` expression. */
 export type Condition = string | Expr<unknown>;
 
@@ -125,7 +128,11 @@ export class Node<O = unknown> {
   }
 }
 
-type AnyNode = Node<any>;
+/** Any node's handle (as `after` and `edge` take it). */
+export interface AnyNode {
+  readonly id: string;
+  readonly type: string;
+}
 
 function seg(id: string): string {
   return /^[A-Za-z_][A-Za-z0-9_]*$/.test(id) ? `.${id}` : `[${JSON.stringify(id)}]`;
@@ -253,7 +260,7 @@ export interface LoopConfig<W extends WorkflowRef, O> {
   workflow: W;
   version?: number;
   /** An iteration's input; a function gets `.iteration` and `.previous` (the last output). */
-  input?: unknown | ((iteration: Ref<{ index: number }>, previous: Ref<O | null>) => unknown);
+  input?: ((iteration: Ref<{ index: number }>, previous: Ref<O | null>) => unknown) | TemplateValue;
   /** jq over `{input, iteration: {index, output}}`; a function gets `.iteration`. */
   until: Condition | ((iteration: Ref<{ index: number; output: O }>) => Condition);
   max_iterations: number;
@@ -465,9 +472,9 @@ export class WorkflowBuilder<I = unknown, O = unknown> {
 
   #edge(a: After, to: string): EdgeSpec {
     if (typeof a === "string") return { from: a, to };
-    if (a instanceof Node) return { from: a.id, to };
-    const from = typeof a.node === "string" ? a.node : a.node.id;
-    return { from, to, on: a.on, when: a.when };
+    if (!("node" in a)) return { from: a.id, to };
+    const e = a as { node: AnyNode | string; on?: EdgeOn | undefined; when?: Condition | undefined };
+    return { from: typeof e.node === "string" ? e.node : e.node.id, to, on: e.on, when: e.when };
   }
 
   /** An edge from `from` to `to` (`on` and `when` as in the language). */

@@ -29,7 +29,9 @@ export interface RefBase<T> {
   toJSON(): string;
 }
 
-type Fields<T> = unknown extends T
+type Fields<T> = 0 extends 1 & T
+  ? any
+  : unknown extends T
   ? { readonly [key: string]: Ref<unknown> }
   : [NonNullable<T>] extends [readonly unknown[]]
     ? {}
