@@ -454,6 +454,8 @@ class Worker:
         self.poll_wait = max(0.0, min(poll_wait, 60.0))
         self.request_timeout = request_timeout
         self._handlers: dict[str, Handler] = {}
+        self._routes: dict[str, str] = {}
+        """The queue of each handler's type given to ``handle``."""
         self._stop = threading.Event()
         self._slots = threading.Semaphore(concurrency)
         self._urgent = threading.Semaphore(urgent_slots)
@@ -473,17 +475,26 @@ class Worker:
         before ``run()``; ``None`` or empty is the default."""
         if self._queues is not None:
             return list(self._queues)
-        return sorted({_default_queue(t) for t in self._handlers})
+        return sorted({self._queue_of(t) for t in self._handlers})
 
     @queues.setter
     def queues(self, queues: Optional[list[str]]) -> None:
         self._queues = list(queues) if queues else None
 
-    def handle(self, node_type: str, fn: Handler) -> "Worker":
+    def _queue_of(self, node_type: str) -> str:
+        """The queue the steps of ``node_type`` go to: the one ``handle``
+        was told, else the type's default."""
+        return self._routes.get(node_type) or _default_queue(node_type)
+
+    def handle(self, node_type: str, fn: Handler, *, queue: Optional[str] = None) -> "Worker":
         """Runs ``fn(task)`` for tasks of ``node_type``; returns self. A
-        worker given no ``queues`` polls the type's queue (its name in lower
-        case)."""
+        worker given no ``queues`` polls the type's queue: ``queue`` (the
+        one its nodes name), else the type's name in lower case."""
         self._handlers[node_type] = fn
+        if queue is None:
+            self._routes.pop(node_type, None)
+        else:
+            self._routes[node_type] = queue
         return self
 
     def stop(self) -> None:
@@ -563,7 +574,7 @@ class Worker:
         given = self._queues is not None
         if not given:
             for node_type in sorted(self._handlers):
-                if not _is_queue_name(_default_queue(node_type)):
+                if not _is_queue_name(self._queue_of(node_type)):
                     raise ValueError(
                         f"handler for type {node_type!r}: not a node type's name (1 to 128 of A-Z a-z 0-9 _ . -, "
                         "not . or ..), so it has no default queue to poll: pass queues"
@@ -578,11 +589,12 @@ class Worker:
                 raise ValueError(f"queues: {q!r} is not a queue name (1 to 128 of A-Z a-z 0-9 _ . -, not . or ..)")
         if given:
             for node_type in sorted(self._handlers):
-                queue = _default_queue(node_type)
+                queue = self._queue_of(node_type)
                 if queue not in queues:
+                    where = "its nodes' queue" if node_type in self._routes else "a node of this type without a `queue`"
                     message = (
-                        f"worker {self.worker_id}: handler for type {node_type!r}: a node of this type without a "
-                        f"`queue` goes to queue {queue!r}, which this worker does not poll "
+                        f"worker {self.worker_id}: handler for type {node_type!r}: {where} goes to queue {queue!r}, "
+                        f"which this worker does not poll "
                         f"(it polls {', '.join(queues)})"
                     )
                     log.warning("%s", message)

@@ -69,6 +69,7 @@ from ._run import (
     register,
     run_worker,
     simulate,
+    worker_for,
 )
 
 __all__ = [
@@ -121,4 +122,5 @@ __all__ = [
     "transform",
     "wait",
     "wait_for_event",
+    "worker_for",
 ]

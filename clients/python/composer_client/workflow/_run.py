@@ -29,9 +29,11 @@ __all__ = [
     "register",
     "run_worker",
     "simulate",
+    "worker_for",
 ]
 
 JSON = Any
+_DEFAULT_URL = "http://127.0.0.1:8080"
 
 
 def register(client: Client, *workflows: Workflow[Any], version: Optional[int] = None) -> list[Registered]:
@@ -54,6 +56,29 @@ def queues_of(*workflows: Workflow[Any]) -> list[str]:
     return sorted({s.queue or _default_queue(s.type) for wf in workflows for s in wf.steps()})
 
 
+def worker_for(
+    *workflows: Workflow[Any],
+    url: Optional[str] = None,
+    worker_token: Optional[str] = None,
+    handlers: Optional[Mapping[str, Handler]] = None,
+    **worker_options: Any,
+) -> Worker:
+    """A worker serving the typed steps of ``workflows`` (and ``handlers``,
+    by type), on their queues unless ``queues`` is given; not yet running.
+    ``url`` defaults to ``COMPOSER_URL`` (else ``http://127.0.0.1:8080``),
+    ``worker_token`` to ``COMPOSER_WORKER_TOKEN``; ``worker_options`` go to
+    ``Worker`` (``concurrency``, ``queues`` …)."""
+    url = url or os.environ.get("COMPOSER_URL") or _DEFAULT_URL
+    worker_token = worker_token if worker_token is not None else os.environ.get("COMPOSER_WORKER_TOKEN")
+    worker = Worker(url, worker_token, **worker_options)
+    routes = {s.type: s.queue for wf in workflows for s in wf.steps()}
+    for node_type, handler in handlers_of(*workflows).items():
+        worker.handle(node_type, handler, queue=routes.get(node_type))
+    for node_type, handler in (handlers or {}).items():
+        worker.handle(node_type, handler)
+    return worker
+
+
 def run_worker(
     *workflows: Workflow[Any],
     url: Optional[str] = None,
@@ -63,22 +88,16 @@ def run_worker(
     register_first: bool = True,
     **worker_options: Any,
 ) -> None:
-    """Registers ``workflows`` (unless ``register_first`` is false) and runs
-    a worker serving their typed steps (and ``handlers``, by type) until
-    SIGINT/SIGTERM. ``url`` defaults to ``COMPOSER_URL`` (else
+    """Registers ``workflows`` (unless ``register_first`` is false: they are
+    registered once, by content) and runs ``worker_for(...)`` until SIGINT or
+    SIGTERM. ``url`` defaults to ``COMPOSER_URL`` (else
     ``http://127.0.0.1:8080``), ``api_token`` to ``COMPOSER_API_TOKEN``,
-    ``worker_token`` to ``COMPOSER_WORKER_TOKEN``; ``worker_options`` go to
-    ``Worker`` (``concurrency``, ``queues`` — by default those of the steps)."""
-    url = url or os.environ.get("COMPOSER_URL") or "http://127.0.0.1:8080"
+    ``worker_token`` to ``COMPOSER_WORKER_TOKEN``."""
+    url = url or os.environ.get("COMPOSER_URL") or _DEFAULT_URL
     api_token = api_token if api_token is not None else os.environ.get("COMPOSER_API_TOKEN")
-    worker_token = worker_token if worker_token is not None else os.environ.get("COMPOSER_WORKER_TOKEN")
     if register_first:
         register(Client(url, api_token), *workflows)
-    worker_options.setdefault("queues", queues_of(*workflows) or None)
-    worker = Worker(url, worker_token, **worker_options)
-    for node_type, handler in {**handlers_of(*workflows), **(handlers or {})}.items():
-        worker.handle(node_type, handler)
-    worker.run()
+    worker_for(*workflows, url=url, worker_token=worker_token, handlers=handlers, **worker_options).run()
 
 
 # -- simulate ------------------------------------------------------------------
