@@ -1,6 +1,7 @@
 """A Python client of Composer, the distributed workflow engine: the API
-client (:class:`Client`) and a worker for custom node types
-(:mod:`composer_client.worker`). Standard library only.
+client (:class:`Client`), a worker for custom node types
+(:mod:`composer_client.worker`) and workflows in code, typed steps
+included (:mod:`composer_client.workflow`). Standard library only.
 
     from composer_client import Client, NotFound
 

@@ -13,6 +13,7 @@ import collections.abc
 import dataclasses
 import enum
 import math
+import sys
 import types
 import typing
 import uuid
@@ -39,7 +40,28 @@ def _is_typeddict(tp: Any) -> bool:
 
 
 def _hints(tp: Any) -> dict[str, Any]:
-    return get_type_hints(tp)
+    """A class's field types, forward references nested in builtin generics
+    (``list["Tree"]``, left as text by Python 3.9's ``get_type_hints``) resolved."""
+    module = sys.modules.get(getattr(tp, "__module__", ""), None)
+    namespace = {**vars(module), tp.__name__: tp} if module is not None else {tp.__name__: tp}
+    return {k: _resolve(v, namespace) for k, v in get_type_hints(tp, namespace).items()}
+
+
+def _resolve(hint: Any, namespace: dict[str, Any]) -> Any:
+    if isinstance(hint, str):
+        return _resolve(eval(hint, namespace), namespace)  # an annotation, as get_type_hints does
+    if isinstance(hint, typing.ForwardRef):
+        return _resolve(hint.__forward_arg__, namespace)
+    args = get_args(hint)
+    if not args or get_origin(hint) is Literal:
+        return hint
+    resolved = tuple(_resolve(a, namespace) for a in args)
+    if resolved == args:
+        return hint
+    if isinstance(hint, types.GenericAlias):
+        return types.GenericAlias(get_origin(hint), resolved)
+    copy_with = getattr(hint, "copy_with", None)
+    return copy_with(resolved) if callable(copy_with) else hint
 
 
 _SEQUENCES = (list, collections.abc.Sequence, collections.abc.MutableSequence, collections.abc.Iterable, set, frozenset)
