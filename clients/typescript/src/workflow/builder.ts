@@ -19,6 +19,7 @@ import {
   type Ref,
   type RefInfo,
   type RefLike,
+  type ValueOf,
 } from "./refs.js";
 import type { JsonSchema, Schema } from "./schema.js";
 
@@ -156,9 +157,6 @@ export type ReadValues<R> = { -readonly [K in keyof R]: R[K] extends RefLike<inf
 /** A step's reads, each a reference (`wf.input`, a node, `charge.out.id`). */
 export type Reads = { readonly [name: string]: RefLike<any> };
 
-/** What `reads` must be for a step whose declared input is `I`. */
-export type ReadsFor<I> = { readonly [K in keyof I]-?: RefLike<I[K]> };
-
 interface StepBase extends NodeOptions {
   /** The node's type (default `<workflow>.<id>`): the worker registers the handler under it. */
   type?: string | undefined;
@@ -172,13 +170,19 @@ export interface StepOptions<R extends Reads, O> extends StepBase {
   handler: StepHandler<ReadValues<R>, O>;
 }
 
-/** A typed step with a declared input: its reads must give that type. */
-export interface StepWithInput<I, O> extends StepBase {
-  input: Schema<I>;
-  reads: ReadsFor<I>;
-  output?: Schema<O> | undefined;
-  handler: StepHandler<I, O>;
-}
+/**
+ * A step's declared input (`input: s.object({...})`): what its reads give
+ * must be of that type (tsc refuses the step otherwise, naming both), and
+ * the worker checks each task's input against it.
+ */
+export type DeclaredInput<R, I> = {
+  input?:
+    | (Schema<I> &
+        ([ReadValues<R>] extends [I]
+          ? unknown
+          : { readonly "the reads do not give the declared input; they give": { [K in keyof R]: ValueOf<R[K]> } }))
+    | undefined;
+};
 
 function asArray<T>(v: T | readonly T[] | undefined): readonly T[] {
   if (v === undefined) return [];
@@ -326,14 +330,9 @@ export function task<O = unknown>(type: string, config?: unknown, options?: Node
 }
 
 /** A typed step: a node of its own type whose handler this process's worker runs. */
-export function step<I, O>(options: StepWithInput<I, O> & { output: Schema<O> }): Spec<O>;
-export function step<I, O>(options: StepWithInput<I, O>): Spec<O>;
-export function step<R extends Reads, O>(
-  options: StepOptions<R, O> & { output: Schema<O>; handler: StepHandler<ReadValues<R>, NoInfer<O>> },
-): Spec<O>;
-export function step<R extends Reads, O>(options: StepOptions<R, O>): Spec<O>;
-export function step(options: StepOptions<Reads, unknown> & { input?: Schema<unknown> }): Spec<unknown> {
-  const { reads, output, handler, type, input, ...nodeOptions } = options;
+export function step<R extends Reads, O, I = ReadValues<R>>(options: StepOptions<R, O> & DeclaredInput<R, I>): Spec<O>;
+export function step(options: StepOptions<Reads, unknown> & { input?: unknown }): Spec<unknown> {
+  const { reads, output, handler, type, input, ...nodeOptions } = options as StepOptions<Reads, unknown> & { input?: Schema<unknown> };
   if (typeof handler !== "function") throw new TypeError("step(): handler is not a function");
   for (const [k, v] of Object.entries(reads)) {
     if (refInfo(v) === undefined) throw new TypeError(`step(): reads.${k} is not a reference (wf.input, a node, or a field of one)`);
@@ -489,15 +488,9 @@ export class WorkflowBuilder<I = unknown, O = unknown> {
    * in this process's worker (`workerFor`, `serve`), `output` checks and
    * types what it answers.
    */
-  step<J, T>(id: string, options: StepWithInput<J, T> & { output: Schema<T> }): Node<T>;
-  step<J, T>(id: string, options: StepWithInput<J, T>): Node<T>;
-  step<R extends Reads, T>(
-    id: string,
-    options: StepOptions<R, T> & { output: Schema<T>; handler: StepHandler<ReadValues<R>, NoInfer<T>> },
-  ): Node<T>;
-  step<R extends Reads, T>(id: string, options: StepOptions<R, T>): Node<T>;
-  step(id: string, options: StepOptions<Reads, unknown>): Node<unknown> {
-    return this.add(id, step(options));
+  step<R extends Reads, T, I = ReadValues<R>>(id: string, options: StepOptions<R, T> & DeclaredInput<R, I>): Node<T>;
+  step(id: string, options: StepOptions<Reads, unknown> & { input?: unknown }): Node<unknown> {
+    return this.add(id, step(options as StepOptions<Reads, unknown>));
   }
 
   http<B = unknown>(id: string, config: HttpConfig, options?: NodeOptions): Node<HttpOutput<B>> {
