@@ -356,11 +356,27 @@ fn find_env(command: &clap::Command, long: &str) -> Option<String> {
 
 #[derive(Subcommand)]
 pub enum WorkflowCommand {
-    /// Registers a definition from a JSON or YAML file.
+    /// Registers a definition from a JSON or YAML file. Idempotent by content: a definition identical to a
+    /// registered version answers that version; another becomes the next version.
     Apply {
         /// The definition: a .json, .yaml or .yml file, or - for standard input (JSON or YAML).
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        /// The version this definition is meant to be: refused (exit 1, naming it) when that version is
+        /// registered with a different definition or is not the next one.
+        #[arg(long)]
+        version: Option<i32>,
+    },
+    /// Shows what registering a definition would change against a registered version (the latest by
+    /// default), field by field: `~ path: old -> new`, `+ path: new`, `- path: old`. Exit status: 0 no
+    /// change (it is that version), 1 changes, 2 an error.
+    Diff {
+        /// The definition, a JSON or YAML file (- for standard input).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// The registered version to compare with (default: the latest).
+        #[arg(long)]
+        version: Option<i32>,
     },
     /// Lists workflows (latest version of each).
     List,
@@ -401,6 +417,12 @@ pub enum WorkflowCommand {
         /// reading.
         #[arg(short = 'o', long = "output", default_value = "table", value_parser = simulate_formats())]
         output: String,
+        /// Ask the caller what each attempt a worker would run does, one JSON line each way: composer writes
+        /// {"ask": {node, key, type, input, attempt}} to standard output and reads {"output": V},
+        /// {"error": "why", "retryable": BOOL}, {"timeout": true} or {"mock": true} from standard input; the
+        /// report follows as {"report": …}. The SDKs' simulate helpers run a workflow's own handlers so.
+        #[arg(long)]
+        ask: bool,
     },
 }
 

@@ -108,10 +108,15 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
     let api = api(&args)?;
     let format = Format::resolve(args.output.as_deref());
     match cmd {
-        WorkflowCommand::Apply { file } => {
+        WorkflowCommand::Apply { file, version } => {
             let spec = crate::input::read_definition(&file)?;
-            output::one(format, &call(&api, Method::POST, "/v1/workflows", Some(&spec)).await?);
+            let path = match version {
+                Some(v) => format!("/v1/workflows?version={v}"),
+                None => "/v1/workflows".to_string(),
+            };
+            output::one(format, &call(&api, Method::POST, &path, Some(&spec)).await?);
         }
+        WorkflowCommand::Diff { file, version } => return diff(&api, format, &file, version).await,
         WorkflowCommand::List => {
             let answer = call(&api, Method::GET, "/v1/workflows", None).await?;
             output::list(format, &answer, "workflows", output::WORKFLOW_COLUMNS);
@@ -119,12 +124,12 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
         WorkflowCommand::Get { name } => {
             output::one(format, &call(&api, Method::GET, &format!("/v1/workflows/{}", encode(&name)), None).await?)
         }
-        WorkflowCommand::Simulate { file, input, event, mocks, failures, output } => {
+        WorkflowCommand::Simulate { file, input, event, mocks, failures, output, ask } => {
             let start = match &event {
                 Some(e) => crate::simulate::Start::Event(e),
                 None => crate::simulate::Start::Input(&input),
             };
-            return Ok(crate::simulate::run(&file, start, &mocks, &failures, &output));
+            return Ok(crate::simulate::run(&file, start, &mocks, &failures, &output, ask));
         }
         WorkflowCommand::Schema => {
             let schema = composer_api::definition_schema::workflow();
@@ -132,6 +137,46 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `composer workflow diff`: the definition in `file`, normalized as the
+/// server normalizes it, against a registered version.
+async fn diff(api: &Client, format: Format, file: &std::path::Path, version: Option<i32>) -> anyhow::Result<ExitCode> {
+    let spec = crate::input::read_definition(file)?;
+    let parsed = composer_core::expr::on_eval_stack(|| composer_core::definition::Workflow::parse(&spec))
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let wf = parsed.map_err(|e| usage(format!("{} is not a valid definition: {e}", file.display())))?;
+    let new = serde_json::to_value(&wf.spec)?;
+    let name = encode(&wf.spec.name);
+    let path = match version {
+        Some(v) => format!("/v1/workflows/{name}/versions/{v}"),
+        None => format!("/v1/workflows/{name}"),
+    };
+    let registered = match api.call::<Value>(Method::GET, &path, None::<&Value>).await {
+        Ok(r) => r,
+        Err(e) if e.status() == Some(404) && version.is_none() => {
+            println!("workflow {:?} is not registered: registering it creates version 1", wf.spec.name);
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let changes = crate::diff::changes(&registered["spec"], &new);
+    let against = registered["version"].as_i64().unwrap_or_default();
+    match format {
+        Format::Table => {
+            println!("{} against version {against}: {} change(s)", wf.spec.name, changes.len());
+            for line in crate::diff::lines(&changes) {
+                println!("{line}");
+            }
+        }
+        _ => {
+            let changes: Vec<Value> =
+                changes.iter().map(|c| serde_json::json!({"path": c.path, "old": c.old, "new": c.new})).collect();
+            let answer = serde_json::json!({"workflow": wf.spec.name, "version": against, "changes": changes});
+            output::one(format, &answer);
+        }
+    }
+    Ok(if changes.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> {

@@ -4,7 +4,8 @@
 //! - `cli`: the commands and their flags; `dev`: the server roles and the
 //!   embedded services; `client`: the commands that call the API, `output`
 //!   how they print, `input` the files they read; `simulate`: a definition
-//!   offline; `bench`: `composer bench`.
+//!   offline; `diff`: a definition against a registered version; `bench`:
+//!   `composer bench`.
 
 #![allow(clippy::print_stderr)] // a command-line tool: its errors and progress go to stderr
 
@@ -12,6 +13,7 @@ mod bench;
 mod cli;
 mod client;
 mod dev;
+mod diff;
 mod input;
 mod output;
 mod simulate;

@@ -8,7 +8,7 @@ use anyhow::{anyhow, Context};
 use composer_core::definition::Workflow;
 use composer_core::expr::Sandbox;
 use composer_core::machine::RunStatus;
-use composer_core::simulate::{simulate, Options, Report};
+use composer_core::simulate::{simulate_asking, Ask, Options, Outcome, Report};
 use serde_json::Value;
 
 /// What the simulated run starts from.
@@ -21,8 +21,11 @@ pub enum Start<'a> {
 
 /// Exit status: 0 the simulated run succeeded, 1 it failed (or no trigger
 /// starts a run for the event), 2 the definition or an argument is invalid
-/// (the message on stderr). `format` is `table` (or `text`), `json` or `jsonl`.
-pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String], format: &str) -> ExitCode {
+/// (the message on stderr). `format` is `table` (or `text`), `json` or
+/// `jsonl`. With `ask`, each attempt a worker would run is asked over
+/// standard input and output ([`Asker`]), and the report ends the output as
+/// `{"report": …}` on one line.
+pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String], format: &str, ask: bool) -> ExitCode {
     let (input, event) = match start {
         Start::Input(i) => (i, None),
         Start::Event(e) => match json_arg(e).context("--event").and_then(event_of) {
@@ -44,12 +47,22 @@ pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String],
     // Expressions run where the coordinator runs them: on an evaluation
     // thread, so a hostile definition fails its node here too instead of
     // overflowing the main thread's stack.
+    let mut asker = Asker::default();
     let simulated = composer_core::expr::sandboxed(std::time::Instant::now, |sb| {
         if let Some(event) = &event {
             opts.input = triggered_input(sb, &wf, event)?;
         }
-        Ok::<Report, String>(simulate(sb, &wf, &opts))
+        // The start is refused as the server refuses it.
+        if let Some(schema) = &wf.input_schema {
+            schema.check(&opts.input).map_err(|m| format!("no run: workflow {:?}: {m}", wf.spec.name))?;
+        }
+        let mut answer = |a: &Ask<'_>| if ask { asker.ask(a) } else { None };
+        Ok::<Report, String>(simulate_asking(sb, &wf, &opts, &mut answer))
     });
+    if let Some(e) = asker.broken {
+        eprintln!("error: --ask: {e}");
+        return ExitCode::from(2);
+    }
     let report = match simulated {
         Ok(Ok(report)) => report,
         Ok(Err(no_run)) => {
@@ -62,6 +75,7 @@ pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String],
         }
     };
     match format {
+        _ if ask => println!("{}", serde_json::json!({"report": report})),
         "json" => println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default()),
         "jsonl" => println!("{}", serde_json::to_string(&report).unwrap_or_default()),
         _ => print!("{}", text(&report)),
@@ -70,6 +84,69 @@ pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String],
         RunStatus::Succeeded => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }
+}
+
+/// `--ask`: each attempt a worker would run is written to standard output
+/// as one line, `{"ask": {node, key, type, input, attempt}}`, and answered
+/// by one line on standard input: `{"output": V}`, `{"error": "why",
+/// "retryable": true}`, `{"timeout": true}` or `{"mock": true}` (what
+/// `--mock` and `--fail` say). A line that is none of these, or the end of
+/// the input, stops the asking: the run goes on as mocked, and the command
+/// exits 2 naming it.
+#[derive(Default)]
+struct Asker {
+    broken: Option<String>,
+}
+
+/// Longest answer line read: a step's output is at most a payload.
+const MAX_ANSWER: u64 = 64 << 20;
+
+impl Asker {
+    fn ask(&mut self, a: &Ask<'_>) -> Option<Outcome> {
+        if self.broken.is_some() {
+            return None;
+        }
+        match Self::exchange(a) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                self.broken = Some(format!("the answer for {} attempt {}: {e}", a.key, a.attempt));
+                None
+            }
+        }
+    }
+
+    fn exchange(a: &Ask<'_>) -> anyhow::Result<Option<Outcome>> {
+        use std::io::{BufRead, Read, Write};
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", serde_json::json!({"ask": a}))?;
+        out.flush()?;
+        let mut line = String::new();
+        std::io::stdin().lock().take(MAX_ANSWER).read_line(&mut line)?;
+        if line.is_empty() {
+            return Err(anyhow!("standard input ended"));
+        }
+        outcome_of(serde_json::from_str(&line).context("not a JSON line")?)
+    }
+}
+
+/// An answer line's outcome (`None`: as mocked).
+fn outcome_of(v: Value) -> anyhow::Result<Option<Outcome>> {
+    let Value::Object(o) = v else { return Err(anyhow!("expected an object")) };
+    if let Some(output) = o.get("output") {
+        return Ok(Some(Outcome::Output(output.clone())));
+    }
+    if let Some(error) = o.get("error") {
+        let error = error.as_str().map(str::to_string).unwrap_or_else(|| error.to_string());
+        let retryable = o.get("retryable").and_then(Value::as_bool).unwrap_or(true);
+        return Ok(Some(Outcome::Fail { error, retryable }));
+    }
+    if o.get("timeout") == Some(&Value::Bool(true)) {
+        return Ok(Some(Outcome::TimeOut));
+    }
+    if o.get("mock") == Some(&Value::Bool(true)) {
+        return Ok(None);
+    }
+    Err(anyhow!("expected {{\"output\"}}, {{\"error\", \"retryable\"}}, {{\"timeout\": true}} or {{\"mock\": true}}"))
 }
 
 /// An event as `--event` gives it, as the triggers see it.

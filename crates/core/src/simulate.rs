@@ -118,9 +118,38 @@ pub struct EdgeReport {
 /// retry policy and mocks would loop for long.
 const MAX_EVENTS: usize = 100_000;
 
+/// An attempt a worker would run, as [`simulate_asking`] asks its caller.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ask<'a> {
+    /// The node's id.
+    pub node: &'a str,
+    /// The node's id, or a MAP item's or LOOP iteration's (`ship[2]`).
+    pub key: &'a str,
+    /// The node's type (`charge_card`, `HTTP`).
+    #[serde(rename = "type")]
+    pub node_type: &'a str,
+    /// The attempt's evaluated input.
+    pub input: &'a Value,
+    /// 1 for the first attempt.
+    pub attempt: i32,
+}
+
 /// Runs `wf` to the end in the simulated world of `opts`, evaluating its
 /// expressions in `sb`.
 pub fn simulate(sb: &Sandbox, wf: &Workflow, opts: &Options) -> Report {
+    simulate_asking(sb, wf, opts, &mut |_| None)
+}
+
+/// [`simulate`], asking `ask` first what each attempt a worker would run
+/// does (`None`: what `opts` says): a test's handlers and mocks written as
+/// functions, in any language that speaks to `composer workflow simulate
+/// --ask`.
+pub fn simulate_asking(
+    sb: &Sandbox,
+    wf: &Workflow,
+    opts: &Options,
+    ask: &mut dyn FnMut(&Ask<'_>) -> Option<Outcome>,
+) -> Report {
     let mut ids = 0u128;
     let mut new_id = move || {
         ids += 1;
@@ -135,7 +164,7 @@ pub fn simulate(sb: &Sandbox, wf: &Workflow, opts: &Options) -> Report {
         if run.status != RunStatus::Running {
             break;
         }
-        let Some(event) = next_event(wf, &run, opts, &mut now, &mut answered) else { break };
+        let Some(event) = next_event(wf, &run, opts, &mut now, &mut answered, ask) else { break };
         lease(&mut run, &event);
         world.apply(sb, wf, &mut run, event, now, &mut new_id);
     }
@@ -229,6 +258,7 @@ fn next_event(
     opts: &Options,
     now: &mut DateTime<Utc>,
     answered: &mut usize,
+    ask: &mut dyn FnMut(&Ask<'_>) -> Option<Outcome>,
 ) -> Option<Event> {
     let task =
         run.tasks.iter().find(|t| !t.state.is_terminal() && t.progress.is_none() && t.state != TaskState::Queued)?;
@@ -249,6 +279,13 @@ fn next_event(
         *answered += 1;
         if opts.cancel_at == Some(*answered) {
             return Some(Event::CancelRun);
+        }
+    }
+    if worker_runs {
+        let key = own.as_deref().unwrap_or(&node.id);
+        let asked = Ask { node: &node.id, key, node_type: &node.node_type, input: &task.input, attempt: task.attempt };
+        if let Some(o) = ask(&asked) {
+            return scripted(task, &timed_out_or_failed(task, o), true, now);
         }
     }
     if let Some(event) = outcome.and_then(|o| scripted(task, o, worker_runs, now)) {
@@ -279,6 +316,18 @@ fn next_event(
         }
         _ => return None,
     })
+}
+
+/// An asked attempt's answer: a time-out of an attempt that has no
+/// deadline (its node no `timeout`) is a retryable failure, as its worker
+/// giving up would be.
+fn timed_out_or_failed(task: &Task, o: Outcome) -> Outcome {
+    match o {
+        Outcome::TimeOut if task.wake_at.is_none() => {
+            Outcome::Fail { error: "timed out (simulated; the node has no timeout)".into(), retryable: true }
+        }
+        o => o,
+    }
 }
 
 /// A worker-run attempt's mocked answer: its failure, or its mock; a

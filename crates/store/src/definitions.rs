@@ -1,5 +1,6 @@
-//! Workflow definitions. Versions are immutable: registering a changed spec
-//! adds version + 1, registering the latest spec again returns it.
+//! Workflow definitions. Versions are immutable: registering a new spec
+//! adds version + 1, registering a spec already registered returns its
+//! version.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -33,41 +34,79 @@ impl DefinitionRow {
 #[derive(Debug, Clone)]
 pub enum Registered {
     Created(DefinitionRow),
-    /// The spec equals the latest version's; nothing was written.
+    /// The spec equals a registered version's (the newest such); nothing
+    /// was written.
     Unchanged(DefinitionRow),
+    /// The version the caller declared cannot be this spec: it is
+    /// registered with another, or it is not the next one.
+    Refused(String),
 }
 
 const COLUMNS: &str = "id, name, version, spec, created_at";
 
 /// Registers `spec` (already validated and normalized) under `name`, whose
-/// triggers listen to `trigger_events`. The per-name advisory lock
-/// serializes concurrent registrations of one name, so two coordinators
-/// cannot both create version N, and the triggers that apply are always the
-/// latest version's.
-pub async fn register(client: &mut Client, name: &str, spec: &Value, trigger_events: &[String]) -> Result<Registered> {
+/// triggers listen to `trigger_events`. Registration is idempotent by
+/// content: a spec equal to any registered version of the name answers
+/// that version, so workers of two builds starting over each other never
+/// mint a version per start. `declared` is the version the caller means it
+/// to be: that version when it is registered with this spec, the next
+/// version when it is the next one, refused otherwise. The per-name
+/// advisory lock serializes concurrent registrations of one name, so two
+/// coordinators cannot both create version N, and the triggers that apply
+/// are always the latest version's.
+pub async fn register(
+    client: &mut Client,
+    name: &str,
+    spec: &Value,
+    trigger_events: &[String],
+    declared: Option<i32>,
+) -> Result<Registered> {
     let tx = crate::begin(client).await?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('composer_definition:' || $1))", &[&name]).await?;
-    let latest = tx
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM workflow_definitions WHERE name = $1 ORDER BY version DESC LIMIT 1"),
-            &[&name],
-        )
+    let latest: i32 = tx
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM workflow_definitions WHERE name = $1", &[&name])
         .await?
-        .map(|r| DefinitionRow::from_row(&r))
-        .transpose()?;
-    if let Some(latest) = latest {
-        if &latest.spec == spec {
-            return Ok(Registered::Unchanged(latest));
+        .try_get(0)?;
+    // The declared version, or the newest version equal to this spec
+    // (jsonb equality: 1 and 1.0 are equal), and whether it is equal.
+    let found = tx
+        .query_opt(
+            &format!(
+                "SELECT {COLUMNS}, spec = $2 AS same FROM workflow_definitions
+                 WHERE name = $1 AND CASE WHEN $3::int IS NULL THEN spec = $2 ELSE version = $3 END
+                 ORDER BY version DESC LIMIT 1"
+            ),
+            &[&name, spec, &declared],
+        )
+        .await?;
+    match (found, declared) {
+        (Some(r), _) if r.try_get::<_, bool>("same")? => {
+            return Ok(Registered::Unchanged(DefinitionRow::from_row(&r)?))
         }
+        (Some(r), _) => {
+            let version: i32 = r.try_get("version")?;
+            return Ok(Registered::Refused(format!(
+                "workflow {name:?} version {version} is registered with a different definition: \
+                 declare version {} for this one (or register it without a version)",
+                latest + 1
+            )));
+        }
+        (None, Some(v)) if v != latest + 1 => {
+            return Ok(Registered::Refused(format!(
+                "workflow {name:?} has versions up to {latest}: version {v} would not be the next one ({})",
+                latest + 1
+            )))
+        }
+        (None, _) => {}
     }
     let row = tx
         .query_one(
             &format!(
                 "INSERT INTO workflow_definitions (id, name, version, spec)
-                 SELECT $1, $2, COALESCE(MAX(version), 0) + 1, $3 FROM workflow_definitions WHERE name = $2
+                 VALUES ($1, $2, $3, $4)
                  RETURNING {COLUMNS}"
             ),
-            &[&Uuid::now_v7(), &name, spec],
+            &[&Uuid::now_v7(), &name, &(latest + 1), spec],
         )
         .await?;
     crate::triggers::set_for_workflow(&tx, name, trigger_events).await?;

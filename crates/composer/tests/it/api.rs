@@ -295,7 +295,7 @@ async fn a_definition_stored_before_a_rule_it_breaks_is_refused_by_name_not_a_50
     let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
     let mut db = composer_store::client(&e.db.pool()).await.unwrap();
     let spec = json!({"name": "old", "nodes": [{"id": ".", "type": "TRANSFORM", "config": {"output": 1}}]});
-    composer_store::definitions::register(&mut db, "old", &spec, &[]).await.unwrap();
+    composer_store::definitions::register(&mut db, "old", &spec, &[], None).await.unwrap();
     let (status, answer) = e.post("/v1/runs", &json!({"workflow": "old"})).await;
     assert_eq!(status, 400, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();

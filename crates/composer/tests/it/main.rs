@@ -9,6 +9,7 @@ mod cli;
 mod cluster;
 mod control;
 mod dataflow;
+mod definitions;
 mod eager;
 mod failure_handling;
 mod failures;

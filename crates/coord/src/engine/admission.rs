@@ -165,6 +165,11 @@ struct Prepared<'a> {
 
 impl<'a> Prepared<'a> {
     async fn new(wf: Arc<Workflow>, how: NewRunOf<'a>) -> Result<Prepared<'a>> {
+        if let Some(schema) = &wf.input_schema {
+            schema
+                .check(how.input)
+                .map_err(|m| Rejection::Input { workflow: how.def.name.clone(), why: m.to_string() })?;
+        }
         let keys = start_keys(how.def.id, &wf, how.input, how.tags).await?;
         let StartKeys { tags, fairness_key, concurrency_key } = keys;
         Ok(Prepared { wf, how, id: Uuid::now_v7(), tags, fairness_key, concurrency_key })

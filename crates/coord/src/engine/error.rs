@@ -7,6 +7,9 @@ use uuid::Uuid;
 /// API; the failure of the SUB_WORKFLOW attempt that asked for a child).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
+    /// The input does not match the workflow's `input_schema`.
+    #[error("workflow {workflow:?}: {why}")]
+    Input { workflow: String, why: String },
     /// The workflow's concurrency key does not evaluate over this input.
     #[error("{0}")]
     ConcurrencyKey(String),

@@ -30,6 +30,19 @@ pub(crate) struct VersionsQuery {
     before: Option<i32>,
 }
 
+/// `POST /v1/workflows`'s query.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct RegisterQuery {
+    /// The version the caller declares this definition to be: answered when
+    /// it is registered with this definition, created when it is the next
+    /// version, 409 otherwise.
+    #[serde(default, deserialize_with = "parsed")]
+    #[param(value_type = Option<i32>, minimum = 1)]
+    version: Option<i32>,
+}
+
 fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
     DefinitionView {
         id: d.id,
@@ -44,19 +57,29 @@ fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
 
 /// Register a workflow definition.
 ///
-/// The definition is validated whole (every node, edge and expression; a 400 names the field at
-/// fault). A definition that differs from the latest version of its name becomes a new version
-/// (201); an identical one answers the latest version (200). Runs stay on the version they started
-/// with.
+/// The definition is validated whole (every node, edge, expression and its `input_schema`; a 400
+/// names the field at fault). Registration is idempotent by content: a definition identical to
+/// any registered version of its name answers that version (200); another becomes the next
+/// version (201). `?version=N` declares which version the caller means: a version registered
+/// with a different definition, or one that is not the next, is a 409 naming it. Runs stay on
+/// the version they started with; a start without a version takes the latest.
 #[utoipa::path(
     post, path = "/v1/workflows", operation_id = "registerWorkflow", tag = "workflows",
+    params(RegisterQuery),
     request_body = WorkflowSpec,
     responses(
         (status = 201, description = "a new version", body = DefinitionView),
-        (status = 200, description = "identical to the latest version", body = DefinitionView),
+        (status = 200, description = "identical to a registered version, which it answers", body = DefinitionView),
     )
 )]
-pub(crate) async fn register_workflow(State(pool): State<Pool>, Body(spec): Body<Value>) -> ApiResult<Response> {
+pub(crate) async fn register_workflow(
+    State(pool): State<Pool>,
+    Query(q): Query<RegisterQuery>,
+    Body(spec): Body<Value>,
+) -> ApiResult<Response> {
+    if q.version.is_some_and(|v| v < 1) {
+        return Err(ApiError::bad_request("version: must be 1 or more"));
+    }
     // Compiling a definition's expressions is CPU work: off the async runtime.
     // Off the async runtime, on a thread with the evaluation stack (jq's
     // parser recurses as deep as an expression nests).
@@ -68,9 +91,11 @@ pub(crate) async fn register_workflow(State(pool): State<Pool>, Body(spec): Body
     let normalized = serde_json::to_value(&wf.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut client = composer_store::client(&pool).await?;
     let events: Vec<String> = wf.triggers.iter().map(|t| t.event.clone()).collect();
-    let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized, &events).await? {
+    let (status, row) = match definitions::register(&mut client, &wf.spec.name, &normalized, &events, q.version).await?
+    {
         Registered::Created(row) => (StatusCode::CREATED, row),
         Registered::Unchanged(row) => (StatusCode::OK, row),
+        Registered::Refused(why) => return Err(ApiError::Conflict(why)),
     };
     tracing::info!(workflow = %row.name, version = row.version, created = status == StatusCode::CREATED, "workflow registered");
     Ok((status, Json(definition_view(&row, false))).into_response())

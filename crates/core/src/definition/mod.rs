@@ -9,6 +9,8 @@
 //! - [`node`]: a validated node: its kind, queue, retry policy, timeout.
 //! - [`limit`]: a node's limits on its steps across runs (rates,
 //!   concurrencies, named limits), as written and compiled.
+//! - [`input_schema`]: a workflow's JSON Schema of its runs' input,
+//!   compiled at registration and checked at every start.
 //! - `located`: reading a part of a definition with serde so that an
 //!   error names the field at fault by its whole path.
 //!
@@ -22,9 +24,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::expr::{Expr, Sandbox, Template};
+use input_schema::InputSchema;
 
 mod check;
 pub mod config;
+pub mod input_schema;
 mod kind;
 pub mod limit;
 pub mod located;
@@ -133,6 +137,8 @@ pub struct Workflow {
     pub topo_order: Vec<usize>,
     /// The run's output template, when the definition declares one.
     pub output: Option<Template>,
+    /// What every run's input is checked against when the run is created.
+    pub input_schema: Option<InputSchema>,
     /// The longest a run may take.
     pub timeout: Option<Duration>,
     /// The limit on open runs.
@@ -163,6 +169,7 @@ struct Parts {
     outgoing: Vec<Vec<usize>>,
     topo_order: Vec<usize>,
     output: Option<Template>,
+    input_schema: Option<InputSchema>,
     timeout: Option<Duration>,
     concurrency: Option<Concurrency>,
     on_failure: Option<OnFailure>,
@@ -201,6 +208,7 @@ impl Workflow {
             outgoing,
             topo_order,
             output,
+            input_schema,
             timeout,
             concurrency,
             on_failure,
@@ -218,6 +226,7 @@ impl Workflow {
             outgoing,
             topo_order,
             output,
+            input_schema,
             timeout,
             concurrency,
             on_failure,
@@ -289,6 +298,7 @@ impl Workflow {
             None => None,
             Some(k) => Some(input_only_template("fairness_key", k)?),
         };
+        let input_schema = spec.input_schema.as_ref().map(|s| InputSchema::compile(s, "input_schema")).transpose()?;
         Ok(Parts {
             nodes,
             edges,
@@ -296,6 +306,7 @@ impl Workflow {
             outgoing,
             topo_order,
             output,
+            input_schema,
             timeout,
             concurrency,
             on_failure,

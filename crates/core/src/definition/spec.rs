@@ -22,6 +22,13 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
     pub description: Option<String>,
+    /// A JSON Schema (draft 2020-12) of the run's input: every start is
+    /// checked against it (a start the API takes answers 400 naming where
+    /// the input does not match). Local `$ref`s only; `format` is not
+    /// checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
+    pub input_schema: Option<Value>,
     #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 10_000))]
     pub nodes: Vec<NodeSpec>,
     #[serde(default)]
@@ -264,9 +271,10 @@ impl EdgeOn {
 }
 
 /// The fields a definition may have.
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 13] = [
     "name",
     "description",
+    "input_schema",
     "nodes",
     "edges",
     "output",
@@ -294,6 +302,7 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
         None => return Err(ValidationError::new("name", "is required")),
     };
     let description = optional_text(obj, "description", "must be a string")?;
+    let input_schema = obj.get("input_schema").filter(|v| !v.is_null()).cloned();
     let nodes = parse_nodes(obj)?;
     let edges = parse_edges(obj)?;
     let output = obj.get("output").filter(|v| !v.is_null()).cloned();
@@ -314,6 +323,7 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
     Ok(WorkflowSpec {
         name,
         description,
+        input_schema,
         nodes,
         edges,
         output,
