@@ -385,6 +385,13 @@ pub enum WorkflowCommand {
         /// The workflow's name.
         name: String,
     },
+    /// Prints a definition from a JSON or YAML file as the server stores it (normalized JSON), offline: what
+    /// two definitions are compared as when registering and by `diff`. Exit status 2 when it is invalid.
+    Normalize {
+        /// The definition, a JSON or YAML file (- for standard input).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
     /// Prints the JSON Schema (2020-12) of a workflow definition, for editors and linters (no server). The
     /// repository keeps a copy in docs/workflow.schema.json; the server also checks what a schema cannot say
     /// (edges name nodes, each node's config fits its type, expressions compile).

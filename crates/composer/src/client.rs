@@ -117,6 +117,10 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
             output::one(format, &call(&api, Method::POST, &path, Some(&spec)).await?);
         }
         WorkflowCommand::Diff { file, version } => return diff(&api, format, &file, version).await,
+        WorkflowCommand::Normalize { file } => {
+            let (_, normalized) = normalized(&file)?;
+            output::emit(&(serde_json::to_string_pretty(&normalized)? + "\n"));
+        }
         WorkflowCommand::List => {
             let answer = call(&api, Method::GET, "/v1/workflows", None).await?;
             output::list(format, &answer, "workflows", output::WORKFLOW_COLUMNS);
@@ -139,14 +143,20 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-/// `composer workflow diff`: the definition in `file`, normalized as the
-/// server normalizes it, against a registered version.
-async fn diff(api: &Client, format: Format, file: &std::path::Path, version: Option<i32>) -> anyhow::Result<ExitCode> {
+/// The definition in `file`, compiled, and as the server stores it.
+fn normalized(file: &std::path::Path) -> anyhow::Result<(composer_core::definition::Workflow, Value)> {
     let spec = crate::input::read_definition(file)?;
     let parsed = composer_core::expr::on_eval_stack(|| composer_core::definition::Workflow::parse(&spec))
         .map_err(|e| anyhow::anyhow!(e))?;
     let wf = parsed.map_err(|e| usage(format!("{} is not a valid definition: {e}", file.display())))?;
-    let new = serde_json::to_value(&wf.spec)?;
+    let value = serde_json::to_value(&wf.spec)?;
+    Ok((wf, value))
+}
+
+/// `composer workflow diff`: the definition in `file`, normalized as the
+/// server normalizes it, against a registered version.
+async fn diff(api: &Client, format: Format, file: &std::path::Path, version: Option<i32>) -> anyhow::Result<ExitCode> {
+    let (wf, new) = normalized(file)?;
     let name = encode(&wf.spec.name);
     let path = match version {
         Some(v) => format!("/v1/workflows/{name}/versions/{v}"),
@@ -155,7 +165,7 @@ async fn diff(api: &Client, format: Format, file: &std::path::Path, version: Opt
     let registered = match api.call::<Value>(Method::GET, &path, None::<&Value>).await {
         Ok(r) => r,
         Err(e) if e.status() == Some(404) && version.is_none() => {
-            println!("workflow {:?} is not registered: registering it creates version 1", wf.spec.name);
+            output::emit(&format!("workflow {:?} is not registered: registering it creates version 1\n", wf.spec.name));
             return Ok(ExitCode::from(1));
         }
         Err(e) => return Err(e.into()),
@@ -164,10 +174,12 @@ async fn diff(api: &Client, format: Format, file: &std::path::Path, version: Opt
     let against = registered["version"].as_i64().unwrap_or_default();
     match format {
         Format::Table => {
-            println!("{} against version {against}: {} change(s)", wf.spec.name, changes.len());
+            let mut text = format!("{} against version {against}: {} change(s)\n", wf.spec.name, changes.len());
             for line in crate::diff::lines(&changes) {
-                println!("{line}");
+                text.push_str(&line);
+                text.push('\n');
             }
+            output::emit(&text);
         }
         _ => {
             let changes: Vec<Value> =

@@ -187,7 +187,9 @@ fn wrap(text: &str, indent: usize, width: usize) -> String {
     out
 }
 
-fn emit(text: &str) {
+/// Writes `text` to standard output; a reader that went away (`| head`)
+/// is not an error.
+pub fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();

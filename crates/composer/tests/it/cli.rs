@@ -520,3 +520,38 @@ async fn a_tables_error_is_shown_whole_not_cut() {
     }
     e.stop().await;
 }
+
+/// `apply --version`, `diff` and `normalize`: a definition against what is
+/// registered, as the server normalizes both.
+#[tokio::test]
+async fn diff_shows_what_a_file_changes_and_apply_refuses_a_version_declared_twice() {
+    let e = composer_testkit::Engine::start().await;
+    let url = e.url();
+    let v1 = r#"{"name": "greet", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]}"#;
+    let v2 = r#"{"nodes": [{"type": "TRANSFORM", "id": "a", "config": {"output": 2}}], "name": "greet"}"#;
+    let missing = cli(&url, &["workflow", "diff", "-f", "-"], Some(v1)).await;
+    assert_eq!(missing.code, 1, "{}{}", missing.stdout, missing.stderr);
+    assert!(missing.stdout.contains("is not registered"), "{}", missing.stdout);
+    let applied = cli(&url, &["workflow", "apply", "-f", "-", "--version", "1", "-o", "json"], Some(v1)).await;
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    let same = cli(&url, &["workflow", "diff", "-f", "-", "-o", "table"], Some(v1)).await;
+    assert_eq!((same.code, same.stdout.contains("0 change(s)")), (0, true), "{}", same.stdout);
+    let changed = cli(&url, &["workflow", "diff", "-f", "-", "-o", "table"], Some(v2)).await;
+    assert_eq!(changed.code, 1, "{}{}", changed.stdout, changed.stderr);
+    assert!(changed.stdout.contains("~ nodes[a].config.output: 1 -> 2"), "{}", changed.stdout);
+    let refused = cli(&url, &["workflow", "apply", "-f", "-", "--version", "1"], Some(v2)).await;
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("version 1 is registered with a different definition"), "{}", refused.stderr);
+    let normalized = cli(
+        &url,
+        &["workflow", "normalize", "-f", "-"],
+        Some("name: greet\nnodes:\n- {id: a, type: TRANSFORM, config: {output: 2}}\n"),
+    )
+    .await;
+    assert_eq!(normalized.code, 0, "{}", normalized.stderr);
+    let v: serde_json::Value = serde_json::from_str(&normalized.stdout).unwrap();
+    let mut want: serde_json::Value = serde_json::from_str(v2).unwrap();
+    want["edges"] = serde_json::json!([]);
+    assert_eq!(v, want, "as the server stores it: every field in its place");
+    e.stop().await;
+}
