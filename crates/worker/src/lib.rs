@@ -29,7 +29,8 @@
 //!   redirects `redirect` allows; [`secrets`]: `${ .secrets.NAME }`
 //!   resolved, bound to hosts and scrubbed, in every encoding [`scrub`]
 //!   finds; `listen`: `/metrics` and `/healthz`; `config`: the settings;
-//!   `error`: why it stops.
+//!   `error`: why it stops; [`workflow`]: workflows declared in code, their
+//!   typed steps run by a worker.
 
 mod client;
 mod config;
@@ -43,6 +44,7 @@ pub mod scrub;
 pub mod secrets;
 mod task;
 mod worker;
+pub mod workflow;
 
 pub use config::{Config, Egress, Options, MAX_WORKER_SLOTS};
 pub use error::Error;

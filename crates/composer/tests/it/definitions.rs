@@ -181,3 +181,49 @@ async fn a_declared_version_is_answered_created_or_refused_by_name() {
     assert_eq!(wf["versions"].as_array().unwrap().len(), 2, "nothing else was written: {wf}");
     e.stop().await;
 }
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Order {
+    id: String,
+    amount: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Charge {
+    charge_id: String,
+    amount: u64,
+}
+
+/// A workflow in Rust, deployed from its worker: the worker registers it
+/// (idempotent by content, so a second start of the worker mints no
+/// version), its typed steps run on the worker, and the run ends with
+/// what they computed.
+#[tokio::test]
+async fn a_workflow_coded_in_rust_is_registered_by_its_worker_and_runs_its_typed_steps() {
+    use composer_worker::workflow::{register, WorkflowBuilder};
+    let mut e =
+        composer_testkit::Engine::with(composer_testkit::EngineOptions { workers: 0, ..Default::default() }).await;
+    let mut wf = WorkflowBuilder::new("pay");
+    let order = wf.input::<Order>();
+    let charge = wf.step("charge", order.clone(), |_ctx, o: Order| async move {
+        Ok(Charge { charge_id: format!("ch-{}", o.id), amount: o.amount * 100 })
+    });
+    let receipt = wf.step("receipt", (order, charge.output()), |_ctx, (o, c): (Order, Charge)| async move {
+        Ok(format!("{} paid {} cents by {}", o.id, c.amount, c.charge_id))
+    });
+    wf.set_output(receipt.output().template());
+    let first = register(&e.url(), None, &wf.definition(), Some(1)).await.unwrap();
+    let again = register(&e.url(), None, &wf.definition(), None).await.unwrap();
+    assert_eq!((first.version, first.created, again.version, again.created), (1, true, 1, false));
+    let mut worker = composer_worker::Worker::new(e.worker_config("rust", 2));
+    wf.install(&mut worker);
+    e.spawn_worker(e.worker(worker));
+    let run = e.start_run("pay", json!({"id": "o-7", "amount": 3})).await;
+    let done = e.wait_for_run(run, T).await;
+    assert_eq!(done["output"], "o-7 paid 300 cents by ch-o-7", "{done}");
+    let mut other = wf.definition();
+    other["description"] = json!("another build");
+    let refused = register(&e.url(), None, &other, Some(1)).await.unwrap_err();
+    assert!(refused.contains("workflow \"pay\" version 1 is registered with a different definition"), "{refused}");
+    e.stop().await;
+}
