@@ -274,7 +274,11 @@ class WorkflowVersion(TypedDict):
 
 class Registered(WorkflowVersion):
     """What registering a definition did: ``created`` is true for a new
-    version (201) and false when it was identical to the latest (200)."""
+    version (201) and false when the definition is identical to any
+    registered version of its name, whose ``version`` it then is (200).
+    Registering ``version=N`` answers N when N holds the same definition;
+    N registered with a different one, or not the next, is a ``Conflict``
+    (409)."""
 
     created: bool
 

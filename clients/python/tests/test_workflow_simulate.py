@@ -155,7 +155,10 @@ class SimulateTest(unittest.TestCase):
         # The definition's input_schema (from the dataclass) refuses it before any step.
         with self.assertRaises(SimulationError) as caught:
             simulate(build(), {"id": "o-8", "amount": "thirty"})
-        self.assertIn("/amount", str(caught.exception))
+        # The simulator's own words (exit status 1, no run), naming the JSON Pointer at fault.
+        message = str(caught.exception)
+        self.assertIn('no run: workflow "py_sim_order": the input does not match input_schema at /amount', message)
+        self.assertIn("the input does not match input_schema at /amount", caught.exception.stderr)
         self.assertEqual(calls, [])
 
     def test_an_invalid_definition(self) -> None:

@@ -110,7 +110,12 @@ class AttemptTimeout(Exception):
 
 class SimulationError(Exception):
     """``composer workflow simulate`` refused the definition or an argument
-    (its exit status 2), or could not be run; ``stderr`` says why."""
+    (its exit status 2), started no run because the input does not match
+    the definition's ``input_schema`` (exit status 1, no report; the
+    message carries the simulator's ``no run: workflow "x": the input does
+    not match input_schema at /path: ...``, naming the JSON Pointer), or
+    could not be run. The message ends with the simulator's stderr, which
+    ``stderr`` holds whole."""
 
     def __init__(self, message: str, stderr: str = "") -> None:
         super().__init__(message)
@@ -213,8 +218,18 @@ def simulate(
     ``AttemptTimeout`` times it out). ``failures`` are nodes whose every
     attempt fails (``--fail``; a mapping gives each a message). Events of
     WAIT_FOR_EVENT nodes are ``mocks`` values too. ``event`` starts the run
-    from a trigger instead of ``input``. Raises ``SimulationError`` when
-    the definition or an argument is refused."""
+    from a trigger instead of ``input``.
+
+    An attempt of a node named in ``failures``, or whose mock is a value
+    (not a function), is answered ``{"mock": true}`` on purpose: the
+    simulator then applies its own ``--fail`` or ``--mock`` for that node,
+    exactly as ``composer workflow simulate`` without ``--ask`` would, and
+    neither the node's handler nor its step function runs.
+
+    Raises ``SimulationError`` when the definition or an argument is
+    refused, or when ``input`` does not match the definition's
+    ``input_schema`` (no run starts; the message names the JSON Pointer at
+    fault, e.g. ``the input does not match input_schema at /amount: ...``)."""
     definition = dict(workflow.definition() if isinstance(workflow, Workflow) else workflow)
     answering: dict[str, Handler] = {}
     if isinstance(workflow, Workflow):
