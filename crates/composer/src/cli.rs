@@ -50,6 +50,18 @@ pub enum Command {
     Webhook(WebhookArgs),
     /// See and set the rate and concurrency limits on steps across runs.
     Limit(LimitArgs),
+    /// Creates a starter project: one workflow written in code (Python, TypeScript or Rust), the worker that
+    /// registers it and runs its steps, and a test that runs it offline.
+    Init {
+        /// python, typescript or rust.
+        #[arg(long, value_enum)]
+        lang: crate::init::Lang,
+        /// The new project's directory (it must not exist, or be empty).
+        dir: PathBuf,
+        /// The Composer checkout whose client the project uses (default: the one this binary was built in).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
     /// Prints a shell completion script: `composer completions bash > /etc/bash_completion.d/composer`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.

@@ -4,8 +4,8 @@
 //! - `cli`: the commands and their flags; `dev`: the server roles and the
 //!   embedded services; `client`: the commands that call the API, `output`
 //!   how they print, `input` the files they read; `simulate`: a definition
-//!   offline; `diff`: a definition against a registered version; `bench`:
-//!   `composer bench`.
+//!   offline; `diff`: a definition against a registered version; `init`: a
+//!   starter project in code; `bench`: `composer bench`.
 
 #![allow(clippy::print_stderr)] // a command-line tool: its errors and progress go to stderr
 
@@ -14,6 +14,7 @@ mod cli;
 mod client;
 mod dev;
 mod diff;
+mod init;
 mod input;
 mod output;
 mod simulate;
@@ -76,6 +77,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => runtime.block_on(bench::bench(args)),
+        Command::Init { lang, dir, sdk } => init::run(lang, &dir, sdk.as_deref()).map(|()| ExitCode::SUCCESS),
     };
     // What a stop left behind on the runtime's blocking threads (an export
     // to a receiver that does not answer) does not hold the exit.

@@ -555,3 +555,42 @@ async fn diff_shows_what_a_file_changes_and_apply_refuses_a_version_declared_twi
     assert_eq!(v, want, "as the server stores it: every field in its place");
     e.stop().await;
 }
+
+/// `composer init`: each language's starter is written whole, names the
+/// checkout its client comes from, and the Python one's test passes
+/// offline (the TypeScript package's tests build and test its starter, the
+/// worker crate's compiles and tests the Rust one's workflow).
+#[tokio::test]
+async fn init_writes_a_starter_whose_test_passes_offline() {
+    let root = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).unwrap();
+    let tmp = tempfile_dir("init");
+    let sdk = root.to_string_lossy().to_string();
+    for (lang, file) in [("python", "workflow.py"), ("typescript", "src/workflow.ts"), ("rust", "src/workflow.rs")] {
+        let dir = tmp.join(lang);
+        let out =
+            cli("http://127.0.0.1:9", &["init", "--lang", lang, dir.to_str().unwrap(), "--sdk", &sdk], None).await;
+        assert_eq!(out.code, 0, "{lang}: {}", out.stderr);
+        assert!(dir.join(file).is_file(), "{lang}");
+        let again = cli("http://127.0.0.1:9", &["init", "--lang", lang, dir.to_str().unwrap()], None).await;
+        assert_eq!(again.code, 2, "a directory that is not empty: {}", again.stderr);
+    }
+    let cargo = std::fs::read_to_string(tmp.join("rust/Cargo.toml")).unwrap();
+    assert!(cargo.contains(&format!("path = \"{sdk}/crates/worker\"")), "{cargo}");
+    let test = std::process::Command::new("python3")
+        .args(["-m", "unittest", "-v", "test_workflow"])
+        .current_dir(tmp.join("python"))
+        .env("PYTHONPATH", root.join("clients/python"))
+        .env("COMPOSER_BIN", BIN)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&test.stderr);
+    assert!(test.status.success() && said.contains("OK"), "{said}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// A new empty directory under the system's temp dir.
+fn tempfile_dir(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("composer-{what}-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
