@@ -20,10 +20,13 @@ import {
   LeaseLostError,
   NotFoundError,
   RUN_STATUSES,
+  s,
+  serve,
   TaskError,
   UnauthorizedError,
   WaitTimeoutError,
   Worker,
+  workflow,
   type JsonValue,
   type NodeDefinition,
   type ReportAck,
@@ -872,6 +875,63 @@ describe("against composer dev", { timeout: 600_000 }, () => {
         const denied = await rejection(new Client({ url: dev.url, token }).listWorkflows());
         assert.ok(denied instanceof UnauthorizedError);
         assert.deepEqual([denied.status, denied.code], [401, "unauthorized"]);
+      }
+    });
+  });
+
+  describe("workflows in code", () => {
+    it("registers by content, and ?version=N declares the version meant", async () => {
+      const def = (v: number): WorkflowDefinition => ({ name: "ts-versioned", nodes: [{ id: "a", type: "TRANSFORM", config: { output: v } }] });
+      const v1 = await client.registerWorkflow(def(1), { version: 1 });
+      assert.deepEqual([v1.version, v1.created], [1, true]);
+      const again = await client.registerWorkflow(def(1), { version: 1 });
+      assert.deepEqual([again.version, again.created], [1, false]);
+      const clash = await rejection(client.registerWorkflow(def(2), { version: 1 }));
+      assert.ok(clash instanceof ConflictError, String(clash));
+      assert.match(clash.message, /version 1 is registered with a different definition/);
+      const gap = await rejection(client.registerWorkflow(def(2), { version: 3 }));
+      assert.ok(gap instanceof ConflictError, String(gap));
+      const v2 = await client.registerWorkflow(def(2), { version: 2 });
+      assert.deepEqual([v2.version, v2.created], [2, true]);
+      // Identical to an older version: that version, not a new one.
+      const old = await client.registerWorkflow(def(1));
+      assert.deepEqual([old.version, old.created], [1, false]);
+    });
+
+    it("serve() registers a workflow built in code and runs its typed steps; starts are checked against its input_schema", async () => {
+      const wf = workflow("ts-coded", { input: s.object({ id: s.string(), amount: s.number() }), queue: "ts-coded" });
+      const charge = wf.step("charge", {
+        reads: { order: wf.input },
+        output: s.object({ id: s.string(), cents: s.integer() }),
+        handler: ({ order }) => ({ id: `ch-${order.id}`, cents: Math.round(order.amount * 100) }),
+      });
+      const label = wf.step("label", { reads: { id: charge.out.id }, handler: ({ id }, task) => `${id}@${task.attempt}` });
+      const done = wf.returns(wf.transform("receipt", { charge: charge.out, label: label.out }).out);
+      const stop = new AbortController();
+      const registered: number[] = [];
+      const serving = serve({
+        url: dev.url,
+        token: dev.token,
+        workflows: [done],
+        pollWaitMs: 500,
+        logger: memoryLogger(),
+        signal: stop.signal,
+        onRegistered: (r) => registered.push(...r.map((w) => w.version)),
+      });
+      try {
+        await eventually("registration", () => (registered.length > 0 ? true : undefined));
+        const got = await client.getWorkflow("ts-coded");
+        assert.deepEqual(got.spec?.input_schema, wf.definition().input_schema);
+        const bad = await rejection(client.startRun({ workflow: "ts-coded", input: { id: 1, amount: 2 } }));
+        assert.ok(bad instanceof InvalidRequestError, String(bad));
+        assert.match(bad.message, /input_schema at \/id/);
+        const id = await start(done.definition(), { id: "o1", amount: 1.5 });
+        const run = await waitFor(id);
+        assert.equal(run.status, "SUCCEEDED", JSON.stringify(run.error));
+        assert.deepEqual(run.output, { charge: { id: "ch-o1", cents: 150 }, label: "ch-o1@1" });
+      } finally {
+        stop.abort();
+        await serving;
       }
     });
   });

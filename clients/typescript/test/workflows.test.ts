@@ -40,13 +40,22 @@ import { fakeServer, json } from "./helpers.js";
 const EXAMPLES = resolve(PACKAGE_DIR, "..", "..", "examples");
 const PROGRAMS = join(PACKAGE_DIR, "build", "examples", "workflows");
 
-/** A YAML file as JSON, by Python's PyYAML (composer prints no definition as JSON); undefined without it. */
-function yamlToJson(file: string): unknown {
-  const r = spawnSync("python3", ["-c", "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))", file], {
+/** `composer workflow normalize`: a definition file (JSON or YAML) as the server stores it; undefined when the binary has no such command. */
+function normalize(file: string): unknown {
+  const r = spawnSync(composerBin(), ["workflow", "normalize", "--file", file, "--output", "json"], {
     encoding: "utf8",
+    env: { ...process.env, COMPOSER_LOG: "error" },
   });
-  if (r.status !== 0) return undefined;
+  if (r.error !== undefined || (r.status !== 0 && /unrecognized subcommand|no such file/i.test(`${r.stderr}${r.error ?? ""}`))) return undefined;
+  assert.equal(r.status, 0, `composer workflow normalize ${file}: ${r.stderr}`);
   return JSON.parse(r.stdout) as unknown;
+}
+
+function writeTemp(def: unknown): { file: string; done(): void } {
+  const work = mkdtempSync(join(tmpdir(), "composer-ts-wf-"));
+  const file = join(work, "def.json");
+  writeFileSync(file, JSON.stringify(def));
+  return { file, done: () => rmSync(work, { recursive: true, force: true }) };
 }
 
 function exampleFiles(): string[] {
@@ -87,15 +96,26 @@ describe("the examples, built in code", () => {
     const name = file.replace(/\.(json|ya?ml)$/, "");
     it(`examples/workflows/${name}.ts builds examples/${file}`, async (t) => {
       const path = join(EXAMPLES, file);
-      const expected = file.endsWith(".json") ? (JSON.parse(readFileSync(path, "utf8")) as unknown) : yamlToJson(path);
+      const program = (await import(pathToFileURL(join(PROGRAMS, `${name}.js`)).href)) as { default: WorkflowBuilder<any, any> };
+      const built = JSON.parse(JSON.stringify(program.default.definition())) as unknown;
+      // YAML is read by composer itself (`workflow normalize`), as JSON.
+      const expected = file.endsWith(".json") ? (JSON.parse(readFileSync(path, "utf8")) as unknown) : normalize(path);
       if (expected === undefined) {
-        t.skip("no python3 with PyYAML to read the YAML (composer prints no definition as JSON)");
+        t.skip("no composer with `workflow normalize` to read the YAML (COMPOSER_BIN)");
         return;
       }
-      const program = (await import(pathToFileURL(join(PROGRAMS, `${name}.js`)).href)) as { default: WorkflowBuilder<any, any> };
-      const built = program.default.definition();
       // As data: key order does not matter, everything else does (edge order included).
-      assert.deepStrictEqual(JSON.parse(JSON.stringify(built)), expected);
+      assert.deepStrictEqual(built, expected);
+      // And as the server compares definitions when registering: the same.
+      const fromFile = normalize(path);
+      if (fromFile !== undefined) {
+        const tmp = writeTemp(built);
+        try {
+          assert.deepStrictEqual(normalize(tmp.file), fromFile);
+        } finally {
+          tmp.done();
+        }
+      }
     });
   }
 
