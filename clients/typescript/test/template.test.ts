@@ -55,7 +55,9 @@ it(
         dependencies: Record<string, string>;
         devDependencies: Record<string, string>;
       };
-      pkg.dependencies["@composer/client"] = `file:${PACKAGE_DIR}`;
+      // What `composer init` does: {{COMPOSER_SDK}} becomes the checkout (this package's).
+      assert.equal(pkg.dependencies["@composer/client"], "file:{{COMPOSER_SDK}}/clients/typescript");
+      pkg.dependencies["@composer/client"] = `file:${resolve(PACKAGE_DIR, "..", "..")}/clients/typescript`;
       writeFileSync(pkgPath, JSON.stringify(pkg, null, 2));
       // The dev tools at the versions this package locks, so that the install
       // needs nothing but npm's cache (this package's `npm ci` filled it).
