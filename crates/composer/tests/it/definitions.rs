@@ -227,3 +227,26 @@ async fn a_workflow_coded_in_rust_is_registered_by_its_worker_and_runs_its_typed
     assert!(refused.contains("workflow \"pay\" version 1 is registered with a different definition"), "{refused}");
     e.stop().await;
 }
+
+/// The Rust starter's workflow (what `composer init --lang rust` writes).
+#[path = "../../templates/rust/src/workflow.rs"]
+mod starter;
+
+/// The Rust starter, live: its worker's registration and steps, as its
+/// `cargo run` does, on a real coordinator.
+#[tokio::test]
+async fn the_rust_starters_workflow_runs_on_a_coordinator() {
+    let mut e =
+        composer_testkit::Engine::with(composer_testkit::EngineOptions { workers: 0, ..Default::default() }).await;
+    let wf = starter::workflow();
+    composer_worker::workflow::register(&e.url(), None, &wf.definition(), None).await.unwrap();
+    let mut worker = composer_worker::Worker::new(e.worker_config("starter", 2));
+    wf.install(&mut worker);
+    e.spawn_worker(e.worker(worker));
+    let run = e.start_run("greet", json!({"name": "Ada"})).await;
+    let done = e.wait_for_run(run, T).await;
+    assert_eq!(done["output"], json!({"for": "Ada", "said": "Hello, Ada!", "shouted": "HELLO, ADA!"}), "{done}");
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "greet", "input": {"name": ""}})).await;
+    assert_eq!(status, 400, "{body}");
+    e.stop().await;
+}
