@@ -179,6 +179,12 @@ async fn a_declared_version_is_answered_created_or_refused_by_name() {
     assert_eq!((s, body["version"].clone()), (201, json!(2)), "{body}");
     let (_, wf) = e.get("/v1/workflows/greet").await;
     assert_eq!(wf["versions"].as_array().unwrap().len(), 2, "nothing else was written: {wf}");
+    // A rollback: version 1's definition declared as the next version is
+    // the latest again (without a version it would answer version 1).
+    let (s, body) = register(&e, &with_output(1), Some(3)).await;
+    assert_eq!((s, body["version"].clone()), (201, json!(3)), "{body}");
+    let (_, wf) = e.get("/v1/workflows/greet").await;
+    assert_eq!((wf["version"].clone(), wf["spec"]["nodes"][0]["config"]["output"].clone()), (json!(3), json!(1)));
     e.stop().await;
 }
 
