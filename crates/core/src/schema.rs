@@ -173,3 +173,24 @@ impl utoipa::PartialSchema for JsonObject {
 }
 
 impl utoipa::ToSchema for JsonObject {}
+
+/// A JSON Schema (draft 2020-12): an object of keywords, or `true` or
+/// `false` (a definition's `input_schema`).
+pub struct JsonSchemaDocument;
+
+impl utoipa::PartialSchema for JsonSchemaDocument {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::Object, Type::Boolean]))
+            .description(Some(
+                "a JSON Schema (draft 2020-12) of the run's input; local $refs only, `format` not checked",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for JsonSchemaDocument {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("JsonSchemaDocument")
+    }
+}

@@ -576,6 +576,8 @@ async fn init_writes_a_starter_whose_test_passes_offline() {
     }
     let cargo = std::fs::read_to_string(tmp.join("rust/Cargo.toml")).unwrap();
     assert!(cargo.contains(&format!("path = \"{sdk}/crates/worker\"")), "{cargo}");
+    let package = std::fs::read_to_string(tmp.join("typescript/package.json")).unwrap();
+    assert!(package.contains(&format!("\"file:{sdk}/clients/typescript\"")), "{package}");
     let test = std::process::Command::new("python3")
         .args(["-m", "unittest", "-v", "test_workflow"])
         .current_dir(tmp.join("python"))

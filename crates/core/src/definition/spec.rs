@@ -27,7 +27,7 @@ pub struct WorkflowSpec {
     /// the input does not match). Local `$ref`s only; `format` is not
     /// checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonValue>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::JsonSchemaDocument>))]
     pub input_schema: Option<Value>,
     #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 10_000))]
     pub nodes: Vec<NodeSpec>,
