@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use composer_api::schema::Name;
-use composer_api::{DefinitionView, WorkflowList};
+use composer_api::{DefinitionView, ErrorBody, WorkflowList};
 use composer_core::definition::{Workflow, WorkflowSpec};
 use composer_store::definitions::{self, DefinitionRow, Registered};
 use serde::Deserialize;
@@ -70,6 +70,7 @@ fn definition_view(d: &DefinitionRow, with_spec: bool) -> DefinitionView {
     responses(
         (status = 201, description = "a new version", body = DefinitionView),
         (status = 200, description = "identical to a registered version, which it answers", body = DefinitionView),
+        (status = 409, description = "the declared version is registered with another definition, or is not the next", body = ErrorBody),
     )
 )]
 pub(crate) async fn register_workflow(
