@@ -67,13 +67,16 @@ pub async fn register(
         .query_one("SELECT COALESCE(MAX(version), 0) FROM workflow_definitions WHERE name = $1", &[&name])
         .await?
         .try_get(0)?;
-    // The declared version, or the newest version equal to this spec
-    // (jsonb equality: 1 and 1.0 are equal), and whether it is equal.
+    // The declared version, or the newest version equal to this spec, and
+    // whether it is equal: as jsonb (key order and spacing aside) and as
+    // jsonb's text, which keeps each number as written (jsonb alone finds
+    // 1 and 1.0 equal, and a run's output would show the difference).
     let found = tx
         .query_opt(
             &format!(
-                "SELECT {COLUMNS}, spec = $2 AS same FROM workflow_definitions
-                 WHERE name = $1 AND CASE WHEN $3::int IS NULL THEN spec = $2 ELSE version = $3 END
+                "SELECT {COLUMNS}, (spec = $2 AND spec::text = $2::text) AS same FROM workflow_definitions
+                 WHERE name = $1
+                   AND CASE WHEN $3::int IS NULL THEN spec = $2 AND spec::text = $2::text ELSE version = $3 END
                  ORDER BY version DESC LIMIT 1"
             ),
             &[&name, spec, &declared],

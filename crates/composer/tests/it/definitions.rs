@@ -140,20 +140,35 @@ async fn registering_a_definition_equal_to_any_version_answers_that_version() {
         let (s, new) = register(&e, &with_output(2), None).await;
         assert_eq!((s, new["version"].clone()), (200, json!(2)), "{new}");
     }
-    // The same definition written otherwise (key order, 2.0 for 2) is the same.
+    // The same definition written otherwise (key order) is the same; a
+    // number written otherwise (2.0 for 2) is not: a run's output shows it.
     let (s, same) = e
         .post(
             "/v1/workflows",
-            &json!({"nodes": [{"config": {"output": 2.0}, "type": "TRANSFORM", "id": "a"}], "name": "greet"}),
+            &json!({"nodes": [{"config": {"output": 2}, "type": "TRANSFORM", "id": "a"}], "name": "greet"}),
         )
         .await;
     assert_eq!((s, same["version"].clone()), (200, json!(2)), "{same}");
+    let (s, float) = register(
+        &e,
+        &json!({"name": "greet", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 2.0}}]}),
+        None,
+    )
+    .await;
+    assert_eq!((s, float["version"].clone()), (201, json!(3)), "{float}");
+    let (s, again) = register(
+        &e,
+        &json!({"name": "greet", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 2.0}}]}),
+        None,
+    )
+    .await;
+    assert_eq!((s, again["version"].clone()), (200, json!(3)), "{again}");
     // A start without a version takes the latest: the old build names its own.
     let (_, started) = e.post("/v1/runs", &json!({"workflow": "greet", "version": 1})).await;
     let id: Uuid = started["id"].as_str().unwrap().parse().unwrap();
     assert_eq!(e.wait_for_run(id, T).await["output"]["a"], 1);
     let (_, wf) = e.get("/v1/workflows/greet").await;
-    assert_eq!(wf["version"], 2);
+    assert_eq!(wf["version"], 3);
     e.stop().await;
 }
 

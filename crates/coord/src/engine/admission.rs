@@ -165,10 +165,8 @@ struct Prepared<'a> {
 
 impl<'a> Prepared<'a> {
     async fn new(wf: Arc<Workflow>, how: NewRunOf<'a>) -> Result<Prepared<'a>> {
-        if let Some(schema) = &wf.input_schema {
-            schema
-                .check(how.input)
-                .map_err(|m| Rejection::Input { workflow: how.def.name.clone(), why: m.to_string() })?;
+        if wf.input_schema.is_some() {
+            check_input(&wf, how.def, how.input).await?;
         }
         let keys = start_keys(how.def.id, &wf, how.input, how.tags).await?;
         let StartKeys { tags, fairness_key, concurrency_key } = keys;
@@ -212,6 +210,20 @@ impl<'a> Prepared<'a> {
         };
         let tr = effects::apply(store, &self.wf, &mut run, Event::RunStarted).await?;
         Ok(Loaded::new(self.wf.clone(), run, tr, row))
+    }
+}
+
+/// `input` against `wf`'s input schema, off the async runtime: a check may
+/// take up to its budget of steps (`INPUT_SCHEMA_MAX_STEPS`), which no
+/// other request should wait behind.
+async fn check_input(wf: &Arc<Workflow>, def: &DefinitionRow, input: &Value) -> Result<()> {
+    let (wf, input) = (wf.clone(), input.clone());
+    let checked = tokio::task::spawn_blocking(move || wf.input_schema.as_ref().map(|s| s.check(&input)))
+        .await
+        .map_err(|e| Rejection::Evaluation(format!("the input_schema check stopped: {e}")))?;
+    match checked {
+        Some(Err(m)) => Err(Rejection::Input { workflow: def.name.clone(), why: m.to_string() }.into()),
+        _ => Ok(()),
     }
 }
 

@@ -143,13 +143,19 @@ impl<'s, 'v> Checker<'s, 'v> {
             }
         }
         if let Some(c) = &k.constant {
-            if !equal(c, v) {
+            if !self.equal(c, v)? {
                 return Err(self.miss(format!("expected {}, got {}", short(c), described(v))));
             }
         }
         if let Some(values) = &k.enumeration {
-            self.spend(values.len() as u64)?;
-            if !values.iter().any(|e| equal(e, v)) {
+            let mut found = false;
+            for e in values {
+                if self.equal(e, v)? {
+                    found = true;
+                    break;
+                }
+            }
+            if !found {
                 let listed: Vec<String> = values.iter().take(8).map(short).collect();
                 let more = if values.len() > 8 { ", …" } else { "" };
                 return Err(self.miss(format!("expected one of {}{more}, got {}", listed.join(", "), described(v))));
@@ -166,7 +172,7 @@ impl<'s, 'v> Checker<'s, 'v> {
     fn number(&mut self, k: &Keywords, n: &Number) -> Checked {
         let x = n.as_f64().unwrap_or(f64::NAN);
         let bound = |ok: bool, what: &str, limit: Option<f64>| match limit {
-            Some(l) if !ok => Err(format!("{x} is {what} {l}")),
+            Some(l) if !ok => Err(format!("{n} is {what} {l}")),
             _ => Ok(()),
         };
         let checks = [
@@ -186,9 +192,9 @@ impl<'s, 'v> Checker<'s, 'v> {
         for c in checks {
             c.map_err(|why| self.miss(why))?;
         }
-        if let Some(m) = k.multiple_of {
+        if let Some(m) = &k.multiple_of {
             if !multiple_of(n, m) {
-                return Err(self.miss(format!("{x} is not a multiple of {m}")));
+                return Err(self.miss(format!("{n} is not a multiple of {}", short(&Value::Number(m.clone())))));
             }
         }
         Ok(())
@@ -244,11 +250,21 @@ impl<'s, 'v> Checker<'s, 'v> {
     fn unique(&mut self, a: &'v [Value]) -> Checked {
         self.spend((a.len() as u64).saturating_mul(a.len() as u64) / 2)?;
         for (i, x) in a.iter().enumerate() {
-            if let Some(j) = a[..i].iter().position(|y| equal(x, y)) {
-                return Err(self.miss(format!("items {j} and {i} are equal (uniqueItems)")));
+            for (j, y) in a[..i].iter().enumerate() {
+                if self.equal(x, y)? {
+                    return Err(self.miss(format!("items {j} and {i} are equal (uniqueItems)")));
+                }
             }
         }
         Ok(())
+    }
+
+    /// Whether `a` equals `b`, each value compared costing a step.
+    fn equal(&mut self, a: &Value, b: &Value) -> Result<bool, Mismatch> {
+        let mut visited = 0u64;
+        let same = equal(a, b, &mut visited);
+        self.spend(visited)?;
+        Ok(same)
     }
 
     fn contains(&mut self, k: &Keywords, c: &'s Schema, a: &'v [Value]) -> Checked {
@@ -289,8 +305,10 @@ impl<'s, 'v> Checker<'s, 'v> {
         if let Some(missing) = k.required.iter().find(|r| !o.contains_key(r.as_str())) {
             return Err(self.miss(format!("the property {missing:?} is required")));
         }
+        self.spend(k.dependent_required.len() as u64 + k.dependent_schemas.len() as u64)?;
         for (name, needs) in &k.dependent_required {
             if o.contains_key(name) {
+                self.spend(needs.len() as u64)?;
                 if let Some(missing) = needs.iter().find(|r| !o.contains_key(r.as_str())) {
                     return Err(self.miss(format!("{missing:?} is required when {name:?} is present")));
                 }
@@ -324,7 +342,7 @@ impl<'s, 'v> Checker<'s, 'v> {
                 }
             }
             let mut known = false;
-            if let Some((_, s)) = k.properties.iter().find(|(p, _)| p == name) {
+            if let Some(s) = k.properties.get(name) {
                 known = true;
                 self.inside(Seg::Key(name), s, v)?;
             }
@@ -458,25 +476,30 @@ fn is_type(v: &Value, t: Type) -> bool {
 
 /// Whether `n` is a multiple of `m`: exactly for whole numbers, within
 /// a float's rounding otherwise (`0.0075` is a multiple of `0.0001`).
-fn multiple_of(n: &Number, m: f64) -> bool {
-    if let (Some(x), true) = (n.as_i64(), m.fract() == 0.0 && m <= i64::MAX as f64) {
-        return x % (m as i64) == 0;
+fn multiple_of(n: &Number, m: &Number) -> bool {
+    if let (Some(x), Some(m)) = (n.as_u64(), m.as_u64()) {
+        return m != 0 && x % m == 0;
     }
-    let q = n.as_f64().unwrap_or(f64::NAN) / m;
+    if let (Some(x), Some(m)) = (n.as_i64(), m.as_i64()) {
+        return m != 0 && x % m == 0;
+    }
+    let q = n.as_f64().unwrap_or(f64::NAN) / m.as_f64().unwrap_or(f64::NAN);
     q.is_finite() && (q - q.round()).abs() <= 1e-9 * q.abs().max(1.0)
 }
 
-/// JSON equality: numbers by value (`1` equals `1.0`).
-pub(crate) fn equal(a: &Value, b: &Value) -> bool {
+/// JSON equality: numbers by value (`1` equals `1.0`); `visited` counts
+/// the values compared.
+fn equal(a: &Value, b: &Value, visited: &mut u64) -> bool {
+    *visited += 1;
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
             (Some(x), Some(y), _, _) => x == y,
             (_, _, Some(x), Some(y)) => x == y,
             _ => x.as_f64() == y.as_f64(),
         },
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| equal(x, y)),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| equal(x, y, visited)),
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| equal(v, w)))
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| equal(v, w, visited)))
         }
         _ => a == b,
     }

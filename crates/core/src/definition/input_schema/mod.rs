@@ -31,10 +31,7 @@ use super::check::ValidationError;
 
 pub use check::Mismatch;
 use tree::{Keywords, Schema, Type};
-pub use tree::{MAX_DEPTH, MAX_STEPS};
-
-/// Largest compiled size of one `pattern` (the `regex` crate's size limit).
-const MAX_PATTERN_SIZE: usize = 1 << 20;
+pub use tree::{MAX_DEPTH, MAX_PATTERNS, MAX_PATTERN_SIZE, MAX_SCHEMAS, MAX_STEPS};
 
 /// The dialect, when `$schema` names one.
 const DIALECTS: [&str; 2] =
@@ -76,7 +73,8 @@ impl InputSchema {
                 ));
             }
         }
-        let mut c = Compiler { doc: schema, refs: HashMap::new(), pending: Vec::new() };
+        let mut c =
+            Compiler { doc: schema, refs: HashMap::new(), pending: Vec::new(), patterns: HashMap::new(), schemas: 0 };
         let root = c.schema(schema, path, true)?;
         let mut targets: Vec<Option<Schema>> = Vec::new();
         while let Some((index, pointer)) = c.pending.pop() {
@@ -113,6 +111,10 @@ struct Compiler<'d> {
     refs: HashMap<String, usize>,
     /// Targets still to compile.
     pending: Vec<(usize, String)>,
+    /// Each pattern compiled, by its text.
+    patterns: HashMap<String, Regex>,
+    /// Schema objects compiled so far.
+    schemas: usize,
 }
 
 type Compiled<T> = Result<T, ValidationError>;
@@ -126,6 +128,13 @@ impl Compiler<'_> {
                 return Err(ValidationError::new(path, format!("a schema is an object or a boolean, not {other}")))
             }
         };
+        self.schemas += 1;
+        if self.schemas > MAX_SCHEMAS {
+            return Err(ValidationError::new(
+                path,
+                format!("more than {MAX_SCHEMAS} schemas once its $refs are followed (INPUT_SCHEMA_MAX_SCHEMAS)"),
+            ));
+        }
         for (keyword, why) in UNSUPPORTED {
             if o.contains_key(keyword) {
                 return Err(ValidationError::new(format!("{path}.{keyword}"), why));
@@ -153,8 +162,12 @@ impl Compiler<'_> {
             None => None,
         };
         k.constant = o.get("const").cloned();
-        k.multiple_of = number(o, "multipleOf", path)?;
-        if k.multiple_of.is_some_and(|m| m <= 0.0) {
+        k.multiple_of = match o.get("multipleOf") {
+            None => None,
+            Some(Value::Number(n)) => Some(n.clone()),
+            Some(_) => return Err(ValidationError::new(at("multipleOf"), "must be a number")),
+        };
+        if k.multiple_of.as_ref().is_some_and(|m| m.as_f64().is_none_or(|m| m <= 0.0 || !m.is_finite())) {
             return Err(ValidationError::new(at("multipleOf"), "must be greater than 0"));
         }
         k.maximum = number(o, "maximum", path)?;
@@ -164,7 +177,7 @@ impl Compiler<'_> {
         k.max_length = count(o, "maxLength", path)?;
         k.min_length = count(o, "minLength", path)?;
         k.pattern = match o.get("pattern") {
-            Some(Value::String(p)) => Some((p.clone(), regex(p, &at("pattern"))?)),
+            Some(Value::String(p)) => Some((p.clone(), self.regex(p, &at("pattern"))?)),
             Some(_) => return Err(ValidationError::new(at("pattern"), "must be a string")),
             None => None,
         };
@@ -212,9 +225,9 @@ impl Compiler<'_> {
         }
         k.items = self.sub(o, "items", path)?;
         k.contains = self.sub(o, "contains", path)?;
-        k.properties = self.keyed(o, "properties", path)?;
+        k.properties = self.keyed(o, "properties", path)?.into_iter().collect();
         for (pattern, schema) in self.keyed(o, "patternProperties", path)? {
-            let re = regex(&pattern, &format!("{path}.patternProperties.{pattern}"))?;
+            let re = self.regex(&pattern, &format!("{path}.patternProperties.{pattern}"))?;
             k.pattern_properties.push((pattern, re, schema));
         }
         k.additional_properties = self.sub(o, "additionalProperties", path)?;
@@ -252,6 +265,28 @@ impl Compiler<'_> {
         }
     }
 
+    /// `pattern` compiled, once per text, within [`MAX_PATTERNS`].
+    fn regex(&mut self, pattern: &str, path: &str) -> Compiled<Regex> {
+        if let Some(re) = self.patterns.get(pattern) {
+            return Ok(re.clone());
+        }
+        if self.patterns.len() >= MAX_PATTERNS {
+            return Err(ValidationError::new(
+                path,
+                format!("more than {MAX_PATTERNS} different patterns in one schema (INPUT_SCHEMA_MAX_PATTERNS)"),
+            ));
+        }
+        let re = regex::RegexBuilder::new(pattern)
+            .size_limit(MAX_PATTERN_SIZE)
+            .dfa_size_limit(MAX_PATTERN_SIZE)
+            .build()
+            .map_err(|e| {
+                ValidationError::new(path, format!("{pattern:?} is not a regular expression this checker runs: {e}"))
+            })?;
+        self.patterns.insert(pattern.to_string(), re.clone());
+        Ok(re)
+    }
+
     /// The index of the schema `r` leads to, compiled later.
     fn reference(&mut self, r: &str, path: &str) -> Compiled<usize> {
         let Some(fragment) = r.strip_prefix('#') else {
@@ -285,7 +320,16 @@ fn types(t: &Value, path: &str) -> Compiled<Vec<Type>> {
         })
     };
     match t {
-        Value::Array(a) if !a.is_empty() => a.iter().map(named).collect(),
+        Value::Array(a) if !a.is_empty() => {
+            let mut types = Vec::new();
+            for v in a {
+                let t = named(v)?;
+                if !types.contains(&t) {
+                    types.push(t);
+                }
+            }
+            Ok(types)
+        }
         Value::Array(_) => Err(ValidationError::new(path, "must name at least one type")),
         v => Ok(vec![named(v)?]),
     }
@@ -317,12 +361,6 @@ fn names(v: &Value, path: &str) -> Compiled<Vec<String>> {
     a.iter()
         .map(|n| n.as_str().map(str::to_string).ok_or_else(|| ValidationError::new(path, format!("{n} is not a name"))))
         .collect()
-}
-
-fn regex(pattern: &str, path: &str) -> Compiled<Regex> {
-    regex::RegexBuilder::new(pattern).size_limit(MAX_PATTERN_SIZE).dfa_size_limit(MAX_PATTERN_SIZE).build().map_err(
-        |e| ValidationError::new(path, format!("{pattern:?} is not a regular expression this checker runs: {e}")),
-    )
 }
 
 /// The value at JSON pointer `pointer` (already percent-decoded) in `doc`.

@@ -197,3 +197,65 @@ fn a_pointer_with_escapes_and_percent_encoding_resolves() {
     assert_eq!(miss(&s, json!({"x": "1"})).0, "/x");
     assert_eq!(miss(&s, json!({"y": 1})).0, "/y");
 }
+
+/// Each comparison, lookup and list a keyword walks is paid for: what a
+/// review found taking seconds to minutes within the budget now runs into
+/// it (or costs one step a property).
+#[test]
+fn every_keyword_pays_for_the_work_it_does() {
+    let limited = |schema: Value, input: Value| {
+        let s = compiled(schema.clone());
+        match s.check(&input) {
+            Err(Mismatch::Limit(m)) => assert!(m.contains("INPUT_SCHEMA_MAX_STEPS"), "{m}"),
+            other => panic!("not limited: {other:?}"),
+        }
+    };
+    let n = 100_000;
+    // A long const compared through a fan-out of $refs.
+    limited(
+        json!({"$defs": {"c": {"const": vec![0; n]}, "d1": {"allOf": vec![json!({"$ref": "#/$defs/c"}); 100]}},
+               "allOf": vec![json!({"$ref": "#/$defs/d1"}); 200]}),
+        json!(vec![0; n]),
+    );
+    // uniqueItems over long items that differ only at their ends.
+    let items: Vec<Value> = (0..1000)
+        .map(|i| {
+            let mut a = vec![json!(0); 480];
+            a.push(json!(i));
+            json!(a)
+        })
+        .collect();
+    limited(json!({"uniqueItems": true}), json!(items));
+    // dependentRequired's lists, and enum's values, are walked per item.
+    limited(json!({"items": {"dependentRequired": {"a": vec!["a"; 60_000]}}}), json!(vec![json!({"a": 1}); 20_000]));
+    limited(json!({"items": {"enum": (0..60_000).collect::<Vec<_>>()}}), json!(vec![59_999; 20_000]));
+    // A long type list is the set of its types, and says so briefly.
+    let mut types = vec![json!("null"); 100_000];
+    types.push(json!("number"));
+    let s = compiled(json!({"type": types}));
+    let (_, why) = miss(&s, json!("x"));
+    assert_eq!(why, "expected null or number, got string \"x\"");
+}
+
+#[test]
+fn patterns_and_schemas_are_bounded_at_registration() {
+    let patterns: serde_json::Map<String, Value> =
+        (0..=super::MAX_PATTERNS).map(|i| (format!("^a{i}$"), json!(true))).collect();
+    assert!(refused(json!({"patternProperties": patterns})).contains("INPUT_SCHEMA_MAX_PATTERNS"));
+    // The same pattern many times is one.
+    let same: Vec<Value> = (0..1000).map(|_| json!({"pattern": "^[a-z]+$"})).collect();
+    compiled(json!({"anyOf": same}));
+    let many: serde_json::Map<String, Value> = (0..=super::MAX_SCHEMAS).map(|i| (format!("p{i}"), json!({}))).collect();
+    assert!(refused(json!({"properties": many})).contains("INPUT_SCHEMA_MAX_SCHEMAS"));
+}
+
+#[test]
+fn whole_numbers_past_i64_are_multiples_exactly_and_named_as_written() {
+    let s = compiled(json!({"multipleOf": 2}));
+    let (_, why) = miss(&s, json!(u64::MAX));
+    assert_eq!(why, "18446744073709551615 is not a multiple of 2");
+    passes(&s, json!(u64::MAX - 1));
+    let (_, why) = miss(&s, json!(i64::MAX));
+    assert_eq!(why, "9223372036854775807 is not a multiple of 2");
+    assert!(refused(json!({"multipleOf": -1})).contains("greater than 0"));
+}

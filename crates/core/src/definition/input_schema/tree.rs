@@ -9,6 +9,18 @@ use serde_json::Value;
 /// of work at worst, a millisecond for a typical input.
 pub const MAX_STEPS: u64 = 1_000_000;
 
+/// Most `pattern`s and `patternProperties` one schema compiles (the same
+/// text once): each may take up to [`MAX_PATTERN_SIZE`] and as much again
+/// of matching cache.
+pub const MAX_PATTERNS: usize = 64;
+
+/// Largest compiled size of one pattern (the `regex` crate's size limit).
+pub const MAX_PATTERN_SIZE: usize = 256 << 10;
+
+/// Most schema objects one schema compiles, its `$ref` targets compiled
+/// once more each: the work and memory of a registration.
+pub const MAX_SCHEMAS: usize = 100_000;
+
 /// Most schemas one check may nest (through `$ref`, applicators and the
 /// input's own depth).
 pub const MAX_DEPTH: usize = 256;
@@ -26,7 +38,8 @@ pub struct Keywords {
     pub types: Option<Vec<Type>>,
     pub enumeration: Option<Vec<Value>>,
     pub constant: Option<Value>,
-    pub multiple_of: Option<f64>,
+    /// As written, so a refusal names it as written.
+    pub multiple_of: Option<serde_json::Number>,
     pub maximum: Option<f64>,
     pub exclusive_maximum: Option<f64>,
     pub minimum: Option<f64>,
@@ -53,7 +66,8 @@ pub struct Keywords {
     pub prefix_items: Vec<Schema>,
     pub items: Option<Schema>,
     pub contains: Option<Schema>,
-    pub properties: Vec<(String, Schema)>,
+    /// By name: found in one lookup per property of the input.
+    pub properties: std::collections::HashMap<String, Schema>,
     pub pattern_properties: Vec<(String, Regex, Schema)>,
     pub additional_properties: Option<Schema>,
     pub property_names: Option<Schema>,
