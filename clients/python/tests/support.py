@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Callable, Optional
 
@@ -220,3 +221,19 @@ class StubServer:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(10)
+
+
+@dataclass
+class Order:
+    """A run's input in the workflows-in-code tests."""
+
+    id: str
+    amount: int
+
+
+@dataclass
+class Charge:
+    """What their charging step gives."""
+
+    id: str
+    amount: int

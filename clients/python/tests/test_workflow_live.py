@@ -4,12 +4,11 @@ input's type refusing a bad start, and a run whose typed steps this
 process's worker runs."""
 
 import unittest
-from dataclasses import dataclass
 
 from composer_client import Client, Conflict, InvalidRequest
 from composer_client.workflow import Retry, Workflow, register, transform, worker_for
 
-from .support import DevServer, InBackground, unique
+from .support import Charge, DevServer, InBackground, Order, unique
 
 DEV = DevServer()
 client = Client("http://127.0.0.1:9")  # replaced in setUpModule
@@ -23,18 +22,6 @@ def setUpModule() -> None:
 
 def tearDownModule() -> None:
     DEV.stop()
-
-
-@dataclass
-class Order:
-    id: str
-    amount: int
-
-
-@dataclass
-class Charge:
-    id: str
-    amount: int
 
 
 def charge_card(order: Order) -> Charge:

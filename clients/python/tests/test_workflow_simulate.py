@@ -19,7 +19,7 @@ from composer_client.workflow import (
     transform,
 )
 
-from .support import REPO_ROOT
+from .support import REPO_ROOT, Charge, Order
 
 
 def setUpModule() -> None:
@@ -27,18 +27,6 @@ def setUpModule() -> None:
     if not os.access(binary, os.X_OK):
         raise unittest.SkipTest(f"no composer binary at {binary}: set COMPOSER_BIN")
     os.environ["COMPOSER_BIN"] = binary
-
-
-@dataclass
-class Order:
-    id: str
-    amount: int
-
-
-@dataclass
-class Charge:
-    id: str
-    amount: int
 
 
 @dataclass
