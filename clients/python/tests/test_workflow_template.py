@@ -8,9 +8,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
-from .support import PACKAGE_ROOT, REPO_ROOT
+from composer_client import Client, InvalidRequest, NotFound
+
+from .support import PACKAGE_ROOT, REPO_ROOT, DevServer
 
 TEMPLATE = os.path.join(REPO_ROOT, "crates", "composer", "templates", "python")
 FILES = ["README.md", "pyproject.toml", "test_workflow.py", "workflow.py"]
@@ -64,6 +67,40 @@ class TemplateTest(unittest.TestCase):
         done = self.run_in_project("-m", "unittest", "test_workflow")
         self.assertNotEqual(done.returncode, 0, done.stderr)
         self.assertIn("HELLO, ADA!", done.stderr)
+
+    def test_its_worker_registers_and_runs_the_workflow_on_composer_dev(self) -> None:
+        """`python3 workflow.py` as the README says, against a real server:
+        it registers `greet` and runs its typed steps; a start its input
+        type refuses is a 400 naming the field."""
+        dev = DevServer().start()
+        self.addCleanup(dev.stop)
+        env = dict(self.env, COMPOSER_URL=dev.url)
+        worker = subprocess.Popen(
+            [sys.executable, "workflow.py"], cwd=self.project, env=env, stderr=subprocess.PIPE, text=True
+        )
+
+        def stop_worker() -> None:
+            worker.terminate()
+            worker.communicate(timeout=30)
+
+        self.addCleanup(stop_worker)
+        client = Client(dev.url, timeout=30)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.get_workflow("greet")
+                break
+            except NotFound:
+                self.assertIsNone(worker.poll(), "the worker stopped before registering")
+                self.assertLess(time.monotonic(), deadline, "the worker did not register greet")
+                time.sleep(0.2)
+        run = client.start_run("greet", input={"name": "Ada"})
+        done = client.wait(run["id"], timeout=60)
+        self.assertEqual(done["status"], "SUCCEEDED", done)
+        self.assertEqual(done["output"], {"for": "Ada", "said": "Hello, Ada!", "shouted": "HELLO, ADA!"})
+        with self.assertRaises(InvalidRequest) as refused:
+            client.start_run("greet", input={"name": "Ada", "language": "de"})
+        self.assertIn("/language", str(refused.exception))
 
     def test_it_type_checks(self) -> None:
         try:
