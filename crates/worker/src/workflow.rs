@@ -204,6 +204,12 @@ impl WorkflowBuilder {
         self
     }
 
+    /// The input schema made from the input's type, `T`, which derives
+    /// `utoipa::ToSchema` beside serde's traits ([`schema_of`]).
+    pub fn set_input_type<T: utoipa::ToSchema>(&mut self) -> &mut Self {
+        self.set_input_schema(schema_of::<T>())
+    }
+
     /// The run's output: a template over `{input, nodes}` (a [`Ref`]'s, or any).
     pub fn set_output(&mut self, output: Value) -> &mut Self {
         self.spec.output = Some(output);
@@ -393,6 +399,40 @@ impl Mocks {
             Ok(v) => Outcome::Output(v),
             Err(e) => Outcome::Fail { error: e.message, retryable: e.retryable },
         })
+    }
+}
+
+/// The JSON Schema (2020-12) of `T`, from its `#[derive(utoipa::ToSchema)]`
+/// (whose OpenAPI 3.1 schemas are JSON Schema): the types it names are
+/// `$defs`, referred to as `#/$defs/NAME`.
+pub fn schema_of<T: utoipa::ToSchema>() -> Value {
+    let mut named = Vec::new();
+    T::schemas(&mut named);
+    let mut root = serde_json::to_value(T::schema()).unwrap_or_else(|_| json!({}));
+    if !named.is_empty() {
+        let defs: serde_json::Map<String, Value> = named
+            .into_iter()
+            .map(|(name, schema)| (name, serde_json::to_value(schema).unwrap_or_else(|_| json!({}))))
+            .collect();
+        root["$defs"] = Value::Object(defs);
+    }
+    local_refs(&mut root);
+    root
+}
+
+/// `#/components/schemas/X` (OpenAPI's place) as `#/$defs/X`.
+fn local_refs(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::String(r)) = o.get_mut("$ref") {
+                if let Some(name) = r.strip_prefix("#/components/schemas/") {
+                    *r = format!("#/$defs/{name}");
+                }
+            }
+            o.values_mut().for_each(local_refs);
+        }
+        Value::Array(a) => a.iter_mut().for_each(local_refs),
+        _ => {}
     }
 }
 

@@ -208,3 +208,42 @@ fn a_typed_workflow_runs_offline_with_its_mocks_and_retries() {
     let report = wf.simulate(json!({"id": "o-1", "amount": 30}), &mut failing).unwrap();
     assert_eq!(format!("{:?}", report.status), "Failed");
 }
+
+#[derive(Serialize, Deserialize, utoipa::ToSchema)]
+struct Line {
+    sku: String,
+    qty: u32,
+}
+
+#[derive(Serialize, Deserialize, utoipa::ToSchema)]
+struct Basket {
+    customer: String,
+    lines: Vec<Line>,
+    note: Option<String>,
+}
+
+/// The input type is the schema: serde reads the input, its
+/// `utoipa::ToSchema` derive says what the server checks at every start.
+#[test]
+fn the_input_schema_is_made_from_the_input_type() {
+    let mut wf = WorkflowBuilder::new("basket");
+    wf.set_input_type::<Basket>();
+    let basket = wf.input::<Basket>();
+    let count = wf.step("count", basket, |_ctx, b: Basket| async move { Ok(b.lines.len()) });
+    wf.set_output(count.output().template());
+    let schema = wf.definition()["input_schema"].clone();
+    assert_eq!(schema["properties"]["lines"]["items"]["$ref"], "#/$defs/Line", "{schema}");
+    wf.check().unwrap();
+    let mut mocks = Mocks::new();
+    mocks.on(&count, |b: Basket| Ok(b.lines.len()));
+    let good = json!({"customer": "c", "lines": [{"sku": "tea", "qty": 2}], "note": null});
+    assert_eq!(wf.simulate(good, &mut mocks).unwrap().output, Some(json!(1)));
+    for (bad, at) in [
+        (json!({"customer": "c", "lines": [{"sku": "tea", "qty": -2}]}), "/lines/0/qty"),
+        (json!({"customer": "c", "lines": [{"sku": "tea"}]}), "/lines/0"),
+        (json!({"lines": []}), "input_schema:"),
+    ] {
+        let refused = wf.simulate(bad.clone(), &mut mocks).unwrap_err();
+        assert!(refused.contains(at), "{bad}: {refused}");
+    }
+}

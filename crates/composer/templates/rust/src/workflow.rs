@@ -6,9 +6,11 @@ use composer_worker::TaskError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-/// The run's input.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+/// The run's input: serde reads it, and its `ToSchema` is the workflow's
+/// `input_schema`, which the server checks at every start.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, utoipa::ToSchema)]
 pub struct Person {
+    #[schema(min_length = 1)]
     pub name: String,
 }
 
@@ -32,8 +34,7 @@ pub fn shout(greeting: Greeting) -> Result<Greeting, TaskError> {
 /// `greet` → `shout` → a TRANSFORM the coordinator evaluates.
 pub fn workflow() -> WorkflowBuilder {
     let mut wf = WorkflowBuilder::new("greet");
-    wf.set_input_schema(json!({"type": "object", "required": ["name"],
-        "properties": {"name": {"type": "string", "minLength": 1}}}));
+    wf.set_input_type::<Person>();
     let person = wf.input::<Person>();
     let greeting = wf.step("greet", person.clone(), |_ctx, p: Person| async move { greet(p) });
     let loud = wf.step("shout", greeting.output(), |_ctx, g: Greeting| async move { shout(g) });
