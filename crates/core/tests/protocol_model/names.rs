@@ -101,5 +101,5 @@ pub fn ignore_kind(kind: IgnoreKind) -> Ignored {
 
 /// What the machine answers to a [`Ignored::Guard`] case.
 pub fn ignored_by_the_machine(steps: usize, at_most_once: bool, view: View, event: Happened) -> Option<IgnoreKind> {
-    Oracle::new(steps, 2, at_most_once).decide(view, event).ignored
+    Oracle::new(steps, 2, at_most_once, false).decide(view, event).ignored
 }

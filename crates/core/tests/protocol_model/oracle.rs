@@ -63,6 +63,8 @@ pub struct Decision {
 /// The machine, over a workflow of `tasks` HTTP steps in a chain.
 pub struct Oracle {
     wf: Workflow,
+    /// The steps have a node `timeout`, and a dispatched attempt's deadline has passed.
+    timeout: bool,
     memo: RefCell<FxMap<(View, Happened), Decision>>,
 }
 
@@ -74,21 +76,25 @@ fn now() -> DateTime<Utc> {
 
 impl Oracle {
     /// A chain `a → b` (or `a` alone) of HTTP steps with `max_attempts`
-    /// attempts each, at most once or not.
-    pub fn new(tasks: usize, max_attempts: u8, at_most_once: bool) -> Oracle {
+    /// attempts each, at most once or not, with a node `timeout` or not.
+    pub fn new(tasks: usize, max_attempts: u8, at_most_once: bool, timeout: bool) -> Oracle {
         let delivery = if at_most_once { "at_most_once" } else { "at_least_once" };
         let ids = ["a", "b"];
         let nodes: Vec<_> = ids[..tasks]
             .iter()
             .map(|id| {
-                json!({"id": id, "type": "HTTP", "config": {"url": format!("http://target/{id}")},
-                       "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"}, "delivery": delivery})
+                let mut node = json!({"id": id, "type": "HTTP", "config": {"url": format!("http://target/{id}")},
+                       "retry": {"max_attempts": max_attempts, "initial_backoff": "1s"}, "delivery": delivery});
+                if timeout {
+                    node["timeout"] = json!("30s");
+                }
+                node
             })
             .collect();
         let edges: Vec<_> = (1..tasks).map(|i| json!({"from": ids[i - 1], "to": ids[i]})).collect();
         let spec = json!({"name": "protocol_model", "nodes": nodes, "edges": edges});
         let wf = Workflow::parse(&spec).unwrap_or_else(|e| panic!("the model's workflow: {e:?}"));
-        Oracle { wf, memo: RefCell::new(FxMap::default()) }
+        Oracle { wf, timeout, memo: RefCell::new(FxMap::default()) }
     }
 
     /// What `event` does to a run the machine sees as `view`.
@@ -106,7 +112,7 @@ impl Oracle {
         run.status = view.run;
         for (node, task) in view.tasks.iter().enumerate() {
             if let Some((state, attempt)) = *task {
-                run.tasks.push(rebuilt(node, state, attempt));
+                run.tasks.push(rebuilt(node, state, attempt, self.timeout));
             }
         }
         let mut next = 100u128;
@@ -166,9 +172,12 @@ impl Oracle {
 
 /// A task as the engine would load it from its row: what the model keeps
 /// of it, and what the machine needs besides (an output once COMPLETED, an
-/// error once it failed; no deadline, no timer pending).
-fn rebuilt(node: usize, state: TaskState, attempt: u8) -> Task {
+/// error once it failed; a backoff that is over; with a node `timeout`, a
+/// dispatched attempt's deadline that has passed: the model fires that
+/// timer only when the deadline is its choice).
+fn rebuilt(node: usize, state: TaskState, attempt: u8, timeout: bool) -> Task {
     let failed = matches!(state, TaskState::Failed | TaskState::InDoubt);
+    let dispatched = matches!(state, TaskState::Pending | TaskState::Running);
     Task {
         id: Uuid::from_u128(node as u128 + 10),
         node,
@@ -177,7 +186,7 @@ fn rebuilt(node: usize, state: TaskState, attempt: u8) -> Task {
         input: json!({}),
         output: (state == TaskState::Completed).then(|| json!({"ok": true})),
         error: failed.then(|| "failed in the model".to_string()),
-        wake_at: None,
+        wake_at: (timeout && dispatched).then(|| now() - chrono::Duration::seconds(1)),
         finished_at: None,
         event: None,
         item: None,

@@ -1,6 +1,6 @@
 //! The recovery sweeps (`store::recovery`, `coord::loops::recover_tasks`),
-//! time (a lease expiring), and the crashes of workers and coordinators:
-//! the rest of what [`Protocol`] may do next.
+//! attempts' deadlines (the timer loop), time (a lease expiring), and the
+//! crashes of coordinators: the rest of what [`Protocol`] may do next.
 
 use composer_core::machine::{RunStatus, TaskState};
 
@@ -52,6 +52,30 @@ impl Protocol {
                 let kind = TxKind::Exhausted { task: t, attempt: row.attempt };
                 n.tx[c] = Some(Tx { kind, read: s.view(), owners: [s.rows[0].owner, s.rows[1].owner] });
                 out.push((Action::FailExhausted { coord: c as u8, task: t }, n));
+            }
+        }
+    }
+
+    /// With a node `timeout`: an attempt's deadline passes while it is
+    /// PENDING or RUNNING (`store::timers::due`), and the timer loop sends
+    /// `TimerFired` through the engine, which reads the run, its tasks
+    /// unlocked, and commits what the machine made of that read
+    /// (`rules::timers::attempt_timed_out`: a RUNNING at-most-once attempt
+    /// goes IN_DOUBT, any other is failed retryably).
+    pub(crate) fn deadlines(&self, s: &State, out: &mut Out) {
+        if !self.cfg.node_timeout {
+            return;
+        }
+        for t in 0..self.cfg.tasks as u8 {
+            let row = s.rows[usize::from(t)];
+            if !matches!(row.state, Some(TaskState::Pending | TaskState::Running)) {
+                continue;
+            }
+            for c in (0..COORDS).filter(|&c| self.may_lock(s, c)) {
+                let mut n = s.clone();
+                let kind = TxKind::Deadline { task: t, attempt: row.attempt };
+                n.tx[c] = Some(Tx { kind, read: s.view(), owners: [s.rows[0].owner, s.rows[1].owner] });
+                out.push((Action::DeadlinePasses { coord: c as u8, task: t }, n));
             }
         }
     }

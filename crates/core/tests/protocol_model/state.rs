@@ -68,6 +68,10 @@ pub struct Config {
     /// XADD and its DELETE ([`Action::is_fault`]).
     pub max_faults: u8,
     pub exhausted: Exhausted,
+    /// The steps have a node `timeout`: an attempt's deadline may pass
+    /// (any moment) while it is PENDING or RUNNING, and the timer loop
+    /// fails it through the engine.
+    pub node_timeout: bool,
     /// Property 2 asks for the lease holder as the row stands when the
     /// result commits, not as the engine read it (what the code gives).
     pub holder_at_commit: bool,
@@ -84,6 +88,7 @@ impl Config {
             copies: 2,
             max_faults: 2,
             exhausted: Exhausted::Rechecked,
+            node_timeout: false,
             holder_at_commit: false,
             bug: None,
         }
@@ -134,6 +139,7 @@ pub struct Tx {
 pub enum TxKind {
     Report { worker: u8, task: u8, attempt: u8, outcome: Outcome },
     Exhausted { task: u8, attempt: u8 },
+    Deadline { task: u8, attempt: u8 },
 }
 
 /// What the properties count, kept in the state (it is part of what a
@@ -222,6 +228,7 @@ pub enum Action {
     RedispatchLost { task: u8 },
     InDoubt { task: u8 },
     FailExhausted { coord: u8, task: u8 },
+    DeadlinePasses { coord: u8, task: u8 },
     TimerFired { task: u8 },
     Cancel,
 }
@@ -296,6 +303,9 @@ impl fmt::Display for Action {
             RedispatchLost { task } => write!(f, "recovery re-dispatches {} (lost dispatch)", n(task)),
             InDoubt { task } => write!(f, "recovery puts {} IN_DOUBT", n(task)),
             FailExhausted { coord, task } => write!(f, "c{coord}'s sweep fails {} (max dispatches), reads", n(task)),
+            DeadlinePasses { coord, task } => {
+                write!(f, "{}'s deadline passes: c{coord}'s timer loop times it out, reads", n(task))
+            }
             TimerFired { task } => write!(f, "{}'s backoff ends: its next attempt is dispatched", n(task)),
             Cancel => write!(f, "an operator cancels the run"),
         }
@@ -339,6 +349,9 @@ pub fn describe(s: &State, tasks: usize) -> String {
             }
             Some(TxKind::Exhausted { task, attempt }) => {
                 out.push_str(&format!(" | c{c} fails {}@{attempt} (max dispatches)", task_name(task)));
+            }
+            Some(TxKind::Deadline { task, attempt }) => {
+                out.push_str(&format!(" | c{c} times {}@{attempt} out", task_name(task)));
             }
             None => {}
         }

@@ -29,7 +29,7 @@ fn at(task: u8, attempt: u8) -> (usize, usize) {
 impl Protocol {
     pub fn new(cfg: Config) -> Protocol {
         assert!((1..=TASKS).contains(&cfg.tasks) && usize::from(cfg.max_attempts) <= ATTEMPTS);
-        Protocol { oracle: Oracle::new(cfg.tasks, cfg.max_attempts, cfg.at_most_once), cfg }
+        Protocol { oracle: Oracle::new(cfg.tasks, cfg.max_attempts, cfg.at_most_once, cfg.node_timeout), cfg }
     }
 
     pub fn bug(&self, bug: Bug) -> bool {
@@ -62,6 +62,7 @@ impl Protocol {
         self.commits(s, out);
         self.engine_events(s, out);
         self.sweeps(s, out);
+        self.deadlines(s, out);
         self.time_and_crashes(s, out);
         // Faults within the budget, counted.
         let budget = s.faults < self.cfg.max_faults;
@@ -365,6 +366,7 @@ impl Protocol {
                 }
                 Happened::Failed { task, attempt, code: Code::MaxDispatches }
             }
+            TxKind::Deadline { task, .. } => Happened::TimerFired { task },
         };
         let d = self.oracle.decide(tx.read, happened);
         match d.ignored {
