@@ -91,6 +91,12 @@ pub struct Config {
     /// How often the recovery sweeps (expired leases, lost dispatches) run.
     #[arg(long, env = "COMPOSER_RECOVERY_INTERVAL", default_value = "30s", value_parser = composer_core::duration::parse)]
     pub recovery_interval: Duration,
+    /// The most this host's clock may differ from PostgreSQL's. The
+    /// coordinator works on PostgreSQL's clock (the offset is measured at
+    /// start and at every timer pass); past this it refuses to start, and a
+    /// running one's `/readyz` answers 503 while it lasts.
+    #[arg(long, env = "COMPOSER_MAX_CLOCK_SKEW", default_value = "5s", value_parser = composer_core::duration::parse)]
+    pub max_clock_skew: Duration,
     /// The coordinator's own directory on this machine, for what must
     /// outlive the process: the flight recorder, which names what each
     /// thread is evaluating, so that an evaluation that killed the
@@ -425,6 +431,7 @@ mod tests {
         assert_eq!(c.redis.prefix, "composer:");
         assert_eq!(c.stream_shards, 4);
         assert_eq!(c.recovery_interval, Duration::from_secs(30));
+        assert_eq!(c.max_clock_skew, Duration::from_secs(5));
         assert_eq!(c.lost_dispatch_age, Duration::from_secs(600));
         assert_eq!(c.max_payload, 1024 * 1024);
         assert_eq!((c.task_log_max_bytes, c.run_log_max_bytes), (256 * 1024, 64 * 1024 * 1024));

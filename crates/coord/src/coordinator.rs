@@ -105,6 +105,11 @@ pub enum Error {
     Stream(#[from] composer_stream::Error),
     #[error("cannot use the state directory or its flight file {path} (--state-dir, COMPOSER_STATE_DIR): {source}")]
     State { path: std::path::PathBuf, source: std::io::Error },
+    #[error(
+        "{skew}, more than the {allowed:?} allowed (--max-clock-skew, COMPOSER_MAX_CLOCK_SKEW): \
+         keep this host in time (NTP) before starting a coordinator on it"
+    )]
+    ClockSkew { skew: String, allowed: std::time::Duration },
 }
 
 /// Starts the evaluation pool with its flight recorder (in the state
@@ -155,6 +160,10 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     tracing::info!(%addr, stream_shards = config.stream_shards, "starting coordinator");
 
     let pool = prepare_storage(&config).await?;
+    let skew = crate::clock::measure(&pool, config.max_clock_skew).await?;
+    if skew.size() > config.max_clock_skew {
+        return Err(Error::ClockSkew { skew: skew.describe(), allowed: config.max_clock_skew });
+    }
     fail_crashed(&config, addr, &pool).await?;
     let streams = Streams::connect_with(
         &config.redis.url,
@@ -251,6 +260,10 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut t
     }));
     tasks.spawn(loops::every(shutdown.clone(), c.timer_interval, shared.clone(), |s| {
         Box::pin(async move {
+            // Before the timers: a host clock that jumped is corrected first.
+            if let Err(e) = crate::clock::measure(&s.pool, s.config.max_clock_skew).await {
+                tracing::warn!(error = %e, "measuring the clock against PostgreSQL's failed");
+            }
             if let Err(e) = loops::fire_due_waits(&s).await {
                 tracing::warn!(error = %e, "firing due timers failed");
             }

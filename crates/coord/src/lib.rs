@@ -7,7 +7,8 @@
 //! - [`publish`]: puts a commit's dispatches on their streams right after it.
 //! - [`outbox`]: publishes the outbox rows nobody published after commit.
 //! - [`listener`]: LISTEN/NOTIFY wake-ups for the outbox and run waiters.
-//! - [`loops`]: timers (and the other periodic work).
+//! - [`loops`]: timers (and the other periodic work); [`clock`]: the time
+//!   they and the engine read, PostgreSQL's.
 //! - [`limits`]: the limiter, which lets steps held by their limits go.
 //! - [`bulk`]: bulk jobs at work, a batch at a time.
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
@@ -25,6 +26,7 @@
 //! - [`Config`] (`config`): every setting, its flag, variable and default.
 
 pub mod bulk;
+pub mod clock;
 mod config;
 pub mod coordinator;
 pub mod definitions;

@@ -50,7 +50,7 @@ pub async fn maintain_partitions(
     if retention_days == 0 {
         return Ok(());
     }
-    let before = chrono::Utc::now() - chrono::Duration::days(retention_days as i64);
+    let before = crate::clock::now() - chrono::Duration::days(retention_days as i64);
     let expired = partitions::drop_before(client, before).await?;
     if !expired.dropped.is_empty() {
         composer_metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], expired.dropped.len() as u64);

@@ -57,7 +57,7 @@ async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
             return Ok(Some(0));
         }
     };
-    let now = Utc::now();
+    let now = crate::clock::now();
     let mut pass = Pass { shared, tx: &tx, schedule: &schedule, last: row.last_run_id, started: Vec::new() };
     let mut open = match row.last_run_id {
         Some(id) => schedules::run_is_open(&tx, id).await?,
@@ -238,7 +238,7 @@ pub async fn backfill(
     let tx = composer_store::begin(&mut client).await?;
     let row = schedules::lock(&tx, id).await?.ok_or(BackfillError::NotFound)?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| BackfillError::Invalid(e.to_string()))?;
-    let fires = schedule.backfill(from, to, Utc::now()).map_err(|e| BackfillError::Invalid(e.to_string()))?;
+    let fires = schedule.backfill(from, to, crate::clock::now()).map_err(|e| BackfillError::Invalid(e.to_string()))?;
     let max = composer_core::schedule::MAX_BACKFILL_FIRES;
     if row.backfill_queued as usize + fires.len() > max {
         return Err(BackfillError::Invalid(format!(
@@ -256,5 +256,5 @@ pub async fn backfill(
 
 /// Forgets fires recorded more than a week ago.
 pub async fn forget_old_fires(client: &composer_store::Client) -> Result<u64, composer_store::Error> {
-    schedules::forget_fires(client, Utc::now() - FIRES_KEPT).await
+    schedules::forget_fires(client, crate::clock::now() - FIRES_KEPT).await
 }

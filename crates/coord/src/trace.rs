@@ -474,14 +474,21 @@ mod tests {
     }
 
     fn apply(wf: &Workflow, run: &mut Run, event: Event) -> Transition {
-        machine::apply(&composer_core::expr::Sandbox::simple_only(), wf, run, event, Utc::now(), &mut Uuid::now_v7)
+        machine::apply(
+            &composer_core::expr::Sandbox::simple_only(),
+            wf,
+            run,
+            event,
+            crate::clock::now(),
+            &mut Uuid::now_v7,
+        )
     }
 
     /// What a transaction would see of the run's tasks as they stand.
     fn seen(run: &Run) -> Seen {
         let mut seen = Seen::default();
         for t in &run.tasks {
-            seen.task(t.id, t.attempt, t.state, Utc::now() - chrono::Duration::milliseconds(5));
+            seen.task(t.id, t.attempt, t.state, crate::clock::now() - chrono::Duration::milliseconds(5));
         }
         seen
     }
@@ -518,7 +525,7 @@ mod tests {
 
         assert_eq!(run.tasks[0].state, TaskState::Waiting, "its backoff");
         let before = seen(&run);
-        let later = Utc::now() + chrono::Duration::hours(1);
+        let later = crate::clock::now() + chrono::Duration::hours(1);
         let sb = composer_core::expr::Sandbox::simple_only();
         let tr = machine::apply(&sb, &wf, &mut run, Event::TimerFired { task_id: call }, later, &mut Uuid::now_v7);
         assert_eq!(run.tasks[0].attempt, 2);

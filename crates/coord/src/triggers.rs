@@ -7,7 +7,6 @@
 //! and answers the same runs. Waiting steps get the event after the commit,
 //! as before triggers existed (see [`composer_store::events`]).
 
-use chrono::Utc;
 use composer_api::{EventSent, TriggerFailure, TriggeredRun};
 use composer_core::definition::{Fired, Workflow};
 use composer_core::machine::Event;
@@ -306,5 +305,5 @@ fn duplicate(id: &str, first: Option<LoggedEvent>) -> EventSent {
 
 /// Forgets events received more than [`EVENT_LOG_KEPT`] ago.
 pub async fn forget_old_events(client: &composer_store::Client) -> Result<u64, composer_store::Error> {
-    triggers::forget(client, Utc::now() - EVENT_LOG_KEPT).await
+    triggers::forget(client, crate::clock::now() - EVENT_LOG_KEPT).await
 }

@@ -129,6 +129,8 @@ metrics! {
         "Months of runs dropped past retention.";
     PARTITIONS_KEPT_OPEN: Gauge(Coordinator), "composer_partitions_kept_open",
         "Months past retention kept because they still hold a RUNNING run.";
+    CLOCK_OFFSET: Gauge(Coordinator), "composer_clock_offset_seconds",
+        "PostgreSQL's clock minus this coordinator host's, as last measured (the coordinator works on PostgreSQL's).";
     LEASE_TAKEOVERS: Counter(Coordinator), "composer_lease_takeovers_total",
         "Leases a poll took over from a worker whose lease had expired.";
     LEASES_DENIED: Counter(Coordinator), "composer_leases_denied_total",

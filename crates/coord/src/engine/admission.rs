@@ -286,7 +286,7 @@ pub fn admission(max: u32, open: i64, queued: bool) -> RunStatus {
 
 /// When a run of `wf` starting now times out.
 pub fn deadline_of(wf: &Workflow) -> Option<chrono::DateTime<Utc>> {
-    wf.timeout.and_then(|d| chrono::Duration::from_std(d).ok()).and_then(|d| Utc::now().checked_add_signed(d))
+    wf.timeout.and_then(|d| chrono::Duration::from_std(d).ok()).and_then(|d| crate::clock::now().checked_add_signed(d))
 }
 
 #[cfg(test)]
@@ -302,8 +302,13 @@ mod tests {
 
     fn definition(spec: Value) -> (Arc<Workflow>, DefinitionRow) {
         let wf = Workflow::parse(&spec).unwrap();
-        let row =
-            DefinitionRow { id: Uuid::now_v7(), name: wf.spec.name.clone(), version: 1, spec, created_at: Utc::now() };
+        let row = DefinitionRow {
+            id: Uuid::now_v7(),
+            name: wf.spec.name.clone(),
+            version: 1,
+            spec,
+            created_at: crate::clock::now(),
+        };
         (Arc::new(wf), row)
     }
 
@@ -374,7 +379,7 @@ mod tests {
             "nodes": [{"id": "a", "type": "HTTP", "config": {"url": "http://h"}}]}));
         let store = FakeStore::default();
         let (row, _) = create_run(&store, wf, NewRunOf::of(&def, &json!({})), SMALL).await.unwrap();
-        let left = row.deadline.unwrap() - Utc::now();
+        let left = row.deadline.unwrap() - crate::clock::now();
         assert!(left > chrono::Duration::minutes(59) && left <= chrono::Duration::hours(1), "{left}");
     }
 }

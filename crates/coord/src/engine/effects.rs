@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
 use composer_core::definition::Workflow;
 use composer_core::machine::{self, Effect, Event, Need, Run, Transition};
 use composer_store::runs::Items;
@@ -147,7 +146,7 @@ pub async fn apply_contained(wf: &Arc<Workflow>, run: &mut Run, event: Event) ->
     // A panic inside `apply` loses the run's state with the transaction, as
     // it should.
     let applied = super::evaluator::evaluate(Subject::Run(run_id), wf.simple, input, |sb, (wf, mut run, event)| {
-        let tr = machine::apply(sb, &wf, &mut run, event, Utc::now(), &mut Uuid::now_v7);
+        let tr = machine::apply(sb, &wf, &mut run, event, crate::clock::now(), &mut Uuid::now_v7);
         (run, tr)
     })
     .await;
@@ -262,7 +261,7 @@ pub(crate) mod fake {
         }
 
         async fn insert_run(&self, run: &NewRun<'_>) -> Result<RunRow, composer_store::Error> {
-            let now = chrono::Utc::now();
+            let now = crate::clock::now();
             let row = RunRow {
                 id: run.id,
                 workflow_definition_id: run.workflow_definition_id,

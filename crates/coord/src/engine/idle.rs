@@ -207,7 +207,6 @@ impl Drop for Parked<'_> {
 mod tests {
     use std::sync::Arc;
 
-    use chrono::Utc;
     use composer_core::definition::Workflow;
     use composer_store::definitions::DefinitionRow;
     use serde_json::{json, Value};
@@ -219,8 +218,13 @@ mod tests {
     /// A started run of `spec` at `priority`, as a batch holds it.
     async fn started(spec: Value, priority: u8) -> Loaded {
         let wf = Arc::new(Workflow::parse(&spec).unwrap());
-        let def =
-            DefinitionRow { id: Uuid::now_v7(), name: wf.spec.name.clone(), version: 1, spec, created_at: Utc::now() };
+        let def = DefinitionRow {
+            id: Uuid::now_v7(),
+            name: wf.spec.name.clone(),
+            version: 1,
+            spec,
+            created_at: crate::clock::now(),
+        };
         let input = json!({});
         let how = NewRunOf { priority: Some(priority), ..NewRunOf::of(&def, &input) };
         create_run(&FakeStore::default(), wf, how, Bounds::DEFAULT).await.unwrap().1.unwrap()

@@ -110,7 +110,7 @@ async fn node_wait(
     children: &[RunRow],
     held: Option<&composer_store::limits::Held>,
 ) -> ApiResult<NodeWait> {
-    let now = Now(Utc::now());
+    let now = Now(crate::clock::now());
     let paused = run.status == RunStatus::Paused;
     let (waiting_for, reason, detail) = match (t.state, t.node_type.as_str()) {
         (TaskState::Pending, _) => match held {

@@ -69,7 +69,8 @@ pub(crate) async fn metrics(State(config): State<Arc<Config>>, headers: HeaderMa
 /// Readiness.
 ///
 /// Answers 200 while PostgreSQL, Redis and every engine loop are up, and 503 while a dependency is
-/// down or the coordinator drains to stop: for a load balancer's check.
+/// down, this host's clock is off PostgreSQL's by more than `COMPOSER_MAX_CLOCK_SKEW`, or the
+/// coordinator drains to stop: for a load balancer's check.
 #[utoipa::path(
     get, path = "/readyz", operation_id = "readiness", tag = "operations",
     responses(
@@ -93,14 +94,16 @@ pub(crate) async fn readyz(
         let message = format!("{live} of {wanted} engine loops are running");
         return Err(ApiError::Unavailable(message));
     }
-    if let Err(e) = tokio::time::timeout(Duration::from_secs(2), composer_store::ping(&pool))
-        .await
-        .unwrap_or_else(|_| Err(composer_store::Error::Config("timed out".into())))
-    {
-        return Err(ApiError::Unavailable(format!("PostgreSQL: {e}")));
+    match tokio::time::timeout(Duration::from_secs(2), composer_store::ping(&pool)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(ApiError::Unavailable(format!("PostgreSQL: {e}"))),
+        Err(_) => return Err(ApiError::Unavailable("PostgreSQL: no answer within 2 s".into())),
     }
     if let Err(e) = streams.ping().await {
         return Err(ApiError::Unavailable(format!("Redis: {e}")));
+    }
+    if let Some(why) = crate::clock::unready() {
+        return Err(ApiError::Unavailable(why));
     }
     Ok(Json(json!({"status": "ready"})))
 }

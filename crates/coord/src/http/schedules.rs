@@ -7,7 +7,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use chrono::Utc;
 use composer_api::schema::Name;
 use composer_api::{BackfillQueued, BackfillRequest, ErrorBody, RunView, SchedulePage, ScheduleView};
 use composer_core::schedule::{Schedule, ScheduleSpec};
@@ -78,7 +77,7 @@ fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
 pub(crate) async fn create(State(pool): State<Pool>, Body(spec): Body<Value>) -> ApiResult<Response> {
     let schedule = Schedule::parse(&spec).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
     // A cron that never fires (30 February) is refused, not stored without a next fire time.
-    let next = schedule.first_fire(Utc::now()).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
+    let next = schedule.first_fire(crate::clock::now()).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
     let mut client = composer_store::client(&pool).await?;
     let wf = &schedule.spec.workflow;
     if composer_store::definitions::by_name(&client, wf, schedule.spec.version).await?.is_none() {
@@ -180,7 +179,7 @@ async fn set_paused(pool: &Pool, id: &str, paused: bool) -> ApiResult<Json<Sched
     let row = found(pool, id).await?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let client = composer_store::client(pool).await?;
-    let row = schedules::set_paused(&client, id, paused, schedule.next_after(Utc::now()))
+    let row = schedules::set_paused(&client, id, paused, schedule.next_after(crate::clock::now()))
         .await?
         .ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))?;
     Ok(Json(view(&row)?))
@@ -209,7 +208,7 @@ pub(crate) async fn trigger(
     let row =
         schedules::lock(&tx, &id).await?.ok_or_else(|| ApiError::not_found(format!("schedule {id:?} not found")))?;
     let schedule = Schedule::parse(&row.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let now = Utc::now();
+    let now = crate::clock::now();
     let def = crate::schedules::definition(&tx, &schedule)
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("workflow {:?} is not registered", schedule.spec.workflow)))?;

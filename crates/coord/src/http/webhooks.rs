@@ -172,7 +172,7 @@ pub(crate) async fn deliver(
     })?;
     let header_text = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
     let sig = header_text(crate::webhooks::signature_header(spec.scheme));
-    let now = chrono::Utc::now().timestamp();
+    let now = crate::clock::now().timestamp();
     // Checked before anything else is done for the sender: its transform
     // is compiled only for a delivery whose signature holds.
     let signed_at =

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use axum::extract::{Query, State};
 use axum::response::IntoResponse;
 use axum::Extension;
-use chrono::Utc;
 use composer_store::stats::QueueLoad;
 
 use super::error::{Page, UiError};
@@ -128,7 +127,7 @@ impl Overview {
     async fn read(pool: &Pool, engine: &Engine, streams: &Streams) -> Result<Overview, UiError> {
         use composer_store::stats;
         let client = composer_store::client(pool).await?;
-        let now = Utc::now();
+        let now = crate::clock::now();
         let (hour, day) = (id_at(now - chrono::Duration::hours(1)), id_at(now - chrono::Duration::days(1)));
         let windows = vec![
             StatusCounts { window: "hour", counts: stats::runs_by_status(&client, hour).await? },

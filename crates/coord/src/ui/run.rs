@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::response::IntoResponse;
-use chrono::Utc;
 use composer_core::machine::RunStatus;
 use composer_store::runs::{self, HistoryRow, RunFilter, RunRow, TaskRow};
 use uuid::Uuid;
@@ -250,6 +249,6 @@ async fn timeline(client: &Client, run: &RunRow, tasks: &[TaskRow]) -> Result<Ht
          ended, in the colour of how it ended (grey: retried), the last one lighter while it waited for a \
          worker. Hover a bar for its times.</p><div class=\"graph\">{}</div>",
         time(Some(run.created_at)),
-        timeline::svg(run.created_at, run.finished_at, &bars, Utc::now())
+        timeline::svg(run.created_at, run.finished_at, &bars, crate::clock::now())
     ))
 }

@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn each_attempt_is_a_bar_in_its_state_and_names_are_escaped() {
-        let t0 = Utc::now();
+        let t0 = crate::clock::now();
         let at = |ms| t0 + chrono::Duration::milliseconds(ms);
         let attempt = |number, from, started: Option<i64>, to: Option<DateTime<Utc>>, state: &str| Attempt {
             number,
