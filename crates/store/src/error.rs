@@ -3,7 +3,7 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("database error: {0}")]
+    #[error("database error: {}", detail(.0))]
     Db(#[from] tokio_postgres::Error),
     #[error("database unavailable: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
@@ -19,17 +19,41 @@ impl Error {
     /// True when the database could not be reached (as opposed to a query
     /// that failed): callers answer 503 and retry later.
     pub fn is_unavailable(&self) -> bool {
+        self.unavailable().is_some()
+    }
+
+    /// Why the database cannot do the work now, when it is not the work's
+    /// fault: unreachable or closed (SQLSTATE classes 08, 57P), or out of a
+    /// resource (class 53: its disk full, out of memory, no connection
+    /// left). The work may succeed later, unchanged.
+    pub fn unavailable(&self) -> Option<&'static str> {
+        const AWAY: &str = "the database is unavailable";
         match self {
-            Error::Pool(_) => true,
-            Error::Db(e) if e.is_closed() => true,
-            Error::Db(e) => match e.code() {
-                Some(c) => c.code().starts_with("08") || c.code().starts_with("57P"),
+            Error::Pool(_) => Some(AWAY),
+            Error::Db(e) if e.is_closed() => Some(AWAY),
+            Error::Db(e) => match e.code().map(|c| c.code()) {
+                Some("53100") => Some("the database's disk is full"),
+                Some("53200") => Some("the database is out of memory"),
+                Some("53300") => Some("the database has no connection left"),
+                Some(c) if c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") => Some(AWAY),
+                Some(_) => None,
                 // No SQLSTATE: the connection failed, or a value did not
                 // convert (which is not the database being away).
-                None => std::error::Error::source(e).is_none_or(|s| s.is::<std::io::Error>()),
+                None => std::error::Error::source(e).is_none_or(|s| s.is::<std::io::Error>()).then_some(AWAY),
             },
-            _ => false,
+            _ => None,
         }
+    }
+}
+
+/// A driver error with what PostgreSQL said (its `Display` alone is "db error").
+fn detail(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {} (SQLSTATE {})", db.severity(), db.message(), db.code().code()),
+        None => match std::error::Error::source(e) {
+            Some(source) => format!("{e}: {source}"),
+            None => e.to_string(),
+        },
     }
 }
 

@@ -166,9 +166,9 @@ impl IntoResponse for ApiError {
 
 impl From<composer_store::Error> for ApiError {
     fn from(e: composer_store::Error) -> ApiError {
-        if e.is_unavailable() {
+        if let Some(why) = e.unavailable() {
             tracing::warn!(error = %e, "database unavailable");
-            ApiError::Unavailable("the database is unavailable; retry later".into())
+            ApiError::Unavailable(format!("{why}; retry later"))
         } else {
             ApiError::internal(format!("database error: {e}"))
         }
