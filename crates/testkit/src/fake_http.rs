@@ -75,9 +75,15 @@ pub struct FakeHttp {
 
 impl FakeHttp {
     pub async fn start() -> FakeHttp {
+        FakeHttp::start_on(std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// On a port of `ip` (an address other hosts reach, for processes in
+    /// network namespaces of their own).
+    pub async fn start_on(ip: std::net::IpAddr) -> FakeHttp {
         let calls = Arc::new(Calls::default());
         let app = Router::new().fallback(handle).with_state(calls.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the fake HTTP service");
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("binding the fake HTTP service");
         let addr = listener.local_addr().expect("fake HTTP address");
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;

@@ -12,6 +12,8 @@
 //!   [`Engine::wait_for_run`].
 //! - [`eventually()`] (`eventually`): waiting for what a test expects, with a deadline and
 //!   a message naming what did not happen, instead of a fixed sleep.
+//! - [`history`]: the history checker: what clients, targets and the database
+//!   recorded in a fault scenario, checked against the properties Composer promises.
 //! - [`schema`]: the definition schema walked field by field, and the smallest
 //!   definition holding a value at a field.
 
@@ -22,6 +24,7 @@ mod collector;
 mod engine;
 mod eventually;
 mod fake_http;
+pub mod history;
 pub mod schema;
 mod services;
 
