@@ -164,6 +164,7 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     if skew.size() > config.max_clock_skew {
         return Err(Error::ClockSkew { skew: skew.describe(), allowed: config.max_clock_skew });
     }
+    warn_of_asynchronous_replication(&pool).await;
     fail_crashed(&config, addr, &pool).await?;
     let streams = Streams::connect_with(
         &config.redis.url,
@@ -218,6 +219,21 @@ pub async fn start(config: Config) -> Result<Running, Error> {
         1.0,
     );
     Ok(Running { addr, shared, shutdown, tasks })
+}
+
+/// Says so when a failover of PostgreSQL can lose acknowledged work: its
+/// standbys receive commits after they are acknowledged (docs/operations/failures.md).
+async fn warn_of_asynchronous_replication(pool: &composer_store::Pool) {
+    match composer_store::replication(pool).await {
+        Ok(r) if r.can_lose_commits() => tracing::warn!(
+            standbys = r.standbys,
+            "PostgreSQL replicates asynchronously: a failover to a standby loses the runs, results and \
+             events of the commits it had not received, though they were acknowledged; set \
+             synchronous_standby_names (and synchronous_commit = on) to lose none"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "could not read how PostgreSQL replicates"),
+    }
 }
 
 /// Migrates, and creates the partitions no run can be inserted without.

@@ -63,4 +63,4 @@ pub use tokio_postgres;
 pub use transaction::{begin, begin_pipelined, Transaction};
 
 pub use error::{Error, Result};
-pub use pool::{client, connect, ensure_database, open, ping, SESSION_SETTINGS};
+pub use pool::{client, connect, ensure_database, open, ping, replication, Replication, SESSION_SETTINGS};

@@ -82,3 +82,34 @@ pub async fn ensure_database(admin_url: &str, name: &str) -> Result<()> {
     let _ = driver.await;
     Ok(())
 }
+
+/// How the server this pool reaches replicates its commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replication {
+    /// Standbys streaming from it now.
+    pub standbys: i64,
+    /// Whether a commit waits for a standby (`synchronous_standby_names`
+    /// set and `synchronous_commit` on, `remote_write` or `remote_apply`).
+    pub synchronous: bool,
+}
+
+impl Replication {
+    /// Whether a failover to a standby can lose acknowledged commits.
+    pub fn can_lose_commits(&self) -> bool {
+        self.standbys > 0 && !self.synchronous
+    }
+}
+
+/// Reads how the server replicates (`pg_stat_replication` and the settings).
+pub async fn replication(pool: &Pool) -> Result<Replication> {
+    let client = client(pool).await?;
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_stat_replication),
+                    current_setting('synchronous_standby_names') <> ''
+                    AND current_setting('synchronous_commit') NOT IN ('off', 'local')",
+            &[],
+        )
+        .await?;
+    Ok(Replication { standbys: row.get(0), synchronous: row.get(1) })
+}

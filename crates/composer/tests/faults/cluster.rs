@@ -82,6 +82,9 @@ impl Cluster {
         let pg = Postgres::primary(&pg_dir, opts.replication);
         let replica = opts.replication.map(|_| Postgres::replica(&dir.join("replica"), &pg));
         composer_store::ensure_database(&pg.url("127.0.0.1", "postgres"), DB).await.expect("database");
+        if replica.is_some() {
+            streaming(&pg).await;
+        }
         let redis = Redis::start(&dir);
         let sink = FakeHttp::start_on(std::net::Ipv4Addr::UNSPECIFIED.into()).await;
         let database_url = match &replica {
@@ -253,6 +256,23 @@ impl Cluster {
 
     pub fn log(&self) -> PathBuf {
         self.dir.join("composer.log")
+    }
+}
+
+/// Waits until the replica streams from `primary` (coordinators read how
+/// PostgreSQL replicates when they start).
+async fn streaming(primary: &Postgres) {
+    let (db, conn) = tokio_postgres::connect(&primary.url("127.0.0.1", "postgres"), tokio_postgres::NoTls)
+        .await
+        .expect("connecting");
+    tokio::spawn(conn);
+    let until = Instant::now() + Duration::from_secs(30);
+    while db.query_one("SELECT count(*) FROM pg_stat_replication", &[]).await.expect("replication").get::<_, i64>(0)
+        == 0
+    {
+        assert!(Instant::now() < until, "the replica is not streaming after 30 s");
+        // Polling a replica that is connecting.
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

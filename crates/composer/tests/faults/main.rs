@@ -222,7 +222,7 @@ async fn coordinators_whose_clocks_are_off_or_jump_fire_no_timer_early() {
 /// starts runs; then the primary's host dies, and the replica is promoted.
 /// With asynchronous replication the primary acknowledged what the replica
 /// never got; with synchronous replication it could not acknowledge it.
-async fn a_failover(name: &str, replication: Replication) -> (Vec<Violation>, Workload, usize) {
+async fn a_failover(name: &str, replication: Replication) -> (Vec<Violation>, Workload, usize, bool) {
     let opts = Options { replication: Some(replication), ..Options::default() };
     let (cluster, mut w) = begin(name, opts).await;
     cluster.pg.freeze_sender();
@@ -238,22 +238,28 @@ async fn a_failover(name: &str, replication: Replication) -> (Vec<Violation>, Wo
     w.finish(&cluster, Duration::from_secs(120)).await;
     let violations = w.history.check();
     report(name, &w, "the replica 2 s behind, the primary SIGKILLed, the replica promoted", &violations);
+    let log = std::fs::read_to_string(cluster.log()).unwrap_or_default();
+    let warned = log.contains("PostgreSQL replicates asynchronously");
+    let dir = cluster.dir.clone();
     drop(cluster);
-    (violations, w, acknowledged)
+    let _ = std::fs::remove_dir_all(dir);
+    (violations, w, acknowledged, warned)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_with_synchronous_replication_loses_nothing() {
     let _one = serial().await;
-    let (violations, _, _) = a_failover("failover, synchronous replication", Replication::Synchronous).await;
+    let (violations, _, _, warned) = a_failover("failover, synchronous replication", Replication::Synchronous).await;
     assert_eq!(violations, Vec::new());
+    assert!(!warned, "the coordinators warned of asynchronous replication");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_with_asynchronous_replication_loses_what_the_replica_had_not_received() {
     let _one = serial().await;
     let name = "failover, asynchronous replication";
-    let (violations, w, acknowledged) = a_failover(name, Replication::Asynchronous).await;
+    let (violations, w, acknowledged, warned) = a_failover(name, Replication::Asynchronous).await;
+    assert!(warned, "no coordinator warned at start that PostgreSQL replicates asynchronously");
     // What asynchronous replication loses: the commits the replica had not
     // received. Runs whose start was acknowledged are gone (with the calls
     // their steps made), and an at_most_once step whose sending was
