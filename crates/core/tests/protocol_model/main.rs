@@ -28,9 +28,10 @@
 //!
 //! The tests: the grid (every configuration holds every property), one
 //! test per property that a deliberately broken protocol breaks it (so no
-//! property holds vacuously), three that pin what the code does where it
-//! is weaker than it says (`Exhausted::AsWritten`, an at-most-once step's
-//! `timeout`, `holder_at_commit`), and the names.
+//! property holds vacuously), two that plant the code as it was before its
+//! fixes of at-most-once (`Bug::UnguardedWrite`,
+//! `Bug::MaxDispatchesNotUnknown`), one that pins where the code is weaker
+//! than the docs say (`holder_at_commit`), and the names.
 
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
@@ -45,7 +46,7 @@ mod symmetry;
 
 use checker::{check, Limits, Report};
 use props::Property;
-use state::{Action, Answer, Bug, Config, Exhausted, Got};
+use state::{Action, Answer, Bug, Config, Got};
 use steps::Protocol;
 
 /// Far above what any configuration reaches: a search that stops at it
@@ -62,12 +63,11 @@ fn explore(cfg: Config) -> (Protocol, Report<Protocol>) {
 /// lost or delivered again, a worker's or a coordinator's crash, a
 /// publisher's death between its XADD and its DELETE) are bounded per run:
 /// three, but for the two-step at-least-once chain, whose takeovers and
-/// requeues make it the largest: one there (two take 440,000 states and 11 s
-/// of a debug build, and hold as well). At-least-once steps have a node
-/// `timeout` (their deadline may pass at any moment); at-most-once ones
-/// do not, as the race with it is pinned below.
+/// requeues make it the largest: one there (two take 645,000 states and 28 s
+/// of a debug build, and hold as well). Every step has a node `timeout`
+/// (its deadline may pass at any moment).
 const GRID: [(usize, bool, u8, bool); 4] =
-    [(1, false, 3, true), (1, true, 3, false), (2, false, 1, true), (2, true, 3, false)];
+    [(1, false, 3, true), (1, true, 3, true), (2, false, 1, true), (2, true, 3, true)];
 
 /// Fewer states than this means the model lost its way (a guard that
 /// disables everything, a broken search): each configuration reaches far more.
@@ -145,59 +145,66 @@ fn without_the_lost_dispatch_sweep_a_lost_message_breaks_progress() {
     assert!(matches!(trace.last(), Some(Action::LoseMessage { .. })));
 }
 
-/// A finding, pinned: `coord::loops::fail_exhausted` fails an attempt the
-/// sweep found PENDING (`store::recovery::exhausted`) through the engine,
-/// which does not lock the task's row: a poll may lease the attempt in
-/// between, its worker call the target, and the failure (`max_dispatches`,
-/// a known failure to the machine, even for a RUNNING at-most-once
-/// attempt) retries it, so an at-most-once target is called again while
-/// the first call's outcome is unknown. The grid models the sweep
-/// `Exhausted::Rechecked` (applied only to the row as the sweep found it);
-/// when the code closes this, this test fails and the grid should model
-/// the code as it then is.
+/// The engine's write of a task it read PENDING, unguarded (the code
+/// before `store::transitions` checked the row is still PENDING): a poll
+/// leases the attempt between the engine's read and its commit, its worker
+/// calls the target, and the commit writes what the machine made of
+/// PENDING, a retry, over the lease: the next attempt calls the target
+/// again while the first call's outcome is unknown. With a node `timeout`
+/// the timer loop's failure of the attempt does it; without, the
+/// max-dispatches sweep's (`coord::loops::fail_exhausted`).
 #[test]
-fn the_max_dispatches_sweep_as_written_can_send_an_at_most_once_attempt_twice() {
-    let (m, r) = explore(Config { exhausted: Exhausted::AsWritten, ..Config::new(1, true) });
-    let v = r.violation.expect("the race is found");
-    eprintln!("{}", v.render(&m));
-    assert_eq!(v.property, Property::AtMostOnce);
-    let actions: Vec<Action> = v.trace.iter().map(|(a, _)| *a).collect();
-    let read = actions.iter().position(|a| matches!(a, Action::FailExhausted { .. })).unwrap();
-    let commit = read + actions[read..].iter().position(|a| matches!(a, Action::Commit { .. })).unwrap();
-    assert!(
-        actions[read..commit].iter().any(|a| matches!(a, Action::Poll { got: Got::Granted, .. })),
-        "the attempt is leased between the sweep's read and its commit"
-    );
+fn an_unguarded_write_can_send_an_at_most_once_attempt_twice() {
+    for node_timeout in [true, false] {
+        let cfg = Config { node_timeout, ..Config::new(1, true) };
+        let trace = broken_by(cfg, Bug::UnguardedWrite, Property::AtMostOnce);
+        let read = trace
+            .iter()
+            .position(|a| match node_timeout {
+                true => matches!(a, Action::DeadlinePasses { .. }),
+                false => matches!(a, Action::FailExhausted { .. }),
+            })
+            .unwrap();
+        let commit = read + trace[read..].iter().position(|a| matches!(a, Action::Commit { .. })).unwrap();
+        assert!(
+            trace[read..commit].iter().any(|a| matches!(a, Action::Poll { got: Got::Granted, .. })),
+            "the attempt is leased between the engine's read and its commit"
+        );
+        assert!(matches!(trace[commit], Action::Commit { answer: Answer::Applied, .. }));
+    }
 }
 
-/// A finding, pinned, of the same cause: with a node `timeout`, the timer
-/// loop fails an attempt whose deadline passed while it was PENDING
-/// (`store::timers::due`); the engine reads the task unlocked, a poll
-/// leases it in between and its worker calls the target, and the machine,
-/// which saw PENDING, fails it retryably where a RUNNING at-most-once
-/// attempt would have gone IN_DOUBT: the next attempt calls the target
-/// again. The grid gives node timeouts to at-least-once steps only.
+/// `max_dispatches` taken for a known failure (the code before it joined
+/// the unknown outcomes in `rules::report::fail_attempt`): the sweep finds
+/// the attempt PENDING with its message lost, a poll leases it before the
+/// engine reads the run, its worker calls the target, and the engine, which
+/// reads RUNNING (the guard has nothing to refuse), retries the attempt:
+/// the target is called again while the first call's outcome is unknown.
 #[test]
-fn an_at_most_once_attempt_that_times_out_as_it_is_leased_is_sent_again() {
-    let (m, r) = explore(Config { node_timeout: true, ..Config::new(1, true) });
-    let v = r.violation.expect("the race is found");
-    eprintln!("{}", v.render(&m));
-    assert_eq!(v.property, Property::AtMostOnce);
-    let actions: Vec<Action> = v.trace.iter().map(|(a, _)| *a).collect();
-    let read = actions.iter().position(|a| matches!(a, Action::DeadlinePasses { .. })).unwrap();
-    let commit = read + actions[read..].iter().position(|a| matches!(a, Action::Commit { .. })).unwrap();
+fn a_max_dispatches_failure_taken_as_known_can_send_an_at_most_once_attempt_twice() {
+    let trace = broken_by(Config::new(1, true), Bug::MaxDispatchesNotUnknown, Property::AtMostOnce);
+    let found = trace.iter().position(|a| matches!(a, Action::FindExhausted { .. })).unwrap();
+    let read = found + trace[found..].iter().position(|a| matches!(a, Action::FailExhausted { .. })).unwrap();
     assert!(
-        actions[read..commit].iter().any(|a| matches!(a, Action::Poll { got: Got::Granted, .. })),
-        "the attempt is leased between the engine's read and its commit"
+        trace[found..read].iter().any(|a| matches!(a, Action::Poll { got: Got::Granted, .. })),
+        "the attempt is leased between the sweep's SELECT and the engine's read"
     );
+    let commit = read + trace[read..].iter().position(|a| matches!(a, Action::Commit { .. })).unwrap();
+    assert!(matches!(trace[commit], Action::Commit { answer: Answer::Applied, .. }));
 }
 
-/// Also pinned: a result is checked against the lease as the engine's
+/// Pinned: a result is checked against the lease as the engine's
 /// transaction read the task's row (`coord::engine::batch::events`), and
 /// the row is not locked (only the run's is), so a poll that takes over
 /// the expired lease meanwhile does not stop the result: the slow worker's
-/// result is applied (once) over the new holder's lease. The grid's
-/// property 2 asks for the holder as read, which the code keeps.
+/// result is applied over the new holder's lease. The commit's guard
+/// covers only rows read PENDING, and this one was read RUNNING. It is
+/// benign: the result is of the current attempt and applied once (the run's
+/// lock orders the two reports, and the new holder's, read after this
+/// commit, finds its lease gone and is refused with 409), and takeovers
+/// skip at-most-once steps, so the new holder's call of the target is one
+/// an at-least-once step allows. The grid's property 2 asks for the holder
+/// as read, which the code keeps.
 #[test]
 fn a_result_is_checked_against_the_lease_as_read_not_as_committed() {
     let (m, r) = explore(Config { holder_at_commit: true, ..Config::new(1, false) });

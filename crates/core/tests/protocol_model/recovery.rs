@@ -15,7 +15,11 @@ impl Protocol {
     /// outbox row (at any attempt), not recovered `max` times, gets one;
     /// the lost-dispatch age is time, abstracted: any such task may be
     /// taken, its message queued or not. `fail_exhausted`: a task either
-    /// sweep would take but for `max` is failed through the engine.
+    /// sweep would take but for `max` is found (`store::recovery::exhausted`,
+    /// a SELECT), then failed through the engine, which reads the run and
+    /// its tasks afresh under the run's lock and commits what the machine
+    /// makes of that read (`max_dispatches` on a RUNNING at-most-once
+    /// attempt: IN_DOUBT).
     pub(crate) fn sweeps(&self, s: &State, out: &mut Out) {
         let amo_ok = !self.cfg.at_most_once || self.bug(Bug::RetryAtMostOnce);
         for t in 0..self.cfg.tasks as u8 {
@@ -47,7 +51,14 @@ impl Protocol {
             }
             // `store::recovery::exhausted`: its RUNNING half leaves at-most-once tasks out, its PENDING half does not.
             let exhausted = running && spent && ((expired && !self.cfg.at_most_once) || lost);
-            for c in (0..COORDS).filter(|&c| exhausted && self.may_lock(s, c)) {
+            if exhausted && s.found[ti] != row.attempt {
+                let mut n = s.clone();
+                n.found[ti] = row.attempt;
+                out.push((Action::FindExhausted { task: t }, n));
+            }
+            // The sweep's event reaches the engine (`collect_garbage` keeps `found` only while the machine would take it).
+            let sent = s.found[ti] > 0 && s.found[ti] == row.attempt;
+            for c in (0..COORDS).filter(|&c| sent && self.may_lock(s, c)) {
                 let mut n = s.clone();
                 let kind = TxKind::Exhausted { task: t, attempt: row.attempt };
                 n.tx[c] = Some(Tx { kind, read: s.view(), owners: [s.rows[0].owner, s.rows[1].owner] });
@@ -61,7 +72,9 @@ impl Protocol {
     /// `TimerFired` through the engine, which reads the run, its tasks
     /// unlocked, and commits what the machine made of that read
     /// (`rules::timers::attempt_timed_out`: a RUNNING at-most-once attempt
-    /// goes IN_DOUBT, any other is failed retryably).
+    /// goes IN_DOUBT, any other is failed retryably), unless a poll leased
+    /// the attempt it read PENDING meanwhile (`Answer::Moved`): the timer
+    /// loop then fires again, on a fresh read.
     pub(crate) fn deadlines(&self, s: &State, out: &mut Out) {
         if !self.cfg.node_timeout {
             return;

@@ -38,18 +38,15 @@ pub enum Bug {
     /// The recovery sweep does not re-dispatch PENDING tasks whose message
     /// Redis lost.
     NoLostDispatchSweep,
-}
-
-/// How the max-dispatches sweep's failure of an attempt is applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exhausted {
-    /// As `coord::loops::fail_exhausted` does: the sweep reads, the engine
-    /// applies `TaskFailed { code: max_dispatches }` to whatever the row is
-    /// by its commit (the row is not locked, a poll may lease it meanwhile).
-    AsWritten,
-    /// Only while the row is still as the sweep found it (the attempt, its
-    /// state, its lease): what closes the hole `AsWritten` has.
-    Rechecked,
+    /// The engine writes a task it read PENDING whatever the row became
+    /// since (the code before the guard in `store::transitions`): a poll's
+    /// lease between the read and the commit is overwritten by what the
+    /// machine decided from PENDING, a retry of an attempt being sent.
+    UnguardedWrite,
+    /// The machine takes `max_dispatches` for a known failure (the code
+    /// before it joined the unknown outcomes in `rules::report`): a
+    /// RUNNING at-most-once attempt the sweep gives up on is retried.
+    MaxDispatchesNotUnknown,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +64,6 @@ pub struct Config {
     /// worker's or a coordinator's crash, a publisher's death between its
     /// XADD and its DELETE ([`Action::is_fault`]).
     pub max_faults: u8,
-    pub exhausted: Exhausted,
     /// The steps have a node `timeout`: an attempt's deadline may pass
     /// (any moment) while it is PENDING or RUNNING, and the timer loop
     /// fails it through the engine.
@@ -87,7 +83,6 @@ impl Config {
             max_dispatches: 1,
             copies: 2,
             max_faults: 2,
-            exhausted: Exhausted::Rechecked,
             node_timeout: false,
             holder_at_commit: false,
             bug: None,
@@ -169,6 +164,13 @@ pub struct State {
     /// A message whose row was deleted before its XADD (only [`Bug::DeleteOutboxBeforePublish`]).
     pub sending: [Option<(u8, u8)>; COORDS],
     pub ghost: [Ghost; TASKS],
+    /// The attempt of each task a max-dispatches sweep found exhausted
+    /// (`store::recovery::exhausted`), 0 if none: from then on, while that
+    /// attempt is PENDING or RUNNING, its failure may reach the engine at
+    /// any moment, any number of times (each sweep that found it sends it
+    /// once; the model does not count them). The engine reads the row
+    /// afresh then: a poll may have leased it since the sweep's SELECT.
+    pub found: [u8; TASKS],
     /// Faults so far.
     pub faults: u8,
 }
@@ -185,6 +187,7 @@ impl State {
             tx: [None; COORDS],
             sending: [None; COORDS],
             ghost: [Ghost::default(); TASKS],
+            found: [0; TASKS],
             faults: 0,
         }
     }
@@ -227,6 +230,7 @@ pub enum Action {
     RequeueExpired { task: u8 },
     RedispatchLost { task: u8 },
     InDoubt { task: u8 },
+    FindExhausted { task: u8 },
     FailExhausted { coord: u8, task: u8 },
     DeadlinePasses { coord: u8, task: u8 },
     TimerFired { task: u8 },
@@ -262,7 +266,10 @@ pub enum Answer {
     Ignored(IgnoreKind),
     /// The engine's 409 `lease_lost` (not the machine's: `coord::engine::batch::events`).
     LeaseLost,
-    /// The row moved since the sweep read it ([`Exhausted::Rechecked`]).
+    /// `store::Error::Moved`: a task the transaction read PENDING and
+    /// changes is no longer PENDING (a poll leased it), so nothing is
+    /// written and the transaction rolls back; whoever sent the event sends
+    /// it again later, and the engine reads the row afresh.
     Moved,
 }
 
@@ -302,7 +309,10 @@ impl fmt::Display for Action {
             RequeueExpired { task } => write!(f, "recovery requeues {} (expired lease)", n(task)),
             RedispatchLost { task } => write!(f, "recovery re-dispatches {} (lost dispatch)", n(task)),
             InDoubt { task } => write!(f, "recovery puts {} IN_DOUBT", n(task)),
-            FailExhausted { coord, task } => write!(f, "c{coord}'s sweep fails {} (max dispatches), reads", n(task)),
+            FindExhausted { task } => write!(f, "a max-dispatches sweep finds {} exhausted", n(task)),
+            FailExhausted { coord, task } => {
+                write!(f, "c{coord}'s engine fails {} (max dispatches) for the sweep, reads", n(task))
+            }
             DeadlinePasses { coord, task } => {
                 write!(f, "{}'s deadline passes: c{coord}'s timer loop times it out, reads", n(task))
             }
@@ -324,6 +334,9 @@ pub fn describe(s: &State, tasks: usize) -> String {
         }
         let g = &s.ghost[t];
         out.push_str(&format!(" applied{:?} unsettled{}{}", g.applied, g.unsettled, if g.lost { " lost" } else { "" }));
+        if s.found[t] > 0 {
+            out.push_str(&format!(" found exhausted@{}", s.found[t]));
+        }
     }
     for t in 0..tasks {
         for a in 0..ATTEMPTS {

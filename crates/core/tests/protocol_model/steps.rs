@@ -9,8 +9,7 @@ use composer_core::machine::{RunStatus, TaskState};
 
 use crate::oracle::{Code, Decision, Happened, Oracle};
 use crate::state::{
-    Action, Answer, Bug, Config, Exec, Exhausted, Got, Outcome, Row, State, Tx, TxKind, ATTEMPTS, COORDS, TASKS,
-    WORKERS,
+    Action, Answer, Bug, Config, Exec, Got, Outcome, Row, State, Tx, TxKind, ATTEMPTS, COORDS, TASKS, WORKERS,
 };
 
 /// The protocol of one configuration, and the state machine it asks.
@@ -80,11 +79,18 @@ impl Protocol {
     /// dropping it at once changes nothing a property reads, and spares
     /// the search every moment it could have been denied at; a row that
     /// would keep the lost-dispatch sweep off its task (`NOT EXISTS`) could
-    /// have been published first, at any moment.
+    /// have been published first, at any moment. Likewise a sweep's find
+    /// of an attempt the machine would now ignore a failure of (the run
+    /// ended, the attempt moved on or is no longer PENDING or RUNNING:
+    /// `rules::guards::reportable`), which it would ignore from then on.
     fn collect_garbage(&self, n: &mut State) {
         let takeover = !self.cfg.at_most_once || self.bug(Bug::RetryAtMostOnce);
         for t in 0..self.cfg.tasks {
             let row = n.rows[t];
+            let open = matches!(row.state, Some(TaskState::Pending | TaskState::Running));
+            if n.found[t] != row.attempt || !open || n.run != Some(RunStatus::Running) {
+                n.found[t] = 0;
+            }
             let live = match row.state {
                 Some(TaskState::Pending) => true,
                 Some(TaskState::Running) => takeover,
@@ -117,9 +123,10 @@ impl Protocol {
     }
 
     /// Writes what the machine decided (`store::transitions`): every task it
-    /// changed is overwritten and its lease ended, whatever the row became
-    /// since the transaction read it (the engine locks the run's row, not
-    /// its tasks'); a dispatched task gets an outbox row.
+    /// changed is overwritten and its lease ended; a dispatched task gets an
+    /// outbox row. The engine locks the run's row, not its tasks', so a row
+    /// may have moved since the transaction read it: [`Protocol::decide`]
+    /// refuses the commit first when one read PENDING did.
     fn write(&self, n: &mut State, d: &Decision) {
         n.run = Some(d.run);
         for t in 0..TASKS {
@@ -314,14 +321,16 @@ impl Protocol {
     }
 
     /// A transaction commits what the machine made of what it read, and
-    /// the reporting worker, if it still waits, has its answer.
+    /// the reporting worker, if it still waits, has its answer. A commit
+    /// that moved rolls back: its worker, answered 503, sends the report
+    /// again (as after a coordinator's crash).
     fn commits(&self, s: &State, out: &mut Out) {
         for c in 0..COORDS {
             let Some(tx) = s.tx[c] else { continue };
             let (answer, decision) = self.decide(s, &tx);
             let mut n = s.clone();
             n.tx[c] = None;
-            if let TxKind::Report { worker, task, attempt, .. } = tx.kind {
+            if let (TxKind::Report { worker, task, attempt, .. }, false) = (tx.kind, answer == Answer::Moved) {
                 let w = usize::from(worker);
                 if s.workers[w].is_some_and(|e| e.task == task && e.attempt == attempt && e.report.is_some()) {
                     n.workers[w] = None;
@@ -336,7 +345,10 @@ impl Protocol {
     }
 
     /// What a transaction's commit answers and, unless it refused, what the
-    /// machine decided from the transaction's read.
+    /// machine decided from the transaction's read. The write of a task read
+    /// PENDING is guarded (`store::transitions::TaskUpdates::execute`: `NOT
+    /// u.was_pending OR t.state = 'PENDING'`): if a poll leased it since the
+    /// read, the whole commit fails with `Error::Moved` and writes nothing.
     fn decide(&self, s: &State, tx: &Tx) -> (Answer, Option<Decision>) {
         let happened = match tx.kind {
             TxKind::Report { worker, task, attempt, outcome } => {
@@ -358,17 +370,24 @@ impl Protocol {
                 }
             }
             TxKind::Exhausted { task, attempt } => {
-                let row = s.rows[usize::from(task)];
-                let now = (row.state.map(|st| (st, row.attempt)), row.owner);
-                let read = (tx.read.tasks[usize::from(task)], tx.owners[usize::from(task)]);
-                if self.cfg.exhausted == Exhausted::Rechecked && now != read {
-                    return (Answer::Moved, None);
-                }
-                Happened::Failed { task, attempt, code: Code::MaxDispatches }
+                let code = match self.bug(Bug::MaxDispatchesNotUnknown) {
+                    true => Code::Known,
+                    false => Code::MaxDispatches,
+                };
+                Happened::Failed { task, attempt, code }
             }
             TxKind::Deadline { task, .. } => Happened::TimerFired { task },
         };
         let d = self.oracle.decide(tx.read, happened);
+        if d.ignored.is_none() && !self.bug(Bug::UnguardedWrite) {
+            let moved = |t: usize| {
+                let read_pending = matches!(tx.read.tasks[t], Some((TaskState::Pending, _)));
+                read_pending && d.written[t].is_some() && s.rows[t].state != Some(TaskState::Pending)
+            };
+            if (0..TASKS).any(moved) {
+                return (Answer::Moved, None);
+            }
+        }
         match d.ignored {
             Some(kind) => (Answer::Ignored(kind), None),
             None => (Answer::Applied, Some(d)),
@@ -395,7 +414,9 @@ impl Protocol {
     /// WAITING task, a cancel, an at-most-once lease only its holder
     /// renews): a backoff's timer, an operator's cancel, and the in-doubt
     /// sweep (`coord::loops::put_in_doubt`: RUNNING, at most once, lease
-    /// expired, run active).
+    /// expired, run active). A cancel that read a task PENDING which a poll
+    /// leases before its commit fails (`Error::Moved`) and changes nothing:
+    /// the operator's retry is a later cancel.
     fn engine_events(&self, s: &State, out: &mut Out) {
         if !self.may_lock(s, 0) || !self.may_lock(s, 1) {
             return;
