@@ -408,7 +408,6 @@ pub async fn fire_due_waits(shared: &Shared) -> Result<usize, composer_store::Er
     Ok(fired)
 }
 
-/// Fails the open runs past their definition's `timeout`.
 /// Starts QUEUED runs whose key has a free slot. Runs are started at once
 /// when a run of their key ends; this catches what a coordinator that died
 /// just then left behind. Cheap when nothing is queued (a partial index).
@@ -424,6 +423,7 @@ pub async fn start_queued_runs(shared: &Shared) -> Result<usize, crate::engine::
     Ok(started)
 }
 
+/// Fails the open runs past their definition's `timeout`; returns how many.
 async fn time_out_runs(shared: &Shared) -> Result<usize, composer_store::Error> {
     let overdue = {
         let client = composer_store::client(&shared.pool).await?;
@@ -444,12 +444,12 @@ async fn time_out_runs(shared: &Shared) -> Result<usize, composer_store::Error> 
     Ok(timed_out)
 }
 
-/// Samples the gauges: outbox backlog and age, open tasks by state, running
-/// runs, due timers.
 /// Queues the metrics loop has reported a backlog for.
 static SAMPLED_QUEUES: std::sync::Mutex<std::collections::BTreeSet<String>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
+/// Samples the gauges: outbox backlog and age, open tasks by state, running
+/// runs, due timers.
 pub async fn sample_metrics(shared: &Shared) -> Result<(), composer_store::Error> {
     let client = composer_store::client(&shared.pool).await?;
     let w = stats::open_work(&client).await?;

@@ -15,12 +15,14 @@
 //! (`COMPOSER_MAX_DISPATCHES`) instead of going round for ever.
 //!
 //! Crashes: a coordinator that dies after reading and before leasing
-//! leaves the task PENDING with its message unacknowledged, and the lost
-//! dispatch sweep sends it again; one that dies after leasing leaves a
-//! lease nobody heartbeats, taken over as above. A complete or fail is
-//! applied only while the worker still holds the lease (409 otherwise): a
-//! worker that lost its task cannot overwrite the result of the one that
-//! took it over.
+//! leaves the task PENDING with its message unacknowledged. Once the
+//! message has been idle for a lease, a poll of its queue claims it when it
+//! looks for expired leases (`claim_stale`) and leases its task, so the
+//! task does not wait for the lost-dispatch sweep. One that dies after
+//! leasing leaves a lease nobody heartbeats, taken over as above. A
+//! complete or fail is applied only while the worker still holds the lease
+//! (409 otherwise): a worker that lost its task cannot overwrite the result
+//! of the one that took it over.
 
 use std::time::Duration;
 

@@ -39,9 +39,14 @@ impl LeaseManager {
     }
 
     /// Takes the lease on attempt `attempt` of a task for `ttl`. Succeeds only
-    /// when the task is PENDING, or RUNNING with an expired lease; an owner
-    /// cannot re-acquire a lease it still holds, so a redelivered message is
-    /// not executed twice by the same worker.
+    /// when the task is PENDING, or RUNNING with an expired lease (and not at
+    /// most once). A live lease cannot be taken, not even by its owner, so a
+    /// redelivered message does not start a second run of the attempt while
+    /// the first holds it. Once the lease has expired, a redelivered message
+    /// takes it over for any owner, the one that let it expire included,
+    /// which then runs the attempt again. Unlike
+    /// [`LeaseManager::take_over_expired`], this takeover neither checks nor
+    /// counts the attempt's `recoveries`.
     pub async fn acquire(
         &self,
         run_id: Uuid,
@@ -157,6 +162,8 @@ impl LeaseManager {
 #[derive(Debug, Clone, Copy)]
 enum LeaseFrom {
     Pending,
+    /// Any owner's expired lease, its own included; `recoveries` is not
+    /// checked or counted.
     Expired,
 }
 

@@ -12,9 +12,10 @@
 //! cannot take, a worker that dies on the task every time).
 //!
 //! The attempt does not change: the execution was interrupted, not failed.
-//! If the "dead" worker was only slow and reports later, its report still
-//! matches and is applied once; the second execution's report then finds the
-//! task finished and is ignored.
+//! If the "dead" worker was only slow and reports after its task was
+//! requeued or taken over, it no longer holds the lease: its report is
+//! refused (409) and its result dropped. Only the lease holder's result is
+//! applied.
 
 use std::time::Duration;
 
