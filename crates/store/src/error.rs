@@ -13,6 +13,12 @@ pub enum Error {
     Corrupt(String),
     #[error("{0}")]
     Closed(String),
+    /// A task the write read as PENDING was leased before it committed:
+    /// what the write decided from that read may no longer hold (an
+    /// at-most-once attempt retried while a worker sends it). The whole
+    /// write rolls back; applied again, the event sees the lease.
+    #[error("a task changed while the engine applied an event to it (a worker leased it); retry")]
+    Moved,
 }
 
 impl Error {

@@ -36,6 +36,10 @@ pub struct Change<'a> {
     /// Tasks it dispatches that go to a worker with this commit, leased,
     /// instead of through the outbox and a stream.
     pub eager: &'a [Eager],
+    /// Tasks that were PENDING when the run was read: written only if they
+    /// still are (a poll leases a PENDING task without the run's lock), or
+    /// the write fails with [`crate::Error::Moved`].
+    pub pending_at_read: &'a [Uuid],
 }
 
 /// A dispatched task leased in the commit that dispatches it, to the
@@ -159,7 +163,7 @@ impl<'a> Statements<'a> {
         }
     }
 
-    fn add_changed_tasks(&mut self, &Change { wf, run, tr, eager, .. }: &Change<'a>) {
+    fn add_changed_tasks(&mut self, &Change { wf, run, tr, eager, pending_at_read, .. }: &Change<'a>) {
         for &i in &tr.updated {
             let task = &run.tasks[i];
             // Any change ends the attempt that held (or waited for) its limits.
@@ -168,7 +172,7 @@ impl<'a> Statements<'a> {
             }
             match task.removed {
                 true => self.removed.push(run.id, task.id),
-                false => self.changed_tasks.push(run.id, task, eager_of(eager, i)),
+                false => self.changed_tasks.push(run.id, task, eager_of(eager, i), pending_at_read.contains(&task.id)),
             }
             // A MAP that ended (or was reset) has no items left to create.
             if task.progress.is_some_and(|p| p.total > composer_core::machine::ITEM_CHUNK)
@@ -196,7 +200,7 @@ impl<'a> Statements<'a> {
     /// A task dispatched and finished within one batch is not sent; one
     /// with limits waits for the limiter; an eager one goes to its worker
     /// with the answer; the others go through the outbox.
-    fn add_dispatches(&mut self, &Change { wf, run, tr, definition, traceparent, order, eager }: &Change<'a>) {
+    fn add_dispatches(&mut self, &Change { wf, run, tr, definition, traceparent, order, eager, .. }: &Change<'a>) {
         let trace = RunTrace::of(run.id, traceparent);
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
@@ -479,11 +483,13 @@ struct TaskUpdates<'a> {
     iteration: Vec<Option<i32>>,
     lease_owner: Vec<Option<&'a str>>,
     lease_secs: Vec<Option<f64>>,
+    was_pending: Vec<bool>,
 }
 
 impl<'a> TaskUpdates<'a> {
-    fn push(&mut self, run_id: Uuid, t: &'a machine::Task, eager: Option<&'a Eager>) {
+    fn push(&mut self, run_id: Uuid, t: &'a machine::Task, eager: Option<&'a Eager>, was_pending: bool) {
         self.run_id.push(run_id);
+        self.was_pending.push(was_pending);
         self.id.push(t.id);
         self.state.push(stored_state(t, eager));
         self.lease_owner.push(eager.map(|e| e.owner.as_str()));
@@ -500,6 +506,8 @@ impl<'a> TaskUpdates<'a> {
         self.iteration.push(iteration(t));
     }
 
+    /// Fails with [`crate::Error::Moved`] when a task read PENDING was not:
+    /// its row is left as it is, and the caller rolls back.
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
         if self.id.is_empty() {
             return Ok(0);
@@ -516,14 +524,15 @@ impl<'a> TaskUpdates<'a> {
                         updated_at = now()
                    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int4[], $5::jsonb[], $6::text[],
                                $7::timestamptz[], $8::timestamptz[], $9::jsonb[], $10::text[], $11::jsonb[],
-                               $12::jsonb[], $13::int4[], $14::text[], $15::float8[])
+                               $12::jsonb[], $13::int4[], $14::text[], $15::float8[], $18::bool[])
                         AS u(run_id, id, state, attempt, output, error, wake_at, finished_at, input, event_key,
-                             progress, error_info, iteration, lease_owner, lease_secs)
-                  WHERE t.run_id = u.run_id AND t.id = u.id AND t.run_id BETWEEN $16 AND $17",
+                             progress, error_info, iteration, lease_owner, lease_secs, was_pending)
+                  WHERE t.run_id = u.run_id AND t.id = u.id AND t.run_id BETWEEN $16 AND $17
+                    AND (NOT u.was_pending OR t.state = 'PENDING')",
             )
             .await?;
         let (lo, hi) = crate::partitions::span(&self.run_id);
-        let params: [&(dyn ToSql + Sync); 17] = [
+        let params: [&(dyn ToSql + Sync); 18] = [
             &self.run_id,
             &self.id,
             &self.state,
@@ -541,8 +550,13 @@ impl<'a> TaskUpdates<'a> {
             &self.lease_secs,
             &lo,
             &hi,
+            &self.was_pending,
         ];
-        Ok(tx.execute(&stmt, &params).await?)
+        let written = tx.execute(&stmt, &params).await?;
+        if written < self.id.len() as u64 && self.was_pending.contains(&true) {
+            return Err(crate::Error::Moved);
+        }
+        Ok(written)
     }
 }
 

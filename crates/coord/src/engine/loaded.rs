@@ -36,6 +36,9 @@ pub struct Loaded {
     pub fairness_key: Option<String>,
     /// Tasks its commit leases to the worker that reported (eager dispatch).
     pub eager: Vec<Eager>,
+    /// Its tasks that were PENDING when it was read (and locked): its write
+    /// fails if a poll leased one meanwhile, since polls take no run lock.
+    pub pending_at_read: Vec<Uuid>,
 }
 
 impl Loaded {
@@ -53,6 +56,7 @@ impl Loaded {
             priority: row.priority,
             fairness_key: row.fairness_key.clone(),
             eager: Vec::new(),
+            pending_at_read: Vec::new(),
         }
     }
 
@@ -66,6 +70,7 @@ impl Loaded {
             traceparent: self.traceparent.as_deref(),
             order: Order { priority: self.priority, fairness_key: self.fairness_key.as_deref() },
             eager: &self.eager,
+            pending_at_read: &self.pending_at_read,
         }
     }
 

@@ -166,6 +166,9 @@ impl IntoResponse for ApiError {
 
 impl From<composer_store::Error> for ApiError {
     fn from(e: composer_store::Error) -> ApiError {
+        if matches!(e, composer_store::Error::Moved) {
+            return ApiError::Busy;
+        }
         if let Some(why) = e.unavailable() {
             tracing::warn!(error = %e, "database unavailable");
             ApiError::Unavailable(format!("{why}; retry later"))

@@ -64,6 +64,8 @@ impl<'e> Batch<'e> {
                 batch.leases.insert(t.id, (t.lease_owner.clone(), t.attempt, running));
             }
             let seen = engine.seen(&tasks);
+            let pending_at_read: Vec<Uuid> =
+                tasks.iter().filter(|t| t.state == machine::TaskState::Pending).map(|t| t.id).collect();
             let wf = engine.workflow(row.workflow_definition_id).await?;
             if !in_part && wf.nodes.len() > usize::try_from(engine.bounds.whole_run_nodes).unwrap_or(0) {
                 engine.remember_large(row.id, !row.status.is_terminal());
@@ -82,6 +84,7 @@ impl<'e> Batch<'e> {
             load_items_for(&store, &wf, &mut run, events).await?;
             let mut loaded = Loaded::new(wf, run, machine::Transition::default(), &row);
             loaded.seen = seen;
+            loaded.pending_at_read = pending_at_read;
             batch.runs.insert(row.id, loaded);
         }
         Ok(batch)

@@ -76,9 +76,11 @@ impl Machine<'_> {
     pub(super) fn fail_attempt(&mut self, t: usize, mut failure: Failure) {
         let attempt = self.run.tasks[t].attempt;
         let node = &self.wf.nodes[self.run.tasks[t].node];
-        // A leased at-most-once attempt that timed out, or whose request
-        // broke off, may have taken effect: it is not sent again.
-        let unknown = [codes::TIMEOUT, codes::TRANSPORT, codes::IN_DOUBT].contains(&failure.info.code.as_str());
+        // A leased at-most-once attempt that timed out, whose request broke
+        // off, or that recovery gave up on while a worker held it, may have
+        // taken effect: it is not sent again.
+        let unknown = [codes::TIMEOUT, codes::TRANSPORT, codes::IN_DOUBT, codes::MAX_DISPATCHES]
+            .contains(&failure.info.code.as_str());
         if node.at_most_once && unknown && self.run.tasks[t].state == TaskState::Running {
             self.in_doubt(t, failure.message);
             return;
