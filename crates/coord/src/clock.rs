@@ -9,9 +9,11 @@
 //! monotonic clock drifted since the last one.
 //!
 //! A skew larger than `COMPOSER_MAX_CLOCK_SKEW` means a host that is not
-//! kept in time (no NTP): the coordinator refuses to start, and a running
-//! one answers `/readyz` with a 503 naming it while it lasts (and goes on
-//! working on the corrected clock). `chrono::Utc::now` is refused by clippy
+//! kept in time (no NTP): the coordinator refuses to start. A running one
+//! logs an error when the skew grows past it and goes on working, on
+//! PostgreSQL's clock: its `/readyz` does not fail for it, since which clock
+//! is wrong cannot be told from here, and when PostgreSQL's is, every
+//! coordinator would be taken out of service at once. `chrono::Utc::now` is refused by clippy
 //! in this crate (clippy.toml), so this is the only way to read the time.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -26,10 +28,8 @@ use chrono::{DateTime, Utc};
 /// One value per process: every coordinator of a process reads one host,
 /// and a cluster has one PostgreSQL primary.
 static BASE: Mutex<Option<(DateTime<Utc>, Instant)>> = Mutex::new(None);
-/// PostgreSQL's clock minus this host's wall clock, in microseconds, as last
-/// measured: what `/readyz` and the metric report.
-static OFFSET_MICROS: AtomicI64 = AtomicI64::new(0);
-/// Whether the last measurement found a skew over the allowed one.
+/// Whether the last measurement found a skew over the allowed one (an
+/// error is logged when it begins).
 static TOO_FAR: AtomicBool = AtomicBool::new(false);
 
 /// The latest time [`now`] returned, in unix microseconds: a new
@@ -99,23 +99,14 @@ pub async fn measure(pool: &composer_store::Pool, allowed: Duration) -> Result<S
     let midway = before + chrono::Duration::from_std(half).unwrap_or_default();
     let skew = Skew { offset: theirs - midway, round_trip };
     *BASE.lock().unwrap_or_else(|e| e.into_inner()) = Some((theirs, sent + half));
-    OFFSET_MICROS.store(skew.offset.num_microseconds().unwrap_or(i64::MAX), Ordering::Relaxed);
     let too_far = skew.size() > allowed;
-    if too_far && !TOO_FAR.load(Ordering::Relaxed) {
+    if too_far && !TOO_FAR.swap(true, Ordering::Relaxed) {
         tracing::error!(skew = %skew.describe(), allowed = ?allowed, "clock skew over COMPOSER_MAX_CLOCK_SKEW");
+    } else if !too_far && TOO_FAR.swap(false, Ordering::Relaxed) {
+        tracing::warn!(skew = %skew.describe(), "clock skew back within COMPOSER_MAX_CLOCK_SKEW");
     }
-    TOO_FAR.store(too_far, Ordering::Relaxed);
     composer_metrics::set(composer_metrics::CLOCK_OFFSET, &[], skew.offset.num_milliseconds() as f64 / 1000.0);
     Ok(skew)
-}
-
-/// Why `/readyz` should say no, when the last measurement was over the allowed skew.
-pub fn unready() -> Option<String> {
-    TOO_FAR.load(Ordering::Relaxed).then(|| {
-        let offset = chrono::Duration::microseconds(OFFSET_MICROS.load(Ordering::Relaxed));
-        let skew = Skew { offset, round_trip: Duration::ZERO };
-        format!("{} (more than COMPOSER_MAX_CLOCK_SKEW)", skew.describe())
-    })
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ pub struct Config {
     /// The most this host's clock may differ from PostgreSQL's. The
     /// coordinator works on PostgreSQL's clock (the offset is measured at
     /// start and at every timer pass); past this it refuses to start, and a
-    /// running one's `/readyz` answers 503 while it lasts.
+    /// running one logs an error.
     #[arg(long, env = "COMPOSER_MAX_CLOCK_SKEW", default_value = "5s", value_parser = composer_core::duration::parse)]
     pub max_clock_skew: Duration,
     /// The coordinator's own directory on this machine, for what must

@@ -275,11 +275,15 @@ impl Flight {
             _ => Vec::new(),
         };
         if bytes.get(1) != Some(&VERSION) || bytes.len() != SLOT_BYTES * (SLOTS + 1) {
+            bytes = vec![0; SLOT_BYTES * (SLOTS + 1)];
+            bytes[1..4].copy_from_slice(&crash_mark(NO_SLOT)[1..]);
             file.set_len(0)?;
-            file.set_len((SLOT_BYTES * (SLOTS + 1)) as u64)?;
-            file.write_all_at(&crash_mark(NO_SLOT)[1..], 1)?;
-            file.sync_all()?;
         }
+        // Every byte written, no hole left: a slot written later never needs
+        // a new block, so a disk that fills does not stop the recorder (and
+        // a disk already full is an error here, at start, naming the file).
+        file.write_all_at(&bytes, 0)?;
+        file.sync_all()?;
         Ok((Flight { file, free: Mutex::new((0..SLOTS).rev().collect()) }, crashed))
     }
 
@@ -432,6 +436,21 @@ mod tests {
         drop(flight);
         let (_, crashed) = Flight::open(&path).unwrap();
         assert!(crashed.is_empty(), "an abort on a thread that was not evaluating blames nothing");
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn the_flight_file_has_every_block_it_will_write_from_the_start() {
+        // A hole would need a new block when a slot is first written, which
+        // a full disk refuses: the recorder would stop recording.
+        let d = dir();
+        let path = d.join("flight");
+        for _ in 0..2 {
+            let (flight, _) = Flight::open(&path).unwrap();
+            let meta = flight.file.metadata().unwrap();
+            assert_eq!(meta.len(), (SLOT_BYTES * (SLOTS + 1)) as u64);
+            assert!(meta.blocks() * 512 >= meta.len(), "{} of {} bytes allocated", meta.blocks() * 512, meta.len());
+        }
         std::fs::remove_dir_all(d).unwrap();
     }
 
