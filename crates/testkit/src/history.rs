@@ -158,8 +158,13 @@ impl History {
     pub fn acknowledged_starts_end(&self) -> Vec<Violation> {
         let cancelled = self.cancelled();
         let mut out = Vec::new();
+        let mut seen = HashSet::new();
         for op in &self.ops {
             let Op::Start { workflow, answer: Answer::Started(id), .. } = op else { continue };
+            // A start sent twice with one key is one run.
+            if !seen.insert(id.as_str()) {
+                continue;
+            }
             let example = match self.run(id) {
                 None => format!("run {id} of {workflow} was acknowledged and is not in the database"),
                 Some(r) if !RunStatus::parse(&r.status).is_some_and(RunStatus::is_terminal) => {

@@ -27,6 +27,8 @@ pub struct Options {
     pub clocks: Vec<Clock>,
     /// PostgreSQL's data on a disk of this many MiB, to fill.
     pub small_disk_mb: Option<u32>,
+    /// The clock of PostgreSQL's host.
+    pub pg_clock: Clock,
     /// More settings for every coordinator.
     pub coordinator_env: Vec<(&'static str, String)>,
 }
@@ -39,6 +41,7 @@ impl Default for Options {
             replication: None,
             clocks: Vec::new(),
             small_disk_mb: None,
+            pg_clock: Clock::True,
             coordinator_env: Vec::new(),
         }
     }
@@ -79,7 +82,7 @@ impl Cluster {
             Some(d) => d.dir.join("pg"),
             None => dir.join("pg"),
         };
-        let pg = Postgres::primary(&pg_dir, opts.replication);
+        let pg = Postgres::primary(&pg_dir, opts.replication, opts.pg_clock.clone());
         let replica = opts.replication.map(|_| Postgres::replica(&dir.join("replica"), &pg));
         composer_store::ensure_database(&pg.url("127.0.0.1", "postgres"), DB).await.expect("database");
         if replica.is_some() {

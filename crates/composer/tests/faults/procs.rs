@@ -42,12 +42,13 @@ pub enum Replication {
 pub struct Postgres {
     pub port: u16,
     dir: PathBuf,
+    clock: Clock,
     child: Option<Child>,
 }
 
 impl Postgres {
     /// A primary in `dir`, ready for a replica when `replication` is given.
-    pub fn primary(dir: &Path, replication: Option<Replication>) -> Postgres {
+    pub fn primary(dir: &Path, replication: Option<Replication>, clock: Clock) -> Postgres {
         let (uid, gid) = postgres_ids();
         std::fs::create_dir_all(dir).expect("data dir");
         std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod data dir");
@@ -74,8 +75,12 @@ impl Postgres {
         );
         append(&dir.join("postgresql.conf"), &conf);
         append(&dir.join("pg_hba.conf"), "host all all 0.0.0.0/0 trust\nhost replication all 0.0.0.0/0 trust\n");
-        let mut pg =
-            Postgres { port: composer_embedded::free_port().expect("port"), dir: dir.to_path_buf(), child: None };
+        let mut pg = Postgres {
+            port: composer_embedded::free_port().expect("port"),
+            dir: dir.to_path_buf(),
+            clock,
+            child: None,
+        };
         pg.start();
         pg
     }
@@ -100,8 +105,12 @@ impl Postgres {
             &dir.join("postgresql.auto.conf"),
             &format!("unix_socket_directories = '{}'\nsynchronous_standby_names = ''\n", dir.display()),
         );
-        let mut pg =
-            Postgres { port: composer_embedded::free_port().expect("port"), dir: dir.to_path_buf(), child: None };
+        let mut pg = Postgres {
+            port: composer_embedded::free_port().expect("port"),
+            dir: dir.to_path_buf(),
+            clock: Clock::True,
+            child: None,
+        };
         pg.start();
         pg
     }
@@ -110,7 +119,9 @@ impl Postgres {
         let (uid, gid) = postgres_ids();
         let log = std::fs::File::create(self.dir.join("../postgres-".to_string() + &self.port.to_string() + ".log"))
             .expect("log");
-        let child = Command::new(pg_bin("postgres"))
+        let mut cmd = Command::new(pg_bin("postgres"));
+        self.clock.apply(&mut cmd);
+        let child = cmd
             .arg("-D")
             .arg(&self.dir)
             .args(["-p", &self.port.to_string()])
@@ -258,6 +269,23 @@ pub enum Clock {
     Jumping(PathBuf),
 }
 
+impl Clock {
+    /// Runs `cmd` under this clock.
+    fn apply(&self, cmd: &mut Command) {
+        match self {
+            Clock::True => return,
+            Clock::Off(offset) => cmd.env("LD_PRELOAD", LIBFAKETIME).env("FAKETIME", offset),
+            Clock::Jumping(file) => cmd
+                .env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME_TIMESTAMP_FILE", file)
+                .env("FAKETIME_CACHE_DURATION", "1"),
+        };
+        // Timers and timeouts run on the monotonic clock, which a real jump
+        // of the wall clock does not move either.
+        cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    }
+}
+
 /// A `composer` coordinator or worker in a namespace of its own.
 pub struct Node {
     pub host: Host,
@@ -300,20 +328,7 @@ impl Node {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        match &self.clock {
-            Clock::True => {}
-            Clock::Off(offset) => {
-                cmd.env("LD_PRELOAD", LIBFAKETIME).env("FAKETIME", offset);
-            }
-            Clock::Jumping(file) => {
-                cmd.env("LD_PRELOAD", LIBFAKETIME)
-                    .env("FAKETIME_TIMESTAMP_FILE", file)
-                    .env("FAKETIME_CACHE_DURATION", "1");
-            }
-        }
-        // Timers and timeouts run on the monotonic clock, which a real jump
-        // of the wall clock does not move either.
-        cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        self.clock.apply(&mut cmd);
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
         let err = out.try_clone().expect("log");
         self.child = Some(cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn().expect("spawning composer"));
@@ -366,6 +381,7 @@ impl SmallDisk {
         let filler = self.dir.join("filler");
         let _ = Command::new("dd")
             .args(["if=/dev/zero", &format!("of={}", filler.display()), "bs=1M", "status=none"])
+            .stderr(Stdio::null())
             .status();
         filler
     }

@@ -166,9 +166,18 @@ impl Workload {
         history::read_database(&db, &mut self.history).await.expect("reading the history");
     }
 
-    /// Acknowledged starts.
+    /// Runs whose start was acknowledged (a start sent twice with one key is one run).
     pub fn acknowledged(&self) -> usize {
-        self.history.ops.iter().filter(|o| matches!(o, Op::Start { answer: Answer::Started(_), .. })).count()
+        let ids: std::collections::HashSet<&str> = self
+            .history
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Start { answer: Answer::Started(id), .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        ids.len()
     }
 }
 

@@ -170,3 +170,12 @@ fn fire_times_read_as_unix_seconds() {
     assert_eq!(parse_rfc3339_secs("2026-12-05T21:58:20Z"), Some(1_796_507_900));
     assert_eq!(parse_rfc3339_secs("not a time"), None);
 }
+
+#[test]
+fn a_run_acknowledged_twice_for_one_key_is_one_run() {
+    let mut h = good();
+    let again = h.ops[0].clone();
+    h.ops.push(again);
+    h.runs.clear();
+    assert_eq!(only(&h, ACKNOWLEDGED_STARTS_END), ["run r1 of w was acknowledged and is not in the database"]);
+}
