@@ -41,10 +41,11 @@ pub enum Op {
         answered: Instant,
         answer: Answer,
     },
-    /// A cancel the API acknowledged.
+    /// A cancel sent, and when the API acknowledged it (`None`: no answer
+    /// came, and it may or may not have been applied).
     Cancel {
         run: String,
-        acknowledged: Instant,
+        acknowledged: Option<Instant>,
     },
 }
 

@@ -10,7 +10,7 @@ use composer_testkit::FakeHttp;
 use serde_json::{json, Value};
 
 use crate::net::{Forwarding, Host};
-use crate::procs::{Clock, Node, Postgres, Redis, Replication, SmallDisk};
+use crate::procs::{Clock, Node, Postgres, Redis, Replication, SlowDisk, SmallDisk};
 
 pub const API_TOKEN: &str = "faults-api-token-0123456789abcdef";
 const WORKER_TOKEN: &str = "faults-worker-token-0123456789abcdef";
@@ -29,6 +29,8 @@ pub struct Options {
     pub small_disk_mb: Option<u32>,
     /// The clock of PostgreSQL's host.
     pub pg_clock: Clock,
+    /// PostgreSQL's WAL on a disk whose fsync stalls this many seconds when asked.
+    pub slow_fsync: Option<f64>,
     /// More settings for every coordinator.
     pub coordinator_env: Vec<(&'static str, String)>,
 }
@@ -42,6 +44,7 @@ impl Default for Options {
             clocks: Vec::new(),
             small_disk_mb: None,
             pg_clock: Clock::True,
+            slow_fsync: None,
             coordinator_env: Vec::new(),
         }
     }
@@ -53,6 +56,7 @@ pub struct Cluster {
     pub workers: Vec<Node>,
     pub replica: Option<Postgres>,
     pub pg: Postgres,
+    pub slow: Option<SlowDisk>,
     pub redis: Redis,
     pub disk: Option<SmallDisk>,
     pub sink: FakeHttp,
@@ -82,7 +86,9 @@ impl Cluster {
             Some(d) => d.dir.join("pg"),
             None => dir.join("pg"),
         };
-        let pg = Postgres::primary(&pg_dir, opts.replication, opts.pg_clock.clone());
+        let slow = opts.slow_fsync.map(|secs| SlowDisk::mount(&dir.join("wal-disk"), secs));
+        let waldir = slow.as_ref().map(|s| s.dir.join("wal"));
+        let pg = Postgres::primary(&pg_dir, opts.replication, opts.pg_clock.clone(), waldir.as_deref());
         let replica = opts.replication.map(|_| Postgres::replica(&dir.join("replica"), &pg));
         composer_store::ensure_database(&pg.url("127.0.0.1", "postgres"), DB).await.expect("database");
         if replica.is_some() {
@@ -147,6 +153,7 @@ impl Cluster {
             workers,
             replica,
             pg,
+            slow,
             redis,
             disk,
             sink,

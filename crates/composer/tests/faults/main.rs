@@ -355,6 +355,20 @@ async fn a_full_disk_under_postgresql_is_a_503_and_work_resumes_when_it_is_freed
     assert_eq!(violations, Vec::new());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fsync_that_stalls_3s_under_postgresql_s_wal_slows_commits_and_breaks_nothing() {
+    let _one = serial().await;
+    let name = "PostgreSQL's WAL fsync stalling 3 s each for 6 s";
+    let (cluster, mut w) = begin(name, Options { slow_fsync: Some(3.0), ..Options::default() }).await;
+    let disk = cluster.slow.as_ref().unwrap();
+    disk.stall(true);
+    under_fault(&cluster, &mut w, Duration::from_secs(6)).await;
+    cluster.slow.as_ref().unwrap().stall(false);
+    w.start(&cluster, runs_per_wave()).await;
+    let violations = end(name, cluster, w, name).await;
+    assert_eq!(violations, Vec::new());
+}
+
 /// Starts sent while the disk is full, one per coordinator: their statuses.
 async fn full_disk_starts(c: &Cluster) -> std::collections::BTreeMap<u16, usize> {
     let mut seen = std::collections::BTreeMap::new();

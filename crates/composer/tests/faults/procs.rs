@@ -48,12 +48,17 @@ pub struct Postgres {
 
 impl Postgres {
     /// A primary in `dir`, ready for a replica when `replication` is given.
-    pub fn primary(dir: &Path, replication: Option<Replication>, clock: Clock) -> Postgres {
+    /// Its WAL in `waldir` when given (a disk of its own).
+    pub fn primary(dir: &Path, replication: Option<Replication>, clock: Clock, waldir: Option<&Path>) -> Postgres {
         let (uid, gid) = postgres_ids();
         std::fs::create_dir_all(dir).expect("data dir");
         std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod data dir");
         std::os::unix::fs::chown(dir, Some(uid), Some(gid)).expect("chown data dir");
-        let init = Command::new(pg_bin("initdb"))
+        let mut initdb = Command::new(pg_bin("initdb"));
+        if let Some(wal) = waldir {
+            initdb.arg(format!("--waldir={}", wal.display()));
+        }
+        let init = initdb
             .arg("-D")
             .arg(dir)
             .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
@@ -390,5 +395,65 @@ impl SmallDisk {
 impl Drop for SmallDisk {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// A disk whose fsync stalls: a FUSE passthrough (`slow_fsync.py`) over a
+/// directory, whose every fsync sleeps while [`SlowDisk::stall`] is on.
+pub struct SlowDisk {
+    pub dir: PathBuf,
+    flag: PathBuf,
+    child: Child,
+}
+
+impl SlowDisk {
+    /// Mounts it at `dir` over `dir`.source; each stalled fsync takes `seconds`.
+    pub fn mount(dir: &Path, seconds: f64) -> SlowDisk {
+        let source = dir.with_extension("source");
+        std::fs::create_dir_all(&source).expect("source dir");
+        std::fs::create_dir_all(dir).expect("mount point");
+        let flag = dir.with_extension("stall");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/faults/slow_fsync.py");
+        let child = Command::new("python3")
+            .arg(script)
+            .args([&source, dir, &flag])
+            .arg(seconds.to_string())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.with_extension("log")).expect("log"))
+            .spawn()
+            .expect("python3");
+        let until = Instant::now() + Duration::from_secs(20);
+        let wanted = dir.display().to_string();
+        while !std::fs::read_to_string("/proc/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split(' ').nth(1) == Some(&wanted))
+        {
+            let log = std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default();
+            assert!(
+                Instant::now() < until,
+                "the slow-fsync disk is not mounted after 20 s (fusepy and libfuse2: scripts/deps): {log}"
+            );
+            // Polling a mount that is coming up.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        SlowDisk { dir: dir.to_path_buf(), flag, child }
+    }
+
+    /// Makes every fsync stall (`true`) or not.
+    pub fn stall(&self, on: bool) {
+        match on {
+            true => std::fs::write(&self.flag, b"").expect("stall flag"),
+            false => std::fs::remove_file(&self.flag).expect("stall flag"),
+        }
+    }
+}
+
+impl Drop for SlowDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.flag);
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
