@@ -31,6 +31,8 @@ pub struct Options {
     pub pg_clock: Clock,
     /// PostgreSQL's WAL on a disk whose fsync stalls this many seconds when asked.
     pub slow_fsync: Option<f64>,
+    /// Redis persisting (append-only file) on a disk of this many MiB, to fill.
+    pub redis_disk_mb: Option<u32>,
     /// More settings for every coordinator.
     pub coordinator_env: Vec<(&'static str, String)>,
 }
@@ -45,6 +47,7 @@ impl Default for Options {
             small_disk_mb: None,
             pg_clock: Clock::True,
             slow_fsync: None,
+            redis_disk_mb: None,
             coordinator_env: Vec::new(),
         }
     }
@@ -58,6 +61,7 @@ pub struct Cluster {
     pub pg: Postgres,
     pub slow: Option<SlowDisk>,
     pub redis: Redis,
+    pub redis_disk: Option<SmallDisk>,
     pub disk: Option<SmallDisk>,
     pub sink: FakeHttp,
     /// The namespace whose gateway is this machine's address for the others.
@@ -94,7 +98,11 @@ impl Cluster {
         if replica.is_some() {
             streaming(&pg).await;
         }
-        let redis = Redis::start(&dir);
+        let redis_disk = opts.redis_disk_mb.map(|mb| SmallDisk::mount(&dir.join("redis-disk"), mb));
+        let redis = match &redis_disk {
+            Some(d) => Redis::start(&d.dir, true),
+            None => Redis::start(&dir, false),
+        };
         let sink = FakeHttp::start_on(std::net::Ipv4Addr::UNSPECIFIED.into()).await;
         let database_url = match &replica {
             // Both servers: a connection goes to whichever takes writes.
@@ -155,6 +163,7 @@ impl Cluster {
             pg,
             slow,
             redis,
+            redis_disk,
             disk,
             sink,
             hub,

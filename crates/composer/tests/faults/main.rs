@@ -369,6 +369,21 @@ async fn an_fsync_that_stalls_3s_under_postgresql_s_wal_slows_commits_and_breaks
     assert_eq!(violations, Vec::new());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_a_persisting_redis_holds_dispatch_back_until_it_is_freed() {
+    let _one = serial().await;
+    let name = "Redis's append-only file's disk full for 6 s";
+    let (cluster, mut w) = begin(name, Options { redis_disk_mb: Some(16), ..Options::default() }).await;
+    let filler = cluster.redis_disk.as_ref().unwrap().fill();
+    under_fault(&cluster, &mut w, Duration::from_secs(6)).await;
+    let redis_log = std::fs::read_to_string(cluster.dir.join("redis-disk.log")).unwrap_or_default();
+    assert!(redis_log.contains("writing to the AOF file"), "Redis never met the full disk: {redis_log}");
+    std::fs::remove_file(filler).unwrap();
+    w.start(&cluster, runs_per_wave()).await;
+    let violations = end(name, cluster, w, name).await;
+    assert_eq!(violations, Vec::new());
+}
+
 /// Starts sent while the disk is full, one per coordinator: their statuses.
 async fn full_disk_starts(c: &Cluster) -> std::collections::BTreeMap<u16, usize> {
     let mut seen = std::collections::BTreeMap::new();

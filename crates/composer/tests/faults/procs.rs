@@ -227,20 +227,30 @@ fn append(path: &Path, text: &str) {
     f.write_all(text.as_bytes()).expect("writing config");
 }
 
-/// A redis-server on every address, keeping nothing on disk.
+/// A redis-server on every address.
 pub struct Redis {
     pub port: u16,
     child: Child,
 }
 
 impl Redis {
-    pub fn start(dir: &Path) -> Redis {
+    /// Keeping nothing on disk, or, when `persist`, every write in its
+    /// append-only file in `dir`, fsynced every second (Redis's default:
+    /// with `always`, a failed write makes Redis exit).
+    pub fn start(dir: &Path, persist: bool) -> Redis {
         let port = composer_embedded::free_port().expect("port");
+        let aof: &[&str] = match persist {
+            true => &["--appendonly", "yes", "--appendfsync", "everysec"],
+            false => &["--appendonly", "no"],
+        };
         let child = Command::new("redis-server")
             .args(["--bind", "0.0.0.0", "--port", &port.to_string(), "--protected-mode", "no"])
-            .args(["--save", "", "--appendonly", "no"])
+            .args(["--save", ""])
+            .args(aof)
             .arg("--dir")
             .arg(dir)
+            .arg("--logfile")
+            .arg(dir.with_extension("log"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
