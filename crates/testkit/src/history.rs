@@ -148,6 +148,20 @@ impl History {
     /// How many properties [`History::check`] checks, for a report.
     pub const PROPERTIES: usize = 8;
 
+    /// The runs whose start was acknowledged, each once (a start sent twice
+    /// with one key is one run), with their workflow, in the order answered.
+    pub fn acknowledged_runs(&self) -> Vec<(&str, &str)> {
+        let mut seen = HashSet::new();
+        self.ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Start { workflow, answer: Answer::Started(id), .. } => Some((id.as_str(), workflow.as_str())),
+                _ => None,
+            })
+            .filter(|(id, _)| seen.insert(*id))
+            .collect()
+    }
+
     fn run(&self, id: &str) -> Option<&RunRow> {
         self.runs.iter().find(|r| r.id == id)
     }
@@ -159,24 +173,15 @@ impl History {
     pub fn acknowledged_starts_end(&self) -> Vec<Violation> {
         let cancelled = self.cancelled();
         let mut out = Vec::new();
-        let mut seen = HashSet::new();
-        for op in &self.ops {
-            let Op::Start { workflow, answer: Answer::Started(id), .. } = op else { continue };
-            // A start sent twice with one key is one run.
-            if !seen.insert(id.as_str()) {
-                continue;
-            }
+        for (id, workflow) in self.acknowledged_runs() {
             let example = match self.run(id) {
                 None => format!("run {id} of {workflow} was acknowledged and is not in the database"),
                 Some(r) if !RunStatus::parse(&r.status).is_some_and(RunStatus::is_terminal) => {
                     format!("run {id} of {workflow} is {}", r.status)
                 }
                 Some(r) => {
-                    let wanted = if cancelled.contains(id.as_str()) {
-                        None
-                    } else {
-                        self.promises.get(workflow).and_then(|p| p.ends)
-                    };
+                    let wanted =
+                        if cancelled.contains(id) { None } else { self.promises.get(workflow).and_then(|p| p.ends) };
                     match wanted {
                         Some(w) if w != r.status => format!("run {id} of {workflow} ended {}, not {w}", r.status),
                         _ => continue,

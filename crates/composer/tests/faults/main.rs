@@ -80,13 +80,19 @@ async fn end(name: &str, cluster: Cluster, mut w: Workload, faults: &str) -> Vec
     violations
 }
 
-/// The middle wave runs under the fault, for `hold`, with cancels.
-async fn under_fault(cluster: &Cluster, w: &mut Workload, hold: Duration) {
-    let until = Instant::now() + hold;
-    w.start(cluster, runs_per_wave()).await;
-    w.cancel_some(cluster).await;
-    // The fault lasts past a lease's TTL (2 s), so that leases expire under it.
-    tokio::time::sleep(until.saturating_duration_since(Instant::now())).await;
+/// The middle wave starts under the fault, with cancels; the fault lasts
+/// `hold`, then `heal` ends it (the wave's clients retry until it has).
+async fn under_fault(cluster: &Cluster, w: &mut Workload, hold: Duration, heal: impl FnOnce()) {
+    let wave = async {
+        w.start(cluster, runs_per_wave()).await;
+        w.cancel_some(cluster).await;
+    };
+    let fault = async {
+        // The fault's length: past a lease's TTL (2 s), so that leases expire under it.
+        tokio::time::sleep(hold).await;
+        heal();
+    };
+    futures_util::join!(wave, fault);
 }
 
 /// How long `/readyz` of coordinator `i` takes to say no, or None if it
@@ -116,8 +122,7 @@ async fn a_link_cut(name: &str, cut: impl Fn(&Cluster), heal: impl Fn(&Cluster),
         assert!(took < Duration::from_secs(5), "{name}: /readyz took {took:?} to answer: a bounded wait, please");
         assert!(why.starts_with("503 "), "{name}: /readyz did not answer: {why}");
     }
-    under_fault(&cluster, &mut w, Duration::from_secs(6)).await;
-    heal(&cluster);
+    under_fault(&cluster, &mut w, Duration::from_secs(6), || heal(&cluster)).await;
     w.start(&cluster, runs_per_wave()).await;
     let violations = end(name, cluster, w, name).await;
     assert_eq!(violations, Vec::new(), "{name}");
@@ -242,8 +247,7 @@ async fn coordinators_whose_clocks_are_off_or_jump_fire_no_timer_early() {
         logged(&cluster, "clock skew over COMPOSER_MAX_CLOCK_SKEW", Duration::from_secs(10)).await,
         "the coordinator whose clock jumped did not say so"
     );
-    under_fault(&cluster, &mut w, Duration::from_secs(3)).await;
-    std::fs::write(&jump, "+0\n").unwrap();
+    under_fault(&cluster, &mut w, Duration::from_secs(3), || std::fs::write(&jump, "+0\n").unwrap()).await;
     w.start(&cluster, runs_per_wave()).await;
     let violations = end(name, cluster, w, name).await;
     let _ = std::fs::remove_file(jump);
@@ -263,7 +267,8 @@ async fn postgresql_s_clock_jumping_20s_ahead_fires_timers_early_by_the_jump_and
         logged(&cluster, "clock skew over COMPOSER_MAX_CLOCK_SKEW", Duration::from_secs(10)).await,
         "no coordinator saw PostgreSQL's clock jump"
     );
-    under_fault(&cluster, &mut w, Duration::from_secs(3)).await;
+    // PostgreSQL's clock stays ahead: time itself moved.
+    under_fault(&cluster, &mut w, Duration::from_secs(3), || {}).await;
     w.start(&cluster, runs_per_wave()).await;
     // Time itself jumped: a timer that was waiting fires early by the jump.
     w.history.timer_tolerance += Duration::from_secs(20);
@@ -348,8 +353,7 @@ async fn a_full_disk_under_postgresql_is_a_503_and_work_resumes_when_it_is_freed
     let statuses = full_disk_starts(&cluster).await;
     eprintln!("faults: {name}: starts while full answered {statuses:?}");
     assert!(!statuses.contains_key(&500), "a full disk answered 500: {statuses:?}");
-    under_fault(&cluster, &mut w, Duration::from_secs(6)).await;
-    std::fs::remove_file(filler).unwrap();
+    under_fault(&cluster, &mut w, Duration::from_secs(6), || std::fs::remove_file(&filler).unwrap()).await;
     w.start(&cluster, runs_per_wave()).await;
     let violations = end(name, cluster, w, name).await;
     assert_eq!(violations, Vec::new());
@@ -362,8 +366,7 @@ async fn an_fsync_that_stalls_3s_under_postgresql_s_wal_slows_commits_and_breaks
     let (cluster, mut w) = begin(name, Options { slow_fsync: Some(3.0), ..Options::default() }).await;
     let disk = cluster.slow.as_ref().unwrap();
     disk.stall(true);
-    under_fault(&cluster, &mut w, Duration::from_secs(6)).await;
-    cluster.slow.as_ref().unwrap().stall(false);
+    under_fault(&cluster, &mut w, Duration::from_secs(6), || disk.stall(false)).await;
     w.start(&cluster, runs_per_wave()).await;
     let violations = end(name, cluster, w, name).await;
     assert_eq!(violations, Vec::new());
@@ -375,10 +378,12 @@ async fn a_full_disk_under_a_persisting_redis_holds_dispatch_back_until_it_is_fr
     let name = "Redis's append-only file's disk full for 6 s";
     let (cluster, mut w) = begin(name, Options { redis_disk_mb: Some(16), ..Options::default() }).await;
     let filler = cluster.redis_disk.as_ref().unwrap().fill();
-    under_fault(&cluster, &mut w, Duration::from_secs(6)).await;
-    let redis_log = std::fs::read_to_string(cluster.dir.join("redis-disk.log")).unwrap_or_default();
-    assert!(redis_log.contains("writing to the AOF file"), "Redis never met the full disk: {redis_log}");
-    std::fs::remove_file(filler).unwrap();
+    let heal = || {
+        let redis_log = std::fs::read_to_string(cluster.dir.join("redis-disk.log")).unwrap_or_default();
+        assert!(redis_log.contains("writing to the AOF file"), "Redis never met the full disk: {redis_log}");
+        std::fs::remove_file(&filler).unwrap();
+    };
+    under_fault(&cluster, &mut w, Duration::from_secs(6), heal).await;
     w.start(&cluster, runs_per_wave()).await;
     let violations = end(name, cluster, w, name).await;
     assert_eq!(violations, Vec::new());

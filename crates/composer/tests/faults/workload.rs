@@ -131,15 +131,8 @@ impl Workload {
         let deadline = Instant::now() + within;
         let pause = c.send(reqwest::Method::POST, &format!("/v1/schedules/{SCHEDULE}/pause"), None, deadline).await;
         assert!(matches!(pause, Ok((200, _))), "pausing the schedule: {pause:?}");
-        let acknowledged: Vec<String> = self
-            .history
-            .ops
-            .iter()
-            .filter_map(|o| match o {
-                Op::Start { answer: Answer::Started(id), .. } => Some(id.clone()),
-                _ => None,
-            })
-            .collect();
+        let acknowledged: Vec<String> =
+            self.history.acknowledged_runs().into_iter().map(|(id, _)| id.to_string()).collect();
         let db = c.db().await;
         loop {
             let open = db
@@ -168,16 +161,7 @@ impl Workload {
 
     /// Runs whose start was acknowledged (a start sent twice with one key is one run).
     pub fn acknowledged(&self) -> usize {
-        let ids: std::collections::HashSet<&str> = self
-            .history
-            .ops
-            .iter()
-            .filter_map(|o| match o {
-                Op::Start { answer: Answer::Started(id), .. } => Some(id.as_str()),
-                _ => None,
-            })
-            .collect();
-        ids.len()
+        self.history.acknowledged_runs().len()
     }
 }
 
