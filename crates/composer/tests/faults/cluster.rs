@@ -76,7 +76,7 @@ pub struct Cluster {
 impl Cluster {
     pub async fn start(name: &str, opts: Options) -> Cluster {
         let forwarding = Forwarding::on();
-        let slug: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(40).collect();
+        let slug: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(24).collect();
         let dir = composer_embedded::temp_dir(&format!("faults-{slug}")).expect("temp dir");
         // PostgreSQL, running as its own user, must reach its data.
         let mut parents = dir.clone();
@@ -100,8 +100,8 @@ impl Cluster {
         }
         let redis_disk = opts.redis_disk_mb.map(|mb| SmallDisk::mount(&dir.join("redis-disk"), mb));
         let redis = match &redis_disk {
-            Some(d) => Redis::start(&d.dir, true),
-            None => Redis::start(&dir, false),
+            Some(d) => Redis::start(&d.dir, true, &dir.join("redis.log")),
+            None => Redis::start(&dir, false, &dir.join("redis.log")),
         };
         let sink = FakeHttp::start_on(std::net::Ipv4Addr::UNSPECIFIED.into()).await;
         let database_url = match &replica {

@@ -379,7 +379,7 @@ async fn a_full_disk_under_a_persisting_redis_holds_dispatch_back_until_it_is_fr
     let (cluster, mut w) = begin(name, Options { redis_disk_mb: Some(16), ..Options::default() }).await;
     let filler = cluster.redis_disk.as_ref().unwrap().fill();
     let heal = || {
-        let redis_log = std::fs::read_to_string(cluster.dir.join("redis-disk.log")).unwrap_or_default();
+        let redis_log = std::fs::read_to_string(cluster.dir.join("redis.log")).unwrap_or_default();
         assert!(redis_log.contains("writing to the AOF file"), "Redis never met the full disk: {redis_log}");
         std::fs::remove_file(&filler).unwrap();
     };

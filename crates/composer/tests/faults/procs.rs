@@ -75,8 +75,7 @@ impl Postgres {
         let conf = format!(
             "listen_addresses = '*'\nmax_connections = 200\nwal_level = replica\nmax_wal_senders = 4\n\
              synchronous_standby_names = {standby}\nsynchronous_commit = on\nfsync = on\n\
-             unix_socket_directories = '{}'\n",
-            dir.display()
+             unix_socket_directories = ''\n"
         );
         append(&dir.join("postgresql.conf"), &conf);
         append(&dir.join("pg_hba.conf"), "host all all 0.0.0.0/0 trust\nhost replication all 0.0.0.0/0 trust\n");
@@ -105,10 +104,10 @@ impl Postgres {
             .output()
             .expect("pg_basebackup");
         assert!(copy.status.success(), "pg_basebackup: {}", String::from_utf8_lossy(&copy.stderr));
-        // Its own socket directory; and, once promoted, it has no replica to wait for.
+        // Once promoted, it has no replica to wait for.
         append(
             &dir.join("postgresql.auto.conf"),
-            &format!("unix_socket_directories = '{}'\nsynchronous_standby_names = ''\n", dir.display()),
+            "synchronous_standby_names = ''\n",
         );
         let mut pg = Postgres {
             port: composer_embedded::free_port().expect("port"),
@@ -237,7 +236,7 @@ impl Redis {
     /// Keeping nothing on disk, or, when `persist`, every write in its
     /// append-only file in `dir`, fsynced every second (Redis's default:
     /// with `always`, a failed write makes Redis exit).
-    pub fn start(dir: &Path, persist: bool) -> Redis {
+    pub fn start(dir: &Path, persist: bool, log: &Path) -> Redis {
         let port = composer_embedded::free_port().expect("port");
         let aof: &[&str] = match persist {
             true => &["--appendonly", "yes", "--appendfsync", "everysec"],
@@ -250,7 +249,7 @@ impl Redis {
             .arg("--dir")
             .arg(dir)
             .arg("--logfile")
-            .arg(dir.with_extension("log"))
+            .arg(log)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
