@@ -105,10 +105,7 @@ impl Postgres {
             .expect("pg_basebackup");
         assert!(copy.status.success(), "pg_basebackup: {}", String::from_utf8_lossy(&copy.stderr));
         // Once promoted, it has no replica to wait for.
-        append(
-            &dir.join("postgresql.auto.conf"),
-            "synchronous_standby_names = ''\n",
-        );
+        append(&dir.join("postgresql.auto.conf"), "synchronous_standby_names = ''\n");
         let mut pg = Postgres {
             port: composer_embedded::free_port().expect("port"),
             dir: dir.to_path_buf(),
