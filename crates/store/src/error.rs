@@ -41,6 +41,10 @@ impl Error {
                 Some("53100") => Some("the database's disk is full"),
                 Some("53200") => Some("the database is out of memory"),
                 Some("53300") => Some("the database has no connection left"),
+                // A statement sent in one pipeline behind one that failed
+                // (a full disk, say) answers only that the transaction is
+                // aborted: nothing was applied, and the cause is the other's.
+                Some("25P02") => Some("the database aborted the transaction; nothing was applied"),
                 Some(c) if c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") => Some(AWAY),
                 Some(_) => None,
                 // No SQLSTATE: the connection failed, or a value did not
