@@ -25,6 +25,14 @@ fn at(task: u8, attempt: u8) -> (usize, usize) {
     (usize::from(task), usize::from(attempt) - 1)
 }
 
+/// `s` with one copy of the message (task, attempt) taken off the stream.
+fn taken(s: &State, task: u8, attempt: u8) -> State {
+    let (ti, ai) = at(task, attempt);
+    let mut n = s.clone();
+    n.stream[ti][ai] -= 1;
+    n
+}
+
 impl Protocol {
     pub fn new(cfg: Config) -> Protocol {
         assert!((1..=TASKS).contains(&cfg.tasks) && usize::from(cfg.max_attempts) <= ATTEMPTS);
@@ -194,25 +202,28 @@ impl Protocol {
     /// died after the lease and before the XACK, and a later poll claims
     /// it from the consumer group's pending list).
     fn redis(&self, s: &State, out: &mut Out) {
-        for t in self.tasks() {
-            for a in 1..=self.cfg.max_attempts {
-                let (ti, ai) = at(t, a);
-                if s.stream[ti][ai] == 0 {
-                    continue;
-                }
+        for (t, a) in self.messages(s) {
+            let (ti, ai) = at(t, a);
+            let mut n = taken(s, t, a);
+            if s.rows[ti].attempt == a {
+                n.ghost[ti].lost = true;
+            }
+            out.push((Action::LoseMessage { task: t, attempt: a }, n));
+            if s.stream[ti][ai] < self.cfg.copies {
                 let mut n = s.clone();
-                n.stream[ti][ai] -= 1;
-                if s.rows[ti].attempt == a {
-                    n.ghost[ti].lost = true;
-                }
-                out.push((Action::LoseMessage { task: t, attempt: a }, n));
-                if s.stream[ti][ai] < self.cfg.copies {
-                    let mut n = s.clone();
-                    n.stream[ti][ai] += 1;
-                    out.push((Action::Redeliver { task: t, attempt: a }, n));
-                }
+                n.stream[ti][ai] += 1;
+                out.push((Action::Redeliver { task: t, attempt: a }, n));
             }
         }
+    }
+
+    /// The (task, attempt) of each message on the stream (copies once).
+    fn messages<'s>(&self, s: &'s State) -> impl Iterator<Item = (u8, u8)> + 's {
+        let attempts = self.cfg.max_attempts;
+        self.tasks().flat_map(move |t| (1..=attempts).map(move |a| (t, a))).filter(|&(t, a)| {
+            let (ti, ai) = at(t, a);
+            s.stream[ti][ai] > 0
+        })
     }
 
     /// A worker's poll (one slot: an idle worker polls). First the expired
@@ -234,13 +245,9 @@ impl Protocol {
                         Some(Exec { task: t, attempt: row.attempt, called: false, report: None });
                     out.push((Action::TakeOver { worker: w, task: t }, n));
                 }
-                for a in 1..=self.cfg.max_attempts {
-                    let (ti, ai) = at(t, a);
-                    if s.stream[ti][ai] == 0 {
-                        continue;
-                    }
-                    let mut n = s.clone();
-                    n.stream[ti][ai] -= 1;
+                for (_, a) in self.messages(s).filter(|&(m, _)| m == t) {
+                    let ti = usize::from(t);
+                    let mut n = taken(s, t, a);
                     let got = match row.state {
                         _ if row.attempt != a => Got::Denied,
                         Some(TaskState::Pending) => Got::Granted,
