@@ -50,6 +50,10 @@ pub enum Command {
     Webhook(WebhookArgs),
     /// See and set the rate and concurrency limits on steps across runs.
     Limit(LimitArgs),
+    /// Create, list and revoke API keys (each with a name, scopes and an expiry).
+    Key(crate::access::KeyArgs),
+    /// Read the audit log: every change made through the API or the UI, newest first.
+    Audit(crate::access::AuditArgs),
     /// Creates a starter project: one workflow written in code (Python, TypeScript or Rust), the worker that
     /// registers it and runs its steps, and a test that runs it offline.
     Init {
@@ -320,26 +324,7 @@ pub struct LogArgs {
     pub format: String,
 }
 
-/// Where the client commands find the coordinator.
-#[derive(Args, Clone)]
-pub struct ClientArgs {
-    /// The coordinator's URL (http:// or https://).
-    #[arg(long = "url", global = true, env = "COMPOSER_URL", default_value = "http://127.0.0.1:8080",
-          value_parser = coordinator_url)]
-    pub url: String,
-    /// Bearer token for the coordinator's `/v1` API.
-    #[arg(long, global = true, env = "COMPOSER_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<String>,
-    /// table, json or jsonl (one object per line). Default: a table on a terminal, JSON otherwise.
-    #[arg(short = 'o', long = "output", global = true, value_parser = ["table", "json", "jsonl"])]
-    pub output: Option<String>,
-}
-
-/// `--url`: refused, as a bad flag is (exit status 2, naming the flag and
-/// the variable it came from), unless it is an http:// or https:// URL.
-fn coordinator_url(url: &str) -> Result<String, String> {
-    composer_client::check_url(url).map(|()| url.to_string())
-}
+pub use crate::connect::ClientArgs;
 
 /// The `COMPOSER_*` variable behind the flag a parse error is about, found
 /// by looking the flag up in the command tree (a flag's variable is not

@@ -6,17 +6,15 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use composer_api::{EventSent, RunView, SendEvent, StartRun};
 use composer_client::Client;
 use composer_core::duration;
 use composer_core::machine::RunStatus;
 use serde_json::Value;
 
-use composer_config::non_empty;
-
 mod logs;
 
+use crate::connect::{api, call};
 use crate::input::encode;
 
 use crate::cli::{
@@ -26,12 +24,6 @@ use crate::input::{read_spec, usage, Failure, NOT_FOUND, RUN_FAILED, UNAVAILABLE
 use crate::output::{self, Format};
 
 type Method = reqwest::Method;
-
-fn api(args: &ClientArgs) -> anyhow::Result<Client> {
-    let http =
-        reqwest::Client::builder().timeout(Duration::from_secs(90)).build().context("building the HTTP client")?;
-    Ok(Client::new(http, &args.url, non_empty(&args.api_token)).url_from("COMPOSER_URL or --url"))
-}
 
 /// The exit status of an error from a client command.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
@@ -48,11 +40,6 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         Some(composer_client::Error::Api { .. }) => USAGE,
         None => 1,
     }
-}
-
-/// Calls the API and returns its answer as JSON, for printing.
-async fn call(api: &Client, method: Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
-    Ok(api.call(method, path, body).await?)
 }
 
 /// JSON from an argument, from the file `@FILE` names, or from standard

@@ -2,16 +2,20 @@
 //! `migrate`) and the client commands that talk to a coordinator's API.
 //!
 //! - `cli`: the commands and their flags; `dev`: the server roles and the
-//!   embedded services; `client`: the commands that call the API, `output`
-//!   how they print, `input` the files they read; `simulate`: a definition
+//!   embedded services; `client`: the commands that call the API (through
+//!   `connect`: the coordinator's URL and token, and the one call), `output`
+//!   how they print, `input` the files they read; `access`: API keys and
+//!   the audit log; `simulate`: a definition
 //!   offline; `diff`: a definition against a registered version; `init`: a
 //!   starter project in code; `bench`: `composer bench`.
 
 #![allow(clippy::print_stderr)] // a command-line tool: its errors and progress go to stderr
 
+mod access;
 mod bench;
 mod cli;
 mod client;
+mod connect;
 mod dev;
 mod diff;
 mod init;
@@ -68,6 +72,8 @@ fn main() -> ExitCode {
         Command::Schedule(args) => runtime.block_on(client::schedule(args.client, args.command)),
         Command::Webhook(args) => runtime.block_on(client::webhook(args.client, args.command)),
         Command::Limit(args) => runtime.block_on(client::limit(args.client, args.command)),
+        Command::Key(args) => runtime.block_on(access::key(args.client, args.command)),
+        Command::Audit(args) => runtime.block_on(access::audit(args)),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

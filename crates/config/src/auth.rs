@@ -13,13 +13,16 @@ pub fn tokens_match(given: &[u8], expected: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Whether an `Authorization` header value carries `expected`. The scheme's
-/// name is case-insensitive (RFC 9110 §11.1): `bearer` is `Bearer`.
+/// The token an `Authorization` header value carries. The scheme's name is
+/// case-insensitive (RFC 9110 §11.1): `bearer` is `Bearer`.
+pub fn bearer(header: Option<&str>) -> Option<&str> {
+    let (scheme, token) = header?.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("Bearer").then(|| token.trim())
+}
+
+/// Whether an `Authorization` header value carries `expected`.
 pub fn bearer_matches(header: Option<&str>, expected: &str) -> bool {
-    header
-        .and_then(|h| h.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("Bearer"))
-        .is_some_and(|(_, token)| tokens_match(token.trim().as_bytes(), expected.as_bytes()))
+    bearer(header).is_some_and(|token| tokens_match(token.as_bytes(), expected.as_bytes()))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //!   they and the engine read, PostgreSQL's.
 //! - [`limits`]: the limiter, which lets steps held by their limits go.
 //! - [`bulk`]: bulk jobs at work, a batch at a time.
+//! - [`access`]: who a request's token or API key names, and its scopes.
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
 //! - [`tasks`]: how the coordinator leases tasks for the task API's workers;
 //!   [`in_process`]: that API for a worker in the coordinator's process.
@@ -25,6 +26,7 @@
 //! - [`demo`]: the examples' demo target at `/demo`, for `composer dev`.
 //! - [`Config`] (`config`): every setting, its flag, variable and default.
 
+pub mod access;
 pub mod bulk;
 pub mod clock;
 mod config;

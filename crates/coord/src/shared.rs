@@ -6,7 +6,7 @@
 //! `State<Part>` argument — `State<Pool>`, `State<Arc<Config>>`,
 //! `State<Arc<Engine>>`, `State<Streams>`, `State<RunWatch>`,
 //! `State<Draining>`, `State<Definitions>`, `State<Arc<Wakes>>`,
-//! `State<Arc<TaskApi>>` — so what a handler can touch is in its signature.
+//! `State<Arc<TaskApi>>`, `State<Arc<Keys>>` — so what a handler can touch is in its signature.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
@@ -38,6 +38,7 @@ pub struct Shared {
     pub task_api: Arc<TaskApi>,
     /// The definitions starts name, read in batches and kept.
     pub definitions: Definitions,
+    pub keys: Arc<crate::access::Keys>,
 }
 
 /// Set when the coordinator begins to stop: `/readyz` answers 503 and
@@ -120,7 +121,8 @@ impl Shared {
             priority_share: Mutex::default(),
         });
         let definitions = Definitions::new(pool.clone());
-        Shared { config, pool, streams, engine, runs: RunWatch::new(), draining, wakes, task_api, definitions }
+        let keys = Arc::new(crate::access::Keys::new(pool.clone()));
+        Shared { config, pool, streams, engine, runs: RunWatch::new(), draining, wakes, task_api, definitions, keys }
     }
 
     /// What an operator's action on a run takes.
@@ -161,6 +163,7 @@ parts! {
     Arc<Wakes> => wakes,
     Arc<TaskApi> => task_api,
     Definitions => definitions,
+    Arc<crate::access::Keys> => keys,
 }
 
 /// What an operator's action on a run takes: the config names who acts,

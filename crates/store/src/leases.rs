@@ -206,3 +206,11 @@ async fn lease(
     let rows = client.query(&stmt, &[&run_ids, &task_ids, &attempts, &owner, &ttl.as_secs_f64(), &lo, &hi]).await?;
     rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
 }
+
+/// The queue of task `task_id` of run `run_id`; `None` when there is no
+/// such task (or it has no queue: it is never leased). Asked only for a
+/// worker's key limited to some queues, before its report is applied.
+pub async fn queue_of(client: &crate::Client, run_id: Uuid, task_id: Uuid) -> Result<Option<String>> {
+    let stmt = client.prepare_cached("SELECT queue FROM task_instances WHERE run_id = $1 AND id = $2").await?;
+    Ok(client.query_opt(&stmt, &[&run_id, &task_id]).await?.and_then(|r| r.get::<_, Option<String>>(0)))
+}

@@ -4,6 +4,8 @@
 //!
 //! - [`migrations`]: versioned schema changes, applied under an advisory lock.
 //! - [`definitions`]: workflow definitions and their versions.
+//! - [`keys`]: API keys, by the hash of their secret; [`audit`]: the
+//!   append-only log of changes made through the API.
 //! - [`bulk`]: bulk jobs and the runs they acted on.
 //! - [`runs`]: runs and tasks — their rows, starts, concurrency queues, child
 //!   runs, the engine's locked read, the API's reads (a room for each).
@@ -31,11 +33,13 @@
 //!   whose `BEGIN` goes with its first read ([`begin_pipelined`]).
 //! - [`pool`]: connection pools and connections; [`error`]: the one error type.
 
+pub mod audit;
 pub mod bulk;
 pub mod definitions;
 pub mod error;
 pub mod events;
 pub mod fixtures;
+pub mod keys;
 pub mod leases;
 pub mod limits;
 pub mod logs;

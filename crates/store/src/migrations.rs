@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (25, "quarantine", include_str!("../migrations/0025_quarantine.sql")),
     (26, "schedule_fire_errors", include_str!("../migrations/0026_schedule_fire_errors.sql")),
     (27, "events_name_their_log_entry", include_str!("../migrations/0027_events_name_their_log_entry.sql")),
+    (28, "api_keys_and_audit", include_str!("../migrations/0028_api_keys_and_audit.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -18,8 +18,10 @@
 //! - [`tasks`]: the task API a worker speaks (poll, heartbeat, complete,
 //!   fail).
 //! - [`logs`]: a step's log lines, as a worker sends and a reader pages them.
+//! - [`access`]: API keys and their scopes, and the audit log.
 //! - [`error`]: the error body and the codes a worker acts on.
 
+pub mod access;
 pub mod bulk;
 pub mod error;
 pub mod events;
@@ -33,6 +35,7 @@ pub mod tasks;
 pub mod webhooks;
 pub mod workflows;
 
+pub use access::*;
 pub use bulk::*;
 pub use error::*;
 pub use events::*;

@@ -172,7 +172,13 @@ async fn tokens_guard_the_api_and_the_task_api() {
     let complete = format!("{url}/v1/tasks/{task}/complete");
     assert_eq!(
         status(http.post(&complete).bearer_auth("api-secret-0123456789").json(&report).send().await.unwrap()),
-        401
+        403,
+        "the API token is an administrator's, and reporting a result is a worker's alone"
+    );
+    assert_eq!(
+        status(http.get(format!("{url}/v1/workflows")).bearer_auth("worker-secret-0123456789").send().await.unwrap()),
+        403,
+        "the worker token works queues only"
     );
     assert_eq!(
         status(http.post(&complete).bearer_auth("worker-secret-0123456789").json(&report).send().await.unwrap()),

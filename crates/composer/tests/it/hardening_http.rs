@@ -242,7 +242,7 @@ async fn metrics_are_closed_to_a_caller_without_the_token_when_one_is_set() {
         ..Default::default()
     })
     .await;
-    assert_eq!(metrics(&e, Some(UI_TOKEN)).await.0, 401, "the metrics token, once set, is the only one");
+    assert_eq!(metrics(&e, Some(UI_TOKEN)).await.0, 403, "the metrics token, once set, is the only one");
     let (status, body) = metrics(&e, Some("a-token-for-prometheus")).await;
     assert!(status == 200 && body.contains("composer_runs_started_total"), "{status}");
     let (status, _) = e.get("/healthz").await;

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails by panicking
 
+mod access;
 mod api;
 mod bombs;
 mod cli;

@@ -376,6 +376,10 @@ async fn the_limits_page_shows_each_keys_use_sets_and_deletes_and_a_run_page_say
         (set["rate"].clone(), set["burst"].clone(), set["set_by"].clone()),
         (json!("10/1s"), json!(20), json!("api"))
     );
+    // The form's change is in the audit log, and its page shows it.
+    let audit = b.get(format!("{}/ui/audit", e.url())).send().await.unwrap().text().await.unwrap();
+    assert!(audit.contains("POST <code>/ui/limits</code>") && audit.contains("partner:1"), "{audit}");
+    assert!(audit.contains("anonymous") && audit.contains("<td>303</td>"), "who, and the answer: {audit}");
     for bad in [
         vec![("key", "k"), ("rate", "fast")],
         vec![("key", ""), ("concurrency", "2")],

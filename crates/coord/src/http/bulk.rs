@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use composer_api::{BulkAction, BulkDryRun, BulkFilter, BulkJobView, BulkRequest, ErrorBody};
 use composer_store::bulk::{self, JobRow, NewJob};
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, text_param, Body, Path};
-use crate::config::Config;
+use crate::access::Principal;
 use crate::shared::Wakes;
 use composer_store::Pool;
 
@@ -33,13 +33,13 @@ const COUNT_CAP: i64 = 1_000_000;
     )
 )]
 pub(crate) async fn create(
-    State(config): State<Arc<Config>>,
     State(pool): State<Pool>,
     State(wakes): State<Arc<Wakes>>,
+    Extension(by): Extension<Principal>,
     Body(req): Body<BulkRequest>,
 ) -> ApiResult<axum::response::Response> {
     use axum::response::IntoResponse;
-    Ok(match start(&config, &pool, &wakes, req).await? {
+    Ok(match start(&pool, &wakes, &by.name, req).await? {
         Started::DryRun(matched) => (StatusCode::OK, Json(BulkDryRun { matched })).into_response(),
         Started::Job(row) => (StatusCode::ACCEPTED, Json(view(&row)?)).into_response(),
     })
@@ -53,7 +53,8 @@ pub enum Started {
 }
 
 /// Checks a bulk request and starts its job (the API's and the UI's).
-pub async fn start(config: &Config, pool: &Pool, wakes: &Wakes, req: BulkRequest) -> ApiResult<Started> {
+/// `actor`: who asked, as the job and the runs' history name them.
+pub async fn start(pool: &Pool, wakes: &Wakes, actor: &str, req: BulkRequest) -> ApiResult<Started> {
     let f = &req.filter;
     if f.workflow.is_none()
         && f.status.is_none()
@@ -104,12 +105,11 @@ pub async fn start(config: &Config, pool: &Pool, wakes: &Wakes, req: BulkRequest
         return Ok(Started::DryRun(matched));
     }
     let filter = serde_json::to_value(f).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let actor = super::control::actor(config);
     let job = NewJob {
         filter: &filter,
         action: req.action.as_str(),
         rerun_from: from.as_deref(),
-        actor: &actor,
+        actor,
         reason: reason.as_deref(),
         matched,
     };

@@ -2,7 +2,7 @@
 //! its priority, completing a step by hand and resolving one IN_DOUBT; each
 //! is recorded with who took it and why.
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use composer_api::{CompleteStep, ControlRun, ErrorBody, RerunRun, ResolveOutcome, ResolveTask, RunView, SetPriority};
 use composer_core::machine::{Event, Resolution};
 use composer_store::runs;
@@ -11,17 +11,16 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{run_id, text_param, Body, OptionalBody, Path};
+use crate::access::Principal;
 use crate::config::Config;
 use crate::engine::{By, Control, EventRequest};
 use crate::shared::RunControl;
 
-/// Who takes an API call's control action: the API token's name, or
-/// `anonymous` on a coordinator without one.
+/// Who takes a control action in the UI: the API token's holder, or
+/// `anonymous` on a coordinator without one. (An API call's actor is its
+/// key's name.)
 pub(crate) fn actor(config: &Config) -> String {
-    match config.api_token {
-        Some(_) => config.api_token_name.clone(),
-        None => "anonymous".to_string(),
-    }
+    crate::access::Principal::operator(config).name
 }
 
 /// A reason given with a control action: at most 1,024 characters.
@@ -38,9 +37,15 @@ fn reason(r: Option<String>) -> ApiResult<Option<String>> {
 /// Longest reason a control action records (`max_reason_chars`).
 pub const MAX_REASON_CHARS: usize = 1024;
 
-async fn control(c: &RunControl, id: &str, event: Event, why: Option<String>) -> ApiResult<Json<RunView>> {
+async fn control(
+    c: &RunControl,
+    by: &Principal,
+    id: &str,
+    event: Event,
+    why: Option<String>,
+) -> ApiResult<Json<RunView>> {
     let run_id = run_id(id)?;
-    let by = Control { actor: actor(&c.config), reason: reason(why)? };
+    let by = Control { actor: by.name.clone(), reason: reason(why)? };
     let handled = c.engine.handle(EventRequest::new(run_id, event).by(By::Operator(by))).await?;
     if let Some(reason) = handled.ignored {
         return Err(ApiError::Conflict(reason));
@@ -64,12 +69,13 @@ async fn control(c: &RunControl, id: &str, event: Event, why: Option<String>) ->
 )]
 pub(crate) async fn set_run_priority(
     State(c): State<RunControl>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     Body(req): Body<SetPriority>,
 ) -> ApiResult<Json<RunView>> {
     let run_id = run_id(&id)?;
     let priority = super::runs::priority_of(req.priority)?;
-    match change_priority(&c, run_id, priority).await? {
+    match change_priority(&c, &by.name, run_id, priority).await? {
         runs::PriorityChange::NotFound => return Err(ApiError::not_found(format!("run {run_id} not found"))),
         runs::PriorityChange::Ended(status) => {
             return Err(ApiError::Conflict(format!("the run has ended ({status}): it has no work left to order")))
@@ -89,6 +95,7 @@ pub(crate) async fn set_run_priority(
 /// deadlock by aborting it.
 pub(crate) async fn change_priority(
     c: &RunControl,
+    actor: &str,
     run_id: Uuid,
     priority: u8,
 ) -> Result<runs::PriorityChange, composer_store::Error> {
@@ -97,8 +104,7 @@ pub(crate) async fn change_priority(
         let attempt = async {
             let mut client = composer_store::client(&c.pool).await?;
             let tx = composer_store::begin(&mut client).await?;
-            let changed =
-                runs::set_priority(&tx, run_id, priority, c.config.stream_shards as i32, &actor(&c.config)).await?;
+            let changed = runs::set_priority(&tx, run_id, priority, c.config.stream_shards as i32, actor).await?;
             tx.commit().await?;
             Ok::<_, composer_store::Error>(changed)
         };
@@ -120,10 +126,11 @@ pub(crate) async fn change_priority(
 )]
 pub(crate) async fn cancel_run(
     State(c): State<RunControl>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
 ) -> ApiResult<Json<RunView>> {
-    control(&c, &id, Event::CancelRun, body.and_then(|b| b.reason)).await
+    control(&c, &by, &id, Event::CancelRun, body.and_then(|b| b.reason)).await
 }
 
 /// Retry a run.
@@ -137,10 +144,11 @@ pub(crate) async fn cancel_run(
 )]
 pub(crate) async fn retry_run(
     State(c): State<RunControl>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
 ) -> ApiResult<Json<RunView>> {
-    control(&c, &id, Event::RetryRun, body.and_then(|b| b.reason)).await
+    control(&c, &by, &id, Event::RetryRun, body.and_then(|b| b.reason)).await
 }
 
 /// Pause a run.
@@ -154,10 +162,11 @@ pub(crate) async fn retry_run(
 )]
 pub(crate) async fn pause_run(
     State(c): State<RunControl>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
 ) -> ApiResult<Json<RunView>> {
-    control(&c, &id, Event::PauseRun, body.and_then(|b| b.reason)).await
+    control(&c, &by, &id, Event::PauseRun, body.and_then(|b| b.reason)).await
 }
 
 /// Resume a run.
@@ -170,10 +179,11 @@ pub(crate) async fn pause_run(
 )]
 pub(crate) async fn resume_run(
     State(c): State<RunControl>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
 ) -> ApiResult<Json<RunView>> {
-    control(&c, &id, Event::ResumeRun, body.and_then(|b| b.reason)).await
+    control(&c, &by, &id, Event::ResumeRun, body.and_then(|b| b.reason)).await
 }
 
 /// Rerun a run from some of its steps.
@@ -192,6 +202,7 @@ pub(crate) async fn resume_run(
 )]
 pub(crate) async fn rerun_run(
     State(c): State<RunControl>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     Body(req): Body<RerunRun>,
 ) -> ApiResult<Json<RunView>> {
@@ -220,7 +231,7 @@ pub(crate) async fn rerun_run(
     }
     drop(client);
     let event = Event::RerunFrom { tasks, input: req.input, allow_completed: req.allow_completed };
-    control(&c, &id, event, req.reason).await
+    control(&c, &by, &id, event, req.reason).await
 }
 
 /// Complete a step by hand.
@@ -242,6 +253,7 @@ pub(crate) async fn rerun_run(
 )]
 pub(crate) async fn complete_step(
     State(c): State<RunControl>,
+    Extension(by): Extension<Principal>,
     Path((id, node)): Path<(String, String)>,
     Body(req): Body<CompleteStep>,
 ) -> ApiResult<Json<RunView>> {
@@ -253,7 +265,7 @@ pub(crate) async fn complete_step(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
     drop(client);
-    control(&c, &id, Event::CompleteTask { task_id: task.id, output: req.output }, req.reason).await
+    control(&c, &by, &id, Event::CompleteTask { task_id: task.id, output: req.output }, req.reason).await
 }
 
 /// Resolve an IN_DOUBT step.
@@ -276,6 +288,7 @@ pub(crate) async fn complete_step(
 )]
 pub(crate) async fn resolve_task(
     State(c): State<RunControl>,
+    Extension(by): Extension<Principal>,
     Path((id, node)): Path<(String, String)>,
     Body(req): Body<ResolveTask>,
 ) -> ApiResult<Json<RunView>> {
@@ -312,5 +325,5 @@ pub(crate) async fn resolve_task(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
     drop(client);
-    control(&c, &id, Event::ResolveTask { task_id: task.id, resolution }, req.reason).await
+    control(&c, &by, &id, Event::ResolveTask { task_id: task.id, resolution }, req.reason).await
 }

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use composer_api::schema::{JsonObject, JsonValue, Name};
 use composer_api::ErrorBody;
 use serde::Serialize;
+use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::response::Response;
@@ -38,7 +39,9 @@ pub(crate) struct Deleted {
         description = "A workflow engine: register versioned workflows, start runs, watch and control them. \
             Every error is JSON `{\"error\": {\"code\", \"message\"}}`: 4xx for the caller's input \
             (naming the field), 503 while a dependency is down (retry later), 500 only for a bug. \
-            Without a token set on the coordinator, no bearer token is needed.",
+            Without a token set on the coordinator, no bearer token is needed. With one, each operation \
+            needs the scope its `x-composer-scope` names: a key holding it (or `admin`), or the \
+            environment's token for the role.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     components(schemas(Name, JsonValue, JsonObject, ErrorBody)),
@@ -48,6 +51,7 @@ pub(crate) struct Deleted {
         (name = "schedules", description = "Runs started on a cron schedule"),
         (name = "events", description = "Events that start runs and wake waiting steps, and the webhooks that send them"),
         (name = "limits", description = "Rate and concurrency limits on steps across runs"),
+        (name = "access", description = "API keys and their scopes, and the audit log of changes"),
         (name = "workers", description = "What workers call (the worker token)"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     ),
@@ -128,6 +132,30 @@ fn optional_token(scheme: &str) -> Vec<SecurityRequirement> {
     vec![Default::default(), SecurityRequirement::new::<_, _, &str>(scheme, [])]
 }
 
+/// Each guarded operation names the scope it needs (`x-composer-scope`),
+/// by the function the guard asks: the document cannot disagree with it.
+fn name_scopes(doc: &mut utoipa::openapi::OpenApi) {
+    use axum::http::Method;
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let guarded = path.starts_with("/v1/") || path == "/metrics";
+        let by_method = [
+            (Method::GET, &mut item.get),
+            (Method::POST, &mut item.post),
+            (Method::PUT, &mut item.put),
+            (Method::DELETE, &mut item.delete),
+        ];
+        for (method, op) in by_method {
+            let Some(op) = op else { continue };
+            // A webhook's delivery is signed, not authorized.
+            if guarded && op.operation_id.as_deref() != Some("deliverWebhook") {
+                let scope = super::authorize::required_scope(&method, path).name();
+                let named = ExtensionsBuilder::new().add("x-composer-scope", scope).build();
+                op.extensions.get_or_insert_with(Default::default).merge(named);
+            }
+        }
+    }
+}
+
 fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
     [&mut item.get, &mut item.post, &mut item.put, &mut item.delete].into_iter().flatten()
 }
@@ -201,6 +229,7 @@ impl Modify for Rules {
         );
 
         merge_and_bound(components);
+        name_scopes(doc);
 
         for (path, item) in doc.paths.paths.iter_mut() {
             let guarded = path.starts_with("/v1/");
@@ -312,6 +341,13 @@ mod tests {
             } else {
                 assert_eq!(op["security"], serde_json::json!([]), "{method} {path}: open");
             }
+            let scope = op.get("x-composer-scope").and_then(|s| s.as_str());
+            if (path.starts_with("/v1/") && id != "deliverWebhook") || path == "/metrics" {
+                let named = composer_api::Scope::ALL.iter().find(|s| Some(s.name()) == scope);
+                assert!(named.is_some(), "{method} {path}: names no scope a key can hold ({scope:?})");
+            } else {
+                assert_eq!(scope, None, "{method} {path}: open, or signed");
+            }
             if path.starts_with("/v1/") {
                 for status in ["400", "401", "403", "503"] {
                     let schema = &op["responses"][status]["content"]["application/json"]["schema"]["$ref"];
@@ -322,7 +358,7 @@ mod tests {
                 assert!(op["responses"]["413"].is_object() && op["responses"]["415"].is_object(), "{method} {path}");
             }
         }
-        assert_eq!(ids.len(), 50);
+        assert_eq!(ids.len(), 54);
     }
 
     /// Generated clients name their functions and docs from these, and

@@ -58,6 +58,10 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("missing or wrong bearer token")]
     Unauthorized,
+    /// The caller's key lacks the scope the route needs, or names queues
+    /// that do not include the one asked for.
+    #[error("{0}")]
+    Forbidden(String),
     /// A webhook delivery whose signature does not hold, or to a webhook
     /// that does not exist: the same answer, so that names cannot be found
     /// out without a secret (why is in the log). Nothing was recorded.
@@ -125,6 +129,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::BadSignature => (StatusCode::UNAUTHORIZED, "bad_signature"),
             ApiError::HostNotAllowed(_) => (StatusCode::MISDIRECTED_REQUEST, "host_not_allowed"),
             ApiError::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, "origin_not_allowed"),
@@ -221,6 +226,7 @@ mod tests {
             ApiError::UriTooLong { len: 2, limit: 1 },
             ApiError::UnsupportedMediaType("text/plain".into()),
             ApiError::Unauthorized,
+            ApiError::Forbidden("x".into()),
             ApiError::BadSignature,
             ApiError::HostNotAllowed("evil.example".into()),
             ApiError::OriginNotAllowed("http://evil".into()),

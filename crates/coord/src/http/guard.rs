@@ -1,5 +1,5 @@
 //! What every request passes through before (and after) its handler: the
-//! Host allow-list, the bearer tokens, the refusal of other sites' pages,
+//! Host allow-list (the bearer tokens and scopes are `authorize`'s), the refusal of other sites' pages,
 //! the URI length limit, the count and log of error answers, and the
 //! version header every answer carries.
 
@@ -13,7 +13,6 @@ use composer_api::ErrorDetail;
 
 use super::error::{ApiError, ErrorCause};
 use crate::config::Config;
-use composer_config::auth::bearer_matches;
 
 /// Paths any `Host` may ask for: probes come with the pod's address or a
 /// name nobody configured, and the answers carry no data.
@@ -171,29 +170,6 @@ pub(super) async fn observe_errors(req: Request, next: Next) -> Response {
     resp
 }
 
-/// Which token a group of routes takes.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Token {
-    /// `COMPOSER_API_TOKEN`.
-    Api,
-    /// `COMPOSER_WORKER_TOKEN`. Workers' routes are closed whenever any
-    /// token is set: with only an API token, they take that token (a worker
-    /// in `composer dev` is given one).
-    Worker,
-}
-
-pub(super) async fn require_token(
-    State((config, token)): State<(Arc<Config>, Token)>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let expected = match token {
-        Token::Api => config.api_token.as_deref(),
-        Token::Worker => config.worker_token.as_deref().or(config.api_token.as_deref()),
-    };
-    check_token(expected, req, next).await
-}
-
 /// Browsers cannot drive the API behind the user's back: a request from a
 /// web page of another origin (its `Origin` header) is refused unless that
 /// origin is allowed (`COMPOSER_ALLOWED_ORIGINS`), and a body a page can
@@ -210,16 +186,6 @@ pub(super) async fn refuse_foreign_pages(State(config): State<Arc<Config>>, req:
         let essence = kind.split(';').next().unwrap_or_default().trim();
         if essence != "application/json" && !essence.ends_with("+json") {
             return ApiError::UnsupportedMediaType(essence.to_string()).into_response();
-        }
-    }
-    next.run(req).await
-}
-
-async fn check_token(expected: Option<&str>, req: Request, next: Next) -> Response {
-    if let Some(expected) = expected {
-        let header = req.headers().get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
-        if !bearer_matches(header, expected) {
-            return ApiError::Unauthorized.into_response();
         }
     }
     next.run(req).await

@@ -5,12 +5,14 @@
 //!
 //! - [`error`]: [`ApiError`], the one error type, mapped to status and code.
 //! - [`extract`]: the JSON body, typed queries, ids, names and page limits.
-//! - [`guard`]: allowed hosts, tokens, other sites' pages, URI length, the
+//! - [`authorize`]: the caller, the scope each route needs, the audit log.
+//! - [`guard`]: allowed hosts, other sites' pages, URI length, the
 //!   error log, the `composer-version` header of every answer.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
-//!   [`webhooks`], [`limits`], [`ops`]: one file per resource.
+//!   [`webhooks`], [`limits`], [`keys`] (and the audit log), [`ops`]: one file per resource.
 
+pub mod authorize;
 pub mod bulk;
 pub mod control;
 pub mod doc;
@@ -19,6 +21,7 @@ pub mod events;
 pub mod explain;
 pub mod extract;
 pub mod guard;
+pub mod keys;
 pub mod limits;
 pub mod ops;
 mod routes;
@@ -47,20 +50,27 @@ use crate::shared::{AppState, Shared};
 pub fn router(shared: Arc<Shared>) -> Router {
     let limit = shared.config.max_payload + 64 * 1024;
     let config = shared.config.clone();
-    let guarded = |router: OpenApiRouter<AppState>, token: guard::Token| {
+    let guarded = |router: OpenApiRouter<AppState>| {
         router
-            .route_layer(middleware::from_fn_with_state((config.clone(), token), guard::require_token))
+            // Innermost: the change is recorded after the caller is known.
+            .route_layer(middleware::from_fn_with_state((config.clone(), shared.pool.clone()), authorize::audit))
+            .route_layer(middleware::from_fn_with_state((config.clone(), shared.keys.clone()), authorize::authorize))
             .route_layer(middleware::from_fn_with_state(config.clone(), guard::refuse_foreign_pages))
             .route_layer(middleware::map_response(guard::no_store))
     };
     doc::publish(json());
-    let Groups { public, workers, operations, signed } = routes::groups();
-    let (api, _) = OpenApiRouter::new()
-        .merge(guarded(public, guard::Token::Api))
-        .merge(guarded(workers, guard::Token::Worker))
-        .merge(operations)
-        .merge(signed.route_layer(middleware::map_response(guard::no_store)))
-        .split_for_parts();
+    let Groups { public, workers, metrics, operations, signed } = routes::groups();
+    let (api, _) =
+        OpenApiRouter::new()
+            .merge(guarded(public))
+            .merge(guarded(workers))
+            .merge(metrics.route_layer(middleware::from_fn_with_state(
+                (config.clone(), shared.keys.clone()),
+                authorize::authorize,
+            )))
+            .merge(operations)
+            .merge(signed.route_layer(middleware::map_response(guard::no_store)))
+            .split_for_parts();
     let demo = match config.demo_target {
         true => crate::demo::router(),
         false => Router::new(),

@@ -6,16 +6,19 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{bulk, control, doc, events, explain, limits, ops, runs, schedules, tasks, webhooks, workflows};
+use super::{bulk, control, doc, events, explain, keys, limits, ops, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::AppState;
 
 /// The documented routes, once each, in the groups their guards apply to.
 pub(super) struct Groups {
-    /// `/v1` for people and programs: the API token.
+    /// `/v1` for people and programs: a key (or the API token) with the
+    /// route's scope.
     pub(super) public: OpenApiRouter<AppState>,
-    /// What workers call: the worker token.
+    /// What workers call: `tasks:work` (the worker token).
     pub(super) workers: OpenApiRouter<AppState>,
-    /// Health, readiness, metrics and the document: no token.
+    /// `/metrics`: `metrics:read` (the metrics token).
+    pub(super) metrics: OpenApiRouter<AppState>,
+    /// Health, readiness and the document: no token.
     pub(super) operations: OpenApiRouter<AppState>,
     /// Webhook deliveries: no token, their signature instead.
     pub(super) signed: OpenApiRouter<AppState>,
@@ -53,7 +56,10 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(schedules::trigger))
         .routes(routes!(schedules::backfill))
         .routes(routes!(limits::list))
-        .routes(routes!(limits::get, limits::set, limits::delete));
+        .routes(routes!(limits::get, limits::set, limits::delete))
+        .routes(routes!(keys::create, keys::list))
+        .routes(routes!(keys::revoke))
+        .routes(routes!(keys::audit_log));
     let workers = OpenApiRouter::new()
         .routes(routes!(tasks::poll))
         .routes(routes!(tasks::heartbeat))
@@ -63,18 +69,19 @@ pub(super) fn groups() -> Groups {
     let operations = OpenApiRouter::new()
         .routes(routes!(ops::health))
         .routes(routes!(ops::readyz))
-        .routes(routes!(ops::metrics))
         .routes(routes!(ops::openapi_json));
+    let metrics = OpenApiRouter::new().routes(routes!(ops::metrics));
     let signed = OpenApiRouter::new().routes(routes!(webhooks::deliver));
-    Groups { public, workers, operations, signed }
+    Groups { public, workers, metrics, operations, signed }
 }
 
 /// The whole document: every route's operation, then the rules.
 pub fn document() -> utoipa::openapi::OpenApi {
-    let Groups { public, workers, operations, signed } = groups();
+    let Groups { public, workers, metrics, operations, signed } = groups();
     let mut doc = OpenApiRouter::with_openapi(doc::frame())
         .merge(public)
         .merge(workers)
+        .merge(metrics)
         .merge(operations)
         .merge(signed)
         .into_openapi();

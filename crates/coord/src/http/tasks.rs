@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::Json;
+use axum::{Extension, Json};
 use composer_api::wire::{EagerOffer, PRIORITY_HEADER};
 use composer_api::{
     CompleteTask, ErrorBody, FailTask, LeaseExtended, LeasedTask, LogsAccepted, PollTasks, ReportAck, TakeNext,
@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, task_id, Body, Path};
+use crate::access::Principal;
 use crate::engine::{EventRequest, Report};
 use crate::shared::TaskApi;
 use crate::tasks::{ensure_groups, lease, streams_by_priority, LeaseError, Leased, IDLE_READ_EVERY};
@@ -92,8 +93,35 @@ fn offer_of(s: &TaskApi, next: Option<TakeNext>, priority: u8, by: Executor) -> 
     request_body = PollTasks,
     responses((status = 200, description = "the tasks leased (none when none came within `wait`)", body = TaskBatch))
 )]
-pub(crate) async fn poll(State(s): State<Arc<TaskApi>>, Body(req): Body<PollTasks>) -> ApiResult<Json<TaskBatch>> {
+pub(crate) async fn poll(
+    State(s): State<Arc<TaskApi>>,
+    Extension(by): Extension<Principal>,
+    Body(req): Body<PollTasks>,
+) -> ApiResult<Json<TaskBatch>> {
+    may_work(&by, &req.queues)?;
     poll_tasks(&s, req).await.map(Json)
+}
+
+/// A key limited to some queues asks for those only.
+fn may_work(by: &Principal, queues: &[String]) -> ApiResult<()> {
+    match queues.iter().find(|q| !by.may_work(q)) {
+        Some(q) => Err(ApiError::Forbidden(format!("{} may not work the queue {q:?}", by.name))),
+        None => Ok(()),
+    }
+}
+
+/// A key limited to some queues reports on their tasks only: the task's
+/// queue is read (one query, for such a key only; a task that is not
+/// there is left to the report's own answer, a lost lease).
+async fn may_report(s: &TaskApi, by: &Principal, run_id: Uuid, id: &str) -> ApiResult<()> {
+    if by.queues().is_none() {
+        return Ok(());
+    }
+    let client = composer_store::client(&s.pool).await?;
+    match composer_store::leases::queue_of(&client, run_id, task_id(id)?).await? {
+        Some(queue) => may_work(by, &[queue]),
+        None => Ok(()),
+    }
 }
 
 /// [`poll`], for the route and for a worker in this process alike.
@@ -273,9 +301,11 @@ fn leased_view(g: EagerLease, lease: Duration) -> LeasedTask {
 )]
 pub(crate) async fn heartbeat(
     State(s): State<Arc<TaskApi>>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     Body(req): Body<TaskHeartbeat>,
 ) -> ApiResult<Json<LeaseExtended>> {
+    may_report(&s, &by, req.run_id, &id).await?;
     extend_lease(&s, task_id(&id)?, req).await.map(Json)
 }
 
@@ -306,9 +336,11 @@ pub(crate) async fn extend_lease(s: &TaskApi, id: Uuid, req: TaskHeartbeat) -> A
 )]
 pub(crate) async fn logs(
     State(s): State<Arc<TaskApi>>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     Body(req): Body<TaskLogs>,
 ) -> ApiResult<Json<LogsAccepted>> {
+    may_report(&s, &by, req.run_id, &id).await?;
     append_logs(&s, task_id(&id)?, req).await.map(Json)
 }
 
@@ -374,10 +406,15 @@ fn log_line(line: &str) -> String {
 )]
 pub(crate) async fn complete(
     State(s): State<Arc<TaskApi>>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
     Body(req): Body<CompleteTask, true>,
 ) -> ApiResult<Json<ReportAck>> {
+    if let Some(next) = &req.next {
+        may_work(&by, &next.queues)?;
+    }
+    may_report(&s, &by, req.run_id, &id).await?;
     complete_task(&s, task_id(&id)?, req, priority_of(&headers), Executor::Worker).await.map(Json)
 }
 
@@ -423,10 +460,15 @@ fn priority_of(headers: &HeaderMap) -> u8 {
 )]
 pub(crate) async fn fail(
     State(s): State<Arc<TaskApi>>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
     Body(req): Body<FailTask>,
 ) -> ApiResult<Json<ReportAck>> {
+    if let Some(next) = &req.next {
+        may_work(&by, &next.queues)?;
+    }
+    may_report(&s, &by, req.run_id, &id).await?;
     fail_task(&s, task_id(&id)?, req, priority_of(&headers), Executor::Worker).await.map(Json)
 }
 

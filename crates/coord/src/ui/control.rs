@@ -166,7 +166,7 @@ pub async fn priority_action(State(c): State<RunControl>, Path(id): Path<String>
     let Some(priority) = priority.filter(|&p| composer_core::priority::is_level(p.into())) else {
         return back(run_id, "priority-invalid");
     };
-    match change_priority(&c, run_id, priority).await? {
+    match change_priority(&c, &actor(&c.config), run_id, priority).await? {
         runs::PriorityChange::NotFound => Err(not_found("run")),
         runs::PriorityChange::Ended(_) => back(run_id, "priority-refused"),
         runs::PriorityChange::Changed { .. } => back(run_id, "priority-done"),

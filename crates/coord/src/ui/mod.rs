@@ -12,7 +12,8 @@
 //! - `run`: one run's page; `steps`: its steps table and a MAP's items;
 //!   `logs`: a step's log; `control`: the buttons and forms that change a
 //!   run, and their answers.
-//! - `workflows`, `schedules` (with backfill), `events`, `limits`.
+//! - `workflows`, `schedules` (with backfill), `events`, `limits`, `audit`
+//!   (the audit log).
 //! - `ops`: the overview and the queues.
 //! - `login`: log in and out.
 //!
@@ -27,6 +28,7 @@
 //! - `error`: a page that could not be made; `extract`: what pages read from
 //!   queries and forms; `notices`: the fixed texts shown after a form.
 
+mod audit;
 mod bulk;
 mod control;
 mod dag;
@@ -58,6 +60,9 @@ use crate::shared::AppState;
 
 /// The UI's routes; `state` is the router's, which its guards read.
 pub fn router(state: AppState) -> Router<AppState> {
+    use axum::extract::FromRef;
+    let audit_state =
+        (std::sync::Arc::<crate::config::Config>::from_ref(&state), composer_store::Pool::from_ref(&state));
     let pages = Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/runs") }))
         .route("/ui/runs", get(runs::runs_page))
@@ -80,6 +85,9 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/schedules/{id}/backfill", post(schedules::backfill_action))
         .route("/ui/events", get(events::events_page))
         .route("/ui/limits", get(limits::limits_page).post(limits::limit_action))
+        .route("/ui/audit", get(audit::audit_page))
+        // Innermost: a form that changes something is in the audit log, as the API's are.
+        .route_layer(middleware::from_fn_with_state(audit_state, crate::http::authorize::audit))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard::refuse_other_sites))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard::require_login));
     // Another site's page may not sign the user out either.

@@ -300,7 +300,7 @@ async fn act_on_filter(
         reason: act.reason,
         dry_run: count,
     };
-    Ok(match crate::http::bulk::start(&c.config, &c.pool, wakes, req).await? {
+    Ok(match crate::http::bulk::start(&c.pool, wakes, &actor(&c.config), req).await? {
         crate::http::bulk::Started::DryRun(matched) => format!("/ui/runs?action={}&matched={matched}", act.action),
         crate::http::bulk::Started::Job(job) => format!("/ui/bulk/{}", job.id),
     })
