@@ -81,6 +81,13 @@ impl Principal {
         Principal { root: true, ..Principal::administrator(config, &config.api_token_name) }
     }
 
+    /// A person signed in to the UI with the identity provider, with the
+    /// scopes their groups give.
+    pub fn person(name: &str, scopes: &[String]) -> Principal {
+        let scopes = scopes.iter().filter_map(|s| serde_json::from_value(serde_json::json!(s)).ok()).collect();
+        Principal::new(name, scopes)
+    }
+
     /// Who takes an action in the UI or on an unguarded path: the API
     /// token's holder, or `anonymous` on a coordinator without one.
     pub fn operator(config: &Config) -> Principal {

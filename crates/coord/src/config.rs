@@ -46,6 +46,9 @@ pub struct Config {
     /// `localhost`, IP addresses (the listen address's among them) are always allowed; `*` allows any name.
     #[arg(long, env = "COMPOSER_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
+    /// Signing in to the UI with OpenID Connect.
+    #[command(flatten)]
+    pub oidc: crate::oidc::OidcConfig,
     /// How long a login to the web UI lasts.
     #[arg(long, env = "COMPOSER_UI_SESSION_TTL", default_value = "12h", value_parser = composer_core::duration::parse)]
     pub ui_session_ttl: Duration,
@@ -295,9 +298,12 @@ impl Config {
         Ok(())
     }
 
-    /// The worker token is not the API token, and no token is short
-    /// enough to guess.
+    /// The worker token is not the API token, no token is short enough to
+    /// guess, and single sign-on has its client and roles.
     fn check_tokens(&self) -> Result<(), ConfigError> {
+        if let Err(e) = self.oidc.check() {
+            return Err(ConfigError::new("--oidc-issuer", "COMPOSER_OIDC_ISSUER", e));
+        }
         if self.api_token.is_some() && self.api_token == self.worker_token {
             return Err(ConfigError::new(
                 "--worker-token",

@@ -11,7 +11,8 @@
 //!   they and the engine read, PostgreSQL's.
 //! - [`limits`]: the limiter, which lets steps held by their limits go.
 //! - [`bulk`]: bulk jobs at work, a batch at a time.
-//! - [`access`]: who a request's token or API key names, and its scopes.
+//! - [`access`]: who a request's token or API key names, and its scopes;
+//!   [`oidc`]: signing in to the UI with the company's identity provider.
 //! - [`http`]: the HTTP interface: the REST API, the task API, the UI.
 //! - [`tasks`]: how the coordinator leases tasks for the task API's workers;
 //!   [`in_process`]: that API for a worker in the coordinator's process.
@@ -39,6 +40,7 @@ pub mod in_process;
 pub mod limits;
 pub mod listener;
 pub mod loops;
+pub mod oidc;
 pub mod outbox;
 pub mod publish;
 pub mod schedules;

@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (26, "schedule_fire_errors", include_str!("../migrations/0026_schedule_fire_errors.sql")),
     (27, "events_name_their_log_entry", include_str!("../migrations/0027_events_name_their_log_entry.sql")),
     (28, "api_keys_and_audit", include_str!("../migrations/0028_api_keys_and_audit.sql")),
+    (29, "sso_sessions", include_str!("../migrations/0029_sso_sessions.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -7,26 +7,74 @@ use std::time::Duration;
 
 use crate::{Client, Result};
 
-/// Records a session that lasts `ttl`, and drops the sessions that have
-/// expired (so the table holds only live ones; deleting an expired row
-/// twice, from two coordinators, is harmless).
-pub async fn create(client: &Client, id_hash: &[u8], ttl: Duration) -> Result<()> {
+/// Who a session is: a person signed in with the identity provider, with
+/// the scopes their groups give; `None` for the API token's holder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Person {
+    pub actor: String,
+    pub scopes: Vec<String>,
+}
+
+/// Records a session that lasts `ttl` (of `person`, or of the API token's
+/// holder), and drops the sessions that have expired (so the table holds
+/// only live ones; deleting an expired row twice, from two coordinators,
+/// is harmless).
+pub async fn create(client: &Client, id_hash: &[u8], ttl: Duration, person: Option<&Person>) -> Result<()> {
     let stmt = client
         .prepare_cached(
             "WITH expired AS (DELETE FROM ui_sessions WHERE expires_at < now())
-             INSERT INTO ui_sessions (id_hash, expires_at) VALUES ($1, now() + make_interval(secs => $2))",
+             INSERT INTO ui_sessions (id_hash, expires_at, actor, scopes)
+             VALUES ($1, now() + make_interval(secs => $2), $3, $4)",
         )
         .await?;
-    client.execute(&stmt, &[&id_hash, &ttl.as_secs_f64()]).await?;
+    let (actor, scopes) = (person.map(|p| &p.actor), person.map(|p| &p.scopes));
+    client.execute(&stmt, &[&id_hash, &ttl.as_secs_f64(), &actor, &scopes]).await?;
     Ok(())
 }
 
-/// Whether a session exists and has not expired.
-pub async fn live(client: &Client, id_hash: &[u8]) -> Result<bool> {
+/// A live session: `Some(None)` for the API token's holder, `Some(person)`
+/// for a person signed in, `None` when there is none or it expired.
+pub async fn live(client: &Client, id_hash: &[u8]) -> Result<Option<Option<Person>>> {
     let stmt = client
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM ui_sessions WHERE id_hash = $1 AND expires_at > now())")
+        .prepare_cached("SELECT actor, scopes FROM ui_sessions WHERE id_hash = $1 AND expires_at > now()")
         .await?;
-    Ok(client.query_one(&stmt, &[&id_hash]).await?.try_get(0)?)
+    let Some(row) = client.query_opt(&stmt, &[&id_hash]).await? else { return Ok(None) };
+    let (actor, scopes): (Option<String>, Option<Vec<String>>) = (row.try_get(0)?, row.try_get(1)?);
+    Ok(Some(actor.map(|actor| Person { actor, scopes: scopes.unwrap_or_default() })))
+}
+
+/// A sign-in under way, as the provider's answer will need it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignIn {
+    pub verifier: String,
+    pub nonce: String,
+    pub next: String,
+}
+
+/// Records a sign-in begun, for `ttl`, by the hash of its state; drops
+/// those that expired.
+pub async fn begin_sign_in(client: &Client, state_hash: &[u8], s: &SignIn, ttl: Duration) -> Result<()> {
+    let stmt = client
+        .prepare_cached(
+            "WITH expired AS (DELETE FROM ui_sso_logins WHERE expires_at < now())
+             INSERT INTO ui_sso_logins (state_hash, verifier, nonce, next, expires_at)
+             VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))",
+        )
+        .await?;
+    client.execute(&stmt, &[&state_hash, &s.verifier, &s.nonce, &s.next, &ttl.as_secs_f64()]).await?;
+    Ok(())
+}
+
+/// Takes a sign-in by the hash of its state: once (the row is deleted),
+/// and only while it has not expired.
+pub async fn take_sign_in(client: &Client, state_hash: &[u8]) -> Result<Option<SignIn>> {
+    let stmt = client
+        .prepare_cached(
+            "DELETE FROM ui_sso_logins WHERE state_hash = $1 AND expires_at > now() RETURNING verifier, nonce, next",
+        )
+        .await?;
+    let row = client.query_opt(&stmt, &[&state_hash]).await?;
+    row.map(|r| Ok(SignIn { verifier: r.try_get(0)?, nonce: r.try_get(1)?, next: r.try_get(2)? })).transpose()
 }
 
 /// Ends a session (logout); ending one that is gone is no error.

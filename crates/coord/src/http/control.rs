@@ -12,16 +12,8 @@ use uuid::Uuid;
 use super::error::{ApiError, ApiResult};
 use super::extract::{run_id, text_param, Body, OptionalBody, Path};
 use crate::access::Principal;
-use crate::config::Config;
 use crate::engine::{By, Control, EventRequest};
 use crate::shared::RunControl;
-
-/// Who takes a control action in the UI: the API token's holder, or
-/// `anonymous` on a coordinator without one. (An API call's actor is its
-/// key's name.)
-pub(crate) fn actor(config: &Config) -> String {
-    crate::access::Principal::operator(config).name
-}
 
 /// A reason given with a control action: at most 1,024 characters.
 fn reason(r: Option<String>) -> ApiResult<Option<String>> {

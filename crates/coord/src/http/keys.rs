@@ -35,7 +35,11 @@ fn lifetime(text: &str) -> ApiResult<f64> {
     let bad =
         || ApiError::bad_request(format!("expires_in: a number and one unit (s, m, h, d), as \"90d\"; got {text:?}"));
     let unit = text.chars().last().ok_or_else(bad)?;
-    let n: u64 = text[..text.len() - unit.len_utf8()].parse().map_err(|_| bad())?;
+    let digits = &text[..text.len() - unit.len_utf8()];
+    if digits.is_empty() || digits.len() > 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
     let secs = match unit {
         's' => n,
         'm' => n.saturating_mul(60),
@@ -71,8 +75,8 @@ pub(crate) async fn create(
     if crate::access::RESERVED_NAMES.contains(&req.name.as_str()) || req.name == config.api_token_name {
         return Err(ApiError::bad_request(format!("name: {:?} is an environment token's; choose another", req.name)));
     }
-    if req.scopes.is_empty() {
-        return Err(ApiError::bad_request("scopes: at least one"));
+    if req.scopes.is_empty() || req.scopes.len() > Scope::ALL.len() {
+        return Err(ApiError::bad_request(format!("scopes: 1 to {} of them", Scope::ALL.len())));
     }
     if let Some(scope) = req.scopes.iter().find(|s| !by.may_grant(**s)) {
         let why = format!("{} may not create a key with the scope {scope}, which it does not hold", by.name);
@@ -171,6 +175,12 @@ pub(crate) struct AuditQuery {
 pub(crate) async fn audit_log(State(pool): State<Pool>, Query(q): Query<AuditQuery>) -> ApiResult<Json<AuditPage>> {
     if let Some(actor) = &q.actor {
         super::extract::text_param(actor, "actor")?;
+        if actor.chars().count() > 256 {
+            return Err(ApiError::bad_request("actor: at most 256 characters"));
+        }
+    }
+    if q.before.is_some_and(|b| b < 1) {
+        return Err(ApiError::bad_request("before: an entry's id, 1 or more"));
     }
     let limit = Limit::or(q.limit, 100);
     let client = composer_store::client(&pool).await?;
@@ -204,7 +214,9 @@ mod tests {
         assert_eq!(lifetime("90d").unwrap(), 90.0 * 86_400.0);
         assert_eq!(lifetime("30s").unwrap(), 30.0);
         assert_eq!(lifetime("3650d").unwrap(), 3650.0 * 86_400.0);
-        for bad in ["", "d", "0d", "3651d", "1w", "-1d", "1.5h", "1h30m", "99999999999999999999d", "é"] {
+        for bad in
+            ["", "d", "0d", "3651d", "1w", "-1d", "+1d", "1.5h", "1h30m", "1000000s", "99999999999999999999d", "é"]
+        {
             assert!(lifetime(bad).is_err(), "{bad}");
         }
     }

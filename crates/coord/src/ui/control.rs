@@ -15,7 +15,7 @@ use super::error::{not_found, Page};
 use super::extract::{self, Fields, Params};
 use super::html::{html, options, post_form, url_enc, Html};
 use crate::engine::{By, Control, EngineError, EventRequest};
-use crate::http::control::{actor, change_priority};
+use crate::http::control::change_priority;
 use crate::shared::RunControl;
 
 /// The run's buttons its status allows, with a reason to give, and its
@@ -155,7 +155,7 @@ pub async fn run_action(
         "resume" => Event::ResumeRun,
         _ => return Err(not_found("action")),
     };
-    let control = Control { actor: actor(&c.config), reason };
+    let control = Control { actor: super::session::actor(), reason };
     apply_control(&c, run_id, event, control, &action).await
 }
 
@@ -166,7 +166,7 @@ pub async fn priority_action(State(c): State<RunControl>, Path(id): Path<String>
     let Some(priority) = priority.filter(|&p| composer_core::priority::is_level(p.into())) else {
         return back(run_id, "priority-invalid");
     };
-    match change_priority(&c, &actor(&c.config), run_id, priority).await? {
+    match change_priority(&c, &super::session::actor(), run_id, priority).await? {
         runs::PriorityChange::NotFound => Err(not_found("run")),
         runs::PriorityChange::Ended(_) => back(run_id, "priority-refused"),
         runs::PriorityChange::Changed { .. } => back(run_id, "priority-done"),
@@ -199,7 +199,7 @@ pub async fn rerun_action(State(c): State<RunControl>, Path(id): Path<String>, b
     }
     drop(client);
     let event = Event::RerunFrom { tasks, input, allow_completed: form.one("allow_completed") == "1" };
-    let control = Control { actor: actor(&c.config), reason };
+    let control = Control { actor: super::session::actor(), reason };
     apply_control(&c, run_id, event, control, "rerun").await
 }
 
@@ -219,7 +219,7 @@ pub async fn complete_action(
         return back(run_id, "reason-invalid");
     };
     let task = task_of(&c.pool, run_id, &node).await?;
-    let control = Control { actor: actor(&c.config), reason };
+    let control = Control { actor: super::session::actor(), reason };
     apply_control(&c, run_id, Event::CompleteTask { task_id: task, output }, control, "complete").await
 }
 
@@ -233,7 +233,7 @@ pub async fn resolve_action(
     let field = |k: &str| form.get(k).map(String::as_str).unwrap_or("");
     let Some(resolution) = resolution(&form, c.config.max_payload) else { return back(run_id, "resolve-invalid") };
     let task = task_of(&c.pool, run_id, &node).await?;
-    let control = Control { actor: actor(&c.config), reason: extract::reason(field("reason")).unwrap_or(None) };
+    let control = Control { actor: super::session::actor(), reason: extract::reason(field("reason")).unwrap_or(None) };
     apply_control(&c, run_id, Event::ResolveTask { task_id: task, resolution }, control, "resolve").await
 }
 

@@ -4,42 +4,75 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{header, Method};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::error::{other_site, UiError};
 use super::html::url_enc;
 use super::session;
+use crate::access::Principal;
 use crate::config::Config;
+use composer_api::Scope;
 use composer_store::Pool;
 
-/// Pages need a live session when a token is set; without one, the login
-/// page, which comes back here after. With one, the page is made
-/// [`session::in_session`] (its frame offers Log out).
+/// Pages need a live session when a token is set or single sign-on is on;
+/// without one, the login page, which comes back here after. With one, the
+/// page is made [`session::in_session`] (its frame offers Log out), for its
+/// caller ([`session::as_caller`]), and only when the caller holds the
+/// scope it needs ([`ui_scope`]; 403 otherwise).
 pub async fn require_login(
     State(config): State<Arc<Config>>,
     State(pool): State<Pool>,
     req: Request,
     next: Next,
 ) -> Response {
-    if config.api_token.is_none() {
-        return next.run(req).await;
+    let route = req.extensions().get::<MatchedPath>().map_or("", |m| m.as_str()).to_string();
+    let scope = ui_scope(req.method(), &route);
+    if config.api_token.is_none() && !config.oidc.enabled() {
+        let mut req = req;
+        req.extensions_mut().insert(Principal::anonymous(&config));
+        return session::as_caller(Principal::anonymous(&config), next.run(req)).await;
     }
-    match live_session(&pool, req.headers()).await {
-        Ok(true) => session::in_session(next.run(req)).await,
-        Ok(false) => {
+    let who = match live_session(&pool, req.headers()).await {
+        Ok(Some(None)) => Principal::api_token(&config),
+        Ok(Some(Some(person))) => Principal::person(&person.actor, &person.scopes),
+        Ok(None) => {
             let here = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/ui/runs");
-            Redirect::to(&format!("/ui/login?next={}", url_enc(here))).into_response()
+            return Redirect::to(&format!("/ui/login?next={}", url_enc(here))).into_response();
         }
-        Err(e) => e.into_response(),
+        Err(e) => return e.into_response(),
+    };
+    if !who.may(scope) {
+        let why = format!("{} lacks the scope {scope}, which this page or form needs", who.name);
+        return UiError(StatusCode::FORBIDDEN, why).into_response();
+    }
+    let mut req = req;
+    req.extensions_mut().insert(who.clone());
+    session::in_session(session::as_caller(who, next.run(req))).await
+}
+
+/// The scope a UI route needs: a page `read` (the audit log `admin`), a
+/// form the scope of what it changes; a route this does not know, `admin`.
+pub fn ui_scope(method: &Method, route: &str) -> Scope {
+    let read = matches!(*method, Method::GET | Method::HEAD);
+    match route {
+        "/ui/audit" => Scope::Admin,
+        _ if read => Scope::Read,
+        r if r.starts_with("/ui/runs") || r.starts_with("/ui/bulk/") => Scope::RunsControl,
+        "/ui/limits" => Scope::LimitsWrite,
+        r if r.starts_with("/ui/schedules/") => Scope::SchedulesWrite,
+        _ => Scope::Admin,
     }
 }
 
-/// Whether the request's cookie names a session that is live in the store.
-async fn live_session(pool: &Pool, headers: &axum::http::HeaderMap) -> Result<bool, UiError> {
-    let Some(id) = session::from_cookie(headers) else { return Ok(false) };
+/// The session the request's cookie names, if it is live in the store.
+async fn live_session(
+    pool: &Pool,
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<Option<composer_store::sessions::Person>>, UiError> {
+    let Some(id) = session::from_cookie(headers) else { return Ok(None) };
     let client = composer_store::client(pool).await?;
     Ok(composer_store::sessions::live(&client, &session::hash(&id)).await?)
 }

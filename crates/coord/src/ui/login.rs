@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::error::UiError;
 use super::extract::Params;
 use super::guard::from_our_pages;
-use super::html::{hidden, html, page, Html};
+use super::html::{hidden, html, page, url_enc, Html};
 use super::session::{self, LoginThrottle};
 use crate::config::Config;
 use composer_config::auth::tokens_match;
@@ -28,19 +28,23 @@ pub fn throttle() -> Throttle {
     Arc::new(Mutex::new(LoginThrottle::new(Instant::now())))
 }
 
-pub async fn login_page(Query(q): Query<Params>) -> Html {
-    login_form(&safe_next(q.get("next")), None)
+pub async fn login_page(State(config): State<Arc<Config>>, Query(q): Query<Params>) -> Html {
+    login_form(&config, &safe_next(q.get("next")), None)
 }
 
-fn login_form(next: &str, error: Option<&str>) -> Html {
+fn login_form(config: &Config, next: &str, error: Option<&str>) -> Html {
     let error = error.map(|e| html!("<p class=\"error\">{}</p>", e));
+    let sso = config.oidc.enabled().then(|| {
+        html!("<p><a class=\"sso\" href=\"/ui/sso?next={}\">Sign in with single sign-on</a></p>", url_enc(next))
+    });
     page(
         "Log in",
         html!(
-            "<h1>Log in</h1>{}<form method=\"post\" action=\"/ui/login\" class=\"login\">{}<label>API token \
+            "<h1>Log in</h1>{}{}<form method=\"post\" action=\"/ui/login\" class=\"login\">{}<label>API token \
              <input type=\"password\" name=\"token\" autocomplete=\"current-password\" autofocus></label>\
              <button type=\"submit\">Log in</button></form>",
             error,
+            sso,
             hidden("next", next)
         ),
     )
@@ -49,7 +53,7 @@ fn login_form(next: &str, error: Option<&str>) -> Html {
 /// Where to go after logging in: one of our pages, never another site, and
 /// nothing that is not a path of visible ASCII (a CR or LF would end the
 /// `Location` header and start another).
-fn safe_next(next: Option<&String>) -> String {
+pub(super) fn safe_next(next: Option<&String>) -> String {
     match next {
         Some(n) if is_ui_path(n) => n.clone(),
         _ => "/ui/runs".to_string(),
@@ -91,7 +95,7 @@ pub async fn login(
 ) -> Response {
     let next = safe_next(f.next.as_ref());
     if !from_our_pages(&config, &headers) {
-        let refused = login_form(&next, Some("a login from another site is refused"));
+        let refused = login_form(&config, &next, Some("a login from another site is refused"));
         return (StatusCode::FORBIDDEN, refused).into_response();
     }
     let Some(expected) = config.api_token.as_deref() else { return Redirect::to(&next).into_response() };
@@ -100,11 +104,12 @@ pub async fn login(
     if let Some(wait) = wait {
         let message = "too many wrong tokens: wait a minute (LOGIN_FAILURES_PER_ADDRESS, LOGIN_FAILURES_PER_MINUTE)";
         let retry_after = (header::RETRY_AFTER, wait.as_secs().to_string());
-        return (StatusCode::TOO_MANY_REQUESTS, [retry_after], login_form(&next, Some(message))).into_response();
+        return (StatusCode::TOO_MANY_REQUESTS, [retry_after], login_form(&config, &next, Some(message)))
+            .into_response();
     }
     if !tokens_match(f.token.as_bytes(), expected.as_bytes()) {
         throttle.lock().unwrap_or_else(|p| p.into_inner()).failed(Instant::now(), addr);
-        return (StatusCode::UNAUTHORIZED, login_form(&next, Some("wrong token"))).into_response();
+        return (StatusCode::UNAUTHORIZED, login_form(&config, &next, Some("wrong token"))).into_response();
     }
     match start_session(&pool, config.ui_session_ttl, &headers).await {
         Ok(cookie) => ([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response(),
@@ -119,7 +124,7 @@ async fn start_session(pool: &Pool, ttl: Duration, headers: &HeaderMap) -> Resul
         return Err(UiError(StatusCode::SERVICE_UNAVAILABLE, "no random numbers for a session id".into()));
     };
     let client = composer_store::client(pool).await?;
-    composer_store::sessions::create(&client, &session::hash(&id), ttl).await?;
+    composer_store::sessions::create(&client, &session::hash(&id), ttl, None).await?;
     Ok(session::set_cookie(Some(&id), ttl, session::over_https(headers)))
 }
 

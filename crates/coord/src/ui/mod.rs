@@ -15,7 +15,7 @@
 //! - `workflows`, `schedules` (with backfill), `events`, `limits`, `audit`
 //!   (the audit log).
 //! - `ops`: the overview and the queues.
-//! - `login`: log in and out.
+//! - `login`: log in and out; `sso`: sign in with the identity provider.
 //!
 //! What the pages share:
 //! - `html`: the one way HTML is made (`html::Html`, escaped by default),
@@ -46,6 +46,7 @@ mod run;
 mod runs;
 mod schedules;
 mod session;
+mod sso;
 mod steps;
 mod timeline;
 mod workflows;
@@ -98,9 +99,12 @@ pub fn router(state: AppState) -> Router<AppState> {
         .merge(pages)
         .merge(logout)
         .route("/ui/login", get(login::login_page).post(login::login))
+        .route("/ui/sso", get(sso::begin))
+        .route("/ui/sso/callback", get(sso::callback))
         .route("/ui/static/app.css", get(|| async { static_file("text/css", include_str!("app.css")) }))
         .route("/ui/static/app.js", get(|| async { static_file("text/javascript", include_str!("app.js")) }))
         .layer(Extension(login::throttle()))
+        .layer(Extension(std::sync::Arc::new(crate::oidc::Provider::default())))
         .layer(Extension(ops::OverviewCache::default()))
         .layer(middleware::from_fn(guard::page_headers))
 }

@@ -15,7 +15,6 @@ use super::error::{bad, Page, UiError};
 use super::extract::{self, Fields, Params};
 use super::html::{badge, clip, hidden, html, options, page, run_link, time, url_enc, workflow_link, Html, Table};
 use crate::engine::{By, Control, EventRequest};
-use crate::http::control::actor;
 use crate::shared::{RunControl, Wakes};
 use composer_store::Pool;
 
@@ -263,7 +262,7 @@ pub async fn runs_act(State(c): State<RunControl>, State(wakes): State<Arc<Wakes
 /// The action on each chosen run, now: how many it acted on and how many
 /// their status refused.
 async fn act_on_chosen(c: &RunControl, act: &Act, chosen: Vec<Uuid>) -> Result<(u64, u64), UiError> {
-    let control = Control { actor: actor(&c.config), reason: act.reason.clone() };
+    let control = Control { actor: super::session::actor(), reason: act.reason.clone() };
     let (mut acted, mut refused) = (0, 0);
     let client = composer_store::client(&c.pool).await?;
     for run in chosen {
@@ -300,7 +299,7 @@ async fn act_on_filter(
         reason: act.reason,
         dry_run: count,
     };
-    Ok(match crate::http::bulk::start(&c.pool, wakes, &actor(&c.config), req).await? {
+    Ok(match crate::http::bulk::start(&c.pool, wakes, &super::session::actor(), req).await? {
         crate::http::bulk::Started::DryRun(matched) => format!("/ui/runs?action={}&matched={matched}", act.action),
         crate::http::bulk::Started::Job(job) => format!("/ui/bulk/{}", job.id),
     })

@@ -33,6 +33,22 @@ tokio::task_local! {
     static IN_SESSION: ();
 }
 
+tokio::task_local! {
+    /// Who the page or form being answered is for, set by the login guard
+    /// around every UI request: the actor of what a form does.
+    static CALLER: crate::access::Principal;
+}
+
+/// Answers `page` for `who`.
+pub async fn as_caller<F: std::future::Future>(who: crate::access::Principal, page: F) -> F::Output {
+    CALLER.scope(who, page).await
+}
+
+/// The actor of a form being answered (`anonymous` outside the guard).
+pub fn actor() -> String {
+    CALLER.try_with(|p| p.name.clone()).unwrap_or_else(|_| "anonymous".to_string())
+}
+
 /// Makes `page` for a live session: its frame offers Log out.
 pub async fn in_session<F: std::future::Future>(page: F) -> F::Output {
     IN_SESSION.scope((), page).await
