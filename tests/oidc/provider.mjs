@@ -24,12 +24,12 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
   ],
   pkce: { methods: ["S256"], required: () => true },
   scopes: ["openid", "email", "groups"],
-  claims: { openid: ["sub"], email: ["email"], groups: ["groups"] },
+  claims: { openid: ["sub"], email: ["email", "email_verified"], groups: ["groups"] },
   // The groups go in the ID token itself, as Composer reads them there.
   conformIdTokenClaims: false,
   findAccount: async (_ctx, id) => ({
     accountId: id,
-    claims: async () => ({ sub: id, email: `${id}@example.com`, groups: groupsOf(id) }),
+    claims: async () => ({ sub: id, email: `${id}@example.com`, email_verified: true, groups: groupsOf(id) }),
   }),
   features: { devInteractions: { enabled: true } },
 });

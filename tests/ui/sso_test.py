@@ -26,7 +26,8 @@ import urllib.request
 from playwright.sync_api import expect, sync_playwright
 
 TOKEN = "sso-test-api-token-0123456789"
-SECRET = "sso-test-client-secret-0123456789"
+# A `+` and a `%`, as `openssl rand -base64` makes: form-encoded before Basic.
+SECRET = "sso-test-client+secret%0123456789"
 CHROMIUM = os.environ.get("COMPOSER_CHROMIUM", "/usr/bin/chromium")
 HERE = os.path.dirname(os.path.abspath(__file__))
 

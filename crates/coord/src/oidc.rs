@@ -119,8 +119,24 @@ pub struct Provider {
 /// How long a call to the provider may take.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Most of an answer of the provider's read (`max_provider_answer`).
+pub const MAX_PROVIDER_ANSWER: usize = 1024 * 1024;
+
 fn http() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder().timeout(PROVIDER_TIMEOUT).build().map_err(|e| e.to_string())
+    let builder = reqwest::Client::builder().timeout(PROVIDER_TIMEOUT);
+    builder.redirect(reqwest::redirect::Policy::none()).build().map_err(|e| e.to_string())
+}
+
+/// An answer's body as JSON, read up to [`MAX_PROVIDER_ANSWER`].
+async fn json_of(mut answer: reqwest::Response, what: &str) -> Result<Value, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = answer.chunk().await.map_err(|e| format!("{what}: {e}"))? {
+        if body.len() + chunk.len() > MAX_PROVIDER_ANSWER {
+            return Err(format!("{what}: an answer over {MAX_PROVIDER_ANSWER} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).map_err(|e| format!("{what}: not JSON: {e}"))
 }
 
 impl Provider {
@@ -130,14 +146,11 @@ impl Provider {
         self.metadata
             .get_or_try_init(|| async {
                 let url = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
-                let m: Metadata = http()?
-                    .get(&url)
-                    .send()
-                    .await
-                    .map_err(|e| format!("the identity provider at {url}: {e}"))?
-                    .json()
-                    .await
-                    .map_err(|e| format!("the identity provider's metadata at {url}: {e}"))?;
+                let answer =
+                    http()?.get(&url).send().await.map_err(|e| format!("the identity provider at {url}: {e}"))?;
+                let what = format!("the identity provider's metadata at {url}");
+                let m: Metadata =
+                    serde_json::from_value(json_of(answer, &what).await?).map_err(|e| format!("{what}: {e}"))?;
                 if m.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
                     return Err(format!("the provider names itself {:?}, not {issuer:?}", m.issuer));
                 }
@@ -165,27 +178,23 @@ impl Provider {
             ("code_verifier", verifier),
         ];
         let http = http()?;
+        // RFC 6749 2.3.1: the id and secret are form-encoded before Basic.
+        let (id, secret) = (composer_api::rest::encode(client_id), secret.map(composer_api::rest::encode));
         let answer = http
             .post(&m.token_endpoint)
-            .basic_auth(client_id, secret)
+            .basic_auth(id, secret)
             .form(&form)
             .send()
             .await
             .map_err(|e| format!("the token endpoint: {e}"))?;
         let status = answer.status();
-        let body: Value = answer.json().await.map_err(|e| format!("the token endpoint's answer: {e}"))?;
+        let body = json_of(answer, "the token endpoint's answer").await?;
         if !status.is_success() {
             return Err(format!("the token endpoint refused the code ({status}): {}", body["error"]));
         }
         let token = body["id_token"].as_str().ok_or("the token endpoint gave no id_token")?;
-        let keys: Value = http
-            .get(&m.jwks_uri)
-            .send()
-            .await
-            .map_err(|e| format!("the provider's keys: {e}"))?
-            .json()
-            .await
-            .map_err(|e| format!("the provider's keys: {e}"))?;
+        let answer = http.get(&m.jwks_uri).send().await.map_err(|e| format!("the provider's keys: {e}"))?;
+        let keys = json_of(answer, "the provider's keys").await?;
         let claims = verified(token, &keys)?;
         check_claims(&claims, &m.issuer, client_id, nonce, crate::clock::now().timestamp())?;
         Ok(person(&claims, &config.groups_claim))
@@ -204,19 +213,29 @@ pub fn verified(token: &str, keys: &Value) -> Result<Value, String> {
         return Err(format!("the ID token is signed with {}, not RS256", header["alg"]));
     }
     let kid = header["kid"].as_str();
-    let key = keys["keys"]
+    let candidates: Vec<&Value> = keys["keys"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|k| k["kty"] == "RSA" && k["use"].as_str().is_none_or(|u| u == "sig"))
-        .find(|k| kid.is_none() || k["kid"].as_str() == kid)
-        .ok_or("no key of the provider's signs this ID token")?;
-    let (n, e) = (decode(key["n"].as_str().unwrap_or(""))?, decode(key["e"].as_str().unwrap_or(""))?);
-    let public = ring::signature::RsaPublicKeyComponents { n: &n, e: &e };
+        .filter(|k| kid.is_none() || k["kid"].as_str() == kid)
+        .collect();
+    if candidates.is_empty() {
+        return Err("no key of the provider's signs this ID token".into());
+    }
     let signed = &token[..head.len() + 1 + body.len()];
-    public
-        .verify(&ring::signature::RSA_PKCS1_2048_8192_SHA256, signed.as_bytes(), &decode(sig)?)
-        .map_err(|_| "the ID token's signature does not verify")?;
+    let signature = decode(sig)?;
+    // Without a `kid`, any of the provider's signing keys may be the one.
+    let verifies = |key: &&Value| {
+        let (Ok(n), Ok(e)) = (decode(key["n"].as_str().unwrap_or("")), decode(key["e"].as_str().unwrap_or(""))) else {
+            return false;
+        };
+        let public = ring::signature::RsaPublicKeyComponents { n: &n, e: &e };
+        public.verify(&ring::signature::RSA_PKCS1_2048_8192_SHA256, signed.as_bytes(), &signature).is_ok()
+    };
+    if !candidates.iter().any(verifies) {
+        return Err("the ID token's signature does not verify".into());
+    }
     serde_json::from_slice(&decode(body)?).map_err(|_| "the ID token's claims are not JSON".into())
 }
 
@@ -245,9 +264,13 @@ pub fn check_claims(claims: &Value, issuer: &str, client_id: &str, nonce: &str, 
     Ok(())
 }
 
-/// Who the claims name, and their groups.
+/// Who the claims name, and their groups: by their `email` when the
+/// provider has verified it, else by `sub` (a name a person cannot choose;
+/// `preferred_username` often is one).
 pub fn person(claims: &Value, groups_claim: &str) -> Person {
-    let name = ["email", "preferred_username", "sub"].iter().find_map(|c| claims[*c].as_str()).unwrap_or("unknown");
+    let verified = claims["email_verified"] == Value::Bool(true);
+    let email = claims["email"].as_str().filter(|_| verified);
+    let name = email.or(claims["sub"].as_str()).unwrap_or("unknown");
     let groups = match &claims[groups_claim] {
         Value::Array(g) => g.iter().filter_map(Value::as_str).map(String::from).collect(),
         Value::String(g) => vec![g.clone()],
@@ -338,9 +361,12 @@ mod tests {
     }
 
     #[test]
-    fn a_person_is_named_by_email_then_username_then_subject() {
-        let p = person(&json!({"sub": "u1", "email": "a@x", "groups": ["ops", 3]}), "groups");
+    fn a_person_is_named_by_a_verified_email_else_by_subject() {
+        let p = person(&json!({"sub": "u1", "email": "a@x", "email_verified": true, "groups": ["ops", 3]}), "groups");
         assert_eq!(p, Person { name: "a@x".into(), groups: vec!["ops".into()] });
+        assert_eq!(person(&json!({"sub": "u1", "email": "boss@x"}), "groups").name, "u1", "an email not verified");
+        let chosen = json!({"sub": "u1", "preferred_username": "boss", "email_verified": false, "email": "boss@x"});
+        assert_eq!(person(&chosen, "groups").name, "u1");
         assert_eq!(person(&json!({"sub": "u1", "roles": "ops"}), "roles").groups, vec!["ops".to_string()]);
         assert_eq!(person(&json!({"sub": "u1"}), "groups").name, "u1");
     }

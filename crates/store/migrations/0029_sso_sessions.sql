@@ -12,3 +12,4 @@ CREATE TABLE ui_sso_logins (
     next        text NOT NULL,
     expires_at  timestamptz NOT NULL
 );
+CREATE INDEX ui_sso_logins_expiry ON ui_sso_logins (expires_at);

@@ -51,18 +51,25 @@ pub struct SignIn {
     pub next: String,
 }
 
-/// Records a sign-in begun, for `ttl`, by the hash of its state; drops
-/// those that expired.
-pub async fn begin_sign_in(client: &Client, state_hash: &[u8], s: &SignIn, ttl: Duration) -> Result<()> {
+/// Records a sign-in begun, for `ttl`, by the hash of its state, unless
+/// `at_most` are under way already (false then); drops those that expired.
+pub async fn begin_sign_in(
+    client: &Client,
+    state_hash: &[u8],
+    s: &SignIn,
+    ttl: Duration,
+    at_most: i64,
+) -> Result<bool> {
     let stmt = client
         .prepare_cached(
             "WITH expired AS (DELETE FROM ui_sso_logins WHERE expires_at < now())
              INSERT INTO ui_sso_logins (state_hash, verifier, nonce, next, expires_at)
-             VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))",
+             SELECT $1, $2, $3, $4, now() + make_interval(secs => $5)
+             WHERE (SELECT count(*) FROM ui_sso_logins WHERE expires_at >= now()) < $6",
         )
         .await?;
-    client.execute(&stmt, &[&state_hash, &s.verifier, &s.nonce, &s.next, &ttl.as_secs_f64()]).await?;
-    Ok(())
+    let n = client.execute(&stmt, &[&state_hash, &s.verifier, &s.nonce, &s.next, &ttl.as_secs_f64(), &at_most]).await?;
+    Ok(n == 1)
 }
 
 /// Takes a sign-in by the hash of its state: once (the row is deleted),

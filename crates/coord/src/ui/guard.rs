@@ -36,7 +36,11 @@ pub async fn require_login(
         return session::as_caller(Principal::anonymous(&config), next.run(req)).await;
     }
     let who = match live_session(&pool, req.headers()).await {
-        Ok(Some(None)) => Principal::api_token(&config),
+        // A login with the API token, while there is one.
+        Ok(Some(None)) if config.api_token.is_some() => Principal::api_token(&config),
+        Ok(Some(None)) => {
+            return Redirect::to(&format!("/ui/login?next={}", url_enc(req.uri().path()))).into_response();
+        }
         Ok(Some(Some(person))) => Principal::person(&person.actor, &person.scopes),
         Ok(None) => {
             let here = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/ui/runs");

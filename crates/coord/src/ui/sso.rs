@@ -25,11 +25,25 @@ use crate::oidc::{self, Provider};
 use composer_store::sessions::{Person, SignIn};
 use composer_store::Pool;
 
-/// The cookie that binds a sign-in under way to the browser that began it.
-const COOKIE: &str = "composer_sso";
+/// The cookie that binds a sign-in under way to the browser that began it;
+/// over HTTPS `__Host-` (so no sibling site can set one for us).
+fn cookie_name(secure: bool) -> &'static str {
+    if secure {
+        "__Host-composer_sso"
+    } else {
+        "composer_sso"
+    }
+}
 
 /// How long a sign-in may take, from its start to the provider's answer.
 pub const SIGN_IN_TTL: Duration = Duration::from_secs(600);
+
+/// Sign-ins under way at once (`max_sign_ins`): past it a new one is a
+/// 503 until some end, so that nobody can fill the table.
+pub const MAX_SIGN_INS: i64 = 10_000;
+
+/// Longest `next` a sign-in keeps; a longer one goes to the runs.
+const MAX_NEXT: usize = 512;
 
 fn random(bytes: usize) -> Result<String, UiError> {
     let mut b = vec![0u8; bytes];
@@ -65,12 +79,17 @@ pub async fn begin(
     }
     let m = provider.metadata(c).await.map_err(|e| UiError(StatusCode::BAD_GATEWAY, e))?;
     let (state, verifier, nonce) = (random(32)?, random(32)?, random(16)?);
-    let next = super::login::safe_next(q.get("next"));
+    let next = super::login::safe_next(q.get("next").filter(|n| n.len() <= MAX_NEXT));
     let sign_in = SignIn { verifier, nonce, next };
     let client = composer_store::client(&pool).await?;
-    composer_store::sessions::begin_sign_in(&client, &session::hash(&state), &sign_in, SIGN_IN_TTL).await?;
+    let hash = session::hash(&state);
+    if !composer_store::sessions::begin_sign_in(&client, &hash, &sign_in, SIGN_IN_TTL, MAX_SIGN_INS).await? {
+        let why = format!("{MAX_SIGN_INS} sign-ins are under way (MAX_SIGN_INS): try again in a few minutes");
+        return Err(UiError(StatusCode::SERVICE_UNAVAILABLE, why));
+    }
+    let joiner = if m.authorization_endpoint.contains('?') { '&' } else { '?' };
     let url = format!(
-        "{}?response_type=code&client_id={}&redirect_uri={}&scope={}&state={}&nonce={}&code_challenge={}\
+        "{}{joiner}response_type=code&client_id={}&redirect_uri={}&scope={}&state={}&nonce={}&code_challenge={}\
          &code_challenge_method=S256",
         m.authorization_endpoint,
         url_enc(c.client_id.as_deref().unwrap_or("")),
@@ -80,17 +99,36 @@ pub async fn begin(
         sign_in.nonce,
         oidc::challenge(&sign_in.verifier),
     );
-    let secure = if session::over_https(&headers) { "; Secure" } else { "" };
-    let cookie =
-        format!("{COOKIE}={state}; Path=/ui/sso; HttpOnly; SameSite=Lax; Max-Age={}{secure}", SIGN_IN_TTL.as_secs());
+    let cookie = match session::over_https(&headers) {
+        true => format!(
+            "{}={state}; Path=/; HttpOnly; SameSite=Lax; Secure; Max-Age={}",
+            cookie_name(true),
+            SIGN_IN_TTL.as_secs()
+        ),
+        false => format!(
+            "{}={state}; Path=/ui/sso; HttpOnly; SameSite=Lax; Max-Age={}",
+            cookie_name(false),
+            SIGN_IN_TTL.as_secs()
+        ),
+    };
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to(&url)).into_response())
 }
 
+/// The state the browser's cookie binds; none when it has none, or more
+/// than one (a cookie planted beside ours).
 fn cookie_state(headers: &HeaderMap) -> Option<String> {
-    headers.get_all(header::COOKIE).iter().filter_map(|h| h.to_str().ok()).flat_map(|h| h.split(';')).find_map(|c| {
-        let (name, value) = c.trim().split_once('=')?;
-        (name == COOKIE).then(|| value.to_string())
-    })
+    let name = cookie_name(session::over_https(headers));
+    let mut found =
+        headers.get_all(header::COOKIE).iter().filter_map(|h| h.to_str().ok()).flat_map(|h| h.split(';')).filter_map(
+            |c| {
+                let (n, value) = c.trim().split_once('=')?;
+                (n == name).then(|| value.to_string())
+            },
+        );
+    match (found.next(), found.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
 }
 
 /// The provider's answer: the person signed in (a session, then their
@@ -127,6 +165,10 @@ pub async fn callback(
         .person(c, code, &sign_in.verifier, &redirect_uri(&headers), &sign_in.nonce)
         .await
         .map_err(|e| UiError(StatusCode::UNAUTHORIZED, format!("the sign-in failed: {e}")))?;
+    let reserved = crate::access::RESERVED_NAMES.contains(&who.name.as_str()) || who.name == config.api_token_name;
+    if reserved {
+        return refused(StatusCode::FORBIDDEN, format!("{:?} is an environment token's name", who.name));
+    }
     let roles = oidc::roles(&c.roles).unwrap_or_default();
     let scopes = oidc::scopes_of(&roles, &who.groups);
     if scopes.is_empty() {
@@ -146,7 +188,10 @@ pub async fn callback(
     tracing::info!(person = %who.name, scopes = ?person.scopes, "signed in to the UI");
     let secure = session::over_https(&headers);
     let session_cookie = session::set_cookie(Some(&id), config.ui_session_ttl, secure);
-    let done = format!("{COOKIE}=; Path=/ui/sso; HttpOnly; SameSite=Lax; Max-Age=0");
+    let done = match secure {
+        true => format!("{}=; Path=/; HttpOnly; SameSite=Lax; Secure; Max-Age=0", cookie_name(true)),
+        false => format!("{}=; Path=/ui/sso; HttpOnly; SameSite=Lax; Max-Age=0", cookie_name(false)),
+    };
     // A page of ours that moves on, not a redirect: the session's cookie is
     // SameSite=Strict, and a redirect chain begun on the provider's site
     // would not carry it.
