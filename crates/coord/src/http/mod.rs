@@ -50,19 +50,21 @@ use crate::shared::{AppState, Shared};
 pub fn router(shared: Arc<Shared>) -> Router {
     let limit = shared.config.max_payload + 64 * 1024;
     let config = shared.config.clone();
+    let Groups { public, workers, metrics, operations, signed } = routes::groups();
     let guarded = |router: OpenApiRouter<AppState>| {
         router
-            // Innermost: the change is recorded after the caller is known.
-            .route_layer(middleware::from_fn_with_state((config.clone(), shared.pool.clone()), authorize::audit))
             .route_layer(middleware::from_fn_with_state((config.clone(), shared.keys.clone()), authorize::authorize))
             .route_layer(middleware::from_fn_with_state(config.clone(), guard::refuse_foreign_pages))
             .route_layer(middleware::map_response(guard::no_store))
     };
+    // Innermost on the API's routes: a change is recorded once its caller is
+    // known (the workers' calls are the runs' own history, not changes).
+    let audited =
+        public.route_layer(middleware::from_fn_with_state((config.clone(), shared.pool.clone()), authorize::audit));
     doc::publish(json());
-    let Groups { public, workers, metrics, operations, signed } = routes::groups();
     let (api, _) =
         OpenApiRouter::new()
-            .merge(guarded(public))
+            .merge(guarded(audited))
             .merge(guarded(workers))
             .merge(metrics.route_layer(middleware::from_fn_with_state(
                 (config.clone(), shared.keys.clone()),
