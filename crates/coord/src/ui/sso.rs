@@ -61,8 +61,12 @@ fn redirect_uri(headers: &HeaderMap) -> String {
     format!("{scheme}://{host}/ui/sso/callback")
 }
 
-fn not_configured() -> UiError {
-    UiError(StatusCode::NOT_FOUND, "single sign-on is not configured (COMPOSER_OIDC_ISSUER)".into())
+/// The sign-on settings, or a 404 when single sign-on is off.
+fn configured(config: &Config) -> Result<&crate::oidc::OidcConfig, UiError> {
+    match config.oidc.enabled() {
+        true => Ok(&config.oidc),
+        false => Err(UiError(StatusCode::NOT_FOUND, "single sign-on is not configured (COMPOSER_OIDC_ISSUER)".into())),
+    }
 }
 
 /// Begins a sign-in: to the provider's authorization endpoint.
@@ -73,10 +77,7 @@ pub async fn begin(
     headers: HeaderMap,
     Query(q): Query<Params>,
 ) -> Result<Response, UiError> {
-    let c = &config.oidc;
-    if !c.enabled() {
-        return Err(not_configured());
-    }
+    let c = configured(&config)?;
     let m = provider.metadata(c).await.map_err(|e| UiError(StatusCode::BAD_GATEWAY, e))?;
     let (state, verifier, nonce) = (random(32)?, random(32)?, random(16)?);
     let next = super::login::safe_next(q.get("next").filter(|n| n.len() <= MAX_NEXT));
@@ -140,10 +141,7 @@ pub async fn callback(
     headers: HeaderMap,
     Query(q): Query<Params>,
 ) -> Result<Response, UiError> {
-    let c = &config.oidc;
-    if !c.enabled() {
-        return Err(not_configured());
-    }
+    let c = configured(&config)?;
     let refused = |status, why: String| Err(UiError(status, why));
     if let Some(error) = q.get("error") {
         let said = q.get("error_description").map(String::as_str).unwrap_or("");
