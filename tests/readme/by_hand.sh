@@ -17,9 +17,12 @@ block() {
     inside { print }' README.md
 }
 # As written, except that the release build the README reuses (scripts/demo
-# made it) is the debug build the suite's other stages made: a release build
-# here would add minutes to every run of the suite for the same source.
-debug() { sed -e 's|cargo build --release |cargo build |' -e 's|target/release|target/debug|g'; }
+# made it) is the debug build the suite's `cargo test` made, and its build
+# line is left out: a release build here would add minutes to every run of
+# the suite for the same source, and so would a debug build of the binary
+# alone (without the tests' dev-dependencies, tokio's features differ and
+# the whole graph builds again).
+debug() { sed -e '/^cargo build --release /d' -e 's|target/release|target/debug|g'; }
 server=$(block server | debug)
 client=$(block client | debug)
 if [ -z "$server" ] || [ -z "$client" ]; then

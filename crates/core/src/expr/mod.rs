@@ -141,8 +141,13 @@ mod tests {
     /// Fails `source` under the default limits but a generous clock, so that
     /// a slow (debug) build still meets the limit under test first.
     fn fails_with(source: &str, limit: &str) {
+        fails_within(source, limit, Limits::DEFAULT);
+    }
+
+    /// [`fails_with`] under `limits`, given all the time they need.
+    fn fails_within(source: &str, limit: &str, limits: Limits) {
         use_clock(std::time::Instant::now);
-        let limits = Limits { time: std::time::Duration::from_secs(120), ..Limits::DEFAULT };
+        let limits = Limits { time: std::time::Duration::from_secs(120), ..limits };
         let scope = Scope::new(&json!({"input": {"a": 1}})).unwrap();
         let e = Expr::compile(source).unwrap().eval_limited(&sb(), &scope, limits).unwrap_err();
         assert!(e.contains(limit), "{source}: {e}");
@@ -194,15 +199,19 @@ mod tests {
 
     #[test]
     fn building_too_much_runs_out_of_bytes() {
-        fails_with("[range(1e9)]", "expr_max_");
-        fails_with(r#""x" * 1000000000"#, "expr_max_bytes");
-        fails_with(r#""x" * 100000000000000000000000"#, "expr_max_bytes");
-        fails_with(r#"reduce range(64) as $i ("x"; . + .)"#, "expr_max_bytes");
-        fails_with("reduce range(64) as $i ([1]; . + .)", "expr_max_bytes");
-        fails_with("reduce range(64) as $i ({a: 1}; {a: ., b: .}) | tojson", "expr_max_bytes");
-        fails_with("reduce range(64) as $i ([1]; [., .])", "expr_max_bytes (a result of more than");
-        fails_with(r#"reduce range(64) as $i ("x"; "\(.)\(.)")"#, "expr_max_bytes");
-        fails_with("reduce range(200) as $i (100000000000000000000; . * .)", "expr_max_bytes");
+        // Byte limits of 4 MiB, not 64: the same checks, but writing out a
+        // value that shares structure (`[., .]`) up to 64 MiB takes a debug
+        // build some 15 s per case.
+        let small = Limits { bytes: 4 << 20, output: 4 << 20, ..Limits::DEFAULT };
+        fails_within("[range(1e9)]", "expr_max_", small);
+        fails_within(r#""x" * 1000000000"#, "expr_max_bytes", small);
+        fails_within(r#""x" * 100000000000000000000000"#, "expr_max_bytes", small);
+        fails_within(r#"reduce range(64) as $i ("x"; . + .)"#, "expr_max_bytes", small);
+        fails_within("reduce range(64) as $i ([1]; . + .)", "expr_max_bytes", small);
+        fails_within("reduce range(64) as $i ({a: 1}; {a: ., b: .}) | tojson", "expr_max_bytes", small);
+        fails_within("reduce range(64) as $i ([1]; [., .])", "expr_max_bytes (a result of more than", small);
+        fails_within(r#"reduce range(64) as $i ("x"; "\(.)\(.)")"#, "expr_max_bytes", small);
+        fails_within("reduce range(200) as $i (100000000000000000000; . * .)", "expr_max_bytes", small);
     }
 
     #[test]

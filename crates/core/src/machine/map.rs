@@ -731,3 +731,17 @@ fn kind_of(v: &Value) -> &'static str {
         Value::Object(_) => "an object",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_of_more_than_map_max_items_is_refused_by_count() {
+        let at_most = Value::Array(vec![Value::Null; MAP_MAX_ITEMS]);
+        assert_eq!(items(at_most).map(|v| v.len()), Ok(MAP_MAX_ITEMS));
+        let over = Value::Array(vec![Value::Null; MAP_MAX_ITEMS + 1]);
+        assert_eq!(items(over).unwrap_err(), "1000001 items, more than map_max_items (1000000)");
+        assert_eq!(items(Value::from("x")).unwrap_err(), "must be a list, got a string");
+    }
+}
