@@ -103,13 +103,18 @@ pub struct Client {
     url_from: Option<&'static str>,
     /// Whether an answer without the [`VERSION_HEADER`] is taken.
     any_server: bool,
+    /// The namespace every call is in ([`NAMESPACE_HEADER`]); `default` when `None`.
+    namespace: Option<String>,
 }
+
+/// The header naming the namespace a call is in.
+pub const NAMESPACE_HEADER: &str = "composer-namespace";
 
 impl Client {
     /// A client of the coordinator at `base`, with `token` as bearer.
     pub fn new(http: reqwest::Client, base: &str, token: Option<String>) -> Client {
         let base = base.trim().trim_end_matches('/').to_string();
-        Client { http, base, token, url_from: None, any_server: false }
+        Client { http, base, token, url_from: None, any_server: false, namespace: None }
     }
 
     /// Names where the URL came from (`"COMPOSER_URL or --url"`) in the
@@ -123,6 +128,12 @@ impl Client {
     /// before it sent one (`composer bench --ab` against an older binary).
     pub fn any_server(mut self) -> Client {
         self.any_server = true;
+        self
+    }
+
+    /// Makes every call in namespace `namespace` (none: `default`).
+    pub fn in_namespace(mut self, namespace: Option<String>) -> Client {
+        self.namespace = namespace;
         self
     }
 
@@ -144,6 +155,9 @@ impl Client {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
+        }
+        if let Some(n) = &self.namespace {
+            req = req.header(NAMESPACE_HEADER, n);
         }
         if let Some(b) = body {
             req = req.json(b);

@@ -1,5 +1,5 @@
-//! `composer key` (API keys: create, list, revoke) and `composer audit`
-//! (the audit log): both need an administrator's key or the API token.
+//! `composer key` (API keys: create, list, revoke), `composer audit` (the
+//! audit log) and `composer namespace` (create, list, describe, delete).
 
 use std::process::ExitCode;
 
@@ -35,6 +35,9 @@ pub enum KeyCommand {
         /// How long the key lasts, in one unit (90d, 12h); it never expires by default.
         #[arg(long)]
         expires_in: Option<String>,
+        /// The only namespace the key may act in (every namespace by default).
+        #[arg(long = "bind", value_name = "NAMESPACE")]
+        bind: Option<String>,
     },
     /// Lists keys, newest first (never a key itself).
     List,
@@ -67,6 +70,47 @@ const KEY_COLUMNS: &[output::Column] = &[
     ("QUEUES", "/queues"),
     ("EXPIRES", "/expires_at"),
     ("REVOKED", "/revoked_at"),
+    ("NAMESPACE", "/namespace"),
+];
+
+#[derive(Args)]
+pub struct NamespaceArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(subcommand)]
+    pub command: NamespaceCommand,
+}
+
+#[derive(Subcommand)]
+pub enum NamespaceCommand {
+    /// Creates a namespace (answers it when it exists).
+    Create {
+        /// 1 to 63 lowercase letters, digits and '-', starting with a letter.
+        name: String,
+        /// What the namespace is for (at most 1000 characters).
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// Lists namespaces, `default` first.
+    List,
+    /// Describes one namespace.
+    Describe {
+        /// The namespace.
+        name: String,
+    },
+    /// Deletes a namespace with everything it holds (a job: done some 15 s later).
+    Delete {
+        /// The namespace.
+        name: String,
+    },
+}
+
+const NAMESPACE_COLUMNS: &[output::Column] = &[
+    ("NAME", "/name"),
+    ("STATE", "/state"),
+    ("CREATED", "/created_at"),
+    ("BY", "/created_by"),
+    ("DESCRIPTION", "/description"),
 ];
 
 const AUDIT_COLUMNS: &[output::Column] = &[
@@ -82,13 +126,16 @@ pub async fn key(args: ClientArgs, cmd: KeyCommand) -> anyhow::Result<ExitCode> 
     let api = api(&args)?;
     let format = Format::resolve(args.output.as_deref());
     let answer = match cmd {
-        KeyCommand::Create { name, scopes, queues, expires_in } => {
+        KeyCommand::Create { name, scopes, queues, expires_in, bind } => {
             let mut body = json!({"name": name, "scopes": scopes});
             if !queues.is_empty() {
                 body["queues"] = json!(queues);
             }
             if let Some(e) = expires_in {
                 body["expires_in"] = Value::from(e);
+            }
+            if let Some(n) = bind {
+                body["namespace"] = Value::from(n);
             }
             let created = call(&api, Method::POST, "/v1/keys", Some(&body)).await?;
             if format == Format::Table {
@@ -124,5 +171,26 @@ pub async fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
     }
     let answer = call(&api, Method::GET, &query, None).await?;
     output::list(format, &answer, "entries", AUDIT_COLUMNS);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn namespace(args: ClientArgs, cmd: NamespaceCommand) -> anyhow::Result<ExitCode> {
+    let api = api(&args)?;
+    let format = Format::resolve(args.output.as_deref());
+    let path = |name: &str| format!("/v1/namespaces/{}", crate::input::encode(name));
+    let answer = match cmd {
+        NamespaceCommand::Create { name, description } => {
+            let body = json!({"name": name, "description": description});
+            call(&api, Method::POST, "/v1/namespaces", Some(&body)).await?
+        }
+        NamespaceCommand::List => {
+            let answer = call(&api, Method::GET, "/v1/namespaces", None).await?;
+            output::list(format, &answer, "namespaces", NAMESPACE_COLUMNS);
+            return Ok(ExitCode::SUCCESS);
+        }
+        NamespaceCommand::Describe { name } => call(&api, Method::GET, &path(&name), None).await?,
+        NamespaceCommand::Delete { name } => call(&api, Method::DELETE, &path(&name), None).await?,
+    };
+    output::one(format, &answer);
     Ok(ExitCode::SUCCESS)
 }

@@ -54,6 +54,8 @@ pub enum Command {
     Key(crate::access::KeyArgs),
     /// Read the audit log: every change made through the API or the UI, newest first.
     Audit(crate::access::AuditArgs),
+    /// Create, list, describe and delete namespaces (each its own workflows, runs and the rest).
+    Namespace(crate::access::NamespaceArgs),
     /// Creates a starter project: one workflow written in code (Python, TypeScript or Rust), the worker that
     /// registers it and runs its steps, and a test that runs it offline.
     Init {

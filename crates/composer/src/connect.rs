@@ -21,6 +21,9 @@ pub struct ClientArgs {
     /// Bearer token for the coordinator's `/v1` API.
     #[arg(long, global = true, env = "COMPOSER_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// The namespace every call is in (`default` when left out).
+    #[arg(long = "namespace", global = true, env = "COMPOSER_NAMESPACE")]
+    pub namespace: Option<String>,
     /// table, json or jsonl (one object per line). Default: a table on a terminal, JSON otherwise.
     #[arg(short = 'o', long = "output", global = true, value_parser = ["table", "json", "jsonl"])]
     pub output: Option<String>,
@@ -36,7 +39,9 @@ fn coordinator_url(url: &str) -> Result<String, String> {
 pub(crate) fn api(args: &ClientArgs) -> anyhow::Result<Client> {
     let http =
         reqwest::Client::builder().timeout(Duration::from_secs(90)).build().context("building the HTTP client")?;
-    Ok(Client::new(http, &args.url, non_empty(&args.api_token)).url_from("COMPOSER_URL or --url"))
+    Ok(Client::new(http, &args.url, non_empty(&args.api_token))
+        .url_from("COMPOSER_URL or --url")
+        .in_namespace(non_empty(&args.namespace)))
 }
 
 /// Calls the API and returns its answer as JSON, for printing.

@@ -213,6 +213,7 @@ async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Res
         composer_worker::Config {
             // With only an API token, the task API takes that token.
             worker_token: coord.worker_token.clone().or_else(|| coord.api_token.clone()),
+            namespace: None,
             max_payload: coord.max_payload,
             options,
         }

@@ -74,6 +74,7 @@ fn main() -> ExitCode {
         Command::Limit(args) => runtime.block_on(client::limit(args.client, args.command)),
         Command::Key(args) => runtime.block_on(access::key(args.client, args.command)),
         Command::Audit(args) => runtime.block_on(access::audit(args)),
+        Command::Namespace(args) => runtime.block_on(access::namespace(args.client, args.command)),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();

@@ -45,6 +45,8 @@ pub struct Principal {
     queues: Option<Vec<String>>,
     /// The API token's holder: the one who may create a key of any scope.
     root: bool,
+    /// The only namespace it may act in; `None`: every namespace.
+    namespace: Option<String>,
 }
 
 /// Names a key may not take: the environment's principals'.
@@ -52,7 +54,7 @@ pub const RESERVED_NAMES: [&str; 3] = ["anonymous", "worker", "metrics"];
 
 impl Principal {
     fn new(name: &str, scopes: Vec<Scope>) -> Principal {
-        Principal { name: name.to_string(), key_id: None, scopes, queues: None, root: false }
+        Principal { name: name.to_string(), key_id: None, scopes, queues: None, root: false, namespace: None }
     }
 
     /// An administrator named `name`, who plays the workers' and the
@@ -107,6 +109,16 @@ impl Principal {
     /// The only queues it may work, when it is limited to some.
     pub fn queues(&self) -> Option<&[String]> {
         self.queues.as_deref()
+    }
+
+    /// The only namespace it may act in, when it is bound to one.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// Whether it may act in namespace `namespace`.
+    pub fn may_enter(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|n| n == namespace)
     }
 
     /// Whether it holds `scope`. An administrator holds every scope under
@@ -174,6 +186,7 @@ fn granted(row: &KeyRow, secret: &str, now: chrono::DateTime<chrono::Utc>) -> Op
         scopes,
         queues: row.queues.clone(),
         root: false,
+        namespace: row.namespace.clone(),
     })
 }
 
@@ -301,6 +314,7 @@ mod tests {
             created_by: "admin".into(),
             expires_at: None,
             revoked_at: None,
+            namespace: Some("billing".into()),
         }
     }
 
@@ -310,6 +324,7 @@ mod tests {
         let p = granted(&row("s"), "s", now).unwrap();
         assert!(p.may(Scope::Read) && p.may(Scope::TasksWork) && !p.may(Scope::RunsControl) && !p.may(Scope::Admin));
         assert!(p.may_work("images") && !p.may_work("billing"));
+        assert!(p.may_enter("billing") && !p.may_enter("default") && !p.may_enter("other"));
         assert!(granted(&row("s"), "t", now).is_none(), "another secret");
         let revoked = KeyRow { revoked_at: Some(now), ..row("s") };
         assert!(granted(&revoked, "s", now).is_none(), "revoked");

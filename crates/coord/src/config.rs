@@ -170,6 +170,11 @@ pub struct Config {
     /// it, at any depth) may hold; a child past it fails its SUB_WORKFLOW.
     #[arg(long, env = "COMPOSER_MAX_TREE_RUNS", default_value_t = 100_000, value_parser = clap::value_parser!(i64).range(1..))]
     pub max_tree_runs: i64,
+    /// Most namespaces the cluster may have, `default` included: each costs
+    /// every coordinator a cell (its loops, a Redis connection and up to
+    /// `COMPOSER_DB_POOL_SIZE` connections to PostgreSQL).
+    #[arg(long, env = "COMPOSER_MAX_NAMESPACES", default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+    pub max_namespaces: i64,
     /// Most MAP items one run tree may create; a MAP past it fails.
     #[arg(long, env = "COMPOSER_MAX_TREE_ITEMS", default_value_t = 1_000_000, value_parser = clap::value_parser!(i64).range(1..))]
     pub max_tree_items: i64,
@@ -442,6 +447,7 @@ mod tests {
         assert_eq!(c.max_payload, 1024 * 1024);
         assert_eq!((c.task_log_max_bytes, c.run_log_max_bytes), (256 * 1024, 64 * 1024 * 1024));
         assert_eq!((c.max_tree_runs, c.max_tree_items), (100_000, 1_000_000));
+        assert_eq!(c.max_namespaces, 100);
         assert_eq!(c.whole_run_nodes, 16);
         assert_eq!((c.analyze_interval, c.analyze_min_rows), (Duration::from_millis(500), 1000));
         assert_eq!(c.shutdown_grace, Duration::from_secs(20));

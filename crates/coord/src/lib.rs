@@ -22,13 +22,16 @@
 //! - [`webhooks`]: a webhook's spec, signature and transform (the pure part).
 //! - [`trace`]: OpenTelemetry traces of runs: the spans a commit ends, and their export.
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
-//!   start (in order) and stop.
+//!   start (in order) and stop; `cell`: the part of it that serves one
+//!   namespace, and [`cells`]: a cell for each namespace.
 //! - `ui`: the web UI at `/ui`.
 //! - [`demo`]: the examples' demo target at `/demo`, for `composer dev`.
 //! - [`Config`] (`config`): every setting, its flag, variable and default.
 
 pub mod access;
 pub mod bulk;
+mod cell;
+pub mod cells;
 pub mod clock;
 mod config;
 pub mod coordinator;

@@ -304,8 +304,13 @@ pub async fn recover_tasks(shared: &Shared) {
     if let Err(e) = composer_store::events::cleanup(&client).await {
         tracing::warn!(error = %e, "recovery: cleaning up expired events failed");
     }
-    // What another coordinator's crash quarantined is refused here too.
-    if let Err(e) = crate::engine::evaluator::refresh_quarantine(&client).await {
+    // What another coordinator's crash quarantined is refused here too (the
+    // quarantine is kept once for every namespace, in the default one's).
+    let read = async {
+        let cluster = composer_store::client(&shared.cluster.0).await?;
+        crate::engine::evaluator::refresh_quarantine(&cluster).await
+    };
+    if let Err(e) = read.await {
         tracing::warn!(error = %e, "recovery: reading the quarantine failed");
     }
 }

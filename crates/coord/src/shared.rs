@@ -39,7 +39,14 @@ pub struct Shared {
     /// The definitions starts name, read in batches and kept.
     pub definitions: Definitions,
     pub keys: Arc<crate::access::Keys>,
+    /// The default namespace's pool, for what is kept once for the whole
+    /// cluster (the quarantine); `pool` itself in the default namespace.
+    pub cluster: ClusterPool,
 }
+
+/// The pool of what is kept once for the whole cluster ([`Shared::cluster`]).
+#[derive(Clone)]
+pub struct ClusterPool(pub Pool);
 
 /// Set when the coordinator begins to stop: `/readyz` answers 503 and
 /// long-polls answer at once, so a load balancer moves on and no request
@@ -122,7 +129,20 @@ impl Shared {
         });
         let definitions = Definitions::new(pool.clone());
         let keys = Arc::new(crate::access::Keys::new(pool.clone()));
-        Shared { config, pool, streams, engine, runs: RunWatch::new(), draining, wakes, task_api, definitions, keys }
+        let cluster = ClusterPool(pool.clone());
+        Shared {
+            config,
+            pool,
+            streams,
+            engine,
+            runs: RunWatch::new(),
+            draining,
+            wakes,
+            task_api,
+            definitions,
+            keys,
+            cluster,
+        }
     }
 
     /// What an operator's action on a run takes.
@@ -156,6 +176,7 @@ macro_rules! parts {
 parts! {
     Arc<Config> => config,
     Pool => pool,
+    ClusterPool => cluster,
     Streams => streams,
     Arc<Engine> => engine,
     RunWatch => runs,

@@ -37,10 +37,21 @@ pub struct Webhook {
     pub event: Option<Template>,
 }
 
-/// Checks a spec (compiling its transform on a thread with the evaluation
-/// stack, its subject in the flight recorder); the error names the field.
-pub fn parse(spec: WebhookSpec) -> Result<Webhook, String> {
-    let subject = crate::engine::flight::Subject::Webhook(spec.name.clone());
+/// The subject of namespace `namespace`'s webhook `name` in the flight
+/// recorder and the quarantine, which are kept once for every namespace:
+/// its name, after its namespace's but in `default`.
+pub fn subject(namespace: &str, name: &str) -> crate::engine::flight::Subject {
+    match namespace == composer_store::namespaces::DEFAULT {
+        true => crate::engine::flight::Subject::Webhook(name.to_string()),
+        false => crate::engine::flight::Subject::Webhook(format!("{namespace}/{name}")),
+    }
+}
+
+/// Checks a spec of namespace `namespace` (compiling its transform on a
+/// thread with the evaluation stack, its subject in the flight recorder);
+/// the error names the field.
+pub fn parse(spec: WebhookSpec, namespace: &str) -> Result<Webhook, String> {
+    let subject = subject(namespace, &spec.name);
     composer_core::expr::on_eval_stack(|| crate::engine::flight::recording(&subject, || check(spec)))
         .and_then(|checked| checked)
 }
@@ -237,6 +248,15 @@ pub struct WebhookEvent {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_webhook_s_subject_names_its_namespace_but_in_default() {
+        use crate::engine::flight::Subject;
+        assert_eq!(subject("default", "gh"), Subject::Webhook("gh".into()));
+        assert_eq!(subject("billing", "gh"), Subject::Webhook("billing/gh".into()));
+        // No webhook of `default` can be named as another namespace's subject.
+        assert!(composer_core::definition::check_name("webhook", "billing/gh").is_err());
+    }
+
     fn sign(secret: &[u8], data: &[u8]) -> String {
         let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, secret), data);
         tag.as_ref().iter().map(|b| format!("{b:02x}")).collect()
@@ -304,7 +324,7 @@ mod tests {
     fn a_spec_is_checked_and_its_transform_makes_the_event() {
         let spec = |v: Value| serde_json::from_value::<WebhookSpec>(v).unwrap();
         let base = json!({"name": "shop", "scheme": "stripe", "secret": "SHOP_SIGNING"});
-        let hook = parse(spec(base.clone())).unwrap();
+        let hook = parse(spec(base.clone()), "default").unwrap();
         assert_eq!(hook.tolerance, DEFAULT_TOLERANCE);
         let body = json!({"id": "evt_9", "type": "order.created"});
         let raw = body.to_string();
@@ -332,20 +352,26 @@ mod tests {
         ] {
             let mut bad = base.clone();
             bad[field] = value;
-            let e = parse(spec(bad)).err().unwrap_or_default();
+            let e = parse(spec(bad), "default").err().unwrap_or_default();
             assert!(e.contains(words), "{field}: {e}");
         }
         let mut with = base.clone();
         with["event"] =
             json!({"name": "${ .body.type }", "key": "${ .body.id }", "id": "${ .headers[\"x-delivery\"] }"});
-        let hook = parse(spec(with)).unwrap();
+        let hook = parse(spec(with), "default").unwrap();
         let ev =
             event_of(&Sandbox::simple_only(), &hook, &body, &json!({"x-delivery": "d-1"}), "sha256:00".into()).unwrap();
         assert_eq!((ev.name.as_str(), ev.key.as_str(), ev.id.as_deref()), ("order.created", "evt_9", Some("d-1")));
         let mut odd = base;
         odd["event"] = json!("${ [1] }");
-        let e = event_of(&Sandbox::simple_only(), &parse(spec(odd)).unwrap(), &body, &json!({}), "sha256:00".into())
-            .unwrap_err();
+        let e = event_of(
+            &Sandbox::simple_only(),
+            &parse(spec(odd), "default").unwrap(),
+            &body,
+            &json!({}),
+            "sha256:00".into(),
+        )
+        .unwrap_err();
         assert!(e.contains("must yield an object"), "{e}");
     }
 }

@@ -21,6 +21,9 @@ pub const NAME_PATTERN: &str = "^(\\.{0,2}[A-Za-z0-9_-]|\\.{3})[A-Za-z0-9_.-]*$"
 /// What a limit key may be: text without NUL, but not `.` or `..`
 /// (`definition::check_path_segment`).
 pub const LIMIT_KEY_PATTERN: &str = "^([^.\\u0000]|\\.[^.\\u0000]|\\.\\.[^\\u0000])[^\\u0000]*$";
+/// What a namespace's name may be: 1 to 63 lowercase letters, digits and
+/// `-`, starting with a letter.
+pub const NAMESPACE_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
 /// A string PostgreSQL can store: no NUL character.
 pub const NO_NUL: &str = "^[^\\u0000]*$";
 
@@ -40,6 +43,23 @@ impl utoipa::PartialSchema for Name {
 }
 
 impl utoipa::ToSchema for Name {}
+
+/// A namespace's name.
+pub struct NamespaceName;
+
+impl utoipa::PartialSchema for NamespaceName {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("1 to 63 lowercase letters, digits and '-', starting with a letter"))
+            .pattern(Some(NAMESPACE_PATTERN))
+            .min_length(Some(1))
+            .max_length(Some(63))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for NamespaceName {}
 
 /// A limit key as `PUT /v1/limits/{key}` sets it.
 pub struct LimitKey;

@@ -19,6 +19,8 @@ pub struct KeyRow {
     pub created_by: String,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The namespace it is bound to; `None`: every namespace.
+    pub namespace: Option<String>,
 }
 
 /// A key to record: everything but its times.
@@ -31,9 +33,11 @@ pub struct NewKey<'a> {
     pub created_by: &'a str,
     /// Seconds from now, by PostgreSQL's clock.
     pub expires_in_secs: Option<f64>,
+    pub namespace: Option<&'a str>,
 }
 
-const COLUMNS: &str = "id, name, secret_hash, scopes, queues, created_at, created_by, expires_at, revoked_at";
+const COLUMNS: &str =
+    "id, name, secret_hash, scopes, queues, created_at, created_by, expires_at, revoked_at, namespace";
 
 fn from_row(r: &Row) -> Result<KeyRow> {
     Ok(KeyRow {
@@ -46,6 +50,7 @@ fn from_row(r: &Row) -> Result<KeyRow> {
         created_by: r.try_get("created_by")?,
         expires_at: r.try_get("expires_at")?,
         revoked_at: r.try_get("revoked_at")?,
+        namespace: r.try_get("namespace")?,
     })
 }
 
@@ -53,11 +58,20 @@ pub async fn create(client: &Client, key: &NewKey<'_>) -> Result<KeyRow> {
     let row = client
         .query_one(
             &format!(
-                "INSERT INTO api_keys (id, name, secret_hash, scopes, queues, created_by, expires_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
+                "INSERT INTO api_keys (id, name, secret_hash, scopes, queues, created_by, expires_at, namespace)
+                 VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7), $8)
                  RETURNING {COLUMNS}"
             ),
-            &[&key.id, &key.name, &key.secret_hash, &key.scopes, &key.queues, &key.created_by, &key.expires_in_secs],
+            &[
+                &key.id,
+                &key.name,
+                &key.secret_hash,
+                &key.scopes,
+                &key.queues,
+                &key.created_by,
+                &key.expires_in_secs,
+                &key.namespace,
+            ],
         )
         .await?;
     from_row(&row)
@@ -68,10 +82,17 @@ pub async fn get(client: &Client, id: Uuid) -> Result<Option<KeyRow>> {
     client.query_opt(&stmt, &[&id]).await?.map(|r| from_row(&r)).transpose()
 }
 
-/// Keys, newest first (at most `limit`).
-pub async fn list(client: &Client, limit: i64) -> Result<Vec<KeyRow>> {
+/// Keys, newest first (at most `limit`): every key, or only those bound to
+/// namespace `bound` when there is one.
+pub async fn list(client: &Client, bound: Option<&str>, limit: i64) -> Result<Vec<KeyRow>> {
     let rows = client
-        .query(&format!("SELECT {COLUMNS} FROM api_keys ORDER BY created_at DESC, id LIMIT $1"), &[&limit])
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM api_keys WHERE ($1::text IS NULL OR namespace = $1)
+                 ORDER BY created_at DESC, id LIMIT $2"
+            ),
+            &[&bound, &limit],
+        )
         .await?;
     rows.iter().map(from_row).collect()
 }

@@ -3,6 +3,7 @@
 //! coordinators at once.
 //!
 //! - [`migrations`]: versioned schema changes, applied under an advisory lock.
+//! - [`namespaces`]: the registry of namespaces, each but `default` a schema of its own.
 //! - [`definitions`]: workflow definitions and their versions.
 //! - [`keys`]: API keys, by the hash of their secret; [`audit`]: the
 //!   append-only log of changes made through the API.
@@ -44,6 +45,7 @@ pub mod leases;
 pub mod limits;
 pub mod logs;
 pub mod migrations;
+pub mod namespaces;
 pub mod notifications;
 pub mod outbox;
 pub mod partitions;
@@ -67,4 +69,4 @@ pub use tokio_postgres;
 pub use transaction::{begin, begin_pipelined, Transaction};
 
 pub use error::{Error, Result};
-pub use pool::{client, connect, ensure_database, open, ping, replication, Replication, SESSION_SETTINGS};
+pub use pool::{client, connect, connect_in, ensure_database, open, ping, replication, Replication, SESSION_SETTINGS};

@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (27, "events_name_their_log_entry", include_str!("../migrations/0027_events_name_their_log_entry.sql")),
     (28, "api_keys_and_audit", include_str!("../migrations/0028_api_keys_and_audit.sql")),
     (29, "sso_sessions", include_str!("../migrations/0029_sso_sessions.sql")),
+    (30, "namespaces", include_str!("../migrations/0030_namespaces.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

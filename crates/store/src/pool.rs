@@ -20,6 +20,13 @@ pub const SESSION_SETTINGS: [(&str, &str); 3] = [
 /// Opens a connection pool. Connecting is lazy; a pool whose database is down
 /// fails each `get` after `timeout` instead of hanging.
 pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
+    connect_in(url, None, max_size, timeout)
+}
+
+/// [`connect`], with every session's `search_path` set to `schema` alone
+/// when there is one (a namespace's schema, [`crate::namespaces`]): its
+/// statements, unqualified, then reach that schema's tables and no other's.
+pub fn connect_in(url: &str, schema: Option<&str>, max_size: usize, timeout: Duration) -> Result<Pool> {
     let tls::Target { config: mut pg, tls } = tls::parse(url)?;
     // Our statements are prepared once per connection and name a run: with
     // partitioned tables a custom plan is re-made on every execution, while a
@@ -29,6 +36,11 @@ pub fn connect(url: &str, max_size: usize, timeout: Duration) -> Result<Pool> {
         if !options.contains(setting) {
             options = format!("{options} -c {setting}={value}");
         }
+    }
+    if let Some(schema) = schema {
+        // A schema name we made ([`crate::namespaces::schema_name`]): letters,
+        // digits and underscores, nothing to quote or escape.
+        options = format!("{options} -c search_path={schema}");
     }
     pg.options(options.trim());
     let manager = deadpool_postgres::Manager::from_config(

@@ -66,6 +66,8 @@ pub struct Coordinators {
     client: reqwest::Client,
     urls: Vec<String>,
     token: Option<String>,
+    /// The namespace whose tasks it works (the `composer-namespace` header).
+    namespace: Option<String>,
     next: AtomicUsize,
     /// Keyed at random: turns the call counter into a random start.
     spread: std::collections::hash_map::RandomState,
@@ -79,7 +81,21 @@ impl Coordinators {
             .build()
             .expect("building the coordinators' client");
         let urls = urls.into_iter().map(|u| u.trim_end_matches('/').to_string()).collect();
-        Coordinators { local: None, client, urls, token, next: AtomicUsize::new(0), spread: Default::default() }
+        Coordinators {
+            local: None,
+            client,
+            urls,
+            token,
+            namespace: None,
+            next: AtomicUsize::new(0),
+            spread: Default::default(),
+        }
+    }
+
+    /// Works the tasks of namespace `namespace` (none: `default`).
+    pub fn in_namespace(mut self, namespace: Option<String>) -> Coordinators {
+        self.namespace = namespace;
+        self
     }
 
     /// Talks to the coordinator in this process instead, through `api`.
@@ -100,7 +116,10 @@ impl Coordinators {
     }
 
     fn post(&self, base: &str, path: &str, body: &impl Serialize) -> reqwest::RequestBuilder {
-        let req = self.client.post(format!("{base}{path}")).json(body);
+        let mut req = self.client.post(format!("{base}{path}")).json(body);
+        if let Some(n) = &self.namespace {
+            req = req.header("composer-namespace", n);
+        }
         match &self.token {
             Some(t) => req.bearer_auth(t),
             None => req,

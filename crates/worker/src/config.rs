@@ -18,6 +18,9 @@ pub struct Config {
     /// Bearer token for the coordinators' task API (`/v1/tasks/...`).
     #[arg(long, env = "COMPOSER_WORKER_TOKEN", hide_env_values = true)]
     pub worker_token: Option<String>,
+    /// The namespace whose queues the worker works (`default` when left out).
+    #[arg(long = "namespace", env = "COMPOSER_NAMESPACE")]
+    pub namespace: Option<String>,
     /// Largest HTTP response body an HTTP node accepts, in bytes.
     #[arg(long, env = "COMPOSER_MAX_PAYLOAD", default_value_t = DEFAULT_MAX_PAYLOAD)]
     pub max_payload: usize,
@@ -115,6 +118,7 @@ impl Config {
     /// or names the flag and variable of the first value that cannot work.
     pub fn validated(mut self) -> Result<Config, ConfigError> {
         self.worker_token = non_empty(&self.worker_token);
+        self.namespace = non_empty(&self.namespace);
         let o = &mut self.options;
         o.coordinator_urls =
             o.coordinator_urls.iter().map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();

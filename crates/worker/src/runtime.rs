@@ -158,7 +158,8 @@ pub async fn run(
         report_deadline: o.report_deadline,
         coordinators: match local {
             Some(api) => Coordinators::new(o.coordinator_urls.clone(), None).in_process(api),
-            None => Coordinators::new(o.coordinator_urls.clone(), config.worker_token.clone()),
+            None => Coordinators::new(o.coordinator_urls.clone(), config.worker_token.clone())
+                .in_namespace(config.namespace.clone()),
         },
         handlers: handlers.into_iter().map(|(t, r)| (t, r.handler)).collect(),
         stats,

@@ -107,6 +107,11 @@ pub struct CreateKey {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[0-9]{1,6}(s|m|h|d)$")]
     pub expires_in: Option<String>,
+    /// The only namespace the key may act in (every namespace, when left
+    /// out). A key bound to a namespace may create only keys bound to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schema::NamespaceName>)]
+    pub namespace: Option<String>,
 }
 
 /// A key as the API shows it: never the key itself.
@@ -125,6 +130,9 @@ pub struct KeyView {
     /// When it was revoked: it is refused from then on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The only namespace it may act in; every namespace when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// `POST /v1/keys`'s answer: the key, this once. Only its hash is kept.
@@ -181,4 +189,34 @@ pub struct AuditPage {
     /// Pass as `before` for the next (older) page; absent on the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<i64>,
+}
+
+/// `POST /v1/namespaces`: a namespace to create.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "billing", "description": "the billing team's workflows"}))]
+pub struct CreateNamespace {
+    #[schema(value_type = schema::NamespaceName)]
+    pub name: String,
+    #[serde(default)]
+    #[schema(max_length = 1000)]
+    pub description: String,
+}
+
+/// A namespace: its own workflows, runs, schedules, webhooks, limits,
+/// events, bulk jobs, queues and audit log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct NamespaceView {
+    pub name: String,
+    pub description: String,
+    /// `active`, or `deleting` (its data is being dropped).
+    pub state: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `GET /v1/namespaces`: `default` first, then by name.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct NamespaceList {
+    pub namespaces: Vec<NamespaceView>,
 }

@@ -25,6 +25,7 @@ mod leases;
 mod limits;
 mod logs;
 mod model;
+mod namespaces;
 mod ops;
 mod priorities;
 mod processes;

@@ -358,9 +358,15 @@ async fn the_task_api_serves_priorities_by_weight_without_starving_the_lowest() 
         assert_eq!(tasks.len(), 1, "{tasks:?}");
         got.push(tasks[0]["input"]["who"].as_str().unwrap().to_string());
     }
-    let low = got.iter().filter(|w| w.starts_with("low")).count();
-    assert_eq!((got.len() - low, low), (58, 4), "{got:?}");
-    assert!(got[8].starts_with("low") && got[59].starts_with("low"), "{got:?}");
+    // Each pick is exact unless a message was sent twice (the outbox and the
+    // publisher may both send a dispatch when a commit is slow to be seen):
+    // the copy takes a pick of its level and leases nothing, so a low task
+    // may come one poll early or late after it.
+    let lows: Vec<usize> = got.iter().enumerate().filter(|(_, w)| w.starts_with("low")).map(|(i, _)| i).collect();
+    assert_eq!(lows.len(), 4, "{got:?}");
+    for (low, want) in lows.iter().zip([8, 25, 42, 59]) {
+        assert!(low.abs_diff(want) <= 1, "a low task at {low}, not near {want}: {got:?}");
+    }
     e.stop().await;
 }
 

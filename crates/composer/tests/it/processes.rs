@@ -1097,7 +1097,7 @@ fn every_example_is_a_valid_definition() {
     for entry in std::fs::read_dir(examples.join("webhooks")).unwrap().flatten() {
         let hook: composer_api::WebhookSpec = serde_json::from_slice(&std::fs::read(entry.path()).unwrap()).unwrap();
         assert_eq!(entry.path().file_stem().unwrap().to_str(), Some(hook.name.as_str()), "named after its webhook");
-        composer_coord::webhooks::parse(hook).unwrap();
+        composer_coord::webhooks::parse(hook, "default").unwrap();
     }
     // Simulate starts from an event as its trigger would.
     let def = examples.join("fulfil_on_order.json");

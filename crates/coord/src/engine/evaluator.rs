@@ -276,12 +276,27 @@ pub async fn refresh_quarantine(client: &composer_store::Client) -> composer_sto
 /// failed with [`CRASHED_MESSAGE`]; a definition's start-time expressions
 /// and a webhook's transform are quarantined (every coordinator refuses to
 /// evaluate them again).
-pub async fn fail_crashed(client: &mut composer_store::Client, crashed: Vec<Subject>) -> composer_store::Result<()> {
+///
+/// `client` is the default namespace's, where the quarantine is kept for
+/// every namespace; a run is failed in whichever namespace holds it, looked
+/// for there first and then in the schemas of `others`.
+pub async fn fail_crashed(
+    client: &mut composer_store::Client,
+    crashed: Vec<Subject>,
+    others: &[composer_store::Pool],
+) -> composer_store::Result<()> {
     for subject in crashed {
         tracing::error!(%subject, "this coordinator died evaluating expressions; failing what they were for");
         match &subject {
             Subject::Run(run_id) => {
-                composer_store::runs::fail_faulted(client, *run_id, CRASHED_MESSAGE).await?;
+                let mut failed = composer_store::runs::fail_faulted(client, *run_id, CRASHED_MESSAGE).await?;
+                for pool in others {
+                    if failed {
+                        break;
+                    }
+                    let mut theirs = composer_store::client(pool).await?;
+                    failed = composer_store::runs::fail_faulted(&mut theirs, *run_id, CRASHED_MESSAGE).await?;
+                }
             }
             Subject::Definition(_) | Subject::Webhook(_) => {
                 let reason = Lost::Quarantined(subject.clone()).to_string();
@@ -322,6 +337,10 @@ mod tests {
         for _ in 0..4 {
             assert_eq!(pool.run(run.clone(), |_| 7).await.unwrap(), 7, "the others still answer");
         }
+        // A pool of its own, with a backstop a panic's report cannot reach
+        // (with RUST_BACKTRACE set, writing the backtrace takes a debug
+        // build longer than 200 ms).
+        let pool = Threads::new(Duration::from_secs(30));
         let panicked = pool.run(run, |_| -> u8 { panic!("a bug") }).await;
         assert!(matches!(panicked, Err(Lost::Panicked(ref m)) if m == "a bug"), "{panicked:?}");
     }

@@ -20,6 +20,7 @@ use composer_store::Pool;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::door::InNamespace;
 use super::error::ApiError;
 use crate::access::{Keys, Principal};
 use crate::config::Config;
@@ -108,6 +109,16 @@ pub(super) async fn authorize(
     };
     if !principal.may(scope) {
         let why = format!("{} lacks the scope {scope}, which {} {route} needs", principal.name, req.method());
+        return ApiError::Forbidden(why).into_response();
+    }
+    // The door names every request's namespace; a request that did not pass
+    // it (none does) is refused rather than taken as `default`.
+    let Some(InNamespace(namespace)) = req.extensions().get::<InNamespace>() else {
+        return ApiError::internal("a request reached a route without passing the door").into_response();
+    };
+    if !principal.may_enter(namespace) {
+        let bound = principal.namespace().unwrap_or_default();
+        let why = format!("{} is bound to namespace {bound}; this call is in namespace {namespace}", principal.name);
         return ApiError::Forbidden(why).into_response();
     }
     req.extensions_mut().insert(principal);

@@ -135,18 +135,30 @@ pub(super) async fn refuse_long_uris(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// The route an answer came from (its pattern), which [`note_route`] puts
+/// on the answer for [`observe_errors`]: that one runs before any route is
+/// matched (it sees the door's refusals too), so the request cannot tell it.
+#[derive(Clone)]
+struct RouteOf(String);
+
+/// Puts the matched route's pattern on the answer (a layer on the routes).
+pub(super) async fn note_route(req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<axum::extract::MatchedPath>().map(|m| RouteOf(m.as_str().to_string()));
+    let mut resp = next.run(req).await;
+    if let Some(route) = route {
+        resp.extensions_mut().insert(route);
+    }
+    resp
+}
+
 /// Counts error responses by status, and logs every 5xx with its method,
 /// path and cause.
 pub(super) async fn observe_errors(req: Request, next: Next) -> Response {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    // The route's pattern, not the path: a run id must not become a label.
-    let route = req
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(|m| m.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
     let started = std::time::Instant::now();
     let resp = next.run(req).await;
+    // The route's pattern, not the path: a run id must not become a label.
+    let route = resp.extensions().get::<RouteOf>().map_or("unmatched", |r| r.0.as_str()).to_string();
     let status = resp.status();
     let class = match status.as_u16() / 100 {
         2 => "2xx",

@@ -27,6 +27,7 @@ fn view(row: &KeyRow) -> KeyView {
         created_by: row.created_by.clone(),
         expires_at: row.expires_at,
         revoked_at: row.revoked_at,
+        namespace: row.namespace.clone(),
     }
 }
 
@@ -92,6 +93,21 @@ pub(crate) async fn create(
         return Err(ApiError::bad_request("queues: 1 to 32 names"));
     }
     let expires_in_secs = req.expires_in.as_deref().map(lifetime).transpose()?;
+    let client = composer_store::client(&pool).await?;
+    let namespace = match (&req.namespace, by.namespace()) {
+        (Some(n), Some(own)) if n != own => {
+            let why = format!("{} is bound to namespace {own} and may create keys of that namespace only", by.name);
+            return Err(ApiError::Forbidden(why));
+        }
+        (None, Some(own)) => Some(own.to_string()),
+        (n, _) => n.clone(),
+    };
+    if let Some(n) = &namespace {
+        let live = composer_store::namespaces::get(&client, n).await?.is_some_and(|r| r.state != "deleting");
+        if !live {
+            return Err(ApiError::bad_request(format!("namespace: there is no namespace {n:?}")));
+        }
+    }
     let (id, key, hash) = crate::access::mint().ok_or_else(|| ApiError::internal("no random bytes for a key"))?;
     let mut scopes: Vec<String> = req.scopes.iter().map(|s| s.name().to_string()).collect();
     scopes.sort();
@@ -104,8 +120,8 @@ pub(crate) async fn create(
         queues: req.queues.as_deref(),
         created_by: &by.name,
         expires_in_secs,
+        namespace: namespace.as_deref(),
     };
-    let client = composer_store::client(&pool).await?;
     let row = composer_store::keys::create(&client, &new).await?;
     tracing::info!(key = %row.id, name = %row.name, by = %by.name, "API key created");
     Ok((StatusCode::CREATED, Json(KeyCreated { view: view(&row), key })))
@@ -113,21 +129,23 @@ pub(crate) async fn create(
 
 /// List API keys.
 ///
-/// Every key, newest first, revoked and expired ones too; never a key itself.
+/// Every key, newest first, revoked and expired ones too; never a key itself. A caller bound to a
+/// namespace sees that namespace's keys only.
 #[utoipa::path(
     get, path = "/v1/keys", operation_id = "listKeys", tag = "access",
     responses((status = 200, description = "every key, newest first", body = KeyList))
 )]
-pub(crate) async fn list(State(pool): State<Pool>) -> ApiResult<Json<KeyList>> {
+pub(crate) async fn list(State(pool): State<Pool>, Extension(by): Extension<Principal>) -> ApiResult<Json<KeyList>> {
     let client = composer_store::client(&pool).await?;
-    let rows = composer_store::keys::list(&client, super::extract::MAX_PAGE).await?;
+    let rows = composer_store::keys::list(&client, by.namespace(), super::extract::MAX_PAGE).await?;
     Ok(Json(KeyList { keys: rows.iter().map(view).collect() }))
 }
 
 /// Revoke an API key.
 ///
 /// The key is refused from now on: at once by this coordinator, within 5 s by every other (each
-/// trusts its copy of a key that long). Revoking a revoked key keeps its first time.
+/// trusts its copy of a key that long). Revoking a revoked key keeps its first time. A caller
+/// bound to a namespace may revoke that namespace's keys only.
 #[utoipa::path(
     delete, path = "/v1/keys/{id}", operation_id = "revokeKey", tag = "access",
     params(("id" = Uuid, Path, description = "the key's id")),
@@ -136,10 +154,17 @@ pub(crate) async fn list(State(pool): State<Pool>) -> ApiResult<Json<KeyList>> {
 pub(crate) async fn revoke(
     State(pool): State<Pool>,
     State(keys): State<Arc<Keys>>,
+    Extension(by): Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<KeyView>> {
     let id = Uuid::try_parse(&id).map_err(|_| ApiError::bad_request(format!("id: not a key id: {id:?}")))?;
     let client = composer_store::client(&pool).await?;
+    if let Some(own) = by.namespace() {
+        let theirs = composer_store::keys::get(&client, id).await?;
+        if theirs.is_none_or(|k| k.namespace.as_deref() != Some(own)) {
+            return Err(ApiError::not_found(format!("key {id} not found")));
+        }
+    }
     let row = composer_store::keys::revoke(&client, id).await?;
     keys.forget(id);
     let row = row.ok_or_else(|| ApiError::not_found(format!("key {id} not found")))?;

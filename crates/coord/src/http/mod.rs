@@ -6,16 +6,19 @@
 //! - [`error`]: [`ApiError`], the one error type, mapped to status and code.
 //! - [`extract`]: the JSON body, typed queries, ids, names and page limits.
 //! - [`authorize`]: the caller, the scope each route needs, the audit log.
+//! - [`door`]: the namespace each request is in, and the hand-over to
+//!   that namespace's routes.
 //! - [`guard`]: allowed hosts, other sites' pages, URI length, the
 //!   error log, the `composer-version` header of every answer.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
-//!   [`webhooks`], [`limits`], [`keys`] (and the audit log), [`ops`]: one file per resource.
+//!   [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`ops`]: one file per resource.
 
 pub mod authorize;
 pub mod bulk;
 pub mod control;
 pub mod doc;
+pub mod door;
 pub mod error;
 pub mod events;
 pub mod explain;
@@ -23,6 +26,7 @@ pub mod extract;
 pub mod guard;
 pub mod keys;
 pub mod limits;
+pub mod namespaces;
 pub mod ops;
 mod routes;
 pub mod runs;
@@ -46,9 +50,28 @@ use routes::Groups;
 
 use crate::shared::{AppState, Shared};
 
-/// The whole HTTP interface of a coordinator.
-pub fn router(shared: Arc<Shared>) -> Router {
+/// The whole HTTP interface of a coordinator: the door, in front of the
+/// default namespace's routes, hands a request for another namespace to
+/// that namespace's ([`routes`] on its state, from `namespaces`).
+pub fn router(shared: Arc<Shared>, namespaces: Arc<dyn door::Namespaces>) -> Router {
     let limit = shared.config.max_payload + 64 * 1024;
+    let config = shared.config.clone();
+    // The default namespace's routes as the fallback of a router with none:
+    // the door runs before any route is matched (a layer on routes would
+    // run after, with the path's parameters already taken out).
+    Router::new()
+        .fallback_service(routes(shared))
+        .layer(middleware::from_fn_with_state(namespaces, door::door))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn(guard::refuse_long_uris))
+        .layer(middleware::from_fn_with_state(config, guard::refuse_unknown_hosts))
+        .layer(middleware::from_fn(guard::observe_errors))
+        // Outermost: every answer, a refusal or the fallback's 404 too.
+        .layer(middleware::map_response(guard::identify))
+}
+
+/// Every route, on one namespace's state (`shared`).
+pub fn routes(shared: Arc<Shared>) -> Router {
     let config = shared.config.clone();
     let Groups { public, workers, metrics, operations, signed } = routes::groups();
     let guarded = |router: OpenApiRouter<AppState>| {
@@ -82,12 +105,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .merge(demo)
         .fallback(|| async { ApiError::NoSuchEndpoint })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn(guard::refuse_long_uris))
-        .layer(middleware::from_fn_with_state(config, guard::refuse_unknown_hosts))
-        .layer(middleware::from_fn(guard::observe_errors))
-        // Outermost: every answer, a refusal or the fallback's 404 too.
-        .layer(middleware::map_response(guard::identify))
+        .layer(middleware::from_fn(guard::note_route))
         .with_state(AppState::new(shared))
 }
 

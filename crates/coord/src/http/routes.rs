@@ -6,7 +6,8 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{bulk, control, doc, events, explain, keys, limits, ops, runs, schedules, tasks, webhooks, workflows};
+use super::{bulk, control, doc, events, explain, keys, limits, namespaces};
+use super::{ops, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::AppState;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -59,7 +60,9 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(limits::get, limits::set, limits::delete))
         .routes(routes!(keys::create, keys::list))
         .routes(routes!(keys::revoke))
-        .routes(routes!(keys::audit_log));
+        .routes(routes!(keys::audit_log))
+        .routes(routes!(namespaces::create, namespaces::list))
+        .routes(routes!(namespaces::get, namespaces::delete));
     let workers = OpenApiRouter::new()
         .routes(routes!(tasks::poll))
         .routes(routes!(tasks::heartbeat))

@@ -7,29 +7,35 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use composer_api::schema::Name;
 use composer_api::{ErrorBody, EventSent, WebhookList, WebhookSpec, WebhookView};
 use composer_store::webhooks::{self, WebhookRow};
 use serde_json::{json, Map, Value};
 
 use super::doc::Deleted;
+use super::door::InNamespace;
 use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, stored_name_param, Body, Path};
-use crate::engine::evaluator::Subject;
 use composer_store::Pool;
 
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::shared::ClusterPool;
 use crate::triggers::Incoming;
 use crate::webhooks::{Webhook, MAX_HEADERS, MAX_HEADER_VALUE};
 
-fn view(row: &WebhookRow) -> ApiResult<WebhookView> {
+/// The webhook as the API shows it: its delivery URL names its namespace
+/// but in `default` (its sender cannot set a header).
+fn view(row: &WebhookRow, ns: &str) -> ApiResult<WebhookView> {
     let spec: WebhookSpec = serde_json::from_value(row.spec.clone())
         .map_err(|e| ApiError::bad_request(format!("stored webhook {} is invalid: {e}", row.name)))?;
     let secret_set = std::env::var_os(crate::webhooks::secret_var(&spec.secret)).is_some_and(|v| !v.is_empty());
     Ok(WebhookView {
-        url: format!("/v1/webhooks/{}", row.name),
+        url: match ns == composer_store::namespaces::DEFAULT {
+            true => format!("/v1/webhooks/{}", row.name),
+            false => format!("/v1/webhooks/{}?namespace={ns}", row.name),
+        },
         spec,
         secret_set,
         created_at: row.created_at,
@@ -50,15 +56,20 @@ fn view(row: &WebhookRow) -> ApiResult<WebhookView> {
         (status = 200, description = "replaced", body = WebhookView),
     )
 )]
-pub(crate) async fn create(State(pool): State<Pool>, Body(spec): Body<WebhookSpec>) -> ApiResult<Response> {
-    let hook = crate::webhooks::parse(spec).map_err(ApiError::bad_request)?;
+pub(crate) async fn create(
+    State(pool): State<Pool>,
+    State(cluster): State<ClusterPool>,
+    Extension(InNamespace(ns)): Extension<InNamespace>,
+    Body(spec): Body<WebhookSpec>,
+) -> ApiResult<Response> {
+    let hook = crate::webhooks::parse(spec, &ns).map_err(ApiError::bad_request)?;
     let stored = serde_json::to_value(&hook.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let client = composer_store::client(&pool).await?;
     let (row, created) = webhooks::upsert(&client, &hook.spec.name, &stored).await?;
-    lift_quarantine(&client, &row.name).await?;
+    lift_quarantine(&cluster, &ns, &row.name).await?;
     tracing::info!(webhook = %row.name, created, "webhook saved");
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(view(&row)?)).into_response())
+    Ok((status, Json(view(&row, &ns)?)).into_response())
 }
 
 /// List webhooks.
@@ -68,16 +79,21 @@ pub(crate) async fn create(State(pool): State<Pool>, Body(spec): Body<WebhookSpe
     get, path = "/v1/webhooks", operation_id = "listWebhooks", tag = "events",
     responses((status = 200, description = "every webhook, by name", body = WebhookList))
 )]
-pub(crate) async fn list(State(pool): State<Pool>) -> ApiResult<Json<WebhookList>> {
+pub(crate) async fn list(
+    State(pool): State<Pool>,
+    Extension(InNamespace(ns)): Extension<InNamespace>,
+) -> ApiResult<Json<WebhookList>> {
     let client = composer_store::client(&pool).await?;
     let rows = webhooks::list(&client, super::extract::MAX_PAGE).await?;
-    Ok(Json(WebhookList { webhooks: rows.iter().map(view).collect::<ApiResult<_>>()? }))
+    Ok(Json(WebhookList { webhooks: rows.iter().map(|r| view(r, &ns)).collect::<ApiResult<_>>()? }))
 }
 
 /// A webhook created again (or deleted) is no longer refused for a
-/// transform that killed a coordinator: its transform is new.
-async fn lift_quarantine(client: &composer_store::Client, name: &str) -> ApiResult<()> {
-    let subject = Subject::Webhook(name.to_string());
+/// transform that killed a coordinator: its transform is new. The
+/// quarantine is kept once for every namespace (a webhook's name with it).
+async fn lift_quarantine(cluster: &ClusterPool, ns: &str, name: &str) -> ApiResult<()> {
+    let client = &composer_store::client(&cluster.0).await?;
+    let subject = crate::webhooks::subject(ns, name);
     composer_store::quarantine::lift(client, subject.kind(), &subject.key()).await?;
     crate::engine::evaluator::refresh_quarantine(client).await?;
     Ok(())
@@ -98,8 +114,12 @@ async fn found(pool: &Pool, name: &str) -> ApiResult<WebhookRow> {
     params(("name" = Name, Path, description = "the webhook")),
     responses((status = 200, description = "the webhook, and whether this coordinator has its secret", body = WebhookView))
 )]
-pub(crate) async fn get(State(pool): State<Pool>, Path(name): Path<String>) -> ApiResult<Json<WebhookView>> {
-    Ok(Json(view(&found(&pool, &name).await?)?))
+pub(crate) async fn get(
+    State(pool): State<Pool>,
+    Extension(InNamespace(ns)): Extension<InNamespace>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<WebhookView>> {
+    Ok(Json(view(&found(&pool, &name).await?, &ns)?))
 }
 
 /// Delete a webhook.
@@ -111,13 +131,18 @@ pub(crate) async fn get(State(pool): State<Pool>, Path(name): Path<String>) -> A
     params(("name" = Name, Path, description = "the webhook")),
     responses((status = 200, description = "deleted: its deliveries are refused from now on", body = Deleted))
 )]
-pub(crate) async fn delete(State(pool): State<Pool>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+pub(crate) async fn delete(
+    State(pool): State<Pool>,
+    State(cluster): State<ClusterPool>,
+    Extension(InNamespace(ns)): Extension<InNamespace>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
     stored_name_param("webhook", &name)?;
     let client = composer_store::client(&pool).await?;
     if !webhooks::delete(&client, &name).await? {
         return Err(ApiError::not_found(format!("webhook {name:?} not found")));
     }
-    lift_quarantine(&client, &name).await?;
+    lift_quarantine(&cluster, &ns, &name).await?;
     Ok(Json(json!({"deleted": name})))
 }
 
@@ -145,6 +170,7 @@ pub(crate) async fn deliver(
     State(config): State<Arc<Config>>,
     State(pool): State<Pool>,
     State(engine): State<Arc<Engine>>,
+    Extension(InNamespace(ns)): Extension<InNamespace>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
@@ -180,13 +206,13 @@ pub(crate) async fn deliver(
             tracing::info!(webhook = %name, %why, "webhook delivery refused");
             ApiError::BadSignature
         })?;
-    let hook = crate::webhooks::parse(spec).map_err(ApiError::bad_request)?;
+    let hook = crate::webhooks::parse(spec, &ns).map_err(ApiError::bad_request)?;
     let body_json = match serde_json::from_slice::<Value>(&body) {
         Ok(v) => v,
         Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
     };
     let id = crate::webhooks::delivery_id(hook.spec.scheme, &body_json, &body, signed_at);
-    let ev = transform(hook, body_json, &headers, id).await?;
+    let ev = transform(hook, &ns, body_json, &headers, id).await?;
     super::events::check(&config, &ev.name, &ev.key, ev.id.as_deref(), &ev.payload)?;
     let source = format!("webhook:{name}");
     // A sender that traces its deliveries (a W3C `traceparent` header) is continued as an API call is.
@@ -215,6 +241,7 @@ pub(crate) async fn deliver(
 /// transform names one.
 async fn transform(
     hook: Webhook,
+    ns: &str,
     body: Value,
     headers: &HeaderMap,
     id: String,
@@ -228,7 +255,7 @@ async fn transform(
         }
     }
     let headers = Value::Object(seen);
-    let subject = Subject::Webhook(hook.spec.name.clone());
+    let subject = crate::webhooks::subject(ns, &hook.spec.name);
     let simple = hook.event.as_ref().is_none_or(|t| t.is_simple());
     let input = (Arc::new(hook), body, headers, id);
     let result = crate::engine::evaluator::evaluate(subject, simple, input, |sb, (hook, body, headers, id)| {

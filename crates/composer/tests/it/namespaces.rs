@@ -1,0 +1,401 @@
+//! Namespaces share nothing. The isolation test is generated from the
+//! served OpenAPI document: every operation outside the cluster-wide ones
+//! (keys, namespaces, health, the document, `/metrics`) is called in one
+//! namespace with the names and ids of the other's things, so a route
+//! added later is covered without anyone listing it here (and one whose
+//! call this test cannot make fails it until it can).
+
+use std::time::Duration;
+
+use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp};
+use serde_json::{json, Value};
+
+const ADMIN: &str = "namespaces-admin-token-0123456789";
+const WORKER: &str = "namespaces-worker-token-0123456789";
+
+fn options() -> EngineOptions {
+    EngineOptions {
+        workers: 0,
+        coordinator: |c| {
+            c.api_token = Some(ADMIN.into());
+            c.worker_token = Some(WORKER.into());
+        },
+        ..Default::default()
+    }
+}
+
+/// One call, in namespace `ns` when there is one (by the header).
+async fn call(
+    e: &Engine,
+    token: &str,
+    ns: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let http = reqwest::Client::new();
+    let mut req = http.request(method.parse().unwrap(), format!("{}{path}", e.url())).bearer_auth(token);
+    if let Some(ns) = ns {
+        req = req.header("composer-namespace", ns);
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn ok(e: &Engine, ns: &str, method: &str, path: &str, body: Value) -> Value {
+    let (status, answer) = call(e, ADMIN, Some(ns), method, path, Some(&body)).await;
+    assert!((200..300).contains(&status), "{method} {path} in {ns}: {status} {answer}");
+    answer
+}
+
+/// The run `id` of namespace `ns` once it has ended, or after `T`.
+async fn run_when_ended(e: &Engine, ns: &str, id: &str) -> Value {
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, run) = call(e, ADMIN, Some(ns), "GET", &format!("/v1/runs/{id}"), None).await;
+        assert_eq!(status, 200, "{run}");
+        let ended = matches!(run["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "CANCELLED"));
+        if ended || tokio::time::Instant::now() > until {
+            return run;
+        }
+        // Polling a run a worker and the engine finish.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What namespace `alpha` holds, by which its routes' parameters are filled.
+struct Held {
+    done: String,
+    waiting: String,
+    bulk: String,
+}
+
+impl Held {
+    /// `path` (a route of the document) with alpha's names and ids.
+    fn fill(&self, path: &str) -> String {
+        let id = if path.starts_with("/v1/runs/") {
+            self.done.as_str()
+        } else if path.starts_with("/v1/bulk/") {
+            self.bulk.as_str()
+        } else if path.starts_with("/v1/schedules/") {
+            "alpha-nightly"
+        } else if path.starts_with("/v1/tasks/") {
+            // A task id the other namespace cannot know: the run's own id.
+            self.waiting.as_str()
+        } else {
+            "no-such-thing"
+        };
+        let name = if path.starts_with("/v1/webhooks/") { "alpha-hook" } else { "alpha-orders" };
+        let out = path
+            .replace("{id}", id)
+            .replace("{name}", name)
+            .replace("{version}", "1")
+            .replace("{key}", "alpha-limit")
+            .replace("{node}", "t");
+        assert!(!out.contains('{'), "a parameter this test cannot fill: {path}");
+        out
+    }
+
+    /// What alpha's own things are called in answers: none may show in beta's.
+    fn marks(&self) -> Vec<&str> {
+        vec!["alpha-", &self.done, &self.waiting, &self.bulk]
+    }
+}
+
+/// The body a call of `op` (`METHOD path`) is made with in the other
+/// namespace: the one that would act on alpha's thing of that name. A route
+/// without one here fails the test: it must be given one.
+fn body_of(op: &str, held: &Held) -> Option<Value> {
+    let task = json!({"worker_id": "w", "run_id": held.waiting, "attempt": 1});
+    let body = match op {
+        "POST /v1/workflows" => {
+            json!({"name": "beta-orders", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]})
+        }
+        "POST /v1/runs" => json!({"workflow": "alpha-orders"}),
+        "POST /v1/runs/bulk" => {
+            json!({"filter": {"workflow": "alpha-orders"}, "action": "cancel", "reason": "from beta"})
+        }
+        "POST /v1/events" => json!({"name": "alpha-go", "key": "k"}),
+        "POST /v1/schedules" => json!({"id": "beta-nightly", "workflow": "beta-orders", "cron": "0 3 * * *"}),
+        "POST /v1/webhooks" => json!({"name": "beta-hook", "scheme": "github", "secret": "NS_SECRET"}),
+        "POST /v1/tasks/poll" => json!({"worker_id": "w", "queues": ["http"], "wait": "0s"}),
+        "PUT /v1/limits/{key}" => json!({"concurrency": 99}),
+        "PUT /v1/runs/{id}/priority" => json!({"priority": 1}),
+        "POST /v1/runs/{id}/rerun" => json!({"from": ["t"]}),
+        "POST /v1/runs/{id}/tasks/{node}/complete" => json!({"output": {}}),
+        "POST /v1/runs/{id}/tasks/{node}/resolve" => json!({"outcome": "completed", "output": {}}),
+        "POST /v1/schedules/{id}/backfill" => json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}),
+        "POST /v1/tasks/{id}/complete" | "POST /v1/tasks/{id}/heartbeat" => task,
+        "POST /v1/tasks/{id}/fail" => json!({"worker_id": "w", "run_id": held.waiting, "attempt": 1, "error": "x"}),
+        "POST /v1/tasks/{id}/logs" => json!({"worker_id": "w", "run_id": held.waiting, "attempt": 1, "lines": []}),
+        "POST /v1/webhooks/{name}" => json!({}),
+        _ => return None,
+    };
+    Some(body)
+}
+
+fn cluster_wide(path: &str) -> bool {
+    path.starts_with("/v1/keys") || path.starts_with("/v1/namespaces") || !path.starts_with("/v1/")
+}
+
+/// Alpha's things: workflows, a run that ended (an HTTP step worked by a
+/// worker of alpha's), one waiting for an event, a schedule, a webhook, a
+/// limit, an event and a bulk job.
+async fn fill_alpha(e: &mut Engine, target: &FakeHttp) -> Held {
+    let mut c = e.worker_config("alpha-worker", 4);
+    c.worker_token = Some(WORKER.into());
+    c.namespace = Some("alpha".into());
+    let worker = e.worker(composer_worker::Worker::new(c));
+    e.spawn_worker(worker);
+    let map = json!({"id": "m", "type": "MAP", "config": {"items": [1, 2], "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}});
+    let orders = json!({"name": "alpha-orders", "nodes": [http_node("t", &target.url("/ok/alpha"), 1), map]});
+    ok(e, "alpha", "POST", "/v1/workflows", orders).await;
+    let waits = json!({"name": "alpha-waits", "nodes": [{"id": "t", "type": "WAIT_FOR_EVENT", "config": {"event": "alpha-go", "key": "k"}}]});
+    ok(e, "alpha", "POST", "/v1/workflows", waits).await;
+    let done = ok(e, "alpha", "POST", "/v1/runs", json!({"workflow": "alpha-orders"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let waiting = ok(e, "alpha", "POST", "/v1/runs", json!({"workflow": "alpha-waits"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run = run_when_ended(e, "alpha", &done).await;
+    assert_eq!(run["status"], "SUCCEEDED", "alpha's worker works alpha's step: {run}");
+    assert_eq!(target.calls("/ok/alpha"), 1);
+    ok(
+        e,
+        "alpha",
+        "POST",
+        "/v1/schedules",
+        json!({"id": "alpha-nightly", "workflow": "alpha-orders", "cron": "0 3 * * *"}),
+    )
+    .await;
+    ok(e, "alpha", "POST", "/v1/webhooks", json!({"name": "alpha-hook", "scheme": "github", "secret": "NS_SECRET"}))
+        .await;
+    ok(e, "alpha", "PUT", "/v1/limits/alpha-limit", json!({"concurrency": 5})).await;
+    ok(e, "alpha", "POST", "/v1/events", json!({"name": "alpha-other", "key": "k"})).await;
+    let bulk = json!({"filter": {"workflow": "alpha-orders"}, "action": "retry", "reason": "alpha's own"});
+    let bulk = ok(e, "alpha", "POST", "/v1/runs/bulk", bulk).await;
+    let bulk = bulk["id"].as_str().map(str::to_string).unwrap_or_else(|| panic!("a bulk job: {bulk}"));
+    Held { done, waiting, bulk }
+}
+
+/// Two namespaces, every route of the document: beta's lists show nothing
+/// of alpha's, beta's reads of alpha's things find nothing, beta's changes
+/// of them change nothing, and alpha's own reads find them all.
+#[tokio::test]
+async fn two_namespaces_share_nothing_on_any_route_of_the_document() {
+    let mut e = Engine::with(options()).await;
+    let target = FakeHttp::start().await;
+    for ns in ["alpha", "beta"] {
+        let (status, created) = call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": ns}))).await;
+        assert_eq!(status, 201, "{created}");
+    }
+    let (status, _) = call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "alpha"}))).await;
+    assert_eq!(status, 200, "creating one that exists answers it");
+    let held = fill_alpha(&mut e, &target).await;
+
+    let (_, doc) = call(&e, ADMIN, None, "GET", "/openapi.json", None).await;
+    let mut checked = 0;
+    let mut changes = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if cluster_wide(path) {
+            continue;
+        }
+        for (method, _) in item.as_object().unwrap() {
+            let m = method.to_uppercase();
+            let op = format!("{m} {path}");
+            let mut url = held.fill(path);
+            // Required query parameters: the MAP node's name is the one there is.
+            let required: Vec<&str> = item[method]["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "query" && p["required"] == true)
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            for (i, name) in required.iter().enumerate() {
+                assert_eq!(*name, "node", "{path}: a required parameter this test cannot fill: {name}");
+                url.push_str(if i == 0 { "?node=m" } else { "&node=m" });
+            }
+            if m != "GET" {
+                changes.push((op, url));
+                continue;
+            }
+            let (status, answer) = call(&e, ADMIN, Some("beta"), &m, &url, None).await;
+            let (own, mine) = call(&e, ADMIN, Some("alpha"), &m, &url, None).await;
+            assert_eq!(own, 200, "{op} in alpha, with alpha's things: {mine}");
+            if path.contains('{') {
+                assert_eq!(status, 404, "{op} in beta, with alpha's things: {answer}");
+            } else {
+                assert_eq!(status, 200, "{op} in beta: {answer}");
+                let text = answer.to_string();
+                for mark in held.marks() {
+                    assert!(!text.contains(mark), "{op} in beta shows alpha's {mark}: {text}");
+                }
+            }
+            checked += 1;
+        }
+    }
+    for (op, url) in &changes {
+        let body = body_of(op, &held);
+        let needs_body = doc["paths"][op.split_once(' ').unwrap().1][op.split_once(' ').unwrap().0.to_lowercase()]
+            .get("requestBody")
+            .is_some();
+        assert!(body.is_some() || !needs_body, "{op}: this test has no body for it; give it one");
+        let m = op.split_once(' ').unwrap().0;
+        let (status, answer) = call(&e, ADMIN, Some("beta"), m, url, body.as_ref()).await;
+        assert_ne!(status, 500, "{op} in beta: {answer}");
+        let acts_on_alpha_s = url.contains(&held.done)
+            || url.contains(&held.waiting)
+            || url.contains(&held.bulk)
+            || url.contains("alpha-nightly")
+            || url.contains("alpha-hook");
+        if acts_on_alpha_s || op == "POST /v1/runs" {
+            assert!((400..500).contains(&status), "{op} in beta, on alpha's thing: {status} {answer}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 45, "only {checked} operations were called");
+
+    // Alpha's things are as they were.
+    assert_eq!(run_when_ended(&e, "alpha", &held.done).await["status"], "SUCCEEDED");
+    let (_, waiting) = call(&e, ADMIN, Some("alpha"), "GET", &format!("/v1/runs/{}", held.waiting), None).await;
+    assert_eq!(waiting["status"], "RUNNING", "beta's event and bulk cancel did not reach it: {waiting}");
+    let (_, schedule) = call(&e, ADMIN, Some("alpha"), "GET", "/v1/schedules/alpha-nightly", None).await;
+    assert_eq!(schedule["paused"], false, "{schedule}");
+    let (_, limit) = call(&e, ADMIN, Some("alpha"), "GET", "/v1/limits/alpha-limit", None).await;
+    assert_eq!(limit["concurrency"], 5, "{limit}");
+    let (_, hook) = call(&e, ADMIN, Some("alpha"), "GET", "/v1/webhooks/alpha-hook", None).await;
+    assert_eq!(hook["url"], "/v1/webhooks/alpha-hook?namespace=alpha", "its sender names the namespace: {hook}");
+    let (_, versions) = call(&e, ADMIN, Some("alpha"), "GET", "/v1/workflows/alpha-orders", None).await;
+    assert_eq!(versions["versions"].as_array().map(Vec::len), Some(1), "{versions}");
+    // Alpha's event reaches alpha's run.
+    ok(&e, "alpha", "POST", "/v1/events", json!({"name": "alpha-go", "key": "k"})).await;
+    assert_eq!(run_when_ended(&e, "alpha", &held.waiting).await["status"], "SUCCEEDED");
+    // The same workflow name in another namespace is another workflow.
+    let beta_orders =
+        json!({"name": "alpha-orders", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 2}}]});
+    assert_eq!(ok(&e, "beta", "POST", "/v1/workflows", beta_orders).await["version"], 1);
+    e.stop().await;
+}
+
+/// A key bound to a namespace acts there only, sees only that namespace
+/// and its keys, makes keys of that namespace only, and can neither create
+/// nor delete namespaces.
+#[tokio::test]
+async fn a_key_bound_to_a_namespace_acts_there_only() {
+    let e = Engine::with(options()).await;
+    for ns in ["alpha", "beta"] {
+        assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": ns}))).await.0, 201);
+    }
+    let bound = json!({"name": "alpha-admin", "scopes": ["admin"], "namespace": "alpha"});
+    let (status, created) = call(&e, ADMIN, None, "POST", "/v1/keys", Some(&bound)).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["namespace"], "alpha");
+    let key = created["key"].as_str().unwrap();
+    assert_eq!(call(&e, key, Some("alpha"), "GET", "/v1/runs", None).await.0, 200);
+    for other in [Some("beta"), None] {
+        let (status, answer) = call(&e, key, other, "GET", "/v1/runs", None).await;
+        assert_eq!(status, 403, "{other:?}: {answer}");
+        assert!(answer.to_string().contains("bound to namespace alpha"), "{answer}");
+    }
+    let (_, list) = call(&e, key, Some("alpha"), "GET", "/v1/namespaces", None).await;
+    let names: Vec<&str> = list["namespaces"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alpha"]);
+    assert_eq!(call(&e, key, Some("alpha"), "GET", "/v1/namespaces/beta", None).await.0, 404);
+    let (status, _) = call(&e, key, Some("alpha"), "POST", "/v1/namespaces", Some(&json!({"name": "gamma"}))).await;
+    assert_eq!(status, 403);
+    assert_eq!(call(&e, key, Some("alpha"), "DELETE", "/v1/namespaces/beta", None).await.0, 403);
+    let (status, made) =
+        call(&e, key, Some("alpha"), "POST", "/v1/keys", Some(&json!({"name": "alpha-ci", "scopes": ["read"]}))).await;
+    assert_eq!((status, &made["namespace"]), (201, &json!("alpha")), "a bound key's keys are bound too: {made}");
+    let escape = json!({"name": "escape", "scopes": ["read"], "namespace": "beta"});
+    assert_eq!(call(&e, key, Some("alpha"), "POST", "/v1/keys", Some(&escape)).await.0, 403);
+    let (_, keys) = call(&e, key, Some("alpha"), "GET", "/v1/keys", None).await;
+    assert!(keys["keys"].as_array().unwrap().iter().all(|k| k["namespace"] == "alpha"), "{keys}");
+    let (status, unbound) =
+        call(&e, ADMIN, None, "POST", "/v1/keys", Some(&json!({"name": "everywhere", "scopes": ["read"]}))).await;
+    assert_eq!(status, 201, "{unbound}");
+    let (_, keys) = call(&e, key, Some("alpha"), "GET", "/v1/keys", None).await;
+    assert!(!keys.to_string().contains("everywhere"), "{keys}");
+    let revoke = format!("/v1/keys/{}", unbound["id"].as_str().unwrap());
+    let (status, _) = call(&e, key, Some("alpha"), "DELETE", &revoke, None).await;
+    assert_eq!(status, 404, "a key of every namespace is not its to revoke");
+    let unbound_key = unbound["key"].as_str().unwrap();
+    assert_eq!(call(&e, unbound_key, Some("beta"), "GET", "/v1/runs", None).await.0, 200, "still live");
+    e.stop().await;
+}
+
+/// A namespace's name is checked at the door; one that does not exist is a
+/// 404; `default` is what a call naming none reaches and cannot be deleted;
+/// a cluster has at most `COMPOSER_MAX_NAMESPACES`, `default` included.
+#[tokio::test]
+async fn the_door_refuses_bad_and_unknown_namespaces() {
+    let e = Engine::with(EngineOptions {
+        coordinator: |c| {
+            c.api_token = Some(ADMIN.into());
+            c.worker_token = Some(WORKER.into());
+            c.max_namespaces = 2;
+        },
+        ..options()
+    })
+    .await;
+    assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "one"}))).await.0, 201);
+    let (status, answer) = call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "two"}))).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer.to_string().contains("COMPOSER_MAX_NAMESPACES"), "{answer}");
+    assert_eq!(
+        call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "one"}))).await.0,
+        200,
+        "it exists"
+    );
+    let wordy = json!({"name": "three", "description": "x".repeat(1001)});
+    let (status, answer) = call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&wordy)).await;
+    assert!(
+        status == 400 && answer.to_string().contains("at most 1000"),
+        "MAX_NAMESPACE_DESCRIPTION: {status} {answer}"
+    );
+    for bad in ["Alpha", "a_b", "-a", "a/b"] {
+        let (status, answer) = call(&e, ADMIN, Some(bad), "GET", "/v1/runs", None).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+    }
+    let (status, answer) = call(&e, ADMIN, Some("nowhere"), "GET", "/v1/runs", None).await;
+    assert_eq!(status, 404, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("namespace \"nowhere\""), "{answer}");
+    assert_eq!(call(&e, ADMIN, Some("default"), "GET", "/v1/runs", None).await.0, 200);
+    assert_eq!(call(&e, ADMIN, None, "DELETE", "/v1/namespaces/default", None).await.0, 409);
+    let long = "a".repeat(64);
+    assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": long}))).await.0, 400);
+    e.stop().await;
+}
+
+/// Deleting a namespace stops it being served at once, drops everything it
+/// held once every coordinator has let go of it, and the name can then be
+/// created again, empty.
+#[tokio::test]
+async fn a_deleted_namespace_is_gone_with_its_data_and_can_be_made_again() {
+    let e = Engine::with(options()).await;
+    assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "brief"}))).await.0, 201);
+    let wf = json!({"name": "kept", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+    ok(&e, "brief", "POST", "/v1/workflows", wf).await;
+    let (status, deleting) = call(&e, ADMIN, None, "DELETE", "/v1/namespaces/brief", None).await;
+    assert_eq!((status, deleting["state"].as_str()), (202, Some("deleting")), "{deleting}");
+    let (status, answer) = call(&e, ADMIN, Some("brief"), "GET", "/v1/workflows", None).await;
+    assert_eq!(status, 409, "{answer}");
+    let gone = composer_testkit::poll_until(Duration::from_secs(40), || async {
+        (call(&e, ADMIN, None, "GET", "/v1/namespaces/brief", None).await.0 == 404).then_some(())
+    })
+    .await;
+    assert!(gone.is_ok(), "the namespace was not dropped");
+    assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "brief"}))).await.0, 201);
+    let (_, list) = call(&e, ADMIN, Some("brief"), "GET", "/v1/workflows", None).await;
+    assert_eq!(list["workflows"], json!([]), "made again, empty: {list}");
+    e.stop().await;
+}

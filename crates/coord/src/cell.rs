@@ -1,0 +1,233 @@
+//! One namespace's share of a coordinator (a cell, see [`crate::cells`]):
+//! its storage prepared, its engine, publisher and loops started.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use composer_stream::{Keys, Streams};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::engine::{Engine, Lane, URGENT_LOOPS};
+use crate::shared::Shared;
+use crate::{listener, loops, outbox, publish, schedules};
+
+/// Why a coordinator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid configuration: {0}")]
+    Config(#[from] composer_config::ConfigError),
+    #[error("cannot listen on {addr} (--listen, COMPOSER_LISTEN): {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot write the bound address to {path} (--addr-file, COMPOSER_ADDR_FILE): {source}")]
+    AddrFile { path: std::path::PathBuf, source: std::io::Error },
+    #[error("PostgreSQL (--database-url, COMPOSER_DATABASE_URL): {0}")]
+    Store(#[from] composer_store::Error),
+    #[error("Redis (--redis-url, COMPOSER_REDIS_URL): {0}")]
+    Stream(#[from] composer_stream::Error),
+    #[error("cannot use the state directory or its flight file {path} (--state-dir, COMPOSER_STATE_DIR): {source}")]
+    State { path: std::path::PathBuf, source: std::io::Error },
+    #[error(
+        "{skew}, more than the {allowed:?} allowed (--max-clock-skew, COMPOSER_MAX_CLOCK_SKEW): \
+         keep this host in time (NTP) before starting a coordinator on it"
+    )]
+    ClockSkew { skew: String, allowed: std::time::Duration },
+}
+
+/// Starts the part of a coordinator that serves one namespace (a cell):
+/// its connection to Redis under its own prefix, its engine, the outbox's
+/// publisher, the loops — everything reading and writing `pool`, whose
+/// connections reach that namespace's tables only. `default` is the
+/// default namespace's cell, for another namespace's: its keys and its pool
+/// of what is kept once for the cluster.
+pub(crate) async fn start_cell(
+    namespace: &str,
+    config: Config,
+    pool: composer_store::Pool,
+    traces: Option<Arc<crate::trace::Traces>>,
+    default: Option<&Shared>,
+    shutdown: &CancellationToken,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Result<Arc<Shared>, Error> {
+    let streams = Streams::connect_with(
+        &config.redis.url,
+        Keys::new(config.redis.prefix.clone()),
+        config.redis.ca_file.as_deref(),
+    )
+    .await?;
+    streams.publish_shard_count(config.stream_shards).await?;
+
+    let outbox_wake = Arc::new(Notify::new());
+    // A coordinator that runs no enqueuer publishes nothing itself either:
+    // its rows are due at once, for the others.
+    let (publisher, publish_inbox) = match config.run_outbox {
+        true => {
+            let (p, inbox) = crate::engine::publisher::Publisher::new();
+            (Some(Arc::new(p)), Some(inbox))
+        }
+        false => (None, None),
+    };
+    let engine = Engine::new(
+        pool.clone(),
+        config.stream_shards,
+        outbox_wake.clone(),
+        publisher.clone().map(|p| (p, config.outbox_publish_grace)),
+        crate::engine::Bounds {
+            max_payload: config.max_payload,
+            tree: crate::engine::TreeBudget { runs: config.max_tree_runs, items: config.max_tree_items },
+            whole_run_nodes: config.whole_run_nodes,
+        },
+        config.engine_queue,
+    )
+    .with_traces(traces);
+    let mut shared = Shared::new(config, pool, streams, engine, outbox_wake);
+    if let Some(default) = default {
+        shared.keys = default.keys.clone();
+        shared.cluster = default.cluster.clone();
+    }
+    let shared = Arc::new(shared);
+    if let (Some(publisher), Some(inbox)) = (publisher, publish_inbox) {
+        tasks.spawn(publish::run(shared.clone(), publisher, inbox, shutdown.clone()));
+    }
+    for _ in 0..shared.config.engine_workers {
+        tasks.spawn(shared.engine.clone().run_batches(Lane::All, shutdown.clone()));
+    }
+    for _ in 0..URGENT_LOOPS {
+        tasks.spawn(shared.engine.clone().run_batches(Lane::Urgent, shutdown.clone()));
+    }
+    loops::recover_tasks(&shared).await;
+    spawn_loops(&shared, namespace == composer_store::namespaces::DEFAULT, shutdown, tasks);
+    Ok(shared)
+}
+
+/// Applies the migrations to what `pool` reaches (the default namespace's
+/// schema, or another's) and makes its partitions.
+pub(crate) async fn prepare(config: &Config, pool: &composer_store::Pool) -> Result<(), Error> {
+    let mut client = composer_store::client(pool).await?;
+    let applied = composer_store::migrations::migrate(&mut client).await?;
+    if applied > 0 {
+        tracing::info!(applied, "applied migrations");
+    }
+    loops::maintain_partitions(&client, config.partition_months_ahead, config.retention_days).await?;
+    Ok(())
+}
+
+/// Wakes this coordinator's waiting polls when another coordinator
+/// publishes, so that a step it dispatched is read at once rather than at
+/// the polls' next idle read.
+async fn wake_on_announcements(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let wake = || {
+        composer_metrics::inc(composer_metrics::POLL_WAKES, &[], 1);
+        shared.wakes.published.notify_waiters();
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = shared.streams.announced(wake) => {}
+    }
+}
+
+/// The periodic work of every coordinator: recovery, timers, partitions,
+/// metrics (and the outbox and its wake-ups, when this one publishes).
+///
+/// The gauges (`sample_metrics`) are the default namespace's only: they
+/// carry no namespace label yet, and cells setting them in turn would show
+/// each namespace's figures by turns.
+fn spawn_loops(
+    shared: &Arc<Shared>,
+    default: bool,
+    shutdown: &CancellationToken,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
+    tasks.spawn(listener::run(shared.clone(), shutdown.clone()));
+    tasks.spawn(wake_on_announcements(shared.clone(), shutdown.clone()));
+    if shared.config.run_outbox {
+        tasks.spawn(outbox::run(shared.clone(), shutdown.clone()));
+    }
+    let c = &shared.config;
+    tasks.spawn(loops::every(shutdown.clone(), c.recovery_interval, shared.clone(), |s| {
+        Box::pin(async move { loops::recover_tasks(&s).await })
+    }));
+    tasks.spawn(loops::every(shutdown.clone(), c.timer_interval, shared.clone(), |s| {
+        Box::pin(async move {
+            // Before the timers: a host clock that jumped is corrected first.
+            if let Err(e) = crate::clock::measure(&s.pool, s.config.max_clock_skew).await {
+                tracing::warn!(error = %e, "measuring the clock against PostgreSQL's failed");
+            }
+            if let Err(e) = loops::fire_due_waits(&s).await {
+                tracing::warn!(error = %e, "firing due timers failed");
+            }
+            if let Err(e) = loops::start_queued_runs(&s).await {
+                tracing::warn!(error = %e, "starting queued runs failed");
+            }
+            if let Err(e) = schedules::fire_due(&s).await {
+                tracing::warn!(error = %e, "firing schedules failed");
+            }
+        })
+    }));
+    tasks.spawn(loops::every(shutdown.clone(), loops::LOST_WRITES_CHECK_EVERY, shared.clone(), |s| {
+        Box::pin(async move { loops::recover_lost_writes(&s).await })
+    }));
+    tasks.spawn(bulk_loop(shared.clone(), shutdown.clone()));
+    tasks.spawn(crate::limits::run(shared.clone(), shutdown.clone()));
+    tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
+        Box::pin(async move {
+            let result = async {
+                let client = composer_store::client(&s.pool).await?;
+                if let Err(e) = schedules::forget_old_fires(&client).await {
+                    tracing::warn!(error = %e, "forgetting old schedule fires failed");
+                }
+                if let Err(e) = crate::triggers::forget_old_events(&client).await {
+                    tracing::warn!(error = %e, "forgetting old events failed");
+                }
+                // A bulk job and the marks of the runs it acted on are kept a week after it ends.
+                if let Err(e) = composer_store::bulk::cleanup(&client, std::time::Duration::from_secs(7 * 86_400)).await
+                {
+                    tracing::warn!(error = %e, "forgetting old bulk jobs failed");
+                }
+                loops::maintain_partitions(&client, s.config.partition_months_ahead, s.config.retention_days).await
+            };
+            if let Err(e) = result.await {
+                tracing::error!(error = %e, "partition maintenance failed");
+            }
+        })
+    }));
+    tasks.spawn(loops::every(shutdown.clone(), c.analyze_interval, shared.clone(), |s| {
+        Box::pin(async move { loops::analyze_grown_tables(&s).await })
+    }));
+    if !default {
+        return;
+    }
+    tasks.spawn(loops::every(shutdown.clone(), c.metrics_interval, shared.clone(), |s| {
+        Box::pin(async move {
+            if let Err(e) = loops::sample_metrics(&s).await {
+                tracing::warn!(error = %e, "sampling metrics failed");
+            }
+        })
+    }));
+}
+
+/// Works bulk jobs a batch at a time while there are any, then waits for a
+/// new one (or a second, for jobs of other coordinators that died).
+async fn bulk_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
+    loop {
+        let worked = match crate::bulk::work_one_batch(&shared).await {
+            Ok(worked) => worked,
+            Err(e) => {
+                tracing::warn!(error = %e, "working a bulk job failed; will retry");
+                false
+            }
+        };
+        if worked {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = shared.wakes.bulk.notified() => {}
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The door: every request is given its namespace here, before any route.
+//! It is named by the `Composer-Namespace` header or the `namespace` query
+//! parameter (for callers that cannot set a header, such as a webhook's
+//! sender), and is `default` when neither is given. A request for another
+//! namespace is handed, whole, to that namespace's routes, whose state
+//! reaches that namespace's data alone; what is cluster-wide (keys,
+//! namespaces, health, the document, `/metrics`, the UI) is served by the
+//! default namespace's routes whatever the request names. The namespace
+//! goes with the request ([`InNamespace`]) so that `authorize` can refuse a
+//! key bound to another.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use composer_store::namespaces::{NamespaceRow, DEFAULT};
+use futures_util::future::BoxFuture;
+
+use super::error::ApiError;
+
+/// The header naming a request's namespace.
+pub const NAMESPACE_HEADER: &str = "composer-namespace";
+
+/// The query parameter naming it, for callers that cannot set a header.
+pub const NAMESPACE_PARAM: &str = "namespace";
+
+/// The namespace a request is in.
+#[derive(Debug, Clone)]
+pub struct InNamespace(pub String);
+
+/// What the door finds for a namespace.
+pub enum Found {
+    /// Its routes.
+    Routes(axum::Router),
+    Missing,
+    Deleting,
+}
+
+/// What creating a namespace came to.
+pub enum Created {
+    New(NamespaceRow),
+    Exists(NamespaceRow),
+    Deleting,
+    /// There are `max_namespaces` already.
+    TooMany,
+}
+
+/// The namespaces of a coordinator, as the door and `/v1/namespaces` use them.
+pub trait Namespaces: Send + Sync {
+    fn find<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Found, ApiError>>;
+    fn create<'a>(
+        &'a self,
+        name: &'a str,
+        description: &'a str,
+        actor: &'a str,
+    ) -> BoxFuture<'a, Result<Created, ApiError>>;
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<NamespaceRow>, ApiError>>;
+}
+
+/// Whether `name` may name a namespace (`composer_api::schema::NAMESPACE_PATTERN`).
+pub fn valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 63
+        && bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Paths served by the default namespace's routes whatever the request names.
+fn cluster_wide(path: &str) -> bool {
+    const ROOTS: [&str; 8] =
+        ["/v1/keys", "/v1/namespaces", "/healthz", "/readyz", "/openapi.json", "/metrics", "/ui", "/demo"];
+    ROOTS.iter().any(|root| path.strip_prefix(root).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
+}
+
+/// The namespace `req` names, the `namespace` parameter taken out of its
+/// query (so that routes' strict queries do not see it).
+fn requested(req: &mut Request) -> Result<String, ApiError> {
+    let header = match req.headers().get(NAMESPACE_HEADER) {
+        Some(v) => {
+            Some(v.to_str().map_err(|_| ApiError::bad_request(format!("{NAMESPACE_HEADER}: not text")))?.to_string())
+        }
+        None => None,
+    };
+    let mut param = None;
+    if let Some(query) = req.uri().query().filter(|q| q.contains(NAMESPACE_PARAM)) {
+        let pairs: Vec<(String, String)> =
+            serde_urlencoded::from_str(query).map_err(|e| ApiError::bad_request(format!("the query string: {e}")))?;
+        if pairs.iter().any(|(k, _)| k == NAMESPACE_PARAM) {
+            let mut rest = Vec::with_capacity(pairs.len());
+            for (k, v) in pairs {
+                match k == NAMESPACE_PARAM {
+                    true if param.is_some() => {
+                        return Err(ApiError::bad_request(format!("{NAMESPACE_PARAM}: given more than once")))
+                    }
+                    true => param = Some(v),
+                    false => rest.push((k, v)),
+                }
+            }
+            let rest = serde_urlencoded::to_string(&rest).map_err(|e| ApiError::internal(e.to_string()))?;
+            let path = req.uri().path();
+            let uri = if rest.is_empty() { path.to_string() } else { format!("{path}?{rest}") };
+            *req.uri_mut() = uri.parse().map_err(|_| ApiError::bad_request("the query string"))?;
+        }
+    }
+    let name = match (header, param) {
+        (Some(h), Some(p)) if h != p => {
+            return Err(ApiError::bad_request(format!(
+                "the {NAMESPACE_HEADER} header names {h:?} and the {NAMESPACE_PARAM} parameter {p:?}: name one"
+            )))
+        }
+        (Some(n), _) | (None, Some(n)) => n,
+        (None, None) => DEFAULT.to_string(),
+    };
+    if !valid_name(&name) {
+        let shown: String = name.chars().take(80).collect();
+        return Err(ApiError::bad_request(format!(
+            "namespace {shown:?}: 1 to 63 lowercase letters, digits and '-', starting with a letter"
+        )));
+    }
+    Ok(name)
+}
+
+/// The middleware in front of every route (see the module's note).
+pub(super) async fn door(State(namespaces): State<Arc<dyn Namespaces>>, mut req: Request, next: Next) -> Response {
+    let name = match requested(&mut req) {
+        Ok(name) => name,
+        Err(e) => return e.into_response(),
+    };
+    req.extensions_mut().insert(InNamespace(name.clone()));
+    req.extensions_mut().insert(namespaces.clone());
+    if name == DEFAULT || cluster_wide(req.uri().path()) {
+        return next.run(req).await;
+    }
+    match namespaces.find(&name).await {
+        Ok(Found::Routes(mut routes)) => match tower_service::Service::call(&mut routes, req).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        Ok(Found::Missing) => ApiError::not_found(format!("namespace {name:?} not found")).into_response(),
+        Ok(Found::Deleting) => ApiError::Conflict(format!("namespace {name:?} is being deleted")).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(uri: &str, header: Option<&str>) -> Result<(String, String), String> {
+        let mut req = Request::builder().uri(uri);
+        if let Some(h) = header {
+            req = req.header(NAMESPACE_HEADER, h);
+        }
+        let mut req = req.body(axum::body::Body::empty()).unwrap();
+        requested(&mut req).map(|n| (n, req.uri().to_string())).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_request_names_its_namespace_by_header_or_parameter_and_default_otherwise() {
+        assert_eq!(named("/v1/runs?limit=5", None).unwrap(), ("default".into(), "/v1/runs?limit=5".into()));
+        assert_eq!(named("/v1/runs", Some("billing")).unwrap().0, "billing");
+        assert_eq!(
+            named("/v1/runs?namespace=billing&limit=5", None).unwrap(),
+            ("billing".into(), "/v1/runs?limit=5".into())
+        );
+        assert_eq!(named("/v1/runs?namespace=billing", Some("billing")).unwrap().1, "/v1/runs");
+        assert!(named("/v1/runs?namespace=a", Some("b")).unwrap_err().contains("name one"));
+        assert!(named("/v1/runs?namespace=a&namespace=a", None).unwrap_err().contains("more than once"));
+        for bad in ["", "Billing", "1a", "a_b", "a/b", "../x", &"a".repeat(64)] {
+            assert!(named("/v1/runs", Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_valid_name_is_what_the_document_s_pattern_says() {
+        let pattern = regex::Regex::new(composer_api::schema::NAMESPACE_PATTERN).unwrap();
+        let long = "a".repeat(63);
+        let longer = "a".repeat(64);
+        for name in ["a", "default", "team-a", "a1", &long, &longer, "", "A", "1a", "-a", "a_b", "a.b", "é", "a\n"] {
+            assert_eq!(valid_name(name), pattern.is_match(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_wide_paths_are_whole_segments() {
+        assert!(cluster_wide("/v1/keys") && cluster_wide("/v1/keys/x") && cluster_wide("/ui/runs"));
+        assert!(!cluster_wide("/v1/keysx") && !cluster_wide("/v1/runs") && !cluster_wide("/uix"));
+    }
+}

@@ -1,0 +1,158 @@
+//! Namespaces (`/v1/namespaces`): created, listed, described and deleted.
+//! Reading needs `read`; creating and deleting, `admin` of every
+//! namespace (a key bound to one may do neither). A caller bound to a
+//! namespace sees that namespace only.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use composer_api::{CreateNamespace, NamespaceList, NamespaceView};
+use composer_store::namespaces::{NamespaceRow, DEFAULT};
+
+use super::door::{valid_name, Created, Namespaces};
+use super::error::{ApiError, ApiResult};
+use super::extract::{text_param, Body, Path};
+use crate::access::Principal;
+
+/// Longest description a namespace may have, in characters.
+pub const MAX_NAMESPACE_DESCRIPTION: usize = 1000;
+
+fn view(row: &NamespaceRow) -> NamespaceView {
+    NamespaceView {
+        name: row.name.clone(),
+        description: row.description.clone(),
+        state: row.state.clone(),
+        created_by: row.created_by.clone(),
+        created_at: row.created_at,
+    }
+}
+
+/// A cluster-wide administrator: the only one who may create or delete namespaces.
+fn cluster_wide(by: &Principal) -> ApiResult<()> {
+    match by.namespace() {
+        None => Ok(()),
+        Some(n) => Err(ApiError::Forbidden(format!(
+            "{} is bound to namespace {n}; only a key of every namespace may create or delete one",
+            by.name
+        ))),
+    }
+}
+
+fn checked_name(name: &str) -> ApiResult<()> {
+    match valid_name(name) {
+        true => Ok(()),
+        false => Err(ApiError::bad_request(format!(
+            "name: 1 to 63 lowercase letters, digits and '-', starting with a letter; got {:?}",
+            name.chars().take(80).collect::<String>()
+        ))),
+    }
+}
+
+/// Create a namespace.
+///
+/// A namespace has its own workflows, runs, schedules, webhooks, triggers, limits, events, bulk
+/// jobs, queues and audit log: a call names it with the `Composer-Namespace` header (or the
+/// `namespace` query parameter), and reaches nothing of another. Creating one that exists answers
+/// it (200). Needs `admin` of every namespace.
+#[utoipa::path(
+    post, path = "/v1/namespaces", operation_id = "createNamespace", tag = "access",
+    request_body = CreateNamespace,
+    responses(
+        (status = 201, description = "created", body = NamespaceView),
+        (status = 200, description = "it exists already", body = NamespaceView),
+        (status = 409, description = "it is being deleted, or there are COMPOSER_MAX_NAMESPACES already", body = composer_api::ErrorBody),
+    )
+)]
+pub(crate) async fn create(
+    State(config): State<Arc<crate::config::Config>>,
+    Extension(namespaces): Extension<Arc<dyn Namespaces>>,
+    Extension(by): Extension<Principal>,
+    Body(req): Body<CreateNamespace>,
+) -> ApiResult<(StatusCode, Json<NamespaceView>)> {
+    cluster_wide(&by)?;
+    checked_name(&req.name)?;
+    text_param(&req.description, "description")?;
+    if req.description.chars().count() > MAX_NAMESPACE_DESCRIPTION {
+        return Err(ApiError::bad_request(format!("description: at most {MAX_NAMESPACE_DESCRIPTION} characters")));
+    }
+    match namespaces.create(&req.name, &req.description, &by.name).await? {
+        Created::New(row) => {
+            tracing::info!(namespace = %row.name, by = %by.name, "namespace created");
+            Ok((StatusCode::CREATED, Json(view(&row))))
+        }
+        Created::Exists(row) => Ok((StatusCode::OK, Json(view(&row)))),
+        Created::Deleting => Err(ApiError::Conflict(format!("namespace {:?} is being deleted; try again", req.name))),
+        Created::TooMany => Err(ApiError::Conflict(format!(
+            "there are {} namespaces already, the most this cluster may have (COMPOSER_MAX_NAMESPACES)",
+            config.max_namespaces
+        ))),
+    }
+}
+
+/// List namespaces.
+///
+/// `default` first, then by name, those being deleted too. A caller bound to a namespace sees
+/// that one only.
+#[utoipa::path(
+    get, path = "/v1/namespaces", operation_id = "listNamespaces", tag = "access",
+    responses((status = 200, description = "the namespaces", body = NamespaceList))
+)]
+pub(crate) async fn list(
+    State(pool): State<composer_store::Pool>,
+    State(config): State<Arc<crate::config::Config>>,
+    Extension(by): Extension<Principal>,
+) -> ApiResult<Json<NamespaceList>> {
+    let client = composer_store::client(&pool).await?;
+    let rows = composer_store::namespaces::list(&client, config.max_namespaces).await?;
+    let namespaces = rows.iter().filter(|r| by.may_enter(&r.name)).map(view).collect();
+    Ok(Json(NamespaceList { namespaces }))
+}
+
+/// Describe a namespace.
+///
+/// Its name, description, state and who created it. A caller bound to another namespace gets a
+/// 404, as for one that does not exist.
+#[utoipa::path(
+    get, path = "/v1/namespaces/{name}", operation_id = "getNamespace", tag = "access",
+    params(("name" = composer_api::schema::NamespaceName, Path, description = "the namespace")),
+    responses((status = 200, description = "the namespace", body = NamespaceView))
+)]
+pub(crate) async fn get(
+    State(pool): State<composer_store::Pool>,
+    Extension(by): Extension<Principal>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<NamespaceView>> {
+    checked_name(&name)?;
+    let client = composer_store::client(&pool).await?;
+    let row = composer_store::namespaces::get(&client, &name).await?.filter(|r| by.may_enter(&r.name));
+    row.map(|r| Json(view(&r))).ok_or_else(|| ApiError::not_found(format!("namespace {name:?} not found")))
+}
+
+/// Delete a namespace with its data.
+///
+/// A job: the namespace stops being served at once (calls naming it are a 409), and some 15 s
+/// later, once every coordinator has stopped serving it, its workflows, runs and everything else
+/// it holds are dropped. Its keys stay, refused. `default` cannot be deleted. Needs `admin` of
+/// every namespace.
+#[utoipa::path(
+    delete, path = "/v1/namespaces/{name}", operation_id = "deleteNamespace", tag = "access",
+    params(("name" = composer_api::schema::NamespaceName, Path, description = "the namespace")),
+    responses((status = 202, description = "being deleted", body = NamespaceView))
+)]
+pub(crate) async fn delete(
+    Extension(namespaces): Extension<Arc<dyn Namespaces>>,
+    Extension(by): Extension<Principal>,
+    Path(name): Path<String>,
+) -> ApiResult<(StatusCode, Json<NamespaceView>)> {
+    cluster_wide(&by)?;
+    checked_name(&name)?;
+    if name == DEFAULT {
+        return Err(ApiError::Conflict("the default namespace cannot be deleted".into()));
+    }
+    let row =
+        namespaces.delete(&name).await?.ok_or_else(|| ApiError::not_found(format!("namespace {name:?} not found")))?;
+    tracing::info!(namespace = %row.name, by = %by.name, "namespace being deleted");
+    Ok((StatusCode::ACCEPTED, Json(view(&row))))
+}

@@ -1,0 +1,161 @@
+//! The registry of namespaces. `default` is this schema; every other
+//! namespace is a schema of its own, `composer_ns_<id>`, holding every table
+//! the migrations make. A namespace is created in three steps that can each
+//! be taken again (a row `creating`, its schema migrated, the row `active`)
+//! and deleted in two (the row `deleting`, then, once every coordinator has
+//! stopped using it, its schema dropped and its row removed), so any number
+//! of coordinators may run them and a crash between steps leaves nothing a
+//! retry does not finish. Read and written through the default namespace's
+//! connections only.
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::Row;
+
+use crate::{Client, Result};
+
+/// The namespace every call reaches when it names none.
+pub const DEFAULT: &str = "default";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceRow {
+    pub name: String,
+    pub id: i64,
+    pub description: String,
+    /// `creating`, `active` or `deleting`.
+    pub state: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub deleting_since: Option<DateTime<Utc>>,
+}
+
+impl NamespaceRow {
+    /// The schema holding this namespace's data; `None` for `default`,
+    /// whose data is in the schema the connection names.
+    pub fn schema(&self) -> Option<String> {
+        (self.name != DEFAULT).then(|| schema_name(self.id))
+    }
+}
+
+/// The schema of the namespace of registry id `id`: made of digits, so it
+/// never needs quoting.
+pub fn schema_name(id: i64) -> String {
+    format!("composer_ns_{id}")
+}
+
+const COLUMNS: &str = "name, id, description, state, created_by, created_at, deleting_since";
+
+fn from_row(r: &Row) -> Result<NamespaceRow> {
+    Ok(NamespaceRow {
+        name: r.try_get("name")?,
+        id: r.try_get("id")?,
+        description: r.try_get("description")?,
+        state: r.try_get("state")?,
+        created_by: r.try_get("created_by")?,
+        created_at: r.try_get("created_at")?,
+        deleting_since: r.try_get("deleting_since")?,
+    })
+}
+
+/// Records namespace `name` as being created, or answers its row as it is
+/// (`creating`: a creation to finish; otherwise it exists already).
+pub async fn begin_create(client: &Client, name: &str, description: &str, actor: &str) -> Result<(NamespaceRow, bool)> {
+    let inserted = client
+        .query_opt(
+            &format!(
+                "INSERT INTO namespaces (name, description, created_by) VALUES ($1, $2, $3)
+                 ON CONFLICT (name) DO NOTHING RETURNING {COLUMNS}"
+            ),
+            &[&name, &description, &actor],
+        )
+        .await?;
+    match inserted {
+        Some(row) => Ok((from_row(&row)?, true)),
+        // Deleted between the two statements: created again, by a retry.
+        None => Ok((
+            get(client, name)
+                .await?
+                .ok_or_else(|| crate::Error::Closed(format!("namespace {name} was just deleted; try again")))?,
+            false,
+        )),
+    }
+}
+
+/// Makes `schema` if it is missing. The migrations are then applied to it
+/// through a connection whose `search_path` is that schema alone.
+pub async fn create_schema(client: &Client, schema: &str) -> Result<()> {
+    client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).await?;
+    Ok(())
+}
+
+/// The namespace, now migrated, is in use (a namespace being deleted stays so).
+pub async fn activate(client: &Client, name: &str) -> Result<Option<NamespaceRow>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "UPDATE namespaces SET state = 'active' WHERE name = $1 AND state <> 'deleting' RETURNING {COLUMNS}"
+            ),
+            &[&name],
+        )
+        .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+pub async fn get(client: &Client, name: &str) -> Result<Option<NamespaceRow>> {
+    let row = client.query_opt(&format!("SELECT {COLUMNS} FROM namespaces WHERE name = $1"), &[&name]).await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// Every namespace, `default` first, then by name; at most `limit`.
+pub async fn list(client: &Client, limit: i64) -> Result<Vec<NamespaceRow>> {
+    let rows = client
+        .query(&format!("SELECT {COLUMNS} FROM namespaces ORDER BY name <> 'default', name LIMIT $1"), &[&limit])
+        .await?;
+    rows.iter().map(from_row).collect()
+}
+
+/// How many namespaces there are, `default` and those being created or
+/// deleted included.
+pub async fn count(client: &Client) -> Result<i64> {
+    Ok(client.query_one("SELECT count(*) FROM namespaces", &[]).await?.try_get(0)?)
+}
+
+/// Marks `name` as being deleted (never `default`): coordinators stop
+/// serving it at their next look at the registry. Answers its row, or
+/// `None` when there is no such namespace.
+pub async fn begin_delete(client: &Client, name: &str) -> Result<Option<NamespaceRow>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "UPDATE namespaces SET state = 'deleting', deleting_since = coalesce(deleting_since, now())
+                 WHERE name = $1 AND name <> 'default' RETURNING {COLUMNS}"
+            ),
+            &[&name],
+        )
+        .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// The namespaces marked for deletion at least `grace` ago.
+pub async fn due_for_deletion(client: &Client, grace: std::time::Duration) -> Result<Vec<NamespaceRow>> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM namespaces
+                 WHERE state = 'deleting' AND deleting_since <= now() - make_interval(secs => $1)"
+            ),
+            &[&grace.as_secs_f64()],
+        )
+        .await?;
+    rows.iter().map(from_row).collect()
+}
+
+/// Drops the schema of namespace `row` with every table in it, and then
+/// its row, in one transaction.
+pub async fn finish_delete(client: &mut Client, row: &NamespaceRow) -> Result<()> {
+    let Some(schema) = row.schema() else { return Ok(()) };
+    let tx = crate::begin(client).await?;
+    tx.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
+    tx.execute("DELETE FROM namespaces WHERE name = $1 AND state = 'deleting'", &[&row.name]).await?;
+    tx.commit().await?;
+    Ok(())
+}
