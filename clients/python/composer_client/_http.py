@@ -4,6 +4,7 @@ answer (or none) turned into the exception of its status."""
 import http.client
 import json
 import logging
+import re
 import socket
 import time
 import urllib.error
@@ -14,7 +15,7 @@ from typing import IO, Any, Optional
 
 from .errors import ComposerError, Unavailable, error_for_status
 
-__all__ = ["Transport"]
+__all__ = ["NAMESPACE_HEADER", "Transport", "check_namespace"]
 
 log = logging.getLogger("composer_client.http")
 
@@ -64,6 +65,26 @@ def _error_of(status: int, reason: str, body: bytes, retry_after: Optional[str])
 VERSION_HEADER = "composer-version"
 """Every answer of a Composer coordinator names its version in this header."""
 
+NAMESPACE_HEADER = "composer-namespace"
+"""The header naming the namespace a request is in (``default`` without it)."""
+
+_NAMESPACE = re.compile(r"[a-z][a-z0-9-]{0,62}")
+"""What a namespace's name may be: the API's ``^[a-z][a-z0-9-]{0,62}$``."""
+
+
+def check_namespace(namespace: Optional[str]) -> Optional[str]:
+    """The namespace to name in every request: ``None`` for none (``None``
+    or empty: the server's ``default``), else the name, which must be 1 to
+    63 lowercase letters, digits and ``-``, starting with a letter (the
+    server would refuse every request naming another: refused here, at once)."""
+    if namespace is None or namespace == "":
+        return None
+    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
+        raise ValueError(
+            f"namespace must be 1 to 63 lowercase letters, digits and '-', starting with a letter, got {namespace!r}"
+        )
+    return namespace
+
 
 def _not_composer(url: str, method: str, path: str, status: int) -> ComposerError:
     """The error of an answer from a server that is not a Composer
@@ -78,14 +99,18 @@ def _not_composer(url: str, method: str, path: str, status: int) -> ComposerErro
 
 class Transport:
     """Sends requests to one server. A token is sent as ``Authorization:
-    Bearer`` and never appears in an error or a log line."""
+    Bearer`` and never appears in an error or a log line; a ``namespace``
+    is named in every request's ``composer-namespace`` header."""
 
-    def __init__(self, url: str, token: Optional[str], timeout: float, user_agent: str) -> None:
+    def __init__(
+        self, url: str, token: Optional[str], timeout: float, user_agent: str, *, namespace: Optional[str] = None
+    ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"url must be http:// or https:// with a host, got {url!r}")
         self.url = url.rstrip("/")
         self.token = token
+        self.namespace = check_namespace(namespace)
         self.timeout = timeout
         self.user_agent = user_agent
         self._opener = urllib.request.build_opener(_NoRedirect)
@@ -117,6 +142,8 @@ class Transport:
             req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
+        if self.namespace is not None:
+            req.add_header(NAMESPACE_HEADER, self.namespace)
         for name, value in (headers or {}).items():
             req.add_header(name, value)
         began = time.monotonic()

@@ -1,5 +1,5 @@
 """The API client: workflows, runs, events, schedules' backfills, webhooks,
-limits and run control (priorities included).
+limits, run control (priorities included) and namespaces.
 
 Usage::
 
@@ -35,6 +35,8 @@ from .types import (
     Limit,
     LimitPage,
     LogLine,
+    Namespace,
+    NamespaceCreated,
     RecordedEvent,
     Registered,
     Run,
@@ -95,26 +97,40 @@ class Client:
 
     ``token`` is the API token (``COMPOSER_API_TOKEN``), sent as a bearer
     token; ``timeout`` bounds each request in seconds (a long-poll gets its
-    wait on top). Every method raises a ``ComposerError`` subclass when the
-    server refuses or does not answer: ``NotFound``, ``Conflict``,
+    wait on top). ``namespace`` is the namespace every call is in, named in
+    its ``composer-namespace`` header (``default`` when ``None`` or empty):
+    its workflows, runs, events, schedules, webhooks and limits, and
+    nothing of another; a name that is not 1 to 63 lowercase letters,
+    digits and ``-``, starting with a letter, raises ``ValueError`` here.
+    Every method raises a ``ComposerError`` subclass when the server
+    refuses or does not answer: ``NotFound``, ``Conflict``,
     ``InvalidRequest``, ``Unauthorized``, ``Unavailable``.
 
     A client holds no connection and no state but its settings: one may be
     shared by threads.
     """
 
-    def __init__(self, url: str, token: Optional[str] = None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, token: Optional[str] = None, *, timeout: float = 30.0, namespace: Optional[str] = None
+    ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
-        self._http = Transport(url, token, timeout, f"composer-client-python/{__version__}")
+        self._http = Transport(url, token, timeout, f"composer-client-python/{__version__}", namespace=namespace)
 
     @property
     def url(self) -> str:
         """The server's base URL."""
         return self._http.url
 
+    @property
+    def namespace(self) -> Optional[str]:
+        """The namespace every call names, or ``None`` (``default``)."""
+        return self._http.namespace
+
     def __repr__(self) -> str:
-        return f"Client({self.url!r})"
+        if self.namespace is None:
+            return f"Client({self.url!r})"
+        return f"Client({self.url!r}, namespace={self.namespace!r})"
 
     # -- workflows ---------------------------------------------------------
 
@@ -416,6 +432,39 @@ class Client:
         """Deletes a webhook: its deliveries are refused from now on; the
         events it sent stay. ``NotFound`` when there is none of that name."""
         return cast(Deleted, self._http.request("DELETE", f"/v1/webhooks/{_seg(name)}")[1])
+
+    # -- namespaces -----------------------------------------------------------
+
+    def create_namespace(self, name: str, description: str = "") -> NamespaceCreated:
+        """Creates the namespace ``name`` (1 to 63 lowercase letters, digits
+        and ``-``, starting with a letter), with its own workflows, runs,
+        events, schedules, webhooks, limits and queues; one that exists is
+        answered as it is (``created`` false). Needs a key of every
+        namespace (``Unauthorized`` otherwise); ``Conflict`` while one of
+        that name is being deleted. The namespaces are cluster-wide: the
+        client's own ``namespace`` does not matter here."""
+        status, body = self._http.request("POST", "/v1/namespaces", {"name": name, "description": description})
+        created = cast(NamespaceCreated, body)
+        created["created"] = status == 201
+        return created
+
+    def list_namespaces(self) -> list[Namespace]:
+        """Every namespace, ``default`` first, then by name (those being
+        deleted too); a key bound to one sees that one only."""
+        return cast(list[Namespace], self._http.request("GET", "/v1/namespaces")[1]["namespaces"])
+
+    def get_namespace(self, name: str) -> Namespace:
+        """A namespace (``NotFound`` when there is none of that name, or the
+        key is bound to another)."""
+        return cast(Namespace, self._http.request("GET", f"/v1/namespaces/{_seg(name)}")[1])
+
+    def delete_namespace(self, name: str) -> Namespace:
+        """Deletes a namespace with everything it holds: it is no longer
+        served from now on (calls naming it raise ``Conflict``), and its data
+        is dropped some seconds later. Answers it, ``state`` ``deleting``.
+        ``default`` cannot be deleted; ``NotFound`` when there is none of
+        that name."""
+        return cast(Namespace, self._http.request("DELETE", f"/v1/namespaces/{_seg(name)}")[1])
 
     # -- limits ---------------------------------------------------------------
 

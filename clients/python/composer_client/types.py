@@ -29,6 +29,8 @@ __all__ = [
     "LimitSetBy",
     "LogLine",
     "MapProgress",
+    "Namespace",
+    "NamespaceCreated",
     "RecordedEvent",
     "Registered",
     "Run",
@@ -458,6 +460,26 @@ class LimitPage(TypedDict):
 
     limits: list[Limit]
     next_after: Optional[str]
+
+
+class Namespace(TypedDict):
+    """A namespace (``GET /v1/namespaces/{name}``): its own workflows, runs,
+    schedules, webhooks, limits, events, bulk jobs, queues and audit log.
+    ``state`` is ``active``, or ``deleting`` (no longer served, its data
+    being dropped); ``created_by`` names the key (or token) that created it."""
+
+    name: str
+    description: str
+    state: str
+    created_by: str
+    created_at: str
+
+
+class NamespaceCreated(Namespace):
+    """What creating a namespace did: ``created`` is true for a new one (201)
+    and false when it existed already (200)."""
+
+    created: bool
 
 
 class Deleted(TypedDict):

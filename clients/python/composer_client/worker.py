@@ -30,6 +30,10 @@ slot) the finished task frees, without a poll. ``eager=False`` turns it off;
 a coordinator older than it refuses the ask once, and then the worker only
 polls.
 
+``namespace="team-a"`` makes it work that namespace's tasks only: every
+call of the task API names it (the ``composer-namespace`` header); without
+one it works ``default``'s.
+
 ``run()`` stops on SIGINT/SIGTERM (or ``stop()``): no new polls, running
 tasks finish and report, then it returns. Secret references in an input
 (``${ .secrets.NAME }``) are resolved from ``COMPOSER_SECRET_NAME`` in the
@@ -422,7 +426,13 @@ class Worker:
     ``queue``: the type in lower case, each once. With ``queues``, it polls
     those, and ``run()`` logs a warning for each handler whose type's
     queue is not among them (its nodes' steps would wait unless they name
-    a queue it polls)."""
+    a queue it polls).
+
+    With ``namespace``, it works that namespace's tasks only: every call
+    of the task API names it in its ``composer-namespace`` header (none,
+    or empty: ``default``'s). A name that is not 1 to 63 lowercase
+    letters, digits and ``-``, starting with a letter, raises
+    ``ValueError`` here."""
 
     def __init__(
         self,
@@ -436,13 +446,18 @@ class Worker:
         request_timeout: float = 10.0,
         eager: bool = True,
         urgent_slots: int = 0,
+        namespace: Optional[str] = None,
     ) -> None:
         if not 1 <= concurrency <= _MAX_SLOTS:
             raise ValueError(f"concurrency must be from 1 to {_MAX_SLOTS}")
         if not 0 <= urgent_slots <= _MAX_SLOTS:
             raise ValueError(f"urgent_slots must be from 0 to {_MAX_SLOTS}")
-        self._http = Transport(url, token, request_timeout, f"composer-client-python/{__version__} (worker)")
+        self._http = Transport(
+            url, token, request_timeout, f"composer-client-python/{__version__} (worker)", namespace=namespace
+        )
         self.url = self._http.url
+        self.namespace = self._http.namespace
+        """The namespace whose tasks it works, or ``None`` (``default``)."""
         self.worker_id = worker_id or f"py-{socket.gethostname()}-{os.getpid()}"[:128]
         self._queues: Optional[list[str]] = list(queues) if queues else None
         """The queues given, or None: those of the handlers' types."""
@@ -466,7 +481,8 @@ class Worker:
         """Whether reports ask for the next task: off by option, or for good once the coordinator refused it."""
 
     def __repr__(self) -> str:
-        return f"Worker({self.url!r}, worker_id={self.worker_id!r}, queues={self.queues!r})"
+        namespace = "" if self.namespace is None else f", namespace={self.namespace!r}"
+        return f"Worker({self.url!r}, worker_id={self.worker_id!r}, queues={self.queues!r}{namespace})"
 
     @property
     def queues(self) -> list[str]:
@@ -551,9 +567,9 @@ class Worker:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, self._on_signal)
         log.info(
-            "worker %s started: serving %s on queues %s of %s, %d at once (and %d urgent)",
-            self.worker_id, ", ".join(sorted(self._handlers)), ", ".join(self._polled), self.url, self.concurrency,
-            self.urgent_slots,
+            "worker %s started: serving %s on queues %s of %s (namespace %s), %d at once (and %d urgent)",
+            self.worker_id, ", ".join(sorted(self._handlers)), ", ".join(self._polled), self.url,
+            self.namespace or "default", self.concurrency, self.urgent_slots,
         )  # fmt: skip
         capture = _Capture()
         logging.getLogger().addHandler(capture)

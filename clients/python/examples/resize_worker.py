@@ -38,4 +38,5 @@ if __name__ == "__main__":
         os.environ.get("COMPOSER_WORKER_TOKEN"),
         queues=[os.environ.get("QUEUE", "images")],
         concurrency=int(os.environ.get("CONCURRENCY", "4")),
+        namespace=os.environ.get("COMPOSER_NAMESPACE"),
     ).handle("resize-image", resize).run()

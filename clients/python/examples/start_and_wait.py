@@ -27,7 +27,11 @@ GREETING = {
 
 
 def main(name: str) -> int:
-    client = Client(os.environ.get("COMPOSER_URL", "http://127.0.0.1:8080"), os.environ.get("COMPOSER_API_TOKEN"))
+    client = Client(
+        os.environ.get("COMPOSER_URL", "http://127.0.0.1:8080"),
+        os.environ.get("COMPOSER_API_TOKEN"),
+        namespace=os.environ.get("COMPOSER_NAMESPACE"),
+    )
     try:
         registered = client.register_workflow(GREETING)
         print(

@@ -1,7 +1,7 @@
 """The client against a stub server (no composer needed): every error status
 maps to its exception with the server's code and message, the token is sent
-and never shown, requests are what the API expects, and wait rides out a
-server that is briefly unavailable."""
+and never shown, requests are what the API expects (a namespace named in
+each), and wait rides out a server that is briefly unavailable."""
 
 import time
 import unittest
@@ -363,6 +363,68 @@ class LimitRequestTest(unittest.TestCase):
             ],
         )
         self.assertEqual(stub.requests[-2].headers.get("Content-Type"), "application/json", "a body, if empty")
+
+
+class NamespaceRequestTest(unittest.TestCase):
+    def test_every_request_names_the_clients_namespace_and_none_without_one(self) -> None:
+        def respond(r: Request) -> Answer:
+            if r.route == "/v1/workflows":
+                return answer(200, {"workflows": []})
+            return answer(201 if r.method == "POST" else 200, run_view("RUNNING"))
+
+        with StubServer(respond) as stub:
+            client = Client(stub.url, "tok", namespace="team-a")
+            self.assertEqual(client.namespace, "team-a")
+            client.list_workflows()
+            client.start_run("w")
+            client.get_run(RUN_ID, wait=0.25)
+            client.cancel(RUN_ID)
+            for default in (Client(stub.url), Client(stub.url, namespace="")):
+                self.assertIsNone(default.namespace)
+                default.list_workflows()
+        sent = [{k.lower(): v for k, v in r.headers.items()}.get("composer-namespace") for r in stub.requests]
+        self.assertEqual(sent, ["team-a"] * 4 + [None, None])
+        self.assertIn("namespace='team-a'", repr(client))
+
+    def test_a_name_the_server_would_refuse_is_refused_before_anything_is_sent(self) -> None:
+        with StubServer(lambda _r: answer(200, {"workflows": []})) as stub:
+            for bad in ("Team-a", "1team", "-team", "team_a", "team.a", "a" * 64, "tëam", "team\n", " team"):
+                with self.subTest(namespace=bad), self.assertRaisesRegex(ValueError, "^namespace must be 1 to 63"):
+                    Client(stub.url, namespace=bad)
+            Client(stub.url, namespace="a" + "-" * 62).list_workflows()  # 63 characters: the longest
+        self.assertEqual(len(stub.requests), 1)
+
+    def test_the_requests_of_namespaces_are_the_apis(self) -> None:
+        view = {"name": "team-a", "description": "", "state": "active", "created_by": "dev", "created_at": "x"}
+
+        def respond(r: Request) -> Answer:
+            if r.route == "/v1/namespaces" and r.method == "POST":
+                return answer(201 if r.body["description"] else 200, {**view, "description": r.body["description"]})
+            if r.route == "/v1/namespaces":
+                return answer(200, {"namespaces": [{**view, "name": "default"}, view]})
+            if r.method == "DELETE":
+                return answer(202, {**view, "state": "deleting"})
+            return answer(200, view)
+
+        with StubServer(respond) as stub:
+            client = Client(stub.url)
+            made = client.create_namespace("team-a", "the a team")
+            self.assertEqual((made["created"], made["description"]), (True, "the a team"))
+            self.assertFalse(client.create_namespace("team-a")["created"], "200: it existed")
+            self.assertEqual([n["name"] for n in client.list_namespaces()], ["default", "team-a"])
+            self.assertEqual(client.get_namespace("team-a"), view)
+            self.assertEqual(client.delete_namespace("team-a")["state"], "deleting")
+        got = [(r.method, r.path, r.body) for r in stub.requests]
+        self.assertEqual(
+            got,
+            [
+                ("POST", "/v1/namespaces", {"name": "team-a", "description": "the a team"}),
+                ("POST", "/v1/namespaces", {"name": "team-a", "description": ""}),
+                ("GET", "/v1/namespaces", None),
+                ("GET", "/v1/namespaces/team-a", None),
+                ("DELETE", "/v1/namespaces/team-a", None),
+            ],
+        )
 
 
 class ParseTimeTest(unittest.TestCase):

@@ -21,6 +21,7 @@ interface ResizeInput {
 const worker = new Worker({
   url: process.env["COMPOSER_URL"] ?? "http://127.0.0.1:8080",
   token: process.env["COMPOSER_WORKER_TOKEN"],
+  namespace: process.env["COMPOSER_NAMESPACE"],
   queues: ["images"],
   concurrency: Number(process.env["CONCURRENCY"] ?? "4"),
 });

@@ -10,6 +10,7 @@ import { Client, ComposerError } from "@composer/client";
 const client = new Client({
   url: process.env["COMPOSER_URL"] ?? "http://127.0.0.1:8080",
   token: process.env["COMPOSER_API_TOKEN"],
+  namespace: process.env["COMPOSER_NAMESPACE"],
 });
 
 try {

@@ -5,6 +5,7 @@ import {
   type BackfillOverlap,
   type BackfillQueued,
   type BackfillRequest,
+  type CreateNamespace,
   type Deleted,
   type EventPage,
   type EventSent,
@@ -15,6 +16,8 @@ import {
   type Limit,
   type LimitPage,
   type LimitValues,
+  type Namespace,
+  type NamespaceList,
   type RecordedEvent,
   type ResolveTask,
   type Run,
@@ -36,6 +39,14 @@ export interface ClientOptions {
   url: string;
   /** `COMPOSER_API_TOKEN`, when the coordinator has one. */
   token?: string | undefined;
+  /**
+   * The namespace every call is in, named in its `composer-namespace`
+   * header: its workflows, runs, events, schedules, webhooks and limits, and
+   * nothing of another's. `default` when undefined or empty. 1 to 63
+   * lowercase letters, digits and `-`, starting with a letter: another name
+   * is a TypeError here.
+   */
+  namespace?: string | undefined;
   /** Each call's timeout (default 30 s); a long-poll gets its wait on top. */
   timeoutMs?: number | undefined;
   /** The fetch to call with (default: the global one). */
@@ -130,6 +141,9 @@ export interface ListLimitsOptions {
 /** A created webhook; `created` is false when it replaced one of the same name. */
 export type CreatedWebhook = Webhook & { created: boolean };
 
+/** A created namespace; `created` is false when it existed already. */
+export type CreatedNamespace = Namespace & { created: boolean };
+
 export interface WaitOptions {
   /** Give up after this long (default: wait as long as it takes), throwing a `WaitTimeoutError`. */
   timeoutMs?: number | undefined;
@@ -147,7 +161,7 @@ function traced(traceparent: string | undefined): CallOptions {
 
 /**
  * Composer's REST API: workflows, runs, events, schedules' backfills,
- * webhooks and limits. Every method rejects with a `ComposerError` (`NotFoundError`,
+ * webhooks, limits and namespaces. Every method rejects with a `ComposerError` (`NotFoundError`,
  * `InvalidRequestError`, `ConflictError`, `UnauthorizedError`,
  * `UnavailableError`) when the server refuses or no answer comes.
  */
@@ -161,6 +175,11 @@ export class Client {
   /** The coordinator's URL. */
   get url(): string {
     return this.#t.base;
+  }
+
+  /** The namespace every call names; undefined: `default`. */
+  get namespace(): string | undefined {
+    return this.#t.namespace;
   }
 
   #get<T>(path: string, options?: CallOptions): Promise<T> {
@@ -424,6 +443,44 @@ export class Client {
   /** Deletes a webhook: its deliveries are refused from now on; the events it sent stay. */
   deleteWebhook(name: string): Promise<Deleted> {
     return this.#delete(`/v1/webhooks/${segment(name)}`);
+  }
+
+  // -- namespaces ---------------------------------------------------------------
+
+  /**
+   * Creates the namespace `name` (1 to 63 lowercase letters, digits and
+   * `-`, starting with a letter), with its own workflows, runs, events,
+   * schedules, webhooks, limits and queues; one that exists is answered as
+   * it is (`created` false). Needs a key of every namespace (an
+   * `UnauthorizedError` otherwise); a `ConflictError` while one of that
+   * name is being deleted. Namespaces are cluster-wide: the client's own
+   * `namespace` does not matter here.
+   */
+  async createNamespace(name: string, description = ""): Promise<CreatedNamespace> {
+    const body: CreateNamespace = { name, description };
+    const { status, body: namespace } = await call<Namespace>(this.#t, "POST", "/v1/namespaces", body);
+    return { ...namespace, created: status === 201 };
+  }
+
+  /** Every namespace, `default` first, then by name (those being deleted too); a key bound to one sees that one only. */
+  async listNamespaces(): Promise<Namespace[]> {
+    const list = await this.#get<NamespaceList>("/v1/namespaces");
+    return list.namespaces;
+  }
+
+  /** A namespace (a `NotFoundError` when there is none of that name, or the key is bound to another). */
+  getNamespace(name: string): Promise<Namespace> {
+    return this.#get(`/v1/namespaces/${segment(name)}`);
+  }
+
+  /**
+   * Deletes a namespace with everything it holds: it is no longer served
+   * (calls naming it are a `ConflictError`), and its data is dropped some
+   * seconds later. Answers it, `state` `deleting`. `default` cannot be
+   * deleted.
+   */
+  deleteNamespace(name: string): Promise<Namespace> {
+    return this.#delete(`/v1/namespaces/${segment(name)}`);
   }
 
   // -- limits -------------------------------------------------------------------

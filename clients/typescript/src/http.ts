@@ -11,6 +11,8 @@ export interface Transport {
   /** The coordinator's URL, without a trailing slash. */
   readonly base: string;
   readonly token: string | undefined;
+  /** The namespace every call names (the `composer-namespace` header); `default` when undefined. */
+  readonly namespace: string | undefined;
   /** Per call, unless the call says otherwise. */
   readonly timeoutMs: number;
   readonly fetch: Fetch;
@@ -31,10 +33,20 @@ export interface Answer<T> {
   body: T;
 }
 
-/** A transport for `url`; throws a TypeError for a URL that is not http(s). */
+/** The header naming the namespace a call is in (`default` without it). */
+export const NAMESPACE_HEADER = "composer-namespace";
+
+/** What a namespace's name may be: the API's pattern. */
+const NAMESPACE = /^[a-z][a-z0-9-]{0,62}$/;
+
+/**
+ * A transport for `url`; throws a TypeError for a URL that is not http(s),
+ * or a namespace the server would refuse in every call.
+ */
 export function transport(options: {
   url: string;
   token?: string | undefined;
+  namespace?: string | undefined;
   timeoutMs?: number | undefined;
   fetch?: Fetch | undefined;
 }, defaultTimeoutMs: number): Transport {
@@ -53,7 +65,13 @@ export function transport(options: {
   const fetch = options.fetch ?? globalThis.fetch;
   if (typeof fetch !== "function") throw new TypeError("no fetch: Node 20 or later is needed");
   const token = options.token === undefined || options.token === "" ? undefined : options.token;
-  return { base, token, timeoutMs, fetch };
+  const namespace = options.namespace === undefined || options.namespace === "" ? undefined : options.namespace;
+  if (namespace !== undefined && (typeof namespace !== "string" || !NAMESPACE.test(namespace))) {
+    throw new TypeError(
+      `namespace: expected 1 to 63 lowercase letters, digits and '-', starting with a letter, got ${JSON.stringify(namespace)}`,
+    );
+  }
+  return { base, token, namespace, timeoutMs, fetch };
 }
 
 /**
@@ -103,6 +121,7 @@ export async function call<T>(
     payload = JSON.stringify(body);
   }
   if (t.token !== undefined) headers["authorization"] = `Bearer ${t.token}`;
+  if (t.namespace !== undefined) headers[NAMESPACE_HEADER] = t.namespace;
 
   const timeoutMs = options.timeoutMs ?? t.timeoutMs;
   const controller = new AbortController();

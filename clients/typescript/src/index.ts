@@ -7,6 +7,7 @@ export { Client } from "./client.js";
 export type {
   BackfillOptions,
   ClientOptions,
+  CreatedNamespace,
   CreatedWebhook,
   ListEventsOptions,
   ListLimitsOptions,

@@ -559,6 +559,35 @@ export interface Deleted {
   deleted: string;
 }
 
+// -- namespaces ---------------------------------------------------------------
+
+/** A namespace to create (`POST /v1/namespaces`). */
+export interface CreateNamespace {
+  /** 1 to 63 lowercase letters, digits and `-`, starting with a letter. */
+  name: string;
+  /** At most 1,000 characters. */
+  description?: string;
+}
+
+/**
+ * A namespace: its own workflows, runs, schedules, webhooks, limits,
+ * events, bulk jobs, queues and audit log.
+ */
+export interface Namespace {
+  name: string;
+  description: string;
+  /** `active`, or `deleting` (no longer served; its data is being dropped). */
+  state: string;
+  /** The key (or token) that created it. */
+  created_by: string;
+  created_at: string;
+}
+
+/** `GET /v1/namespaces`: `default` first, then by name. */
+export interface NamespaceList {
+  namespaces: Namespace[];
+}
+
 // -- limits -------------------------------------------------------------------
 
 /** Whose values a limit has: the definitions' that use it, or an operator's (`setLimit`). */

@@ -73,6 +73,13 @@ export interface WorkerOptions {
   url: string;
   /** `COMPOSER_WORKER_TOKEN` (or the API token when the coordinator has only that). */
   token?: string | undefined;
+  /**
+   * The namespace whose tasks it works: every call of the task API names it
+   * in its `composer-namespace` header. `default`'s when undefined or
+   * empty. 1 to 63 lowercase letters, digits and `-`, starting with a
+   * letter: another name is a TypeError here.
+   */
+  namespace?: string | undefined;
   /** Who holds the leases (default `ts-<host>-<pid>`): `[A-Za-z0-9_.-]{1,128}`. */
   workerId?: string | undefined;
   /**
@@ -189,7 +196,8 @@ const consoleLogger: WorkerLogger = {
  * ```
  *
  * Without `queues` it polls the queue each handler's type goes to when its
- * node names no `queue`: the type in lower case (`resize-image` here).
+ * node names no `queue`: the type in lower case (`resize-image` here). With
+ * `namespace`, it works that namespace's tasks only.
  */
 export class Worker {
   readonly workerId: string;
@@ -247,6 +255,11 @@ export class Worker {
     this.#log = options.logger ?? consoleLogger;
     this.#env = options.env ?? process.env;
     this.#eager = options.eager ?? true;
+  }
+
+  /** The namespace whose tasks it works; undefined: `default`'s. */
+  get namespace(): string | undefined {
+    return this.#t.namespace;
   }
 
   /**
@@ -347,7 +360,8 @@ export class Worker {
     const unlisten = options.handleSignals ? this.#listenForSignals() : () => {};
     this.#log.info?.(
       `worker ${this.workerId} started: serving ${[...this.#handlers.keys()].sort().join(", ")} ` +
-        `on queues ${this.#polled.join(", ")} of ${this.#t.base}, ${this.concurrency} at once` +
+        `on queues ${this.#polled.join(", ")} of ${this.#t.base} (namespace ${this.#t.namespace ?? "default"}), ` +
+        `${this.concurrency} at once` +
         (this.urgentSlots > 0 ? ` (and ${this.urgentSlots} urgent)` : ""),
     );
     try {

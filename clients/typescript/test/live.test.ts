@@ -45,6 +45,7 @@ import {
   checkEventSent,
   checkHistory,
   checkLimit,
+  checkNamespace,
   checkRun,
   checkTask,
   checkWebhook,
@@ -1560,6 +1561,72 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.match(proc.stderr(), /SIGTERM received; stopping once its 1 running tasks reported/);
     });
   });
+
+  describe("namespaces", () => {
+    it("a namespace the administrator creates holds a run its own worker runs, which default does not see", async (t) => {
+      if (!(await hasOperation("createNamespace"))) {
+        t.skip("this coordinator is older than namespaces");
+        return;
+      }
+      const made = await client.createNamespace("team-x", "the x team");
+      checkNamespace(made);
+      assert.deepEqual([made.name, made.description, made.state, made.created], ["team-x", "the x team", "active", true]);
+      assert.equal((await client.createNamespace("team-x")).created, false, "it exists: answered as it is");
+      const got = await client.getNamespace("team-x");
+      checkNamespace(got);
+      assert.deepEqual({ ...got, created: true }, made);
+      const all = await client.listNamespaces();
+      all.forEach((n) => checkNamespace(n));
+      assert.equal(all[0]?.name, "default");
+      assert.ok(all.some((n) => n.name === "team-x"));
+
+      const team = new Client({ url: dev.url, token: dev.token, namespace: "team-x" });
+      await team.registerWorkflow({ name: "ts-ns", nodes: [custom("work", "ts-ns-step", "ts-ns", { size: "${ .input.size }" })] });
+      const run = await team.startRun({ workflow: "ts-ns", input: { size: 3 } });
+      const seen: string[] = [];
+      const w = worker({ queues: ["ts-ns"], namespace: "team-x" }).handle<{ size: number }>("ts-ns-step", (task) => {
+        seen.push(task.run_id);
+        return { doubled: task.input.size * 2 };
+      });
+      assert.equal(w.namespace, "team-x");
+      const done = await whileRunning(w, () => team.waitForRun(run.id, { timeoutMs: 60_000 }));
+      assert.equal(done.status, "SUCCEEDED", JSON.stringify(done.error));
+      assert.deepEqual(done.output, { work: { doubled: 6 } });
+      assert.deepEqual(seen, [run.id]);
+      assert.deepEqual(linesAfterStart(w), []);
+
+      // The default namespace has neither the run nor the workflow.
+      assert.ok((await rejection(client.getRun(run.id))) instanceof NotFoundError);
+      assert.ok((await rejection(client.getWorkflow("ts-ns"))) instanceof NotFoundError);
+      assert.ok(!(await client.listWorkflows()).some((wf) => wf.name === "ts-ns"));
+      // A namespace nobody created is the server's 404; a bad name never leaves the client.
+      const missing = await rejection(new Client({ url: dev.url, token: dev.token, namespace: "team-nobody" }).listWorkflows());
+      assert.ok(missing instanceof NotFoundError, String(missing));
+      assert.match(missing.message, /team-nobody/);
+      for (const bad of ["Team-X", "team_x", "x".repeat(64)]) {
+        assert.throws(() => new Client({ url: dev.url, token: dev.token, namespace: bad }), /^TypeError: namespace: expected/);
+        assert.throws(() => new Worker({ url: dev.url, token: dev.token, namespace: bad }), /^TypeError: namespace: expected/);
+      }
+    });
+
+    it("a deleted namespace is no longer served; default cannot be deleted", async (t) => {
+      if (!(await hasOperation("deleteNamespace"))) {
+        t.skip("this coordinator is older than namespaces");
+        return;
+      }
+      await client.createNamespace("ts-gone");
+      const inside = new Client({ url: dev.url, token: dev.token, namespace: "ts-gone" });
+      assert.deepEqual(await inside.listWorkflows(), []);
+      const deleted = await client.deleteNamespace("ts-gone");
+      checkNamespace(deleted);
+      assert.deepEqual([deleted.name, deleted.state], ["ts-gone", "deleting"]);
+      assert.equal((await client.getNamespace("ts-gone")).state, "deleting");
+      assert.ok((await rejection(inside.listWorkflows())) instanceof ConflictError);
+      assert.ok((await rejection(client.createNamespace("ts-gone"))) instanceof ConflictError);
+      assert.ok((await rejection(client.deleteNamespace("ts-never"))) instanceof NotFoundError);
+      assert.ok((await rejection(client.deleteNamespace("default"))) instanceof ConflictError);
+    });
+  });
 });
 
 /** Schemas of newer coordinators than some the package is used with. */
@@ -1584,6 +1651,9 @@ const NEWER = new Set([
   "LimitSpec",
   "SetPriority",
   "TakeNext",
+  "NamespaceView",
+  "NamespaceList",
+  "CreateNamespace",
 ]);
 
 interface Schema {

@@ -13,6 +13,7 @@ import type {
   BackfillRequest,
   CompleteTask,
   ConcurrencyLimit,
+  CreateNamespace,
   Deleted,
   EdgeDefinition,
   ErrorBody,
@@ -35,6 +36,8 @@ import type {
   LimitSetBy,
   LimitValues,
   MapProgress,
+  Namespace,
+  NamespaceList,
   NodeDefinition,
   On429,
   OnFailureDefinition,
@@ -199,6 +202,14 @@ export const webhookShape = {
 } as const satisfies Shape<Webhook>;
 export const webhookListShape = { webhooks: "required" } as const satisfies Shape<WebhookList>;
 export const deletedShape = { deleted: "required" } as const satisfies Shape<Deleted>;
+export const namespaceShape = {
+  name: "required",
+  description: "required",
+  state: "required",
+  created_by: "required",
+  created_at: "required",
+} as const satisfies Shape<Namespace>;
+export const namespaceListShape = { namespaces: "required" } as const satisfies Shape<NamespaceList>;
 export const limitShape = {
   key: "required",
   rate: "optional",
@@ -264,6 +275,7 @@ export const webhookDefinitionShape = {
   tolerance: "optional",
   event: "optional",
 } as const satisfies Shape<WebhookDefinition>;
+export const createNamespaceShape = { name: "required", description: "optional" } as const satisfies Shape<CreateNamespace>;
 export const pollTasksShape = {
   worker_id: "required",
   queues: "required",
@@ -359,6 +371,8 @@ export const answers: Record<string, AnyShape> = {
   WebhookView: webhookShape,
   WebhookList: webhookListShape,
   Deleted: deletedShape,
+  NamespaceView: namespaceShape,
+  NamespaceList: namespaceListShape,
   HeldView: heldShape,
   LimitView: limitShape,
   LimitPage: limitPageShape,
@@ -385,6 +399,7 @@ export const requests: Record<string, AnyShape> = {
   TriggerSpec: triggerShape,
   BackfillRequest: backfillShape,
   WebhookSpec: webhookDefinitionShape,
+  CreateNamespace: createNamespaceShape,
   OnFailureSpec: onFailureShape,
   ResolveTask: resolveShape,
   NodeSpec: nodeShape,
@@ -510,6 +525,12 @@ export function checkWebhook(hook: unknown, what = "webhook"): void {
   const { created: _, ...raw } = hook as Webhook & { created?: boolean };
   conforms(raw, webhookShape, what);
   assert.ok(raw.scheme in webhookSchemes, `${what}: unknown scheme ${raw.scheme}`);
+}
+
+/** A namespace as the server sent it (`created` aside). */
+export function checkNamespace(namespace: unknown, what = "namespace"): void {
+  const { created: _, ...raw } = namespace as Namespace & { created?: boolean };
+  conforms(raw, namespaceShape, what);
 }
 
 export function checkHistory(entry: HistoryEntry, what = "history entry"): void {

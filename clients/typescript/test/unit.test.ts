@@ -1,4 +1,4 @@
-/** Tests that need no server: the secret rules (against the Python worker's own), error mapping, timeouts, paging loops. */
+/** Tests that need no server: the secret rules (against the Python worker's own), error mapping, timeouts, paging loops, namespaces. */
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -462,6 +462,130 @@ describe("errors", () => {
     const many = new Worker({ url });
     for (let i = 0; i < 33; i++) many.handle(`t${i}`, noop);
     await assert.rejects(many.run(), /queues: 33 \(one per handler type\): a worker may poll at most 32/);
+  });
+});
+
+describe("namespaces", () => {
+  it("names the client's namespace in every call, and none without one", async () => {
+    const server = await fakeServer((req, _body, res) => {
+      if (req.url === "/v1/workflows") return json(res, 200, { workflows: [] });
+      return json(res, req.method === "POST" && req.url === "/v1/runs" ? 201 : 200, { id: "r", workflow: "w", version: 1, status: "RUNNING" });
+    });
+    try {
+      const team = new Client({ url: server.url, token: "tok-1", namespace: "team-a" });
+      assert.equal(team.namespace, "team-a");
+      await team.listWorkflows();
+      await team.startRun({ workflow: "w" });
+      await team.getRun("r");
+      await team.cancelRun("r");
+      for (const plain of [new Client({ url: server.url }), new Client({ url: server.url, namespace: "" })]) {
+        assert.equal(plain.namespace, undefined);
+        await plain.listWorkflows();
+      }
+      assert.deepEqual(
+        server.requests.map((r) => [r.method, r.url, r.headers["composer-namespace"]]),
+        [
+          ["GET", "/v1/workflows", "team-a"],
+          ["POST", "/v1/runs", "team-a"],
+          ["GET", "/v1/runs/r", "team-a"],
+          ["POST", "/v1/runs/r/cancel", "team-a"],
+          ["GET", "/v1/workflows", undefined],
+          ["GET", "/v1/workflows", undefined],
+        ],
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("refuses a name the server would refuse, in the client and the worker, before anything is sent", async () => {
+    let calls = 0;
+    const server = await fakeServer((_req, _body, res) => {
+      calls += 1;
+      return json(res, 200, { workflows: [] });
+    });
+    try {
+      for (const bad of ["Team-a", "1team", "-team", "team_a", "team.a", "a".repeat(64), "tëam", "team\n", " team"]) {
+        const named = (e: unknown) => e instanceof TypeError && e.message.startsWith("namespace: expected 1 to 63 lowercase letters");
+        assert.throws(() => new Client({ url: server.url, namespace: bad }), named, JSON.stringify(bad));
+        assert.throws(() => new Worker({ url: server.url, queues: ["q"], namespace: bad }), named, JSON.stringify(bad));
+      }
+      assert.equal(calls, 0, "nothing was sent");
+      await new Client({ url: server.url, namespace: `a${"-".repeat(62)}` }).listWorkflows(); // 63 characters: the longest
+      assert.equal(calls, 1);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("sends the requests of namespaces as the API takes them", async () => {
+    const view = { name: "team-a", description: "", state: "active", created_by: "dev", created_at: "2026-12-01T00:00:00Z" };
+    const server = await fakeServer((req, body, res) => {
+      if (req.url === "/v1/namespaces" && req.method === "POST") {
+        const { description } = JSON.parse(body) as { description: string };
+        return json(res, description === "" ? 200 : 201, { ...view, description });
+      }
+      if (req.url === "/v1/namespaces") return json(res, 200, { namespaces: [{ ...view, name: "default" }, view] });
+      if (req.method === "DELETE") return json(res, 202, { ...view, state: "deleting" });
+      return json(res, 200, view);
+    });
+    try {
+      const client = new Client({ url: server.url });
+      const made = await client.createNamespace("team-a", "the a team");
+      assert.deepEqual([made.created, made.description], [true, "the a team"]);
+      assert.equal((await client.createNamespace("team-a")).created, false, "200: it existed");
+      assert.deepEqual((await client.listNamespaces()).map((n) => n.name), ["default", "team-a"]);
+      assert.deepEqual(await client.getNamespace("team-a"), view);
+      assert.equal((await client.deleteNamespace("team-a")).state, "deleting");
+      assert.deepEqual(
+        server.requests.map((r) => [r.method, r.url, r.body === "" ? undefined : JSON.parse(r.body)]),
+        [
+          ["POST", "/v1/namespaces", { name: "team-a", description: "the a team" }],
+          ["POST", "/v1/namespaces", { name: "team-a", description: "" }],
+          ["GET", "/v1/namespaces", undefined],
+          ["GET", "/v1/namespaces/team-a", undefined],
+          ["DELETE", "/v1/namespaces/team-a", undefined],
+        ],
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("names the worker's namespace in every call of the task API", async () => {
+    // t-1 outlives a third of its lease (a heartbeat) and completes; t-2 fails.
+    const leased = (id: string, leaseTtlMs: number) => ({
+      id, run_id: "r-1", attempt: 1, node_id: `n-${id}`, node_type: "step", queue: "q", input: { id }, lease_ttl_ms: leaseTtlMs,
+    });
+    let polls = 0;
+    const server = await fakeServer((req, _body, res) => {
+      if (req.url === "/v1/tasks/poll") return json(res, 200, { tasks: ++polls === 1 ? [leased("t-1", 300), leased("t-2", 10_000)] : [] });
+      if (req.url?.endsWith("/heartbeat")) return json(res, 200, { lease_ttl_ms: 300 });
+      return json(res, 200, { applied: true });
+    });
+    try {
+      const logger = memoryLogger();
+      const w = new Worker({ url: server.url, queues: ["q"], namespace: "team-a", pollWaitMs: 50, eager: false, logger }).handle(
+        "step",
+        async (task) => {
+          if (task.id === "t-2") throw new TaskError("no", { retryable: false });
+          await new Promise((r) => setTimeout(r, 250));
+          return { done: task.id };
+        },
+      );
+      assert.equal(w.namespace, "team-a");
+      const running = w.run();
+      const reported = () => ["/v1/tasks/t-1/complete", "/v1/tasks/t-2/fail"].every((u) => server.requests.some((r) => r.url === u));
+      await eventually("the reports", () => (reported() ? true : undefined), 20_000);
+      await w.stop();
+      await running;
+      assert.equal(new Worker({ url: server.url, queues: ["q"], namespace: "" }).namespace, undefined);
+    } finally {
+      await server.close();
+    }
+    const kinds = new Set(server.requests.map((r) => r.url.split("/").at(-1)));
+    assert.deepEqual([...kinds].sort(), ["complete", "fail", "heartbeat", "poll"]);
+    assert.deepEqual([...new Set(server.requests.map((r) => r.headers["composer-namespace"]))], ["team-a"]);
   });
 });
 

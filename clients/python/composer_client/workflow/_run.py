@@ -61,16 +61,19 @@ def worker_for(
     url: Optional[str] = None,
     worker_token: Optional[str] = None,
     handlers: Optional[Mapping[str, Handler]] = None,
+    namespace: Optional[str] = None,
     **worker_options: Any,
 ) -> Worker:
     """A worker serving the typed steps of ``workflows`` (and ``handlers``,
     by type), on their queues unless ``queues`` is given; not yet running.
     ``url`` defaults to ``COMPOSER_URL`` (else ``http://127.0.0.1:8080``),
-    ``worker_token`` to ``COMPOSER_WORKER_TOKEN``; ``worker_options`` go to
+    ``worker_token`` to ``COMPOSER_WORKER_TOKEN``, ``namespace`` to
+    ``COMPOSER_NAMESPACE`` (else ``default``); ``worker_options`` go to
     ``Worker`` (``concurrency``, ``queues`` …)."""
     url = url or os.environ.get("COMPOSER_URL") or _DEFAULT_URL
     worker_token = worker_token if worker_token is not None else os.environ.get("COMPOSER_WORKER_TOKEN")
-    worker = Worker(url, worker_token, **worker_options)
+    namespace = namespace if namespace is not None else os.environ.get("COMPOSER_NAMESPACE")
+    worker = Worker(url, worker_token, namespace=namespace, **worker_options)
     routes = {s.type: s.queue for wf in workflows for s in wf.steps()}
     for node_type, handler in handlers_of(*workflows).items():
         worker.handle(node_type, handler, queue=routes.get(node_type))
@@ -86,18 +89,23 @@ def run_worker(
     worker_token: Optional[str] = None,
     handlers: Optional[Mapping[str, Handler]] = None,
     register_first: bool = True,
+    namespace: Optional[str] = None,
     **worker_options: Any,
 ) -> None:
     """Registers ``workflows`` (unless ``register_first`` is false: they are
     registered once, by content) and runs ``worker_for(...)`` until SIGINT or
-    SIGTERM. ``url`` defaults to ``COMPOSER_URL`` (else
-    ``http://127.0.0.1:8080``), ``api_token`` to ``COMPOSER_API_TOKEN``,
-    ``worker_token`` to ``COMPOSER_WORKER_TOKEN``."""
+    SIGTERM, both in ``namespace``. ``url`` defaults to ``COMPOSER_URL``
+    (else ``http://127.0.0.1:8080``), ``api_token`` to
+    ``COMPOSER_API_TOKEN``, ``worker_token`` to ``COMPOSER_WORKER_TOKEN``,
+    ``namespace`` to ``COMPOSER_NAMESPACE`` (else ``default``)."""
     url = url or os.environ.get("COMPOSER_URL") or _DEFAULT_URL
     api_token = api_token if api_token is not None else os.environ.get("COMPOSER_API_TOKEN")
+    namespace = namespace if namespace is not None else os.environ.get("COMPOSER_NAMESPACE")
     if register_first:
-        register(Client(url, api_token), *workflows)
-    worker_for(*workflows, url=url, worker_token=worker_token, handlers=handlers, **worker_options).run()
+        register(Client(url, api_token, namespace=namespace), *workflows)
+    worker_for(
+        *workflows, url=url, worker_token=worker_token, handlers=handlers, namespace=namespace, **worker_options
+    ).run()
 
 
 # -- simulate ------------------------------------------------------------------

@@ -81,12 +81,18 @@ export interface ServeOptions extends WorkerOptions {
 
 /**
  * Registers the workflows, then runs a worker for their typed steps until
- * it stops (`signal` aborted, or SIGTERM/SIGINT with `handleSignals`).
+ * it stops (`signal` aborted, or SIGTERM/SIGINT with `handleSignals`); both
+ * in `namespace`, when given.
  */
 export async function serve(options: ServeOptions, run: RunOptions = {}): Promise<void> {
   const { workflows, apiToken, register, version, onRegistered, signal, ...workerOptions } = options;
   if (register ?? true) {
-    const client = new Client({ url: options.url, token: apiToken ?? options.token, fetch: options.fetch });
+    const client = new Client({
+      url: options.url,
+      token: apiToken ?? options.token,
+      namespace: options.namespace,
+      fetch: options.fetch,
+    });
     const registered = await registerWorkflows(client, workflows, { version });
     onRegistered?.(registered);
   }
