@@ -50,6 +50,7 @@ pub(crate) async fn start_cell(
     shutdown: &CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
 ) -> Result<Arc<Shared>, Error> {
+    let mut tasks = Tasks::new(tasks, namespace);
     let streams = Streams::connect_with(
         &config.redis.url,
         Keys::new(config.redis.prefix.clone()),
@@ -96,8 +97,8 @@ pub(crate) async fn start_cell(
     for _ in 0..URGENT_LOOPS {
         tasks.spawn(shared.engine.clone().run_batches(Lane::Urgent, shutdown.clone()));
     }
-    loops::recover_tasks(&shared).await;
-    spawn_loops(&shared, namespace == composer_store::namespaces::DEFAULT, shutdown, tasks);
+    crate::metrics::in_namespace(tasks.namespace.clone(), loops::recover_tasks(&shared)).await;
+    spawn_loops(&shared, shutdown, &mut tasks);
     Ok(shared)
 }
 
@@ -118,7 +119,7 @@ pub(crate) async fn prepare(config: &Config, pool: &composer_store::Pool) -> Res
 /// the polls' next idle read.
 async fn wake_on_announcements(shared: Arc<Shared>, shutdown: CancellationToken) {
     let wake = || {
-        composer_metrics::inc(composer_metrics::POLL_WAKES, &[], 1);
+        crate::metrics::inc(composer_metrics::POLL_WAKES, &[], 1);
         shared.wakes.published.notify_waiters();
     };
     tokio::select! {
@@ -129,16 +130,7 @@ async fn wake_on_announcements(shared: Arc<Shared>, shutdown: CancellationToken)
 
 /// The periodic work of every coordinator: recovery, timers, partitions,
 /// metrics (and the outbox and its wake-ups, when this one publishes).
-///
-/// The gauges (`sample_metrics`) are the default namespace's only: they
-/// carry no namespace label yet, and cells setting them in turn would show
-/// each namespace's figures by turns.
-fn spawn_loops(
-    shared: &Arc<Shared>,
-    default: bool,
-    shutdown: &CancellationToken,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
+fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut Tasks<'_>) {
     tasks.spawn(listener::run(shared.clone(), shutdown.clone()));
     tasks.spawn(wake_on_announcements(shared.clone(), shutdown.clone()));
     if shared.config.run_outbox {
@@ -195,9 +187,6 @@ fn spawn_loops(
     tasks.spawn(loops::every(shutdown.clone(), c.analyze_interval, shared.clone(), |s| {
         Box::pin(async move { loops::analyze_grown_tables(&s).await })
     }));
-    if !default {
-        return;
-    }
     tasks.spawn(loops::every(shutdown.clone(), c.metrics_interval, shared.clone(), |s| {
         Box::pin(async move {
             if let Err(e) = loops::sample_metrics(&s).await {
@@ -229,5 +218,24 @@ async fn bulk_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
             _ = shared.wakes.bulk.notified() => {}
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
         }
+    }
+}
+
+/// A cell's tasks: each counts its metrics in the cell's namespace (the one
+/// way this crate spawns into a `JoinSet`).
+pub(crate) struct Tasks<'a> {
+    set: &'a mut tokio::task::JoinSet<()>,
+    namespace: Option<Arc<str>>,
+}
+
+impl<'a> Tasks<'a> {
+    pub(crate) fn new(set: &'a mut tokio::task::JoinSet<()>, namespace: &str) -> Tasks<'a> {
+        let namespace = (namespace != composer_store::namespaces::DEFAULT).then(|| Arc::from(namespace));
+        Tasks { set, namespace }
+    }
+
+    #[allow(clippy::disallowed_methods)] // the door to JoinSet::spawn
+    pub(crate) fn spawn(&mut self, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.set.spawn(crate::metrics::in_namespace(self.namespace.clone(), f));
     }
 }

@@ -105,7 +105,7 @@ pub async fn measure(pool: &composer_store::Pool, allowed: Duration) -> Result<S
     } else if !too_far && TOO_FAR.swap(false, Ordering::Relaxed) {
         tracing::warn!(skew = %skew.describe(), "clock skew back within COMPOSER_MAX_CLOCK_SKEW");
     }
-    composer_metrics::set(composer_metrics::CLOCK_OFFSET, &[], skew.offset.num_milliseconds() as f64 / 1000.0);
+    crate::metrics::set(composer_metrics::CLOCK_OFFSET, &[], skew.offset.num_milliseconds() as f64 / 1000.0);
     Ok(skew)
 }
 

@@ -170,10 +170,11 @@ pub async fn start(config: Config) -> Result<Running, Error> {
     let shared =
         start_cell(composer_store::namespaces::DEFAULT, config, pool, traces, None, &shutdown, &mut tasks).await?;
     let cells = crate::cells::Cells::new(shared.clone(), shutdown.clone());
-    tasks.spawn(crate::cells::keep(cells.clone(), shutdown.clone()));
-    serve(listener, &shared, &cells, &shutdown, &mut tasks);
+    let mut default_tasks = crate::cell::Tasks::new(&mut tasks, composer_store::namespaces::DEFAULT);
+    default_tasks.spawn(crate::cells::keep(cells.clone(), shutdown.clone()));
+    serve(listener, &shared, &cells, &shutdown, &mut default_tasks);
     write_addr_file(&shared.config, addr)?;
-    composer_metrics::set(
+    crate::metrics::set(
         composer_metrics::BUILD_INFO,
         &[("version", env!("CARGO_PKG_VERSION")), ("role", "coordinator")],
         1.0,
@@ -208,7 +209,7 @@ fn serve(
     shared: &Arc<Shared>,
     cells: &Arc<crate::cells::Cells>,
     shutdown: &CancellationToken,
-    tasks: &mut tokio::task::JoinSet<()>,
+    tasks: &mut crate::cell::Tasks<'_>,
 ) {
     let app = http::router(shared.clone(), cells.clone());
     let shutdown = shutdown.clone();

@@ -70,7 +70,7 @@ impl Definitions {
     pub fn new(pool: composer_store::Pool) -> Definitions {
         let (asks, rx) = mpsc::channel(4 * MAX_BATCH);
         let kept = Kept::default();
-        tokio::spawn(read_latest(pool, rx, kept.clone()));
+        crate::metrics::spawn(read_latest(pool, rx, kept.clone()));
         Definitions { asks, kept }
     }
 

@@ -20,6 +20,8 @@
 //! - [`schedules`]: the timer loop's pass that fires schedules, and backfill.
 //! - [`triggers`]: events recorded once, starting the runs their triggers start.
 //! - [`webhooks`]: a webhook's spec, signature and transform (the pure part).
+//! - [`metrics`]: every count and spawned task in the namespace of the work
+//!   that made it.
 //! - [`trace`]: OpenTelemetry traces of runs: the spans a commit ends, and their export.
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop; `cell`: the part of it that serves one
@@ -43,6 +45,7 @@ pub mod in_process;
 pub mod limits;
 pub mod listener;
 pub mod loops;
+pub mod metrics;
 pub mod oidc;
 pub mod outbox;
 pub mod publish;

@@ -22,7 +22,7 @@ pub async fn run(shared: Arc<Shared>, shutdown: CancellationToken) {
         let next = match pass(&shared).await {
             Ok(p) => {
                 if p.admitted > 0 {
-                    composer_metrics::inc(composer_metrics::LIMIT_ADMITTED, &[], p.admitted as u64);
+                    crate::metrics::inc(composer_metrics::LIMIT_ADMITTED, &[], p.admitted as u64);
                 }
                 p.next_in
             }

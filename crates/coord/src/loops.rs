@@ -44,7 +44,7 @@ pub async fn maintain_partitions(
 ) -> Result<(), composer_store::Error> {
     let created = partitions::ensure(client, months_ahead).await?;
     if created > 0 {
-        composer_metrics::inc(composer_metrics::PARTITIONS_CREATED, &[], created as u64);
+        crate::metrics::inc(composer_metrics::PARTITIONS_CREATED, &[], created as u64);
         tracing::info!(created, "created run partitions");
     }
     if retention_days == 0 {
@@ -53,10 +53,10 @@ pub async fn maintain_partitions(
     let before = crate::clock::now() - chrono::Duration::days(retention_days as i64);
     let expired = partitions::drop_before(client, before).await?;
     if !expired.dropped.is_empty() {
-        composer_metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], expired.dropped.len() as u64);
+        crate::metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], expired.dropped.len() as u64);
         tracing::info!(months = ?expired.dropped, "dropped expired run partitions");
     }
-    composer_metrics::set(composer_metrics::PARTITIONS_KEPT_OPEN, &[], expired.kept_open.len() as f64);
+    crate::metrics::set(composer_metrics::PARTITIONS_KEPT_OPEN, &[], expired.kept_open.len() as f64);
     if !expired.kept_open.is_empty() {
         tracing::info!(months = ?expired.kept_open, "kept expired months that still hold open runs");
     }
@@ -104,7 +104,7 @@ async fn fail_exhausted(shared: &Shared, client: &composer_store::Client) {
         };
         match shared.engine.handle(EventRequest::new(t.run_id, event)).await {
             Ok(_) => {
-                composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "max_dispatches")], 1);
+                crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "max_dispatches")], 1);
                 tracing::error!(task_id = %t.task_id, attempt = t.attempt, "recovery: failed an attempt dispatched too often");
             }
             Err(e) => tracing::warn!(error = %e, "recovery: failing an exhausted task failed; will retry"),
@@ -127,7 +127,7 @@ async fn put_in_doubt(shared: &Shared, client: &composer_store::Client) {
         let reason = "its worker's lease expired: the attempt may or may not have taken effect".to_string();
         match shared.engine.handle(EventRequest::new(run_id, Event::TaskInDoubt { task_id, attempt, reason })).await {
             Ok(h) if h.ignored.is_none() => {
-                composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "in_doubt")], 1);
+                crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "in_doubt")], 1);
                 tracing::warn!(%run_id, %task_id, attempt, "recovery: an at-most-once attempt is in doubt");
             }
             Ok(_) => {}
@@ -151,7 +151,7 @@ async fn deliver_stranded_events(shared: &Shared, client: &composer_store::Clien
         let event = composer_core::machine::Event::EventReceived { task_id: s.waiter.task_id, payload: s.payload };
         match shared.engine.handle(EventRequest::new(s.waiter.run_id, event)).await {
             Ok(h) if h.ignored.is_none() => {
-                composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "stranded_event")], 1);
+                crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "stranded_event")], 1);
                 tracing::warn!(event_id = s.event_id, task_id = %s.waiter.task_id, "recovery: delivered a stranded event");
                 if let Err(e) = composer_store::events::mark_consumed(client, s.event_id, s.waiter.task_id).await {
                     tracing::warn!(error = %e, "recovery: cannot mark a delivered event consumed");
@@ -186,7 +186,7 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
                 };
                 match shared.engine.handle(EventRequest::new(c.parent.run_id, event)).await {
                     Ok(h) if h.ignored.is_none() => {
-                        composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "child_result")], 1);
+                        crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "child_result")], 1);
                         tracing::warn!(child = %c.id, parent = %c.parent.run_id, "recovery: reported a child run's end");
                     }
                     Ok(_) => {}
@@ -201,7 +201,7 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
             for (run_id, task_id) in maps {
                 match shared.engine.handle(EventRequest::new(run_id, Event::ItemsLoaded { task_id })).await {
                     Ok(_) => {
-                        composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "map_continued")], 1);
+                        crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "map_continued")], 1);
                         tracing::warn!(%run_id, %task_id, "recovery: carried on a MAP its coordinator did not");
                     }
                     Err(e) => tracing::warn!(error = %e, "recovery: carrying a MAP on failed; will retry"),
@@ -216,7 +216,7 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
                 let iteration = u32::try_from(iteration).unwrap_or(0);
                 match shared.engine.start_child(run_id, task_id, attempt, iteration).await {
                     Ok(()) => {
-                        composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "child_start")], 1);
+                        crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "child_start")], 1);
                         tracing::warn!(%run_id, %task_id, attempt, "recovery: started a child run its coordinator did not");
                     }
                     Err(e) => tracing::warn!(error = %e, "recovery: starting a child run failed; will retry"),
@@ -230,7 +230,7 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
             for child in children {
                 match shared.engine.handle(EventRequest::new(child, Event::CancelRun)).await {
                     Ok(h) if h.ignored.is_none() => {
-                        composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "orphaned_child")], 1);
+                        crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "orphaned_child")], 1);
                         tracing::warn!(%child, "recovery: cancelled a child run its parent no longer waits for");
                     }
                     Ok(_) => {}
@@ -270,7 +270,7 @@ pub async fn recover_tasks(shared: &Shared) {
         Ok(0) => {}
         Ok(n) => {
             any = true;
-            composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "expired_lease")], n);
+            crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "expired_lease")], n);
             tracing::warn!(count = n, "recovery: re-dispatched tasks with expired leases");
         }
         Err(e) => tracing::error!(error = %e, "recovery: requeue expired leases failed"),
@@ -281,7 +281,7 @@ pub async fn recover_tasks(shared: &Shared) {
         Ok(0) => {}
         Ok(n) => {
             any = true;
-            composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")], n);
+            crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")], n);
             tracing::warn!(count = n, "recovery: re-dispatched pending tasks with lost messages");
         }
         Err(e) => {
@@ -345,7 +345,7 @@ pub async fn recover_lost_writes(shared: &Shared) {
     };
     match redispatched {
         Ok(n) => {
-            composer_metrics::inc(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")], n);
+            crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "lost_dispatch")], n);
             tracing::warn!(count = n, "recovery: re-dispatched pending tasks after Redis lost writes");
             shared.wakes.outbox.notify_one();
         }
@@ -408,7 +408,7 @@ pub async fn fire_due_waits(shared: &Shared) -> Result<usize, composer_store::Er
     }
     fired += time_out_runs(shared).await?;
     if fired > 0 {
-        composer_metrics::inc(composer_metrics::TIMERS_FIRED, &[], fired as u64);
+        crate::metrics::inc(composer_metrics::TIMERS_FIRED, &[], fired as u64);
     }
     Ok(fired)
 }
@@ -449,34 +449,36 @@ async fn time_out_runs(shared: &Shared) -> Result<usize, composer_store::Error> 
     Ok(timed_out)
 }
 
-/// Queues the metrics loop has reported a backlog for.
-static SAMPLED_QUEUES: std::sync::Mutex<std::collections::BTreeSet<String>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// Queues the metrics loop has reported a backlog for, by namespace (none
+/// for `default`): each namespace's loop zeroes its own queues only.
+type Sampled = std::collections::BTreeMap<Option<std::sync::Arc<str>>, std::collections::BTreeSet<String>>;
+static SAMPLED_QUEUES: std::sync::Mutex<Sampled> = std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// Samples the gauges: outbox backlog and age, open tasks by state, running
 /// runs, due timers.
 pub async fn sample_metrics(shared: &Shared) -> Result<(), composer_store::Error> {
     let client = composer_store::client(&shared.pool).await?;
     let w = stats::open_work(&client).await?;
-    composer_metrics::set(composer_metrics::OUTBOX_BACKLOG, &[], w.outbox_backlog as f64);
-    composer_metrics::set(composer_metrics::OUTBOX_OLDEST_AGE, &[], w.outbox_oldest_age);
+    crate::metrics::set(composer_metrics::OUTBOX_BACKLOG, &[], w.outbox_backlog as f64);
+    crate::metrics::set(composer_metrics::OUTBOX_OLDEST_AGE, &[], w.outbox_oldest_age);
     for (state, n) in [("PENDING", w.pending_tasks), ("RUNNING", w.running_tasks), ("WAITING", w.waiting_tasks)] {
-        composer_metrics::set(composer_metrics::OPEN_TASKS, &[("state", state)], n as f64);
+        crate::metrics::set(composer_metrics::OPEN_TASKS, &[("state", state)], n as f64);
     }
-    composer_metrics::set(composer_metrics::RUNNING_RUNS, &[], w.running_runs as f64);
-    composer_metrics::set(composer_metrics::DUE_TIMERS, &[], w.due_timers as f64);
+    crate::metrics::set(composer_metrics::RUNNING_RUNS, &[], w.running_runs as f64);
+    crate::metrics::set(composer_metrics::DUE_TIMERS, &[], w.due_timers as f64);
     let backlogs = stats::queue_backlogs(&client).await?;
     // A queue that drained since the last sample reads 0, not its last value.
-    let mut seen = SAMPLED_QUEUES.lock().expect("sampled queues");
+    let mut sampled = SAMPLED_QUEUES.lock().expect("sampled queues");
+    let seen = sampled.entry(crate::metrics::current()).or_default();
     for queue in seen.iter() {
         if !backlogs.iter().any(|b| &b.queue == queue) {
-            composer_metrics::set(composer_metrics::QUEUE_BACKLOG, &[("queue", queue)], 0.0);
-            composer_metrics::set(composer_metrics::QUEUE_LAG, &[("queue", queue)], 0.0);
+            crate::metrics::set(composer_metrics::QUEUE_BACKLOG, &[("queue", queue)], 0.0);
+            crate::metrics::set(composer_metrics::QUEUE_LAG, &[("queue", queue)], 0.0);
         }
     }
     for b in backlogs {
-        composer_metrics::set(composer_metrics::QUEUE_BACKLOG, &[("queue", &b.queue)], b.tasks as f64);
-        composer_metrics::set(composer_metrics::QUEUE_LAG, &[("queue", &b.queue)], b.oldest_age);
+        crate::metrics::set(composer_metrics::QUEUE_BACKLOG, &[("queue", &b.queue)], b.tasks as f64);
+        crate::metrics::set(composer_metrics::QUEUE_LAG, &[("queue", &b.queue)], b.oldest_age);
         if seen.len() < 1000 {
             seen.insert(b.queue);
         }

@@ -60,7 +60,7 @@ pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> Result<usize, E
         match shared.streams.publish(&batch).await {
             Ok(()) => {
                 total += batch.len();
-                composer_metrics::inc(composer_metrics::DISPATCHES, &[], batch.len() as u64);
+                crate::metrics::inc(composer_metrics::DISPATCHES, &[], batch.len() as u64);
                 // Task-API long-polls on this coordinator read at once.
                 shared.wakes.published.notify_waiters();
                 *published = ids;
@@ -69,7 +69,7 @@ pub async fn drain(shared: &Shared, published: &mut Vec<i64>) -> Result<usize, E
                 }
             }
             Err(e) => {
-                composer_metrics::inc(composer_metrics::OUTBOX_PUBLISH_FAILURES, &[], 1);
+                crate::metrics::inc(composer_metrics::OUTBOX_PUBLISH_FAILURES, &[], 1);
                 outbox::retry_later(&client, &ids, MAX_RETRY_BACKOFF).await?;
                 return Err(e.into());
             }

@@ -88,15 +88,15 @@ async fn publish(shared: &Shared, publisher: &Publisher, batch: Vec<Committed>) 
             for c in &batch {
                 let took = c.at.elapsed();
                 for _ in &c.rows {
-                    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "commit_to_publish")], took);
+                    crate::metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "commit_to_publish")], took);
                 }
             }
-            composer_metrics::inc(composer_metrics::DISPATCHES, &[], pipeline.len() as u64);
+            crate::metrics::inc(composer_metrics::DISPATCHES, &[], pipeline.len() as u64);
             shared.wakes.published.notify_waiters();
             publisher.give_back(ids);
         }
         Err(e) => {
-            composer_metrics::inc(composer_metrics::OUTBOX_PUBLISH_FAILURES, &[], 1);
+            crate::metrics::inc(composer_metrics::OUTBOX_PUBLISH_FAILURES, &[], 1);
             tracing::warn!(error = %e, rows = ids.len(), "publishing after commit failed; the outbox retries");
             let retried = match composer_store::client(&shared.pool).await {
                 Ok(client) => outbox::retry_later(&client, &ids, MAX_RETRY_BACKOFF).await.map(|_| ()),

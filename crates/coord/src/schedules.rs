@@ -74,7 +74,7 @@ async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
             (BackfillOverlap::Allow, _) => open = pass.start(q.fire_time, Recorded::Backfill).await? || open,
             (BackfillOverlap::Skip, true) => {
                 schedules::skip_fire(&tx, &row.id, q.fire_time).await?;
-                composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "skipped")], 1);
+                crate::metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "skipped")], 1);
             }
             // Waits for the open run to end (a later pass).
             (BackfillOverlap::BufferAll, true) => {}
@@ -90,17 +90,17 @@ async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
             (Overlap::Allow, _) | (_, false) => open = pass.start(t, Recorded::No).await? || open,
             (Overlap::BufferOne, true) if buffered.is_none() => {
                 schedules::record_fire(&tx, &row.id, t, "buffered", None).await?;
-                composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "buffered")], 1);
+                crate::metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "buffered")], 1);
                 buffered = Some(t);
             }
             _ => {
                 schedules::record_fire(&tx, &row.id, t, "skipped", None).await?;
-                composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "skipped")], 1);
+                crate::metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "skipped")], 1);
             }
         }
     }
     if due.missed > 0 {
-        composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "missed")], due.missed);
+        crate::metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "missed")], due.missed);
         tracing::warn!(schedule = %row.id, missed = due.missed, "fire times older than the catch-up window were skipped");
     }
     let last = pass.last;
@@ -111,7 +111,7 @@ async fn fire_one(shared: &Shared) -> Result<Option<usize>, EngineError> {
     for s in runs {
         shared.engine.started(s);
     }
-    composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "started")], n as u64);
+    crate::metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "started")], n as u64);
     Ok(Some(n))
 }
 
@@ -187,7 +187,7 @@ impl Pass<'_, '_> {
     /// failed with `why` (a backfilled one is no longer queued; a later
     /// backfill may ask for it again).
     async fn not_started(&self, t: DateTime<Utc>, why: &str) -> Result<bool, EngineError> {
-        composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "failed")], 1);
+        crate::metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "failed")], 1);
         let why = composer_core::clipped(why, 1024);
         schedules::fail_fire(self.tx, &self.schedule.spec.id, t, &why).await?;
         Ok(false)

@@ -153,7 +153,7 @@ async fn take_over_expired(
     let ttl = s.config.lease_ttl;
     let taken = leases.take_over_expired(queues, worker, ttl, max as i64, s.config.max_dispatches).await?;
     if !taken.is_empty() {
-        composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], taken.len() as u64);
+        crate::metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], taken.len() as u64);
     }
     let stages = || StageTimes { leased_at_us: Some(composer_api::wire::now_us()), ..StageTimes::default() };
     Ok(taken.into_iter().map(|(d, q, priority)| leased(d, q, priority, stages(), ttl)).collect())
@@ -238,10 +238,10 @@ async fn lease_read(
     let requests: Vec<(Uuid, Uuid, i32)> = wanted.iter().map(|(d, _, _)| (d.run_id, d.task_id, d.attempt)).collect();
     let granted = leases.acquire_many(&requests, worker, s.config.lease_ttl).await?;
     let took = Duration::from_micros(composer_api::wire::now_us().saturating_sub(read_at_us).max(0) as u64);
-    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "read_to_lease")], took);
+    crate::metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "read_to_lease")], took);
     let taken_over = granted.values().filter(|a| **a == Acquired::TakenOver).count();
     if taken_over > 0 {
-        composer_metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], taken_over as u64);
+        crate::metrics::inc(composer_metrics::LEASE_TAKEOVERS, &[], taken_over as u64);
     }
     // Acknowledged whether leased or not: a lease is the record of who runs
     // a task, and a message whose lease was denied is for a task another
@@ -269,7 +269,7 @@ async fn lease_read(
         }
     }
     if denied > 0 {
-        composer_metrics::inc(composer_metrics::LEASES_DENIED, &[], denied);
+        crate::metrics::inc(composer_metrics::LEASES_DENIED, &[], denied);
         s.leases_denied.fetch_add(denied, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(out)
@@ -285,7 +285,7 @@ fn dispatches(s: &TaskApi, read: &[composer_stream::Message], read_at_us: i64) -
             Ok(d) => {
                 if let Some(published) = d.published_at_us {
                     let transit = Duration::from_micros(read_at_us.saturating_sub(published).max(0) as u64);
-                    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "publish_to_read")], transit);
+                    crate::metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "publish_to_read")], transit);
                 }
                 let queue = keys.queue_of(&msg.stream).unwrap_or_default().to_string();
                 wanted.push((d, queue, keys.priority_of(&msg.stream)));

@@ -131,7 +131,7 @@ impl Http {
     /// Counts a batch the receiver did not take, and says so in the log at
     /// most once a minute.
     fn failed(&self, why: &str) {
-        composer_metrics::inc(composer_metrics::TRACE_EXPORT_FAILURES, &[], 1);
+        crate::metrics::inc(composer_metrics::TRACE_EXPORT_FAILURES, &[], 1);
         let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
         if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
             *warned = Some(std::time::Instant::now());

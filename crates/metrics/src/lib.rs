@@ -16,7 +16,8 @@
 //! the process [`declare`](Registry::declare)s them.
 //!
 //! Labels whose values users choose ([`BOUNDED_LABELS`]: workflow and queue
-//! names, node types) keep at most [`MAX_LABEL_VALUES`] values per metric;
+//! names, node types) keep at most [`MAX_LABEL_VALUES`] values per metric
+//! and namespace (a series' `namespace` label, which the coordinator adds);
 //! later ones are counted under [`OTHER`], so the text stays bounded however
 //! many workflows are registered.
 
@@ -183,8 +184,9 @@ struct Histogram {
 struct Values {
     values: BTreeMap<(&'static str, Labels), f64>,
     histograms: BTreeMap<(&'static str, Labels), Histogram>,
-    /// The values kept of each bounded label, per metric.
-    kept: BTreeMap<(&'static str, &'static str), BTreeSet<String>>,
+    /// The values kept of each bounded label, per metric and namespace
+    /// (the `namespace` label's value; none in `default`).
+    kept: BTreeMap<(&'static str, &'static str, String), BTreeSet<String>>,
 }
 
 /// The metrics of one process role.
@@ -204,12 +206,13 @@ impl Values {
     /// [`OTHER`]. `keep` records a new value while there is room (a read
     /// does not).
     fn labels(&mut self, metric: &'static str, l: &[(&'static str, &str)], keep: bool) -> Labels {
+        let namespace = l.iter().find(|(k, _)| *k == "namespace").map_or("", |(_, v)| v).to_string();
         l.iter()
             .map(|&(k, v)| {
                 if !BOUNDED_LABELS.contains(&k) {
                     return (k, v.to_string());
                 }
-                let kept = self.kept.entry((metric, k)).or_default();
+                let kept = self.kept.entry((metric, k, namespace.clone())).or_default();
                 if kept.contains(v) {
                     (k, v.to_string())
                 } else if kept.len() < MAX_LABEL_VALUES {
@@ -506,6 +509,19 @@ mod tests {
         assert_eq!(WORKER.value(TASKS_EXECUTED, &[("node_type", "type-250")]), 100.0, "read as other too");
         inc(EVENTS, &[("event", "TaskCompleted"), ("result", "a-label-we-choose")], 1);
         assert_eq!(value(EVENTS, &[("event", "TaskCompleted"), ("result", "a-label-we-choose")]), 1.0);
+    }
+
+    #[test]
+    fn the_bound_on_a_user_chosen_label_holds_per_namespace() {
+        for ns in ["ns-a", "ns-b"] {
+            for i in 0..MAX_LABEL_VALUES {
+                COORDINATOR.inc(RUNS_STARTED, &[("workflow", &format!("wf-{i}")), ("namespace", ns)], 1);
+            }
+        }
+        for ns in ["ns-a", "ns-b"] {
+            let last = [("workflow", "wf-199"), ("namespace", ns)];
+            assert_eq!(COORDINATOR.value(RUNS_STARTED, &last), 1.0, "{ns} keeps its own {MAX_LABEL_VALUES}");
+        }
     }
 
     #[test]

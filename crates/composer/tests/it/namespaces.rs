@@ -264,6 +264,18 @@ async fn two_namespaces_share_nothing_on_any_route_of_the_document() {
     }
     assert!(checked >= 45, "only {checked} operations were called");
 
+    // `/metrics` is the cluster's: alpha's series carry its name, and a
+    // reader bound to beta sees beta's alone.
+    let (_, all) = call(&e, ADMIN, None, "GET", "/metrics", None).await;
+    assert!(all.as_str().unwrap().contains("namespace=\"alpha\""), "{all}");
+    let reader = json!({"name": "beta-metrics", "scopes": ["metrics:read"], "namespace": "beta"});
+    let (status, reader) = call(&e, ADMIN, None, "POST", "/v1/keys", Some(&reader)).await;
+    assert_eq!(status, 201, "{reader}");
+    let (status, theirs) = call(&e, reader["key"].as_str().unwrap(), Some("beta"), "GET", "/metrics", None).await;
+    assert_eq!(status, 200);
+    assert!(!theirs.to_string().contains("alpha"), "beta's reader sees alpha's metrics: {theirs}");
+    assert!(theirs.as_str().unwrap().contains("# HELP composer_"), "{theirs}");
+
     // Alpha's things are as they were.
     assert_eq!(run_when_ended(&e, "alpha", &held.done).await["status"], "SUCCEEDED");
     let (_, waiting) = call(&e, ADMIN, Some("alpha"), "GET", &format!("/v1/runs/{}", held.waiting), None).await;

@@ -34,7 +34,7 @@ impl Engine {
             return;
         }
         let engine = self.clone();
-        tokio::spawn(async move {
+        crate::metrics::spawn(async move {
             let mut bulk = Owed::default();
             for (run_id, effect) in owed {
                 engine.owe(run_id, effect, &mut bulk).await;

@@ -35,7 +35,8 @@ impl Engine {
         // child's first steps to waiting polls, and must tell them what it
         // committed even if its caller (a sweep stopping) goes away.
         let engine = self.clone();
-        let own = tokio::spawn(async move { engine.start_child_now(run_id, task_id, attempt, iteration).await });
+        let own =
+            crate::metrics::spawn(async move { engine.start_child_now(run_id, task_id, attempt, iteration).await });
         own.await.map_err(|_| EngineError::Stopped)?
     }
 
@@ -76,7 +77,7 @@ impl Engine {
         receipt.answer(to_idle);
         let owed = self.written(receipt);
         self.follow_up(owed);
-        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
+        crate::metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
         tracing::debug!(child = %row.id, parent = %run_id, status = %row.status, "child run started");
         if let Some(l) = loaded {
             if l.run.status.is_terminal() {

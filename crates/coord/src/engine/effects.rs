@@ -102,7 +102,7 @@ async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run
         }
         let held: Vec<Uuid> = run.tasks.iter().map(|t| t.id).collect();
         let more = store.load_nodes(wf, run.id, &nodes, &held).await?;
-        composer_metrics::inc(composer_metrics::PARTIAL_LOADS, &[], 1);
+        crate::metrics::inc(composer_metrics::PARTIAL_LOADS, &[], 1);
         run.tasks.extend(more);
     }
 }

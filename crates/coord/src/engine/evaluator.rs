@@ -158,7 +158,7 @@ where
         })?;
         match here {
             Ok(t) => return Ok(t),
-            Err(InlineSpent) => composer_metrics::inc(composer_metrics::EVALUATIONS_MOVED, &[], 1),
+            Err(InlineSpent) => crate::metrics::inc(composer_metrics::EVALUATIONS_MOVED, &[], 1),
         }
     }
     threads().run(subject, move |sb| work(sb, input)).await

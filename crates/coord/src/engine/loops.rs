@@ -181,7 +181,7 @@ impl Engine {
         let mut client = composer_store::client(&self.pool).await?;
         runs::fail_faulted(&mut client, run_id, &message).await?;
         self.faults.lock().expect("fault counts").remove(&run_id);
-        composer_metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", RunStatus::Failed.as_str())], 1);
+        crate::metrics::inc(composer_metrics::RUNS_FINISHED, &[("status", RunStatus::Failed.as_str())], 1);
         Ok(Answer::new(RunStatus::Failed, Some(message)))
     }
 }
@@ -216,7 +216,7 @@ mod tests {
             .expect("a lazy pool");
         let bounds = super::super::Bounds { max_payload: 1024, ..super::super::Bounds::DEFAULT };
         let engine = Arc::new(Engine::new(pool, 1, Arc::new(Notify::new()), None, bounds, 1));
-        let waiting = tokio::spawn({
+        let waiting = crate::metrics::spawn({
             let engine = engine.clone();
             async move { engine.handle(EventRequest::new(Uuid::now_v7(), Event::CancelRun)).await }
         });

@@ -280,7 +280,7 @@ mod tests {
             q.push(5, work(n).0).unwrap();
             q.push(3, work(100 + n).0).unwrap();
         }
-        let waiting = tokio::spawn({
+        let waiting = crate::metrics::spawn({
             let q = q.clone();
             async move { q.take_urgent().await.map(|b| runs(&b)) }
         });
@@ -296,7 +296,7 @@ mod tests {
         assert_eq!(taken, vec![1000, 1001], "only the urgent work, whatever waited before it");
         let rest = runs(&q.take().await.unwrap());
         assert_eq!(rest.len(), 100, "the rest is left to the other loops");
-        let waiting = tokio::spawn({
+        let waiting = crate::metrics::spawn({
             let q = q.clone();
             async move { q.take_urgent().await.is_none() }
         });
@@ -321,14 +321,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_waiting_loop_wakes_for_work_and_for_the_close() {
         let q = std::sync::Arc::new(Queue::new(10));
-        let waiting = tokio::spawn({
+        let waiting = crate::metrics::spawn({
             let q = q.clone();
             async move { q.take().await.map(|b| runs(&b)) }
         });
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         q.push(9, work(7).0).unwrap();
         assert_eq!(waiting.await.unwrap(), Some(vec![7]), "a level past the lowest is the lowest");
-        let waiting = tokio::spawn({
+        let waiting = crate::metrics::spawn({
             let q = q.clone();
             async move { q.take().await.is_none() }
         });

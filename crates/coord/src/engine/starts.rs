@@ -96,7 +96,7 @@ impl Engine {
         let StartOptions { idempotency_key, trigger, tags, traceparent, priority } = opts;
         let (key, trigger, tags, traceparent) =
             (idempotency_key.map(str::to_string), trigger.cloned(), tags.cloned(), traceparent.map(str::to_string));
-        let own = tokio::spawn(async move {
+        let own = crate::metrics::spawn(async move {
             let opts = StartOptions {
                 idempotency_key: key.as_deref(),
                 trigger: trigger.as_ref(),
@@ -168,7 +168,7 @@ impl Engine {
         if !new {
             return (row, false);
         }
-        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
+        crate::metrics::inc(composer_metrics::RUNS_STARTED, &[], 1);
         if let Some(mut receipt) = receipt {
             receipt.answer(to_idle);
             let owed = self.written(receipt);

@@ -101,7 +101,7 @@ impl Engine {
         if receipt.handlers.is_empty() {
             return Vec::new();
         }
-        composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], receipt.handlers.len() as u64);
+        crate::metrics::inc(composer_metrics::RUNS_STARTED, &[], receipt.handlers.len() as u64);
         for h in receipt.handlers.iter().filter(|h| h.run.status.is_terminal()) {
             tally::run_finished(&h.wf, &h.run);
         }

@@ -133,10 +133,14 @@ pub(super) async fn door(State(namespaces): State<Arc<dyn Namespaces>>, mut req:
         return next.run(req).await;
     }
     match namespaces.find(&name).await {
-        Ok(Found::Routes(mut routes)) => match tower_service::Service::call(&mut routes, req).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        },
+        Ok(Found::Routes(mut routes)) => {
+            // Counted in the namespace: every metric the request makes.
+            let answered = tower_service::Service::call(&mut routes, req);
+            match crate::metrics::in_namespace(Some(Arc::from(name.as_str())), answered).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        }
         Ok(Found::Missing) => ApiError::not_found(format!("namespace {name:?} not found")).into_response(),
         Ok(Found::Deleting) => ApiError::Conflict(format!("namespace {name:?} is being deleted")).into_response(),
         Err(e) => e.into_response(),

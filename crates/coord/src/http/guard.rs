@@ -166,13 +166,13 @@ pub(super) async fn observe_errors(req: Request, next: Next) -> Response {
         4 => "4xx",
         _ => "5xx",
     };
-    composer_metrics::observe(
+    crate::metrics::observe(
         composer_metrics::API_REQUEST_DURATION,
         &[("method", method.as_str()), ("route", &route), ("status", class)],
         started.elapsed(),
     );
     if status.is_client_error() || status.is_server_error() {
-        composer_metrics::inc(composer_metrics::API_ERRORS, &[("status", status.as_str())], 1);
+        crate::metrics::inc(composer_metrics::API_ERRORS, &[("status", status.as_str())], 1);
     }
     if status.is_server_error() {
         let message = resp.extensions().get::<ErrorDetail>().map(|d| d.message.clone()).unwrap_or_default();

@@ -55,8 +55,35 @@ pub(crate) async fn openapi_json() -> Response {
         (status = 401, description = "the bearer token is missing or wrong", body = ErrorBody),
     )
 )]
-pub(crate) async fn metrics() -> Response {
-    ([(header::CONTENT_TYPE, composer_metrics::CONTENT_TYPE)], composer_metrics::render()).into_response()
+pub(crate) async fn metrics(axum::Extension(by): axum::Extension<crate::access::Principal>) -> Response {
+    let text = match by.namespace() {
+        None => composer_metrics::render(),
+        Some(ns) => of_namespace(&composer_metrics::render(), ns),
+    };
+    ([(header::CONTENT_TYPE, composer_metrics::CONTENT_TYPE)], text).into_response()
+}
+
+/// The series of namespace `ns` in a metrics text (those labelled with it;
+/// in `default`, those without the label), for a caller bound to it. Label
+/// values are names, which hold no quote: a label cannot pass for another.
+fn of_namespace(text: &str, ns: &str) -> String {
+    let label = format!("{}=\"{ns}\"", crate::metrics::LABEL);
+    let any = format!("{}=\"", crate::metrics::LABEL);
+    let mine = |line: &str| match ns == composer_store::namespaces::DEFAULT {
+        true => !line.contains(&any),
+        false => line.contains(&label),
+    };
+    text.lines().filter(|l| l.starts_with('#') || mine(l)).flat_map(|l| [l, "\n"]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_namespace_s_metrics_are_its_series_alone() {
+        let text = "# HELP m h\nm{queue=\"q\"} 1\nm{queue=\"q\",namespace=\"a\"} 2\nm{namespace=\"ab\"} 3\n";
+        assert_eq!(super::of_namespace(text, "a"), "# HELP m h\nm{queue=\"q\",namespace=\"a\"} 2\n");
+        assert_eq!(super::of_namespace(text, "default"), "# HELP m h\nm{queue=\"q\"} 1\n");
+    }
 }
 
 /// Readiness.

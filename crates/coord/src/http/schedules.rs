@@ -221,7 +221,7 @@ pub(crate) async fn trigger(
     schedules::advance(&tx, &id, row.next_fire_at, row.buffered_fire_at, Some(started.row.id)).await?;
     tx.commit().await?;
     let (run, _) = engine.started(started);
-    composer_metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "started")], 1);
+    crate::metrics::inc(composer_metrics::SCHEDULE_FIRES, &[("outcome", "started")], 1);
     Ok((StatusCode::CREATED, Json(run_view(&run, None))).into_response())
 }
 

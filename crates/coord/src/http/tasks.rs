@@ -155,7 +155,7 @@ pub(crate) async fn poll_tasks(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBat
         start = start.wrapping_add(1);
         if !tasks.is_empty() || tokio::time::Instant::now() >= deadline || s.draining.has_begun() {
             if !tasks.is_empty() {
-                composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
+                crate::metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
             }
             return Ok(TaskBatch { tasks, waiting });
         }
@@ -173,8 +173,8 @@ pub(crate) async fn poll_tasks(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBat
         let given = park(s, &req.worker_id, offer, published.as_mut(), nap).await;
         if let Some(given) = given.filter(|g| !g.is_empty()) {
             let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
-            composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
-            composer_metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
+            crate::metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
+            crate::metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
             // What waits is what the read before the wait saw.
             return Ok(TaskBatch { tasks, waiting });
         }
@@ -208,8 +208,8 @@ pub(crate) async fn take_handed(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBa
         None => parked.leave().await.unwrap_or_default(),
     };
     let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
-    composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
-    composer_metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
+    crate::metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
+    crate::metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
     Ok(TaskBatch { tasks, waiting: None })
 }
 
@@ -538,12 +538,12 @@ async fn finish(
         Err(crate::engine::EngineError::RunNotFound(_)) => return Err(ApiError::LeaseLost(task)),
         handled => handled?,
     };
-    composer_metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
-    composer_metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
+    crate::metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
+    crate::metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
     let next: Vec<LeasedTask> = handled.next.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
     if !next.is_empty() {
-        composer_metrics::inc(composer_metrics::TASK_API_LEASED, &[], next.len() as u64);
-        composer_metrics::inc(composer_metrics::EAGER_DISPATCHES, &[], next.len() as u64);
+        crate::metrics::inc(composer_metrics::TASK_API_LEASED, &[], next.len() as u64);
+        crate::metrics::inc(composer_metrics::EAGER_DISPATCHES, &[], next.len() as u64);
     }
     Ok(ReportAck { applied: handled.ignored.is_none(), ignored: handled.ignored, next })
 }

@@ -25,7 +25,7 @@ impl Batch<'_> {
         if let Some(r) = handed.receipt.take() {
             handlers_owe.extend(self.engine.written(r));
             handlers_owe.extend(handed.promoted.iter().flat_map(Loaded::after_commit));
-            composer_metrics::inc(composer_metrics::SLOTS_HANDED_OVER, &[], handed.promoted.len() as u64);
+            crate::metrics::inc(composer_metrics::SLOTS_HANDED_OVER, &[], handed.promoted.len() as u64);
         }
         self.count(&handed);
         // A key whose slots went over here needs no pass after the commit;
@@ -69,10 +69,10 @@ impl Batch<'_> {
             self.engine.remember_large(l.run.id, false);
         }
         for _ in 0..self.requests {
-            composer_metrics::observe(composer_metrics::EVENT_DURATION, &[], self.began.elapsed());
+            crate::metrics::observe(composer_metrics::EVENT_DURATION, &[], self.began.elapsed());
         }
         if !self.created.is_empty() {
-            composer_metrics::inc(composer_metrics::RUNS_STARTED, &[], self.created.len() as u64);
+            crate::metrics::inc(composer_metrics::RUNS_STARTED, &[], self.created.len() as u64);
         }
         for row in &mut self.created {
             if let Some(l) = self.runs.get(&row.id) {
