@@ -37,6 +37,9 @@ pub const DROP_AFTER: Duration = Duration::from_secs(15);
 
 /// One namespace's cell.
 pub struct Cell {
+    /// Its namespace's registry id: a namespace deleted and made again
+    /// under the same name is another namespace, with another cell.
+    id: i64,
     pub shared: Arc<Shared>,
     /// Every route of the HTTP interface, on this cell's state.
     pub router: axum::Router,
@@ -44,16 +47,25 @@ pub struct Cell {
     tasks: Mutex<tokio::task::JoinSet<()>>,
 }
 
+/// A name's cell: started once, however many requests ask for it meanwhile.
+type Slot = Arc<tokio::sync::OnceCell<Arc<Cell>>>;
+
 /// The cells of one coordinator.
 pub struct Cells {
     default: Arc<Shared>,
     shutdown: CancellationToken,
-    open: Mutex<HashMap<String, Arc<Cell>>>,
+    open: Mutex<HashMap<String, Slot>>,
+    /// Names the registry lacked lately, and when it was read: a request
+    /// naming one is answered without a query for [`LOOK_EVERY`].
+    missing: std::sync::Mutex<HashMap<String, std::time::Instant>>,
 }
+
+/// Most names [`Cells`] remembers as missing; past it, the oldest go.
+const MISSING_KEPT: usize = 10_000;
 
 impl Cells {
     pub fn new(default: Arc<Shared>, shutdown: CancellationToken) -> Arc<Cells> {
-        Arc::new(Cells { default, shutdown, open: Mutex::default() })
+        Arc::new(Cells { default, shutdown, open: Mutex::default(), missing: std::sync::Mutex::default() })
     }
 
     /// The default namespace's state: the registry, keys, sessions.
@@ -61,36 +73,66 @@ impl Cells {
         &self.default
     }
 
+    /// The started cell of namespace `name`, if there is one.
+    async fn started(&self, name: &str) -> Option<Arc<Cell>> {
+        let slot = self.open.lock().await.get(name).cloned()?;
+        slot.get().cloned()
+    }
+
     /// The cell of namespace `name` (not `default`), started when it is
     /// active and this coordinator has no cell for it yet.
     async fn find_cell(&self, name: &str) -> Result<Found, Error> {
-        if let Some(cell) = self.open.lock().await.get(name) {
+        if let Some(cell) = self.started(name).await {
             return Ok(Found::Routes(cell.router.clone()));
+        }
+        if self.missing.lock().unwrap_or_else(|p| p.into_inner()).get(name).is_some_and(|at| at.elapsed() < LOOK_EVERY)
+        {
+            return Ok(Found::Missing);
         }
         let client = composer_store::client(&self.default.pool).await?;
         match namespaces::get(&client, name).await? {
             Some(row) if row.state == "active" => Ok(Found::Routes(self.open_cell(&row).await?.router.clone())),
             Some(row) if row.state == "deleting" => Ok(Found::Deleting),
-            _ => Ok(Found::Missing),
+            _ => {
+                let mut missing = self.missing.lock().unwrap_or_else(|p| p.into_inner());
+                if missing.len() >= MISSING_KEPT {
+                    missing.retain(|_, at| at.elapsed() < LOOK_EVERY);
+                }
+                if missing.len() < MISSING_KEPT {
+                    missing.insert(name.to_string(), std::time::Instant::now());
+                }
+                Ok(Found::Missing)
+            }
         }
     }
 
-    /// Starts the cell of `row`, unless another call just did.
+    /// Starts the cell of `row`, once: a request for another namespace does
+    /// not wait for it, and one for this namespace waits for the one start.
     async fn open_cell(&self, row: &NamespaceRow) -> Result<Arc<Cell>, Error> {
-        let mut open = self.open.lock().await;
-        if let Some(cell) = open.get(&row.name) {
-            return Ok(cell.clone());
-        }
-        let cell = Arc::new(self.start(row).await?);
-        open.insert(row.name.clone(), cell.clone());
-        tracing::info!(namespace = %row.name, "serving namespace");
-        Ok(cell)
+        let slot = {
+            let mut open = self.open.lock().await;
+            let stale = open.get(&row.name).and_then(|s| s.get()).is_some_and(|c| c.id != row.id);
+            if stale {
+                drop(open);
+                self.close(&row.name).await;
+                open = self.open.lock().await;
+            }
+            open.entry(row.name.clone()).or_default().clone()
+        };
+        let cell = slot
+            .get_or_try_init(|| async {
+                let cell = Arc::new(self.start(row).await?);
+                tracing::info!(namespace = %row.name, "serving namespace");
+                Ok::<_, Error>(cell)
+            })
+            .await?;
+        Ok(cell.clone())
     }
 
     /// A cell for `row`, on its schema: migrated (a namespace created by a
     /// coordinator of an older build gets this build's migrations).
     async fn start(&self, row: &NamespaceRow) -> Result<Cell, Error> {
-        let pool = self.pool_of(row)?;
+        let pool = self.pool_of(row).await?;
         let base = &self.default.config;
         prepare(base, &pool).await?;
         let mut config = (**base).clone();
@@ -100,13 +142,28 @@ impl Cells {
         let traces = self.default.engine.traces().cloned();
         let shared = start_cell(&row.name, config, pool, traces, Some(&self.default), &stop, &mut tasks).await?;
         let router = crate::http::routes(shared.clone());
-        Ok(Cell { shared, router, stop, tasks: Mutex::new(tasks) })
+        Ok(Cell { id: row.id, shared, router, stop, tasks: Mutex::new(tasks) })
     }
 
-    /// A pool whose connections reach `row`'s schema alone.
-    fn pool_of(&self, row: &NamespaceRow) -> Result<composer_store::Pool, Error> {
+    /// A pool whose connections reach `row`'s schema alone, once one of
+    /// them has shown that they do: a pooler in front of PostgreSQL that
+    /// drops the connection's startup options (PgBouncer's
+    /// `ignore_startup_parameters = options`) would leave every namespace
+    /// on the default one's tables.
+    async fn pool_of(&self, row: &NamespaceRow) -> Result<composer_store::Pool, Error> {
         let c = &self.default.config;
-        Ok(composer_store::connect_in(&c.database.url, row.schema().as_deref(), c.db_pool_size, c.db_timeout)?)
+        let schema = row.schema().unwrap_or_default();
+        let pool = composer_store::connect_in(&c.database.url, Some(&schema), c.db_pool_size, c.db_timeout)?;
+        let client = composer_store::client(&pool).await?;
+        let path: String = client.query_one("SHOW search_path", &[]).await.map_err(composer_store::Error::from)?.get(0);
+        if path != schema {
+            return Err(Error::Store(composer_store::Error::Config(format!(
+                "namespace {}: its connections' search_path is {path:?}, not {schema}: does a pooler between \
+                 Composer and PostgreSQL drop the startup option that sets it?",
+                row.name
+            ))));
+        }
+        Ok(pool)
     }
 
     /// Creates namespace `name` (or finishes its creation): its row, its
@@ -125,7 +182,7 @@ impl Cells {
         }
         let schema = row.schema().unwrap_or_default();
         namespaces::create_schema(&client, &schema).await?;
-        prepare(&self.default.config, &self.pool_of(&row)?).await?;
+        prepare(&self.default.config, &self.pool_of(&row).await?).await?;
         match namespaces::activate(&client, name).await? {
             Some(row) if new => Ok(Created::New(row)),
             Some(row) => Ok(Created::Exists(row)),
@@ -135,18 +192,19 @@ impl Cells {
 
     /// Marks namespace `name` for deletion and stops serving it here.
     async fn delete_namespace(&self, name: &str) -> Result<Option<NamespaceRow>, Error> {
-        let client = composer_store::client(&self.default.pool).await?;
-        let row = namespaces::begin_delete(&client, name).await?;
-        if row.is_some() {
-            self.close(name).await;
+        let mut client = composer_store::client(&self.default.pool).await?;
+        let Some((row, revoked)) = namespaces::begin_delete(&mut client, name).await? else { return Ok(None) };
+        for key in revoked {
+            self.default.keys.forget(key);
         }
-        Ok(row)
+        self.close(name).await;
+        Ok(Some(row))
     }
 
     /// Stops the cell of `name`, if there is one, and waits for its tasks.
     async fn close(&self, name: &str) {
-        let cell = self.open.lock().await.remove(name);
-        if let Some(cell) = cell {
+        let slot = self.open.lock().await.remove(name);
+        if let Some(cell) = slot.and_then(|s| s.get().cloned()) {
             cell.stop.cancel();
             let mut tasks = cell.tasks.lock().await;
             while tasks.join_next().await.is_some() {}
@@ -158,18 +216,21 @@ impl Cells {
     /// stopped for the others; schemas dropped once [`DROP_AFTER`] has passed.
     async fn look(&self) -> Result<(), Error> {
         let mut client = composer_store::client(&self.default.pool).await?;
-        let rows = namespaces::list(&client, self.default.config.max_namespaces + 1).await?;
+        // Every row, however many there are (the limit is checked at creation only).
+        let rows = namespaces::list(&client, i64::MAX).await?;
+        let open: Vec<String> = self.open.lock().await.keys().cloned().collect();
+        for name in open {
+            let id = self.started(&name).await.map(|c| c.id);
+            if !rows.iter().any(|r| r.name == name && r.state == "active" && id.is_none_or(|id| id == r.id)) {
+                self.close(&name).await;
+            }
+        }
         for row in rows.iter().filter(|r| r.name != DEFAULT && r.state == "active") {
             if let Err(e) = self.open_cell(row).await {
                 tracing::warn!(namespace = %row.name, error = %e, "cannot serve namespace");
             }
         }
-        let open: Vec<String> = self.open.lock().await.keys().cloned().collect();
-        for name in open {
-            if !rows.iter().any(|r| r.name == name && r.state == "active") {
-                self.close(&name).await;
-            }
-        }
+        self.missing.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, at| at.elapsed() < LOOK_EVERY);
         for row in namespaces::due_for_deletion(&client, DROP_AFTER).await? {
             namespaces::finish_delete(&mut client, &row).await?;
             tracing::info!(namespace = %row.name, "namespace deleted with its data");
@@ -188,7 +249,7 @@ impl Cells {
     /// Aborts every cell's tasks at once.
     pub fn abort_all(&self) {
         if let Ok(open) = self.open.try_lock() {
-            for cell in open.values() {
+            for cell in open.values().filter_map(|s| s.get()) {
                 if let Ok(mut tasks) = cell.tasks.try_lock() {
                     tasks.abort_all();
                 }

@@ -137,10 +137,12 @@ async fn fail_crashed(config: &Config, bound: SocketAddr, pool: &composer_store:
 
 /// A pool of one connection for each namespace but `default`.
 async fn namespace_pools(config: &Config, client: &composer_store::Client) -> Result<Vec<composer_store::Pool>, Error> {
-    let rows = composer_store::namespaces::list(client, config.max_namespaces).await?;
+    let rows = composer_store::namespaces::list(client, i64::MAX).await?;
     let url = &config.database.url;
+    // Not one being created: its schema may not be there yet.
+    let made = rows.iter().filter(|r| r.state != "creating");
     let pools =
-        rows.iter().filter_map(|r| r.schema()).map(|s| composer_store::connect_in(url, Some(&s), 1, config.db_timeout));
+        made.filter_map(|r| r.schema()).map(|s| composer_store::connect_in(url, Some(&s), 1, config.db_timeout));
     Ok(pools.collect::<Result<_, _>>()?)
 }
 

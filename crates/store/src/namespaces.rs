@@ -119,11 +119,14 @@ pub async fn count(client: &Client) -> Result<i64> {
     Ok(client.query_one("SELECT count(*) FROM namespaces", &[]).await?.try_get(0)?)
 }
 
-/// Marks `name` as being deleted (never `default`): coordinators stop
-/// serving it at their next look at the registry. Answers its row, or
-/// `None` when there is no such namespace.
-pub async fn begin_delete(client: &Client, name: &str) -> Result<Option<NamespaceRow>> {
-    let row = client
+/// Marks `name` as being deleted (never `default`) and revokes the keys
+/// bound to it, in one transaction: coordinators stop serving it at their
+/// next look at the registry, and a namespace made later under the same
+/// name admits none of its keys. Answers its row and the ids of the keys
+/// revoked, or `None` when there is no such namespace.
+pub async fn begin_delete(client: &mut Client, name: &str) -> Result<Option<(NamespaceRow, Vec<uuid::Uuid>)>> {
+    let tx = crate::begin(client).await?;
+    let row = tx
         .query_opt(
             &format!(
                 "UPDATE namespaces SET state = 'deleting', deleting_since = coalesce(deleting_since, now())
@@ -132,7 +135,18 @@ pub async fn begin_delete(client: &Client, name: &str) -> Result<Option<Namespac
             &[&name],
         )
         .await?;
-    row.as_ref().map(from_row).transpose()
+    let Some(row) = row.as_ref().map(from_row).transpose()? else { return Ok(None) };
+    let revoked = tx
+        .query(
+            "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE namespace = $1 RETURNING id",
+            &[&name],
+        )
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<std::result::Result<Vec<uuid::Uuid>, _>>()?;
+    tx.commit().await?;
+    Ok(Some((row, revoked)))
 }
 
 /// The namespaces marked for deletion at least `grace` ago.

@@ -72,21 +72,28 @@ async fn run_when_ended(e: &Engine, ns: &str, id: &str) -> Value {
 struct Held {
     done: String,
     waiting: String,
+    /// A task of alpha's leased by `alpha-poller` (attempt 1), and its run.
+    task: String,
+    leased: String,
     bulk: String,
 }
 
 impl Held {
     /// `path` (a route of the document) with alpha's names and ids.
-    fn fill(&self, path: &str) -> String {
-        let id = if path.starts_with("/v1/runs/") {
+    /// A read names the run that ended (it has a MAP, whose items are
+    /// read); a change names the one still waiting, which a change that
+    /// reached it would change (a cancel, a pause), as the last check sees.
+    fn fill(&self, method: &str, path: &str) -> String {
+        let id = if path.starts_with("/v1/runs/") && method == "get" {
             self.done.as_str()
+        } else if path.starts_with("/v1/runs/") {
+            self.waiting.as_str()
         } else if path.starts_with("/v1/bulk/") {
             self.bulk.as_str()
         } else if path.starts_with("/v1/schedules/") {
             "alpha-nightly"
         } else if path.starts_with("/v1/tasks/") {
-            // A task id the other namespace cannot know: the run's own id.
-            self.waiting.as_str()
+            self.task.as_str()
         } else {
             "no-such-thing"
         };
@@ -103,7 +110,7 @@ impl Held {
 
     /// What alpha's own things are called in answers: none may show in beta's.
     fn marks(&self) -> Vec<&str> {
-        vec!["alpha-", &self.done, &self.waiting, &self.bulk]
+        vec!["alpha-", &self.done, &self.waiting, &self.task, &self.bulk]
     }
 }
 
@@ -111,7 +118,7 @@ impl Held {
 /// namespace: the one that would act on alpha's thing of that name. A route
 /// without one here fails the test: it must be given one.
 fn body_of(op: &str, held: &Held) -> Option<Value> {
-    let task = json!({"worker_id": "w", "run_id": held.waiting, "attempt": 1});
+    let task = json!({"worker_id": "alpha-poller", "run_id": held.leased, "attempt": 1});
     let body = match op {
         "POST /v1/workflows" => {
             json!({"name": "beta-orders", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]})
@@ -131,8 +138,12 @@ fn body_of(op: &str, held: &Held) -> Option<Value> {
         "POST /v1/runs/{id}/tasks/{node}/resolve" => json!({"outcome": "completed", "output": {}}),
         "POST /v1/schedules/{id}/backfill" => json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}),
         "POST /v1/tasks/{id}/complete" | "POST /v1/tasks/{id}/heartbeat" => task,
-        "POST /v1/tasks/{id}/fail" => json!({"worker_id": "w", "run_id": held.waiting, "attempt": 1, "error": "x"}),
-        "POST /v1/tasks/{id}/logs" => json!({"worker_id": "w", "run_id": held.waiting, "attempt": 1, "lines": []}),
+        "POST /v1/tasks/{id}/fail" => {
+            json!({"worker_id": "alpha-poller", "run_id": held.leased, "attempt": 1, "error": "x"})
+        }
+        "POST /v1/tasks/{id}/logs" => {
+            json!({"worker_id": "alpha-poller", "run_id": held.leased, "attempt": 1, "lines": ["x"]})
+        }
         "POST /v1/webhooks/{name}" => json!({}),
         _ => return None,
     };
@@ -183,7 +194,18 @@ async fn fill_alpha(e: &mut Engine, target: &FakeHttp) -> Held {
     let bulk = json!({"filter": {"workflow": "alpha-orders"}, "action": "retry", "reason": "alpha's own"});
     let bulk = ok(e, "alpha", "POST", "/v1/runs/bulk", bulk).await;
     let bulk = bulk["id"].as_str().map(str::to_string).unwrap_or_else(|| panic!("a bulk job: {bulk}"));
-    Held { done, waiting, bulk }
+    // A step of a type no worker runs, leased by hand.
+    let leasing = json!({"name": "alpha-leased", "nodes": [{"id": "t", "type": "resize", "queue": "alpha-q"}]});
+    ok(e, "alpha", "POST", "/v1/workflows", leasing).await;
+    let leased = ok(e, "alpha", "POST", "/v1/runs", json!({"workflow": "alpha-leased"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let poll = json!({"worker_id": "alpha-poller", "queues": ["alpha-q"], "wait": "10s"});
+    let (status, batch) = call(e, WORKER, Some("alpha"), "POST", "/v1/tasks/poll", Some(&poll)).await;
+    assert_eq!(status, 200, "{batch}");
+    let task = batch["tasks"][0]["id"].as_str().unwrap_or_else(|| panic!("a leased task: {batch}")).to_string();
+    Held { done, waiting, task, leased, bulk }
 }
 
 /// Two namespaces, every route of the document: beta's lists show nothing
@@ -211,7 +233,7 @@ async fn two_namespaces_share_nothing_on_any_route_of_the_document() {
         for (method, _) in item.as_object().unwrap() {
             let m = method.to_uppercase();
             let op = format!("{m} {path}");
-            let mut url = held.fill(path);
+            let mut url = held.fill(method, path);
             // Required query parameters: the MAP node's name is the one there is.
             let required: Vec<&str> = item[method]["parameters"]
                 .as_array()
@@ -249,17 +271,26 @@ async fn two_namespaces_share_nothing_on_any_route_of_the_document() {
             .get("requestBody")
             .is_some();
         assert!(body.is_some() || !needs_body, "{op}: this test has no body for it; give it one");
-        let m = op.split_once(' ').unwrap().0;
-        let (status, answer) = call(&e, ADMIN, Some("beta"), m, url, body.as_ref()).await;
-        assert_ne!(status, 500, "{op} in beta: {answer}");
-        let acts_on_alpha_s = url.contains(&held.done)
-            || url.contains(&held.waiting)
-            || url.contains(&held.bulk)
-            || url.contains("alpha-nightly")
-            || url.contains("alpha-hook");
-        if acts_on_alpha_s || op == "POST /v1/runs" {
-            assert!((400..500).contains(&status), "{op} in beta, on alpha's thing: {status} {answer}");
-        }
+        let (m, path) = op.split_once(' ').unwrap();
+        // The workers' routes with the worker token, every other with the API token's.
+        let token = if path.starts_with("/v1/tasks/") { WORKER } else { ADMIN };
+        let (status, answer) = call(&e, token, Some("beta"), m, url, body.as_ref()).await;
+        assert!(status < 500, "{op} in beta: {status} {answer}");
+        // A change naming one of alpha's things finds nothing in beta: a
+        // 404, but for a limit (a PUT makes beta's own) and a webhook's
+        // delivery (refused as unsigned for any name, 401, so that a
+        // sender cannot learn which webhooks exist).
+        let expected = match op.as_str() {
+            "PUT /v1/limits/{key}" => 200,
+            // A worker's report on a task its namespace does not hold: as on
+            // any task it holds no lease of (a run that does not exist too).
+            _ if path.starts_with("/v1/tasks/{id}") => 409,
+            "POST /v1/webhooks/{name}" => 401,
+            "POST /v1/runs" => 404,
+            _ if path.contains('{') => 404,
+            _ => status,
+        };
+        assert_eq!(status, expected, "{op} in beta, with alpha's things: {answer}");
         checked += 1;
     }
     assert!(checked >= 45, "only {checked} operations were called");
@@ -276,7 +307,11 @@ async fn two_namespaces_share_nothing_on_any_route_of_the_document() {
     assert!(!theirs.to_string().contains("alpha"), "beta's reader sees alpha's metrics: {theirs}");
     assert!(theirs.as_str().unwrap().contains("# HELP composer_"), "{theirs}");
 
-    // Alpha's things are as they were.
+    // Alpha's things are as they were: its leased task still leased to its poller.
+    let beat = json!({"worker_id": "alpha-poller", "run_id": held.leased, "attempt": 1});
+    let (status, answer) =
+        call(&e, WORKER, Some("alpha"), "POST", &format!("/v1/tasks/{}/heartbeat", held.task), Some(&beat)).await;
+    assert_eq!(status, 200, "beta's reports did not end alpha's lease: {answer}");
     assert_eq!(run_when_ended(&e, "alpha", &held.done).await["status"], "SUCCEEDED");
     let (_, waiting) = call(&e, ADMIN, Some("alpha"), "GET", &format!("/v1/runs/{}", held.waiting), None).await;
     assert_eq!(waiting["status"], "RUNNING", "beta's event and bulk cancel did not reach it: {waiting}");
@@ -397,6 +432,10 @@ async fn a_deleted_namespace_is_gone_with_its_data_and_can_be_made_again() {
     assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "brief"}))).await.0, 201);
     let wf = json!({"name": "kept", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
     ok(&e, "brief", "POST", "/v1/workflows", wf).await;
+    let bound = json!({"name": "brief-key", "scopes": ["read"], "namespace": "brief"});
+    let (_, bound) = call(&e, ADMIN, None, "POST", "/v1/keys", Some(&bound)).await;
+    let old_key = bound["key"].as_str().unwrap().to_string();
+    assert_eq!(call(&e, &old_key, Some("brief"), "GET", "/v1/workflows", None).await.0, 200);
     let (status, deleting) = call(&e, ADMIN, None, "DELETE", "/v1/namespaces/brief", None).await;
     assert_eq!((status, deleting["state"].as_str()), (202, Some("deleting")), "{deleting}");
     let (status, answer) = call(&e, ADMIN, Some("brief"), "GET", "/v1/workflows", None).await;
@@ -409,5 +448,7 @@ async fn a_deleted_namespace_is_gone_with_its_data_and_can_be_made_again() {
     assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "brief"}))).await.0, 201);
     let (_, list) = call(&e, ADMIN, Some("brief"), "GET", "/v1/workflows", None).await;
     assert_eq!(list["workflows"], json!([]), "made again, empty: {list}");
+    let (status, _) = call(&e, &old_key, Some("brief"), "GET", "/v1/workflows", None).await;
+    assert_eq!(status, 401, "the keys of the namespace deleted were revoked with it");
     e.stop().await;
 }

@@ -294,8 +294,15 @@ pub async fn fail_crashed(
                     if failed {
                         break;
                     }
-                    let mut theirs = composer_store::client(pool).await?;
-                    failed = composer_store::runs::fail_faulted(&mut theirs, *run_id, CRASHED_MESSAGE).await?;
+                    // A namespace that cannot be read (dropped meanwhile) does not hold it.
+                    let in_theirs = async {
+                        let mut theirs = composer_store::client(pool).await?;
+                        composer_store::runs::fail_faulted(&mut theirs, *run_id, CRASHED_MESSAGE).await
+                    };
+                    failed = in_theirs.await.unwrap_or_else(|e| {
+                        tracing::warn!(run = %run_id, error = %e, "looking for a crashed run in a namespace failed");
+                        false
+                    });
                 }
             }
             Subject::Definition(_) | Subject::Webhook(_) => {

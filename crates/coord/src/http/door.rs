@@ -76,11 +76,14 @@ fn cluster_wide(path: &str) -> bool {
 /// The namespace `req` names, the `namespace` parameter taken out of its
 /// query (so that routes' strict queries do not see it).
 fn requested(req: &mut Request) -> Result<String, ApiError> {
-    let header = match req.headers().get(NAMESPACE_HEADER) {
-        Some(v) => {
+    // One header: a proxy that adds its own must not leave the first to count.
+    let mut given = req.headers().get_all(NAMESPACE_HEADER).iter();
+    let header = match (given.next(), given.next()) {
+        (Some(_), Some(_)) => return Err(ApiError::bad_request(format!("{NAMESPACE_HEADER}: given more than once"))),
+        (Some(v), None) => {
             Some(v.to_str().map_err(|_| ApiError::bad_request(format!("{NAMESPACE_HEADER}: not text")))?.to_string())
         }
-        None => None,
+        _ => None,
     };
     let mut param = None;
     if let Some(query) = req.uri().query().filter(|q| q.contains(NAMESPACE_PARAM)) {
@@ -171,6 +174,13 @@ mod tests {
         assert_eq!(named("/v1/runs?namespace=billing", Some("billing")).unwrap().1, "/v1/runs");
         assert!(named("/v1/runs?namespace=a", Some("b")).unwrap_err().contains("name one"));
         assert!(named("/v1/runs?namespace=a&namespace=a", None).unwrap_err().contains("more than once"));
+        let mut twice = Request::builder()
+            .uri("/v1/runs")
+            .header(NAMESPACE_HEADER, "a")
+            .header(NAMESPACE_HEADER, "b")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        assert!(requested(&mut twice).unwrap_err().to_string().contains("more than once"));
         for bad in ["", "Billing", "1a", "a_b", "a/b", "../x", &"a".repeat(64)] {
             assert!(named("/v1/runs", Some(bad)).is_err(), "{bad}");
         }
