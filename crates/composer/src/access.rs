@@ -98,6 +98,23 @@ pub enum NamespaceCommand {
         /// The namespace.
         name: String,
     },
+    /// Sets a namespace's quotas, every one at once (one left out is none).
+    Quotas {
+        /// The namespace.
+        name: String,
+        /// Most runs queued, running or paused at once.
+        #[arg(long)]
+        open_runs: Option<i64>,
+        /// Most schedules.
+        #[arg(long)]
+        schedules: Option<i64>,
+        /// Most limit keys with values.
+        #[arg(long)]
+        limits: Option<i64>,
+        /// Most bytes its tables and indexes may hold.
+        #[arg(long)]
+        stored_bytes: Option<i64>,
+    },
     /// Deletes a namespace with everything it holds (a job: done some 15 s later).
     Delete {
         /// The namespace.
@@ -190,6 +207,19 @@ pub async fn namespace(args: ClientArgs, cmd: NamespaceCommand) -> anyhow::Resul
         }
         NamespaceCommand::Describe { name } => call(&api, Method::GET, &path(&name), None).await?,
         NamespaceCommand::Delete { name } => call(&api, Method::DELETE, &path(&name), None).await?,
+        NamespaceCommand::Quotas { name, open_runs, schedules, limits, stored_bytes } => {
+            let body =
+                json!({"open_runs": open_runs, "schedules": schedules, "limits": limits, "stored_bytes": stored_bytes});
+            let body = Value::Object(
+                body.as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            );
+            call(&api, Method::PUT, &format!("{}/quotas", path(&name)), Some(&body)).await?
+        }
     };
     output::one(format, &answer);
     Ok(ExitCode::SUCCESS)

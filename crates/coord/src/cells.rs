@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use composer_store::namespaces::{self, NamespaceRow, DEFAULT};
+use composer_store::namespaces::{self, NamespaceRow, Quotas, Usage, DEFAULT};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -71,6 +71,14 @@ impl Cells {
     /// The default namespace's state: the registry, keys, sessions.
     pub fn default_shared(&self) -> &Arc<Shared> {
         &self.default
+    }
+
+    /// The state of namespace `name` on this coordinator, when it serves it.
+    async fn shared_of(&self, name: &str) -> Option<Arc<Shared>> {
+        match name == DEFAULT {
+            true => Some(self.default.clone()),
+            false => self.started(name).await.map(|c| c.shared.clone()),
+        }
     }
 
     /// The started cell of namespace `name`, if there is one.
@@ -141,6 +149,7 @@ impl Cells {
         let mut tasks = tokio::task::JoinSet::new();
         let traces = self.default.engine.traces().cloned();
         let shared = start_cell(&row.name, config, pool, traces, Some(&self.default), &stop, &mut tasks).await?;
+        shared.quotas.set(row.quotas);
         let router = crate::http::routes(shared.clone());
         Ok(Cell { id: row.id, shared, router, stop, tasks: Mutex::new(tasks) })
     }
@@ -225,9 +234,14 @@ impl Cells {
                 self.close(&name).await;
             }
         }
-        for row in rows.iter().filter(|r| r.name != DEFAULT && r.state == "active") {
-            if let Err(e) = self.open_cell(row).await {
-                tracing::warn!(namespace = %row.name, error = %e, "cannot serve namespace");
+        for row in rows.iter().filter(|r| r.state == "active") {
+            if row.name == DEFAULT {
+                self.default.quotas.set(row.quotas);
+                continue;
+            }
+            match self.open_cell(row).await {
+                Ok(cell) => cell.shared.quotas.set(row.quotas),
+                Err(e) => tracing::warn!(namespace = %row.name, error = %e, "cannot serve namespace"),
             }
         }
         self.missing.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, at| at.elapsed() < LOOK_EVERY);
@@ -274,6 +288,32 @@ impl Namespaces for Cells {
 
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<NamespaceRow>, ApiError>> {
         Box::pin(async move { self.delete_namespace(name).await.map_err(unavailable) })
+    }
+
+    fn set_quotas<'a>(
+        &'a self,
+        name: &'a str,
+        quotas: Quotas,
+    ) -> BoxFuture<'a, Result<Option<NamespaceRow>, ApiError>> {
+        Box::pin(async move {
+            let client = composer_store::client(&self.default.pool).await?;
+            let row = namespaces::set_quotas(&client, name, &quotas).await?;
+            if row.is_some() {
+                // Here at once; on the other coordinators at their next look.
+                if let Some(shared) = self.shared_of(name).await {
+                    shared.quotas.set(quotas);
+                }
+            }
+            Ok(row)
+        })
+    }
+
+    fn usage<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Usage>, ApiError>> {
+        Box::pin(async move {
+            let Some(shared) = self.shared_of(name).await else { return Ok(None) };
+            let client = composer_store::client(&shared.pool).await?;
+            Ok(Some(namespaces::usage(&client).await?))
+        })
     }
 }
 

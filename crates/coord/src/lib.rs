@@ -22,6 +22,7 @@
 //! - [`webhooks`]: a webhook's spec, signature and transform (the pure part).
 //! - [`metrics`]: every count and spawned task in the namespace of the work
 //!   that made it.
+//! - [`quotas`]: a namespace's quotas at work.
 //! - [`trace`]: OpenTelemetry traces of runs: the spans a commit ends, and their export.
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop; `cell`: the part of it that serves one
@@ -49,6 +50,7 @@ pub mod metrics;
 pub mod oidc;
 pub mod outbox;
 pub mod publish;
+pub mod quotas;
 pub mod schedules;
 pub mod shared;
 pub mod tasks;

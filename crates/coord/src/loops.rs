@@ -466,6 +466,22 @@ pub async fn sample_metrics(shared: &Shared) -> Result<(), composer_store::Error
     }
     crate::metrics::set(composer_metrics::RUNNING_RUNS, &[], w.running_runs as f64);
     crate::metrics::set(composer_metrics::DUE_TIMERS, &[], w.due_timers as f64);
+    // What the namespace uses of its quotas (and its stored bytes, which a
+    // start's check reads from here).
+    let usage = composer_store::namespaces::usage(&client).await?;
+    shared.quotas.measured(usage.stored_bytes);
+    let quotas = shared.quotas.quotas();
+    for (quota, used, most) in [
+        ("open_runs", usage.open_runs, quotas.open_runs),
+        ("schedules", usage.schedules, quotas.schedules),
+        ("limits", usage.limits, quotas.limits),
+        ("stored_bytes", usage.stored_bytes, quotas.stored_bytes),
+    ] {
+        crate::metrics::set(composer_metrics::NAMESPACE_USAGE, &[("quota", quota)], used as f64);
+        if let Some(most) = most {
+            crate::metrics::set(composer_metrics::NAMESPACE_QUOTA, &[("quota", quota)], most as f64);
+        }
+    }
     let backlogs = stats::queue_backlogs(&client).await?;
     // A queue that drained since the last sample reads 0, not its last value.
     let mut sampled = SAMPLED_QUEUES.lock().expect("sampled queues");

@@ -42,6 +42,8 @@ pub struct Shared {
     /// The default namespace's pool, for what is kept once for the whole
     /// cluster (the quarantine); `pool` itself in the default namespace.
     pub cluster: ClusterPool,
+    /// This namespace's quotas, as its cell last read them.
+    pub quotas: Arc<crate::quotas::QuotaState>,
 }
 
 /// The pool of what is kept once for the whole cluster ([`Shared::cluster`]).
@@ -142,6 +144,7 @@ impl Shared {
             definitions,
             keys,
             cluster,
+            quotas: Arc::default(),
         }
     }
 
@@ -177,6 +180,7 @@ parts! {
     Arc<Config> => config,
     Pool => pool,
     ClusterPool => cluster,
+    Arc<crate::quotas::QuotaState> => quotas,
     Streams => streams,
     Arc<Engine> => engine,
     RunWatch => runs,

@@ -147,6 +147,11 @@ metrics! {
     OUTBOX_OLDEST_AGE: Gauge(Coordinator), "composer_outbox_oldest_age_seconds",
         "Age of the oldest outbox row (sampled).";
     OPEN_TASKS: Gauge(Coordinator), "composer_open_tasks", "Tasks in an open state, by state (sampled).", state = [];
+    NAMESPACE_USAGE: Gauge(Coordinator), "composer_namespace_usage",
+        "What the namespace uses of each quota (sampled): open runs, schedules, limits, stored bytes.",
+        quota = ["open_runs", "schedules", "limits", "stored_bytes"];
+    NAMESPACE_QUOTA: Gauge(Coordinator), "composer_namespace_quota",
+        "The namespace's quotas, those it has (sampled).", quota = ["open_runs", "schedules", "limits", "stored_bytes"];
     RUNNING_RUNS: Gauge(Coordinator), "composer_running_runs", "Runs that are RUNNING (sampled).";
     DUE_TIMERS: Gauge(Coordinator), "composer_due_timers", "WAITING tasks whose wake-up time has passed (sampled).";
     STEP_STAGE: Histogram(Both), "composer_step_stage_seconds",

@@ -34,6 +34,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (28, "api_keys_and_audit", include_str!("../migrations/0028_api_keys_and_audit.sql")),
     (29, "sso_sessions", include_str!("../migrations/0029_sso_sessions.sql")),
     (30, "namespaces", include_str!("../migrations/0030_namespaces.sql")),
+    (31, "namespace_quotas", include_str!("../migrations/0031_namespace_quotas.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -26,6 +26,28 @@ pub struct NamespaceRow {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub deleting_since: Option<DateTime<Utc>>,
+    pub quotas: Quotas,
+}
+
+/// A namespace's quotas; `None`: no quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quotas {
+    /// Runs queued, running or paused at once.
+    pub open_runs: Option<i64>,
+    pub schedules: Option<i64>,
+    /// Limit keys with values (`step_limits` rows).
+    pub limits: Option<i64>,
+    /// Bytes of its schema's tables and their indexes.
+    pub stored_bytes: Option<i64>,
+}
+
+/// What a namespace uses of each quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub open_runs: i64,
+    pub schedules: i64,
+    pub limits: i64,
+    pub stored_bytes: i64,
 }
 
 impl NamespaceRow {
@@ -42,7 +64,8 @@ pub fn schema_name(id: i64) -> String {
     format!("composer_ns_{id}")
 }
 
-const COLUMNS: &str = "name, id, description, state, created_by, created_at, deleting_since";
+const COLUMNS: &str = "name, id, description, state, created_by, created_at, deleting_since, \
+                       quota_open_runs, quota_schedules, quota_limits, quota_stored_bytes";
 
 fn from_row(r: &Row) -> Result<NamespaceRow> {
     Ok(NamespaceRow {
@@ -53,6 +76,12 @@ fn from_row(r: &Row) -> Result<NamespaceRow> {
         created_by: r.try_get("created_by")?,
         created_at: r.try_get("created_at")?,
         deleting_since: r.try_get("deleting_since")?,
+        quotas: Quotas {
+            open_runs: r.try_get("quota_open_runs")?,
+            schedules: r.try_get("quota_schedules")?,
+            limits: r.try_get("quota_limits")?,
+            stored_bytes: r.try_get("quota_stored_bytes")?,
+        },
     })
 }
 
@@ -172,4 +201,67 @@ pub async fn finish_delete(client: &mut Client, row: &NamespaceRow) -> Result<()
     tx.execute("DELETE FROM namespaces WHERE name = $1 AND state = 'deleting'", &[&row.name]).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// Sets namespace `name`'s quotas, every one (`None`: no quota); `None`
+/// when there is no such namespace.
+pub async fn set_quotas(client: &Client, name: &str, q: &Quotas) -> Result<Option<NamespaceRow>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "UPDATE namespaces SET quota_open_runs = $2, quota_schedules = $3, quota_limits = $4,
+                        quota_stored_bytes = $5
+                 WHERE name = $1 AND state <> 'deleting' RETURNING {COLUMNS}"
+            ),
+            &[&name, &q.open_runs, &q.schedules, &q.limits, &q.stored_bytes],
+        )
+        .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// How many runs are open (queued, running or paused), counting at most `cap`.
+pub async fn open_runs(client: &Client, cap: i64) -> Result<i64> {
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM (SELECT 1 FROM workflow_runs WHERE status IN ('QUEUED', 'RUNNING', 'PAUSED')
+             LIMIT $1) AS open",
+            &[&cap],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// What the namespace `client`'s connection reaches uses of each quota:
+/// read in its own schema (`current_schema()`).
+pub async fn usage(client: &Client) -> Result<Usage> {
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM workflow_runs WHERE status IN ('QUEUED', 'RUNNING', 'PAUSED')),
+                    (SELECT count(*) FROM schedules),
+                    (SELECT count(*) FROM step_limits),
+                    (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+                     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm'))",
+            &[],
+        )
+        .await?;
+    Ok(Usage {
+        open_runs: row.try_get(0)?,
+        schedules: row.try_get(1)?,
+        limits: row.try_get(2)?,
+        stored_bytes: row.try_get(3)?,
+    })
+}
+
+/// How many schedules there are besides `id`, when there is none of that
+/// id (a new one would count); `None` when it exists (a replacement).
+pub async fn schedules_but(client: &Client, id: &str) -> Result<Option<i64>> {
+    let row = client.query_one("SELECT count(*), coalesce(bool_or(id = $1), false) FROM schedules", &[&id]).await?;
+    Ok((!row.try_get::<_, bool>(1)?).then_some(row.try_get(0)?).map(|n: i64| n))
+}
+
+/// How many limit keys have values, when `key` has none (it would count);
+/// `None` when it has.
+pub async fn limits_but(client: &Client, key: &str) -> Result<Option<i64>> {
+    let row = client.query_one("SELECT count(*), coalesce(bool_or(key = $1), false) FROM step_limits", &[&key]).await?;
+    Ok((!row.try_get::<_, bool>(1)?).then_some(row.try_get(0)?).map(|n: i64| n))
 }

@@ -213,6 +213,44 @@ pub struct NamespaceView {
     pub state: String,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
+    pub quotas: NamespaceQuotas,
+    /// What it uses of them (`GET /v1/namespaces/{name}` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<NamespaceUsage>,
+}
+
+/// A namespace's quotas (`PUT /v1/namespaces/{name}/quotas`); a quota left
+/// out is none. A change past one is a 429 naming it, with `Retry-After`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"open_runs": 10000, "schedules": 100, "limits": 50, "stored_bytes": 10737418240_i64}))]
+pub struct NamespaceQuotas {
+    /// Runs queued, running or paused at once; a start past it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub open_runs: Option<i64>,
+    /// Schedules; a new one past it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub schedules: Option<i64>,
+    /// Limit keys with values; a new one past it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub limits: Option<i64>,
+    /// Bytes the namespace's tables and indexes hold (runs, outputs, logs,
+    /// history); past it, starts, new schedules and new limits are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub stored_bytes: Option<i64>,
+}
+
+/// What a namespace uses of each quota, read when asked.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct NamespaceUsage {
+    pub open_runs: i64,
+    pub schedules: i64,
+    pub limits: i64,
+    pub stored_bytes: i64,
 }
 
 /// `GET /v1/namespaces`: `default` first, then by name.

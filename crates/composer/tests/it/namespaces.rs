@@ -452,3 +452,144 @@ async fn a_deleted_namespace_is_gone_with_its_data_and_can_be_made_again() {
     assert_eq!(status, 401, "the keys of the namespace deleted were revoked with it");
     e.stop().await;
 }
+
+/// One call's status, `Retry-After` and body.
+async fn call_with_retry_after(
+    e: &Engine,
+    ns: &str,
+    method: &str,
+    path: &str,
+    body: &Value,
+) -> (u16, Option<String>, Value) {
+    let http = reqwest::Client::new();
+    let req = http.request(method.parse().unwrap(), format!("{}{path}", e.url())).bearer_auth(ADMIN);
+    let resp = req.header("composer-namespace", ns).json(body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let retry_after = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+    (status, retry_after, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// A namespace's quotas: a start past its open runs, a schedule or a limit
+/// past its count, and any of them once it stores more than its bytes, is
+/// a 429 naming the quota, with `Retry-After`; what it uses is shown; the
+/// default namespace, without quotas, is not held by another's.
+#[tokio::test]
+async fn a_namespace_s_quotas_refuse_by_name_and_its_usage_is_shown() {
+    let e = Engine::with(EngineOptions {
+        coordinator: |c| {
+            c.api_token = Some(ADMIN.into());
+            c.worker_token = Some(WORKER.into());
+            c.metrics_interval = Duration::from_millis(300);
+        },
+        ..options()
+    })
+    .await;
+    assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "small"}))).await.0, 201);
+    let waits = json!({"name": "waits", "nodes": [{"id": "t", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "k"}}]});
+    for ns in ["small", "default"] {
+        ok(&e, ns, "POST", "/v1/workflows", waits.clone()).await;
+    }
+    let quotas = json!({"open_runs": 2, "schedules": 1, "limits": 1});
+    let set = ok(&e, "default", "PUT", "/v1/namespaces/small/quotas", quotas.clone()).await;
+    assert_eq!(set["quotas"], quotas, "{set}");
+
+    let start = json!({"workflow": "waits"});
+    for _ in 0..2 {
+        ok(&e, "small", "POST", "/v1/runs", start.clone()).await;
+    }
+    let (status, retry_after, answer) = call_with_retry_after(&e, "small", "POST", "/v1/runs", &start).await;
+    assert_eq!((status, retry_after.as_deref()), (429, Some("1")), "{answer}");
+    assert_eq!(answer["error"]["code"], "over_quota");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("quota open_runs (2)"), "{answer}");
+    for _ in 0..3 {
+        ok(&e, "default", "POST", "/v1/runs", start.clone()).await;
+    }
+
+    let schedule = |id: &str| json!({"id": id, "workflow": "waits", "cron": "0 3 * * *"});
+    ok(&e, "small", "POST", "/v1/schedules", schedule("first")).await;
+    let (status, retry_after, answer) =
+        call_with_retry_after(&e, "small", "POST", "/v1/schedules", &schedule("second")).await;
+    assert_eq!((status, retry_after.as_deref()), (429, Some("60")), "{answer}");
+    assert!(answer.to_string().contains("quota schedules (1)"), "{answer}");
+    ok(&e, "small", "POST", "/v1/schedules", json!({"id": "first", "workflow": "waits", "cron": "0 4 * * *"})).await;
+
+    ok(&e, "small", "PUT", "/v1/limits/one", json!({"concurrency": 1})).await;
+    let (status, _, answer) =
+        call_with_retry_after(&e, "small", "PUT", "/v1/limits/two", &json!({"concurrency": 1})).await;
+    assert_eq!(status, 429, "{answer}");
+    assert!(answer.to_string().contains("quota limits (1)"), "{answer}");
+    ok(&e, "small", "PUT", "/v1/limits/one", json!({"concurrency": 2})).await;
+
+    let (_, described) = call(&e, ADMIN, None, "GET", "/v1/namespaces/small", None).await;
+    let usage = &described["usage"];
+    assert_eq!(
+        (usage["open_runs"].as_i64(), usage["schedules"].as_i64(), usage["limits"].as_i64()),
+        (Some(2), Some(1), Some(1)),
+        "{described}"
+    );
+    assert!(usage["stored_bytes"].as_i64().unwrap() > 0, "{described}");
+
+    // Stored bytes, as the metrics loop measures them.
+    ok(&e, "default", "PUT", "/v1/namespaces/small/quotas", json!({"stored_bytes": 1})).await;
+    let refused = composer_testkit::poll_until(Duration::from_secs(20), || async {
+        let (status, retry_after, answer) = call_with_retry_after(&e, "small", "POST", "/v1/runs", &start).await;
+        (status == 429).then_some((retry_after, answer))
+    })
+    .await;
+    let (retry_after, answer) = refused.unwrap_or_else(|_| panic!("no start was refused for stored_bytes"));
+    assert_eq!(retry_after.as_deref(), Some("60"));
+    assert!(answer.to_string().contains("quota stored_bytes (1)"), "{answer}");
+    let (_, metrics) = call(&e, ADMIN, None, "GET", "/metrics", None).await;
+    let metrics = metrics.as_str().unwrap();
+    assert!(metrics.contains("composer_namespace_quota{quota=\"stored_bytes\",namespace=\"small\"} 1"), "{metrics}");
+    assert!(metrics.contains("composer_namespace_usage{quota=\"schedules\",namespace=\"small\"} 1"), "{metrics}");
+
+    let bound = json!({"name": "small-admin", "scopes": ["admin"], "namespace": "small"});
+    let (_, bound) = call(&e, ADMIN, None, "POST", "/v1/keys", Some(&bound)).await;
+    let key = bound["key"].as_str().unwrap();
+    let (status, _) = call(&e, key, Some("small"), "PUT", "/v1/namespaces/small/quotas", Some(&json!({}))).await;
+    assert_eq!(status, 403, "a namespace's own administrator does not set its quotas");
+    e.stop().await;
+}
+
+/// `composer namespace` and `--namespace`, as a person types them (the
+/// CLI's calls block a thread; the coordinator serves on another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_makes_a_namespace_sets_its_quotas_and_works_in_it() {
+    let e = Engine::with(options()).await;
+    let cli = |args: &[&str]| {
+        let out = crate::processes::composer(args)
+            .env("COMPOSER_URL", e.url())
+            .env("COMPOSER_API_TOKEN", ADMIN)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.code(), text, String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (code, made, err) = cli(&["namespace", "create", "team-cli", "--description", "by hand", "-o", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&made).unwrap()["name"], "team-cli");
+    let (code, _, err) = cli(&["namespace", "quotas", "team-cli", "--open-runs", "3", "-o", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (_, described, _) = cli(&["namespace", "describe", "team-cli", "-o", "json"]);
+    let described: Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(described["quotas"], json!({"open_runs": 3}), "{described}");
+    let (_, listed, _) = cli(&["namespace", "list", "-o", "json"]);
+    assert!(listed.contains("team-cli") && listed.contains("default"), "{listed}");
+    let file = std::env::temp_dir().join(format!("ns-cli-{}.json", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"{"name": "in-team", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}"#,
+    )
+    .unwrap();
+    let (code, _, err) = cli(&["workflow", "apply", "-f", file.to_str().unwrap(), "--namespace", "team-cli"]);
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    let (_, theirs, _) = cli(&["workflow", "list", "-o", "json", "--namespace", "team-cli"]);
+    let (_, default, _) = cli(&["workflow", "list", "-o", "json"]);
+    assert!(theirs.contains("in-team") && !default.contains("in-team"), "{theirs} / {default}");
+    let (code, _, err) = cli(&["workflow", "list", "--namespace", "Team_CLI"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("namespace"), "{err}");
+    e.stop().await;
+}

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use composer_store::namespaces::{NamespaceRow, DEFAULT};
+use composer_store::namespaces::{NamespaceRow, Quotas, Usage, DEFAULT};
 use futures_util::future::BoxFuture;
 
 use super::error::ApiError;
@@ -56,6 +56,11 @@ pub trait Namespaces: Send + Sync {
         actor: &'a str,
     ) -> BoxFuture<'a, Result<Created, ApiError>>;
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<NamespaceRow>, ApiError>>;
+    /// Sets its quotas; `None` when there is no such namespace (or it is being deleted).
+    fn set_quotas<'a>(&'a self, name: &'a str, quotas: Quotas)
+        -> BoxFuture<'a, Result<Option<NamespaceRow>, ApiError>>;
+    /// What it uses of its quotas, read in its schema; `None` when it is not served.
+    fn usage<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Usage>, ApiError>>;
 }
 
 /// Whether `name` may name a namespace (`composer_api::schema::NAMESPACE_PATTERN`).

@@ -85,6 +85,10 @@ pub enum ApiError {
     /// The coordinator is stopping: go to another.
     #[error("the coordinator is shutting down")]
     Draining,
+    /// Past one of the namespace's quotas (`crate::quotas`): 429, naming it,
+    /// with a `Retry-After`.
+    #[error("{message}")]
+    OverQuota { quota: &'static str, message: String, retry_after: u64 },
     /// The engine's queue is full (`COMPOSER_ENGINE_QUEUE`).
     #[error("the engine is busy; retry shortly")]
     Busy,
@@ -137,6 +141,7 @@ impl ApiError {
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
             ApiError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            ApiError::OverQuota { .. } => (StatusCode::TOO_MANY_REQUESTS, "over_quota"),
             ApiError::EngineFault(_) => (StatusCode::INTERNAL_SERVER_ERROR, "engine_fault"),
             ApiError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -152,8 +157,14 @@ impl IntoResponse for ApiError {
         let (status, code) = self.status_and_code();
         let detail = ErrorDetail { code: code.to_string(), message: self.to_string() };
         let mut resp = (status, Json(ErrorBody { error: detail.clone() })).into_response();
-        if matches!(self, ApiError::Busy) {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
+        match &self {
+            ApiError::Busy => {
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
+            }
+            ApiError::OverQuota { retry_after, .. } => {
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+            }
+            _ => {}
         }
         resp.extensions_mut().insert(detail);
         match self {
@@ -235,6 +246,7 @@ mod tests {
             ApiError::Unavailable("x".into()),
             ApiError::Draining,
             ApiError::Busy,
+            ApiError::OverQuota { quota: "open_runs", message: "x".into(), retry_after: 1 },
             ApiError::EngineFault("x".into()),
             ApiError::internal("secret cause"),
         ];

@@ -102,10 +102,14 @@ pub(crate) async fn get(State(pool): State<Pool>, Path(key): Path<String>) -> Ap
     put, path = "/v1/limits/{key}", operation_id = "setLimit", tag = "limits",
     params(("key" = inline(LimitKey), Path, description = "the limit key (URL-encoded), not `.` or `..`")),
     request_body = LimitValuesSpec,
-    responses((status = 200, description = "the limit as set, and its use now", body = LimitView))
+    responses(
+        (status = 200, description = "the limit as set, and its use now", body = LimitView),
+        (status = 429, description = "over a quota of the namespace (the message names it; see Retry-After)", body = composer_api::ErrorBody),
+    )
 )]
 pub(crate) async fn set(
     State(pool): State<Pool>,
+    State(quotas): State<std::sync::Arc<crate::quotas::QuotaState>>,
     Path(key): Path<String>,
     Body(spec): Body<LimitValuesSpec>,
 ) -> ApiResult<Json<LimitView>> {
@@ -114,6 +118,9 @@ pub(crate) async fn set(
     let values = LimitValues::parse("", &spec)
         .map_err(|e| ApiError::bad_request(format!("{}: {}", e.path.trim_start_matches('.'), e.message)))?;
     let client = composer_store::client(&pool).await?;
+    if let Some(count) = composer_store::namespaces::limits_but(&client, &key).await? {
+        quotas.may_add_limit(count)?;
+    }
     let row = limits::set(&client, &key, &values).await?;
     tracing::info!(key = %key, rate = ?row.values.rate.map(|r| r.text()), concurrency = ?row.values.concurrency, "limit set");
     Ok(Json(view(&row)))

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use composer_api::{CreateNamespace, NamespaceList, NamespaceView};
-use composer_store::namespaces::{NamespaceRow, DEFAULT};
+use composer_api::{CreateNamespace, NamespaceList, NamespaceQuotas, NamespaceUsage, NamespaceView};
+use composer_store::namespaces::{NamespaceRow, Quotas, DEFAULT};
 
 use super::door::{valid_name, Created, Namespaces};
 use super::error::{ApiError, ApiResult};
@@ -20,12 +20,20 @@ use crate::access::Principal;
 pub const MAX_NAMESPACE_DESCRIPTION: usize = 1000;
 
 fn view(row: &NamespaceRow) -> NamespaceView {
+    let q = row.quotas;
     NamespaceView {
         name: row.name.clone(),
         description: row.description.clone(),
         state: row.state.clone(),
         created_by: row.created_by.clone(),
         created_at: row.created_at,
+        quotas: NamespaceQuotas {
+            open_runs: q.open_runs,
+            schedules: q.schedules,
+            limits: q.limits,
+            stored_bytes: q.stored_bytes,
+        },
+        usage: None,
     }
 }
 
@@ -112,8 +120,8 @@ pub(crate) async fn list(
 
 /// Describe a namespace.
 ///
-/// Its name, description, state and who created it. A caller bound to another namespace gets a
-/// 404, as for one that does not exist.
+/// Its name, description, state, who created it, its quotas and what it uses of them. A caller
+/// bound to another namespace gets a 404, as for one that does not exist.
 #[utoipa::path(
     get, path = "/v1/namespaces/{name}", operation_id = "getNamespace", tag = "access",
     params(("name" = composer_api::schema::NamespaceName, Path, description = "the namespace")),
@@ -121,13 +129,61 @@ pub(crate) async fn list(
 )]
 pub(crate) async fn get(
     State(pool): State<composer_store::Pool>,
+    Extension(namespaces): Extension<Arc<dyn Namespaces>>,
     Extension(by): Extension<Principal>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<NamespaceView>> {
     checked_name(&name)?;
     let client = composer_store::client(&pool).await?;
     let row = composer_store::namespaces::get(&client, &name).await?.filter(|r| by.may_enter(&r.name));
-    row.map(|r| Json(view(&r))).ok_or_else(|| ApiError::not_found(format!("namespace {name:?} not found")))
+    let row = row.ok_or_else(|| ApiError::not_found(format!("namespace {name:?} not found")))?;
+    let mut answer = view(&row);
+    answer.usage = namespaces.usage(&name).await?.map(|u| NamespaceUsage {
+        open_runs: u.open_runs,
+        schedules: u.schedules,
+        limits: u.limits,
+        stored_bytes: u.stored_bytes,
+    });
+    Ok(Json(answer))
+}
+
+/// Set a namespace's quotas.
+///
+/// Every quota at once: one left out is none. A start past `open_runs` or `stored_bytes`, or a new
+/// schedule or limit past its quota, is then a 429 naming the quota, with `Retry-After`. Applies at
+/// once on this coordinator and within 5 s on the others; the checks are made before each change,
+/// so changes made at the same moment may go past a quota by as many. Needs `admin` of every
+/// namespace.
+#[utoipa::path(
+    put, path = "/v1/namespaces/{name}/quotas", operation_id = "setNamespaceQuotas", tag = "access",
+    params(("name" = composer_api::schema::NamespaceName, Path, description = "the namespace")),
+    request_body = NamespaceQuotas,
+    responses((status = 200, description = "the namespace with its quotas", body = NamespaceView))
+)]
+pub(crate) async fn set_quotas(
+    Extension(namespaces): Extension<Arc<dyn Namespaces>>,
+    Extension(by): Extension<Principal>,
+    Path(name): Path<String>,
+    Body(q): Body<NamespaceQuotas>,
+) -> ApiResult<Json<NamespaceView>> {
+    cluster_wide(&by)?;
+    checked_name(&name)?;
+    for (field, value, least) in [
+        ("open_runs", q.open_runs, 1),
+        ("schedules", q.schedules, 0),
+        ("limits", q.limits, 0),
+        ("stored_bytes", q.stored_bytes, 1),
+    ] {
+        if value.is_some_and(|v| v < least) {
+            return Err(ApiError::bad_request(format!("{field}: at least {least}")));
+        }
+    }
+    let quotas =
+        Quotas { open_runs: q.open_runs, schedules: q.schedules, limits: q.limits, stored_bytes: q.stored_bytes };
+    let row = namespaces.set_quotas(&name, quotas).await?;
+    let row = row.ok_or_else(|| ApiError::not_found(format!("namespace {name:?} not found")))?;
+    tracing::info!(namespace = %row.name, by = %by.name, ?quotas, "namespace quotas set");
+    Ok(Json(view(&row)))
 }
 
 /// Delete a namespace with its data.

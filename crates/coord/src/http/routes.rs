@@ -62,7 +62,8 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(keys::revoke))
         .routes(routes!(keys::audit_log))
         .routes(routes!(namespaces::create, namespaces::list))
-        .routes(routes!(namespaces::get, namespaces::delete));
+        .routes(routes!(namespaces::get, namespaces::delete))
+        .routes(routes!(namespaces::set_quotas));
     let workers = OpenApiRouter::new()
         .routes(routes!(tasks::poll))
         .routes(routes!(tasks::heartbeat))

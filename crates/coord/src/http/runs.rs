@@ -185,6 +185,7 @@ pub(crate) struct LogsQuery {
         (status = 201, description = "started", body = RunView),
         (status = 200, description = "the run already started with this idempotency key", body = RunView),
         (status = 422, description = "the idempotency key was used for a run with another input (idempotency_key_reused)", body = ErrorBody),
+        (status = 429, description = "over a quota of the namespace (the message names it; see Retry-After)", body = ErrorBody),
     )
 )]
 pub(crate) async fn start_run(
@@ -192,6 +193,7 @@ pub(crate) async fn start_run(
     State(pool): State<Pool>,
     State(engine): State<Arc<Engine>>,
     State(definitions): State<Definitions>,
+    State(quotas): State<Arc<crate::quotas::QuotaState>>,
     traceparent: Traceparent,
     Body(req): Body<StartRun>,
 ) -> ApiResult<Response> {
@@ -213,6 +215,7 @@ pub(crate) async fn start_run(
             )));
         }
     }
+    quotas.may_start(&pool).await?;
     let opts = StartOptions {
         idempotency_key: req.idempotency_key.as_deref(),
         trigger: None,

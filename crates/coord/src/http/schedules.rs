@@ -72,9 +72,14 @@ fn view(row: &ScheduleRow) -> ApiResult<ScheduleView> {
         (status = 201, description = "created", body = ScheduleView),
         (status = 200, description = "unchanged, or replaced", body = ScheduleView),
         (status = 404, description = "the workflow (or its version) is not registered", body = ErrorBody),
+        (status = 429, description = "over a quota of the namespace (the message names it; see Retry-After)", body = ErrorBody),
     )
 )]
-pub(crate) async fn create(State(pool): State<Pool>, Body(spec): Body<Value>) -> ApiResult<Response> {
+pub(crate) async fn create(
+    State(pool): State<Pool>,
+    State(quotas): State<Arc<crate::quotas::QuotaState>>,
+    Body(spec): Body<Value>,
+) -> ApiResult<Response> {
     let schedule = Schedule::parse(&spec).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
     // A cron that never fires (30 February) is refused, not stored without a next fire time.
     let next = schedule.first_fire(crate::clock::now()).map_err(|e| ApiError::InvalidSchedule(e.to_string()))?;
@@ -84,6 +89,9 @@ pub(crate) async fn create(State(pool): State<Pool>, Body(spec): Body<Value>) ->
         let which = schedule.spec.version.map(|v| format!(" version {v}")).unwrap_or_default();
         // Like a run of it: what the request names does not exist.
         return Err(ApiError::not_found(format!("workflow: {wf:?}{which} is not registered")));
+    }
+    if let Some(count) = composer_store::namespaces::schedules_but(&client, &schedule.spec.id).await? {
+        quotas.may_add_schedule(count)?;
     }
     let normalized = serde_json::to_value(&schedule.spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let paused = schedule.spec.paused.unwrap_or(false);
