@@ -105,6 +105,9 @@ pub enum NamespaceCommand {
         /// Most runs queued, running or paused at once.
         #[arg(long)]
         open_runs: Option<i64>,
+        /// Most runs started through the API in one second.
+        #[arg(long)]
+        starts_per_second: Option<i64>,
         /// Most schedules.
         #[arg(long)]
         schedules: Option<i64>,
@@ -207,9 +210,8 @@ pub async fn namespace(args: ClientArgs, cmd: NamespaceCommand) -> anyhow::Resul
         }
         NamespaceCommand::Describe { name } => call(&api, Method::GET, &path(&name), None).await?,
         NamespaceCommand::Delete { name } => call(&api, Method::DELETE, &path(&name), None).await?,
-        NamespaceCommand::Quotas { name, open_runs, schedules, limits, stored_bytes } => {
-            let body =
-                json!({"open_runs": open_runs, "schedules": schedules, "limits": limits, "stored_bytes": stored_bytes});
+        NamespaceCommand::Quotas { name, open_runs, starts_per_second, schedules, limits, stored_bytes } => {
+            let body = json!({"open_runs": open_runs, "starts_per_second": starts_per_second, "schedules": schedules, "limits": limits, "stored_bytes": stored_bytes});
             let body = Value::Object(
                 body.as_object()
                     .into_iter()

@@ -132,6 +132,7 @@ impl Shared {
         let definitions = Definitions::new(pool.clone());
         let keys = Arc::new(crate::access::Keys::new(pool.clone()));
         let cluster = ClusterPool(pool.clone());
+        let quotas = Arc::new(crate::quotas::QuotaState::new(streams.clone()));
         Shared {
             config,
             pool,
@@ -144,7 +145,7 @@ impl Shared {
             definitions,
             keys,
             cluster,
-            quotas: Arc::default(),
+            quotas,
         }
     }
 

@@ -34,6 +34,8 @@ pub struct NamespaceRow {
 pub struct Quotas {
     /// Runs queued, running or paused at once.
     pub open_runs: Option<i64>,
+    /// Runs started through the API in one second, across coordinators.
+    pub starts_per_second: Option<i64>,
     pub schedules: Option<i64>,
     /// Limit keys with values (`step_limits` rows).
     pub limits: Option<i64>,
@@ -65,7 +67,7 @@ pub fn schema_name(id: i64) -> String {
 }
 
 const COLUMNS: &str = "name, id, description, state, created_by, created_at, deleting_since, \
-                       quota_open_runs, quota_schedules, quota_limits, quota_stored_bytes";
+                       quota_open_runs, quota_starts_per_second, quota_schedules, quota_limits, quota_stored_bytes";
 
 fn from_row(r: &Row) -> Result<NamespaceRow> {
     Ok(NamespaceRow {
@@ -78,6 +80,7 @@ fn from_row(r: &Row) -> Result<NamespaceRow> {
         deleting_since: r.try_get("deleting_since")?,
         quotas: Quotas {
             open_runs: r.try_get("quota_open_runs")?,
+            starts_per_second: r.try_get("quota_starts_per_second")?,
             schedules: r.try_get("quota_schedules")?,
             limits: r.try_get("quota_limits")?,
             stored_bytes: r.try_get("quota_stored_bytes")?,
@@ -210,10 +213,10 @@ pub async fn set_quotas(client: &Client, name: &str, q: &Quotas) -> Result<Optio
         .query_opt(
             &format!(
                 "UPDATE namespaces SET quota_open_runs = $2, quota_schedules = $3, quota_limits = $4,
-                        quota_stored_bytes = $5
+                        quota_stored_bytes = $5, quota_starts_per_second = $6
                  WHERE name = $1 AND state <> 'deleting' RETURNING {COLUMNS}"
             ),
-            &[&name, &q.open_runs, &q.schedules, &q.limits, &q.stored_bytes],
+            &[&name, &q.open_runs, &q.schedules, &q.limits, &q.stored_bytes, &q.starts_per_second],
         )
         .await?;
     row.as_ref().map(from_row).transpose()

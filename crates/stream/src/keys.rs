@@ -12,6 +12,11 @@ impl Keys {
         Keys { prefix: prefix.into() }
     }
 
+    /// The key counting the starts of unix second `second` (`starts_per_second`).
+    pub fn starts(&self, second: i64) -> String {
+        format!("{}starts:{second}", self.prefix)
+    }
+
     /// The stream a task on `queue` at `priority` goes to: the one place
     /// stream names are made. Priority 3's keep the names streams had before
     /// priorities, so workers of either age serve it.

@@ -51,6 +51,16 @@ impl Streams {
         &self.keys
     }
 
+    /// Counts one more start in `second` (unix seconds) and answers the
+    /// count so far: one key per second, gone two seconds later. What
+    /// `starts_per_second` quotas are held to, across coordinators.
+    pub async fn count_start(&self, second: i64) -> Result<i64> {
+        let key = self.keys.starts(second);
+        let mut c = self.conn.clone();
+        let (count,): (i64,) = redis::pipe().incr(&key, 1).expire(&key, 2).ignore().query_async(&mut c).await?;
+        Ok(count)
+    }
+
     pub async fn ping(&self) -> Result<()> {
         let mut c = self.conn.clone();
         let _: String = redis::cmd("PING").query_async(&mut c).await?;

@@ -223,12 +223,16 @@ pub struct NamespaceView {
 /// out is none. A change past one is a 429 naming it, with `Retry-After`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"open_runs": 10000, "schedules": 100, "limits": 50, "stored_bytes": 10737418240_i64}))]
+#[schema(example = json!({"open_runs": 10000, "starts_per_second": 50, "schedules": 100, "limits": 50, "stored_bytes": 10737418240_i64}))]
 pub struct NamespaceQuotas {
     /// Runs queued, running or paused at once; a start past it is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub open_runs: Option<i64>,
+    /// Runs started through the API in one second, across coordinators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub starts_per_second: Option<i64>,
     /// Schedules; a new one past it is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0)]

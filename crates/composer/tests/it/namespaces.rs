@@ -544,6 +544,29 @@ async fn a_namespace_s_quotas_refuse_by_name_and_its_usage_is_shown() {
     assert!(metrics.contains("composer_namespace_quota{quota=\"stored_bytes\",namespace=\"small\"} 1"), "{metrics}");
     assert!(metrics.contains("composer_namespace_usage{quota=\"schedules\",namespace=\"small\"} 1"), "{metrics}");
 
+    // Starts per second, counted across coordinators.
+    ok(&e, "default", "PUT", "/v1/namespaces/small/quotas", json!({"starts_per_second": 1})).await;
+    ok(
+        &e,
+        "small",
+        "POST",
+        "/v1/workflows",
+        json!({"name": "quick", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]}),
+    )
+    .await;
+    let quick = json!({"workflow": "quick"});
+    let mut refused = None;
+    for _ in 0..5 {
+        let (status, retry_after, answer) = call_with_retry_after(&e, "small", "POST", "/v1/runs", &quick).await;
+        if status == 429 {
+            refused = Some((retry_after, answer));
+            break;
+        }
+    }
+    let (retry_after, answer) = refused.expect("five starts at once, one allowed a second: one was refused");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert!(answer.to_string().contains("quota starts_per_second (1)"), "{answer}");
+
     let bound = json!({"name": "small-admin", "scopes": ["admin"], "namespace": "small"});
     let (_, bound) = call(&e, ADMIN, None, "POST", "/v1/keys", Some(&bound)).await;
     let key = bound["key"].as_str().unwrap();

@@ -29,6 +29,7 @@ fn view(row: &NamespaceRow) -> NamespaceView {
         created_at: row.created_at,
         quotas: NamespaceQuotas {
             open_runs: q.open_runs,
+            starts_per_second: q.starts_per_second,
             schedules: q.schedules,
             limits: q.limits,
             stored_bytes: q.stored_bytes,
@@ -170,6 +171,7 @@ pub(crate) async fn set_quotas(
     checked_name(&name)?;
     for (field, value, least) in [
         ("open_runs", q.open_runs, 1),
+        ("starts_per_second", q.starts_per_second, 1),
         ("schedules", q.schedules, 0),
         ("limits", q.limits, 0),
         ("stored_bytes", q.stored_bytes, 1),
@@ -178,8 +180,13 @@ pub(crate) async fn set_quotas(
             return Err(ApiError::bad_request(format!("{field}: at least {least}")));
         }
     }
-    let quotas =
-        Quotas { open_runs: q.open_runs, schedules: q.schedules, limits: q.limits, stored_bytes: q.stored_bytes };
+    let quotas = Quotas {
+        open_runs: q.open_runs,
+        starts_per_second: q.starts_per_second,
+        schedules: q.schedules,
+        limits: q.limits,
+        stored_bytes: q.stored_bytes,
+    };
     let row = namespaces.set_quotas(&name, quotas).await?;
     let row = row.ok_or_else(|| ApiError::not_found(format!("namespace {name:?} not found")))?;
     tracing::info!(namespace = %row.name, by = %by.name, ?quotas, "namespace quotas set");
