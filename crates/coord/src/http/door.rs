@@ -27,7 +27,13 @@ pub const NAMESPACE_PARAM: &str = "namespace";
 
 /// The namespace a request is in.
 #[derive(Debug, Clone)]
-pub struct InNamespace(pub String);
+pub struct InNamespace(pub Arc<str>);
+
+/// `default`, made once: most requests are in it.
+fn default_name() -> Arc<str> {
+    static NAME: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| Arc::from(DEFAULT)).clone()
+}
 
 /// What the door finds for a namespace.
 pub enum Found {
@@ -135,16 +141,17 @@ pub(super) async fn door(State(namespaces): State<Arc<dyn Namespaces>>, mut req:
         Ok(name) => name,
         Err(e) => return e.into_response(),
     };
+    let name: Arc<str> = if name == DEFAULT { default_name() } else { Arc::from(name) };
     req.extensions_mut().insert(InNamespace(name.clone()));
     req.extensions_mut().insert(namespaces.clone());
-    if name == DEFAULT || cluster_wide(req.uri().path()) {
+    if &*name == DEFAULT || cluster_wide(req.uri().path()) {
         return next.run(req).await;
     }
     match namespaces.find(&name).await {
         Ok(Found::Routes(mut routes)) => {
             // Counted in the namespace: every metric the request makes.
             let answered = tower_service::Service::call(&mut routes, req);
-            match crate::metrics::in_namespace(Some(Arc::from(name.as_str())), answered).await {
+            match crate::metrics::in_namespace(Some(name.clone()), answered).await {
                 Ok(response) => response,
                 Err(never) => match never {},
             }

@@ -139,11 +139,11 @@ pub(super) async fn refuse_long_uris(req: Request, next: Next) -> Response {
 /// on the answer for [`observe_errors`]: that one runs before any route is
 /// matched (it sees the door's refusals too), so the request cannot tell it.
 #[derive(Clone)]
-struct RouteOf(String);
+struct RouteOf(axum::extract::MatchedPath);
 
 /// Puts the matched route's pattern on the answer (a layer on the routes).
 pub(super) async fn note_route(req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<axum::extract::MatchedPath>().map(|m| RouteOf(m.as_str().to_string()));
+    let route = req.extensions().get::<axum::extract::MatchedPath>().cloned().map(RouteOf);
     let mut resp = next.run(req).await;
     if let Some(route) = route {
         resp.extensions_mut().insert(route);
@@ -158,7 +158,7 @@ pub(super) async fn observe_errors(req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let resp = next.run(req).await;
     // The route's pattern, not the path: a run id must not become a label.
-    let route = resp.extensions().get::<RouteOf>().map_or("unmatched", |r| r.0.as_str()).to_string();
+    let route = resp.extensions().get::<RouteOf>().map_or("unmatched", |r| r.0.as_str());
     let status = resp.status();
     let class = match status.as_u16() / 100 {
         2 => "2xx",
@@ -168,7 +168,7 @@ pub(super) async fn observe_errors(req: Request, next: Next) -> Response {
     };
     crate::metrics::observe(
         composer_metrics::API_REQUEST_DURATION,
-        &[("method", method.as_str()), ("route", &route), ("status", class)],
+        &[("method", method.as_str()), ("route", route), ("status", class)],
         started.elapsed(),
     );
     if status.is_client_error() || status.is_server_error() {
