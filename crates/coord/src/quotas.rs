@@ -16,7 +16,17 @@ use std::sync::RwLock;
 use composer_store::namespaces::Quotas;
 use composer_store::Pool;
 
-use crate::http::ApiError;
+/// Why a change is refused: past a quota, or its count could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum QuotaError {
+    /// Past quota `quota`; the caller may try again after `retry_after` seconds.
+    #[error("{message}")]
+    Over { quota: &'static str, message: String, retry_after: u64 },
+    #[error(transparent)]
+    Store(#[from] composer_store::Error),
+    #[error("Redis, counting starts: {0}")]
+    Redis(String),
+}
 
 /// How long a start refused for its open runs or its rate is told to wait.
 pub const OPEN_RUNS_RETRY_AFTER_SECS: u64 = 1;
@@ -57,13 +67,12 @@ impl QuotaState {
     /// bytes, has started fewer runs this second than its quota (counted in
     /// Redis, across coordinators; a refused start counts too) and has fewer
     /// open runs than its quota.
-    pub async fn may_start(&self, pool: &Pool) -> Result<(), ApiError> {
+    pub async fn may_start(&self, pool: &Pool) -> Result<(), QuotaError> {
         let q = self.quotas();
         self.within_stored_bytes(&q)?;
         if let Some(most) = q.starts_per_second {
             let second = crate::clock::now().timestamp();
-            let count =
-                self.streams.count_start(second).await.map_err(|e| ApiError::Unavailable(format!("Redis: {e}")))?;
+            let count = self.streams.count_start(second).await.map_err(|e| QuotaError::Redis(e.to_string()))?;
             if count > most {
                 let now = format!("{count} starts this second");
                 return Err(over("starts_per_second", now, most, OPEN_RUNS_RETRY_AFTER_SECS));
@@ -80,7 +89,7 @@ impl QuotaState {
     }
 
     /// Whether one more schedule may be made, when there are `count`.
-    pub fn may_add_schedule(&self, count: i64) -> Result<(), ApiError> {
+    pub fn may_add_schedule(&self, count: i64) -> Result<(), QuotaError> {
         let q = self.quotas();
         self.within_stored_bytes(&q)?;
         match q.schedules {
@@ -92,7 +101,7 @@ impl QuotaState {
     }
 
     /// Whether one more limit key may be given values, when `count` have.
-    pub fn may_add_limit(&self, count: i64) -> Result<(), ApiError> {
+    pub fn may_add_limit(&self, count: i64) -> Result<(), QuotaError> {
         let q = self.quotas();
         self.within_stored_bytes(&q)?;
         match q.limits {
@@ -103,7 +112,7 @@ impl QuotaState {
         }
     }
 
-    fn within_stored_bytes(&self, q: &Quotas) -> Result<(), ApiError> {
+    fn within_stored_bytes(&self, q: &Quotas) -> Result<(), QuotaError> {
         match q.stored_bytes {
             Some(most) if self.stored_bytes() >= most => {
                 let now = format!("it stores {} bytes", self.stored_bytes());
@@ -114,6 +123,6 @@ impl QuotaState {
     }
 }
 
-fn over(quota: &'static str, now: String, most: i64, retry_after: u64) -> ApiError {
-    ApiError::OverQuota { quota, message: format!("over this namespace's quota {quota} ({most}): {now}"), retry_after }
+fn over(quota: &'static str, now: String, most: i64, retry_after: u64) -> QuotaError {
+    QuotaError::Over { quota, message: format!("over this namespace's quota {quota} ({most}): {now}"), retry_after }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use composer_core::schema;
+use composer_core::{schema, whole};
 
 /// What a key may do. Every route of the API needs exactly one scope (the
 /// OpenAPI document names it as the operation's `x-composer-scope`);
@@ -226,25 +226,25 @@ pub struct NamespaceView {
 #[schema(example = json!({"open_runs": 10000, "starts_per_second": 50, "schedules": 100, "limits": 50, "stored_bytes": 10737418240_i64}))]
 pub struct NamespaceQuotas {
     /// Runs queued, running or paused at once; a start past it is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     pub open_runs: Option<i64>,
     /// Runs started through the API in one second, across coordinators.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     pub starts_per_second: Option<i64>,
     /// Schedules; a new one past it is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0)]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub schedules: Option<i64>,
     /// Limit keys with values; a new one past it is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0)]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_000_i64)]
     pub limits: Option<i64>,
     /// Bytes the namespace's tables and indexes hold (runs, outputs, logs,
     /// history); past it, starts, new schedules and new limits are refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     pub stored_bytes: Option<i64>,
 }
 

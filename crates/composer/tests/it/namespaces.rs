@@ -489,6 +489,16 @@ async fn a_namespace_s_quotas_refuse_by_name_and_its_usage_is_shown() {
     for ns in ["small", "default"] {
         ok(&e, ns, "POST", "/v1/workflows", waits.clone()).await;
     }
+    let (status, _) = call(
+        &e,
+        ADMIN,
+        None,
+        "PUT",
+        "/v1/namespaces/small/quotas",
+        Some(&json!({"open_runs": 1_000_000_000_000_001_i64})),
+    )
+    .await;
+    assert_eq!(status, 400, "MAX_QUOTA");
     let quotas = json!({"open_runs": 2, "schedules": 1, "limits": 1});
     let set = ok(&e, "default", "PUT", "/v1/namespaces/small/quotas", quotas.clone()).await;
     assert_eq!(set["quotas"], quotas, "{set}");
@@ -539,10 +549,16 @@ async fn a_namespace_s_quotas_refuse_by_name_and_its_usage_is_shown() {
     let (retry_after, answer) = refused.unwrap_or_else(|_| panic!("no start was refused for stored_bytes"));
     assert_eq!(retry_after.as_deref(), Some("60"));
     assert!(answer.to_string().contains("quota stored_bytes (1)"), "{answer}");
-    let (_, metrics) = call(&e, ADMIN, None, "GET", "/metrics", None).await;
-    let metrics = metrics.as_str().unwrap();
-    assert!(metrics.contains("composer_namespace_quota{quota=\"stored_bytes\",namespace=\"small\"} 1"), "{metrics}");
-    assert!(metrics.contains("composer_namespace_usage{quota=\"schedules\",namespace=\"small\"} 1"), "{metrics}");
+    // The gauges, at the metrics loop's next sample.
+    let sampled = composer_testkit::poll_until(Duration::from_secs(20), || async {
+        let (_, metrics) = call(&e, ADMIN, None, "GET", "/metrics", None).await;
+        let metrics = metrics.as_str().unwrap_or_default().to_string();
+        let both = metrics.contains("composer_namespace_quota{quota=\"stored_bytes\",namespace=\"small\"} 1")
+            && metrics.contains("composer_namespace_usage{quota=\"schedules\",namespace=\"small\"} 1");
+        both.then_some(())
+    })
+    .await;
+    assert!(sampled.is_ok(), "composer_namespace_quota and _usage of small");
 
     // Starts per second, counted across coordinators.
     ok(&e, "default", "PUT", "/v1/namespaces/small/quotas", json!({"starts_per_second": 1})).await;

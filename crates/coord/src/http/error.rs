@@ -152,6 +152,17 @@ impl ApiError {
 #[derive(Clone)]
 pub(super) struct ErrorCause(pub String);
 
+impl From<crate::quotas::QuotaError> for ApiError {
+    fn from(e: crate::quotas::QuotaError) -> ApiError {
+        use crate::quotas::QuotaError;
+        match e {
+            QuotaError::Over { quota, message, retry_after } => ApiError::OverQuota { quota, message, retry_after },
+            QuotaError::Store(e) => ApiError::from(e),
+            QuotaError::Redis(why) => ApiError::Unavailable(why),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();

@@ -16,6 +16,9 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{text_param, Body, Path};
 use crate::access::Principal;
 
+/// The largest value a quota may be given.
+pub const MAX_QUOTA: i64 = 1_000_000_000_000_000;
+
 /// Longest description a namespace may have, in characters.
 pub const MAX_NAMESPACE_DESCRIPTION: usize = 1000;
 
@@ -176,8 +179,8 @@ pub(crate) async fn set_quotas(
         ("limits", q.limits, 0),
         ("stored_bytes", q.stored_bytes, 1),
     ] {
-        if value.is_some_and(|v| v < least) {
-            return Err(ApiError::bad_request(format!("{field}: at least {least}")));
+        if value.is_some_and(|v| v < least || v > MAX_QUOTA) {
+            return Err(ApiError::bad_request(format!("{field}: {least} to {MAX_QUOTA}")));
         }
     }
     let quotas = Quotas {
@@ -202,7 +205,10 @@ pub(crate) async fn set_quotas(
 #[utoipa::path(
     delete, path = "/v1/namespaces/{name}", operation_id = "deleteNamespace", tag = "access",
     params(("name" = composer_api::schema::NamespaceName, Path, description = "the namespace")),
-    responses((status = 202, description = "being deleted", body = NamespaceView))
+    responses(
+        (status = 202, description = "being deleted", body = NamespaceView),
+        (status = 409, description = "the default namespace, which cannot be deleted", body = composer_api::ErrorBody),
+    )
 )]
 pub(crate) async fn delete(
     Extension(namespaces): Extension<Arc<dyn Namespaces>>,
