@@ -581,6 +581,34 @@ export interface Namespace {
   /** The key (or token) that created it. */
   created_by: string;
   created_at: string;
+  /** Its quotas; a quota absent is none. */
+  quotas: NamespaceQuotas;
+  /** What it uses of them (`getNamespace` only). */
+  usage?: NamespaceUsage;
+}
+
+/**
+ * A namespace's quotas (`PUT /v1/namespaces/{name}/quotas`): a change past
+ * one is a 429 `over_quota` naming it, with `Retry-After`.
+ */
+export interface NamespaceQuotas {
+  /** Runs queued, running or paused at once. */
+  open_runs?: number;
+  /** Runs started through the API in one second, across coordinators. */
+  starts_per_second?: number;
+  schedules?: number;
+  /** Limit keys with values. */
+  limits?: number;
+  /** Bytes the namespace's tables and indexes hold. */
+  stored_bytes?: number;
+}
+
+/** What a namespace uses of each quota. */
+export interface NamespaceUsage {
+  open_runs: number;
+  schedules: number;
+  limits: number;
+  stored_bytes: number;
 }
 
 /** `GET /v1/namespaces`: `default` first, then by name. */

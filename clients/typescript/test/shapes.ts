@@ -38,6 +38,8 @@ import type {
   MapProgress,
   Namespace,
   NamespaceList,
+  NamespaceQuotas,
+  NamespaceUsage,
   NodeDefinition,
   On429,
   OnFailureDefinition,
@@ -208,7 +210,22 @@ export const namespaceShape = {
   state: "required",
   created_by: "required",
   created_at: "required",
+  quotas: "required",
+  usage: "optional",
 } as const satisfies Shape<Namespace>;
+export const namespaceQuotasShape = {
+  open_runs: "optional",
+  starts_per_second: "optional",
+  schedules: "optional",
+  limits: "optional",
+  stored_bytes: "optional",
+} as const satisfies Shape<NamespaceQuotas>;
+export const namespaceUsageShape = {
+  open_runs: "required",
+  schedules: "required",
+  limits: "required",
+  stored_bytes: "required",
+} as const satisfies Shape<NamespaceUsage>;
 export const namespaceListShape = { namespaces: "required" } as const satisfies Shape<NamespaceList>;
 export const limitShape = {
   key: "required",
@@ -372,6 +389,8 @@ export const answers: Record<string, AnyShape> = {
   WebhookList: webhookListShape,
   Deleted: deletedShape,
   NamespaceView: namespaceShape,
+  NamespaceQuotas: namespaceQuotasShape,
+  NamespaceUsage: namespaceUsageShape,
   NamespaceList: namespaceListShape,
   HeldView: heldShape,
   LimitView: limitShape,
