@@ -125,7 +125,8 @@ pub(crate) async fn list(
 /// Describe a namespace.
 ///
 /// Its name, description, state, who created it, its quotas and what it uses of them. A caller
-/// bound to another namespace gets a 404, as for one that does not exist.
+/// bound to another namespace gets a 404, as for one that does not exist, and so does one being
+/// deleted.
 #[utoipa::path(
     get, path = "/v1/namespaces/{name}", operation_id = "getNamespace", tag = "access",
     params(("name" = composer_api::schema::NamespaceName, Path, description = "the namespace")),
@@ -139,7 +140,9 @@ pub(crate) async fn get(
 ) -> ApiResult<Json<NamespaceView>> {
     checked_name(&name)?;
     let client = composer_store::client(&pool).await?;
-    let row = composer_store::namespaces::get(&client, &name).await?.filter(|r| by.may_enter(&r.name));
+    // One being deleted is gone to its callers (its data goes in the background).
+    let row = composer_store::namespaces::get(&client, &name).await?;
+    let row = row.filter(|r| by.may_enter(&r.name) && r.state != "deleting");
     let row = row.ok_or_else(|| ApiError::not_found(format!("namespace {name:?} not found")))?;
     let mut answer = view(&row);
     answer.usage = namespaces.usage(&name).await?.map(|u| NamespaceUsage {
