@@ -468,7 +468,7 @@ export class Client {
     return list.namespaces;
   }
 
-  /** A namespace (a `NotFoundError` when there is none of that name, or the key is bound to another). */
+  /** A namespace (a `NotFoundError` when there is none of that name, it is being deleted, or the key is bound to another). */
   getNamespace(name: string): Promise<Namespace> {
     return this.#get(`/v1/namespaces/${segment(name)}`);
   }
