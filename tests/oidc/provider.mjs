@@ -3,13 +3,18 @@
 // client (Composer's), and people whose groups the test chooses:
 //   node provider.mjs PORT REDIRECT_URI CLIENT_SECRET
 // Each login is a person; their groups are given by the login's prefix:
-// `admin-…` is in `composer-admins`, `reader-…` in `composer-readers`, any
-// other in `interns` (no role in Composer). Prints `ready` once listening.
+// `admin-…` is in `composer-admins`, `reader-…` in `composer-readers`,
+// `billing-…` in `billing-team` (a role in one namespace), any other in
+// `interns` (no role in Composer). Prints `ready` once listening.
 import Provider from "oidc-provider";
 
 const [port, redirectUri, secret] = process.argv.slice(2);
-const groupsOf = (login) =>
-  login.startsWith("admin-") ? ["composer-admins"] : login.startsWith("reader-") ? ["composer-readers"] : ["interns"];
+const PREFIXES = [
+  ["admin-", "composer-admins"],
+  ["reader-", "composer-readers"],
+  ["billing-", "billing-team"],
+];
+const groupsOf = (login) => [PREFIXES.find(([prefix]) => login.startsWith(prefix))?.[1] ?? "interns"];
 
 const provider = new Provider(`http://127.0.0.1:${port}`, {
   clients: [

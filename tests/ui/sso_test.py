@@ -5,9 +5,10 @@ Starts a real OpenID Provider (oidc-provider from npm, OpenID certified:
 tests/oidc/provider.mjs) and `composer dev` configured to use it, then signs
 in as three people: an administrator (`composer-admins`: every page, the
 audit log, a form that changes a limit, recorded under their name), a
-reader (`composer-readers`: pages yes; the audit log and forms, 403) and a
-person in no group with a role (`interns`), who is refused and gets no
-session.
+reader (`composer-readers`: pages yes; the audit log and forms, 403), a
+member of a team with a role in one namespace alone (`billing-team`: lands
+in it, sees it alone, is refused in `default`) and a person in no group
+with a role (`interns`), who is refused and gets no session.
 
 Usage: sso_test.py COMPOSER_BINARY   (run `npm ci` in tests/oidc first)
 """
@@ -85,7 +86,7 @@ def main():
     env.update(COMPOSER_LISTEN=f"127.0.0.1:{composer_port}", COMPOSER_API_TOKEN=TOKEN, COMPOSER_LOG="warn",
                COMPOSER_OIDC_ISSUER=issuer, COMPOSER_OIDC_CLIENT_ID="composer",
                COMPOSER_OIDC_CLIENT_SECRET=SECRET, COMPOSER_OIDC_SCOPES="openid email groups",
-               COMPOSER_OIDC_ROLES="composer-admins=admin;composer-readers=read")
+               COMPOSER_OIDC_ROLES="composer-admins=admin;composer-readers=read;billing-team@billing=read,runs:control")
     dev = subprocess.Popen([binary, "dev"], cwd=work, env=env, stdin=subprocess.DEVNULL)
     try:
         assert provider.stdout.readline().strip() == "ready", "the provider did not start"
@@ -101,6 +102,10 @@ def main():
         api(base, "POST", "/v1/workflows", {"name": "greet", "nodes": [
             {"id": "hello", "type": "TRANSFORM", "config": {"output": "hello ${ .input.who }"}}]})
         api(base, "POST", "/v1/runs", {"workflow": "greet", "input": {"who": "ada"}})
+        api(base, "POST", "/v1/namespaces", {"name": "billing"})
+        api(base, "POST", "/v1/workflows?namespace=billing", {"name": "invoice", "nodes": [
+            {"id": "bill", "type": "TRANSFORM", "config": {"output": "billed"}}]})
+        api(base, "POST", "/v1/runs?namespace=billing", {"workflow": "invoice", "input": {}})
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
@@ -132,6 +137,24 @@ def main():
             page.fill("form.set-limit input[name=concurrency]", "3")
             page.click("form.set-limit button[type=submit]")
             expect(page.locator("body")).to_contain_text("lacks the scope limits:write")
+            context.close()
+
+            # A team with a role in one namespace: lands there, sees it alone, is refused elsewhere.
+            context, page = sign_in(browser, base, "billing-dana")
+            expect(page).to_have_url(base + "/ui/runs")
+            expect(page.locator("header a.namespace")).to_have_text("billing")
+            expect(page.locator("main")).to_contain_text("invoice")
+            expect(page.locator("main")).not_to_contain_text("greet")
+            page.goto(base + "/ui/namespaces")
+            expect(page.locator("tr[data-namespace=billing]")).to_have_count(1)
+            expect(page.locator("tr[data-namespace=default]")).to_have_count(0)
+            expect(page.locator("body")).not_to_contain_text("Create a namespace")
+            answer = page.goto(base + "/ui/runs?namespace=default")
+            assert answer.status == 403, answer.status
+            expect(page.locator("body")).to_contain_text("holds no scope in namespace default")
+            answer = page.goto(base + "/ui/audit")
+            assert answer.status == 403, answer.status
+            expect(page.locator("body")).to_contain_text("lacks the scope admin in namespace billing")
             context.close()
 
             # A person no group of whose has a role: refused, and no session.

@@ -83,11 +83,26 @@ impl Principal {
         Principal { root: true, ..Principal::administrator(config, &config.api_token_name) }
     }
 
-    /// A person signed in to the UI with the identity provider, with the
-    /// scopes their groups give.
-    pub fn person(name: &str, scopes: &[String]) -> Principal {
-        let scopes = scopes.iter().filter_map(|s| serde_json::from_value(serde_json::json!(s)).ok()).collect();
+    /// A person signed in to the UI with the identity provider, in
+    /// namespace `namespace`, with the scopes their groups give there:
+    /// each of `grants` is a scope in every namespace (`read`) or in one
+    /// (`read@billing`; see `oidc::roles`).
+    pub fn person(name: &str, grants: &[String], namespace: &str) -> Principal {
+        let here = |grant: &String| match grant.split_once('@') {
+            Some((scope, ns)) => (ns == namespace).then(|| scope.to_string()),
+            None => Some(grant.clone()),
+        };
+        let scopes = grants
+            .iter()
+            .filter_map(here)
+            .filter_map(|s| serde_json::from_value(serde_json::Value::from(s)).ok())
+            .collect();
         Principal::new(name, scopes)
+    }
+
+    /// Whether a person with `grants` holds any scope in namespace `namespace`.
+    pub fn person_may_enter(grants: &[String], namespace: &str) -> bool {
+        grants.iter().any(|g| g.split_once('@').is_none_or(|(_, ns)| ns == namespace))
     }
 
     /// Who takes an action in the UI or on an unguarded path: the API

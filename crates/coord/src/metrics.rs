@@ -3,8 +3,10 @@
 //! cell run in its namespace ([`in_namespace`]), tasks they spawn go on in
 //! it ([`spawn`]), and every count, gauge and timing made meanwhile carries
 //! a `namespace` label (none in `default`, whose series are as they always
-//! were). The workspace's clippy settings allow no other way to count or
-//! spawn in this crate, so no metric forgets its namespace.
+//! were); their log lines are in a span naming it, and their traces' spans
+//! carry it (`trace::NAMESPACE_ATTRIBUTE`). The workspace's clippy
+//! settings allow no other way to count or spawn in this crate, so no
+//! metric forgets its namespace.
 
 #![allow(clippy::disallowed_methods)] // the one door to what the lints forbid elsewhere
 
@@ -21,10 +23,15 @@ tokio::task_local! {
 /// The label every metric of namespace `ns` carries.
 pub const LABEL: &str = "namespace";
 
-/// `f`, its metrics counted in namespace `ns` (in `default` when `None`).
+/// `f`, its metrics counted in namespace `ns` (in `default` when `None`),
+/// and its log lines in a span that names it (`namespace{namespace=…}`).
 pub async fn in_namespace<F: Future>(ns: Option<Arc<str>>, f: F) -> F::Output {
+    use tracing::Instrument;
     match ns {
-        Some(ns) => NAMESPACE.scope(ns, f).await,
+        Some(ns) => {
+            let span = tracing::info_span!("namespace", namespace = %ns);
+            NAMESPACE.scope(ns, f.instrument(span)).await
+        }
         None => f.await,
     }
 }

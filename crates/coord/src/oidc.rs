@@ -35,7 +35,8 @@ pub struct OidcConfig {
     /// The claim of the ID token that lists a person's groups.
     #[arg(long = "oidc-groups-claim", env = "COMPOSER_OIDC_GROUPS_CLAIM", default_value = "groups")]
     pub groups_claim: String,
-    /// Which groups get which scopes, `group=scope,scope;group=scope` (`platform=admin;support=read`).
+    /// Which groups get which scopes, `group=scope,scope;group=scope` (`platform=admin;support=read`), or in one
+    /// namespace alone, `group@namespace=scope` (`billing-devs@billing=read`).
     /// A person in none of them is refused.
     #[arg(long = "oidc-roles", env = "COMPOSER_OIDC_ROLES", default_value = "")]
     pub roles: String,
@@ -64,28 +65,53 @@ impl OidcConfig {
     }
 }
 
-/// `group=scope,scope;group=scope`, parsed.
-pub fn roles(text: &str) -> Result<Vec<(String, Vec<Scope>)>, String> {
+/// What one group of `COMPOSER_OIDC_ROLES` gives: scopes in every
+/// namespace, or in one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Role {
+    pub group: String,
+    pub namespace: Option<String>,
+    pub scopes: Vec<Scope>,
+}
+
+/// `group=scope,scope;group@namespace=scope`, parsed: `group=` gives its
+/// scopes in every namespace, `group@namespace=` in that one alone.
+pub fn roles(text: &str) -> Result<Vec<Role>, String> {
     let mut out = Vec::new();
     for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let (group, scopes) = part.split_once('=').ok_or_else(|| format!("{part:?} is not group=scope,…"))?;
+        let (group, namespace) = match group.trim().split_once('@') {
+            Some((g, ns)) if crate::http::door::valid_name(ns) => (g, Some(ns.to_string())),
+            Some((_, ns)) => return Err(format!("{ns:?} is not a namespace's name")),
+            None => (group.trim(), None),
+        };
         let scopes = scopes
             .split(',')
             .map(str::trim)
             .map(|s| serde_json::from_value(Value::from(s)).map_err(|_| format!("{s:?} is not a scope")))
             .collect::<Result<Vec<Scope>, String>>()?;
-        out.push((group.trim().to_string(), scopes));
+        out.push(Role { group: group.to_string(), namespace, scopes });
     }
     Ok(out)
 }
 
-/// The scopes `groups` give by `roles`, each once.
-pub fn scopes_of(roles: &[(String, Vec<Scope>)], groups: &[String]) -> Vec<Scope> {
-    let mut scopes: Vec<Scope> =
-        roles.iter().filter(|(g, _)| groups.contains(g)).flat_map(|(_, s)| s.iter().copied()).collect();
-    scopes.sort();
-    scopes.dedup();
-    scopes
+/// What `groups` are given by `roles`, each once: a scope in every
+/// namespace as its name (`read`), in one as `scope@namespace`
+/// (`read@billing`), as a session keeps them (`access::Principal::person`).
+pub fn scopes_of(roles: &[Role], groups: &[String]) -> Vec<String> {
+    let mut grants: Vec<String> = roles
+        .iter()
+        .filter(|r| groups.contains(&r.group))
+        .flat_map(|r| {
+            r.scopes.iter().map(|s| match &r.namespace {
+                Some(ns) => format!("{}@{ns}", s.name()),
+                None => s.name().to_string(),
+            })
+        })
+        .collect();
+    grants.sort();
+    grants.dedup();
+    grants
 }
 
 /// A PKCE verifier's S256 challenge.
@@ -289,10 +315,34 @@ mod tests {
         let r = roles("platform=admin; support = read,runs:control ;").unwrap();
         assert_eq!(r.len(), 2);
         let groups = |g: &[&str]| g.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(scopes_of(&r, &groups(&["support"])), vec![Scope::Read, Scope::RunsControl]);
-        assert_eq!(scopes_of(&r, &groups(&["interns"])), vec![]);
+        assert_eq!(scopes_of(&r, &groups(&["support"])), vec!["read", "runs:control"]);
+        assert_eq!(scopes_of(&r, &groups(&["interns"])), Vec::<String>::new());
         assert!(roles("platform=root").unwrap_err().contains("\"root\""));
         assert!(roles("platform").unwrap_err().contains("group=scope"));
+        assert!(roles("billing@Bad=read").unwrap_err().contains("\"Bad\" is not a namespace"));
+    }
+
+    #[test]
+    fn a_role_in_one_namespace_gives_its_scopes_there_alone() {
+        let r = roles("platform=read; billing@billing=runs:control,read; ops@ops-a=admin").unwrap();
+        assert_eq!(
+            r[1],
+            Role {
+                group: "billing".into(),
+                namespace: Some("billing".into()),
+                scopes: vec![Scope::RunsControl, Scope::Read]
+            }
+        );
+        let grants = scopes_of(&r, &["billing".to_string(), "platform".to_string()]);
+        assert_eq!(grants, vec!["read", "read@billing", "runs:control@billing"]);
+        let billing = crate::access::Principal::person("p", &grants, "billing");
+        assert!(billing.may(Scope::RunsControl) && billing.may(Scope::Read) && !billing.may(Scope::Admin));
+        let default = crate::access::Principal::person("p", &grants, "default");
+        assert!(default.may(Scope::Read) && !default.may(Scope::RunsControl));
+        let only_billing = scopes_of(&r, &["billing".to_string()]);
+        assert!(crate::access::Principal::person_may_enter(&only_billing, "billing"));
+        assert!(!crate::access::Principal::person_may_enter(&only_billing, "default"));
+        assert!(!crate::access::Principal::person("p", &only_billing, "ops-a").may(Scope::Read));
     }
 
     #[test]

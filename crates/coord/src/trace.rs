@@ -49,6 +49,9 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 /// How long one export may take before it is given up.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The attribute of every span that names its namespace.
+pub const NAMESPACE_ATTRIBUTE: &str = "composer.namespace";
+
 /// Where this coordinator's spans go.
 pub struct Traces {
     processor: BatchSpanProcessor,
@@ -97,11 +100,17 @@ impl Traces {
         Ok(Traces { processor, scope })
     }
 
-    /// Hands finished spans to the exporter (never waits for it).
+    /// Hands finished spans to the exporter (never waits for it), each
+    /// naming the namespace of the work that made it (`composer.namespace`).
     pub fn record(&self, spans: Vec<Span>) {
         // One end for the commit's spans: a run ends with its last steps.
         let end = SystemTime::now();
-        for s in spans {
+        let namespace: opentelemetry::Value = match crate::metrics::current() {
+            Some(ns) => ns.to_string().into(),
+            None => composer_store::namespaces::DEFAULT.into(),
+        };
+        for mut s in spans {
+            s.attributes.push(KeyValue::new(NAMESPACE_ATTRIBUTE, namespace.clone()));
             self.processor.on_end(s.into_data(&self.scope, end));
         }
     }

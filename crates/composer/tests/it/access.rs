@@ -2,7 +2,6 @@
 //! the served OpenAPI document: every operation, with a key of each scope,
 //! so a route added later is covered without anyone listing it here.
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
@@ -41,9 +40,9 @@ async fn call(e: &Engine, token: Option<&str>, method: &str, path: &str, body: O
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
-async fn new_key(e: &Engine, name: &str, scopes: &[&str]) -> (String, Value) {
-    let (status, created) =
-        call(e, Some(ADMIN), "POST", "/v1/keys", Some(&json!({"name": name, "scopes": scopes}))).await;
+async fn new_key(e: &Engine, name: &str, scopes: &[&str], namespace: Option<&str>) -> (String, Value) {
+    let spec = json!({"name": name, "scopes": scopes, "namespace": namespace});
+    let (status, created) = call(e, Some(ADMIN), "POST", "/v1/keys", Some(&spec)).await;
     assert_eq!(status, 201, "{created}");
     (created["key"].as_str().unwrap().to_string(), created)
 }
@@ -66,20 +65,27 @@ fn concrete(path: &str) -> String {
 }
 
 /// Every operation the document names a scope for, with a key of each
-/// scope: a key without the operation's scope gets a 403 naming it; a key
-/// with it (and an administrator's, but for a worker's or the metrics
-/// reader's route) gets past the guard (any answer but 401 and 403);
-/// without a key, a 401.
+/// scope, once of every namespace (called in `default`) and once bound to
+/// namespace `alpha` (called in `alpha` and in `beta`): a key without the
+/// operation's scope gets a 403 naming it; a key with it (and an
+/// administrator's, but for a worker's or the metrics reader's route) gets
+/// past the guard (any answer but 401 and 403) in its namespace; a bound
+/// key is refused in the other, by the scope or by its binding; without a
+/// key, a 401.
 #[tokio::test]
 async fn every_route_of_the_document_refuses_a_key_without_its_scope_and_admits_one_with_it() {
     let e = Engine::with(options()).await;
     let (_, doc) = call(&e, None, "GET", "/openapi.json", None).await;
-    let mut keys = BTreeMap::new();
+    for ns in ["alpha", "beta"] {
+        let (status, made) = call(&e, Some(ADMIN), "POST", "/v1/namespaces", Some(&json!({"name": ns}))).await;
+        assert_eq!(status, 201, "{made}");
+    }
+    let mut keys = Vec::new();
     for scope in composer_api::Scope::ALL {
-        keys.insert(
-            scope.name(),
-            new_key(&e, &format!("only-{}", scope.name().replace(':', "-")), &[scope.name()]).await.0,
-        );
+        let name = format!("only-{}", scope.name().replace(':', "-"));
+        keys.push((scope.name(), None, new_key(&e, &name, &[scope.name()], None).await.0));
+        let bound = new_key(&e, &format!("alpha-{name}"), &[scope.name()], Some("alpha")).await.0;
+        keys.push((scope.name(), Some("alpha"), bound));
     }
     let mut checked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
@@ -90,23 +96,55 @@ async fn every_route_of_the_document_refuses_a_key_without_its_scope_and_admits_
             let m = method.to_uppercase();
             let (status, _) = call(&e, None, &m, &url, body.as_ref()).await;
             assert_eq!(status, 401, "{m} {path} without a token");
-            for (scope, key) in &keys {
-                let (status, answer) = call(&e, Some(key), &m, &url, body.as_ref()).await;
-                let role = matches!(needed, "tasks:work" | "metrics:read");
-                if *scope == needed || (*scope == "admin" && !role) {
-                    assert!(!matches!(status, 401 | 403), "{m} {path} with {scope}: {status} {answer}");
-                } else {
-                    assert_eq!(status, 403, "{m} {path} with {scope} (it needs {needed}): {answer}");
-                    assert_eq!(answer["error"]["code"], "forbidden");
-                    let message = answer["error"]["message"].as_str().unwrap();
-                    assert!(message.contains(&format!("scope {needed}")), "{m} {path}: {message}");
+            let role = matches!(needed, "tasks:work" | "metrics:read");
+            // Creating, deleting and setting quotas of namespaces: a key of every namespace's alone.
+            let cluster_admin = path.starts_with("/v1/namespaces") && m != "GET";
+            for (scope, bound, key) in &keys {
+                let admitted = *scope == needed || (*scope == "admin" && !role);
+                let (status, answer) = call_in(&e, key, bound.unwrap_or("default"), &m, &url, body.as_ref()).await;
+                let message = answer["error"]["message"].as_str().unwrap_or_default().to_string();
+                match (admitted, bound) {
+                    (true, Some(_)) if cluster_admin => {
+                        assert_eq!(status, 403, "{m} {path} with {scope} bound to alpha: {answer}");
+                        assert!(message.contains("bound to namespace alpha"), "{m} {path}: {message}");
+                    }
+                    (true, _) => assert!(!matches!(status, 401 | 403), "{m} {path} with {scope}: {status} {answer}"),
+                    (false, _) => {
+                        assert_eq!(status, 403, "{m} {path} with {scope} (it needs {needed}): {answer}");
+                        assert_eq!(answer["error"]["code"], "forbidden");
+                        assert!(message.contains(&format!("scope {needed}")), "{m} {path}: {message}");
+                    }
                 }
+                if bound.is_none() {
+                    continue;
+                }
+                let (status, answer) = call_in(&e, key, "beta", &m, &url, body.as_ref()).await;
+                let message = answer["error"]["message"].as_str().unwrap_or_default();
+                assert_eq!(status, 403, "{m} {path} in beta with alpha's {scope}: {answer}");
+                let why = if admitted { "bound to namespace alpha".to_string() } else { format!("scope {needed}") };
+                assert!(message.contains(&why), "{m} {path} in beta with alpha's {scope}: {message}");
             }
             checked += 1;
         }
     }
     assert!(checked >= 50, "the document named a scope for {checked} operations only");
     e.stop().await;
+}
+
+/// One call with `key` in namespace `ns` (by the header).
+async fn call_in(e: &Engine, key: &str, ns: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let http = reqwest::Client::new();
+    let mut req = http
+        .request(method.parse().unwrap(), format!("{}{path}", e.url()))
+        .bearer_auth(key)
+        .header("composer-namespace", ns);
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
 /// The environment's tokens keep their roles: the API token is an
@@ -197,7 +235,7 @@ async fn a_worker_key_limited_to_queues_polls_and_reports_only_those() {
 #[tokio::test]
 async fn a_key_grants_no_more_than_its_creator_holds_and_takes_no_reserved_name() {
     let e = Engine::with(options()).await;
-    let (admin, _) = new_key(&e, "second-admin", &["admin"]).await;
+    let (admin, _) = new_key(&e, "second-admin", &["admin"], None).await;
     for role in ["tasks:work", "metrics:read"] {
         let spec = json!({"name": "sneaky", "scopes": [role]});
         let (status, body) = call(&e, Some(&admin), "POST", "/v1/keys", Some(&spec)).await;
@@ -223,8 +261,8 @@ async fn a_key_grants_no_more_than_its_creator_holds_and_takes_no_reserved_name(
 #[tokio::test]
 async fn a_key_is_rotated_without_downtime_and_refused_once_revoked_or_expired() {
     let e = Engine::with(options()).await;
-    let (old, old_view) = new_key(&e, "deployer", &["read"]).await;
-    let (new, _) = new_key(&e, "deployer", &["read"]).await;
+    let (old, old_view) = new_key(&e, "deployer", &["read"], None).await;
+    let (new, _) = new_key(&e, "deployer", &["read"], None).await;
     for key in [&old, &new] {
         assert_eq!(call(&e, Some(key), "GET", "/v1/runs", None).await.0, 200);
     }
@@ -259,7 +297,7 @@ async fn a_key_is_rotated_without_downtime_and_refused_once_revoked_or_expired()
 async fn the_audit_log_records_each_change_by_its_key_and_cannot_be_changed() {
     let e = Engine::with(options()).await;
     let (ops, _) =
-        new_key(&e, "ops-alice", &["workflows:write", "runs:control", "schedules:write", "limits:write"]).await;
+        new_key(&e, "ops-alice", &["workflows:write", "runs:control", "schedules:write", "limits:write"], None).await;
     let wf = json!({"name": "audited", "nodes": [{"id": "wait", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "k"}}]});
     assert_eq!(call(&e, Some(&ops), "POST", "/v1/workflows", Some(&wf)).await.0, 201);
     let (status, run) = call(&e, Some(&ops), "POST", "/v1/runs", Some(&json!({"workflow": "audited"}))).await;
@@ -357,6 +395,19 @@ async fn a_key_is_never_stored_or_logged_in_clear() {
     let audit: Value = serde_json::from_str(&audit).unwrap();
     let routes: Vec<&str> = audit["entries"].as_array().unwrap().iter().map(|x| x["route"].as_str().unwrap()).collect();
     assert_eq!(routes, ["/v1/keys/{id}", "/v1/keys"], "{audit}");
+    // A namespace's work is logged in a span that names it.
+    let (code, _, err) = cli(ADMIN, &["namespace", "create", "logged"]);
+    assert_eq!(code, Some(0), "{err}");
+    let spec = json!({"name": "logged-flow", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+    let registered = reqwest::Client::new()
+        .post(format!("{url}/v1/workflows"))
+        .bearer_auth(ADMIN)
+        .header("composer-namespace", "logged")
+        .json(&spec)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 201);
 
     let secret = key.rsplit('_').next().unwrap();
     let pg_dump = composer_embedded::postgres_bin_dir().unwrap().join("pg_dump");
@@ -369,5 +420,7 @@ async fn a_key_is_never_stored_or_logged_in_clear() {
     let text = std::fs::read_to_string(dir.join("coordinator.log")).unwrap();
     assert!(text.contains("API key created"), "the log names the key's creation");
     assert!(!text.contains(secret), "the log never holds the key");
+    let line = text.lines().find(|l| l.contains("logged-flow")).unwrap_or_default();
+    assert!(line.contains("namespace{namespace=logged}") && line.contains("workflow registered"), "{line}");
     let _ = std::fs::remove_dir_all(dir);
 }

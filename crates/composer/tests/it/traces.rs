@@ -252,3 +252,30 @@ async fn a_start_or_an_event_cannot_join_another_runs_trace() {
     assert!(spans.iter().all(|s| s.trace_id != victim_trace), "nothing was put in the victim's trace");
     e.stop().await;
 }
+
+/// Issue 55: every span names its run's namespace.
+#[tokio::test]
+async fn a_runs_spans_name_its_namespace() {
+    let collector = Collector::start();
+    let e = traced(&collector, 0).await;
+    let (status, made) = e.post("/v1/namespaces", &json!({"name": "traced-ns"})).await;
+    assert_eq!(status, 201, "{made}");
+    let spec = json!({"name": "where", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+    let mut runs = Vec::new();
+    for ns in ["default", "traced-ns"] {
+        let header = [("composer-namespace", ns)];
+        let (status, body) = e.post_with("/v1/workflows", &spec, &header).await;
+        assert!(status < 300, "{body}");
+        let (status, run) = e.post_with("/v1/runs", &json!({"workflow": "where"}), &header).await;
+        assert_eq!(status, 201, "{run}");
+        runs.push((ns, run["id"].as_str().unwrap().to_string()));
+    }
+    let spans = collector.wait_for(T, |s| runs.iter().all(|(_, id)| run_span(s, id).is_some())).await;
+    for (ns, id) in &runs {
+        let of = of_run(&spans, id);
+        assert_eq!(of.len(), 2, "the run's span and its step's: {of:?}");
+        for span in of {
+            assert_eq!(span.attributes.get("composer.namespace").map(String::as_str), Some(*ns), "{span:?}");
+        }
+    }
+}

@@ -572,3 +572,101 @@ async fn the_runs_pages_act_buttons_say_what_they_do() {
     assert!(!page.contains("The chosen runs"));
     e.stop().await;
 }
+
+/// Issue 55: the pages are a namespace's, chosen on the namespaces page (a
+/// cookie the door reads); a session, kept by the cluster, works in every
+/// namespace; nothing of one namespace shows in another's pages; a cookie
+/// naming a namespace that is gone sends the browser to choose again.
+#[tokio::test]
+async fn the_pages_show_the_chosen_namespace_alone_and_the_namespaces_page_creates_shows_and_deletes() {
+    let e =
+        Engine::with(EngineOptions { coordinator: |c| c.api_token = Some(TOKEN.to_string()), ..Default::default() })
+            .await;
+    let b = browser();
+    let api = |method: reqwest::Method, path: &str, ns: &str| {
+        b.request(method, format!("{}{path}", e.url())).bearer_auth(TOKEN).header("composer-namespace", ns)
+    };
+    let made = api(reqwest::Method::POST, "/v1/namespaces", "default").json(&json!({"name": "ui-alpha"})).send();
+    assert_eq!(made.await.unwrap().status(), 201);
+    let mut runs = Vec::new();
+    for ns in ["default", "ui-alpha"] {
+        let spec = json!({"name": format!("shown-in-{ns}"), "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+        assert!(api(reqwest::Method::POST, "/v1/workflows", ns)
+            .json(&spec)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .is_success());
+        let start = json!({"workflow": format!("shown-in-{ns}"), "input": {}});
+        let run: serde_json::Value =
+            api(reqwest::Method::POST, "/v1/runs", ns).json(&start).send().await.unwrap().json().await.unwrap();
+        runs.push(run["id"].as_str().unwrap().to_string());
+    }
+    let login = b.post(format!("{}/ui/login", e.url())).form(&[("token", TOKEN), ("next", "/ui/runs")]).send();
+    let login = login.await.unwrap();
+    let session = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let page = |path: &str, ns: Option<&str>| {
+        let cookie = match ns {
+            Some(ns) => format!("{session}; composer_namespace={ns}"),
+            None => session.clone(),
+        };
+        b.get(format!("{}{path}", e.url())).header("cookie", cookie).send()
+    };
+    let text = |r: reqwest::Response| async move { (r.status().as_u16(), r.text().await.unwrap()) };
+    let (status, default) = text(page("/ui/runs", None).await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert!(default.contains(&runs[0]) && !default.contains(&runs[1]), "default shows its run alone: {default}");
+    let (status, alpha) = text(page("/ui/runs", Some("ui-alpha")).await.unwrap()).await;
+    assert_eq!(status, 200, "the session is the cluster's: {alpha}");
+    assert!(alpha.contains(&runs[1]) && !alpha.contains(&runs[0]), "ui-alpha shows its run alone: {alpha}");
+    assert!(alpha.contains("class=\"namespace\" href=\"/ui/namespaces\" title=\"the namespace shown\">ui-alpha</a>"));
+    for (path, ns) in [(format!("/ui/runs/{}", runs[1]), None), (format!("/ui/runs/{}", runs[0]), Some("ui-alpha"))] {
+        assert_eq!(page(&path, ns).await.unwrap().status(), 404, "{path} in {ns:?}");
+    }
+    let (_, workflows) = text(page("/ui/workflows", Some("ui-alpha")).await.unwrap()).await;
+    assert!(workflows.contains("shown-in-ui-alpha") && !workflows.contains("shown-in-default"), "{workflows}");
+
+    // The namespaces page: each with its use, the one shown marked.
+    let (status, list) = text(page("/ui/namespaces", Some("ui-alpha")).await.unwrap()).await;
+    assert_eq!(status, 200, "{list}");
+    assert!(list.contains("data-namespace=\"default\"") && list.contains("data-namespace=\"ui-alpha\""), "{list}");
+    assert!(list.contains("now <code>ui-alpha</code>") && list.contains("Create a namespace"), "{list}");
+    let form = |path: &str, fields: &[(&str, &str)]| {
+        b.post(format!("{}{path}", e.url())).header("cookie", session.clone()).form(fields).send()
+    };
+    let chosen = form("/ui/namespaces/switch", &[("namespace", "ui-alpha")]).await.unwrap();
+    assert_eq!((chosen.status().as_u16(), chosen.headers()["location"].to_str().unwrap()), (303, "/ui/runs"));
+    let set = chosen.headers()["set-cookie"].to_str().unwrap();
+    assert!(set.starts_with("composer_namespace=ui-alpha;") && set.contains("SameSite=Strict"), "{set}");
+    for nothing in ["ui-nothing", "../x", ""] {
+        let refused = form("/ui/namespaces/switch", &[("namespace", nothing)]).await.unwrap();
+        assert!(refused.headers().get("set-cookie").is_none(), "{nothing}");
+        assert_eq!(refused.headers()["location"], "/ui/namespaces?msg=namespace-refused", "{nothing}");
+    }
+
+    // Created and deleted by the page's forms; a cookie naming it then sends the browser back to choose.
+    let created = form("/ui/namespaces", &[("name", "ui-beta"), ("description", "made in the UI")]).await.unwrap();
+    assert_eq!(created.headers()["location"], "/ui/namespaces?msg=namespace-created");
+    assert_eq!(page("/ui/runs", Some("ui-beta")).await.unwrap().status(), 200);
+    let bad = form("/ui/namespaces", &[("name", "Bad Name")]).await.unwrap();
+    assert_eq!(bad.headers()["location"], "/ui/namespaces?msg=namespace-invalid");
+    let kept = form("/ui/namespaces/default/delete", &[]).await.unwrap();
+    assert_eq!(kept.headers()["location"], "/ui/namespaces?msg=namespace-refused", "default stays");
+    let deleted = form("/ui/namespaces/ui-beta/delete", &[]).await.unwrap();
+    assert_eq!(deleted.headers()["location"], "/ui/namespaces?msg=namespace-deleted");
+    for gone in ["ui-beta", "ui-never", "Not_A_Name"] {
+        let back = page("/ui/runs", Some(gone)).await.unwrap();
+        assert_eq!(back.status(), 303, "{gone}");
+        assert_eq!(back.headers()["location"], "/ui/namespaces", "{gone}");
+        assert!(back.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"), "{gone}: the cookie is dropped");
+    }
+    // What the forms did is in the audit log (the cluster's forms in default's).
+    let audit: serde_json::Value =
+        api(reqwest::Method::GET, "/v1/audit", "default").send().await.unwrap().json().await.unwrap();
+    let routes: Vec<&str> = audit["entries"].as_array().unwrap().iter().map(|a| a["route"].as_str().unwrap()).collect();
+    for route in ["/ui/namespaces", "/ui/namespaces/{name}/delete", "/ui/namespaces/switch", "/v1/namespaces"] {
+        assert!(routes.contains(&route), "{route} is not in the audit log: {routes:?}");
+    }
+    e.stop().await;
+}

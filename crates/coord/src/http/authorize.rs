@@ -55,6 +55,13 @@ pub fn required_scope(method: &Method, route: &str) -> Scope {
     }
 }
 
+/// Whether a call of `method` on `route` changes the cluster's namespaces
+/// (creates or deletes one, or sets its quotas): a key of every namespace's
+/// alone may, whatever scopes a bound key holds.
+pub fn cluster_only(method: &Method, route: &str) -> bool {
+    route.starts_with("/v1/namespaces") && !matches!(*method, Method::GET | Method::HEAD)
+}
+
 /// Whether a call of `method` on `route` is a change the audit log
 /// records: every one but reads, the work that runs' own history records
 /// (starting runs, sending events, a worker's calls) and logging in or out.
@@ -119,6 +126,13 @@ pub(super) async fn authorize(
     if !principal.may_enter(namespace) {
         let bound = principal.namespace().unwrap_or_default();
         let why = format!("{} is bound to namespace {bound}; this call is in namespace {namespace}", principal.name);
+        return ApiError::Forbidden(why).into_response();
+    }
+    if let Some(bound) = principal.namespace().filter(|_| cluster_only(req.method(), &route)) {
+        let why = format!(
+            "{} is bound to namespace {bound}; only a key of every namespace may create or delete one, or set its quotas",
+            principal.name
+        );
         return ApiError::Forbidden(why).into_response();
     }
     req.extensions_mut().insert(principal);

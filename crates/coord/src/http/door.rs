@@ -77,16 +77,50 @@ pub fn valid_name(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-/// Paths served by the default namespace's routes whatever the request names.
+/// The cookie naming the namespace a browser's UI pages are in (set by the
+/// UI's namespace page, `/ui/namespaces`), read for `/ui` pages when the
+/// request names none.
+pub const UI_COOKIE: &str = "composer_namespace";
+
+/// Paths served by the default namespace's routes whatever the request
+/// names. Of the UI, what is the cluster's: signing in and out, the static
+/// files, the namespaces page; its other pages are a namespace's.
 fn cluster_wide(path: &str) -> bool {
-    const ROOTS: [&str; 8] =
-        ["/v1/keys", "/v1/namespaces", "/healthz", "/readyz", "/openapi.json", "/metrics", "/ui", "/demo"];
-    ROOTS.iter().any(|root| path.strip_prefix(root).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
+    const ROOTS: [&str; 12] = [
+        "/v1/keys",
+        "/v1/namespaces",
+        "/healthz",
+        "/readyz",
+        "/openapi.json",
+        "/metrics",
+        "/demo",
+        "/ui/login",
+        "/ui/logout",
+        "/ui/sso",
+        "/ui/static",
+        "/ui/namespaces",
+    ];
+    path == "/ui"
+        || ROOTS.iter().any(|root| path.strip_prefix(root).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
+}
+
+/// Whether `path` is a UI page, whose namespace may come from [`UI_COOKIE`].
+fn ui_page(path: &str) -> bool {
+    path.starts_with("/ui/")
+}
+
+/// The namespace [`UI_COOKIE`] names, if `headers` carry one.
+pub fn ui_cookie(headers: &axum::http::HeaderMap) -> Option<String> {
+    let cookies = headers.get_all(axum::http::header::COOKIE).iter().filter_map(|h| h.to_str().ok());
+    cookies.flat_map(|h| h.split(';')).find_map(|c| {
+        let (name, value) = c.trim().split_once('=')?;
+        (name == UI_COOKIE).then(|| value.to_string())
+    })
 }
 
 /// The namespace `req` names, the `namespace` parameter taken out of its
 /// query (so that routes' strict queries do not see it).
-fn requested(req: &mut Request) -> Result<String, ApiError> {
+fn named_in(req: &mut Request) -> Result<Option<String>, ApiError> {
     // One header: a proxy that adds its own must not leave the first to count.
     let mut given = req.headers().get_all(NAMESPACE_HEADER).iter();
     let header = match (given.next(), given.next()) {
@@ -123,8 +157,32 @@ fn requested(req: &mut Request) -> Result<String, ApiError> {
                 "the {NAMESPACE_HEADER} header names {h:?} and the {NAMESPACE_PARAM} parameter {p:?}: name one"
             )))
         }
-        (Some(n), _) | (None, Some(n)) => n,
-        (None, None) => DEFAULT.to_string(),
+        (Some(n), _) | (None, Some(n)) => Some(n),
+        (None, None) => None,
+    };
+    Ok(name)
+}
+
+/// Where the namespace of a request came from.
+#[derive(Debug, PartialEq)]
+enum Named {
+    /// Its header or query parameter (or neither: `default`).
+    Request,
+    /// The UI's cookie.
+    Cookie,
+}
+
+/// The namespace `req` names ([`named_in`]), or, for a UI page that names
+/// none, the one the UI's cookie names; `default` otherwise.
+fn requested(req: &mut Request) -> Result<(String, Named), ApiError> {
+    let path = req.uri().path();
+    let cookie = (ui_page(path) && !cluster_wide(path)).then(|| ui_cookie(req.headers())).flatten();
+    let (name, how) = match named_in(req)? {
+        Some(named) => (named, Named::Request),
+        None => match cookie {
+            Some(cookie) => (cookie, Named::Cookie),
+            None => (DEFAULT.to_string(), Named::Request),
+        },
     };
     if !valid_name(&name) {
         let shown: String = name.chars().take(80).collect();
@@ -132,13 +190,15 @@ fn requested(req: &mut Request) -> Result<String, ApiError> {
             "namespace {shown:?}: 1 to 63 lowercase letters, digits and '-', starting with a letter"
         )));
     }
-    Ok(name)
+    Ok((name, how))
 }
 
 /// The middleware in front of every route (see the module's note).
 pub(super) async fn door(State(namespaces): State<Arc<dyn Namespaces>>, mut req: Request, next: Next) -> Response {
-    let name = match requested(&mut req) {
-        Ok(name) => name,
+    let (name, how) = match requested(&mut req) {
+        Ok(named) => named,
+        // A cookie no page could have set: the browser goes to choose again.
+        Err(_) if ui_cookie(req.headers()).is_some() && ui_page(req.uri().path()) => return choose_again(),
         Err(e) => return e.into_response(),
     };
     let name: Arc<str> = if name == DEFAULT { default_name() } else { Arc::from(name) };
@@ -156,10 +216,23 @@ pub(super) async fn door(State(namespaces): State<Arc<dyn Namespaces>>, mut req:
                 Err(never) => match never {},
             }
         }
+        Ok(Found::Missing | Found::Deleting) if how == Named::Cookie => choose_again(),
         Ok(Found::Missing) => ApiError::not_found(format!("namespace {name:?} not found")).into_response(),
         Ok(Found::Deleting) => ApiError::Conflict(format!("namespace {name:?} is being deleted")).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// The UI's cookie names no namespace that is served (it was deleted, or
+/// the cookie was not ours): the browser forgets it and goes to the
+/// namespaces page.
+fn choose_again() -> Response {
+    let forget = format!("{UI_COOKIE}=; Path=/ui; SameSite=Strict; Max-Age=0");
+    (
+        axum::http::StatusCode::SEE_OTHER,
+        [(axum::http::header::LOCATION, "/ui/namespaces".to_string()), (axum::http::header::SET_COOKIE, forget)],
+    )
+        .into_response()
 }
 
 #[cfg(test)]
@@ -172,7 +245,7 @@ mod tests {
             req = req.header(NAMESPACE_HEADER, h);
         }
         let mut req = req.body(axum::body::Body::empty()).unwrap();
-        requested(&mut req).map(|n| (n, req.uri().to_string())).map_err(|e| e.to_string())
+        requested(&mut req).map(|(n, _)| (n, req.uri().to_string())).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -210,7 +283,32 @@ mod tests {
 
     #[test]
     fn cluster_wide_paths_are_whole_segments() {
-        assert!(cluster_wide("/v1/keys") && cluster_wide("/v1/keys/x") && cluster_wide("/ui/runs"));
+        assert!(cluster_wide("/v1/keys") && cluster_wide("/v1/keys/x") && cluster_wide("/ui/login"));
+        assert!(cluster_wide("/ui") && cluster_wide("/ui/namespaces") && cluster_wide("/ui/static/app.css"));
         assert!(!cluster_wide("/v1/keysx") && !cluster_wide("/v1/runs") && !cluster_wide("/uix"));
+        assert!(!cluster_wide("/ui/runs") && !cluster_wide("/ui/loginx") && !cluster_wide("/ui/audit"));
+    }
+
+    #[test]
+    fn a_ui_page_is_in_the_namespace_of_its_cookie_unless_the_request_names_one() {
+        let ask = |uri: &str, header: Option<&str>, cookie: &str| {
+            let mut req = Request::builder().uri(uri).header(axum::http::header::COOKIE, cookie);
+            if let Some(h) = header {
+                req = req.header(NAMESPACE_HEADER, h);
+            }
+            requested(&mut req.body(axum::body::Body::empty()).unwrap()).map_err(|e| e.to_string())
+        };
+        let cookie = "composer_session=x; composer_namespace=billing";
+        assert_eq!(ask("/ui/runs", None, cookie).unwrap(), ("billing".into(), Named::Cookie));
+        assert_eq!(ask("/ui/runs?namespace=ops", None, cookie).unwrap(), ("ops".into(), Named::Request));
+        assert_eq!(ask("/ui/runs", Some("ops"), cookie).unwrap(), ("ops".into(), Named::Request));
+        assert_eq!(ask("/ui/runs?namespace=default", None, cookie).unwrap(), ("default".into(), Named::Request));
+        assert_eq!(ask("/ui/login", None, cookie).unwrap(), ("default".into(), Named::Request));
+        assert_eq!(
+            ask("/v1/runs", None, cookie).unwrap(),
+            ("default".into(), Named::Request),
+            "the API reads no cookie"
+        );
+        assert!(ask("/ui/runs", None, "composer_namespace=../x").unwrap_err().contains("lowercase letters"));
     }
 }

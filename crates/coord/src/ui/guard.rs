@@ -15,60 +15,97 @@ use super::session;
 use crate::access::Principal;
 use crate::config::Config;
 use composer_api::Scope;
+use composer_store::namespaces::DEFAULT;
 use composer_store::Pool;
+
+use crate::http::door::InNamespace;
+use crate::shared::ClusterPool;
 
 /// Pages need a live session when a token is set or single sign-on is on;
 /// without one, the login page, which comes back here after. With one, the
 /// page is made [`session::in_session`] (its frame offers Log out), for its
 /// caller ([`session::as_caller`]), and only when the caller holds the
 /// scope it needs ([`ui_scope`]; 403 otherwise).
+///
+/// Sessions are the cluster's (kept in the default namespace's tables), and
+/// a page is in the namespace the door gave it: a person's scopes are those
+/// their groups give in it.
 pub async fn require_login(
     State(config): State<Arc<Config>>,
-    State(pool): State<Pool>,
+    State(cluster): State<ClusterPool>,
     req: Request,
     next: Next,
 ) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("", |m| m.as_str()).to_string();
     let scope = ui_scope(req.method(), &route);
+    let namespace = req.extensions().get::<InNamespace>().map_or_else(|| Arc::from(DEFAULT), |n| n.0.clone());
+    // The cluster's pages (the namespaces) are in no namespace: there a
+    // person holds only what their groups give in every namespace.
+    let cluster_page = route.starts_with("/ui/namespaces");
+    let shown = (!cluster_page).then(|| namespace.clone());
+    let mut req = req;
     if config.api_token.is_none() && !config.oidc.enabled() {
-        let mut req = req;
         req.extensions_mut().insert(Principal::anonymous(&config));
-        return session::as_caller(Principal::anonymous(&config), next.run(req)).await;
+        req.extensions_mut().insert(MayEnter(None));
+        return session::as_caller(Principal::anonymous(&config), shown, next.run(req)).await;
     }
-    let who = match live_session(&pool, req.headers()).await {
+    let (who, may_enter) = match live_session(&cluster.0, req.headers()).await {
         // A login with the API token, while there is one.
-        Ok(Some(None)) if config.api_token.is_some() => Principal::api_token(&config),
+        Ok(Some(None)) if config.api_token.is_some() => (Principal::api_token(&config), MayEnter(None)),
         Ok(Some(None)) => {
             return Redirect::to(&format!("/ui/login?next={}", url_enc(req.uri().path()))).into_response();
         }
-        Ok(Some(Some(person))) => Principal::person(&person.actor, &person.scopes),
+        Ok(Some(Some(person))) if !cluster_page && !Principal::person_may_enter(&person.scopes, &namespace) => {
+            let why = format!("{} holds no scope in namespace {namespace}: choose another", person.actor);
+            return UiError(StatusCode::FORBIDDEN, why).into_response();
+        }
+        Ok(Some(Some(person))) => {
+            let here = if cluster_page { "" } else { &namespace };
+            (Principal::person(&person.actor, &person.scopes, here), MayEnter(Some(person.scopes)))
+        }
         Ok(None) => {
             let here = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/ui/runs");
             return Redirect::to(&format!("/ui/login?next={}", url_enc(here))).into_response();
         }
         Err(e) => return e.into_response(),
     };
-    if !who.may(scope) {
-        let why = format!("{} lacks the scope {scope}, which this page or form needs", who.name);
+    if let Some(scope) = scope.filter(|s| !who.may(*s)) {
+        let why =
+            format!("{} lacks the scope {scope} in namespace {namespace}, which this page or form needs", who.name);
         return UiError(StatusCode::FORBIDDEN, why).into_response();
     }
-    let mut req = req;
     req.extensions_mut().insert(who.clone());
-    session::in_session(session::as_caller(who, next.run(req))).await
+    req.extensions_mut().insert(may_enter);
+    session::in_session(session::as_caller(who, shown, next.run(req))).await
+}
+
+/// The namespaces the caller of a UI page may enter: every one (`None`),
+/// or those a person's grants name (`access::Principal::person_may_enter`).
+#[derive(Clone)]
+pub struct MayEnter(pub Option<Vec<String>>);
+
+impl MayEnter {
+    pub fn may_enter(&self, namespace: &str) -> bool {
+        self.0.as_ref().is_none_or(|grants| Principal::person_may_enter(grants, namespace))
+    }
 }
 
 /// The scope a UI route needs: a page `read` (the audit log `admin`), a
 /// form the scope of what it changes; a route this does not know, `admin`.
-pub fn ui_scope(method: &Method, route: &str) -> Scope {
+/// The namespaces page, and choosing one, need none: what it shows is
+/// what the caller may enter.
+pub fn ui_scope(method: &Method, route: &str) -> Option<Scope> {
     let read = matches!(*method, Method::GET | Method::HEAD);
-    match route {
+    Some(match route {
+        "/ui/namespaces" if read => return None,
+        "/ui/namespaces/switch" => return None,
         "/ui/audit" => Scope::Admin,
         _ if read => Scope::Read,
         r if r.starts_with("/ui/runs") || r.starts_with("/ui/bulk/") => Scope::RunsControl,
         "/ui/limits" => Scope::LimitsWrite,
         r if r.starts_with("/ui/schedules/") => Scope::SchedulesWrite,
         _ => Scope::Admin,
-    }
+    })
 }
 
 /// The session the request's cookie names, if it is live in the store.

@@ -337,16 +337,20 @@ pub fn page(title: &str, body: Html) -> Html {
              <button type=\"submit\" class=\"logout\">Log out</button></form>",
         )
     });
+    // A namespace's pages name it; the cluster's (namespaces, login) do not.
+    let namespace = super::session::namespace()
+        .map(|ns| html!("<a class=\"namespace\" href=\"/ui/namespaces\" title=\"the namespace shown\">{}</a>", &*ns));
     html!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{} · Composer</title><link rel=\"stylesheet\" href=\"/ui/static/app.css\">\
          <script src=\"/ui/static/app.js\" defer></script></head><body>\
-         <header><a class=\"brand\" href=\"/ui/runs\">Composer</a>\
+         <header><a class=\"brand\" href=\"/ui/runs\">Composer</a>{}\
          <nav><a href=\"/ui/overview\">Overview</a><a href=\"/ui/runs\">Runs</a><a href=\"/ui/workflows\">Workflows</a>\
          <a href=\"/ui/schedules\">Schedules</a><a href=\"/ui/events\">Events</a><a href=\"/ui/limits\">Limits</a><a href=\"/ui/audit\">Audit</a>\
-         <a href=\"/ui/queues\">Queues</a></nav>{}</header><main>{}</main></body></html>",
+         <a href=\"/ui/queues\">Queues</a><a href=\"/ui/namespaces\">Namespaces</a></nav>{}</header><main>{}</main></body></html>",
         title,
+        namespace,
         logout,
         body
     )

@@ -14,6 +14,9 @@
 //!   run, and their answers.
 //! - `workflows`, `schedules` (with backfill), `events`, `limits`, `audit`
 //!   (the audit log).
+//! - `namespaces`: the cluster's namespaces, and which one the other pages
+//!   show (every page but this one, login and the static files is a
+//!   namespace's, chosen by a cookie the door reads).
 //! - `ops`: the overview and the queues.
 //! - `login`: log in and out; `sso`: sign in with the identity provider.
 //!
@@ -40,6 +43,7 @@ mod html;
 mod limits;
 mod login;
 mod logs;
+mod namespaces;
 mod notices;
 mod ops;
 mod run;
@@ -87,6 +91,9 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/events", get(events::events_page))
         .route("/ui/limits", get(limits::limits_page).post(limits::limit_action))
         .route("/ui/audit", get(audit::audit_page))
+        .route("/ui/namespaces", get(namespaces::namespaces_page).post(namespaces::create))
+        .route("/ui/namespaces/switch", post(namespaces::switch))
+        .route("/ui/namespaces/{name}/delete", post(namespaces::delete))
         // Innermost: a form that changes something is in the audit log, as the API's are.
         .route_layer(middleware::from_fn_with_state(audit_state, crate::http::authorize::audit))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard::refuse_other_sites))

@@ -34,6 +34,10 @@ const NOTICES: &[(&str, &str)] = &[
     ("limit-done", "limit: saved; waiting steps go as soon as it lets them"),
     ("limit-deleted", "limit: deleted; the key goes back to what its definitions say"),
     ("limit-invalid", "limit refused: a key of 1 to 256 bytes; rate as N/period (25/1s); burst and concurrency from 1"),
+    ("namespace-created", "namespace: created; choose Show to see it"),
+    ("namespace-deleted", "namespace: being deleted; its data is dropped within a minute"),
+    ("namespace-invalid", "namespace refused: 1 to 63 lowercase letters, digits and '-', starting with a letter"),
+    ("namespace-refused", "refused: no such namespace you may enter, one being deleted, or too many namespaces"),
     (
         "backfill-invalid",
         "backfill refused: give from and to (UTC) with from before to, to not in the future, at most 10,000 fire times",

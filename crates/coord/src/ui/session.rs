@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap};
@@ -34,19 +35,29 @@ tokio::task_local! {
 }
 
 tokio::task_local! {
-    /// Who the page or form being answered is for, set by the login guard
-    /// around every UI request: the actor of what a form does.
-    static CALLER: crate::access::Principal;
+    /// Who the page or form being answered is for, and in which namespace,
+    /// set by the login guard around every UI request: the actor of what a
+    /// form does, and the namespace the page's frame names.
+    static CALLER: (crate::access::Principal, Option<Arc<str>>);
 }
 
-/// Answers `page` for `who`.
-pub async fn as_caller<F: std::future::Future>(who: crate::access::Principal, page: F) -> F::Output {
-    CALLER.scope(who, page).await
+/// Answers `page` for `who`, in `namespace` (`None`: a page of the cluster's).
+pub async fn as_caller<F: std::future::Future>(
+    who: crate::access::Principal,
+    namespace: Option<Arc<str>>,
+    page: F,
+) -> F::Output {
+    CALLER.scope((who, namespace), page).await
 }
 
 /// The actor of a form being answered (`anonymous` outside the guard).
 pub fn actor() -> String {
-    CALLER.try_with(|p| p.name.clone()).unwrap_or_else(|_| "anonymous".to_string())
+    CALLER.try_with(|(p, _)| p.name.clone()).unwrap_or_else(|_| "anonymous".to_string())
+}
+
+/// The namespace of the page being made, if it is a namespace's page.
+pub fn namespace() -> Option<Arc<str>> {
+    CALLER.try_with(|(_, ns)| ns.clone()).ok().flatten()
 }
 
 /// Makes `page` for a live session: its frame offers Log out.

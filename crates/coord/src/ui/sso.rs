@@ -181,7 +181,7 @@ pub async fn callback(
     let Some(id) = session::new_id() else {
         return refused(StatusCode::SERVICE_UNAVAILABLE, "no random numbers for a session id".into());
     };
-    let person = Person { actor: who.name.clone(), scopes: scopes.iter().map(|s| s.name().to_string()).collect() };
+    let person = Person { actor: who.name.clone(), scopes };
     composer_store::sessions::create(&client, &session::hash(&id), config.ui_session_ttl, Some(&person)).await?;
     tracing::info!(person = %who.name, scopes = ?person.scopes, "signed in to the UI");
     let secure = session::over_https(&headers);
@@ -203,5 +203,8 @@ pub async fn callback(
             sign_in.next
         ),
     );
-    Ok((AppendHeaders([(header::SET_COOKIE, session_cookie), (header::SET_COOKIE, done)]), body).into_response())
+    // Someone whose groups give scopes in some namespaces alone lands in one of them.
+    let place = super::namespaces::landing(&person.scopes, &headers).map(|ns| super::namespaces::chosen(&ns, secure));
+    let cookies = [Some(session_cookie), Some(done), place].into_iter().flatten().map(|c| (header::SET_COOKIE, c));
+    Ok((AppendHeaders(cookies), body).into_response())
 }
