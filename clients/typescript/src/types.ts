@@ -594,7 +594,7 @@ export interface Namespace {
 export interface NamespaceQuotas {
   /** Runs queued, running or paused at once. */
   open_runs?: number;
-  /** Runs started through the API in one second, across coordinators. */
+  /** Runs started from outside a run (the API, schedules, triggers) in one second, across coordinators. */
   starts_per_second?: number;
   schedules?: number;
   /** Limit keys with values. */

@@ -105,7 +105,7 @@ pub enum NamespaceCommand {
         /// Most runs queued, running or paused at once.
         #[arg(long)]
         open_runs: Option<i64>,
-        /// Most runs started through the API in one second.
+        /// Most runs started from outside a run (the API, schedules, triggers) in one second.
         #[arg(long)]
         starts_per_second: Option<i64>,
         /// Most schedules.

@@ -4,6 +4,10 @@
 //! metrics loop last measured them. A start, a new schedule or a new limit
 //! past its quota is a 429 naming the quota, with a `Retry-After`.
 //!
+//! Starts through the API are checked before they are asked of the engine;
+//! those of schedules and triggers by `Engine::start_run_in`, in their
+//! transaction; a run's children and failure handler are not refused.
+//!
 //! `crates/composer/tests/it/namespaces.rs` holds a namespace to each quota.
 //! The checks are made before the change, not in its transaction: starts
 //! made at the same moment may each pass the open-runs check, so a
@@ -69,6 +73,16 @@ impl QuotaState {
     /// open runs than its quota.
     pub async fn may_start(&self, pool: &Pool) -> Result<(), QuotaError> {
         let q = self.quotas();
+        if q.stored_bytes.is_none() && q.starts_per_second.is_none() && q.open_runs.is_none() {
+            return Ok(());
+        }
+        self.may_start_in(&composer_store::client(pool).await?).await
+    }
+
+    /// [`QuotaState::may_start`] on `client`'s connection (a transaction's,
+    /// whose own starts it counts).
+    pub async fn may_start_in(&self, client: &composer_store::Client) -> Result<(), QuotaError> {
+        let q = self.quotas();
         self.within_stored_bytes(&q)?;
         if let Some(most) = q.starts_per_second {
             let second = crate::clock::now().timestamp();
@@ -79,8 +93,7 @@ impl QuotaState {
             }
         }
         if let Some(most) = q.open_runs {
-            let client = composer_store::client(pool).await?;
-            let open = composer_store::namespaces::open_runs(&client, most).await?;
+            let open = composer_store::namespaces::open_runs(client, most).await?;
             if open >= most {
                 return Err(over("open_runs", format!("{open} runs are open"), most, OPEN_RUNS_RETRY_AFTER_SECS));
             }

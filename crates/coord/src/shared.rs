@@ -114,7 +114,8 @@ impl Shared {
     /// state starts empty.
     pub fn new(config: Config, pool: Pool, streams: Streams, engine: Engine, outbox: Arc<Notify>) -> Shared {
         let config = Arc::new(config);
-        let engine = Arc::new(engine);
+        let quotas = Arc::new(crate::quotas::QuotaState::new(streams.clone()));
+        let engine = Arc::new(engine.with_quotas(quotas.clone()));
         let draining = Draining::default();
         let wakes = Arc::new(Wakes { outbox, ..Wakes::default() });
         let task_api = Arc::new(TaskApi {
@@ -132,7 +133,6 @@ impl Shared {
         let definitions = Definitions::new(pool.clone());
         let keys = Arc::new(crate::access::Keys::new(pool.clone()));
         let cluster = ClusterPool(pool.clone());
-        let quotas = Arc::new(crate::quotas::QuotaState::new(streams.clone()));
         Shared {
             config,
             pool,

@@ -34,7 +34,7 @@ pub struct NamespaceRow {
 pub struct Quotas {
     /// Runs queued, running or paused at once.
     pub open_runs: Option<i64>,
-    /// Runs started through the API in one second, across coordinators.
+    /// Runs started from outside a run (the API, schedules, triggers) in one second, across coordinators.
     pub starts_per_second: Option<i64>,
     pub schedules: Option<i64>,
     /// Limit keys with values (`step_limits` rows).

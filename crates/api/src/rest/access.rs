@@ -229,7 +229,7 @@ pub struct NamespaceQuotas {
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
     #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     pub open_runs: Option<i64>,
-    /// Runs started through the API in one second, across coordinators.
+    /// Runs started from outside a run (the API, schedules, triggers) in one second, across coordinators.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::opt_int")]
     #[schema(minimum = 1, maximum = 1_000_000_000_000_000_i64)]
     pub starts_per_second: Option<i64>,

@@ -523,6 +523,7 @@ async fn a_namespace_s_quotas_refuse_by_name_and_its_usage_is_shown() {
     assert_eq!((status, retry_after.as_deref()), (429, Some("60")), "{answer}");
     assert!(answer.to_string().contains("quota schedules (1)"), "{answer}");
     ok(&e, "small", "POST", "/v1/schedules", json!({"id": "first", "workflow": "waits", "cron": "0 4 * * *"})).await;
+    over_open_runs_from_outside(&e).await;
 
     ok(&e, "small", "PUT", "/v1/limits/one", json!({"concurrency": 1})).await;
     let (status, _, answer) =
@@ -590,6 +591,35 @@ async fn a_namespace_s_quotas_refuse_by_name_and_its_usage_is_shown() {
     let (status, _) = call(&e, key, Some("small"), "PUT", "/v1/namespaces/small/quotas", Some(&json!({}))).await;
     assert_eq!(status, 403, "a namespace's own administrator does not set its quotas");
     e.stop().await;
+}
+
+/// With `small` at its quota of open runs, the runs started from outside
+/// a run but not through `POST /v1/runs` are held to it too: a schedule's
+/// trigger is a 429, its fire times (here, backfilled) start nothing and
+/// say why, and an event's trigger says why it started no run.
+async fn over_open_runs_from_outside(e: &Engine) {
+    let (status, retry_after, answer) =
+        call_with_retry_after(e, "small", "POST", "/v1/schedules/first/trigger", &json!({})).await;
+    assert_eq!((status, retry_after.as_deref()), (429, Some("1")), "{answer}");
+    assert!(answer.to_string().contains("quota open_runs (2)"), "{answer}");
+    let triggered = json!({"name": "on-ping", "triggers": [{"event": "ping"}],
+        "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
+    ok(e, "small", "POST", "/v1/workflows", triggered).await;
+    let sent = ok(e, "small", "POST", "/v1/events", json!({"name": "ping"})).await;
+    assert_eq!(sent["started_runs"], json!([]), "{sent}");
+    assert!(sent["trigger_errors"][0]["error"].as_str().unwrap().contains("quota open_runs (2)"), "{sent}");
+    let now = chrono::Utc::now();
+    let range = json!({"from": now - chrono::Duration::days(3), "to": now});
+    ok(e, "small", "POST", "/v1/schedules/first/backfill", range).await;
+    let said = composer_testkit::poll_until(Duration::from_secs(20), || async {
+        let (_, schedule) = call(e, ADMIN, Some("small"), "GET", "/v1/schedules/first", None).await;
+        let error = schedule["last_fire_error"].as_str().unwrap_or_default().to_string();
+        error.contains("quota open_runs (2)").then_some(())
+    })
+    .await;
+    assert!(said.is_ok(), "a backfilled fire time past the quota says why it started nothing");
+    let (_, runs) = call(e, ADMIN, Some("small"), "GET", "/v1/runs", None).await;
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(2), "no run past the quota: {runs}");
 }
 
 /// `composer namespace` and `--namespace`, as a person types them (the

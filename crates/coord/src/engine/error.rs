@@ -41,6 +41,10 @@ pub enum Rejection {
         "stored definition {name:?} version {version} no longer passes today's checks ({why}): register a new version"
     )]
     StaleDefinition { name: String, version: i32, why: String },
+    /// The namespace is past quota `quota` (a 429 at the API, with
+    /// `Retry-After: retry_after`).
+    #[error("{message}")]
+    OverQuota { quota: &'static str, message: String, retry_after: u64 },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +74,9 @@ pub enum EngineError {
     /// A bulk job already acted on this run.
     #[error("the bulk job already acted on this run")]
     AlreadyDone,
+    /// A service other than PostgreSQL is away (Redis, counting starts).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl EngineError {

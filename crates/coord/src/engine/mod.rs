@@ -119,6 +119,9 @@ pub struct Engine {
     /// Task-API polls waiting for work: a batch leases them what it makes
     /// ready of their queues.
     idle: idle::IdlePolls,
+    /// The namespace's quotas, which a start from outside a run is held to
+    /// ([`Engine::start_run_in`]).
+    quotas: Option<Arc<crate::quotas::QuotaState>>,
 }
 
 impl Engine {
@@ -144,7 +147,14 @@ impl Engine {
             bounds,
             traces: None,
             idle: idle::IdlePolls::default(),
+            quotas: None,
         }
+    }
+
+    /// Holds the runs schedules and triggers start to `quotas` from now on.
+    pub fn with_quotas(mut self, quotas: Arc<crate::quotas::QuotaState>) -> Engine {
+        self.quotas = Some(quotas);
+        self
     }
 
     /// The task-API polls waiting for work.

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::admission::{self, NewRunOf};
-use super::error::{EngineError, Result};
+use super::error::{EngineError, Rejection, Result};
 use super::idle::Claimed;
 use super::loaded::Loaded;
 use super::queue::{Pending, QueuedStart};
@@ -119,6 +119,12 @@ impl Engine {
     /// steps go through their streams: the caller's transaction may go on
     /// to wait for locks, and the caller may be dropped in its commit, while
     /// a poll given a step would wait with its lease running.
+    ///
+    /// The start is held to the namespace's quotas (a refusal is a
+    /// [`Rejection::OverQuota`]), as the API's are before they are asked
+    /// for. A run's own work (its children, its failure handler) is not:
+    /// refusing it would fail work already admitted, and a namespace full
+    /// of parents waiting for children would never drain.
     pub async fn start_run_in(
         &self,
         tx: &composer_store::Transaction<'_>,
@@ -126,7 +132,22 @@ impl Engine {
         input: &Value,
         opts: StartOptions<'_>,
     ) -> Result<Started> {
+        self.within_quotas(tx).await?;
         self.start_in(tx, def, input, opts, FirstSteps::ToStreams).await
+    }
+
+    /// Refuses a start past the namespace's quotas.
+    async fn within_quotas(&self, client: &composer_store::Client) -> Result<()> {
+        use crate::quotas::QuotaError;
+        let Some(quotas) = &self.quotas else { return Ok(()) };
+        match quotas.may_start_in(client).await {
+            Ok(()) => Ok(()),
+            Err(QuotaError::Over { quota, message, retry_after }) => {
+                Err(Rejection::OverQuota { quota, message, retry_after }.into())
+            }
+            Err(QuotaError::Store(e)) => Err(e.into()),
+            Err(QuotaError::Redis(why)) => Err(EngineError::Unavailable(why)),
+        }
     }
 
     /// [`Engine::start_run_in`], which may lease the run's first steps to

@@ -10,7 +10,7 @@ use axum::Json;
 use composer_api::{ErrorBody, ErrorDetail, LEASE_LOST, RUN_NOT_FOUND};
 use uuid::Uuid;
 
-use crate::engine::EngineError;
+use crate::engine::{EngineError, Rejection};
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
@@ -220,7 +220,11 @@ impl From<EngineError> for ApiError {
             EngineError::Stopped => ApiError::Unavailable("the coordinator is shutting down".into()),
             EngineError::Busy | EngineError::BudgetRace { .. } => ApiError::Busy,
             EngineError::AlreadyDone => ApiError::Conflict("the bulk job already acted on this run".into()),
+            EngineError::Rejected(Rejection::OverQuota { quota, message, retry_after }) => {
+                ApiError::OverQuota { quota, message, retry_after }
+            }
             EngineError::Rejected(why) => ApiError::BadRequest(why.to_string()),
+            EngineError::Unavailable(why) => ApiError::Unavailable(why),
             e @ EngineError::Fault { .. } => ApiError::EngineFault(e.to_string()),
         }
     }

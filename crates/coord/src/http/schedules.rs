@@ -196,13 +196,15 @@ async fn set_paused(pool: &Pool, id: &str, paused: bool) -> ApiResult<Json<Sched
 /// Trigger a schedule now.
 ///
 /// Starts one run of the schedule now, whatever its overlap policy (a person asked for it), and
-/// answers the run (201).
+/// answers the run (201). The run is held to the namespace's quotas, as a schedule's fire times
+/// are (one past them starts nothing, and the schedule's `last_fire_error` says why).
 #[utoipa::path(
     post, path = "/v1/schedules/{id}/trigger", operation_id = "triggerSchedule", tag = "schedules",
     params(("id" = Name, Path, description = "the schedule")),
     responses(
         (status = 201, description = "the run it started", body = RunView),
         (status = 409, description = "its workflow is no longer registered", body = ErrorBody),
+        (status = 429, description = "over a quota of the namespace (the message names it; see Retry-After)", body = ErrorBody),
     )
 )]
 pub(crate) async fn trigger(
