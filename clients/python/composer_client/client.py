@@ -37,6 +37,7 @@ from .types import (
     LogLine,
     Namespace,
     NamespaceCreated,
+    NamespaceQuotas,
     RecordedEvent,
     Registered,
     Run,
@@ -454,9 +455,18 @@ class Client:
         return cast(list[Namespace], self._http.request("GET", "/v1/namespaces")[1]["namespaces"])
 
     def get_namespace(self, name: str) -> Namespace:
-        """A namespace (``NotFound`` when there is none of that name, or the
-        key is bound to another)."""
+        """A namespace with what it uses of its quotas (``NotFound`` when
+        there is none of that name, it is being deleted, or the key is bound
+        to another)."""
         return cast(Namespace, self._http.request("GET", f"/v1/namespaces/{_seg(name)}")[1])
+
+    def set_namespace_quotas(self, name: str, quotas: NamespaceQuotas) -> Namespace:
+        """Sets every quota of a namespace at once (one left out is none):
+        a start, schedule or limit past one then raises ``Unavailable``
+        (HTTP 429, its message naming the quota). Needs a key of every
+        namespace with ``admin``."""
+        body = dict(quotas)
+        return cast(Namespace, self._http.request("PUT", f"/v1/namespaces/{_seg(name)}/quotas", body)[1])
 
     def delete_namespace(self, name: str) -> Namespace:
         """Deletes a namespace with everything it holds: it is no longer

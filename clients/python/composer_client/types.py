@@ -462,17 +462,45 @@ class LimitPage(TypedDict):
     next_after: Optional[str]
 
 
-class Namespace(TypedDict):
-    """A namespace (``GET /v1/namespaces/{name}``): its own workflows, runs,
-    schedules, webhooks, limits, events, bulk jobs, queues and audit log.
-    ``state`` is ``active``, or ``deleting`` (no longer served, its data
-    being dropped); ``created_by`` names the key (or token) that created it."""
+class NamespaceQuotas(TypedDict, total=False):
+    """A namespace's quotas, each absent when there is none: ``open_runs``
+    (queued, running or paused at once), ``starts_per_second`` (runs
+    started from outside a run, across coordinators), ``schedules``,
+    ``limits`` (limit keys with values) and ``stored_bytes``."""
 
+    open_runs: int
+    starts_per_second: int
+    schedules: int
+    limits: int
+    stored_bytes: int
+
+
+class NamespaceUsage(TypedDict):
+    """What a namespace uses of its quotas."""
+
+    open_runs: int
+    schedules: int
+    limits: int
+    stored_bytes: int
+
+
+class _NamespaceRequired(TypedDict):
     name: str
     description: str
     state: str
     created_by: str
     created_at: str
+    quotas: NamespaceQuotas
+
+
+class Namespace(_NamespaceRequired, total=False):
+    """A namespace (``GET /v1/namespaces/{name}``): its own workflows, runs,
+    schedules, webhooks, limits, events, bulk jobs, queues and audit log.
+    ``state`` is ``active``, or ``deleting`` (no longer served, its data
+    being dropped); ``created_by`` names the key (or token) that created it;
+    ``usage`` (``get_namespace`` only) is what it uses of its ``quotas``."""
+
+    usage: NamespaceUsage
 
 
 class NamespaceCreated(Namespace):

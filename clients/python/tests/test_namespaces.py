@@ -12,7 +12,7 @@ import unittest
 from typing import Any, Optional
 from unittest import mock
 
-from composer_client import Client, Conflict, NotFound
+from composer_client import Client, Conflict, NotFound, Unavailable
 from composer_client.worker import Task, TaskError, Worker
 from composer_client.workflow import worker_for
 
@@ -168,6 +168,28 @@ class LiveTest(unittest.TestCase):
             admin.delete_namespace(unique("team-never"))
         with self.assertRaises(Conflict):
             admin.delete_namespace("default")
+
+    def test_a_namespace_s_quotas_refuse_a_start_by_name_and_its_usage_is_shown(self) -> None:
+        admin = Client(self.dev.url, timeout=30)
+        small = unique("team-small")
+        admin.create_namespace(small)
+        inside = Client(self.dev.url, timeout=30, namespace=small)
+        name = unique("py-waits")
+        inside.register_workflow(
+            {"name": name, "nodes": [{"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "k"}}]}
+        )
+        answer = admin.set_namespace_quotas(small, {"open_runs": 1, "schedules": 3})
+        self.assertEqual(answer["quotas"], {"open_runs": 1, "schedules": 3})
+        inside.start_run(name)
+        with self.assertRaises(Unavailable) as over:
+            inside.start_run(name)
+        self.assertEqual((over.exception.status, over.exception.code), (429, "over_quota"))
+        self.assertIn("quota open_runs (1)", over.exception.message)
+        self.assertEqual(over.exception.retry_after, 1.0)
+        described = admin.get_namespace(small)
+        self.assertEqual(described["usage"]["open_runs"], 1, described)
+        self.assertEqual(admin.set_namespace_quotas(small, {})["quotas"], {})
+        inside.start_run(name)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import {
   type LimitValues,
   type Namespace,
   type NamespaceList,
+  type NamespaceQuotas,
   type RecordedEvent,
   type ResolveTask,
   type Run,
@@ -471,6 +472,16 @@ export class Client {
   /** A namespace (a `NotFoundError` when there is none of that name, it is being deleted, or the key is bound to another). */
   getNamespace(name: string): Promise<Namespace> {
     return this.#get(`/v1/namespaces/${segment(name)}`);
+  }
+
+  /**
+   * Sets every quota of a namespace at once (one left out is none): a
+   * start, schedule or limit past one is then an `UnavailableError` (HTTP
+   * 429, code `over_quota`, its message naming the quota, `retryAfterMs`
+   * set). Needs a key of every namespace with `admin`.
+   */
+  setNamespaceQuotas(name: string, quotas: NamespaceQuotas): Promise<Namespace> {
+    return this.#put(`/v1/namespaces/${segment(name)}/quotas`, quotas);
   }
 
   /**

@@ -783,6 +783,8 @@ export type ErrorCode =
   | "unavailable"
   | "draining"
   | "busy"
+  | "over_quota"
+  | "forbidden"
   | "engine_fault"
   | "internal"
   | (string & {});

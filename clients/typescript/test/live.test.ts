@@ -24,6 +24,7 @@ import {
   serve,
   TaskError,
   UnauthorizedError,
+  UnavailableError,
   WaitTimeoutError,
   Worker,
   workflow,
@@ -1607,6 +1608,29 @@ describe("against composer dev", { timeout: 600_000 }, () => {
         assert.throws(() => new Client({ url: dev.url, token: dev.token, namespace: bad }), /^TypeError: namespace: expected/);
         assert.throws(() => new Worker({ url: dev.url, token: dev.token, namespace: bad }), /^TypeError: namespace: expected/);
       }
+    });
+
+    it("a namespace's quotas refuse a start by name, and its usage is shown", async (t) => {
+      if (!(await hasOperation("setNamespaceQuotas"))) {
+        t.skip("this coordinator is older than quotas");
+        return;
+      }
+      await client.createNamespace("ts-small");
+      const inside = new Client({ url: dev.url, token: dev.token, namespace: "ts-small" });
+      await inside.registerWorkflow({
+        name: "ts-waits",
+        nodes: [{ id: "w", type: "WAIT_FOR_EVENT", config: { event: "go", key: "k" } }],
+      });
+      const set = await client.setNamespaceQuotas("ts-small", { open_runs: 1, schedules: 3 });
+      assert.deepEqual(set.quotas, { open_runs: 1, schedules: 3 });
+      await inside.startRun({ workflow: "ts-waits" });
+      const over = await rejection(inside.startRun({ workflow: "ts-waits" }));
+      assert.ok(over instanceof UnavailableError, String(over));
+      assert.deepEqual([over.status, over.code, over.retryAfterMs], [429, "over_quota", 1000]);
+      assert.match(over.message, /quota open_runs \(1\)/);
+      assert.equal((await client.getNamespace("ts-small")).usage?.open_runs, 1);
+      assert.deepEqual((await client.setNamespaceQuotas("ts-small", {})).quotas, {});
+      await inside.startRun({ workflow: "ts-waits" });
     });
 
     it("a deleted namespace is no longer served; default cannot be deleted", async (t) => {
