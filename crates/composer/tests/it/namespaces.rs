@@ -416,6 +416,23 @@ async fn the_door_refuses_bad_and_unknown_namespaces() {
     let (status, answer) = call(&e, ADMIN, Some("nowhere"), "GET", "/v1/runs", None).await;
     assert_eq!(status, 404, "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap().contains("namespace \"nowhere\""), "{answer}");
+    // A stranger learns nothing of which namespaces exist: one that does and
+    // one that does not answer alike, without a key or with a wrong one.
+    for token in ["", "cmp_0190b7a40000700080000000000000000_nope", "not-a-key"] {
+        for ns in ["one", "nowhere"] {
+            let (status, answer) = call(&e, token, Some(ns), "GET", "/v1/runs", None).await;
+            assert_eq!(status, 401, "{ns} with {token:?}: {answer}");
+        }
+    }
+    // The workers' token is known: a namespace that does not exist is named as such.
+    assert_eq!(call(&e, WORKER, Some("nowhere"), "POST", "/v1/tasks/poll", Some(&json!({}))).await.0, 404);
+    let b = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    for ns in ["one", "nowhere"] {
+        let page = b.get(format!("{}/ui/runs", e.url())).header("cookie", format!("composer_namespace={ns}"));
+        let page = page.send().await.unwrap();
+        assert_eq!(page.status(), 303, "{ns}");
+        assert_eq!(page.headers()["location"], "/ui/login?next=%2Fui%2Fruns", "{ns}: as for any page");
+    }
     assert_eq!(call(&e, ADMIN, Some("default"), "GET", "/v1/runs", None).await.0, 200);
     assert_eq!(call(&e, ADMIN, None, "DELETE", "/v1/namespaces/default", None).await.0, 409);
     let long = "a".repeat(64);

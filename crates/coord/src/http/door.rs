@@ -69,6 +69,41 @@ pub trait Namespaces: Send + Sync {
     fn usage<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Usage>, ApiError>>;
 }
 
+/// What the door holds: the namespaces, and what it needs to tell a known
+/// caller from a stranger (the environment's tokens, the keys, the UI's
+/// sessions), so that a stranger learns nothing of which namespaces exist.
+#[derive(Clone)]
+pub struct Door {
+    namespaces: Arc<dyn Namespaces>,
+    config: Arc<crate::config::Config>,
+    keys: Arc<crate::access::Keys>,
+    cluster: composer_store::Pool,
+}
+
+impl Door {
+    pub fn new(default: &crate::shared::Shared, namespaces: Arc<dyn Namespaces>) -> Door {
+        let (config, keys, cluster) = (default.config.clone(), default.keys.clone(), default.cluster.0.clone());
+        Door { namespaces, config, keys, cluster }
+    }
+
+    /// Whether `req` comes from someone the cluster knows: a token of the
+    /// environment's, a live key or a live UI session; anyone, when the
+    /// API is open (no API token: `GET /v1/namespaces` is open too).
+    async fn known(&self, headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
+        if self.config.api_token.is_none() {
+            return Ok(true);
+        }
+        let bearer = headers.get(axum::http::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
+        if let Some(given) = composer_config::auth::bearer(bearer) {
+            return Ok(crate::access::environment(&self.config, given).is_some()
+                || self.keys.principal(given).await?.is_some());
+        }
+        let Some(session) = crate::ui::session_of(headers) else { return Ok(false) };
+        let client = composer_store::client(&self.cluster).await?;
+        Ok(composer_store::sessions::live(&client, &session).await?.is_some())
+    }
+}
+
 /// Whether `name` may name a namespace (`composer_api::schema::NAMESPACE_PATTERN`).
 pub fn valid_name(name: &str) -> bool {
     let mut bytes = name.bytes();
@@ -193,8 +228,12 @@ fn requested(req: &mut Request) -> Result<(String, Named), ApiError> {
     Ok((name, how))
 }
 
-/// The middleware in front of every route (see the module's note).
-pub(super) async fn door(State(namespaces): State<Arc<dyn Namespaces>>, mut req: Request, next: Next) -> Response {
+/// The middleware in front of every route (see the module's note). A
+/// namespace that is not served is named as such (404, 409) only to a
+/// caller the cluster knows; a stranger gets what it would get of one that
+/// is (401, or the UI's login).
+pub(super) async fn door(State(door): State<Door>, mut req: Request, next: Next) -> Response {
+    let namespaces = &door.namespaces;
     let (name, how) = match requested(&mut req) {
         Ok(named) => named,
         // A cookie no page could have set: the browser goes to choose again.
@@ -207,7 +246,20 @@ pub(super) async fn door(State(namespaces): State<Arc<dyn Namespaces>>, mut req:
     if &*name == DEFAULT || cluster_wide(req.uri().path()) {
         return next.run(req).await;
     }
-    match namespaces.find(&name).await {
+    let found = namespaces.find(&name).await;
+    if matches!(found, Ok(Found::Missing | Found::Deleting)) {
+        match door.known(req.headers()).await {
+            Ok(true) => {}
+            Ok(false) if ui_page(req.uri().path()) => {
+                let here = req.uri().path_and_query().map_or("/ui/runs", |p| p.as_str());
+                let next = serde_urlencoded::to_string([("next", here)]).unwrap_or_default();
+                return axum::response::Redirect::to(&format!("/ui/login?{next}")).into_response();
+            }
+            Ok(false) => return ApiError::Unauthorized.into_response(),
+            Err(e) => return e.into_response(),
+        }
+    }
+    match found {
         Ok(Found::Routes(mut routes)) => {
             // Counted in the namespace: every metric the request makes.
             let answered = tower_service::Service::call(&mut routes, req);

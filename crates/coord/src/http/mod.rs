@@ -59,9 +59,10 @@ pub fn router(shared: Arc<Shared>, namespaces: Arc<dyn door::Namespaces>) -> Rou
     // The default namespace's routes as the fallback of a router with none:
     // the door runs before any route is matched (a layer on routes would
     // run after, with the path's parameters already taken out).
+    let door = door::Door::new(&shared, namespaces);
     Router::new()
         .fallback_service(routes(shared))
-        .layer(middleware::from_fn_with_state(namespaces, door::door))
+        .layer(middleware::from_fn_with_state(door, door::door))
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn(guard::refuse_long_uris))
         .layer(middleware::from_fn_with_state(config, guard::refuse_unknown_hosts))

@@ -116,6 +116,11 @@ pub fn router(state: AppState) -> Router<AppState> {
         .layer(middleware::from_fn(guard::page_headers))
 }
 
+/// What the store keeps of the UI session a request's cookie names, if it names one.
+pub fn session_of(headers: &axum::http::HeaderMap) -> Option<Vec<u8>> {
+    session::from_cookie(headers).map(|id| session::hash(&id))
+}
+
 fn static_file(kind: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "max-age=300")], body).into_response()
 }
