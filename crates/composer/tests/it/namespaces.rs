@@ -424,6 +424,20 @@ async fn the_door_refuses_bad_and_unknown_namespaces() {
             assert_eq!(status, 401, "{ns} with {token:?}: {answer}");
         }
     }
+    for ns in ["one", "nowhere"] {
+        let (status, answer) = call(&e, "", Some(ns), "GET", "/v1/no-such-route", None).await;
+        assert_eq!((status, answer["error"]["code"].as_str()), (401, Some("unauthorized")), "{ns}: {answer}");
+        let (status, answer) = call(&e, "", Some(ns), "POST", "/v1/webhooks/hook", Some(&json!({}))).await;
+        assert_eq!((status, answer["error"]["code"].as_str()), (401, Some("bad_signature")), "{ns}: {answer}");
+    }
+    // A key bound to a namespace learns nothing of the others: refused by its binding alike.
+    let bound = json!({"name": "one-reader", "scopes": ["read"], "namespace": "one"});
+    let (_, bound) = call(&e, ADMIN, None, "POST", "/v1/keys", Some(&bound)).await;
+    for ns in ["default", "nowhere"] {
+        let (status, answer) = call(&e, bound["key"].as_str().unwrap(), Some(ns), "GET", "/v1/runs", None).await;
+        assert_eq!(status, 403, "{ns}: {answer}");
+        assert!(answer.to_string().contains("bound to namespace one"), "{ns}: {answer}");
+    }
     // The workers' token is known: a namespace that does not exist is named as such.
     assert_eq!(call(&e, WORKER, Some("nowhere"), "POST", "/v1/tasks/poll", Some(&json!({}))).await.0, 404);
     let b = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();

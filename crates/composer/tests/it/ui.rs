@@ -621,6 +621,9 @@ async fn the_pages_show_the_chosen_namespace_alone_and_the_namespaces_page_creat
     assert_eq!(status, 200, "the session is the cluster's: {alpha}");
     assert!(alpha.contains(&runs[1]) && !alpha.contains(&runs[0]), "ui-alpha shows its run alone: {alpha}");
     assert!(alpha.contains("class=\"namespace\" href=\"/ui/namespaces\" title=\"the namespace shown\">ui-alpha</a>"));
+    // Its forms act in it, whatever another tab chooses meanwhile.
+    assert!(alpha.contains("action=\"/ui/runs/act?namespace=ui-alpha\""), "{alpha}");
+    assert!(alpha.contains("<input type=\"hidden\" name=\"namespace\" value=\"ui-alpha\">"), "{alpha}");
     for (path, ns) in [(format!("/ui/runs/{}", runs[1]), None), (format!("/ui/runs/{}", runs[0]), Some("ui-alpha"))] {
         assert_eq!(page(&path, ns).await.unwrap().status(), 404, "{path} in {ns:?}");
     }
@@ -655,7 +658,10 @@ async fn the_pages_show_the_chosen_namespace_alone_and_the_namespaces_page_creat
     assert_eq!(kept.headers()["location"], "/ui/namespaces?msg=namespace-refused", "default stays");
     let deleted = form("/ui/namespaces/ui-beta/delete", &[]).await.unwrap();
     assert_eq!(deleted.headers()["location"], "/ui/namespaces?msg=namespace-deleted");
-    for gone in ["ui-beta", "ui-never", "Not_A_Name"] {
+    let (status, shown) = text(page("/ui/runs", Some("Not_A_Name")).await.unwrap()).await;
+    assert_eq!(status, 200, "a cookie that names no namespace is passed over");
+    assert!(shown.contains("title=\"the namespace shown\">default</a>"), "{shown}");
+    for gone in ["ui-beta", "ui-never"] {
         let back = page("/ui/runs", Some(gone)).await.unwrap();
         assert_eq!(back.status(), 303, "{gone}");
         assert_eq!(back.headers()["location"], "/ui/namespaces", "{gone}");

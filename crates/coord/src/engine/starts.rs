@@ -51,6 +51,15 @@ pub struct Started {
     to_idle: Vec<Claimed>,
 }
 
+/// Where a start is held to its namespace's quotas.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum QuotaCheck {
+    /// Before it was asked of the engine (the API's starts, which answer a 429).
+    Done,
+    /// In its transaction, once it is known to be new.
+    Here,
+}
+
 /// Where a start outside the engine's batches sends its run's first steps.
 #[derive(Clone, Copy)]
 pub(super) enum FirstSteps {
@@ -106,7 +115,8 @@ impl Engine {
             };
             let mut client = composer_store::client(&engine.pool).await?;
             let tx = composer_store::begin(&mut client).await?;
-            let started = engine.start_in(&tx, &def, &input, opts, FirstSteps::ToWaitingPolls).await?;
+            let started =
+                engine.start_in(&tx, &def, &input, opts, FirstSteps::ToWaitingPolls, QuotaCheck::Done).await?;
             tx.commit().await?;
             Ok(engine.started(started))
         });
@@ -132,8 +142,7 @@ impl Engine {
         input: &Value,
         opts: StartOptions<'_>,
     ) -> Result<Started> {
-        self.within_quotas(tx).await?;
-        self.start_in(tx, def, input, opts, FirstSteps::ToStreams).await
+        self.start_in(tx, def, input, opts, FirstSteps::ToStreams, QuotaCheck::Here).await
     }
 
     /// Refuses a start past the namespace's quotas.
@@ -152,7 +161,8 @@ impl Engine {
 
     /// [`Engine::start_run_in`], which may lease the run's first steps to
     /// waiting polls when the transaction commits right after, whatever
-    /// its caller does.
+    /// its caller does. A start that is not new (its idempotency key's run
+    /// exists) is answered before the quotas are looked at.
     async fn start_in(
         &self,
         tx: &composer_store::Transaction<'_>,
@@ -160,6 +170,7 @@ impl Engine {
         input: &Value,
         opts: StartOptions<'_>,
         first_steps: FirstSteps,
+        quotas: QuotaCheck,
     ) -> Result<Started> {
         let wf = self.compile(def)?;
         let StartOptions { idempotency_key, trigger, tags, traceparent, priority } = opts;
@@ -167,6 +178,9 @@ impl Engine {
             if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
                 return Ok(Started { row: existing, new: false, loaded: None, receipt: None, to_idle: Vec::new() });
             }
+        }
+        if quotas == QuotaCheck::Here {
+            self.within_quotas(tx).await?;
         }
         let how = NewRunOf { idempotency_key, trigger, tags, traceparent, priority, ..NewRunOf::of(def, input) };
         let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.bounds).await?;

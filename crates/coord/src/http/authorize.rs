@@ -87,8 +87,29 @@ fn route_of(req: &Request) -> String {
     req.extensions().get::<MatchedPath>().map_or_else(|| req.uri().path().to_string(), |m| m.as_str().to_string())
 }
 
-fn bearer(req: &Request) -> Option<&str> {
-    composer_config::auth::bearer(req.headers().get(header::AUTHORIZATION).and_then(|h| h.to_str().ok()))
+/// The refusal of `principal`, bound to another namespace, in `namespace`
+/// (before its scopes are looked at: it holds none here).
+pub(crate) fn bound_elsewhere(principal: &Principal, namespace: &str) -> ApiError {
+    let bound = principal.namespace().unwrap_or_default();
+    ApiError::Forbidden(format!(
+        "{} is bound to namespace {bound}; this call is in namespace {namespace}",
+        principal.name
+    ))
+}
+
+/// The caller a request's bearer token names: a token of the environment's
+/// or a live key; `None` for none, or one the cluster does not know.
+pub(crate) async fn caller(
+    config: &Config,
+    keys: &Keys,
+    headers: &axum::http::HeaderMap,
+) -> composer_store::Result<Option<Principal>> {
+    let given = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
+    let Some(given) = composer_config::auth::bearer(given) else { return Ok(None) };
+    match crate::access::environment(config, given) {
+        Some(p) => Ok(Some(p)),
+        None => keys.principal(given).await,
+    }
 }
 
 /// Names the caller, refuses one without the route's scope (401 without a
@@ -104,28 +125,22 @@ pub(super) async fn authorize(
     let principal = if open(&config, scope) {
         Principal::anonymous(&config)
     } else {
-        let Some(given) = bearer(&req) else { return ApiError::Unauthorized.into_response() };
-        match crate::access::environment(&config, given) {
-            Some(p) => p,
-            None => match keys.principal(given).await {
-                Ok(Some(p)) => p,
-                Ok(None) => return ApiError::Unauthorized.into_response(),
-                Err(e) => return ApiError::from(e).into_response(),
-            },
+        match caller(&config, &keys, req.headers()).await {
+            Ok(Some(p)) => p,
+            Ok(None) => return ApiError::Unauthorized.into_response(),
+            Err(e) => return ApiError::from(e).into_response(),
         }
     };
-    if !principal.may(scope) {
-        let why = format!("{} lacks the scope {scope}, which {} {route} needs", principal.name, req.method());
-        return ApiError::Forbidden(why).into_response();
-    }
     // The door names every request's namespace; a request that did not pass
     // it (none does) is refused rather than taken as `default`.
     let Some(InNamespace(namespace)) = req.extensions().get::<InNamespace>() else {
         return ApiError::internal("a request reached a route without passing the door").into_response();
     };
     if !principal.may_enter(namespace) {
-        let bound = principal.namespace().unwrap_or_default();
-        let why = format!("{} is bound to namespace {bound}; this call is in namespace {namespace}", principal.name);
+        return bound_elsewhere(&principal, namespace).into_response();
+    }
+    if !principal.may(scope) {
+        let why = format!("{} lacks the scope {scope}, which {} {route} needs", principal.name, req.method());
         return ApiError::Forbidden(why).into_response();
     }
     if let Some(bound) = principal.namespace().filter(|_| cluster_only(req.method(), &route)) {

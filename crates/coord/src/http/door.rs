@@ -86,22 +86,37 @@ impl Door {
         Door { namespaces, config, keys, cluster }
     }
 
-    /// Whether `req` comes from someone the cluster knows: a token of the
-    /// environment's, a live key or a live UI session; anyone, when the
-    /// API is open (no API token: `GET /v1/namespaces` is open too).
-    async fn known(&self, headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
+    /// Who `headers` say the caller is, as far as the door needs to know:
+    /// a token of the environment's or a live key; on a UI page, a live
+    /// session; anyone, when the API is open (no API token: `GET
+    /// /v1/namespaces` is open too).
+    async fn caller(&self, headers: &axum::http::HeaderMap, ui: bool) -> Result<Caller, ApiError> {
         if self.config.api_token.is_none() {
-            return Ok(true);
+            return Ok(Caller::Anyone);
         }
-        let bearer = headers.get(axum::http::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
-        if let Some(given) = composer_config::auth::bearer(bearer) {
-            return Ok(crate::access::environment(&self.config, given).is_some()
-                || self.keys.principal(given).await?.is_some());
+        if let Some(p) = super::authorize::caller(&self.config, &self.keys, headers).await? {
+            return Ok(Caller::Key(p));
         }
-        let Some(session) = crate::ui::session_of(headers) else { return Ok(false) };
+        let Some(session) = crate::ui::session_of(headers).filter(|_| ui) else { return Ok(Caller::Stranger) };
         let client = composer_store::client(&self.cluster).await?;
-        Ok(composer_store::sessions::live(&client, &session).await?.is_some())
+        Ok(match composer_store::sessions::live(&client, &session).await? {
+            Some(Some(person)) => Caller::Person(person),
+            Some(None) => Caller::Anyone,
+            None => Caller::Stranger,
+        })
     }
+}
+
+/// Who a request for a namespace other than `default` comes from.
+enum Caller {
+    /// No one the cluster knows.
+    Stranger,
+    /// Anyone may act in every namespace (an open API), or the holder of
+    /// the API token signed in to the UI.
+    Anyone,
+    Key(crate::access::Principal),
+    /// A person signed in to the UI with single sign-on.
+    Person(composer_store::sessions::Person),
 }
 
 /// Whether `name` may name a namespace (`composer_api::schema::NAMESPACE_PATTERN`).
@@ -144,12 +159,15 @@ fn ui_page(path: &str) -> bool {
     path.starts_with("/ui/")
 }
 
-/// The namespace [`UI_COOKIE`] names, if `headers` carry one.
+/// The namespace [`UI_COOKIE`] names, if `headers` carry one that names
+/// one: the first whose value is a name (one of another site's making,
+/// say from a sibling domain, is passed over rather than trusted or
+/// allowed to trap the browser).
 pub fn ui_cookie(headers: &axum::http::HeaderMap) -> Option<String> {
     let cookies = headers.get_all(axum::http::header::COOKIE).iter().filter_map(|h| h.to_str().ok());
     cookies.flat_map(|h| h.split(';')).find_map(|c| {
         let (name, value) = c.trim().split_once('=')?;
-        (name == UI_COOKIE).then(|| value.to_string())
+        (name == UI_COOKIE && valid_name(value)).then(|| value.to_string())
     })
 }
 
@@ -236,8 +254,6 @@ pub(super) async fn door(State(door): State<Door>, mut req: Request, next: Next)
     let namespaces = &door.namespaces;
     let (name, how) = match requested(&mut req) {
         Ok(named) => named,
-        // A cookie no page could have set: the browser goes to choose again.
-        Err(_) if ui_cookie(req.headers()).is_some() && ui_page(req.uri().path()) => return choose_again(),
         Err(e) => return e.into_response(),
     };
     let name: Arc<str> = if name == DEFAULT { default_name() } else { Arc::from(name) };
@@ -247,17 +263,9 @@ pub(super) async fn door(State(door): State<Door>, mut req: Request, next: Next)
         return next.run(req).await;
     }
     let found = namespaces.find(&name).await;
-    if matches!(found, Ok(Found::Missing | Found::Deleting)) {
-        match door.known(req.headers()).await {
-            Ok(true) => {}
-            Ok(false) if ui_page(req.uri().path()) => {
-                let here = req.uri().path_and_query().map_or("/ui/runs", |p| p.as_str());
-                let next = serde_urlencoded::to_string([("next", here)]).unwrap_or_default();
-                return axum::response::Redirect::to(&format!("/ui/login?{next}")).into_response();
-            }
-            Ok(false) => return ApiError::Unauthorized.into_response(),
-            Err(e) => return e.into_response(),
-        }
+    let asked = (req.method().clone(), req.uri().clone());
+    if let Some(refused) = refusal(&door, &asked, req.headers(), &name, &found).await {
+        return refused;
     }
     match found {
         Ok(Found::Routes(mut routes)) => {
@@ -272,6 +280,41 @@ pub(super) async fn door(State(door): State<Door>, mut req: Request, next: Next)
         Ok(Found::Missing) => ApiError::not_found(format!("namespace {name:?} not found")).into_response(),
         Ok(Found::Deleting) => ApiError::Conflict(format!("namespace {name:?} is being deleted")).into_response(),
         Err(e) => e.into_response(),
+    }
+}
+
+/// The answer to a request for namespace `name` (not `default`) from a
+/// caller who may not enter it, whether it exists or not, so that no
+/// one learns which namespaces exist but from a namespace's own list: a
+/// stranger gets the 401 (or the UI's login) any call would, a key bound
+/// to another namespace its binding's 403, a person without a scope there
+/// the UI's 403. A webhook's sender signs instead of naming itself: one
+/// for a namespace not served is refused as an unknown webhook is.
+async fn refusal(
+    door: &Door,
+    (method, uri): &(axum::http::Method, axum::http::Uri),
+    headers: &axum::http::HeaderMap,
+    name: &str,
+    found: &Result<Found, ApiError>,
+) -> Option<Response> {
+    let path = uri.path();
+    let webhook = method == axum::http::Method::POST && path.starts_with("/v1/webhooks/");
+    let caller = match door.caller(headers, ui_page(path)).await {
+        Ok(caller) => caller,
+        Err(e) => return Some(e.into_response()),
+    };
+    match caller {
+        Caller::Stranger if webhook => match found {
+            Ok(Found::Routes(_)) => None,
+            _ => Some(ApiError::BadSignature.into_response()),
+        },
+        Caller::Stranger if ui_page(path) => Some(crate::ui::to_login(uri)),
+        Caller::Stranger => Some(ApiError::Unauthorized.into_response()),
+        Caller::Key(p) if !p.may_enter(name) => Some(super::authorize::bound_elsewhere(&p, name).into_response()),
+        Caller::Person(p) if !crate::access::Principal::person_may_enter(&p.scopes, name) => {
+            Some(crate::ui::refused_in(&p.actor, name))
+        }
+        _ => None,
     }
 }
 
@@ -361,6 +404,12 @@ mod tests {
             ("default".into(), Named::Request),
             "the API reads no cookie"
         );
-        assert!(ask("/ui/runs", None, "composer_namespace=../x").unwrap_err().contains("lowercase letters"));
+        let passed_over = "composer_namespace=../x; composer_namespace=Bad; composer_namespace=ops";
+        assert_eq!(
+            ask("/ui/runs", None, passed_over).unwrap(),
+            ("ops".into(), Named::Cookie),
+            "the first that is a name"
+        );
+        assert_eq!(ask("/ui/runs", None, "composer_namespace=../x").unwrap(), ("default".into(), Named::Request));
     }
 }

@@ -41,7 +41,7 @@ pub async fn require_login(
     let namespace = req.extensions().get::<InNamespace>().map_or_else(|| Arc::from(DEFAULT), |n| n.0.clone());
     // The cluster's pages (the namespaces) are in no namespace: there a
     // person holds only what their groups give in every namespace.
-    let cluster_page = route.starts_with("/ui/namespaces");
+    let cluster_page = route == "/ui" || route.starts_with("/ui/namespaces");
     let shown = (!cluster_page).then(|| namespace.clone());
     let mut req = req;
     if config.api_token.is_none() && !config.oidc.enabled() {
@@ -52,21 +52,15 @@ pub async fn require_login(
     let (who, may_enter) = match live_session(&cluster.0, req.headers()).await {
         // A login with the API token, while there is one.
         Ok(Some(None)) if config.api_token.is_some() => (Principal::api_token(&config), MayEnter(None)),
-        Ok(Some(None)) => {
-            return Redirect::to(&format!("/ui/login?next={}", url_enc(req.uri().path()))).into_response();
-        }
+        Ok(Some(None)) => return to_login(req.uri()),
         Ok(Some(Some(person))) if !cluster_page && !Principal::person_may_enter(&person.scopes, &namespace) => {
-            let why = format!("{} holds no scope in namespace {namespace}: choose another", person.actor);
-            return UiError(StatusCode::FORBIDDEN, why).into_response();
+            return refused_in(&person.actor, &namespace);
         }
         Ok(Some(Some(person))) => {
             let here = if cluster_page { "" } else { &namespace };
             (Principal::person(&person.actor, &person.scopes, here), MayEnter(Some(person.scopes)))
         }
-        Ok(None) => {
-            let here = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/ui/runs");
-            return Redirect::to(&format!("/ui/login?next={}", url_enc(here))).into_response();
-        }
+        Ok(None) => return to_login(req.uri()),
         Err(e) => return e.into_response(),
     };
     if let Some(scope) = scope.filter(|s| !who.may(*s)) {
@@ -77,6 +71,18 @@ pub async fn require_login(
     req.extensions_mut().insert(who.clone());
     req.extensions_mut().insert(may_enter);
     session::in_session(session::as_caller(who, shown, next.run(req))).await
+}
+
+/// The login page, which comes back to `uri` once a session is live.
+pub fn to_login(uri: &axum::http::Uri) -> Response {
+    let here = uri.path_and_query().map_or("/ui/runs", |p| p.as_str());
+    Redirect::to(&format!("/ui/login?next={}", url_enc(here))).into_response()
+}
+
+/// The refusal of a person who holds no scope in `namespace`.
+pub fn refused_in(actor: &str, namespace: &str) -> Response {
+    let why = format!("{actor} holds no scope in namespace {namespace}: choose another");
+    UiError(StatusCode::FORBIDDEN, why).into_response()
 }
 
 /// The namespaces the caller of a UI page may enter: every one (`None`),

@@ -327,10 +327,56 @@ impl Table {
     }
 }
 
+/// `body` with each of its forms bound to namespace `ns`: a form that posts
+/// names it in its action (and each button's `formaction`), a form that
+/// gets carries it as a hidden field. So a form acts in the namespace of
+/// the page it was on, even when another tab has since chosen another
+/// (the door reads the `namespace` parameter before the cookie). The
+/// cluster's forms (login, log out, the namespaces page) are left alone.
+fn bound_to(body: Html, ns: &str) -> Html {
+    let text = body.0;
+    let param = format!("namespace={ns}");
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find('<') {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let end = rest.find('>').map_or(rest.len(), |e| e + 1);
+        let tag = &rest[..end];
+        rest = &rest[end..];
+        if tag.starts_with("<form") && tag.contains("method=\"get\"") {
+            out.push_str(tag);
+            out.push_str(&format!("<input type=\"hidden\" name=\"namespace\" value=\"{ns}\">"));
+            continue;
+        }
+        let mut tag = tag.to_string();
+        if tag.starts_with("<form") || tag.starts_with("<button") {
+            for attr in [" action=\"/ui/", " formaction=\"/ui/"] {
+                let Some(start) = tag.find(attr) else { continue };
+                let value = start + attr.len() - "/ui/".len();
+                let close = tag[value..].find('"').map_or(tag.len(), |c| value + c);
+                let target = &tag[value..close];
+                let cluster = ["/ui/namespaces", "/ui/login", "/ui/logout"].iter().any(|c| target.starts_with(c));
+                if !cluster {
+                    let joined = if target.contains('?') { format!("&amp;{param}") } else { format!("?{param}") };
+                    tag.insert_str(close, &joined);
+                }
+            }
+        }
+        out.push_str(&tag);
+    }
+    out.push_str(rest);
+    Html(out)
+}
+
 /// A whole page: the frame, the navigation (with Log out in a session:
 /// with no API token there is no login, so nothing to log out of) and
-/// `body`.
+/// `body`, its forms bound to the page's namespace ([`bound_to`]).
 pub fn page(title: &str, body: Html) -> Html {
+    let body = match super::session::namespace() {
+        Some(ns) => bound_to(body, &ns),
+        None => body,
+    };
     let logout = super::session::is_in_session().then(|| {
         Html::raw(
             "<form method=\"post\" action=\"/ui/logout\">\
@@ -359,6 +405,28 @@ pub fn page(title: &str, body: Html) -> Html {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_s_forms_act_in_its_namespace() {
+        let body = Html(
+            "<form class=\"filters\" method=\"get\" action=\"/ui/runs\"><input name=\"q\"></form>\
+             <form id=\"act\" method=\"post\" action=\"/ui/runs/act\"><button type=\"submit\">Go</button></form>\
+             <form method=\"post\" action=\"/ui/limits?x=1\"></form>\
+             <form class=\"actions\" method=\"post\"><button formaction=\"/ui/runs/1/retry\" class=\"retry\">R</button></form>\
+             <form method=\"post\" action=\"/ui/logout\"></form><p>a > b</p>"
+                .to_string(),
+        );
+        let bound = bound_to(body, "billing").0;
+        assert_eq!(
+            bound,
+            "<form class=\"filters\" method=\"get\" action=\"/ui/runs\"><input type=\"hidden\" name=\"namespace\" \
+             value=\"billing\"><input name=\"q\"></form>\
+             <form id=\"act\" method=\"post\" action=\"/ui/runs/act?namespace=billing\"><button type=\"submit\">Go</button></form>\
+             <form method=\"post\" action=\"/ui/limits?x=1&amp;namespace=billing\"></form>\
+             <form class=\"actions\" method=\"post\"><button formaction=\"/ui/runs/1/retry?namespace=billing\" class=\"retry\">R</button></form>\
+             <form method=\"post\" action=\"/ui/logout\"></form><p>a > b</p>"
+        );
+    }
 
     /// `Html::from_template` is public only so that `html!` can call it from
     /// the page files: no other code of the crate may, or it could make

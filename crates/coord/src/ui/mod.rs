@@ -121,6 +121,8 @@ pub fn session_of(headers: &axum::http::HeaderMap) -> Option<Vec<u8>> {
     session::from_cookie(headers).map(|id| session::hash(&id))
 }
 
+pub use guard::{refused_in, to_login};
+
 fn static_file(kind: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "max-age=300")], body).into_response()
 }

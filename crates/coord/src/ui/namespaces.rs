@@ -52,7 +52,7 @@ pub async fn namespaces_page(
 ) -> Page {
     let client = composer_store::client(&pool).await?;
     let rows = composer_store::namespaces::list(&client, config.max_namespaces).await?;
-    let here = ui_cookie(&headers).filter(|n| valid_name(n)).unwrap_or_else(|| DEFAULT.to_string());
+    let here = ui_cookie(&headers).unwrap_or_else(|| DEFAULT.to_string());
     let admin = who.may(Scope::Admin);
     let mut body = Vec::new();
     for row in rows.iter().filter(|r| may.may_enter(&r.name)) {
@@ -158,7 +158,7 @@ pub fn chosen(name: &str, secure: bool) -> String {
 /// browser shows if they may enter it (`None`: no change), else the first
 /// their grants name.
 pub fn landing(grants: &[String], headers: &HeaderMap) -> Option<String> {
-    let shown = ui_cookie(headers).filter(|n| valid_name(n)).unwrap_or_else(|| DEFAULT.to_string());
+    let shown = ui_cookie(headers).unwrap_or_else(|| DEFAULT.to_string());
     if Principal::person_may_enter(grants, &shown) {
         return None;
     }
