@@ -131,6 +131,13 @@ impl Principal {
         self.namespace.as_deref()
     }
 
+    /// Why it may not act in namespace `namespace`, bound to another (said
+    /// before its scopes are looked at: it holds none there).
+    pub fn bound_elsewhere(&self, namespace: &str) -> String {
+        let bound = self.namespace().unwrap_or_default();
+        format!("{} is bound to namespace {bound}; this call is in namespace {namespace}", self.name)
+    }
+
     /// Whether it may act in namespace `namespace`.
     pub fn may_enter(&self, namespace: &str) -> bool {
         self.namespace.as_deref().is_none_or(|n| n == namespace)
@@ -147,6 +154,25 @@ impl Principal {
     /// Whether it may take tasks of `queue`.
     pub fn may_work(&self, queue: &str) -> bool {
         self.may(Scope::TasksWork) && self.queues.as_ref().is_none_or(|q| q.iter().any(|q| q == queue))
+    }
+}
+
+/// The namespace a request is in, as the door (`http::door`) named it.
+#[derive(Debug, Clone)]
+pub struct InNamespace(pub std::sync::Arc<str>);
+
+/// The caller a request's bearer token names: a token of the environment's
+/// or a live key; `None` for none, or one the cluster does not know.
+pub async fn caller(
+    config: &Config,
+    keys: &Keys,
+    headers: &axum::http::HeaderMap,
+) -> composer_store::Result<Option<Principal>> {
+    let given = headers.get(axum::http::header::AUTHORIZATION).and_then(|h| h.to_str().ok());
+    let Some(given) = composer_config::auth::bearer(given) else { return Ok(None) };
+    match environment(config, given) {
+        Some(p) => Ok(Some(p)),
+        None => keys.principal(given).await,
     }
 }
 

@@ -81,7 +81,7 @@ pub fn roles(text: &str) -> Result<Vec<Role>, String> {
     for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let (group, scopes) = part.split_once('=').ok_or_else(|| format!("{part:?} is not group=scope,…"))?;
         let (group, namespace) = match group.trim().split_once('@') {
-            Some((g, ns)) if crate::http::door::valid_name(ns) => (g, Some(ns.to_string())),
+            Some((g, ns)) if composer_core::schema::is_namespace_name(ns) => (g, Some(ns.to_string())),
             Some((_, ns)) => return Err(format!("{ns:?} is not a namespace's name")),
             None => (group.trim(), None),
         };

@@ -24,6 +24,14 @@ pub const LIMIT_KEY_PATTERN: &str = "^([^.\\u0000]|\\.[^.\\u0000]|\\.\\.[^\\u000
 /// What a namespace's name may be: 1 to 63 lowercase letters, digits and
 /// `-`, starting with a letter.
 pub const NAMESPACE_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
+
+/// Whether `name` may name a namespace ([`NAMESPACE_PATTERN`]).
+pub fn is_namespace_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    name.len() <= 63
+        && bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
 /// A string PostgreSQL can store: no NUL character.
 pub const NO_NUL: &str = "^[^\\u0000]*$";
 

@@ -20,9 +20,8 @@ use composer_store::Pool;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::door::InNamespace;
 use super::error::ApiError;
-use crate::access::{Keys, Principal};
+use crate::access::{InNamespace, Keys, Principal};
 use crate::config::Config;
 
 /// The scope a call of `method` on `route` (the router's pattern, as
@@ -87,31 +86,6 @@ fn route_of(req: &Request) -> String {
     req.extensions().get::<MatchedPath>().map_or_else(|| req.uri().path().to_string(), |m| m.as_str().to_string())
 }
 
-/// The refusal of `principal`, bound to another namespace, in `namespace`
-/// (before its scopes are looked at: it holds none here).
-pub(crate) fn bound_elsewhere(principal: &Principal, namespace: &str) -> ApiError {
-    let bound = principal.namespace().unwrap_or_default();
-    ApiError::Forbidden(format!(
-        "{} is bound to namespace {bound}; this call is in namespace {namespace}",
-        principal.name
-    ))
-}
-
-/// The caller a request's bearer token names: a token of the environment's
-/// or a live key; `None` for none, or one the cluster does not know.
-pub(crate) async fn caller(
-    config: &Config,
-    keys: &Keys,
-    headers: &axum::http::HeaderMap,
-) -> composer_store::Result<Option<Principal>> {
-    let given = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok());
-    let Some(given) = composer_config::auth::bearer(given) else { return Ok(None) };
-    match crate::access::environment(config, given) {
-        Some(p) => Ok(Some(p)),
-        None => keys.principal(given).await,
-    }
-}
-
 /// Names the caller, refuses one without the route's scope (401 without a
 /// known token or key, 403 naming the scope), and hands the [`Principal`]
 /// to the handler as a request extension.
@@ -125,7 +99,7 @@ pub(super) async fn authorize(
     let principal = if open(&config, scope) {
         Principal::anonymous(&config)
     } else {
-        match caller(&config, &keys, req.headers()).await {
+        match crate::access::caller(&config, &keys, req.headers()).await {
             Ok(Some(p)) => p,
             Ok(None) => return ApiError::Unauthorized.into_response(),
             Err(e) => return ApiError::from(e).into_response(),
@@ -137,7 +111,7 @@ pub(super) async fn authorize(
         return ApiError::internal("a request reached a route without passing the door").into_response();
     };
     if !principal.may_enter(namespace) {
-        return bound_elsewhere(&principal, namespace).into_response();
+        return ApiError::Forbidden(principal.bound_elsewhere(namespace)).into_response();
     }
     if !principal.may(scope) {
         let why = format!("{} lacks the scope {scope}, which {} {route} needs", principal.name, req.method());

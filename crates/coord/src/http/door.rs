@@ -25,9 +25,7 @@ pub const NAMESPACE_HEADER: &str = "composer-namespace";
 /// The query parameter naming it, for callers that cannot set a header.
 pub const NAMESPACE_PARAM: &str = "namespace";
 
-/// The namespace a request is in.
-#[derive(Debug, Clone)]
-pub struct InNamespace(pub Arc<str>);
+pub use crate::access::InNamespace;
 
 /// `default`, made once: most requests are in it.
 fn default_name() -> Arc<str> {
@@ -78,12 +76,25 @@ pub struct Door {
     config: Arc<crate::config::Config>,
     keys: Arc<crate::access::Keys>,
     cluster: composer_store::Pool,
+    ui: UiAnswers,
+}
+
+/// What the door takes of the UI (which is behind it): how a session is
+/// found, and how its refusals look.
+#[derive(Clone, Copy)]
+pub struct UiAnswers {
+    /// What the store keeps of the session a request's cookie names.
+    pub session_of: fn(&axum::http::HeaderMap) -> Option<Vec<u8>>,
+    /// The login page, which comes back to this page.
+    pub to_login: fn(&axum::http::Uri) -> Response,
+    /// A person holds no scope in a namespace: (their name, the namespace).
+    pub refused_in: fn(&str, &str) -> Response,
 }
 
 impl Door {
-    pub fn new(default: &crate::shared::Shared, namespaces: Arc<dyn Namespaces>) -> Door {
+    pub fn new(default: &crate::shared::Shared, namespaces: Arc<dyn Namespaces>, ui: UiAnswers) -> Door {
         let (config, keys, cluster) = (default.config.clone(), default.keys.clone(), default.cluster.0.clone());
-        Door { namespaces, config, keys, cluster }
+        Door { namespaces, config, keys, cluster, ui }
     }
 
     /// Who `headers` say the caller is, as far as the door needs to know:
@@ -94,10 +105,10 @@ impl Door {
         if self.config.api_token.is_none() {
             return Ok(Caller::Anyone);
         }
-        if let Some(p) = super::authorize::caller(&self.config, &self.keys, headers).await? {
+        if let Some(p) = crate::access::caller(&self.config, &self.keys, headers).await? {
             return Ok(Caller::Key(p));
         }
-        let Some(session) = crate::ui::session_of(headers).filter(|_| ui) else { return Ok(Caller::Stranger) };
+        let Some(session) = (self.ui.session_of)(headers).filter(|_| ui) else { return Ok(Caller::Stranger) };
         let client = composer_store::client(&self.cluster).await?;
         Ok(match composer_store::sessions::live(&client, &session).await? {
             Some(Some(person)) => Caller::Person(person),
@@ -121,10 +132,7 @@ enum Caller {
 
 /// Whether `name` may name a namespace (`composer_api::schema::NAMESPACE_PATTERN`).
 pub fn valid_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    name.len() <= 63
-        && bytes.next().is_some_and(|b| b.is_ascii_lowercase())
-        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    composer_core::schema::is_namespace_name(name)
 }
 
 /// The cookie naming the namespace a browser's UI pages are in (set by the
@@ -308,11 +316,11 @@ async fn refusal(
             Ok(Found::Routes(_)) => None,
             _ => Some(ApiError::BadSignature.into_response()),
         },
-        Caller::Stranger if ui_page(path) => Some(crate::ui::to_login(uri)),
+        Caller::Stranger if ui_page(path) => Some((door.ui.to_login)(uri)),
         Caller::Stranger => Some(ApiError::Unauthorized.into_response()),
-        Caller::Key(p) if !p.may_enter(name) => Some(super::authorize::bound_elsewhere(&p, name).into_response()),
+        Caller::Key(p) if !p.may_enter(name) => Some(ApiError::Forbidden(p.bound_elsewhere(name)).into_response()),
         Caller::Person(p) if !crate::access::Principal::person_may_enter(&p.scopes, name) => {
-            Some(crate::ui::refused_in(&p.actor, name))
+            Some((door.ui.refused_in)(&p.actor, name))
         }
         _ => None,
     }

@@ -59,7 +59,12 @@ pub fn router(shared: Arc<Shared>, namespaces: Arc<dyn door::Namespaces>) -> Rou
     // The default namespace's routes as the fallback of a router with none:
     // the door runs before any route is matched (a layer on routes would
     // run after, with the path's parameters already taken out).
-    let door = door::Door::new(&shared, namespaces);
+    let ui = door::UiAnswers {
+        session_of: crate::ui::session_of,
+        to_login: crate::ui::to_login,
+        refused_in: crate::ui::refused_in,
+    };
+    let door = door::Door::new(&shared, namespaces, ui);
     Router::new()
         .fallback_service(routes(shared))
         .layer(middleware::from_fn_with_state(door, door::door))

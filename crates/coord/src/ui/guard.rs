@@ -18,7 +18,7 @@ use composer_api::Scope;
 use composer_store::namespaces::DEFAULT;
 use composer_store::Pool;
 
-use crate::http::door::InNamespace;
+use crate::access::InNamespace;
 use crate::shared::ClusterPool;
 
 /// Pages need a live session when a token is set or single sign-on is on;
