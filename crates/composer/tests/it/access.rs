@@ -101,7 +101,7 @@ async fn every_route_of_the_document_refuses_a_key_without_its_scope_and_admits_
             let cluster_admin = path.starts_with("/v1/namespaces") && m != "GET";
             for (scope, bound, key) in &keys {
                 let admitted = *scope == needed || (*scope == "admin" && !role);
-                let (status, answer) = call_in(&e, key, bound.unwrap_or("default"), &m, &url, body.as_ref()).await;
+                let (status, answer) = crate::namespaces::call(&e, key, *bound, &m, &url, body.as_ref()).await;
                 let message = answer["error"]["message"].as_str().unwrap_or_default().to_string();
                 match (admitted, bound) {
                     (true, Some(_)) if cluster_admin => {
@@ -118,7 +118,7 @@ async fn every_route_of_the_document_refuses_a_key_without_its_scope_and_admits_
                 if bound.is_none() {
                     continue;
                 }
-                let (status, answer) = call_in(&e, key, "beta", &m, &url, body.as_ref()).await;
+                let (status, answer) = crate::namespaces::call(&e, key, Some("beta"), &m, &url, body.as_ref()).await;
                 let message = answer["error"]["message"].as_str().unwrap_or_default();
                 assert_eq!(status, 403, "{m} {path} in beta with alpha's {scope}: {answer}");
                 assert!(
@@ -131,22 +131,6 @@ async fn every_route_of_the_document_refuses_a_key_without_its_scope_and_admits_
     }
     assert!(checked >= 50, "the document named a scope for {checked} operations only");
     e.stop().await;
-}
-
-/// One call with `key` in namespace `ns` (by the header).
-async fn call_in(e: &Engine, key: &str, ns: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let http = reqwest::Client::new();
-    let mut req = http
-        .request(method.parse().unwrap(), format!("{}{path}", e.url()))
-        .bearer_auth(key)
-        .header("composer-namespace", ns);
-    if let Some(b) = body {
-        req = req.json(b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
 /// The environment's tokens keep their roles: the API token is an

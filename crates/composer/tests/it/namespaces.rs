@@ -25,7 +25,7 @@ fn options() -> EngineOptions {
 }
 
 /// One call, in namespace `ns` when there is one (by the header).
-async fn call(
+pub(crate) async fn call(
     e: &Engine,
     token: &str,
     ns: Option<&str>,

@@ -70,7 +70,6 @@ pub trait Namespaces: Send + Sync {
 /// What the door holds: the namespaces, and what it needs to tell a known
 /// caller from a stranger (the environment's tokens, the keys, the UI's
 /// sessions), so that a stranger learns nothing of which namespaces exist.
-#[derive(Clone)]
 pub struct Door {
     namespaces: Arc<dyn Namespaces>,
     config: Arc<crate::config::Config>,
@@ -258,7 +257,7 @@ fn requested(req: &mut Request) -> Result<(String, Named), ApiError> {
 /// namespace that is not served is named as such (404, 409) only to a
 /// caller the cluster knows; a stranger gets what it would get of one that
 /// is (401, or the UI's login).
-pub(super) async fn door(State(door): State<Door>, mut req: Request, next: Next) -> Response {
+pub(super) async fn door(State(door): State<Arc<Door>>, mut req: Request, next: Next) -> Response {
     let namespaces = &door.namespaces;
     let (name, how) = match requested(&mut req) {
         Ok(named) => named,
@@ -270,7 +269,14 @@ pub(super) async fn door(State(door): State<Door>, mut req: Request, next: Next)
     if &*name == DEFAULT || cluster_wide(req.uri().path()) {
         return next.run(req).await;
     }
-    let found = namespaces.find(&name).await;
+    // Boxed: the default namespace's requests, most of them, carry none of
+    // its state (the caller's lookup) in their own future.
+    Box::pin(into_namespace(door, req, name, how)).await
+}
+
+/// A request for namespace `name`, not `default`, past its caller's check.
+async fn into_namespace(door: Arc<Door>, req: Request, name: Arc<str>, how: Named) -> Response {
+    let found = door.namespaces.find(&name).await;
     let asked = (req.method().clone(), req.uri().clone());
     if let Some(refused) = refusal(&door, &asked, req.headers(), &name, &found).await {
         return refused;

@@ -64,7 +64,7 @@ pub fn router(shared: Arc<Shared>, namespaces: Arc<dyn door::Namespaces>) -> Rou
         to_login: crate::ui::to_login,
         refused_in: crate::ui::refused_in,
     };
-    let door = door::Door::new(&shared, namespaces, ui);
+    let door = Arc::new(door::Door::new(&shared, namespaces, ui));
     Router::new()
         .fallback_service(routes(shared))
         .layer(middleware::from_fn_with_state(door, door::door))
