@@ -64,8 +64,8 @@ pub async fn require_login(
         Err(e) => return e.into_response(),
     };
     if let Some(scope) = scope.filter(|s| !who.may(*s)) {
-        let why =
-            format!("{} lacks the scope {scope} in namespace {namespace}, which this page or form needs", who.name);
+        let place = if cluster_page { "every namespace".to_string() } else { format!("namespace {namespace}") };
+        let why = format!("{} lacks the scope {scope} in {place}, which this page or form needs", who.name);
         return UiError(StatusCode::FORBIDDEN, why).into_response();
     }
     req.extensions_mut().insert(who.clone());
