@@ -137,6 +137,11 @@ impl Client {
         self
     }
 
+    /// The namespace every call is in: `default` unless one was named.
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("default")
+    }
+
     pub fn base(&self) -> &str {
         &self.base
     }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+pub use crate::bench::BenchArgs;
 pub use composer_config::DatabaseArgs;
 
 #[derive(Parser)]
@@ -246,76 +248,6 @@ pub struct EventArgs {
 }
 
 #[derive(Args)]
-pub struct BenchArgs {
-    /// Sequential HTTP steps per workflow.
-    #[arg(long, default_value_t = 3)]
-    pub steps: usize,
-    /// Workflows run one after another for the latency figures.
-    #[arg(long, default_value_t = 200)]
-    pub latency_runs: usize,
-    /// Warm-up workflows before measuring.
-    #[arg(long, default_value_t = 20)]
-    pub warmup: usize,
-    /// Workflows in the throughput phase.
-    #[arg(long, default_value_t = 2000)]
-    pub runs: usize,
-    /// Workflows in flight during the throughput phase.
-    #[arg(long, default_value_t = 64)]
-    pub concurrency: usize,
-    /// Print one JSON line instead of the summary.
-    #[arg(long)]
-    pub json: bool,
-    /// Also run pgbench's equivalent of one task's minimal writes on the same server.
-    #[arg(long)]
-    pub baseline: bool,
-    /// Fill the tables with this many finished runs (3 tasks each) first, to
-    /// show what history costs.
-    #[arg(long, default_value_t = 0)]
-    pub history: u64,
-    /// Also measure the timer loop with this many pending WAITs (1,000 of
-    /// them come due over 20 s, the rest in an hour).
-    #[arg(long, default_value_t = 0)]
-    pub timers: u64,
-    /// Instead of K-step workflows: one run of a MAP of this many HTTP items
-    /// to the sink; reports items per second and commits per item.
-    #[arg(long)]
-    pub map: Option<usize>,
-    /// The MAP's max_concurrency (default: every item at once).
-    #[arg(long)]
-    pub map_concurrency: Option<u32>,
-    /// The MAP's collect: all (every item's output) or none (their counts).
-    #[arg(long, value_parser = ["all", "none"], default_value = "all")]
-    pub collect: String,
-    /// Steps of a custom type served by this many task-API pollers
-    /// (`/v1/tasks/poll`, in this process over HTTP) instead of HTTP steps.
-    #[arg(long)]
-    pub task_api: Option<usize>,
-    /// Drive the Composer at this URL instead of starting an embedded one.
-    #[arg(long)]
-    pub target_url: Option<String>,
-    /// More `/metrics` to read the step's stages from (a worker's
-    /// `--worker-listen` address, as http://host:port/metrics), beside the
-    /// target's own.
-    #[arg(long = "metrics-url")]
-    pub metrics_urls: Vec<String>,
-    /// A/B: run this other `composer` binary and this one alternately
-    /// (--ab-rounds each) on one PostgreSQL and Redis, each as a separate
-    /// coordinator and worker process on a fresh database, and print both
-    /// sides' medians and their ratios.
-    #[arg(long, value_name = "OTHER_BINARY", conflicts_with_all = ["target_url", "map", "task_api"])]
-    pub ab: Option<std::path::PathBuf>,
-    /// Runs of each side under --ab.
-    #[arg(long, default_value_t = 3)]
-    pub ab_rounds: usize,
-    /// Its database, for commits per step and the baseline.
-    #[arg(long, env = "COMPOSER_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
-    /// Bearer token of the coordinator at --target-url.
-    #[arg(long, env = "COMPOSER_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<String>,
-}
-
-#[derive(Args)]
 pub struct LogArgs {
     /// Log filter (tracing EnvFilter syntax).
     #[arg(long = "log", global = true, env = "COMPOSER_LOG", default_value = "info")]
@@ -505,6 +437,20 @@ pub enum RunCommand {
         #[arg(short = 'f', long)]
         follow: bool,
     },
+    /// Writes the runs a filter matches, whole (tasks, history, MAP items, logs), as an archive's files
+    /// (gzip JSON Lines parts, then manifest.json) in DIR or s3://BUCKET/PREFIX (credentials from AWS_*).
+    Export {
+        #[command(flatten)]
+        filter: ExportFilter,
+        /// Where: a directory (made if missing) or s3://BUCKET/PREFIX.
+        #[arg(long)]
+        out: String,
+    },
+    /// Shows a run retention archived (COMPOSER_ARCHIVE_URL), read back from the archive.
+    Archived {
+        /// The run's id.
+        id: String,
+    },
     /// Cancels an open run (queued, running or paused): its open steps are cancelled.
     Cancel {
         /// The run's id.
@@ -653,6 +599,20 @@ pub struct RunFilter {
     /// Only runs created before this moment (RFC 3339).
     #[arg(long)]
     pub created_before: Option<String>,
+}
+
+/// Which runs `run export` writes.
+#[derive(clap::Args)]
+pub struct ExportFilter {
+    /// Only runs of this workflow.
+    #[arg(long)]
+    pub workflow: Option<String>,
+    /// Only runs created at or after this moment (RFC 3339).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Only runs created before this moment (RFC 3339).
+    #[arg(long)]
+    pub to: Option<String>,
 }
 
 #[derive(Subcommand)]

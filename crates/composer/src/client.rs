@@ -2,6 +2,7 @@
 //! `composer_client`) that print JSON.
 //!
 //! - `logs`: `run logs`, a step's log lines, read whole or followed.
+//! - `export`: `run export`, runs written as an archive's files.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use composer_core::duration;
 use composer_core::machine::RunStatus;
 use serde_json::Value;
 
+mod export;
 mod logs;
 
 use crate::connect::{api, call};
@@ -201,6 +203,8 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
         RunCommand::Logs { id, node, attempt, follow } => {
             return logs::logs(&api, format, &id, &node, attempt, follow).await;
         }
+        RunCommand::Export { filter, out } => return export::export(&api, format, filter, &out).await,
+        RunCommand::Archived { id } => output::one(format, &export::archived(&api, &id).await?),
         RunCommand::Cancel { id, reason } => control(&api, format, &run_path(&id, "/cancel"), reason).await?,
         RunCommand::Retry { id, reason, wait, timeout } => {
             let body = reason.map(|r| serde_json::json!({"reason": r}));

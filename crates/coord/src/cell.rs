@@ -33,6 +33,8 @@ pub enum Error {
          keep this host in time (NTP) before starting a coordinator on it"
     )]
     ClockSkew { skew: String, allowed: std::time::Duration },
+    #[error("the archive (--archive-url, COMPOSER_ARCHIVE_URL): {0}")]
+    Archive(#[from] crate::archive::ArchiveError),
 }
 
 /// Starts the part of a coordinator that serves one namespace (a cell):
@@ -82,7 +84,15 @@ pub(crate) async fn start_cell(
         config.engine_queue,
     )
     .with_traces(traces);
+    let archive = crate::archive::Archive::open(
+        config.archive_url.as_deref(),
+        &config.archive_options,
+        config.archive_dir.as_deref().unwrap_or(namespace),
+        namespace,
+    )
+    .map_err(crate::archive::ArchiveError::from)?;
     let mut shared = Shared::new(config, pool, streams, engine, outbox_wake);
+    shared.archive = archive;
     if let Some(default) = default {
         shared.keys = default.keys.clone();
         shared.cluster = default.cluster.clone();
@@ -110,7 +120,11 @@ pub(crate) async fn prepare(config: &Config, pool: &composer_store::Pool) -> Res
     if applied > 0 {
         tracing::info!(applied, "applied migrations");
     }
-    loops::maintain_partitions(&client, config.partition_months_ahead, config.retention_days).await?;
+    // With an archive, months are dropped by the partition loop, once written there.
+    let retention = if config.archive_url.is_some() { 0 } else { config.retention_days };
+    let none = crate::archive::Archive::default();
+    drop(client);
+    loops::maintain_partitions(pool, config.partition_months_ahead, retention, &none).await?;
     Ok(())
 }
 
@@ -177,7 +191,9 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut T
                 {
                     tracing::warn!(error = %e, "forgetting old bulk jobs failed");
                 }
-                loops::maintain_partitions(&client, s.config.partition_months_ahead, s.config.retention_days).await
+                let c = &s.config;
+                drop(client);
+                loops::maintain_partitions(&s.pool, c.partition_months_ahead, c.retention_days, &s.archive).await
             };
             if let Err(e) = result.await {
                 tracing::error!(error = %e, "partition maintenance failed");

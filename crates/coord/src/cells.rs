@@ -145,6 +145,7 @@ impl Cells {
         prepare(base, &pool).await?;
         let mut config = (**base).clone();
         config.redis.prefix = format!("{}ns{}:", base.redis.prefix, row.id);
+        config.archive_dir = Some(format!("{}-{}", row.name, row.id));
         let stop = self.shutdown.child_token();
         let mut tasks = tokio::task::JoinSet::new();
         let traces = self.default.engine.traces().cloned();

@@ -151,6 +151,21 @@ pub struct Config {
     /// Drop whole months of runs older than this many days (0 keeps everything).
     #[arg(long, env = "COMPOSER_RETENTION_DAYS", default_value_t = 0)]
     pub retention_days: u32,
+    /// Where retention writes the runs of each month before it drops them
+    /// (`s3://BUCKET/PREFIX`, `file:///DIR` or a directory; S3 credentials
+    /// from the `AWS_*` variables), read back by `GET /v1/archive/runs/{id}`.
+    /// Unset, expired months are dropped unwritten.
+    #[arg(long, env = "COMPOSER_ARCHIVE_URL")]
+    pub archive_url: Option<String>,
+    /// S3 settings of the archive besides the environment's, by their `AWS_*`
+    /// names (these win): for a program that embeds a coordinator.
+    #[arg(skip)]
+    pub archive_options: Vec<(String, String)>,
+    /// This namespace's directory under the archive's location: `NAME-ID`
+    /// for a namespace other than `default` (set per cell), so that a
+    /// namespace made again under an old name never reads the old one's runs.
+    #[arg(skip)]
+    pub archive_dir: Option<String>,
     /// How often the metrics gauges are sampled.
     #[arg(long, env = "COMPOSER_METRICS_INTERVAL", default_value = "15s", value_parser = composer_core::duration::parse)]
     pub metrics_interval: Duration,

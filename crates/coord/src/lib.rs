@@ -23,6 +23,8 @@
 //! - [`metrics`]: every count and spawned task in the namespace of the work
 //!   that made it.
 //! - [`quotas`]: a namespace's quotas at work.
+//! - [`archive`]: where runs are archived, and an archived run read back;
+//!   [`archiving`]: expired months written there before retention drops them.
 //! - [`trace`]: OpenTelemetry traces of runs: the spans a commit ends, and their export.
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop; `cell`: the part of it that serves one
@@ -32,6 +34,8 @@
 //! - [`Config`] (`config`): every setting, its flag, variable and default.
 
 pub mod access;
+pub mod archive;
+pub mod archiving;
 pub mod bulk;
 mod cell;
 pub mod cells;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use composer_core::machine::{codes, Event};
-use composer_store::{partitions, recovery, stats, timers, Client};
+use composer_store::{partitions, recovery, stats, timers};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::EventRequest;
@@ -36,12 +36,16 @@ where
 }
 
 /// Creates the monthly partitions `months_ahead` ahead and, with a
-/// retention set, drops whole months past it.
+/// retention set, drops whole months past it: with an archive set, each
+/// only once it is written there.
 pub async fn maintain_partitions(
-    client: &Client,
+    pool: &composer_store::Pool,
     months_ahead: i32,
     retention_days: u32,
-) -> Result<(), composer_store::Error> {
+    archive: &crate::archive::Archive,
+) -> Result<(), crate::archive::ArchiveError> {
+    let mut client = composer_store::client(pool).await?;
+    let client = &mut client;
     let created = partitions::ensure(client, months_ahead).await?;
     if created > 0 {
         crate::metrics::inc(composer_metrics::PARTITIONS_CREATED, &[], created as u64);
@@ -51,6 +55,15 @@ pub async fn maintain_partitions(
         return Ok(());
     }
     let before = crate::clock::now() - chrono::Duration::days(retention_days as i64);
+    if archive.is_set() {
+        let mut lock = composer_store::client(pool).await?;
+        let dropped = crate::archiving::archive_expired(client, &mut lock, archive, before).await?;
+        if !dropped.is_empty() {
+            crate::metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], dropped.len() as u64);
+            tracing::info!(months = ?dropped, "dropped expired run partitions after archiving them");
+        }
+        return Ok(());
+    }
     let expired = partitions::drop_before(client, before).await?;
     if !expired.dropped.is_empty() {
         crate::metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], expired.dropped.len() as u64);

@@ -44,6 +44,8 @@ pub struct Shared {
     pub cluster: ClusterPool,
     /// This namespace's quotas, as its cell last read them.
     pub quotas: Arc<crate::quotas::QuotaState>,
+    /// Where this namespace's expired runs are archived, if anywhere.
+    pub archive: crate::archive::Archive,
 }
 
 /// The pool of what is kept once for the whole cluster ([`Shared::cluster`]).
@@ -146,6 +148,7 @@ impl Shared {
             keys,
             cluster,
             quotas,
+            archive: crate::archive::Archive::default(),
         }
     }
 
@@ -190,6 +193,7 @@ parts! {
     Arc<TaskApi> => task_api,
     Definitions => definitions,
     Arc<crate::access::Keys> => keys,
+    crate::archive::Archive => archive,
 }
 
 /// What an operator's action on a run takes: the config names who acts,

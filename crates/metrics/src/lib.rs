@@ -128,6 +128,8 @@ metrics! {
     PARTITIONS_CREATED: Counter(Coordinator), "composer_partitions_created_total", "Monthly partitions created.";
     PARTITIONS_DROPPED: Counter(Coordinator), "composer_partitions_dropped_total",
         "Months of runs dropped past retention.";
+    ARCHIVE_FAILURES: Counter(Coordinator), "composer_archive_failures_total",
+        "Expired months retention could not write to the archive (COMPOSER_ARCHIVE_URL): each is kept for the next pass.";
     PARTITIONS_KEPT_OPEN: Gauge(Coordinator), "composer_partitions_kept_open",
         "Months past retention kept because they still hold a RUNNING run.";
     CLOCK_OFFSET: Gauge(Coordinator), "composer_clock_offset_seconds",

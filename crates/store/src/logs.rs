@@ -163,6 +163,30 @@ pub async fn read(client: &Client, task_id: Uuid, attempt: i32, after_seq: i32, 
         .collect()
 }
 
+/// Every line of `tasks`, by task, attempt and seq (a run's logs, for its
+/// archive: a run keeps at most `COMPOSER_RUN_LOG_MAX_BYTES` of them).
+pub async fn of_tasks(client: &Client, tasks: &[Uuid]) -> Result<Vec<(Uuid, LogLine)>> {
+    let rows = client
+        .query(
+            "SELECT task_id, attempt, seq, worker_id, at, line FROM task_logs
+              WHERE task_id = ANY($1) ORDER BY task_id, attempt, seq",
+            &[&tasks],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let line = LogLine {
+                attempt: r.try_get(1)?,
+                seq: r.try_get(2)?,
+                worker_id: r.try_get(3)?,
+                at: r.try_get(4)?,
+                line: r.try_get(5)?,
+            };
+            Ok((r.try_get(0)?, line))
+        })
+        .collect()
+}
+
 /// The attempts of a task that have lines, with how many each.
 pub async fn attempts(client: &Client, task_id: Uuid) -> Result<Vec<(i32, i64)>> {
     let stmt = client

@@ -35,6 +35,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (29, "sso_sessions", include_str!("../migrations/0029_sso_sessions.sql")),
     (30, "namespaces", include_str!("../migrations/0030_namespaces.sql")),
     (31, "namespace_quotas", include_str!("../migrations/0031_namespace_quotas.sql")),
+    (32, "archive_drops_one_month", include_str!("../migrations/0032_archive_drops_one_month.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -47,6 +47,13 @@ pub async fn drop_before(client: &Client, before: DateTime<Utc>) -> Result<Expir
             out.kept_open.push(month);
         }
     }
+    forget_dropped(client, before).await?;
+    Ok(out)
+}
+
+/// Forgets what runs that went with their month leave behind: the budgets
+/// of their trees and their step logs.
+pub async fn forget_dropped(client: &Client, before: DateTime<Utc>) -> Result<()> {
     // The budgets of trees whose root went with its month.
     client
         .execute(
@@ -57,7 +64,71 @@ pub async fn drop_before(client: &Client, before: DateTime<Utc>) -> Result<Expir
         .await?;
     // The step logs of runs that went with their month.
     crate::logs::delete_orphaned(client, before).await?;
-    Ok(out)
+    Ok(())
+}
+
+/// The months (`YYYY_MM`) that ended at or before `before`, oldest first.
+pub async fn expired_months(client: &Client, before: DateTime<Utc>) -> Result<Vec<String>> {
+    let rows = client
+        .query(
+            "SELECT right(c.relname::text, 7) AS month
+               FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+              WHERE i.inhparent = 'workflow_runs'::regclass
+                AND c.relname ~ '^workflow_runs_p[0-9]{4}_[0-9]{2}$'
+                AND (to_date(right(c.relname::text, 7), 'YYYY_MM') + interval '1 month')::timestamp
+                    AT TIME ZONE 'UTC' <= $1
+              ORDER BY 1",
+            &[&before],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// Whether month `month` (`YYYY_MM`) holds a run that has not ended.
+pub async fn month_has_open_runs(client: &Client, month: &str) -> Result<bool> {
+    let (lo, hi) = month_ids(client, month).await?;
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM workflow_runs WHERE id >= $1 AND id < $2
+                              AND status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))",
+            &[&lo, &hi],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// The first run id of month `month` and of the month after.
+async fn month_ids(client: &Client, month: &str) -> Result<(Uuid, Uuid)> {
+    let row = client
+        .query_one(
+            "SELECT composer_month_uuid(m), composer_month_uuid(m + interval '1 month')
+               FROM (SELECT to_date($1, 'YYYY_MM')::timestamp AT TIME ZONE 'UTC' AS m) AS t",
+            &[&month],
+        )
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// Drops month `month` (`YYYY_MM`) with its runs, tasks and history if it
+/// holds no open run and no run of it changed since `unchanged_since`;
+/// returns whether it did. Then forgets what its runs left behind.
+pub async fn drop_month(client: &Client, month: &str, unchanged_since: DateTime<Utc>) -> Result<bool> {
+    let row = client.query_one("SELECT composer_drop_month($1, $2)", &[&month, &unchanged_since]).await?;
+    let dropped: bool = row.try_get(0)?;
+    if dropped {
+        forget_dropped(client, unchanged_since).await?;
+    }
+    Ok(dropped)
+}
+
+/// Takes this namespace's archiving lock for the transaction `tx`, if no
+/// other holds it: one coordinator archives a namespace at a time, and the
+/// lock goes when `tx` ends, committed, rolled back or dropped.
+pub async fn try_lock_archiving(tx: &crate::Transaction<'_>) -> Result<bool> {
+    let row = tx
+        .query_one("SELECT pg_try_advisory_xact_lock(hashtext('composer_archive:' || current_schema()))", &[])
+        .await?;
+    Ok(row.try_get(0)?)
 }
 
 /// The partitioned tables whose statistics [`analyze_grown`] keeps: those

@@ -8,6 +8,7 @@
 //! - [`FakeHttp`] (`fake_http`): an HTTP service that counts calls per path and can fail,
 //!   be slow or flaky on demand.
 //! - [`Collector`] (`collector`): a real OpenTelemetry collector, and the spans it received.
+//! - [`S3Server`] (`s3`): an S3 protocol server (`s3s-fs`) checking signatures, for the archive.
 //! - [`Engine`] (`engine`): coordinators and workers in-process, with API helpers and
 //!   [`Engine::wait_for_run`].
 //! - [`eventually()`] (`eventually`): waiting for what a test expects, with a deadline and
@@ -25,6 +26,7 @@ mod engine;
 mod eventually;
 mod fake_http;
 pub mod history;
+mod s3;
 pub mod schema;
 mod services;
 
@@ -32,4 +34,5 @@ pub use collector::{Collector, ReceivedSpan};
 pub use engine::{http_node, Engine, EngineOptions, WorkerHandle};
 pub use eventually::{eventually, eventually_blocking, poll_until, Probe};
 pub use fake_http::{FakeHttp, Recorded};
+pub use s3::S3Server;
 pub use services::{replace_db, services, unique_prefix, Services, TestDb};

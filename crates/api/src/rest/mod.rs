@@ -20,8 +20,11 @@
 //! - [`logs`]: a step's log lines, as a worker sends and a reader pages them.
 //! - [`access`]: API keys and their scopes, and the audit log.
 //! - [`error`]: the error body and the codes a worker acts on.
+//! - [`archive`]: a run as an archive or an export keeps it, and their
+//!   manifest.
 
 pub mod access;
+pub mod archive;
 pub mod bulk;
 pub mod error;
 pub mod events;
@@ -36,6 +39,7 @@ pub mod webhooks;
 pub mod workflows;
 
 pub use access::*;
+pub use archive::*;
 pub use bulk::*;
 pub use error::*;
 pub use events::*;

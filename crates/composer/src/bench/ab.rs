@@ -13,11 +13,11 @@ use anyhow::{bail, Context};
 use composer_embedded::{LocalPostgres, LocalRedis, PgOptions};
 use serde_json::{json, Value};
 
+use super::args::BenchArgs;
 use super::measure::measure;
 use super::samples::{median, percentile, round2, round3};
 use super::summary::Results;
 use super::target::{start_sink, Target};
-use crate::cli::BenchArgs;
 
 /// One binary under test.
 struct Side {

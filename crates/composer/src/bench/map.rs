@@ -9,10 +9,10 @@ use composer_api::{DefinitionView, StartRun};
 use composer_client::Client;
 use composer_core::machine::RunStatus;
 
+use super::args::BenchArgs;
 use super::postgres::commits;
 use super::samples::round2;
 use super::target::Target;
-use crate::cli::BenchArgs;
 
 /// `--map N`: one run of a MAP of N HTTP items to the sink, after a warm-up
 /// run of 100 items; prints items per second and commits per item.

@@ -11,13 +11,13 @@ use tokio_util::sync::CancellationToken;
 use composer_client::Client;
 use composer_config::non_empty;
 
+use super::args::BenchArgs;
 use super::phases::{measure_latency, measure_throughput, register, timer_lateness};
 use super::postgres::{baseline, prefill, work, CpuAt, PerStep};
 use super::scrape::{dispatch_share, read_dispatches, read_stages, stage_means};
 use super::summary::Results;
 use super::target::Target;
 use super::task_api::poll_worker;
-use crate::cli::BenchArgs;
 
 /// Every phase against one target: latency (with the step's stages, read
 /// from the target's /metrics and `metrics_urls`), throughput with

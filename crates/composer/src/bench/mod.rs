@@ -14,6 +14,7 @@
 //! - `samples`: percentiles, medians, rounding.
 //! - `summary`: the results as a JSON line or a printed summary.
 //! - `ab`: two binaries side by side.
+//! - `args`: its flags.
 
 use std::process::ExitCode;
 
@@ -22,9 +23,8 @@ use anyhow::bail;
 use composer_client::Client;
 use composer_config::non_empty;
 
-use crate::cli::BenchArgs;
-
 mod ab;
+mod args;
 mod map;
 mod measure;
 mod phases;
@@ -34,6 +34,8 @@ mod scrape;
 mod summary;
 mod target;
 mod task_api;
+
+pub use args::BenchArgs;
 
 use map::bench_map;
 use measure::measure;

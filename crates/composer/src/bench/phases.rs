@@ -18,11 +18,11 @@ use composer_client::Client;
 use composer_core::machine::RunStatus;
 use composer_store::fixtures;
 
+use super::args::BenchArgs;
 use super::postgres::connect_db;
 use super::samples::ms;
 use super::target::Target;
 use super::task_api::{TASK_API_QUEUE, TASK_API_TYPE};
-use crate::cli::BenchArgs;
 
 /// Registers the K-step workflow (HTTP steps against the sink, or custom
 /// steps for the task API); returns its definition.

@@ -2,10 +2,10 @@
 
 use serde_json::{json, Value};
 
+use super::args::BenchArgs;
 use super::phases::Latency;
 use super::postgres::PerStep;
 use super::samples::{p, percentile, round2, round3};
-use crate::cli::BenchArgs;
 
 /// Everything measured, for the JSON line or the summary.
 pub(super) struct Results {

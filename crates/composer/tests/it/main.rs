@@ -5,6 +5,7 @@
 
 mod access;
 mod api;
+mod archive;
 mod bombs;
 mod cli;
 mod cluster;

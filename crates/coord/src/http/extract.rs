@@ -191,9 +191,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let query = parts.uri.query().unwrap_or_default();
-        serde_urlencoded::from_str(query).map(Query).map_err(|e| ApiError::bad_request(format!("query: {e}")))
+        from_query(parts.uri.query().unwrap_or_default()).map(Query)
     }
+}
+
+/// A query string read into `T`, or a 400 naming the parameter at fault
+/// (`query: from: "yesterday": …`).
+pub fn from_query<T: DeserializeOwned>(query: &str) -> ApiResult<T> {
+    let pairs = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(pairs).map_err(|e| {
+        let at = e.path().to_string();
+        match at.as_str() {
+            "." | "" => ApiError::bad_request(format!("query: {}", e.inner())),
+            _ => ApiError::bad_request(format!("query: {at}: {}", e.inner())),
+        }
+    })
 }
 
 /// Path parameters read into `T`, or a 400 in the API's format (a segment
@@ -229,7 +241,7 @@ impl<'de> Deserialize<'de> for Limit {
             .ok()
             .filter(|l| (1..=MAX_PAGE).contains(l))
             .map(Limit)
-            .ok_or_else(|| serde::de::Error::custom(format!("limit: expected 1..={MAX_PAGE}, got {text:?}")))
+            .ok_or_else(|| serde::de::Error::custom(format!("expected 1..={MAX_PAGE}, got {text:?}")))
     }
 }
 

@@ -12,8 +12,10 @@
 //!   error log, the `composer-version` header of every answer.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
-//!   [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`ops`]: one file per resource.
+//!   [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`archive`] (export and
+//!   archived runs), [`ops`]: one file per resource.
 
+pub mod archive;
 pub mod authorize;
 pub mod bulk;
 pub mod control;

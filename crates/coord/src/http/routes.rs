@@ -6,7 +6,7 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{bulk, control, doc, events, explain, keys, limits, namespaces};
+use super::{archive, bulk, control, doc, events, explain, keys, limits, namespaces};
 use super::{ops, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::AppState;
 
@@ -43,6 +43,8 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(control::rerun_run))
         .routes(routes!(control::complete_step))
         .routes(routes!(runs::step_logs))
+        .routes(routes!(archive::export_runs))
+        .routes(routes!(archive::get_archived_run))
         .routes(routes!(explain::explain))
         .routes(routes!(bulk::create))
         .routes(routes!(bulk::get))

@@ -245,7 +245,7 @@ pub(crate) async fn start_run(
 )]
 pub(crate) async fn list_runs(State(pool): State<Pool>, uri: axum::http::Uri) -> ApiResult<Json<RunPage>> {
     let (tags, rest) = split_tags(uri.query().unwrap_or_default())?;
-    let q: ListQuery = serde_urlencoded::from_str(&rest).map_err(|e| ApiError::bad_request(format!("query: {e}")))?;
+    let q: ListQuery = super::extract::from_query(&rest)?;
     let limit = Limit::or(q.limit, 50);
     if let Some(w) = &q.workflow {
         name_param("workflow", w)?;
@@ -315,8 +315,28 @@ fn task_view(t: &TaskRow) -> TaskView {
     }
 }
 
+/// The run as getRun shows it: with its tasks, and the failure handlers
+/// its end started. One door for the API and the archive, so an archived
+/// run is what the API showed.
+pub(crate) async fn full_view(
+    client: &composer_store::Client,
+    run: &RunRow,
+    tasks: &[TaskRow],
+) -> Result<RunView, composer_store::Error> {
+    let mut view = run_view(run, Some(&[]));
+    view.tasks = Some(task_views(client, run.id, tasks).await?);
+    if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
+        view.failure_handler_run_ids = Some(runs::handlers_of(client, run.id).await?);
+    }
+    Ok(view)
+}
+
 /// Task views, with why each step its limits hold waits.
-async fn task_views(client: &composer_store::Client, run_id: Uuid, tasks: &[TaskRow]) -> ApiResult<Vec<TaskView>> {
+pub(crate) async fn task_views(
+    client: &composer_store::Client,
+    run_id: Uuid,
+    tasks: &[TaskRow],
+) -> Result<Vec<TaskView>, composer_store::Error> {
     let mut views: Vec<TaskView> = tasks.iter().map(task_view).collect();
     if tasks.iter().any(|t| t.state == TaskState::Pending && t.limit_keys.is_some()) {
         let held = composer_store::limits::held_in_run(client, run_id).await?;
@@ -360,12 +380,7 @@ pub(crate) async fn get_run(
             return Err(ApiError::not_found(format!("run {run_id} not found")));
         };
         if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || draining.has_begun() {
-            let mut view = run_view(&run, Some(&[]));
-            view.tasks = Some(task_views(&client, run_id, &tasks).await?);
-            if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
-                view.failure_handler_run_ids = Some(runs::handlers_of(&client, run_id).await?);
-            }
-            return Ok(Json(view));
+            return Ok(Json(full_view(&client, &run, &tasks).await?));
         }
         drop(client);
         loop {

@@ -9,6 +9,7 @@
 //! This file is the route table. The pages, one file each as `http/` has
 //! one per resource:
 //! - `runs`: the runs list and its act form; `bulk`: a bulk job's progress.
+//! - `archived`: a run read back from the archive, read-only.
 //! - `run`: one run's page; `steps`: its steps table and a MAP's items;
 //!   `logs`: a step's log; `control`: the buttons and forms that change a
 //!   run, and their answers.
@@ -31,6 +32,7 @@
 //! - `error`: a page that could not be made; `extract`: what pages read from
 //!   queries and forms; `notices`: the fixed texts shown after a form.
 
+mod archived;
 mod audit;
 mod bulk;
 mod control;
@@ -74,6 +76,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/runs/act", post(runs::runs_act))
         .route("/ui/runs/{id}", get(run::run_page))
         .route("/ui/runs/{id}/items", get(steps::items_page))
+        .route("/ui/archive/runs/{id}", get(archived::archived_page))
         .route("/ui/runs/{id}/logs", get(logs::logs_page))
         .route("/ui/runs/{id}/rerun", post(control::rerun_action))
         .route("/ui/runs/{id}/priority", post(control::priority_action))

@@ -1,0 +1,84 @@
+//! Runs kept past their rows: one run as an archive or an export holds it
+//! (what the API showed of it), a page of the export API, and the manifest
+//! that lists an archive's or an export's files.
+//!
+//! An archive or an export is a directory of objects: `manifest.json` and
+//! `part-NNNNN.jsonl.gz` files, each a gzip of JSON Lines with one
+//! [`ArchivedRun`] per line, runs in id order. The manifest is written last,
+//! so a directory without one is a write that did not finish.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::logs::LogLineView;
+use super::runs::{HistoryEntryView, RunView, TaskView};
+
+/// The format an archive's and an export's manifest names.
+pub const ARCHIVE_FORMAT: &str = "composer-runs/1";
+
+/// One run as an archive or an export holds it: what the API showed of it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ArchivedRun {
+    /// The run with its tasks, as getRun answers.
+    pub run: RunView,
+    /// Its whole history, oldest first, as getRunHistory pages it.
+    pub history: Vec<HistoryEntryView>,
+    /// Each MAP's items by index, by the MAP's node id, as listMapItems pages them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub items: BTreeMap<String, Vec<TaskView>>,
+    /// The log lines of every step attempt that has any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<AttemptLog>,
+}
+
+/// The log lines of one attempt of one step.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AttemptLog {
+    /// The step's node id (a MAP item: `ship_each[3]`).
+    pub node: String,
+    pub attempt: i32,
+    pub lines: Vec<LogLineView>,
+}
+
+/// `GET /v1/export/runs`: the runs a filter matches, in id order;
+/// `next_after` fetches the next page.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ExportPage {
+    pub runs: Vec<ArchivedRun>,
+    pub next_after: Option<Uuid>,
+}
+
+/// An archive's or an export's list of its files.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct Manifest {
+    /// [`ARCHIVE_FORMAT`].
+    pub format: String,
+    /// The namespace the runs are of.
+    pub namespace: String,
+    /// When the last file was written.
+    pub written_at: DateTime<Utc>,
+    /// What chose the runs: a month of retention (`{"month": "2026_07"}`)
+    /// or an export's filter.
+    pub selection: serde_json::Value,
+    /// How many runs in all.
+    pub runs: u64,
+    /// The files, in run id order.
+    pub parts: Vec<ManifestPart>,
+}
+
+/// One file of an archive or an export.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ManifestPart {
+    /// Its name in the manifest's directory.
+    pub file: String,
+    pub runs: u64,
+    /// Its first and last run id: a run is read from the one part whose
+    /// range holds its id.
+    pub first: Uuid,
+    pub last: Uuid,
+    /// Its size, compressed.
+    pub bytes: u64,
+}

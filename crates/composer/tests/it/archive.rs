@@ -1,0 +1,423 @@
+//! Archive and export: retention writes an expired month's runs to the
+//! archive (`COMPOSER_ARCHIVE_URL`) before it drops them, and
+//! `GET /v1/archive/runs/{id}` reads a run back as the API showed it; a
+//! month with an open run, or one of whose runs changed while it was read,
+//! is kept. `composer run export` writes live runs in the same format.
+
+use std::process::Command;
+use std::time::Duration;
+
+use composer_api::ArchivedRun;
+use composer_testkit::{eventually, Engine, EngineOptions};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_composer");
+const T: Duration = Duration::from_secs(30);
+
+/// A directory of its own under the system's temporary one, removed when dropped.
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!("composer-archive-{name}-{}", Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A run with something of everything an archive keeps: a step with log
+/// lines over two attempts, a MAP with items, a long history.
+async fn a_finished_run(e: &Engine) -> Uuid {
+    e.register(&json!({"name": "kept", "nodes": [
+        {"id": "step", "type": "resize", "queue": "py", "retry": {"max_attempts": 2, "initial_backoff": "10ms"}},
+        {"id": "each", "type": "MAP", "config": {"items": [1, 2, 3], "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}],
+        "edges": [{"from": "step", "to": "each"}]}))
+    .await;
+    let run = e.start_run("kept", json!({"customer": "c-1"})).await;
+    for (attempt, end) in [(1, "fail"), (2, "complete")] {
+        let poll = json!({"worker_id": "w", "queues": ["py"], "max": 1, "wait": "10s"});
+        let (_, body) = e.post("/v1/tasks/poll", &poll).await;
+        let task = body["tasks"][0].clone();
+        let id = task["id"].as_str().unwrap();
+        let mut report = json!({"worker_id": "w", "run_id": task["run_id"], "attempt": task["attempt"]});
+        report["lines"] = json!([format!("attempt {attempt} begins"), "working"]);
+        assert_eq!(e.post(&format!("/v1/tasks/{id}/logs"), &report).await.0, 200);
+        report.as_object_mut().unwrap().remove("lines");
+        match end {
+            "fail" => report["error"] = json!("flaky"),
+            _ => report["output"] = json!({"size": 7}),
+        }
+        let (status, answer) = e.post(&format!("/v1/tasks/{id}/{end}"), &report).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    run
+}
+
+/// Moves `run`'s rows to a UUIDv7 of the month four months back (made
+/// here), as if it had been started then; returns its id there and the month.
+async fn moved_to_an_old_month(e: &Engine, run: Uuid) -> (Uuid, String) {
+    let c = e.db.pool().get().await.unwrap();
+    let month: String = c
+        .query_one(
+            "SELECT to_char(date_trunc('month', now() AT TIME ZONE 'UTC') - interval '4 months', 'YYYY_MM')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let then: f64 = c
+        .query_one(
+            "SELECT extract(epoch FROM (date_trunc('month', now() AT TIME ZONE 'UTC') - interval '4 months' + interval '2 days') AT TIME ZONE 'UTC')::float8",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let old = Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, then as u64, 0));
+    // One transaction, so that the archive never sees the month without the run.
+    let mut sql = format!(
+        "ROLLBACK; BEGIN;
+         DO $$ DECLARE m timestamp := date_trunc('month', now() AT TIME ZONE 'UTC') - interval '4 months'; t text;
+         BEGIN FOREACH t IN ARRAY ARRAY['workflow_runs','task_instances','run_events'] LOOP
+           EXECUTE format('CREATE TABLE IF NOT EXISTS %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)', t || '_p{month}', t,
+             composer_month_uuid(m AT TIME ZONE 'UTC'), composer_month_uuid((m + interval '1 month') AT TIME ZONE 'UTC'));
+         END LOOP; END $$;"
+    );
+    // Its times go back with it: retention drops a month only when nothing
+    // of it changed in the last minute.
+    let tables = [
+        ("workflow_runs", "id", "updated_at"),
+        ("task_instances", "run_id", "updated_at"),
+        ("run_events", "run_id", "created_at"),
+    ];
+    for (table, key, shifted) in tables {
+        sql.push_str(&format!(
+            "CREATE TEMP TABLE moved AS SELECT * FROM {table} WHERE {key} = '{run}';
+             UPDATE moved SET {key} = '{old}', {shifted} = {shifted} - interval '4 months';
+             DELETE FROM {table} WHERE {key} = '{run}';
+             INSERT INTO {table} SELECT * FROM moved;
+             DROP TABLE moved;"
+        ));
+    }
+    for table in ["task_logs", "task_log_usage", "run_log_usage"] {
+        sql.push_str(&format!("UPDATE {table} SET run_id = '{old}' WHERE run_id = '{run}';"));
+    }
+    sql.push_str(&format!("UPDATE task_logs SET at = at - interval '4 months' WHERE run_id = '{old}'; COMMIT;"));
+    // Attaching a partition locks its parent: with the coordinator's loops
+    // reading the tables in their own order, PostgreSQL may pick this
+    // transaction to break a deadlock. It is then tried again.
+    eventually(T, "the run moved to an old month", || async { c.batch_execute(&sql).await }).await;
+    (old, month)
+}
+
+/// Holds `e`'s archiving lock (as a coordinator's pass does) until the
+/// transaction it returns ends: retention does not archive meanwhile.
+async fn archiving_held(c: &mut tokio_postgres::Client) -> tokio_postgres::Transaction<'_> {
+    let tx = c.transaction().await.unwrap();
+    eventually(T, "the archiving lock", || async {
+        let row = tx
+            .query_one("SELECT pg_try_advisory_xact_lock(hashtext('composer_archive:' || current_schema()))", &[])
+            .await
+            .unwrap();
+        row.get::<_, bool>(0).then_some(())
+    })
+    .await;
+    tx
+}
+
+/// What the API shows of `run`: the run, its whole history, its MAP's
+/// items and its step's log lines of each attempt.
+async fn shown(e: &Engine, run: Uuid) -> (Value, Vec<Value>, Vec<Value>, Vec<Value>) {
+    let (status, view) = e.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(status, 200, "{view}");
+    let (_, history) = e.get(&format!("/v1/runs/{run}/events?limit=1000")).await;
+    let (_, items) = e.get(&format!("/v1/runs/{run}/items?node=each&limit=1000")).await;
+    let mut logs = Vec::new();
+    for attempt in [1, 2] {
+        let (_, page) = e.get(&format!("/v1/runs/{run}/tasks/step/logs?attempt={attempt}")).await;
+        logs.push(json!({"node": "step", "attempt": attempt, "lines": page["lines"]}));
+    }
+    let array = |v: &Value| v.as_array().unwrap().clone();
+    (view, array(&history["events"]), array(&items["items"]), logs)
+}
+
+fn assert_is_what_was_shown(
+    archived: &ArchivedRun,
+    (view, history, items, logs): &(Value, Vec<Value>, Vec<Value>, Vec<Value>),
+) {
+    let archived = serde_json::to_value(archived).unwrap();
+    assert_eq!(&archived["run"], view, "the run and its tasks");
+    assert_eq!(archived["history"].as_array().unwrap(), history, "its whole history");
+    assert!(history.len() > 8, "a history of some length: {history:?}");
+    assert_eq!(archived["items"]["each"].as_array().unwrap(), items, "its MAP's items");
+    assert_eq!(items.len(), 3);
+    assert_eq!(archived["logs"].as_array().unwrap(), logs, "its log lines, by attempt");
+}
+
+/// Retention with an archive: an expired month holding an open run is
+/// kept whole; once its runs have ended it is written to the archive, then
+/// dropped, and each run reads back from the archive as the API showed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_month_is_archived_before_it_is_dropped_and_reads_back_as_shown() {
+    let dir = Dir::new("retention");
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.archive_url = Some(format!("file://{}", dir.path()));
+    config.retention_days = 30;
+    config.partition_interval = Duration::from_millis(200);
+    e.start_coordinator_with(config).await;
+
+    let run = a_finished_run(&e).await;
+    let c = e.db.pool().get().await.unwrap();
+    // Held open first: a month with an open run stays, unarchived.
+    c.execute("UPDATE workflow_runs SET status = 'RUNNING' WHERE id = $1", &[&run]).await.unwrap();
+    let (old, month) = moved_to_an_old_month(&e, run).await;
+    // A window in which the month must NOT go: five partition passes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(e.get(&format!("/v1/runs/{old}")).await.0, 200, "a month with an open run is kept");
+    let (status, body) = e.get(&format!("/v1/archive/runs/{old}")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
+    assert!(!dir.0.join(format!("default/runs/{month}/manifest.json")).exists());
+
+    // Ended, a while ago (a run changed in the minute before the archive's
+    // read is kept for the next pass): archived, then dropped. What the
+    // API shows is read while retention is held off.
+    let mut hold = e.db.pool().get().await.unwrap();
+    let held = archiving_held(&mut hold).await;
+    c.execute(
+        "UPDATE workflow_runs SET status = 'SUCCEEDED', updated_at = now() - interval '2 minutes' WHERE id = $1",
+        &[&old],
+    )
+    .await
+    .unwrap();
+    let before = shown(&e, old).await;
+    held.commit().await.unwrap();
+    let archived = eventually(T, "the run in the archive", || async {
+        let (status, body) = e.get(&format!("/v1/archive/runs/{old}")).await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    let archived: ArchivedRun = serde_json::from_value(archived).unwrap();
+    assert_is_what_was_shown(&archived, &before);
+    eventually(T, "its rows gone once it was written", || async {
+        (e.get(&format!("/v1/runs/{old}")).await.0 == 404).then_some(())
+    })
+    .await;
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.0.join(format!("default/runs/{month}/manifest.json"))).unwrap())
+            .unwrap();
+    assert_eq!(
+        (manifest["format"].as_str(), manifest["runs"].as_u64()),
+        (Some("composer-runs/1"), Some(1)),
+        "{manifest}"
+    );
+    assert_eq!(manifest["selection"], json!({"month": month}));
+    eventually(T, "its log lines gone with it", || async {
+        let left: i64 = c.query_one("SELECT count(*) FROM task_logs WHERE run_id = $1", &[&old]).await.unwrap().get(0);
+        (left == 0).then_some(())
+    })
+    .await;
+
+    // The UI: the run's page sends the browser to the archived run, shown read-only.
+    let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let moved = browser.get(format!("{}/ui/runs/{old}", e.url())).send().await.unwrap();
+    assert_eq!(moved.status(), 303, "the run page of an archived run");
+    assert_eq!(moved.headers()["location"], format!("/ui/archive/runs/{old}").as_str());
+    let page = browser.get(format!("{}/ui/archive/runs/{old}", e.url())).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    for shown in ["Archived run", "SUCCEEDED", "attempt 1 begins", "flaky", "3 MAP items", "c-1"] {
+        assert!(page.contains(shown), "the archived run's page shows {shown:?}: {page}");
+    }
+    assert!(!page.contains("<form"), "and nothing to act with: {page}");
+
+    // A run the API never had is not in the archive.
+    let (status, body) = e.get(&format!("/v1/archive/runs/{}", Uuid::now_v7())).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
+    let (status, body) = e.get("/v1/archive/runs/nope").await;
+    assert_eq!(status, 400, "{body}");
+    e.stop().await;
+}
+
+/// A month one of whose runs changed after the archive began to read it
+/// (an ended run retried meanwhile) is not dropped: it is written again on
+/// the next pass. Without an archive the route says none is set.
+#[tokio::test]
+async fn a_month_that_changed_while_it_was_read_is_kept() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let (status, body) = e.get(&format!("/v1/archive/runs/{}", Uuid::now_v7())).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("COMPOSER_ARCHIVE_URL"), "{body}");
+    e.register(&json!({"name": "t", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]})).await;
+    let run = e.start_run("t", json!({})).await;
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    let (old, month) = moved_to_an_old_month(&e, run).await;
+    let c = e.db.pool().get().await.unwrap();
+    let began = chrono::Utc::now() - chrono::Duration::minutes(1);
+    c.execute("UPDATE workflow_runs SET updated_at = now() WHERE id = $1", &[&old]).await.unwrap();
+    assert!(!composer_store::partitions::drop_month(&c, &month, began).await.unwrap(), "changed since: kept");
+    assert_eq!(e.get(&format!("/v1/runs/{old}")).await.0, 200);
+    let later = chrono::Utc::now() + chrono::Duration::seconds(1);
+    assert!(composer_store::partitions::drop_month(&c, &month, later).await.unwrap(), "unchanged since: dropped");
+    assert_eq!(e.get(&format!("/v1/runs/{old}")).await.0, 404);
+    e.stop().await;
+}
+
+/// `composer run export` writes the runs a filter matches, live or ended,
+/// whole, in the archive's format: read back, each is what the API shows.
+/// A page past the route's most, or a time that is not one, is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_export_writes_live_and_ended_runs_as_the_api_shows_them() {
+    let dir = Dir::new("export");
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let ended = a_finished_run(&e).await;
+    let live = e.start_run("kept", json!({"customer": "c-2"})).await;
+    e.register(&json!({"name": "other", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]})).await;
+    // More than a page (100 runs) of another workflow.
+    let mut others = Vec::new();
+    for i in 0..130 {
+        others.push(e.start_run("other", json!({"i": i})).await);
+    }
+
+    let export = |workflow: &str, out: String| {
+        let (url, workflow) = (e.url(), workflow.to_string());
+        tokio::task::spawn_blocking(move || {
+            Command::new(BIN)
+                .args(["run", "export", "--workflow", &workflow, "--out", &out, "-o", "json"])
+                .env("COMPOSER_URL", url)
+                .env_remove("COMPOSER_API_TOKEN")
+                .output()
+                .unwrap()
+        })
+    };
+    let out = export("kept", dir.path().to_string()).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((summary["runs"].as_u64(), summary["parts"].as_u64()), (Some(2), Some(1)), "{summary}");
+    let many = Dir::new("export-pages");
+    let out = export("other", many.path().to_string()).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read = composer_archive::read_all(&composer_archive::Store::open(many.path()).unwrap()).await.unwrap();
+    assert_eq!(read.iter().map(|r| r.run.id).collect::<Vec<_>>(), others, "every run once, in order, across pages");
+
+    let store = composer_archive::Store::open(dir.path()).unwrap();
+    let runs = composer_archive::read_all(&store).await.unwrap();
+    assert_eq!(
+        runs.iter().map(|r| r.run.id).collect::<Vec<_>>(),
+        vec![ended, live],
+        "the workflow's runs, oldest first"
+    );
+    assert_is_what_was_shown(&runs[0], &shown(&e, ended).await);
+    let (_, live_view) = e.get(&format!("/v1/runs/{live}")).await;
+    assert_eq!(serde_json::to_value(&runs[1].run).unwrap(), live_view, "a live run as it stood");
+    let manifest = composer_archive::manifest(&store).await.unwrap().unwrap();
+    assert_eq!(manifest.selection["workflow"], "kept");
+
+    for (query, names) in
+        [("limit=101", "limit"), ("from=yesterday", "from"), ("workflow=a%20b", "workflow"), ("sort=id", "sort")]
+    {
+        let (status, body) = e.get(&format!("/v1/export/runs?{query}")).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(names), "{query}: {body}");
+    }
+    e.stop().await;
+}
+
+/// The same archive and export on S3: a real S3 protocol server (`s3s-fs`)
+/// checking every request's signature. A wrong secret is an error that
+/// names the storage, never the secret, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archive_and_export_work_on_s3_storage() {
+    let s3 = composer_testkit::S3Server::start("runs").await;
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.archive_url = Some("s3://runs/archive".into());
+    config.archive_options = s3.options();
+    config.retention_days = 30;
+    config.partition_interval = Duration::from_millis(200);
+    e.start_coordinator_with(config).await;
+
+    let run = a_finished_run(&e).await;
+    let mut hold = e.db.pool().get().await.unwrap();
+    let held = archiving_held(&mut hold).await;
+    let (old, month) = moved_to_an_old_month(&e, run).await;
+    let before = shown(&e, old).await;
+    held.commit().await.unwrap();
+    let archived = eventually(T, "the run in the archive", || async {
+        let (status, body) = e.get(&format!("/v1/archive/runs/{old}")).await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_is_what_was_shown(&serde_json::from_value(archived).unwrap(), &before);
+    let manifest = s3.bucket_dir("runs").join(format!("archive/default/runs/{month}/manifest.json"));
+    assert!(manifest.exists(), "the manifest is an object of the bucket: {}", manifest.display());
+
+    // `run export` to the bucket, with the credentials from AWS_*.
+    let export = |secret: String| {
+        let (url, options) = (e.url(), s3.options());
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = Command::new(BIN);
+            cmd.args(["run", "export", "--workflow", "kept", "--out", "s3://runs/exports/one", "-o", "json"])
+                .env("COMPOSER_URL", url)
+                .env_remove("COMPOSER_API_TOKEN");
+            for (k, v) in options {
+                cmd.env(&k, if k == "AWS_SECRET_ACCESS_KEY" { secret.clone() } else { v });
+            }
+            cmd.output().unwrap()
+        })
+    };
+    let live = e.start_run("kept", json!({"customer": "c-3"})).await;
+    let wrong = export("not-the-secret".into()).await.unwrap();
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(!wrong.status.success(), "a wrong secret fails the export");
+    assert!(said.contains("object storage") && !said.contains("not-the-secret"), "{said}");
+    assert!(!s3.bucket_dir("runs").join("exports/one").exists(), "and writes nothing");
+    let out = export(s3.secret_key.clone()).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let store = composer_archive::Store::open_with("s3://runs/exports/one", &s3.options()).unwrap();
+    let runs = composer_archive::read_all(&store).await.unwrap();
+    assert_eq!(
+        runs.iter().map(|r| r.run.id).collect::<Vec<_>>(),
+        vec![live],
+        "the live run (the other went with its month)"
+    );
+    e.stop().await;
+}
+
+/// An archive that cannot be written (here: a wrong secret) keeps the
+/// month whole, pass after pass, and counts each failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_month_the_archive_cannot_take_is_kept_and_counted() {
+    let s3 = composer_testkit::S3Server::start("runs").await;
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.archive_url = Some("s3://runs/archive".into());
+    config.archive_options = s3.options();
+    config.archive_options.push(("AWS_SECRET_ACCESS_KEY".into(), "not-the-secret".into()));
+    config.retention_days = 30;
+    config.partition_interval = Duration::from_millis(200);
+    e.start_coordinator_with(config).await;
+    e.register(&json!({"name": "t", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]})).await;
+    let run = e.start_run("t", json!({})).await;
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    let (old, _) = moved_to_an_old_month(&e, run).await;
+    let failures = || async {
+        let metrics = reqwest::get(format!("{}/metrics", e.url())).await.unwrap().text().await.unwrap();
+        metrics.lines().find_map(|l| l.strip_prefix("composer_archive_failures_total ")?.parse::<f64>().ok())
+    };
+    eventually(T, "two archiving failures counted", || async { failures().await.filter(|n| *n >= 2.0) }).await;
+    assert_eq!(e.get(&format!("/v1/runs/{old}")).await.0, 200, "the month is kept");
+    assert!(!s3.bucket_dir("runs").join("archive").exists(), "and nothing was written");
+    e.stop().await;
+}

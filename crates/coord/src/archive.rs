@@ -1,0 +1,66 @@
+//! Where a namespace's runs are archived (`COMPOSER_ARCHIVE_URL`), and an
+//! archived run read back ([`Archive::read`]). What a run's record holds is
+//! `http::archive::record`, the same door the export goes through; writing
+//! expired months there before retention drops them is [`crate::archiving`].
+//!
+//! A namespace's runs go to `<url>/<dir>/runs/<YYYY_MM>/` (parts and a
+//! manifest, see `composer_archive`), by the month their id is of: `dir` is
+//! `default`, or `NAME-ID` for another namespace.
+
+use composer_api::rest::ArchivedRun;
+use composer_archive::Store;
+use uuid::Uuid;
+
+/// Where a namespace's runs are archived, if anywhere.
+#[derive(Clone, Default)]
+pub struct Archive(Option<At>);
+
+#[derive(Clone)]
+struct At {
+    store: Store,
+    namespace: String,
+}
+
+/// Why an archive could not be opened, written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error(transparent)]
+    Archive(#[from] composer_archive::Error),
+    #[error(transparent)]
+    Store(#[from] composer_store::Error),
+}
+
+impl Archive {
+    /// The archive of `namespace` at `url` (`COMPOSER_ARCHIVE_URL`), in its
+    /// directory `dir` there, or none; `options` are S3 settings besides the
+    /// environment's (`AWS_*` names).
+    pub fn open(
+        url: Option<&str>,
+        options: &[(String, String)],
+        dir: &str,
+        namespace: &str,
+    ) -> Result<Archive, composer_archive::Error> {
+        let Some(url) = url else { return Ok(Archive(None)) };
+        let store = Store::open_with(url, options)?.sub(dir);
+        Ok(Archive(Some(At { store, namespace: namespace.to_string() })))
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The namespace whose runs it keeps, and the directory of month
+    /// `month`'s runs; `None` where no archive is set.
+    pub fn month(&self, month: &str) -> Option<(&str, Store)> {
+        let at = self.0.as_ref()?;
+        Some((&at.namespace, at.store.sub(&format!("runs/{month}"))))
+    }
+
+    /// The archived run `id`: `None` where no archive is set or it holds no
+    /// such run.
+    pub async fn read(&self, id: Uuid) -> Result<Option<ArchivedRun>, composer_archive::Error> {
+        let Some(month) = composer_archive::month_of(id) else { return Ok(None) };
+        let Some((_, dir)) = self.month(&month) else { return Ok(None) };
+        composer_archive::read_run(&dir, id).await
+    }
+}
