@@ -51,7 +51,10 @@ impl Http {
     pub fn new(policy: Policy, max_body: usize, max_timeout: Duration) -> Http {
         let policy = Arc::new(policy);
         let clients = Clients::new(policy.clone(), |redirects| {
+            // HTTP/1.1 to targets, as ever: the archive's object storage
+            // client compiles HTTP/2 into the one reqwest the binary has.
             reqwest::Client::builder()
+                .http1_only()
                 .connect_timeout(Duration::from_secs(10))
                 .pool_idle_timeout(Duration::from_secs(30))
                 .dns_resolver(Arc::new(Resolver(policy.clone())))

@@ -16,6 +16,9 @@ const WORKER: &str = "namespaces-worker-token-0123456789";
 fn options() -> EngineOptions {
     EngineOptions {
         workers: 0,
+        // Alpha's leased task must stay leased through every route's calls
+        // (the test checks that beta's reports did not end the lease).
+        lease_ttl: Duration::from_secs(120),
         coordinator: |c| {
             c.api_token = Some(ADMIN.into());
             c.worker_token = Some(WORKER.into());
