@@ -29,12 +29,15 @@ from .errors import (
 )
 from .types import (
     TERMINAL,
+    ArchivedRun,
+    AttemptLog,
     BackfillOverlap,
     BackfillQueued,
     Deleted,
     ErrorInfo,
     EventPage,
     EventSent,
+    ExportPage,
     Held,
     HeldReason,
     HistoryEntry,
@@ -71,6 +74,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "TERMINAL",
+    "ArchivedRun",
+    "AttemptLog",
     "BackfillOverlap",
     "BackfillQueued",
     "Client",
@@ -80,6 +85,7 @@ __all__ = [
     "ErrorInfo",
     "EventPage",
     "EventSent",
+    "ExportPage",
     "Held",
     "HeldReason",
     "HistoryEntry",

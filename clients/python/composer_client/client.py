@@ -24,11 +24,13 @@ from ._version import __version__
 from .errors import Unavailable, WaitTimeout
 from .types import (
     TERMINAL,
+    ArchivedRun,
     BackfillOverlap,
     BackfillQueued,
     Deleted,
     EventPage,
     EventSent,
+    ExportPage,
     HistoryEntry,
     HistoryPage,
     ItemPage,
@@ -329,6 +331,39 @@ class Client:
             attempt, after = page["attempt"], page["next_after"]
             if after is None or not page["lines"]:
                 return
+
+    # -- export and archive ---------------------------------------------------
+
+    def export_runs(
+        self,
+        workflow: Optional[str] = None,
+        from_: Optional[str] = None,
+        to: Optional[str] = None,
+        after: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> ExportPage:
+        """A page of the runs a filter matches, oldest first, each whole (its
+        tasks, history, MAP items and log lines): ``from_`` and ``to``
+        (RFC 3339) bound their creation; ``limit`` is at most 100."""
+        query = {"workflow": workflow, "from": from_, "to": to, "after": after, "limit": limit}
+        return cast(ExportPage, self._http.request("GET", "/v1/export/runs", query=query)[1])
+
+    def iter_export(
+        self, workflow: Optional[str] = None, from_: Optional[str] = None, to: Optional[str] = None
+    ) -> Iterator[ArchivedRun]:
+        """Every run a filter matches, whole, oldest first, fetching pages as it goes."""
+        after: Optional[str] = None
+        while True:
+            page = self.export_runs(workflow, from_, to, after)
+            yield from page["runs"]
+            after = page["next_after"]
+            if after is None:
+                return
+
+    def get_archived_run(self, run_id: RunId) -> ArchivedRun:
+        """A run retention archived, read back from the archive; ``NotFound``
+        when no archive is set or it holds no such run."""
+        return cast(ArchivedRun, self._http.request("GET", f"/v1/archive/runs/{_seg(run_id)}")[1])
 
     # -- events -------------------------------------------------------------
 

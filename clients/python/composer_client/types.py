@@ -265,6 +265,36 @@ class StepLogs(TypedDict):
     next_after: Optional[int]
 
 
+class AttemptLog(TypedDict):
+    """The log lines of one attempt of one step (``node``: its node id, or a
+    MAP item's)."""
+
+    node: str
+    attempt: int
+    lines: list[LogLine]
+
+
+class _ArchivedRunRequired(TypedDict):
+    run: Run
+    history: list[HistoryEntry]
+
+
+class ArchivedRun(_ArchivedRunRequired, total=False):
+    """A run whole, as an archive or an export keeps it: the run with its
+    tasks as ``get_run`` answers, its whole history, each MAP's items (by
+    the MAP's node id) and every step attempt's log lines."""
+
+    items: dict[str, list[RunTask]]
+    logs: list[AttemptLog]
+
+
+class ExportPage(TypedDict):
+    """A page of whole runs, oldest first; ``next_after`` fetches the next."""
+
+    runs: list[ArchivedRun]
+    next_after: Optional[str]
+
+
 class WorkflowVersion(TypedDict):
     """A version of a workflow definition, without the definition."""
 

@@ -274,6 +274,28 @@ class RunTest(unittest.TestCase):
         self.assertEqual(list(client.iter_run_events(run_id, page_size=1)), history)
         self.assertEqual([e["seq"] for e in client.iter_run_events(run_id, after=seqs[1])], seqs[2:])
 
+    def test_an_export_gives_each_run_whole_as_get_run_shows_it(self) -> None:
+        name = unique("py-export")
+        each = {"type": "TRANSFORM", "config": {"output": "${ .item }"}}
+        client.register_workflow(definition(name, [node("m", "MAP", items=[1, 2], node=each)]))
+        ids = [client.start_run(name)["id"] for _ in range(3)]
+        for run_id in ids:
+            client.wait(run_id, 30)
+        exported = list(client.iter_export(workflow=name))
+        self.assertEqual([r["run"]["id"] for r in exported], ids, "oldest first")
+        first = exported[0]
+        self.assertEqual(first["run"], client.get_run(ids[0]))
+        self.assertEqual(first["history"], client.run_events(ids[0]))
+        self.assertEqual([t["output"] for t in first.get("items", {})["m"]], [1, 2])
+        page = client.export_runs(workflow=name, limit=2)
+        self.assertEqual((len(page["runs"]), page["next_after"]), (2, ids[1]))
+        with self.assertRaises(InvalidRequest) as refused:
+            client.export_runs(limit=101)
+        self.assertIn("limit", str(refused.exception))
+        with self.assertRaises(NotFound) as none:
+            client.get_archived_run(ids[0])
+        self.assertIn("COMPOSER_ARCHIVE_URL", str(none.exception))
+
 
 class ControlTest(unittest.TestCase):
     def test_an_event_completes_the_steps_waiting_for_it(self) -> None:
