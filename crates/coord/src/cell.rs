@@ -91,6 +91,10 @@ pub(crate) async fn start_cell(
         namespace,
     )
     .map_err(crate::archive::ArchiveError::from)?;
+    if archive.is_set() {
+        // From now on no coordinator without an archive drops this namespace's months.
+        composer_store::partitions::require_archiving(&composer_store::client(&pool).await?).await?;
+    }
     let mut shared = Shared::new(config, pool, streams, engine, outbox_wake);
     shared.archive = archive;
     if let Some(default) = default {

@@ -64,6 +64,14 @@ pub async fn maintain_partitions(
         }
         return Ok(());
     }
+    if partitions::archiving_required(client).await? {
+        tracing::warn!(
+            "retention dropped nothing: this namespace's months are archived (a coordinator with \
+             COMPOSER_ARCHIVE_URL ran on it), and this coordinator has no archive: set COMPOSER_ARCHIVE_URL here \
+             too, or delete the row of archive_required to stop archiving"
+        );
+        return Ok(());
+    }
     let expired = partitions::drop_before(client, before).await?;
     if !expired.dropped.is_empty() {
         crate::metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], expired.dropped.len() as u64);

@@ -121,6 +121,19 @@ pub async fn drop_month(client: &Client, month: &str, unchanged_since: DateTime<
     Ok(dropped)
 }
 
+/// Records that this namespace's months are archived: from now on a
+/// coordinator without an archive drops none of them (`composer_drop_partitions`
+/// refuses while the row is there).
+pub async fn require_archiving(client: &Client) -> Result<()> {
+    client.execute("INSERT INTO archive_required DEFAULT VALUES ON CONFLICT DO NOTHING", &[]).await?;
+    Ok(())
+}
+
+/// Whether this namespace's months are archived ([`require_archiving`]).
+pub async fn archiving_required(client: &Client) -> Result<bool> {
+    Ok(client.query_one("SELECT EXISTS (SELECT 1 FROM archive_required)", &[]).await?.try_get(0)?)
+}
+
 /// Takes this namespace's archiving lock for the transaction `tx`, if no
 /// other holds it: one coordinator archives a namespace at a time, and the
 /// lock goes when `tx` ends, committed, rolled back or dropped.

@@ -252,7 +252,8 @@ async fn an_expired_month_is_archived_before_it_is_dropped_and_reads_back_as_sho
 
 /// A month one of whose runs changed after the archive began to read it
 /// (an ended run retried meanwhile) is not dropped: it is written again on
-/// the next pass. Without an archive the route says none is set.
+/// the next pass. Once archiving is required, retention without an archive
+/// drops nothing. Without an archive the route says none is set.
 #[tokio::test]
 async fn a_month_that_changed_while_it_was_read_is_kept() {
     let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
@@ -264,6 +265,17 @@ async fn a_month_that_changed_while_it_was_read_is_kept() {
     assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
     let (old, month) = moved_to_an_old_month(&e, run).await;
     let c = e.db.pool().get().await.unwrap();
+    // Once a coordinator with an archive ran here, one without drops nothing
+    // unwritten: neither this build's retention nor an older build's call.
+    c.execute("INSERT INTO archive_required DEFAULT VALUES", &[]).await.unwrap();
+    let none = composer_coord::archive::Archive::default();
+    composer_coord::loops::maintain_partitions(&e.db.pool(), 3, 30, &none).await.unwrap();
+    let cutoff = chrono::Utc::now() - chrono::Duration::days(30);
+    let expired = composer_store::partitions::drop_before(&c, cutoff).await.unwrap();
+    assert_eq!(expired, composer_store::partitions::Expired::default(), "nothing dropped while archiving is required");
+    assert_eq!(e.get(&format!("/v1/runs/{old}")).await.0, 200);
+    c.execute("DELETE FROM archive_required", &[]).await.unwrap();
+
     let began = chrono::Utc::now() - chrono::Duration::minutes(1);
     c.execute("UPDATE workflow_runs SET updated_at = now() WHERE id = $1", &[&old]).await.unwrap();
     assert!(!composer_store::partitions::drop_month(&c, &month, began).await.unwrap(), "changed since: kept");
