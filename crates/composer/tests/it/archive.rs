@@ -35,6 +35,19 @@ impl Drop for Dir {
     }
 }
 
+/// A coordinator (and no worker) whose retention (30 days, a pass every
+/// 200 ms) archives to `url`, with S3 settings `options`.
+async fn archiving(url: String, options: Vec<(String, String)>) -> Engine {
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.archive_url = Some(url);
+    config.archive_options = options;
+    config.retention_days = 30;
+    config.partition_interval = Duration::from_millis(200);
+    e.start_coordinator_with(config).await;
+    e
+}
+
 /// A run with something of everything an archive keeps: a step with log
 /// lines over two attempts, a MAP with items, a long history.
 async fn a_finished_run(e: &Engine) -> Uuid {
@@ -171,12 +184,7 @@ fn assert_is_what_was_shown(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_month_is_archived_before_it_is_dropped_and_reads_back_as_shown() {
     let dir = Dir::new("retention");
-    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
-    let mut config = e.coordinator_config();
-    config.archive_url = Some(format!("file://{}", dir.path()));
-    config.retention_days = 30;
-    config.partition_interval = Duration::from_millis(200);
-    e.start_coordinator_with(config).await;
+    let e = archiving(format!("file://{}", dir.path()), Vec::new()).await;
 
     let run = a_finished_run(&e).await;
     let c = e.db.pool().get().await.unwrap();
@@ -352,13 +360,7 @@ async fn run_export_writes_live_and_ended_runs_as_the_api_shows_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archive_and_export_work_on_s3_storage() {
     let s3 = composer_testkit::S3Server::start("runs").await;
-    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
-    let mut config = e.coordinator_config();
-    config.archive_url = Some("s3://runs/archive".into());
-    config.archive_options = s3.options();
-    config.retention_days = 30;
-    config.partition_interval = Duration::from_millis(200);
-    e.start_coordinator_with(config).await;
+    let e = archiving("s3://runs/archive".into(), s3.options()).await;
 
     let run = a_finished_run(&e).await;
     let mut hold = e.db.pool().get().await.unwrap();
@@ -412,14 +414,9 @@ async fn archive_and_export_work_on_s3_storage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_month_the_archive_cannot_take_is_kept_and_counted() {
     let s3 = composer_testkit::S3Server::start("runs").await;
-    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
-    let mut config = e.coordinator_config();
-    config.archive_url = Some("s3://runs/archive".into());
-    config.archive_options = s3.options();
-    config.archive_options.push(("AWS_SECRET_ACCESS_KEY".into(), "not-the-secret".into()));
-    config.retention_days = 30;
-    config.partition_interval = Duration::from_millis(200);
-    e.start_coordinator_with(config).await;
+    let mut options = s3.options();
+    options.push(("AWS_SECRET_ACCESS_KEY".into(), "not-the-secret".into()));
+    let e = archiving("s3://runs/archive".into(), options).await;
     e.register(&json!({"name": "t", "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]})).await;
     let run = e.start_run("t", json!({})).await;
     assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
