@@ -1,8 +1,9 @@
 //! Retention with an archive: each month that ended before the cut-off
 //! and holds no open run is written to the archive (every run's record, in
-//! id order, then the manifest), and only then dropped — and only if no run
-//! of it changed since the archive began to read it. A failed write keeps
-//! the month's rows: the next pass tries again.
+//! id order, then the manifest), and only then dropped — and only if
+//! nothing of it (a run, a step, a history or log line) changed since the
+//! archive began to read it (`composer_drop_month` checks under a lock). A
+//! failed write keeps the month's rows: the next pass tries again.
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
 use composer_api::rest::Manifest;
@@ -11,7 +12,7 @@ use composer_store::runs::RunFilter;
 use composer_store::{partitions, Client};
 
 use crate::archive::{Archive, ArchiveError};
-use crate::http::archive::{id_at, ids, record};
+use crate::http::archive::{id_at, record};
 
 /// Run ids read at once.
 const PAGE: i64 = 1000;
@@ -42,7 +43,7 @@ async fn write_month(client: &mut Client, archive: &Archive, month: &str) -> Res
     let mut writer = Writer::new(dir, namespace, selection);
     let mut after = None;
     loop {
-        let page = ids(client, &filter, after, PAGE).await?;
+        let page = composer_store::runs::matching_ids(client, &filter, after, PAGE).await?;
         for id in &page {
             if let Some(run) = record(client, *id).await? {
                 writer.add(&run).await?;

@@ -72,17 +72,6 @@ pub async fn record(client: &Client, run_id: Uuid) -> Result<Option<ArchivedRun>
     Ok(Some(ArchivedRun { run: view, history, items, logs }))
 }
 
-/// The ids of the runs `filter` matches after `after`, in id order, at most
-/// `limit`.
-pub async fn ids(
-    client: &mut Client,
-    filter: &RunFilter<'_>,
-    after: Option<Uuid>,
-    limit: i64,
-) -> Result<Vec<Uuid>, composer_store::Error> {
-    runs::matching_ids(client, filter, after, limit).await
-}
-
 /// `GET /v1/export/runs`'s query.
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -162,7 +151,7 @@ pub(crate) async fn export_runs(State(pool): State<Pool>, Query(q): Query<Export
         ..RunFilter::default()
     };
     let mut client = composer_store::client(&pool).await?;
-    let ids = ids(&mut client, &filter, q.after, limit).await?;
+    let ids = runs::matching_ids(&mut client, &filter, q.after, limit).await?;
     let (mut runs, mut bytes, mut last) = (Vec::with_capacity(ids.len()), 0, None);
     for id in &ids {
         if bytes >= MAX_EXPORT_PAGE_BYTES {
