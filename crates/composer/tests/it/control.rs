@@ -427,13 +427,18 @@ async fn a_child_its_coordinator_died_before_starting_is_started_by_the_recovery
 }
 
 fn limited(name: &str, http: &FakeHttp, key: Option<&str>, max: u32) -> Value {
+    limited_taking(name, http, key, max, 150)
+}
+
+/// [`limited`], its step taking `ms` milliseconds.
+fn limited_taking(name: &str, http: &FakeHttp, key: Option<&str>, max: u32, ms: u64) -> Value {
     let mut concurrency = json!({"max": max});
     if let Some(k) = key {
         concurrency["key"] = json!(k);
     }
     json!({"name": name, "concurrency": concurrency, "nodes": [
         {"id": "work", "type": "HTTP", "config": {"method": "POST",
-         "url": format!("{}/${{ .input.customer }}", http.url("/slow/150")), "body": {"n": "${ .input.n }"}}}]})
+         "url": format!("{}/${{ .input.customer }}", http.url(&format!("/slow/{ms}"))), "body": {"n": "${ .input.n }"}}}]})
 }
 
 #[tokio::test]
@@ -472,7 +477,9 @@ async fn runs_over_a_per_key_limit_queue_and_start_oldest_first_as_runs_of_their
 async fn cancelling_a_queued_run_takes_it_out_of_the_queue() {
     let e = Engine::start().await;
     let http = FakeHttp::start().await;
-    e.register(&limited("one_at_a_time", &http, None, 1)).await;
+    // The first run's step holds the one slot for 2 s: the others stay
+    // queued while they are cancelled and paused, however loaded the machine.
+    e.register(&limited_taking("one_at_a_time", &http, None, 1, 2000)).await;
     let first = e.start_run("one_at_a_time", json!({"customer": "x", "n": 1})).await;
     let queued = e.start_run("one_at_a_time", json!({"customer": "x", "n": 2})).await;
     let last = e.start_run("one_at_a_time", json!({"customer": "x", "n": 3})).await;
@@ -483,7 +490,7 @@ async fn cancelling_a_queued_run_takes_it_out_of_the_queue() {
     for id in [first, last] {
         assert_eq!(e.wait_for_run(id, T).await["status"], "SUCCEEDED");
     }
-    let bodies: Vec<Value> = http.requests("/slow/150/x").into_iter().map(|r| r.body["n"].clone()).collect();
+    let bodies: Vec<Value> = http.requests("/slow/2000/x").into_iter().map(|r| r.body["n"].clone()).collect();
     assert_eq!(bodies, vec![json!(1), json!(3)], "the cancelled run never ran");
     e.stop().await;
 }
