@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod workflow;
+
 pub use crate::bench::BenchArgs;
 pub use composer_config::DatabaseArgs;
+pub use workflow::WorkflowCommand;
 
 #[derive(Parser)]
 #[command(
@@ -283,90 +286,6 @@ fn find_env(command: &clap::Command, long: &str) -> Option<String> {
     let own = command.get_arguments().find(|a| a.get_long() == Some(long)).and_then(|a| a.get_env());
     own.map(|v| v.to_string_lossy().into_owned())
         .or_else(|| command.get_subcommands().find_map(|sub| find_env(sub, long)))
-}
-
-#[derive(Subcommand)]
-pub enum WorkflowCommand {
-    /// Registers a definition from a JSON or YAML file. Idempotent by content: a definition identical to a
-    /// registered version answers that version; another becomes the next version.
-    Apply {
-        /// The definition: a .json, .yaml or .yml file, or - for standard input (JSON or YAML).
-        #[arg(short = 'f', long = "file")]
-        file: PathBuf,
-        /// The version this definition is meant to be: refused (exit 1, naming it) when that version is
-        /// registered with a different definition or is not the next one.
-        #[arg(long)]
-        version: Option<i32>,
-    },
-    /// Shows what registering a definition would change against a registered version (the latest by
-    /// default), field by field: `~ path: old -> new`, `+ path: new`, `- path: old`. Exit status: 0 no
-    /// change (it is that version), 1 changes, 2 an error.
-    Diff {
-        /// The definition, a JSON or YAML file (- for standard input).
-        #[arg(short = 'f', long = "file")]
-        file: PathBuf,
-        /// The registered version to compare with (default: the latest).
-        #[arg(long)]
-        version: Option<i32>,
-    },
-    /// Lists workflows (latest version of each).
-    List,
-    /// Shows a workflow's latest definition and its versions.
-    Get {
-        /// The workflow's name.
-        name: String,
-    },
-    /// Prints a definition from a JSON or YAML file as the server stores it (normalized JSON), offline: what
-    /// two definitions are compared as when registering and by `diff`. Exit status 2 when it is invalid.
-    Normalize {
-        /// The definition, a JSON or YAML file (- for standard input).
-        #[arg(short = 'f', long = "file")]
-        file: PathBuf,
-    },
-    /// Prints the JSON Schema (2020-12) of a workflow definition, for editors and linters (no server). The
-    /// repository keeps a copy in docs/workflow.schema.json; the server also checks what a schema cannot say
-    /// (edges name nodes, each node's config fits its type, expressions compile).
-    Schema,
-    /// Runs a definition through the state machine offline (no server): worker-run nodes take mocked outputs,
-    /// events mocked payloads, timers fire at once. Prints each node's state, evaluated input and output, the
-    /// edges taken, and the run's status and output. Exit status: 0 the run succeeded, 1 it failed, 2 the
-    /// definition or an argument is invalid.
-    Simulate {
-        /// The definition, a JSON or YAML file.
-        #[arg(short = 'f', long = "file")]
-        file: PathBuf,
-        /// The run's input: JSON, or @FILE.
-        #[arg(long, default_value = "{}")]
-        input: String,
-        /// An event, {name, key?, id?, payload?} as JSON or @FILE: the run its first matching trigger would
-        /// start (its input made by the trigger), instead of --input.
-        #[arg(long, conflicts_with = "input")]
-        event: Option<String>,
-        /// NODE=JSON or NODE=@FILE: the output of an HTTP or custom node, or the payload of a WAIT_FOR_EVENT's
-        /// event (default {}). Repeatable.
-        #[arg(long = "mock", value_name = "NODE=JSON")]
-        mocks: Vec<String>,
-        /// NODE or NODE=MESSAGE: every attempt of the node fails (its retry policy applies); a WAIT_FOR_EVENT
-        /// times out instead. Repeatable.
-        #[arg(long = "fail", value_name = "NODE[=MESSAGE]")]
-        failures: Vec<String>,
-        /// `table` for people (`text` is another name of it), `json` or `jsonl` (the report on one line)
-        /// for tools. The other commands' formats, but a table by default also in a pipe: the report is for
-        /// reading.
-        #[arg(short = 'o', long = "output", default_value = "table", value_parser = simulate_formats())]
-        output: String,
-        /// Ask the caller what each attempt a worker would run does, one JSON line each way: composer writes
-        /// {"ask": {node, key, type, input, attempt}} to standard output and reads {"output": V},
-        /// {"error": "why", "retryable": BOOL}, {"timeout": true} or {"mock": true} from standard input; the
-        /// report follows as {"report": …}. The SDKs' simulate helpers run a workflow's own handlers so.
-        #[arg(long)]
-        ask: bool,
-    },
-}
-
-fn simulate_formats() -> clap::builder::PossibleValuesParser {
-    use clap::builder::PossibleValue;
-    [PossibleValue::new("table").alias("text"), PossibleValue::new("json"), PossibleValue::new("jsonl")].into()
 }
 
 #[derive(Subcommand)]

@@ -3,6 +3,7 @@
 //!
 //! - `logs`: `run logs`, a step's log lines, read whole or followed.
 //! - `export`: `run export`, runs written as an archive's files.
+//! - `migrate`: `workflow migrate`, and `workflow simulate --replay`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use serde_json::Value;
 
 mod export;
 mod logs;
+mod migrate;
 
 use crate::connect::{api, call};
 use crate::input::encode;
@@ -117,12 +119,26 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
         WorkflowCommand::Get { name } => {
             output::one(format, &call(&api, Method::GET, &format!("/v1/workflows/{}", encode(&name)), None).await?)
         }
-        WorkflowCommand::Simulate { file, input, event, mocks, failures, output, ask } => {
-            let start = match &event {
-                Some(e) => crate::simulate::Start::Event(e),
-                None => crate::simulate::Start::Input(&input),
+        WorkflowCommand::Simulate { file, input, event, mocks, failures, output, ask, replay, map } => {
+            let Some(run) = replay else {
+                let start = match &event {
+                    Some(e) => crate::simulate::Start::Event(e),
+                    None => crate::simulate::Start::Input(&input),
+                };
+                return Ok(crate::simulate::run(&file, start, &mocks, &failures, &output, ask));
             };
+            let (wf, _) = normalized(&file)?;
+            let r = migrate::replayed(&api, &run, &map).await?;
+            // The run's steps this definition has, then the flags' (which win).
+            let has = |m: &String| m.split_once('=').is_some_and(|(node, _)| wf.node_index(node).is_some());
+            let mocks: Vec<String> = r.mocks.into_iter().filter(has).chain(mocks).collect();
+            let failures: Vec<String> = r.failures.into_iter().filter(has).chain(failures).collect();
+            let start = crate::simulate::Start::Input(&r.input);
             return Ok(crate::simulate::run(&file, start, &mocks, &failures, &output, ask));
+        }
+        WorkflowCommand::Migrate { name, from, to, map, tags, reason, dry_run, wait } => {
+            let m = migrate::Migrate { name, from, to, map, tags, reason, dry_run, wait };
+            return migrate::migrate(&api, format, m).await;
         }
         WorkflowCommand::Schema => {
             let schema = composer_api::definition_schema::workflow();

@@ -2,13 +2,16 @@
 //! row locked, so one at a time works it), acts on the next batch of the
 //! runs its filter matches, oldest first, and records the batch. Each run's
 //! action is marked in its own commit (`Engine::handle_bulk`), so a batch
-//! worked again after a crash acts on no run twice.
+//! worked again after a crash acts on no run twice. A migrate job's runs
+//! are those still open on the version it moves from.
 
 use composer_api::BulkFilter;
+use composer_core::machine::migrate::Mapping;
 use composer_core::machine::{Event, RunStatus};
 use composer_store::bulk::{self, Batch, JobRow};
 use composer_store::runs::{self, RunFilter};
 use futures_util::future::join_all;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::engine::{By, Control, EngineError, EventRequest};
@@ -25,7 +28,14 @@ pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
     let filter: BulkFilter = serde_json::from_value(job.filter.clone())
         .map_err(|e| composer_store::Error::Corrupt(format!("bulk job {}: its filter: {e}", job.id)))?;
     let mut read = composer_store::client(&s.pool).await?;
-    let run_filter = run_filter(&filter, Some(job.until_id));
+    let mut run_filter = run_filter(&filter, Some(job.until_id));
+    let target = job.migrate.as_ref().map(Target::of).transpose()?;
+    if let Some(t) = &target {
+        // Runs still on the version moved from, and open: a run moved is
+        // not looked at again.
+        run_filter.version = Some(t.from_version);
+        run_filter.open = true;
+    }
     let ids = runs::matching_ids(&mut read, &run_filter, job.cursor, BATCH).await?;
     let mut batch = Batch {
         cursor: ids.last().copied(),
@@ -34,7 +44,7 @@ pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
         ..Batch::default()
     };
     let control = Control { actor: job.actor.clone(), reason: job.reason.clone() };
-    let acts = ids.iter().map(|&run| act(s, &read, &job, run, control.clone()));
+    let acts = ids.iter().map(|&run| act(s, &read, &job, target.as_ref(), run, control.clone()));
     let mut last_error = None;
     for outcome in join_all(acts).await {
         match outcome {
@@ -60,11 +70,16 @@ async fn act(
     s: &Shared,
     read: &composer_store::Client,
     job: &JobRow,
+    target: Option<&Target>,
     run: Uuid,
     control: Control,
 ) -> Result<bool, EngineError> {
-    let Some(event) = event(read, &job.action, job.rerun_from.as_deref().unwrap_or_default(), run).await? else {
-        return Ok(false);
+    let event = match target {
+        Some(t) => t.event(),
+        None => match event(read, &job.action, job.rerun_from.as_deref().unwrap_or_default(), run).await? {
+            Some(event) => event,
+            None => return Ok(false),
+        },
     };
     // A run this job acted on already (an earlier try of the batch) counts
     // as applied.
@@ -101,6 +116,33 @@ pub async fn event(
     }))
 }
 
+/// What a migrate job moves runs to, as stored with it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    /// The id of the version moved to.
+    pub definition: Uuid,
+    pub from_version: i32,
+    pub to_version: i32,
+    #[serde(default)]
+    pub map: Mapping,
+}
+
+impl Target {
+    fn of(stored: &serde_json::Value) -> Result<Target, composer_store::Error> {
+        serde_json::from_value(stored.clone())
+            .map_err(|e| composer_store::Error::Corrupt(format!("a migrate job's target: {e}")))
+    }
+
+    fn event(&self) -> Event {
+        Event::Migrate {
+            definition: self.definition,
+            from_version: self.from_version,
+            to_version: self.to_version,
+            map: self.map.clone(),
+        }
+    }
+}
+
 /// A bulk filter as the runs' filter (runs created before `until` only).
 pub fn run_filter(f: &BulkFilter, until: Option<Uuid>) -> RunFilter<'_> {
     let id_at = |t: chrono::DateTime<chrono::Utc>| Uuid::from_u128((t.timestamp_millis().max(0) as u128) << 80);
@@ -115,6 +157,7 @@ pub fn run_filter(f: &BulkFilter, until: Option<Uuid>) -> RunFilter<'_> {
             (a, b) => a.or(b),
         },
         tags: f.tags.as_ref(),
+        ..RunFilter::default()
     }
 }
 

@@ -1,4 +1,4 @@
-//! Bulk jobs: an action (cancel, retry, pause, resume, rerun) over every run
+//! Bulk jobs: an action (cancel, retry, pause, resume, rerun, migrate) over every run
 //! a filter matches, worked through a batch at a time by any coordinator.
 //!
 //! Safe on many coordinators at once: a batch is taken under the job row's
@@ -20,6 +20,8 @@ pub struct JobRow {
     pub filter: Value,
     pub action: String,
     pub rerun_from: Option<Vec<String>>,
+    /// What a migrate job moves runs to: `{definition, from_version, to_version, map}`.
+    pub migrate: Option<Value>,
     pub actor: String,
     pub reason: Option<String>,
     pub status: String,
@@ -35,7 +37,8 @@ pub struct JobRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-const COLUMNS: &str = "id, filter, action, rerun_from, actor, reason, status, matched, looked_at, acted_on, refused, \
+const COLUMNS: &str =
+    "id, filter, action, rerun_from, migrate, actor, reason, status, matched, looked_at, acted_on, refused, \
                        cursor, until_id, last_error, created_at, updated_at, finished_at";
 
 impl JobRow {
@@ -45,6 +48,7 @@ impl JobRow {
             filter: r.try_get("filter")?,
             action: r.try_get("action")?,
             rerun_from: r.try_get("rerun_from")?,
+            migrate: r.try_get("migrate")?,
             actor: r.try_get("actor")?,
             reason: r.try_get("reason")?,
             status: r.try_get("status")?,
@@ -67,6 +71,7 @@ pub struct NewJob<'a> {
     pub filter: &'a Value,
     pub action: &'a str,
     pub rerun_from: Option<&'a [String]>,
+    pub migrate: Option<&'a Value>,
     pub actor: &'a str,
     pub reason: Option<&'a str>,
     pub matched: i64,
@@ -78,10 +83,10 @@ pub async fn create(client: &Client, job: &NewJob<'_>) -> Result<JobRow> {
     let row = client
         .query_one(
             &format!(
-                "INSERT INTO bulk_jobs (id, filter, action, rerun_from, actor, reason, status, matched, until_id)
-                 VALUES ($1, $2, $3, $4, $5, $6, 'RUNNING', $7, $1) RETURNING {COLUMNS}"
+                "INSERT INTO bulk_jobs (id, filter, action, rerun_from, migrate, actor, reason, status, matched, until_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'RUNNING', $8, $1) RETURNING {COLUMNS}"
             ),
-            &[&id, job.filter, &job.action, &job.rerun_from, &job.actor, &job.reason, &job.matched],
+            &[&id, job.filter, &job.action, &job.rerun_from, &job.migrate, &job.actor, &job.reason, &job.matched],
         )
         .await?;
     JobRow::from_row(&row)

@@ -36,6 +36,8 @@ pub enum BulkAction {
     Pause,
     Resume,
     Rerun,
+    /// Moves runs to another version (started by `POST /v1/workflows/{name}/migrate`).
+    Migrate,
 }
 
 impl BulkAction {
@@ -46,6 +48,7 @@ impl BulkAction {
             BulkAction::Pause => "pause",
             BulkAction::Resume => "resume",
             BulkAction::Rerun => "rerun",
+            BulkAction::Migrate => "migrate",
         }
     }
 }
@@ -85,6 +88,9 @@ pub struct BulkJobView {
     pub filter: BulkFilter,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<Vec<String>>,
+    /// A migrate job's versions and mapping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate: Option<super::migrate::MigrateTarget>,
     /// RUNNING, SUCCEEDED (every matching run looked at) or CANCELLED.
     pub status: String,
     pub actor: String,

@@ -10,6 +10,7 @@
 //!   IN_DOUBT attempt.
 //! - [`explain`]: why a run is where it is.
 //! - [`bulk`]: one action on every run a filter matches.
+//! - [`migrate`]: open runs moved to another version of their workflow.
 //! - [`events`]: sending events, what they did, the event log.
 //! - [`webhooks`]: signed deliveries turned into events.
 //! - [`limits`]: limits on steps across runs, and why a step waits.
@@ -31,6 +32,7 @@ pub mod events;
 pub mod explain;
 pub mod limits;
 pub mod logs;
+pub mod migrate;
 pub mod repair;
 pub mod runs;
 pub mod schedules;
@@ -46,6 +48,7 @@ pub use events::*;
 pub use explain::*;
 pub use limits::*;
 pub use logs::*;
+pub use migrate::*;
 pub use repair::*;
 pub use runs::*;
 pub use schedules::*;

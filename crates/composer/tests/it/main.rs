@@ -25,6 +25,7 @@ mod in_process;
 mod leases;
 mod limits;
 mod logs;
+mod migrate;
 mod model;
 mod namespaces;
 mod ops;

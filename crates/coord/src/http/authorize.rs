@@ -37,6 +37,9 @@ pub fn required_scope(method: &Method, route: &str) -> Scope {
         Scope::Admin
     } else if read {
         Scope::Read
+    } else if route == "/v1/workflows/{name}/migrate" {
+        // It changes runs, not definitions.
+        Scope::RunsControl
     } else if under("/v1/workflows") {
         Scope::WorkflowsWrite
     } else if under("/v1/runs") || under("/v1/bulk") {
@@ -276,6 +279,7 @@ mod tests {
         assert_eq!(required_scope(&post, "/v1/runs"), Scope::RunsControl);
         assert_eq!(required_scope(&post, "/v1/runs/bulk"), Scope::RunsControl);
         assert_eq!(required_scope(&post, "/v1/workflows"), Scope::WorkflowsWrite);
+        assert_eq!(required_scope(&post, "/v1/workflows/{name}/migrate"), Scope::RunsControl);
         assert_eq!(required_scope(&Method::PUT, "/v1/limits/{key}"), Scope::LimitsWrite);
         assert_eq!(required_scope(&post, "/v1/tasks/poll"), Scope::TasksWork);
         assert_eq!(required_scope(&get, "/v1/keys"), Scope::Admin);

@@ -17,7 +17,7 @@ use crate::shared::Wakes;
 use composer_store::Pool;
 
 /// Most runs a dry run counts.
-const COUNT_CAP: i64 = 1_000_000;
+pub(crate) const COUNT_CAP: i64 = 1_000_000;
 
 /// Act on many runs.
 ///
@@ -66,19 +66,13 @@ pub async fn start(pool: &Pool, wakes: &Wakes, actor: &str, req: BulkRequest) ->
             "filter: name at least one of workflow, status, tags, created_after, created_before",
         ));
     }
-    if let Some(w) = &f.workflow {
-        name_param("filter.workflow", w)?;
-    }
-    if let Some(tags) = &f.tags {
-        let ok = tags.as_object().is_some_and(|t| {
-            t.len() <= composer_core::definition::MAX_TAGS
-                && t.iter().all(|(k, v)| composer_core::definition::is_tag_key(k) && v.is_string())
-        });
-        if !ok {
-            return Err(ApiError::bad_request("filter.tags: at most 16 {key: text}, keys of A-Z a-z 0-9 _ . -"));
-        }
-    }
+    check_fields(f)?;
     let from = match (req.action, &req.from) {
+        (BulkAction::Migrate, _) => {
+            return Err(ApiError::bad_request(
+                "action: runs move to another version through POST /v1/workflows/{name}/migrate",
+            ))
+        }
         (BulkAction::Rerun, Some(from)) if !from.is_empty() && from.len() <= 100 => {
             for node in from {
                 text_param(node, "from")?;
@@ -109,6 +103,7 @@ pub async fn start(pool: &Pool, wakes: &Wakes, actor: &str, req: BulkRequest) ->
         filter: &filter,
         action: req.action.as_str(),
         rerun_from: from.as_deref(),
+        migrate: None,
         actor,
         reason: reason.as_deref(),
         matched,
@@ -116,6 +111,23 @@ pub async fn start(pool: &Pool, wakes: &Wakes, actor: &str, req: BulkRequest) ->
     let row = bulk::create(&client, &job).await?;
     wakes.bulk.notify_one();
     Ok(Started::Job(Box::new(row)))
+}
+
+/// A filter's workflow is a name, and its tags at most 16 `{key: text}`.
+pub(crate) fn check_fields(f: &BulkFilter) -> ApiResult<()> {
+    if let Some(w) = &f.workflow {
+        name_param("filter.workflow", w)?;
+    }
+    if let Some(tags) = &f.tags {
+        let ok = tags.as_object().is_some_and(|t| {
+            t.len() <= composer_core::definition::MAX_TAGS
+                && t.iter().all(|(k, v)| composer_core::definition::is_tag_key(k) && v.is_string())
+        });
+        if !ok {
+            return Err(ApiError::bad_request("filter.tags: at most 16 {key: text}, keys of A-Z a-z 0-9 _ . -"));
+        }
+    }
+    Ok(())
 }
 
 /// A rerun's `from` names steps of the runs it matches: each must be a node
@@ -172,7 +184,7 @@ fn job_id(id: &str) -> ApiResult<Uuid> {
     id.parse().map_err(|_| ApiError::bad_request(format!("invalid bulk job id {id:?}: expected a UUID")))
 }
 
-fn view(r: &JobRow) -> ApiResult<BulkJobView> {
+pub(crate) fn view(r: &JobRow) -> ApiResult<BulkJobView> {
     let corrupt = |e: String| ApiError::from(composer_store::Error::Corrupt(e));
     let filter: BulkFilter =
         serde_json::from_value(r.filter.clone()).map_err(|e| corrupt(format!("bulk filter: {e}")))?;
@@ -183,6 +195,12 @@ fn view(r: &JobRow) -> ApiResult<BulkJobView> {
         action,
         filter,
         from: r.rerun_from.clone(),
+        migrate: r
+            .migrate
+            .as_ref()
+            .map(|m| serde_json::from_value(m.clone()))
+            .transpose()
+            .map_err(|e| corrupt(format!("bulk migrate: {e}")))?,
         status: r.status.clone(),
         actor: r.actor.clone(),
         reason: r.reason.clone(),

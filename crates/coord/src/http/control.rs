@@ -16,7 +16,7 @@ use crate::engine::{By, Control, EventRequest};
 use crate::shared::RunControl;
 
 /// A reason given with a control action: at most 1,024 characters.
-fn reason(r: Option<String>) -> ApiResult<Option<String>> {
+pub(super) fn reason(r: Option<String>) -> ApiResult<Option<String>> {
     match r {
         Some(r) if r.chars().count() > MAX_REASON_CHARS => {
             Err(ApiError::bad_request(format!("reason: at most {MAX_REASON_CHARS} characters")))

@@ -11,7 +11,8 @@
 //! - [`guard`]: allowed hosts, other sites' pages, URI length, the
 //!   error log, the `composer-version` header of every answer.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
-//! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`], [`events`], [`schedules`], [`tasks`],
+//! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`],
+//!   [`migrate`] (runs moved to another version), [`events`], [`schedules`], [`tasks`],
 //!   [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`archive`] (export and
 //!   archived runs), [`ops`]: one file per resource.
 
@@ -28,6 +29,7 @@ pub mod extract;
 pub mod guard;
 pub mod keys;
 pub mod limits;
+pub mod migrate;
 pub mod namespaces;
 pub mod ops;
 mod routes;

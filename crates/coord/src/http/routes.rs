@@ -6,7 +6,7 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{archive, bulk, control, doc, events, explain, keys, limits, namespaces};
+use super::{archive, bulk, control, doc, events, explain, keys, limits, migrate, namespaces};
 use super::{ops, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::AppState;
 
@@ -30,6 +30,7 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(workflows::register_workflow, workflows::list_workflows))
         .routes(routes!(workflows::get_workflow))
         .routes(routes!(workflows::get_workflow_version))
+        .routes(routes!(migrate::migrate_runs))
         .routes(routes!(runs::start_run, runs::list_runs))
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::run_events))

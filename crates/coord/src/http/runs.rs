@@ -258,6 +258,7 @@ pub(crate) async fn list_runs(State(pool): State<Pool>, uri: axum::http::Uri) ->
         since: q.created_after.map(id_at),
         until: q.created_before.map(id_at),
         tags: tags.as_ref(),
+        ..runs::RunFilter::default()
     };
     let rows = runs::list(&mut client, &filter, q.cursor, limit).await?;
     let next = if rows.len() as i64 == limit { rows.last().map(|r| r.id.to_string()) } else { None };

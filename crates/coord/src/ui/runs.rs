@@ -62,6 +62,7 @@ impl ListFilter {
             since: self.since.map(extract::id_at),
             until: self.until.map(extract::id_at),
             tags: self.tags.as_ref(),
+            ..RunFilter::default()
         }
     }
 

@@ -91,6 +91,17 @@ pub enum Event {
         output: Option<Value>,
         error: Option<String>,
     },
+    /// An operator moves the run to another version of its workflow
+    /// (`definition`, `to_version`). The engine renames its steps first
+    /// ([`move_run`](crate::machine::migrate::move_run), refusing a run that
+    /// cannot move) and applies this under the new version: it records the
+    /// move and starts what the new version readies.
+    Migrate {
+        definition: Uuid,
+        from_version: i32,
+        to_version: i32,
+        map: crate::machine::migrate::Mapping,
+    },
 }
 
 /// How an operator resolves an IN_DOUBT attempt.
@@ -144,6 +155,7 @@ impl Event {
             Event::ItemsLoaded { .. } => "ItemsLoaded",
             Event::SourcesLoaded { .. } => "SourcesLoaded",
             Event::ChildFinished { .. } => "ChildFinished",
+            Event::Migrate { .. } => "Migrate",
         }
     }
 

@@ -46,10 +46,13 @@ pub enum HistoryKind {
     HandlerStarted,
     /// An operator changed the run's priority (`priority`, `from`).
     PriorityChanged,
+    /// An operator moved the run to another version of its workflow
+    /// (`from_version`, `to_version`, `renamed`: old step → new step).
+    RunMigrated,
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 22] = [
+    pub const ALL: [HistoryKind; 23] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -72,6 +75,7 @@ impl HistoryKind {
         HistoryKind::RunRerun,
         HistoryKind::HandlerStarted,
         HistoryKind::PriorityChanged,
+        HistoryKind::RunMigrated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -98,6 +102,7 @@ impl HistoryKind {
             HistoryKind::RunRerun => "RunRerun",
             HistoryKind::HandlerStarted => "HandlerStarted",
             HistoryKind::PriorityChanged => "PriorityChanged",
+            HistoryKind::RunMigrated => "RunMigrated",
         }
     }
 

@@ -33,6 +33,8 @@
 //! - `rules`: the rules, a room per family of event (start, report,
 //!   timers, control, LOOP, rerun, repair, …).
 //! - `map`: MAP's rules.
+//! - [`migrate`]: whether a run can move to another version of its
+//!   workflow, and its steps renamed to the new version's.
 
 use std::collections::HashSet;
 
@@ -49,6 +51,7 @@ mod event;
 mod history;
 mod lifecycle;
 mod map;
+pub mod migrate;
 mod rules;
 mod run;
 mod state;

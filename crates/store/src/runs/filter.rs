@@ -22,6 +22,10 @@ pub struct RunFilter<'a> {
     pub until: Option<Uuid>,
     /// Runs with every one of these tags (`{key: value}`).
     pub tags: Option<&'a Value>,
+    /// Runs of this version of their workflow.
+    pub version: Option<i32>,
+    /// Open runs only (QUEUED, RUNNING or PAUSED).
+    pub open: bool,
 }
 
 type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
@@ -53,6 +57,12 @@ impl<'a> Where<'a> {
         }
         if let Some(v) = &filter.tags {
             w.and("tags @> $", v);
+        }
+        if let Some(v) = &filter.version {
+            w.and("workflow_version = $", v);
+        }
+        if filter.open {
+            w.sql.push_str(" AND status IN ('QUEUED', 'RUNNING', 'PAUSED')");
         }
         w
     }

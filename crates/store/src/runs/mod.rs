@@ -14,6 +14,7 @@
 //! - `maps`: a MAP's items and list.
 //! - `children`: the child runs of SUB_WORKFLOW and LOOP attempts.
 //! - `priority_change`: a new priority for an open run tree.
+//! - `migrate`: a run moved to another version of its workflow.
 //! - `faulted`: failing a run whose events fail every time.
 //! - `reads`: what the API reads of one run.
 //! - `history`: a run's history lines and the edges they record.
@@ -27,6 +28,7 @@ mod history;
 mod locked;
 mod machine_view;
 mod maps;
+mod migrate;
 mod priority_change;
 mod reads;
 mod rows;
@@ -46,6 +48,7 @@ pub use history::{history, taken_edges, HistoryRow};
 pub use locked::{load_nodes, lock_many, InPart, Locked};
 pub use machine_view::{into_machine, to_machine_task};
 pub use maps::{items, load_items, load_sources, stalled_maps, Items};
+pub use migrate::move_to;
 pub use priority_change::{set_priority, PriorityChange, MAX_PRIORITY_MOVES};
 pub use reads::{exists, get, handlers_of, queue_backlog, status, task_of_node};
 pub use rows::{Parent, RunRow, TaskRow};

@@ -2,7 +2,8 @@
 //! worker's report applies only while the worker holds the attempt's lease
 //! (as the batch locked it); a bulk job's action at most once per run
 //! (marked in this transaction); an operator's action carries who and why
-//! into the history.
+//! into the history. A move to another version renames the run's steps
+//! and switches the run to the new version before the machine sees it.
 
 use composer_core::machine::Event;
 use uuid::Uuid;
@@ -48,6 +49,12 @@ impl Batch<'_> {
                 note.add_to(&mut loaded.seen);
             }
             let name = event.name();
+            if let Event::Migrate { definition, to_version, map, .. } = &event {
+                if let Err(refused) = self.engine.move_run(tx, loaded, (*definition, *to_version), map).await? {
+                    self.answers.push(Ok(Answer::new(loaded.run.status, Some(refused))));
+                    continue;
+                }
+            }
             let mut tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
             if let (Some(c), Some(first)) = (control, tr.history.first_mut()) {
                 record_actor(&mut first.payload, c);
@@ -85,4 +92,34 @@ fn lease_lost(event: &Event, worker: &str, leases: &Leases) -> Option<Uuid> {
         .get(&task_id)
         .is_some_and(|(owner, at, running)| *running && *at == attempt && owner.as_deref() == Some(worker));
     (!held).then_some(task_id)
+}
+
+impl super::super::Engine {
+    /// Moves `loaded` to `definition` (its id and version) when it can move
+    /// there under `map`: its steps renamed in storage and in the machine's
+    /// form, and the new version is what the rest of the transaction applies
+    /// its events under. `Err` names why it cannot move (nothing changed).
+    async fn move_run(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        loaded: &mut super::super::loaded::Loaded,
+        definition: (Uuid, i32),
+        map: &composer_core::machine::migrate::Mapping,
+    ) -> Result<std::result::Result<(), String>> {
+        let new = self.workflow(definition.0).await?;
+        if new.spec.name != loaded.wf.spec.name {
+            return Ok(Err(format!("version {} is of another workflow", definition.1)));
+        }
+        if loaded.definition.0 == definition.0 {
+            return Ok(Err(format!("the run is on version {} already", definition.1)));
+        }
+        let renamed = match composer_core::machine::migrate::move_run(&loaded.wf, &new, &mut loaded.run, map) {
+            Ok(renamed) => renamed,
+            Err(plan) => return Ok(Err(plan.reasons.join("; "))),
+        };
+        composer_store::runs::move_to(tx, loaded.run.id, definition, &renamed).await?;
+        loaded.wf = new;
+        loaded.definition = definition;
+        Ok(Ok(()))
+    }
 }

@@ -15,6 +15,7 @@
 //! - `loops`: LOOP, an iteration at a time.
 //! - `rerun`: an operator reruns the run from some of its steps.
 //! - `repair`: an operator completes a step or resolves one in doubt.
+//! - `migrate`: the run, its steps renamed, goes on under another version.
 //!
 //! MAP's rules are in `machine::map`.
 
@@ -28,6 +29,7 @@ mod control;
 mod finish;
 mod guards;
 mod loops;
+mod migrate;
 mod repair;
 mod report;
 mod rerun;
@@ -63,6 +65,7 @@ impl Machine<'_> {
                 let t = self.child_reportable(task_id, attempt, iteration)?;
                 self.on_child_finished(t, child, status, output, error.as_deref())
             }
+            Event::Migrate { from_version, to_version, map, .. } => self.on_migrate(from_version, to_version, map),
         }
     }
 }
