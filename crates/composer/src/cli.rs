@@ -1,5 +1,7 @@
 //! Command-line flags, each with its `COMPOSER_*` environment variable. The
 //! server roles' flags are their libraries' config structs, flattened.
+//!
+//! - `workflow`: `composer workflow`'s subcommands.
 
 use std::path::PathBuf;
 use std::time::Duration;

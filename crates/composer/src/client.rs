@@ -137,7 +137,7 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
             return Ok(crate::simulate::run(&file, start, &mocks, &failures, &output, ask));
         }
         WorkflowCommand::Migrate { name, from, to, map, tags, reason, dry_run, wait } => {
-            let m = migrate::Migrate { name, from, to, map, tags, reason, dry_run, wait };
+            let m = migrate::Migrate { name, from, to, map, tags: tag_args(&tags)?, reason, dry_run, wait };
             return migrate::migrate(&api, format, m).await;
         }
         WorkflowCommand::Schema => {

@@ -1,5 +1,7 @@
 //! Bulk jobs: one control action applied to every run a filter matches.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -90,7 +92,7 @@ pub struct BulkJobView {
     pub from: Option<Vec<String>>,
     /// A migrate job's versions and mapping.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub migrate: Option<super::migrate::MigrateTarget>,
+    pub migrate: Option<MigrateTarget>,
     /// RUNNING, SUCCEEDED (every matching run looked at) or CANCELLED.
     pub status: String,
     pub actor: String,
@@ -108,4 +110,13 @@ pub struct BulkJobView {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// What a migrate job moves runs to, as its job shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct MigrateTarget {
+    pub from_version: i32,
+    pub to_version: i32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub map: BTreeMap<String, String>,
 }

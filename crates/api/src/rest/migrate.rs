@@ -64,12 +64,3 @@ pub struct RunVerdict {
     #[serde(flatten)]
     pub plan: Plan,
 }
-
-/// What a migrate job moves runs to, as its job shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
-pub struct MigrateTarget {
-    pub from_version: i32,
-    pub to_version: i32,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub map: BTreeMap<String, String>,
-}

@@ -25,7 +25,8 @@ pub struct Migrate {
     pub from: i32,
     pub to: i32,
     pub map: Vec<String>,
-    pub tags: Vec<String>,
+    /// Only the runs with every one of these tags.
+    pub tags: Option<serde_json::Map<String, Value>>,
     pub reason: Option<String>,
     pub dry_run: bool,
     pub wait: bool,
@@ -34,8 +35,7 @@ pub struct Migrate {
 /// Prints the dry run's verdicts, or the job (once it ended, with `wait`:
 /// exit 1 when it refused a run).
 pub async fn migrate(api: &Client, format: Format, m: Migrate) -> anyhow::Result<ExitCode> {
-    let filter = super::tag_args(&m.tags)?
-        .map(|tags| composer_api::BulkFilter { tags: Some(Value::Object(tags)), ..Default::default() });
+    let filter = m.tags.map(|tags| composer_api::BulkFilter { tags: Some(Value::Object(tags)), ..Default::default() });
     let req = MigrateRequest {
         from_version: m.from,
         to_version: m.to,

@@ -148,6 +148,7 @@ fn body_of(op: &str, held: &Held) -> Option<Value> {
             json!({"worker_id": "alpha-poller", "run_id": held.leased, "attempt": 1, "lines": ["x"]})
         }
         "POST /v1/webhooks/{name}" => json!({}),
+        "POST /v1/workflows/{name}/migrate" => json!({"from_version": 1, "to_version": 2}),
         _ => return None,
     };
     Some(body)

@@ -34,7 +34,8 @@
 //!   timers, control, LOOP, rerun, repair, …).
 //! - `map`: MAP's rules.
 //! - [`migrate`]: whether a run can move to another version of its
-//!   workflow, and its steps renamed to the new version's.
+//!   workflow, and its steps renamed to the new version's (`migrate_tests`:
+//!   its tests).
 
 use std::collections::HashSet;
 
@@ -176,5 +177,7 @@ pub fn after_commit(wf: &Workflow, run: &Run, tr: &Transition) -> Vec<AfterCommi
     out
 }
 
+#[cfg(test)]
+mod migrate_tests;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,208 @@
+//! Moving a run to another version (`migrate`): which runs can move, and
+//! how a moved run goes on under the new version.
+
+use chrono::Utc;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::migrate::{move_run, plan, Mapping, Plan};
+use super::{apply, Event, HistoryKind, Run, RunStatus, TaskState, Transition};
+use crate::definition::Workflow;
+
+/// A workflow of HTTP nodes (`id` or `id:TYPE`) and edges.
+fn wf(nodes: &[&str], edges: &[(&str, &str)]) -> Workflow {
+    let nodes: Vec<Value> = nodes
+        .iter()
+        .map(|n| match n.split_once(':') {
+            Some((id, "TRANSFORM")) => json!({"id": id, "type": "TRANSFORM", "config": {"output": 1}}),
+            Some((id, t)) => json!({"id": id, "type": t}),
+            None => json!({"id": n, "type": "HTTP", "config": {"url": format!("http://h/{n}")}}),
+        })
+        .collect();
+    let edges: Vec<Value> = edges.iter().map(|(f, t)| json!({"from": f, "to": t})).collect();
+    Workflow::parse(&json!({"name": "t", "nodes": nodes, "edges": edges})).unwrap()
+}
+
+struct Sim {
+    wf: Workflow,
+    run: Run,
+    next: u128,
+}
+
+impl Sim {
+    fn new(wf: Workflow) -> Sim {
+        let mut s = Sim { wf, run: Run::new(Uuid::from_u128(1), json!({})), next: 100 };
+        s.apply(Event::RunStarted);
+        s
+    }
+
+    fn apply(&mut self, e: Event) -> Transition {
+        let next = &mut self.next;
+        let mut ids = || {
+            *next += 1;
+            Uuid::from_u128(*next)
+        };
+        apply(
+            &crate::expr::Sandbox::for_tests(),
+            &self.wf,
+            &mut self.run,
+            e,
+            chrono::DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap(),
+            &mut ids,
+        )
+    }
+
+    fn state(&self, node: &str) -> Option<TaskState> {
+        let n = self.wf.node_index(node)?;
+        self.run.tasks.iter().find(|t| t.node == n && !t.removed).map(|t| t.state)
+    }
+
+    fn complete(&mut self, node: &str) {
+        let n = self.wf.node_index(node).unwrap();
+        let t = self.run.tasks.iter().find(|t| t.node == n && !t.removed).unwrap();
+        let (task_id, attempt) = (t.id, t.attempt);
+        let tr = self.apply(Event::TaskCompleted { task_id, attempt, output: json!({"node": node}) });
+        assert!(tr.ignored.is_none(), "{node}: {:?}", tr.ignored);
+    }
+
+    /// Moves the run to `new` under `map`, as the engine does.
+    fn migrate(&mut self, new: Workflow, map: &[(&str, &str)]) -> Result<Transition, Plan> {
+        let map: Mapping = map.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        move_run(&self.wf, &new, &mut self.run, &map)?;
+        self.wf = new;
+        Ok(self.apply(Event::Migrate { definition: Uuid::nil(), from_version: 1, to_version: 2, map }))
+    }
+}
+
+#[test]
+fn a_step_added_after_the_running_one_runs_when_reached_and_the_move_is_recorded() {
+    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
+    s.complete("a");
+    let new = wf(&["a", "b", "c"], &[("a", "b"), ("b", "c")]);
+    let p = plan(&s.wf, &new, &s.run, &Mapping::new());
+    assert!(p.movable(), "{p:?}");
+    assert_eq!(p.added, ["c"]);
+    let tr = s.migrate(new, &[]).unwrap();
+    assert_eq!(tr.history[0].kind, HistoryKind::RunMigrated);
+    assert_eq!(tr.history[0].payload["to_version"], 2);
+    assert_eq!(
+        (s.state("a"), s.state("b"), s.state("c")),
+        (Some(TaskState::Completed), Some(TaskState::Pending), None)
+    );
+    s.complete("b");
+    assert_eq!(s.state("c"), Some(TaskState::Pending), "the new step starts once b ends");
+    s.complete("c");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn a_new_step_whose_predecessors_ended_starts_at_the_move() {
+    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
+    s.complete("a");
+    let tr = s.migrate(wf(&["a", "b", "audit"], &[("a", "b"), ("a", "audit")]), &[]).unwrap();
+    assert_eq!(s.state("audit"), Some(TaskState::Pending));
+    assert_eq!(tr.dispatch.len(), 1, "the new step is sent: {tr:?}");
+}
+
+#[test]
+fn a_step_that_would_have_waited_for_one_not_run_refuses_the_move_and_changes_nothing() {
+    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
+    s.complete("a");
+    let before = s.run.clone();
+    let new = wf(&["a", "check", "b"], &[("a", "check"), ("check", "b")]);
+    let refused = s.migrate(new, &[]).unwrap_err();
+    assert!(refused.reasons[0].contains("puts `check` before it"), "{refused:?}");
+    assert_eq!(s.run, before);
+}
+
+#[test]
+fn a_step_the_new_version_lacks_refuses_until_the_map_names_its_step() {
+    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
+    s.complete("a");
+    let new = || wf(&["charge", "b"], &[("charge", "b")]);
+    let refused = plan(&s.wf, &new(), &s.run, &Mapping::new());
+    assert!(refused.reasons[0].contains("no step `a`: map it"), "{refused:?}");
+    let mut map = Mapping::new();
+    map.insert("a".into(), "charge".into());
+    assert_eq!(move_run(&s.wf, &new(), &mut s.run.clone(), &map), Ok(vec![("a".into(), "charge".into())]));
+    s.migrate(new(), &[("a", "charge")]).unwrap();
+    assert_eq!(s.state("charge"), Some(TaskState::Completed));
+    s.complete("b");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+#[test]
+fn refusals_name_each_reason() {
+    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
+    s.complete("a");
+    let typed = plan(&s.wf, &wf(&["a", "b:resize"], &[("a", "b")]), &s.run, &Mapping::new());
+    assert!(typed.reasons[0].contains("is a resize step, not a HTTP"), "{typed:?}");
+    let two: Mapping = [("a".to_string(), "b".to_string())].into();
+    let both = plan(&s.wf, &wf(&["b", "c"], &[("b", "c")]), &s.run, &two);
+    assert!(both.reasons.iter().any(|r| r.contains("would both become `b`")), "{both:?}");
+    let unknown: Mapping = [("zz".to_string(), "a".to_string())].into();
+    let named = plan(&s.wf, &s.wf, &s.run, &unknown);
+    assert!(named.reasons[0].contains("`zz`"), "{named:?}");
+    s.complete("b");
+    let ended = plan(&s.wf, &s.wf, &s.run, &Mapping::new());
+    assert!(ended.reasons[0].contains("only an open run moves"), "{ended:?}");
+}
+
+#[test]
+fn a_move_is_undone_by_moving_back() {
+    let v1 = || wf(&["a", "b", "c"], &[("a", "b"), ("b", "c")]);
+    let v2 = || wf(&["a2", "b", "c"], &[("a2", "b"), ("b", "c")]);
+    let mut s = Sim::new(v1());
+    s.complete("a");
+    let before: Vec<(usize, TaskState)> = s.run.tasks.iter().map(|t| (t.node, t.state)).collect();
+    s.migrate(v2(), &[("a", "a2")]).unwrap();
+    s.migrate(v1(), &[("a2", "a")]).unwrap();
+    let after: Vec<(usize, TaskState)> = s.run.tasks.iter().map(|t| (t.node, t.state)).collect();
+    assert_eq!(before, after);
+    s.complete("b");
+    s.complete("c");
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A chain of n steps run up to step k; the new version inserts a
+    /// step before step `at`. The run can move exactly when it has not
+    /// reached step `at`, and a moved run finishes with every step of
+    /// the new version run once and no ended step run again.
+    #[test]
+    fn a_run_moves_exactly_when_no_step_it_reached_would_wait_for_the_new_one(
+        n in 2usize..7, k in 0usize..7, at in 1usize..7,
+    ) {
+        let (k, at) = (k.min(n - 1), at.min(n - 1));
+        let ids: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
+        let chain = |ids: &[String]| {
+            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let edges: Vec<(&str, &str)> = refs.windows(2).map(|w| (w[0], w[1])).collect();
+            wf(&refs, &edges)
+        };
+        let mut s = Sim::new(chain(&ids));
+        for id in &ids[..k] {
+            s.complete(id);
+        }
+        let mut new_ids = ids.clone();
+        new_ids.insert(at, "new".to_string());
+        let reached = at <= k;
+        match s.migrate(chain(&new_ids), &[]) {
+            Ok(_) => {
+                prop_assert!(!reached, "moved though step {at} had started");
+                for id in &new_ids {
+                    if s.state(id) != Some(TaskState::Completed) {
+                        s.complete(id);
+                    }
+                }
+                prop_assert_eq!(s.run.status, RunStatus::Succeeded);
+                prop_assert!(s.run.tasks.iter().all(|t| t.attempt == 1 && !t.removed));
+                prop_assert_eq!(s.run.tasks.len(), n + 1);
+            }
+            Err(p) => prop_assert!(reached, "refused: {:?}", p.reasons),
+        }
+    }
+}
