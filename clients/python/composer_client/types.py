@@ -82,9 +82,12 @@ HistoryKind = Literal[
     "RunRerun",
     "HandlerStarted",
     "PriorityChanged",
+    "RunMigrated",
 ]
 """What a line of a run's history records (``PriorityChanged``: its
-priority was changed, payload ``{"priority", "from", "actor"}``)."""
+priority was changed, payload ``{"priority", "from", "actor"}``;
+``RunMigrated``: it moved to another version of its workflow, payload
+``{"from_version", "to_version", "map", "actor", "reason"?}``)."""
 
 
 class _MapProgressRequired(TypedDict):

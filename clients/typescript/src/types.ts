@@ -74,7 +74,9 @@ export type HistoryKind =
   /** An operator ran the run again from some of its steps. */
   | "RunRerun"
   /** An operator gave the run another priority (`setRunPriority`): payload `{priority, from, actor}`. */
-  | "PriorityChanged";
+  | "PriorityChanged"
+  /** An operator moved the run to another version (`migrateRuns`): payload `{from_version, to_version, map, actor, reason?}`. */
+  | "RunMigrated";
 
 // -- workflow definitions ---------------------------------------------------
 

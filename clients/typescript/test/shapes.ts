@@ -472,6 +472,7 @@ export const historyKinds: Record<HistoryKind, true> = {
   HandlerStarted: true,
   RunRerun: true,
   PriorityChanged: true,
+  RunMigrated: true,
 };
 
 export const resolveOutcomes: Record<ResolveOutcome, true> = { completed: true, failed: true, retry: true };

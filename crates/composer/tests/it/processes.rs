@@ -816,6 +816,59 @@ async fn a_bulk_job_when_its_coordinator_is_killed_is_finished_by_the_other_acti
     c.stop();
 }
 
+/// A coordinator is SIGKILLed while a migrate job moves runs to a new
+/// version: the other finishes the job, each run moved once and none
+/// skipped, and every moved run finishes on the new version.
+#[tokio::test]
+async fn a_migration_when_its_coordinator_is_killed_moves_each_run_once_and_they_finish_on_the_new_version() {
+    let mut c = TwoCoordinators::start("kill-mid-migrate", true).await;
+    let clients = c.clients();
+    let wait = json!({"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "all"}});
+    let v1 = json!({"name": "long_lived", "nodes": [wait]});
+    let v2 = json!({"name": "long_lived", "nodes": [wait, {"id": "after", "type": "TRANSFORM", "config": {"output": 2}}],
+        "edges": [{"from": "w", "to": "after"}]});
+    assert_eq!(clients[0].post("/v1/workflows", &v1).await.0, 201);
+    let mut ids = Vec::new();
+    for i in 0..300 {
+        let (status, run) = clients[i % 2].post("/v1/runs", &json!({"workflow": "long_lived"})).await;
+        assert_eq!(status, 201, "{run}");
+        ids.push(run["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(clients[0].post("/v1/workflows", &v2).await.0, 201);
+    let (status, job) = clients[0]
+        .post("/v1/workflows/long_lived/migrate", &json!({"from_version": 1, "to_version": 2, "reason": "add after"}))
+        .await;
+    assert_eq!(status, 202, "{job}");
+    let job = job["id"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(60), "the job to get going (a batch moved)", || async {
+        let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
+        (j["looked_at"].as_i64().unwrap_or(0) >= 100 || j["status"] != "RUNNING").then_some(()).ok_or(j)
+    })
+    .await;
+    kill9(&mut c.coordinators[0]);
+    let done = eventually(Duration::from_secs(90), "the job to finish", || async {
+        let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
+        if j["status"] != "RUNNING" {
+            Ok(j)
+        } else {
+            Err(j)
+        }
+    })
+    .await;
+    assert_eq!((done["status"].as_str(), done["refused"].as_i64()), (Some("SUCCEEDED"), Some(0)), "{done}");
+    for id in &ids {
+        assert_eq!(history_count(&clients[1], id, "RunMigrated").await, 1, "run {id} moved once");
+    }
+    let (status, sent) = clients[1].post("/v1/events", &json!({"name": "go", "key": "all"})).await;
+    assert_eq!(status, 200, "{sent}");
+    for id in &ids {
+        let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
+        assert_eq!((&run["status"], &run["version"]), (&json!("SUCCEEDED"), &json!(2)), "{run}");
+        assert_eq!(run["output"]["after"], 2, "{run}");
+    }
+    c.stop();
+}
+
 /// A coordinator is SIGKILLed while schedules fire every second: the other
 /// carries on, every fire time has one run, and none is lost.
 #[tokio::test]
