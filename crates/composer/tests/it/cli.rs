@@ -596,3 +596,64 @@ fn tempfile_dir(what: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// `workflow simulate --replay` runs a new version on a run's recorded
+/// outputs; `workflow migrate` prints the dry run's verdicts, and with
+/// `--wait` the job that moved the runs.
+#[tokio::test]
+async fn simulate_replays_a_runs_outputs_on_a_new_version_and_migrate_moves_the_open_runs() {
+    let e = Engine::start().await;
+    let url = e.url();
+    let wait = json!({"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "paid", "key": "${ .input.k }"}});
+    let v1 = json!({"name": "replayed", "nodes": [wait, {"id": "t", "type": "TRANSFORM", "config": {"output": "${ .nodes.w.output.x }"}}],
+        "edges": [{"from": "w", "to": "t"}]});
+    e.register(&v1).await;
+    let done = e.start_run("replayed", json!({"k": "done"})).await;
+    let open = e.start_run("replayed", json!({"k": "open"})).await;
+    for id in [done, open] {
+        e.wait_until(id, Duration::from_secs(30), |r| r["tasks"][0]["state"] == "WAITING").await;
+    }
+    let (status, _) = e.post("/v1/events", &json!({"name": "paid", "key": "done", "payload": {"x": 21}})).await;
+    assert_eq!(status, 200);
+    assert_eq!(e.wait_for_run(done, Duration::from_secs(30)).await["status"], "SUCCEEDED");
+    // v2 renames the wait and doubles what it read.
+    let v2 = json!({"name": "replayed", "nodes": [
+        {"id": "payment", "type": "WAIT_FOR_EVENT", "config": {"event": "paid", "key": "${ .input.k }"}},
+        {"id": "t", "type": "TRANSFORM", "config": {"output": "${ .nodes.payment.output.x * 2 }"}}],
+        "edges": [{"from": "payment", "to": "t"}]});
+    let dir = tempfile_dir("cli-migrate");
+    let file = dir.join("v2.json");
+    std::fs::write(&file, v2.to_string()).unwrap();
+    let file = file.display().to_string();
+    let run = done.to_string();
+    let replay = ["workflow", "simulate", "-f", &file, "--replay", &run, "--map", "w=payment", "-o", "json"];
+    let simulated = cli(&url, &replay, None).await;
+    assert_eq!(simulated.code, 0, "{}{}", simulated.stdout, simulated.stderr);
+    let report: Value = serde_json::from_str(&simulated.stdout).unwrap();
+    assert_eq!(report["output"]["t"], 42, "the recorded payload, read by v2: {report}");
+    let unmapped = cli(&url, &["workflow", "simulate", "-f", &file, "--replay", &run, "-o", "json"], None).await;
+    let report: Value = serde_json::from_str(&unmapped.stdout).unwrap();
+    assert_ne!(report["output"]["t"], 42, "without --map the wait's payload is not its: {report}");
+    let bad = cli(&url, &["workflow", "simulate", "-f", &file, "--replay", "nope"], None).await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("--replay"), "{}", bad.stderr);
+
+    e.register(&v2).await;
+    let migrate = ["workflow", "migrate", "replayed", "--from", "1", "--to", "2", "--map", "w=payment"];
+    let dry = cli(&url, &[&migrate[..], &["--dry-run", "-o", "json"]].concat(), None).await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    let dry: Value = serde_json::from_str(&dry.stdout).unwrap();
+    assert_eq!((&dry["movable"], &dry["runs"][0]["run_id"]), (&json!(1), &json!(open.to_string())), "{dry}");
+    let moved = cli(&url, &[&migrate[..], &["--wait", "--reason", "renamed", "-o", "json"]].concat(), None).await;
+    assert_eq!(moved.code, 0, "{}", moved.stderr);
+    let job: Value = serde_json::from_str(&moved.stdout).unwrap();
+    assert_eq!((&job["status"], &job["acted_on"]), (&json!("SUCCEEDED"), &json!(1)), "{job}");
+    let twice = cli(&url, &["workflow", "migrate", "replayed", "--from", "1", "--to", "2", "--map", "w"], None).await;
+    assert_eq!(twice.code, 2, "{}", twice.stderr);
+    let (status, _) = e.post("/v1/events", &json!({"name": "paid", "key": "open", "payload": {"x": 5}})).await;
+    assert_eq!(status, 200);
+    let run = e.wait_for_run(open, Duration::from_secs(30)).await;
+    assert_eq!((&run["version"], &run["output"]["t"]), (&json!(2), &json!(10)), "{run}");
+    let _ = std::fs::remove_dir_all(dir);
+    e.stop().await;
+}

@@ -676,3 +676,57 @@ async fn the_pages_show_the_chosen_namespace_alone_and_the_namespaces_page_creat
     }
     e.stop().await;
 }
+
+/// Issue 56: the migrate page shows the dry run's verdict for each open run
+/// (which moves, which stays and why, what would change), and its form
+/// starts the job that moves the movable ones.
+#[tokio::test]
+async fn the_migrate_page_shows_each_runs_verdict_and_its_form_moves_the_movable_ones() {
+    let e = Engine::start().await;
+    let b = browser();
+    let wait = |id: &str, event: &str| json!({"id": id, "type": "WAIT_FOR_EVENT", "config": {"event": event, "key": "${ .input.k }"}});
+    let v1 = json!({"name": "moving", "nodes": [wait("w1", "one"), wait("w2", "two")], "edges": [{"from": "w1", "to": "w2"}]});
+    e.register(&v1).await;
+    let early = e.start_run("moving", json!({"k": "early"})).await;
+    let late = e.start_run("moving", json!({"k": "late"})).await;
+    for id in [early, late] {
+        e.wait_until(id, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    }
+    let (status, _) = e.post("/v1/events", &json!({"name": "one", "key": "late"})).await;
+    assert_eq!(status, 200);
+    e.wait_until(late, T, |r| r["tasks"][1]["state"] == "WAITING").await;
+    let v2 = json!({"name": "moving", "nodes": [wait("w1", "one"), {"id": "audit", "type": "TRANSFORM", "config": {"output": 1}},
+        wait("w2", "two")], "edges": [{"from": "w1", "to": "audit"}, {"from": "audit", "to": "w2"}]});
+    e.register(&v2).await;
+    let url = |p: &str| format!("{}{p}", e.url());
+
+    let workflow = b.get(url("/ui/workflows/moving")).send().await.unwrap().text().await.unwrap();
+    assert!(workflow.contains("href=\"/ui/workflows/moving/migrate\""), "{workflow}");
+    let page = b.get(url("/ui/workflows/moving/migrate?from=1&to=2")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("1 can move · 1 cannot"), "{page}");
+    let row = |id: uuid::Uuid| {
+        let at = page.find(&format!("data-run=\"{id}\"")).unwrap_or_else(|| panic!("{id}'s row: {page}"));
+        page[at..].split("</tr>").next().unwrap().to_string()
+    };
+    let moves = row(early);
+    assert!(moves.contains("class=\"moves\"") && moves.contains("audit is new: it runs when reached"), "{moves}");
+    let stays = row(late);
+    assert!(stays.contains("class=\"stays\"") && stays.contains("puts `audit` before it"), "{stays}");
+    let bad = b.get(url("/ui/workflows/moving/migrate?from=1&to=x")).send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+
+    let form = [("from", "1"), ("to", "2"), ("map", ""), ("reason", "audit every order")];
+    let moved = b.post(url("/ui/workflows/moving/migrate")).form(&form).send().await.unwrap();
+    assert_eq!(moved.status(), 303);
+    let job = moved.headers()["location"].to_str().unwrap().to_string();
+    assert!(job.starts_with("/ui/bulk/"), "{job}");
+    eventually(T, "the job to move the run", || async {
+        let shown = b.get(url(&job)).send().await.unwrap().text().await.unwrap();
+        shown.contains("1 acted on").then_some(()).ok_or(shown)
+    })
+    .await;
+    let moved = e.history(early, "RunMigrated").await;
+    assert_eq!(moved[0]["payload"]["reason"], "audit every order", "{moved:?}");
+    assert!(e.history(late, "RunMigrated").await.is_empty());
+    e.stop().await;
+}

@@ -14,7 +14,7 @@ use axum::{Extension, Json};
 use composer_api::{BulkFilter, BulkJobView, ErrorBody, MigrateDryRun, MigrateRequest, RunVerdict};
 use composer_core::definition::Workflow;
 use composer_core::machine::migrate;
-use composer_store::bulk::NewJob;
+use composer_store::bulk::{JobRow, NewJob};
 use composer_store::definitions::{self, DefinitionRow};
 use composer_store::runs;
 
@@ -56,16 +56,31 @@ pub(crate) async fn migrate_runs(
     Path(name): Path<String>,
     Body(req): Body<MigrateRequest>,
 ) -> ApiResult<Response> {
-    let checked = check(&c, &name, &req).await?;
+    Ok(match migrate(&c, &wakes, &by.name, &name, req).await? {
+        Moved::DryRun(answer) => (StatusCode::OK, Json(answer)).into_response(),
+        Moved::Job(row) => (StatusCode::ACCEPTED, Json(super::bulk::view(&row)?)).into_response(),
+    })
+}
+
+/// What a checked migration request did.
+pub enum Moved {
+    DryRun(MigrateDryRun),
+    Job(Box<JobRow>),
+}
+
+/// Checks a migration request, and answers its dry run or starts its job
+/// (the API's and the UI's). `actor`: who asked, as the job and the runs'
+/// history name them.
+pub async fn migrate(c: &RunControl, wakes: &Wakes, actor: &str, name: &str, req: MigrateRequest) -> ApiResult<Moved> {
+    let checked = check(c, name, &req).await?;
     let mut client = composer_store::client(&c.pool).await?;
-    let filter = filter_of(&name, req.filter.as_ref());
+    let filter = filter_of(name, req.filter.as_ref());
     let mut run_filter = crate::bulk::run_filter(&filter, None);
     run_filter.version = Some(req.from_version);
     run_filter.open = true;
     if req.dry_run {
         let ids = runs::matching_ids(&mut client, &run_filter, None, MAX_MIGRATE_VERDICTS + 1).await?;
-        let answer = dry_run(&client, &checked, &req, &ids).await?;
-        return Ok((StatusCode::OK, Json(answer)).into_response());
+        return Ok(Moved::DryRun(dry_run(&client, &checked, &req, &ids).await?));
     }
     let matched = runs::count_matching(&mut client, &run_filter, super::bulk::COUNT_CAP).await?;
     let target = crate::bulk::Target {
@@ -82,13 +97,13 @@ pub(crate) async fn migrate_runs(
         action: "migrate",
         rerun_from: None,
         migrate: Some(&target),
-        actor: &by.name,
+        actor,
         reason: reason.as_deref(),
         matched,
     };
     let row = composer_store::bulk::create(&client, &job).await?;
     wakes.bulk.notify_one();
-    Ok((StatusCode::ACCEPTED, Json(super::bulk::view(&row)?)).into_response())
+    Ok(Moved::Job(Box::new(row)))
 }
 
 fn corrupt(e: serde_json::Error) -> ApiError {

@@ -27,7 +27,7 @@ pub async fn bulk_page(State(pool): State<Pool>, Path(id): Path<String>, Query(q
     let filter = serde_json::to_string(&job.filter).unwrap_or_default();
     let body = html!(
         "<h1>Bulk job <code>{}</code></h1><p class=\"meta\">{} · by {}{} · started {} · ended {}</p>\
-         <p>Filter <code>{}</code>{}</p><div{}>{}</div><p><a href=\"/ui/runs\">← runs</a></p>",
+         <p>Filter <code>{}</code>{}{}</p><div{}>{}</div><p><a href=\"/ui/runs\">← runs</a></p>",
         id,
         job.action,
         job.actor,
@@ -36,6 +36,7 @@ pub async fn bulk_page(State(pool): State<Pool>, Path(id): Path<String>, Query(q
         time(job.finished_at),
         filter,
         job.rerun_from.as_ref().map(|f| html!(" · from {}", f.join(", "))),
+        job.migrate.as_ref().map(|m| html!(" · v{} → v{}", m["from_version"].to_string(), m["to_version"].to_string())),
         refreshed,
         live
     );

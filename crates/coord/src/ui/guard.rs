@@ -108,6 +108,7 @@ pub fn ui_scope(method: &Method, route: &str) -> Option<Scope> {
         "/ui/audit" => Scope::Admin,
         _ if read => Scope::Read,
         r if r.starts_with("/ui/runs") || r.starts_with("/ui/bulk/") => Scope::RunsControl,
+        "/ui/workflows/{name}/migrate" => Scope::RunsControl,
         "/ui/limits" => Scope::LimitsWrite,
         r if r.starts_with("/ui/schedules/") => Scope::SchedulesWrite,
         _ => Scope::Admin,

@@ -14,7 +14,8 @@
 //!   `logs`: a step's log; `control`: the buttons and forms that change a
 //!   run, and their answers.
 //! - `workflows`, `schedules` (with backfill), `events`, `limits`, `audit`
-//!   (the audit log).
+//!   (the audit log); `migrate`: a version's open runs moved to another,
+//!   the dry run's verdicts first.
 //! - `namespaces`: the cluster's namespaces, and which one the other pages
 //!   show (every page but this one, login and the static files is a
 //!   namespace's, chosen by a cookie the door reads).
@@ -45,6 +46,7 @@ mod html;
 mod limits;
 mod login;
 mod logs;
+mod migrate;
 mod namespaces;
 mod notices;
 mod ops;
@@ -89,6 +91,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/queues", get(ops::queues_page))
         .route("/ui/workflows", get(workflows::workflows_page))
         .route("/ui/workflows/{name}", get(workflows::workflow_page))
+        .route("/ui/workflows/{name}/migrate", get(migrate::migrate_page).post(migrate::migrate_action))
         .route("/ui/schedules", get(schedules::schedules_page))
         .route("/ui/schedules/{id}/backfill", post(schedules::backfill_action))
         .route("/ui/events", get(events::events_page))

@@ -66,10 +66,12 @@ pub async fn workflow_page(
         .collect();
     let spec = serde_json::to_string_pretty(&def.spec).unwrap_or_default();
     let body = html!(
-        "<h1>{} <small>v{}</small></h1><p><a href=\"/ui/runs?workflow={}\">Its runs</a></p>{}\
+        "<h1>{} <small>v{}</small></h1><p><a href=\"/ui/runs?workflow={}\">Its runs</a> · \
+         <a href=\"/ui/workflows/{}/migrate\">Move open runs to another version</a></p>{}\
          <h2>Versions</h2><ul class=\"versions\">{}</ul><h2>Definition</h2><pre class=\"spec\">{}</pre>",
         def.name,
         def.version,
+        url_enc(&def.name),
         url_enc(&def.name),
         graph,
         versions,
