@@ -192,6 +192,7 @@ async fn a_renamed_step_moves_by_the_map_and_bad_requests_are_refused_by_name() 
     let nodes: Vec<&str> = run["tasks"].as_array().unwrap().iter().map(|t| t["node_id"].as_str().unwrap()).collect();
     assert_eq!(nodes, ["a", "wait_one", "w2", "b"], "{run}");
 
+    let too_many: serde_json::Map<String, Value> = (0..101).map(|i| (format!("s{i}"), json!("a"))).collect();
     for (body, status, names) in [
         (json!({"from_version": 1, "to_version": 1}), 400, "to_version"),
         (json!({"from_version": 1, "to_version": 9}), 404, "no version 9"),
@@ -201,6 +202,7 @@ async fn a_renamed_step_moves_by_the_map_and_bad_requests_are_refused_by_name() 
         (json!({"from_version": 1, "to_version": 2, "filter": {"status": "SUCCEEDED"}}), 400, "filter.status"),
         (json!({"from_version": 1, "to_version": 2, "filter": {"workflow": "other"}}), 400, "filter.workflow"),
         (json!({"from_version": 1, "to_version": 2, "surprise": 1}), 400, "surprise"),
+        (json!({"from_version": 1, "to_version": 2, "map": too_many}), 400, "at most 100 steps"),
     ] {
         let (got, answer) = e.post("/v1/workflows/order/migrate", &body).await;
         assert_eq!(got, status, "{body}: {answer}");
@@ -211,5 +213,36 @@ async fn a_renamed_step_moves_by_the_map_and_bad_requests_are_refused_by_name() 
     let (got, answer) = e.post("/v1/runs/bulk", &json!({"filter": {"workflow": "order"}, "action": "migrate"})).await;
     assert_eq!(got, 400, "{answer}");
     assert!(answer["error"].to_string().contains("/migrate"), "{answer}");
+    e.stop().await;
+}
+
+/// A dry run gives at most `MAX_MIGRATE_VERDICTS` (1,000) verdicts, oldest
+/// first, and says there are more; the job looks at every run.
+#[tokio::test]
+async fn a_dry_run_gives_at_most_1000_verdicts_and_the_job_moves_every_run() {
+    let e = Engine::start().await;
+    let wait = json!({"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "all"}});
+    e.register(&json!({"name": "many", "nodes": [wait]})).await;
+    let mut ids = Vec::new();
+    for chunk in 0..11 {
+        let starts = (0..91).map(|_| e.start_run("many", json!({})));
+        ids.extend(futures_util::future::join_all(starts).await);
+        assert_eq!(ids.len(), (chunk + 1) * 91);
+    }
+    ids.sort();
+    e.register(&json!({"name": "many", "nodes": [wait, {"id": "t", "type": "TRANSFORM", "config": {"output": 1}}],
+        "edges": [{"from": "w", "to": "t"}]}))
+        .await;
+    let (status, dry) =
+        e.post("/v1/workflows/many/migrate", &json!({"from_version": 1, "to_version": 2, "dry_run": true})).await;
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!((&dry["truncated"], &dry["movable"]), (&json!(true), &json!(1000)));
+    let shown: Vec<Uuid> =
+        dry["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().parse().unwrap()).collect();
+    assert_eq!(shown, ids[..1000], "the oldest 1,000, in order");
+    let (status, job) = e.post("/v1/workflows/many/migrate", &json!({"from_version": 1, "to_version": 2})).await;
+    assert_eq!(status, 202, "{job}");
+    let done = job_done(&e, &job).await;
+    assert_eq!((done["matched"].as_i64(), done["acted_on"].as_i64()), (Some(1001), Some(1001)), "{done}");
     e.stop().await;
 }
