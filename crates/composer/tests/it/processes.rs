@@ -770,6 +770,27 @@ async fn at_most_once_attempts_in_flight_when_a_coordinator_is_killed_are_applie
     c.stop();
 }
 
+/// Kills the first coordinator once bulk job `job` has looked at a batch
+/// (100 runs), and answers the job once it ended, as the other sees it.
+async fn killed_mid_job(c: &mut TwoCoordinators, job: &str) -> Value {
+    let survivor = c.clients().remove(1);
+    eventually(Duration::from_secs(60), "the job to get going (100 runs looked at)", || async {
+        let j = survivor.get(&format!("/v1/bulk/{job}")).await;
+        (j["looked_at"].as_i64().unwrap_or(0) >= 100 || j["status"] != "RUNNING").then_some(()).ok_or(j)
+    })
+    .await;
+    kill9(&mut c.coordinators[0]);
+    eventually(Duration::from_secs(90), "the job to finish", || async {
+        let j = survivor.get(&format!("/v1/bulk/{job}")).await;
+        if j["status"] != "RUNNING" {
+            Ok(j)
+        } else {
+            Err(j)
+        }
+    })
+    .await
+}
+
 /// A coordinator is SIGKILLed while a bulk job works: the other takes the
 /// job over, and each run was acted on once.
 #[tokio::test]
@@ -793,21 +814,7 @@ async fn a_bulk_job_when_its_coordinator_is_killed_is_finished_by_the_other_acti
         .await;
     assert_eq!(status, 202, "{job}");
     let job = job["id"].as_str().unwrap().to_string();
-    eventually(Duration::from_secs(60), "the job to get going (100 runs looked at)", || async {
-        let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
-        (j["looked_at"].as_i64().unwrap_or(0) >= 100 || j["status"] != "RUNNING").then_some(()).ok_or(j)
-    })
-    .await;
-    kill9(&mut c.coordinators[0]);
-    let done = eventually(Duration::from_secs(90), "the job to finish", || async {
-        let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
-        if j["status"] != "RUNNING" {
-            Ok(j)
-        } else {
-            Err(j)
-        }
-    })
-    .await;
+    let done = killed_mid_job(&mut c, &job).await;
     assert_eq!((done["status"].as_str(), done["acted_on"].as_i64()), (Some("SUCCEEDED"), Some(300)), "{done}");
     for id in &ids {
         clients[1].wait_for_run(id, Duration::from_secs(60)).await;
@@ -840,21 +847,7 @@ async fn a_migration_when_its_coordinator_is_killed_moves_each_run_once_and_they
         .await;
     assert_eq!(status, 202, "{job}");
     let job = job["id"].as_str().unwrap().to_string();
-    eventually(Duration::from_secs(60), "the job to get going (a batch moved)", || async {
-        let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
-        (j["looked_at"].as_i64().unwrap_or(0) >= 100 || j["status"] != "RUNNING").then_some(()).ok_or(j)
-    })
-    .await;
-    kill9(&mut c.coordinators[0]);
-    let done = eventually(Duration::from_secs(90), "the job to finish", || async {
-        let j = clients[1].get(&format!("/v1/bulk/{job}")).await;
-        if j["status"] != "RUNNING" {
-            Ok(j)
-        } else {
-            Err(j)
-        }
-    })
-    .await;
+    let done = killed_mid_job(&mut c, &job).await;
     assert_eq!((done["status"].as_str(), done["refused"].as_i64()), (Some("SUCCEEDED"), Some(0)), "{done}");
     for id in &ids {
         assert_eq!(history_count(&clients[1], id, "RunMigrated").await, 1, "run {id} moved once");

@@ -1,13 +1,13 @@
 //! Moving a run to another version (`migrate`): which runs can move, and
 //! how a moved run goes on under the new version.
 
-use chrono::Utc;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::migrate::{move_run, plan, Mapping, Plan};
-use super::{apply, Event, HistoryKind, Run, RunStatus, TaskState, Transition};
+use super::tests::Sim;
+use super::{Event, HistoryKind, RunStatus, TaskState, Transition};
 use crate::definition::Workflow;
 
 /// A workflow of HTTP nodes (`id` or `id:TYPE`) and edges.
@@ -24,118 +24,92 @@ fn wf(nodes: &[&str], edges: &[(&str, &str)]) -> Workflow {
     Workflow::parse(&json!({"name": "t", "nodes": nodes, "edges": edges})).unwrap()
 }
 
-struct Sim {
-    wf: Workflow,
-    run: Run,
-    next: u128,
+/// A run of `wf`, started.
+fn started(wf: Workflow) -> Sim {
+    let mut s = Sim::new(wf);
+    s.apply(Event::RunStarted);
+    s
 }
 
-impl Sim {
-    fn new(wf: Workflow) -> Sim {
-        let mut s = Sim { wf, run: Run::new(Uuid::from_u128(1), json!({})), next: 100 };
-        s.apply(Event::RunStarted);
-        s
-    }
+fn state(s: &Sim, node: &str) -> Option<TaskState> {
+    let n = s.wf.node_index(node)?;
+    s.run.tasks.iter().find(|t| t.node == n && !t.removed).map(|t| t.state)
+}
 
-    fn apply(&mut self, e: Event) -> Transition {
-        let next = &mut self.next;
-        let mut ids = || {
-            *next += 1;
-            Uuid::from_u128(*next)
-        };
-        apply(
-            &crate::expr::Sandbox::for_tests(),
-            &self.wf,
-            &mut self.run,
-            e,
-            chrono::DateTime::<Utc>::from_timestamp(1_800_000_000, 0).unwrap(),
-            &mut ids,
-        )
-    }
+fn complete(s: &mut Sim, node: &str) {
+    let tr = s.complete(node);
+    assert!(tr.ignored.is_none(), "{node}: {:?}", tr.ignored);
+}
 
-    fn state(&self, node: &str) -> Option<TaskState> {
-        let n = self.wf.node_index(node)?;
-        self.run.tasks.iter().find(|t| t.node == n && !t.removed).map(|t| t.state)
-    }
-
-    fn complete(&mut self, node: &str) {
-        let n = self.wf.node_index(node).unwrap();
-        let t = self.run.tasks.iter().find(|t| t.node == n && !t.removed).unwrap();
-        let (task_id, attempt) = (t.id, t.attempt);
-        let tr = self.apply(Event::TaskCompleted { task_id, attempt, output: json!({"node": node}) });
-        assert!(tr.ignored.is_none(), "{node}: {:?}", tr.ignored);
-    }
-
-    /// Moves the run to `new` under `map`, as the engine does.
-    fn migrate(&mut self, new: Workflow, map: &[(&str, &str)]) -> Result<Transition, Plan> {
-        let map: Mapping = map.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-        move_run(&self.wf, &new, &mut self.run, &map)?;
-        self.wf = new;
-        Ok(self.apply(Event::Migrate { definition: Uuid::nil(), from_version: 1, to_version: 2, map }))
-    }
+/// Moves the run to `new` under `map`, as the engine does.
+fn migrate(s: &mut Sim, new: Workflow, map: &[(&str, &str)]) -> Result<Transition, Plan> {
+    let map: Mapping = map.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    move_run(&s.wf, &new, &mut s.run, &map)?;
+    s.wf = new;
+    Ok(s.apply(Event::Migrate { definition: Uuid::nil(), from_version: 1, to_version: 2, map }))
 }
 
 #[test]
 fn a_step_added_after_the_running_one_runs_when_reached_and_the_move_is_recorded() {
-    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
-    s.complete("a");
+    let mut s = started(wf(&["a", "b"], &[("a", "b")]));
+    complete(&mut s, "a");
     let new = wf(&["a", "b", "c"], &[("a", "b"), ("b", "c")]);
     let p = plan(&s.wf, &new, &s.run, &Mapping::new());
     assert!(p.movable(), "{p:?}");
     assert_eq!(p.added, ["c"]);
-    let tr = s.migrate(new, &[]).unwrap();
+    let tr = migrate(&mut s, new, &[]).unwrap();
     assert_eq!(tr.history[0].kind, HistoryKind::RunMigrated);
     assert_eq!(tr.history[0].payload["to_version"], 2);
     assert_eq!(
-        (s.state("a"), s.state("b"), s.state("c")),
+        (state(&s, "a"), state(&s, "b"), state(&s, "c")),
         (Some(TaskState::Completed), Some(TaskState::Pending), None)
     );
-    s.complete("b");
-    assert_eq!(s.state("c"), Some(TaskState::Pending), "the new step starts once b ends");
-    s.complete("c");
+    complete(&mut s, "b");
+    assert_eq!(state(&s, "c"), Some(TaskState::Pending), "the new step starts once b ends");
+    complete(&mut s, "c");
     assert_eq!(s.run.status, RunStatus::Succeeded);
 }
 
 #[test]
 fn a_new_step_whose_predecessors_ended_starts_at_the_move() {
-    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
-    s.complete("a");
-    let tr = s.migrate(wf(&["a", "b", "audit"], &[("a", "b"), ("a", "audit")]), &[]).unwrap();
-    assert_eq!(s.state("audit"), Some(TaskState::Pending));
+    let mut s = started(wf(&["a", "b"], &[("a", "b")]));
+    complete(&mut s, "a");
+    let tr = migrate(&mut s, wf(&["a", "b", "audit"], &[("a", "b"), ("a", "audit")]), &[]).unwrap();
+    assert_eq!(state(&s, "audit"), Some(TaskState::Pending));
     assert_eq!(tr.dispatch.len(), 1, "the new step is sent: {tr:?}");
 }
 
 #[test]
 fn a_step_that_would_have_waited_for_one_not_run_refuses_the_move_and_changes_nothing() {
-    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
-    s.complete("a");
+    let mut s = started(wf(&["a", "b"], &[("a", "b")]));
+    complete(&mut s, "a");
     let before = s.run.clone();
     let new = wf(&["a", "check", "b"], &[("a", "check"), ("check", "b")]);
-    let refused = s.migrate(new, &[]).unwrap_err();
+    let refused = migrate(&mut s, new, &[]).unwrap_err();
     assert!(refused.reasons[0].contains("puts `check` before it"), "{refused:?}");
     assert_eq!(s.run, before);
 }
 
 #[test]
 fn a_step_the_new_version_lacks_refuses_until_the_map_names_its_step() {
-    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
-    s.complete("a");
+    let mut s = started(wf(&["a", "b"], &[("a", "b")]));
+    complete(&mut s, "a");
     let new = || wf(&["charge", "b"], &[("charge", "b")]);
     let refused = plan(&s.wf, &new(), &s.run, &Mapping::new());
     assert!(refused.reasons[0].contains("no step `a`: map it"), "{refused:?}");
     let mut map = Mapping::new();
     map.insert("a".into(), "charge".into());
     assert_eq!(move_run(&s.wf, &new(), &mut s.run.clone(), &map), Ok(vec![("a".into(), "charge".into())]));
-    s.migrate(new(), &[("a", "charge")]).unwrap();
-    assert_eq!(s.state("charge"), Some(TaskState::Completed));
-    s.complete("b");
+    migrate(&mut s, new(), &[("a", "charge")]).unwrap();
+    assert_eq!(state(&s, "charge"), Some(TaskState::Completed));
+    complete(&mut s, "b");
     assert_eq!(s.run.status, RunStatus::Succeeded);
 }
 
 #[test]
 fn refusals_name_each_reason() {
-    let mut s = Sim::new(wf(&["a", "b"], &[("a", "b")]));
-    s.complete("a");
+    let mut s = started(wf(&["a", "b"], &[("a", "b")]));
+    complete(&mut s, "a");
     let typed = plan(&s.wf, &wf(&["a", "b:resize"], &[("a", "b")]), &s.run, &Mapping::new());
     assert!(typed.reasons[0].contains("is a resize step, not a HTTP"), "{typed:?}");
     let two: Mapping = [("a".to_string(), "b".to_string())].into();
@@ -144,7 +118,7 @@ fn refusals_name_each_reason() {
     let unknown: Mapping = [("zz".to_string(), "a".to_string())].into();
     let named = plan(&s.wf, &s.wf, &s.run, &unknown);
     assert!(named.reasons[0].contains("`zz`"), "{named:?}");
-    s.complete("b");
+    complete(&mut s, "b");
     let ended = plan(&s.wf, &s.wf, &s.run, &Mapping::new());
     assert!(ended.reasons[0].contains("only an open run moves"), "{ended:?}");
 }
@@ -153,15 +127,15 @@ fn refusals_name_each_reason() {
 fn a_move_is_undone_by_moving_back() {
     let v1 = || wf(&["a", "b", "c"], &[("a", "b"), ("b", "c")]);
     let v2 = || wf(&["a2", "b", "c"], &[("a2", "b"), ("b", "c")]);
-    let mut s = Sim::new(v1());
-    s.complete("a");
+    let mut s = started(v1());
+    complete(&mut s, "a");
     let before: Vec<(usize, TaskState)> = s.run.tasks.iter().map(|t| (t.node, t.state)).collect();
-    s.migrate(v2(), &[("a", "a2")]).unwrap();
-    s.migrate(v1(), &[("a2", "a")]).unwrap();
+    migrate(&mut s, v2(), &[("a", "a2")]).unwrap();
+    migrate(&mut s, v1(), &[("a2", "a")]).unwrap();
     let after: Vec<(usize, TaskState)> = s.run.tasks.iter().map(|t| (t.node, t.state)).collect();
     assert_eq!(before, after);
-    s.complete("b");
-    s.complete("c");
+    complete(&mut s, "b");
+    complete(&mut s, "c");
     assert_eq!(s.run.status, RunStatus::Succeeded);
 }
 
@@ -183,19 +157,19 @@ proptest! {
             let edges: Vec<(&str, &str)> = refs.windows(2).map(|w| (w[0], w[1])).collect();
             wf(&refs, &edges)
         };
-        let mut s = Sim::new(chain(&ids));
+        let mut s = started(chain(&ids));
         for id in &ids[..k] {
-            s.complete(id);
+            complete(&mut s, id);
         }
         let mut new_ids = ids.clone();
         new_ids.insert(at, "new".to_string());
         let reached = at <= k;
-        match s.migrate(chain(&new_ids), &[]) {
+        match migrate(&mut s, chain(&new_ids), &[]) {
             Ok(_) => {
                 prop_assert!(!reached, "moved though step {at} had started");
                 for id in &new_ids {
-                    if s.state(id) != Some(TaskState::Completed) {
-                        s.complete(id);
+                    if state(&s, id) != Some(TaskState::Completed) {
+                        complete(&mut s, id);
                     }
                 }
                 prop_assert_eq!(s.run.status, RunStatus::Succeeded);

@@ -19,19 +19,20 @@ fn wf(nodes: &[&str], edges: &[(&str, &str)], max_attempts: u32) -> Workflow {
     Workflow::parse(&json!({"name": "t", "nodes": nodes, "edges": edges})).unwrap()
 }
 
-struct Sim {
-    wf: Workflow,
-    run: Run,
+/// A run driven through the machine by hand (the migration's tests use it too).
+pub(super) struct Sim {
+    pub(super) wf: Workflow,
+    pub(super) run: Run,
     now: DateTime<Utc>,
     next: u128,
 }
 
 impl Sim {
-    fn new(wf: Workflow) -> Sim {
+    pub(super) fn new(wf: Workflow) -> Sim {
         Sim { wf, run: Run::new(Uuid::from_u128(1), json!({"x": 1})), now: Utc::now(), next: 100 }
     }
 
-    fn apply(&mut self, e: Event) -> Transition {
+    pub(super) fn apply(&mut self, e: Event) -> Transition {
         let next = &mut self.next;
         let mut ids = || {
             *next += 1;
@@ -50,7 +51,7 @@ impl Sim {
         self.run.tasks.iter().any(|t| t.node == n && !t.removed)
     }
 
-    fn complete(&mut self, node: &str) -> Transition {
+    pub(super) fn complete(&mut self, node: &str) -> Transition {
         let t = self.task(node);
         let e = Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!({"node": node}) };
         self.apply(e)
