@@ -2,8 +2,9 @@
 //! row locked, so one at a time works it), acts on the next batch of the
 //! runs its filter matches, oldest first, and records the batch. Each run's
 //! action is marked in its own commit (`Engine::handle_bulk`), so a batch
-//! worked again after a crash acts on no run twice. A migrate job's runs
-//! are those still open on the version it moves from.
+//! worked again after a crash acts on no run twice, and a run whose action
+//! failed for a passing reason is looked at again, not skipped. A migrate
+//! job's runs are those still open on the version it moves from.
 
 use composer_api::BulkFilter;
 use composer_core::machine::migrate::Mapping;
@@ -45,8 +46,18 @@ pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
     };
     let control = Control { actor: job.actor.clone(), reason: job.reason.clone() };
     let acts = ids.iter().map(|&run| act(s, &read, &job, target.as_ref(), run, control.clone()));
+    let outcomes = join_all(acts).await;
+    // A run that failed for a passing reason (the engine busy, a connection
+    // lost) is looked at again: the batch ends before it, and the runs after
+    // it are counted when looked at again (one acted on is marked, and
+    // counts as acted on then; one moved no longer matches).
+    let again = outcomes.iter().position(|o| matches!(o, Err(e) if !e.is_permanent()));
     let mut last_error = None;
-    for outcome in join_all(acts).await {
+    if let Some(i) = again {
+        batch = Batch { cursor: i.checked_sub(1).map(|p| ids[p]), looked_at: i as i64, done: false, ..batch };
+        last_error = outcomes[i].as_ref().err().map(ToString::to_string);
+    }
+    for outcome in outcomes.into_iter().take(again.unwrap_or(usize::MAX)) {
         match outcome {
             Ok(true) => batch.acted_on += 1,
             Ok(false) => batch.refused += 1,

@@ -68,6 +68,10 @@ pub enum EngineError {
     /// applied: applying again sees what is left.
     #[error("run {run_id}: its run tree's fan-out budget changed meanwhile; retry")]
     BudgetRace { run_id: Uuid },
+    /// A move to another version came in a batch after other events of
+    /// its run: the batch is applied again a request at a time.
+    #[error("run {run_id}: moved to another version in a batch with its other events; applied on its own")]
+    MovedWithOthers { run_id: Uuid },
     /// The request cannot be served as given.
     #[error(transparent)]
     Rejected(#[from] Rejection),

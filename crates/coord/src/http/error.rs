@@ -218,7 +218,7 @@ impl From<EngineError> for ApiError {
             EngineError::LeaseLost(id) => ApiError::LeaseLost(id),
             EngineError::Store(e) => e.into(),
             EngineError::Stopped => ApiError::Unavailable("the coordinator is shutting down".into()),
-            EngineError::Busy | EngineError::BudgetRace { .. } => ApiError::Busy,
+            EngineError::Busy | EngineError::BudgetRace { .. } | EngineError::MovedWithOthers { .. } => ApiError::Busy,
             EngineError::AlreadyDone => ApiError::Conflict("the bulk job already acted on this run".into()),
             EngineError::Rejected(Rejection::OverQuota { quota, message, retry_after }) => {
                 ApiError::OverQuota { quota, message, retry_after }

@@ -174,33 +174,45 @@ fn filter_of(name: &str, f: Option<&BulkFilter>) -> BulkFilter {
 }
 
 /// Each run's verdict, as it stands now (read without a lock: the job
-/// decides again under it).
+/// decides again under it). The runs are read first, then planned off the
+/// request threads (a new version's input_schema is checked on each input).
 async fn dry_run(
     client: &composer_store::Client,
     checked: &Checked,
     req: &MigrateRequest,
     ids: &[uuid::Uuid],
 ) -> ApiResult<MigrateDryRun> {
-    let (old, new) = (&checked.from.1, &checked.to.1);
-    let mut answer = MigrateDryRun {
-        from_version: req.from_version,
-        to_version: req.to_version,
-        movable: 0,
-        unmovable: 0,
-        runs: Vec::new(),
-        truncated: ids.len() as i64 > MAX_MIGRATE_VERDICTS,
-    };
+    let old = checked.from.1.clone();
+    let mut read = Vec::new();
     for &id in ids.iter().take(MAX_MIGRATE_VERDICTS as usize) {
-        // A run removed since (retention) is left out.
+        // A run removed since (retention), or moved between the reads of
+        // its row and its steps, is left out.
         let Some((mut row, tasks)) = runs::get(client, id).await? else { continue };
         if row.workflow_version != req.from_version {
-            continue; // moved meanwhile
+            continue;
         }
-        let run = runs::into_machine(old, &mut row, tasks)?;
-        let plan = migrate::plan(old, new, &run, &req.map);
-        let movable = plan.movable();
-        *(if movable { &mut answer.movable } else { &mut answer.unmovable }) += 1;
-        answer.runs.push(RunVerdict { run_id: id, status: run.status, movable, plan });
+        if let Ok(run) = runs::into_machine(&old, &mut row, tasks) {
+            read.push(run);
+        }
     }
-    Ok(answer)
+    let (new, map) = (checked.to.1.clone(), req.map.clone());
+    let verdicts = tokio::task::spawn_blocking(move || {
+        read.into_iter()
+            .map(|run| {
+                let plan = migrate::plan(&old, &new, &run, &map);
+                RunVerdict { run_id: run.id, status: run.status, movable: plan.movable(), plan }
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| ApiError::from(composer_store::Error::Corrupt(format!("a dry run's planning: {e}"))))?;
+    let movable = verdicts.iter().filter(|v| v.movable).count() as i64;
+    Ok(MigrateDryRun {
+        from_version: req.from_version,
+        to_version: req.to_version,
+        movable,
+        unmovable: verdicts.len() as i64 - movable,
+        runs: verdicts,
+        truncated: ids.len() as i64 > MAX_MIGRATE_VERDICTS,
+    })
 }

@@ -47,7 +47,7 @@ pub enum HistoryKind {
     /// An operator changed the run's priority (`priority`, `from`).
     PriorityChanged,
     /// An operator moved the run to another version of its workflow
-    /// (`from_version`, `to_version`, `renamed`: old step → new step).
+    /// (`from_version`, `to_version`, `map`: old step → new step, as asked).
     RunMigrated,
 }
 

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::lifecycle::TaskState;
+use super::lifecycle::{RunStatus, TaskState};
 use super::run::Run;
 use crate::definition::{NodeKind, Workflow};
 
@@ -72,6 +72,9 @@ pub fn plan(old: &Workflow, new: &Workflow, run: &Run, map: &Mapping) -> Plan {
             p.reasons.push(format!("the mapping names `{to}`, which the new version has no step of"));
         }
     }
+    if run.status == RunStatus::Queued && old.spec.concurrency != new.spec.concurrency {
+        p.reasons.push("the run waits for a concurrency slot, and the new version's concurrency differs".to_string());
+    }
     if let Some(schema) = &new.input_schema {
         if let Err(e) = schema.check(&run.input) {
             p.reasons.push(format!("the run's input does not fit the new version's input_schema: {e}"));
@@ -93,7 +96,7 @@ pub fn plan(old: &Workflow, new: &Workflow, run: &Run, map: &Mapping) -> Plan {
         if let Some(other) = taken.insert(n, from) {
             p.reasons.push(format!("steps `{other}` and `{from}` would both become `{to}`"));
         }
-        if let Some(why) = incompatible(old, node, new, n) {
+        if let Some(why) = incompatible(old, node, new, n, state) {
             p.reasons.push(format!("step `{from}` is {state}, and {why}"));
         }
         target[node] = Some(n);
@@ -158,20 +161,40 @@ fn what_changes(old: &Workflow, new: &Workflow, map: &Mapping, target: &[Option<
     }
 }
 
-/// Why old node `o` cannot become new node `n`: another type, or a MAP
-/// whose items are of another type.
-fn incompatible(old: &Workflow, o: usize, new: &Workflow, n: usize) -> Option<String> {
+/// Why old node `o`, whose step is in `state`, cannot become new node `n`:
+/// another type, a MAP of items of another type, a failure the new version
+/// does not handle; and for a step not ended (sent, waiting, its slots held
+/// under the old node's rules), another delivery, queue or limits, or a
+/// wait for something else.
+fn incompatible(old: &Workflow, o: usize, new: &Workflow, n: usize, state: TaskState) -> Option<String> {
     let (a, b) = (&old.nodes[o], &new.nodes[n]);
     if a.node_type != b.node_type {
         return Some(format!("the new version's `{}` is a {} step, not a {}", b.id, b.node_type, a.node_type));
     }
     if let (NodeKind::Map(x), NodeKind::Map(y)) = (&a.kind, &b.kind) {
-        let (x, y) = (&old.nodes[x.template].node_type, &new.nodes[y.template].node_type);
-        if x != y {
-            return Some(format!("the new version's `{}` maps {y} items, not {x}", b.id));
+        // Its items, sent or not, as the MAP stands.
+        if let Some(why) = incompatible(old, x.template, new, y.template, state) {
+            return Some(format!("its items: {why}"));
         }
     }
-    None
+    if state == TaskState::Failed && old.handles_failure(o) && !new.handles_failure(n) {
+        return Some(format!("the new version's `{}` has no failure edge to go on by", b.id));
+    }
+    if state.is_terminal() {
+        return None;
+    }
+    let waits = matches!(a.kind, NodeKind::Wait(_) | NodeKind::WaitForEvent { .. });
+    if a.at_most_once != b.at_most_once {
+        Some(format!("the new version's `{}` is delivered otherwise (at_most_once)", b.id))
+    } else if a.dispatch_queue() != b.dispatch_queue() {
+        Some(format!("the new version's `{}` is on queue {:?}, not {:?}", b.id, b.dispatch_queue(), a.dispatch_queue()))
+    } else if a.limits != b.limits {
+        Some(format!("the new version's `{}` has other limits", b.id))
+    } else if waits && a.config != b.config {
+        Some(format!("the new version's `{}` waits for something else", b.id))
+    } else {
+        None
+    }
 }
 
 /// Renames `run`'s steps (and the MAP items it holds) to `new`'s nodes when
@@ -184,15 +207,26 @@ pub fn move_run(old: &Workflow, new: &Workflow, run: &mut Run, map: &Mapping) ->
     }
     let index = |id: &str| new.node_index(map.get(id).map_or(id, String::as_str));
     let mut renamed = Vec::new();
-    for t in run.tasks.iter_mut().filter(|t| !t.removed) {
+    // Every task, removed ones too (their rows are deleted, but what
+    // reads them in this transaction indexes the new version's nodes).
+    let mut nodes = Vec::with_capacity(run.tasks.len());
+    for t in &run.tasks {
         let node = &old.nodes[t.node];
-        t.node = match node.item_of {
-            None => index(&node.id).ok_or_else(|| plan.clone())?,
-            Some(m) => match &new.nodes[index(&old.nodes[m].id).ok_or_else(|| plan.clone())?].kind {
-                NodeKind::Map(x) => x.template,
-                _ => return Err(plan),
-            },
+        let moved = match node.item_of {
+            None => index(&node.id),
+            Some(m) => index(&old.nodes[m].id).and_then(|m| match &new.nodes[m].kind {
+                NodeKind::Map(x) => Some(x.template),
+                _ => None,
+            }),
         };
+        nodes.push(moved.ok_or_else(|| {
+            let mut refused = plan.clone();
+            refused.reasons.push(format!("step `{}` has no step of the new version to become", node.id));
+            refused
+        })?);
+    }
+    for (t, node) in run.tasks.iter_mut().zip(nodes) {
+        t.node = node;
     }
     for s in &plan.steps {
         match &s.to {

@@ -139,6 +139,89 @@ fn a_move_is_undone_by_moving_back() {
     assert_eq!(s.run.status, RunStatus::Succeeded);
 }
 
+#[test]
+fn a_step_not_ended_moves_only_to_a_step_sent_held_and_waited_for_as_it_was() {
+    let node = |extra: Value| {
+        let mut n = json!({"id": "b", "type": "HTTP", "config": {"url": "http://h/b"}});
+        n.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        n
+    };
+    let with_b = |b: Value| {
+        let a = json!({"id": "a", "type": "HTTP", "config": {"url": "http://h/a"}});
+        Workflow::parse(&json!({"name": "t", "nodes": [a, b], "edges": [{"from": "a", "to": "b"}]})).unwrap()
+    };
+    let mut s = started(with_b(node(json!({}))));
+    complete(&mut s, "a");
+    for (changed, why) in [
+        (json!({"delivery": "at_most_once"}), "delivered otherwise"),
+        (json!({"queue": "elsewhere"}), "on queue \"elsewhere\""),
+        (json!({"limits": [{"key": "bank", "concurrency": 1}]}), "other limits"),
+    ] {
+        let p = plan(&s.wf, &with_b(node(changed.clone())), &s.run, &Mapping::new());
+        assert!(p.reasons.iter().any(|r| r.contains(why)), "{changed}: {p:?}");
+    }
+    // Its config may change: what was sent stands, a retry takes the new one.
+    let p = plan(
+        &s.wf,
+        &with_b(json!({"id": "b", "type": "HTTP", "config": {"url": "http://h/fixed"}})),
+        &s.run,
+        &Mapping::new(),
+    );
+    assert!(p.movable(), "{p:?}");
+    // Ended, it may change in every way but its type.
+    complete(&mut s, "b");
+    s.run.status = RunStatus::Running;
+    let p = plan(&s.wf, &with_b(node(json!({"delivery": "at_most_once", "queue": "q"}))), &s.run, &Mapping::new());
+    assert!(p.movable(), "{p:?}");
+    // A wait waits for what it waited for.
+    let waits = |event: &str| {
+        Workflow::parse(&json!({"name": "t", "nodes": [{"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": event, "key": "k"}}]}))
+            .unwrap()
+    };
+    let s = started(waits("paid"));
+    let p = plan(&s.wf, &waits("shipped"), &s.run, &Mapping::new());
+    assert!(p.reasons.iter().any(|r| r.contains("waits for something else")), "{p:?}");
+}
+
+#[test]
+fn a_failure_the_old_version_went_on_from_must_be_handled_by_the_new_one() {
+    let handled = |on: &str| {
+        let nodes = json!([{"id": "a", "type": "HTTP", "config": {"url": "http://h/a"}},
+                           {"id": "h", "type": "HTTP", "config": {"url": "http://h/h"}}]);
+        Workflow::parse(&json!({"name": "t", "nodes": nodes, "edges": [{"from": "a", "to": "h", "on": on}]})).unwrap()
+    };
+    let mut s = started(handled("failure"));
+    let a = s.run.tasks[0].clone();
+    let tr = s.apply(Event::TaskFailed {
+        task_id: a.id,
+        attempt: a.attempt,
+        error: "no".into(),
+        retryable: false,
+        code: None,
+        status: None,
+        retry_after: None,
+    });
+    assert!(tr.ignored.is_none());
+    assert_eq!(state(&s, "h"), Some(TaskState::Pending), "the failure edge was taken");
+    assert!(plan(&s.wf, &handled("always"), &s.run, &Mapping::new()).movable());
+    let p = plan(&s.wf, &handled("success"), &s.run, &Mapping::new());
+    assert!(p.reasons.iter().any(|r| r.contains("no failure edge")), "{p:?}");
+}
+
+#[test]
+fn a_queued_run_keeps_its_concurrency() {
+    let limited = |max: u32| {
+        Workflow::parse(&json!({"name": "t", "concurrency": {"max": max},
+            "nodes": [{"id": "a", "type": "TRANSFORM", "config": {"output": 1}}]}))
+        .unwrap()
+    };
+    let mut s = Sim::new(limited(1));
+    s.run.status = RunStatus::Queued;
+    assert!(plan(&s.wf, &limited(1), &s.run, &Mapping::new()).movable());
+    let p = plan(&s.wf, &limited(2), &s.run, &Mapping::new());
+    assert!(p.reasons[0].contains("concurrency differs"), "{p:?}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 

@@ -22,7 +22,14 @@ impl Batch<'_> {
         requests: Vec<EventRequest>,
     ) -> Result<()> {
         let store = Tx(tx);
+        let mut touched = std::collections::HashSet::new();
         for EventRequest { run_id, event, by, trace_note } in requests {
+            // A move swaps the version the run's tasks index: none of this
+            // transaction's changes to them may come before it.
+            if matches!(event, Event::Migrate { .. }) && !touched.insert(run_id) {
+                return Err(EngineError::MovedWithOthers { run_id });
+            }
+            touched.insert(run_id);
             let Some(loaded) = self.runs.get_mut(&run_id) else {
                 self.answers.push(Err(EngineError::RunNotFound(run_id)));
                 continue;
@@ -49,8 +56,9 @@ impl Batch<'_> {
                 note.add_to(&mut loaded.seen);
             }
             let name = event.name();
-            if let Event::Migrate { definition, to_version, map, .. } = &event {
-                if let Err(refused) = self.engine.move_run(tx, loaded, (*definition, *to_version), map).await? {
+            if let Event::Migrate { definition, from_version, to_version, map } = &event {
+                let versions = (*from_version, (*definition, *to_version));
+                if let Err(refused) = self.engine.move_run(&store, loaded, versions, map).await? {
                     self.answers.push(Ok(Answer::new(loaded.run.status, Some(refused))));
                     continue;
                 }
@@ -101,23 +109,28 @@ impl super::super::Engine {
     /// its events under. `Err` names why it cannot move (nothing changed).
     async fn move_run(
         &self,
-        tx: &composer_store::Transaction<'_>,
+        store: &Tx<'_, '_>,
         loaded: &mut super::super::loaded::Loaded,
-        definition: (Uuid, i32),
+        (from_version, definition): (i32, (Uuid, i32)),
         map: &composer_core::machine::migrate::Mapping,
     ) -> Result<std::result::Result<(), String>> {
         let new = self.workflow(definition.0).await?;
         if new.spec.name != loaded.wf.spec.name {
             return Ok(Err(format!("version {} is of another workflow", definition.1)));
         }
-        if loaded.definition.0 == definition.0 {
-            return Ok(Err(format!("the run is on version {} already", definition.1)));
+        if loaded.definition.1 != from_version {
+            return Ok(Err(format!("the run is on version {}, not {from_version}", loaded.definition.1)));
         }
         let renamed = match composer_core::machine::migrate::move_run(&loaded.wf, &new, &mut loaded.run, map) {
             Ok(renamed) => renamed,
             Err(plan) => return Ok(Err(plan.reasons.join("; "))),
         };
-        composer_store::runs::move_to(tx, loaded.run.id, definition, &renamed).await?;
+        composer_store::runs::move_to(store.0, loaded.run.id, definition, &renamed).await?;
+        // A MAP the new version adds is charged to what the run's tree has
+        // left, as the old version's would have been.
+        if new.has_items() && !loaded.wf.has_items() {
+            loaded.run.items_left = super::super::admission::items_left(store, loaded.root, self.bounds).await?;
+        }
         loaded.wf = new;
         loaded.definition = definition;
         Ok(Ok(()))
