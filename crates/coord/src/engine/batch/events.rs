@@ -22,18 +22,17 @@ impl Batch<'_> {
         requests: Vec<EventRequest>,
     ) -> Result<()> {
         let store = Tx(tx);
-        let mut touched = std::collections::HashSet::new();
         for EventRequest { run_id, event, by, trace_note } in requests {
-            // A move swaps the version the run's tasks index: none of this
-            // transaction's changes to them may come before it.
-            if matches!(event, Event::Migrate { .. }) && !touched.insert(run_id) {
-                return Err(EngineError::MovedWithOthers { run_id });
-            }
-            touched.insert(run_id);
             let Some(loaded) = self.runs.get_mut(&run_id) else {
                 self.answers.push(Err(EngineError::RunNotFound(run_id)));
                 continue;
             };
+            // A move swaps the version the run's tasks index: no change of
+            // this transaction to them may come before it.
+            let changed = !loaded.tr.updated.is_empty() || !loaded.tr.created.is_empty();
+            if changed && matches!(event, Event::Migrate { .. }) {
+                return Err(EngineError::MovedWithOthers { run_id });
+            }
             let (control, offer) = match by {
                 By::Engine => (None, None),
                 By::Worker(reporter) => {
