@@ -21,7 +21,9 @@ use crate::shared::Shared;
 /// Runs one batch of a bulk job acts on.
 pub const BATCH: i64 = 100;
 
-/// Works one batch of one running job, if any; true when there was one.
+/// Works one batch of one running job, if any; true when there was one
+/// and the next may follow at once (false after a passing failure: the
+/// caller waits before the run is looked at again).
 pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
     let mut client = composer_store::client(&s.pool).await?;
     let tx = composer_store::begin(&mut client).await?;
@@ -72,7 +74,7 @@ pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
     if batch.done {
         tracing::info!(job = %job.id, action = %job.action, "bulk job done");
     }
-    Ok(true)
+    Ok(again.is_none())
 }
 
 /// Acts on one run: true when the action was applied now or by an earlier
