@@ -317,6 +317,19 @@ impl Engine {
         json
     }
 
+    /// Waits until bulk job `id` is no longer RUNNING and returns it.
+    pub async fn wait_for_bulk_job(&self, id: &str, timeout: Duration) -> Value {
+        eventually(timeout, format!("bulk job {id} to end"), || async {
+            let (_, job) = self.get(&format!("/v1/bulk/{id}")).await;
+            if job["status"] != "RUNNING" {
+                Ok(job)
+            } else {
+                Err(job)
+            }
+        })
+        .await
+    }
+
     /// Stops workers, then coordinators.
     pub async fn stop(mut self) {
         for w in self.workers.drain(..) {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use composer_testkit::{eventually, Engine};
+use composer_testkit::Engine;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -47,16 +47,8 @@ async fn waiting_at(e: &Engine, id: Uuid, node: &str) {
 }
 
 async fn job_done(e: &Engine, job: &Value) -> Value {
-    let id = job["id"].as_str().unwrap_or_else(|| panic!("a job: {job}")).to_string();
-    eventually(T, format!("migrate job {id} to end"), || async {
-        let (_, j) = e.get(&format!("/v1/bulk/{id}")).await;
-        if j["status"] != "RUNNING" {
-            Ok(j)
-        } else {
-            Err(j)
-        }
-    })
-    .await
+    let id = job["id"].as_str().unwrap_or_else(|| panic!("a job: {job}"));
+    e.wait_for_bulk_job(id, T).await
 }
 
 #[tokio::test]

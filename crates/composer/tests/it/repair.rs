@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use composer_testkit::{eventually, http_node, Engine, EngineOptions, FakeHttp};
+use composer_testkit::{http_node, Engine, EngineOptions, FakeHttp};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -291,15 +291,7 @@ async fn a_bulk_job_retries_every_matching_failed_run_once_and_can_be_counted_fi
         e.post("/v1/runs/bulk", &json!({"filter": filter, "action": "retry", "reason": "the bank is back"})).await;
     assert_eq!(status, 202, "{job}");
     let job_id = job["id"].as_str().unwrap().to_string();
-    let done = eventually(T, format!("bulk job {job_id} to end"), || async {
-        let (_, j) = e.get(&format!("/v1/bulk/{job_id}")).await;
-        if j["status"] != "RUNNING" {
-            Ok(j)
-        } else {
-            Err(j)
-        }
-    })
-    .await;
+    let done = e.wait_for_bulk_job(&job_id, T).await;
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
     assert_eq!((done["acted_on"].as_i64(), done["matched"].as_i64()), (Some(20), Some(20)), "{done}");
     for (i, id) in ids.iter().enumerate() {
