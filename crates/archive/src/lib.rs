@@ -12,6 +12,9 @@
 //!   directory and production's bucket take the same code path.
 //! - [`Writer`]: appends runs, cuts parts, writes the manifest.
 //! - [`read_run`], [`read_all`]: one run by id, or every run.
+//! - [`payloads`]: values too large for their rows, kept as objects.
+
+pub mod payloads;
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -54,6 +57,13 @@ pub enum Error {
     Store(#[from] object_store::Error),
     #[error("archive {file}: {problem}")]
     Format { file: String, problem: String },
+}
+
+impl Error {
+    /// Whether the object asked for is not there.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, Error::Store(object_store::Error::NotFound { .. }))
+    }
 }
 
 /// A directory of objects: a local one, or a prefix of an S3 bucket.

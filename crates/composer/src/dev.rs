@@ -56,7 +56,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     let stop = StopSignal::listen();
     // Off unless asked for: the calls would start from the coordinator's
     // host, under rules an operator may have given only its workers.
-    let executor = HttpExecutor::config(http_steps.slots.unwrap_or(0), egress, coord.max_payload)?;
+    let executor = HttpExecutor::config(http_steps.slots.unwrap_or(0), egress, coord.max_value())?;
     let running = composer_coord::start(coord).await?;
     let executor = HttpExecutor::start(executor, &running);
     tracing::info!(addr = %running.addr, "coordinator ready");
@@ -184,6 +184,10 @@ pub fn dev(runtime: &tokio::runtime::Runtime, mut args: DevArgs) -> anyhow::Resu
     if args.coord.state_dir.is_none() && (pg.is_some() || redis_server.is_some()) {
         args.coord.state_dir = Some(absolute(&args.data_dir)?.join("state"));
     }
+    // Values too large for their rows, beside the embedded database's.
+    if args.coord.offload_url.is_none() && pg.is_some() {
+        args.coord.offload_url = Some(absolute(&args.data_dir)?.join("objects").display().to_string());
+    }
     let embedded = pg.is_some();
     let result = runtime.block_on(run_dev(args, embedded, stop));
     if let Some(mut r) = redis_server {
@@ -205,7 +209,7 @@ async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Res
     // Only a worker of this process's own coordinator calls it directly.
     let in_process = worker_in_process && options.coordinator_urls.is_empty();
     let slots = http_steps.slots.unwrap_or(HttpSteps::DEV_DEFAULT);
-    let executor = HttpExecutor::config(slots, options.egress.clone(), coord.max_payload)?;
+    let executor = HttpExecutor::config(slots, options.egress.clone(), coord.max_value())?;
     let worker_config = |url: String| {
         if options.coordinator_urls.is_empty() {
             options.coordinator_urls.push(url);
@@ -214,7 +218,7 @@ async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Res
             // With only an API token, the task API takes that token.
             worker_token: coord.worker_token.clone().or_else(|| coord.api_token.clone()),
             namespace: None,
-            max_payload: coord.max_payload,
+            max_payload: coord.max_value(),
             options,
         }
         .validated()

@@ -7,6 +7,7 @@
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
 use composer_api::rest::Manifest;
+use composer_archive::payloads::Payloads;
 use composer_archive::Writer;
 use composer_store::runs::RunFilter;
 use composer_store::{partitions, Client};
@@ -33,7 +34,12 @@ fn month_bounds(month: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
 
 /// Writes every run of `month` to `archive`: their records in id order,
 /// then the manifest.
-async fn write_month(client: &mut Client, archive: &Archive, month: &str) -> Result<Manifest, ArchiveError> {
+async fn write_month(
+    client: &mut Client,
+    payloads: &Payloads,
+    archive: &Archive,
+    month: &str,
+) -> Result<Manifest, ArchiveError> {
     let (start, end) = month_bounds(month)
         .ok_or_else(|| composer_archive::Error::Location(format!("month {month:?}: expected YYYY_MM")))?;
     let (since, until) = (id_at(start), id_at(end));
@@ -45,7 +51,7 @@ async fn write_month(client: &mut Client, archive: &Archive, month: &str) -> Res
     loop {
         let page = composer_store::runs::matching_ids(client, &filter, after, PAGE).await?;
         for id in &page {
-            if let Some(run) = record(client, *id).await? {
+            if let Some(run) = record(client, payloads, *id).await? {
                 writer.add(&run).await?;
             }
         }
@@ -69,6 +75,7 @@ pub async fn archive_expired(
     client: &mut Client,
     lock: &mut Client,
     archive: &Archive,
+    payloads: &Payloads,
     before: DateTime<Utc>,
 ) -> Result<Vec<String>, ArchiveError> {
     if !archive.is_set() {
@@ -85,7 +92,7 @@ pub async fn archive_expired(
             continue;
         }
         let began = crate::clock::now();
-        let manifest = match write_month(client, archive, &month).await {
+        let manifest = match write_month(client, payloads, archive, &month).await {
             Ok(m) => m,
             Err(e) => {
                 crate::metrics::inc(composer_metrics::ARCHIVE_FAILURES, &[], 1);

@@ -35,6 +35,8 @@ pub enum Error {
     ClockSkew { skew: String, allowed: std::time::Duration },
     #[error("the archive (--archive-url, COMPOSER_ARCHIVE_URL): {0}")]
     Archive(#[from] crate::archive::ArchiveError),
+    #[error("offloaded values' storage (--offload-url, COMPOSER_OFFLOAD_URL): {0}")]
+    Offload(composer_archive::Error),
 }
 
 /// Starts the part of a coordinator that serves one namespace (a cell):
@@ -77,13 +79,14 @@ pub(crate) async fn start_cell(
         outbox_wake.clone(),
         publisher.clone().map(|p| (p, config.outbox_publish_grace)),
         crate::engine::Bounds {
-            max_payload: config.max_payload,
+            max_payload: config.max_value(),
             tree: crate::engine::TreeBudget { runs: config.max_tree_runs, items: config.max_tree_items },
             whole_run_nodes: config.whole_run_nodes,
         },
         config.engine_queue,
     )
-    .with_traces(traces);
+    .with_traces(traces)
+    .with_payloads(payloads_of(&config, namespace)?);
     let archive = crate::archive::Archive::open(
         config.archive_url.as_deref(),
         &config.archive_options,
@@ -116,6 +119,16 @@ pub(crate) async fn start_cell(
     Ok(shared)
 }
 
+/// Where `namespace`'s offloaded values go (`COMPOSER_OFFLOAD_URL`, in the
+/// namespace's directory there), if anywhere.
+fn payloads_of(config: &Config, namespace: &str) -> Result<composer_archive::payloads::Payloads, Error> {
+    use composer_archive::payloads::Payloads;
+    let Some(url) = &config.offload_url else { return Ok(Payloads::off()) };
+    let store = composer_archive::Store::open_with(url, &config.archive_options).map_err(Error::Offload)?;
+    let threshold = usize::try_from(config.offload_threshold).unwrap_or(usize::MAX);
+    Ok(Payloads::new(store.sub(config.archive_dir.as_deref().unwrap_or(namespace)), threshold))
+}
+
 /// Applies the migrations to what `pool` reaches (the default namespace's
 /// schema, or another's) and makes its partitions.
 pub(crate) async fn prepare(config: &Config, pool: &composer_store::Pool) -> Result<(), Error> {
@@ -128,7 +141,9 @@ pub(crate) async fn prepare(config: &Config, pool: &composer_store::Pool) -> Res
     let retention = if config.archive_url.is_some() { 0 } else { config.retention_days };
     let none = crate::archive::Archive::default();
     drop(client);
-    loops::maintain_partitions(pool, config.partition_months_ahead, retention, &none).await?;
+    // The values of months dropped here go with the sweep (no row names them).
+    let off = composer_archive::payloads::Payloads::off();
+    loops::maintain_partitions(pool, config.partition_months_ahead, retention, &none, &off).await?;
     Ok(())
 }
 
@@ -179,6 +194,15 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut T
         Box::pin(async move { loops::recover_lost_writes(&s).await })
     }));
     tasks.spawn(bulk_loop(shared.clone(), shutdown.clone()));
+    if shared.engine.payloads().is_on() {
+        tasks.spawn(loops::every(shutdown.clone(), loops::sweep_every(c.offload_grace), shared.clone(), |s| {
+            Box::pin(async move {
+                if let Err(e) = loops::sweep_payloads(&s).await {
+                    tracing::warn!(error = %e, "sweeping offloaded values failed");
+                }
+            })
+        }));
+    }
     tasks.spawn(crate::limits::run(shared.clone(), shutdown.clone()));
     tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
         Box::pin(async move {
@@ -197,7 +221,14 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut T
                 }
                 let c = &s.config;
                 drop(client);
-                loops::maintain_partitions(&s.pool, c.partition_months_ahead, c.retention_days, &s.archive).await
+                loops::maintain_partitions(
+                    &s.pool,
+                    c.partition_months_ahead,
+                    c.retention_days,
+                    &s.archive,
+                    s.engine.payloads(),
+                )
+                .await
             };
             if let Err(e) = result.await {
                 tracing::error!(error = %e, "partition maintenance failed");

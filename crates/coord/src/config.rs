@@ -157,8 +157,9 @@ pub struct Config {
     /// Unset, expired months are dropped unwritten.
     #[arg(long, env = "COMPOSER_ARCHIVE_URL")]
     pub archive_url: Option<String>,
-    /// S3 settings of the archive besides the environment's, by their `AWS_*`
-    /// names (these win): for a program that embeds a coordinator.
+    /// S3 settings of the archive and of offloaded values besides the
+    /// environment's, by their `AWS_*` names (these win): for a program that
+    /// embeds a coordinator.
     #[arg(skip)]
     pub archive_options: Vec<(String, String)>,
     /// This namespace's directory under the archive's location: `NAME-ID`
@@ -166,6 +167,27 @@ pub struct Config {
     /// namespace made again under an old name never reads the old one's runs.
     #[arg(skip)]
     pub archive_dir: Option<String>,
+    /// Where values larger than `COMPOSER_OFFLOAD_THRESHOLD` (a run's input
+    /// or output, a step's input or output) are kept as objects, their rows
+    /// holding a reference (`s3://BUCKET/PREFIX`, `file:///DIR` or a
+    /// directory; S3 credentials from the `AWS_*` variables). Unset, every
+    /// value stays in its row, up to `COMPOSER_MAX_PAYLOAD`.
+    #[arg(long, env = "COMPOSER_OFFLOAD_URL")]
+    pub offload_url: Option<String>,
+    /// Bytes of JSON past which a value is offloaded.
+    #[arg(long, env = "COMPOSER_OFFLOAD_THRESHOLD", default_value_t = 256 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub offload_threshold: u64,
+    /// With `COMPOSER_OFFLOAD_URL`: the largest run input or output and step
+    /// input or output, in bytes of JSON (a worker's report or a start may
+    /// be this large; each is held in memory while it is applied).
+    /// Event payloads stay under `COMPOSER_MAX_PAYLOAD`.
+    #[arg(long, env = "COMPOSER_MAX_OFFLOADED", default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..=(4u64 << 30)))]
+    pub max_offloaded: u64,
+    /// An offloaded object this old that no row names (its coordinator died
+    /// between writing it and committing) is deleted; longer than any
+    /// transaction lives.
+    #[arg(long, env = "COMPOSER_OFFLOAD_GRACE", default_value = "1h", value_parser = composer_core::duration::parse)]
+    pub offload_grace: Duration,
     /// How often the metrics gauges are sampled.
     #[arg(long, env = "COMPOSER_METRICS_INTERVAL", default_value = "15s", value_parser = composer_core::duration::parse)]
     pub metrics_interval: Duration,
@@ -219,6 +241,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// The largest value a run or step may hold: `COMPOSER_MAX_OFFLOADED`
+    /// with offloading, else `COMPOSER_MAX_PAYLOAD`.
+    pub fn max_value(&self) -> usize {
+        match self.offload_url {
+            Some(_) => usize::try_from(self.max_offloaded).unwrap_or(usize::MAX).max(self.max_payload),
+            None => self.max_payload,
+        }
+    }
+
     /// `COMPOSER_OTLP_HEADERS` as a map (checked by [`Config::validated`]).
     pub fn otlp_header_map(&self) -> std::collections::HashMap<String, String> {
         self.otlp_headers

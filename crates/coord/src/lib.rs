@@ -25,6 +25,8 @@
 //! - [`quotas`]: a namespace's quotas at work.
 //! - [`archive`]: where runs are archived, and an archived run read back;
 //!   [`archiving`]: expired months written there before retention drops them.
+//! - [`payloads`]: values kept as objects (offloaded) read back for whoever
+//!   runs or shows them.
 //! - [`trace`]: OpenTelemetry traces of runs: the spans a commit ends, and their export.
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop; `cell`: the part of it that serves one
@@ -53,6 +55,7 @@ pub mod loops;
 pub mod metrics;
 pub mod oidc;
 pub mod outbox;
+pub mod payloads;
 pub mod publish;
 pub mod quotas;
 pub mod schedules;

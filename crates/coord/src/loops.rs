@@ -35,6 +35,17 @@ where
     }
 }
 
+/// Deletes the offloaded values of the runs of months retention dropped.
+/// One that fails is logged: the sweep deletes what it left, since no row
+/// names it any more.
+async fn drop_payloads(payloads: &composer_archive::payloads::Payloads, months: &[String]) {
+    for month in months {
+        if let Err(e) = payloads.drop_month(month).await {
+            tracing::warn!(month, error = %e, "deleting a dropped month's offloaded values failed: the sweep will");
+        }
+    }
+}
+
 /// Creates the monthly partitions `months_ahead` ahead and, with a
 /// retention set, drops whole months past it: with an archive set, each
 /// only once it is written there.
@@ -43,6 +54,7 @@ pub async fn maintain_partitions(
     months_ahead: i32,
     retention_days: u32,
     archive: &crate::archive::Archive,
+    payloads: &composer_archive::payloads::Payloads,
 ) -> Result<(), crate::archive::ArchiveError> {
     let mut client = composer_store::client(pool).await?;
     let client = &mut client;
@@ -57,7 +69,8 @@ pub async fn maintain_partitions(
     let before = crate::clock::now() - chrono::Duration::days(retention_days as i64);
     if archive.is_set() {
         let mut lock = composer_store::client(pool).await?;
-        let dropped = crate::archiving::archive_expired(client, &mut lock, archive, before).await?;
+        let dropped = crate::archiving::archive_expired(client, &mut lock, archive, payloads, before).await?;
+        drop_payloads(payloads, &dropped).await;
         if !dropped.is_empty() {
             crate::metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], dropped.len() as u64);
             tracing::info!(months = ?dropped, "dropped expired run partitions after archiving them");
@@ -73,6 +86,7 @@ pub async fn maintain_partitions(
         return Ok(());
     }
     let expired = partitions::drop_before(client, before).await?;
+    drop_payloads(payloads, &expired.dropped).await;
     if !expired.dropped.is_empty() {
         crate::metrics::inc(composer_metrics::PARTITIONS_DROPPED, &[], expired.dropped.len() as u64);
         tracing::info!(months = ?expired.dropped, "dropped expired run partitions");
@@ -195,7 +209,14 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
     use composer_core::machine::Event;
     match composer_store::runs::unreported_children(client, STRANDED_EVENT_AGE, 1000).await {
         Ok(children) => {
-            for c in children {
+            for mut c in children {
+                // The child's output read back, if it was offloaded.
+                if let Some(output) = &mut c.output {
+                    if let Err(e) = crate::payloads::resolve(shared.engine.payloads(), output).await {
+                        tracing::warn!(error = %e, child = %c.id, "recovery: reading a child run's output failed");
+                        continue;
+                    }
+                }
                 let event = Event::ChildFinished {
                     task_id: c.parent.task_id,
                     attempt: c.parent.attempt,
@@ -521,4 +542,34 @@ pub async fn sample_metrics(shared: &Shared) -> Result<(), composer_store::Error
         }
     }
     Ok(())
+}
+
+/// How often the offloaded values' sweep runs: a quarter of the grace, from
+/// a second to ten minutes.
+pub fn sweep_every(grace: Duration) -> Duration {
+    (grace / 4).clamp(Duration::from_secs(1), Duration::from_secs(600))
+}
+
+/// Deletes the offloaded objects older than `COMPOSER_OFFLOAD_GRACE` that no
+/// row names: those of a write whose commit never came (its coordinator
+/// died in between), of a value replaced since, of a run that is gone.
+pub async fn sweep_payloads(s: &Shared) -> Result<u64, composer_store::Error> {
+    let payloads = s.engine.payloads();
+    if !payloads.is_on() {
+        return Ok(0);
+    }
+    let grace = chrono::Duration::from_std(s.config.offload_grace).unwrap_or(chrono::Duration::MAX);
+    let before = crate::clock::now().checked_sub_signed(grace).unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    let client = composer_store::client(&s.pool).await?;
+    let client = &client;
+    let named = |run: uuid::Uuid, object: uuid::Uuid| async move {
+        composer_store::runs::names_object(client, run, &object.to_string())
+            .await
+            .map_err(|e| composer_archive::Error::Location(format!("asking PostgreSQL: {e}")))
+    };
+    let deleted = payloads.sweep(before, named).await.map_err(crate::payloads::store_error)?;
+    if deleted > 0 {
+        tracing::info!(deleted, "deleted offloaded values no row names");
+    }
+    Ok(deleted)
 }

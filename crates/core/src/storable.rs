@@ -11,6 +11,11 @@ use serde_json::Value;
 /// (`COMPOSER_MAX_PAYLOAD`'s default).
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 
+/// The key of a reference to a value kept as an object (offloaded): no
+/// value from outside, nor any the engine computes, may use it, so that
+/// only what storage wrote is ever read as one.
+pub const OFFLOADED_KEY: &str = "$composer_offloaded";
+
 /// Deepest nesting of a stored value (`max_depth`). Expressions see stored
 /// values inside a context three levels deep, well within what JSON readers
 /// accept (128).
@@ -47,9 +52,13 @@ fn walk(value: &Value, depth: usize) -> Result<(), String> {
     match value {
         Value::String(s) if s.contains('\0') => nul(),
         Value::Array(items) => items.iter().try_for_each(|v| walk(v, depth + 1)),
-        Value::Object(map) => {
-            map.iter().try_for_each(|(k, v)| if k.contains('\0') { nul() } else { walk(v, depth + 1) })
-        }
+        Value::Object(map) => map.iter().try_for_each(|(k, v)| match k.as_str() {
+            k if k.contains('\0') => nul(),
+            OFFLOADED_KEY => {
+                Err(format!("uses the key {OFFLOADED_KEY:?}, which Composer keeps for its own references"))
+            }
+            _ => walk(v, depth + 1),
+        }),
         _ => Ok(()),
     }
 }
@@ -79,6 +88,13 @@ mod tests {
         assert!(check(&json!({"k\u{0}": 1}), "input", 1000).is_err());
         assert!(check_text("a\u{0}", "event name").unwrap_err().contains("event name"));
         assert!(check(&json!({"fine": "text"}), "input", 1000).is_ok());
+    }
+
+    #[test]
+    fn no_value_may_pass_for_a_reference_to_an_offloaded_one() {
+        let forged = json!({"a": [{OFFLOADED_KEY: {"run": "x", "object": "y", "sha256": "z", "bytes": 1}}]});
+        let e = check(&forged, "output", 1000).unwrap_err();
+        assert!(e.starts_with("output uses the key \"$composer_offloaded\""), "{e}");
     }
 
     #[test]

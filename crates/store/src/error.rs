@@ -13,6 +13,11 @@ pub enum Error {
     Corrupt(String),
     #[error("{0}")]
     Closed(String),
+    /// Object storage (a value kept there, offloaded) could not be reached:
+    /// retrying later can help. One it answered for and that is gone or
+    /// altered is [`Error::Corrupt`].
+    #[error("object storage: {0}")]
+    Objects(String),
     /// A task the write read as PENDING was leased before it committed:
     /// what the write decided from that read may no longer hold (an
     /// at-most-once attempt retried while a worker sends it). The whole

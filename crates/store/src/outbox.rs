@@ -158,12 +158,14 @@ pub struct Order<'a> {
     pub fairness_key: Option<&'a str>,
 }
 
-/// The message that dispatches attempt `t.attempt` of task `t`, written now.
+/// The message that dispatches attempt `t.attempt` of task `t`, written now,
+/// with `input` (its input, or the reference to it once offloaded).
 pub(crate) fn dispatch_of(
     run_id: Uuid,
     definition: (Uuid, i32),
     node: &Node,
     t: &machine::Task,
+    input: &serde_json::Value,
     trace: &RunTrace,
 ) -> Dispatch {
     Dispatch {
@@ -174,7 +176,7 @@ pub(crate) fn dispatch_of(
         node_id: t.node_id(node).into_owned(),
         node_type: node.node_type.clone(),
         attempt: t.attempt,
-        input: t.input.clone(),
+        input: input.clone(),
         published_at_us: None,
         traceparent: Some(trace.attempt(t.id, t.attempt).header()),
         dispatched_at_us: Some(composer_api::wire::now_us()),
@@ -202,7 +204,7 @@ impl<'a> OutboxInserts<'a> {
         run_id: Uuid,
         definition: (Uuid, i32),
         node: &'a Node,
-        t: &machine::Task,
+        (t, input): (&machine::Task, &serde_json::Value),
         trace: &RunTrace,
         order: Order<'a>,
     ) {
@@ -212,7 +214,7 @@ impl<'a> OutboxInserts<'a> {
         self.attempt.push(t.attempt);
         self.priority.push(order.priority.into());
         self.fairness_key.push(order.fairness_key);
-        self.dispatch.push(dispatch_of(run_id, definition, node, t, trace));
+        self.dispatch.push(dispatch_of(run_id, definition, node, t, input, trace));
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -40,6 +40,33 @@ pub struct Change<'a> {
     /// still are (a poll leases a PENDING task without the run's lock), or
     /// the write fails with [`crate::Error::Moved`].
     pub pending_at_read: &'a [Uuid],
+    /// Its values written as references to objects instead of themselves.
+    pub offloaded: &'a Offloaded,
+}
+
+/// The values of a change that storage writes as references to objects
+/// (offloaded, written before the commit) instead of themselves: the run's
+/// input and output, and its tasks' by index in the run.
+#[derive(Debug, Default, Clone)]
+pub struct Offloaded {
+    pub run_input: Option<Value>,
+    pub run_output: Option<Value>,
+    pub inputs: std::collections::HashMap<usize, Value>,
+    pub outputs: std::collections::HashMap<usize, Value>,
+}
+
+impl Offloaded {
+    pub fn is_empty(&self) -> bool {
+        self.run_input.is_none() && self.run_output.is_none() && self.inputs.is_empty() && self.outputs.is_empty()
+    }
+
+    fn input<'a>(&'a self, i: usize, t: &'a machine::Task) -> &'a Value {
+        self.inputs.get(&i).unwrap_or(&t.input)
+    }
+
+    fn output<'a>(&'a self, i: usize, t: &'a machine::Task) -> Option<&'a Value> {
+        self.outputs.get(&i).or(t.output.as_ref())
+    }
 }
 
 /// A dispatched task leased in the commit that dispatches it, to the
@@ -143,11 +170,11 @@ impl<'a> Statements<'a> {
         }
     }
 
-    fn add_run(&mut self, &Change { wf, run, tr, .. }: &Change<'a>) {
+    fn add_run(&mut self, &Change { wf, run, tr, offloaded, .. }: &Change<'a>) {
         if !(tr.run_changed || tr.input_changed) {
             return;
         }
-        self.runs.push(run, tr.input_changed);
+        self.runs.push(run, tr.input_changed, offloaded);
         // A resumed run's held steps may go again.
         if run.status == machine::RunStatus::Running && wf.nodes.iter().any(|n| !n.limits.is_empty()) {
             self.limits.wake();
@@ -157,13 +184,15 @@ impl<'a> Statements<'a> {
         }
     }
 
-    fn add_new_tasks(&mut self, &Change { wf, run, tr, eager, .. }: &Change<'a>) {
+    fn add_new_tasks(&mut self, &Change { wf, run, tr, eager, offloaded, .. }: &Change<'a>) {
         for &i in tr.created.iter().filter(|&&i| !run.tasks[i].removed) {
-            self.new_tasks.push(run.id, &wf.nodes[run.tasks[i].node], &run.tasks[i], eager_of(eager, i));
+            let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
+            let values = (offloaded.input(i, task), offloaded.output(i, task));
+            self.new_tasks.push(run.id, node, task, values, eager_of(eager, i));
         }
     }
 
-    fn add_changed_tasks(&mut self, &Change { wf, run, tr, eager, pending_at_read, .. }: &Change<'a>) {
+    fn add_changed_tasks(&mut self, &Change { wf, run, tr, eager, pending_at_read, offloaded, .. }: &Change<'a>) {
         for &i in &tr.updated {
             let task = &run.tasks[i];
             // Any change ends the attempt that held (or waited for) its limits.
@@ -172,7 +201,16 @@ impl<'a> Statements<'a> {
             }
             match task.removed {
                 true => self.removed.push(run.id, task.id),
-                false => self.changed_tasks.push(run.id, task, eager_of(eager, i), pending_at_read.contains(&task.id)),
+                false => {
+                    let values = (offloaded.input(i, task), offloaded.output(i, task));
+                    self.changed_tasks.push(
+                        run.id,
+                        task,
+                        values,
+                        eager_of(eager, i),
+                        pending_at_read.contains(&task.id),
+                    )
+                }
             }
             // A MAP that ended (or was reset) has no items left to create.
             if task.progress.is_some_and(|p| p.total > composer_core::machine::ITEM_CHUNK)
@@ -200,17 +238,21 @@ impl<'a> Statements<'a> {
     /// A task dispatched and finished within one batch is not sent; one
     /// with limits waits for the limiter; an eager one goes to its worker
     /// with the answer; the others go through the outbox.
-    fn add_dispatches(&mut self, &Change { wf, run, tr, definition, traceparent, order, eager, .. }: &Change<'a>) {
+    fn add_dispatches(
+        &mut self,
+        &Change { wf, run, tr, definition, traceparent, order, eager, offloaded, .. }: &Change<'a>,
+    ) {
         let trace = RunTrace::of(run.id, traceparent);
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
+            let input = offloaded.input(i, task);
             match (task.limit_keys.is_empty(), eager_of(eager, i).is_some()) {
                 (true, true) => self.eager.push(EagerLease {
-                    dispatch: crate::outbox::dispatch_of(run.id, definition, node, task, &trace),
+                    dispatch: crate::outbox::dispatch_of(run.id, definition, node, task, input, &trace),
                     queue: node.dispatch_queue().to_string(),
                     priority: order.priority,
                 }),
-                (true, false) => self.outbox.push(run.id, definition, node, task, &trace, order),
+                (true, false) => self.outbox.push(run.id, definition, node, (task, input), &trace, order),
                 (false, _) => self.limits.hold(run.id, node, task),
             }
         }
@@ -285,12 +327,12 @@ struct RunUpdates<'a> {
 }
 
 impl<'a> RunUpdates<'a> {
-    fn push(&mut self, run: &'a machine::Run, input_changed: bool) {
+    fn push(&mut self, run: &'a machine::Run, input_changed: bool, offloaded: &'a Offloaded) {
         self.id.push(run.id);
         self.status.push(run.status.as_str());
-        self.output.push(run.output.as_ref());
+        self.output.push(offloaded.run_output.as_ref().or(run.output.as_ref()));
         self.error.push(run.error.as_deref());
-        self.input.push(input_changed.then_some(&run.input));
+        self.input.push(input_changed.then(|| offloaded.run_input.as_ref().unwrap_or(&run.input)));
     }
 
     async fn execute(&self, tx: &Transaction<'_>) -> Result<u64> {
@@ -351,7 +393,14 @@ struct TaskInserts<'a> {
 }
 
 impl<'a> TaskInserts<'a> {
-    fn push(&mut self, run_id: Uuid, node: &'a Node, t: &'a machine::Task, eager: Option<&'a Eager>) {
+    fn push(
+        &mut self,
+        run_id: Uuid,
+        node: &'a Node,
+        t: &'a machine::Task,
+        (input, output): (&'a Value, Option<&'a Value>),
+        eager: Option<&'a Eager>,
+    ) {
         self.run_id.push(run_id);
         self.id.push(t.id);
         self.node_id.push(t.node_id(node));
@@ -362,12 +411,12 @@ impl<'a> TaskInserts<'a> {
         self.queue.push(node.queue.as_deref());
         self.state.push(stored_state(t, eager));
         self.attempt.push(t.attempt);
-        self.input.push(&t.input);
+        self.input.push(input);
         self.wake_at.push(deadline(t));
         self.finished_at.push(t.finished_at);
         self.lease_owner.push(eager.map(|e| e.owner.as_str()));
         self.lease_secs.push(eager.map(|e| e.lease.as_secs_f64()));
-        self.output.push(t.output.as_ref());
+        self.output.push(output);
         self.error.push(t.error.as_deref());
         self.event_name.push(t.event.as_ref().map(|e| e.0.as_str()));
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
@@ -487,7 +536,14 @@ struct TaskUpdates<'a> {
 }
 
 impl<'a> TaskUpdates<'a> {
-    fn push(&mut self, run_id: Uuid, t: &'a machine::Task, eager: Option<&'a Eager>, was_pending: bool) {
+    fn push(
+        &mut self,
+        run_id: Uuid,
+        t: &'a machine::Task,
+        (input, output): (&'a Value, Option<&'a Value>),
+        eager: Option<&'a Eager>,
+        was_pending: bool,
+    ) {
         self.run_id.push(run_id);
         self.was_pending.push(was_pending);
         self.id.push(t.id);
@@ -495,11 +551,11 @@ impl<'a> TaskUpdates<'a> {
         self.lease_owner.push(eager.map(|e| e.owner.as_str()));
         self.lease_secs.push(eager.map(|e| e.lease.as_secs_f64()));
         self.attempt.push(t.attempt);
-        self.output.push(t.output.as_ref());
+        self.output.push(output);
         self.error.push(t.error.as_deref());
         self.wake_at.push(deadline(t));
         self.finished_at.push(t.finished_at);
-        self.input.push(&t.input);
+        self.input.push(input);
         self.event_key.push(t.event.as_ref().map(|e| e.1.as_str()));
         self.progress.push(progress_json(t));
         self.error_info.push(error_info_json(t));

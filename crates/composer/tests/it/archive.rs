@@ -277,7 +277,7 @@ async fn a_month_that_changed_while_it_was_read_is_kept() {
     // unwritten: neither this build's retention nor an older build's call.
     c.execute("INSERT INTO archive_required DEFAULT VALUES", &[]).await.unwrap();
     let none = composer_coord::archive::Archive::default();
-    composer_coord::loops::maintain_partitions(&e.db.pool(), 3, 30, &none).await.unwrap();
+    composer_coord::loops::maintain_partitions(&e.db.pool(), 3, 30, &none, &Default::default()).await.unwrap();
     let cutoff = chrono::Utc::now() - chrono::Duration::days(30);
     let expired = composer_store::partitions::drop_before(&c, cutoff).await.unwrap();
     assert_eq!(expired, composer_store::partitions::Expired::default(), "nothing dropped while archiving is required");

@@ -654,7 +654,7 @@ async fn partitions_exist_ahead_and_retention_drops_whole_old_months() {
 
     c.execute("UPDATE workflow_runs SET status = 'SUCCEEDED' WHERE id = $1", &[&old_run]).await.unwrap();
     let none = composer_coord::archive::Archive::default();
-    composer_coord::loops::maintain_partitions(&pool, 3, 30, &none).await.unwrap();
+    composer_coord::loops::maintain_partitions(&pool, 3, 30, &none, &Default::default()).await.unwrap();
     assert_eq!(e.get(&format!("/v1/runs/{old_run}")).await.0, 404, "once it ends, the old month goes");
     for table in ["workflow_runs", "task_instances", "run_events"] {
         let name = format!("{table}_p{old_month}");

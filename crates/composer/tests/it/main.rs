@@ -28,6 +28,7 @@ mod logs;
 mod migrate;
 mod model;
 mod namespaces;
+mod offload;
 mod ops;
 mod priorities;
 mod processes;

@@ -392,7 +392,7 @@ pub(crate) async fn coordinator_procs(
     (procs, urls)
 }
 
-fn kill9(p: &mut Proc) {
+pub(crate) fn kill9(p: &mut Proc) {
     let _ = p.0.kill();
     let _ = p.0.wait();
 }

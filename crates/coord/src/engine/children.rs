@@ -100,13 +100,16 @@ impl Engine {
         if depth > SUB_WORKFLOW_MAX_DEPTH {
             return Err(Rejection::TooDeep { max: SUB_WORKFLOW_MAX_DEPTH, limit: machine::DEPTH_LIMIT }.into());
         }
-        let name = slot.spec["workflow"].as_str().unwrap_or_default();
-        let version = slot.spec["version"].as_i64().and_then(|v| i32::try_from(v).ok());
+        // The attempt's input, read back if it was offloaded.
+        let mut spec = slot.spec.clone();
+        crate::payloads::resolve(&self.payloads, &mut spec).await?;
+        let name = spec["workflow"].as_str().unwrap_or_default();
+        let version = spec["version"].as_i64().and_then(|v| i32::try_from(v).ok());
         let def = composer_store::definitions::by_name(&**tx, name, version)
             .await?
             .ok_or_else(|| Rejection::UnknownWorkflow { name: name.to_string(), version })?;
         let wf = self.compile(&def)?;
-        let input = match slot.spec.get("input") {
+        let input = match spec.get("input") {
             None | Some(Value::Null) => serde_json::json!({}),
             Some(v) => v.clone(),
         };
@@ -121,12 +124,12 @@ impl Engine {
             parent: Some(parent),
             depth,
             root: Some(slot.root),
-            abandoned: slot.spec["on_parent_close"] == "abandon",
+            abandoned: spec["on_parent_close"] == "abandon",
             traceparent: Some(&traceparent),
             priority: Some(slot.parent_priority),
             fairness_key: slot.parent_fairness_key.as_deref(),
             ..NewRunOf::of(&def, &input)
         };
-        admission::create_run(&Tx(tx), wf, how, self.bounds).await
+        admission::create_run(&Tx(tx, &self.payloads), wf, how, self.bounds).await
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use composer_core::definition::Workflow;
 use composer_core::machine::{self, AfterCommit};
 use composer_store::runs::RunRow;
-use composer_store::transitions::{Change, Eager, Order};
+use composer_store::transitions::{Change, Eager, Offloaded, Order};
 
 use crate::trace::Seen;
 use composer_api::wire::EagerOffer;
@@ -39,6 +39,10 @@ pub struct Loaded {
     /// Its tasks that were PENDING when it was read (and locked): its write
     /// fails if a poll leased one meanwhile, since polls take no run lock.
     pub pending_at_read: Vec<Uuid>,
+    /// The references its offloaded values were read from.
+    pub read: crate::payloads::ReadFrom,
+    /// Its values the write puts in objects (filled just before it).
+    pub offloaded: Offloaded,
 }
 
 impl Loaded {
@@ -57,6 +61,8 @@ impl Loaded {
             fairness_key: row.fairness_key.clone(),
             eager: Vec::new(),
             pending_at_read: Vec::new(),
+            read: crate::payloads::ReadFrom::default(),
+            offloaded: Offloaded::default(),
         }
     }
 
@@ -71,6 +77,7 @@ impl Loaded {
             order: Order { priority: self.priority, fairness_key: self.fairness_key.as_deref() },
             eager: &self.eager,
             pending_at_read: &self.pending_at_read,
+            offloaded: &self.offloaded,
         }
     }
 

@@ -122,6 +122,8 @@ pub struct Engine {
     /// The namespace's quotas, which a start from outside a run is held to
     /// ([`Engine::start_run_in`]).
     quotas: Option<Arc<crate::quotas::QuotaState>>,
+    /// Where values too large for their rows go (`COMPOSER_OFFLOAD_URL`).
+    payloads: composer_archive::payloads::Payloads,
 }
 
 impl Engine {
@@ -148,7 +150,19 @@ impl Engine {
             traces: None,
             idle: idle::IdlePolls::default(),
             quotas: None,
+            payloads: composer_archive::payloads::Payloads::off(),
         }
+    }
+
+    /// Keeps values too large for their rows in `payloads` from now on.
+    pub fn with_payloads(mut self, payloads: composer_archive::payloads::Payloads) -> Engine {
+        self.payloads = payloads;
+        self
+    }
+
+    /// Where values too large for their rows go, and are read back from.
+    pub fn payloads(&self) -> &composer_archive::payloads::Payloads {
+        &self.payloads
     }
 
     /// Holds the runs schedules and triggers start to `quotas` from now on.

@@ -69,15 +69,19 @@ impl Engine {
         if !ids.is_empty() {
             runs::set_running(tx, &ids, &deadlines).await?;
         }
-        let store = Tx(tx);
+        let store = Tx(tx, &self.payloads);
         let mut batch = Vec::with_capacity(rows.len());
         for ((wf, mut row), deadline) in rows.into_iter().zip(deadlines) {
+            let mut read = crate::payloads::ReadFrom::default();
+            crate::payloads::resolve_run(&self.payloads, &mut row, &mut read).await?;
             let mut run = runs::into_machine(&wf, &mut row, Vec::new())?;
             run.status = RunStatus::Running;
             run.deadline = deadline;
             self.hold_to_limits(&store, &wf, &mut run, &row).await?;
             let tr = effects::apply(&store, &wf, &mut run, Event::RunStarted).await?;
-            batch.push(Loaded::new(wf, run, tr, &row));
+            let mut loaded = Loaded::new(wf, run, tr, &row);
+            loaded.read = read;
+            batch.push(loaded);
         }
         Ok((batch, all))
     }

@@ -183,7 +183,7 @@ impl Engine {
             self.within_quotas(tx).await?;
         }
         let how = NewRunOf { idempotency_key, trigger, tags, traceparent, priority, ..NewRunOf::of(def, input) };
-        let (row, mut loaded) = admission::create_run(&Tx(tx), wf, how, self.bounds).await?;
+        let (row, mut loaded) = admission::create_run(&Tx(tx, &self.payloads), wf, how, self.bounds).await?;
         // Its first steps go to the polls waiting for work, as a batched
         // start's do.
         let to_idle = match first_steps {

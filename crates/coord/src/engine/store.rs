@@ -6,6 +6,7 @@
 
 use std::future::Future;
 
+use composer_archive::payloads::Payloads;
 use composer_core::definition::Workflow;
 use composer_core::machine;
 use composer_store::definitions::DefinitionRow;
@@ -79,8 +80,10 @@ pub trait RunStore: Sync {
     ) -> impl Future<Output = StoreResult<Option<DefinitionRow>>> + Send;
 }
 
-/// A PostgreSQL transaction as the engine's store.
-pub struct Tx<'a, 'b>(pub &'a Transaction<'b>);
+/// A PostgreSQL transaction as the engine's store, and where offloaded
+/// values are: rows are read back whole, and a new run's input too large
+/// for its row is written as an object first.
+pub struct Tx<'a, 'b>(pub &'a Transaction<'b>, pub &'a Payloads);
 
 impl RunStore for Tx<'_, '_> {
     async fn load_items(
@@ -91,7 +94,8 @@ impl RunStore for Tx<'_, '_> {
         which: Items,
         held: &[Uuid],
     ) -> StoreResult<Vec<machine::Task>> {
-        let rows = runs::load_items(self.0, run_id, map, which, held).await?;
+        let mut rows = runs::load_items(self.0, run_id, map, which, held).await?;
+        crate::payloads::resolve_tasks(self.1, &mut rows).await?;
         rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
     }
 
@@ -102,7 +106,8 @@ impl RunStore for Tx<'_, '_> {
         nodes: &[&str],
         held: &[Uuid],
     ) -> StoreResult<Vec<machine::Task>> {
-        let rows = runs::load_nodes(self.0, run_id, nodes, held).await?;
+        let mut rows = runs::load_nodes(self.0, run_id, nodes, held).await?;
+        crate::payloads::resolve_tasks(self.1, &mut rows).await?;
         rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
     }
 
@@ -123,11 +128,31 @@ impl RunStore for Tx<'_, '_> {
     }
 
     async fn insert_run(&self, run: &NewRun<'_>) -> StoreResult<RunRow> {
-        runs::insert_run(self.0, run).await
+        let Some(written) = offload_input(self.1, run).await? else { return runs::insert_run(self.0, run).await };
+        let mut row = runs::insert_run(self.0, &NewRun { input: &written, ..run.clone() }).await?;
+        // The state machine sees the input itself.
+        row.input = run.input.clone();
+        Ok(row)
     }
 
     async fn insert_runs(&self, new: &[NewRun<'_>]) -> StoreResult<Vec<RunRow>> {
-        runs::insert_runs(self.0, new).await
+        let mut written: Vec<Option<Value>> = Vec::with_capacity(new.len());
+        for run in new {
+            written.push(offload_input(self.1, run).await?);
+        }
+        if written.iter().all(Option::is_none) {
+            return runs::insert_runs(self.0, new).await;
+        }
+        let stored: Vec<NewRun<'_>> = new
+            .iter()
+            .zip(&written)
+            .map(|(run, w)| NewRun { input: w.as_ref().unwrap_or(run.input), ..run.clone() })
+            .collect();
+        let mut rows = runs::insert_runs(self.0, &stored).await?;
+        for (row, run) in rows.iter_mut().zip(new) {
+            row.input = run.input.clone();
+        }
+        Ok(rows)
     }
 
     async fn definition(&self, name: &str, version: Option<i32>) -> StoreResult<Option<DefinitionRow>> {
@@ -137,4 +162,10 @@ impl RunStore for Tx<'_, '_> {
     async fn load_sources(&self, run_id: Uuid, map: Uuid, from: u32, count: u32) -> StoreResult<Vec<Value>> {
         runs::load_sources(self.0, run_id, map, from, count).await
     }
+}
+
+/// The reference a new run's row holds instead of its input, written first,
+/// when the input is too large for the row.
+async fn offload_input(payloads: &Payloads, run: &NewRun<'_>) -> StoreResult<Option<Value>> {
+    payloads.offload(run.id, run.input, None).await.map_err(crate::payloads::store_error)
 }

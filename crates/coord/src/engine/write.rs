@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use composer_core::machine::AfterCommit;
 use composer_store::definitions::DefinitionRow;
 use composer_store::outbox::Outbound;
-use composer_store::transitions::{write_transitions, Change, EagerLease};
+use composer_store::transitions::{write_transitions, Change, EagerLease, Offloaded};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{EngineError, Result};
@@ -59,8 +60,13 @@ impl Engine {
         let mut handlers = Vec::new();
         let compile = |def: &DefinitionRow| self.compile(def);
         for l in loaded.iter_mut().filter(|l| handler::owes_handler(l)) {
-            if let Some(h) = handler::start(&Tx(tx), &compile, l, self.bounds).await? {
+            if let Some(h) = handler::start(&Tx(tx, &self.payloads), &compile, l, self.bounds).await? {
                 handlers.push(h);
+            }
+        }
+        if self.payloads.is_on() {
+            for l in loaded.iter_mut().map(|l| &mut **l).chain(handlers.iter_mut()) {
+                l.offloaded = self.offloaded(l).await?;
             }
         }
         let all: Vec<&Loaded> = loaded.iter().map(|l| &**l).chain(handlers.iter()).collect();
@@ -89,6 +95,51 @@ impl Engine {
         let any = changes.iter().any(|c| !c.tr.dispatch.is_empty());
         let wrote = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;
         Ok(Receipt { outbound: wrote.outbound, eager: wrote.eager, any, handlers, spans })
+    }
+
+    /// The values of `l` the write puts in objects, written now (before the
+    /// commit that refers to them): those over the threshold of its run
+    /// and of the tasks its events created or changed.
+    async fn offloaded(&self, l: &Loaded) -> Result<Offloaded> {
+        use crate::payloads::Which::{Input, Output};
+        let (run, tr) = (&l.run, &l.tr);
+        let put = |value, task, which| self.offload(l, value, task, which);
+        let mut out = Offloaded::default();
+        if tr.run_changed {
+            if let Some(output) = &run.output {
+                out.run_output = put(output, None, Output).await?;
+            }
+        }
+        if tr.input_changed {
+            out.run_input = put(&run.input, None, Input).await?;
+        }
+        for &i in tr.created.iter().chain(&tr.updated) {
+            let t = &run.tasks[i];
+            if t.removed || out.inputs.contains_key(&i) || out.outputs.contains_key(&i) {
+                continue;
+            }
+            if let Some(input) = put(&t.input, Some(t.id), Input).await? {
+                out.inputs.insert(i, input);
+            }
+            if let Some(output) = &t.output {
+                if let Some(output) = put(output, Some(t.id), Output).await? {
+                    out.outputs.insert(i, output);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The reference `value` of run `l` (of its task `task`) is written as, if any.
+    async fn offload(
+        &self,
+        l: &Loaded,
+        value: &Value,
+        task: Option<Uuid>,
+        which: crate::payloads::Which,
+    ) -> Result<Option<Value>> {
+        let had = l.read.get(task, which);
+        Ok(self.payloads.offload(l.run.id, value, had).await.map_err(crate::payloads::store_error)?)
     }
 
     /// After the commit of a write: publishes it, records its spans, counts

@@ -19,15 +19,20 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, parsed, run_id, Limit, Path, Query};
 pub(crate) use super::runs::id_at;
 use crate::archive::Archive;
+use composer_archive::payloads::Payloads;
 
 /// History lines or MAP items read at once.
 const PAGE: i64 = 1000;
 
 /// The run `run_id` as the API shows it, with its whole history, every MAP's
 /// items and every step's log lines; `None` where there is no such run.
-pub async fn record(client: &Client, run_id: Uuid) -> Result<Option<ArchivedRun>, composer_store::Error> {
+pub async fn record(
+    client: &Client,
+    payloads: &Payloads,
+    run_id: Uuid,
+) -> Result<Option<ArchivedRun>, composer_store::Error> {
     let Some((run, tasks)) = runs::get(client, run_id).await? else { return Ok(None) };
-    let view = super::runs::full_view(client, &run, &tasks).await?;
+    let view = super::runs::full_view(client, payloads, &run, &tasks).await?;
     let mut history = Vec::new();
     loop {
         let after = history.last().map_or(0, |h: &HistoryEntryView| h.seq);
@@ -57,7 +62,7 @@ pub async fn record(client: &Client, run_id: Uuid) -> Result<Option<ArchivedRun>
             }
         }
         nodes.extend(all.iter().map(|t| (t.id, t.node_id.clone())));
-        items.insert(map.node_id.clone(), super::runs::task_views(client, run_id, &all).await?);
+        items.insert(map.node_id.clone(), super::runs::task_views(client, payloads, run_id, &all).await?);
     }
     let ids: Vec<Uuid> = nodes.keys().copied().collect();
     let mut logs: Vec<AttemptLog> = Vec::new();
@@ -136,7 +141,11 @@ fn json_bytes(v: &impl serde::Serialize) -> usize {
         (status = 400, description = "a parameter is invalid", body = ErrorBody),
     )
 )]
-pub(crate) async fn export_runs(State(pool): State<Pool>, Query(q): Query<ExportQuery>) -> ApiResult<Json<ExportPage>> {
+pub(crate) async fn export_runs(
+    State(pool): State<Pool>,
+    State(engine): State<std::sync::Arc<crate::engine::Engine>>,
+    Query(q): Query<ExportQuery>,
+) -> ApiResult<Json<ExportPage>> {
     if let Some(w) = &q.workflow {
         name_param("workflow", w)?;
     }
@@ -158,7 +167,7 @@ pub(crate) async fn export_runs(State(pool): State<Pool>, Query(q): Query<Export
             break;
         }
         // A run deleted by retention between the two reads is left out.
-        if let Some(run) = record(&client, *id).await? {
+        if let Some(run) = record(&client, engine.payloads(), *id).await? {
             bytes += json_bytes(&run);
             runs.push(run);
         }

@@ -219,7 +219,7 @@ pub(crate) async fn audit(State((config, pool)): State<(Arc<Config>, Pool)>, req
     let principal = req.extensions().get::<Principal>().cloned().unwrap_or_else(|| Principal::operator(&config));
     let source = req.extensions().get::<ConnectInfo<SocketAddr>>().map_or_else(String::new, |c| c.0.ip().to_string());
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, config.max_payload + 64 * 1024).await else {
+    let Ok(bytes) = axum::body::to_bytes(body, config.max_value() + 64 * 1024).await else {
         return ApiError::BodyTooLarge.into_response();
     };
     let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|c| c.to_str().ok());

@@ -45,7 +45,7 @@ async fn control(
     let client = composer_store::client(&c.pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
-    Ok(Json(super::runs::run_view(&run, Some(&tasks))))
+    Ok(Json(super::runs::full_view(&client, c.engine.payloads(), &run, &tasks).await?))
 }
 
 /// Change a run's priority.
@@ -79,7 +79,7 @@ pub(crate) async fn set_run_priority(
     let client = composer_store::client(&c.pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
-    Ok(Json(super::runs::run_view(&run, Some(&tasks))))
+    Ok(Json(super::runs::full_view(&client, c.engine.payloads(), &run, &tasks).await?))
 }
 
 /// [`runs::set_priority`] in a transaction of its own, by this request's

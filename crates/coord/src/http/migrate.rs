@@ -80,7 +80,7 @@ pub async fn migrate(c: &RunControl, wakes: &Wakes, actor: &str, name: &str, req
     run_filter.open = true;
     if req.dry_run {
         let ids = runs::matching_ids(&mut client, &run_filter, None, MAX_MIGRATE_VERDICTS + 1).await?;
-        return Ok(Moved::DryRun(dry_run(&client, &checked, &req, &ids).await?));
+        return Ok(Moved::DryRun(dry_run(&client, c.engine.payloads(), &checked, &req, &ids).await?));
     }
     let matched = runs::count_matching(&mut client, &run_filter, super::bulk::COUNT_CAP).await?;
     let target = crate::bulk::Target {
@@ -178,6 +178,7 @@ fn filter_of(name: &str, f: Option<&BulkFilter>) -> BulkFilter {
 /// request threads (a new version's input_schema is checked on each input).
 async fn dry_run(
     client: &composer_store::Client,
+    payloads: &composer_archive::payloads::Payloads,
     checked: &Checked,
     req: &MigrateRequest,
     ids: &[uuid::Uuid],
@@ -191,6 +192,8 @@ async fn dry_run(
         if row.workflow_version != req.from_version {
             continue;
         }
+        // Its input is checked against the new version's schema.
+        crate::payloads::resolve_run(payloads, &mut row, &mut Default::default()).await?;
         if let Ok(run) = runs::into_machine(&old, &mut row, tasks) {
             read.push(run);
         }

@@ -58,7 +58,7 @@ use crate::shared::{AppState, Shared};
 /// default namespace's routes, hands a request for another namespace to
 /// that namespace's ([`routes`] on its state, from `namespaces`).
 pub fn router(shared: Arc<Shared>, namespaces: Arc<dyn door::Namespaces>) -> Router {
-    let limit = shared.config.max_payload + 64 * 1024;
+    let limit = shared.config.max_value() + 64 * 1024;
     let config = shared.config.clone();
     // The default namespace's routes as the fallback of a router with none:
     // the door runs before any route is matched (a layer on routes would

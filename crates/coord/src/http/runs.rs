@@ -29,6 +29,7 @@ use crate::definitions::Definitions;
 use crate::engine::starts::StartOptions;
 use crate::engine::Engine;
 use crate::shared::{Draining, RunWatch};
+use composer_archive::payloads::Payloads;
 use composer_store::Pool;
 
 /// Longest `?wait=` a caller may ask for.
@@ -321,24 +322,29 @@ fn task_view(t: &TaskRow) -> TaskView {
 /// run is what the API showed.
 pub(crate) async fn full_view(
     client: &composer_store::Client,
+    payloads: &Payloads,
     run: &RunRow,
     tasks: &[TaskRow],
 ) -> Result<RunView, composer_store::Error> {
     let mut view = run_view(run, Some(&[]));
-    view.tasks = Some(task_views(client, run.id, tasks).await?);
+    crate::payloads::resolve_view(payloads, &mut view).await?;
+    view.tasks = Some(task_views(client, payloads, run.id, tasks).await?);
     if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
         view.failure_handler_run_ids = Some(runs::handlers_of(client, run.id).await?);
     }
     Ok(view)
 }
 
-/// Task views, with why each step its limits hold waits.
+/// Task views, their values read back where offloaded, with why each
+/// step its limits hold waits.
 pub(crate) async fn task_views(
     client: &composer_store::Client,
+    payloads: &Payloads,
     run_id: Uuid,
     tasks: &[TaskRow],
 ) -> Result<Vec<TaskView>, composer_store::Error> {
     let mut views: Vec<TaskView> = tasks.iter().map(task_view).collect();
+    crate::payloads::resolve_task_views(payloads, &mut views).await?;
     if tasks.iter().any(|t| t.state == TaskState::Pending && t.limit_keys.is_some()) {
         let held = composer_store::limits::held_in_run(client, run_id).await?;
         for v in views.iter_mut().filter(|v| v.state == TaskState::Pending) {
@@ -362,6 +368,7 @@ pub(crate) async fn task_views(
 )]
 pub(crate) async fn get_run(
     State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
     State(runs): State<RunWatch>,
     State(draining): State<Draining>,
     Path(id): Path<String>,
@@ -381,7 +388,7 @@ pub(crate) async fn get_run(
             return Err(ApiError::not_found(format!("run {run_id} not found")));
         };
         if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || draining.has_begun() {
-            return Ok(Json(full_view(&client, &run, &tasks).await?));
+            return Ok(Json(full_view(&client, engine.payloads(), &run, &tasks).await?));
         }
         drop(client);
         loop {
@@ -447,6 +454,7 @@ pub(crate) async fn run_events(
 )]
 pub(crate) async fn run_items(
     State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
     Path(id): Path<String>,
     Query(q): Query<ItemsQuery>,
 ) -> ApiResult<Json<ItemPage>> {
@@ -468,7 +476,7 @@ pub(crate) async fn run_items(
     }
     let items = runs::items(&client, run_id, map.id, after, limit).await?;
     let next = if items.len() as i64 == limit { items.last().and_then(|t| t.item_index) } else { None };
-    Ok(Json(ItemPage { items: task_views(&client, run_id, &items).await?, next_after: next }))
+    Ok(Json(ItemPage { items: task_views(&client, engine.payloads(), run_id, &items).await?, next_after: next }))
 }
 
 /// A priority a request gives: a level, or a 400 that says which are.

@@ -150,8 +150,11 @@ pub(crate) async fn poll_tasks(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBat
         let published = s.published.notified();
         tokio::pin!(published);
         published.as_mut().enable();
-        let Leased { tasks, waiting } =
+        let Leased { mut tasks, waiting } =
             lease(s, &req.worker_id, &queues, &streams, every_priority, start, max as usize).await?;
+        for t in &mut tasks {
+            crate::payloads::resolve(s.engine.payloads(), &mut t.input).await?;
+        }
         start = start.wrapping_add(1);
         if !tasks.is_empty() || tokio::time::Instant::now() >= deadline || s.draining.has_begun() {
             if !tasks.is_empty() {
@@ -172,7 +175,7 @@ pub(crate) async fn poll_tasks(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBat
         };
         let given = park(s, &req.worker_id, offer, published.as_mut(), nap).await;
         if let Some(given) = given.filter(|g| !g.is_empty()) {
-            let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
+            let tasks: Vec<LeasedTask> = leased_views(s, given).await?;
             crate::metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
             crate::metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
             // What waits is what the read before the wait saw.
@@ -207,7 +210,7 @@ pub(crate) async fn take_handed(s: &TaskApi, req: PollTasks) -> ApiResult<TaskBa
         Some(given) => given,
         None => parked.leave().await.unwrap_or_default(),
     };
-    let tasks: Vec<LeasedTask> = given.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
+    let tasks: Vec<LeasedTask> = leased_views(s, given).await?;
     crate::metrics::inc(composer_metrics::TASK_API_LEASED, &[], tasks.len() as u64);
     crate::metrics::inc(composer_metrics::IDLE_POLL_DISPATCHES, &[], tasks.len() as u64);
     Ok(TaskBatch { tasks, waiting: None })
@@ -265,6 +268,17 @@ async fn park(
 }
 
 /// A task a batch leased to a worker in its commit, as the worker gets it.
+/// Leased tasks as their worker gets them: each input whole, read back
+/// if it was offloaded.
+async fn leased_views(s: &TaskApi, given: Vec<EagerLease>) -> ApiResult<Vec<LeasedTask>> {
+    let mut views = Vec::with_capacity(given.len());
+    for mut g in given {
+        crate::payloads::resolve(s.engine.payloads(), &mut g.dispatch.input).await?;
+        views.push(leased_view(g, s.config.lease_ttl));
+    }
+    Ok(views)
+}
+
 fn leased_view(g: EagerLease, lease: Duration) -> LeasedTask {
     LeasedTask {
         id: g.dispatch.task_id,
@@ -429,7 +443,7 @@ pub(crate) async fn complete_task(
 ) -> ApiResult<ReportAck> {
     check_worker(&req.worker_id)?;
     let offer = offer_of(s, req.next, priority, by)?;
-    let event = completed(id, req.attempt, req.output, s.config.max_payload);
+    let event = completed(id, req.attempt, req.output, s.config.max_value());
     finish(s, req.worker_id, req.run_id, event, offer, priority, req.stages).await
 }
 
@@ -540,7 +554,7 @@ async fn finish(
     };
     crate::metrics::observe(composer_metrics::REPORT_DURATION, &[], started.elapsed());
     crate::metrics::observe(composer_metrics::STEP_STAGE, &[("stage", "report_to_commit")], started.elapsed());
-    let next: Vec<LeasedTask> = handled.next.into_iter().map(|g| leased_view(g, s.config.lease_ttl)).collect();
+    let next: Vec<LeasedTask> = leased_views(s, handled.next).await?;
     if !next.is_empty() {
         crate::metrics::inc(composer_metrics::TASK_API_LEASED, &[], next.len() as u64);
         crate::metrics::inc(composer_metrics::EAGER_DISPATCHES, &[], next.len() as u64);

@@ -50,13 +50,14 @@ pub async fn run_page(
     let from = Sources { pool: &pool, engine: &engine, streams: &streams };
     let run_id = extract::run_id(&id)?;
     let mut client = composer_store::client(&pool).await?;
-    let Some((run, tasks)) = runs::get(&client, run_id).await? else {
+    let Some((mut run, mut tasks)) = runs::get(&client, run_id).await? else {
         // Gone from the database: the archive may have it.
         if matches!(archive.read(run_id).await, Ok(Some(_))) {
             return Ok(axum::response::Redirect::to(&format!("/ui/archive/runs/{run_id}")).into_response());
         }
         return Err(not_found("run"));
     };
+    crate::payloads::for_page(engine.payloads(), &mut run, &mut tasks).await?;
     let children = RunFilter { parent: Some(run_id), ..Default::default() };
     let children = runs::list(&mut client, &children, None, CHILDREN_SHOWN).await?;
     let live = live_part(&from, &client, &run, &tasks, &children).await?;

@@ -80,14 +80,20 @@ fn step_row(run: &RunRow, t: &TaskRow, log_lines: Option<&i64>, child: Option<&&
 }
 
 /// `/ui/runs/{id}/items?node=&after=`: a page of a MAP's items.
-pub async fn items_page(State(pool): State<Pool>, Path(id): Path<String>, Query(q): Query<Params>) -> Page {
+pub async fn items_page(
+    State(pool): State<Pool>,
+    State(engine): State<std::sync::Arc<crate::engine::Engine>>,
+    Path(id): Path<String>,
+    Query(q): Query<Params>,
+) -> Page {
     let run_id = extract::run_id(&id)?;
     let node = extract::text(&q, "node")?;
     let after: i32 = extract::text(&q, "after")?.parse().unwrap_or(-1);
     let client = composer_store::client(&pool).await?;
-    let (_, tasks) = runs::get(&client, run_id).await?.ok_or_else(|| not_found("run"))?;
+    let (mut run, tasks) = runs::get(&client, run_id).await?.ok_or_else(|| not_found("run"))?;
     let map = tasks.iter().find(|t| t.node_id == node && t.progress.is_some()).ok_or_else(|| not_found("MAP node"))?;
-    let items = runs::items(&client, run_id, map.id, after, ITEMS_PAGE as i64).await?;
+    let mut items = runs::items(&client, run_id, map.id, after, ITEMS_PAGE as i64).await?;
+    crate::payloads::for_page(engine.payloads(), &mut run, &mut items).await?;
     let ids: Vec<Uuid> = items.iter().map(|t| t.id).collect();
     let log_lines = composer_store::logs::counts(&client, &ids).await?;
     let rows: Html = items

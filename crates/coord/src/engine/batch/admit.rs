@@ -21,7 +21,9 @@ impl Batch<'_> {
             creating.push((self.engine.compile(def)?, how));
         }
         self.created.reserve(starts.len());
-        for (row, loaded) in admission::create_runs(&Tx(tx), creating, self.engine.bounds).await? {
+        for (row, loaded) in
+            admission::create_runs(&Tx(tx, &self.engine.payloads), creating, self.engine.bounds).await?
+        {
             if let Some(loaded) = loaded {
                 self.runs.insert(row.id, loaded);
             }

@@ -21,7 +21,7 @@ impl Batch<'_> {
         tx: &composer_store::Transaction<'_>,
         requests: Vec<EventRequest>,
     ) -> Result<()> {
-        let store = Tx(tx);
+        let store = Tx(tx, &self.engine.payloads);
         for EventRequest { run_id, event, by, trace_note } in requests {
             let Some(loaded) = self.runs.get_mut(&run_id) else {
                 self.answers.push(Err(EngineError::RunNotFound(run_id)));

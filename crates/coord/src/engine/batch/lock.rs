@@ -58,7 +58,14 @@ impl<'e> Batch<'e> {
         });
         let named: Vec<Uuid> = items.iter().map(|i| i.1).chain(carries_on).collect();
         let part = runs::InPart { runs: &in_part, named: &named };
-        for (mut row, tasks, in_part) in runs::lock_many(tx, &run_ids, &items, part).await? {
+        for (mut row, mut tasks, in_part) in runs::lock_many(tx, &run_ids, &items, part).await? {
+            let mut read = crate::payloads::ReadFrom::default();
+            if engine.payloads.is_on() {
+                crate::payloads::resolve_run(&engine.payloads, &mut row, &mut read).await?;
+                for t in &mut tasks {
+                    crate::payloads::resolve_task(&engine.payloads, t, &mut read).await?;
+                }
+            }
             for t in tasks.iter().filter(|t| reported.contains(&t.id)) {
                 let running = t.state == machine::TaskState::Running;
                 batch.leases.insert(t.id, (t.lease_owner.clone(), t.attempt, running));
@@ -78,13 +85,14 @@ impl<'e> Batch<'e> {
                 }
                 run.known = Some(known);
             }
-            let store = Tx(tx);
+            let store = Tx(tx, &engine.payloads);
             engine.hold_to_limits(&store, &wf, &mut run, &row).await?;
             let events = requests.iter().filter(|a| a.run_id == row.id).map(|a| &a.event);
             load_items_for(&store, &wf, &mut run, events).await?;
             let mut loaded = Loaded::new(wf, run, machine::Transition::default(), &row);
             loaded.seen = seen;
             loaded.pending_at_read = pending_at_read;
+            loaded.read = read;
             batch.runs.insert(row.id, loaded);
         }
         Ok(batch)

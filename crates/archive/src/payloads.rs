@@ -1,0 +1,311 @@
+//! Values too large to keep in a row (offloaded): a run's input or output,
+//! a step's input or output over the threshold is written as an object,
+//! and the row holds a reference to it instead:
+//!
+//! ```json
+//! {"$composer_offloaded": {"run": "<run id>", "object": "<uuid>", "sha256": "<hex>", "bytes": 123}}
+//! ```
+//!
+//! - An object is written *before* the commit that refers to it, under a
+//!   name never used twice (`payloads/<YYYY_MM>/<run>/<object>.json`, the
+//!   month the run's id is of), so a crash in between leaves an object no row
+//!   names — which [`Payloads::sweep`] deletes once it is older than any
+//!   transaction lives — and never a row naming nothing.
+//! - A row names only its own run's objects: a reference to another run's
+//!   object (a child's input taken from its parent's step) is copied first.
+//!   So a month's objects go with the month's runs ([`Payloads::drop_month`]).
+//! - A reader checks the object against the reference's SHA-256: a value
+//!   that only looks like a reference (an expression can build one) reads
+//!   nothing it could not already name. Values that enter from outside may
+//!   not use the key at all (`composer_core::storable`).
+
+use object_store::path::Path;
+use object_store::PutPayload;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{Error, Store, MAX_READ_BYTES};
+
+/// The key of a reference to an offloaded value.
+pub use composer_core::storable::OFFLOADED_KEY as KEY;
+
+/// Where offloaded values go, and from what size; or nowhere (every value
+/// stays in its row).
+#[derive(Clone, Debug, Default)]
+pub struct Payloads {
+    at: Option<(Store, usize)>,
+}
+
+/// A reference to an offloaded value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ref {
+    pub run: Uuid,
+    pub object: Uuid,
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+impl Ref {
+    /// The reference `value` is, if it is one.
+    pub fn of(value: &Value) -> Option<Ref> {
+        let map = value.as_object()?;
+        if map.len() != 1 {
+            return None;
+        }
+        serde_json::from_value(map.get(KEY)?.clone()).ok()
+    }
+
+    pub fn to_value(&self) -> Value {
+        serde_json::json!({ KEY: self })
+    }
+}
+
+impl Payloads {
+    /// Values over `threshold` bytes of JSON go to `store`.
+    pub fn new(store: Store, threshold: usize) -> Payloads {
+        Payloads { at: Some((store.sub("payloads"), threshold)) }
+    }
+
+    /// Every value stays in its row.
+    pub fn off() -> Payloads {
+        Payloads::default()
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.at.is_some()
+    }
+
+    /// Whether `value` is written as an object: over the threshold (counted
+    /// only up to it), or a reference to another run's object.
+    pub fn offloads(&self, run: Uuid, value: &Value) -> bool {
+        let Some((_, threshold)) = &self.at else { return false };
+        if let Some(r) = Ref::of(value) {
+            return r.run != run;
+        }
+        let mut size = Budget(*threshold);
+        serde_json::to_writer(&mut size, value).is_err()
+    }
+
+    /// The reference to write instead of `value` for run `run`, writing its
+    /// object first; `had` is the reference it was read from (kept when the
+    /// value did not change). `None`: the value stays in its row.
+    pub async fn offload(&self, run: Uuid, value: &Value, had: Option<&Ref>) -> Result<Option<Value>, Error> {
+        let Some((store, _)) = &self.at else { return Ok(None) };
+        if !self.offloads(run, value) {
+            return Ok(None);
+        }
+        let bytes = match Ref::of(value) {
+            // Another run's object: this run gets its own copy.
+            Some(theirs) => serde_json::to_vec(&self.read(&theirs).await?).map_err(|e| format_error(&theirs, e))?,
+            None => serde_json::to_vec(value).map_err(|e| Error::Location(format!("a value to offload: {e}")))?,
+        };
+        let sha256 = hex(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref());
+        if let Some(had) = had.filter(|h| h.run == run && h.sha256 == sha256) {
+            return Ok(Some(had.to_value()));
+        }
+        let r = Ref { run, object: Uuid::now_v7(), sha256, bytes: bytes.len() as u64 };
+        store.objects.put(&path_of(store, &r), PutPayload::from(bytes)).await?;
+        Ok(Some(r.to_value()))
+    }
+
+    /// Replaces `value` by what it refers to, if it is a reference; returns
+    /// that reference.
+    pub async fn resolve(&self, value: &mut Value) -> Result<Option<Ref>, Error> {
+        let Some(r) = Ref::of(value) else { return Ok(None) };
+        *value = self.read(&r).await?;
+        Ok(Some(r))
+    }
+
+    /// The value `r` refers to.
+    pub async fn read(&self, r: &Ref) -> Result<Value, Error> {
+        let Some((store, _)) = &self.at else {
+            return Err(Error::Location(format!(
+                "value {} of run {} is offloaded, and no object storage is set (COMPOSER_OFFLOAD_URL)",
+                r.object, r.run
+            )));
+        };
+        let path = path_of(store, r);
+        let got = store.objects.get(&path).await?;
+        if got.meta.size > MAX_READ_BYTES {
+            return Err(format_error(r, format!("{} bytes, over the {MAX_READ_BYTES} a reader takes", got.meta.size)));
+        }
+        let bytes = got.bytes().await?;
+        if hex(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref()) != r.sha256 {
+            return Err(format_error(r, "its SHA-256 is not the reference's"));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| format_error(r, e))
+    }
+
+    /// Objects written before `before` that `named` says no row names
+    /// (called with each object's run and id; it says so for a run that is
+    /// gone): deleted. Returns how many.
+    pub async fn sweep<F, Fut>(&self, before: chrono::DateTime<chrono::Utc>, mut named: F) -> Result<u64, Error>
+    where
+        F: FnMut(Uuid, Uuid) -> Fut,
+        Fut: std::future::Future<Output = Result<bool, Error>>,
+    {
+        use futures_util::StreamExt;
+        let Some((store, _)) = &self.at else { return Ok(0) };
+        let mut listed = store.objects.list(Some(&store.dir));
+        let mut old = Vec::new();
+        while let Some(meta) = listed.next().await {
+            let meta = meta?;
+            // Only objects we named; their name says when they were written.
+            let Some((run, object)) = names_of(&store.dir, &meta.location) else { continue };
+            if written_at(object).is_some_and(|at| at < before) {
+                old.push((run, object, meta.location));
+            }
+        }
+        let mut deleted = 0;
+        for (run, object, location) in old {
+            if named(run, object).await? {
+                continue;
+            }
+            match store.objects.delete(&location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes the objects of the runs of month `month` (`YYYY_MM`), once
+    /// their rows are gone.
+    pub async fn drop_month(&self, month: &str) -> Result<(), Error> {
+        use futures_util::StreamExt;
+        let Some((store, _)) = &self.at else { return Ok(()) };
+        let dir = store.sub(month);
+        let mut listed = dir.objects.list(Some(&dir.dir));
+        let mut all = Vec::new();
+        while let Some(meta) = listed.next().await {
+            all.push(meta?.location);
+        }
+        for location in all {
+            match store.objects.delete(&location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where the object of `r` is: under its run's month and id.
+fn path_of(store: &Store, r: &Ref) -> Path {
+    let month = crate::month_of(r.run).unwrap_or_else(|| "unknown".into());
+    store.dir.child(month).child(r.run.to_string()).child(format!("{}.json", r.object))
+}
+
+/// The run and object an object's location under `dir` names, if it is one
+/// of ours (`<month>/<run>/<object>.json`).
+fn names_of(dir: &Path, location: &Path) -> Option<(Uuid, Uuid)> {
+    let parts: Vec<_> = location.prefix_match(dir)?.collect();
+    let [_, run, object] = parts.as_slice() else { return None };
+    let object = object.as_ref().strip_suffix(".json")?;
+    Some((run.as_ref().parse().ok()?, object.parse().ok()?))
+}
+
+/// When an object was named (its UUIDv7's time).
+fn written_at(object: Uuid) -> Option<chrono::DateTime<chrono::Utc>> {
+    let (secs, nanos) = object.get_timestamp()?.to_unix();
+    chrono::DateTime::from_timestamp(secs as i64, nanos)
+}
+
+fn format_error(r: &Ref, problem: impl std::fmt::Display) -> Error {
+    Error::Format { file: format!("offloaded value {} of run {}", r.object, r.run), problem: problem.to_string() }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A writer that fails once more than its bytes are written: whether a
+/// value's JSON is over a size, counting no further than it.
+struct Budget(usize);
+
+impl std::io::Write for Budget {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.checked_sub(buf.len()).ok_or_else(|| std::io::Error::other("over"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payloads(dir: &std::path::Path, threshold: usize) -> Payloads {
+        Payloads::new(Store::open(dir.to_str().unwrap()).unwrap(), threshold)
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("composer-payloads-{name}-{}", Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn a_value_over_the_threshold_is_written_once_and_read_back_whole() {
+        let dir = scratch("roundtrip");
+        let p = payloads(&dir, 64);
+        let run = Uuid::now_v7();
+        let small = serde_json::json!({"a": 1});
+        assert_eq!(p.offload(run, &small, None).await.unwrap(), None);
+        let big = serde_json::json!({"text": "x".repeat(100)});
+        let mut r = p.offload(run, &big, None).await.unwrap().unwrap();
+        let reference = Ref::of(&r).unwrap();
+        assert_eq!(reference.run, run);
+        // Unchanged, it keeps its reference (no second object).
+        assert_eq!(p.offload(run, &big, Some(&reference)).await.unwrap().unwrap(), r);
+        assert_eq!(p.resolve(&mut r).await.unwrap(), Some(reference));
+        assert_eq!(r, big);
+        // Another run refers to it: that run gets a copy of its own.
+        let other = Uuid::now_v7();
+        let copied = p.offload(other, &p.offload(run, &big, None).await.unwrap().unwrap(), None).await.unwrap();
+        assert_eq!(Ref::of(&copied.clone().unwrap()).unwrap().run, other);
+        assert_eq!(p.read(&Ref::of(&copied.unwrap()).unwrap()).await.unwrap(), big);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_reference_whose_sha256_is_not_its_objects_reads_nothing() {
+        let dir = scratch("forged");
+        let p = payloads(&dir, 8);
+        let run = Uuid::now_v7();
+        let v = p.offload(run, &serde_json::json!("a secret of some length"), None).await.unwrap().unwrap();
+        let mut forged = Ref::of(&v).unwrap();
+        forged.sha256 = "0".repeat(64);
+        let err = p.read(&forged).await.unwrap_err().to_string();
+        assert!(err.contains("SHA-256"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_sweep_deletes_old_objects_no_row_names_and_a_month_goes_whole() {
+        let dir = scratch("sweep");
+        let p = payloads(&dir, 8);
+        let run = Uuid::now_v7();
+        let kept = Ref::of(&p.offload(run, &serde_json::json!("kept, named by a row"), None).await.unwrap().unwrap());
+        let orphan = Ref::of(
+            &p.offload(run, &serde_json::json!("an orphan: its commit never came"), None).await.unwrap().unwrap(),
+        );
+        let (kept, orphan) = (kept.unwrap(), orphan.unwrap());
+        // Not older than the grace: nothing goes.
+        let before = chrono::Utc::now() - chrono::Duration::hours(1);
+        assert_eq!(p.sweep(before, |_, _| async { Ok(false) }).await.unwrap(), 0);
+        let later = chrono::Utc::now() + chrono::Duration::seconds(1);
+        let kept_object = kept.object;
+        let swept = p.sweep(later, |_, object| async move { Ok(object == kept_object) }).await.unwrap();
+        assert_eq!(swept, 1);
+        assert!(p.read(&kept).await.is_ok());
+        assert!(p.read(&orphan).await.is_err());
+        p.drop_month(&crate::month_of(run).unwrap()).await.unwrap();
+        assert!(p.read(&kept).await.is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

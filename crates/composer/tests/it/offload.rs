@@ -1,0 +1,343 @@
+//! Values too large for their rows (offloaded): kept as objects, on a
+//! local directory and on a real S3 protocol server, their rows holding a
+//! reference; read back whole by the engine, the workers, the API, the UI
+//! and child runs; a value that passes for a reference refused where it
+//! enters; a coordinator killed between an object's write and its commit
+//! leaving no row naming nothing, and the sweep deleting the orphan.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use composer_testkit::{eventually, Engine, EngineOptions, TestDb};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::processes::{coordinator_procs, kill9, Client};
+
+const T: Duration = Duration::from_secs(60);
+
+/// The key a reference is written under: no answer may hold it.
+const KEY: &str = "$composer_offloaded";
+
+/// An engine whose coordinator offloads values over `threshold` bytes to a
+/// directory of its own.
+async fn offloading(threshold: u64) -> (Engine, PathBuf) {
+    let dir = composer_embedded::temp_dir("offload").unwrap();
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.offload_url = Some(dir.display().to_string());
+    config.offload_threshold = threshold;
+    e.start_coordinator_with(config).await;
+    (e, dir)
+}
+
+/// The objects under `dir`, at any depth, by name (`<uuid>.json`).
+fn objects(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(objects(&path));
+        } else if path.extension().is_some_and(|x| x == "json")
+            && path.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s.parse::<Uuid>().is_ok())
+        {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// References the rows of the database hold.
+async fn references(db: &composer_store::Client) -> i64 {
+    db.query_one(
+        "SELECT (SELECT count(*) FROM workflow_runs WHERE input ? $1 OR output ? $1)
+              + (SELECT count(*) FROM task_instances WHERE input_json ? $1 OR output_json ? $1)",
+        &[&KEY],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// The objects the rows of the database name.
+async fn named(db: &composer_store::Client) -> std::collections::BTreeSet<String> {
+    let rows = db
+        .query(
+            "SELECT v -> $1 ->> 'object' FROM (SELECT input AS v FROM workflow_runs UNION ALL SELECT output FROM workflow_runs
+               UNION ALL SELECT input_json FROM task_instances UNION ALL SELECT output_json FROM task_instances) AS values
+              WHERE v ? $1",
+            &[&KEY],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0)).collect()
+}
+
+fn padded(n: usize) -> Value {
+    json!((0..n).map(|i| json!({"i": i, "pad": "x".repeat(40)})).collect::<Vec<_>>())
+}
+
+#[tokio::test]
+async fn values_over_the_threshold_are_offloaded_and_every_reader_sees_them_whole() {
+    let (e, dir) = offloading(1024).await;
+    e.register(&json!({"name": "child", "nodes": [
+        {"id": "count", "type": "TRANSFORM", "config": {"output": "${ .input.rows | length }"}}]}))
+        .await;
+    e.register(&json!({"name": "big", "nodes": [
+        {"id": "make", "type": "TRANSFORM", "config": {"output": "${ [range(0; 200)] | map({i: ., pad: \"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\"}) }"}},
+        {"id": "work", "type": "resize", "queue": "py", "config": {"rows": "${ .nodes.make.output }", "given": "${ .input.rows }"}},
+        {"id": "sub", "type": "SUB_WORKFLOW", "config": {"workflow": "child", "input": {"rows": "${ .nodes.make.output }"}}},
+        {"id": "sum", "type": "TRANSFORM", "config": {"output": {"made": "${ .nodes.make.output | length }",
+            "worked": "${ .nodes.work.output.rows | length }", "child": "${ .nodes.sub.output }",
+            "back": "${ .nodes.work.output }"}}}],
+        "edges": [{"from": "make", "to": "work"}, {"from": "make", "to": "sub"}, {"from": "work", "to": "sum"},
+                  {"from": "sub", "to": "sum"}]}))
+    .await;
+    let input = json!({"rows": padded(100)});
+    let run = e.start_run("big", input.clone()).await;
+    // The worker gets its input whole.
+    let (_, polled) =
+        e.post("/v1/tasks/poll", &json!({"worker_id": "w", "queues": ["py"], "max": 1, "wait": "20s"})).await;
+    let task = &polled["tasks"][0];
+    assert_eq!(task["input"]["rows"].as_array().map(Vec::len), Some(200), "{polled:.300}");
+    assert_eq!(task["input"]["given"], input["rows"]);
+    let output = json!({"rows": padded(300)});
+    let report = json!({"worker_id": "w", "run_id": task["run_id"], "attempt": task["attempt"], "output": output});
+    let (status, ack) = e.post(&format!("/v1/tasks/{}/complete", task["id"].as_str().unwrap()), &report).await;
+    assert_eq!(status, 200, "{ack}");
+    let done = e.wait_for_run(run, T).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done:.500}");
+    let sum = done["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "sum").unwrap();
+    assert_eq!(sum["output"]["made"], 200);
+    assert_eq!(sum["output"]["worked"], 300);
+    assert_eq!(sum["output"]["child"]["count"], 200, "the child run read its input whole");
+    assert_eq!(sum["output"]["back"], output);
+    assert_eq!(done["input"], input);
+
+    // The rows hold references, and objects are there for them.
+    let db = composer_store::client(&e.db.pool()).await.unwrap();
+    let refs = references(&db).await;
+    assert!(refs >= 5, "run input, make, work (in and out), sub's input, sum, the child's input: {refs}");
+    assert!(objects(&dir).len() as i64 >= refs - 1, "{:?}", objects(&dir));
+
+    // Every GET of the document that takes a run's id answers with no reference in it.
+    let (_, doc) = e.get("/openapi.json").await;
+    let child =
+        db.query_one("SELECT id FROM workflow_runs WHERE parent_run_id = $1", &[&run]).await.unwrap().get::<_, Uuid>(0);
+    let mut read = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        let params = path.matches('{').count();
+        if ops.get("get").is_none() || params != 1 || !path.contains("{id}") {
+            continue;
+        }
+        for id in [run, child] {
+            let (status, body) = e.get(&path.replace("{id}", &id.to_string())).await;
+            assert!(!body.to_string().contains(KEY), "GET {path}: {status} {body:.300}");
+            read += usize::from(status == 200);
+        }
+    }
+    assert!(read >= 4, "getRun, the run's events, explain … answered: {read}");
+    let (_, export) = e.get("/v1/export/runs?workflow=big").await;
+    assert!(!export.to_string().contains(KEY));
+    assert!(export.to_string().contains("yyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"));
+    // The UI shows the value, not the reference.
+    let page = reqwest::get(format!("{}/ui/runs/{run}", e.url())).await.unwrap().text().await.unwrap();
+    assert!(!page.contains(KEY) && page.contains("yyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_value_that_passes_for_a_reference_is_refused_where_it_enters() {
+    let (e, dir) = offloading(64).await;
+    e.register(&json!({"name": "w", "nodes": [{"id": "s", "type": "resize", "queue": "py"}]})).await;
+    let forged = json!({"rows": {KEY: {"run": Uuid::now_v7(), "object": Uuid::now_v7(), "sha256": "0", "bytes": 1}}});
+    let (status, body) = e.post("/v1/runs", &json!({"workflow": "w", "input": forged})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains(KEY), "{body}");
+    let (status, body) = e.post("/v1/events", &json!({"name": "n", "key": "k", "payload": forged})).await;
+    assert_eq!(status, 400, "{body}");
+    // A worker's output that does fails its step, naming why.
+    let run = e.start_run("w", json!({})).await;
+    let (_, polled) =
+        e.post("/v1/tasks/poll", &json!({"worker_id": "w", "queues": ["py"], "max": 1, "wait": "20s"})).await;
+    let task = &polled["tasks"][0];
+    let report = json!({"worker_id": "w", "run_id": task["run_id"], "attempt": task["attempt"], "output": forged});
+    e.post(&format!("/v1/tasks/{}/complete", task["id"].as_str().unwrap()), &report).await;
+    let done = e.wait_for_run(run, T).await;
+    assert_eq!(done["status"], "FAILED");
+    assert!(done["tasks"][0]["error"].as_str().unwrap().contains(KEY), "{done}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// 9,000 items of 266 bytes: 2.4 MB collected, over the 1 MiB a row takes
+/// (the wall: "over this item's share"), and within the share offloading gives.
+#[tokio::test]
+async fn a_map_collects_more_than_a_row_takes() {
+    let (e, dir) = offloading(256 * 1024).await;
+    e.register(&json!({"name": "many", "nodes": [
+        {"id": "each", "type": "MAP", "config": {"items": "${ [range(.input.n)] }", "collect": "all",
+            "node": {"type": "TRANSFORM", "config": {"output": format!("${{ \"{}\" + (.item | tostring) }}", "z".repeat(260))}}}},
+        {"id": "count", "type": "TRANSFORM", "config": {"output": "${ .nodes.each.output | length }"}}],
+        "edges": [{"from": "each", "to": "count"}]}))
+    .await;
+    let run = e.start_run("many", json!({"n": 9000})).await;
+    let done = e.wait_for_run(run, Duration::from_secs(240)).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{:.400}", done["tasks"]);
+    let count = done["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "count").unwrap();
+    assert_eq!(count["output"], 9000);
+    let each = done["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "each").unwrap();
+    assert_eq!(each["output"][8999], json!(format!("{}8999", "z".repeat(260))));
+    let db = composer_store::client(&e.db.pool()).await.unwrap();
+    let stored: i32 = db
+        .query_one(
+            "SELECT octet_length(output_json::text) FROM task_instances WHERE run_id = $1 AND node_id = 'each'",
+            &[&run],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(stored < 1024, "the MAP's row holds a reference: {stored} bytes");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Starts one coordinator process offloading to `s3`, with `env` besides.
+async fn coordinator_on_s3(
+    db: &TestDb,
+    dir: &Path,
+    prefix: &str,
+    s3: &composer_testkit::S3Server,
+    env: &[(&str, &str)],
+) -> (crate::processes::Proc, Client) {
+    let options = s3.options();
+    let (mut procs, urls) = coordinator_procs(db, prefix, dir, 1, |cmd| {
+        cmd.env("COMPOSER_OFFLOAD_URL", "s3://payloads/objects").env("COMPOSER_LEASE_TTL", "2s");
+        for (k, v) in &options {
+            cmd.env(k, v);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+    })
+    .await;
+    (procs.remove(0), Client::new(&urls[0]))
+}
+
+/// The highest resident set size process `pid` reached, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches("kB").trim();
+    kb.parse::<u64>().unwrap() * 1024
+}
+
+async fn take(c: &Client, queue: &str) -> Value {
+    let (_, polled) =
+        c.post("/v1/tasks/poll", &json!({"worker_id": "w", "queues": [queue], "max": 1, "wait": "20s"})).await;
+    polled["tasks"][0].clone()
+}
+
+/// The memory bound the note states: a coordinator that takes a 100 MB
+/// output, writes it to S3, reads it back for the next step and for the
+/// API stays under this resident set.
+const RSS_BOUND: u64 = 2 << 30;
+
+#[tokio::test]
+async fn a_100_mb_output_goes_to_s3_and_back_within_the_stated_memory() {
+    let s3 = composer_testkit::S3Server::start("payloads").await;
+    let db = TestDb::create().await;
+    let dir = composer_embedded::temp_dir("offload-100mb").unwrap();
+    let (proc, c) = coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &[]).await;
+    let spec = json!({"name": "huge", "nodes": [
+        {"id": "big", "type": "produce", "queue": "py"},
+        {"id": "size", "type": "TRANSFORM", "config": {"output": "${ .nodes.big.output.blob | length }"}}],
+        "edges": [{"from": "big", "to": "size"}]});
+    assert_eq!(c.post("/v1/workflows", &spec).await.0, 201);
+    let (_, run) = c.post("/v1/runs", &json!({"workflow": "huge", "input": {}})).await;
+    let run = run["id"].as_str().unwrap().to_string();
+    let task = take(&c, "py").await;
+    let blob = "x".repeat(100_000_000);
+    let report =
+        json!({"worker_id": "w", "run_id": task["run_id"], "attempt": task["attempt"], "output": {"blob": blob}});
+    drop(blob);
+    let (status, ack) = c.post(&format!("/v1/tasks/{}/complete", task["id"].as_str().unwrap()), &report).await;
+    drop(report);
+    assert_eq!(status, 200, "{ack}");
+    let done = c.wait_for_run(&run, T).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{:.300}", done["error"]);
+    let size = done["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "size").unwrap();
+    assert_eq!(size["output"], 100_000_000);
+    let big = done["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "big").unwrap();
+    assert_eq!(big["output"]["blob"].as_str().map(str::len), Some(100_000_000));
+    drop(done);
+    let stored = objects(&s3.bucket_dir("payloads"));
+    assert_eq!(stored.len(), 1, "one object, for the output: {stored:?}");
+    assert!(std::fs::metadata(&stored[0]).unwrap().len() > 100_000_000);
+    let peak = peak_rss(proc.0.id());
+    println!("coordinator peak RSS with a 100 MB output: {} MiB", peak >> 20);
+    assert!(peak < RSS_BOUND, "{} MiB", peak >> 20);
+    drop(proc);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The coordinator is SIGKILLed after it wrote a value's object and before
+/// the commit that names it (held back by a lock on the step's row): no
+/// row names the object; another coordinator finishes the run, and its
+/// sweep deletes the orphan and keeps what a row names.
+#[tokio::test]
+async fn a_coordinator_killed_between_an_objects_write_and_its_commit_leaves_an_orphan_the_sweep_deletes() {
+    let s3 = composer_testkit::S3Server::start("payloads").await;
+    let db = TestDb::create().await;
+    let dir = composer_embedded::temp_dir("offload-kill").unwrap();
+    let prefix = composer_testkit::unique_prefix();
+    let (mut first, c) = coordinator_on_s3(&db, &dir, &prefix, &s3, &[]).await;
+    let spec = json!({"name": "one", "nodes": [{"id": "big", "type": "produce", "queue": "py"}]});
+    assert_eq!(c.post("/v1/workflows", &spec).await.0, 201);
+    let (_, run) = c.post("/v1/runs", &json!({"workflow": "one", "input": {}})).await;
+    let run: Uuid = run["id"].as_str().unwrap().parse().unwrap();
+    let task = take(&c, "py").await;
+    let task_id: Uuid = task["id"].as_str().unwrap().parse().unwrap();
+
+    let mut holder = composer_store::client(&db.pool()).await.unwrap();
+    let hold = holder.transaction().await.unwrap();
+    hold.execute("SELECT 1 FROM task_instances WHERE run_id = $1 AND id = $2 FOR UPDATE", &[&run, &task_id])
+        .await
+        .unwrap();
+    let report =
+        json!({"worker_id": "w", "run_id": run, "attempt": task["attempt"], "output": {"blob": "a".repeat(300_000)}});
+    let http = c.http.clone();
+    let url = format!("{}/v1/tasks/{task_id}/complete", c.base);
+    let reporting = tokio::spawn(async move { http.post(url).json(&report).send().await });
+    let bucket = s3.bucket_dir("payloads");
+    let orphan = eventually(T, "the object written", || async { objects(&bucket).pop() }).await;
+    kill9(&mut first);
+    let _ = reporting.await;
+    hold.rollback().await.unwrap();
+
+    let db_client = composer_store::client(&db.pool()).await.unwrap();
+    assert_eq!(references(&db_client).await, 0, "no row names the object its commit never came for");
+
+    // Another coordinator, whose sweep deletes what no row names after 1 s.
+    let second_dir = dir.join("second");
+    std::fs::create_dir_all(&second_dir).unwrap();
+    let (second, c) = coordinator_on_s3(&db, &second_dir, &prefix, &s3, &[("COMPOSER_OFFLOAD_GRACE", "1s")]).await;
+    let task = eventually(T, "the attempt taken over", || async {
+        let t = take(&c, "py").await;
+        t.is_object().then_some(t)
+    })
+    .await;
+    let report =
+        json!({"worker_id": "w", "run_id": run, "attempt": task["attempt"], "output": {"blob": "b".repeat(300_000)}});
+    let (status, ack) = c.post(&format!("/v1/tasks/{task_id}/complete"), &report).await;
+    assert_eq!(status, 200, "{ack}");
+    let done = c.wait_for_run(&run.to_string(), T).await;
+    assert_eq!(done["status"], "SUCCEEDED");
+    assert_eq!(done["tasks"][0]["output"]["blob"].as_str().map(|b| b.starts_with('b')), Some(true));
+    // The step's output and the run's (which holds it).
+    assert_eq!(references(&db_client).await, 2);
+    eventually(T, "the orphan swept", || async { (!orphan.exists()).then_some(()) }).await;
+    let left: std::collections::BTreeSet<String> =
+        objects(&bucket).iter().map(|p| p.file_stem().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(left, named(&db_client).await, "what rows name stays, and only that");
+    drop(second);
+    let _ = std::fs::remove_dir_all(dir);
+}
