@@ -59,6 +59,11 @@ impl Ref {
     pub fn to_value(&self) -> Value {
         serde_json::json!({ KEY: self })
     }
+
+    /// Whether `value` is the one its object holds (its JSON's SHA-256).
+    pub fn holds(&self, value: &Value) -> bool {
+        serde_json::to_vec(value).is_ok_and(|bytes| sha256_hex(&bytes) == self.sha256)
+    }
 }
 
 impl Payloads {
@@ -100,7 +105,7 @@ impl Payloads {
             Some(theirs) => serde_json::to_vec(&self.read(&theirs).await?).map_err(|e| format_error(&theirs, e))?,
             None => serde_json::to_vec(value).map_err(|e| Error::Location(format!("a value to offload: {e}")))?,
         };
-        let sha256 = hex(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref());
+        let sha256 = sha256_hex(&bytes);
         if let Some(had) = had.filter(|h| h.run == run && h.sha256 == sha256) {
             return Ok(Some(had.to_value()));
         }
@@ -131,7 +136,7 @@ impl Payloads {
             return Err(format_error(r, format!("{} bytes, over the {MAX_READ_BYTES} a reader takes", got.meta.size)));
         }
         let bytes = got.bytes().await?;
-        if hex(ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref()) != r.sha256 {
+        if sha256_hex(&bytes) != r.sha256 {
             return Err(format_error(r, "its SHA-256 is not the reference's"));
         }
         serde_json::from_slice(&bytes).map_err(|e| format_error(r, e))
@@ -216,8 +221,9 @@ fn format_error(r: &Ref, problem: impl std::fmt::Display) -> Error {
     Error::Format { file: format!("offloaded value {} of run {}", r.object, r.run), problem: problem.to_string() }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A writer that fails once more than its bytes are written: whether a

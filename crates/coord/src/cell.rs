@@ -161,6 +161,21 @@ async fn wake_on_announcements(shared: Arc<Shared>, shutdown: CancellationToken)
     }
 }
 
+/// With offloading, the sweep of offloaded values no row names.
+fn spawn_sweep(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut Tasks<'_>) {
+    if !shared.engine.payloads().is_on() {
+        return;
+    }
+    let every = loops::sweep_every(shared.config.offload_grace);
+    tasks.spawn(loops::every(shutdown.clone(), every, shared.clone(), |s| {
+        Box::pin(async move {
+            if let Err(e) = loops::sweep_payloads(&s).await {
+                tracing::warn!(error = %e, "sweeping offloaded values failed");
+            }
+        })
+    }));
+}
+
 /// The periodic work of every coordinator: recovery, timers, partitions,
 /// metrics (and the outbox and its wake-ups, when this one publishes).
 fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut Tasks<'_>) {
@@ -194,15 +209,7 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut T
         Box::pin(async move { loops::recover_lost_writes(&s).await })
     }));
     tasks.spawn(bulk_loop(shared.clone(), shutdown.clone()));
-    if shared.engine.payloads().is_on() {
-        tasks.spawn(loops::every(shutdown.clone(), loops::sweep_every(c.offload_grace), shared.clone(), |s| {
-            Box::pin(async move {
-                if let Err(e) = loops::sweep_payloads(&s).await {
-                    tracing::warn!(error = %e, "sweeping offloaded values failed");
-                }
-            })
-        }));
-    }
+    spawn_sweep(shared, shutdown, tasks);
     tasks.spawn(crate::limits::run(shared.clone(), shutdown.clone()));
     tasks.spawn(loops::every(shutdown.clone(), c.partition_interval, shared.clone(), |s| {
         Box::pin(async move {

@@ -179,9 +179,10 @@ pub struct Config {
     pub offload_threshold: u64,
     /// With `COMPOSER_OFFLOAD_URL`: the largest run input or output and step
     /// input or output, in bytes of JSON (a worker's report or a start may
-    /// be this large; each is held in memory while it is applied).
+    /// be this large; each is held in memory while it is applied). At most
+    /// 1 GiB: what a reader of an object takes.
     /// Event payloads stay under `COMPOSER_MAX_PAYLOAD`.
-    #[arg(long, env = "COMPOSER_MAX_OFFLOADED", default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..=(4u64 << 30)))]
+    #[arg(long, env = "COMPOSER_MAX_OFFLOADED", default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 30)))]
     pub max_offloaded: u64,
     /// An offloaded object this old that no row names (its coordinator died
     /// between writing it and committing) is deleted; longer than any

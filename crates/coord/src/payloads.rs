@@ -34,11 +34,14 @@ impl ReadFrom {
 }
 
 /// Object storage's error as storage's: one it answered for (the object is
-/// gone or not what the reference says) cannot get better by retrying.
+/// gone or not what the reference says) cannot get better by retrying;
+/// storage unreachable or not set (`COMPOSER_OFFLOAD_URL` missing on this
+/// coordinator) can, once it is.
 pub fn store_error(e: composer_archive::Error) -> composer_store::Error {
     match e {
-        composer_archive::Error::Store(_) if !e.is_missing() => composer_store::Error::Objects(e.to_string()),
-        _ => composer_store::Error::Corrupt(format!("an offloaded value: {e}")),
+        composer_archive::Error::Format { .. } => composer_store::Error::Corrupt(format!("an offloaded value: {e}")),
+        _ if e.is_missing() => composer_store::Error::Corrupt(format!("an offloaded value: {e}")),
+        _ => composer_store::Error::Objects(e.to_string()),
     }
 }
 
@@ -83,6 +86,11 @@ pub async fn for_page(p: &Payloads, run: &mut RunRow, tasks: &mut [TaskRow]) -> 
     if let Some(output) = &mut run.output {
         shown(p, run_id, output).await?;
     }
+    tasks_for_page(p, run_id, tasks).await
+}
+
+/// [`for_page`] for tasks of run `run_id` alone.
+pub async fn tasks_for_page(p: &Payloads, run_id: Uuid, tasks: &mut [TaskRow]) -> Result<(), composer_store::Error> {
     for t in tasks {
         shown(p, run_id, &mut t.input).await?;
         if let Some(output) = &mut t.output {

@@ -69,6 +69,12 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
     {
         cfg.analyze_interval = d;
     }
+    // As `composer dev` does: values over the threshold go to a directory
+    // beside the data (COMPOSER_OFFLOAD_URL= , empty, keeps them all in rows).
+    cfg.offload_url = match std::env::var("COMPOSER_OFFLOAD_URL") {
+        Ok(url) => Some(url).filter(|u| !u.trim().is_empty()),
+        Err(_) => Some(dir.join("objects").display().to_string()),
+    };
     // What tracing costs: the bench's coordinator sends its spans where a coordinator would.
     cfg.otlp_endpoint = std::env::var("COMPOSER_OTLP_ENDPOINT").ok().filter(|v| !v.is_empty());
     let coordinator_max_payload = cfg.max_payload;

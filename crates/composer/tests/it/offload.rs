@@ -170,6 +170,46 @@ async fn a_value_that_passes_for_a_reference_is_refused_where_it_enters() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// With offloading, only the routes whose bodies carry a run's or step's
+/// value take more than `COMPOSER_MAX_PAYLOAD` (1 MiB): a start of 2 MB is
+/// taken, an event, a schedule or a definition of 2 MB is a 413 read no
+/// further, and a start past `COMPOSER_MAX_OFFLOADED` is a 413 too.
+#[tokio::test]
+async fn only_the_routes_that_carry_values_take_bodies_past_the_payload_limit() {
+    let dir = composer_embedded::temp_dir("offload-limits").unwrap();
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.offload_url = Some(dir.display().to_string());
+    config.max_offloaded = 3_000_000;
+    e.start_coordinator_with(config).await;
+    e.register(&json!({"name": "t", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input.blob | length }"}}]}))
+        .await;
+    let blob = "b".repeat(2_000_000);
+    let start = json!({"workflow": "t", "input": {"blob": blob}, "idempotency_key": "once"});
+    let (status, run) = e.post("/v1/runs", &start).await;
+    assert_eq!(status, 201, "{run}");
+    // Sent again, the offloaded input is the same one; another input is not.
+    let (status, again) = e.post("/v1/runs", &start).await;
+    assert_eq!((status, &again["id"]), (200, &run["id"]), "{again}");
+    let other = json!({"workflow": "t", "input": {"blob": "o".repeat(2_000_000)}, "idempotency_key": "once"});
+    let (status, refused) = e.post("/v1/runs", &other).await;
+    assert!(status == 409 || status == 422, "{status} {refused}");
+    let done = e.wait_for_run(run["id"].as_str().unwrap().parse().unwrap(), T).await;
+    assert_eq!(done["tasks"][0]["output"], 2_000_000);
+    for (path, body) in [
+        ("/v1/events", json!({"name": "n", "key": "k", "payload": {"blob": blob}})),
+        ("/v1/schedules", json!({"name": "s", "workflow": "t", "cron": "* * * * *", "input": {"blob": blob}})),
+        ("/v1/workflows", json!({"name": "w", "description": blob, "nodes": []})),
+    ] {
+        let (status, answer) = e.post(path, &body).await;
+        assert_eq!(status, 413, "{path}: {answer}");
+    }
+    let (status, answer) =
+        e.post("/v1/runs", &json!({"workflow": "t", "input": {"blob": "c".repeat(3_100_000)}})).await;
+    assert_eq!(status, 413, "{answer}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// 9,000 items of 266 bytes: 2.4 MB collected, over the 1 MiB a row takes
 /// (the wall: "over this item's share"), and within the share offloading gives.
 #[tokio::test]

@@ -203,7 +203,7 @@ pub(crate) async fn rerun_run(
         return Err(ApiError::bad_request("from: name 1 to 100 steps"));
     }
     if let Some(input) = &req.input {
-        composer_core::storable::check(input, "input", c.config.max_payload).map_err(ApiError::bad_request)?;
+        composer_core::storable::check(input, "input", c.config.max_value()).map_err(ApiError::bad_request)?;
     }
     let client = composer_store::client(&c.pool).await?;
     let mut tasks = Vec::with_capacity(req.from.len());
@@ -251,7 +251,7 @@ pub(crate) async fn complete_step(
 ) -> ApiResult<Json<RunView>> {
     let run = run_id(&id)?;
     text_param(&node, "node")?;
-    composer_core::storable::check(&req.output, "output", c.config.max_payload).map_err(ApiError::bad_request)?;
+    composer_core::storable::check(&req.output, "output", c.config.max_value()).map_err(ApiError::bad_request)?;
     let client = composer_store::client(&c.pool).await?;
     let task = runs::task_of_node(&client, run, &node)
         .await?

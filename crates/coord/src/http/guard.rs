@@ -203,6 +203,34 @@ pub(super) async fn refuse_foreign_pages(State(config): State<Arc<Config>>, req:
     next.run(req).await
 }
 
+/// Room in a body for what is not its value (a report's other fields).
+const BODY_ROOM: usize = 64 * 1024;
+
+/// Whether a route's body carries a run's or a step's value (a start's
+/// input, a rerun's, a worker's output, a hand-completed one): with
+/// offloading it may be as large as `COMPOSER_MAX_OFFLOADED`.
+pub(crate) fn carries_values(method: &axum::http::Method, route: &str) -> bool {
+    method == axum::http::Method::POST
+        && matches!(
+            route,
+            "/v1/runs" | "/v1/runs/{id}/rerun" | "/v1/runs/{id}/tasks/{node}/complete" | "/v1/tasks/{id}/complete"
+        )
+}
+
+/// Bounds a request's body by its route: [`Config::max_value`] where it
+/// carries a value ([`carries_values`]), `COMPOSER_MAX_PAYLOAD` elsewhere
+/// (and room for the rest of the body) — read no further than that.
+pub(crate) async fn limit_body(State(config): State<Arc<Config>>, req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<axum::extract::MatchedPath>().map(|m| m.as_str().to_string());
+    let large = route.is_some_and(|r| carries_values(req.method(), &r));
+    let limit = if large { config.max_value() } else { config.max_payload } + BODY_ROOM;
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return ApiError::BodyTooLarge.into_response();
+    }
+    next.run(req.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, limit)))).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +259,20 @@ mod tests {
             assert!(!host_allowed(&allowed, host), "{host}");
         }
         assert!(host_allowed(&["*".to_string()], "evil.example"));
+    }
+
+    #[test]
+    fn the_routes_that_carry_values_are_posts_of_the_document() {
+        let doc = serde_json::to_value(crate::http::document()).unwrap();
+        let carrying: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(path, ops)| ops.get("post").is_some() && carries_values(&axum::http::Method::POST, path))
+            .map(|(path, _)| path.as_str())
+            .collect();
+        assert_eq!(carrying.len(), 4, "each route carries_values names is in the document: {carrying:?}");
+        assert!(!carries_values(&axum::http::Method::GET, "/v1/runs"));
+        assert!(!carries_values(&axum::http::Method::POST, "/v1/events"));
     }
 }

@@ -115,6 +115,8 @@ pub fn routes(shared: Arc<Shared>) -> Router {
         .merge(demo)
         .fallback(|| async { ApiError::NoSuchEndpoint })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        // Before any route's own: a body is read no further than its route takes.
+        .layer(middleware::from_fn_with_state(config, guard::limit_body))
         .layer(middleware::from_fn(guard::note_route))
         .with_state(AppState::new(shared))
 }

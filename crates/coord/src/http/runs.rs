@@ -200,10 +200,11 @@ pub(crate) async fn start_run(
 ) -> ApiResult<Response> {
     let traceparent = traceparent.of_caller(&pool).await?;
     let input = req.input.unwrap_or_else(|| json!({}));
-    if json_size(&input) > config.max_payload {
-        return Err(ApiError::too_large("run input", config.max_payload));
+    let max = config.max_value();
+    if json_size(&input) > max {
+        return Err(ApiError::too_large("run input", max));
     }
-    composer_core::storable::check(&input, "input", config.max_payload).map_err(ApiError::bad_request)?;
+    composer_core::storable::check(&input, "input", max).map_err(ApiError::bad_request)?;
     let def = definitions.get(&pool, &req.workflow, req.version).await?;
     let def = def.ok_or_else(|| match req.version {
         Some(v) => ApiError::not_found(format!("workflow {:?} version {v} not found", req.workflow)),
@@ -226,7 +227,12 @@ pub(crate) async fn start_run(
     };
     let (row, created) = engine.start_run(&def, &input, opts).await?;
     if let (false, Some(key)) = (created, &req.idempotency_key) {
-        if !same_json(&row.input, &input) {
+        // An offloaded input is the same when its object's SHA-256 is.
+        let same = match composer_archive::payloads::Ref::of(&row.input) {
+            Some(stored) => stored.holds(&input),
+            None => same_json(&row.input, &input),
+        };
+        if !same {
             return Err(ApiError::IdempotencyKeyReused { key: key.clone(), run: row.id });
         }
     }

@@ -90,10 +90,10 @@ pub async fn items_page(
     let node = extract::text(&q, "node")?;
     let after: i32 = extract::text(&q, "after")?.parse().unwrap_or(-1);
     let client = composer_store::client(&pool).await?;
-    let (mut run, tasks) = runs::get(&client, run_id).await?.ok_or_else(|| not_found("run"))?;
+    let (_, tasks) = runs::get(&client, run_id).await?.ok_or_else(|| not_found("run"))?;
     let map = tasks.iter().find(|t| t.node_id == node && t.progress.is_some()).ok_or_else(|| not_found("MAP node"))?;
     let mut items = runs::items(&client, run_id, map.id, after, ITEMS_PAGE as i64).await?;
-    crate::payloads::for_page(engine.payloads(), &mut run, &mut items).await?;
+    crate::payloads::tasks_for_page(engine.payloads(), run_id, &mut items).await?;
     let ids: Vec<Uuid> = items.iter().map(|t| t.id).collect();
     let log_lines = composer_store::logs::counts(&client, &ids).await?;
     let rows: Html = items

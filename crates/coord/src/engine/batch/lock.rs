@@ -60,11 +60,10 @@ impl<'e> Batch<'e> {
         let part = runs::InPart { runs: &in_part, named: &named };
         for (mut row, mut tasks, in_part) in runs::lock_many(tx, &run_ids, &items, part).await? {
             let mut read = crate::payloads::ReadFrom::default();
-            if engine.payloads.is_on() {
-                crate::payloads::resolve_run(&engine.payloads, &mut row, &mut read).await?;
-                for t in &mut tasks {
-                    crate::payloads::resolve_task(&engine.payloads, t, &mut read).await?;
-                }
+            // Always: rows written while offloading was on hold references.
+            crate::payloads::resolve_run(&engine.payloads, &mut row, &mut read).await?;
+            for t in &mut tasks {
+                crate::payloads::resolve_task(&engine.payloads, t, &mut read).await?;
             }
             for t in tasks.iter().filter(|t| reported.contains(&t.id)) {
                 let running = t.state == machine::TaskState::Running;
