@@ -142,34 +142,34 @@ impl Payloads {
         serde_json::from_slice(&bytes).map_err(|e| format_error(r, e))
     }
 
-    /// Objects written before `before` that `named` says no row names
-    /// (called with each object's run and id; it says so for a run that is
-    /// gone): deleted. Returns how many.
+    /// Objects written before `before` that no row names: deleted; `named`
+    /// gives the objects the rows of a run name (none for a run that is
+    /// gone), asked once per run. Returns how many.
     pub async fn sweep<F, Fut>(&self, before: chrono::DateTime<chrono::Utc>, mut named: F) -> Result<u64, Error>
     where
-        F: FnMut(Uuid, Uuid) -> Fut,
-        Fut: std::future::Future<Output = Result<bool, Error>>,
+        F: FnMut(Uuid) -> Fut,
+        Fut: std::future::Future<Output = Result<std::collections::HashSet<Uuid>, Error>>,
     {
         use futures_util::StreamExt;
         let Some((store, _)) = &self.at else { return Ok(0) };
         let mut listed = store.objects.list(Some(&store.dir));
-        let mut old = Vec::new();
+        let mut old: std::collections::BTreeMap<Uuid, Vec<(Uuid, Path)>> = std::collections::BTreeMap::new();
         while let Some(meta) = listed.next().await {
             let meta = meta?;
             // Only objects we named; their name says when they were written.
             let Some((run, object)) = names_of(&store.dir, &meta.location) else { continue };
             if written_at(object).is_some_and(|at| at < before) {
-                old.push((run, object, meta.location));
+                old.entry(run).or_default().push((object, meta.location));
             }
         }
         let mut deleted = 0;
-        for (run, object, location) in old {
-            if named(run, object).await? {
-                continue;
-            }
-            match store.objects.delete(&location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
-                Err(e) => return Err(e.into()),
+        for (run, objects) in old {
+            let kept = named(run).await?;
+            for (_, location) in objects.into_iter().filter(|(object, _)| !kept.contains(object)) {
+                match store.objects.delete(&location).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         Ok(deleted)
@@ -303,10 +303,10 @@ mod tests {
         let (kept, orphan) = (kept.unwrap(), orphan.unwrap());
         // Not older than the grace: nothing goes.
         let before = chrono::Utc::now() - chrono::Duration::hours(1);
-        assert_eq!(p.sweep(before, |_, _| async { Ok(false) }).await.unwrap(), 0);
+        assert_eq!(p.sweep(before, |_| async { Ok(Default::default()) }).await.unwrap(), 0);
         let later = chrono::Utc::now() + chrono::Duration::seconds(1);
         let kept_object = kept.object;
-        let swept = p.sweep(later, |_, object| async move { Ok(object == kept_object) }).await.unwrap();
+        let swept = p.sweep(later, |_| async move { Ok([kept_object].into()) }).await.unwrap();
         assert_eq!(swept, 1);
         assert!(p.read(&kept).await.is_ok());
         assert!(p.read(&orphan).await.is_err());

@@ -560,14 +560,22 @@ pub async fn sweep_payloads(s: &Shared) -> Result<u64, composer_store::Error> {
     }
     let grace = chrono::Duration::from_std(s.config.offload_grace).unwrap_or(chrono::Duration::MAX);
     let before = crate::clock::now().checked_sub_signed(grace).unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    let mut lock = composer_store::client(&s.pool).await?;
+    let held = composer_store::begin(&mut lock).await?;
+    if !composer_store::partitions::try_lock_payload_sweep(&held).await? {
+        tracing::debug!("another coordinator sweeps this namespace's offloaded values now");
+        return Ok(0);
+    }
     let client = composer_store::client(&s.pool).await?;
     let client = &client;
-    let named = |run: uuid::Uuid, object: uuid::Uuid| async move {
-        composer_store::runs::names_object(client, run, &object.to_string())
+    let named = |run: uuid::Uuid| async move {
+        let named = composer_store::runs::named_objects(client, run)
             .await
-            .map_err(|e| composer_archive::Error::Location(format!("asking PostgreSQL: {e}")))
+            .map_err(|e| composer_archive::Error::Location(format!("asking PostgreSQL: {e}")))?;
+        Ok(named.iter().filter_map(|o| o.parse().ok()).collect())
     };
     let deleted = payloads.sweep(before, named).await.map_err(crate::payloads::store_error)?;
+    held.commit().await?;
     if deleted > 0 {
         tracing::info!(deleted, "deleted offloaded values no row names");
     }

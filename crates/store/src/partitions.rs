@@ -144,6 +144,15 @@ pub async fn try_lock_archiving(tx: &crate::Transaction<'_>) -> Result<bool> {
     Ok(row.try_get(0)?)
 }
 
+/// Takes the lock one coordinator sweeps a namespace's offloaded values
+/// under, until the transaction ends; `false` when another holds it.
+pub async fn try_lock_payload_sweep(tx: &crate::Transaction<'_>) -> Result<bool> {
+    let row = tx
+        .query_one("SELECT pg_try_advisory_xact_lock(hashtext('composer_payload_sweep:' || current_schema()))", &[])
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
 /// The partitioned tables whose statistics [`analyze_grown`] keeps: those
 /// the hot path joins with a batch of keys. Not `run_events`, only ever
 /// appended to and read by run id, and the dearest to analyze (its

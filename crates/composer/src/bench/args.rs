@@ -39,6 +39,10 @@ pub struct BenchArgs {
     /// The MAP's max_concurrency (default: every item at once).
     #[arg(long)]
     pub map_concurrency: Option<u32>,
+    /// Each MAP item's answer carries this many bytes besides (`{"pad": "…"}`,
+    /// at most 64 KiB): what `collect: all` gathers grows with it.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=65536))]
+    pub map_item_bytes: u32,
     /// The MAP's collect: all (every item's output) or none (their counts).
     #[arg(long, value_parser = ["all", "none"], default_value = "all")]
     pub collect: String,

@@ -14,6 +14,14 @@ use super::postgres::commits;
 use super::samples::round2;
 use super::target::Target;
 
+/// Where each item calls: the sink, answering `--map-item-bytes` of padding.
+fn item_url(sink: &str, pad: u32) -> String {
+    match pad {
+        0 => format!("{sink}/item"),
+        n => format!("{sink}/pad/{n}"),
+    }
+}
+
 /// `--map N`: one run of a MAP of N HTTP items to the sink, after a warm-up
 /// run of 100 items; prints items per second and commits per item.
 pub(super) async fn bench_map(
@@ -24,7 +32,7 @@ pub(super) async fn bench_map(
     n: usize,
 ) -> anyhow::Result<()> {
     let mut config = json!({"items": "${ [range(.input.n)] }",
-        "node": {"type": "HTTP", "config": {"method": "POST", "url": format!("{sink}/item"), "body": {"i": "${ .index }"}}}});
+        "node": {"type": "HTTP", "config": {"method": "POST", "url": item_url(sink, args.map_item_bytes), "body": {"i": "${ .index }"}}}});
     if let Some(c) = args.map_concurrency {
         config["max_concurrency"] = json!(c);
     }

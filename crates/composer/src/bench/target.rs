@@ -105,9 +105,14 @@ pub(super) async fn start_embedded(concurrency: usize, max_payload: Option<usize
     Ok(Target { url, database_url: Some(database_url), _embedded: Some(embedded), processes })
 }
 
-/// The fastest HTTP endpoint we can offer: 200 `{}`.
+/// The fastest HTTP endpoint we can offer: 200 `{}`; `/pad/N` answers
+/// `{"pad": "xx…"}` of N bytes (at most 64 KiB).
 pub(super) async fn start_sink() -> anyhow::Result<String> {
-    let app = axum::Router::new().fallback(|| async { axum::Json(json!({})) });
+    let pad = |axum::extract::Path(n): axum::extract::Path<usize>| async move {
+        axum::Json(json!({"pad": "x".repeat(n.min(65536))}))
+    };
+    let app =
+        axum::Router::new().route("/pad/{n}", axum::routing::post(pad)).fallback(|| async { axum::Json(json!({})) });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });

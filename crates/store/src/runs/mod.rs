@@ -50,6 +50,6 @@ pub use machine_view::{into_machine, to_machine_task};
 pub use maps::{items, load_items, load_sources, stalled_maps, Items};
 pub use migrate::move_to;
 pub use priority_change::{set_priority, PriorityChange, MAX_PRIORITY_MOVES};
-pub use reads::{exists, get, handlers_of, names_object, queue_backlog, status, task_of_node};
+pub use reads::{exists, get, handlers_of, named_objects, queue_backlog, status, task_of_node};
 pub use rows::{Parent, RunRow, TaskRow};
 pub use start::{insert_run, insert_runs, lock_idempotency_key, NewRun};

@@ -96,25 +96,23 @@ pub async fn queue_backlog(client: &Client, queue: &str, cap: i64) -> Result<(i6
     Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
-/// Whether a row of run `run_id` (the run's, or one of its tasks', MAP
-/// items' included) holds a reference to offloaded object `object`: the
-/// sweep deletes only an object none does. A run that is gone names none.
-pub async fn names_object(client: &Client, run_id: Uuid, object: &str) -> Result<bool> {
+/// The offloaded objects the rows of run `run_id` (the run's, its tasks',
+/// MAP items' included) name: the sweep deletes only an object none does.
+/// A run that is gone names none.
+pub async fn named_objects(client: &Client, run_id: Uuid) -> Result<std::collections::HashSet<String>> {
     let (lo, hi) = crate::partitions::span(&[run_id]);
     let stmt = client
         .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM workflow_runs
-                             WHERE id = $1 AND id BETWEEN $3 AND $4
-                               AND $2 IN (input -> $5 ->> 'object',
-                                          output -> $5 ->> 'object'))
-                 OR EXISTS (SELECT 1 FROM task_instances
-                             WHERE run_id = $1 AND run_id BETWEEN $3 AND $4
-                               AND $2 IN (input_json -> $5 ->> 'object',
-                                          output_json -> $5 ->> 'object'))",
+            "SELECT v -> $2 ->> 'object' FROM (
+                 SELECT input FROM workflow_runs WHERE id = $1 AND id BETWEEN $3 AND $4
+                 UNION ALL SELECT output FROM workflow_runs WHERE id = $1 AND id BETWEEN $3 AND $4
+                 UNION ALL SELECT input_json FROM task_instances WHERE run_id = $1 AND run_id BETWEEN $3 AND $4
+                 UNION ALL SELECT output_json FROM task_instances WHERE run_id = $1 AND run_id BETWEEN $3 AND $4
+             ) AS stored(v)
+             WHERE v ? $2",
         )
         .await?;
-    Ok(client
-        .query_one(&stmt, &[&run_id, &object, &lo, &hi, &composer_core::storable::OFFLOADED_KEY])
-        .await?
-        .try_get(0)?)
+    let key = composer_core::storable::OFFLOADED_KEY;
+    let rows = client.query(&stmt, &[&run_id, &key, &lo, &hi]).await?;
+    rows.iter().map(|r| Ok(r.try_get::<_, Option<String>>(0)?.unwrap_or_default())).collect()
 }
