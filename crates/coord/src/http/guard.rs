@@ -221,14 +221,17 @@ pub(crate) fn carries_values(method: &axum::http::Method, route: &str) -> bool {
 /// carries a value ([`carries_values`]), `COMPOSER_MAX_PAYLOAD` elsewhere
 /// (and room for the rest of the body) — read no further than that.
 pub(crate) async fn limit_body(State(config): State<Arc<Config>>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<axum::extract::MatchedPath>().map(|m| m.as_str().to_string());
-    let large = route.is_some_and(|r| carries_values(req.method(), &r));
+    let matched = req.extensions().get::<axum::extract::MatchedPath>();
+    let large = matched.is_some_and(|m| carries_values(req.method(), m.as_str()));
     let limit = if large { config.max_value() } else { config.max_payload } + BODY_ROOM;
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return ApiError::BodyTooLarge.into_response();
+    match declared {
+        Some(n) if n > limit => ApiError::BodyTooLarge.into_response(),
+        // A body is as long as it declares (hyper holds it to that): nothing to wrap.
+        Some(_) => next.run(req).await,
+        None if req.method() == axum::http::Method::GET => next.run(req).await,
+        None => next.run(req.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, limit)))).await,
     }
-    next.run(req.map(|body| axum::body::Body::new(http_body_util::Limited::new(body, limit)))).await
 }
 
 #[cfg(test)]
