@@ -267,7 +267,6 @@ async fn park(
     }
 }
 
-/// A task a batch leased to a worker in its commit, as the worker gets it.
 /// Leased tasks as their worker gets them: each input whole, read back
 /// if it was offloaded.
 async fn leased_views(s: &TaskApi, given: Vec<EagerLease>) -> ApiResult<Vec<LeasedTask>> {
@@ -279,6 +278,7 @@ async fn leased_views(s: &TaskApi, given: Vec<EagerLease>) -> ApiResult<Vec<Leas
     Ok(views)
 }
 
+/// A task a batch leased to a worker in its commit, as the worker gets it.
 fn leased_view(g: EagerLease, lease: Duration) -> LeasedTask {
     LeasedTask {
         id: g.dispatch.task_id,
