@@ -83,7 +83,10 @@ pub(super) async fn bench_map(
             api.base()
         );
         if args.collect == "all" {
-            println!("  (an embedded coordinator allows 16 MiB payloads here: the MAP's output holds every item's)");
+            println!(
+                "  (an embedded coordinator offloads values past 256 KiB, as composer dev does: the MAP's output holds \
+                 every item's)"
+            );
         }
         println!("  {n} items in {wall:.2} s: {items_per_s:.1} items/s");
         if let Some(c) = commits_per_item {
