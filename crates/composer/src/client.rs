@@ -119,13 +119,14 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
         WorkflowCommand::Get { name } => {
             output::one(format, &call(&api, Method::GET, &format!("/v1/workflows/{}", encode(&name)), None).await?)
         }
-        WorkflowCommand::Simulate { file, input, event, mocks, failures, output, ask, replay, map } => {
+        WorkflowCommand::Simulate { file, input, event, mocks, failures, output, ask, replay, map, max_value } => {
+            let how = crate::simulate::How { format: &output, ask, max_value: max_value as usize };
             let Some(run) = replay else {
                 let start = match &event {
                     Some(e) => crate::simulate::Start::Event(e),
                     None => crate::simulate::Start::Input(&input),
                 };
-                return Ok(crate::simulate::run(&file, start, &mocks, &failures, &output, ask));
+                return Ok(crate::simulate::run(&file, start, &mocks, &failures, how));
             };
             let (wf, _) = normalized(&file)?;
             let r = migrate::replayed(&api, &run, &map).await?;
@@ -134,7 +135,7 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
             let mocks: Vec<String> = r.mocks.into_iter().filter(has).chain(mocks).collect();
             let failures: Vec<String> = r.failures.into_iter().filter(has).chain(failures).collect();
             let start = crate::simulate::Start::Input(&r.input);
-            return Ok(crate::simulate::run(&file, start, &mocks, &failures, &output, ask));
+            return Ok(crate::simulate::run(&file, start, &mocks, &failures, how));
         }
         WorkflowCommand::Migrate { name, from, to, map, tags, reason, dry_run, wait } => {
             let m = migrate::Migrate { name, from, to, map, tags: tag_args(&tags)?, reason, dry_run, wait };

@@ -19,13 +19,23 @@ pub enum Start<'a> {
     Event(&'a str),
 }
 
+/// How a simulation runs and says what happened.
+pub struct How<'a> {
+    /// `table` (or `text`), `json` or `jsonl`.
+    pub format: &'a str,
+    /// Each attempt a worker would run is asked over standard input and
+    /// output ([`Asker`]), and the report ends the output as
+    /// `{"report": …}` on one line.
+    pub ask: bool,
+    /// The largest value the engine keeps ([`Options::max_value`]).
+    pub max_value: usize,
+}
+
 /// Exit status: 0 the simulated run succeeded, 1 it failed (or no trigger
 /// starts a run for the event), 2 the definition or an argument is invalid
-/// (the message on stderr). `format` is `table` (or `text`), `json` or
-/// `jsonl`. With `ask`, each attempt a worker would run is asked over
-/// standard input and output ([`Asker`]), and the report ends the output as
-/// `{"report": …}` on one line.
-pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String], format: &str, ask: bool) -> ExitCode {
+/// (the message on stderr).
+pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String], how: How<'_>) -> ExitCode {
+    let How { format, ask, max_value } = how;
     let (input, event) = match start {
         Start::Input(i) => (i, None),
         Start::Event(e) => match json_arg(e).context("--event").and_then(event_of) {
@@ -44,6 +54,7 @@ pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String],
             return ExitCode::from(2);
         }
     };
+    opts.max_value = Some(max_value);
     // Expressions run where the coordinator runs them: on an evaluation
     // thread, so a hostile definition fails its node here too instead of
     // overflowing the main thread's stack.

@@ -38,6 +38,10 @@ pub struct Options {
     /// an attempt a worker would run (instead of its answer) or a child run
     /// (before it ends), as an operator would while it runs.
     pub cancel_at: Option<usize>,
+    /// The largest value the engine keeps, as JSON bytes: what the server's
+    /// `COMPOSER_MAX_PAYLOAD` is, or its `COMPOSER_MAX_OFFLOADED` when it
+    /// offloads large values (`None`: the default payload limit, 1 MiB).
+    pub max_value: Option<usize>,
 }
 
 /// What one attempt of a worker-run node does.
@@ -157,6 +161,9 @@ pub fn simulate_asking(
     };
     let mut now: DateTime<Utc> = DateTime::<Utc>::UNIX_EPOCH;
     let mut run = Run::new(new_id(), opts.input.clone());
+    if let Some(max) = opts.max_value {
+        run.max_payload = max;
+    }
     let mut world = World::default();
     world.apply(sb, wf, &mut run, Event::RunStarted, now, &mut new_id);
     let mut answered = 0;

@@ -91,6 +91,12 @@ pub enum WorkflowCommand {
         /// Repeatable.
         #[arg(long = "map", value_name = "OLD=NEW", requires = "replay")]
         map: Vec<String>,
+        /// The largest value, in bytes, the server keeps: its COMPOSER_MAX_PAYLOAD, or its
+        /// COMPOSER_MAX_OFFLOADED when it offloads large values (what `composer dev` does). A MAP's
+        /// `collect: "all"` shares it among the items.
+        #[arg(long, value_name = "BYTES", default_value_t = composer_core::storable::DEFAULT_MAX_PAYLOAD as u64,
+              value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 30)))]
+        max_value: u64,
     },
     /// Moves a version's open runs (QUEUED, RUNNING, PAUSED) to another version: each run whose steps all
     /// map to steps of the new version of the same type, whose predecessors have ended in the run, moves

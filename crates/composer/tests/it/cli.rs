@@ -10,15 +10,15 @@ use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_composer");
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Out {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// Runs the CLI against `url` off the async runtime (the coordinator under
 /// test shares it).
-async fn cli(url: &str, args: &[&str], stdin: Option<&str>) -> Out {
+pub(crate) async fn cli(url: &str, args: &[&str], stdin: Option<&str>) -> Out {
     let (url, args, stdin) =
         (url.to_string(), args.iter().map(|a| a.to_string()).collect::<Vec<_>>(), stdin.map(str::to_string));
     tokio::task::spawn_blocking(move || {

@@ -215,12 +215,12 @@ async fn only_the_routes_that_carry_values_take_bodies_past_the_payload_limit() 
 #[tokio::test]
 async fn a_map_collects_more_than_a_row_takes() {
     let (e, dir) = offloading(256 * 1024).await;
-    e.register(&json!({"name": "many", "nodes": [
+    let spec = json!({"name": "many", "nodes": [
         {"id": "each", "type": "MAP", "config": {"items": "${ [range(.input.n)] }", "collect": "all",
             "node": {"type": "TRANSFORM", "config": {"output": format!("${{ \"{}\" + (.item | tostring) }}", "z".repeat(260))}}}},
         {"id": "count", "type": "TRANSFORM", "config": {"output": "${ .nodes.each.output | length }"}}],
-        "edges": [{"from": "each", "to": "count"}]}))
-    .await;
+        "edges": [{"from": "each", "to": "count"}]});
+    e.register(&spec).await;
     let run = e.start_run("many", json!({"n": 9000})).await;
     let done = e.wait_for_run(run, Duration::from_secs(240)).await;
     assert_eq!(done["status"], "SUCCEEDED", "{:.400}", done["tasks"]);
@@ -238,6 +238,20 @@ async fn a_map_collects_more_than_a_row_takes() {
         .unwrap()
         .get(0);
     assert!(stored < 1024, "the MAP's row holds a reference: {stored} bytes");
+    // Simulate agrees when told the engine's limit, and fails the items
+    // over their share of the 1 MiB it assumes otherwise (as an engine that
+    // does not offload does).
+    let (spec, url) = (spec.to_string(), e.url().to_string());
+    let simulate = ["workflow", "simulate", "-f", "-", "--input", r#"{"n": 9000}"#, "-o", "json"];
+    let told = crate::cli::cli(&url, &[&simulate[..], &["--max-value", "1073741824"]].concat(), Some(&spec)).await;
+    assert_eq!(told.code, 0, "{:.400}", told.stderr);
+    let report: Value = serde_json::from_str(&told.stdout).unwrap();
+    assert_eq!(report["status"], "SUCCEEDED");
+    let count = report["nodes"].as_array().unwrap().iter().find(|n| n["id"] == "count").unwrap();
+    assert_eq!(count["output"], 9000, "{count}");
+    let assumed = crate::cli::cli(&url, &simulate, Some(&spec)).await;
+    assert_eq!(assumed.code, 1, "{:.400}", assumed.stderr);
+    assert!(assumed.stdout.contains("over this item's share"), "{:.400}", assumed.stdout);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -214,8 +214,8 @@ impl Machine<'_> {
     }
 
     /// The bytes of the collected output one item of MAP `m` may use
-    /// (`collect: "all"`): nine tenths of the payload limit shared by the
-    /// items, so that the run's output holding it fits too. `None` when the
+    /// (`collect: "all"`): the payload limit, less the room kept for what
+    /// holds the output, shared by the items. `None` when the
     /// MAP does not gather its items' outputs.
     pub(super) fn item_share(&self, m: usize) -> Option<usize> {
         let p = self.run.tasks[m].progress?;
@@ -488,11 +488,7 @@ impl Machine<'_> {
                 let t = &self.run.tasks[at];
                 match t.state {
                     TaskState::Completed => t.output.clone().unwrap_or(Value::Null),
-                    _ => {
-                        let error = t.error.as_deref().unwrap_or("cancelled");
-                        let cut: String = error.chars().take(share.saturating_sub(16).max(8)).collect();
-                        json!({"error": cut})
-                    }
+                    _ => failed_entry(t.error.as_deref().unwrap_or("cancelled"), share),
                 }
             })
             .collect();
@@ -685,9 +681,42 @@ pub const ITEMS_PER_EVENT: u32 = 10_000;
 #[cfg(test)]
 pub const ITEMS_PER_EVENT: u32 = 7;
 
-/// The bytes one item may add to a MAP's collected output of `total` items.
+/// Room a MAP's collected output leaves in the payload limit for what holds
+/// it (the run's output, with its other nodes' and their keys): a tenth of
+/// the limit, at most 64 KiB (so that a 1 GiB limit shares 1,072 bytes
+/// with each of 1,000,000 items).
+fn collected_room(max_payload: usize) -> usize {
+    (max_payload / 10).min(64 * 1024)
+}
+
+/// The bytes one item may add to a MAP's collected output of `total` items:
+/// `total` outputs of that many bytes, their commas and brackets, and the
+/// room left, make the payload limit.
 fn collected_share(max_payload: usize, total: u32) -> usize {
-    (max_payload / 10 * 9 / total.max(1) as usize).saturating_sub(2)
+    let for_items = max_payload.saturating_sub(collected_room(max_payload)).saturating_sub(2);
+    (for_items / total.max(1) as usize).saturating_sub(1)
+}
+
+/// A failed item's entry in its MAP's collected output, `{"error": …}` with
+/// the error cut so that the entry is no more than `share` bytes as JSON
+/// (at least its first 8 characters).
+fn failed_entry(error: &str, share: usize) -> Value {
+    const WRAPPER: usize = r#"{"error":""}"#.len();
+    let mut room = share.saturating_sub(WRAPPER);
+    let mut end = 0;
+    for (n, (at, c)) in error.char_indices().enumerate() {
+        let escaped = match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if escaped > room && n >= 8 {
+            break;
+        }
+        room = room.saturating_sub(escaped);
+        end = at + c.len_utf8();
+    }
+    json!({"error": &error[..end]})
 }
 
 /// The items of MAP task `m` in all.
@@ -735,6 +764,45 @@ fn kind_of(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_gigabyte_shares_a_kibibyte_with_each_of_a_million_items() {
+        let gib = 1024 * 1024 * 1024;
+        assert_eq!(collected_share(gib, 1_000_000), 1072);
+        assert!(collected_share(gib, 1_000_000) >= 1024);
+        // 100 items of a 16 KiB limit: the tenth kept is 1,638 bytes.
+        assert_eq!(collected_share(16 * 1024, 100), 146);
+    }
+
+    proptest! {
+        /// Every item at its share, with its commas, the brackets and the
+        /// room kept, is within the limit.
+        #[test]
+        fn items_at_their_share_fit_the_limit(max in 1024usize..(2 << 30), total in 1u32..=1_000_000) {
+            let share = collected_share(max, total);
+            prop_assume!(share > 0);
+            let t = total as usize;
+            prop_assert!(t * share + (t - 1) + 2 + collected_room(max) <= max);
+        }
+
+        /// A failed item's entry is within its share, or is its error's
+        /// first 8 characters, whatever the error holds.
+        #[test]
+        fn a_failed_entry_is_within_its_share(error in "\\PC{0,300}|[\\x00-\\x1f\"\\\\é€😀]{0,300}", share in 0usize..400) {
+            let entry = failed_entry(&error, share);
+            let len = serde_json::to_vec(&entry).unwrap().len();
+            let kept = entry["error"].as_str().unwrap();
+            prop_assert!(error.starts_with(kept));
+            prop_assert!(len <= share || kept.chars().count() <= 8, "{len} bytes over {share}: {entry}");
+            if len <= share && kept.len() < error.len() {
+                // Cut no shorter than it had to be: the next character would not fit.
+                let next = error[kept.len()..].chars().next().unwrap();
+                let longer = failed_entry(&format!("{kept}{next}"), usize::MAX);
+                prop_assert!(serde_json::to_vec(&longer).unwrap().len() > share || kept.chars().count() < 8);
+            }
+        }
+    }
 
     #[test]
     fn a_list_of_more_than_map_max_items_is_refused_by_count() {
