@@ -76,7 +76,7 @@ metrics! {
         "Events handled by the engine, by event and result (applied or the reason it was ignored).",
         event = ["RunStarted", "TaskCompleted", "TaskFailed", "TimerFired", "EventReceived", "CancelRun", "RetryRun",
                  "PauseRun", "ResumeRun", "RunTimedOut", "TaskInDoubt", "ResolveTask", "RerunFrom", "CompleteTask",
-                 "ItemsLoaded", "SourcesLoaded", "ChildFinished", "Migrate"],
+                 "ItemsLoaded", "ItemsCollected", "SourcesLoaded", "ChildFinished", "Migrate"],
         result = ["applied", "already_started", "run_finished", "unknown_task", "stale_attempt", "already_finished",
                   "not_waiting", "not_due", "not_failed", "not_paused", "not_dispatched", "not_in_doubt"];
     EVENT_DURATION: Histogram(Coordinator), "composer_event_duration_seconds",

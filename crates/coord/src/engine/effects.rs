@@ -3,11 +3,13 @@
 //! needs, take an event that came before its waiter) and applies each
 //! result, until it asks nothing more.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use composer_core::definition::Workflow;
 use composer_core::machine::{self, Effect, Event, Need, Run, Transition};
 use composer_store::runs::Items;
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{EngineError, Result};
@@ -29,11 +31,16 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
                     let loaded = Event::SourcesLoaded { task_id: map, from, items };
                     tr.merge(apply_loading(store, wf, run, loaded).await?);
                 }
+                Effect::LoadItems(Need::Collect { map, share }) => {
+                    let output = collect(store, wf, run, map, share).await?;
+                    let collected = Event::ItemsCollected { task_id: map, output };
+                    tr.merge(apply_loading(store, wf, run, collected).await?);
+                }
                 Effect::LoadItems(need) => {
                     let (map, which) = match need {
                         Need::Queued { map, count } => (map, Items::Queued { count, from: queued_from(run, map) }),
                         Need::All { map } => (map, Items::All),
-                        Need::Sources { .. } => unreachable!("matched above"),
+                        Need::Sources { .. } | Need::Collect { .. } => unreachable!("matched above"),
                     };
                     if load_items(store, wf, run, Some(map), which).await? == 0 {
                         return Err(composer_store::Error::Corrupt(format!(
@@ -63,6 +70,12 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
 /// at most three times, not once per node.
 async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
     if run.known.is_none() {
+        return apply_contained(wf, run, event).await;
+    }
+    if let Event::ItemsCollected { .. } = event {
+        // A MAP's gathered output may be large: applied once, neither it
+        // nor the run copied for a second round, with every node loaded.
+        load_every_node(store, wf, run).await?;
         return apply_contained(wf, run, event).await;
     }
     let mut rounds = 0;
@@ -107,6 +120,22 @@ async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run
     }
 }
 
+/// Loads the tasks of every node of a run loaded in part that it does not
+/// hold yet: the run is then whole but for its MAPs' items.
+async fn load_every_node<S: RunStore>(store: &S, wf: &Workflow, run: &mut Run) -> Result<()> {
+    let Some(known) = run.known.as_mut() else { return Ok(()) };
+    let nodes: Vec<&str> = (0..known.len()).filter(|&n| !known[n]).map(|n| wf.nodes[n].id.as_str()).collect();
+    known.iter_mut().for_each(|k| *k = true);
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let held: Vec<Uuid> = run.tasks.iter().map(|t| t.id).collect();
+    let more = store.load_nodes(wf, run.id, &nodes, &held).await?;
+    crate::metrics::inc(composer_metrics::PARTIAL_LOADS, &[], 1);
+    run.tasks.extend(more);
+    Ok(())
+}
+
 /// Where a MAP's QUEUED items begin, unless some were sent back to the
 /// queue: items are created in index order and start lowest first, so the
 /// ones not started yet are the last created.
@@ -114,6 +143,51 @@ fn queued_from(run: &Run, map: Uuid) -> i32 {
     let Some(p) = run.tasks.iter().find(|t| t.id == map).and_then(|t| t.progress) else { return 0 };
     let waiting = p.queued.saturating_sub(p.total - p.created());
     i32::try_from(p.created().saturating_sub(waiting)).unwrap_or(0)
+}
+
+/// Items a page of a MAP's output is read in.
+const COLLECT_PAGE: i64 = 1_000;
+
+/// The output of MAP `map` (`collect: "all"`), its items' entries in index
+/// order ([`machine::collected_entry`]), read a page at a time: only the
+/// output and a page are held, not every item whole. An item the run holds
+/// is taken from the run: its row may be older, or not written yet.
+async fn collect<S: RunStore>(store: &S, wf: &Workflow, run: &Run, map: Uuid, share: usize) -> Result<Value> {
+    let corrupt = |what: String| EngineError::from(composer_store::Error::Corrupt(format!("run {}: {what}", run.id)));
+    let Some(total) = run.task(map).and_then(|t| t.progress).map(|p| p.total) else {
+        return Err(corrupt(format!("MAP task {map} to collect is not held")));
+    };
+    let held: HashMap<u32, &machine::Task> =
+        run.tasks.iter().filter_map(|t| t.item.filter(|i| i.map == map).map(|i| (i.index, t))).collect();
+    let entry = |t: &machine::Task| machine::collected_entry(t.state, t.output.clone(), t.error.as_deref(), share);
+    let mut out = Vec::with_capacity(total as usize);
+    let mut after = -1;
+    while out.len() < total as usize {
+        let page = store.item_page(wf, run.id, map, after, COLLECT_PAGE).await?;
+        let Some(last) = page.last().and_then(|t| t.item) else { break };
+        for t in page {
+            let index = t.item.map_or(u32::MAX, |i| i.index);
+            // Items only the run holds (created by this event) come before.
+            while let Some(own) = held.get(&(out.len() as u32)).filter(|_| (out.len() as u32) < index) {
+                out.push(entry(own));
+            }
+            if index != out.len() as u32 {
+                return Err(corrupt(format!("MAP task {map} lacks item {}", out.len())));
+            }
+            out.push(match held.get(&index) {
+                Some(own) => entry(own),
+                None => machine::collected_entry(t.state, t.output, t.error.as_deref(), share),
+            });
+        }
+        after = last.index as i32;
+    }
+    while let Some(own) = held.get(&(out.len() as u32)) {
+        out.push(entry(own));
+    }
+    if out.len() != total as usize {
+        return Err(corrupt(format!("MAP task {map} counts {total} items, {} are stored", out.len())));
+    }
+    Ok(Value::Array(out))
 }
 
 /// Adds the items of a MAP (or of the run, for held ones) that `run` does
@@ -141,11 +215,14 @@ pub async fn load_items<S: RunStore>(
 pub async fn apply_contained(wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
     let name = event.name();
     let run_id = run.id;
+    // An evaluation tried inline keeps a copy of what it is given, to try
+    // again on the pool: not of a MAP's gathered output, which may be large.
+    let inline = wf.simple && !matches!(event, Event::ItemsCollected { .. });
     let owned = std::mem::replace(run, Run::new(run_id, serde_json::Value::Null));
     let input = (wf.clone(), owned, event);
     // A panic inside `apply` loses the run's state with the transaction, as
     // it should.
-    let applied = super::evaluator::evaluate(Subject::Run(run_id), wf.simple, input, |sb, (wf, mut run, event)| {
+    let applied = super::evaluator::evaluate(Subject::Run(run_id), inline, input, |sb, (wf, mut run, event)| {
         let tr = machine::apply(sb, &wf, &mut run, event, crate::clock::now(), &mut Uuid::now_v7);
         (run, tr)
     })
@@ -226,6 +303,25 @@ pub(crate) mod fake {
                     of_map.into_iter().filter(|t| t.state == TaskState::Waiting && t.wake_at.is_none()).collect()
                 }
             })
+        }
+
+        async fn item_page(
+            &self,
+            _wf: &Workflow,
+            _run_id: Uuid,
+            map: Uuid,
+            after: i32,
+            limit: i64,
+        ) -> Result<Vec<machine::Task>, composer_store::Error> {
+            let items = self.items.lock().unwrap();
+            let mut page: Vec<machine::Task> = items
+                .iter()
+                .filter(|t| t.item.is_some_and(|i| i.map == map && i.index as i32 > after))
+                .cloned()
+                .collect();
+            page.sort_by_key(|t| t.item.map(|i| i.index));
+            page.truncate(limit as usize);
+            Ok(page)
         }
 
         async fn take_buffered_event(

@@ -30,6 +30,17 @@ pub trait RunStore: Sync {
         held: &[Uuid],
     ) -> impl Future<Output = StoreResult<Vec<machine::Task>>> + Send;
 
+    /// Up to `limit` items of MAP `map` by index after `after`, in the
+    /// state machine's form.
+    fn item_page(
+        &self,
+        wf: &Workflow,
+        run_id: Uuid,
+        map: Uuid,
+        after: i32,
+        limit: i64,
+    ) -> impl Future<Output = StoreResult<Vec<machine::Task>>> + Send;
+
     /// Takes an event `(name, key)` that arrived before its waiter, for
     /// `task_id`: at most one waiter gets each event.
     fn take_buffered_event(
@@ -95,6 +106,19 @@ impl RunStore for Tx<'_, '_> {
         held: &[Uuid],
     ) -> StoreResult<Vec<machine::Task>> {
         let mut rows = runs::load_items(self.0, run_id, map, which, held).await?;
+        crate::payloads::resolve_tasks(self.1, &mut rows).await?;
+        rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
+    }
+
+    async fn item_page(
+        &self,
+        wf: &Workflow,
+        run_id: Uuid,
+        map: Uuid,
+        after: i32,
+        limit: i64,
+    ) -> StoreResult<Vec<machine::Task>> {
+        let mut rows = runs::item_page(self.0, run_id, map, after, limit).await?;
         crate::payloads::resolve_tasks(self.1, &mut rows).await?;
         rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
     }

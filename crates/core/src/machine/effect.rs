@@ -16,6 +16,12 @@ pub enum Need {
     Queued { map: Uuid, count: u32 },
     /// Every item, to gather the MAP's output.
     All { map: Uuid },
+    /// The MAP's collected output, its items' entries in index order
+    /// ([`collected_entry`](crate::machine::collected_entry) with `share`),
+    /// read by storage a page at a time instead of every item loaded
+    /// ([`Run::collects_in_storage`](crate::machine::Run::collects_in_storage)).
+    /// Applied as [`Event::ItemsCollected`].
+    Collect { map: Uuid, share: usize },
     /// `count` elements of the MAP's list from index `from`, to create
     /// their items ([`Event::SourcesLoaded`]).
     Sources { map: Uuid, from: u32, count: u32 },

@@ -73,6 +73,11 @@ pub enum Event {
     ItemsLoaded {
         task_id: Uuid,
     },
+    /// The engine gathered a MAP's output ([`Need::Collect`](crate::machine::Need::Collect)).
+    ItemsCollected {
+        task_id: Uuid,
+        output: Value,
+    },
     /// The engine read elements `from..` of a MAP's list ([`Need::Sources`](crate::machine::Need::Sources)).
     SourcesLoaded {
         task_id: Uuid,
@@ -132,6 +137,7 @@ impl Event {
                 | Event::TaskInDoubt { .. }
                 | Event::ChildFinished { .. }
                 | Event::ItemsLoaded { .. }
+                | Event::ItemsCollected { .. }
                 | Event::SourcesLoaded { .. }
         )
     }
@@ -153,6 +159,7 @@ impl Event {
             Event::RerunFrom { .. } => "RerunFrom",
             Event::CompleteTask { .. } => "CompleteTask",
             Event::ItemsLoaded { .. } => "ItemsLoaded",
+            Event::ItemsCollected { .. } => "ItemsCollected",
             Event::SourcesLoaded { .. } => "SourcesLoaded",
             Event::ChildFinished { .. } => "ChildFinished",
             Event::Migrate { .. } => "Migrate",

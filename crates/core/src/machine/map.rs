@@ -293,6 +293,17 @@ impl Machine<'_> {
         Ok(())
     }
 
+    /// Storage gathered the output of a MAP whose items have all ended: it
+    /// completes with it, as with every item loaded.
+    pub(super) fn on_items_collected(&mut self, task_id: Uuid, output: Value) -> Result<(), Ignore> {
+        self.require_active()?;
+        let m = self.find(task_id)?;
+        self.maps.collected.insert(m, output);
+        self.maps.dirty.push(m);
+        self.route();
+        Ok(())
+    }
+
     /// A MAP fails once more of its items failed than it tolerates (its
     /// first failed item, by default), starts queued items while slots are
     /// free (not while the run is paused), and completes when every item has
@@ -472,27 +483,26 @@ impl Machine<'_> {
             }
             Collect::All => {}
         }
-        let items = self.items_of(m);
-        if items.len() < p.total as usize {
-            let map = self.run.tasks[m].id;
-            let need = Effect::LoadItems(Need::All { map });
-            if !self.tr.effects.contains(&need) {
-                self.tr.effects.push(need);
-            }
-            return;
-        }
         let share = self.item_share(m).unwrap_or(usize::MAX);
-        let output: Vec<Value> = items
-            .values()
-            .map(|&at| {
-                let t = &self.run.tasks[at];
-                match t.state {
-                    TaskState::Completed => t.output.clone().unwrap_or(Value::Null),
-                    _ => failed_entry(t.error.as_deref().unwrap_or("cancelled"), share),
+        let output = match self.maps.collected.remove(&m) {
+            Some(output) => output,
+            None => {
+                let items = self.items_of(m);
+                if items.len() < p.total as usize {
+                    let map = self.run.tasks[m].id;
+                    let need = match self.run.collects_in_storage {
+                        true => Effect::LoadItems(Need::Collect { map, share }),
+                        false => Effect::LoadItems(Need::All { map }),
+                    };
+                    if !self.tr.effects.contains(&need) {
+                        self.tr.effects.push(need);
+                    }
+                    return;
                 }
-            })
-            .collect();
-        let output = Value::Array(output);
+                let entry = |t: &Task| collected_entry(t.state, t.output.clone(), t.error.as_deref(), share);
+                Value::Array(items.values().map(|&at| entry(&self.run.tasks[at])).collect())
+            }
+        };
         match storable::check(&output, "output", self.run.max_payload) {
             Ok(()) => self.finish(m, TaskState::Completed, Some(output), None),
             Err(e) => self.finish(m, TaskState::Failed, None, Some(Failure::fatal(codes::PAYLOAD, e))),
@@ -695,6 +705,16 @@ fn collected_room(max_payload: usize) -> usize {
 fn collected_share(max_payload: usize, total: u32) -> usize {
     let for_items = max_payload.saturating_sub(collected_room(max_payload)).saturating_sub(2);
     (for_items / total.max(1) as usize).saturating_sub(1)
+}
+
+/// An ended item's entry in its MAP's collected output (`collect: "all"`):
+/// a completed item's output, else `{"error": …}` (its error, or
+/// `"cancelled"`) cut to the item's `share`.
+pub fn collected_entry(state: TaskState, output: Option<Value>, error: Option<&str>, share: usize) -> Value {
+    match state {
+        TaskState::Completed => output.unwrap_or(Value::Null),
+        _ => failed_entry(error.unwrap_or("cancelled"), share),
+    }
 }
 
 /// A failed item's entry in its MAP's collected output, `{"error": …}` with

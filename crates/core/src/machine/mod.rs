@@ -63,7 +63,7 @@ pub use effect::{AfterCommit, Effect, Need};
 pub use event::{Event, Resolution};
 pub use history::{HistoryEntry, HistoryKind};
 pub use lifecycle::{RunStatus, TaskState};
-pub use map::{ITEMS_PER_EVENT, ITEM_CHUNK};
+pub use map::{collected_entry, ITEMS_PER_EVENT, ITEM_CHUNK};
 pub use run::{ParentRef, Run};
 pub use task::{ErrorInfo, Failure, Item, MapProgress, Task};
 pub use transition::{IgnoreKind, Transition};

@@ -37,6 +37,12 @@ pub struct Run {
     /// task names it in [`Transition::missing`](crate::machine::Transition::missing) instead of guessing; the
     /// engine loads it and applies the event again.
     pub known: Option<Vec<bool>>,
+    /// A MAP that gathers its items' outputs (`collect: "all"`) and does
+    /// not hold all its items asks storage for the entries, read a page at
+    /// a time ([`Need::Collect`](crate::machine::Need::Collect)), instead of
+    /// for every item whole ([`Need::All`](crate::machine::Need::All)): what
+    /// the engine does. `simulate` holds every item.
+    pub collects_in_storage: bool,
 }
 
 impl Run {
@@ -54,6 +60,7 @@ impl Run {
             parent: None,
             concurrency_key: None,
             known: None,
+            collects_in_storage: false,
         }
     }
 

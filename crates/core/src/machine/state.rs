@@ -52,6 +52,8 @@ pub(super) struct Maps {
     pub(super) sourced: bool,
     /// MAPs whose reduction failed, with why: they fail at their next look.
     pub(super) broken: HashMap<usize, super::task::Failure>,
+    /// MAPs' outputs storage gathered ([`Event::ItemsCollected`](super::Event::ItemsCollected)), by their task.
+    pub(super) collected: HashMap<usize, Value>,
 }
 
 /// An HTTP node's evaluated config with its `idempotency_key`: by default

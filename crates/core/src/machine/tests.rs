@@ -1083,6 +1083,9 @@ impl Engine {
                     || !matches!(t.state, TaskState::Completed | TaskState::Skipped | TaskState::Cancelled)
             }
         });
+        // Runs read in part gather a MAP's output from storage, as the
+        // engine's do; the others from the items loaded.
+        run.collects_in_storage = part;
         if part {
             let mut known = vec![false; self.wf.nodes.len()];
             for t in run.tasks.iter().filter(|t| t.item.is_none()) {
@@ -1098,7 +1101,7 @@ impl Engine {
         let (map, count) = match need {
             Need::Queued { map, count } => (map, count as usize),
             Need::All { map } => (map, usize::MAX),
-            Need::Sources { .. } => unreachable!("sources are not items"),
+            Need::Sources { .. } | Need::Collect { .. } => unreachable!("not a load of items"),
         };
         let mut rows: Vec<Task> = self
             .stored
@@ -1113,6 +1116,20 @@ impl Engine {
         let n = rows.len();
         run.tasks.extend(rows);
         n
+    }
+
+    /// MAP `map`'s output as storage gathers it: each item's entry, the
+    /// run's copy of the item if it holds one, else the stored one.
+    fn collect(&self, run: &Run, map: Uuid, share: usize) -> Value {
+        let of = |tasks: &[Task], index: u32| {
+            tasks.iter().find(|t| t.item.is_some_and(|i| i.map == map && i.index == index)).cloned()
+        };
+        let total = run.task(map).and_then(|t| t.progress).expect("a MAP that collects").total;
+        let entries = (0..total).map(|index| {
+            let t = of(&run.tasks, index).or_else(|| of(&self.stored.tasks, index)).expect("every item stored");
+            super::collected_entry(t.state, t.output, t.error.as_deref(), share)
+        });
+        Value::Array(entries.collect())
     }
 
     /// The machine's `apply`, and for a run in part, as the engine does:
@@ -1186,6 +1203,12 @@ impl Engine {
                 for need in needs {
                     let map = match need {
                         Need::Queued { map, .. } | Need::All { map } => map,
+                        Need::Collect { map, share } => {
+                            let output = self.collect(&run, map, share);
+                            let more = self.apply_loading(&mut run, Event::ItemsCollected { task_id: map, output });
+                            tr.merge(more);
+                            continue;
+                        }
                         Need::Sources { map, from, count } => {
                             let list = self.sources.get(&map).expect("the list of a MAP that asks for it");
                             let items = list[from as usize..(from + count) as usize].to_vec();

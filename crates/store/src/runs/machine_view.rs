@@ -31,6 +31,8 @@ pub fn into_machine(wf: &Workflow, run: &mut RunRow, tasks: Vec<TaskRow>) -> Res
         }),
         concurrency_key: run.concurrency_key.clone(),
         known: None,
+        // Its items are in storage, which gathers a MAP's output.
+        collects_in_storage: true,
     })
 }
 

@@ -60,6 +60,7 @@ impl Machine<'_> {
             Event::RerunFrom { tasks, input, allow_completed } => self.on_rerun(&tasks, input, allow_completed),
             Event::CompleteTask { task_id, output } => self.on_complete(task_id, output),
             Event::ItemsLoaded { task_id } => self.on_items_loaded(task_id),
+            Event::ItemsCollected { task_id, output } => self.on_items_collected(task_id, output),
             Event::SourcesLoaded { task_id, from, items } => self.on_sources_loaded(task_id, from, items),
             Event::ChildFinished { task_id, attempt, iteration, child, status, output, error } => {
                 let t = self.child_reportable(task_id, attempt, iteration)?;
