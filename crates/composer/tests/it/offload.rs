@@ -333,6 +333,90 @@ async fn a_100_mb_output_goes_to_s3_and_back_within_the_stated_memory() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Items of the MAP that collects 1 KiB from each: `COMPOSER_BIG_MAP_ITEMS`,
+/// 100,000 by default. A million take minutes on two cores, and a gigabyte
+/// is more than the S3 server the tests run (a debug build) takes in one
+/// request: run by hand with `COMPOSER_BIG_MAP_ON_DISK=1` (objects in a
+/// directory, through the same client) and a release build as
+/// `COMPOSER_TEST_BIN`; the figures are in docs/performance-log.md.
+fn big_map_items() -> u64 {
+    std::env::var("COMPOSER_BIG_MAP_ITEMS").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000)
+}
+
+/// The memory bound the note states for gathering a MAP's output: the
+/// coordinator's resident set stays under a base plus this many times
+/// the bytes collected (the output once as it is gathered, and once in the
+/// run's output that holds it).
+const COLLECT_BASE: u64 = 384 << 20;
+const COLLECT_FACTOR: u64 = 5;
+
+/// A MAP of TRANSFORM items, each 1 KiB of JSON, `collect: "all"`: the
+/// output is gathered a page at a time into one value written to S3, the
+/// next step counts it, and the coordinator's resident set stays within
+/// the stated bound. The run is read through the API only after.
+#[tokio::test]
+async fn a_map_of_1_kib_items_collects_them_all_within_the_stated_memory() {
+    let n = big_map_items();
+    let s3 = composer_testkit::S3Server::start("payloads").await;
+    let db = TestDb::create().await;
+    let dir = composer_embedded::temp_dir("offload-collect").unwrap();
+    let on_disk = std::env::var("COMPOSER_BIG_MAP_ON_DISK").is_ok();
+    let objects_dir = dir.join("objects");
+    let (proc, c) = match on_disk {
+        true => {
+            let prefix = composer_testkit::unique_prefix();
+            let (mut procs, urls) = coordinator_procs(&db, &prefix, &dir, 1, |cmd| {
+                cmd.env("COMPOSER_OFFLOAD_URL", &objects_dir);
+            })
+            .await;
+            (procs.remove(0), Client::new(&urls[0]))
+        }
+        false => coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &[]).await,
+    };
+    // 1,015 characters and a 7-digit number: 1,024 bytes of JSON an item.
+    let item = format!("${{ \"{}\" + (.index + 1000000 | tostring) }}", "k".repeat(1015));
+    let spec = json!({"name": "gather", "nodes": [
+        {"id": "each", "type": "MAP", "config": {"items": "${ [range(.input.n)] }", "collect": "all",
+            "node": {"type": "TRANSFORM", "config": {"output": item}}}},
+        {"id": "count", "type": "TRANSFORM", "config": {"output":
+            "${ {n: (.nodes.each.output | length), last: (.nodes.each.output[-1] | .[-7:])} }"}}],
+        "edges": [{"from": "each", "to": "count"}]});
+    assert_eq!(c.post("/v1/workflows", &spec).await.0, 201);
+    let (status, run) = c.post("/v1/runs", &json!({"workflow": "gather", "input": {"n": n}})).await;
+    assert_eq!(status, 201, "{run}");
+    let run: Uuid = run["id"].as_str().unwrap().parse().unwrap();
+    let db_client = composer_store::client(&db.pool()).await.unwrap();
+    let status = eventually(Duration::from_secs(1800), "the run's end", || async {
+        let row = db_client.query_one("SELECT status FROM workflow_runs WHERE id = $1", &[&run]).await.unwrap();
+        let status: String = row.get(0);
+        (status != "RUNNING").then_some(status)
+    })
+    .await;
+    let peak = peak_rss(proc.0.id());
+    let collected = n * 1025 + 1;
+    println!("coordinator peak RSS gathering {n} items of 1 KiB ({} MiB): {} MiB", collected >> 20, peak >> 20);
+    assert_eq!(status, "SUCCEEDED");
+    let counted: Value = db_client
+        .query_one("SELECT output_json FROM task_instances WHERE run_id = $1 AND node_id = 'count'", &[&run])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(counted, json!({"n": n, "last": format!("{}", 1_000_000 + n - 1)}));
+    let bound = COLLECT_BASE + COLLECT_FACTOR * collected;
+    assert!(peak < bound, "{} MiB, over {} MiB", peak >> 20, bound >> 20);
+    // The MAP's row and the run's hold references; the API answers whole.
+    let each: Value = db_client
+        .query_one("SELECT output_json FROM task_instances WHERE run_id = $1 AND node_id = 'each'", &[&run])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(each[KEY]["bytes"], collected, "{each}");
+    let items = c.get(&format!("/v1/runs/{run}/items?node=each&limit=2&after={}", n - 3)).await;
+    assert_eq!(items["items"][1]["output"].as_str().map(str::len), Some(1022), "{items:.300}");
+    drop(proc);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The coordinator is SIGKILLed after it wrote a value's object and before
 /// the commit that names it (held back by a lock on the step's row): no
 /// row names the object; another coordinator finishes the run, and its

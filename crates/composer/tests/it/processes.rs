@@ -36,9 +36,11 @@ impl Drop for Proc {
     }
 }
 
-/// A `composer` command with no COMPOSER_* configuration inherited.
+/// A `composer` command with no COMPOSER_* configuration inherited: the
+/// binary cargo built with the tests, or `COMPOSER_TEST_BIN` (a release
+/// build, for a measurement by hand).
 pub(crate) fn composer(args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(std::env::var("COMPOSER_TEST_BIN").unwrap_or_else(|_| BIN.to_string()));
     cmd.args(args).env("COMPOSER_LOG", "warn");
     for (k, _) in std::env::vars() {
         if k.starts_with("COMPOSER_") && k != "COMPOSER_LOG" {

@@ -33,6 +33,7 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
                 }
                 Effect::LoadItems(Need::Collect { map, share }) => {
                     let output = collect(store, wf, run, map, share).await?;
+                    run.holds_objects = true;
                     let collected = Event::ItemsCollected { task_id: map, output };
                     tr.merge(apply_loading(store, wf, run, collected).await?);
                 }
@@ -72,9 +73,10 @@ async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run
     if run.known.is_none() {
         return apply_contained(wf, run, event).await;
     }
-    if let Event::ItemsCollected { .. } = event {
-        // A MAP's gathered output may be large: applied once, neither it
-        // nor the run copied for a second round, with every node loaded.
+    if run.holds_objects {
+        // Large values (a MAP's gathered output, values read from objects):
+        // applied once, the run not copied for a second round, with every
+        // node loaded.
         load_every_node(store, wf, run).await?;
         return apply_contained(wf, run, event).await;
     }
@@ -216,8 +218,8 @@ pub async fn apply_contained(wf: &Arc<Workflow>, run: &mut Run, event: Event) ->
     let name = event.name();
     let run_id = run.id;
     // An evaluation tried inline keeps a copy of what it is given, to try
-    // again on the pool: not of a MAP's gathered output, which may be large.
-    let inline = wf.simple && !matches!(event, Event::ItemsCollected { .. });
+    // again on the pool: not of a run that holds large values.
+    let inline = wf.simple && !run.holds_objects;
     let owned = std::mem::replace(run, Run::new(run_id, serde_json::Value::Null));
     let input = (wf.clone(), owned, event);
     // A panic inside `apply` loses the run's state with the transaction, as

@@ -43,6 +43,10 @@ pub struct Run {
     /// for every item whole ([`Need::All`](crate::machine::Need::All)): what
     /// the engine does. `simulate` holds every item.
     pub collects_in_storage: bool,
+    /// Some of its values were read back from objects (offloaded: large).
+    /// The engine then applies its events without a copy of the run (to
+    /// put back or to try inline); the state machine does not look at it.
+    pub holds_objects: bool,
 }
 
 impl Run {
@@ -61,6 +65,7 @@ impl Run {
             concurrency_key: None,
             known: None,
             collects_in_storage: false,
+            holds_objects: false,
         }
     }
 
