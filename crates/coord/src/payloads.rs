@@ -26,11 +26,6 @@ impl ReadFrom {
         self.0.get(&(task, which))
     }
 
-    /// Whether no value was read from an object.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     fn note(&mut self, task: Option<Uuid>, which: Which, r: Option<Ref>) {
         if let Some(r) = r {
             self.0.insert((task, which), r);

@@ -95,7 +95,7 @@ pub enum WorkflowCommand {
         /// COMPOSER_MAX_OFFLOADED when it offloads large values (what `composer dev` does). A MAP's
         /// `collect: "all"` shares it among the items.
         #[arg(long, value_name = "BYTES", default_value_t = composer_core::storable::DEFAULT_MAX_PAYLOAD as u64,
-              value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 30)))]
+              value_parser = clap::value_parser!(u64).range(1..))]
         max_value: u64,
     },
     /// Moves a version's open runs (QUEUED, RUNNING, PAUSED) to another version: each run whose steps all

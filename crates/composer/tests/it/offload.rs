@@ -373,11 +373,15 @@ async fn a_map_of_1_kib_items_collects_them_all_within_the_stated_memory() {
         }
         false => coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &[]).await,
     };
-    // 1,015 characters and a 7-digit number: 1,024 bytes of JSON an item.
-    let item = format!("${{ \"{}\" + (.index + 1000000 | tostring) }}", "k".repeat(1015));
+    // 1,015 characters and a 7-digit number: 1,024 bytes of JSON an item;
+    // item 7 fails, and its entry is its error.
+    let item = format!(
+        "${{ if .index == 7 then error(\"item seven\") else \"{}\" + (.index + 1000000 | tostring) end }}",
+        "k".repeat(1015)
+    );
     let spec = json!({"name": "gather", "nodes": [
         {"id": "each", "type": "MAP", "config": {"items": "${ [range(.input.n)] }", "collect": "all",
-            "node": {"type": "TRANSFORM", "config": {"output": item}}}},
+            "on_item_failure": "continue", "node": {"type": "TRANSFORM", "config": {"output": item}}}},
         {"id": "count", "type": "TRANSFORM", "config": {"output":
             "${ {n: (.nodes.each.output | length), last: (.nodes.each.output[-1] | .[-7:])} }"}}],
         "edges": [{"from": "each", "to": "count"}]});
@@ -386,15 +390,13 @@ async fn a_map_of_1_kib_items_collects_them_all_within_the_stated_memory() {
     assert_eq!(status, 201, "{run}");
     let run: Uuid = run["id"].as_str().unwrap().parse().unwrap();
     let db_client = composer_store::client(&db.pool()).await.unwrap();
-    let status = eventually(Duration::from_secs(1800), "the run's end", || async {
+    let status = eventually(Duration::from_secs(900), "the run's end", || async {
         let row = db_client.query_one("SELECT status FROM workflow_runs WHERE id = $1", &[&run]).await.unwrap();
         let status: String = row.get(0);
         (status != "RUNNING").then_some(status)
     })
     .await;
     let peak = peak_rss(proc.0.id());
-    let collected = n * 1025 + 1;
-    println!("coordinator peak RSS gathering {n} items of 1 KiB ({} MiB): {} MiB", collected >> 20, peak >> 20);
     assert_eq!(status, "SUCCEEDED");
     let counted: Value = db_client
         .query_one("SELECT output_json FROM task_instances WHERE run_id = $1 AND node_id = 'count'", &[&run])
@@ -402,15 +404,33 @@ async fn a_map_of_1_kib_items_collects_them_all_within_the_stated_memory() {
         .unwrap()
         .get(0);
     assert_eq!(counted, json!({"n": n, "last": format!("{}", 1_000_000 + n - 1)}));
-    let bound = COLLECT_BASE + COLLECT_FACTOR * collected;
-    assert!(peak < bound, "{} MiB, over {} MiB", peak >> 20, bound >> 20);
-    // The MAP's row and the run's hold references; the API answers whole.
+    // The MAP's row holds a reference to its object.
     let each: Value = db_client
         .query_one("SELECT output_json FROM task_instances WHERE run_id = $1 AND node_id = 'each'", &[&run])
         .await
         .unwrap()
         .get(0);
+    let stored = match on_disk {
+        true => objects(&objects_dir),
+        false => objects(&s3.bucket_dir("payloads")),
+    };
+    let object = each[KEY]["object"].as_str().unwrap();
+    let path = stored.iter().find(|p| p.file_stem().is_some_and(|s| s == object)).expect("the MAP's object");
+    let collected = std::fs::metadata(path).unwrap().len();
     assert_eq!(each[KEY]["bytes"], collected, "{each}");
+    println!("coordinator peak RSS gathering {n} items of 1 KiB ({} MiB): {} MiB", collected >> 20, peak >> 20);
+    let bound = COLLECT_BASE + COLLECT_FACTOR * collected;
+    assert!(peak < bound, "{} MiB, over {} MiB", peak >> 20, bound >> 20);
+    // Every entry in its place.
+    let entries: Vec<Value> = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(entries.len() as u64, n);
+    for (i, entry) in entries.iter().enumerate() {
+        match i {
+            7 => assert!(entry["error"].as_str().unwrap().contains("item seven"), "{entry}"),
+            _ => assert_eq!(entry.as_str().map(|e| &e[1015..]), Some(format!("{}", 1_000_000 + i).as_str()), "{i}"),
+        }
+    }
+    drop(entries);
     let items = c.get(&format!("/v1/runs/{run}/items?node=each&limit=2&after={}", n - 3)).await;
     assert_eq!(items["items"][1]["output"].as_str().map(str::len), Some(1022), "{items:.300}");
     drop(proc);

@@ -33,7 +33,7 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
                 }
                 Effect::LoadItems(Need::Collect { map, share }) => {
                     let output = collect(store, wf, run, map, share).await?;
-                    run.holds_objects = true;
+                    run.holds_gathered_output = true;
                     let collected = Event::ItemsCollected { task_id: map, output };
                     tr.merge(apply_loading(store, wf, run, collected).await?);
                 }
@@ -73,12 +73,15 @@ async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run
     if run.known.is_none() {
         return apply_contained(wf, run, event).await;
     }
-    if run.holds_objects {
-        // Large values (a MAP's gathered output, values read from objects):
-        // applied once, the run not copied for a second round, with every
-        // node loaded.
+    if run.holds_gathered_output {
+        // A MAP's gathered output, which may be large: applied once, the run
+        // not copied for a second round, with every node loaded.
         load_every_node(store, wf, run).await?;
-        return apply_contained(wf, run, event).await;
+        let tr = apply_contained(wf, run, event).await?;
+        if !tr.missing.is_empty() {
+            return Err(corrupt_missing(run.id));
+        }
+        return Ok(tr);
     }
     let mut rounds = 0;
     loop {
@@ -95,11 +98,7 @@ async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run
         };
         rounds += 1;
         if missing.is_empty() {
-            return Err(composer_store::Error::Corrupt(format!(
-                "run {}: the state machine misses tasks of nodes that are all loaded",
-                run.id
-            ))
-            .into());
+            return Err(corrupt_missing(run.id));
         }
         let mut nodes = Vec::with_capacity(missing.len());
         for n in missing {
@@ -120,6 +119,11 @@ async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run
         crate::metrics::inc(composer_metrics::PARTIAL_LOADS, &[], 1);
         run.tasks.extend(more);
     }
+}
+
+fn corrupt_missing(run: Uuid) -> EngineError {
+    composer_store::Error::Corrupt(format!("run {run}: the state machine misses tasks of nodes that are all loaded"))
+        .into()
 }
 
 /// Loads the tasks of every node of a run loaded in part that it does not
@@ -219,7 +223,7 @@ pub async fn apply_contained(wf: &Arc<Workflow>, run: &mut Run, event: Event) ->
     let run_id = run.id;
     // An evaluation tried inline keeps a copy of what it is given, to try
     // again on the pool: not of a run that holds large values.
-    let inline = wf.simple && !run.holds_objects;
+    let inline = wf.simple && !run.holds_gathered_output;
     let owned = std::mem::replace(run, Run::new(run_id, serde_json::Value::Null));
     let input = (wf.clone(), owned, event);
     // A panic inside `apply` loses the run's state with the transaction, as

@@ -87,7 +87,9 @@ pub struct Scope(value::Value);
 
 impl Scope {
     pub fn new(input: &Value) -> Result<Scope, String> {
-        serde_json::from_value(input.clone())
+        // Read from the value in place, not from a copy of it: a run's
+        // context may hold large values.
+        <jaq_json::Val as serde::Deserialize>::deserialize(input)
             .map(|v| Scope(value::Value::wrap(v)))
             .map_err(|e| format!("expression input is not JSON: {e}"))
     }
@@ -112,7 +114,8 @@ impl Scope {
     /// of a MAP. The rest is shared, not converted again, so binding costs
     /// the item's size, not the run's.
     pub fn with_item(&self, item: &Value, index: usize) -> Result<Scope, String> {
-        let item = serde_json::from_value(item.clone()).map_err(|e| format!("item is not JSON: {e}"))?;
+        let item =
+            <jaq_json::Val as serde::Deserialize>::deserialize(item).map_err(|e| format!("item is not JSON: {e}"))?;
         Ok(Scope(self.0.with_fields([("item", item), ("index", jaq_json::Val::from(index))])))
     }
 }

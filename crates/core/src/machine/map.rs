@@ -298,6 +298,18 @@ impl Machine<'_> {
     pub(super) fn on_items_collected(&mut self, task_id: Uuid, output: Value) -> Result<(), Ignore> {
         self.require_active()?;
         let m = self.find(task_id)?;
+        let task = &self.run.tasks[m];
+        let p = task.progress.unwrap_or_default();
+        let entries = output.as_array().map_or(0, Vec::len);
+        if task.state.is_terminal() || p.completed + p.failed != p.total || entries != p.total as usize {
+            let why = format!(
+                "the MAP is {} with {} of {} items ended; {entries} entries gathered",
+                task.state,
+                p.completed + p.failed,
+                p.total
+            );
+            return Err(Ignore(IgnoreKind::NotDue, why));
+        }
         self.maps.collected.insert(m, output);
         self.maps.dirty.push(m);
         self.route();

@@ -43,10 +43,11 @@ pub struct Run {
     /// for every item whole ([`Need::All`](crate::machine::Need::All)): what
     /// the engine does. `simulate` holds every item.
     pub collects_in_storage: bool,
-    /// Some of its values were read back from objects (offloaded: large).
-    /// The engine then applies its events without a copy of the run (to
-    /// put back or to try inline); the state machine does not look at it.
-    pub holds_objects: bool,
+    /// It holds a MAP's output the engine gathered (which may be as large
+    /// as the value limit): the engine then applies its events without a
+    /// copy of the run (to put back or to try inline). The state machine
+    /// does not look at it.
+    pub holds_gathered_output: bool,
 }
 
 impl Run {
@@ -65,7 +66,7 @@ impl Run {
             concurrency_key: None,
             known: None,
             collects_in_storage: false,
-            holds_objects: false,
+            holds_gathered_output: false,
         }
     }
 

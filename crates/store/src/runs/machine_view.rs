@@ -33,8 +33,8 @@ pub fn into_machine(wf: &Workflow, run: &mut RunRow, tasks: Vec<TaskRow>) -> Res
         known: None,
         // Its items are in storage, which gathers a MAP's output.
         collects_in_storage: true,
-        // The engine says when it read values back from objects.
-        holds_objects: false,
+        // The engine says when it gathered a MAP's output.
+        holds_gathered_output: false,
     })
 }
 

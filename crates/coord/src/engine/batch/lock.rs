@@ -77,7 +77,6 @@ impl<'e> Batch<'e> {
                 engine.remember_large(row.id, !row.status.is_terminal());
             }
             let mut run = runs::into_machine(&wf, &mut row, tasks)?;
-            run.holds_objects = !read.is_empty();
             if in_part {
                 let mut known = vec![false; wf.nodes.len()];
                 for t in run.tasks.iter().filter(|t| t.item.is_none()) {
