@@ -118,7 +118,8 @@ impl RunStore for Tx<'_, '_> {
         after: i32,
         limit: i64,
     ) -> StoreResult<Vec<machine::Task>> {
-        let mut rows = runs::item_page(self.0, run_id, map, after, limit).await?;
+        // Inside the transaction (which holds the run's lock): the API's page.
+        let mut rows = runs::items(self.0, run_id, map, after, limit).await?;
         crate::payloads::resolve_tasks(self.1, &mut rows).await?;
         rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
     }

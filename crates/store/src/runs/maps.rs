@@ -78,20 +78,6 @@ pub async fn load_items(
     rows.iter().map(TaskRow::from_row).collect()
 }
 
-/// A page of the items of MAP task `map` by index after `after`, inside
-/// the transaction that holds the run's lock: how the engine gathers a
-/// MAP's output without holding every item at once.
-pub async fn item_page(tx: &Transaction<'_>, run_id: Uuid, map: Uuid, after: i32, limit: i64) -> Result<Vec<TaskRow>> {
-    let stmt = tx
-        .prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM task_instances
-              WHERE run_id = $1 AND parent_task_id = $2 AND item_index > $3
-              ORDER BY item_index LIMIT $4"
-        ))
-        .await?;
-    tx.query(&stmt, &[&run_id, &map, &after, &limit]).await?.iter().map(TaskRow::from_row).collect()
-}
-
 /// Elements `from..from + count` of a MAP's list (the chunks that hold
 /// them), inside the transaction that holds the run's lock.
 pub async fn load_sources(tx: &Transaction<'_>, run_id: Uuid, map: Uuid, from: u32, count: u32) -> Result<Vec<Value>> {
@@ -123,7 +109,9 @@ pub async fn load_sources(tx: &Transaction<'_>, run_id: Uuid, map: Uuid, from: u
     Ok(out)
 }
 
-/// A page of the items of the MAP task `map`, by index after `after`.
+/// A page of the items of the MAP task `map`, by index after `after` (for
+/// the API, and for the engine gathering a MAP's output inside the
+/// transaction that holds the run's lock).
 pub async fn items(client: &Client, run_id: Uuid, map: Uuid, after: i32, limit: i64) -> Result<Vec<TaskRow>> {
     let stmt = client
         .prepare_cached(&format!(

@@ -47,7 +47,7 @@ pub use filter::{count_matching, list, matching_ids, nodes_missing, RunFilter};
 pub use history::{history, taken_edges, HistoryRow};
 pub use locked::{load_nodes, lock_many, InPart, Locked};
 pub use machine_view::{into_machine, to_machine_task};
-pub use maps::{item_page, items, load_items, load_sources, stalled_maps, Items};
+pub use maps::{items, load_items, load_sources, stalled_maps, Items};
 pub use migrate::move_to;
 pub use priority_change::{set_priority, PriorityChange, MAX_PRIORITY_MOVES};
 pub use reads::{exists, get, handlers_of, named_objects, queue_backlog, status, task_of_node};
