@@ -85,6 +85,33 @@ fn to_json(v: &jaq_json::Val, limits: Limits) -> Result<Value, String> {
 #[derive(Clone)]
 pub struct Scope(value::Value);
 
+/// A JSON value given by parts, for [`Scope::of`].
+pub enum Part<'a> {
+    Value(&'a Value),
+    Owned(Value),
+    /// An object's fields in any order; a key given twice keeps its last.
+    Object(Vec<(&'a str, Part<'a>)>),
+}
+
+/// `part` as the expression engine's value, as a JSON value converts: an
+/// object's keys in the order serde_json keeps them (sorted).
+fn convert(part: Part<'_>) -> Result<jaq_json::Val, String> {
+    use serde::Deserialize;
+    let leaf = |v: &Value| jaq_json::Val::deserialize(v).map_err(|e| format!("expression input is not JSON: {e}"));
+    match part {
+        Part::Value(v) => leaf(v),
+        Part::Owned(v) => leaf(&v),
+        Part::Object(fields) => {
+            let sorted: std::collections::BTreeMap<&str, Part<'_>> = fields.into_iter().collect();
+            let mut map = jaq_json::Map::default();
+            for (key, part) in sorted {
+                map.insert(jaq_json::Val::from(key.to_string()), convert(part)?);
+            }
+            Ok(jaq_json::Val::obj(map))
+        }
+    }
+}
+
 impl Scope {
     pub fn new(input: &Value) -> Result<Scope, String> {
         // Read from the value in place, not from a copy of it: a run's
@@ -92,6 +119,13 @@ impl Scope {
         <jaq_json::Val as serde::Deserialize>::deserialize(input)
             .map(|v| Scope(value::Value::wrap(v)))
             .map_err(|e| format!("expression input is not JSON: {e}"))
+    }
+
+    /// The scope of an object given by its parts ([`Part`]), each value
+    /// converted where it is, not copied into one JSON value first: the
+    /// same scope as [`Scope::new`] of that object.
+    pub fn of(object: Part<'_>) -> Result<Scope, String> {
+        convert(object).map(|v| Scope(value::Value::wrap(v)))
     }
 
     /// `null`, for inputs that could not be converted.

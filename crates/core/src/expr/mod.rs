@@ -36,7 +36,7 @@ mod value;
 
 pub use analysis::{is_simple, node_refs, secret_name};
 pub use compile::{noting_simplicity, noting_sources, on_eval_stack, together, Expr, MAX_EXPRESSION_BYTES};
-pub use eval::Scope;
+pub use eval::{Part, Scope};
 pub use guard::{inline, take_exceeded, use_clock, Clock, Exceeded, InlineSpent, Limits};
 pub use sandbox::{sandbox_thread, sandboxed, Sandbox, EVAL_STACK};
 pub use template::{escape_data, segments, PieceOwned, Segment, Template};

@@ -113,6 +113,31 @@ pub(super) fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item
     json!({"input": run.input, "nodes": nodes, "run": {"id": run.id, "workflow": wf.spec.name}})
 }
 
+/// [`context_of`] as the expression engine's scope, each value converted
+/// where it is rather than copied into the context first: a run's values
+/// may be large.
+pub(super) fn scope_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item = &'t Task>) -> crate::expr::Scope {
+    use crate::expr::Part;
+    let mut nodes = Vec::new();
+    for t in tasks.filter(|t| t.item.is_none() && !t.removed) {
+        let mut node = vec![
+            ("output", t.output.as_ref().map_or(Part::Owned(Value::Null), Part::Value)),
+            ("state", Part::Owned(json!(t.state))),
+        ];
+        if let Some(error) = t.error_json() {
+            node.push(("error", Part::Owned(error)));
+        }
+        nodes.push((wf.nodes[t.node].id.as_str(), Part::Object(node)));
+    }
+    let about = json!({"id": run.id, "workflow": wf.spec.name});
+    let context = Part::Object(vec![
+        ("input", Part::Value(&run.input)),
+        ("nodes", Part::Object(nodes)),
+        ("run", Part::Owned(about)),
+    ]);
+    crate::expr::Scope::of(context).unwrap_or_else(|_| crate::expr::Scope::null())
+}
+
 /// What a committed transition owes other runs: the children its
 /// SUB_WORKFLOW attempts start, the children they stop waiting for, and,
 /// when the run ended, its parent and its concurrency slot. Computed once

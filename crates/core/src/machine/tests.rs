@@ -2620,3 +2620,30 @@ proptest! {
         }
     }
 }
+
+/// The scope a node's expressions see, built from the run's values in
+/// place, is the scope of the context as one JSON value: the same values,
+/// keys in the same order, an absent output `null`, a failed node's error.
+#[test]
+fn a_scope_built_in_place_is_the_scope_of_the_context() {
+    use crate::expr::{Expr, Limits, Scope};
+    let mut s = Sim::new(parse(json!({"name": "ctx", "nodes": [
+        {"id": "zeta", "type": "HTTP", "config": {"url": "http://h/z"}},
+        {"id": "alpha", "type": "HTTP", "config": {"url": "http://h/a"}, "retry": {"max_attempts": 1}},
+        {"id": "mid", "type": "HTTP", "config": {"url": "http://h/m"}}]})));
+    s.run.input = json!({"z": [3, {"b": 1, "a": 2}], "a": "é\u{1}"});
+    s.apply(Event::RunStarted);
+    let zeta = s.task("zeta");
+    let (id, attempt) = (zeta.id, zeta.attempt);
+    s.apply(Event::TaskCompleted { task_id: id, attempt, output: json!({"y": 1.5, "b": [null, true], "a": {}}) });
+    s.fail("alpha", false);
+    let read = ". as $x | [($x | tojson), ([$x | paths] | tojson), ($x.nodes | keys_unsorted)]";
+    let expr = Expr::compile(read).unwrap();
+    let sb = sb();
+    let of = |scope: &Scope| expr.eval_limited(&sb, scope, Limits::DEFAULT).unwrap();
+    let whole = Scope::new(&context_of(&s.wf, &s.run, s.run.tasks.iter())).unwrap();
+    let in_place = scope_of(&s.wf, &s.run, s.run.tasks.iter());
+    assert_eq!(of(&in_place), of(&whole));
+    assert_eq!(of(&in_place)[2], json!(["alpha", "mid", "zeta"]));
+    assert!(of(&in_place)[0].as_str().unwrap().contains(r#""mid":{"output":null,"state":"#), "{}", of(&in_place)[0]);
+}

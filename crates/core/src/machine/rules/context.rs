@@ -5,8 +5,7 @@ use serde_json::Value;
 
 use crate::expr::Scope;
 use crate::machine::state::Machine;
-use crate::machine::task::Task;
-use crate::machine::{context, context_of};
+use crate::machine::{context, scope_of};
 
 impl Machine<'_> {
     /// Whether node `n`'s task, or that it has none, is loaded ([`Run::known`]).
@@ -47,23 +46,20 @@ impl Machine<'_> {
     /// What `node`'s expressions see, converted for jaq: the context with
     /// just the nodes they read (all nodes when that cannot be known).
     pub(in crate::machine) fn scope(&self, node: usize) -> Scope {
-        let ctx = match &self.wf.nodes[node].reads {
-            Some(reads) => self.context_of(
+        match &self.wf.nodes[node].reads {
+            Some(reads) => scope_of(
+                self.wf,
+                self.run,
                 reads
                     .iter()
                     .filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n && t.item.is_none() && !t.removed)),
             ),
-            None => self.context(),
-        };
-        Scope::new(&ctx).unwrap_or_else(|_| Scope::null())
+            None => scope_of(self.wf, self.run, self.run.tasks.iter()),
+        }
     }
 
     /// What expressions see: `{input, nodes: {<id>: {output, state}}, run}`.
     pub(super) fn context(&self) -> Value {
         context(self.wf, self.run)
-    }
-
-    pub(super) fn context_of<'t>(&self, tasks: impl Iterator<Item = &'t Task>) -> Value {
-        context_of(self.wf, self.run, tasks)
     }
 }
