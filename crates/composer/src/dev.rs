@@ -210,6 +210,11 @@ async fn run_dev(args: DevArgs, embedded: bool, stop: StopSignal) -> anyhow::Res
     let in_process = worker_in_process && options.coordinator_urls.is_empty();
     let slots = http_steps.slots.unwrap_or(HttpSteps::DEV_DEFAULT);
     let executor = HttpExecutor::config(slots, options.egress.clone(), coord.max_value())?;
+    // The worker's metrics are its listener's from the start: a scrape of
+    // the coordinator before the worker has bound it must not show them.
+    if options.listen.is_some() {
+        composer_metrics::worker_serves_its_own();
+    }
     let worker_config = |url: String| {
         if options.coordinator_urls.is_empty() {
             options.coordinator_urls.push(url);
