@@ -14,6 +14,12 @@
 //! - A row names only its own run's objects: a reference to another run's
 //!   object (a child's input taken from its parent's step) is copied first.
 //!   So a month's objects go with the month's runs ([`Payloads::drop_month`]).
+//! - An event's payload has no run: its objects are the event's
+//!   (`"event": true`, under `payloads/events/<YYYY_MM>/<owner>/`, `run`
+//!   naming an owner made for the event), named by its rows in the event
+//!   log and the buffer of events waiting for a step; the sweep deletes
+//!   them once neither names them ([`Payloads::sweep_events`]). A run that
+//!   takes the payload gets its own copy, as from another run.
 //! - A reader checks the object against the reference's SHA-256: a value
 //!   that only looks like a reference (an expression can build one) reads
 //!   nothing it could not already name. Values that enter from outside may
@@ -40,10 +46,14 @@ pub struct Payloads {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ref {
+    /// The run the object is of; for an event's, the owner made for it.
     pub run: Uuid,
     pub object: Uuid,
     pub sha256: String,
     pub bytes: u64,
+    /// An event's payload, not a run's value.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub event: bool,
 }
 
 impl Ref {
@@ -86,7 +96,7 @@ impl Payloads {
     pub fn offloads(&self, run: Uuid, value: &Value) -> bool {
         let Some((_, threshold)) = &self.at else { return false };
         if let Some(r) = Ref::of(value) {
-            return r.run != run;
+            return r.event || r.run != run;
         }
         let mut size = Budget(*threshold);
         serde_json::to_writer(&mut size, value).is_err()
@@ -106,10 +116,30 @@ impl Payloads {
             None => serde_json::to_vec(value).map_err(|e| Error::Location(format!("a value to offload: {e}")))?,
         };
         let sha256 = sha256_hex(&bytes);
-        if let Some(had) = had.filter(|h| h.run == run && h.sha256 == sha256) {
+        if let Some(had) = had.filter(|h| h.run == run && !h.event && h.sha256 == sha256) {
             return Ok(Some(had.to_value()));
         }
-        let r = Ref { run, object: Uuid::now_v7(), sha256, bytes: bytes.len() as u64 };
+        let r = Ref { run, object: Uuid::now_v7(), sha256, bytes: bytes.len() as u64, event: false };
+        store.objects.put(&path_of(store, &r), PutPayload::from(bytes)).await?;
+        Ok(Some(r.to_value()))
+    }
+
+    /// The reference to keep instead of an event's payload `value`, its
+    /// object written first under an owner made for it; `None`: the payload
+    /// stays in its rows.
+    pub async fn offload_event(&self, value: &Value) -> Result<Option<Value>, Error> {
+        let Some((store, _)) = &self.at else { return Ok(None) };
+        if !self.offloads(Uuid::nil(), value) {
+            return Ok(None);
+        }
+        let bytes = serde_json::to_vec(value).map_err(|e| Error::Location(format!("an event to offload: {e}")))?;
+        let r = Ref {
+            run: Uuid::now_v7(),
+            object: Uuid::now_v7(),
+            sha256: sha256_hex(&bytes),
+            bytes: bytes.len() as u64,
+            event: true,
+        };
         store.objects.put(&path_of(store, &r), PutPayload::from(bytes)).await?;
         Ok(Some(r.to_value()))
     }
@@ -126,8 +156,8 @@ impl Payloads {
     pub async fn read(&self, r: &Ref) -> Result<Value, Error> {
         let Some((store, _)) = &self.at else {
             return Err(Error::Location(format!(
-                "value {} of run {} is offloaded, and no object storage is set (COMPOSER_OFFLOAD_URL)",
-                r.object, r.run
+                "{} is offloaded, and no object storage is set (COMPOSER_OFFLOAD_URL)",
+                r.describe()
             )));
         };
         let path = path_of(store, r);
@@ -145,34 +175,25 @@ impl Payloads {
     /// Objects written before `before` that no row names: deleted; `named`
     /// gives the objects the rows of a run name (none for a run that is
     /// gone), asked once per run. Returns how many.
-    pub async fn sweep<F, Fut>(&self, before: chrono::DateTime<chrono::Utc>, mut named: F) -> Result<u64, Error>
+    pub async fn sweep<F, Fut>(&self, before: chrono::DateTime<chrono::Utc>, named: F) -> Result<u64, Error>
     where
         F: FnMut(Uuid) -> Fut,
         Fut: std::future::Future<Output = Result<std::collections::HashSet<Uuid>, Error>>,
     {
-        use futures_util::StreamExt;
         let Some((store, _)) = &self.at else { return Ok(0) };
-        let mut listed = store.objects.list(Some(&store.dir));
-        let mut old: std::collections::BTreeMap<Uuid, Vec<(Uuid, Path)>> = std::collections::BTreeMap::new();
-        while let Some(meta) = listed.next().await {
-            let meta = meta?;
-            // Only objects we named; their name says when they were written.
-            let Some((run, object)) = names_of(&store.dir, &meta.location) else { continue };
-            if written_at(object).is_some_and(|at| at < before) {
-                old.entry(run).or_default().push((object, meta.location));
-            }
-        }
-        let mut deleted = 0;
-        for (run, objects) in old {
-            let kept = named(run).await?;
-            for (_, location) in objects.into_iter().filter(|(object, _)| !kept.contains(object)) {
-                match store.objects.delete(&location).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Ok(deleted)
+        sweep_under(store, before, named).await
+    }
+
+    /// [`Payloads::sweep`] for events' payloads: `named` gives the objects
+    /// the rows of an event's owner name (none once the event log and the
+    /// buffer forgot it).
+    pub async fn sweep_events<F, Fut>(&self, before: chrono::DateTime<chrono::Utc>, named: F) -> Result<u64, Error>
+    where
+        F: FnMut(Uuid) -> Fut,
+        Fut: std::future::Future<Output = Result<std::collections::HashSet<Uuid>, Error>>,
+    {
+        let Some((store, _)) = &self.at else { return Ok(0) };
+        sweep_under(&store.sub(EVENTS), before, named).await
     }
 
     /// Deletes the objects of the runs of month `month` (`YYYY_MM`), once
@@ -196,10 +217,45 @@ impl Payloads {
     }
 }
 
-/// Where the object of `r` is: under its run's month and id.
+/// Objects under `store`'s directory (`<month>/<owner>/<object>.json`)
+/// written before `before` that `named` does not name: deleted.
+async fn sweep_under<F, Fut>(store: &Store, before: chrono::DateTime<chrono::Utc>, mut named: F) -> Result<u64, Error>
+where
+    F: FnMut(Uuid) -> Fut,
+    Fut: std::future::Future<Output = Result<std::collections::HashSet<Uuid>, Error>>,
+{
+    use futures_util::StreamExt;
+    let mut listed = store.objects.list(Some(&store.dir));
+    let mut old: std::collections::BTreeMap<Uuid, Vec<(Uuid, Path)>> = std::collections::BTreeMap::new();
+    while let Some(meta) = listed.next().await {
+        let meta = meta?;
+        // Only objects we named; their name says when they were written.
+        let Some((run, object)) = names_of(&store.dir, &meta.location) else { continue };
+        if written_at(object).is_some_and(|at| at < before) {
+            old.entry(run).or_default().push((object, meta.location));
+        }
+    }
+    let mut deleted = 0;
+    for (run, objects) in old {
+        let kept = named(run).await?;
+        for (_, location) in objects.into_iter().filter(|(object, _)| !kept.contains(object)) {
+            match store.objects.delete(&location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// Where events' payloads are, under the payloads' directory.
+const EVENTS: &str = "events";
+
+/// Where the object of `r` is: under its run's (or event owner's) month and id.
 fn path_of(store: &Store, r: &Ref) -> Path {
     let month = crate::month_of(r.run).unwrap_or_else(|| "unknown".into());
-    store.dir.child(month).child(r.run.to_string()).child(format!("{}.json", r.object))
+    let dir = if r.event { store.dir.child(EVENTS) } else { store.dir.clone() };
+    dir.child(month).child(r.run.to_string()).child(format!("{}.json", r.object))
 }
 
 /// The run and object an object's location under `dir` names, if it is one
@@ -218,7 +274,17 @@ fn written_at(object: Uuid) -> Option<chrono::DateTime<chrono::Utc>> {
 }
 
 fn format_error(r: &Ref, problem: impl std::fmt::Display) -> Error {
-    Error::Format { file: format!("offloaded value {} of run {}", r.object, r.run), problem: problem.to_string() }
+    Error::Format { file: r.describe(), problem: problem.to_string() }
+}
+
+impl Ref {
+    /// What the reference names, for an error.
+    fn describe(&self) -> String {
+        match self.event {
+            true => format!("offloaded event payload {}", self.object),
+            false => format!("offloaded value {} of run {}", self.object, self.run),
+        }
+    }
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -312,6 +378,39 @@ mod tests {
         assert!(p.read(&orphan).await.is_err());
         p.drop_month(&crate::month_of(run).unwrap()).await.unwrap();
         assert!(p.read(&kept).await.is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_events_payload_is_an_object_of_its_own_that_only_the_events_sweep_deletes() {
+        let dir = scratch("events");
+        let p = payloads(&dir, 8);
+        assert_eq!(p.offload_event(&serde_json::json!(1)).await.unwrap(), None, "under the threshold");
+        let payload = serde_json::json!({"order": "an event's payload of some length"});
+        let stored = p.offload_event(&payload).await.unwrap().unwrap();
+        let r = Ref::of(&stored).unwrap();
+        assert!(r.event);
+        assert_eq!(p.read(&r).await.unwrap(), payload);
+        assert!(r.holds(&payload));
+        // A run that takes it gets a copy of its own.
+        let run = Uuid::now_v7();
+        let copied = Ref::of(&p.offload(run, &stored, None).await.unwrap().unwrap()).unwrap();
+        assert!(!copied.event);
+        assert_eq!((copied.run, p.read(&copied).await.unwrap()), (run, payload.clone()));
+        // The events' sweep deletes it once its rows are gone, and not the
+        // run's copy; the runs' sweep and a month's drop leave it.
+        let later = chrono::Utc::now() + chrono::Duration::seconds(1);
+        let copy = copied.object;
+        assert_eq!(p.sweep(later, |_| async move { Ok([copy].into()) }).await.unwrap(), 0);
+        let object = r.object;
+        assert_eq!(p.sweep_events(later, |_| async move { Ok([object].into()) }).await.unwrap(), 0);
+        assert_eq!(p.sweep_events(later, |_| async { Ok(Default::default()) }).await.unwrap(), 1);
+        assert!(p.read(&r).await.is_err());
+        assert_eq!(p.read(&copied).await.unwrap(), payload);
+        let kept = Ref::of(&p.offload_event(&payload).await.unwrap().unwrap()).unwrap();
+        p.drop_month(&crate::month_of(run).unwrap()).await.unwrap();
+        assert!(p.read(&copied).await.is_err(), "the run's month is gone");
+        assert_eq!(p.read(&kept).await.unwrap(), payload, "the event's is not the run's month");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

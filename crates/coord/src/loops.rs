@@ -182,7 +182,11 @@ async fn deliver_stranded_events(shared: &Shared, client: &composer_store::Clien
             return;
         }
     };
-    for s in stranded {
+    for mut s in stranded {
+        if let Err(e) = crate::payloads::resolve(shared.engine.payloads(), &mut s.payload).await {
+            tracing::warn!(error = %e, event_id = s.event_id, "recovery: reading an event's payload failed");
+            continue;
+        }
         let event = composer_core::machine::Event::EventReceived { task_id: s.waiter.task_id, payload: s.payload };
         match shared.engine.handle(EventRequest::new(s.waiter.run_id, event)).await {
             Ok(h) if h.ignored.is_none() => {
@@ -552,7 +556,8 @@ pub fn sweep_every(grace: Duration) -> Duration {
 
 /// Deletes the offloaded objects older than `COMPOSER_OFFLOAD_GRACE` that no
 /// row names: those of a write whose commit never came (its coordinator
-/// died in between), of a value replaced since, of a run that is gone.
+/// died in between), of a value replaced since, of a run that is gone, of
+/// an event the event log and the buffer forgot.
 pub async fn sweep_payloads(s: &Shared) -> Result<u64, composer_store::Error> {
     let payloads = s.engine.payloads();
     if !payloads.is_on() {
@@ -574,7 +579,14 @@ pub async fn sweep_payloads(s: &Shared) -> Result<u64, composer_store::Error> {
             .map_err(|e| composer_archive::Error::Location(format!("asking PostgreSQL: {e}")))?;
         Ok(named.iter().filter_map(|o| o.parse().ok()).collect())
     };
-    let deleted = payloads.sweep(before, named).await.map_err(crate::payloads::store_error)?;
+    let mut deleted = payloads.sweep(before, named).await.map_err(crate::payloads::store_error)?;
+    let named = |owner: uuid::Uuid| async move {
+        let named = composer_store::events::named_objects(client, owner)
+            .await
+            .map_err(|e| composer_archive::Error::Location(format!("asking PostgreSQL: {e}")))?;
+        Ok(named.iter().filter_map(|o| o.parse().ok()).collect())
+    };
+    deleted += payloads.sweep_events(before, named).await.map_err(crate::payloads::store_error)?;
     held.commit().await?;
     if deleted > 0 {
         tracing::info!(deleted, "deleted offloaded values no row names");

@@ -70,9 +70,13 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
     let event_id = ev.id.map_or_else(|| Uuid::now_v7().to_string(), str::to_string);
     let event = json!({"id": event_id, "name": ev.name, "key": ev.key, "payload": ev.payload, "source": ev.source});
     let planned = plan(pool, engine, ev.name, &event).await?;
+    // A large payload is kept as an object, written before the commit that
+    // names it; its rows hold the reference. Triggers and waiters get it whole.
+    let offloaded = engine.payloads().offload_event(ev.payload).await.map_err(crate::payloads::store_error)?;
+    let stored = offloaded.as_ref().unwrap_or(ev.payload);
     let mut client = composer_store::client(pool).await?;
     let mut tx = composer_store::begin(&mut client).await?;
-    let logged = NewEvent { name: ev.name, event_id: &event_id, key: ev.key, payload: ev.payload, source: ev.source };
+    let logged = NewEvent { name: ev.name, event_id: &event_id, key: ev.key, payload: stored, source: ev.source };
     let Some(seq) = triggers::log_event(&tx, logged).await? else {
         tx.rollback().await?;
         let first = triggers::find(&client, ev.name, &event_id).await?;
@@ -86,7 +90,7 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
     }
     // Last: this takes the (name, key) lock the waiters share, held to the commit.
     let (buffered_id, waiters) =
-        composer_store::events::record(&tx, ev.name, ev.key, ev.payload, config.event_retention, seq).await?;
+        composer_store::events::record(&tx, ev.name, ev.key, stored, config.event_retention, seq).await?;
     tx.commit().await?;
     for s in started {
         engine.started(s);
@@ -179,7 +183,8 @@ impl Sending<'_> {
         fired: Fired,
     ) -> Result<Result<Started, String>, EngineError> {
         let Fired { input, idempotency_key } = fired;
-        if let Err(why) = composer_core::storable::check(&input, "input", self.config.max_payload) {
+        // As a start's input: past COMPOSER_MAX_PAYLOAD only with offloading.
+        if let Err(why) = composer_core::storable::check(&input, "input", self.config.max_value()) {
             return Ok(Err(format!("the run's input: {why}")));
         }
         if idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {

@@ -141,6 +141,23 @@ pub async fn consume_buffered(tx: &Transaction<'_>, name: &str, key: &str, task_
     Ok(tx.query_opt(&stmt, &[&name, &key, &task_id]).await?.map(|r| r.try_get(0)).transpose()?)
 }
 
+/// The objects the rows of the event log and of the buffer name for the
+/// event payloads of `owner` (the owner made for an offloaded payload).
+pub async fn named_objects(client: &Client, owner: Uuid) -> Result<std::collections::HashSet<String>> {
+    // The key is written out so that the indexes on these expressions serve.
+    let stmt = client
+        .prepare_cached(
+            "SELECT payload -> '$composer_offloaded' ->> 'object' FROM event_log
+              WHERE payload ? '$composer_offloaded' AND payload -> '$composer_offloaded' ->> 'run' = $1
+             UNION ALL
+             SELECT payload -> '$composer_offloaded' ->> 'object' FROM events
+              WHERE payload ? '$composer_offloaded' AND payload -> '$composer_offloaded' ->> 'run' = $1",
+        )
+        .await?;
+    let rows = client.query(&stmt, &[&owner.to_string()]).await?;
+    rows.iter().map(|r| Ok(r.try_get::<_, Option<String>>(0)?.unwrap_or_default())).collect()
+}
+
 /// Deletes expired and consumed events; returns how many.
 pub async fn cleanup(client: &Client) -> Result<u64> {
     Ok(client.execute("DELETE FROM events WHERE expires_at < now() OR consumed_by IS NOT NULL", &[]).await?)

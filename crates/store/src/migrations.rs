@@ -37,6 +37,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (31, "namespace_quotas", include_str!("../migrations/0031_namespace_quotas.sql")),
     (32, "archive_drops_one_month", include_str!("../migrations/0032_archive_drops_one_month.sql")),
     (33, "bulk_migrate", include_str!("../migrations/0033_bulk_migrate.sql")),
+    (34, "offloaded_event_payloads", include_str!("../migrations/0034_offloaded_event_payloads.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -104,17 +104,25 @@ pub struct LoggedEvent {
 /// a larger one is left out (`payload_bytes` says how large it is).
 pub const MAX_LISTED_PAYLOAD: i32 = 64 * 1024;
 
+const KEY: &str = composer_core::storable::OFFLOADED_KEY;
+
 /// The event log's columns, the payload whole or (for lists) only when it
 /// is at most [`MAX_LISTED_PAYLOAD`].
 fn log_columns(whole_payload: bool) -> String {
+    // An offloaded payload is listed by its reference's size, and left out.
     let payload = if whole_payload {
         "payload".to_string()
     } else {
-        format!("CASE WHEN octet_length(payload::text) <= {MAX_LISTED_PAYLOAD} THEN payload END")
+        format!(
+            "CASE WHEN NOT payload ? '{KEY}' AND octet_length(payload::text) <= {MAX_LISTED_PAYLOAD} THEN payload END"
+        )
     };
     format!(
         "seq, name, event_id, key, source, delivered, received_at,
-         octet_length(payload::text) AS payload_bytes, {payload} AS payload,
+         CASE WHEN payload ? '{KEY}'
+              THEN least((payload -> '{KEY}' ->> 'bytes')::int8, 2147483647)::int4
+              ELSE octet_length(payload::text) END AS payload_bytes,
+         {payload} AS payload,
          COALESCE((SELECT jsonb_agg(jsonb_build_object('workflow', r.workflow_name, 'trigger', r.trigger_index,
                                                        'run_id', r.run_id, 'error', r.error)
                                     ORDER BY r.workflow_name, r.trigger_index)

@@ -2,7 +2,8 @@
 //! local directory and on a real S3 protocol server, their rows holding a
 //! reference; read back whole by the engine, the workers, the API, the UI
 //! and child runs; a value that passes for a reference refused where it
-//! enters; a coordinator killed between an object's write and its commit
+//! enters; an event's payload kept as an object of the event's; a
+//! coordinator killed between an object's write and its commit
 //! leaving no row naming nothing, and the sweep deleting the orphan.
 
 use std::path::{Path, PathBuf};
@@ -171,9 +172,10 @@ async fn a_value_that_passes_for_a_reference_is_refused_where_it_enters() {
 }
 
 /// With offloading, only the routes whose bodies carry a run's or step's
-/// value take more than `COMPOSER_MAX_PAYLOAD` (1 MiB): a start of 2 MB is
-/// taken, an event, a schedule or a definition of 2 MB is a 413 read no
-/// further, and a start past `COMPOSER_MAX_OFFLOADED` is a 413 too.
+/// value or an event's payload take more than `COMPOSER_MAX_PAYLOAD` (1
+/// MiB): a start or an event of 2 MB is taken, a schedule or a definition
+/// of 2 MB is a 413 read no further, and a start or an event past
+/// `COMPOSER_MAX_OFFLOADED` is a 413 too.
 #[tokio::test]
 async fn only_the_routes_that_carry_values_take_bodies_past_the_payload_limit() {
     let dir = composer_embedded::temp_dir("offload-limits").unwrap();
@@ -196,8 +198,13 @@ async fn only_the_routes_that_carry_values_take_bodies_past_the_payload_limit() 
     assert!(status == 409 || status == 422, "{status} {refused}");
     let done = e.wait_for_run(run["id"].as_str().unwrap().parse().unwrap(), T).await;
     assert_eq!(done["tasks"][0]["output"], 2_000_000);
+    // An event's payload is a value too.
+    let (status, sent) = e.post("/v1/events", &json!({"name": "n", "key": "k", "payload": {"blob": blob}})).await;
+    assert_eq!(status, 200, "{sent}");
+    let (status, sent) =
+        e.post("/v1/events", &json!({"name": "n", "key": "k", "payload": {"blob": "c".repeat(3_100_000)}})).await;
+    assert_eq!(status, 413, "{sent}");
     for (path, body) in [
-        ("/v1/events", json!({"name": "n", "key": "k", "payload": {"blob": blob}})),
         ("/v1/schedules", json!({"name": "s", "workflow": "t", "cron": "* * * * *", "input": {"blob": blob}})),
         ("/v1/workflows", json!({"name": "w", "description": blob, "nodes": []})),
     ] {
@@ -207,6 +214,109 @@ async fn only_the_routes_that_carry_values_take_bodies_past_the_payload_limit() 
     let (status, answer) =
         e.post("/v1/runs", &json!({"workflow": "t", "input": {"blob": "c".repeat(3_100_000)}})).await;
     assert_eq!(status, 413, "{answer}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The objects under `dir` outside its events' directory, and in it.
+fn run_and_event_objects(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    objects(dir).into_iter().partition(|p| !p.components().any(|c| c.as_os_str() == "events"))
+}
+
+/// An event's payload over the threshold is kept as an object its rows in
+/// the event log and the buffer name: the run its trigger starts, a step
+/// waiting when it comes and a step that comes later each get it whole,
+/// as a value of their own run; a retry with the same id is told apart
+/// from another payload by the object's SHA-256; the list of events says
+/// its size; and once the log and the buffer forget the event, the sweep
+/// deletes its object and keeps the runs'.
+#[tokio::test]
+async fn an_event_payload_over_the_threshold_is_an_object_every_taker_reads_whole() {
+    let dir = composer_embedded::temp_dir("offload-events").unwrap();
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.offload_url = Some(dir.display().to_string());
+    config.offload_threshold = 1024;
+    config.offload_grace = Duration::from_secs(1);
+    e.start_coordinator_with(config).await;
+    e.register(&json!({"name": "waits", "nodes": [
+        {"id": "got", "type": "WAIT_FOR_EVENT", "config": {"event": "big", "key": "${ .input.key }"}},
+        {"id": "count", "type": "TRANSFORM", "config": {"output": "${ .nodes.got.output.rows | length }"}}],
+        "edges": [{"from": "got", "to": "count"}]}))
+        .await;
+    e.register(&json!({"name": "started", "triggers": [{"event": "big"}], "nodes": [
+        {"id": "count", "type": "TRANSFORM", "config": {"output": "${ .input.rows | length }"}}]}))
+        .await;
+    let first = json!({"rows": padded(100)});
+    // No step waits yet: the event is kept, and its trigger starts a run.
+    let event = json!({"name": "big", "key": "early", "id": "e1", "payload": first});
+    let (status, sent) = e.post("/v1/events", &event).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["buffered"], true, "{sent}");
+    let db = composer_store::client(&e.db.pool()).await.unwrap();
+    let kept: i64 = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM event_log WHERE payload ? $1) + (SELECT count(*) FROM events WHERE payload ? $1)",
+            &[&KEY],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 2, "the log's row and the buffer's name the object");
+    let (_, events) = run_and_event_objects(&dir);
+    assert_eq!(events.len(), 1, "one object for both rows: {events:?}");
+    let triggered: Uuid = sent["started_runs"][0]["run_id"].as_str().unwrap().parse().unwrap();
+    let done = e.wait_for_run(triggered, T).await;
+    assert_eq!((&done["status"], &done["input"]), (&json!("SUCCEEDED"), &first), "{done:.300}");
+    assert_eq!(done["tasks"][0]["output"], 100);
+    // A step that comes later takes it from the buffer.
+    let later = e.start_run("waits", json!({"key": "early"})).await;
+    let done = e.wait_for_run(later, T).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done:.300}");
+    let step =
+        |run: &Value, node: &str| run["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == node).cloned();
+    assert_eq!(step(&done, "got").unwrap()["output"], first);
+    assert_eq!(step(&done, "count").unwrap()["output"], 100, "the expression read the payload, not its reference");
+    // A step waiting when it comes gets it at once.
+    let waiting = e.start_run("waits", json!({"key": "on-time"})).await;
+    eventually(T, "the step waiting", || async {
+        let (_, run) = e.get(&format!("/v1/runs/{waiting}")).await;
+        (run["tasks"][0]["state"] == "WAITING").then_some(())
+    })
+    .await;
+    let second = json!({"rows": padded(120)});
+    let (status, sent) = e.post("/v1/events", &json!({"name": "big", "key": "on-time", "payload": second})).await;
+    assert_eq!((status, &sent["delivered_to_waiters"]), (200, &json!(1)), "{sent}");
+    let done = e.wait_for_run(waiting, T).await;
+    assert_eq!(step(&done, "count").unwrap()["output"], 120);
+
+    // Sent again, the same payload is a retry; another is a mistake.
+    let (status, again) = e.post("/v1/events", &event).await;
+    assert_eq!((status, &again["duplicate"]), (200, &json!(true)), "{again}");
+    let reused = json!({"name": "big", "key": "early", "id": "e1", "payload": second});
+    let (status, refused) = e.post("/v1/events", &reused).await;
+    assert_eq!(status, 422, "{refused}");
+    // The list says how large it is, and leaves it out.
+    let (_, listed) = e.get("/v1/events?name=big").await;
+    assert!(!listed.to_string().contains(KEY), "{listed:.400}");
+    let e1 = listed["events"].as_array().unwrap().iter().find(|ev| ev["id"] == "e1").unwrap();
+    assert_eq!(e1["payload_omitted"], true, "{e1:.300}");
+    assert_eq!(e1["payload_bytes"], serde_json::to_vec(&first).unwrap().len(), "{e1:.300}");
+    let page = reqwest::get(format!("{}/ui/events", e.url())).await.unwrap().text().await.unwrap();
+    assert!(!page.contains(KEY), "{page:.400}");
+
+    // Forgotten by the log and the buffer, the events' objects go; the
+    // runs' own copies stay.
+    db.execute("DELETE FROM events", &[]).await.unwrap();
+    db.execute("DELETE FROM event_log", &[]).await.unwrap();
+    eventually(T, "the events' objects swept", || async { run_and_event_objects(&dir).1.is_empty().then_some(()) })
+        .await;
+    let (runs, _) = run_and_event_objects(&dir);
+    let left: std::collections::BTreeSet<String> =
+        runs.iter().map(|p| p.file_stem().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(left, named(&db).await, "what the runs' rows name stays");
+    assert!(left.len() >= 4, "the triggered run's input, each waiting step's output: {left:?}");
+    let (_, read) = e.get(&format!("/v1/runs/{later}")).await;
+    assert_eq!(step(&read, "got").unwrap()["output"], first);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -137,7 +137,11 @@ impl RunStore for Tx<'_, '_> {
     }
 
     async fn take_buffered_event(&self, name: &str, key: &str, task_id: Uuid) -> StoreResult<Option<Value>> {
-        composer_store::events::consume_buffered(self.0, name, key, task_id).await
+        let mut payload = composer_store::events::consume_buffered(self.0, name, key, task_id).await?;
+        if let Some(payload) = &mut payload {
+            crate::payloads::resolve(self.1, payload).await?;
+        }
+        Ok(payload)
     }
 
     async fn lock_concurrency_key(&self, workflow: &str, key: &str) -> StoreResult<()> {

@@ -64,10 +64,19 @@ pub(crate) async fn send_event(
 /// (another key or payload): a mistake to report, not a retry to answer.
 pub(crate) fn answer(sent: crate::triggers::Sent, key: &str, payload: &serde_json::Value) -> ApiResult<EventSent> {
     match &sent.first {
-        Some((k, p)) if k != key || !super::runs::same_json(p, payload) => {
+        Some((k, p)) if k != key || !same_payload(p, payload) => {
             Err(ApiError::EventIdReused { id: sent.answer.id.clone() })
         }
         _ => Ok(sent.answer),
+    }
+}
+
+/// Whether `payload` is the one recorded as `recorded`: an offloaded one
+/// is when its object's SHA-256 is.
+fn same_payload(recorded: &Value, payload: &Value) -> bool {
+    match composer_archive::payloads::Ref::of(recorded) {
+        Some(stored) => stored.holds(payload),
+        None => super::runs::same_json(recorded, payload),
     }
 }
 
@@ -90,8 +99,10 @@ pub(crate) fn check(
     if id.is_some_and(|id| id.is_empty() || id.chars().count() > MAX_EVENT_ID) {
         return Err(ApiError::bad_request(format!("id must be 1 to {MAX_EVENT_ID} characters")));
     }
-    if json_size(payload) > config.max_payload {
-        return Err(ApiError::too_large("event payload", config.max_payload));
+    // Past COMPOSER_MAX_PAYLOAD only with offloading, as a run's input.
+    let max = config.max_value();
+    if json_size(payload) > max {
+        return Err(ApiError::too_large("event payload", max));
     }
     // A webhook's transform makes these from a body no extractor checked.
     for (what, text) in [("name", Some(name)), ("key", Some(key)), ("id", id)] {
@@ -101,7 +112,7 @@ pub(crate) fn check(
             )));
         }
     }
-    composer_core::storable::check(payload, "payload", config.max_payload).map_err(ApiError::bad_request)?;
+    composer_core::storable::check(payload, "payload", max).map_err(ApiError::bad_request)?;
     Ok(())
 }
 
@@ -130,8 +141,8 @@ pub const MAX_EVENT_PAGE: i64 = 100;
 /// List recent events.
 ///
 /// Events recorded in the last week, newest first, each with the runs its triggers started, the
-/// triggers that failed, and the waiting steps it completed. A payload over 64 KiB is left out
-/// (`payload_omitted`, with its size).
+/// triggers that failed, and the waiting steps it completed. A payload over 64 KiB, or kept as an
+/// object, is left out (`payload_omitted`, with its size).
 #[utoipa::path(
     get, path = "/v1/events", operation_id = "listEvents", tag = "events",
     params(ListQuery),

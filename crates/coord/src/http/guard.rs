@@ -207,13 +207,17 @@ pub(super) async fn refuse_foreign_pages(State(config): State<Arc<Config>>, req:
 const BODY_ROOM: usize = 64 * 1024;
 
 /// Whether a route's body carries a run's or a step's value (a start's
-/// input, a rerun's, a worker's output, a hand-completed one): with
-/// offloading it may be as large as `COMPOSER_MAX_OFFLOADED`.
+/// input, a rerun's, a worker's output, a hand-completed one) or an event's
+/// payload: with offloading it may be as large as `COMPOSER_MAX_OFFLOADED`.
 pub(crate) fn carries_values(method: &axum::http::Method, route: &str) -> bool {
     method == axum::http::Method::POST
         && matches!(
             route,
-            "/v1/runs" | "/v1/runs/{id}/rerun" | "/v1/runs/{id}/tasks/{node}/complete" | "/v1/tasks/{id}/complete"
+            "/v1/runs"
+                | "/v1/runs/{id}/rerun"
+                | "/v1/runs/{id}/tasks/{node}/complete"
+                | "/v1/tasks/{id}/complete"
+                | "/v1/events"
         )
 }
 
@@ -274,8 +278,9 @@ mod tests {
             .filter(|(path, ops)| ops.get("post").is_some() && carries_values(&axum::http::Method::POST, path))
             .map(|(path, _)| path.as_str())
             .collect();
-        assert_eq!(carrying.len(), 4, "each route carries_values names is in the document: {carrying:?}");
+        assert_eq!(carrying.len(), 5, "each route carries_values names is in the document: {carrying:?}");
         assert!(!carries_values(&axum::http::Method::GET, "/v1/runs"));
-        assert!(!carries_values(&axum::http::Method::POST, "/v1/events"));
+        assert!(!carries_values(&axum::http::Method::GET, "/v1/events"));
+        assert!(!carries_values(&axum::http::Method::POST, "/v1/webhooks/{name}"));
     }
 }
