@@ -124,6 +124,22 @@ impl Payloads {
         Ok(Some(r.to_value()))
     }
 
+    /// The reference to `value`, written as an object of run `run` whatever
+    /// its size (a step log's sealed chunk); `None` without storage.
+    pub async fn keep(&self, run: Uuid, value: &Value) -> Result<Option<Value>, Error> {
+        let Some((store, _)) = &self.at else { return Ok(None) };
+        let bytes = serde_json::to_vec(value).map_err(|e| Error::Location(format!("a value to keep: {e}")))?;
+        let r =
+            Ref { run, object: Uuid::now_v7(), sha256: sha256_hex(&bytes), bytes: bytes.len() as u64, event: false };
+        store.objects.put(&path_of(store, &r), PutPayload::from(bytes)).await?;
+        Ok(Some(r.to_value()))
+    }
+
+    /// Bytes of JSON past which a value is offloaded, if it is.
+    pub fn threshold(&self) -> Option<usize> {
+        self.at.as_ref().map(|(_, threshold)| *threshold)
+    }
+
     /// The reference to keep instead of an event's payload `value`, its
     /// object written first under an owner made for it; `None`: the payload
     /// stays in its rows.

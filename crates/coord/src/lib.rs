@@ -60,6 +60,7 @@ pub mod publish;
 pub mod quotas;
 pub mod schedules;
 pub mod shared;
+pub mod step_logs;
 pub mod tasks;
 pub mod trace;
 pub mod triggers;

@@ -1,10 +1,15 @@
 //! Step logs: lines a worker sends for an attempt it holds the lease of,
 //! kept with the attempt up to a byte budget, read back by step.
+//!
+//! With offloading, the lines an attempt's rows hold past a threshold are
+//! sealed into a chunk ([`unsealed`], [`seal`]): an object of their run's,
+//! written by the caller, named by a row of `task_log_chunks` that covers
+//! their sequence numbers. An attempt's chunks come before its rows.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::{Client, Result};
+use crate::{Client, Result, Transaction};
 
 /// What each line costs of an attempt's budget besides its bytes: its row
 /// (so a flood of one-byte lines is bounded by rows too, at most
@@ -21,6 +26,19 @@ pub const DROPPED_MARKER: &str =
 pub struct Appended {
     pub accepted: usize,
     pub dropped: usize,
+    /// What the attempt's rows hold now (counted as the budget counts),
+    /// sealed chunks aside.
+    pub row_bytes: i64,
+}
+
+/// A sealed chunk of an attempt's lines: `object` refers to them, seq
+/// `first_seq` to `last_seq`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunk {
+    pub attempt: i32,
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub object: serde_json::Value,
 }
 
 /// One stored line.
@@ -87,11 +105,12 @@ pub async fn append(
         .query_one(
             "INSERT INTO task_log_usage (task_id, attempt, run_id) VALUES ($1, $2, $3)
              ON CONFLICT (task_id, attempt) DO UPDATE SET run_id = EXCLUDED.run_id
-             RETURNING lines, bytes, closed",
+             RETURNING lines, bytes, closed, row_bytes",
             &[&task_id, &attempt, &run_id],
         )
         .await?;
     let (seq, bytes, closed): (i32, i64, bool) = (row.get(0), row.get(1), row.get(2));
+    let mut row_bytes: i64 = row.get(3);
     let left =
         budget.attempt.saturating_sub(bytes.max(0) as usize).min(budget.run.saturating_sub(run_bytes.max(0) as usize));
     let plan = plan(left, closed, lines);
@@ -106,15 +125,17 @@ pub async fn append(
         let cost: i64 = plan.store.iter().map(|l| (l.len() + LINE_OVERHEAD) as i64).sum();
         let closes = plan.accepted < lines.len();
         tx.execute(
-            "UPDATE task_log_usage SET lines = lines + $3, bytes = bytes + $4, closed = closed OR $5
+            "UPDATE task_log_usage
+                SET lines = lines + $3, bytes = bytes + $4, row_bytes = row_bytes + $4, closed = closed OR $5
               WHERE task_id = $1 AND attempt = $2",
             &[&task_id, &attempt, &(plan.store.len() as i32), &cost, &closes],
         )
         .await?;
+        row_bytes += cost;
         tx.execute("UPDATE run_log_usage SET bytes = bytes + $2 WHERE run_id = $1", &[&run_id, &cost]).await?;
     }
     tx.commit().await?;
-    Ok(Some(Appended { accepted: plan.accepted, dropped: lines.len() - plan.accepted }))
+    Ok(Some(Appended { accepted: plan.accepted, dropped: lines.len() - plan.accepted, row_bytes }))
 }
 
 struct Plan<'a> {
@@ -141,7 +162,8 @@ fn plan(mut left: usize, closed: bool, lines: &[String]) -> Plan<'_> {
     Plan { store, accepted: lines.len() }
 }
 
-/// The lines of one attempt after `after_seq`, at most `limit`.
+/// The lines of one attempt's rows after `after_seq`, at most `limit`
+/// (its sealed chunks aside: [`chunks`]).
 pub async fn read(client: &Client, task_id: Uuid, attempt: i32, after_seq: i32, limit: i64) -> Result<Vec<LogLine>> {
     let stmt = client
         .prepare_cached(
@@ -150,21 +172,92 @@ pub async fn read(client: &Client, task_id: Uuid, attempt: i32, after_seq: i32, 
         )
         .await?;
     let rows = client.query(&stmt, &[&task_id, &attempt, &after_seq, &limit]).await?;
-    rows.iter()
-        .map(|r| {
-            Ok(LogLine {
-                attempt: r.try_get(0)?,
-                seq: r.try_get(1)?,
-                worker_id: r.try_get(2)?,
-                at: r.try_get(3)?,
-                line: r.try_get(4)?,
-            })
-        })
-        .collect()
+    rows.iter().map(log_line).collect()
 }
 
-/// Every line of `tasks`, by task, attempt and seq (a run's logs, for its
-/// archive: a run keeps at most `COMPOSER_RUN_LOG_MAX_BYTES` of them).
+fn log_line(r: &tokio_postgres::Row) -> Result<LogLine> {
+    Ok(LogLine {
+        attempt: r.try_get("attempt")?,
+        seq: r.try_get("seq")?,
+        worker_id: r.try_get("worker_id")?,
+        at: r.try_get("at")?,
+        line: r.try_get("line")?,
+    })
+}
+
+/// The sealed chunks of one attempt that hold lines after `after_seq`, in
+/// order.
+pub async fn chunks(client: &Client, task_id: Uuid, attempt: i32, after_seq: i32) -> Result<Vec<Chunk>> {
+    let rows = client
+        .query(
+            "SELECT attempt, first_seq, last_seq, object FROM task_log_chunks
+              WHERE task_id = $1 AND attempt = $2 AND last_seq > $3 ORDER BY first_seq",
+            &[&task_id, &attempt, &after_seq],
+        )
+        .await?;
+    rows.iter().map(chunk).collect()
+}
+
+fn chunk(r: &tokio_postgres::Row) -> Result<Chunk> {
+    Ok(Chunk {
+        attempt: r.try_get("attempt")?,
+        first_seq: r.try_get("first_seq")?,
+        last_seq: r.try_get("last_seq")?,
+        object: r.try_get("object")?,
+    })
+}
+
+/// Every sealed chunk of `tasks`, by task, attempt and seq.
+pub async fn chunks_of_tasks(client: &Client, tasks: &[Uuid]) -> Result<Vec<(Uuid, Chunk)>> {
+    let rows = client
+        .query(
+            "SELECT task_id, attempt, first_seq, last_seq, object FROM task_log_chunks
+              WHERE task_id = ANY($1) ORDER BY task_id, attempt, first_seq",
+            &[&tasks],
+        )
+        .await?;
+    rows.iter().map(|r| Ok((r.try_get("task_id")?, chunk(r)?))).collect()
+}
+
+/// Locks the log of `attempt` of a task and returns the lines its rows
+/// hold, to seal them (in the caller's transaction, which then writes them
+/// as an object and calls [`seal`]).
+pub async fn unsealed(tx: &Transaction<'_>, task_id: Uuid, attempt: i32) -> Result<Vec<LogLine>> {
+    tx.execute("SELECT 1 FROM task_log_usage WHERE task_id = $1 AND attempt = $2 FOR UPDATE", &[&task_id, &attempt])
+        .await?;
+    let rows = tx
+        .query(
+            "SELECT attempt, seq, worker_id, at, line FROM task_logs
+              WHERE task_id = $1 AND attempt = $2 ORDER BY seq",
+            &[&task_id, &attempt],
+        )
+        .await?;
+    rows.iter().map(log_line).collect()
+}
+
+/// Replaces the rows of `attempt`'s lines `first_seq` to `last_seq` (all it
+/// holds: [`unsealed`]) by a chunk naming `object`, their object.
+pub async fn seal(tx: &Transaction<'_>, run_id: Uuid, task_id: Uuid, chunk: &Chunk) -> Result<()> {
+    let Chunk { attempt, first_seq, last_seq, object } = chunk;
+    tx.execute(
+        "INSERT INTO task_log_chunks (task_id, attempt, first_seq, last_seq, run_id, object)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&task_id, attempt, first_seq, last_seq, &run_id, object],
+    )
+    .await?;
+    tx.execute(
+        "DELETE FROM task_logs WHERE task_id = $1 AND attempt = $2 AND seq BETWEEN $3 AND $4",
+        &[&task_id, attempt, first_seq, last_seq],
+    )
+    .await?;
+    tx.execute("UPDATE task_log_usage SET row_bytes = 0 WHERE task_id = $1 AND attempt = $2", &[&task_id, attempt])
+        .await?;
+    Ok(())
+}
+
+/// Every line of `tasks` in rows, by task, attempt and seq (a run's logs,
+/// for its archive: a run keeps at most `COMPOSER_RUN_LOG_MAX_BYTES` of
+/// them), sealed chunks aside ([`chunks_of_tasks`]).
 pub async fn of_tasks(client: &Client, tasks: &[Uuid]) -> Result<Vec<(Uuid, LogLine)>> {
     let rows = client
         .query(
@@ -173,18 +266,7 @@ pub async fn of_tasks(client: &Client, tasks: &[Uuid]) -> Result<Vec<(Uuid, LogL
             &[&tasks],
         )
         .await?;
-    rows.iter()
-        .map(|r| {
-            let line = LogLine {
-                attempt: r.try_get(1)?,
-                seq: r.try_get(2)?,
-                worker_id: r.try_get(3)?,
-                at: r.try_get(4)?,
-                line: r.try_get(5)?,
-            };
-            Ok((r.try_get(0)?, line))
-        })
-        .collect()
+    rows.iter().map(|r| Ok((r.try_get("task_id")?, log_line(r)?))).collect()
 }
 
 /// The attempts of a task that have lines, with how many each.
@@ -221,7 +303,7 @@ pub async fn delete_orphaned(client: &Client, before: DateTime<Utc>) -> Result<u
             &[&before],
         )
         .await?;
-    for table in ["task_log_usage", "run_log_usage"] {
+    for table in ["task_log_chunks", "task_log_usage", "run_log_usage"] {
         client
             .execute(
                 &format!(

@@ -38,6 +38,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (32, "archive_drops_one_month", include_str!("../migrations/0032_archive_drops_one_month.sql")),
     (33, "bulk_migrate", include_str!("../migrations/0033_bulk_migrate.sql")),
     (34, "offloaded_event_payloads", include_str!("../migrations/0034_offloaded_event_payloads.sql")),
+    (35, "step_log_chunks", include_str!("../migrations/0035_step_log_chunks.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

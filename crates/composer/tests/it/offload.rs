@@ -2,7 +2,8 @@
 //! local directory and on a real S3 protocol server, their rows holding a
 //! reference; read back whole by the engine, the workers, the API, the UI
 //! and child runs; a value that passes for a reference refused where it
-//! enters; an event's payload kept as an object of the event's; a
+//! enters; an event's payload kept as an object of the event's; a step's
+//! log sealed into objects past the threshold; a
 //! coordinator killed between an object's write and its commit
 //! leaving no row naming nothing, and the sweep deleting the orphan.
 
@@ -318,6 +319,93 @@ async fn an_event_payload_over_the_threshold_is_an_object_every_taker_reads_whol
     let (_, read) = e.get(&format!("/v1/runs/{later}")).await;
     assert_eq!(step(&read, "got").unwrap()["output"], first);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// With offloading, the lines an attempt's rows hold past the threshold
+/// are sealed into objects of their run's: the API's pages, the UI and the
+/// export give every line back once and in order, and the sweep, which
+/// deletes an orphan beside them, keeps them.
+#[tokio::test]
+async fn a_steps_log_past_the_threshold_is_sealed_into_objects_every_reader_reads_in_order() {
+    let dir = composer_embedded::temp_dir("offload-logs").unwrap();
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.offload_url = Some(dir.display().to_string());
+    config.offload_threshold = 2048;
+    config.offload_grace = Duration::from_secs(1);
+    config.task_log_max_bytes = 1 << 20;
+    e.start_coordinator_with(config).await;
+    e.register(&json!({"name": "logged", "nodes": [{"id": "step", "type": "resize", "queue": "py"}]})).await;
+    let run = e.start_run("logged", json!({})).await;
+    let task = take_from(&e, "py").await;
+    let id = task["id"].as_str().unwrap();
+    const LINES: usize = 300;
+    let sent: Vec<String> = (0..LINES).map(|n| format!("line {n} {}", "x".repeat(90))).collect();
+    for batch in sent.chunks(10) {
+        let body = json!({"worker_id": "w", "run_id": run, "attempt": task["attempt"], "lines": batch});
+        let (status, kept) = e.post(&format!("/v1/tasks/{id}/logs"), &body).await;
+        assert_eq!((status, &kept["accepted"]), (200, &json!(10)), "{kept}");
+    }
+    let db = composer_store::client(&e.db.pool()).await.unwrap();
+    let count = |sql: &'static str| {
+        let db = &db;
+        async move { db.query_one(sql, &[&run]).await.unwrap().get::<_, i64>(0) }
+    };
+    let chunks = count("SELECT count(*) FROM task_log_chunks WHERE run_id = $1").await;
+    let rows = count("SELECT count(*) FROM task_logs WHERE run_id = $1").await;
+    // Each line costs 164 bytes of the threshold: two batches of ten pass it.
+    assert!(chunks >= 10 && rows < 20, "{chunks} chunks, {rows} lines in rows");
+
+    // Paged by the API, seven at a time, every line comes once, in order.
+    let mut read = Vec::new();
+    let mut after = 0;
+    loop {
+        let (status, page) = e.get(&format!("/v1/runs/{run}/tasks/step/logs?limit=7&after={after}")).await;
+        assert_eq!(status, 200, "{page}");
+        for l in page["lines"].as_array().unwrap() {
+            read.push((l["seq"].as_i64().unwrap(), l["line"].as_str().unwrap().to_string()));
+        }
+        match page["next_after"].as_i64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    let expected: Vec<(i64, String)> = sent.iter().enumerate().map(|(i, l)| (i as i64 + 1, l.clone())).collect();
+    assert_eq!(read, expected);
+    let (_, page) = e.get(&format!("/v1/runs/{run}/tasks/step/logs")).await;
+    assert_eq!(page["attempts"], json!([{"attempt": 1, "lines": LINES}]));
+    let ui = reqwest::get(format!("{}/ui/runs/{run}/logs?node=step", e.url())).await.unwrap().text().await.unwrap();
+    assert!(ui.contains(&sent[0]) && ui.contains(&sent[LINES - 1]) && !ui.contains(KEY), "{ui:.300}");
+    let done = json!({"worker_id": "w", "run_id": run, "attempt": task["attempt"], "output": {}});
+    assert_eq!(e.post(&format!("/v1/tasks/{id}/complete"), &done).await.0, 200);
+    e.wait_for_run(run, T).await;
+    let (_, export) = e.get("/v1/export/runs?workflow=logged").await;
+    let exported: Vec<&str> =
+        export["runs"][0]["logs"][0]["lines"].as_array().unwrap().iter().map(|l| l["line"].as_str().unwrap()).collect();
+    assert_eq!(exported, sent);
+
+    // The sweep deletes an orphan in the run's directory, and keeps the chunks.
+    let chunk = db
+        .query_one("SELECT object -> $2 ->> 'object' FROM task_log_chunks WHERE run_id = $1 LIMIT 1", &[&run, &KEY])
+        .await
+        .unwrap()
+        .get::<_, String>(0);
+    let at = objects(&dir).into_iter().find(|p| p.file_stem().unwrap().to_string_lossy() == chunk).unwrap();
+    let orphan = at.with_file_name(format!("{}.json", Uuid::now_v7()));
+    std::fs::write(&orphan, "[]").unwrap();
+    eventually(T, "the orphan swept", || async { (!orphan.exists()).then_some(()) }).await;
+    let kept = objects(at.parent().unwrap()).len() as i64;
+    assert_eq!(kept, chunks, "each chunk's object is kept");
+    let (_, page) = e.get(&format!("/v1/runs/{run}/tasks/step/logs?limit=1000")).await;
+    assert_eq!(page["lines"].as_array().unwrap().len(), LINES);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The next task of `queue`, leased by worker `w`.
+async fn take_from(e: &Engine, queue: &str) -> Value {
+    let (_, polled) =
+        e.post("/v1/tasks/poll", &json!({"worker_id": "w", "queues": [queue], "max": 1, "wait": "20s"})).await;
+    polled["tasks"][0].clone()
 }
 
 /// 9,000 items of 266 bytes: 2.4 MB collected, over the 1 MiB a row takes

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::Json;
 use composer_api::{ArchivedRun, AttemptLog, ErrorBody, ExportPage, HistoryEntryView, LogLineView};
 use composer_store::runs::{self, RunFilter};
-use composer_store::{logs, Client, Pool};
+use composer_store::{Client, Pool};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;
@@ -66,7 +66,7 @@ pub async fn record(
     }
     let ids: Vec<Uuid> = nodes.keys().copied().collect();
     let mut logs: Vec<AttemptLog> = Vec::new();
-    for (task, line) in logs::of_tasks(client, &ids).await? {
+    for (task, line) in crate::step_logs::of_tasks(payloads, client, &ids).await? {
         let node = nodes.get(&task).cloned().unwrap_or_default();
         let view = LogLineView { seq: line.seq, worker_id: line.worker_id, at: line.at, line: line.line };
         match logs.last_mut() {

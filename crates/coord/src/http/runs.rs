@@ -513,6 +513,7 @@ pub(crate) fn priority_of(p: u8) -> ApiResult<u8> {
 )]
 pub(crate) async fn step_logs(
     State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
     Path((id, node)): Path<(String, String)>,
     Query(q): Query<LogsQuery>,
 ) -> ApiResult<Json<StepLogs>> {
@@ -526,13 +527,13 @@ pub(crate) async fn step_logs(
     }
     let after = q.after.unwrap_or(0);
     let limit = Limit::or(q.limit, 500);
-    let client = composer_store::client(&pool).await?;
+    let mut client = composer_store::client(&pool).await?;
     let task = runs::task_of_node(&client, run, &node)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run {run} has no step {node:?}")))?;
     let attempt = q.attempt.unwrap_or(task.attempt.max(1));
     let attempts = composer_store::logs::attempts(&client, task.id).await?;
-    let lines = composer_store::logs::read(&client, task.id, attempt, after, limit).await?;
+    let lines = crate::step_logs::read(engine.payloads(), &mut client, task.id, attempt, after, limit).await?;
     let next_after = if lines.len() as i64 == limit { lines.last().map(|l| l.seq) } else { None };
     Ok(Json(StepLogs {
         attempt,

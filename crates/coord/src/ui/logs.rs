@@ -15,15 +15,20 @@ use composer_store::Pool;
 /// Lines on one page.
 const PAGE: i64 = 1000;
 
-pub async fn logs_page(State(pool): State<Pool>, Path(id): Path<String>, Query(q): Query<Params>) -> Page {
+pub async fn logs_page(
+    State(pool): State<Pool>,
+    State(engine): State<std::sync::Arc<crate::engine::Engine>>,
+    Path(id): Path<String>,
+    Query(q): Query<Params>,
+) -> Page {
     let run_id = extract::run_id(&id)?;
     let node = extract::text(&q, "node")?;
-    let client = composer_store::client(&pool).await?;
+    let mut client = composer_store::client(&pool).await?;
     let task = composer_store::runs::task_of_node(&client, run_id, node).await?.ok_or_else(|| not_found("step"))?;
     let attempt: i32 = q.get("attempt").and_then(|a| a.parse().ok()).unwrap_or(task.attempt.max(1));
     let after: i32 = q.get("after").and_then(|a| a.parse().ok()).unwrap_or(0);
     let attempts = composer_store::logs::attempts(&client, task.id).await?;
-    let lines = composer_store::logs::read(&client, task.id, attempt, after, PAGE).await?;
+    let lines = crate::step_logs::read(engine.payloads(), &mut client, task.id, attempt, after, PAGE).await?;
     let others: Html = attempts
         .iter()
         .map(|&(a, n)| match a == attempt {

@@ -97,7 +97,8 @@ pub async fn queue_backlog(client: &Client, queue: &str, cap: i64) -> Result<(i6
 }
 
 /// The offloaded objects the rows of run `run_id` (the run's, its tasks',
-/// MAP items' included) name: the sweep deletes only an object none does.
+/// MAP items' included, and its sealed step logs') name: the sweep deletes
+/// only an object none does.
 /// A run that is gone names none.
 pub async fn named_objects(client: &Client, run_id: Uuid) -> Result<std::collections::HashSet<String>> {
     let (lo, hi) = crate::partitions::span(&[run_id]);
@@ -108,6 +109,7 @@ pub async fn named_objects(client: &Client, run_id: Uuid) -> Result<std::collect
                  UNION ALL SELECT output FROM workflow_runs WHERE id = $1 AND id BETWEEN $3 AND $4
                  UNION ALL SELECT input_json FROM task_instances WHERE run_id = $1 AND run_id BETWEEN $3 AND $4
                  UNION ALL SELECT output_json FROM task_instances WHERE run_id = $1 AND run_id BETWEEN $3 AND $4
+                 UNION ALL SELECT object FROM task_log_chunks WHERE run_id = $1
              ) AS stored(v)
              WHERE v ? $2",
         )
