@@ -180,10 +180,18 @@ pub struct Config {
     /// With `COMPOSER_OFFLOAD_URL`: the largest run input or output and step
     /// input or output, in bytes of JSON (a worker's report or a start may
     /// be this large; each is held in memory while it is applied). At most
-    /// 1 GiB: what a reader of an object takes.
-    /// Event payloads stay under `COMPOSER_MAX_PAYLOAD`.
+    /// 1 GiB: what a reader of an object takes. An event's payload too,
+    /// with `COMPOSER_OFFLOAD_EVENTS_AND_LOGS`.
     #[arg(long, env = "COMPOSER_MAX_OFFLOADED", default_value_t = 1 << 30, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 30)))]
     pub max_offloaded: u64,
+    /// With `COMPOSER_OFFLOAD_URL`: whether event payloads are offloaded
+    /// too (and may be as large as a value), and step logs sealed into
+    /// objects past the threshold. False on every coordinator while rolling
+    /// from a version that offloaded neither: its coordinators would take
+    /// an event's reference for its payload, and their sweep would delete
+    /// the sealed logs. Readers read both either way.
+    #[arg(long, env = "COMPOSER_OFFLOAD_EVENTS_AND_LOGS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub offload_events_and_logs: bool,
     /// An offloaded object this old that no row names (its coordinator died
     /// between writing it and committing) is deleted; longer than any
     /// transaction lives.
@@ -242,6 +250,20 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether event payloads and step logs are offloaded.
+    pub fn offloads_events_and_logs(&self) -> bool {
+        self.offload_url.is_some() && self.offload_events_and_logs
+    }
+
+    /// The largest event payload: the largest value when events are
+    /// offloaded, else `COMPOSER_MAX_PAYLOAD`.
+    pub fn max_event(&self) -> usize {
+        match self.offload_events_and_logs {
+            true => self.max_value(),
+            false => self.max_payload,
+        }
+    }
+
     /// The largest value a run or step may hold: `COMPOSER_MAX_OFFLOADED`
     /// with offloading, else `COMPOSER_MAX_PAYLOAD`.
     pub fn max_value(&self) -> usize {
@@ -620,5 +642,32 @@ mod tests {
         let refused = <Cli as clap::Parser>::try_parse_from(["composer", "--analyze-min-rows=-1"]).unwrap_err();
         let refused = refused.to_string();
         assert!(refused.contains("--analyze-min-rows"), "{refused}");
+    }
+
+    #[test]
+    fn events_and_logs_are_offloaded_with_values_unless_told_not_to() {
+        #[derive(clap::Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            config: Config,
+        }
+        let parse = |args: &[&str]| <Cli as clap::Parser>::try_parse_from(args).unwrap().config;
+        let on = parse(&["composer", "--offload-url", "/tmp/objects", "--max-payload", "100"]);
+        assert!(on.offloads_events_and_logs());
+        assert_eq!(on.max_event(), 1 << 30);
+        let off = parse(&[
+            "composer",
+            "--offload-url",
+            "/tmp/objects",
+            "--max-payload",
+            "100",
+            "--offload-events-and-logs",
+            "false",
+        ]);
+        assert!(!off.offloads_events_and_logs());
+        assert_eq!((off.max_event(), off.max_value()), (100, 1 << 30));
+        let none = parse(&["composer", "--max-payload", "100"]);
+        assert!(!none.offloads_events_and_logs());
+        assert_eq!(none.max_event(), 100);
     }
 }

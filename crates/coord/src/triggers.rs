@@ -68,11 +68,23 @@ struct Planned {
 /// steps waiting for it, and says what it did.
 pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incoming<'_>) -> Result<Sent, EngineError> {
     let event_id = ev.id.map_or_else(|| Uuid::now_v7().to_string(), str::to_string);
+    let offloads = config.offloads_events_and_logs() && engine.payloads().offloads(Uuid::nil(), ev.payload);
+    if offloads && ev.id.is_some() {
+        // A retry of a large event: answered before its payload is written again.
+        let client = composer_store::client(pool).await?;
+        if let Some(first) = triggers::find(&client, ev.name, &event_id).await? {
+            let recorded = Some((first.key.clone(), first.payload.clone().unwrap_or(Value::Null)));
+            return Ok(Sent { answer: duplicate(&event_id, Some(first)), first: recorded });
+        }
+    }
     let event = json!({"id": event_id, "name": ev.name, "key": ev.key, "payload": ev.payload, "source": ev.source});
     let planned = plan(pool, engine, ev.name, &event).await?;
     // A large payload is kept as an object, written before the commit that
     // names it; its rows hold the reference. Triggers and waiters get it whole.
-    let offloaded = engine.payloads().offload_event(ev.payload).await.map_err(crate::payloads::store_error)?;
+    let offloaded = match offloads {
+        true => engine.payloads().offload_event(ev.payload).await.map_err(crate::payloads::store_error)?,
+        false => None,
+    };
     let stored = offloaded.as_ref().unwrap_or(ev.payload);
     let mut client = composer_store::client(pool).await?;
     let mut tx = composer_store::begin(&mut client).await?;

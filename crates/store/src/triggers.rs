@@ -114,12 +114,13 @@ fn log_columns(whole_payload: bool) -> String {
         "payload".to_string()
     } else {
         format!(
-            "CASE WHEN NOT payload ? '{KEY}' AND octet_length(payload::text) <= {MAX_LISTED_PAYLOAD} THEN payload END"
+            "CASE WHEN jsonb_typeof(payload -> '{KEY}') IS DISTINCT FROM 'object'
+                   AND octet_length(payload::text) <= {MAX_LISTED_PAYLOAD} THEN payload END"
         )
     };
     format!(
         "seq, name, event_id, key, source, delivered, received_at,
-         CASE WHEN payload ? '{KEY}'
+         CASE WHEN jsonb_typeof(payload -> '{KEY}') = 'object'
               THEN least((payload -> '{KEY}' ->> 'bytes')::int8, 2147483647)::int4
               ELSE octet_length(payload::text) END AS payload_bytes,
          {payload} AS payload,

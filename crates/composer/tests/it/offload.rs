@@ -304,6 +304,15 @@ async fn an_event_payload_over_the_threshold_is_an_object_every_taker_reads_whol
     assert_eq!(e1["payload_bytes"], serde_json::to_vec(&first).unwrap().len(), "{e1:.300}");
     let page = reqwest::get(format!("{}/ui/events", e.url())).await.unwrap().text().await.unwrap();
     assert!(!page.contains(KEY), "{page:.400}");
+    // A small payload that only names the key is listed as it is.
+    let lookalike = json!(["$composer_offloaded"]);
+    assert_eq!(e.post("/v1/events", &json!({"name": "small", "payload": lookalike})).await.0, 200);
+    let (_, listed) = e.get("/v1/events?name=small").await;
+    assert_eq!(listed["events"][0]["payload"], lookalike, "{listed}");
+    // A retry is answered before its object is written again.
+    let before = run_and_event_objects(&dir).1.len();
+    assert_eq!(e.post("/v1/events", &event).await.1["duplicate"], true);
+    assert_eq!(run_and_event_objects(&dir).1.len(), before);
 
     // Forgotten by the log and the buffer, the events' objects go; the
     // runs' own copies stay.

@@ -100,7 +100,7 @@ pub(crate) fn check(
         return Err(ApiError::bad_request(format!("id must be 1 to {MAX_EVENT_ID} characters")));
     }
     // Past COMPOSER_MAX_PAYLOAD only with offloading, as a run's input.
-    let max = config.max_value();
+    let max = config.max_event();
     if json_size(payload) > max {
         return Err(ApiError::too_large("event payload", max));
     }

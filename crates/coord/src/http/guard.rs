@@ -226,8 +226,11 @@ pub(crate) fn carries_values(method: &axum::http::Method, route: &str) -> bool {
 /// (and room for the rest of the body) — read no further than that.
 pub(crate) async fn limit_body(State(config): State<Arc<Config>>, req: Request, next: Next) -> Response {
     let matched = req.extensions().get::<axum::extract::MatchedPath>();
-    let large = matched.is_some_and(|m| carries_values(req.method(), m.as_str()));
-    let limit = if large { config.max_value() } else { config.max_payload } + BODY_ROOM;
+    let limit = match matched.map(|m| m.as_str()) {
+        Some("/v1/events") if req.method() == axum::http::Method::POST => config.max_event(),
+        Some(route) if carries_values(req.method(), route) => config.max_value(),
+        _ => config.max_payload,
+    } + BODY_ROOM;
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     match declared {
         Some(n) if n > limit => ApiError::BodyTooLarge.into_response(),
