@@ -12,10 +12,11 @@ use uuid::Uuid;
 use crate::payloads::store_error;
 
 /// Seals the lines the rows of `attempt` of task `task_id` hold, when
-/// `row_bytes` (what an append left in them) is past the threshold: their
-/// object is written, then one commit names it and deletes the rows. An
-/// error leaves the lines in their rows, for the next append to seal.
-pub async fn seal_if_due(
+/// `row_bytes` (what an append left in them) is past the threshold, a
+/// threshold's worth per chunk, in a task of its own: the worker's append
+/// is answered meanwhile. An error leaves the lines in their rows, for the
+/// next append to seal.
+pub fn seal_if_due(
     p: &Payloads,
     pool: &composer_store::Pool,
     run_id: Uuid,
@@ -24,32 +25,56 @@ pub async fn seal_if_due(
     row_bytes: i64,
 ) {
     let Some(threshold) = p.threshold() else { return };
-    if row_bytes <= threshold as i64 {
+    if row_bytes <= threshold as i64 || !SEALING.lock().expect("sealing").insert((task_id, attempt)) {
         return;
     }
-    if let Err(e) = seal(p, pool, run_id, task_id, attempt).await {
-        tracing::warn!(error = %e, %task_id, attempt, "sealing a step's log lines into an object failed; they stay in rows");
-    }
+    let (p, pool) = (p.clone(), pool.clone());
+    crate::metrics::spawn(async move {
+        if let Err(e) = seal(&p, &pool, run_id, task_id, attempt, threshold as i64).await {
+            tracing::warn!(error = %e, %task_id, attempt, "sealing a step's log lines into an object failed; they stay in rows");
+        }
+        SEALING.lock().expect("sealing").remove(&(task_id, attempt));
+    });
 }
 
+/// The attempts this process is sealing the logs of.
+static SEALING: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<(Uuid, i32)>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Most chunks one seal writes: a log that grows faster is sealed further
+/// by its next append.
+const MAX_CHUNKS_AT_ONCE: usize = 64;
+
+/// The object of each chunk is written with no lock held, then one short
+/// commit names it and deletes its rows, unless another coordinator sealed
+/// them first (its object is then an orphan, for the sweep).
 async fn seal(
     p: &Payloads,
     pool: &composer_store::Pool,
     run_id: Uuid,
     task_id: Uuid,
     attempt: i32,
+    threshold: i64,
 ) -> Result<(), composer_store::Error> {
     let mut client = composer_store::client(pool).await?;
-    let tx = composer_store::begin(&mut client).await?;
-    // Under the attempt's lock: another coordinator sealing them waits, and
-    // finds none left.
-    let lines = logs::unsealed(&tx, task_id, attempt).await?;
-    let (Some(first), Some(last)) = (lines.first(), lines.last()) else { return Ok(()) };
-    let (first_seq, last_seq) = (first.seq, last.seq);
-    let body = Value::Array(lines.iter().map(to_json).collect());
-    let Some(object) = p.keep(run_id, &body).await.map_err(store_error)? else { return Ok(()) };
-    logs::seal(&tx, run_id, task_id, &Chunk { attempt, first_seq, last_seq, object }).await?;
-    tx.commit().await?;
+    for _ in 0..MAX_CHUNKS_AT_ONCE {
+        let (lines, cost) = logs::to_seal(&client, task_id, attempt, threshold).await?;
+        let (Some(first), Some(last)) = (lines.first(), lines.last()) else { return Ok(()) };
+        let (first_seq, last_seq) = (first.seq, last.seq);
+        let body = Value::Array(lines.iter().map(to_json).collect());
+        let Some(object) = p.keep(run_id, &body).await.map_err(store_error)? else { return Ok(()) };
+        let tx = composer_store::begin(&mut client).await?;
+        let chunk = Chunk { attempt, first_seq, last_seq, object };
+        match logs::seal(&tx, run_id, task_id, &chunk, cost).await? {
+            Some(left) => {
+                tx.commit().await?;
+                if left <= threshold {
+                    return Ok(());
+                }
+            }
+            None => return Ok(()),
+        }
+    }
     Ok(())
 }
 

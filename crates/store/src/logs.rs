@@ -2,7 +2,7 @@
 //! kept with the attempt up to a byte budget, read back by step.
 //!
 //! With offloading, the lines an attempt's rows hold past a threshold are
-//! sealed into a chunk ([`unsealed`], [`seal`]): an object of their run's,
+//! sealed into chunks ([`to_seal`], [`seal`]): an object of their run's,
 //! written by the caller, named by a row of `task_log_chunks` that covers
 //! their sequence numbers. An attempt's chunks come before its rows.
 
@@ -219,40 +219,56 @@ pub async fn chunks_of_tasks(client: &Client, tasks: &[Uuid]) -> Result<Vec<(Uui
     rows.iter().map(|r| Ok((r.try_get("task_id")?, chunk(r)?))).collect()
 }
 
-/// Locks the log of `attempt` of a task and returns the lines its rows
-/// hold, to seal them (in the caller's transaction, which then writes them
-/// as an object and calls [`seal`]).
-pub async fn unsealed(tx: &Transaction<'_>, task_id: Uuid, attempt: i32) -> Result<Vec<LogLine>> {
-    tx.execute("SELECT 1 FROM task_log_usage WHERE task_id = $1 AND attempt = $2 FOR UPDATE", &[&task_id, &attempt])
-        .await?;
-    let rows = tx
+/// The first lines the rows of `attempt` of a task hold, up to about
+/// `max_bytes` (counted as the budget counts them; at least one line), to
+/// seal into one chunk; with their cost. Read without a lock: [`seal`]
+/// checks they are still there.
+pub async fn to_seal(client: &Client, task_id: Uuid, attempt: i32, max_bytes: i64) -> Result<(Vec<LogLine>, i64)> {
+    let rows = client
         .query(
-            "SELECT attempt, seq, worker_id, at, line FROM task_logs
-              WHERE task_id = $1 AND attempt = $2 ORDER BY seq",
-            &[&task_id, &attempt],
+            "SELECT attempt, seq, worker_id, at, line FROM (
+                 SELECT *, sum(octet_length(line) + $4) OVER (ORDER BY seq) - (octet_length(line) + $4) AS before
+                   FROM task_logs WHERE task_id = $1 AND attempt = $2) AS l
+              WHERE before < $3 ORDER BY seq",
+            &[&task_id, &attempt, &max_bytes, &(LINE_OVERHEAD as i32)],
         )
         .await?;
-    rows.iter().map(log_line).collect()
+    let lines: Vec<LogLine> = rows.iter().map(log_line).collect::<Result<_>>()?;
+    let cost = lines.iter().map(|l| (l.line.len() + LINE_OVERHEAD) as i64).sum();
+    Ok((lines, cost))
 }
 
-/// Replaces the rows of `attempt`'s lines `first_seq` to `last_seq` (all it
-/// holds: [`unsealed`]) by a chunk naming `object`, their object.
-pub async fn seal(tx: &Transaction<'_>, run_id: Uuid, task_id: Uuid, chunk: &Chunk) -> Result<()> {
+/// Replaces the rows of the chunk's lines (`first_seq` to `last_seq`,
+/// costing `cost`) by a row naming their object; what the attempt's rows
+/// hold after, or `None` (nothing done) when they are no longer all there
+/// (another coordinator sealed them first).
+pub async fn seal(tx: &Transaction<'_>, run_id: Uuid, task_id: Uuid, chunk: &Chunk, cost: i64) -> Result<Option<i64>> {
     let Chunk { attempt, first_seq, last_seq, object } = chunk;
+    tx.execute("SELECT 1 FROM task_log_usage WHERE task_id = $1 AND attempt = $2 FOR UPDATE", &[&task_id, attempt])
+        .await?;
+    let deleted = tx
+        .execute(
+            "DELETE FROM task_logs WHERE task_id = $1 AND attempt = $2 AND seq BETWEEN $3 AND $4",
+            &[&task_id, attempt, first_seq, last_seq],
+        )
+        .await?;
+    if deleted != (last_seq - first_seq + 1) as u64 {
+        return Ok(None);
+    }
     tx.execute(
         "INSERT INTO task_log_chunks (task_id, attempt, first_seq, last_seq, run_id, object)
          VALUES ($1, $2, $3, $4, $5, $6)",
         &[&task_id, attempt, first_seq, last_seq, &run_id, object],
     )
     .await?;
-    tx.execute(
-        "DELETE FROM task_logs WHERE task_id = $1 AND attempt = $2 AND seq BETWEEN $3 AND $4",
-        &[&task_id, attempt, first_seq, last_seq],
-    )
-    .await?;
-    tx.execute("UPDATE task_log_usage SET row_bytes = 0 WHERE task_id = $1 AND attempt = $2", &[&task_id, attempt])
+    let left = tx
+        .query_one(
+            "UPDATE task_log_usage SET row_bytes = greatest(row_bytes - $3, 0)
+              WHERE task_id = $1 AND attempt = $2 RETURNING row_bytes",
+            &[&task_id, attempt, &cost],
+        )
         .await?;
-    Ok(())
+    Ok(Some(left.try_get(0)?))
 }
 
 /// Every line of `tasks` in rows, by task, attempt and seq (a run's logs,

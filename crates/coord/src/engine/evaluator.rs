@@ -113,7 +113,7 @@ impl std::fmt::Display for Lost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Lost::Backstop(d) => {
-                write!(f, "evaluation did not finish within COMPOSER_EVAL_BACKSTOP ({} s)", d.as_secs())
+                write!(f, "evaluation did not finish within COMPOSER_EVAL_BACKSTOP ({d:?})")
             }
             Lost::Panicked(message) => write!(f, "evaluation failed: {message}"),
             Lost::Quarantined(subject) => write!(

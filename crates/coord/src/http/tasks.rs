@@ -385,7 +385,7 @@ pub(crate) async fn append_logs(s: &TaskApi, id: Uuid, req: TaskLogs) -> ApiResu
     .ok_or(ApiError::LeaseLost(id))?;
     drop(client);
     if s.config.offloads_events_and_logs() {
-        crate::step_logs::seal_if_due(s.engine.payloads(), &s.pool, req.run_id, id, req.attempt, kept.row_bytes).await;
+        crate::step_logs::seal_if_due(s.engine.payloads(), &s.pool, req.run_id, id, req.attempt, kept.row_bytes);
     }
     Ok(LogsAccepted { accepted: kept.accepted as u32, dropped: kept.dropped as u32 })
 }
