@@ -190,13 +190,14 @@ impl Payloads {
 
     /// Objects written before `before` that no row names: deleted; `named`
     /// gives the objects the rows of a run name (none for a run that is
-    /// gone), asked once per run. Returns how many.
-    pub async fn sweep<F, Fut>(&self, before: chrono::DateTime<chrono::Utc>, named: F) -> Result<u64, Error>
+    /// gone), asked once per run. Says how many it deleted, and what is
+    /// kept under the payloads' directory (events' objects included).
+    pub async fn sweep<F, Fut>(&self, before: chrono::DateTime<chrono::Utc>, named: F) -> Result<Swept, Error>
     where
         F: FnMut(Uuid) -> Fut,
         Fut: std::future::Future<Output = Result<std::collections::HashSet<Uuid>, Error>>,
     {
-        let Some((store, _)) = &self.at else { return Ok(0) };
+        let Some((store, _)) = &self.at else { return Ok(Swept::default()) };
         sweep_under(store, before, named).await
     }
 
@@ -209,7 +210,7 @@ impl Payloads {
         Fut: std::future::Future<Output = Result<std::collections::HashSet<Uuid>, Error>>,
     {
         let Some((store, _)) = &self.at else { return Ok(0) };
-        sweep_under(&store.sub(EVENTS), before, named).await
+        Ok(sweep_under(&store.sub(EVENTS), before, named).await?.deleted)
     }
 
     /// Deletes the objects of the runs of month `month` (`YYYY_MM`), once
@@ -233,35 +234,50 @@ impl Payloads {
     }
 }
 
+/// What a sweep did: objects deleted, and the objects (and their bytes)
+/// left under the directory it listed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub deleted: u64,
+    pub kept: u64,
+    pub kept_bytes: u64,
+}
+
 /// Objects under `store`'s directory (`<month>/<owner>/<object>.json`)
 /// written before `before` that `named` does not name: deleted.
-async fn sweep_under<F, Fut>(store: &Store, before: chrono::DateTime<chrono::Utc>, mut named: F) -> Result<u64, Error>
+async fn sweep_under<F, Fut>(store: &Store, before: chrono::DateTime<chrono::Utc>, mut named: F) -> Result<Swept, Error>
 where
     F: FnMut(Uuid) -> Fut,
     Fut: std::future::Future<Output = Result<std::collections::HashSet<Uuid>, Error>>,
 {
     use futures_util::StreamExt;
     let mut listed = store.objects.list(Some(&store.dir));
-    let mut old: std::collections::BTreeMap<Uuid, Vec<(Uuid, Path)>> = std::collections::BTreeMap::new();
+    let mut old: std::collections::BTreeMap<Uuid, Vec<(Uuid, Path, u64)>> = std::collections::BTreeMap::new();
+    let mut swept = Swept::default();
     while let Some(meta) = listed.next().await {
         let meta = meta?;
+        swept.kept += 1;
+        swept.kept_bytes += meta.size;
         // Only objects we named; their name says when they were written.
         let Some((run, object)) = names_of(&store.dir, &meta.location) else { continue };
         if written_at(object).is_some_and(|at| at < before) {
-            old.entry(run).or_default().push((object, meta.location));
+            old.entry(run).or_default().push((object, meta.location, meta.size));
         }
     }
-    let mut deleted = 0;
     for (run, objects) in old {
         let kept = named(run).await?;
-        for (_, location) in objects.into_iter().filter(|(object, _)| !kept.contains(object)) {
+        for (_, location, size) in objects.into_iter().filter(|(object, ..)| !kept.contains(object)) {
             match store.objects.delete(&location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    swept.deleted += 1;
+                    swept.kept -= 1;
+                    swept.kept_bytes -= size;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
     }
-    Ok(deleted)
+    Ok(swept)
 }
 
 /// Where events' payloads are, under the payloads' directory.
@@ -385,11 +401,11 @@ mod tests {
         let (kept, orphan) = (kept.unwrap(), orphan.unwrap());
         // Not older than the grace: nothing goes.
         let before = chrono::Utc::now() - chrono::Duration::hours(1);
-        assert_eq!(p.sweep(before, |_| async { Ok(Default::default()) }).await.unwrap(), 0);
+        assert_eq!(p.sweep(before, |_| async { Ok(Default::default()) }).await.unwrap().deleted, 0);
         let later = chrono::Utc::now() + chrono::Duration::seconds(1);
         let kept_object = kept.object;
         let swept = p.sweep(later, |_| async move { Ok([kept_object].into()) }).await.unwrap();
-        assert_eq!(swept, 1);
+        assert_eq!((swept.deleted, swept.kept, swept.kept_bytes), (1, 1, kept.bytes));
         assert!(p.read(&kept).await.is_ok());
         assert!(p.read(&orphan).await.is_err());
         p.drop_month(&crate::month_of(run).unwrap()).await.unwrap();
@@ -417,7 +433,7 @@ mod tests {
         // run's copy; the runs' sweep and a month's drop leave it.
         let later = chrono::Utc::now() + chrono::Duration::seconds(1);
         let copy = copied.object;
-        assert_eq!(p.sweep(later, |_| async move { Ok([copy].into()) }).await.unwrap(), 0);
+        assert_eq!(p.sweep(later, |_| async move { Ok([copy].into()) }).await.unwrap().deleted, 0);
         let object = r.object;
         assert_eq!(p.sweep_events(later, |_| async move { Ok([object].into()) }).await.unwrap(), 0);
         assert_eq!(p.sweep_events(later, |_| async { Ok(Default::default()) }).await.unwrap(), 1);

@@ -557,7 +557,8 @@ pub fn sweep_every(grace: Duration) -> Duration {
 /// Deletes the offloaded objects older than `COMPOSER_OFFLOAD_GRACE` that no
 /// row names: those of a write whose commit never came (its coordinator
 /// died in between), of a value replaced since, of a run that is gone, of
-/// an event the event log and the buffer forgot.
+/// an event the event log and the buffer forgot. Records what the rest
+/// hold, which the namespace's stored bytes count.
 pub async fn sweep_payloads(s: &Shared) -> Result<u64, composer_store::Error> {
     let payloads = s.engine.payloads();
     if !payloads.is_on() {
@@ -579,7 +580,8 @@ pub async fn sweep_payloads(s: &Shared) -> Result<u64, composer_store::Error> {
             .map_err(|e| composer_archive::Error::Location(format!("asking PostgreSQL: {e}")))?;
         Ok(named.iter().filter_map(|o| o.parse().ok()).collect())
     };
-    let mut deleted = payloads.sweep(before, named).await.map_err(crate::payloads::store_error)?;
+    let swept = payloads.sweep(before, named).await.map_err(crate::payloads::store_error)?;
+    let mut deleted = swept.deleted;
     let named = |owner: uuid::Uuid| async move {
         let named = composer_store::events::named_objects(client, owner)
             .await
@@ -587,6 +589,9 @@ pub async fn sweep_payloads(s: &Shared) -> Result<u64, composer_store::Error> {
         Ok(named.iter().filter_map(|o| o.parse().ok()).collect())
     };
     deleted += payloads.sweep_events(before, named).await.map_err(crate::payloads::store_error)?;
+    // The objects count in the namespace's stored bytes (listed before the
+    // events' sweep: what it deleted counts until the next).
+    composer_store::namespaces::record_payload_usage(client, swept.kept, swept.kept_bytes).await?;
     held.commit().await?;
     if deleted > 0 {
         tracing::info!(deleted, "deleted offloaded values no row names");

@@ -235,7 +235,9 @@ pub async fn open_runs(client: &Client, cap: i64) -> Result<i64> {
 }
 
 /// What the namespace `client`'s connection reaches uses of each quota:
-/// read in its own schema (`current_schema()`).
+/// read in its own schema (`current_schema()`). Its stored bytes are its
+/// tables' and its offloaded objects' (as the sweep last listed them:
+/// [`record_payload_usage`]).
 pub async fn usage(client: &Client) -> Result<Usage> {
     let row = client
         .query_one(
@@ -243,7 +245,8 @@ pub async fn usage(client: &Client) -> Result<Usage> {
                     (SELECT count(*) FROM schedules),
                     (SELECT count(*) FROM step_limits),
                     (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
-                     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm'))",
+                     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm'))
+                    + (SELECT coalesce(sum(bytes), 0)::bigint FROM payload_usage)",
             &[],
         )
         .await?;
@@ -253,6 +256,19 @@ pub async fn usage(client: &Client) -> Result<Usage> {
         limits: row.try_get(2)?,
         stored_bytes: row.try_get(3)?,
     })
+}
+
+/// What the namespace's offloaded objects hold, as the sweep listed them.
+pub async fn record_payload_usage(client: &Client, objects: u64, bytes: u64) -> Result<()> {
+    let (objects, bytes) = (i64::try_from(objects).unwrap_or(i64::MAX), i64::try_from(bytes).unwrap_or(i64::MAX));
+    client
+        .execute(
+            "INSERT INTO payload_usage (objects, bytes) VALUES ($1, $2)
+             ON CONFLICT (one) DO UPDATE SET objects = $1, bytes = $2, measured_at = now()",
+            &[&objects, &bytes],
+        )
+        .await?;
+    Ok(())
 }
 
 /// How many schedules there are besides `id`, when there is none of that

@@ -424,6 +424,42 @@ async fn take_from(e: &Engine, queue: &str) -> Value {
     polled["tasks"][0].clone()
 }
 
+/// Offloaded objects count in the namespace's stored bytes (as the sweep
+/// last listed them), so its quota holds values kept outside PostgreSQL.
+#[tokio::test]
+async fn offloaded_objects_count_in_the_namespaces_stored_bytes() {
+    let dir = composer_embedded::temp_dir("offload-usage").unwrap();
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.offload_url = Some(dir.display().to_string());
+    config.offload_grace = Duration::from_secs(1);
+    e.start_coordinator_with(config).await;
+    e.register(&json!({"name": "t", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input.blob | length }"}}]}))
+        .await;
+    let stored = || async {
+        let (status, ns) = e.get("/v1/namespaces/default").await;
+        assert_eq!(status, 200, "{ns}");
+        ns["usage"]["stored_bytes"].as_i64().unwrap()
+    };
+    let before = stored().await;
+    let run = e.start_run("t", json!({"blob": "b".repeat(3_000_000)})).await;
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    let objects: u64 = objects(&dir).iter().map(|p| p.metadata().unwrap().len()).sum();
+    assert!(objects >= 3_000_000, "the input's object: {objects}");
+    eventually(T, "the objects counted", || async { (stored().await >= before + objects as i64).then_some(()) }).await;
+    // A quota under what is stored refuses starts (once the metrics loop
+    // sampled it), naming it.
+    let quota = json!({"stored_bytes": before + 1_000_000});
+    assert_eq!(e.put("/v1/namespaces/default/quotas", &quota).await.0, 200);
+    let refused = eventually(T, "a start refused for stored bytes", || async {
+        let (status, answer) = e.post("/v1/runs", &json!({"workflow": "t", "input": {"blob": "c"}})).await;
+        (status == 429).then_some(answer)
+    })
+    .await;
+    assert!(refused.to_string().contains("quota stored_bytes"), "{refused}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// 9,000 items of 266 bytes: 2.4 MB collected, over the 1 MiB a row takes
 /// (the wall: "over this item's share"), and within the share offloading gives.
 #[tokio::test]
