@@ -216,22 +216,32 @@ impl Payloads {
     /// Deletes the objects of the runs of month `month` (`YYYY_MM`), once
     /// their rows are gone.
     pub async fn drop_month(&self, month: &str) -> Result<(), Error> {
-        use futures_util::StreamExt;
         let Some((store, _)) = &self.at else { return Ok(()) };
-        let dir = store.sub(month);
-        let mut listed = dir.objects.list(Some(&dir.dir));
-        let mut all = Vec::new();
-        while let Some(meta) = listed.next().await {
-            all.push(meta?.location);
-        }
-        for location in all {
-            match store.objects.delete(&location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        drop_under(store, &store.sub(month)).await
     }
+
+    /// Deletes every object (a namespace's, before its schema is dropped).
+    pub async fn drop_all(&self) -> Result<(), Error> {
+        let Some((store, _)) = &self.at else { return Ok(()) };
+        drop_under(store, store).await
+    }
+}
+
+/// Deletes every object under `dir`.
+async fn drop_under(store: &Store, dir: &Store) -> Result<(), Error> {
+    use futures_util::StreamExt;
+    let mut listed = dir.objects.list(Some(&dir.dir));
+    let mut all = Vec::new();
+    while let Some(meta) = listed.next().await {
+        all.push(meta?.location);
+    }
+    for location in all {
+        match store.objects.delete(&location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// What a sweep did: objects deleted, and the objects (and their bytes)

@@ -121,7 +121,7 @@ pub(crate) async fn start_cell(
 
 /// Where `namespace`'s offloaded values go (`COMPOSER_OFFLOAD_URL`, in the
 /// namespace's directory there), if anywhere.
-fn payloads_of(config: &Config, namespace: &str) -> Result<composer_archive::payloads::Payloads, Error> {
+pub(crate) fn payloads_of(config: &Config, namespace: &str) -> Result<composer_archive::payloads::Payloads, Error> {
     use composer_archive::payloads::Payloads;
     let Some(url) = &config.offload_url else { return Ok(Payloads::off()) };
     let store = composer_archive::Store::open_with(url, &config.archive_options).map_err(Error::Offload)?;

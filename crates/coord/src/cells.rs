@@ -35,6 +35,13 @@ pub const LOOK_EVERY: Duration = Duration::from_secs(5);
 /// dropped: every coordinator has stopped serving it by then (three looks).
 pub const DROP_AFTER: Duration = Duration::from_secs(15);
 
+/// A namespace's directory in object storage (its archive, its offloaded
+/// values): by its name and id, so a namespace made again with the same
+/// name starts empty.
+fn dir_of(row: &NamespaceRow) -> String {
+    format!("{}-{}", row.name, row.id)
+}
+
 /// One namespace's cell.
 pub struct Cell {
     /// Its namespace's registry id: a namespace deleted and made again
@@ -145,7 +152,7 @@ impl Cells {
         prepare(base, &pool).await?;
         let mut config = (**base).clone();
         config.redis.prefix = format!("{}ns{}:", base.redis.prefix, row.id);
-        config.archive_dir = Some(format!("{}-{}", row.name, row.id));
+        config.archive_dir = Some(dir_of(row));
         let stop = self.shutdown.child_token();
         let mut tasks = tokio::task::JoinSet::new();
         let traces = self.default.engine.traces().cloned();
@@ -247,6 +254,11 @@ impl Cells {
         }
         self.missing.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, at| at.elapsed() < LOOK_EVERY);
         for row in namespaces::due_for_deletion(&client, DROP_AFTER).await? {
+            // Its offloaded values first: storage away leaves the namespace
+            // to be deleted at a later look, not objects no schema names.
+            let mut config = (*self.default.config).clone();
+            config.archive_dir = Some(dir_of(&row));
+            crate::cell::payloads_of(&config, &row.name)?.drop_all().await.map_err(Error::Offload)?;
             namespaces::finish_delete(&mut client, &row).await?;
             tracing::info!(namespace = %row.name, "namespace deleted with its data");
         }

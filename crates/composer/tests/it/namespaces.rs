@@ -461,15 +461,34 @@ async fn the_door_refuses_bad_and_unknown_namespaces() {
     e.stop().await;
 }
 
+/// Where the deletion test's coordinator keeps offloaded values.
+fn offloaded_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("composer-ns-offload-{}", std::process::id()))
+}
+
 /// Deleting a namespace stops it being served at once, drops everything it
-/// held once every coordinator has let go of it, and the name can then be
-/// created again, empty.
+/// held (its offloaded values too) once every coordinator has let go of
+/// it, and the name can then be created again, empty.
 #[tokio::test]
 async fn a_deleted_namespace_is_gone_with_its_data_and_can_be_made_again() {
-    let e = Engine::with(options()).await;
+    let e = Engine::with(EngineOptions {
+        coordinator: |c| {
+            c.api_token = Some(ADMIN.into());
+            c.worker_token = Some(WORKER.into());
+            c.offload_url = Some(offloaded_dir().display().to_string());
+            c.offload_threshold = 1024;
+        },
+        ..options()
+    })
+    .await;
     assert_eq!(call(&e, ADMIN, None, "POST", "/v1/namespaces", Some(&json!({"name": "brief"}))).await.0, 201);
     let wf = json!({"name": "kept", "nodes": [{"id": "t", "type": "TRANSFORM", "config": {"output": 1}}]});
     ok(&e, "brief", "POST", "/v1/workflows", wf).await;
+    let input = json!({"workflow": "kept", "input": {"blob": "b".repeat(4096)}});
+    let run = ok(&e, "brief", "POST", "/v1/runs", input).await;
+    run_when_ended(&e, "brief", run["id"].as_str().unwrap()).await;
+    let files = || walk(&offloaded_dir());
+    assert!(files().iter().any(|p| p.to_string_lossy().contains("brief-")), "{:?}", files());
     let bound = json!({"name": "brief-key", "scopes": ["read"], "namespace": "brief"});
     let (_, bound) = call(&e, ADMIN, None, "POST", "/v1/keys", Some(&bound)).await;
     let old_key = bound["key"].as_str().unwrap().to_string();
@@ -489,7 +508,21 @@ async fn a_deleted_namespace_is_gone_with_its_data_and_can_be_made_again() {
     assert_eq!(list["workflows"], json!([]), "made again, empty: {list}");
     let (status, _) = call(&e, &old_key, Some("brief"), "GET", "/v1/workflows", None).await;
     assert_eq!(status, 401, "the keys of the namespace deleted were revoked with it");
+    assert_eq!(files(), Vec::<std::path::PathBuf>::new(), "its offloaded values went with it");
     e.stop().await;
+    let _ = std::fs::remove_dir_all(offloaded_dir());
+}
+
+/// Every file under `dir`, at any depth.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .flat_map(|e| match e.path().is_dir() {
+            true => walk(&e.path()),
+            false => vec![e.path()],
+        })
+        .collect()
 }
 
 /// One call's status, `Retry-After` and body.
