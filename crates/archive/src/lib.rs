@@ -14,6 +14,7 @@
 //! - [`read_run`], [`read_all`]: one run by id, or every run.
 //! - [`payloads`]: values too large for their rows, kept as objects.
 
+mod parts;
 pub mod payloads;
 
 use std::io::{Read, Write};

@@ -70,9 +70,11 @@ impl Ref {
         serde_json::json!({ KEY: self })
     }
 
-    /// Whether `value` is the one its object holds (its JSON's SHA-256).
+    /// Whether `value` is the one its object holds (its JSON's SHA-256,
+    /// counted as it is written, not held).
     pub fn holds(&self, value: &Value) -> bool {
-        serde_json::to_vec(value).is_ok_and(|bytes| sha256_hex(&bytes) == self.sha256)
+        let mut hash = Hashing(ring::digest::Context::new(&ring::digest::SHA256));
+        serde_json::to_writer(&mut hash, value).is_ok() && hex(hash.0.finish().as_ref()) == self.sha256
     }
 }
 
@@ -110,29 +112,25 @@ impl Payloads {
         if !self.offloads(run, value) {
             return Ok(None);
         }
-        let bytes = match Ref::of(value) {
+        if let Some(theirs) = Ref::of(value) {
             // Another run's object: this run gets its own copy.
-            Some(theirs) => serde_json::to_vec(&self.read(&theirs).await?).map_err(|e| format_error(&theirs, e))?,
-            None => serde_json::to_vec(value).map_err(|e| Error::Location(format!("a value to offload: {e}")))?,
-        };
-        let sha256 = sha256_hex(&bytes);
-        if let Some(had) = had.filter(|h| h.run == run && !h.event && h.sha256 == sha256) {
-            return Ok(Some(had.to_value()));
+            return Ok(Some(write(store, run, false, &self.read(&theirs).await?).await?.to_value()));
         }
-        let r = Ref { run, object: Uuid::now_v7(), sha256, bytes: bytes.len() as u64, event: false };
-        store.objects.put(&path_of(store, &r), PutPayload::from(bytes)).await?;
-        Ok(Some(r.to_value()))
+        // Unchanged, it keeps its object: its SHA-256 says so, counted
+        // without its text held.
+        if let Some(had) = had.filter(|h| h.run == run && !h.event) {
+            if had.holds(value) {
+                return Ok(Some(had.to_value()));
+            }
+        }
+        Ok(Some(write(store, run, false, value).await?.to_value()))
     }
 
     /// The reference to `value`, written as an object of run `run` whatever
     /// its size (a step log's sealed chunk); `None` without storage.
     pub async fn keep(&self, run: Uuid, value: &Value) -> Result<Option<Value>, Error> {
         let Some((store, _)) = &self.at else { return Ok(None) };
-        let bytes = serde_json::to_vec(value).map_err(|e| Error::Location(format!("a value to keep: {e}")))?;
-        let r =
-            Ref { run, object: Uuid::now_v7(), sha256: sha256_hex(&bytes), bytes: bytes.len() as u64, event: false };
-        store.objects.put(&path_of(store, &r), PutPayload::from(bytes)).await?;
-        Ok(Some(r.to_value()))
+        Ok(Some(write(store, run, false, value).await?.to_value()))
     }
 
     /// Bytes of JSON past which a value is offloaded, if it is.
@@ -148,16 +146,7 @@ impl Payloads {
         if !self.offloads(Uuid::nil(), value) {
             return Ok(None);
         }
-        let bytes = serde_json::to_vec(value).map_err(|e| Error::Location(format!("an event to offload: {e}")))?;
-        let r = Ref {
-            run: Uuid::now_v7(),
-            object: Uuid::now_v7(),
-            sha256: sha256_hex(&bytes),
-            bytes: bytes.len() as u64,
-            event: true,
-        };
-        store.objects.put(&path_of(store, &r), PutPayload::from(bytes)).await?;
-        Ok(Some(r.to_value()))
+        Ok(Some(write(store, Uuid::now_v7(), true, value).await?.to_value()))
     }
 
     /// Replaces `value` by what it refers to, if it is a reference; returns
@@ -330,8 +319,70 @@ impl Ref {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A writer that only hashes what is written to it.
+struct Hashing(ring::digest::Context);
+
+impl std::io::Write for Hashing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Bytes of JSON sent at once: a value past it is written a part at a time
+/// (a multipart upload), never held whole as text.
+pub const PART: usize = 8 << 20;
+
+/// Writes `value` as a new object of `run` (or of an event's owner, with
+/// `event`), its JSON made a part at a time ([`crate::parts::Parts`]) and
+/// hashed as it goes; its reference.
+async fn write(store: &Store, run: Uuid, event: bool, value: &Value) -> Result<Ref, Error> {
+    let mut r = Ref { run, object: Uuid::now_v7(), sha256: String::new(), bytes: 0, event };
+    let path = path_of(store, &r);
+    let json = |e: serde_json::Error| Error::Location(format!("a value to offload: {e}"));
+    let mut parts = crate::parts::Parts::new(value);
+    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = Vec::new();
+    let mut done = parts.fill(&mut buf, PART).map_err(json)?;
+    if done {
+        hash.update(&buf);
+        r.bytes = buf.len() as u64;
+        r.sha256 = hex(hash.finish().as_ref());
+        store.objects.put(&path, PutPayload::from(buf)).await?;
+        return Ok(r);
+    }
+    let mut upload = store.objects.put_multipart(&path).await?;
+    let sent: Result<(), Error> = async {
+        while !buf.is_empty() {
+            hash.update(&buf);
+            r.bytes += buf.len() as u64;
+            let part = std::mem::replace(&mut buf, Vec::with_capacity(PART + (64 << 10)));
+            upload.put_part(PutPayload::from(part)).await?;
+            if !done {
+                done = parts.fill(&mut buf, PART).map_err(json)?;
+            }
+        }
+        upload.complete().await?;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = sent {
+        let _ = upload.abort().await;
+        return Err(e);
+    }
+    r.sha256 = hex(hash.finish().as_ref());
+    Ok(r)
 }
 
 /// A writer that fails once more than its bytes are written: whether a
@@ -453,6 +504,26 @@ mod tests {
         p.drop_month(&crate::month_of(run).unwrap()).await.unwrap();
         assert!(p.read(&copied).await.is_err(), "the run's month is gone");
         assert_eq!(p.read(&kept).await.unwrap(), payload, "the event's is not the run's month");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_value_past_a_part_is_written_in_parts_and_reads_back_as_its_reference_says() {
+        let dir = scratch("parts");
+        let p = payloads(&dir, 1024);
+        let run = Uuid::now_v7();
+        let big = serde_json::json!({"rows": (0..9_000).map(|i| format!("{i:>1000}")).collect::<Vec<_>>()});
+        let text = serde_json::to_vec(&big).unwrap();
+        assert!(text.len() > PART, "{} bytes", text.len());
+        let r = Ref::of(&p.offload(run, &big, None).await.unwrap().unwrap()).unwrap();
+        assert_eq!((r.bytes, r.sha256.as_str()), (text.len() as u64, sha256_hex(&text).as_str()));
+        assert_eq!(p.read(&r).await.unwrap(), big);
+        assert!(r.holds(&big));
+        // Unchanged, it keeps its object; changed, it gets another.
+        assert_eq!(Ref::of(&p.offload(run, &big, Some(&r)).await.unwrap().unwrap()).unwrap(), r);
+        let mut changed = big.clone();
+        changed["rows"][8_999] = serde_json::json!("x");
+        assert_ne!(Ref::of(&p.offload(run, &changed, Some(&r)).await.unwrap().unwrap()).unwrap().object, r.object);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
