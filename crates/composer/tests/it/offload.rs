@@ -24,11 +24,17 @@ const KEY: &str = "$composer_offloaded";
 /// An engine whose coordinator offloads values over `threshold` bytes to a
 /// directory of its own.
 async fn offloading(threshold: u64) -> (Engine, PathBuf) {
-    let dir = composer_embedded::temp_dir("offload").unwrap();
+    offloading_with("offload", |c| c.offload_threshold = threshold).await
+}
+
+/// An engine whose coordinator offloads to a directory of its own (named
+/// after `name`), with its configuration changed by `set`.
+async fn offloading_with(name: &str, set: impl FnOnce(&mut composer_coord::Config)) -> (Engine, PathBuf) {
+    let dir = composer_embedded::temp_dir(name).unwrap();
     let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
     let mut config = e.coordinator_config();
     config.offload_url = Some(dir.display().to_string());
-    config.offload_threshold = threshold;
+    set(&mut config);
     e.start_coordinator_with(config).await;
     (e, dir)
 }
@@ -179,12 +185,10 @@ async fn a_value_that_passes_for_a_reference_is_refused_where_it_enters() {
 /// `COMPOSER_MAX_OFFLOADED` is a 413 too.
 #[tokio::test]
 async fn only_the_routes_that_carry_values_take_bodies_past_the_payload_limit() {
-    let dir = composer_embedded::temp_dir("offload-limits").unwrap();
-    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
-    let mut config = e.coordinator_config();
-    config.offload_url = Some(dir.display().to_string());
-    config.max_offloaded = 3_000_000;
-    e.start_coordinator_with(config).await;
+    let (e, dir) = offloading_with("offload-limits", |c| {
+        c.max_offloaded = 3_000_000;
+    })
+    .await;
     e.register(&json!({"name": "t", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input.blob | length }"}}]}))
         .await;
     let blob = "b".repeat(2_000_000);
@@ -232,13 +236,11 @@ fn run_and_event_objects(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
 /// deletes its object and keeps the runs'.
 #[tokio::test]
 async fn an_event_payload_over_the_threshold_is_an_object_every_taker_reads_whole() {
-    let dir = composer_embedded::temp_dir("offload-events").unwrap();
-    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
-    let mut config = e.coordinator_config();
-    config.offload_url = Some(dir.display().to_string());
-    config.offload_threshold = 1024;
-    config.offload_grace = Duration::from_secs(1);
-    e.start_coordinator_with(config).await;
+    let (e, dir) = offloading_with("offload-events", |c| {
+        c.offload_threshold = 1024;
+        c.offload_grace = Duration::from_secs(1);
+    })
+    .await;
     e.register(&json!({"name": "waits", "nodes": [
         {"id": "got", "type": "WAIT_FOR_EVENT", "config": {"event": "big", "key": "${ .input.key }"}},
         {"id": "count", "type": "TRANSFORM", "config": {"output": "${ .nodes.got.output.rows | length }"}}],
@@ -336,14 +338,12 @@ async fn an_event_payload_over_the_threshold_is_an_object_every_taker_reads_whol
 /// deletes an orphan beside them, keeps them.
 #[tokio::test]
 async fn a_steps_log_past_the_threshold_is_sealed_into_objects_every_reader_reads_in_order() {
-    let dir = composer_embedded::temp_dir("offload-logs").unwrap();
-    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
-    let mut config = e.coordinator_config();
-    config.offload_url = Some(dir.display().to_string());
-    config.offload_threshold = 2048;
-    config.offload_grace = Duration::from_secs(1);
-    config.task_log_max_bytes = 1 << 20;
-    e.start_coordinator_with(config).await;
+    let (e, dir) = offloading_with("offload-logs", |c| {
+        c.offload_threshold = 2048;
+        c.offload_grace = Duration::from_secs(1);
+        c.task_log_max_bytes = 1 << 20;
+    })
+    .await;
     e.register(&json!({"name": "logged", "nodes": [{"id": "step", "type": "resize", "queue": "py"}]})).await;
     let run = e.start_run("logged", json!({})).await;
     let task = take_from(&e, "py").await;
@@ -428,12 +428,10 @@ async fn take_from(e: &Engine, queue: &str) -> Value {
 /// last listed them), so its quota holds values kept outside PostgreSQL.
 #[tokio::test]
 async fn offloaded_objects_count_in_the_namespaces_stored_bytes() {
-    let dir = composer_embedded::temp_dir("offload-usage").unwrap();
-    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
-    let mut config = e.coordinator_config();
-    config.offload_url = Some(dir.display().to_string());
-    config.offload_grace = Duration::from_secs(1);
-    e.start_coordinator_with(config).await;
+    let (e, dir) = offloading_with("offload-usage", |c| {
+        c.offload_grace = Duration::from_secs(1);
+    })
+    .await;
     e.register(&json!({"name": "t", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input.blob | length }"}}]}))
         .await;
     let stored = || async {
