@@ -216,17 +216,15 @@ impl Payloads {
     }
 }
 
-/// Deletes every object under `dir`.
+/// Deletes every object under `dir`, as they are listed (in batches where
+/// the storage takes them: S3's DeleteObjects).
 async fn drop_under(store: &Store, dir: &Store) -> Result<(), Error> {
-    use futures_util::StreamExt;
-    let mut listed = dir.objects.list(Some(&dir.dir));
-    let mut all = Vec::new();
-    while let Some(meta) = listed.next().await {
-        all.push(meta?.location);
-    }
-    for location in all {
-        match store.objects.delete(&location).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+    use futures_util::{StreamExt, TryStreamExt};
+    let listed = dir.objects.list(Some(&dir.dir)).map_ok(|meta| meta.location).boxed();
+    let mut deleted = store.objects.delete_stream(listed);
+    while let Some(gone) = deleted.next().await {
+        match gone {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -341,7 +339,8 @@ impl std::io::Write for Hashing {
 }
 
 /// Bytes of JSON sent at once: a value past it is written a part at a time
-/// (a multipart upload), never held whole as text.
+/// (a multipart upload), not held whole as text (but for a string or
+/// number, which goes whole into its part).
 pub const PART: usize = 8 << 20;
 
 /// Writes `value` as a new object of `run` (or of an event's owner, with

@@ -35,6 +35,19 @@ pub const LOOK_EVERY: Duration = Duration::from_secs(5);
 /// dropped: every coordinator has stopped serving it by then (three looks).
 pub const DROP_AFTER: Duration = Duration::from_secs(15);
 
+/// Deletes a namespace marked for deletion: its offloaded values first
+/// (storage away leaves it to a later look, not objects no schema names),
+/// then its schema and row.
+async fn finish_delete(default: &Shared, row: &NamespaceRow) -> Result<(), Error> {
+    let mut config = (*default.config).clone();
+    config.archive_dir = Some(dir_of(row));
+    crate::cell::payloads_of(&config, &row.name)?.drop_all().await.map_err(Error::Offload)?;
+    let mut client = composer_store::client(&default.pool).await?;
+    namespaces::finish_delete(&mut client, row).await?;
+    tracing::info!(namespace = %row.name, "namespace deleted with its data");
+    Ok(())
+}
+
 /// A namespace's directory in object storage (its archive, its offloaded
 /// values): by its name and id, so a namespace made again with the same
 /// name starts empty.
@@ -65,6 +78,9 @@ pub struct Cells {
     /// Names the registry lacked lately, and when it was read: a request
     /// naming one is answered without a query for [`LOOK_EVERY`].
     missing: std::sync::Mutex<HashMap<String, std::time::Instant>>,
+    /// Namespaces whose deletion this coordinator is finishing (their
+    /// objects going), in tasks of their own: a look does not wait for them.
+    dropping: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// Most names [`Cells`] remembers as missing; past it, the oldest go.
@@ -72,7 +88,13 @@ const MISSING_KEPT: usize = 10_000;
 
 impl Cells {
     pub fn new(default: Arc<Shared>, shutdown: CancellationToken) -> Arc<Cells> {
-        Arc::new(Cells { default, shutdown, open: Mutex::default(), missing: std::sync::Mutex::default() })
+        Arc::new(Cells {
+            default,
+            shutdown,
+            open: Mutex::default(),
+            missing: std::sync::Mutex::default(),
+            dropping: Arc::default(),
+        })
     }
 
     /// The default namespace's state: the registry, keys, sessions.
@@ -232,7 +254,7 @@ impl Cells {
     /// One look at the registry: cells started for active namespaces and
     /// stopped for the others; schemas dropped once [`DROP_AFTER`] has passed.
     async fn look(&self) -> Result<(), Error> {
-        let mut client = composer_store::client(&self.default.pool).await?;
+        let client = composer_store::client(&self.default.pool).await?;
         // Every row, however many there are (the limit is checked at creation only).
         let rows = namespaces::list(&client, i64::MAX).await?;
         let open: Vec<String> = self.open.lock().await.keys().cloned().collect();
@@ -254,13 +276,15 @@ impl Cells {
         }
         self.missing.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, at| at.elapsed() < LOOK_EVERY);
         for row in namespaces::due_for_deletion(&client, DROP_AFTER).await? {
-            // Its offloaded values first: storage away leaves the namespace
-            // to be deleted at a later look, not objects no schema names.
-            let mut config = (*self.default.config).clone();
-            config.archive_dir = Some(dir_of(&row));
-            crate::cell::payloads_of(&config, &row.name)?.drop_all().await.map_err(Error::Offload)?;
-            namespaces::finish_delete(&mut client, &row).await?;
-            tracing::info!(namespace = %row.name, "namespace deleted with its data");
+            if self.dropping.lock().unwrap_or_else(|p| p.into_inner()).insert(row.name.clone()) {
+                let (default, dropping) = (self.default.clone(), self.dropping.clone());
+                crate::metrics::spawn(async move {
+                    if let Err(e) = finish_delete(&default, &row).await {
+                        tracing::warn!(namespace = %row.name, error = %e, "deleting a namespace failed; a later look tries again");
+                    }
+                    dropping.lock().unwrap_or_else(|p| p.into_inner()).remove(&row.name);
+                });
+            }
         }
         Ok(())
     }

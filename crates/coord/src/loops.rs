@@ -562,6 +562,8 @@ pub fn sweep_every(grace: Duration) -> Duration {
 pub async fn sweep_payloads(s: &Shared) -> Result<u64, composer_store::Error> {
     let payloads = s.engine.payloads();
     if !payloads.is_on() {
+        // Nothing is offloaded: nothing counts in stored bytes.
+        composer_store::namespaces::record_payload_usage(&composer_store::client(&s.pool).await?, 0, 0).await?;
         return Ok(0);
     }
     let grace = chrono::Duration::from_std(s.config.offload_grace).unwrap_or(chrono::Duration::MAX);
