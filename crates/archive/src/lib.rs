@@ -12,7 +12,8 @@
 //!   directory and production's bucket take the same code path.
 //! - [`Writer`]: appends runs, cuts parts, writes the manifest.
 //! - [`read_run`], [`read_all`]: one run by id, or every run.
-//! - [`payloads`]: values too large for their rows, kept as objects.
+//! - [`payloads`]: values too large for their rows, kept as objects;
+//!   `parts`: a value's JSON made a part at a time, for their writes.
 
 mod parts;
 pub mod payloads;

@@ -26,7 +26,8 @@
 //! - [`archive`]: where runs are archived, and an archived run read back;
 //!   [`archiving`]: expired months written there before retention drops them.
 //! - [`payloads`]: values kept as objects (offloaded) read back for whoever
-//!   runs or shows them.
+//!   runs or shows them; [`step_logs`]: step logs sealed into objects past
+//!   the threshold, read back as one log.
 //! - [`trace`]: OpenTelemetry traces of runs: the spans a commit ends, and their export.
 //! - [`shared`]: what one coordinator's parts share; [`coordinator`]: its
 //!   start (in order) and stop; `cell`: the part of it that serves one

@@ -25,7 +25,7 @@ pub fn seal_if_due(
     row_bytes: i64,
 ) {
     let Some(threshold) = p.threshold() else { return };
-    if row_bytes <= threshold as i64 || !SEALING.lock().expect("sealing").insert((task_id, attempt)) {
+    if row_bytes <= threshold as i64 || !SEALING.lock().unwrap_or_else(|p| p.into_inner()).insert((task_id, attempt)) {
         return;
     }
     let (p, pool) = (p.clone(), pool.clone());
@@ -33,7 +33,7 @@ pub fn seal_if_due(
         if let Err(e) = seal(&p, &pool, run_id, task_id, attempt, threshold as i64).await {
             tracing::warn!(error = %e, %task_id, attempt, "sealing a step's log lines into an object failed; they stay in rows");
         }
-        SEALING.lock().expect("sealing").remove(&(task_id, attempt));
+        SEALING.lock().unwrap_or_else(|p| p.into_inner()).remove(&(task_id, attempt));
     });
 }
 
