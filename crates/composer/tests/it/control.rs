@@ -253,6 +253,48 @@ async fn a_failed_child_fails_the_attempt_and_the_retry_starts_one_new_child() {
     e.stop().await;
 }
 
+/// A failed attempt owes the cancel of what it left open, run after its
+/// commit. Late (a loaded coordinator), it ran when the retry's child had
+/// started, and cancelled that one too: the model test saw a child
+/// CANCELLED that should have FAILED. The cancel now reaches the attempts
+/// up to its own, never a later one's.
+#[tokio::test]
+async fn a_failed_attempts_cancel_run_late_leaves_the_retrys_child_alone() {
+    use composer_store::runs::{stale_children, ChildHolder};
+    let e = Engine::start().await;
+    e.register(&json!({"name": "held", "nodes": [
+        {"id": "w", "type": "WAIT_FOR_EVENT", "config": {"event": "never", "key": "k"}}]}))
+        .await;
+    e.register(&json!({"name": "again", "nodes": [
+        {"id": "down", "type": "SUB_WORKFLOW", "retry": {"max_attempts": 3, "initial_backoff": "10ms"},
+         "config": {"workflow": "held"}}]}))
+        .await;
+    let id = e.start_run("again", json!({})).await;
+    let first: Uuid = children_when(&e, id, 1).await[0]["id"].as_str().unwrap().parse().unwrap();
+    // The first child ends: the attempt fails, and the retry starts another.
+    let (status, body) = e.post(&format!("/v1/runs/{first}/cancel"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let kids = children_when(&e, id, 2).await;
+    assert_eq!(kids.len(), 2, "{kids:?}");
+    let second: Uuid = kids[1]["id"].as_str().unwrap().parse().unwrap();
+    let task: Uuid = e.task(id, "down").await["id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(e.task(id, "down").await["attempt"], 2);
+
+    let client = composer_store::client(&e.db.pool()).await.unwrap();
+    let holder = |attempt, current| ChildHolder { task_id: task, attempt, iteration: 0, current };
+    let stale = |holders: Vec<ChildHolder>| {
+        let client = &client;
+        async move { stale_children(client, &holders).await.unwrap() }
+    };
+    assert_eq!(stale(vec![holder(1, true)]).await, Vec::<Uuid>::new(), "the first attempt's cancel, late");
+    assert_eq!(stale(vec![holder(2, false)]).await, Vec::<Uuid>::new(), "the second attempt, not yet started");
+    assert_eq!(stale(vec![holder(2, true)]).await, vec![second], "the second attempt, ended");
+    assert_eq!(stale(vec![holder(3, false)]).await, vec![second], "a third attempt, reset before it ran");
+    let run = e.get(&format!("/v1/runs/{second}")).await.1;
+    assert_eq!(run["status"], "RUNNING", "{run}");
+    e.stop().await;
+}
+
 #[tokio::test]
 async fn cancelling_a_parent_cancels_its_open_children_and_theirs() {
     let e = Engine::start().await;

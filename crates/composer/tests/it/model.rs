@@ -228,9 +228,10 @@ impl Model {
                     node["config"] = json!({"key": s.id});
                     node["retry"] = json!({"max_attempts": max, "initial_backoff": "10ms"});
                     // Long enough that an attempt scripted to answer is never
-                    // late, with a thousand runs in flight on a loaded machine.
+                    // late, with a thousand runs in flight on a loaded machine
+                    // (2 s was: the attempt waits its turn in the queue).
                     if *timeout {
-                        node["timeout"] = json!("2s");
+                        node["timeout"] = json!("5s");
                     }
                     if *at_most_once {
                         node["delivery"] = json!("at_most_once");
@@ -254,7 +255,7 @@ impl Model {
                     let item = match items.first() {
                         Some(Item::Step(_)) | None => json!({"type": "step", "queue": "model",
                             "config": {"key": s.id, "index": "${ .index }"},
-                            "retry": {"max_attempts": max, "initial_backoff": "10ms"}, "timeout": "2s"}),
+                            "retry": {"max_attempts": max, "initial_backoff": "10ms"}, "timeout": "5s"}),
                         Some(Item::Transform { .. }) => {
                             let failing = items.iter().position(|i| matches!(i, Item::Transform { fails: true }));
                             let failing = failing.map_or(-1, |f| f as i64);

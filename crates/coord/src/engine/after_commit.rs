@@ -63,9 +63,9 @@ impl Engine {
             AfterCommit::StartChild { task_id, attempt, iteration } => {
                 bulk.children.push((run_id, task_id, attempt, iteration))
             }
-            AfterCommit::CancelChildren { task_id, attempt, iteration, waiting } => {
+            AfterCommit::CancelChildren { task_id, attempt, iteration, current } => {
                 let iteration = i32::try_from(iteration).unwrap_or(i32::MAX);
-                bulk.holders.push(runs::ChildHolder { task_id, attempt, iteration, waiting })
+                bulk.holders.push(runs::ChildHolder { task_id, attempt, iteration, current })
             }
             AfterCommit::CancelItemChildren { map_task_id } => bulk.maps.push(map_task_id),
         }

@@ -47,10 +47,12 @@ pub enum AfterCommit {
     /// Start the child run of a SUB_WORKFLOW attempt, in a transaction of
     /// its own.
     StartChild { task_id: Uuid, attempt: i32, iteration: u32 },
-    /// Cancel the open children of a SUB_WORKFLOW task that it no longer
-    /// waits for: those of older attempts, or all once it is no longer
-    /// `waiting` for one.
-    CancelChildren { task_id: Uuid, attempt: i32, iteration: u32, waiting: bool },
+    /// Cancel the open children of a SUB_WORKFLOW or LOOP task that it no
+    /// longer waits for: those of attempts (and iterations) before this one,
+    /// and this one's own too when it is `current` (it ran and stopped
+    /// waiting). Never a later one's: this is run after the commit, when the
+    /// task may have moved on to an attempt whose child it waits for.
+    CancelChildren { task_id: Uuid, attempt: i32, iteration: u32, current: bool },
     /// A MAP whose items are SUB_WORKFLOWs ended early (its run cancelled
     /// or failed, or an item failed it): the open children of its items,
     /// which storage cancelled without the run holding them, are cancelled.

@@ -159,10 +159,14 @@ pub fn after_commit(wf: &Workflow, run: &Run, tr: &Transition) -> Vec<AfterCommi
         let task = &run.tasks[t];
         if wf.nodes[task.node].kind.traits().has_child {
             let waiting = task.state == TaskState::Running && !task.removed;
+            // An attempt not yet started has no child of its own yet; one
+            // started later is waited for.
+            let started = !matches!(task.state, TaskState::Pending | TaskState::Queued);
+            let current = !waiting && started;
             let iteration = task.iteration.unwrap_or(0);
             // A first attempt's first iteration that just started has no other child.
             if !waiting || task.attempt > 1 || iteration > 0 {
-                out.push(AfterCommit::CancelChildren { task_id: task.id, attempt: task.attempt, iteration, waiting });
+                out.push(AfterCommit::CancelChildren { task_id: task.id, attempt: task.attempt, iteration, current });
             }
         }
     }

@@ -1577,7 +1577,7 @@ fn what_a_commit_owes_other_runs_is_computed_from_the_run_as_it_then_stands() {
     let tr = s.apply(child_done(&s, "bill", RunStatus::Failed, None));
     assert_eq!(
         after_commit(&s.wf, &s.run, &tr),
-        vec![AfterCommit::CancelChildren { task_id: bill.id, attempt: 1, iteration: 0, waiting: false }]
+        vec![AfterCommit::CancelChildren { task_id: bill.id, attempt: 1, iteration: 0, current: true }]
     );
 
     // A child run tells its parent how it ended, and frees its slot.

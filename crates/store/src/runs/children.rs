@@ -10,32 +10,37 @@ use uuid::Uuid;
 use super::rows::{priority_of, status_of, Parent};
 use crate::{Client, Result, Transaction};
 
-/// A SUB_WORKFLOW or LOOP task as it now stands, for [`stale_children`].
+/// A SUB_WORKFLOW or LOOP task as a commit left it, for [`stale_children`].
 #[derive(Debug, Clone, Copy)]
 pub struct ChildHolder {
     pub task_id: Uuid,
     pub attempt: i32,
     pub iteration: i32,
-    /// Still waiting for its child (RUNNING).
-    pub waiting: bool,
+    /// This attempt's (and iteration's) own child is stale too: the attempt
+    /// ran and no longer waits for it.
+    pub current: bool,
 }
 
-/// Open child runs of `tasks` that their task no longer waits for: it ended,
-/// or a newer attempt (or iteration) started. A child whose node said
-/// `on_parent_close: "abandon"` is left to run.
+/// Open child runs of `tasks` that their task no longer waits for: those of
+/// an earlier attempt or iteration, and the current one's when it is
+/// `current`. A later attempt's child is never touched: it is read after
+/// the commit, when the task may have been retried and be waiting for a new
+/// child already. A child whose node said `on_parent_close: "abandon"` is
+/// left to run.
 pub async fn stale_children(client: &Client, tasks: &[ChildHolder]) -> Result<Vec<Uuid>> {
     let ids: Vec<Uuid> = tasks.iter().map(|t| t.task_id).collect();
     let attempts: Vec<i32> = tasks.iter().map(|t| t.attempt).collect();
     let iterations: Vec<i32> = tasks.iter().map(|t| t.iteration).collect();
-    let waiting: Vec<bool> = tasks.iter().map(|t| t.waiting).collect();
+    let current: Vec<bool> = tasks.iter().map(|t| t.current).collect();
     let rows = client
         .query(
             "SELECT c.id FROM workflow_runs c
-               JOIN unnest($1::uuid[], $2::int4[], $3::bool[], $4::int4[]) AS u(task_id, attempt, waiting, iteration)
+               JOIN unnest($1::uuid[], $2::int4[], $3::bool[], $4::int4[]) AS u(task_id, attempt, current, iteration)
                  ON c.parent_task_id = u.task_id
               WHERE c.status IN ('RUNNING', 'PAUSED') AND NOT c.abandoned
-                AND NOT (u.waiting AND c.parent_attempt = u.attempt AND c.parent_iteration = u.iteration)",
-            &[&ids, &attempts, &waiting, &iterations],
+                AND ((c.parent_attempt, c.parent_iteration) < (u.attempt, u.iteration)
+                     OR (u.current AND c.parent_attempt = u.attempt AND c.parent_iteration = u.iteration))",
+            &[&ids, &attempts, &current, &iterations],
         )
         .await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
