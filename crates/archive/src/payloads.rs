@@ -446,6 +446,16 @@ mod tests {
         forged.sha256 = "0".repeat(64);
         let err = p.read(&forged).await.unwrap_err().to_string();
         assert!(err.contains("SHA-256"), "{err}");
+        // The object changed where it is kept: refused, whether it parses
+        // or not.
+        let r = Ref::of(&v).unwrap();
+        let file = dir.join(path_of(&p.at.as_ref().unwrap().0, &r).as_ref());
+        for text in [&b"\"another secret of some length\""[..], b"\"a secret of some", b"\"a secret of some length\" 1"]
+        {
+            std::fs::write(&file, text).unwrap();
+            let err = p.read(&r).await.unwrap_err().to_string();
+            assert!(err.contains("SHA-256"), "{err}");
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 

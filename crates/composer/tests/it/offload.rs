@@ -548,11 +548,16 @@ async fn a_100_mb_output_goes_to_s3_and_back_within_the_stated_memory() {
     let s3 = composer_testkit::S3Server::start("payloads").await;
     let db = TestDb::create().await;
     let dir = composer_embedded::temp_dir("offload-100mb").unwrap();
-    let (proc, c) = coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &[]).await;
+    // Leases long enough for a debug build to hand a 100 MB input over.
+    let lease = [("COMPOSER_LEASE_TTL", "60s")];
+    let (proc, c) = coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &lease).await;
+    // The output is read by an expression (`size`), and passed on whole by
+    // a path, over the 64 MiB an expression may build, to a worker's step.
     let spec = json!({"name": "huge", "nodes": [
         {"id": "big", "type": "produce", "queue": "py"},
-        {"id": "size", "type": "TRANSFORM", "config": {"output": "${ .nodes.big.output.blob | length }"}}],
-        "edges": [{"from": "big", "to": "size"}]});
+        {"id": "size", "type": "TRANSFORM", "config": {"output": "${ .nodes.big.output.blob | length }"}},
+        {"id": "take", "type": "consume", "queue": "py", "config": {"blob": "${ .nodes.big.output.blob }"}}],
+        "edges": [{"from": "big", "to": "size"}, {"from": "size", "to": "take"}]});
     assert_eq!(c.post("/v1/workflows", &spec).await.0, 201);
     let (_, run) = c.post("/v1/runs", &json!({"workflow": "huge", "input": {}})).await;
     let run = run["id"].as_str().unwrap().to_string();
@@ -564,6 +569,14 @@ async fn a_100_mb_output_goes_to_s3_and_back_within_the_stated_memory() {
     let (status, ack) = c.post(&format!("/v1/tasks/{}/complete", task["id"].as_str().unwrap()), &report).await;
     drop(report);
     assert_eq!(status, 200, "{ack}");
+    let task = take(&c, "py").await;
+    assert_eq!(task["node_id"], "take", "{:.300}", task);
+    assert_eq!(task["input"]["blob"].as_str().map(str::len), Some(100_000_000));
+    let report = json!({"worker_id": "w", "run_id": task["run_id"], "attempt": task["attempt"], "output": 1});
+    let id = task["id"].as_str().unwrap().to_string();
+    drop(task);
+    let (status, ack) = c.post(&format!("/v1/tasks/{id}/complete"), &report).await;
+    assert_eq!(status, 200, "{ack}");
     let done = c.wait_for_run(&run, T).await;
     assert_eq!(done["status"], "SUCCEEDED", "{:.300}", done["error"]);
     let size = done["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "size").unwrap();
@@ -572,8 +585,10 @@ async fn a_100_mb_output_goes_to_s3_and_back_within_the_stated_memory() {
     assert_eq!(big["output"]["blob"].as_str().map(str::len), Some(100_000_000));
     drop(done);
     let stored = objects(&s3.bucket_dir("payloads"));
-    assert_eq!(stored.len(), 1, "one object, for the output: {stored:?}");
-    assert!(std::fs::metadata(&stored[0]).unwrap().len() > 100_000_000);
+    assert_eq!(stored.len(), 2, "big's output and take's input: {stored:?}");
+    for object in &stored {
+        assert!(std::fs::metadata(object).unwrap().len() > 100_000_000);
+    }
     let peak = peak_rss(proc.0.id());
     println!("coordinator peak RSS with a 100 MB output: {} MiB", peak >> 20);
     assert!(peak < RSS_BOUND, "{} MiB", peak >> 20);

@@ -1,6 +1,6 @@
 //! What an expression's source says before it is compiled: whether it is
-//! simple (its time bounded by its input), which nodes it reads, whether it
-//! is a secret reference.
+//! simple (its time bounded by its input), whether it only reads a path,
+//! which nodes it reads, whether it is a secret reference.
 
 /// Names a simple expression may use: paths, literals, operators,
 /// conditionals, and functions whose work is linear in their input.
@@ -153,4 +153,124 @@ pub fn secret_name(source: &str) -> Option<&str> {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !name.starts_with(|c: char| c.is_ascii_digit());
     valid.then_some(name)
+}
+
+/// Whether `source` only reads a path of its input (`.`, `.nodes.a.output`,
+/// `.input["k"][0]`, each step optionally `?`): it builds nothing, so its
+/// result is no larger than a value the scope already holds, whatever the
+/// byte limit on what an expression builds.
+pub fn is_path(source: &str) -> bool {
+    let s = source.trim().as_bytes();
+    if s.first() != Some(&b'.') {
+        return false;
+    }
+    let ident = |s: &[u8], i: usize| {
+        let n = s[i..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'_').count();
+        (n > 0 && !s[i].is_ascii_digit()).then_some(i + n)
+    };
+    let string = |s: &[u8], i: usize| {
+        if s.get(i) != Some(&b'"') {
+            return None;
+        }
+        let mut j = i + 1;
+        while j < s.len() {
+            match s[j] {
+                b'"' => return Some(j + 1),
+                // An escape, but never an interpolation `\(…)`, which evaluates.
+                b'\\' if s.get(j + 1) == Some(&b'(') => return None,
+                b'\\' => j += 2,
+                _ => j += 1,
+            }
+        }
+        None
+    };
+    let index = |s: &[u8], i: usize| {
+        let neg = usize::from(s.get(i) == Some(&b'-'));
+        let n = s[i + neg..].iter().take_while(|c| c.is_ascii_digit()).count();
+        (n > 0).then_some(i + neg + n)
+    };
+    let mut i = 0;
+    let mut first = true;
+    while i < s.len() {
+        let dotted = s[i] == b'.';
+        if dotted {
+            i += 1;
+        } else if s[i] != b'[' {
+            return false;
+        }
+        let step = match s.get(i) {
+            // `.` alone, or at the end.
+            None if dotted && first => Some(i),
+            Some(b'[') => {
+                let j = i + 1;
+                match string(s, j).or_else(|| index(s, j)) {
+                    Some(k) if s.get(k) == Some(&b']') => Some(k + 1),
+                    _ => None,
+                }
+            }
+            Some(b'"') if dotted => string(s, i),
+            Some(_) if dotted => ident(s, i),
+            _ => None,
+        };
+        let Some(next) = step else { return false };
+        i = next;
+        if s.get(i) == Some(&b'?') {
+            i += 1;
+        }
+        first = false;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_path;
+
+    #[test]
+    fn a_path_is_told_from_an_expression_that_builds() {
+        for path in [
+            ".",
+            ".input",
+            " .nodes.big.output ",
+            ".nodes.big.output.blob",
+            ".nodes[\"a-b\"].output",
+            ".nodes.\"a-b\".output",
+            ".input.list[0]",
+            ".input.list[-1]?",
+            ".input[\"x\"][2].y",
+            ".a?.b?",
+            ".[0]",
+            ".[\"k\"]",
+            ".a_1.b2",
+        ] {
+            assert!(is_path(path), "{path}");
+        }
+        for built in [
+            "",
+            "input",
+            "..",
+            ".a..b",
+            ".a | .b",
+            ".a + .b",
+            "[.a]",
+            "{a: .a}",
+            ".[]",
+            ".a[]",
+            ".a[1:2]",
+            ".a[.b]",
+            ".a.\"\\(.b)\"",
+            ".a[\"\\(.b)\"]",
+            ".a.1",
+            ".a[",
+            ".a[\"x]",
+            ".a.b, .c",
+            ".a as $x | $x",
+            ". * 2",
+            ".a // .b",
+            "$__loc__",
+            ".a[-]",
+        ] {
+            assert!(!is_path(built), "{built}");
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use jaq_core::load::{Arena, File, Loader};
 
-use super::analysis::is_simple;
+use super::analysis::{is_path, is_simple};
 use super::library::{compile_program, Filter, RESERVED};
 use super::sandbox::EVAL_STACK;
 use super::syntax::load_errors;
@@ -56,6 +56,9 @@ pub struct Expr {
     pub(super) linked: Arc<OnceLock<Linked>>,
     /// Whether it is simple ([`is_simple`]): evaluated by any [`Sandbox`].
     pub(super) simple: bool,
+    /// Whether it only reads a path ([`is_path`]): its result may be as
+    /// large as a value the run holds.
+    pub(super) path: bool,
 }
 
 /// The compiled program an expression belongs to: its own, or one shared by
@@ -181,7 +184,7 @@ impl Expr {
             let filter = Arc::new(compile_program(source, &[])?);
             let _ = linked.set(Linked { filter, index: None });
         }
-        Ok(Expr { source: source.to_string(), linked, simple: is_simple(source) })
+        Ok(Expr { source: source.to_string(), linked, simple: is_simple(source), path: is_path(source) })
     }
 
     pub fn source(&self) -> &str {

@@ -27,6 +27,10 @@ impl Expr {
     /// within the time limit, with its first output or an error.
     pub fn eval_limited(&self, sb: &Sandbox, scope: &Scope, limits: Limits) -> Result<Value, String> {
         sb.admit(&self.source, self.simple)?;
+        // A path builds nothing: it gives a value the run holds, which may
+        // be as large as a value may be (an offloaded one), not what an
+        // expression may build.
+        let limits = if self.path { limits.reading_a_path() } else { limits };
         let Some(linked) = self.linked.get() else {
             return Err(format!("{}: expression was never compiled", self.source));
         };

@@ -58,7 +58,25 @@ impl Limits {
         time: Duration::from_secs(5),
         output: 256 << 20,
     };
+
+    /// These limits for an expression that only reads a path
+    /// ([`is_path`](super::is_path)): its result is a value the run already
+    /// holds, written out once, so it may be as large as a value may be
+    /// ([`PATH_OUTPUT`]) and take the time that takes ([`PATH_TIME`]).
+    pub fn reading_a_path(self) -> Limits {
+        Limits { output: self.output.max(PATH_OUTPUT), time: self.time.max(PATH_TIME), ..self }
+    }
 }
+
+/// What a path may give: the largest value a run holds (an offloaded one,
+/// `COMPOSER_MAX_OFFLOADED`, at most 1 GiB), with room for jaq's JSON to
+/// differ from serde_json's. The engine then holds what it stores to the
+/// configured limit.
+pub const PATH_OUTPUT: usize = (1 << 30) + (1 << 26);
+
+/// The time a path may take to write out [`PATH_OUTPUT`] bytes, linear in
+/// them (the evaluation backstop, `COMPOSER_EVAL_BACKSTOP`, still holds).
+pub const PATH_TIME: Duration = Duration::from_secs(20);
 
 /// Which limit an evaluation exceeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,10 +34,10 @@ mod syntax;
 mod template;
 mod value;
 
-pub use analysis::{is_simple, node_refs, secret_name};
+pub use analysis::{is_path, is_simple, node_refs, secret_name};
 pub use compile::{noting_simplicity, noting_sources, on_eval_stack, together, Expr, MAX_EXPRESSION_BYTES};
 pub use eval::{Part, Scope};
-pub use guard::{inline, take_exceeded, use_clock, Clock, Exceeded, InlineSpent, Limits};
+pub use guard::{inline, take_exceeded, use_clock, Clock, Exceeded, InlineSpent, Limits, PATH_OUTPUT, PATH_TIME};
 pub use sandbox::{sandbox_thread, sandboxed, Sandbox, EVAL_STACK};
 pub use template::{escape_data, segments, PieceOwned, Segment, Template};
 
@@ -212,6 +212,23 @@ mod tests {
         fails_within("reduce range(64) as $i ([1]; [., .])", "expr_max_bytes (a result of more than", small);
         fails_within(r#"reduce range(64) as $i ("x"; "\(.)\(.)")"#, "expr_max_bytes", small);
         fails_within("reduce range(200) as $i (100000000000000000000; . * .)", "expr_max_bytes", small);
+    }
+
+    /// A path gives a value the run holds whatever its size (an offloaded
+    /// one may be up to a GiB), where building one is held to the limits.
+    #[test]
+    fn a_path_gives_a_large_value_whole_and_building_one_is_still_refused() {
+        let small = Limits { bytes: 1 << 20, output: 1 << 20, ..Limits::DEFAULT };
+        let big = json!({"blob": "x".repeat(3 << 20), "list": (0..200_000).collect::<Vec<_>>()});
+        let scope = Scope::new(&json!({"nodes": {"big": {"output": big}}})).unwrap();
+        let eval = |source: &str| Expr::compile(source).unwrap().eval_limited(&sb(), &scope, small);
+        assert_eq!(eval(".nodes.big.output").unwrap(), big);
+        assert_eq!(eval(".nodes[\"big\"].output.blob").unwrap(), big["blob"]);
+        for built in ["[.nodes.big.output.blob]", ".nodes.big.output.blob + \"\"", ".nodes.big | .output.list"] {
+            let e = eval(built).unwrap_err();
+            assert!(e.contains("expr_max_bytes"), "{built}: {e}");
+        }
+        assert_eq!(eval(".nodes.big.output.list | length").unwrap(), 200_000, "reading is not building");
     }
 
     #[test]
