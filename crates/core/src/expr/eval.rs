@@ -1,13 +1,14 @@
 //! Evaluating an [`Expr`] in a [`Sandbox`], under its budget, over a
 //! [`Scope`]: its input converted once for many expressions.
 
+use std::cell::Cell;
 use std::fmt;
 
 use jaq_core::{Ctx, Vars};
 use serde_json::Value;
 
 use super::compile::Expr;
-use super::guard::{self, Exceeded, Limits};
+use super::guard::{self, Exceeded, Limits, PATH_OUTPUT};
 use super::sandbox::Sandbox;
 use super::value::{self, Lookup, Sandboxed};
 
@@ -27,10 +28,17 @@ impl Expr {
     /// within the time limit, with its first output or an error.
     pub fn eval_limited(&self, sb: &Sandbox, scope: &Scope, limits: Limits) -> Result<Value, String> {
         sb.admit(&self.source, self.simple)?;
-        // A path builds nothing: it gives a value the run holds, which may
-        // be as large as a value may be (an offloaded one), not what an
-        // expression may build.
-        let limits = if self.path { limits.reading_a_path() } else { limits };
+        // A path in a value to store ([`with_paths`]) builds nothing: it
+        // gives a value the run holds, which may be as large as a value may
+        // be (an offloaded one), not what an expression may build. Not
+        // inline, where work must stay cheap: past the usual limit it goes
+        // to the evaluation threads.
+        let path_left = if self.path { PATH_LEFT.with(Cell::get) } else { None };
+        let inline = guard::inline_running();
+        let limits = match path_left {
+            Some(left) if !inline => limits.reading_a_path(left),
+            _ => limits,
+        };
         let Some(linked) = self.linked.get() else {
             return Err(format!("{}: expression was never compiled", self.source));
         };
@@ -42,7 +50,19 @@ impl Expr {
             let ctx = Ctx::<Sandboxed>::new(Lookup(&linked.filter.lut), vars);
             let mut out = linked.filter.id.run((ctx, scope.0.clone()));
             match out.next() {
-                Some(Ok(v)) => to_json(&v.inner, limits),
+                Some(Ok(v)) => match to_json(&v.inner, limits) {
+                    Ok((value, written)) => {
+                        if let (Some(left), false) = (path_left, inline) {
+                            PATH_LEFT.with(|c| c.set(Some(left.saturating_sub(written))));
+                        }
+                        Ok(value)
+                    }
+                    Err(Json::Output) if path_left.is_some() && inline => {
+                        std::panic::resume_unwind(Box::new(Exceeded::Inline))
+                    }
+                    Err(Json::Output) => Err(Exceeded::Output(limits.output).to_string()),
+                    Err(Json::Other(e)) => Err(e),
+                },
                 Some(Err(e)) => match e.get_err() {
                     Ok(e) => Err(value::describe(&e)),
                     Err(_) => Err("stopped outside of a label".to_string()),
@@ -66,22 +86,59 @@ impl Expr {
     }
 }
 
-/// A result as JSON: no bigger than the byte limit and no deeper than the
-/// depth limit, so that it can be stored and read back.
-fn to_json(v: &jaq_json::Val, limits: Limits) -> Result<Value, String> {
+/// Why a result is not JSON to keep.
+enum Json {
+    /// Over the output limit.
+    Output,
+    Other(String),
+}
+
+/// A result as JSON, and the bytes of its text: no bigger than the byte
+/// limit and no deeper than the depth limit, so that it can be stored and
+/// read back.
+fn to_json(v: &jaq_json::Val, limits: Limits) -> Result<(Value, usize), Json> {
     use fmt::Write;
     let mut text = value::Capped { out: String::new(), limit: limits.output };
     if write!(text, "{v}").is_err() {
-        return Err(Exceeded::Output(limits.output).to_string());
+        return Err(Json::Output);
     }
-    serde_json::from_str(&text.out).map_err(|e| {
-        if e.to_string().contains("recursion limit") {
+    let written = text.out.len();
+    let value = serde_json::from_str(&text.out).map_err(|e| {
+        Json::Other(if e.to_string().contains("recursion limit") {
             Exceeded::Depth(limits.depth).to_string()
         } else {
             let cut: String = text.out.chars().take(200).collect();
             format!("result {cut} is not JSON")
+        })
+    })?;
+    Ok((value, written))
+}
+
+thread_local! {
+    /// Bytes the paths of the value being evaluated to be stored may still
+    /// give ([`with_paths`]); none: a path is held to the limits of any
+    /// expression (a condition, a key, a message, a MAP's items).
+    static PATH_LEFT: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Runs `f`, the evaluation of a value to store (a step's input, a
+/// TRANSFORM's output, a child's input, the run's output), with its paths
+/// ([`is_path`](super::is_path)) allowed to give up to [`PATH_OUTPUT`]
+/// bytes in all, past what an expression may build.
+pub(super) fn with_paths<T>(f: impl FnOnce() -> T) -> T {
+    with_paths_up_to(PATH_OUTPUT, f)
+}
+
+/// [`with_paths`] with another budget than [`PATH_OUTPUT`].
+pub(super) fn with_paths_up_to<T>(budget: usize, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PATH_LEFT.with(|c| c.set(self.0));
         }
-    })
+    }
+    let _restore = Restore(PATH_LEFT.with(|c| c.replace(Some(budget))));
+    f()
 }
 
 /// An expression input converted to jaq's values once, so that many

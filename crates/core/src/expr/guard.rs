@@ -60,18 +60,19 @@ impl Limits {
     };
 
     /// These limits for an expression that only reads a path
-    /// ([`is_path`](super::is_path)): its result is a value the run already
-    /// holds, written out once, so it may be as large as a value may be
-    /// ([`PATH_OUTPUT`]) and take the time that takes ([`PATH_TIME`]).
-    pub fn reading_a_path(self) -> Limits {
-        Limits { output: self.output.max(PATH_OUTPUT), time: self.time.max(PATH_TIME), ..self }
+    /// ([`is_path`](super::is_path)) in a value to store: its result is a
+    /// value the run already holds, written out once, so it may be as
+    /// large as the `left` of [`PATH_OUTPUT`] the value's paths have not
+    /// given yet, and take the time that takes ([`PATH_TIME`]).
+    pub fn reading_a_path(self, left: usize) -> Limits {
+        Limits { output: self.output.max(left), time: self.time.max(PATH_TIME), ..self }
     }
 }
 
-/// What a path may give: the largest value a run holds (an offloaded one,
-/// `COMPOSER_MAX_OFFLOADED`, at most 1 GiB), with room for jaq's JSON to
-/// differ from serde_json's. The engine then holds what it stores to the
-/// configured limit.
+/// What the paths of one value to store may give in all: the largest value
+/// a run holds (an offloaded one, `COMPOSER_MAX_OFFLOADED`, at most 1 GiB),
+/// with room for jaq's JSON to differ from serde_json's. The engine then
+/// holds what it stores to the configured limit.
 pub const PATH_OUTPUT: usize = (1 << 30) + (1 << 26);
 
 /// The time a path may take to write out [`PATH_OUTPUT`] bytes, linear in
@@ -167,6 +168,12 @@ pub fn inline<T>(steps: u64, work: impl FnOnce() -> T) -> Result<T, InlineSpent>
         Err(payload) if payload.is::<InlineSpent>() => Err(InlineSpent),
         Err(payload) => panic::resume_unwind(payload),
     }
+}
+
+/// Whether this thread runs work inline ([`inline`]), where an evaluation
+/// must stay cheap.
+pub(super) fn inline_running() -> bool {
+    INLINE_LEFT.with(Cell::get).is_some()
 }
 
 /// True when an evaluation on this thread exceeded a limit since the last

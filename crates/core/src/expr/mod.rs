@@ -214,21 +214,52 @@ mod tests {
         fails_within("reduce range(200) as $i (100000000000000000000; . * .)", "expr_max_bytes", small);
     }
 
-    /// A path gives a value the run holds whatever its size (an offloaded
-    /// one may be up to a GiB), where building one is held to the limits.
+    /// In a value to store, a path gives a value the run holds whatever its
+    /// size (an offloaded one may be up to a GiB), up to a budget for the
+    /// whole value; building one is held to the limits, and so is a path
+    /// anywhere else (a condition, a key) and one run inline, which goes
+    /// to the evaluation threads instead.
     #[test]
-    fn a_path_gives_a_large_value_whole_and_building_one_is_still_refused() {
-        let small = Limits { bytes: 1 << 20, output: 1 << 20, ..Limits::DEFAULT };
-        let big = json!({"blob": "x".repeat(3 << 20), "list": (0..200_000).collect::<Vec<_>>()});
+    fn a_path_in_a_value_to_store_gives_a_large_value_whole_and_only_there() {
+        let big = json!({"blob": "x".repeat((64 << 20) + 1), "list": (0..1000).collect::<Vec<_>>()});
         let scope = Scope::new(&json!({"nodes": {"big": {"output": big}}})).unwrap();
-        let eval = |source: &str| Expr::compile(source).unwrap().eval_limited(&sb(), &scope, small);
-        assert_eq!(eval(".nodes.big.output").unwrap(), big);
-        assert_eq!(eval(".nodes[\"big\"].output.blob").unwrap(), big["blob"]);
-        for built in ["[.nodes.big.output.blob]", ".nodes.big.output.blob + \"\"", ".nodes.big | .output.list"] {
-            let e = eval(built).unwrap_err();
-            assert!(e.contains("expr_max_bytes"), "{built}: {e}");
+        let tpl = |v: Value| Template::compile(&v).unwrap();
+        let path = tpl(json!({"b": "${ .nodes.big.output.blob }"}));
+        assert_eq!(path.eval_value(&sb(), Some(&scope)).unwrap()["b"], big["blob"]);
+        assert_eq!(path.eval_input(&sb(), Some(&scope)).unwrap()["b"], big["blob"], "a step's input");
+        for elsewhere in
+            [path.eval_in(&sb(), Some(&scope)), Expr::compile(".nodes.big.output.blob").unwrap().eval_in(&sb(), &scope)]
+        {
+            let e = elsewhere.unwrap_err();
+            assert!(e.contains("expr_max_bytes"), "{e}");
         }
-        assert_eq!(eval(".nodes.big.output.list | length").unwrap(), 200_000, "reading is not building");
+        let built = tpl(json!("${ .nodes.big.output.blob + \"\" }")).eval_value(&sb(), Some(&scope)).unwrap_err();
+        assert!(built.contains("expr_max_bytes"), "{built}");
+        // Inline (on the async runtime), it is not done there.
+        let inline = guard::inline(u64::MAX, || path.eval_value(&sb(), Some(&scope)));
+        assert!(inline.is_err(), "sent to the evaluation threads");
+        // The paths of one value share one budget: copies of a path do not
+        // multiply it.
+        let list = tpl(json!(["${ .nodes.big.output.list }", "${ .nodes.big.output.list }"]));
+        let one = serde_json::to_string(&big["list"]).unwrap().len();
+        let under = |budget: usize| {
+            eval::with_paths_up_to(budget, || {
+                let small = Limits { output: 16, ..Limits::DEFAULT };
+                match &list {
+                    Template::Array(items) => items
+                        .iter()
+                        .map(|t| match t {
+                            Template::Whole(e) => e.eval_limited(&sb(), &scope, small),
+                            _ => unreachable!(),
+                        })
+                        .collect::<Result<Vec<_>, _>>(),
+                    _ => unreachable!(),
+                }
+            })
+        };
+        assert_eq!(under(2 * one).unwrap().len(), 2);
+        let e = under(2 * one - 1).unwrap_err();
+        assert!(e.contains("expr_max_bytes"), "{e}");
     }
 
     #[test]

@@ -242,11 +242,20 @@ impl Template {
         self.eval_as(sb, scope, false, Limits::DEFAULT)
     }
 
-    /// Evaluates a task's input: like [`Template::eval_in`], with every
+    /// Evaluates a task's input: like [`Template::eval_value`], with every
     /// value that came from data escaped ([`escape_data`]), so that only the
     /// definition's text can reference a secret.
     pub fn eval_input(&self, sb: &Sandbox, scope: Option<&Scope>) -> Result<Value, String> {
-        self.eval_as(sb, scope, true, Limits::DEFAULT)
+        super::eval::with_paths(|| self.eval_as(sb, scope, true, Limits::DEFAULT))
+    }
+
+    /// Evaluates a value to store (a TRANSFORM's output, a child's input,
+    /// the run's output): like [`Template::eval_in`], but a path in it
+    /// (`${ .nodes.big.output }`) may pass on a value the run holds whole,
+    /// past what an expression may build, up to `PATH_OUTPUT` for the
+    /// whole value.
+    pub fn eval_value(&self, sb: &Sandbox, scope: Option<&Scope>) -> Result<Value, String> {
+        super::eval::with_paths(|| self.eval_as(sb, scope, false, Limits::DEFAULT))
     }
 
     /// Like [`Template::eval_in`], under other limits (a MAP's `items`).

@@ -140,7 +140,7 @@ impl Machine<'_> {
                 // resolves secrets in: nothing to escape.
                 NodeKind::SubWorkflow { .. } => template
                     .template
-                    .eval_in(sb, Some(&scope))
+                    .eval_value(sb, Some(&scope))
                     .and_then(|v| storable::check(&v, "config", max).map(|()| v))
                     .map_err(|e| format!("config: {e}")),
                 _ => template

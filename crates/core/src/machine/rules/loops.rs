@@ -89,6 +89,6 @@ impl Machine<'_> {
         scope
             .ok_or_else(|| "no scope".to_string())
             .and_then(|s| s.with(&[("iteration", &json!({"index": index})), ("previous", &previous)]))
-            .and_then(|s| node.template.eval_in(self.sb, Some(&s)))
+            .and_then(|s| node.template.eval_value(self.sb, Some(&s)))
     }
 }

@@ -187,7 +187,13 @@ impl Machine<'_> {
         }
         if let Some(template) = &self.wf.output {
             let max = self.run.max_payload;
-            match template.eval(self.sb, &self.context()).and_then(|v| storable::check(&v, "output", max).map(|()| v)) {
+            let stored = match template.is_literal() {
+                true => template.eval_value(self.sb, None),
+                false => crate::expr::Scope::new(&self.context())
+                    .and_then(|scope| template.eval_value(self.sb, Some(&scope))),
+            };
+            let stored = stored.and_then(|v| storable::check(&v, "output", max).map(|()| v));
+            match stored {
                 Ok(output) => self.set_run(RunStatus::Succeeded, Some(output), None),
                 Err(e) => self.set_run(RunStatus::Failed, None, Some(format!("output: {e}"))),
             }

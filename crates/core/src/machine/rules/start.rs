@@ -135,13 +135,13 @@ impl Machine<'_> {
                 }
             }
             NodeKind::Transform { output } => {
-                eval(output).map(Started::Done).map_err(|e| format!("config.output: {e}"))
+                output.eval_value(sb, scope).map(Started::Done).map_err(|e| format!("config.output: {e}"))
             }
             NodeKind::Map(m) => {
                 self.evaluate_items(m, scope).map(Started::Map).map_err(|e| format!("config.items: {e}"))
             }
             NodeKind::SubWorkflow { .. } => {
-                eval(&node.template).map(Started::Child).map_err(|e| format!("config: {e}"))
+                node.template.eval_value(sb, scope).map(Started::Child).map_err(|e| format!("config: {e}"))
             }
             NodeKind::Loop(_) => self.iteration_input(t, scope).map(Started::Child).map_err(|e| format!("config: {e}")),
             NodeKind::Fail { message, code } => match eval(message) {
