@@ -159,9 +159,15 @@ pub fn after_commit(wf: &Workflow, run: &Run, tr: &Transition) -> Vec<AfterCommi
         let task = &run.tasks[t];
         if wf.nodes[task.node].kind.traits().has_child {
             let waiting = task.state == TaskState::Running && !task.removed;
-            // An attempt not yet started has no child of its own yet; one
-            // started later is waited for.
-            let started = !matches!(task.state, TaskState::Pending | TaskState::Queued);
+            // An attempt (or iteration) not yet started has no child of its
+            // own yet; one started later is waited for. A WAITING task
+            // without an error is a LOOP's delay before its next iteration
+            // (a retry's wait holds the error of the attempt that ran).
+            let started = match task.state {
+                TaskState::Pending | TaskState::Queued => false,
+                TaskState::Waiting => task.error.is_some(),
+                _ => true,
+            };
             let current = !waiting && started;
             let iteration = task.iteration.unwrap_or(0);
             // A first attempt's first iteration that just started has no other child.

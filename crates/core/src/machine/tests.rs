@@ -1958,9 +1958,15 @@ fn a_loop_fails_after_max_iterations_and_a_failed_iteration_is_retried_as_itself
 fn a_loops_delay_is_a_timer_and_a_pause_holds_the_next_iteration() {
     let mut s = Sim::new(loop_wf(json!({"delay": "10s"})));
     s.apply(Event::RunStarted);
-    iteration_done(&mut s, RunStatus::Succeeded, json!({"n": 1}));
+    let tr = iteration_done(&mut s, RunStatus::Succeeded, json!({"n": 1}));
     let poll = s.task("poll").clone();
     assert_eq!(poll.state, TaskState::Waiting);
+    // The cancel this commit owes reaches the iteration that ended, not
+    // the next one's child, which may have started by the time it runs.
+    assert_eq!(
+        after_commit(&s.wf, &s.run, &tr),
+        vec![AfterCommit::CancelChildren { task_id: poll.id, attempt: 1, iteration: 1, current: false }]
+    );
     assert_eq!(poll.wake_at, Some(s.now + chrono::Duration::seconds(10)));
     s.apply(Event::PauseRun);
     s.now += chrono::Duration::seconds(11);
