@@ -103,6 +103,34 @@ async fn a_value_the_engine_computes_is_bounded_by_the_payload_limit() {
     e.stop().await;
 }
 
+/// A WAIT_FOR_EVENT key computed from data is held to the longest key an
+/// event may have: a longer one can never be sent, and the run waited for
+/// it forever.
+#[tokio::test]
+async fn a_computed_event_key_longer_than_an_event_may_have_fails_its_step_naming_the_limit() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    let wait = json!({"name": "keyed", "nodes": [{"id": "w", "type": "WAIT_FOR_EVENT",
+        "config": {"event": "e", "key": "${ .input.k }"}}]});
+    e.register(&wait).await;
+    // Text that does not compress (an index entry is compressed first).
+    let noise: String =
+        (0..8000u32).map(|i| char::from(b'!' + (i.wrapping_mul(2_654_435_761) >> 7) as u8 % 90)).collect();
+    let id = e.start_run("keyed", json!({"k": noise})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "FAILED", "{run:.400}");
+    let error = run["error"].as_str().unwrap();
+    assert!(error.contains("config.key") && error.contains("1024"), "{error:.400}");
+    // One at the limit waits.
+    let id = e.start_run("keyed", json!({"k": "k".repeat(1024)})).await;
+    let w = composer_testkit::poll_until(T, || async {
+        let t = e.task(id, "w").await;
+        (t["state"] == "WAITING").then_some(t)
+    })
+    .await;
+    assert!(w.is_ok(), "{w:?}");
+    e.stop().await;
+}
+
 /// PostgreSQL gives a jsonb number back as its exact decimal digits; one
 /// near f64::MAX read back with serde_json's fast parser overflowed, so the
 /// definition was stored and every read of it (and the list of workflows)

@@ -16,10 +16,10 @@ use crate::engine::Engine;
 use crate::triggers::Incoming;
 use composer_store::Pool;
 
+/// Longest event key, in characters.
+pub use composer_core::definition::MAX_EVENT_KEY;
 /// Longest event name, in characters.
 pub use composer_core::definition::MAX_EVENT_NAME;
-/// Longest event key, in characters.
-pub const MAX_EVENT_KEY: usize = 1024;
 /// Longest event id, in characters.
 pub const MAX_EVENT_ID: usize = 256;
 

@@ -591,6 +591,9 @@ pub enum StartKeyError {
 pub const MAX_TRIGGERS: usize = 16;
 /// Longest event name, in characters (an event's, a trigger's, a webhook's).
 pub const MAX_EVENT_NAME: usize = 256;
+/// Longest event key, in characters: an event's, and so a WAIT_FOR_EVENT
+/// step's (a longer one could never be matched).
+pub const MAX_EVENT_KEY: usize = 1024;
 
 /// A trigger, compiled: the run an event of its name starts.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::definition::limit::keys_in;
-use crate::definition::{NodeKind, WaitFor};
+use crate::definition::{NodeKind, WaitFor, MAX_EVENT_KEY};
 use crate::expr::Scope;
 use crate::machine::codes;
 use crate::machine::effect::Effect;
@@ -39,7 +39,16 @@ fn storable_start(started: Started, max: usize) -> Result<Started, Failure> {
     match &started {
         Started::Dispatch(v, _) | Started::Child(v) => storable::check(v, "config", max).map_err(unstorable)?,
         Started::Done(v) => storable::check(v, "config.output", max).map_err(unstorable)?,
-        Started::Wait(_, Some((_, key))) => storable::check_text(key, "config.key").map_err(unstorable)?,
+        Started::Wait(_, Some((_, key))) => {
+            storable::check_text(key, "config.key").map_err(unstorable)?;
+            let chars = key.chars().count();
+            if chars > MAX_EVENT_KEY {
+                return Err(unstorable(format!(
+                    "config.key: {chars} characters, longer than the {MAX_EVENT_KEY} an event's key may have \
+                     (no event could ever match it)"
+                )));
+            }
+        }
         Started::Fail(m, _) => storable::check_text(m, "config.message").map_err(unstorable)?,
         Started::Wait(_, None) | Started::Map(_) => {}
     }
