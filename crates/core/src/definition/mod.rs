@@ -78,7 +78,10 @@ impl Concurrency {
             Ok(Value::String(s)) if s.len() <= MAX_CONCURRENCY_KEY => Ok(s),
             Ok(Value::String(_)) => Err(format!("concurrency.key: longer than {MAX_CONCURRENCY_KEY} bytes")),
             Ok(Value::Number(n)) => Ok(n.to_string()),
-            Ok(other) => Err(format!("concurrency.key: must be a string or a number, got {other}")),
+            Ok(other) => Err(format!(
+                "concurrency.key: must be a string or a number, got {}",
+                crate::clipped(&other.to_string(), 200)
+            )),
             Err(e) => Err(format!("concurrency.key: {e}")),
         }
     }
@@ -460,7 +463,9 @@ pub fn tag_value(key: &str, v: &Value) -> Result<String, String> {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
         Value::Bool(b) => b.to_string(),
-        other => return Err(format!("tag {key}: must be text or a number, got {other}")),
+        other => {
+            return Err(format!("tag {key}: must be text or a number, got {}", crate::clipped(&other.to_string(), 200)))
+        }
     };
     if text.chars().count() > MAX_TAG_VALUE || text.contains('\0') {
         return Err(format!("tag {key}: at most {MAX_TAG_VALUE} characters, without NUL"));

@@ -81,7 +81,9 @@ impl Expr {
     pub fn eval_bool_in(&self, sb: &Sandbox, scope: &Scope) -> Result<bool, String> {
         match self.eval_in(sb, scope)? {
             Value::Bool(b) => Ok(b),
-            other => Err(format!("{}: must yield a boolean, got {other}", self.source)),
+            other => {
+                Err(format!("{}: must yield a boolean, got {}", self.source, crate::clipped(&other.to_string(), 200)))
+            }
         }
     }
 }

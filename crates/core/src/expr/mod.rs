@@ -214,6 +214,15 @@ mod tests {
         fails_within("reduce range(200) as $i (100000000000000000000; . * .)", "expr_max_bytes", small);
     }
 
+    /// An error that names a value of the wrong type shows its start, not
+    /// the whole of it (a condition over a large output).
+    #[test]
+    fn a_wrong_value_in_an_error_is_clipped() {
+        let long = json!({"x": "y".repeat(100_000)});
+        let e = Expr::compile(".x").unwrap().eval_bool(&sb(), &long).unwrap_err();
+        assert!(e.contains("must yield a boolean") && e.len() < 400, "{} bytes", e.len());
+    }
+
     /// In a value to store, a path gives a value the run holds whatever its
     /// size (an offloaded one may be up to a GiB), up to a budget for the
     /// whole value; building one is held to the limits, and so is a path

@@ -139,7 +139,9 @@ impl Machine<'_> {
                 match eval(key) {
                     Ok(Value::String(k)) => Ok(Started::Wait(until, Some((event.clone(), k)))),
                     Ok(Value::Number(n)) => Ok(Started::Wait(until, Some((event.clone(), n.to_string())))),
-                    Ok(other) => Err(format!("config.key: must be a string, got {other}")),
+                    Ok(other) => {
+                        Err(format!("config.key: must be a string, got {}", crate::clipped(&other.to_string(), 200)))
+                    }
                     Err(e) => Err(format!("config.key: {e}")),
                 }
             }
@@ -235,6 +237,6 @@ fn parse_time(v: &Value) -> Result<DateTime<Utc>, String> {
             .as_f64()
             .and_then(|secs| DateTime::from_timestamp_millis((secs * 1000.0) as i64))
             .ok_or_else(|| format!("{n} is not a unix time")),
-        other => Err(format!("expected a timestamp, got {other}")),
+        other => Err(format!("expected a timestamp, got {}", crate::clipped(&other.to_string(), 200))),
     }
 }
