@@ -39,7 +39,12 @@ fn layered(layers: usize, width: usize) -> Value {
 /// Runs a whole workflow through the machine: start, then complete every
 /// dispatched task; returns how many events were applied.
 fn run_all(wf: &Workflow) -> usize {
-    let mut run = Run::new(Uuid::nil(), json!({"n": 1}));
+    run_all_with(wf, json!({"n": 1}))
+}
+
+/// [`run_all`] of a run with this input.
+fn run_all_with(wf: &Workflow, input: Value) -> usize {
+    let mut run = Run::new(Uuid::nil(), input);
     let mut n = 0u128;
     let mut ids = || {
         n += 1;
@@ -69,6 +74,26 @@ fn state_machine(c: &mut Criterion) {
     let small = Workflow::parse(&layered(3, 1)).unwrap();
     g.throughput(Throughput::Elements(run_all(&small) as u64));
     g.bench_function("3_step_chain_all_events", |b| b.iter(|| black_box(run_all(&small))));
+    // A 1 MiB input (1,024 strings of 1 KiB), read by every step or by the
+    // first only: a step's scope converts the input only if it may read it.
+    let input = json!({"n": 1, "list": vec!["x".repeat(1024); 1024]});
+    let chain = |read: &str| {
+        let nodes: Vec<Value> = (0..3)
+            .map(|i| {
+                let from = if i == 0 { ".input.n" } else { read };
+                json!({"id": format!("s{i}"), "type": "HTTP", "config": {"url": "http://h/x", "body": {"n": format!("${{ {from} }}")}}})
+            })
+            .collect();
+        let edges = [json!({"from": "s0", "to": "s1"}), json!({"from": "s1", "to": "s2"})];
+        Workflow::parse(&json!({"name": "big", "nodes": nodes, "edges": edges})).unwrap()
+    };
+    let (read, unread) = (chain(".input.n"), chain(".nodes.s0.output.ok"));
+    g.bench_function("3_step_chain_1_mib_input_read_by_each", |b| {
+        b.iter(|| black_box(run_all_with(&read, input.clone())))
+    });
+    g.bench_function("3_step_chain_1_mib_input_read_by_first", |b| {
+        b.iter(|| black_box(run_all_with(&unread, input.clone())))
+    });
     g.finish();
 }
 

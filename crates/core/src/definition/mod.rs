@@ -248,11 +248,13 @@ impl Workflow {
         let topo_order = topological_order(spec, &edges, &incoming, &outgoing)?;
         for (i, node) in nodes.iter_mut().enumerate() {
             node.reads = reads_of(node, &incoming[i], &edges, &index);
+            node.reads_input = sources_of(node, &incoming[i], &edges).into_iter().any(crate::expr::reads_input);
         }
         // Item templates go after the user's nodes; a MAP reads what its
         // template reads (the items' inputs are evaluated in its scope).
         for (map, template) in templates {
             let reads = reads_of(&template, &[], &edges, &index);
+            nodes[map].reads_input |= sources_of(&template, &[], &edges).into_iter().any(crate::expr::reads_input);
             let at = nodes.len();
             if let NodeKind::Map(m) = &mut nodes[map].kind {
                 m.template = at;
@@ -742,17 +744,23 @@ fn compile_on_failure(h: &OnFailureSpec) -> Result<OnFailure, ValidationError> {
 /// The nodes `node`'s expressions and incoming conditions read, sorted;
 /// `None` when an expression may read any node.
 fn reads_of(node: &Node, incoming: &[usize], edges: &[Edge], index: &HashMap<String, usize>) -> Option<Vec<usize>> {
-    let mut sources = node.template.sources();
-    sources.extend(node.kind.sources());
-    sources.extend(node.limits.iter().flat_map(|l| l.key.sources()));
-    sources.extend(incoming.iter().filter_map(|&e| edges[e].when.as_ref().map(|w| w.source())));
     let mut reads = Vec::new();
-    for src in sources {
+    for src in sources_of(node, incoming, edges) {
         reads.extend(crate::expr::node_refs(src)?.iter().filter_map(|id| index.get(id).copied()));
     }
     reads.sort_unstable();
     reads.dedup();
     Some(reads)
+}
+
+/// The expressions evaluated in `node`'s scope: its config's, its kind's,
+/// its limits' keys and its incoming edges' conditions.
+fn sources_of<'a>(node: &'a Node, incoming: &[usize], edges: &'a [Edge]) -> Vec<&'a str> {
+    let mut sources = node.template.sources();
+    sources.extend(node.kind.sources());
+    sources.extend(node.limits.iter().flat_map(|l| l.key.sources()));
+    sources.extend(incoming.iter().filter_map(|&e| edges[e].when.as_ref().map(|w| w.source())));
+    sources
 }
 
 /// Kahn's algorithm; whatever cannot be ordered lies on a cycle.
@@ -876,6 +884,48 @@ mod tests {
 
     fn map(config: Value) -> Value {
         json!({"name": "m", "nodes": [{"id": "each", "type": "MAP", "config": config}]})
+    }
+
+    /// A node's scope holds the run's input only when one of the expressions
+    /// evaluated in it (config, kind, limits' keys, incoming conditions, a
+    /// MAP's item template) may read it.
+    #[test]
+    fn a_node_reads_the_input_when_an_expression_evaluated_in_its_scope_may() {
+        let item = |url: &str| json!({"type": "HTTP", "config": {"url": url}});
+        let wf = Workflow::parse(&json!({"name": "r", "nodes": [
+            {"id": "a", "type": "HTTP", "config": {"url": "http://h/${ .input.path }"}},
+            {"id": "b", "type": "HTTP", "config": {"url": "http://h/${ .nodes.a.output.next }"}},
+            {"id": "c", "type": "HTTP", "config": {"url": "http://h/c"}},
+            {"id": "d", "type": "HTTP", "config": {"url": "http://h/d"}},
+            {"id": "keyed", "type": "HTTP", "config": {"url": "http://h/${ .nodes.a.output.n }"},
+             "limits": [{"key": "${ .input.account }", "concurrency": 1}]},
+            {"id": "m1", "type": "MAP", "config": {"items": "${ .nodes.a.output.list }", "node": item("http://h/${ .item }")}},
+            {"id": "m2", "type": "MAP", "config": {"items": "${ .nodes.a.output.list }", "node": item("http://h/${ .input.k }")}},
+            {"id": "m3", "type": "MAP", "config": {"items": "${ .input.list }", "node": item("http://h/${ .item }")}},
+            {"id": "t", "type": "TRANSFORM", "config": {"output": "${ .nodes.a.output | {input: .input} }"}},
+            {"id": "u", "type": "TRANSFORM", "config": {"output": "${ . }"}}
+        ], "edges": [
+            {"from": "a", "to": "b"}, {"from": "a", "to": "c", "when": ".nodes.a.output.ok == true"},
+            {"from": "a", "to": "d", "when": ".input.go"}, {"from": "a", "to": "keyed"},
+            {"from": "a", "to": "m1"}, {"from": "a", "to": "m2"}, {"from": "a", "to": "m3"},
+            {"from": "a", "to": "t"}, {"from": "a", "to": "u"}
+        ]}))
+        .unwrap();
+        let reads = |id: &str| wf.nodes[wf.node_index(id).unwrap()].reads_input;
+        for (id, expected) in [
+            ("a", true),
+            ("b", false),
+            ("c", false),
+            ("d", true),
+            ("keyed", true),
+            ("m1", false),
+            ("m2", true),
+            ("m3", true),
+            ("t", false),
+            ("u", true),
+        ] {
+            assert_eq!(reads(id), expected, "{id}");
+        }
     }
 
     #[test]

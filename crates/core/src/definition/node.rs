@@ -32,6 +32,10 @@ pub struct Node {
     /// Node indices this node's expressions and incoming conditions read;
     /// `None` when they may read any node.
     pub reads: Option<Vec<usize>>,
+    /// Whether any of them may read the run's `.input`
+    /// ([`reads_input`](crate::expr::reads_input)); a node's scope holds the
+    /// input only then.
+    pub reads_input: bool,
     pub retry: RetryPolicy,
     /// The longest one attempt may take (dispatched nodes only).
     pub timeout: Option<Duration>,
@@ -136,6 +140,7 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         config: if traits.has_items { n.config.clone() } else { config },
         template,
         reads: None,
+        reads_input: true,
         item_of: None,
         limits,
         coordinator_may_run,

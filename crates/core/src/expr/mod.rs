@@ -34,7 +34,7 @@ mod syntax;
 mod template;
 mod value;
 
-pub use analysis::{is_path, is_simple, node_refs, secret_name};
+pub use analysis::{is_path, is_simple, node_refs, reads_input, secret_name};
 pub use compile::{noting_simplicity, noting_sources, on_eval_stack, together, Expr, MAX_EXPRESSION_BYTES};
 pub use eval::{Part, Scope};
 pub use guard::{inline, take_exceeded, use_clock, Clock, Exceeded, InlineSpent, Limits, PATH_OUTPUT, PATH_TIME};
@@ -74,6 +74,66 @@ mod tests {
     fn ctx() -> Value {
         json!({"input": {"amount": 42, "who": "ada", "tags": ["a", "b"]},
                "nodes": {"charge": {"output": {"status": 200, "body": {"id": "ch_1"}}, "state": "COMPLETED"}}})
+    }
+
+    /// Every expression of up to three of these pieces that compiles and
+    /// [`reads_input`] says cannot read `.input` gives the same result
+    /// whatever the input: the scope may leave it out.
+    #[test]
+    fn an_expression_said_not_to_read_the_input_gives_the_same_whatever_the_input() {
+        const PIECES: &[&str] = &[
+            ".input",
+            ".input.amount",
+            ".nodes.charge.output.status",
+            ".nodes",
+            ".run",
+            ".",
+            "..",
+            ".[]",
+            "1",
+            "\"s\"",
+            "null",
+            "==",
+            "+",
+            "and",
+            "//",
+            ",",
+            "|",
+            "|=",
+            "=",
+            "as $x |",
+            "$x",
+            "to_entries",
+            "keys",
+            "tojson",
+            "length",
+            ".amount",
+            "[",
+            "]",
+            "not",
+        ];
+        let sb = sb();
+        let other = {
+            let mut c = ctx();
+            c["input"] = json!({"amount": "other"});
+            c
+        };
+        let mut pieces = vec![String::new()];
+        let (mut judged, mut found) = (0, 0);
+        for _ in 0..3 {
+            pieces = pieces.iter().flat_map(|p| PIECES.iter().map(move |q| format!("{p} {q}"))).collect();
+            for source in &pieces {
+                if reads_input(source) {
+                    continue;
+                }
+                let Ok(expr) = Expr::compile(source) else { continue };
+                judged += 1;
+                let (a, b) = (expr.eval(&sb, &ctx()), expr.eval(&sb, &other));
+                assert_eq!(a, b, "{source} reads the input");
+                found += usize::from(a.is_ok());
+            }
+        }
+        assert!(judged > 100 && found > 50, "{judged} judged, {found} gave a value");
     }
 
     #[test]

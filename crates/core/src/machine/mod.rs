@@ -115,8 +115,14 @@ pub(super) fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item
 
 /// [`context_of`] as the expression engine's scope, each value converted
 /// where it is rather than copied into the context first: a run's values
-/// may be large.
-pub(super) fn scope_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item = &'t Task>) -> crate::expr::Scope {
+/// may be large. Without `input`, its `.input` is `null`: converting the
+/// run's input costs its size, so only a scope that may read it holds it.
+pub(super) fn scope_of<'t>(
+    wf: &Workflow,
+    run: &Run,
+    tasks: impl Iterator<Item = &'t Task>,
+    input: bool,
+) -> crate::expr::Scope {
     use crate::expr::Part;
     let mut nodes = Vec::new();
     for t in tasks.filter(|t| t.item.is_none() && !t.removed) {
@@ -131,7 +137,7 @@ pub(super) fn scope_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item =
     }
     let about = json!({"id": run.id, "workflow": wf.spec.name});
     let context = Part::Object(vec![
-        ("input", Part::Value(&run.input)),
+        ("input", if input { Part::Value(&run.input) } else { Part::Owned(Value::Null) }),
         ("nodes", Part::Object(nodes)),
         ("run", Part::Owned(about)),
     ]);

@@ -2648,8 +2648,14 @@ fn a_scope_built_in_place_is_the_scope_of_the_context() {
     let sb = sb();
     let of = |scope: &Scope| expr.eval_limited(&sb, scope, Limits::DEFAULT).unwrap();
     let whole = Scope::new(&context_of(&s.wf, &s.run, s.run.tasks.iter())).unwrap();
-    let in_place = scope_of(&s.wf, &s.run, s.run.tasks.iter());
+    let in_place = scope_of(&s.wf, &s.run, s.run.tasks.iter(), true);
     assert_eq!(of(&in_place), of(&whole));
     assert_eq!(of(&in_place)[2], json!(["alpha", "mid", "zeta"]));
     assert!(of(&in_place)[0].as_str().unwrap().contains(r#""mid":{"output":null,"state":"#), "{}", of(&in_place)[0]);
+    // Without the input, the same scope but for `.input`.
+    let without = scope_of(&s.wf, &s.run, s.run.tasks.iter(), false);
+    let probe = Expr::compile("[.input, (.nodes | tojson)]").unwrap();
+    let (a, b) =
+        (probe.eval_limited(&sb, &without, Limits::DEFAULT), probe.eval_limited(&sb, &in_place, Limits::DEFAULT));
+    assert_eq!(a.unwrap(), json!([null, b.unwrap()[1]]));
 }

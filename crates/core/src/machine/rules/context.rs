@@ -44,8 +44,10 @@ impl Machine<'_> {
     }
 
     /// What `node`'s expressions see, converted for jaq: the context with
-    /// just the nodes they read (all nodes when that cannot be known).
+    /// just the nodes they read (all nodes when that cannot be known), and
+    /// the run's input only when they may read it.
     pub(in crate::machine) fn scope(&self, node: usize) -> Scope {
+        let input = self.wf.nodes[node].reads_input;
         match &self.wf.nodes[node].reads {
             Some(reads) => scope_of(
                 self.wf,
@@ -53,8 +55,9 @@ impl Machine<'_> {
                 reads
                     .iter()
                     .filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n && t.item.is_none() && !t.removed)),
+                input,
             ),
-            None => scope_of(self.wf, self.run, self.run.tasks.iter()),
+            None => scope_of(self.wf, self.run, self.run.tasks.iter(), input),
         }
     }
 
