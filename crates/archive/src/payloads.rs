@@ -25,6 +25,7 @@
 //!   nothing it could not already name. Values that enter from outside may
 //!   not use the key at all (`composer_core::storable`).
 
+use futures_util::stream::BoxStream;
 use object_store::path::Path;
 use object_store::PutPayload;
 use serde_json::Value;
@@ -159,22 +160,63 @@ impl Payloads {
 
     /// The value `r` refers to.
     pub async fn read(&self, r: &Ref) -> Result<Value, Error> {
+        let bytes = self.read_text(r).await?;
+        serde_json::from_slice(&bytes).map_err(|e| format_error(r, e))
+    }
+
+    /// The value `r` refers to as its JSON text, checked against the
+    /// reference.
+    pub async fn read_text(&self, r: &Ref) -> Result<bytes::Bytes, Error> {
+        let bytes = self.get(r).await?.bytes().await?;
+        if sha256_hex(&bytes) != r.sha256 {
+            return Err(format_error(r, "its SHA-256 is not the reference's"));
+        }
+        Ok(bytes)
+    }
+
+    /// The value `r` refers to as its JSON text, a part at a time, never
+    /// held whole: checked against the reference's size before the first
+    /// part and against its SHA-256 as the parts go, the stream's last item
+    /// an error when they are not the reference's. A reader that passes the
+    /// parts on (an API answer) has then passed on what it must not trust,
+    /// and must cut its answer short.
+    pub async fn stream_text(&self, r: &Ref) -> Result<BoxStream<'static, Result<bytes::Bytes, Error>>, Error> {
+        use futures_util::StreamExt;
+        let got = self.get(r).await?;
+        if got.meta.size != r.bytes {
+            return Err(format_error(r, format!("{} bytes, not the reference's {}", got.meta.size, r.bytes)));
+        }
+        let hash = Some(ring::digest::Context::new(&ring::digest::SHA256));
+        let parts = got.into_stream();
+        let checked = futures_util::stream::unfold((parts, hash, r.clone()), |(mut parts, hash, r)| async move {
+            // `None` once the stream has ended or failed.
+            let mut hash = hash?;
+            match parts.next().await {
+                Some(Ok(part)) => {
+                    hash.update(&part);
+                    Some((Ok(part), (parts, Some(hash), r)))
+                }
+                Some(Err(e)) => Some((Err(e.into()), (parts, None, r))),
+                None if hex(hash.finish().as_ref()) == r.sha256 => None,
+                None => Some((Err(format_error(&r, "its SHA-256 is not the reference's")), (parts, None, r))),
+            }
+        });
+        Ok(checked.boxed())
+    }
+
+    /// The object `r` names, opened; no larger than a reader takes.
+    async fn get(&self, r: &Ref) -> Result<object_store::GetResult, Error> {
         let Some((store, _)) = &self.at else {
             return Err(Error::Location(format!(
                 "{} is offloaded, and no object storage is set (COMPOSER_OFFLOAD_URL)",
                 r.describe()
             )));
         };
-        let path = path_of(store, r);
-        let got = store.objects.get(&path).await?;
+        let got = store.objects.get(&path_of(store, r)).await?;
         if got.meta.size > MAX_READ_BYTES {
             return Err(format_error(r, format!("{} bytes, over the {MAX_READ_BYTES} a reader takes", got.meta.size)));
         }
-        let bytes = got.bytes().await?;
-        if sha256_hex(&bytes) != r.sha256 {
-            return Err(format_error(r, "its SHA-256 is not the reference's"));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| format_error(r, e))
+        Ok(got)
     }
 
     /// Objects written before `before` that no row names: deleted; `named`
@@ -456,6 +498,34 @@ mod tests {
             let err = p.read(&r).await.unwrap_err().to_string();
             assert!(err.contains("SHA-256"), "{err}");
         }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A value read a part at a time is the value's text; an object
+    /// changed where it is kept ends the parts with an error, one of
+    /// another size before the first part.
+    #[tokio::test]
+    async fn a_value_streamed_is_its_text_and_an_object_changed_ends_the_stream_with_an_error() {
+        use futures_util::StreamExt;
+        let dir = scratch("streamed");
+        let p = payloads(&dir, 8);
+        let value = serde_json::json!({"rows": vec!["a row of text"; 50_000]});
+        let r = Ref::of(&p.offload(Uuid::now_v7(), &value, None).await.unwrap().unwrap()).unwrap();
+        let parts: Vec<_> = p.stream_text(&r).await.unwrap().collect().await;
+        let text: Vec<u8> = parts.into_iter().flat_map(|part| part.unwrap()).collect();
+        assert_eq!(text, serde_json::to_vec(&value).unwrap());
+        assert_eq!(p.read_text(&r).await.unwrap(), text);
+        let file = dir.join(path_of(&p.at.as_ref().unwrap().0, &r).as_ref());
+        let mut changed = text.clone();
+        changed[10] = b'b';
+        std::fs::write(&file, &changed).unwrap();
+        let parts: Vec<_> = p.stream_text(&r).await.unwrap().collect().await;
+        let last = parts.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(last.contains("SHA-256"), "{last}");
+        assert!(parts[..parts.len() - 1].iter().all(Result::is_ok));
+        std::fs::write(&file, &text[1..]).unwrap();
+        let err = p.stream_text(&r).await.err().unwrap().to_string();
+        assert!(err.contains("not the reference's"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -3,9 +3,13 @@
 //! machine sees them, a leased task's input before its worker does, and
 //! the API's views of runs and steps. No reader sees a reference.
 
+use axum::body::Bytes;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
 use composer_api::rest::{RunView, TaskView};
 use composer_archive::payloads::{Payloads, Ref};
 use composer_store::runs::{RunRow, TaskRow};
+use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -112,6 +116,94 @@ async fn shown(p: &Payloads, run_id: Uuid, value: &mut Value) -> Result<(), comp
         Some(_) => resolve(p, value).await.map(drop),
         None => Ok(()),
     }
+}
+
+/// Offloaded values past this many bytes are written into an API answer
+/// from their objects a part at a time ([`answer`]); smaller ones are read
+/// whole first, so that an object missing or changed gives an error
+/// answer rather than an answer cut short.
+pub const STREAMED_PAST: u64 = 8 << 20;
+
+/// A run as the API shows it (`view`, its values and its tasks' as their
+/// rows hold them), answered as JSON with each offloaded value written in
+/// from its object: the answer never holds a large value whole, nor
+/// converts it. Every object is opened before the answer begins, so one
+/// missing is an error answer; one that turns out changed past the part
+/// already sent ([`Payloads::stream_text`]) cuts the answer short, which
+/// its reader sees as a broken answer, never as a whole one.
+pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, composer_store::Error> {
+    use futures_util::StreamExt;
+    // Each reference becomes a mark no value can hold: a string with a
+    // random part, which the JSON text holds in quotes only where it was put.
+    let mut nonce = [0u8; 16];
+    SystemRandom::new()
+        .fill(&mut nonce)
+        .map_err(|_| composer_store::Error::Objects("no randomness for an answer's marks".into()))?;
+    let prefix = format!("composer-value-{}-", nonce.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let mut refs = Vec::new();
+    let mut mark = |v: &mut Value| {
+        if let Some(r) = Ref::of(v) {
+            *v = Value::String(format!("{prefix}{}", refs.len()));
+            refs.push(r);
+        }
+    };
+    if let Some(v) = &mut view.input {
+        mark(v);
+    }
+    if let Some(v) = &mut view.output {
+        mark(v);
+    }
+    for t in view.tasks.iter_mut().flatten() {
+        mark(&mut t.input);
+        if let Some(v) = &mut t.output {
+            mark(v);
+        }
+    }
+    let text = Bytes::from(serde_json::to_vec(&view).map_err(|e| composer_store::Error::Corrupt(e.to_string()))?);
+    if refs.is_empty() {
+        return Ok(([(CONTENT_TYPE, "application/json")], text).into_response());
+    }
+    let mut values = Vec::with_capacity(refs.len());
+    for r in &refs {
+        values.push(match r.bytes > STREAMED_PAST {
+            true => p.stream_text(r).await.map_err(store_error)?,
+            false => {
+                futures_util::stream::once(std::future::ready(Ok(p.read_text(r).await.map_err(store_error)?))).boxed()
+            }
+        });
+    }
+    let mut values: Vec<Option<_>> = values.into_iter().map(Some).collect();
+    let quoted = format!("\"{prefix}");
+    let mut parts = Vec::new();
+    let mut at = 0;
+    while let Some(found) = find(&text[at..], quoted.as_bytes()) {
+        let start = at + found;
+        let digits = text[start + quoted.len()..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let end = start + quoted.len() + digits;
+        let k: Option<usize> = std::str::from_utf8(&text[start + quoted.len()..end]).ok().and_then(|d| d.parse().ok());
+        let closed = text.get(end) == Some(&b'"');
+        let Some(value) = k.filter(|_| closed).and_then(|k| values.get_mut(k)).and_then(Option::take) else {
+            return Err(composer_store::Error::Corrupt("an answer's mark is not one of its values".into()));
+        };
+        parts.push(futures_util::stream::once(std::future::ready(Ok(text.slice(at..start)))).boxed());
+        parts.push(value);
+        at = end + 1;
+    }
+    if values.iter().any(Option::is_some) {
+        return Err(composer_store::Error::Corrupt("an answer lost the mark of one of its values".into()));
+    }
+    parts.push(futures_util::stream::once(std::future::ready(Ok(text.slice(at..)))).boxed());
+    let body = futures_util::stream::iter(parts).flatten().inspect(|part| {
+        if let Err(e) = part {
+            tracing::error!(error = %e, "an offloaded value changed where it is kept: the answer is cut short");
+        }
+    });
+    Ok(([(CONTENT_TYPE, "application/json")], axum::body::Body::from_stream(body)).into_response())
+}
+
+/// Where `needle` first is in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Tasks' rows read back, when their references are not kept.

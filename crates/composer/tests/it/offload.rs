@@ -550,7 +550,8 @@ async fn a_100_mb_output_goes_to_s3_and_back_within_the_stated_memory() {
     let dir = composer_embedded::temp_dir("offload-100mb").unwrap();
     // Leases long enough for a debug build to hand a 100 MB input over.
     let lease = [("COMPOSER_LEASE_TTL", "60s")];
-    let (proc, c) = coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &lease).await;
+    let prefix = composer_testkit::unique_prefix();
+    let (proc, c) = coordinator_on_s3(&db, &dir, &prefix, &s3, &lease).await;
     // The output is read by an expression (`size`), and passed on whole by
     // a path, over the 64 MiB an expression may build, to a worker's step.
     let spec = json!({"name": "huge", "nodes": [
@@ -592,9 +593,88 @@ async fn a_100_mb_output_goes_to_s3_and_back_within_the_stated_memory() {
     let peak = peak_rss(proc.0.id());
     println!("coordinator peak RSS with a 100 MB output: {} MiB", peak >> 20);
     assert!(peak < RSS_BOUND, "{} MiB", peak >> 20);
+    // The API's answer is written from the objects as it goes: reading the
+    // run, which holds two 100 MB values, raises the peak of a coordinator
+    // that has held neither (the first keeps the memory it freed) by less
+    // than one of them.
+    drop(proc);
+    let reader = composer_embedded::temp_dir("offload-100mb-reader").unwrap();
+    let (proc, c) = coordinator_on_s3(&db, &reader, &prefix, &s3, &lease).await;
+    let pid = proc.0.id();
+    let before = peak_rss(pid);
+    let answer = c.http.get(format!("{}/v1/runs/{run}", c.base)).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["content-type"], "application/json");
+    let text = answer.bytes().await.unwrap();
+    let raised = peak_rss(pid).saturating_sub(before);
+    println!("reading the run through the API raised the peak by {} MiB", raised >> 20);
+    let read: Value = serde_json::from_slice(&text).unwrap();
+    drop(text);
+    let big = read["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "big").unwrap();
+    assert!(big["output"]["blob"].as_str().is_some_and(|b| b.len() == 100_000_000 && b.bytes().all(|c| c == b'x')));
+    let take = read["tasks"].as_array().unwrap().iter().find(|t| t["node_id"] == "take").unwrap();
+    assert_eq!(take["input"]["blob"].as_str().map(str::len), Some(100_000_000));
+    assert_eq!(read["status"], "SUCCEEDED");
+    assert!(raised < STREAMED_BOUND, "{} MiB", raised >> 20);
+    drop(proc);
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(reader);
+}
+
+/// An object changed where it is kept is never read as the run's value
+/// through the API: one read whole before the answer begins (up to 8 MiB)
+/// is an error answer; one streamed into the answer cuts it short, which
+/// the reader sees as a broken answer.
+#[tokio::test]
+async fn a_changed_object_is_an_error_answer_or_an_answer_cut_short() {
+    let s3 = composer_testkit::S3Server::start("payloads").await;
+    let db = TestDb::create().await;
+    let dir = composer_embedded::temp_dir("offload-changed").unwrap();
+    let (proc, c) = coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &[]).await;
+    // Its step waits for a worker that never comes: the run stays open.
+    let spec = json!({"name": "held", "nodes": [{"id": "w", "type": "produce", "queue": "nobody"}]});
+    assert_eq!(c.post("/v1/workflows", &spec).await.0, 201);
+    let bucket = s3.bucket_dir("payloads");
+    for (size, streamed) in [(1 << 20, false), (9 << 20, true)] {
+        let before = objects(&bucket);
+        let (status, run) = c.post("/v1/runs", &json!({"workflow": "held", "input": {"blob": "x".repeat(size)}})).await;
+        assert_eq!(status, 201, "{run}");
+        let run = run["id"].as_str().unwrap().to_string();
+        let url = format!("{}/v1/runs/{run}", c.base);
+        let read = c.http.get(&url).send().await.unwrap().bytes().await.unwrap();
+        let read: Value = serde_json::from_slice(&read).unwrap();
+        assert_eq!(read["input"]["blob"].as_str().map(str::len), Some(size));
+        // The run's input is its one new object; a byte in its middle changes.
+        let mut new: Vec<PathBuf> = objects(&bucket).into_iter().filter(|o| !before.contains(o)).collect();
+        assert_eq!(new.len(), 1, "{new:?}");
+        let object = new.remove(0);
+        let mut text = std::fs::read(&object).unwrap();
+        let middle = text.len() / 2;
+        assert_eq!(text[middle], b'x');
+        text[middle] = b'y';
+        std::fs::write(&object, &text).unwrap();
+        let answer = c.http.get(&url).send().await.unwrap();
+        let status = answer.status().as_u16();
+        let body = answer.bytes().await;
+        if streamed {
+            assert_eq!(status, 200);
+            assert!(body.is_err(), "an answer with a changed value was read whole");
+        } else {
+            let body = body.unwrap();
+            let text = String::from_utf8_lossy(&body);
+            // The coordinator's log names the object; the answer says no more.
+            assert_eq!(status, 500, "{text:.300}");
+            assert_eq!(serde_json::from_str::<Value>(&text).unwrap()["error"]["code"], "internal", "{text:.300}");
+        }
+    }
     drop(proc);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// What reading a run through the API may add to the coordinator's peak
+/// resident set when its values are 100 MB objects: it holds a part of
+/// one at a time, not the value.
+const STREAMED_BOUND: u64 = 48 << 20;
 
 /// Items of the MAP that collects 1 KiB from each: `COMPOSER_BIG_MAP_ITEMS`,
 /// 100,000 by default. A million take minutes on two cores: run by hand,

@@ -2,7 +2,8 @@
 //! its priority, completing a step by hand and resolving one IN_DOUBT; each
 //! is recorded with who took it and why.
 use axum::extract::State;
-use axum::{Extension, Json};
+use axum::response::Response;
+use axum::Extension;
 use composer_api::{CompleteStep, ControlRun, ErrorBody, RerunRun, ResolveOutcome, ResolveTask, RunView, SetPriority};
 use composer_core::machine::{Event, Resolution};
 use composer_store::runs;
@@ -29,13 +30,7 @@ pub(super) fn reason(r: Option<String>) -> ApiResult<Option<String>> {
 /// Longest reason a control action records (`max_reason_chars`).
 pub const MAX_REASON_CHARS: usize = 1024;
 
-async fn control(
-    c: &RunControl,
-    by: &Principal,
-    id: &str,
-    event: Event,
-    why: Option<String>,
-) -> ApiResult<Json<RunView>> {
+async fn control(c: &RunControl, by: &Principal, id: &str, event: Event, why: Option<String>) -> ApiResult<Response> {
     let run_id = run_id(id)?;
     let by = Control { actor: by.name.clone(), reason: reason(why)? };
     let handled = c.engine.handle(EventRequest::new(run_id, event).by(By::Operator(by))).await?;
@@ -45,7 +40,7 @@ async fn control(
     let client = composer_store::client(&c.pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
-    Ok(Json(super::runs::full_view(&client, c.engine.payloads(), &run, &tasks).await?))
+    super::runs::full_answer(&client, c.engine.payloads(), &run, &tasks).await
 }
 
 /// Change a run's priority.
@@ -64,7 +59,7 @@ pub(crate) async fn set_run_priority(
     Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     Body(req): Body<SetPriority>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     let run_id = run_id(&id)?;
     let priority = super::runs::priority_of(req.priority)?;
     match change_priority(&c, &by.name, run_id, priority).await? {
@@ -79,7 +74,7 @@ pub(crate) async fn set_run_priority(
     let client = composer_store::client(&c.pool).await?;
     let (run, tasks) =
         runs::get(&client, run_id).await?.ok_or_else(|| ApiError::not_found(format!("run {run_id} not found")))?;
-    Ok(Json(super::runs::full_view(&client, c.engine.payloads(), &run, &tasks).await?))
+    super::runs::full_answer(&client, c.engine.payloads(), &run, &tasks).await
 }
 
 /// [`runs::set_priority`] in a transaction of its own, by this request's
@@ -121,7 +116,7 @@ pub(crate) async fn cancel_run(
     Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     control(&c, &by, &id, Event::CancelRun, body.and_then(|b| b.reason)).await
 }
 
@@ -139,7 +134,7 @@ pub(crate) async fn retry_run(
     Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     control(&c, &by, &id, Event::RetryRun, body.and_then(|b| b.reason)).await
 }
 
@@ -157,7 +152,7 @@ pub(crate) async fn pause_run(
     Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     control(&c, &by, &id, Event::PauseRun, body.and_then(|b| b.reason)).await
 }
 
@@ -174,7 +169,7 @@ pub(crate) async fn resume_run(
     Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<ControlRun>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     control(&c, &by, &id, Event::ResumeRun, body.and_then(|b| b.reason)).await
 }
 
@@ -197,7 +192,7 @@ pub(crate) async fn rerun_run(
     Extension(by): Extension<Principal>,
     Path(id): Path<String>,
     Body(req): Body<RerunRun>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     let run = run_id(&id)?;
     if req.from.is_empty() || req.from.len() > 100 {
         return Err(ApiError::bad_request("from: name 1 to 100 steps"));
@@ -248,7 +243,7 @@ pub(crate) async fn complete_step(
     Extension(by): Extension<Principal>,
     Path((id, node)): Path<(String, String)>,
     Body(req): Body<CompleteStep>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     let run = run_id(&id)?;
     text_param(&node, "node")?;
     composer_core::storable::check(&req.output, "output", c.config.max_value()).map_err(ApiError::bad_request)?;
@@ -283,7 +278,7 @@ pub(crate) async fn resolve_task(
     Extension(by): Extension<Principal>,
     Path((id, node)): Path<(String, String)>,
     Body(req): Body<ResolveTask>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     let run = run_id(&id)?;
     text_param(&node, "node")?;
     let resolution = match (req.outcome, req.output.clone(), req.error.clone()) {

@@ -332,9 +332,33 @@ pub(crate) async fn full_view(
     run: &RunRow,
     tasks: &[TaskRow],
 ) -> Result<RunView, composer_store::Error> {
-    let mut view = run_view(run, Some(&[]));
+    let mut view = view_as_kept(client, run, tasks).await?;
     crate::payloads::resolve_view(payloads, &mut view).await?;
-    view.tasks = Some(task_views(client, payloads, run.id, tasks).await?);
+    Ok(view)
+}
+
+/// [`full_view`] as the API answers it: its offloaded values written into
+/// the answer from their objects, never held whole
+/// ([`crate::payloads::answer`]).
+pub(crate) async fn full_answer(
+    client: &composer_store::Client,
+    payloads: &Payloads,
+    run: &RunRow,
+    tasks: &[TaskRow],
+) -> ApiResult<Response> {
+    let view = view_as_kept(client, run, tasks).await?;
+    Ok(crate::payloads::answer(payloads, view).await?)
+}
+
+/// [`full_view`] with its values as the rows keep them: an offloaded one
+/// still a reference.
+async fn view_as_kept(
+    client: &composer_store::Client,
+    run: &RunRow,
+    tasks: &[TaskRow],
+) -> Result<RunView, composer_store::Error> {
+    let mut view = run_view(run, Some(&[]));
+    view.tasks = Some(task_views_as_kept(client, run.id, tasks).await?);
     if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
         view.failure_handler_run_ids = Some(runs::handlers_of(client, run.id).await?);
     }
@@ -349,8 +373,18 @@ pub(crate) async fn task_views(
     run_id: Uuid,
     tasks: &[TaskRow],
 ) -> Result<Vec<TaskView>, composer_store::Error> {
-    let mut views: Vec<TaskView> = tasks.iter().map(task_view).collect();
+    let mut views = task_views_as_kept(client, run_id, tasks).await?;
     crate::payloads::resolve_task_views(payloads, &mut views).await?;
+    Ok(views)
+}
+
+/// [`task_views`] with their values as the rows keep them.
+async fn task_views_as_kept(
+    client: &composer_store::Client,
+    run_id: Uuid,
+    tasks: &[TaskRow],
+) -> Result<Vec<TaskView>, composer_store::Error> {
+    let mut views: Vec<TaskView> = tasks.iter().map(task_view).collect();
     if tasks.iter().any(|t| t.state == TaskState::Pending && t.limit_keys.is_some()) {
         let held = composer_store::limits::held_in_run(client, run_id).await?;
         for v in views.iter_mut().filter(|v| v.state == TaskState::Pending) {
@@ -379,7 +413,7 @@ pub(crate) async fn get_run(
     State(draining): State<Draining>,
     Path(id): Path<String>,
     Query(q): Query<WaitQuery>,
-) -> ApiResult<Json<RunView>> {
+) -> ApiResult<Response> {
     let run_id = run_id(&id)?;
     let wait = match &q.wait {
         Some(w) => duration::parse(w).map_err(|e| ApiError::bad_request(format!("wait: {e}")))?.min(MAX_WAIT),
@@ -394,7 +428,7 @@ pub(crate) async fn get_run(
             return Err(ApiError::not_found(format!("run {run_id} not found")));
         };
         if run.status.is_terminal() || tokio::time::Instant::now() >= deadline || draining.has_begun() {
-            return Ok(Json(full_view(&client, engine.payloads(), &run, &tasks).await?));
+            return full_answer(&client, engine.payloads(), &run, &tasks).await;
         }
         drop(client);
         loop {

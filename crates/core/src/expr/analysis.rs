@@ -398,6 +398,8 @@ mod tests {
             ".[0]",
             ".[\"k\"]",
             ".a_1.b2",
+            ".?",
+            ".?.a",
         ] {
             assert!(is_path(path), "{path}");
         }
