@@ -204,14 +204,31 @@ impl Payloads {
         Ok(checked.boxed())
     }
 
-    /// The object `r` names, opened; no larger than a reader takes.
-    async fn get(&self, r: &Ref) -> Result<object_store::GetResult, Error> {
-        let Some((store, _)) = &self.at else {
-            return Err(Error::Location(format!(
+    /// Whether the object `r` names is there, of the reference's size,
+    /// without reading it: what an answer checks before it begins that
+    /// streams the object later ([`Payloads::stream_text`]).
+    pub async fn check(&self, r: &Ref) -> Result<(), Error> {
+        let store = self.store_of(r)?;
+        let meta = store.objects.head(&path_of(store, r)).await?;
+        if meta.size != r.bytes || meta.size > MAX_READ_BYTES {
+            return Err(format_error(r, format!("{} bytes, not the reference's {}", meta.size, r.bytes)));
+        }
+        Ok(())
+    }
+
+    fn store_of(&self, r: &Ref) -> Result<&Store, Error> {
+        match &self.at {
+            Some((store, _)) => Ok(store),
+            None => Err(Error::Location(format!(
                 "{} is offloaded, and no object storage is set (COMPOSER_OFFLOAD_URL)",
                 r.describe()
-            )));
-        };
+            ))),
+        }
+    }
+
+    /// The object `r` names, opened; no larger than a reader takes.
+    async fn get(&self, r: &Ref) -> Result<object_store::GetResult, Error> {
+        let store = self.store_of(r)?;
         let got = store.objects.get(&path_of(store, r)).await?;
         if got.meta.size > MAX_READ_BYTES {
             return Err(format_error(r, format!("{} bytes, over the {MAX_READ_BYTES} a reader takes", got.meta.size)));
@@ -523,9 +540,14 @@ mod tests {
         let last = parts.last().unwrap().as_ref().unwrap_err().to_string();
         assert!(last.contains("SHA-256"), "{last}");
         assert!(parts[..parts.len() - 1].iter().all(Result::is_ok));
+        p.check(&r).await.unwrap();
         std::fs::write(&file, &text[1..]).unwrap();
         let err = p.stream_text(&r).await.err().unwrap().to_string();
         assert!(err.contains("not the reference's"), "{err}");
+        let err = p.check(&r).await.unwrap_err().to_string();
+        assert!(err.contains("not the reference's"), "{err}");
+        std::fs::remove_file(&file).unwrap();
+        assert!(p.check(&r).await.unwrap_err().is_missing());
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -127,12 +127,13 @@ pub const STREAMED_PAST: u64 = 8 << 20;
 /// A run as the API shows it (`view`, its values and its tasks' as their
 /// rows hold them), answered as JSON with each offloaded value written in
 /// from its object: the answer never holds a large value whole, nor
-/// converts it. Every object is opened before the answer begins, so one
+/// converts it. Every object is looked for before the answer begins, so one
 /// missing is an error answer; one that turns out changed past the part
-/// already sent ([`Payloads::stream_text`]) cuts the answer short, which
-/// its reader sees as a broken answer, never as a whole one.
+/// already sent ([`Payloads::stream_text`]), or storage failing then,
+/// cuts the answer short, which its reader sees as a broken answer, never
+/// as a whole one.
 pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, composer_store::Error> {
-    use futures_util::StreamExt;
+    use futures_util::{StreamExt, TryStreamExt};
     // Each reference becomes a mark no value can hold: a string with a
     // random part, which the JSON text holds in quotes only where it was put.
     let mut nonce = [0u8; 16];
@@ -164,11 +165,17 @@ pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, compose
         return Ok(([(CONTENT_TYPE, "application/json")], text).into_response());
     }
     let mut values = Vec::with_capacity(refs.len());
-    for r in &refs {
+    for r in refs {
         values.push(match r.bytes > STREAMED_PAST {
-            true => p.stream_text(r).await.map_err(store_error)?,
+            // Opened when the answer comes to it: storage gives a read a
+            // few minutes, counted from its request.
+            true => {
+                p.check(&r).await.map_err(store_error)?;
+                let p = p.clone();
+                futures_util::stream::once(async move { p.stream_text(&r).await }).try_flatten().boxed()
+            }
             false => {
-                futures_util::stream::once(std::future::ready(Ok(p.read_text(r).await.map_err(store_error)?))).boxed()
+                futures_util::stream::once(std::future::ready(Ok(p.read_text(&r).await.map_err(store_error)?))).boxed()
             }
         });
     }
@@ -195,7 +202,7 @@ pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, compose
     parts.push(futures_util::stream::once(std::future::ready(Ok(text.slice(at..)))).boxed());
     let body = futures_util::stream::iter(parts).flatten().inspect(|part| {
         if let Err(e) = part {
-            tracing::error!(error = %e, "an offloaded value changed where it is kept: the answer is cut short");
+            tracing::error!(error = %e, "an offloaded value could not be written to the end of an answer (its object changed, or storage failed): the answer is cut short");
         }
     });
     Ok(([(CONTENT_TYPE, "application/json")], axum::body::Body::from_stream(body)).into_response())
