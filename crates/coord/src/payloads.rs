@@ -6,7 +6,7 @@
 use axum::body::Bytes;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use composer_api::rest::{RunView, TaskView};
+use composer_api::rest::{ItemPage, RunView, TaskView};
 use composer_archive::payloads::{Payloads, Ref};
 use composer_store::runs::{RunRow, TaskRow};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -126,41 +126,67 @@ pub const STREAMED_PAST: u64 = 8 << 20;
 
 /// A run as the API shows it (`view`, its values and its tasks' as their
 /// rows hold them), answered as JSON with each offloaded value written in
-/// from its object: the answer never holds a large value whole, nor
-/// converts it. Every object is looked for before the answer begins, so one
-/// missing is an error answer; one that turns out changed past the part
-/// already sent ([`Payloads::stream_text`]), or storage failing then,
-/// cuts the answer short, which its reader sees as a broken answer, never
-/// as a whole one.
+/// from its object ([`answer_with`]).
 pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, composer_store::Error> {
-    use futures_util::{StreamExt, TryStreamExt};
-    // Each reference becomes a mark no value can hold: a string with a
-    // random part, which the JSON text holds in quotes only where it was put.
+    let mut tasks = view.tasks.take().unwrap_or_default();
+    let mut slots: Vec<&mut Value> = view.input.iter_mut().chain(view.output.iter_mut()).collect();
+    slots.extend(task_slots(&mut tasks));
+    let marked = mark(slots)?;
+    view.tasks = Some(tasks);
+    answer_with(p, &view, marked).await
+}
+
+/// A page of a MAP's items answered as [`answer`] answers a run.
+pub async fn answer_items(p: &Payloads, mut page: ItemPage) -> Result<Response, composer_store::Error> {
+    let marked = mark(task_slots(&mut page.items).collect())?;
+    answer_with(p, &page, marked).await
+}
+
+/// The values of steps as the API shows them: each one's input and output.
+fn task_slots(tasks: &mut [TaskView]) -> impl Iterator<Item = &mut Value> {
+    tasks.iter_mut().flat_map(|t| std::iter::once(&mut t.input).chain(t.output.iter_mut()))
+}
+
+/// The references among `slots`, each replaced by a mark no value can
+/// hold: a string with a random part, which the JSON text holds in quotes
+/// only where it was put.
+fn mark(slots: Vec<&mut Value>) -> Result<Marked, composer_store::Error> {
     let mut nonce = [0u8; 16];
     SystemRandom::new()
         .fill(&mut nonce)
         .map_err(|_| composer_store::Error::Objects("no randomness for an answer's marks".into()))?;
     let prefix = format!("composer-value-{}-", nonce.iter().map(|b| format!("{b:02x}")).collect::<String>());
     let mut refs = Vec::new();
-    let mut mark = |v: &mut Value| {
+    for v in slots {
         if let Some(r) = Ref::of(v) {
             *v = Value::String(format!("{prefix}{}", refs.len()));
             refs.push(r);
         }
-    };
-    if let Some(v) = &mut view.input {
-        mark(v);
     }
-    if let Some(v) = &mut view.output {
-        mark(v);
-    }
-    for t in view.tasks.iter_mut().flatten() {
-        mark(&mut t.input);
-        if let Some(v) = &mut t.output {
-            mark(v);
-        }
-    }
-    let text = Bytes::from(serde_json::to_vec(&view).map_err(|e| composer_store::Error::Corrupt(e.to_string()))?);
+    Ok(Marked { prefix, refs })
+}
+
+/// The marks [`mark`] put and the references they stand for, in order.
+struct Marked {
+    prefix: String,
+    refs: Vec<Ref>,
+}
+
+/// `view`, marked by [`mark`], as a JSON answer with each offloaded value
+/// written in from its object where its mark is: the answer never holds a
+/// large value whole, nor converts it. Every object is looked for before
+/// the answer begins, so one missing is an error answer; one that turns
+/// out changed past the part already sent ([`Payloads::stream_text`]), or
+/// storage failing then, cuts the answer short, which its reader sees as
+/// a broken answer, never as a whole one.
+async fn answer_with(
+    p: &Payloads,
+    view: &impl serde::Serialize,
+    marked: Marked,
+) -> Result<Response, composer_store::Error> {
+    use futures_util::{StreamExt, TryStreamExt};
+    let Marked { prefix, refs } = marked;
+    let text = Bytes::from(serde_json::to_vec(view).map_err(|e| composer_store::Error::Corrupt(e.to_string()))?);
     if refs.is_empty() {
         return Ok(([(CONTENT_TYPE, "application/json")], text).into_response());
     }

@@ -671,6 +671,45 @@ async fn a_changed_object_is_an_error_answer_or_an_answer_cut_short() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A page of a MAP's items writes their offloaded values from their
+/// objects as a run's answer does: past 8 MiB a part at a time, and an
+/// object changed where it is kept cuts the page short.
+#[tokio::test]
+async fn a_page_of_items_writes_their_large_values_from_their_objects() {
+    let s3 = composer_testkit::S3Server::start("payloads").await;
+    let db = TestDb::create().await;
+    let dir = composer_embedded::temp_dir("offload-items").unwrap();
+    let (proc, c) = coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &[]).await;
+    let spec = json!({"name": "items", "nodes": [{"id": "each", "type": "MAP", "config": {
+        "items": "${ .input.list }", "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}]});
+    assert_eq!(c.post("/v1/workflows", &spec).await.0, 201);
+    let size = 9 << 20;
+    let list = json!(["a".repeat(size), "b".repeat(size), "small"]);
+    let (status, run) = c.post("/v1/runs", &json!({"workflow": "items", "input": {"list": list}})).await;
+    assert_eq!(status, 201, "{run}");
+    let run = run["id"].as_str().unwrap().to_string();
+    let done = c.wait_for_run(&run, T).await;
+    assert_eq!(done["status"], "SUCCEEDED", "{:.300}", done["error"]);
+    let url = format!("{}/v1/runs/{run}/items?node=each", c.base);
+    let answer = c.http.get(&url).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let page: Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+    let outputs: Vec<&Value> = page["items"].as_array().unwrap().iter().map(|i| &i["output"]).collect();
+    assert_eq!(outputs, [&list[0], &list[1], &list[2]]);
+    // The item whose output is "b…" is kept in an object of its own; it changes.
+    let bucket = s3.bucket_dir("payloads");
+    let b = objects(&bucket)
+        .into_iter()
+        .find(|o| std::fs::read(o).unwrap() == serde_json::to_vec(&list[1]).unwrap())
+        .expect("the second item's output is an object");
+    std::fs::write(&b, serde_json::to_vec(&"c".repeat(size)).unwrap()).unwrap();
+    let answer = c.http.get(&url).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.bytes().await.is_err(), "a page with a changed value was read whole");
+    drop(proc);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// What reading a run through the API may add to the coordinator's peak
 /// resident set when its values are 100 MB objects: it holds a part of
 /// one at a time, not the value.

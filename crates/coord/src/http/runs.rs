@@ -497,7 +497,7 @@ pub(crate) async fn run_items(
     State(engine): State<Arc<Engine>>,
     Path(id): Path<String>,
     Query(q): Query<ItemsQuery>,
-) -> ApiResult<Json<ItemPage>> {
+) -> ApiResult<Response> {
     let run_id = run_id(&id)?;
     let node = &q.node;
     text_param(node, "node")?;
@@ -516,7 +516,8 @@ pub(crate) async fn run_items(
     }
     let items = runs::items(&client, run_id, map.id, after, limit).await?;
     let next = if items.len() as i64 == limit { items.last().and_then(|t| t.item_index) } else { None };
-    Ok(Json(ItemPage { items: task_views(&client, engine.payloads(), run_id, &items).await?, next_after: next }))
+    let page = ItemPage { items: task_views_as_kept(&client, run_id, &items).await?, next_after: next };
+    Ok(crate::payloads::answer_items(engine.payloads(), page).await?)
 }
 
 /// A priority a request gives: a level, or a 400 that says which are.
