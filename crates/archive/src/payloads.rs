@@ -109,10 +109,16 @@ impl Payloads {
     /// object first; `had` is the reference it was read from (kept when the
     /// value did not change). `None`: the value stays in its row.
     pub async fn offload(&self, run: Uuid, value: &Value, had: Option<&Ref>) -> Result<Option<Value>, Error> {
-        let Some((store, _)) = &self.at else { return Ok(None) };
         if !self.offloads(run, value) {
             return Ok(None);
         }
+        self.offload_now(run, value, had).await
+    }
+
+    /// [`Payloads::offload`] of a value [`Payloads::offloads`] said is
+    /// written as an object.
+    pub async fn offload_now(&self, run: Uuid, value: &Value, had: Option<&Ref>) -> Result<Option<Value>, Error> {
+        let Some((store, _)) = &self.at else { return Ok(None) };
         if let Some(theirs) = Ref::of(value) {
             // Another run's object: this run gets its own copy.
             return Ok(Some(write(store, run, false, &self.read(&theirs).await?).await?.to_value()));

@@ -47,12 +47,28 @@ pub struct Transaction<'a> {
     /// `BEGIN` failed: every later `confirm` (and `commit`) says so.
     failed: bool,
     done: bool,
+    /// [`Transaction::allow_object_io`] raised its idle limit.
+    object_io: std::sync::atomic::AtomicBool,
 }
+
+/// How long a transaction that reads or writes objects (offloaded values,
+/// up to a gigabyte each) may sit idle between its statements, in place of
+/// the session's `idle_in_transaction_session_timeout` (60 s): a value is
+/// read or written while the transaction holds its run's lock, and storage
+/// gives one such read or write a few minutes.
+pub const OBJECT_IO_IDLE: &str = "10min";
 
 /// Opens a transaction on `client`.
 pub async fn begin(client: &mut Client) -> Result<Transaction<'_>> {
     client.batch_execute("BEGIN").await?;
-    Ok(Transaction { client, savepoint: None, begun: Mutex::new(None), failed: false, done: false })
+    Ok(Transaction {
+        client,
+        savepoint: None,
+        begun: Mutex::new(None),
+        failed: false,
+        done: false,
+        object_io: Default::default(),
+    })
 }
 
 /// Opens a transaction on `client` without waiting for `BEGIN`: the first
@@ -67,7 +83,14 @@ pub fn begin_pipelined(client: &mut Client) -> Transaction<'_> {
         Poll::Ready(Err(e)) => Some(Box::pin(std::future::ready(Err(e))) as Answer<'_>),
         Poll::Pending => Some(answer),
     };
-    Transaction { client, savepoint: None, begun: Mutex::new(begun), failed: false, done: false }
+    Transaction {
+        client,
+        savepoint: None,
+        begun: Mutex::new(begun),
+        failed: false,
+        done: false,
+        object_io: Default::default(),
+    }
 }
 
 /// Sends `sql` without waiting for its answer (which the connection then
@@ -129,7 +152,25 @@ impl<'a> Transaction<'a> {
             begun: Mutex::new(None),
             failed: false,
             done: false,
+            object_io: Default::default(),
         })
+    }
+
+    /// Lets this transaction sit idle for up to [`OBJECT_IO_IDLE`] between
+    /// statements from now to its end, once: before it reads or writes an
+    /// object, which may take longer than the session allows an idle
+    /// transaction. Only transactions that do pay the round trip.
+    pub async fn allow_object_io(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.object_io.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let sql = format!("SET LOCAL idle_in_transaction_session_timeout = '{OBJECT_IO_IDLE}'");
+        if let Err(e) = self.client.batch_execute(&sql).await {
+            self.object_io.store(false, Ordering::Relaxed);
+            return Err(e.into());
+        }
+        Ok(())
     }
 }
 

@@ -247,6 +247,18 @@ async fn every_session_has_a_statement_and_idle_transaction_timeout() {
     let statement: String = client.query_one("SHOW statement_timeout", &[]).await.unwrap().get(0);
     let idle: String = client.query_one("SHOW idle_in_transaction_session_timeout", &[]).await.unwrap().get(0);
     assert_eq!((statement.as_str(), idle.as_str()), ("1min", "1min"));
+    // A transaction that reads or writes objects may sit idle longer, to
+    // its end only: a 100 MB value's write on a loaded machine outlasted
+    // the minute (the connection was closed under it).
+    let mut client = client;
+    let tx = composer_store::transaction::begin(&mut client).await.unwrap();
+    tx.allow_object_io().await.unwrap();
+    tx.allow_object_io().await.unwrap();
+    let idle: String = tx.query_one("SHOW idle_in_transaction_session_timeout", &[]).await.unwrap().get(0);
+    assert_eq!(idle, composer_store::transaction::OBJECT_IO_IDLE);
+    tx.commit().await.unwrap();
+    let idle: String = client.query_one("SHOW idle_in_transaction_session_timeout", &[]).await.unwrap().get(0);
+    assert_eq!(idle, "1min");
     e.stop().await;
 }
 

@@ -102,7 +102,7 @@ impl Engine {
         }
         // The attempt's input, read back if it was offloaded.
         let mut spec = slot.spec.clone();
-        crate::payloads::resolve(&self.payloads, &mut spec).await?;
+        super::store::Tx(tx, &self.payloads).resolve(&mut spec).await?;
         let name = spec["workflow"].as_str().unwrap_or_default();
         let version = spec["version"].as_i64().and_then(|v| i32::try_from(v).ok());
         let def = composer_store::definitions::by_name(&**tx, name, version)

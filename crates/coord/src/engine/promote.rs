@@ -73,7 +73,7 @@ impl Engine {
         let mut batch = Vec::with_capacity(rows.len());
         for ((wf, mut row), deadline) in rows.into_iter().zip(deadlines) {
             let mut read = crate::payloads::ReadFrom::default();
-            crate::payloads::resolve_run(&self.payloads, &mut row, &mut read).await?;
+            store.resolve_run(&mut row, &mut read).await?;
             let mut run = runs::into_machine(&wf, &mut row, Vec::new())?;
             run.status = RunStatus::Running;
             run.deadline = deadline;

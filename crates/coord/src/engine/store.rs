@@ -96,6 +96,62 @@ pub trait RunStore: Sync {
 /// for its row is written as an object first.
 pub struct Tx<'a, 'b>(pub &'a Transaction<'b>, pub &'a Payloads);
 
+/// Whether one of `values` is a reference to an object.
+fn refers<'v>(values: impl IntoIterator<Item = &'v Value>) -> bool {
+    values.into_iter().any(|v| composer_archive::payloads::Ref::of(v).is_some())
+}
+
+/// Object storage as a transaction that holds runs' locks reads and writes
+/// it: each of these lets the transaction sit idle as long as a read or a
+/// write of an object may take ([`Transaction::allow_object_io`]) before
+/// the first that does, so a large value on slow storage is not cut off by
+/// the session's idle limit. In a transaction, objects are read and
+/// written through these alone.
+impl Tx<'_, '_> {
+    /// Before reading values back: the idle limit raised if one of them
+    /// is a reference ([`refers`]).
+    async fn before_reading(&self, refers: bool) -> StoreResult<()> {
+        match refers {
+            true => self.0.allow_object_io().await,
+            false => Ok(()),
+        }
+    }
+
+    pub async fn resolve(&self, value: &mut Value) -> StoreResult<()> {
+        self.before_reading(refers([&*value])).await?;
+        crate::payloads::resolve(self.1, value).await.map(drop)
+    }
+
+    pub async fn resolve_run(&self, run: &mut RunRow, read: &mut crate::payloads::ReadFrom) -> StoreResult<()> {
+        self.before_reading(refers(std::iter::once(&run.input).chain(&run.output))).await?;
+        crate::payloads::resolve_run(self.1, run, read).await
+    }
+
+    pub async fn resolve_task(&self, t: &mut runs::TaskRow, read: &mut crate::payloads::ReadFrom) -> StoreResult<()> {
+        self.before_reading(refers(std::iter::once(&t.input).chain(&t.output))).await?;
+        crate::payloads::resolve_task(self.1, t, read).await
+    }
+
+    pub async fn resolve_tasks(&self, tasks: &mut [runs::TaskRow]) -> StoreResult<()> {
+        self.before_reading(refers(tasks.iter().flat_map(|t| std::iter::once(&t.input).chain(&t.output)))).await?;
+        crate::payloads::resolve_tasks(self.1, tasks).await
+    }
+
+    /// [`Payloads::offload`], in this transaction.
+    pub async fn offload(
+        &self,
+        run: Uuid,
+        value: &Value,
+        had: Option<&composer_archive::payloads::Ref>,
+    ) -> StoreResult<Option<Value>> {
+        if !self.1.offloads(run, value) {
+            return Ok(None);
+        }
+        self.0.allow_object_io().await?;
+        self.1.offload_now(run, value, had).await.map_err(crate::payloads::store_error)
+    }
+}
+
 impl RunStore for Tx<'_, '_> {
     async fn load_items(
         &self,
@@ -106,7 +162,7 @@ impl RunStore for Tx<'_, '_> {
         held: &[Uuid],
     ) -> StoreResult<Vec<machine::Task>> {
         let mut rows = runs::load_items(self.0, run_id, map, which, held).await?;
-        crate::payloads::resolve_tasks(self.1, &mut rows).await?;
+        self.resolve_tasks(&mut rows).await?;
         rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
     }
 
@@ -120,7 +176,7 @@ impl RunStore for Tx<'_, '_> {
     ) -> StoreResult<Vec<machine::Task>> {
         // Inside the transaction (which holds the run's lock): the API's page.
         let mut rows = runs::items(self.0, run_id, map, after, limit).await?;
-        crate::payloads::resolve_tasks(self.1, &mut rows).await?;
+        self.resolve_tasks(&mut rows).await?;
         rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
     }
 
@@ -132,14 +188,14 @@ impl RunStore for Tx<'_, '_> {
         held: &[Uuid],
     ) -> StoreResult<Vec<machine::Task>> {
         let mut rows = runs::load_nodes(self.0, run_id, nodes, held).await?;
-        crate::payloads::resolve_tasks(self.1, &mut rows).await?;
+        self.resolve_tasks(&mut rows).await?;
         rows.into_iter().map(|row| runs::to_machine_task(wf, row)).collect()
     }
 
     async fn take_buffered_event(&self, name: &str, key: &str, task_id: Uuid) -> StoreResult<Option<Value>> {
         let mut payload = composer_store::events::consume_buffered(self.0, name, key, task_id).await?;
         if let Some(payload) = &mut payload {
-            crate::payloads::resolve(self.1, payload).await?;
+            self.resolve(payload).await?;
         }
         Ok(payload)
     }
@@ -157,7 +213,9 @@ impl RunStore for Tx<'_, '_> {
     }
 
     async fn insert_run(&self, run: &NewRun<'_>) -> StoreResult<RunRow> {
-        let Some(written) = offload_input(self.1, run).await? else { return runs::insert_run(self.0, run).await };
+        let Some(written) = self.offload(run.id, run.input, None).await? else {
+            return runs::insert_run(self.0, run).await;
+        };
         let mut row = runs::insert_run(self.0, &NewRun { input: &written, ..run.clone() }).await?;
         // The state machine sees the input itself.
         row.input = run.input.clone();
@@ -167,7 +225,7 @@ impl RunStore for Tx<'_, '_> {
     async fn insert_runs(&self, new: &[NewRun<'_>]) -> StoreResult<Vec<RunRow>> {
         let mut written: Vec<Option<Value>> = Vec::with_capacity(new.len());
         for run in new {
-            written.push(offload_input(self.1, run).await?);
+            written.push(self.offload(run.id, run.input, None).await?);
         }
         if written.iter().all(Option::is_none) {
             return runs::insert_runs(self.0, new).await;
@@ -191,10 +249,4 @@ impl RunStore for Tx<'_, '_> {
     async fn load_sources(&self, run_id: Uuid, map: Uuid, from: u32, count: u32) -> StoreResult<Vec<Value>> {
         runs::load_sources(self.0, run_id, map, from, count).await
     }
-}
-
-/// The reference a new run's row holds instead of its input, written first,
-/// when the input is too large for the row.
-async fn offload_input(payloads: &Payloads, run: &NewRun<'_>) -> StoreResult<Option<Value>> {
-    payloads.offload(run.id, run.input, None).await.map_err(crate::payloads::store_error)
 }

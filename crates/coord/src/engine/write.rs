@@ -66,7 +66,7 @@ impl Engine {
         }
         if self.payloads.is_on() {
             for l in loaded.iter_mut().map(|l| &mut **l).chain(handlers.iter_mut()) {
-                l.offloaded = self.offloaded(l).await?;
+                l.offloaded = self.offloaded(&super::store::Tx(tx, &self.payloads), l).await?;
             }
         }
         let all: Vec<&Loaded> = loaded.iter().map(|l| &**l).chain(handlers.iter()).collect();
@@ -100,10 +100,10 @@ impl Engine {
     /// The values of `l` the write puts in objects, written now (before the
     /// commit that refers to them): those over the threshold of its run
     /// and of the tasks its events created or changed.
-    async fn offloaded(&self, l: &Loaded) -> Result<Offloaded> {
+    async fn offloaded(&self, objects: &super::store::Tx<'_, '_>, l: &Loaded) -> Result<Offloaded> {
         use crate::payloads::Which::{Input, Output};
         let (run, tr) = (&l.run, &l.tr);
-        let put = |value, task, which| self.offload(l, value, task, which);
+        let put = |value, task, which| Self::offload(objects, l, value, task, which);
         let mut out = Offloaded::default();
         if tr.run_changed {
             if let Some(output) = &run.output {
@@ -132,14 +132,13 @@ impl Engine {
 
     /// The reference `value` of run `l` (of its task `task`) is written as, if any.
     async fn offload(
-        &self,
+        objects: &super::store::Tx<'_, '_>,
         l: &Loaded,
         value: &Value,
         task: Option<Uuid>,
         which: crate::payloads::Which,
     ) -> Result<Option<Value>> {
-        let had = l.read.get(task, which);
-        Ok(self.payloads.offload(l.run.id, value, had).await.map_err(crate::payloads::store_error)?)
+        Ok(objects.offload(l.run.id, value, l.read.get(task, which)).await?)
     }
 
     /// After the commit of a write: publishes it, records its spans, counts

@@ -61,9 +61,10 @@ impl<'e> Batch<'e> {
         for (mut row, mut tasks, in_part) in runs::lock_many(tx, &run_ids, &items, part).await? {
             let mut read = crate::payloads::ReadFrom::default();
             // Always: rows written while offloading was on hold references.
-            crate::payloads::resolve_run(&engine.payloads, &mut row, &mut read).await?;
+            let objects = Tx(tx, &engine.payloads);
+            objects.resolve_run(&mut row, &mut read).await?;
             for t in &mut tasks {
-                crate::payloads::resolve_task(&engine.payloads, t, &mut read).await?;
+                objects.resolve_task(t, &mut read).await?;
             }
             for t in tasks.iter().filter(|t| reported.contains(&t.id)) {
                 let running = t.state == machine::TaskState::Running;
