@@ -342,6 +342,9 @@ async fn a_steps_log_past_the_threshold_is_sealed_into_objects_every_reader_read
         c.offload_threshold = 2048;
         c.offload_grace = Duration::from_secs(1);
         c.task_log_max_bytes = 1 << 20;
+        // The step holds its lease while the test reads its log some fifty
+        // ways: in CI on a loaded machine that outlasted 3 s (a 409).
+        c.lease_ttl = Duration::from_secs(120);
     })
     .await;
     e.register(&json!({"name": "logged", "nodes": [{"id": "step", "type": "resize", "queue": "py"}]})).await;
