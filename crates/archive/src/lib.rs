@@ -39,7 +39,9 @@ pub const PART_BYTES: usize = 64 << 20;
 
 /// The largest run one line may hold, in bytes of JSON: a writer refuses a
 /// larger one (its month is kept, and the error says which run), so that
-/// every part it writes stays under what a reader takes.
+/// every part it writes stays under what a reader takes. An archive's
+/// offloaded values are references in its lines, their objects copied
+/// beside the parts (`payloads/`), so they do not count.
 pub const MAX_RUN_BYTES: usize = 512 << 20;
 
 /// The most a reader inflates one part to, or reads of one object: a

@@ -222,6 +222,51 @@ impl Payloads {
         Ok(())
     }
 
+    /// Copies the object `r` names to where `to` keeps it (the same name
+    /// under `to`'s directory, so the same reference reads it there): read
+    /// a part at a time and checked against the reference as it goes, so
+    /// a changed object is an error and leaves no copy. An object `to`
+    /// already holds at the reference's size is left as it is (a copy a
+    /// pass that failed later made; a reader checks it all the same).
+    pub async fn copy_to(&self, r: &Ref, to: &Payloads) -> Result<(), Error> {
+        use futures_util::StreamExt;
+        let store = to.store_of(r)?;
+        let path = path_of(store, r);
+        match store.objects.head(&path).await {
+            Ok(meta) if meta.size == r.bytes => return Ok(()),
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if r.bytes <= PART as u64 {
+            let text = self.read_text(r).await?;
+            store.objects.put(&path, PutPayload::from(text)).await?;
+            return Ok(());
+        }
+        let mut read = self.stream_text(r).await?;
+        let mut upload = store.objects.put_multipart(&path).await?;
+        let sent: Result<(), Error> = async {
+            let mut buf = Vec::with_capacity(PART);
+            while let Some(part) = read.next().await {
+                buf.extend_from_slice(&part?);
+                if buf.len() >= PART {
+                    let full = std::mem::replace(&mut buf, Vec::with_capacity(PART));
+                    upload.put_part(PutPayload::from(full)).await?;
+                }
+            }
+            if !buf.is_empty() {
+                upload.put_part(PutPayload::from(buf)).await?;
+            }
+            upload.complete().await?;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = sent {
+            let _ = upload.abort().await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
     fn store_of(&self, r: &Ref) -> Result<&Store, Error> {
         match &self.at {
             Some((store, _)) => Ok(store),
@@ -632,5 +677,38 @@ mod tests {
         changed["rows"][8_999] = serde_json::json!("x");
         assert_ne!(Ref::of(&p.offload(run, &changed, Some(&r)).await.unwrap().unwrap()).unwrap().object, r.object);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A copy reads back through the same reference from where it was
+    /// copied to, small or in parts; a changed object copies nothing, and
+    /// a copy already there is left.
+    #[tokio::test]
+    async fn an_object_copied_reads_back_by_its_reference_and_a_changed_one_is_not_copied() {
+        let (from, to) = (scratch("copy-from"), scratch("copy-to"));
+        let (p, q) = (payloads(&from, 8), payloads(&to, usize::MAX));
+        let run = Uuid::now_v7();
+        let small = serde_json::json!({"text": "x".repeat(100)});
+        let big = serde_json::json!({"rows": (0..9_000).map(|i| format!("{i:>1000}")).collect::<Vec<_>>()});
+        for value in [&small, &big] {
+            let r = Ref::of(&p.offload(run, value, None).await.unwrap().unwrap()).unwrap();
+            assert!(q.read(&r).await.unwrap_err().is_missing());
+            p.copy_to(&r, &q).await.unwrap();
+            assert_eq!(&q.read(&r).await.unwrap(), value);
+            // Copied again: left as it is.
+            p.copy_to(&r, &q).await.unwrap();
+            assert_eq!(&q.read(&r).await.unwrap(), value);
+            // Changed where it was kept, a byte at the end: nothing copied.
+            let r2 = Ref::of(&p.offload(run, value, None).await.unwrap().unwrap()).unwrap();
+            let file = from.join(path_of(&p.at.as_ref().unwrap().0, &r2).as_ref());
+            let mut text = std::fs::read(&file).unwrap();
+            let last = text.len() - 2;
+            text[last] = b'y';
+            std::fs::write(&file, &text).unwrap();
+            let err = p.copy_to(&r2, &q).await.unwrap_err().to_string();
+            assert!(err.contains("SHA-256"), "{err}");
+            assert!(q.read(&r2).await.unwrap_err().is_missing(), "no copy of a changed object");
+        }
+        std::fs::remove_dir_all(from).unwrap();
+        std::fs::remove_dir_all(to).unwrap();
     }
 }

@@ -5,9 +5,12 @@
 //!
 //! A namespace's runs go to `<url>/<dir>/runs/<YYYY_MM>/` (parts and a
 //! manifest, see `composer_archive`), by the month their id is of: `dir` is
-//! `default`, or `NAME-ID` for another namespace.
+//! `default`, or `NAME-ID` for another namespace. A run's offloaded values
+//! stay references in its line; their objects are copied to the month's
+//! `payloads/` beside it, under the names they had ([`Archive::payloads_in`]).
 
 use composer_api::rest::ArchivedRun;
+use composer_archive::payloads::Payloads;
 use composer_archive::Store;
 use uuid::Uuid;
 
@@ -56,11 +59,20 @@ impl Archive {
         Some((&at.namespace, at.store.sub(&format!("runs/{month}"))))
     }
 
-    /// The archived run `id`: `None` where no archive is set or it holds no
-    /// such run.
-    pub async fn read(&self, id: Uuid) -> Result<Option<ArchivedRun>, composer_archive::Error> {
+    /// Where the archive of month directory `dir` keeps the copies of its
+    /// runs' offloaded values (`<dir>/payloads/`, by the same names as
+    /// where they were offloaded, so their references read them there).
+    pub fn payloads_in(dir: &Store) -> Payloads {
+        Payloads::new(dir.clone(), usize::MAX)
+    }
+
+    /// The archived run `id`, its offloaded values references to objects
+    /// that the [`Payloads`] returned with it reads: `None` where no
+    /// archive is set or it holds no such run.
+    pub async fn read(&self, id: Uuid) -> Result<Option<(ArchivedRun, Payloads)>, composer_archive::Error> {
         let Some(month) = composer_archive::month_of(id) else { return Ok(None) };
         let Some((_, dir)) = self.month(&month) else { return Ok(None) };
-        composer_archive::read_run(&dir, id).await
+        let run = composer_archive::read_run(&dir, id).await?;
+        Ok(run.map(|run| (run, Archive::payloads_in(&dir))))
     }
 }

@@ -7,13 +7,13 @@
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
 use composer_api::rest::Manifest;
-use composer_archive::payloads::Payloads;
+use composer_archive::payloads::{Payloads, Ref};
 use composer_archive::Writer;
 use composer_store::runs::RunFilter;
 use composer_store::{partitions, Client};
 
 use crate::archive::{Archive, ArchiveError};
-use crate::http::archive::{id_at, record};
+use crate::http::archive::{id_at, record_as_kept};
 
 /// Run ids read at once.
 const PAGE: i64 = 1000;
@@ -46,12 +46,21 @@ async fn write_month(
     let filter = RunFilter { since: Some(since), until: Some(until), ..RunFilter::default() };
     let selection = serde_json::json!({"month": month});
     let Some((namespace, dir)) = archive.month(month) else { return Err(no_archive()) };
+    let copies = Archive::payloads_in(&dir);
     let mut writer = Writer::new(dir, namespace, selection);
     let mut after = None;
     loop {
         let page = composer_store::runs::matching_ids(client, &filter, after, PAGE).await?;
         for id in &page {
-            if let Some(run) = record(client, payloads, *id).await? {
+            if let Some(mut run) = record_as_kept(client, payloads, *id).await? {
+                // Its offloaded values stay references in its line, each
+                // object copied beside it first: a run of any size fits a
+                // line, and its copies are there before the manifest.
+                for value in crate::payloads::archived_slots(&mut run) {
+                    if let Some(r) = Ref::of(value) {
+                        payloads.copy_to(&r, &copies).await?;
+                    }
+                }
                 writer.add(&run).await?;
             }
         }

@@ -6,7 +6,7 @@
 use axum::body::Bytes;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use composer_api::rest::{ItemPage, RunView, TaskView};
+use composer_api::rest::{ArchivedRun, ItemPage, RunView, TaskView};
 use composer_archive::payloads::{Payloads, Ref};
 use composer_store::runs::{RunRow, TaskRow};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -104,11 +104,27 @@ pub async fn tasks_for_page(p: &Payloads, run_id: Uuid, tasks: &mut [TaskRow]) -
     Ok(())
 }
 
+/// An archived run's input and output for its page, as [`for_page`] does
+/// for a run, read from the archive's copies (`p`).
+pub async fn archived_for_page(p: &Payloads, run: &mut RunView) -> Result<(), composer_store::Error> {
+    let read_at = format!("/v1/archive/runs/{}", run.id);
+    for value in run.input.iter_mut().chain(run.output.iter_mut()) {
+        shown_at(p, &read_at, value).await?;
+    }
+    Ok(())
+}
+
 async fn shown(p: &Payloads, run_id: Uuid, value: &mut Value) -> Result<(), composer_store::Error> {
+    shown_at(p, &format!("/v1/runs/{run_id}"), value).await
+}
+
+/// `value` read back for a page, or past [`MAX_SHOWN_OFFLOADED`] a note
+/// that it is read at `read_at`.
+async fn shown_at(p: &Payloads, read_at: &str, value: &mut Value) -> Result<(), composer_store::Error> {
     match Ref::of(value) {
         Some(r) if r.bytes > MAX_SHOWN_OFFLOADED => {
             *value = Value::String(format!(
-                "a value of {} bytes kept as an object: read it from the API (GET /v1/runs/{run_id})",
+                "a value of {} bytes kept as an object: read it from the API (GET {read_at})",
                 r.bytes
             ));
             Ok(())
@@ -140,6 +156,25 @@ pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, compose
 pub async fn answer_items(p: &Payloads, mut page: ItemPage) -> Result<Response, composer_store::Error> {
     let marked = mark(task_slots(&mut page.items).collect())?;
     answer_with(p, &page, marked).await
+}
+
+/// An archived run answered as [`answer`] answers a run, its offloaded
+/// values written in from the archive's copies of their objects (`p`).
+pub async fn answer_archived(p: &Payloads, mut run: ArchivedRun) -> Result<Response, composer_store::Error> {
+    let marked = mark(archived_slots(&mut run))?;
+    answer_with(p, &run, marked).await
+}
+
+/// Every value an archived run holds: the run's input and output, its
+/// steps' and its MAP items'. The history and the log lines hold none.
+pub fn archived_slots(run: &mut ArchivedRun) -> Vec<&mut Value> {
+    let view = &mut run.run;
+    let mut slots: Vec<&mut Value> = view.input.iter_mut().chain(view.output.iter_mut()).collect();
+    slots.extend(task_slots(view.tasks.as_deref_mut().unwrap_or_default()));
+    for items in run.items.values_mut() {
+        slots.extend(task_slots(items));
+    }
+    slots
 }
 
 /// The values of steps as the API shows them: each one's input and output.
@@ -244,27 +279,6 @@ pub async fn resolve_tasks(p: &Payloads, tasks: &mut [TaskRow]) -> Result<(), co
     let mut read = ReadFrom::default();
     for t in tasks {
         resolve_task(p, t, &mut read).await?;
-    }
-    Ok(())
-}
-
-/// A run as the API shows it, with its values (and its tasks') read back.
-pub async fn resolve_view(p: &Payloads, view: &mut RunView) -> Result<(), composer_store::Error> {
-    if let Some(input) = &mut view.input {
-        resolve(p, input).await?;
-    }
-    resolve_opt(p, &mut view.output).await?;
-    if let Some(tasks) = &mut view.tasks {
-        resolve_task_views(p, tasks).await?;
-    }
-    Ok(())
-}
-
-/// Steps as the API shows them, with their values read back.
-pub async fn resolve_task_views(p: &Payloads, tasks: &mut [TaskView]) -> Result<(), composer_store::Error> {
-    for t in tasks {
-        resolve(p, &mut t.input).await?;
-        resolve_opt(p, &mut t.output).await?;
     }
     Ok(())
 }

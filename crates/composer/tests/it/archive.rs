@@ -258,6 +258,114 @@ async fn an_expired_month_is_archived_before_it_is_dropped_and_reads_back_as_sho
     e.stop().await;
 }
 
+/// A run whose values are offloaded is archived with a copy of each of
+/// their objects beside its line, which holds their references: the line
+/// stays small whatever the values, the run reads back from the archive
+/// as the API showed it (from the copies: the originals are gone by
+/// then), and a copy changed in the archive is an error, not a value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_large_values_is_archived_with_copies_of_its_objects_and_reads_back_as_shown() {
+    let (dir, offloaded) = (Dir::new("large"), Dir::new("large-offloaded"));
+    let places = (format!("file://{}", dir.path()), offloaded.path().to_string(), Vec::new());
+    archived_with_copies(places, dir.0.clone(), offloaded.0.clone()).await;
+}
+
+/// The same, the archive and the offloaded values both on S3 (a real S3
+/// protocol server), one bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_large_values_is_archived_with_copies_of_its_objects_on_s3() {
+    let s3 = composer_testkit::S3Server::start("runs").await;
+    let places = ("s3://runs/archive".to_string(), "s3://runs/objects".to_string(), s3.options());
+    archived_with_copies(places, s3.bucket_dir("runs").join("archive"), s3.bucket_dir("runs").join("objects")).await;
+}
+
+/// A run of large values archived to `archive_url` from values offloaded
+/// to `offload_url` (with S3 settings `options`), whose files are under
+/// `archive_dir` and `offloaded` on this machine.
+async fn archived_with_copies(
+    (archive_url, offload_url, options): (String, String, Vec<(String, String)>),
+    archive_dir: std::path::PathBuf,
+    offloaded: std::path::PathBuf,
+) {
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.archive_url = Some(archive_url);
+    config.archive_options = options;
+    config.offload_url = Some(offload_url);
+    config.offload_threshold = 1024;
+    config.retention_days = 30;
+    config.partition_interval = Duration::from_millis(200);
+    e.start_coordinator_with(config).await;
+    e.register(&json!({"name": "large", "nodes": [
+        {"id": "copy", "type": "TRANSFORM", "config": {"output": "${ .input.text }"}},
+        {"id": "each", "type": "MAP", "config": {"items": [1, 2, 3],
+            "node": {"type": "TRANSFORM", "config": {"output": "${ .input.text + (.item | tostring) }"}}}}],
+        "edges": [{"from": "copy", "to": "each"}],
+        "output": {"first": "${ .nodes.each.output[0] }"}}))
+        .await;
+    let text = "a large value ".repeat(20_000);
+    let run = e.start_run("large", json!({"text": text})).await;
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    let mut hold = e.db.pool().get().await.unwrap();
+    let held = archiving_held(&mut hold).await;
+    let (old, month) = moved_to_an_old_month(&e, run).await;
+    let (status, view) = e.get(&format!("/v1/runs/{old}")).await;
+    assert_eq!(status, 200, "{view:.300}");
+    assert_eq!(view["output"]["first"], format!("{text}1"));
+    let (_, items) = e.get(&format!("/v1/runs/{old}/items?node=each&limit=10")).await;
+    assert_eq!(items["items"][2]["output"], format!("{text}3"));
+    held.commit().await.unwrap();
+    let archived = eventually(T, "the run in the archive", || async {
+        let (status, body) = e.get(&format!("/v1/archive/runs/{old}")).await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(archived["run"], view, "the run and its steps, values and all");
+    assert_eq!(archived["items"]["each"], items["items"], "its MAP's items");
+
+    // The line holds references; the values are objects beside it.
+    let month_dir = archive_dir.join(format!("default/runs/{month}"));
+    let store = composer_archive::Store::open(month_dir.to_str().unwrap()).unwrap();
+    let line = serde_json::to_string(&composer_archive::read_run(&store, old).await.unwrap().unwrap()).unwrap();
+    assert!(line.len() < 16 << 10, "a line of {} bytes", line.len());
+    assert!(!line.contains("a large value a large value") && line.contains("$composer_offloaded"), "{line}");
+    let copies = objects_under(&month_dir.join("payloads"));
+    // The input, the step's output, three items' outputs, the MAP's and the run's.
+    assert!(copies.len() >= 7, "{copies:?}");
+
+    // Read from the copies: the offloaded originals are gone.
+    eventually(T, "its rows gone once it was written", || async {
+        (e.get(&format!("/v1/runs/{old}")).await.0 == 404).then_some(())
+    })
+    .await;
+    std::fs::remove_dir_all(&offloaded).unwrap();
+    let (status, again) = e.get(&format!("/v1/archive/runs/{old}")).await;
+    assert_eq!((status, &again), (200, &archived));
+    let page = reqwest::get(format!("{}/ui/archive/runs/{old}", e.url())).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("a large value a large value"), "the page shows its input");
+
+    // A copy changed in the archive: an error that holds no value.
+    let changed = copies.iter().find(|c| std::fs::metadata(c).unwrap().len() > 200_000).unwrap();
+    std::fs::write(changed, serde_json::to_vec(&"another value".repeat(20_000)).unwrap()).unwrap();
+    let (status, body) = e.get(&format!("/v1/archive/runs/{old}")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (500, Some("internal")), "{body:.300}");
+    assert!(!body.to_string().contains("another value"), "{body:.300}");
+    e.stop().await;
+}
+
+/// Every file under `dir`, however deep.
+fn objects_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        match entry.file_type().unwrap().is_dir() {
+            true => found.extend(objects_under(&entry.path())),
+            false => found.push(entry.path()),
+        }
+    }
+    found
+}
+
 /// A month one of whose runs changed after the archive began to read it
 /// (an ended run retried meanwhile) is not dropped: it is written again on
 /// the next pass. Once archiving is required, retention without an archive

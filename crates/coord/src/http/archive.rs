@@ -31,8 +31,23 @@ pub async fn record(
     payloads: &Payloads,
     run_id: Uuid,
 ) -> Result<Option<ArchivedRun>, composer_store::Error> {
+    let Some(mut record) = record_as_kept(client, payloads, run_id).await? else { return Ok(None) };
+    for value in crate::payloads::archived_slots(&mut record) {
+        crate::payloads::resolve(payloads, value).await?;
+    }
+    Ok(Some(record))
+}
+
+/// [`record`] with its values as the rows keep them: an offloaded one
+/// still a reference to its object (what the archive writes, beside a
+/// copy of the object). Its log lines are read whole.
+pub async fn record_as_kept(
+    client: &Client,
+    payloads: &Payloads,
+    run_id: Uuid,
+) -> Result<Option<ArchivedRun>, composer_store::Error> {
     let Some((run, tasks)) = runs::get(client, run_id).await? else { return Ok(None) };
-    let view = super::runs::full_view(client, payloads, &run, &tasks).await?;
+    let view = super::runs::view_as_kept(client, &run, &tasks).await?;
     let mut history = Vec::new();
     loop {
         let after = history.last().map_or(0, |h: &HistoryEntryView| h.seq);
@@ -62,7 +77,7 @@ pub async fn record(
             }
         }
         nodes.extend(all.iter().map(|t| (t.id, t.node_id.clone())));
-        items.insert(map.node_id.clone(), super::runs::task_views(client, payloads, run_id, &all).await?);
+        items.insert(map.node_id.clone(), super::runs::task_views_as_kept(client, run_id, &all).await?);
     }
     let ids: Vec<Uuid> = nodes.keys().copied().collect();
     let mut logs: Vec<AttemptLog> = Vec::new();
@@ -193,13 +208,15 @@ pub(crate) async fn export_runs(
 pub(crate) async fn get_archived_run(
     State(archive): State<Archive>,
     Path(id): Path<String>,
-) -> ApiResult<Json<ArchivedRun>> {
+) -> ApiResult<axum::response::Response> {
     let id = run_id(&id)?;
     if !archive.is_set() {
         return Err(ApiError::not_found("no archive is set (COMPOSER_ARCHIVE_URL): no run is archived"));
     }
     match archive.read(id).await {
-        Ok(Some(run)) => Ok(Json(run)),
+        // Its offloaded values are written in from the archive's copies,
+        // never held whole.
+        Ok(Some((run, copies))) => Ok(crate::payloads::answer_archived(&copies, run).await?),
         Ok(None) => Err(ApiError::not_found(format!("run {id} is not in the archive"))),
         Err(e) => {
             // What storage said stays in the log: it may name the bucket,

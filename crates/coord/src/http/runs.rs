@@ -323,21 +323,7 @@ fn task_view(t: &TaskRow) -> TaskView {
     }
 }
 
-/// The run as getRun shows it: with its tasks, and the failure handlers
-/// its end started. One door for the API and the archive, so an archived
-/// run is what the API showed.
-pub(crate) async fn full_view(
-    client: &composer_store::Client,
-    payloads: &Payloads,
-    run: &RunRow,
-    tasks: &[TaskRow],
-) -> Result<RunView, composer_store::Error> {
-    let mut view = view_as_kept(client, run, tasks).await?;
-    crate::payloads::resolve_view(payloads, &mut view).await?;
-    Ok(view)
-}
-
-/// [`full_view`] as the API answers it: its offloaded values written into
+/// The run as getRun shows it ([`view_as_kept`]) as the API answers it: its offloaded values written into
 /// the answer from their objects, never held whole
 /// ([`crate::payloads::answer`]).
 pub(crate) async fn full_answer(
@@ -350,9 +336,11 @@ pub(crate) async fn full_answer(
     Ok(crate::payloads::answer(payloads, view).await?)
 }
 
-/// [`full_view`] with its values as the rows keep them: an offloaded one
-/// still a reference.
-async fn view_as_kept(
+/// The run as getRun shows it: with its tasks, and the failure handlers
+/// its end started; its values as the rows keep them (an offloaded one
+/// still a reference). One door for the API and the archive, so an
+/// archived run is what the API showed.
+pub(crate) async fn view_as_kept(
     client: &composer_store::Client,
     run: &RunRow,
     tasks: &[TaskRow],
@@ -365,21 +353,9 @@ async fn view_as_kept(
     Ok(view)
 }
 
-/// Task views, their values read back where offloaded, with why each
-/// step its limits hold waits.
-pub(crate) async fn task_views(
-    client: &composer_store::Client,
-    payloads: &Payloads,
-    run_id: Uuid,
-    tasks: &[TaskRow],
-) -> Result<Vec<TaskView>, composer_store::Error> {
-    let mut views = task_views_as_kept(client, run_id, tasks).await?;
-    crate::payloads::resolve_task_views(payloads, &mut views).await?;
-    Ok(views)
-}
-
-/// [`task_views`] with their values as the rows keep them.
-async fn task_views_as_kept(
+/// Task views, with why each step its limits hold waits; their values as
+/// the rows keep them.
+pub(crate) async fn task_views_as_kept(
     client: &composer_store::Client,
     run_id: Uuid,
     tasks: &[TaskRow],

@@ -22,7 +22,11 @@ pub async fn archived_page(State(archive): State<Archive>, Path(id): Path<String
         tracing::warn!(error = %e, run = %run_id, "ui: reading the archive failed");
         UiError(axum::http::StatusCode::SERVICE_UNAVAILABLE, "the archive could not be read; retry shortly".into())
     })?;
-    let run = run.ok_or_else(|| not_found("archived run"))?;
+    let (mut run, copies) = run.ok_or_else(|| not_found("archived run"))?;
+    crate::payloads::archived_for_page(&copies, &mut run.run).await.map_err(|e| {
+        tracing::warn!(error = %e, run = %run_id, "ui: reading an archived run's value failed");
+        UiError(axum::http::StatusCode::SERVICE_UNAVAILABLE, "the archived run's values could not be read".into())
+    })?;
     Ok(page(&format!("Archived run {run_id}"), body(&run)).into_response())
 }
 
