@@ -144,12 +144,19 @@ pub const STREAMED_PAST: u64 = 8 << 20;
 /// rows hold them), answered as JSON with each offloaded value written in
 /// from its object ([`answer_with`]).
 pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, composer_store::Error> {
+    let names = serde_json::json!({
+        "id": view.id, "status": view.status, "workflow": view.workflow, "version": view.version,
+        "priority": view.priority,
+    });
     let mut tasks = view.tasks.take().unwrap_or_default();
     let mut slots: Vec<&mut Value> = view.input.iter_mut().chain(view.output.iter_mut()).collect();
     slots.extend(task_slots(&mut tasks));
     let marked = mark(slots)?;
     view.tasks = Some(tasks);
-    answer_with(p, &view, marked).await
+    let mut answer = answer_with(p, &view, marked).await?;
+    // A control's answer (cancel, retry, …) is audited by these, not read whole.
+    answer.extensions_mut().insert(crate::http::authorize::AnswerNames(names));
+    Ok(answer)
 }
 
 /// A page of a MAP's items answered as [`answer`] answers a run.

@@ -674,6 +674,39 @@ async fn a_changed_object_is_an_error_answer_or_an_answer_cut_short() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A control's answer (here a cancel) is the run's answer, its offloaded
+/// values written in from their objects as it streams (no length known
+/// before): the audit layer passes it on untouched and records the names
+/// it gives, not the body.
+#[tokio::test]
+async fn a_controls_answer_streams_its_large_values_and_the_audit_log_keeps_its_names() {
+    let (e, dir) = offloading(1024).await;
+    e.register(&json!({"name": "held", "nodes": [{"id": "w", "type": "produce", "queue": "nobody"}]})).await;
+    let input = json!({"blob": "x".repeat(4096)});
+    let run = e.start_run("held", input.clone()).await;
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/runs/{run}/cancel", e.url()))
+        .json(&json!({"reason": "enough"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.headers().get("content-length").is_none(), "streamed, not held whole: {:?}", answer.headers());
+    let view: Value = answer.json().await.unwrap();
+    assert_eq!((&view["input"], view["status"].as_str()), (&input, Some("CANCELLED")));
+    let (status, page) = e.get("/v1/audit?limit=5").await;
+    assert_eq!(status, 200, "{page}");
+    let entry = page["entries"].as_array().unwrap().iter().find(|x| x["route"] == "/v1/runs/{id}/cancel").unwrap();
+    assert_eq!(entry["status"], 200, "{entry}");
+    assert_eq!(
+        entry["result"],
+        json!({"id": run, "status": "CANCELLED", "workflow": "held", "version": 1, "priority": view["priority"]}),
+        "{entry}"
+    );
+    e.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A page of a MAP's items writes their offloaded values from their
 /// objects as a run's answer does: past 8 MiB a part at a time, and an
 /// object changed where it is kept cuts the page short.

@@ -208,9 +208,18 @@ fn kept_answer(route: &str, answer: Value) -> Value {
     Value::Object(o)
 }
 
+/// What an answer says it is about, for the audit log, when its body is
+/// streamed (a run's answer writes its large values in from their objects,
+/// never held whole): the audit layer records this instead of reading the
+/// body, which it passes on untouched.
+#[derive(Clone, Debug)]
+pub(crate) struct AnswerNames(pub Value);
+
 /// Records each change ([`audited`]) before it is made, and its answer
 /// after. A change whose record cannot be written is not made (503); an
-/// answer whose record cannot be written is logged and still given.
+/// answer whose record cannot be written is logged and still given. An
+/// answer that names itself ([`AnswerNames`]) is passed on as it streams,
+/// and the log keeps those names; any other is read whole first.
 pub(crate) async fn audit(State((config, pool)): State<(Arc<Config>, Pool)>, req: Request, next: Next) -> Response {
     let route = route_of(&req);
     if !audited(req.method(), &route) {
@@ -242,6 +251,13 @@ pub(crate) async fn audit(State((config, pool)): State<(Arc<Config>, Pool)>, req
         return e.into_response();
     }
     let resp = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    if let Some(AnswerNames(names)) = resp.extensions().get::<AnswerNames>() {
+        let result = resp.status().is_success().then(|| kept_answer(&route, names.clone()));
+        if let Err(e) = write_answered(&pool, request_id, resp.status().as_u16(), result.as_ref()).await {
+            tracing::error!(%route, %path, error = %e, "the audit log did not record an answer");
+        }
+        return resp;
+    }
     let (parts, body) = resp.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
         return ApiError::internal("the answer's body could not be read for the audit log").into_response();
