@@ -16,6 +16,12 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// only what storage wrote is ever read as one.
 pub const OFFLOADED_KEY: &str = "$composer_offloaded";
 
+/// Whether `value` is a reference to a value kept as an object (an object
+/// whose one key is [`OFFLOADED_KEY`]): only storage writes one.
+pub fn is_reference(value: &Value) -> bool {
+    value.as_object().is_some_and(|o| o.len() == 1 && o.contains_key(OFFLOADED_KEY))
+}
+
 /// Deepest nesting of a stored value (`max_depth`). Expressions see stored
 /// values inside a context three levels deep, well within what JSON readers
 /// accept (128).

@@ -88,6 +88,8 @@ metrics! {
     RUNS_STARTED: Counter(Coordinator), "composer_runs_started_total", "Runs started.";
     PARTIAL_LOADS: Counter(Coordinator), "composer_partial_loads_total",
         "Reads of more tasks of a run loaded in part that an event needed (the event was applied again).";
+    UNREAD_LOADS: Counter(Coordinator), "composer_unread_loads_total",
+        "Reads of a run's offloaded values an event left unread and then needed (the event was applied again).";
     SLOTS_HANDED_OVER: Counter(Coordinator), "composer_slots_handed_over_total",
         "Queued runs started in the transaction whose runs freed their concurrency key's slots.";
     RUNS_FINISHED: Counter(Coordinator), "composer_runs_finished_total",

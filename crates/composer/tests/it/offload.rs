@@ -155,6 +155,84 @@ async fn values_over_the_threshold_are_offloaded_and_every_reader_sees_them_whol
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A step's news reads only the offloaded values the expressions it
+/// evaluates name: with the objects of the run's input and of an ended
+/// step's output gone, a step's news that reads neither still moves the
+/// run to its end; one that needs an ended step's value reads it then
+/// (counted in `composer_unread_loads_total`), and it is the value.
+#[tokio::test]
+async fn a_steps_news_reads_only_the_offloaded_values_its_expressions_name() {
+    let (e, dir) = offloading(1024).await;
+    e.register(&json!({"name": "lazy", "nodes": [
+        {"id": "a", "type": "produce", "queue": "py"},
+        {"id": "b", "type": "produce", "queue": "py"},
+        {"id": "c", "type": "TRANSFORM", "config": {"output": "${ .nodes.b.output | length }"}}],
+        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]}))
+        .await;
+    e.register(&json!({"name": "later", "nodes": [
+        {"id": "a", "type": "produce", "queue": "py"},
+        {"id": "b", "type": "produce", "queue": "py"},
+        {"id": "c", "type": "TRANSFORM", "config": {"output": "${ .nodes.a.output | length }"}}],
+        "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]}))
+        .await;
+    let big = |c: &str| json!(c.repeat(4096));
+    let engine = &e;
+    let complete = |output: Value| async move {
+        let e = engine;
+        let (_, polled) =
+            e.post("/v1/tasks/poll", &json!({"worker_id": "w", "queues": ["py"], "max": 1, "wait": "20s"})).await;
+        let task = polled["tasks"][0].clone();
+        let report = json!({"worker_id": "w", "run_id": task["run_id"], "attempt": task["attempt"], "output": output});
+        let (status, ack) = e.post(&format!("/v1/tasks/{}/complete", task["id"].as_str().unwrap()), &report).await;
+        assert_eq!(status, 200, "{ack}");
+    };
+    let db = composer_store::client(&e.db.pool()).await.unwrap();
+    let ended = |run: Uuid| {
+        let db = &db;
+        async move {
+            eventually(T, "the run's end", || async {
+                let row = db.query_one("SELECT status FROM workflow_runs WHERE id = $1", &[&run]).await.unwrap();
+                let status: String = row.get(0);
+                (status != "RUNNING").then_some(status)
+            })
+            .await
+        }
+    };
+    let output_of = |run: Uuid, node: &'static str| {
+        let db = &db;
+        async move {
+            let sql = "SELECT output_json FROM task_instances WHERE run_id = $1 AND node_id = $2";
+            db.query_one(sql, &[&run, &node]).await.unwrap().get::<_, Value>(0)
+        }
+    };
+    let reread = || async {
+        let text = reqwest::get(format!("{}/metrics", e.url())).await.unwrap().text().await.unwrap();
+        text.lines().find_map(|l| l.strip_prefix("composer_unread_loads_total ")?.parse::<f64>().ok()).unwrap_or(0.0)
+    };
+
+    let run = e.start_run("lazy", json!({"blob": big("i")})).await;
+    complete(big("a")).await;
+    // The run's input and a's output are objects, and they are lost.
+    assert_eq!(references(&db).await, 2);
+    let lost = objects(&dir);
+    assert_eq!(lost.len(), 2, "{lost:?}");
+    lost.iter().for_each(|o| std::fs::remove_file(o).unwrap());
+    complete(big("b")).await;
+    assert_eq!(ended(run).await, "SUCCEEDED");
+    assert_eq!(output_of(run, "c").await, json!(4096));
+    assert_eq!(reread().await, 0.0, "nothing left unread was needed");
+
+    // c names a's output, which b's news left unread: read when c needs it.
+    let run = e.start_run("later", json!({})).await;
+    complete(big("a")).await;
+    complete(json!("small")).await;
+    assert_eq!(ended(run).await, "SUCCEEDED");
+    assert_eq!(output_of(run, "c").await, json!(4096));
+    assert!(reread().await >= 1.0, "a's output was read when c needed it");
+    e.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn a_value_that_passes_for_a_reference_is_refused_where_it_enters() {
     let (e, dir) = offloading(64).await;

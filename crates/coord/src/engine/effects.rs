@@ -62,6 +62,34 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
     }
 }
 
+/// [`apply_loading_nodes`] on a run that left values unread
+/// ([`Run::unread`]): when the machine says it needed one, its transition
+/// is dropped, the run put back as it was, every value read, and the event
+/// applied again (once: the run then holds no reference).
+async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
+    if !run.unread {
+        return apply_loading_nodes(store, wf, run, event).await;
+    }
+    if run.holds_gathered_output {
+        // Not copied (it may be large): its values are read first.
+        store.read_unread(run).await?;
+        return apply_loading_nodes(store, wf, run, event).await;
+    }
+    let before = run.clone();
+    let tr = apply_loading_nodes(store, wf, run, event.clone()).await?;
+    if !tr.unread {
+        return Ok(tr);
+    }
+    *run = before;
+    store.read_unread(run).await?;
+    crate::metrics::inc(composer_metrics::UNREAD_LOADS, &[], 1);
+    let tr = apply_loading_nodes(store, wf, run, event).await?;
+    match tr.unread {
+        true => Err(composer_store::Error::Corrupt(format!("run {}: a value read is still unread", run.id)).into()),
+        false => Ok(tr),
+    }
+}
+
 /// [`apply_contained`] on a run loaded in part ([`Run::known`]): while the
 /// machine says it misses nodes' tasks, its transition is dropped, the run
 /// put back as it was, those tasks loaded, and the event applied again. A
@@ -69,7 +97,12 @@ pub async fn apply<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, ev
 /// yet). A second round loads every node still missing, so an event that
 /// runs on through a cascade (a chain of skips or TRANSFORMs) is applied
 /// at most three times, not once per node.
-async fn apply_loading<S: RunStore>(store: &S, wf: &Arc<Workflow>, run: &mut Run, event: Event) -> Result<Transition> {
+async fn apply_loading_nodes<S: RunStore>(
+    store: &S,
+    wf: &Arc<Workflow>,
+    run: &mut Run,
+    event: Event,
+) -> Result<Transition> {
     if run.known.is_none() {
         return apply_contained(wf, run, event).await;
     }
@@ -272,6 +305,12 @@ pub(crate) mod fake {
     }
 
     impl RunStore for FakeStore {
+        async fn read_unread(&self, run: &mut machine::Run) -> Result<(), composer_store::Error> {
+            // Nothing is offloaded here.
+            run.unread = false;
+            Ok(())
+        }
+
         async fn load_nodes(
             &self,
             wf: &Workflow,

@@ -83,6 +83,10 @@ pub trait RunStore: Sync {
         held: &[Uuid],
     ) -> impl Future<Output = StoreResult<Vec<machine::Task>>> + Send;
 
+    /// Reads every value `run` left unread ([`machine::Run::unread`]): its
+    /// input, its tasks' inputs and outputs that are references.
+    fn read_unread(&self, run: &mut machine::Run) -> impl Future<Output = StoreResult<()>> + Send;
+
     /// A definition by name: `version`, or the latest.
     fn definition(
         &self,
@@ -153,6 +157,18 @@ impl Tx<'_, '_> {
 }
 
 impl RunStore for Tx<'_, '_> {
+    async fn read_unread(&self, run: &mut machine::Run) -> StoreResult<()> {
+        self.resolve(&mut run.input).await?;
+        for t in &mut run.tasks {
+            self.resolve(&mut t.input).await?;
+            if let Some(output) = &mut t.output {
+                self.resolve(output).await?;
+            }
+        }
+        run.unread = false;
+        Ok(())
+    }
+
     async fn load_items(
         &self,
         wf: &Workflow,

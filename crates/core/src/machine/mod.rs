@@ -85,11 +85,27 @@ pub fn apply(
     new_id: &mut dyn FnMut() -> Uuid,
 ) -> Transition {
     let about = transition::Probe::of(&event);
-    let mut m = Machine { sb, wf, run, now, new_id, tr: Transition::default(), maps: state::Maps::default() };
-    if let Err(reason) = m.on(event) {
+    let mut m = Machine {
+        sb,
+        wf,
+        run,
+        now,
+        new_id,
+        tr: Transition::default(),
+        maps: state::Maps::default(),
+        unread: std::cell::Cell::new(false),
+    };
+    let on = m.on(event);
+    if on.is_ok() {
+        m.keep_sources();
+    }
+    if m.unread.get() {
+        // Whatever it decided, it decided over a reference: void.
+        return Transition { unread: true, ..Transition::default() };
+    }
+    if let Err(reason) = on {
         return Transition::ignore(reason, about);
     }
-    m.keep_sources();
     m.tr
 }
 

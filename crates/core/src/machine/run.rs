@@ -48,6 +48,14 @@ pub struct Run {
     /// copy of the run (to put back or to try inline). The state machine
     /// does not look at it.
     pub holds_gathered_output: bool,
+    /// Some of its values are still references to the objects they are
+    /// kept in ([`storable::is_reference`](crate::storable::is_reference)),
+    /// left unread by the engine: its input, and the inputs and outputs of
+    /// ended node tasks. A machine that needs one of them says so in
+    /// [`Transition::unread`](crate::machine::Transition::unread) instead
+    /// of reading the reference; the engine reads them and applies the
+    /// event again.
+    pub unread: bool,
 }
 
 impl Run {
@@ -67,6 +75,7 @@ impl Run {
             known: None,
             collects_in_storage: false,
             holds_gathered_output: false,
+            unread: false,
         }
     }
 

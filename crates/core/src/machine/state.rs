@@ -33,6 +33,9 @@ pub(super) struct Machine<'a> {
     pub(super) tr: Transition,
     /// MAP bookkeeping for this event.
     pub(super) maps: Maps,
+    /// Whether it needed a value its run left unread ([`Run::unread`]):
+    /// noted where a value is read, for [`Transition::unread`].
+    pub(super) unread: std::cell::Cell<bool>,
 }
 
 /// Indexes built on first use within one event.

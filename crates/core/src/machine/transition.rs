@@ -104,6 +104,10 @@ pub struct Transition {
     /// this event needed. A transition with any is void: the engine drops
     /// it, loads these nodes' tasks, and applies the event again.
     pub missing: Vec<usize>,
+    /// The event needed a value its run left unread ([`Run::unread`](crate::machine::Run::unread)). A
+    /// transition with it is void: the engine drops it, reads the run's
+    /// values, and applies the event again.
+    pub unread: bool,
 }
 
 impl Transition {
@@ -157,6 +161,7 @@ impl Transition {
         self.limit_holds.extend(next.limit_holds);
         self.reported.extend(next.reported);
         debug_assert!(next.missing.is_empty(), "a void transition (missing tasks) was merged");
+        debug_assert!(!next.unread, "a void transition (a value unread) was merged");
         for m in next.continue_maps {
             if !self.continue_maps.contains(&m) {
                 self.continue_maps.push(m);

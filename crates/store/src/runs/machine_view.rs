@@ -35,6 +35,8 @@ pub fn into_machine(wf: &Workflow, run: &mut RunRow, tasks: Vec<TaskRow>) -> Res
         collects_in_storage: true,
         // The engine says when it gathered a MAP's output.
         holds_gathered_output: false,
+        // The engine says when it left values unread.
+        unread: false,
     })
 }
 

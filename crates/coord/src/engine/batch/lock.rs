@@ -59,9 +59,15 @@ impl<'e> Batch<'e> {
         let named: Vec<Uuid> = items.iter().map(|i| i.1).chain(carries_on).collect();
         let part = runs::InPart { runs: &in_part, named: &named };
         for (mut row, mut tasks, in_part) in runs::lock_many(tx, &run_ids, &items, part).await? {
+            let wf = engine.workflow(row.workflow_definition_id).await?;
             let mut read = crate::payloads::ReadFrom::default();
             // Always: rows written while offloading was on hold references.
             let objects = Tx(tx, &engine.payloads);
+            let events = requests.iter().filter(|a| a.run_id == row.id).map(|a| &a.event);
+            let unread = match leaves_unread(&wf, events) {
+                true => keep_unread(&mut row, &mut tasks),
+                false => Unread::default(),
+            };
             objects.resolve_run(&mut row, &mut read).await?;
             for t in &mut tasks {
                 objects.resolve_task(t, &mut read).await?;
@@ -73,11 +79,11 @@ impl<'e> Batch<'e> {
             let seen = engine.seen(&tasks);
             let pending_at_read: Vec<Uuid> =
                 tasks.iter().filter(|t| t.state == machine::TaskState::Pending).map(|t| t.id).collect();
-            let wf = engine.workflow(row.workflow_definition_id).await?;
             if !in_part && wf.nodes.len() > usize::try_from(engine.bounds.whole_run_nodes).unwrap_or(0) {
                 engine.remember_large(row.id, !row.status.is_terminal());
             }
             let mut run = runs::into_machine(&wf, &mut row, tasks)?;
+            run.unread = unread.put_back(&mut run);
             if in_part {
                 let mut known = vec![false; wf.nodes.len()];
                 for t in run.tasks.iter().filter(|t| t.item.is_none()) {
@@ -144,4 +150,66 @@ async fn load_items_for<'a>(
         effects::load_items(store, wf, run, None, runs::Items::Held).await?;
     }
     Ok(())
+}
+
+/// Whether a run may leave values unread ([`machine::Run::unread`]) for
+/// `events`: when each is a step's own news ([`Event::reads_in_part`]),
+/// which reads the values its expressions name (the state machine says
+/// when it needs one left unread), and the run has no failure handler,
+/// whose input is built from every value after the machine.
+fn leaves_unread<'a>(wf: &Workflow, mut events: impl Iterator<Item = &'a Event>) -> bool {
+    wf.on_failure.is_none() && events.all(Event::reads_in_part)
+}
+
+/// The values a run leaves unread: taken out of its rows before the rest
+/// are read back, put back into the state machine's form after.
+#[derive(Default)]
+struct Unread {
+    input: Option<serde_json::Value>,
+    /// By task id: its input and output.
+    tasks: HashMap<Uuid, (Option<serde_json::Value>, Option<serde_json::Value>)>,
+}
+
+/// Takes out of `row` and `tasks` the references no step's own news reads
+/// unless its expressions name them: the run's input, and the input and
+/// output of each ended node task (not a MAP item: a MAP gathers those).
+/// What is taken is left as a `null` until [`Unread::put_back`].
+fn keep_unread(row: &mut runs::RunRow, tasks: &mut [runs::TaskRow]) -> Unread {
+    let reference = |v: &serde_json::Value| composer_core::storable::is_reference(v);
+    let mut unread = Unread::default();
+    if reference(&row.input) {
+        unread.input = Some(std::mem::take(&mut row.input));
+    }
+    for t in tasks.iter_mut().filter(|t| t.item_index.is_none() && t.state.is_terminal()) {
+        let input = reference(&t.input).then(|| std::mem::take(&mut t.input));
+        let output = match &t.output {
+            Some(v) if reference(v) => t.output.take(),
+            _ => None,
+        };
+        if input.is_some() || output.is_some() {
+            unread.tasks.insert(t.id, (input, output));
+        }
+    }
+    unread
+}
+
+impl Unread {
+    /// Puts the references back into `run`; whether there were any.
+    fn put_back(mut self, run: &mut machine::Run) -> bool {
+        let any = self.input.is_some() || !self.tasks.is_empty();
+        if let Some(input) = self.input {
+            run.input = input;
+        }
+        for t in run.tasks.iter_mut() {
+            if let Some((input, output)) = self.tasks.remove(&t.id) {
+                if let Some(input) = input {
+                    t.input = input;
+                }
+                if output.is_some() {
+                    t.output = output;
+                }
+            }
+        }
+        any
+    }
 }

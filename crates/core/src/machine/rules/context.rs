@@ -5,7 +5,9 @@ use serde_json::Value;
 
 use crate::expr::Scope;
 use crate::machine::state::Machine;
+use crate::machine::task::Task;
 use crate::machine::{context, scope_of};
+use crate::storable::is_reference;
 
 impl Machine<'_> {
     /// Whether node `n`'s task, or that it has none, is loaded ([`Run::known`]).
@@ -49,20 +51,40 @@ impl Machine<'_> {
     pub(in crate::machine) fn scope(&self, node: usize) -> Scope {
         let input = self.wf.nodes[node].reads_input;
         match &self.wf.nodes[node].reads {
-            Some(reads) => scope_of(
-                self.wf,
-                self.run,
-                reads
-                    .iter()
-                    .filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n && t.item.is_none() && !t.removed)),
-                input,
-            ),
-            None => scope_of(self.wf, self.run, self.run.tasks.iter(), input),
+            Some(reads) => {
+                let tasks = || {
+                    reads
+                        .iter()
+                        .filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n && t.item.is_none() && !t.removed))
+                };
+                self.note_unread(input, tasks());
+                scope_of(self.wf, self.run, tasks(), input)
+            }
+            None => {
+                self.note_unread(input, self.run.tasks.iter());
+                scope_of(self.wf, self.run, self.run.tasks.iter(), input)
+            }
         }
     }
 
     /// What expressions see: `{input, nodes: {<id>: {output, state}}, run}`.
     pub(super) fn context(&self) -> Value {
+        self.note_unread(true, self.run.tasks.iter());
         context(self.wf, self.run)
+    }
+
+    /// Notes ([`Machine::unread`]) whether any of the values an evaluation
+    /// reads — the run's input (with `input`), the outputs of `tasks` — is
+    /// one its run left unread ([`Run::unread`]).
+    ///
+    /// [`Run::unread`]: crate::machine::run::Run::unread
+    pub(super) fn note_unread<'t>(&self, input: bool, tasks: impl Iterator<Item = &'t Task>) {
+        if !self.run.unread {
+            return;
+        }
+        let mut values = tasks.filter(|t| t.item.is_none() && !t.removed).filter_map(|t| t.output.as_ref());
+        if (input && is_reference(&self.run.input)) || values.any(is_reference) {
+            self.unread.set(true);
+        }
     }
 }

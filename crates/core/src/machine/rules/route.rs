@@ -199,6 +199,8 @@ impl Machine<'_> {
             }
             return;
         }
+        let leaves = self.run.tasks.iter().filter(|t| t.state == TaskState::Completed && self.wf.is_leaf(t.node));
+        self.note_unread(false, leaves);
         let mut output = Map::new();
         for t in &self.run.tasks {
             if t.state == TaskState::Completed && self.wf.is_leaf(t.node) && !t.removed {
