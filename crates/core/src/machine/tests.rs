@@ -1305,6 +1305,11 @@ impl Engine {
         }
         // What it kept unread and did not change is written back as it
         // was (the engine writes the reference, which names the same value).
+        for &i in &all.created {
+            let t = &run.tasks[i];
+            let values = std::iter::once(&t.input).chain(&t.output);
+            assert!(!values.into_iter().any(crate::storable::is_reference), "a new task holds a value left unread");
+        }
         let mut written_run = run.clone();
         self.read_unread(&mut written_run);
         for &i in all.updated.iter().chain(&all.created) {
@@ -2385,7 +2390,9 @@ fn varied_workflow(n: usize, bits: &[u8], output: bool) -> Workflow {
         let id = format!("n{i}");
         let read = if i > 0 { format!("${{ .nodes.n{}.output }}", next() as usize % i) } else { "none".into() };
         nodes.push(match next() % 4 {
-            0 if i > 0 => json!({"id": id, "type": "TRANSFORM", "config": {"output": {"from": read}}}),
+            0 if i > 0 => {
+                json!({"id": id, "type": "TRANSFORM", "config": {"output": {"from": read, "x": "${ .input.x }"}}})
+            }
             _ => json!({"id": id, "type": "HTTP", "config": {"url": format!("http://h/{i}"), "body": {"from": read}},
                         "retry": {"max_attempts": 1 + next() as u32 % 2, "initial_backoff": "1s"}}),
         });
@@ -2499,7 +2506,8 @@ fn a_chain_loaded_in_part_reads_only_the_step_after_the_one_that_ended() {
 
 /// A random DAG of every kind of node: HTTP steps, TRANSFORMs, MAPs (of 0 to
 /// 8 items, in chunks, reading an earlier node), waits for a time and for an
-/// event, sub-workflows and loops, each reading an earlier node's output;
+/// event, sub-workflows and loops, each reading an earlier node's output
+/// (a TRANSFORM and a loop's `until` the run's input too);
 /// edges as in [`varied_workflow`]; maybe an output template, maybe an
 /// `on_failure` handler (whose input is every node).
 fn every_kind_workflow(n: usize, bits: &[u8], output: bool, handler: bool) -> Workflow {
@@ -2529,7 +2537,7 @@ fn every_kind_workflow(n: usize, bits: &[u8], output: bool, handler: bool) -> Wo
             3 => json!({"id": id, "type": "WAIT", "config": {"duration": "1m"}}),
             4 => json!({"id": id, "type": "SUB_WORKFLOW", "retry": retry, "config": {"workflow": "child", "input": {"from": read}}}),
             5 => json!({"id": id, "type": "LOOP", "retry": retry, "config": {"workflow": "step", "input": {"from": read},
-                        "until": ".iteration.output.v >= 1", "max_iterations": 3}}),
+                        "until": ".iteration.output.v >= .input.x", "max_iterations": 3}}),
             _ => json!({"id": id, "type": "HTTP", "config": {"url": format!("http://h/{i}"), "body": {"from": read}}, "retry": retry}),
         });
         for j in 0..i {

@@ -73,6 +73,13 @@ impl Machine<'_> {
         context(self.wf, self.run)
     }
 
+    /// The run's input, for an evaluation that builds its own context (a
+    /// LOOP's `until`): noted ([`Machine::note_unread`]) if it is left unread.
+    pub(super) fn input(&self) -> &Value {
+        self.note_unread(true, std::iter::empty());
+        &self.run.input
+    }
+
     /// Notes ([`Machine::unread`]) whether any of the values an evaluation
     /// reads — the run's input (with `input`), the outputs of `tasks` — is
     /// one its run left unread ([`Run::unread`]).

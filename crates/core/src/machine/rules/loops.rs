@@ -21,7 +21,7 @@ impl Machine<'_> {
     pub(super) fn iteration_done(&mut self, t: usize, output: Value) {
         let NodeKind::Loop(config) = &self.wf.nodes[self.run.tasks[t].node].kind else { return };
         let index = self.run.tasks[t].iteration.unwrap_or(0);
-        let ctx = json!({"input": self.run.input, "iteration": {"index": index, "output": output}});
+        let ctx = json!({"input": self.input(), "iteration": {"index": index, "output": output}});
         match config.until.eval_bool(self.sb, &ctx) {
             Err(e) => {
                 let failure = Failure::fatal(codes::EXPRESSION, format!("config.until: {e}"));
