@@ -199,6 +199,8 @@ pub struct Writer {
     first: Option<Uuid>,
     /// The last run added, to any part.
     last: Option<Uuid>,
+    /// Where its runs' offloaded values are, if its lines hold references.
+    payloads: Option<String>,
 }
 
 impl Writer {
@@ -213,7 +215,15 @@ impl Writer {
             part_runs: 0,
             first: None,
             last: None,
+            payloads: None,
         }
+    }
+
+    /// A writer whose lines hold references to the values kept under
+    /// `dir` beside the manifest, which says so ([`Manifest::payloads`]).
+    pub fn with_payloads(mut self, dir: &str) -> Writer {
+        self.payloads = Some(dir.to_string());
+        self
     }
 
     /// Appends `run`; runs come in id order. A full part is written at once.
@@ -278,6 +288,7 @@ impl Writer {
             selection: self.selection,
             runs: self.parts.iter().map(|p| p.runs).sum(),
             parts: self.parts,
+            payloads: self.payloads,
         };
         let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| self.store.format(MANIFEST, e.to_string()))?;
         self.store.put(MANIFEST, bytes).await?;

@@ -33,6 +33,9 @@ use uuid::Uuid;
 
 use crate::{Error, Store, MAX_READ_BYTES};
 
+/// The directory under its store where a [`Payloads`] keeps its objects.
+pub const DIR: &str = "payloads";
+
 /// The key of a reference to an offloaded value.
 pub use composer_core::storable::OFFLOADED_KEY as KEY;
 
@@ -82,7 +85,7 @@ impl Ref {
 impl Payloads {
     /// Values over `threshold` bytes of JSON go to `store`.
     pub fn new(store: Store, threshold: usize) -> Payloads {
-        Payloads { at: Some((store.sub("payloads"), threshold)) }
+        Payloads { at: Some((store.sub(DIR), threshold)) }
     }
 
     /// Every value stays in its row.
@@ -225,15 +228,15 @@ impl Payloads {
     /// Copies the object `r` names to where `to` keeps it (the same name
     /// under `to`'s directory, so the same reference reads it there): read
     /// a part at a time and checked against the reference as it goes, so
-    /// a changed object is an error and leaves no copy. An object `to`
-    /// already holds at the reference's size is left as it is (a copy a
-    /// pass that failed later made; a reader checks it all the same).
+    /// a changed object is an error and leaves no copy. A copy `to`
+    /// already holds that is the reference's (a pass that failed later
+    /// made it) is left as it is; one that is not is written again.
     pub async fn copy_to(&self, r: &Ref, to: &Payloads) -> Result<(), Error> {
         use futures_util::StreamExt;
         let store = to.store_of(r)?;
         let path = path_of(store, r);
         match store.objects.head(&path).await {
-            Ok(meta) if meta.size == r.bytes => return Ok(()),
+            Ok(meta) if meta.size == r.bytes && to.holds_object(r).await? => return Ok(()),
             Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
@@ -265,6 +268,25 @@ impl Payloads {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Whether the object `r` names here is the reference's, read a part
+    /// at a time; an error only where storage fails.
+    async fn holds_object(&self, r: &Ref) -> Result<bool, Error> {
+        use futures_util::StreamExt;
+        let mut parts = match self.stream_text(r).await {
+            Ok(parts) => parts,
+            Err(Error::Format { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        while let Some(part) = parts.next().await {
+            match part {
+                Ok(_) => {}
+                Err(Error::Format { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
     }
 
     fn store_of(&self, r: &Ref) -> Result<&Store, Error> {
@@ -695,6 +717,15 @@ mod tests {
             p.copy_to(&r, &q).await.unwrap();
             assert_eq!(&q.read(&r).await.unwrap(), value);
             // Copied again: left as it is.
+            p.copy_to(&r, &q).await.unwrap();
+            assert_eq!(&q.read(&r).await.unwrap(), value);
+            // A copy of the right size that is not the value is written again.
+            let copy = to.join(path_of(&q.at.as_ref().unwrap().0, &r).as_ref());
+            let mut text = std::fs::read(&copy).unwrap();
+            let last = text.len() - 3;
+            text[last] = b'z';
+            std::fs::write(&copy, &text).unwrap();
+            assert!(q.read(&r).await.is_err());
             p.copy_to(&r, &q).await.unwrap();
             assert_eq!(&q.read(&r).await.unwrap(), value);
             // Changed where it was kept, a byte at the end: nothing copied.

@@ -47,7 +47,7 @@ async fn write_month(
     let selection = serde_json::json!({"month": month});
     let Some((namespace, dir)) = archive.month(month) else { return Err(no_archive()) };
     let copies = Archive::payloads_in(&dir);
-    let mut writer = Writer::new(dir, namespace, selection);
+    let mut writer = Writer::new(dir, namespace, selection).with_payloads(composer_archive::payloads::DIR);
     let mut after = None;
     loop {
         let page = composer_store::runs::matching_ids(client, &filter, after, PAGE).await?;

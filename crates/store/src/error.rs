@@ -36,10 +36,12 @@ impl Error {
     /// Why the database cannot do the work now, when it is not the work's
     /// fault: unreachable or closed (SQLSTATE classes 08, 57P), or out of a
     /// resource (class 53: its disk full, out of memory, no connection
-    /// left). The work may succeed later, unchanged.
+    /// left); or object storage cannot be reached ([`Error::Objects`]).
+    /// The work may succeed later, unchanged.
     pub fn unavailable(&self) -> Option<&'static str> {
         const AWAY: &str = "the database is unavailable";
         match self {
+            Error::Objects(_) => Some("object storage is unavailable"),
             Error::Pool(_) => Some(AWAY),
             Error::Db(e) if e.is_closed() => Some(AWAY),
             Error::Db(e) => match e.code().map(|c| c.code()) {
@@ -98,3 +100,14 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_storage_out_of_reach_is_unavailable_and_an_altered_object_is_not() {
+        assert_eq!(Error::Objects("connection refused".into()).unavailable(), Some("object storage is unavailable"));
+        assert_eq!(Error::Corrupt("an offloaded value: its SHA-256 is not the reference's".into()).unavailable(), None);
+    }
+}

@@ -136,20 +136,28 @@ pub async fn archiving_required(client: &Client) -> Result<bool> {
 
 /// Takes this namespace's archiving lock for the transaction `tx`, if no
 /// other holds it: one coordinator archives a namespace at a time, and the
-/// lock goes when `tx` ends, committed, rolled back or dropped.
+/// lock goes when `tx` ends, committed, rolled back or dropped
+/// ([`try_hold_pass_lock`]).
 pub async fn try_lock_archiving(tx: &crate::Transaction<'_>) -> Result<bool> {
-    let row = tx
-        .query_one("SELECT pg_try_advisory_xact_lock(hashtext('composer_archive:' || current_schema()))", &[])
-        .await?;
-    Ok(row.try_get(0)?)
+    try_hold_pass_lock(tx, "composer_archive:").await
 }
 
 /// Takes the lock one coordinator sweeps a namespace's offloaded values
-/// under, until the transaction ends; `false` when another holds it.
+/// under, until the transaction ends; `false` when another holds it
+/// ([`try_hold_pass_lock`]).
 pub async fn try_lock_payload_sweep(tx: &crate::Transaction<'_>) -> Result<bool> {
-    let row = tx
-        .query_one("SELECT pg_try_advisory_xact_lock(hashtext('composer_payload_sweep:' || current_schema()))", &[])
-        .await?;
+    try_hold_pass_lock(tx, "composer_payload_sweep:").await
+}
+
+/// Takes the lock `name` for the transaction `tx`, which holds it, idle,
+/// for a whole pass done on other connections (archiving a month,
+/// sweeping objects): the session's idle limit (one minute) would end the
+/// transaction and let the lock go half way, so another coordinator could
+/// start the same pass beside it. `tx` may sit idle with no limit: the
+/// lock goes with the coordinator's connection if it dies.
+async fn try_hold_pass_lock(tx: &crate::Transaction<'_>, name: &str) -> Result<bool> {
+    tx.batch_execute("SET LOCAL idle_in_transaction_session_timeout = 0").await?;
+    let row = tx.query_one("SELECT pg_try_advisory_xact_lock(hashtext($1 || current_schema()))", &[&name]).await?;
     Ok(row.try_get(0)?)
 }
 

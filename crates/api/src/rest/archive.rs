@@ -67,6 +67,13 @@ pub struct Manifest {
     pub runs: u64,
     /// The files, in run id order.
     pub parts: Vec<ManifestPart>,
+    /// Where the runs' offloaded values are, beside the manifest (an
+    /// archive: `payloads`): its lines hold references to them
+    /// (`{"$composer_offloaded": …}`) in place of those values, and a run
+    /// is read back with them (`GET /v1/archive/runs/{id}`). Absent (an
+    /// export), every value is in its line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payloads: Option<String>,
 }
 
 /// One file of an archive or an export.

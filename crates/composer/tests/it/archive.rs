@@ -327,6 +327,8 @@ async fn archived_with_copies(
     let month_dir = archive_dir.join(format!("default/runs/{month}"));
     let store = composer_archive::Store::open(month_dir.to_str().unwrap()).unwrap();
     let line = serde_json::to_string(&composer_archive::read_run(&store, old).await.unwrap().unwrap()).unwrap();
+    let manifest = composer_archive::manifest(&store).await.unwrap().unwrap();
+    assert_eq!(manifest.payloads.as_deref(), Some("payloads"), "the manifest says where the values are");
     assert!(line.len() < 16 << 10, "a line of {} bytes", line.len());
     assert!(!line.contains("a large value a large value") && line.contains("$composer_offloaded"), "{line}");
     let copies = objects_under(&month_dir.join("payloads"));
@@ -451,6 +453,7 @@ async fn run_export_writes_live_and_ended_runs_as_the_api_shows_them() {
     assert_eq!(serde_json::to_value(&runs[1].run).unwrap(), live_view, "a live run as it stood");
     let manifest = composer_archive::manifest(&store).await.unwrap().unwrap();
     assert_eq!(manifest.selection["workflow"], "kept");
+    assert_eq!(manifest.payloads, None, "an export holds every value in its lines");
 
     for (query, names) in
         [("limit=101", "limit"), ("from=yesterday", "from"), ("workflow=a%20b", "workflow"), ("sort=id", "sort")]

@@ -259,6 +259,26 @@ async fn every_session_has_a_statement_and_idle_transaction_timeout() {
     tx.commit().await.unwrap();
     let idle: String = client.query_one("SHOW idle_in_transaction_session_timeout", &[]).await.unwrap().get(0);
     assert_eq!(idle, "1min");
+    // One that holds a pass's lock (archiving, sweeping objects) while the
+    // pass runs on other connections sits idle with no limit: at a minute
+    // the lock went, half way through a pass.
+    type Lock = for<'a> fn(
+        &'a composer_store::Transaction<'_>,
+    )
+        -> std::pin::Pin<Box<dyn std::future::Future<Output = composer_store::Result<bool>> + 'a>>;
+    let locks: [Lock; 2] = [
+        |tx| Box::pin(composer_store::partitions::try_lock_archiving(tx)),
+        |tx| Box::pin(composer_store::partitions::try_lock_payload_sweep(tx)),
+    ];
+    for lock in locks {
+        let tx = composer_store::transaction::begin(&mut client).await.unwrap();
+        assert!(lock(&tx).await.unwrap());
+        let idle: String = tx.query_one("SHOW idle_in_transaction_session_timeout", &[]).await.unwrap().get(0);
+        assert_eq!(idle, "0");
+        tx.commit().await.unwrap();
+    }
+    let idle: String = client.query_one("SHOW idle_in_transaction_session_timeout", &[]).await.unwrap().get(0);
+    assert_eq!(idle, "1min");
     e.stop().await;
 }
 
