@@ -16,6 +16,36 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// only what storage wrote is ever read as one.
 pub const OFFLOADED_KEY: &str = "$composer_offloaded";
 
+/// About how many bytes of JSON `value` is — its strings and keys by their
+/// length, each number as 8 — counted no further than `most`: `None` past
+/// it. A walk that builds nothing, to bound what a conversion of `value`
+/// costs before it starts.
+pub fn size_up_to(value: &Value, most: usize) -> Option<usize> {
+    fn walk(v: &Value, left: &mut usize) -> Option<()> {
+        let here = match v {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 8,
+            Value::String(s) => s.len() + 2,
+            Value::Array(items) => {
+                *left = left.checked_sub(items.len() + 2)?;
+                return items.iter().try_for_each(|item| walk(item, left));
+            }
+            Value::Object(map) => {
+                *left = left.checked_sub(map.len() + 2)?;
+                return map.iter().try_for_each(|(k, item)| {
+                    *left = left.checked_sub(k.len() + 3)?;
+                    walk(item, left)
+                });
+            }
+        };
+        *left = left.checked_sub(here)?;
+        Some(())
+    }
+    let mut left = most;
+    walk(value, &mut left)?;
+    Some(most - left)
+}
+
 /// Whether `value` is a reference to a value kept as an object (an object
 /// whose one key is [`OFFLOADED_KEY`]): only storage writes one.
 pub fn is_reference(value: &Value) -> bool {

@@ -28,6 +28,9 @@ impl Expr {
     /// within the time limit, with its first output or an error.
     pub fn eval_limited(&self, sb: &Sandbox, scope: &Scope, limits: Limits) -> Result<Value, String> {
         sb.admit(&self.source, self.simple)?;
+        if let Some(why) = &scope.1 {
+            return Err(format!("{}: {why}", crate::clipped(&self.source, 200)));
+        }
         // A path in a value to store ([`with_paths`]) builds nothing: it
         // gives a value the run holds, which may be as large as a value may
         // be (an offloaded one), not what an expression may build. Not
@@ -146,7 +149,7 @@ pub(super) fn with_paths_up_to<T>(budget: usize, f: impl FnOnce() -> T) -> T {
 /// An expression input converted to jaq's values once, so that many
 /// expressions can read it without converting it again (cheap to clone).
 #[derive(Clone)]
-pub struct Scope(value::Value);
+pub struct Scope(value::Value, Option<std::sync::Arc<str>>);
 
 /// A JSON value given by parts, for [`Scope::of`].
 pub enum Part<'a> {
@@ -180,7 +183,7 @@ impl Scope {
         // Read from the value in place, not from a copy of it: a run's
         // context may hold large values.
         <jaq_json::Val as serde::Deserialize>::deserialize(input)
-            .map(|v| Scope(value::Value::wrap(v)))
+            .map(|v| Scope(value::Value::wrap(v), None))
             .map_err(|e| format!("expression input is not JSON: {e}"))
     }
 
@@ -188,12 +191,19 @@ impl Scope {
     /// converted where it is, not copied into one JSON value first: the
     /// same scope as [`Scope::new`] of that object.
     pub fn of(object: Part<'_>) -> Result<Scope, String> {
-        convert(object).map(|v| Scope(value::Value::wrap(v)))
+        convert(object).map(|v| Scope(value::Value::wrap(v), None))
+    }
+
+    /// A scope no expression may be evaluated in, for `why`: every
+    /// evaluation in it is that error (the values it would hold are more
+    /// than a scope may convert, say).
+    pub fn refused(why: String) -> Scope {
+        Scope(value::Value::default(), Some(why.into()))
     }
 
     /// `null`, for inputs that could not be converted.
     pub fn null() -> Scope {
-        Scope(value::Value::default())
+        Scope(value::Value::default(), None)
     }
 
     /// This scope (an object) with more top-level keys bound (a LOOP's
@@ -204,7 +214,7 @@ impl Scope {
             let v = serde_json::from_value((*value).clone()).map_err(|e| format!("{name} is not JSON: {e}"))?;
             bound.push((*name, v));
         }
-        Ok(Scope(self.0.with_fields(bound)))
+        Ok(Scope(self.0.with_fields(bound), self.1.clone()))
     }
 
     /// This scope (an object) with `.item` and `.index` bound, for one item
@@ -213,6 +223,6 @@ impl Scope {
     pub fn with_item(&self, item: &Value, index: usize) -> Result<Scope, String> {
         let item =
             <jaq_json::Val as serde::Deserialize>::deserialize(item).map_err(|e| format!("item is not JSON: {e}"))?;
-        Ok(Scope(self.0.with_fields([("item", item), ("index", jaq_json::Val::from(index))])))
+        Ok(Scope(self.0.with_fields([("item", item), ("index", jaq_json::Val::from(index))]), self.1.clone()))
     }
 }

@@ -109,6 +109,12 @@ pub fn apply(
     m.tr
 }
 
+/// The most of a run's values one expression's scope may hold
+/// ([`Run::max_read`]), in about bytes of JSON: the largest value a run
+/// holds (an offloaded one, at most 1 GiB) with room. Two such values read
+/// by one node are refused rather than converted at once.
+pub const SCOPE_MAX_BYTES: usize = crate::expr::PATH_OUTPUT;
+
 /// What expressions see, for the whole run:
 /// `{input, nodes: {<id>: {output, state, error?}}, run: {id, workflow}}`
 /// (`error` for a FAILED node: `{message, code, retryable, attempts, status?}`).
@@ -133,13 +139,32 @@ pub(super) fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item
 /// where it is rather than copied into the context first: a run's values
 /// may be large. Without `input`, its `.input` is `null`: converting the
 /// run's input costs its size, so only a scope that may read it holds it.
+///
+/// The values it holds are charged first: past `run.max_read` in all
+/// ([`SCOPE_MAX_BYTES`]), nothing is converted and the scope is refused,
+/// so each expression evaluated in it fails naming the limit.
 pub(super) fn scope_of<'t>(
     wf: &Workflow,
     run: &Run,
-    tasks: impl Iterator<Item = &'t Task>,
+    tasks: impl Iterator<Item = &'t Task> + Clone,
     input: bool,
 ) -> crate::expr::Scope {
     use crate::expr::Part;
+    let mut left = run.max_read;
+    let input_value = input.then_some(&run.input);
+    let outputs = tasks.clone().filter(|t| t.item.is_none() && !t.removed).filter_map(|t| t.output.as_ref());
+    for value in input_value.into_iter().chain(outputs) {
+        match crate::storable::size_up_to(value, left) {
+            Some(size) => left -= size,
+            None => {
+                return crate::expr::Scope::refused(format!(
+                    "the run's values it reads (its input and the outputs of the nodes it names) are more than \
+                     the {} bytes of JSON one expression's scope may hold",
+                    run.max_read
+                ))
+            }
+        }
+    }
     let mut nodes = Vec::new();
     for t in tasks.filter(|t| t.item.is_none() && !t.removed) {
         let mut node = vec![

@@ -17,6 +17,13 @@ pub struct Run {
     pub output: Option<Value>,
     pub error: Option<String>,
     pub tasks: Vec<Task>,
+    /// The most of the run's values one expression's scope may hold, in
+    /// about bytes of JSON ([`storable::size_up_to`](crate::storable::size_up_to)):
+    /// what a scope reads is converted for the expression engine before it
+    /// is evaluated, so this bounds that work and memory (default
+    /// [`SCOPE_MAX_BYTES`](crate::machine::SCOPE_MAX_BYTES)). A scope past it
+    /// fails each expression evaluated in it, naming it.
+    pub max_read: usize,
     /// Largest value the engine may compute for this run, as JSON bytes
     /// (`COMPOSER_MAX_PAYLOAD`): evaluated inputs, TRANSFORM outputs and
     /// the run's output beyond it fail their node (or the run).
@@ -67,6 +74,7 @@ impl Run {
             output: None,
             error: None,
             tasks: Vec::new(),
+            max_read: crate::machine::SCOPE_MAX_BYTES,
             max_payload: crate::storable::DEFAULT_MAX_PAYLOAD,
             items_left: u64::MAX,
             deadline: None,

@@ -2739,3 +2739,69 @@ fn a_scope_built_in_place_is_the_scope_of_the_context() {
         (probe.eval_limited(&sb, &without, Limits::DEFAULT), probe.eval_limited(&sb, &in_place, Limits::DEFAULT));
     assert_eq!(a.unwrap(), json!([null, b.unwrap()[1]]));
 }
+
+/// What one expression's scope may hold of a run's values is charged
+/// before they are converted: a node whose expressions read more than
+/// `max_read` (its input and the outputs it names) fails, naming the
+/// limit; under it, and for a node that reads less, the run goes on; the
+/// output template is charged the same.
+#[test]
+fn a_scope_that_would_hold_more_of_the_runs_values_than_it_may_fails_its_node_naming_the_limit() {
+    let json_of = |reads: &str| {
+        json!({"name": "t", "nodes": [
+            {"id": "a", "type": "HTTP", "config": {"url": "http://h/a"}},
+            {"id": "b", "type": "HTTP", "config": {"url": "http://h/b"}},
+            {"id": "sum", "type": "TRANSFORM", "config": {"output": format!("${{ {reads} }}")}}],
+            "edges": [{"from": "a", "to": "sum"}, {"from": "b", "to": "sum"}]})
+    };
+    let spec = |reads: &str| Workflow::parse(&json_of(reads)).unwrap();
+    let run = |reads: &str, max_read: usize| {
+        let mut s = Sim::new(spec(reads));
+        s.run.input = json!({"text": "i".repeat(300)});
+        s.run.max_read = max_read;
+        s.apply(Event::RunStarted);
+        for node in ["a", "b"] {
+            let t = s.task(node);
+            let e = Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!("o".repeat(300)) };
+            s.apply(e);
+        }
+        s
+    };
+    let both = ".nodes.a.output + .nodes.b.output | length";
+    // 302 bytes a value, as JSON.
+    let s = run(both, 1000);
+    assert_eq!((s.run.status, s.task("sum").output.clone()), (RunStatus::Succeeded, Some(json!(600))));
+    let s = run(both, 500);
+    assert_eq!(s.task("sum").state, TaskState::Failed);
+    let error = s.task("sum").error.clone().unwrap();
+    assert!(error.contains("500 bytes of JSON one expression's scope may hold"), "{error}");
+    assert!(!error.contains("ooo"), "the values are not in the error: {error}");
+    // One value fits; the input counts only where it may be read.
+    assert_eq!(run(".nodes.a.output | length", 500).run.status, RunStatus::Succeeded);
+    assert_eq!(run(".nodes.a.output + .input.text | length", 500).task("sum").state, TaskState::Failed);
+    // The output template is charged too.
+    let mut wf = json_of("1");
+    wf["output"] = json!({"all": "${ [.nodes.a.output, .nodes.b.output] }"});
+    let mut s = Sim::new(Workflow::parse(&wf).unwrap());
+    s.run.max_read = 500;
+    s.apply(Event::RunStarted);
+    for node in ["a", "b"] {
+        let t = s.task(node);
+        s.apply(Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!("o".repeat(300)) });
+    }
+    assert_eq!(s.run.status, RunStatus::Failed);
+    assert!(s.run.error.as_deref().unwrap().contains("scope may hold"), "{:?}", s.run.error);
+}
+
+#[test]
+fn the_size_a_scope_is_charged_is_about_the_values_json_and_counts_no_further_than_asked() {
+    use crate::storable::size_up_to;
+    for v in [json!(null), json!(12345), json!("abc"), json!([1, "x", {"k": [true]}]), json!({"a": {"bb": ["ccc"]}})] {
+        let exact = serde_json::to_vec(&v).unwrap().len();
+        let about = size_up_to(&v, usize::MAX).unwrap();
+        assert!(about >= exact / 2 && about <= exact * 3 + 8, "{v}: {about} for {exact}");
+    }
+    let big = json!(vec!["x".repeat(1000); 1000]);
+    assert!(size_up_to(&big, 1_000_000).is_none());
+    assert!(size_up_to(&big, 2_000_000).is_some());
+}

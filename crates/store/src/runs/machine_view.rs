@@ -19,6 +19,7 @@ pub fn into_machine(wf: &Workflow, run: &mut RunRow, tasks: Vec<TaskRow>) -> Res
         output: run.output.take(),
         error: run.error.take(),
         tasks,
+        max_read: composer_core::machine::SCOPE_MAX_BYTES,
         max_payload: composer_core::storable::DEFAULT_MAX_PAYLOAD,
         // The engine gives what the tree's budget has left.
         items_left: u64::MAX,

@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use crate::expr::Scope;
+use crate::machine::scope_of;
 use crate::machine::state::Machine;
 use crate::machine::task::Task;
-use crate::machine::{context, scope_of};
 use crate::storable::is_reference;
 
 impl Machine<'_> {
@@ -67,10 +67,11 @@ impl Machine<'_> {
         }
     }
 
-    /// What expressions see: `{input, nodes: {<id>: {output, state}}, run}`.
-    pub(super) fn context(&self) -> Value {
+    /// What the run's output template sees: every node and the input
+    /// (`{input, nodes: {<id>: {output, state}}, run}`), converted in place.
+    pub(super) fn scope_all(&self) -> Scope {
         self.note_unread(true, self.run.tasks.iter());
-        context(self.wf, self.run)
+        scope_of(self.wf, self.run, self.run.tasks.iter(), true)
     }
 
     /// The run's input, for an evaluation that builds its own context (a

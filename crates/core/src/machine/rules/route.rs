@@ -189,8 +189,7 @@ impl Machine<'_> {
             let max = self.run.max_payload;
             let stored = match template.is_literal() {
                 true => template.eval_value(self.sb, None),
-                false => crate::expr::Scope::new(&self.context())
-                    .and_then(|scope| template.eval_value(self.sb, Some(&scope))),
+                false => template.eval_value(self.sb, Some(&self.scope_all())),
             };
             let stored = stored.and_then(|v| storable::check(&v, "output", max).map(|()| v));
             match stored {
