@@ -95,6 +95,13 @@ impl Bounds {
         tree: TreeBudget::DEFAULT,
         whole_run_nodes: 16,
     };
+
+    /// What one expression's scope may hold of a run's values
+    /// (`Run::max_read`): `SCOPE_MAX_BYTES`, or more where the largest
+    /// value a run may hold is set larger (it and some room).
+    pub fn max_read(&self) -> usize {
+        composer_core::machine::SCOPE_MAX_BYTES.max(self.max_payload.saturating_add(64 << 20))
+    }
 }
 
 /// MAP items a run of the tree of `root` may still create.
@@ -204,6 +211,7 @@ impl<'a> Prepared<'a> {
         // The row goes back to the caller with its data; the run gets a copy.
         let mut run = runs::into_machine(&self.wf, &mut row.clone(), Vec::new())?;
         run.max_payload = bounds.max_payload;
+        run.max_read = bounds.max_read();
         run.items_left = match self.how.root {
             Some(root) if self.wf.has_items() => items_left(store, root, bounds).await?,
             _ => bounds.tree.items as u64,

@@ -47,11 +47,21 @@ fn failed_run(l: &Loaded, with_outputs: bool) -> Value {
 /// The handler's input: the definition's `on_failure.input` over
 /// `{failed_run, input}` (evaluated through the evaluator's door, for the
 /// failed run), or `{"failed_run": …}`. The nodes' outputs are left out when
-/// the input would be larger than the payload limit with them.
+/// the input would be larger than the payload limit with them, or when they
+/// and the run's input are more than one scope may hold (`Run::max_read`).
 async fn handler_input(l: &Loaded, bounds: Bounds) -> std::result::Result<Value, String> {
     let h = l.wf.on_failure.as_ref().ok_or("no handler")?;
+    // The nodes' outputs, copied and converted only when they and the
+    // input fit in what one scope may hold (`Run::max_read`).
+    let outputs = l.run.tasks.iter().filter(|t| t.item.is_none() && !t.removed && t.state == TaskState::Completed);
+    let values = std::iter::once(&l.run.input).chain(outputs.filter_map(|t| t.output.as_ref()));
+    let mut left = Some(l.run.max_read);
+    for value in values {
+        left = left.and_then(|left| Some(left - composer_core::storable::size_up_to(value, left)?));
+    }
     let contexts: Vec<Value> = [true, false]
         .into_iter()
+        .filter(|&with_outputs| !with_outputs || left.is_some())
         .map(|with_outputs| json!({"failed_run": failed_run(l, with_outputs), "input": l.run.input}))
         .collect();
     let Some(template) = h.input.clone() else {

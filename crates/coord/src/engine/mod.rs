@@ -261,6 +261,7 @@ impl Engine {
         row: &RunRow,
     ) -> Result<()> {
         run.max_payload = self.bounds.max_payload;
+        run.max_read = self.bounds.max_read();
         run.items_left = match wf.has_items() {
             true => admission::items_left(store, row.root(), self.bounds).await?,
             false => self.bounds.tree.items as u64,

@@ -208,7 +208,15 @@ impl Machine<'_> {
         // Open, as the slot taken counts it.
         self.run.tasks[t].state = TaskState::Running;
         let value = self.run.tasks[t].input["item"].clone();
-        let scope = self.scope(self.run.tasks[m].node);
+        // One scope for the MAP's items this event restarts, not one each.
+        let scope = match self.maps.item_scopes.get(&m) {
+            Some(scope) => scope.clone(),
+            None => {
+                let scope = self.scope(self.run.tasks[m].node);
+                self.maps.item_scopes.insert(m, scope.clone());
+                scope
+            }
+        };
         let share = self.item_share(m);
         self.transform_item(m, t, &value, &scope, share);
     }

@@ -85,6 +85,7 @@ pub fn apply(
     new_id: &mut dyn FnMut() -> Uuid,
 ) -> Transition {
     let about = transition::Probe::of(&event);
+    let read_left = std::cell::Cell::new(run.max_read.saturating_mul(EVENT_READS));
     let mut m = Machine {
         sb,
         wf,
@@ -94,6 +95,7 @@ pub fn apply(
         tr: Transition::default(),
         maps: state::Maps::default(),
         unread: std::cell::Cell::new(false),
+        read_left,
     };
     let on = m.on(event);
     if on.is_ok() {
@@ -114,6 +116,13 @@ pub fn apply(
 /// holds (an offloaded one, at most 1 GiB) with room. Two such values read
 /// by one node are refused rather than converted at once.
 pub const SCOPE_MAX_BYTES: usize = crate::expr::PATH_OUTPUT;
+
+/// How many scopes' worth ([`Run::max_read`]) of the run's values the
+/// expressions of one event may have converted in all: each node an event
+/// evaluates converts what its expressions read, so ten thousand nodes
+/// reading one large value would convert it ten thousand times. Past it,
+/// the next scope is refused as one too large is, naming this.
+pub const EVENT_READS: usize = 4;
 
 /// What expressions see, for the whole run:
 /// `{input, nodes: {<id>: {output, state, error?}}, run: {id, workflow}}`
@@ -141,30 +150,42 @@ pub(super) fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item
 /// run's input costs its size, so only a scope that may read it holds it.
 ///
 /// The values it holds are charged first: past `run.max_read` in all
-/// ([`SCOPE_MAX_BYTES`]), nothing is converted and the scope is refused,
-/// so each expression evaluated in it fails naming the limit.
+/// ([`SCOPE_MAX_BYTES`]), or past what the event's scopes may still
+/// convert (`read_left`, [`EVENT_READS`]), nothing is converted and the
+/// scope is refused, so each expression evaluated in it fails naming the
+/// limit.
 pub(super) fn scope_of<'t>(
     wf: &Workflow,
     run: &Run,
     tasks: impl Iterator<Item = &'t Task> + Clone,
     input: bool,
+    read_left: &std::cell::Cell<usize>,
 ) -> crate::expr::Scope {
     use crate::expr::Part;
-    let mut left = run.max_read;
+    let event_left = read_left.get();
+    let mut left = run.max_read.min(event_left);
     let input_value = input.then_some(&run.input);
     let outputs = tasks.clone().filter(|t| t.item.is_none() && !t.removed).filter_map(|t| t.output.as_ref());
     for value in input_value.into_iter().chain(outputs) {
         match crate::storable::size_up_to(value, left) {
             Some(size) => left -= size,
-            None => {
+            None if run.max_read <= event_left => {
                 return crate::expr::Scope::refused(format!(
                     "the run's values it reads (its input and the outputs of the nodes it names) are more than \
                      the {} bytes of JSON one expression's scope may hold",
                     run.max_read
                 ))
             }
+            None => {
+                return crate::expr::Scope::refused(format!(
+                    "this event's expressions read more of the run's values than one event may convert ({} \
+                     scopes of {} bytes of JSON): read a large value in fewer nodes",
+                    EVENT_READS, run.max_read
+                ))
+            }
         }
     }
+    read_left.set(event_left - (run.max_read.min(event_left) - left));
     let mut nodes = Vec::new();
     for t in tasks.filter(|t| t.item.is_none() && !t.removed) {
         let mut node = vec![
@@ -182,7 +203,7 @@ pub(super) fn scope_of<'t>(
         ("nodes", Part::Object(nodes)),
         ("run", Part::Owned(about)),
     ]);
-    crate::expr::Scope::of(context).unwrap_or_else(|_| crate::expr::Scope::null())
+    crate::expr::Scope::of(context).unwrap_or_else(crate::expr::Scope::refused)
 }
 
 /// What a committed transition owes other runs: the children its

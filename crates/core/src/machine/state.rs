@@ -36,6 +36,9 @@ pub(super) struct Machine<'a> {
     /// Whether it needed a value its run left unread ([`Run::unread`]):
     /// noted where a value is read, for [`Transition::unread`].
     pub(super) unread: std::cell::Cell<bool>,
+    /// What this event's scopes may still convert of the run's values, in
+    /// about bytes of JSON ([`EVENT_READS`](super::EVENT_READS) scopes' worth).
+    pub(super) read_left: std::cell::Cell<usize>,
 }
 
 /// Indexes built on first use within one event.
@@ -57,6 +60,9 @@ pub(super) struct Maps {
     pub(super) broken: HashMap<usize, super::task::Failure>,
     /// MAPs' outputs storage gathered ([`Event::ItemsCollected`](super::Event::ItemsCollected)), by their task.
     pub(super) collected: HashMap<usize, Value>,
+    /// The scope a MAP's TRANSFORM items restarted in this event are
+    /// evaluated in, by the MAP's task: built (and charged) once.
+    pub(super) item_scopes: HashMap<usize, crate::expr::Scope>,
 }
 
 /// An HTTP node's evaluated config with its `idempotency_key`: by default

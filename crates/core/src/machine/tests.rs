@@ -2728,12 +2728,12 @@ fn a_scope_built_in_place_is_the_scope_of_the_context() {
     let sb = sb();
     let of = |scope: &Scope| expr.eval_limited(&sb, scope, Limits::DEFAULT).unwrap();
     let whole = Scope::new(&context_of(&s.wf, &s.run, s.run.tasks.iter())).unwrap();
-    let in_place = scope_of(&s.wf, &s.run, s.run.tasks.iter(), true);
+    let in_place = scope_of(&s.wf, &s.run, s.run.tasks.iter(), true, &std::cell::Cell::new(usize::MAX));
     assert_eq!(of(&in_place), of(&whole));
     assert_eq!(of(&in_place)[2], json!(["alpha", "mid", "zeta"]));
     assert!(of(&in_place)[0].as_str().unwrap().contains(r#""mid":{"output":null,"state":"#), "{}", of(&in_place)[0]);
     // Without the input, the same scope but for `.input`.
-    let without = scope_of(&s.wf, &s.run, s.run.tasks.iter(), false);
+    let without = scope_of(&s.wf, &s.run, s.run.tasks.iter(), false, &std::cell::Cell::new(usize::MAX));
     let probe = Expr::compile("[.input, (.nodes | tojson)]").unwrap();
     let (a, b) =
         (probe.eval_limited(&sb, &without, Limits::DEFAULT), probe.eval_limited(&sb, &in_place, Limits::DEFAULT));
@@ -2804,4 +2804,38 @@ fn the_size_a_scope_is_charged_is_about_the_values_json_and_counts_no_further_th
     let big = json!(vec!["x".repeat(1000); 1000]);
     assert!(size_up_to(&big, 1_000_000).is_none());
     assert!(size_up_to(&big, 2_000_000).is_some());
+}
+
+/// The scopes of one event share a budget ([`super::EVENT_READS`] scopes'
+/// worth): nodes that each read one value within a scope's limit go on
+/// until the event has converted that much, and the next fails, naming it.
+#[test]
+fn the_scopes_of_one_event_convert_no_more_than_its_budget_of_the_runs_values() {
+    let readers = |n: usize| {
+        let mut nodes = vec![json!({"id": "big", "type": "HTTP", "config": {"url": "http://h/big"}})];
+        let mut edges = Vec::new();
+        for i in 0..n {
+            nodes.push(json!({"id": format!("r{i}"), "type": "TRANSFORM",
+                "config": {"output": "${ .nodes.big.output | length }"}}));
+            edges.push(json!({"from": "big", "to": format!("r{i}")}));
+        }
+        Workflow::parse(&json!({"name": "t", "nodes": nodes, "edges": edges})).unwrap()
+    };
+    let run = |n: usize| {
+        let mut s = Sim::new(readers(n));
+        // A scope may hold 500 bytes; the event 2,000. The value is 302.
+        s.run.max_read = 500;
+        s.apply(Event::RunStarted);
+        let t = s.task("big");
+        s.apply(Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!("o".repeat(300)) });
+        s
+    };
+    let s = run(6);
+    assert_eq!(s.run.status, RunStatus::Succeeded, "six reads of 302 bytes: within 2,000");
+    let s = run(8);
+    let failed: Vec<&Task> = s.run.tasks.iter().filter(|t| t.state == TaskState::Failed).collect();
+    assert_eq!(failed.len(), 1, "the seventh read is past the event's 2,000 bytes (and the run ends)");
+    assert_eq!(s.run.status, RunStatus::Failed);
+    let error = failed[0].error.as_deref().unwrap();
+    assert!(error.contains("more of the run's values than one event may convert (4 scopes of 500 bytes"), "{error}");
 }

@@ -58,11 +58,11 @@ impl Machine<'_> {
                         .filter_map(|&n| self.run.tasks.iter().find(|t| t.node == n && t.item.is_none() && !t.removed))
                 };
                 self.note_unread(input, tasks());
-                scope_of(self.wf, self.run, tasks(), input)
+                scope_of(self.wf, self.run, tasks(), input, &self.read_left)
             }
             None => {
                 self.note_unread(input, self.run.tasks.iter());
-                scope_of(self.wf, self.run, self.run.tasks.iter(), input)
+                scope_of(self.wf, self.run, self.run.tasks.iter(), input, &self.read_left)
             }
         }
     }
@@ -71,7 +71,7 @@ impl Machine<'_> {
     /// (`{input, nodes: {<id>: {output, state}}, run}`), converted in place.
     pub(super) fn scope_all(&self) -> Scope {
         self.note_unread(true, self.run.tasks.iter());
-        scope_of(self.wf, self.run, self.run.tasks.iter(), true)
+        scope_of(self.wf, self.run, self.run.tasks.iter(), true, &self.read_left)
     }
 
     /// The run's input, for an evaluation that builds its own context (a

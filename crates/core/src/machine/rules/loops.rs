@@ -21,7 +21,12 @@ impl Machine<'_> {
     pub(super) fn iteration_done(&mut self, t: usize, output: Value) {
         let NodeKind::Loop(config) = &self.wf.nodes[self.run.tasks[t].node].kind else { return };
         let index = self.run.tasks[t].iteration.unwrap_or(0);
-        let ctx = json!({"input": self.input(), "iteration": {"index": index, "output": output}});
+        // The run's input only where `until` may read it: it may be large.
+        let input = match crate::expr::reads_input(config.until.source()) {
+            true => self.input().clone(),
+            false => Value::Null,
+        };
+        let ctx = json!({"input": input, "iteration": {"index": index, "output": output}});
         match config.until.eval_bool(self.sb, &ctx) {
             Err(e) => {
                 let failure = Failure::fatal(codes::EXPRESSION, format!("config.until: {e}"));
