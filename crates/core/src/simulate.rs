@@ -163,6 +163,8 @@ pub fn simulate_asking(
     let mut run = Run::new(new_id(), opts.input.clone());
     if let Some(max) = opts.max_value {
         run.max_payload = max;
+        // As the engine's: a scope holds at least the largest value and some room.
+        run.max_read = run.max_read.max(max.saturating_add(64 << 20));
     }
     let mut world = World::default();
     world.apply(sb, wf, &mut run, Event::RunStarted, now, &mut new_id);

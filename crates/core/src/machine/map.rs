@@ -57,7 +57,11 @@ impl Machine<'_> {
     /// `max_concurrency` allows (at most [`ITEMS_PER_EVENT`] in this event).
     /// A MAP that gathers every output and has more items than the payload
     /// limit can hold fails before any starts.
-    pub(super) fn start_map(&mut self, t: usize, items: Vec<Value>, _scope: Scope) {
+    pub(super) fn start_map(&mut self, t: usize, items: Vec<Value>, scope: Option<Scope>) {
+        // Its items are evaluated in the scope its `items` was: built once.
+        if let Some(scope) = scope {
+            self.maps.item_scopes.entry(t).or_insert(scope);
+        }
         let config = self.map_config(t).clone();
         if items.is_empty() {
             let output = match &config.collect {
@@ -108,7 +112,7 @@ impl Machine<'_> {
         let config = self.map_config(m).clone();
         let template = &wf.nodes[config.template];
         let map_id = self.run.tasks[m].id;
-        let scope = self.scope(self.run.tasks[m].node);
+        let scope = self.items_scope(m);
         let max = self.run.max_payload;
         let share = self.item_share(m);
         if let Some(p) = &mut self.run.tasks[m].progress {
@@ -197,6 +201,17 @@ impl Machine<'_> {
         }
     }
 
+    /// The scope MAP `m`'s items are evaluated in: the MAP's, built (and
+    /// charged) once an event, whatever the chunks and restarts of its items.
+    fn items_scope(&mut self, m: usize) -> Scope {
+        if let Some(scope) = self.maps.item_scopes.get(&m) {
+            return scope.clone();
+        }
+        let scope = self.scope(self.run.tasks[m].node);
+        self.maps.item_scopes.insert(m, scope.clone());
+        scope
+    }
+
     /// Starts queued item `t` of MAP `m`, its slot taken: a worker's or a
     /// child's is dispatched; a TRANSFORM's (queued when a retry runs it
     /// again) is evaluated at once over the item it kept.
@@ -208,15 +223,7 @@ impl Machine<'_> {
         // Open, as the slot taken counts it.
         self.run.tasks[t].state = TaskState::Running;
         let value = self.run.tasks[t].input["item"].clone();
-        // One scope for the MAP's items this event restarts, not one each.
-        let scope = match self.maps.item_scopes.get(&m) {
-            Some(scope) => scope.clone(),
-            None => {
-                let scope = self.scope(self.run.tasks[m].node);
-                self.maps.item_scopes.insert(m, scope.clone());
-                scope
-            }
-        };
+        let scope = self.items_scope(m);
         let share = self.item_share(m);
         self.transform_item(m, t, &value, &scope, share);
     }

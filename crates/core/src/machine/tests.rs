@@ -2839,3 +2839,27 @@ fn the_scopes_of_one_event_convert_no_more_than_its_budget_of_the_runs_values() 
     let error = failed[0].error.as_deref().unwrap();
     assert!(error.contains("more of the run's values than one event may convert (4 scopes of 500 bytes"), "{error}");
 }
+
+/// A MAP's items are evaluated in one scope an event, the one its `items`
+/// was, however many chunks the event creates: charged once, not once a
+/// chunk (five scopes here, past the event's budget of four).
+#[test]
+fn a_maps_chunks_of_items_share_one_scope_an_event() {
+    let wf = Workflow::parse(&json!({"name": "t", "nodes": [
+        {"id": "big", "type": "HTTP", "config": {"url": "http://h/big"}},
+        {"id": "each", "type": "MAP", "config": {"items": "${ [range(7)] }",
+            "node": {"type": "TRANSFORM", "config": {"output": "${ .nodes.big.output | length }"}}}},
+        {"id": "beside", "type": "TRANSFORM", "config": {"output": "${ .nodes.big.output | length }"}}],
+        "edges": [{"from": "big", "to": "each"}, {"from": "big", "to": "beside"}]}))
+    .unwrap();
+    let mut s = Sim::new(wf);
+    // The value is 302 bytes and the input 14 (`range` may read it): a
+    // scope of 320 holds them; the event's budget is 1,280.
+    s.run.max_read = 320;
+    s.apply(Event::RunStarted);
+    let t = s.task("big");
+    s.apply(Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!("o".repeat(300)) });
+    assert!(super::map::ITEM_CHUNK < 7 && super::map::ITEMS_PER_EVENT >= 7, "several chunks in one event");
+    assert_eq!(s.run.status, RunStatus::Succeeded, "{:?}", s.run.error);
+    assert_eq!(s.task("each").output, Some(json!(vec![300; 7])));
+}

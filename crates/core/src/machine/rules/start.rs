@@ -173,7 +173,7 @@ impl Machine<'_> {
                 self.finish(t, TaskState::Failed, None, Some(Failure::fatal(&code, message)))
             }
             Ok(Started::Done(output)) => self.finish(t, TaskState::Completed, Some(output), None),
-            Ok(Started::Map(items)) => self.start_map(t, items, scope.unwrap_or_else(Scope::null)),
+            Ok(Started::Map(items)) => self.start_map(t, items, scope),
             Ok(Started::Dispatch(input, limit_keys)) => self.begin_attempt(t, input, limit_keys),
             Ok(Started::Child(input)) => self.begin_attempt(t, input, Vec::new()),
             Ok(Started::Wait(wake_at, event)) => self.begin_wait(t, wake_at, event),
