@@ -2859,7 +2859,8 @@ fn a_maps_chunks_of_items_share_one_scope_an_event() {
     s.apply(Event::RunStarted);
     let t = s.task("big");
     s.apply(Event::TaskCompleted { task_id: t.id, attempt: t.attempt, output: json!("o".repeat(300)) });
-    assert!(super::map::ITEM_CHUNK < 7 && super::map::ITEMS_PER_EVENT >= 7, "several chunks in one event");
+    // Several chunks in one event.
+    const _: () = assert!(super::map::ITEM_CHUNK < 7 && super::map::ITEMS_PER_EVENT >= 7);
     assert_eq!(s.run.status, RunStatus::Succeeded, "{:?}", s.run.error);
     assert_eq!(s.task("each").output, Some(json!(vec![300; 7])));
 }
