@@ -259,15 +259,10 @@ impl Payloads {
             if !buf.is_empty() {
                 upload.put_part(PutPayload::from(buf)).await?;
             }
-            upload.complete().await?;
             Ok(())
         }
         .await;
-        if let Err(e) = sent {
-            let _ = upload.abort().await;
-            return Err(e);
-        }
-        Ok(())
+        finish_upload(upload, sent).await
     }
 
     /// Whether the object `r` names here is the reference's, read a part
@@ -504,16 +499,29 @@ async fn write(store: &Store, run: Uuid, event: bool, value: &Value) -> Result<R
                 done = parts.fill(&mut buf, PART).map_err(json)?;
             }
         }
-        upload.complete().await?;
         Ok(())
     }
     .await;
-    if let Err(e) = sent {
-        let _ = upload.abort().await;
-        return Err(e);
-    }
+    finish_upload(upload, sent).await?;
     r.sha256 = hex(hash.finish().as_ref());
     Ok(r)
+}
+
+/// Ends a multipart `upload` as sending its parts went (`sent`): completed
+/// when they all went, aborted otherwise (so that no part is left behind,
+/// where the storage allows), the error returned.
+async fn finish_upload(
+    mut upload: Box<dyn object_store::MultipartUpload>,
+    sent: Result<(), Error>,
+) -> Result<(), Error> {
+    let done = match sent {
+        Ok(()) => upload.complete().await.map(drop).map_err(Error::from),
+        Err(e) => Err(e),
+    };
+    if done.is_err() {
+        let _ = upload.abort().await;
+    }
+    done
 }
 
 /// A writer that fails once more than its bytes are written: whether a
