@@ -13,6 +13,13 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
 use uuid::Uuid;
 
+/// What an answer says it is about, for the audit log, when its body is
+/// streamed (a run's answer writes its large values in from their objects,
+/// never held whole): the audit layer records this instead of reading the
+/// body, which it passes on untouched.
+#[derive(Clone, Debug)]
+pub(crate) struct AnswerNames(pub Value);
+
 /// Which value of a run or a task a reference was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Which {
@@ -155,7 +162,7 @@ pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, compose
     view.tasks = Some(tasks);
     let mut answer = answer_with(p, &view, marked).await?;
     // A control's answer (cancel, retry, …) is audited by these, not read whole.
-    answer.extensions_mut().insert(crate::http::authorize::AnswerNames(names));
+    answer.extensions_mut().insert(AnswerNames(names));
     Ok(answer)
 }
 

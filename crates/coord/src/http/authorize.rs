@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::payloads::AnswerNames;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{header, Method};
@@ -207,13 +208,6 @@ fn kept_answer(route: &str, answer: Value) -> Value {
     }
     Value::Object(o)
 }
-
-/// What an answer says it is about, for the audit log, when its body is
-/// streamed (a run's answer writes its large values in from their objects,
-/// never held whole): the audit layer records this instead of reading the
-/// body, which it passes on untouched.
-#[derive(Clone, Debug)]
-pub(crate) struct AnswerNames(pub Value);
 
 /// Records each change ([`audited`]) before it is made, and its answer
 /// after. A change whose record cannot be written is not made (503); an

@@ -201,17 +201,6 @@ impl Machine<'_> {
         }
     }
 
-    /// The scope MAP `m`'s items are evaluated in: the MAP's, built (and
-    /// charged) once an event, whatever the chunks and restarts of its items.
-    fn items_scope(&mut self, m: usize) -> Scope {
-        if let Some(scope) = self.maps.item_scopes.get(&m) {
-            return scope.clone();
-        }
-        let scope = self.scope(self.run.tasks[m].node);
-        self.maps.item_scopes.insert(m, scope.clone());
-        scope
-    }
-
     /// Starts queued item `t` of MAP `m`, its slot taken: a worker's or a
     /// child's is dispatched; a TRANSFORM's (queued when a retry runs it
     /// again) is evaluated at once over the item it kept.

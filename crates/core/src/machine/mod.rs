@@ -64,7 +64,7 @@ pub use event::{Event, Resolution};
 pub use history::{HistoryEntry, HistoryKind};
 pub use lifecycle::{RunStatus, TaskState};
 pub use map::{collected_entry, ITEMS_PER_EVENT, ITEM_CHUNK};
-pub use run::{ParentRef, Run};
+pub use run::{ParentRef, Run, EVENT_READS, SCOPE_MAX_BYTES};
 pub use task::{ErrorInfo, Failure, Item, MapProgress, Task};
 pub use transition::{IgnoreKind, Transition};
 
@@ -110,19 +110,6 @@ pub fn apply(
     }
     m.tr
 }
-
-/// The most of a run's values one expression's scope may hold
-/// ([`Run::max_read`]), in about bytes of JSON: the largest value a run
-/// holds (an offloaded one, at most 1 GiB) with room. Two such values read
-/// by one node are refused rather than converted at once.
-pub const SCOPE_MAX_BYTES: usize = crate::expr::PATH_OUTPUT;
-
-/// How many scopes' worth ([`Run::max_read`]) of the run's values the
-/// expressions of one event may have converted in all: each node an event
-/// evaluates converts what its expressions read, so ten thousand nodes
-/// reading one large value would convert it ten thousand times. Past it,
-/// the next scope is refused as one too large is, naming this.
-pub const EVENT_READS: usize = 4;
 
 /// What expressions see, for the whole run:
 /// `{input, nodes: {<id>: {output, state, error?}}, run: {id, workflow}}`

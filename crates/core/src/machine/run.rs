@@ -8,6 +8,19 @@ use uuid::Uuid;
 use super::lifecycle::RunStatus;
 use super::task::Task;
 
+/// The most of a run's values one expression's scope may hold
+/// ([`Run::max_read`]), in about bytes of JSON: the largest value a run
+/// holds (an offloaded one, at most 1 GiB) with room. Two such values read
+/// by one node are refused rather than converted at once.
+pub const SCOPE_MAX_BYTES: usize = crate::expr::PATH_OUTPUT;
+
+/// How many scopes' worth ([`Run::max_read`]) of the run's values the
+/// expressions of one event may have converted in all: each node an event
+/// evaluates converts what its expressions read, so ten thousand nodes
+/// reading one large value would convert it ten thousand times. Past it,
+/// the next scope is refused as one too large is, naming this.
+pub const EVENT_READS: usize = 4;
+
 /// The part of a run the state machine reads and changes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Run {
@@ -21,7 +34,7 @@ pub struct Run {
     /// about bytes of JSON ([`storable::size_up_to`](crate::storable::size_up_to)):
     /// what a scope reads is converted for the expression engine before it
     /// is evaluated, so this bounds that work and memory (default
-    /// [`SCOPE_MAX_BYTES`](crate::machine::SCOPE_MAX_BYTES)). A scope past it
+    /// [`SCOPE_MAX_BYTES`]). A scope past it
     /// fails each expression evaluated in it, naming it.
     pub max_read: usize,
     /// Largest value the engine may compute for this run, as JSON bytes
@@ -74,7 +87,7 @@ impl Run {
             output: None,
             error: None,
             tasks: Vec::new(),
-            max_read: crate::machine::SCOPE_MAX_BYTES,
+            max_read: SCOPE_MAX_BYTES,
             max_payload: crate::storable::DEFAULT_MAX_PAYLOAD,
             items_left: u64::MAX,
             deadline: None,

@@ -63,11 +63,7 @@ impl<'e> Batch<'e> {
             let mut read = crate::payloads::ReadFrom::default();
             // Always: rows written while offloading was on hold references.
             let objects = Tx(tx, &engine.payloads);
-            let events = requests.iter().filter(|a| a.run_id == row.id).map(|a| &a.event);
-            let unread = match leaves_unread(&wf, events) {
-                true => keep_unread(&mut row, &mut tasks),
-                false => Unread::default(),
-            };
+            let unread = keep_unread(&wf, requests, &mut row, &mut tasks);
             objects.resolve_run(&mut row, &mut read).await?;
             for t in &mut tasks {
                 objects.resolve_task(t, &mut read).await?;
@@ -170,13 +166,24 @@ struct Unread {
     tasks: HashMap<Uuid, (Option<serde_json::Value>, Option<serde_json::Value>)>,
 }
 
-/// Takes out of `row` and `tasks` the references no step's own news reads
-/// unless its expressions name them: the run's input, and the input and
-/// output of each ended node task (not a MAP item: a MAP gathers those).
-/// What is taken is left as a `null` until [`Unread::put_back`].
-fn keep_unread(row: &mut runs::RunRow, tasks: &mut [runs::TaskRow]) -> Unread {
+/// Takes out of `row` and `tasks`, where the run's events among
+/// `requests` may leave values unread ([`leaves_unread`]), the references
+/// no step's own news reads unless its expressions name them: the run's
+/// input, and the input and output of each ended node task (not a MAP
+/// item: a MAP gathers those). What is taken is left as a `null` until
+/// [`Unread::put_back`].
+fn keep_unread(
+    wf: &Workflow,
+    requests: &[EventRequest],
+    row: &mut runs::RunRow,
+    tasks: &mut [runs::TaskRow],
+) -> Unread {
     let reference = |v: &serde_json::Value| composer_core::storable::is_reference(v);
     let mut unread = Unread::default();
+    let id = row.id;
+    if !leaves_unread(wf, requests.iter().filter(|a| a.run_id == id).map(|a| &a.event)) {
+        return unread;
+    }
     if reference(&row.input) {
         unread.input = Some(std::mem::take(&mut row.input));
     }

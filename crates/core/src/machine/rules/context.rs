@@ -67,6 +67,17 @@ impl Machine<'_> {
         }
     }
 
+    /// The scope MAP `m`'s items are evaluated in: the MAP's, built (and
+    /// charged) once an event, whatever the chunks and restarts of its items.
+    pub(in crate::machine) fn items_scope(&mut self, m: usize) -> Scope {
+        if let Some(scope) = self.maps.item_scopes.get(&m) {
+            return scope.clone();
+        }
+        let scope = self.scope(self.run.tasks[m].node);
+        self.maps.item_scopes.insert(m, scope.clone());
+        scope
+    }
+
     /// What the run's output template sees: every node and the input
     /// (`{input, nodes: {<id>: {output, state}}, run}`), converted in place.
     pub(super) fn scope_all(&self) -> Scope {
