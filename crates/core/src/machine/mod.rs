@@ -40,7 +40,7 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::definition::Workflow;
@@ -111,16 +111,13 @@ pub fn apply(
     m.tr
 }
 
-/// What expressions see, for the whole run:
+/// What expressions see, as one JSON value, with just the nodes of `tasks`:
 /// `{input, nodes: {<id>: {output, state, error?}}, run: {id, workflow}}`
 /// (`error` for a FAILED node: `{message, code, retryable, attempts, status?}`).
-pub fn context(wf: &Workflow, run: &Run) -> Value {
-    context_of(wf, run, run.tasks.iter())
-}
-
-/// The same, with just the nodes of `tasks`.
+/// The engine builds it in place ([`scope_of`]); tests compare the two.
+#[cfg(test)]
 pub(super) fn context_of<'t>(wf: &Workflow, run: &Run, tasks: impl Iterator<Item = &'t Task>) -> Value {
-    let mut nodes = Map::new();
+    let mut nodes = serde_json::Map::new();
     for t in tasks.filter(|t| t.item.is_none() && !t.removed) {
         let mut node = json!({"output": t.output, "state": t.state});
         if let Some(error) = t.error_json() {
