@@ -195,22 +195,7 @@ impl Payloads {
         if got.meta.size != r.bytes {
             return Err(format_error(r, format!("{} bytes, not the reference's {}", got.meta.size, r.bytes)));
         }
-        let hash = Some(ring::digest::Context::new(&ring::digest::SHA256));
-        let parts = got.into_stream();
-        let checked = futures_util::stream::unfold((parts, hash, r.clone()), |(mut parts, hash, r)| async move {
-            // `None` once the stream has ended or failed.
-            let mut hash = hash?;
-            match parts.next().await {
-                Some(Ok(part)) => {
-                    hash.update(&part);
-                    Some((Ok(part), (parts, Some(hash), r)))
-                }
-                Some(Err(e)) => Some((Err(e.into()), (parts, None, r))),
-                None if hex(hash.finish().as_ref()) == r.sha256 => None,
-                None => Some((Err(format_error(&r, "its SHA-256 is not the reference's")), (parts, None, r))),
-            }
-        });
-        Ok(checked.boxed())
+        Ok(checked(r, got.into_stream().map(|part| part.map_err(Error::from)).boxed()))
     }
 
     /// Whether the object `r` names is there, of the reference's size,
@@ -232,7 +217,6 @@ impl Payloads {
     /// already holds that is the reference's (a pass that failed later
     /// made it) is left as it is; one that is not is written again.
     pub async fn copy_to(&self, r: &Ref, to: &Payloads) -> Result<(), Error> {
-        use futures_util::StreamExt;
         let store = to.store_of(r)?;
         let path = path_of(store, r);
         match store.objects.head(&path).await {
@@ -240,12 +224,31 @@ impl Payloads {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
+        to.write_text(r, self.stream_text(r).await?).await
+    }
+
+    /// Writes `parts`, the JSON text of the value `r` refers to, as the
+    /// object `r` names here (the same name, so the same reference reads
+    /// it): checked against the reference's size and SHA-256 as they go,
+    /// so text that is not the reference's is an error and leaves no
+    /// object. Past [`PART`] it goes as a multipart upload, never whole.
+    pub async fn write_text(
+        &self,
+        r: &Ref,
+        parts: BoxStream<'static, Result<bytes::Bytes, Error>>,
+    ) -> Result<(), Error> {
+        use futures_util::StreamExt;
+        let store = self.store_of(r)?;
+        let path = path_of(store, r);
+        let mut read = checked(r, parts);
         if r.bytes <= PART as u64 {
-            let text = self.read_text(r).await?;
+            let mut text = Vec::with_capacity(r.bytes as usize);
+            while let Some(part) = read.next().await {
+                text.extend_from_slice(&part?);
+            }
             store.objects.put(&path, PutPayload::from(text)).await?;
             return Ok(());
         }
-        let mut read = self.stream_text(r).await?;
         let mut upload = store.objects.put_multipart(&path).await?;
         let sent: Result<(), Error> = async {
             let mut buf = Vec::with_capacity(PART);
@@ -505,6 +508,40 @@ async fn write(store: &Store, run: Uuid, event: bool, value: &Value) -> Result<R
     finish_upload(upload, sent).await?;
     r.sha256 = hex(hash.finish().as_ref());
     Ok(r)
+}
+
+/// `parts` passed on as they come, checked to be the text `r` refers to:
+/// an error in place of the part that takes them past the reference's
+/// size, and as the last item when they end short of it or their SHA-256
+/// is not the reference's. Nothing after an error.
+fn checked(
+    r: &Ref,
+    parts: BoxStream<'static, Result<bytes::Bytes, Error>>,
+) -> BoxStream<'static, Result<bytes::Bytes, Error>> {
+    use futures_util::StreamExt;
+    let hash = Some((ring::digest::Context::new(&ring::digest::SHA256), 0u64));
+    futures_util::stream::unfold((parts, hash, r.clone()), |(mut parts, hash, r)| async move {
+        // `None` once the stream has ended or failed.
+        let (mut hash, seen) = hash?;
+        match parts.next().await {
+            Some(Ok(part)) if seen + part.len() as u64 > r.bytes => {
+                Some((Err(format_error(&r, format!("more than the reference's {} bytes", r.bytes))), (parts, None, r)))
+            }
+            Some(Ok(part)) => {
+                hash.update(&part);
+                let seen = seen + part.len() as u64;
+                Some((Ok(part), (parts, Some((hash, seen)), r)))
+            }
+            Some(Err(e)) => Some((Err(e), (parts, None, r))),
+            None if seen == r.bytes && hex(hash.finish().as_ref()) == r.sha256 => None,
+            None if seen != r.bytes => Some((
+                Err(format_error(&r, format!("{seen} bytes, not the reference's {}", r.bytes))),
+                (parts, None, r),
+            )),
+            None => Some((Err(format_error(&r, "its SHA-256 is not the reference's")), (parts, None, r))),
+        }
+    })
+    .boxed()
 }
 
 /// Ends a multipart `upload` as sending its parts went (`sent`): completed

@@ -155,6 +155,19 @@ impl Client {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<T> {
+        let resp = self.send(method, path, body).await?;
+        let text = resp.text().await.map_err(|cause| Error::Unreachable { url: self.base.clone(), cause })?;
+        serde_json::from_str(&text).map_err(|e| Error::Decode(format!("{path}: {e}")))
+    }
+
+    /// Calls `path` and gives its answer unread, to read a part at a time
+    /// (an offloaded value's text); errors as [`Client::call`]'s.
+    pub async fn call_unread(&self, method: Method, path: &str) -> Result<reqwest::Response> {
+        self.send(method, path, None::<&()>).await
+    }
+
+    /// Sends a call; its answer when it is a success from a coordinator.
+    async fn send(&self, method: Method, path: &str, body: Option<&impl Serialize>) -> Result<reqwest::Response> {
         let bad_url = |reason| Error::BadUrl { url: self.base.clone(), reason, url_from: self.url_from };
         check_url(&self.base).map_err(bad_url)?;
         let mut req = self.http.request(method, format!("{}{path}", self.base));
@@ -179,14 +192,14 @@ impl Client {
         if !self.any_server && !status.is_server_error() && !resp.headers().contains_key(VERSION_HEADER) {
             return Err(Error::NotComposer { url, status: status.as_u16(), url_from: self.url_from });
         }
-        let text = resp.text().await.map_err(|cause| Error::Unreachable { url, cause })?;
-        if !status.is_success() {
-            return Err(match serde_json::from_str::<ErrorBody>(&text) {
-                Ok(b) => Error::Api { status: status.as_u16(), code: b.error.code, message: b.error.message },
-                Err(_) => Error::Api { status: status.as_u16(), code: "unknown".into(), message: text },
-            });
+        if status.is_success() {
+            return Ok(resp);
         }
-        serde_json::from_str(&text).map_err(|e| Error::Decode(format!("{path}: {e}")))
+        let text = resp.text().await.map_err(|cause| Error::Unreachable { url, cause })?;
+        Err(match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(b) => Error::Api { status: status.as_u16(), code: b.error.code, message: b.error.message },
+            Err(_) => Error::Api { status: status.as_u16(), code: "unknown".into(), message: text },
+        })
     }
 
     /// Starts a run.

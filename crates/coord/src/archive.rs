@@ -1,6 +1,6 @@
 //! Where a namespace's runs are archived (`COMPOSER_ARCHIVE_URL`), and an
 //! archived run read back ([`Archive::read`]). What a run's record holds is
-//! `http::archive::record`, the same door the export goes through; writing
+//! `http::archive::record_as_kept`, the same door the export goes through; writing
 //! expired months there before retention drops them is [`crate::archiving`].
 //!
 //! A namespace's runs go to `<url>/<dir>/runs/<YYYY_MM>/` (parts and a

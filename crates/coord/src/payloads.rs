@@ -6,7 +6,7 @@
 use axum::body::Bytes;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use composer_api::rest::{ArchivedRun, ItemPage, RunView, TaskView};
+use composer_api::rest::{ArchivedRun, ExportPage, ItemPage, RunView, TaskView};
 use composer_archive::payloads::{Payloads, Ref};
 use composer_store::runs::{RunRow, TaskRow};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -177,6 +177,48 @@ pub async fn answer_items(p: &Payloads, mut page: ItemPage) -> Result<Response, 
 pub async fn answer_archived(p: &Payloads, mut run: ArchivedRun) -> Result<Response, composer_store::Error> {
     let marked = mark(archived_slots(&mut run))?;
     answer_with(p, &run, marked).await
+}
+
+/// A page of an export answered as [`answer`] answers a run.
+pub async fn answer_export(p: &Payloads, mut page: ExportPage) -> Result<Response, composer_store::Error> {
+    let marked = mark(page.runs.iter_mut().flat_map(archived_slots).collect())?;
+    answer_with(p, &page, marked).await
+}
+
+/// The bytes of `run`'s offloaded values that its answer reads whole
+/// before it begins ([`answer_with`]): those up to [`STREAMED_PAST`].
+pub fn read_whole_bytes(run: &mut ArchivedRun) -> usize {
+    let refs = archived_slots(run).into_iter().filter_map(|v| Ref::of(v));
+    refs.filter(|r| r.bytes <= STREAMED_PAST).map(|r| r.bytes as usize).sum()
+}
+
+/// The JSON text of the offloaded value `r` names, as an answer: read
+/// whole and checked up to [`STREAMED_PAST`]; past it, checked for its
+/// size before the answer begins and for its SHA-256 as it goes, as a
+/// chunked answer that is cut short (no last chunk) when the text turns
+/// out not to be the reference's. `None` where the run has no such value:
+/// no object, or not of the reference's size (or, read whole, SHA-256).
+pub async fn answer_value(p: &Payloads, r: Ref) -> Result<Option<Response>, composer_store::Error> {
+    use futures_util::StreamExt;
+    let not_this = |e: &composer_archive::Error| e.is_missing() || matches!(e, composer_archive::Error::Format { .. });
+    let body = match r.bytes <= STREAMED_PAST {
+        true => match p.read_text(&r).await {
+            Ok(text) if text.len() as u64 == r.bytes => axum::body::Body::from(text),
+            Ok(_) => return Ok(None),
+            Err(e) if not_this(&e) => return Ok(None),
+            Err(e) => return Err(store_error(e)),
+        },
+        false => match p.stream_text(&r).await {
+            Ok(parts) => axum::body::Body::from_stream(parts.inspect(|part| {
+                if let Err(e) = part {
+                    tracing::warn!(error = %e, "an offloaded value's answer is cut short (its object changed, the reference was not its own, or storage failed)");
+                }
+            })),
+            Err(e) if not_this(&e) => return Ok(None),
+            Err(e) => return Err(store_error(e)),
+        },
+    };
+    Ok(Some(([(CONTENT_TYPE, "application/json")], body).into_response()))
 }
 
 /// Every value an archived run holds: the run's input and output, its

@@ -453,7 +453,7 @@ async fn run_export_writes_live_and_ended_runs_as_the_api_shows_them() {
     assert_eq!(serde_json::to_value(&runs[1].run).unwrap(), live_view, "a live run as it stood");
     let manifest = composer_archive::manifest(&store).await.unwrap().unwrap();
     assert_eq!(manifest.selection["workflow"], "kept");
-    assert_eq!(manifest.payloads, None, "an export holds every value in its lines");
+    assert_eq!(manifest.payloads.as_deref(), Some("payloads"), "where its large values would be");
 
     for (query, names) in
         [("limit=101", "limit"), ("from=yesterday", "from"), ("workflow=a%20b", "workflow"), ("sort=id", "sort")]
@@ -462,6 +462,144 @@ async fn run_export_writes_live_and_ended_runs_as_the_api_shows_them() {
         assert_eq!(status, 400, "{query}: {body}");
         assert!(body["error"]["message"].as_str().unwrap().contains(names), "{query}: {body}");
     }
+    e.stop().await;
+}
+
+/// An export of runs whose values are offloaded keeps them as references
+/// in its lines and copies their text beside them, a part at a time, from
+/// `GET /v1/runs/{id}/values/{object}` (9 MiB: past a part and past what
+/// an answer reads whole): read back with those copies, each run is what
+/// the API shows, and what `GET /v1/export/runs` gives inline. The value
+/// route answers only a reference of the run's own; an object changed
+/// after its first part cuts its answer short, and fails the export,
+/// which then has no manifest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_copies_large_values_beside_its_lines_and_reads_back_as_shown() {
+    let (out, offloaded) = (Dir::new("export-large"), Dir::new("export-offloaded"));
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.offload_url = Some(offloaded.path().to_string());
+    config.offload_threshold = 1024;
+    e.start_coordinator_with(config).await;
+    e.register(&json!({"name": "large", "nodes": [
+        {"id": "copy", "type": "TRANSFORM", "config": {"output": "${ .input.text }"}},
+        {"id": "each", "type": "MAP", "config": {"items": [1, 2, 3],
+            "node": {"type": "TRANSFORM", "config": {"output": "${ .input.text[:300000] + (.item | tostring) }"}}}}],
+        "edges": [{"from": "copy", "to": "each"}],
+        "output": {"first": "${ .nodes.each.output[0] }"}}))
+        .await;
+    let (small, large) = ("a large value ".repeat(20_000), "a larger value ".repeat(650_000));
+    let mut runs = Vec::new();
+    for text in [&small, &large] {
+        let run = e.start_run("large", json!({"text": text})).await;
+        assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+        runs.push(run);
+    }
+    let export = |out: String| {
+        let url = e.url();
+        tokio::task::spawn_blocking(move || {
+            Command::new(BIN)
+                .args(["run", "export", "--workflow", "large", "--out", &out, "-o", "json"])
+                .env("COMPOSER_URL", url)
+                .env_remove("COMPOSER_API_TOKEN")
+                .output()
+                .unwrap()
+        })
+    };
+    let done = export(out.path().to_string()).await.unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let store = composer_archive::Store::open(out.path()).unwrap();
+    let manifest = composer_archive::manifest(&store).await.unwrap().unwrap();
+    assert_eq!(manifest.payloads.as_deref(), Some("payloads"));
+    let mut read = composer_archive::read_all(&store).await.unwrap();
+    assert_eq!(read.iter().map(|r| r.run.id).collect::<Vec<_>>(), runs);
+    let copies = composer_coord::archive::Archive::payloads_in(&store);
+    let (_, inline) = e.get("/v1/export/runs?workflow=large").await;
+    for (i, record) in read.iter_mut().enumerate() {
+        let line = serde_json::to_string(&*record).unwrap();
+        assert!(line.len() < 16 << 10, "a line of {} bytes", line.len());
+        for value in composer_coord::payloads::archived_slots(record) {
+            composer_coord::payloads::resolve(&copies, value).await.unwrap();
+        }
+        let (_, view) = e.get(&format!("/v1/runs/{}", record.run.id)).await;
+        let (_, items) = e.get(&format!("/v1/runs/{}/items?node=each&limit=10", record.run.id)).await;
+        let record = serde_json::to_value(&*record).unwrap();
+        assert_eq!(record["run"], view, "the run and its steps, values and all");
+        assert_eq!(record["items"]["each"], items["items"], "its MAP's items");
+        assert_eq!(inline["runs"][i], record, "the export's page with its values inline");
+    }
+    let (input, output) = (serde_json::to_vec(&json!({"text": large})).unwrap(), serde_json::to_vec(&large).unwrap());
+    let copies: Vec<Vec<u8>> = objects_under(&out.0.join("payloads"))
+        .into_iter()
+        .filter(|c| std::fs::metadata(c).unwrap().len() > 9 << 20)
+        .map(|c| std::fs::read(c).unwrap())
+        .collect();
+    assert!(copies.contains(&input) && copies.contains(&output), "copies of the 9 MiB input and output");
+    // The value route: a reference of the run's own, or a 4xx.
+    let (_, page) = e.get("/v1/export/runs?workflow=large&values=references").await;
+    /// A reference's run, object, SHA-256 and size.
+    type Named = (String, String, String, Value);
+    let reference = |i: usize| -> Named {
+        let r = page["runs"][i]["run"]["input"]["$composer_offloaded"].clone();
+        let s = |k: &str| r[k].as_str().unwrap().to_string();
+        (s("run"), s("object"), s("sha256"), r["bytes"].clone())
+    };
+    let value_url = |(run, object, sha, bytes): &Named| {
+        format!("{}/v1/runs/{run}/values/{object}?sha256={sha}&bytes={bytes}", e.url())
+    };
+    let (small_ref, large_ref) = (reference(0), reference(1));
+    for (r, text) in [(&small_ref, &small), (&large_ref, &large)] {
+        let answer = reqwest::get(value_url(r)).await.unwrap();
+        assert_eq!(answer.status(), 200);
+        let input: Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+        assert_eq!(input, json!({"text": text}));
+    }
+    let with = |change: &dyn Fn(&mut Named)| {
+        let mut r = small_ref.clone();
+        change(&mut r);
+        value_url(&r)
+    };
+    let (large_run, other) = (large_ref.0.clone(), Uuid::now_v7().to_string());
+    for (url, status) in [
+        (with(&|r| r.2 = "0".repeat(64)), 404),
+        (with(&|r| r.3 = json!(1)), 404),
+        (with(&|r| r.0 = large_run.clone()), 404),
+        (with(&|r| r.0 = other.clone()), 404),
+        (with(&|r| r.2 = "ABC".into()), 400),
+        (with(&|r| r.3 = json!(2_000_000_000_u64)), 400),
+        (with(&|r| r.3 = json!(-1)), 400),
+        (with(&|r| r.1 = "not-an-id".into()), 400),
+    ] {
+        let answer = reqwest::get(&url).await.unwrap();
+        let code = answer.status().as_u16();
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(code, status, "{url}: {body:.300}");
+        assert!(body["error"]["message"].is_string(), "{url}: {body}");
+    }
+    // Past 8 MiB, a SHA-256 not the object's is found as the answer ends.
+    let mut wrong = large_ref.clone();
+    wrong.2 = "0".repeat(64);
+    let answer = reqwest::get(value_url(&wrong)).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.bytes().await.is_err(), "a value not the reference's was read whole");
+    // Changed past its first part, the same size: the answer is cut short,
+    // and an export fails, leaving no manifest.
+    let original = objects_under(&offloaded.0)
+        .into_iter()
+        .find(|o| o.file_stem().is_some_and(|s| s == large_ref.1.as_str()))
+        .unwrap();
+    let mut changed = std::fs::read(&original).unwrap();
+    let at = changed.len() - 10;
+    changed[at] = b'X';
+    std::fs::write(&original, changed).unwrap();
+    let answer = reqwest::get(value_url(&large_ref)).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.bytes().await.is_err(), "a changed value was read whole");
+    let again = Dir::new("export-changed");
+    let failed = export(again.path().to_string()).await.unwrap();
+    let said = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success() && said.contains(&large_ref.1), "{said}");
+    assert!(!again.0.join("manifest.json").exists(), "a failed export has no manifest");
     e.stop().await;
 }
 

@@ -1,7 +1,9 @@
-//! Runs as an archive keeps them: a run's record ([`record`]: the run as
-//! getRun shows it, its whole history, every MAP's items, every step's log
-//! lines), `GET /v1/export/runs` that pages the records of the runs a
-//! filter matches (what `composer run export` writes), and
+//! Runs as an archive keeps them: a run's record ([`record_as_kept`]: the
+//! run as getRun shows it, its whole history, every MAP's items, every
+//! step's log lines), `GET /v1/export/runs` that pages the records of the
+//! runs a filter matches (what `composer run export` writes),
+//! `GET /v1/runs/{id}/values/{object}` that reads one offloaded value
+//! (what the export copies beside its lines), and
 //! `GET /v1/archive/runs/{id}` that reads back a run retention archived.
 
 use std::collections::BTreeMap;
@@ -19,28 +21,17 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{name_param, parsed, run_id, Limit, Path, Query};
 pub(crate) use super::runs::id_at;
 use crate::archive::Archive;
-use composer_archive::payloads::Payloads;
+use axum::response::IntoResponse;
+use composer_archive::payloads::{Payloads, Ref};
 
 /// History lines or MAP items read at once.
 const PAGE: i64 = 1000;
 
-/// The run `run_id` as the API shows it, with its whole history, every MAP's
-/// items and every step's log lines; `None` where there is no such run.
-pub async fn record(
-    client: &Client,
-    payloads: &Payloads,
-    run_id: Uuid,
-) -> Result<Option<ArchivedRun>, composer_store::Error> {
-    let Some(mut record) = record_as_kept(client, payloads, run_id).await? else { return Ok(None) };
-    for value in crate::payloads::archived_slots(&mut record) {
-        crate::payloads::resolve(payloads, value).await?;
-    }
-    Ok(Some(record))
-}
-
-/// [`record`] with its values as the rows keep them: an offloaded one
-/// still a reference to its object (what the archive writes, beside a
-/// copy of the object). Its log lines are read whole.
+/// The run `run_id` as the API shows it, with its whole history, every
+/// MAP's items and every step's log lines, its values as the rows keep
+/// them: an offloaded one still a reference to its object (what the
+/// archive and the export write, beside a copy of the object). Its log
+/// lines are read whole. `None` where there is no such run.
 pub async fn record_as_kept(
     client: &Client,
     payloads: &Payloads,
@@ -116,6 +107,23 @@ pub(crate) struct ExportQuery {
     /// history, MAP items and logs.
     #[param(value_type = Option<i32>, minimum = 1, maximum = 100)]
     limit: Option<Limit>,
+    /// `inline` (the default): each offloaded value written into its place. `references`: each
+    /// left as its reference (`{"$composer_offloaded": {"run", "object", "sha256", "bytes"}}`),
+    /// its text read with getRunValue; what `composer run export` asks for, so that no value is
+    /// held whole by either side.
+    #[param(inline)]
+    values: Option<ExportValues>,
+}
+
+/// How an export page gives offloaded values.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Default, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ExportValues {
+    /// Each offloaded value in its place.
+    #[default]
+    Inline,
+    /// Each offloaded value left as its reference.
+    References,
 }
 
 /// Most runs one export page holds.
@@ -160,7 +168,7 @@ pub(crate) async fn export_runs(
     State(pool): State<Pool>,
     State(engine): State<std::sync::Arc<crate::engine::Engine>>,
     Query(q): Query<ExportQuery>,
-) -> ApiResult<Json<ExportPage>> {
+) -> ApiResult<axum::response::Response> {
     if let Some(w) = &q.workflow {
         name_param("workflow", w)?;
     }
@@ -182,14 +190,89 @@ pub(crate) async fn export_runs(
             break;
         }
         // A run deleted by retention between the two reads is left out.
-        if let Some(run) = record(&client, engine.payloads(), *id).await? {
+        // Its offloaded values stay references here: the page counts
+        // and holds them as such.
+        if let Some(mut run) = record_as_kept(&client, engine.payloads(), *id).await? {
             bytes += json_bytes(&run);
+            if q.values != Some(ExportValues::References) {
+                bytes += crate::payloads::read_whole_bytes(&mut run);
+            }
             runs.push(run);
         }
         last = Some(*id);
     }
     let full = ids.len() as i64 == limit || last != ids.last().copied();
-    Ok(Json(ExportPage { runs, next_after: if full { last } else { None } }))
+    let page = ExportPage { runs, next_after: if full { last } else { None } };
+    Ok(match q.values.unwrap_or_default() {
+        ExportValues::References => Json(page).into_response(),
+        ExportValues::Inline => crate::payloads::answer_export(engine.payloads(), page).await?,
+    })
+}
+
+// The document's most for `bytes` below is this constant, written out.
+const _: () = assert!(composer_archive::MAX_READ_BYTES == 1073741824);
+
+/// `GET /v1/runs/{id}/values/{object}`'s query: the rest of the reference.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ValueQuery {
+    /// The reference's SHA-256 of the value's JSON text (64 lowercase hex digits).
+    #[param(pattern = "^[0-9a-f]{64}$")]
+    sha256: String,
+    /// The reference's size of the value's JSON text, in bytes: no value is over 1 GiB.
+    #[param(minimum = 0, maximum = 1073741824)]
+    bytes: u64,
+}
+
+/// Read an offloaded value.
+///
+/// The JSON text of one of a run's offloaded values, named by its reference
+/// (`{"$composer_offloaded": {"run", "object", "sha256", "bytes"}}`, as exportRuns gives it with
+/// `values=references`): streamed from object storage and checked against the reference as it
+/// goes. A value up to 8 MiB is read whole first: one that is not the reference's is a 404. Past
+/// 8 MiB its size is checked first and its SHA-256 only as the answer ends: text that is not the
+/// reference's (its object changed, or the reference is not its own) is an answer cut short (a
+/// chunked answer without its last chunk), never a whole one.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/values/{object}", operation_id = "getRunValue", tag = "runs",
+    params(
+        ("id" = Uuid, Path, description = "the run"),
+        ("object" = Uuid, Path, description = "the reference's object"),
+        ValueQuery,
+    ),
+    responses(
+        (status = 200, description = "the value's JSON text", content_type = "application/json", body = serde_json::Value),
+        (status = 400, description = "a parameter is invalid", body = ErrorBody),
+        (status = 404, description = "no such run, or it has no value with this reference", body = ErrorBody),
+        (status = 503, description = "object storage is unavailable", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_run_value(
+    State(pool): State<Pool>,
+    State(engine): State<std::sync::Arc<crate::engine::Engine>>,
+    Path((id, object)): Path<(String, String)>,
+    Query(q): Query<ValueQuery>,
+) -> ApiResult<axum::response::Response> {
+    let run = run_id(&id)?;
+    let object: Uuid =
+        object.parse().map_err(|_| ApiError::bad_request(format!("object: {object:?} is not a UUID")))?;
+    if q.sha256.len() != 64 || !q.sha256.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)) {
+        return Err(ApiError::bad_request("sha256: 64 lowercase hex digits"));
+    }
+    if q.bytes > composer_archive::MAX_READ_BYTES {
+        let most = composer_archive::MAX_READ_BYTES;
+        return Err(ApiError::bad_request(format!("bytes: no value is over {most} bytes")));
+    }
+    let client = composer_store::client(&pool).await?;
+    if runs::status(&client, run).await?.is_none() {
+        return Err(ApiError::not_found(format!("run {run} not found")));
+    }
+    let r = Ref { run, object, sha256: q.sha256, bytes: q.bytes, event: false };
+    match crate::payloads::answer_value(engine.payloads(), r).await? {
+        Some(answer) => Ok(answer),
+        None => Err(ApiError::not_found(format!("run {run} has no offloaded value {object} of that size and SHA-256"))),
+    }
 }
 
 /// Get an archived run.
