@@ -174,9 +174,14 @@ impl Payloads {
     }
 
     /// The value `r` refers to as its JSON text, checked against the
-    /// reference.
+    /// reference (its size before it is read).
     pub async fn read_text(&self, r: &Ref) -> Result<bytes::Bytes, Error> {
-        let bytes = self.get(r).await?.bytes().await?;
+        let got = self.get(r).await?;
+        // Its size first: a reference that says 1 KiB does not read 1 GiB.
+        if got.meta.size != r.bytes {
+            return Err(format_error(r, format!("{} bytes, not the reference's {}", got.meta.size, r.bytes)));
+        }
+        let bytes = got.bytes().await?;
         if sha256_hex(&bytes) != r.sha256 {
             return Err(format_error(r, "its SHA-256 is not the reference's"));
         }
@@ -217,14 +222,21 @@ impl Payloads {
     /// already holds that is the reference's (a pass that failed later
     /// made it) is left as it is; one that is not is written again.
     pub async fn copy_to(&self, r: &Ref, to: &Payloads) -> Result<(), Error> {
-        let store = to.store_of(r)?;
-        let path = path_of(store, r);
-        match store.objects.head(&path).await {
-            Ok(meta) if meta.size == r.bytes && to.holds_object(r).await? => return Ok(()),
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
+        if to.holds(r).await? {
+            return Ok(());
         }
         to.write_text(r, self.stream_text(r).await?).await
+    }
+
+    /// Whether the object `r` names is here and is the reference's (read a
+    /// part at a time to tell); an error only where storage fails.
+    pub async fn holds(&self, r: &Ref) -> Result<bool, Error> {
+        let store = self.store_of(r)?;
+        match store.objects.head(&path_of(store, r)).await {
+            Ok(meta) if meta.size == r.bytes => self.holds_object(r).await,
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes `parts`, the JSON text of the value `r` refers to, as the

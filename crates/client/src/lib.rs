@@ -155,19 +155,26 @@ impl Client {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<T> {
-        let resp = self.send(method, path, body).await?;
+        let resp = self.send(method, path, body, None).await?;
         let text = resp.text().await.map_err(|cause| Error::Unreachable { url: self.base.clone(), cause })?;
         serde_json::from_str(&text).map_err(|e| Error::Decode(format!("{path}: {e}")))
     }
 
     /// Calls `path` and gives its answer unread, to read a part at a time
-    /// (an offloaded value's text); errors as [`Client::call`]'s.
-    pub async fn call_unread(&self, method: Method, path: &str) -> Result<reqwest::Response> {
-        self.send(method, path, None::<&()>).await
+    /// (an offloaded value's text), all of it within `timeout` (in place
+    /// of the client's); errors as [`Client::call`]'s.
+    pub async fn call_unread(&self, method: Method, path: &str, timeout: Duration) -> Result<reqwest::Response> {
+        self.send(method, path, None::<&()>, Some(timeout)).await
     }
 
     /// Sends a call; its answer when it is a success from a coordinator.
-    async fn send(&self, method: Method, path: &str, body: Option<&impl Serialize>) -> Result<reqwest::Response> {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response> {
         let bad_url = |reason| Error::BadUrl { url: self.base.clone(), reason, url_from: self.url_from };
         check_url(&self.base).map_err(bad_url)?;
         let mut req = self.http.request(method, format!("{}{path}", self.base));
@@ -179,6 +186,9 @@ impl Client {
         }
         if let Some(b) = body {
             req = req.json(b);
+        }
+        if let Some(t) = timeout {
+            req = req.timeout(t);
         }
         let url = self.base.clone();
         let resp = req.send().await.map_err(|cause| {

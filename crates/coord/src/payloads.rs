@@ -160,7 +160,7 @@ pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, compose
     slots.extend(task_slots(&mut tasks));
     let marked = mark(slots)?;
     view.tasks = Some(tasks);
-    let mut answer = answer_with(p, &view, marked).await?;
+    let mut answer = answer_with(p, &view, marked, Reading::Checked).await?;
     // A control's answer (cancel, retry, …) is audited by these, not read whole.
     answer.extensions_mut().insert(AnswerNames(names));
     Ok(answer)
@@ -169,27 +169,22 @@ pub async fn answer(p: &Payloads, mut view: RunView) -> Result<Response, compose
 /// A page of a MAP's items answered as [`answer`] answers a run.
 pub async fn answer_items(p: &Payloads, mut page: ItemPage) -> Result<Response, composer_store::Error> {
     let marked = mark(task_slots(&mut page.items).collect())?;
-    answer_with(p, &page, marked).await
+    answer_with(p, &page, marked, Reading::Checked).await
 }
 
 /// An archived run answered as [`answer`] answers a run, its offloaded
 /// values written in from the archive's copies of their objects (`p`).
 pub async fn answer_archived(p: &Payloads, mut run: ArchivedRun) -> Result<Response, composer_store::Error> {
     let marked = mark(archived_slots(&mut run))?;
-    answer_with(p, &run, marked).await
+    answer_with(p, &run, marked, Reading::Checked).await
 }
 
-/// A page of an export answered as [`answer`] answers a run.
+/// A page of an export answered as [`answer`] answers a run, but each
+/// value read only when the answer reaches it ([`Reading::AsReached`]):
+/// a page may hold many runs' values, none of which it holds whole.
 pub async fn answer_export(p: &Payloads, mut page: ExportPage) -> Result<Response, composer_store::Error> {
     let marked = mark(page.runs.iter_mut().flat_map(archived_slots).collect())?;
-    answer_with(p, &page, marked).await
-}
-
-/// The bytes of `run`'s offloaded values that its answer reads whole
-/// before it begins ([`answer_with`]): those up to [`STREAMED_PAST`].
-pub fn read_whole_bytes(run: &mut ArchivedRun) -> usize {
-    let refs = archived_slots(run).into_iter().filter_map(|v| Ref::of(v));
-    refs.filter(|r| r.bytes <= STREAMED_PAST).map(|r| r.bytes as usize).sum()
+    answer_with(p, &page, marked, Reading::AsReached).await
 }
 
 /// The JSON text of the offloaded value `r` names, as an answer: read
@@ -203,8 +198,7 @@ pub async fn answer_value(p: &Payloads, r: Ref) -> Result<Option<Response>, comp
     let not_this = |e: &composer_archive::Error| e.is_missing() || matches!(e, composer_archive::Error::Format { .. });
     let body = match r.bytes <= STREAMED_PAST {
         true => match p.read_text(&r).await {
-            Ok(text) if text.len() as u64 == r.bytes => axum::body::Body::from(text),
-            Ok(_) => return Ok(None),
+            Ok(text) => axum::body::Body::from(text),
             Err(e) if not_this(&e) => return Ok(None),
             Err(e) => return Err(store_error(e)),
         },
@@ -263,17 +257,30 @@ struct Marked {
     refs: Vec<Ref>,
 }
 
+/// When an answer reads its offloaded values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Before it begins, those up to [`STREAMED_PAST`] whole (checked
+    /// against their references) and the larger ones looked for: one
+    /// missing or changed is an error answer, not an answer cut short.
+    Checked,
+    /// Each only when the answer comes to it, a part at a time: an answer
+    /// of many values (an export's page) holds none of them whole, and
+    /// one missing or changed cuts it short.
+    AsReached,
+}
+
 /// `view`, marked by [`mark`], as a JSON answer with each offloaded value
 /// written in from its object where its mark is: the answer never holds a
-/// large value whole, nor converts it. Every object is looked for before
-/// the answer begins, so one missing is an error answer; one that turns
-/// out changed past the part already sent ([`Payloads::stream_text`]), or
-/// storage failing then, cuts the answer short, which its reader sees as
-/// a broken answer, never as a whole one.
+/// large value whole, nor converts it. When the values are read is
+/// `reading`'s; one that turns out changed past the part already sent
+/// ([`Payloads::stream_text`]), or storage failing then, cuts the answer
+/// short, which its reader sees as a broken answer, never as a whole one.
 async fn answer_with(
     p: &Payloads,
     view: &impl serde::Serialize,
     marked: Marked,
+    reading: Reading,
 ) -> Result<Response, composer_store::Error> {
     use futures_util::{StreamExt, TryStreamExt};
     let Marked { prefix, refs } = marked;
@@ -283,15 +290,19 @@ async fn answer_with(
     }
     let mut values = Vec::with_capacity(refs.len());
     for r in refs {
-        values.push(match r.bytes > STREAMED_PAST {
+        let later = |r: Ref| {
+            let p = p.clone();
+            futures_util::stream::once(async move { p.stream_text(&r).await }).try_flatten().boxed()
+        };
+        values.push(match (reading, r.bytes > STREAMED_PAST) {
+            (Reading::AsReached, _) => later(r),
             // Opened when the answer comes to it: storage gives a read a
             // few minutes, counted from its request.
-            true => {
+            (Reading::Checked, true) => {
                 p.check(&r).await.map_err(store_error)?;
-                let p = p.clone();
-                futures_util::stream::once(async move { p.stream_text(&r).await }).try_flatten().boxed()
+                later(r)
             }
-            false => {
+            (Reading::Checked, false) => {
                 futures_util::stream::once(std::future::ready(Ok(p.read_text(&r).await.map_err(store_error)?))).boxed()
             }
         });

@@ -5,7 +5,8 @@
 //! an offloaded value stays a reference in its line, and its text is
 //! copied first to `payloads/` beside the parts under the same name (read
 //! from `GET /v1/runs/{id}/values/{object}` and written a part at a time,
-//! checked against the reference as it goes): no value is held whole.
+//! checked against the reference as it goes): no value past a part (8 MiB)
+//! is held whole.
 
 use std::process::ExitCode;
 
@@ -75,11 +76,21 @@ async fn copy_values(api: &Client, to: &Payloads, run: &mut ArchivedRun) -> anyh
                 r.object
             );
         }
-        if !copied.insert(r.object) {
+        if r.bytes > composer_archive::MAX_READ_BYTES {
+            let most = composer_archive::MAX_READ_BYTES;
+            anyhow::bail!(
+                "the coordinator gave run {id} a value of {} bytes ({}), over the {most} a value may be",
+                r.bytes,
+                r.object
+            );
+        }
+        // A copy an earlier export into the same place left, and that is
+        // the value, is kept.
+        if !copied.insert(r.object) || to.holds(&r).await.map_err(|e| anyhow::anyhow!("run {id}: {e}"))? {
             continue;
         }
         let path = format!("/v1/runs/{id}/values/{}?sha256={}&bytes={}", r.object, encode(&r.sha256), r.bytes);
-        let answer = api.call_unread(Method::GET, &path).await?;
+        let answer = api.call_unread(Method::GET, &path, value_time(r.bytes)).await?;
         let what = format!("offloaded value {} of run {id}", r.object);
         let parts = futures_util::stream::unfold(Some(answer), move |answer| {
             let what = what.clone();
@@ -98,6 +109,14 @@ async fn copy_values(api: &Client, to: &Payloads, run: &mut ArchivedRun) -> anyh
         to.write_text(&r, parts.boxed()).await.map_err(|e| anyhow::anyhow!("run {id}: {e}"))?;
     }
     Ok(())
+}
+
+/// How long reading a value of `bytes` may take from the coordinator:
+/// the client's 90 s for any call, and a second a MiB beyond it (1 GiB in
+/// about 18 minutes), so a large value on a slow link is not cut off at
+/// 90 s and a stalled one does not hang.
+fn value_time(bytes: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(90 + bytes / (1 << 20))
 }
 
 /// `run archived ID`: the run as the archive keeps it.

@@ -535,6 +535,15 @@ async fn an_export_copies_large_values_beside_its_lines_and_reads_back_as_shown(
         .map(|c| std::fs::read(c).unwrap())
         .collect();
     assert!(copies.contains(&input) && copies.contains(&output), "copies of the 9 MiB input and output");
+    // Again into the same place: the copies there that are the values are kept.
+    let written = |dir: &std::path::Path| -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
+        let copies = objects_under(dir).into_iter();
+        copies.map(|c| (c.clone(), std::fs::metadata(&c).unwrap().modified().unwrap())).collect()
+    };
+    let before = written(&out.0.join("payloads"));
+    let again = export(out.path().to_string()).await.unwrap();
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(written(&out.0.join("payloads")), before, "no copy written again");
     // The value route: a reference of the run's own, or a 4xx.
     let (_, page) = e.get("/v1/export/runs?workflow=large&values=references").await;
     /// A reference's run, object, SHA-256 and size.
@@ -595,6 +604,9 @@ async fn an_export_copies_large_values_beside_its_lines_and_reads_back_as_shown(
     let answer = reqwest::get(value_url(&large_ref)).await.unwrap();
     assert_eq!(answer.status(), 200);
     assert!(answer.bytes().await.is_err(), "a changed value was read whole");
+    let answer = reqwest::get(format!("{}/v1/export/runs?workflow=large", e.url())).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.bytes().await.is_err(), "a page with a changed value was read whole");
     let again = Dir::new("export-changed");
     let failed = export(again.path().to_string()).await.unwrap();
     let said = String::from_utf8_lossy(&failed.stderr);

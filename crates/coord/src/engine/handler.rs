@@ -154,3 +154,71 @@ pub async fn start<S: RunStore>(
         Err(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use composer_core::machine::{Event, Run, RunStatus};
+    use uuid::Uuid;
+
+    use super::super::effects::{apply, fake::FakeStore};
+    use super::*;
+
+    /// The failed run of a workflow whose first step copies its 300-byte
+    /// input and whose second fails, loaded as a handler sees it, with
+    /// `max_read` bytes for one scope.
+    async fn failed(max_read: usize, handler: Value) -> Loaded {
+        let wf = Arc::new(
+            Workflow::parse(&json!({"name": "w", "nodes": [
+                {"id": "a", "type": "TRANSFORM", "config": {"output": "${ .input.text }"}},
+                {"id": "b", "type": "TRANSFORM", "config": {"output": "${ error(\"boom\") }"}}],
+                "edges": [{"from": "a", "to": "b"}], "on_failure": handler}))
+            .unwrap(),
+        );
+        let mut run = Run::new(Uuid::now_v7(), json!({"text": "t".repeat(300)}));
+        run.max_read = max_read;
+        let tr = apply(&FakeStore::default(), &wf, &mut run, Event::RunStarted).await.unwrap();
+        assert_eq!(run.status, RunStatus::Failed, "{tr:?}");
+        let id = run.id;
+        Loaded {
+            wf,
+            run,
+            tr,
+            depth: 0,
+            definition: (Uuid::nil(), 1),
+            root: id,
+            handles: None,
+            traceparent: None,
+            seen: Default::default(),
+            priority: 3,
+            fairness_key: None,
+            eager: Vec::new(),
+            pending_at_read: Vec::new(),
+            read: Default::default(),
+            offloaded: Default::default(),
+        }
+    }
+
+    /// A handler's input holds the nodes' outputs only while they and the
+    /// run's input fit in what one scope may hold (`Run::max_read`): past
+    /// it they are left out (never copied or converted), for the default
+    /// input and for a template, which then reads them as absent.
+    #[tokio::test]
+    async fn a_handlers_input_leaves_the_nodes_outputs_out_past_what_one_scope_may_hold() {
+        let text = json!("t".repeat(300));
+        let template =
+            json!({"workflow": "h", "input": {"seen": "${ .failed_run.nodes.a.output }", "in": "${ .input.text }"}});
+        for (max_read, shown) in [(4096, true), (700, true), (500, false), (350, false)] {
+            let l = failed(max_read, json!({"workflow": "h"})).await;
+            let input = handler_input(&l, Bounds::DEFAULT).await.unwrap();
+            let a = &input["failed_run"]["nodes"]["a"];
+            assert_eq!(a["state"], "COMPLETED", "{max_read}: {input}");
+            assert_eq!(a.get("output"), shown.then_some(&text), "{max_read}: {input}");
+            assert!(input["failed_run"]["nodes"]["b"]["error"].to_string().contains("boom"), "{input}");
+
+            let l = failed(max_read, template.clone()).await;
+            let input = handler_input(&l, Bounds::DEFAULT).await.unwrap();
+            let seen = if shown { text.clone() } else { Value::Null };
+            assert_eq!(input, json!({"seen": seen, "in": text}), "{max_read}");
+        }
+    }
+}

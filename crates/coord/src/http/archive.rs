@@ -190,13 +190,11 @@ pub(crate) async fn export_runs(
             break;
         }
         // A run deleted by retention between the two reads is left out.
-        // Its offloaded values stay references here: the page counts
-        // and holds them as such.
-        if let Some(mut run) = record_as_kept(&client, engine.payloads(), *id).await? {
+        // Its offloaded values stay references here: the page counts and
+        // holds them as such, and an inline answer reads each only as it
+        // writes it.
+        if let Some(run) = record_as_kept(&client, engine.payloads(), *id).await? {
             bytes += json_bytes(&run);
-            if q.values != Some(ExportValues::References) {
-                bytes += crate::payloads::read_whole_bytes(&mut run);
-            }
             runs.push(run);
         }
         last = Some(*id);
@@ -230,7 +228,8 @@ pub(crate) struct ValueQuery {
 /// The JSON text of one of a run's offloaded values, named by its reference
 /// (`{"$composer_offloaded": {"run", "object", "sha256", "bytes"}}`, as exportRuns gives it with
 /// `values=references`): streamed from object storage and checked against the reference as it
-/// goes. A value up to 8 MiB is read whole first: one that is not the reference's is a 404. Past
+/// goes. The SHA-256 checks the text, it grants nothing: the caller may read the run, and with it
+/// its values. A value up to 8 MiB is read whole first: one that is not the reference's is a 404. Past
 /// 8 MiB its size is checked first and its SHA-256 only as the answer ends: text that is not the
 /// reference's (its object changed, or the reference is not its own) is an answer cut short (a
 /// chunked answer without its last chunk), never a whole one.
