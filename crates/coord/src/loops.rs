@@ -246,10 +246,11 @@ async fn settle_children(shared: &Shared, client: &composer_store::Client) {
         Ok(maps) => {
             for (run_id, task_id) in maps {
                 match shared.engine.handle(EventRequest::new(run_id, Event::ItemsLoaded { task_id })).await {
-                    Ok(_) => {
+                    Ok(h) if h.ignored.is_none() => {
                         crate::metrics::inc(composer_metrics::RECOVERIES, &[("kind", "map_continued")], 1);
                         tracing::warn!(%run_id, %task_id, "recovery: carried on a MAP its coordinator did not");
                     }
+                    Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "recovery: carrying a MAP on failed; will retry"),
                 }
             }

@@ -209,3 +209,38 @@ async fn a_commit_dropped_before_it_was_polled_rolls_back() {
     drop(client);
     assert_eq!(values(&elsewhere).await, Vec::<i32>::new());
 }
+
+/// The engine's locked read sends the run's lock and the read of its tasks
+/// together: when the lock's wait ends in an error (here a statement
+/// timeout while another transaction holds the run), that error is the
+/// one returned, not the task read's "current transaction is aborted"
+/// (25P02) that follows it, which would hide the cause and be taken for
+/// a passing one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_read_whose_lock_fails_returns_the_locks_error() {
+    use composer_testkit::{Engine, EngineOptions};
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&serde_json::json!({"name": "w", "nodes": [
+        {"id": "wait", "type": "WAIT_FOR_EVENT", "config": {"event": "go", "key": "k"}}]}))
+        .await;
+    let run = e.start_run("w", serde_json::json!({})).await;
+    let mut holder = composer_store::client(&e.db.pool()).await.unwrap();
+    let held = holder.transaction().await.unwrap();
+    held.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&run]).await.unwrap();
+    for _ in 0..8 {
+        let mut client = composer_store::client(&e.db.pool()).await.unwrap();
+        let tx = composer_store::begin(&mut client).await.unwrap();
+        tx.batch_execute("SET LOCAL statement_timeout = '100ms'").await.unwrap();
+        let part = composer_store::runs::InPart { runs: &[], named: &[] };
+        let Err(error) = composer_store::runs::lock_many(&tx, &[run], &[], part).await else {
+            panic!("the run's lock was taken while another transaction held it")
+        };
+        let code = match &error {
+            composer_store::Error::Db(e) => e.code().cloned(),
+            _ => None,
+        };
+        assert_eq!(code, Some(tokio_postgres::error::SqlState::QUERY_CANCELED), "{error}");
+    }
+    held.rollback().await.unwrap();
+    e.stop().await;
+}

@@ -93,7 +93,10 @@ pub async fn lock_many(
     if items_from > 0 {
         task_params.extend([&item_runs as &(dyn tokio_postgres::types::ToSql + Sync), &item_ids]);
     }
-    let (runs, tasks) = tokio::try_join!(tx.query(&lock_stmt, &lock_params), tx.query(&tasks_stmt, &task_params[..]))?;
+    // `biased`: the lock's error (a statement timeout while it waits) is
+    // the one returned, not the task read's 25P02 that follows it.
+    let (runs, tasks) =
+        tokio::try_join!(biased; tx.query(&lock_stmt, &lock_params), tx.query(&tasks_stmt, &task_params[..]))?;
     let mut by_run: std::collections::HashMap<Uuid, Vec<TaskRow>> = std::collections::HashMap::new();
     for row in &tasks {
         let t = TaskRow::from_row(row)?;

@@ -19,7 +19,8 @@ pub async fn get(client: &Client, run_id: Uuid) -> Result<Option<(RunRow, Vec<Ta
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&run_id];
-    let (run, tasks) = tokio::try_join!(client.query_opt(&run_stmt, &params), client.query(&tasks_stmt, &params))?;
+    let (run, tasks) =
+        tokio::try_join!(biased; client.query_opt(&run_stmt, &params), client.query(&tasks_stmt, &params))?;
     let Some(run) = run else { return Ok(None) };
     let tasks = tasks.iter().map(TaskRow::from_row).collect::<Result<Vec<_>>>()?;
     Ok(Some((RunRow::from_row(&run)?, tasks)))
