@@ -297,11 +297,8 @@ impl<'a> Statements<'a> {
         self.cancels.execute(tx, &self.changed_tasks.id).await?;
         self.removed.execute(tx).await?;
         self.sources.execute(tx).await?;
-        // `biased`: polled in the order they were sent, so the error of
-        // the first to fail is the one returned, not a later statement's
-        // "current transaction is aborted" (25P02), which would hide it.
-        let (_, _, _, outbound, _, _, _) = tokio::try_join!(
-            biased;
+        // `biased`: the first to fail gives its error, not a later one's 25P02.
+        let (_, _, _, outbound, _, _, _) = tokio::try_join!(biased;
             self.runs.execute(tx),
             self.new_tasks.execute(tx),
             self.changed_tasks.execute(tx),
