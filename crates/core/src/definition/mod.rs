@@ -11,6 +11,8 @@
 //!   concurrencies, named limits), as written and compiled.
 //! - [`input_schema`]: a workflow's JSON Schema of its runs' input,
 //!   compiled at registration and checked at every start.
+//! - [`start`]: what a definition decides of a new run from its input:
+//!   its tags, concurrency key and fairness key, in one scope of it.
 //! - `located`: reading a part of a definition with serde so that an
 //!   error names the field at fault by its whole path.
 //!
@@ -21,9 +23,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::expr::{Expr, Sandbox, Template};
+use crate::expr::{Expr, OneScope, Sandbox, Template};
 use input_schema::InputSchema;
 
 mod check;
@@ -47,10 +49,15 @@ pub use spec::{
 };
 
 use check::positive_duration;
+mod start;
 pub(crate) use check::validate_name;
 use node::compile_node;
 pub(crate) use spec::read;
 use spec::{node_path, parse_spec};
+use start::compile_tags;
+pub use start::{
+    is_tag_key, tag_value, StartKeyError, StartKeys, MAX_CONCURRENCY_KEY, MAX_FAIRNESS_KEY, MAX_TAGS, MAX_TAG_VALUE,
+};
 
 /// Upper bounds that keep one definition from exhausting the engine.
 pub const MAX_NODES: usize = 10_000;
@@ -71,27 +78,9 @@ pub struct Concurrency {
 impl Concurrency {
     /// The key of a run with `input`: text, `""` without a key template.
     pub fn key_of(&self, sb: &Sandbox, input: &Value) -> Result<String, String> {
-        let Some(key) = &self.key else { return Ok(String::new()) };
-        match key.eval(sb, &json!({"input": input})) {
-            // PostgreSQL text holds no NUL: refused here, not by the insert.
-            Ok(Value::String(s)) if s.contains('\0') => Err("concurrency.key: contains a NUL character".into()),
-            Ok(Value::String(s)) if s.len() <= MAX_CONCURRENCY_KEY => Ok(s),
-            Ok(Value::String(_)) => Err(format!("concurrency.key: longer than {MAX_CONCURRENCY_KEY} bytes")),
-            Ok(Value::Number(n)) => Ok(n.to_string()),
-            Ok(other) => Err(format!(
-                "concurrency.key: must be a string or a number, got {}",
-                crate::clipped(&other.to_string(), 200)
-            )),
-            Err(e) => Err(format!("concurrency.key: {e}")),
-        }
+        start::concurrency_key(self.key.as_ref(), sb, &OneScope::new("input", input))
     }
 }
-
-/// Longest concurrency key, in bytes.
-pub const MAX_CONCURRENCY_KEY: usize = 512;
-
-/// Longest fairness key, in bytes (`max_fairness_key`).
-pub const MAX_FAIRNESS_KEY: usize = 512;
 
 /// A key computed when a run is created, from its input alone.
 fn input_only_template(field: &str, k: &str) -> Result<Template, ValidationError> {
@@ -446,35 +435,6 @@ fn compile_edges(spec: &WorkflowSpec, index: &HashMap<String, usize>) -> Result<
     Ok(g)
 }
 
-/// Most tags a run may have (`max_run_tags`).
-pub const MAX_TAGS: usize = 16;
-/// Longest tag value, in characters.
-pub const MAX_TAG_VALUE: usize = 256;
-
-/// Whether `key` may name a tag: 1 to 64 of `A-Z a-z 0-9 _ . -`.
-pub fn is_tag_key(key: &str) -> bool {
-    !key.is_empty()
-        && key.len() <= 64
-        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-/// A tag's value as stored: text (a number becomes its text), at most
-/// [`MAX_TAG_VALUE`] characters, no NUL.
-pub fn tag_value(key: &str, v: &Value) -> Result<String, String> {
-    let text = match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        other => {
-            return Err(format!("tag {key}: must be text or a number, got {}", crate::clipped(&other.to_string(), 200)))
-        }
-    };
-    if text.chars().count() > MAX_TAG_VALUE || text.contains('\0') {
-        return Err(format!("tag {key}: at most {MAX_TAG_VALUE} characters, without NUL"));
-    }
-    Ok(text)
-}
-
 impl Workflow {
     /// The templates a new run's creation evaluates over its input: its
     /// tags, concurrency key and fairness key.
@@ -487,42 +447,26 @@ impl Workflow {
     }
 
     /// A new run's tags, fairness key and concurrency key, from its input
-    /// (and the start's `given` tags); the error names the field.
+    /// (and the start's `given` tags), in one scope of the input
+    /// (converted once, if read); the error names the field.
     pub fn start_keys(
         &self,
         sb: &Sandbox,
         input: &Value,
         given: Option<&serde_json::Map<String, Value>>,
     ) -> Result<StartKeys, StartKeyError> {
-        Ok(StartKeys {
-            tags: self.tags_of(sb, input, given).map_err(StartKeyError::Tags)?,
-            fairness_key: self.fairness_key_of(sb, input).map_err(StartKeyError::FairnessKey)?,
-            concurrency_key: match &self.concurrency {
-                Some(c) => Some(c.key_of(sb, input).map_err(StartKeyError::ConcurrencyKey)?),
-                None => None,
-            },
-        })
+        let templates = start::StartTemplates {
+            tags: &self.tags,
+            fairness_key: self.fairness_key.as_ref(),
+            concurrency_key: self.concurrency.as_ref().map(|c| c.key.as_ref()),
+        };
+        start::start_keys(templates, sb, &OneScope::new("input", input), given)
     }
 
     /// A new run's fairness key, from its input: `None` when the definition
     /// names none.
     pub fn fairness_key_of(&self, sb: &Sandbox, input: &Value) -> Result<Option<String>, String> {
-        let Some(key) = &self.fairness_key else { return Ok(None) };
-        match key.eval(sb, &json!({"input": input})) {
-            Ok(Value::String(s)) if s.is_empty() => Ok(None),
-            Ok(Value::String(s)) if s.contains('\0') => Err("fairness_key: contains a NUL character".into()),
-            Ok(Value::String(s)) if s.len() <= MAX_FAIRNESS_KEY => Ok(Some(s)),
-            Ok(Value::String(_)) => {
-                Err(format!("fairness_key: longer than {MAX_FAIRNESS_KEY} bytes (max_fairness_key)"))
-            }
-            Ok(Value::Number(n)) => Ok(Some(n.to_string())),
-            Ok(Value::Null) => Ok(None),
-            Ok(other) => Err(format!(
-                "fairness_key: must be text, a number or null, got {}",
-                crate::clipped(&other.to_string(), 80)
-            )),
-            Err(e) => Err(format!("fairness_key: {e}")),
-        }
+        start::fairness_key(self.fairness_key.as_ref(), sb, &OneScope::new("input", input))
     }
 
     /// A new run's tags: the definition's, evaluated over `{input}`, then
@@ -533,65 +477,8 @@ impl Workflow {
         input: &Value,
         given: Option<&serde_json::Map<String, Value>>,
     ) -> Result<Option<Value>, String> {
-        let mut tags = serde_json::Map::new();
-        for (key, template) in &self.tags {
-            let v = template.eval(sb, &json!({"input": input})).map_err(|e| format!("tags.{key}: {e}"))?;
-            if !v.is_null() {
-                tags.insert(key.clone(), Value::String(tag_value(key, &v)?));
-            }
-        }
-        for (key, v) in given.into_iter().flatten() {
-            if !is_tag_key(key) {
-                return Err(format!("tags: {key:?} is not a tag key (1 to 64 of A-Z, a-z, 0-9, '_', '.' and '-')"));
-            }
-            tags.insert(key.clone(), Value::String(tag_value(key, v)?));
-        }
-        if tags.len() > MAX_TAGS {
-            return Err(format!("tags: at most {MAX_TAGS} (max_run_tags)"));
-        }
-        Ok((!tags.is_empty()).then_some(Value::Object(tags)))
+        start::tags(&self.tags, sb, &OneScope::new("input", input), given)
     }
-}
-
-fn compile_tags(tags: Option<&serde_json::Map<String, Value>>) -> Result<Vec<(String, Template)>, ValidationError> {
-    let Some(tags) = tags else { return Ok(Vec::new()) };
-    if tags.len() > MAX_TAGS {
-        return Err(ValidationError::new("tags", format!("at most {MAX_TAGS} (max_run_tags)")));
-    }
-    let mut out = Vec::with_capacity(tags.len());
-    for (key, v) in tags {
-        let at = format!("tags.{key}");
-        if !is_tag_key(key) {
-            return Err(ValidationError::new(at, "a key is 1 to 64 of A-Z, a-z, 0-9, '_', '.' and '-'"));
-        }
-        match v {
-            Value::String(s) if s.contains(".nodes") || s.contains(".secrets") => {
-                return Err(ValidationError::new(at, "is computed when the run is created: it can read .input only"))
-            }
-            Value::String(_) | Value::Number(_) | Value::Bool(_) => {}
-            _ => return Err(ValidationError::new(at, "must be text, a number or an expression")),
-        }
-        let template = Template::compile(v).map_err(|(_, m)| ValidationError::new(at.clone(), m))?;
-        out.push((key.clone(), template));
-    }
-    Ok(out)
-}
-
-/// What a definition decides of a new run from its input ([`Workflow::start_keys`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StartKeys {
-    pub tags: Option<Value>,
-    pub fairness_key: Option<String>,
-    /// `Some` (`""` without a key template) when the workflow has a concurrency limit.
-    pub concurrency_key: Option<String>,
-}
-
-/// Which of a new run's start-time fields did not evaluate, and why.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StartKeyError {
-    Tags(String),
-    FairnessKey(String),
-    ConcurrencyKey(String),
 }
 
 /// Most triggers one definition may have (`max_triggers`).
@@ -630,19 +517,20 @@ impl Trigger {
     /// when its condition does not hold; an error naming the expression
     /// when one fails, or the key is not text of at most 256 characters.
     pub fn fire(&self, sb: &Sandbox, event: &Value) -> Result<Option<Fired>, String> {
-        let scope = json!({"event": event});
+        // One scope for its expressions: the event converted once, if read.
+        let scope = OneScope::new("event", event);
         if let Some(when) = &self.when {
-            if !when.eval_bool(sb, &scope).map_err(|e| format!("when: {e}"))? {
+            if !scope.eval_bool(sb, when).map_err(|e| format!("when: {e}"))? {
                 return Ok(None);
             }
         }
         let input = match &self.input {
-            Some(t) => t.eval(sb, &scope).map_err(|e| format!("input: {e}"))?,
+            Some(t) => scope.eval(sb, t).map_err(|e| format!("input: {e}"))?,
             None => event.get("payload").cloned().unwrap_or(Value::Null),
         };
         let idempotency_key = match &self.idempotency_key {
             None => None,
-            Some(t) => match t.eval(sb, &scope).map_err(|e| format!("idempotency_key: {e}"))? {
+            Some(t) => match scope.eval(sb, t).map_err(|e| format!("idempotency_key: {e}"))? {
                 Value::String(k) if !k.is_empty() && k.chars().count() <= 256 => Some(k),
                 Value::Number(n) => Some(n.to_string()),
                 other => {

@@ -39,7 +39,7 @@ pub use compile::{noting_simplicity, noting_sources, on_eval_stack, together, Ex
 pub use eval::{Part, Scope};
 pub use guard::{inline, take_exceeded, use_clock, Clock, Exceeded, InlineSpent, Limits, PATH_OUTPUT, PATH_TIME};
 pub use sandbox::{sandbox_thread, sandboxed, Sandbox, EVAL_STACK};
-pub use template::{escape_data, segments, PieceOwned, Segment, Template};
+pub use template::{escape_data, segments, OneScope, PieceOwned, Segment, Template};
 
 #[cfg(test)]
 mod tests {
@@ -141,6 +141,31 @@ mod tests {
         let t =
             Template::compile(&json!({"amount": "${ .input.amount }", "tags": "${ .input.tags }", "n": 1})).unwrap();
         assert_eq!(t.eval(&sb(), &ctx()).unwrap(), json!({"amount": 42, "tags": ["a", "b"], "n": 1}));
+    }
+
+    /// Templates that share a [`OneScope`] give what each gives over the
+    /// object `{name: value}`, and the value is converted only once one of
+    /// them reads something: a literal converts nothing.
+    #[test]
+    fn templates_sharing_one_scope_give_what_each_gives_alone_and_convert_only_when_read() {
+        let input = json!({"amount": 42, "who": "ada", "tags": ["a"]});
+        let alone = json!({"input": input});
+        let scope = OneScope::new("input", &input);
+        let literal = Template::compile(&json!({"n": 1, "s": "plain"})).unwrap();
+        assert_eq!(scope.eval(&sb(), &literal).unwrap(), json!({"n": 1, "s": "plain"}));
+        assert!(!scope.converted(), "a literal converts nothing");
+        for source in [
+            json!("${ .input.amount }"),
+            json!("order ${ .input.amount } for ${.input.who}"),
+            json!({"t": "${ .input.tags }", "x": "${ .missing }"}),
+            json!("${ .input.nothing.deeper }"),
+        ] {
+            let t = Template::compile(&source).unwrap();
+            assert_eq!(scope.eval(&sb(), &t), t.eval(&sb(), &alone), "{source}");
+            assert!(scope.converted());
+        }
+        let when = Expr::compile(".input.amount > 40").unwrap();
+        assert_eq!(scope.eval_bool(&sb(), &when), when.eval_bool(&sb(), &alone));
     }
 
     #[test]

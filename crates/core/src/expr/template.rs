@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::analysis::secret_name;
 use super::compile::Expr;
-use super::eval::Scope;
+use super::eval::{Part, Scope};
 use super::guard::Limits;
 use super::sandbox::Sandbox;
 
@@ -301,5 +301,45 @@ impl Template {
                 Value::Object(map)
             }
         })
+    }
+}
+
+/// The scope `{<name>: value}` that several templates over one value share
+/// (a new run's tags and keys over its input, a trigger's expressions over
+/// its event): converted once, when the first expression that reads
+/// anything asks, from the value where it is; never copied, never
+/// converted again for the next template.
+pub struct OneScope<'a> {
+    name: &'static str,
+    value: &'a Value,
+    scope: std::cell::OnceCell<Result<Scope, String>>,
+}
+
+impl<'a> OneScope<'a> {
+    pub fn new(name: &'static str, value: &'a Value) -> OneScope<'a> {
+        OneScope { name, value, scope: std::cell::OnceCell::new() }
+    }
+
+    fn scope(&self) -> Result<&Scope, String> {
+        let scope = self.scope.get_or_init(|| Scope::of(Part::Object(vec![(self.name, Part::Value(self.value))])));
+        scope.as_ref().map_err(Clone::clone)
+    }
+
+    /// `template` evaluated in it; a literal converts nothing.
+    pub fn eval(&self, sb: &Sandbox, template: &Template) -> Result<Value, String> {
+        match template.is_literal() {
+            true => template.eval_in(sb, None),
+            false => template.eval_in(sb, Some(self.scope()?)),
+        }
+    }
+
+    /// `expr` evaluated in it as a condition.
+    pub fn eval_bool(&self, sb: &Sandbox, expr: &Expr) -> Result<bool, String> {
+        expr.eval_bool_in(sb, self.scope()?)
+    }
+
+    /// Whether the value has been converted (by an expression that asked).
+    pub fn converted(&self) -> bool {
+        self.scope.get().is_some()
     }
 }
