@@ -12,12 +12,18 @@
 //!   directory and production's bucket take the same code path.
 //! - [`Writer`]: appends runs, cuts parts, writes the manifest.
 //! - [`read_run`], [`read_all`]: one run by id, or every run.
+//! - `items`: what a large MAP's item files hold, beside its run's line;
+//!   [`read_items`] reads them a page at a time.
 //! - [`payloads`]: values too large for their rows, kept as objects;
 //!   `parts`: a value's JSON made a part at a time, for their writes.
 
+mod items;
 mod parts;
 pub mod payloads;
 
+pub use items::{ITEMS_PER_FILE, ITEM_FILE_BYTES};
+
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
 
@@ -28,7 +34,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
 use uuid::Uuid;
 
-use composer_api::rest::{ArchivedRun, Manifest, ManifestPart, ARCHIVE_FORMAT};
+use composer_api::rest::{ArchivedRun, ItemFile, Manifest, ManifestPart, TaskView, ARCHIVE_FORMAT, ITEMS_IN_LINE};
 
 /// Most runs in one part.
 pub const PART_RUNS: u64 = 1000;
@@ -41,7 +47,8 @@ pub const PART_BYTES: usize = 64 << 20;
 /// larger one (its month is kept, and the error says which run), so that
 /// every part it writes stays under what a reader takes. An archive's
 /// offloaded values are references in its lines, their objects copied
-/// beside the parts (`payloads/`), so they do not count.
+/// beside the parts (`payloads/`), and a large MAP's items are in files of
+/// their own (`items/`), so neither counts.
 pub const MAX_RUN_BYTES: usize = 512 << 20;
 
 /// The most a reader inflates one part to, or reads of one object: a
@@ -232,16 +239,26 @@ impl Writer {
         if let Some(last) = self.last.filter(|last| id <= *last) {
             return Err(self.store.format("part", format!("run {id} after {last}: runs go in id order")));
         }
-        let line = serde_json::to_vec(run).map_err(|e| self.store.format("part", e.to_string()))?;
-        if line.len() > MAX_RUN_BYTES {
-            let problem = format!("run {id} is {} bytes of JSON, over the {MAX_RUN_BYTES} a run may be", line.len());
-            return Err(self.store.format("part", problem));
+        if !run.item_files.is_empty() {
+            return Err(self.store.format("part", format!("run {id} names item files of another archive")));
         }
         if self.last.is_none() {
             // A manifest left by an earlier write would describe parts this
             // one overwrites: it goes first, so the directory is unfinished
             // until this write's own manifest.
             self.store.delete(MANIFEST).await?;
+        }
+        // A large MAP's items go to files of their own first, so that no
+        // line names a file not yet written.
+        let files = self.write_items(run).await?;
+        let line = match files.is_empty() {
+            true => serde_json::to_vec(run),
+            false => serde_json::to_vec(&items::Line::of(run, &files)),
+        };
+        let line = line.map_err(|e| self.store.format("part", e.to_string()))?;
+        if line.len() > MAX_RUN_BYTES {
+            let problem = format!("run {id} is {} bytes of JSON, over the {MAX_RUN_BYTES} a run may be", line.len());
+            return Err(self.store.format("part", problem));
         }
         self.part.extend_from_slice(&line);
         self.part.push(b'\n');
@@ -254,19 +271,34 @@ impl Writer {
         Ok(())
     }
 
+    /// Writes the items of each of `run`'s MAPs of more than
+    /// [`ITEMS_IN_LINE`] to item files; the files, by the MAP's node id
+    /// (empty when every MAP's items fit in the line).
+    async fn write_items(&self, run: &ArchivedRun) -> Result<BTreeMap<String, Vec<ItemFile>>, Error> {
+        let id = run.run.id;
+        let mut written = BTreeMap::new();
+        for (k, (node, all)) in run.items.iter().enumerate().filter(|(_, (_, all))| all.len() > ITEMS_IN_LINE) {
+            let (mut files, mut from) = (Vec::new(), 0);
+            while from < all.len() {
+                let (text, file, next) = items::next_file(id, (k, files.len()), all, from)
+                    .map_err(|e| self.store.format(&items::dir_of(id), e))?;
+                let zipped = gzip(text).await.map_err(|e| self.store.format(&file.file, e))?;
+                let (dir, name) = file.file.rsplit_once('/').unwrap_or(("", &file.file));
+                self.store.sub(dir).put(name, zipped).await?;
+                files.push(file);
+                from = next;
+            }
+            written.insert(node.clone(), files);
+        }
+        Ok(written)
+    }
+
     /// Writes the part being built, if it holds any run.
     async fn cut(&mut self) -> Result<(), Error> {
         let Some(first) = self.first.take() else { return Ok(()) };
         let file = format!("part-{:05}.jsonl.gz", self.parts.len());
         let json = std::mem::take(&mut self.part);
-        // Compressing up to 64 MiB is work for a blocking thread, not the runtime's.
-        let zipped = tokio::task::spawn_blocking(move || {
-            let mut gz = GzEncoder::new(Vec::with_capacity(json.len() / 4), flate2::Compression::default());
-            gz.write_all(&json).and_then(|_| gz.finish())
-        })
-        .await
-        .map_err(|e| self.store.format(&file, e.to_string()))?
-        .map_err(|e| self.store.format(&file, e.to_string()))?;
+        let zipped = gzip(json).await.map_err(|e| self.store.format(&file, e))?;
         let bytes = zipped.len() as u64;
         self.store.put(&file, zipped).await?;
         let last = self.last.unwrap_or(first);
@@ -378,17 +410,62 @@ pub async fn read_all(store: &Store) -> Result<Vec<ArchivedRun>, Error> {
 async fn part_lines(store: &Store, part: &ManifestPart) -> Result<String, Error> {
     let missing = || store.format(&part.file, "missing, though the manifest lists it");
     let zipped = store.get(&part.file).await?.ok_or_else(missing)?;
-    let (file, at) = (part.file.clone(), store.clone());
+    inflate(store, &part.file, zipped).await
+}
+
+/// The text of `file`'s gzip `zipped`, inflated on a blocking thread; an
+/// error where it inflates past [`MAX_READ_BYTES`].
+async fn inflate(store: &Store, file: &str, zipped: Vec<u8>) -> Result<String, Error> {
+    let (name, at) = (file.to_string(), store.clone());
     let text = tokio::task::spawn_blocking(move || {
         let mut text = String::new();
         let read = GzDecoder::new(zipped.as_slice()).take(MAX_READ_BYTES + 1).read_to_string(&mut text);
-        read.map_err(|e| at.format(&file, e.to_string()))?;
+        read.map_err(|e| at.format(&name, e.to_string()))?;
         if text.len() as u64 > MAX_READ_BYTES {
-            return Err(at.format(&file, format!("inflates past the {MAX_READ_BYTES} bytes a reader takes")));
+            return Err(at.format(&name, format!("inflates past the {MAX_READ_BYTES} bytes a reader takes")));
         }
         Ok(text)
     });
-    text.await.map_err(|e| store.format(&part.file, e.to_string()))?
+    text.await.map_err(|e| store.format(file, e.to_string()))?
+}
+
+/// `json` compressed, on a blocking thread: compressing up to 64 MiB is
+/// work for one, not for the runtime's.
+async fn gzip(json: Vec<u8>) -> Result<Vec<u8>, String> {
+    tokio::task::spawn_blocking(move || {
+        let mut gz = GzEncoder::new(Vec::with_capacity(json.len() / 4), flate2::Compression::default());
+        gz.write_all(&json).and_then(|_| gz.finish())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// Up to `limit` items after index `after` of the MAP whose item files of
+/// run `run` are `files` ([`ArchivedRun::item_files`]), by index: only the
+/// files that hold them are read. A name that is not one of the run's item
+/// files is an error, never read (a line names them, and a line can be
+/// changed).
+pub async fn read_items(
+    store: &Store,
+    run: Uuid,
+    files: &[ItemFile],
+    after: i32,
+    limit: usize,
+) -> Result<Vec<TaskView>, Error> {
+    let mut page = Vec::new();
+    for f in files.iter().filter(|f| f.last > after) {
+        if page.len() >= limit {
+            break;
+        }
+        let name = items::item_file_name(run, &f.file)
+            .ok_or_else(|| store.format(&f.file, "is not one of its run's item files"))?;
+        let zipped = store.sub(&items::dir_of(run)).get(name).await?;
+        let zipped = zipped.ok_or_else(|| store.format(&f.file, "missing, though its run's line names it"))?;
+        let text = inflate(store, &f.file, zipped).await?;
+        items::page_of(&text, after, limit, &mut page).map_err(|e| store.format(&f.file, e))?;
+    }
+    Ok(page)
 }
 
 #[cfg(test)]
@@ -436,6 +513,47 @@ mod tests {
         let d = std::env::temp_dir().join(format!("composer-archive-unit-{}", Uuid::now_v7()));
         let store = Store::open(d.to_str().unwrap()).unwrap();
         (Dir(d), store)
+    }
+
+    /// A MAP of 20,001 items goes to three item files (10,000 a file); its
+    /// run's line names them and holds none of its items (a MAP of 3 stays
+    /// in the line); every page, across files and from anywhere, reads
+    /// back the items in order; a line naming another run's file is an
+    /// error, not a read.
+    #[tokio::test]
+    async fn a_large_maps_items_go_to_files_of_their_own_and_read_back_a_page_at_a_time() {
+        let (_d, store) = dir();
+        let id = Uuid::now_v7();
+        let mut r = run(id);
+        let item = |i: i32| -> composer_api::rest::TaskView {
+            serde_json::from_value(serde_json::json!({"id": Uuid::now_v7(), "node_id": format!("each[{i}]"),
+                "node_type": "TRANSFORM", "state": "COMPLETED", "attempt": 1, "input": {}, "output": i,
+                "error": null, "wake_at": null, "started_at": null, "finished_at": null, "item_index": i}))
+            .unwrap()
+        };
+        r.items.insert("each".into(), (0..20_001).map(item).collect());
+        r.items.insert("few".into(), (0..3).map(item).collect());
+        let mut w = Writer::new(store.clone(), "default", serde_json::json!({}));
+        w.add(&r).await.unwrap();
+        w.finish(Utc::now()).await.unwrap();
+        let back = read_run(&store, id).await.unwrap().unwrap();
+        assert_eq!(back.items.keys().collect::<Vec<_>>(), vec!["few"]);
+        let files = &back.item_files["each"];
+        let spans: Vec<_> = files.iter().map(|f| (f.first, f.last, f.items)).collect();
+        assert_eq!(spans, vec![(0, 9999, 10_000), (10_000, 19_999, 10_000), (20_000, 20_000, 1)]);
+        for (after, limit) in [(-1, 100), (9_990, 20), (9_999, 3), (19_999, 100), (20_000, 5), (-1, 25_000)] {
+            let page = read_items(&store, id, files, after, limit).await.unwrap();
+            let want: Vec<i32> = ((after + 1)..20_001).take(limit).collect();
+            assert_eq!(page.iter().map(|t| t.item_index.unwrap()).collect::<Vec<_>>(), want, "{after} {limit}");
+            assert!(page.iter().all(|t| t.output == Some(serde_json::json!(t.item_index))));
+        }
+        let mut elsewhere = files.clone();
+        elsewhere[0].file = files[0].file.replace(&id.to_string(), &Uuid::now_v7().to_string());
+        assert!(read_items(&store, id, &elsewhere, -1, 10).await.is_err());
+        assert!(
+            Writer::new(store, "d", serde_json::json!({})).add(&back).await.is_err(),
+            "item files of another archive"
+        );
     }
 
     /// 2,500 runs are three parts (1,000 a part); each is read back from

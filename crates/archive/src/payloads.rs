@@ -636,14 +636,18 @@ mod tests {
         let err = p.read(&forged).await.unwrap_err().to_string();
         assert!(err.contains("SHA-256"), "{err}");
         // The object changed where it is kept: refused, whether it parses
-        // or not.
+        // or not; one of another size before it is read.
         let r = Ref::of(&v).unwrap();
         let file = dir.join(path_of(&p.at.as_ref().unwrap().0, &r).as_ref());
-        for text in [&b"\"another secret of some length\""[..], b"\"a secret of some", b"\"a secret of some length\" 1"]
-        {
+        for (text, said) in [
+            (&b"\"a secret of some lengtX\""[..], "SHA-256"),
+            (b"\"another secret of some length\"", "not the reference's 25"),
+            (b"\"a secret of some", "not the reference's 25"),
+            (b"\"a secret of some length\" 1", "not the reference's 25"),
+        ] {
             std::fs::write(&file, text).unwrap();
             let err = p.read(&r).await.unwrap_err().to_string();
-            assert!(err.contains("SHA-256"), "{err}");
+            assert!(err.contains(said), "{err}");
         }
         std::fs::remove_dir_all(dir).unwrap();
     }

@@ -9,7 +9,7 @@
 //! stay references in its line; their objects are copied to the month's
 //! `payloads/` beside it, under the names they had ([`Archive::payloads_in`]).
 
-use composer_api::rest::ArchivedRun;
+use composer_api::rest::{ArchivedRun, TaskView};
 use composer_archive::payloads::Payloads;
 use composer_archive::Store;
 use uuid::Uuid;
@@ -74,5 +74,30 @@ impl Archive {
         let Some((_, dir)) = self.month(&month) else { return Ok(None) };
         let run = composer_archive::read_run(&dir, id).await?;
         Ok(run.map(|run| (run, Archive::payloads_in(&dir))))
+    }
+
+    /// Up to `limit` items after index `after` of the MAP `node` of the
+    /// archived run `id` (from its line, or from its item files a page at
+    /// a time), with where their offloaded values are: `None` where the
+    /// archive holds no such run, `Some(None)` where the run has no such
+    /// MAP.
+    pub async fn read_items(
+        &self,
+        id: Uuid,
+        node: &str,
+        after: i32,
+        limit: usize,
+    ) -> Result<Option<Option<(Vec<TaskView>, Payloads)>>, composer_archive::Error> {
+        let Some(month) = composer_archive::month_of(id) else { return Ok(None) };
+        let Some((_, dir)) = self.month(&month) else { return Ok(None) };
+        let Some(mut run) = composer_archive::read_run(&dir, id).await? else { return Ok(None) };
+        let items = match (run.items.remove(node), run.item_files.get(node)) {
+            (Some(items), _) => {
+                items.into_iter().filter(|t| t.item_index.is_some_and(|i| i > after)).take(limit).collect()
+            }
+            (None, Some(files)) => composer_archive::read_items(&dir, id, files, after, limit).await?,
+            (None, None) => return Ok(Some(None)),
+        };
+        Ok(Some(Some((items, Archive::payloads_in(&dir)))))
     }
 }

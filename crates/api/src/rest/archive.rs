@@ -4,7 +4,8 @@
 //!
 //! An archive or an export is a directory of objects: `manifest.json` and
 //! `part-NNNNN.jsonl.gz` files, each a gzip of JSON Lines with one
-//! [`ArchivedRun`] per line, runs in id order. The manifest is written last,
+//! [`ArchivedRun`] per line, runs in id order, and the items of its large
+//! MAPs in `items/<run>/` ([`ItemFile`]). The manifest is written last,
 //! so a directory without one is a write that did not finish.
 
 use std::collections::BTreeMap;
@@ -26,12 +27,37 @@ pub struct ArchivedRun {
     pub run: RunView,
     /// Its whole history, oldest first, as getRunHistory pages it.
     pub history: Vec<HistoryEntryView>,
-    /// Each MAP's items by index, by the MAP's node id, as listMapItems pages them.
+    /// Each MAP's items by index, by the MAP's node id, as listMapItems pages them; a MAP of
+    /// more than [`ITEMS_IN_LINE`] items is not here but in `item_files`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub items: BTreeMap<String, Vec<TaskView>>,
+    /// The MAPs whose items an archive keeps in files of their own, beside the run's line (more
+    /// than [`ITEMS_IN_LINE`]), by the MAP's node id: read them a page at a time
+    /// (getArchivedRunItems).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub item_files: BTreeMap<String, Vec<ItemFile>>,
     /// The log lines of every step attempt that has any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<AttemptLog>,
+}
+
+/// Most items of one MAP a run's line holds: a MAP of more keeps them in
+/// files of their own ([`ArchivedRun::item_files`]), so that a run's line
+/// stays small whatever its MAPs' sizes.
+pub const ITEMS_IN_LINE: usize = 1000;
+
+/// A file of a MAP's items that an archive keeps apart from its run's line:
+/// a gzip of JSON Lines, one item (as listMapItems shows it) per line, by
+/// index.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ItemFile {
+    /// Its name, from the archive's directory.
+    pub file: String,
+    /// The index of its first item and of its last.
+    pub first: i32,
+    pub last: i32,
+    /// How many items it holds.
+    pub items: u64,
 }
 
 /// The log lines of one attempt of one step.

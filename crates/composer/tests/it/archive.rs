@@ -356,6 +356,95 @@ async fn archived_with_copies(
     e.stop().await;
 }
 
+/// A run whose MAP has more items than a line holds (2,500, over
+/// `ITEMS_IN_LINE`) is archived with that MAP's items in a file of its own:
+/// the line names it and holds none of them, and the items page back from
+/// the archive as the API paged them while the run was live. An export
+/// keeps them the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_of_many_items_is_archived_in_files_of_its_own_and_pages_back_as_shown() {
+    let (dir, exported) = (Dir::new("many-items"), Dir::new("many-items-export"));
+    let e = archiving(format!("file://{}", dir.path()), Vec::new()).await;
+    e.register(&json!({"name": "many", "nodes": [
+        {"id": "each", "type": "MAP", "config": {"items": "${ [range(2500)] }",
+            "node": {"type": "TRANSFORM", "config": {"output": "${ {twice: (.item * 2)} }"}}}}]}))
+        .await;
+    let run = e.start_run("many", json!({})).await;
+    assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    let live = all_items(&e, &format!("/v1/runs/{run}/items?node=each")).await;
+    assert_eq!(live.len(), 2500);
+
+    // The export: the items in a file beside the line, read back in pages.
+    let url = e.url();
+    let out = exported.path().to_string();
+    let done = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args(["run", "export", "--workflow", "many", "--out", &out, "-o", "json"])
+            .env("COMPOSER_URL", url)
+            .env_remove("COMPOSER_API_TOKEN")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let store = composer_archive::Store::open(exported.path()).unwrap();
+    let read = composer_archive::read_all(&store).await.unwrap();
+    assert!(read[0].items.is_empty(), "no item in the line");
+    let files = &read[0].item_files["each"];
+    assert_eq!(files.iter().map(|f| f.items).sum::<u64>(), 2500);
+    let (mut back, mut after) = (Vec::new(), -1);
+    loop {
+        let page = composer_archive::read_items(&store, run, files, after, 700).await.unwrap();
+        let Some(last) = page.last().and_then(|t| t.item_index) else { break };
+        after = last;
+        back.extend(page.into_iter().map(|t| serde_json::to_value(t).unwrap()));
+    }
+    assert_eq!(back, live, "the export's items, paged");
+
+    // The archive.
+    let mut hold = e.db.pool().get().await.unwrap();
+    let held = archiving_held(&mut hold).await;
+    let (old, month) = moved_to_an_old_month(&e, run).await;
+    let (_, view) = e.get(&format!("/v1/runs/{old}")).await;
+    let live = all_items(&e, &format!("/v1/runs/{old}/items?node=each")).await;
+    let (_, some) = e.get(&format!("/v1/runs/{old}/items?node=each&after=1234&limit=7")).await;
+    held.commit().await.unwrap();
+    let archived = eventually(T, "the run in the archive", || async {
+        let (status, body) = e.get(&format!("/v1/archive/runs/{old}")).await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(archived["run"], view, "the run and its steps");
+    assert!(archived.get("items").is_none(), "no item in the answer's run: {:.300}", archived.to_string());
+    let file = format!("items/{old}/0-00000.jsonl.gz");
+    assert_eq!(archived["item_files"]["each"], json!([{"file": file, "first": 0, "last": 2499, "items": 2500}]));
+    assert!(dir.0.join(format!("default/runs/{month}/{file}")).exists());
+    assert_eq!(all_items(&e, &format!("/v1/archive/runs/{old}/items?node=each")).await, live, "paged as shown");
+    let (status, page) = e.get(&format!("/v1/archive/runs/{old}/items?node=each&after=1234&limit=7")).await;
+    assert_eq!((status, &page), (200, &some), "a page from the middle");
+    for (query, status) in [("node=nothing", 404), ("node=each&limit=0", 400), ("node=each&after=x", 400)] {
+        let (got, body) = e.get(&format!("/v1/archive/runs/{old}/items?{query}")).await;
+        assert_eq!(got, status, "{query}: {body}");
+    }
+    e.stop().await;
+}
+
+/// Every item of a MAP, read from `base` (a route that pages them) a
+/// thousand at a time.
+async fn all_items(e: &Engine, base: &str) -> Vec<Value> {
+    let (mut items, mut after) = (Vec::new(), -1);
+    loop {
+        let (status, page) = e.get(&format!("{base}&limit=1000&after={after}")).await;
+        assert_eq!(status, 200, "{page}");
+        items.extend(page["items"].as_array().unwrap().iter().cloned());
+        match page["next_after"].as_i64() {
+            Some(next) => after = next,
+            None => return items,
+        }
+    }
+}
+
 /// Every file under `dir`, however deep.
 fn objects_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();

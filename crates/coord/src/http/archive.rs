@@ -80,7 +80,7 @@ pub async fn record_as_kept(
             _ => logs.push(AttemptLog { node, attempt: line.attempt, lines: vec![view] }),
         }
     }
-    Ok(Some(ArchivedRun { run: view, history, items, logs }))
+    Ok(Some(ArchivedRun { run: view, history, items, item_files: BTreeMap::new(), logs }))
 }
 
 /// `GET /v1/export/runs`'s query.
@@ -303,6 +303,56 @@ pub(crate) async fn get_archived_run(
         Err(e) => {
             // What storage said stays in the log: it may name the bucket,
             // the endpoint or what the request was signed with.
+            tracing::warn!(error = %e, run = %id, "reading the archive failed");
+            Err(ApiError::Unavailable(
+                "the archive could not be read; retry later (the coordinator's log says why)".into(),
+            ))
+        }
+    }
+}
+
+/// List an archived run's MAP items.
+///
+/// A MAP's items of a run retention archived, by index (`?node=ship_each&after=N&limit=M`), as
+/// listMapItems pages them while the run was live: from the run's line, or, for a MAP of more than
+/// 1,000 items (its `item_files`), from the files the archive keeps them in, a page at a time.
+#[utoipa::path(
+    get, path = "/v1/archive/runs/{id}/items", operation_id = "listArchivedMapItems", tag = "runs",
+    params(
+        ("id" = Uuid, Path, description = "the run"),
+        super::runs::ItemsQuery,
+    ),
+    responses(
+        (status = 200, description = "a page of the MAP's items, by index", body = composer_api::ItemPage),
+        (status = 400, description = "a parameter is invalid", body = ErrorBody),
+        (status = 404, description = "no archive is set, it holds no such run, or the run has no such MAP", body = ErrorBody),
+        (status = 503, description = "the archive could not be read", body = ErrorBody),
+    )
+)]
+pub(crate) async fn get_archived_run_items(
+    State(archive): State<Archive>,
+    Path(id): Path<String>,
+    Query(q): Query<super::runs::ItemsQuery>,
+) -> ApiResult<axum::response::Response> {
+    let id = run_id(&id)?;
+    super::extract::text_param(&q.node, "node")?;
+    if !archive.is_set() {
+        return Err(ApiError::not_found("no archive is set (COMPOSER_ARCHIVE_URL): no run is archived"));
+    }
+    let after = q.after.unwrap_or(-1);
+    let limit = Limit::or(q.limit, 100);
+    match archive.read_items(id, &q.node, after, limit as usize).await {
+        Ok(Some(Some((items, copies)))) => {
+            let next = match items.len() as i64 == limit {
+                true => items.last().and_then(|t| t.item_index),
+                false => None,
+            };
+            let page = composer_api::ItemPage { items, next_after: next };
+            Ok(crate::payloads::answer_items(&copies, page).await?)
+        }
+        Ok(Some(None)) => Err(ApiError::not_found(format!("archived run {id} has no MAP {:?}", q.node))),
+        Ok(None) => Err(ApiError::not_found(format!("run {id} is not in the archive"))),
+        Err(e) => {
             tracing::warn!(error = %e, run = %id, "reading the archive failed");
             Err(ApiError::Unavailable(
                 "the archive could not be read; retry later (the coordinator's log says why)".into(),

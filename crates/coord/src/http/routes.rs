@@ -46,6 +46,7 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(runs::step_logs))
         .routes(routes!(archive::export_runs))
         .routes(routes!(archive::get_archived_run))
+        .routes(routes!(archive::get_archived_run_items))
         .routes(routes!(archive::get_run_value))
         .routes(routes!(explain::explain))
         .routes(routes!(bulk::create))

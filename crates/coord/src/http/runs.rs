@@ -144,14 +144,14 @@ pub(crate) struct HistoryQuery {
 pub(crate) struct ItemsQuery {
     /// The MAP node's id.
     #[param(value_type = Name)]
-    node: String,
+    pub(crate) node: String,
     /// The item index to start after.
     #[serde(default, deserialize_with = "parsed")]
     #[param(value_type = Option<i32>, minimum = -1)]
-    after: Option<i32>,
+    pub(crate) after: Option<i32>,
     /// 1 to 1000 (default 100).
     #[param(value_type = Option<i32>, minimum = 1, maximum = 1000)]
-    limit: Option<Limit>,
+    pub(crate) limit: Option<Limit>,
 }
 
 /// `GET /v1/runs/{id}/tasks/{node}/logs`'s query.

@@ -32,7 +32,8 @@ pub async fn archived_page(State(archive): State<Archive>, Path(id): Path<String
 
 fn body(a: &ArchivedRun) -> Html {
     let r = &a.run;
-    let items: usize = a.items.values().map(Vec::len).sum();
+    let in_files: u64 = a.item_files.values().flatten().map(|f| f.items).sum();
+    let items = a.items.values().map(Vec::len).sum::<usize>() + in_files as usize;
     let steps = a.run.tasks.as_deref().unwrap_or_default().iter().map(step_row).collect();
     let logs: Html = a
         .logs
