@@ -80,19 +80,54 @@ impl<'a> Line<'a> {
     }
 }
 
-/// Appends to `page` the items of an item file's JSON Lines `text` after
-/// index `after`, until it holds `limit`; the error names the line.
-pub(crate) fn page_of(text: &str, after: i32, limit: usize, page: &mut Vec<TaskView>) -> Result<(), String> {
+/// Appends to `page` the items of MAP `node` of an item file's JSON Lines
+/// `text` after index `after`, until it holds `limit`: a line before
+/// `after` is read only as far as its index. An item of another node is an
+/// error (a file that is not the one its line meant); the error names the
+/// line.
+pub(crate) fn page_of(
+    text: &str,
+    node: &str,
+    after: i32,
+    limit: usize,
+    page: &mut Vec<TaskView>,
+) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        item_index: Option<i32>,
+    }
+    let of_node = format!("{node}[");
     for (n, line) in text.lines().enumerate() {
         if page.len() >= limit {
             break;
         }
-        let item: TaskView = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", n + 1))?;
-        if item.item_index.is_some_and(|i| i > after) {
-            page.push(item);
+        let at = |e: serde_json::Error| format!("line {}: {e}", n + 1);
+        let index: Index = serde_json::from_str(line).map_err(at)?;
+        if index.item_index.is_none_or(|i| i <= after) {
+            continue;
         }
+        let item: TaskView = serde_json::from_str(line).map_err(at)?;
+        if !item.node_id.starts_with(&of_node) {
+            return Err(format!("line {}: an item of {:?}, not of MAP {node:?}", n + 1, item.node_id));
+        }
+        page.push(item);
     }
     Ok(())
+}
+
+/// Whether `items` are more than `bytes` of JSON, counted no further.
+pub(crate) fn json_over(items: &[TaskView], bytes: usize) -> bool {
+    struct Budget(usize);
+    impl std::io::Write for Budget {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.checked_sub(b.len()).ok_or_else(|| std::io::Error::other("over"))?;
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(Budget(bytes), items).is_err()
 }
 
 /// The name in its run's directory of `file`, if it is one of run `run`'s

@@ -34,7 +34,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
 use uuid::Uuid;
 
-use composer_api::rest::{ArchivedRun, ItemFile, Manifest, ManifestPart, TaskView, ARCHIVE_FORMAT, ITEMS_IN_LINE};
+use composer_api::rest::{ArchivedRun, ItemFile, Manifest, ManifestPart, TaskView};
+use composer_api::rest::{ARCHIVE_FORMAT, ARCHIVE_FORMATS_READ, ITEMS_IN_LINE, ITEMS_IN_LINE_BYTES};
 
 /// Most runs in one part.
 pub const PART_RUNS: u64 = 1000;
@@ -162,6 +163,22 @@ impl Store {
         }
     }
 
+    /// Deletes every object under this directory but those named `keep`
+    /// (by their last segment).
+    async fn delete_all_but(&self, keep: &[&str]) -> Result<(), Error> {
+        use futures_util::TryStreamExt;
+        let listed: Vec<object_store::ObjectMeta> = self.objects.list(Some(&self.dir)).try_collect().await?;
+        for meta in listed {
+            if !meta.location.filename().is_some_and(|name| keep.contains(&name)) {
+                match self.objects.delete(&meta.location).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The object `file`, or `None` where there is none.
     async fn get(&self, file: &str) -> Result<Option<Vec<u8>>, Error> {
         let got = match self.objects.get(&self.dir.child(file)).await {
@@ -277,7 +294,8 @@ impl Writer {
     async fn write_items(&self, run: &ArchivedRun) -> Result<BTreeMap<String, Vec<ItemFile>>, Error> {
         let id = run.run.id;
         let mut written = BTreeMap::new();
-        for (k, (node, all)) in run.items.iter().enumerate().filter(|(_, (_, all))| all.len() > ITEMS_IN_LINE) {
+        let apart = |all: &[TaskView]| all.len() > ITEMS_IN_LINE || items::json_over(all, ITEMS_IN_LINE_BYTES);
+        for (k, (node, all)) in run.items.iter().enumerate().filter(|(_, (_, all))| apart(all)) {
             let (mut files, mut from) = (Vec::new(), 0);
             while from < all.len() {
                 let (text, file, next) = items::next_file(id, (k, files.len()), all, from)
@@ -290,6 +308,10 @@ impl Writer {
             }
             written.insert(node.clone(), files);
         }
+        // Files an earlier write of this run left (a pass retried, an
+        // export into the same place) that this one did not write.
+        let kept: Vec<&str> = written.values().flatten().filter_map(|f| f.file.rsplit('/').next()).collect();
+        self.store.sub(&items::dir_of(id)).delete_all_but(&kept).await?;
         Ok(written)
     }
 
@@ -333,8 +355,9 @@ impl Writer {
 pub async fn manifest(store: &Store) -> Result<Option<Manifest>, Error> {
     let Some(bytes) = store.get(MANIFEST).await? else { return Ok(None) };
     let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| store.format(MANIFEST, e.to_string()))?;
-    if manifest.format != ARCHIVE_FORMAT {
-        return Err(store.format(MANIFEST, format!("format {:?}, expected {ARCHIVE_FORMAT:?}", manifest.format)));
+    if !ARCHIVE_FORMATS_READ.contains(&manifest.format.as_str()) {
+        let problem = format!("format {:?}, expected one of {ARCHIVE_FORMATS_READ:?}", manifest.format);
+        return Err(store.format(MANIFEST, problem));
     }
     Ok(Some(manifest))
 }
@@ -441,14 +464,16 @@ async fn gzip(json: Vec<u8>) -> Result<Vec<u8>, String> {
     .map_err(|e| e.to_string())
 }
 
-/// Up to `limit` items after index `after` of the MAP whose item files of
-/// run `run` are `files` ([`ArchivedRun::item_files`]), by index: only the
-/// files that hold them are read. A name that is not one of the run's item
+/// Up to `limit` items after index `after` of the MAP `node` whose item
+/// files of run `run` are `files` ([`ArchivedRun::item_files`]), by index:
+/// only the files that hold them are read, and only the items after
+/// `after` parsed whole. An item of another MAP is an error. A name that is not one of the run's item
 /// files is an error, never read (a line names them, and a line can be
 /// changed).
 pub async fn read_items(
     store: &Store,
     run: Uuid,
+    node: &str,
     files: &[ItemFile],
     after: i32,
     limit: usize,
@@ -463,7 +488,7 @@ pub async fn read_items(
         let zipped = store.sub(&items::dir_of(run)).get(name).await?;
         let zipped = zipped.ok_or_else(|| store.format(&f.file, "missing, though its run's line names it"))?;
         let text = inflate(store, &f.file, zipped).await?;
-        items::page_of(&text, after, limit, &mut page).map_err(|e| store.format(&f.file, e))?;
+        items::page_of(&text, node, after, limit, &mut page).map_err(|e| store.format(&f.file, e))?;
     }
     Ok(page)
 }
@@ -542,18 +567,38 @@ mod tests {
         let spans: Vec<_> = files.iter().map(|f| (f.first, f.last, f.items)).collect();
         assert_eq!(spans, vec![(0, 9999, 10_000), (10_000, 19_999, 10_000), (20_000, 20_000, 1)]);
         for (after, limit) in [(-1, 100), (9_990, 20), (9_999, 3), (19_999, 100), (20_000, 5), (-1, 25_000)] {
-            let page = read_items(&store, id, files, after, limit).await.unwrap();
+            let page = read_items(&store, id, "each", files, after, limit).await.unwrap();
             let want: Vec<i32> = ((after + 1)..20_001).take(limit).collect();
             assert_eq!(page.iter().map(|t| t.item_index.unwrap()).collect::<Vec<_>>(), want, "{after} {limit}");
             assert!(page.iter().all(|t| t.output == Some(serde_json::json!(t.item_index))));
         }
+        assert!(read_items(&store, id, "few", files, -1, 10).await.is_err(), "another MAP's file");
         let mut elsewhere = files.clone();
         elsewhere[0].file = files[0].file.replace(&id.to_string(), &Uuid::now_v7().to_string());
-        assert!(read_items(&store, id, &elsewhere, -1, 10).await.is_err());
+        assert!(read_items(&store, id, "each", &elsewhere, -1, 10).await.is_err());
         assert!(
-            Writer::new(store, "d", serde_json::json!({})).add(&back).await.is_err(),
+            Writer::new(store.clone(), "d", serde_json::json!({})).add(&back).await.is_err(),
             "item files of another archive"
         );
+
+        // Written again with fewer items: the files the first write left
+        // and this one did not are gone. A MAP of few items over
+        // ITEMS_IN_LINE_BYTES goes to a file too.
+        r.items.insert("each".into(), (0..10_001).map(item).collect());
+        let mut big = item(0);
+        big.node_id = "few[0]".into();
+        big.output = Some(serde_json::json!("x".repeat(ITEMS_IN_LINE_BYTES)));
+        r.items.insert("few".into(), vec![big]);
+        let mut w = Writer::new(store.clone(), "default", serde_json::json!({}));
+        w.add(&r).await.unwrap();
+        w.finish(Utc::now()).await.unwrap();
+        let back = read_run(&store, id).await.unwrap().unwrap();
+        assert!(back.items.is_empty());
+        assert_eq!(back.item_files["each"].len(), 2);
+        assert_eq!(back.item_files["few"].iter().map(|f| f.items).sum::<u64>(), 1);
+        let on_disk = |f: &ItemFile| _d.0.join(&f.file).exists();
+        assert!(back.item_files.values().flatten().all(on_disk));
+        assert!(!on_disk(&files[2]), "the first write's third file is gone");
     }
 
     /// 2,500 runs are three parts (1,000 a part); each is read back from

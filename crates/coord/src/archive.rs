@@ -95,7 +95,7 @@ impl Archive {
             (Some(items), _) => {
                 items.into_iter().filter(|t| t.item_index.is_some_and(|i| i > after)).take(limit).collect()
             }
-            (None, Some(files)) => composer_archive::read_items(&dir, id, files, after, limit).await?,
+            (None, Some(files)) => composer_archive::read_items(&dir, id, node, files, after, limit).await?,
             (None, None) => return Ok(Some(None)),
         };
         Ok(Some(Some((items, Archive::payloads_in(&dir)))))

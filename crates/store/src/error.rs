@@ -26,6 +26,20 @@ pub enum Error {
     Moved,
 }
 
+/// The first error of statements sent together in one transaction, in the
+/// order they were sent, that is not "current transaction is aborted"
+/// (25P02): that one only says an earlier statement failed, and returned in
+/// its place it would hide why (and be taken for a passing error).
+pub(crate) fn first_cause<const N: usize>(results: [Result<(), Error>; N]) -> Result<(), Error> {
+    let errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
+    let aborted = |e: &Error| matches!(e, Error::Db(e) if e.code() == Some(&tokio_postgres::error::SqlState::IN_FAILED_SQL_TRANSACTION));
+    let at = errors.iter().position(|e| !aborted(e)).unwrap_or(0);
+    match errors.into_iter().nth(at) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 impl Error {
     /// True when the database could not be reached (as opposed to a query
     /// that failed): callers answer 503 and retry later.

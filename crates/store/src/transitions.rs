@@ -188,7 +188,7 @@ impl<'a> Statements<'a> {
         for &i in tr.created.iter().filter(|&&i| !run.tasks[i].removed) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
             let values = (offloaded.input(i, task), offloaded.output(i, task));
-            self.new_tasks.push(run.id, node, task, values, eager_of(eager, i));
+            self.new_tasks.push(run.id, node, task, values, eager.iter().find(|e| e.task == i));
         }
     }
 
@@ -207,7 +207,7 @@ impl<'a> Statements<'a> {
                         run.id,
                         task,
                         values,
-                        eager_of(eager, i),
+                        eager.iter().find(|e| e.task == i),
                         pending_at_read.contains(&task.id),
                     )
                 }
@@ -246,7 +246,7 @@ impl<'a> Statements<'a> {
         for &i in tr.dispatch.iter().filter(|&&i| run.tasks[i].state == TaskState::Pending) {
             let (node, task) = (&wf.nodes[run.tasks[i].node], &run.tasks[i]);
             let input = offloaded.input(i, task);
-            match (task.limit_keys.is_empty(), eager_of(eager, i).is_some()) {
+            match (task.limit_keys.is_empty(), eager.iter().any(|e| e.task == i)) {
                 (true, true) => self.eager.push(EagerLease {
                     dispatch: crate::outbox::dispatch_of(run.id, definition, node, task, input, &trace),
                     queue: node.dispatch_queue().to_string(),
@@ -297,8 +297,7 @@ impl<'a> Statements<'a> {
         self.cancels.execute(tx, &self.changed_tasks.id).await?;
         self.removed.execute(tx).await?;
         self.sources.execute(tx).await?;
-        // `biased`: the first to fail gives its error, not a later one's 25P02.
-        let (_, _, _, outbound, _, _, _) = tokio::try_join!(biased;
+        let (a, b, c, outbound, e, f, g) = tokio::join!(
             self.runs.execute(tx),
             self.new_tasks.execute(tx),
             self.changed_tasks.execute(tx),
@@ -306,14 +305,12 @@ impl<'a> Statements<'a> {
             self.history.execute(tx),
             self.notify.execute(tx),
             crate::outbox::delete(&**tx, published),
-        )?;
+        );
+        // The first to fail in the order they were sent gives its error.
+        let (outbound, d) = outbound.map_or_else(|e| (Vec::new(), Err(e)), |o| (o, Ok(())));
+        crate::error::first_cause([a.map(drop), b.map(drop), c.map(drop), d, e.map(drop), f.map(drop), g.map(drop)])?;
         Ok(ToSend { outbound, eager: self.eager })
     }
-}
-
-/// The eager lease a change gives its task `i`, if any.
-fn eager_of(eager: &[Eager], i: usize) -> Option<&Eager> {
-    eager.iter().find(|e| e.task == i)
 }
 
 /// `UPDATE workflow_runs` for runs whose status, output or error changed.

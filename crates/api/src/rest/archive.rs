@@ -17,8 +17,13 @@ use uuid::Uuid;
 use super::logs::LogLineView;
 use super::runs::{HistoryEntryView, RunView, TaskView};
 
-/// The format an archive's and an export's manifest names.
-pub const ARCHIVE_FORMAT: &str = "composer-runs/1";
+/// The format an archive's and an export's manifest names: `/2` keeps a
+/// large MAP's items in files of their own ([`ArchivedRun::item_files`]).
+pub const ARCHIVE_FORMAT: &str = "composer-runs/2";
+
+/// The formats a reader takes: this one, and `/1`, whose lines hold every
+/// item (a `/1` reader refuses a `/2` manifest rather than miss items).
+pub const ARCHIVE_FORMATS_READ: [&str; 2] = ["composer-runs/1", ARCHIVE_FORMAT];
 
 /// One run as an archive or an export holds it: what the API showed of it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
@@ -28,12 +33,13 @@ pub struct ArchivedRun {
     /// Its whole history, oldest first, as getRunHistory pages it.
     pub history: Vec<HistoryEntryView>,
     /// Each MAP's items by index, by the MAP's node id, as listMapItems pages them; a MAP of
-    /// more than [`ITEMS_IN_LINE`] items is not here but in `item_files`.
+    /// more than [`ITEMS_IN_LINE`] items (or [`ITEMS_IN_LINE_BYTES`]) is not here but in
+    /// `item_files`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub items: BTreeMap<String, Vec<TaskView>>,
     /// The MAPs whose items an archive keeps in files of their own, beside the run's line (more
-    /// than [`ITEMS_IN_LINE`]), by the MAP's node id: read them a page at a time
-    /// (getArchivedRunItems).
+    /// than [`ITEMS_IN_LINE`], or [`ITEMS_IN_LINE_BYTES`]), by the MAP's node id: read them a
+    /// page at a time (listArchivedMapItems).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub item_files: BTreeMap<String, Vec<ItemFile>>,
     /// The log lines of every step attempt that has any.
@@ -42,9 +48,13 @@ pub struct ArchivedRun {
 }
 
 /// Most items of one MAP a run's line holds: a MAP of more keeps them in
-/// files of their own ([`ArchivedRun::item_files`]), so that a run's line
-/// stays small whatever its MAPs' sizes.
+/// files of their own ([`ArchivedRun::item_files`]), as does one whose
+/// items are more than [`ITEMS_IN_LINE_BYTES`] of JSON, so that a run's
+/// line stays small whatever its MAPs' sizes.
 pub const ITEMS_IN_LINE: usize = 1000;
+
+/// Most bytes of JSON of one MAP's items a run's line holds.
+pub const ITEMS_IN_LINE_BYTES: usize = 16 << 20;
 
 /// A file of a MAP's items that an archive keeps apart from its run's line:
 /// a gzip of JSON Lines, one item (as listMapItems shows it) per line, by

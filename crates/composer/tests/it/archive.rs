@@ -227,7 +227,7 @@ async fn an_expired_month_is_archived_before_it_is_dropped_and_reads_back_as_sho
             .unwrap();
     assert_eq!(
         (manifest["format"].as_str(), manifest["runs"].as_u64()),
-        (Some("composer-runs/1"), Some(1)),
+        (Some("composer-runs/2"), Some(1)),
         "{manifest}"
     );
     assert_eq!(manifest["selection"], json!({"month": month}));
@@ -395,7 +395,7 @@ async fn a_map_of_many_items_is_archived_in_files_of_its_own_and_pages_back_as_s
     assert_eq!(files.iter().map(|f| f.items).sum::<u64>(), 2500);
     let (mut back, mut after) = (Vec::new(), -1);
     loop {
-        let page = composer_archive::read_items(&store, run, files, after, 700).await.unwrap();
+        let page = composer_archive::read_items(&store, run, "each", files, after, 700).await.unwrap();
         let Some(last) = page.last().and_then(|t| t.item_index) else { break };
         after = last;
         back.extend(page.into_iter().map(|t| serde_json::to_value(t).unwrap()));
