@@ -244,3 +244,38 @@ async fn a_locked_read_whose_lock_fails_returns_the_locks_error() {
     held.rollback().await.unwrap();
     e.stop().await;
 }
+
+/// The recovery sweep's MAPs to carry on leave out a run whose row is
+/// locked: a coordinator is carrying it in a long transaction (its rows'
+/// `updated_at` is that transaction's start), and the sweep's event would
+/// only wait on its lock until the statement timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_map_whose_run_is_locked_is_left_to_the_coordinator_that_holds_it() {
+    use composer_testkit::{Engine, EngineOptions};
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&serde_json::json!({"name": "m", "nodes": [
+        {"id": "each", "type": "MAP", "config": {"items": [1, 2, 3], "max_concurrency": 1,
+            "node": {"type": "resize", "queue": "nobody"}}}]}))
+        .await;
+    let run = e.start_run("m", serde_json::json!({})).await;
+    let db = composer_store::client(&e.db.pool()).await.unwrap();
+    // As a coordinator that died before it carried the MAP on leaves it:
+    // items queued, none open, untouched for a minute.
+    let stalled = "UPDATE task_instances SET progress = jsonb_set(progress, '{open}', '0'),
+                   updated_at = now() - interval '1 minute' WHERE run_id = $1 AND node_type = 'MAP'";
+    assert_eq!(db.execute(stalled, &[&run]).await.unwrap(), 1);
+    let found = || async {
+        let maps = composer_store::runs::stalled_maps(&db, Duration::from_secs(5), 100).await.unwrap();
+        maps.iter().any(|(r, _)| *r == run)
+    };
+    assert!(found().await, "a stalled MAP is found");
+    let mut holder = composer_store::client(&e.db.pool()).await.unwrap();
+    let held = holder.transaction().await.unwrap();
+    held.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", &[&run]).await.unwrap();
+    // Without SKIP LOCKED it is found, and the sweep's event then waits
+    // on that lock.
+    assert!(!found().await, "one whose run is locked is not");
+    held.rollback().await.unwrap();
+    assert!(found().await, "once the lock is gone, it is found again");
+    e.stop().await;
+}

@@ -125,7 +125,11 @@ pub async fn items(client: &Client, run_id: Uuid, map: Uuid, after: i32, limit: 
 
 /// For the recovery sweep: MAPs of running runs with items to start and
 /// slots free, untouched for `older_than` — the coordinator that was to
-/// carry them on after a commit died first. `(run, task)`.
+/// carry them on after a commit died first. `(run, task)`. A run whose row
+/// is locked is left out: a coordinator is applying an event to it (the
+/// row's `updated_at` is that transaction's start, so a long carry, such
+/// as gathering a million items, looks untouched), and the sweep would
+/// only wait for its lock.
 pub async fn stalled_maps(client: &Client, older_than: std::time::Duration, limit: i64) -> Result<Vec<(Uuid, Uuid)>> {
     let rows = client
         .query(
@@ -135,7 +139,8 @@ pub async fn stalled_maps(client: &Client, older_than: std::time::Duration, limi
                 AND t.updated_at < now() - make_interval(secs => $1)
                 AND (t.progress ->> 'queued')::int > 0
                 AND (t.progress ->> 'open')::int < coalesce((t.input_json ->> 'max_concurrency')::int, $3)
-              LIMIT $2",
+              LIMIT $2
+              FOR KEY SHARE OF r SKIP LOCKED",
             &[&older_than.as_secs_f64(), &limit, &(composer_core::definition::MAP_DEFAULT_CONCURRENCY as i32)],
         )
         .await?;
