@@ -22,9 +22,12 @@ pub const ITEMS_PER_FILE: usize = 10_000;
 /// file is built in memory, and a page's read inflates one or two.
 pub const ITEM_FILE_BYTES: usize = 16 << 20;
 
+/// The directory of every run's item files, from the archive's directory.
+pub(crate) const DIR: &str = "items";
+
 /// The directory of a run's item files, from the archive's directory.
 pub(crate) fn dir_of(run: Uuid) -> String {
-    format!("items/{run}")
+    format!("{DIR}/{run}")
 }
 
 /// The next item file of a MAP's `items` from `from` on: its JSON Lines

@@ -163,17 +163,19 @@ impl Store {
         }
     }
 
-    /// Deletes every object under this directory but those named `keep`
-    /// (by their last segment).
-    async fn delete_all_but(&self, keep: &[&str]) -> Result<(), Error> {
+    /// Deletes every object under the directory `dir` of this one but
+    /// those `keep` names (from this directory): one listing.
+    async fn delete_all_but(&self, dir: &str, keep: &std::collections::HashSet<String>) -> Result<(), Error> {
         use futures_util::TryStreamExt;
-        let listed: Vec<object_store::ObjectMeta> = self.objects.list(Some(&self.dir)).try_collect().await?;
+        let listed: Vec<object_store::ObjectMeta> = self.objects.list(Some(&self.sub(dir).dir)).try_collect().await?;
         for meta in listed {
-            if !meta.location.filename().is_some_and(|name| keep.contains(&name)) {
-                match self.objects.delete(&meta.location).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+            let name = meta.location.prefix_match(&self.dir).map(|parts| parts.map(|p| p.as_ref().to_string()));
+            if name.is_some_and(|parts| keep.contains(&parts.collect::<Vec<_>>().join("/"))) {
+                continue;
+            }
+            match self.objects.delete(&meta.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
@@ -225,6 +227,8 @@ pub struct Writer {
     last: Option<Uuid>,
     /// Where its runs' offloaded values are, if its lines hold references.
     payloads: Option<String>,
+    /// The item files it wrote ([`ArchivedRun::item_files`]).
+    item_files: std::collections::HashSet<String>,
 }
 
 impl Writer {
@@ -240,6 +244,7 @@ impl Writer {
             first: None,
             last: None,
             payloads: None,
+            item_files: Default::default(),
         }
     }
 
@@ -291,7 +296,7 @@ impl Writer {
     /// Writes the items of each of `run`'s MAPs of more than
     /// [`ITEMS_IN_LINE`] to item files; the files, by the MAP's node id
     /// (empty when every MAP's items fit in the line).
-    async fn write_items(&self, run: &ArchivedRun) -> Result<BTreeMap<String, Vec<ItemFile>>, Error> {
+    async fn write_items(&mut self, run: &ArchivedRun) -> Result<BTreeMap<String, Vec<ItemFile>>, Error> {
         let id = run.run.id;
         let mut written = BTreeMap::new();
         let apart = |all: &[TaskView]| all.len() > ITEMS_IN_LINE || items::json_over(all, ITEMS_IN_LINE_BYTES);
@@ -308,10 +313,7 @@ impl Writer {
             }
             written.insert(node.clone(), files);
         }
-        // Files an earlier write of this run left (a pass retried, an
-        // export into the same place) that this one did not write.
-        let kept: Vec<&str> = written.values().flatten().filter_map(|f| f.file.rsplit('/').next()).collect();
-        self.store.sub(&items::dir_of(id)).delete_all_but(&kept).await?;
+        self.item_files.extend(written.values().flatten().map(|f| f.file.clone()));
         Ok(written)
     }
 
@@ -335,6 +337,9 @@ impl Writer {
             self.store.delete(MANIFEST).await?;
         }
         self.cut().await?;
+        // Item files an earlier write here left (a pass retried, an export
+        // into the same place) that this one did not write: one listing.
+        self.store.delete_all_but(items::DIR, &self.item_files).await?;
         let manifest = Manifest {
             format: ARCHIVE_FORMAT.to_string(),
             namespace: self.namespace,

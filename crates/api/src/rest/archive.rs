@@ -21,8 +21,8 @@ use super::runs::{HistoryEntryView, RunView, TaskView};
 /// large MAP's items in files of their own ([`ArchivedRun::item_files`]).
 pub const ARCHIVE_FORMAT: &str = "composer-runs/2";
 
-/// The formats a reader takes: this one, and `/1`, whose lines hold every
-/// item (a `/1` reader refuses a `/2` manifest rather than miss items).
+/// The formats a reader takes: this one, and `/1`, written before item
+/// files (a `/1` reader refuses a `/2` manifest rather than miss items).
 pub const ARCHIVE_FORMATS_READ: [&str; 2] = ["composer-runs/1", ARCHIVE_FORMAT];
 
 /// One run as an archive or an export holds it: what the API showed of it.
@@ -90,7 +90,7 @@ pub struct ExportPage {
 /// An archive's or an export's list of its files.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Manifest {
-    /// [`ARCHIVE_FORMAT`].
+    /// [`ARCHIVE_FORMAT`] as written; a reader takes any of [`ARCHIVE_FORMATS_READ`].
     pub format: String,
     /// The namespace the runs are of.
     pub namespace: String,

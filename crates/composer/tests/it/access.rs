@@ -57,6 +57,7 @@ fn concrete(path: &str) -> String {
         ("{version}", "1"),
         ("{key}", "nothing-here"),
         ("{node}", "nothing-here"),
+        ("{object}", "0190b7a4-0000-7000-8000-000000000001"),
     ] {
         out = out.replace(param, value);
     }

@@ -252,7 +252,13 @@ async fn a_locked_read_whose_lock_fails_returns_the_locks_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_map_whose_run_is_locked_is_left_to_the_coordinator_that_holds_it() {
     use composer_testkit::{Engine, EngineOptions};
-    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    // The engine's own sweep never runs here: it would carry the MAP on.
+    let e = Engine::with(EngineOptions {
+        workers: 0,
+        coordinator: |c| c.recovery_interval = Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
     e.register(&serde_json::json!({"name": "m", "nodes": [
         {"id": "each", "type": "MAP", "config": {"items": [1, 2, 3], "max_concurrency": 1,
             "node": {"type": "resize", "queue": "nobody"}}}]}))

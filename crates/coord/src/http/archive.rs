@@ -243,7 +243,7 @@ pub(crate) struct ValueQuery {
     responses(
         (status = 200, description = "the value's JSON text", content_type = "application/json", body = serde_json::Value),
         (status = 400, description = "a parameter is invalid", body = ErrorBody),
-        (status = 404, description = "no such run, or it has no value with this reference", body = ErrorBody),
+        (status = 404, description = "no such run, it has no value with this reference, or no object storage is set", body = ErrorBody),
         (status = 503, description = "object storage is unavailable", body = ErrorBody),
     )
 )]
@@ -266,6 +266,10 @@ pub(crate) async fn get_run_value(
     let client = composer_store::client(&pool).await?;
     if runs::status(&client, run).await?.is_none() {
         return Err(ApiError::not_found(format!("run {run} not found")));
+    }
+    if !engine.payloads().is_on() {
+        let why = "no object storage is set (COMPOSER_OFFLOAD_URL): no value is offloaded here";
+        return Err(ApiError::not_found(format!("run {run} has no offloaded value {object}: {why}")));
     }
     let r = Ref { run, object, sha256: q.sha256, bytes: q.bytes, event: false };
     match crate::payloads::answer_value(engine.payloads(), r).await? {
