@@ -296,30 +296,38 @@ pub(crate) async fn get_archived_run(
     Path(id): Path<String>,
 ) -> ApiResult<axum::response::Response> {
     let id = run_id(&id)?;
-    if !archive.is_set() {
-        return Err(ApiError::not_found("no archive is set (COMPOSER_ARCHIVE_URL): no run is archived"));
-    }
+    archive_set(&archive)?;
     match archive.read(id).await {
         // Its offloaded values are written in from the archive's copies,
         // never held whole.
         Ok(Some((run, copies))) => Ok(crate::payloads::answer_archived(&copies, run).await?),
         Ok(None) => Err(ApiError::not_found(format!("run {id} is not in the archive"))),
-        Err(e) => {
-            // What storage said stays in the log: it may name the bucket,
-            // the endpoint or what the request was signed with.
-            tracing::warn!(error = %e, run = %id, "reading the archive failed");
-            Err(ApiError::Unavailable(
-                "the archive could not be read; retry later (the coordinator's log says why)".into(),
-            ))
-        }
+        Err(e) => Err(unreadable(id, e)),
     }
+}
+
+/// A 404 where no archive is set.
+fn archive_set(archive: &Archive) -> ApiResult<()> {
+    match archive.is_set() {
+        true => Ok(()),
+        false => Err(ApiError::not_found("no archive is set (COMPOSER_ARCHIVE_URL): no run is archived")),
+    }
+}
+
+/// The archive could not be read for run `id`: a 503. What storage said
+/// stays in the log: it may name the bucket, the endpoint or what the
+/// request was signed with.
+fn unreadable(id: Uuid, e: composer_archive::Error) -> ApiError {
+    tracing::warn!(error = %e, run = %id, "reading the archive failed");
+    ApiError::Unavailable("the archive could not be read; retry later (the coordinator's log says why)".into())
 }
 
 /// List an archived run's MAP items.
 ///
 /// A MAP's items of a run retention archived, by index (`?node=ship_each&after=N&limit=M`), as
 /// listMapItems pages them while the run was live: from the run's line, or, for a MAP of more than
-/// 1,000 items (its `item_files`), from the files the archive keeps them in, a page at a time.
+/// 1,000 items or 16 MiB of them (its `item_files`), from the files the archive keeps them in, a
+/// page at a time.
 #[utoipa::path(
     get, path = "/v1/archive/runs/{id}/items", operation_id = "listArchivedMapItems", tag = "runs",
     params(
@@ -340,9 +348,7 @@ pub(crate) async fn get_archived_run_items(
 ) -> ApiResult<axum::response::Response> {
     let id = run_id(&id)?;
     super::extract::text_param(&q.node, "node")?;
-    if !archive.is_set() {
-        return Err(ApiError::not_found("no archive is set (COMPOSER_ARCHIVE_URL): no run is archived"));
-    }
+    archive_set(&archive)?;
     let after = q.after.unwrap_or(-1);
     let limit = Limit::or(q.limit, 100);
     match archive.read_items(id, &q.node, after, limit as usize).await {
@@ -356,11 +362,6 @@ pub(crate) async fn get_archived_run_items(
         }
         Ok(Some(None)) => Err(ApiError::not_found(format!("archived run {id} has no MAP {:?}", q.node))),
         Ok(None) => Err(ApiError::not_found(format!("run {id} is not in the archive"))),
-        Err(e) => {
-            tracing::warn!(error = %e, run = %id, "reading the archive failed");
-            Err(ApiError::Unavailable(
-                "the archive could not be read; retry later (the coordinator's log says why)".into(),
-            ))
-        }
+        Err(e) => Err(unreadable(id, e)),
     }
 }
