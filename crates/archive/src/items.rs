@@ -118,21 +118,6 @@ pub(crate) fn page_of(
     Ok(())
 }
 
-/// Whether `items` are more than `bytes` of JSON, counted no further.
-pub(crate) fn json_over(items: &[TaskView], bytes: usize) -> bool {
-    struct Budget(usize);
-    impl std::io::Write for Budget {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 = self.0.checked_sub(b.len()).ok_or_else(|| std::io::Error::other("over"))?;
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    serde_json::to_writer(Budget(bytes), items).is_err()
-}
-
 /// The name in its run's directory of `file`, if it is one of run `run`'s
 /// item files (`items/<run>/<k>-<NNNNN>.jsonl.gz`).
 pub(crate) fn item_file_name(run: Uuid, file: &str) -> Option<&str> {

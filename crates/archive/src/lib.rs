@@ -299,7 +299,7 @@ impl Writer {
     async fn write_items(&mut self, run: &ArchivedRun) -> Result<BTreeMap<String, Vec<ItemFile>>, Error> {
         let id = run.run.id;
         let mut written = BTreeMap::new();
-        let apart = |all: &[TaskView]| all.len() > ITEMS_IN_LINE || items::json_over(all, ITEMS_IN_LINE_BYTES);
+        let apart = |all: &[TaskView]| all.len() > ITEMS_IN_LINE || parts::json_over(all, ITEMS_IN_LINE_BYTES);
         for (k, (node, all)) in run.items.iter().enumerate().filter(|(_, (_, all))| apart(all)) {
             let (mut files, mut from) = (Vec::new(), 0);
             while from < all.len() {

@@ -75,6 +75,22 @@ impl<'a> Parts<'a> {
     }
 }
 
+/// Whether `value`'s JSON is more than `bytes`, counted no further than
+/// that (a writer that fails once more is written to it).
+pub(crate) fn json_over(value: &(impl serde::Serialize + ?Sized), bytes: usize) -> bool {
+    struct Budget(usize);
+    impl std::io::Write for Budget {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.checked_sub(buf.len()).ok_or_else(|| std::io::Error::other("over"))?;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(Budget(bytes), value).is_err()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

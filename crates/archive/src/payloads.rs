@@ -104,8 +104,7 @@ impl Payloads {
         if let Some(r) = Ref::of(value) {
             return r.event || r.run != run;
         }
-        let mut size = Budget(*threshold);
-        serde_json::to_writer(&mut size, value).is_err()
+        crate::parts::json_over(value, *threshold)
     }
 
     /// The reference to write instead of `value` for run `run`, writing its
@@ -571,21 +570,6 @@ async fn finish_upload(
         let _ = upload.abort().await;
     }
     done
-}
-
-/// A writer that fails once more than its bytes are written: whether a
-/// value's JSON is over a size, counting no further than it.
-struct Budget(usize);
-
-impl std::io::Write for Budget {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 = self.0.checked_sub(buf.len()).ok_or_else(|| std::io::Error::other("over"))?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]
