@@ -194,10 +194,19 @@ class RunSummary(_RunSummaryRequired, total=False):
     parent_run_id: str
     parent_task_id: str
     handles_run_id: str
-    """A failure handler's run: the run whose end started it."""
+    """A hook's run (a failure handler, ``on_success``, ``on_end``): the run
+    whose end started it."""
     fairness_key: str
     """Whose work it is (its definition's ``fairness_key``, evaluated): runs
     and steps of different keys take turns. Absent when it has none."""
+
+
+class HookRun(TypedDict):
+    """A run a hook of another run's end started."""
+
+    hook: str
+    """``on_failure``, ``on_success`` or ``on_end``."""
+    run_id: str
 
 
 class _RunRequired(RunSummary):
@@ -211,6 +220,9 @@ class Run(_RunRequired, total=False):
     output: Any
     failure_handler_run_ids: list[str]
     """The failure handler runs its end started (a FAILED or CANCELLED run)."""
+    hook_runs: list[HookRun]
+    """Every hook's run its end started (``on_failure``, ``on_success``,
+    ``on_end``), oldest first."""
 
 
 class RunPage(TypedDict):

@@ -321,6 +321,8 @@ class BuilderTest(unittest.TestCase):
             timeout=timedelta(hours=2),
             concurrency=Concurrency(2, key="${ .input.k }"),
             on_failure=OnFailure("handler", on=["FAILED"], version=2),
+            on_success="notify",
+            on_end={"workflow": "audit", "input": {"id": "${ .run.id }"}},
             tags={"customer": "${ .input.c }", "n": 1},
             triggers=[Trigger("e", when=".event.payload.ok", input={"x": "${ .event.payload }"})],
             priority=1,
@@ -350,6 +352,8 @@ class BuilderTest(unittest.TestCase):
         self.assertEqual(d["timeout"], "2h")
         self.assertEqual(d["concurrency"], {"max": 2, "key": "${ .input.k }"})
         self.assertEqual(d["on_failure"], {"workflow": "handler", "on": ["FAILED"], "version": 2})
+        self.assertEqual(d["on_success"], {"workflow": "notify"})
+        self.assertEqual(d["on_end"], {"workflow": "audit", "input": {"id": "${ .run.id }"}})
         self.assertEqual(
             d["triggers"], [{"event": "e", "when": ".event.payload.ok", "input": {"x": "${ .event.payload }"}}]
         )

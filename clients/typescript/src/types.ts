@@ -177,6 +177,14 @@ export interface OnFailureDefinition {
   on?: Array<"FAILED" | "CANCELLED"> | null;
 }
 
+/** `on_success` and `on_end`: a run of another workflow that a run's end starts. */
+export interface HookDefinition {
+  workflow: string;
+  version?: number | null;
+  /** A template over `{run: {id, workflow, status, error, output, nodes}, input}`. */
+  input?: JsonValue;
+}
+
 /** At most `max` runs open at once, per value of `key` (an expression over `{input}`). */
 export interface ConcurrencyLimit {
   max: number;
@@ -212,6 +220,10 @@ export interface WorkflowDefinition {
   description?: string | null;
   /** The failure handler run a run that ends FAILED starts. */
   on_failure?: OnFailureDefinition | null;
+  /** The run a run that ends SUCCEEDED starts. */
+  on_success?: HookDefinition | null;
+  /** The run a run starts when it ends, however it ends. */
+  on_end?: HookDefinition | null;
   /** Each run's tags: templates over its input (`{"customer": "${ .input.customer }"}`). */
   tags?: Record<string, string> | null;
   /** Events that start a run of it (at most 16; the latest version's apply). */
@@ -346,10 +358,12 @@ export interface Run {
   parent_task_id?: string;
   /** A LOOP's child run: the iteration it is (from 0). */
   parent_iteration?: number;
-  /** A failure handler's run: the run whose end started it. */
+  /** A hook's run (a failure handler, `on_success`, `on_end`): the run whose end started it. */
   handles_run_id?: string;
   /** The failure handler runs this run's end started, oldest first (`getRun` of a FAILED or CANCELLED run). */
   failure_handler_run_ids?: string[];
+  /** Every hook's run this run's end started (`on_failure`, `on_success`, `on_end`), oldest first (`getRun` of an ended run). */
+  hook_runs?: Array<{ hook: "on_failure" | "on_success" | "on_end"; run_id: string }>;
   /** Its tags, `{key: value}`: the definition's, evaluated, and the start's. */
   tags?: Record<string, string> | null;
   tasks?: Task[];

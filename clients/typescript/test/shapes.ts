@@ -43,6 +43,7 @@ import type {
   NodeDefinition,
   On429,
   OnFailureDefinition,
+  HookDefinition,
   PollTasks,
   RecordedEvent,
   ReportAck,
@@ -97,6 +98,7 @@ export const runShape = {
   parent_iteration: "optional",
   handles_run_id: "optional",
   failure_handler_run_ids: "optional",
+  hook_runs: "optional",
   tags: "optional",
   tasks: "optional",
   trace_id: "required",
@@ -327,6 +329,8 @@ export const definitionShape = {
   concurrency: "optional",
   description: "optional",
   on_failure: "optional",
+  on_success: "optional",
+  on_end: "optional",
   tags: "optional",
   triggers: "optional",
   priority: "optional",
@@ -339,6 +343,11 @@ export const onFailureShape = {
   input: "optional",
   on: "optional",
 } as const satisfies Shape<OnFailureDefinition>;
+export const hookShape = {
+  workflow: "required",
+  version: "optional",
+  input: "optional",
+} as const satisfies Shape<HookDefinition>;
 export const nodeShape = {
   id: "required",
   type: "required",
@@ -420,6 +429,7 @@ export const requests: Record<string, AnyShape> = {
   WebhookSpec: webhookDefinitionShape,
   CreateNamespace: createNamespaceShape,
   OnFailureSpec: onFailureShape,
+  HookSpec: hookShape,
   ResolveTask: resolveShape,
   NodeSpec: nodeShape,
   EdgeSpec: edgeShape,

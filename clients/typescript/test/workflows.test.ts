@@ -210,6 +210,8 @@ describe("the builder", () => {
       fairnessKey: wf.input.tenant,
       tags: { tenant: wf.input.tenant, n: 1 },
       onFailure: { workflow: "handler", version: 2, input: { id: refs.failedRun.id } },
+      onSuccess: { workflow: "notify" },
+      onEnd: { workflow: "audit", version: 1, input: { id: "${ .run.id }" } },
       triggers: [{ event: "e", when: jq`${refs.event().key} == "k"` }],
     });
     const each = wf.map("each", {
@@ -236,6 +238,8 @@ describe("the builder", () => {
     assert.equal(def.fairness_key, "${ .input.tenant }");
     assert.deepEqual(def.tags, { tenant: "${ .input.tenant }", n: 1 });
     assert.deepEqual(def.on_failure, { workflow: "handler", version: 2, input: { id: "${ .failed_run.id }" } });
+    assert.deepEqual(def.on_success, { workflow: "notify" });
+    assert.deepEqual(def.on_end, { workflow: "audit", version: 1, input: { id: "${ .run.id }" } });
     assert.deepEqual(def.triggers, [{ event: "e", when: '.event.key == "k"' }]);
     assert.deepEqual(def.concurrency, { max: 3 });
     assert.equal(def.priority, 2);

@@ -73,6 +73,26 @@ pub struct Report {
     /// priorities and fairness keys).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The hooks (`on_failure`, `on_success`, `on_end`) the run's end
+    /// starts, each with the input its run would be given.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookReport>,
+}
+
+/// A hook the simulated run's end starts: production starts a run of
+/// `workflow` with `input` in the commit that writes the end, or, when
+/// the input does not evaluate, notes `error` in the run's history.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookReport {
+    /// `on_failure`, `on_success` or `on_end`.
+    pub hook: &'static str,
+    pub workflow: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -480,7 +500,20 @@ fn report(sb: &Sandbox, wf: &Workflow, run: &Run, taken: &HashSet<(String, Strin
             wf.priority
         ));
     }
-    Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges, notes }
+    let hooks = wf
+        .hooks
+        .iter()
+        .filter(|h| h.starts_on(run.status))
+        .map(|h| {
+            let input = machine::hook_input(sb, h, &machine::hook_scopes(h, wf, run), run.max_payload);
+            let (input, error) = match input {
+                Ok(v) => (Some(v), None),
+                Err(e) => (None, Some(e)),
+            };
+            HookReport { hook: h.kind.field(), workflow: h.workflow.clone(), version: h.version, input, error }
+        })
+        .collect();
+    Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges, notes, hooks }
 }
 
 #[cfg(test)]
@@ -493,6 +526,55 @@ mod tests {
 
     fn wf(v: Value) -> Workflow {
         Workflow::parse(&v).unwrap()
+    }
+
+    #[test]
+    fn a_runs_end_shows_the_hooks_it_starts_with_their_inputs() {
+        let hooks = json!({
+            "on_failure": {"workflow": "page", "input": {"why": "${ .failed_run.error }"}},
+            "on_success": {"workflow": "notify", "input": {"total": "${ .run.output.total }", "id": "${ .input.id }"}},
+            "on_end": {"workflow": "audit", "version": 2}});
+        let def = |fail: bool| {
+            let mut d = json!({"name": "h", "nodes": [
+                {"id": "sum", "type": "TRANSFORM", "config": {"output": {"total": 5}}},
+                if fail { json!({"id": "stop", "type": "FAIL", "config": {"message": "declined"}}) }
+                else { json!({"id": "stop", "type": "TRANSFORM", "config": {"output": 1}}) }],
+                "edges": [{"from": "sum", "to": "stop"}], "output": {"total": "${ .nodes.sum.output.total }"}});
+            for (k, v) in hooks.as_object().unwrap() {
+                d[k] = v.clone();
+            }
+            wf(d)
+        };
+        let opts = Options { input: json!({"id": 7}), ..Options::default() };
+        let ok = simulate(&sb(), &def(false), &opts);
+        assert_eq!(ok.status, RunStatus::Succeeded, "{ok:?}");
+        let shown: Vec<_> = ok.hooks.iter().map(|h| (h.hook, h.workflow.as_str())).collect();
+        assert_eq!(shown, [("on_success", "notify"), ("on_end", "audit")]);
+        assert_eq!(ok.hooks[0].input, Some(json!({"total": 5, "id": 7})));
+        let end = ok.hooks[1].input.as_ref().unwrap();
+        assert_eq!(
+            (end["run"]["status"].clone(), end["run"]["output"].clone()),
+            (json!("SUCCEEDED"), json!({"total": 5}))
+        );
+        assert_eq!(end["run"]["nodes"]["sum"]["output"], json!({"total": 5}));
+        assert_eq!(ok.hooks[1].version, Some(2));
+
+        let failed = simulate(&sb(), &def(true), &opts);
+        assert_eq!(failed.status, RunStatus::Failed, "{failed:?}");
+        let shown: Vec<_> = failed.hooks.iter().map(|h| (h.hook, h.workflow.as_str())).collect();
+        assert_eq!(shown, [("on_failure", "page"), ("on_end", "audit")]);
+        assert_eq!(failed.hooks[0].input, Some(json!({"why": "declined"})));
+        assert_eq!(failed.hooks[1].input.as_ref().unwrap()["run"]["status"], "FAILED");
+
+        // An input that does not evaluate is shown as the error production notes.
+        let mut bad = def(false);
+        bad.hooks[1].input = Some(crate::expr::Template::compile(&json!("${ error(\"no\") }")).unwrap());
+        let r = simulate(&sb(), &bad, &opts);
+        assert!(
+            r.hooks[0].input.is_none() && r.hooks[0].error.as_deref().is_some_and(|e| e.contains("on_success.input")),
+            "{:?}",
+            r.hooks
+        );
     }
 
     #[test]

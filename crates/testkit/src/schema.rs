@@ -145,7 +145,7 @@ fn node(id: &str, kind: &str, config: Map<String, Value>) -> Value {
 /// whatever the field's place needs (an HTTP node for a limit, two nodes
 /// for an edge, a MAP for its item node). Its nodes are `n` (the field's
 /// node when the field is a node's) and, for an edge, `m`. A child
-/// workflow it names is `echo`; a failure handler `handler`; an event `ev`.
+/// workflow it names is `echo`; a failure handler or an `on_end` hook `handler`; an event `ev`.
 pub fn definition_with(schema: &Value, name: &str, field: &SchemaField, value: Value) -> Value {
     let plain = json!({"id": "n", "type": "TRANSFORM", "config": {"output": 1}});
     let http = || node("n", "HTTP", minimal_config(schema, "HttpConfig", None));
@@ -163,6 +163,11 @@ pub fn definition_with(schema: &Value, name: &str, field: &SchemaField, value: V
             let mut h = o(&mut json!({"workflow": "handler"}));
             put(&mut h, &field.path, value);
             def["on_failure"] = Value::Object(h);
+        }
+        "HookSpec" => {
+            let mut h = o(&mut json!({"workflow": "handler"}));
+            put(&mut h, &field.path, value);
+            def["on_end"] = Value::Object(h);
         }
         "TriggerSpec" => {
             let mut t = o(&mut json!({"event": "ev"}));

@@ -184,6 +184,8 @@ impl WorkflowBuilder {
                 timeout: None,
                 concurrency: None,
                 on_failure: None,
+                on_success: None,
+                on_end: None,
                 tags: None,
                 triggers: None,
                 priority: None,
@@ -217,7 +219,7 @@ impl WorkflowBuilder {
     }
 
     /// Every other field of the definition (description, timeout,
-    /// concurrency, on_failure, tags, triggers, priority, fairness_key).
+    /// concurrency, on_failure, on_success, on_end, tags, triggers, priority, fairness_key).
     pub fn spec_mut(&mut self) -> &mut WorkflowSpec {
         &mut self.spec
     }

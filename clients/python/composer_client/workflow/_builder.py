@@ -66,6 +66,8 @@ class WorkflowOptions(TypedDict, total=False):
     output: Template
     concurrency: Union[int, Concurrency, Mapping[str, Any]]
     on_failure: Union[str, OnFailure, Mapping[str, Any]]
+    on_success: Union[str, Mapping[str, Any]]
+    on_end: Union[str, Mapping[str, Any]]
     tags: Mapping[str, Template]
     triggers: Sequence[Union[Trigger, Mapping[str, Any]]]
     priority: int
@@ -218,6 +220,8 @@ class Workflow(Generic[I]):
         self.output: Optional[Template] = options.get("output")
         self.concurrency: Optional[Union[int, Concurrency, Mapping[str, Any]]] = options.get("concurrency")
         self.on_failure: Optional[Union[str, OnFailure, Mapping[str, Any]]] = options.get("on_failure")
+        self.on_success: Optional[Union[str, Mapping[str, Any]]] = options.get("on_success")
+        self.on_end: Optional[Union[str, Mapping[str, Any]]] = options.get("on_end")
         self.tags: Optional[Mapping[str, Template]] = options.get("tags")
         self.triggers: Optional[Sequence[Union[Trigger, Mapping[str, Any]]]] = options.get("triggers")
         self.priority: Optional[int] = options.get("priority")
@@ -415,9 +419,10 @@ class Workflow(Generic[I]):
             out["tags"] = render(self.tags)
         if self.triggers is not None:
             out["triggers"] = [render(t) for t in self.triggers]
-        if self.on_failure is not None:
-            f = self.on_failure
-            out["on_failure"] = {"workflow": f} if isinstance(f, str) else render(f)
+        for hook in ("on_failure", "on_success", "on_end"):
+            f = getattr(self, hook)
+            if f is not None:
+                out[hook] = {"workflow": f} if isinstance(f, str) else render(f)
         nodes = []
         for decl in self._nodes:
             node = {"id": decl.id, **decl.spec.to_json()}

@@ -355,6 +355,14 @@ export interface OnFailure {
   on?: Array<"FAILED" | "CANCELLED">;
 }
 
+/** A definition's `on_success` or `on_end`. */
+export interface Hook {
+  workflow: WorkflowRef;
+  version?: number;
+  /** A template over `{run, input}`. */
+  input?: unknown;
+}
+
 /** A definition's trigger. */
 export interface Trigger {
   event: string;
@@ -375,6 +383,10 @@ export interface WorkflowOptions<I = unknown> {
   output?: unknown;
   concurrency?: { max: number; key?: Template<string> | undefined } | undefined;
   onFailure?: OnFailure | undefined;
+  /** The run a run's SUCCEEDED end starts. */
+  onSuccess?: Hook | undefined;
+  /** The run a run's every end (SUCCEEDED, FAILED, CANCELLED) starts. */
+  onEnd?: Hook | undefined;
   tags?: Record<string, Template<string | number | boolean>> | undefined;
   triggers?: Trigger[] | undefined;
   /** 1 (served first) to 5 (last). */
@@ -555,9 +567,14 @@ export class WorkflowBuilder<I = unknown, O = unknown> {
     if (o.fairnessKey !== undefined) def["fairness_key"] = o.fairnessKey;
     if (o.concurrency !== undefined) def["concurrency"] = o.concurrency;
     if (o.tags !== undefined) def["tags"] = o.tags;
-    if (o.onFailure !== undefined) {
-      const { workflow, ...rest } = o.onFailure;
-      def["on_failure"] = { workflow: typeof workflow === "string" ? workflow : workflow.name, ...rest };
+    for (const [field, hook] of [
+      ["on_failure", o.onFailure],
+      ["on_success", o.onSuccess],
+      ["on_end", o.onEnd],
+    ] as const) {
+      if (hook === undefined) continue;
+      const { workflow, ...rest } = hook;
+      def[field] = { workflow: typeof workflow === "string" ? workflow : workflow.name, ...rest };
     }
     if (o.triggers !== undefined) {
       def["triggers"] = o.triggers.map((t) => ({ ...t, ...(t.when === undefined ? {} : { when: condition(t.when) }) }));

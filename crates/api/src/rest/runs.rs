@@ -61,6 +61,14 @@ pub struct ControlRun {
     pub reason: Option<String>,
 }
 
+/// A run a hook of another run started.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct HookRun {
+    /// `on_failure`, `on_success` or `on_end`.
+    pub hook: String,
+    pub run_id: Uuid,
+}
+
 /// A run; `tasks` only where one run is asked for.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct RunView {
@@ -93,13 +101,18 @@ pub struct RunView {
     /// A LOOP's child run: the iteration it is (from 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_iteration: Option<i32>,
-    /// A failure handler's run: the run whose end started it.
+    /// A hook's run (a failure handler, `on_success`, `on_end`): the run
+    /// whose end started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handles_run_id: Option<Uuid>,
-    /// The failure handler runs this run's ends started (where one run is
-    /// asked for), oldest first.
+    /// The failure handler runs (`on_failure`) this run's ends started
+    /// (where one run is asked for), oldest first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_handler_run_ids: Option<Vec<Uuid>>,
+    /// Every hook's run this run's end started (`on_failure`, `on_success`,
+    /// `on_end`; where one run is asked for), oldest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_runs: Option<Vec<HookRun>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<TaskView>>,
     /// The OpenTelemetry trace its spans go to (32 hex digits): its own id,

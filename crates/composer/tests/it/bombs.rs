@@ -355,7 +355,7 @@ fn routes_of(f: &composer_testkit::schema::SchemaField, start_time: bool) -> Vec
     use Route::*;
     match f.def.as_str() {
         "TriggerSpec" => vec![Event, Webhook],
-        "OnFailureSpec" => vec![HandlerInput],
+        "OnFailureSpec" | "HookSpec" => vec![HandlerInput],
         _ if start_time => vec![Api, Event, Webhook, Schedule, Child, Handler],
         _ if f.is_node_config() => vec![Api, Child, Item, Handler, Rerun, BulkRerun],
         _ => vec![Api, Child, Handler, Rerun, BulkRerun],
@@ -592,7 +592,9 @@ async fn every_expression_field_of_the_schema_holds_every_bomb() {
             let mut def = schema::definition_with(&schema, &name, f, planted(f.mark.as_deref().unwrap(), source));
             match f.def.as_str() {
                 "TriggerSpec" => def["triggers"][0]["event"] = json!(format!("ev.{name}")),
-                "OnFailureSpec" => def["nodes"] = json!([{"id": "n", "type": "FAIL", "config": {"message": "no"}}]),
+                "OnFailureSpec" | "HookSpec" => {
+                    def["nodes"] = json!([{"id": "n", "type": "FAIL", "config": {"message": "no"}}])
+                }
                 _ => def["triggers"] = json!([{"event": format!("ev.{name}")}]),
             }
             cases.push((b, Case { name, field: f.name(), bomb: bomb_name, def }));
@@ -610,7 +612,7 @@ async fn every_expression_field_of_the_schema_holds_every_bomb() {
             .map(|(k, (_, case))| async move {
                 let f = by_field(&case.field);
                 let start_time = match f.def.as_str() {
-                    "TriggerSpec" | "OnFailureSpec" => false,
+                    "TriggerSpec" | "OnFailureSpec" | "HookSpec" => false,
                     _ => c.client.post("/v1/runs", &json!({"workflow": case.name})).await.0 == 400,
                 };
                 let route = routes_of(f, start_time)[0];

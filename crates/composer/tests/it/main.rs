@@ -19,6 +19,7 @@ mod flow;
 mod hardening;
 mod hardening_http;
 mod hardening_worker;
+mod hooks;
 mod http_steps;
 mod in_part;
 mod in_process;

@@ -670,42 +670,59 @@ async fn children_starting_when_a_coordinator_is_killed_are_started_once_and_fin
     c.stop();
 }
 
-/// A coordinator is SIGKILLed while runs fail and their failure handlers
-/// start: each failed run has exactly one handler, whichever coordinator
-/// committed its end.
+/// A coordinator is SIGKILLed while runs end and their hooks start (a
+/// failure handler and `on_end` for a failed run, `on_success` and
+/// `on_end` for one that succeeded): each end started each of its hooks
+/// exactly once, whichever coordinator committed it.
 #[tokio::test]
-async fn failure_handlers_starting_when_a_coordinator_is_killed_start_once_per_failed_run() {
+async fn hooks_starting_when_a_coordinator_is_killed_start_once_per_end() {
     let http = FakeHttp::start().await;
     let mut c = TwoCoordinators::start("kill-mid-handlers", true).await;
     let clients = c.clients();
-    let handler = json!({"name": "note_failure", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input }"}}]});
-    let failing = json!({"name": "fails_loudly", "on_failure": {"workflow": "note_failure"},
-        "nodes": [http_node("a", &http.url("/slow/50/a"), 1), http_node("b", &http.url("/bad/b"), 1)],
-        "edges": [{"from": "a", "to": "b"}]});
+    let handler =
+        json!({"name": "note_end", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input }"}}]});
+    let hooked = |name: &str, last: &str| {
+        json!({"name": name, "on_failure": {"workflow": "note_end"}, "on_success": {"workflow": "note_end"},
+            "on_end": {"workflow": "note_end"},
+            "nodes": [http_node("a", &http.url("/slow/50/a"), 1), http_node("b", &http.url(last), 1)],
+            "edges": [{"from": "a", "to": "b"}]})
+    };
     assert_eq!(clients[0].post("/v1/workflows", &handler).await.0, 201);
-    assert_eq!(clients[0].post("/v1/workflows", &failing).await.0, 201);
+    assert_eq!(clients[0].post("/v1/workflows", &hooked("fails_loudly", "/bad/b")).await.0, 201);
+    assert_eq!(clients[0].post("/v1/workflows", &hooked("succeeds_loudly", "/ok/b")).await.0, 201);
     let mut ids = Vec::new();
-    for i in 0..40 {
-        let (status, run) = clients[i % 2].post("/v1/runs", &json!({"workflow": "fails_loudly"})).await;
+    for i in 0..60 {
+        let workflow = if i % 3 == 2 { "succeeds_loudly" } else { "fails_loudly" };
+        let (status, run) = clients[i % 2].post("/v1/runs", &json!({"workflow": workflow})).await;
         assert_eq!(status, 201, "{run}");
-        ids.push(run["id"].as_str().unwrap().to_string());
+        ids.push((run["id"].as_str().unwrap().to_string(), workflow));
     }
-    // Killed as the runs begin to fail (and their handlers to start).
-    eventually(Duration::from_secs(30), "a first run to reach its failing step", || async {
-        (http.calls("/bad/b") > 0).then_some(())
+    // Killed as the runs begin to end (and their hooks to start).
+    eventually(Duration::from_secs(30), "a first run to reach its last step", || async {
+        (http.calls("/bad/b") > 0 && http.calls("/ok/b") > 0).then_some(())
     })
     .await;
     kill9(&mut c.coordinators[0]);
-    for id in &ids {
+    for (id, workflow) in &ids {
         let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
-        assert_eq!(run["status"], "FAILED", "{run}");
-        let handlers = run["failure_handler_run_ids"].as_array().unwrap();
-        assert_eq!(handlers.len(), 1, "one handler per failed run: {run}");
-        let h = clients[1].wait_for_run(handlers[0].as_str().unwrap(), Duration::from_secs(60)).await;
-        assert_eq!((h["status"].as_str(), h["handles_run_id"].as_str()), (Some("SUCCEEDED"), Some(id.as_str())));
+        let (end, hooks) = match *workflow {
+            "fails_loudly" => ("FAILED", ["on_failure", "on_end"]),
+            _ => ("SUCCEEDED", ["on_success", "on_end"]),
+        };
+        assert_eq!(run["status"], end, "{run}");
+        let started = run["hook_runs"].as_array().unwrap();
+        let mut named: Vec<&str> = started.iter().map(|h| h["hook"].as_str().unwrap()).collect();
+        named.sort_unstable();
+        let mut want = hooks.to_vec();
+        want.sort_unstable();
+        assert_eq!(named, want, "each hook once per end: {run}");
+        for h in started {
+            let h = clients[1].wait_for_run(h["run_id"].as_str().unwrap(), Duration::from_secs(60)).await;
+            assert_eq!((h["status"].as_str(), h["handles_run_id"].as_str()), (Some("SUCCEEDED"), Some(id.as_str())));
+        }
     }
-    let all = clients[1].get("/v1/runs?workflow=note_failure&limit=1000").await;
-    assert_eq!(all["runs"].as_array().unwrap().len(), 40, "no handler started twice");
+    let all = clients[1].get("/v1/runs?workflow=note_end&limit=1000").await;
+    assert_eq!(all["runs"].as_array().unwrap().len(), 120, "no hook started twice");
     c.stop();
 }
 

@@ -1,16 +1,17 @@
-//! A run's failure handler (`on_failure`): the run another workflow starts
-//! when one of this workflow's runs ends FAILED (or CANCELLED, if it says
-//! so). It is created in the transaction that writes the end, so a handler
-//! starts exactly once for each end, whichever coordinator commits it and
-//! whatever crashes: the end and the handler commit together or not at all.
+//! A run's hooks (`on_failure`, `on_success`, `on_end`): the runs of other
+//! workflows a run's end starts (FAILED, and CANCELLED if `on_failure` says
+//! so; SUCCEEDED; any end). Each is created in the transaction that writes
+//! the end, so a hook starts exactly once for each end, whichever
+//! coordinator commits it and whatever crashes: the end and its hooks'
+//! runs commit together or not at all.
 
 use composer_core::trace::{RunTrace, TraceContext};
 use std::sync::Arc;
 
-use composer_core::definition::Workflow;
-use composer_core::machine::{HistoryKind, TaskState};
+use composer_core::definition::{Hook, Workflow};
+use composer_core::machine::HistoryKind;
 use composer_store::definitions::DefinitionRow;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::admission::{self, Bounds, NewRunOf};
 use super::error::{EngineError, Rejection, Result};
@@ -18,109 +19,60 @@ use super::evaluator::{self, Subject};
 use super::loaded::Loaded;
 use super::store::RunStore;
 
-/// Whether the run's transition ends it in a way its definition's handler
-/// is for. A handler's own run never starts another.
-pub fn owes_handler(l: &Loaded) -> bool {
-    l.tr.run_changed
-        && l.handles.is_none()
-        && l.wf.on_failure.as_ref().is_some_and(|h| h.starts_on(l.run.status))
-        && !l.tr.history.iter().any(|h| h.kind == HistoryKind::HandlerStarted)
-}
-
-/// What a handler run's input sees of the run that failed: `{id, workflow,
-/// status, error, nodes}`, each node's state, output and error.
-fn failed_run(l: &Loaded, with_outputs: bool) -> Value {
-    let mut nodes = Map::new();
-    for t in l.run.tasks.iter().filter(|t| t.item.is_none() && !t.removed) {
-        let mut node = json!({"state": t.state});
-        if with_outputs && t.state == TaskState::Completed {
-            node["output"] = t.output.clone().unwrap_or(Value::Null);
-        }
-        if let Some(error) = t.error_json() {
-            node["error"] = error;
-        }
-        nodes.insert(l.wf.nodes[t.node].id.clone(), node);
+/// The hooks the run's transition ends it in a way they are for, in the
+/// definition's order. A hook's own run never starts another.
+pub fn owed_hooks(l: &Loaded) -> Vec<Hook> {
+    if !l.tr.run_changed || l.handles.is_some() {
+        return Vec::new();
     }
-    json!({"id": l.run.id, "workflow": l.wf.spec.name, "status": l.run.status, "error": l.run.error, "nodes": nodes})
-}
-
-/// The handler's input: the definition's `on_failure.input` over
-/// `{failed_run, input}` (evaluated through the evaluator's door, for the
-/// failed run), or `{"failed_run": …}`. The nodes' outputs are left out when
-/// the input would be larger than the payload limit with them, or when they
-/// and the run's input are more than one scope may hold (`Run::max_read`).
-async fn handler_input(l: &Loaded, bounds: Bounds) -> std::result::Result<Value, String> {
-    let h = l.wf.on_failure.as_ref().ok_or("no handler")?;
-    // The nodes' outputs, copied and converted only when they and the
-    // input fit in what one scope may hold (`Run::max_read`).
-    let outputs = l.run.tasks.iter().filter(|t| t.item.is_none() && !t.removed && t.state == TaskState::Completed);
-    let values = std::iter::once(&l.run.input).chain(outputs.filter_map(|t| t.output.as_ref()));
-    let mut left = Some(l.run.max_read);
-    for value in values {
-        left = left.and_then(|left| Some(left - composer_core::storable::size_up_to(value, left)?));
-    }
-    let contexts: Vec<Value> = [true, false]
-        .into_iter()
-        .filter(|&with_outputs| !with_outputs || left.is_some())
-        .map(|with_outputs| json!({"failed_run": failed_run(l, with_outputs), "input": l.run.input}))
-        .collect();
-    let Some(template) = h.input.clone() else {
-        return first_storable(contexts.into_iter().map(|ctx| Ok(json!({"failed_run": ctx["failed_run"]}))), bounds);
+    let started = |h: &Hook| {
+        l.tr.history.iter().any(|e| {
+            e.kind == HistoryKind::HandlerStarted
+                && e.payload.get("hook").and_then(Value::as_str).unwrap_or("on_failure") == h.kind.field()
+        })
     };
-    let simple = template.is_simple();
-    evaluator::evaluate(
-        Subject::Run(l.run.id),
-        simple,
-        (template, contexts, bounds),
-        |sb, (template, contexts, bounds)| {
-            let inputs =
-                contexts.iter().map(|ctx| template.eval(sb, ctx).map_err(|e| format!("on_failure.input: {e}")));
-            first_storable(inputs, bounds)
-        },
-    )
+    l.wf.hooks.iter().filter(|h| h.starts_on(l.run.status) && !started(h)).cloned().collect()
+}
+
+/// The hook's input (evaluated through the evaluator's door, for the run
+/// that ended): see [`composer_core::machine::hook_input`].
+async fn hook_input(l: &Loaded, hook: &Hook, bounds: Bounds) -> std::result::Result<Value, String> {
+    let scopes = composer_core::machine::hook_scopes(hook, &l.wf, &l.run);
+    let simple = hook.input.as_ref().is_none_or(|t| t.is_simple());
+    let field = hook.kind.field();
+    evaluator::evaluate(Subject::Run(l.run.id), simple, (hook.clone(), scopes, bounds), |sb, (hook, scopes, bounds)| {
+        composer_core::machine::hook_input(sb, &hook, &scopes, bounds.max_payload)
+    })
     .await
-    .map_err(|lost| format!("on_failure.input: {lost}"))?
+    .map_err(|lost| format!("{field}.input: {lost}"))?
 }
 
-/// The first of `inputs` within the payload limit; the first that does not
-/// evaluate is the error, and so is the last one's size.
-fn first_storable(
-    inputs: impl Iterator<Item = std::result::Result<Value, String>>,
-    bounds: Bounds,
-) -> std::result::Result<Value, String> {
-    let mut last = String::new();
-    for input in inputs {
-        let input = input?;
-        match composer_core::storable::check(&input, "on_failure.input", bounds.max_payload) {
-            Ok(()) => return Ok(input),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// Creates the handler run a failed run owes, in the store's transaction,
-/// and notes in the failed run's history which run it started (or why none
-/// could start: a handler workflow that is not registered, an input that
-/// does not evaluate; the failed run's end is written either way).
+/// Creates the run `hook` starts for the run that ended, in the store's
+/// transaction, and notes in the ended run's history which run it started
+/// (or why none could start: a workflow that is not registered, an input
+/// that does not evaluate; the run's end is written either way).
 pub async fn start<S: RunStore>(
     store: &S,
     compile: &(dyn Fn(&DefinitionRow) -> Result<Arc<Workflow>> + Sync),
     l: &mut Loaded,
+    hook: &Hook,
     bounds: Bounds,
 ) -> Result<Option<Loaded>> {
-    let Some(h) = l.wf.on_failure.clone() else { return Ok(None) };
+    let field = hook.kind.field();
     let started = async {
         let def = store
-            .definition(&h.workflow, h.version)
+            .definition(&hook.workflow, hook.version)
             .await?
-            .ok_or_else(|| Rejection::UnknownWorkflow { name: h.workflow.clone(), version: h.version })?;
-        let input = handler_input(l, bounds).await.map_err(Rejection::HandlerInput)?;
+            .ok_or_else(|| Rejection::UnknownWorkflow { name: hook.workflow.clone(), version: hook.version })?;
+        let input = hook_input(l, hook, bounds).await.map_err(Rejection::HandlerInput)?;
         let wf = compile(&def)?;
-        let trigger = json!({"failure_of": l.run.id});
-        // The handler's span sits under the span of the run that failed.
-        let failed = RunTrace::of(l.run.id, l.traceparent.as_deref());
-        let traceparent = TraceContext { trace_id: failed.trace_id, span_id: failed.run_span, sampled: true }.header();
+        let trigger = match hook.kind {
+            composer_core::definition::HookKind::OnFailure => json!({"failure_of": l.run.id}),
+            _ => json!({"hook": field, "end_of": l.run.id}),
+        };
+        // The hook's span sits under the span of the run that ended.
+        let ended = RunTrace::of(l.run.id, l.traceparent.as_deref());
+        let traceparent = TraceContext { trace_id: ended.trace_id, span_id: ended.run_span, sampled: true }.header();
         let how = NewRunOf {
             def: &def,
             input: &input,
@@ -141,14 +93,15 @@ pub async fn start<S: RunStore>(
     .await;
     match started {
         Ok((row, loaded)) => {
-            tracing::info!(run_id = %l.run.id, handler = %row.id, workflow = %h.workflow, "failure handler started");
-            l.tr.log(HistoryKind::HandlerStarted, json!({"run_id": row.id, "workflow": h.workflow}));
+            tracing::info!(run_id = %l.run.id, hook = field, started = %row.id, workflow = %hook.workflow, "hook started");
+            l.tr.log(HistoryKind::HandlerStarted, json!({"run_id": row.id, "workflow": hook.workflow, "hook": field}));
             Ok(loaded)
         }
         Err(EngineError::Rejected(why)) => {
-            tracing::warn!(run_id = %l.run.id, workflow = %h.workflow, error = %why, "failure handler not started");
+            tracing::warn!(run_id = %l.run.id, hook = field, workflow = %hook.workflow, error = %why, "hook not started");
             let reason = why.to_string();
-            l.tr.log(HistoryKind::HandlerStarted, json!({"run_id": null, "workflow": h.workflow, "error": reason}));
+            let noted = json!({"run_id": null, "workflow": hook.workflow, "hook": field, "error": reason});
+            l.tr.log(HistoryKind::HandlerStarted, noted);
             Ok(None)
         }
         Err(e) => Err(e),
@@ -209,14 +162,16 @@ mod tests {
             json!({"workflow": "h", "input": {"seen": "${ .failed_run.nodes.a.output }", "in": "${ .input.text }"}});
         for (max_read, shown) in [(4096, true), (700, true), (500, false), (350, false)] {
             let l = failed(max_read, json!({"workflow": "h"})).await;
-            let input = handler_input(&l, Bounds::DEFAULT).await.unwrap();
+            let hook = l.wf.hooks[0].clone();
+            let input = hook_input(&l, &hook, Bounds::DEFAULT).await.unwrap();
             let a = &input["failed_run"]["nodes"]["a"];
             assert_eq!(a["state"], "COMPLETED", "{max_read}: {input}");
             assert_eq!(a.get("output"), shown.then_some(&text), "{max_read}: {input}");
             assert!(input["failed_run"]["nodes"]["b"]["error"].to_string().contains("boom"), "{input}");
 
             let l = failed(max_read, template.clone()).await;
-            let input = handler_input(&l, Bounds::DEFAULT).await.unwrap();
+            let hook = l.wf.hooks[0].clone();
+            let input = hook_input(&l, &hook, Bounds::DEFAULT).await.unwrap();
             let seen = if shown { text.clone() } else { Value::Null };
             assert_eq!(input, json!({"seen": seen, "in": text}), "{max_read}");
         }

@@ -59,9 +59,11 @@ impl Engine {
         let mut loaded: Vec<&mut Loaded> = loaded.collect();
         let mut handlers = Vec::new();
         let compile = |def: &DefinitionRow| self.compile(def);
-        for l in loaded.iter_mut().filter(|l| handler::owes_handler(l)) {
-            if let Some(h) = handler::start(&Tx(tx, &self.payloads), &compile, l, self.bounds).await? {
-                handlers.push(h);
+        for l in loaded.iter_mut() {
+            for hook in handler::owed_hooks(l) {
+                if let Some(h) = handler::start(&Tx(tx, &self.payloads), &compile, l, &hook, self.bounds).await? {
+                    handlers.push(h);
+                }
             }
         }
         if self.payloads.is_on() {

@@ -11,7 +11,7 @@ use axum::Json;
 use composer_api::rest::HeldView;
 use composer_api::schema::Name;
 use composer_api::{
-    AttemptLines, ErrorBody, HistoryEntryView, HistoryPage, ItemPage, LogLineView, RunPage, RunView, StartRun,
+    AttemptLines, ErrorBody, HistoryEntryView, HistoryPage, HookRun, ItemPage, LogLineView, RunPage, RunView, StartRun,
     StepLogs, TaskView,
 };
 use composer_core::duration;
@@ -295,6 +295,7 @@ pub fn run_view(r: &RunRow, tasks: Option<&[TaskRow]>) -> RunView {
         parent_iteration: r.parent.map(|p| p.iteration),
         handles_run_id: r.handles_run_id,
         failure_handler_run_ids: None,
+        hook_runs: None,
         tasks: tasks.map(|tasks| tasks.iter().map(task_view).collect()),
         trace_id: composer_core::trace::RunTrace::of(r.id, r.traceparent.as_deref()).trace_id_hex(),
         priority: r.priority,
@@ -347,8 +348,13 @@ pub(crate) async fn view_as_kept(
 ) -> Result<RunView, composer_store::Error> {
     let mut view = run_view(run, Some(&[]));
     view.tasks = Some(task_views_as_kept(client, run.id, tasks).await?);
-    if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
-        view.failure_handler_run_ids = Some(runs::handlers_of(client, run.id).await?);
+    if run.status.is_terminal() {
+        let hooks = runs::handlers_of(client, run.id).await?;
+        if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
+            view.failure_handler_run_ids =
+                Some(hooks.iter().filter(|(_, hook)| hook == "on_failure").map(|(id, _)| *id).collect());
+        }
+        view.hook_runs = Some(hooks.into_iter().map(|(run_id, hook)| HookRun { hook, run_id }).collect());
     }
     Ok(view)
 }

@@ -82,7 +82,7 @@ pub async fn run_page(
 
 /// What the run is and where it came from: its workflow, parent, trigger,
 /// failure handlers, tags, priority, fairness key and trace.
-fn meta(run: &RunRow, handlers: &[Uuid]) -> Html {
+fn meta(run: &RunRow, handlers: &[(Uuid, String)]) -> Html {
     let mut said = html!("Workflow {} v{}", workflow_link(&run.workflow_name), run.workflow_version);
     if let Some(p) = run.parent {
         said.push(html!(" · child of {}", run_link(&p.run_id)));
@@ -97,11 +97,17 @@ fn meta(run: &RunRow, handlers: &[Uuid]) -> Html {
         let link = html!("<a href=\"/ui/events?name={}\">{}</a>", url_enc(ev), ev);
         said.push(html!(" · started by event {}", link));
     }
-    if let Some(failed) = run.handles_run_id {
-        said.push(html!(" · failure handler of {}", run_link(&failed)));
+    if let Some(ended) = run.handles_run_id {
+        match run.trigger.as_ref().and_then(|t| t["hook"].as_str()) {
+            Some(hook) => said.push(html!(" · <code>{}</code> hook of {}", hook, run_link(&ended))),
+            None => said.push(html!(" · failure handler of {}", run_link(&ended))),
+        }
     }
-    for handler in handlers {
-        said.push(html!(" · its failure handler: {}", run_link(handler)));
+    for (handler, hook) in handlers {
+        match hook.as_str() {
+            "on_failure" => said.push(html!(" · its failure handler: {}", run_link(handler))),
+            hook => said.push(html!(" · its <code>{}</code> hook: {}", hook, run_link(handler))),
+        }
     }
     if let Some(tags) = run.tags.as_ref().and_then(|t| t.as_object()).filter(|t| !t.is_empty()) {
         said.push(html!(" · tags {}", tag_links(tags)));

@@ -11,6 +11,8 @@
 //!   concurrencies, named limits), as written and compiled.
 //! - [`input_schema`]: a workflow's JSON Schema of its runs' input,
 //!   compiled at registration and checked at every start.
+//! - `hooks`: the runs a run's end starts (`on_failure`, `on_success`,
+//!   `on_end`), compiled.
 //! - [`start`]: what a definition decides of a new run from its input:
 //!   its tags, concurrency key and fairness key, in one scope of it.
 //! - `located`: reading a part of a definition with serde so that an
@@ -30,6 +32,7 @@ use input_schema::InputSchema;
 
 mod check;
 pub mod config;
+mod hooks;
 pub mod input_schema;
 mod kind;
 pub mod limit;
@@ -38,6 +41,7 @@ mod node;
 mod spec;
 
 pub use check::{check_name, check_path_segment, ValidationError, MAX_ID_LEN};
+pub use hooks::{Ends, Hook, HookKind};
 pub use kind::{
     is_error_code, traits_of, Collect, LoopConfig, MapConfig, NodeKind, Tolerated, Traits, WaitFor, BUILT_IN,
     HTTP_METHODS, LOOP_MAX_ITERATIONS, MAP_DEFAULT_CONCURRENCY, MAP_MAX_ITEMS, MAX_ERROR_CODE_LEN,
@@ -45,7 +49,8 @@ pub use kind::{
 };
 pub use node::{default_queue, Node, RetryPolicy, MAX_RETRY_ATTEMPTS, MAX_RETRY_MULTIPLIER};
 pub use spec::{
-    ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, NodeSpec, On429, OnFailureSpec, RetrySpec, TriggerSpec, WorkflowSpec,
+    ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, HookSpec, NodeSpec, On429, OnFailureSpec, RetrySpec, TriggerSpec,
+    WorkflowSpec,
 };
 
 use check::positive_duration;
@@ -101,20 +106,6 @@ pub struct Edge {
     pub on: EdgeOn,
 }
 
-/// A definition's failure handler: the run it starts when one of its runs
-/// ends FAILED (or CANCELLED, with `on_cancelled`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct OnFailure {
-    pub workflow: String,
-    pub version: Option<i32>,
-    /// The handler run's input, over `{failed_run, input}`; `None` gives
-    /// `{"failed_run": …}`.
-    pub input: Option<Template>,
-    /// The ends that start it (by default FAILED only).
-    pub on_failed: bool,
-    pub on_cancelled: bool,
-}
-
 /// A parsed and validated definition, indexed for the state machine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workflow {
@@ -135,8 +126,8 @@ pub struct Workflow {
     pub timeout: Option<Duration>,
     /// The limit on open runs.
     pub concurrency: Option<Concurrency>,
-    /// The run a failed run starts.
-    pub on_failure: Option<OnFailure>,
+    /// The runs a run's end starts (`on_failure`, `on_success`, `on_end`).
+    pub hooks: Vec<Hook>,
     /// Every run's tags, by key, evaluated over `{input}` when it starts.
     pub tags: Vec<(String, Template)>,
     /// The events that start runs of it.
@@ -164,7 +155,7 @@ struct Parts {
     input_schema: Option<InputSchema>,
     timeout: Option<Duration>,
     concurrency: Option<Concurrency>,
-    on_failure: Option<OnFailure>,
+    hooks: Vec<Hook>,
     tags: Vec<(String, Template)>,
     triggers: Vec<Trigger>,
     fairness_key: Option<Template>,
@@ -203,7 +194,7 @@ impl Workflow {
             input_schema,
             timeout,
             concurrency,
-            on_failure,
+            hooks,
             tags,
             triggers,
             fairness_key,
@@ -221,7 +212,7 @@ impl Workflow {
             input_schema,
             timeout,
             concurrency,
-            on_failure,
+            hooks,
             tags,
             triggers,
             priority,
@@ -285,7 +276,7 @@ impl Workflow {
                 Some(Concurrency { key, max: c.max })
             }
         };
-        let on_failure = spec.on_failure.as_ref().map(compile_on_failure).transpose()?;
+        let hooks = hooks::compile_hooks(spec.on_failure.as_ref(), spec.on_success.as_ref(), spec.on_end.as_ref())?;
         let tags = compile_tags(spec.tags.as_ref())?;
         let triggers = compile_triggers(spec.triggers.as_deref())?;
         let fairness_key = match &spec.fairness_key {
@@ -303,7 +294,7 @@ impl Workflow {
             input_schema,
             timeout,
             concurrency,
-            on_failure,
+            hooks,
             tags,
             triggers,
             fairness_key,
@@ -587,46 +578,6 @@ fn compile_triggers(triggers: Option<&[TriggerSpec]>) -> Result<Vec<Trigger>, Va
         out.push(Trigger { event: t.event.clone(), when, input, idempotency_key });
     }
     Ok(out)
-}
-
-/// `on_failure`: a named workflow, an input template that reads no secret,
-/// and the ends it is for.
-fn compile_on_failure(h: &OnFailureSpec) -> Result<OnFailure, ValidationError> {
-    validate_name("on_failure.workflow", &h.workflow)?;
-    if h.version.is_some_and(|v| v < 1) {
-        return Err(ValidationError::new("on_failure.version", "must be a version number (1 or more)"));
-    }
-    let input = match &h.input {
-        None => None,
-        Some(v) if v.to_string().contains(".secrets") => {
-            return Err(ValidationError::new("on_failure.input", "a handler's input cannot read secrets"))
-        }
-        Some(v) => {
-            Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("on_failure.input{p}"), m))?)
-        }
-    };
-    let (mut on_failed, mut on_cancelled) = (h.on.is_none(), false);
-    match &h.on {
-        None => {}
-        Some(ends) if ends.is_empty() => {
-            return Err(ValidationError::new("on_failure.on", "must name FAILED, CANCELLED or both"))
-        }
-        Some(ends) => {
-            for end in ends {
-                match end.as_str() {
-                    "FAILED" => on_failed = true,
-                    "CANCELLED" => on_cancelled = true,
-                    other => {
-                        return Err(ValidationError::new(
-                            "on_failure.on",
-                            format!("{other:?} is not an end a handler can start on (FAILED, CANCELLED)"),
-                        ))
-                    }
-                }
-            }
-        }
-    }
-    Ok(OnFailure { workflow: h.workflow.clone(), version: h.version, input, on_failed, on_cancelled })
 }
 
 /// The nodes `node`'s expressions and incoming conditions read, sorted;
@@ -979,6 +930,16 @@ mod tests {
             ),
             (json!({"name": "h", "nodes": [http("a")], "on_failure": {"workflow": "bad name"}}), "on_failure.workflow"),
             (
+                json!({"name": "h", "nodes": [http("a")], "on_success": {"workflow": "x", "on": ["FAILED"]}}),
+                "on_success.on",
+            ),
+            (
+                json!({"name": "h", "nodes": [http("a")], "on_end": {"workflow": "x", "input": "${ .secrets.K }"}}),
+                "on_end.input",
+            ),
+            (json!({"name": "h", "nodes": [http("a")], "on_end": {"workflow": "x", "version": 0}}), "on_end.version"),
+            (json!({"name": "h", "nodes": [http("a")], "on_success": {"input": {}}}), "on_success.workflow"),
+            (
                 json!({"name": "d", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}, "delivery": "at_most_once"}]}),
                 "nodes[w].delivery",
             ),
@@ -1002,7 +963,8 @@ mod tests {
             "on_failure": {"workflow": "cleanup", "on": ["FAILED", "CANCELLED"]}}))
         .unwrap();
         assert!(ok.handles_failure(0) && !ok.handles_failure(1));
-        assert!(ok.on_failure.as_ref().is_some_and(|h| h.on_failed && h.on_cancelled));
+        let ends = Ends { succeeded: false, failed: true, cancelled: true };
+        assert!(matches!(&ok.hooks[..], [h] if h.kind == HookKind::OnFailure && h.ends == ends));
     }
 
     #[test]

@@ -52,6 +52,15 @@ pub struct WorkflowSpec {
     /// (and, if `on` says so, CANCELLED), in the same commit as that end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailureSpec>,
+    /// A run of another workflow started when a run of this one ends
+    /// SUCCEEDED, in the same commit as that end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_success: Option<HookSpec>,
+    /// A run of another workflow started when a run of this one ends,
+    /// however it ends (SUCCEEDED, FAILED or CANCELLED), in the same commit
+    /// as that end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_end: Option<HookSpec>,
     /// Tags of every run, `{key: text or an expression over {input}}`, to
     /// find runs by (`GET /v1/runs?tag.customer=42`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -123,6 +132,25 @@ pub struct OnFailureSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<crate::schema::HandlerEnd>>, min_items = 1))]
     pub on: Option<Vec<String>>,
+}
+
+/// `on_success` and `on_end`: the run a run's end starts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct HookSpec {
+    /// The hook's workflow (the latest version when it starts, unless
+    /// `version` is given).
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
+    pub workflow: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub version: Option<i32>,
+    /// The hook run's input, a template over `{run: {id, workflow, status,
+    /// error, output, nodes}, input}`; by default `{"run": …}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::JsonValue))]
+    pub input: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -271,7 +299,7 @@ impl EdgeOn {
 }
 
 /// The fields a definition may have.
-const FIELDS: [&str; 13] = [
+const FIELDS: [&str; 15] = [
     "name",
     "description",
     "input_schema",
@@ -281,6 +309,8 @@ const FIELDS: [&str; 13] = [
     "timeout",
     "concurrency",
     "on_failure",
+    "on_success",
+    "on_end",
     "tags",
     "triggers",
     "priority",
@@ -309,6 +339,8 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
     let timeout = optional_text(obj, "timeout", "must be a duration string such as \"1h\"")?;
     let concurrency = optional_object(obj, "concurrency")?;
     let on_failure = optional_object(obj, "on_failure")?;
+    let on_success = optional_object(obj, "on_success")?;
+    let on_end = optional_object(obj, "on_end")?;
     let tags = match obj.get("tags") {
         None | Some(Value::Null) => None,
         Some(Value::Object(t)) => Some(t.clone()),
@@ -330,6 +362,8 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
         timeout,
         concurrency,
         on_failure,
+        on_success,
+        on_end,
         tags,
         triggers,
         priority,

@@ -132,10 +132,11 @@ impl crate::definition::EdgeOn {
     }
 }
 
-impl crate::definition::OnFailure {
-    /// Whether a run that ended in `status` starts the handler.
+impl crate::definition::Hook {
+    /// Whether a run that ended in `status` starts the hook.
     pub fn starts_on(&self, status: RunStatus) -> bool {
-        use RunStatus::{Cancelled, Failed};
-        (status == Failed && self.on_failed) || (status == Cancelled && self.on_cancelled)
+        use RunStatus::{Cancelled, Failed, Succeeded};
+        let e = self.ends;
+        (status == Succeeded && e.succeeded) || (status == Failed && e.failed) || (status == Cancelled && e.cancelled)
     }
 }

@@ -25,6 +25,8 @@
 //! - `history`: a [`HistoryEntry`] and its [`HistoryKind`].
 //! - `effect`: what the engine does for the machine: an [`Effect`] (a
 //!   [`Need`]) in the transaction, an [`AfterCommit`] after it.
+//! - `hooks`: what a hook's run (`on_failure`, `on_success`, `on_end`) is
+//!   started with, over the run that ended.
 //! - `transition`: what an event changed ([`Transition`]), or why it did
 //!   not ([`IgnoreKind`]).
 //!
@@ -50,6 +52,7 @@ pub mod codes;
 mod effect;
 mod event;
 mod history;
+mod hooks;
 mod lifecycle;
 mod map;
 pub mod migrate;
@@ -62,6 +65,7 @@ mod transition;
 pub use effect::{AfterCommit, Effect, Need};
 pub use event::{Event, Resolution};
 pub use history::{HistoryEntry, HistoryKind};
+pub use hooks::{hook_input, hook_scopes};
 pub use lifecycle::{RunStatus, TaskState};
 pub use map::{collected_entry, ITEMS_PER_EVENT, ITEM_CHUNK};
 pub use run::{ParentRef, Run, EVENT_READS, SCOPE_MAX_BYTES};

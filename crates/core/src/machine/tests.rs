@@ -1095,7 +1095,7 @@ impl Engine {
         // Runs read in part gather a MAP's output from storage, as the
         // engine's do; the others from the items loaded.
         run.collects_in_storage = part;
-        if self.unread && self.wf.on_failure.is_none() && events.iter().all(Event::reads_in_part) {
+        if self.unread && self.wf.hooks.is_empty() && events.iter().all(Event::reads_in_part) {
             let mut keep = |v: &mut Value| {
                 let real = std::mem::replace(v, json!({crate::storable::OFFLOADED_KEY: {"n": self.kept.len()}}));
                 self.kept.push(real);

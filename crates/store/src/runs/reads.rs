@@ -78,10 +78,14 @@ pub async fn task_of_node(client: &Client, run_id: Uuid, node_id: &str) -> Resul
 }
 
 /// The failure handler runs `run_id`'s ends started, oldest first.
-pub async fn handlers_of(client: &Client, run_id: Uuid) -> Result<Vec<Uuid>> {
-    let stmt =
-        client.prepare_cached("SELECT id FROM workflow_runs WHERE handles_run_id = $1 ORDER BY id LIMIT 100").await?;
-    client.query(&stmt, &[&run_id]).await?.iter().map(|r| Ok(r.try_get(0)?)).collect()
+pub async fn handlers_of(client: &Client, run_id: Uuid) -> Result<Vec<(Uuid, String)>> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT id, coalesce(trigger->>'hook', 'on_failure') FROM workflow_runs
+              WHERE handles_run_id = $1 ORDER BY id LIMIT 100",
+        )
+        .await?;
+    client.query(&stmt, &[&run_id]).await?.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
 }
 
 /// How many tasks wait PENDING on `queue` (counting at most `cap`), and

@@ -151,10 +151,10 @@ async fn load_items_for<'a>(
 /// Whether a run may leave values unread ([`machine::Run::unread`]) for
 /// `events`: when each is a step's own news ([`Event::reads_in_part`]),
 /// which reads the values its expressions name (the state machine says
-/// when it needs one left unread), and the run has no failure handler,
-/// whose input is built from every value after the machine.
+/// when it needs one left unread), and the run has no hook (`on_failure`,
+/// `on_success`, `on_end`), whose input is built from every value after the machine.
 fn leaves_unread<'a>(wf: &Workflow, mut events: impl Iterator<Item = &'a Event>) -> bool {
-    wf.on_failure.is_none() && events.all(Event::reads_in_part)
+    wf.hooks.is_empty() && events.all(Event::reads_in_part)
 }
 
 /// The values a run leaves unread: taken out of its rows before the rest

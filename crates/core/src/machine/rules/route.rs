@@ -155,14 +155,14 @@ impl Machine<'_> {
         }
         // Loaded in part (every open and failed task is here), a run that
         // ends needs its leaves for its output, or every node for an output
-        // template or for an `on_failure` handler's input (its nodes).
+        // template or for a hook's input (`on_failure`, `on_success`, `on_end`: its nodes).
         if self.run.known.is_some() {
             let wf = self.wf;
             let fails =
                 self.run.tasks.iter().any(|t| {
                     t.state == TaskState::Failed && t.item.is_none() && !t.removed && !wf.handles_failure(t.node)
                 });
-            let reads: Vec<usize> = match (wf.on_failure.is_some(), fails, &wf.output) {
+            let reads: Vec<usize> = match (!wf.hooks.is_empty(), fails, &wf.output) {
                 (true, _, _) | (false, false, Some(_)) => wf.topo_order.clone(),
                 (false, true, _) => Vec::new(),
                 (false, false, None) => wf.topo_order.iter().copied().filter(|&n| wf.is_leaf(n)).collect(),
