@@ -83,11 +83,16 @@ HistoryKind = Literal[
     "HandlerStarted",
     "PriorityChanged",
     "RunMigrated",
+    "DeadlinePassed",
 ]
 """What a line of a run's history records (``PriorityChanged``: its
 priority was changed, payload ``{"priority", "from", "actor"}``;
 ``RunMigrated``: it moved to another version of its workflow, payload
-``{"from_version", "to_version", "map", "actor", "reason"?}``)."""
+``{"from_version", "to_version", "map", "actor", "reason"?}``;
+``HandlerStarted``: its end started a hook, payload ``{"hook", "workflow",
+"run_id"}`` or ``{"hook", "workflow", "error"}``; ``DeadlinePassed``: a
+deadline passed with it (or its step ``node``) open, payload ``{"workflow",
+"node", "after", "run_id"}`` or with ``"error"``)."""
 
 
 class _MapProgressRequired(TypedDict):
@@ -205,7 +210,7 @@ class HookRun(TypedDict):
     """A run a hook of another run's end started."""
 
     hook: str
-    """``on_failure``, ``on_success`` or ``on_end``."""
+    """``on_failure``, ``on_success``, ``on_end`` or ``deadline``."""
     run_id: str
 
 

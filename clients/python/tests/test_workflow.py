@@ -323,6 +323,7 @@ class BuilderTest(unittest.TestCase):
             on_failure=OnFailure("handler", on=["FAILED"], version=2),
             on_success="notify",
             on_end={"workflow": "audit", "input": {"id": "${ .run.id }"}},
+            deadlines=[{"after": "2h", "start": {"workflow": "page"}}],
             tags={"customer": "${ .input.c }", "n": 1},
             triggers=[Trigger("e", when=".event.payload.ok", input={"x": "${ .event.payload }"})],
             priority=1,
@@ -347,13 +348,14 @@ class BuilderTest(unittest.TestCase):
         wf.add("w", wait_for_event("ev", "${ .input.id }", timeout="1d", default_output={"late": True}))
         wf.add("s", sub_workflow("child", input=wf.input, version=3, on_parent_close="abandon"))
         wf.add("m", map_([1, 2], custom("work", {"i": expr(".item")}), on_item_failure="continue", collect="none"))
-        wf.add("until", wait(until="2030-01-01T00:00:00Z"))
+        wf.add("until", wait(until="2030-01-01T00:00:00Z", deadlines=[{"after": "1h", "start": {"workflow": "p"}}]))
         d = wf.definition()
         self.assertEqual(d["timeout"], "2h")
         self.assertEqual(d["concurrency"], {"max": 2, "key": "${ .input.k }"})
         self.assertEqual(d["on_failure"], {"workflow": "handler", "on": ["FAILED"], "version": 2})
         self.assertEqual(d["on_success"], {"workflow": "notify"})
         self.assertEqual(d["on_end"], {"workflow": "audit", "input": {"id": "${ .run.id }"}})
+        self.assertEqual(d["deadlines"], [{"after": "2h", "start": {"workflow": "page"}}])
         self.assertEqual(
             d["triggers"], [{"event": "e", "when": ".event.payload.ok", "input": {"x": "${ .event.payload }"}}]
         )
@@ -368,6 +370,7 @@ class BuilderTest(unittest.TestCase):
         )
         self.assertEqual(d["nodes"][2]["config"]["input"], "${ .input }")
         self.assertEqual(d["nodes"][3]["config"]["node"], {"type": "work", "config": {"i": "${ .item }"}})
+        self.assertEqual(d["nodes"][4]["deadlines"], [{"after": "1h", "start": {"workflow": "p"}}])
         self.assertNotIn("edges", d)
 
     def test_register_sends_the_version(self) -> None:

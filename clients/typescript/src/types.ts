@@ -76,7 +76,8 @@ export type HistoryKind =
   /** An operator gave the run another priority (`setRunPriority`): payload `{priority, from, actor}`. */
   | "PriorityChanged"
   /** An operator moved the run to another version (`migrateRuns`): payload `{from_version, to_version, map, actor, reason?}`. */
-  | "RunMigrated";
+  | "RunMigrated"
+  | "DeadlinePassed";
 
 // -- workflow definitions ---------------------------------------------------
 
@@ -156,6 +157,8 @@ export interface NodeDefinition {
   delivery?: "at_least_once" | "at_most_once" | null;
   /** Limits on this node's steps across runs (HTTP and custom nodes, at most 4). Newer coordinators only. */
   limits?: LimitDefinition[] | null;
+  /** Runs started when the step has not ended some time after it was created (at most 8). */
+  deadlines?: DeadlineDefinition[];
 }
 
 /** An edge; `when` is a jq expression that must yield a boolean. */
@@ -182,6 +185,21 @@ export interface HookDefinition {
   workflow: string;
   version?: number | null;
   /** A template over `{run: {id, workflow, status, error, output, nodes}, input}`. */
+  input?: JsonValue;
+}
+
+/** A run's or a step's deadline: the run it starts when `after` passes with the run (or step) not ended; it changes nothing of the run. */
+export interface DeadlineDefinition {
+  /** How long after the run's start (or the step's creation): `"2h"`. */
+  after: string;
+  start: DeadlineStartDefinition;
+}
+
+/** What a deadline starts: a run of `workflow`. */
+export interface DeadlineStartDefinition {
+  workflow: string;
+  version?: number | null;
+  /** A template over `{run: {id, workflow, version, status}, step, deadline: {after, node}, input}`. */
   input?: JsonValue;
 }
 
@@ -224,6 +242,8 @@ export interface WorkflowDefinition {
   on_success?: HookDefinition | null;
   /** The run a run starts when it ends, however it ends. */
   on_end?: HookDefinition | null;
+  /** Runs started when a run has not ended some time after its start (at most 8). */
+  deadlines?: DeadlineDefinition[];
   /** Each run's tags: templates over its input (`{"customer": "${ .input.customer }"}`). */
   tags?: Record<string, string> | null;
   /** Events that start a run of it (at most 16; the latest version's apply). */
@@ -363,7 +383,7 @@ export interface Run {
   /** The failure handler runs this run's end started, oldest first (`getRun` of a FAILED or CANCELLED run). */
   failure_handler_run_ids?: string[];
   /** Every hook's run this run's end started (`on_failure`, `on_success`, `on_end`), oldest first (`getRun` of an ended run). */
-  hook_runs?: Array<{ hook: "on_failure" | "on_success" | "on_end"; run_id: string }>;
+  hook_runs?: Array<{ hook: "on_failure" | "on_success" | "on_end" | "deadline"; run_id: string }>;
   /** Its tags, `{key: value}`: the definition's, evaluated, and the start's. */
   tags?: Record<string, string> | null;
   tasks?: Task[];

@@ -44,6 +44,8 @@ import type {
   On429,
   OnFailureDefinition,
   HookDefinition,
+  DeadlineDefinition,
+  DeadlineStartDefinition,
   PollTasks,
   RecordedEvent,
   ReportAck,
@@ -331,6 +333,7 @@ export const definitionShape = {
   on_failure: "optional",
   on_success: "optional",
   on_end: "optional",
+  deadlines: "optional",
   tags: "optional",
   triggers: "optional",
   priority: "optional",
@@ -357,7 +360,14 @@ export const nodeShape = {
   timeout: "optional",
   delivery: "optional",
   limits: "optional",
+  deadlines: "optional",
 } as const satisfies Shape<NodeDefinition>;
+export const deadlineShape = { after: "required", start: "required" } as const satisfies Shape<DeadlineDefinition>;
+export const deadlineStartShape = {
+  workflow: "required",
+  version: "optional",
+  input: "optional",
+} as const satisfies Shape<DeadlineStartDefinition>;
 export const limitValuesShape = { rate: "optional", burst: "optional", concurrency: "optional" } as const satisfies Shape<LimitValues>;
 export const limitDefinitionShape = { key: "required", ...limitValuesShape } as const satisfies Shape<LimitDefinition>;
 export const resolveShape = {
@@ -430,6 +440,8 @@ export const requests: Record<string, AnyShape> = {
   CreateNamespace: createNamespaceShape,
   OnFailureSpec: onFailureShape,
   HookSpec: hookShape,
+  DeadlineSpec: deadlineShape,
+  DeadlineStartSpec: deadlineStartShape,
   ResolveTask: resolveShape,
   NodeSpec: nodeShape,
   EdgeSpec: edgeShape,
@@ -483,6 +495,7 @@ export const historyKinds: Record<HistoryKind, true> = {
   RunRerun: true,
   PriorityChanged: true,
   RunMigrated: true,
+  DeadlinePassed: true,
 };
 
 export const resolveOutcomes: Record<ResolveOutcome, true> = { completed: true, failed: true, retry: true };

@@ -212,6 +212,7 @@ describe("the builder", () => {
       onFailure: { workflow: "handler", version: 2, input: { id: refs.failedRun.id } },
       onSuccess: { workflow: "notify" },
       onEnd: { workflow: "audit", version: 1, input: { id: "${ .run.id }" } },
+      deadlines: [{ after: "2h", start: { workflow: "page", input: { id: "${ .run.id }" } } }],
       triggers: [{ event: "e", when: jq`${refs.event().key} == "k"` }],
     });
     const each = wf.map("each", {
@@ -228,7 +229,7 @@ describe("the builder", () => {
       after: each,
     });
     wf.waitForEvent("ev", { event: "paid", key: wf.input.tenant, timeout: "1d", default_output: { none: true } }, { after: own });
-    wf.wait("until", { until: "2030-01-01T00:00:00Z" }, { after: own });
+    wf.wait("until", { until: "2030-01-01T00:00:00Z" }, { after: own, deadlines: [{ after: "1h", start: { workflow: "page" } }] });
     wf.subWorkflow("child", { workflow: "child", version: 1, input: { v: own.out.v }, on_parent_close: "abandon" }, { timeout: "5m" });
     wf.loop("again", { workflow: "child", until: ".iteration.index >= 2", max_iterations: 3, input: { i: refs.iteration().index }, on_parent_close: "cancel" });
     wf.fail("stop", { message: "no", code: "stopped" }, { after: { node: own, on: "failure" } });
@@ -240,6 +241,7 @@ describe("the builder", () => {
     assert.deepEqual(def.on_failure, { workflow: "handler", version: 2, input: { id: "${ .failed_run.id }" } });
     assert.deepEqual(def.on_success, { workflow: "notify" });
     assert.deepEqual(def.on_end, { workflow: "audit", version: 1, input: { id: "${ .run.id }" } });
+    assert.deepEqual(def.deadlines, [{ after: "2h", start: { workflow: "page", input: { id: "${ .run.id }" } } }]);
     assert.deepEqual(def.triggers, [{ event: "e", when: '.event.key == "k"' }]);
     assert.deepEqual(def.concurrency, { max: 3 });
     assert.equal(def.priority, 2);
@@ -255,6 +257,7 @@ describe("the builder", () => {
     });
     assert.deepEqual(node("own")?.limits, [{ key: "t:${ .input.tenant }", rate: "5/1s", burst: 2 }, { key: "k", concurrency: 1 }]);
     assert.equal(node("own")?.delivery, "at_most_once");
+    assert.deepEqual(node("until")?.deadlines, [{ after: "1h", start: { workflow: "page" } }]);
     assert.deepEqual(node("call")?.config?.["headers"], { A: "${ .secrets.TOKEN }" });
     assert.deepEqual(node("again")?.config, {
       workflow: "child",

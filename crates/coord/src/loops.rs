@@ -454,6 +454,12 @@ pub async fn fire_due_waits(shared: &Shared) -> Result<usize, composer_store::Er
         }
     }
     fired += time_out_runs(shared).await?;
+    // A deadline the pass cannot fire now (the store out of reach) stays
+    // armed for the next pass; the timers above are fired either way.
+    match shared.engine.fire_deadlines(shared.config.timer_batch).await {
+        Ok(n) => fired += n,
+        Err(e) => tracing::error!(error = %e, "failed to fire deadlines"),
+    }
     if fired > 0 {
         crate::metrics::inc(composer_metrics::TIMERS_FIRED, &[], fired as u64);
     }

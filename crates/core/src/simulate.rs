@@ -77,6 +77,28 @@ pub struct Report {
     /// starts, each with the input its run would be given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<HookReport>,
+    /// The run's deadlines and its steps', each with whether it fires on
+    /// the simulated clock (a worker's attempt takes no time there; WAITs,
+    /// backoffs and event timeouts move it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deadlines: Vec<DeadlineReport>,
+}
+
+/// A deadline of the simulated run or of one of its steps.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadlineReport {
+    /// The step's node; absent for the run's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub after: String,
+    /// The workflow whose run it starts.
+    pub workflow: String,
+    /// Whether the run (or the step) was still open when it passed: in
+    /// production it starts a run of `workflow` then.
+    pub fires: bool,
+    /// When it passes, in milliseconds after the run's start (`None` for a
+    /// step that never started).
+    pub at_ms: Option<i64>,
 }
 
 /// A hook the simulated run's end starts: production starts a run of
@@ -197,7 +219,57 @@ pub fn simulate_asking(
         lease(&mut run, &event);
         world.apply(sb, wf, &mut run, event, now, &mut new_id);
     }
-    report(sb, wf, &run, &world.taken)
+    let mut report = report(sb, wf, &run, &world.taken);
+    report.deadlines = deadlines(wf, &run, &world.created, now);
+    report
+}
+
+/// The run's deadlines and its steps', on the simulated clock: the run
+/// started at its epoch and, if it ended, ended at `end`.
+fn deadlines(
+    wf: &Workflow,
+    run: &Run,
+    created: &HashMap<Uuid, DateTime<Utc>>,
+    end: DateTime<Utc>,
+) -> Vec<DeadlineReport> {
+    let start = DateTime::<Utc>::UNIX_EPOCH;
+    let ended = run.status.is_terminal().then_some(end);
+    let open_at = |from: DateTime<Utc>, until: Option<DateTime<Utc>>, d: &crate::definition::Deadline| {
+        // A clock near its end (a saturated timer) never reaches it.
+        let Some(at) = chrono::Duration::from_std(d.after).ok().and_then(|a| from.checked_add_signed(a)) else {
+            return (false, i64::MAX);
+        };
+        let fires = until.is_none_or(|u| u > at) && ended.is_none_or(|e| e > at);
+        (fires, (at - start).num_milliseconds())
+    };
+    let mut out = Vec::new();
+    for d in &wf.deadlines {
+        let (fires, at) = open_at(start, ended, d);
+        let after = crate::duration::format(d.after);
+        out.push(DeadlineReport { node: None, after, workflow: d.workflow.clone(), fires, at_ms: Some(at) });
+    }
+    for (n, node) in wf.nodes.iter().enumerate().filter(|(_, n)| n.item_of.is_none()) {
+        let task = run.tasks.iter().find(|t| t.node == n && t.item.is_none() && !t.removed);
+        let from = task.and_then(|t| created.get(&t.id)).copied();
+        for d in &node.deadlines {
+            let (fires, at) = match (from, task) {
+                (Some(from), Some(t)) if !matches!(t.state, TaskState::Skipped) => {
+                    let (fires, at) = open_at(from, t.finished_at, d);
+                    (fires, Some(at))
+                }
+                _ => (false, None),
+            };
+            let after = crate::duration::format(d.after);
+            out.push(DeadlineReport {
+                node: Some(node.id.clone()),
+                after,
+                workflow: d.workflow.clone(),
+                fires,
+                at_ms: at,
+            });
+        }
+    }
+    out
 }
 
 /// A worker took the attempt an event answers: it is RUNNING, as a lease
@@ -222,6 +294,8 @@ fn lease(run: &mut Run, event: &Event) {
 struct World {
     taken: HashSet<(String, String)>,
     sources: HashMap<Uuid, Vec<Value>>,
+    /// When each task was created, on the simulated clock.
+    created: HashMap<Uuid, DateTime<Utc>>,
 }
 
 impl World {
@@ -241,6 +315,9 @@ impl World {
         while let Some(event) = pending.pop() {
             let tr = machine::apply(sb, wf, run, event, now, new_id);
             note_taken(&tr, &mut self.taken);
+            for &i in &tr.created {
+                self.created.entry(run.tasks[i].id).or_insert(now);
+            }
             for (m, first, list) in &tr.sources {
                 let mut all = vec![Value::Null; (*first * machine::ITEM_CHUNK) as usize];
                 all.extend(list.iter().cloned());
@@ -513,7 +590,16 @@ fn report(sb: &Sandbox, wf: &Workflow, run: &Run, taken: &HashSet<(String, Strin
             HookReport { hook: h.kind.field(), workflow: h.workflow.clone(), version: h.version, input, error }
         })
         .collect();
-    Report { status: run.status, output: run.output.clone(), error: run.error.clone(), nodes, edges, notes, hooks }
+    Report {
+        status: run.status,
+        output: run.output.clone(),
+        error: run.error.clone(),
+        nodes,
+        edges,
+        notes,
+        hooks,
+        deadlines: Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -574,6 +660,34 @@ mod tests {
             r.hooks[0].input.is_none() && r.hooks[0].error.as_deref().is_some_and(|e| e.contains("on_success.input")),
             "{:?}",
             r.hooks
+        );
+    }
+
+    #[test]
+    fn a_deadline_fires_in_a_simulation_when_its_run_or_step_is_open_as_it_passes() {
+        let page = |after: &str| json!({"after": after, "start": {"workflow": "page"}});
+        let w = wf(json!({"name": "d", "deadlines": [page("1s"), page("1h")], "nodes": [
+            {"id": "a", "type": "TRANSFORM", "config": {"output": 1}, "deadlines": [page("1ms")]},
+            {"id": "w", "type": "WAIT", "config": {"duration": "5s"}, "deadlines": [page("4s"), page("6s")]},
+            {"id": "b", "type": "TRANSFORM", "config": {"output": 2}, "deadlines": [page("1ms")]},
+            {"id": "never", "type": "TRANSFORM", "config": {"output": 3}, "deadlines": [page("1ms")]}],
+            "edges": [{"from": "a", "to": "w"}, {"from": "w", "to": "b"},
+                      {"from": "a", "to": "never", "when": "false"}]}));
+        let r = simulate(&sb(), &w, &Options::default());
+        assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+        let seen: Vec<(Option<&str>, &str, bool, Option<i64>)> =
+            r.deadlines.iter().map(|d| (d.node.as_deref(), d.after.as_str(), d.fires, d.at_ms)).collect();
+        assert_eq!(
+            seen,
+            [
+                (None, "1s", true, Some(1000)),
+                (None, "1h", false, Some(3_600_000)),
+                (Some("a"), "1ms", false, Some(1)),
+                (Some("w"), "4s", true, Some(4000)),
+                (Some("w"), "6s", false, Some(6000)),
+                (Some("b"), "1ms", false, Some(5001)),
+                (Some("never"), "1ms", false, None),
+            ]
         );
     }
 

@@ -16,6 +16,7 @@
 //! - [`notifications`]: LISTEN/NOTIFY wake-ups.
 //! - [`outbox`]: the transactional outbox between commits and Redis.
 //! - [`timers`]: due WAITING tasks.
+//! - [`deadlines`]: a definition's deadlines, armed, disarmed and fired.
 //! - [`limits`]: limits on steps across runs: the engine's writes, the
 //!   limiter's pass, what operators read and set.
 //! - [`events`]: external events and their buffer.
@@ -36,6 +37,7 @@
 
 pub mod audit;
 pub mod bulk;
+pub mod deadlines;
 pub mod definitions;
 pub mod error;
 pub mod events;

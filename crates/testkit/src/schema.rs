@@ -145,7 +145,8 @@ fn node(id: &str, kind: &str, config: Map<String, Value>) -> Value {
 /// whatever the field's place needs (an HTTP node for a limit, two nodes
 /// for an edge, a MAP for its item node). Its nodes are `n` (the field's
 /// node when the field is a node's) and, for an edge, `m`. A child
-/// workflow it names is `echo`; a failure handler or an `on_end` hook `handler`; an event `ev`.
+/// workflow it names is `echo`; a failure handler, an `on_end` hook or a
+/// deadline's run `handler`; an event `ev`.
 pub fn definition_with(schema: &Value, name: &str, field: &SchemaField, value: Value) -> Value {
     let plain = json!({"id": "n", "type": "TRANSFORM", "config": {"output": 1}});
     let http = || node("n", "HTTP", minimal_config(schema, "HttpConfig", None));
@@ -159,15 +160,20 @@ pub fn definition_with(schema: &Value, name: &str, field: &SchemaField, value: V
             put(&mut c, &field.path, value);
             def["concurrency"] = Value::Object(c);
         }
-        "OnFailureSpec" => {
+        hook @ ("OnFailureSpec" | "HookSpec") => {
             let mut h = o(&mut json!({"workflow": "handler"}));
             put(&mut h, &field.path, value);
-            def["on_failure"] = Value::Object(h);
+            def[if hook == "HookSpec" { "on_end" } else { "on_failure" }] = Value::Object(h);
         }
-        "HookSpec" => {
-            let mut h = o(&mut json!({"workflow": "handler"}));
-            put(&mut h, &field.path, value);
-            def["on_end"] = Value::Object(h);
+        "DeadlineSpec" => {
+            let mut d = o(&mut json!({"after": "10ms", "start": {"workflow": "handler"}}));
+            put(&mut d, &field.path, value);
+            def["deadlines"] = json!([d]);
+        }
+        "DeadlineStartSpec" => {
+            let mut s = o(&mut json!({"workflow": "handler"}));
+            put(&mut s, &field.path, value);
+            def["deadlines"] = json!([{"after": "10ms", "start": s}]);
         }
         "TriggerSpec" => {
             let mut t = o(&mut json!({"event": "ev"}));

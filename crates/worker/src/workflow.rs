@@ -186,6 +186,7 @@ impl WorkflowBuilder {
                 on_failure: None,
                 on_success: None,
                 on_end: None,
+                deadlines: Vec::new(),
                 tags: None,
                 triggers: None,
                 priority: None,
@@ -252,6 +253,7 @@ impl WorkflowBuilder {
             timeout: None,
             delivery: None,
             limits: Vec::new(),
+            deadlines: Vec::new(),
         };
         self.add(node, &reads.nodes());
         let node_type = id.to_string();
@@ -450,6 +452,7 @@ pub fn engine_node(id: &str, node_type: &str, config: Value) -> NodeSpec {
         timeout: None,
         delivery: None,
         limits: Vec::new(),
+        deadlines: Vec::new(),
     }
 }
 

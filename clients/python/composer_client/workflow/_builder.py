@@ -68,6 +68,7 @@ class WorkflowOptions(TypedDict, total=False):
     on_failure: Union[str, OnFailure, Mapping[str, Any]]
     on_success: Union[str, Mapping[str, Any]]
     on_end: Union[str, Mapping[str, Any]]
+    deadlines: Sequence[Mapping[str, Any]]
     tags: Mapping[str, Template]
     triggers: Sequence[Union[Trigger, Mapping[str, Any]]]
     priority: int
@@ -222,6 +223,7 @@ class Workflow(Generic[I]):
         self.on_failure: Optional[Union[str, OnFailure, Mapping[str, Any]]] = options.get("on_failure")
         self.on_success: Optional[Union[str, Mapping[str, Any]]] = options.get("on_success")
         self.on_end: Optional[Union[str, Mapping[str, Any]]] = options.get("on_end")
+        self.deadlines: Optional[Sequence[Mapping[str, Any]]] = options.get("deadlines")
         self.tags: Optional[Mapping[str, Template]] = options.get("tags")
         self.triggers: Optional[Sequence[Union[Trigger, Mapping[str, Any]]]] = options.get("triggers")
         self.priority: Optional[int] = options.get("priority")
@@ -419,6 +421,8 @@ class Workflow(Generic[I]):
             out["tags"] = render(self.tags)
         if self.triggers is not None:
             out["triggers"] = [render(t) for t in self.triggers]
+        if self.deadlines is not None:
+            out["deadlines"] = [render(d) for d in self.deadlines]
         for hook in ("on_failure", "on_success", "on_end"):
             f = getattr(self, hook)
             if f is not None:

@@ -155,9 +155,13 @@ class ItemOptions(TypedDict, total=False):
     delivery: Delivery
     """``at_most_once``: an attempt whose outcome is unknown waits IN_DOUBT."""
     limits: Sequence[LimitArg]
+    deadlines: Sequence[Mapping[str, Any]]
+    """Runs started when the step has not ended ``after`` it was created:
+    ``[{"after": "2h", "start": {"workflow": "page", "input"?: …}}]`` (not
+    on a MAP's item node)."""
 
 
-_OPTION_KEYS = ("queue", "retry", "timeout", "delivery", "limits")
+_OPTION_KEYS = ("queue", "retry", "timeout", "delivery", "limits", "deadlines")
 
 
 T = TypeVar("T")
@@ -166,7 +170,8 @@ T = TypeVar("T")
 @dataclass
 class Spec(Generic[T]):
     """A node without its id and edges: its ``type``, ``config`` and options
-    (``queue``, ``retry``, ``timeout``, ``delivery``, ``limits``). A MAP's
+    (``queue``, ``retry``, ``timeout``, ``delivery``, ``limits``,
+    ``deadlines``). A MAP's
     ``node`` is one; a workflow's nodes are made of them."""
 
     type: str

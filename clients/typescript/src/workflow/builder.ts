@@ -72,6 +72,25 @@ export interface NodeOptions {
   delivery?: "at_least_once" | "at_most_once" | undefined;
   /** At most 4 (HTTP and custom types). */
   limits?: readonly LimitSpec[] | undefined;
+  /** Runs started when the step has not ended `after` it was created (at most 8; not on a MAP's item). */
+  deadlines?: readonly Deadline[] | undefined;
+}
+
+/** A run's or a step's deadline: the run it starts when `after` passes with the run (or step) not ended. */
+export interface Deadline {
+  after: string;
+  start: {
+    workflow: WorkflowRef;
+    version?: number;
+    /** A template over `{run, step, deadline, input}`. */
+    input?: unknown;
+  };
+}
+
+/** A deadline as the definition writes it. */
+function deadlineJson(d: Deadline): Record<string, unknown> {
+  const { workflow, ...rest } = d.start;
+  return { after: d.after, start: { workflow: typeof workflow === "string" ? workflow : workflow.name, ...rest } };
 }
 
 /** A typed step's handler: the values it reads, and the task. */
@@ -387,6 +406,8 @@ export interface WorkflowOptions<I = unknown> {
   onSuccess?: Hook | undefined;
   /** The run a run's every end (SUCCEEDED, FAILED, CANCELLED) starts. */
   onEnd?: Hook | undefined;
+  /** Runs started when a run has not ended `after` its start (at most 8). */
+  deadlines?: readonly Deadline[] | undefined;
   tags?: Record<string, Template<string | number | boolean>> | undefined;
   triggers?: Trigger[] | undefined;
   /** 1 (served first) to 5 (last). */
@@ -548,6 +569,7 @@ export class WorkflowBuilder<I = unknown, O = unknown> {
     if (o.retry !== undefined) out["retry"] = o.retry;
     if (o.delivery !== undefined) out["delivery"] = o.delivery;
     if (o.limits !== undefined) out["limits"] = o.limits;
+    if (o.deadlines !== undefined) out["deadlines"] = o.deadlines.map(deadlineJson);
     let config = s.config;
     if (s.item !== undefined && itemType !== undefined) {
       config = { ...(config as object), node: this.#nodeJson(s.item, itemType) };
@@ -576,6 +598,7 @@ export class WorkflowBuilder<I = unknown, O = unknown> {
       const { workflow, ...rest } = hook;
       def[field] = { workflow: typeof workflow === "string" ? workflow : workflow.name, ...rest };
     }
+    if (o.deadlines !== undefined) def["deadlines"] = o.deadlines.map(deadlineJson);
     if (o.triggers !== undefined) {
       def["triggers"] = o.triggers.map((t) => ({ ...t, ...(t.when === undefined ? {} : { when: condition(t.when) }) }));
     }

@@ -61,10 +61,10 @@ pub struct ControlRun {
     pub reason: Option<String>,
 }
 
-/// A run a hook of another run started.
+/// A run a hook or a deadline of another run started.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct HookRun {
-    /// `on_failure`, `on_success` or `on_end`.
+    /// `on_failure`, `on_success`, `on_end` or `deadline`.
     pub hook: String,
     pub run_id: Uuid,
 }
@@ -101,8 +101,8 @@ pub struct RunView {
     /// A LOOP's child run: the iteration it is (from 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_iteration: Option<i32>,
-    /// A hook's run (a failure handler, `on_success`, `on_end`): the run
-    /// whose end started it.
+    /// A hook's run (a failure handler, `on_success`, `on_end`) or a
+    /// deadline's: the run whose end or deadline started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handles_run_id: Option<Uuid>,
     /// The failure handler runs (`on_failure`) this run's ends started
@@ -110,7 +110,8 @@ pub struct RunView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_handler_run_ids: Option<Vec<Uuid>>,
     /// Every hook's run this run's end started (`on_failure`, `on_success`,
-    /// `on_end`; where one run is asked for), oldest first.
+    /// `on_end`) and every run its deadlines started (`deadline`), oldest
+    /// first (where one run is asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_runs: Option<Vec<HookRun>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

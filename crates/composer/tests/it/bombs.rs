@@ -344,6 +344,7 @@ enum Route {
     Item,
     Handler,
     HandlerInput,
+    DeadlineInput,
     Rerun,
     BulkRerun,
 }
@@ -356,6 +357,7 @@ fn routes_of(f: &composer_testkit::schema::SchemaField, start_time: bool) -> Vec
     match f.def.as_str() {
         "TriggerSpec" => vec![Event, Webhook],
         "OnFailureSpec" | "HookSpec" => vec![HandlerInput],
+        "DeadlineStartSpec" => vec![DeadlineInput],
         _ if start_time => vec![Api, Event, Webhook, Schedule, Child, Handler],
         _ if f.is_node_config() => vec![Api, Child, Item, Handler, Rerun, BulkRerun],
         _ => vec![Api, Child, Handler, Rerun, BulkRerun],
@@ -423,6 +425,27 @@ impl Coordinator {
             (Some(e), _) if named(e) => Ok(()),
             (None, Some(handler)) => self.failed(handler).await.map(|_| ()),
             _ => Err(format!("handler: {noted}")),
+        }
+    }
+
+    /// The run's deadline passed and its run did not start (its input
+    /// failed, named) or started and failed.
+    async fn deadline_failed(&self, run: &str) -> Result<(), String> {
+        let until = Instant::now() + T;
+        let noted = loop {
+            let history = self.history(run).await;
+            if let Some(noted) = history.into_iter().find(|h| h["type"] == "DeadlinePassed") {
+                break noted;
+            }
+            if Instant::now() > until {
+                return Err(format!("no deadline noted for {run}"));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        match (noted["payload"]["error"].as_str(), noted["payload"]["run_id"].as_str()) {
+            (Some(e), _) if named(e) => Ok(()),
+            (None, Some(started)) => self.failed(started).await.map(|_| ()),
+            _ => Err(format!("deadline: {noted}")),
         }
     }
 
@@ -505,6 +528,10 @@ impl Coordinator {
             Route::HandlerInput => {
                 let id = self.start_run(c).await?.ok_or("the run's start was refused")?;
                 self.handler_failed(&id).await
+            }
+            Route::DeadlineInput => {
+                let id = self.start_run(c).await?.ok_or("the run's start was refused")?;
+                self.deadline_failed(&id).await
             }
             Route::Rerun | Route::BulkRerun => {
                 let id = self.start_run(c).await?.ok_or("the run's start was refused")?;
@@ -592,6 +619,9 @@ async fn every_expression_field_of_the_schema_holds_every_bomb() {
             let mut def = schema::definition_with(&schema, &name, f, planted(f.mark.as_deref().unwrap(), source));
             match f.def.as_str() {
                 "TriggerSpec" => def["triggers"][0]["event"] = json!(format!("ev.{name}")),
+                "DeadlineStartSpec" => {
+                    def["nodes"] = json!([{"id": "n", "type": "WAIT", "config": {"duration": "3s"}}])
+                }
                 "OnFailureSpec" | "HookSpec" => {
                     def["nodes"] = json!([{"id": "n", "type": "FAIL", "config": {"message": "no"}}])
                 }
@@ -612,7 +642,7 @@ async fn every_expression_field_of_the_schema_holds_every_bomb() {
             .map(|(k, (_, case))| async move {
                 let f = by_field(&case.field);
                 let start_time = match f.def.as_str() {
-                    "TriggerSpec" | "OnFailureSpec" | "HookSpec" => false,
+                    "TriggerSpec" | "OnFailureSpec" | "HookSpec" | "DeadlineStartSpec" => false,
                     _ => c.client.post("/v1/runs", &json!({"workflow": case.name})).await.0 == 400,
                 };
                 let route = routes_of(f, start_time)[0];

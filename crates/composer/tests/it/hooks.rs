@@ -1,6 +1,8 @@
-//! A run's hooks — `on_failure`, `on_success`, `on_end` — through the
-//! engine on real PostgreSQL, Redis and HTTP: which ends start which, once
-//! each, with the run that ended as their input; a hook's run starts none.
+//! A run's hooks — `on_failure`, `on_success`, `on_end` — and deadlines,
+//! through the engine on real PostgreSQL, Redis and HTTP: which ends start
+//! which hooks, once each, with the run that ended as their input; a
+//! deadline fires once while its run or step is open, and never after; a
+//! hook's or a deadline's run starts none of its own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -111,5 +113,166 @@ async fn a_hook_that_cannot_start_leaves_the_end_written_says_why_and_the_others
     assert_eq!(why.len(), 2, "{noted:?}");
     assert!(why[0].0 == "on_success" && why[0].1.contains("no input for you"), "{why:?}");
     assert!(why[1].0 == "on_end" && why[1].1.contains("nowhere_registered"), "{why:?}");
+    e.stop().await;
+}
+
+/// The run's deadlines still armed (rows of `run_deadlines`), as
+/// `(node, index)`.
+async fn armed(e: &Engine, run: Uuid) -> Vec<(String, i32)> {
+    let c = e.db.pool().get().await.unwrap();
+    let rows =
+        c.query("SELECT node_id, idx FROM run_deadlines WHERE run_id = $1 ORDER BY 1, 2", &[&run]).await.unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+#[tokio::test]
+async fn a_deadline_fires_once_while_its_run_or_step_is_open_and_changes_nothing_of_the_run() {
+    let e = Engine::start().await;
+    // The deadline's workflow has deadlines of its own: a deadline's run arms none.
+    e.register(&json!({"name": "note", "deadlines": [{"after": "10ms", "start": {"workflow": "note"}}],
+        "nodes": [{"id": "n", "type": "WAIT", "config": {"duration": "300ms"}}]}))
+        .await;
+    let page = |after: &str| json!({"after": after, "start": {"workflow": "note"}});
+    e.register(&json!({"name": "slow", "output": {"done": "${ .nodes.done.output }"},
+        "deadlines": [
+            {"after": "300ms", "start": {"workflow": "note", "input": {"id": "${ .run.id }", "after": "${ .deadline.after }",
+                "amount": "${ .input.amount }", "status": "${ .run.status }"}}},
+            page("1h")],
+        "nodes": [
+            {"id": "w", "type": "WAIT", "config": {"duration": "2s"}, "deadlines": [page("100ms")]},
+            {"id": "done", "type": "TRANSFORM", "config": {"output": 7}, "deadlines": [page("1h")]}],
+        "edges": [{"from": "w", "to": "done"}]}))
+    .await;
+    let id = e.start_run("slow", json!({"amount": 5})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!((run["status"].as_str(), run["output"].clone()), (Some("SUCCEEDED"), json!({"done": 7})));
+    assert!(armed(&e, id).await.is_empty(), "the run's end disarms what did not fire");
+    let noted = e.history(id, "DeadlinePassed").await;
+    let mut seen: Vec<(Value, String)> = noted
+        .iter()
+        .map(|h| (h["payload"]["node"].clone(), h["payload"]["after"].as_str().unwrap().to_string()))
+        .collect();
+    seen.sort_by_key(|s| s.1.clone());
+    assert_eq!(seen, [(json!("w"), "100ms".to_string()), (Value::Null, "300ms".to_string())], "{noted:?}");
+    let started = run["hook_runs"].as_array().unwrap();
+    assert_eq!(started.len(), 2, "{run}");
+    assert!(started.iter().all(|h| h["hook"] == "deadline"), "{run}");
+    for h in started {
+        let d = e.wait_for_run(h["run_id"].as_str().unwrap().parse().unwrap(), T).await;
+        assert_eq!(d["status"], "SUCCEEDED", "{d}");
+        assert_eq!(d["handles_run_id"], json!(id.to_string()));
+        assert_eq!(d["trigger"]["hook"], "deadline");
+        assert_eq!(d["trigger"]["deadline_of"], json!(id.to_string()));
+        assert_eq!(d["hook_runs"], json!([]), "a deadline's run fires no deadline of its own: {d}");
+        let input = &d["input"];
+        match d["trigger"]["node"].as_str() {
+            Some("w") => {
+                assert_eq!(input["step"]["node"], "w", "{input}");
+                assert_eq!(input["step"]["state"], "WAITING", "{input}");
+                assert_eq!(input["deadline"]["after"], "100ms", "{input}");
+                assert_eq!(input["run"]["id"], json!(id.to_string()), "{input}");
+            }
+            _ => assert_eq!(input, &json!({"id": id.to_string(), "after": "300ms", "amount": 5, "status": "RUNNING"})),
+        }
+    }
+
+    // A run that ends before its deadline never fires it: its end disarms it.
+    e.register(&json!({"name": "quick", "deadlines": [page("2s")],
+        "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": 1}, "deadlines": [page("2s")]}]}))
+        .await;
+    let quick = e.start_run("quick", json!({})).await;
+    let run = e.wait_for_run(quick, T).await;
+    assert_eq!(run["status"], "SUCCEEDED");
+    assert!(armed(&e, quick).await.is_empty());
+    assert_eq!(run["hook_runs"], json!([]));
+    e.stop().await;
+}
+
+/// A deadline whose workflow is not registered, or whose input does not
+/// evaluate, notes why in the run's history and is not fired again; the
+/// run goes on.
+#[tokio::test]
+async fn a_deadline_that_cannot_start_its_run_says_why_once_and_the_run_goes_on() {
+    let e = Engine::start().await;
+    e.register(&json!({"name": "note", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": 1}}]})).await;
+    e.register(&json!({"name": "stuck", "deadlines": [
+            {"after": "50ms", "start": {"workflow": "nowhere_registered"}},
+            {"after": "50ms", "start": {"workflow": "note", "input": "${ error(\"no input for you\") }"}}],
+        "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}}]}))
+        .await;
+    let id = e.start_run("stuck", json!({})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let noted = e.history(id, "DeadlinePassed").await;
+    let mut why: Vec<String> = noted.iter().map(|h| h["payload"]["error"].as_str().unwrap().to_string()).collect();
+    why.sort();
+    assert_eq!(why.len(), 2, "each noted once: {noted:?}");
+    assert!(why[0].contains("no input for you") && why[1].contains("nowhere_registered"), "{why:?}");
+    assert_eq!(run["hook_runs"], json!([]));
+    e.stop().await;
+}
+
+/// Hooks' and deadlines' runs join the run tree of the run that started
+/// them, and so do the runs those start: a chain of definitions that would
+/// start runs without end (a deadline's run whose child has deadlines, a
+/// hook's run whose child has the hook) stops at the tree's fan-out budget,
+/// and says so in the history.
+#[tokio::test]
+async fn hooks_and_deadlines_that_would_start_runs_without_end_stop_at_the_trees_budget() {
+    use composer_testkit::EngineOptions;
+    let e = Engine::with(EngineOptions { coordinator: |c| c.max_tree_runs = 10, ..Default::default() }).await;
+    // Each `late` run's three deadlines start `again`, whose child is `late`.
+    let page = json!({"after": "10ms", "start": {"workflow": "again"}});
+    e.register(&json!({"name": "late", "deadlines": [page, page, page],
+        "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "3s"}}]}))
+        .await;
+    e.register(&json!({"name": "again", "nodes": [{"id": "c", "type": "SUB_WORKFLOW", "config": {"workflow": "late"},
+        "retry": {"max_attempts": 1}}]}))
+        .await;
+    // Each `ends` run's end starts `restart`, whose child is `ends`.
+    e.register(&json!({"name": "ends", "on_end": {"workflow": "restart"},
+        "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": 1}}]}))
+        .await;
+    e.register(
+        &json!({"name": "restart", "nodes": [{"id": "c", "type": "SUB_WORKFLOW", "config": {"workflow": "ends"},
+        "retry": {"max_attempts": 1}}]}),
+    )
+    .await;
+    let count = |workflow: &'static str| {
+        let e = &e;
+        async move {
+            let (_, page) = e.get(&format!("/v1/runs?workflow={workflow}&limit=100")).await;
+            page["runs"].as_array().unwrap().len()
+        }
+    };
+    for (root, workflows, noted) in
+        [("late", ["late", "again"], "DeadlinePassed"), ("ends", ["ends", "restart"], "HandlerStarted")]
+    {
+        let first = e.start_run(root, json!({})).await;
+        // The budget's refusal is noted on some run of the tree: a hook or
+        // a deadline that could not start, or a child that could not.
+        let refused = composer_testkit::eventually(T, "a start refused by the tree's budget", || async {
+            for workflow in workflows {
+                let (_, page) = e.get(&format!("/v1/runs?workflow={workflow}&limit=100")).await;
+                for r in page["runs"].as_array().unwrap() {
+                    if let Some(error) = r["error"].as_str() {
+                        return Some(error.to_string());
+                    }
+                    let id: Uuid = r["id"].as_str().unwrap().parse().unwrap();
+                    let noted = e.history(id, noted).await;
+                    if let Some(h) = noted.iter().find(|h| h["payload"]["error"].as_str().is_some()) {
+                        return Some(h["payload"]["error"].as_str().unwrap().to_string());
+                    }
+                }
+            }
+            None
+        })
+        .await;
+        assert!(refused.contains("COMPOSER_MAX_TREE_RUNS"), "{refused}");
+        let total = count(workflows[0]).await + count(workflows[1]).await;
+        assert!(total <= 10, "{root}: {total} runs in a tree of at most 10");
+        let run = e.wait_for_run(first, T).await;
+        assert!(run["status"] == "SUCCEEDED", "{run}");
+    }
     e.stop().await;
 }

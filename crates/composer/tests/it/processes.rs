@@ -726,6 +726,52 @@ async fn hooks_starting_when_a_coordinator_is_killed_start_once_per_end() {
     c.stop();
 }
 
+/// A coordinator is SIGKILLed while runs' deadlines fire (a run's own and
+/// a step's): each deadline started its run exactly once, whichever
+/// coordinator fired it.
+#[tokio::test]
+async fn deadlines_firing_when_a_coordinator_is_killed_fire_once_each() {
+    let mut c = TwoCoordinators::start("kill-mid-deadlines", true).await;
+    let clients = c.clients();
+    let note =
+        json!({"name": "note_late", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input }"}}]});
+    let page = |after: &str| json!({"after": after, "start": {"workflow": "note_late"}});
+    let slow = json!({"name": "slow_to_end", "deadlines": [page("700ms")],
+        "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "4s"}, "deadlines": [page("500ms")]}]});
+    assert_eq!(clients[0].post("/v1/workflows", &note).await.0, 201);
+    assert_eq!(clients[0].post("/v1/workflows", &slow).await.0, 201);
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let (status, run) = clients[i % 2].post("/v1/runs", &json!({"workflow": "slow_to_end"})).await;
+        assert_eq!(status, 201, "{run}");
+        ids.push(run["id"].as_str().unwrap().to_string());
+    }
+    // Killed as the deadlines begin to fire.
+    eventually(Duration::from_secs(30), "a first deadline to fire", || async {
+        let page = clients[1].get("/v1/runs?workflow=note_late&limit=1").await;
+        (!page["runs"].as_array().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    kill9(&mut c.coordinators[0]);
+    for id in &ids {
+        let run = clients[1].wait_for_run(id, Duration::from_secs(60)).await;
+        assert_eq!(run["status"], "SUCCEEDED", "{run}");
+        let started = run["hook_runs"].as_array().unwrap();
+        assert_eq!(started.len(), 2, "each of its two deadlines once: {run}");
+        let mut nodes = Vec::new();
+        for h in started {
+            let d = clients[1].wait_for_run(h["run_id"].as_str().unwrap(), Duration::from_secs(60)).await;
+            assert_eq!((d["status"].as_str(), d["handles_run_id"].as_str()), (Some("SUCCEEDED"), Some(id.as_str())));
+            nodes.push(d["trigger"]["node"].clone());
+        }
+        nodes.sort_by_key(Value::to_string);
+        assert_eq!(nodes, [json!("w"), Value::Null], "{run}");
+    }
+    let all = clients[1].get("/v1/runs?workflow=note_late&limit=1000").await;
+    assert_eq!(all["runs"].as_array().unwrap().len(), 80, "no deadline fired twice");
+    c.stop();
+}
+
 /// A coordinator is SIGKILLed while a LOOP iterates: the other finishes it,
 /// and each iteration had one child run.
 #[tokio::test]

@@ -32,7 +32,10 @@
 //! - [`flight`]: the flight recorder, which names what an evaluation that
 //!   killed the process was for, and the coordinator's state directory.
 //! - [`admission`]: creating a run under its concurrency limit.
-//! - [`handler`]: the failure handler a run's end starts, in its commit.
+//! - [`handler`]: the hooks a run's end starts (`on_failure`, `on_success`,
+//!   `on_end`), in its commit.
+//! - [`arming`]: the deadlines a run or a step arms, written with it.
+//! - [`deadlines`]: the timer loop's firing of due deadlines.
 //! - [`loaded`]: a run as a transaction holds it.
 //! - [`idle`]: polls waiting for work, which a batch's commit leases tasks to.
 //! - [`publisher`]: what a commit hands to the publishing loop.
@@ -55,8 +58,10 @@ use uuid::Uuid;
 
 pub mod admission;
 pub mod after_commit;
+pub mod arming;
 pub mod batch;
 pub mod children;
+pub mod deadlines;
 pub mod effects;
 pub mod error;
 pub mod evaluator;

@@ -35,6 +35,17 @@ pub struct StartOptions<'a> {
     pub traceparent: Option<&'a str>,
     /// Its priority instead of its definition's (checked by the caller).
     pub priority: Option<u8>,
+    /// A deadline's run: the run whose deadline started it.
+    pub owed: Option<Owed>,
+}
+
+/// A run another run owes (its deadline's): it starts no hooks and arms no
+/// deadlines of its own, and joins that run's tree (its fan-out budget).
+#[derive(Debug, Clone, Copy)]
+pub struct Owed {
+    pub by: Uuid,
+    /// The root of the tree of `by`.
+    pub root: Uuid,
 }
 
 /// A run [`Engine::start_run_in`] created (or found by its idempotency key),
@@ -102,7 +113,7 @@ impl Engine {
         // polls, runs to its end in a task of its own: a caller that goes
         // away during the commit must not leave a committed lease untold.
         let (engine, def, input) = (self.clone(), def.clone(), input.clone());
-        let StartOptions { idempotency_key, trigger, tags, traceparent, priority } = opts;
+        let StartOptions { idempotency_key, trigger, tags, traceparent, priority, owed } = opts;
         let (key, trigger, tags, traceparent) =
             (idempotency_key.map(str::to_string), trigger.cloned(), tags.cloned(), traceparent.map(str::to_string));
         let own = crate::metrics::spawn(async move {
@@ -112,6 +123,7 @@ impl Engine {
                 tags: tags.as_ref(),
                 traceparent: traceparent.as_deref(),
                 priority,
+                owed,
             };
             let mut client = composer_store::client(&engine.pool).await?;
             let tx = composer_store::begin(&mut client).await?;
@@ -145,6 +157,18 @@ impl Engine {
         self.start_in(tx, def, input, opts, FirstSteps::ToStreams, QuotaCheck::Here).await
     }
 
+    /// [`Engine::start_run_in`] for a run's own work (a deadline's run),
+    /// which is not held to the namespace's quotas.
+    pub(super) async fn start_owed_in(
+        &self,
+        tx: &composer_store::Transaction<'_>,
+        def: &DefinitionRow,
+        input: &Value,
+        opts: StartOptions<'_>,
+    ) -> Result<Started> {
+        self.start_in(tx, def, input, opts, FirstSteps::ToStreams, QuotaCheck::Done).await
+    }
+
     /// Refuses a start past the namespace's quotas.
     async fn within_quotas(&self, client: &composer_store::Client) -> Result<()> {
         use crate::quotas::QuotaError;
@@ -173,7 +197,7 @@ impl Engine {
         quotas: QuotaCheck,
     ) -> Result<Started> {
         let wf = self.compile(def)?;
-        let StartOptions { idempotency_key, trigger, tags, traceparent, priority } = opts;
+        let StartOptions { idempotency_key, trigger, tags, traceparent, priority, owed } = opts;
         if let Some(key) = idempotency_key {
             if let Some(existing) = runs::lock_idempotency_key(tx, &def.name, key).await? {
                 return Ok(Started { row: existing, new: false, loaded: None, receipt: None, to_idle: Vec::new() });
@@ -182,7 +206,22 @@ impl Engine {
         if quotas == QuotaCheck::Here {
             self.within_quotas(tx).await?;
         }
-        let how = NewRunOf { idempotency_key, trigger, tags, traceparent, priority, ..NewRunOf::of(def, input) };
+        if let Some(o) = owed {
+            if !composer_store::trees::charge_run(tx, o.root, self.bounds.tree.runs).await? {
+                return Err(Rejection::TreeTooBig { what: "runs", max: self.bounds.tree.runs }.into());
+            }
+        }
+        let (handles, root) = (owed.map(|o| o.by), owed.map(|o| o.root));
+        let how = NewRunOf {
+            idempotency_key,
+            trigger,
+            tags,
+            traceparent,
+            priority,
+            handles,
+            root,
+            ..NewRunOf::of(def, input)
+        };
         let (row, mut loaded) = admission::create_run(&Tx(tx, &self.payloads), wf, how, self.bounds).await?;
         // Its first steps go to the polls waiting for work, as a batched
         // start's do.

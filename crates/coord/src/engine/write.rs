@@ -1,5 +1,6 @@
 //! Writing what a transaction's runs changed ([`Engine::write`]): the
-//! failure handlers their ends start, the fan-out they spend, their spans,
+//! hooks their ends start, the deadlines they arm and disarm, the fan-out
+//! they spend, their spans,
 //! and the set-based write of every change; then, once the transaction
 //! committed, publishing it ([`Engine::written`]).
 
@@ -93,6 +94,9 @@ impl Engine {
             }
             None => Vec::new(),
         };
+        let (armed, ended) = super::arming::arming(&all);
+        composer_store::deadlines::arm(tx, &armed).await?;
+        composer_store::deadlines::disarm(tx, &ended).await?;
         let changes: Vec<Change> = all.into_iter().map(Loaded::change).collect();
         let any = changes.iter().any(|c| !c.tr.dispatch.is_empty());
         let wrote = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;

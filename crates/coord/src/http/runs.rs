@@ -224,6 +224,7 @@ pub(crate) async fn start_run(
         tags: req.tags.as_ref(),
         traceparent: traceparent.as_deref(),
         priority: req.priority.map(priority_of).transpose()?,
+        owed: None,
     };
     let (row, created) = engine.start_run(&def, &input, opts).await?;
     if let (false, Some(key)) = (created, &req.idempotency_key) {
@@ -348,14 +349,13 @@ pub(crate) async fn view_as_kept(
 ) -> Result<RunView, composer_store::Error> {
     let mut view = run_view(run, Some(&[]));
     view.tasks = Some(task_views_as_kept(client, run.id, tasks).await?);
-    if run.status.is_terminal() {
-        let hooks = runs::handlers_of(client, run.id).await?;
-        if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
-            view.failure_handler_run_ids =
-                Some(hooks.iter().filter(|(_, hook)| hook == "on_failure").map(|(id, _)| *id).collect());
-        }
-        view.hook_runs = Some(hooks.into_iter().map(|(run_id, hook)| HookRun { hook, run_id }).collect());
+    // An open run's are its deadlines'; an ended run's, its hooks' too.
+    let hooks = runs::handlers_of(client, run.id).await?;
+    if matches!(run.status, RunStatus::Failed | RunStatus::Cancelled) {
+        view.failure_handler_run_ids =
+            Some(hooks.iter().filter(|(_, hook)| hook == "on_failure").map(|(id, _)| *id).collect());
     }
+    view.hook_runs = Some(hooks.into_iter().map(|(run_id, hook)| HookRun { hook, run_id }).collect());
     Ok(view)
 }
 

@@ -313,6 +313,7 @@ pub static SPEC_EXPRESSIONS: &[(&str, &str, Takes)] = &[
     ("ConcurrencySpec", "key", Takes::Template),
     ("OnFailureSpec", "input", Takes::Template),
     ("HookSpec", "input", Takes::Template),
+    ("DeadlineStartSpec", "input", Takes::Template),
     ("TriggerSpec", "when", Takes::Jq),
     ("TriggerSpec", "input", Takes::Template),
     ("TriggerSpec", "idempotency_key", Takes::Template),

@@ -1,10 +1,15 @@
 //! A definition's hooks: the runs of other workflows a run's end starts —
 //! `on_failure` (FAILED, and CANCELLED if it says so), `on_success`
-//! (SUCCEEDED) and `on_end` (every end). Each is a workflow, a version and
-//! an input template that reads no secret.
+//! (SUCCEEDED) and `on_end` (every end) — and its deadlines, the runs a
+//! run or a step that has not ended some time after its start starts.
+//! Each is a workflow, a version and an input template that reads no
+//! secret.
 
+use std::time::Duration;
+
+use super::check::positive_duration;
 use super::check::{validate_name, ValidationError};
-use super::spec::{HookSpec, OnFailureSpec};
+use super::spec::{DeadlineSpec, HookSpec, OnFailureSpec, WorkflowSpec};
 use crate::expr::Template;
 
 /// Which of a definition's hooks one is: its field, and the name its
@@ -57,9 +62,15 @@ pub struct Ends {
     pub cancelled: bool,
 }
 
+/// A definition's hooks and its run's deadlines.
+pub(super) fn compile_hooks_and_deadlines(spec: &WorkflowSpec) -> Result<(Vec<Hook>, Vec<Deadline>), ValidationError> {
+    let hooks = compile_hooks(spec.on_failure.as_ref(), spec.on_success.as_ref(), spec.on_end.as_ref())?;
+    Ok((hooks, compile_deadlines("deadlines", &spec.deadlines)?))
+}
+
 /// A definition's hooks, in the order they start: `on_failure`,
 /// `on_success`, `on_end`.
-pub(super) fn compile_hooks(
+fn compile_hooks(
     on_failure: Option<&OnFailureSpec>,
     on_success: Option<&HookSpec>,
     on_end: Option<&HookSpec>,
@@ -122,4 +133,47 @@ fn failure_ends(on: Option<&[String]>) -> Result<Ends, ValidationError> {
         }
     }
     Ok(ends)
+}
+
+/// Most deadlines a run, or one node's step, may have.
+pub const MAX_DEADLINES: usize = 8;
+
+/// A deadline, compiled: the run it starts when a run (or a node's step)
+/// has not ended `after` its start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deadline {
+    pub after: Duration,
+    pub workflow: String,
+    pub version: Option<i32>,
+    /// Its input, over `{run, step, deadline, input}`; `None` gives
+    /// `{run, step, deadline}`.
+    pub input: Option<Template>,
+}
+
+/// The deadlines at `at` (`deadlines`, `nodes[a].deadlines`).
+pub(super) fn compile_deadlines(at: &str, specs: &[DeadlineSpec]) -> Result<Vec<Deadline>, ValidationError> {
+    if specs.len() > MAX_DEADLINES {
+        return Err(ValidationError::new(at, format!("at most {MAX_DEADLINES} deadlines (MAX_DEADLINES)")));
+    }
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, d) in specs.iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        let after = positive_duration(&format!("{at}.after"), &d.after)?;
+        let field = format!("{at}.start");
+        validate_name(&format!("{field}.workflow"), &d.start.workflow)?;
+        if d.start.version.is_some_and(|v| v < 1) {
+            return Err(ValidationError::new(format!("{field}.version"), "must be a version number (1 or more)"));
+        }
+        let input = match &d.start.input {
+            None => None,
+            Some(v) if v.to_string().contains(".secrets") => {
+                return Err(ValidationError::new(format!("{field}.input"), "a deadline's input cannot read secrets"))
+            }
+            Some(v) => {
+                Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{field}.input{p}"), m))?)
+            }
+        };
+        out.push(Deadline { after, workflow: d.start.workflow.clone(), version: d.start.version, input });
+    }
+    Ok(out)
 }

@@ -12,7 +12,7 @@
 //! - [`input_schema`]: a workflow's JSON Schema of its runs' input,
 //!   compiled at registration and checked at every start.
 //! - `hooks`: the runs a run's end starts (`on_failure`, `on_success`,
-//!   `on_end`), compiled.
+//!   `on_end`) and those its deadlines start, compiled.
 //! - [`start`]: what a definition decides of a new run from its input:
 //!   its tags, concurrency key and fairness key, in one scope of it.
 //! - `located`: reading a part of a definition with serde so that an
@@ -41,7 +41,7 @@ mod node;
 mod spec;
 
 pub use check::{check_name, check_path_segment, ValidationError, MAX_ID_LEN};
-pub use hooks::{Ends, Hook, HookKind};
+pub use hooks::{Deadline, Ends, Hook, HookKind, MAX_DEADLINES};
 pub use kind::{
     is_error_code, traits_of, Collect, LoopConfig, MapConfig, NodeKind, Tolerated, Traits, WaitFor, BUILT_IN,
     HTTP_METHODS, LOOP_MAX_ITERATIONS, MAP_DEFAULT_CONCURRENCY, MAP_MAX_ITEMS, MAX_ERROR_CODE_LEN,
@@ -49,8 +49,8 @@ pub use kind::{
 };
 pub use node::{default_queue, Node, RetryPolicy, MAX_RETRY_ATTEMPTS, MAX_RETRY_MULTIPLIER};
 pub use spec::{
-    ConcurrencySpec, Delivery, EdgeOn, EdgeSpec, HookSpec, NodeSpec, On429, OnFailureSpec, RetrySpec, TriggerSpec,
-    WorkflowSpec,
+    ConcurrencySpec, DeadlineSpec, DeadlineStartSpec, Delivery, EdgeOn, EdgeSpec, HookSpec, NodeSpec, On429,
+    OnFailureSpec, RetrySpec, TriggerSpec, WorkflowSpec,
 };
 
 use check::positive_duration;
@@ -128,6 +128,8 @@ pub struct Workflow {
     pub concurrency: Option<Concurrency>,
     /// The runs a run's end starts (`on_failure`, `on_success`, `on_end`).
     pub hooks: Vec<Hook>,
+    /// The runs a run that has not ended some time after its start starts.
+    pub deadlines: Vec<Deadline>,
     /// Every run's tags, by key, evaluated over `{input}` when it starts.
     pub tags: Vec<(String, Template)>,
     /// The events that start runs of it.
@@ -156,6 +158,7 @@ struct Parts {
     timeout: Option<Duration>,
     concurrency: Option<Concurrency>,
     hooks: Vec<Hook>,
+    deadlines: Vec<Deadline>,
     tags: Vec<(String, Template)>,
     triggers: Vec<Trigger>,
     fairness_key: Option<Template>,
@@ -195,6 +198,7 @@ impl Workflow {
             timeout,
             concurrency,
             hooks,
+            deadlines,
             tags,
             triggers,
             fairness_key,
@@ -213,6 +217,7 @@ impl Workflow {
             timeout,
             concurrency,
             hooks,
+            deadlines,
             tags,
             triggers,
             priority,
@@ -276,7 +281,7 @@ impl Workflow {
                 Some(Concurrency { key, max: c.max })
             }
         };
-        let hooks = hooks::compile_hooks(spec.on_failure.as_ref(), spec.on_success.as_ref(), spec.on_end.as_ref())?;
+        let (hooks, deadlines) = hooks::compile_hooks_and_deadlines(spec)?;
         let tags = compile_tags(spec.tags.as_ref())?;
         let triggers = compile_triggers(spec.triggers.as_deref())?;
         let fairness_key = match &spec.fairness_key {
@@ -295,6 +300,7 @@ impl Workflow {
             timeout,
             concurrency,
             hooks,
+            deadlines,
             tags,
             triggers,
             fairness_key,
@@ -940,6 +946,25 @@ mod tests {
             (json!({"name": "h", "nodes": [http("a")], "on_end": {"workflow": "x", "version": 0}}), "on_end.version"),
             (json!({"name": "h", "nodes": [http("a")], "on_success": {"input": {}}}), "on_success.workflow"),
             (
+                json!({"name": "d", "nodes": [http("a")], "deadlines": [{"after": "0s", "start": {"workflow": "p"}}]}),
+                "deadlines[0].after",
+            ),
+            (json!({"name": "d", "nodes": [http("a")], "deadlines": [{"after": "1s"}]}), "deadlines[0].start"),
+            (
+                json!({"name": "d", "nodes": [http("a")], "deadlines": [{"after": "1s", "start": {"workflow": "p", "input": "${ .secrets.K }"}}]}),
+                "deadlines[0].start.input",
+            ),
+            (
+                json!({"name": "d", "nodes": [{"id": "a", "type": "WAIT", "config": {"duration": "1s"},
+                    "deadlines": [{"after": "1s", "start": {"workflow": "bad name"}}]}]}),
+                "nodes[a].deadlines[0].start.workflow",
+            ),
+            (
+                map(json!({"node": {"type": "HTTP", "config": {"url": "http://h"},
+                    "deadlines": [{"after": "1s", "start": {"workflow": "p"}}]}})),
+                "nodes[each].config.node.deadlines",
+            ),
+            (
                 json!({"name": "d", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1s"}, "delivery": "at_most_once"}]}),
                 "nodes[w].delivery",
             ),
@@ -965,6 +990,21 @@ mod tests {
         assert!(ok.handles_failure(0) && !ok.handles_failure(1));
         let ends = Ends { succeeded: false, failed: true, cancelled: true };
         assert!(matches!(&ok.hooks[..], [h] if h.kind == HookKind::OnFailure && h.ends == ends));
+    }
+
+    #[test]
+    fn a_run_or_a_step_has_at_most_max_deadlines() {
+        let d = json!({"after": "1m", "start": {"workflow": "page"}});
+        let node = |n: usize| json!({"id": "w", "type": "WAIT", "config": {"duration": "1s"}, "deadlines": vec![d.clone(); n]});
+        let def =
+            |run: usize, step: usize| json!({"name": "d", "nodes": [node(step)], "deadlines": vec![d.clone(); run]});
+        let ok = Workflow::parse(&def(MAX_DEADLINES, MAX_DEADLINES)).unwrap();
+        assert_eq!((ok.deadlines.len(), ok.nodes[0].deadlines.len()), (MAX_DEADLINES, MAX_DEADLINES));
+        assert_eq!(ok.deadlines[0].after, Duration::from_secs(60));
+        let run = Workflow::parse(&def(MAX_DEADLINES + 1, 0)).unwrap_err();
+        assert!(run.path == "deadlines" && run.message.contains("MAX_DEADLINES"), "{run:?}");
+        let step = Workflow::parse(&def(0, MAX_DEADLINES + 1)).unwrap_err();
+        assert_eq!(step.path, "nodes[w].deadlines", "{step:?}");
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct Node {
     pub at_most_once: bool,
     /// Limits on its steps across runs (dispatched nodes only).
     pub limits: Vec<StepLimit>,
+    /// The runs its step starts when it has not ended some time after it
+    /// was created (none for a MAP's item template).
+    pub deadlines: Vec<super::hooks::Deadline>,
     /// An HTTP call whose config reads no secret: a coordinator may run
     /// its steps itself (it never holds a secret; a step that reads one
     /// goes to a worker).
@@ -144,8 +147,15 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         item_of: None,
         limits,
         coordinator_may_run,
+        deadlines: super::hooks::compile_deadlines(&format!("{at}.deadlines"), &n.deadlines)?,
     };
     let item = match per_item {
+        Some(spec) if !spec.deadlines.is_empty() => {
+            return Err(ValidationError::new(
+                format!("{at}.config.node.deadlines"),
+                "a MAP's items have no deadlines of their own: set them on the MAP",
+            ))
+        }
         Some(spec) => Some(compile_node(&format!("{at}.config.node"), &spec)?.0),
         None => None,
     };

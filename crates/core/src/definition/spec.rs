@@ -61,6 +61,12 @@ pub struct WorkflowSpec {
     /// as that end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_end: Option<HookSpec>,
+    /// Runs of other workflows started when a run has not ended `after` its
+    /// start: each fires once, and changes nothing of the run (an SLA's
+    /// warning, not a timeout).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8))]
+    pub deadlines: Vec<DeadlineSpec>,
     /// Tags of every run, `{key: text or an expression over {input}}`, to
     /// find runs by (`GET /v1/runs?tag.customer=42`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,6 +159,38 @@ pub struct HookSpec {
     pub input: Option<Value>,
 }
 
+/// A deadline: the run it starts when a run or a step has not ended
+/// `after` its start.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeadlineSpec {
+    /// How long after the run's start (or the step's creation) it fires
+    /// (`"2h"`), if the run (or step) has not ended by then.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "2h"))]
+    pub after: String,
+    pub start: DeadlineStartSpec,
+}
+
+/// What a deadline starts: a run of a workflow.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeadlineStartSpec {
+    /// Its workflow (the latest version when it fires, unless `version` is given).
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
+    pub workflow: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::opt_int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub version: Option<i32>,
+    /// Its input, a template over `{run: {id, workflow, version, status},
+    /// step: {node, state, attempt} (a step's deadline), deadline: {after,
+    /// node}, input}`; by default `{"run": …, "step": …, "deadline": …}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::JsonValue))]
+    pub input: Option<Value>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -213,6 +251,13 @@ pub struct NodeSpec {
     /// waits, not dispatched, until the limit lets it go.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<super::limit::LimitSpec>,
+    /// Runs of other workflows started when this node's step has not ended
+    /// `after` it was created (retries and waits included): each fires
+    /// once, and changes nothing of the run. A MAP's `config.node` has none
+    /// (set them on the MAP).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8))]
+    pub deadlines: Vec<DeadlineSpec>,
 }
 
 /// Whether an attempt may be sent again when its outcome is unknown.
@@ -299,7 +344,7 @@ impl EdgeOn {
 }
 
 /// The fields a definition may have.
-const FIELDS: [&str; 15] = [
+const FIELDS: [&str; 16] = [
     "name",
     "description",
     "input_schema",
@@ -311,6 +356,7 @@ const FIELDS: [&str; 15] = [
     "on_failure",
     "on_success",
     "on_end",
+    "deadlines",
     "tags",
     "triggers",
     "priority",
@@ -341,6 +387,7 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
     let on_failure = optional_object(obj, "on_failure")?;
     let on_success = optional_object(obj, "on_success")?;
     let on_end = optional_object(obj, "on_end")?;
+    let deadlines = optional_object(obj, "deadlines")?.unwrap_or_default();
     let tags = match obj.get("tags") {
         None | Some(Value::Null) => None,
         Some(Value::Object(t)) => Some(t.clone()),
@@ -364,6 +411,7 @@ pub(crate) fn parse_spec(json: &Value) -> Result<WorkflowSpec, ValidationError> 
         on_failure,
         on_success,
         on_end,
+        deadlines,
         tags,
         triggers,
         priority,

@@ -49,10 +49,13 @@ pub enum HistoryKind {
     /// An operator moved the run to another version of its workflow
     /// (`from_version`, `to_version`, `map`: old step → new step, as asked).
     RunMigrated,
+    /// A deadline passed with the run (or its step `node`) not ended: it
+    /// started `run_id`, or could not (`error`). The run is not changed.
+    DeadlinePassed,
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 23] = [
+    pub const ALL: [HistoryKind; 24] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -76,6 +79,7 @@ impl HistoryKind {
         HistoryKind::HandlerStarted,
         HistoryKind::PriorityChanged,
         HistoryKind::RunMigrated,
+        HistoryKind::DeadlinePassed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -103,6 +107,7 @@ impl HistoryKind {
             HistoryKind::HandlerStarted => "HandlerStarted",
             HistoryKind::PriorityChanged => "PriorityChanged",
             HistoryKind::RunMigrated => "RunMigrated",
+            HistoryKind::DeadlinePassed => "DeadlinePassed",
         }
     }
 
