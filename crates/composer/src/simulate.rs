@@ -291,6 +291,25 @@ fn text(r: &Report) -> String {
         (None, Some(e)) => out.push_str(&format!("error {e}\n")),
         _ => {}
     }
+    if !r.hooks.is_empty() {
+        out.push_str("hooks (started by the end)\n");
+        for h in &r.hooks {
+            let what = match (&h.input, &h.error) {
+                (Some(input), _) => format!("input {input}"),
+                (None, Some(e)) => format!("not started: {e}"),
+                _ => String::new(),
+            };
+            out.push_str(&format!("  {} -> {}  {what}\n", h.hook, h.workflow));
+        }
+    }
+    if !r.deadlines.is_empty() {
+        out.push_str("deadlines\n");
+        for d in &r.deadlines {
+            let of = d.node.as_deref().map_or("the run".to_string(), |n| format!("step {n}"));
+            let fires = if d.fires { "fires" } else { "does not fire" };
+            out.push_str(&format!("  {of} after {} -> {}  {fires}\n", d.after, d.workflow));
+        }
+    }
     for note in &r.notes {
         out.push_str(&format!("note: {note}\n"));
     }

@@ -95,6 +95,20 @@ pub async fn lock_due(tx: &Transaction<'_>, d: &Due) -> Result<Option<Due>> {
     tx.query_opt(&stmt, &[&d.run_id, &d.node_id, &d.idx]).await?.as_ref().map(due_of).transpose()
 }
 
+/// Puts `d` off by `by` (its firing failed for a passing reason), unless
+/// it was armed again or fired meanwhile.
+pub async fn put_off(client: &Client, d: &Due, by: std::time::Duration) -> Result<()> {
+    let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+    let stmt = client
+        .prepare_cached(
+            "UPDATE run_deadlines SET due_at = now() + $5 * interval '1 millisecond'
+              WHERE run_id = $1 AND node_id = $2 AND idx = $3 AND due_at = $4",
+        )
+        .await?;
+    client.execute(&stmt, &[&d.run_id, &d.node_id, &d.idx, &d.due_at, &ms]).await?;
+    Ok(())
+}
+
 /// What a deadline sees of its run.
 #[derive(Debug, Clone)]
 pub struct DeadlineRun {

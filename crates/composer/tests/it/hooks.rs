@@ -215,8 +215,8 @@ async fn a_deadline_that_cannot_start_its_run_says_why_once_and_the_run_goes_on(
 /// Hooks' and deadlines' runs join the run tree of the run that started
 /// them, and so do the runs those start: a chain of definitions that would
 /// start runs without end (a deadline's run whose child has deadlines, a
-/// hook's run whose child has the hook) stops at the tree's fan-out budget,
-/// and says so in the history.
+/// hook's run whose child has the hook) stops at the tree's fan-out budget
+/// (charged for each child), and says so.
 #[tokio::test]
 async fn hooks_and_deadlines_that_would_start_runs_without_end_stop_at_the_trees_budget() {
     use composer_testkit::EngineOptions;
@@ -269,10 +269,37 @@ async fn hooks_and_deadlines_that_would_start_runs_without_end_stop_at_the_trees
         })
         .await;
         assert!(refused.contains("COMPOSER_MAX_TREE_RUNS"), "{refused}");
-        let total = count(workflows[0]).await + count(workflows[1]).await;
-        assert!(total <= 10, "{root}: {total} runs in a tree of at most 10");
+        // The root and its children are charged (at most 10); each of them
+        // starts at most three hooks' or deadlines' runs.
+        let (charged, owed) = (count(workflows[0]).await, count(workflows[1]).await);
+        assert!(charged <= 10 && owed <= 3 * charged, "{root}: {charged} charged runs, {owed} owed");
         let run = e.wait_for_run(first, T).await;
         assert!(run["status"] == "SUCCEEDED", "{run}");
     }
+    e.stop().await;
+}
+
+/// Two hooks of one end whose runs start MAPs share the tree's budget of
+/// items: each sees what the one before it took, so the end commits (the
+/// second MAP is refused what is left) instead of failing its write for a
+/// budget both read before either was charged.
+#[tokio::test]
+async fn two_hooks_whose_maps_share_the_trees_items_see_each_others_and_the_run_ends() {
+    use composer_testkit::EngineOptions;
+    let e = Engine::with(EngineOptions { coordinator: |c| c.max_tree_items = 8, ..Default::default() }).await;
+    e.register(&json!({"name": "mapper", "nodes": [{"id": "each", "type": "MAP",
+        "config": {"items": [1, 2, 3, 4, 5], "node": {"type": "TRANSFORM", "config": {"output": "${ .item }"}}}}]}))
+        .await;
+    e.register(&json!({"name": "ends", "on_success": {"workflow": "mapper"}, "on_end": {"workflow": "mapper"},
+        "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": 1}}]}))
+        .await;
+    let id = e.start_run("ends", json!({})).await;
+    let run = e.wait_for_run(id, T).await;
+    assert_eq!(run["status"], "SUCCEEDED", "{run}");
+    let started = hooks_of(&e, &run).await;
+    let ends: Vec<(&str, &str)> = started.iter().map(|(k, r)| (k.as_str(), r["status"].as_str().unwrap())).collect();
+    assert_eq!(ends.iter().filter(|(_, s)| *s == "SUCCEEDED").count(), 1, "{ends:?}");
+    let failed = started.values().find(|r| r["status"] == "FAILED").unwrap();
+    assert!(failed["error"].as_str().unwrap().contains("COMPOSER_MAX_TREE_ITEMS"), "{failed}");
     e.stop().await;
 }

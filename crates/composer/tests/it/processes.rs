@@ -1148,6 +1148,22 @@ fn simulate_runs_a_definition_offline_and_exits_by_its_outcome() {
         simulate(&["-f", hello.to_str().unwrap(), "--input", given, "--fail", "check=down for maintenance"]);
     assert_eq!(code, Some(1), "a failed run exits 1: {out}");
     assert!(out.contains("run FAILED") && out.contains("down for maintenance"), "{out}");
+
+    // The hooks an end starts and the deadlines that fire are shown.
+    let hooks_dir = composer_embedded::temp_dir("simulate-hooks").unwrap();
+    let def = hooks_dir.join("late.json");
+    let page = json!({"after": "1s", "start": {"workflow": "page"}});
+    std::fs::write(
+        &def,
+        json!({"name": "late", "on_success": {"workflow": "notify", "input": {"id": "${ .run.id }"}},
+            "deadlines": [page], "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "5s"}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, out, _) = simulate(&["-f", def.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("hooks (started by the end)\n  on_success -> notify  input {\"id\":"), "{out}");
+    assert!(out.contains("deadlines\n  the run after 1s -> page  fires"), "{out}");
     let (code, _, err) = simulate(&["-f", hello.to_str().unwrap(), "--mock", "check={not json"]);
     assert_eq!(code, Some(2), "a bad argument exits 2");
     assert!(err.contains("--mock check"), "{err}");

@@ -6,9 +6,8 @@
 //! - Armed in the write of the commit that starts the run (its own) or
 //!   creates the step (its node's), as rows due `after` that commit's
 //!   start ([`super::arming`]). A deadline's run arms none of its own and
-//!   joins its run's tree (its fan-out budget, `COMPOSER_MAX_TREE_RUNS`),
-//!   as do the runs it starts: no chain of definitions can make deadlines
-//!   start runs without end.
+//!   joins its run's tree, whose budget every child it starts is charged
+//!   to: no chain of definitions can make deadlines start runs without end.
 //! - Disarmed in the commit that ends the run.
 //! - Fired by the timer loop ([`Engine::fire_deadlines`]): in a short
 //!   transaction of its own, each due row is locked (`SKIP LOCKED`), its run
@@ -34,6 +33,10 @@ use super::evaluator::{self, Subject};
 use super::starts::{Owed, StartOptions, Started};
 use super::store::{RunStore, Tx};
 use super::Engine;
+
+/// How long a deadline whose firing failed for a passing reason waits
+/// before it is tried again, so that it does not hold the head of the queue.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What firing one due deadline did.
 enum Fired {
@@ -65,7 +68,9 @@ impl Engine {
                         fired += usize::from(started);
                     }
                     Err(e) => {
-                        tracing::warn!(run_id = %d.run_id, node = d.node_id, error = %e, "deadline not fired; trying again")
+                        tracing::warn!(run_id = %d.run_id, node = d.node_id, error = %e, "deadline not fired; trying again in a minute");
+                        let client = composer_store::client(&self.pool).await?;
+                        deadlines::put_off(&client, d, RETRY_AFTER).await?;
                     }
                 }
             }

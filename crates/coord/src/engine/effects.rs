@@ -384,10 +384,6 @@ pub(crate) mod fake {
             Ok(0)
         }
 
-        async fn charge_run(&self, _root: Uuid, _max: i64) -> Result<bool, composer_store::Error> {
-            Ok(true)
-        }
-
         async fn lock_concurrency_key(&self, workflow: &str, key: &str) -> Result<(), composer_store::Error> {
             self.locked_keys.lock().unwrap().push((workflow.into(), key.into()));
             Ok(())

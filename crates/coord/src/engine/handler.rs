@@ -4,9 +4,10 @@
 //! the end, so a hook starts exactly once for each end, whichever
 //! coordinator commits it and whatever crashes: the end and its hooks'
 //! runs commit together or not at all. A hook's run starts no hook of its
-//! own, and joins the ended run's tree (its fan-out budget,
-//! `COMPOSER_MAX_TREE_RUNS`), as do the runs it starts: no chain of
-//! definitions can make hooks start runs without end.
+//! own, and joins the ended run's tree: it is not charged to the tree's
+//! budget of runs (a tree out of runs still starts its failure handler),
+//! but every child it starts is, so no chain of definitions can make hooks
+//! start runs without end; its MAPs share the tree's budget of items.
 
 use composer_core::trace::{RunTrace, TraceContext};
 use std::sync::Arc;
@@ -69,11 +70,6 @@ pub async fn start<S: RunStore>(
             .ok_or_else(|| Rejection::UnknownWorkflow { name: hook.workflow.clone(), version: hook.version })?;
         let input = hook_input(l, hook, bounds).await.map_err(Rejection::HandlerInput)?;
         let wf = compile(&def)?;
-        // The hook's run joins the ended run's tree and its fan-out budget,
-        // so hooks whose runs end in runs with hooks cannot grow without end.
-        if !store.charge_run(l.root, bounds.tree.runs).await? {
-            return Err(Rejection::TreeTooBig { what: "runs", max: bounds.tree.runs }.into());
-        }
         let trigger = match hook.kind {
             composer_core::definition::HookKind::OnFailure => json!({"failure_of": l.run.id}),
             _ => json!({"hook": field, "end_of": l.run.id}),

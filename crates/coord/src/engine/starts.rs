@@ -40,7 +40,8 @@ pub struct StartOptions<'a> {
 }
 
 /// A run another run owes (its deadline's): it starts no hooks and arms no
-/// deadlines of its own, and joins that run's tree (its fan-out budget).
+/// deadlines of its own, and joins that run's tree without being charged to
+/// its budget of runs (every child it starts is; its MAPs share the items').
 #[derive(Debug, Clone, Copy)]
 pub struct Owed {
     pub by: Uuid,
@@ -205,11 +206,6 @@ impl Engine {
         }
         if quotas == QuotaCheck::Here {
             self.within_quotas(tx).await?;
-        }
-        if let Some(o) = owed {
-            if !composer_store::trees::charge_run(tx, o.root, self.bounds.tree.runs).await? {
-                return Err(Rejection::TreeTooBig { what: "runs", max: self.bounds.tree.runs }.into());
-            }
         }
         let (handles, root) = (owed.map(|o| o.by), owed.map(|o| o.root));
         let how = NewRunOf {

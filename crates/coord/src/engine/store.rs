@@ -64,10 +64,6 @@ pub trait RunStore: Sync {
     /// MAP items the run tree of `root` has created so far.
     fn tree_items_used(&self, root: Uuid) -> impl Future<Output = StoreResult<i64>> + Send;
 
-    /// Charges one more run to the tree of `root`; false (nothing charged)
-    /// past `max`.
-    fn charge_run(&self, root: Uuid, max: i64) -> impl Future<Output = StoreResult<bool>> + Send;
-
     /// Elements `from..from + count` of a MAP's list.
     fn load_sources(
         &self,
@@ -230,10 +226,6 @@ impl RunStore for Tx<'_, '_> {
 
     async fn tree_items_used(&self, root: Uuid) -> StoreResult<i64> {
         composer_store::trees::items_used(self.0, root).await
-    }
-
-    async fn charge_run(&self, root: Uuid, max: i64) -> StoreResult<bool> {
-        composer_store::trees::charge_run(self.0, root, max).await
     }
 
     async fn insert_run(&self, run: &NewRun<'_>) -> StoreResult<RunRow> {

@@ -58,11 +58,17 @@ impl Engine {
         published: &[i64],
     ) -> Result<Receipt> {
         let mut loaded: Vec<&mut Loaded> = loaded.collect();
+        for l in &loaded {
+            self.charge_items(tx, l).await?;
+        }
+        // A hook's run joins the ended run's tree: its MAP sees the items
+        // charged before it, its own charged before the next hook reads.
         let mut handlers = Vec::new();
         let compile = |def: &DefinitionRow| self.compile(def);
         for l in loaded.iter_mut() {
             for hook in handler::owed_hooks(l) {
                 if let Some(h) = handler::start(&Tx(tx, &self.payloads), &compile, l, &hook, self.bounds).await? {
+                    self.charge_items(tx, &h).await?;
                     handlers.push(h);
                 }
             }
@@ -73,15 +79,6 @@ impl Engine {
             }
         }
         let all: Vec<&Loaded> = loaded.iter().map(|l| &**l).chain(handlers.iter()).collect();
-        for l in &all {
-            // A MAP's items are charged in all when it starts.
-            let items = l.tr.charged_items as i64;
-            if items > 0 && !composer_store::trees::charge_items(tx, l.root, items, self.bounds.tree.items).await? {
-                // Another run of the tree spent the budget since this one read
-                // it: applied again, the MAP sees what is left.
-                return Err(EngineError::BudgetRace { run_id: l.run.id });
-            }
-        }
         let spans = match &self.traces {
             Some(_) => {
                 let now = std::time::SystemTime::now();
@@ -101,6 +98,18 @@ impl Engine {
         let any = changes.iter().any(|c| !c.tr.dispatch.is_empty());
         let wrote = write_transitions(tx, &changes, self.shards, self.publish_mode(), published).await?;
         Ok(Receipt { outbound: wrote.outbound, eager: wrote.eager, any, handlers, spans })
+    }
+
+    /// Charges the MAP items `l`'s transition started to its tree (a MAP's
+    /// items are charged in all when it starts).
+    async fn charge_items(&self, tx: &composer_store::Transaction<'_>, l: &Loaded) -> Result<()> {
+        let items = l.tr.charged_items as i64;
+        if items > 0 && !composer_store::trees::charge_items(tx, l.root, items, self.bounds.tree.items).await? {
+            // Another run of the tree spent the budget since this one read
+            // it: applied again, the MAP sees what is left.
+            return Err(EngineError::BudgetRace { run_id: l.run.id });
+        }
+        Ok(())
     }
 
     /// The values of `l` the write puts in objects, written now (before the
