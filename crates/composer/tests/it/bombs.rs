@@ -440,6 +440,8 @@ impl Coordinator {
             if Instant::now() > until {
                 return Err(format!("no deadline noted for {run}"));
             }
+            // The poll interval (the loop checks its own deadline), kept
+            // slow so as not to add to a bombed coordinator's load.
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         match (noted["payload"]["error"].as_str(), noted["payload"]["run_id"].as_str()) {

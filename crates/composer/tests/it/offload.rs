@@ -893,7 +893,9 @@ async fn a_map_of_1_kib_items_collects_them_all_within_the_stated_memory() {
     })
     .await;
     let peak = peak_rss(proc.0.id());
-    assert_eq!(status, "SUCCEEDED");
+    let error: Option<String> =
+        db_client.query_one("SELECT error FROM workflow_runs WHERE id = $1", &[&run]).await.unwrap().get(0);
+    assert_eq!(status, "SUCCEEDED", "{error:?}");
     let counted: Value = db_client
         .query_one("SELECT output_json FROM task_instances WHERE run_id = $1 AND node_id = 'count'", &[&run])
         .await
