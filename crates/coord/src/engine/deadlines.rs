@@ -192,7 +192,7 @@ impl Engine {
         };
         // A savepoint: a start refused half way leaves the rest standing.
         let sp = tx.savepoint("deadline_start").await?;
-        match self.start_owed_in(&sp, &target, &input, opts).await {
+        match self.start_run_in(&sp, &target, &input, opts).await {
             Ok(s) => {
                 sp.commit().await?;
                 tracing::info!(run_id = %d.run_id, node = d.node_id, started = %s.row.id, "deadline passed");

@@ -145,7 +145,7 @@ impl Engine {
     ///
     /// The start is held to the namespace's quotas (a refusal is a
     /// [`Rejection::OverQuota`]), as the API's are before they are asked
-    /// for. A run's own work (its children, its failure handler) is not:
+    /// for. A run's own work (its children, its hooks, a deadline's run: `owed`) is not:
     /// refusing it would fail work already admitted, and a namespace full
     /// of parents waiting for children would never drain.
     pub async fn start_run_in(
@@ -155,19 +155,9 @@ impl Engine {
         input: &Value,
         opts: StartOptions<'_>,
     ) -> Result<Started> {
-        self.start_in(tx, def, input, opts, FirstSteps::ToStreams, QuotaCheck::Here).await
-    }
-
-    /// [`Engine::start_run_in`] for a run's own work (a deadline's run),
-    /// which is not held to the namespace's quotas.
-    pub(super) async fn start_owed_in(
-        &self,
-        tx: &composer_store::Transaction<'_>,
-        def: &DefinitionRow,
-        input: &Value,
-        opts: StartOptions<'_>,
-    ) -> Result<Started> {
-        self.start_in(tx, def, input, opts, FirstSteps::ToStreams, QuotaCheck::Done).await
+        // A run another run owes (a deadline's) is that run's own work.
+        let quotas = if opts.owed.is_some() { QuotaCheck::Done } else { QuotaCheck::Here };
+        self.start_in(tx, def, input, opts, FirstSteps::ToStreams, quotas).await
     }
 
     /// Refuses a start past the namespace's quotas.
