@@ -7,7 +7,8 @@ filters it to FAILED runs, opens the failed run, sees the failed step in the
 failure colour with its error, presses Retry, and sees the run succeed; then
 reruns it from a step with a reason, reads why waiting runs wait, completes a
 step by hand, finds runs by tag, cancels chosen ones and the rest by a bulk
-job, and opens the overview and the queues. Along the way it checks what
+job, opens the overview and the queues, and replays events whose trigger
+failed once it is fixed. Along the way it checks what
 issue 51 found misleading: a node's label fits its box, a running run's
 header says nothing of finishing, the act button says what it does, a
 long-polling worker shows once per queue as waiting for work, and Log out
@@ -269,6 +270,45 @@ def main():
             })""")
             assert overflows == [], f"labels out of their boxes: {overflows}"
             expect(page.locator("svg.dag g.node title").first).to_contain_text("W" * 40)
+
+            # Events whose trigger failed, replayed from the events page once
+            # the trigger is fixed: the dry run says what it would start, the
+            # replay starts it once per event, and its page shows the count.
+            api(base, "POST", "/v1/workflows", {"name": "billing", "nodes": [
+                {"id": "bill", "type": "TRANSFORM", "config": {"output": "${ .input }"}}],
+                "triggers": [{"event": "invoice.paid", "input": "${ .event.payload.nope | error(\"not yet\") }"}]})
+            for n in range(2):
+                sent = api(base, "POST", "/v1/events", {"name": "invoice.paid", "id": f"inv-{n}", "payload": {"n": n}})
+                assert len(sent["trigger_errors"]) == 1, sent
+            api(base, "POST", "/v1/workflows", {"name": "billing", "nodes": [
+                {"id": "bill", "type": "TRANSFORM", "config": {"output": "${ .input }"}}],
+                "triggers": [{"event": "invoice.paid"}]})
+            utc = time.gmtime
+            fmt = "%Y-%m-%dT%H:%M"
+            since, until = time.strftime(fmt, utc(time.time() - 3600)), time.strftime(fmt, utc(time.time() + 3600))
+
+            def replay_form(button):
+                page.goto(base + "/ui/events")
+                page.fill("form#replay input[name=from]", since)
+                page.fill("form#replay input[name=to]", until)
+                page.fill("form#replay input[name=name]", "invoice.paid")
+                page.check("form#replay input[name=failed_only]")
+                page.fill("form#replay input[name=reason]", "billing's trigger fixed")
+                page.click(f"form#replay button[value={button}]")
+
+            replay_form("count")
+            expect(page.locator("p.notice")).to_contain_text("2 event(s) match")
+            expect(page.locator("table.preview td.would-start")).to_have_count(2)
+            expect(page.locator("table.preview td.would-start").first).to_have_text("billing (trigger 0)")
+            replay_form("start")
+            expect(page).to_have_url(re.compile(r".*/ui/replays/[0-9a-f-]{36}$"))
+            expect(page.locator("p.status .badge")).to_have_text("SUCCEEDED", timeout=30_000)
+            expect(page.locator("p.status span.started")).to_have_text("2")
+            expect(page.locator("p.meta")).to_contain_text("billing's trigger fixed")
+            replay_id = page.url.rsplit("/", 1)[1]
+            events = api(base, "GET", "/v1/events?name=invoice.paid")["events"]
+            assert [e["started_runs"][0]["replayed_by"] for e in events] == [replay_id] * 2, events
+            assert all(e["trigger_errors"] == [] for e in events), events
 
             # Logging out ends the session.
             page.click("header button.logout")

@@ -348,13 +348,18 @@ class Workflow(_WorkflowRequired, total=False):
     versions_next: Optional[int]
 
 
-class TriggeredRun(TypedDict):
-    """A run an event's trigger started: ``trigger`` is the trigger's place
-    in the workflow's ``triggers``."""
-
+class _TriggeredRunRequired(TypedDict):
     workflow: str
     trigger: int
     run_id: str
+
+
+class TriggeredRun(_TriggeredRunRequired, total=False):
+    """A run an event's trigger started: ``trigger`` is the trigger's place
+    in the workflow's ``triggers``; ``replayed_by``, the replay that started
+    it (``POST /v1/events/replay``), absent when the event's sending did."""
+
+    replayed_by: str
 
 
 class TriggerFailure(TypedDict):

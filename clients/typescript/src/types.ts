@@ -469,6 +469,8 @@ export interface TriggeredRun {
   /** The trigger's place in the definition's `triggers`. */
   trigger: number;
   run_id: string;
+  /** The replay that started it (`POST /v1/events/replay`); absent when the event's sending did. */
+  replayed_by?: string;
 }
 
 /** A trigger that matched an event but started no run, and why. */

@@ -168,7 +168,7 @@ export const eventSentShape = {
   trigger_errors: "optional",
   duplicate: "optional",
 } as const satisfies Shape<EventSent>;
-export const triggeredRunShape = { workflow: "required", trigger: "required", run_id: "required" } as const satisfies Shape<TriggeredRun>;
+export const triggeredRunShape = { workflow: "required", trigger: "required", run_id: "required", replayed_by: "optional" } as const satisfies Shape<TriggeredRun>;
 export const triggerFailureShape = { workflow: "required", trigger: "required", error: "required" } as const satisfies Shape<TriggerFailure>;
 export const recordedEventShape = {
   seq: "required",

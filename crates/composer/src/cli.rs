@@ -568,6 +568,43 @@ pub enum EventCommand {
         #[arg(long)]
         before: Option<i64>,
     },
+    /// Runs the triggers of recorded events again (after a fix): once per
+    /// event and trigger that has no run yet; a job (composer event
+    /// replay-status REPLAY).
+    Replay {
+        /// Events received at or after this moment: RFC 3339, or a duration
+        /// such as 2h for that long ago.
+        #[arg(long)]
+        from: String,
+        /// Events received before this moment (RFC 3339 or a duration ago); now by default.
+        #[arg(long)]
+        to: Option<String>,
+        /// Only events of this name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Only events with this key.
+        #[arg(long)]
+        key: Option<String>,
+        /// Only events a trigger of which started no run.
+        #[arg(long)]
+        failed_only: bool,
+        /// Why, as the replay records it.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only count the events and show what the first would start.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Shows how far a replay got.
+    ReplayStatus {
+        /// The replay's id.
+        replay: String,
+    },
+    /// Stops a replay.
+    ReplayCancel {
+        /// The replay's id.
+        replay: String,
+    },
 }
 
 #[derive(Args)]

@@ -446,8 +446,44 @@ pub async fn event(args: ClientArgs, cmd: EventCommand) -> anyhow::Result<ExitCo
             let answer = call(&api, Method::GET, &query, None).await?;
             output::list(format, &answer, "events", output::RECENT_EVENT_COLUMNS);
         }
+        EventCommand::Replay { from, to, name, key, failed_only, reason, dry_run } => {
+            let now = chrono::Utc::now();
+            let mut filter = serde_json::json!({
+                "from": moment("--from", &from, now)?,
+                "to": to.map(|t| moment("--to", &t, now)).transpose()?.unwrap_or_else(|| now.to_rfc3339()),
+                "failed_only": failed_only,
+            });
+            for (k, v) in [("name", name), ("key", key)] {
+                if let Some(v) = v {
+                    filter[k] = Value::String(v);
+                }
+            }
+            let body = with_reason(serde_json::json!({"filter": filter, "dry_run": dry_run}), reason);
+            output::one(format, &call(&api, Method::POST, "/v1/events/replay", Some(&body)).await?)
+        }
+        EventCommand::ReplayStatus { replay } => {
+            let path = format!("/v1/events/replay/{}", encode(&replay));
+            output::one(format, &call(&api, Method::GET, &path, None).await?)
+        }
+        EventCommand::ReplayCancel { replay } => {
+            let path = format!("/v1/events/replay/{}/cancel", encode(&replay));
+            output::one(format, &call(&api, Method::POST, &path, None).await?)
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A moment given as RFC 3339, or as a duration (`2h`) before `now`.
+fn moment(flag: &str, v: &str, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(v) {
+        return Ok(t.to_rfc3339());
+    }
+    let ago = composer_core::duration::parse(v)
+        .ok()
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .and_then(|d| now.checked_sub_signed(d))
+        .ok_or_else(|| anyhow::anyhow!("{flag}: {v:?} is neither an RFC 3339 time nor a duration such as 2h"))?;
+    Ok(ago.to_rfc3339())
 }
 
 pub async fn webhook(args: ClientArgs, cmd: WebhookCommand) -> anyhow::Result<ExitCode> {

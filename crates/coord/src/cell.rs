@@ -218,13 +218,17 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut T
                 if let Err(e) = schedules::forget_old_fires(&client).await {
                     tracing::warn!(error = %e, "forgetting old schedule fires failed");
                 }
-                if let Err(e) = crate::triggers::forget_old_events(&client).await {
+                if let Err(e) = crate::triggers::forget_old_events(&s.config, &client).await {
                     tracing::warn!(error = %e, "forgetting old events failed");
                 }
-                // A bulk job and the marks of the runs it acted on are kept a week after it ends.
-                if let Err(e) = composer_store::bulk::cleanup(&client, std::time::Duration::from_secs(7 * 86_400)).await
-                {
+                // A bulk job and the marks of the runs it acted on, and a
+                // replay, are kept a week after it ends.
+                let week = std::time::Duration::from_secs(7 * 86_400);
+                if let Err(e) = composer_store::bulk::cleanup(&client, week).await {
                     tracing::warn!(error = %e, "forgetting old bulk jobs failed");
+                }
+                if let Err(e) = composer_store::replays::cleanup(&client, week).await {
+                    tracing::warn!(error = %e, "forgetting old replays failed");
                 }
                 let c = &s.config;
                 drop(client);
@@ -254,7 +258,7 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut T
     }));
 }
 
-/// Works bulk jobs a batch at a time while there are any, then waits for a
+/// Works bulk jobs and replays a batch at a time while there are any, then waits for a
 /// new one (or a second, for jobs of other coordinators that died).
 async fn bulk_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
     loop {
@@ -265,6 +269,14 @@ async fn bulk_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
                 false
             }
         };
+        let replayed = match crate::replay::work_one_batch(&shared).await {
+            Ok(worked) => worked,
+            Err(e) => {
+                tracing::warn!(error = %e, "working a replay failed; will retry");
+                false
+            }
+        };
+        let worked = worked || replayed;
         if worked {
             if shutdown.is_cancelled() {
                 return;

@@ -233,6 +233,10 @@ pub struct Config {
     /// How long an event nobody waits for yet is kept for a waiter.
     #[arg(long, env = "COMPOSER_EVENT_RETENTION", default_value = "24h", value_parser = composer_core::duration::parse)]
     pub event_retention: Duration,
+    /// How long the event log keeps an event (1m to 3650d): an event sent again with its id within it
+    /// is a duplicate, and a replay (`POST /v1/events/replay`) reaches events this recent.
+    #[arg(long, env = "COMPOSER_EVENT_LOG_KEPT", default_value = "7d", value_parser = composer_core::duration::parse)]
+    pub event_log_kept: Duration,
     /// Events and run starts waiting for the engine, at most; beyond it requests get a 503 with Retry-After.
     #[arg(long, env = "COMPOSER_ENGINE_QUEUE", default_value_t = 10_000)]
     pub engine_queue: usize,
@@ -331,6 +335,14 @@ impl Config {
 
     /// Leases, partitions, shards, pools and queues are of a size that works.
     fn check_sizes(&self) -> Result<(), ConfigError> {
+        let kept = Duration::from_secs(60)..=Duration::from_secs(3650 * 86_400);
+        if !kept.contains(&self.event_log_kept) {
+            return Err(ConfigError::new(
+                "--event-log-kept",
+                "COMPOSER_EVENT_LOG_KEPT",
+                "must be between 1m and 3650d",
+            ));
+        }
         if self.lease_ttl < Duration::from_millis(300) {
             return Err(ConfigError::new("--lease-ttl", "COMPOSER_LEASE_TTL", "must be at least 300ms"));
         }

@@ -18,7 +18,8 @@
 //!   [`in_process`]: that API for a worker in the coordinator's process.
 //! - [`definitions`]: the definitions starts name, read in batches and kept.
 //! - [`schedules`]: the timer loop's pass that fires schedules, and backfill.
-//! - [`triggers`]: events recorded once, starting the runs their triggers start.
+//! - [`triggers`]: events recorded once, starting the runs their triggers start;
+//!   [`replay`]: their triggers run again over recorded events, a batch at a time.
 //! - [`webhooks`]: a webhook's spec, signature and transform (the pure part).
 //! - [`metrics`]: every count and spawned task in the namespace of the work
 //!   that made it.
@@ -59,6 +60,7 @@ pub mod outbox;
 pub mod payloads;
 pub mod publish;
 pub mod quotas;
+pub mod replay;
 pub mod schedules;
 pub mod shared;
 pub mod step_logs;

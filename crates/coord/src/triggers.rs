@@ -23,11 +23,6 @@ use crate::engine::Engine;
 use crate::engine::{EngineError, EventRequest};
 use composer_store::Pool;
 
-/// How long the event log keeps an event (and so how long an id is
-/// remembered): a sender's retry comes within minutes, an operator's look
-/// at recent events within days.
-pub const EVENT_LOG_KEPT: chrono::Duration = chrono::Duration::days(7);
-
 /// An event as it arrived, checked for size by the caller.
 pub struct Incoming<'a> {
     pub name: &'a str,
@@ -58,10 +53,10 @@ pub const MAX_EVENT_RUNS: usize = 100;
 const MAX_TRIGGER_ERROR: usize = 1024;
 
 /// What a matching trigger asks for, worked out before the transaction.
-struct Planned {
-    def: DefinitionRow,
-    index: usize,
-    fired: Result<Option<Fired>, String>,
+pub(crate) struct Planned {
+    pub def: DefinitionRow,
+    pub index: usize,
+    pub fired: Result<Option<Fired>, String>,
 }
 
 /// Records the event, starts what its triggers start, delivers it to the
@@ -95,8 +90,9 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
         let recorded = first.as_ref().map(|f| (f.key.clone(), f.payload.clone().unwrap_or(Value::Null)));
         return Ok(Sent { answer: duplicate(&event_id, first), first: recorded });
     };
-    let sending = Sending { config, engine, ev: &ev, event_id: &event_id };
-    let (runs, started) = sending.start_runs(&mut tx, planned).await?;
+    let sending =
+        Sending { config, engine, name: ev.name, event_id: &event_id, traceparent: ev.traceparent, replay: None };
+    let (runs, started) = sending.start_runs(&mut tx, planned, 0).await?;
     for run in &runs {
         triggers::record_run(&tx, seq, run).await?;
     }
@@ -119,7 +115,12 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
 /// asks of `event`, those that match. The triggers are evaluated before the
 /// transaction, holding no connection: an evaluation may take its whole
 /// time limit, and waits for an evaluation thread.
-async fn plan(pool: &Pool, engine: &Arc<Engine>, name: &str, event: &Value) -> Result<Vec<Planned>, EngineError> {
+pub(crate) async fn plan(
+    pool: &Pool,
+    engine: &Arc<Engine>,
+    name: &str,
+    event: &Value,
+) -> Result<Vec<Planned>, EngineError> {
     let mut listening = Vec::new();
     {
         let client = composer_store::client(pool).await?;
@@ -141,31 +142,44 @@ async fn plan(pool: &Pool, engine: &Arc<Engine>, name: &str, event: &Value) -> R
     Ok(planned)
 }
 
-/// One event being recorded: what starting the runs of its triggers needs.
-struct Sending<'a> {
-    config: &'a Config,
-    engine: &'a Arc<Engine>,
-    ev: &'a Incoming<'a>,
-    event_id: &'a str,
+/// One event being recorded, or replayed: what starting the runs of its
+/// triggers needs.
+pub(crate) struct Sending<'a> {
+    pub config: &'a Config,
+    pub engine: &'a Arc<Engine>,
+    /// The event's name and id.
+    pub name: &'a str,
+    pub event_id: &'a str,
+    pub traceparent: Option<&'a str>,
+    /// The replay starting the runs, named in their trigger.
+    pub replay: Option<Uuid>,
 }
 
 impl Sending<'_> {
     /// Starts in `tx` the run of each planned trigger that fired, up to
-    /// [`MAX_EVENT_RUNS`]; returns what each trigger did, and the runs
-    /// started, to hand to the engine after the commit.
-    async fn start_runs(
+    /// [`MAX_EVENT_RUNS`] with the `already` the event started; returns
+    /// what each trigger did, and the runs started, to hand to the engine
+    /// after the commit.
+    pub async fn start_runs(
         &self,
         tx: &mut composer_store::Transaction<'_>,
         planned: Vec<Planned>,
+        already: usize,
     ) -> Result<(Vec<EventRun>, Vec<Started>), EngineError> {
         let mut runs: Vec<EventRun> = Vec::new();
         let mut started: Vec<Started> = Vec::new();
         for Planned { def, index, fired } in planned {
-            let mut run = EventRun { workflow: def.name.clone(), trigger: index as i32, run_id: None, error: None };
+            let mut run = EventRun {
+                workflow: def.name.clone(),
+                trigger: index as i32,
+                run_id: None,
+                error: None,
+                replayed_by: self.replay,
+            };
             match fired {
                 Ok(None) => continue,
                 Err(e) => run.error = Some(e),
-                Ok(Some(_)) if started.len() >= MAX_EVENT_RUNS => {
+                Ok(Some(_)) if already + started.len() >= MAX_EVENT_RUNS => {
                     run.error = Some(format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"));
                 }
                 Ok(Some(fired)) => match self.start_fired(tx, &def, index, fired).await? {
@@ -178,7 +192,7 @@ impl Sending<'_> {
             }
             if let Some(e) = &mut run.error {
                 *e = composer_core::clipped(e, MAX_TRIGGER_ERROR);
-                tracing::warn!(workflow = %run.workflow, trigger = index, event = %self.ev.name, error = %e, "trigger started no run");
+                tracing::warn!(workflow = %run.workflow, trigger = index, event = %self.name, error = %e, "trigger started no run");
             }
             runs.push(run);
         }
@@ -202,11 +216,14 @@ impl Sending<'_> {
         if idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {
             return Ok(Err("idempotency_key: contains a NUL character, which cannot be stored".into()));
         }
-        let trigger = json!({"event": self.ev.name, "event_id": self.event_id, "trigger": index});
+        let mut trigger = json!({"event": self.name, "event_id": self.event_id, "trigger": index});
+        if let Some(replay) = self.replay {
+            trigger["replay"] = json!(replay);
+        }
         let opts = StartOptions {
             idempotency_key: idempotency_key.as_deref(),
             trigger: Some(&trigger),
-            traceparent: self.ev.traceparent,
+            traceparent: self.traceparent,
             ..Default::default()
         };
         // A savepoint: a start refused half way leaves the rest standing.
@@ -285,7 +302,12 @@ fn answer(id: String, delivered: usize, runs: &[EventRun], duplicate: bool) -> E
     let started_runs = runs
         .iter()
         .filter_map(|r| {
-            r.run_id.map(|run_id| TriggeredRun { workflow: r.workflow.clone(), trigger: r.trigger, run_id })
+            r.run_id.map(|run_id| TriggeredRun {
+                workflow: r.workflow.clone(),
+                trigger: r.trigger,
+                run_id,
+                replayed_by: r.replayed_by,
+            })
         })
         .collect();
     let trigger_errors = runs
@@ -320,7 +342,15 @@ fn duplicate(id: &str, first: Option<LoggedEvent>) -> EventSent {
     }
 }
 
-/// Forgets events received more than [`EVENT_LOG_KEPT`] ago.
-pub async fn forget_old_events(client: &composer_store::Client) -> Result<u64, composer_store::Error> {
-    triggers::forget(client, crate::clock::now() - EVENT_LOG_KEPT).await
+/// The oldest an event in the log may be: received `COMPOSER_EVENT_LOG_KEPT`
+/// ago (a sender's retry comes within minutes, an operator's look or a
+/// replay after a fix within days).
+pub fn kept_since(config: &Config) -> chrono::DateTime<chrono::Utc> {
+    // The setting is at most 3650 days: it converts.
+    crate::clock::now() - chrono::Duration::from_std(config.event_log_kept).unwrap_or(chrono::Duration::days(7))
+}
+
+/// Forgets events received before [`kept_since`].
+pub async fn forget_old_events(config: &Config, client: &composer_store::Client) -> Result<u64, composer_store::Error> {
+    triggers::forget(client, kept_since(config)).await
 }

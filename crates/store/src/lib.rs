@@ -27,7 +27,8 @@
 //! - [`recovery`]: the sweeps that re-dispatch orphaned tasks.
 //! - [`schedules`]: cron schedules and the fires they made.
 //! - [`sessions`]: logins to the web UI, by the hash of their id.
-//! - [`triggers`]: which workflows listen to an event name, and the event log.
+//! - [`triggers`]: which workflows listen to an event name, and the event log;
+//!   [`replays`]: their triggers run again over recorded events.
 //! - [`webhooks`]: webhooks (never their secret).
 //! - [`trees`]: what a run tree (a root and its child runs) has created, against its fan-out budget.
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
@@ -54,6 +55,7 @@ pub mod partitions;
 pub mod pool;
 pub mod quarantine;
 pub mod recovery;
+pub mod replays;
 pub mod runs;
 pub mod schedules;
 pub mod sessions;

@@ -41,6 +41,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (35, "step_log_chunks", include_str!("../migrations/0035_step_log_chunks.sql")),
     (36, "payload_usage", include_str!("../migrations/0036_payload_usage.sql")),
     (37, "deadlines", include_str!("../migrations/0037_deadlines.sql")),
+    (38, "event_replays", include_str!("../migrations/0038_event_replays.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

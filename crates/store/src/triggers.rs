@@ -63,6 +63,8 @@ pub struct EventRun {
     pub trigger: i32,
     pub run_id: Option<Uuid>,
     pub error: Option<String>,
+    /// The replay that started the run or last tried to (`None`: the sending).
+    pub replayed_by: Option<Uuid>,
 }
 
 /// Records what trigger `trigger` of `workflow` did with event `seq`.
@@ -125,7 +127,8 @@ fn log_columns(whole_payload: bool) -> String {
               ELSE octet_length(payload::text) END AS payload_bytes,
          {payload} AS payload,
          COALESCE((SELECT jsonb_agg(jsonb_build_object('workflow', r.workflow_name, 'trigger', r.trigger_index,
-                                                       'run_id', r.run_id, 'error', r.error)
+                                                       'run_id', r.run_id, 'error', r.error,
+                                                       'replayed_by', r.replayed_by)
                                     ORDER BY r.workflow_name, r.trigger_index)
                      FROM event_runs r WHERE r.event_seq = seq), '[]') AS runs"
     )
@@ -142,6 +145,7 @@ fn logged(r: &Row) -> Result<LoggedEvent> {
                     trigger: x["trigger"].as_i64().unwrap_or_default() as i32,
                     run_id: x["run_id"].as_str().and_then(|s| s.parse().ok()),
                     error: x["error"].as_str().map(str::to_string),
+                    replayed_by: x["replayed_by"].as_str().and_then(|s| s.parse().ok()),
                 })
                 .collect()
         })
@@ -172,6 +176,12 @@ pub async fn find(
             &[&name, &event_id],
         )
         .await?;
+    row.map(|r| logged(&r)).transpose()
+}
+
+/// The event recorded as sequence number `seq`, its payload whole.
+pub async fn by_seq(client: &impl deadpool_postgres::GenericClient, seq: i64) -> Result<Option<LoggedEvent>> {
+    let row = client.query_opt(&format!("SELECT {} FROM event_log WHERE seq = $1", log_columns(true)), &[&seq]).await?;
     row.map(|r| logged(&r)).transpose()
 }
 

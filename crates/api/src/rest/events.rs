@@ -91,6 +91,10 @@ pub struct TriggeredRun {
     /// The trigger's place in the definition's `triggers`.
     pub trigger: i32,
     pub run_id: Uuid,
+    /// The replay that started it (`POST /v1/events/replay`); absent when
+    /// the event's sending did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayed_by: Option<Uuid>,
 }
 
 /// A trigger that matched an event but started no run.

@@ -12,6 +12,7 @@
 //! - [`bulk`]: one action on every run a filter matches.
 //! - [`migrate`]: open runs moved to another version of their workflow.
 //! - [`events`]: sending events, what they did, the event log.
+//! - [`replay`]: recorded events' triggers run again after a fix.
 //! - [`webhooks`]: signed deliveries turned into events.
 //! - [`limits`]: limits on steps across runs, and why a step waits.
 //! - [`schedules`]: schedules and backfills.
@@ -34,6 +35,7 @@ pub mod limits;
 pub mod logs;
 pub mod migrate;
 pub mod repair;
+pub mod replay;
 pub mod runs;
 pub mod schedules;
 pub mod tasks;
@@ -50,6 +52,7 @@ pub use limits::*;
 pub use logs::*;
 pub use migrate::*;
 pub use repair::*;
+pub use replay::*;
 pub use runs::*;
 pub use schedules::*;
 pub use tasks::*;

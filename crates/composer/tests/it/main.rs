@@ -34,6 +34,7 @@ mod ops;
 mod priorities;
 mod processes;
 mod repair;
+mod replay;
 mod starts;
 mod task_api;
 mod tls;

@@ -79,6 +79,7 @@ struct Held {
     task: String,
     leased: String,
     bulk: String,
+    replay: String,
 }
 
 impl Held {
@@ -93,6 +94,8 @@ impl Held {
             self.waiting.as_str()
         } else if path.starts_with("/v1/bulk/") {
             self.bulk.as_str()
+        } else if path.starts_with("/v1/events/replay/") {
+            self.replay.as_str()
         } else if path.starts_with("/v1/schedules/") {
             "alpha-nightly"
         } else if path.starts_with("/v1/tasks/") {
@@ -114,7 +117,7 @@ impl Held {
 
     /// What alpha's own things are called in answers: none may show in beta's.
     fn marks(&self) -> Vec<&str> {
-        vec!["alpha-", &self.done, &self.waiting, &self.task, &self.bulk]
+        vec!["alpha-", &self.done, &self.waiting, &self.task, &self.bulk, &self.replay]
     }
 }
 
@@ -132,6 +135,7 @@ fn body_of(op: &str, held: &Held) -> Option<Value> {
             json!({"filter": {"workflow": "alpha-orders"}, "action": "cancel", "reason": "from beta"})
         }
         "POST /v1/events" => json!({"name": "alpha-go", "key": "k"}),
+        "POST /v1/events/replay" => json!({"filter": {"from": "2026-01-01T00:00:00Z", "to": "2099-01-01T00:00:00Z"}}),
         "POST /v1/schedules" => json!({"id": "beta-nightly", "workflow": "beta-orders", "cron": "0 3 * * *"}),
         "POST /v1/webhooks" => json!({"name": "beta-hook", "scheme": "github", "secret": "NS_SECRET"}),
         "POST /v1/tasks/poll" => json!({"worker_id": "w", "queues": ["http"], "wait": "0s"}),
@@ -210,7 +214,11 @@ async fn fill_alpha(e: &mut Engine, target: &FakeHttp) -> Held {
     let (status, batch) = call(e, WORKER, Some("alpha"), "POST", "/v1/tasks/poll", Some(&poll)).await;
     assert_eq!(status, 200, "{batch}");
     let task = batch["tasks"][0]["id"].as_str().unwrap_or_else(|| panic!("a leased task: {batch}")).to_string();
-    Held { done, waiting, task, leased, bulk }
+    let replay =
+        json!({"filter": {"from": "2026-01-01T00:00:00Z", "to": "2099-01-01T00:00:00Z"}, "reason": "alpha's own"});
+    let replay = ok(e, "alpha", "POST", "/v1/events/replay", replay).await;
+    let replay = replay["id"].as_str().map(str::to_string).unwrap_or_else(|| panic!("a replay: {replay}"));
+    Held { done, waiting, task, leased, bulk, replay }
 }
 
 /// Two namespaces, every route of the document: beta's lists show nothing

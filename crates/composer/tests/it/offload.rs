@@ -846,6 +846,12 @@ fn big_map_items() -> u64 {
 const COLLECT_BASE: u64 = 384 << 20;
 const COLLECT_FACTOR: u64 = 5;
 
+/// The evaluation backstop for the MAP that gathers a million items: the
+/// step after it reads the whole 977 MiB output, and building that scope
+/// took past the 30 s default on CI's busy 2 cores (the test bounds
+/// memory, not time; a hang still ends at the test's own deadline).
+const BIG_SCOPE_BACKSTOP: &str = "10m";
+
 /// A MAP of TRANSFORM items, each 1 KiB of JSON, `collect: "all"`: the
 /// output is gathered a page at a time into one value written to S3, the
 /// next step counts it, and the coordinator's resident set stays within
@@ -862,12 +868,15 @@ async fn a_map_of_1_kib_items_collects_them_all_within_the_stated_memory() {
         true => {
             let prefix = composer_testkit::unique_prefix();
             let (mut procs, urls) = coordinator_procs(&db, &prefix, &dir, 1, |cmd| {
-                cmd.env("COMPOSER_OFFLOAD_URL", &objects_dir);
+                cmd.env("COMPOSER_OFFLOAD_URL", &objects_dir).env("COMPOSER_EVAL_BACKSTOP", BIG_SCOPE_BACKSTOP);
             })
             .await;
             (procs.remove(0), Client::new(&urls[0]))
         }
-        false => coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &[]).await,
+        false => {
+            let env = [("COMPOSER_EVAL_BACKSTOP", BIG_SCOPE_BACKSTOP)];
+            coordinator_on_s3(&db, &dir, &composer_testkit::unique_prefix(), &s3, &env).await
+        }
     };
     // 1,015 characters and a 7-digit number: 1,024 bytes of JSON an item;
     // item 7 fails, and its entry is its error.

@@ -335,8 +335,8 @@ async fn composer_dev_as_root_under_a_closed_directory_keeps_its_data_where_post
 
 /// Two coordinator processes (and a worker) on a test's own database and
 /// prefix, with fast recovery, for the tests that SIGKILL one of them.
-struct TwoCoordinators {
-    coordinators: Vec<Proc>,
+pub(crate) struct TwoCoordinators {
+    pub(crate) coordinators: Vec<Proc>,
     worker: Option<Proc>,
     urls: Vec<String>,
     dir: PathBuf,
@@ -344,7 +344,7 @@ struct TwoCoordinators {
 }
 
 impl TwoCoordinators {
-    async fn start(name: &str, with_worker: bool) -> TwoCoordinators {
+    pub(crate) async fn start(name: &str, with_worker: bool) -> TwoCoordinators {
         let db = TestDb::create().await;
         let dir = composer_embedded::temp_dir(name).unwrap();
         let (coordinators, urls) = coordinator_procs(&db, &unique_prefix(), &dir, 2, |cmd| {
@@ -359,12 +359,12 @@ impl TwoCoordinators {
         TwoCoordinators { coordinators, worker, urls, dir, _db: db }
     }
 
-    fn clients(&self) -> Vec<Client> {
+    pub(crate) fn clients(&self) -> Vec<Client> {
         self.urls.iter().map(|u| Client::new(u)).collect()
     }
 
     /// Stops the worker and the surviving coordinator cleanly (SIGTERM).
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         if let Some(w) = &mut self.worker {
             assert!(w.terminate(Duration::from_secs(30)).success());
         }
@@ -1179,6 +1179,7 @@ fn simulate_runs_a_definition_offline_and_exits_by_its_outcome() {
     assert_eq!(code, Some(2), "an invalid definition exits 2");
     assert!(err.contains("nodes[t].config.output") && err.contains("env is not available"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(hooks_dir);
 }
 
 /// Every file in examples/ is a definition Composer accepts (and its logic

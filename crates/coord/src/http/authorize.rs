@@ -43,7 +43,8 @@ pub fn required_scope(method: &Method, route: &str) -> Scope {
         Scope::RunsControl
     } else if under("/v1/workflows") {
         Scope::WorkflowsWrite
-    } else if under("/v1/runs") || under("/v1/bulk") {
+    } else if under("/v1/runs") || under("/v1/bulk") || under("/v1/events/replay") {
+        // A replay starts runs as a bulk job acts on them.
         Scope::RunsControl
     } else if route == "/v1/events" {
         Scope::EventsSend

@@ -12,7 +12,8 @@
 //!   error log, the `composer-version` header of every answer.
 //! - [`doc`]: the OpenAPI document and the rules it applies to every operation.
 //! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`],
-//!   [`migrate`] (runs moved to another version), [`events`], [`schedules`], [`tasks`],
+//!   [`migrate`] (runs moved to another version), [`events`], [`replay`] (events' triggers run
+//!   again), [`schedules`], [`tasks`],
 //!   [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`archive`] (export and
 //!   archived runs), [`ops`]: one file per resource.
 
@@ -32,6 +33,7 @@ pub mod limits;
 pub mod migrate;
 pub mod namespaces;
 pub mod ops;
+pub mod replay;
 mod routes;
 pub mod runs;
 pub mod schedules;

@@ -7,7 +7,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{archive, bulk, control, doc, events, explain, keys, limits, migrate, namespaces};
-use super::{ops, runs, schedules, tasks, webhooks, workflows};
+use super::{ops, replay, runs, schedules, tasks, webhooks, workflows};
 use crate::shared::AppState;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -53,6 +53,9 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(bulk::get))
         .routes(routes!(bulk::cancel))
         .routes(routes!(events::send_event, events::list_events))
+        .routes(routes!(replay::create))
+        .routes(routes!(replay::get))
+        .routes(routes!(replay::cancel))
         .routes(routes!(webhooks::create, webhooks::list))
         .routes(routes!(webhooks::get, webhooks::delete))
         .routes(routes!(schedules::create, schedules::list))

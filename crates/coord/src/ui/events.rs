@@ -32,10 +32,13 @@ pub async fn events_page(State(pool): State<Pool>, Query(q): Query<Params>) -> P
     let body = html!(
         "<h1>Events</h1><h2>Webhooks</h2>{}<h2>Recent events{}</h2><p class=\"hint\">Steps completed: the \
          WAIT_FOR_EVENT steps the event completed, those waiting when it came and those that began to wait for it \
-         later, while it was kept.</p>{}",
+         later, while it was kept.</p>{}<h2>Replay</h2><p class=\"hint\">Runs the triggers of the events received \
+         in a time range again, as the workflows' latest versions have them: once per event and trigger that has no \
+         run yet (one that failed, or a trigger added since). Waiting steps are not sent the events again.</p>{}",
         webhooks,
         named,
-        recent
+        recent,
+        super::replay::form()
     );
     Ok(page("Events", body).into_response())
 }

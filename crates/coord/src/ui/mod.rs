@@ -15,7 +15,8 @@
 //!   run, and their answers.
 //! - `workflows`, `schedules` (with backfill), `events`, `limits`, `audit`
 //!   (the audit log); `migrate`: a version's open runs moved to another,
-//!   the dry run's verdicts first.
+//!   the dry run's verdicts first; `replay`: the events page's replay
+//!   form, and a replay's progress.
 //! - `namespaces`: the cluster's namespaces, and which one the other pages
 //!   show (every page but this one, login and the static files is a
 //!   namespace's, chosen by a cookie the door reads).
@@ -50,6 +51,7 @@ mod migrate;
 mod namespaces;
 mod notices;
 mod ops;
+mod replay;
 mod run;
 mod runs;
 mod schedules;
@@ -95,6 +97,9 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/schedules", get(schedules::schedules_page))
         .route("/ui/schedules/{id}/backfill", post(schedules::backfill_action))
         .route("/ui/events", get(events::events_page))
+        .route("/ui/events/replay", post(replay::replay_action))
+        .route("/ui/replays/{id}", get(replay::replay_page))
+        .route("/ui/replays/{id}/cancel", post(replay::replay_cancel))
         .route("/ui/limits", get(limits::limits_page).post(limits::limit_action))
         .route("/ui/audit", get(audit::audit_page))
         .route("/ui/namespaces", get(namespaces::namespaces_page).post(namespaces::create))

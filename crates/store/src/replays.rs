@@ -1,0 +1,240 @@
+//! Replays: the triggers of recorded events run again, a batch of events
+//! at a time by any coordinator.
+//!
+//! Safe on many coordinators at once: a batch is taken under the replay's
+//! row lock (`FOR NO KEY UPDATE SKIP LOCKED`: one coordinator works a
+//! replay at a time), and each event is replayed in a commit of its own
+//! that locks the event's row ([`lock_event`]) and records the runs it
+//! starts in `event_runs` ([`record`]): a trigger with a run is never
+//! started again, by this replay after a crash or by another.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::triggers::EventRun;
+use crate::{Client, Result, Transaction};
+
+/// A replay as stored.
+#[derive(Debug, Clone)]
+pub struct ReplayRow {
+    pub id: Uuid,
+    pub filter: Value,
+    pub actor: String,
+    pub reason: Option<String>,
+    pub status: String,
+    pub matched: i64,
+    pub looked_at: i64,
+    pub started: i64,
+    pub failed: i64,
+    /// The last event sequence number looked at (0 before the first).
+    pub cursor: i64,
+    /// The newest event when the replay was made.
+    pub until_seq: i64,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str = "id, filter, actor, reason, status, matched, looked_at, started, failed, cursor, until_seq, \
+                       last_error, created_at, updated_at, finished_at";
+
+impl ReplayRow {
+    fn from_row(r: &tokio_postgres::Row) -> Result<ReplayRow> {
+        Ok(ReplayRow {
+            id: r.try_get("id")?,
+            filter: r.try_get("filter")?,
+            actor: r.try_get("actor")?,
+            reason: r.try_get("reason")?,
+            status: r.try_get("status")?,
+            matched: r.try_get("matched")?,
+            looked_at: r.try_get("looked_at")?,
+            started: r.try_get("started")?,
+            failed: r.try_get("failed")?,
+            cursor: r.try_get("cursor")?,
+            until_seq: r.try_get("until_seq")?,
+            last_error: r.try_get("last_error")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+            finished_at: r.try_get("finished_at")?,
+        })
+    }
+}
+
+/// Which events a replay looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct EventFilter<'a> {
+    pub name: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub failed_only: bool,
+}
+
+/// The filter's condition on `event_log e`, its parameters from `$1`.
+const MATCHES: &str = "e.received_at >= $1 AND e.received_at < $2
+    AND ($3::text IS NULL OR e.name = $3) AND ($4::text IS NULL OR e.key = $4)
+    AND (NOT $5 OR EXISTS (SELECT 1 FROM event_runs r WHERE r.event_seq = e.seq AND r.run_id IS NULL))";
+
+/// How many events `f` matches now, counted up to `cap`.
+pub async fn count(client: &Client, f: &EventFilter<'_>, cap: i64) -> Result<i64> {
+    let row = client
+        .query_one(
+            &format!("SELECT count(*) FROM (SELECT 1 FROM event_log e WHERE {MATCHES} LIMIT $6) AS m"),
+            &[&f.from, &f.to, &f.name, &f.key, &f.failed_only, &cap],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// The sequence numbers of the next `limit` events `f` matches after
+/// `after` and up to `until`, oldest first.
+pub async fn next(client: &Client, f: &EventFilter<'_>, after: i64, until: i64, limit: i64) -> Result<Vec<i64>> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT e.seq FROM event_log e WHERE {MATCHES} AND e.seq > $6 AND e.seq <= $7
+                  ORDER BY e.seq LIMIT $8"
+            ),
+            &[&f.from, &f.to, &f.name, &f.key, &f.failed_only, &after, &until, &limit],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// A replay to create.
+pub struct NewReplay<'a> {
+    pub filter: &'a Value,
+    pub actor: &'a str,
+    pub reason: Option<&'a str>,
+    pub matched: i64,
+}
+
+/// Creates a RUNNING replay; events recorded from now on are not its.
+pub async fn create(client: &Client, r: &NewReplay<'_>) -> Result<ReplayRow> {
+    let row = client
+        .query_one(
+            &format!(
+                "INSERT INTO event_replays (id, filter, actor, reason, status, matched, until_seq)
+                 VALUES ($1, $2, $3, $4, 'RUNNING', $5, (SELECT coalesce(max(seq), 0) FROM event_log))
+                 RETURNING {COLUMNS}"
+            ),
+            &[&Uuid::now_v7(), r.filter, &r.actor, &r.reason, &r.matched],
+        )
+        .await?;
+    ReplayRow::from_row(&row)
+}
+
+pub async fn get(client: &Client, id: Uuid) -> Result<Option<ReplayRow>> {
+    let row = client.query_opt(&format!("SELECT {COLUMNS} FROM event_replays WHERE id = $1"), &[&id]).await?;
+    row.as_ref().map(ReplayRow::from_row).transpose()
+}
+
+/// Cancels a RUNNING replay (waiting for a batch being worked to end); the
+/// replay as it now stands, or `None` when there is no such replay.
+pub async fn cancel(client: &Client, id: Uuid) -> Result<Option<ReplayRow>> {
+    client
+        .execute(
+            "UPDATE event_replays SET status = 'CANCELLED', updated_at = now(), finished_at = now()
+              WHERE id = $1 AND status = 'RUNNING'",
+            &[&id],
+        )
+        .await?;
+    get(client, id).await
+}
+
+/// Takes a RUNNING replay to work a batch of, for the rest of the caller's
+/// transaction; other coordinators skip it meanwhile.
+pub async fn claim(tx: &Transaction<'_>) -> Result<Option<ReplayRow>> {
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {COLUMNS} FROM event_replays WHERE status = 'RUNNING'
+                  ORDER BY updated_at LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED"
+            ),
+            &[],
+        )
+        .await?;
+    row.as_ref().map(ReplayRow::from_row).transpose()
+}
+
+/// What one batch did, for [`advance`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Batch {
+    /// The last event looked at, when one was.
+    pub cursor: Option<i64>,
+    pub looked_at: i64,
+    pub started: i64,
+    pub failed: i64,
+    /// No event after this batch matches: the replay is done.
+    pub done: bool,
+}
+
+/// Records a batch on the claimed replay, in the claim's transaction.
+pub async fn advance(tx: &Transaction<'_>, id: Uuid, b: &Batch, last_error: Option<&str>) -> Result<()> {
+    tx.execute(
+        "UPDATE event_replays
+            SET cursor = coalesce($2, cursor), looked_at = looked_at + $3, started = started + $4,
+                failed = failed + $5, last_error = coalesce($6, last_error), updated_at = now(),
+                status = CASE WHEN $7 THEN 'SUCCEEDED' ELSE status END,
+                finished_at = CASE WHEN $7 THEN now() ELSE finished_at END
+          WHERE id = $1",
+        &[&id, &b.cursor, &b.looked_at, &b.started, &b.failed, &last_error, &b.done],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Locks event `seq` for the rest of the transaction (a sending of it
+/// committed, so its row is there unless forgotten since): false when it
+/// was forgotten. Replays of the same event wait for each other here.
+pub async fn lock_event(tx: &Transaction<'_>, seq: i64) -> Result<bool> {
+    Ok(tx.query_opt("SELECT 1 FROM event_log WHERE seq = $1 FOR UPDATE", &[&seq]).await?.is_some())
+}
+
+/// What event `seq`'s triggers have done so far, read under its lock.
+pub async fn runs_of(tx: &Transaction<'_>, seq: i64) -> Result<Vec<EventRun>> {
+    let rows = tx
+        .query(
+            "SELECT workflow_name, trigger_index, run_id, error, replayed_by FROM event_runs WHERE event_seq = $1",
+            &[&seq],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(EventRun {
+                workflow: r.try_get(0)?,
+                trigger: r.try_get(1)?,
+                run_id: r.try_get(2)?,
+                error: r.try_get(3)?,
+                replayed_by: r.try_get(4)?,
+            })
+        })
+        .collect()
+}
+
+/// Records what replay `replay` did with trigger `run.trigger` of event
+/// `seq`: its run, or why none, over an earlier failure (never over a run).
+pub async fn record(tx: &Transaction<'_>, seq: i64, run: &EventRun, replay: Uuid) -> Result<()> {
+    tx.execute(
+        "INSERT INTO event_runs (event_seq, workflow_name, trigger_index, run_id, error, replayed_by)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (event_seq, workflow_name, trigger_index) DO UPDATE
+            SET run_id = EXCLUDED.run_id, error = EXCLUDED.error, replayed_by = EXCLUDED.replayed_by
+          WHERE event_runs.run_id IS NULL",
+        &[&seq, &run.workflow, &run.trigger, &run.run_id, &run.error, &replay],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes replays that ended more than `older_than` ago.
+pub async fn cleanup(client: &Client, older_than: std::time::Duration) -> Result<u64> {
+    Ok(client
+        .execute(
+            "DELETE FROM event_replays WHERE status <> 'RUNNING' AND finished_at < now() - make_interval(secs => $1)",
+            &[&older_than.as_secs_f64()],
+        )
+        .await?)
+}
