@@ -12,8 +12,8 @@
 use std::collections::HashSet;
 
 use composer_api::{ReplayFilter, ReplayPreview, ReplayTrigger, TriggerFailure};
-use composer_store::replays::{self, Batch, EventFilter, ReplayRow};
-use composer_store::triggers::LoggedEvent;
+use composer_store::replays::{self, EventFilter, ReplayRow};
+use composer_store::triggers::{EventRun, LoggedEvent};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -31,48 +31,72 @@ pub fn event_filter(f: &ReplayFilter) -> EventFilter<'_> {
     EventFilter { name: f.name.as_deref(), key: f.key.as_deref(), from: f.from, to: f.to, failed_only: f.failed_only }
 }
 
+/// Passing failures of one event before it is counted failed and the
+/// replay moves on (a definition quarantined, a store that keeps failing).
+pub const MAX_TRIES: i32 = 5;
+
 /// Works one batch of one running replay, if any; true when there was one
 /// and the next may follow at once (false after a passing failure: the
 /// caller waits before the event is looked at again).
 pub async fn work_one_batch(s: &Shared) -> Result<bool, composer_store::Error> {
-    let mut client = composer_store::client(&s.pool).await?;
-    let tx = composer_store::begin(&mut client).await?;
-    let Some(job) = replays::claim(&tx).await? else { return Ok(false) };
+    let client = composer_store::client(&s.pool).await?;
+    let Some(job) = replays::claim(&client).await? else { return Ok(false) };
     let filter = stored_filter(&job)?;
-    let read = composer_store::client(&s.pool).await?;
-    let seqs = replays::next(&read, &event_filter(&filter), job.cursor, job.until_seq, BATCH).await?;
-    drop(read);
-    let mut batch = Batch { done: (seqs.len() as i64) < BATCH, ..Batch::default() };
-    let mut last_error = None;
-    let mut passing = false;
+    let seqs = replays::next(&client, &event_filter(&filter), job.cursor, job.until_seq, BATCH).await?;
+    let done = (seqs.len() as i64) < BATCH;
     for seq in seqs {
         match replay_one(s, job.id, seq).await {
-            Ok(Replayed { started, failed }) => {
-                batch.started += started;
-                batch.failed += failed;
-            }
-            // The event is looked at again, by the next batch.
-            Err(e) if !e.is_permanent() => {
-                last_error = Some(e.to_string());
-                batch.done = false;
-                passing = true;
-                break;
+            Ok(Some(_)) => {}
+            // Cancelled, or taken over: this coordinator stops here.
+            Ok(None) => return Ok(true),
+            Err(e) if is_passing(&e) => {
+                let tries = replays::passing_failure(&client, job.id, &e.to_string(), PAUSE).await?;
+                if tries < MAX_TRIES || is_quota(&e) {
+                    return Ok(false);
+                }
+                tracing::warn!(replay = %job.id, seq, error = %e, tries, "replaying an event keeps failing; counted failed");
+                pass_over(s, job.id, seq, 1, Some(&e.to_string())).await?;
             }
             Err(e) => {
                 tracing::warn!(replay = %job.id, seq, error = %e, "replaying an event failed");
-                batch.failed += 1;
-                last_error = Some(e.to_string());
+                pass_over(s, job.id, seq, 1, Some(&e.to_string())).await?;
             }
         }
-        batch.cursor = Some(seq);
-        batch.looked_at += 1;
     }
-    replays::advance(&tx, job.id, &batch, last_error.as_deref()).await?;
-    tx.commit().await?;
-    if batch.done {
+    replays::release(&client, job.id, done).await?;
+    if done {
         tracing::info!(replay = %job.id, "replay done");
     }
-    Ok(!passing)
+    Ok(true)
+}
+
+/// Moves the replay's cursor past event `seq` without replaying it (it
+/// was forgotten, or counted `failed`).
+async fn pass_over(
+    s: &Shared,
+    replay: Uuid,
+    seq: i64,
+    failed: i64,
+    error: Option<&str>,
+) -> Result<(), composer_store::Error> {
+    let mut client = composer_store::client(&s.pool).await?;
+    let tx = composer_store::begin(&mut client).await?;
+    replays::looked_at(&tx, replay, seq, 0, failed, error).await?;
+    tx.commit().await
+}
+
+/// How long a replay rests after a passing failure before any coordinator
+/// takes it again.
+const PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn is_passing(e: &EngineError) -> bool {
+    !e.is_permanent()
+}
+
+/// Over the namespace's quota: the replay waits, however long, and the
+/// event is not counted failed.
+fn is_quota(e: &EngineError) -> bool {
+    matches!(e, EngineError::Rejected(crate::engine::Rejection::OverQuota { .. }))
 }
 
 fn stored_filter(job: &ReplayRow) -> Result<ReplayFilter, composer_store::Error> {
@@ -95,56 +119,77 @@ async fn trigger_input(engine: &Engine, e: &LoggedEvent) -> Result<Value, Engine
     Ok(json!({"id": e.event_id, "name": e.name, "key": e.key, "payload": payload, "source": e.source}))
 }
 
-/// Replays event `seq` for replay `replay`.
-async fn replay_one(s: &Shared, replay: Uuid, seq: i64) -> Result<Replayed, EngineError> {
+/// The planned triggers a replay of an event starts: those of the
+/// workflows that have no run for it yet. A workflow with a run for the
+/// event is left as it is: a trigger is known by its place in the
+/// workflow's `triggers`, which a new version may shift, so a failed
+/// trigger of such a workflow could be another trigger that already ran.
+fn owed(planned: Vec<Planned>, done: &[EventRun]) -> Vec<Planned> {
+    let with_run: HashSet<&str> = done.iter().filter(|r| r.run_id.is_some()).map(|r| r.workflow.as_str()).collect();
+    planned.into_iter().filter(|p| !with_run.contains(p.def.name.as_str())).collect()
+}
+
+/// Replays event `seq` for replay `replay`: `None` when the replay no
+/// longer holds it (cancelled, or the event was replayed by another
+/// coordinator that took the replay over).
+async fn replay_one(s: &Shared, replay: Uuid, seq: i64) -> Result<Option<Replayed>, EngineError> {
     let event = {
         let client = composer_store::client(&s.pool).await?;
         composer_store::triggers::by_seq(&client, seq).await?
     };
     // Forgotten since it was matched: nothing to replay.
-    let Some(event) = event else { return Ok(Replayed::default()) };
+    let Some(event) = event else {
+        pass_over(s, replay, seq, 0, None).await?;
+        return Ok(Some(Replayed::default()));
+    };
     let input = trigger_input(&s.engine, &event).await?;
     // Evaluated before the transaction, holding no connection.
     let planned = crate::triggers::plan(&s.pool, &s.engine, &event.name, &input).await?;
     let mut client = composer_store::client(&s.pool).await?;
     let mut tx = composer_store::begin(&mut client).await?;
-    if !replays::lock_event(&tx, seq).await? {
-        return Ok(Replayed::default());
+    if !replays::lock_for(&tx, replay, seq).await? {
+        return Ok(None);
     }
-    let done = replays::runs_of(&tx, seq).await?;
-    let has_run: HashSet<(String, i32)> =
-        done.iter().filter(|r| r.run_id.is_some()).map(|r| (r.workflow.clone(), r.trigger)).collect();
-    let owed: Vec<Planned> =
-        planned.into_iter().filter(|p| !has_run.contains(&(p.def.name.clone(), p.index as i32))).collect();
-    if owed.iter().all(|p| matches!(p.fired, Ok(None))) {
-        return Ok(Replayed::default());
+    let mut replayed = Replayed::default();
+    if replays::lock_event(&tx, seq).await? {
+        let done = replays::runs_of(&tx, seq).await?;
+        let already = done.iter().filter(|r| r.run_id.is_some()).count();
+        let sending = Sending {
+            config: &s.config,
+            engine: &s.engine,
+            name: &event.name,
+            event_id: &event.event_id,
+            traceparent: None,
+            replay: Some(replay),
+        };
+        let (runs, started) = sending.start_runs(&mut tx, owed(planned, &done), already).await?;
+        for run in &runs {
+            replays::record(&tx, seq, run).await?;
+        }
+        replayed.started = runs.iter().filter(|r| r.replayed_by.is_some() && r.run_id.is_some()).count() as i64;
+        replayed.failed = runs.iter().filter(|r| r.run_id.is_none()).count() as i64;
+        replays::looked_at(&tx, replay, seq, replayed.started, replayed.failed, None).await?;
+        tx.commit().await?;
+        for started in started {
+            s.engine.started(started);
+        }
+    } else {
+        replays::looked_at(&tx, replay, seq, 0, 0, None).await?;
+        tx.commit().await?;
     }
-    let sending = Sending {
-        config: &s.config,
-        engine: &s.engine,
-        name: &event.name,
-        event_id: &event.event_id,
-        traceparent: None,
-        replay: Some(replay),
-    };
-    let (runs, started) = sending.start_runs(&mut tx, owed, has_run.len()).await?;
-    for run in &runs {
-        replays::record(&tx, seq, run, replay).await?;
-    }
-    tx.commit().await?;
-    let replayed =
-        Replayed { started: started.len() as i64, failed: runs.iter().filter(|r| r.run_id.is_none()).count() as i64 };
-    for s_ in started {
-        s.engine.started(s_);
-    }
-    Ok(replayed)
+    Ok(Some(replayed))
 }
 
 /// Most events a dry run shows what replaying would do.
 pub const PREVIEWED: i64 = 20;
 
+/// The longest a dry run spends working out what the events would start:
+/// past it, it shows the events it got to.
+pub const PREVIEW_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What replaying the first [`PREVIEWED`] events `filter` matches would
-/// start now, and which of their triggers would fail.
+/// start now, and which of their triggers would fail, for as many as
+/// [`PREVIEW_BUDGET`] allows.
 pub async fn preview(
     pool: &Pool,
     engine: &Arc<Engine>,
@@ -155,13 +200,11 @@ pub async fn preview(
         replays::next(&client, &event_filter(filter), 0, i64::MAX, PREVIEWED).await?
     };
     let mut shown = Vec::new();
+    let until = tokio::time::Instant::now() + PREVIEW_BUDGET;
     for seq in seqs {
         let client = composer_store::client(pool).await?;
         let Some(event) = composer_store::triggers::by_seq(&client, seq).await? else { continue };
         drop(client);
-        let input = trigger_input(engine, &event).await?;
-        let has_run: HashSet<(String, i32)> =
-            event.runs.iter().filter(|r| r.run_id.is_some()).map(|r| (r.workflow.clone(), r.trigger)).collect();
         let mut p = ReplayPreview {
             seq,
             name: event.name.clone(),
@@ -169,26 +212,36 @@ pub async fn preview(
             received_at: event.received_at,
             would_start: Vec::new(),
             would_fail: Vec::new(),
+            error: None,
         };
-        for planned in crate::triggers::plan(pool, engine, &event.name, &input).await? {
-            let (workflow, trigger) = (planned.def.name.clone(), planned.index as i32);
-            if has_run.contains(&(workflow.clone(), trigger)) {
-                continue;
-            }
-            match planned.fired {
-                Ok(None) => {}
-                Ok(Some(_)) if has_run.len() + p.would_start.len() >= MAX_EVENT_RUNS => {
-                    p.would_fail.push(TriggerFailure {
-                        workflow,
-                        trigger,
-                        error: format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"),
-                    })
-                }
-                Ok(Some(_)) => p.would_start.push(ReplayTrigger { workflow, trigger }),
-                Err(error) => p.would_fail.push(TriggerFailure { workflow, trigger, error }),
-            }
+        let planned = async {
+            let input = trigger_input(engine, &event).await?;
+            crate::triggers::plan(pool, engine, &event.name, &input).await
+        };
+        match tokio::time::timeout_at(until, planned).await {
+            Err(_) => break,
+            Ok(Err(e)) => p.error = Some(e.to_string()),
+            Ok(Ok(planned)) => preview_one(&mut p, owed(planned, &event.runs), &event.runs),
         }
         shown.push(p);
     }
     Ok(shown)
+}
+
+/// What the planned triggers of one event would do, into its preview.
+fn preview_one(p: &mut ReplayPreview, planned: Vec<Planned>, done: &[EventRun]) {
+    let already = done.iter().filter(|r| r.run_id.is_some()).count();
+    for planned in planned {
+        let (workflow, trigger) = (planned.def.name.clone(), planned.index as i32);
+        match planned.fired {
+            Ok(None) => {}
+            Ok(Some(_)) if already + p.would_start.len() >= MAX_EVENT_RUNS => p.would_fail.push(TriggerFailure {
+                workflow,
+                trigger,
+                error: format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"),
+            }),
+            Ok(Some(_)) => p.would_start.push(ReplayTrigger { workflow, trigger }),
+            Err(error) => p.would_fail.push(TriggerFailure { workflow, trigger, error }),
+        }
+    }
 }

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::engine::evaluator::Subject;
 use crate::engine::starts::{StartOptions, Started};
 use crate::engine::Engine;
-use crate::engine::{EngineError, EventRequest};
+use crate::engine::{EngineError, EventRequest, Rejection};
 use composer_store::Pool;
 
 /// An event as it arrived, checked for size by the caller.
@@ -132,7 +132,15 @@ pub(crate) async fn plan(
     }
     let mut planned = Vec::new();
     for def in listening {
-        let wf = engine.compile(&def)?;
+        // A definition that no longer compiles fails its triggers, not the event.
+        let wf = match engine.compile(&def) {
+            Ok(wf) => wf,
+            Err(e) if e.is_permanent() => {
+                planned.push(Planned { def, index: 0, fired: Err(format!("the workflow cannot be compiled: {e}")) });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         for (index, fired) in evaluate(def.id, wf, name, event).await {
             if !matches!(fired, Ok(None)) {
                 planned.push(Planned { def: def.clone(), index, fired });
@@ -185,6 +193,10 @@ impl Sending<'_> {
                 Ok(Some(fired)) => match self.start_fired(tx, &def, index, fired).await? {
                     Ok(s) => {
                         run.run_id = Some(s.row.id);
+                        // An idempotency key found a run another started.
+                        if !s.new {
+                            run.replayed_by = None;
+                        }
                         started.push(s);
                     }
                     Err(why) => run.error = Some(why),
@@ -233,6 +245,8 @@ impl Sending<'_> {
                 sp.commit().await?;
                 Ok(Ok(s))
             }
+            // A replay waits for the quota rather than failing its trigger.
+            Err(e @ EngineError::Rejected(Rejection::OverQuota { .. })) if self.replay.is_some() => Err(e),
             Err(EngineError::Rejected(why)) => {
                 sp.rollback().await?;
                 Ok(Err(why.to_string()))

@@ -1,10 +1,12 @@
 -- Replays: the triggers of recorded events run again, as a job worked a
--- batch at a time by any coordinator (the row locked while one works it).
--- `cursor` is the last event sequence number looked at; `until_seq` the
--- newest event when the replay was made (later ones are not its). Each
--- event's runs are recorded in event_runs in the commit that starts them,
--- with `replayed_by`, so an event worked again after a crash starts
--- nothing twice.
+-- batch at a time by any coordinator (claimed until `claimed_until`, a
+-- lease renewed with each event). `cursor` is the last event sequence
+-- number looked at; `until_seq` the newest event when the replay was made
+-- (later ones are not its). Each event is replayed in one commit that
+-- starts its runs, records them in event_runs (with `replayed_by`) and
+-- moves the cursor and the counts past it, so an event worked again after
+-- a crash starts nothing twice and the counts hold. `tries`: passing
+-- failures of the event after the cursor (at 5 it is counted failed).
 CREATE TABLE event_replays (
     id           uuid PRIMARY KEY,
     filter       jsonb NOT NULL,
@@ -17,6 +19,8 @@ CREATE TABLE event_replays (
     failed       bigint NOT NULL DEFAULT 0,
     cursor       bigint NOT NULL DEFAULT 0,
     until_seq    bigint NOT NULL,
+    claimed_until timestamptz,
+    tries        integer NOT NULL DEFAULT 0,
     last_error   text,
     created_at   timestamptz NOT NULL DEFAULT now(),
     updated_at   timestamptz NOT NULL DEFAULT now(),

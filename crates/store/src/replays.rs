@@ -1,12 +1,14 @@
 //! Replays: the triggers of recorded events run again, a batch of events
 //! at a time by any coordinator.
 //!
-//! Safe on many coordinators at once: a batch is taken under the replay's
-//! row lock (`FOR NO KEY UPDATE SKIP LOCKED`: one coordinator works a
-//! replay at a time), and each event is replayed in a commit of its own
-//! that locks the event's row ([`lock_event`]) and records the runs it
-//! starts in `event_runs` ([`record`]): a trigger with a run is never
-//! started again, by this replay after a crash or by another.
+//! Safe on many coordinators at once: a replay is claimed for a while
+//! ([`claim`], renewed with each event), and each event is replayed in a
+//! commit of its own that locks the replay's row ([`lock_for`]: its cursor
+//! is still before the event), locks the event's row ([`lock_event`]),
+//! records the runs it starts in `event_runs` ([`record`]) and moves the
+//! cursor ([`looked_at`]): an event is replayed once, and a workflow with a
+//! run for it is not started again, by this replay after a crash or by
+//! another.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -31,6 +33,8 @@ pub struct ReplayRow {
     pub cursor: i64,
     /// The newest event when the replay was made.
     pub until_seq: i64,
+    /// Passing failures of the event after the cursor.
+    pub tries: i32,
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -38,7 +42,7 @@ pub struct ReplayRow {
 }
 
 const COLUMNS: &str = "id, filter, actor, reason, status, matched, looked_at, started, failed, cursor, until_seq, \
-                       last_error, created_at, updated_at, finished_at";
+                       tries, last_error, created_at, updated_at, finished_at";
 
 impl ReplayRow {
     fn from_row(r: &tokio_postgres::Row) -> Result<ReplayRow> {
@@ -54,6 +58,7 @@ impl ReplayRow {
             failed: r.try_get("failed")?,
             cursor: r.try_get("cursor")?,
             until_seq: r.try_get("until_seq")?,
+            tries: r.try_get("tries")?,
             last_error: r.try_get("last_error")?,
             created_at: r.try_get("created_at")?,
             updated_at: r.try_get("updated_at")?,
@@ -108,19 +113,23 @@ pub struct NewReplay<'a> {
     pub filter: &'a Value,
     pub actor: &'a str,
     pub reason: Option<&'a str>,
-    pub matched: i64,
 }
 
-/// Creates a RUNNING replay; events recorded from now on are not its.
-pub async fn create(client: &Client, r: &NewReplay<'_>) -> Result<ReplayRow> {
+/// Creates a RUNNING replay of the events `f` matches, up to the newest
+/// recorded now (later ones are not its), counted up to `cap` in the same
+/// statement.
+pub async fn create(client: &Client, f: &EventFilter<'_>, r: &NewReplay<'_>, cap: i64) -> Result<ReplayRow> {
     let row = client
         .query_one(
             &format!(
-                "INSERT INTO event_replays (id, filter, actor, reason, status, matched, until_seq)
-                 VALUES ($1, $2, $3, $4, 'RUNNING', $5, (SELECT coalesce(max(seq), 0) FROM event_log))
+                "WITH top AS (SELECT coalesce(max(seq), 0) AS seq FROM event_log),
+                      matched AS (SELECT count(*) AS n FROM (SELECT 1 FROM event_log e, top
+                                   WHERE {MATCHES} AND e.seq <= top.seq LIMIT $6) AS m)
+                 INSERT INTO event_replays (id, filter, actor, reason, status, matched, until_seq)
+                 SELECT $7, $8, $9, $10, 'RUNNING', matched.n, top.seq FROM top, matched
                  RETURNING {COLUMNS}"
             ),
-            &[&Uuid::now_v7(), r.filter, &r.actor, &r.reason, &r.matched],
+            &[&f.from, &f.to, &f.name, &f.key, &f.failed_only, &cap, &Uuid::now_v7(), r.filter, &r.actor, &r.reason],
         )
         .await?;
     ReplayRow::from_row(&row)
@@ -131,8 +140,8 @@ pub async fn get(client: &Client, id: Uuid) -> Result<Option<ReplayRow>> {
     row.as_ref().map(ReplayRow::from_row).transpose()
 }
 
-/// Cancels a RUNNING replay (waiting for a batch being worked to end); the
-/// replay as it now stands, or `None` when there is no such replay.
+/// Cancels a RUNNING replay (waiting for an event being replayed to be
+/// committed); the replay as it now stands, or `None` when there is none.
 pub async fn cancel(client: &Client, id: Uuid) -> Result<Option<ReplayRow>> {
     client
         .execute(
@@ -144,45 +153,94 @@ pub async fn cancel(client: &Client, id: Uuid) -> Result<Option<ReplayRow>> {
     get(client, id).await
 }
 
-/// Takes a RUNNING replay to work a batch of, for the rest of the caller's
-/// transaction; other coordinators skip it meanwhile.
-pub async fn claim(tx: &Transaction<'_>) -> Result<Option<ReplayRow>> {
-    let row = tx
+/// How long a claim holds a replay for one coordinator without an event
+/// replayed: past it, another may take the replay over.
+pub const CLAIM: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Claims a RUNNING replay nobody holds (or whose holder stopped renewing
+/// its claim) for [`CLAIM`], in one statement: no transaction stays open
+/// while its events are replayed.
+pub async fn claim(client: &Client) -> Result<Option<ReplayRow>> {
+    let row = client
         .query_opt(
             &format!(
-                "SELECT {COLUMNS} FROM event_replays WHERE status = 'RUNNING'
-                  ORDER BY updated_at LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED"
+                "UPDATE event_replays SET claimed_until = now() + make_interval(secs => $1)
+                  WHERE id = (SELECT id FROM event_replays
+                               WHERE status = 'RUNNING' AND (claimed_until IS NULL OR claimed_until < now())
+                               ORDER BY updated_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+                 RETURNING {COLUMNS}"
             ),
-            &[],
+            &[&CLAIM.as_secs_f64()],
         )
         .await?;
     row.as_ref().map(ReplayRow::from_row).transpose()
 }
 
-/// What one batch did, for [`advance`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Batch {
-    /// The last event looked at, when one was.
-    pub cursor: Option<i64>,
-    pub looked_at: i64,
-    pub started: i64,
-    pub failed: i64,
-    /// No event after this batch matches: the replay is done.
-    pub done: bool,
+/// Locks replay `id` in `tx` for the replay of event `seq`: true while it
+/// is RUNNING and its cursor is before `seq` (false: cancelled, or the
+/// event was replayed by another coordinator that took the replay over).
+pub async fn lock_for(tx: &Transaction<'_>, id: Uuid, seq: i64) -> Result<bool> {
+    let row = tx
+        .query_opt(
+            "SELECT 1 FROM event_replays WHERE id = $1 AND status = 'RUNNING' AND cursor < $2 FOR NO KEY UPDATE",
+            &[&id, &seq],
+        )
+        .await?;
+    Ok(row.is_some())
 }
 
-/// Records a batch on the claimed replay, in the claim's transaction.
-pub async fn advance(tx: &Transaction<'_>, id: Uuid, b: &Batch, last_error: Option<&str>) -> Result<()> {
-    tx.execute(
-        "UPDATE event_replays
-            SET cursor = coalesce($2, cursor), looked_at = looked_at + $3, started = started + $4,
-                failed = failed + $5, last_error = coalesce($6, last_error), updated_at = now(),
-                status = CASE WHEN $7 THEN 'SUCCEEDED' ELSE status END,
-                finished_at = CASE WHEN $7 THEN now() ELSE finished_at END
-          WHERE id = $1",
-        &[&id, &b.cursor, &b.looked_at, &b.started, &b.failed, &last_error, &b.done],
-    )
-    .await?;
+/// Moves replay `id`'s cursor past event `seq`, counting what replaying
+/// it did, and renews the claim (in the event's transaction, after
+/// [`lock_for`]; or in one of its own for an event counted failed).
+pub async fn looked_at(
+    client: &Transaction<'_>,
+    id: Uuid,
+    seq: i64,
+    started: i64,
+    failed: i64,
+    error: Option<&str>,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE event_replays
+                SET cursor = $2, looked_at = looked_at + 1, started = started + $3, failed = failed + $4,
+                    last_error = coalesce($5, last_error), tries = 0, updated_at = now(),
+                    claimed_until = now() + make_interval(secs => $6)
+              WHERE id = $1 AND cursor < $2",
+            &[&id, &seq, &started, &failed, &error, &CLAIM.as_secs_f64()],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Records a passing failure of the event after replay `id`'s cursor and
+/// lets the replay go (any coordinator takes it again after `wait`); the
+/// tries so far.
+pub async fn passing_failure(client: &Client, id: Uuid, error: &str, wait: std::time::Duration) -> Result<i32> {
+    let row = client
+        .query_opt(
+            "UPDATE event_replays SET tries = tries + 1, last_error = $2, updated_at = now(),
+                    claimed_until = now() + make_interval(secs => $3)
+              WHERE id = $1 RETURNING tries",
+            &[&id, &error, &wait.as_secs_f64()],
+        )
+        .await?;
+    Ok(row.map(|r| r.try_get(0)).transpose()?.unwrap_or(0))
+}
+
+/// Ends replay `id` (every event it covers looked at), or lets it go for
+/// another batch: its claim released either way.
+pub async fn release(client: &Client, id: Uuid, done: bool) -> Result<()> {
+    client
+        .execute(
+            "UPDATE event_replays
+                SET claimed_until = NULL, updated_at = now(),
+                    status = CASE WHEN $2 THEN 'SUCCEEDED' ELSE status END,
+                    finished_at = CASE WHEN $2 THEN now() ELSE finished_at END
+              WHERE id = $1 AND status = 'RUNNING'",
+            &[&id, &done],
+        )
+        .await?;
     Ok(())
 }
 
@@ -214,16 +272,17 @@ pub async fn runs_of(tx: &Transaction<'_>, seq: i64) -> Result<Vec<EventRun>> {
         .collect()
 }
 
-/// Records what replay `replay` did with trigger `run.trigger` of event
-/// `seq`: its run, or why none, over an earlier failure (never over a run).
-pub async fn record(tx: &Transaction<'_>, seq: i64, run: &EventRun, replay: Uuid) -> Result<()> {
+/// Records what a replay did with trigger `run.trigger` of event `seq`:
+/// its run (with the replay that started it, `run.replayed_by`), or why
+/// none, over an earlier failure (never over a run).
+pub async fn record(tx: &Transaction<'_>, seq: i64, run: &EventRun) -> Result<()> {
     tx.execute(
         "INSERT INTO event_runs (event_seq, workflow_name, trigger_index, run_id, error, replayed_by)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (event_seq, workflow_name, trigger_index) DO UPDATE
             SET run_id = EXCLUDED.run_id, error = EXCLUDED.error, replayed_by = EXCLUDED.replayed_by
           WHERE event_runs.run_id IS NULL",
-        &[&seq, &run.workflow, &run.trigger, &run.run_id, &run.error, &replay],
+        &[&seq, &run.workflow, &run.trigger, &run.run_id, &run.error, &run.replayed_by],
     )
     .await?;
     Ok(())

@@ -53,6 +53,9 @@ pub struct ReplayPreview {
     /// Triggers that fire and have no run for the event yet.
     pub would_start: Vec<ReplayTrigger>,
     pub would_fail: Vec<TriggerFailure>,
+    /// Why what it would do is not known (its payload could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A trigger, by its workflow and its place in the latest version's
@@ -69,7 +72,8 @@ pub struct ReplayTrigger {
 pub struct ReplayDryRun {
     /// Events the filter matches now (counted up to 1,000,000).
     pub matched: i64,
-    /// What the first (at most 20) of them would start.
+    /// What the first (at most 20) of them would start, as many as 10 s
+    /// of working it out reach.
     pub preview: Vec<ReplayPreview>,
     /// The oldest an event in the log can be (`COMPOSER_EVENT_LOG_KEPT`
     /// ago): a replay reaches nothing received before it.

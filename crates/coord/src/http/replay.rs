@@ -75,19 +75,19 @@ impl Replay<'_> {
         check(&req.filter)?;
         let reason = super::control::reason(req.reason)?;
         let filter = crate::replay::event_filter(&req.filter);
-        let matched = {
-            let client = composer_store::client(self.pool).await?;
-            replays::count(&client, &filter, COUNT_CAP).await?
-        };
         if req.dry_run {
+            let matched = {
+                let client = composer_store::client(self.pool).await?;
+                replays::count(&client, &filter, COUNT_CAP).await?
+            };
             let preview = crate::replay::preview(self.pool, self.engine, &req.filter).await?;
             let kept_since = crate::triggers::kept_since(self.config);
             return Ok(Started::DryRun(ReplayDryRun { matched, preview, kept_since }));
         }
         let stored = serde_json::to_value(&req.filter).map_err(|e| ApiError::bad_request(e.to_string()))?;
         let client = composer_store::client(self.pool).await?;
-        let new = NewReplay { filter: &stored, actor, reason: reason.as_deref(), matched };
-        let row = replays::create(&client, &new).await?;
+        let new = NewReplay { filter: &stored, actor, reason: reason.as_deref() };
+        let row = replays::create(&client, &filter, &new, COUNT_CAP).await?;
         self.wakes.bulk.notify_one();
         Ok(Started::Job(Box::new(row)))
     }

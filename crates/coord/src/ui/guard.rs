@@ -107,7 +107,10 @@ pub fn ui_scope(method: &Method, route: &str) -> Option<Scope> {
         "/ui/namespaces/switch" => return None,
         "/ui/audit" => Scope::Admin,
         _ if read => Scope::Read,
-        r if r.starts_with("/ui/runs") || r.starts_with("/ui/bulk/") => Scope::RunsControl,
+        r if r.starts_with("/ui/runs") || r.starts_with("/ui/bulk/") || r.starts_with("/ui/replays/") => {
+            Scope::RunsControl
+        }
+        "/ui/events/replay" => Scope::RunsControl,
         "/ui/workflows/{name}/migrate" => Scope::RunsControl,
         "/ui/limits" => Scope::LimitsWrite,
         r if r.starts_with("/ui/schedules/") => Scope::SchedulesWrite,

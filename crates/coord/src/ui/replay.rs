@@ -78,7 +78,8 @@ fn dry_run_body(d: &ReplayDryRun) -> Html {
         .map(|p| {
             let start: Vec<String> =
                 p.would_start.iter().map(|t| format!("{} (trigger {})", t.workflow, t.trigger)).collect();
-            let fail: Vec<String> = p.would_fail.iter().map(|t| format!("{}: {}", t.workflow, t.error)).collect();
+            let mut fail: Vec<String> = p.would_fail.iter().map(|t| format!("{}: {}", t.workflow, t.error)).collect();
+            fail.extend(p.error.clone());
             html!(
                 "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td class=\"would-start\">{}</td>\
                  <td class=\"error\">{}</td></tr>",
