@@ -47,6 +47,7 @@ from .types import (
     RunSummary,
     RunTask,
     StepLogs,
+    UpdateAnswer,
     Webhook,
     WebhookCreated,
     Workflow,
@@ -364,6 +365,31 @@ class Client:
         """A run retention archived, read back from the archive; ``NotFound``
         when no archive is set or it holds no such run."""
         return cast(ArchivedRun, self._http.request("GET", f"/v1/archive/runs/{_seg(run_id)}")[1])
+
+    def update_run(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        id: Optional[str] = None,
+        timeout: Optional[str] = None,
+    ) -> UpdateAnswer:
+        """Sends update ``name`` to run ``run_id``: its waiting step that
+        accepts the update validates it and, when it accepts, completes with
+        its output. The answer says which (``accepted``, with ``output`` or
+        ``reason``). With ``id``, the update sent again is answered the same
+        (``duplicate``) and applied once. A 409 (``update_not_accepted``) when
+        no step takes it within ``timeout`` (``"10s"`` by default, at most
+        ``"60s"``)."""
+        body: dict[str, Any] = {"name": name, "payload": payload}
+        if id is not None:
+            body["id"] = id
+        if timeout is not None:
+            body["timeout"] = timeout
+        # The server waits up to 60 s for a step that accepts it: the
+        # request's timeout is on top.
+        path = f"/v1/runs/{_seg(run_id)}/update"
+        return cast(UpdateAnswer, self._http.request("POST", path, body, timeout=self._http.timeout + 60.0)[1])
 
     # -- events -------------------------------------------------------------
 

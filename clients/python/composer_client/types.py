@@ -42,6 +42,7 @@ __all__ = [
     "TaskState",
     "TriggerFailure",
     "TriggeredRun",
+    "UpdateAnswer",
     "Webhook",
     "WebhookCreated",
     "WebhookScheme",
@@ -374,6 +375,24 @@ class TriggerFailure(TypedDict):
 class _EventSentRequired(TypedDict):
     matched: int
     buffered: bool
+
+
+class _UpdateAnswerRequired(TypedDict):
+    id: str
+    name: str
+    node: str
+    accepted: bool
+    duplicate: bool
+
+
+class UpdateAnswer(_UpdateAnswerRequired, total=False):
+    """What a run's step answered to an update: ``accepted`` with its
+    ``output`` (the step completed with it), or refused with its ``reason``;
+    ``node`` is the step that took it, and ``duplicate`` says it was answered
+    before (this id): nothing was done again."""
+
+    output: Any
+    reason: str
 
 
 class EventSent(_EventSentRequired, total=False):

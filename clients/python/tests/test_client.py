@@ -312,6 +312,27 @@ class ControlTest(unittest.TestCase):
         self.assertEqual(run["status"], "SUCCEEDED", run)
         self.assertEqual(run["output"], {"done": {"by": "ada"}})
 
+    def test_an_update_is_validated_by_its_step_and_answered_once_per_id(self) -> None:
+        name = unique("py-update")
+        definition = approval(name)
+        definition["nodes"][0]["updates"] = [
+            {"name": "approve", "validate": '.update.payload.by != "mallory"', "refusal": "not her"}
+        ]
+        client.register_workflow(definition)
+        run_id = client.start_run(name, input={"order": "u-1"})["id"]
+        until_waiting(run_id)
+        refused = client.update_run(run_id, "approve", {"by": "mallory"}, id="py-u1")
+        self.assertEqual((refused["accepted"], refused.get("reason"), refused["node"]), (False, "not her", "approval"))
+        ada = client.update_run(run_id, "approve", {"by": "ada"}, id="py-u2")
+        self.assertEqual((ada["accepted"], ada.get("output"), ada["duplicate"]), (True, {"by": "ada"}, False))
+        again = client.update_run(run_id, "approve", {"by": "ada"}, id="py-u2")
+        self.assertEqual((again["accepted"], again["duplicate"]), (True, True))
+        run = client.wait(run_id, 30)
+        self.assertEqual(run["output"], {"done": {"by": "ada"}})
+        with self.assertRaises(Conflict) as late:
+            client.update_run(run_id, "approve", {"by": "grace"}, timeout="0s")
+        self.assertEqual((late.exception.status, late.exception.code), (409, "update_not_accepted"))
+
     def test_cancel_ends_an_open_run_and_refuses_an_ended_one(self) -> None:
         name = unique("py-cancel")
         client.register_workflow(approval(name))

@@ -345,7 +345,9 @@ class BuilderTest(unittest.TestCase):
                 queue="q",
             ),
         )
-        wf.add("w", wait_for_event("ev", "${ .input.id }", timeout="1d", default_output={"late": True}))
+        approve = {"name": "approve", "validate": ".update.payload.ok"}
+        late = {"late": True}
+        wf.add("w", wait_for_event("ev", "${ .input.id }", timeout="1d", default_output=late, updates=[approve]))
         wf.add("s", sub_workflow("child", input=wf.input, version=3, on_parent_close="abandon"))
         wf.add("m", map_([1, 2], custom("work", {"i": expr(".item")}), on_item_failure="continue", collect="none"))
         wf.add("until", wait(until="2030-01-01T00:00:00Z", deadlines=[{"after": "1h", "start": {"workflow": "p"}}]))
@@ -371,6 +373,7 @@ class BuilderTest(unittest.TestCase):
         self.assertEqual(d["nodes"][2]["config"]["input"], "${ .input }")
         self.assertEqual(d["nodes"][3]["config"]["node"], {"type": "work", "config": {"i": "${ .item }"}})
         self.assertEqual(d["nodes"][4]["deadlines"], [{"after": "1h", "start": {"workflow": "p"}}])
+        self.assertEqual(d["nodes"][1]["updates"], [approve])
         self.assertNotIn("edges", d)
 
     def test_register_sends_the_version(self) -> None:

@@ -27,6 +27,8 @@ import {
   type SendEvent,
   type SetPriority,
   type StartRun,
+  type UpdateAnswer,
+  type UpdateRequest,
   type Webhook,
   type WebhookDefinition,
   type WebhookList,
@@ -108,6 +110,14 @@ export interface SendEventOptions {
   id?: string | undefined;
   /** A W3C trace context, sent as the `traceparent` header: the runs the event starts continue the caller's trace. */
   traceparent?: string | undefined;
+}
+
+/** `updateRun`'s options. */
+export interface UpdateRunOptions {
+  /** The update's id (1 to 256 characters): sent again with the same id, it is answered the same and applied once. */
+  id?: string | undefined;
+  /** How long to wait for a step that accepts it (`"10s"` by default, at most `"60s"`). */
+  timeout?: string | undefined;
 }
 
 /** `listEvents`' filter and page. */
@@ -383,6 +393,23 @@ export class Client {
     const body: SendEvent = { name, key, payload };
     if (options.id !== undefined) body.id = options.id;
     return call<EventSent>(this.#t, "POST", "/v1/events", body, traced(options.traceparent)).then((a) => a.body);
+  }
+
+  /**
+   * Sends update `name` to run `id`: the run's waiting step that accepts it
+   * validates it, and completes with its output when it accepts. The answer
+   * says which (`accepted`, with `output` or `reason`). With `options.id`,
+   * the update sent again is answered the same (`duplicate`) and applied
+   * once. A 409 (`update_not_accepted`) when no step takes it within
+   * `options.timeout` (10s by default, at most 60s).
+   */
+  updateRun(id: string, name: string, payload: JsonValue = null, options: UpdateRunOptions = {}): Promise<UpdateAnswer> {
+    const body: UpdateRequest = { name, payload };
+    if (options.id !== undefined) body.id = options.id;
+    if (options.timeout !== undefined) body.timeout = options.timeout;
+    // The server waits up to 60 s for a step that accepts it: the call's timeout is on top.
+    const timeoutMs = this.#t.timeoutMs + 60_000;
+    return call<UpdateAnswer>(this.#t, "POST", `/v1/runs/${segment(id)}/update`, body, { timeoutMs }).then((a) => a.body);
   }
 
   /** A page of the events recorded lately, newest first, each with what its triggers did. */

@@ -17,6 +17,7 @@ export type {
   SendEventOptions,
   StartedRun,
   StartRunOptions,
+  UpdateRunOptions,
   WaitOptions,
 } from "./client.js";
 export {

@@ -159,6 +159,39 @@ export interface NodeDefinition {
   limits?: LimitDefinition[] | null;
   /** Runs started when the step has not ended some time after it was created (at most 8). */
   deadlines?: DeadlineDefinition[];
+  /** The updates this step accepts while it waits (a WAIT_FOR_EVENT, at most 8): `updateRun` sends one. */
+  updates?: UpdateDefinition[];
+}
+
+/** An update a waiting step accepts: `validate` (jq over `{update: {id, name, payload}, input}`) true accepts it, false refuses it with `refusal`, an error refuses it with its message; `output` (a template over the same) is the step's output, the payload by default. */
+export interface UpdateDefinition {
+  name: string;
+  validate?: string | null;
+  refusal?: string | null;
+  output?: JsonValue;
+}
+
+/** `POST /v1/runs/{id}/update`. */
+export interface UpdateRequest {
+  name: string;
+  payload?: JsonValue;
+  /** Sent again with the same id, the update is answered the same and applied once. */
+  id?: string;
+  /** How long to wait for a step that accepts it (`"10s"` by default, at most `"60s"`). */
+  timeout?: string;
+}
+
+/** What a run's step answered to an update: accepted with its `output`, or refused with its `reason`. */
+export interface UpdateAnswer {
+  id: string;
+  name: string;
+  /** The step that took it. */
+  node: string;
+  accepted: boolean;
+  output?: JsonValue;
+  reason?: string;
+  /** Answered before (this id): nothing was done again. */
+  duplicate: boolean;
 }
 
 /** An edge; `when` is a jq expression that must yield a boolean. */

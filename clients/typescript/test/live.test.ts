@@ -67,6 +67,7 @@ import {
   runStatuses,
   taskBatchShape,
   taskStates,
+  updateAnswerShape,
   webhookSchemes,
   type AnyShape,
 } from "./shapes.js";
@@ -406,6 +407,28 @@ describe("against composer dev", { timeout: 600_000 }, () => {
       assert.deepEqual(run.output, { t: { got: { carrier: "ups", n: 1 } } });
       const nobody = await client.sendEvent("ts-event.go", "nobody-waits");
       assert.deepEqual([nobody.matched, nobody.buffered], [0, true]);
+    });
+
+    it("sends an update a waiting step validates, answered with its output once per id", async (t) => {
+      if (!(await hasOperation("updateRun"))) {
+        t.skip("this coordinator is older than updates");
+        return;
+      }
+      const definition = waitForEvent("ts-update");
+      definition.nodes[0]!.updates = [{ name: "approve", validate: ".update.payload.amount <= 100", refusal: "too much" }];
+      const id = await start(definition, { key: "k" });
+      await taskState(id, "w", "WAITING");
+      const refused = await client.updateRun(id, "approve", { amount: 500 }, { id: "ts-u1" });
+      conforms(refused, updateAnswerShape, "refused update");
+      assert.deepEqual([refused.accepted, refused.reason, refused.node], [false, "too much", "w"]);
+      const accepted = await client.updateRun(id, "approve", { amount: 5 }, { id: "ts-u2" });
+      assert.deepEqual([accepted.accepted, accepted.output, accepted.duplicate], [true, { amount: 5 }, false]);
+      const again = await client.updateRun(id, "approve", { amount: 5 }, { id: "ts-u2" });
+      assert.deepEqual([again.accepted, again.duplicate], [true, true]);
+      const run = await waitFor(id);
+      assert.deepEqual(run.output, { t: { got: { amount: 5 } } });
+      const late = await rejection(client.updateRun(id, "approve", { amount: 1 }, { timeout: "0s" }));
+      assert.equal(late.status, 409);
     });
 
     it("starts the runs of an event's triggers, once per event id", async (t) => {

@@ -66,6 +66,9 @@ import type {
   TaskState,
   TriggerDefinition,
   TriggeredRun,
+  UpdateAnswer,
+  UpdateDefinition,
+  UpdateRequest,
   TriggerFailure,
   Webhook,
   WebhookDefinition,
@@ -361,7 +364,29 @@ export const nodeShape = {
   delivery: "optional",
   limits: "optional",
   deadlines: "optional",
+  updates: "optional",
 } as const satisfies Shape<NodeDefinition>;
+export const updateDefinitionShape = {
+  name: "required",
+  validate: "optional",
+  refusal: "optional",
+  output: "optional",
+} as const satisfies Shape<UpdateDefinition>;
+export const updateRequestShape = {
+  name: "required",
+  payload: "optional",
+  id: "optional",
+  timeout: "optional",
+} as const satisfies Shape<UpdateRequest>;
+export const updateAnswerShape = {
+  id: "required",
+  name: "required",
+  node: "required",
+  accepted: "required",
+  output: "optional",
+  reason: "optional",
+  duplicate: "required",
+} as const satisfies Shape<UpdateAnswer>;
 export const deadlineShape = { after: "required", start: "required" } as const satisfies Shape<DeadlineDefinition>;
 export const deadlineStartShape = {
   workflow: "required",
@@ -399,6 +424,7 @@ export const answers: Record<string, AnyShape> = {
   DefinitionView: workflowShape,
   WorkflowList: workflowListShape,
   EventSent: eventSentShape,
+  UpdateAnswer: updateAnswerShape,
   TriggeredRun: triggeredRunShape,
   TriggerFailure: triggerFailureShape,
   EventView: recordedEventShape,
@@ -442,6 +468,8 @@ export const requests: Record<string, AnyShape> = {
   HookSpec: hookShape,
   DeadlineSpec: deadlineShape,
   DeadlineStartSpec: deadlineStartShape,
+  UpdateSpec: updateDefinitionShape,
+  UpdateRequest: updateRequestShape,
   ResolveTask: resolveShape,
   NodeSpec: nodeShape,
   EdgeSpec: edgeShape,

@@ -228,7 +228,7 @@ describe("the builder", () => {
       retry: { max_attempts: 4, initial_backoff: "1s", multiplier: 3, max_backoff: "1m", on_429: "ignore" },
       after: each,
     });
-    wf.waitForEvent("ev", { event: "paid", key: wf.input.tenant, timeout: "1d", default_output: { none: true } }, { after: own });
+    wf.waitForEvent("ev", { event: "paid", key: wf.input.tenant, timeout: "1d", default_output: { none: true } }, { after: own, updates: [{ name: "approve", validate: ".update.payload.ok", refusal: "not ok" }] });
     wf.wait("until", { until: "2030-01-01T00:00:00Z" }, { after: own, deadlines: [{ after: "1h", start: { workflow: "page" } }] });
     wf.subWorkflow("child", { workflow: "child", version: 1, input: { v: own.out.v }, on_parent_close: "abandon" }, { timeout: "5m" });
     wf.loop("again", { workflow: "child", until: ".iteration.index >= 2", max_iterations: 3, input: { i: refs.iteration().index }, on_parent_close: "cancel" });
@@ -258,6 +258,7 @@ describe("the builder", () => {
     assert.deepEqual(node("own")?.limits, [{ key: "t:${ .input.tenant }", rate: "5/1s", burst: 2 }, { key: "k", concurrency: 1 }]);
     assert.equal(node("own")?.delivery, "at_most_once");
     assert.deepEqual(node("until")?.deadlines, [{ after: "1h", start: { workflow: "page" } }]);
+    assert.deepEqual(node("ev")?.updates, [{ name: "approve", validate: ".update.payload.ok", refusal: "not ok" }]);
     assert.deepEqual(node("call")?.config?.["headers"], { A: "${ .secrets.TOKEN }" });
     assert.deepEqual(node("again")?.config, {
       workflow: "child",

@@ -483,6 +483,23 @@ pub enum RunCommand {
         /// The job's id.
         job: String,
     },
+    /// Sends an update to a run's waiting step that accepts it, and prints
+    /// its answer: the step's output (exit 0) or why it refused (exit 1).
+    Update {
+        /// The run's id.
+        id: String,
+        /// The update's name (a step's `updates[].name`).
+        name: String,
+        /// Its payload as JSON (or @FILE).
+        #[arg(long, default_value = "null")]
+        payload: String,
+        /// Its id: sent again with the same id, it is answered the same and applied once.
+        #[arg(long = "update-id")]
+        update_id: Option<String>,
+        /// How long to wait for a step that accepts it (10s by default, at most 60s).
+        #[arg(long)]
+        timeout: Option<String>,
+    },
     /// Says how an IN_DOUBT step (delivery: at_most_once) ended: it
     /// completed (--output), failed (--error) or is to be sent again (retry).
     Resolve {

@@ -119,8 +119,20 @@ pub async fn workflow(args: ClientArgs, cmd: WorkflowCommand) -> anyhow::Result<
         WorkflowCommand::Get { name } => {
             output::one(format, &call(&api, Method::GET, &format!("/v1/workflows/{}", encode(&name)), None).await?)
         }
-        WorkflowCommand::Simulate { file, input, event, mocks, failures, output, ask, replay, map, max_value } => {
-            let how = crate::simulate::How { format: &output, ask, max_value: max_value as usize };
+        WorkflowCommand::Simulate {
+            file,
+            input,
+            event,
+            mocks,
+            failures,
+            updates,
+            output,
+            ask,
+            replay,
+            map,
+            max_value,
+        } => {
+            let how = crate::simulate::How { format: &output, ask, max_value: max_value as usize, updates: &updates };
             let Some(run) = replay else {
                 let start = match &event {
                     Some(e) => crate::simulate::Start::Event(e),
@@ -262,14 +274,11 @@ pub async fn run(args: ClientArgs, cmd: RunCommand) -> anyhow::Result<ExitCode> 
         RunCommand::BulkCancel { job } => {
             output::one(format, &call(&api, Method::POST, &format!("/v1/bulk/{}/cancel", encode(&job)), None).await?)
         }
+        RunCommand::Update { id, name, payload, update_id, timeout } => {
+            return update(&api, format, &id, (name, payload), (update_id, timeout)).await;
+        }
         RunCommand::Resolve { id, node, outcome, output: step_output, error } => {
-            let mut body = serde_json::json!({"outcome": outcome});
-            if let Some(o) = step_output {
-                body["output"] = json_arg("--output", &o)?;
-            }
-            if let Some(e) = error {
-                body["error"] = Value::String(e);
-            }
+            let body = resolution(outcome, step_output, error)?;
             let path = run_path(&id, &format!("/tasks/{}/resolve", encode(&node)));
             output::one(format, &call(&api, Method::POST, &path, Some(&body)).await?)
         }
@@ -471,6 +480,37 @@ pub async fn event(args: ClientArgs, cmd: EventCommand) -> anyhow::Result<ExitCo
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `run resolve`'s body: the outcome, with the step's output or error.
+fn resolution(outcome: String, output: Option<String>, error: Option<String>) -> anyhow::Result<Value> {
+    let mut body = serde_json::json!({"outcome": outcome});
+    if let Some(o) = output {
+        body["output"] = json_arg("--output", &o)?;
+    }
+    if let Some(e) = error {
+        body["error"] = Value::String(e);
+    }
+    Ok(body)
+}
+
+/// `run update`: the step's answer; exit 1 when it refused.
+async fn update(
+    api: &Client,
+    format: Format,
+    run: &str,
+    (name, payload): (String, String),
+    (id, timeout): (Option<String>, Option<String>),
+) -> anyhow::Result<ExitCode> {
+    let mut body = serde_json::json!({"name": name, "payload": json_arg("--payload", &payload)?});
+    for (k, v) in [("id", id), ("timeout", timeout)] {
+        if let Some(v) = v {
+            body[k] = Value::String(v);
+        }
+    }
+    let answer = call(api, Method::POST, &format!("/v1/runs/{}/update", encode(run)), Some(&body)).await?;
+    output::one(format, &answer);
+    Ok(if answer["accepted"] == true { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 /// A moment given as RFC 3339, or as a duration (`2h`) before `now`.

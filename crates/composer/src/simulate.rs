@@ -29,13 +29,15 @@ pub struct How<'a> {
     pub ask: bool,
     /// The largest value the engine keeps ([`Options::max_value`]).
     pub max_value: usize,
+    /// `--update NAME=JSON`, in order ([`Options::updates`]).
+    pub updates: &'a [String],
 }
 
 /// Exit status: 0 the simulated run succeeded, 1 it failed (or no trigger
 /// starts a run for the event), 2 the definition or an argument is invalid
 /// (the message on stderr).
 pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String], how: How<'_>) -> ExitCode {
-    let How { format, ask, max_value } = how;
+    let How { format, ask, max_value, updates } = how;
     let (input, event) = match start {
         Start::Input(i) => (i, None),
         Start::Event(e) => match json_arg(e).context("--event").and_then(event_of) {
@@ -55,6 +57,19 @@ pub fn run(file: &Path, start: Start<'_>, mocks: &[String], failures: &[String],
         }
     };
     opts.max_value = Some(max_value);
+    for u in updates {
+        match u.split_once('=').map(|(name, v)| (name, json_arg(v))) {
+            Some((name, Ok(payload))) => opts.updates.push((name.to_string(), payload)),
+            Some((name, Err(e))) => {
+                eprintln!("error: --update {name}: {e:#}");
+                return ExitCode::from(2);
+            }
+            None => {
+                eprintln!("error: --update {u:?}: expected NAME=JSON or NAME=@FILE");
+                return ExitCode::from(2);
+            }
+        }
+    }
     // Expressions run where the coordinator runs them: on an evaluation
     // thread, so a hostile definition fails its node here too instead of
     // overflowing the main thread's stack.
@@ -300,6 +315,17 @@ fn text(r: &Report) -> String {
                 _ => String::new(),
             };
             out.push_str(&format!("  {} -> {}  {what}\n", h.hook, h.workflow));
+        }
+    }
+    if !r.updates.is_empty() {
+        out.push_str("updates\n");
+        for u in &r.updates {
+            let answer = match (&u.output, &u.reason) {
+                (Some(o), _) => format!("accepted, output {o}"),
+                (None, Some(why)) => format!("refused: {why}"),
+                _ => String::new(),
+            };
+            out.push_str(&format!("  {} -> step {}  {answer}\n", u.name, u.node));
         }
     }
     if !r.deadlines.is_empty() {

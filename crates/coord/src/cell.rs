@@ -215,21 +215,7 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut T
         Box::pin(async move {
             let result = async {
                 let client = composer_store::client(&s.pool).await?;
-                if let Err(e) = schedules::forget_old_fires(&client).await {
-                    tracing::warn!(error = %e, "forgetting old schedule fires failed");
-                }
-                if let Err(e) = crate::triggers::forget_old_events(&s.config, &client).await {
-                    tracing::warn!(error = %e, "forgetting old events failed");
-                }
-                // A bulk job and the marks of the runs it acted on, and a
-                // replay, are kept a week after it ends.
-                let week = std::time::Duration::from_secs(7 * 86_400);
-                if let Err(e) = composer_store::bulk::cleanup(&client, week).await {
-                    tracing::warn!(error = %e, "forgetting old bulk jobs failed");
-                }
-                if let Err(e) = composer_store::replays::cleanup(&client, week).await {
-                    tracing::warn!(error = %e, "forgetting old replays failed");
-                }
+                forget_old(&s, &client).await;
                 let c = &s.config;
                 drop(client);
                 loops::maintain_partitions(
@@ -256,6 +242,28 @@ fn spawn_loops(shared: &Arc<Shared>, shutdown: &CancellationToken, tasks: &mut T
             }
         })
     }));
+}
+
+/// Forgets what is kept for a while only: schedule fires, events past
+/// `COMPOSER_EVENT_LOG_KEPT`, and a week after they end, bulk jobs (with
+/// the marks of the runs they acted on), replays and updates' answers.
+async fn forget_old(s: &Shared, client: &composer_store::Client) {
+    if let Err(e) = schedules::forget_old_fires(client).await {
+        tracing::warn!(error = %e, "forgetting old schedule fires failed");
+    }
+    if let Err(e) = crate::triggers::forget_old_events(&s.config, client).await {
+        tracing::warn!(error = %e, "forgetting old events failed");
+    }
+    let week = std::time::Duration::from_secs(7 * 86_400);
+    if let Err(e) = composer_store::bulk::cleanup(client, week).await {
+        tracing::warn!(error = %e, "forgetting old bulk jobs failed");
+    }
+    if let Err(e) = composer_store::replays::cleanup(client, week).await {
+        tracing::warn!(error = %e, "forgetting old replays failed");
+    }
+    if let Err(e) = composer_store::updates::forget_old(client, week).await {
+        tracing::warn!(error = %e, "forgetting old update answers failed");
+    }
 }
 
 /// Works bulk jobs and replays a batch at a time while there are any, then waits for a

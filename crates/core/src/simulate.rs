@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::definition::{NodeKind, Workflow};
+use crate::definition::{Decision, NodeKind, Workflow};
 use crate::expr::Sandbox;
 use crate::http;
 use crate::machine::{self, codes, Event, HistoryKind, Resolution, Run, RunStatus, Task, TaskState, Transition};
@@ -42,6 +42,9 @@ pub struct Options {
     /// `COMPOSER_MAX_PAYLOAD` is, or its `COMPOSER_MAX_OFFLOADED` when it
     /// offloads large values (`None`: the default payload limit, 1 MiB).
     pub max_value: Option<usize>,
+    /// Updates sent to the run, `(name, payload)`: each is offered once, to
+    /// the first step that waits and accepts it.
+    pub updates: Vec<(String, Value)>,
 }
 
 /// What one attempt of a worker-run node does.
@@ -82,6 +85,22 @@ pub struct Report {
     /// backoffs and event timeouts move it).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deadlines: Vec<DeadlineReport>,
+    /// The updates offered to a waiting step, and its answer to each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub updates: Vec<UpdateReport>,
+}
+
+/// What a waiting step answered to an update (`Options::updates`): it
+/// completed with `output`, or refused it with `reason`.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpdateReport {
+    pub name: String,
+    pub node: String,
+    pub accepted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A deadline of the simulated run or of one of its steps.
@@ -211,17 +230,49 @@ pub fn simulate_asking(
     let mut world = World::default();
     world.apply(sb, wf, &mut run, Event::RunStarted, now, &mut new_id);
     let mut answered = 0;
+    let mut updates = Vec::new();
     for _ in 0..MAX_EVENTS {
         if run.status != RunStatus::Running {
             break;
         }
-        let Some(event) = next_event(wf, &run, opts, &mut now, &mut answered, ask) else { break };
+        let update = offer_update(sb, wf, &run, opts, &mut updates);
+        let Some(event) = update.or_else(|| next_event(wf, &run, opts, &mut now, &mut answered, ask)) else { break };
         lease(&mut run, &event);
         world.apply(sb, wf, &mut run, event, now, &mut new_id);
     }
     let mut report = report(sb, wf, &run, &world.taken);
     report.deadlines = deadlines(wf, &run, &world.created, now);
+    report.updates = updates;
     report
+}
+
+/// The next update not yet offered that a waiting step accepts, offered to
+/// it: the event that completes the step when it accepts (its answer noted
+/// in `answered` either way).
+fn offer_update(
+    sb: &Sandbox,
+    wf: &Workflow,
+    run: &Run,
+    opts: &Options,
+    answered: &mut Vec<UpdateReport>,
+) -> Option<Event> {
+    for (i, (name, payload)) in opts.updates.iter().enumerate().skip(answered.len()) {
+        let waiting = run.tasks.iter().filter(|t| t.state == TaskState::Waiting && t.item.is_none());
+        let (task, update) =
+            waiting.filter_map(|t| Some((t, wf.nodes[t.node].updates.iter().find(|u| &u.name == name)?))).next()?;
+        let scope = crate::definition::update_scope(&format!("simulated-{i}"), name, payload, &run.input);
+        let (node, name) = (wf.nodes[task.node].id.clone(), name.clone());
+        match update.decide(sb, &scope, run.max_payload) {
+            Decision::Accepted(output) => {
+                answered.push(UpdateReport { name, node, accepted: true, output: Some(output.clone()), reason: None });
+                return Some(Event::EventReceived { task_id: task.id, payload: output });
+            }
+            Decision::Refused(reason) => {
+                answered.push(UpdateReport { name, node, accepted: false, output: None, reason: Some(reason) })
+            }
+        }
+    }
+    None
 }
 
 /// The run's deadlines and its steps', on the simulated clock: the run
@@ -599,6 +650,7 @@ fn report(sb: &Sandbox, wf: &Workflow, run: &Run, taken: &HashSet<(String, Strin
         notes,
         hooks,
         deadlines: Vec::new(),
+        updates: Vec::new(),
     }
 }
 
@@ -797,5 +849,25 @@ mod tests {
         assert_eq!(r.nodes[1].output, Some(json!({"amount": 5})));
         assert_eq!(r.nodes[1].input, Some(json!({"event": "paid", "key": "o-1"})));
         assert_eq!(r.nodes[2].output, Some(json!({"late": true})), "a failed event wait times out");
+    }
+
+    #[test]
+    fn an_update_a_waiting_step_refuses_leaves_it_waiting_and_one_it_accepts_completes_it() {
+        let w = wf(json!({"name": "u", "nodes": [
+            {"id": "ok", "type": "WAIT_FOR_EVENT", "config": {"event": "e", "key": "k"}, "updates": [
+                {"name": "approve", "validate": ".update.payload.amount <= .input.limit", "refusal": "too much",
+                 "output": {"amount": "${ .update.payload.amount }", "via": "${ .update.name }"}}]}]}));
+        let updates =
+            vec![("approve".to_string(), json!({"amount": 500})), ("approve".to_string(), json!({"amount": 5}))];
+        let opts = Options { input: json!({"limit": 100}), updates, ..Default::default() };
+        let r = simulate(&sb(), &w, &opts);
+        assert_eq!(r.status, RunStatus::Succeeded, "{r:?}");
+        assert_eq!(r.nodes[0].output, Some(json!({"amount": 5, "via": "approve"})), "the accepted update's output");
+        let answers: Vec<_> = r.updates.iter().map(|u| (u.accepted, u.reason.clone(), u.node.as_str())).collect();
+        assert_eq!(answers, [(false, Some("too much".into()), "ok"), (true, None, "ok")]);
+        // No step accepts it: never offered, and the event's mock completes the step.
+        let opts = Options { updates: vec![("reject".into(), json!(1))], ..Default::default() };
+        let r = simulate(&sb(), &w, &opts);
+        assert_eq!((r.status, r.updates.len()), (RunStatus::Succeeded, 0));
     }
 }

@@ -30,6 +30,7 @@
 //! - [`triggers`]: which workflows listen to an event name, and the event log;
 //!   [`replays`]: their triggers run again over recorded events.
 //! - [`webhooks`]: webhooks (never their secret).
+//! - [`updates`]: updates sent to runs, each answered once by its id.
 //! - [`trees`]: what a run tree (a root and its child runs) has created, against its fan-out budget.
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
 //! - [`transaction`]: a transaction on a pooled connection ([`begin`]), and one
@@ -66,6 +67,7 @@ pub mod transaction;
 pub mod transitions;
 pub mod trees;
 pub mod triggers;
+pub mod updates;
 pub mod webhooks;
 
 pub use deadpool_postgres::{Object as Client, Pool};

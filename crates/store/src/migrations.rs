@@ -42,6 +42,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (36, "payload_usage", include_str!("../migrations/0036_payload_usage.sql")),
     (37, "deadlines", include_str!("../migrations/0037_deadlines.sql")),
     (38, "event_replays", include_str!("../migrations/0038_event_replays.sql")),
+    (39, "run_updates", include_str!("../migrations/0039_run_updates.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

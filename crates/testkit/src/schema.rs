@@ -140,6 +140,13 @@ fn node(id: &str, kind: &str, config: Map<String, Value>) -> Value {
     json!({"id": id, "type": kind, "config": config})
 }
 
+/// A WAIT_FOR_EVENT node `n` that accepts update `u`, `value` at `path` in it.
+fn waiting_with_update(path: &[String], value: Value) -> Value {
+    let mut u = json!({"name": "u"}).as_object().cloned().unwrap_or_default();
+    put(&mut u, path, value);
+    json!({"id": "n", "type": "WAIT_FOR_EVENT", "config": {"event": "ev", "key": "k"}, "updates": [u]})
+}
+
 /// The smallest definition named `name` that holds `value` at `field`, and
 /// otherwise only what evaluates on an empty input: a TRANSFORM, and
 /// whatever the field's place needs (an HTTP node for a limit, two nodes
@@ -175,6 +182,7 @@ pub fn definition_with(schema: &Value, name: &str, field: &SchemaField, value: V
             put(&mut s, &field.path, value);
             def["deadlines"] = json!([{"after": "10ms", "start": s}]);
         }
+        "UpdateSpec" => def["nodes"] = json!([waiting_with_update(&field.path, value)]),
         "TriggerSpec" => {
             let mut t = o(&mut json!({"event": "ev"}));
             put(&mut t, &field.path, value);

@@ -254,6 +254,7 @@ impl WorkflowBuilder {
             delivery: None,
             limits: Vec::new(),
             deadlines: Vec::new(),
+            updates: Vec::new(),
         };
         self.add(node, &reads.nodes());
         let node_type = id.to_string();
@@ -453,6 +454,7 @@ pub fn engine_node(id: &str, node_type: &str, config: Value) -> NodeSpec {
         delivery: None,
         limits: Vec::new(),
         deadlines: Vec::new(),
+        updates: Vec::new(),
     }
 }
 

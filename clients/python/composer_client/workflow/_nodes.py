@@ -159,9 +159,13 @@ class ItemOptions(TypedDict, total=False):
     """Runs started when the step has not ended ``after`` it was created:
     ``[{"after": "2h", "start": {"workflow": "page", "input"?: …}}]`` (not
     on a MAP's item node)."""
+    updates: Sequence[Mapping[str, Any]]
+    """The updates a WAIT_FOR_EVENT step accepts while it waits:
+    ``[{"name": "approve", "validate"?: jq, "refusal"?: text, "output"?: …}]``
+    (``Client.update_run`` sends one)."""
 
 
-_OPTION_KEYS = ("queue", "retry", "timeout", "delivery", "limits", "deadlines")
+_OPTION_KEYS = ("queue", "retry", "timeout", "delivery", "limits", "deadlines", "updates")
 
 
 T = TypeVar("T")
@@ -263,14 +267,17 @@ def wait_for_event(
     *,
     timeout: Optional[Duration] = None,
     default_output: Optional[Template] = None,
+    updates: Optional[Sequence[Mapping[str, Any]]] = None,
 ) -> Spec[Any]:
     """Waits for the event ``(event, key)``; ``timeout`` is how long (for
     ever without it), ``default_output`` the output when it times out (the
-    config's ``timeout``: such a node has no attempts to time)."""
+    config's ``timeout``: such a node has no attempts to time); ``updates``
+    the updates it accepts while it waits (``Client.update_run``)."""
     config = _drop_none({"event": event, "key": key, "default_output": default_output})
     if timeout is not None:
         config["timeout"] = duration(timeout)
-    return Spec("WAIT_FOR_EVENT", config)
+    options: dict[str, Any] = {} if updates is None else {"updates": updates}
+    return Spec("WAIT_FOR_EVENT", config, options)
 
 
 def map_(

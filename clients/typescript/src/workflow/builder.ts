@@ -4,7 +4,7 @@
  */
 
 import { TaskError } from "../task-error.js";
-import type { JsonObject, WorkflowDefinition } from "../types.js";
+import type { JsonObject, UpdateDefinition, WorkflowDefinition } from "../types.js";
 import type { WorkerTask } from "../worker.js";
 import {
   Expr,
@@ -74,6 +74,8 @@ export interface NodeOptions {
   limits?: readonly LimitSpec[] | undefined;
   /** Runs started when the step has not ended `after` it was created (at most 8; not on a MAP's item). */
   deadlines?: readonly Deadline[] | undefined;
+  /** The updates a WAIT_FOR_EVENT step accepts while it waits (at most 8): `Client.updateRun` sends one. */
+  updates?: readonly UpdateDefinition[] | undefined;
 }
 
 /** A run's or a step's deadline: the run it starts when `after` passes with the run (or step) not ended. */
@@ -570,6 +572,7 @@ export class WorkflowBuilder<I = unknown, O = unknown> {
     if (o.delivery !== undefined) out["delivery"] = o.delivery;
     if (o.limits !== undefined) out["limits"] = o.limits;
     if (o.deadlines !== undefined) out["deadlines"] = o.deadlines.map(deadlineJson);
+    if (o.updates !== undefined) out["updates"] = o.updates;
     let config = s.config;
     if (s.item !== undefined && itemType !== undefined) {
       config = { ...(config as object), node: this.#nodeJson(s.item, itemType) };

@@ -9,6 +9,7 @@
 //! - [`repair`]: rerun from steps, complete a step by hand, resolve an
 //!   IN_DOUBT attempt.
 //! - [`explain`]: why a run is where it is.
+//! - [`updates`]: a request to a waiting step, answered once by its id.
 //! - [`bulk`]: one action on every run a filter matches.
 //! - [`migrate`]: open runs moved to another version of their workflow.
 //! - [`events`]: sending events, what they did, the event log.
@@ -39,6 +40,7 @@ pub mod replay;
 pub mod runs;
 pub mod schedules;
 pub mod tasks;
+pub mod updates;
 pub mod webhooks;
 pub mod workflows;
 
@@ -56,6 +58,7 @@ pub use replay::*;
 pub use runs::*;
 pub use schedules::*;
 pub use tasks::*;
+pub use updates::*;
 pub use webhooks::*;
 pub use workflows::*;
 

@@ -67,6 +67,11 @@ pub enum WorkflowCommand {
         /// event (default {}). Repeatable.
         #[arg(long = "mock", value_name = "NODE=JSON")]
         mocks: Vec<String>,
+        /// An update sent to the run, NAME=JSON (its payload, or @FILE): offered once to the first step that
+        /// waits and accepts it (its `updates`), which validates it and completes with its output or refuses
+        /// it; repeat it for more, in order.
+        #[arg(long = "update", value_name = "NAME=JSON")]
+        updates: Vec<String>,
         /// NODE or NODE=MESSAGE: every attempt of the node fails (its retry policy applies); a WAIT_FOR_EVENT
         /// times out instead. Repeatable.
         #[arg(long = "fail", value_name = "NODE[=MESSAGE]")]

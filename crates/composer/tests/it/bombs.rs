@@ -345,6 +345,7 @@ enum Route {
     Handler,
     HandlerInput,
     DeadlineInput,
+    Update,
     Rerun,
     BulkRerun,
 }
@@ -358,6 +359,7 @@ fn routes_of(f: &composer_testkit::schema::SchemaField, start_time: bool) -> Vec
         "TriggerSpec" => vec![Event, Webhook],
         "OnFailureSpec" | "HookSpec" => vec![HandlerInput],
         "DeadlineStartSpec" => vec![DeadlineInput],
+        "UpdateSpec" => vec![Update],
         _ if start_time => vec![Api, Event, Webhook, Schedule, Child, Handler],
         _ if f.is_node_config() => vec![Api, Child, Item, Handler, Rerun, BulkRerun],
         _ => vec![Api, Child, Handler, Rerun, BulkRerun],
@@ -534,6 +536,15 @@ impl Coordinator {
             Route::DeadlineInput => {
                 let id = self.start_run(c).await?.ok_or("the run's start was refused")?;
                 self.deadline_failed(&id).await
+            }
+            Route::Update => {
+                let id = self.start_run(c).await?.ok_or("the run's start was refused")?;
+                let update = json!({"name": "u", "payload": {"a": 1}, "timeout": "30s"});
+                let (status, body) = self.client.post(&format!("/v1/runs/{id}/update"), &update).await;
+                match (status, body["accepted"].as_bool(), body["reason"].as_str()) {
+                    (200, Some(false), Some(why)) if named(why) => Ok(()),
+                    _ => Err(format!("update: {status} {body}")),
+                }
             }
             Route::Rerun | Route::BulkRerun => {
                 let id = self.start_run(c).await?.ok_or("the run's start was refused")?;

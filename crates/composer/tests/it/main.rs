@@ -42,4 +42,5 @@ mod traces;
 mod transactions;
 mod triggers;
 mod ui;
+mod updates;
 mod wire;

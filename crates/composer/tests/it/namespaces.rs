@@ -142,6 +142,7 @@ fn body_of(op: &str, held: &Held) -> Option<Value> {
         "PUT /v1/limits/{key}" => json!({"concurrency": 99}),
         "PUT /v1/runs/{id}/priority" => json!({"priority": 1}),
         "POST /v1/runs/{id}/rerun" => json!({"from": ["t"]}),
+        "POST /v1/runs/{id}/update" => json!({"name": "approve", "timeout": "0s"}),
         "POST /v1/runs/{id}/tasks/{node}/complete" => json!({"output": {}}),
         "POST /v1/runs/{id}/tasks/{node}/resolve" => json!({"outcome": "completed", "output": {}}),
         "POST /v1/schedules/{id}/backfill" => json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}),

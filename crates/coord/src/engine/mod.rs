@@ -228,7 +228,7 @@ impl Engine {
     }
 
     /// The compiled workflow of a definition, by its id.
-    async fn workflow(&self, definition_id: Uuid) -> Result<Arc<Workflow>> {
+    pub(crate) async fn workflow(&self, definition_id: Uuid) -> Result<Arc<Workflow>> {
         if let Some(wf) = self.workflows.lock().expect("workflow cache").get(&definition_id) {
             return Ok(wf.clone());
         }

@@ -53,6 +53,8 @@ impl EventRequest {
             By::Operator(_) => priority::HIGHEST,
             By::Worker(r) => r.priority,
             By::Engine | By::Bulk(..) => priority::DEFAULT,
+            // A caller waits for its answer.
+            By::Update(_) => priority::HIGHEST,
         }
     }
 }
@@ -73,6 +75,10 @@ pub enum By {
     /// in the batch's transaction ([`super::EngineError::AlreadyDone`]
     /// when it was).
     Bulk(Control, Uuid),
+    /// An update a waiting step accepted: applied at most once per (run,
+    /// update id), recorded with its answer in the batch's transaction
+    /// ([`super::EngineError::AlreadyDone`] when it was).
+    Update(Box<composer_store::updates::Accepted>),
 }
 
 /// The worker whose report an event is, and what it offers: tasks the

@@ -358,7 +358,7 @@ mod tests {
                 assert!(op["responses"]["413"].is_object() && op["responses"]["415"].is_object(), "{method} {path}");
             }
         }
-        assert_eq!(ids.len(), 67);
+        assert_eq!(ids.len(), 68);
     }
 
     /// Generated clients name their functions and docs from these, and

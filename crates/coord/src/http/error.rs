@@ -42,6 +42,13 @@ pub enum ApiError {
     /// An event id sent again with another key or payload.
     #[error("event id {id:?} was recorded for an event with another key or payload; use a new id for a new event")]
     EventIdReused { id: String },
+    /// An update id sent again with another name or payload.
+    #[error("update id {id:?} was used for an update with another name or payload; use a new id for a new update")]
+    UpdateIdReused { id: String },
+    /// No step of the run took the update: none accepts it, or none did
+    /// before the request's timeout.
+    #[error("{0}")]
+    UpdateNotAccepted(String),
     /// A worker's lease on the task is gone: it must stop and drop its result.
     #[error("task {0}: this worker no longer holds its lease (it expired and was taken over, or the task ended)")]
     LeaseLost(Uuid),
@@ -129,6 +136,8 @@ impl ApiError {
             ApiError::LeaseLost(_) => (StatusCode::CONFLICT, LEASE_LOST),
             ApiError::IdempotencyKeyReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             ApiError::EventIdReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "event_id_reused"),
+            ApiError::UpdateIdReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "update_id_reused"),
+            ApiError::UpdateNotAccepted(_) => (StatusCode::CONFLICT, "update_not_accepted"),
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
@@ -247,6 +256,8 @@ mod tests {
             ApiError::LeaseLost(id),
             ApiError::IdempotencyKeyReused { key: "k".into(), run: id },
             ApiError::EventIdReused { id: "e".into() },
+            ApiError::UpdateIdReused { id: "u".into() },
+            ApiError::UpdateNotAccepted("x".into()),
             ApiError::too_large("body", 1),
             ApiError::BodyTooLarge,
             ApiError::UriTooLong { len: 2, limit: 1 },

@@ -14,7 +14,7 @@
 //! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`],
 //!   [`migrate`] (runs moved to another version), [`events`], [`replay`] (events' triggers run
 //!   again), [`schedules`], [`tasks`],
-//!   [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`archive`] (export and
+//!   [`updates`] (a request to a waiting step), [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`archive`] (export and
 //!   archived runs), [`ops`]: one file per resource.
 
 pub mod archive;
@@ -38,6 +38,7 @@ mod routes;
 pub mod runs;
 pub mod schedules;
 pub mod tasks;
+pub mod updates;
 pub mod webhooks;
 pub mod workflows;
 

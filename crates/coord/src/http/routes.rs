@@ -7,7 +7,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{archive, bulk, control, doc, events, explain, keys, limits, migrate, namespaces};
-use super::{ops, replay, runs, schedules, tasks, webhooks, workflows};
+use super::{ops, replay, runs, schedules, tasks, updates, webhooks, workflows};
 use crate::shared::AppState;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -49,6 +49,7 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(archive::get_archived_run_items))
         .routes(routes!(archive::get_run_value))
         .routes(routes!(explain::explain))
+        .routes(routes!(updates::update_run))
         .routes(routes!(bulk::create))
         .routes(routes!(bulk::get))
         .routes(routes!(bulk::cancel))

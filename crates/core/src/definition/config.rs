@@ -314,6 +314,8 @@ pub static SPEC_EXPRESSIONS: &[(&str, &str, Takes)] = &[
     ("OnFailureSpec", "input", Takes::Template),
     ("HookSpec", "input", Takes::Template),
     ("DeadlineStartSpec", "input", Takes::Template),
+    ("UpdateSpec", "validate", Takes::Jq),
+    ("UpdateSpec", "output", Takes::Template),
     ("TriggerSpec", "when", Takes::Jq),
     ("TriggerSpec", "input", Takes::Template),
     ("TriggerSpec", "idempotency_key", Takes::Template),

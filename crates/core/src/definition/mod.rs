@@ -12,7 +12,8 @@
 //! - [`input_schema`]: a workflow's JSON Schema of its runs' input,
 //!   compiled at registration and checked at every start.
 //! - `hooks`: the runs a run's end starts (`on_failure`, `on_success`,
-//!   `on_end`) and those its deadlines start, compiled.
+//!   `on_end`) and those its deadlines start, compiled; `updates`: the
+//!   updates a waiting step accepts, and its decision on one.
 //! - [`start`]: what a definition decides of a new run from its input:
 //!   its tags, concurrency key and fairness key, in one scope of it.
 //! - `located`: reading a part of a definition with serde so that an
@@ -39,6 +40,7 @@ pub mod limit;
 pub mod located;
 mod node;
 mod spec;
+mod updates;
 
 pub use check::{check_name, check_path_segment, ValidationError, MAX_ID_LEN};
 pub use hooks::{Deadline, Ends, Hook, HookKind, MAX_DEADLINES};
@@ -50,8 +52,9 @@ pub use kind::{
 pub use node::{default_queue, Node, RetryPolicy, MAX_RETRY_ATTEMPTS, MAX_RETRY_MULTIPLIER};
 pub use spec::{
     ConcurrencySpec, DeadlineSpec, DeadlineStartSpec, Delivery, EdgeOn, EdgeSpec, HookSpec, NodeSpec, On429,
-    OnFailureSpec, RetrySpec, TriggerSpec, WorkflowSpec,
+    OnFailureSpec, RetrySpec, TriggerSpec, UpdateSpec, WorkflowSpec,
 };
+pub use updates::{scope as update_scope, Decision, Update, MAX_REFUSAL_CHARS, MAX_UPDATES};
 
 use check::positive_duration;
 mod start;

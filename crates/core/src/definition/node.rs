@@ -50,6 +50,8 @@ pub struct Node {
     /// The runs its step starts when it has not ended some time after it
     /// was created (none for a MAP's item template).
     pub deadlines: Vec<super::hooks::Deadline>,
+    /// The updates its step accepts while it waits.
+    pub updates: Vec<super::updates::Update>,
     /// An HTTP call whose config reads no secret: a coordinator may run
     /// its steps itself (it never holds a secret; a step that reads one
     /// goes to a worker).
@@ -132,6 +134,7 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
     let limits = compile_limits(at, &n.limits)?;
     // Any mention counts: a secret is `${ .secrets.NAME }` in the config's text.
     let coordinator_may_run = matches!(kind, NodeKind::Http) && !config.to_string().contains(".secrets");
+    let updates = super::updates::compile_updates(&format!("{at}.updates"), &kind, &n.updates)?;
     let node = Node {
         id: n.id.clone(),
         node_type: n.node_type.clone(),
@@ -148,6 +151,7 @@ pub(super) fn compile_node(at: &str, n: &NodeSpec) -> Result<(Node, Option<Node>
         limits,
         coordinator_may_run,
         deadlines: super::hooks::compile_deadlines(&format!("{at}.deadlines"), &n.deadlines)?,
+        updates,
     };
     let item = match per_item {
         Some(spec) if !spec.deadlines.is_empty() => {

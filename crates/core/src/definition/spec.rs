@@ -258,6 +258,39 @@ pub struct NodeSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(max_items = 8))]
     pub deadlines: Vec<DeadlineSpec>,
+    /// The updates this step accepts while it waits (a WAIT_FOR_EVENT,
+    /// at most 8): `POST /v1/runs/{id}/update` with one of these names
+    /// completes the step with the update's output, or is refused, and
+    /// the caller is answered which.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8))]
+    pub updates: Vec<UpdateSpec>,
+}
+
+/// An update a waiting step accepts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSpec {
+    /// The update's name, as `POST /v1/runs/{id}/update` gives it.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Name))]
+    pub name: String,
+    /// A jq condition over `{update: {id, name, payload}, input}`: true
+    /// accepts the update, false refuses it (with `refusal`), an error
+    /// refuses it with the error's message. Every update is accepted
+    /// without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub validate: Option<String>,
+    /// Why a false `validate` refuses (`refused by validate` by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024, pattern = "^[^\\u0000]*$"))]
+    pub refusal: Option<String>,
+    /// The step's output when it accepts: a template over the same scope;
+    /// the update's payload by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::JsonValue))]
+    pub output: Option<Value>,
 }
 
 /// Whether an attempt may be sent again when its outcome is unknown.

@@ -23,6 +23,7 @@ impl Batch<'_> {
     ) -> Result<()> {
         let store = Tx(tx, &self.engine.payloads);
         for EventRequest { run_id, event, by, trace_note } in requests {
+            let mut updating = None;
             let Some(loaded) = self.runs.get_mut(&run_id) else {
                 self.answers.push(Err(EngineError::RunNotFound(run_id)));
                 continue;
@@ -50,6 +51,17 @@ impl Batch<'_> {
                     }
                     (Some(control), None)
                 }
+                By::Update(accepted) => {
+                    // Decided under another version than the run is on now
+                    // (moved since): sent back to be decided again.
+                    let moved = loaded.definition.0 != accepted.definition;
+                    if moved || !composer_store::updates::record_accepted(tx, run_id, &accepted).await? {
+                        self.answers.push(Err(EngineError::AlreadyDone));
+                        continue;
+                    }
+                    updating = Some(accepted);
+                    (None, None)
+                }
             };
             if let (Some(note), Some(_)) = (trace_note, &self.engine.traces) {
                 note.add_to(&mut loaded.seen);
@@ -65,6 +77,14 @@ impl Batch<'_> {
             let mut tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
             if let (Some(c), Some(first)) = (control, tr.history.first_mut()) {
                 record_actor(&mut first.payload, c);
+            }
+            if let Some(u) = updating {
+                match (&tr.ignored, tr.history.first_mut()) {
+                    // Not applied: the update is not recorded either.
+                    (Some(_), _) => composer_store::updates::forget(tx, run_id, &u.id).await?,
+                    (None, Some(first)) => first.payload["update"] = serde_json::json!({"id": u.id, "name": u.name}),
+                    (None, None) => {}
+                }
             }
             tally::event(run_id, name, &tr, loaded.run.status);
             if let (Some((worker, offer)), None) = (offer, &tr.ignored) {
