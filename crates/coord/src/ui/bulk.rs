@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::error::{bad, not_found, Page, UiError};
 use super::extract::Params;
-use super::html::{badge, html, page, post_form, time, Html};
+use super::html::{html, page, progress, time, Html, Progress};
 use composer_store::Pool;
 
 fn job_id(id: &str) -> Result<Uuid, UiError> {
@@ -19,7 +19,7 @@ pub async fn bulk_page(State(pool): State<Pool>, Path(id): Path<String>, Query(q
     let id = job_id(&id)?;
     let client = composer_store::client(&pool).await?;
     let job = composer_store::bulk::get(&client, id).await?.ok_or_else(|| not_found("bulk job"))?;
-    let live = progress(&job);
+    let live = live(&job);
     if q.contains_key("fragment") {
         return Ok(live.into_response());
     }
@@ -44,30 +44,16 @@ pub async fn bulk_page(State(pool): State<Pool>, Path(id): Path<String>, Query(q
 }
 
 /// The part that changes while the job runs.
-fn progress(job: &JobRow) -> Html {
-    let pct = match job.matched > 0 {
-        true => (job.looked_at as f64 / job.matched as f64 * 100.0).min(100.0),
-        false => 100.0,
-    };
-    let mut live = html!(
-        "<p class=\"status\">{} · {} of {} looked at ({:.0}%) · {} acted on · {} refused by their status</p>\
-         <progress max=\"100\" value=\"{:.0}\"></progress>",
-        badge(&job.status),
-        job.looked_at,
-        job.matched,
-        pct,
-        job.acted_on,
-        job.refused,
-        pct
-    );
-    if let Some(e) = &job.last_error {
-        live.push(html!("<p class=\"error\">last error: {}</p>", e));
-    }
-    if job.status == "RUNNING" {
-        let stop = Html::raw("<button type=\"submit\" class=\"cancel\">Stop the job</button>");
-        live.push(post_form(&format!("/ui/bulk/{}/cancel", job.id), "", stop));
-    }
-    live
+fn live(job: &JobRow) -> Html {
+    progress(Progress {
+        status: &job.status,
+        what: "runs",
+        looked_at: job.looked_at,
+        matched: job.matched,
+        counts: html!("{} acted on · {} refused by their status", job.acted_on, job.refused),
+        last_error: job.last_error.as_deref(),
+        stop: (format!("/ui/bulk/{}/cancel", job.id), "Stop the job"),
+    })
 }
 
 pub async fn bulk_cancel(State(pool): State<Pool>, Path(id): Path<String>) -> Page {

@@ -256,6 +256,47 @@ pub fn notice(said: &str) -> Html {
     html!("<p class=\"notice\">{}</p>", said)
 }
 
+/// How far a job (a bulk job, a replay) got, as its page shows it.
+pub struct Progress<'a> {
+    pub status: &'a str,
+    /// What it looks at (`runs`, `events`).
+    pub what: &'static str,
+    pub looked_at: i64,
+    pub matched: i64,
+    /// What it did with them, after the count.
+    pub counts: Html,
+    pub last_error: Option<&'a str>,
+    /// Where the stop button posts, and what it says.
+    pub stop: (String, &'static str),
+}
+
+/// A job's status and counts over a progress bar, its last error, and
+/// while it runs a button to stop it.
+pub fn progress(p: Progress<'_>) -> Html {
+    let pct = match p.matched > 0 {
+        true => (p.looked_at as f64 / p.matched as f64 * 100.0).min(100.0),
+        false => 100.0,
+    };
+    let mut live = html!(
+        "<p class=\"status\">{} · {} of {} {} looked at ({:.0}%) · {}</p><progress max=\"100\" value=\"{:.0}\"></progress>",
+        badge(p.status),
+        p.looked_at,
+        p.matched,
+        p.what,
+        pct,
+        p.counts,
+        pct
+    );
+    if let Some(e) = p.last_error {
+        live.push(html!("<p class=\"error\">last error: {}</p>", e));
+    }
+    if p.status == "RUNNING" {
+        let stop = html!("<button type=\"submit\" class=\"cancel\">{}</button>", p.stop.1);
+        live.push(post_form(&p.stop.0, "", stop));
+    }
+    live
+}
+
 /// A form that posts `fields` to `action`; `class` may be empty. Our
 /// forms carry no token: the session cookie is SameSite=Strict and every
 /// POST from another site is refused by its origin (`guard`).

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::error::{bad, not_found, Page, UiError};
 use super::extract::{self, Fields, Params};
-use super::html::{badge, html, page, post_form, time, Html, Table};
+use super::html::{html, page, progress, time, Html, Progress, Table};
 use crate::http::replay::{Replay, Started};
 use crate::shared::{RunControl, Wakes};
 
@@ -112,7 +112,7 @@ pub async fn replay_page(State(pool): State<Pool>, Path(id): Path<String>, Query
     let id = replay_id(&id)?;
     let client = composer_store::client(&pool).await?;
     let job = composer_store::replays::get(&client, id).await?.ok_or_else(|| not_found("replay"))?;
-    let live = progress(&job);
+    let live = live(&job);
     if q.contains_key("fragment") {
         return Ok(live.into_response());
     }
@@ -133,30 +133,20 @@ pub async fn replay_page(State(pool): State<Pool>, Path(id): Path<String>, Query
 }
 
 /// The part that changes while the replay runs.
-fn progress(job: &ReplayRow) -> Html {
-    let pct = match job.matched > 0 {
-        true => (job.looked_at as f64 / job.matched as f64 * 100.0).min(100.0),
-        false => 100.0,
-    };
-    let mut live = html!(
-        "<p class=\"status\">{} · {} of {} events looked at ({:.0}%) · <span class=\"started\">{}</span> run(s) \
-         started · {} trigger(s) failed again</p><progress max=\"100\" value=\"{:.0}\"></progress>",
-        badge(&job.status),
-        job.looked_at,
-        job.matched,
-        pct,
-        job.started,
-        job.failed,
-        pct
-    );
-    if let Some(e) = &job.last_error {
-        live.push(html!("<p class=\"error\">last error: {}</p>", e));
-    }
-    if job.status == "RUNNING" {
-        let stop = Html::raw("<button type=\"submit\" class=\"cancel\">Stop the replay</button>");
-        live.push(post_form(&format!("/ui/replays/{}/cancel", job.id), "", stop));
-    }
-    live
+fn live(job: &ReplayRow) -> Html {
+    progress(Progress {
+        status: &job.status,
+        what: "events",
+        looked_at: job.looked_at,
+        matched: job.matched,
+        counts: html!(
+            "<span class=\"started\">{}</span> run(s) started · {} trigger(s) failed again",
+            job.started,
+            job.failed
+        ),
+        last_error: job.last_error.as_deref(),
+        stop: (format!("/ui/replays/{}/cancel", job.id), "Stop the replay"),
+    })
 }
 
 pub async fn replay_cancel(State(pool): State<Pool>, Path(id): Path<String>) -> Page {
