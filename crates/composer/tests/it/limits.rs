@@ -62,19 +62,15 @@ async fn a_rate_spreads_a_keys_steps_out_and_other_keys_are_not_held_by_it() {
     assert_eq!(at.len(), 6);
     // A bucket of one token, refilled every 200 ms: the k-th call is let go
     // no sooner than k × 200 ms after the first. The sink sees each call
-    // after its own way from the limiter (publish, read, lease, request).
-    // The first call's way can be the slowest by far on a busy machine (its
-    // worker's first connection to the sink, every cache cold), so the
-    // spacing is checked from the second call on, with 100 ms of slack for
-    // the others' ways (calls 1 to 5 span at least 700 ms, where six let go
-    // at once would come within a few milliseconds of each other).
-    for (k, t) in at.iter().enumerate().skip(1) {
-        let since = t.duration_since(at[1]);
-        assert!(
-            since + Duration::from_millis(100) >= Duration::from_millis(200) * (k as u32 - 1),
-            "call {k} {since:?} after call 1"
-        );
-    }
+    // after its own way from the limiter (publish, read, lease, request),
+    // and on a busy machine any one way can be slow (the first by far: its
+    // worker's first connection to the sink, every cache cold), which
+    // bunches it up with the next. So the spacing is checked over the
+    // span of calls 1 to 5, let go at least 800 ms apart, with 150 ms of
+    // slack for the two ends' ways: six let go at once would come within a
+    // few milliseconds of each other.
+    let span = at[5].duration_since(at[1]);
+    assert!(span + Duration::from_millis(150) >= Duration::from_millis(800), "calls 1 to 5 span {span:?}: {at:?}");
     let (_, a) = e.get("/v1/limits/stripe:a").await;
     assert_eq!((a["rate"].clone(), a["burst"].clone()), (json!("5/1s"), json!(1)), "{a}");
     let (_, page) = e.get("/v1/limits").await;
