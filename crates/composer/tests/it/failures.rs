@@ -161,8 +161,15 @@ async fn duplicate_and_late_reports_are_ignored() {
 /// taken over, its renewal fails, it cancels and its result never lands.
 #[tokio::test]
 async fn a_slow_worker_loses_its_lease_and_its_result_is_discarded() {
-    let mut e =
-        Engine::with(EngineOptions { workers: 0, lease_ttl: Duration::from_millis(1500), ..Default::default() }).await;
+    // No recovery sweep while the lease is expired by hand: it would put the
+    // task back to PENDING before the thief takes it over.
+    let mut e = Engine::with(EngineOptions {
+        workers: 0,
+        lease_ttl: Duration::from_millis(1500),
+        coordinator: |c| c.recovery_interval = Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
     let mut worker = Worker::new(e.worker_config("slow", 1));
     worker.handle("slow-step", |_ctx, _input| async {
         // Slow work, so a fixed time: it outlasts the lease (1.5 s).
