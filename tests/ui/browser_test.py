@@ -7,8 +7,8 @@ filters it to FAILED runs, opens the failed run, sees the failed step in the
 failure colour with its error, presses Retry, and sees the run succeed; then
 reruns it from a step with a reason, reads why waiting runs wait, completes a
 step by hand, finds runs by tag, cancels chosen ones and the rest by a bulk
-job, opens the overview and the queues, and replays events whose trigger
-failed once it is fixed. Along the way it checks what
+job, opens the overview and the queues, replays events whose trigger
+failed once it is fixed, and decides an approval from the inbox. Along the way it checks what
 issue 51 found misleading: a node's label fits its box, a running run's
 header says nothing of finishing, the act button says what it does, a
 long-polling worker shows once per queue as waiting for work, and Log out
@@ -309,6 +309,43 @@ def main():
             events = api(base, "GET", "/v1/events?name=invoice.paid")["events"]
             assert [e["started_runs"][0]["replayed_by"] for e in events] == [replay_id] * 2, events
             assert all(e["trigger_errors"] == [] for e in events), events
+
+            # An approval from the inbox: listed under All (the API token's
+            # holder is assigned nothing), opened, its form filled in (a
+            # number over the form's maximum is refused by name), approved
+            # for the person named, and the run goes on with the data.
+            api(base, "POST", "/v1/workflows", {"name": "refund", "nodes": [
+                {"id": "ok", "type": "APPROVAL", "config": {
+                    "prompt": "Refund ${ .input.amount } to ${ .input.customer }?",
+                    "assignees": {"people": ["ana"], "groups": ["finance"]},
+                    "form": {"type": "object", "required": ["amount"], "properties": {
+                        "amount": {"type": "integer", "maximum": 500},
+                        "channel": {"enum": ["card", "bank"]}}}}},
+                {"id": "pay", "type": "TRANSFORM", "config": {"output": "${ .nodes.ok.output.data }"}}],
+                "edges": [{"from": "ok", "to": "pay"}]})
+            refund = api(base, "POST", "/v1/runs", {"workflow": "refund", "input": {"amount": 120, "customer": "c-7"}})
+            page.goto(base + "/ui/approvals")
+            expect(page.locator("table.approvals")).to_contain_text("No approval waits here.")
+            page.click("nav.tabs a:has-text('All')")
+            expect(page.locator("table.approvals tbody tr")).to_have_count(1, timeout=30_000)
+            page.click("table.approvals a:has-text('Refund 120 to c-7?')")
+            expect(page.locator("blockquote.prompt")).to_have_text("Refund 120 to c-7?")
+            page.screenshot(path=os.path.join(shots, "ui-approval.png"), full_page=True)
+            page.fill("form#decide input[name='data.amount']", "900")
+            page.fill("form#decide input[name=as]", "ana")
+            page.click("form#decide button.approve")
+            expect(page.locator("main")).to_contain_text("does not match the form")
+            page.go_back()
+            page.fill("form#decide input[name='data.amount']", "120")
+            page.select_option("form#decide select[name='data.channel']", label="bank")
+            page.fill("form#decide input[name=as]", "ana")
+            page.fill("form#decide textarea[name=comment]", "receipt checked")
+            page.click("form#decide button.approve")
+            expect(page.locator("p.notice.approved")).to_have_text("Approved by ana.")
+            expect(page.locator("table.votes td.approve")).to_have_count(1)
+            expect(page.locator("table.votes")).to_contain_text("receipt checked")
+            done = wait_for_run(base, refund["id"], "SUCCEEDED")
+            assert done["output"]["pay"] == {"amount": 120, "channel": "bank"}, done
 
             # Logging out ends the session.
             page.click("header button.logout")

@@ -57,6 +57,8 @@ pub enum Command {
     Webhook(WebhookArgs),
     /// See and set the rate and concurrency limits on steps across runs.
     Limit(LimitArgs),
+    /// The approvals waiting for people (an inbox), and deciding them.
+    Approval(crate::approval::ApprovalArgs),
     /// Create, list and revoke API keys (each with a name, scopes and an expiry).
     Key(crate::access::KeyArgs),
     /// Read the audit log: every change made through the API or the UI, newest first.

@@ -24,7 +24,7 @@ use crate::input::encode;
 use crate::cli::{
     ClientArgs, EventCommand, LimitCommand, RunCommand, RunFilter, ScheduleCommand, WebhookCommand, WorkflowCommand,
 };
-use crate::input::{read_spec, usage, Failure, NOT_FOUND, RUN_FAILED, UNAVAILABLE, USAGE, WAIT_TIMED_OUT};
+use crate::input::{json_arg, read_spec, usage, Failure, NOT_FOUND, RUN_FAILED, UNAVAILABLE, USAGE, WAIT_TIMED_OUT};
 use crate::output::{self, Format};
 
 type Method = reqwest::Method;
@@ -44,22 +44,6 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         Some(composer_client::Error::Api { .. }) => USAGE,
         None => 1,
     }
-}
-
-/// JSON from an argument, from the file `@FILE` names, or from standard
-/// input for `@-`.
-fn json_arg(flag: &str, arg: &str) -> anyhow::Result<Value> {
-    let (text, from) = match arg.strip_prefix('@') {
-        Some("-") => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                .map_err(|e| usage(format!("{flag} @-: standard input: {e}")))?;
-            (text, "standard input")
-        }
-        Some(path) => (std::fs::read_to_string(path).map_err(|e| usage(format!("{flag} {arg}: {e}")))?, path),
-        None => (arg.to_string(), "the argument"),
-    };
-    serde_json::from_str(&text).map_err(|e| usage(format!("{flag}: {from} is not valid JSON: {e}")))
 }
 
 /// `--tag KEY=VALUE` flags as the API's tags.

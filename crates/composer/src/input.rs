@@ -77,6 +77,22 @@ fn other_kind(spec: &Value) -> Option<(&'static str, &'static str)> {
     }
 }
 
+/// JSON from an argument, from the file `@FILE` names, or from standard
+/// input for `@-`.
+pub fn json_arg(flag: &str, arg: &str) -> anyhow::Result<Value> {
+    let (text, from) = match arg.strip_prefix('@') {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| usage(format!("{flag} @-: standard input: {e}")))?;
+            (text, "standard input")
+        }
+        Some(path) => (std::fs::read_to_string(path).map_err(|e| usage(format!("{flag} {arg}: {e}")))?, path),
+        None => (arg.to_string(), "the argument"),
+    };
+    serde_json::from_str(&text).map_err(|e| usage(format!("{flag}: {from} is not valid JSON: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

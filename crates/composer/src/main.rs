@@ -5,13 +5,15 @@
 //!   embedded services; `client`: the commands that call the API (through
 //!   `connect`: the coordinator's URL and token, and the one call), `output`
 //!   how they print, `input` the files they read; `access`: API keys and
-//!   the audit log; `simulate`: a definition
+//!   the audit log; `approval`: the approvals inbox and decisions;
+//!   `simulate`: a definition
 //!   offline; `diff`: a definition against a registered version; `init`: a
 //!   starter project in code; `bench`: `composer bench`.
 
 #![allow(clippy::print_stderr)] // a command-line tool: its errors and progress go to stderr
 
 mod access;
+mod approval;
 mod bench;
 mod cli;
 mod client;
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         Command::Webhook(args) => runtime.block_on(client::webhook(args.client, args.command)),
         Command::Limit(args) => runtime.block_on(client::limit(args.client, args.command)),
         Command::Key(args) => runtime.block_on(access::key(args.client, args.command)),
+        Command::Approval(args) => runtime.block_on(approval::approval(args.client, args.command)),
         Command::Audit(args) => runtime.block_on(access::audit(args)),
         Command::Namespace(args) => runtime.block_on(access::namespace(args.client, args.command)),
         Command::Completions { shell } => {

@@ -47,14 +47,28 @@ pub struct Principal {
     root: bool,
     /// The only namespace it may act in; `None`: every namespace.
     namespace: Option<String>,
+    /// A person's groups at the identity provider (none for a key or a
+    /// token): the approvals assigned to one are theirs to decide.
+    pub groups: Vec<String>,
 }
+
+/// Most of a person's groups a session keeps.
+pub const MAX_GROUPS: usize = 256;
 
 /// Names a key may not take: the environment's principals'.
 pub const RESERVED_NAMES: [&str; 3] = ["anonymous", "worker", "metrics"];
 
 impl Principal {
     fn new(name: &str, scopes: Vec<Scope>) -> Principal {
-        Principal { name: name.to_string(), key_id: None, scopes, queues: None, root: false, namespace: None }
+        Principal {
+            name: name.to_string(),
+            key_id: None,
+            scopes,
+            queues: None,
+            root: false,
+            namespace: None,
+            groups: Vec::new(),
+        }
     }
 
     /// An administrator named `name`, who plays the workers' and the
@@ -98,6 +112,11 @@ impl Principal {
             .filter_map(|s| serde_json::from_value(serde_json::Value::from(s)).ok())
             .collect();
         Principal::new(name, scopes)
+    }
+
+    /// The same person, in `groups` at the identity provider.
+    pub fn in_groups(self, groups: Vec<String>) -> Principal {
+        Principal { groups, ..self }
     }
 
     /// Whether a person with `grants` holds any scope in namespace `namespace`.
@@ -228,6 +247,7 @@ fn granted(row: &KeyRow, secret: &str, now: chrono::DateTime<chrono::Utc>) -> Op
         queues: row.queues.clone(),
         root: false,
         namespace: row.namespace.clone(),
+        groups: Vec::new(),
     })
 }
 

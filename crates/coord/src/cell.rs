@@ -86,7 +86,8 @@ pub(crate) async fn start_cell(
         config.engine_queue,
     )
     .with_traces(traces)
-    .with_payloads(payloads_of(&config, namespace)?);
+    .with_payloads(payloads_of(&config, namespace)?)
+    .with_ui_url(config.ui_url.clone());
     let archive = crate::archive::Archive::open(
         config.archive_url.as_deref(),
         &config.archive_options,
@@ -263,6 +264,9 @@ async fn forget_old(s: &Shared, client: &composer_store::Client) {
     }
     if let Err(e) = composer_store::updates::forget_old(client, week).await {
         tracing::warn!(error = %e, "forgetting old update answers failed");
+    }
+    if let Err(e) = composer_store::approvals::forget_orphans(client).await {
+        tracing::warn!(error = %e, "forgetting the votes of dropped runs failed");
     }
 }
 

@@ -157,6 +157,11 @@ pub struct Config {
     /// Unset, expired months are dropped unwritten.
     #[arg(long, env = "COMPOSER_ARCHIVE_URL")]
     pub archive_url: Option<String>,
+    /// The address people open the UI at (`https://composer.example.com`):
+    /// the start of the link an approval's notification carries. Unset,
+    /// the link is the page's path alone.
+    #[arg(long, env = "COMPOSER_UI_URL")]
+    pub ui_url: Option<String>,
     /// S3 settings of the archive and of offloaded values besides the
     /// environment's, by their `AWS_*` names (these win): for a program that
     /// embeds a coordinator.

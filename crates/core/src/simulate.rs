@@ -4,6 +4,8 @@
 //! clock jumps to them). A user tests a workflow's logic — branches, data
 //! flow, retries, the run's output — in CI without PostgreSQL, Redis or a
 //! network. `composer workflow simulate` prints what this returns.
+//!
+//! - `approvals`: the votes an APPROVAL step's mock casts.
 
 use std::collections::{HashMap, HashSet};
 
@@ -11,6 +13,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
+
+mod approvals;
 
 use crate::definition::{Decision, NodeKind, Workflow};
 use crate::expr::Sandbox;
@@ -236,11 +240,20 @@ pub fn simulate_asking(
             break;
         }
         let update = offer_update(sb, wf, &run, opts, &mut updates);
-        let Some(event) = update.or_else(|| next_event(wf, &run, opts, &mut now, &mut answered, ask)) else { break };
+        let next = update.or_else(|| next_event(wf, &run, opts, (&mut now, &mut answered), &world.votes, ask));
+        let Some(event) = next else { break };
         lease(&mut run, &event);
-        world.apply(sb, wf, &mut run, event, now, &mut new_id);
+        let vote = matches!(event, Event::ApprovalVote { .. }).then(|| event.clone());
+        let ignored = world.apply(sb, wf, &mut run, event, now, &mut new_id);
+        if let Some(vote) = vote {
+            world.votes.applied(&vote, ignored.as_deref());
+        }
     }
     let mut report = report(sb, wf, &run, &world.taken);
+    for (task_id, why) in &world.votes.refused {
+        let node = run.tasks.iter().find(|t| t.id == *task_id).map(|t| wf.nodes[t.node].id.as_str()).unwrap_or("?");
+        report.notes.push(format!("approval {node}: a simulated vote was refused ({why}), so its deadline passed"));
+    }
     report.deadlines = deadlines(wf, &run, &world.created, now);
     report.updates = updates;
     report
@@ -347,6 +360,7 @@ struct World {
     sources: HashMap<Uuid, Vec<Value>>,
     /// When each task was created, on the simulated clock.
     created: HashMap<Uuid, DateTime<Utc>>,
+    votes: approvals::Votes,
 }
 
 impl World {
@@ -361,10 +375,12 @@ impl World {
         event: Event,
         now: DateTime<Utc>,
         new_id: &mut dyn FnMut() -> Uuid,
-    ) {
+    ) -> Option<String> {
         let mut pending = vec![event];
+        let mut first = None;
         while let Some(event) = pending.pop() {
             let tr = machine::apply(sb, wf, run, event, now, new_id);
+            first.get_or_insert_with(|| tr.ignored.clone());
             note_taken(&tr, &mut self.taken);
             for &i in &tr.created {
                 self.created.entry(run.tasks[i].id).or_insert(now);
@@ -391,6 +407,7 @@ impl World {
                 pending.push(Event::ItemsLoaded { task_id: run.tasks[m].id });
             }
         }
+        first.flatten()
     }
 }
 
@@ -413,8 +430,8 @@ fn next_event(
     wf: &Workflow,
     run: &Run,
     opts: &Options,
-    now: &mut DateTime<Utc>,
-    answered: &mut usize,
+    (now, answered): (&mut DateTime<Utc>, &mut usize),
+    votes: &approvals::Votes,
     ask: &mut dyn FnMut(&Ask<'_>) -> Option<Outcome>,
 ) -> Option<Event> {
     let task =
@@ -460,6 +477,11 @@ fn next_event(
             error: failure,
         },
         (TaskState::Pending | TaskState::Running, kind) => worker_answer(task, kind, failure, mock),
+        (TaskState::Waiting, NodeKind::Approval(_)) if failure.is_none() && !votes.refused.contains_key(&task.id) => {
+            votes.next(task, lookup(&opts.mocks, own.as_deref(), &node.id), *now)
+        }
+        // An approval no one decides, with no deadline: it waits for ever.
+        (TaskState::Waiting, NodeKind::Approval(_)) if task.wake_at.is_none() => return None,
         (TaskState::Waiting, NodeKind::WaitForEvent { .. }) if failure.is_none() => {
             Event::EventReceived { task_id: task.id, payload: mock() }
         }

@@ -12,6 +12,10 @@ use uuid::Uuid;
 
 use crate::{Client, Result, Transaction};
 
+/// The `idx` an APPROVAL step's notification is armed at: a deadline of
+/// its step due at once (when it begins to wait, and when it escalates).
+pub const NOTIFY: i32 = -1;
+
 /// A deadline to arm: due `after_ms` after the arming commit's start.
 #[derive(Debug, Clone)]
 pub struct Armed<'a> {

@@ -31,12 +31,14 @@
 //!   [`replays`]: their triggers run again over recorded events.
 //! - [`webhooks`]: webhooks (never their secret).
 //! - [`updates`]: updates sent to runs, each answered once by its id.
+//! - [`approvals`]: the inbox of waiting APPROVAL steps, and each person's vote.
 //! - [`trees`]: what a run tree (a root and its child runs) has created, against its fan-out budget.
 //! - [`tls`]: TLS to PostgreSQL as the URL's `sslmode` says.
 //! - [`transaction`]: a transaction on a pooled connection ([`begin`]), and one
 //!   whose `BEGIN` goes with its first read ([`begin_pipelined`]).
 //! - [`pool`]: connection pools and connections; [`error`]: the one error type.
 
+pub mod approvals;
 pub mod audit;
 pub mod bulk;
 pub mod deadlines;

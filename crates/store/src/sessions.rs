@@ -13,6 +13,8 @@ use crate::{Client, Result};
 pub struct Person {
     pub actor: String,
     pub scopes: Vec<String>,
+    /// Their groups at the provider: approvals assigned to one are theirs to decide.
+    pub groups: Vec<String>,
 }
 
 /// Records a session that lasts `ttl` (of `person`, or of the API token's
@@ -23,12 +25,12 @@ pub async fn create(client: &Client, id_hash: &[u8], ttl: Duration, person: Opti
     let stmt = client
         .prepare_cached(
             "WITH expired AS (DELETE FROM ui_sessions WHERE expires_at < now())
-             INSERT INTO ui_sessions (id_hash, expires_at, actor, scopes)
-             VALUES ($1, now() + make_interval(secs => $2), $3, $4)",
+             INSERT INTO ui_sessions (id_hash, expires_at, actor, scopes, groups)
+             VALUES ($1, now() + make_interval(secs => $2), $3, $4, $5)",
         )
         .await?;
-    let (actor, scopes) = (person.map(|p| &p.actor), person.map(|p| &p.scopes));
-    client.execute(&stmt, &[&id_hash, &ttl.as_secs_f64(), &actor, &scopes]).await?;
+    let (actor, scopes, groups) = (person.map(|p| &p.actor), person.map(|p| &p.scopes), person.map(|p| &p.groups));
+    client.execute(&stmt, &[&id_hash, &ttl.as_secs_f64(), &actor, &scopes, &groups]).await?;
     Ok(())
 }
 
@@ -36,11 +38,16 @@ pub async fn create(client: &Client, id_hash: &[u8], ttl: Duration, person: Opti
 /// for a person signed in, `None` when there is none or it expired.
 pub async fn live(client: &Client, id_hash: &[u8]) -> Result<Option<Option<Person>>> {
     let stmt = client
-        .prepare_cached("SELECT actor, scopes FROM ui_sessions WHERE id_hash = $1 AND expires_at > now()")
+        .prepare_cached("SELECT actor, scopes, groups FROM ui_sessions WHERE id_hash = $1 AND expires_at > now()")
         .await?;
     let Some(row) = client.query_opt(&stmt, &[&id_hash]).await? else { return Ok(None) };
     let (actor, scopes): (Option<String>, Option<Vec<String>>) = (row.try_get(0)?, row.try_get(1)?);
-    Ok(Some(actor.map(|actor| Person { actor, scopes: scopes.unwrap_or_default() })))
+    let groups: Option<Vec<String>> = row.try_get(2)?;
+    Ok(Some(actor.map(|actor| Person {
+        actor,
+        scopes: scopes.unwrap_or_default(),
+        groups: groups.unwrap_or_default(),
+    })))
 }
 
 /// A sign-in under way, as the provider's answer will need it.

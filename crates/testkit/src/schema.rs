@@ -147,10 +147,21 @@ fn waiting_with_update(path: &[String], value: Value) -> Value {
     json!({"id": "n", "type": "WAIT_FOR_EVENT", "config": {"event": "ev", "key": "k"}, "updates": [u]})
 }
 
+/// A field inside an object (`escalate.people`) has that object's
+/// required fields beside it, each at its first example.
+fn seed(config: &mut Map<String, Value>, schema: &Value, def: &str, path: &[String]) {
+    let [outer, _, ..] = path else { return };
+    let field = &schema["$defs"][def]["properties"][outer.as_str()];
+    let Some(p) = std::iter::once(field).chain(branches(field)).find(|b| b["required"].is_array()) else { return };
+    let required = p["required"].as_array().into_iter().flatten().filter_map(Value::as_str);
+    let seeded = required.filter_map(|r| Some((r.to_string(), p["properties"][r]["examples"].get(0)?.clone())));
+    config.insert(outer.clone(), Value::Object(seeded.collect()));
+}
+
 /// The smallest definition named `name` that holds `value` at `field`, and
 /// otherwise only what evaluates on an empty input: a TRANSFORM, and
 /// whatever the field's place needs (an HTTP node for a limit, two nodes
-/// for an edge, a MAP for its item node). Its nodes are `n` (the field's
+/// for an edge, a MAP for its item node, an object's required fields). Its nodes are `n` (the field's
 /// node when the field is a node's) and, for an edge, `m`. A child
 /// workflow it names is `echo`; a failure handler, an `on_end` hook or a
 /// deadline's run `handler`; an event `ev`.
@@ -227,6 +238,7 @@ pub fn definition_with(schema: &Value, name: &str, field: &SchemaField, value: V
             let kind = kind_of(schema, def_name)
                 .unwrap_or_else(|| panic!("$defs.{def_name} has fields but no place in a definition: add one here"));
             let mut config = minimal_config(schema, def_name, field.path.first().map(String::as_str));
+            seed(&mut config, schema, def_name, &field.path);
             put(&mut config, &field.path, value);
             def["nodes"] = json!([node("n", &kind, config)]);
         }

@@ -36,6 +36,10 @@ pub enum Scope {
     /// Set and delete limits.
     #[serde(rename = "limits:write")]
     LimitsWrite,
+    /// Decide the approvals assigned to you, or to a group of yours (an
+    /// administrator may decide for an assignee, recorded as such).
+    #[serde(rename = "approvals:decide")]
+    ApprovalsDecide,
     /// Work queues as a worker: poll, heartbeat, log, complete, fail (only
     /// the key's queues, when it names some).
     #[serde(rename = "tasks:work")]
@@ -51,7 +55,7 @@ pub enum Scope {
 
 impl Scope {
     /// Every scope, in the order the docs list them.
-    pub const ALL: [Scope; 10] = [
+    pub const ALL: [Scope; 11] = [
         Scope::Read,
         Scope::RunsControl,
         Scope::WorkflowsWrite,
@@ -59,6 +63,7 @@ impl Scope {
         Scope::SchedulesWrite,
         Scope::WebhooksWrite,
         Scope::LimitsWrite,
+        Scope::ApprovalsDecide,
         Scope::TasksWork,
         Scope::MetricsRead,
         Scope::Admin,
@@ -74,6 +79,7 @@ impl Scope {
             Scope::SchedulesWrite => "schedules:write",
             Scope::WebhooksWrite => "webhooks:write",
             Scope::LimitsWrite => "limits:write",
+            Scope::ApprovalsDecide => "approvals:decide",
             Scope::TasksWork => "tasks:work",
             Scope::MetricsRead => "metrics:read",
             Scope::Admin => "admin",
@@ -96,7 +102,7 @@ pub struct CreateKey {
     /// Who the key is: the actor that runs' history and the audit log name.
     #[schema(value_type = schema::Name)]
     pub name: String,
-    #[schema(min_items = 1, max_items = 10)]
+    #[schema(min_items = 1, max_items = 11)]
     pub scopes: Vec<Scope>,
     /// With `tasks:work`: the only queues the key may poll (any, when left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,6 +9,7 @@
 //! - [`repair`]: rerun from steps, complete a step by hand, resolve an
 //!   IN_DOUBT attempt.
 //! - [`explain`]: why a run is where it is.
+//! - [`approvals`]: APPROVAL steps waiting for people, and their decisions.
 //! - [`updates`]: a request to a waiting step, answered once by its id.
 //! - [`bulk`]: one action on every run a filter matches.
 //! - [`migrate`]: open runs moved to another version of their workflow.
@@ -27,6 +28,7 @@
 //!   manifest.
 
 pub mod access;
+pub mod approvals;
 pub mod archive;
 pub mod bulk;
 pub mod error;
@@ -45,6 +47,7 @@ pub mod webhooks;
 pub mod workflows;
 
 pub use access::*;
+pub use approvals::*;
 pub use archive::*;
 pub use bulk::*;
 pub use error::*;

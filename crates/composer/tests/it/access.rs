@@ -53,6 +53,7 @@ fn concrete(path: &str) -> String {
     let mut out = path.to_string();
     for (param, value) in [
         ("{id}", "0190b7a4-0000-7000-8000-000000000000"),
+        ("{run_id}", "0190b7a4-0000-7000-8000-000000000000"),
         ("{name}", "nothing-here"),
         ("{version}", "1"),
         ("{key}", "nothing-here"),

@@ -675,12 +675,23 @@ async fn every_expression_field_of_the_schema_holds_every_bomb() {
             }
         }
         let reached = more.len();
-        futures_util::stream::iter(more)
-            .for_each_concurrent(8, |(case, route)| async move {
-                let outcome = c.reach(case, route).await;
-                assert!(outcome.is_ok(), "{} with {} by {route:?}: {}", case.field, case.bomb, outcome.unwrap_err());
-            })
-            .await;
+        // A bulk rerun reruns every run of its case's workflow: it goes last,
+        // so that it does not reset a step a rerun of the same case names.
+        let (bulk, rest): (Vec<_>, Vec<_>) = more.into_iter().partition(|(_, r)| *r == Route::BulkRerun);
+        for phase in [rest, bulk] {
+            futures_util::stream::iter(phase)
+                .for_each_concurrent(8, |(case, route)| async move {
+                    let outcome = c.reach(case, route).await;
+                    assert!(
+                        outcome.is_ok(),
+                        "{} with {} by {route:?}: {}",
+                        case.field,
+                        case.bomb,
+                        outcome.unwrap_err()
+                    );
+                })
+                .await;
+        }
         reached
     };
     stop.cancel();

@@ -5,6 +5,7 @@
 
 mod access;
 mod api;
+mod approvals;
 mod archive;
 mod bombs;
 mod cli;

@@ -80,6 +80,8 @@ struct Held {
     leased: String,
     bulk: String,
     replay: String,
+    /// A run whose step `t` is an APPROVAL waiting for a decision.
+    approving: String,
 }
 
 impl Held {
@@ -106,6 +108,7 @@ impl Held {
         let name = if path.starts_with("/v1/webhooks/") { "alpha-hook" } else { "alpha-orders" };
         let out = path
             .replace("{id}", id)
+            .replace("{run_id}", &self.approving)
             .replace("{name}", name)
             .replace("{version}", "1")
             .replace("{key}", "alpha-limit")
@@ -117,7 +120,7 @@ impl Held {
 
     /// What alpha's own things are called in answers: none may show in beta's.
     fn marks(&self) -> Vec<&str> {
-        vec!["alpha-", &self.done, &self.waiting, &self.task, &self.bulk, &self.replay]
+        vec!["alpha-", &self.done, &self.waiting, &self.task, &self.bulk, &self.replay, &self.approving]
     }
 }
 
@@ -143,6 +146,7 @@ fn body_of(op: &str, held: &Held) -> Option<Value> {
         "PUT /v1/runs/{id}/priority" => json!({"priority": 1}),
         "POST /v1/runs/{id}/rerun" => json!({"from": ["t"]}),
         "POST /v1/runs/{id}/update" => json!({"name": "approve", "timeout": "0s"}),
+        "POST /v1/approvals/{run_id}/{node}/decide" => json!({"answer": "approve"}),
         "POST /v1/runs/{id}/tasks/{node}/complete" => json!({"output": {}}),
         "POST /v1/runs/{id}/tasks/{node}/resolve" => json!({"outcome": "completed", "output": {}}),
         "POST /v1/schedules/{id}/backfill" => json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}),
@@ -219,7 +223,14 @@ async fn fill_alpha(e: &mut Engine, target: &FakeHttp) -> Held {
         json!({"filter": {"from": "2026-01-01T00:00:00Z", "to": "2099-01-01T00:00:00Z"}, "reason": "alpha's own"});
     let replay = ok(e, "alpha", "POST", "/v1/events/replay", replay).await;
     let replay = replay["id"].as_str().map(str::to_string).unwrap_or_else(|| panic!("a replay: {replay}"));
-    Held { done, waiting, task, leased, bulk, replay }
+    let approves = json!({"name": "alpha-approves", "nodes": [{"id": "t", "type": "APPROVAL",
+        "config": {"prompt": "alpha's", "assignees": {"people": ["alpha-person"]}}}]});
+    ok(e, "alpha", "POST", "/v1/workflows", approves).await;
+    let approving = ok(e, "alpha", "POST", "/v1/runs", json!({"workflow": "alpha-approves"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    Held { done, waiting, task, leased, bulk, replay, approving }
 }
 
 /// Two namespaces, every route of the document: beta's lists show nothing

@@ -1,7 +1,7 @@
 //! The deadlines a transaction's runs arm and disarm, written with them
 //! ([`super::write`]); [`super::deadlines`] fires them.
 
-use composer_core::definition::Deadline;
+use composer_core::definition::{Deadline, NodeKind};
 use composer_core::machine::HistoryKind;
 use composer_store::deadlines::Armed;
 use uuid::Uuid;
@@ -28,6 +28,15 @@ pub(super) fn arming<'a>(all: &[&'a Loaded]) -> (Vec<Armed<'a>>, Vec<Uuid>) {
             }
             for (k, d) in node.deadlines.iter().enumerate() {
                 armed.push(Armed { run_id, node_id: &node.id, idx: k as i32, after_ms: ms(d) });
+            }
+        }
+        // An approval assigned (it began to wait) or escalated: its notification, due now.
+        for h in
+            l.tr.history.iter().filter(|h| matches!(h.kind, HistoryKind::TaskWaiting | HistoryKind::ApprovalEscalated))
+        {
+            let node = wf.nodes.iter().find(|n| Some(n.id.as_str()) == h.payload["node_id"].as_str());
+            if let Some(n) = node.filter(|n| matches!(&n.kind, NodeKind::Approval(a) if a.notify.is_some())) {
+                armed.push(Armed { run_id, node_id: &n.id, idx: composer_store::deadlines::NOTIFY, after_ms: 0 });
             }
         }
         let any = || !wf.deadlines.is_empty() || wf.nodes.iter().any(|n| !n.deadlines.is_empty());

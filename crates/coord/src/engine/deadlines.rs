@@ -22,9 +22,9 @@
 
 use std::sync::Arc;
 
-use composer_core::definition::Deadline;
+use composer_core::definition::{Deadline, NodeKind};
 use composer_core::machine::{RunStatus, TaskState};
-use composer_store::deadlines::{self, DeadlineRun, Due, RunNow};
+use composer_store::deadlines::{self, DeadlineRun, Due, RunNow, NOTIFY};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -136,11 +136,17 @@ impl Engine {
         let list = match node {
             None => &wf.deadlines,
             Some(id) => match wf.nodes.iter().find(|n| n.id == id && n.item_of.is_none()) {
+                // An approval's notification, armed as the step's deadline at `NOTIFY`.
+                Some(n) if d.idx == NOTIFY => match &n.kind {
+                    NodeKind::Approval(a) => a.notify.as_slice(),
+                    _ => &[],
+                },
                 Some(n) => &n.deadlines,
                 None => return moot(tx, d).await.map(Err),
             },
         };
-        let Some(deadline) = usize::try_from(d.idx).ok().and_then(|i| list.get(i)).cloned() else {
+        let at = if d.idx == NOTIFY { Some(0) } else { usize::try_from(d.idx).ok() };
+        let Some(deadline) = at.and_then(|i| list.get(i)).cloned() else {
             return moot(tx, d).await.map(Err);
         };
         let step = match node {
@@ -162,11 +168,14 @@ impl Engine {
         };
         let node = (!d.node_id.is_empty()).then_some(d.node_id.as_str());
         let after = composer_core::duration::format(deadline.after);
-        let seen = json!({
+        let mut seen = json!({
             "run": {"id": d.run_id, "workflow": run.workflow, "version": run.version, "status": run.status},
             "step": step,
             "deadline": {"after": after, "node": node, "due_at": d.due_at},
         });
+        if d.idx == NOTIFY {
+            seen = self.notification(tx, d, seen).await?;
+        }
         let mut noted = json!({"workflow": deadline.workflow, "node": node, "after": after});
         let input = match self.deadline_input(tx, d.run_id, &deadline, seen, run.input).await? {
             Ok(input) => input,
@@ -206,6 +215,18 @@ impl Engine {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// An approval's notification: `{run, step, approval, link}`, the
+    /// approval as it is now (its prompt, assignees, quorum, deadline).
+    async fn notification(&self, tx: &composer_store::Transaction<'_>, d: &Due, seen: Value) -> Result<Value> {
+        let approval = composer_store::approvals::get_in(tx, d.run_id, &d.node_id).await?;
+        let path = format!("/ui/approvals/{}/{}", d.run_id, d.node_id);
+        let link = match &self.ui_url {
+            Some(base) => format!("{}{path}", base.trim_end_matches('/')),
+            None => path,
+        };
+        Ok(json!({"run": seen["run"], "step": seen["step"], "approval": approval.map(|a| a.request), "link": link}))
     }
 
     /// The deadline's input: its template over `{run, step, deadline,

@@ -129,6 +129,9 @@ pub struct Engine {
     quotas: Option<Arc<crate::quotas::QuotaState>>,
     /// Where values too large for their rows go (`COMPOSER_OFFLOAD_URL`).
     payloads: composer_archive::payloads::Payloads,
+    /// The UI's address, for the links approvals' notifications carry
+    /// (`COMPOSER_UI_URL`).
+    ui_url: Option<String>,
 }
 
 impl Engine {
@@ -156,7 +159,14 @@ impl Engine {
             idle: idle::IdlePolls::default(),
             quotas: None,
             payloads: composer_archive::payloads::Payloads::off(),
+            ui_url: None,
         }
+    }
+
+    /// Starts the links approvals' notifications carry with `ui_url`.
+    pub fn with_ui_url(mut self, ui_url: Option<String>) -> Engine {
+        self.ui_url = ui_url;
+        self
     }
 
     /// Keeps values too large for their rows in `payloads` from now on.

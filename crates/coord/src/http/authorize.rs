@@ -54,6 +54,8 @@ pub fn required_scope(method: &Method, route: &str) -> Scope {
         Scope::WebhooksWrite
     } else if under("/v1/limits") {
         Scope::LimitsWrite
+    } else if under("/v1/approvals") {
+        Scope::ApprovalsDecide
     } else {
         Scope::Admin
     }

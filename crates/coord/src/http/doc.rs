@@ -50,6 +50,7 @@ pub(crate) struct Deleted {
         (name = "runs", description = "Runs of workflows: start, watch, control"),
         (name = "schedules", description = "Runs started on a cron schedule"),
         (name = "events", description = "Events that start runs and wake waiting steps, and the webhooks that send them"),
+        (name = "approvals", description = "APPROVAL steps waiting for people, and their decisions"),
         (name = "limits", description = "Rate and concurrency limits on steps across runs"),
         (name = "access", description = "API keys and their scopes, and the audit log of changes"),
         (name = "workers", description = "What workers call (the worker token)"),
@@ -358,7 +359,7 @@ mod tests {
                 assert!(op["responses"]["413"].is_object() && op["responses"]["415"].is_object(), "{method} {path}");
             }
         }
-        assert_eq!(ids.len(), 68);
+        assert_eq!(ids.len(), 71);
     }
 
     /// Generated clients name their functions and docs from these, and

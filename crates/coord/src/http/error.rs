@@ -49,6 +49,10 @@ pub enum ApiError {
     /// before the request's timeout.
     #[error("{0}")]
     UpdateNotAccepted(String),
+    /// A vote an approval refuses as given: its data does not match the
+    /// form, or its comment is too long.
+    #[error("{0}")]
+    VoteRefused(String),
     /// A worker's lease on the task is gone: it must stop and drop its result.
     #[error("task {0}: this worker no longer holds its lease (it expired and was taken over, or the task ended)")]
     LeaseLost(Uuid),
@@ -138,6 +142,7 @@ impl ApiError {
             ApiError::EventIdReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "event_id_reused"),
             ApiError::UpdateIdReused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "update_id_reused"),
             ApiError::UpdateNotAccepted(_) => (StatusCode::CONFLICT, "update_not_accepted"),
+            ApiError::VoteRefused(_) => (StatusCode::UNPROCESSABLE_ENTITY, "vote_refused"),
             ApiError::TooLarge { .. } | ApiError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
@@ -258,6 +263,7 @@ mod tests {
             ApiError::EventIdReused { id: "e".into() },
             ApiError::UpdateIdReused { id: "u".into() },
             ApiError::UpdateNotAccepted("x".into()),
+            ApiError::VoteRefused("x".into()),
             ApiError::too_large("body", 1),
             ApiError::BodyTooLarge,
             ApiError::UriTooLong { len: 2, limit: 1 },

@@ -14,9 +14,10 @@
 //! - [`workflows`], [`runs`], [`control`] (the operator's actions on a run), [`explain`], [`bulk`],
 //!   [`migrate`] (runs moved to another version), [`events`], [`replay`] (events' triggers run
 //!   again), [`schedules`], [`tasks`],
-//!   [`updates`] (a request to a waiting step), [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`archive`] (export and
+//!   [`updates`] (a request to a waiting step), [`approvals`] (steps waiting for people), [`webhooks`], [`limits`], [`keys`] (and the audit log), [`namespaces`], [`archive`] (export and
 //!   archived runs), [`ops`]: one file per resource.
 
+pub mod approvals;
 pub mod archive;
 pub mod authorize;
 pub mod bulk;

@@ -6,8 +6,8 @@ use utoipa::Modify;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::{approvals, ops, replay, runs, schedules, tasks, updates, webhooks, workflows};
 use super::{archive, bulk, control, doc, events, explain, keys, limits, migrate, namespaces};
-use super::{ops, replay, runs, schedules, tasks, updates, webhooks, workflows};
 use crate::shared::AppState;
 
 /// The documented routes, once each, in the groups their guards apply to.
@@ -50,6 +50,9 @@ pub(super) fn groups() -> Groups {
         .routes(routes!(archive::get_run_value))
         .routes(routes!(explain::explain))
         .routes(routes!(updates::update_run))
+        .routes(routes!(approvals::list_approvals))
+        .routes(routes!(approvals::get_approval))
+        .routes(routes!(approvals::decide_approval))
         .routes(routes!(bulk::create))
         .routes(routes!(bulk::get))
         .routes(routes!(bulk::cancel))

@@ -58,7 +58,8 @@ pub async fn require_login(
         }
         Ok(Some(Some(person))) => {
             let here = if cluster_page { "" } else { &namespace };
-            (Principal::person(&person.actor, &person.scopes, here), MayEnter(Some(person.scopes)))
+            let who = Principal::person(&person.actor, &person.scopes, here).in_groups(person.groups);
+            (who, MayEnter(Some(person.scopes)))
         }
         Ok(None) => return to_login(req.uri()),
         Err(e) => return e.into_response(),
@@ -111,6 +112,7 @@ pub fn ui_scope(method: &Method, route: &str) -> Option<Scope> {
             Scope::RunsControl
         }
         "/ui/events/replay" => Scope::RunsControl,
+        r if r.starts_with("/ui/approvals/") => Scope::ApprovalsDecide,
         "/ui/workflows/{name}/migrate" => Scope::RunsControl,
         "/ui/limits" => Scope::LimitsWrite,
         r if r.starts_with("/ui/schedules/") => Scope::SchedulesWrite,

@@ -434,7 +434,7 @@ pub fn page(title: &str, body: Html) -> Html {
          <script src=\"/ui/static/app.js\" defer></script></head><body>\
          <header><a class=\"brand\" href=\"/ui/runs\">Composer</a>{}\
          <nav><a href=\"/ui/overview\">Overview</a><a href=\"/ui/runs\">Runs</a><a href=\"/ui/workflows\">Workflows</a>\
-         <a href=\"/ui/schedules\">Schedules</a><a href=\"/ui/events\">Events</a><a href=\"/ui/limits\">Limits</a><a href=\"/ui/audit\">Audit</a>\
+         <a href=\"/ui/schedules\">Schedules</a><a href=\"/ui/events\">Events</a><a href=\"/ui/approvals\">Approvals</a><a href=\"/ui/limits\">Limits</a><a href=\"/ui/audit\">Audit</a>\
          <a href=\"/ui/queues\">Queues</a><a href=\"/ui/namespaces\">Namespaces</a></nav>{}</header><main>{}</main></body></html>",
         title,
         namespace,

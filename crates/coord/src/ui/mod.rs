@@ -16,7 +16,8 @@
 //! - `workflows`, `schedules` (with backfill), `events`, `limits`, `audit`
 //!   (the audit log); `migrate`: a version's open runs moved to another,
 //!   the dry run's verdicts first; `replay`: the events page's replay
-//!   form, and a replay's progress.
+//!   form, and a replay's progress; `approvals`: the approvals inbox, one
+//!   approval and the form that decides it.
 //! - `namespaces`: the cluster's namespaces, and which one the other pages
 //!   show (every page but this one, login and the static files is a
 //!   namespace's, chosen by a cookie the door reads).
@@ -34,6 +35,7 @@
 //! - `error`: a page that could not be made; `extract`: what pages read from
 //!   queries and forms; `notices`: the fixed texts shown after a form.
 
+mod approvals;
 mod archived;
 mod audit;
 mod bulk;
@@ -97,6 +99,9 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/schedules", get(schedules::schedules_page))
         .route("/ui/schedules/{id}/backfill", post(schedules::backfill_action))
         .route("/ui/events", get(events::events_page))
+        .route("/ui/approvals", get(approvals::inbox_page))
+        .route("/ui/approvals/{id}/{node}", get(approvals::approval_page))
+        .route("/ui/approvals/{id}/{node}/decide", post(approvals::decide_action))
         .route("/ui/events/replay", post(replay::replay_action))
         .route("/ui/replays/{id}", get(replay::replay_page))
         .route("/ui/replays/{id}/cancel", post(replay::replay_cancel))

@@ -55,6 +55,11 @@ pub fn actor() -> String {
     CALLER.try_with(|(p, _)| p.name.clone()).unwrap_or_else(|_| "anonymous".to_string())
 }
 
+/// Who the page or form being answered is for (`None` outside the guard).
+pub fn caller() -> Option<crate::access::Principal> {
+    CALLER.try_with(|(p, _)| p.clone()).ok()
+}
+
 /// The namespace of the page being made, if it is a namespace's page.
 pub fn namespace() -> Option<Arc<str>> {
     CALLER.try_with(|(_, ns)| ns.clone()).ok().flatten()

@@ -181,7 +181,8 @@ pub async fn callback(
     let Some(id) = session::new_id() else {
         return refused(StatusCode::SERVICE_UNAVAILABLE, "no random numbers for a session id".into());
     };
-    let person = Person { actor: who.name.clone(), scopes };
+    let groups = who.groups.iter().take(crate::access::MAX_GROUPS).cloned().collect();
+    let person = Person { actor: who.name.clone(), scopes, groups };
     composer_store::sessions::create(&client, &session::hash(&id), config.ui_session_ttl, Some(&person)).await?;
     tracing::info!(person = %who.name, scopes = ?person.scopes, "signed in to the UI");
     let secure = session::over_https(&headers);

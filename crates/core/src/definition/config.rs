@@ -76,6 +76,24 @@ const fn field(name: &'static str, takes: Takes, required: bool, schema: fn() ->
     Field { name, takes, required, schema, doc }
 }
 
+/// People or groups: names, each a template.
+fn names() -> Value {
+    json!({"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 256}, EXPRESSION_MARK: "template"})
+}
+
+fn assignees() -> Value {
+    json!({"type": "object", "properties": {"people": names(), "groups": names()}, "additionalProperties": false,
+           "examples": [{"people": ["${ .input.manager }"], "groups": ["finance"]}]})
+}
+
+fn escalation() -> Value {
+    let mut after = duration();
+    after[EXPRESSION_MARK] = json!("template");
+    json!({"type": "object", "properties": {"after": after, "people": names(), "groups": names()},
+           "required": ["after"], "additionalProperties": false,
+           "examples": [{"after": "4h", "people": ["${ .input.director }"]}]})
+}
+
 fn any() -> Value {
     json!({})
 }
@@ -180,6 +198,59 @@ pub static KINDS: &[KindConfig] = &[
             ),
             field("timeout", Takes::Value, false, duration, "how long to wait; forever without it"),
             field("default_output", Takes::Value, false, any, "the output when the wait times out"),
+        ],
+    },
+    KindConfig {
+        name: "APPROVAL",
+        doc: "Waits for people to approve or reject.",
+        one_of: &[],
+        fields: &[
+            field(
+                "prompt",
+                Takes::Template,
+                true,
+                || json!({"type": "string", "examples": ["Refund ${ .input.amount } to ${ .input.customer }?"]}),
+                "what the people deciding read",
+            ),
+            field("assignees", Takes::Template, true, assignees, "who may decide: people, and groups of the sign-in"),
+            field(
+                "quorum",
+                Takes::Value,
+                false,
+                || json!({"oneOf": [{"enum": ["any", "all"]}, {"type": "integer", "minimum": 1, "maximum": 100}]}),
+                "approvals it takes: any (one), all (every person named) or a count; one rejection rejects",
+            ),
+            field(
+                "form",
+                Takes::Value,
+                false,
+                || json!({"type": "object"}),
+                "a JSON Schema an approval's data must match",
+            ),
+            field(
+                "timeout",
+                Takes::Value,
+                false,
+                duration,
+                "how long to wait for a decision (then it fails, code approval_timeout); forever without it",
+            ),
+            field(
+                "escalate",
+                Takes::Template,
+                false,
+                escalation,
+                "who else may decide from `after` its start on (told again by notify)",
+            ),
+            field(
+                "notify",
+                Takes::Value,
+                false,
+                || {
+                    json!({"type": "object", "properties": {"workflow": name(), "version": version()},
+                    "required": ["workflow"], "additionalProperties": false})
+                },
+                "a run of this workflow is started when the step is assigned (and escalated)",
+            ),
         ],
     },
     KindConfig {

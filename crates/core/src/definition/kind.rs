@@ -33,6 +33,8 @@ pub enum NodeKind {
     Fail { message: Template, code: String },
     /// A child run of a workflow, again and again, until a condition holds.
     Loop(LoopConfig),
+    /// Waits for people to decide ([`super::approval`]).
+    Approval(super::approval::ApprovalConfig),
 }
 
 /// A LOOP node: a child run of `workflow` per iteration (its input
@@ -86,7 +88,7 @@ const DISPATCHED: Traits = Traits { dispatched: true, retried: true, timed: true
 
 /// The built-in types by name, with their traits; any other valid name is a
 /// custom type, run by a worker.
-pub const BUILT_IN: [(&str, Traits); 8] = [
+pub const BUILT_IN: [(&str, Traits); 9] = [
     ("HTTP", DISPATCHED),
     ("WAIT", Traits { waits: true, ..NO_TRAITS }),
     ("WAIT_FOR_EVENT", Traits { waits: true, ..NO_TRAITS }),
@@ -95,6 +97,7 @@ pub const BUILT_IN: [(&str, Traits); 8] = [
     ("SUB_WORKFLOW", Traits { retried: true, timed: true, has_child: true, per_item: true, ..NO_TRAITS }),
     ("FAIL", NO_TRAITS),
     ("LOOP", Traits { retried: true, has_child: true, ..NO_TRAITS }),
+    ("APPROVAL", Traits { waits: true, ..NO_TRAITS }),
 ];
 
 /// The traits of a node type by name.
@@ -122,6 +125,7 @@ impl NodeKind {
             NodeKind::SubWorkflow { .. } => "SUB_WORKFLOW",
             NodeKind::Fail { .. } => "FAIL",
             NodeKind::Loop(_) => "LOOP",
+            NodeKind::Approval(_) => "APPROVAL",
             NodeKind::Custom => return None,
         })
     }
@@ -146,6 +150,7 @@ impl NodeKind {
             "TRANSFORM" => compile_transform(at, config)?,
             "FAIL" => compile_fail(at, &n.id, config)?,
             "LOOP" => compile_loop(at, config)?,
+            "APPROVAL" => NodeKind::Approval(super::approval::compile(at, config)?),
             "MAP" => return compile_map(at, n),
             other => {
                 validate_name(&format!("{at}.type"), other)?;

@@ -14,6 +14,8 @@
 //! - `hooks`: the runs a run's end starts (`on_failure`, `on_success`,
 //!   `on_end`) and those its deadlines start, compiled; `updates`: the
 //!   updates a waiting step accepts, and its decision on one.
+//! - [`approval`]: an APPROVAL node's config, the request its step keeps,
+//!   and how a vote is judged and counted.
 //! - [`start`]: what a definition decides of a new run from its input:
 //!   its tags, concurrency key and fairness key, in one scope of it.
 //! - `located`: reading a part of a definition with serde so that an
@@ -31,6 +33,7 @@ use serde_json::Value;
 use crate::expr::{Expr, OneScope, Sandbox, Template};
 use input_schema::InputSchema;
 
+pub mod approval;
 mod check;
 pub mod config;
 mod hooks;

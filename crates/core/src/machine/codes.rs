@@ -21,6 +21,10 @@ pub const CHILD_FAILED: &str = "child_failed";
 /// A SUB_WORKFLOW's or LOOP's child run could not start: its workflow is
 /// not registered, its input was refused, its run tree's budget is spent.
 pub const CHILD_NOT_STARTED: &str = "child_not_started";
+/// An APPROVAL was rejected (by whom, and why, in its message).
+pub const APPROVAL_REJECTED: &str = "approval_rejected";
+/// An APPROVAL had no decision by its deadline (its escalation's, if it escalated).
+pub const APPROVAL_TIMEOUT: &str = "approval_timeout";
 /// A WAIT_FOR_EVENT timed out.
 pub const EVENT_TIMEOUT: &str = "event_timeout";
 /// A MAP's item failed (or more than it tolerates).

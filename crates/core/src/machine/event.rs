@@ -34,6 +34,15 @@ pub enum Event {
         task_id: Uuid,
         payload: Value,
     },
+    /// A person's vote on an APPROVAL task, with their groups and the
+    /// votes storage holds for the attempt (read under the run's lock).
+    ApprovalVote {
+        task_id: Uuid,
+        attempt: i32,
+        vote: Box<crate::definition::approval::Vote>,
+        groups: Vec<String>,
+        earlier: Vec<crate::definition::approval::Vote>,
+    },
     CancelRun,
     RetryRun,
     PauseRun,
@@ -134,6 +143,7 @@ impl Event {
                 | Event::TaskFailed { .. }
                 | Event::TimerFired { .. }
                 | Event::EventReceived { .. }
+                | Event::ApprovalVote { .. }
                 | Event::TaskInDoubt { .. }
                 | Event::ChildFinished { .. }
                 | Event::ItemsLoaded { .. }
@@ -149,6 +159,7 @@ impl Event {
             Event::TaskFailed { .. } => "TaskFailed",
             Event::TimerFired { .. } => "TimerFired",
             Event::EventReceived { .. } => "EventReceived",
+            Event::ApprovalVote { .. } => "ApprovalVote",
             Event::CancelRun => "CancelRun",
             Event::RetryRun => "RetryRun",
             Event::PauseRun => "PauseRun",
@@ -173,6 +184,7 @@ impl Event {
             | Event::TaskFailed { task_id, .. }
             | Event::TimerFired { task_id }
             | Event::EventReceived { task_id, .. }
+            | Event::ApprovalVote { task_id, .. }
             | Event::TaskInDoubt { task_id, .. }
             | Event::SourcesLoaded { task_id, .. }
             | Event::ResolveTask { task_id, .. }

@@ -52,10 +52,15 @@ pub enum HistoryKind {
     /// A deadline passed with the run (or its step `node`) not ended: it
     /// started `run_id`, or could not (`error`). The run is not changed.
     DeadlinePassed,
+    /// A person voted on an APPROVAL step (`vote`: `person`, `answer`,
+    /// `via` when an administrator decided for them).
+    ApprovalVoted,
+    /// An APPROVAL's deadline passed and it escalated (`assignees`, `due_at`).
+    ApprovalEscalated,
 }
 
 impl HistoryKind {
-    pub const ALL: [HistoryKind; 24] = [
+    pub const ALL: [HistoryKind; 26] = [
         HistoryKind::RunStarted,
         HistoryKind::TaskDispatched,
         HistoryKind::TaskWaiting,
@@ -80,6 +85,8 @@ impl HistoryKind {
         HistoryKind::PriorityChanged,
         HistoryKind::RunMigrated,
         HistoryKind::DeadlinePassed,
+        HistoryKind::ApprovalVoted,
+        HistoryKind::ApprovalEscalated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -108,6 +115,8 @@ impl HistoryKind {
             HistoryKind::PriorityChanged => "PriorityChanged",
             HistoryKind::RunMigrated => "RunMigrated",
             HistoryKind::DeadlinePassed => "DeadlinePassed",
+            HistoryKind::ApprovalVoted => "ApprovalVoted",
+            HistoryKind::ApprovalEscalated => "ApprovalEscalated",
         }
     }
 

@@ -25,10 +25,13 @@ pub enum IgnoreKind {
     NotPaused,
     NotDispatched,
     NotInDoubt,
+    /// A vote that may not be cast (not an assignee, decided already, data
+    /// that does not match the form).
+    Refused,
 }
 
 impl IgnoreKind {
-    pub const ALL: [IgnoreKind; 11] = [
+    pub const ALL: [IgnoreKind; 12] = [
         IgnoreKind::AlreadyStarted,
         IgnoreKind::RunFinished,
         IgnoreKind::UnknownTask,
@@ -40,6 +43,7 @@ impl IgnoreKind {
         IgnoreKind::NotPaused,
         IgnoreKind::NotDispatched,
         IgnoreKind::NotInDoubt,
+        IgnoreKind::Refused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +58,7 @@ impl IgnoreKind {
             IgnoreKind::NotFailed => "not_failed",
             IgnoreKind::NotPaused => "not_paused",
             IgnoreKind::NotDispatched => "not_dispatched",
+            IgnoreKind::Refused => "refused",
             IgnoreKind::NotInDoubt => "not_in_doubt",
         }
     }

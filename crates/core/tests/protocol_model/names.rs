@@ -96,6 +96,7 @@ pub fn ignore_kind(kind: IgnoreKind) -> Ignored {
         NotFailed => Ignored::Unused("the model has no retry of a failed run"),
         NotPaused => Ignored::Unused("the model has no pause, so no resume"),
         NotInDoubt => Ignored::Unused("the model's operator does not resolve IN_DOUBT tasks"),
+        Refused => Ignored::Unused("the model has no APPROVAL step, whose votes are the only ones refused"),
     }
 }
 

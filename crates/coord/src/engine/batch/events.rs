@@ -22,7 +22,7 @@ impl Batch<'_> {
         requests: Vec<EventRequest>,
     ) -> Result<()> {
         let store = Tx(tx, &self.engine.payloads);
-        for EventRequest { run_id, event, by, trace_note } in requests {
+        for EventRequest { run_id, mut event, by, trace_note } in requests {
             let mut updating = None;
             let Some(loaded) = self.runs.get_mut(&run_id) else {
                 self.answers.push(Err(EngineError::RunNotFound(run_id)));
@@ -74,17 +74,16 @@ impl Batch<'_> {
                     continue;
                 }
             }
+            let voted = with_earlier_votes(tx, run_id, &mut event).await?;
             let mut tr = effects::apply(&store, &loaded.wf, &mut loaded.run, event).await?;
+            if let (Some((at, vote)), None) = (voted, &tr.ignored) {
+                composer_store::approvals::record(tx, at, &vote.person, &serde_json::json!(vote)).await?;
+            }
             if let (Some(c), Some(first)) = (control, tr.history.first_mut()) {
                 record_actor(&mut first.payload, c);
             }
             if let Some(u) = updating {
-                match (&tr.ignored, tr.history.first_mut()) {
-                    // Not applied: the update is not recorded either.
-                    (Some(_), _) => composer_store::updates::forget(tx, run_id, &u.id).await?,
-                    (None, Some(first)) => first.payload["update"] = serde_json::json!({"id": u.id, "name": u.name}),
-                    (None, None) => {}
-                }
+                note_update(tx, run_id, &u, &mut tr).await?;
             }
             tally::event(run_id, name, &tr, loaded.run.status);
             if let (Some((worker, offer)), None) = (offer, &tr.ignored) {
@@ -95,6 +94,37 @@ impl Batch<'_> {
         }
         Ok(())
     }
+}
+
+/// An accepted update, once its event was applied: named in the history
+/// line that records it, or forgotten when the step did not take it.
+async fn note_update(
+    tx: &composer_store::Transaction<'_>,
+    run_id: Uuid,
+    u: &composer_store::updates::Accepted,
+    tr: &mut composer_core::machine::Transition,
+) -> Result<()> {
+    match (&tr.ignored, tr.history.first_mut()) {
+        // Not applied: the update is not recorded either.
+        (Some(_), _) => composer_store::updates::forget(tx, run_id, &u.id).await?,
+        (None, Some(first)) => first.payload["update"] = serde_json::json!({"id": u.id, "name": u.name}),
+        (None, None) => {}
+    }
+    Ok(())
+}
+
+/// A vote on an approval's attempt, judged with the votes cast before it,
+/// read here under the run's lock: the vote and where it goes, to record
+/// once it is applied; `None` for any other event.
+async fn with_earlier_votes(
+    tx: &composer_store::Transaction<'_>,
+    run_id: Uuid,
+    event: &mut Event,
+) -> Result<Option<((Uuid, Uuid, i32), Box<composer_core::definition::approval::Vote>)>> {
+    let Event::ApprovalVote { task_id, attempt, earlier, vote, .. } = event else { return Ok(None) };
+    let stored = composer_store::approvals::votes(tx, *task_id, *attempt).await?;
+    *earlier = stored.into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect();
+    Ok(Some(((run_id, *task_id, *attempt), vote.clone())))
 }
 
 /// Who took a control action, and why, in the payload of its first

@@ -13,6 +13,7 @@
 //! - `reset`: what a retry and a rerun do to the steps they run again.
 //! - `children`: a SUB_WORKFLOW's child run ended.
 //! - `loops`: LOOP, an iteration at a time.
+//! - `approvals`: APPROVAL, a person's vote and the step's deadline.
 //! - `rerun`: an operator reruns the run from some of its steps.
 //! - `repair`: an operator completes a step or resolves one in doubt.
 //! - `migrate`: the run, its steps renamed, goes on under another version.
@@ -23,6 +24,7 @@ use crate::machine::event::Event;
 use crate::machine::state::Machine;
 use crate::machine::transition::Ignore;
 
+mod approvals;
 mod children;
 mod context;
 mod control;
@@ -67,6 +69,9 @@ impl Machine<'_> {
                 self.on_child_finished(t, child, status, output, error.as_deref())
             }
             Event::Migrate { from_version, to_version, map, .. } => self.on_migrate(from_version, to_version, map),
+            Event::ApprovalVote { task_id, attempt, vote, groups, earlier } => {
+                self.on_approval_vote(task_id, attempt, *vote, &groups, &earlier)
+            }
         }
     }
 }

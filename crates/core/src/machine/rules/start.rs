@@ -30,6 +30,9 @@ enum Started {
     Child(Value),
     /// A FAIL node: its message and code.
     Fail(String, String),
+    /// An APPROVAL's request (its attempt's input), waiting until its
+    /// deadline.
+    Approval(Value, DateTime<Utc>),
 }
 
 /// `started` if what it holds can be kept within `max` bytes; else the
@@ -37,7 +40,9 @@ enum Started {
 fn storable_start(started: Started, max: usize) -> Result<Started, Failure> {
     let unstorable = |e| Failure::fatal(codes::PAYLOAD, e);
     match &started {
-        Started::Dispatch(v, _) | Started::Child(v) => storable::check(v, "config", max).map_err(unstorable)?,
+        Started::Dispatch(v, _) | Started::Child(v) | Started::Approval(v, _) => {
+            storable::check(v, "config", max).map_err(unstorable)?
+        }
         Started::Done(v) => storable::check(v, "config.output", max).map_err(unstorable)?,
         Started::Wait(_, Some((_, key))) => {
             storable::check_text(key, "config.key").map_err(unstorable)?;
@@ -155,6 +160,12 @@ impl Machine<'_> {
                 node.template.eval_value(sb, scope).map(Started::Child).map_err(|e| format!("config: {e}"))
             }
             NodeKind::Loop(_) => self.iteration_input(t, scope).map(Started::Child).map_err(|e| format!("config: {e}")),
+            NodeKind::Approval(approval) => {
+                let evaluated = node.template.eval_value(sb, scope).map_err(|e| format!("config: {e}"))?;
+                let request = approval.request(&evaluated, now)?;
+                let until = crate::definition::approval::next_wake(&request).unwrap_or(FOREVER);
+                Ok(Started::Approval(request, until))
+            }
             NodeKind::Fail { message, code } => match eval(message) {
                 Ok(Value::String(m)) => Ok(Started::Fail(m, code.clone())),
                 Ok(other) => Ok(Started::Fail(other.to_string(), code.clone())),
@@ -177,6 +188,10 @@ impl Machine<'_> {
             Ok(Started::Dispatch(input, limit_keys)) => self.begin_attempt(t, input, limit_keys),
             Ok(Started::Child(input)) => self.begin_attempt(t, input, Vec::new()),
             Ok(Started::Wait(wake_at, event)) => self.begin_wait(t, wake_at, event),
+            Ok(Started::Approval(request, wake_at)) => {
+                self.run.tasks[t].input = request;
+                self.begin_wait(t, wake_at, None)
+            }
         }
     }
 

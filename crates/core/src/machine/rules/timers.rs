@@ -39,6 +39,7 @@ impl Machine<'_> {
                 let error = format!("timed out after {after} waiting for event {event:?} with key {key:?}");
                 self.finish(t, TaskState::Failed, None, Some(Failure::fatal(codes::EVENT_TIMEOUT, error)));
             }
+            NodeKind::Approval(_) => return self.approval_timed_out(t),
             // A LOOP's delay ran out: its next iteration starts (held while
             // the run is paused, like a retry).
             NodeKind::Loop(_) if task.error.is_none() && self.run.status == RunStatus::Paused => {
