@@ -85,6 +85,8 @@ HistoryKind = Literal[
     "PriorityChanged",
     "RunMigrated",
     "DeadlinePassed",
+    "ApprovalVoted",
+    "ApprovalEscalated",
 ]
 """What a line of a run's history records (``PriorityChanged``: its
 priority was changed, payload ``{"priority", "from", "actor"}``;
@@ -93,7 +95,10 @@ priority was changed, payload ``{"priority", "from", "actor"}``;
 ``HandlerStarted``: its end started a hook, payload ``{"hook", "workflow",
 "run_id"}`` or ``{"hook", "workflow", "error"}``; ``DeadlinePassed``: a
 deadline passed with it (or its step ``node``) open, payload ``{"workflow",
-"node", "after", "run_id"}`` or with ``"error"``)."""
+"node", "after", "run_id"}`` or with ``"error"``; ``ApprovalVoted``: a
+person voted on an APPROVAL step, payload ``{"vote": {"person", "answer",
+"via"?}, "actor"}``; ``ApprovalEscalated``: one escalated, payload
+``{"assignees", "due_at"}``)."""
 
 
 class _MapProgressRequired(TypedDict):

@@ -77,7 +77,11 @@ export type HistoryKind =
   | "PriorityChanged"
   /** An operator moved the run to another version (`migrateRuns`): payload `{from_version, to_version, map, actor, reason?}`. */
   | "RunMigrated"
-  | "DeadlinePassed";
+  | "DeadlinePassed"
+  /** A person voted on an APPROVAL step: payload `{vote: {person, answer, via?}, actor}`. */
+  | "ApprovalVoted"
+  /** An APPROVAL step escalated: payload `{assignees, due_at}`. */
+  | "ApprovalEscalated";
 
 // -- workflow definitions ---------------------------------------------------
 

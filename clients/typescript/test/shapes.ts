@@ -524,6 +524,8 @@ export const historyKinds: Record<HistoryKind, true> = {
   PriorityChanged: true,
   RunMigrated: true,
   DeadlinePassed: true,
+  ApprovalVoted: true,
+  ApprovalEscalated: true,
 };
 
 export const resolveOutcomes: Record<ResolveOutcome, true> = { completed: true, failed: true, retry: true };
