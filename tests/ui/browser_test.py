@@ -346,6 +346,9 @@ def main():
             expect(page.locator("table.votes")).to_contain_text("receipt checked")
             done = wait_for_run(base, refund["id"], "SUCCEEDED")
             assert done["output"]["pay"] == {"amount": 120, "channel": "bank"}, done
+            page.goto(base + f"/ui/runs/{refund['id']}")
+            page.click("tr[data-node=ok] a.approval")
+            expect(page.locator("p.notice.approved")).to_have_text("Approved by ana.")
 
             # Logging out ends the session.
             page.click("header button.logout")

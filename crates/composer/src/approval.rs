@@ -37,6 +37,9 @@ pub enum ApprovalCommand {
         /// 1 to 500.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// The previous page's next_cursor.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Shows one approval: what it asks, of whom, its votes.
     Get {
@@ -82,7 +85,7 @@ pub async fn approval(args: ClientArgs, cmd: ApprovalCommand) -> anyhow::Result<
     let format = Format::resolve(args.output.as_deref());
     let path = |run: &str, node: &str| format!("/v1/approvals/{}/{}", encode(run), encode(node));
     let answer = match cmd {
-        ApprovalCommand::List { mine: _, groups, all, limit } => {
+        ApprovalCommand::List { mine: _, groups, all, limit, cursor } => {
             let view = if all {
                 "all"
             } else if groups {
@@ -90,7 +93,11 @@ pub async fn approval(args: ClientArgs, cmd: ApprovalCommand) -> anyhow::Result<
             } else {
                 "mine"
             };
-            let answer = call(&api, Method::GET, &format!("/v1/approvals?view={view}&limit={limit}"), None).await?;
+            let mut query = format!("/v1/approvals?view={view}&limit={limit}");
+            if let Some(c) = cursor {
+                query.push_str(&format!("&cursor={}", encode(&c)));
+            }
+            let answer = call(&api, Method::GET, &query, None).await?;
             let empty = answer["approvals"].as_array().is_none_or(Vec::is_empty);
             if empty && format == Format::Table {
                 println!("no approvals ({view})");

@@ -39,8 +39,8 @@ pub struct Inbox<'a> {
     pub groups: &'a [String],
     /// Every one (`person` and `groups` ignored).
     pub all: bool,
-    /// Older than this (a page's last `updated_at`).
-    pub before: Option<DateTime<Utc>>,
+    /// After this place in the order (a page's last `updated_at` and task id).
+    pub after: Option<(DateTime<Utc>, Uuid)>,
     pub limit: i64,
 }
 
@@ -67,19 +67,37 @@ fn row(r: &Row) -> Result<ApprovalRow> {
     })
 }
 
-/// The waiting approvals `inbox` asks for, newest first.
+/// The waiting approvals `inbox` asks for, newest first (by when they
+/// last changed, then by task id), and those whose request is offloaded
+/// (its assignees not in the row: the caller reads it and judges). Each
+/// filter is one the GIN indexes on the assignees serve.
 pub async fn inbox(client: &Client, inbox: &Inbox<'_>) -> Result<Vec<ApprovalRow>> {
+    const OFFLOADED: &str = "t.input_json ? '$composer_offloaded'";
+    let person = inbox.person.unwrap_or("");
+    let (at, id) = (inbox.after.map(|a| a.0), inbox.after.map_or(Uuid::nil(), |a| a.1));
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&at, &id, &inbox.limit];
+    let filter = match (inbox.all, inbox.person) {
+        (true, _) => "true".to_string(),
+        (false, Some(_)) => {
+            params.extend([&person as &(dyn tokio_postgres::types::ToSql + Sync), &inbox.groups]);
+            format!(
+                "((t.input_json -> 'assignees' -> 'people') ? $4 \
+                  OR (t.input_json -> 'assignees' -> 'groups') ?| $5::text[] OR {OFFLOADED})"
+            )
+        }
+        (false, None) => {
+            params.push(&inbox.groups);
+            format!("((t.input_json -> 'assignees' -> 'groups') ?| $4::text[] OR {OFFLOADED})")
+        }
+    };
     let sql = format!(
         "SELECT {COLUMNS} FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
-          WHERE t.node_type = 'APPROVAL' AND t.state = 'WAITING'
-            AND ($1 OR (t.input_json -> 'assignees' -> 'people') ? $2
-                    OR (t.input_json -> 'assignees' -> 'groups') ?| $3::text[])
-            AND ($4::timestamptz IS NULL OR t.updated_at < $4)
-          ORDER BY t.updated_at DESC LIMIT $5"
+          WHERE t.node_type = 'APPROVAL' AND t.state = 'WAITING' AND {filter}
+            AND ($1::timestamptz IS NULL OR (t.updated_at, t.id) < ($1, $2))
+          ORDER BY t.updated_at DESC, t.id DESC LIMIT $3"
     );
     let stmt = client.prepare_cached(&sql).await?;
-    let person = inbox.person.unwrap_or("");
-    let rows = client.query(&stmt, &[&inbox.all, &person, &inbox.groups, &inbox.before, &inbox.limit]).await?;
+    let rows = client.query(&stmt, &params).await?;
     rows.iter().map(row).collect()
 }
 

@@ -78,9 +78,9 @@ pub struct ApprovalVote {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ApprovalList {
     pub approvals: Vec<Approval>,
-    /// Pass as `before` for the next page; absent on the last.
+    /// Pass as `cursor` for the next page; absent on the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_before: Option<DateTime<Utc>>,
+    pub next_cursor: Option<String>,
 }
 
 /// `POST /v1/approvals/{run_id}/{node}/decide`.

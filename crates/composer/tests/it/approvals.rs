@@ -40,6 +40,16 @@ async fn decide(e: &Engine, run: Uuid, body: Value) -> (u16, Value) {
     e.post(&format!("/v1/approvals/{run}/ok/decide"), &body).await
 }
 
+/// Until `n` runs of `notify-approvers` have started (a notification is
+/// moot once its step is decided, so a test waits for it before deciding).
+async fn notified(e: &Engine, n: usize) {
+    composer_testkit::eventually(T, "the notification", || async {
+        let (_, page) = e.get("/v1/runs?workflow=notify-approvers&limit=100").await;
+        (page["runs"].as_array().map_or(0, Vec::len) >= n).then_some(())
+    })
+    .await;
+}
+
 /// The runs `notify-approvers` ran, oldest first.
 async fn notifications(e: &Engine) -> Vec<Value> {
     let (_, page) = e.get("/v1/runs?workflow=notify-approvers&limit=100").await;
@@ -71,6 +81,7 @@ async fn an_approval_takes_its_quorum_of_assignees_and_records_each_vote_once() 
     // The dev server's caller is `anonymous`, who is assigned nothing.
     assert_eq!(e.get("/v1/approvals").await.1["approvals"], json!([]));
 
+    notified(&e, 1).await;
     // Refused, each with its status: a stranger, bad data, a long comment.
     let (status, body) = decide(&e, run, json!({"answer": "approve", "as": "eve", "data": {"amount": 1}})).await;
     assert_eq!((status, body["error"]["code"].clone()), (403, json!("forbidden")), "{body}");
@@ -361,5 +372,67 @@ async fn a_failed_approval_is_rerun_and_waits_again() {
         e.post(&format!("/v1/approvals/{run}/n/decide"), &json!({"answer": "approve", "as": "ana"})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(e.wait_for_run(run, T).await["status"], "SUCCEEDED");
+    e.stop().await;
+}
+
+/// A request past the offload threshold is kept as an object: the inbox,
+/// the approval, a decision and the notification read it back.
+#[tokio::test]
+async fn an_offloaded_request_is_read_back_to_list_decide_and_notify() {
+    let dir = composer_embedded::temp_dir("approvals-offload").unwrap();
+    let mut e = Engine::with(EngineOptions { coordinators: 0, workers: 0, ..Default::default() }).await;
+    let mut config = e.coordinator_config();
+    config.offload_url = Some(dir.display().to_string());
+    config.offload_threshold = 512;
+    e.start_coordinator_with(config).await;
+    e.register(&notifier()).await;
+    e.register(&refund(json!({"quorum": "any", "prompt": "${ .input.note }"}))).await;
+    let note = "refund in full: ".repeat(64);
+    let run = e.start_run("refund", json!({"amount": 9, "customer": "c", "manager": "bo", "note": note})).await;
+    e.wait_until(run, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    let client = composer_store::client(&e.db.pool()).await.unwrap();
+    let sql = "SELECT input_json::text FROM task_instances WHERE run_id = $1";
+    let row = client.query_one(sql, &[&run]).await.unwrap();
+    assert!(row.get::<_, String>(0).contains("$composer_offloaded"), "the request is offloaded");
+    let (_, inbox) = e.get("/v1/approvals?view=all").await;
+    assert_eq!(inbox["approvals"][0]["prompt"], note.as_str(), "{inbox}");
+    notified(&e, 1).await;
+    let (status, done) = decide(&e, run, json!({"answer": "approve", "as": "bo", "data": {"amount": 9}})).await;
+    assert_eq!((status, done["state"].clone()), (200, json!("COMPLETED")), "{done}");
+    let sent = notifications(&e).await;
+    assert_eq!(sent[0]["approval"]["prompt"], note.as_str());
+    e.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The inbox pages by a cursor (when each last changed, then its id): runs
+/// that reach their approval in one commit are each listed once.
+#[tokio::test]
+async fn the_inbox_pages_through_every_waiting_approval_once() {
+    let e = Engine::with(EngineOptions { workers: 0, ..Default::default() }).await;
+    e.register(&notifier()).await;
+    e.register(&refund(json!({}))).await;
+    let mut runs = Vec::new();
+    for i in 0..5 {
+        runs.push(e.start_run("refund", json!({"amount": i, "customer": "c", "manager": "bo"})).await);
+    }
+    for run in &runs {
+        e.wait_until(*run, T, |r| r["tasks"][0]["state"] == "WAITING").await;
+    }
+    let (mut seen, mut cursor) = (Vec::new(), String::new());
+    loop {
+        let (status, page) = e.get(&format!("/v1/approvals?view=all&limit=2{cursor}")).await;
+        assert_eq!(status, 200, "{page}");
+        seen.extend(page["approvals"].as_array().unwrap().iter().map(|a| a["run_id"].as_str().unwrap().to_string()));
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={}", c.replace('+', "%2B")),
+            None => break,
+        }
+    }
+    seen.sort();
+    let mut want: Vec<String> = runs.iter().map(Uuid::to_string).collect();
+    want.sort();
+    assert_eq!(seen, want);
+    assert_eq!(e.get("/v1/approvals?cursor=nonsense").await.0, 400);
     e.stop().await;
 }

@@ -36,7 +36,11 @@ pub(super) fn arming<'a>(all: &[&'a Loaded]) -> (Vec<Armed<'a>>, Vec<Uuid>) {
         {
             let node = wf.nodes.iter().find(|n| Some(n.id.as_str()) == h.payload["node_id"].as_str());
             if let Some(n) = node.filter(|n| matches!(&n.kind, NodeKind::Approval(a) if a.notify.is_some())) {
-                armed.push(Armed { run_id, node_id: &n.id, idx: composer_store::deadlines::NOTIFY, after_ms: 0 });
+                // Once per statement: a row armed twice in one would be an error.
+                let idx = composer_store::deadlines::NOTIFY;
+                if !armed.iter().any(|a| a.run_id == run_id && a.node_id == n.id && a.idx == idx) {
+                    armed.push(Armed { run_id, node_id: &n.id, idx, after_ms: 0 });
+                }
             }
         }
         let any = || !wf.deadlines.is_empty() || wf.nodes.iter().any(|n| !n.deadlines.is_empty());

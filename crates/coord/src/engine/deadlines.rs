@@ -220,7 +220,10 @@ impl Engine {
     /// An approval's notification: `{run, step, approval, link}`, the
     /// approval as it is now (its prompt, assignees, quorum, deadline).
     async fn notification(&self, tx: &composer_store::Transaction<'_>, d: &Due, seen: Value) -> Result<Value> {
-        let approval = composer_store::approvals::get_in(tx, d.run_id, &d.node_id).await?;
+        let mut approval = composer_store::approvals::get_in(tx, d.run_id, &d.node_id).await?;
+        if let Some(a) = approval.as_mut() {
+            Tx(tx, &self.payloads).resolve(&mut a.request).await?;
+        }
         let path = format!("/ui/approvals/{}/{}", d.run_id, d.node_id);
         let link = match &self.ui_url {
             Some(base) => format!("{}{path}", base.trim_end_matches('/')),

@@ -15,7 +15,8 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use composer_api::{Approval, ApprovalList, ApprovalVote, Assignees, DecideRequest, Scope};
-use composer_core::definition::approval::{Refusal, Vote};
+use composer_archive::payloads::Payloads;
+use composer_core::definition::approval::{self, Refusal, Vote};
 use composer_core::definition::NodeKind;
 use composer_core::machine::Event;
 use composer_store::approvals::{ApprovalRow, Inbox};
@@ -23,7 +24,7 @@ use composer_store::Pool;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{json_size, parsed, run_id, Body, Limit, Path, Query};
+use super::extract::{json_size, run_id, Body, Limit, Path, Query};
 use crate::access::Principal;
 use crate::config::Config;
 use crate::engine::{By, Control, Engine, EventRequest};
@@ -52,10 +53,9 @@ pub(crate) struct InboxQuery {
     /// `mine` (the default), `groups` or `all`.
     #[param(inline)]
     view: Option<View>,
-    /// The previous page's next_before.
-    #[serde(default, deserialize_with = "parsed")]
-    #[param(value_type = Option<String>, format = DateTime)]
-    before: Option<DateTime<Utc>>,
+    /// The previous page's next_cursor.
+    #[param(max_length = 100)]
+    cursor: Option<String>,
     /// 1 to 500 (default 50).
     #[param(value_type = Option<i32>, minimum = 1, maximum = 500)]
     limit: Option<Limit>,
@@ -73,6 +73,7 @@ pub(crate) struct InboxQuery {
 )]
 pub(crate) async fn list_approvals(
     State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
     Extension(by): Extension<Principal>,
     Query(q): Query<InboxQuery>,
 ) -> ApiResult<Json<ApprovalList>> {
@@ -80,18 +81,55 @@ pub(crate) async fn list_approvals(
     if limit > MAX_APPROVAL_PAGE {
         return Err(ApiError::bad_request(format!("limit must be 1 to {MAX_APPROVAL_PAGE}")));
     }
-    let view = q.view.unwrap_or_default();
+    let after = q.cursor.as_deref().map(cursor).transpose()?;
+    let (rows, next) = inbox(&pool, engine.payloads(), &by, q.view.unwrap_or_default(), (after, limit)).await?;
+    let next_cursor = next.map(|(at, id)| format!("{}~{id}", at.to_rfc3339()));
+    Ok(Json(ApprovalList { approvals: rows.into_iter().map(approval_view).collect(), next_cursor }))
+}
+
+/// A page's cursor: the last approval's `updated_at` and task id.
+fn cursor(text: &str) -> ApiResult<(DateTime<Utc>, uuid::Uuid)> {
+    let parsed = text.split_once('~').and_then(|(at, id)| Some((at.parse().ok()?, id.parse().ok()?)));
+    parsed.ok_or_else(|| ApiError::bad_request("cursor: not one a page of approvals gave"))
+}
+
+/// `by`'s inbox in `view`: a page of waiting approvals after `after`, each
+/// request read back if it was offloaded, and where the next page starts.
+pub(crate) async fn inbox(
+    pool: &Pool,
+    payloads: &Payloads,
+    by: &Principal,
+    view: View,
+    (after, limit): (Option<(DateTime<Utc>, uuid::Uuid)>, i64),
+) -> ApiResult<(Vec<ApprovalRow>, Option<(DateTime<Utc>, uuid::Uuid)>)> {
     let inbox = Inbox {
         person: (view == View::Mine).then_some(by.name.as_str()),
         groups: &by.groups,
         all: view == View::All,
-        before: q.before,
+        after,
         limit,
     };
-    let client = composer_store::client(&pool).await?;
-    let rows = composer_store::approvals::inbox(&client, &inbox).await?;
-    let next_before = if rows.len() as i64 == limit { rows.last().map(|r| r.updated_at) } else { None };
-    Ok(Json(ApprovalList { approvals: rows.into_iter().map(approval_view).collect(), next_before }))
+    let client = composer_store::client(pool).await?;
+    let mut rows = composer_store::approvals::inbox(&client, &inbox).await?;
+    let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| (r.updated_at, r.task_id))).flatten();
+    for row in &mut rows {
+        resolved(payloads, row).await?;
+    }
+    // An offloaded request was matched by its row: judged now it is read.
+    let person = if view == View::Mine { by.name.as_str() } else { "" };
+    let groups = if view == View::All { Vec::new() } else { by.groups.clone() };
+    rows.retain(|r| view == View::All || approval::may_decide(&r.request, person, &groups));
+    Ok((rows, next))
+}
+
+/// `row` with its request and output read back from where they were
+/// offloaded, if they were.
+async fn resolved(payloads: &Payloads, row: &mut ApprovalRow) -> ApiResult<()> {
+    crate::payloads::resolve(payloads, &mut row.request).await?;
+    if let Some(output) = row.output.as_mut() {
+        crate::payloads::resolve(payloads, output).await?;
+    }
+    Ok(())
 }
 
 /// Get an approval.
@@ -108,9 +146,10 @@ pub(crate) async fn list_approvals(
 )]
 pub(crate) async fn get_approval(
     State(pool): State<Pool>,
+    State(engine): State<Arc<Engine>>,
     Path((id, node)): Path<(String, String)>,
 ) -> ApiResult<Json<Approval>> {
-    Ok(Json(approval_view(find(&pool, &id, &node).await?)))
+    Ok(Json(approval_view(find((&pool, engine.payloads()), &id, &node).await?)))
 }
 
 /// Decide an approval.
@@ -160,7 +199,7 @@ impl Decider<'_> {
         (id, node): (&str, &str),
         req: DecideRequest,
     ) -> ApiResult<Approval> {
-        let row = find(self.pool, id, node).await?;
+        let row = find((self.pool, self.engine.payloads()), id, node).await?;
         if row.state != "WAITING" {
             let why = row.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
             return Err(ApiError::Conflict(format!("approval {node} of run {} is {}{why}", row.run_id, row.state)));
@@ -191,18 +230,20 @@ impl Decider<'_> {
         if let Some(why) = answer.ignored {
             return Err(ApiError::Conflict(format!("the vote was not cast: {why}")));
         }
-        Ok(approval_view(find(self.pool, id, node).await?))
+        Ok(approval_view(find((self.pool, self.engine.payloads()), id, node).await?))
     }
 }
 
 /// The approval `node` of run `id`, or a 404.
-pub(crate) async fn find(pool: &Pool, id: &str, node: &str) -> ApiResult<ApprovalRow> {
+pub(crate) async fn find((pool, payloads): (&Pool, &Payloads), id: &str, node: &str) -> ApiResult<ApprovalRow> {
     let run = run_id(id)?;
     composer_core::definition::check_name("node", node).map_err(ApiError::bad_request)?;
     let client = composer_store::client(pool).await?;
-    composer_store::approvals::get(&client, run, node)
+    let mut row = composer_store::approvals::get(&client, run, node)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("run {run} has no APPROVAL step {node:?}")))
+        .ok_or_else(|| ApiError::NotFound(format!("run {run} has no APPROVAL step {node:?}")))?;
+    resolved(payloads, &mut row).await?;
+    Ok(row)
 }
 
 /// The vote `req` asks for, and the groups it is cast in: the caller's

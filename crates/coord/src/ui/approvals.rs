@@ -7,21 +7,21 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect};
 use composer_api::{Approval, DecideRequest, Scope};
 use composer_core::definition::approval::Answer;
-use composer_store::approvals::Inbox;
 use serde_json::{json, Map, Value};
 
 use super::error::{bad, Page, UiError};
 use super::extract::{Fields, Params};
 use super::html::{html, page, time, Html, Table};
 use crate::access::Principal;
-use crate::http::approvals::{approval_view, find, Decider};
+use crate::http::approvals::{approval_view, find, inbox, Decider, View};
 use crate::shared::RunControl;
 
 /// Most approvals the inbox shows at once.
 const SHOWN: i64 = 200;
 
-/// The inbox's views: the query's `view`, and the tab's label.
-const VIEWS: [(&str, &str); 3] = [("mine", "Mine"), ("groups", "My groups'"), ("all", "All")];
+/// The inbox's views: the query's `view`, the tab's label, and the view.
+const VIEWS: [(&str, &str, View); 3] =
+    [("mine", "Mine", View::Mine), ("groups", "My groups'", View::Groups), ("all", "All", View::All)];
 
 /// Who the page is for (the guard sets it; the operator outside it).
 fn caller(config: &crate::config::Config) -> Principal {
@@ -30,24 +30,16 @@ fn caller(config: &crate::config::Config) -> Principal {
 
 pub async fn inbox_page(State(c): State<RunControl>, Query(q): Query<Params>) -> Page {
     let view = q.get("view").map(String::as_str).unwrap_or("mine");
-    if !VIEWS.iter().any(|(v, _)| *v == view) {
+    let Some(&(_, _, shown)) = VIEWS.iter().find(|(v, _, _)| *v == view) else {
         return Err(bad("view: mine, groups or all"));
-    }
-    let who = caller(&c.config);
-    let inbox = Inbox {
-        person: (view == "mine").then_some(who.name.as_str()),
-        groups: &who.groups,
-        all: view == "all",
-        before: None,
-        limit: SHOWN,
     };
-    let client = composer_store::client(&c.pool).await?;
-    let rows = composer_store::approvals::inbox(&client, &inbox).await?;
+    let who = caller(&c.config);
+    let (rows, _) = inbox(&c.pool, c.engine.payloads(), &who, shown, (None, SHOWN)).await?;
     let tabs: Html = VIEWS
         .iter()
-        .map(|(v, label)| {
-            let current = (*v == view).then_some(" aria-current=\"page\"");
-            html!("<a href=\"/ui/approvals?view={}\"{}>{}</a>", *v, current, *label)
+        .map(|(v, label, _)| match *v == view {
+            true => html!("<a href=\"/ui/approvals?view={}\" aria-current=\"page\">{}</a>", *v, *label),
+            false => html!("<a href=\"/ui/approvals?view={}\">{}</a>", *v, *label),
         })
         .collect();
     let rows: Html = rows
@@ -90,7 +82,7 @@ fn assignees(a: &Approval) -> String {
 }
 
 pub async fn approval_page(State(c): State<RunControl>, Path((id, node)): Path<(String, String)>) -> Page {
-    let a = approval_view(find(&c.pool, &id, &node).await?);
+    let a = approval_view(find((&c.pool, c.engine.payloads()), &id, &node).await?);
     let votes: Html = a
         .votes
         .iter()
@@ -243,7 +235,7 @@ pub async fn decide_action(
         "reject" => Answer::Reject,
         _ => return Err(bad("answer: approve or reject")),
     };
-    let current = approval_view(find(&c.pool, &id, &node).await?);
+    let current = approval_view(find((&c.pool, c.engine.payloads()), &id, &node).await?);
     let text = |k: &str| {
         let v = form.one(k).trim();
         (!v.is_empty()).then(|| v.to_string())

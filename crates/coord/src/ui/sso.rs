@@ -181,7 +181,9 @@ pub async fn callback(
     let Some(id) = session::new_id() else {
         return refused(StatusCode::SERVICE_UNAVAILABLE, "no random numbers for a session id".into());
     };
-    let groups = who.groups.iter().take(crate::access::MAX_GROUPS).cloned().collect();
+    // Groups an approval could name (1 to 256 characters, no NUL), at most MAX_GROUPS.
+    let named = |g: &&String| !g.is_empty() && g.chars().count() <= 256 && !g.contains('\0');
+    let groups = who.groups.iter().filter(named).take(crate::access::MAX_GROUPS).cloned().collect();
     let person = Person { actor: who.name.clone(), scopes, groups };
     composer_store::sessions::create(&client, &session::hash(&id), config.ui_session_ttl, Some(&person)).await?;
     tracing::info!(person = %who.name, scopes = ?person.scopes, "signed in to the UI");

@@ -54,6 +54,10 @@ fn step_row(run: &RunRow, t: &TaskRow, log_lines: Option<&i64>, child: Option<&&
     if let Some(c) = child {
         extra.push(html!("<div>child run {} {}</div>", run_link(&c.id), badge(c.status.as_str())));
     }
+    if t.node_type == "APPROVAL" && t.item_index.is_none() {
+        let href = html!("/ui/approvals/{}/{}", run.id, url_enc(&t.node_id));
+        extra.push(html!("<div><a class=\"approval\" href=\"{}\">the approval: its votes and form</a></div>", href));
+    }
     if t.state == TaskState::InDoubt {
         extra.push(resolve_forms(run.id, &t.node_id));
     }

@@ -25,6 +25,9 @@ pub const MAX_ASSIGNEE_CHARS: usize = 256;
 pub const MAX_PROMPT_CHARS: usize = 4000;
 /// Longest comment a vote may carry, in characters.
 pub const MAX_COMMENT_CHARS: usize = 2000;
+/// Largest `data` a vote may carry, as JSON bytes (`approval_max_vote_data`):
+/// an approval's output holds its decider's.
+pub const MAX_VOTE_DATA: usize = 64 * 1024;
 
 /// An APPROVAL node's config, compiled: what is not evaluated per run.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,6 +137,11 @@ pub(super) fn compile(at: &str, config: &Value) -> Result<ApprovalConfig, Valida
             ))
         }
     };
+    for name in ["prompt", "assignees", "escalate"] {
+        if config.get(name).is_some_and(|v| v.to_string().contains(".secrets")) {
+            return Err(ValidationError::new(field(name), "an approval, shown to people, cannot read secrets"));
+        }
+    }
     let quorum = match config.get("quorum") {
         None | Some(Value::Null) => Quorum::Any,
         Some(Value::String(s)) if s == "any" => Quorum::Any,
@@ -150,6 +158,7 @@ pub(super) fn compile(at: &str, config: &Value) -> Result<ApprovalConfig, Valida
             "\"all\" counts the people named; a group's members are not known (give a count instead)",
         ));
     }
+    literal_assignees(&field, assignees, config.get("escalate"), quorum)?;
     let form = match config.get("form") {
         None | Some(Value::Null) => None,
         Some(s @ Value::Object(_)) => Some(InputSchema::compile(s, &field("form"))?),
@@ -190,6 +199,41 @@ pub(super) fn compile(at: &str, config: &Value) -> Result<ApprovalConfig, Valida
     }
     let notify = config.get("notify").map(|n| notify(&field("notify"), n)).transpose()?;
     Ok(ApprovalConfig { quorum, form, timeout, notify })
+}
+
+/// The assignees (and the escalation's) when they are written out, with no
+/// expression: checked now as a step's start would, so that a definition
+/// no run of could ever be decided is refused when it is registered.
+fn literal_assignees(
+    field: &dyn Fn(&str) -> String,
+    assignees: &Value,
+    escalate: Option<&Value>,
+    quorum: Quorum,
+) -> Result<(), ValidationError> {
+    if assignees.is_null() || assignees.to_string().contains("${") {
+        return Ok(());
+    }
+    let (people, groups) = self::assignees(&field("assignees"), Some(assignees))
+        .map_err(|m| ValidationError::new(field("assignees"), m))?;
+    if people.is_empty() && groups.is_empty() {
+        return Err(ValidationError::new(field("assignees"), "names no person and no group"));
+    }
+    let later = match escalate.filter(|e| e.is_object() && !e.to_string().contains("${")) {
+        Some(e) => {
+            self::assignees(&field("escalate"), Some(e)).map_err(|m| ValidationError::new(field("escalate"), m))?
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    let may = escalate.is_some_and(|e| e.to_string().contains("${"));
+    if let (Quorum::Count(n), true, false) = (quorum, groups.is_empty() && later.1.is_empty(), may) {
+        if n as usize > people.len() + later.0.len() {
+            return Err(ValidationError::new(
+                field("quorum"),
+                format!("{n} approvals, but only {} people may decide", people.len() + later.0.len()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn literal_groups(assignees: &Value) -> bool {
@@ -237,7 +281,11 @@ impl ApprovalConfig {
             Some(e) => {
                 let (p, g) = assignees("config.escalate", Some(e))?;
                 let after = match &e["after"] {
-                    Value::String(t) => crate::duration::parse(t).map_err(|m| format!("config.escalate.after: {m}"))?,
+                    Value::String(t) => match crate::duration::parse(t) {
+                        Ok(d) if !d.is_zero() => d,
+                        Ok(_) => return Err("config.escalate.after: must be greater than zero".into()),
+                        Err(m) => return Err(format!("config.escalate.after: {m}")),
+                    },
                     _ => return Err("config.escalate.after: a duration such as \"4h\" is required".into()),
                 };
                 if self.timeout.is_some_and(|t| t <= after) {
@@ -293,7 +341,16 @@ impl ApprovalConfig {
         if vote.comment.as_ref().is_some_and(|c| c.chars().count() > MAX_COMMENT_CHARS || c.contains('\0')) {
             return Err(Refusal::Invalid(format!("comment: at most {MAX_COMMENT_CHARS} characters, without NUL")));
         }
-        if let (Answer::Approve, Some(form)) = (vote.answer, &self.form) {
+        let size = serde_json::to_string(&vote.data).map_or(usize::MAX, |t| t.len());
+        if size > MAX_VOTE_DATA {
+            return Err(Refusal::Invalid(format!("data: {size} bytes, over the {MAX_VOTE_DATA} a vote may carry")));
+        }
+        // The form the step started with (a move to another version keeps it).
+        let form = match &request["form"] {
+            Value::Null => None,
+            f => Some(InputSchema::compile(f, "form").map_err(|e| Refusal::Invalid(format!("the step's form: {e}")))?),
+        };
+        if let (Answer::Approve, Some(form)) = (vote.answer, &form) {
             form.check(&vote.data).map_err(|m| {
                 Refusal::Invalid(match m {
                     Mismatch::At { at, why } if at.is_empty() => format!("data does not match the form: {why}"),
@@ -320,6 +377,17 @@ impl ApprovalConfig {
         if approvals < needed {
             return Ok(Tally::Open);
         }
+        // Each vote without its data: the decider's is the output's `data`.
+        let votes: Vec<Value> = votes
+            .iter()
+            .map(|v| {
+                let mut v = json!(v);
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("data");
+                }
+                v
+            })
+            .collect();
         Ok(Tally::Approved(json!({
             "decision": "approved",
             "decided_by": vote.person,
@@ -364,6 +432,10 @@ pub fn escalated(request: &Value, now: DateTime<Utc>) -> Option<Value> {
         r["assignees"][list] = Value::Array(names);
     }
     r["escalated"] = json!(true);
+    // "all" is every person named, those the escalation names too.
+    if request["quorum"] == "all" {
+        r["needed"] = json!(r["assignees"]["people"].as_array().map_or(1, Vec::len));
+    }
     Some(r)
 }
 

@@ -2864,3 +2864,58 @@ fn a_maps_chunks_of_items_share_one_scope_an_event() {
     assert_eq!(s.run.status, RunStatus::Succeeded, "{:?}", s.run.error);
     assert_eq!(s.task("each").output, Some(json!(vec![300; 7])));
 }
+
+#[test]
+fn an_approval_escalates_once_and_a_second_firing_of_its_timer_changes_nothing() {
+    use crate::definition::approval::{Answer, Vote};
+    let spec = json!({"name": "ok", "nodes": [{"id": "a", "type": "APPROVAL", "config": {"prompt": "ok?",
+        "assignees": {"people": ["ana", "bo"]}, "quorum": "all", "escalate": {"after": "1h", "people": ["cy"]}}}]});
+    let mut s = Sim::new(parse(spec));
+    s.apply(Event::RunStarted);
+    let a = s.task("a").clone();
+    assert_eq!((a.state, a.wake_at), (TaskState::Waiting, Some(s.now + chrono::Duration::hours(1))));
+    assert!(s.apply(Event::TimerFired { task_id: a.id }).ignored.is_some(), "not due yet");
+    s.now += chrono::Duration::hours(1);
+    let tr = s.apply(Event::TimerFired { task_id: a.id });
+    assert!(tr.ignored.is_none(), "{:?}", tr.ignored);
+    let a = s.task("a").clone();
+    assert_eq!((a.state, a.wake_at, a.input["needed"].clone()), (TaskState::Waiting, None, json!(3)));
+    // Another coordinator fires the same timer again: no deadline, so it waits on.
+    let again = s.apply(Event::TimerFired { task_id: a.id });
+    assert!(again.ignored.is_some());
+    assert_eq!(s.task("a").state, TaskState::Waiting);
+    // "all" is everyone named, the escalation's too; each vote once.
+    let vote = |p: &str| Vote {
+        person: p.into(),
+        answer: Answer::Approve,
+        data: json!({}),
+        comment: None,
+        via: None,
+        at: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+    };
+    let mut earlier = Vec::new();
+    for p in ["ana", "cy"] {
+        let e = Event::ApprovalVote {
+            task_id: a.id,
+            attempt: 1,
+            vote: Box::new(vote(p)),
+            groups: vec![],
+            earlier: earlier.clone(),
+        };
+        assert!(s.apply(e).ignored.is_none());
+        earlier.push(vote(p));
+    }
+    assert_eq!(s.task("a").state, TaskState::Waiting, "bo has not approved");
+    let twice = Event::ApprovalVote {
+        task_id: a.id,
+        attempt: 1,
+        vote: Box::new(vote("ana")),
+        groups: vec![],
+        earlier: earlier.clone(),
+    };
+    assert!(s.apply(twice).ignored.unwrap().contains("already decided"));
+    let last = Event::ApprovalVote { task_id: a.id, attempt: 1, vote: Box::new(vote("bo")), groups: vec![], earlier };
+    assert!(s.apply(last).ignored.is_none());
+    assert_eq!(s.task("a").state, TaskState::Completed);
+    assert_eq!(s.run.status, RunStatus::Succeeded);
+}

@@ -44,6 +44,12 @@ fn a_config_names_what_is_wrong_with_it() {
         (json!({"notify": {"workflow": "x", "input": {}}}), "notify.input"),
         (json!({"notify": {"workflow": "../x"}}), "notify.workflow"),
         (json!({"colour": 1}), "colour"),
+        (json!({"assignees": {}}), "names no person"),
+        (json!({"assignees": {"people": [""]}}), "not a name"),
+        (json!({"assignees": {"poeple": ["a"]}}), "poeple"),
+        (json!({"quorum": 3, "assignees": {"people": ["a", "b"]}}), "only 2 people"),
+        (json!({"prompt": "${ .secrets.token }"}), "cannot read secrets"),
+        (json!({"escalate": {"after": "1h", "people": [1]}}), "not a name"),
     ] {
         let mut c = base.clone();
         for (k, v) in change.as_object().unwrap() {
@@ -60,7 +66,7 @@ fn a_config_names_what_is_wrong_with_it() {
 
 #[test]
 fn a_request_is_the_evaluated_config_checked() {
-    let a = config(json!({"prompt": "p", "assignees": {}, "quorum": 2, "timeout": "1h"})).unwrap();
+    let a = config(json!({"prompt": "p", "assignees": "${ .input.who }", "quorum": 2, "timeout": "1h"})).unwrap();
     let r = a.request(&json!({"prompt": "Refund 5?", "assignees": {"people": ["ana", "bo", "ana"]}}), now()).unwrap();
     assert_eq!(r["assignees"], json!({"people": ["ana", "bo"], "groups": []}), "each name once");
     assert_eq!(r["needed"], 2);
@@ -82,11 +88,10 @@ fn a_request_is_the_evaluated_config_checked() {
 
 #[test]
 fn one_rejection_rejects_and_the_quorums_last_approval_approves() {
-    let a = config(json!({"prompt": "p", "assignees": {}, "quorum": 2,
-        "form": {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}}))
-    .unwrap();
-    let r =
-        a.request(&json!({"prompt": "p", "assignees": {"people": ["ana", "bo"], "groups": ["ops"]}}), now()).unwrap();
+    let form = json!({"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]});
+    let a = config(json!({"prompt": "p", "assignees": "${ .input.who }", "quorum": 2, "form": form})).unwrap();
+    let evaluated = json!({"prompt": "p", "assignees": {"people": ["ana", "bo"], "groups": ["ops"]}, "form": form});
+    let r = a.request(&evaluated, now()).unwrap();
     let ana = vote("ana", Answer::Approve, json!({"amount": 5}));
     assert_eq!(a.tally(&r, &[], &ana, &[]), Ok(Tally::Open));
     assert!(a.tally(&r, std::slice::from_ref(&ana), &ana, &[]).unwrap_err().contains("already decided"));
@@ -106,13 +111,15 @@ fn one_rejection_rejects_and_the_quorums_last_approval_approves() {
     }
     let no = Vote { comment: Some("too much".into()), ..vote("bo", Answer::Reject, Value::Null) };
     assert_eq!(a.tally(&r, &[ana], &no, &[]), Ok(Tally::Rejected("rejected by bo: too much".into())));
+    let big = vote("bo", Answer::Approve, json!({"amount": 1, "note": "n".repeat(MAX_VOTE_DATA)}));
+    assert!(a.tally(&r, &[], &big, &[]).unwrap_err().contains("over the 65536 a vote may carry"));
     let long = Vote { comment: Some("c".repeat(MAX_COMMENT_CHARS + 1)), ..vote("bo", Answer::Reject, Value::Null) };
     assert!(a.tally(&r, &[], &long, &[]).unwrap_err().contains("comment"));
 }
 
 #[test]
 fn all_counts_every_person_and_an_escalation_adds_people_once() {
-    let a = config(json!({"prompt": "p", "assignees": {}, "quorum": "all", "timeout": "1h",
+    let a = config(json!({"prompt": "p", "assignees": "${ .input.who }", "quorum": "all", "timeout": "1h",
         "escalate": {"people": ["cy"], "after": "30m"}}))
     .unwrap();
     let evaluated = json!({"prompt": "p", "assignees": {"people": ["ana", "bo"]},

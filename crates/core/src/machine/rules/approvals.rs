@@ -43,6 +43,11 @@ impl Machine<'_> {
         }
         let tally =
             config.tally(&task.input, earlier, &vote, groups).map_err(|why| Ignore(IgnoreKind::Refused, why))?;
+        if let Tally::Approved(output) = &tally {
+            let max = self.run.max_payload;
+            crate::storable::check(output, "the approval's output", max)
+                .map_err(|why| Ignore(IgnoreKind::Refused, why))?;
+        }
         let mut noted = json!({"person": vote.person, "answer": vote.answer});
         if let Some(via) = &vote.via {
             noted["via"] = json!(via);
@@ -67,6 +72,10 @@ impl Machine<'_> {
     /// it waits for its deadline), or its deadline (it fails).
     pub(super) fn approval_timed_out(&mut self, t: usize) -> Result<(), Ignore> {
         let task = &self.run.tasks[t];
+        // A second firing of a timer another coordinator fired first.
+        if approval::next_wake(&task.input).is_none_or(|w| w > self.now) {
+            return Err(Ignore(IgnoreKind::NotDue, "the approval's next time has not come".into()));
+        }
         if let Some(request) = approval::escalated(&task.input, self.now) {
             let task = &mut self.run.tasks[t];
             task.wake_at = approval::next_wake(&request);
