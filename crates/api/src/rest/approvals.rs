@@ -7,6 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use composer_core::definition::approval::Answer;
+pub use composer_core::definition::approval::Vote as ApprovalVote;
 use composer_core::schema;
 
 /// An APPROVAL step: what it asks, of whom, and the votes so far.
@@ -56,22 +57,6 @@ pub struct Assignees {
     pub people: Vec<String>,
     /// Groups of the sign-in (the identity provider's): any member may decide.
     pub groups: Vec<String>,
-}
-
-/// One person's vote.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
-pub struct ApprovalVote {
-    pub person: String,
-    pub answer: Answer,
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    #[schema(value_type = schema::JsonValue)]
-    pub data: Value,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comment: Option<String>,
-    /// The administrator who decided for `person`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub via: Option<String>,
-    pub at: DateTime<Utc>,
 }
 
 /// A page of approvals, newest first.

@@ -74,11 +74,13 @@ pub enum Answer {
 
 /// One person's vote on an approval, as stored and as its output shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ApprovalVote))]
 pub struct Vote {
     pub person: String,
     pub answer: Answer,
     /// The form's data (an approval's must match the form).
     #[serde(default, skip_serializing_if = "Value::is_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::JsonValue))]
     pub data: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
