@@ -274,7 +274,7 @@ impl WorkflowBuilder {
     }
 
     /// A node as the JSON language writes it (HTTP, TRANSFORM, WAIT,
-    /// WAIT_FOR_EVENT, MAP, LOOP, SUB_WORKFLOW, FAIL, or a type another
+    /// WAIT_FOR_EVENT, APPROVAL, MAP, LOOP, SUB_WORKFLOW, FAIL, or a type another
     /// worker runs), after the nodes `after` names: its output is JSON.
     pub fn node(&mut self, node: NodeSpec, after: &[&str]) -> Ref<Value> {
         let id = node.id.clone();
