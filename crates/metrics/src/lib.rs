@@ -74,11 +74,12 @@ macro_rules! metrics {
 metrics! {
     EVENTS: Counter(Coordinator), "composer_events_total",
         "Events handled by the engine, by event and result (applied or the reason it was ignored).",
-        event = ["RunStarted", "TaskCompleted", "TaskFailed", "TimerFired", "EventReceived", "CancelRun", "RetryRun",
-                 "PauseRun", "ResumeRun", "RunTimedOut", "TaskInDoubt", "ResolveTask", "RerunFrom", "CompleteTask",
+        event = ["RunStarted", "TaskCompleted", "TaskFailed", "TimerFired", "EventReceived", "ApprovalVote", "CancelRun",
+                 "RetryRun", "PauseRun", "ResumeRun", "RunTimedOut", "TaskInDoubt", "ResolveTask", "RerunFrom", "CompleteTask",
                  "ItemsLoaded", "ItemsCollected", "SourcesLoaded", "ChildFinished", "Migrate"],
         result = ["applied", "already_started", "run_finished", "unknown_task", "stale_attempt", "already_finished",
-                  "not_waiting", "not_due", "not_failed", "not_paused", "not_dispatched", "not_in_doubt"];
+                  "not_waiting", "not_due", "not_failed", "not_paused", "not_dispatched", "not_in_doubt",
+                  "refused"];
     EVENT_DURATION: Histogram(Coordinator), "composer_event_duration_seconds",
         "Time to handle one event: lock, state machine, write, commit.";
     REPORT_DURATION: Histogram(Coordinator), "composer_report_duration_seconds",

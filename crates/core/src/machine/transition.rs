@@ -58,8 +58,8 @@ impl IgnoreKind {
             IgnoreKind::NotFailed => "not_failed",
             IgnoreKind::NotPaused => "not_paused",
             IgnoreKind::NotDispatched => "not_dispatched",
-            IgnoreKind::Refused => "refused",
             IgnoreKind::NotInDoubt => "not_in_doubt",
+            IgnoreKind::Refused => "refused",
         }
     }
 }
