@@ -54,7 +54,7 @@ pub(crate) struct InboxQuery {
     #[param(inline)]
     view: Option<View>,
     /// The previous page's next_cursor.
-    #[param(max_length = 100)]
+    #[param(pattern = "^[0-9]{1,15}~[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     cursor: Option<String>,
     /// 1 to 500 (default 50).
     #[param(value_type = Option<i32>, minimum = 1, maximum = 500)]
@@ -83,13 +83,16 @@ pub(crate) async fn list_approvals(
     }
     let after = q.cursor.as_deref().map(cursor).transpose()?;
     let (rows, next) = inbox(&pool, engine.payloads(), &by, q.view.unwrap_or_default(), (after, limit)).await?;
-    let next_cursor = next.map(|(at, id)| format!("{}~{id}", at.to_rfc3339()));
+    let next_cursor = next.map(|(at, id)| format!("{}~{id}", at.timestamp_micros().max(0)));
     Ok(Json(ApprovalList { approvals: rows.into_iter().map(approval_view).collect(), next_cursor }))
 }
 
-/// A page's cursor: the last approval's `updated_at` and task id.
+/// A page's cursor: the last approval's `updated_at` (Unix microseconds)
+/// and task id.
 fn cursor(text: &str) -> ApiResult<(DateTime<Utc>, uuid::Uuid)> {
-    let parsed = text.split_once('~').and_then(|(at, id)| Some((at.parse().ok()?, id.parse().ok()?)));
+    let parsed = text
+        .split_once('~')
+        .and_then(|(at, id)| Some((DateTime::from_timestamp_micros(at.parse().ok()?)?, id.parse().ok()?)));
     parsed.ok_or_else(|| ApiError::bad_request("cursor: not one a page of approvals gave"))
 }
 
@@ -138,7 +141,7 @@ async fn resolved(payloads: &Payloads, row: &mut ApprovalRow) -> ApiResult<()> {
 /// once decided its output or why it failed.
 #[utoipa::path(
     get, path = "/v1/approvals/{run_id}/{node}", operation_id = "getApproval", tag = "approvals",
-    params(("run_id" = uuid::Uuid, Path, description = "the run"), ("node" = String, Path, description = "the APPROVAL node")),
+    params(("run_id" = uuid::Uuid, Path, description = "the run"), ("node" = composer_core::schema::Name, Path, description = "the APPROVAL node")),
     responses(
         (status = 200, description = "the approval", body = Approval),
         (status = 404, description = "no such run, or no APPROVAL step of that node in it", body = composer_api::ErrorBody),
@@ -162,7 +165,7 @@ pub(crate) async fn get_approval(
 /// the vote.
 #[utoipa::path(
     post, path = "/v1/approvals/{run_id}/{node}/decide", operation_id = "decideApproval", tag = "approvals",
-    params(("run_id" = uuid::Uuid, Path, description = "the run"), ("node" = String, Path, description = "the APPROVAL node")),
+    params(("run_id" = uuid::Uuid, Path, description = "the run"), ("node" = composer_core::schema::Name, Path, description = "the APPROVAL node")),
     request_body = DecideRequest,
     responses(
         (status = 200, description = "the vote was cast: the approval as it stands now", body = Approval),
