@@ -135,16 +135,33 @@ async fn a_coordinator_killed_mid_call_leaves_its_step_to_a_worker_by_the_lease(
     let client = Client::new(&urls[0]);
     let spec = json!({"name": "cut", "nodes": [http_node("a", &http.url("/slow/3000/a"), 1)]});
     assert_eq!(client.post("/v1/workflows", &spec).await.0, 201);
-    let (_, run) = client.post("/v1/runs", &json!({"workflow": "cut"})).await;
-    let run_id: uuid::Uuid = run["id"].as_str().unwrap().parse().unwrap();
     // No worker yet: only the first coordinator's own executor can have it.
+    // It runs a step its coordinator's commit hands to one of its polls
+    // that waits; a step made ready between two polls (or before the first,
+    // on busy cores) goes to the workers' streams, and no worker is here
+    // yet. So a run whose step no coordinator took in 10 s is cancelled, and
+    // another started (at most three).
     let pool = db.pool();
     let owner = "SELECT lease_owner FROM task_instances WHERE run_id = $1 AND state = 'RUNNING'";
-    let held: String = eventually(T, "the coordinator to run the step", || async {
-        let c = pool.get().await.unwrap();
-        c.query_opt(owner, &[&run_id]).await.unwrap().and_then(|r| r.get::<_, Option<String>>(0))
-    })
-    .await;
+    let mut tries = 0;
+    let (run_id, held) = loop {
+        tries += 1;
+        let (_, run) = client.post("/v1/runs", &json!({"workflow": "cut"})).await;
+        let run_id: uuid::Uuid = run["id"].as_str().unwrap().parse().unwrap();
+        let took: Result<String, _> = composer_testkit::poll_until(Duration::from_secs(10), || async {
+            let c = pool.get().await.unwrap();
+            c.query_opt(owner, &[&run_id]).await.unwrap().and_then(|r| r.get::<_, Option<String>>(0))
+        })
+        .await;
+        match took {
+            Ok(held) => break (run_id, held),
+            Err(_) if tries < 3 => {
+                let (status, body) = client.post(&format!("/v1/runs/{run_id}/cancel"), &json!({})).await;
+                assert_eq!(status, 200, "{body}");
+            }
+            Err(seen) => panic!("the coordinator to run the step: not in {tries} runs of 10 s ({seen:?})"),
+        }
+    };
     assert!(held.starts_with("coordinator-"), "{held}");
     eventually(T, "the call to be in flight", || async { (http.calls("/slow/3000/a") == 1).then_some(()) }).await;
     let _ = procs[0].0.kill();
