@@ -434,5 +434,7 @@ async fn the_inbox_pages_through_every_waiting_approval_once() {
     want.sort();
     assert_eq!(seen, want);
     assert_eq!(e.get("/v1/approvals?cursor=nonsense").await.0, 400);
+    assert_eq!(e.get("/v1/approvals?limit=500").await.0, 200);
+    assert_eq!(e.get("/v1/approvals?limit=501").await.0, 400, "MAX_APPROVAL_PAGE");
     e.stop().await;
 }
