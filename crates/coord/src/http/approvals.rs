@@ -21,7 +21,7 @@ use composer_core::definition::NodeKind;
 use composer_core::machine::Event;
 use composer_store::approvals::{ApprovalRow, Inbox};
 use composer_store::Pool;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{json_size, run_id, Body, Limit, Path, Query};
@@ -278,10 +278,6 @@ fn vote_of(config: &Config, by: &Principal, req: DecideRequest) -> ApiResult<(Vo
     Ok((vote, groups))
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
-}
-
 /// An approval as the API shows it.
 pub(crate) fn approval_view(row: ApprovalRow) -> Approval {
     let r = &row.request;
@@ -293,7 +289,10 @@ pub(crate) fn approval_view(row: ApprovalRow) -> Approval {
         state: row.state,
         attempt: row.attempt,
         prompt: r["prompt"].as_str().unwrap_or_default().to_string(),
-        assignees: Assignees { people: strings(&r["assignees"]["people"]), groups: strings(&r["assignees"]["groups"]) },
+        assignees: Assignees {
+            people: approval::names(&r["assignees"]["people"]),
+            groups: approval::names(&r["assignees"]["groups"]),
+        },
         quorum: r["quorum"].clone(),
         needed: r["needed"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(1),
         form: r.get("form").filter(|f| !f.is_null()).cloned(),

@@ -90,8 +90,8 @@ pub async fn approval_page(State(c): State<RunControl>, Path((id, node)): Path<(
             html!(
                 "<tr><td>{}</td><td class=\"{}\">{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 &v.person,
-                answer_name(v.answer),
-                answer_name(v.answer),
+                v.answer.as_str(),
+                v.answer.as_str(),
                 if v.data.is_null() { String::new() } else { v.data.to_string() },
                 v.comment.as_deref().unwrap_or(""),
                 v.via.as_deref().unwrap_or(""),
@@ -127,13 +127,6 @@ pub async fn approval_page(State(c): State<RunControl>, Path((id, node)): Path<(
         outcome
     );
     Ok(page("Approval", body).into_response())
-}
-
-fn answer_name(a: Answer) -> &'static str {
-    match a {
-        Answer::Approve => "approve",
-        Answer::Reject => "reject",
-    }
 }
 
 fn decided_by(a: &Approval) -> String {

@@ -72,6 +72,22 @@ pub enum Answer {
     Reject,
 }
 
+impl Answer {
+    /// As the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Approve => "approve",
+            Answer::Reject => "reject",
+        }
+    }
+}
+
+/// The names a list of a request holds (`assignees.people`, `…groups`);
+/// none when it is not a list.
+pub fn names(list: &Value) -> Vec<String> {
+    list.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
+}
+
 /// One person's vote on an approval, as stored and as its output shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ApprovalVote))]

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::definition::approval::{Answer, Vote};
+use crate::definition::approval::{names, Answer, Vote};
 use crate::machine::{Event, Task};
 
 /// The votes cast so far on each approval's attempt, and those refused.
@@ -36,7 +36,7 @@ impl Votes {
             _ => Answer::Approve,
         };
         let (person, groups) = match scripted["person"].as_str() {
-            Some(p) => (p.to_string(), strings(&scripted["groups"])),
+            Some(p) => (p.to_string(), names(&scripted["groups"])),
             None => next_assignee(&task.input, &earlier),
         };
         let vote = Vote {
@@ -66,17 +66,13 @@ impl Votes {
 /// group named.
 fn next_assignee(request: &Value, earlier: &[Vote]) -> (String, Vec<String>) {
     let voted = |p: &str| earlier.iter().any(|v| v.person == p);
-    let people = strings(&request["assignees"]["people"]);
+    let people = names(&request["assignees"]["people"]);
     if let Some(p) = people.into_iter().find(|p| !voted(p)) {
         return (p, Vec::new());
     }
-    let group = strings(&request["assignees"]["groups"]).into_iter().next().unwrap_or_default();
+    let group = names(&request["assignees"]["groups"]).into_iter().next().unwrap_or_default();
     let n = (1..).find(|n| !voted(&format!("{group}-member-{n}"))).unwrap_or(1);
     (format!("{group}-member-{n}"), vec![group])
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
 }
 
 #[cfg(test)]
