@@ -19,7 +19,8 @@
 //! - [`definitions`]: the definitions starts name, read in batches and kept.
 //! - [`schedules`]: the timer loop's pass that fires schedules, and backfill.
 //! - [`triggers`]: events recorded once, starting the runs their triggers start;
-//!   [`replay`]: their triggers run again over recorded events, a batch at a time.
+//!   [`replay`]: their triggers run again over recorded events, a batch at a time;
+//!   `flows`: a trigger's debounce, batch, throttle and singleton at work.
 //! - [`webhooks`]: a webhook's spec, signature and transform (the pure part).
 //! - [`metrics`]: every count and spawned task in the namespace of the work
 //!   that made it.
@@ -49,6 +50,7 @@ pub mod coordinator;
 pub mod definitions;
 pub mod demo;
 pub mod engine;
+mod flows;
 pub mod http;
 pub mod in_process;
 pub mod limits;

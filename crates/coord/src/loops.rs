@@ -460,6 +460,11 @@ pub async fn fire_due_waits(shared: &Shared) -> Result<usize, composer_store::Er
         Ok(n) => fired += n,
         Err(e) => tracing::error!(error = %e, "failed to fire deadlines"),
     }
+    // Triggers' held events whose time has come (debounce, batch, throttle).
+    match crate::flows::fire_due(&shared.config, &shared.engine, shared.config.timer_batch).await {
+        Ok(n) => fired += n,
+        Err(e) => tracing::error!(error = %e, "failed to start the runs of held trigger events"),
+    }
     if fired > 0 {
         crate::metrics::inc(composer_metrics::TIMERS_FIRED, &[], fired as u64);
     }

@@ -125,7 +125,9 @@ async fn trigger_input(engine: &Engine, e: &LoggedEvent) -> Result<Value, Engine
 /// workflow's `triggers`, which a new version may shift, so a failed
 /// trigger of such a workflow could be another trigger that already ran.
 fn owed(planned: Vec<Planned>, done: &[EventRun]) -> Vec<Planned> {
-    let with_run: HashSet<&str> = done.iter().filter(|r| r.run_id.is_some()).map(|r| r.workflow.as_str()).collect();
+    // An event a flow control held, replaced or dropped was taken as it meant.
+    let taken = |r: &&EventRun| r.run_id.is_some() || (r.flow.is_some() && r.error.is_none());
+    let with_run: HashSet<&str> = done.iter().filter(taken).map(|r| r.workflow.as_str()).collect();
     planned.into_iter().filter(|p| !with_run.contains(p.def.name.as_str())).collect()
 }
 
@@ -157,12 +159,13 @@ async fn replay_one(s: &Shared, replay: Uuid, seq: i64) -> Result<Option<Replaye
         let sending = Sending {
             config: &s.config,
             engine: &s.engine,
+            seq,
             name: &event.name,
             event_id: &event.event_id,
             traceparent: None,
             replay: Some(replay),
         };
-        let (runs, started) = sending.start_runs(&mut tx, owed(planned, &done), already).await?;
+        let (runs, after) = sending.start_runs(&mut tx, owed(planned, &done), already).await?;
         for run in &runs {
             replays::record(&tx, seq, run).await?;
         }
@@ -170,9 +173,7 @@ async fn replay_one(s: &Shared, replay: Uuid, seq: i64) -> Result<Option<Replaye
         replayed.failed = runs.iter().filter(|r| r.run_id.is_none()).count() as i64;
         replays::looked_at(&tx, replay, seq, replayed.started, replayed.failed, None).await?;
         tx.commit().await?;
-        for started in started {
-            s.engine.started(started);
-        }
+        after.run(&s.engine).await;
     } else {
         replays::looked_at(&tx, replay, seq, 0, 0, None).await?;
         tx.commit().await?;

@@ -7,7 +7,7 @@
 //! and answers the same runs. Waiting steps get the event after the commit,
 //! as before triggers existed (see [`composer_store::events`]).
 
-use composer_api::{EventSent, TriggerFailure, TriggeredRun};
+use composer_api::{EventSent, TriggerFailure, TriggerHeld, TriggeredRun};
 use composer_core::definition::{Fired, Workflow};
 use composer_core::machine::Event;
 use composer_store::definitions::DefinitionRow;
@@ -21,6 +21,7 @@ use crate::engine::evaluator::Subject;
 use crate::engine::starts::{StartOptions, Started};
 use crate::engine::Engine;
 use crate::engine::{EngineError, EventRequest, Rejection};
+use crate::flows::{AfterCommit, Arrival};
 use composer_store::Pool;
 
 /// An event as it arrived, checked for size by the caller.
@@ -91,8 +92,8 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
         return Ok(Sent { answer: duplicate(&event_id, first), first: recorded });
     };
     let sending =
-        Sending { config, engine, name: ev.name, event_id: &event_id, traceparent: ev.traceparent, replay: None };
-    let (runs, started) = sending.start_runs(&mut tx, planned, 0).await?;
+        Sending { config, engine, seq, name: ev.name, event_id: &event_id, traceparent: ev.traceparent, replay: None };
+    let (runs, after) = sending.start_runs(&mut tx, planned, 0).await?;
     for run in &runs {
         triggers::record_run(&tx, seq, run).await?;
     }
@@ -100,9 +101,7 @@ pub async fn send(config: &Config, pool: &Pool, engine: &Arc<Engine>, ev: Incomi
     let (buffered_id, waiters) =
         composer_store::events::record(&tx, ev.name, ev.key, stored, config.event_retention, seq).await?;
     tx.commit().await?;
-    for s in started {
-        engine.started(s);
-    }
+    after.run(engine).await;
     let link = ev.traceparent.and_then(|t| composer_core::trace::TraceContext::parse(t).ok());
     let delivered = deliver(engine, &client, buffered_id, &waiters, ev.payload, link).await?;
     if delivered > 0 {
@@ -155,6 +154,8 @@ pub(crate) async fn plan(
 pub(crate) struct Sending<'a> {
     pub config: &'a Config,
     pub engine: &'a Arc<Engine>,
+    /// Its place in the event log.
+    pub seq: i64,
     /// The event's name and id.
     pub name: &'a str,
     pub event_id: &'a str,
@@ -165,17 +166,17 @@ pub(crate) struct Sending<'a> {
 
 impl Sending<'_> {
     /// Starts in `tx` the run of each planned trigger that fired, up to
-    /// [`MAX_EVENT_RUNS`] with the `already` the event started; returns
-    /// what each trigger did, and the runs started, to hand to the engine
-    /// after the commit.
+    /// [`MAX_EVENT_RUNS`] with the `already` the event started, or hands
+    /// the event to the trigger's flow control; returns what each trigger
+    /// did, and the runs started, to hand to the engine after the commit.
     pub async fn start_runs(
         &self,
         tx: &mut composer_store::Transaction<'_>,
         planned: Vec<Planned>,
         already: usize,
-    ) -> Result<(Vec<EventRun>, Vec<Started>), EngineError> {
+    ) -> Result<(Vec<EventRun>, AfterCommit), EngineError> {
         let mut runs: Vec<EventRun> = Vec::new();
-        let mut started: Vec<Started> = Vec::new();
+        let mut after = AfterCommit::default();
         for Planned { def, index, fired } in planned {
             let mut run = EventRun {
                 workflow: def.name.clone(),
@@ -183,23 +184,41 @@ impl Sending<'_> {
                 run_id: None,
                 error: None,
                 replayed_by: self.replay,
+                flow: None,
+                flow_note: None,
             };
             match fired {
                 Ok(None) => continue,
                 Err(e) => run.error = Some(e),
-                Ok(Some(_)) if already + started.len() >= MAX_EVENT_RUNS => {
+                Ok(Some(_)) if already + after.started.len() >= MAX_EVENT_RUNS => {
                     run.error = Some(format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"));
                 }
-                Ok(Some(fired)) => match self.start_fired(tx, &def, index, fired).await? {
-                    Ok(s) => {
-                        run.run_id = Some(s.row.id);
-                        // An idempotency key found a run another started.
-                        if !s.new {
-                            run.replayed_by = None;
-                        }
-                        started.push(s);
+                Ok(Some(mut fired)) => match fired.flow.take() {
+                    Some(flowed) => {
+                        let arrival = Arrival {
+                            config: self.config,
+                            engine: self.engine,
+                            seq: self.seq,
+                            name: self.name,
+                            event_id: self.event_id,
+                            traceparent: self.traceparent,
+                            replay: self.replay,
+                            def: &def,
+                            index,
+                        };
+                        arrival.arrive(tx, fired, flowed, &mut run, &mut after).await?;
                     }
-                    Err(why) => run.error = Some(why),
+                    None => match self.start_fired(tx, &def, index, fired).await? {
+                        Ok(s) => {
+                            run.run_id = Some(s.row.id);
+                            // An idempotency key found a run another started.
+                            if !s.new {
+                                run.replayed_by = None;
+                            }
+                            after.started.push(s);
+                        }
+                        Err(why) => run.error = Some(why),
+                    },
                 },
             }
             if let Some(e) = &mut run.error {
@@ -208,7 +227,7 @@ impl Sending<'_> {
             }
             runs.push(run);
         }
-        Ok((runs, started))
+        Ok((runs, after))
     }
 
     /// Starts the run trigger `index` of `def` fired; `Ok(Err(why))` when
@@ -220,7 +239,7 @@ impl Sending<'_> {
         index: usize,
         fired: Fired,
     ) -> Result<Result<Started, String>, EngineError> {
-        let Fired { input, idempotency_key } = fired;
+        let Fired { input, idempotency_key, .. } = fired;
         // As a start's input: past COMPOSER_MAX_PAYLOAD only with offloading.
         if let Err(why) = composer_core::storable::check(&input, "input", self.config.max_value()) {
             return Ok(Err(format!("the run's input: {why}")));
@@ -330,7 +349,20 @@ fn answer(id: String, delivered: usize, runs: &[EventRun], duplicate: bool) -> E
             r.error.clone().map(|error| TriggerFailure { workflow: r.workflow.clone(), trigger: r.trigger, error })
         })
         .collect();
+    let held = runs
+        .iter()
+        .filter(|r| r.run_id.is_none() && r.error.is_none())
+        .filter_map(|r| {
+            Some(TriggerHeld {
+                workflow: r.workflow.clone(),
+                trigger: r.trigger,
+                flow: r.flow.clone()?,
+                note: r.flow_note.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
     EventSent {
+        held,
         matched: delivered,
         buffered: delivered == 0,
         id,

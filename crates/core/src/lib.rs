@@ -4,6 +4,8 @@
 //!
 //! - [`duration`]: durations written like `500ms`, `30s`, `10m`.
 //! - [`expr`]: jq expressions and `${ … }` templates (jaq).
+//! - [`flow`]: a trigger's debounce, batch and throttle, per key: what an
+//!   event and the passing of time do to what the key holds.
 //! - [`http`]: what an HTTP node makes of its target's answer.
 //! - [`limiter`]: which steps held by their limits may go now (token
 //!   buckets, concurrency slots, a target's `Retry-After`).
@@ -21,6 +23,7 @@
 pub mod definition;
 pub mod duration;
 pub mod expr;
+pub mod flow;
 pub mod http;
 pub mod limiter;
 pub mod machine;

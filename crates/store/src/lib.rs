@@ -28,7 +28,8 @@
 //! - [`schedules`]: cron schedules and the fires they made.
 //! - [`sessions`]: logins to the web UI, by the hash of their id.
 //! - [`triggers`]: which workflows listen to an event name, and the event log;
-//!   [`replays`]: their triggers run again over recorded events.
+//!   [`replays`]: their triggers run again over recorded events; [`flows`]:
+//!   what a trigger's debounce, batch, throttle or singleton holds per key.
 //! - [`webhooks`]: webhooks (never their secret).
 //! - [`updates`]: updates sent to runs, each answered once by its id.
 //! - [`approvals`]: the inbox of waiting APPROVAL steps, and each person's vote.
@@ -46,6 +47,7 @@ pub mod definitions;
 pub mod error;
 pub mod events;
 pub mod fixtures;
+pub mod flows;
 pub mod keys;
 pub mod leases;
 pub mod limits;

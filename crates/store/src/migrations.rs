@@ -44,6 +44,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (38, "event_replays", include_str!("../migrations/0038_event_replays.sql")),
     (39, "run_updates", include_str!("../migrations/0039_run_updates.sql")),
     (40, "approvals", include_str!("../migrations/0040_approvals.sql")),
+    (41, "trigger_flows", include_str!("../migrations/0041_trigger_flows.sql")),
 ];
 
 /// Applies the migrations this build knows and the database lacks; returns

@@ -255,7 +255,8 @@ pub async fn lock_event(tx: &Transaction<'_>, seq: i64) -> Result<bool> {
 pub async fn runs_of(tx: &Transaction<'_>, seq: i64) -> Result<Vec<EventRun>> {
     let rows = tx
         .query(
-            "SELECT workflow_name, trigger_index, run_id, error, replayed_by FROM event_runs WHERE event_seq = $1",
+            "SELECT workflow_name, trigger_index, run_id, error, replayed_by, flow, flow_note
+               FROM event_runs WHERE event_seq = $1",
             &[&seq],
         )
         .await?;
@@ -267,6 +268,8 @@ pub async fn runs_of(tx: &Transaction<'_>, seq: i64) -> Result<Vec<EventRun>> {
                 run_id: r.try_get(2)?,
                 error: r.try_get(3)?,
                 replayed_by: r.try_get(4)?,
+                flow: r.try_get(5)?,
+                flow_note: r.try_get(6)?,
             })
         })
         .collect()
@@ -277,12 +280,13 @@ pub async fn runs_of(tx: &Transaction<'_>, seq: i64) -> Result<Vec<EventRun>> {
 /// none, over an earlier failure (never over a run).
 pub async fn record(tx: &Transaction<'_>, seq: i64, run: &EventRun) -> Result<()> {
     tx.execute(
-        "INSERT INTO event_runs (event_seq, workflow_name, trigger_index, run_id, error, replayed_by)
-         VALUES ($1, $2, $3, $4, $5, $6)
+        "INSERT INTO event_runs (event_seq, workflow_name, trigger_index, run_id, error, replayed_by, flow, flow_note)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (event_seq, workflow_name, trigger_index) DO UPDATE
-            SET run_id = EXCLUDED.run_id, error = EXCLUDED.error, replayed_by = EXCLUDED.replayed_by
+            SET run_id = EXCLUDED.run_id, error = EXCLUDED.error, replayed_by = EXCLUDED.replayed_by,
+                flow = EXCLUDED.flow, flow_note = EXCLUDED.flow_note
           WHERE event_runs.run_id IS NULL",
-        &[&seq, &run.workflow, &run.trigger, &run.run_id, &run.error, &run.replayed_by],
+        &[&seq, &run.workflow, &run.trigger, &run.run_id, &run.error, &run.replayed_by, &run.flow, &run.flow_note],
     )
     .await?;
     Ok(())

@@ -65,14 +65,19 @@ pub struct EventRun {
     pub error: Option<String>,
     /// The replay that started the run or last tried to (`None`: the sending).
     pub replayed_by: Option<Uuid>,
+    /// The trigger's flow control that took the event (`debounce`, `batch`,
+    /// `throttle`, `singleton`), and for one that started no run (yet), why.
+    pub flow: Option<String>,
+    pub flow_note: Option<String>,
 }
 
 /// Records what trigger `trigger` of `workflow` did with event `seq`.
 pub async fn record_run(tx: &Transaction<'_>, seq: i64, run: &EventRun) -> Result<()> {
     tx.execute(
-        "INSERT INTO event_runs (event_seq, workflow_name, trigger_index, run_id, error) VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO event_runs (event_seq, workflow_name, trigger_index, run_id, error, flow, flow_note)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT DO NOTHING",
-        &[&seq, &run.workflow, &run.trigger, &run.run_id, &run.error],
+        &[&seq, &run.workflow, &run.trigger, &run.run_id, &run.error, &run.flow, &run.flow_note],
     )
     .await?;
     Ok(())
@@ -128,7 +133,8 @@ fn log_columns(whole_payload: bool) -> String {
          {payload} AS payload,
          COALESCE((SELECT jsonb_agg(jsonb_build_object('workflow', r.workflow_name, 'trigger', r.trigger_index,
                                                        'run_id', r.run_id, 'error', r.error,
-                                                       'replayed_by', r.replayed_by)
+                                                       'replayed_by', r.replayed_by, 'flow', r.flow,
+                                                       'flow_note', r.flow_note)
                                     ORDER BY r.workflow_name, r.trigger_index)
                      FROM event_runs r WHERE r.event_seq = seq), '[]') AS runs"
     )
@@ -146,6 +152,8 @@ fn logged(r: &Row) -> Result<LoggedEvent> {
                     run_id: x["run_id"].as_str().and_then(|s| s.parse().ok()),
                     error: x["error"].as_str().map(str::to_string),
                     replayed_by: x["replayed_by"].as_str().and_then(|s| s.parse().ok()),
+                    flow: x["flow"].as_str().map(str::to_string),
+                    flow_note: x["flow_note"].as_str().map(str::to_string),
                 })
                 .collect()
         })

@@ -158,6 +158,28 @@ fn seed(config: &mut Map<String, Value>, schema: &Value, def: &str, path: &[Stri
     config.insert(outer.clone(), Value::Object(seeded.collect()));
 }
 
+/// A trigger with `value` at `field` (of the trigger or of its flow control).
+fn trigger_with(schema: &Value, field: &SchemaField, value: Value) -> Value {
+    let mut t = json!({"event": "ev"}).as_object().cloned().unwrap_or_default();
+    let flow = match field.def.as_str() {
+        "DebounceSpec" => "debounce",
+        "BatchSpec" => "batch",
+        "ThrottleSpec" => "throttle",
+        _ => {
+            // A flow's key is refused without a flow to count.
+            if field.path[0] == "key" {
+                t.insert("singleton".into(), json!("skip"));
+            }
+            put(&mut t, &field.path, value);
+            return Value::Object(t);
+        }
+    };
+    let mut f = minimal_config(schema, &field.def, field.path.first().map(String::as_str));
+    put(&mut f, &field.path, value);
+    t.insert(flow.into(), Value::Object(f));
+    Value::Object(t)
+}
+
 /// The smallest definition named `name` that holds `value` at `field`, and
 /// otherwise only what evaluates on an empty input: a TRANSFORM, and
 /// whatever the field's place needs (an HTTP node for a limit, two nodes
@@ -194,10 +216,8 @@ pub fn definition_with(schema: &Value, name: &str, field: &SchemaField, value: V
             def["deadlines"] = json!([{"after": "10ms", "start": s}]);
         }
         "UpdateSpec" => def["nodes"] = json!([waiting_with_update(&field.path, value)]),
-        "TriggerSpec" => {
-            let mut t = o(&mut json!({"event": "ev"}));
-            put(&mut t, &field.path, value);
-            def["triggers"] = json!([t]);
+        "TriggerSpec" | "DebounceSpec" | "BatchSpec" | "ThrottleSpec" => {
+            def["triggers"] = json!([trigger_with(schema, field, value)])
         }
         "EdgeSpec" => {
             def["nodes"] = json!([plain, {"id": "m", "type": "TRANSFORM", "config": {"output": 2}}]);

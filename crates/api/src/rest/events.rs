@@ -52,6 +52,11 @@ pub struct EventSent {
     /// An event of this name and id was recorded before: nothing was done again.
     #[serde(default)]
     pub duplicate: bool,
+    /// Triggers whose flow control took the event without starting a run
+    /// for it now: held for a later run, replaced by a later event, or
+    /// dropped, and why.
+    #[serde(default)]
+    pub held: Vec<TriggerHeld>,
 }
 
 /// A recorded event, with what its triggers did.
@@ -73,6 +78,10 @@ pub struct EventView {
     pub delivered_to_waiters: i32,
     pub started_runs: Vec<TriggeredRun>,
     pub trigger_errors: Vec<TriggerFailure>,
+    /// Triggers whose flow control holds the event, replaced it or dropped
+    /// it (once its run starts, the run is in `started_runs`).
+    #[serde(default)]
+    pub held: Vec<TriggerHeld>,
     pub received_at: DateTime<Utc>,
 }
 
@@ -95,6 +104,19 @@ pub struct TriggeredRun {
     /// the event's sending did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replayed_by: Option<Uuid>,
+}
+
+/// What a trigger's flow control did with an event that has no run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct TriggerHeld {
+    #[schema(value_type = schema::Name)]
+    pub workflow: String,
+    pub trigger: i32,
+    /// `debounce`, `batch`, `throttle` or `singleton`.
+    pub flow: String,
+    /// What became of the event: held until when, replaced by which event,
+    /// or dropped, and why.
+    pub note: String,
 }
 
 /// A trigger that matched an event but started no run.

@@ -41,6 +41,7 @@ mod task_api;
 mod tls;
 mod traces;
 mod transactions;
+mod trigger_flows;
 mod triggers;
 mod ui;
 mod updates;

@@ -186,6 +186,11 @@ impl Engine {
         self
     }
 
+    /// The pool of its namespace's database.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// The task-API polls waiting for work.
     pub fn idle_polls(&self) -> &idle::IdlePolls {
         &self.idle

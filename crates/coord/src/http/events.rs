@@ -185,6 +185,7 @@ pub(crate) fn event_view(e: &composer_store::triggers::LoggedEvent) -> EventView
         delivered_to_waiters: e.delivered,
         started_runs: sent.started_runs,
         trigger_errors: sent.trigger_errors,
+        held: sent.held,
         received_at: e.received_at,
     }
 }

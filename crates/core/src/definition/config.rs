@@ -390,6 +390,7 @@ pub static SPEC_EXPRESSIONS: &[(&str, &str, Takes)] = &[
     ("TriggerSpec", "when", Takes::Jq),
     ("TriggerSpec", "input", Takes::Template),
     ("TriggerSpec", "idempotency_key", Takes::Template),
+    ("TriggerSpec", "key", Takes::Template),
     ("EdgeSpec", "when", Takes::Jq),
     ("LimitSpec", "key", Takes::Template),
 ];

@@ -445,7 +445,7 @@ mod tests {
             ("edges", json!([{"from": "a"}]), "edges[0].to", "is required"),
             ("edges", json!([["a", "b"]]), "edges[0]", "must be an object"),
             ("triggers", json!([{"event": 5}]), "triggers[0].event", "expected a string, got 5"),
-            ("triggers", json!([{"event": "e", "input": 1, "key": 1}]), "triggers[0].key", "unknown field"),
+            ("triggers", json!([{"event": "e", "input": 1, "keys": 1}]), "triggers[0].keys", "unknown field"),
             ("on_failure", json!({"workflow": "h", "version": 1.5}), "on_failure.version", "an integer"),
             ("on_failure", json!({"workflow": "h", "on": "FAILED"}), "on_failure.on", "expected an array"),
             ("on_failure", json!({"input": {}}), "on_failure.workflow", "is required"),

@@ -16,6 +16,7 @@
 //!   updates a waiting step accepts, and its decision on one.
 //! - [`approval`]: an APPROVAL node's config, the request its step keeps,
 //!   and how a vote is judged and counted.
+//! - `trigger`: a workflow's triggers and their flow control, compiled.
 //! - [`start`]: what a definition decides of a new run from its input:
 //!   its tags, concurrency key and fairness key, in one scope of it.
 //! - `located`: reading a part of a definition with serde so that an
@@ -43,6 +44,7 @@ pub mod limit;
 pub mod located;
 mod node;
 mod spec;
+mod trigger;
 mod updates;
 
 pub use check::{check_name, check_path_segment, ValidationError, MAX_ID_LEN};
@@ -54,9 +56,12 @@ pub use kind::{
 };
 pub use node::{default_queue, Node, RetryPolicy, MAX_RETRY_ATTEMPTS, MAX_RETRY_MULTIPLIER};
 pub use spec::{
-    ConcurrencySpec, DeadlineSpec, DeadlineStartSpec, Delivery, EdgeOn, EdgeSpec, HookSpec, NodeSpec, On429,
-    OnFailureSpec, RetrySpec, TriggerSpec, UpdateSpec, WorkflowSpec,
+    BatchSpec, ConcurrencySpec, DeadlineSpec, DeadlineStartSpec, DebounceSpec, Delivery, EdgeOn, EdgeSpec, Excess,
+    HookSpec, NodeSpec, On429, OnFailureSpec, RetrySpec, SingletonMode, ThrottleSpec, TriggerSpec, UpdateSpec,
+    WorkflowSpec,
 };
+use trigger::compile_triggers;
+pub use trigger::{Fired, Flow, Flowed, Trigger, MAX_EVENT_KEY, MAX_EVENT_NAME, MAX_TRIGGERS};
 pub use updates::{scope as update_scope, Decision, Update, MAX_REFUSAL_CHARS, MAX_UPDATES};
 
 use check::positive_duration;
@@ -484,114 +489,6 @@ impl Workflow {
     }
 }
 
-/// Most triggers one definition may have (`max_triggers`).
-pub const MAX_TRIGGERS: usize = 16;
-/// Longest event name, in characters (an event's, a trigger's, a webhook's).
-pub const MAX_EVENT_NAME: usize = 256;
-/// Longest event key, in characters: an event's, and so a WAIT_FOR_EVENT
-/// step's (a longer one could never be matched).
-pub const MAX_EVENT_KEY: usize = 1024;
-
-/// A trigger, compiled: the run an event of its name starts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Trigger {
-    pub event: String,
-    when: Option<Expr>,
-    input: Option<Template>,
-    idempotency_key: Option<Template>,
-}
-
-/// What a trigger makes of an event that meets its condition.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Fired {
-    pub input: Value,
-    pub idempotency_key: Option<String>,
-}
-
-impl Trigger {
-    /// Whether every expression of it is simple ([`Expr::is_simple`]).
-    pub fn is_simple(&self) -> bool {
-        self.when.as_ref().is_none_or(Expr::is_simple)
-            && self.input.as_ref().is_none_or(Template::is_simple)
-            && self.idempotency_key.as_ref().is_none_or(Template::is_simple)
-    }
-
-    /// Applies the trigger to `event` (`{id, name, key, payload}`): `None`
-    /// when its condition does not hold; an error naming the expression
-    /// when one fails, or the key is not text of at most 256 characters.
-    pub fn fire(&self, sb: &Sandbox, event: &Value) -> Result<Option<Fired>, String> {
-        // One scope for its expressions: the event converted once, if read.
-        let scope = OneScope::new("event", event);
-        if let Some(when) = &self.when {
-            if !scope.eval_bool(sb, when).map_err(|e| format!("when: {e}"))? {
-                return Ok(None);
-            }
-        }
-        let input = match &self.input {
-            Some(t) => scope.eval(sb, t).map_err(|e| format!("input: {e}"))?,
-            None => event.get("payload").cloned().unwrap_or(Value::Null),
-        };
-        let idempotency_key = match &self.idempotency_key {
-            None => None,
-            Some(t) => match scope.eval(sb, t).map_err(|e| format!("idempotency_key: {e}"))? {
-                Value::String(k) if !k.is_empty() && k.chars().count() <= 256 => Some(k),
-                Value::Number(n) => Some(n.to_string()),
-                other => {
-                    let shown = crate::clipped(&other.to_string(), 200);
-                    return Err(format!("idempotency_key: must be text of 1 to 256 characters, got {shown}"));
-                }
-            },
-        };
-        Ok(Some(Fired { input, idempotency_key }))
-    }
-}
-
-/// `triggers`: at most [`MAX_TRIGGERS`], each naming an event, with
-/// expressions that read the event only.
-fn compile_triggers(triggers: Option<&[TriggerSpec]>) -> Result<Vec<Trigger>, ValidationError> {
-    let Some(triggers) = triggers else { return Ok(Vec::new()) };
-    if triggers.len() > MAX_TRIGGERS {
-        return Err(ValidationError::new("triggers", format!("at most {MAX_TRIGGERS} (max_triggers)")));
-    }
-    let mut out = Vec::with_capacity(triggers.len());
-    for (i, t) in triggers.iter().enumerate() {
-        let at = |field: &str| format!("triggers[{i}].{field}");
-        let chars = t.event.chars().count();
-        if chars == 0 || chars > MAX_EVENT_NAME || t.event.contains('\0') {
-            return Err(ValidationError::new(at("event"), format!("must be 1 to {MAX_EVENT_NAME} characters")));
-        }
-        let reads_only_the_event = |text: &str| !text.contains(".secrets") && !text.contains(".nodes");
-        let when = match &t.when {
-            None => None,
-            Some(w) if !reads_only_the_event(w) => {
-                return Err(ValidationError::new(at("when"), "reads the event only (.event)"))
-            }
-            Some(w) => Some(Expr::compile(w).map_err(|m| ValidationError::new(at("when"), m))?),
-        };
-        let input = match &t.input {
-            None => None,
-            Some(v) if !reads_only_the_event(&v.to_string()) => {
-                return Err(ValidationError::new(at("input"), "reads the event only (.event)"))
-            }
-            Some(v) => {
-                Some(Template::compile(v).map_err(|(p, m)| ValidationError::new(format!("{}{p}", at("input")), m))?)
-            }
-        };
-        let idempotency_key = match &t.idempotency_key {
-            None => None,
-            Some(k) if !reads_only_the_event(k) => {
-                return Err(ValidationError::new(at("idempotency_key"), "reads the event only (.event)"))
-            }
-            Some(k) => Some(
-                Template::compile(&Value::String(k.clone()))
-                    .map_err(|(_, m)| ValidationError::new(at("idempotency_key"), m))?,
-            ),
-        };
-        out.push(Trigger { event: t.event.clone(), when, input, idempotency_key });
-    }
-    Ok(out)
-}
-
 /// The nodes `node`'s expressions and incoming conditions read, sorted;
 /// `None` when an expression may read any node.
 fn reads_of(node: &Node, incoming: &[usize], edges: &[Edge], index: &HashMap<String, usize>) -> Option<Vec<usize>> {
@@ -663,7 +560,7 @@ mod tests {
         let event =
             |total: i64| json!({"id": "e1", "name": "order.created", "key": "", "payload": {"id": 5, "total": total}});
         let fired = wf.triggers[0].fire(&sb(), &event(20)).unwrap().unwrap();
-        assert_eq!(fired, Fired { input: json!({"order": 5}), idempotency_key: Some("o-5".into()) });
+        assert_eq!(fired, Fired { input: json!({"order": 5}), idempotency_key: Some("o-5".into()), flow: None });
         assert_eq!(wf.triggers[0].fire(&sb(), &event(3)).unwrap(), None, "the condition does not hold");
         let plain = wf.triggers[1].fire(&sb(), &event(3)).unwrap().unwrap();
         assert_eq!(

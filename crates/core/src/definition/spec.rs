@@ -114,6 +114,98 @@ pub struct TriggerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
     pub idempotency_key: Option<String>,
+    /// The key its flow control counts by (`debounce`, `batch`, `throttle`,
+    /// `singleton`): text or a template over `{event}`; the event's key by
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$"))]
+    pub key: Option<String>,
+    /// One run for a burst of events of a key: it starts `period` after the
+    /// burst's last event, with that event (or, `leading`, at its first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<DebounceSpec>,
+    /// One run for up to `max_size` events of a key, or for those that came
+    /// within `max_wait` of the first: its input is the list of their inputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchSpec>,
+    /// At most `count` runs per `period` for a key; the rest are queued for
+    /// the next periods, or dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<ThrottleSpec>,
+    /// At most one running run of the trigger per key: a new event while one
+    /// runs starts nothing (`skip`), or cancels it and starts (`cancel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub singleton: Option<SingletonMode>,
+}
+
+/// A trigger's `debounce`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DebounceSpec {
+    /// The quiet time that ends a burst (`"5s"`).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "5s"))]
+    pub period: String,
+    /// Start the run at the burst's first event, and drop the rest of the
+    /// burst; by default it starts after the burst, with its last event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leading: Option<bool>,
+    /// The longest a run is put off by a burst that does not end: it starts
+    /// `max_wait` after the burst's first event at the latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1m"))]
+    pub max_wait: Option<String>,
+}
+
+/// A trigger's `batch`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BatchSpec {
+    /// Most events in one run.
+    #[serde(deserialize_with = "crate::whole::int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000, example = 100))]
+    pub max_size: i64,
+    /// The longest the batch's first event waits for its run (`"10s"`).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "10s"))]
+    pub max_wait: String,
+}
+
+/// A trigger's `throttle`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ThrottleSpec {
+    /// Most runs started per period.
+    #[serde(deserialize_with = "crate::whole::int")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000, example = 10))]
+    pub count: i64,
+    /// The period (`"1m"`): it begins at the first run started after the
+    /// last one ended.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[^\\u0000]*$", example = "1m"))]
+    pub period: String,
+    /// What becomes of an event past the count: `queue` (the default) starts
+    /// it in a later period, in order; `drop` starts nothing for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excess: Option<Excess>,
+}
+
+/// What a throttle does with an event past its count.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Excess {
+    Queue,
+    Drop,
+}
+
+/// What a singleton trigger does when its key's run is still running.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum SingletonMode {
+    Skip,
+    Cancel,
 }
 
 /// `on_failure`: the handler run a failed run starts.
@@ -508,9 +600,7 @@ fn parse_triggers(obj: &Map<String, Value>) -> Result<Option<Vec<TriggerSpec>>, 
             let triggers = a.iter().enumerate().map(|(i, raw)| read(&format!("triggers[{i}]"), raw));
             triggers.collect::<Result<_, _>>().map(Some)
         }
-        Some(_) => {
-            Err(ValidationError::new("triggers", "must be an array of {event, when?, input?, idempotency_key?}"))
-        }
+        Some(_) => Err(ValidationError::new("triggers", "must be an array of {event, when?, input?, ...}")),
     }
 }
 

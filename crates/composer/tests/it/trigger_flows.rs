@@ -1,0 +1,289 @@
+//! A trigger's flow control on real services: `debounce` (trailing and
+//! leading), `batch`, `throttle` (queued and dropped) and `singleton`
+//! (skip and cancel) — what each event's answer and record say, and the
+//! runs that start — and events sent while a coordinator is SIGKILLed,
+//! with no batched or debounced run started twice or lost.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use composer_testkit::{eventually, Engine};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::processes::{kill9, TwoCoordinators};
+
+const T: Duration = Duration::from_secs(60);
+
+/// A workflow `name` whose runs output their input, started by `signal`
+/// events through `trigger` (its flow control).
+fn echo(name: &str, trigger: Value) -> Value {
+    let mut t = json!({"event": "signal"});
+    for (k, v) in trigger.as_object().unwrap() {
+        t[k] = v.clone();
+    }
+    json!({"name": name, "nodes": [{"id": "echo", "type": "TRANSFORM", "config": {"output": "${ .input }"}}],
+           "triggers": [t]})
+}
+
+async fn send(e: &Engine, id: &str, key: &str, payload: Value) -> Value {
+    let (status, sent) =
+        e.post("/v1/events", &json!({"name": "signal", "id": id, "key": key, "payload": payload})).await;
+    assert_eq!(status, 200, "{sent}");
+    sent
+}
+
+/// The runs of `workflow`, oldest first, once each has ended.
+async fn runs_of(e: &Engine, workflow: &str) -> Vec<Value> {
+    let (_, page) = e.get(&format!("/v1/runs?workflow={workflow}&limit=1000")).await;
+    let mut out = Vec::new();
+    for r in page["runs"].as_array().unwrap().iter().rev() {
+        out.push(e.wait_for_run(r["id"].as_str().unwrap().parse().unwrap(), T).await);
+    }
+    out
+}
+
+/// Until `workflow` has `n` runs.
+async fn until_runs(e: &Engine, workflow: &str, n: usize) {
+    eventually(T, "the runs", || async {
+        let (_, page) = e.get(&format!("/v1/runs?workflow={workflow}&limit=1000")).await;
+        (page["runs"].as_array().unwrap().len() >= n).then_some(())
+    })
+    .await;
+}
+
+/// The recorded event `id` (of the last 100).
+async fn recorded(e: &Engine, id: &str) -> Value {
+    let (_, page) = e.get("/v1/events?name=signal&limit=100").await;
+    page["events"].as_array().unwrap().iter().find(|ev| ev["id"] == id).cloned().unwrap()
+}
+
+#[tokio::test]
+async fn a_trailing_debounce_starts_one_run_per_key_with_the_burst_s_last_event() {
+    let e = Engine::start().await;
+    e.register(&echo("settle", json!({"debounce": {"period": "700ms"}}))).await;
+    for i in 0..4 {
+        let sent = send(&e, &format!("a{i}"), "a", json!({"n": i})).await;
+        assert!(sent["started_runs"].as_array().unwrap().is_empty(), "{sent}");
+        let held = &sent["held"][0];
+        assert_eq!((held["workflow"].as_str(), held["flow"].as_str()), (Some("settle"), Some("debounce")), "{sent}");
+        assert!(held["note"].as_str().unwrap().contains("unless another event"), "{sent}");
+    }
+    send(&e, "b0", "b", json!({"n": 10})).await;
+    until_runs(&e, "settle", 2).await;
+    let runs = runs_of(&e, "settle").await;
+    let mut inputs: Vec<Value> = runs.iter().map(|r| r["output"]["echo"].clone()).collect();
+    inputs.sort_by_key(Value::to_string);
+    assert_eq!(inputs, [json!({"n": 10}), json!({"n": 3})], "one run per key, with its last event");
+    let by_key: BTreeMap<String, Value> =
+        runs.iter().map(|r| (r["trigger"]["key"].as_str().unwrap().to_string(), r["trigger"].clone())).collect();
+    assert_eq!((by_key["a"]["flow"].clone(), by_key["a"]["event_id"].clone()), (json!("debounce"), json!("a3")));
+    // Each event's record says what became of it.
+    let last = recorded(&e, "a3").await;
+    assert_eq!(last["started_runs"][0]["workflow"], "settle", "{last}");
+    let replaced = recorded(&e, "a1").await;
+    assert!(replaced["started_runs"].as_array().unwrap().is_empty(), "{replaced}");
+    assert!(replaced["held"][0]["note"].as_str().unwrap().contains("a later event (a2)"), "{replaced}");
+    // A burst after the quiet time is a new one.
+    send(&e, "a9", "a", json!({"n": 9})).await;
+    until_runs(&e, "settle", 3).await;
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_leading_debounce_starts_the_burst_s_first_event_and_drops_the_rest() {
+    let e = Engine::start().await;
+    let trigger = json!({"debounce": {"period": "5s", "leading": true}, "key": "${ .event.payload.user }"});
+    e.register(&echo("greet", trigger)).await;
+    let first = send(&e, "l0", "", json!({"user": "ada", "n": 0})).await;
+    assert_eq!(first["started_runs"].as_array().unwrap().len(), 1, "{first}");
+    for i in 1..3 {
+        let sent = send(&e, &format!("l{i}"), "", json!({"user": "ada", "n": i})).await;
+        assert!(sent["started_runs"].as_array().unwrap().is_empty(), "{sent}");
+        assert!(sent["held"][0]["note"].as_str().unwrap().contains("starts none"), "{sent}");
+    }
+    let other = send(&e, "l9", "", json!({"user": "bo", "n": 9})).await;
+    assert_eq!(other["started_runs"].as_array().unwrap().len(), 1, "another key's burst: {other}");
+    let runs = runs_of(&e, "greet").await;
+    let ns: BTreeSet<i64> = runs.iter().map(|r| r["output"]["echo"]["n"].as_i64().unwrap()).collect();
+    assert_eq!(ns, BTreeSet::from([0, 9]));
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_batch_starts_a_run_per_max_size_events_and_one_for_the_rest_after_max_wait() {
+    let e = Engine::start().await;
+    let trigger = json!({"batch": {"max_size": 3, "max_wait": "800ms"}, "input": {"id": "${ .event.id }"}});
+    e.register(&echo("bulk", trigger)).await;
+    let mut full = Vec::new();
+    for i in 0..7 {
+        let sent = send(&e, &format!("b{i}"), "k", json!({})).await;
+        match sent["started_runs"].as_array().unwrap().first() {
+            Some(r) => full.push((i, r["run_id"].as_str().unwrap().to_string())),
+            None => assert!(sent["held"][0]["note"].as_str().unwrap().starts_with("batch: held"), "{sent}"),
+        }
+    }
+    assert_eq!(full.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [2, 5], "the third and sixth fill a batch");
+    until_runs(&e, "bulk", 3).await;
+    let runs = runs_of(&e, "bulk").await;
+    let ids = |r: &Value| -> Vec<String> {
+        r["output"]["echo"].as_array().unwrap().iter().map(|x| x["id"].as_str().unwrap().to_string()).collect()
+    };
+    let batches: Vec<Vec<String>> = runs.iter().map(ids).collect();
+    assert_eq!(batches, [vec!["b0", "b1", "b2"], vec!["b3", "b4", "b5"], vec!["b6"]], "every event once, in order");
+    assert_eq!(runs[2]["trigger"]["events"], 1);
+    // The held events' records name the run that took them.
+    let held = recorded(&e, "b0").await;
+    assert_eq!(held["started_runs"][0]["run_id"].as_str(), Some(full[0].1.as_str()), "{held}");
+    let late = recorded(&e, "b6").await;
+    assert_eq!(late["started_runs"][0]["run_id"], runs[2]["id"], "{late}");
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_throttle_queues_past_its_count_or_drops_as_it_says() {
+    let e = Engine::start().await;
+    e.register(&echo("paced", json!({"throttle": {"count": 2, "period": "1s"}}))).await;
+    e.register(&echo("capped", json!({"throttle": {"count": 1, "period": "1h", "excess": "drop"}}))).await;
+    let mut now = 0;
+    for i in 0..5 {
+        let sent = send(&e, &format!("t{i}"), "k", json!({"n": i})).await;
+        let started: Vec<&str> =
+            sent["started_runs"].as_array().unwrap().iter().map(|r| r["workflow"].as_str().unwrap()).collect();
+        now += started.iter().filter(|w| **w == "paced").count();
+        let notes: BTreeMap<&str, &str> = sent["held"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| (h["workflow"].as_str().unwrap(), h["note"].as_str().unwrap()))
+            .collect();
+        if i >= 2 {
+            assert!(notes["paced"].starts_with("throttle: queued"), "{sent}");
+        }
+        if i >= 1 {
+            assert!(notes["capped"].contains("drops the rest"), "{sent}");
+        }
+    }
+    assert_eq!(now, 2, "two at once, three queued");
+    until_runs(&e, "paced", 5).await;
+    let runs = runs_of(&e, "paced").await;
+    let order: Vec<i64> = runs.iter().map(|r| r["output"]["echo"]["n"].as_i64().unwrap()).collect();
+    assert_eq!(order.iter().copied().collect::<BTreeSet<_>>(), BTreeSet::from([0, 1, 2, 3, 4]));
+    let started: Vec<chrono::DateTime<chrono::Utc>> =
+        runs.iter().map(|r| r["created_at"].as_str().unwrap().parse().unwrap()).collect();
+    assert!(started[4] - started[0] >= chrono::Duration::seconds(2), "three periods: {started:?}");
+    assert_eq!(runs_of(&e, "capped").await.len(), 1);
+    e.stop().await;
+}
+
+#[tokio::test]
+async fn a_singleton_skips_while_its_key_s_run_runs_or_cancels_it() {
+    let e = Engine::start().await;
+    let waits = |name: &str, mode: &str| {
+        json!({"name": name, "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1h"}}],
+               "triggers": [{"event": "signal", "singleton": mode}]})
+    };
+    e.register(&waits("one_at_a_time", "skip")).await;
+    e.register(&waits("newest_wins", "cancel")).await;
+    let first = send(&e, "s0", "k", json!({})).await;
+    let run_of = |sent: &Value, wf: &str| -> Option<Uuid> {
+        let r = sent["started_runs"].as_array().unwrap().iter().find(|r| r["workflow"] == wf)?;
+        r["run_id"].as_str()?.parse().ok()
+    };
+    let (skip0, cancel0) = (run_of(&first, "one_at_a_time").unwrap(), run_of(&first, "newest_wins").unwrap());
+    let second = send(&e, "s1", "k", json!({})).await;
+    assert_eq!(run_of(&second, "one_at_a_time"), None, "{second}");
+    let note = second["held"].as_array().unwrap().iter().find(|h| h["workflow"] == "one_at_a_time").unwrap();
+    assert!(note["note"].as_str().unwrap().contains(&format!("run {skip0} of the key is still running")), "{second}");
+    let cancel1 = run_of(&second, "newest_wins").unwrap();
+    let old = e.wait_for_run(cancel0, T).await;
+    assert_eq!(old["status"], "CANCELLED", "{old}");
+    // Another key runs beside; the skipped key starts again once its run ended.
+    assert!(run_of(&send(&e, "s2", "other", json!({})).await, "one_at_a_time").is_some());
+    let (status, _) = e.post(&format!("/v1/runs/{skip0}/cancel"), &json!({})).await;
+    assert_eq!(status, 200);
+    e.wait_for_run(skip0, T).await;
+    let third = send(&e, "s3", "k", json!({})).await;
+    assert!(run_of(&third, "one_at_a_time").is_some(), "{third}");
+    assert_eq!(e.wait_for_run(cancel1, T).await["status"], "CANCELLED", "the newest wins again");
+    let (_, newest) = e.get(&format!("/v1/runs/{}", run_of(&third, "newest_wins").unwrap())).await;
+    assert_eq!(newest["status"], "RUNNING", "{newest}");
+    e.stop().await;
+}
+
+/// Events of 10 keys sent to a coordinator that is SIGKILLed while they go
+/// (and while its timer starts held batches), then every one sent again to
+/// the survivor: each event is in exactly one batch run, and each key's
+/// debounced run starts with its last event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_held_when_a_coordinator_is_killed_start_each_batch_and_debounce_once() {
+    let mut c = TwoCoordinators::start("kill-mid-flows", false).await;
+    let clients = c.clients();
+    let batch = json!({"key": "${ .event.payload.group }", "input": "${ .event.id }",
+                       "batch": {"max_size": 7, "max_wait": "500ms"}});
+    let debounce = json!({"key": "${ .event.payload.group }", "input": "${ .event.id }",
+                          "debounce": {"period": "3s"}});
+    assert_eq!(clients[1].post("/v1/workflows", &echo("batched", batch)).await.0, 201);
+    assert_eq!(clients[1].post("/v1/workflows", &echo("debounced", debounce)).await.0, 201);
+    const EVENTS: usize = 300;
+    let event = |i: usize| json!({"name": "signal", "id": format!("e{i}"), "payload": {"group": i % 10}});
+    let victim = clients[0].base.clone();
+    let so_far = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sends = tokio::spawn({
+        let so_far = so_far.clone();
+        async move {
+            let http = reqwest::Client::new();
+            for i in 0..EVENTS {
+                match http.post(format!("{victim}/v1/events")).json(&event(i)).send().await {
+                    Ok(r) if r.status() == 200 => so_far.store(i + 1, std::sync::atomic::Ordering::Relaxed),
+                    _ => break,
+                }
+            }
+        }
+    });
+    eventually(T, "the first 50 events to be answered", || async {
+        (so_far.load(std::sync::atomic::Ordering::Relaxed) >= 50).then_some(())
+    })
+    .await;
+    kill9(&mut c.coordinators[0]);
+    sends.await.unwrap();
+    for i in 0..EVENTS {
+        let (status, sent) = clients[1].post("/v1/events", &event(i)).await;
+        assert_eq!(status, 200, "{sent}");
+    }
+    // Every batch: each event once.
+    let all_runs = |wf: &'static str| {
+        let client = &clients[1];
+        async move {
+            let page = client.get(&format!("/v1/runs?workflow={wf}&limit=1000")).await;
+            let mut out = Vec::new();
+            for r in page["runs"].as_array().unwrap() {
+                out.push(client.wait_for_run(r["id"].as_str().unwrap(), T).await);
+            }
+            out
+        }
+    };
+    let batched = eventually(T, "every event in a batch", || async {
+        let mut batched: BTreeMap<String, usize> = BTreeMap::new();
+        for run in all_runs("batched").await {
+            for id in run["output"]["echo"].as_array().unwrap() {
+                *batched.entry(id.as_str().unwrap().to_string()).or_insert(0) += 1;
+            }
+        }
+        (batched.len() == EVENTS).then_some(batched)
+    })
+    .await;
+    assert!(batched.values().all(|n| *n == 1), "an event in two batches: {batched:?}");
+    // Debounced: each key's last event started a run, and no event two.
+    let last: BTreeSet<String> = (EVENTS - 10..EVENTS).map(|i| format!("e{i}")).collect();
+    let inputs: Vec<String> = eventually(T, "each key's last event to start its run", || async {
+        let inputs: Vec<String> =
+            all_runs("debounced").await.iter().map(|r| r["output"]["echo"].as_str().unwrap().to_string()).collect();
+        let got: BTreeSet<String> = inputs.iter().cloned().collect();
+        last.is_subset(&got).then_some(inputs)
+    })
+    .await;
+    let distinct: BTreeSet<&String> = inputs.iter().collect();
+    assert_eq!(distinct.len(), inputs.len(), "no debounced run started twice: {inputs:?}");
+    c.stop();
+}

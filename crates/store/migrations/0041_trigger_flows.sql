@@ -1,0 +1,38 @@
+-- A trigger's flow control (debounce, batch, throttle, singleton): what one
+-- key of one trigger holds between events, in one row. The transaction that
+-- records an event of the key locks the row (an upsert), and so does the
+-- timer loop's when the row is due (FOR UPDATE SKIP LOCKED): each writes
+-- back what the key holds in the commit that starts the runs it decided.
+CREATE TABLE trigger_flows (
+    workflow_name  text NOT NULL,
+    trigger_index  integer NOT NULL,
+    key            text NOT NULL,
+    -- How its events are held (debounce, batch or throttle and their
+    -- numbers), as when the last event came; NULL for a singleton alone.
+    hold           jsonb,
+    singleton      text CHECK (singleton IN ('skip', 'cancel')),
+    -- When the burst, the batch or the throttle's period began.
+    opened_at      timestamptz,
+    -- When the timer loop looks at it again; NULL: it holds nothing.
+    due_at         timestamptz,
+    -- Runs started in the throttle's period.
+    count          integer NOT NULL DEFAULT 0,
+    -- The events held: [{seq, event_id, input, idempotency_key?}].
+    events         jsonb NOT NULL DEFAULT '[]',
+    -- The last run the key started: a singleton's running one.
+    last_run       uuid,
+    PRIMARY KEY (workflow_name, trigger_index, key)
+);
+CREATE INDEX trigger_flows_due ON trigger_flows (due_at) WHERE due_at IS NOT NULL;
+
+-- Runs a singleton trigger cancels, written in the commit that starts the
+-- run that replaces them, and cancelled after it (by the timer loop, when
+-- the coordinator died first).
+CREATE TABLE trigger_cancels (
+    run_id      uuid PRIMARY KEY,
+    written_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- What a trigger's flow control did with an event: the flow, and a held,
+-- replaced or dropped event's note (its run_id is set when its run starts).
+ALTER TABLE event_runs ADD COLUMN flow text, ADD COLUMN flow_note text;

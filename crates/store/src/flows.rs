@@ -1,0 +1,218 @@
+//! A trigger's flow control per key (`trigger_flows`): one row per
+//! (workflow, trigger, key), locked by the transaction that records an
+//! event of the key ([`lock`], an upsert) or by the timer loop's when it is
+//! due ([`lock_due`], `SKIP LOCKED`), and written back ([`save`]) in the
+//! commit that starts the runs it decided. Runs a singleton cancels are
+//! kept in `trigger_cancels` from that commit until they are cancelled.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{Client, Result, Transaction};
+
+/// A trigger's key: the row's primary key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowKey {
+    pub workflow: String,
+    pub trigger: i32,
+    pub key: String,
+}
+
+/// What a key holds, as its row keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    pub opened_at: DateTime<Utc>,
+    pub due_at: DateTime<Utc>,
+    pub count: i32,
+    /// `[{seq, event_id, input, idempotency_key?}]`.
+    pub events: Value,
+}
+
+/// A key's row, locked.
+#[derive(Debug, Clone)]
+pub struct Locked {
+    /// The transaction's clock (the database's): every coordinator's
+    /// decisions about a key are timed by the one clock.
+    pub now: DateTime<Utc>,
+    /// How its events were held when it was last written.
+    pub hold: Option<Value>,
+    pub held: Option<Held>,
+    pub last_run: Option<Uuid>,
+}
+
+fn locked(r: &tokio_postgres::Row) -> Result<Locked> {
+    let opened_at: Option<DateTime<Utc>> = r.try_get("opened_at")?;
+    let due_at: Option<DateTime<Utc>> = r.try_get("due_at")?;
+    let held = match (opened_at, due_at) {
+        (Some(opened_at), Some(due_at)) => {
+            Some(Held { opened_at, due_at, count: r.try_get("count")?, events: r.try_get("events")? })
+        }
+        _ => None,
+    };
+    Ok(Locked { now: r.try_get("now")?, hold: r.try_get("hold")?, held, last_run: r.try_get("last_run")? })
+}
+
+const COLUMNS: &str = "now() AS now, hold, opened_at, due_at, count, events, last_run";
+
+/// Locks `k`'s row for the transaction, made empty when the key has none.
+pub async fn lock(tx: &Transaction<'_>, k: &FlowKey) -> Result<Locked> {
+    // An upsert locks the row whether it was there or not, and waits for a
+    // delete under way: two events of a key are worked one after the other.
+    let row = tx
+        .query_one(
+            &format!(
+                "INSERT INTO trigger_flows (workflow_name, trigger_index, key) VALUES ($1, $2, $3)
+                 ON CONFLICT (workflow_name, trigger_index, key) DO UPDATE SET key = EXCLUDED.key
+                 RETURNING {COLUMNS}"
+            ),
+            &[&k.workflow, &k.trigger, &k.key],
+        )
+        .await?;
+    locked(&row)
+}
+
+/// Keys whose time has come, oldest first, up to `limit`.
+pub async fn due(client: &Client, limit: i64) -> Result<Vec<FlowKey>> {
+    let rows = client
+        .query(
+            "SELECT workflow_name, trigger_index, key FROM trigger_flows
+              WHERE due_at <= now() ORDER BY due_at LIMIT $1",
+            &[&limit],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(FlowKey { workflow: r.try_get(0)?, trigger: r.try_get(1)?, key: r.try_get(2)? })).collect()
+}
+
+/// Locks `k`'s row if it is still due and no one else holds it.
+pub async fn lock_due(tx: &Transaction<'_>, k: &FlowKey) -> Result<Option<Locked>> {
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {COLUMNS} FROM trigger_flows
+                  WHERE workflow_name = $1 AND trigger_index = $2 AND key = $3 AND due_at <= now()
+                  FOR UPDATE SKIP LOCKED"
+            ),
+            &[&k.workflow, &k.trigger, &k.key],
+        )
+        .await?;
+    row.as_ref().map(locked).transpose()
+}
+
+/// Writes back what `k` holds, and the last run it started; the row goes
+/// when it holds nothing and names no run.
+pub async fn save(
+    tx: &Transaction<'_>,
+    k: &FlowKey,
+    hold: Option<&Value>,
+    singleton: Option<&str>,
+    held: Option<&Held>,
+    last_run: Option<Uuid>,
+) -> Result<()> {
+    if held.is_none() && last_run.is_none() {
+        tx.execute(
+            "DELETE FROM trigger_flows WHERE workflow_name = $1 AND trigger_index = $2 AND key = $3",
+            &[&k.workflow, &k.trigger, &k.key],
+        )
+        .await?;
+        return Ok(());
+    }
+    let empty = Value::Array(Vec::new());
+    tx.execute(
+        "UPDATE trigger_flows SET hold = $4, singleton = $5, opened_at = $6, due_at = $7, count = $8, events = $9,
+                last_run = $10
+          WHERE workflow_name = $1 AND trigger_index = $2 AND key = $3",
+        &[
+            &k.workflow,
+            &k.trigger,
+            &k.key,
+            &hold,
+            &singleton,
+            &held.map(|h| h.opened_at),
+            &held.map(|h| h.due_at),
+            &held.map_or(0, |h| h.count),
+            &held.map_or(&empty, |h| &h.events),
+            &last_run,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Whether run `id` has not ended (and is still there).
+pub async fn is_running(tx: &Transaction<'_>, id: Uuid) -> Result<bool> {
+    let row = tx
+        .query_opt(
+            "SELECT 1 FROM workflow_runs WHERE id = $1 AND status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')",
+            &[&id],
+        )
+        .await?;
+    Ok(row.is_some())
+}
+
+/// Forgets up to `limit` rows that hold nothing and whose last run ended
+/// (or is gone): a singleton's key with nothing running.
+pub async fn forget_idle(client: &Client, limit: i64) -> Result<u64> {
+    Ok(client
+        .execute(
+            "DELETE FROM trigger_flows f
+              WHERE (workflow_name, trigger_index, key) IN (
+                    SELECT workflow_name, trigger_index, key FROM trigger_flows g
+                     WHERE g.due_at IS NULL
+                       AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = g.last_run
+                                          AND r.status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))
+                     LIMIT $1 FOR UPDATE SKIP LOCKED)",
+            &[&limit],
+        )
+        .await?)
+}
+
+/// Notes, in the commit that starts its successor, that run `id` is to be
+/// cancelled.
+pub async fn cancel_later(tx: &Transaction<'_>, id: Uuid) -> Result<()> {
+    tx.execute("INSERT INTO trigger_cancels (run_id) VALUES ($1) ON CONFLICT DO NOTHING", &[&id]).await?;
+    Ok(())
+}
+
+/// Runs noted to be cancelled more than `older_than` ago (left by a
+/// coordinator that died before it cancelled them), up to `limit`.
+pub async fn cancels_left(client: &Client, older_than: std::time::Duration, limit: i64) -> Result<Vec<Uuid>> {
+    let secs = older_than.as_secs_f64();
+    let rows = client
+        .query(
+            "SELECT run_id FROM trigger_cancels WHERE written_at <= now() - make_interval(secs => $1)
+              ORDER BY written_at LIMIT $2",
+            &[&secs, &limit],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// Run `id` was cancelled (or had ended).
+pub async fn cancelled(client: &Client, id: Uuid) -> Result<()> {
+    client.execute("DELETE FROM trigger_cancels WHERE run_id = $1", &[&id]).await?;
+    Ok(())
+}
+
+/// Names, in the record of each of `seqs` for the trigger, the run their
+/// events started, or why none did.
+pub async fn note_events(
+    tx: &Transaction<'_>,
+    seqs: &[i64],
+    workflow: &str,
+    trigger: i32,
+    run_id: Option<Uuid>,
+    error: Option<&str>,
+    note: Option<&str>,
+) -> Result<()> {
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "UPDATE event_runs SET run_id = $4, error = $5, flow_note = $6
+          WHERE event_seq = ANY($1) AND workflow_name = $2 AND trigger_index = $3",
+        &[&seqs, &workflow, &trigger, &run_id, &error, &note],
+    )
+    .await?;
+    Ok(())
+}
