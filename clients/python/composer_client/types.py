@@ -41,6 +41,7 @@ __all__ = [
     "StepLogs",
     "TaskState",
     "TriggerFailure",
+    "TriggerHeld",
     "TriggeredRun",
     "UpdateAnswer",
     "Webhook",
@@ -377,6 +378,17 @@ class TriggerFailure(TypedDict):
     error: str
 
 
+class TriggerHeld(TypedDict):
+    """What a trigger's flow control (``debounce``, ``batch``, ``throttle``,
+    ``singleton``) did with an event that has no run: held for a later run,
+    replaced by a later event, or dropped, and why (``note``)."""
+
+    workflow: str
+    trigger: int
+    flow: str
+    note: str
+
+
 class _EventSentRequired(TypedDict):
     matched: int
     buffered: bool
@@ -415,6 +427,9 @@ class EventSent(_EventSentRequired, total=False):
     started_runs: list[TriggeredRun]
     trigger_errors: list[TriggerFailure]
     duplicate: bool
+    held: list[TriggerHeld]
+    """Triggers whose flow control took the event without starting a run
+    for it now."""
 
 
 class _RecordedEventRequired(TypedDict):
@@ -437,6 +452,8 @@ class RecordedEvent(_RecordedEventRequired, total=False):
 
     payload_bytes: int
     payload_omitted: bool
+    held: list[TriggerHeld]
+    """Triggers whose flow control holds the event, replaced it or dropped it."""
 
 
 class EventPage(TypedDict):

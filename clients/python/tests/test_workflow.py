@@ -36,6 +36,8 @@ from composer_client.workflow import (
 
 from .support import StubServer, answer
 
+BATCH = {"max_size": 10, "max_wait": "5s"}
+
 
 class Color(enum.Enum):
     RED = "red"
@@ -325,7 +327,10 @@ class BuilderTest(unittest.TestCase):
             on_end={"workflow": "audit", "input": {"id": "${ .run.id }"}},
             deadlines=[{"after": "2h", "start": {"workflow": "page"}}],
             tags={"customer": "${ .input.c }", "n": 1},
-            triggers=[Trigger("e", when=".event.payload.ok", input={"x": "${ .event.payload }"})],
+            triggers=[
+                Trigger("e", when=".event.payload.ok", input={"x": "${ .event.payload }"}),
+                Trigger("f", key="${ .event.payload.user }", batch=BATCH, singleton="skip"),
+            ],
             priority=1,
             fairness_key="${ .input.tenant }",
         )
@@ -359,8 +364,10 @@ class BuilderTest(unittest.TestCase):
         self.assertEqual(d["on_end"], {"workflow": "audit", "input": {"id": "${ .run.id }"}})
         self.assertEqual(d["deadlines"], [{"after": "2h", "start": {"workflow": "page"}}])
         self.assertEqual(
-            d["triggers"], [{"event": "e", "when": ".event.payload.ok", "input": {"x": "${ .event.payload }"}}]
+            d["triggers"][0], {"event": "e", "when": ".event.payload.ok", "input": {"x": "${ .event.payload }"}}
         )
+        flow = {"event": "f", "key": "${ .event.payload.user }", "batch": BATCH, "singleton": "skip"}
+        self.assertEqual(d["triggers"][1], flow)
         self.assertEqual((d["priority"], d["fairness_key"]), (1, "${ .input.tenant }"))
         h = d["nodes"][0]
         self.assertEqual(h["config"]["headers"], {"Authorization": "Bearer ${ .secrets.TOKEN }"})

@@ -260,6 +260,37 @@ export interface TriggerDefinition {
   input?: JsonValue;
   /** The run's idempotency key, text or a template over `{event}`: a second event with the same key finds the first run. */
   idempotency_key?: string | null;
+  /** The key its flow control counts by, text or a template over `{event}`; the event's key by default. */
+  key?: string | null;
+  /** One run per burst of a key's events. */
+  debounce?: DebounceSpec | null;
+  /** One run per `max_size` events of a key, or `max_wait` after the first: its input is their inputs' list. */
+  batch?: BatchSpec | null;
+  /** At most `count` runs per `period` for a key; the rest queued (the default) or dropped. */
+  throttle?: ThrottleSpec | null;
+  /** One running run per key: a new event starts none (`skip`) or cancels it and starts (`cancel`). */
+  singleton?: "skip" | "cancel" | null;
+}
+
+/** A trigger's `debounce`: its run starts `period` after a burst's last event, with it (or at its first, `leading`). */
+export interface DebounceSpec {
+  period: string;
+  leading?: boolean | null;
+  /** The longest a burst that does not end puts the run off. */
+  max_wait?: string | null;
+}
+
+/** A trigger's `batch`. */
+export interface BatchSpec {
+  max_size: number;
+  max_wait: string;
+}
+
+/** A trigger's `throttle`. */
+export interface ThrottleSpec {
+  count: number;
+  period: string;
+  excess?: "queue" | "drop" | null;
 }
 
 /** A workflow definition as it is registered (`POST /v1/workflows`). */
@@ -517,6 +548,19 @@ export interface TriggerFailure {
   error: string;
 }
 
+/**
+ * What a trigger's flow control (`debounce`, `batch`, `throttle`, `singleton`)
+ * did with an event that has no run: held for a later run, replaced by a
+ * later event, or dropped, and why.
+ */
+export interface TriggerHeld {
+  workflow: string;
+  trigger: number;
+  /** `debounce`, `batch`, `throttle` or `singleton`. */
+  flow: string;
+  note: string;
+}
+
 /** What `POST /v1/events` did. The fields after `buffered` come from newer coordinators. */
 export interface EventSent {
   /** Waiting tasks the event completed. */
@@ -533,6 +577,8 @@ export interface EventSent {
   trigger_errors?: TriggerFailure[];
   /** An event of this name and id was recorded before: nothing was done again. */
   duplicate?: boolean;
+  /** Triggers whose flow control took the event without starting a run for it now. */
+  held?: TriggerHeld[];
 }
 
 /** An event as the coordinator recorded it, with what it did (`GET /v1/events`). */
@@ -552,6 +598,8 @@ export interface RecordedEvent {
   delivered_to_waiters: number;
   started_runs: TriggeredRun[];
   trigger_errors: TriggerFailure[];
+  /** Triggers whose flow control holds the event, replaced it or dropped it. */
+  held?: TriggerHeld[];
   received_at: string;
 }
 

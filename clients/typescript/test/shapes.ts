@@ -65,11 +65,15 @@ import type {
   TaskHeartbeat,
   TaskState,
   TriggerDefinition,
+  DebounceSpec,
+  BatchSpec,
+  ThrottleSpec,
   TriggeredRun,
   UpdateAnswer,
   UpdateDefinition,
   UpdateRequest,
   TriggerFailure,
+  TriggerHeld,
   Webhook,
   WebhookDefinition,
   WebhookList,
@@ -170,9 +174,11 @@ export const eventSentShape = {
   started_runs: "optional",
   trigger_errors: "optional",
   duplicate: "optional",
+  held: "optional",
 } as const satisfies Shape<EventSent>;
 export const triggeredRunShape = { workflow: "required", trigger: "required", run_id: "required", replayed_by: "optional" } as const satisfies Shape<TriggeredRun>;
 export const triggerFailureShape = { workflow: "required", trigger: "required", error: "required" } as const satisfies Shape<TriggerFailure>;
+export const triggerHeldShape = { workflow: "required", trigger: "required", flow: "required", note: "required" } as const satisfies Shape<TriggerHeld>;
 export const recordedEventShape = {
   seq: "required",
   name: "required",
@@ -185,6 +191,7 @@ export const recordedEventShape = {
   delivered_to_waiters: "required",
   started_runs: "required",
   trigger_errors: "required",
+  held: "optional",
   received_at: "required",
 } as const satisfies Shape<RecordedEvent>;
 export const eventPageShape = { events: "required", next_before: "required" } as const satisfies Shape<EventPage>;
@@ -290,7 +297,15 @@ export const triggerShape = {
   when: "optional",
   input: "optional",
   idempotency_key: "optional",
+  key: "optional",
+  debounce: "optional",
+  batch: "optional",
+  throttle: "optional",
+  singleton: "optional",
 } as const satisfies Shape<TriggerDefinition>;
+export const debounceShape = { period: "required", leading: "optional", max_wait: "optional" } as const satisfies Shape<DebounceSpec>;
+export const batchShape = { max_size: "required", max_wait: "required" } as const satisfies Shape<BatchSpec>;
+export const throttleShape = { count: "required", period: "required", excess: "optional" } as const satisfies Shape<ThrottleSpec>;
 export const backfillShape = { from: "required", to: "required", overlap: "optional" } as const satisfies Shape<BackfillRequest>;
 export const webhookDefinitionShape = {
   name: "required",
@@ -427,6 +442,7 @@ export const answers: Record<string, AnyShape> = {
   UpdateAnswer: updateAnswerShape,
   TriggeredRun: triggeredRunShape,
   TriggerFailure: triggerFailureShape,
+  TriggerHeld: triggerHeldShape,
   EventView: recordedEventShape,
   EventPage: eventPageShape,
   BackfillQueued: backfillQueuedShape,
@@ -461,6 +477,9 @@ export const requests: Record<string, AnyShape> = {
   TakeNext: takeNextShape,
   WorkflowSpec: definitionShape,
   TriggerSpec: triggerShape,
+  DebounceSpec: debounceShape,
+  BatchSpec: batchShape,
+  ThrottleSpec: throttleShape,
   BackfillRequest: backfillShape,
   WebhookSpec: webhookDefinitionShape,
   CreateNamespace: createNamespaceShape,

@@ -68,6 +68,7 @@ pub const RECENT_EVENT_COLUMNS: &[Column] = &[
     ("ID", "/id"),
     ("SOURCE", "/source"),
     ("FIRST RUN", "/started_runs/0/run_id"),
+    ("HELD BY", "/held/0/flow"),
     ("WAITERS", "/delivered_to_waiters"),
 ];
 

@@ -102,12 +102,22 @@ class Concurrency:
 class Trigger:
     """Runs started by events named ``event`` whose ``when`` (jq over
     ``{event}``) holds, with ``input`` (a template over ``{event}``) and an
-    ``idempotency_key``."""
+    ``idempotency_key``. Flow control, per ``key`` (the event's by
+    default): ``debounce`` (``{"period", "leading"?, "max_wait"?}``: one
+    run per burst), ``batch`` (``{"max_size", "max_wait"}``: one run for a
+    list of events), ``throttle`` (``{"count", "period", "excess"?}``:
+    the rest ``"queue"`` or ``"drop"``), ``singleton`` (``"skip"`` or
+    ``"cancel"``: one running run per key)."""
 
     event: str
     when: Optional[Jq] = None
     input: Optional[Template] = None
     idempotency_key: Optional[Template] = None
+    key: Optional[Template] = None
+    debounce: Optional[Mapping[str, Any]] = None
+    batch: Optional[Mapping[str, Any]] = None
+    throttle: Optional[Mapping[str, Any]] = None
+    singleton: Optional[Literal["skip", "cancel"]] = None
 
     def to_json(self) -> dict[str, Any]:
         d = _drop_none(self.__dict__)

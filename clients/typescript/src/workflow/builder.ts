@@ -4,7 +4,7 @@
  */
 
 import { TaskError } from "../task-error.js";
-import type { JsonObject, UpdateDefinition, WorkflowDefinition } from "../types.js";
+import type { BatchSpec, DebounceSpec, JsonObject, ThrottleSpec, UpdateDefinition, WorkflowDefinition } from "../types.js";
 import type { WorkerTask } from "../worker.js";
 import {
   Expr,
@@ -391,6 +391,16 @@ export interface Trigger {
   /** A template over `{event}` (`refs.event()`). */
   input?: unknown;
   idempotency_key?: Template<string>;
+  /** The key its flow control counts by; the event's key by default. */
+  key?: Template<string>;
+  /** One run per burst of a key's events, `period` after its last (or at its first, `leading`). */
+  debounce?: DebounceSpec;
+  /** One run per `max_size` events of a key, or `max_wait` after the first: its input is their list. */
+  batch?: BatchSpec;
+  /** At most `count` runs per `period` for a key; the rest queued (the default) or dropped. */
+  throttle?: ThrottleSpec;
+  /** One running run per key: a new event starts none (`skip`) or cancels it (`cancel`). */
+  singleton?: "skip" | "cancel";
 }
 
 /** A workflow's settings: camelCase here, the language's names in the definition. */

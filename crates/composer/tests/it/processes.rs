@@ -1245,6 +1245,29 @@ fn every_example_is_a_valid_definition() {
     assert_eq!(none.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("condition does not hold") && stderr.contains("no run"), "{stderr}");
     assert_eq!(simulate(r#"{"payload": 1}"#).status.code(), Some(2), "an event needs a name");
+    // A batched trigger's run takes a list: the event's input alone, said so.
+    let dir = composer_embedded::temp_dir("simulate-batch").unwrap();
+    let batched = dir.join("batched.json");
+    let spec = json!({"name": "digest", "nodes": [{"id": "n", "type": "TRANSFORM", "config": {"output": "${ .input }"}}],
+                      "triggers": [{"event": "order.created", "batch": {"max_size": 50, "max_wait": "1m"}}]});
+    std::fs::write(&batched, spec.to_string()).unwrap();
+    let out = composer(&[
+        "workflow",
+        "simulate",
+        "-f",
+        batched.to_str().unwrap(),
+        "--event",
+        r#"{"name": "order.created", "payload": 7}"#,
+        "-o",
+        "json",
+    ])
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("batched: its input is the list of up to 50 events' inputs"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["output"]["n"], json!([7]), "{report}");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The attack that aborted every coordinator (a closure-passing recursion

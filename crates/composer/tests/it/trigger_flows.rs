@@ -84,6 +84,11 @@ async fn a_trailing_debounce_starts_one_run_per_key_with_the_burst_s_last_event(
     let replaced = recorded(&e, "a1").await;
     assert!(replaced["started_runs"].as_array().unwrap().is_empty(), "{replaced}");
     assert!(replaced["held"][0]["note"].as_str().unwrap().contains("a later event (a2)"), "{replaced}");
+    // The events page says it too: the run, or what became of the event.
+    let page = reqwest::get(format!("{}/ui/events?name=signal", e.url())).await.unwrap().text().await.unwrap();
+    assert!(page.contains("settle: no run (debounce)") && page.contains("<span class=\"flow\">(debounce)</span>"));
+    let run_page = reqwest::get(format!("{}/ui/runs/{}", e.url(), runs[0]["id"].as_str().unwrap())).await.unwrap();
+    assert!(run_page.text().await.unwrap().contains("(debounce of key <code>"), "the run page says how it started");
     // A burst after the quiet time is a new one.
     send(&e, "a9", "a", json!({"n": 9})).await;
     until_runs(&e, "settle", 3).await;

@@ -82,13 +82,34 @@ fn event_row(e: &LoggedEvent) -> Html {
     )
 }
 
-/// What one trigger did with the event: the run it started, or why not.
+/// What one trigger did with the event: the run it started, or why not;
+/// what its flow control did (held, replaced, dropped) in words, the note
+/// on hover.
 fn started(r: &EventRun) -> Html {
-    match (r.run_id, &r.error) {
-        (Some(id), _) => html!("{} {} ", run_link(&id), r.workflow),
-        (None, Some(err)) => {
+    match (r.run_id, &r.error, &r.flow) {
+        (Some(id), _, Some(flow)) => html!("{} {} <span class=\"flow\">({})</span> ", run_link(&id), r.workflow, flow),
+        (Some(id), _, None) => html!("{} {} ", run_link(&id), r.workflow),
+        (None, Some(err), _) => {
             html!("<span class=\"error\" title=\"{}\">{}: failed</span> ", clip(err, 500), r.workflow)
         }
-        (None, None) => Html::new(),
+        (None, None, Some(flow)) => {
+            let note = r.flow_note.as_deref().unwrap_or("");
+            html!(
+                "<span class=\"flow\" title=\"{}\">{}: {}</span> ",
+                clip(note, 500),
+                r.workflow,
+                held_word(flow, note)
+            )
+        }
+        (None, None, None) => Html::new(),
+    }
+}
+
+/// A flow control's note in a word or two: held (for a later run), or no run.
+fn held_word(flow: &str, note: &str) -> String {
+    if note.contains("held") || note.contains("queued") {
+        format!("held by {flow}")
+    } else {
+        format!("no run ({flow})")
     }
 }

@@ -96,6 +96,18 @@ fn meta(run: &RunRow, handlers: &[(Uuid, String)]) -> Html {
     if let Some(ev) = run.trigger.as_ref().and_then(|t| t["event"].as_str()) {
         let link = html!("<a href=\"/ui/events?name={}\">{}</a>", url_enc(ev), ev);
         said.push(html!(" · started by event {}", link));
+        if let Some(flow) = run.trigger.as_ref().and_then(|t| t["flow"].as_str()) {
+            let t = run.trigger.as_ref().unwrap_or(&serde_json::Value::Null);
+            let events = t["events"].as_u64().unwrap_or(1);
+            let key = t["key"].as_str().unwrap_or("");
+            said.push(html!(
+                " ({} of key <code>{}</code>, {} event{})",
+                flow,
+                clip(key, 100),
+                events,
+                if events == 1 { "" } else { "s" }
+            ));
+        }
     }
     if let Some(ended) = run.handles_run_id {
         match run.trigger.as_ref().and_then(|t| t["hook"].as_str()) {

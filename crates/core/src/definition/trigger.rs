@@ -5,8 +5,8 @@
 use serde_json::Value;
 
 use super::check::positive_duration;
-use super::spec::{DebounceSpec, Excess, SingletonMode, ThrottleSpec, TriggerSpec};
 use super::check::ValidationError;
+use super::spec::{DebounceSpec, Excess, SingletonMode, ThrottleSpec, TriggerSpec};
 use crate::expr::{Expr, OneScope, Sandbox, Template};
 use crate::flow::{Hold, MAX_BATCH_SIZE, MAX_FLOW_PERIOD, MAX_THROTTLE_COUNT};
 
