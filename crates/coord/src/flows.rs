@@ -217,6 +217,15 @@ impl Arrival<'_> {
         after: &mut AfterCommit,
     ) -> Result<(), EngineError> {
         let (def, index) = (self.def, self.index);
+        // Held, its input is stored as a run's would be: refused alike, now.
+        if let Err(why) = composer_core::storable::check(&fired.input, "input", self.config.max_value()) {
+            run.error = Some(format!("the run's input: {why}"));
+            return Ok(());
+        }
+        if fired.idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {
+            run.error = Some("idempotency_key: contains a NUL character, which cannot be stored".into());
+            return Ok(());
+        }
         let k = FlowKey { workflow: def.name.clone(), trigger: index as i32, key: flowed.key.clone() };
         let mut sp = tx.savepoint("flow").await?;
         let locked = store::lock(&sp, &k).await?;
@@ -233,7 +242,7 @@ impl Arrival<'_> {
             idempotency_key: fired.idempotency_key,
         };
         let step = match &hold {
-            Some(h) => flow::arrive(h, state_of(&locked)?, locked.now, event),
+            Some(h) => flow::arrive(h, state_of(&locked)?, locked.now, event, self.config.max_value()),
             None => Step {
                 starts: vec![Start {
                     input: event.input,

@@ -23,8 +23,10 @@ pub const MAX_THROTTLE_COUNT: i64 = 10_000;
 pub const MAX_THROTTLE_QUEUE: usize = 1000;
 /// Longest period, wait or quiet time a trigger's flow may name.
 pub const MAX_FLOW_PERIOD: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
-/// Most bytes of event inputs a key may hold (`max_held_bytes`): a batch
-/// that would pass it starts with what it has, a queue drops the event.
+/// Most bytes of event inputs a key may hold (`max_held_bytes`), or the
+/// largest run input when that is less: a batch that would pass it starts
+/// with what it has (so its run's input is never too large), a queue drops
+/// the event.
 pub const MAX_HELD_BYTES: usize = 8 << 20;
 
 /// How a trigger holds its events, compiled from its definition and kept
@@ -65,9 +67,15 @@ pub struct HeldEvent {
 }
 
 impl HeldEvent {
+    /// Its input's size as JSON text, with the comma a list puts after it.
     fn bytes(&self) -> usize {
-        serde_json::to_string(&self.input).map_or(0, |s| s.len())
+        serde_json::to_string(&self.input).map_or(0, |s| s.len()) + 1
     }
+}
+
+/// The bytes `events` take as a list (`[` and `]` counted).
+fn held_bytes(events: &[HeldEvent]) -> usize {
+    2 + events.iter().map(HeldEvent::bytes).sum::<usize>()
 }
 
 /// A key's state between events.
@@ -123,8 +131,10 @@ fn ms(n: u64) -> Duration {
 }
 
 /// An event of the key arrives at `now` (the database's clock), with the
-/// key's state if it has one.
-pub fn arrive(hold: &Hold, state: Option<State>, now: DateTime<Utc>, event: HeldEvent) -> Step {
+/// key's state if it has one; the key holds at most `max_held` bytes of
+/// inputs ([`MAX_HELD_BYTES`], or less: the largest run input).
+pub fn arrive(hold: &Hold, state: Option<State>, now: DateTime<Utc>, event: HeldEvent, max_held: usize) -> Step {
+    let max_held = max_held.min(MAX_HELD_BYTES);
     // A state whose time passed before the timer came to it: its time's
     // work is done first, as the timer would have.
     let (mut starts, state) = match state {
@@ -138,8 +148,10 @@ pub fn arrive(hold: &Hold, state: Option<State>, now: DateTime<Utc>, event: Held
         Hold::Debounce { period_ms, leading: true, max_wait_ms } => {
             leading(state, now, event, *period_ms, *max_wait_ms)
         }
-        Hold::Batch { max_size, max_wait_ms } => batch(state, now, event, *max_size, *max_wait_ms),
-        Hold::Throttle { count, period_ms, queue } => throttle(state, now, event, *count, *period_ms, *queue),
+        Hold::Batch { max_size, max_wait_ms } => batch(state, now, event, (*max_size, *max_wait_ms), max_held),
+        Hold::Throttle { count, period_ms, queue } => {
+            throttle(state, now, event, (*count, *period_ms, *queue), max_held)
+        }
     };
     if !starts.is_empty() {
         if let Outcome::Started(i) = &mut step.outcome {
@@ -224,13 +236,13 @@ fn leading(state: Option<State>, now: DateTime<Utc>, event: HeldEvent, period: u
     }
 }
 
-fn batch(state: Option<State>, now: DateTime<Utc>, event: HeldEvent, max_size: u32, max_wait: u64) -> Step {
+fn batch(state: Option<State>, now: DateTime<Utc>, event: HeldEvent, size_wait: (u32, u64), max_held: usize) -> Step {
+    let (max_size, max_wait) = size_wait;
     let mut starts = Vec::new();
     let mut state = state.filter(|s| !s.events.is_empty());
     // Past the bytes a key may hold: the batch so far starts without it.
     if let Some(s) = &state {
-        let held: usize = s.events.iter().map(HeldEvent::bytes).sum();
-        if held + event.bytes() > MAX_HELD_BYTES {
+        if held_bytes(&s.events) + event.bytes() > max_held {
             starts.extend(state.take().and_then(|s| batch_start(s.events)));
         }
     }
@@ -246,7 +258,14 @@ fn batch(state: Option<State>, now: DateTime<Utc>, event: HeldEvent, max_size: u
     Step { starts, state: Some(s), outcome: Outcome::Held(note), superseded: Vec::new() }
 }
 
-fn throttle(state: Option<State>, now: DateTime<Utc>, event: HeldEvent, count: u32, period: u64, queue: bool) -> Step {
+fn throttle(
+    state: Option<State>,
+    now: DateTime<Utc>,
+    event: HeldEvent,
+    rule: (u32, u64, bool),
+    max_held: usize,
+) -> Step {
+    let (count, period, queue) = rule;
     let mut s = state.unwrap_or(State { opened_at: now, due_at: now + ms(period), count: 0, events: Vec::new() });
     if s.count < count && s.events.is_empty() {
         s.count += 1;
@@ -257,13 +276,12 @@ fn throttle(state: Option<State>, now: DateTime<Utc>, event: HeldEvent, count: u
             superseded: Vec::new(),
         };
     }
-    let full = s.events.len() >= MAX_THROTTLE_QUEUE
-        || s.events.iter().map(HeldEvent::bytes).sum::<usize>() + event.bytes() > MAX_HELD_BYTES;
+    let full = s.events.len() >= MAX_THROTTLE_QUEUE || held_bytes(&s.events) + event.bytes() > max_held;
     let outcome = if !queue {
         Outcome::Dropped(format!("throttle: {count} runs started in this period already; the trigger drops the rest"))
     } else if full {
         Outcome::Dropped(format!(
-            "throttle: the key's queue is full ({MAX_THROTTLE_QUEUE} events or {MAX_HELD_BYTES} bytes, max_throttle_queue)"
+            "throttle: the key's queue is full ({MAX_THROTTLE_QUEUE} events or {max_held} bytes, max_throttle_queue)"
         ))
     } else {
         let ahead = s.events.len();

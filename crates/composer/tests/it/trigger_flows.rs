@@ -178,6 +178,11 @@ async fn a_throttle_queues_past_its_count_or_drops_as_it_says() {
         runs.iter().map(|r| r["created_at"].as_str().unwrap().parse().unwrap()).collect();
     assert!(started[4] - started[0] >= chrono::Duration::seconds(2), "three periods: {started:?}");
     assert_eq!(runs_of(&e, "capped").await.len(), 1);
+    // An input no row can keep is refused as a start's would be, before it is held.
+    e.register(&echo("nul", json!({"throttle": {"count": 1, "period": "1m"}, "input": "${ [0] | implode }"}))).await;
+    let sent = send(&e, "t-nul", "k", json!({})).await;
+    let refused = sent["trigger_errors"].as_array().unwrap().iter().find(|t| t["workflow"] == "nul").unwrap();
+    assert!(refused["error"].as_str().unwrap().starts_with("the run's input"), "{sent}");
     e.stop().await;
 }
 

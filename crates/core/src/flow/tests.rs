@@ -39,7 +39,7 @@ fn drive(hold: &Hold, arrivals: &[i64], tick: i64) -> World {
             clock += tick;
             timer(&mut w, at(clock));
         }
-        let step = arrive(hold, w.state.take(), at(*t), ev(i as i64));
+        let step = arrive(hold, w.state.take(), at(*t), ev(i as i64), MAX_HELD_BYTES);
         if let Outcome::Started(k) = step.outcome {
             assert!(step.starts[k].events.contains(&(i as i64)), "the outcome names the start that holds it");
         }
@@ -159,8 +159,8 @@ proptest! {
 #[test]
 fn a_stale_key_does_its_due_work_before_the_new_event() {
     let hold = Hold::Batch { max_size: 10, max_wait_ms: 100 };
-    let first = arrive(&hold, None, at(0), ev(0));
-    let late = arrive(&hold, first.state, at(500), ev(1));
+    let first = arrive(&hold, None, at(0), ev(0), MAX_HELD_BYTES);
+    let late = arrive(&hold, first.state, at(500), ev(1), MAX_HELD_BYTES);
     assert_eq!(late.starts.len(), 1, "the overdue batch started");
     assert_eq!(late.starts[0].events, vec![0]);
     assert!(matches!(late.outcome, Outcome::Held(_)));
@@ -179,24 +179,33 @@ fn a_batch_past_the_bytes_a_key_holds_starts_with_what_it_has() {
     let mut state = None;
     let mut started = Vec::new();
     for seq in 0..4 {
-        let step = arrive(&hold, state, at(seq), big(seq));
+        let step = arrive(&hold, state, at(seq), big(seq), MAX_HELD_BYTES);
         started.extend(step.starts.into_iter().map(|s| s.events));
         state = step.state;
     }
     assert_eq!(started, vec![vec![0, 1]], "a third would pass MAX_HELD_BYTES");
     assert_eq!(state.unwrap().events.len(), 2);
+    // Under a smaller largest input, a batch never passes it either.
+    let mut state = None;
+    let mut lists = Vec::new();
+    for seq in 0..10 {
+        let step = arrive(&hold, state, at(seq), ev(seq), 40);
+        lists.extend(step.starts.into_iter().map(|s| s.input.to_string().len()));
+        state = step.state;
+    }
+    assert!(!lists.is_empty() && lists.iter().all(|n| *n <= 40), "{lists:?}");
 }
 
 #[test]
 fn a_full_throttle_queue_drops_and_says_so() {
     let hold = Hold::Throttle { count: 1, period_ms: 60_000, queue: true };
-    let mut state = arrive(&hold, None, at(0), ev(0)).state;
+    let mut state = arrive(&hold, None, at(0), ev(0), MAX_HELD_BYTES).state;
     for seq in 1..=MAX_THROTTLE_QUEUE as i64 {
-        let step = arrive(&hold, state, at(1), ev(seq));
+        let step = arrive(&hold, state, at(1), ev(seq), MAX_HELD_BYTES);
         assert!(matches!(step.outcome, Outcome::Held(_)));
         state = step.state;
     }
-    let over = arrive(&hold, state, at(2), ev(5000));
+    let over = arrive(&hold, state, at(2), ev(5000), MAX_HELD_BYTES);
     let Outcome::Dropped(why) = over.outcome else { panic!("{:?}", over.outcome) };
     assert!(why.contains("max_throttle_queue"), "{why}");
 }
