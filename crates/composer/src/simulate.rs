@@ -209,7 +209,8 @@ fn triggered_input(sb: &Sandbox, wf: &Workflow, event: &Value) -> Result<Value, 
                     eprintln!("trigger {i} ({name}) starts the run{key}");
                     return Ok(fired.input);
                 };
-                eprintln!("trigger {i} ({name}) starts the run{key}; {}", flow_said(&flow));
+                let flow_of = composer_core::definition::Flow { hold: flow.hold.clone(), singleton: flow.singleton };
+                eprintln!("trigger {i} ({name}) starts the run{key}; {} (key {:?})", flow_of.describe(), flow.key);
                 // A batch's run takes its events' inputs as a list: this one alone.
                 return Ok(match flow.hold {
                     Some(composer_core::flow::Hold::Batch { .. }) => Value::Array(vec![fired.input]),
@@ -221,39 +222,6 @@ fn triggered_input(sb: &Sandbox, wf: &Workflow, event: &Value) -> Result<Value, 
         }
     }
     Err(format!("no run: no trigger of {} starts one for this {name:?} event", wf.spec.name))
-}
-
-/// What a trigger's flow control does to the run an event starts, in words.
-fn flow_said(flow: &composer_core::definition::Flowed) -> String {
-    use composer_core::flow::Hold;
-    let mut said = match &flow.hold {
-        Some(Hold::Debounce { period_ms, leading: false, .. }) => {
-            format!("debounced: it starts {period_ms}ms after the key's last event, with that event")
-        }
-        Some(Hold::Debounce { period_ms, leading: true, .. }) => {
-            format!("debounced: the key's first event starts it, and the next {period_ms}ms of events none")
-        }
-        Some(Hold::Batch { max_size, max_wait_ms }) => format!(
-            "batched: its input is the list of up to {max_size} events' inputs (within {max_wait_ms}ms), \
-             here this event's alone"
-        ),
-        Some(Hold::Throttle { count, period_ms, queue }) => format!(
-            "throttled: at most {count} runs per {period_ms}ms, the rest {}",
-            if *queue { "queued" } else { "dropped" }
-        ),
-        None => String::new(),
-    };
-    if let Some(mode) = flow.singleton {
-        let what = match mode {
-            composer_core::definition::SingletonMode::Skip => "starts none while",
-            composer_core::definition::SingletonMode::Cancel => "cancels the run that",
-        };
-        said.push_str(&format!(
-            "{}singleton: an event of the key {what} a run of it runs",
-            if said.is_empty() { "" } else { "; " }
-        ));
-    }
-    format!("{said} (key {:?})", flow.key)
 }
 
 fn prepare(file: &Path, input: &str, mocks: &[String], failures: &[String]) -> anyhow::Result<(Workflow, Options)> {

@@ -68,9 +68,13 @@ async fn cancel(engine: &Arc<Engine>, run: Uuid) {
         actor: "trigger".into(),
         reason: Some("singleton: a newer event of its key started a run in its place".into()),
     });
-    if let Err(e) = engine.handle(EventRequest::new(run, Event::CancelRun).by(by)).await {
-        tracing::warn!(run_id = %run, error = %e, "singleton: the run it replaced is not cancelled yet; the timer loop tries again");
-        return;
+    match engine.handle(EventRequest::new(run, Event::CancelRun).by(by)).await {
+        // Gone (retention, a namespace's end): nothing to cancel.
+        Ok(_) | Err(EngineError::RunNotFound(_)) => {}
+        Err(e) => {
+            tracing::warn!(run_id = %run, error = %e, "singleton: the run it replaced is not cancelled yet; the timer loop tries again");
+            return;
+        }
     }
     match composer_store::client(engine.pool()).await {
         Ok(client) => {
@@ -95,6 +99,11 @@ struct Starter<'a> {
     singleton: Option<SingletonMode>,
     traceparent: Option<&'a str>,
     replay: Option<Uuid>,
+    /// The arriving event, whose own record its sending writes.
+    arriving: Option<i64>,
+    /// A start over the namespace's quota is tried again later (the timer's
+    /// and a replay's), not refused.
+    waits_for_quota: bool,
 }
 
 impl Starter<'_> {
@@ -149,7 +158,7 @@ impl Starter<'_> {
                 }
                 Ok(Begun::Run(Box::new(s)))
             }
-            Err(e @ EngineError::Rejected(Rejection::OverQuota { .. })) if self.replay.is_some() => Err(e),
+            Err(e @ EngineError::Rejected(Rejection::OverQuota { .. })) if self.waits_for_quota => Err(e),
             Err(EngineError::Rejected(why)) => {
                 sp.rollback().await?;
                 Ok(Begun::Refused(why.to_string()))
@@ -173,13 +182,18 @@ impl Starter<'_> {
         for (i, start) in starts.iter().enumerate() {
             let begun = self.start(tx, start, last_run, after).await?;
             let trigger = self.index as i32;
+            let clipped;
             let (run, error, note) = match &begun {
                 Begun::Run(s) => (Some(s.row.id), None, None),
                 Begun::Skipped(why) => (None, None, Some(why.as_str())),
-                Begun::Refused(why) => (None, Some(why.as_str()), None),
+                Begun::Refused(why) => {
+                    clipped = composer_core::clipped(why, 1024);
+                    (None, Some(clipped.as_str()), None)
+                }
             };
             // The arriving event's own record is written after, by its sending.
-            store::note_events(tx, &start.events, &self.def.name, trigger, run, error, note).await?;
+            let held: Vec<i64> = start.events.iter().copied().filter(|seq| Some(*seq) != self.arriving).collect();
+            store::note_events(tx, &held, &self.def.name, trigger, run, error, note).await?;
             if own == Some(i) {
                 mine = Some(begun);
             } else if let Begun::Run(s) = begun {
@@ -217,16 +231,16 @@ impl Arrival<'_> {
         after: &mut AfterCommit,
     ) -> Result<(), EngineError> {
         let (def, index) = (self.def, self.index);
-        // Held, its input is stored as a run's would be: refused alike, now.
-        if let Err(why) = composer_core::storable::check(&fired.input, "input", self.config.max_value()) {
-            run.error = Some(format!("the run's input: {why}"));
+        if let Some(why) = self.refused(&fired, flowed.hold.as_ref()) {
+            run.error = Some(why);
             return Ok(());
         }
-        if fired.idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {
-            run.error = Some("idempotency_key: contains a NUL character, which cannot be stored".into());
-            return Ok(());
-        }
-        let k = FlowKey { workflow: def.name.clone(), trigger: index as i32, key: flowed.key.clone() };
+        let k = FlowKey {
+            workflow: def.name.clone(),
+            trigger: index as i32,
+            event: self.name.to_string(),
+            key: flowed.key.clone(),
+        };
         let mut sp = tx.savepoint("flow").await?;
         let locked = store::lock(&sp, &k).await?;
         // A key holding events keeps the rules it held them under until it
@@ -241,19 +255,10 @@ impl Arrival<'_> {
             input: fired.input,
             idempotency_key: fired.idempotency_key,
         };
+        let before = state_of(&locked)?;
         let step = match &hold {
-            Some(h) => flow::arrive(h, state_of(&locked)?, locked.now, event, self.config.max_value()),
-            None => Step {
-                starts: vec![Start {
-                    input: event.input,
-                    idempotency_key: event.idempotency_key,
-                    events: vec![self.seq],
-                    event_id: event.event_id,
-                }],
-                state: None,
-                outcome: Outcome::Started(0),
-                superseded: Vec::new(),
-            },
+            Some(h) => flow::arrive(h, before.clone(), locked.now, event, self.config.max_value()),
+            None => at_once(event),
         };
         for (seq, note) in &step.superseded {
             store::note_events(&sp, &[*seq], &def.name, k.trigger, None, None, Some(note)).await?;
@@ -269,6 +274,8 @@ impl Arrival<'_> {
             singleton: flowed.singleton,
             traceparent: self.traceparent,
             replay: self.replay,
+            arriving: Some(self.seq),
+            waits_for_quota: self.replay.is_some(),
         };
         let own = match step.outcome {
             Outcome::Started(i) => Some(i),
@@ -276,23 +283,78 @@ impl Arrival<'_> {
         };
         let mut last_run = locked.last_run;
         let mine = starter.start_all(&mut sp, &step.starts, own, &mut last_run, after).await?;
-        save(&sp, &k, hold.as_ref(), flowed.singleton, step.state.as_ref(), last_run).await?;
+        let mut state = step.state.clone();
+        if !matches!(mine, None | Some(Begun::Run(_))) {
+            unstarted(hold.as_ref(), &mut state, before);
+        }
+        save(&sp, &k, hold.as_ref(), flowed.singleton, state.as_ref(), last_run).await?;
         sp.commit().await?;
         run.flow = Some(starter.flow.to_string());
-        match (mine, step.outcome) {
-            (Some(Begun::Run(s)), _) => {
-                run.run_id = Some(s.row.id);
-                if !s.new {
-                    run.replayed_by = None;
-                }
-                after.started.push(*s);
-            }
-            (Some(Begun::Skipped(why)), _) => run.flow_note = Some(why),
-            (Some(Begun::Refused(why)), _) => run.error = Some(why),
-            (None, Outcome::Held(why) | Outcome::Dropped(why)) => run.flow_note = Some(why),
-            (None, Outcome::Started(_)) => {}
-        }
+        noted(run, mine, step.outcome, after);
         Ok(())
+    }
+
+    /// Why the event cannot be held: its input is stored as a run's would
+    /// be, so it is refused alike, now (and as a batch's list when it goes
+    /// in one, within what a key holds).
+    fn refused(&self, fired: &composer_core::definition::Fired, hold: Option<&Hold>) -> Option<String> {
+        let largest = match hold {
+            Some(_) => self.config.max_value().min(flow::MAX_HELD_BYTES),
+            None => self.config.max_value(),
+        };
+        let as_run = match hold {
+            Some(Hold::Batch { .. }) => Value::Array(vec![fired.input.clone()]),
+            _ => fired.input.clone(),
+        };
+        if let Err(why) = composer_core::storable::check(&as_run, "input", largest) {
+            return Some(format!("the run's input: {why} (max_held_bytes)"));
+        }
+        if fired.idempotency_key.as_deref().is_some_and(|k| k.contains('\0')) {
+            return Some("idempotency_key: contains a NUL character, which cannot be stored".into());
+        }
+        None
+    }
+}
+
+/// A singleton alone holds nothing: the event's run starts now, if it may.
+fn at_once(event: HeldEvent) -> Step {
+    let start = Start {
+        input: event.input,
+        idempotency_key: event.idempotency_key,
+        events: vec![event.seq],
+        event_id: event.event_id,
+    };
+    Step { starts: vec![start], state: None, outcome: Outcome::Started(0), superseded: Vec::new() }
+}
+
+/// What became of the arriving event, into its record.
+fn noted(run: &mut EventRun, mine: Option<Begun>, outcome: Outcome, after: &mut AfterCommit) {
+    match (mine, outcome) {
+        (Some(Begun::Run(s)), _) => {
+            run.run_id = Some(s.row.id);
+            if !s.new {
+                run.replayed_by = None;
+            }
+            after.started.push(*s);
+        }
+        (Some(Begun::Skipped(why)), _) => run.flow_note = Some(why),
+        (Some(Begun::Refused(why)), _) => run.error = Some(why),
+        (None, Outcome::Held(why) | Outcome::Dropped(why)) => run.flow_note = Some(why),
+        (None, Outcome::Started(_)) => {}
+    }
+}
+
+/// An arriving event's run was refused or skipped: a leading debounce opens
+/// no burst for it (the next event starts one), a throttle counts no run.
+fn unstarted(hold: Option<&Hold>, state: &mut Option<State>, before: Option<State>) {
+    match hold {
+        Some(Hold::Debounce { leading: true, .. }) => *state = before.filter(|s| !s.events.is_empty()),
+        Some(Hold::Throttle { .. }) => {
+            if let Some(s) = state {
+                s.count = s.count.saturating_sub(1);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -340,6 +402,10 @@ async fn save(
 /// commit; this is for one that died first).
 const CANCEL_LEFT_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a due key whose work failed (a quota, the store) waits before
+/// it is tried again, so that it does not hold the head of the queue.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Starts what the due keys' time starts, each in a transaction of its
 /// own, up to `limit` keys a pass; cancels what singletons left to cancel,
 /// and forgets keys that hold nothing. Returns how many runs started.
@@ -351,15 +417,16 @@ pub async fn fire_due(config: &Config, engine: &Arc<Engine>, limit: i64) -> Resu
         match fire_one(config, engine, k).await {
             Ok(n) => started += n,
             Err(e) => {
-                tracing::warn!(workflow = %k.workflow, trigger = k.trigger, error = %e, "trigger flow: due key not worked; the next pass tries again")
+                tracing::warn!(workflow = %k.workflow, trigger = k.trigger, error = %e, "trigger flow: due key not worked; trying again in a minute");
+                store::put_off(&composer_store::client(pool).await?, k, RETRY_AFTER).await?;
             }
         }
     }
-    let client = composer_store::client(pool).await?;
+    let mut client = composer_store::client(pool).await?;
     for run in store::cancels_left(&client, CANCEL_LEFT_AFTER, limit).await? {
         cancel(engine, run).await;
     }
-    store::forget_idle(&client, limit).await?;
+    store::forget_idle(&mut client, limit).await?;
     Ok(started)
 }
 
@@ -376,11 +443,19 @@ async fn fire_one(config: &Config, engine: &Arc<Engine>, k: &FlowKey) -> Result<
     };
     let (starts, next) = flow::due(&hold, state, locked.now);
     let mut after = AfterCommit::default();
-    let compiled = def.as_ref().map(|d| (d, engine.compile(d)));
-    let trigger = match &compiled {
-        Some((d, Ok(wf))) => wf.triggers.get(k.trigger as usize).map(|t| (*d, t.event.clone(), t.flow().cloned())),
-        _ => None,
+    let compiled = match &def {
+        Some(d) => match engine.compile(d) {
+            Ok(wf) => Some((d, wf)),
+            // A definition that cannot be compiled now may be later.
+            Err(e) if !e.is_permanent() => return Err(e),
+            Err(_) => None,
+        },
+        None => None,
     };
+    let trigger = compiled.as_ref().and_then(|(d, wf)| {
+        let t = wf.triggers.get(k.trigger as usize).filter(|t| t.event == k.event)?;
+        Some((*d, t.event.clone(), t.flow().cloned()))
+    });
     let singleton = match &trigger {
         Some((_, _, flow)) => flow.as_ref().and_then(|f| f.singleton),
         None => None,
@@ -398,6 +473,8 @@ async fn fire_one(config: &Config, engine: &Arc<Engine>, k: &FlowKey) -> Result<
                 singleton,
                 traceparent: None,
                 replay: None,
+                arriving: None,
+                waits_for_quota: true,
             };
             let mut last_run = locked.last_run;
             starter.start_all(&mut tx, &starts, None, &mut last_run, &mut after).await?;

@@ -170,7 +170,8 @@ async fn replay_one(s: &Shared, replay: Uuid, seq: i64) -> Result<Option<Replaye
             replays::record(&tx, seq, run).await?;
         }
         replayed.started = runs.iter().filter(|r| r.replayed_by.is_some() && r.run_id.is_some()).count() as i64;
-        replayed.failed = runs.iter().filter(|r| r.run_id.is_none()).count() as i64;
+        // Held, replaced or dropped by a flow control is taken, not failed.
+        replayed.failed = runs.iter().filter(|r| r.run_id.is_none() && r.error.is_some()).count() as i64;
         replays::looked_at(&tx, replay, seq, replayed.started, replayed.failed, None).await?;
         tx.commit().await?;
         after.run(&s.engine).await;

@@ -177,6 +177,8 @@ impl Sending<'_> {
     ) -> Result<(Vec<EventRun>, AfterCommit), EngineError> {
         let mut runs: Vec<EventRun> = Vec::new();
         let mut after = AfterCommit::default();
+        // The runs the event itself started (not those of events held before).
+        let mut own = 0;
         for Planned { def, index, fired } in planned {
             let mut run = EventRun {
                 workflow: def.name.clone(),
@@ -190,7 +192,7 @@ impl Sending<'_> {
             match fired {
                 Ok(None) => continue,
                 Err(e) => run.error = Some(e),
-                Ok(Some(_)) if already + after.started.len() >= MAX_EVENT_RUNS => {
+                Ok(Some(_)) if already + own >= MAX_EVENT_RUNS => {
                     run.error = Some(format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"));
                 }
                 Ok(Some(mut fired)) => match fired.flow.take() {
@@ -221,6 +223,7 @@ impl Sending<'_> {
                     },
                 },
             }
+            own += usize::from(run.run_id.is_some());
             if let Some(e) = &mut run.error {
                 *e = composer_core::clipped(e, MAX_TRIGGER_ERROR);
                 tracing::warn!(workflow = %run.workflow, trigger = index, event = %self.name, error = %e, "trigger started no run");

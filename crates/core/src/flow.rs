@@ -21,6 +21,9 @@ pub const MAX_THROTTLE_COUNT: i64 = 10_000;
 /// Most events a throttle keeps queued for one key (`max_throttle_queue`);
 /// past it, an event is dropped, and its answer says so.
 pub const MAX_THROTTLE_QUEUE: usize = 1000;
+/// Longest key a flow counts by, in bytes (`max_flow_key_bytes`): it is
+/// part of an index's key, which PostgreSQL bounds.
+pub const MAX_FLOW_KEY_BYTES: usize = 512;
 /// Longest period, wait or quiet time a trigger's flow may name.
 pub const MAX_FLOW_PERIOD: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 /// Most bytes of event inputs a key may hold (`max_held_bytes`), or the
@@ -126,8 +129,11 @@ pub struct Step {
     pub superseded: Vec<(i64, String)>,
 }
 
+/// `n` milliseconds; periods are at most [`MAX_FLOW_PERIOD`], which a
+/// kept hold read back could pass: such a one counts as the longest.
 fn ms(n: u64) -> Duration {
-    Duration::milliseconds(i64::try_from(n).unwrap_or(i64::MAX / 2))
+    let longest = MAX_FLOW_PERIOD.as_millis() as u64;
+    Duration::milliseconds(n.min(longest) as i64)
 }
 
 /// An event of the key arrives at `now` (the database's clock), with the

@@ -1,11 +1,14 @@
 -- A trigger's flow control (debounce, batch, throttle, singleton): what one
--- key of one trigger holds between events, in one row. The transaction that
+-- key of one trigger holds between events, in one row. A trigger is known
+-- by its place and its event's name: a new version that moves triggers
+-- about does not mix one trigger's events with another's. The transaction that
 -- records an event of the key locks the row (an upsert), and so does the
 -- timer loop's when the row is due (FOR UPDATE SKIP LOCKED): each writes
 -- back what the key holds in the commit that starts the runs it decided.
 CREATE TABLE trigger_flows (
     workflow_name  text NOT NULL,
     trigger_index  integer NOT NULL,
+    event_name     text NOT NULL,
     key            text NOT NULL,
     -- How its events are held (debounce, batch or throttle and their
     -- numbers), as when the last event came; NULL for a singleton alone.
@@ -21,9 +24,12 @@ CREATE TABLE trigger_flows (
     events         jsonb NOT NULL DEFAULT '[]',
     -- The last run the key started: a singleton's running one.
     last_run       uuid,
-    PRIMARY KEY (workflow_name, trigger_index, key)
+    PRIMARY KEY (workflow_name, trigger_index, event_name, key)
 );
 CREATE INDEX trigger_flows_due ON trigger_flows (due_at) WHERE due_at IS NOT NULL;
+-- A singleton's keys that hold no events, for the sweep that forgets those
+-- whose run ended.
+CREATE INDEX trigger_flows_idle ON trigger_flows (last_run) WHERE due_at IS NULL;
 
 -- Runs a singleton trigger cancels, written in the commit that starts the
 -- run that replaces them, and cancelled after it (by the timer loop, when

@@ -16,6 +16,8 @@ use crate::{Client, Result, Transaction};
 pub struct FlowKey {
     pub workflow: String,
     pub trigger: i32,
+    /// The trigger's event name.
+    pub event: String,
     pub key: String,
 }
 
@@ -62,11 +64,11 @@ pub async fn lock(tx: &Transaction<'_>, k: &FlowKey) -> Result<Locked> {
     let row = tx
         .query_one(
             &format!(
-                "INSERT INTO trigger_flows (workflow_name, trigger_index, key) VALUES ($1, $2, $3)
-                 ON CONFLICT (workflow_name, trigger_index, key) DO UPDATE SET key = EXCLUDED.key
+                "INSERT INTO trigger_flows (workflow_name, trigger_index, event_name, key) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (workflow_name, trigger_index, event_name, key) DO UPDATE SET key = EXCLUDED.key
                  RETURNING {COLUMNS}"
             ),
-            &[&k.workflow, &k.trigger, &k.key],
+            &[&k.workflow, &k.trigger, &k.event, &k.key],
         )
         .await?;
     locked(&row)
@@ -76,12 +78,16 @@ pub async fn lock(tx: &Transaction<'_>, k: &FlowKey) -> Result<Locked> {
 pub async fn due(client: &Client, limit: i64) -> Result<Vec<FlowKey>> {
     let rows = client
         .query(
-            "SELECT workflow_name, trigger_index, key FROM trigger_flows
+            "SELECT workflow_name, trigger_index, event_name, key FROM trigger_flows
               WHERE due_at <= now() ORDER BY due_at LIMIT $1",
             &[&limit],
         )
         .await?;
-    rows.iter().map(|r| Ok(FlowKey { workflow: r.try_get(0)?, trigger: r.try_get(1)?, key: r.try_get(2)? })).collect()
+    rows.iter()
+        .map(|r| {
+            Ok(FlowKey { workflow: r.try_get(0)?, trigger: r.try_get(1)?, event: r.try_get(2)?, key: r.try_get(3)? })
+        })
+        .collect()
 }
 
 /// Locks `k`'s row if it is still due and no one else holds it.
@@ -90,10 +96,11 @@ pub async fn lock_due(tx: &Transaction<'_>, k: &FlowKey) -> Result<Option<Locked
         .query_opt(
             &format!(
                 "SELECT {COLUMNS} FROM trigger_flows
-                  WHERE workflow_name = $1 AND trigger_index = $2 AND key = $3 AND due_at <= now()
+                  WHERE workflow_name = $1 AND trigger_index = $2 AND event_name = $3 AND key = $4
+                    AND due_at <= now()
                   FOR UPDATE SKIP LOCKED"
             ),
-            &[&k.workflow, &k.trigger, &k.key],
+            &[&k.workflow, &k.trigger, &k.event, &k.key],
         )
         .await?;
     row.as_ref().map(locked).transpose()
@@ -111,20 +118,21 @@ pub async fn save(
 ) -> Result<()> {
     if held.is_none() && last_run.is_none() {
         tx.execute(
-            "DELETE FROM trigger_flows WHERE workflow_name = $1 AND trigger_index = $2 AND key = $3",
-            &[&k.workflow, &k.trigger, &k.key],
+            "DELETE FROM trigger_flows WHERE workflow_name = $1 AND trigger_index = $2 AND event_name = $3 AND key = $4",
+            &[&k.workflow, &k.trigger, &k.event, &k.key],
         )
         .await?;
         return Ok(());
     }
     let empty = Value::Array(Vec::new());
     tx.execute(
-        "UPDATE trigger_flows SET hold = $4, singleton = $5, opened_at = $6, due_at = $7, count = $8, events = $9,
-                last_run = $10
-          WHERE workflow_name = $1 AND trigger_index = $2 AND key = $3",
+        "UPDATE trigger_flows SET hold = $5, singleton = $6, opened_at = $7, due_at = $8, count = $9, events = $10,
+                last_run = $11
+          WHERE workflow_name = $1 AND trigger_index = $2 AND event_name = $3 AND key = $4",
         &[
             &k.workflow,
             &k.trigger,
+            &k.event,
             &k.key,
             &hold,
             &singleton,
@@ -152,19 +160,43 @@ pub async fn is_running(tx: &Transaction<'_>, id: Uuid) -> Result<bool> {
 
 /// Forgets up to `limit` rows that hold nothing and whose last run ended
 /// (or is gone): a singleton's key with nothing running.
-pub async fn forget_idle(client: &Client, limit: i64) -> Result<u64> {
-    Ok(client
+pub async fn forget_idle(client: &mut Client, limit: i64) -> Result<u64> {
+    let tx = client.transaction().await?;
+    // Locked first; then looked at again under the lock, by a statement of
+    // its own (a fresh snapshot): an event that started a run for the key
+    // in between is seen, and its row kept.
+    tx.query(
+        "SELECT 1 FROM trigger_flows WHERE due_at IS NULL ORDER BY last_run LIMIT $1 FOR UPDATE SKIP LOCKED",
+        &[&limit],
+    )
+    .await?;
+    let gone = tx
         .execute(
-            "DELETE FROM trigger_flows f
-              WHERE (workflow_name, trigger_index, key) IN (
-                    SELECT workflow_name, trigger_index, key FROM trigger_flows g
-                     WHERE g.due_at IS NULL
-                       AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = g.last_run
-                                          AND r.status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))
-                     LIMIT $1 FOR UPDATE SKIP LOCKED)",
+            "DELETE FROM trigger_flows g
+              WHERE g.due_at IS NULL
+                AND g.ctid IN (SELECT ctid FROM trigger_flows WHERE due_at IS NULL ORDER BY last_run LIMIT $1
+                                  FOR UPDATE SKIP LOCKED)
+                AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = g.last_run
+                                   AND r.status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))",
             &[&limit],
         )
-        .await?)
+        .await?;
+    tx.commit().await?;
+    Ok(gone)
+}
+
+/// Puts `k` off by `by` when working it failed, so that it does not hold
+/// the head of the timer's queue.
+pub async fn put_off(client: &Client, k: &FlowKey, by: std::time::Duration) -> Result<()> {
+    client
+        .execute(
+            "UPDATE trigger_flows SET due_at = now() + make_interval(secs => $5)
+              WHERE workflow_name = $1 AND trigger_index = $2 AND event_name = $3 AND key = $4
+                AND due_at IS NOT NULL",
+            &[&k.workflow, &k.trigger, &k.event, &k.key, &by.as_secs_f64()],
+        )
+        .await?;
+    Ok(())
 }
 
 /// Notes, in the commit that starts its successor, that run `id` is to be

@@ -1264,7 +1264,7 @@ fn every_example_is_a_valid_definition() {
     .output()
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("batched: its input is the list of up to 50 events' inputs"), "{stderr}");
+    assert!(stderr.contains("batched: one run for the list of up to 50 events' inputs"), "{stderr}");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["output"]["n"], json!([7]), "{report}");
     let _ = std::fs::remove_dir_all(dir);

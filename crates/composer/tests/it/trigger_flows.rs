@@ -89,6 +89,8 @@ async fn a_trailing_debounce_starts_one_run_per_key_with_the_burst_s_last_event(
     assert!(page.contains("settle: no run (debounce)") && page.contains("<span class=\"flow\">(debounce)</span>"));
     let run_page = reqwest::get(format!("{}/ui/runs/{}", e.url(), runs[0]["id"].as_str().unwrap())).await.unwrap();
     assert!(run_page.text().await.unwrap().contains("(debounce of key <code>"), "the run page says how it started");
+    let wf_page = reqwest::get(format!("{}/ui/workflows/settle", e.url())).await.unwrap().text().await.unwrap();
+    assert!(wf_page.contains("debounced: one run 700ms after a burst&#39;s last event"), "{wf_page}");
     // A burst after the quiet time is a new one.
     send(&e, "a9", "a", json!({"n": 9})).await;
     until_runs(&e, "settle", 3).await;
@@ -296,4 +298,66 @@ async fn events_held_when_a_coordinator_is_killed_start_each_batch_and_debounce_
     let distinct: BTreeSet<&String> = inputs.iter().collect();
     assert_eq!(distinct.len(), inputs.len(), "no debounced run started twice: {inputs:?}");
     c.stop();
+}
+
+/// A leading debounce whose first run is refused opens no burst: the next
+/// event starts the run. A key past its bytes fails its trigger, and the
+/// event stands.
+#[tokio::test]
+async fn a_refused_first_run_opens_no_burst_and_a_long_key_fails_its_trigger() {
+    let e = Engine::start().await;
+    let mut strict = echo("strict", json!({"debounce": {"period": "1h", "leading": true}}));
+    strict["input_schema"] = json!({"type": "object", "required": ["ok"]});
+    e.register(&strict).await;
+    let refused = send(&e, "r0", "k", json!({})).await;
+    assert!(refused["trigger_errors"][0]["error"].as_str().unwrap().contains("ok"), "{refused}");
+    let next = send(&e, "r1", "k", json!({"ok": 1})).await;
+    assert_eq!(next["started_runs"].as_array().unwrap().len(), 1, "the burst had not begun: {next}");
+    let long = send(&e, "r2", &"é".repeat(300), json!({"ok": 2})).await;
+    assert!(long["trigger_errors"][0]["error"].as_str().unwrap().contains("max_flow_key_bytes"), "{long}");
+    e.stop().await;
+}
+
+/// A batch its workflow refused (an input schema that takes no list) is
+/// replayed once the workflow is fixed: the replayed events are batched
+/// again, and each is in one run, recorded as replayed.
+#[tokio::test]
+async fn a_refused_batch_is_replayed_into_one_batch_after_the_fix() {
+    let e = Engine::start().await;
+    let mut wrong = echo("digest", json!({"batch": {"max_size": 3, "max_wait": "300ms"}, "input": "${ .event.id }"}));
+    wrong["input_schema"] = json!({"type": "object"});
+    e.register(&wrong).await;
+    for i in 0..3 {
+        send(&e, &format!("d{i}"), "k", json!({})).await;
+    }
+    let (_, page) = e.get("/v1/events?name=signal&limit=10").await;
+    for ev in page["events"].as_array().unwrap() {
+        assert!(ev["trigger_errors"][0]["error"].as_str().unwrap().contains("input"), "{ev}");
+    }
+    e.register(&echo("digest", json!({"batch": {"max_size": 3, "max_wait": "300ms"}, "input": "${ .event.id }"})))
+        .await;
+    let now = chrono::Utc::now();
+    let filter = json!({"name": "signal", "failed_only": true, "from": (now - chrono::Duration::hours(1)).to_rfc3339(),
+                        "to": (now + chrono::Duration::minutes(1)).to_rfc3339()});
+    let (status, job) = e.post("/v1/events/replay", &json!({"filter": filter})).await;
+    assert_eq!(status, 202, "{job}");
+    until_runs(&e, "digest", 1).await;
+    let runs = runs_of(&e, "digest").await;
+    assert_eq!(runs.len(), 1, "one batch");
+    let mut ids: Vec<String> =
+        runs[0]["output"]["echo"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    ids.sort();
+    assert_eq!(ids, ["d0", "d1", "d2"]);
+    let job = eventually(T, "the replay to end", || async {
+        let (_, j) = e.get(&format!("/v1/events/replay/{}", job["id"].as_str().unwrap())).await;
+        (j["status"] != "RUNNING").then_some(j)
+    })
+    .await;
+    assert_eq!(job["failed"], 0, "held is not failed: {job}");
+    for id in ["d0", "d2"] {
+        let ev = recorded(&e, id).await;
+        assert_eq!(ev["started_runs"][0]["run_id"], runs[0]["id"], "{ev}");
+        assert_eq!(ev["trigger_errors"], json!([]), "{ev}");
+    }
+    e.stop().await;
 }

@@ -107,7 +107,7 @@ fn started(r: &EventRun) -> Html {
 
 /// A flow control's note in a word or two: held (for a later run), or no run.
 fn held_word(flow: &str, note: &str) -> String {
-    if note.contains("held") || note.contains("queued") {
+    if note.starts_with(&format!("{flow}: held")) || note.starts_with("throttle: queued") {
         format!("held by {flow}")
     } else {
         format!("no run ({flow})")

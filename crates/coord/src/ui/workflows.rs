@@ -48,10 +48,11 @@ pub async fn workflow_page(
     let def =
         composer_store::definitions::by_name(&client, &name, version).await?.ok_or_else(|| not_found("workflow"))?;
     let versions = composer_store::definitions::versions(&client, &name, None, 100).await?;
-    let graph = engine
-        .compile(&def)
-        .ok()
-        .map(|wf| html!("<div class=\"graph\">{}</div>", dag::svg(&wf, &HashMap::new(), &Default::default())));
+    let compiled = engine.compile(&def).ok();
+    let graph = compiled
+        .as_ref()
+        .map(|wf| html!("<div class=\"graph\">{}</div>", dag::svg(wf, &HashMap::new(), &Default::default())));
+    let triggers = compiled.as_ref().map(|wf| triggers(wf, &def.spec)).unwrap_or_default();
     let versions: Html = versions
         .iter()
         .map(|v| {
@@ -67,15 +68,46 @@ pub async fn workflow_page(
     let spec = serde_json::to_string_pretty(&def.spec).unwrap_or_default();
     let body = html!(
         "<h1>{} <small>v{}</small></h1><p><a href=\"/ui/runs?workflow={}\">Its runs</a> · \
-         <a href=\"/ui/workflows/{}/migrate\">Move open runs to another version</a></p>{}\
+         <a href=\"/ui/workflows/{}/migrate\">Move open runs to another version</a></p>{}{}\
          <h2>Versions</h2><ul class=\"versions\">{}</ul><h2>Definition</h2><pre class=\"spec\">{}</pre>",
         def.name,
         def.version,
         url_enc(&def.name),
         url_enc(&def.name),
         graph,
+        triggers,
         versions,
         spec
     );
     Ok(page(&def.name, body).into_response())
+}
+
+/// The events that start its runs, and what each trigger's flow control
+/// does with them, in words.
+fn triggers(wf: &composer_core::definition::Workflow, spec: &serde_json::Value) -> Html {
+    if wf.triggers.is_empty() {
+        return Html::new();
+    }
+    let items: Html = wf
+        .triggers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let flow = match t.flow() {
+                None => "one run per event".to_string(),
+                Some(f) => {
+                    let key = spec["triggers"][i]["key"].as_str().unwrap_or("the event's key");
+                    format!("{}; per key {}", f.describe(), key)
+                }
+            };
+            html!(
+                "<li>{}: <a href=\"/ui/events?name={}\">{}</a> — <span class=\"flow\">{}</span></li>",
+                i,
+                url_enc(&t.event),
+                t.event,
+                flow
+            )
+        })
+        .collect();
+    html!("<h2>Triggers</h2><ul class=\"triggers\">{}</ul>", items)
 }

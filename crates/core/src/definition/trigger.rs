@@ -8,7 +8,7 @@ use super::check::positive_duration;
 use super::check::ValidationError;
 use super::spec::{DebounceSpec, Excess, SingletonMode, ThrottleSpec, TriggerSpec};
 use crate::expr::{Expr, OneScope, Sandbox, Template};
-use crate::flow::{Hold, MAX_BATCH_SIZE, MAX_FLOW_PERIOD, MAX_THROTTLE_COUNT};
+use crate::flow::{Hold, MAX_BATCH_SIZE, MAX_FLOW_KEY_BYTES, MAX_FLOW_PERIOD, MAX_THROTTLE_COUNT};
 
 /// Most triggers one definition may have (`max_triggers`).
 pub const MAX_TRIGGERS: usize = 16;
@@ -44,6 +44,39 @@ pub struct Fired {
 pub struct Flow {
     pub hold: Option<Hold>,
     pub singleton: Option<SingletonMode>,
+}
+
+impl Flow {
+    /// What it does, in words (the UI's and `simulate`'s).
+    pub fn describe(&self) -> String {
+        let mut said = match &self.hold {
+            Some(Hold::Debounce { period_ms, leading: false, max_wait_ms }) => {
+                let most = max_wait_ms.map(|w| format!(" (at most {w}ms after its first)")).unwrap_or_default();
+                format!("debounced: one run {period_ms}ms after a burst's last event, with that event{most}")
+            }
+            Some(Hold::Debounce { period_ms, leading: true, .. }) => {
+                format!("debounced: a burst's first event starts the run, the rest until {period_ms}ms of quiet none")
+            }
+            Some(Hold::Batch { max_size, max_wait_ms }) => format!(
+                "batched: one run for the list of up to {max_size} events' inputs, or those within {max_wait_ms}ms \
+                 of the first"
+            ),
+            Some(Hold::Throttle { count, period_ms, queue }) => format!(
+                "throttled: at most {count} runs per {period_ms}ms, the rest {}",
+                if *queue { "queued" } else { "dropped" }
+            ),
+            None => String::new(),
+        };
+        if let Some(mode) = self.singleton {
+            let what = match mode {
+                SingletonMode::Skip => "starts none while its last run runs",
+                SingletonMode::Cancel => "cancels its last run if it runs",
+            };
+            let sep = if said.is_empty() { "" } else { "; " };
+            said.push_str(&format!("{sep}singleton: a new run of a key {what}"));
+        }
+        said
+    }
 }
 
 /// A trigger's flow control for one event: its key's.
@@ -110,6 +143,13 @@ impl Trigger {
                         }
                     },
                 };
+                if key.len() > MAX_FLOW_KEY_BYTES {
+                    let shown = crate::clipped(&key, 100);
+                    return Err(format!(
+                        "key: {} bytes, more than {MAX_FLOW_KEY_BYTES} (max_flow_key_bytes): {shown}",
+                        key.len()
+                    ));
+                }
                 Some(Flowed { key, hold: f.hold.clone(), singleton: f.singleton })
             }
         };
