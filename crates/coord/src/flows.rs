@@ -204,15 +204,24 @@ impl Starter<'_> {
     }
 }
 
-/// An arriving event: what its sending knows of it.
-pub(crate) struct Arrival<'a> {
+/// One event being recorded, or replayed: what starting the runs of its
+/// triggers needs ([`crate::triggers`] starts them).
+pub(crate) struct Sending<'a> {
     pub config: &'a Config,
     pub engine: &'a Arc<Engine>,
+    /// Its place in the event log.
     pub seq: i64,
+    /// The event's name and id.
     pub name: &'a str,
     pub event_id: &'a str,
     pub traceparent: Option<&'a str>,
+    /// The replay starting the runs, named in their trigger.
     pub replay: Option<Uuid>,
+}
+
+/// An arriving event, for one trigger with flow control.
+pub(crate) struct Arrival<'a> {
+    pub sending: &'a Sending<'a>,
     /// The workflow, and its trigger's place in its `triggers`.
     pub def: &'a DefinitionRow,
     pub index: usize,
@@ -238,7 +247,7 @@ impl Arrival<'_> {
         let k = FlowKey {
             workflow: def.name.clone(),
             trigger: index as i32,
-            event: self.name.to_string(),
+            event: self.sending.name.to_string(),
             key: flowed.key.clone(),
         };
         let mut sp = tx.savepoint("flow").await?;
@@ -250,32 +259,32 @@ impl Arrival<'_> {
             _ => flowed.hold.clone(),
         };
         let event = HeldEvent {
-            seq: self.seq,
-            event_id: self.event_id.to_string(),
+            seq: self.sending.seq,
+            event_id: self.sending.event_id.to_string(),
             input: fired.input,
             idempotency_key: fired.idempotency_key,
         };
         let before = state_of(&locked)?;
         let step = match &hold {
-            Some(h) => flow::arrive(h, before.clone(), locked.now, event, self.config.max_value()),
+            Some(h) => flow::arrive(h, before.clone(), locked.now, event, self.sending.config.max_value()),
             None => at_once(event),
         };
         for (seq, note) in &step.superseded {
             store::note_events(&sp, &[*seq], &def.name, k.trigger, None, None, Some(note)).await?;
         }
         let starter = Starter {
-            config: self.config,
-            engine: self.engine,
+            config: self.sending.config,
+            engine: self.sending.engine,
             def,
             index,
             key: &flowed.key,
-            event: self.name,
+            event: self.sending.name,
             flow: hold.as_ref().map_or("singleton", Hold::name),
             singleton: flowed.singleton,
-            traceparent: self.traceparent,
-            replay: self.replay,
-            arriving: Some(self.seq),
-            waits_for_quota: self.replay.is_some(),
+            traceparent: self.sending.traceparent,
+            replay: self.sending.replay,
+            arriving: Some(self.sending.seq),
+            waits_for_quota: self.sending.replay.is_some(),
         };
         let own = match step.outcome {
             Outcome::Started(i) => Some(i),
@@ -299,8 +308,8 @@ impl Arrival<'_> {
     /// in one, within what a key holds).
     fn refused(&self, fired: &composer_core::definition::Fired, hold: Option<&Hold>) -> Option<String> {
         let largest = match hold {
-            Some(_) => self.config.max_value().min(flow::MAX_HELD_BYTES),
-            None => self.config.max_value(),
+            Some(_) => self.sending.config.max_value().min(flow::MAX_HELD_BYTES),
+            None => self.sending.config.max_value(),
         };
         let as_run = match hold {
             Some(Hold::Batch { .. }) => Value::Array(vec![fired.input.clone()]),

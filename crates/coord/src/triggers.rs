@@ -149,20 +149,9 @@ pub(crate) async fn plan(
     Ok(planned)
 }
 
-/// One event being recorded, or replayed: what starting the runs of its
-/// triggers needs.
-pub(crate) struct Sending<'a> {
-    pub config: &'a Config,
-    pub engine: &'a Arc<Engine>,
-    /// Its place in the event log.
-    pub seq: i64,
-    /// The event's name and id.
-    pub name: &'a str,
-    pub event_id: &'a str,
-    pub traceparent: Option<&'a str>,
-    /// The replay starting the runs, named in their trigger.
-    pub replay: Option<Uuid>,
-}
+/// One event being recorded, or replayed (kept beside the flow control
+/// that takes it too).
+pub(crate) use crate::flows::Sending;
 
 impl Sending<'_> {
     /// Starts in `tx` the run of each planned trigger that fired, up to
@@ -197,17 +186,7 @@ impl Sending<'_> {
                 }
                 Ok(Some(mut fired)) => match fired.flow.take() {
                     Some(flowed) => {
-                        let arrival = Arrival {
-                            config: self.config,
-                            engine: self.engine,
-                            seq: self.seq,
-                            name: self.name,
-                            event_id: self.event_id,
-                            traceparent: self.traceparent,
-                            replay: self.replay,
-                            def: &def,
-                            index,
-                        };
+                        let arrival = Arrival { sending: self, def: &def, index };
                         arrival.arrive(tx, fired, flowed, &mut run, &mut after).await?;
                     }
                     None => match self.start_fired(tx, &def, index, fired).await? {

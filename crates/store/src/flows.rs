@@ -55,7 +55,9 @@ fn locked(r: &tokio_postgres::Row) -> Result<Locked> {
     Ok(Locked { now: r.try_get("now")?, hold: r.try_get("hold")?, held, last_run: r.try_get("last_run")? })
 }
 
-const COLUMNS: &str = "now() AS now, hold, opened_at, due_at, count, events, last_run";
+/// `now`: when the lock was had (a transaction that waited for it times
+/// the key from then, not from its own start).
+const COLUMNS: &str = "clock_timestamp() AS now, hold, opened_at, due_at, count, events, last_run";
 
 /// Locks `k`'s row for the transaction, made empty when the key has none.
 pub async fn lock(tx: &Transaction<'_>, k: &FlowKey) -> Result<Locked> {
@@ -165,20 +167,29 @@ pub async fn forget_idle(client: &mut Client, limit: i64) -> Result<u64> {
     // Locked first; then looked at again under the lock, by a statement of
     // its own (a fresh snapshot): an event that started a run for the key
     // in between is seen, and its row kept.
-    tx.query(
-        "SELECT 1 FROM trigger_flows WHERE due_at IS NULL ORDER BY last_run LIMIT $1 FOR UPDATE SKIP LOCKED",
-        &[&limit],
-    )
-    .await?;
+    let rows = tx
+        .query(
+            "SELECT workflow_name, trigger_index, event_name, key FROM trigger_flows WHERE due_at IS NULL
+              LIMIT $1 FOR UPDATE SKIP LOCKED",
+            &[&limit],
+        )
+        .await?;
+    let (mut workflows, mut triggers, mut events, mut keys) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for r in &rows {
+        workflows.push(r.try_get::<_, String>(0)?);
+        triggers.push(r.try_get::<_, i32>(1)?);
+        events.push(r.try_get::<_, String>(2)?);
+        keys.push(r.try_get::<_, String>(3)?);
+    }
     let gone = tx
         .execute(
             "DELETE FROM trigger_flows g
-              WHERE g.due_at IS NULL
-                AND g.ctid IN (SELECT ctid FROM trigger_flows WHERE due_at IS NULL ORDER BY last_run LIMIT $1
-                                  FOR UPDATE SKIP LOCKED)
+              WHERE (workflow_name, trigger_index, event_name, key) IN
+                    (SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[]))
+                AND g.due_at IS NULL
                 AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = g.last_run
                                    AND r.status NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))",
-            &[&limit],
+            &[&workflows, &triggers, &events, &keys],
         )
         .await?;
     tx.commit().await?;
