@@ -363,6 +363,35 @@ impl TwoCoordinators {
         self.urls.iter().map(|u| Client::new(u)).collect()
     }
 
+    /// Sends `events` in order to the first coordinator, one at a time,
+    /// and SIGKILLs it once `kill_after` of them were answered; returns how
+    /// many were answered before the kill stopped the sender. The one in
+    /// flight at the kill may have committed with its answer lost.
+    pub(crate) async fn send_events_and_kill(&mut self, events: Vec<Value>, kill_after: usize) -> usize {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let victim = self.urls[0].clone();
+        let so_far = std::sync::Arc::new(AtomicUsize::new(0));
+        let sends = tokio::spawn({
+            let so_far = so_far.clone();
+            async move {
+                let http = reqwest::Client::new();
+                for event in &events {
+                    match http.post(format!("{victim}/v1/events")).json(event).send().await {
+                        Ok(r) if r.status() == 200 => so_far.fetch_add(1, Ordering::Relaxed),
+                        _ => break,
+                    };
+                }
+            }
+        });
+        eventually(Duration::from_secs(30), "the first events to be answered", || async {
+            (so_far.load(Ordering::Relaxed) >= kill_after).then_some(())
+        })
+        .await;
+        kill9(&mut self.coordinators[0]);
+        sends.await.unwrap();
+        so_far.load(Ordering::Relaxed)
+    }
+
     /// Stops the worker and the surviving coordinator cleanly (SIGTERM).
     pub(crate) fn stop(mut self) {
         if let Some(w) = &mut self.worker {
@@ -1440,36 +1469,13 @@ async fn events_sent_when_a_coordinator_is_killed_start_each_triggered_run_once(
                       "triggers": [{"event": "signup"}, {"event": "signup", "input": {"twice": "${ .event.id }"}}]});
     assert_eq!(clients[1].post("/v1/workflows", &spec).await.0, 201);
     const EVENTS: usize = 200;
-    let victim = clients[0].base.clone();
-    let so_far = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let sends = tokio::spawn({
-        let so_far = so_far.clone();
-        async move {
-            let http = reqwest::Client::new();
-            let mut answered = 0;
-            for i in 0..EVENTS {
-                let ev = json!({"name": "signup", "id": format!("u-{i}"), "payload": {"user": i}});
-                match http.post(format!("{victim}/v1/events")).json(&ev).send().await {
-                    Ok(r) if r.status() == 200 => answered += 1,
-                    _ => break,
-                }
-                so_far.store(answered, std::sync::atomic::Ordering::Relaxed);
-            }
-            answered
-        }
-    });
+    let event = |i: usize| json!({"name": "signup", "id": format!("u-{i}"), "payload": {"user": i}});
     // Killed while they pour in: once the first few were answered.
-    eventually(Duration::from_secs(30), "the first 10 events to be answered", || async {
-        (so_far.load(std::sync::atomic::Ordering::Relaxed) >= 10).then_some(())
-    })
-    .await;
-    kill9(&mut c.coordinators[0]);
-    let answered = sends.await.unwrap();
+    let answered = c.send_events_and_kill((0..EVENTS).map(event).collect(), 10).await;
     assert!(answered < EVENTS, "the kill came before every event was sent ({answered})");
     // Every sender retries on the survivor, with its event's id.
     for i in 0..EVENTS {
-        let ev = json!({"name": "signup", "id": format!("u-{i}"), "payload": {"user": i}});
-        let (status, sent) = clients[1].post("/v1/events", &ev).await;
+        let (status, sent) = clients[1].post("/v1/events", &event(i)).await;
         assert_eq!(status, 200, "{sent}");
         assert_eq!(sent["started_runs"].as_array().unwrap().len(), 2, "u-{i}: {sent}");
         // The one in flight at the kill may have committed, its answer lost.

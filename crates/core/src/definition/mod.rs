@@ -300,6 +300,7 @@ impl Workflow {
             Some(k) => Some(input_only_template("fairness_key", k)?),
         };
         let input_schema = spec.input_schema.as_ref().map(|s| InputSchema::compile(s, "input_schema")).transpose()?;
+        trigger::batches_fit(&triggers, input_schema.as_ref())?;
         Ok(Parts {
             nodes,
             edges,

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::check::positive_duration;
 use super::check::ValidationError;
+use super::input_schema::InputSchema;
 use super::spec::{DebounceSpec, Excess, SingletonMode, ThrottleSpec, TriggerSpec};
 use crate::expr::{Expr, OneScope, Sandbox, Template};
 use crate::flow::{Hold, MAX_BATCH_SIZE, MAX_FLOW_KEY_BYTES, MAX_FLOW_PERIOD, MAX_THROTTLE_COUNT};
@@ -159,6 +160,20 @@ impl Trigger {
 
 /// `triggers`: at most [`MAX_TRIGGERS`], each naming an event, with
 /// expressions that read the event only.
+/// A batch's run takes the list of its events' inputs: refused when the
+/// workflow's `input_schema` could take no list, as every batch would fail.
+pub(super) fn batches_fit(triggers: &[Trigger], schema: Option<&InputSchema>) -> Result<(), ValidationError> {
+    let Some(why) = schema.and_then(InputSchema::refuses_every_list) else { return Ok(()) };
+    let batch = triggers.iter().position(|t| matches!(t.flow, Some(Flow { hold: Some(Hold::Batch { .. }), .. })));
+    match batch {
+        Some(i) => Err(ValidationError::new(
+            format!("triggers[{i}].batch"),
+            format!("a batch's run takes the list of its events' inputs, and {why}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn compile_triggers(triggers: Option<&[TriggerSpec]>) -> Result<Vec<Trigger>, ValidationError> {
     let Some(triggers) = triggers else { return Ok(Vec::new()) };
     if triggers.len() > MAX_TRIGGERS {
@@ -357,6 +372,39 @@ mod tests {
             let e = with(trigger.clone()).unwrap_err();
             assert_eq!(e.path, field, "{trigger}: {e}");
             assert!(e.message.contains(says), "{trigger}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_batch_is_refused_when_the_input_schema_takes_no_list() {
+        let batch = json!({"event": "e", "batch": {"max_size": 3, "max_wait": "1s"}});
+        let parse = |schema: Value, trigger: &Value| {
+            Workflow::parse(&json!({"name": "w", "nodes": [{"id": "a", "type": "NOOP"}],
+                                    "input_schema": schema, "triggers": [{"event": "x"}, trigger]}))
+        };
+        for (schema, says) in [
+            (json!({"type": "object"}), "input_schema's type is object"),
+            (json!({"type": ["string", "null"]}), "type is string or null"),
+            (json!(false), "input_schema is false"),
+            (json!({"const": {"a": 1}}), "const is not a list"),
+            (json!({"enum": [1, "a"]}), "enum has no list"),
+        ] {
+            let e = parse(schema.clone(), &batch).unwrap_err();
+            assert_eq!(e.path, "triggers[1].batch", "{schema}: {e}");
+            assert!(e.message.contains("takes the list of its events' inputs") && e.message.contains(says), "{e}");
+            // The same schema with no batch is no one's business here.
+            parse(schema, &json!({"event": "e", "debounce": {"period": "1s"}})).unwrap();
+        }
+        // A schema that may take a list, or says nothing at its root, is let be.
+        for schema in [
+            json!({"type": "array", "items": {"type": "object"}}),
+            json!({"type": ["array", "object"]}),
+            json!({"anyOf": [{"type": "object"}]}),
+            json!({"enum": [[1], 2]}),
+            json!(true),
+            json!({}),
+        ] {
+            parse(schema.clone(), &batch).unwrap_or_else(|e| panic!("{schema}: {e}"));
         }
     }
 }

@@ -92,6 +92,26 @@ impl InputSchema {
         Ok(InputSchema { source: schema.clone(), root, targets })
     }
 
+    /// Why the schema refuses every list, when its root says so outright
+    /// (`false`, a `type`, `const` or `enum` with no array): a batch's run
+    /// could never start. `None` when a list may match, or it cannot tell.
+    pub fn refuses_every_list(&self) -> Option<String> {
+        let Schema::Keywords(k) = &self.root else {
+            return matches!(self.root, Schema::Bool(false)).then(|| "input_schema is false".to_string());
+        };
+        if let Some(types) = k.types.as_ref().filter(|t| !t.contains(&Type::Array)) {
+            let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+            return Some(format!("input_schema's type is {}", names.join(" or ")));
+        }
+        if k.constant.as_ref().is_some_and(|c| !c.is_array()) {
+            return Some("input_schema's const is not a list".to_string());
+        }
+        if k.enumeration.as_ref().is_some_and(|e| !e.iter().any(Value::is_array)) {
+            return Some("input_schema's enum has no list".to_string());
+        }
+        None
+    }
+
     /// Whether `input` matches: the first place it does not, or the limit
     /// the check ran into.
     pub fn check(&self, input: &Value) -> Result<(), Mismatch> {
