@@ -294,13 +294,12 @@ impl Workflow {
         };
         let (hooks, deadlines) = hooks::compile_hooks_and_deadlines(spec)?;
         let tags = compile_tags(spec.tags.as_ref())?;
-        let triggers = compile_triggers(spec.triggers.as_deref())?;
+        let input_schema = spec.input_schema.as_ref().map(|s| InputSchema::compile(s, "input_schema")).transpose()?;
+        let triggers = compile_triggers(spec.triggers.as_deref(), input_schema.as_ref())?;
         let fairness_key = match &spec.fairness_key {
             None => None,
             Some(k) => Some(input_only_template("fairness_key", k)?),
         };
-        let input_schema = spec.input_schema.as_ref().map(|s| InputSchema::compile(s, "input_schema")).transpose()?;
-        trigger::batches_fit(&triggers, input_schema.as_ref())?;
         Ok(Parts {
             nodes,
             edges,

@@ -162,7 +162,7 @@ impl Trigger {
 /// expressions that read the event only.
 /// A batch's run takes the list of its events' inputs: refused when the
 /// workflow's `input_schema` could take no list, as every batch would fail.
-pub(super) fn batches_fit(triggers: &[Trigger], schema: Option<&InputSchema>) -> Result<(), ValidationError> {
+fn batches_fit(triggers: &[Trigger], schema: Option<&InputSchema>) -> Result<(), ValidationError> {
     let Some(why) = schema.and_then(InputSchema::refuses_every_list) else { return Ok(()) };
     let batch = triggers.iter().position(|t| matches!(t.flow, Some(Flow { hold: Some(Hold::Batch { .. }), .. })));
     match batch {
@@ -174,7 +174,12 @@ pub(super) fn batches_fit(triggers: &[Trigger], schema: Option<&InputSchema>) ->
     }
 }
 
-pub(super) fn compile_triggers(triggers: Option<&[TriggerSpec]>) -> Result<Vec<Trigger>, ValidationError> {
+/// A definition's `triggers`, compiled; `schema` is its `input_schema`,
+/// which a batch's list must be able to meet.
+pub(super) fn compile_triggers(
+    triggers: Option<&[TriggerSpec]>,
+    schema: Option<&InputSchema>,
+) -> Result<Vec<Trigger>, ValidationError> {
     let Some(triggers) = triggers else { return Ok(Vec::new()) };
     if triggers.len() > MAX_TRIGGERS {
         return Err(ValidationError::new("triggers", format!("at most {MAX_TRIGGERS} (max_triggers)")));
@@ -231,6 +236,7 @@ pub(super) fn compile_triggers(triggers: Option<&[TriggerSpec]>) -> Result<Vec<T
         }
         out.push(Trigger { event: t.event.clone(), when, input, idempotency_key, key, flow });
     }
+    batches_fit(&out, schema)?;
     Ok(out)
 }
 
