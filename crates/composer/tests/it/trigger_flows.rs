@@ -2,7 +2,8 @@
 //! leading), `batch`, `throttle` (queued and dropped) and `singleton`
 //! (skip and cancel) — what each event's answer and record say, and the
 //! runs that start — and events sent while a coordinator is SIGKILLed,
-//! with no batched or debounced run started twice or lost.
+//! with no batched, debounced, throttled or singleton run started twice or
+//! lost.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -224,11 +225,13 @@ async fn a_singleton_skips_while_its_key_s_run_runs_or_cancels_it() {
 }
 
 /// Events of 10 keys sent to a coordinator that is SIGKILLed while they go
-/// (and while its timer starts held batches), then every one sent again to
-/// the survivor: each event is in exactly one batch run, and each key's
-/// debounced run starts with its last event once.
+/// (and while its timer starts held batches and queued throttled events),
+/// then every one sent again to the survivor: each event is in exactly one
+/// batch run and one throttled run, each key's debounced run starts with
+/// its last event once, and each event's singleton run starts once and is
+/// cancelled by the next of its key, whichever coordinator is left to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_held_when_a_coordinator_is_killed_start_each_batch_and_debounce_once() {
+async fn events_held_when_a_coordinator_is_killed_start_each_flow_s_runs_once() {
     let mut c = TwoCoordinators::start("kill-mid-flows", false).await;
     let clients = c.clients();
     let batch = json!({"key": "${ .event.payload.group }", "input": "${ .event.id }",
@@ -237,6 +240,13 @@ async fn events_held_when_a_coordinator_is_killed_start_each_batch_and_debounce_
                           "debounce": {"period": "3s"}});
     assert_eq!(clients[1].post("/v1/workflows", &echo("batched", batch)).await.0, 201);
     assert_eq!(clients[1].post("/v1/workflows", &echo("debounced", debounce)).await.0, 201);
+    let throttle = json!({"key": "${ .event.payload.group }", "input": "${ .event.id }",
+                          "throttle": {"count": 2, "period": "1s"}});
+    assert_eq!(clients[1].post("/v1/workflows", &echo("throttled", throttle)).await.0, 201);
+    let newest = json!({"name": "newest", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1h"}}],
+                        "triggers": [{"event": "signal", "key": "${ .event.payload.group }",
+                                      "input": "${ .event.id }", "singleton": "cancel"}]});
+    assert_eq!(clients[1].post("/v1/workflows", &newest).await.0, 201);
     const EVENTS: usize = 300;
     let event = |i: usize| json!({"name": "signal", "id": format!("e{i}"), "payload": {"group": i % 10}});
     c.send_events_and_kill((0..EVENTS).map(event).collect(), 50).await;
@@ -278,6 +288,36 @@ async fn events_held_when_a_coordinator_is_killed_start_each_batch_and_debounce_
     .await;
     let distinct: BTreeSet<&String> = inputs.iter().collect();
     assert_eq!(distinct.len(), inputs.len(), "no debounced run started twice: {inputs:?}");
+    // Throttled (2 a second a key, so the kill finds events queued): each
+    // event's run once, none lost.
+    let throttled = eventually(T, "every throttled event's run", || async {
+        let mut started: BTreeMap<String, usize> = BTreeMap::new();
+        for run in all_runs("throttled").await {
+            *started.entry(run["output"]["echo"].as_str().unwrap().to_string()).or_insert(0) += 1;
+        }
+        (started.len() == EVENTS).then_some(started)
+    })
+    .await;
+    assert!(throttled.values().all(|n| *n == 1), "a throttled event started twice: {throttled:?}");
+    // Singleton cancel: one run per event, and only each key's last still runs.
+    let listed = |wf: &'static str| {
+        let client = &clients[1];
+        async move {
+            let page = client.get(&format!("/v1/runs?workflow={wf}&limit=1000")).await;
+            page["runs"].as_array().unwrap().clone()
+        }
+    };
+    let newest_runs = eventually(T, "each older singleton run to be cancelled", || async {
+        let runs = listed("newest").await;
+        let cancelled = runs.iter().filter(|r| r["status"] == "CANCELLED").count();
+        (runs.len() == EVENTS && cancelled == EVENTS - 10).then_some(runs)
+    })
+    .await;
+    let event_of = |r: &Value| r["trigger"]["event_id"].as_str().unwrap_or_else(|| panic!("{r}")).to_string();
+    let events: BTreeSet<String> = newest_runs.iter().map(event_of).collect();
+    assert_eq!(events.len(), EVENTS, "one singleton run per event");
+    let running: BTreeSet<String> = newest_runs.iter().filter(|r| r["status"] != "CANCELLED").map(event_of).collect();
+    assert_eq!(running, last, "each key's last event's run is the one left running");
     c.stop();
 }
 
