@@ -228,8 +228,9 @@ async fn a_singleton_skips_while_its_key_s_run_runs_or_cancels_it() {
 /// (and while its timer starts held batches and queued throttled events),
 /// then every one sent again to the survivor: each event is in exactly one
 /// batch run and one throttled run, each key's debounced run starts with
-/// its last event once, and each event's singleton run starts once and is
-/// cancelled by the next of its key, whichever coordinator is left to.
+/// its last event once (and its leading one with its first), and each
+/// event's singleton run starts once and is cancelled by the next of its
+/// key, by whichever coordinator is left to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_held_when_a_coordinator_is_killed_start_each_flow_s_runs_once() {
     let mut c = TwoCoordinators::start("kill-mid-flows", false).await;
@@ -243,6 +244,9 @@ async fn events_held_when_a_coordinator_is_killed_start_each_flow_s_runs_once() 
     let throttle = json!({"key": "${ .event.payload.group }", "input": "${ .event.id }",
                           "throttle": {"count": 2, "period": "1s"}});
     assert_eq!(clients[1].post("/v1/workflows", &echo("throttled", throttle)).await.0, 201);
+    let leading = json!({"key": "${ .event.payload.group }", "input": "${ .event.id }",
+                         "debounce": {"period": "3s", "leading": true}});
+    assert_eq!(clients[1].post("/v1/workflows", &echo("leading", leading)).await.0, 201);
     let newest = json!({"name": "newest", "nodes": [{"id": "w", "type": "WAIT", "config": {"duration": "1h"}}],
                         "triggers": [{"event": "signal", "key": "${ .event.payload.group }",
                                       "input": "${ .event.id }", "singleton": "cancel"}]});
@@ -288,6 +292,17 @@ async fn events_held_when_a_coordinator_is_killed_start_each_flow_s_runs_once() 
     .await;
     let distinct: BTreeSet<&String> = inputs.iter().collect();
     assert_eq!(distinct.len(), inputs.len(), "no debounced run started twice: {inputs:?}");
+    // Leading: each key's first event started its run, and no event two.
+    let first: BTreeSet<String> = (0..10).map(|i| format!("e{i}")).collect();
+    let inputs: Vec<String> = eventually(T, "each key's first event to start its run", || async {
+        let inputs: Vec<String> =
+            all_runs("leading").await.iter().map(|r| r["output"]["echo"].as_str().unwrap().to_string()).collect();
+        let got: BTreeSet<String> = inputs.iter().cloned().collect();
+        first.is_subset(&got).then_some(inputs)
+    })
+    .await;
+    let distinct: BTreeSet<&String> = inputs.iter().collect();
+    assert_eq!(distinct.len(), inputs.len(), "no leading run started twice: {inputs:?}");
     // Throttled (2 a second a key, so the kill finds events queued): each
     // event's run once, none lost.
     let throttled = eventually(T, "every throttled event's run", || async {
