@@ -1,6 +1,6 @@
 //! A trigger's flow control at work: `debounce`, `batch` and `throttle`
-//! hold a key's events in its row (`trigger_flows`), `singleton` keeps the
-//! key's last run there. What an event or the passing of time does is
+//! hold a key's events (its row in `trigger_flows`, and a row per event in
+//! `trigger_flow_events`), `singleton` keeps the key's last run there. What an event or the passing of time does is
 //! decided by [`composer_core::flow`]; here it is done.
 //!
 //! - An event of the key ([`arrive`]) locks the row in the transaction that
@@ -265,6 +265,7 @@ impl Arrival<'_> {
             idempotency_key: fired.idempotency_key,
         };
         let before = state_of(&locked)?;
+        let kept = held_seqs(before.as_ref());
         let step = match &hold {
             Some(h) => flow::arrive(h, before.clone(), locked.now, event, self.sending.config.max_value()),
             None => at_once(event),
@@ -296,7 +297,7 @@ impl Arrival<'_> {
         if !matches!(mine, None | Some(Begun::Run(_))) {
             unstarted(hold.as_ref(), &mut state, before);
         }
-        save(&sp, &k, hold.as_ref(), flowed.singleton, state.as_ref(), last_run).await?;
+        save(&sp, &k, hold.as_ref(), flowed.singleton, state.as_ref(), last_run, &kept).await?;
         sp.commit().await?;
         run.flow = Some(starter.flow.to_string());
         noted(run, mine, step.outcome, after);
@@ -382,6 +383,13 @@ fn state_of(locked: &Locked) -> Result<Option<State>, EngineError> {
     Ok(Some(State { opened_at: h.opened_at, due_at: h.due_at, count: h.count.max(0) as u32, events }))
 }
 
+/// The `seq`s of the events `state` holds.
+fn held_seqs(state: Option<&State>) -> Vec<i64> {
+    state.map_or_else(Vec::new, |s| s.events.iter().map(|e| e.seq).collect())
+}
+
+/// Writes back `state`; `kept`: the `seq`s of the events held when the key
+/// was locked.
 async fn save(
     tx: &composer_store::Transaction<'_>,
     k: &FlowKey,
@@ -389,6 +397,7 @@ async fn save(
     singleton: Option<SingletonMode>,
     state: Option<&State>,
     last_run: Option<Uuid>,
+    kept: &[i64],
 ) -> Result<(), EngineError> {
     let hold = hold.map(|h| serde_json::to_value(h).unwrap_or(Value::Null));
     let singleton = singleton.map(|m| match m {
@@ -402,7 +411,7 @@ async fn save(
         events: serde_json::to_value(&s.events).unwrap_or(Value::Array(Vec::new())),
     });
     let last_run = singleton.and(last_run);
-    store::save(tx, k, hold.as_ref(), singleton, held.as_ref(), last_run).await?;
+    store::save(tx, k, hold.as_ref(), singleton, held.as_ref(), last_run, kept).await?;
     Ok(())
 }
 
@@ -446,10 +455,11 @@ async fn fire_one(config: &Config, engine: &Arc<Engine>, k: &FlowKey) -> Result<
     let mut tx = composer_store::begin(&mut client).await?;
     let Some(locked) = store::lock_due(&tx, k).await? else { return Ok(0) };
     let (Some(hold), Some(state)) = (kept_hold(&locked)?, state_of(&locked)?) else {
-        save(&tx, k, None, None, None, None).await?;
+        save(&tx, k, None, None, None, None, &[]).await?;
         tx.commit().await?;
         return Ok(0);
     };
+    let kept = held_seqs(Some(&state));
     let (starts, next) = flow::due(&hold, state, locked.now);
     let mut after = AfterCommit::default();
     let compiled = match &def {
@@ -487,7 +497,7 @@ async fn fire_one(config: &Config, engine: &Arc<Engine>, k: &FlowKey) -> Result<
             };
             let mut last_run = locked.last_run;
             starter.start_all(&mut tx, &starts, None, &mut last_run, &mut after).await?;
-            save(&tx, k, Some(&hold), singleton, next.as_ref(), last_run).await?;
+            save(&tx, k, Some(&hold), singleton, next.as_ref(), last_run, &kept).await?;
         }
         None => {
             // The workflow, or its trigger, is gone: what it held starts nothing.
@@ -495,7 +505,7 @@ async fn fire_one(config: &Config, engine: &Arc<Engine>, k: &FlowKey) -> Result<
             for start in &starts {
                 store::note_events(&tx, &start.events, &k.workflow, k.trigger, None, Some(why), None).await?;
             }
-            save(&tx, k, Some(&hold), None, next.as_ref(), None).await?;
+            save(&tx, k, Some(&hold), None, next.as_ref(), None, &kept).await?;
         }
     }
     tx.commit().await?;

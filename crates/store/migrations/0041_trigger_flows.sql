@@ -20,8 +20,6 @@ CREATE TABLE trigger_flows (
     due_at         timestamptz,
     -- Runs started in the throttle's period.
     count          integer NOT NULL DEFAULT 0,
-    -- The events held: [{seq, event_id, input, idempotency_key?}].
-    events         jsonb NOT NULL DEFAULT '[]',
     -- The last run the key started: a singleton's running one.
     last_run       uuid,
     PRIMARY KEY (workflow_name, trigger_index, event_name, key)
@@ -30,6 +28,23 @@ CREATE INDEX trigger_flows_due ON trigger_flows (due_at) WHERE due_at IS NOT NUL
 -- A singleton's keys that hold no events, for the sweep that forgets those
 -- whose run ended.
 CREATE INDEX trigger_flows_idle ON trigger_flows (last_run) WHERE due_at IS NULL;
+
+-- The events a key holds (a trailing debounce's last, a batch's, a
+-- throttle's queue), a row each, in the order of the event log: an event
+-- adds its row and a start deletes its events' rows, so a key holding n
+-- events costs each new one a row, not a rewrite of all n.
+CREATE TABLE trigger_flow_events (
+    workflow_name  text NOT NULL,
+    trigger_index  integer NOT NULL,
+    event_name     text NOT NULL,
+    key            text NOT NULL,
+    seq            bigint NOT NULL,
+    -- {seq, event_id, input, idempotency_key?}
+    event          jsonb NOT NULL,
+    PRIMARY KEY (workflow_name, trigger_index, event_name, key, seq),
+    FOREIGN KEY (workflow_name, trigger_index, event_name, key)
+        REFERENCES trigger_flows ON DELETE CASCADE
+);
 
 -- Runs a singleton trigger cancels, written in the commit that starts the
 -- run that replaces them, and cancelled after it (by the timer loop, when

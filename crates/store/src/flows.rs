@@ -2,8 +2,12 @@
 //! (workflow, trigger, key), locked by the transaction that records an
 //! event of the key ([`lock`], an upsert) or by the timer loop's when it is
 //! due ([`lock_due`], `SKIP LOCKED`), and written back ([`save`]) in the
-//! commit that starts the runs it decided. Runs a singleton cancels are
+//! commit that starts the runs it decided. The events a key holds are rows
+//! of their own (`trigger_flow_events`), so that each event adds one row
+//! rather than rewriting the key's whole list. Runs a singleton cancels are
 //! kept in `trigger_cancels` from that commit until they are cancelled.
+
+use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -27,7 +31,8 @@ pub struct Held {
     pub opened_at: DateTime<Utc>,
     pub due_at: DateTime<Utc>,
     pub count: i32,
-    /// `[{seq, event_id, input, idempotency_key?}]`.
+    /// `[{seq, event_id, input, idempotency_key?}]`, in the order of their
+    /// `seq`.
     pub events: Value,
 }
 
@@ -56,8 +61,13 @@ fn locked(r: &tokio_postgres::Row) -> Result<Locked> {
 }
 
 /// `now`: when the lock was had (a transaction that waited for it times
-/// the key from then, not from its own start).
-const COLUMNS: &str = "clock_timestamp() AS now, hold, opened_at, due_at, count, events, last_run";
+/// the key from then, not from its own start); `events`: the rows the key
+/// holds, read under its lock.
+const COLUMNS: &str = "clock_timestamp() AS now, hold, opened_at, due_at, count, last_run,
+    (SELECT coalesce(jsonb_agg(e.event ORDER BY e.seq), '[]') FROM trigger_flow_events e
+      WHERE (e.workflow_name, e.trigger_index, e.event_name, e.key)
+          = (trigger_flows.workflow_name, trigger_flows.trigger_index, trigger_flows.event_name, trigger_flows.key))
+    AS events";
 
 /// Locks `k`'s row for the transaction, made empty when the key has none.
 pub async fn lock(tx: &Transaction<'_>, k: &FlowKey) -> Result<Locked> {
@@ -109,7 +119,8 @@ pub async fn lock_due(tx: &Transaction<'_>, k: &FlowKey) -> Result<Option<Locked
 }
 
 /// Writes back what `k` holds, and the last run it started; the row goes
-/// when it holds nothing and names no run.
+/// when it holds nothing and names no run. `kept`: the `seq`s of the events
+/// it held when it was locked; only the difference is written.
 pub async fn save(
     tx: &Transaction<'_>,
     k: &FlowKey,
@@ -117,6 +128,7 @@ pub async fn save(
     singleton: Option<&str>,
     held: Option<&Held>,
     last_run: Option<Uuid>,
+    kept: &[i64],
 ) -> Result<()> {
     if held.is_none() && last_run.is_none() {
         tx.execute(
@@ -126,10 +138,8 @@ pub async fn save(
         .await?;
         return Ok(());
     }
-    let empty = Value::Array(Vec::new());
     tx.execute(
-        "UPDATE trigger_flows SET hold = $5, singleton = $6, opened_at = $7, due_at = $8, count = $9, events = $10,
-                last_run = $11
+        "UPDATE trigger_flows SET hold = $5, singleton = $6, opened_at = $7, due_at = $8, count = $9, last_run = $10
           WHERE workflow_name = $1 AND trigger_index = $2 AND event_name = $3 AND key = $4",
         &[
             &k.workflow,
@@ -141,11 +151,40 @@ pub async fn save(
             &held.map(|h| h.opened_at),
             &held.map(|h| h.due_at),
             &held.map_or(0, |h| h.count),
-            &held.map_or(&empty, |h| &h.events),
             &last_run,
         ],
     )
     .await?;
+    let events = held.and_then(|h| h.events.as_array()).map_or(&[][..], Vec::as_slice);
+    save_events(tx, k, events, kept).await
+}
+
+/// Deletes the rows of the events `k` no longer holds and adds those of the
+/// events it holds now that it did not (`kept`: the ones it held).
+async fn save_events(tx: &Transaction<'_>, k: &FlowKey, events: &[Value], kept: &[i64]) -> Result<()> {
+    let seq_of = |e: &Value| e.get("seq").and_then(Value::as_i64);
+    let now: HashSet<i64> = events.iter().filter_map(seq_of).collect();
+    let gone: Vec<i64> = kept.iter().copied().filter(|s| !now.contains(s)).collect();
+    let kept: HashSet<i64> = kept.iter().copied().collect();
+    if !gone.is_empty() {
+        tx.execute(
+            "DELETE FROM trigger_flow_events
+              WHERE workflow_name = $1 AND trigger_index = $2 AND event_name = $3 AND key = $4 AND seq = ANY($5)",
+            &[&k.workflow, &k.trigger, &k.event, &k.key, &gone],
+        )
+        .await?;
+    }
+    let added: Vec<&Value> = events.iter().filter(|e| seq_of(e).is_some_and(|s| !kept.contains(&s))).collect();
+    if !added.is_empty() {
+        let seqs: Vec<i64> = added.iter().filter_map(|e| seq_of(e)).collect();
+        tx.execute(
+            "INSERT INTO trigger_flow_events (workflow_name, trigger_index, event_name, key, seq, event)
+             SELECT $1, $2, $3, $4, s, e FROM unnest($5::bigint[], $6::jsonb[]) AS a(s, e)
+             ON CONFLICT DO NOTHING",
+            &[&k.workflow, &k.trigger, &k.event, &k.key, &seqs, &added],
+        )
+        .await?;
+    }
     Ok(())
 }
 

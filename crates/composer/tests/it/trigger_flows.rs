@@ -123,12 +123,19 @@ async fn a_batch_starts_a_run_per_max_size_events_and_one_for_the_rest_after_max
     let e = Engine::start().await;
     let trigger = json!({"batch": {"max_size": 3, "max_wait": "800ms"}, "input": {"id": "${ .event.id }"}});
     e.register(&echo("bulk", trigger)).await;
+    let db = composer_store::client(&e.db.pool()).await.unwrap();
     let mut full = Vec::new();
     for i in 0..7 {
         let sent = send(&e, &format!("b{i}"), "k", json!({})).await;
         match sent["started_runs"].as_array().unwrap().first() {
             Some(r) => full.push((i, r["run_id"].as_str().unwrap().to_string())),
             None => assert!(sent["held"][0]["note"].as_str().unwrap().starts_with("batch: held"), "{sent}"),
+        }
+        // Each held event is a row of its own, gone with the batch's start
+        // (so that an event writes one row, not the key's whole list).
+        if i < 6 {
+            let rows: i64 = db.query_one("SELECT count(*) FROM trigger_flow_events", &[]).await.unwrap().get(0);
+            assert_eq!(rows, (i as i64 + 1) % 3, "after b{i}");
         }
     }
     assert_eq!(full.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [2, 5], "the third and sixth fill a batch");
