@@ -30,15 +30,20 @@ CREATE INDEX trigger_flows_due ON trigger_flows (due_at) WHERE due_at IS NOT NUL
 CREATE INDEX trigger_flows_idle ON trigger_flows (last_run) WHERE due_at IS NULL;
 
 -- The events a key holds (a trailing debounce's last, a batch's, a
--- throttle's queue), a row each, in the order of the event log: an event
--- adds its row and a start deletes its events' rows, so a key holding n
--- events costs each new one a row, not a rewrite of all n.
+-- throttle's queue), a row each: an event adds its row and a start deletes
+-- its events' rows, so a key holding n events costs each new one a row,
+-- not a rewrite of all n.
 CREATE TABLE trigger_flow_events (
     workflow_name  text NOT NULL,
     trigger_index  integer NOT NULL,
     event_name     text NOT NULL,
     key            text NOT NULL,
+    -- The event's place in the event log.
     seq            bigint NOT NULL,
+    -- The order the key took them in (under its row's lock): not the
+    -- log's, which two events racing for the lock, or a replayed event,
+    -- may not follow.
+    pos            bigint GENERATED ALWAYS AS IDENTITY,
     -- {seq, event_id, input, idempotency_key?}
     event          jsonb NOT NULL,
     PRIMARY KEY (workflow_name, trigger_index, event_name, key, seq),

@@ -48,12 +48,25 @@ pub struct Locked {
     pub last_run: Option<Uuid>,
 }
 
-fn locked(r: &tokio_postgres::Row) -> Result<Locked> {
+/// The locked row `r` of `k`, with the events it holds. They are read by a
+/// statement of their own, once the row is locked: a statement sees what
+/// was committed when it began, so the one that waited for the lock would
+/// not see the rows the transaction it waited for added or deleted (the
+/// row itself it sees as that transaction left it).
+async fn locked(tx: &Transaction<'_>, k: &FlowKey, r: &tokio_postgres::Row) -> Result<Locked> {
     let opened_at: Option<DateTime<Utc>> = r.try_get("opened_at")?;
     let due_at: Option<DateTime<Utc>> = r.try_get("due_at")?;
     let held = match (opened_at, due_at) {
         (Some(opened_at), Some(due_at)) => {
-            Some(Held { opened_at, due_at, count: r.try_get("count")?, events: r.try_get("events")? })
+            let events = tx
+                .query_one(
+                    "SELECT coalesce(jsonb_agg(event ORDER BY pos), '[]') FROM trigger_flow_events
+                      WHERE workflow_name = $1 AND trigger_index = $2 AND event_name = $3 AND key = $4",
+                    &[&k.workflow, &k.trigger, &k.event, &k.key],
+                )
+                .await?
+                .try_get(0)?;
+            Some(Held { opened_at, due_at, count: r.try_get("count")?, events })
         }
         _ => None,
     };
@@ -61,13 +74,8 @@ fn locked(r: &tokio_postgres::Row) -> Result<Locked> {
 }
 
 /// `now`: when the lock was had (a transaction that waited for it times
-/// the key from then, not from its own start); `events`: the rows the key
-/// holds, read under its lock.
-const COLUMNS: &str = "clock_timestamp() AS now, hold, opened_at, due_at, count, last_run,
-    (SELECT coalesce(jsonb_agg(e.event ORDER BY e.seq), '[]') FROM trigger_flow_events e
-      WHERE (e.workflow_name, e.trigger_index, e.event_name, e.key)
-          = (trigger_flows.workflow_name, trigger_flows.trigger_index, trigger_flows.event_name, trigger_flows.key))
-    AS events";
+/// the key from then, not from its own start).
+const COLUMNS: &str = "clock_timestamp() AS now, hold, opened_at, due_at, count, last_run";
 
 /// Locks `k`'s row for the transaction, made empty when the key has none.
 pub async fn lock(tx: &Transaction<'_>, k: &FlowKey) -> Result<Locked> {
@@ -83,7 +91,7 @@ pub async fn lock(tx: &Transaction<'_>, k: &FlowKey) -> Result<Locked> {
             &[&k.workflow, &k.trigger, &k.event, &k.key],
         )
         .await?;
-    locked(&row)
+    locked(tx, k, &row).await
 }
 
 /// Keys whose time has come, oldest first, up to `limit`.
@@ -115,7 +123,10 @@ pub async fn lock_due(tx: &Transaction<'_>, k: &FlowKey) -> Result<Option<Locked
             &[&k.workflow, &k.trigger, &k.event, &k.key],
         )
         .await?;
-    row.as_ref().map(locked).transpose()
+    match row {
+        Some(row) => Ok(Some(locked(tx, k, &row).await?)),
+        None => Ok(None),
+    }
 }
 
 /// Writes back what `k` holds, and the last run it started; the row goes
@@ -163,9 +174,11 @@ pub async fn save(
 /// events it holds now that it did not (`kept`: the ones it held).
 async fn save_events(tx: &Transaction<'_>, k: &FlowKey, events: &[Value], kept: &[i64]) -> Result<()> {
     let seq_of = |e: &Value| e.get("seq").and_then(Value::as_i64);
+    if let Some(e) = events.iter().find(|e| seq_of(e).is_none()) {
+        return Err(crate::Error::Corrupt(format!("a held event with no seq: {e}")));
+    }
     let now: HashSet<i64> = events.iter().filter_map(seq_of).collect();
     let gone: Vec<i64> = kept.iter().copied().filter(|s| !now.contains(s)).collect();
-    let kept: HashSet<i64> = kept.iter().copied().collect();
     if !gone.is_empty() {
         tx.execute(
             "DELETE FROM trigger_flow_events
@@ -174,13 +187,19 @@ async fn save_events(tx: &Transaction<'_>, k: &FlowKey, events: &[Value], kept: 
         )
         .await?;
     }
-    let added: Vec<&Value> = events.iter().filter(|e| seq_of(e).is_some_and(|s| !kept.contains(&s))).collect();
+    // Each new one once: a row already there that `kept` did not name is
+    // an error (the primary key's), not passed over.
+    let mut seen: HashSet<i64> = kept.iter().copied().collect();
+    let added: Vec<&Value> = events.iter().filter(|e| seq_of(e).is_some_and(|s| seen.insert(s))).collect();
     if !added.is_empty() {
         let seqs: Vec<i64> = added.iter().filter_map(|e| seq_of(e)).collect();
+        // In the order they are held (`pos`, from a sequence: a later
+        // transaction of the key, which waited for this one's lock, takes
+        // later numbers).
         tx.execute(
             "INSERT INTO trigger_flow_events (workflow_name, trigger_index, event_name, key, seq, event)
-             SELECT $1, $2, $3, $4, s, e FROM unnest($5::bigint[], $6::jsonb[]) AS a(s, e)
-             ON CONFLICT DO NOTHING",
+             SELECT $1, $2, $3, $4, s, e FROM unnest($5::bigint[], $6::jsonb[]) WITH ORDINALITY AS a(s, e, i)
+              ORDER BY i",
             &[&k.workflow, &k.trigger, &k.event, &k.key, &seqs, &added],
         )
         .await?;

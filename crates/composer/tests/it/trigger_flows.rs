@@ -231,6 +231,57 @@ async fn a_singleton_skips_while_its_key_s_run_runs_or_cancels_it() {
     e.stop().await;
 }
 
+/// Events of one key sent all at once: each waits for the key's lock in
+/// turn, and each sees the events the one before it held or let go (read
+/// once the lock is had, not as they were when its statement began).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_one_key_sent_at_once_are_each_taken_once() {
+    let e = Engine::start().await;
+    let input = json!({"input": "${ .event.id }"});
+    let with = |flow: Value| {
+        let mut t = input.clone();
+        t.as_object_mut().unwrap().extend(flow.as_object().unwrap().clone());
+        t
+    };
+    e.register(&echo("heaps", with(json!({"batch": {"max_size": 7, "max_wait": "500ms"}})))).await;
+    e.register(&echo("settles", with(json!({"debounce": {"period": "1s"}})))).await;
+    e.register(&echo("paces", with(json!({"throttle": {"count": 3, "period": "300ms"}})))).await;
+    const EVENTS: usize = 40;
+    let all: BTreeSet<String> = (0..EVENTS).map(|i| format!("c{i}")).collect();
+    futures_util::future::join_all(all.iter().map(|id| send(&e, id, "one", json!({})))).await;
+    // Every event in one batch and one throttled run.
+    for wf in ["heaps", "paces"] {
+        let started = eventually(T, "every event's run", || async {
+            let (_, page) = e.get(&format!("/v1/runs?workflow={wf}&limit=1000")).await;
+            let mut started: BTreeMap<String, usize> = BTreeMap::new();
+            for r in page["runs"].as_array().unwrap() {
+                let run = e.wait_for_run(r["id"].as_str().unwrap().parse().unwrap(), T).await;
+                for id in
+                    run["output"]["echo"].as_array().cloned().unwrap_or_else(|| vec![run["output"]["echo"].clone()])
+                {
+                    *started.entry(id.as_str().unwrap().to_string()).or_insert(0) += 1;
+                }
+            }
+            (started.len() == EVENTS).then_some(started)
+        })
+        .await;
+        assert!(started.values().all(|n| *n == 1), "{wf}: an event started twice: {started:?}");
+    }
+    // Debounced: one run, and every other event replaced, none left held.
+    until_runs(&e, "settles", 1).await;
+    let runs = runs_of(&e, "settles").await;
+    assert_eq!(runs.len(), 1, "one run for the burst");
+    let last = runs[0]["output"]["echo"].as_str().unwrap().to_string();
+    assert!(all.contains(&last));
+    for id in all.iter().filter(|id| **id != last) {
+        let ev = recorded(&e, id).await;
+        let held = ev["held"].as_array().unwrap().iter().find(|h| h["workflow"] == "settles");
+        let note = held.and_then(|h| h["note"].as_str()).unwrap_or_default();
+        assert!(note.contains("took its place"), "{id} was replaced: {ev}");
+    }
+    e.stop().await;
+}
+
 /// Events of 10 keys sent to a coordinator that is SIGKILLed while they go
 /// (and while its timer starts held batches and queued throttled events),
 /// then every one sent again to the survivor: each event is in exactly one

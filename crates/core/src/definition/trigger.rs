@@ -158,8 +158,6 @@ impl Trigger {
     }
 }
 
-/// `triggers`: at most [`MAX_TRIGGERS`], each naming an event, with
-/// expressions that read the event only.
 /// A batch's run takes the list of its events' inputs: refused when the
 /// workflow's `input_schema` could take no list, as every batch would fail.
 fn batches_fit(triggers: &[Trigger], schema: Option<&InputSchema>) -> Result<(), ValidationError> {
@@ -174,8 +172,9 @@ fn batches_fit(triggers: &[Trigger], schema: Option<&InputSchema>) -> Result<(),
     }
 }
 
-/// A definition's `triggers`, compiled; `schema` is its `input_schema`,
-/// which a batch's list must be able to meet.
+/// A definition's `triggers`, compiled: at most [`MAX_TRIGGERS`], each
+/// naming an event, with expressions that read the event only. `schema` is
+/// its `input_schema`, which a batch's list must be able to meet.
 pub(super) fn compile_triggers(
     triggers: Option<&[TriggerSpec]>,
     schema: Option<&InputSchema>,
