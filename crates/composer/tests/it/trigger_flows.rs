@@ -339,28 +339,21 @@ async fn events_held_when_a_coordinator_is_killed_start_each_flow_s_runs_once() 
     })
     .await;
     assert!(batched.values().all(|n| *n == 1), "an event in two batches: {batched:?}");
-    // Debounced: each key's last event started a run, and no event two.
+    // Debounced: each key's last event started a run, and no event two;
+    // leading: each key's first.
     let last: BTreeSet<String> = (EVENTS - 10..EVENTS).map(|i| format!("e{i}")).collect();
-    let inputs: Vec<String> = eventually(T, "each key's last event to start its run", || async {
-        let inputs: Vec<String> =
-            all_runs("debounced").await.iter().map(|r| r["output"]["echo"].as_str().unwrap().to_string()).collect();
-        let got: BTreeSet<String> = inputs.iter().cloned().collect();
-        last.is_subset(&got).then_some(inputs)
-    })
-    .await;
-    let distinct: BTreeSet<&String> = inputs.iter().collect();
-    assert_eq!(distinct.len(), inputs.len(), "no debounced run started twice: {inputs:?}");
-    // Leading: each key's first event started its run, and no event two.
     let first: BTreeSet<String> = (0..10).map(|i| format!("e{i}")).collect();
-    let inputs: Vec<String> = eventually(T, "each key's first event to start its run", || async {
-        let inputs: Vec<String> =
-            all_runs("leading").await.iter().map(|r| r["output"]["echo"].as_str().unwrap().to_string()).collect();
-        let got: BTreeSet<String> = inputs.iter().cloned().collect();
-        first.is_subset(&got).then_some(inputs)
-    })
-    .await;
-    let distinct: BTreeSet<&String> = inputs.iter().collect();
-    assert_eq!(distinct.len(), inputs.len(), "no leading run started twice: {inputs:?}");
+    for (wf, must) in [("debounced", &last), ("leading", &first)] {
+        let inputs: Vec<String> = eventually(T, "each key's event to start its run", || async {
+            let inputs: Vec<String> =
+                all_runs(wf).await.iter().map(|r| r["output"]["echo"].as_str().unwrap().to_string()).collect();
+            let got: BTreeSet<String> = inputs.iter().cloned().collect();
+            must.is_subset(&got).then_some(inputs)
+        })
+        .await;
+        let distinct: BTreeSet<&String> = inputs.iter().collect();
+        assert_eq!(distinct.len(), inputs.len(), "{wf}: no event started two runs: {inputs:?}");
+    }
     // Throttled (2 a second a key, so the kill finds events queued): each
     // event's run once, none lost.
     let throttled = eventually(T, "every throttled event's run", || async {
