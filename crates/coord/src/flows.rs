@@ -1,7 +1,8 @@
 //! A trigger's flow control at work: `debounce`, `batch` and `throttle`
 //! hold a key's events (its row in `trigger_flows`, and a row per event in
-//! `trigger_flow_events`), `singleton` keeps the key's last run there. What an event or the passing of time does is
-//! decided by [`composer_core::flow`]; here it is done.
+//! `trigger_flow_events`), `singleton` keeps the key's last run there.
+//! What an event or the passing of time does is decided by
+//! [`composer_core::flow`]; here it is done.
 //!
 //! - An event of the key ([`arrive`]) locks the row in the transaction that
 //!   records the event, and writes back what the key holds in its commit,
