@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 
 use composer_api::{ReplayFilter, ReplayPreview, ReplayTrigger, TriggerFailure};
+use composer_core::flow::Hold;
 use composer_store::replays::{self, EventFilter, ReplayRow};
 use composer_store::triggers::{EventRun, LoggedEvent};
 use serde_json::{json, Value};
@@ -242,7 +243,10 @@ fn preview_one(p: &mut ReplayPreview, planned: Vec<Planned>, done: &[EventRun]) 
                 trigger,
                 error: format!("the event already started {MAX_EVENT_RUNS} runs (max_event_runs)"),
             }),
-            Ok(Some(_)) => p.would_start.push(ReplayTrigger { workflow, trigger }),
+            Ok(Some(fired)) => {
+                let flow = fired.flow.map(|f| f.hold.as_ref().map_or("singleton", Hold::name).to_string());
+                p.would_start.push(ReplayTrigger { workflow, trigger, flow })
+            }
             Err(error) => p.would_fail.push(TriggerFailure { workflow, trigger, error }),
         }
     }

@@ -428,6 +428,11 @@ async fn a_refused_batch_is_replayed_into_one_batch_after_the_fix() {
     let now = chrono::Utc::now();
     let filter = json!({"name": "signal", "failed_only": true, "from": (now - chrono::Duration::hours(1)).to_rfc3339(),
                         "to": (now + chrono::Duration::minutes(1)).to_rfc3339()});
+    // A dry run says the events would go through the batch.
+    let (status, dry) = e.post("/v1/events/replay", &json!({"filter": filter, "dry_run": true})).await;
+    assert_eq!(status, 200, "{dry}");
+    let planned = &dry["preview"][0]["would_start"];
+    assert_eq!(planned, &json!([{"workflow": "digest", "trigger": 0, "flow": "batch"}]), "{dry}");
     let (status, job) = e.post("/v1/events/replay", &json!({"filter": filter})).await;
     assert_eq!(status, 202, "{job}");
     until_runs(&e, "digest", 1).await;

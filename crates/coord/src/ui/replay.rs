@@ -76,8 +76,14 @@ fn dry_run_body(d: &ReplayDryRun) -> Html {
         .preview
         .iter()
         .map(|p| {
-            let start: Vec<String> =
-                p.would_start.iter().map(|t| format!("{} (trigger {})", t.workflow, t.trigger)).collect();
+            let start: Vec<String> = p
+                .would_start
+                .iter()
+                .map(|t| match &t.flow {
+                    Some(flow) => format!("{} (trigger {}, through its {flow})", t.workflow, t.trigger),
+                    None => format!("{} (trigger {})", t.workflow, t.trigger),
+                })
+                .collect();
             let mut fail: Vec<String> = p.would_fail.iter().map(|t| format!("{}: {}", t.workflow, t.error)).collect();
             fail.extend(p.error.clone());
             html!(
