@@ -31,8 +31,8 @@ pub struct Held {
     pub opened_at: DateTime<Utc>,
     pub due_at: DateTime<Utc>,
     pub count: i32,
-    /// `[{seq, event_id, input, idempotency_key?}]`, in the order of their
-    /// `seq`.
+    /// `[{seq, event_id, input, idempotency_key?}]`, in the order the key
+    /// took them in.
     pub events: Value,
 }
 

@@ -65,9 +65,11 @@ pub struct ReplayTrigger {
     #[schema(value_type = composer_core::schema::Name)]
     pub workflow: String,
     pub trigger: i32,
-    /// Its flow control, when it has one (`debounce`, `batch`, `throttle`
-    /// or `singleton`): the event goes through it, so it may be held,
-    /// replaced, dropped or skipped rather than start a run at once.
+    /// Its flow control as the latest version has it, when it has one
+    /// (`debounce`, `batch`, `throttle` or `singleton`): the event goes
+    /// through it, so it may be held, replaced, dropped or skipped rather
+    /// than start a run at once (a key holding events keeps the flow it
+    /// held them under until it is empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<String>,
 }
