@@ -58,7 +58,9 @@ impl Host {
     pub fn new() -> Host {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         assert!(n < 250, "too many namespaces in one test process");
-        let pid = std::process::id() % 100_000;
+        // The whole id (a link's name is at most 15 bytes: `cf` + 7
+        // digits + `x` + 3), so that a sweep can tell whether it is alive.
+        let pid = std::process::id();
         let name = format!("cfault-{pid}-{n}");
         let (outside, inside) = (format!("cf{pid}x{n}"), format!("cf{pid}y{n}"));
         let (gw, ip) = (format!("10.77.{n}.1"), format!("10.77.{n}.2"));
@@ -146,8 +148,28 @@ impl Drop for Host {
     }
 }
 
-/// Whether this machine can make namespaces (root, iproute2, nftables).
+/// Deletes the namespaces (and their links) of test processes that are
+/// gone: one killed before its `Drop` ran leaves its `10.77.N.1` addresses
+/// on this machine, and a later run's links to the same addresses would
+/// lose their packets to them.
+fn sweep_dead_hosts() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for name in listed.lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some((pid, n)) = name.strip_prefix("cfault-").and_then(|rest| rest.split_once('-')) else { continue };
+        let (Ok(pid), Ok(n)) = (pid.parse::<u32>(), n.parse::<u32>()) else { continue };
+        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        let _ = Command::new("ip").args(["link", "del", &format!("cf{pid}x{n}")]).output();
+    }
+}
+
+/// Whether this machine can make namespaces (root, iproute2, nftables);
+/// first, sweeps away those of test processes that are gone.
 pub fn can_make_hosts() -> Result<(), String> {
+    sweep_dead_hosts();
     let probe = format!("cfault-probe-{}", std::process::id());
     let made = Command::new("ip").args(["netns", "add", &probe]).output().map_err(|e| format!("ip: {e}"))?;
     if !made.status.success() {
